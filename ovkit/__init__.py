@@ -1,0 +1,51 @@
+"""ovkit: explore OpenVINO devices the way llama.cpp's ggml-openvino backend sees them.
+
+The light core (devices, memory, selection, config) is imported eagerly; graphs, engine, buffers
+and widgets load on first use so that ``ovkit list-devices`` stays as fast as OpenVINO itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ovkit.config import OvkitConfig, OvkitConfigWarning, read_config
+from ovkit.devices import Device, DeviceClass, device_table, format_device_list, list_devices
+from ovkit.memory import MemoryReport, read_memory
+from ovkit.selection import Backend, Selection, resolve_device, using_device
+
+__version__ = "0.1.0"
+
+# Heavier parts, imported lazily: attribute name -> module.
+_LAZY: dict[str, str] = {
+    "simulate": "ovkit.simulate",
+    "SimulatedCore": "ovkit.simulate",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ovkit' has no attribute {name!r}")
+    mod = importlib.import_module(module)
+    return mod if module.endswith("." + name) else getattr(mod, name)
+
+
+__all__ = [
+    "Backend",
+    "Device",
+    "DeviceClass",
+    "MemoryReport",
+    "OvkitConfig",
+    "OvkitConfigWarning",
+    "Selection",
+    "SimulatedCore",
+    "device_table",
+    "format_device_list",
+    "list_devices",
+    "read_config",
+    "read_memory",
+    "resolve_device",
+    "simulate",
+    "using_device",
+]

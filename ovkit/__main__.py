@@ -1,0 +1,5 @@
+"""``python -m ovkit``."""
+
+from ovkit.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,148 @@
+"""``ovkit`` on the command line: ``list-devices`` (also ``--list-devices``) and friends.
+
+Selection lines go to stderr exactly as the backend writes them; the device list goes to stdout,
+byte-for-byte in llama.cpp's ``--list-devices`` format.  This path never imports pandas,
+matplotlib or ipywidgets.  Exit codes: 0 ok, 1 a command's checks failed, 2 bad usage or a
+broken runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ovkit.runtime import RuntimeUnavailableError
+
+
+class UsageError(Exception):
+    """A bad argument or simulation profile: printed as one line, exit code 2."""
+
+
+def _stderr_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log = logging.getLogger("ovkit")
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+    def show(message: Any, category: Any, *_: Any, **__: Any) -> None:
+        print(f"ovkit: warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = show
+
+
+def make_core(simulate: str | None) -> Any:
+    """The real Core, or the named simulated device set (``UsageError`` if unknown)."""
+    if simulate is None:
+        from ovkit.runtime import default_core
+
+        return default_core()
+    from ovkit.simulate import SimulatedCore, UnknownProfileError
+
+    try:
+        return SimulatedCore(simulate)
+    except UnknownProfileError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _add_core_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--simulate", metavar="PROFILE", help="use a simulated device set (e.g. laptop)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def cmd_list_devices(args: argparse.Namespace) -> int:
+    from ovkit.devices import format_device_list, list_devices
+    from ovkit.selection import resolve_device
+
+    core = make_core(args.simulate)
+    selection = resolve_device(core)
+    devices = list_devices(core)
+    if args.json:
+        payload = {
+            "selected": selection.device,
+            "requested": selection.requested,
+            "fell_back": selection.fell_back,
+            "hint": selection.hint,
+            "simulated": bool(getattr(core, "simulated", False)),
+            "devices": [d.to_dict() for d in devices],
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        print(format_device_list(devices))
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from ovkit.config import read_config
+
+    rows = read_config().as_rows()
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+    else:
+        for row in rows:
+            raw = "" if row["raw"] is None else f" (raw {row['raw']!r})"
+            print(f"{row['variable']:45} {row['value']!s:10}{raw}")
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One sub-command: its help, how it adds arguments and what it runs."""
+
+    help: str
+    add_args: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+COMMANDS: dict[str, Command] = {
+    "list-devices": Command(
+        "list the OpenVINO devices as llama.cpp --list-devices does", _add_core_args, cmd_list_devices
+    ),
+    "config": Command(
+        "show the parsed GGML_OPENVINO_* environment",
+        lambda p: p.add_argument("--json", action="store_true"),
+        cmd_config,
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ovkit", description="Explore OpenVINO devices as ggml-openvino sees them."
+    )
+    parser.add_argument("--list-devices", action="store_true", help="alias of the list-devices command")
+    sub = parser.add_subparsers(dest="command")
+    for name, command in COMMANDS.items():
+        command.add_args(sub.add_parser(name, help=command.help, description=command.help))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--list-devices" in argv:
+        argv = ["list-devices"] + [a for a in argv if a != "--list-devices"]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    _stderr_logging()
+    try:
+        return COMMANDS[args.command].run(args)
+    except (UsageError, RuntimeUnavailableError) as exc:
+        print(f"ovkit: error: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # the runtime broke while being queried
+        print(f"ovkit: error: OpenVINO runtime failed: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,183 @@
+"""Device discovery: one entry per physical OpenVINO device, as ``--list-devices`` shows them.
+
+Rules (decisions D2, D3): ids starting with AUTO, MULTI, HETERO or BATCH are virtual and dropped;
+the rest are sorted lexicographically; the name is the exact id; the class is decided by prefix
+(``GPU.1`` is a GPU); the description is ``FULL_DEVICE_NAME`` (+ `` (NPU <arch>)`` for the NPU
+class), or the id when the name cannot be read.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ovkit.memory import MIB, MemoryReport, read_memory, read_property
+from ovkit.runtime import get_core, is_simulated
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+VIRTUAL_PREFIXES: tuple[str, ...] = ("AUTO", "MULTI", "HETERO", "BATCH")
+
+
+class DeviceClass(enum.StrEnum):
+    """The class of a device decides its memory rule and its op restrictions."""
+
+    CPU = "CPU"
+    GPU = "GPU"
+    NPU = "NPU"
+    OTHER = "OTHER"
+
+
+def device_class(name: str) -> DeviceClass:
+    """Classify by prefix: ``CPU*``, ``GPU*``, ``NPU*``, anything else is OTHER."""
+    for cls in (DeviceClass.CPU, DeviceClass.GPU, DeviceClass.NPU):
+        if name.startswith(cls.value):
+            return cls
+    return DeviceClass.OTHER
+
+
+def is_virtual(name: str) -> bool:
+    """AUTO/MULTI/HETERO/BATCH route to other devices and are never listed."""
+    return name.startswith(VIRTUAL_PREFIXES)
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One physical OpenVINO device with its memory as the backend reports it."""
+
+    name: str
+    description: str
+    device_class: DeviceClass
+    total_bytes: int
+    free_bytes: int
+    used_bytes: int = 0
+    memory_error: str | None = None
+    description_error: str | None = None
+    memory_formula: str = ""
+    memory_clamped: bool = False
+    memory_breakdown: Mapping[str, int] = field(default_factory=dict)
+    host_available_bytes: int | None = None
+    properties: Mapping[str, Any] = field(default_factory=dict)
+    simulated: bool = False
+
+    @property
+    def total_mib(self) -> int:
+        return self.total_bytes // MIB
+
+    @property
+    def free_mib(self) -> int:
+        return self.free_bytes // MIB
+
+    def list_line(self) -> str:
+        """The ``--list-devices`` row: ``  <name>: <desc> (<total> MiB, <free> MiB free)``."""
+        return f"  {self.name}: {self.description} ({self.total_mib} MiB, {self.free_mib} MiB free)"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data (property values that JSON cannot hold become strings)."""
+        d = asdict(self)
+        d["device_class"] = str(self.device_class)
+        d["total_mib"] = self.total_mib
+        d["free_mib"] = self.free_mib
+        d["memory_breakdown"] = dict(self.memory_breakdown)
+        d["properties"] = {k: _jsonable(v) for k, v in self.properties.items()}
+        return d
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def physical_device_ids(core: Any = None) -> list[str]:
+    """``available_devices`` without virtual ids, sorted lexicographically."""
+    ids: Iterable[str] = get_core(core).available_devices
+    return sorted({d for d in ids if not is_virtual(d)})
+
+
+def _describe(core: Any, name: str, cls: DeviceClass, props: dict[str, Any]) -> tuple[str, str | None]:
+    full, err = read_property(core, name, "FULL_DEVICE_NAME")
+    if err or not isinstance(full, str) or not full:
+        return name, err or f"FULL_DEVICE_NAME returned {full!r}"
+    props["FULL_DEVICE_NAME"] = full
+    if cls is DeviceClass.NPU:
+        arch, err = read_property(core, name, "DEVICE_ARCHITECTURE")
+        if not err and arch not in (None, ""):
+            props["DEVICE_ARCHITECTURE"] = arch
+            return f"{full} (NPU {arch})", None
+    return full, None
+
+
+def describe_device(name: str, core: Any = None) -> Device:
+    """Read one device's description and memory; property failures become fallbacks."""
+    core = get_core(core)
+    cls = device_class(name)
+    props: dict[str, Any] = {}
+    description, description_error = _describe(core, name, cls, props)
+    mem: MemoryReport = read_memory(core, name, cls, props)
+    return Device(
+        name=name,
+        description=description,
+        device_class=cls,
+        total_bytes=mem.total_bytes,
+        free_bytes=mem.free_bytes,
+        used_bytes=mem.used_bytes,
+        memory_error=mem.error,
+        description_error=description_error,
+        memory_formula=mem.formula,
+        memory_clamped=mem.clamped,
+        memory_breakdown=mem.breakdown,
+        host_available_bytes=mem.host_available_bytes,
+        properties=props,
+        simulated=is_simulated(core),
+    )
+
+
+def list_devices(core: Any = None) -> list[Device]:
+    """Every physical OpenVINO device, sorted by id, with description and memory."""
+    core = get_core(core)
+    return [describe_device(name, core) for name in physical_device_ids(core)]
+
+
+def format_device_list(devices: Iterable[Device]) -> str:
+    """The exact text llama.cpp prints for ``--list-devices`` (without the trailing newline)."""
+    lines = ["Available devices:"]
+    lines += [d.list_line() for d in devices] or ["  (none)"]
+    return "\n".join(lines)
+
+
+def device_table(core: Any = None, devices: Iterable[Device] | None = None) -> pd.DataFrame:
+    """The devices as a DataFrame: one row per device, bytes and MiB, errors inline."""
+    import pandas as pd
+
+    rows = []
+    for d in list_devices(core) if devices is None else devices:
+        rows.append(
+            {
+                "name": d.name,
+                "class": str(d.device_class),
+                "description": d.description,
+                "total_bytes": d.total_bytes,
+                "used_bytes": d.used_bytes,
+                "free_bytes": d.free_bytes,
+                "total_mib": d.total_mib,
+                "used_mib": d.used_bytes // MIB,
+                "free_mib": d.free_mib,
+                "host_available_mib": None
+                if d.host_available_bytes is None
+                else d.host_available_bytes // MIB,
+                "memory_formula": d.memory_formula,
+                "memory_error": d.memory_error,
+                "description_error": d.description_error,
+                "clamped": d.memory_clamped,
+                "simulated": d.simulated,
+            }
+        )
+    return pd.DataFrame(rows).set_index("name") if rows else pd.DataFrame(rows)

@@ -1,0 +1,166 @@
+"""Memory per device class, by the rules of the list-devices seed (decision D4).
+
+- CPU: host RAM. total = physical RAM; the list line mirrors the backend (Linux: free = total);
+  live views also get ``MemAvailable`` as ``host_available_bytes``.
+- GPU: total = ``GPU_DEVICE_TOTAL_MEM_SIZE``; used = sum of ``GPU_MEMORY_STATISTICS``.
+- NPU: total = ``NPU_DEVICE_TOTAL_MEM_SIZE``; used = ``NPU_DEVICE_ALLOC_MEM_SIZE``.
+- free = max(0, total - used).  A required property that is missing or raises gives 0/0 and the
+  reason is kept.  ``GPU_DEVICE_MAX_ALLOC_MEM_SIZE`` is never used.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRule:
+    """Where one device class reads its total and used bytes from."""
+
+    total_property: str | None  # None: host RAM
+    used_property: str | None
+    used_is_map: bool = False
+    formula: str = ""
+
+
+# The rules as data: one entry per device class.  OTHER has no rule (0/0, with a reason).
+MEMORY_RULES: dict[str, MemoryRule] = {
+    "CPU": MemoryRule(None, None, formula="host RAM (free = total, as the backend reports on Linux)"),
+    "GPU": MemoryRule(
+        "GPU_DEVICE_TOTAL_MEM_SIZE",
+        "GPU_MEMORY_STATISTICS",
+        used_is_map=True,
+        formula="GPU_DEVICE_TOTAL_MEM_SIZE - sum(GPU_MEMORY_STATISTICS)",
+    ),
+    "NPU": MemoryRule(
+        "NPU_DEVICE_TOTAL_MEM_SIZE",
+        "NPU_DEVICE_ALLOC_MEM_SIZE",
+        formula="NPU_DEVICE_TOTAL_MEM_SIZE - NPU_DEVICE_ALLOC_MEM_SIZE",
+    ),
+}
+NEVER_USED_PROPERTIES = frozenset({"GPU_DEVICE_MAX_ALLOC_MEM_SIZE"})
+
+
+@dataclass(frozen=True, slots=True)
+class HostMemory:
+    """Physical RAM and what the OS currently calls available."""
+
+    total_bytes: int
+    available_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReport:
+    """Memory of one device, with how it was computed and why it may be missing."""
+
+    total_bytes: int
+    free_bytes: int
+    used_bytes: int
+    formula: str
+    error: str | None = None
+    clamped: bool = False
+    breakdown: Mapping[str, int] = field(default_factory=dict)
+    host_available_bytes: int | None = None
+
+    @property
+    def total_mib(self) -> int:
+        return self.total_bytes // MIB
+
+    @property
+    def free_mib(self) -> int:
+        return self.free_bytes // MIB
+
+
+def host_memory(core: Any = None) -> HostMemory:
+    """Host RAM; a simulated core supplies its own (``host_memory()``)."""
+    provider = getattr(core, "host_memory", None)
+    if callable(provider):
+        total, available = provider()
+        return HostMemory(int(total), int(available))
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    available = total
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/meminfo", encoding="ascii") as fh:
+                for line in fh:
+                    if line.startswith("MemAvailable:"):
+                        available = int(line.split()[1]) * 1024
+                        break
+        except OSError:
+            pass
+    return HostMemory(total, available)
+
+
+def read_property(core: Any, device: str, name: str) -> tuple[Any, str | None]:
+    """``core.get_property`` that never raises: ``(value, None)`` or ``(None, reason)``."""
+    try:
+        return core.get_property(device, name), None
+    except (RuntimeError, TypeError, ValueError, KeyError) as exc:
+        return None, f"{name}: {exc}".strip()
+
+
+def _as_bytes(name: str, value: Any) -> tuple[int | None, str | None]:
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = int(str(value))
+        except ValueError:
+            return None, f"{name} returned {value!r}, expected a byte count"
+    if value < 0:
+        return None, f"{name} returned {value}, expected a byte count >= 0"
+    return value, None
+
+
+def _failed(rule: MemoryRule, reason: str) -> MemoryReport:
+    return MemoryReport(0, 0, 0, rule.formula, error=reason)
+
+
+def read_memory(
+    core: Any, device: str, device_class: str, props: dict[str, Any] | None = None
+) -> MemoryReport:
+    """Memory of ``device`` by its class rule; raw property values are stored into ``props``."""
+    props = {} if props is None else props
+    rule = MEMORY_RULES.get(device_class)
+    if rule is None:
+        return MemoryReport(
+            0, 0, 0, "no memory rule", error=f"no memory rule for device class {device_class}"
+        )
+    if rule.total_property is None:
+        host = host_memory(core)
+        return MemoryReport(
+            host.total_bytes, host.total_bytes, 0, rule.formula, host_available_bytes=host.available_bytes
+        )
+    raw_total, err = read_property(core, device, rule.total_property)
+    if err:
+        return _failed(rule, err)
+    props[rule.total_property] = raw_total
+    total, err = _as_bytes(rule.total_property, raw_total)
+    if err or total is None:
+        return _failed(rule, err or "")
+    assert rule.used_property is not None
+    raw_used, err = read_property(core, device, rule.used_property)
+    if err:
+        return _failed(rule, err)
+    props[rule.used_property] = raw_used
+    breakdown: dict[str, int] = {}
+    if rule.used_is_map:
+        if not isinstance(raw_used, Mapping):
+            return _failed(rule, f"{rule.used_property} returned {raw_used!r}, expected a map")
+        for key, value in raw_used.items():
+            n, err = _as_bytes(f"{rule.used_property}[{key}]", value)
+            if err or n is None:
+                return _failed(rule, err or "")
+            breakdown[str(key)] = n
+        used = sum(breakdown.values())
+    else:
+        n, err = _as_bytes(rule.used_property, raw_used)
+        if err or n is None:
+            return _failed(rule, err or "")
+        used = n
+    free = max(0, total - used)
+    return MemoryReport(total, free, used, rule.formula, clamped=used > total, breakdown=breakdown)

@@ -1,0 +1,2 @@
+"""ggml ops: the catalogue (``table``), the support policy (``policy``), OpenVINO translation
+(``translate``) and numpy references (``reference``)."""

@@ -1,0 +1,138 @@
+"""Which device ``GGML_OPENVINO_DEVICE`` selects, exactly as upstream decides (decision D5).
+
+Unset or empty means ``CPU``; any value that is not an exact, case-sensitive member of
+``available_devices`` logs ``GGML OpenVINO Backend: device <X> is not available, fallback to CPU``
+and selects ``CPU``; then ``OpenVINO: using device <X>`` is logged.  Beyond upstream, a near
+miss (wrong case, ``GPU`` where only ``GPU.0``/``GPU.1`` exist, a virtual device) carries a hint;
+the selection itself is never changed by a hint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ovkit.config import OvkitConfig, read_config
+from ovkit.devices import DeviceClass, device_class, is_virtual
+from ovkit.runtime import get_core
+
+if TYPE_CHECKING:
+    from ovkit.ops.policy import SupportDecision
+
+logger = logging.getLogger("ovkit")
+
+ENV_DEVICE = "GGML_OPENVINO_DEVICE"
+DEFAULT_DEVICE = "CPU"
+FALLBACK_WARNING = "GGML OpenVINO Backend: device {} is not available, fallback to CPU"
+USING_DEVICE = "OpenVINO: using device {}"
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The outcome of resolving ``GGML_OPENVINO_DEVICE`` against the available devices."""
+
+    requested: str | None
+    device: str
+    fell_back: bool
+    hint: str | None
+    available: tuple[str, ...]
+    config: OvkitConfig
+
+    @property
+    def device_class(self) -> DeviceClass:
+        return device_class(self.device)
+
+    @property
+    def messages(self) -> list[str]:
+        """The lines upstream writes to stderr, in order."""
+        lines = [FALLBACK_WARNING.format(self.requested)] if self.fell_back else []
+        return lines + [USING_DEVICE.format(self.device)]
+
+
+def near_miss_hint(requested: str, available: list[str]) -> str | None:
+    """A hint naming the id to use when ``requested`` almost matches one; else None."""
+    physical = [d for d in available if not is_virtual(d)]
+    stripped = requested.strip()
+    if stripped != requested and stripped in physical:
+        return f"remove the surrounding white space: use {stripped!r}"
+    folded = [d for d in physical if d.casefold() == stripped.casefold()]
+    if folded:
+        return f"device ids are case-sensitive: use {folded[0]!r}"
+    numbered = sorted(d for d in physical if d.casefold().startswith(stripped.casefold() + "."))
+    if numbered:
+        names = " or ".join(repr(d) for d in numbered)
+        return f"this machine lists numbered devices: use {names}"
+    if is_virtual(stripped.upper()):
+        names = ", ".join(repr(d) for d in physical)
+        return f"virtual devices are not accepted by the backend: use one of {names}"
+    return None
+
+
+def resolve_device(core: Any = None, env: Mapping[str, str] | None = None, *, log: bool = True) -> Selection:
+    """Resolve ``GGML_OPENVINO_DEVICE`` (from ``env``, default ``os.environ``) on ``core``."""
+    config = read_config(env)
+    available = list(get_core(core).available_devices)
+    requested = config.device_requested
+    wanted = requested or DEFAULT_DEVICE
+    fell_back = wanted not in available
+    hint = near_miss_hint(wanted, available) if fell_back else None
+    selection = Selection(
+        requested=requested,
+        device=DEFAULT_DEVICE if fell_back else wanted,
+        fell_back=fell_back,
+        hint=hint,
+        available=tuple(available),
+        config=config,
+    )
+    if log:
+        if fell_back:
+            logger.warning(FALLBACK_WARNING.format(wanted))
+            if hint:
+                logger.info("hint: %s", hint)
+        logger.info(USING_DEVICE.format(selection.device))
+    return selection
+
+
+@contextlib.contextmanager
+def using_device(name: str, core: Any = None) -> Iterator[Selection]:
+    """Set ``GGML_OPENVINO_DEVICE`` for the duration of the block and yield the resolution."""
+    old = os.environ.get(ENV_DEVICE)
+    os.environ[ENV_DEVICE] = name
+    try:
+        yield resolve_device(core)
+    finally:
+        if old is None:
+            os.environ.pop(ENV_DEVICE, None)
+        else:
+            os.environ[ENV_DEVICE] = old
+
+
+class Backend:
+    """Execution bound to the one selected device: other devices support no op (decision D1)."""
+
+    def __init__(self, selection: Selection, core: Any = None, *, upstream_exact: bool = False) -> None:
+        self.selection = selection
+        self.core = get_core(core)
+        self.upstream_exact = upstream_exact
+
+    @classmethod
+    def from_env(cls, core: Any = None, env: Mapping[str, str] | None = None, **kw: Any) -> Backend:
+        return cls(resolve_device(core, env), core, **kw)
+
+    @property
+    def device(self) -> str:
+        return self.selection.device
+
+    def supports_op(self, device_name: str, op: Any) -> SupportDecision:
+        """The op-support decision for ``op`` on ``device_name``; False off the selected device."""
+        from ovkit.ops.policy import SupportDecision, check_op
+
+        if device_name != self.selection.device:
+            return SupportDecision(
+                False, f"device {device_name} is not the selected device {self.selection.device}"
+            )
+        return check_op(op, self.selection.device_class, upstream_exact=self.upstream_exact)

@@ -1,0 +1,177 @@
+"""``SimulatedCore``: a Core-shaped object that answers OpenVINO's own property names from a profile.
+
+GPU and NPU hardware is absent on development and CI machines; this is how their paths are shown
+and tested.  It is a *simulation* and says so (``simulated = True``, shown in every table).
+Models "compiled" for any simulated device really compile and run on the local CPU, and while a
+model compiled for a simulated GPU/NPU is alive its constant bytes count as that device's
+allocations, so memory views move while graphs run.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ovkit.simulate.profiles import PROFILES, Failure, Profile
+
+
+class UnknownProfileError(ValueError):
+    """A simulation profile name that is not shipped."""
+
+
+def get_profile(name: str) -> Profile:
+    """The shipped profile ``name``, or a clear error listing the known ones."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        known = ", ".join(sorted(PROFILES))
+        raise UnknownProfileError(f"unknown simulation profile {name!r} (expected one of: {known})") from None
+
+
+def _not_registered(device: str) -> RuntimeError:
+    return RuntimeError(f'Device with "{device}" name is not registered in the OpenVINO Runtime')
+
+
+class SimulatedCore:
+    """A simulated OpenVINO device set; compile and run happen on the real CPU device."""
+
+    simulated = True
+
+    def __init__(
+        self,
+        profile: Profile | str = "laptop",
+        *,
+        activity: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        real_core: Any = None,
+    ) -> None:
+        self.profile = get_profile(profile) if isinstance(profile, str) else profile
+        self._props: dict[str, dict[str, Any]] = {
+            d.id: copy.deepcopy(dict(d.properties)) for d in self.profile.devices
+        }
+        self._lock = threading.Lock()
+        self._activity = activity
+        self._clock = clock
+        self._t0 = clock()
+        self._real_core = real_core
+        self._core_props: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"SimulatedCore({self.profile.name!r}, devices={self.available_devices})"
+
+    # -- the Core surface -------------------------------------------------------------------
+    @property
+    def available_devices(self) -> list[str]:
+        return [d.id for d in self.profile.devices]
+
+    def get_property(self, device_name: str, property: Any = None) -> Any:  # noqa: A002
+        """``get_property(device, name)``, or a Core-level ``get_property(name)``."""
+        if property is None:
+            return self._core_props.get(str(device_name), "")
+        name = str(property)
+        with self._lock:
+            props = self._props.get(device_name)
+            if props is None:
+                raise _not_registered(device_name)
+            if name == "SUPPORTED_PROPERTIES":
+                return {k: "RO" for k in props}
+            if name not in props:
+                raise RuntimeError(f"[{device_name}] Unsupported property {name} by simulated device")
+            value = props[name]
+            if isinstance(value, Failure):
+                raise RuntimeError(value.message)
+            value = copy.deepcopy(value)
+        if self._activity:
+            value = self._with_activity(device_name, name, value)
+        return value
+
+    def set_property(self, *args: Any) -> None:
+        """Core-level ``set_property({...})`` or per-device ``set_property(device, {...})``."""
+        if len(args) == 1 and isinstance(args[0], Mapping):
+            self._core_props.update({str(k): v for k, v in args[0].items()})
+
+    def get_versions(self, device_name: str) -> dict[str, str]:
+        if device_name not in self._props:
+            raise _not_registered(device_name)
+        return {device_name: f"simulated {self.profile.name} device"}
+
+    def host_memory(self) -> tuple[int, int]:
+        """Host RAM of the simulated machine: (total, available)."""
+        return self.profile.host_total_bytes, self.profile.host_available_bytes
+
+    def compile_model(
+        self, model: Any, device_name: str = "CPU", config: Mapping[str, Any] | None = None
+    ) -> Any:
+        """Compile on the real CPU; while alive, the model's constants count as device allocations."""
+        if device_name not in self._props:
+            raise _not_registered(device_name)
+        real = self._real()
+        cpu_config = {
+            k: v for k, v in (config or {}).items() if not str(k).startswith(("NPU", "NPUW", "GPU"))
+        }
+        compiled = real.compile_model(model, "CPU", cpu_config)
+        nbytes = _constant_bytes(model)
+        if nbytes:
+            self.allocate(device_name, nbytes)
+            weakref.finalize(compiled, self.allocate, device_name, -nbytes)
+        return compiled
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else a Core offers (read_model, Tensor helpers, ...) is the real Core's.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._real(), name)
+
+    # -- simulation controls ----------------------------------------------------------------
+    def allocate(self, device_name: str, nbytes: int, kind: str = "usm_device") -> None:
+        """Add (or, negative, release) ``nbytes`` of allocations on a simulated GPU/NPU."""
+        with self._lock:
+            props = self._props[device_name]
+            if "GPU_MEMORY_STATISTICS" in props and isinstance(props["GPU_MEMORY_STATISTICS"], dict):
+                stats = props["GPU_MEMORY_STATISTICS"]
+                stats[kind] = max(0, stats.get(kind, 0) + nbytes)
+            elif isinstance(props.get("NPU_DEVICE_ALLOC_MEM_SIZE"), int):
+                props["NPU_DEVICE_ALLOC_MEM_SIZE"] = max(0, props["NPU_DEVICE_ALLOC_MEM_SIZE"] + nbytes)
+
+    def set_property_value(self, device_name: str, name: str, value: Any) -> None:
+        """Change what a simulated device answers (a value, or a ``Failure``)."""
+        with self._lock:
+            if device_name not in self._props:
+                raise _not_registered(device_name)
+            self._props[device_name][name] = value
+
+    # -- internals --------------------------------------------------------------------------
+    def _real(self) -> Any:
+        if self._real_core is None:
+            from ovkit.runtime import default_core
+
+            self._real_core = default_core()
+        return self._real_core
+
+    def _with_activity(self, device: str, name: str, value: Any) -> Any:
+        """A slow deterministic wave of extra allocations, for live views (``activity=True``)."""
+        phase = (self._clock() - self._t0) / 5.0 + (hash(device) % 7)
+        wave = 0.5 + 0.5 * math.sin(phase)
+        if name == "GPU_MEMORY_STATISTICS" and isinstance(value, dict):
+            total = self._props[device].get("GPU_DEVICE_TOTAL_MEM_SIZE")
+            if isinstance(total, int):
+                value["usm_device"] = value.get("usm_device", 0) + int(total * 0.4 * wave)
+        elif name == "NPU_DEVICE_ALLOC_MEM_SIZE" and isinstance(value, int):
+            total = self._props[device].get("NPU_DEVICE_TOTAL_MEM_SIZE")
+            if isinstance(total, int):
+                value += int(total * 0.2 * wave)
+        return value
+
+
+def _constant_bytes(model: Any) -> int:
+    """Bytes held by the model's Constant nodes (what a device would have to store)."""
+    total = 0
+    for op in model.get_ordered_ops():
+        if op.get_type_name() == "Constant":
+            total += int(op.get_byte_size())
+    return total
