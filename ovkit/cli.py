@@ -79,6 +79,10 @@ def cmd_list_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_json_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     from ovkit.config import read_config
 
@@ -107,7 +111,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "config": Command(
         "show the parsed GGML_OPENVINO_* environment",
-        lambda p: p.add_argument("--json", action="store_true"),
+        _add_json_arg,
         cmd_config,
     ),
 }
