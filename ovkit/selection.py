@@ -55,7 +55,7 @@ class Selection:
 
 def near_miss_hint(requested: str, available: list[str]) -> str | None:
     """A hint naming the id to use when ``requested`` almost matches one; else None."""
-    physical = [d for d in available if not is_virtual(d)]
+    physical = sorted(d for d in available if not is_virtual(d))
     stripped = requested.strip()
     if stripped != requested and stripped in physical:
         return f"remove the surrounding white space: use {stripped!r}"
