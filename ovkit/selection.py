@@ -5,6 +5,10 @@ Unset or empty means ``CPU``; any value that is not an exact, case-sensitive mem
 and selects ``CPU``; then ``OpenVINO: using device <X>`` is logged.  Beyond upstream, a near
 miss (wrong case, ``GPU`` where only ``GPU.0``/``GPU.1`` exist, a virtual device) carries a hint;
 the selection itself is never changed by a hint.
+
+Membership is checked against the *physical* ids (the listed devices).  A real OpenVINO runtime
+never lists AUTO/MULTI/HETERO/BATCH in ``available_devices``, so this equals upstream there; a
+simulated profile that lists them (to show the list filter) must not make them selectable.
 """
 
 from __future__ import annotations
@@ -78,7 +82,7 @@ def resolve_device(core: Any = None, env: Mapping[str, str] | None = None, *, lo
     available = list(get_core(core).available_devices)
     requested = config.device_requested
     wanted = requested or DEFAULT_DEVICE
-    fell_back = wanted not in available
+    fell_back = wanted not in available or is_virtual(wanted)
     hint = near_miss_hint(wanted, available) if fell_back else None
     selection = Selection(
         requested=requested,
