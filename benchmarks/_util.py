@@ -1,0 +1,48 @@
+"""Small helpers shared by the benchmarks: repeated timing and a uniform result line."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+
+
+def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
+    """Median wall time of ``fn()`` over ``repeat`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def process_seconds(argv: Sequence[str], repeat: int) -> list[float]:
+    """Wall times of running ``argv`` as a whole process ``repeat`` times."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        subprocess.run(argv, check=True, capture_output=True)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def report(
+    name: str,
+    value: float,
+    baseline_name: str,
+    baseline: float,
+    unit: str = "ms",
+    target: float | None = None,
+) -> str:
+    """One line: value, baseline, ratio, and the target when there is one."""
+    scale = 1e3 if unit == "ms" else 1e6 if unit == "us" else 1.0
+    ratio = value / baseline if baseline else float("inf")
+    line = f"{name:45} {value * scale:10.3f} {unit}  vs {baseline_name} {baseline * scale:10.3f} {unit}  ratio {ratio:5.2f}x"
+    if target is not None:
+        line += f"  (target <= {target:.2f}x: {'met' if ratio <= target else 'NOT met'})"
+    print(line, flush=True)
+    return line
