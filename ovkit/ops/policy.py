@@ -1,12 +1,256 @@
-"""The op-support policy of the upstream backend (global gates and per-op gates).
+"""The op-support policy of the upstream ggml-openvino backend, as data (spec §4.2-4.3, D2, D7).
 
-Placeholder seam from the foundation issue: the op catalogue issue fills in ``check_op``.
+``check_op(op, device_class)`` answers what upstream's ``ggml_backend_openvino_device_supports_op``
+answers, with a human-readable reason for every rejection.  The policy is a list of gate records
+(:class:`Gate`): the global gates (:data:`GLOBAL_GATES`: op membership, the 13 allowed types, the
+quantized-3-D rule, ...) run first, in upstream's order, then the per-op gates (:data:`GATES`).
+
+Deliberate differences from upstream, recorded here:
+
+- Device restrictions apply to the device *class* (decision D2): a gate upstream writes as
+  ``device == "GPU"`` applies to ``GPU.0`` and ``GPU.1`` as well.
+- Gates keyed to test-backend-ops tensor names or shapes (``a``/``b``, ``selected_experts``, the
+  CPY test shapes) or to llama.cpp graph names (``msa_*``, ``ffn_norm_exps``, ``ffn_moe_*``) are
+  *quirks* (``Gate.quirk``): recorded, but applied only with ``upstream_exact=True`` (D7).
+- Upstream changed over time.  :class:`Revision` names the states the policy can reproduce:
+  ``N`` (the spec anchor, default) and ``V`` (the older state that produced
+  ``shared/data/upstream-support-verdicts.csv``; reconstructed from that data and from the
+  upstream source of that period).  A gate lists the revisions it belongs to.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+# ----------------------------------------------------------------------------------------------
+# Types
+
+
+#: ggml type name (lower case) -> (block size, bytes per block); used for strides and nbytes.
+TYPE_LAYOUT: dict[str, tuple[int, int]] = {
+    "f32": (1, 4),
+    "f16": (1, 2),
+    "bf16": (1, 2),
+    "f64": (1, 8),
+    "i8": (1, 1),
+    "i16": (1, 2),
+    "i32": (1, 4),
+    "i64": (1, 8),
+    "q4_0": (32, 18),
+    "q4_1": (32, 20),
+    "q5_0": (32, 22),
+    "q5_1": (32, 24),
+    "q8_0": (32, 34),
+    "q8_1": (32, 36),
+    "q2_k": (256, 84),
+    "q3_k": (256, 110),
+    "q4_k": (256, 144),
+    "q5_k": (256, 176),
+    "q6_k": (256, 210),
+    "q8_k": (256, 292),
+    "iq2_xxs": (256, 66),
+    "iq2_xs": (256, 74),
+    "iq2_s": (256, 82),
+    "iq3_xxs": (256, 98),
+    "iq3_s": (256, 110),
+    "iq1_s": (256, 50),
+    "iq1_m": (256, 56),
+    "iq4_nl": (32, 18),
+    "iq4_xs": (256, 136),
+    "tq1_0": (256, 54),
+    "tq2_0": (256, 66),
+    "mxfp4": (32, 17),
+}
+
+#: Types that are not block-quantized (ggml_is_quantized is False for these).
+PLAIN_TYPES = frozenset({"f32", "f16", "bf16", "f64", "i8", "i16", "i32", "i64"})
+
+
+def norm_type(dtype: str) -> str:
+    """Canonical (lower-case) ggml type name: ``"Q4_K"``/``"q4_K"`` -> ``"q4_k"``."""
+    return str(dtype).lower()
+
+
+def is_quantized(dtype: str) -> bool:
+    """ggml_is_quantized: every type except the plain float/int types."""
+    return norm_type(dtype) not in PLAIN_TYPES
+
+
+def _layout(dtype: str) -> tuple[int, int]:
+    return TYPE_LAYOUT.get(norm_type(dtype), (1, 1))
+
+
+def contiguous_nb(dtype: str, ne: Iterable[int]) -> tuple[int, int, int, int]:
+    """ggml's byte strides of a contiguous tensor of ``dtype`` and ``ne`` (ggml order)."""
+    blck, tsize = _layout(dtype)
+    n = list(ne)
+    nb0 = tsize
+    nb1 = tsize * (n[0] // blck)
+    nb2 = nb1 * n[1]
+    nb3 = nb2 * n[2]
+    return (nb0, nb1, nb2, nb3)
+
+
+class Revision(enum.StrEnum):
+    """Upstream states the policy reproduces (spec §0)."""
+
+    N = "N"  #: aee56b3ab (2026-08-13), the spec anchor: the default
+    V = "V"  #: the state that produced upstream-support-verdicts.csv (older; no MXFP4, no SQR ...)
+
+
+ALL_REVISIONS = frozenset(Revision)
+
+# ----------------------------------------------------------------------------------------------
+# OpInfo: what the gates see of one ggml node
+
+
+@dataclass(frozen=True, slots=True)
+class OpInfo:
+    """One ggml node as the policy sees it; constructible without a Graph.
+
+    Fields (stable contract; ``ovkit.graph.Tensor.op_info()`` builds one from a graph node):
+
+    - ``op``: ggml op name, upper case without prefix: ``"ADD"``, ``"UNARY"``, ``"GLU"``,
+      ``"NONE"`` (a leaf), ``"VIEW"``, ``"PERMUTE"``, ``"RESHAPE"``, ``"TRANSPOSE"`` ...
+    - ``dtype``: output type, a ggml type name (``"f32"``, ``"f16"``, ``"bf16"``, ``"i32"``,
+      ``"i64"``, ``"q4_0"``, ``"q4_K"``, ``"mxfp4"`` ...; case-insensitive).
+    - ``ne``: output shape in ggml order (innermost first), 4 entries.
+    - ``srcs``: the sources, in ggml ``src[i]`` order, each an ``OpInfo`` (its own ``op`` says
+      what produced it: a ``"PERMUTE"`` source is a permuted tensor), ``None`` for absent
+      optional sources (e.g. a FLASH_ATTN_EXT without mask but with sinks).
+    - ``sub_op``: the unary/GLU op (``"GELU"``, ``"SWIGLU"`` ...) for ``UNARY``/``GLU``, else None.
+    - ``params``: the op's parameters by ggml builder argument name. Keys the gates read:
+      GLU ``swapped``; ROPE ``n_dims``, ``mode``, ``freq_scale``, ``ext_factor``,
+      ``attn_factor``; FLASH_ATTN_EXT ``scale``, ``max_bias``, ``logit_softcap``; SOFT_MAX
+      ``scale``, ``max_bias``; SET ``nb1``, ``nb2``, ``nb3``, ``offset``; GATED_DELTA_NET ``K``
+      (state snapshots, op_params[0]); ARGSORT ``order``.  Missing keys take ggml's defaults.
+    - ``name``: the tensor name (only quirk gates read it).
+    - ``nb``: byte strides (ggml order); ``None`` means contiguous.
+    - ``view_src``: for views (VIEW/PERMUTE/TRANSPOSE/RESHAPE and in-place results) the tensor
+      whose memory this one views (ggml ``view_src``), else None.
+    """
+
+    op: str
+    dtype: str
+    ne: tuple[int, int, int, int]
+    srcs: tuple[OpInfo | None, ...] = ()
+    sub_op: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=True)
+    name: str = ""
+    nb: tuple[int, int, int, int] | None = None
+    view_src: OpInfo | None = None
+
+    def __post_init__(self) -> None:
+        ne = tuple(int(x) for x in self.ne)
+        if len(ne) > 4 or len(ne) == 0:
+            raise ValueError(f"OpInfo.ne must have 1 to 4 entries (ggml order), got {self.ne!r}")
+        object.__setattr__(self, "ne", ne + (1,) * (4 - len(ne)))
+        object.__setattr__(self, "op", str(self.op).upper())
+        if self.sub_op is not None:
+            object.__setattr__(self, "sub_op", str(self.sub_op).upper())
+        object.__setattr__(self, "srcs", tuple(self.srcs))
+
+    @classmethod
+    def leaf(cls, dtype: str, ne: Iterable[int], name: str = "") -> OpInfo:
+        """A leaf (op NONE): an input or a weight."""
+        return cls("NONE", dtype, tuple(ne), name=name)  # type: ignore[arg-type]
+
+    def src(self, i: int) -> OpInfo | None:
+        """``src[i]`` or None when absent."""
+        return self.srcs[i] if i < len(self.srcs) else None
+
+    @property
+    def type(self) -> str:
+        """The canonical (lower-case) output type."""
+        return norm_type(self.dtype)
+
+    @property
+    def label(self) -> str:
+        """``ADD``, ``UNARY(GELU)``, ``GLU(SWIGLU)``: the op as reasons name it."""
+        return f"{self.op}({self.sub_op})" if self.sub_op else self.op
+
+    @property
+    def is_view(self) -> bool:
+        return self.op == "VIEW"
+
+    @property
+    def is_permute(self) -> bool:
+        return self.op == "PERMUTE"
+
+    @property
+    def strides(self) -> tuple[int, int, int, int]:
+        """``nb``, or the contiguous strides when ``nb`` is None."""
+        return self.nb if self.nb is not None else contiguous_nb(self.dtype, self.ne)
+
+    @property
+    def nelements(self) -> int:
+        n = 1
+        for x in self.ne:
+            n *= x
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        """ggml_nbytes: the byte span the tensor covers."""
+        blck, tsize = _layout(self.dtype)
+        nb = self.strides
+        if any(x <= 0 for x in self.ne):
+            return 0
+        if blck == 1:
+            return tsize + sum((self.ne[i] - 1) * nb[i] for i in range(4))
+        return self.ne[0] * nb[0] // blck + sum((self.ne[i] - 1) * nb[i] for i in range(1, 4))
+
+    @property
+    def is_contiguous(self) -> bool:
+        """ggml_is_contiguous (rows and planes packed, innermost dim dense)."""
+        if self.nb is None:
+            return True
+        blck, tsize = _layout(self.dtype)
+        nb = self.nb
+        next_nb = tsize
+        if self.ne[0] != blck and nb[0] != next_nb:
+            return False
+        next_nb *= self.ne[0] // blck
+        for i in range(1, 4):
+            if self.ne[i] != 1:
+                if nb[i] != next_nb:
+                    return False
+                next_nb *= self.ne[i]
+        return True
+
+    def param(self, key: str, default: Any = None) -> Any:
+        return self.params.get(key, default)
+
+
+# ----------------------------------------------------------------------------------------------
+# Gate records
+
+
+#: A gate's check: returns None when the op passes, else the offending value (text).
+Check = Callable[[OpInfo], str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """One support restriction: the op is rejected when ``check`` returns a detail string."""
+
+    key: str  #: stable id, e.g. ``"rope.mode"``
+    description: str  #: what must hold, in words (used in the rejection reason)
+    check: Check = field(repr=False, compare=False)
+    device_class: str | None = None  #: applies only on this device class (D2), None = all
+    quirk: bool = False  #: upstream name/shape-keyed quirk: applied only when upstream_exact
+    revisions: frozenset[Revision] = ALL_REVISIONS  #: the upstream states having this gate
+    note: str = ""  #: upstream background (source, error text)
+
+    def applies(self, device_class: str, upstream_exact: bool, revision: Revision) -> bool:
+        if revision not in self.revisions:
+            return False
+        if self.quirk and not upstream_exact:
+            return False
+        return self.device_class is None or self.device_class == device_class
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,11 +259,755 @@ class SupportDecision:
 
     supported: bool
     reason: str = ""
+    gate: str = ""  #: the key of the rejecting gate ("" when supported)
 
     def __bool__(self) -> bool:
         return self.supported
 
 
-def check_op(op: Any, device_class: str, *, upstream_exact: bool = False) -> SupportDecision:
-    """The policy's decision for ``op`` on a device of ``device_class``."""
-    raise NotImplementedError("the op catalogue arrives with the op-catalogue issue")
+# ----------------------------------------------------------------------------------------------
+# Registered op tables (spec §4.1)
+
+#: ggml ops with a registered translator in revision N (39).  NONE is always supported.
+REGISTERED_OPS_N: tuple[str, ...] = (
+    "ADD", "ADD1", "ADD_ID", "CONCAT", "CONT", "DIV", "FILL", "GET_ROWS", "IM2COL", "MUL",
+    "MUL_MAT", "MUL_MAT_ID", "PERMUTE", "RESHAPE", "RMS_NORM", "NORM", "L2_NORM", "SUM_ROWS",
+    "ROPE", "SCALE", "SQR", "SQRT", "SOFT_MAX", "ARGSORT", "SUB", "TRANSPOSE", "VIEW",
+    "SET_ROWS", "CPY", "FLASH_ATTN_EXT", "CLAMP", "PAD", "SSM_CONV", "GATED_DELTA_NET",
+    "REPEAT", "CUMSUM", "DIAG", "TRI", "SET",
+)  # fmt: skip
+REGISTERED_UNARY_N: tuple[str, ...] = ("GELU", "SIGMOID", "SILU", "SOFTPLUS", "TANH", "EXP", "NEG")
+REGISTERED_GLU_N: tuple[str, ...] = ("SWIGLU", "SWIGLU_OAI", "GEGLU")
+#: Ops with a translator that is not registered, and why.
+NOT_REGISTERED: dict[str, str] = {
+    "SOLVE_TRI": "translator exists (op/solve_tri.cpp, Loop-based) but is commented out: "
+    "'solve_tri has accuracy issues on GPU'",
+}
+#: Revision V lacks the ops that N added (spec §4.1 "Added in N").
+_ADDED_IN_N = frozenset({"FILL", "SQR", "SQRT", "CUMSUM", "DIAG", "TRI", "SET"})
+_UNARY_ADDED_IN_N = frozenset({"SIGMOID", "EXP", "NEG"})
+
+REGISTERED: dict[Revision, tuple[frozenset[str], frozenset[str], frozenset[str]]] = {
+    Revision.N: (
+        frozenset(REGISTERED_OPS_N) | {"NONE"},
+        frozenset(REGISTERED_UNARY_N),
+        frozenset(REGISTERED_GLU_N),
+    ),
+    Revision.V: (
+        (frozenset(REGISTERED_OPS_N) - _ADDED_IN_N) | {"NONE"},
+        frozenset(REGISTERED_UNARY_N) - _UNARY_ADDED_IN_N,
+        frozenset(REGISTERED_GLU_N),
+    ),
+}
+
+#: The allowed tensor types (§4.2 rule 2).  Revision V lacks MXFP4.
+ALLOWED_TYPES_N = frozenset(
+    {"f32", "f16", "bf16", "i64", "i32", "q4_0", "q4_1", "q4_k", "q5_1", "q5_k", "q8_0", "q6_k", "mxfp4"}
+)
+ALLOWED_TYPES: dict[Revision, frozenset[str]] = {
+    Revision.N: ALLOWED_TYPES_N,
+    Revision.V: ALLOWED_TYPES_N - {"mxfp4"},
+}
+
+ROPE_TYPE_NORMAL, ROPE_TYPE_NEOX, ROPE_TYPE_MROPE, ROPE_TYPE_VISION, ROPE_TYPE_IMROPE = 0, 2, 8, 24, 40
+ROPE_MODE_NAMES = {0: "NORMAL", 2: "NEOX", 8: "MROPE", 24: "VISION", 40: "IMROPE"}
+MUL_MAT_ID_TMP_LIMIT = 1 << 30  #: 1 GiB, the GPU temporary limit of MUL_MAT_ID
+
+
+def _ne(t: OpInfo | None) -> str:
+    return "absent" if t is None else "[" + ",".join(str(x) for x in t.ne) + "]"
+
+
+def _srcs(op: OpInfo) -> list[tuple[int, OpInfo]]:
+    """The present sources up to the first absent one (upstream loops break at NULL)."""
+    out = []
+    for i, s in enumerate(op.srcs):
+        if s is None:
+            break
+        out.append((i, s))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Global gates (§4.2), in upstream's order
+
+
+def _membership(revision: Revision) -> Check:
+    ops, unary, glu = REGISTERED[revision]
+
+    def check(op: OpInfo) -> str | None:
+        if op.op == "UNARY":
+            return None if op.sub_op in unary else f"unary op {op.sub_op} is not registered"
+        if op.op == "GLU":
+            return None if op.sub_op in glu else f"GLU op {op.sub_op} is not registered"
+        if op.op in ops:
+            return None
+        why = NOT_REGISTERED.get(op.op)
+        return f"op {op.op} is not registered" + (f" ({why})" if why else "")
+
+    return check
+
+
+def _types(revision: Revision) -> Check:
+    allowed = ALLOWED_TYPES[revision]
+
+    def check(op: OpInfo) -> str | None:
+        if op.type not in allowed:
+            return f"output type {op.dtype}"
+        for i, s in _srcs(op):
+            if s.type not in allowed:
+                return f"src{i} type {s.dtype}"
+        return None
+
+    return check
+
+
+def _quant_3d(mul_mat_id_exception: bool) -> Check:
+    def check(op: OpInfo) -> str | None:
+        for i, s in _srcs(op):
+            if not is_quantized(s.dtype) or s.ne[2] == 1:
+                continue
+            if (
+                mul_mat_id_exception
+                and op.op == "MUL_MAT_ID"
+                and i == 0
+                and (s.type == "mxfp4" or s.ne[3] == 1)
+            ):
+                continue
+            return f"src{i} is {s.dtype} with ne={_ne(s)} (ne[2]={s.ne[2]})"
+        return None
+
+    return check
+
+
+def _exp_f32(op: OpInfo) -> str | None:
+    if op.op == "UNARY" and op.sub_op == "EXP" and op.type == "f32":
+        return "EXP with f32 output"
+    return None
+
+
+def _glu_odd(op: OpInfo) -> str | None:
+    s0 = op.src(0)
+    if op.op == "GLU" and op.src(1) is None and s0 is not None and s0.ne[0] % 2 != 0:
+        return f"single-input GLU with src0 ne[0]={s0.ne[0]} (odd)"
+    return None
+
+
+def _has_view_input(op: OpInfo) -> str | None:
+    for i, s in _srcs(op):
+        if s.is_view:
+            return f"src{i} is a VIEW"
+    return None
+
+
+def _glu_view(op: OpInfo) -> str | None:
+    return _has_view_input(op) if op.op == "GLU" else None
+
+
+def _l2_norm_view(op: OpInfo) -> str | None:
+    return _has_view_input(op) if op.op == "L2_NORM" else None
+
+
+def _rms_norm_noncontig_view(op: OpInfo) -> str | None:
+    if op.op != "RMS_NORM":
+        return None
+    for i, s in _srcs(op):
+        if s.is_view and not s.is_contiguous:
+            return f"src{i} is a non-contiguous VIEW"
+    return None
+
+
+def _reaches_msa_mask(t: OpInfo | None) -> bool:
+    while t is not None:
+        if t.name.startswith("msa_block_mask"):
+            return True
+        if t.op not in ("RESHAPE", "REPEAT"):
+            return False
+        t = t.src(0)
+    return False
+
+
+def _msa(op: OpInfo) -> str | None:
+    if op.name.startswith("msa_"):
+        return f"tensor name {op.name!r} starts with 'msa_'"
+    s0 = op.src(0)
+    if s0 is not None and _reaches_msa_mask(s0):
+        return "src0's RESHAPE/REPEAT chain reaches a tensor named 'msa_block_mask*'"
+    return None
+
+
+_N = frozenset({Revision.N})
+_V = frozenset({Revision.V})
+
+GLOBAL_GATES: tuple[Gate, ...] = (
+    Gate("global.membership", "the op must have a registered translator (op_table.cpp)",
+         _membership(Revision.N), revisions=_N),
+    Gate("global.membership", "the op must have a registered translator (op_table.cpp)",
+         _membership(Revision.V), revisions=_V),
+    Gate("global.exp_f32", "UNARY EXP with an f32 output is rejected", _exp_f32, revisions=_N,
+         note="test-backend-ops feeds x in [-150,150] and exp overflows"),
+    Gate("global.glu_view", "GLU with a VIEW input is rejected", _glu_view, revisions=_V),
+    Gate("global.glu_odd", "single-input GLU needs an even src0 ne[0]", _glu_odd,
+         note="'triggers bug in ov gpu'"),
+    Gate("global.l2_norm_view", "L2_NORM with a VIEW input is rejected (ops_not_support_view_input)",
+         _l2_norm_view, revisions=_V),
+    Gate("global.rms_norm_view", "RMS_NORM with a non-contiguous VIEW input is rejected",
+         _rms_norm_noncontig_view, revisions=_V),
+    Gate("global.types", "output and every src must be one of the allowed types", _types(Revision.N),
+         revisions=_N),
+    Gate("global.types", "output and every src must be one of the allowed types", _types(Revision.V),
+         revisions=_V),
+    Gate("global.quant_3d", "a quantized src must have ne[2]==1 (except MUL_MAT_ID src0 that is MXFP4 or has ne[3]==1)",
+         _quant_3d(True), revisions=_N),
+    Gate("global.quant_3d", "a quantized src must have ne[2]==1", _quant_3d(False), revisions=_V),
+    Gate("global.msa", "MSA block-mask graphs stay on CPU (names 'msa_*')", _msa, quirk=True,
+         revisions=_N, note="llama.cpp graph-name quirk"),
+)  # fmt: skip
+
+# ----------------------------------------------------------------------------------------------
+# Per-op gates (§4.3)
+
+
+def _when(cond: Callable[[OpInfo], bool], detail: Callable[[OpInfo], str]) -> Check:
+    def check(op: OpInfo) -> str | None:
+        return detail(op) if cond(op) else None
+
+    return check
+
+
+def _s(op: OpInfo, i: int) -> OpInfo:
+    s = op.src(i)
+    if s is None:
+        raise ValueError(f"{op.label} needs src{i}, which is absent")
+    return s
+
+
+def _src_is(i: int, kind: str) -> Check:
+    return _when(lambda op: op.src(i) is not None and _s(op, i).op == kind, lambda op: f"src{i} is {kind}")
+
+
+def _out_type(types: frozenset[str], what: str) -> Check:
+    return _when(lambda op: op.type in types, lambda op: f"{what} {op.dtype}")
+
+
+def _name_prefix(prefix: str) -> Check:
+    return _when(lambda op: op.name.startswith(prefix), lambda op: f"tensor name {op.name!r}")
+
+
+def _name_is(name: str) -> Check:
+    return _when(lambda op: op.name == name, lambda op: f"tensor name {op.name!r}")
+
+
+def _binary_incompatible(op: OpInfo) -> str | None:
+    a, b = _s(op, 0), _s(op, 1)
+    for i in range(4):
+        if a.ne[i] != b.ne[i] and a.ne[i] != 1 and b.ne[i] != 1:
+            return f"src0 ne={_ne(a)} vs src1 ne={_ne(b)} differ in dim {i} and neither is 1"
+    return None
+
+
+def _div_per_channel(op: OpInfo) -> str | None:
+    b = _s(op, 1)
+    if b.ne[1:] == (1, 1, 1) and b.ne[0] == op.ne[0]:
+        return f"src1 ne={_ne(b)} is a per-channel vector of the output's ne[0]={op.ne[0]}"
+    return None
+
+
+def _div_broadcast(op: OpInfo) -> str | None:
+    a, b = _s(op, 0), _s(op, 1)
+    if a.ne != b.ne:
+        return f"src0 ne={_ne(a)} and src1 ne={_ne(b)} need a broadcast"
+    return None
+
+
+def _add_id_types(op: OpInfo) -> str | None:
+    if op.type != "f32":
+        return f"output type {op.dtype}"
+    for i in (0, 1):
+        if _s(op, i).type != "f32":
+            return f"src{i} type {_s(op, i).dtype}"
+    if _s(op, 2).type != "i32":
+        return f"ids (src2) type {_s(op, 2).dtype}"
+    return None
+
+
+def _concat_gpu_bf16_view(op: OpInfo) -> str | None:
+    if op.type == "bf16":
+        v = _has_view_input(op)
+        if v:
+            return f"bf16 output and {v}"
+    return None
+
+
+def _rows_ne3(op: OpInfo) -> str | None:
+    return f"output ne[3]={op.ne[3]}" if op.ne[3] != 1 else None
+
+
+def _get_rows_256(types: frozenset[str]) -> Check:
+    def check(op: OpInfo) -> str | None:
+        s0 = _s(op, 0)
+        if op.ne[0] == 256 and s0.type in types:
+            return f"ne[0]=256 with src0 {s0.dtype} (f16 dequant misses the 1e-7 NMSE threshold)"
+        return None
+
+    return check
+
+
+def _set_strides(op: OpInfo) -> str | None:
+    s0 = _s(op, 0)
+    nb = s0.strides
+    for k, j in (("nb1", 1), ("nb2", 2), ("nb3", 3)):
+        v = op.param(k, nb[j])
+        if v != nb[j]:
+            return f"{k}={v} differs from src0 nb[{j}]={nb[j]}"
+    return None
+
+
+def _cpy_bf16(op: OpInfo) -> str | None:
+    for i in (0, 1):
+        s = op.src(i)
+        if s is not None and s.type == "bf16":
+            return f"src{i} is bf16"
+    return None
+
+
+def _cpy_quant_dst(op: OpInfo) -> str | None:
+    return f"destination type {op.dtype} is quantized" if is_quantized(op.dtype) else None
+
+
+def _cpy_count(op: OpInfo) -> str | None:
+    s0 = _s(op, 0)
+    if s0.nelements != op.nelements:
+        return f"src0 has {s0.nelements} elements, destination {op.nelements}"
+    return None
+
+
+CPY_TEST_SHAPES = ((3, 4, 3, 2), (1, 4, 3, 2), (2, 4, 3, 2))
+
+
+def _cpy_shapes(op: OpInfo) -> str | None:
+    return (
+        f"ne={_ne(op)} is a test-backend-ops non-contiguous CPY shape" if op.ne in CPY_TEST_SHAPES else None
+    )
+
+
+def _cpy_view_fit_n(op: OpInfo) -> str | None:
+    vs = op.view_src
+    if vs is None or op.nbytes == 0:
+        return None
+    if op.nbytes != vs.nbytes:
+        return f"destination view covers {op.nbytes} B of a {vs.nbytes} B buffer"
+    if not op.is_contiguous:
+        return "destination view is non-contiguous"
+    return None
+
+
+def _cpy_view_fit_v(op: OpInfo) -> str | None:
+    vs = op.view_src
+    if vs is not None and op.nbytes != vs.nbytes:
+        return f"destination view covers {op.nbytes} B of a {vs.nbytes} B buffer"
+    return None
+
+
+def _mul_mat_ab(op: OpInfo) -> str | None:
+    a, b = _s(op, 0), _s(op, 1)
+    if (
+        is_quantized(a.dtype)
+        and a.name == "a"
+        and b.name == "b"
+        and a.ne[:2] == (256, 1)
+        and b.ne[:2] == (256, 64)
+    ):
+        return f"quantized src0 'a' ne={_ne(a)} with src1 'b' ne={_ne(b)} (a test-backend-ops case)"
+    return None
+
+
+def _mul_mat_ne3(op: OpInfo) -> str | None:
+    a, b = _s(op, 0), _s(op, 1)
+    if a.ne[3] != b.ne[3] and a.ne[3] != 1 and b.ne[3] != 1:
+        return f"src0 ne[3]={a.ne[3]} and src1 ne[3]={b.ne[3]} do not broadcast"
+    return None
+
+
+def _mul_mat_both_views(op: OpInfo) -> str | None:
+    return "src0 and src1 are both VIEW" if _s(op, 0).is_view and _s(op, 1).is_view else None
+
+
+def _chain(t: OpInfo | None, *ops: str) -> bool:
+    for kind in ops:
+        if t is None or t.op != kind:
+            return False
+        t = t.src(0)
+    return True
+
+
+def _mul_mat_gpu_kq(op: OpInfo) -> str | None:
+    if _s(op, 1).op == "SOFT_MAX" and _chain(op.src(0), "CONT", "TRANSPOSE", "PERMUTE"):
+        return "src1 is SOFT_MAX and src0 is CONT<-TRANSPOSE<-PERMUTE"
+    return None
+
+
+def _mmid_single_expert(op: OpInfo) -> str | None:
+    s0 = _s(op, 0)
+    return f"src0 ne[2]={s0.ne[2]} (a single expert)" if s0.ne[2] <= 1 else None
+
+
+def _mmid_tmp(op: OpInfo) -> str | None:
+    a, ids = _s(op, 0), op.src(2)
+    if ids is None:
+        return "ids (src2) absent"
+    nbytes = ids.ne[1] * ids.ne[0] * a.ne[1] * a.ne[0] * 4
+    if nbytes > MUL_MAT_ID_TMP_LIMIT:
+        return f"temporary of {nbytes} B (n_tokens*n_used*rows*k*4) exceeds 1 GiB"
+    return None
+
+
+def _mmid_gpu_bf16(op: OpInfo) -> str | None:
+    return "src0 is bf16" if _s(op, 0).type == "bf16" else None
+
+
+def _fa_pattern(op: OpInfo) -> str | None:
+    for i, nm in enumerate("QKV"):
+        s = op.src(i)
+        if s is None or not s.is_permute:
+            return f"{nm} (src{i}) is {s.op if s else 'absent'}, not PERMUTE"
+        v = s.src(0)
+        if v is None or not v.is_view:
+            return f"{nm} is PERMUTE of {v.op if v else 'nothing'}, not of a VIEW"
+        base = v.src(0)
+        if base is None or base.view_src is not None:
+            return f"{nm} is PERMUTE<-VIEW of a view, not of a base tensor"
+    return None
+
+
+def _fa_is_pattern(op: OpInfo) -> bool:
+    return _fa_pattern(op) is None
+
+
+def _base(op: OpInfo, i: int) -> OpInfo | None:
+    s = op.src(i)
+    v = s.src(0) if s is not None else None
+    return v.src(0) if v is not None else None
+
+
+def _fa_gemma3n(op: OpInfo) -> str | None:
+    scale = float(op.param("scale", 1.0))
+    if abs(scale - 1.0) >= 1e-6 or not _fa_is_pattern(op):
+        return None
+    q, k, v = _base(op, 0), _base(op, 1), _base(op, 2)
+    if (
+        q is not None
+        and q.op == "ROPE"
+        and k is not None
+        and k.op == "ROPE"
+        and v is not None
+        and v.op == "RMS_NORM"
+    ):
+        return "scale=1 with q=ROPE, k=ROPE, v=RMS_NORM (gemma3n direct attention)"
+    return None
+
+
+def _fa_sinks(op: OpInfo) -> str | None:
+    return "sinks (src4) present" if op.src(4) is not None else None
+
+
+def _param_gt(key: str, limit: float, default: float) -> Check:
+    return _when(lambda op: float(op.param(key, default)) > limit, lambda op: f"{key}={op.param(key)}")
+
+
+def _param_ne(key: str, value: float, default: float) -> Check:
+    return _when(lambda op: float(op.param(key, default)) != value, lambda op: f"{key}={op.param(key)}")
+
+
+def _rope_mode(op: OpInfo) -> str | None:
+    mode = int(op.param("mode", 0))
+    if mode not in (ROPE_TYPE_NORMAL, ROPE_TYPE_NEOX, ROPE_TYPE_IMROPE):
+        return f"mode={mode} ({ROPE_MODE_NAMES.get(mode, 'unknown')})"
+    return None
+
+
+def _rope_dims_n(op: OpInfo) -> str | None:
+    head = _s(op, 0).ne[0]
+    n = int(op.param("n_dims", 0)) or head
+    if n <= 0 or n > head or n % 2:
+        return f"n_dims={n} with head_dim={head}"
+    return None
+
+
+def _rope_dims_v(op: OpInfo) -> str | None:
+    n, head = int(op.param("n_dims", 0)), _s(op, 0).ne[0]
+    if n != 0 and n != head:
+        return f"n_dims={n} != src0 ne[0]={head}"
+    return None
+
+
+def _rope_view(op: OpInfo) -> str | None:
+    s0 = _s(op, 0)
+    if s0.is_view and s0.view_src is not None and s0.view_src.ne[1] != s0.ne[2]:
+        return f"src0 is a VIEW with view_src ne[1]={s0.view_src.ne[1]} != src0 ne[2]={s0.ne[2]}"
+    return None
+
+
+def _rope_imrope(op: OpInfo) -> str | None:
+    if int(op.param("mode", 0)) != ROPE_TYPE_IMROPE:
+        return None
+    if op.src(2) is not None:
+        return "IMROPE with freq_factors (src2)"
+    for key, want in (("freq_scale", 1.0), ("ext_factor", 0.0), ("attn_factor", 1.0)):
+        v = float(op.param(key, want))
+        if v != want:
+            return f"IMROPE with {key}={v} (needs {want})"
+    return None
+
+
+def _gdn_kda(op: OpInfo) -> str | None:
+    s3 = _s(op, 3)
+    return f"g (src3) ne[0]={s3.ne[0]} (per-key 'kda' gating)" if s3.ne[0] != 1 else None
+
+
+def _always(detail: str) -> Check:
+    return lambda op: detail
+
+
+_F32F16 = frozenset({"f32", "f16"})
+_BF16 = frozenset({"bf16"})
+_BINARY = (
+    Gate("binary.src1_permute", "src1 must not be PERMUTE", _src_is(1, "PERMUTE")),
+    Gate("binary.broadcast", "each dim must match or be 1 in one operand", _binary_incompatible),
+)
+
+#: Per-op gates keyed by ggml op name; unary/GLU sub-ops are keyed ``"UNARY.EXP"``, ``"GLU.SWIGLU"``.
+GATES: dict[str, tuple[Gate, ...]] = {
+    "NONE": (),
+    "ADD": _BINARY,
+    "SUB": _BINARY,
+    "MUL": _BINARY,
+    "ADD1": (),
+    "ADD_ID": (
+        Gate("add_id.types", "output, src0 and src1 must be f32 and ids i32", _add_id_types),
+    ),
+    "DIV": (
+        Gate("div.broadcast", "each dim must match or be 1 in one operand", _binary_incompatible,
+             revisions=_V),
+        Gate("div.gpu_broadcast", "no broadcast DIV on the GPU class (fused GEMM yields inf)",
+             _div_broadcast, device_class="GPU", revisions=_V),
+        Gate("div.gpu_per_channel", "no per-channel DIV on the GPU class (fused GEMM yields inf)",
+             _div_per_channel, device_class="GPU", revisions=_N,
+             note="failed case llama-arch-test mpt"),
+        Gate("div.ffn_moe_weights_norm", "MoE weight normalisation stays on CPU",
+             _name_prefix("ffn_moe_weights_norm"), quirk=True, revisions=_V),
+    ),
+    "SCALE": (),
+    "SQR": (),
+    "SQRT": (),
+    "CLAMP": (
+        Gate("clamp.ffn_moe_weights_sum_clamped", "MoE weight clamp stays on CPU",
+             _name_prefix("ffn_moe_weights_sum_clamped"), quirk=True, revisions=_V),
+    ),
+    "CONCAT": (
+        Gate("concat.i64", "output must not be i64", _out_type(frozenset({"i64"}), "output type")),
+        Gate("concat.gpu_bf16_view", "no bf16 CONCAT with a VIEW input on the GPU class",
+             _concat_gpu_bf16_view, device_class="GPU", revisions=_N),
+    ),
+    "CONT": (),
+    "RESHAPE": (
+        Gate("reshape.ffn_norm_exps", "name must not start with 'ffn_norm_exps'",
+             _name_prefix("ffn_norm_exps"), quirk=True, note="llama.cpp graph-name quirk"),
+        Gate("reshape.ffn_moe_weights", "name must not start with 'ffn_moe_weights'",
+             _name_prefix("ffn_moe_weights"), quirk=True, revisions=_V),
+    ),
+    "VIEW": (
+        Gate("view.selected_experts", "a VIEW named 'selected_experts' (TOPK_MOE test) is rejected",
+             _name_is("selected_experts"), quirk=True, note="test-backend-ops name quirk"),
+    ),
+    "PERMUTE": (
+        Gate("permute.bf16", "output must not be bf16", _out_type(_BF16, "output type"),
+             note="[GPU] Could not find a suitable kernel for transpose"),
+    ),
+    "TRANSPOSE": (Gate("transpose.bf16", "output must not be bf16", _out_type(_BF16, "output type")),),
+    "GET_ROWS": (
+        Gate("rows.ne3", "output ne[3] must be 1", _rows_ne3),
+        Gate("get_rows.gpu_bf16", "src0 must not be bf16 on the GPU class",
+             _when(lambda op: _s(op, 0).type == "bf16", lambda op: "src0 is bf16"),
+             device_class="GPU", revisions=_N),
+        Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K/Q4_1/Q5_1",
+             _get_rows_256(frozenset({"q4_k", "q5_k", "q4_1", "q5_1"})), revisions=_N),
+        Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K", _get_rows_256(frozenset({"q4_k", "q5_k"})),
+             revisions=_V),
+        Gate("rows.ffn_moe_weights", "MoE routing-weight gather stays on CPU",
+             _name_prefix("ffn_moe_weights"), quirk=True, revisions=_V),
+    ),
+    "SET_ROWS": (
+        Gate("rows.ne3", "output ne[3] must be 1", _rows_ne3),
+        Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K", _get_rows_256(frozenset({"q4_k", "q5_k"})),
+             revisions=_V),
+        Gate("rows.ffn_moe_weights", "MoE routing-weight gather stays on CPU",
+             _name_prefix("ffn_moe_weights"), quirk=True, revisions=_V),
+    ),
+    "SET": (Gate("set.strides", "nb1/nb2/nb3 must equal src0's strides", _set_strides),),
+    "CPY": (
+        Gate("cpy.bf16", "src0 and src1 must not be bf16", _cpy_bf16),
+        Gate("cpy.quant_dst", "the destination must not be quantized", _cpy_quant_dst, revisions=_N),
+        Gate("cpy.count", "src0 and destination must have the same element count", _cpy_count,
+             revisions=_N),
+        Gate("cpy.test_shapes", "the test-backend-ops shapes [3|1|2,4,3,2] are rejected", _cpy_shapes,
+             quirk=True, note="test cases with non-contiguous src/dst"),
+        Gate("cpy.view_fit", "a destination view must cover its whole buffer and be contiguous",
+             _cpy_view_fit_n, revisions=_N),
+        Gate("cpy.view_fit", "a destination view must cover its whole buffer", _cpy_view_fit_v,
+             revisions=_V),
+    ),
+    "MUL_MAT": (
+        Gate("mul_mat.gpu_test_ab", "GPU: quantized 'a' [256,1] x 'b' [256,64] test case rejected",
+             _mul_mat_ab, device_class="GPU", quirk=True, revisions=_N,
+             note="a test-backend-ops case"),
+        Gate("mul_mat.gpu_kq", "GPU: KQ·V pattern (SOFT_MAX x CONT<-TRANSPOSE<-PERMUTE) stays on CPU",
+             _mul_mat_gpu_kq, device_class="GPU", revisions=_V),
+        Gate("mul_mat.ne3", "ne[3] must broadcast", _mul_mat_ne3),
+        Gate("mul_mat.both_views", "src0 and src1 must not both be VIEW", _mul_mat_both_views),
+    ),
+    "MUL_MAT_ID": (
+        Gate("mul_mat_id.single_expert", "src0 needs more than one expert (ne[2] > 1)",
+             _mmid_single_expert, revisions=_N),
+        Gate("mul_mat_id.gpu_bf16", "src0 must not be bf16 on the GPU class", _mmid_gpu_bf16,
+             device_class="GPU", revisions=_N),
+        Gate("mul_mat_id.gpu_tmp", "the expert temporary must fit in 1 GiB on the GPU class", _mmid_tmp,
+             device_class="GPU", revisions=_N),
+        Gate("mul_mat_id.tmp", "the expert temporary must fit in 1 GiB", _mmid_tmp, revisions=_V),
+        Gate("mul_mat_id.ffn_moe", "MoE gate_up/down stays on CPU",
+             _when(lambda op: op.name.startswith(("ffn_moe_gate_up", "ffn_moe_down")),
+                   lambda op: f"tensor name {op.name!r}"), quirk=True, revisions=_V),
+    ),
+    "NORM": (),
+    "RMS_NORM": (),
+    "L2_NORM": (),
+    "SUM_ROWS": (
+        Gate("sum_rows.permute", "src0 must not be PERMUTE", _src_is(0, "PERMUTE")),
+        Gate("sum_rows.ffn_moe_weights_sum", "MoE weight sum stays on CPU",
+             _name_prefix("ffn_moe_weights_sum"), quirk=True, revisions=_V),
+    ),
+    "CUMSUM": (),
+    "ARGSORT": (),
+    "SOFT_MAX": (
+        Gate("soft_max.sinks", "sinks (src2) are not supported",
+             _when(lambda op: op.src(2) is not None, lambda op: "sinks (src2) present"), revisions=_V),
+        Gate("soft_max.ffn_moe_probs", "MoE routing softmax stays on CPU", _name_prefix("ffn_moe_probs"),
+             quirk=True, revisions=_V),
+    ),
+    "FLASH_ATTN_EXT": (
+        Gate("flash_attn.gemma3n", "gemma3n direct attention (scale 1, q/k=ROPE, v=RMS_NORM) stays on CPU",
+             _fa_gemma3n, quirk=True, note="accuracy drift; restricted to scale==1"),
+        Gate("flash_attn.sinks", "sinks (src4) are not supported", _fa_sinks),
+        Gate("flash_attn.pattern", "Q, K and V must each be PERMUTE<-VIEW<-base tensor", _fa_pattern),
+        Gate("flash_attn.max_bias", "max_bias must be 0", _param_gt("max_bias", 0.0, 0.0)),
+        Gate("flash_attn.logit_softcap", "logit_softcap must be 0", _param_ne("logit_softcap", 0.0, 0.0)),
+    ),
+    "ROPE": (
+        Gate("rope.mode", "mode must be NORMAL(0), NEOX(2) or IMROPE(40)", _rope_mode),
+        Gate("rope.n_dims", "rope dims (n_dims, or head_dim if 0) must be even and 0 < n <= head_dim",
+             _rope_dims_n, revisions=_N),
+        Gate("rope.n_dims", "n_dims must be 0 or src0 ne[0]", _rope_dims_v, revisions=_V),
+        Gate("rope.out_type", "output must be f32 or f16",
+             _when(lambda op: op.type not in _F32F16, lambda op: f"output type {op.dtype}")),
+        Gate("rope.view", "a VIEW src0 needs view_src ne[1] == src0 ne[2]", _rope_view),
+        Gate("rope.imrope", "IMROPE needs no freq_factors, freq_scale=1, ext_factor=0, attn_factor=1",
+             _rope_imrope),
+    ),
+    "IM2COL": (),
+    "PAD": (),
+    "REPEAT": (
+        Gate("repeat.gpu_bf16", "output must not be bf16 on the GPU class", _out_type(_BF16, "output type"),
+             device_class="GPU", revisions=_N),
+    ),
+    "SSM_CONV": (
+        Gate("ssm_conv.disabled", "SSM_CONV is kept on CPU (qwen3next numerically unstable)",
+             _always("every case"), revisions=_V),
+    ),
+    "GATED_DELTA_NET": (
+        Gate("gdn.disabled", "GATED_DELTA_NET awaits an OpenVINO release (openvino PR 35917)",
+             _always("every case"), revisions=_V),
+        Gate("gdn.v_permute", "v (src2) must not be PERMUTE", _src_is(2, "PERMUTE"), revisions=_N),
+        Gate("gdn.kda", "g (src3) ne[0] must be 1", _gdn_kda, revisions=_N),
+        Gate("gdn.snapshots", "K (state snapshots, op_params[0]) must be <= 1", _param_gt("K", 1, 1),
+             revisions=_N),
+    ),
+    "DIAG": (),
+    "TRI": (),
+    "FILL": (),
+    "UNARY.GELU": (),
+    "UNARY.SIGMOID": (),
+    "UNARY.SILU": (),
+    "UNARY.SOFTPLUS": (),
+    "UNARY.TANH": (),
+    "UNARY.EXP": (),
+    "UNARY.NEG": (),
+    "GLU.SWIGLU": (),
+    "GLU.SWIGLU_OAI": (),
+    "GLU.GEGLU": (),
+}  # fmt: skip
+
+#: Device-class names the policy knows (decision D2: class, not exact id).
+DEVICE_CLASSES = ("CPU", "GPU", "NPU", "OTHER")
+
+
+def _device_class(device: str) -> str:
+    s = str(device)
+    if s in DEVICE_CLASSES:
+        return s
+    from ovkit.devices import device_class
+
+    return str(device_class(s))
+
+
+def gates_for(op: str, sub_op: str | None = None) -> tuple[Gate, ...]:
+    """The per-op gates of ``op`` (``"UNARY"``/``"GLU"`` with ``sub_op``)."""
+    key = f"{op.upper()}.{sub_op.upper()}" if sub_op else op.upper()
+    return GATES.get(key, ())
+
+
+def _as_opinfo(op: Any) -> OpInfo:
+    if isinstance(op, OpInfo):
+        return op
+    build = getattr(op, "op_info", None)
+    if callable(build):
+        info = build()
+        if isinstance(info, OpInfo):
+            return info
+    raise TypeError(f"check_op needs an OpInfo or a graph Tensor with .op_info(), got {type(op).__name__}")
+
+
+def check_op(
+    op: OpInfo | Any,
+    device_class: str,
+    *,
+    upstream_exact: bool = False,
+    revision: Revision | str = Revision.N,
+) -> SupportDecision:
+    """The policy's decision for ``op`` on a device of ``device_class`` (``"CPU"``/``"GPU"``/...).
+
+    ``device_class`` may also be a device id (``"GPU.1"``): its class is used (D2).  Quirk gates
+    apply only with ``upstream_exact=True``; ``revision`` picks the upstream state (default N).
+    """
+    info = _as_opinfo(op)
+    dc = _device_class(device_class)
+    rev = Revision(revision)
+    sub = info.sub_op if info.op in ("UNARY", "GLU") else None
+    gates = GLOBAL_GATES + gates_for(info.op, sub)
+    for gate in gates:
+        if not gate.applies(dc, upstream_exact, rev):
+            continue
+        detail = gate.check(info)
+        if detail is not None:
+            where = f" on the {gate.device_class} class" if gate.device_class else ""
+            quirk = " (upstream quirk)" if gate.quirk else ""
+            reason = f"{info.label}: {detail} — {gate.description}{where}{quirk} [{gate.key}]"
+            return SupportDecision(False, reason, gate.key)
+    return SupportDecision(True)
+
+
+def all_gates() -> list[tuple[str, Gate]]:
+    """Every gate with the table key it belongs to (``"global"`` for the global gates)."""
+    out: list[tuple[str, Gate]] = [("global", g) for g in GLOBAL_GATES]
+    for key, gates in GATES.items():
+        out.extend((key, g) for g in gates)
+    return out
