@@ -1,0 +1,235 @@
+"""The walkthrough notebooks, executed top to bottom in a real Jupyter kernel (nbclient).
+
+Each notebook runs once per session (widget state stored, as JupyterLab would save it); the
+tests then assert on what a reader looks at: the device lines, the op results, that charts
+produced PNG images and that widget models were saved.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+import ovkit  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+NB_DIR = ROOT / "notebooks"
+NOTEBOOKS = sorted(NB_DIR.glob("0*.ipynb"))
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+pytestmark = [pytest.mark.notebooks]
+
+
+def _kernel_env() -> dict[str, str]:
+    """This process's environment without any GGML_OPENVINO_* setting, and no forced backend."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GGML_OPENVINO_") and k not in ("MPLBACKEND", "JPY_PARENT_PID")
+    }
+
+
+def _execute(path: Path, **kw: Any) -> Any:
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=240,
+        kernel_name="python3",
+        store_widget_state=True,
+        resources={"metadata": {"path": str(path.parent)}},
+        **kw,
+    )
+    client.execute(env=_kernel_env())
+    return nb
+
+
+@pytest.fixture(scope="module")
+def executed() -> Callable[[str], Any]:
+    """``executed("01-devices")`` → the executed notebook (each notebook runs once)."""
+    cache: dict[str, Any] = {}
+
+    def get(name: str) -> Any:
+        if name not in cache:
+            cache[name] = _execute(NB_DIR / f"{name}.ipynb")
+        return cache[name]
+
+    return get
+
+
+def cell(nb: Any, cell_id: str) -> Any:
+    for c in nb.cells:
+        if c.get("id") == cell_id:
+            return c
+    raise AssertionError(f"no cell with id {cell_id!r} in the notebook")
+
+
+def text(nb: Any, cell_id: str, stream: str | None = None) -> str:
+    """Everything a cell printed (stdout/stderr) and its text/plain results, joined."""
+    parts = []
+    for out in cell(nb, cell_id).outputs:
+        if out.output_type == "stream" and stream in (None, out.name):
+            parts.append(out.text)
+        elif stream is None and "data" in out and "text/plain" in out.data:
+            parts.append(out.data["text/plain"])
+    return "".join(parts)
+
+
+def html(nb: Any, cell_id: str) -> str:
+    return "".join(o.data.get("text/html", "") for o in cell(nb, cell_id).outputs if "data" in o)
+
+
+def pngs(nb: Any, cell_id: str) -> list[str]:
+    return [o.data["image/png"] for o in cell(nb, cell_id).outputs if "data" in o and "image/png" in o.data]
+
+
+def widget_models(nb: Any) -> dict[str, Any]:
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    return dict(state)
+
+
+# ---------------------------------------------------------------------------------------------
+# Static checks: committed without outputs, a parameters cell first, in step with _build.py
+# ---------------------------------------------------------------------------------------------
+
+
+def test_walkthroughs_in_order() -> None:
+    names = [p.stem for p in NOTEBOOKS]
+    assert names == ["01-devices", "02-selecting-a-device"], names
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_without_outputs_and_parameters_first(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    assert "parameters" in code_cells[0].metadata.get("tags", []), "first code cell must be tagged parameters"
+    assert all(not c.outputs and c.execution_count is None for c in code_cells), "strip the outputs"
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert "widgets" not in nb.metadata
+
+
+def test_notebooks_match_their_generator() -> None:
+    run = subprocess.run(
+        [sys.executable, str(NB_DIR / "_build.py"), "--check"], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+
+
+def test_kernel_python3_is_this_interpreter() -> None:
+    """CI needs no ``ipykernel install``: ``python3`` resolves to the running interpreter."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
+    nbclient.NotebookClient(nb, timeout=60, kernel_name="python3").execute(env=_kernel_env())
+    printed = nb.cells[0].outputs[0].text.strip()
+    assert Path(printed).resolve() == Path(sys.executable).resolve()
+
+
+# ---------------------------------------------------------------------------------------------
+# 01-devices
+# ---------------------------------------------------------------------------------------------
+
+LAPTOP_LIST = """Available devices:
+  CPU: Intel(R) Core(TM) Ultra 7 258V (31623 MiB, 31623 MiB free)
+  GPU: Intel(R) Arc(TM) Graphics (iGPU) (29276 MiB, 29276 MiB free)
+  NPU: Intel(R) AI Boost (NPU 4000) (31623 MiB, 31623 MiB free)"""
+
+
+@pytest.mark.slow
+def test_01_devices_prints_the_exact_list(executed: Callable[[str], Any]) -> None:
+    nb = executed("01-devices")
+    expected = ovkit.format_device_list(ovkit.list_devices())
+    assert text(nb, "result").rstrip("\n") == expected
+    assert re.search(r"^  CPU: .+ \(\d+ MiB, \d+ MiB free\)$", expected, re.M)
+    cli = text(nb, "cli-compare")
+    assert cli.count("identical to format_device_list: True") == 3, cli
+    assert LAPTOP_LIST in cli
+    assert "  GPU.1: Intel(R) Arc(TM) A770 Graphics (dGPU) (16384 MiB, 14784 MiB free)" in cli
+
+
+@pytest.mark.slow
+def test_01_devices_explains_memory(executed: Callable[[str], Any]) -> None:
+    nb = executed("01-devices")
+    per_device = text(nb, "memory-per-device")
+    assert "CPU (CPU class): host RAM" in per_device
+    assert "host MemAvailable" in per_device
+    rules = text(nb, "memory-rules")
+    assert "GPU_MEMORY_STATISTICS" in rules and "NPU_DEVICE_ALLOC_MEM_SIZE" in rules
+    tables = html(nb, "simulated-tables")
+    assert "GPU.1" in tables and "Intel(R) AI Boost (NPU 4000)" in tables
+    errors = text(nb, "error-profiles")
+    assert "  GPU: Intel(R) Arc(TM) Graphics (iGPU) (0 MiB, 0 MiB free)" in errors
+    assert "GPU_DEVICE_TOTAL_MEM_SIZE property as no supported devices found" in html(nb, "error-profiles")
+    assert "(8192 MiB, 0 MiB free)" in errors
+
+
+@pytest.mark.slow
+def test_01_devices_draws_the_memory_chart(executed: Callable[[str], Any]) -> None:
+    images = pngs(executed("01-devices"), "memory-chart")
+    assert len(images) == 1 and len(images[0]) > 1000
+
+
+# ---------------------------------------------------------------------------------------------
+# 02-selecting-a-device
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_02_selection_rules(executed: Callable[[str], Any]) -> None:
+    nb = executed("02-selecting-a-device")
+    assert "unset -> CPU | fell back: False" in text(nb, "default")
+    warn = text(nb, "gpu-on-workstation", "stderr").splitlines()
+    assert warn[:3] == [
+        "GGML OpenVINO Backend: device GPU is not available, fallback to CPU",
+        "hint: this machine lists numbered devices: use 'GPU.0' or 'GPU.1'",
+        "OpenVINO: using device CPU",
+    ]
+    result = text(nb, "result").splitlines()
+    assert "'GPU'      -> CPU (fallback)" in result
+    assert "'gpu'      -> CPU (fallback)" in result
+    assert "'GPU.1'    -> GPU.1" in result
+    assert "'GPU.1 '   -> CPU (fallback)" in result
+    near = html(nb, "near-misses")
+    assert "device ids are case-sensitive: use 'GPU'" in near
+    assert "this machine lists numbered devices: use 'GPU.0' or 'GPU.1'" in near
+    assert "restored: True" in text(nb, "using-device")
+
+
+@pytest.mark.slow
+def test_02_non_selected_devices_support_no_op(executed: Callable[[str], Any]) -> None:
+    out = text(executed("02-selecting-a-device"), "supports-op")
+    assert "CPU    supports_op=False  reason: device CPU is not the selected device GPU.1" in out
+    assert "GPU.0  supports_op=False  reason: device GPU.0 is not the selected device GPU.1" in out
+
+
+@pytest.mark.slow
+def test_02_runs_with_papermill_parameters(tmp_path: Path) -> None:
+    """``papermill -p device GPU.1 -p profile laptop``: the parameters reach the notebook."""
+    papermill = pytest.importorskip("papermill")
+    out = tmp_path / "02.ipynb"
+    papermill.execute_notebook(
+        str(NB_DIR / "02-selecting-a-device.ipynb"),
+        str(out),
+        parameters={"device": "GPU.1", "profile": "laptop"},
+        kernel_name="python3",
+        progress_bar=False,
+        cwd=str(NB_DIR),
+    )
+    nb = nbformat.read(out, as_version=4)
+    default = next(c for c in nb.cells if c.get("id") == "default")
+    err = "".join(o.text for o in default.outputs if o.output_type == "stream" and o.name == "stderr")
+    if "GPU.1" in ovkit.resolve_device(log=False, env={}).available:
+        assert "OpenVINO: using device GPU.1" in err
+    else:
+        assert "GGML OpenVINO Backend: device GPU.1 is not available, fallback to CPU" in err
+    setup = next(c for c in nb.cells if c.get("id") == "setup")
+    assert "simulated laptop: ['AUTO', 'NPU', 'CPU', 'HETERO', 'GPU', 'MULTI']" in setup.outputs[0].text
