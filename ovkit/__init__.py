@@ -20,6 +20,8 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "simulate": "ovkit.simulate",
     "SimulatedCore": "ovkit.simulate",
+    "widgets": "ovkit.widgets",
+    "dashboard": "ovkit.widgets",
 }
 
 
@@ -40,6 +42,7 @@ __all__ = [
     "OvkitConfigWarning",
     "Selection",
     "SimulatedCore",
+    "dashboard",
     "device_table",
     "format_device_list",
     "list_devices",
@@ -48,4 +51,5 @@ __all__ = [
     "resolve_device",
     "simulate",
     "using_device",
+    "widgets",
 ]

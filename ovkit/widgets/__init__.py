@@ -1,0 +1,26 @@
+"""ovkit widgets: thin ipywidgets views over plain data functions (see ``ovkit.widgets.data``).
+
+Every widget also renders as HTML and text, so ``print``, nbconvert and front ends without
+widget support still show the data.
+"""
+
+from __future__ import annotations
+
+from ovkit.widgets._refresh import Refresher
+from ovkit.widgets.charts import AllocationCharts
+from ovkit.widgets.dashboard import Dashboard, dashboard
+from ovkit.widgets.data import MemoryHistory, Snapshot, take_snapshot
+from ovkit.widgets.device_table import DeviceTable
+from ovkit.widgets.selector import DeviceSelector
+
+__all__ = [
+    "AllocationCharts",
+    "Dashboard",
+    "DeviceSelector",
+    "DeviceTable",
+    "MemoryHistory",
+    "Refresher",
+    "Snapshot",
+    "dashboard",
+    "take_snapshot",
+]

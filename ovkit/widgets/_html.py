@@ -1,0 +1,97 @@
+"""Small HTML pieces shared by the widgets; every runtime string goes through ``esc``."""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Iterable
+from typing import Any
+
+# Usage colours as data (gpuwidget's info/warning/danger at 50/80 %).
+USAGE_COLOURS: tuple[tuple[float, str], ...] = ((0.8, "#d9534f"), (0.5, "#f0ad4e"), (0.0, "#5cb85c"))
+SELECTED_BG = "#fff3bf"
+
+STYLE = f"""<style>
+.ovkit-devtable {{border-collapse: collapse; font-family: sans-serif; font-size: 13px;}}
+.ovkit-devtable th, .ovkit-devtable td {{padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: left;}}
+.ovkit-devtable td.num {{text-align: right; font-variant-numeric: tabular-nums;}}
+.ovkit-devtable tr.ovkit-selected td {{background: {SELECTED_BG}; font-weight: bold;}}
+.ovkit-devtable tr.ovkit-errrow td {{color: #a94442; font-size: 12px; border-bottom: 1px solid #ddd;}}
+.ovkit-tag {{font-size: 10px; padding: 1px 4px; border-radius: 3px; margin-left: 4px; font-weight: normal;}}
+.ovkit-tag-sel {{background: #1c7ed6; color: white;}}
+.ovkit-tag-sim {{background: #e9ecef; color: #495057; border: 1px dashed #868e96;}}
+.ovkit-bar {{display: inline-block; width: 120px; height: 10px; background: #eee; vertical-align: middle;}}
+.ovkit-bar > div {{height: 100%;}}
+.ovkit-error {{color: #a94442; font-family: monospace; white-space: pre-wrap;}}
+.ovkit-warn {{color: #8a6d3b;}}
+</style>"""
+
+
+def esc(value: Any) -> str:
+    """HTML-escape any value (quotes too: it may end up inside an attribute)."""
+    return html.escape(str(value), quote=True)
+
+
+def usage_colour(fraction: float) -> str:
+    return next(colour for limit, colour in USAGE_COLOURS if fraction >= limit)
+
+
+def usage_bar(fraction: float, title: str = "") -> str:
+    """A CSS bar filled to ``fraction`` (0..1)."""
+    pct = max(0.0, min(1.0, fraction)) * 100
+    return (
+        f'<span class="ovkit-bar" title="{esc(title)}"><div style="width:{pct:.1f}%;'
+        f'background:{usage_colour(fraction)}"></div></span>'
+    )
+
+
+def html_table(
+    header: Iterable[str], rows: Iterable[Iterable[Any]], css_class: str = "ovkit-devtable"
+) -> str:
+    """A plain escaped table (for fallbacks)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{css_class}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def png_img(png: bytes, alt: str) -> str:
+    """An inline ``<img>`` for a PNG (HTML fallbacks of the charts)."""
+    if not png:
+        return f"<p>{esc(alt)}: no image</p>"
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}"/>'
+
+
+def error_box(message: str) -> str:
+    return f'<div class="ovkit-error">{esc(message)}</div>'
+
+
+class FallbackReprMixin:
+    """Adds text/html and text/plain to a widget's mime bundle, for print/nbconvert/non-widget UIs."""
+
+    def _fallback_html(self) -> str:
+        raise NotImplementedError
+
+    def _fallback_text(self) -> str:
+        raise NotImplementedError
+
+    def _repr_html_(self) -> str:
+        return self._fallback_html()
+
+    def __str__(self) -> str:
+        return self._fallback_text()
+
+    def __repr__(self) -> str:
+        return self._fallback_text()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        bundle: dict[str, Any] = {}
+        try:
+            parent = super()._repr_mimebundle_(**kwargs)  # type: ignore[misc]
+            if parent:
+                bundle.update(parent)
+        except Exception:  # no widget front end (or a test harness that forbids it)
+            pass
+        bundle["text/plain"] = self._fallback_text()
+        bundle["text/html"] = self._fallback_html()
+        return bundle

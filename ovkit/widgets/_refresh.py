@@ -1,0 +1,131 @@
+"""A background refresher: calls a function every ``interval`` seconds on a daemon thread.
+
+The design follows rich's ``_RefreshThread`` and gpuwidget's tracker: one daemon thread, an
+``Event`` to stop it and another to wake it when the interval changes; the work runs outside the
+kernel's thread, so cells keep executing while a view refreshes.  A failing refresh never raises
+into the kernel: the exception goes to ``on_error`` (widgets show it) and the loop keeps going.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Callable
+
+DEFAULT_INTERVAL_S = 1.0
+MIN_INTERVAL_S = 0.02
+
+
+def check_interval(interval: float) -> float:
+    """``interval`` as a float, or a ValueError naming the bad value and the accepted range."""
+    try:
+        value = float(interval)
+    except (TypeError, ValueError):
+        raise ValueError(f"refresh interval {interval!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < MIN_INTERVAL_S:
+        raise ValueError(f"refresh interval {interval!r} s: expected a finite number >= {MIN_INTERVAL_S} s")
+    return value
+
+
+class Refresher:
+    """Runs ``fn`` every ``interval`` seconds on a daemon thread, with pause/resume and stop."""
+
+    def __init__(
+        self,
+        fn: Callable[[], None],
+        interval: float = DEFAULT_INTERVAL_S,
+        *,
+        on_error: Callable[[BaseException], None] | None = None,
+        name: str = "ovkit-refresh",
+    ) -> None:
+        self._fn = fn
+        self._interval = check_interval(interval)
+        self._on_error = on_error
+        self._name = name
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._paused = False
+        self._thread: threading.Thread | None = None
+        self.ticks = 0
+        self.errors = 0
+        self.last_error: BaseException | None = None
+        self.last_duration_s = 0.0
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def interval(self) -> float:
+        return self._interval
+
+    @interval.setter
+    def interval(self, value: float) -> None:
+        self._interval = check_interval(value)
+        self._wake.set()  # the new interval applies now, not after the old one has elapsed
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def alive(self) -> bool:
+        """True while the background thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
+    # -- control --------------------------------------------------------------------------
+    def start(self) -> Refresher:
+        """Start the thread (no-op when it already runs); returns self."""
+        if self.alive:
+            return self
+        if self._stop.is_set():
+            raise RuntimeError(f"{self._name}: a stopped refresher cannot be restarted")
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+        return self
+
+    def pause(self) -> None:
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+        self._wake.set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread and wait for it (at most ``timeout`` seconds)."""
+        self._stop.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def tick(self) -> bool:
+        """Run ``fn`` once now (any thread); False when it raised (the error went to ``on_error``)."""
+        start = time.perf_counter()
+        try:
+            self._fn()
+        except Exception as exc:  # a refresh must never raise into the kernel
+            self.errors += 1
+            self.last_error = exc
+            if self._on_error is not None:
+                # the error display itself may fail: keep the loop alive anyway
+                with contextlib.suppress(Exception):
+                    self._on_error(exc)
+            return False
+        finally:
+            self.ticks += 1
+            self.last_duration_s = time.perf_counter() - start
+        self.last_error = None
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            if not self._paused:
+                self.tick()

@@ -1,0 +1,233 @@
+"""Allocation charts (matplotlib): used vs free, GPU breakdown, ovkit's buffers, a live time series.
+
+Figures are drawn with matplotlib's object API on an Agg canvas (no pyplot state, safe on the
+refresh thread) and shown as PNG ``Image`` widgets updated in place.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as widgets
+
+from ovkit.widgets._html import FallbackReprMixin, error_box, esc, png_img
+from ovkit.widgets._refresh import DEFAULT_INTERVAL_S, Refresher
+from ovkit.widgets.controls import RefreshControls
+from ovkit.widgets.data import ChartData, MemoryHistory, Snapshot, chart_data, error_text, take_snapshot
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+GIB = 1024.0  # MiB per GiB
+USED, FREE = "#1c7ed6", "#dee2e6"
+
+
+def _empty(ax: Axes, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#868e96")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def plot_usage(ax: Axes, frame: pd.DataFrame) -> None:
+    """Horizontal stacked bars: used and free GiB per device."""
+    ax.set_title("Used vs free per device")
+    if frame.empty:
+        _empty(ax, "no devices")
+        return
+    labels = [f"{d} (sim)" if s else str(d) for d, s in zip(frame["device"], frame["simulated"], strict=True)]
+    used, free = frame["used_mib"] / GIB, frame["free_mib"] / GIB
+    ax.barh(labels, used, color=USED, label="used")
+    ax.barh(labels, free, left=used, color=FREE, label="free")
+    ax.set_xlabel("GiB")
+    ax.invert_yaxis()
+    ax.legend(loc="lower right", fontsize=8)
+
+
+def plot_gpu_breakdown(ax: Axes, frame: pd.DataFrame) -> None:
+    """Stacked bars per GPU device by ``GPU_MEMORY_STATISTICS`` key (MiB)."""
+    ax.set_title("GPU allocations by type")
+    if frame.empty:
+        _empty(ax, "no GPU allocations reported")
+        return
+    table = frame.pivot_table(index="device", columns="kind", values="mib", aggfunc="sum", fill_value=0)
+    left = [0.0] * len(table.index)
+    for kind in table.columns:
+        values = list(table[kind])
+        ax.barh([str(i) for i in table.index], values, left=left, label=str(kind))
+        left = [a + b for a, b in zip(left, values, strict=True)]
+    ax.set_xlabel("MiB")
+    ax.legend(fontsize=7, loc="lower right")
+
+
+def plot_buffers(ax: Axes, frame: pd.DataFrame) -> None:
+    """ovkit's own buffers: MiB per usage (weights / KV / compute), stacked by device."""
+    ax.set_title("ovkit buffers by usage")
+    if frame.empty:
+        _empty(ax, "no ovkit buffers allocated")
+        return
+    table = frame.pivot_table(index="usage", columns="device", values="bytes", aggfunc="sum", fill_value=0)
+    bottom = [0.0] * len(table.index)
+    for device in table.columns:
+        values = [v / (1024 * 1024) for v in table[device]]
+        ax.bar([str(i) for i in table.index], values, bottom=bottom, label=str(device))
+        bottom = [a + b for a, b in zip(bottom, values, strict=True)]
+    ax.set_ylabel("MiB")
+    ax.legend(fontsize=7)
+
+
+def plot_history(ax: Axes, frame: pd.DataFrame) -> None:
+    """Used memory per device over time (GiB; CPU is host RAM in use)."""
+    ax.set_title("Used memory over time")
+    if len(frame) < 1:
+        _empty(ax, "waiting for samples")
+        return
+    for device in frame.columns:
+        ax.plot(frame.index, frame[device] / GIB, label=str(device), marker="." if len(frame) < 3 else None)
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("GiB")
+    ax.legend(fontsize=7, loc="upper left")
+
+
+# The charts as data: name -> (ChartData field, plot function).
+CHARTS: dict[str, tuple[str, Callable[[Any, Any], None]]] = {
+    "usage": ("usage", plot_usage),
+    "gpu_breakdown": ("gpu_breakdown", plot_gpu_breakdown),
+    "buffers": ("buffers", plot_buffers),
+    "history": ("history", plot_history),
+}
+
+
+def make_figure(name: str, frame: pd.DataFrame, size: tuple[float, float] = (4.6, 2.8)) -> Figure:
+    """A standalone matplotlib Figure for chart ``name`` (notebooks can show or save it)."""
+    from matplotlib.figure import Figure
+
+    if name not in CHARTS:
+        raise ValueError(f"unknown chart {name!r} (expected one of: {', '.join(CHARTS)})")
+    fig = Figure(figsize=size, dpi=80)
+    fig.subplots_adjust(left=0.2, right=0.97, top=0.88, bottom=0.2)
+    CHARTS[name][1](fig.add_subplot(), frame)
+    return fig
+
+
+def render_png(name: str, frame: pd.DataFrame) -> bytes:
+    """Chart ``name`` drawn to PNG bytes on an Agg canvas (thread-safe: no pyplot)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = make_figure(name, frame)
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+class AllocationCharts(FallbackReprMixin, widgets.VBox):
+    """The four allocation charts, live; unchanged data is not redrawn."""
+
+    def __init__(
+        self,
+        core: Any = None,
+        *,
+        interval: float = DEFAULT_INTERVAL_S,
+        auto_refresh: bool = True,
+        history: MemoryHistory | None = None,
+        env: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.core = core
+        self.env = env
+        self.history = history if history is not None else MemoryHistory()
+        self.data: ChartData | None = None
+        self.error: str | None = None
+        self.renders: dict[str, int] = dict.fromkeys(CHARTS, 0)
+        self._pngs: dict[str, bytes] = {}
+        self._drawn: dict[str, Any] = {}
+        self._lock = threading.RLock()
+        self.images = {
+            name: widgets.Image(format="png", layout=widgets.Layout(width="460px")) for name in CHARTS
+        }
+        for name, image in self.images.items():
+            image.add_class(f"ovkit-chart-{name}")
+        self.error_html = widgets.HTML(value="")
+        grid = widgets.GridBox(
+            list(self.images.values()),
+            layout=widgets.Layout(grid_template_columns="repeat(2, 470px)"),
+        )
+        self.refresher = Refresher(
+            self.refresh, interval, on_error=self._show_error, name=f"ovkit-charts-{id(self):x}"
+        )
+        self.controls = RefreshControls(self.refresher)
+        children = [self.controls, self.error_html, grid] if auto_refresh else [self.error_html, grid]
+        super().__init__(children, **kwargs)
+        self.add_class("ovkit-charts")
+        self.refresher.tick()
+        if auto_refresh:
+            self.refresher.start()
+
+    def refresh(self) -> None:
+        """Read the devices now, record the sample and redraw what changed."""
+        self.update(take_snapshot(self.core, self.env))
+
+    def update(self, snapshot: Snapshot) -> None:
+        """Record ``snapshot`` in the history and redraw the charts whose data changed."""
+        with self._lock:
+            if snapshot.error is not None:
+                self._show_error_text(f"refresh failed: {snapshot.error}")
+                return
+            self.history.record(snapshot)
+            self.data = chart_data(snapshot, self.history)
+            for name, (field_name, _) in CHARTS.items():
+                frame = getattr(self.data, field_name)
+                previous = self._drawn.get(name)
+                if previous is not None and previous.equals(frame):
+                    continue
+                png = render_png(name, frame)
+                self._pngs[name] = png
+                self._drawn[name] = frame.copy()
+                self.images[name].value = png
+                self.renders[name] += 1
+            self.error = "; ".join(self.data.notes) or None
+            self.error_html.value = error_box(self.error) if self.error else ""
+
+    def frames(self) -> dict[str, pd.DataFrame]:
+        """The frames currently drawn, by chart name."""
+        return {name: frame.copy() for name, frame in self._drawn.items()}
+
+    def _show_error_text(self, text: str) -> None:
+        self.error = text
+        self.error_html.value = error_box(text)
+
+    def _show_error(self, exc: BaseException) -> None:
+        with self._lock:
+            self._show_error_text(f"refresh failed: {error_text(exc)}")
+
+    def _fallback_html(self) -> str:
+        parts = [png_img(self._pngs.get(name, b""), name) for name in CHARTS]
+        if self.error:
+            parts.insert(0, error_box(self.error))
+        return "<div>" + "".join(parts) + "</div>"
+
+    def _fallback_text(self) -> str:
+        lines = ["Allocation charts"]
+        if self.error:
+            lines.append(f"error: {self.error}")
+        for name, frame in self._drawn.items():
+            lines.append(f"[{name}]")
+            lines.append(frame.tail(5).to_string() if len(frame) else "  (empty)")
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        """Stop the refresh thread, then close the widgets."""
+        self.refresher.stop()
+        self.controls.close()
+        for image in self.images.values():
+            image.close()
+        self.error_html.close()
+        super().close()
+
+
+__all__ = ["CHARTS", "AllocationCharts", "esc", "make_figure", "render_png"]

@@ -1,0 +1,53 @@
+"""Refresh controls: a pause/resume toggle, an interval box and a status line for a ``Refresher``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as widgets
+
+from ovkit.widgets._html import esc
+from ovkit.widgets._refresh import MIN_INTERVAL_S, Refresher
+
+
+class RefreshControls(widgets.HBox):
+    """Pause/resume and interval (seconds) for one refresher; errors in the interval box are shown."""
+
+    def __init__(self, refresher: Refresher, **kwargs: Any) -> None:
+        self.refresher = refresher
+        self.pause_button = widgets.ToggleButton(
+            value=refresher.paused,
+            description="Paused" if refresher.paused else "Pause",
+            icon="play" if refresher.paused else "pause",
+            tooltip="pause or resume the live refresh",
+            layout=widgets.Layout(width="100px"),
+        )
+        self.interval_box = widgets.BoundedFloatText(
+            value=refresher.interval,
+            min=MIN_INTERVAL_S,
+            max=3600.0,
+            step=0.1,
+            description="every (s)",
+            layout=widgets.Layout(width="170px"),
+        )
+        self.status = widgets.HTML(value="")
+        self.pause_button.observe(self._on_pause, names="value")
+        self.interval_box.observe(self._on_interval, names="value")
+        super().__init__([self.pause_button, self.interval_box, self.status], **kwargs)
+
+    def _on_pause(self, change: dict[str, Any]) -> None:
+        if change["new"]:
+            self.refresher.pause()
+        else:
+            self.refresher.resume()
+        self.pause_button.description = "Paused" if change["new"] else "Pause"
+        self.pause_button.icon = "play" if change["new"] else "pause"
+
+    def _on_interval(self, change: dict[str, Any]) -> None:
+        try:
+            self.refresher.interval = change["new"]
+        except ValueError as exc:
+            self.status.value = f'<span class="ovkit-error">{esc(exc)}</span>'
+
+    def set_status(self, text: str) -> None:
+        self.status.value = f"<small>{esc(text)}</small>"

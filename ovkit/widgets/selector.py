@@ -1,0 +1,167 @@
+"""Device selector: pick the device ``GGML_OPENVINO_DEVICE`` names and see what it resolves to."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import ipywidgets as widgets
+
+from ovkit.devices import physical_device_ids
+from ovkit.selection import ENV_DEVICE, Selection, resolve_device
+from ovkit.widgets._html import FallbackReprMixin, error_box, esc
+from ovkit.widgets.data import error_text
+
+UNSET = "(unset)"
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorState:
+    """What the selector shows: the variable's value and its resolution (or why it failed)."""
+
+    requested: str | None
+    device: str | None
+    fell_back: bool
+    messages: tuple[str, ...]
+    hint: str | None
+    error: str | None = None
+
+
+def selector_state(selection: Selection) -> SelectorState:
+    """The selector's view of one resolution."""
+    return SelectorState(
+        requested=selection.requested,
+        device=selection.device,
+        fell_back=selection.fell_back,
+        messages=tuple(selection.messages),
+        hint=selection.hint,
+    )
+
+
+def set_device_env(value: str | None, env: MutableMapping[str, str] | None = None) -> None:
+    """Set (or, for None/empty, unset) ``GGML_OPENVINO_DEVICE`` in ``env`` (default: this process)."""
+    target = os.environ if env is None else env
+    if value:
+        target[ENV_DEVICE] = value
+    else:
+        target.pop(ENV_DEVICE, None)
+
+
+def render_state_html(state: SelectorState) -> str:
+    """The resolution as HTML: the variable, the device it selects, the warning and the hint."""
+    shown = UNSET if state.requested is None else repr(state.requested)
+    parts = [f"<code>{esc(ENV_DEVICE)}</code> = <code>{esc(shown)}</code>"]
+    if state.error:
+        parts.append(error_box(state.error))
+        return "<div>" + " ".join(parts) + "</div>"
+    parts.append(f' &rarr; resolves to <b class="ovkit-resolved">{esc(state.device)}</b>')
+    for line in state.messages:
+        cls = "ovkit-warn" if "fallback" in line else ""
+        parts.append(f'<br/><small class="{cls}">{esc(line)}</small>')
+    if state.hint:
+        parts.append(f'<br/><small class="ovkit-hint">hint: {esc(state.hint)}</small>')
+    return "<div>" + "".join(parts) + "</div>"
+
+
+def render_state_text(state: SelectorState) -> str:
+    shown = UNSET if state.requested is None else repr(state.requested)
+    lines = [f"{ENV_DEVICE} = {shown}"]
+    if state.error:
+        return "\n".join([*lines, f"error: {state.error}"])
+    lines[0] += f" -> {state.device}"
+    lines += [f"  {m}" for m in state.messages]
+    if state.hint:
+        lines.append(f"  hint: {state.hint}")
+    return "\n".join(lines)
+
+
+class DeviceSelector(FallbackReprMixin, widgets.VBox):
+    """A dropdown of the devices plus a free-text box; choosing sets the variable and re-resolves."""
+
+    def __init__(
+        self,
+        core: Any = None,
+        *,
+        env: MutableMapping[str, str] | None = None,
+        on_change: Callable[[SelectorState], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.core = core
+        self.env = env
+        self._callbacks: list[Callable[[SelectorState], None]] = [on_change] if on_change else []
+        self._syncing = False
+        self.state: SelectorState = SelectorState(None, None, False, (), None)
+        try:
+            devices = physical_device_ids(core)
+        except Exception as exc:
+            devices = []
+            self.state = SelectorState(None, None, False, (), None, error=error_text(exc))
+        self.dropdown = widgets.Dropdown(options=[UNSET, *devices], description="Device")
+        self.text = widgets.Text(
+            placeholder="or type any value, e.g. gpu",
+            description="or value",
+            continuous_update=False,
+        )
+        self.status = widgets.HTML(value="")
+        self.dropdown.observe(self._on_dropdown, names="value")
+        self.text.observe(self._on_text, names="value")
+        super().__init__([widgets.HBox([self.dropdown, self.text]), self.status], **kwargs)
+        self.add_class("ovkit-selector")
+        self.sync()
+
+    def on_change(self, callback: Callable[[SelectorState], None]) -> None:
+        """Call ``callback(state)`` after every selection."""
+        self._callbacks.append(callback)
+
+    def _current_env(self) -> MutableMapping[str, str]:
+        return os.environ if self.env is None else self.env
+
+    def select(self, value: str | None) -> SelectorState:
+        """Set ``GGML_OPENVINO_DEVICE`` to ``value`` (None/"" unsets it) and re-resolve."""
+        set_device_env(value, self.env)
+        return self.sync()
+
+    def sync(self) -> SelectorState:
+        """Re-read the variable, resolve it, and update the controls and the status line."""
+        try:
+            state = selector_state(resolve_device(self.core, self._current_env(), log=False))
+        except Exception as exc:
+            current = self._current_env().get(ENV_DEVICE) or None
+            state = SelectorState(current, None, False, (), None, error=error_text(exc))
+        self.state = state
+        self._syncing = True
+        try:
+            value = state.requested or UNSET
+            if value in self.dropdown.options:
+                self.dropdown.value = value
+                self.text.value = ""
+            else:  # a typed value: no dropdown entry matches it
+                self.dropdown.value = None
+                self.text.value = value
+        finally:
+            self._syncing = False
+        self.status.value = render_state_html(state)
+        for callback in self._callbacks:
+            callback(state)
+        return state
+
+    def _on_dropdown(self, change: dict[str, Any]) -> None:
+        if not self._syncing:
+            self.select(None if change["new"] == UNSET else change["new"])
+
+    def _on_text(self, change: dict[str, Any]) -> None:
+        if not self._syncing and change["new"]:
+            self.select(change["new"])
+
+    def _fallback_html(self) -> str:
+        return render_state_html(self.state)
+
+    def _fallback_text(self) -> str:
+        return render_state_text(self.state)
+
+    def close(self) -> None:
+        for w in (self.dropdown, self.text, self.status):
+            w.close()
+        super().close()
