@@ -1,0 +1,658 @@
+"""Real-ggml oracle: compute any catalogue op with ggml's own CPU backend (via ggml-python).
+
+Why: ovkit's ops must reproduce ggml's numbers (decision D7). This module runs the very same
+builder functions (``ggml_add``, ``ggml_rope_ext``, ...) on ggml's CPU backend from numpy inputs,
+so tests and benchmarks can compare ovkit's OpenVINO results against ggml itself.
+
+Shapes follow ggml-python's ``from_numpy``/``to_numpy``: numpy shape ``(ne1, ne0)`` is ggml
+``ne = [ne0, ne1]``. Dimension arguments of builders (``concat`` dim, ``permute`` axes, view
+``ne``/``nb``/offset) stay in ggml's convention (dim 0 = innermost), exactly as in ggml.
+
+Three ways in:
+
+* :func:`ggml_call` -- one builder by name, arguments in the builder's order (decision D8):
+  ``ggml_call("rope_ext", x, pos, None, 64, 2, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)``.
+* :func:`ggml_compute` -- any ggml graph: ``ggml_compute(lambda ctx, a: ggml.ggml_cont(ctx,
+  ggml.ggml_permute(ctx, a, 1, 0, 2, 3)), x)``; this is how tests express non-contiguous
+  inputs (views, permutes, transposes) to an op.
+* :func:`ggml_benchmark` -- the same graph run N times, median seconds (2 threads by default).
+
+Inputs are numpy arrays (f32, f16, i32, i64; float64 is converted to f32), :class:`Typed`
+(e.g. :func:`as_bf16`) or :class:`QuantArray` (raw ggml blocks from :func:`quantize`).
+``ggml-python`` is optional: import this module freely and ask :func:`ggml_available`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+_ggml_mod: ModuleType | None
+try:  # ggml-python is an optional (test) dependency
+    import ggml as _ggml_mod
+except ImportError:  # pragma: no cover - exercised only without ggml-python
+    _ggml_mod = None
+
+__all__ = [
+    "DEFAULT_MAX_NMSE",
+    "MAX_NMSE",
+    "QUANT_TYPES",
+    "BenchResult",
+    "Comparison",
+    "GgmlUnavailableError",
+    "QuantArray",
+    "Threshold",
+    "Typed",
+    "as_bf16",
+    "bf16_round",
+    "block_size",
+    "compare",
+    "dequantize",
+    "ggml_available",
+    "ggml_benchmark",
+    "ggml_call",
+    "ggml_compute",
+    "ggml_get_rows_quant",
+    "ggml_mul_mat_quant",
+    "max_nmse",
+    "nmse",
+    "quantize",
+    "quantize_blocks",
+    "same_ne",
+    "type_id",
+    "type_size",
+]
+
+DEFAULT_N_THREADS = 2
+
+
+class GgmlUnavailableError(ImportError):
+    """ggml-python is not installed; install ``ggml-python`` (the ``test`` extra)."""
+
+
+def ggml_available() -> bool:
+    """True when ggml-python (real ggml CPU build) can be imported."""
+    return _ggml_mod is not None
+
+
+def _g() -> ModuleType:
+    if _ggml_mod is None:
+        raise GgmlUnavailableError("ovkit.oracle needs ggml-python: pip install ggml-python")
+    return _ggml_mod
+
+
+# --------------------------------------------------------------------------------------------
+# Types
+# --------------------------------------------------------------------------------------------
+
+# ovkit dtype name -> ggml enum name (GGML_TYPE_<name>).
+_TYPE_ENUM: dict[str, str] = {
+    "f32": "F32",
+    "f16": "F16",
+    "bf16": "BF16",
+    "i32": "I32",
+    "i64": "I64",
+    "i16": "I16",
+    "i8": "I8",
+    "q4_0": "Q4_0",
+    "q4_1": "Q4_1",
+    "q5_0": "Q5_0",
+    "q5_1": "Q5_1",
+    "q8_0": "Q8_0",
+    "q4_k": "Q4_K",
+    "q5_k": "Q5_K",
+    "q6_k": "Q6_K",
+    "mxfp4": "MXFP4",
+}
+
+#: Quantized types whose blocks this oracle produces (the upstream backend's quantized set).
+QUANT_TYPES: tuple[str, ...] = ("q4_0", "q4_1", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K", "mxfp4")
+
+# numpy dtype -> ovkit dtype name for plain arrays.
+_NUMPY_TYPES: dict[np.dtype[Any], str] = {
+    np.dtype(np.float32): "f32",
+    np.dtype(np.float16): "f16",
+    np.dtype(np.int32): "i32",
+    np.dtype(np.int64): "i64",
+    np.dtype(np.int16): "i16",
+    np.dtype(np.int8): "i8",
+}
+
+# ovkit dtype -> numpy dtype of the raw storage (bf16 is stored as uint16 bit patterns).
+_STORAGE: dict[str, type[np.generic]] = {
+    "f32": np.float32,
+    "f16": np.float16,
+    "bf16": np.uint16,
+    "i32": np.int32,
+    "i64": np.int64,
+    "i16": np.int16,
+    "i8": np.int8,
+}
+
+
+def type_id(dtype: str) -> int:
+    """ggml's enum value for an ovkit dtype / quant type name (case-insensitive, e.g. ``q4_K``)."""
+    key = dtype.lower()
+    if key not in _TYPE_ENUM:
+        raise ValueError(f"unknown ggml type {dtype!r}; expected one of {sorted(_TYPE_ENUM)}")
+    return int(getattr(_g(), "GGML_TYPE_" + _TYPE_ENUM[key]))
+
+
+def _type_name(tid: int) -> str:
+    name = _g().ggml_type_name(tid)
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def block_size(dtype: str) -> int:
+    """Elements per ggml block (1 for plain types, 32 for q4_0, 256 for K-quants)."""
+    return int(_g().ggml_blck_size(type_id(dtype)))
+
+
+def type_size(dtype: str) -> int:
+    """Bytes per ggml block of ``dtype``."""
+    return int(_g().ggml_type_size(type_id(dtype)))
+
+
+def bf16_round(x: np.ndarray) -> np.ndarray:
+    """Round f32 values to bf16 precision (round-to-nearest-even, as ggml_fp32_to_bf16), as f32."""
+    return _bf16_bits_to_f32(_f32_to_bf16_bits(np.asarray(x, dtype=np.float32)))
+
+
+def _f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
+    out = np.where(nan, (bits >> 16) | 64, rounded)
+    return out.astype(np.uint16)
+
+
+def _bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+@dataclass(frozen=True, slots=True)
+class Typed:
+    """A numpy array to be stored in ggml as ``dtype`` (e.g. f32 values stored as bf16)."""
+
+    array: np.ndarray
+    dtype: str
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _STORAGE:
+            raise ValueError(
+                f"Typed: dtype {self.dtype!r} is not a plain type; expected one of {sorted(_STORAGE)}"
+            )
+
+
+def as_bf16(x: np.ndarray) -> Typed:
+    """Mark an f32 array to be stored as bf16 in ggml."""
+    return Typed(np.asarray(x, dtype=np.float32), "bf16")
+
+
+@dataclass(frozen=True, slots=True)
+class QuantArray:
+    """Raw ggml blocks of a quantized tensor; ``shape`` in numpy order (last axis = ne0 = rows)."""
+
+    qtype: str
+    shape: tuple[int, ...]
+    data: bytes = field(repr=False)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+    def dequantize(self) -> np.ndarray:
+        """The f32 values ggml decodes from these blocks."""
+        return dequantize(self.qtype, self.data, self.shape)
+
+
+def quantize_blocks(qtype: str, array: np.ndarray) -> bytes:
+    """Quantize ``array`` (rows along the last axis) into raw ggml blocks with ggml_quantize_chunk."""
+    g = _g()
+    tid = type_id(qtype)
+    if not g.ggml_is_quantized(tid):
+        raise ValueError(f"quantize_blocks: {qtype!r} is not a quantized type; expected one of {QUANT_TYPES}")
+    x = np.ascontiguousarray(array, dtype=np.float32)
+    if x.ndim == 0:
+        raise ValueError("quantize_blocks: expected an array with at least one axis, got a scalar")
+    n_per_row = int(x.shape[-1])
+    blck = int(g.ggml_blck_size(tid))
+    if n_per_row % blck != 0:
+        raise ValueError(
+            f"quantize_blocks: row length {n_per_row} (last axis of shape {x.shape}) is not a multiple "
+            f"of the {qtype} block size {blck}"
+        )
+    nrows = int(x.size // n_per_row) if n_per_row else 0
+    row_bytes = int(g.ggml_row_size(tid, n_per_row))
+    out = (ctypes.c_uint8 * max(1, row_bytes * nrows))()
+    src = x.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    written = g.ggml_quantize_chunk(tid, src, ctypes.cast(out, ctypes.c_void_p), 0, nrows, n_per_row, None)
+    if written != row_bytes * nrows:
+        raise RuntimeError(f"ggml_quantize_chunk wrote {written} bytes, expected {row_bytes * nrows}")
+    return bytes(out)[: row_bytes * nrows]
+
+
+def quantize(qtype: str, array: np.ndarray) -> QuantArray:
+    """Quantize an f32 array into a :class:`QuantArray` (usable as a ggml input)."""
+    x = np.asarray(array, dtype=np.float32)
+    return QuantArray(qtype, tuple(int(s) for s in x.shape), quantize_blocks(qtype, x))
+
+
+def dequantize(qtype: str, data: bytes, shape: Sequence[int]) -> np.ndarray:
+    """Decode raw ggml blocks into f32 with ggml's own ``to_float`` (numpy order ``shape``)."""
+    g = _g()
+    tid = type_id(qtype)
+    n = int(np.prod(shape)) if len(shape) else 1
+    n_per_row = int(shape[-1]) if len(shape) else 1
+    blck = int(g.ggml_blck_size(tid))
+    expected = int(g.ggml_row_size(tid, n_per_row)) * (n // max(1, n_per_row))
+    if n_per_row % blck != 0 or len(data) != expected:
+        raise ValueError(
+            f"dequantize: {len(data)} bytes do not hold a {qtype} tensor of shape {tuple(shape)} "
+            f"(expected {expected} bytes, rows a multiple of {blck})"
+        )
+    out = np.empty(n, dtype=np.float32)
+    buf = (ctypes.c_uint8 * max(1, len(data))).from_buffer_copy(data if data else b"\0")
+    to_float = g.ggml_get_type_traits(tid).contents.to_float
+    to_float(
+        ctypes.cast(buf, ctypes.c_void_p),
+        out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+        n,
+    )
+    return out.reshape(tuple(shape))
+
+
+# --------------------------------------------------------------------------------------------
+# Error measure (test-backend-ops)
+# --------------------------------------------------------------------------------------------
+
+
+def nmse(actual: np.ndarray, expected: np.ndarray) -> float:
+    """Normalized mean squared error exactly as test-backend-ops: mse(a, b) / mse(a, 0).
+
+    ``actual`` is the backend under test (test-backend-ops' ``f1``), ``expected`` ggml's CPU
+    result (``f2``): the denominator is the power of ``actual``. Values are compared in f32,
+    accumulated in f64, element by element in row-major (ggml) order.
+    """
+    a = np.asarray(actual).astype(np.float32).ravel()
+    b = np.asarray(expected).astype(np.float32).ravel()
+    if a.size != b.size:
+        raise ValueError(f"nmse: element counts differ: actual {a.size} vs expected {b.size}")
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        d = (a - b).astype(np.float64)  # f32 difference as in the C code, then f64 accumulation
+        num = float(np.sum(d * d))
+        den = float(np.sum(a.astype(np.float64) ** 2))
+        return num / den if den != 0 else (0.0 if num == 0 else float("inf"))
+
+
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """The verdict of :func:`compare`: ok, the NMSE, the threshold, and why it failed."""
+
+    ok: bool
+    err: float
+    max_err: float
+    reason: str = ""
+
+    def __str__(self) -> str:
+        state = "OK" if self.ok else f"FAIL ({self.reason})"
+        return f"NMSE = {self.err:.3e} (max {self.max_err:.1e}) {state}"
+
+
+def compare(actual: np.ndarray, expected: np.ndarray, max_err: float = 1e-7) -> Comparison:
+    """test-backend-ops' per-node check: NaN → fail; inf (or ±FLT_MAX) must match in sign on both
+    sides; then NMSE must not exceed ``max_err`` (a NaN NMSE from matching infs passes, as in C)."""
+    a = np.asarray(actual).astype(np.float32).ravel()
+    b = np.asarray(expected).astype(np.float32).ravel()
+    if a.size != b.size:
+        return Comparison(False, float("inf"), max_err, f"element counts differ: {a.size} vs {b.size}")
+    nan = np.isnan(a) | np.isnan(b)
+    if nan.any():
+        i = int(np.argmax(nan))
+        return Comparison(False, float("nan"), max_err, f"NaN at index {i} (actual={a[i]}, expected={b[i]})")
+    inf_a = np.isinf(a) | (np.abs(a) == _FLT_MAX)
+    inf_b = np.isinf(b) | (np.abs(b) == _FLT_MAX)
+    bad = (inf_a != inf_b) | (inf_a & inf_b & (np.signbit(a) != np.signbit(b)))
+    if bad.any():
+        i = int(np.argmax(bad))
+        return Comparison(
+            False, float("inf"), max_err, f"inf mismatch at index {i} (actual={a[i]}, expected={b[i]})"
+        )
+    err = nmse(a, b)
+    if err > max_err:  # NaN (inf - inf) compares False, as in test-backend-ops
+        return Comparison(False, err, max_err, f"NMSE {err:.3e} > {max_err:.1e}")
+    return Comparison(True, err, max_err)
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """A per-op NMSE threshold and why it differs from test-backend-ops' default 1e-7."""
+
+    max_nmse: float
+    reason: str
+
+
+#: test-backend-ops' default ``max_nmse_err``.
+DEFAULT_MAX_NMSE = 1e-7
+
+#: Per-op overrides (builder names), with test-backend-ops' value or our documented reason.
+MAX_NMSE: dict[str, Threshold] = {
+    "mul_mat": Threshold(
+        5e-4, "test-backend-ops test_mul_mat: 5e-4 (accumulation order; quantized/f16 dot products)"
+    ),
+    "mul_mat_id": Threshold(5e-4, "test-backend-ops test_mul_mat_id: 5e-4 (as mul_mat)"),
+    "flash_attn_ext": Threshold(
+        5e-4, "test-backend-ops test_flash_attn_ext: 5e-4 (ggml CPU converts K/V/Q to f16 inside the kernel)"
+    ),
+    "cpy": Threshold(1e-6, "test-backend-ops test_cpy: 1e-6 across types (0 for the same type)"),
+    "set_rows": Threshold(
+        1e-7, "test-backend-ops default; exact for f32, conversion rounding for f16/bf16 targets"
+    ),
+    "get_rows": Threshold(1e-7, "test-backend-ops default"),
+    "rope_ext": Threshold(1e-6, "sin/cos of large angles: libm vs OpenVINO kernels differ in the last ulp"),
+    "rope_multi": Threshold(1e-6, "as rope_ext"),
+    "soft_max_ext": Threshold(1e-6, "exp kernel (ggml's SIMD exp vs OpenVINO) differs in the last ulps"),
+    "gelu": Threshold(
+        1e-6, "ggml CPU GELU uses an f16 lookup table for f32 inputs in [-10, 10] (GGML_GELU_FP16)"
+    ),
+    "geglu": Threshold(1e-6, "as gelu: the gelu half goes through ggml's f16 lookup table"),
+    "ssm_conv": Threshold(1e-6, "convolution sum order differs (GroupConvolution vs ggml's row loop)"),
+    "gated_delta_net": Threshold(1e-6, "recurrence over tokens accumulates rounding differently"),
+    "im2col": Threshold(1e-7, "test-backend-ops default; pure data movement"),
+}
+
+
+def max_nmse(op: str) -> float:
+    """NMSE threshold for builder ``op``: its :data:`MAX_NMSE` entry, else test-backend-ops' 1e-7."""
+    thr = MAX_NMSE.get(op)
+    return thr.max_nmse if thr is not None else DEFAULT_MAX_NMSE
+
+
+def same_ne(shape_a: Sequence[int], shape_b: Sequence[int]) -> bool:
+    """True when two numpy-order shapes are the same ggml tensor (trailing ggml dims of 1 ignored)."""
+
+    def ne(s: Sequence[int]) -> tuple[int, ...]:
+        r = list(reversed([int(v) for v in s]))
+        while len(r) < 4:
+            r.append(1)
+        while len(r) > 4 and r[-1] == 1:
+            r.pop()
+        return tuple(r)
+
+    return ne(shape_a) == ne(shape_b)
+
+
+# --------------------------------------------------------------------------------------------
+# Running ggml graphs
+# --------------------------------------------------------------------------------------------
+
+InputLike = np.ndarray | Typed | QuantArray
+Builder = Callable[..., Any]
+
+
+def _spec(x: InputLike) -> tuple[str, tuple[int, ...], bytes]:
+    """(ggml dtype name, numpy-order shape, raw bytes) of one input."""
+    if isinstance(x, QuantArray):
+        return x.qtype, x.shape, x.data
+    if isinstance(x, Typed):
+        arr = np.ascontiguousarray(x.array)
+        if x.dtype == "bf16":
+            raw = _f32_to_bf16_bits(arr.astype(np.float32))
+        else:
+            raw = np.ascontiguousarray(arr.astype(_STORAGE[x.dtype]))
+        return x.dtype, tuple(arr.shape), raw.tobytes()
+    if isinstance(x, np.ndarray | np.generic | float | int | list):
+        arr = np.asarray(x)
+        if arr.dtype == np.float64:
+            arr = arr.astype(np.float32)
+        dt = _NUMPY_TYPES.get(arr.dtype)
+        if dt is None:
+            raise TypeError(
+                f"ggml input of numpy dtype {arr.dtype} is not supported; expected one of "
+                f"{[str(d) for d in _NUMPY_TYPES]} (or Typed/QuantArray)"
+            )
+        return dt, tuple(arr.shape), np.ascontiguousarray(arr).tobytes()
+    raise TypeError(f"ggml input must be a numpy array, Typed or QuantArray, got {type(x).__name__}")
+
+
+def _ne(shape: tuple[int, ...]) -> list[int]:
+    ne = list(reversed(shape)) or [1]
+    if len(ne) > 4:
+        raise ValueError(f"ggml tensors have at most 4 dims; got shape {shape}")
+    return ne
+
+
+def _read_tensor(t: Any) -> np.ndarray:
+    """Copy a (possibly non-contiguous) ggml tensor into numpy (numpy order; bf16/quant → f32)."""
+    g = _g()
+    c = t.contents
+    tid = int(c.type)
+    n_dims = int(g.ggml_n_dims(t))
+    ne = [int(c.ne[i]) for i in range(4)]
+    nb = [int(c.nb[i]) for i in range(4)]
+    name = _type_name(tid)
+    data = g.ggml_get_data(t)
+    if data is None:
+        raise RuntimeError("ggml result tensor has no data")
+    # byte span covered by the tensor
+    span = sum((ne[i] - 1) * nb[i] for i in range(4)) + (nb[0] if name in _STORAGE else 0)
+    if name in _STORAGE:
+        span = max(span, nb[0])
+        raw = np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(data))
+        itemsize = np.dtype(_STORAGE[name]).itemsize
+        view = np.lib.stride_tricks.as_strided(
+            raw.view(np.uint8),
+            shape=tuple(reversed(ne)) + (itemsize,),
+            strides=tuple(reversed(nb)) + (1,),
+        )
+        # a real copy (ascontiguousarray would alias the ggml buffer, which is freed right after)
+        arr = np.array(view, order="C", copy=True).view(_STORAGE[name]).reshape(tuple(reversed(ne)))
+        if name == "bf16":
+            arr = _bf16_bits_to_f32(arr)
+    elif g.ggml_is_quantized(tid):
+        rows: list[np.ndarray] = []
+        row_bytes = int(g.ggml_row_size(tid, ne[0]))
+        for i3 in range(ne[3]):
+            for i2 in range(ne[2]):
+                for i1 in range(ne[1]):
+                    off = i1 * nb[1] + i2 * nb[2] + i3 * nb[3]
+                    blob = ctypes.string_at(data + off, row_bytes)
+                    rows.append(dequantize(name, blob, (ne[0],)))
+        arr = np.stack(rows).reshape(tuple(reversed(ne)))
+    else:
+        raise TypeError(f"cannot read a ggml tensor of type {name}")
+    return arr.reshape(tuple(reversed(ne[:n_dims])) if n_dims > 0 else ())
+
+
+class _Session:
+    """One ggml context + CPU backend with inputs uploaded and a built graph."""
+
+    def __init__(self, build: Builder, inputs: Sequence[InputLike | None], n_threads: int) -> None:
+        g = _g()
+        self.g = g
+        n_tensors = 64 + 8 * len(inputs)
+        params = g.ggml_init_params(
+            mem_size=g.ggml_tensor_overhead() * n_tensors + g.ggml_graph_overhead_custom(4096, False),
+            mem_buffer=None,
+            no_alloc=True,
+        )
+        self.ctx = g.ggml_init(params)
+        self.backend = g.ggml_backend_cpu_init()
+        self.buffer = None
+        g.ggml_backend_cpu_set_n_threads(self.backend, n_threads)
+        try:
+            specs = [None if x is None else _spec(x) for x in inputs]
+            tensors: list[Any] = []
+            for i, sp in enumerate(specs):
+                if sp is None:
+                    tensors.append(None)
+                    continue
+                dt, shape, _raw = sp
+                ne = _ne(shape)
+                t = g.ggml_new_tensor(self.ctx, type_id(dt), len(ne), (ctypes.c_int64 * len(ne))(*ne))
+                g.ggml_set_name(t, f"in{i}".encode())
+                tensors.append(t)
+            out = build(self.ctx, *tensors)
+            self.multi = isinstance(out, list | tuple)
+            self.outputs = list(out) if self.multi else [out]
+            if not self.outputs or any(o is None for o in self.outputs):
+                raise ValueError("the ggml builder returned no tensor")
+            self.graph = g.ggml_new_graph_custom(self.ctx, 4096, False)
+            for o in self.outputs:
+                g.ggml_build_forward_expand(self.graph, o)
+            self.buffer = g.ggml_backend_alloc_ctx_tensors(self.ctx, self.backend)
+            if not self.buffer:
+                raise RuntimeError("ggml_backend_alloc_ctx_tensors failed")
+            for t, sp in zip(tensors, specs, strict=True):
+                if t is None or sp is None:
+                    continue
+                raw = sp[2]
+                nbytes = int(g.ggml_nbytes(t))
+                if len(raw) != nbytes:
+                    raise ValueError(
+                        f"input {t.contents.name!r}: {len(raw)} bytes given, ggml expects {nbytes}"
+                    )
+                if nbytes:
+                    src = (ctypes.c_uint8 * nbytes).from_buffer_copy(raw)
+                    g.ggml_backend_tensor_set(t, ctypes.cast(src, ctypes.c_void_p), 0, nbytes)
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self) -> None:
+        status = self.g.ggml_backend_graph_compute(self.backend, self.graph)
+        if status != 0:
+            raise RuntimeError(f"ggml_backend_graph_compute failed with status {status}")
+
+    def results(self) -> list[np.ndarray]:
+        return [_read_tensor(o) for o in self.outputs]
+
+    def close(self) -> None:
+        g = self.g
+        if self.buffer:
+            g.ggml_backend_buffer_free(self.buffer)
+            self.buffer = None
+        if self.backend:
+            g.ggml_backend_free(self.backend)
+            self.backend = None
+        if self.ctx:
+            g.ggml_free(self.ctx)
+            self.ctx = None
+
+
+def ggml_compute(
+    build: Builder, *inputs: InputLike | None, n_threads: int = DEFAULT_N_THREADS
+) -> np.ndarray | list[np.ndarray]:
+    """Run ``build(ctx, *tensors)`` (a ggml graph) on ggml's CPU backend and return numpy results.
+
+    Each input becomes a ggml leaf tensor (``None`` stays ``None``); ``build`` returns one tensor
+    or a list of tensors. Results are copied out in numpy order; f16 stays f16, bf16 and
+    quantized results are decoded to f32, non-contiguous results are gathered.
+    """
+    s = _Session(build, inputs, n_threads)
+    try:
+        s.run()
+        res = s.results()
+    finally:
+        s.close()
+    return res if s.multi else res[0]
+
+
+def _convert_arg(a: Any) -> Any:
+    """Scalars pass through; type names become ggml enums; int lists become C int arrays."""
+    if isinstance(a, str) and a.lower() in _TYPE_ENUM:
+        return type_id(a)
+    if isinstance(a, list | tuple) and all(isinstance(v, int | np.integer) for v in a):
+        return (ctypes.c_int * len(a))(*[int(v) for v in a])
+    return a
+
+
+def _is_input(a: Any) -> bool:
+    return isinstance(a, np.ndarray | Typed | QuantArray)
+
+
+def ggml_call(op: str, *args: Any, n_threads: int = DEFAULT_N_THREADS) -> np.ndarray:
+    """Compute ``ggml_<op>(ctx, *args)`` with real ggml; arrays become tensors, ``None`` stays NULL.
+
+    Arguments are in the ggml builder's order (and ovkit Graph's, decision D8). Dtype names
+    (``"f16"``) become ggml type enums; int lists (rope sections) become C arrays.
+    """
+    g = _g()
+    fn = getattr(g, "ggml_" + op, None)
+    if fn is None:
+        raise ValueError(f"ggml has no builder ggml_{op}")
+    slots = [i for i, a in enumerate(args) if _is_input(a)]
+    inputs = [args[i] for i in slots]
+
+    def build(ctx: Any, *tensors: Any) -> Any:
+        call = [_convert_arg(a) for a in args]
+        for i, t in zip(slots, tensors, strict=True):
+            call[i] = t
+        return fn(ctx, *call)
+
+    out = ggml_compute(build, *inputs, n_threads=n_threads)
+    assert isinstance(out, np.ndarray)
+    return out
+
+
+def ggml_mul_mat_quant(
+    qtype: str, weight: np.ndarray, x: np.ndarray, *, n_threads: int = DEFAULT_N_THREADS
+) -> np.ndarray:
+    """``ggml_mul_mat(quantize(weight), x)`` = ``x @ deq(weight).T`` with ggml's quantized kernels."""
+    return ggml_call("mul_mat", quantize(qtype, weight), np.asarray(x, dtype=np.float32), n_threads=n_threads)
+
+
+def ggml_get_rows_quant(
+    qtype: str, table: np.ndarray, rows: np.ndarray, *, n_threads: int = DEFAULT_N_THREADS
+) -> np.ndarray:
+    """``ggml_get_rows(quantize(table), rows)``: ggml dequantizes the selected rows to f32."""
+    return ggml_call(
+        "get_rows", quantize(qtype, table), np.asarray(rows, dtype=np.int32), n_threads=n_threads
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    """Timing of one ggml graph: median and all per-run seconds (compute only, no setup)."""
+
+    median_s: float
+    times_s: tuple[float, ...]
+    n_threads: int
+
+    @property
+    def min_s(self) -> float:
+        return min(self.times_s)
+
+
+def ggml_benchmark(
+    build: Builder,
+    *inputs: InputLike | None,
+    n_runs: int = 10,
+    warmup: int = 1,
+    n_threads: int = DEFAULT_N_THREADS,
+) -> BenchResult:
+    """Build the graph once, run it ``warmup`` + ``n_runs`` times on ggml's CPU backend, time each run."""
+    if n_runs < 1:
+        raise ValueError(f"ggml_benchmark: n_runs must be >= 1, got {n_runs}")
+    s = _Session(build, inputs, n_threads)
+    try:
+        for _ in range(warmup):
+            s.run()
+        times = []
+        for _ in range(n_runs):
+            t0 = time.perf_counter()
+            s.run()
+            times.append(time.perf_counter() - t0)
+    finally:
+        s.close()
+    return BenchResult(statistics.median(times), tuple(times), n_threads)
