@@ -61,8 +61,8 @@ NB01 = [
     ),
     params(
         """
-        device = "CPU"  # GGML_OPENVINO_DEVICE on this machine ("" = unset)
-        profile = None  # None = this machine; or a simulated profile, e.g. "laptop"
+        device = "CPU"  # GGML_OPENVINO_DEVICE on this machine, empty = unset
+        profile = None  # None = this machine, or a simulated profile such as laptop
         compare_profiles = ["laptop", "workstation"]  # simulated machines shown side by side
         """
     ),
@@ -315,7 +315,7 @@ NB02 = [
     ),
     params(
         """
-        device = "CPU"  # GGML_OPENVINO_DEVICE to resolve on this machine ("" = unset)
+        device = "CPU"  # GGML_OPENVINO_DEVICE to resolve on this machine, empty = unset
         profile = "workstation"  # simulated machine for the near-miss table (GPU.0 + GPU.1, no NPU)
         tries = ["", "CPU", "GPU", "gpu", "GPU.0", "GPU.1", "GPU.1 ", "AUTO", "NPU"]
         """
@@ -426,20 +426,32 @@ NB02 = [
 
         All devices are listed, but only the selected one runs ops: the backend object answers
         `supports_op(device, op)` with False, and a reason, for every other device, so ggml's
-        scheduler never places work there. On the selected device the op-support policy decides.
+        scheduler never places work there. On the selected device the op-support policy decides,
+        by device *class*. The op below is a `GET_ROWS` from a bf16 table (an embedding lookup):
+        the policy accepts it on the CPU class and rejects it on the GPU class.
         """,
     ),
     code(
         "supports-op",
         """
-        backend = ovkit.Backend(ovkit.resolve_device(sim, env={"GGML_OPENVINO_DEVICE": "GPU.1"}, log=False), sim)
-        op = None  # any op: off the selected device the answer does not depend on it
-        for name in ovkit.devices.physical_device_ids(sim):
-            if name == backend.device:
-                print(f"{name:6} selected: the op policy decides (see 03 and 05)")
-                continue
-            decision = backend.supports_op(name, op)
-            print(f"{name:6} supports_op={decision.supported}  reason: {decision.reason}")
+        from ovkit.ops.policy import OpInfo
+
+        table = OpInfo.leaf("bf16", (64, 32), name="token_embd")  # ggml ne order: 32 rows of 64
+        rows = OpInfo.leaf("i32", (4,), name="inp_tokens")
+        get_rows = OpInfo("GET_ROWS", "f32", (64, 4), srcs=(table, rows))
+
+        physical = ovkit.devices.physical_device_ids(sim)
+        matrix, reasons = {}, {}
+        for selected in physical:
+            selection = ovkit.resolve_device(sim, env={"GGML_OPENVINO_DEVICE": selected}, log=False)
+            backend = ovkit.Backend(selection, sim)
+            decisions = {name: backend.supports_op(name, get_rows) for name in physical}
+            matrix[f"selected {selected}"] = {n: "yes" if d else "no" for n, d in decisions.items()}
+            reasons[selected] = decisions
+        display(pd.DataFrame(matrix).T.rename_axis(columns="supports_op(device, GET_ROWS bf16)"))
+        gpu = next((n for n in reversed(physical) if n.startswith("GPU")), physical[-1])
+        for name, decision in reasons[gpu].items():
+            print(f"selected {gpu}, asked {name:6} -> {decision.supported}: {decision.reason}")
         """,
     ),
     md(

@@ -206,9 +206,14 @@ def test_02_selection_rules(executed: Callable[[str], Any]) -> None:
 
 @pytest.mark.slow
 def test_02_non_selected_devices_support_no_op(executed: Callable[[str], Any]) -> None:
-    out = text(executed("02-selecting-a-device"), "supports-op")
-    assert "CPU    supports_op=False  reason: device CPU is not the selected device GPU.1" in out
-    assert "GPU.0  supports_op=False  reason: device GPU.0 is not the selected device GPU.1" in out
+    nb = executed("02-selecting-a-device")
+    out = text(nb, "supports-op", "stdout")
+    assert "asked CPU    -> False: device CPU is not the selected device GPU.1" in out
+    assert "asked GPU.0  -> False: device GPU.0 is not the selected device GPU.1" in out
+    assert re.search(r"asked GPU.1  -> False: GET_ROWS: .*bf16.*\[get_rows.gpu_bf16\]", out), out
+    matrix = html(nb, "supports-op")
+    # Only the CPU row says yes, on the diagonal: one "yes" in the whole matrix.
+    assert matrix.count("<td>yes</td>") == 1 and matrix.count("<td>no</td>") == 8, matrix
 
 
 @pytest.mark.slow
