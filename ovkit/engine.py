@@ -1,0 +1,1142 @@
+"""Compile once, run many: the execution engine behind ``Graph.compute`` (decision D9).
+
+Upstream keeps one compiled graph per process and clears it on every miss (upstream §7.3); ovkit
+keeps a bounded LRU of compiled models keyed by graph *structure* (ops, shapes, types, params,
+device, compile config).  Each cached model owns one reusable infer request; inputs are bound
+zero-copy when they are C-contiguous with the right dtype, and every bound array and
+``openvino.Tensor`` is referenced by the request's ``Runner`` for as long as the request may read
+it (OpenVINO's request does *not* keep Python tensors alive: the use-after-free of ecosystem
+§4.3).  Outputs are copied out of the request, as upstream's naive path does, so results never
+alias the next run.
+
+Environment (read like upstream §1, re-read only when one of ``ENGINE_ENV`` changes):
+``GGML_OPENVINO_CACHE_DIR`` → OpenVINO ``CACHE_DIR`` + ``CACHE_MODE=OPTIMIZE_SIZE``
+(``NPUW_CACHE_DIR`` on the NPU class); ``GGML_OPENVINO_DISABLE_CACHE`` → compile on every call,
+store nothing; ``GGML_OPENVINO_STATEFUL_EXECUTION`` → state inputs become OpenVINO variables
+(ReadValue/Assign, via OpenVINO's MakeStateful as upstream §7.4), forced off for the NPU class;
+``GGML_OPENVINO_PROFILING`` → upstream's per-graph timing lines on the ``ovkit`` logger.
+``OVKIT_ENGINE_CACHE_SIZE`` (ovkit's own) sets the LRU size (default 64).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ovkit.config import OvkitConfig, read_config
+from ovkit.devices import DeviceClass, device_class
+from ovkit.runtime import get_core, is_simulated
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+logger = logging.getLogger("ovkit")
+
+ENV_CACHE_SIZE = "OVKIT_ENGINE_CACHE_SIZE"
+DEFAULT_CACHE_SIZE = 64
+# The variables the engine depends on: when one changes, the configuration is read again.
+ENGINE_ENV: tuple[str, ...] = (
+    "GGML_OPENVINO_DEVICE",
+    "GGML_OPENVINO_CACHE_DIR",
+    "GGML_OPENVINO_STATEFUL_EXECUTION",
+    "GGML_OPENVINO_DISABLE_CACHE",
+    "GGML_OPENVINO_PROFILING",
+    ENV_CACHE_SIZE,
+)
+
+
+class EngineError(RuntimeError):
+    """Compilation or inference failed in OpenVINO (the message names the device and graph)."""
+
+
+class InputError(ValueError):
+    """An input array that does not fit the compiled graph (names, shapes, dtypes)."""
+
+
+class ProfilingOffError(RuntimeError):
+    """Per-node timings were asked for but the compiled model reports ``PERF_COUNT`` off."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Hints: the allowed values are data, validated before anything is compiled.
+# ---------------------------------------------------------------------------------------------
+PRECISIONS: dict[str, str] = {"f32": "f32", "f16": "f16", "bf16": "bf16"}
+PERFORMANCE_HINTS: tuple[str, ...] = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
+EXECUTION_MODES: tuple[str, ...] = ("ACCURACY", "PERFORMANCE")
+
+# OpenVINO's names for the properties RunConfig sets, and for what is read back.
+PROP_PRECISION = "INFERENCE_PRECISION_HINT"
+PROP_PERFORMANCE = "PERFORMANCE_HINT"
+PROP_EXECUTION = "EXECUTION_MODE_HINT"
+PROP_PROFILING = "PERF_COUNT"
+PROP_CACHE_DIR = "CACHE_DIR"
+PROP_NPUW_CACHE_DIR = "NPUW_CACHE_DIR"
+PROP_CACHE_MODE = "CACHE_MODE"
+CACHE_MODE_UPSTREAM = "OPTIMIZE_SIZE"
+
+# Short names of OpenVINO's precision types (``str(Type)`` is ``<Type: 'float32'>``).
+_TYPE_SHORT: dict[str, str] = {
+    "float32": "f32",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float64": "f64",
+    "f32": "f32",
+    "f16": "f16",
+    "bf16": "bf16",
+    # ACCURACY mode reports an undefined hint: every op runs in the precision the model declares.
+    "dynamic": "model",
+    "undefined": "model",
+}
+
+# OpenVINO element type (``Type.to_string()``) -> numpy dtype used to bind it.  bf16 has no numpy
+# type: it is fed from float32 arrays (rounded to nearest even) and read back as float32.
+NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "f64": np.dtype(np.float64),
+    "i64": np.dtype(np.int64),
+    "i32": np.dtype(np.int32),
+    "i16": np.dtype(np.int16),
+    "i8": np.dtype(np.int8),
+    "u64": np.dtype(np.uint64),
+    "u32": np.dtype(np.uint32),
+    "u16": np.dtype(np.uint16),
+    "u8": np.dtype(np.uint8),
+    "boolean": np.dtype(np.bool_),
+    "bf16": np.dtype(np.float32),
+}
+
+
+def _check_choice(what: str, value: str | None, allowed: Iterable[str]) -> None:
+    allowed = tuple(allowed)
+    if value is not None and value not in allowed:
+        raise ValueError(f"{what}={value!r} is not valid (expected one of: {', '.join(allowed)})")
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """Per-run compile hints; ``None`` leaves the device default.  Part of the cache key."""
+
+    inference_precision: str | None = None  # "f32" | "f16" | "bf16"
+    performance_hint: str | None = None  # "LATENCY" | "THROUGHPUT" | "CUMULATIVE_THROUGHPUT"
+    execution_mode: str | None = None  # "ACCURACY" | "PERFORMANCE"
+    profiling: bool = False  # OpenVINO PERF_COUNT: per-node timings
+    extra: tuple[tuple[str, str], ...] = ()  # any other OpenVINO compile property, as text
+
+    def __post_init__(self) -> None:
+        _check_choice("inference_precision", self.inference_precision, PRECISIONS)
+        _check_choice("performance_hint", self.performance_hint, PERFORMANCE_HINTS)
+        _check_choice("execution_mode", self.execution_mode, EXECUTION_MODES)
+
+    def properties(self) -> dict[str, Any]:
+        """The OpenVINO compile properties this configuration asks for."""
+        props: dict[str, Any] = {}
+        if self.inference_precision is not None:
+            props[PROP_PRECISION] = PRECISIONS[self.inference_precision]
+        if self.performance_hint is not None:
+            props[PROP_PERFORMANCE] = self.performance_hint
+        if self.execution_mode is not None:
+            props[PROP_EXECUTION] = self.execution_mode
+        if self.profiling:
+            props[PROP_PROFILING] = True
+        props.update(dict(self.extra))
+        return props
+
+
+DEFAULT_RUN_CONFIG = RunConfig()
+
+
+def naive_run_config(first_op: str | None, base: RunConfig = DEFAULT_RUN_CONFIG) -> RunConfig:
+    """Upstream's naive-path hint (§7.2): PERFORMANCE when the first node is MUL_MAT, else ACCURACY."""
+    if base.execution_mode is not None:
+        return base
+    return replace(base, execution_mode="PERFORMANCE" if first_op == "MUL_MAT" else "ACCURACY")
+
+
+def compile_properties(run: RunConfig, dev_class: str, config: OvkitConfig) -> dict[str, Any]:
+    """Everything passed to ``compile_model``: the run hints plus the upstream cache-dir mapping."""
+    props = run.properties()
+    if config.cache_dir:
+        key = PROP_NPUW_CACHE_DIR if dev_class == DeviceClass.NPU else PROP_CACHE_DIR
+        props[key] = config.cache_dir
+        props[PROP_CACHE_MODE] = CACHE_MODE_UPSTREAM
+    return props
+
+
+# ---------------------------------------------------------------------------------------------
+# Effective values, read back from the compiled model.
+# ---------------------------------------------------------------------------------------------
+def _as_text(value: Any) -> str:
+    name = getattr(value, "name", None)  # enums (ExecutionMode.ACCURACY)
+    if isinstance(name, str) and not hasattr(value, "get_type_name"):
+        return name
+    if hasattr(value, "get_type_name"):  # openvino.Type
+        return _TYPE_SHORT.get(value.get_type_name(), value.get_type_name())
+    text = str(value)
+    return _TYPE_SHORT.get(text, text)
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().upper() in ("YES", "TRUE", "1", "ON")
+    return bool(value)
+
+
+def _read(compiled: Any, name: str) -> Any:
+    try:
+        return compiled.get_property(name)
+    except Exception:  # not supported by this plugin, or unconvertible (ecosystem §4.8)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class EffectiveConfig:
+    """What the compiled model reports it really does (the CPU may answer f32 when f16 is asked)."""
+
+    requested: RunConfig
+    inference_precision: str | None
+    performance_hint: str | None
+    execution_mode: str | None
+    profiling: bool
+    loaded_from_cache: bool | None
+    execution_devices: tuple[str, ...]
+    num_streams: int | None
+    simulated: bool = False
+
+    @classmethod
+    def read(cls, compiled: Any, requested: RunConfig, *, simulated: bool = False) -> EffectiveConfig:
+        """Read every reported value from ``compiled`` (missing ones are None)."""
+        prec = _read(compiled, PROP_PRECISION)
+        perf = _read(compiled, PROP_PERFORMANCE)
+        mode = _read(compiled, PROP_EXECUTION)
+        prof = _read(compiled, PROP_PROFILING)
+        cached = _read(compiled, "LOADED_FROM_CACHE")
+        devices = _read(compiled, "EXECUTION_DEVICES")
+        streams = _read(compiled, "NUM_STREAMS")
+        return cls(
+            requested=requested,
+            inference_precision=None if prec is None else _as_text(prec),
+            performance_hint=None if perf is None else _as_text(perf),
+            execution_mode=None if mode is None else _as_text(mode),
+            profiling=prof is not None and _as_bool(prof),
+            loaded_from_cache=None if cached is None else _as_bool(cached),
+            execution_devices=tuple(str(d) for d in devices) if devices else (),
+            num_streams=int(streams) if isinstance(streams, int) else None,
+            simulated=simulated,
+        )
+
+    def as_rows(self) -> list[dict[str, object]]:
+        """Requested vs effective, one row per hint (for a table)."""
+        req = self.requested
+        rows: list[tuple[str, object, object]] = [
+            (PROP_PRECISION, req.inference_precision, self.inference_precision),
+            (PROP_PERFORMANCE, req.performance_hint, self.performance_hint),
+            (PROP_EXECUTION, req.execution_mode, self.execution_mode),
+            (PROP_PROFILING, req.profiling, self.profiling),
+        ]
+        out = [
+            {"property": name, "requested": "(device default)" if want is None else want, "effective": got}
+            for name, want, got in rows
+        ]
+        out.append({"property": "LOADED_FROM_CACHE", "requested": "", "effective": self.loaded_from_cache})
+        out.append(
+            {"property": "EXECUTION_DEVICES", "requested": "", "effective": ", ".join(self.execution_devices)}
+        )
+        return out
+
+    def table(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(self.as_rows())
+
+
+# ---------------------------------------------------------------------------------------------
+# Ports and structure keys.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class PortSpec:
+    """One input or output of a compiled model: name, OpenVINO type, shape (-1 = dynamic)."""
+
+    name: str
+    index: int
+    ov_type: str
+    shape: tuple[int, ...]
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return NUMPY_DTYPES.get(self.ov_type, np.dtype(np.float32))
+
+    @property
+    def is_static(self) -> bool:
+        return all(d >= 0 for d in self.shape)
+
+    def accepts(self, shape: tuple[int, ...]) -> bool:
+        return len(shape) == len(self.shape) and all(
+            w < 0 or w == g for w, g in zip(self.shape, shape, strict=True)
+        )
+
+
+def _dims(partial_shape: Any) -> tuple[int, ...]:
+    if partial_shape.rank.is_dynamic:
+        raise EngineError(f"inputs of dynamic rank are not supported (got {partial_shape})")
+    return tuple(d.get_length() if d.is_static else -1 for d in partial_shape)
+
+
+def _port_name(port: Any, fallback: str) -> str:
+    names = port.get_names()
+    if names:
+        return str(sorted(names)[0]) if len(names) > 1 else str(next(iter(names)))
+    try:
+        return str(port.get_node().get_friendly_name())
+    except Exception:
+        return fallback
+
+
+def _ports(ports: Sequence[Any], prefix: str) -> tuple[PortSpec, ...]:
+    specs = []
+    for i, port in enumerate(ports):
+        if prefix == "input":
+            name = str(port.get_node().get_friendly_name())
+        else:
+            name = _port_name(port, f"{prefix}{i}")
+        specs.append(PortSpec(name, i, port.get_element_type().to_string(), _dims(port.get_partial_shape())))
+    return tuple(specs)
+
+
+def model_structure_key(model: Any) -> str:
+    """A digest of an ``openvino.Model``'s structure: op types, wiring, types, shapes, attributes,
+    constant bytes, Parameter and Result names.  Generated friendly names are ignored."""
+    h = hashlib.sha256()
+    index: dict[str, int] = {}  # friendly name -> position (wrappers are fresh objects per call)
+    for i, op in enumerate(model.get_ordered_ops()):
+        index[op.get_friendly_name()] = i
+        kind = op.get_type_name()
+        h.update(f"|{i}:{kind}:{op.get_type_info().version_id}".encode())
+        for inp in op.inputs():
+            src = inp.get_source_output()
+            h.update(f"<{index.get(src.get_node().get_friendly_name(), -1)}.{src.get_index()}".encode())
+        for out in op.outputs():
+            h.update(f">{out.get_element_type().to_string()}{out.get_partial_shape()}".encode())
+        try:
+            attrs = op.get_attributes()
+        except Exception:
+            attrs = {}
+        h.update(repr(sorted((k, repr(v)) for k, v in attrs.items())).encode())
+        if kind == "Parameter":
+            h.update(op.get_friendly_name().encode())
+        elif kind == "Result":
+            h.update(repr(sorted(op.output(0).get_names())).encode())
+        elif kind == "Constant":
+            h.update(np.ascontiguousarray(op.get_data()).tobytes())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """The compiled-graph cache counters (``compile_seconds`` sums every compile, cached or not)."""
+
+    hits: int
+    misses: int
+    evictions: int
+    compiles: int
+    compile_seconds: float
+    size: int
+    maxsize: int
+    enabled: bool
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "evictions": self.evictions,
+            "compiles": self.compiles,
+            "compile_seconds": round(self.compile_seconds, 6),
+            "size": self.size,
+            "maxsize": self.maxsize,
+            "enabled": self.enabled,
+            "hit_rate": round(self.hit_rate, 4),
+        }
+
+
+@dataclass(slots=True)
+class _Counters:
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    compiles: int = 0
+    compile_seconds: float = 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiled graphs and their requests.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class CacheKey:
+    """Everything that makes two compiled models different."""
+
+    structure: Hashable
+    device: str
+    core_id: int
+    properties: tuple[tuple[str, str], ...]
+    stateful: bool
+    states: tuple[tuple[str, str], ...]
+    dynamic: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+class CompiledGraph:
+    """One compiled model: its ports, effective configuration, compile time and shared request."""
+
+    def __init__(
+        self,
+        key: CacheKey,
+        compiled: Any,
+        core: Any,
+        *,
+        run_config: RunConfig,
+        states: Mapping[str, str],
+        stateful: bool,
+        variables: Mapping[str, str],
+        state_specs: Mapping[str, PortSpec],
+        compile_seconds: float,
+    ) -> None:
+        self.key = key
+        self.device = key.device
+        self.compiled = compiled
+        self.core = core  # kept alive: the compiled model belongs to it
+        self.run_config = run_config
+        self.states = dict(states)  # state input name -> output name
+        self.stateful = stateful
+        self.variables = dict(variables)  # state input name -> OpenVINO variable id (stateful)
+        self.state_specs = dict(state_specs)
+        self.compile_seconds = compile_seconds
+        self.effective = EffectiveConfig.read(compiled, run_config, simulated=is_simulated(core))
+        self.inputs = _ports(compiled.inputs, "input")
+        self.outputs = _ports(compiled.outputs, "output")
+        self.runs = 0
+        self.lock = threading.Lock()
+        self._runner: Runner | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"CompiledGraph(device={self.device!r}, inputs={[p.name for p in self.inputs]}, "
+            f"outputs={[p.name for p in self.outputs]}, stateful={self.stateful})"
+        )
+
+    @property
+    def runner(self) -> Runner:
+        """The shared request (stateless callers); sessions make their own with ``new_runner``."""
+        if self._runner is None:
+            self._runner = Runner(self)
+        return self._runner
+
+    def new_runner(self) -> Runner:
+        """A fresh infer request with its own state."""
+        return Runner(self)
+
+
+def _bf16_tensor(array: np.ndarray) -> Any:
+    """An ``openvino.Tensor`` of type bf16 holding ``array`` rounded to nearest even."""
+    import openvino as ov
+
+    bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    tensor = ov.Tensor(ov.Type.bf16, ov.Shape(list(array.shape)))
+    tensor.data.view(np.uint16)[...] = rounded
+    return tensor
+
+
+def _tensor_to_numpy(tensor: Any, ov_type: str) -> np.ndarray:
+    """A copy of an output tensor; bf16 widens to float32."""
+    if ov_type == "bf16":
+        bits = np.asarray(tensor.data).view(np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32).reshape(tuple(tensor.shape))
+    return np.array(tensor.data, copy=True)
+
+
+class Runner:
+    """One infer request with its bound inputs kept alive, and (optionally) state."""
+
+    def __init__(self, graph: CompiledGraph) -> None:
+        self.graph = graph
+        self.request = graph.compiled.create_infer_request()
+        n = len(graph.inputs)
+        self._by_name = {p.name: p for p in graph.inputs}
+        self._bound: list[Any] = [None] * n  # the caller's object last bound at each input
+        self._keep: list[Any] = [None] * n  # (array, ov.Tensor) the request reads: keep alive
+        self._state_keep: dict[str, Any] = {}
+        out_names = set(graph.states.values())
+        self._returned = [p for p in graph.outputs if p.name not in out_names]
+        self._state_out = {p.name: p for p in graph.outputs if p.name in out_names}
+        self._host_state: dict[str, np.ndarray] = {}
+        if graph.states and not graph.stateful:
+            self.reset_state()
+        self.runs = 0
+        self.last_infer_seconds = 0.0
+
+    # -- binding --------------------------------------------------------------------------
+    def _bind(self, port: PortSpec, value: Any) -> None:
+        import openvino as ov
+
+        i = port.index
+        if value is self._bound[i]:
+            return  # the same array object: the request already reads its memory
+        array = np.asarray(value)
+        if not port.accepts(array.shape):
+            want = "[" + ", ".join("?" if d < 0 else str(d) for d in port.shape) + "]"
+            raise InputError(
+                f"input {port.name!r}: shape {list(array.shape)} does not fit the compiled shape {want}"
+            )
+        if port.ov_type == "bf16":
+            tensor = _bf16_tensor(array)
+            self.request.set_input_tensor(i, tensor)
+            self._keep[i] = (tensor,)
+            self._bound[i] = None  # a converted copy: rebind every call
+            return
+        want_dtype = port.dtype
+        if array.dtype != want_dtype and not np.can_cast(array.dtype, want_dtype, "same_kind"):
+            raise InputError(
+                f"input {port.name!r}: dtype {array.dtype} cannot be converted to {want_dtype} "
+                f"({port.ov_type}) without losing its kind"
+            )
+        bound = np.ascontiguousarray(array, dtype=want_dtype)
+        tensor = ov.Tensor(bound, shared_memory=True)
+        self.request.set_input_tensor(i, tensor)
+        # Keep both alive for as long as the request may read them (ecosystem §4.3).
+        self._keep[i] = (bound, tensor)
+        # Zero-copy only when no conversion happened; otherwise the next call must copy again.
+        self._bound[i] = value if bound is value else None
+
+    def bind(self, inputs: Mapping[str, Any] | Sequence[Any]) -> None:
+        """Bind inputs by name (a mapping) or in input order (a sequence)."""
+        ports = self.graph.inputs
+        if isinstance(inputs, Mapping):
+            missing = [p.name for p in ports if p.name not in inputs and p.name not in self._host_state]
+            if missing:
+                raise InputError(f"missing input(s) {missing}; the graph expects {[p.name for p in ports]}")
+            unknown = [k for k in inputs if k not in self._by_name]
+            if unknown:
+                raise InputError(f"unknown input(s) {unknown}; the graph expects {[p.name for p in ports]}")
+            for port in ports:
+                value = inputs.get(port.name)
+                if value is None:
+                    value = self._host_state[port.name]
+                self._bind(port, value)
+        else:
+            free = [p for p in ports if p.name not in self._host_state]
+            if len(inputs) != len(free):
+                raise InputError(f"expected {len(free)} inputs ({[p.name for p in free]}), got {len(inputs)}")
+            for port, value in zip(free, inputs, strict=True):
+                self._bind(port, value)
+            for name, value in self._host_state.items():
+                self._bind(self._by_name[name], value)
+
+    # -- running --------------------------------------------------------------------------
+    def run(self, inputs: Mapping[str, Any] | Sequence[Any], *, copy: bool = True) -> list[np.ndarray]:
+        """Bind, infer, and return the outputs (copies unless ``copy=False``: then live views
+        valid until the next run of this request)."""
+        with self.graph.lock:
+            self.bind(inputs)
+            t0 = time.perf_counter()
+            try:
+                self.request.infer()
+            except RuntimeError as exc:
+                raise EngineError(f"inference failed on {self.graph.device}: {exc}") from exc
+            self.last_infer_seconds = time.perf_counter() - t0
+            self.runs += 1
+            self.graph.runs += 1
+            req = self.request
+            if self._state_out:
+                self._capture_host_state()
+            if copy:
+                return [_tensor_to_numpy(req.get_output_tensor(p.index), p.ov_type) for p in self._returned]
+            return [req.get_output_tensor(p.index).data for p in self._returned]
+
+    __call__ = run
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def state_names(self) -> list[str]:
+        return list(self.graph.states)
+
+    def _check_state(self, name: str) -> None:
+        if name not in self.graph.states:
+            raise KeyError(f"no state named {name!r}; this graph has {self.state_names or 'no states'}")
+
+    def _variable(self, name: str) -> Any:
+        var_id = self.graph.variables[name]
+        for st in self.request.query_state():
+            if st.name == var_id:
+                return st
+        raise EngineError(f"state variable {var_id!r} not found in the infer request")
+
+    def _capture_host_state(self) -> None:
+        by_out = {out: inp for inp, out in self.graph.states.items()}
+        for out_name, port in self._state_out.items():
+            value = _tensor_to_numpy(self.request.get_output_tensor(port.index), port.ov_type)
+            self._host_state[by_out[out_name]] = value
+
+    def state(self, name: str) -> np.ndarray:
+        """A copy of the current value of state ``name`` (e.g. a KV cache)."""
+        self._check_state(name)
+        if not self.graph.stateful:
+            return self._host_state[name].copy()
+        st = self._variable(name)
+        return _tensor_to_numpy(st.state, self.graph.state_specs[name].ov_type)
+
+    def set_state(self, name: str, value: Any) -> None:
+        """Replace state ``name`` (its shape must fit the declared one)."""
+        import openvino as ov
+
+        self._check_state(name)
+        spec = self.graph.state_specs[name]
+        array = np.asarray(value)
+        if not spec.accepts(array.shape):
+            raise InputError(f"state {name!r}: shape {list(array.shape)} does not fit {list(spec.shape)}")
+        array = np.ascontiguousarray(array, dtype=spec.dtype)
+        with self.graph.lock:
+            if not self.graph.stateful:
+                self._host_state[name] = array.copy()
+                return
+            tensor = _bf16_tensor(array) if spec.ov_type == "bf16" else ov.Tensor(array, shared_memory=True)
+            self._variable(name).state = tensor
+            self._state_keep[name] = (array, tensor)
+
+    def reset_state(self, name: str | None = None) -> None:
+        """Back to the initial value (zeros; dynamic dimensions of length 0), one or all states."""
+        names = self.state_names if name is None else [name]
+        for n in names:
+            self._check_state(n)
+        if not self.graph.stateful:
+            for n in names:
+                spec = self.graph.state_specs[n]
+                self._host_state[n] = np.zeros(tuple(max(d, 0) for d in spec.shape), spec.dtype)
+            return
+        with self.graph.lock:
+            if name is None:
+                self.request.reset_state()
+            else:
+                self._variable(name).reset()
+            for n in names:
+                self._state_keep.pop(n, None)
+
+    # -- profiling ------------------------------------------------------------------------
+    @property
+    def profiling(self) -> bool:
+        """True only when the compiled model reports PERF_COUNT on."""
+        return self.graph.effective.profiling
+
+    def profile(self) -> pd.DataFrame:
+        """Per-node timings of the last run (``ProfilingOffError`` when profiling was not on)."""
+        import pandas as pd
+
+        if not self.profiling:
+            raise ProfilingOffError(
+                "profiling was not on for this compiled model (PERF_COUNT reports off): "
+                "run with RunConfig(profiling=True) to get per-node timings"
+            )
+        if self.runs == 0:
+            raise ProfilingOffError("no run yet: per-node timings exist after the first run")
+        rows = [
+            {
+                "node": p.node_name,
+                "type": p.node_type,
+                "exec_type": p.exec_type,
+                "status": str(p.status).rsplit(".", 1)[-1],
+                "real_time_us": p.real_time.total_seconds() * 1e6,
+                "cpu_time_us": p.cpu_time.total_seconds() * 1e6,
+            }
+            for p in self.request.profiling_info
+        ]
+        return pd.DataFrame(
+            rows, columns=["node", "type", "exec_type", "status", "real_time_us", "cpu_time_us"]
+        )
+
+
+# Sessions are runners with their own request (own state); the name reads better in user code.
+Session = Runner
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the model to compile: dynamic dims, stateful transformation.
+# ---------------------------------------------------------------------------------------------
+ModelFactory = Callable[[], Any]
+
+
+def _model_from(factory_result: Any) -> Any:
+    # Graph.to_model returns (model, input_names); plain factories return the model.
+    return factory_result[0] if isinstance(factory_result, tuple) else factory_result
+
+
+def _apply_dynamic(model: Any, dynamic: Mapping[str, tuple[int, ...]]) -> None:
+    """Mark axes of the named inputs dynamic (-1) so one compiled model serves many lengths."""
+    if not dynamic:
+        return
+    import openvino as ov
+
+    params = {p.get_friendly_name(): p for p in model.get_parameters()}
+    new_shapes = {}
+    for name, axes in dynamic.items():
+        if name not in params:
+            raise InputError(f"dynamic: no input named {name!r} (inputs: {sorted(params)})")
+        dims = list(_dims(params[name].get_partial_shape()))
+        for axis in axes:
+            if not -len(dims) <= axis < len(dims):
+                raise InputError(f"dynamic: axis {axis} out of range for input {name!r} of rank {len(dims)}")
+            dims[axis] = -1
+        new_shapes[params[name].output(0)] = ov.PartialShape(dims)
+    try:
+        model.reshape(new_shapes)
+    except RuntimeError as exc:
+        raise EngineError(f"cannot make {dict(dynamic)} dynamic: {exc}".splitlines()[0]) from exc
+
+
+def _state_specs(model: Any, states: Mapping[str, str]) -> dict[str, PortSpec]:
+    params = {p.get_friendly_name(): p for p in model.get_parameters()}
+    results = {_port_name(o, ""): o for o in model.outputs}
+    specs = {}
+    for inp, out in states.items():
+        if inp not in params:
+            raise InputError(f"state {inp!r}: no input of that name (inputs: {sorted(params)})")
+        if out not in results:
+            raise InputError(f"state {inp!r}: no output named {out!r} (outputs: {sorted(results)})")
+        p = params[inp]
+        specs[inp] = PortSpec(inp, -1, p.get_element_type().to_string(), _dims(p.get_partial_shape()))
+    return specs
+
+
+def _make_stateful(model: Any, states: Mapping[str, str]) -> dict[str, str]:
+    """OpenVINO's MakeStateful (upstream §7.4): each (input, output) pair becomes a variable."""
+    from openvino._offline_transformations import apply_make_stateful_transformation
+
+    before = {v.get_info().variable_id for v in model.get_variables()}
+    apply_make_stateful_transformation(model, dict(states))
+    after = [
+        v.get_info().variable_id for v in model.get_variables() if v.get_info().variable_id not in before
+    ]
+    mapping: dict[str, str] = {}
+    for inp, out in states.items():
+        guess = inp + out  # MakeStateful names a variable <param><result>
+        mapping[inp] = guess if guess in after else next(v for v in after if v.startswith(inp))
+    return mapping
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine.
+# ---------------------------------------------------------------------------------------------
+_ENV_DATA: dict[Any, Any] | None = getattr(os.environ, "_data", None)
+_ENV_KEYS: tuple[Any, ...] = (
+    tuple(os.environ.encodekey(n) for n in ENGINE_ENV) if _ENV_DATA is not None else ENGINE_ENV
+)
+
+
+def _env_snapshot() -> tuple[Any, ...]:
+    """The engine's variables, cheaply: CPython's ``os.environ`` keeps its encoded data in ``_data``,
+    which is read directly (a few hundred ns) because this runs on every call."""
+    data = _ENV_DATA if _ENV_DATA is not None else os.environ
+    return tuple(data.get(k) for k in _ENV_KEYS)
+
+
+def _cache_size_from_env(default: int) -> int:
+    raw = os.environ.get(ENV_CACHE_SIZE, "")
+    if not raw:
+        return default
+    try:
+        size = int(raw)
+    except ValueError:
+        raise ValueError(f"{ENV_CACHE_SIZE}={raw!r} is not an integer (expected a cache size >= 1)") from None
+    if size < 1:
+        raise ValueError(f"{ENV_CACHE_SIZE}={raw!r}: expected a cache size >= 1")
+    return size
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    """One run, explained: outputs, hit or miss, times, effective config, per-node profile."""
+
+    outputs: list[np.ndarray]
+    cache_hit: bool
+    compile_seconds: float
+    infer_seconds: float
+    effective: EffectiveConfig
+    profile: pd.DataFrame | None = field(default=None, repr=False)
+
+
+class Engine:
+    """A bounded LRU of compiled graphs on one Core (real or simulated)."""
+
+    def __init__(
+        self,
+        core: Any = None,
+        *,
+        maxsize: int | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.core = get_core(core)
+        self._fixed_env = env
+        self._explicit_size = maxsize
+        if maxsize is not None and maxsize < 1:
+            raise ValueError(f"maxsize={maxsize} is not valid (expected >= 1)")
+        self._entries: OrderedDict[CacheKey, CompiledGraph] = OrderedDict()
+        self._lock = threading.RLock()
+        self._counters = _Counters()
+        self._snapshot: tuple[Any, ...] | None = None
+        self._fast: dict[tuple[Any, ...], CacheKey] = {}
+        self._config = OvkitConfig()
+        self._device: str | None = None
+        self._maxsize = maxsize or DEFAULT_CACHE_SIZE
+        self._refresh()
+        self.last_runner: Runner | None = None
+        self.last_hit = False
+
+    # -- configuration ----------------------------------------------------------------------
+    def _refresh(self) -> None:
+        """Re-read the configuration when one of the engine's variables changed."""
+        if self._fixed_env is not None:
+            if self._snapshot is not None:
+                return
+            self._snapshot = ()
+            self._config = read_config(self._fixed_env)
+        else:
+            snap = _env_snapshot()
+            if snap == self._snapshot:
+                return
+            self._snapshot = snap
+            self._config = read_config()
+        self._device = None
+        self._fast.clear()
+        if self._explicit_size is None:
+            self.resize(
+                _cache_size_from_env(DEFAULT_CACHE_SIZE) if self._fixed_env is None else DEFAULT_CACHE_SIZE
+            )
+
+    @property
+    def config(self) -> OvkitConfig:
+        self._refresh()
+        return self._config
+
+    @property
+    def maxsize(self) -> int:
+        return self._maxsize
+
+    def resize(self, maxsize: int) -> None:
+        """Change the LRU bound (evicting the least recently used entries if needed)."""
+        if maxsize < 1:
+            raise ValueError(f"maxsize={maxsize} is not valid (expected >= 1)")
+        with self._lock:
+            self._maxsize = maxsize
+            self._evict()
+
+    def selected_device(self) -> str:
+        """The device ``GGML_OPENVINO_DEVICE`` selects on this engine's Core (resolved once per value)."""
+        self._refresh()
+        if self._device is None:
+            from ovkit.selection import resolve_device
+
+            self._device = resolve_device(self.core, self._fixed_env, log=False).device
+        return self._device
+
+    # -- the cache --------------------------------------------------------------------------
+    def _evict(self) -> None:
+        while len(self._entries) > self._maxsize:
+            self._entries.popitem(last=False)
+            self._counters.evictions += 1
+
+    def stats(self) -> CacheStats:
+        """Hits, misses, evictions, compiles and compile time so far."""
+        c = self._counters
+        return CacheStats(
+            c.hits,
+            c.misses,
+            c.evictions,
+            c.compiles,
+            c.compile_seconds,
+            len(self._entries),
+            self._maxsize,
+            not self.config.disable_cache,
+        )
+
+    def clear(self) -> None:
+        """Drop every compiled graph (counters are kept; see ``reset_stats``)."""
+        with self._lock:
+            self._entries.clear()
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._counters = _Counters()
+
+    def entries(self) -> list[CompiledGraph]:
+        """Cached graphs, least recently used first."""
+        with self._lock:
+            return list(self._entries.values())
+
+    def table(self) -> pd.DataFrame:
+        """The cache as a table: one row per compiled graph."""
+        import pandas as pd
+
+        rows = [
+            {
+                "structure": str(e.key.structure)[:16],
+                "device": e.device,
+                "inputs": ", ".join(p.name for p in e.inputs),
+                "outputs": ", ".join(p.name for p in e.outputs),
+                "stateful": e.stateful,
+                "precision": e.effective.inference_precision,
+                "compile_ms": round(e.compile_seconds * 1e3, 3),
+                "runs": e.runs,
+            }
+            for e in self.entries()
+        ]
+        return pd.DataFrame(rows)
+
+    def compiled(
+        self,
+        structure: Hashable,
+        factory: ModelFactory,
+        device: str | None = None,
+        run_config: RunConfig | None = None,
+        *,
+        states: Mapping[str, str] | None = None,
+        stateful: bool | None = None,
+        dynamic: Mapping[str, Iterable[int]] | None = None,
+    ) -> CompiledGraph:
+        """The compiled graph for ``structure`` on ``device``: from the cache, or compiled now.
+
+        ``factory()`` builds the ``openvino.Model`` (called on a miss only).  ``states`` maps a
+        state input name to the output holding its next value; ``stateful=None`` follows
+        ``GGML_OPENVINO_STATEFUL_EXECUTION`` (always off on the NPU class).
+        """
+        self._refresh()
+        cfg = self._config
+        dev = device or self._device or self.selected_device()
+        run = run_config or DEFAULT_RUN_CONFIG
+        # Fast path: the same request as before maps straight to its key (no sorting/hashing work).
+        fast = (
+            structure,
+            dev,
+            run,
+            stateful,
+            tuple(states.items()) if states else (),
+            tuple((n, tuple(a)) for n, a in dynamic.items()) if dynamic else (),
+        )
+        key = self._fast.get(fast)
+        if key is None:
+            key = self._make_key(structure, dev, run, cfg, states, stateful, dynamic)
+            if len(self._fast) > 4096:
+                self._fast.clear()
+            self._fast[fast] = key
+        with self._lock:
+            if not cfg.disable_cache:
+                entry = self._entries.get(key)
+                if entry is not None:
+                    self._entries.move_to_end(key)
+                    self._counters.hits += 1
+                    self.last_hit = True
+                    return entry
+            self._counters.misses += 1
+            self.last_hit = False
+            props = compile_properties(run, device_class(dev), cfg)
+            entry = self._compile(key, factory, run, props, dict(states or {}), dict(key.dynamic))
+            if not cfg.disable_cache:
+                self._entries[key] = entry
+                self._evict()
+            return entry
+
+    def _make_key(
+        self,
+        structure: Hashable,
+        dev: str,
+        run: RunConfig,
+        cfg: OvkitConfig,
+        states: Mapping[str, str] | None,
+        stateful: bool | None,
+        dynamic: Mapping[str, Iterable[int]] | None,
+    ) -> CacheKey:
+        dclass = device_class(dev)
+        want_stateful = cfg.stateful_execution if stateful is None else stateful
+        props = compile_properties(run, dclass, cfg)
+        return CacheKey(
+            structure=structure,
+            device=dev,
+            core_id=id(self.core),
+            properties=tuple(sorted((k, str(v)) for k, v in props.items())),
+            stateful=bool(states) and want_stateful and dclass != DeviceClass.NPU,
+            states=tuple(sorted((states or {}).items())),
+            dynamic=tuple(
+                sorted((n, tuple(sorted({int(a) for a in axes}))) for n, axes in (dynamic or {}).items())
+            ),
+        )
+
+    def _compile(
+        self,
+        key: CacheKey,
+        factory: ModelFactory,
+        run: RunConfig,
+        props: dict[str, Any],
+        states: dict[str, str],
+        dynamic: dict[str, tuple[int, ...]],
+    ) -> CompiledGraph:
+        model = _model_from(factory())
+        _apply_dynamic(model, dynamic)
+        specs = _state_specs(model, states)
+        variables = _make_stateful(model, states) if key.stateful else {}
+        t0 = time.perf_counter()
+        try:
+            compiled = self.core.compile_model(model, key.device, props)
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()
+            raise EngineError(f"compile_model failed on {key.device}: {first[-1] if first else exc}") from exc
+        seconds = time.perf_counter() - t0
+        self._counters.compiles += 1
+        self._counters.compile_seconds += seconds
+        if self._config.profiling:
+            logger.info("GGML OpenVINO Backend: \n  - Graph compile time: %.3f ms", seconds * 1e3)
+        return CompiledGraph(
+            key,
+            compiled,
+            self.core,
+            run_config=run,
+            states=states,
+            stateful=key.stateful,
+            variables=variables,
+            state_specs=specs,
+            compile_seconds=seconds,
+        )
+
+    # -- running ----------------------------------------------------------------------------
+    def run(
+        self,
+        structure: Hashable,
+        factory: ModelFactory,
+        inputs: Mapping[str, Any] | Sequence[Any],
+        device: str | None = None,
+        run_config: RunConfig | None = None,
+        *,
+        dynamic: Mapping[str, Iterable[int]] | None = None,
+        copy: bool = True,
+    ) -> list[np.ndarray]:
+        """Run ``structure`` (compiled on a miss) with ``inputs``; returns the outputs."""
+        graph = self.compiled(structure, factory, device, run_config, dynamic=dynamic)
+        runner = graph.runner
+        self.last_runner = runner
+        outputs = runner.run(inputs, copy=copy)
+        if self._config.profiling:
+            logger.info(
+                "GGML OpenVINO Backend: \n  - Graph inference time: %.3f ms", runner.last_infer_seconds * 1e3
+            )
+        return outputs
+
+    def run_report(
+        self,
+        structure: Hashable,
+        factory: ModelFactory,
+        inputs: Mapping[str, Any] | Sequence[Any],
+        device: str | None = None,
+        run_config: RunConfig | None = None,
+        *,
+        dynamic: Mapping[str, Iterable[int]] | None = None,
+    ) -> RunReport:
+        """Like ``run``, with the cache outcome, times, effective config and per-node profile."""
+        before = self._counters.compile_seconds
+        outputs = self.run(structure, factory, inputs, device, run_config, dynamic=dynamic)
+        runner = self.last_runner
+        assert runner is not None
+        return RunReport(
+            outputs=outputs,
+            cache_hit=self.last_hit,
+            compile_seconds=self._counters.compile_seconds - before,
+            infer_seconds=runner.last_infer_seconds,
+            effective=runner.graph.effective,
+            profile=runner.profile() if runner.profiling else None,
+        )
+
+    def last_profile(self) -> pd.DataFrame:
+        """Per-node timings of the last ``run`` (``ProfilingOffError`` if profiling was off)."""
+        if self.last_runner is None:
+            raise ProfilingOffError("nothing has run on this engine yet")
+        return self.last_runner.profile()
+
+    def session(
+        self,
+        structure: Hashable,
+        factory: ModelFactory,
+        device: str | None = None,
+        run_config: RunConfig | None = None,
+        *,
+        states: Mapping[str, str] | None = None,
+        stateful: bool | None = None,
+        dynamic: Mapping[str, Iterable[int]] | None = None,
+    ) -> Session:
+        """A request of its own (own state, e.g. one KV cache per conversation).
+
+        The compiled model is shared through the cache; state inputs need not be passed to
+        ``run`` (they are variables when stateful, else fed back by the session).
+        """
+        graph = self.compiled(
+            structure, factory, device, run_config, states=states, stateful=stateful, dynamic=dynamic
+        )
+        return graph.new_runner()
+
+    # -- convenience for plain openvino.Model objects --------------------------------------
+    def run_model(
+        self,
+        model: Any,
+        inputs: Mapping[str, Any] | Sequence[Any],
+        device: str | None = None,
+        run_config: RunConfig | None = None,
+        **kw: Any,
+    ) -> list[np.ndarray]:
+        """Run an ``openvino.Model`` (keyed by ``model_structure_key``; a clone is compiled)."""
+        return self.run(model_structure_key(model), model.clone, inputs, device, run_config, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Process-wide engines (one per Core).
+# ---------------------------------------------------------------------------------------------
+_ENGINES: dict[int, Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def get_engine(core: Any = None) -> Engine:
+    """The process-wide engine for ``core`` (default: the process-wide OpenVINO Core)."""
+    real = get_core(core)
+    engine = _ENGINES.get(id(real))
+    if engine is None:
+        with _ENGINES_LOCK:
+            engine = _ENGINES.get(id(real))
+            if engine is None:
+                engine = Engine(real)
+                _ENGINES[id(real)] = engine
+    return engine
+
+
+def run_model(
+    model: Any,
+    inputs: Mapping[str, Any] | Sequence[Any],
+    device: str | None = None,
+    core: Any = None,
+    run_config: RunConfig | None = None,
+) -> list[np.ndarray]:
+    """Run an ``openvino.Model`` through the process-wide engine of ``core``."""
+    return get_engine(core).run_model(model, inputs, device, run_config)
+
+
+def cache_stats(core: Any = None) -> CacheStats:
+    """Counters of the process-wide engine of ``core``."""
+    return get_engine(core).stats()

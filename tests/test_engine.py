@@ -1,0 +1,297 @@
+"""The execution engine on the real OpenVINO CPU device (and the simulated device set)."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import openvino as ov
+import openvino.opset16 as ops
+import pytest
+
+from ovkit.config import read_config
+from ovkit.engine import (
+    Engine,
+    EngineError,
+    InputError,
+    ProfilingOffError,
+    RunConfig,
+    compile_properties,
+    model_structure_key,
+)
+
+
+def add_model(n: int = 8) -> ov.Model:
+    a = ops.parameter([n, n], np.float32, name="a")
+    b = ops.parameter([n, n], np.float32, name="b")
+    y = ops.add(a, b)
+    y.output(0).get_tensor().set_names({"y"})
+    return ov.Model([y], [a, b], "add")
+
+
+def kv_model(width: int = 4) -> ov.Model:
+    """A growing cache: cache_out = concat(cache, x); total = column sums of cache_out."""
+    cache = ops.parameter(ov.PartialShape([-1, width]), np.float32, name="cache")
+    x = ops.parameter(ov.PartialShape([-1, width]), np.float32, name="x")
+    cat = ops.concat([cache, x], 0)
+    out = ops.result(cat)
+    out.output(0).get_tensor().set_names({"cache_out"})
+    total = ops.result(ops.reduce_sum(cat, np.array([0]), False))
+    total.output(0).get_tensor().set_names({"total"})
+    return ov.Model([out, total], [cache, x], "kv")
+
+
+@pytest.fixture
+def engine() -> Engine:
+    return Engine(env={})
+
+
+def test_second_run_hits_the_cache_and_does_not_compile(engine: Engine) -> None:
+    built = []
+
+    def factory() -> ov.Model:
+        built.append(1)
+        return add_model()
+
+    a = np.arange(64, dtype=np.float32).reshape(8, 8)
+    first = engine.run("add8", factory, {"a": a, "b": a})[0]
+    second = engine.run("add8", factory, {"a": a, "b": a})[0]
+    np.testing.assert_array_equal(first, 2 * a)
+    np.testing.assert_array_equal(second, 2 * a)
+    stats = engine.stats()
+    assert (stats.hits, stats.misses, stats.compiles) == (1, 1, 1)
+    assert len(built) == 1  # the factory (graph -> model) ran once
+    assert stats.compile_seconds > 0
+
+
+def test_key_separates_device_config_and_structure(engine: Engine) -> None:
+    a = np.ones((8, 8), np.float32)
+    engine.run("add8", add_model, [a, a])
+    engine.run("add8", add_model, [a, a], run_config=RunConfig(execution_mode="ACCURACY"))
+    engine.run("add4", lambda: add_model(4), [a[:4, :4], a[:4, :4]])
+    assert engine.stats().compiles == 3
+    assert model_structure_key(add_model(8)) == model_structure_key(add_model(8))
+    assert model_structure_key(add_model(8)) != model_structure_key(add_model(4))
+
+
+def test_lru_evicts_least_recently_used() -> None:
+    engine = Engine(env={}, maxsize=2)
+    x = {n: np.ones((n, n), np.float32) for n in (2, 3, 4)}
+    for n in (2, 3):
+        engine.run(f"add{n}", lambda n=n: add_model(n), [x[n], x[n]])
+    engine.run("add2", lambda: add_model(2), [x[2], x[2]])  # 2 is now most recent
+    engine.run("add4", lambda: add_model(4), [x[4], x[4]])  # evicts 3
+    stats = engine.stats()
+    assert stats.evictions == 1 and stats.size == 2
+    assert {e.key.structure for e in engine.entries()} == {"add2", "add4"}
+    engine.run("add3", lambda: add_model(3), [x[3], x[3]])
+    assert engine.stats().misses == 4  # 3 had to be compiled again
+
+
+def test_cache_size_from_environment() -> None:
+    assert Engine(env={}).maxsize == 64
+    with pytest.raises(ValueError, match="maxsize=0"):
+        Engine(env={}, maxsize=0)
+
+
+def test_disable_cache_compiles_every_call() -> None:
+    engine = Engine(env={"GGML_OPENVINO_DISABLE_CACHE": "1"})
+    a = np.ones((8, 8), np.float32)
+    for _ in range(2):
+        engine.run("add8", add_model, [a, a])
+    stats = engine.stats()
+    assert stats.compiles == 2 and stats.size == 0 and not stats.enabled
+
+
+def test_inputs_deleted_by_the_caller_do_not_corrupt_later_runs(engine: Engine) -> None:
+    """Regression test for the use-after-free of ecosystem notes §4.3."""
+    engine.run("add8", add_model, {"a": np.full((8, 8), 3, np.float32), "b": np.full((8, 8), 4, np.float32)})
+    a = np.full((8, 8), 2, np.float32)
+    b = np.full((8, 8), 5, np.float32)
+    engine.run("add8", add_model, {"a": a, "b": b})
+    del a, b
+    gc.collect()
+    garbage = [np.random.rand(8, 8).astype(np.float32) for _ in range(200)]  # reuse freed memory
+    c = np.full((8, 8), 1, np.float32)
+    out = engine.run("add8", add_model, {"a": c, "b": c})[0]
+    np.testing.assert_array_equal(out, np.full((8, 8), 2, np.float32))
+    assert len(garbage) == 200
+
+
+def test_outputs_do_not_alias_the_next_run(engine: Engine) -> None:
+    one = np.ones((8, 8), np.float32)
+    first = engine.run("add8", add_model, [one, one])[0]
+    engine.run("add8", add_model, [one * 5, one])
+    np.testing.assert_array_equal(first, 2 * one)
+
+
+def test_in_place_edits_of_a_bound_array_are_seen(engine: Engine) -> None:
+    a = np.ones((8, 8), np.float32)
+    engine.run("add8", add_model, [a, a])
+    a[...] = 7
+    np.testing.assert_array_equal(engine.run("add8", add_model, [a, a])[0], np.full((8, 8), 14, np.float32))
+
+
+def test_non_contiguous_and_converted_inputs(engine: Engine) -> None:
+    base = np.arange(256, dtype=np.float64).reshape(16, 16)
+    view = base[::2, ::2]  # not contiguous, float64
+    out = engine.run("add8", add_model, [view, view])[0]
+    np.testing.assert_array_equal(out, (2 * view).astype(np.float32))
+
+
+def test_bad_inputs_are_named(engine: Engine) -> None:
+    a = np.ones((8, 8), np.float32)
+    with pytest.raises(
+        InputError, match=r"input 'a': shape \[4, 4\] does not fit the compiled shape \[8, 8\]"
+    ):
+        engine.run("add8", add_model, {"a": a[:4, :4], "b": a})
+    with pytest.raises(InputError, match=r"missing input\(s\) \['b'\]"):
+        engine.run("add8", add_model, {"a": a})
+    with pytest.raises(InputError, match="unknown input"):
+        engine.run("add8", add_model, {"a": a, "b": a, "c": a})
+    with pytest.raises(InputError, match="cannot be converted"):
+        engine.run("add8", add_model, {"a": a, "b": np.full((8, 8), "x")})
+
+
+def test_bad_hint_values_are_rejected() -> None:
+    with pytest.raises(
+        ValueError, match=r"inference_precision='f8' is not valid \(expected one of: f32, f16, bf16\)"
+    ):
+        RunConfig(inference_precision="f8")
+    with pytest.raises(ValueError, match="execution_mode"):
+        RunConfig(execution_mode="FAST")
+
+
+def test_effective_precision_is_read_back(engine: Engine) -> None:
+    a = np.ones((8, 8), np.float32)
+    report = engine.run_report("add8", add_model, [a, a], run_config=RunConfig(inference_precision="f32"))
+    assert report.effective.inference_precision == "f32"
+    asked_f16 = engine.run_report("add8", add_model, [a, a], run_config=RunConfig(inference_precision="f16"))
+    # This CPU has no native f16 compute: it reports what it really uses, not what was asked.
+    assert asked_f16.effective.requested.inference_precision == "f16"
+    assert asked_f16.effective.inference_precision in ("f32", "bf16", "f16")
+    accurate = engine.run_report("add8", add_model, [a, a], run_config=RunConfig(execution_mode="ACCURACY"))
+    assert accurate.effective.execution_mode == "ACCURACY"
+    assert accurate.effective.inference_precision == "model"  # no lowering: the model's own f32
+    rows = {r["property"]: r for r in accurate.effective.as_rows()}
+    assert rows["EXECUTION_MODE_HINT"]["effective"] == "ACCURACY"
+    assert rows["INFERENCE_PRECISION_HINT"]["requested"] == "(device default)"
+
+
+def test_profiling_gives_per_node_timings(engine: Engine) -> None:
+    a = np.ones((64, 64), np.float32)
+    report = engine.run_report("add64", lambda: add_model(64), [a, a], run_config=RunConfig(profiling=True))
+    assert report.effective.profiling
+    df = report.profile
+    assert df is not None
+    assert list(df.columns) == ["node", "type", "exec_type", "status", "real_time_us", "cpu_time_us"]
+    assert (df["status"] == "EXECUTED").any()
+    assert df.loc[df["status"] == "EXECUTED", "real_time_us"].sum() > 0
+
+
+def test_profiling_off_gives_no_fake_numbers(engine: Engine) -> None:
+    a = np.ones((8, 8), np.float32)
+    report = engine.run_report("add8", add_model, [a, a])
+    assert report.profile is None and not report.effective.profiling
+    with pytest.raises(ProfilingOffError, match="PERF_COUNT reports off"):
+        engine.last_profile()
+
+
+def test_state_grows_and_resets(engine: Engine) -> None:
+    for stateful in (True, False):
+        session = engine.session("kv", kv_model, states={"cache": "cache_out"}, stateful=stateful)
+        assert session.graph.stateful is stateful
+        assert [p.name for p in session.graph.inputs] == (["x"] if stateful else ["cache", "x"])
+        sizes = []
+        for step in range(1, 4):
+            (total,) = session.run({"x": np.full((2, 4), step, np.float32)})
+            sizes.append(session.state("cache").shape[0])
+        assert sizes == [2, 4, 6]
+        np.testing.assert_array_equal(total, np.full(4, 2 * (1 + 2 + 3), np.float32))
+        session.reset_state()
+        assert session.state("cache").shape == (0, 4)
+        session.set_state("cache", np.full((3, 4), 5, np.float32))
+        (total,) = session.run({"x": np.ones((1, 4), np.float32)})
+        np.testing.assert_array_equal(total, np.full(4, 16, np.float32))
+        assert session.state("cache").shape == (4, 4)
+        with pytest.raises(KeyError, match="no state named 'v'"):
+            session.state("v")
+
+
+def test_two_sessions_have_independent_state(engine: Engine) -> None:
+    s1 = engine.session("kv", kv_model, states={"cache": "cache_out"}, stateful=True)
+    s2 = engine.session("kv", kv_model, states={"cache": "cache_out"}, stateful=True)
+    s1.run({"x": np.ones((3, 4), np.float32)})
+    s2.run({"x": np.ones((1, 4), np.float32)})
+    assert (s1.state("cache").shape[0], s2.state("cache").shape[0]) == (3, 1)
+    assert engine.stats().compiles == 1
+
+
+def test_stateful_follows_environment_and_is_off_on_npu() -> None:
+    from ovkit.simulate import SimulatedCore
+
+    engine = Engine(SimulatedCore("laptop"), env={"GGML_OPENVINO_STATEFUL_EXECUTION": "1"})
+    on_cpu = engine.session("kv", kv_model, states={"cache": "cache_out"})
+    on_npu = engine.session("kv", kv_model, "NPU", states={"cache": "cache_out"})
+    assert on_cpu.graph.stateful and not on_npu.graph.stateful
+    for session in (on_cpu, on_npu):
+        session.run({"x": np.ones((2, 4), np.float32)})
+        session.run({"x": np.ones((2, 4), np.float32)})
+        assert session.state("cache").shape == (4, 4)
+
+
+def test_simulated_core_runs_and_labels(engine: Engine) -> None:
+    from ovkit.simulate import SimulatedCore
+
+    sim = Engine(SimulatedCore("laptop"), env={})
+    a = np.ones((8, 8), np.float32)
+    report = sim.run_report("add8", add_model, [a, a], "GPU")
+    np.testing.assert_array_equal(report.outputs[0], 2 * a)
+    assert report.effective.simulated
+    with pytest.raises(EngineError, match="not registered"):
+        sim.run("add8", add_model, [a, a], "TPU")
+
+
+def test_cache_dir_maps_like_upstream(tmp_path) -> None:
+    cfg = read_config({"GGML_OPENVINO_CACHE_DIR": str(tmp_path)})
+    assert compile_properties(RunConfig(), "CPU", cfg) == {
+        "CACHE_DIR": str(tmp_path),
+        "CACHE_MODE": "OPTIMIZE_SIZE",
+    }
+    assert compile_properties(RunConfig(), "NPU", cfg) == {
+        "NPUW_CACHE_DIR": str(tmp_path),
+        "CACHE_MODE": "OPTIMIZE_SIZE",
+    }
+    engine = Engine(env={"GGML_OPENVINO_CACHE_DIR": str(tmp_path)})
+    a = np.ones((32, 32), np.float32)
+    engine.run("add32", lambda: add_model(32), [a, a])
+    assert any(p.suffix == ".blob" for p in tmp_path.iterdir())
+    again = Engine(env={"GGML_OPENVINO_CACHE_DIR": str(tmp_path)})
+    report = again.run_report("add32", lambda: add_model(32), [a, a])
+    assert report.effective.loaded_from_cache is True
+
+
+def test_dynamic_dims_serve_many_lengths(engine: Engine) -> None:
+    for n in (1, 3, 7):
+        x = np.ones((n, 8), np.float32)
+        out = engine.run("addrows", add_model, {"a": x, "b": x}, dynamic={"a": [0], "b": [0]})[0]
+        assert out.shape == (n, 8)
+    assert engine.stats().compiles == 1
+    with pytest.raises(InputError, match="axis 5 out of range"):
+        engine.run("addbad", add_model, {"a": x, "b": x}, dynamic={"a": [5]})
+
+
+@pytest.mark.slow
+def test_ten_thousand_runs_keep_memory_flat(engine: Engine) -> None:
+    psutil = pytest.importorskip("psutil")
+    proc = psutil.Process()
+    a = np.ones((8, 8), np.float32)
+    for _ in range(500):  # warm up allocator pools
+        engine.run("add8", add_model, {"a": np.ones((8, 8), np.float32), "b": a})
+    gc.collect()
+    before = proc.memory_info().rss
+    for i in range(10_000):
+        engine.run("add8", add_model, {"a": np.full((8, 8), i, np.float32), "b": a})
+    gc.collect()
+    grown = proc.memory_info().rss - before
+    assert grown < 5 * 1024 * 1024, f"RSS grew by {grown / 2**20:.2f} MiB over 10,000 runs"
