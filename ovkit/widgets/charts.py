@@ -15,7 +15,7 @@ import ipywidgets as widgets
 
 from ovkit.widgets._html import FallbackReprMixin, error_box, esc, png_img
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S, Refresher
-from ovkit.widgets.controls import RefreshControls
+from ovkit.widgets.controls import RefreshControls, close_parts
 from ovkit.widgets.data import ChartData, MemoryHistory, Snapshot, chart_data, error_text, take_snapshot
 
 if TYPE_CHECKING:
@@ -222,11 +222,7 @@ class AllocationCharts(FallbackReprMixin, widgets.VBox):
 
     def close(self) -> None:
         """Stop the refresh thread, then close the widgets."""
-        self.refresher.stop()
-        self.controls.close()
-        for image in self.images.values():
-            image.close()
-        self.error_html.close()
+        close_parts(self, "controls", "images", "error_html")
         super().close()
 
 

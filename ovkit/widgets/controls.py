@@ -10,6 +10,20 @@ from ovkit.widgets._html import esc
 from ovkit.widgets._refresh import MIN_INTERVAL_S, Refresher
 
 
+def close_parts(owner: object, *names: str) -> None:
+    """Stop ``owner.refresher`` and close the named child widgets (those that exist: __init__ may
+    have failed early, and ipywidgets calls close() again from ``__del__``)."""
+    refresher = getattr(owner, "refresher", None)
+    if refresher is not None:
+        refresher.stop()
+    for name in names:
+        part = getattr(owner, name, None)
+        parts = part.values() if isinstance(part, dict) else [part]
+        for p in parts:
+            if p is not None:
+                p.close()
+
+
 class RefreshControls(widgets.HBox):
     """Pause/resume and interval (seconds) for one refresher; errors in the interval box are shown."""
 
@@ -42,6 +56,7 @@ class RefreshControls(widgets.HBox):
             self.refresher.resume()
         self.pause_button.description = "Paused" if change["new"] else "Pause"
         self.pause_button.icon = "play" if change["new"] else "pause"
+        self.set_status("paused" if change["new"] else "live")
 
     def _on_interval(self, change: dict[str, Any]) -> None:
         try:

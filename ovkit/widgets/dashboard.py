@@ -11,7 +11,7 @@ import ipywidgets as widgets
 from ovkit.widgets._html import FallbackReprMixin, esc
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S, Refresher
 from ovkit.widgets.charts import AllocationCharts
-from ovkit.widgets.controls import RefreshControls
+from ovkit.widgets.controls import RefreshControls, close_parts
 from ovkit.widgets.data import Snapshot, error_text, take_snapshot
 from ovkit.widgets.device_table import DeviceTable
 from ovkit.widgets.selector import DeviceSelector, SelectorState
@@ -99,10 +99,7 @@ class Dashboard(FallbackReprMixin, widgets.VBox):
 
     def close(self) -> None:
         """Stop the refresh thread and close every part."""
-        self.refresher.stop()
-        for part in (self.controls, self.selector, self.table, self.charts, self.explorer):
-            if part is not None:
-                part.close()
+        close_parts(self, "controls", "selector", "table", "charts", "explorer")
         super().close()
 
 

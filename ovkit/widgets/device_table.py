@@ -11,7 +11,7 @@ import ipywidgets as widgets
 
 from ovkit.widgets._html import STYLE, FallbackReprMixin, error_box, esc, usage_bar
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S, Refresher
-from ovkit.widgets.controls import RefreshControls
+from ovkit.widgets.controls import RefreshControls, close_parts
 from ovkit.widgets.data import DeviceRow, Snapshot, device_rows, error_text, rows_frame, take_snapshot
 
 if TYPE_CHECKING:
@@ -170,7 +170,5 @@ class DeviceTable(FallbackReprMixin, widgets.VBox):
 
     def close(self) -> None:
         """Stop the refresh thread, then close the widgets."""
-        self.refresher.stop()
-        self.controls.close()
-        self.table_html.close()
+        close_parts(self, "controls", "table_html")
         super().close()

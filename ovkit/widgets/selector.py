@@ -12,6 +12,7 @@ import ipywidgets as widgets
 from ovkit.devices import physical_device_ids
 from ovkit.selection import ENV_DEVICE, Selection, resolve_device
 from ovkit.widgets._html import FallbackReprMixin, error_box, esc
+from ovkit.widgets.controls import close_parts
 from ovkit.widgets.data import error_text
 
 UNSET = "(unset)"
@@ -162,6 +163,5 @@ class DeviceSelector(FallbackReprMixin, widgets.VBox):
         return render_state_text(self.state)
 
     def close(self) -> None:
-        for w in (self.dropdown, self.text, self.status):
-            w.close()
+        close_parts(self, "dropdown", "text", "status")
         super().close()

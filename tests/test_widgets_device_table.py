@@ -1,0 +1,177 @@
+"""The live device table, headless (ipywidgets' DummyComm): rows, highlight, escaping, errors, thread."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+
+import pytest
+from widget_helpers import HOSTILE, HOSTILE_PROFILE, MIB, FlakyCore, thread_names, wait_for
+
+from ovkit.selection import ENV_DEVICE
+from ovkit.simulate import SimulatedCore
+from ovkit.widgets import DeviceTable
+from ovkit.widgets.data import device_rows, take_snapshot
+from ovkit.widgets.device_table import render_table_html
+
+
+def _html(table: DeviceTable) -> str:
+    return table.table_html.get_state()["value"]
+
+
+def _selected_rows(html: str) -> list[str]:
+    return re.findall(r'<tr class="ovkit-row ovkit-selected" data-device="([^"]+)"', html)
+
+
+@pytest.fixture
+def table():
+    tables: list[DeviceTable] = []
+
+    def make(core, **kw):
+        t = DeviceTable(core, **kw)
+        tables.append(t)
+        return t
+
+    yield make
+    for t in tables:
+        t.close()
+
+
+def test_rows_and_values_of_the_laptop(table) -> None:
+    t = table(SimulatedCore("laptop"), auto_refresh=False)
+    frame = t.to_frame()
+    assert list(frame.index) == ["CPU", "GPU", "NPU"]
+    assert list(frame["total_mib"]) == [31623, 29276, 31623]
+    assert list(frame["class"]) == ["CPU", "GPU", "NPU"]
+    assert frame.loc["NPU", "description"] == "Intel(R) AI Boost (NPU 4000)"
+    assert frame["simulated"].all()
+    html = _html(t)
+    assert html.count('class="ovkit-row') == 3
+    assert html.count('class="ovkit-tag ovkit-tag-sim"') == 3  # every row labelled simulated
+    assert "31,623" in html and "29,276" in html
+    assert type(t.table_html.comm).__name__ == "DummyComm"
+
+
+def test_selected_device_is_highlighted(table, monkeypatch) -> None:
+    t = table(SimulatedCore("laptop"), auto_refresh=False)
+    assert _selected_rows(_html(t)) == ["CPU"]
+    assert t.selected == "CPU"
+    monkeypatch.setenv(ENV_DEVICE, "NPU")
+    t.refresh()
+    assert _selected_rows(_html(t)) == ["NPU"]
+    assert t.to_frame()["selected"].to_dict() == {"CPU": False, "GPU": False, "NPU": True}
+
+
+def test_allocation_shows_after_refresh(table) -> None:
+    core = SimulatedCore("laptop")
+    t = table(core, auto_refresh=False)
+    assert t.to_frame().loc["GPU", "used_mib"] == 0
+    core.allocate("GPU", 512 * MIB)
+    t.refresh()
+    row = t.to_frame().loc["GPU"]
+    assert row["used_mib"] == 512
+    assert row["free_mib"] == 29276 - 512
+    assert ">512<" in _html(t)
+
+
+def test_runtime_strings_are_escaped_and_errors_inline(table) -> None:
+    t = table(SimulatedCore(HOSTILE_PROFILE), auto_refresh=False)
+    html = _html(t)
+    assert "<script>" not in html and "<b>bold" not in html and "<img" not in html
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; &quot;Co&quot;" in html
+    # the GPU's failed memory property is shown inline, in its own error row, escaped
+    err_rows = re.findall(r'<tr class="ovkit-errrow" data-device="GPU">(.*?)</tr>', html)
+    assert len(err_rows) == 1 and "driver said &lt;img src=x" in err_rows[0]
+    assert t.to_frame().loc["CPU", "description"] == HOSTILE
+
+
+def test_render_escapes_device_names() -> None:
+    rows = [dataclasses.replace(r, name='"><x>') for r in device_rows(take_snapshot(SimulatedCore("laptop")))]
+    html = render_table_html(rows)
+    assert '"><x>' not in html and 'data-device="&quot;&gt;&lt;x&gt;"' in html
+
+
+def test_failing_refresh_is_shown_not_raised(table) -> None:
+    core = FlakyCore("laptop")
+    t = table(core, auto_refresh=False)
+    core.fail_with = RuntimeError("driver <lost>")
+    t.refresh()  # no exception
+    assert t.error is not None and "RuntimeError: driver <lost>" in t.error
+    html = _html(t)
+    assert "driver &lt;lost&gt;" in html
+    assert html.count('class="ovkit-row') == 3  # last good rows stay visible
+    core.fail_with = None
+    t.refresh()
+    assert t.error is None and "driver" not in _html(t)
+
+
+def test_failing_refresh_on_the_thread_keeps_running(table) -> None:
+    core = FlakyCore("laptop")
+    t = table(core, interval=0.02)
+    core.fail_with = ZeroDivisionError("boom")
+    wait_for(lambda: t.error is not None and "boom" in t.error, what="the error in the widget")
+    assert t.refresher.alive
+    core.fail_with = None
+    wait_for(lambda: t.error is None, what="recovery")
+
+
+def test_background_refresh_updates_in_place(table) -> None:
+    core = SimulatedCore("laptop")
+    t = table(core, interval=0.02)
+    html_widget = t.table_html
+    core.allocate("NPU", 300 * MIB)
+    wait_for(lambda: t.to_frame().loc["NPU", "used_mib"] == 300, what="the allocation on the thread")
+    assert t.table_html is html_widget  # same widget, new value
+    assert ">300<" in _html(t)
+
+
+def test_pause_and_resume(table) -> None:
+    core = SimulatedCore("laptop")
+    t = table(core, interval=0.02)
+    wait_for(lambda: t.refresher.ticks >= 3, what="ticks")
+    t.controls.pause_button.value = True  # the toggle, as a user clicks it
+    assert t.refresher.paused
+    assert t.controls.pause_button.get_state()["description"] == "Paused"
+    time.sleep(0.1)  # let a tick that was already running finish
+    ticks = t.refresher.ticks
+    core.allocate("GPU", 100 * MIB)
+    time.sleep(0.2)  # ten intervals
+    assert t.refresher.ticks == ticks
+    assert t.to_frame().loc["GPU", "used_mib"] == 0
+    assert "paused" in t.controls.status.value
+    t.controls.pause_button.value = False
+    assert not t.refresher.paused
+    wait_for(lambda: t.to_frame().loc["GPU", "used_mib"] == 100, what="refresh after resume")
+
+
+def test_interval_control(table) -> None:
+    t = table(SimulatedCore("laptop"), interval=0.5)
+    t.controls.interval_box.value = 0.05
+    assert t.refresher.interval == 0.05
+    with pytest.raises(ValueError, match=r"refresh interval -1 s: expected a finite number >= 0.02"):
+        t.refresher.interval = -1
+    with pytest.raises(ValueError, match="not a number"):
+        DeviceTable(SimulatedCore("laptop"), interval="often", auto_refresh=False)  # type: ignore[arg-type]
+
+
+def test_close_stops_the_thread(table) -> None:
+    t = DeviceTable(SimulatedCore("laptop"), interval=0.02)
+    thread = t.refresher.thread
+    assert thread is not None and thread.is_alive() and thread.name in thread_names()
+    t.close()
+    assert not thread.is_alive()
+    assert thread.name not in thread_names()
+    assert t.table_html.comm is None  # the view is gone as well
+
+
+def test_text_and_html_fallbacks(table) -> None:
+    t = table(SimulatedCore("laptop"), auto_refresh=False)
+    text = str(t)
+    assert text.splitlines()[1].startswith("*  CPU (sim)")
+    assert "GPU (sim)" in text and "29,276" in text and "(simulated device set" in text
+    assert repr(t) == text
+    bundle = t._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"] == text
+    assert 'data-device="NPU"' in bundle["text/html"] and t._repr_html_() == bundle["text/html"]

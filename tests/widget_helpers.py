@@ -1,0 +1,93 @@
+"""Shared helpers for the widget tests: simulated cores with scripted failures, polling waits."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ovkit.simulate import DeviceProfile, Failure, Profile, SimulatedCore
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll until ``predicate()`` holds (a wait for an event, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def thread_names() -> set[str]:
+    return {t.name for t in threading.enumerate()}
+
+
+class FlakyCore(SimulatedCore):
+    """A simulated core whose device query can be switched to fail (like a lost driver)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fail_with: BaseException | None = None
+
+    @property
+    def available_devices(self) -> list[str]:
+        if self.fail_with is not None:
+            raise self.fail_with
+        return super().available_devices
+
+
+HOSTILE = "<script>alert('x')</script> & \"Co\""
+
+HOSTILE_PROFILE = Profile(
+    "hostile",
+    "devices whose runtime strings contain HTML",
+    (
+        DeviceProfile("CPU", {"FULL_DEVICE_NAME": HOSTILE}),
+        DeviceProfile(
+            "GPU",
+            {
+                "FULL_DEVICE_NAME": "iGPU <b>bold</b>",
+                "GPU_DEVICE_TOTAL_MEM_SIZE": Failure("driver said <img src=x onerror=alert(1)>"),
+                "GPU_MEMORY_STATISTICS": {},
+            },
+        ),
+    ),
+    host_total_bytes=16 * GIB,
+    host_available_bytes=8 * GIB,
+)
+
+FOUR_DEVICES = Profile(
+    "four",
+    "CPU, two GPUs and an NPU",
+    (
+        DeviceProfile("CPU", {"FULL_DEVICE_NAME": "Intel(R) Xeon(R)"}),
+        DeviceProfile(
+            "GPU.0",
+            {"FULL_DEVICE_NAME": "iGPU", "GPU_DEVICE_TOTAL_MEM_SIZE": 8 * GIB, "GPU_MEMORY_STATISTICS": {}},
+        ),
+        DeviceProfile(
+            "GPU.1",
+            {
+                "FULL_DEVICE_NAME": "dGPU",
+                "GPU_DEVICE_TOTAL_MEM_SIZE": 16 * GIB,
+                "GPU_MEMORY_STATISTICS": {"usm_device": GIB, "usm_host": 64 * MIB},
+            },
+        ),
+        DeviceProfile(
+            "NPU",
+            {
+                "FULL_DEVICE_NAME": "AI Boost",
+                "DEVICE_ARCHITECTURE": "4000",
+                "NPU_DEVICE_TOTAL_MEM_SIZE": 8 * GIB,
+                "NPU_DEVICE_ALLOC_MEM_SIZE": 0,
+            },
+        ),
+    ),
+    host_total_bytes=32 * GIB,
+    host_available_bytes=20 * GIB,
+)
