@@ -280,7 +280,7 @@ Builder = Callable[[dict[str, Any]], OpInfo]
 
 def _unary(name: str) -> Builder:
     def build(p: dict[str, Any]) -> OpInfo:
-        ne = p.get("ne_a", p.get("ne"))
+        ne = p["ne_a"] if "ne_a" in p else p["ne"]
         t = p["type"]
         a = leaf(t, ne, "a")
         if p.get("v", 0) & 1:
@@ -343,7 +343,7 @@ def _same(op: str, **fixed: Any) -> Builder:
     """Ops whose output has the input's type and shape (``type``/``ne``)."""
 
     def build(p: dict[str, Any]) -> OpInfo:
-        t, ne = p["type"], p.get("ne", p.get("ne_a"))
+        t, ne = p["type"], (p["ne"] if "ne" in p else p["ne_a"])
         a = leaf(t, ne, "a")
         extra = {k: p[k] for k in fixed if k in p}
         return node(op, t, ne, (a,), inplace_of=a if p.get("inplace") else None, **extra)
@@ -590,7 +590,7 @@ def _set(p: dict[str, Any]) -> OpInfo:
 def _set_rows(p: dict[str, Any]) -> OpInfo:
     ne, (n2, n3), r = p["ne"], p["nr23"], p["r"]
     t_src = p.get("type_src", "f32")
-    t_dst = p.get("type_dst", p.get("type"))
+    t_dst = str(p["type_dst"] if "type_dst" in p else p["type"])
     dst = leaf(t_dst, (ne[0], ne[1], ne[2] * n2, ne[3] * n3), "dst")
     src = leaf(t_src, (ne[0], r, ne[2] * n2, ne[3] * n3), "src")
     idx = leaf(p["type_idx"], (r, ne[2], ne[3]), "row_idxs")
