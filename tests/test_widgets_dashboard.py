@@ -1,0 +1,62 @@
+"""``ovkit.dashboard()``, headless: the selector moves the table's highlight; one thread, closed."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from widget_helpers import FOUR_DEVICES, thread_names, wait_for
+
+import ovkit
+from ovkit.selection import ENV_DEVICE
+from ovkit.simulate import SimulatedCore
+from ovkit.widgets import Dashboard
+
+
+@pytest.fixture
+def restore_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_DEVICE, "placeholder")
+    monkeypatch.delenv(ENV_DEVICE)
+
+
+def _highlighted(d: Dashboard) -> list[str]:
+    html = d.table.table_html.get_state()["value"]
+    return re.findall(r'<tr class="ovkit-row ovkit-selected" data-device="([^"]+)"', html)
+
+
+def test_selector_moves_the_highlight(restore_env) -> None:
+    d = ovkit.dashboard(SimulatedCore("laptop"), auto_refresh=False, op_explorer=False)
+    assert isinstance(d, Dashboard)
+    assert _highlighted(d) == ["CPU"]
+    d.selector.dropdown.value = "GPU"
+    assert os.environ[ENV_DEVICE] == "GPU"
+    assert _highlighted(d) == ["GPU"]
+    d.selector.text.value = "npu"  # near miss: falls back to CPU
+    assert _highlighted(d) == ["CPU"]
+    assert "fallback to CPU" in d.selector.status.value
+    d.close()
+
+
+def test_one_thread_feeds_table_and_charts_and_stops_on_close(restore_env) -> None:
+    core = SimulatedCore(FOUR_DEVICES, activity=True)
+    before = thread_names()
+    d = ovkit.dashboard(core, interval=0.05, op_explorer=False)
+    new = thread_names() - before
+    assert new == {d.refresher.thread.name}  # the parts do not run threads of their own
+    wait_for(lambda: len(d.charts.history) >= 3, what="samples")
+    assert list(d.table.to_frame().index) == ["CPU", "GPU.0", "GPU.1", "NPU"]
+    thread = d.refresher.thread
+    d.close()
+    assert not thread.is_alive()
+    assert thread_names() - before == set()
+
+
+def test_dashboard_fallbacks(restore_env) -> None:
+    d = ovkit.dashboard(SimulatedCore("laptop"), auto_refresh=False, op_explorer=False)
+    text = str(d)
+    assert "GGML_OPENVINO_DEVICE = (unset) -> CPU" in text
+    assert "*  CPU (sim)" in text and "Allocation charts" in text
+    html = d._repr_mimebundle_()["text/html"]
+    assert 'data-device="GPU"' in html and "data:image/png;base64," in html
+    d.close()
