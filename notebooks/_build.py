@@ -61,9 +61,11 @@ NB01 = [
     ),
     params(
         """
-        device = "CPU"  # GGML_OPENVINO_DEVICE on this machine, empty = unset
-        profile = None  # None = this machine, or a simulated profile such as laptop
+        device = "CPU"  # GGML_OPENVINO_DEVICE on this machine, empty for unset
+        profile = None  # None for this machine, or a simulated profile such as laptop
         compare_profiles = ["laptop", "workstation"]  # simulated machines shown side by side
+        live_refresh = True  # keep the live device table refreshing in the background
+        live_interval_s = 1.0  # seconds between refreshes
         """
     ),
     code(
@@ -277,6 +279,31 @@ NB01 = [
         """,
     ),
     md(
+        "live-md",
+        """
+        ## 7. Live view
+
+        The same rows as a widget that refreshes on a background thread (the kernel stays free):
+        the selected device is highlighted, simulated devices are labelled, a failing property
+        shows its error inline. Pause it or change the interval with its controls; `live.close()`
+        stops the thread.
+        """,
+    ),
+    code(
+        "live-table",
+        """
+        from ovkit.widgets import DeviceTable
+
+        live = DeviceTable(
+            core,
+            interval=live_interval_s,
+            auto_refresh=live_refresh,
+            env={"GGML_OPENVINO_DEVICE": device},
+        )
+        display(live)
+        """,
+    ),
+    md(
         "result-md",
         """
         ## Result
@@ -315,7 +342,7 @@ NB02 = [
     ),
     params(
         """
-        device = "CPU"  # GGML_OPENVINO_DEVICE to resolve on this machine, empty = unset
+        device = "CPU"  # GGML_OPENVINO_DEVICE to resolve on this machine, empty for unset
         profile = "workstation"  # simulated machine for the near-miss table (GPU.0 + GPU.1, no NPU)
         tries = ["", "CPU", "GPU", "gpu", "GPU.0", "GPU.1", "GPU.1 ", "AUTO", "NPU"]
         """
@@ -420,9 +447,41 @@ NB02 = [
         """,
     ),
     md(
+        "selector-md",
+        """
+        ## 4. The selector widget
+
+        Choosing in the dropdown (or typing any value, e.g. `gpu`) sets `GGML_OPENVINO_DEVICE` in
+        this kernel's environment and re-resolves at once: the status line shows the resolved
+        device, the fallback warning and the hint, and the device table below highlights the
+        selected row. Below, the same is done from code: first the near miss `GPU`, then `GPU.1`.
+        """,
+    ),
+    code(
+        "selector",
+        """
+        from ovkit.widgets import DeviceSelector, DeviceTable
+
+        saved = os.environ.get("GGML_OPENVINO_DEVICE")
+        sim_table = DeviceTable(sim, auto_refresh=False)
+        selector = DeviceSelector(sim, on_change=lambda state: sim_table.refresh())
+        display(selector, sim_table)
+        """,
+    ),
+    code(
+        "selector-steps",
+        """
+        gpu_ids = [n for n in ovkit.devices.physical_device_ids(sim) if n.startswith("GPU")]
+        for value in ["GPU", gpu_ids[-1] if gpu_ids else "CPU"]:
+            selector.select(value)
+            print(selector)
+            print("  os.environ:", os.environ.get("GGML_OPENVINO_DEVICE"), "| highlighted:", sim_table.selected)
+        """,
+    ),
+    md(
         "supports-md",
         """
-        ## 4. `supports_op` is False on every non-selected device
+        ## 5. `supports_op` is False on every non-selected device
 
         All devices are listed, but only the selected one runs ops: the backend object answers
         `supports_op(device, op)` with False, and a reason, for every other device, so ggml's
@@ -468,6 +527,8 @@ NB02 = [
         for value in tries:
             s = ovkit.resolve_device(sim, env={"GGML_OPENVINO_DEVICE": value}, log=False)
             print(f"{value!r:10} -> {s.device}" + (" (fallback)" if s.fell_back else ""))
+        # The selector changed this kernel's environment; put it back as it was.
+        ovkit.widgets.selector.set_device_env(saved)
         """,
     ),
 ]

@@ -92,9 +92,14 @@ def pngs(nb: Any, cell_id: str) -> list[str]:
     return [o.data["image/png"] for o in cell(nb, cell_id).outputs if "data" in o and "image/png" in o.data]
 
 
-def widget_models(nb: Any) -> dict[str, Any]:
-    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
-    return dict(state)
+def widget_states(nb: Any, model_name: str) -> list[dict[str, Any]]:
+    """The saved state of every widget model of one kind (``HTMLModel``, ``DropdownModel`` ...)."""
+    models = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    return [m["state"] for m in models.values() if m["model_name"] == model_name]
+
+
+def device_table_html(nb: Any) -> list[str]:
+    return [h["value"] for h in widget_states(nb, "HTMLModel") if 'class="ovkit-devtable"' in h["value"]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,6 +183,18 @@ def test_01_devices_draws_the_memory_chart(executed: Callable[[str], Any]) -> No
     assert len(images) == 1 and len(images[0]) > 1000
 
 
+@pytest.mark.slow
+def test_01_devices_shows_the_live_table_widget(executed: Callable[[str], Any]) -> None:
+    nb = executed("01-devices")
+    views = [o for o in cell(nb, "live-table").outputs if "data" in o]
+    assert "application/vnd.jupyter.widget-view+json" in views[0].data
+    tables = device_table_html(nb)
+    assert len(tables) == 1, "the live table's HTML must be in the saved widget state"
+    for d in ovkit.list_devices():
+        assert f'data-device="{d.name}"' in tables[0]
+    assert '<tr class="ovkit-row ovkit-selected" data-device="CPU">' in tables[0]
+
+
 # ---------------------------------------------------------------------------------------------
 # 02-selecting-a-device
 # ---------------------------------------------------------------------------------------------
@@ -202,6 +219,24 @@ def test_02_selection_rules(executed: Callable[[str], Any]) -> None:
     assert "device ids are case-sensitive: use 'GPU'" in near
     assert "this machine lists numbered devices: use 'GPU.0' or 'GPU.1'" in near
     assert "restored: True" in text(nb, "using-device")
+
+
+@pytest.mark.slow
+def test_02_selector_widget_moves_the_highlight(executed: Callable[[str], Any]) -> None:
+    nb = executed("02-selecting-a-device")
+    steps = text(nb, "selector-steps", "stdout")
+    assert "GGML_OPENVINO_DEVICE = 'GPU' -> CPU" in steps
+    assert "  hint: this machine lists numbered devices: use 'GPU.0' or 'GPU.1'" in steps
+    assert "os.environ: GPU.1 | highlighted: GPU.1" in steps
+    # The saved widget state is the final one: GPU.1 chosen in the dropdown and highlighted.
+    dropdowns = widget_states(nb, "DropdownModel")
+    assert [d["_options_labels"][d["index"]] for d in dropdowns] == ["GPU.1"]
+    assert dropdowns[0]["_options_labels"] == ["(unset)", "CPU", "GPU.0", "GPU.1"]
+    (table,) = device_table_html(nb)
+    assert '<tr class="ovkit-row ovkit-selected" data-device="GPU.1">' in table
+    assert table.count("ovkit-row ovkit-selected") == 1
+    status = [h["value"] for h in widget_states(nb, "HTMLModel") if "ovkit-resolved" in h["value"]]
+    assert status == [status[0]] and 'resolves to <b class="ovkit-resolved">GPU.1</b>' in status[0]
 
 
 @pytest.mark.slow
