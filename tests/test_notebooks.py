@@ -7,6 +7,7 @@ produced PNG images and that widget models were saved.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -121,6 +122,16 @@ def test_committed_without_outputs_and_parameters_first(path: Path) -> None:
     assert all(not c.outputs and c.execution_count is None for c in code_cells), "strip the outputs"
     assert nb.metadata["kernelspec"]["name"] == "python3"
     assert "widgets" not in nb.metadata
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_papermill_sees_every_parameter(path: Path) -> None:
+    """Every assignment in the ``parameters`` cell can be overridden with ``papermill -p``."""
+    papermill = pytest.importorskip("papermill")
+    nb = nbformat.read(path, as_version=4)
+    source = next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    assigned = [n.targets[0].id for n in ast.parse(source).body if isinstance(n, ast.Assign)]
+    assert assigned and list(papermill.inspect_notebook(str(path))) == assigned
 
 
 def test_notebooks_match_their_generator() -> None:
