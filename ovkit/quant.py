@@ -1,0 +1,594 @@
+"""Quantized ggml weights as OpenVINO constants: block decoding, decompression forms, requant policy.
+
+A :class:`QuantizedWeight` wraps the raw ggml blocks of a weight (Q4_0, Q4_1, Q5_1, Q8_0, Q4_K,
+Q5_K, Q6_K, MXFP4).  The blocks are decoded once into integer weights ``q``, per-group scales and
+(for the asymmetric types) per-group biases, so that ``w = scale * q + bias`` reproduces ggml's
+``to_float`` exactly (upstream §5.2 extracts the same integers and scales).
+
+Two decompression forms exist (docs/quant.md has the measurements):
+
+- ``"upstream"``: upstream's subgraph — ``Constant(int) → Convert(f16) → [Subtract(zp)] →
+  Multiply(f16 scale) → Reshape → Convert(f32)`` with a *rounded* integer zero point for the
+  asymmetric types (u4/u8), f8e8m0 scales for MXFP4.
+- ``"fast"`` (default): a form the OpenVINO CPU plugin keeps compressed in a ``FullyConnected``
+  *and* that is exact.  Asymmetric types keep only ``Convert → Multiply`` (no zero point) and the
+  bias moves out of the weight: ``x @ (s*q + b)^T = x @ (s*q)^T + groupsum(x) @ b^T`` — a second
+  MatMul over ``k/32`` columns.  5-bit values are u8, Q6_K is i8 in 16-groups, MXFP4 f4e2m1 with
+  f16 scales.
+
+``mul_mat`` uses :meth:`QuantizedWeight.ov_mul_mat`; ``get_rows`` and everything else use
+:meth:`QuantizedWeight.to_ov_node` (f32 ``[rows, k]``).  The requantization policy of upstream
+§5.3 is the table :data:`REQUANT_RULES`, queried by :func:`requant_type`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+QK_K = 256
+Form = Literal["fast", "upstream"]
+FORMS: tuple[str, ...] = ("fast", "upstream")
+
+
+class QuantError(ValueError):
+    """Raw blocks that do not hold the declared quantized tensor, or an unknown type/form."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuantSpec:
+    """One ggml quantized type: block geometry and how upstream extracts it."""
+
+    name: str  # ggml's lower-case type name ("q4_0", "q4_K", ...)
+    ggml_type: int  # GGML_TYPE_* value (= gguf.GGMLQuantizationType)
+    block: int  # elements per block
+    type_size: int  # bytes per block
+    group: int  # elements sharing one scale after extraction
+    bits: int  # bits per extracted integer weight
+    symmetric: bool  # True: no zero point / bias
+    upstream_weights: str  # OpenVINO element type upstream extracts to
+
+
+#: The types of issue 5, in upstream's order (§5.2).
+QUANT_SPECS: dict[str, QuantSpec] = {
+    s.name: s
+    for s in (
+        QuantSpec("q4_0", 2, 32, 18, 32, 4, True, "i4"),
+        QuantSpec("q4_1", 3, 32, 20, 32, 4, False, "u4"),
+        QuantSpec("q5_1", 7, 32, 24, 32, 5, False, "u8"),
+        QuantSpec("q8_0", 8, 32, 34, 32, 8, True, "i8"),
+        QuantSpec("q4_K", 12, 256, 144, 32, 4, False, "u4"),
+        QuantSpec("q5_K", 13, 256, 176, 32, 5, False, "u8"),
+        QuantSpec("q6_K", 14, 256, 210, 16, 6, True, "i8"),
+        QuantSpec("mxfp4", 39, 32, 17, 32, 4, True, "f4e2m1"),
+    )
+}
+QUANT_TYPES: tuple[str, ...] = tuple(QUANT_SPECS)
+_BY_LOWER = {k.lower(): k for k in QUANT_SPECS}
+
+
+def quant_spec(qtype: str) -> QuantSpec:
+    """The spec of ``qtype`` (case-insensitive: ``Q4_K``, ``q4_k`` and ``q4_K`` all work)."""
+    key = _BY_LOWER.get(str(qtype).lower())
+    if key is None:
+        raise QuantError(f"unknown quantized type {qtype!r}; expected one of {', '.join(QUANT_TYPES)}")
+    return QUANT_SPECS[key]
+
+
+def row_bytes(qtype: str, k: int) -> int:
+    """Bytes of one row of ``k`` elements (``k`` must be a multiple of the block size)."""
+    spec = quant_spec(qtype)
+    if k % spec.block:
+        raise QuantError(f"{spec.name}: row length {k} is not a multiple of the block size {spec.block}")
+    return k // spec.block * spec.type_size
+
+
+# ------------------------------------------------------------------------------------------------
+# Block decoding: raw bytes -> integer weights, scales, biases (w = scale * q + bias)
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """Decoded blocks of ``rows`` rows: ``q`` [rows, k] ints, ``scale``/``bias`` [rows, k/group] f32."""
+
+    q: np.ndarray
+    scale: np.ndarray
+    bias: np.ndarray | None
+    group: int
+    codes: np.ndarray | None = None  # MXFP4: raw e2m1 nibble codes [rows, k] (u8)
+    exponent: np.ndarray | None = None  # MXFP4: raw e8m0 bytes [rows, k/32] (u8)
+
+    def dequantize(self) -> np.ndarray:
+        rows, k = self.q.shape
+        g = k // self.group
+        w = self.q.reshape(rows, g, self.group).astype(np.float32) * self.scale[:, :, None]
+        if self.bias is not None:
+            w = w + self.bias[:, :, None]
+        return w.reshape(rows, k)
+
+
+def _f16(b: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(b).view(np.float16).astype(np.float32)
+
+
+def _nibbles32(qs: np.ndarray) -> np.ndarray:
+    """16 bytes → 32 values: low nibbles are elements 0..15, high nibbles 16..31 (ggml order)."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+
+
+def _dec_q4_0(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    d = _f16(b[:, 0:2])
+    q = _nibbles32(b[:, 2:18]).astype(np.int8) - 8
+    return q, d, None
+
+
+def _dec_q4_1(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    return _nibbles32(b[:, 4:20]), _f16(b[:, 0:2]), _f16(b[:, 2:4])
+
+
+def _dec_q5_1(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    qh = np.ascontiguousarray(b[:, 4:8]).view(np.uint32)  # [n, 1]
+    hi = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
+    q = _nibbles32(b[:, 8:24]) | (hi << 4)
+    return q, _f16(b[:, 0:2]), _f16(b[:, 2:4])
+
+
+def _dec_q8_0(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    return np.ascontiguousarray(b[:, 2:34]).view(np.int8), _f16(b[:, 0:2]), None
+
+
+def _scale_min_k4(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ggml's get_scale_min_k4 for all 8 sub-blocks: 6-bit scales and mins from 12 bytes."""
+    sc = np.empty((s.shape[0], 8), np.uint8)
+    mn = np.empty((s.shape[0], 8), np.uint8)
+    sc[:, :4] = s[:, 0:4] & 63
+    mn[:, :4] = s[:, 4:8] & 63
+    sc[:, 4:] = (s[:, 8:12] & 0x0F) | ((s[:, 0:4] >> 6) << 4)
+    mn[:, 4:] = (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)
+    return sc, mn
+
+
+def _k_scales(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    d = _f16(b[:, 0:2])
+    dmin = _f16(b[:, 2:4])
+    sc, mn = _scale_min_k4(b[:, 4:16])
+    return d * sc.astype(np.float32), -(dmin * mn.astype(np.float32))
+
+
+def _dec_q4_k(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    scale, bias = _k_scales(b)
+    qs = b[:, 16:144].reshape(-1, 4, 32)  # 4 chunks of 64 values: low nibbles then high nibbles
+    q = np.stack([qs & 0x0F, qs >> 4], axis=2).reshape(-1, QK_K)
+    return q, scale, bias
+
+
+def _dec_q5_k(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    scale, bias = _k_scales(b)
+    qh = b[:, 16:48]  # 32 bytes; bit j of qh[l] is the 5th bit of sub-block j element l
+    qs = b[:, 48:176].reshape(-1, 4, 32)
+    lo = np.stack([qs & 0x0F, qs >> 4], axis=2).reshape(-1, 8, 32)
+    hi = (qh[:, None, :] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1
+    return (lo | (hi << 4)).reshape(-1, QK_K), scale, bias
+
+
+def _dec_q6_k(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    ql = b[:, 0:128].reshape(-1, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+    ql = (ql & 0x0F).reshape(-1, 2, 4, 32)
+    qh = b[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
+    qh = (qh & 0x03).reshape(-1, 2, 4, 32)
+    q = ((ql | (qh << 4)).astype(np.int8) - 32).reshape(-1, QK_K)
+    sc = np.ascontiguousarray(b[:, 192:208]).view(np.int8).astype(np.float32)
+    return q, _f16(b[:, 208:210]) * sc, None
+
+
+_MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
+
+
+def _e8m0_half(e: np.ndarray) -> np.ndarray:
+    """ggml's GGML_E8M0_TO_FP32_HALF: 2**(e-128) as f32 (e < 2 gives denormals, as in ggml)."""
+    return np.ldexp(np.float32(1.0), e.astype(np.int32) - 128).astype(np.float32)
+
+
+def _dec_mxfp4(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    codes = _nibbles32(b[:, 1:17])
+    return _MXFP4_VALUES[codes], _e8m0_half(b[:, 0]), None
+
+
+_DECODERS: dict[str, Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = {
+    "q4_0": _dec_q4_0,
+    "q4_1": _dec_q4_1,
+    "q5_1": _dec_q5_1,
+    "q8_0": _dec_q8_0,
+    "q4_K": _dec_q4_k,
+    "q5_K": _dec_q5_k,
+    "q6_K": _dec_q6_k,
+    "mxfp4": _dec_mxfp4,
+}
+
+
+def decode_blocks(qtype: str, raw: bytes | np.ndarray | memoryview, shape: Sequence[int]) -> Decoded:
+    """Decode raw ggml blocks of a tensor with numpy ``shape`` (rows along the last axis)."""
+    spec = quant_spec(qtype)
+    shape = tuple(int(s) for s in shape)
+    if len(shape) < 1 or any(s <= 0 for s in shape):
+        raise QuantError(f"{spec.name}: expected a shape of positive sizes, got {shape}")
+    k = shape[-1]
+    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    need = rows * row_bytes(spec.name, k)
+    buf = (
+        np.frombuffer(raw, dtype=np.uint8)
+        if not isinstance(raw, np.ndarray)
+        else raw.view(np.uint8).reshape(-1)
+    )
+    if buf.size != need:
+        raise QuantError(f"{spec.name} tensor of shape {shape} needs {need} bytes of blocks, got {buf.size}")
+    blocks = buf.reshape(-1, spec.type_size)
+    q, scale, bias = _DECODERS[spec.name](blocks)
+    nb = k // spec.block
+    per_block = spec.block // spec.group
+    q = np.ascontiguousarray(q).reshape(rows, k)
+    scale = np.ascontiguousarray(scale, dtype=np.float32).reshape(rows, nb * per_block)
+    bias_r = (
+        None if bias is None else np.ascontiguousarray(bias, dtype=np.float32).reshape(rows, nb * per_block)
+    )
+    codes = exponent = None
+    if spec.name == "mxfp4":
+        codes = _nibbles32(blocks[:, 1:17]).reshape(rows, k)
+        exponent = blocks[:, 0].reshape(rows, nb).copy()
+    return Decoded(q, scale, bias_r, spec.group, codes, exponent)
+
+
+# ------------------------------------------------------------------------------------------------
+# OpenVINO constants
+# ------------------------------------------------------------------------------------------------
+
+
+def _ov() -> Any:
+    import openvino as ov
+
+    return ov
+
+
+def _ops() -> Any:
+    import openvino.opset13 as ops
+
+    return ops
+
+
+def packed_constant(values: np.ndarray, element_type: str) -> Any:
+    """A Constant of a sub-byte/byte integer type from integer ``values`` (packed low nibble first)."""
+    ov = _ov()
+    et = getattr(ov.Type, element_type)
+    tensor = ov.Tensor(et, ov.Shape(list(values.shape)))
+    dst = np.asarray(tensor.data).view(np.uint8).reshape(-1)
+    if element_type in ("u4", "i4", "f4e2m1"):
+        v = (values.astype(np.int16) & 0x0F).astype(np.uint8).reshape(-1)
+        if v.size % 2:
+            v = np.concatenate([v, np.zeros(1, np.uint8)])
+        dst[:] = v[0::2] | (v[1::2] << 4)
+    else:
+        small = values.astype(np.int8) if element_type == "i8" else values.astype(np.uint8)
+        dst[:] = small.view(np.uint8).reshape(-1)
+    return ov.op.Constant(tensor)
+
+
+def _scale_const(scale: np.ndarray, prefer_f16: bool = True) -> Any:
+    """f16 scales when every value survives the cast exactly-enough (finite, non-zero stays non-zero)."""
+    ops = _ops()
+    if prefer_f16:
+        s16 = scale.astype(np.float16)
+        finite = np.isfinite(s16).all()
+        kept = not np.any((s16 == 0) & (scale != 0))
+        if finite and kept:
+            return ops.constant(s16)
+    return ops.constant(scale.astype(np.float32))
+
+
+def _to_f32(node: Any) -> Any:
+    ops = _ops()
+    return node if node.get_element_type() == _ov().Type.f32 else ops.convert(node, "f32")
+
+
+@dataclass(frozen=True)
+class QuantizedWeight:
+    """A ggml-quantized weight (raw blocks + decoded view) usable as a graph constant.
+
+    ``shape`` is numpy order (``(rows, k)`` or ``(experts, rows, k)``); ``dtype`` ggml's type name.
+    """
+
+    qtype: str
+    shape: tuple[int, ...]
+    raw: bytes = field(repr=False)
+    name: str = ""
+    form: Form = "fast"
+
+    def __post_init__(self) -> None:
+        spec = quant_spec(self.qtype)
+        object.__setattr__(self, "qtype", spec.name)
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        if self.form not in FORMS:
+            raise QuantError(f"unknown decompression form {self.form!r}; expected one of {FORMS}")
+        rows = int(np.prod(self.shape[:-1])) if len(self.shape) > 1 else 1
+        need = rows * row_bytes(spec.name, self.shape[-1])
+        if len(self.raw) != need:
+            raise QuantError(
+                f"{spec.name} weight {self.name or ''} of shape {self.shape} needs {need} bytes, got {len(self.raw)}"
+            )
+
+    # -- the graph-constant protocol (ovkit.graph.Graph.constant) --------------------------------
+    @property
+    def dtype(self) -> str:
+        return self.qtype
+
+    @property
+    def spec(self) -> QuantSpec:
+        return quant_spec(self.qtype)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.raw)
+
+    @property
+    def rows(self) -> int:
+        return int(np.prod(self.shape[:-1])) if len(self.shape) > 1 else 1
+
+    @property
+    def k(self) -> int:
+        return self.shape[-1]
+
+    @cached_property
+    def decoded(self) -> Decoded:
+        return decode_blocks(self.qtype, self.raw, self.shape)
+
+    def dequantize(self) -> np.ndarray:
+        """f32 values, equal to ggml's ``to_float`` of the blocks."""
+        return self.decoded.dequantize().reshape(self.shape)
+
+    def with_form(self, form: Form) -> QuantizedWeight:
+        return QuantizedWeight(self.qtype, self.shape, self.raw, self.name, form)
+
+    # -- OpenVINO --------------------------------------------------------------------------------
+    def _grouped(self, values: np.ndarray) -> np.ndarray:
+        g = self.decoded.group
+        return values.reshape(self.rows, self.k // g, g)
+
+    def _weight_const(self, *, unsigned_5bit: bool = True) -> Any:
+        """The integer weight Constant [rows, k/G, G] in the element type the form uses."""
+        spec, dec = self.spec, self.decoded
+        if spec.name == "mxfp4":
+            assert dec.codes is not None
+            return packed_constant(self._grouped(dec.codes), "f4e2m1")
+        et = {4: "i4" if spec.symmetric else "u4", 5: "u8", 6: "i8", 8: "i8"}[spec.bits]
+        return packed_constant(self._grouped(dec.q), et)
+
+    @cached_property
+    def _zero_points(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Integer zero points z = round(-bias/scale) and the exact residual bias + scale*z."""
+        dec, spec = self.decoded, self.spec
+        if dec.bias is None:
+            return None
+        hi = 15 if spec.bits == 4 and self.form == "upstream" else 255
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.where(dec.scale != 0, -dec.bias / dec.scale, 0.0)
+        z = np.clip(np.rint(z), 0, hi).astype(np.uint8)
+        scale_used = dec.scale.astype(np.float16).astype(np.float32) if self.form == "upstream" else dec.scale
+        residual = (dec.bias + scale_used * z.astype(np.float32)).astype(np.float32)
+        return z, residual
+
+    def _scaled(self, *, upstream: bool) -> Any:
+        """Convert → [Subtract zp] → Multiply, grouped [rows, k/G, G] (without the residual bias)."""
+        ops, dec, spec = _ops(), self.decoded, self.spec
+        w = self._weight_const()
+        if spec.name == "mxfp4":
+            if upstream:
+                assert dec.exponent is not None
+                e = packed_constant(dec.exponent.reshape(self.rows, -1, 1), "f8e8m0")
+                return ops.multiply(ops.convert(w, "f32"), ops.convert(e, "f32"))
+            scale = dec.scale * 2.0  # e2m1 codes are half the ggml integer values
+            return ops.multiply(ops.convert(w, "f16"), _scale_const(scale[:, :, None]))
+        node = ops.convert(w, "f16")
+        zps = self._zero_points
+        if zps is not None:
+            # upstream: u4 zero points for 4-bit weights, u8 for 5-bit; fast form: always u8
+            zt = "u4" if upstream and spec.bits == 4 else "u8"
+            zc = packed_constant(zps[0][:, :, None], zt)
+            node = ops.subtract(node, ops.convert(zc, "f16"))
+        if upstream:
+            return ops.multiply(node, ops.constant(dec.scale[:, :, None].astype(np.float16)))
+        return ops.multiply(node, _scale_const(dec.scale[:, :, None]))
+
+    def _flat(self, node: Any) -> Any:
+        ops = _ops()
+        return ops.reshape(node, ops.constant(np.array([self.rows, self.k], np.int64)), False)
+
+    def to_ov_node(self) -> Any:
+        """The decompression subgraph: f32 output of the numpy ``shape`` (for get_rows and fallback)."""
+        ops = _ops()
+        upstream = self.form == "upstream"
+        node = self._scaled(upstream=upstream)
+        zps = self._zero_points
+        if not upstream and zps is not None:
+            node = ops.add(_to_f32(node), ops.constant(zps[1][:, :, None]))
+        out = _to_f32(self._flat(node))
+        if len(self.shape) != 2:
+            out = ops.reshape(out, ops.constant(np.array(self.shape, np.int64)), False)
+        return out.output(0)
+
+    def ov_mul_mat(self, b: Any) -> Any:
+        """``b @ W.T`` for an f32 Output ``b`` [..., n, k]: f32 Output [..., n, rows] (ggml mul_mat)."""
+        ops = _ops()
+        if len(self.shape) != 2:
+            return ops.matmul(b, self.to_ov_node(), False, True).output(0)
+        if self.form == "upstream" or self.decoded.bias is None:
+            return ops.matmul(b, self.to_ov_node(), False, True).output(0)
+        weight = _to_f32(self._flat(self._scaled(upstream=False)))
+        main = ops.matmul(b, weight, False, True)
+        return ops.add(main, self._bias_term(b)).output(0)
+
+    def _bias_term(self, b: Any) -> Any:
+        """groupsum(b) @ residual.T: the part of the bias the integer zero points leave, out of the FC."""
+        ops, dec, zps = _ops(), self.decoded, self._zero_points
+        assert zps is not None
+        rank = b.get_partial_shape().rank.get_length()
+        g = dec.group
+        target = np.array([0] * (rank - 1) + [self.k // g, g], np.int64)
+        grouped = ops.reshape(b, ops.constant(target), True)
+        sums = ops.reduce_sum(grouped, ops.constant(np.array([-1], np.int64)), False)
+        return ops.matmul(sums, ops.constant(zps[1]), False, True)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (QuantizedWeight, (self.qtype, self.shape, self.raw, self.name, self.form))
+
+
+def from_blocks(
+    qtype: str,
+    raw: bytes | np.ndarray | memoryview,
+    shape: Sequence[int],
+    name: str = "",
+    form: Form = "fast",
+) -> QuantizedWeight:
+    """A :class:`QuantizedWeight` from raw ggml blocks of numpy ``shape``."""
+    data = raw.tobytes() if isinstance(raw, np.ndarray) else bytes(raw)
+    return QuantizedWeight(qtype, tuple(shape), data, name, form)
+
+
+def quantize(qtype: str, array: np.ndarray, name: str = "", form: Form = "fast") -> QuantizedWeight:
+    """Quantize an f32 array with ggml's own ``ggml_quantize_chunk`` (via ovkit.oracle) or gguf."""
+    spec = quant_spec(qtype)
+    x = np.ascontiguousarray(array, dtype=np.float32)
+    try:
+        from ovkit import oracle
+
+        if oracle.ggml_available():
+            return from_blocks(spec.name, oracle.quantize_blocks(spec.name, x), x.shape, name, form)
+    except ImportError:
+        pass
+    import gguf.quants as gq
+
+    blocks = gq.quantize(x, gq.GGMLQuantizationType(spec.ggml_type))
+    return from_blocks(spec.name, blocks, x.shape, name, form)
+
+
+def reference_dequantize(qtype: str, raw: bytes | np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """The ``gguf`` package's dequantization of the same blocks (the independent reference)."""
+    import gguf.quants as gq
+
+    spec = quant_spec(qtype)
+    buf = np.frombuffer(bytes(raw) if not isinstance(raw, np.ndarray) else raw.tobytes(), np.uint8)
+    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    out = gq.dequantize(buf.reshape(rows, -1), gq.GGMLQuantizationType(spec.ggml_type))
+    return np.asarray(out, dtype=np.float32).reshape(tuple(shape))
+
+
+# ------------------------------------------------------------------------------------------------
+# Requantization policy (upstream §5.3)
+# ------------------------------------------------------------------------------------------------
+
+
+class RequantTarget(enum.StrEnum):
+    """What a weight becomes on a device (NATIVE = extracted as its own type)."""
+
+    NATIVE = "native"
+    Q8_0_C = "q8_0_c"  # per-row symmetric i8 (G = ne0)
+    Q4_0_128 = "q4_0_128"  # symmetric i4, G = 128
+    F16 = "f16"
+
+
+@dataclass(frozen=True, slots=True)
+class RequantRule:
+    """One row of the policy: a tensor-name prefix (or ``*``), device class, source types, target."""
+
+    name_prefix: str
+    device_class: str  # "CPU", "GPU", "NPU"
+    types: tuple[str, ...]  # source types the row applies to ("*" = every quantized type)
+    target: RequantTarget
+    note: str = ""
+
+
+_K56 = ("q5_K", "q6_K")
+_OTHER = ("q4_0", "q4_1", "q4_K", "q5_1", "q8_0", "mxfp4")
+
+#: Upstream's ``ggml_openvino_get_requant_type``: first matching row wins (name rules first).
+REQUANT_RULES: tuple[RequantRule, ...] = (
+    *(
+        RequantRule("token_embd.weight", d, ("*",), RequantTarget.Q8_0_C, "embeddings: per-row i8")
+        for d in ("CPU", "GPU")
+    ),
+    RequantRule("token_embd.weight", "NPU", ("q6_K",), RequantTarget.F16, "NPU embeddings from Q6_K: f16"),
+    RequantRule("token_embd.weight", "NPU", ("*",), RequantTarget.Q8_0_C, "NPU embeddings: per-row i8"),
+    *(
+        RequantRule("output.weight", d, ("*",), RequantTarget.Q8_0_C, "output head: per-row i8")
+        for d in ("CPU", "GPU", "NPU")
+    ),
+    *(
+        RequantRule("*", d, _K56, RequantTarget.Q8_0_C, "Q5_K/Q6_K: per-row i8 on CPU/GPU")
+        for d in ("CPU", "GPU")
+    ),
+    RequantRule("*", "NPU", _K56, RequantTarget.Q4_0_128, "NPU: i4 symmetric, G=128"),
+    *(RequantRule("*", d, _OTHER, RequantTarget.NATIVE, "native extraction") for d in ("CPU", "GPU")),
+    RequantRule("*", "NPU", _OTHER, RequantTarget.Q4_0_128, "NPU: i4 symmetric G=128 (even Q8_0)"),
+)
+
+
+def requant_type(
+    tensor_name: str, device_class: str, qtype: str, *, no_requant: bool = False
+) -> RequantTarget:
+    """The policy's target for a quantized weight (``no_requant`` = upstream's ``use_bias``: native)."""
+    spec = quant_spec(qtype)
+    cls = str(device_class).upper()
+    if no_requant or cls not in ("CPU", "GPU", "NPU"):
+        return RequantTarget.NATIVE
+    for rule in REQUANT_RULES:
+        if rule.device_class != cls:
+            continue
+        if rule.name_prefix != "*" and not tensor_name.startswith(rule.name_prefix):
+            continue
+        if rule.types != ("*",) and spec.name not in rule.types:
+            continue
+        return rule.target
+    return RequantTarget.NATIVE
+
+
+def requant_table() -> pd.DataFrame:
+    """The policy as a DataFrame (one row per rule, in match order)."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        [
+            {
+                "tensor": r.name_prefix,
+                "device_class": r.device_class,
+                "types": ", ".join(r.types),
+                "target": str(r.target),
+                "note": r.note,
+            }
+            for r in REQUANT_RULES
+        ]
+    )
+
+
+def requant_bytes(target: RequantTarget, qtype: str, shape: Sequence[int]) -> int:
+    """Bytes a weight of ``shape`` occupies after the policy (weights + scales [+ zero points])."""
+    spec = quant_spec(qtype)
+    n = int(np.prod(shape))
+    rows = n // int(shape[-1])
+    if target is RequantTarget.Q8_0_C:
+        return n + rows * 2
+    if target is RequantTarget.Q4_0_128:
+        return n // 2 + (n // 128) * 2
+    if target is RequantTarget.F16:
+        return n * 2
+    groups = n // spec.group
+    weight_bits = {4: 4, 5: 8, 6: 8, 8: 8}[spec.bits]
+    zp = 0 if spec.symmetric else groups * (1 if spec.bits == 4 else 1)
+    scale_bytes = groups * (1 if spec.name == "mxfp4" else 2)
+    return n * weight_bits // 8 + scale_bytes + zp
