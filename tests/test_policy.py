@@ -413,3 +413,16 @@ def test_bad_input_is_named() -> None:
         check_op("ADD", "CPU")
     with pytest.raises(ValueError, match="'X'"):
         check_op(L(4), "CPU", revision="X")
+
+
+def test_graph_tensors_are_checked_through_op_info() -> None:
+    """A Graph node is asked about as the OpInfo its op_info() builds (sources, permutes, views)."""
+    from ovkit.graph import Graph
+
+    g = Graph()
+    a, b = g.input("a", (6, 4)), g.input("b", (4, 6))
+    d = check_op(g.add(a, g.permute(b, 1, 0, 2, 3)), "CPU")
+    assert not d and d.gate == "binary.src1_permute" and "src1 is PERMUTE" in d.reason
+    assert check_op(g.add(a, a), "CPU").supported
+    d = check_op(g.mul_mat(g.view_2d(a, 2, 6, a.nb[1], 0), g.view_2d(a, 2, 3, a.nb[1], 0)), "CPU")
+    assert d.gate == "mul_mat.both_views"
