@@ -1,0 +1,1445 @@
+"""A ggml-style graph builder (decision D8): build with ggml's builder names, run on OpenVINO.
+
+Methods mirror ggml's C builder functions one to one (``ggml_add(ctx, a, b)`` → ``g.add(a, b)``):
+same names without ``ggml_``, same argument order and defaults, no context. Shapes are in NUMPY
+order (numpy shape ``(ne1, ne0)`` is ggml ``ne = [ne0, ne1]``, as ``ggml.utils.from_numpy``);
+dim arguments (``concat`` dim, ``permute`` axes, ``view_*`` ne/nb/offset, ``pad`` p0..p3) keep
+ggml's convention (dim 0 = innermost, strides and offsets in bytes).
+
+Every tensor records ggml's memory layout: a base tensor that owns the memory (``view_src``),
+a byte offset (``view_offs``) and byte strides ``nb``. Views, permutes and transposes are
+NON-CONTIGUOUS exactly as in ggml: a view of a permuted tensor indexes the base memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ovkit.ops.policy import SupportDecision
+
+FLOAT_TYPES = ("f32", "f16", "bf16")
+INT_TYPES = ("i32", "i64")
+DTYPES = FLOAT_TYPES + INT_TYPES
+#: bytes per element of each plain type (quantized types carry their own sizes).
+TYPE_SIZE: dict[str, int] = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i64": 8}
+#: numpy dtype used on the numpy side (bf16 travels as float32 holding bf16-rounded values).
+NUMPY_DTYPE: dict[str, Any] = {
+    "f32": np.float32,
+    "f16": np.float16,
+    "bf16": np.float32,
+    "i32": np.int32,
+    "i64": np.int64,
+}
+#: ops whose result is a view of ``src[0]`` (no computation, ggml's view semantics).
+VIEW_OPS = frozenset({"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
+#: sources an op needs only for their shape/type, never their values (op -> src indices).
+SHAPE_ONLY_SRCS: dict[str, frozenset[int]] = {"CPY": frozenset({1}), "FILL": frozenset({0})}
+
+# ggml enums mirrored as module constants.
+GGML_ROPE_TYPE_NORMAL = 0
+GGML_ROPE_TYPE_NEOX = 2
+GGML_ROPE_TYPE_MROPE = 8
+GGML_ROPE_TYPE_VISION = 24
+GGML_ROPE_TYPE_IMROPE = 40
+GGML_SORT_ORDER_ASC = 0
+GGML_SORT_ORDER_DESC = 1
+GGML_TRI_TYPE_UPPER_DIAG = 0
+GGML_TRI_TYPE_UPPER = 1
+GGML_TRI_TYPE_LOWER_DIAG = 2
+GGML_TRI_TYPE_LOWER = 3
+GGML_PREC_DEFAULT = 0
+GGML_PREC_F32 = 10
+GGML_KQ_MASK_PAD = 1
+#: ggml_glu_op enum values -> names (ggml.h order).
+GLU_OPS: dict[int, str] = {
+    0: "REGLU",
+    1: "GEGLU",
+    2: "SWIGLU",
+    3: "SWIGLU_OAI",
+    4: "GEGLU_ERF",
+    5: "GEGLU_QUICK",
+}
+GLU_OP_IDS: dict[str, int] = {v: k for k, v in GLU_OPS.items()}
+#: ggml_unary_op enum values -> names (ggml.h order).
+UNARY_OPS: dict[int, str] = {
+    0: "ABS",
+    1: "SGN",
+    2: "NEG",
+    3: "STEP",
+    4: "TANH",
+    5: "ELU",
+    6: "RELU",
+    7: "SIGMOID",
+    8: "GELU",
+    9: "GELU_QUICK",
+    10: "SILU",
+    11: "HARDSWISH",
+    12: "HARDSIGMOID",
+    13: "EXP",
+    14: "EXPM1",
+    15: "SOFTPLUS",
+    16: "GELU_ERF",
+    17: "XIELU",
+    18: "FLOOR",
+    19: "CEIL",
+    20: "ROUND",
+    21: "TRUNC",
+}
+UNARY_OP_IDS: dict[str, int] = {v: k for k, v in UNARY_OPS.items()}
+#: the unary and GLU sub-ops this module can build and run.
+BUILT_UNARY = ("GELU", "SIGMOID", "SILU", "SOFTPLUS", "TANH", "EXP", "NEG")
+BUILT_GLU = ("SWIGLU", "SWIGLU_OAI", "GEGLU")
+
+Mode = Literal["device", "reference"]
+
+
+class GraphError(ValueError):
+    """A shape, type or parameter ggml would reject, raised when the op is built."""
+
+
+class UnsupportedOpError(RuntimeError):
+    """The selected device's support policy rejects an op of the graph."""
+
+    def __init__(self, tensor: Tensor, reason: str, device: str) -> None:
+        self.tensor = tensor
+        self.reason = reason
+        self.device = device
+        super().__init__(f"{tensor.describe()} is not supported on {device}: {reason}")
+
+
+def _ne4(shape: Sequence[int]) -> tuple[int, int, int, int]:
+    """ggml ``ne`` (4 entries) of a numpy-order shape."""
+    if len(shape) > 4:
+        raise GraphError(f"ggml tensors have at most 4 dims; got shape {tuple(shape)}")
+    ne = [int(d) for d in reversed(tuple(shape))] + [1] * (4 - len(shape))
+    if any(d < 0 for d in ne):
+        raise GraphError(f"negative dimension in shape {tuple(shape)}")
+    return (ne[0], ne[1], ne[2], ne[3])
+
+
+def _contiguous_nb(ne: Sequence[int], type_size: int) -> tuple[int, int, int, int]:
+    nb0 = type_size
+    nb1 = nb0 * ne[0]
+    nb2 = nb1 * ne[1]
+    nb3 = nb2 * ne[2]
+    return (nb0, nb1, nb2, nb3)
+
+
+def n_dims(ne: Sequence[int]) -> int:
+    """``ggml_n_dims``: 1 + the last dim with ne > 1 (at least 1)."""
+    for i in range(3, 0, -1):
+        if ne[i] > 1:
+            return i + 1
+    return 1
+
+
+def shape_of(ne: Sequence[int]) -> tuple[int, ...]:
+    """The numpy shape of ``ne`` as ``ggml.utils.to_numpy`` returns it (trailing 1s of ne dropped)."""
+    return tuple(int(d) for d in reversed(tuple(ne)[: n_dims(ne)]))
+
+
+@dataclass(eq=False)
+class Tensor:
+    """One node of a :class:`Graph`: a leaf (op ``"NONE"``) or the result of a ggml op."""
+
+    graph: Graph = field(repr=False)
+    id: int
+    op: str
+    ne: tuple[int, int, int, int]
+    dtype: str
+    srcs: tuple[Tensor | None, ...] = ()
+    params: dict[str, Any] = field(default_factory=dict)
+    sub_op: str | None = None
+    name: str = ""
+    nb: tuple[int, int, int, int] = (0, 0, 0, 0)
+    view_src: Tensor | None = field(default=None, repr=False)
+    view_offs: int = 0
+    #: a leaf's constant value (numpy array, or a quantized-weight object), else None.
+    value: Any = field(default=None, repr=False)
+    is_input: bool = False
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Numpy-order shape (``ggml.utils.to_numpy``'s: leading size-1 dims dropped)."""
+        return shape_of(self.ne)
+
+    @property
+    def type_size(self) -> int:
+        return TYPE_SIZE.get(self.dtype, 0)
+
+    @property
+    def nelements(self) -> int:
+        return math.prod(self.ne)
+
+    @property
+    def op_key(self) -> str:
+        """The op-table key: ``"ADD"``, or ``"UNARY.GELU"`` / ``"GLU.SWIGLU"`` for sub-ops (policy's keys)."""
+        return f"{self.op}.{self.sub_op}" if self.sub_op else self.op
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.op == "NONE"
+
+    @property
+    def is_view(self) -> bool:
+        """True for a VIEW op result (ggml ``op == GGML_OP_VIEW``)."""
+        return self.op == "VIEW"
+
+    @property
+    def is_permute(self) -> bool:
+        return self.op == "PERMUTE"
+
+    @property
+    def is_transpose(self) -> bool:
+        return self.op == "TRANSPOSE"
+
+    @property
+    def is_reshape(self) -> bool:
+        return self.op == "RESHAPE"
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.dtype not in TYPE_SIZE
+
+    @property
+    def nbytes(self) -> int:
+        """``ggml_nbytes`` for plain types."""
+        if any(d == 0 for d in self.ne):
+            return 0
+        return self.type_size + sum((n - 1) * b for n, b in zip(self.ne, self.nb, strict=True))
+
+    def is_contiguous(self) -> bool:
+        """``ggml_is_contiguous``: rows packed, size-1 dims ignored."""
+        nxt = self.type_size
+        if self.ne[0] != 1 and self.nb[0] != nxt:
+            return False
+        nxt *= self.ne[0]
+        for i in range(1, 4):
+            if self.ne[i] != 1:
+                if self.nb[i] != nxt:
+                    return False
+                nxt *= self.ne[i]
+        return True
+
+    def is_transposed(self) -> bool:
+        """``ggml_is_transposed``: nb[0] > nb[1]."""
+        return self.nb[0] > self.nb[1]
+
+    def is_permuted(self) -> bool:
+        """``ggml_is_permuted``: strides not in increasing order."""
+        return self.nb[0] > self.nb[1] or self.nb[1] > self.nb[2] or self.nb[2] > self.nb[3]
+
+    @property
+    def base(self) -> Tensor:
+        """The tensor that owns this tensor's memory (itself when not a view)."""
+        return self.view_src if self.view_src is not None else self
+
+    def describe(self) -> str:
+        sub = f"({self.sub_op})" if self.sub_op else ""
+        label = f" {self.name!r}" if self.name else ""
+        return f"{self.op}{sub}{label} {self.dtype}{list(self.ne)}"
+
+    def set_name(self, name: str) -> Tensor:
+        """``ggml_set_name``; returns the tensor for chaining."""
+        self.name = name
+        return self
+
+    def op_info(self) -> Any:
+        """This node as an ``ovkit.ops.policy.OpInfo`` (sources and view source included)."""
+        from ovkit.ops.policy import OpInfo
+
+        memo: dict[int, Any] = {}
+
+        def build(t: Tensor) -> Any:
+            if t.id in memo:
+                return memo[t.id]
+            info = OpInfo(
+                op=t.op,
+                dtype=t.dtype,
+                ne=t.ne,
+                srcs=tuple(build(s) if s is not None else None for s in t.srcs),
+                sub_op=t.sub_op,
+                params=dict(t.params),
+                name=t.name,
+                nb=t.nb,
+                view_src=build(t.view_src) if t.view_src is not None else None,
+            )
+            memo[t.id] = info
+            return info
+
+        return build(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeResult:
+    """Outputs of one :meth:`Graph.compute` call with the device it ran on."""
+
+    outputs: tuple[np.ndarray, ...]
+    device: str
+    mode: str
+
+
+def _ne_str(ne: Sequence[int]) -> str:
+    return "[" + ", ".join(str(int(d)) for d in ne) + "]"
+
+
+class Graph:
+    """Build a ggml-style graph; run it with :meth:`compute` (OpenVINO) or in reference mode."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Tensor] = []
+        self._names: set[str] = set()
+
+    # ------------------------------------------------------------------ internals
+    def _new(
+        self,
+        op: str,
+        ne: Sequence[int],
+        dtype: str,
+        srcs: Sequence[Tensor | None] = (),
+        params: Mapping[str, Any] | None = None,
+        sub_op: str | None = None,
+        *,
+        view_of: Tensor | None = None,
+        nb: Sequence[int] | None = None,
+        offset: int = 0,
+    ) -> Tensor:
+        ne4 = (int(ne[0]), int(ne[1]), int(ne[2]), int(ne[3]))
+        if any(d < 0 for d in ne4):
+            raise GraphError(f"{op}: negative dimension in result ne {_ne_str(ne4)}")
+        for s in srcs:
+            if s is not None and s.graph is not self:
+                raise GraphError(f"{op}: operand {s.describe()} belongs to another Graph")
+        t = Tensor(
+            graph=self,
+            id=len(self.nodes),
+            op=op,
+            ne=ne4,
+            dtype=dtype,
+            srcs=tuple(srcs),
+            params=dict(params or {}),
+            sub_op=sub_op,
+        )
+        if view_of is not None:
+            base = view_of.base
+            t.view_src = base
+            t.view_offs = view_of.view_offs + offset
+            t.nb = (int(nb[0]), int(nb[1]), int(nb[2]), int(nb[3])) if nb is not None else t.nb
+        else:
+            t.nb = _contiguous_nb(ne4, TYPE_SIZE.get(dtype, 1))
+        self.nodes.append(t)
+        return t
+
+    @staticmethod
+    def _err(op: str, operand: str, expected: str, given: str) -> GraphError:
+        return GraphError(f"{op}: operand {operand}: expected {expected}, given {given}")
+
+    def _check_types(self, op: str, operand: str, t: Tensor, allowed: Sequence[str]) -> None:
+        if t.dtype not in allowed:
+            raise self._err(op, operand, "type in {" + ", ".join(allowed) + "}", t.dtype)
+
+    def _check_tensor(self, op: str, operand: str, t: Any) -> Tensor:
+        if not isinstance(t, Tensor):
+            raise GraphError(
+                f"{op}: operand {operand}: expected an ovkit.graph.Tensor, given {type(t).__name__}"
+            )
+        if t.graph is not self:
+            raise GraphError(f"{op}: operand {operand} belongs to another Graph")
+        return t
+
+    def _can_repeat(self, op: str, small: Tensor, big: Tensor, small_name: str, big_name: str) -> None:
+        """``ggml_can_repeat(small, big)``: each big.ne[i] is a multiple of small.ne[i]."""
+        if math.prod(small.ne) == 0:
+            ok = math.prod(big.ne) == 0
+        else:
+            ok = all(b % s == 0 for s, b in zip(small.ne, big.ne, strict=True))
+        if not ok:
+            raise GraphError(
+                f"{op}: operand {small_name} ne {_ne_str(small.ne)} cannot be repeated to "
+                f"{big_name} ne {_ne_str(big.ne)} (expected each {big_name}.ne[i] to be a multiple "
+                f"of {small_name}.ne[i])"
+            )
+
+    # ------------------------------------------------------------------ leaves
+    def input(self, name: str, shape: Sequence[int], dtype: str = "f32") -> Tensor:
+        """A graph input (an OpenVINO Parameter) fed by name in :meth:`compute`."""
+        if dtype not in DTYPES:
+            raise GraphError(f"input {name!r}: expected dtype in {DTYPES}, given {dtype!r}")
+        if not name:
+            raise GraphError("input: expected a non-empty name")
+        if name in self._names:
+            raise GraphError(f"input {name!r}: the name is already used in this graph")
+        self._names.add(name)
+        t = self._new("NONE", _ne4(tuple(shape)), dtype)
+        t.name = name
+        t.is_input = True
+        return t
+
+    def constant(self, array: Any, name: str = "") -> Tensor:
+        """A constant leaf; dtype from the array (float32 → f32, float16 → f16, int32 → i32, ...).
+
+        ``array`` may also be a quantized-weight object providing ``.shape`` (numpy order),
+        ``.dtype`` (a ggml quant type name such as ``"q4_0"``), ``.to_ov_node()`` (its OpenVINO
+        decompression subgraph, f32 output) and ``.dequantize()`` (f32 numpy array).
+        """
+        if hasattr(array, "to_ov_node") and not isinstance(array, np.ndarray):
+            qtype = str(array.dtype)
+            t = self._new("NONE", _ne4(tuple(array.shape)), qtype)
+            t.value = array
+            t.name = name or getattr(array, "name", "") or ""
+            return t
+        arr = np.asarray(array)
+        dtype = {
+            np.dtype(np.float32): "f32",
+            np.dtype(np.float16): "f16",
+            np.dtype(np.int32): "i32",
+            np.dtype(np.int64): "i64",
+            np.dtype(np.float64): "f32",
+        }.get(arr.dtype)
+        if dtype is None:
+            raise GraphError(
+                f"constant: expected a float32/float16/int32/int64 array, given dtype {arr.dtype}"
+            )
+        if arr.ndim == 0:
+            arr = arr.reshape(1)
+        t = self._new("NONE", _ne4(arr.shape), dtype)
+        t.value = np.ascontiguousarray(arr.astype(NUMPY_DTYPE[dtype]))
+        t.name = name
+        return t
+
+    def new_tensor(self, dtype: str, shape: Sequence[int], name: str = "") -> Tensor:
+        """An input with a generated name (ggml_new_tensor's counterpart)."""
+        return self.input(name or f"t{len(self.nodes)}", shape, dtype)
+
+    # ------------------------------------------------------------------ elementwise binary
+    def _binary(self, op: str, a: Tensor, b: Tensor) -> Tensor:
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        self._check_types(op, "a", a, FLOAT_TYPES)
+        if b.dtype not in (a.dtype, "f32"):
+            raise self._err(op, "b", f"type {a.dtype} or f32 (the type of a, or f32)", b.dtype)
+        self._can_repeat(op, b, a, "b", "a")
+        return self._new(op, a.ne, a.dtype, (a, b))
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        """``ggml_add``: a + b, b repeated (tiled) to a's shape."""
+        return self._binary("ADD", a, b)
+
+    def sub(self, a: Tensor, b: Tensor) -> Tensor:
+        """``ggml_sub``: a - b, b repeated to a's shape."""
+        return self._binary("SUB", a, b)
+
+    def mul(self, a: Tensor, b: Tensor) -> Tensor:
+        """``ggml_mul``: a * b, b repeated to a's shape."""
+        return self._binary("MUL", a, b)
+
+    def div(self, a: Tensor, b: Tensor) -> Tensor:
+        """``ggml_div``: a / b, b repeated to a's shape."""
+        return self._binary("DIV", a, b)
+
+    def add1(self, a: Tensor, b: Tensor) -> Tensor:
+        """``ggml_add1``: a + scalar b."""
+        self._check_tensor("ADD1", "a", a)
+        self._check_tensor("ADD1", "b", b)
+        self._check_types("ADD1", "a", a, FLOAT_TYPES)
+        self._check_types("ADD1", "b", b, FLOAT_TYPES)
+        if b.nelements != 1:
+            raise self._err("ADD1", "b", "a scalar (1 element)", f"ne {_ne_str(b.ne)}")
+        return self._new("ADD1", a.ne, a.dtype, (a, b))
+
+    def add_id(self, a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
+        """``ggml_add_id``: out[:, i1, i2] = a[:, i1, i2] + b[:, ids[i1, i2]] (per-expert bias)."""
+        op = "ADD_ID"
+        for nm, t in (("a", a), ("b", b), ("ids", ids)):
+            self._check_tensor(op, nm, t)
+        self._check_types(op, "a", a, ("f32",))
+        self._check_types(op, "b", b, ("f32",))
+        self._check_types(op, "ids", ids, ("i32",))
+        if a.ne[0] != b.ne[0]:
+            raise self._err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", f"ne {_ne_str(b.ne)}")
+        if a.ne[1] != ids.ne[0] or a.ne[2] != ids.ne[1]:
+            raise self._err(
+                op, "ids", f"ne[0:2] == a.ne[1:3] = [{a.ne[1]}, {a.ne[2]}]", f"ne {_ne_str(ids.ne)}"
+            )
+        return self._new(op, a.ne, a.dtype, (a, b, ids))
+
+    # ------------------------------------------------------------------ elementwise unary-like
+    def _float_unary(self, op: str, a: Tensor, params: Mapping[str, Any] | None = None) -> Tensor:
+        self._check_tensor(op, "a", a)
+        self._check_types(op, "a", a, FLOAT_TYPES)
+        return self._new(op, a.ne, a.dtype, (a,), params)
+
+    def scale(self, a: Tensor, s: float) -> Tensor:
+        """``ggml_scale``: a * s."""
+        return self._float_unary("SCALE", a, {"s": float(s), "b": 0.0})
+
+    def scale_bias(self, a: Tensor, s: float, b: float) -> Tensor:
+        """``ggml_scale_bias``: a * s + b."""
+        return self._float_unary("SCALE", a, {"s": float(s), "b": float(b)})
+
+    def sqr(self, a: Tensor) -> Tensor:
+        """``ggml_sqr``: a²."""
+        return self._float_unary("SQR", a)
+
+    def sqrt(self, a: Tensor) -> Tensor:
+        """``ggml_sqrt``: √a."""
+        return self._float_unary("SQRT", a)
+
+    def clamp(self, a: Tensor, min: float, max: float) -> Tensor:  # noqa: A002
+        """``ggml_clamp``: min(max(a, min), max)."""
+        return self._float_unary("CLAMP", a, {"min": float(min), "max": float(max)})
+
+    def fill(self, a: Tensor, c: float) -> Tensor:
+        """``ggml_fill``: a tensor shaped like a, every element c."""
+        return self._float_unary("FILL", a, {"c": float(c)})
+
+    def unary(self, a: Tensor, op: int | str) -> Tensor:
+        """``ggml_unary``: one of ggml's unary ops (enum value or name)."""
+        name = UNARY_OPS.get(op) if isinstance(op, int) else str(op).upper()
+        if name not in BUILT_UNARY:
+            raise GraphError(f"UNARY: operand op: expected one of {BUILT_UNARY}, given {op!r}")
+        self._check_tensor("UNARY", "a", a)
+        self._check_types("UNARY", "a", a, FLOAT_TYPES)
+        return self._new("UNARY", a.ne, a.dtype, (a,), {"op": UNARY_OP_IDS[name]}, sub_op=name)
+
+    def gelu(self, a: Tensor) -> Tensor:
+        """``ggml_gelu`` (tanh approximation, as ggml)."""
+        return self.unary(a, "GELU")
+
+    def sigmoid(self, a: Tensor) -> Tensor:
+        return self.unary(a, "SIGMOID")
+
+    def silu(self, a: Tensor) -> Tensor:
+        return self.unary(a, "SILU")
+
+    def softplus(self, a: Tensor) -> Tensor:
+        return self.unary(a, "SOFTPLUS")
+
+    def tanh(self, a: Tensor) -> Tensor:
+        return self.unary(a, "TANH")
+
+    def exp(self, a: Tensor) -> Tensor:
+        return self.unary(a, "EXP")
+
+    def neg(self, a: Tensor) -> Tensor:
+        return self.unary(a, "NEG")
+
+    # ------------------------------------------------------------------ GLU
+    def glu(self, a: Tensor, op: int | str, swapped: bool = False) -> Tensor:
+        """``ggml_glu``: split a's rows in halves; act(first) * second (halves exchanged if swapped)."""
+        name = GLU_OPS.get(op) if isinstance(op, int) else str(op).upper()
+        if name not in BUILT_GLU:
+            raise GraphError(f"GLU: operand op: expected one of {BUILT_GLU}, given {op!r}")
+        self._check_tensor("GLU", "a", a)
+        self._check_types("GLU", "a", a, FLOAT_TYPES)
+        ne = (a.ne[0] // 2, a.ne[1], a.ne[2], a.ne[3])
+        params = {"op": GLU_OP_IDS[name], "swapped": bool(swapped)}
+        return self._new("GLU", ne, a.dtype, (a, None), params, sub_op=name)
+
+    def glu_split(self, a: Tensor, b: Tensor, op: int | str) -> Tensor:
+        """``ggml_glu_split``: act(a) * b."""
+        name = GLU_OPS.get(op) if isinstance(op, int) else str(op).upper()
+        if name not in BUILT_GLU:
+            raise GraphError(f"GLU: operand op: expected one of {BUILT_GLU}, given {op!r}")
+        return self._glu2(name, a, b, {})
+
+    def _glu2(self, name: str, a: Tensor, b: Tensor, extra: Mapping[str, Any]) -> Tensor:
+        self._check_tensor("GLU", "a", a)
+        self._check_tensor("GLU", "b", b)
+        self._check_types("GLU", "a", a, FLOAT_TYPES)
+        if b.dtype != a.dtype:
+            raise self._err("GLU", "b", f"type {a.dtype} (same as a)", b.dtype)
+        if b.ne != a.ne:
+            raise self._err("GLU", "b", f"ne {_ne_str(a.ne)} (same shape as a)", f"ne {_ne_str(b.ne)}")
+        params = {"op": GLU_OP_IDS[name], "swapped": False, **extra}
+        return self._new("GLU", a.ne, a.dtype, (a, b), params, sub_op=name)
+
+    def swiglu(self, a: Tensor) -> Tensor:
+        return self.glu(a, "SWIGLU", False)
+
+    def swiglu_swapped(self, a: Tensor) -> Tensor:
+        return self.glu(a, "SWIGLU", True)
+
+    def swiglu_split(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._glu2("SWIGLU", a, b, {})
+
+    def geglu(self, a: Tensor) -> Tensor:
+        return self.glu(a, "GEGLU", False)
+
+    def geglu_swapped(self, a: Tensor) -> Tensor:
+        return self.glu(a, "GEGLU", True)
+
+    def geglu_split(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._glu2("GEGLU", a, b, {})
+
+    def swiglu_oai(self, a: Tensor, b: Tensor, alpha: float, limit: float) -> Tensor:
+        """``ggml_swiglu_oai``: x=min(a,limit); x·σ(alpha·x)·(clamp(b,-limit,limit)+1)."""
+        return self._glu2("SWIGLU_OAI", a, b, {"alpha": float(alpha), "limit": float(limit)})
+
+    # ------------------------------------------------------------------ layout ops
+    def cont(self, a: Tensor) -> Tensor:
+        """``ggml_cont``: a contiguous copy."""
+        self._check_tensor("CONT", "a", a)
+        return self._new("CONT", a.ne, a.dtype, (a,))
+
+    def _cont_nd(self, a: Tensor, ne: Sequence[int]) -> Tensor:
+        self._check_tensor("CONT", "a", a)
+        ne4 = tuple(ne) + (1,) * (4 - len(ne))
+        if math.prod(ne4) != a.nelements:
+            raise self._err("CONT", "a", f"{math.prod(ne4)} elements for ne {_ne_str(ne4)}", f"{a.nelements}")
+        return self._new("CONT", ne4, a.dtype, (a,))
+
+    def cont_1d(self, a: Tensor, ne0: int) -> Tensor:
+        return self._cont_nd(a, (ne0,))
+
+    def cont_2d(self, a: Tensor, ne0: int, ne1: int) -> Tensor:
+        return self._cont_nd(a, (ne0, ne1))
+
+    def cont_3d(self, a: Tensor, ne0: int, ne1: int, ne2: int) -> Tensor:
+        return self._cont_nd(a, (ne0, ne1, ne2))
+
+    def cont_4d(self, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
+        return self._cont_nd(a, (ne0, ne1, ne2, ne3))
+
+    def cpy(self, a: Tensor, b: Tensor) -> Tensor:
+        """``ggml_cpy``: a's elements (row-major) written into b's shape and type."""
+        self._check_tensor("CPY", "a", a)
+        self._check_tensor("CPY", "b", b)
+        if a.nelements != b.nelements:
+            raise self._err(
+                "CPY", "b", f"{a.nelements} elements (as a)", f"{b.nelements} (ne {_ne_str(b.ne)})"
+            )
+        self._check_types("CPY", "b", b, DTYPES)
+        return self._new("CPY", b.ne, b.dtype, (a, b))
+
+    def _reshape_to(self, a: Tensor, ne: Sequence[int]) -> Tensor:
+        self._check_tensor("RESHAPE", "a", a)
+        ne4 = tuple(int(d) for d in ne) + (1,) * (4 - len(ne))
+        if not a.is_contiguous():
+            raise self._err(
+                "RESHAPE", "a", "a contiguous tensor (use cont first)", f"strides nb {list(a.nb)}"
+            )
+        if math.prod(ne4) != a.nelements:
+            raise self._err(
+                "RESHAPE", "a", f"{math.prod(ne4)} elements for ne {_ne_str(ne4)}", f"{a.nelements}"
+            )
+        return self._new("RESHAPE", ne4, a.dtype, (a,), view_of=a, nb=_contiguous_nb(ne4, a.type_size or 1))
+
+    def reshape(self, a: Tensor, b: Tensor) -> Tensor:
+        """``ggml_reshape``: a (contiguous) viewed with b's shape."""
+        self._check_tensor("RESHAPE", "b", b)
+        return self._reshape_to(a, b.ne)
+
+    def reshape_1d(self, a: Tensor, ne0: int) -> Tensor:
+        return self._reshape_to(a, (ne0,))
+
+    def reshape_2d(self, a: Tensor, ne0: int, ne1: int) -> Tensor:
+        return self._reshape_to(a, (ne0, ne1))
+
+    def reshape_3d(self, a: Tensor, ne0: int, ne1: int, ne2: int) -> Tensor:
+        return self._reshape_to(a, (ne0, ne1, ne2))
+
+    def reshape_4d(self, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
+        return self._reshape_to(a, (ne0, ne1, ne2, ne3))
+
+    def _view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int], offset: int) -> Tensor:
+        """``ggml_view_impl``: ne, nb[1:] and a byte offset over a's memory."""
+        self._check_tensor("VIEW", "a", a)
+        if a.is_quantized:
+            raise self._err(
+                "VIEW", "a", "a plain-typed tensor (views of quantized weights are not supported)", a.dtype
+            )
+        es = a.type_size
+        ne4 = tuple(int(d) for d in ne) + (1,) * (4 - len(ne))
+        nb_given = [es, *[int(x) for x in nb]]
+        # ggml fills the strides of the dims not given with contiguous ones.
+        for i in range(len(nb_given), 4):
+            nb_given.append(nb_given[i - 1] * ne4[i - 1])
+        nb4 = tuple(nb_given[:4])
+        if offset < 0:
+            raise self._err("VIEW", "offset", "a non-negative byte offset", str(offset))
+        if offset % es or any(x % es for x in nb4):
+            raise self._err(
+                "VIEW", "nb/offset", f"multiples of the element size {es}", f"nb {list(nb4)}, offset {offset}"
+            )
+        probe = Tensor(self, -1, "VIEW", ne4, a.dtype, nb=nb4)  # type: ignore[arg-type]
+        data_size = probe.nbytes
+        base = a.base
+        base_bytes = base.nelements * base.type_size
+        if data_size + a.view_offs + offset > base_bytes:
+            raise self._err(
+                "VIEW",
+                "a",
+                f"a view inside its {base_bytes}-byte buffer",
+                f"ne {_ne_str(ne4)}, nb {list(nb4)}, offset {a.view_offs + offset} ({data_size} bytes)",
+            )
+        params = {"ne": ne4, "nb": nb4, "offset": int(offset)}
+        return self._new("VIEW", ne4, a.dtype, (a,), params, view_of=a, nb=nb4, offset=int(offset))
+
+    def view_1d(self, a: Tensor, ne0: int, offset: int) -> Tensor:
+        """``ggml_view_1d(a, ne0, offset)`` (offset in bytes)."""
+        return self._view(a, (ne0,), (), offset)
+
+    def view_2d(self, a: Tensor, ne0: int, ne1: int, nb1: int, offset: int) -> Tensor:
+        """``ggml_view_2d(a, ne0, ne1, nb1, offset)`` (strides/offset in bytes)."""
+        return self._view(a, (ne0, ne1), (nb1,), offset)
+
+    def view_3d(self, a: Tensor, ne0: int, ne1: int, ne2: int, nb1: int, nb2: int, offset: int) -> Tensor:
+        return self._view(a, (ne0, ne1, ne2), (nb1, nb2), offset)
+
+    def view_4d(
+        self, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, nb1: int, nb2: int, nb3: int, offset: int
+    ) -> Tensor:
+        return self._view(a, (ne0, ne1, ne2, ne3), (nb1, nb2, nb3), offset)
+
+    def view_tensor(self, a: Tensor) -> Tensor:
+        """``ggml_view_tensor``: a view with a's own ne/nb."""
+        self._check_tensor("VIEW", "a", a)
+        return self._new(
+            "VIEW", a.ne, a.dtype, (a,), {"ne": a.ne, "nb": a.nb, "offset": 0}, view_of=a, nb=a.nb
+        )
+
+    def permute(self, a: Tensor, axis0: int, axis1: int, axis2: int, axis3: int) -> Tensor:
+        """``ggml_permute``: source dim i becomes dim axis_i (ggml dims: 0 = innermost)."""
+        self._check_tensor("PERMUTE", "a", a)
+        axes = (axis0, axis1, axis2, axis3)
+        if sorted(axes) != [0, 1, 2, 3]:
+            raise self._err("PERMUTE", "axes", "a permutation of 0,1,2,3", str(list(axes)))
+        ne = [0] * 4
+        nb = [0] * 4
+        for i, ax in enumerate(axes):
+            ne[ax] = a.ne[i]
+            nb[ax] = a.nb[i]
+        return self._new("PERMUTE", ne, a.dtype, (a,), {"axes": axes}, view_of=a, nb=nb)
+
+    def transpose(self, a: Tensor) -> Tensor:
+        """``ggml_transpose``: swap dims 0 and 1 (a strided view)."""
+        self._check_tensor("TRANSPOSE", "a", a)
+        ne = (a.ne[1], a.ne[0], a.ne[2], a.ne[3])
+        nb = (a.nb[1], a.nb[0], a.nb[2], a.nb[3])
+        return self._new("TRANSPOSE", ne, a.dtype, (a,), view_of=a, nb=nb)
+
+    def concat(self, a: Tensor, b: Tensor, dim: int) -> Tensor:
+        """``ggml_concat``: join along ggml dim ``dim`` (0 = innermost)."""
+        self._check_tensor("CONCAT", "a", a)
+        self._check_tensor("CONCAT", "b", b)
+        if not 0 <= dim < 4:
+            raise self._err("CONCAT", "dim", "0 <= dim < 4", str(dim))
+        if a.dtype != b.dtype:
+            raise self._err("CONCAT", "b", f"type {a.dtype} (same as a)", b.dtype)
+        for d in range(4):
+            if d != dim and a.ne[d] != b.ne[d]:
+                raise self._err(
+                    "CONCAT", "b", f"ne[{d}] == {a.ne[d]} (a's, all dims but {dim})", f"ne {_ne_str(b.ne)}"
+                )
+        ne = list(a.ne)
+        ne[dim] += b.ne[dim]
+        return self._new("CONCAT", ne, a.dtype, (a, b), {"dim": int(dim)})
+
+    def repeat(self, a: Tensor, b: Tensor) -> Tensor:
+        """``ggml_repeat``: a tiled to b's shape."""
+        self._check_tensor("REPEAT", "a", a)
+        self._check_tensor("REPEAT", "b", b)
+        self._can_repeat("REPEAT", a, b, "a", "b")
+        return self._new("REPEAT", b.ne, a.dtype, (a, b))
+
+    def pad(self, a: Tensor, p0: int, p1: int, p2: int, p3: int) -> Tensor:
+        """``ggml_pad``: zeros appended at the end of each dim."""
+        return self.pad_ext(a, 0, p0, 0, p1, 0, p2, 0, p3)
+
+    def pad_ext(
+        self, a: Tensor, lp0: int, rp0: int, lp1: int, rp1: int, lp2: int, rp2: int, lp3: int, rp3: int
+    ) -> Tensor:
+        """``ggml_pad_ext``: zeros before (lp) and after (rp) each dim."""
+        self._check_tensor("PAD", "a", a)
+        self._check_types("PAD", "a", a, ("f32",))
+        pads = (lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3)
+        if any(p < 0 for p in pads):
+            raise self._err("PAD", "padding", "non-negative pads", str(list(pads)))
+        ne = [a.ne[i] + pads[2 * i] + pads[2 * i + 1] for i in range(4)]
+        params = {
+            "lp0": lp0,
+            "rp0": rp0,
+            "lp1": lp1,
+            "rp1": rp1,
+            "lp2": lp2,
+            "rp2": rp2,
+            "lp3": lp3,
+            "rp3": rp3,
+            "circular": False,
+        }
+        return self._new("PAD", ne, a.dtype, (a,), params)
+
+    # ------------------------------------------------------------------ rows
+    def get_rows(self, a: Tensor, b: Tensor) -> Tensor:
+        """``ggml_get_rows``: rows of a picked by i32 indices b (out ne = [a.ne0, b.ne0, b.ne1, b.ne2])."""
+        op = "GET_ROWS"
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        self._check_types(op, "b", b, ("i32",))
+        if a.ne[2] != b.ne[1] or a.ne[3] != b.ne[2] or b.ne[3] != 1:
+            raise self._err(
+                op,
+                "b",
+                f"ne[1] == a.ne[2] = {a.ne[2]}, ne[2] == a.ne[3] = {a.ne[3]}, ne[3] == 1",
+                f"ne {_ne_str(b.ne)}",
+            )
+        dtype = "i32" if a.dtype == "i32" else "f32"
+        return self._new(op, (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), dtype, (a, b))
+
+    def set_rows(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
+        """``ggml_set_rows``: a with rows c[i] replaced by b's rows i (result = a updated)."""
+        op = "SET_ROWS"
+        for nm, t in (("a", a), ("b", b), ("c", c)):
+            self._check_tensor(op, nm, t)
+        self._check_types(op, "b", b, ("f32",))
+        self._check_types(op, "c", c, ("i64", "i32"))
+        self._check_types(op, "a", a, FLOAT_TYPES + ("i32",))
+        if a.ne[0] != b.ne[0] or a.ne[2] != b.ne[2] or a.ne[3] != b.ne[3]:
+            raise self._err(
+                op, "b", f"ne[0], ne[2], ne[3] equal to a's {_ne_str(a.ne)}", f"ne {_ne_str(b.ne)}"
+            )
+        if b.ne[1] != c.ne[0] or b.ne[2] % c.ne[1] or b.ne[3] % c.ne[2] or c.ne[3] != 1:
+            raise self._err(
+                op,
+                "c",
+                f"ne[0] == b.ne[1] = {b.ne[1]}, b.ne[2] % ne[1] == 0, b.ne[3] % ne[2] == 0, ne[3] == 1",
+                f"ne {_ne_str(c.ne)}",
+            )
+        return self._new(op, a.ne, a.dtype, (a, b, c))
+
+    def set(self, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int) -> Tensor:
+        """``ggml_set``: a copy of a whose view (b.ne, nb1..nb3, offset bytes) is overwritten by b."""
+        op = "SET"
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        self._check_types(op, "a", a, ("f32", "i32"))
+        if b.dtype != a.dtype:
+            raise self._err(op, "b", f"type {a.dtype} (as a)", b.dtype)
+        if b.nelements > a.nelements:
+            raise self._err(op, "b", f"at most {a.nelements} elements (a's)", f"{b.nelements}")
+        es = a.type_size
+        nb4 = (es, int(nb1), int(nb2), int(nb3))
+        probe = Tensor(self, -1, "VIEW", b.ne, a.dtype, nb=nb4)
+        if offset % es or any(x % es for x in nb4) or offset < 0:
+            raise self._err(
+                op,
+                "nb/offset",
+                f"non-negative multiples of the element size {es}",
+                f"nb {list(nb4)}, offset {offset}",
+            )
+        if probe.nbytes + offset > a.nelements * es:
+            raise self._err(
+                op,
+                "b",
+                f"a region inside a's {a.nelements * es} bytes",
+                f"{probe.nbytes} bytes at offset {offset}",
+            )
+        params = {"nb1": int(nb1), "nb2": int(nb2), "nb3": int(nb3), "offset": int(offset), "inplace": False}
+        return self._new(op, a.ne, a.dtype, (a, b), params)
+
+    def set_1d(self, a: Tensor, b: Tensor, offset: int) -> Tensor:
+        return self.set(a, b, a.nb[1], a.nb[2], a.nb[3], offset)
+
+    def set_2d(self, a: Tensor, b: Tensor, nb1: int, offset: int) -> Tensor:
+        return self.set(a, b, nb1, a.nb[2], a.nb[3], offset)
+
+    # ------------------------------------------------------------------ matmul
+    def mul_mat(self, a: Tensor, b: Tensor) -> Tensor:
+        """``ggml_mul_mat``: out = b @ aᵀ per batch (ne = [a.ne1, b.ne1, b.ne2, b.ne3]); f32 result."""
+        op = "MUL_MAT"
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        if not a.is_quantized:
+            self._check_types(op, "a", a, FLOAT_TYPES)
+        self._check_types(op, "b", b, FLOAT_TYPES)
+        if a.ne[0] != b.ne[0]:
+            raise self._err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", f"ne {_ne_str(b.ne)}")
+        if b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
+            raise self._err(
+                op, "b", f"ne[2], ne[3] multiples of a's ({a.ne[2]}, {a.ne[3]})", f"ne {_ne_str(b.ne)}"
+            )
+        if a.is_transposed():
+            raise self._err(op, "a", "a non-transposed tensor (nb[0] <= nb[1]); use cont", f"nb {list(a.nb)}")
+        return self._new(op, (a.ne[1], b.ne[1], b.ne[2], b.ne[3]), "f32", (a, b), {"prec": GGML_PREC_DEFAULT})
+
+    def mul_mat_set_prec(self, a: Tensor, prec: int) -> None:
+        """``ggml_mul_mat_set_prec`` (recorded; the OpenVINO path always computes in f32)."""
+        a.params["prec"] = int(prec)
+
+    def mul_mat_id(self, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
+        """``ggml_mul_mat_id``: out[:, e, t] = as_[ids[e, t]] @ b[:, e % b.ne1, t] (MoE experts)."""
+        op = "MUL_MAT_ID"
+        for nm, t in (("as", as_), ("b", b), ("ids", ids)):
+            self._check_tensor(op, nm, t)
+        self._check_types(op, "ids", ids, ("i32",))
+        if not as_.is_quantized:
+            self._check_types(op, "as", as_, FLOAT_TYPES)
+        self._check_types(op, "b", b, FLOAT_TYPES)
+        if as_.ne[3] != 1:
+            raise self._err(op, "as", "a 3-D tensor (ne[3] == 1)", f"ne {_ne_str(as_.ne)}")
+        if b.ne[3] != 1:
+            raise self._err(op, "b", "a 3-D tensor (ne[3] == 1)", f"ne {_ne_str(b.ne)}")
+        if ids.ne[2] != 1 or ids.ne[3] != 1:
+            raise self._err(op, "ids", "a 2-D tensor", f"ne {_ne_str(ids.ne)}")
+        if ids.ne[1] != b.ne[2]:
+            raise self._err(op, "ids", f"ne[1] == b.ne[2] = {b.ne[2]} (tokens)", f"ne {_ne_str(ids.ne)}")
+        if as_.ne[0] != b.ne[0]:
+            raise self._err(op, "b", f"ne[0] == as.ne[0] = {as_.ne[0]}", f"ne {_ne_str(b.ne)}")
+        if ids.ne[0] % b.ne[1]:
+            raise self._err(op, "b", f"ne[1] dividing ids.ne[0] = {ids.ne[0]}", f"ne {_ne_str(b.ne)}")
+        return self._new(op, (as_.ne[1], ids.ne[0], b.ne[2], 1), "f32", (as_, b, ids))
+
+    # ------------------------------------------------------------------ normalisation / reductions
+    def _norm(self, op: str, a: Tensor, eps: float) -> Tensor:
+        self._check_tensor(op, "a", a)
+        self._check_types(op, "a", a, ("f32",))
+        if eps < 0:
+            raise self._err(op, "eps", "eps >= 0", str(eps))
+        return self._new(op, a.ne, a.dtype, (a,), {"eps": float(eps)})
+
+    def norm(self, a: Tensor, eps: float) -> Tensor:
+        """``ggml_norm``: (x - mean) / sqrt(var + eps) along rows."""
+        return self._norm("NORM", a, eps)
+
+    def rms_norm(self, a: Tensor, eps: float) -> Tensor:
+        """``ggml_rms_norm``: x / sqrt(mean(x²) + eps) along rows."""
+        return self._norm("RMS_NORM", a, eps)
+
+    def l2_norm(self, a: Tensor, eps: float) -> Tensor:
+        """``ggml_l2_norm``: x / max(‖x‖, eps) along rows."""
+        return self._norm("L2_NORM", a, eps)
+
+    def sum_rows(self, a: Tensor) -> Tensor:
+        """``ggml_sum_rows``: row sums (ne0 → 1)."""
+        self._check_tensor("SUM_ROWS", "a", a)
+        self._check_types("SUM_ROWS", "a", a, FLOAT_TYPES)
+        return self._new("SUM_ROWS", (1, a.ne[1], a.ne[2], a.ne[3]), a.dtype, (a,))
+
+    def cumsum(self, a: Tensor) -> Tensor:
+        """``ggml_cumsum``: inclusive prefix sums along rows."""
+        self._check_tensor("CUMSUM", "a", a)
+        self._check_types("CUMSUM", "a", a, ("f32",))
+        return self._new("CUMSUM", a.ne, a.dtype, (a,))
+
+    def argsort(self, a: Tensor, order: int = GGML_SORT_ORDER_ASC) -> Tensor:
+        """``ggml_argsort``: i32 indices sorting each row (0 = ASC, 1 = DESC)."""
+        self._check_tensor("ARGSORT", "a", a)
+        self._check_types("ARGSORT", "a", a, ("f32",))
+        if order not in (GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC):
+            raise self._err("ARGSORT", "order", "0 (ASC) or 1 (DESC)", str(order))
+        return self._new("ARGSORT", a.ne, "i32", (a,), {"order": int(order)})
+
+    # ------------------------------------------------------------------ softmax / attention
+    def soft_max(self, a: Tensor) -> Tensor:
+        """``ggml_soft_max``: softmax along rows."""
+        return self.soft_max_ext(a, None, 1.0, 0.0)
+
+    def soft_max_ext(self, a: Tensor, mask: Tensor | None, scale: float, max_bias: float) -> Tensor:
+        """``ggml_soft_max_ext``: softmax(a·scale + mask·slope) along rows (ALiBi slope if max_bias>0)."""
+        op = "SOFT_MAX"
+        self._check_tensor(op, "a", a)
+        self._check_types(op, "a", a, ("f32",))
+        if mask is not None:
+            self._check_tensor(op, "mask", mask)
+            self._check_types(op, "mask", mask, ("f16", "f32"))
+            if not mask.is_contiguous():
+                raise self._err(op, "mask", "a contiguous tensor", f"nb {list(mask.nb)}")
+            if mask.ne[0] != a.ne[0] or mask.ne[1] < a.ne[1] or a.ne[2] % mask.ne[2] or a.ne[3] % mask.ne[3]:
+                raise self._err(
+                    op,
+                    "mask",
+                    f"ne[0] == {a.ne[0]}, ne[1] >= {a.ne[1]}, ne[2] | {a.ne[2]}, ne[3] | {a.ne[3]}",
+                    f"ne {_ne_str(mask.ne)}",
+                )
+        if max_bias > 0 and mask is None:
+            raise self._err(op, "mask", "a mask when max_bias > 0 (ALiBi)", "None")
+        return self._new(
+            op, a.ne, a.dtype, (a, mask, None), {"scale": float(scale), "max_bias": float(max_bias)}
+        )
+
+    def soft_max_add_sinks(self, a: Tensor, sinks: Tensor | None) -> None:
+        """``ggml_soft_max_add_sinks``: attach per-head sink logits (f32, ne0 == a.ne[2]) to a SOFT_MAX."""
+        self._add_sinks("SOFT_MAX", a, sinks, 2, a.ne[2])
+
+    def _add_sinks(self, op: str, a: Tensor, sinks: Tensor | None, slot: int, heads: int) -> None:
+        self._check_tensor(op, "a", a)
+        if a.op != op:
+            raise self._err(op, "a", f"a {op} result", a.op)
+        srcs = list(a.srcs) + [None] * (slot + 1 - len(a.srcs))
+        if sinks is not None:
+            self._check_tensor(op, "sinks", sinks)
+            self._check_types(op, "sinks", sinks, ("f32",))
+            if sinks.nelements != heads or sinks.ne[0] != heads:
+                raise self._err(op, "sinks", f"ne[0] == {heads} (one per head)", f"ne {_ne_str(sinks.ne)}")
+        srcs[slot] = sinks
+        a.srcs = tuple(srcs)
+
+    def flash_attn_ext(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        scale: float,
+        max_bias: float,
+        logit_softcap: float,
+    ) -> Tensor:
+        """``ggml_flash_attn_ext``: softmax(q·kᵀ·scale + mask)·v; result ne [Dv, n_head, n_q, n_batch]."""
+        op = "FLASH_ATTN_EXT"
+        for nm, t in (("q", q), ("k", k), ("v", v)):
+            self._check_tensor(op, nm, t)
+            self._check_types(op, nm, t, FLOAT_TYPES)
+        if k.ne[0] != q.ne[0]:
+            raise self._err(op, "k", f"ne[0] == q.ne[0] = {q.ne[0]}", f"ne {_ne_str(k.ne)}")
+        if q.ne[2] % k.ne[2] or q.ne[3] % k.ne[3]:
+            raise self._err(
+                op, "k", f"ne[2], ne[3] dividing q's ({q.ne[2]}, {q.ne[3]})", f"ne {_ne_str(k.ne)}"
+            )
+        if v.ne[1] != k.ne[1] or v.ne[2] != k.ne[2] or v.ne[3] != k.ne[3]:
+            raise self._err(op, "v", f"ne[1:4] == k's {list(k.ne[1:])}", f"ne {_ne_str(v.ne)}")
+        if mask is not None:
+            self._check_tensor(op, "mask", mask)
+            self._check_types(op, "mask", mask, ("f16", "f32"))
+            if not mask.is_contiguous():
+                raise self._err(op, "mask", "a contiguous tensor", f"nb {list(mask.nb)}")
+            if mask.ne[0] != k.ne[1] or mask.ne[1] < q.ne[1] or q.ne[2] % mask.ne[2] or q.ne[3] % mask.ne[3]:
+                raise self._err(
+                    op,
+                    "mask",
+                    f"ne[0] == n_kv = {k.ne[1]}, ne[1] >= n_q = {q.ne[1]}, ne[2] | {q.ne[2]}, ne[3] | {q.ne[3]}",
+                    f"ne {_ne_str(mask.ne)}",
+                )
+        if max_bias > 0 and mask is None:
+            raise self._err(op, "mask", "a mask when max_bias > 0 (ALiBi)", "None")
+        ne = (v.ne[0], q.ne[2], q.ne[1], q.ne[3])
+        params = {
+            "scale": float(scale),
+            "max_bias": float(max_bias),
+            "logit_softcap": float(logit_softcap),
+            "prec": GGML_PREC_DEFAULT,
+        }
+        return self._new(op, ne, "f32", (q, k, v, mask, None), params)
+
+    def flash_attn_ext_set_prec(self, a: Tensor, prec: int) -> None:
+        """``ggml_flash_attn_ext_set_prec`` (recorded in params)."""
+        a.params["prec"] = int(prec)
+
+    def flash_attn_ext_add_sinks(self, a: Tensor, sinks: Tensor | None) -> None:
+        """``ggml_flash_attn_ext_add_sinks``: per-head sink logits (f32, ne0 == n_head)."""
+        self._add_sinks("FLASH_ATTN_EXT", a, sinks, 4, a.ne[1])
+
+    # ------------------------------------------------------------------ rope
+    def rope_ext(
+        self,
+        a: Tensor,
+        b: Tensor,
+        c: Tensor | None,
+        n_dims: int,
+        mode: int,
+        n_ctx_orig: int,
+        freq_base: float,
+        freq_scale: float,
+        ext_factor: float,
+        attn_factor: float,
+        beta_fast: float,
+        beta_slow: float,
+    ) -> Tensor:
+        """``ggml_rope_ext``: rotary embedding of the first n_dims of each row; b = i32 positions."""
+        if mode & GGML_ROPE_TYPE_MROPE:
+            raise self._err(
+                "ROPE", "mode", "NORMAL (0) or NEOX (2); use rope_multi for MROPE/IMROPE/VISION", str(mode)
+            )
+        return self._rope(
+            a,
+            b,
+            c,
+            n_dims,
+            (0, 0, 0, 0),
+            mode,
+            n_ctx_orig,
+            freq_base,
+            freq_scale,
+            ext_factor,
+            attn_factor,
+            beta_fast,
+            beta_slow,
+        )
+
+    def rope_multi(
+        self,
+        a: Tensor,
+        b: Tensor,
+        c: Tensor | None,
+        n_dims: int,
+        sections: Sequence[int],
+        mode: int,
+        n_ctx_orig: int,
+        freq_base: float,
+        freq_scale: float,
+        ext_factor: float,
+        attn_factor: float,
+        beta_fast: float,
+        beta_slow: float,
+    ) -> Tensor:
+        """``ggml_rope_multi``: multi-section rope (MROPE 8, VISION 24, IMROPE 40); b has 4 planes."""
+        if not mode & GGML_ROPE_TYPE_MROPE:
+            raise self._err("ROPE", "mode", "MROPE (8), VISION (24) or IMROPE (40)", str(mode))
+        secs = tuple(int(s) for s in sections) + (0,) * (4 - len(sections))
+        return self._rope(
+            a,
+            b,
+            c,
+            n_dims,
+            secs[:4],
+            mode,
+            n_ctx_orig,
+            freq_base,
+            freq_scale,
+            ext_factor,
+            attn_factor,
+            beta_fast,
+            beta_slow,
+        )
+
+    def _rope(
+        self,
+        a: Tensor,
+        b: Tensor,
+        c: Tensor | None,
+        n_dims: int,
+        sections: tuple[int, ...],
+        mode: int,
+        n_ctx_orig: int,
+        freq_base: float,
+        freq_scale: float,
+        ext_factor: float,
+        attn_factor: float,
+        beta_fast: float,
+        beta_slow: float,
+    ) -> Tensor:
+        op = "ROPE"
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        self._check_types(op, "a", a, ("f32", "f16"))
+        self._check_types(op, "b", b, ("i32",))
+        if b.ne[1] != 1 or b.ne[2] != 1 or b.ne[3] != 1:
+            raise self._err(op, "b", "a 1-D position vector", f"ne {_ne_str(b.ne)}")
+        planes = 4 if mode & GGML_ROPE_TYPE_MROPE else 1
+        if b.ne[0] != planes * a.ne[2]:
+            raise self._err(
+                op, "b", f"ne[0] == {planes}·a.ne[2] = {planes * a.ne[2]} positions", f"ne {_ne_str(b.ne)}"
+            )
+        if n_dims > a.ne[0] or n_dims < 0:
+            raise self._err(op, "n_dims", f"0 <= n_dims <= a.ne[0] = {a.ne[0]}", str(n_dims))
+        if c is not None:
+            self._check_tensor(op, "c", c)
+            self._check_types(op, "c", c, ("f32",))
+            if c.ne[0] < n_dims // 2:
+                raise self._err(
+                    op, "c", f"ne[0] >= n_dims/2 = {n_dims // 2} freq factors", f"ne {_ne_str(c.ne)}"
+                )
+        params = {
+            "n_dims": int(n_dims),
+            "mode": int(mode),
+            "n_ctx_orig": int(n_ctx_orig),
+            "freq_base": float(freq_base),
+            "freq_scale": float(freq_scale),
+            "ext_factor": float(ext_factor),
+            "attn_factor": float(attn_factor),
+            "beta_fast": float(beta_fast),
+            "beta_slow": float(beta_slow),
+            "sections": tuple(sections),
+        }
+        return self._new(op, a.ne, a.dtype, (a, b, c), params)
+
+    # ------------------------------------------------------------------ conv-like
+    def im2col(
+        self,
+        a: Tensor,
+        b: Tensor,
+        s0: int,
+        s1: int,
+        p0: int,
+        p1: int,
+        d0: int,
+        d1: int,
+        is_2D: bool,
+        dst_type: str | int,  # noqa: N803
+    ) -> Tensor:
+        """``ggml_im2col``: a = kernel [OC, IC, KH, KW], b = input [N, IC, IH, IW] (numpy order)."""
+        op = "IM2COL"
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        self._check_types(op, "b", b, ("f32", "f16"))
+        dt = {0: "f32", 1: "f16"}.get(dst_type, dst_type) if isinstance(dst_type, int) else dst_type
+        if dt not in ("f32", "f16"):
+            raise self._err(op, "dst_type", "f32 or f16", str(dst_type))
+        if is_2D:
+            if a.ne[2] != b.ne[2]:
+                raise self._err(op, "b", f"ne[2] == a.ne[2] = {a.ne[2]} channels", f"ne {_ne_str(b.ne)}")
+        elif b.ne[1] != a.ne[1] or b.ne[3] != 1:
+            raise self._err(
+                op, "b", f"ne[1] == a.ne[1] = {a.ne[1]} channels, ne[3] == 1", f"ne {_ne_str(b.ne)}"
+            )
+        oh = (b.ne[1] + 2 * p1 - d1 * (a.ne[1] - 1) - 1) // s1 + 1 if is_2D else 0
+        ow = (b.ne[0] + 2 * p0 - d0 * (a.ne[0] - 1) - 1) // s0 + 1
+        if (is_2D and oh <= 0) or ow <= 0:
+            raise self._err(
+                op, "b", "an input at least as large as the dilated kernel", f"ne {_ne_str(b.ne)}"
+            )
+        ne = (a.ne[2] * a.ne[1] * a.ne[0], ow, oh, b.ne[3]) if is_2D else (a.ne[1] * a.ne[0], ow, b.ne[2], 1)
+        params = {"s0": s0, "s1": s1, "p0": p0, "p1": p1, "d0": d0, "d1": d1, "is_2D": bool(is_2D)}
+        return self._new(op, ne, dt, (a, b), params)
+
+    def ssm_conv(self, sx: Tensor, c: Tensor) -> Tensor:
+        """``ggml_ssm_conv``: depthwise causal conv; sx [n_s, d_inner, d_conv-1+n_t], c [d_inner, d_conv]."""
+        op = "SSM_CONV"
+        self._check_tensor(op, "sx", sx)
+        self._check_tensor(op, "c", c)
+        self._check_types(op, "sx", sx, ("f32",))
+        self._check_types(op, "c", c, ("f32",))
+        d_conv = c.ne[0]
+        d_inner = c.ne[1]
+        n_t = sx.ne[0] - d_conv + 1
+        if sx.ne[0] != d_conv - 1 + n_t or sx.ne[1] != d_inner or n_t < 0 or c.ne[2] != 1 or c.ne[3] != 1:
+            raise self._err(
+                op,
+                "sx",
+                f"ne[1] == c.ne[1] = {d_inner}, ne[0] >= d_conv - 1 = {d_conv - 1}",
+                f"ne {_ne_str(sx.ne)}",
+            )
+        return self._new(op, (d_inner, n_t, sx.ne[2], 1), "f32", (sx, c))
+
+    def gated_delta_net(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        g: Tensor,
+        beta: Tensor,
+        state: Tensor,
+        K: int = 1,  # noqa: N803
+    ) -> Tensor:
+        """``ggml_gated_delta_net`` (see ovkit.ops.reference.gated_delta_net for the recurrence)."""
+        return self._gdn(q, k, v, g, beta, state, K)
+
+    def _gdn(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor, K: int) -> Tensor:  # noqa: N803
+        raise GraphError("GATED_DELTA_NET: not built yet")
+
+    # ------------------------------------------------------------------ misc
+    def diag(self, a: Tensor) -> Tensor:
+        """``ggml_diag``: a row vector [.., 1, n] → diagonal matrix [.., n, n]."""
+        self._check_tensor("DIAG", "a", a)
+        if a.ne[1] != 1:
+            raise self._err("DIAG", "a", "ne[1] == 1 (a row vector per matrix)", f"ne {_ne_str(a.ne)}")
+        return self._new("DIAG", (a.ne[0], a.ne[0], a.ne[2], a.ne[3]), a.dtype, (a,))
+
+    def tri(self, a: Tensor, type_: int) -> Tensor:
+        """``ggml_tri``: keep a triangle of square matrices (0 upper+diag, 1 upper, 2 lower+diag, 3 lower)."""
+        self._check_tensor("TRI", "a", a)
+        self._check_types("TRI", "a", a, ("f32",))
+        if type_ not in (0, 1, 2, 3):
+            raise self._err("TRI", "type", "0..3 (ggml_tri_type)", str(type_))
+        if a.ne[0] != a.ne[1]:
+            raise self._err("TRI", "a", "square matrices (ne[0] == ne[1])", f"ne {_ne_str(a.ne)}")
+        return self._new("TRI", a.ne, a.dtype, (a,), {"type": int(type_)})
+
+    # ------------------------------------------------------------------ running
+    def topo(self, outputs: Sequence[Tensor]) -> list[Tensor]:
+        """The nodes ``outputs`` depend on, in build order (a topological order)."""
+        seen: set[int] = set()
+        stack = list(outputs)
+        while stack:
+            t = stack.pop()
+            if t.id in seen:
+                continue
+            seen.add(t.id)
+            stack.extend(s for s in t.srcs if s is not None)
+            if t.view_src is not None:
+                stack.append(t.view_src)
+        return [n for n in self.nodes if n.id in seen]
+
+    def inputs_of(self, outputs: Sequence[Tensor]) -> list[Tensor]:
+        """The input leaves whose values ``outputs`` need."""
+        return [t for t in self._value_nodes(outputs) if t.is_input]
+
+    def _value_nodes(self, outputs: Sequence[Tensor]) -> list[Tensor]:
+        """Nodes whose values are needed (shape-only sources such as cpy's dst are skipped)."""
+        seen: set[int] = set()
+        stack = list(outputs)
+        while stack:
+            t = stack.pop()
+            if t.id in seen:
+                continue
+            seen.add(t.id)
+            if t.op in VIEW_OPS:
+                stack.append(t.base)
+                continue
+            skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
+            stack.extend(s for i, s in enumerate(t.srcs) if s is not None and i not in skip)
+        return [n for n in self.nodes if n.id in seen]
+
+    def check_support(
+        self, outputs: Sequence[Tensor], device_class: str
+    ) -> list[tuple[Tensor, SupportDecision]]:
+        """The policy's decision for every op node ``outputs`` depend on."""
+        from ovkit.ops.policy import check_op
+
+        decisions = []
+        for t in self.topo(outputs):
+            if t.is_leaf:
+                continue
+            try:
+                decisions.append((t, check_op(t, device_class)))
+            except NotImplementedError:  # policy not written yet: nothing to reject
+                continue
+        return decisions
+
+    def to_model(
+        self, outputs: Tensor | Sequence[Tensor], inputs: Sequence[str] | None = None
+    ) -> tuple[Any, list[str]]:
+        """The OpenVINO model computing ``outputs`` and the names of its Parameters (in order)."""
+        from ovkit.ops.translate import build_model
+
+        outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+        leaves = self.inputs_of(outs)
+        if inputs is not None:
+            order = {n: i for i, n in enumerate(inputs)}
+            missing = [t.name for t in leaves if t.name not in order]
+            if missing:
+                raise GraphError(f"to_model: inputs {missing} are needed but not listed in {list(inputs)}")
+            leaves.sort(key=lambda t: order[t.name])
+        return build_model(self, outs, leaves), [t.name for t in leaves]
+
+    def compute(
+        self,
+        outputs: Tensor | Sequence[Tensor],
+        inputs: Mapping[str, Any] | None = None,
+        device: str | None = None,
+        mode: Mode = "device",
+        *,
+        core: Any = None,
+    ) -> Any:
+        """Run the graph: a numpy array per output (one array when ``outputs`` is one Tensor).
+
+        ``mode="device"`` translates to OpenVINO and runs on ``device`` (default: the selected
+        device, ``GGML_OPENVINO_DEVICE``); every op is first checked against that device's support
+        policy (:class:`UnsupportedOpError` on rejection). ``mode="reference"`` runs ovkit's numpy
+        reference of ggml's semantics instead (no policy check).
+        """
+        single = isinstance(outputs, Tensor)
+        outs: list[Tensor] = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+        for o in outs:
+            self._check_tensor("compute", "outputs", o)
+        feed = self._prepare_inputs(outs, inputs or {})
+        if mode == "reference":
+            from ovkit.ops.reference import evaluate
+
+            results = evaluate(self, outs, feed)
+        elif mode == "device":
+            from ovkit.devices import device_class
+            from ovkit.selection import resolve_device
+
+            dev = device if device is not None else resolve_device(core, log=False).device
+            for t, decision in self.check_support(outs, str(device_class(dev))):
+                if not decision.supported:
+                    raise UnsupportedOpError(t, decision.reason, dev)
+            model, names = self.to_model(outs)
+            from ovkit.ops.translate import model_inputs
+
+            raw = _run_on_device(model, model_inputs(self, names, feed), dev, core)
+            results = [_from_model_output(o, r) for o, r in zip(outs, raw, strict=True)]
+        else:
+            raise GraphError(f"compute: mode: expected 'device' or 'reference', given {mode!r}")
+        return results[0] if single else results
+
+    def _prepare_inputs(self, outs: Sequence[Tensor], inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Check and convert the fed arrays: dict name → 4-D array in the input's numpy dtype."""
+        feed: dict[str, np.ndarray] = {}
+        needed = self.inputs_of(outs)
+        known = {t.name for t in self.nodes if t.is_input}
+        extra = sorted(set(inputs) - known)
+        if extra:
+            raise GraphError(f"compute: unknown inputs {extra}; this graph's inputs are {sorted(known)}")
+        for t in needed:
+            if t.name not in inputs:
+                raise GraphError(f"compute: input {t.name!r} ({t.dtype}, shape {t.shape}) was not given")
+            arr = np.asarray(inputs[t.name])
+            try:
+                ne = _ne4(arr.shape)
+            except GraphError as exc:
+                raise GraphError(f"compute: input {t.name!r}: {exc}") from None
+            if ne != t.ne:
+                raise GraphError(f"compute: input {t.name!r}: expected shape {t.shape}, given {arr.shape}")
+            if t.dtype in FLOAT_TYPES and arr.dtype.kind not in "fiu":
+                raise GraphError(
+                    f"compute: input {t.name!r}: expected a numeric array, given dtype {arr.dtype}"
+                )
+            feed[t.name] = round_to(t.dtype, arr).reshape(tuple(reversed(t.ne)))
+        return feed
+
+
+def round_to(dtype: str, arr: Any) -> np.ndarray:
+    """``arr`` stored as ggml would store ``dtype`` (bf16: float32 rounded to nearest-even bf16)."""
+    a = np.asarray(arr)
+    if dtype == "bf16":
+        f = np.ascontiguousarray(a, dtype=np.float32)
+        u = f.view(np.uint32).astype(np.uint64)
+        rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+        out = rounded.astype(np.uint32).view(np.float32)
+        nan = np.isnan(f)
+        if nan.any():
+            out = np.where(nan, np.float32(np.nan), out)
+        return out.reshape(f.shape)
+    return np.asarray(a, dtype=NUMPY_DTYPE[dtype])
+
+
+def _from_model_output(t: Tensor, arr: np.ndarray) -> np.ndarray:
+    out = np.asarray(arr)
+    if t.dtype == "bf16":
+        out = round_to("bf16", out.astype(np.float32))
+    else:
+        out = out.astype(NUMPY_DTYPE.get(t.dtype, np.float32), copy=False)
+    return out.reshape(t.shape)
+
+
+#: compile configuration: exact f32 arithmetic (no bf16/f16 inference downcast), ggml's numbers.
+DEFAULT_COMPILE_CONFIG: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
+
+
+def _run_on_device(
+    model: Any, inputs: Sequence[np.ndarray], device: str, core: Any = None
+) -> list[np.ndarray]:
+    """Compile ``model`` on ``device`` and run it once: through ``ovkit.engine`` (compile cache)
+    when present, else directly. The one seam between graph building and execution."""
+    try:
+        from ovkit import engine
+    except ImportError:
+        engine = None  # type: ignore[assignment]
+    if engine is not None and hasattr(engine, "run_model") and hasattr(engine, "RunConfig"):
+        run_config = engine.RunConfig(inference_precision="f32")
+        return list(engine.run_model(model, list(inputs), device, core, run_config))
+    from ovkit.runtime import get_core
+
+    compiled = get_core(core).compile_model(model, device, DEFAULT_COMPILE_CONFIG)
+    request = compiled.create_infer_request()
+    request.infer(list(inputs))
+    return [np.array(request.get_output_tensor(i).data) for i in range(len(compiled.outputs))]
+
+
+def ggml_index_map(t: Tensor) -> np.ndarray:
+    """Element indices (into the flattened base memory) of every element of view ``t``, shape [ne3,ne2,ne1,ne0]."""
+    es = t.type_size
+    idx = np.full((1, 1, 1, 1), t.view_offs // es, dtype=np.int64)
+    for d in range(4):
+        shape = [1, 1, 1, 1]
+        shape[3 - d] = t.ne[d]
+        idx = idx + (np.arange(t.ne[d], dtype=np.int64) * (t.nb[d] // es)).reshape(shape)
+    return np.broadcast_to(idx, tuple(reversed(t.ne))).copy()
