@@ -153,6 +153,35 @@ class RunConfig:
 
 
 DEFAULT_RUN_CONFIG = RunConfig()
+#: Graph.compute's default: exact f32 arithmetic, so results match ggml's CPU backend (D7).
+GRAPH_RUN_CONFIG = RunConfig(inference_precision="f32")
+
+_FIELD_OF_PROPERTY = {
+    PROP_PRECISION: "inference_precision",
+    PROP_PERFORMANCE: "performance_hint",
+    PROP_EXECUTION: "execution_mode",
+}
+
+
+def run_config_from(
+    properties: Mapping[str, Any] | RunConfig | None, base: RunConfig = DEFAULT_RUN_CONFIG
+) -> RunConfig:
+    """A RunConfig from raw OpenVINO compile properties (``{"INFERENCE_PRECISION_HINT": "f32"}``)."""
+    if properties is None:
+        return base
+    if isinstance(properties, RunConfig):
+        return properties
+    values: dict[str, Any] = {}
+    extra: list[tuple[str, str]] = []
+    for name, value in properties.items():
+        key = str(name)
+        if key in _FIELD_OF_PROPERTY:
+            values[_FIELD_OF_PROPERTY[key]] = None if value is None else _as_text(value)
+        elif key == PROP_PROFILING:
+            values["profiling"] = _as_bool(value)
+        else:
+            extra.append((key, str(value)))
+    return replace(base, **values, extra=tuple(sorted(extra)))
 
 
 def naive_run_config(first_op: str | None, base: RunConfig = DEFAULT_RUN_CONFIG) -> RunConfig:
@@ -750,7 +779,7 @@ def _env_snapshot() -> tuple[Any, ...]:
     """The engine's variables, cheaply: CPython's ``os.environ`` keeps its encoded data in ``_data``,
     which is read directly (a few hundred ns) because this runs on every call."""
     data = _ENV_DATA if _ENV_DATA is not None else os.environ
-    return tuple(data.get(k) for k in _ENV_KEYS)
+    return tuple(map(data.get, _ENV_KEYS))
 
 
 def _cache_size_from_env(default: int) -> int:
@@ -798,6 +827,7 @@ class Engine:
         self._counters = _Counters()
         self._snapshot: tuple[Any, ...] | None = None
         self._fast: dict[tuple[Any, ...], CacheKey] = {}
+        self._plans: dict[tuple[Any, ...], GraphPlan] = {}
         self._config = OvkitConfig()
         self._device: str | None = None
         self._maxsize = maxsize or DEFAULT_CACHE_SIZE
@@ -821,6 +851,7 @@ class Engine:
             self._config = read_config()
         self._device = None
         self._fast.clear()
+        self._plans.clear()
         if self._explicit_size is None:
             self.resize(
                 _cache_size_from_env(DEFAULT_CACHE_SIZE) if self._fixed_env is None else DEFAULT_CACHE_SIZE
@@ -923,6 +954,18 @@ class Engine:
         ``GGML_OPENVINO_STATEFUL_EXECUTION`` (always off on the NPU class).
         """
         self._refresh()
+        return self._lookup(structure, factory, device, run_config, states, stateful, dynamic)
+
+    def _lookup(
+        self,
+        structure: Hashable,
+        factory: ModelFactory,
+        device: str | None,
+        run_config: RunConfig | None,
+        states: Mapping[str, str] | None = None,
+        stateful: bool | None = None,
+        dynamic: Mapping[str, Iterable[int]] | None = None,
+    ) -> CompiledGraph:
         cfg = self._config
         dev = device or self._device or self.selected_device()
         run = run_config or DEFAULT_RUN_CONFIG
@@ -1132,11 +1175,333 @@ def run_model(
     device: str | None = None,
     core: Any = None,
     run_config: RunConfig | None = None,
+    *,
+    config: Mapping[str, Any] | None = None,
 ) -> list[np.ndarray]:
-    """Run an ``openvino.Model`` through the process-wide engine of ``core``."""
-    return get_engine(core).run_model(model, inputs, device, run_config)
+    """Run an ``openvino.Model`` through the process-wide engine of ``core``; ``config`` takes raw
+    OpenVINO compile properties instead of a RunConfig."""
+    run = run_config if run_config is not None else run_config_from(config)
+    return get_engine(core).run_model(model, inputs, device, run)
 
 
 def cache_stats(core: Any = None) -> CacheStats:
     """Counters of the process-wide engine of ``core``."""
     return get_engine(core).stats()
+
+
+# ---------------------------------------------------------------------------------------------
+# ovkit.graph.Graph through the engine: a cached plan per (outputs, device, config).
+# ---------------------------------------------------------------------------------------------
+def _value_digest(value: Any) -> str:
+    """Bytes of a constant (numpy array or quantized weight) for the structure key."""
+    if value is None:
+        return ""
+    if isinstance(value, np.ndarray):
+        return hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
+    for attr in ("raw", "blocks", "data"):
+        raw = getattr(value, attr, None)
+        if isinstance(raw, bytes | bytearray | memoryview):
+            return hashlib.sha256(bytes(raw)).hexdigest()
+        if isinstance(raw, np.ndarray):
+            return hashlib.sha256(np.ascontiguousarray(raw).tobytes()).hexdigest()
+    return f"object:{id(value)}"  # unknown value type: equal only to itself
+
+
+def graph_structure_key(graph: Any, outputs: Sequence[Any]) -> str:
+    """A digest of what ``outputs`` compute: per node op, sub-op, ne, nb, dtype, view offset,
+    params, wiring, input names and constant bytes (generated ids are not part of it)."""
+    nodes = graph.topo(list(outputs))
+    pos = {t.id: i for i, t in enumerate(nodes)}
+    h = hashlib.sha256()
+    for t in nodes:
+        srcs = tuple(-1 if s is None else pos[s.id] for s in t.srcs)
+        view = -1 if t.view_src is None else pos[t.view_src.id]
+        params = sorted((k, repr(v)) for k, v in (t.params or {}).items())
+        name = t.name if t.is_input else ""
+        h.update(
+            repr(
+                (t.op, t.sub_op, t.ne, t.nb, t.dtype, t.view_offs, params, srcs, view, t.is_input, name)
+            ).encode()
+        )
+        if t.value is not None:
+            h.update(_value_digest(t.value).encode())
+    h.update(repr([pos[o.id] for o in outputs]).encode())
+    return h.hexdigest()
+
+
+class _InputSlot:
+    """One graph input: how a fed array becomes the model's 4-D Parameter value."""
+
+    __slots__ = ("dtype", "gdtype", "last_src", "last_view", "name", "param_shape", "shape")
+
+    def __init__(self, leaf: Any) -> None:
+        from ovkit.graph import NUMPY_DTYPE
+
+        self.name: str = leaf.name
+        self.gdtype: str = leaf.dtype
+        self.dtype = np.dtype(NUMPY_DTYPE[leaf.dtype])
+        self.shape: tuple[int, ...] = tuple(leaf.shape)
+        self.param_shape: tuple[int, ...] = tuple(reversed(leaf.ne))
+        self.last_src: Any = None
+        self.last_view: Any = None
+
+    def convert(self, value: Any) -> np.ndarray | None:
+        """The Parameter view of ``value`` (same memory when possible); None → slow path."""
+        if value is self.last_src:
+            return self.last_view
+        if (
+            type(value) is not np.ndarray
+            or value.dtype != self.dtype
+            or value.shape != self.shape
+            or self.gdtype == "bf16"
+            or not value.flags.c_contiguous
+        ):
+            return None
+        view = value.reshape(self.param_shape)
+        self.last_src, self.last_view = value, view
+        return view
+
+
+class GraphPlan:
+    """What one ``Graph.compute`` signature needs on every call after the first."""
+
+    def __init__(
+        self,
+        graph: Any,
+        outputs: Sequence[Any],
+        device: str,
+        run: RunConfig,
+        *,
+        extra_outputs: Sequence[Any] = (),
+        names: Sequence[str] | None = None,
+    ) -> None:
+        self.graph = graph
+        self.outputs = tuple(outputs)  # strong refs: ids in the plan key stay valid
+        self.extra_outputs = tuple(extra_outputs)
+        self.device = device
+        self.run = run
+        leaves = graph.inputs_of(list(self.outputs) + list(self.extra_outputs))
+        self.slots = [_InputSlot(t) for t in leaves]
+        self.input_names = [t.name for t in leaves]
+        self.known = {t.name for t in graph.nodes if t.is_input}
+        self.output_names = list(names) if names else [f"output{i}" for i in range(len(self.outputs))]
+        everything = list(self.outputs) + list(self.extra_outputs)
+        self.structure = graph_structure_key(graph, everything)
+        self.first_op = next((t.op for t in graph.topo(everything) if not t.is_leaf), None)
+        from ovkit.graph import NUMPY_DTYPE
+
+        self._out_specs = [
+            (tuple(o.shape), None if o.dtype == "bf16" else np.dtype(NUMPY_DTYPE.get(o.dtype, np.float32)))
+            for o in self.outputs
+        ]
+
+    def check_support(self) -> None:
+        """Raise ``UnsupportedOpError`` for the first op the device's policy rejects."""
+        from ovkit.graph import UnsupportedOpError
+
+        every = list(self.outputs) + list(self.extra_outputs)
+        for t, decision in self.graph.check_support(every, str(device_class(self.device))):
+            if not decision.supported:
+                raise UnsupportedOpError(t, decision.reason, self.device)
+
+    def factory(self) -> Any:
+        """Build the OpenVINO model (called on a compile miss only); outputs get stable names."""
+        every = list(self.outputs) + list(self.extra_outputs)
+        model, names = self.graph.to_model(every, self.input_names)
+        if list(names) != self.input_names:
+            raise EngineError(f"to_model returned Parameters {names}, expected {self.input_names}")
+        for port, name in zip(model.outputs, self.output_names, strict=True):
+            port.get_tensor().set_names({name})
+        if self.extra_outputs:  # state outputs take their input's (4-D Parameter) shape
+            import openvino.opset16 as ops
+
+            params = {p.get_friendly_name(): p for p in model.get_parameters()}
+            n = len(self.outputs)
+            for port, name in zip(model.outputs[n:], self.output_names[n:], strict=True):
+                target = params[name.split(":", 1)[1]].get_partial_shape()
+                result = port.get_node()
+                shaped = ops.reshape(result.input_value(0), np.array(_dims(target), np.int64), False)
+                result.input(0).replace_source_output(shaped.output(0))
+                result.output(0).get_tensor().set_names({name})
+            model.validate_nodes_and_infer_types()
+        return model
+
+    def feed(self, inputs: Mapping[str, Any], skip: Iterable[str] = ()) -> list[np.ndarray]:
+        """The Parameter values in order; any mismatch goes through Graph's own checks/errors."""
+        out: list[np.ndarray] = []
+        skipped = set(skip)
+        try:
+            for slot in self.slots:
+                if slot.name in skipped:
+                    continue
+                view = slot.convert(inputs[slot.name])
+                if view is None:
+                    raise LookupError(slot.name)
+                out.append(view)
+        except LookupError:
+            prepared = self.graph._prepare_inputs(
+                list(self.outputs) + list(self.extra_outputs),
+                {**{s.name: np.zeros(s.shape, s.dtype) for s in self.slots if s.name in skipped}, **inputs},
+            )
+            return [prepared[s.name] for s in self.slots if s.name not in skipped]
+        if len(inputs) > len(out):
+            unknown = sorted(set(inputs) - self.known)
+            if unknown:
+                raise _graph_error(
+                    f"compute: unknown inputs {unknown}; this graph's inputs are {sorted(self.known)}"
+                )
+        return out
+
+    def results(self, raw: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Model outputs in each output Tensor's numpy shape and dtype."""
+        return [
+            r.reshape(shape) if r.dtype == dtype else convert(o, r)
+            for o, r, (shape, dtype) in zip(self.outputs, raw, self._out_specs, strict=False)
+        ]
+
+
+def convert(t: Any, raw: np.ndarray) -> np.ndarray:
+    """A model output as the graph tensor ``t``'s numpy value (graph's own conversion rules)."""
+    from ovkit.graph import _from_model_output
+
+    return _from_model_output(t, raw)
+
+
+def _graph_error(message: str) -> Exception:
+    from ovkit.graph import GraphError
+
+    return GraphError(message)
+
+
+def _plan_for(
+    engine: Engine,
+    graph: Any,
+    outs: Sequence[Any],
+    device: str | None,
+    run: RunConfig,
+    extra: Sequence[Any] = (),
+    names: Sequence[str] | None = None,
+) -> GraphPlan:
+    dev = device or engine._device or engine.selected_device()
+    key = (id(graph), len(graph.nodes), tuple(id(o) for o in outs), tuple(id(o) for o in extra), dev, run)
+    plan = engine._plans.get(key)
+    if plan is None:
+        plan = GraphPlan(graph, outs, dev, run, extra_outputs=extra, names=names)
+        plan.check_support()
+        if len(engine._plans) >= 1024:
+            engine._plans.clear()
+        engine._plans[key] = plan
+    return plan
+
+
+def compute_graph(
+    graph: Any,
+    outputs: Sequence[Any],
+    inputs: Mapping[str, Any],
+    device: str | None = None,
+    *,
+    core: Any = None,
+    config: Mapping[str, Any] | RunConfig | None = None,
+) -> list[np.ndarray]:
+    """``Graph.compute``'s device path: structure-keyed compile cache, reused request.
+
+    The policy check, the structure key and the OpenVINO model are computed once per
+    (outputs, device, config); every later call only binds, infers and converts the outputs.
+    """
+    engine = get_engine(core)
+    engine._refresh()
+    if config is None:
+        run = GRAPH_RUN_CONFIG
+    elif isinstance(config, RunConfig):
+        run = config
+    else:
+        run = run_config_from(config, GRAPH_RUN_CONFIG)
+    plan = _plan_for(engine, graph, outputs, device, run)
+    compiled = engine._lookup(plan.structure, plan.factory, plan.device, run)
+    runner = compiled.runner
+    engine.last_runner = runner
+    return plan.results(runner.run(plan.feed(inputs)))
+
+
+class GraphSession:
+    """A ``Graph`` with state: each state input is fed from the output that holds its next value
+    (OpenVINO variables when stateful, host round-trip otherwise), e.g. a KV cache."""
+
+    def __init__(self, plan: GraphPlan, runner: Runner, states: Mapping[str, str]) -> None:
+        self.plan = plan
+        self.runner = runner
+        self.states = dict(states)
+
+    @property
+    def stateful(self) -> bool:
+        return self.runner.graph.stateful
+
+    @property
+    def effective(self) -> EffectiveConfig:
+        return self.runner.graph.effective
+
+    def compute(self, inputs: Mapping[str, Any] | None = None) -> list[np.ndarray]:
+        """Run once with the non-state inputs; states advance."""
+        feed = self.plan.feed(inputs or {}, skip=self.states)
+        return self.plan.results(self.runner.run(feed))
+
+    def state(self, name: str) -> np.ndarray:
+        """The current value of state ``name`` in the input's numpy shape."""
+        slot = next(s for s in self.plan.slots if s.name == name) if name in self.states else None
+        value = self.runner.state(name)
+        return value.reshape(slot.shape) if slot is not None else value
+
+    def set_state(self, name: str, value: Any) -> None:
+        arr = np.asarray(value)
+        slot = next((s for s in self.plan.slots if s.name == name), None)
+        if slot is not None and arr.shape == slot.shape:
+            arr = arr.reshape(slot.param_shape)
+        self.runner.set_state(name, arr)
+
+    def reset_state(self, name: str | None = None) -> None:
+        self.runner.reset_state(name)
+
+    def profile(self) -> pd.DataFrame:
+        return self.runner.profile()
+
+
+def graph_session(
+    graph: Any,
+    outputs: Any,
+    states: Mapping[str, Any],
+    device: str | None = None,
+    *,
+    core: Any = None,
+    config: Mapping[str, Any] | RunConfig | None = None,
+    stateful: bool | None = None,
+) -> GraphSession:
+    """A stateful run of ``graph``: ``states`` maps a state input's name to the Tensor holding its
+    next value (e.g. ``{"cache_k": g.set_rows(cache_k, k_new, pos)}``).  ``stateful=None``
+    follows ``GGML_OPENVINO_STATEFUL_EXECUTION`` (forced off on the NPU class)."""
+    from ovkit.graph import Tensor
+
+    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    engine = get_engine(core)
+    run = run_config_from(config, GRAPH_RUN_CONFIG) if not isinstance(config, RunConfig) else config
+    state_names = list(states)
+    extra = [states[n] for n in state_names]
+    names = [f"output{i}" for i in range(len(outs))]
+    out_names = [f"state:{n}" for n in state_names]
+    plan = _plan_for(engine, graph, outs, device, run, extra, names + out_names)
+    missing = [n for n in state_names if n not in plan.input_names]
+    if missing:
+        raise InputError(
+            f"states {missing} are not inputs the outputs depend on (inputs: {plan.input_names})"
+        )
+    for name, nxt in zip(state_names, extra, strict=True):
+        slot = next(s for s in plan.slots if s.name == name)
+        if tuple(nxt.shape) != slot.shape or nxt.dtype != slot.gdtype:
+            raise InputError(
+                f"state {name!r}: its next value has shape {tuple(nxt.shape)} {nxt.dtype}, "
+                f"expected the input's {slot.shape} {slot.gdtype}"
+            )
+    mapping = dict(zip(state_names, out_names, strict=True))
+    runner = engine.session(
+        plan.structure, plan.factory, plan.device, plan.run, states=mapping, stateful=stateful
+    )
+    return GraphSession(plan, runner, mapping)
