@@ -1,0 +1,793 @@
+"""Buffer types, buffers with one storage owner, tensor extras, and allocation tracking.
+
+Mirrors the backend-refactor seed and upstream §6:
+
+- Per device two buffer types: ``<device>`` (device kind) and ``<device>_HOST`` (host kind).  The
+  kind is explicit metadata, never inferred from the name; names are stable strings stored in the
+  type; alignment 32; maximum size ``SIZE_MAX``.  A registry answers whether a buffer type is
+  ovkit's and of which kind (:func:`is_ovkit_buffer_type`, :func:`buffer_type_kind`).
+- A :class:`Buffer` owns exactly one storage: :class:`HostStorage` (zero-filled, page-aligned —
+  so 64-byte aligned — anonymous ``mmap`` memory seen as numpy) or :class:`RemoteStorage` (an
+  OpenVINO remote tensor of the GPU class; on a *simulated* GPU it is host memory and says so).
+  ``data``/``size``/``ov_tensor`` are read through the storage, never cached in the buffer.
+- Tensors are placed at offsets; views share their source's extra; extras are owned by the buffer
+  (replacing one releases the old one exactly once) and are released with it.
+- Every allocation and release is recorded: :func:`current_allocations` and
+  :func:`allocation_history` return DataFrames (the data the allocation charts draw).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import mmap
+import threading
+import time
+import weakref
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ovkit.devices import DeviceClass, device_class
+from ovkit.runtime import is_simulated
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+TENSOR_ALIGNMENT = 32  # buffer-type alignment (upstream TENSOR_ALIGNMENT)
+HOST_ALIGNMENT = 64  # host allocation alignment (ggml_aligned_malloc)
+SIZE_MAX = 2**64 - 1
+HOST_SUFFIX = "_HOST"
+
+#: numpy dtype of each plain ggml type (quantized tensors are raw bytes).
+PLAIN_DTYPES: dict[str, np.dtype[Any]] = {
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(np.uint16),
+    "i32": np.dtype(np.int32),
+    "i64": np.dtype(np.int64),
+    "i8": np.dtype(np.int8),
+    "u8": np.dtype(np.uint8),
+}
+
+
+class BufferUsageError(RuntimeError):
+    """Misuse of a buffer: out-of-range placement, use after free, foreign tensors."""
+
+
+class BufferKind(enum.StrEnum):
+    """Explicit buffer-type metadata: memory the device owns, or host memory it can read."""
+
+    DEVICE = "device"
+    HOST = "host"
+
+
+class Usage(enum.StrEnum):
+    """What a buffer holds (ggml's buffer usage; upstream tests WEIGHTS and ANY = KV cache)."""
+
+    ANY = "any"
+    WEIGHTS = "weights"
+    KV_CACHE = "kv_cache"
+    COMPUTE = "compute"
+
+
+@dataclass(frozen=True, slots=True)
+class BufferType:
+    """One buffer type: stable name, owning device, explicit kind, alignment and maximum size."""
+
+    name: str
+    device: str
+    kind: BufferKind
+    alignment: int = TENSOR_ALIGNMENT
+    max_size: int = SIZE_MAX
+
+    @property
+    def is_host(self) -> bool:
+        return self.kind is BufferKind.HOST
+
+    def get_alloc_size(self, shape: Sequence[int], dtype: str) -> int:
+        """Bytes a tensor needs here: ``nbytes``, or the extracted layout for quantized weights."""
+        return tensor_alloc_size(shape, dtype)
+
+    def alloc_buffer(
+        self, size: int, usage: Usage | str = Usage.ANY, *, core: Any = None, remote: bool | None = None
+    ) -> Buffer:
+        """Allocate a buffer of ``size`` bytes (0 allocates nothing); see :class:`Buffer`."""
+        return Buffer(self, size, Usage(usage), core=core, remote=remote)
+
+
+class _Registry:
+    """Process-wide registry of ovkit buffer types, created once per device and kind."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._types: dict[tuple[str, BufferKind], BufferType] = {}
+
+    def get(self, device: str, kind: BufferKind) -> BufferType:
+        if not isinstance(device, str) or not device:
+            raise ValueError(f"buffer type: expected a device id such as 'CPU' or 'GPU.1', got {device!r}")
+        with self._lock:
+            bt = self._types.get((device, kind))
+            if bt is None:
+                name = device + (HOST_SUFFIX if kind is BufferKind.HOST else "")
+                bt = BufferType(name, device, kind)
+                self._types[(device, kind)] = bt
+            return bt
+
+    def owns(self, obj: object) -> bool:
+        with self._lock:
+            return any(obj is bt for bt in self._types.values())
+
+    def all(self) -> list[BufferType]:
+        with self._lock:
+            return list(self._types.values())
+
+
+_REGISTRY = _Registry()
+
+
+def buffer_type(device: str) -> BufferType:
+    """The device buffer type of ``device`` (named exactly ``device``); the same object every call."""
+    return _REGISTRY.get(device, BufferKind.DEVICE)
+
+
+def host_buffer_type(device: str) -> BufferType:
+    """The host buffer type of ``device`` (named ``<device>_HOST``); the same object every call."""
+    return _REGISTRY.get(device, BufferKind.HOST)
+
+
+def is_ovkit_buffer_type(obj: object) -> bool:
+    """True only for buffer types created by this registry (a look-alike with the same name is not)."""
+    return _REGISTRY.owns(obj)
+
+
+def buffer_type_kind(obj: object) -> BufferKind | None:
+    """The kind of an ovkit buffer type (read from its metadata), or None for anything else."""
+    return obj.kind if isinstance(obj, BufferType) and _REGISTRY.owns(obj) else None
+
+
+def buffer_types() -> list[BufferType]:
+    """Every buffer type created so far."""
+    return _REGISTRY.all()
+
+
+def tensor_nbytes(shape: Sequence[int], dtype: str) -> int:
+    """Bytes of a tensor of numpy ``shape`` and ggml ``dtype`` (quantized: whole blocks)."""
+    if dtype in PLAIN_DTYPES:
+        return int(np.prod(shape, dtype=np.int64)) * PLAIN_DTYPES[dtype].itemsize
+    from ovkit import quant
+
+    spec = quant.quant_spec(dtype)
+    rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
+    return rows * quant.row_bytes(spec.name, int(shape[-1]))
+
+
+def tensor_alloc_size(shape: Sequence[int], dtype: str) -> int:
+    """Allocation size: ``nbytes``, or for a quantized weight with at most 3 dims the extracted
+    layout ``[weights | scales | zp]`` (64-byte aligned sections) when that is larger (§6.5)."""
+    nbytes = tensor_nbytes(shape, dtype)
+    if dtype in PLAIN_DTYPES or len(shape) > 3:
+        return nbytes
+    from ovkit import quant
+
+    spec = quant.quant_spec(dtype)
+    n = int(np.prod(shape, dtype=np.int64))
+    groups = n // spec.group
+    weights = n * (4 if spec.bits == 4 else 8) // 8
+    scales = groups * 2
+    zp = 0 if spec.symmetric else groups
+    layout = sum(_align(s, HOST_ALIGNMENT) for s in (weights, scales, zp))
+    return max(nbytes, layout)
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+# ------------------------------------------------------------------------------------------------
+# Storage
+# ------------------------------------------------------------------------------------------------
+
+
+class HostStorage:
+    """Zero-filled host memory from an anonymous mmap (page-aligned, so 64-byte aligned)."""
+
+    remote = False
+
+    def __init__(self, size: int, note: str = "host memory") -> None:
+        self._size = int(size)
+        self.note = note
+        self._mmap: mmap.mmap | None = mmap.mmap(-1, self._size) if self._size else None
+        self._array: np.ndarray | None = (
+            np.frombuffer(self._mmap, dtype=np.uint8) if self._mmap is not None else np.zeros(0, np.uint8)
+        )
+        self._ov_tensor: Any = None
+        if self._size and self.address % HOST_ALIGNMENT:
+            raise BufferUsageError(f"host buffer is not aligned to {HOST_ALIGNMENT} bytes")
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def data(self) -> np.ndarray:
+        if self._array is None:
+            raise BufferUsageError("storage used after it was freed")
+        return self._array
+
+    @property
+    def address(self) -> int:
+        return int(self.data.ctypes.data) if self._size else 0
+
+    @property
+    def ov_tensor(self) -> Any:
+        """An ``ov.Tensor(u8, {size})`` sharing this memory (created on first use)."""
+        if self._ov_tensor is None:
+            import openvino as ov
+
+            self._ov_tensor = ov.Tensor(self.data, shared_memory=True)
+        return self._ov_tensor
+
+    @property
+    def mmap(self) -> mmap.mmap | None:
+        """The backing anonymous mapping (weight release madvises it)."""
+        return self._mmap
+
+    def free(self) -> None:
+        """Drop the tensor and the array, then unmap (deferred to GC if someone holds a view)."""
+        self._ov_tensor = None
+        self._array = None
+        if self._mmap is not None:
+            try:
+                self._mmap.close()
+            except BufferError:
+                pass  # a caller still holds a numpy view: the mapping goes when that view does
+            self._mmap = None
+
+    @property
+    def freed(self) -> bool:
+        return self._array is None
+
+
+class RemoteStorage:
+    """A device-side remote tensor from the device's OpenVINO remote context (GPU class only)."""
+
+    remote = True
+
+    def __init__(self, size: int, device: str, core: Any) -> None:
+        import openvino as ov
+
+        self._size = int(size)
+        self.note = f"remote tensor on {device}"
+        context = core.get_default_context(device)
+        self._tensor: Any = context.create_tensor(ov.Type.u8, ov.Shape([max(1, self._size)]), {})
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def data(self) -> np.ndarray:
+        raise BufferUsageError("a remote (device) buffer has no host data; use get_tensor/set_tensor")
+
+    @property
+    def address(self) -> int:
+        return 0
+
+    @property
+    def ov_tensor(self) -> Any:
+        if self._tensor is None:
+            raise BufferUsageError("storage used after it was freed")
+        return self._tensor
+
+    @property
+    def mmap(self) -> None:
+        return None
+
+    def free(self) -> None:
+        self._tensor = None
+
+    @property
+    def freed(self) -> bool:
+        return self._tensor is None
+
+
+Storage = HostStorage | RemoteStorage
+
+
+# ------------------------------------------------------------------------------------------------
+# Extras and placed tensors
+# ------------------------------------------------------------------------------------------------
+
+
+class ExtraKind(enum.StrEnum):
+    """Upstream's extra types (§6.2)."""
+
+    WEIGHT = "weight"
+    QUANTIZED_WEIGHT = "quantized_weight"
+    TENSOR = "tensor"
+
+
+_LIVE_EXTRAS = 0
+_EXTRAS_LOCK = threading.Lock()
+
+
+class TensorExtra:
+    """Backend data attached to a tensor (an ov.Tensor over it, or a weight node); owned by a buffer."""
+
+    def __init__(self, kind: ExtraKind, ov_tensor: Any = None, weight: Any = None) -> None:
+        global _LIVE_EXTRAS
+        self.kind = ExtraKind(kind)
+        self.ov_tensor = ov_tensor
+        self.weight = weight
+        self.released = False
+        with _EXTRAS_LOCK:
+            _LIVE_EXTRAS += 1
+
+    def release(self) -> None:
+        """Drop what the extra holds; a second release is an error (it would be a double free)."""
+        global _LIVE_EXTRAS
+        if self.released:
+            raise BufferUsageError(f"{self.kind} extra released twice")
+        self.released = True
+        self.ov_tensor = None
+        self.weight = None
+        with _EXTRAS_LOCK:
+            _LIVE_EXTRAS -= 1
+
+    def __repr__(self) -> str:
+        return f"TensorExtra({self.kind}, released={self.released})"
+
+
+def live_extras() -> int:
+    """How many extras exist and have not been released (leak checks)."""
+    return _LIVE_EXTRAS
+
+
+@dataclass(eq=False, slots=True)
+class PlacedTensor:
+    """A tensor placed in a buffer: name, numpy shape, ggml dtype, byte offset, optional view source."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    offset: int
+    nbytes: int
+    buffer: Buffer = field(repr=False)
+    view_src: PlacedTensor | None = None
+
+    @property
+    def is_view(self) -> bool:
+        return self.view_src is not None
+
+    @property
+    def base(self) -> PlacedTensor:
+        t = self
+        while t.view_src is not None:
+            t = t.view_src
+        return t
+
+    @property
+    def extra(self) -> TensorExtra | None:
+        """The extra this tensor uses (a view's is its source's)."""
+        return self.buffer.get_extra(self)
+
+    def numpy(self) -> np.ndarray:
+        """A numpy view of the tensor's bytes in the buffer (host storage)."""
+        raw = self.buffer.data[self.offset : self.offset + self.nbytes]
+        if self.dtype in PLAIN_DTYPES:
+            return raw.view(PLAIN_DTYPES[self.dtype]).reshape(self.shape)
+        return raw
+
+
+# ------------------------------------------------------------------------------------------------
+# Buffers
+# ------------------------------------------------------------------------------------------------
+
+_IDS = itertools.count(1)
+
+
+class Buffer:
+    """A buffer of one buffer type, owning one storage, the tensors placed in it and their extras."""
+
+    def __init__(
+        self,
+        buffer_type: BufferType,
+        size: int,
+        usage: Usage = Usage.ANY,
+        *,
+        core: Any = None,
+        remote: bool | None = None,
+    ) -> None:
+        if not is_ovkit_buffer_type(buffer_type):
+            raise BufferUsageError(f"{buffer_type!r} is not an ovkit buffer type")
+        if not isinstance(size, int | np.integer) or size < 0:
+            raise ValueError(f"buffer size must be a non-negative integer, got {size!r}")
+        if size > buffer_type.max_size:
+            raise ValueError(
+                f"buffer size {size} exceeds the maximum {buffer_type.max_size} of {buffer_type.name}"
+            )
+        self.id = next(_IDS)
+        self.buffer_type = buffer_type
+        self.usage = Usage(usage)
+        self.storage: Storage = self._make_storage(int(size), core, remote)
+        self._tensors: dict[str, PlacedTensor] = {}
+        self._extras: dict[int, TensorExtra] = {}  # id(base PlacedTensor) -> owned extra
+        self._next = 0
+        self._freed = False
+        TRACKER.record_alloc(self)
+        self._finalizer = weakref.finalize(self, _finalize, self.storage, self._extras, self.id)
+
+    def _make_storage(self, size: int, core: Any, remote: bool | None) -> Storage:
+        gpu = device_class(self.buffer_type.device) is DeviceClass.GPU
+        want_remote = (
+            remote
+            if remote is not None
+            else (gpu and self.buffer_type.kind is BufferKind.DEVICE and self.usage is Usage.KV_CACHE)
+        )
+        if want_remote and not gpu:
+            raise BufferUsageError(
+                f"remote storage is for the GPU class only, not {self.buffer_type.device!r}"
+            )
+        if want_remote and size:
+            if core is not None and is_simulated(core):
+                return HostStorage(size, note=f"simulated {self.buffer_type.device}: host memory")
+            if core is None:
+                from ovkit.runtime import get_core
+
+                core = get_core()
+            return RemoteStorage(size, self.buffer_type.device, core)
+        return HostStorage(size)
+
+    # -- storage-backed fields (never cached here) ---------------------------------------------
+    @property
+    def size(self) -> int:
+        return self.storage.size
+
+    @property
+    def data(self) -> np.ndarray:
+        self._check_alive()
+        return self.storage.data
+
+    @property
+    def ov_tensor(self) -> Any:
+        self._check_alive()
+        return self.storage.ov_tensor
+
+    @property
+    def is_remote(self) -> bool:
+        return self.storage.remote
+
+    @property
+    def name(self) -> str:
+        return self.buffer_type.name
+
+    @property
+    def freed(self) -> bool:
+        return self._freed
+
+    def _check_alive(self) -> None:
+        if self._freed:
+            raise BufferUsageError(f"buffer {self.id} ({self.name}) used after free")
+
+    # -- tensors ---------------------------------------------------------------------------------
+    def place(
+        self, name: str, shape: Sequence[int], dtype: str = "f32", offset: int | None = None
+    ) -> PlacedTensor:
+        """Place a tensor at ``offset`` (default: the next 32-byte aligned free offset)."""
+        self._check_alive()
+        shape_t = tuple(int(s) for s in shape)
+        nbytes = tensor_nbytes(shape_t, dtype)
+        alloc = self.buffer_type.get_alloc_size(shape_t, dtype)
+        off = _align(self._next, self.buffer_type.alignment) if offset is None else int(offset)
+        if off < 0 or off % self.buffer_type.alignment:
+            raise BufferUsageError(
+                f"tensor {name!r}: offset {off} is not a multiple of {self.buffer_type.alignment}"
+            )
+        if off + alloc > self.size:
+            raise BufferUsageError(
+                f"tensor {name!r} ({alloc} bytes at offset {off}) does not fit in buffer {self.id} of {self.size} bytes"
+            )
+        if name in self._tensors:
+            raise BufferUsageError(f"tensor {name!r} is already placed in buffer {self.id}")
+        t = PlacedTensor(name, shape_t, dtype, off, nbytes, self)
+        self._tensors[name] = t
+        self._next = max(self._next, off + alloc)
+        if dtype in PLAIN_DTYPES and not self.is_remote:
+            self.set_extra(t, TensorExtra(ExtraKind.TENSOR, ov_tensor=self._ov_view(t)))
+        return t
+
+    def view(
+        self,
+        src: PlacedTensor,
+        name: str,
+        shape: Sequence[int] | None = None,
+        offset: int = 0,
+        dtype: str | None = None,
+    ) -> PlacedTensor:
+        """A view of ``src`` (byte ``offset`` into it); it shares its source's extra."""
+        self._check_alive()
+        if src.buffer is not self:
+            raise BufferUsageError(f"view {name!r}: source {src.name!r} lives in another buffer")
+        dt = dtype or src.dtype
+        shape_t = tuple(int(s) for s in (shape if shape is not None else src.shape))
+        nbytes = tensor_nbytes(shape_t, dt)
+        if offset < 0 or offset + nbytes > src.nbytes:
+            raise BufferUsageError(
+                f"view {name!r}: {nbytes} bytes at offset {offset} exceed source {src.name!r} ({src.nbytes} bytes)"
+            )
+        if name in self._tensors:
+            raise BufferUsageError(f"tensor {name!r} is already placed in buffer {self.id}")
+        t = PlacedTensor(name, shape_t, dt, src.offset + offset, nbytes, self, view_src=src)
+        self._tensors[name] = t
+        return t
+
+    def tensor(self, name: str) -> PlacedTensor:
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise KeyError(
+                f"no tensor {name!r} in buffer {self.id}; placed: {sorted(self._tensors)}"
+            ) from None
+
+    @property
+    def tensors(self) -> dict[str, PlacedTensor]:
+        return dict(self._tensors)
+
+    def _ov_view(self, t: PlacedTensor) -> Any:
+        import openvino as ov
+
+        return ov.Tensor(t.numpy(), shared_memory=True)
+
+    def set_tensor(self, t: PlacedTensor, values: np.ndarray | bytes, offset: int = 0) -> None:
+        """Copy ``values`` into the tensor's bytes (host storage, or the remote tensor)."""
+        self._own(t)
+        raw = (
+            np.frombuffer(values, np.uint8)
+            if isinstance(values, bytes | bytearray | memoryview)
+            else np.ascontiguousarray(values).view(np.uint8).reshape(-1)
+        )
+        if offset < 0 or offset + raw.size > t.nbytes:
+            raise BufferUsageError(
+                f"set_tensor {t.name!r}: {raw.size} bytes at offset {offset} exceed its {t.nbytes} bytes"
+            )
+        if self.is_remote:
+            self._remote_copy_in(t.offset + offset, raw)
+            return
+        self.storage.data[t.offset + offset : t.offset + offset + raw.size] = raw
+
+    def get_tensor(self, t: PlacedTensor) -> np.ndarray:
+        """A copy of the tensor's values (numpy shape and dtype)."""
+        self._own(t)
+        if self.is_remote:
+            raw = self._remote_copy_out(t.offset, t.nbytes)
+        else:
+            raw = self.storage.data[t.offset : t.offset + t.nbytes].copy()
+        return raw.view(PLAIN_DTYPES[t.dtype]).reshape(t.shape) if t.dtype in PLAIN_DTYPES else raw
+
+    def _remote_copy_in(self, offset: int, raw: np.ndarray) -> None:  # pragma: no cover - needs a GPU
+        import openvino as ov
+
+        host = ov.Tensor(ov.Type.u8, ov.Shape([self.size]))
+        self.storage.ov_tensor.copy_to(host)
+        np.asarray(host.data)[offset : offset + raw.size] = raw
+        host.copy_to(self.storage.ov_tensor)
+
+    def _remote_copy_out(self, offset: int, n: int) -> np.ndarray:  # pragma: no cover - needs a GPU
+        import openvino as ov
+
+        host = ov.Tensor(ov.Type.u8, ov.Shape([self.size]))
+        self.storage.ov_tensor.copy_to(host)
+        return np.asarray(host.data)[offset : offset + n].copy()
+
+    def clear(self, value: int = 0) -> None:
+        """``memset`` the whole buffer."""
+        self._check_alive()
+        if self.is_remote:  # pragma: no cover - needs a GPU
+            self._remote_copy_in(0, np.full(self.size, value, np.uint8))
+        else:
+            self.storage.data[:] = value
+
+    def _own(self, t: PlacedTensor) -> None:
+        self._check_alive()
+        if t.buffer is not self or self._tensors.get(t.name) is not t:
+            raise BufferUsageError(f"tensor {t.name!r} is not placed in buffer {self.id}")
+
+    # -- extras ----------------------------------------------------------------------------------
+    def set_extra(self, t: PlacedTensor, extra: TensorExtra) -> TensorExtra:
+        """Attach ``extra`` to ``t``'s base tensor; a replaced extra is released exactly once."""
+        self._own(t)
+        key = id(t.base)
+        old = self._extras.get(key)
+        if old is extra:
+            return extra
+        self._extras[key] = extra
+        if old is not None:
+            old.release()
+        return extra
+
+    def get_extra(self, t: PlacedTensor) -> TensorExtra | None:
+        """The extra of ``t`` (views resolve to their source)."""
+        return self._extras.get(id(t.base))
+
+    @property
+    def extras(self) -> list[TensorExtra]:
+        return list(self._extras.values())
+
+    # -- lifetime --------------------------------------------------------------------------------
+    def free(self) -> None:
+        """Release every extra, the storage, and record the release (idempotent)."""
+        if self._freed:
+            return
+        self._freed = True
+        self._finalizer.detach()
+        _release(self.storage, self._extras)
+        self._tensors.clear()
+        TRACKER.record_free(self.id)
+
+    def __enter__(self) -> Buffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.free()
+
+    def __repr__(self) -> str:
+        state = "freed" if self._freed else f"{self.size} bytes"
+        return f"Buffer(id={self.id}, type={self.name}, usage={self.usage}, {state}, storage={self.storage.note!r})"
+
+
+def _release(storage: Storage, extras: dict[int, TensorExtra]) -> None:
+    for extra in list(extras.values()):
+        if not extra.released:
+            extra.release()
+    extras.clear()
+    storage.free()
+
+
+def _finalize(storage: Storage, extras: dict[int, TensorExtra], buffer_id: int) -> None:
+    """A buffer garbage-collected without free(): release and record like free()."""
+    _release(storage, extras)
+    TRACKER.record_free(buffer_id)
+
+
+def alloc_buffer(
+    device: str, size: int, usage: Usage | str = Usage.ANY, *, host: bool = False, core: Any = None
+) -> Buffer:
+    """Allocate ``size`` bytes in ``device``'s device (or, ``host=True``, host) buffer type."""
+    bt = host_buffer_type(device) if host else buffer_type(device)
+    return bt.alloc_buffer(size, usage, core=core)
+
+
+# ------------------------------------------------------------------------------------------------
+# Allocation tracking
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationEvent:
+    """One allocation or release: when, which buffer, where, for what, how many bytes."""
+
+    time: float
+    event: str  # "alloc" | "free"
+    buffer_id: int
+    device: str
+    buffer_type: str
+    kind: str
+    usage: str
+    bytes: int
+    storage: str
+
+
+class AllocationTracker:
+    """Records every buffer allocation and release (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[int, AllocationEvent] = {}
+        self._history: list[AllocationEvent] = []
+        self.clock = time.time
+
+    def record_alloc(self, buf: Buffer) -> None:
+        ev = AllocationEvent(
+            self.clock(),
+            "alloc",
+            buf.id,
+            buf.buffer_type.device,
+            buf.buffer_type.name,
+            str(buf.buffer_type.kind),
+            str(buf.usage),
+            buf.size,
+            buf.storage.note,
+        )
+        with self._lock:
+            self._live[buf.id] = ev
+            self._history.append(ev)
+
+    def record_free(self, buffer_id: int) -> None:
+        with self._lock:
+            ev = self._live.pop(buffer_id, None)
+            if ev is None:
+                return
+            self._history.append(
+                AllocationEvent(
+                    self.clock(),
+                    "free",
+                    ev.buffer_id,
+                    ev.device,
+                    ev.buffer_type,
+                    ev.kind,
+                    ev.usage,
+                    ev.bytes,
+                    ev.storage,
+                )
+            )
+
+    def live(self) -> list[AllocationEvent]:
+        with self._lock:
+            return list(self._live.values())
+
+    def history(self) -> list[AllocationEvent]:
+        with self._lock:
+            return list(self._history)
+
+    def tracked_bytes(self, device: str | None = None) -> int:
+        return sum(e.bytes for e in self.live() if device is None or e.device == device)
+
+    def reset(self) -> None:
+        """Forget the history (live buffers stay live)."""
+        with self._lock:
+            self._history = list(self._live.values())
+
+
+TRACKER = AllocationTracker()
+_COLUMNS = ["buffer_id", "device", "buffer_type", "kind", "usage", "bytes", "storage", "time"]
+
+
+def current_allocations() -> pd.DataFrame:
+    """Live buffers, one row each: buffer_id, device, buffer_type, kind, usage, bytes, storage, time."""
+    import pandas as pd
+
+    rows = [{c: getattr(e, c) for c in _COLUMNS} for e in TRACKER.live()]
+    return pd.DataFrame(rows, columns=_COLUMNS)
+
+
+def allocation_history() -> pd.DataFrame:
+    """Every allocation and release in order, with the running live bytes per device (``live_bytes``)."""
+    import pandas as pd
+
+    rows = []
+    running: dict[str, int] = {}
+    for e in TRACKER.history():
+        running[e.device] = running.get(e.device, 0) + (e.bytes if e.event == "alloc" else -e.bytes)
+        row: dict[str, Any] = {c: getattr(e, c) for c in _COLUMNS}
+        row["event"] = e.event
+        row["live_bytes"] = running[e.device]
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["time", "event", *[c for c in _COLUMNS if c != "time"], "live_bytes"])
+
+
+def allocation_summary() -> pd.DataFrame:
+    """Live bytes per device and usage (the data of a stacked bar chart)."""
+    df = current_allocations()
+    if df.empty:
+        return (
+            df.groupby(["device", "usage"])
+            .agg(bytes=("bytes", "sum"), buffers=("buffer_id", "count"))
+            .reset_index()
+        )
+    return df.groupby(["device", "usage"], as_index=False).agg(
+        bytes=("bytes", "sum"), buffers=("buffer_id", "count")
+    )
+
+
+def tracked_bytes(device: str | None = None) -> int:
+    """Bytes in live ovkit buffers (all devices, or one)."""
+    return TRACKER.tracked_bytes(device)
+
+
+def iter_buffers_bytes() -> Iterator[tuple[str, str, int]]:
+    """(device, usage, bytes) for each live buffer."""
+    for e in TRACKER.live():
+        yield e.device, e.usage, e.bytes
