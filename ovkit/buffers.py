@@ -18,6 +18,7 @@ Mirrors the backend-refactor seed and upstream §6:
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import itertools
 import mmap
@@ -240,10 +241,9 @@ class HostStorage:
         self._ov_tensor = None
         self._array = None
         if self._mmap is not None:
-            try:
+            # a caller still holding a numpy view defers the unmap until that view goes
+            with contextlib.suppress(BufferError):
                 self._mmap.close()
-            except BufferError:
-                pass  # a caller still holds a numpy view: the mapping goes when that view does
             self._mmap = None
 
     @property

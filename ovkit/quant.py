@@ -181,10 +181,10 @@ def _dec_q5_k(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]
 
 
 def _dec_q6_k(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    ql = b[:, 0:128].reshape(-1, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
-    ql = (ql & 0x0F).reshape(-1, 2, 4, 32)
-    qh = b[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
-    qh = (qh & 0x03).reshape(-1, 2, 4, 32)
+    ql_s = b[:, 0:128].reshape(-1, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+    ql = (ql_s & 0x0F).reshape(-1, 2, 4, 32)
+    qh_s = b[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
+    qh = (qh_s & 0x03).reshape(-1, 2, 4, 32)
     q = ((ql | (qh << 4)).astype(np.int8) - 32).reshape(-1, QK_K)
     sc = np.ascontiguousarray(b[:, 192:208]).view(np.int8).astype(np.float32)
     return q, _f16(b[:, 208:210]) * sc, None
