@@ -426,3 +426,15 @@ def test_graph_tensors_are_checked_through_op_info() -> None:
     assert check_op(g.add(a, a), "CPU").supported
     d = check_op(g.mul_mat(g.view_2d(a, 2, 6, a.nb[1], 0), g.view_2d(a, 2, 3, a.nb[1], 0)), "CPU")
     assert d.gate == "mul_mat.both_views"
+
+
+def test_docs_policy_page_is_in_step_with_the_gates() -> None:
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "policy.md"
+    assert page.read_text() == P.render_markdown(), (
+        "regenerate docs/policy.md with ovkit.ops.policy.render_markdown()"
+    )
+    frame = P.gates_frame()
+    assert len(frame) == len(P.all_gates())
+    assert set(frame[frame["device class"] == "GPU"]["gate"]) >= {"div.gpu_per_channel", "mul_mat_id.gpu_tmp"}

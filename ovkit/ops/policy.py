@@ -98,7 +98,7 @@ class Revision(enum.StrEnum):
     """Upstream states the policy reproduces (spec §0)."""
 
     N = "N"  #: aee56b3ab (2026-08-13), the spec anchor: the default
-    V = "V"  #: the state that produced upstream-support-verdicts.csv (older; no MXFP4, no SQR ...)
+    V = "V"  #: older state (close to mirror master 5735e10c4) that produced upstream-support-verdicts.csv
 
 
 ALL_REVISIONS = frozenset(Revision)
@@ -1011,3 +1011,64 @@ def all_gates() -> list[tuple[str, Gate]]:
     for key, gates in GATES.items():
         out.extend((key, g) for g in gates)
     return out
+
+
+def gates_frame() -> Any:
+    """Every gate as a DataFrame (one row per gate record), for docs, tables and notebooks."""
+    import pandas as pd
+
+    rows = [
+        {
+            "op": key,
+            "gate": g.key,
+            "rule": g.description,
+            "device class": g.device_class or "any",
+            "upstream quirk": g.quirk,
+            "revisions": ",".join(sorted(r.value for r in g.revisions)),
+            "note": g.note,
+        }
+        for key, g in all_gates()
+    ]
+    return pd.DataFrame(rows)
+
+
+def render_markdown() -> str:
+    """The policy section of the docs (``docs/policy.md``), generated from the gate records."""
+    lines = [
+        "# Op-support policy",
+        "",
+        "Generated from `ovkit.ops.policy` by `ovkit.ops.policy.render_markdown()`; a test keeps it in step.",
+        "",
+        '`check_op(op, device_class, *, upstream_exact=False, revision="N")` runs the global gates in',
+        "upstream's order, then the op's own gates; the first gate that rejects gives the reason",
+        "`<op>: <offending value> — <what must hold>[ on the <class> class][ (upstream quirk)] [<gate>]`.",
+        "",
+        '- **Device class, not device id (D2).** Upstream compares the device name with `"GPU"`',
+        "  exactly; ovkit applies GPU-class gates to `GPU`, `GPU.0`, `GPU.1`, ... alike. Upstream has no",
+        "  NPU-only rejection in `supports_op` (NPU differences are in translation, e.g. the GEGLU clamp).",
+        "- **Quirks (D7).** Gates keyed to test-backend-ops names/shapes or llama.cpp graph names apply",
+        "  only with `upstream_exact=True`.",
+        "- **Revisions.** `N` is the spec anchor (upstream aee56b3ab) and the default. `V` is the older",
+        "  state (close to the mirror's master, 5735e10c4) that produced",
+        "  `shared/data/upstream-support-verdicts.csv`: no MXFP4, none of N's added ops (FILL, SQR,",
+        "  SQRT, CUMSUM, DIAG, TRI, SET, unary SIGMOID/EXP/NEG), view-input rejections for GLU,",
+        "  L2_NORM and RMS_NORM, SSM_CONV and GATED_DELTA_NET disabled, SOFT_MAX sinks rejected.",
+        "  `ovkit.ops.verdicts.replay()` replays that CSV: every expressible row agrees",
+        "  (`pytest tests/test_policy_upstream_csv.py -s`).",
+        "",
+        f"Registered ops (N, {len(REGISTERED_OPS_N)}): " + ", ".join(REGISTERED_OPS_N) + ".",
+        f"Unary (N, {len(REGISTERED_UNARY_N)}): " + ", ".join(REGISTERED_UNARY_N) + ".",
+        f"GLU ({len(REGISTERED_GLU_N)}): " + ", ".join(REGISTERED_GLU_N) + ".",
+        "Not registered: " + "; ".join(f"{k} ({v})" for k, v in NOT_REGISTERED.items()) + ".",
+        "Allowed types (N): " + ", ".join(sorted(ALLOWED_TYPES_N)) + ".",
+        "",
+        "| op | gate | rule (rejected when it does not hold) | device class | quirk | revisions |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, g in all_gates():
+        revs = ",".join(sorted(r.value for r in g.revisions))
+        quirk = "yes" if g.quirk else ""
+        lines.append(
+            f"| {key} | `{g.key}` | {g.description} | {g.device_class or 'any'} | {quirk} | {revs} |"
+        )
+    return "\n".join(lines) + "\n"
