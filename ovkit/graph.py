@@ -1338,27 +1338,43 @@ class Graph:
         outs: list[Tensor] = [outputs] if isinstance(outputs, Tensor) else list(outputs)
         for o in outs:
             self._check_tensor("compute", "outputs", o)
-        feed = self._prepare_inputs(outs, inputs or {})
         if mode == "reference":
             from ovkit.ops.reference import evaluate
 
-            results = evaluate(self, outs, feed)
+            results = evaluate(self, outs, self._prepare_inputs(outs, inputs or {}))
         elif mode == "device":
-            from ovkit.devices import device_class
-            from ovkit.selection import resolve_device
-
-            dev = device if device is not None else resolve_device(core, log=False).device
-            for t, decision in self.check_support(outs, str(device_class(dev))):
-                if not decision.supported:
-                    raise UnsupportedOpError(t, decision.reason, dev)
-            model, names = self.to_model(outs)
-            from ovkit.ops.translate import model_inputs
-
-            raw = _run_on_device(model, model_inputs(self, names, feed), dev, core)
-            results = [_from_model_output(o, r) for o, r in zip(outs, raw, strict=True)]
+            results = self._compute_on_device(outs, inputs or {}, device, core)
         else:
             raise GraphError(f"compute: mode: expected 'device' or 'reference', given {mode!r}")
         return results[0] if single else results
+
+    def _compute_on_device(
+        self, outs: list[Tensor], inputs: Mapping[str, Any], device: str | None, core: Any
+    ) -> list[np.ndarray]:
+        """The device path: ``ovkit.engine.compute_graph`` (compile cache) when present."""
+        try:
+            from ovkit.engine import compute_graph
+        except ImportError:
+            compute_graph = None  # type: ignore[assignment]
+        if compute_graph is not None:
+            return list(compute_graph(self, outs, inputs, device, core=core))
+        from ovkit.ops.translate import model_inputs
+        from ovkit.selection import resolve_device
+
+        feed = self._prepare_inputs(outs, inputs)
+        dev = device if device is not None else resolve_device(core, log=False).device
+        self.check_supported(outs, dev)
+        model, names = self.to_model(outs)
+        raw = _run_on_device(model, model_inputs(self, names, feed), dev, core)
+        return [_from_model_output(o, r) for o, r in zip(outs, raw, strict=True)]
+
+    def check_supported(self, outputs: Sequence[Tensor], device: str) -> None:
+        """Raise :class:`UnsupportedOpError` for the first op ``device``'s policy rejects."""
+        from ovkit.devices import device_class
+
+        for t, decision in self.check_support(outputs, str(device_class(device))):
+            if not decision.supported:
+                raise UnsupportedOpError(t, decision.reason, device)
 
     def _prepare_inputs(self, outs: Sequence[Tensor], inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Check and convert the fed arrays: dict name → 4-D array in the input's numpy dtype."""
