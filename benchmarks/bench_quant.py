@@ -2,9 +2,10 @@
 
 For every type of issue 5 the same raw ggml blocks (m x k, quantized by ggml itself) feed
 ggml-python's ``ggml_mul_mat`` and OpenVINO models built from :class:`ovkit.quant.QuantizedWeight`
-in the ``fast`` form (ovkit's default) and the ``upstream`` form (upstream's subgraph), in the
-same run with the same thread count.  Rounds are interleaved and the minimum over rounds of each
-round's median is reported (robust to other processes on the machine).
+in the ``fast`` form (ovkit's default), the ``upstream`` form (upstream's subgraph, rounded integer
+zero points) and the ``upstream_bias`` form (upstream with ``use_bias``: exact f16 zero points),
+in the same run with the same thread count.  Rounds are interleaved; each time is the fastest
+single run over all rounds (the least disturbed by other processes on a shared machine).
 
     python benchmarks/bench_quant.py                  # m=4096 k=14336, n=1 and n=8
     python benchmarks/bench_quant.py --m 1024 --k 4096 --types q4_0,q4_K --rounds 3
@@ -13,7 +14,6 @@ round's median is reported (robust to other processes on the machine).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from typing import Any
@@ -46,13 +46,14 @@ def ov_runner(qw: quant.QuantizedWeight, n: int, threads: int) -> tuple[Any, lis
 
 
 def time_ov(req: Any, x: np.ndarray, reps: int) -> float:
+    """Fastest of ``reps`` runs (after one warm-up run)."""
     req.infer({0: x})
     ts = []
     for _ in range(reps):
         t0 = time.perf_counter()
         req.infer({0: x})
         ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    return min(ts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=oracle.DEFAULT_N_THREADS)
     p.add_argument("--reps", type=int, default=10, help="timed runs per round")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (min of medians)")
-    p.add_argument("--no-upstream", action="store_true", help="skip upstream's form")
+    p.add_argument("--forms", default=",".join(quant.FORMS), help="decompression forms to time")
     args = p.parse_args(argv)
     if not oracle.ggml_available():
         print("ggml-python is not importable: no baseline to compare against", file=sys.stderr)
@@ -73,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ns = [int(v) for v in args.n.split(",")]
     types = [quant.quant_spec(t).name for t in args.types.split(",")]
-    forms = ["fast"] if args.no_upstream else ["fast", "upstream"]
+    forms = [f for f in args.forms.split(",") if f]
+    if "fast" not in forms:
+        forms.insert(0, "fast")
     rng = np.random.default_rng(0)
     w = rng.standard_normal((args.m, args.k), dtype=np.float32)
     rows = []
@@ -93,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                     n_runs=args.reps,
                     n_threads=args.threads,
                 )
-                best["ggml"] = min(best.get("ggml", 1e9), g.median_s)
+                best["ggml"] = min(best.get("ggml", 1e9), g.min_s)
                 for f, (req, _) in runners.items():
                     best[f] = min(best.get(f, 1e9), time_ov(req, x, args.reps))
             row: dict[str, Any] = {"type": qtype, "n": n, "ggml_ms": best["ggml"] * 1e3}

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 QK_K = 256
-Form = Literal["fast", "upstream"]
-FORMS: tuple[str, ...] = ("fast", "upstream")
+Form = Literal["fast", "upstream", "upstream_bias"]
+FORMS: tuple[str, ...] = ("fast", "upstream", "upstream_bias")
 
 
 class QuantError(ValueError):
@@ -376,11 +376,11 @@ class QuantizedWeight:
         dec, spec = self.decoded, self.spec
         if dec.bias is None:
             return None
-        hi = 15 if spec.bits == 4 and self.form == "upstream" else 255
+        hi = 15 if spec.bits == 4 and self.form != "fast" else 255
         with np.errstate(divide="ignore", invalid="ignore"):
             z = np.where(dec.scale != 0, -dec.bias / dec.scale, 0.0)
         z = np.clip(np.rint(z), 0, hi).astype(np.uint8)
-        scale_used = dec.scale.astype(np.float16).astype(np.float32) if self.form == "upstream" else dec.scale
+        scale_used = dec.scale.astype(np.float16).astype(np.float32) if self.form != "fast" else dec.scale
         residual = (dec.bias + scale_used * z.astype(np.float32)).astype(np.float32)
         return z, residual
 
@@ -397,7 +397,12 @@ class QuantizedWeight:
             return ops.multiply(ops.convert(w, "f16"), _scale_const(scale[:, :, None]))
         node = ops.convert(w, "f16")
         zps = self._zero_points
-        if zps is not None:
+        if self.form == "upstream_bias" and dec.bias is not None:
+            # upstream with use_bias (test graphs, MoE): exact f16 zero point -bias/scale
+            with np.errstate(divide="ignore", invalid="ignore"):
+                zf = np.where(dec.scale != 0, -dec.bias / dec.scale, 0.0).astype(np.float16)
+            node = ops.subtract(node, ops.constant(zf[:, :, None]))
+        elif zps is not None:
             # upstream: u4 zero points for 4-bit weights, u8 for 5-bit; fast form: always u8
             zt = "u4" if upstream and spec.bits == 4 else "u8"
             zc = packed_constant(zps[0][:, :, None], zt)
@@ -413,7 +418,7 @@ class QuantizedWeight:
     def to_ov_node(self) -> Any:
         """The decompression subgraph: f32 output of the numpy ``shape`` (for get_rows and fallback)."""
         ops = _ops()
-        upstream = self.form == "upstream"
+        upstream = self.form != "fast"
         node = self._scaled(upstream=upstream)
         zps = self._zero_points
         if not upstream and zps is not None:
@@ -428,7 +433,7 @@ class QuantizedWeight:
         ops = _ops()
         if len(self.shape) != 2:
             return ops.matmul(b, self.to_ov_node(), False, True).output(0)
-        if self.form == "upstream" or self.decoded.bias is None:
+        if self.form != "fast" or self.decoded.bias is None:
             return ops.matmul(b, self.to_ov_node(), False, True).output(0)
         weight = _to_f32(self._flat(self._scaled(upstream=False)))
         main = ops.matmul(b, weight, False, True)
