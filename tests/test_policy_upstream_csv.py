@@ -16,7 +16,6 @@ import pytest
 from ovkit.ops.policy import GATES, GLOBAL_GATES, Revision, check_op
 from ovkit.ops.verdicts import (
     CSV_REVISION,
-    UNKNOWN_TESTS,
     build_case,
     parse_params,
     read_verdicts,
@@ -63,11 +62,21 @@ def test_policy_agrees_with_every_expressible_row(agreement, record_property):
     ]
     assert not bad, "disagreements:\n" + "\n".join(bad[:50])
     assert agreement.agreeing == agreement.expressible
-    # only the test cases the reference test-backend-ops source does not define are unexpressible
-    assert agreement.expressible == 9656
-    unexpressible = Counter(r.verdict.op_name for r in agreement.results if r.decision is None)
-    assert set(unexpressible) == set(UNKNOWN_TESTS)
-    assert sum(unexpressible.values()) == agreement.total - agreement.expressible == 91
+    # every row is expressible: ops newer than the reference test source are decided by membership
+    assert agreement.expressible == agreement.total == 9747
+    assert not agreement.unexpressible_by_reason()
+
+
+def test_unknown_cases_are_counted_with_a_reason_not_dropped():
+    from ovkit.ops.verdicts import Verdict
+
+    rows = [Verdict("FANCY_NEW_FUSION", "type=f32,ne=[4,4,1,1]", False), Verdict("ADD", "type=f32", True)]
+    result = replay(rows)
+    assert result.total == 2 and result.expressible == 0
+    assert result.unexpressible_by_reason() == Counter(
+        {"unknown test case FANCY_NEW_FUSION": 1, "parameter 'ne' missing for ADD": 1}
+    )
+    assert "unexpressible (1): unknown test case FANCY_NEW_FUSION" in result.summary()
 
 
 def test_supported_rows_and_rejections_are_both_covered(agreement):
