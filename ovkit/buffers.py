@@ -193,14 +193,16 @@ def _align(n: int, a: int) -> int:
 
 
 class HostStorage:
-    """Zero-filled host memory from an anonymous mmap (page-aligned, so 64-byte aligned)."""
+    """Zero-filled host memory from a private anonymous mmap (page-aligned, so 64-byte aligned)."""
 
     remote = False
 
     def __init__(self, size: int, note: str = "host memory") -> None:
         self._size = int(size)
         self.note = note
-        self._mmap: mmap.mmap | None = mmap.mmap(-1, self._size) if self._size else None
+        # private anonymous mapping: MADV_DONTNEED really frees its pages (a shared one would not)
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+        self._mmap: mmap.mmap | None = mmap.mmap(-1, self._size, flags=flags) if self._size else None
         self._array: np.ndarray | None = (
             np.frombuffer(self._mmap, dtype=np.uint8) if self._mmap is not None else np.zeros(0, np.uint8)
         )

@@ -1,0 +1,229 @@
+"""Host weight-buffer release (``GGML_OPENVINO_RELEASE_WEIGHTS`` / ``GGML_OPENVINO_MEMORY_OPTIMIZE``).
+
+Upstream §6.6, in its own module as the backend-refactor seed asks:
+
+- Host buffers holding weights are *registered* (idempotent per address).
+- On the **first cache hit** on a device where release is enabled (``OvkitConfig.release_weights``:
+  RELEASE_WEIGHTS when set, else MEMORY_OPTIMIZE on the GPU class) and the runtime holds its own
+  copy of the weights, every registered buffer is rounded *inward* to page boundaries and given
+  back to the OS with ``madvise(MADV_DONTNEED)``; upstream's INFO line is logged:
+  ``ggml_openvino_release_weight_buffers: released %zu MB of host weight buffers (%zu buffers)``.
+- Afterwards the compiled graphs are pinned: a recompile raises :class:`WeightsReleasedError`
+  with upstream's message, and so does registering another model's weights.
+
+Safety: the released pages read back as zeros.  On the GPU the compiled model lives in device
+memory.  On the CPU only weights the plugin *repacks* (e.g. ``FullyConnected`` weights) are
+copies; constants the plugin uses in place would turn to zeros — enable it there explicitly only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import mmap
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ovkit.config import OvkitConfig, read_config
+from ovkit.devices import device_class
+
+logger = logging.getLogger("ovkit.weight_release")
+
+PAGE_SIZE = mmap.PAGESIZE
+MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", 4)
+
+#: upstream's error texts (utils.cpp:324-329, ggml-openvino.cpp:362-367); the text after
+#: "released via ..." / "compiled graph." is ovkit's explanation of what to do.
+RECOMPILE_MESSAGE = (
+    "ggml-openvino: a new graph needs to be compiled but host weight buffers were already released "
+    "via GGML_OPENVINO_RELEASE_WEIGHTS/GGML_OPENVINO_MEMORY_OPTIMIZE. "
+    "Unset both variables (or keep the graph shapes of the first run) to compile new graphs."
+)
+NEW_MODEL_MESSAGE = (
+    "ggml-openvino: loading a new model while GGML_OPENVINO_RELEASE_WEIGHTS pinned a previous model's "
+    "compiled graph. Unset GGML_OPENVINO_RELEASE_WEIGHTS/GGML_OPENVINO_MEMORY_OPTIMIZE to load several models."
+)
+LOG_FORMAT = "ggml_openvino_release_weight_buffers: released %zu MB of host weight buffers (%zu buffers)"
+
+
+class WeightsReleasedError(RuntimeError):
+    """A recompile or a new model after the host weight pages were given back to the OS."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseResult:
+    """What one release did: bytes given back (page-aligned), buffers, and the log line."""
+
+    released_bytes: int
+    buffers: int
+    message: str
+    device: str
+
+
+@dataclass(slots=True)
+class _Entry:
+    address: int
+    size: int
+    mm: mmap.mmap | None  # the backing anonymous mapping when known (Python's mmap.madvise)
+    owner: Any  # keeps the storage alive while registered
+
+
+def _libc_madvise() -> Any:
+    if sys.platform == "win32":
+        return None
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    fn = libc.madvise
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def page_range(address: int, size: int, page: int = PAGE_SIZE) -> tuple[int, int]:
+    """The page-aligned range inside ``[address, address+size)``: (start, length ≥ 0)."""
+    start = (address + page - 1) // page * page
+    end = (address + size) // page * page
+    return start, max(0, end - start)
+
+
+class WeightReleaseRegistry:
+    """The process-global registry of host weight buffers and the released state."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[int, _Entry] = {}
+        self.released = False
+        self.released_on: str | None = None
+        self.last: ReleaseResult | None = None
+
+    # -- registration ----------------------------------------------------------------------------
+    def register(self, buffer: Any) -> bool:
+        """Register an ovkit host Buffer holding weights (True if newly registered).
+
+        Raises :class:`WeightsReleasedError` when weights were already released (a new model).
+        """
+        storage = getattr(buffer, "storage", buffer)
+        if getattr(storage, "remote", False):
+            return False  # remote (device) buffers have no host pages
+        size = int(storage.size)
+        if size == 0:
+            return False
+        return self.register_range(int(storage.address), size, mm=storage.mmap, owner=storage)
+
+    def register_range(
+        self, address: int, size: int, *, mm: mmap.mmap | None = None, owner: Any = None
+    ) -> bool:
+        """Register raw host memory ``[address, address+size)`` (idempotent per address)."""
+        with self._lock:
+            if self.released:
+                raise WeightsReleasedError(NEW_MODEL_MESSAGE)
+            if address in self._entries:
+                return False
+            self._entries[address] = _Entry(address, size, mm, owner)
+            return True
+
+    def unregister(self, buffer: Any) -> None:
+        storage = getattr(buffer, "storage", buffer)
+        with self._lock:
+            self._entries.pop(int(storage.address), None)
+
+    @property
+    def registered_bytes(self) -> int:
+        with self._lock:
+            return sum(e.size for e in self._entries.values())
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    # -- hooks for the engine --------------------------------------------------------------------
+    def enabled(
+        self, device: str, config: OvkitConfig | None = None, env: Mapping[str, str] | None = None
+    ) -> bool:
+        cfg = config if config is not None else read_config(env, warn=False)
+        return bool(cfg.release_weights(str(device_class(device))))
+
+    def on_cache_hit(
+        self, device: str, config: OvkitConfig | None = None, env: Mapping[str, str] | None = None
+    ) -> ReleaseResult | None:
+        """Call on every cache hit: the first one with release enabled gives the pages back."""
+        if self.released or not self.enabled(device, config, env):
+            return None
+        return self.release(device)
+
+    def before_compile(self, device: str | None = None) -> None:
+        """Call before compiling a graph: after a release there is nothing left to compile from."""
+        if self.released:
+            raise WeightsReleasedError(RECOMPILE_MESSAGE)
+
+    # -- release ---------------------------------------------------------------------------------
+    def release(self, device: str = "") -> ReleaseResult:
+        """madvise(MADV_DONTNEED) every registered buffer (inward page-aligned); mark released."""
+        with self._lock:
+            if self.released and self.last is not None:
+                return self.last
+            total = 0
+            count = 0
+            madvise = None
+            for e in self._entries.values():
+                if e.owner is not None and getattr(e.owner, "freed", False):
+                    continue  # the buffer was freed meanwhile: its pages are gone already
+                start, length = page_range(e.address, e.size)
+                if length == 0:
+                    continue
+                if os.name == "nt":  # pragma: no cover - upstream: nothing released on Windows
+                    continue
+                if e.mm is not None and start == e.address and not e.mm.closed:
+                    e.mm.madvise(MADV_DONTNEED, 0, length)
+                else:
+                    madvise = madvise or _libc_madvise()
+                    if madvise(start, length, MADV_DONTNEED) != 0:
+                        err = ctypes.get_errno()
+                        raise OSError(err, f"madvise(MADV_DONTNEED) failed: {os.strerror(err)}")
+                total += length
+                count += 1
+            self.released = True
+            self.released_on = device
+            message = LOG_FORMAT.replace("%zu", "{}", 2).format(total // (1024 * 1024), count)
+            logger.info(message)
+            self.last = ReleaseResult(total, count, message, device)
+            return self.last
+
+    def reset(self) -> None:
+        """Forget everything (tests and notebooks; upstream has no way back)."""
+        with self._lock:
+            self._entries.clear()
+            self.released = False
+            self.released_on = None
+            self.last = None
+
+
+REGISTRY = WeightReleaseRegistry()
+
+
+def register_weight_buffer(buffer: Any) -> bool:
+    """Register a host Buffer holding weights with the process-global registry."""
+    return REGISTRY.register(buffer)
+
+
+def on_cache_hit(device: str, config: OvkitConfig | None = None) -> ReleaseResult | None:
+    """Engine hook: release on the first cache hit when enabled for ``device``."""
+    return REGISTRY.on_cache_hit(device, config)
+
+
+def before_compile(device: str | None = None) -> None:
+    """Engine hook: raise :class:`WeightsReleasedError` when weights were released."""
+    REGISTRY.before_compile(device)
+
+
+def is_released() -> bool:
+    return REGISTRY.released
+
+
+def reset() -> None:
+    REGISTRY.reset()
