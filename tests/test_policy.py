@@ -239,8 +239,12 @@ def case_for(table_key: str, key: str, rev: Revision) -> Case:  # noqa: C901 - a
                     "ne=[3,4,3,2] is a test-backend-ops non-contiguous CPY shape")  # fmt: skip
     if key == "cpy.view_fit":
         buf = L(128, 4, 3)
-        return Case(_cpy(L(128, 4, 3), view(buf, (128, 4, 3))), _cpy(L(128, 2, 3), view(buf, (128, 2, 3), buf.strides[1:])),
-                    "destination view covers 5120 B of a 6144 B buffer")  # fmt: skip
+        if rev is N:  # N: the view must fit in its buffer and be contiguous
+            return Case(_cpy(L(128, 4, 2), view(buf, (128, 4, 2))),
+                        _cpy(L(128, 2, 3), view(buf, (128, 2, 3), buf.strides[1:])),
+                        "destination view is non-contiguous")  # fmt: skip
+        return Case(_cpy(L(128, 4, 3), view(buf, (128, 4, 3))), _cpy(L(128, 4, 2), view(buf, (128, 4, 2))),
+                    "destination view covers 4096 B of a 6144 B buffer")  # fmt: skip
     if key == "mul_mat.gpu_test_ab":
         return Case(op("MUL_MAT", "f32", (1, 64), L(256, 1, t="q4_0", name="w"), L(256, 64, name="x")),
                     op("MUL_MAT", "f32", (1, 64), L(256, 1, t="q4_0", name="a"), L(256, 64, name="b")),
@@ -413,6 +417,13 @@ def test_bad_input_is_named() -> None:
         check_op("ADD", "CPU")
     with pytest.raises(ValueError, match="'X'"):
         check_op(L(4), "CPU", revision="X")
+
+
+def test_cpy_view_overrunning_its_buffer_is_rejected() -> None:
+    buf = L(128, 4, 3)
+    d = check_op(_cpy(L(128, 4, 2), view(buf, (128, 4, 2), offset=4096)), "CPU")
+    assert d.gate == "cpy.view_fit" and "view of 4096 B at offset 4096 overruns its 6144 B buffer" in d.reason
+    assert check_op(_cpy(L(128, 4, 2), view(buf, (128, 4, 2), offset=2048)), "CPU").supported
 
 
 def test_graph_tensors_are_checked_through_op_info() -> None:

@@ -131,6 +131,7 @@ class OpInfo:
     - ``nb``: byte strides (ggml order); ``None`` means contiguous.
     - ``view_src``: for views (VIEW/PERMUTE/TRANSPOSE/RESHAPE and in-place results) the tensor
       whose memory this one views (ggml ``view_src``), else None.
+    - ``view_offs``: byte offset of a view into ``view_src`` (ggml ``view_offs``), 0 by default.
     """
 
     op: str
@@ -142,6 +143,7 @@ class OpInfo:
     name: str = ""
     nb: tuple[int, int, int, int] | None = None
     view_src: OpInfo | None = None
+    view_offs: int = 0
 
     def __post_init__(self) -> None:
         ne = tuple(int(x) for x in self.ne)
@@ -593,11 +595,11 @@ def _cpy_shapes(op: OpInfo) -> str | None:
 
 def _cpy_view_fit_n(op: OpInfo) -> str | None:
     vs = op.view_src
-    if vs is None or op.nbytes == 0:
+    if vs is None:
         return None
-    if op.nbytes != vs.nbytes:
-        return f"destination view covers {op.nbytes} B of a {vs.nbytes} B buffer"
-    if not op.is_contiguous:
+    if op.view_offs > vs.nbytes or op.nbytes > vs.nbytes - op.view_offs:
+        return f"destination view of {op.nbytes} B at offset {op.view_offs} overruns its {vs.nbytes} B buffer"
+    if op.nbytes != 0 and not op.is_contiguous:
         return "destination view is non-contiguous"
     return None
 
@@ -852,7 +854,7 @@ GATES: dict[str, tuple[Gate, ...]] = {
              revisions=_N),
         Gate("cpy.test_shapes", "the test-backend-ops shapes [3|1|2,4,3,2] are rejected", _cpy_shapes,
              quirk=True, note="test cases with non-contiguous src/dst"),
-        Gate("cpy.view_fit", "a destination view must cover its whole buffer and be contiguous",
+        Gate("cpy.view_fit", "a destination view must fit its buffer and be contiguous (unless empty)",
              _cpy_view_fit_n, revisions=_N),
         Gate("cpy.view_fit", "a destination view must cover its whole buffer", _cpy_view_fit_v,
              revisions=_V),

@@ -96,11 +96,14 @@ def _base(t: OpInfo) -> OpInfo:
     return t.view_src if t.view_src is not None else t
 
 
-def view(t: OpInfo, ne: Sequence[int], nb: Sequence[int] | None = None, name: str = "") -> OpInfo:
-    """ggml_view_4d(t, ne, nb1..nb3) (nb[0] stays the element size)."""
+def view(
+    t: OpInfo, ne: Sequence[int], nb: Sequence[int] | None = None, name: str = "", offset: int = 0
+) -> OpInfo:
+    """ggml_view_4d(t, ne, nb1..nb3, offset) (nb[0] stays the element size)."""
     s = t.strides
     nb4 = (s[0], *nb) if nb is not None else s
-    return OpInfo("VIEW", t.dtype, _ne4(ne), (t,), nb=_ne4(nb4), name=name, view_src=_base(t))
+    offs = offset + (t.view_offs if t.view_src is not None else 0)
+    return OpInfo("VIEW", t.dtype, _ne4(ne), (t,), nb=_ne4(nb4), name=name, view_src=_base(t), view_offs=offs)
 
 
 def permute(t: OpInfo, axes: Sequence[int], op: str = "PERMUTE", name: str = "") -> OpInfo:
@@ -130,7 +133,8 @@ def node(
     ne4 = _ne4(ne)
     if inplace_of is not None:
         return OpInfo(op, dtype, ne4, tuple(srcs), sub_op=sub_op, params=params, name=name,
-                      nb=inplace_of.strides, view_src=_base(inplace_of))  # fmt: skip
+                      nb=inplace_of.strides, view_src=_base(inplace_of),
+                      view_offs=inplace_of.view_offs if inplace_of.view_src is not None else 0)  # fmt: skip
     return OpInfo(op, dtype, ne4, tuple(srcs), sub_op=sub_op, params=params, name=name)
 
 
@@ -321,7 +325,7 @@ def _bin(op: str) -> Builder:
                 b = permute(leaf(t, [ne[perm[0]], ne[perm[1]], ne[perm[2]], ne[perm[3]]]), perm)
             elif p["src_overlap"]:
                 nb = a.strides
-                b = view(a, (ne[0], ne[1], ne[2], 2 * (ne[3] // 3)), nb[1:])
+                b = view(a, (ne[0], ne[1], ne[2], 2 * (ne[3] // 3)), nb[1:], offset=(ne[3] // 3) * nb[3])
             else:
                 b = leaf(t, ne)
             bs.append(OpInfo(b.op, b.dtype, b.ne, b.srcs, nb=b.nb, view_src=b.view_src, name=f"b{i}"))
@@ -376,7 +380,9 @@ def _cont(p: dict[str, Any]) -> OpInfo:
     src = leaf(p["type"], p["ne"], "src")
     if p["use_view_slice"]:
         ne = src.ne
-        s = view(src, (ne[0], 1, ne[2], ne[3]), src.strides[1:], "src_view_slice")
+        s = view(
+            src, (ne[0], 1, ne[2], ne[3]), src.strides[1:], "src_view_slice", src.strides[0] * (ne[1] - 1)
+        )
     else:
         s = transpose(src, "src_transposed")
     return node("CONT", p["type"], s.ne, (s,))
@@ -571,7 +577,7 @@ def _rope(op: str) -> Builder:
             a = view(big, ne, big.strides[1:], "view_of_a")
         elif v == 2:
             big = leaf(t, (ne[0] * 2, ne[1], ne[2], ne[3]), "a")
-            a = view(big, ne, big.strides[1:], "view_of_a")
+            a = view(big, ne, big.strides[1:], "view_of_a", ne[0] * big.strides[0])
         is_mrope, is_vision = bool(mode & 8), mode == 24
         pos = leaf("i32", (ne[2] * 4 if (is_mrope or is_vision) else ne[2],), "pos")
         freq = leaf("f32", (n_dims // 2,), "freq") if p["ff"] else None
@@ -625,7 +631,7 @@ def _sum_rows(p: dict[str, Any]) -> OpInfo:
     a = leaf(t, ne, "a")
     if p["slice"]:
         nb = a.strides
-        a = view(a, (ne[0], ne[1], ne[2] // 2, ne[3] - 1), (nb[1], nb[2] * 2, nb[3]))
+        a = view(a, (ne[0], ne[1], ne[2] // 2, ne[3] - 1), (nb[1], nb[2] * 2, nb[3]), offset=nb[3])
     if p["permute"]:
         a = permute(a, (0, 2, 3, 1))
     return node("SUM_ROWS", t, (1, a.ne[1], a.ne[2], a.ne[3]), (a,))
