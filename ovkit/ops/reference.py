@@ -260,3 +260,131 @@ def mul_mat(t: Tensor, xs: list[Arr]) -> Arr:
         b = rounded(b, a_t.dtype)
     a = expand_batch(a, b_t.ne[2], b_t.ne[3])
     return np.matmul(b.astype(np.float64), np.swapaxes(a, -1, -2).astype(np.float64)).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------- layout II
+@reference("CONCAT")
+def concat(t: Tensor, xs: list[Arr]) -> Arr:
+    return np.concatenate([np.asarray(xs[0]), np.asarray(xs[1])], axis=ax(t.params["dim"]))
+
+
+@reference("REPEAT")
+def repeat(t: Tensor, xs: list[Arr]) -> Arr:
+    return repeat_to(np.asarray(xs[0]), t.ne)
+
+
+@reference("PAD")
+def pad(t: Tensor, xs: list[Arr]) -> Arr:
+    p = t.params
+    widths = [(p[f"lp{d}"], p[f"rp{d}"]) for d in (3, 2, 1, 0)]
+    return np.pad(f32(xs[0]), widths)
+
+
+# ---------------------------------------------------------------------------- rows
+@reference("GET_ROWS")
+def get_rows(t: Tensor, xs: list[Arr]) -> Arr:
+    a, idx = np.asarray(xs[0]), np.asarray(xs[1])
+    if a.dtype != np.int32:
+        a = f32(a)
+    out = np.empty((t.ne[3], t.ne[2], t.ne[1], t.ne[0]), dtype=a.dtype)
+    for i12 in range(t.ne[3]):
+        for i11 in range(t.ne[2]):
+            out[i12, i11] = a[i12, i11, idx[0, i12, i11]]
+    return out
+
+
+@reference("SET_ROWS")
+def set_rows(t: Tensor, xs: list[Arr]) -> Arr:
+    dst = np.array(xs[0], copy=True)
+    b, c = f32(xs[1]), np.asarray(xs[2])
+    c_t = t.srcs[2]
+    assert c_t is not None
+    for i3 in range(b.shape[0]):
+        for i2 in range(b.shape[1]):
+            for i1 in range(b.shape[2]):
+                row = int(c[0, i3 % c_t.ne[2], i2 % c_t.ne[1], i1])
+                dst[i3, i2, row] = round_to(t.dtype, b[i3, i2, i1])
+    return dst
+
+
+@reference("SET")
+def set_(t: Tensor, xs: list[Arr]) -> Arr:
+    b_t = t.srcs[1]
+    assert b_t is not None
+    p = t.params
+    es = t.type_size
+    idx = np.full((1, 1, 1, 1), p["offset"] // es, dtype=np.int64)
+    for d, nb in enumerate((es, p["nb1"], p["nb2"], p["nb3"])):
+        shape = [1, 1, 1, 1]
+        shape[3 - d] = b_t.ne[d]
+        idx = idx + (np.arange(b_t.ne[d], dtype=np.int64) * (nb // es)).reshape(shape)
+    flat = np.array(xs[0], copy=True).reshape(-1)
+    flat[idx.reshape(-1)] = np.asarray(xs[1]).reshape(-1)
+    return flat.reshape(tuple(reversed(t.ne)))
+
+
+# ---------------------------------------------------------------------------- norms, reductions
+@reference("NORM")
+def norm(t: Tensor, xs: list[Arr]) -> Arr:
+    x = f32(xs[0]).astype(np.float64)
+    mean = x.mean(axis=-1, keepdims=True)
+    c = (x - mean).astype(np.float32)
+    var = (c.astype(np.float64) ** 2).mean(axis=-1, keepdims=True)
+    return c * (np.float32(1.0) / np.sqrt(var.astype(np.float32) + np.float32(t.params["eps"])))
+
+
+@reference("RMS_NORM")
+def rms_norm(t: Tensor, xs: list[Arr]) -> Arr:
+    x = f32(xs[0])
+    ms = (x.astype(np.float64) ** 2).mean(axis=-1, keepdims=True).astype(np.float32)
+    return x * (np.float32(1.0) / np.sqrt(ms + np.float32(t.params["eps"])))
+
+
+@reference("L2_NORM")
+def l2_norm(t: Tensor, xs: list[Arr]) -> Arr:
+    x = f32(xs[0])
+    s = np.sqrt((x.astype(np.float64) ** 2).sum(axis=-1, keepdims=True)).astype(np.float32)
+    return x * (np.float32(1.0) / np.maximum(s, np.float32(t.params["eps"])))
+
+
+@reference("SUM_ROWS")
+def sum_rows(t: Tensor, xs: list[Arr]) -> Arr:
+    return f32(xs[0]).astype(np.float64).sum(axis=-1, keepdims=True).astype(np.float32)
+
+
+@reference("CUMSUM")
+def cumsum(t: Tensor, xs: list[Arr]) -> Arr:
+    return np.cumsum(f32(xs[0]), axis=-1, dtype=np.float32)
+
+
+@reference("ARGSORT")
+def argsort(t: Tensor, xs: list[Arr]) -> Arr:
+    x = f32(xs[0])
+    key = x if t.params["order"] == 0 else -x
+    return np.argsort(key, axis=-1, kind="stable").astype(np.int32)
+
+
+@reference("DIAG")
+def diag(t: Tensor, xs: list[Arr]) -> Arr:
+    n = t.ne[0]
+    return np.asarray(xs[0]) * np.eye(n, dtype=np.float32)
+
+
+#: ggml_tri_type → keep(col i0, row i1)
+TRI_KEEP: dict[int, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    0: lambda c, r: c >= r,  # UPPER_DIAG
+    1: lambda c, r: c > r,  # UPPER
+    2: lambda c, r: c <= r,  # LOWER_DIAG
+    3: lambda c, r: c < r,  # LOWER
+}
+
+
+def tri_mask(type_: int, n: int) -> np.ndarray:
+    cols = np.arange(n)[None, :]
+    rows = np.arange(n)[:, None]
+    return TRI_KEEP[type_](cols, rows)
+
+
+@reference("TRI")
+def tri(t: Tensor, xs: list[Arr]) -> Arr:
+    return np.where(tri_mask(t.params["type"], t.ne[0]), f32(xs[0]), np.float32(0.0))

@@ -18,6 +18,7 @@ import openvino as ov
 import openvino.opset16 as ops
 
 from ovkit.graph import GraphError, Tensor, ggml_index_map, round_to
+from ovkit.ops.reference import tri_mask
 
 if TYPE_CHECKING:
     from ovkit.graph import Graph
@@ -411,3 +412,132 @@ def _mul_mat(t: Tensor, xs: list[Out]) -> Out:
         xb = rounded(xb, a.dtype)  # ggml converts src1 to src0's vec_dot type
     wa = expand_batch(wa, a.ne, (a.ne[0], a.ne[1], b.ne[2], b.ne[3]))
     return ops.matmul(xb, wa, False, True)
+
+
+# ---------------------------------------------------------------------------- layout II
+@translator("CONCAT")
+def _concat(t: Tensor, xs: list[Out]) -> Out:
+    return ops.concat([to_type(xs[0], t.dtype), to_type(xs[1], t.dtype)], ax(t.params["dim"]))
+
+
+@translator("REPEAT")
+def _repeat(t: Tensor, xs: list[Out]) -> Out:
+    src = t.srcs[0]
+    assert src is not None
+    return tile_to(xs[0], src.ne, t.ne)
+
+
+@translator("PAD")
+def _pad(t: Tensor, xs: list[Out]) -> Out:
+    p = t.params
+    begin = [p["lp3"], p["lp2"], p["lp1"], p["lp0"]]
+    end = [p["rp3"], p["rp2"], p["rp1"], p["rp0"]]
+    return ops.pad(f32(xs[0]), i64(begin), i64(end), "constant", const(0.0))
+
+
+# ---------------------------------------------------------------------------- rows
+@translator("GET_ROWS")
+def _get_rows(t: Tensor, xs: list[Out]) -> Out:
+    a, b = t.srcs[0], t.srcs[1]
+    assert a is not None and b is not None
+    data = xs[0] if a.dtype == "i32" else f32(xs[0])  # [a3, a2, a1, a0]
+    # indices [b2, b1, b0] pick rows of a's [a3 = b2, a2 = b1] batch: Gather with batch_dims=2
+    idx = ops.reshape(xs[1], i64([b.ne[2], b.ne[1], b.ne[0]]), False)
+    return ops.gather(data, idx, i64(2), 2)
+
+
+@translator("SET_ROWS")
+def _set_rows(t: Tensor, xs: list[Out]) -> Out:
+    b, c = t.srcs[1], t.srcs[2]
+    assert b is not None and c is not None
+    dst = xs[0]
+    rows = to_type(f32(xs[1]), t.dtype)  # [b3, b2, b1, b0] rows converted to dst type
+    # row index of b's row (i1, i2, i3): c[i1, i2 % c.ne1, i3 % c.ne2]
+    idx = ops.convert(xs[2], ov.Type.i64)
+    idx = tile_to(idx, c.ne, (c.ne[0], b.ne[2], b.ne[3], 1))  # [1, b3, b2, b1] after tiling
+    idx = ops.reshape(idx, i64([b.ne[3], b.ne[2], b.ne[1]]), False)
+    i3 = np.broadcast_to(np.arange(b.ne[3])[:, None, None], (b.ne[3], b.ne[2], b.ne[1]))
+    i2 = np.broadcast_to(np.arange(b.ne[2])[None, :, None], (b.ne[3], b.ne[2], b.ne[1]))
+    coords = ops.concat(
+        [
+            ops.unsqueeze(const(i3, np.int64), i64(3)),
+            ops.unsqueeze(const(i2, np.int64), i64(3)),
+            ops.unsqueeze(idx, i64(3)),
+        ],
+        3,
+    )
+    return ops.scatter_nd_update(dst, coords, rows)
+
+
+@translator("SET")
+def _set(t: Tensor, xs: list[Out]) -> Out:
+    b = t.srcs[1]
+    assert b is not None
+    p = t.params
+    es = t.type_size
+    idx = np.full((1, 1, 1, 1), p["offset"] // es, dtype=np.int64)
+    for d, nb in enumerate((es, p["nb1"], p["nb2"], p["nb3"])):
+        shape = [1, 1, 1, 1]
+        shape[3 - d] = b.ne[d]
+        idx = idx + (np.arange(b.ne[d], dtype=np.int64) * (nb // es)).reshape(shape)
+    flat = ops.reshape(xs[0], i64([t.nelements]), False)
+    upd = ops.reshape(to_type(xs[1], t.dtype), i64([b.nelements]), False)
+    out = ops.scatter_nd_update(flat, const(idx.reshape(-1, 1), np.int64), upd)
+    return reshape4(out, t.ne)
+
+
+# ---------------------------------------------------------------------------- norms, reductions
+def _mean_last(x: Out) -> Out:
+    return ops.reduce_mean(x, i64([3]), True)
+
+
+@translator("NORM")
+def _norm(t: Tensor, xs: list[Out]) -> Out:
+    x = f32(xs[0])
+    centered = ops.subtract(x, _mean_last(x))
+    var = _mean_last(ops.multiply(centered, centered))
+    return ops.divide(centered, ops.sqrt(ops.add(var, const(t.params["eps"]))))
+
+
+@translator("RMS_NORM")
+def _rms_norm(t: Tensor, xs: list[Out]) -> Out:
+    x = f32(xs[0])
+    ms = _mean_last(ops.multiply(x, x))
+    return ops.multiply(x, ops.divide(const(1.0), ops.sqrt(ops.add(ms, const(t.params["eps"])))))
+
+
+@translator("L2_NORM")
+def _l2_norm(t: Tensor, xs: list[Out]) -> Out:
+    x = f32(xs[0])
+    norm = ops.sqrt(ops.reduce_sum(ops.multiply(x, x), i64([3]), True))
+    return ops.multiply(x, ops.divide(const(1.0), ops.maximum(norm, const(t.params["eps"]))))
+
+
+@translator("SUM_ROWS")
+def _sum_rows(t: Tensor, xs: list[Out]) -> Out:
+    return ops.reduce_sum(f32(xs[0]), i64([3]), True)
+
+
+@translator("CUMSUM")
+def _cumsum(t: Tensor, xs: list[Out]) -> Out:
+    return ops.cum_sum(f32(xs[0]), i64(3))
+
+
+@translator("ARGSORT")
+def _argsort(t: Tensor, xs: list[Out]) -> Out:
+    mode = "min" if t.params["order"] == 0 else "max"
+    topk = ops.topk(f32(xs[0]), i64(t.ne[0]), 3, mode, "value", "i32", stable=True)
+    return topk.output(1)
+
+
+@translator("DIAG")
+def _diag(t: Tensor, xs: list[Out]) -> Out:
+    n = t.ne[0]
+    eye = const(np.eye(n, dtype=np.float32).reshape(1, 1, n, n))
+    return ops.multiply(f32(xs[0]), eye)  # [.., 1, n] broadcast over rows
+
+
+@translator("TRI")
+def _tri(t: Tensor, xs: list[Out]) -> Out:
+    mask = tri_mask(t.params["type"], t.ne[0]).astype(np.float32).reshape(1, 1, t.ne[1], t.ne[0])
+    return ops.multiply(f32(xs[0]), const(mask))
