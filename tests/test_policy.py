@@ -449,3 +449,14 @@ def test_docs_policy_page_is_in_step_with_the_gates() -> None:
     frame = P.gates_frame()
     assert len(frame) == len(P.all_gates())
     assert set(frame[frame["device class"] == "GPU"]["gate"]) >= {"div.gpu_per_channel", "mul_mat_id.gpu_tmp"}
+
+
+def test_graph_cpy_into_an_offset_view_is_supported() -> None:
+    """A CPY into a fitting, contiguous offset view of a buffer passes (overrunning views already fail
+    at Graph build time)."""
+    from ovkit.graph import Graph
+
+    g = Graph()
+    buf = g.input("buf", (3, 4, 128))
+    fits = g.cpy(g.input("src", (2, 4, 128)), g.view_3d(buf, 128, 4, 2, buf.nb[1], buf.nb[2], 2048))
+    assert check_op(fits, "CPU").supported
