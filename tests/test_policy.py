@@ -460,3 +460,10 @@ def test_graph_cpy_into_an_offset_view_is_supported() -> None:
     buf = g.input("buf", (3, 4, 128))
     fits = g.cpy(g.input("src", (2, 4, 128)), g.view_3d(buf, 128, 4, 2, buf.nb[1], buf.nb[2], 2048))
     assert check_op(fits, "CPU").supported
+
+
+def test_op_gates_lists_the_op_specific_global_gates_first() -> None:
+    assert [g.key for g in P.op_gates("UNARY.EXP")] == ["global.exp_f32"]
+    assert [g.key for g in P.op_gates("GLU.SWIGLU")] == ["global.glu_view", "global.glu_odd"]
+    assert [g.key for g in P.op_gates("rope")][0] == "rope.mode"
+    assert P.op_gates("NONE") == ()

@@ -247,6 +247,7 @@ class Gate:
     quirk: bool = False  #: upstream name/shape-keyed quirk: applied only when upstream_exact
     revisions: frozenset[Revision] = ALL_REVISIONS  #: the upstream states having this gate
     note: str = ""  #: upstream background (source, error text)
+    ops: frozenset[str] = frozenset()  #: for op-specific global gates: the table keys they concern
 
     def applies(self, device_class: str, upstream_exact: bool, revision: Revision) -> bool:
         if revision not in self.revisions:
@@ -441,6 +442,7 @@ def _msa(op: OpInfo) -> str | None:
 
 _N = frozenset({Revision.N})
 _V = frozenset({Revision.V})
+_GLU_KEYS = frozenset(f"GLU.{g}" for g in REGISTERED_GLU_N)
 
 GLOBAL_GATES: tuple[Gate, ...] = (
     Gate("global.membership", "the op must have a registered translator (op_table.cpp)",
@@ -448,14 +450,15 @@ GLOBAL_GATES: tuple[Gate, ...] = (
     Gate("global.membership", "the op must have a registered translator (op_table.cpp)",
          _membership(Revision.V), revisions=_V),
     Gate("global.exp_f32", "UNARY EXP with an f32 output is rejected", _exp_f32, revisions=_N,
+         ops=frozenset({"UNARY.EXP"}),
          note="test-backend-ops feeds x in [-150,150] and exp overflows"),
-    Gate("global.glu_view", "GLU with a VIEW input is rejected", _glu_view, revisions=_V),
-    Gate("global.glu_odd", "single-input GLU needs an even src0 ne[0]", _glu_odd,
+    Gate("global.glu_view", "GLU with a VIEW input is rejected", _glu_view, revisions=_V, ops=_GLU_KEYS),
+    Gate("global.glu_odd", "single-input GLU needs an even src0 ne[0]", _glu_odd, ops=_GLU_KEYS,
          note="'triggers bug in ov gpu'"),
     Gate("global.l2_norm_view", "L2_NORM with a VIEW input is rejected (ops_not_support_view_input)",
-         _l2_norm_view, revisions=_V),
+         check=_l2_norm_view, revisions=_V, ops=frozenset({"L2_NORM"})),
     Gate("global.rms_norm_view", "RMS_NORM with a non-contiguous VIEW input is rejected",
-         _rms_norm_noncontig_view, revisions=_V),
+         check=_rms_norm_noncontig_view, revisions=_V, ops=frozenset({"RMS_NORM"})),
     Gate("global.types", "output and every src must be one of the allowed types", _types(Revision.N),
          revisions=_N),
     Gate("global.types", "output and every src must be one of the allowed types", _types(Revision.V),
@@ -966,6 +969,14 @@ def gates_for(op: str, sub_op: str | None = None) -> tuple[Gate, ...]:
     """The per-op gates of ``op`` (``"UNARY"``/``"GLU"`` with ``sub_op``)."""
     key = f"{op.upper()}.{sub_op.upper()}" if sub_op else op.upper()
     return GATES.get(key, ())
+
+
+def op_gates(key: str) -> tuple[Gate, ...]:
+    """Every gate specific to table entry ``key`` (``"ADD"``, ``"UNARY.EXP"``, ``"GLU.SWIGLU"``):
+    the op-specific global gates (EXP f32, GLU odd ne0, view inputs) then ``GATES[key]``.
+    The gates every op passes (membership, types, quantized 3-D, MSA) are in :data:`GLOBAL_GATES`."""
+    k = key.upper()
+    return tuple(g for g in GLOBAL_GATES if k in g.ops) + GATES.get(k, ())
 
 
 def _as_opinfo(op: Any) -> OpInfo:
