@@ -843,8 +843,10 @@ GATES: dict[str, tuple[Gate, ...]] = {
         Gate("rows.ffn_moe_weights", "MoE routing-weight gather stays on CPU",
              _name_prefix("ffn_moe_weights"), quirk=True, revisions=_V),
     ),
-    "SET_ROWS": (
+    "SET_ROWS": (  # upstream shares the GET_ROWS case (except the GPU bf16 check)
         Gate("rows.ne3", "output ne[3] must be 1", _rows_ne3),
+        Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K/Q4_1/Q5_1",
+             _get_rows_256(frozenset({"q4_k", "q5_k", "q4_1", "q5_1"})), revisions=_N),
         Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K", _get_rows_256(frozenset({"q4_k", "q5_k"})),
              revisions=_V),
         Gate("rows.ffn_moe_weights", "MoE routing-weight gather stays on CPU",
