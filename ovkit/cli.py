@@ -96,6 +96,18 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_test_ops_args(p: argparse.ArgumentParser) -> None:
+    from ovkit.testops import add_cli_args
+
+    add_cli_args(p)
+
+
+def cmd_test_ops(args: argparse.Namespace) -> int:
+    from ovkit.testops import cli
+
+    return cli(args)
+
+
 @dataclass(frozen=True, slots=True)
 class Command:
     """One sub-command: its help, how it adds arguments and what it runs."""
@@ -113,6 +125,11 @@ COMMANDS: dict[str, Command] = {
         "show the parsed GGML_OPENVINO_* environment",
         _add_json_arg,
         cmd_config,
+    ),
+    "test-ops": Command(
+        "run the op catalogue against ggml (test-backend-ops style): mode test | perf",
+        _add_test_ops_args,
+        cmd_test_ops,
     ),
 }
 

@@ -1,0 +1,85 @@
+"""``ovkit test-ops``: the op harness against real ggml (or numpy) on the real CPU device."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ovkit import testops
+from ovkit.cli import main
+
+
+def test_cli_lists_ok_and_unsupported_with_reasons(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["test-ops", "-o", "ADD", "-o", "EXP", "-o", "SWIGLU", "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].startswith("Testing CPU (mode test, reference ")
+    assert any(line.startswith("  ADD(type=f32,ne_a=[10,3,4,1],ne_b=[10,3,4,1]): OK") for line in lines)
+    exp = [line for line in lines if line.startswith("  UNARY:EXP(type=f32")]
+    assert exp and "not supported [CPU]" in exp[0] and "f32" in exp[0].split("not supported", 1)[1]
+    odd = [line for line in lines if "GLU:SWIGLU(type=f32,ne_a=[33," in line]
+    assert odd and "not supported" in odd[0] and "even" in odd[0]
+    assert "  Backend CPU: OK" in lines
+    assert any(line.endswith("not supported") and "tests passed" in line for line in lines)
+
+
+def test_json_output_and_totals(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["test-ops", "-o", "SCALE", "-o", "EXP", "--json", "--no-progress"])
+    payload = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert payload["device"] == "CPU" and payload["mode"] == "test"
+    statuses = {c["case"]: c["status"] for c in payload["cases"]}
+    assert statuses["SCALE(type=f32,ne_a=[10,10,1,1],s=0.5)"] == "OK"
+    assert payload["summary"]["not_supported"] == sum(s == "not supported" for s in statuses.values()) >= 1
+    assert payload["summary"]["failed"] == 0
+
+
+def test_any_failure_gives_exit_code_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(testops, "_threshold", lambda case: -1.0)  # nothing can pass a negative NMSE bound
+    code = main(["test-ops", "-o", "SQR", "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "SQR(type=f32,ne_a=[10,10,1,1]): FAIL NMSE" in out
+    assert "  Backend CPU: FAIL" in out
+
+
+def test_bad_arguments_are_named(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["test-ops", "-o", "NOPE"]) == 2
+    assert "unknown op 'NOPE'" in capsys.readouterr().err
+    assert main(["test-ops", "-b", "TPU"]) == 2
+    assert "device 'TPU' is not available" in capsys.readouterr().err
+
+
+def test_dataframes_for_notebooks() -> None:
+    df = testops.test_ops(["MUL_MAT", "RMS_NORM"], progress=False, reference="numpy")
+    assert list(df.columns[:4]) == ["op", "case", "status", "detail"]
+    assert set(df["op"]) == {"MUL_MAT", "RMS_NORM"}
+    assert (df["status"] == "OK").all(), df[["case", "detail"]]
+    assert (df["reference"] == "numpy").all()
+    perf = testops.perf_ops("RMS_NORM", progress=False)
+    assert perf.loc[0, "status"] == "OK" and perf.loc[0, "us_per_run"] > 0 and perf.loc[0, "gbps"] > 0
+    cat = testops.catalogue_table()
+    assert len(cat) == len(testops.build_catalogue()) and cat["case"].is_unique
+
+
+def test_simulated_gpu_applies_gpu_class_gates(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["test-ops", "--simulate", "laptop", "-b", "GPU", "-o", "DIV", "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Testing GPU" in out
+    assert "DIV(type=f32,ne_a=[10,5,3,2],ne_b=[10,1,1,1]): not supported [GPU]" in out
+
+
+@pytest.mark.slow
+def test_every_supported_case_passes_on_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["test-ops", "--no-progress"])
+    out = capsys.readouterr().out
+    failures = [line for line in out.splitlines() if ": FAIL" in line]
+    assert code == 0 and not failures, "\n".join(failures)
+    unsupported = [line for line in out.splitlines() if "not supported [CPU]" in line]
+    assert unsupported, "the catalogue includes cases the policy rejects"
+    assert all(len(line.split("not supported [CPU]", 1)[1].strip()) > 10 for line in unsupported)
