@@ -8,6 +8,7 @@ produced PNG images and that widget models were saved.
 from __future__ import annotations
 
 import ast
+import base64
 import os
 import re
 import subprocess
@@ -110,7 +111,7 @@ def device_table_html(nb: Any) -> list[str]:
 
 def test_walkthroughs_in_order() -> None:
     names = [p.stem for p in NOTEBOOKS]
-    assert names == ["01-devices", "02-selecting-a-device"], names
+    assert names == ["01-devices", "02-selecting-a-device", "04-memory-and-allocations"], names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -284,3 +285,60 @@ def test_02_runs_with_papermill_parameters(tmp_path: Path) -> None:
         assert "GGML OpenVINO Backend: device GPU.1 is not available, fallback to CPU" in err
     setup = next(c for c in nb.cells if c.get("id") == "setup")
     assert "simulated laptop: ['AUTO', 'NPU', 'CPU', 'HETERO', 'GPU', 'MULTI']" in setup.outputs[0].text
+
+
+# ---------------------------------------------------------------------------------------------
+# 04-memory-and-allocations
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_04_buffer_types_and_allocation_record(executed: Callable[[str], Any]) -> None:
+    nb = executed("04-memory-and-allocations")
+    assert "look-alike 'GPU': ovkit's = False, kind = None" in text(nb, "buffer-types")
+    types = html(nb, "buffer-types")
+    assert "GPU_HOST" in types and "NPU_HOST" in types
+    buffers = text(nb, "buffers")
+    assert "view shares memory: True" in buffers
+    assert "simulated GPU: host memory" in buffers  # the KV cache of a simulated GPU says so
+    assert "ovkit buffers still live: 0" in text(nb, "result")
+
+
+@pytest.mark.slow
+def test_04_device_memory_rises_with_graphs_and_returns(executed: Callable[[str], Any]) -> None:
+    nb = executed("04-memory-and-allocations")
+    rows = re.findall(r"^(start|layer \d+|cache cleared)\s+([\d.]+)$", text(nb, "run-graphs"), re.M)
+    used = [float(v) for _, v in rows]
+    assert [name for name, _ in rows] == [
+        "start",
+        "layer 0",
+        "layer 1",
+        "layer 2",
+        "layer 3",
+        "cache cleared",
+    ]
+    steps = [b - a for a, b in zip(used[:4], used[1:5], strict=True)]
+    assert all(abs(step - 4.0) < 0.01 for step in steps), used  # one 1024 x 1024 f32 weight each
+    assert used[-1] == used[0]
+
+
+@pytest.mark.slow
+def test_04_charts_are_drawn(executed: Callable[[str], Any]) -> None:
+    nb = executed("04-memory-and-allocations")
+    assert len(pngs(nb, "history-chart")) == 1 and len(pngs(nb, "requant")) == 1
+    images = {}
+    models = nb.metadata["widgets"][WIDGET_STATE]["state"]
+    for m in models.values():
+        if m["model_name"] == "ImageModel":
+            (cls,) = m["state"]["_dom_classes"]
+            images[cls] = base64.b64decode(m["buffers"][0]["data"])
+    assert sorted(images) == [f"ovkit-chart-{n}" for n in ("buffers", "gpu_breakdown", "history", "usage")]
+    assert all(png.startswith(b"\x89PNG") and len(png) > 1000 for png in images.values())
+
+
+@pytest.mark.slow
+def test_04_quantized_matmul_matches(executed: Callable[[str], Any]) -> None:
+    nb = executed("04-memory-and-allocations")
+    m = re.search(r"worst NMSE vs dequantized weights ([\d.e+-]+) over (\d+) types", text(nb, "result"))
+    assert m, text(nb, "result")
+    assert float(m.group(1)) < 5e-4 and int(m.group(2)) == 8  # test-backend-ops' mul_mat threshold
