@@ -130,3 +130,17 @@ def test_newer_revision_differs_only_where_its_gates_differ(verdicts):
             assert v.gate in rev_specific, (r.verdict, v)
         else:
             assert r.decision.gate in rev_specific, (r.verdict, r.decision)
+
+
+def test_per_op_summary(agreement):
+    from ovkit.ops.verdicts import by_op
+
+    table = by_op(agreement)
+    assert table["rows"].sum() == 9747 and (table["rows"] == table["agreeing"]).all()
+    assert table.loc["FLASH_ATTN_EXT", "upstream_supported"] == 0
+    assert table.loc["FLASH_ATTN_EXT", "main_rejecting_gate"] in {
+        "flash_attn.pattern",
+        "flash_attn.sinks",
+        "global.types",
+    }
+    assert table.loc["MUL_MAT", "upstream_supported"] == table.loc["MUL_MAT", "ovkit_supported"] == 301

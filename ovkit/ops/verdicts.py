@@ -774,6 +774,22 @@ class Agreement:
         )
 
 
+def by_op(agreement: Agreement) -> Any:
+    """Per test-case op: rows, rows upstream supports, rows ovkit supports, rows agreeing, and the
+    gate that rejects most often (a DataFrame sorted by row count)."""
+    df = agreement.to_frame()
+    rejected = df[(df["gate"] != "") & df["ovkit"].notna()]
+    top_gate = rejected.groupby("op_name")["gate"].agg(lambda g: g.value_counts().index[0])
+    out = df.groupby("op_name").agg(
+        rows=("agrees", "size"),
+        upstream_supported=("upstream", "sum"),
+        ovkit_supported=("ovkit", lambda x: int(sum(bool(v) for v in x if v is not None))),
+        agreeing=("agrees", "sum"),
+    )
+    out["main_rejecting_gate"] = top_gate.reindex(out.index).fillna("")
+    return out.sort_values("rows", ascending=False)
+
+
 def replay(
     verdicts: Iterable[Verdict],
     device_class: str = "CPU",
@@ -802,6 +818,7 @@ __all__ = [
     "Unexpressible",
     "Verdict",
     "build_case",
+    "by_op",
     "contiguous_nb",
     "parse_params",
     "read_verdicts",
