@@ -1,0 +1,184 @@
+"""Quantized weights: block decoding vs gguf, mul_mat/get_rows on the real CPU vs ggml, policy table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ovkit import oracle, quant
+from ovkit.graph import Graph
+
+pytestmark = pytest.mark.skipif(
+    not oracle.ggml_available(), reason="ggml-python is required for the reference"
+)
+
+MUL_MAT_NMSE = 5e-4  # test-backend-ops' MUL_MAT threshold
+GET_ROWS_NMSE = 1e-7
+
+
+@pytest.fixture(scope="module")
+def rng() -> np.random.Generator:
+    return np.random.default_rng(1234)
+
+
+@pytest.fixture(scope="module")
+def weights(rng: np.random.Generator) -> np.ndarray:
+    return rng.standard_normal((48, 512)).astype(np.float32)
+
+
+@pytest.mark.parametrize("qtype", quant.QUANT_TYPES)
+def test_decode_matches_gguf_reference(qtype: str, weights: np.ndarray) -> None:
+    qw = quant.quantize(qtype, weights)
+    ours = qw.dequantize()
+    assert ours.shape == weights.shape
+    np.testing.assert_array_equal(ours, quant.reference_dequantize(qtype, qw.raw, qw.shape))
+    np.testing.assert_array_equal(ours, oracle.dequantize(qtype, qw.raw, qw.shape))
+
+
+@pytest.mark.parametrize("qtype", quant.QUANT_TYPES)
+def test_three_d_experts_decode(qtype: str, rng: np.random.Generator) -> None:
+    w = rng.standard_normal((2, 8, 256)).astype(np.float32)
+    qw = quant.quantize(qtype, w)
+    assert qw.shape == (2, 8, 256)
+    np.testing.assert_array_equal(qw.dequantize(), quant.reference_dequantize(qtype, qw.raw, qw.shape))
+
+
+def _ggml_blocks(qw: quant.QuantizedWeight) -> oracle.QuantArray:
+    return oracle.QuantArray(qw.qtype, qw.shape, qw.raw)
+
+
+@pytest.mark.parametrize("form", ["fast", "upstream_bias"])
+@pytest.mark.parametrize("n", [1, 8])
+@pytest.mark.parametrize("qtype", quant.QUANT_TYPES)
+def test_mul_mat_matches_ggml_on_cpu(
+    qtype: str, n: int, form: str, weights: np.ndarray, rng: np.random.Generator
+) -> None:
+    qw = quant.quantize(qtype, weights, form=form)  # type: ignore[arg-type]
+    x = rng.standard_normal((n, weights.shape[1])).astype(np.float32)
+    g = Graph()
+    out = g.compute(g.mul_mat(g.constant(qw), g.input("x", x.shape)), {"x": x}, device="CPU")
+    expected = oracle.ggml_call("mul_mat", _ggml_blocks(qw), x)
+    assert out.size == n * weights.shape[0]
+    assert oracle.nmse(out.reshape(expected.shape), expected) < MUL_MAT_NMSE
+
+
+@pytest.mark.parametrize("qtype", ["q4_1", "q4_K", "q5_1", "q5_K"])
+def test_upstream_rounded_zero_points_lose_accuracy(
+    qtype: str, weights: np.ndarray, rng: np.random.Generator
+) -> None:
+    """Upstream's integer zero point round(-min/scale) is lossy; ovkit's fast form is not."""
+    qw = quant.quantize(qtype, weights)
+    exact = qw.dequantize()
+    upstream = qw.with_form("upstream")
+    x = rng.standard_normal((4, weights.shape[1])).astype(np.float32)
+    fast_err = oracle.nmse(_run_ov(qw, x), x @ exact.T)
+    up_err = oracle.nmse(_run_ov(upstream, x), x @ exact.T)
+    assert fast_err < MUL_MAT_NMSE < up_err
+
+
+def _run_ov(qw: quant.QuantizedWeight, x: np.ndarray) -> np.ndarray:
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    p = ops.parameter(list(x.shape), ov.Type.f32)
+    model = ov.Model([qw.ov_mul_mat(p.output(0))], [p])
+    compiled = ov.Core().compile_model(model, "CPU")
+    return np.asarray(compiled.create_infer_request().infer({0: x})[0])
+
+
+@pytest.mark.parametrize("qtype", quant.QUANT_TYPES)
+def test_fast_form_keeps_weights_compressed(qtype: str, weights: np.ndarray) -> None:
+    """The CPU plugin runs the main FullyConnected on the packed integer/fp4 weights, not on f32."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    qw = quant.quantize(qtype, weights)
+    p = ops.parameter([1, weights.shape[1]], ov.Type.f32)
+    compiled = ov.Core().compile_model(ov.Model([qw.ov_mul_mat(p.output(0))], [p]), "CPU")
+    precisions = [
+        op.get_rt_info()["runtimePrecision"].astype(str)
+        for op in compiled.get_runtime_model().get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"
+    ]
+    expected = {
+        "q4_0": "i4",
+        "q4_1": "u4",
+        "q4_K": "u4",
+        "q5_1": "u8",
+        "q5_K": "u8",
+        "q8_0": "i8",
+        "q6_K": "i8",
+        "mxfp4": "f4e2m1",
+    }
+    assert expected[qtype] in precisions
+
+
+@pytest.mark.parametrize("qtype", quant.QUANT_TYPES)
+def test_get_rows_matches_ggml_on_cpu(qtype: str, weights: np.ndarray) -> None:
+    qw = quant.quantize(qtype, weights)
+    rows = np.array([0, 5, 47, 5, 12], np.int32)
+    g = Graph()
+    out = g.compute(
+        g.get_rows(g.constant(qw), g.input("ids", rows.shape, "i32")), {"ids": rows}, device="CPU"
+    )
+    expected = oracle.ggml_call("get_rows", _ggml_blocks(qw), rows)
+    assert out.shape == (5, weights.shape[1])
+    assert oracle.nmse(out, expected) < GET_ROWS_NMSE
+
+
+def test_wrong_block_bytes_name_sizes() -> None:
+    with pytest.raises(quant.QuantError, match=r"q4_0 .*\(4, 64\) needs 144 bytes, got 100"):
+        quant.from_blocks("q4_0", b"\0" * 100, (4, 64))
+
+
+def test_row_not_multiple_of_block() -> None:
+    with pytest.raises(quant.QuantError, match="row length 100 is not a multiple of the block size 256"):
+        quant.row_bytes("q4_K", 100)
+
+
+def test_unknown_type_lists_known() -> None:
+    with pytest.raises(quant.QuantError, match="unknown quantized type 'q3_K'; expected one of q4_0"):
+        quant.quant_spec("q3_K")
+
+
+def test_type_names_case_insensitive() -> None:
+    assert quant.quant_spec("Q4_K").name == "q4_K"
+    assert quant.quant_spec("MXFP4").name == "mxfp4"
+
+
+@pytest.mark.parametrize(
+    ("name", "device", "qtype", "target"),
+    [
+        ("token_embd.weight", "CPU", "q4_0", quant.RequantTarget.Q8_0_C),
+        ("token_embd.weight", "NPU", "q6_K", quant.RequantTarget.F16),
+        ("token_embd.weight", "NPU", "q4_K", quant.RequantTarget.Q8_0_C),
+        ("output.weight", "GPU", "q4_0", quant.RequantTarget.Q8_0_C),
+        ("blk.0.ffn_down.weight", "CPU", "q6_K", quant.RequantTarget.Q8_0_C),
+        ("blk.0.ffn_down.weight", "GPU", "q5_K", quant.RequantTarget.Q8_0_C),
+        ("blk.0.ffn_down.weight", "NPU", "q5_K", quant.RequantTarget.Q4_0_128),
+        ("blk.0.attn_q.weight", "CPU", "q4_K", quant.RequantTarget.NATIVE),
+        ("blk.0.attn_q.weight", "NPU", "q8_0", quant.RequantTarget.Q4_0_128),
+        ("blk.0.attn_q.weight", "GPU", "mxfp4", quant.RequantTarget.NATIVE),
+    ],
+)
+def test_requant_policy(name: str, device: str, qtype: str, target: quant.RequantTarget) -> None:
+    assert quant.requant_type(name, device, qtype) is target
+
+
+def test_no_requant_keeps_native() -> None:
+    assert quant.requant_type("output.weight", "NPU", "q6_K", no_requant=True) is quant.RequantTarget.NATIVE
+
+
+def test_requant_table_is_data() -> None:
+    df = quant.requant_table()
+    assert list(df.columns) == ["tensor", "device_class", "types", "target", "note"]
+    assert len(df) == len(quant.REQUANT_RULES)
+    assert set(df["device_class"]) == {"CPU", "GPU", "NPU"}
+
+
+def test_requant_bytes() -> None:
+    shape = (4096, 4096)
+    n = 4096 * 4096
+    assert quant.requant_bytes(quant.RequantTarget.Q8_0_C, "q6_K", shape) == n + 4096 * 2
+    assert quant.requant_bytes(quant.RequantTarget.Q4_0_128, "q4_K", shape) == n // 2 + n // 128 * 2
+    assert quant.requant_bytes(quant.RequantTarget.F16, "q6_K", shape) == 2 * n
