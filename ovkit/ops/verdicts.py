@@ -71,11 +71,13 @@ class Verdict:
 
 
 def read_verdicts(path: str | Path) -> list[Verdict]:
-    """All rows of a verdict CSV (columns op_name, op_params, supported)."""
-    with open(path, newline="") as f:
-        return [
-            Verdict(r["op_name"], r["op_params"], r["supported"].strip() == "1") for r in csv.DictReader(f)
-        ]
+    """All rows of a verdict CSV (columns op_name, op_params, supported); ``.gz`` is read too."""
+    import gzip
+
+    p = Path(path)
+    with gzip.open(p, "rt", newline="") if p.suffix == ".gz" else open(p, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [Verdict(r["op_name"], r["op_params"], r["supported"].strip() == "1") for r in rows]
 
 
 # ----------------------------------------------------------------------------------------------
