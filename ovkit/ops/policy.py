@@ -1009,7 +1009,12 @@ def check_op(
     """
     info = _as_opinfo(op)
     dc = _device_class(device_class)
-    rev = Revision(revision)
+    try:
+        rev = Revision(revision)
+    except ValueError:
+        raise ValueError(
+            f"unknown policy revision {revision!r}; expected one of {[r.value for r in Revision]}"
+        ) from None
     sub = info.sub_op if info.op in ("UNARY", "GLU") else None
     gates = GLOBAL_GATES + gates_for(info.op, sub)
     for gate in gates:
