@@ -1,0 +1,211 @@
+"""Buffer types, single-owner storage, placed tensors, extras, allocation tracking, leaks."""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import numpy as np
+import psutil
+import pytest
+
+from ovkit import buffers
+from ovkit.buffers import BufferKind, BufferType, BufferUsageError, ExtraKind, TensorExtra, Usage
+from ovkit.simulate import SimulatedCore
+
+
+def test_names_and_kinds() -> None:
+    dev = buffers.buffer_type("GPU.1")
+    host = buffers.host_buffer_type("GPU.1")
+    assert (dev.name, dev.kind, dev.is_host) == ("GPU.1", BufferKind.DEVICE, False)
+    assert (host.name, host.kind, host.is_host) == ("GPU.1_HOST", BufferKind.HOST, True)
+    assert dev.alignment == host.alignment == 32
+    assert dev.max_size == buffers.SIZE_MAX
+
+
+def test_buffer_types_are_stable_objects() -> None:
+    assert buffers.buffer_type("CPU") is buffers.buffer_type("CPU")
+    assert buffers.host_buffer_type("CPU").name is buffers.host_buffer_type("CPU").name
+
+
+def test_registry_reads_metadata_not_names() -> None:
+    lookalike = BufferType("CPU_HOST", "CPU", BufferKind.HOST)
+    assert not buffers.is_ovkit_buffer_type(lookalike)
+    assert buffers.buffer_type_kind(lookalike) is None
+    assert buffers.buffer_type_kind(buffers.host_buffer_type("CPU")) is BufferKind.HOST
+    # a device literally named "..._HOST" is still a device buffer type
+    odd = buffers.buffer_type("X_HOST")
+    assert buffers.buffer_type_kind(odd) is BufferKind.DEVICE
+
+
+def test_foreign_buffer_type_cannot_allocate() -> None:
+    with pytest.raises(BufferUsageError, match="not an ovkit buffer type"):
+        buffers.Buffer(BufferType("CPU", "CPU", BufferKind.DEVICE), 64)
+
+
+def test_bad_device_name() -> None:
+    with pytest.raises(ValueError, match="expected a device id"):
+        buffers.buffer_type("")
+
+
+def test_host_memory_zeroed_aligned_and_shared_with_ov_tensor() -> None:
+    with buffers.alloc_buffer("CPU", 4096, "compute") as buf:
+        assert buf.size == 4096
+        assert buf.data.ctypes.data % 64 == 0
+        assert not buf.data.any()
+        t = buf.ov_tensor
+        assert t.get_byte_size() == 4096
+        buf.data[10] = 7
+        assert np.asarray(t.data)[10] == 7  # one storage, no copies
+        assert buf.storage.note == "host memory"
+
+
+def test_zero_size_allocates_nothing() -> None:
+    with buffers.alloc_buffer("CPU", 0) as buf:
+        assert buf.size == 0
+
+
+def test_negative_size_rejected() -> None:
+    with pytest.raises(ValueError, match="non-negative integer, got -1"):
+        buffers.alloc_buffer("CPU", -1)
+
+
+def test_simulated_gpu_kv_cache_uses_host_memory_and_says_so() -> None:
+    core = SimulatedCore("laptop")
+    with buffers.alloc_buffer("GPU", 1 << 16, Usage.KV_CACHE, core=core) as buf:
+        assert buf.storage.note == "simulated GPU: host memory"
+        assert not buf.is_remote
+        row = buffers.current_allocations().set_index("buffer_id").loc[buf.id]
+        assert row["storage"] == "simulated GPU: host memory"
+
+
+def test_remote_storage_only_for_gpu_class() -> None:
+    with pytest.raises(BufferUsageError, match="GPU class only, not 'CPU'"):
+        buffers.Buffer(buffers.buffer_type("CPU"), 64, Usage.KV_CACHE, remote=True)
+
+
+def test_place_set_get_and_offsets() -> None:
+    with buffers.alloc_buffer("CPU", 1024, "weights", host=True) as buf:
+        a = buf.place("a", (3, 5), "f32")
+        b = buf.place("b", (4,), "f16")
+        assert a.offset == 0
+        assert b.offset == 64  # 60 bytes rounded up to the 32-byte alignment
+        values = np.arange(15, dtype=np.float32).reshape(3, 5)
+        buf.set_tensor(a, values)
+        np.testing.assert_array_equal(buf.get_tensor(a), values)
+        np.testing.assert_array_equal(a.numpy(), values)
+
+
+def test_place_out_of_range_and_misaligned() -> None:
+    with buffers.alloc_buffer("CPU", 128) as buf:
+        with pytest.raises(
+            BufferUsageError, match=r"'big' \(256 bytes at offset 0\) does not fit .* of 128 bytes"
+        ):
+            buf.place("big", (64,), "f32")
+        with pytest.raises(BufferUsageError, match="offset 8 is not a multiple of 32"):
+            buf.place("x", (2,), "f32", offset=8)
+
+
+def test_quantized_alloc_size_covers_extracted_layout() -> None:
+    bt = buffers.buffer_type("CPU")
+    nbytes = buffers.tensor_nbytes((64, 256), "q4_0")
+    assert nbytes == 64 * 8 * 18
+    assert bt.get_alloc_size((64, 256), "q4_0") >= nbytes
+
+
+def test_views_share_their_source_extra() -> None:
+    with buffers.alloc_buffer("CPU", 1024) as buf:
+        src = buf.place("src", (8, 8), "f32")
+        view = buf.view(src, "row1", (8,), offset=32)
+        view2 = buf.view(view, "half", (4,), offset=16)
+        assert src.extra is not None and src.extra.kind is ExtraKind.TENSOR
+        assert view.extra is src.extra
+        assert view2.extra is src.extra
+        buf.set_tensor(src, np.arange(64, dtype=np.float32).reshape(8, 8))
+        np.testing.assert_array_equal(buf.get_tensor(view2), [12, 13, 14, 15])
+
+
+def test_view_past_source_rejected() -> None:
+    with buffers.alloc_buffer("CPU", 1024) as buf:
+        src = buf.place("src", (4,), "f32")
+        with pytest.raises(BufferUsageError, match="exceed source 'src'"):
+            buf.view(src, "v", (4,), offset=4)
+
+
+def test_replacing_extra_releases_old_once_and_free_releases_all() -> None:
+    before = buffers.live_extras()
+    buf = buffers.alloc_buffer("CPU", 1024, "weights")
+    t = buf.place("w", (16,), "f32")
+    first = t.extra
+    assert first is not None
+    second = buf.set_extra(t, TensorExtra(ExtraKind.WEIGHT, weight="node"))
+    assert first.released and not second.released
+    buf.set_extra(t, second)  # same extra again: nothing released
+    assert not second.released
+    buf.free()
+    assert second.released
+    assert buffers.live_extras() == before
+    buf.free()  # idempotent, no double release
+
+
+def test_use_after_free_is_an_error() -> None:
+    buf = buffers.alloc_buffer("CPU", 256)
+    buf.free()
+    with pytest.raises(BufferUsageError, match="used after free"):
+        _ = buf.data
+
+
+def test_tracking_records_alloc_and_free() -> None:
+    start = len(buffers.allocation_history())
+    buf = buffers.alloc_buffer("CPU", 12345, Usage.KV_CACHE)
+    cur = buffers.current_allocations()
+    row = cur.set_index("buffer_id").loc[buf.id]
+    assert (row["device"], row["buffer_type"], row["usage"], row["bytes"]) == (
+        "CPU",
+        "CPU",
+        "kv_cache",
+        12345,
+    )
+    buf.free()
+    hist = buffers.allocation_history().iloc[start:]
+    mine = hist[hist["buffer_id"] == buf.id]
+    assert list(mine["event"]) == ["alloc", "free"]
+    assert buf.id not in set(buffers.current_allocations()["buffer_id"])
+    summary = buffers.allocation_summary()
+    assert list(summary.columns) == ["device", "usage", "bytes", "buffers"]
+
+
+def test_garbage_collected_buffer_is_released_and_recorded() -> None:
+    before = buffers.tracked_bytes("CPU")
+    buf = buffers.alloc_buffer("CPU", 4096)
+    bid = buf.id
+    del buf
+    gc.collect()
+    assert buffers.tracked_bytes("CPU") == before
+    assert bid not in set(buffers.current_allocations()["buffer_id"])
+
+
+def test_no_leak_after_1000_allocate_free_cycles() -> None:
+    proc = psutil.Process(os.getpid())
+    extras0 = buffers.live_extras()
+    bytes0 = buffers.tracked_bytes()
+    for _ in range(50):  # warm up allocator and OpenVINO tensor wrappers
+        with buffers.alloc_buffer("CPU", 1 << 20, Usage.COMPUTE) as buf:
+            buf.place("t", (1024,), "f32")
+            _ = buf.ov_tensor
+    gc.collect()
+    rss0 = proc.memory_info().rss
+    for i in range(1000):
+        buf = buffers.alloc_buffer(
+            "CPU", 1 << 20, Usage.COMPUTE if i % 2 else Usage.WEIGHTS, host=bool(i % 3)
+        )
+        t = buf.place("t", (1024,), "f32")
+        buf.view(t, "v", (512,))
+        buf.data[:4096] = 1  # touch pages
+        _ = buf.ov_tensor
+        buf.free()
+    gc.collect()
+    grown = proc.memory_info().rss - rss0
+    assert buffers.tracked_bytes() == bytes0
+    assert buffers.live_extras() == extras0
+    assert grown < 16 << 20, f"resident memory grew by {grown} bytes over 1000 cycles of 1 MiB buffers"
