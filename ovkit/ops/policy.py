@@ -13,9 +13,12 @@ Deliberate differences from upstream, recorded here:
   CPY test shapes) or to llama.cpp graph names (``msa_*``, ``ffn_norm_exps``, ``ffn_moe_*``) are
   *quirks* (``Gate.quirk``): recorded, but applied only with ``upstream_exact=True`` (D7).
 - Upstream changed over time.  :class:`Revision` names the states the policy can reproduce:
-  ``N`` (the spec anchor, default) and ``V`` (the older state that produced
-  ``shared/data/upstream-support-verdicts.csv``; reconstructed from that data and from the
-  upstream source of that period).  A gate lists the revisions it belongs to.
+  ``N`` (the spec anchor aee56b3ab, default; gates from spec §4.2-4.3) and ``V`` (the older
+  state that produced ``shared/data/upstream-support-verdicts.csv``; its gates are those of the
+  upstream ``ggml-openvino.cpp`` stored in the code index at 013991d8, which matches the spec's
+  description of M, the mirror's master 5735e10c4).  A gate lists the revisions it belongs to.
+- Upstream has no NPU-only ``supports_op`` rejection; NPU differences are translation-level
+  (static shapes, the GEGLU clamp) and live in the op table.
 """
 
 from __future__ import annotations
