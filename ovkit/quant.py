@@ -594,6 +594,6 @@ def requant_bytes(target: RequantTarget, qtype: str, shape: Sequence[int]) -> in
         return n * 2
     groups = n // spec.group
     weight_bits = {4: 4, 5: 8, 6: 8, 8: 8}[spec.bits]
-    zp = 0 if spec.symmetric else groups * (1 if spec.bits == 4 else 1)
-    scale_bytes = groups * (1 if spec.name == "mxfp4" else 2)
+    zp = 0 if spec.symmetric else (groups + 1) // 2 if spec.bits == 4 else groups  # u4 or u8 zero points
+    scale_bytes = groups * (1 if spec.name == "mxfp4" else 2)  # f8e8m0 or f16
     return n * weight_bits // 8 + scale_bytes + zp
