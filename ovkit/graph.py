@@ -1231,7 +1231,28 @@ class Graph:
         return self._gdn(q, k, v, g, beta, state, K)
 
     def _gdn(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor, K: int) -> Tensor:  # noqa: N803
-        raise GraphError("GATED_DELTA_NET: not built yet")
+        op = "GATED_DELTA_NET"
+        for nm, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("state", state)):
+            self._check_tensor(op, nm, t)
+            self._check_types(op, nm, t, ("f32",))
+        s_k, h_k, n_tokens, n_seqs = q.ne
+        s_v, h_v = v.ne[0], v.ne[1]
+        if k.ne != q.ne:
+            raise self._err(op, "k", f"ne {_ne_str(q.ne)} (as q)", f"ne {_ne_str(k.ne)}")
+        if s_v != s_k or v.ne[2] != n_tokens or v.ne[3] != n_seqs or h_v % h_k:
+            raise self._err(
+                op, "v", f"ne [{s_k}, a multiple of {h_k}, {n_tokens}, {n_seqs}]", f"ne {_ne_str(v.ne)}"
+            )
+        if g.ne[0] not in (1, s_v) or g.ne[1:] != v.ne[1:]:
+            raise self._err(op, "g", f"ne [1 or {s_v}, {h_v}, {n_tokens}, {n_seqs}]", f"ne {_ne_str(g.ne)}")
+        if beta.ne != (1, h_v, n_tokens, n_seqs):
+            raise self._err(op, "beta", f"ne [1, {h_v}, {n_tokens}, {n_seqs}]", f"ne {_ne_str(beta.ne)}")
+        if state.ne != (s_v, s_v, h_v, n_seqs):
+            raise self._err(op, "state", f"ne [{s_v}, {s_v}, {h_v}, {n_seqs}]", f"ne {_ne_str(state.ne)}")
+        if K < 1:
+            raise self._err(op, "K", "K >= 1 state snapshots", str(K))
+        ne = (s_v * h_v, n_tokens * n_seqs + K * s_v * n_seqs, 1, 1)
+        return self._new(op, ne, "f32", (q, k, v, g, beta, state), {"K": int(K)})
 
     # ------------------------------------------------------------------ misc
     def diag(self, a: Tensor) -> Tensor:

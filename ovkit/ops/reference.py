@@ -388,3 +388,297 @@ def tri_mask(type_: int, n: int) -> np.ndarray:
 @reference("TRI")
 def tri(t: Tensor, xs: list[Arr]) -> Arr:
     return np.where(tri_mask(t.params["type"], t.ne[0]), f32(xs[0]), np.float32(0.0))
+
+
+# ---------------------------------------------------------------------------- mul_mat_id
+@reference("MUL_MAT_ID")
+def mul_mat_id(t: Tensor, xs: list[Arr]) -> Arr:
+    as_t, b_t = t.srcs[0], t.srcs[1]
+    assert as_t is not None and b_t is not None
+    w = f32(xs[0])[0]  # [E, N, K]
+    b = f32(xs[1])[0]  # [T, B1, K]
+    if as_t.dtype in ("f16", "bf16") and b_t.dtype != as_t.dtype:
+        b = rounded(b, as_t.dtype)
+    ids = np.asarray(xs[2]).reshape(t.ne[2], t.ne[1])  # [T, U]
+    out = np.zeros((1, t.ne[2], t.ne[1], t.ne[0]), dtype=np.float32)
+    for tok in range(t.ne[2]):
+        for slot in range(t.ne[1]):
+            e = int(ids[tok, slot])
+            x = b[tok, slot % b.shape[1]].astype(np.float64)
+            out[0, tok, slot] = (w[e].astype(np.float64) @ x).astype(np.float32)
+    return out
+
+
+# ---------------------------------------------------------------------------- softmax / attention
+def alibi_slopes(n_head: int, max_bias: float) -> Arr:
+    """ggml's ALiBi slope per head (1 when max_bias == 0)."""
+    if max_bias <= 0:
+        return np.ones(n_head, dtype=np.float32)
+    n_head_log2 = 1 << int(math.floor(math.log2(n_head)))
+    m0 = np.float32(2.0 ** (-max_bias / n_head_log2))
+    m1 = np.float32(2.0 ** (-(max_bias / 2.0) / n_head_log2))
+    h = np.arange(n_head)
+    return np.where(
+        h < n_head_log2,
+        np.power(m0, h + 1, dtype=np.float32),
+        np.power(m1, 2 * (h - n_head_log2) + 1, dtype=np.float32),
+    ).astype(np.float32)
+
+
+def _mask_for(mask: Arr | None, rows: int, big: Sequence[int]) -> Arr | None:
+    """The mask rows 0..rows-1, tiled over dims 2, 3 like ggml's i % ne indexing; f32."""
+    if mask is None:
+        return None
+    m = f32(mask)[:, :, :rows, :]
+    reps = (big[3] // m.shape[0], big[2] // m.shape[1], 1, 1)
+    return np.tile(m, reps)
+
+
+def softmax_rows(w: Arr, sinks: Arr | None) -> Arr:
+    """Row softmax (f64 sums as ggml's ggml_float); ``sinks`` [heads] join the denominator."""
+    w64 = w.astype(np.float64)
+    mx = w64.max(axis=-1, keepdims=True)
+    if sinks is not None:
+        s = sinks.astype(np.float64).reshape(1, -1, 1, 1)
+        mx = np.maximum(mx, s)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(w64 - mx)
+        total = e.sum(axis=-1, keepdims=True)
+        if sinks is not None:
+            total = total + np.exp(s - mx)
+        return (e / total).astype(np.float32)
+
+
+@reference("SOFT_MAX")
+def soft_max(t: Tensor, xs: list[Arr]) -> Arr:
+    x = f32(xs[0])
+    mask = _mask_for(xs[1], t.ne[1], t.ne)
+    slope = alibi_slopes(t.ne[2], t.params["max_bias"]).reshape(1, -1, 1, 1)
+    w = x * np.float32(t.params["scale"])
+    if mask is not None:
+        w = w + slope * mask
+    sinks = f32(xs[2]).reshape(-1) if len(xs) > 2 and xs[2] is not None else None
+    return softmax_rows(w, sinks)
+
+
+@reference("FLASH_ATTN_EXT")
+def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
+    q_t, k_t, v_t = t.srcs[0], t.srcs[1], t.srcs[2]
+    assert q_t is not None and k_t is not None and v_t is not None
+    q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
+    if k_t.dtype in ("f16", "bf16"):
+        q = rounded(q, k_t.dtype)  # ggml converts Q to K's vec_dot type
+    n_head, n_q = q_t.ne[2], q_t.ne[1]
+    rk2, rk3 = q_t.ne[2] // k_t.ne[2], q_t.ne[3] // k_t.ne[3]
+    k = np.repeat(np.repeat(k, rk3, axis=0), rk2, axis=1)
+    v = np.repeat(np.repeat(v, rk3, axis=0), rk2, axis=1)
+    scale = np.float32(t.params["scale"])
+    softcap = np.float32(t.params["logit_softcap"])
+    if softcap != 0:
+        scale = scale / softcap
+    s = np.matmul(q.astype(np.float64), np.swapaxes(k, -1, -2).astype(np.float64)).astype(np.float32) * scale
+    if softcap != 0:
+        s = softcap * np.tanh(s)
+    mask = _mask_for(xs[3], n_q, (0, 0, q_t.ne[2], q_t.ne[3]))
+    if mask is not None:
+        slope = alibi_slopes(n_head, t.params["max_bias"]).reshape(1, -1, 1, 1)
+        s = s + slope * mask
+    sinks = f32(xs[4]).reshape(-1) if len(xs) > 4 and xs[4] is not None else None
+    p = softmax_rows(s, sinks)
+    out = np.matmul(p.astype(np.float64), v.astype(np.float64)).astype(np.float32)  # [B, H, n_q, Dv]
+    return np.transpose(out, (0, 2, 1, 3))  # ne [Dv, H, n_q, B]
+
+
+# ---------------------------------------------------------------------------- rope
+def rope_corr_dims(
+    n_dims: int, n_ctx_orig: int, freq_base: float, beta_fast: float, beta_slow: float
+) -> tuple[float, float]:
+    """``ggml_rope_yarn_corr_dims``."""
+
+    def corr_dim(n_rot: float) -> float:
+        return n_dims * math.log(n_ctx_orig / (n_rot * 2 * math.pi)) / (2 * math.log(freq_base))
+
+    start = math.floor(corr_dim(beta_fast))
+    end = math.ceil(corr_dim(beta_slow))
+    return max(0.0, float(start)), min(float(n_dims - 1), float(end))
+
+
+def rope_tables(p: dict[str, Any], n_dims: int) -> dict[str, Any]:
+    """Per rotated pair i (n_dims/2 of them): the theta multiplier, the YaRN ramp mix and mscale."""
+    half = n_dims // 2
+    theta_scale = np.float32(p["freq_base"]) ** np.float32(-2.0 / n_dims)
+    mult = np.empty(half, dtype=np.float32)
+    acc = np.float32(1.0)
+    for i in range(half):
+        mult[i] = acc
+        acc = np.float32(acc * theta_scale)
+    ext = float(p["ext_factor"])
+    mscale = float(p["attn_factor"])
+    ramp = np.zeros(half, dtype=np.float32)
+    if ext != 0.0:
+        low, high = rope_corr_dims(n_dims, p["n_ctx_orig"], p["freq_base"], p["beta_fast"], p["beta_slow"])
+        i0 = np.arange(half) * 2
+        y = (i0 // 2 - low) / max(0.001, high - low)
+        ramp = ((1 - np.minimum(1, np.maximum(0, y))) * ext).astype(np.float32)
+        mscale *= 1.0 + 0.1 * math.log(1.0 / p["freq_scale"])
+    return {"mult": mult, "ramp": ramp, "mscale": np.float32(mscale)}
+
+
+def rope_sections(p: dict[str, Any], half: int) -> Arr:
+    """Which position plane (0 t, 1 h, 2 w, 3 e) each rotated pair uses (multi-section rope)."""
+    secs = p["sections"]
+    mode = p["mode"]
+    sect_dims = sum(secs)
+    is_imrope = mode == 40
+    sel = np.zeros(half, dtype=np.int64)
+    sec_w = secs[0] + secs[1]
+    for i in range(half):
+        sector = i % sect_dims
+        if is_imrope:
+            if sector % 3 == 1 and sector < 3 * secs[1]:
+                sel[i] = 1
+            elif sector % 3 == 2 and sector < 3 * secs[2]:
+                sel[i] = 2
+            elif sector % 3 == 0 and sector < 3 * secs[0]:
+                sel[i] = 0
+            else:
+                sel[i] = 3
+        elif secs[0] <= sector < sec_w:
+            sel[i] = 1
+        elif sec_w <= sector < sec_w + secs[2]:
+            sel[i] = 2
+        elif sector >= sec_w + secs[2]:
+            sel[i] = 3
+    return sel
+
+
+def rope_theta(p: dict[str, Any], n_dims: int, ne2: int, pos: Arr) -> Arr:
+    """Extrapolated theta base per (position row i2, pair i): pos · theta_scale^i."""
+    half = n_dims // 2
+    mult = rope_tables(p, n_dims)["mult"]
+    pos = np.asarray(pos).reshape(-1).astype(np.float32)
+    if p["mode"] & 8:
+        sel = rope_sections(p, half)
+        base = pos.reshape(4, ne2).T[:, sel]  # [ne2, half]
+    else:
+        base = np.repeat(pos[:, None], half, axis=1)
+    return (base * mult[None, :]).astype(np.float32)
+
+
+@reference("ROPE")
+def rope(t: Tensor, xs: list[Arr]) -> Arr:
+    p = t.params
+    x = f32(xs[0])
+    n_dims = p["n_dims"]
+    half = n_dims // 2
+    tables = rope_tables(p, n_dims)
+    theta_ex = rope_theta(p, n_dims, t.ne[2], xs[1])
+    if xs[2] is not None:
+        theta_ex = theta_ex / f32(xs[2]).reshape(-1)[:half][None, :]
+    theta_in = np.float32(p["freq_scale"]) * theta_ex
+    ramp = tables["ramp"][None, :]
+    theta = theta_in * (1 - ramp) + theta_ex * ramp
+    cos = (np.cos(theta.astype(np.float64)) * tables["mscale"]).astype(np.float32)[None, :, None, :]
+    sin = (np.sin(theta.astype(np.float64)) * tables["mscale"]).astype(np.float32)[None, :, None, :]
+    out = x.copy()
+    if p["mode"] & 2 or p["mode"] & 8:  # NEOX-ordered pairs (i, i + n_dims/2)
+        x0, x1 = x[..., :half], x[..., half:n_dims]
+        out[..., :half] = x0 * cos - x1 * sin
+        out[..., half:n_dims] = x0 * sin + x1 * cos
+    else:
+        x0, x1 = x[..., 0:n_dims:2], x[..., 1:n_dims:2]
+        out[..., 0:n_dims:2] = x0 * cos - x1 * sin
+        out[..., 1:n_dims:2] = x0 * sin + x1 * cos
+    return out
+
+
+# ---------------------------------------------------------------------------- conv-like
+def im2col_index(t: Tensor) -> tuple[Arr, tuple[int, int]]:
+    """Indices into the zero-padded input [IC, IH+2p1, IW+2p0] for every output column element,
+    shape [OH, OW, IC·KH·KW] (2-D) or [1, OW, IC·KW] (1-D), and the padded (H, W)."""
+    a, b = t.srcs[0], t.srcs[1]
+    assert a is not None and b is not None
+    p = t.params
+    if p["is_2D"]:
+        kw, kh, ic = a.ne[0], a.ne[1], a.ne[2]
+        iw, ih = b.ne[0], b.ne[1]
+        ow, oh = t.ne[1], t.ne[2]
+        s1, p1, d1 = p["s1"], p["p1"], p["d1"]
+    else:
+        kw, kh, ic = a.ne[0], 1, a.ne[1]
+        iw, ih = b.ne[0], 1
+        ow, oh = t.ne[1], 1
+        s1, p1, d1 = 1, 0, 1
+    s0, p0, d0 = p["s0"], p["p0"], p["d0"]
+    hp, wp = ih + 2 * p1, iw + 2 * p0
+    oy = np.arange(oh)[:, None, None, None, None]
+    ox = np.arange(ow)[None, :, None, None, None]
+    c = np.arange(ic)[None, None, :, None, None]
+    ky = np.arange(kh)[None, None, None, :, None]
+    kx = np.arange(kw)[None, None, None, None, :]
+    y = oy * s1 + ky * d1
+    xx = ox * s0 + kx * d0
+    idx = (c * hp + y) * wp + xx
+    return idx.reshape(oh, ow, ic * kh * kw).astype(np.int64), (hp, wp)
+
+
+@reference("IM2COL")
+def im2col(t: Tensor, xs: list[Arr]) -> Arr:
+    b_t = t.srcs[1]
+    assert b_t is not None
+    p = t.params
+    x = f32(xs[1])  # 2-D: [N, IC, IH, IW]; 1-D: [1, N, IC, IW]
+    p1 = p["p1"] if p["is_2D"] else 0
+    if p["is_2D"]:
+        xp = np.pad(x, ((0, 0), (0, 0), (p1, p1), (p["p0"], p["p0"])))
+        n = b_t.ne[3]
+    else:
+        xp = np.pad(x[0][:, :, None, :], ((0, 0), (0, 0), (0, 0), (p["p0"], p["p0"])))
+        n = b_t.ne[2]
+    idx, _ = im2col_index(t)
+    flat = xp.reshape(n, -1)
+    cols = flat[:, idx]  # [N, OH, OW, K]
+    return cols.reshape(tuple(reversed(t.ne)))
+
+
+@reference("SSM_CONV")
+def ssm_conv(t: Tensor, xs: list[Arr]) -> Arr:
+    sx = f32(xs[0])[0]  # [n_s, d_inner, ncs]
+    c = f32(xs[1])[0, 0]  # [d_inner, d_conv]
+    d_conv = c.shape[1]
+    n_t = t.ne[1]
+    win = np.stack([sx[:, :, i : i + n_t] for i in range(d_conv)], axis=-1)  # [n_s, d_inner, n_t, d_conv]
+    out = (win * c[None, :, None, :]).sum(axis=-1, dtype=np.float32)  # [n_s, d_inner, n_t]
+    return np.transpose(out, (0, 2, 1))[None]
+
+
+# ---------------------------------------------------------------------------- gated delta net
+@reference("GATED_DELTA_NET")
+def gated_delta_net(t: Tensor, xs: list[Arr]) -> Arr:
+    """Per token: S ← exp(g)·S; δ = (v − Sᵀk)·β; S ← S + k⊗δ; o = (Sᵀq)/√S_v (value head h reads
+    key head h % H_k). State memory: state[s, h, j, i] = S[i][j]."""
+    q_t, v_t, g_t = t.srcs[0], t.srcs[2], t.srcs[3]
+    assert q_t is not None and v_t is not None and g_t is not None
+    q, k, v, g, beta, state = (f32(x) for x in xs)
+    s_v, h_v, n_tokens, n_seqs = v_t.ne
+    h_k = q_t.ne[1]
+    kk = t.params["K"]
+    scale = np.float32(1.0 / math.sqrt(s_v))
+    att = np.zeros((n_seqs, n_tokens, h_v, s_v), dtype=np.float32)
+    snaps = np.zeros((kk, n_seqs, h_v, s_v, s_v), dtype=np.float32)
+    for s in range(n_seqs):
+        for h in range(h_v):
+            st = state[s, h].T.astype(np.float32).copy()  # S[i][j]
+            hk = h % h_k
+            for tok in range(n_tokens):
+                gate = np.exp(g[s, tok, h])  # [1] or [S_v] (per key channel i)
+                st = st * (gate[:, None] if gate.size > 1 else gate[0])
+                kv = k[s, tok, hk]
+                delta = (v[s, tok, h] - st.T @ kv) * beta[s, tok, h, 0]
+                st = st + np.outer(kv, delta)
+                att[s, tok, h] = (st.T @ q[s, tok, hk]) * scale
+                back = n_tokens - 1 - tok
+                if back < kk:
+                    snaps[back, s, h] = st.T
+    flat = np.concatenate([att.reshape(-1), snaps.reshape(-1)])
+    return flat.reshape(tuple(reversed(t.ne)))

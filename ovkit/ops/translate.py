@@ -541,3 +541,228 @@ def _diag(t: Tensor, xs: list[Out]) -> Out:
 def _tri(t: Tensor, xs: list[Out]) -> Out:
     mask = tri_mask(t.params["type"], t.ne[0]).astype(np.float32).reshape(1, 1, t.ne[1], t.ne[0])
     return ops.multiply(f32(xs[0]), const(mask))
+
+
+# ---------------------------------------------------------------------------- mul_mat_id
+@translator("MUL_MAT_ID")
+def _mul_mat_id(t: Tensor, xs: list[Out]) -> Out:
+    as_t, b_t = t.srcs[0], t.srcs[1]
+    assert as_t is not None and b_t is not None
+    n_exp, rows, k = as_t.ne[2], as_t.ne[1], as_t.ne[0]
+    n_tok, n_used, b1 = t.ne[2], t.ne[1], b_t.ne[1]
+    w = ops.reshape(f32(xs[0]), i64([n_exp, rows, k]), False)
+    xb = f32(xs[1])
+    if as_t.dtype in ("f16", "bf16") and b_t.dtype != as_t.dtype:
+        xb = rounded(xb, as_t.dtype)
+    ids = ops.reshape(xs[2], i64([n_tok, n_used]), False)
+    picked = ops.gather(w, ids, i64(0))  # [T, U, N, K]
+    xb = ops.reshape(xb, i64([n_tok, b1, k]), False)
+    if b1 != n_used:
+        xb = ops.tile(xb, i64([1, n_used // b1, 1]))  # slot e reads b row e % b1
+    xb = ops.reshape(xb, i64([n_tok, n_used, 1, k]), False)
+    out = ops.matmul(xb, picked, False, True)  # [T, U, 1, N]
+    return ops.reshape(out, i64([1, n_tok, n_used, rows]), False)
+
+
+# ---------------------------------------------------------------------------- softmax / attention
+def _alibi(n_head: int, max_bias: float) -> Out:
+    from ovkit.ops.reference import alibi_slopes
+
+    return const(alibi_slopes(n_head, max_bias).reshape(1, n_head, 1, 1))
+
+
+def _mask_value(mask_t: Tensor, mask: Out, rows: int, big2: int, big3: int) -> Out:
+    """Mask rows 0..rows-1 in f32, tiled over dims 2, 3 (ggml's i % ne broadcasting)."""
+    m = f32(mask)
+    if mask_t.ne[1] != rows:
+        m = slice_dim(m, 1, 0, rows)
+    ne = (mask_t.ne[0], rows, mask_t.ne[2], mask_t.ne[3])
+    return broadcast_repeat(m, ne, (mask_t.ne[0], rows, big2, big3))
+
+
+def _softmax_with_sinks(w: Out, sinks: Out | None, ne: Sequence[int], heads_dim: int) -> Out:
+    """Softmax over the last axis; per-head ``sinks`` join the denominator as an extra column."""
+    if sinks is None:
+        return ops.softmax(w, 3)
+    shape = [1, 1, 1, 1]
+    shape[heads_dim] = -1
+    s = ops.reshape(f32(sinks), i64(shape), False)
+    col = ops.broadcast(s, i64([ne[3], ne[2], ne[1], 1]))
+    full = ops.softmax(ops.concat([w, col], 3), 3)
+    return slice_dim(full, 0, 0, ne[0])
+
+
+@translator("SOFT_MAX")
+def _soft_max(t: Tensor, xs: list[Out]) -> Out:
+    w = ops.multiply(f32(xs[0]), const(t.params["scale"]))
+    mask_t = t.srcs[1]
+    if mask_t is not None:
+        m = _mask_value(mask_t, xs[1], t.ne[1], t.ne[2], t.ne[3])
+        if t.params["max_bias"] > 0:
+            m = ops.multiply(m, _alibi(t.ne[2], t.params["max_bias"]))
+        w = ops.add(w, m)
+    sinks = xs[2] if len(xs) > 2 else None
+    return _softmax_with_sinks(w, sinks, t.ne, 1)
+
+
+@translator("FLASH_ATTN_EXT")
+def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
+    q_t, k_t = t.srcs[0], t.srcs[1]
+    assert q_t is not None and k_t is not None
+    q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
+    if k_t.dtype in ("f16", "bf16"):
+        q = rounded(q, k_t.dtype)
+    full = (0, 0, q_t.ne[2], q_t.ne[3])
+    k = expand_batch(k, k_t.ne, (k_t.ne[0], k_t.ne[1], *full[2:]))
+    v_t = t.srcs[2]
+    assert v_t is not None
+    v = expand_batch(v, v_t.ne, (v_t.ne[0], v_t.ne[1], *full[2:]))
+    scale = t.params["scale"]
+    softcap = t.params["logit_softcap"]
+    if softcap != 0:
+        scale = scale / softcap
+    s = ops.multiply(ops.matmul(q, k, False, True), const(scale))  # [B, H, n_q, n_kv]
+    if softcap != 0:
+        s = ops.multiply(ops.tanh(s), const(softcap))
+    mask_t = t.srcs[3]
+    if mask_t is not None:
+        m = _mask_value(mask_t, xs[3], q_t.ne[1], q_t.ne[2], q_t.ne[3])
+        if t.params["max_bias"] > 0:
+            m = ops.multiply(m, _alibi(q_t.ne[2], t.params["max_bias"]))
+        s = ops.add(s, m)
+    ne_s = (k_t.ne[1], q_t.ne[1], q_t.ne[2], q_t.ne[3])
+    sinks = xs[4] if len(xs) > 4 else None
+    p = _softmax_with_sinks(s, sinks, ne_s, 1)
+    out = ops.matmul(p, v, False, False)  # [B, H, n_q, Dv]
+    return ops.transpose(out, i64([0, 2, 1, 3]))
+
+
+# ---------------------------------------------------------------------------- rope
+@translator("ROPE")
+def _rope(t: Tensor, xs: list[Out]) -> Out:
+    from ovkit.ops.reference import rope_sections, rope_tables
+
+    p = t.params
+    n_dims = p["n_dims"]
+    half = n_dims // 2
+    tables = rope_tables(p, n_dims)
+    pos = ops.convert(ops.reshape(xs[1], i64([-1]), False), ov.Type.f32)
+    if p["mode"] & 8:
+        planes = ops.transpose(ops.reshape(pos, i64([4, t.ne[2]]), False), i64([1, 0]))  # [ne2, 4]
+        base = ops.gather(planes, const(rope_sections(p, half), np.int64), i64(1))  # [ne2, half]
+    else:
+        base = ops.reshape(pos, i64([t.ne[2], 1]), False)
+    theta_ex = ops.multiply(base, const(tables["mult"].reshape(1, half)))
+    if xs[2] is not None:
+        ff = slice_dim(ops.reshape(f32(xs[2]), i64([1, 1, 1, -1]), False), 0, 0, half)
+        theta_ex = ops.divide(theta_ex, ops.reshape(ff, i64([1, half]), False))
+    theta = ops.multiply(theta_ex, const(p["freq_scale"]))
+    if p["ext_factor"] != 0.0:
+        ramp = const(tables["ramp"].reshape(1, half))
+        theta = ops.add(ops.multiply(theta, ops.subtract(const(1.0), ramp)), ops.multiply(theta_ex, ramp))
+    mscale = const(tables["mscale"])
+    cos = ops.reshape(ops.multiply(ops.cos(theta), mscale), i64([1, t.ne[2], 1, half]), False)
+    sin = ops.reshape(ops.multiply(ops.sin(theta), mscale), i64([1, t.ne[2], 1, half]), False)
+    x = f32(xs[0])
+    ne0 = t.ne[0]
+    if p["mode"] & 2 or p["mode"] & 8:
+        x0, x1 = slice_dim(x, 0, 0, half), slice_dim(x, 0, half, n_dims)
+        parts = [
+            ops.subtract(ops.multiply(x0, cos), ops.multiply(x1, sin)),
+            ops.add(ops.multiply(x0, sin), ops.multiply(x1, cos)),
+        ]
+    else:
+        x0, x1 = slice_dim(x, 0, 0, n_dims, 2), slice_dim(x, 0, 1, n_dims, 2)
+        r0 = ops.subtract(ops.multiply(x0, cos), ops.multiply(x1, sin))
+        r1 = ops.add(ops.multiply(x0, sin), ops.multiply(x1, cos))
+        pairs = ops.concat([ops.unsqueeze(r0, i64(4)), ops.unsqueeze(r1, i64(4))], 4)
+        parts = [ops.reshape(pairs, i64([t.ne[3], t.ne[2], t.ne[1], n_dims]), False)]
+    if n_dims < ne0:
+        parts.append(slice_dim(x, 0, n_dims, ne0))
+    return ops.concat(parts, 3) if len(parts) > 1 else parts[0]
+
+
+# ---------------------------------------------------------------------------- conv-like
+@translator("IM2COL")
+def _im2col(t: Tensor, xs: list[Out]) -> Out:
+    from ovkit.ops.reference import im2col_index
+
+    b_t = t.srcs[1]
+    assert b_t is not None
+    p = t.params
+    idx, _ = im2col_index(t)
+    x = f32(xs[1])
+    if p["is_2D"]:
+        n = b_t.ne[3]
+        xp = ops.pad(x, i64([0, 0, p["p1"], p["p0"]]), i64([0, 0, p["p1"], p["p0"]]), "constant", const(0.0))
+    else:
+        n = b_t.ne[2]
+        x3 = ops.reshape(x, i64([n, b_t.ne[1], 1, b_t.ne[0]]), False)
+        xp = ops.pad(x3, i64([0, 0, 0, p["p0"]]), i64([0, 0, 0, p["p0"]]), "constant", const(0.0))
+    flat = ops.reshape(xp, i64([n, -1]), False)
+    cols = ops.gather(flat, const(idx, np.int64), i64(1))  # [N, OH, OW, K]
+    return reshape4(cols, t.ne)
+
+
+@translator("SSM_CONV")
+def _ssm_conv(t: Tensor, xs: list[Out]) -> Out:
+    c_t = t.srcs[1]
+    assert c_t is not None
+    d_conv, d_inner = c_t.ne[0], c_t.ne[1]
+    n_t, n_s = t.ne[1], t.ne[2]
+    sx = ops.reshape(f32(xs[0]), i64([n_s, d_inner, -1]), False)
+    win_idx = np.arange(n_t)[:, None] + np.arange(d_conv)[None, :]  # [n_t, d_conv]
+    win = ops.gather(sx, const(win_idx, np.int64), i64(2))  # [n_s, d_inner, n_t, d_conv]
+    c = ops.reshape(f32(xs[1]), i64([1, d_inner, 1, d_conv]), False)
+    out = ops.reduce_sum(ops.multiply(win, c), i64([3]), False)  # [n_s, d_inner, n_t]
+    return ops.reshape(ops.transpose(out, i64([0, 2, 1])), i64([1, n_s, n_t, d_inner]), False)
+
+
+# ---------------------------------------------------------------------------- gated delta net
+@translator("GATED_DELTA_NET")
+def _gated_delta_net(t: Tensor, xs: list[Out]) -> Out:
+    """The recurrence unrolled over tokens (static n_tokens), all heads and sequences at once."""
+    q_t, v_t, g_t = t.srcs[0], t.srcs[2], t.srcs[3]
+    assert q_t is not None and v_t is not None and g_t is not None
+    s_v, h_v, n_tokens, n_seqs = v_t.ne
+    h_k = q_t.ne[1]
+    kk = t.params["K"]
+    rep = h_v // h_k
+    q, k, v, g, beta, state = (f32(x) for x in xs)
+    # key head for value head h is h % h_k: tile the key heads
+    if rep > 1:
+        q = ops.tile(q, i64([1, 1, rep, 1]))
+        k = ops.tile(k, i64([1, 1, rep, 1]))
+    st = ops.transpose(state, i64([0, 1, 3, 2]))  # [S, H, i, j] = S[i][j]
+    outs = []
+    snaps: list[Out] = []
+    scale = const(1.0 / math.sqrt(s_v))
+    for tok in range(n_tokens):
+
+        def at(x: Out, width: int, tok: int = tok) -> Out:
+            return ops.reshape(slice_dim(x, 2, tok, tok + 1), i64([n_seqs, h_v, width]), False)
+
+        qt, kt, vt = at(q, s_v), at(k, s_v), at(v, s_v)
+        gt = ops.exp(at(g, g_t.ne[0]))  # [S, H, 1|S_v]
+        bt = at(beta, 1)
+        decay = ops.unsqueeze(gt, i64(3))  # per key channel i (rows), or scalar
+        st = ops.multiply(st, decay)
+        kv = ops.unsqueeze(kt, i64(3))  # [S, H, i, 1]
+        sk = ops.reduce_sum(ops.multiply(st, kv), i64([2]), False)  # Sᵀk: [S, H, j]
+        delta = ops.multiply(ops.subtract(vt, sk), bt)
+        st = ops.add(st, ops.multiply(kv, ops.unsqueeze(delta, i64(2))))
+        o = ops.reduce_sum(ops.multiply(st, ops.unsqueeze(qt, i64(3))), i64([2]), False)
+        outs.append(ops.unsqueeze(ops.multiply(o, scale), i64(1)))  # [S, 1, H, j]
+        if n_tokens - 1 - tok < kk:
+            snaps.append(st)
+    att = ops.concat(outs, 1) if len(outs) > 1 else outs[0]  # [S, T, H, S_v]
+    pieces = [ops.reshape(att, i64([-1]), False)]
+    zero_snap = None
+    for back in range(kk):
+        if back < len(snaps):
+            snap = snaps[len(snaps) - 1 - back]
+            pieces.append(ops.reshape(ops.transpose(snap, i64([0, 1, 3, 2])), i64([-1]), False))
+        else:
+            zero_snap = zero_snap or const(np.zeros(n_seqs * h_v * s_v * s_v, dtype=np.float32))
+            pieces.append(zero_snap)
+    return reshape4(ops.concat(pieces, 0), t.ne)
