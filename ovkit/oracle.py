@@ -15,7 +15,14 @@ Three ways in:
 * :func:`ggml_compute` -- any ggml graph: ``ggml_compute(lambda ctx, a: ggml.ggml_cont(ctx,
   ggml.ggml_permute(ctx, a, 1, 0, 2, 3)), x)``; this is how tests express non-contiguous
   inputs (views, permutes, transposes) to an op.
-* :func:`ggml_benchmark` -- the same graph run N times, median seconds (2 threads by default).
+* :func:`ggml_program` -- a *program* written with ovkit ``Graph``'s method names,
+  ``program(builder, leaves)``: the same function runs on ovkit (``program(Graph(), ...)``) and
+  on ggml (:class:`GgmlBuilder`), which is how tests/test_ops_vs_ggml.py compares every op.
+* :func:`ggml_benchmark` / :func:`ggml_benchmark_program` -- the same graph run N times on
+  ggml's CPU backend, median seconds (2 threads by default), for ovkit-vs-ggml benchmarks.
+
+Caveat: ggml validates with ``GGML_ASSERT``, which aborts the whole process. Build the ovkit
+side first (its ``GraphError`` checks run at build time) or pass only shapes ggml accepts.
 
 Inputs are numpy arrays (f32, f16, i32, i64; float64 is converted to f32), :class:`Typed`
 (e.g. :func:`as_bf16`) or :class:`QuantArray` (raw ggml blocks from :func:`quantize`).

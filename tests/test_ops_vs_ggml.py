@@ -82,8 +82,10 @@ def ints(*ne: int, high: int, dtype: str = "i32") -> In:
     return In(tuple(ne), dtype, "ints", high=high)
 
 
-def _make(spec: In, rng: np.random.Generator) -> np.ndarray:
+def _make(spec: In, rng: np.random.Generator) -> Any:
     shape = spec.shape
+    if spec.dtype in oracle.QUANT_TYPES:  # a quantized weight: raw ggml blocks of uniform values
+        return oracle.quantize(spec.dtype, rng.uniform(spec.lo, spec.hi, shape).astype(np.float32))
     if spec.kind == "uniform":
         a = rng.uniform(spec.lo, spec.hi, shape).astype(np.float32)
     elif spec.kind == "ints":
@@ -116,12 +118,12 @@ def _make(spec: In, rng: np.random.Generator) -> np.ndarray:
     return a
 
 
-def make_inputs(case: Case) -> dict[str, np.ndarray]:
+def make_inputs(case: Case) -> dict[str, Any]:
     rng = np.random.default_rng(zlib.crc32(case.id.encode()))
     return {name: _make(spec, rng) for name, spec in case.inputs.items()}
 
 
-def _run_unchecked(g: Any, out: Any, data: dict[str, np.ndarray]) -> np.ndarray:
+def _run_unchecked(g: Any, out: Any, data: dict[str, Any]) -> np.ndarray:
     """The OpenVINO translation on the CPU device without the support-policy check."""
     from ovkit.ops.translate import model_inputs
 
@@ -131,9 +133,18 @@ def _run_unchecked(g: Any, out: Any, data: dict[str, np.ndarray]) -> np.ndarray:
     return graph_mod._from_model_output(out, raw[0])
 
 
-def run_ovkit(case: Case, data: dict[str, np.ndarray]) -> tuple[np.ndarray, str | None]:
+def _leaf(g: Any, name: str, spec: In, value: Any) -> Any:
+    if isinstance(value, oracle.QuantArray):  # quantized weights are graph constants (D8)
+        from ovkit.quant import from_blocks
+
+        return g.constant(from_blocks(value.qtype, value.data, value.shape, name=name))
+    return g.input(name, spec.shape, spec.dtype)
+
+
+def run_ovkit(case: Case, data: dict[str, Any]) -> tuple[np.ndarray, str | None]:
     g = Graph()
-    leaves = {name: g.input(name, spec.shape, spec.dtype) for name, spec in case.inputs.items()}
+    leaves = {name: _leaf(g, name, spec, data[name]) for name, spec in case.inputs.items()}
+    data = {k: v for k, v in data.items() if not isinstance(v, oracle.QuantArray)}
     out = case.program(g, leaves)
     try:
         return np.asarray(g.compute(out, data, device=DEVICE)), None
@@ -141,7 +152,7 @@ def run_ovkit(case: Case, data: dict[str, np.ndarray]) -> tuple[np.ndarray, str 
         return _run_unchecked(g, out, data), exc.reason
 
 
-def run_ggml(case: Case, data: dict[str, np.ndarray]) -> np.ndarray:
+def run_ggml(case: Case, data: dict[str, Any]) -> np.ndarray:
     feed: dict[str, Any] = {
         name: (oracle.as_bf16(data[name]) if spec.dtype == "bf16" else data[name])
         for name, spec in case.inputs.items()
@@ -663,6 +674,31 @@ case(
     {"as": f(32, 16, 8, dtype="f16"), "b": f(32, 3, 4), "ids": In((3, 4), "i32", "expert_ids", high=8)},
     lambda b, t: b.mul_mat_id(t["as"], t["b"], t["ids"]),
 )
+
+
+# --- quantized weights (the upstream backend's 8 quantized types) ------------------------------
+# mul_mat: ggml quantizes the activations too (q8 dot products) -> test_mul_mat's 5e-4 applies.
+# get_rows: ggml decodes the blocks to f32; rows of 512 avoid the upstream ne[0]==256 gate.
+for _q in oracle.QUANT_TYPES:
+    case(
+        f"mul_mat-{_q}",
+        "mul_mat",
+        {"w": In((256, 24), _q), "x": f(256, 5)},
+        lambda b, t: b.mul_mat(t["w"], t["x"]),
+    )
+    case(
+        f"get_rows-{_q}",
+        "get_rows",
+        {"w": In((512, 6), _q), "r": ints(4, high=6)},
+        lambda b, t: b.get_rows(t["w"], t["r"]),
+    )
+for _q in ("q4_0", "mxfp4"):
+    case(
+        f"mul_mat_id-{_q}",
+        "mul_mat_id",
+        {"as": In((256, 16, 4), _q), "b": f(256, 2, 3), "ids": In((2, 3), "i32", "expert_ids", high=4)},
+        lambda b, t: b.mul_mat_id(t["as"], t["b"], t["ids"]),
+    )
 
 
 # --- norms and reductions -------------------------------------------------------------------------

@@ -245,3 +245,63 @@ def test_bad_inputs_raise_clear_errors() -> None:
         oracle.ggml_call("frobnicate", rand(3))
     with pytest.raises(ValueError, match="not a quantized type"):
         oracle.quantize_blocks("f16", rand(2, 32))
+
+
+def test_ggml_program_runs_graph_style_programs() -> None:
+    """One program in builder-method form (ovkit Graph's names) runs on real ggml."""
+    x, w = rand(4, 6, 8), rand(5, 8)
+
+    def program(b, t):  # type: ignore[no-untyped-def]
+        v = b.view_3d(t["x"], 8, 3, 4, t["x"].nb[1], t["x"].nb[2], t["x"].nb[1] * 2)  # rows 2..4
+        h = b.mul_mat(t["w"], b.cont(v))
+        return b.soft_max_ext(h, None, 0.5, 0.0)
+
+    got = oracle.ggml_program(program, {"x": x, "w": w})
+    h = x[:, 2:5, :] @ w.T * 0.5
+    want = np.exp(h - h.max(-1, keepdims=True))
+    want /= want.sum(-1, keepdims=True)
+    assert got.shape == (4, 3, 5)
+    assert oracle.nmse(got, want) < 1e-10
+
+
+def test_builder_handles_functions_without_ctx_and_enum_names() -> None:
+    a, s = rand(3, 4, 6), rand(3)  # ggml ne [6, 4, 3]: 3 heads (ne[2]), one sink each
+
+    def program(b, t):  # type: ignore[no-untyped-def]
+        out = b.soft_max_ext(t["a"], None, 1.0, 0.0)
+        assert b.soft_max_add_sinks(out, t["s"]) is None  # ggml_soft_max_add_sinks(a, sinks): no ctx
+        return out
+
+    got = oracle.ggml_program(program, {"a": a, "s": s})
+    z = np.concatenate([a, np.broadcast_to(s[:, None, None], (3, 4, 1))], -1)  # sink = extra logit per head
+    e = np.exp(z - z.max(-1, keepdims=True))
+    want = (e / e.sum(-1, keepdims=True))[..., :6]
+    assert oracle.nmse(got, want) < 1e-10
+    g = oracle.ggml_program(lambda b, t: b.glu(t["a"], "SWIGLU", False), {"a": a})
+    x0, x1 = a[..., :3], a[..., 3:]
+    assert oracle.nmse(g, x0 / (1 + np.exp(-x0)) * x1) < 1e-10
+    with pytest.raises(AttributeError, match="ggml_frobnicate"):
+        oracle.ggml_program(lambda b, t: b.frobnicate(t["a"]), {"a": a})
+
+
+def test_program_benchmark() -> None:
+    res = oracle.ggml_benchmark_program(
+        lambda b, t: b.mul_mat(t["w"], t["x"]), {"w": rand(64, 64), "x": rand(8, 64)}, n_runs=3
+    )
+    assert len(res.times_s) == 3 and res.median_s > 0
+
+
+def test_quantized_inputs_in_programs() -> None:
+    w, x = rand(6, 64), rand(3, 64)
+    q = oracle.quantize("q8_0", w)
+    got = oracle.ggml_program(lambda b, t: b.mul_mat(t["w"], t["x"]), {"w": q, "x": x})
+    assert oracle.nmse(got, x @ q.dequantize().T) < 1e-4
+    tensor_info = {}
+
+    def program(b, t):  # type: ignore[no-untyped-def]
+        tensor_info["dtype"], tensor_info["ne"] = t["w"].dtype, t["w"].ne
+        return b.get_rows(t["w"], t["r"])
+
+    rows = oracle.ggml_program(program, {"w": q, "r": np.array([5, 0], np.int32)})
+    np.testing.assert_array_equal(rows, q.dequantize()[[5, 0]])
+    assert tensor_info == {"dtype": "q8_0", "ne": (64, 6, 1, 1)}
