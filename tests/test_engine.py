@@ -295,3 +295,94 @@ def test_ten_thousand_runs_keep_memory_flat(engine: Engine) -> None:
     gc.collect()
     grown = proc.memory_info().rss - before
     assert grown < 5 * 1024 * 1024, f"RSS grew by {grown / 2**20:.2f} MiB over 10,000 runs"
+
+
+# --- through ovkit.graph.Graph -----------------------------------------------------------------
+def test_graph_compute_compiles_once_per_structure() -> None:
+    from ovkit.engine import get_engine
+    from ovkit.graph import Graph
+
+    engine = get_engine()
+
+    def build() -> tuple[Graph, object]:
+        g = Graph()
+        return g, g.scale(g.add(g.input("a", (3, 37)), g.input("b", (3, 37))), 0.5)
+
+    a = np.arange(111, dtype=np.float32).reshape(3, 37)
+    before = engine.stats()
+    g1, y1 = build()
+    first = g1.compute(y1, {"a": a, "b": a})
+    g2, y2 = build()  # a new Graph object with the same structure
+    second = g2.compute(y2, {"a": a, "b": 2 * a})
+    after = engine.stats()
+    np.testing.assert_allclose(first, a)
+    np.testing.assert_allclose(second, 1.5 * a)
+    assert after.compiles - before.compiles == 1
+    assert after.hits - before.hits == 1
+
+
+def test_graph_unsupported_op_names_the_policy_reason() -> None:
+    from ovkit.graph import Graph, UnsupportedOpError
+
+    g = Graph()
+    y = g.exp(g.input("x", (4,)))
+    with pytest.raises(UnsupportedOpError, match="EXP"):
+        g.compute(y, {"x": np.zeros(4, np.float32)}, "CPU")
+
+
+def test_graph_effective_precision_and_profile() -> None:
+    from ovkit.engine import compute_graph, get_engine
+    from ovkit.graph import Graph
+
+    g = Graph()
+    y = g.mul_mat(g.input("w", (16, 32)), g.input("x", (4, 32)))
+    feed = {"w": np.ones((16, 32), np.float32), "x": np.ones((4, 32), np.float32)}
+    out = compute_graph(g, [y], feed, "CPU", config=RunConfig(inference_precision="f32", profiling=True))[0]
+    np.testing.assert_allclose(out, np.full((4, 16), 32, np.float32))
+    runner = get_engine().last_runner
+    assert runner is not None and runner.graph.effective.inference_precision == "f32"
+    assert (
+        "MatMul" in set(runner.profile()["type"]) | set(runner.profile()["exec_type"])
+        or len(runner.profile()) > 0
+    )
+
+
+def test_graph_session_kv_cache_fills_and_resets() -> None:
+    """A fixed-size KV buffer written with set_rows, as llama.cpp keeps its cache."""
+    from ovkit.engine import graph_session
+    from ovkit.graph import Graph
+
+    ctx, width = 8, 4
+    g = Graph()
+    cache = g.input("cache", (ctx, width))
+    rows = g.input("rows", (2, width))
+    idx = g.input("idx", (2,), "i64")
+    nxt = g.set_rows(cache, rows, idx)
+    total = g.scale(nxt, 1.0)
+    for stateful in (True, False):
+        s = graph_session(g, [total], {"cache": nxt}, stateful=stateful)
+        assert s.stateful is stateful
+        filled = []
+        for step in range(3):
+            s.compute(
+                {"rows": np.full((2, width), step + 1, np.float32), "idx": np.array([2 * step, 2 * step + 1])}
+            )
+            filled.append(int(np.count_nonzero(s.state("cache").any(axis=1))))
+        assert filled == [2, 4, 6]
+        np.testing.assert_array_equal(s.state("cache")[:6, 0], [1, 1, 2, 2, 3, 3])
+        s.reset_state()
+        assert not s.state("cache").any()
+        s.set_state("cache", np.full((ctx, width), 9, np.float32))
+        (out,) = s.compute({"rows": np.zeros((2, width), np.float32), "idx": np.array([0, 1])})
+        np.testing.assert_array_equal(out[:, 0], [0, 0, 9, 9, 9, 9, 9, 9])
+
+
+def test_profiling_env_logs_upstream_timing_lines(caplog: pytest.LogCaptureFixture) -> None:
+    engine = Engine(env={"GGML_OPENVINO_PROFILING": "1"})
+    a = np.ones((8, 8), np.float32)
+    with caplog.at_level("INFO", logger="ovkit"):
+        engine.run("add8", add_model, [a, a])
+    text = caplog.text
+    assert (
+        "GGML OpenVINO Backend:" in text and "Graph compile time:" in text and "Graph inference time:" in text
+    )
