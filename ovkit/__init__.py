@@ -22,6 +22,12 @@ _LAZY: dict[str, str] = {
     "SimulatedCore": "ovkit.simulate",
     "widgets": "ovkit.widgets",
     "dashboard": "ovkit.widgets",
+    "engine": "ovkit.engine",
+    "Engine": "ovkit.engine",
+    "RunConfig": "ovkit.engine",
+    "get_engine": "ovkit.engine",
+    "graph_session": "ovkit.engine",
+    "testops": "ovkit.testops",
 }
 
 
@@ -35,6 +41,12 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Backend",
+    "Engine",
+    "RunConfig",
+    "engine",
+    "get_engine",
+    "graph_session",
+    "testops",
     "Device",
     "DeviceClass",
     "MemoryReport",
