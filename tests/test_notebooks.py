@@ -111,7 +111,12 @@ def device_table_html(nb: Any) -> list[str]:
 
 def test_walkthroughs_in_order() -> None:
     names = [p.stem for p in NOTEBOOKS]
-    assert names == ["01-devices", "02-selecting-a-device", "04-memory-and-allocations"], names
+    assert names == [
+        "01-devices",
+        "02-selecting-a-device",
+        "03-compute-graphs",
+        "04-memory-and-allocations",
+    ], names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -285,6 +290,56 @@ def test_02_runs_with_papermill_parameters(tmp_path: Path) -> None:
         assert "GGML OpenVINO Backend: device GPU.1 is not available, fallback to CPU" in err
     setup = next(c for c in nb.cells if c.get("id") == "setup")
     assert "simulated laptop: ['AUTO', 'NPU', 'CPU', 'HETERO', 'GPU', 'MULTI']" in setup.outputs[0].text
+
+
+# ---------------------------------------------------------------------------------------------
+# 03-compute-graphs
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_03_first_graph_matches_reference_and_ggml(executed: Callable[[str], Any]) -> None:
+    nb = executed("03-compute-graphs")
+    assert "MUL_MAT  shape (3, 4)  ne (4, 3, 1, 1)  f32" in text(nb, "first-graph")
+    check = text(nb, "check")
+    assert "numpy b @ a.T + bias" in check and "ovkit reference" in check
+    from ovkit import oracle
+
+    if oracle.ggml_available():
+        assert "ggml CPU backend" in check
+    assert "False" not in check and check.count("True") >= 2
+
+
+@pytest.mark.slow
+def test_03_errors_and_policy(executed: Callable[[str], Any]) -> None:
+    out = text(executed("03-compute-graphs"), "errors")
+    assert "GraphError: MUL_MAT: operand b: expected ne[0] == a.ne[0] = 8, given ne [7, 3, 1, 1]" in out
+    assert "div on CPU: ok, shape (5, 10)" in out
+    assert re.search(r"div on GPU: UnsupportedOpError: .*\[div.gpu_per_channel\]", out), out
+    assert "reference mode: (5, 10)" in out
+
+
+@pytest.mark.slow
+def test_03_cache_and_profiling(executed: Callable[[str], Any]) -> None:
+    nb = executed("03-compute-graphs")
+    # After reset_stats: first run compiles, the same structure hits, a new shape compiles.
+    assert "CacheStats(hits=1, misses=2, evictions=0, compiles=2," in text(nb, "cache")
+    profile = text(nb, "profile")
+    assert "EXECUTED" in profile and "real_time" in profile
+    assert len(pngs(nb, "profile-chart")) == 1
+
+
+@pytest.mark.slow
+def test_03_transformer_block_with_stateful_kv_cache(executed: Callable[[str], Any]) -> None:
+    nb = executed("03-compute-graphs")
+    assert "'FLASH_ATTN_EXT'" in text(nb, "block-build") and "'ROPE'" in text(nb, "block-build")
+    stateful = text(nb, "block-stateful")
+    assert "stateful execution: True" in stateful
+    assert "cache rows filled after prompt and each decoded token: [6, 7, 8, 9, 10]" in stateful
+    assert "after reset_state: cache_k all zero: True" in text(nb, "cache-heatmap")
+    assert len(pngs(nb, "cache-heatmap")) == 1
+    result = text(nb, "result")
+    assert "all pass: True" in result, result
 
 
 # ---------------------------------------------------------------------------------------------
