@@ -440,10 +440,15 @@ def _pad(t: Tensor, xs: list[Out]) -> Out:
 def _get_rows(t: Tensor, xs: list[Out]) -> Out:
     a, b = t.srcs[0], t.srcs[1]
     assert a is not None and b is not None
-    data = xs[0] if a.dtype == "i32" else f32(xs[0])  # [a3, a2, a1, a0]
-    # indices [b2, b1, b0] pick rows of a's [a3 = b2, a2 = b1] batch: Gather with batch_dims=2
-    idx = ops.reshape(xs[1], i64([b.ne[2], b.ne[1], b.ne[0]]), False)
-    return ops.gather(data, idx, i64(2), 2)
+    data = xs[0] if a.dtype == "i32" else f32(xs[0])
+    # row b[i10, i11, i12] of a's batch (i11, i12): one flat row index into a's [a3·a2·a1, a0] rows
+    # (a plain axis-0 Gather: the CPU plugin crashes on some batch_dims=2 Gathers)
+    rows = ops.reshape(data, i64([-1, a.ne[0]]), False)
+    idx = ops.convert(ops.reshape(xs[1], i64([b.ne[2], b.ne[1], b.ne[0]]), False), ov.Type.i64)
+    if a.ne[2] * a.ne[3] > 1:
+        base = (np.arange(b.ne[2])[:, None, None] * a.ne[2] + np.arange(b.ne[1])[None, :, None]) * a.ne[1]
+        idx = ops.add(idx, const(base, np.int64))
+    return reshape4(ops.gather(rows, idx, i64(0)), t.ne)
 
 
 @translator("SET_ROWS")
