@@ -560,6 +560,35 @@ class Buffer:
             return
         self.storage.data[t.offset + offset : t.offset + offset + raw.size] = raw
 
+    def set_weight(
+        self, t: PlacedTensor, values: np.ndarray | bytes, *, register: bool = True
+    ) -> TensorExtra:
+        """Upstream's weight path of set_tensor: copy the full tensor, attach a pre-built weight extra.
+
+        Quantized tensors get a QUANTIZED_WEIGHT extra holding an ``ovkit.quant.QuantizedWeight``
+        over the blocks; plain ones a WEIGHT extra holding the numpy view.  Host buffers with
+        usage WEIGHTS are registered for ``GGML_OPENVINO_RELEASE_WEIGHTS`` (``register=True``).
+        """
+        self._own(t)
+        if t.is_view:
+            raise BufferUsageError(f"set_weight {t.name!r}: views cannot hold weights")
+        self.set_tensor(t, values)
+        if t.dtype in PLAIN_DTYPES:
+            extra = TensorExtra(ExtraKind.WEIGHT, weight=t.numpy())
+        else:
+            from ovkit import quant
+
+            raw = self.get_tensor(t) if self.is_remote else t.numpy()
+            extra = TensorExtra(
+                ExtraKind.QUANTIZED_WEIGHT, weight=quant.from_blocks(t.dtype, raw, t.shape, t.name)
+            )
+        self.set_extra(t, extra)
+        if register and self.usage is Usage.WEIGHTS and not self.is_remote:
+            from ovkit import weight_release
+
+            weight_release.register_weight_buffer(self)
+        return extra
+
     def get_tensor(self, t: PlacedTensor) -> np.ndarray:
         """A copy of the tensor's values (numpy shape and dtype)."""
         self._own(t)
@@ -625,6 +654,10 @@ class Buffer:
             return
         self._freed = True
         self._finalizer.detach()
+        if self.usage is Usage.WEIGHTS:
+            from ovkit import weight_release
+
+            weight_release.REGISTRY.unregister(self)
         _release(self.storage, self._extras)
         self._tensors.clear()
         TRACKER.record_free(self.id)

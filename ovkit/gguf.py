@@ -148,6 +148,31 @@ class GGUFModel:
                 return t
         raise KeyError(name)
 
+    def load_into_buffer(
+        self, device: str = "CPU", *, host: bool = True, core: Any = None, register: bool = True
+    ) -> tuple[Any, dict[str, Any]]:
+        """Allocate one WEIGHTS buffer on ``device`` and set every supported tensor into it.
+
+        Returns ``(buffer, {name: PlacedTensor})``; each tensor's extra holds its weight (quantized
+        ones a QuantizedWeight).  The buffer shows up in the allocation tracking.
+        """
+        from ovkit import buffers
+
+        infos = [t for t in self.tensors.values() if t.supported]
+        bt = buffers.host_buffer_type(device) if host else buffers.buffer_type(device)
+        size = sum(buffers._align(bt.get_alloc_size(t.shape, t.type), bt.alignment) for t in infos)
+        buf = bt.alloc_buffer(size, buffers.Usage.WEIGHTS, core=core)
+        placed = {}
+        try:
+            for t in infos:
+                p = buf.place(t.name, t.shape, t.type)
+                buf.set_weight(p, self.raw(t.name), register=register)
+                placed[t.name] = p
+        except BaseException:
+            buf.free()
+            raise
+        return buf, placed
+
     # -- fit check -------------------------------------------------------------------------------
     def weight_bytes(self, device_class: str, *, no_requant: bool = False) -> int:
         """Bytes the weights need on a device class after the requantization policy (§5.3)."""

@@ -127,9 +127,12 @@ class WeightReleaseRegistry:
             return True
 
     def unregister(self, buffer: Any) -> None:
+        """Forget a buffer (called when it is freed); unknown buffers are ignored."""
         storage = getattr(buffer, "storage", buffer)
         with self._lock:
-            self._entries.pop(int(storage.address), None)
+            for addr, e in list(self._entries.items()):
+                if e.owner is storage:
+                    del self._entries[addr]
 
     @property
     def registered_bytes(self) -> int:

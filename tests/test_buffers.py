@@ -209,3 +209,21 @@ def test_no_leak_after_1000_allocate_free_cycles() -> None:
     assert buffers.tracked_bytes() == bytes0
     assert buffers.live_extras() == extras0
     assert grown < 16 << 20, f"resident memory grew by {grown} bytes over 1000 cycles of 1 MiB buffers"
+
+
+def test_set_weight_builds_weight_extras_and_registers_for_release() -> None:
+    from ovkit import quant, weight_release
+
+    weight_release.reset()
+    qw = quant.quantize("q4_0", np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32))
+    with buffers.alloc_buffer("CPU", 4096, Usage.WEIGHTS, host=True) as buf:
+        t = buf.place("blk.0.attn_q.weight", qw.shape, "q4_0")
+        extra = buf.set_weight(t, qw.raw)
+        assert extra.kind is ExtraKind.QUANTIZED_WEIGHT
+        assert isinstance(extra.weight, quant.QuantizedWeight)
+        np.testing.assert_array_equal(extra.weight.dequantize(), qw.dequantize())
+        n = buf.place("norm", (64,), "f32")
+        assert buf.set_weight(n, np.ones(64, np.float32)).kind is ExtraKind.WEIGHT
+        assert weight_release.REGISTRY.count == 1
+    assert weight_release.REGISTRY.count == 0  # freeing the buffer unregisters it
+    weight_release.reset()

@@ -141,3 +141,21 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_unknown_tensor_name(model_file: Path) -> None:
     with pytest.raises(KeyError, match="no tensor 'nope'"):
         og.read_gguf(model_file).constant("nope")
+
+
+def test_load_into_buffer_tracks_weights(model_file: Path) -> None:
+    from ovkit import buffers, weight_release
+
+    weight_release.reset()
+    m = og.read_gguf(model_file)
+    buf, placed = m.load_into_buffer("CPU")
+    try:
+        assert set(placed) == set(m.tensors)
+        row = buffers.current_allocations().set_index("buffer_id").loc[buf.id]
+        assert (row["usage"], row["buffer_type"]) == ("weights", "CPU_HOST")
+        up = placed["blk.0.ffn_up.weight"].extra
+        assert up is not None and isinstance(up.weight, quant.QuantizedWeight)
+        assert up.weight.dtype == "q4_K"
+    finally:
+        buf.free()
+        weight_release.reset()
