@@ -28,6 +28,14 @@ _LAZY: dict[str, str] = {
     "get_engine": "ovkit.engine",
     "graph_session": "ovkit.engine",
     "testops": "ovkit.testops",
+    "buffers": "ovkit.buffers",
+    "current_allocations": "ovkit.buffers",
+    "allocation_history": "ovkit.buffers",
+    "quant": "ovkit.quant",
+    "QuantizedWeight": "ovkit.quant",
+    "weight_release": "ovkit.weight_release",
+    "gguf": "ovkit.gguf",
+    "read_gguf": "ovkit.gguf",
 }
 
 
@@ -41,6 +49,14 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Backend",
+    "QuantizedWeight",
+    "allocation_history",
+    "buffers",
+    "current_allocations",
+    "gguf",
+    "quant",
+    "read_gguf",
+    "weight_release",
     "Engine",
     "RunConfig",
     "engine",
