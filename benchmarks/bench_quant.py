@@ -45,6 +45,19 @@ def ov_runner(qw: quant.QuantizedWeight, n: int, threads: int) -> tuple[Any, lis
     return compiled.create_infer_request(), fcs
 
 
+def dense_runner(w: np.ndarray, n: int, threads: int) -> Any:
+    """The same matmul with dense f32 weights (what an unfused decompression costs)."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    from ovkit.runtime import get_core
+
+    x = ops.parameter([n, w.shape[1]], ov.Type.f32, name="x")
+    model = ov.Model([ops.matmul(x, ops.constant(w), False, True)], [x])
+    cfg = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"}
+    return get_core().compile_model(model, "CPU", cfg).create_infer_request()
+
+
 def time_ov(req: Any, x: np.ndarray, reps: int) -> float:
     """Fastest of ``reps`` runs (after one warm-up run)."""
     req.infer({0: x})
@@ -66,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=10, help="timed runs per round")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (min of medians)")
     p.add_argument("--forms", default=",".join(quant.FORMS), help="decompression forms to time")
+    p.add_argument("--no-dense", action="store_true", help="skip the dense f32 OpenVINO matmul column")
     args = p.parse_args(argv)
     if not oracle.ggml_available():
         print("ggml-python is not importable: no baseline to compare against", file=sys.stderr)
@@ -80,6 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     w = rng.standard_normal((args.m, args.k), dtype=np.float32)
     rows = []
+    dense: dict[int, float] = {}
+    if not args.no_dense:
+        for n in ns:
+            x = rng.standard_normal((n, args.k), dtype=np.float32)
+            req = dense_runner(w, n, args.threads)
+            dense[n] = min(time_ov(req, x, args.reps) for _ in range(args.rounds))
+            del req
     for qtype in tqdm(types, desc="types", file=sys.stderr):
         qw = quant.quantize(qtype, w)
         qa = oracle.QuantArray(qtype, qw.shape, qw.raw)
@@ -100,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                 for f, (req, _) in runners.items():
                     best[f] = min(best.get(f, 1e9), time_ov(req, x, args.reps))
             row: dict[str, Any] = {"type": qtype, "n": n, "ggml_ms": best["ggml"] * 1e3}
+            if n in dense:
+                row["ov_f32_ms"] = dense[n] * 1e3
             for f, (req, fcs) in runners.items():
                 out = req.infer({0: x})[0]
                 row[f"{f}_ms"] = best[f] * 1e3
@@ -113,7 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     df = pd.DataFrame(rows)
     pd.set_option("display.width", 200)
     pd.set_option("display.max_columns", 30)
-    cols = ["type", "n", "ggml_ms"] + [c for f in forms for c in (f"{f}_ms", f"{f}_ratio", f"{f}_nmse")]
+    cols = (
+        ["type", "n", "ggml_ms"]
+        + (["ov_f32_ms"] if dense else [])
+        + [c for f in forms for c in (f"{f}_ms", f"{f}_ratio", f"{f}_nmse")]
+    )
     print(f"m={args.m} k={args.k} threads={args.threads} (ratio = OpenVINO time / ggml time, same run)")
     print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     print()
