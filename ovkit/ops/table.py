@@ -1,0 +1,532 @@
+"""The op catalogue as data (decision D7): one entry per ggml op, unary and GLU sub-op registered
+upstream (39 + 7 + 3), plus SOLVE_TRI listed as not registered.
+
+Each entry carries the ggml name, its builder(s) and parameters, how ovkit maps it to
+``openvino.opset16``, upstream's own translation and notes (deviations and quirks), the support
+gates (read from :data:`ovkit.ops.policy.GATES`), and the translate/reference functions.
+``op_coverage_table()`` is the table as a DataFrame; ``docs/ops.md`` is generated from it
+(``python -m ovkit.ops.table > docs/ops.md``) and a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True, slots=True)
+class OpEntry:
+    """One catalogue row."""
+
+    key: str  #: op-table key: ``"ADD"``, ``"UNARY.GELU"``, ``"GLU.SWIGLU"`` (policy.GATES keys)
+    builders: tuple[str, ...]  #: ``ovkit.graph.Graph`` methods building it (ggml names minus ``ggml_``)
+    params: str  #: the op's parameters (ggml builder arguments / op_params)
+    openvino: str  #: ovkit's opset16 translation
+    upstream: str  #: upstream's translation (op/*.cpp)
+    notes: str = ""  #: upstream deviations and quirks (D7: ovkit computes ggml's result)
+    registered: bool = True  #: in upstream's op_table.cpp
+    reason: str = ""  #: why it is not registered
+
+    @property
+    def kind(self) -> str:
+        return self.key.split(".", 1)[0].lower() if "." in self.key else "op"
+
+    @property
+    def ggml_name(self) -> str:
+        """``GGML_OP_ADD``, ``GGML_UNARY_OP_GELU``, ``GGML_GLU_OP_SWIGLU``."""
+        if self.key.startswith("UNARY."):
+            return "GGML_UNARY_OP_" + self.key.split(".", 1)[1]
+        if self.key.startswith("GLU."):
+            return "GGML_GLU_OP_" + self.key.split(".", 1)[1]
+        return "GGML_OP_" + self.key
+
+    @property
+    def op(self) -> str:
+        return self.key.split(".", 1)[0]
+
+    @property
+    def sub_op(self) -> str | None:
+        return self.key.split(".", 1)[1] if "." in self.key else None
+
+    def gates(self) -> tuple[Any, ...]:
+        """The per-op policy gates of the default upstream revision (``policy.GATES``)."""
+        from ovkit.ops import policy
+
+        gates = policy.GATES.get(self.key, ())
+        return tuple(g for g in gates if policy.Revision.N in getattr(g, "revisions", {policy.Revision.N}))
+
+    @property
+    def translate(self) -> Callable[..., Any] | None:
+        """The opset16 translator (views: :func:`ovkit.ops.translate.view_value`)."""
+        from ovkit.graph import VIEW_OPS
+        from ovkit.ops import translate
+
+        if self.key in VIEW_OPS:
+            return translate.view_value
+        return translate.TRANSLATORS.get(self.key)
+
+    @property
+    def reference(self) -> Callable[..., Any] | None:
+        """The numpy reference (views: :func:`ovkit.ops.reference.view_value`)."""
+        from ovkit.graph import VIEW_OPS
+        from ovkit.ops import reference
+
+        if self.key in VIEW_OPS:
+            return reference.view_value
+        return reference.REFERENCES.get(self.key)
+
+
+_BCAST = "b repeated to a (ggml_can_repeat: each a.ne[i] a multiple of b.ne[i]); f16/bf16 computed in f32"
+
+ENTRIES: tuple[OpEntry, ...] = (
+    # ---------------------------------------------------------------- elementwise
+    OpEntry(
+        "ADD",
+        ("add",),
+        "a, b",
+        f"Add(a, Tile/broadcast(b)); {_BCAST}",
+        "v1::Add (numpy broadcast); MoE expert-plane ADD chain → ReduceSum + Unsqueeze (op/add.cpp)",
+        "Upstream broadcasts numpy-style only: a b dim that divides but is not 1 is rejected by the policy.",
+    ),
+    OpEntry(
+        "SUB",
+        ("sub",),
+        "a, b",
+        f"Subtract(a, Tile/broadcast(b)); {_BCAST}",
+        "v1::Subtract (1:1 template)",
+        "Same broadcast restriction as ADD.",
+    ),
+    OpEntry(
+        "MUL",
+        ("mul",),
+        "a, b",
+        f"Multiply(a, Tile/broadcast(b)); {_BCAST}",
+        "v1::Multiply (1:1 template)",
+        "Same broadcast restriction as ADD.",
+    ),
+    OpEntry(
+        "DIV",
+        ("div",),
+        "a, b",
+        f"Divide(a, Tile/broadcast(b)); {_BCAST}",
+        "v1::Divide in f32 with precision-sensitive marks; src1 tiled; silu(x)/x → Sigmoid (op/div.cpp)",
+        "GPU: a per-channel divisor [ne0,1,1,1] is rejected (fused GEMM yields inf).",
+    ),
+    OpEntry("ADD1", ("add1",), "a, b (scalar)", "Add(a, Reshape(b, [1,1,1,1]))", "v1::Add (1:1)"),
+    OpEntry(
+        "ADD_ID",
+        ("add_id",),
+        "a [ne0, n_used, n_tok], b [ne0, n_expert], ids i32 [n_used, n_tok]",
+        "Gather(b, ids) → Reshape → Add",
+        "Gather(bias, ids) → Reshape → Add, with converts (op/add_id.cpp)",
+    ),
+    OpEntry(
+        "SCALE",
+        ("scale", "scale_bias"),
+        "s, b (bias, 0 for scale)",
+        "Multiply(x, s) [+ Add(b)]",
+        "Multiply(scale) + Add(bias) when bias≠0; op_case 1: recurrent-state reset mask (op/scale.cpp)",
+    ),
+    OpEntry("SQR", ("sqr",), "a", "Multiply(x, x)", "Multiply(x, x) (op/sqr.cpp)"),
+    OpEntry("SQRT", ("sqrt",), "a", "Sqrt(x)", "v0::Sqrt"),
+    OpEntry(
+        "CLAMP",
+        ("clamp",),
+        "min, max",
+        "Minimum(Maximum(x, min), max)",
+        "v0::Clamp(min, max) from op_params (op/clamp.cpp)",
+        "Revision M rejected the tensor named ffn_moe_weights_sum_clamped.",
+    ),
+    OpEntry(
+        "FILL",
+        ("fill",),
+        "c (value)",
+        "Broadcast(c, shape)",
+        "Broadcast(f32 scalar, input shape) (op/fill.cpp)",
+        "Registered twice in op_table.cpp.",
+    ),
+    # ---------------------------------------------------------------- layout
+    OpEntry(
+        "CONCAT",
+        ("concat",),
+        "dim (ggml dim, 0 = innermost)",
+        "Concat(axis = 3 - dim)",
+        "v0::Concat, axis = rank−1−dim, inputs converted to the output type (op/concat.cpp)",
+        "Rejected: i64 output; GPU with bf16 output and a VIEW input.",
+    ),
+    OpEntry(
+        "CONT",
+        ("cont", "cont_1d", "cont_2d", "cont_3d", "cont_4d"),
+        "target ne (cont_Nd)",
+        "Reshape of the (strided) source value",
+        "v1::Reshape to the dst shape, dynamic dim kept as −1 (op/cont.cpp)",
+    ),
+    OpEntry(
+        "CPY",
+        ("cpy",),
+        "a (src), b (dst: shape and type)",
+        "Reshape to b's shape + Convert to b's type (f32→int truncates)",
+        "Convert/Reshape; recurrent-state writeback via Slice/Concat with runtime rs_* inputs (op/cpy.cpp)",
+        "Rejected: bf16 src/dst, quantized dst, element-count mismatch, non-contiguous/oversized output views; "
+        "quirk: the test-backend-ops shapes [3,4,3,2], [1,4,3,2], [2,4,3,2]. ggml's result is a view of b; "
+        "ovkit returns the copied value.",
+    ),
+    OpEntry(
+        "RESHAPE",
+        ("reshape", "reshape_1d", "reshape_2d", "reshape_3d", "reshape_4d"),
+        "target ne (a must be contiguous)",
+        "view over the base memory (contiguous: Reshape/Slice)",
+        "v1::Reshape, 8 op_cases for KV/SSM layouts (op/reshape.cpp)",
+        "Quirk: op name starting with ffn_norm_exps is rejected.",
+    ),
+    OpEntry(
+        "VIEW",
+        ("view_1d", "view_2d", "view_3d", "view_4d", "view_tensor"),
+        "ne, nb (bytes), offset (bytes)",
+        "ggml strides over the base memory: Reshape/Slice when packed, Transpose when a permutation, else Gather with constant indices",
+        "usually a no-op (consumers re-slice); MoE/SSM cases: Slice/Reshape/Gather (op/view.cpp)",
+        "Quirk: the tensor named selected_experts (TOPK_MOE test) is rejected.",
+    ),
+    OpEntry(
+        "PERMUTE",
+        ("permute",),
+        "axis0..axis3 (source dim i → axis_i)",
+        "strided view: Transpose of the base (or Gather when the base is itself strided)",
+        "Transpose, or Reshape+Slice+Transpose for Q/KV-cache cases, op_cases 1-6 (op/permute.cpp)",
+        "Rejected: bf16 output ('[GPU] Could not find a suitable kernel for transpose'); the translator throws for op_case 0.",
+    ),
+    OpEntry(
+        "TRANSPOSE",
+        ("transpose",),
+        "a",
+        "strided view: Transpose",
+        "v1::Transpose, order from the stride ranking (op/transpose.cpp)",
+        "Rejected: bf16 output.",
+    ),
+    OpEntry(
+        "REPEAT",
+        ("repeat",),
+        "a, b (target shape)",
+        "Tile",
+        "v0::Tile (op/repeat.cpp)",
+        "GPU: bf16 output rejected; the translator needs integer ratios.",
+    ),
+    OpEntry(
+        "PAD",
+        ("pad", "pad_ext"),
+        "p0..p3 (after) / lp0, rp0 .. lp3, rp3",
+        "Pad CONSTANT 0",
+        "v1::Pad CONSTANT 0; circular mode has its own path (op/pad.cpp)",
+    ),
+    # ---------------------------------------------------------------- rows
+    OpEntry(
+        "GET_ROWS",
+        ("get_rows",),
+        "a [ne0, rows, ne2, ne3], b i32 [n, ne2, ne3]",
+        "Gather(a, b, axis=2, batch_dims=2); f32 result (i32 for i32 a)",
+        "v8::Gather (batch_dims variants, MoE dynamic batch); s_copy slicing via Slice (op/get_rows.cpp)",
+        "Rejected: ne[3]≠1; GPU with bf16 src0; ne[0]==256 with Q4_K/Q5_K/Q4_1/Q5_1 src0 (f16 dequant misses 1e-7 NMSE).",
+    ),
+    OpEntry(
+        "SET_ROWS",
+        ("set_rows",),
+        "a (dst), b f32 rows, c i64/i32 row ids",
+        "ScatterNDUpdate(a, [i3, i2, c], convert(b))",
+        "stateless: ScatterUpdate into the KV tensor; stateful: ScatterElementsUpdate (op/set_rows.cpp)",
+        "Rejected: ne[3]≠1 (checks shared with GET_ROWS).",
+    ),
+    OpEntry(
+        "SET",
+        ("set", "set_1d", "set_2d"),
+        "nb1, nb2, nb3, offset (bytes)",
+        "ScatterNDUpdate on the flattened a at ggml's strided indices",
+        "ScatterUpdate on the flattened dst (op/set.cpp)",
+        "Rejected: nb1/nb2/nb3 differing from src0's; the translator needs an element-aligned offset.",
+    ),
+    # ---------------------------------------------------------------- matmul
+    OpEntry(
+        "MUL_MAT",
+        ("mul_mat",),
+        "a [K, N, ...] (weights), b [K, M, ...]",
+        "MatMul(b, a, transpose_b) with a repeat-interleaved over batch (i02 = i12/r2); f16/bf16 a: b rounded to a's type first (ggml's vec_dot type); quantized a: its own decompression/compressed-matmul subgraph",
+        "v0::MatMul(src1, src0, transpose_b=true), src0 converted to src1's type, GQA Unsqueeze+Broadcast+Reshape (op/mulmat.cpp)",
+        "Rejected: ne[3] not broadcastable; both srcs VIEW; quirk: GPU quantized a named 'a' [256,1] with b named 'b' [256,64].",
+    ),
+    OpEntry(
+        "MUL_MAT_ID",
+        ("mul_mat_id",),
+        "as [K, N, n_expert], b [K, n_used|1, n_tok], ids i32 [n_used, n_tok]",
+        "Gather(experts, ids) + batched MatMul",
+        "CPU static: internal GatherMatmul; GPU/dynamic: Gather+MatMul; packed MXFP4 decoded in-graph (op/mul_mat_id.cpp)",
+        "Rejected: src0 ne[2]≤1; GPU bf16 src0; GPU when n_tokens·n_used·rows·k·4 B > 1 GiB.",
+    ),
+    # ---------------------------------------------------------------- norms, reductions
+    OpEntry(
+        "NORM",
+        ("norm",),
+        "eps",
+        "(x − mean) / sqrt(var + eps) with ReduceMean",
+        "ReduceMean/Subtract/Power/Sqrt/Divide (op/norm.cpp)",
+    ),
+    OpEntry(
+        "RMS_NORM",
+        ("rms_norm",),
+        "eps",
+        "x · 1/sqrt(mean(x²) + eps)",
+        "x · 1/sqrt(mean(x²)+eps); op_case 2 slices the state out of a fused GDN output (op/rms_norm.cpp)",
+    ),
+    OpEntry(
+        "L2_NORM",
+        ("l2_norm",),
+        "eps",
+        "x · 1/max(sqrt(Σx²), eps)",
+        "x / max(sqrt(Σx²), eps) (op/l2_norm.cpp)",
+    ),
+    OpEntry(
+        "SUM_ROWS",
+        ("sum_rows",),
+        "a",
+        "ReduceSum(axis ne0, keep_dims)",
+        "ReduceSum over the last axis, keep_dims (op/sum_rows.cpp)",
+        "Rejected: src0 is PERMUTE.",
+    ),
+    OpEntry("CUMSUM", ("cumsum",), "a", "CumSum(axis ne0)", "v0::CumSum on axis 3 (op/cumsum.cpp)"),
+    OpEntry(
+        "ARGSORT",
+        ("argsort",),
+        "order (0 ASC, 1 DESC)",
+        "TopK(k = ne0, MIN/MAX, sort by value, stable) → indices i32",
+        "v11::TopK (op/argsort.cpp)",
+        "Any other order throws.",
+    ),
+    # ---------------------------------------------------------------- softmax / attention
+    OpEntry(
+        "SOFT_MAX",
+        ("soft_max", "soft_max_ext", "soft_max_add_sinks"),
+        "mask (f16/f32, rows ≥ ne1, tiled over dims 2,3), scale, max_bias (ALiBi), sinks",
+        "Softmax(x·scale + slope_h·mask); sinks appended as an extra column and sliced off",
+        "same scheme; stateful graphs use KQ_mask_sliced (op/softmax.cpp)",
+        "ALiBi without a mask throws upstream (ggml's builder accepts no mask with max_bias>0 either in ovkit: GraphError). Revisions M/A rejected sinks; A rejected max_bias>0.",
+    ),
+    OpEntry(
+        "FLASH_ATTN_EXT",
+        ("flash_attn_ext", "flash_attn_ext_add_sinks", "flash_attn_ext_set_prec"),
+        "q [D, n_q, H, B], k/v [D(v), n_kv, H_kv, B], mask, scale, max_bias, logit_softcap, sinks",
+        "MatMul(q, kᵀ)·scale [softcap·tanh] + slope·mask → Softmax (with sinks) → MatMul(·, v) → Transpose to [Dv, H, n_q, B]; f32 throughout, q rounded to k's type as ggml's CPU does",
+        "Q/mask/scale converted to f16, KV broadcast for GQA + v13::ScaledDotProductAttention (or manual 5-D GQA), Transpose + Convert f32 (op/flash_attn_ext.cpp)",
+        "Upstream computes in f16 (ovkit computes ggml's f32 result). Rejected: sinks; max_bias>0; logit_softcap≠0; Q/K/V not each PERMUTE←VIEW←base; gemma3n pattern with scale==1.",
+    ),
+    # ---------------------------------------------------------------- rope
+    OpEntry(
+        "ROPE",
+        ("rope_ext", "rope_multi"),
+        "b i32 positions (4 planes for rope_multi), c freq factors, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow, sections",
+        "cos/sin of pos·θ_i (YaRN ramp, freq factors) computed in-graph; NORMAL: interleaved pairs (strided Slice + Concat); NEOX/MROPE/IMROPE: halves; the tail beyond n_dims copied",
+        "make_sin_cos per op; NORMAL: Flux-style Reshape+Split+Concat (GPU RoPE fusion); NEOX: VariadicSplit; IMROPE: 4 position planes (op/rope.cpp)",
+        "Rejected: mode ∉ {0, 2, 40} (MROPE 8 and VISION 24); odd or out-of-range rope dims; output not f32/f16; a VIEW src0 with view_src.ne[1]≠ne[2]; IMROPE with freq factors, freq_scale≠1, ext_factor≠0 or attn_factor≠1.",
+    ),
+    # ---------------------------------------------------------------- conv-like, recurrent
+    OpEntry(
+        "IM2COL",
+        ("im2col",),
+        "a kernel, b data, s0, s1, p0, p1, d0, d1, is_2D, dst_type",
+        "Pad + constant-index Gather of the patches (+ Convert to dst_type)",
+        "Pad + v3::ExtractImagePatches + Reshape/Transpose (op/im2col.cpp)",
+    ),
+    OpEntry(
+        "SSM_CONV",
+        ("ssm_conv",),
+        "sx [d_conv−1+n_t, d_inner, n_s], c [d_conv, d_inner]",
+        "Gather sliding windows · kernel → ReduceSum",
+        "depthwise v1::GroupConvolution (op/ssm_conv.cpp)",
+    ),
+    OpEntry(
+        "GATED_DELTA_NET",
+        ("gated_delta_net",),
+        "q, k [S, H_k, T, n_s], v [S, H_v, T, n_s], g [1|S, H_v, T, n_s], beta, state [S, S, H_v, n_s], K snapshots",
+        "the recurrence unrolled over tokens (decay, delta rule, rank-1 update, readout ·1/√S); output = attention ++ K state snapshots",
+        "internal GatedDeltaNet (fused) with GQA head regrouping and state transposes; Loop reference in the file (op/gated_delta_net.cpp)",
+        "Rejected: src2 PERMUTE; per-key 'kda' gate (g.ne[0]≠1); K>1 snapshots.",
+    ),
+    # ---------------------------------------------------------------- misc
+    OpEntry("DIAG", ("diag",), "a [n, 1, ...]", "Multiply(a, Eye)", "Range/Equal/Select (op/diag.cpp)"),
+    OpEntry(
+        "TRI",
+        ("tri",),
+        "type (0 upper+diag, 1 upper, 2 lower+diag, 3 lower)",
+        "Multiply(a, constant triangle mask)",
+        "Range + compare by tri_type + Select (op/tri.cpp)",
+    ),
+    # ---------------------------------------------------------------- unary
+    OpEntry(
+        "UNARY.GELU",
+        ("gelu", "unary"),
+        "a",
+        "tanh-GELU of f16(x) rounded to f16 (ggml's GGML_GELU_FP16 table), ±10 cut-offs",
+        "v7::Gelu with OV's default ERF approximation",
+        "Deviation: upstream computes ERF-GELU; ggml's GELU is the tanh approximation (ovkit computes ggml's).",
+    ),
+    OpEntry(
+        "UNARY.SIGMOID",
+        ("sigmoid", "unary"),
+        "a",
+        "Sigmoid",
+        "v0::Sigmoid",
+        "Registered twice in op_table.cpp.",
+    ),
+    OpEntry("UNARY.SILU", ("silu", "unary"), "a", "x·Sigmoid(x)", "x·Sigmoid(x)"),
+    OpEntry(
+        "UNARY.SOFTPLUS",
+        ("softplus", "unary"),
+        "a",
+        "x > 20 ? x : log(1 + exp(x)) (ggml's form)",
+        "Relu(x) + Log(1 + Exp(−|x|)) (stable form)",
+    ),
+    OpEntry("UNARY.TANH", ("tanh", "unary"), "a", "Tanh", "v0::Tanh"),
+    OpEntry(
+        "UNARY.EXP",
+        ("exp", "unary"),
+        "a",
+        "Exp",
+        "v0::Exp",
+        "Rejected with an f32 output (test-backend-ops feeds x∈[-150,150] and exp overflows).",
+    ),
+    OpEntry("UNARY.NEG", ("neg", "unary"), "a", "Negative", "v0::Negative"),
+    # ---------------------------------------------------------------- GLU
+    OpEntry(
+        "GLU.SWIGLU",
+        ("swiglu", "swiglu_swapped", "swiglu_split", "glu", "glu_split"),
+        "a [, b], swapped",
+        "silu(x0)·x1; one input: halves of ⌊ne0/2⌋ (exchanged when swapped)",
+        "silu(a)·b; single input split by Slice, swapped honoured (op/glu_swiglu.cpp)",
+        "Rejected: single input with odd ne0 ('triggers bug in ov gpu').",
+    ),
+    OpEntry(
+        "GLU.SWIGLU_OAI",
+        ("swiglu_oai",),
+        "a, b, alpha, limit",
+        "x=min(a, limit); x·σ(alpha·x)·(clamp(b, −limit, limit) + 1)",
+        "g=clamp(a, −∞, limit); g·σ(α·g)·(clamp(b,−limit,limit)+1)",
+        "Same single-input rule as SWIGLU.",
+    ),
+    OpEntry(
+        "GLU.GEGLU",
+        ("geglu", "geglu_swapped", "geglu_split", "glu", "glu_split"),
+        "a [, b], swapped",
+        "ggml GELU(x0)·x1 (f16-table tanh GELU)",
+        "v7::Gelu(a)·b (ERF); on NPU a is clamped to [−10, 10] first (op/glu_geglu.cpp)",
+        "Deviation: ERF GELU upstream vs ggml's tanh GELU.",
+    ),
+    # ---------------------------------------------------------------- not registered
+    OpEntry(
+        "SOLVE_TRI",
+        ("solve_tri",),
+        "a, b, left, lower, uni",
+        "— (not built by ovkit)",
+        "op/solve_tri.cpp (Loop-based), commented out of op_table.cpp",
+        registered=False,
+        reason="commented out upstream: 'solve_tri has accuracy issues on GPU'",
+    ),
+)
+
+TABLE: dict[str, OpEntry] = {e.key: e for e in ENTRIES}
+
+
+def registered_entries() -> list[OpEntry]:
+    return [e for e in ENTRIES if e.registered]
+
+
+def _gate_text(gate: Any) -> str:
+    dc = getattr(gate, "device_class", None)
+    where = f" [{dc} only]" if dc and str(dc) not in gate.description else ""
+    quirk = " (quirk: upstream-exact mode only)" if getattr(gate, "quirk", False) else ""
+    return f"{gate.description}{where}{quirk}"
+
+
+def global_gates() -> list[str]:
+    """The global gates (every op), as text."""
+    from ovkit.ops import policy
+
+    seen: list[str] = []
+    for g in policy.GLOBAL_GATES:
+        if policy.Revision.N in g.revisions and _gate_text(g) not in seen:
+            seen.append(_gate_text(g))
+    return seen
+
+
+def op_coverage_table() -> pd.DataFrame:
+    """The catalogue as a DataFrame: one row per op / sub-op (SOLVE_TRI last, not registered)."""
+    import pandas as pd
+
+    rows = []
+    for e in ENTRIES:
+        rows.append(
+            {
+                "op": e.key,
+                "ggml": e.ggml_name,
+                "kind": e.kind,
+                "builders": ", ".join(e.builders),
+                "params": e.params,
+                "openvino (ovkit)": e.openvino,
+                "upstream translation": e.upstream,
+                "gates": "; ".join(_gate_text(g) for g in e.gates()),
+                "upstream notes": e.notes if e.registered else f"{e.reason}. {e.notes}".strip(),
+                "registered": e.registered,
+                "translated": e.translate is not None,
+                "reference": e.reference is not None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ") or "—"
+
+
+def render_markdown() -> str:
+    """``docs/ops.md``: the op-coverage table as Markdown (generated; do not edit by hand)."""
+    df = op_coverage_table()
+    n_ops = sum(1 for e in ENTRIES if e.registered and e.kind == "op")
+    n_unary = sum(1 for e in ENTRIES if e.kind == "unary")
+    n_glu = sum(1 for e in ENTRIES if e.kind == "glu")
+    lines = [
+        "# ovkit op catalogue",
+        "",
+        "<!-- generated by `python -m ovkit.ops.table > docs/ops.md`; tests/test_table.py keeps it in step -->",
+        "",
+        f"The ops upstream's OpenVINO backend registers: {n_ops} ggml ops, {n_unary} unary and {n_glu} GLU "
+        "sub-ops, plus SOLVE_TRI (not registered). Each row: the ggml op, ovkit's `Graph` builders, the "
+        "OpenVINO (opset16) translation ovkit uses, upstream's translation, the support gates of "
+        "`ovkit.ops.policy` (default revision N) and upstream notes. ovkit computes ggml's result "
+        "(decision D7); where upstream deviates the notes say so.",
+        "",
+        "Global gates (every op):",
+        "",
+        *[f"- {g}" for g in global_gates()],
+        "",
+        "| op | builders | params | OpenVINO (ovkit) | upstream translation | gates | upstream notes |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for _, r in df.iterrows():
+        op = f"`{r['op']}`" + ("" if r["registered"] else " (not registered)")
+        builders = ", ".join(f"`{b.strip()}`" for b in str(r["builders"]).split(","))
+        lines.append(
+            "| "
+            + " | ".join(
+                [op, builders]
+                + [
+                    _cell(r[c])
+                    for c in ("params", "openvino (ovkit)", "upstream translation", "gates", "upstream notes")
+                ]
+            )
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover - docs generation
+    print(render_markdown(), end="")

@@ -1,0 +1,78 @@
+"""The op catalogue: one entry per registered op/sub-op, complete, and docs/ops.md in step with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ovkit.graph import Graph
+from ovkit.ops import policy
+from ovkit.ops.table import ENTRIES, TABLE, op_coverage_table, registered_entries, render_markdown
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "ops.md"
+
+UPSTREAM_OPS = {
+    "ADD", "ADD1", "ADD_ID", "CONCAT", "CONT", "DIV", "FILL", "GET_ROWS", "IM2COL", "MUL", "MUL_MAT",
+    "MUL_MAT_ID", "PERMUTE", "RESHAPE", "RMS_NORM", "NORM", "L2_NORM", "SUM_ROWS", "ROPE", "SCALE", "SQR",
+    "SQRT", "SOFT_MAX", "ARGSORT", "SUB", "TRANSPOSE", "VIEW", "SET_ROWS", "CPY", "FLASH_ATTN_EXT", "CLAMP",
+    "PAD", "SSM_CONV", "GATED_DELTA_NET", "REPEAT", "CUMSUM", "DIAG", "TRI", "SET",
+}  # fmt: skip
+UPSTREAM_UNARY = {"GELU", "SIGMOID", "SILU", "SOFTPLUS", "TANH", "EXP", "NEG"}
+UPSTREAM_GLU = {"SWIGLU", "SWIGLU_OAI", "GEGLU"}
+
+
+def test_catalogue_lists_exactly_what_upstream_registers() -> None:
+    keys = {e.key for e in registered_entries()}
+    assert len(UPSTREAM_OPS) == 39
+    assert keys == UPSTREAM_OPS | {f"UNARY.{u}" for u in UPSTREAM_UNARY} | {f"GLU.{g}" for g in UPSTREAM_GLU}
+    assert len(ENTRIES) == 39 + 7 + 3 + 1
+
+
+def test_solve_tri_is_listed_as_not_registered_with_the_reason() -> None:
+    entry = TABLE["SOLVE_TRI"]
+    assert not entry.registered
+    assert "accuracy issues on GPU" in entry.reason
+    assert entry.translate is None
+
+
+def test_every_registered_entry_has_builders_translation_reference_and_policy_key() -> None:
+    for e in registered_entries():
+        for b in e.builders:
+            assert callable(getattr(Graph, b, None)), f"{e.key}: Graph.{b} is missing"
+        assert e.translate is not None, f"{e.key}: no OpenVINO translation"
+        assert e.reference is not None, f"{e.key}: no numpy reference"
+        assert e.key in policy.GATES, f"{e.key}: policy.GATES has no entry"
+        assert e.openvino and e.upstream and e.params
+
+
+def test_gates_come_from_the_policy_module() -> None:
+    rope = TABLE["ROPE"].gates()
+    assert rope and all(g in policy.GATES["ROPE"] for g in rope)
+    df = op_coverage_table()
+    row = df.set_index("op").loc["FLASH_ATTN_EXT"]
+    assert "sinks" in row["gates"]
+    assert "f16" in row["upstream notes"]
+
+
+def test_coverage_table_has_one_row_per_entry_and_flags_translations() -> None:
+    df = op_coverage_table()
+    assert list(df["op"]) == [e.key for e in ENTRIES]
+    assert {
+        "ggml",
+        "builders",
+        "params",
+        "openvino (ovkit)",
+        "upstream translation",
+        "gates",
+        "upstream notes",
+    } <= set(df.columns)
+    registered = df[df["registered"]]
+    assert registered["translated"].all() and registered["reference"].all()
+    assert df.set_index("op").loc["UNARY.GELU", "ggml"] == "GGML_UNARY_OP_GELU"
+
+
+def test_docs_page_is_generated_from_the_table() -> None:
+    expected = render_markdown()
+    actual = DOCS.read_text(encoding="utf-8") if DOCS.exists() else ""
+    assert actual == expected, (
+        "docs/ops.md is stale: regenerate with `python -m ovkit.ops.table > docs/ops.md`"
+    )
