@@ -116,6 +116,7 @@ def test_walkthroughs_in_order() -> None:
         "02-selecting-a-device",
         "03-compute-graphs",
         "04-memory-and-allocations",
+        "06-gguf",
     ], names
 
 
@@ -397,3 +398,40 @@ def test_04_quantized_matmul_matches(executed: Callable[[str], Any]) -> None:
     m = re.search(r"worst NMSE vs dequantized weights ([\d.e+-]+) over (\d+) types", text(nb, "result"))
     assert m, text(nb, "result")
     assert float(m.group(1)) < 5e-4 and int(m.group(2)) == 8  # test-backend-ops' mul_mat threshold
+
+
+# ---------------------------------------------------------------------------------------------
+# 06-gguf
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_06_writes_and_inspects_a_gguf(executed: Callable[[str], Any]) -> None:
+    nb = executed("06-gguf")
+    assert re.search(r"wrote tiny.gguf: [\d,]+ bytes, 21 tensors", text(nb, "write"))
+    assert "architecture: llama" in text(nb, "inspect")
+    tensors = html(nb, "inspect")
+    assert "blk.0.ffn_down.weight" in tensors and "q6_K" in tensors and "q4_0" in tensors
+    assert len(pngs(nb, "bytes-chart")) == 1
+    corrupt = text(nb, "corrupt").splitlines()
+    assert [line.split(":")[0] for line in corrupt] == ["truncated.gguf", "header-only.gguf"]
+    assert all("GGUFError" in line for line in corrupt)
+
+
+@pytest.mark.slow
+def test_06_fit_check_per_device(executed: Callable[[str], Any]) -> None:
+    result = text(executed("06-gguf"), "result")
+    assert "does not fit on: simulated gpu-overcommit/GPU, simulated gpu-overcommit/NPU" in result
+    assert "fits on: this machine/CPU, simulated laptop/CPU, simulated laptop/GPU" in result
+
+
+@pytest.mark.slow
+def test_06_layer_matmuls_from_quantized_blocks(executed: Callable[[str], Any]) -> None:
+    result = text(executed("06-gguf"), "result")
+    m = re.search(r"(\d+) quantized matmuls, worst NMSE vs dequantized ([\d.e+-]+)", result)
+    assert m and int(m.group(1)) == 7 and float(m.group(2)) < 5e-4, result
+    from ovkit import oracle
+
+    if oracle.ggml_available():
+        m = re.search(r"worst NMSE vs ggml ([\d.e+-]+)", result)
+        assert m and float(m.group(1)) < 5e-4, result
