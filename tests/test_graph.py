@@ -225,3 +225,278 @@ def test_f16_and_bf16_outputs_are_rounded_like_ggml_storage() -> None:
     np.testing.assert_array_equal(dev[1], ref[1])
     # bf16 keeps 8 significant bits: the low 16 bits of the float32 pattern are zero
     assert not (dev[1].view(np.uint32) & 0xFFFF).any()
+
+
+# ---------------------------------------------------------------------------- every op: CPU vs reference
+def _f(*shape: int) -> np.ndarray:
+    return rand(*shape)
+
+
+def _ids(*rows: list[int]) -> np.ndarray:
+    return np.array(rows, dtype=np.int32)
+
+
+_MASK = np.where(np.arange(16)[None, :] > np.arange(8)[:, None] + 8, -np.inf, rand(8, 16)).astype(np.float32)
+_FA_MASK = np.where(np.arange(12)[None, :] > np.arange(5)[:, None] + 7, -np.inf, rand(5, 12)).astype(
+    np.float16
+)
+_ROPE = (0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
+_YARN = (512, 10000.0, 0.25, 1.0, 1.0, 32.0, 1.0)
+
+
+def _sinks(kind: str):  # type: ignore[no-untyped-def]
+    def build(g: Graph, a, m, s):  # type: ignore[no-untyped-def]
+        if kind == "soft_max":
+            out = g.soft_max_ext(a, m, 0.3, 8.0)
+            g.soft_max_add_sinks(out, s)
+        else:
+            out = g.flash_attn_ext(a, m[0], m[1], m[2], 0.25, 0.0, 0.0)
+            g.flash_attn_ext_add_sinks(out, s)
+        return out
+
+    return build
+
+
+# (op key, id, inputs, builder). Inputs are numpy arrays (dtype gives the ggml type).
+OP_CASES: list[tuple[str, str, list[np.ndarray], object]] = [
+    ("ADD", "add-bcast", [_f(3, 4, 8), _f(1, 4, 1)], lambda g, a, b: g.add(a, b)),
+    ("SUB", "sub-f16", [_f(3, 8).astype(np.float16), _f(3, 8)], lambda g, a, b: g.sub(a, b)),
+    ("MUL", "mul-permuted-a", [_f(4, 3, 8), _f(3, 1, 8)], lambda g, a, b: g.mul(g.permute(a, 0, 2, 1, 3), b)),
+    ("DIV", "div", [_f(3, 8), np.abs(_f(1, 8)) + 0.5], lambda g, a, b: g.div(a, b)),
+    ("ADD1", "add1", [_f(3, 8), _f(1)], lambda g, a, b: g.add1(a, b)),
+    (
+        "ADD_ID",
+        "add_id",
+        [_f(5, 3, 8), _f(4, 8), _ids([0, 3, 1], [2, 2, 0], [1, 0, 3], [3, 1, 2], [0, 0, 0])],
+        lambda g, a, b, i: g.add_id(a, b, i),
+    ),
+    ("SCALE", "scale_bias", [_f(3, 8)], lambda g, a: g.scale_bias(a, -0.5, 0.25)),
+    ("SQR", "sqr", [_f(3, 8)], lambda g, a: g.sqr(a)),
+    ("SQRT", "sqrt", [np.abs(_f(3, 8))], lambda g, a: g.sqrt(a)),
+    ("CLAMP", "clamp", [_f(3, 8)], lambda g, a: g.clamp(a, -0.5, 0.25)),
+    ("FILL", "fill", [_f(3, 8)], lambda g, a: g.fill(a, 2.5)),
+    ("CONCAT", "concat-dim1", [_f(2, 3, 4), _f(2, 5, 4)], lambda g, a, b: g.concat(a, b, 1)),
+    ("CONT", "cont_2d-of-transpose", [_f(4, 6)], lambda g, a: g.cont_2d(g.transpose(a), 2, 12)),
+    ("CPY", "cpy-to-f16", [_f(4, 6), np.zeros((6, 4), np.float16)], lambda g, a, b: g.cpy(a, b)),
+    ("RESHAPE", "reshape_3d", [_f(4, 6)], lambda g, a: g.reshape_3d(a, 3, 2, 4)),
+    ("VIEW", "view_2d-offset", [_f(4, 6)], lambda g, a: g.view_2d(a, 3, 2, a.nb[1], 8)),
+    ("PERMUTE", "permute", [_f(2, 3, 4)], lambda g, a: g.permute(a, 1, 2, 0, 3)),
+    ("TRANSPOSE", "transpose", [_f(3, 5)], lambda g, a: g.transpose(a)),
+    ("REPEAT", "repeat", [_f(1, 3, 2), _f(2, 6, 4)], lambda g, a, b: g.repeat(a, b)),
+    ("PAD", "pad_ext", [_f(2, 3, 4)], lambda g, a: g.pad_ext(a, 1, 2, 0, 1, 1, 0, 0, 0)),
+    (
+        "GET_ROWS",
+        "get_rows-batched",
+        [_f(2, 10, 4), _ids([1, 5, 7], [0, 9, 9])],
+        lambda g, a, b: g.get_rows(a, b),
+    ),
+    (
+        "SET_ROWS",
+        "set_rows-f16",
+        [_f(10, 4).astype(np.float16), _f(3, 4), np.array([1, 5, 7], np.int64)],
+        lambda g, a, b, c: g.set_rows(a, b, c),
+    ),
+    ("SET", "set-3d", [_f(4, 5, 6), _f(2, 3, 2)], lambda g, a, b: g.set(a, b, a.nb[1], a.nb[2], a.nb[3], 28)),
+    ("MUL_MAT", "mul_mat-gqa-batch", [_f(2, 5, 8), _f(6, 7, 8)], lambda g, a, b: g.mul_mat(a, b)),
+    (
+        "MUL_MAT_ID",
+        "mul_mat_id",
+        [_f(4, 6, 8), _f(5, 2, 8), _ids([0, 3], [2, 1], [1, 1], [3, 0], [2, 3])],
+        lambda g, a, b, i: g.mul_mat_id(a, b, i),
+    ),
+    ("NORM", "norm", [_f(3, 16)], lambda g, a: g.norm(a, 1e-5)),
+    ("RMS_NORM", "rms_norm", [_f(3, 16)], lambda g, a: g.rms_norm(a, 1e-6)),
+    ("L2_NORM", "l2_norm", [_f(3, 16)], lambda g, a: g.l2_norm(a, 1e-6)),
+    ("SUM_ROWS", "sum_rows", [_f(3, 16)], lambda g, a: g.sum_rows(a)),
+    ("CUMSUM", "cumsum", [_f(3, 16)], lambda g, a: g.cumsum(a)),
+    (
+        "ARGSORT",
+        "argsort-desc",
+        [RNG.permutation(48).reshape(3, 16).astype(np.float32)],
+        lambda g, a: g.argsort(a, 1),
+    ),
+    (
+        "SOFT_MAX",
+        "soft_max-mask-alibi",
+        [_f(2, 4, 8, 16), _MASK],
+        lambda g, a, m: g.soft_max_ext(a, m, 0.3, 8.0),
+    ),
+    ("SOFT_MAX", "soft_max-sinks", [_f(2, 4, 8, 16), _MASK, _f(4)], _sinks("soft_max")),
+    (
+        "FLASH_ATTN_EXT",
+        "flash_attn_ext-gqa-f16",
+        [_f(1, 4, 5, 16), _f(1, 2, 12, 16).astype(np.float16), _f(1, 2, 12, 8).astype(np.float16), _FA_MASK],
+        lambda g, q, k, v, m: g.flash_attn_ext(q, k, v, m, 0.25, 0.0, 0.0),
+    ),
+    (
+        "ROPE",
+        "rope-normal",
+        [_f(1, 5, 4, 32), _ids(3, 7, 1, 0, 12)[:, None].ravel()],
+        lambda g, a, p: g.rope_ext(a, p, None, 32, 0, *_ROPE),
+    ),
+    (
+        "ROPE",
+        "rope-neox-partial-yarn",
+        [_f(1, 5, 4, 32), _ids(30, 70, 10, 0, 120).ravel()],
+        lambda g, a, p: g.rope_ext(a, p, None, 16, 2, *_YARN),
+    ),
+    (
+        "ROPE",
+        "rope-imrope",
+        [_f(1, 5, 4, 32), RNG.integers(0, 20, 20).astype(np.int32)],
+        lambda g, a, p: g.rope_multi(a, p, None, 32, [6, 5, 5, 0], 40, *_ROPE),
+    ),
+    (
+        "IM2COL",
+        "im2col-2d",
+        [_f(2, 3, 3, 3).astype(np.float16), _f(2, 3, 6, 7)],
+        lambda g, a, b: g.im2col(a, b, 1, 1, 1, 1, 1, 1, True, "f32"),
+    ),
+    ("SSM_CONV", "ssm_conv", [_f(2, 6, 8), _f(6, 4)], lambda g, a, b: g.ssm_conv(a, b)),
+    (
+        "GATED_DELTA_NET",
+        "gated_delta_net",
+        [
+            _f(2, 3, 2, 4),
+            _f(2, 3, 2, 4),
+            _f(2, 3, 4, 4),
+            -np.abs(_f(2, 3, 4, 1)),
+            np.abs(_f(2, 3, 4, 1)) * 0.5,
+            _f(2, 4, 4, 4),
+        ],
+        lambda g, *x: g.gated_delta_net(*x, 1),
+    ),
+    ("DIAG", "diag", [_f(3, 1, 5)], lambda g, a: g.diag(a)),
+    ("TRI", "tri-lower", [_f(2, 5, 5)], lambda g, a: g.tri(a, 3)),
+    ("UNARY.GELU", "gelu", [_f(4, 16) * 4], lambda g, a: g.gelu(a)),
+    ("UNARY.SIGMOID", "sigmoid", [_f(4, 16) * 4], lambda g, a: g.sigmoid(a)),
+    ("UNARY.SILU", "silu", [_f(4, 16) * 4], lambda g, a: g.silu(a)),
+    ("UNARY.SOFTPLUS", "softplus", [_f(4, 16) * 10], lambda g, a: g.softplus(a)),
+    ("UNARY.TANH", "tanh", [_f(4, 16) * 4], lambda g, a: g.tanh(a)),
+    ("UNARY.EXP", "exp-f16", [_f(4, 16).astype(np.float16)], lambda g, a: g.exp(a)),
+    ("UNARY.NEG", "neg", [_f(4, 16)], lambda g, a: g.neg(a)),
+    ("GLU.SWIGLU", "swiglu-swapped", [_f(4, 16)], lambda g, a: g.swiglu_swapped(a)),
+    (
+        "GLU.SWIGLU_OAI",
+        "swiglu_oai",
+        [_f(4, 16) * 4, _f(4, 16) * 4],
+        lambda g, a, b: g.swiglu_oai(a, b, 1.702, 7.0),
+    ),
+    ("GLU.GEGLU", "geglu-split", [_f(4, 16), _f(4, 16)], lambda g, a, b: g.geglu_split(a, b)),
+]
+
+_GGML_TYPE = {np.float32: "f32", np.float16: "f16", np.int32: "i32", np.int64: "i64"}
+
+
+def _run_case(build: object, arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(OpenVINO CPU result, numpy reference); ops the CPU policy rejects still run their translation."""
+    from ovkit.graph import _from_model_output, _run_on_device
+    from ovkit.ops.translate import model_inputs
+
+    g = Graph()
+    leaves = [g.input(f"x{i}", x.shape, _GGML_TYPE[x.dtype.type]) for i, x in enumerate(arrays)]
+    out = build(g, *leaves)  # type: ignore[operator]
+    feed = {f"x{i}": x for i, x in enumerate(arrays)}
+    ref = g.compute(out, feed, mode="reference")
+    try:
+        dev = g.compute(out, feed, device="CPU")
+    except UnsupportedOpError:
+        model, names = g.to_model([out])
+        raw = _run_on_device(model, model_inputs(g, names, g._prepare_inputs([out], feed)), "CPU")
+        dev = _from_model_output(out, raw[0])
+    return dev, ref
+
+
+@pytest.mark.parametrize(("key", "case_id", "arrays", "build"), OP_CASES, ids=[c[1] for c in OP_CASES])
+def test_op_on_cpu_matches_numpy_reference(
+    key: str, case_id: str, arrays: list[np.ndarray], build: object
+) -> None:
+    dev, ref = _run_case(build, arrays)
+    assert dev.shape == ref.shape and dev.dtype == ref.dtype
+    if dev.dtype.kind == "i":
+        np.testing.assert_array_equal(dev, ref)
+    else:
+        assert nmse(dev, ref) < 1e-10, f"{case_id}: NMSE {nmse(dev, ref):.3e}"
+
+
+def test_every_registered_op_has_a_cpu_case() -> None:
+    from ovkit.ops.table import registered_entries
+
+    covered = {c[0] for c in OP_CASES}
+    missing = [e.key for e in registered_entries() if e.key not in covered]
+    assert not missing, f"no CPU-vs-reference case for {missing}"
+
+
+# ---------------------------------------------------------------------------- more build-time checks
+def test_rope_ext_rejects_multi_section_modes_and_bad_positions() -> None:
+    g = Graph()
+    a = g.input("a", (4, 5, 32))
+    with pytest.raises(GraphError, match="ROPE: operand mode: expected NORMAL .*use rope_multi"):
+        g.rope_ext(a, g.input("p", (4,), "i32"), None, 32, 40, *_ROPE)
+    with pytest.raises(
+        GraphError,
+        match=r"ROPE: operand b: expected ne\[0\] == 1·a.ne\[2\] = 4 positions, given ne \[5, 1, 1, 1\]",
+    ):
+        g.rope_ext(a, g.input("p5", (5,), "i32"), None, 32, 0, *_ROPE)
+
+
+def test_flash_attn_and_soft_max_mask_shapes_are_checked() -> None:
+    g = Graph()
+    q, k, v = g.input("q", (4, 5, 16)), g.input("k", (2, 12, 16), "f16"), g.input("v", (2, 12, 8), "f16")
+    with pytest.raises(GraphError, match=r"FLASH_ATTN_EXT: operand mask: expected ne\[0\] == n_kv = 12"):
+        g.flash_attn_ext(q, k, v, g.input("m", (5, 10), "f16"), 0.25, 0.0, 0.0)
+    with pytest.raises(GraphError, match="SOFT_MAX: operand mask: expected a mask when max_bias > 0"):
+        g.soft_max_ext(g.input("x", (4, 8)), None, 1.0, 8.0)
+
+
+def test_glu_split_operands_must_match() -> None:
+    g = Graph()
+    with pytest.raises(GraphError, match=r"GLU: operand b: expected ne \[8, 3, 1, 1\] \(same shape as a\)"):
+        g.swiglu_split(g.input("a", (3, 8)), g.input("b", (3, 4)))
+
+
+def test_op_info_exposes_sources_views_and_params_to_the_policy() -> None:
+    g = Graph()
+    q = g.permute(g.input("q", (5, 4, 16)), 0, 2, 1, 3)
+    out = g.rope_ext(g.cont(q), g.input("p", (4,), "i32"), None, 16, 2, *_ROPE)
+    info = out.op_info()
+    assert info.op == "ROPE" and info.params["mode"] == 2 and info.params["n_dims"] == 16
+    assert info.srcs[0].op == "CONT" and info.srcs[0].srcs[0].op == "PERMUTE"
+    assert info.srcs[0].srcs[0].view_src is not None and info.srcs[2] is None
+
+
+# ---------------------------------------------------------------------------- quantized-weight hook
+class _FakeQ8:
+    """A stand-in for a quantized weight: it brings its own OpenVINO decompression subgraph."""
+
+    dtype = "q8_0"
+
+    def __init__(self, w: np.ndarray) -> None:
+        self.scale = np.abs(w).max(axis=1, keepdims=True) / 127.0
+        self.q = np.round(w / self.scale).astype(np.int8)
+        self.shape = w.shape
+
+    def dequantize(self) -> np.ndarray:
+        return (self.q.astype(np.float32) * self.scale).astype(np.float32)
+
+    def to_ov_node(self):  # type: ignore[no-untyped-def]
+        import openvino as ov
+        import openvino.opset16 as ops
+
+        return ops.multiply(
+            ops.convert(ops.constant(self.q), ov.Type.f32), ops.constant(self.scale.astype(np.float32))
+        )
+
+
+def test_constant_accepts_a_quantized_weight_for_mul_mat_and_get_rows() -> None:
+    w = _FakeQ8(rand(6, 32))
+    g = Graph()
+    wt = g.constant(w, name="blk.0.ffn_up.weight")
+    assert wt.dtype == "q8_0" and wt.shape == (6, 32) and wt.is_quantized
+    x = g.input("x", (3, 32))
+    rows = g.input("r", (2,), "i32")
+    outs = [g.mul_mat(wt, x), g.get_rows(wt, rows)]
+    X, R = rand(3, 32), np.array([4, 1], np.int32)
+    dev = g.compute(outs, {"x": X, "r": R}, device="CPU")
+    assert nmse(dev[0], X @ w.dequantize().T) < 1e-12
+    np.testing.assert_allclose(dev[1], w.dequantize()[[4, 1]], rtol=1e-6)
