@@ -349,6 +349,15 @@ class QuantizedWeight:
     def decoded(self) -> Decoded:
         return decode_blocks(self.qtype, self.raw, self.shape)
 
+    @cached_property
+    def digest(self) -> str:
+        """sha256 of the blocks plus type, shape and form (a cache key for compiled graphs)."""
+        import hashlib
+
+        h = hashlib.sha256(self.raw)
+        h.update(f"|{self.qtype}|{self.shape}|{self.form}".encode())
+        return h.hexdigest()
+
     def dequantize(self) -> np.ndarray:
         """f32 values, equal to ggml's ``to_float`` of the blocks."""
         return self.decoded.dequantize().reshape(self.shape)
