@@ -427,6 +427,22 @@ class CacheKey:
     stateful: bool
     states: tuple[tuple[str, str], ...]
     dynamic: tuple[tuple[str, tuple[int, ...]], ...]
+    _hash: int = field(default=0, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        fields_ = (
+            self.structure,
+            self.device,
+            self.core_id,
+            self.properties,
+            self.stateful,
+            self.states,
+            self.dynamic,
+        )
+        object.__setattr__(self, "_hash", hash(fields_))
+
+    def __hash__(self) -> int:  # computed once: the key is looked up on every run
+        return self._hash
 
 
 class CompiledGraph:
@@ -514,6 +530,11 @@ class Runner:
         self._returned = [p for p in graph.outputs if p.name not in out_names]
         self._state_out = {p.name: p for p in graph.outputs if p.name in out_names}
         self._host_state: dict[str, np.ndarray] = {}
+        self._state_in = {out: inp for inp, out in graph.states.items()}
+        self._direct = not any(p.ov_type == "bf16" for p in graph.outputs)
+        from openvino._pyopenvino import InferRequest as _BaseRequest
+
+        self._infer = _BaseRequest.infer
         if graph.states and not graph.stateful:
             self.reset_state()
         self.runs = 0
@@ -583,19 +604,29 @@ class Runner:
         with self.graph.lock:
             self.bind(inputs)
             t0 = time.perf_counter()
+            direct = copy and self._direct
             try:
-                self.request.infer()
+                # OpenVINO's own infer(): with share_outputs=False it returns fresh copies of
+                # every output (one copy, made in C++), in output order.
+                result = self._infer(self.request, {}, not direct, True)
             except RuntimeError as exc:
                 raise EngineError(f"inference failed on {self.graph.device}: {exc}") from exc
             self.last_infer_seconds = time.perf_counter() - t0
             self.runs += 1
             self.graph.runs += 1
-            req = self.request
-            if self._state_out:
-                self._capture_host_state()
-            if copy:
-                return [_tensor_to_numpy(req.get_output_tensor(p.index), p.ov_type) for p in self._returned]
-            return [req.get_output_tensor(p.index).data for p in self._returned]
+            if not direct:  # live views (copy=False), or bf16 outputs to widen
+                req = self.request
+                if self._state_out:
+                    self._capture_host_state()
+                if copy:
+                    return [
+                        _tensor_to_numpy(req.get_output_tensor(p.index), p.ov_type) for p in self._returned
+                    ]
+                return [req.get_output_tensor(p.index).data for p in self._returned]
+            values = list(result.values())
+            for name, port in self._state_out.items():
+                self._host_state[self._state_in[name]] = values[port.index]
+            return [values[p.index] for p in self._returned]
 
     __call__ = run
 
