@@ -108,6 +108,18 @@ def cmd_test_ops(args: argparse.Namespace) -> int:
     return cli(args)
 
 
+def _add_gguf_args(p: argparse.ArgumentParser) -> None:
+    from ovkit.gguf import add_cli_args
+
+    add_cli_args(p)
+
+
+def cmd_gguf(args: argparse.Namespace) -> int:
+    from ovkit.gguf import cli
+
+    return cli(args)
+
+
 @dataclass(frozen=True, slots=True)
 class Command:
     """One sub-command: its help, how it adds arguments and what it runs."""
@@ -125,6 +137,9 @@ COMMANDS: dict[str, Command] = {
         "show the parsed GGML_OPENVINO_* environment",
         _add_json_arg,
         cmd_config,
+    ),
+    "gguf": Command(
+        "a GGUF file's tensors and whether its weights fit each device", _add_gguf_args, cmd_gguf
     ),
     "test-ops": Command(
         "run the op catalogue against ggml (test-backend-ops style): mode test | perf",

@@ -315,3 +315,53 @@ def write_gguf(
     w.write_tensors_to_file()
     w.close()
     return p
+
+
+def add_cli_args(p: Any) -> None:
+    """Arguments of ``ovkit gguf FILE``."""
+    p.add_argument("file", help="path of a .gguf file")
+    p.add_argument("--simulate", metavar="PROFILE", help="fit-check against a simulated device set")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def cli(args: Any) -> int:
+    """``ovkit gguf FILE``: metadata summary, tensor table and the per-device fit check."""
+    import json
+    import sys
+
+    from ovkit.cli import make_core
+
+    try:
+        model = read_gguf(args.file)
+    except GGUFError as exc:
+        print(f"ovkit: {exc}", file=sys.stderr)
+        return 2
+    fit = model.fit_check(make_core(args.simulate))
+    table = model.tensor_table()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "metadata": {k: _short(v) for k, v in model.metadata.items()},
+                    "tensors": table.assign(shape=table["shape"].map(list)).to_dict("records"),
+                    "fit": fit.to_dict("records"),
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        return 0
+    print(
+        f"{model.path}: {len(model.tensors)} tensors, {model.total_bytes / 2**20:.1f} MiB, arch {model.architecture}"
+    )
+    counts = table.groupby("type")["bytes"].agg(["count", "sum"])
+    for dtype, crow in counts.iterrows():
+        print(f"  {dtype!s:6} {int(crow['count']):5} tensors {int(crow['sum']) / 2**20:10.1f} MiB")
+    print("Fit check (weights after the requantization policy vs free memory):")
+    for row in fit.to_dict("records"):
+        verdict = "fits" if row["fits"] else "does NOT fit"
+        print(
+            f"  {row['device']:8} {row['weight_bytes'] / 2**20:10.1f} MiB needed, "
+            f"{row['free_bytes'] / 2**20:10.1f} MiB free: {verdict}"
+        )
+    return 0

@@ -159,3 +159,21 @@ def test_load_into_buffer_tracks_weights(model_file: Path) -> None:
     finally:
         buf.free()
         weight_release.reset()
+
+
+def test_cli_summary_and_fit(model_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ovkit.cli import main
+
+    assert main(["gguf", str(model_file), "--simulate", "laptop"]) == 0
+    out = capsys.readouterr().out
+    assert "4 tensors" in out and "q4_K" in out
+    assert "GPU" in out and "fits" in out
+
+
+def test_cli_broken_file_exit_2(model_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ovkit.cli import main
+
+    bad = tmp_path / "cut.gguf"
+    bad.write_bytes(model_file.read_bytes()[:50])
+    assert main(["gguf", str(bad)]) == 2
+    assert "cut.gguf: truncated or corrupt" in capsys.readouterr().err
