@@ -493,13 +493,17 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
 def rope_corr_dims(
     n_dims: int, n_ctx_orig: int, freq_base: float, beta_fast: float, beta_slow: float
 ) -> tuple[float, float]:
-    """``ggml_rope_yarn_corr_dims``."""
+    """``ggml_rope_yarn_corr_dims`` (IEEE semantics: n_ctx_orig = 0 gives -inf, as in C)."""
 
     def corr_dim(n_rot: float) -> float:
-        return n_dims * math.log(n_ctx_orig / (n_rot * 2 * math.pi)) / (2 * math.log(freq_base))
+        ratio = n_ctx_orig / (n_rot * 2 * math.pi)
+        log_ratio = math.log(ratio) if ratio > 0 else -math.inf
+        return n_dims * log_ratio / (2 * math.log(freq_base))
 
-    start = math.floor(corr_dim(beta_fast))
-    end = math.ceil(corr_dim(beta_slow))
+    start = corr_dim(beta_fast)
+    end = corr_dim(beta_slow)
+    start = math.floor(start) if math.isfinite(start) else start
+    end = math.ceil(end) if math.isfinite(end) else end
     return max(0.0, float(start)), min(float(n_dims - 1), float(end))
 
 

@@ -617,16 +617,22 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
     q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
     if k_t.dtype in ("f16", "bf16"):
         q = rounded(q, k_t.dtype)
-    full = (0, 0, q_t.ne[2], q_t.ne[3])
-    k = expand_batch(k, k_t.ne, (k_t.ne[0], k_t.ne[1], *full[2:]))
     v_t = t.srcs[2]
     assert v_t is not None
-    v = expand_batch(v, v_t.ne, (v_t.ne[0], v_t.ne[1], *full[2:]))
+    # batch dim 3: repeat-interleave K/V; heads (dim 2): group the q heads of each KV head
+    # (h = kv_h·r + j) instead of broadcasting K/V — the CPU plugin miscomputes a broadcast-GQA
+    # MatMul/Softmax/MatMul chain for r = 4.
+    k = expand_batch(k, k_t.ne, (k_t.ne[0], k_t.ne[1], k_t.ne[2], q_t.ne[3]))
+    v = expand_batch(v, v_t.ne, (v_t.ne[0], v_t.ne[1], v_t.ne[2], q_t.ne[3]))
+    n_b, n_h, n_q, n_kv, h_kv = q_t.ne[3], q_t.ne[2], q_t.ne[1], k_t.ne[1], k_t.ne[2]
+    r = n_h // h_kv
+    q = ops.reshape(q, i64([n_b, h_kv, r * n_q, q_t.ne[0]]), False)
     scale = t.params["scale"]
     softcap = t.params["logit_softcap"]
     if softcap != 0:
         scale = scale / softcap
-    s = ops.multiply(ops.matmul(q, k, False, True), const(scale))  # [B, H, n_q, n_kv]
+    s = ops.matmul(q, k, False, True)  # [B, H_kv, r·n_q, n_kv]
+    s = ops.multiply(ops.reshape(s, i64([n_b, n_h, n_q, n_kv]), False), const(scale))
     if softcap != 0:
         s = ops.multiply(ops.tanh(s), const(softcap))
     mask_t = t.srcs[3]
@@ -638,8 +644,9 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
     ne_s = (k_t.ne[1], q_t.ne[1], q_t.ne[2], q_t.ne[3])
     sinks = xs[4] if len(xs) > 4 else None
     p = _softmax_with_sinks(s, sinks, ne_s, 1)
-    out = ops.matmul(p, v, False, False)  # [B, H, n_q, Dv]
-    return ops.transpose(out, i64([0, 2, 1, 3]))
+    p = ops.reshape(p, i64([n_b, h_kv, r * n_q, n_kv]), False)
+    out = ops.reshape(ops.matmul(p, v, False, False), i64([n_b, n_h, n_q, v_t.ne[0]]), False)
+    return ops.transpose(out, i64([0, 2, 1, 3]))  # ne [Dv, H, n_q, B]
 
 
 # ---------------------------------------------------------------------------- rope
