@@ -354,6 +354,19 @@ OP_CASES: list[tuple[str, str, list[np.ndarray], object]] = [
     ),
     ("SSM_CONV", "ssm_conv", [_f(2, 6, 8), _f(6, 4)], lambda g, a, b: g.ssm_conv(a, b)),
     (
+        "FLASH_ATTN_EXT",
+        "flash_attn_ext-gqa4-nomask",
+        [_f(1, 8, 6, 32), _f(1, 2, 16, 32).astype(np.float16), _f(1, 2, 16, 32).astype(np.float16)],
+        lambda g, q, k, v: g.flash_attn_ext(q, k, v, None, 0.2, 0.0, 0.0),
+    ),
+    ("MUL_MAT", "mul_mat-batch-ratio4", [_f(2, 5, 16), _f(8, 7, 16)], lambda g, a, b: g.mul_mat(a, b)),
+    (
+        "ROPE",
+        "rope-yarn-n_ctx_orig-0",
+        [_f(1, 5, 4, 32), _ids(30, 70, 10, 0, 120).ravel()],
+        lambda g, a, p: g.rope_ext(a, p, None, 32, 0, 0, 10000.0, 1.4, 0.75, 1.4, 32.0, 1.0),
+    ),
+    (
         "GATED_DELTA_NET",
         "gated_delta_net",
         [
