@@ -36,6 +36,11 @@ _LAZY: dict[str, str] = {
     "weight_release": "ovkit.weight_release",
     "gguf": "ovkit.gguf",
     "read_gguf": "ovkit.gguf",
+    "graph": "ovkit.graph",
+    "Graph": "ovkit.graph",
+    "GraphError": "ovkit.graph",
+    "UnsupportedOpError": "ovkit.graph",
+    "op_coverage_table": "ovkit.ops.table",
 }
 
 
@@ -48,6 +53,10 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Graph",
+    "GraphError",
+    "UnsupportedOpError",
+    "op_coverage_table",
     "Backend",
     "QuantizedWeight",
     "allocation_history",
