@@ -870,8 +870,12 @@ def main(
     as_json: bool = False,
     progress: bool | None = None,
     out: Any = None,
+    isolate: bool = False,
 ) -> int:
-    """The CLI body: print one line per case and the totals (or JSON); 1 on any failure."""
+    """The CLI body: print one line per case and the totals (or JSON); 1 on any failure.
+
+    ``isolate=True`` runs each op in its own process, so a crash inside OpenVINO (a segfault in
+    one translation) becomes FAIL lines for that op instead of killing the whole run."""
     from tqdm import tqdm
 
     stream = out or sys.stdout
@@ -880,14 +884,15 @@ def main(
     results: list[CaseResult] = []
     if not as_json:
         print(f"Testing {dev} (mode {mode}{', reference ' + ref if ref else ''})", file=stream)
-    current_op = None
-    for r in iter_results(mode, ops, dev, core, reference, progress=progress):
+    source = (
+        _isolated_results(mode, ops, dev, core, ref or "numpy", progress)
+        if isolate
+        else iter_results(mode, ops, dev, core, reference, progress=progress)
+    )
+    for r in source:
         results.append(r)
-        if as_json:
-            continue
-        if r.op != current_op:
-            current_op = r.op
-        tqdm.write(r.line(), file=stream)
+        if not as_json:
+            tqdm.write(r.line(), file=stream)
     summary = summarize(results, mode, dev, ref)
     if as_json:
         payload = {
@@ -924,6 +929,7 @@ def add_cli_args(p: Any) -> None:
     p.add_argument("--simulate", metavar="PROFILE", help="use a simulated device set (e.g. laptop)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--isolate", action="store_true", help="one process per op: a crash becomes FAIL lines")
 
 
 def cli(args: Any) -> int:
@@ -941,4 +947,56 @@ def cli(args: Any) -> int:
     if unknown:
         raise UsageError(f"unknown op {unknown[0]!r} (expected one of: {', '.join(sorted(keys))})")
     progress = False if args.no_progress else None
-    return main(args.mode, args.op, args.device, core, args.reference, as_json=args.json, progress=progress)
+    return main(
+        args.mode,
+        args.op,
+        args.device,
+        core,
+        args.reference,
+        as_json=args.json,
+        progress=progress,
+        isolate=args.isolate,
+    )
+
+
+def _isolated_results(
+    mode: str, ops: Sequence[str] | str | None, device: str, core: Any, reference: str, progress: bool | None
+) -> Iterator[CaseResult]:
+    """One child process per op (``python -m ovkit test-ops ... --json``); crashes become FAILs."""
+    import subprocess
+
+    from tqdm import tqdm
+
+    pool = build_catalogue() if mode == "test" else build_perf_catalogue()
+    picked = select(pool, ops)
+    keys = list(dict.fromkeys(c.op for c in picked))
+    base = [sys.executable, "-m", "ovkit", "test-ops", mode, "--json", "--no-progress", "-b", device]
+    if mode == "test":
+        base += ["--reference", reference]
+    profile = getattr(getattr(core, "profile", None), "name", None)
+    if profile:
+        base += ["--simulate", profile]
+    bar = tqdm(
+        keys,
+        desc=f"test-ops {mode} {device} (isolated)",
+        unit="op",
+        file=sys.stderr,
+        leave=False,
+        disable=not progress if progress is not None else None,
+    )
+    for key in bar:
+        proc = subprocess.run([*base, "-o", key], capture_output=True, text=True)
+        try:
+            payload = json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            payload = None
+        if proc.returncode in (0, 1) and payload is not None:
+            for row in payload["cases"]:
+                yield CaseResult(**row)
+            continue
+        why = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+        tail = proc.stderr.strip().splitlines()[-1:] if proc.stderr.strip() else []
+        for c in picked:
+            if c.op == key:
+                detail = f"the process crashed ({why}){': ' + tail[0] if tail else ''}"
+                yield CaseResult(op=c.op, case=c.name, status="FAIL", detail=detail, device=device)

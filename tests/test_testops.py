@@ -83,3 +83,22 @@ def test_every_supported_case_passes_on_cpu(capsys: pytest.CaptureFixture[str]) 
     unsupported = [line for line in out.splitlines() if "not supported [CPU]" in line]
     assert unsupported, "the catalogue includes cases the policy rejects"
     assert all(len(line.split("not supported [CPU]", 1)[1].strip()) > 10 for line in unsupported)
+
+
+def test_isolate_turns_a_crashing_op_into_fail_lines(
+    monkeypatch: pytest.MonkeyPatch, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import stat
+    import sys
+
+    real = sys.executable
+    crasher = tmp_path / "python"
+    # A child that segfaults for SQRT (as a broken translation would) and runs normally otherwise.
+    crasher.write_text(f'#!/bin/sh\ncase "$*" in *SQRT*) kill -SEGV $$;; esac\nexec {real} "$@"\n')
+    crasher.chmod(crasher.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(sys, "executable", str(crasher))
+    code = main(["test-ops", "--isolate", "-o", "SQR", "-o", "SQRT", "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "SQR(type=f32,ne_a=[10,10,1,1]): OK" in out
+    assert "SQRT(type=f32,ne_a=[10,10,1,1]): FAIL the process crashed (signal 11)" in out
