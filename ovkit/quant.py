@@ -448,6 +448,34 @@ class QuantizedWeight:
         main = ops.matmul(b, weight, False, True)
         return ops.add(main, self._bias_term(b)).output(0)
 
+    def ov_get_rows(self, indices: Any) -> Any:
+        """Rows ``indices`` (integer Output, any shape) of the dequantized weight: f32 [..., k].
+
+        The CPU plugin gathers straight from the compressed weights when the decompression is
+        ``Convert → [Subtract] → Multiply``; the exact residual of the asymmetric types is gathered
+        separately ([n, k/32]) and added, so the table is never folded into f32.
+        """
+        ops = _ops()
+        axis = ops.constant(np.int64(0))
+        zps = self._zero_points
+        if len(self.shape) == 2 and self.form == "fast" and self.qtype == "mxfp4":
+            # f4e2m1 tables are folded to f32 by the CPU plugin's Gather; i8 (2x the e2m1 value,
+            # exact) stays compressed
+            dec = self.decoded
+            w = packed_constant(self._grouped(dec.q), "i8")
+            table = ops.multiply(ops.convert(w, "f16"), _scale_const(dec.scale[:, :, None]))
+            return ops.gather(_to_f32(self._flat(table)), indices, axis).output(0)
+        if len(self.shape) != 2 or self.form != "fast" or zps is None:
+            return ops.gather(self.to_ov_node(), indices, axis).output(0)
+        g = self.decoded.group
+        flat = ops.reshape(indices, ops.constant(np.array([-1], np.int64)), False)
+        main = ops.gather(_to_f32(self._flat(self._scaled(upstream=False))), flat, axis)
+        main = ops.reshape(main, ops.constant(np.array([-1, self.k // g, g], np.int64)), False)
+        resid = ops.gather(ops.constant(zps[1]), flat, axis)
+        rows = ops.add(main, ops.unsqueeze(resid, ops.constant(np.int64(-1))))
+        out_shape = ops.concat([ops.shape_of(indices), ops.constant(np.array([self.k], np.int64))], 0)
+        return ops.reshape(rows, out_shape, False).output(0)
+
     def _bias_term(self, b: Any) -> Any:
         """groupsum(b) @ residual.T: the part of the bias the integer zero points leave, out of the FC."""
         ops, dec, zps = _ops(), self.decoded, self._zero_points

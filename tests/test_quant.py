@@ -182,3 +182,24 @@ def test_requant_bytes() -> None:
     assert quant.requant_bytes(quant.RequantTarget.Q8_0_C, "q6_K", shape) == n + 4096 * 2
     assert quant.requant_bytes(quant.RequantTarget.Q4_0_128, "q4_K", shape) == n // 2 + n // 128 * 2
     assert quant.requant_bytes(quant.RequantTarget.F16, "q6_K", shape) == 2 * n
+
+
+@pytest.mark.parametrize("qtype", quant.QUANT_TYPES)
+def test_ov_get_rows_exact_and_keeps_table_compressed(qtype: str, weights: np.ndarray) -> None:
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    qw = quant.quantize(qtype, weights)
+    rows = np.array([[3, 0], [47, 3]], np.int32)
+    idx = ops.parameter(list(rows.shape), ov.Type.i32)
+    compiled = ov.Core().compile_model(ov.Model([qw.ov_get_rows(idx.output(0))], [idx]), "CPU")
+    out = np.asarray(compiled.create_infer_request().infer({0: rows})[0])
+    expected = oracle.ggml_call("get_rows", _ggml_blocks(qw), rows.reshape(-1)).reshape(2, 2, -1)
+    assert out.shape == (2, 2, weights.shape[1])
+    assert oracle.nmse(out, expected) < GET_ROWS_NMSE
+    const_types = {
+        op.get_output_element_type(0).get_type_name()
+        for op in compiled.get_runtime_model().get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) == "Const"
+    }
+    assert const_types & {"i4", "u4", "i8", "u8", "f4e2m1"}, const_types
