@@ -13,7 +13,8 @@ test-backend-ops (e.g. [-150, 150] for unary/GLU, [0.9, 1.1] for MUL/DIV).
 Cases the upstream support policy rejects on CPU declare it (``rejected=`` with a reason
 fragment): the test checks that ``compute`` raises ``UnsupportedOpError`` with that reason, then
 still runs the OpenVINO translation on the CPU device (bypassing the policy) and compares the
-numbers, so semantics are verified for every op.
+numbers, so semantics are verified for every op. A second test runs the same cases through the
+catalogue's numpy reference (``compute(mode="reference")``) against ggml.
 """
 
 from __future__ import annotations
@@ -1033,6 +1034,22 @@ for _tt in range(4):
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
 def test_op_matches_ggml(case: Case) -> None:
     check(case)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
+def test_numpy_reference_matches_ggml(case: Case) -> None:
+    """The catalogue's numpy reference (``compute(mode="reference")``) also reproduces ggml."""
+    data = make_inputs(case)
+    g = Graph()
+    leaves = {name: _leaf(g, name, spec, data[name]) for name, spec in case.inputs.items()}
+    out = case.program(g, leaves)
+    feed = {k: v for k, v in data.items() if not isinstance(v, oracle.QuantArray)}
+    got = np.asarray(g.compute(out, feed, mode="reference"))
+    want = run_ggml(case, data)
+    assert (got.shape, got.dtype) == (want.shape, want.dtype), case.id
+    limit = case.max_nmse if case.max_nmse is not None else oracle.max_nmse(case.op)
+    verdict = oracle.compare(got, want, limit)
+    assert verdict.ok, f"{case.id}: {verdict}"
 
 
 #: the catalogue: ggml ops (39) and sub-ops registered upstream, by the builder that makes them.
