@@ -1072,6 +1072,10 @@ class Graph:
             beta_slow,
         )
 
+    def rope(self, a: Tensor, b: Tensor, n_dims: int, mode: int) -> Tensor:
+        """``ggml_rope``: rope_ext with ggml's defaults (base 10000, no scaling, no YaRN)."""
+        return self.rope_ext(a, b, None, n_dims, mode, 0, 10000.0, 1.0, 0.0, 1.0, 0.0, 0.0)
+
     def rope_multi(
         self,
         a: Tensor,

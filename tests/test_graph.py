@@ -513,3 +513,30 @@ def test_constant_accepts_a_quantized_weight_for_mul_mat_and_get_rows() -> None:
     dev = g.compute(outs, {"x": X, "r": R}, device="CPU")
     assert nmse(dev[0], X @ w.dequantize().T) < 1e-12
     np.testing.assert_allclose(dev[1], w.dequantize()[[4, 1]], rtol=1e-6)
+
+
+def test_device_class_gates_apply_on_a_simulated_gpu_and_cpu_runs() -> None:
+    from ovkit.simulate import SimulatedCore
+
+    core = SimulatedCore("laptop")
+    g = Graph()
+    rows = g.get_rows(g.input("a", (10, 8), "bf16"), g.input("r", (3,), "i32"))
+    feed = {"a": rand(10, 8), "r": np.array([1, 2, 3], np.int32)}
+    cpu = g.compute(rows, feed, device="CPU", core=core)
+    np.testing.assert_array_equal(cpu, g.compute(rows, feed, mode="reference"))
+    with pytest.raises(UnsupportedOpError, match=r"not supported on GPU: GET_ROWS: src0 is bf16") as info:
+        g.compute(rows, feed, device="GPU", core=core)
+    assert info.value.device == "GPU"
+
+
+def test_outputs_may_be_leaves_and_views_of_constants() -> None:
+    g = Graph()
+    x = g.input("x", (3, 4))
+    c = g.constant(np.arange(12, dtype=np.float32).reshape(3, 4))
+    outs = [x, g.view_1d(c, 5, 4), g.transpose(x)]
+    X = rand(3, 4)
+    for mode in ("device", "reference"):
+        got = g.compute(outs, {"x": X}, device="CPU", mode=mode)  # type: ignore[arg-type]
+        np.testing.assert_array_equal(got[0], X)
+        np.testing.assert_array_equal(got[1], np.arange(1, 6, dtype=np.float32))
+        np.testing.assert_array_equal(got[2], X.T)
