@@ -248,32 +248,42 @@ class Tensor:
     def set_name(self, name: str) -> Tensor:
         """``ggml_set_name``; returns the tensor for chaining."""
         self.name = name
+        self.graph._info_cache.clear()
         return self
 
     def op_info(self) -> Any:
-        """This node as an ``ovkit.ops.policy.OpInfo`` (sources and view source included)."""
+        """This node as an ``ovkit.ops.policy.OpInfo`` (sources and view source included).
+
+        Built iteratively (no recursion limit on deep graphs) and cached per graph; the cache is
+        dropped whenever a node is edited after creation (sinks, precision, name).
+        """
         from ovkit.ops.policy import OpInfo
 
-        memo: dict[int, Any] = {}
-
-        def build(t: Tensor) -> Any:
-            if t.id in memo:
-                return memo[t.id]
-            info = OpInfo(
+        cache = self.graph._info_cache
+        if self.id in cache:
+            return cache[self.id]
+        stack: list[tuple[Tensor, bool]] = [(self, False)]
+        while stack:
+            t, ready = stack.pop()
+            if t.id in cache:
+                continue
+            deps = [s for s in t.srcs if s is not None] + ([t.view_src] if t.view_src is not None else [])
+            if not ready:
+                stack.append((t, True))
+                stack.extend((d, False) for d in deps if d.id not in cache)
+                continue
+            cache[t.id] = OpInfo(
                 op=t.op,
                 dtype=t.dtype,
                 ne=t.ne,
-                srcs=tuple(build(s) if s is not None else None for s in t.srcs),
+                srcs=tuple(cache[s.id] if s is not None else None for s in t.srcs),
                 sub_op=t.sub_op,
                 params=dict(t.params),
                 name=t.name,
                 nb=t.nb,
-                view_src=build(t.view_src) if t.view_src is not None else None,
+                view_src=cache[t.view_src.id] if t.view_src is not None else None,
             )
-            memo[t.id] = info
-            return info
-
-        return build(self)
+        return cache[self.id]
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +305,7 @@ class Graph:
     def __init__(self) -> None:
         self.nodes: list[Tensor] = []
         self._names: set[str] = set()
+        self._info_cache: dict[int, Any] = {}  # Tensor.op_info() results (cleared on edits)
 
     # ------------------------------------------------------------------ internals
     def _new(
@@ -872,6 +883,7 @@ class Graph:
     def mul_mat_set_prec(self, a: Tensor, prec: int) -> None:
         """``ggml_mul_mat_set_prec`` (recorded; the OpenVINO path always computes in f32)."""
         a.params["prec"] = int(prec)
+        self._info_cache.clear()
 
     def mul_mat_id(self, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
         """``ggml_mul_mat_id``: out[:, e, t] = as_[ids[e, t]] @ b[:, e % b.ne1, t] (MoE experts)."""
@@ -980,6 +992,7 @@ class Graph:
                 raise self._err(op, "sinks", f"ne[0] == {heads} (one per head)", f"ne {_ne_str(sinks.ne)}")
         srcs[slot] = sinks
         a.srcs = tuple(srcs)
+        self._info_cache.clear()
 
     def flash_attn_ext(
         self,
@@ -1030,6 +1043,7 @@ class Graph:
     def flash_attn_ext_set_prec(self, a: Tensor, prec: int) -> None:
         """``ggml_flash_attn_ext_set_prec`` (recorded in params)."""
         a.params["prec"] = int(prec)
+        self._info_cache.clear()
 
     def flash_attn_ext_add_sinks(self, a: Tensor, sinks: Tensor | None) -> None:
         """``ggml_flash_attn_ext_add_sinks``: per-head sink logits (f32, ne0 == n_head)."""
