@@ -1385,6 +1385,10 @@ NB05 = [
         ax.set_xscale("log")
         ax.set_xlabel("µs per run (log)")
         ax.invert_yaxis()
+        for y, (us, gflops, gbps) in enumerate(zip(ok["us/run"], ok["GFLOPS"], ok["GB/s"], strict=True)):
+            rate = f"{gflops:,.1f} GFLOPS" if pd.notna(gflops) else f"{gbps:,.1f} GB/s"
+            ax.text(us * 1.08, y, rate, va="center", fontsize=7)
+        ax.set_xlim(right=ok["us/run"].max() * 12)
         ax.set_title(f"time per op on {dev0} (blue: compute-bound, orange: memory-bound)", fontsize=9)
         ax.tick_params(axis="y", labelsize=7)
         fig.tight_layout()
@@ -1405,6 +1409,8 @@ NB05 = [
         for cls, df in results.items():
             ok, fail, unsup = ((df["status"] == s).sum() for s in ("OK", "FAIL", "not supported"))
             print(f"{cls}: {ok}/{ok + fail} supported cases pass, {unsup} not supported, {fail} FAIL")
+        timed = perf["status"].value_counts().to_dict()
+        print(f"perf on {dev0}: {len(perf)} cases timed, statuses {timed}")
         """,
     ),
 ]
@@ -1656,7 +1662,7 @@ NOTEBOOKS: dict[str, list[Cell]] = {
     "02-selecting-a-device": NB02,
     "03-compute-graphs": NB03,
     "04-memory-and-allocations": NB04,
-    # "05-op-coverage": NB05,  (enabled once GET_ROWS no longer crashes OpenVINO, see notes-ops.md)
+    "05-op-coverage": NB05,
     "06-gguf": NB06,
 }
 

@@ -116,6 +116,7 @@ def test_walkthroughs_in_order() -> None:
         "02-selecting-a-device",
         "03-compute-graphs",
         "04-memory-and-allocations",
+        "05-op-coverage",
         "06-gguf",
     ], names
 
@@ -398,6 +399,41 @@ def test_04_quantized_matmul_matches(executed: Callable[[str], Any]) -> None:
     m = re.search(r"worst NMSE vs dequantized weights ([\d.e+-]+) over (\d+) types", text(nb, "result"))
     assert m, text(nb, "result")
     assert float(m.group(1)) < 5e-4 and int(m.group(2)) == 8  # test-backend-ops' mul_mat threshold
+
+
+# ---------------------------------------------------------------------------------------------
+# 05-op-coverage
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_05_test_ops_pass_on_every_device_class(executed: Callable[[str], Any]) -> None:
+    nb = executed("05-op-coverage")
+    cpu = text(nb, "test-cpu")
+    m = re.search(r"(\d+)/(\d+) tests passed, (\d+) not supported", cpu)
+    assert m and m.group(1) == m.group(2) and int(m.group(1)) > 50, cpu
+    assert "  Backend CPU: OK" in cpu
+    result = text(nb, "result").splitlines()
+    for cls in ("CPU", "GPU", "NPU"):
+        line = next(r for r in result if r.startswith(cls + ":"))
+        ok, ran = re.search(r"(\d+)/(\d+) supported cases pass", line).groups()  # type: ignore[union-attr]
+        assert ok == ran and line.endswith(" 0 FAIL"), line
+
+
+@pytest.mark.slow
+def test_05_rejections_carry_reasons(executed: Callable[[str], Any]) -> None:
+    reasons = text(executed("05-op-coverage"), "reasons", "stdout")
+    gpu = reasons.split("GPU:")[1].split("NPU:")[0]
+    assert "[div.gpu_per_channel]" in gpu and "[div.gpu_per_channel]" not in reasons.split("GPU:")[0]
+    assert "UNARY EXP with an f32 output is rejected [global.exp_f32]" in reasons
+
+
+@pytest.mark.slow
+def test_05_heatmap_and_perf(executed: Callable[[str], Any]) -> None:
+    nb = executed("05-op-coverage")
+    assert len(pngs(nb, "heatmap")) == 1 and len(pngs(nb, "perf-chart")) == 1
+    m = re.search(r"perf on CPU: (\d+) cases timed, statuses \{'OK': (\d+)\}", text(nb, "result"))
+    assert m and m.group(1) == m.group(2) and int(m.group(1)) >= 5, text(nb, "result")
 
 
 # ---------------------------------------------------------------------------------------------
