@@ -1453,7 +1453,8 @@ def round_to(dtype: str, arr: Any) -> np.ndarray:
         if nan.any():
             out = np.where(nan, np.float32(np.nan), out)
         return out.reshape(f.shape)
-    return np.asarray(a, dtype=NUMPY_DTYPE[dtype])
+    with np.errstate(over="ignore", invalid="ignore"):  # f32 → f16 overflow is ±inf, as in ggml
+        return np.asarray(a, dtype=NUMPY_DTYPE[dtype])
 
 
 def _from_model_output(t: Tensor, arr: np.ndarray) -> np.ndarray:

@@ -540,3 +540,19 @@ def test_outputs_may_be_leaves_and_views_of_constants() -> None:
         np.testing.assert_array_equal(got[0], X)
         np.testing.assert_array_equal(got[1], np.arange(1, 6, dtype=np.float32))
         np.testing.assert_array_equal(got[2], X.T)
+
+
+def test_f16_and_bf16_storage_keeps_inf_nan_and_overflows_like_ggml() -> None:
+    g = Graph()
+    src = g.scale(g.input("b", (6,)), 1.0)
+    to_f16 = g.cpy(src, g.input("z", (6,), "f16"))
+    big_bf16 = g.scale(g.input("zb", (6,), "bf16"), 1.0)
+    b = np.array([1e5, -1e5, 65504, 65520, np.inf, np.nan], np.float32)
+    feed = {"b": b, "z": np.zeros(6, np.float16), "zb": b * np.float32(1e30)}
+    dev = g.compute([to_f16, big_bf16], feed, device="CPU")
+    ref = g.compute([to_f16, big_bf16], feed, mode="reference")
+    np.testing.assert_array_equal(
+        dev[0], np.array([np.inf, -np.inf, 65504, np.inf, np.inf, np.nan], np.float16)
+    )
+    for d, r in zip(dev, ref, strict=True):
+        np.testing.assert_array_equal(d, r)

@@ -90,8 +90,12 @@ def rounded(x: Out, dtype: str) -> Out:
     if dtype == "f32":
         return x
     c = const(_SPLIT[dtype])
-    t = ops.multiply(x, c)
-    hi = ops.subtract(t, ops.subtract(t, x))
+    big = ops.greater(ops.abs(x), const(2.0**100))  # split a scaled copy: c·x must not overflow
+    xs = ops.select(big, ops.multiply(x, const(2.0**-64)), x)
+    t = ops.multiply(xs, c)
+    hi = ops.subtract(t, ops.subtract(t, xs))
+    hi = ops.select(big, ops.multiply(hi, const(2.0**64)), hi)
+    hi = ops.select(ops.is_finite(x), hi, x)  # ±inf/nan pass through
     if dtype != "f16":
         return hi
     sub = ops.divide(ops.round(ops.multiply(x, const(2.0**24)), "half_to_even"), const(2.0**24))
