@@ -47,6 +47,7 @@ class Refresher:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._paused = False
+        self._kick = False
         self._thread: threading.Thread | None = None
         self.ticks = 0
         self.errors = 0
@@ -61,7 +62,7 @@ class Refresher:
     @interval.setter
     def interval(self, value: float) -> None:
         self._interval = check_interval(value)
-        self._wake.set()  # the new interval applies now, not after the old one has elapsed
+        self._wake.set()  # the new interval applies to the current wait
 
     @property
     def paused(self) -> bool:
@@ -92,6 +93,7 @@ class Refresher:
 
     def resume(self) -> None:
         self._paused = False
+        self._kick = True
         self._wake.set()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -122,10 +124,20 @@ class Refresher:
         return True
 
     def _run(self) -> None:
+        # Fixed rate: a tick is due one interval after the previous one started, so a slow tick
+        # shortens the wait (ticks never pile up).  An interval change re-times the current wait;
+        # resume() ticks at once.
+        last = time.monotonic()
         while not self._stop.is_set():
-            self._wake.wait(self._interval)
+            self._wake.wait(max(0.0, last + self._interval - time.monotonic()))
             self._wake.clear()
             if self._stop.is_set():
                 break
-            if not self._paused:
-                self.tick()
+            if self._paused:
+                last = time.monotonic()
+                continue
+            if not self._kick and time.monotonic() < last + self._interval:
+                continue  # woken early by a new interval: wait out the rest of it
+            self._kick = False
+            last = time.monotonic()
+            self.tick()
