@@ -159,90 +159,22 @@ def cache_hit_vs_cold(quick: bool) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------
 # 3. transformer block
 # ---------------------------------------------------------------------------------------------
-D, HEADS, KV_HEADS, HD, FF, CTX = 512, 8, 4, 64, 1408, 256
-KV_DIM = KV_HEADS * HD
-EPS = 1e-6
-
-
-def block_weights(seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-
-    def w(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)).astype(np.float32)
-
-    return {
-        "attn_norm": (1 + 0.1 * rng.standard_normal(D)).astype(np.float32),
-        "wq": w(D, D),
-        "wk": w(KV_DIM, D),
-        "wv": w(KV_DIM, D),
-        "wo": w(D, D),
-        "ffn_norm": (1 + 0.1 * rng.standard_normal(D)).astype(np.float32),
-        "w_gate": w(FF, D),
-        "w_up": w(FF, D),
-        "w_down": w(D, FF),
-    }
-
-
-def transformer_block(n_tok: int, weights: dict[str, np.ndarray]) -> tuple[Any, Any, dict[str, Any]]:
-    """A llama-style block over a fixed-size f16 KV cache written with set_rows (as llama.cpp).
-
-    Inputs: x (n_tok, D), pos (n_tok,) i32, kv_idx (n_tok,) i64, mask (n_tok, CTX) f16, and the
-    states cache_k/cache_v (CTX, KV_DIM) f16.  Returns (graph, output, {state: next value}).
-    """
-    from ovkit.graph import Graph
-
-    g = Graph()
-    x = g.input("x", (n_tok, D))
-    pos = g.input("pos", (n_tok,), "i32")
-    kv_idx = g.input("kv_idx", (n_tok,), "i64")
-    mask = g.input("mask", (n_tok, CTX), "f16")
-    cache_k = g.input("cache_k", (CTX, KV_DIM), "f16")
-    cache_v = g.input("cache_v", (CTX, KV_DIM), "f16")
-    c = {k: g.constant(v, k) for k, v in weights.items()}
-
-    h = g.mul(g.rms_norm(x, EPS), c["attn_norm"])
-    q = g.reshape_3d(g.mul_mat(c["wq"], h), HD, HEADS, n_tok)
-    k = g.reshape_3d(g.mul_mat(c["wk"], h), HD, KV_HEADS, n_tok)
-    v = g.mul_mat(c["wv"], h)
-    rope = (None, HD, 2, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
-    q = g.rope_ext(q, pos, *rope)
-    k = g.rope_ext(k, pos, *rope)
-    ck = g.set_rows(cache_k, g.reshape_2d(k, KV_DIM, n_tok), kv_idx)
-    cv = g.set_rows(cache_v, v, kv_idx)
-    kk = g.permute(g.view_3d(ck, HD, KV_HEADS, CTX, HD * 2, KV_DIM * 2, 0), 0, 2, 1, 3)
-    vv = g.permute(g.view_3d(cv, HD, KV_HEADS, CTX, HD * 2, KV_DIM * 2, 0), 0, 2, 1, 3)
-    qq = g.permute(g.view_tensor(q), 0, 2, 1, 3)
-    attn = g.flash_attn_ext(qq, kk, vv, mask, 1.0 / np.sqrt(HD), 0.0, 0.0)
-    x2 = g.add(x, g.mul_mat(c["wo"], g.reshape_2d(attn, D, n_tok)))
-    h2 = g.mul(g.rms_norm(x2, EPS), c["ffn_norm"])
-    ff = g.mul_mat(c["w_down"], g.swiglu_split(g.mul_mat(c["w_gate"], h2), g.mul_mat(c["w_up"], h2)))
-    return g, g.add(x2, ff), {"cache_k": ck, "cache_v": cv}
-
-
-def block_inputs(n_tok: int, start: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    positions = np.arange(start, start + n_tok)
-    mask = np.full((n_tok, CTX), -np.inf, np.float16)
-    for i, p in enumerate(positions):
-        mask[i, : p + 1] = 0
-    return {
-        "x": rng.standard_normal((n_tok, D), dtype=np.float32),
-        "pos": positions.astype(np.int32),
-        "kv_idx": positions.astype(np.int64),
-        "mask": mask,
-    }
-
-
 def transformer(quick: bool) -> dict[str, float]:
+    from ovkit.blocks import BlockConfig, block_inputs, block_weights, transformer_block
     from ovkit.engine import graph_session
 
-    weights = block_weights()
+    cfg = BlockConfig()  # d=512, 8 query / 4 KV heads of 64, ff=1408, ctx=256
+    weights = block_weights(cfg)
     n_prefill, n_decode = 64, 16 if quick else 48
-    rng = np.random.default_rng(3)
-    prefill_in = block_inputs(n_prefill, 0, rng)
-    decode_in = [block_inputs(1, n_prefill + i, rng) for i in range(n_decode)]
-    gp, outp, states_p = transformer_block(n_prefill, weights)
-    gd, outd, states_d = transformer_block(1, weights)
+    xs = np.random.default_rng(3).standard_normal((n_prefill + n_decode, cfg.d)).astype(np.float32)
+    prefill_in = block_inputs(cfg, xs[:n_prefill], 0)
+    decode_in = [
+        block_inputs(cfg, xs[n_prefill + i : n_prefill + i + 1], n_prefill + i) for i in range(n_decode)
+    ]
+    gp, outp, states_p = transformer_block(cfg, n_prefill, weights)
+    gd, outd, states_d = transformer_block(cfg, 1, weights)
     results: dict[str, float] = {}
+    finals: dict[bool, np.ndarray] = {}
     for stateful in (True, False):
         prefill = graph_session(gp, [outp], states_p, stateful=stateful)
         decode = graph_session(gd, [outd], states_d, stateful=stateful)
@@ -253,28 +185,30 @@ def transformer(quick: bool) -> dict[str, float]:
             prefill.compute(prefill_in)
             times.append(time.perf_counter() - t0)
         prefill_s = statistics.median(times)
-        for name in ("cache_k", "cache_v"):
-            decode.set_state(name, prefill.state(name))
-        decode.compute(decode_in[0])  # warm up (first infer)
+        decode.compute(decode_in[0])  # first infer of the decode model (warm-up), then restart
         for name in ("cache_k", "cache_v"):
             decode.set_state(name, prefill.state(name))
         t0 = time.perf_counter()
         for feed in decode_in:
-            decode.compute(feed)
+            (last,) = decode.compute(feed)
         decode_s = (time.perf_counter() - t0) / n_decode
-        filled = int(np.count_nonzero(np.any(decode.state("cache_k") != 0, axis=1)))
+        finals[stateful] = last
+        filled = int(np.count_nonzero(decode.state("cache_k").any(axis=1)))
         assert filled == n_prefill + n_decode, (
             f"KV cache holds {filled} rows, expected {n_prefill + n_decode}"
         )
         kind = "stateful" if stateful else "stateless (host KV)"
-        results[f"prefill_tok_s_{'sf' if stateful else 'sl'}"] = n_prefill / prefill_s
-        results[f"decode_tok_s_{'sf' if stateful else 'sl'}"] = 1 / decode_s
+        tag = "sf" if stateful else "sl"
+        results[f"prefill_tok_s_{tag}"] = n_prefill / prefill_s
+        results[f"decode_tok_s_{tag}"] = 1 / decode_s
         print(
-            f"transformer block d={D} heads={HEADS}/{KV_HEADS} ff={FF} ctx={CTX} [{kind}]: "
-            f"prefill {n_prefill} tok {n_prefill / prefill_s:9.1f} tok/s, "
-            f"decode {1 / decode_s:7.1f} tok/s ({decode_s * 1e3:.2f} ms/token, KV rows {filled})",
+            f"transformer block d={cfg.d} heads={cfg.heads}/{cfg.kv_heads} ff={cfg.ff} ctx={cfg.ctx} [{kind}]: "
+            f"prefill {n_prefill} tok {n_prefill / prefill_s:8.1f} tok/s "
+            f"({cfg.flops_per_token() * n_prefill / prefill_s / 1e9:.1f} GFLOPS), "
+            f"decode {1 / decode_s:7.1f} tok/s ({decode_s * 1e3:.2f} ms/token), KV rows {filled}",
             flush=True,
         )
+    np.testing.assert_allclose(finals[True], finals[False], rtol=1e-5, atol=1e-5)
     report(
         "decode per token, stateful KV (OV variables)",
         1 / results["decode_tok_s_sf"],

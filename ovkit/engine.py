@@ -1263,7 +1263,7 @@ def graph_structure_key(graph: Any, outputs: Sequence[Any]) -> str:
 class _InputSlot:
     """One graph input: how a fed array becomes the model's 4-D Parameter value."""
 
-    __slots__ = ("dtype", "gdtype", "last_src", "last_view", "name", "param_shape", "shape")
+    __slots__ = ("alt_shapes", "dtype", "gdtype", "last_src", "last_view", "name", "param_shape", "shape")
 
     def __init__(self, leaf: Any) -> None:
         from ovkit.graph import NUMPY_DTYPE
@@ -1275,6 +1275,9 @@ class _InputSlot:
         self.param_shape: tuple[int, ...] = tuple(reversed(leaf.ne))
         self.last_src: Any = None
         self.last_view: Any = None
+        # Other numpy shapes of the same ggml tensor (e.g. (1, 512) for ne [512, 1, 1, 1]),
+        # learnt when Graph's own input checks accepted them.
+        self.alt_shapes: set[tuple[int, ...]] = set()
 
     def convert(self, value: Any) -> np.ndarray | None:
         """The Parameter view of ``value`` (same memory when possible); None → slow path."""
@@ -1283,7 +1286,7 @@ class _InputSlot:
         if (
             type(value) is not np.ndarray
             or value.dtype != self.dtype
-            or value.shape != self.shape
+            or (value.shape != self.shape and value.shape not in self.alt_shapes)
             or self.gdtype == "bf16"
             or not value.flags.c_contiguous
         ):
@@ -1374,6 +1377,9 @@ class GraphPlan:
                 list(self.outputs) + list(self.extra_outputs),
                 {**{s.name: np.zeros(s.shape, s.dtype) for s in self.slots if s.name in skipped}, **inputs},
             )
+            for s in self.slots:  # accepted: remember the spelling of each shape for the fast path
+                if s.name in inputs and len(s.alt_shapes) < 8:
+                    s.alt_shapes.add(tuple(np.shape(inputs[s.name])))
             return [prepared[s.name] for s in self.slots if s.name not in skipped]
         if len(inputs) > len(out):
             unknown = sorted(set(inputs) - self.known)
