@@ -935,6 +935,8 @@ NB04 = [
         live_interval_s = 0.25  # refresh interval of the live charts
         quant_rows = 64  # quantized weights of section 4: quant_rows x quant_k
         quant_k = 512
+        release_rows = 2048  # weight released in section 5: release_rows x release_k f16
+        release_k = 4096
         seed = 0
         """
     ),
@@ -1148,13 +1150,70 @@ NB04 = [
         """,
     ),
     md(
+        "release-md",
+        """
+        ## 5. Weight release
+
+        Once a device has compiled a model, the runtime holds its own copy of the weights, and the
+        host copy in ggml's weight buffers is dead weight. With `GGML_OPENVINO_RELEASE_WEIGHTS=1`
+        (or `GGML_OPENVINO_MEMORY_OPTIMIZE=1` on the GPU class) the backend gives those pages back
+        to the OS on the **first cache hit** (`madvise(MADV_DONTNEED)`) and logs upstream's line.
+        After that nothing new can be compiled from those weights: a recompile raises upstream's
+        error instead of computing on zeros. Here on the CPU, whose plugin repacks matmul weights
+        into its own copy, with `release_rows x release_k` f16 weights in an ovkit host buffer.
+        """,
+    ),
+    code(
+        "release",
+        """
+        import openvino.opset13 as ops
+        import psutil
+
+        from ovkit import weight_release
+        from ovkit.runtime import default_core
+
+
+        def rss_mib():
+            return psutil.Process().memory_info().rss / 2**20
+
+
+        weight_release.reset()
+        m, k = release_rows, release_k
+        wbuf = buffers.alloc_buffer("CPU", m * k * 2, "weights", host=True)
+        wt = wbuf.place("blk.0.ffn_up.weight", (m, k), "f16")
+        wbuf.set_weight(wt, (rng.standard_normal((m, k)) * 0.05).astype(np.float16))  # registers the buffer
+        print(f"registered: {weight_release.REGISTRY.count} buffer, {weight_release.REGISTRY.registered_bytes / 2**20:.0f} MiB")
+        xin = ops.parameter([1, k], ov.Type.f32, name="x")
+        weight = ops.convert(ops.constant(wt.numpy(), shared_memory=True), "f32")  # zero-copy, as upstream
+        compiled = default_core().compile_model(ov.Model([ops.matmul(xin, weight, False, True)], [xin]), "CPU")
+        request = compiled.create_infer_request()
+        xr = rng.standard_normal((1, k)).astype(np.float32)
+        before = np.array(request.infer({0: xr})[0])
+
+        config = ovkit.read_config({"GGML_OPENVINO_RELEASE_WEIGHTS": "1"})
+        rss_before = rss_mib()
+        released = weight_release.on_cache_hit("CPU", config)  # what the engine does on the first cache hit
+        rss_after = rss_mib()
+        print(released.message)
+        print(f"resident memory {rss_before:.0f} -> {rss_after:.0f} MiB: {rss_before - rss_after:.0f} MiB back to the OS")
+        print("host copy reads as zeros now:", not wbuf.data.any())
+        print("results unchanged:", np.array_equal(np.array(request.infer({0: xr})[0]), before))
+        try:
+            weight_release.before_compile("CPU")
+        except weight_release.WeightsReleasedError as exc:
+            print("recompile refused:", exc)
+        wbuf.free()
+        weight_release.reset()  # notebook only: a real backend process has no way back
+        """,
+    ),
+    md(
         "result-md",
         """
         ## Result
 
         Used memory on the device rose with every compiled graph and fell back when the cache was
         cleared; every buffer allocated here was released; quantized weights match their
-        dequantized values on the device.
+        dequantized values on the device; released host weights really left the process.
         """,
     ),
     code(
@@ -1165,6 +1224,7 @@ NB04 = [
         print("ovkit buffers still live:", len(buffers.current_allocations()))
         worst = qtable["NMSE vs dequantized"].max()
         print(f"quantized mul_mat on {dev}: worst NMSE vs dequantized weights {worst:.1e} over {len(qtable)} types")
+        print(f"weight release: {released.released_bytes / 2**20:.0f} MiB released, RSS fell by {rss_before - rss_after:.0f} MiB")
         """,
     ),
 ]

@@ -401,6 +401,17 @@ def test_04_quantized_matmul_matches(executed: Callable[[str], Any]) -> None:
     assert float(m.group(1)) < 5e-4 and int(m.group(2)) == 8  # test-backend-ops' mul_mat threshold
 
 
+@pytest.mark.slow
+def test_04_weight_release(executed: Callable[[str], Any]) -> None:
+    nb = executed("04-memory-and-allocations")
+    out = text(nb, "release")
+    assert "ggml_openvino_release_weight_buffers: released 16 MB of host weight buffers (1 buffers)" in out
+    assert "host copy reads as zeros now: True" in out and "results unchanged: True" in out
+    assert "recompile refused: ggml-openvino: a new graph needs to be compiled" in out
+    m = re.search(r"weight release: (\d+) MiB released, RSS fell by (-?\d+) MiB", text(nb, "result"))
+    assert m and int(m.group(1)) == 16 and int(m.group(2)) >= 0.9 * 16, text(nb, "result")
+
+
 # ---------------------------------------------------------------------------------------------
 # 05-op-coverage
 # ---------------------------------------------------------------------------------------------
