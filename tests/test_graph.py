@@ -556,3 +556,42 @@ def test_f16_and_bf16_storage_keeps_inf_nan_and_overflows_like_ggml() -> None:
     )
     for d, r in zip(dev, ref, strict=True):
         np.testing.assert_array_equal(d, r)
+
+
+def test_random_view_permute_chains_match_ggml_memory_semantics() -> None:
+    """Random chains of permute/transpose/view/cont: the CPU result equals the reference's direct
+    strided read of the base memory (ggml's indexing), whichever OpenVINO path was taken."""
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        shape = tuple(int(x) for x in rng.integers(1, 6, 4))
+        g = Graph()
+        t = g.input("a", shape)
+        for _step in range(3):
+            k = int(rng.integers(0, 4))
+            try:
+                if k == 0:
+                    t = g.permute(t, *[int(x) for x in rng.permutation(4)])
+                elif k == 1:
+                    t = g.transpose(t)
+                elif k == 2:
+                    ne = [int(rng.integers(1, t.ne[i] + 1)) for i in range(4)]
+                    t = g.view_4d(t, *ne, t.nb[1], t.nb[2], t.nb[3], int(rng.integers(0, 3)) * 4)
+                else:
+                    t = g.cont(t)
+            except GraphError:
+                continue
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(
+            g.compute(t, {"a": x}, device="CPU"), g.compute(t, {"a": x}, mode="reference")
+        )
+
+
+def test_strided_kv_cache_view_uses_slices_not_a_gather() -> None:
+    g = Graph()
+    cache = g.input("k_cache", (64, 8, 16))  # [n_ctx, n_head_kv, head_dim]
+    k = g.permute(g.view_3d(cache, 16, 8, 10, cache.nb[1], cache.nb[2], 0), 0, 2, 1, 3)  # first 10 cells
+    model, _ = g.to_model(k)
+    kinds = {op.get_type_name() for op in model.get_ordered_ops()}
+    assert "Gather" not in kinds and "Transpose" in kinds
+    x = rand(64, 8, 16)
+    np.testing.assert_array_equal(g.compute(k, {"k_cache": x}, device="CPU"), x[:10].transpose(1, 0, 2))

@@ -155,50 +155,71 @@ def leaf_value(t: Tensor) -> Out:
 
 
 def view_value(t: Tensor, base: Out) -> Out:
-    """The value of a view/permute/reshape ``t`` read from its base's memory, as ggml indexes it."""
+    """The value of a view/permute/reshape ``t`` read from its base's memory, as ggml indexes it.
+
+    Packed views are a Slice + Reshape; strided views whose strides nest (each a multiple of the
+    next, rows not overlapping; permutes included) are Slice + Reshape to the padded block +
+    Slice + Transpose; anything else is a Gather with constant element indices.
+    """
     base_t = t.base
     n_base = base_t.nelements
     if t.nelements == 0:
         return ops.broadcast(const(0, np.float32), i64(list(reversed(t.ne))))
-    flat = ops.reshape(base, i64([n_base]), False)
-    idx = ggml_index_map(t)
-    lin = idx.reshape(-1)
-    start = int(lin[0])
-    if np.array_equal(lin, np.arange(start, start + lin.size)):
-        if start == 0 and lin.size == n_base:
+    start = t.view_offs // t.type_size
+    if t.is_contiguous():
+        if start == 0 and t.nelements == n_base:
             return reshape4(base, t.ne)
-        return reshape4(ops.slice(flat, i64([start]), i64([start + lin.size]), i64([1])), t.ne)
-    perm = _permutation_of(t)
-    if perm is not None:
-        dims_desc, view_order, start = perm
-        size = math.prod(t.ne[d] for d in dims_desc)
-        src = (
-            flat
-            if start == 0 and size == n_base
-            else ops.slice(flat, i64([start]), i64([start + size]), i64([1]))
+        flat = ops.reshape(base, i64([n_base]), False)
+        return reshape4(ops.slice(flat, i64([start]), i64([start + t.nelements]), i64([1])), t.ne)
+    flat = ops.reshape(base, i64([n_base]), False)
+    plan = _strided_plan(t)
+    if plan is None:
+        return ops.gather(flat, ops.constant(ggml_index_map(t)), i64(0))
+    span, block, keep, order = plan
+    if start + span > n_base:  # the padded block may run past the buffer: pad (never read)
+        flat = ops.pad(
+            flat, i64([0]), i64([start + span - n_base]), "constant", const(0, OV_NP[base_t.dtype])
         )
-        y = ops.reshape(src, i64([t.ne[d] for d in dims_desc]), False)
-        y = ops.transpose(y, i64(view_order))
-        return reshape4(y, t.ne)
-    return ops.gather(flat, ops.constant(idx), i64(0))
+    src = ops.slice(flat, i64([start]), i64([start + span]), i64([1]))
+    y = ops.reshape(src, i64(block), False)
+    if keep != block:
+        y = ops.slice(y, i64([0] * len(block)), i64(keep), i64([1] * len(block)))
+    y = ops.reshape(y, i64(keep[:-1]), False)
+    if order != sorted(order):
+        y = ops.transpose(y, i64(order))
+    return reshape4(y, t.ne)
 
 
-def _permutation_of(t: Tensor) -> tuple[list[int], list[int], int] | None:
-    """When ``t`` is a permutation of a packed block of its base: (dims by stride desc, order, start)."""
+#: numpy scalar types for padding values of each ggml type (bf16 values are bf16 inside the model).
+OV_NP: dict[str, Any] = {
+    "f32": np.float32,
+    "f16": np.float16,
+    "bf16": np.float32,
+    "i32": np.int32,
+    "i64": np.int64,
+}
+
+
+def _strided_plan(t: Tensor) -> tuple[int, list[int], list[int], list[int]] | None:
+    """For nested strides: (span in elements, padded block shape, kept sizes, transpose order)."""
     es = t.type_size
     dims = [d for d in range(4) if t.ne[d] > 1]
     if not dims:
         return None
-    by_stride = sorted(dims, key=lambda d: t.nb[d])
-    expect = es
-    for d in by_stride:
-        if t.nb[d] != expect:
+    stride = {d: t.nb[d] // es for d in dims}
+    if any(v <= 0 for v in stride.values()):
+        return None
+    desc = sorted(dims, key=lambda d: stride[d], reverse=True)
+    block = [t.ne[desc[0]]]
+    for outer, inner in zip(desc, desc[1:], strict=False):
+        so, si = stride[outer], stride[inner]
+        if so % si or so // si < t.ne[inner]:
             return None
-        expect *= t.ne[d]
-    dims_desc = list(reversed(by_stride))
-    view_dims = sorted(dims, reverse=True)  # numpy order of the view's non-unit dims
-    order = [dims_desc.index(d) for d in view_dims]
-    return dims_desc, order, t.view_offs // es
+        block.append(so // si)
+    block.append(stride[desc[-1]])
+    keep = [t.ne[d] for d in desc] + [1]
+    order = [desc.index(d) for d in sorted(dims, reverse=True)]
+    return t.ne[desc[0]] * stride[desc[0]], block, keep, order
 
 
 def build_model(graph: Graph, outputs: Sequence[Tensor], leaves: Sequence[Tensor]) -> Any:
