@@ -305,3 +305,21 @@ def test_quantized_inputs_in_programs() -> None:
     rows = oracle.ggml_program(program, {"w": q, "r": np.array([5, 0], np.int32)})
     np.testing.assert_array_equal(rows, q.dequantize()[[5, 0]])
     assert tensor_info == {"dtype": "q8_0", "ne": (64, 6, 1, 1)}
+
+
+def test_quantized_results_are_decoded() -> None:
+    """A graph whose result is quantized (cpy into q8_0) comes back as the decoded f32 values."""
+    x = rand(4, 64)
+    dst = oracle.quantize("q8_0", np.zeros((4, 64), np.float32))
+    got = oracle.ggml_program(lambda b, t: b.cpy(t["x"], t["d"]), {"x": x, "d": dst})
+    assert got.dtype == np.float32 and got.shape == (4, 64)
+    np.testing.assert_allclose(got, oracle.quantize("q8_0", x).dequantize(), atol=1e-6)
+
+
+def test_without_ggml_python_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(oracle, "_ggml_mod", None)
+    assert not oracle.ggml_available()
+    with pytest.raises(oracle.GgmlUnavailableError, match="pip install ggml-python"):
+        oracle.ggml_call("add", rand(3), rand(3))
+    # the pure-numpy parts keep working
+    assert oracle.nmse(np.ones(3), np.ones(3)) == 0.0
