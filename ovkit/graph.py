@@ -392,35 +392,39 @@ class Graph:
         t.is_input = True
         return t
 
-    def constant(self, array: Any, name: str = "") -> Tensor:
-        """A constant leaf; dtype from the array (float32 → f32, float16 → f16, int32 → i32, ...).
+    def constant(self, array: Any, name: str = "", dtype: str | None = None) -> Tensor:
+        """A constant leaf; dtype from the array (float32 → f32, float16 → f16, int32 → i32, ...)
+        unless ``dtype`` names one (e.g. ``"bf16"`` for a float32 array, rounded as ggml stores it).
 
         ``array`` may also be a quantized-weight object providing ``.shape`` (numpy order),
         ``.dtype`` (a ggml quant type name such as ``"q4_0"``), ``.to_ov_node()`` (its OpenVINO
-        decompression subgraph, f32 output) and ``.dequantize()`` (f32 numpy array).
+        decompression subgraph, f32 output) and ``.dequantize()`` (f32 numpy array); MUL_MAT uses
+        its ``.ov_mul_mat(b)`` when present.
         """
         if hasattr(array, "to_ov_node") and not isinstance(array, np.ndarray):
-            qtype = str(array.dtype)
-            t = self._new("NONE", _ne4(tuple(array.shape)), qtype)
+            t = self._new("NONE", _ne4(tuple(array.shape)), str(array.dtype))
             t.value = array
             t.name = name or getattr(array, "name", "") or ""
             return t
         arr = np.asarray(array)
-        dtype = {
+        inferred = {
             np.dtype(np.float32): "f32",
             np.dtype(np.float16): "f16",
             np.dtype(np.int32): "i32",
             np.dtype(np.int64): "i64",
             np.dtype(np.float64): "f32",
         }.get(arr.dtype)
-        if dtype is None:
+        if dtype is not None and dtype not in DTYPES:
+            raise GraphError(f"constant {name!r}: expected dtype in {DTYPES}, given {dtype!r}")
+        if inferred is None:
             raise GraphError(
-                f"constant: expected a float32/float16/int32/int64 array, given dtype {arr.dtype}"
+                f"constant {name!r}: expected a float32/float16/int32/int64 array, given dtype {arr.dtype}"
             )
+        final = dtype or inferred
         if arr.ndim == 0:
             arr = arr.reshape(1)
-        t = self._new("NONE", _ne4(arr.shape), dtype)
-        t.value = np.ascontiguousarray(arr.astype(NUMPY_DTYPE[dtype]))
+        t = self._new("NONE", _ne4(arr.shape), final)
+        t.value = np.ascontiguousarray(round_to(final, arr))
         t.name = name
         return t
 

@@ -595,3 +595,18 @@ def test_strided_kv_cache_view_uses_slices_not_a_gather() -> None:
     assert "Gather" not in kinds and "Transpose" in kinds
     x = rand(64, 8, 16)
     np.testing.assert_array_equal(g.compute(k, {"k_cache": x}, device="CPU"), x[:10].transpose(1, 0, 2))
+
+
+def test_constants_take_their_dtype_from_the_array_or_an_explicit_ggml_type() -> None:
+    g = Graph()
+    assert g.constant(np.zeros((2, 3), np.float16)).dtype == "f16"
+    assert g.constant(np.zeros(3, np.int64)).dtype == "i64"
+    c = g.constant(np.array([1.00001, 2.3333], np.float32), dtype="bf16")
+    assert c.dtype == "bf16"
+    np.testing.assert_array_equal(
+        g.compute(g.scale(c, 1.0), {}, device="CPU"), np.array([1.0, 2.328125], np.float32)
+    )
+    with pytest.raises(
+        GraphError, match="constant '': expected a float32/float16/int32/int64 array, given dtype bool"
+    ):
+        g.constant(np.zeros(3, bool))
