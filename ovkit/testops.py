@@ -488,6 +488,21 @@ def build_catalogue() -> list[Case]:
             "ssm_conv",
         )
     )
+    cases.append(
+        case(
+            "GATED_DELTA_NET",
+            [
+                Inp("q", (4, 2, 16), lo=-0.25, hi=0.25),
+                Inp("k", (4, 2, 16), lo=-0.25, hi=0.25),
+                Inp("v", (4, 2, 16)),
+                Inp("g", (4, 2, 1), lo=-1.0, hi=0.0),
+                Inp("beta", (4, 2, 1), lo=0.0, hi=1.0),
+                Inp("state", (2, 16, 16), lo=-0.5, hi=0.5),
+            ],
+            _call("gated_delta_net", ["q", "k", "v", "g", "beta", "state"], 1),
+            "gated_delta_net",
+        )
+    )
     cases.append(case("DIAG", [Inp("a", (1, 8))], lambda g, x: g.diag(x["a"]), "diag"))
     for tri in range(4):
         cases.append(case("TRI", [Inp("a", (8, 8))], _call("tri", ["a"], tri), "tri", tri_type=tri))
@@ -631,7 +646,8 @@ def select(cases: Iterable[Case], ops: Sequence[str] | str | None) -> list[Case]
     """Cases whose op key (or its part before ``:``, or sub-op after it) matches ``ops``."""
     if ops is None:
         return list(cases)
-    wanted = {ops.upper()} if isinstance(ops, str) else {o.upper() for o in ops}
+    # The op table spells sub-ops "UNARY.GELU"; cases use "UNARY:GELU": accept both.
+    wanted = {o.upper().replace(".", ":") for o in ([ops] if isinstance(ops, str) else ops)}
     picked = [
         c for c in cases if c.op in wanted or c.op.split(":")[0] in wanted or c.op.split(":")[-1] in wanted
     ]
@@ -886,8 +902,16 @@ def main(
     dev = _resolve(device, core)
     ref = _reference_kind(reference) if mode == "test" else ""
     results: list[CaseResult] = []
+    from ovkit.runtime import is_simulated
+
+    simulated = core is not None and is_simulated(core)
+    label = (
+        f"{dev} [SIMULATED {core.profile.name}: policy of the {dev} class, runs on the CPU]"
+        if simulated
+        else dev
+    )
     if not as_json:
-        print(f"Testing {dev} (mode {mode}{', reference ' + ref if ref else ''})", file=stream)
+        print(f"Testing {label} (mode {mode}{', reference ' + ref if ref else ''})", file=stream)
     source = (
         _isolated_results(mode, ops, dev, core, ref or "numpy", progress)
         if isolate
@@ -901,6 +925,7 @@ def main(
     if as_json:
         payload = {
             "device": dev,
+            "simulated": simulated,
             "mode": mode,
             "reference": ref,
             "summary": {
@@ -947,7 +972,7 @@ def cli(args: Any) -> int:
         )
     known = {c.op for c in build_catalogue()} | {c.op for c in build_perf_catalogue()}
     keys = known | {k.split(":")[0] for k in known} | {k.split(":")[-1] for k in known}
-    unknown = [o for o in args.op or [] if o.upper() not in keys]
+    unknown = [o for o in args.op or [] if o.upper().replace(".", ":") not in keys]
     if unknown:
         raise UsageError(f"unknown op {unknown[0]!r} (expected one of: {', '.join(sorted(keys))})")
     progress = False if args.no_progress else None

@@ -102,3 +102,19 @@ def test_isolate_turns_a_crashing_op_into_fail_lines(
     assert code == 1
     assert "SQR(type=f32,ne_a=[10,10,1,1]): OK" in out
     assert "SQRT(type=f32,ne_a=[10,10,1,1]): FAIL the process crashed (signal 11)" in out
+
+
+def test_catalogue_covers_every_registered_op() -> None:
+    from ovkit.ops.table import registered_entries
+
+    covered = {c.op for c in testops.build_catalogue()}
+    missing = [e.key for e in registered_entries() if e.key.replace(".", ":") not in covered]
+    assert not missing, f"ops without a test-ops case: {missing}"
+    # the table's spelling filters too
+    assert {c.op for c in testops.select(testops.build_catalogue(), "UNARY.GELU")} == {"UNARY:GELU"}
+
+
+def test_simulated_runs_are_labelled(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["test-ops", "--simulate", "laptop", "-b", "NPU", "-o", "SCALE", "--no-progress"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("Testing NPU [SIMULATED laptop")
