@@ -922,6 +922,45 @@ case("rope-imrope-partial", "rope_multi", _rope_in((32, 2, 6, 1), planes=4), _im
 case(
     "rope-imrope-f16", "rope_multi", _rope_in((32, 4, 5, 1), dtype="f16", planes=4), _imrope(32, [6, 5, 5, 0])
 )
+case(  # test-backend-ops' v=1: a strided view; upstream only takes views with view_src ne[1] == ne[2]
+    "rope-normal-strided-view",
+    "rope_ext",
+    {"a": f(20, 20, 15, 1), "p": ints(5, high=512)},
+    lambda b, t: b.rope_ext(
+        b.view_4d(t["a"], 10, 5, 5, 1, t["a"].nb[1], t["a"].nb[2], t["a"].nb[3], 0),
+        t["p"],
+        None,
+        10,
+        NORMAL,
+        0,
+        10000.0,
+        1.0,
+        0.0,
+        1.0,
+        32.0,
+        1.0,
+    ),
+    rejected="view_src",
+)
+# MROPE (8) and VISION (24) are not registered upstream: rejected, yet ggml's numbers must hold
+case(
+    "rope-mrope",
+    "rope_multi",
+    _rope_in((32, 4, 5, 1), planes=4),
+    lambda b, t: b.rope_multi(
+        t["a"], t["p"], None, 32, [5, 5, 6, 0], 8, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0
+    ),
+    rejected="mode",
+)
+case(
+    "rope-vision",
+    "rope_multi",
+    _rope_in((32, 4, 5, 1), planes=4),
+    lambda b, t: b.rope_multi(
+        t["a"], t["p"], None, 16, [8, 8, 0, 0], 24, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0
+    ),
+    rejected="mode",
+)
 case(
     "rope-imrope-freq-factors",
     "rope_multi",
