@@ -1,0 +1,413 @@
+"""Op explorer: pick a catalogue case, change shapes and dtype, see the policy, run, compare, time.
+
+The cases are ``ovkit test-ops``' catalogue (``ovkit.testops.build_catalogue``): each one is an op
+key, typed inputs and a builder program, so the explorer runs exactly what test-ops runs.  On a
+simulated core every device compiles and runs on the real CPU (decision D10).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import io
+import re
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as widgets
+
+from ovkit.devices import device_class, physical_device_ids
+from ovkit.runtime import is_simulated
+from ovkit.widgets._html import FallbackReprMixin, error_box, esc, html_table, png_img
+from ovkit.widgets.controls import close_parts
+from ovkit.widgets.data import error_text
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+
+    from ovkit.testops import Case
+
+FLOAT_DTYPES: tuple[str, ...] = ("f32", "f16", "bf16")
+AS_CATALOGUE = "as catalogue"
+STATUS_COLOURS: dict[str, str] = {"OK": "#2f9e44", "FAIL": "#e03131", "not supported": "#adb5bd"}
+
+
+# -- data ---------------------------------------------------------------------------------
+@functools.cache
+def op_catalogue() -> dict[str, tuple[Case, ...]]:
+    """The test-ops cases grouped by op key, in catalogue order."""
+    from ovkit.testops import build_catalogue
+
+    grouped: dict[str, list[Case]] = {}
+    for c in build_catalogue():
+        grouped.setdefault(c.op, []).append(c)
+    return {op: tuple(cases) for op, cases in grouped.items()}
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"8, 64"`` / ``"(8,64)"`` / ``"8x64"`` → ``(8, 64)``; a clear error otherwise."""
+    parts = [p for p in re.split(r"[\s,x×()\[\]]+", text.strip()) if p]
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"shape {text!r}: expected positive integers such as '8, 64'") from None
+    if not 1 <= len(dims) <= 4 or any(d <= 0 for d in dims):
+        raise ValueError(f"shape {text!r}: expected 1 to 4 positive integers (numpy order), such as '8, 64'")
+    return dims
+
+
+def _relabel(case: Case) -> Case:
+    from ovkit.testops import _ne
+
+    label: list[tuple[str, Any]] = []
+    types = sorted({i.dtype for i in case.inputs if i.kind not in ("index", "pos")})
+    label.append(("type", "/".join(types) if types else case.inputs[0].dtype))
+    label += [(f"ne_{i.name}", _ne(i.shape)) for i in case.inputs]
+    label += [(k, v) for k, v in case.params if k != "type" and not k.startswith("ne_")]
+    return dataclasses.replace(case, params=tuple(label))
+
+
+def customise(
+    case: Case, shapes: Mapping[str, Sequence[int]] | None = None, dtype: str | None = None
+) -> Case:
+    """``case`` with new input shapes (numpy order, by input name) and/or float dtype."""
+    shapes = dict(shapes or {})
+    unknown = set(shapes) - {i.name for i in case.inputs}
+    if unknown:
+        names = ", ".join(i.name for i in case.inputs)
+        raise ValueError(f"{case.op}: no input named {sorted(unknown)} (inputs: {names})")
+    if dtype is not None and dtype not in FLOAT_DTYPES:
+        raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(FLOAT_DTYPES)}")
+    inputs = []
+    for inp in case.inputs:
+        new = inp
+        if inp.name in shapes:
+            new = dataclasses.replace(new, shape=tuple(int(d) for d in shapes[inp.name]))
+        if dtype is not None and inp.dtype in FLOAT_DTYPES and inp.kind not in ("index", "pos"):
+            new = dataclasses.replace(new, dtype=dtype)
+        inputs.append(new)
+    return _relabel(dataclasses.replace(case, inputs=tuple(inputs)))
+
+
+@dataclass(frozen=True, slots=True)
+class OpRun:
+    """One case on one device: the policy verdict, the comparison with the reference, the time."""
+
+    device: str
+    device_class: str
+    simulated: bool
+    supported: bool
+    status: str  # "OK" | "FAIL" | "not supported" | "not run"
+    detail: str = ""
+    nmse: float | None = None
+    max_nmse: float | None = None
+    reference: str = ""
+    us_per_run: float | None = None
+
+
+def policy_verdicts(case: Case, devices: Iterable[str]) -> list[tuple[str, bool, str]]:
+    """``(device, supported, reason)`` for each device (by its class), without running anything."""
+    from ovkit.testops import _build, _policy
+
+    g, out = _build(case)
+    verdicts = []
+    for dev in devices:
+        reason = _policy(g, out, dev)
+        verdicts.append((dev, reason is None, reason or ""))
+    return verdicts
+
+
+def explore(
+    case: Case,
+    devices: Iterable[str],
+    core: Any = None,
+    *,
+    reference: str = "numpy",
+    time_it: bool = True,
+    min_seconds: float = 0.05,
+) -> list[OpRun]:
+    """Run ``case`` on every device of ``devices``: verdict, NMSE vs ``reference``, µs per run."""
+    from ovkit.testops import perf_case, run_case
+
+    simulated = is_simulated(core)
+    runs = []
+    for dev in devices:
+        result = run_case(case, dev, core, reference=reference)
+        us = None
+        if time_it and result.status == "OK":
+            perf = perf_case(case, dev, core, min_seconds=min_seconds, max_runs=200)
+            us = perf.us_per_run
+        runs.append(
+            OpRun(
+                device=dev,
+                device_class=str(device_class(dev)),
+                simulated=simulated,
+                supported=result.status != "not supported",
+                status=result.status,
+                detail=result.detail,
+                nmse=result.nmse,
+                max_nmse=result.max_nmse,
+                reference=result.reference,
+                us_per_run=us,
+            )
+        )
+    return runs
+
+
+def runs_frame(runs: Iterable[OpRun]) -> pd.DataFrame:
+    """The runs as a DataFrame indexed by device."""
+    import pandas as pd
+
+    columns = [f.name for f in dataclasses.fields(OpRun)]
+    return pd.DataFrame([dataclasses.asdict(r) for r in runs], columns=columns).set_index("device")
+
+
+def plot_runs(ax: Axes, frame: pd.DataFrame, title: str = "") -> None:
+    """µs per run per device, coloured by verdict (unsupported / failed devices drawn at 0)."""
+    ax.set_title(title or "time per run by device", fontsize=9)
+    if frame.empty:
+        ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
+        return
+    labels = [f"{d} (sim)" if s else str(d) for d, s in zip(frame.index, frame["simulated"], strict=True)]
+    values = [0.0 if v is None or v != v else float(v) for v in frame["us_per_run"]]
+    colours = [STATUS_COLOURS.get(str(s), "#868e96") for s in frame["status"]]
+    bars = ax.bar(labels, values, color=colours)
+    for bar, status in zip(bars, frame["status"], strict=True):
+        if status != "OK":
+            ax.annotate(
+                str(status), (bar.get_x() + bar.get_width() / 2, 0), ha="center", va="bottom", fontsize=8
+            )
+    ax.set_ylabel("µs per run")
+
+
+def runs_png(frame: pd.DataFrame, title: str = "") -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4.8, 2.8), dpi=80)
+    fig.subplots_adjust(left=0.16, right=0.97, top=0.88, bottom=0.14)
+    plot_runs(fig.add_subplot(), frame, title)
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def render_runs_html(runs: Sequence[OpRun]) -> str:
+    rows = []
+    for r in runs:
+        nmse = "" if r.nmse is None else f"{r.nmse:.2e} (max {r.max_nmse:.0e}, {r.reference})"
+        us = "" if r.us_per_run is None else f"{r.us_per_run:,.1f}"
+        name = f"{r.device} (simulated, runs on CPU)" if r.simulated else r.device
+        rows.append((name, r.device_class, r.status, nmse, us, r.detail))
+    return html_table(("Device", "Class", "Verdict", "NMSE vs reference", "µs/run", "Reason / detail"), rows)
+
+
+def render_verdicts_html(verdicts: Sequence[tuple[str, bool, str]]) -> str:
+    lines = [
+        f'<div class="ovkit-verdict" data-device="{esc(d)}" data-supported="{str(ok).lower()}">'
+        + (f"&#10004; {esc(d)}: supported" if ok else f"&#10008; {esc(d)}: not supported — {esc(reason)}")
+        + "</div>"
+        for d, ok, reason in verdicts
+    ]
+    return "".join(lines)
+
+
+# -- widget -------------------------------------------------------------------------------
+class OpExplorer(FallbackReprMixin, widgets.VBox):
+    """Choose an op and case, edit shapes/dtype, pick devices; check the policy, run, compare."""
+
+    def __init__(self, core: Any = None, *, op: str | None = None, **kwargs: Any) -> None:
+        from ovkit import oracle
+
+        self.core = core
+        self.catalogue = op_catalogue()
+        self.case: Case | None = None
+        self.runs: list[OpRun] = []
+        self.verdicts: list[tuple[str, bool, str]] = []
+        self.error: str | None = None
+        self._lock = threading.Lock()
+        self._png = b""
+        try:
+            devices = physical_device_ids(core)
+        except Exception as exc:
+            devices = []
+            self.error = error_text(exc)
+        ops = list(self.catalogue)
+        self.op_dropdown = widgets.Dropdown(
+            options=ops, value=op or ("MUL_MAT" if "MUL_MAT" in ops else ops[0]), description="Op"
+        )
+        self.case_dropdown = widgets.Dropdown(description="Case", layout=widgets.Layout(width="640px"))
+        self.dtype_dropdown = widgets.Dropdown(options=[AS_CATALOGUE, *FLOAT_DTYPES], description="dtype")
+        self.shape_box = widgets.VBox()
+        self.shape_texts: dict[str, widgets.Text] = {}
+        self.device_select = widgets.SelectMultiple(
+            options=devices, description="Devices", rows=min(4, max(1, len(devices)))
+        )
+        refs = ["numpy", "ggml"] if oracle.ggml_available() else ["numpy"]
+        self.reference_dropdown = widgets.Dropdown(options=refs, description="Reference")
+        self.check_button = widgets.Button(description="Check policy", icon="check")
+        self.run_button = widgets.Button(description="Run", icon="play", button_style="primary")
+        self.run_all_button = widgets.Button(description="Run on every device", icon="forward")
+        self.verdict_html = widgets.HTML()
+        self.result_html = widgets.HTML()
+        self.chart = widgets.Image(format="png", layout=widgets.Layout(width="480px"))
+        self.chart.add_class("ovkit-op-chart")
+        self.op_dropdown.observe(self._on_op, names="value")
+        self.case_dropdown.observe(self._on_case, names="value")
+        self.dtype_dropdown.observe(lambda _: self.check(), names="value")
+        self.device_select.observe(lambda _: self.check(), names="value")
+        self.check_button.on_click(lambda _: self.check())
+        self.run_button.on_click(lambda _: self.run())
+        self.run_all_button.on_click(lambda _: self.run_all())
+        super().__init__(
+            [
+                widgets.HBox([self.op_dropdown, self.dtype_dropdown, self.reference_dropdown]),
+                self.case_dropdown,
+                self.shape_box,
+                self.device_select,
+                widgets.HBox([self.check_button, self.run_button, self.run_all_button]),
+                self.verdict_html,
+                self.result_html,
+                self.chart,
+            ],
+            **kwargs,
+        )
+        self.add_class("ovkit-op-explorer")
+        if devices:
+            selected = self._selected_device(devices)
+            self.device_select.value = (selected,)
+        self._on_op({"new": self.op_dropdown.value})
+
+    # -- state ----------------------------------------------------------------------------
+    def _selected_device(self, devices: Sequence[str]) -> str:
+        from ovkit.selection import resolve_device
+
+        try:
+            dev = resolve_device(self.core, log=False).device
+        except Exception:
+            return devices[0]
+        return dev if dev in devices else devices[0]
+
+    def _on_op(self, change: dict[str, Any]) -> None:
+        cases = self.catalogue[change["new"]]
+        self.case_dropdown.options = [(c.name, i) for i, c in enumerate(cases)]
+        self.case_dropdown.value = 0
+        self._on_case({"new": 0})
+
+    def _on_case(self, change: dict[str, Any]) -> None:
+        if change["new"] is None:
+            return
+        base = self.catalogue[self.op_dropdown.value][change["new"]]
+        for text in self.shape_texts.values():
+            text.close()
+        self.shape_texts = {
+            i.name: widgets.Text(
+                value=", ".join(str(d) for d in i.shape),
+                description=f"{i.name} ({i.dtype})",
+                continuous_update=False,
+                style={"description_width": "initial"},
+            )
+            for i in base.inputs
+        }
+        for text in self.shape_texts.values():
+            text.observe(lambda _: self.check(), names="value")
+        self.shape_box.children = list(self.shape_texts.values())
+        self.runs = []  # results of another case would mislead
+        self.result_html.value = ""
+        self.chart.value = b""
+        self._png = b""
+        self.check()
+
+    def current_case(self) -> Case:
+        """The selected catalogue case with the shapes and dtype from the controls."""
+        base = self.catalogue[self.op_dropdown.value][self.case_dropdown.value or 0]
+        shapes = {name: parse_shape(text.value) for name, text in self.shape_texts.items()}
+        dtype = None if self.dtype_dropdown.value == AS_CATALOGUE else self.dtype_dropdown.value
+        return customise(base, shapes, dtype)
+
+    def _devices(self, every: bool) -> list[str]:
+        return list(self.device_select.options if every else self.device_select.value)
+
+    # -- actions --------------------------------------------------------------------------
+    def check(self) -> list[tuple[str, bool, str]]:
+        """Build the case and show the policy's verdict per chosen device (nothing runs)."""
+        with self._lock:
+            try:
+                self.case = self.current_case()
+                self.verdicts = policy_verdicts(self.case, self._devices(False))
+                self.error = None
+            except Exception as exc:
+                self.verdicts = []
+                self.error = error_text(exc)
+            self._render_verdicts()
+            return self.verdicts
+
+    def run(self, every_device: bool = False) -> list[OpRun]:
+        """Run on the chosen devices (or all of them), compare with the reference and time it."""
+        with self._lock:
+            devices = self._devices(every_device)
+            self.result_html.value = f"<i>running on {esc(', '.join(devices)) or 'no device'}…</i>"
+            try:
+                self.case = self.current_case()
+                self.runs = explore(self.case, devices, self.core, reference=self.reference_dropdown.value)
+                self.error = None
+            except Exception as exc:
+                self.runs = []
+                self.error = error_text(exc)
+            self._render_runs()
+            return self.runs
+
+    def run_all(self) -> list[OpRun]:
+        """ "Run on every device": all devices, with the comparison chart."""
+        return self.run(every_device=True)
+
+    # -- view -----------------------------------------------------------------------------
+    def _render_verdicts(self) -> None:
+        if self.error:
+            self.verdict_html.value = error_box(self.error)
+        else:
+            self.verdict_html.value = render_verdicts_html(self.verdicts)
+
+    def _render_runs(self) -> None:
+        if self.error:
+            self.result_html.value = error_box(self.error)
+            return
+        self.result_html.value = render_runs_html(self.runs)
+        if self.runs and self.case is not None:
+            self._png = runs_png(runs_frame(self.runs), self.case.name[:60])
+            self.chart.value = self._png
+
+    def to_frame(self) -> pd.DataFrame:
+        return runs_frame(self.runs)
+
+    def _fallback_html(self) -> str:
+        parts = [f"<b>{esc(self.case.name if self.case else '')}</b>", render_verdicts_html(self.verdicts)]
+        if self.runs:
+            parts += [render_runs_html(self.runs), png_img(self._png, "time per run by device")]
+        if self.error:
+            parts.append(error_box(self.error))
+        return "<div>" + "".join(parts) + "</div>"
+
+    def _fallback_text(self) -> str:
+        lines = [f"Op explorer: {self.case.name if self.case else '(no case)'}"]
+        lines += [f"  {d}: supported" if ok else f"  {d}: not supported - {r}" for d, ok, r in self.verdicts]
+        for r in self.runs:
+            us = "" if r.us_per_run is None else f" {r.us_per_run:.1f} us/run"
+            nmse = "" if r.nmse is None else f" NMSE {r.nmse:.2e}"
+            lines.append(f"  run {r.device}: {r.status}{nmse}{us} {r.detail}".rstrip())
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        close_parts(
+            self,
+            "op_dropdown", "case_dropdown", "dtype_dropdown", "shape_texts", "device_select",
+            "reference_dropdown", "check_button", "run_button", "run_all_button",
+            "verdict_html", "result_html", "chart",
+        )  # fmt: skip
+        super().close()
