@@ -177,9 +177,10 @@ def view_value(t: Tensor, base: Out) -> Out:
         return ops.gather(flat, ops.constant(ggml_index_map(t)), i64(0))
     span, block, keep, order = plan
     if start + span > n_base:  # the padded block may run past the buffer: pad (never read)
-        flat = ops.pad(
-            flat, i64([0]), i64([start + span - n_base]), "constant", const(0, OV_NP[base_t.dtype])
-        )
+        if base_t.dtype == "bf16":
+            flat = ops.convert(flat, ov.Type.f32)  # exact; the bf16 view is converted back below
+        zero = ops.convert(const(0.0), flat.get_output_element_type(0))
+        flat = ops.pad(flat, i64([0]), i64([start + span - n_base]), "constant", zero)
     src = ops.slice(flat, i64([start]), i64([start + span]), i64([1]))
     y = ops.reshape(src, i64(block), False)
     if keep != block:
@@ -188,16 +189,6 @@ def view_value(t: Tensor, base: Out) -> Out:
     if order != sorted(order):
         y = ops.transpose(y, i64(order))
     return reshape4(y, t.ne)
-
-
-#: numpy scalar types for padding values of each ggml type (bf16 values are bf16 inside the model).
-OV_NP: dict[str, Any] = {
-    "f32": np.float32,
-    "f16": np.float16,
-    "bf16": np.float32,
-    "i32": np.int32,
-    "i64": np.int64,
-}
 
 
 def _strided_plan(t: Tensor) -> tuple[int, list[int], list[int], list[int]] | None:
@@ -241,7 +232,7 @@ def build_model(graph: Graph, outputs: Sequence[Tensor], leaves: Sequence[Tensor
             values[t.id] = leaf_value(t)
             continue
         if t.op in VIEW_OPS:
-            values[t.id] = view_value(t, values[t.base.id])
+            values[t.id] = to_type(view_value(t, values[t.base.id]), t.dtype)
             continue
         fn = TRANSLATORS.get(t.op_key)
         if fn is None:
