@@ -1065,6 +1065,135 @@ for _tt in range(4):
     case(f"tri-type{_tt}", "tri", {"a": f(10, 10, 4, 3)}, lambda b, t, _tt=_tt: b.tri(t["a"], _tt))
 
 
+# --- cases upstream's policy rejects: ovkit raises UnsupportedOpError, and its translation still
+# reproduces ggml's numbers (checked with the policy bypassed) ------------------------------------
+
+
+def _pv(b: Any, x: Any) -> Any:  # PERMUTE(VIEW(base)) as llama.cpp feeds flash attention
+    return b.permute(b.view_3d(x, x.ne[0], x.ne[1], x.ne[2], x.nb[1], x.nb[2], 0), 0, 2, 1, 3)
+
+
+def _fa_variant(max_bias: float, softcap: float, sinks: bool) -> Callable[[Any, dict[str, Any]], Any]:
+    def program(b: Any, t: dict[str, Any]) -> Any:
+        out = b.flash_attn_ext(
+            _pv(b, t["q"]), _pv(b, t["k"]), _pv(b, t["v"]), t["m"], 0.125, max_bias, softcap
+        )
+        if sinks:
+            b.flash_attn_ext_add_sinks(out, t["s"])
+        return out
+
+    return program
+
+
+_FA_INS, _ = _fa(64, 64, 2, 2, 32, 6, True, "f16")
+case(
+    "fa-sinks",
+    "flash_attn_ext",
+    {**_FA_INS, "s": f(4, lo=-10.0, hi=10.0)},
+    _fa_variant(0.0, 0.0, True),
+    rejected="sinks",
+)
+case("fa-alibi", "flash_attn_ext", _FA_INS, _fa_variant(8.0, 0.0, False), rejected="max_bias")
+case("fa-softcap", "flash_attn_ext", _FA_INS, _fa_variant(0.0, 30.0, False), rejected="logit_softcap")
+_GDN_INS, _GDN_PROG = _gdn(4, 16, 3, 1, 1)
+case(
+    "gated_delta_net-kda",
+    "gated_delta_net",
+    {**_GDN_INS, "g": f(16, 4, 3, 1, lo=-20.0, hi=-1e-4)},
+    _GDN_PROG,
+    rejected="kda",
+)
+case(
+    "gated_delta_net-K2",
+    "gated_delta_net",
+    _GDN_INS,
+    lambda b, t: b.gated_delta_net(
+        b.l2_norm(t["q"], 1e-6), b.l2_norm(t["k"], 1e-6), t["v"], t["g"], t["beta"], t["state"], 2
+    ),
+    rejected="K=2",
+)
+case(
+    "gated_delta_net-permuted-v",
+    "gated_delta_net",
+    {**_GDN_INS, "v": f(16, 3, 4, 1, lo=-0.3, hi=5.0)},
+    lambda b, t: b.gated_delta_net(
+        b.l2_norm(t["q"], 1e-6),
+        b.l2_norm(t["k"], 1e-6),
+        b.permute(t["v"], 0, 2, 1, 3),
+        t["g"],
+        t["beta"],
+        t["state"],
+        1,
+    ),
+    rejected="permute",
+)
+case(
+    "swiglu-odd-width",
+    "swiglu",
+    {"a": f(127, 2, 2, lo=-150.0, hi=150.0)},
+    lambda b, t: b.glu(t["a"], SWIGLU, False),
+    rejected="odd",
+)
+case(
+    "sum_rows-permuted",
+    "sum_rows",
+    {"a": f(10, 5, 4, 3)},
+    lambda b, t: b.sum_rows(b.permute(t["a"], 0, 2, 3, 1)),
+    rejected="permute",
+)
+case(
+    "add-permuted-src1",
+    "add",
+    {"a": f(10, 5, 4, 3), "b": f(5, 4, 10, 3)},
+    lambda b, t: b.add(t["a"], b.permute(t["b"], 1, 2, 0, 3)),
+    rejected="permute",
+)
+case(
+    "get_rows-4d",
+    "get_rows",
+    {"a": f(10, 5, 3, 2), "r": ints(4, 3, 2, high=5)},
+    lambda b, t: b.get_rows(t["a"], t["r"]),
+    rejected="ne[3]",
+)
+case(
+    "concat-i64",
+    "concat",
+    {"a": ints(4, 3, high=9, dtype="i64"), "b": ints(2, 3, high=9, dtype="i64")},
+    _concat(0, 0),
+    rejected="i64",
+)
+case(
+    "mul_mat-both-views",
+    "mul_mat",
+    {"a": f(48, 16), "b": f(48, 8)},
+    lambda b, t: b.mul_mat(
+        b.view_2d(t["a"], 32, 16, t["a"].nb[1], 0), b.view_2d(t["b"], 32, 8, t["b"].nb[1], 0)
+    ),
+    rejected="view",
+)
+case(
+    "cpy-f32-bf16",
+    "cpy",
+    {"a": f(10, 4), "d": f(10, 4, dtype="bf16")},
+    lambda b, t: b.cpy(t["a"], t["d"]),
+    rejected="bf16",
+)
+case(  # test_set: the nb of b (not of a) -> upstream requires nb1..3 == a's
+    "set-foreign-strides",
+    "set",
+    {"a": f(12, 5, 4, 3), "b": f(6, 5, 4, 3)},
+    lambda b, t: b.set(t["a"], t["b"], t["b"].nb[1], t["b"].nb[2], t["b"].nb[3], t["a"].nb[0] * 3),
+    rejected="nb",
+)
+case(
+    "mul_mat_id-one-expert",
+    "mul_mat_id",
+    {"as": f(32, 16, 1), "b": f(32, 1, 5), "ids": ints(1, 5, high=1)},
+    lambda b, t: b.mul_mat_id(t["as"], t["b"], t["ids"]),
+    rejected="ne[2]",
+)
+
+
 # ---------------------------------------------------------------------------------------------
 # Tests
 # ---------------------------------------------------------------------------------------------
