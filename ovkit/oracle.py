@@ -50,6 +50,7 @@ except ImportError:  # pragma: no cover - exercised only without ggml-python
     _ggml_mod = None
 
 __all__ = [
+    "threshold_table",
     "ggml_benchmark_program",
     "ggml_program",
     "GgmlTensor",
@@ -381,6 +382,21 @@ def max_nmse(op: str) -> float:
     """NMSE threshold for builder ``op``: its :data:`MAX_NMSE` entry, else test-backend-ops' 1e-7."""
     thr = MAX_NMSE.get(op)
     return thr.max_nmse if thr is not None else DEFAULT_MAX_NMSE
+
+
+def threshold_table() -> Any:
+    """The NMSE thresholds as a DataFrame (op, max_nmse, reason), the default first."""
+    import pandas as pd
+
+    rows = [
+        {
+            "op": "(default)",
+            "max_nmse": DEFAULT_MAX_NMSE,
+            "reason": "test-backend-ops test_case::max_nmse_err",
+        }
+    ]
+    rows += [{"op": op, "max_nmse": t.max_nmse, "reason": t.reason} for op, t in MAX_NMSE.items()]
+    return pd.DataFrame(rows, columns=["op", "max_nmse", "reason"])
 
 
 def same_ne(shape_a: Sequence[int], shape_b: Sequence[int]) -> bool:

@@ -323,3 +323,10 @@ def test_without_ggml_python_the_error_says_what_to_install(monkeypatch: pytest.
         oracle.ggml_call("add", rand(3), rand(3))
     # the pure-numpy parts keep working
     assert oracle.nmse(np.ones(3), np.ones(3)) == 0.0
+
+
+def test_threshold_table_lists_default_and_overrides() -> None:
+    df = oracle.threshold_table()
+    assert list(df.columns) == ["op", "max_nmse", "reason"]
+    assert df.iloc[0]["max_nmse"] == 1e-7
+    assert set(df["op"][1:]) == set(oracle.MAX_NMSE)
