@@ -1288,16 +1288,28 @@ NB05 = [
         """
         ## 1. The op table and its gates
 
-        Every gate of the support policy, as data: the op it belongs to (`global` gates apply to
-        all), the rule, the device class it is limited to, and whether it is an upstream quirk
-        (applied only in upstream-exact mode).
+        One entry per ggml op, unary and GLU sub-op the backend registers: the builder, how ovkit
+        translates it to OpenVINO, how upstream does, its support gates and upstream's notes
+        (deviations and quirks). Then every gate of the support policy as data: the rule, the
+        device class it is limited to, and whether it is an upstream quirk (applied only in
+        upstream-exact mode).
         """,
     ),
     code(
         "op-table",
         """
+        ops_table = ovkit.op_coverage_table()
+        kinds = ops_table["kind"].value_counts().to_dict()
+        print(f"{len(ops_table)} entries {kinds}: {int(ops_table['registered'].sum())} registered upstream, "
+              f"{int(ops_table['translated'].sum())} translated by ovkit, {int(ops_table['reference'].sum())} with a numpy reference")
+        with pd.option_context("display.max_rows", 60, "display.max_colwidth", 60):
+            display(ops_table.set_index("op")[["kind", "builders", "openvino (ovkit)", "gates", "upstream notes"]])
+        """,
+    ),
+    code(
+        "gates",
+        """
         gates = policy.gates_frame()
-        per_op = gates.groupby("op").agg(gates=("gate", "nunique"), classes=("device class", lambda c: ", ".join(sorted(set(c)))))
         print(f"{gates['gate'].nunique()} gates over {gates['op'].nunique() - 1} ops (+ global)")
         with pd.option_context("display.max_rows", 20, "display.max_colwidth", 70):
             display(gates[["op", "gate", "rule", "device class", "upstream quirk"]].drop_duplicates("gate"))

@@ -418,6 +418,18 @@ def test_04_weight_release(executed: Callable[[str], Any]) -> None:
 
 
 @pytest.mark.slow
+def test_05_op_table_lists_every_registered_op(executed: Callable[[str], Any]) -> None:
+    nb = executed("05-op-coverage")
+    m = re.search(
+        r"(\d+) entries .*: (\d+) registered upstream, (\d+) translated by ovkit", text(nb, "op-table")
+    )
+    assert m and int(m.group(2)) == int(m.group(3)) >= 49, text(nb, "op-table")
+    table = html(nb, "op-table")
+    assert all(op in table for op in ("FLASH_ATTN_EXT", "ROPE", "SWIGLU", "GELU"))
+    assert "global.exp_f32" in html(nb, "gates")
+
+
+@pytest.mark.slow
 def test_05_test_ops_pass_on_every_device_class(executed: Callable[[str], Any]) -> None:
     nb = executed("05-op-coverage")
     cpu = text(nb, "test-cpu")
