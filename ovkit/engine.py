@@ -531,6 +531,8 @@ class Runner:
         self._state_out = {p.name: p for p in graph.outputs if p.name in out_names}
         self._host_state: dict[str, np.ndarray] = {}
         self._state_in = {out: inp for inp, out in graph.states.items()}
+        # Inputs the caller feeds (state inputs are fed by the runner when not stateful).
+        self._free = [p for p in graph.inputs if graph.stateful or p.name not in graph.states]
         self._direct = not any(p.ov_type == "bf16" for p in graph.outputs)
         from openvino._pyopenvino import InferRequest as _BaseRequest
 
@@ -589,11 +591,13 @@ class Runner:
                     value = self._host_state[port.name]
                 self._bind(port, value)
         else:
-            free = [p for p in ports if p.name not in self._host_state]
+            free = self._free
             if len(inputs) != len(free):
                 raise InputError(f"expected {len(free)} inputs ({[p.name for p in free]}), got {len(inputs)}")
+            bound = self._bound
             for port, value in zip(free, inputs, strict=True):
-                self._bind(port, value)
+                if value is not bound[port.index]:  # same object: already bound (zero-copy)
+                    self._bind(port, value)
             for name, value in self._host_state.items():
                 self._bind(self._by_name[name], value)
 
@@ -859,6 +863,9 @@ class Engine:
         self._snapshot: tuple[Any, ...] | None = None
         self._fast: dict[tuple[Any, ...], CacheKey] = {}
         self._plans: dict[tuple[Any, ...], GraphPlan] = {}
+        # Bumped whenever a cached entry may disappear or the configuration changed: plans keep
+        # (generation, compiled graph) and reuse it while the generation is unchanged.
+        self._generation = 0
         self._config = OvkitConfig()
         self._device: str | None = None
         self._maxsize = maxsize or DEFAULT_CACHE_SIZE
@@ -883,6 +890,7 @@ class Engine:
         self._device = None
         self._fast.clear()
         self._plans.clear()
+        self._generation += 1
         if self._explicit_size is None:
             self.resize(
                 _cache_size_from_env(DEFAULT_CACHE_SIZE) if self._fixed_env is None else DEFAULT_CACHE_SIZE
@@ -919,6 +927,7 @@ class Engine:
         while len(self._entries) > self._maxsize:
             self._entries.popitem(last=False)
             self._counters.evictions += 1
+            self._generation += 1
 
     def stats(self) -> CacheStats:
         """Hits, misses, evictions, compiles and compile time so far."""
@@ -938,6 +947,7 @@ class Engine:
         """Drop every compiled graph (counters are kept; see ``reset_stats``)."""
         with self._lock:
             self._entries.clear()
+            self._generation += 1
 
     def reset_stats(self) -> None:
         with self._lock:
@@ -1319,6 +1329,7 @@ class GraphPlan:
         self.input_names = [t.name for t in leaves]
         self.known = {t.name for t in graph.nodes if t.is_input}
         self.output_names = list(names) if names else [f"output{i}" for i in range(len(self.outputs))]
+        self.hot: tuple[int, CompiledGraph] | None = None  # (engine generation, compiled graph)
         everything = list(self.outputs) + list(self.extra_outputs)
         self.structure = graph_structure_key(graph, everything)
         self.first_op = next((t.op for t in graph.topo(everything) if not t.is_leaf), None)
@@ -1391,6 +1402,9 @@ class GraphPlan:
 
     def results(self, raw: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Model outputs in each output Tensor's numpy shape and dtype."""
+        if len(raw) == 1:
+            (shape, dtype), r = self._out_specs[0], raw[0]
+            return [r.reshape(shape) if r.dtype == dtype else convert(self.outputs[0], r)]
         return [
             r.reshape(shape) if r.dtype == dtype else convert(o, r)
             for o, r, (shape, dtype) in zip(self.outputs, raw, self._out_specs, strict=False)
@@ -1419,10 +1433,13 @@ def _plan_for(
     extra: Sequence[Any] = (),
     names: Sequence[str] | None = None,
 ) -> GraphPlan:
-    dev = device or engine._device or engine.selected_device()
-    key = (id(graph), len(graph.nodes), tuple(id(o) for o in outs), tuple(id(o) for o in extra), dev, run)
+    # Keyed by identities (the plan holds the objects, so ids stay valid) and the raw device
+    # argument: plans are dropped whenever the configuration (hence the selected device) changes.
+    ids = id(outs[0]) if len(outs) == 1 and not extra else (tuple(map(id, outs)), tuple(map(id, extra)))
+    key = (id(graph), len(graph.nodes), ids, device, id(run))
     plan = engine._plans.get(key)
     if plan is None:
+        dev = device or engine._device or engine.selected_device()
         plan = GraphPlan(graph, outs, dev, run, extra_outputs=extra, names=names)
         plan.check_support()
         if len(engine._plans) >= 1024:
@@ -1454,7 +1471,15 @@ def compute_graph(
     else:
         run = run_config_from(config, GRAPH_RUN_CONFIG)
     plan = _plan_for(engine, graph, outputs, device, run)
-    compiled = engine._lookup(plan.structure, plan.factory, plan.device, run)
+    hot = plan.hot
+    if hot is not None and hot[0] == engine._generation:
+        compiled = hot[1]  # still cached: count the hit and refresh its LRU position
+        engine._counters.hits += 1
+        engine.last_hit = True
+        engine._entries.move_to_end(compiled.key)
+    else:
+        compiled = engine._lookup(plan.structure, plan.factory, plan.device, run)
+        plan.hot = None if engine._config.disable_cache else (engine._generation, compiled)
     runner = compiled.runner
     engine.last_runner = runner
     return plan.results(runner.run(plan.feed(inputs)))
