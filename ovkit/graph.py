@@ -1160,6 +1160,12 @@ class Graph:
             )
         if n_dims > a.ne[0] or n_dims < 0:
             raise self._err(op, "n_dims", f"0 <= n_dims <= a.ne[0] = {a.ne[0]}", str(n_dims))
+        if mode == GGML_ROPE_TYPE_VISION and a.ne[0] != 2 * n_dims:
+            raise self._err(
+                op, "n_dims", f"a.ne[0] / 2 = {a.ne[0] // 2} for VISION (pairs i, i + n_dims)", str(n_dims)
+            )
+        if mode & GGML_ROPE_TYPE_MROPE and sum(sections) <= 0:
+            raise self._err(op, "sections", "at least one non-empty section", str(list(sections)))
         if c is not None:
             self._check_tensor(op, "c", c)
             self._check_types(op, "c", c, ("f32",))

@@ -507,36 +507,50 @@ def rope_corr_dims(
     return max(0.0, float(start)), min(float(n_dims - 1), float(end))
 
 
-def rope_tables(p: dict[str, Any], n_dims: int) -> dict[str, Any]:
-    """Per rotated pair i (n_dims/2 of them): the theta multiplier, the YaRN ramp mix and mscale."""
-    half = n_dims // 2
+VISION = 24
+
+
+def rope_pairs(p: dict[str, Any], ne0: int) -> int:
+    """Rotated pairs: n_dims/2, or ne0/2 for VISION (pairs (i, i + n_dims) over the whole row)."""
+    return ne0 // 2 if p["mode"] == VISION else p["n_dims"] // 2
+
+
+def rope_tables(p: dict[str, Any], n_dims: int, n_pairs: int | None = None) -> dict[str, Any]:
+    """Per rotated pair i: the theta multiplier θ_scale^e (e = i, or the index within its section
+    for VISION, whose sections restart theta), the YaRN ramp mix and mscale."""
+    n_pairs = n_dims // 2 if n_pairs is None else n_pairs
     theta_scale = np.float32(p["freq_base"]) ** np.float32(-2.0 / n_dims)
-    mult = np.empty(half, dtype=np.float32)
+    powers = np.empty(max(n_pairs, 1), dtype=np.float32)
     acc = np.float32(1.0)
-    for i in range(half):
-        mult[i] = acc
+    for i in range(len(powers)):
+        powers[i] = acc  # ggml multiplies theta by theta_scale once per pair, in f32
         acc = np.float32(acc * theta_scale)
+    exponent = np.arange(n_pairs)
+    if p["mode"] == VISION:
+        secs = p["sections"]
+        starts = np.array([0, secs[0], secs[0] + secs[1], secs[0] + secs[1] + secs[2]])
+        sector = exponent % sum(secs)
+        exponent = sector - starts[rope_sections(p, n_pairs)]
+    mult = powers[exponent]
     ext = float(p["ext_factor"])
     mscale = float(p["attn_factor"])
-    ramp = np.zeros(half, dtype=np.float32)
+    ramp = np.zeros(n_pairs, dtype=np.float32)
     if ext != 0.0:
         low, high = rope_corr_dims(n_dims, p["n_ctx_orig"], p["freq_base"], p["beta_fast"], p["beta_slow"])
-        i0 = np.arange(half) * 2
-        y = (i0 // 2 - low) / max(0.001, high - low)
+        y = (np.arange(n_pairs) - low) / max(0.001, high - low)
         ramp = ((1 - np.minimum(1, np.maximum(0, y))) * ext).astype(np.float32)
         mscale *= 1.0 + 0.1 * math.log(1.0 / p["freq_scale"])
     return {"mult": mult, "ramp": ramp, "mscale": np.float32(mscale)}
 
 
-def rope_sections(p: dict[str, Any], half: int) -> Arr:
+def rope_sections(p: dict[str, Any], n_pairs: int) -> Arr:
     """Which position plane (0 t, 1 h, 2 w, 3 e) each rotated pair uses (multi-section rope)."""
     secs = p["sections"]
-    mode = p["mode"]
     sect_dims = sum(secs)
-    is_imrope = mode == 40
-    sel = np.zeros(half, dtype=np.int64)
+    is_imrope = p["mode"] == 40
+    sel = np.zeros(n_pairs, dtype=np.int64)
     sec_w = secs[0] + secs[1]
-    for i in range(half):
+    for i in range(n_pairs):
         sector = i % sect_dims
         if is_imrope:
             if sector % 3 == 1 and sector < 3 * secs[1]:
@@ -556,16 +570,14 @@ def rope_sections(p: dict[str, Any], half: int) -> Arr:
     return sel
 
 
-def rope_theta(p: dict[str, Any], n_dims: int, ne2: int, pos: Arr) -> Arr:
-    """Extrapolated theta base per (position row i2, pair i): pos · theta_scale^i."""
-    half = n_dims // 2
-    mult = rope_tables(p, n_dims)["mult"]
+def rope_theta(p: dict[str, Any], n_pairs: int, ne2: int, pos: Arr) -> Arr:
+    """Extrapolated theta base per (position row i2, pair i): pos · multiplier_i."""
+    mult = rope_tables(p, p["n_dims"], n_pairs)["mult"]
     pos = np.asarray(pos).reshape(-1).astype(np.float32)
     if p["mode"] & 8:
-        sel = rope_sections(p, half)
-        base = pos.reshape(4, ne2).T[:, sel]  # [ne2, half]
+        base = pos.reshape(4, ne2).T[:, rope_sections(p, n_pairs)]  # [ne2, pairs]
     else:
-        base = np.repeat(pos[:, None], half, axis=1)
+        base = np.repeat(pos[:, None], n_pairs, axis=1)
     return (base * mult[None, :]).astype(np.float32)
 
 
@@ -574,21 +586,22 @@ def rope(t: Tensor, xs: list[Arr]) -> Arr:
     p = t.params
     x = f32(xs[0])
     n_dims = p["n_dims"]
-    half = n_dims // 2
-    tables = rope_tables(p, n_dims)
-    theta_ex = rope_theta(p, n_dims, t.ne[2], xs[1])
+    n_pairs = rope_pairs(p, t.ne[0])
+    tables = rope_tables(p, n_dims, n_pairs)
+    theta_ex = rope_theta(p, n_pairs, t.ne[2], xs[1])
     if xs[2] is not None:
-        theta_ex = theta_ex / f32(xs[2]).reshape(-1)[:half][None, :]
+        theta_ex = theta_ex / f32(xs[2]).reshape(-1)[:n_pairs][None, :]
     theta_in = np.float32(p["freq_scale"]) * theta_ex
     ramp = tables["ramp"][None, :]
     theta = theta_in * (1 - ramp) + theta_ex * ramp
     cos = (np.cos(theta.astype(np.float64)) * tables["mscale"]).astype(np.float32)[None, :, None, :]
     sin = (np.sin(theta.astype(np.float64)) * tables["mscale"]).astype(np.float32)[None, :, None, :]
     out = x.copy()
-    if p["mode"] & 2 or p["mode"] & 8:  # NEOX-ordered pairs (i, i + n_dims/2)
-        x0, x1 = x[..., :half], x[..., half:n_dims]
-        out[..., :half] = x0 * cos - x1 * sin
-        out[..., half:n_dims] = x0 * sin + x1 * cos
+    if p["mode"] & 2 or p["mode"] & 8:  # pairs (i, i + offset): NEOX/MROPE/IMROPE n_dims/2, VISION n_dims
+        off = n_dims if p["mode"] == VISION else n_dims // 2
+        x0, x1 = x[..., :n_pairs], x[..., off : off + n_pairs]
+        out[..., :n_pairs] = x0 * cos - x1 * sin
+        out[..., off : off + n_pairs] = x0 * sin + x1 * cos
     else:
         x0, x1 = x[..., 0:n_dims:2], x[..., 1:n_dims:2]
         out[..., 0:n_dims:2] = x0 * cos - x1 * sin

@@ -668,45 +668,48 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
 # ---------------------------------------------------------------------------- rope
 @translator("ROPE")
 def _rope(t: Tensor, xs: list[Out]) -> Out:
-    from ovkit.ops.reference import rope_sections, rope_tables
+    from ovkit.ops.reference import VISION, rope_pairs, rope_sections, rope_tables
 
     p = t.params
     n_dims = p["n_dims"]
-    half = n_dims // 2
-    tables = rope_tables(p, n_dims)
+    pairs = rope_pairs(p, t.ne[0])
+    tables = rope_tables(p, n_dims, pairs)
     pos = ops.convert(ops.reshape(xs[1], i64([-1]), False), ov.Type.f32)
     if p["mode"] & 8:
         planes = ops.transpose(ops.reshape(pos, i64([4, t.ne[2]]), False), i64([1, 0]))  # [ne2, 4]
-        base = ops.gather(planes, const(rope_sections(p, half), np.int64), i64(1))  # [ne2, half]
+        base = ops.gather(planes, const(rope_sections(p, pairs), np.int64), i64(1))  # [ne2, pairs]
     else:
         base = ops.reshape(pos, i64([t.ne[2], 1]), False)
-    theta_ex = ops.multiply(base, const(tables["mult"].reshape(1, half)))
+    theta_ex = ops.multiply(base, const(tables["mult"].reshape(1, pairs)))
     if xs[2] is not None:
-        ff = slice_dim(ops.reshape(f32(xs[2]), i64([1, 1, 1, -1]), False), 0, 0, half)
-        theta_ex = ops.divide(theta_ex, ops.reshape(ff, i64([1, half]), False))
+        ff = slice_dim(ops.reshape(f32(xs[2]), i64([1, 1, 1, -1]), False), 0, 0, pairs)
+        theta_ex = ops.divide(theta_ex, ops.reshape(ff, i64([1, pairs]), False))
     theta = ops.multiply(theta_ex, const(p["freq_scale"]))
     if p["ext_factor"] != 0.0:
-        ramp = const(tables["ramp"].reshape(1, half))
+        ramp = const(tables["ramp"].reshape(1, pairs))
         theta = ops.add(ops.multiply(theta, ops.subtract(const(1.0), ramp)), ops.multiply(theta_ex, ramp))
     mscale = const(tables["mscale"])
-    cos = ops.reshape(ops.multiply(ops.cos(theta), mscale), i64([1, t.ne[2], 1, half]), False)
-    sin = ops.reshape(ops.multiply(ops.sin(theta), mscale), i64([1, t.ne[2], 1, half]), False)
+    cos = ops.reshape(ops.multiply(ops.cos(theta), mscale), i64([1, t.ne[2], 1, pairs]), False)
+    sin = ops.reshape(ops.multiply(ops.sin(theta), mscale), i64([1, t.ne[2], 1, pairs]), False)
     x = f32(xs[0])
     ne0 = t.ne[0]
-    if p["mode"] & 2 or p["mode"] & 8:
-        x0, x1 = slice_dim(x, 0, 0, half), slice_dim(x, 0, half, n_dims)
+    if p["mode"] & 2 or p["mode"] & 8:  # pairs (i, i + off)
+        off = n_dims if p["mode"] == VISION else n_dims // 2
+        x0, x1 = slice_dim(x, 0, 0, pairs), slice_dim(x, 0, off, off + pairs)
         parts = [
             ops.subtract(ops.multiply(x0, cos), ops.multiply(x1, sin)),
             ops.add(ops.multiply(x0, sin), ops.multiply(x1, cos)),
         ]
+        end = off + pairs
     else:
         x0, x1 = slice_dim(x, 0, 0, n_dims, 2), slice_dim(x, 0, 1, n_dims, 2)
         r0 = ops.subtract(ops.multiply(x0, cos), ops.multiply(x1, sin))
         r1 = ops.add(ops.multiply(x0, sin), ops.multiply(x1, cos))
-        pairs = ops.concat([ops.unsqueeze(r0, i64(4)), ops.unsqueeze(r1, i64(4))], 4)
-        parts = [ops.reshape(pairs, i64([t.ne[3], t.ne[2], t.ne[1], n_dims]), False)]
-    if n_dims < ne0:
-        parts.append(slice_dim(x, 0, n_dims, ne0))
+        pairs_out = ops.concat([ops.unsqueeze(r0, i64(4)), ops.unsqueeze(r1, i64(4))], 4)
+        parts = [ops.reshape(pairs_out, i64([t.ne[3], t.ne[2], t.ne[1], n_dims]), False)]
+        end = n_dims
+    if end < ne0:
+        parts.append(slice_dim(x, 0, end, ne0))
     return ops.concat(parts, 3) if len(parts) > 1 else parts[0]
 
 
