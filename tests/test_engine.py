@@ -416,3 +416,27 @@ def test_transformer_decode_with_kv_cache_equals_full_recompute(stateful: bool) 
     assert np.count_nonzero(sessions[1].state("cache_k").any(axis=1)) == 6
     (full,) = sessions[6].compute(block_inputs(cfg, xs, 0))
     np.testing.assert_allclose(last.reshape(-1), full[5], rtol=1e-5, atol=1e-5)
+
+
+def test_graph_plans_follow_eviction_and_clear() -> None:
+    from ovkit.engine import get_engine
+    from ovkit.graph import Graph
+    from ovkit.simulate import SimulatedCore
+
+    core = SimulatedCore("laptop")
+    engine = get_engine(core)
+    engine.resize(1)
+    ga, gb = Graph(), Graph()
+    ya = ga.scale(ga.input("x", (4,)), 2.0)
+    yb = gb.scale(gb.input("x", (4,)), 3.0)
+    x = np.ones(4, np.float32)
+    np.testing.assert_array_equal(ga.compute(ya, {"x": x}, core=core), 2 * x)
+    np.testing.assert_array_equal(gb.compute(yb, {"x": x}, core=core), 3 * x)  # evicts a
+    np.testing.assert_array_equal(ga.compute(ya, {"x": x}, core=core), 2 * x)  # compiles a again
+    stats = engine.stats()
+    assert (stats.misses, stats.evictions, stats.size) == (3, 2, 1)
+    np.testing.assert_array_equal(ga.compute(ya, {"x": x}, core=core), 2 * x)
+    assert engine.stats().hits == 1
+    engine.clear()
+    np.testing.assert_array_equal(ga.compute(ya, {"x": x}, core=core), 2 * x)
+    assert engine.stats().misses == 4
