@@ -1169,9 +1169,10 @@ class Graph:
         if c is not None:
             self._check_tensor(op, "c", c)
             self._check_types(op, "c", c, ("f32",))
-            if c.ne[0] < n_dims // 2:
+            pairs = a.ne[0] // 2 if mode == GGML_ROPE_TYPE_VISION else n_dims // 2
+            if c.ne[0] < pairs:
                 raise self._err(
-                    op, "c", f"ne[0] >= n_dims/2 = {n_dims // 2} freq factors", f"ne {_ne_str(c.ne)}"
+                    op, "c", f"ne[0] >= {pairs} freq factors (one per rotated pair)", f"ne {_ne_str(c.ne)}"
                 )
         params = {
             "n_dims": int(n_dims),
