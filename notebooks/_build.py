@@ -516,6 +516,32 @@ NB02 = [
         """,
     ),
     md(
+        "running-md",
+        """
+        For running ops this means: a graph runs on the selected device. To try another device,
+        switch the selection explicitly; `compute` without a `device` follows it, and the compiled
+        graphs are cached per device.
+        """,
+    ),
+    code(
+        "running",
+        """
+        import numpy as np
+
+        from ovkit import engine
+        from ovkit.graph import Graph
+
+        g = Graph()
+        a = g.input("a", (2, 8))
+        y = g.gelu(a)
+        for name in gpu_ids or ["CPU"]:
+            with ovkit.using_device(name, sim) as s:
+                out = g.compute(y, {"a": np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8)}, core=sim)
+                print(f"selected {s.device}: gelu ran, result {out.shape}")
+        display(engine.get_engine(sim).table()[["device", "inputs", "runs"]])
+        """,
+    ),
+    md(
         "result-md",
         """
         ## Result

@@ -271,6 +271,15 @@ def test_02_non_selected_devices_support_no_op(executed: Callable[[str], Any]) -
 
 
 @pytest.mark.slow
+def test_02_compute_follows_the_selection(executed: Callable[[str], Any]) -> None:
+    nb = executed("02-selecting-a-device")
+    out = text(nb, "running", "stdout")
+    assert "selected GPU.0: gelu ran, result (2, 8)" in out and "selected GPU.1: gelu ran" in out
+    table = html(nb, "running")
+    assert "<td>GPU.0</td>" in table and "<td>GPU.1</td>" in table  # one compiled graph per device
+
+
+@pytest.mark.slow
 def test_02_runs_with_papermill_parameters(tmp_path: Path) -> None:
     """``papermill -p device GPU.1 -p profile laptop``: the parameters reach the notebook."""
     papermill = pytest.importorskip("papermill")
