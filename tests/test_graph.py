@@ -354,6 +354,18 @@ OP_CASES: list[tuple[str, str, list[np.ndarray], object]] = [
     ),
     ("SSM_CONV", "ssm_conv", [_f(2, 6, 8), _f(6, 4)], lambda g, a, b: g.ssm_conv(a, b)),
     (
+        "ROPE",
+        "rope-mrope",
+        [_f(1, 5, 4, 32), RNG.integers(0, 20, 20).astype(np.int32)],
+        lambda g, a, p: g.rope_multi(a, p, None, 32, [5, 5, 6, 0], 8, *_ROPE),
+    ),
+    (
+        "ROPE",
+        "rope-vision",
+        [_f(1, 5, 4, 32), RNG.integers(0, 20, 20).astype(np.int32)],
+        lambda g, a, p: g.rope_multi(a, p, None, 16, [8, 8, 0, 0], 24, *_ROPE),
+    ),
+    (
         "FLASH_ATTN_EXT",
         "flash_attn_ext-gqa4-nomask",
         [_f(1, 8, 6, 32), _f(1, 2, 16, 32).astype(np.float16), _f(1, 2, 16, 32).astype(np.float16)],
