@@ -25,6 +25,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -947,7 +948,9 @@ class Engine:
         """Drop every compiled graph (counters are kept; see ``reset_stats``)."""
         with self._lock:
             self._entries.clear()
+            self._plans.clear()
             self._generation += 1
+            self.last_runner = None  # it would keep the last compiled model (and its memory) alive
 
     def reset_stats(self) -> None:
         with self._lock:
@@ -1032,9 +1035,16 @@ class Engine:
                     self._entries.move_to_end(key)
                     self._counters.hits += 1
                     self.last_hit = True
+                    if cfg.memory_optimize or cfg.release_weights_explicit:
+                        _release_on_hit(dev, cfg)
                     return entry
             self._counters.misses += 1
             self.last_hit = False
+            from ovkit import weight_release
+
+            # Upstream §6.6: once host weights were released there is nothing left to compile
+            # from; WeightsReleasedError carries upstream's message and is not wrapped.
+            weight_release.before_compile(dev)
             props = compile_properties(run, device_class(dev), cfg)
             entry = self._compile(key, factory, run, props, dict(states or {}), dict(key.dynamic))
             if not cfg.disable_cache:
@@ -1190,6 +1200,13 @@ class Engine:
         return self.run(model_structure_key(model), model.clone, inputs, device, run_config, **kw)
 
 
+def _release_on_hit(device: str, config: OvkitConfig) -> None:
+    """GGML_OPENVINO_RELEASE_WEIGHTS (upstream §6.6): the first cache hit releases host weights."""
+    from ovkit import weight_release
+
+    weight_release.on_cache_hit(device, config)
+
+
 # ---------------------------------------------------------------------------------------------
 # Process-wide engines (one per Core).
 # ---------------------------------------------------------------------------------------------
@@ -1239,10 +1256,13 @@ def _value_digest(value: Any) -> str:
         return ""
     if isinstance(value, np.ndarray):
         return hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
+    digest = getattr(value, "digest", None)  # quantized weights: blocks + type + shape + form
+    if isinstance(digest, str):
+        return digest
     for attr in ("raw", "blocks", "data"):
         raw = getattr(value, attr, None)
         if isinstance(raw, bytes | bytearray | memoryview):
-            return hashlib.sha256(bytes(raw)).hexdigest()
+            return hashlib.sha256(bytes(raw)).hexdigest() + ":" + str(getattr(value, "form", ""))
         if isinstance(raw, np.ndarray):
             return hashlib.sha256(np.ascontiguousarray(raw).tobytes()).hexdigest()
     return f"object:{id(value)}"  # unknown value type: equal only to itself
@@ -1329,7 +1349,8 @@ class GraphPlan:
         self.input_names = [t.name for t in leaves]
         self.known = {t.name for t in graph.nodes if t.is_input}
         self.output_names = list(names) if names else [f"output{i}" for i in range(len(self.outputs))]
-        self.hot: tuple[int, CompiledGraph] | None = None  # (engine generation, compiled graph)
+        # (engine generation, weak reference to the compiled graph)
+        self.hot: tuple[int, weakref.ref[CompiledGraph]] | None = None
         everything = list(self.outputs) + list(self.extra_outputs)
         self.structure = graph_structure_key(graph, everything)
         self.first_op = next((t.op for t in graph.topo(everything) if not t.is_leaf), None)
@@ -1472,14 +1493,19 @@ def compute_graph(
         run = run_config_from(config, GRAPH_RUN_CONFIG)
     plan = _plan_for(engine, graph, outputs, device, run)
     hot = plan.hot
-    if hot is not None and hot[0] == engine._generation:
-        compiled = hot[1]  # still cached: count the hit and refresh its LRU position
+    compiled = hot[1]() if hot is not None and hot[0] == engine._generation else None
+    if compiled is not None:  # still cached: count the hit and refresh its LRU position
         engine._counters.hits += 1
         engine.last_hit = True
         engine._entries.move_to_end(compiled.key)
+        cfg = engine._config
+        if cfg.memory_optimize or cfg.release_weights_explicit:
+            _release_on_hit(plan.device, cfg)
     else:
         compiled = engine._lookup(plan.structure, plan.factory, plan.device, run)
-        plan.hot = None if engine._config.disable_cache else (engine._generation, compiled)
+        # A weak reference: a plan must not keep an evicted or cleared model (and its device
+        # memory) alive.
+        plan.hot = None if engine._config.disable_cache else (engine._generation, weakref.ref(compiled))
     runner = compiled.runner
     engine.last_runner = runner
     return plan.results(runner.run(plan.feed(inputs)))

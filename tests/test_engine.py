@@ -440,3 +440,30 @@ def test_graph_plans_follow_eviction_and_clear() -> None:
     engine.clear()
     np.testing.assert_array_equal(ga.compute(ya, {"x": x}, core=core), 2 * x)
     assert engine.stats().misses == 4
+
+
+def test_clear_and_eviction_free_compiled_models() -> None:
+    """Nothing in the engine (plans, last runner) keeps a dropped compiled model alive."""
+    import weakref
+
+    from ovkit.engine import get_engine
+    from ovkit.graph import Graph
+    from ovkit.simulate import SimulatedCore
+
+    core = SimulatedCore("laptop")
+    engine = get_engine(core)
+    engine.resize(1)
+    x = np.ones(4, np.float32)
+    ga = Graph()
+    ya = ga.scale(ga.input("x", (4,)), 2.0)
+    ga.compute(ya, {"x": x}, core=core)
+    first = weakref.ref(engine.entries()[0])
+    gb = Graph()
+    yb = gb.scale(gb.input("x", (4,)), 5.0)
+    gb.compute(yb, {"x": x}, core=core)  # evicts the first model
+    gc.collect()
+    assert first() is None
+    second = weakref.ref(engine.entries()[0])
+    engine.clear()
+    gc.collect()
+    assert second() is None and engine.last_runner is None
