@@ -254,7 +254,9 @@ ENTRIES: tuple[OpEntry, ...] = (
         "a [K, N, ...] (weights), b [K, M, ...]",
         "MatMul(b, a, transpose_b) with a repeat-interleaved over batch (i02 = i12/r2); f16/bf16 a: b rounded to a's type first (ggml's vec_dot type); quantized a: its own decompression/compressed-matmul subgraph",
         "v0::MatMul(src1, src0, transpose_b=true), src0 converted to src1's type, GQA Unsqueeze+Broadcast+Reshape (op/mulmat.cpp)",
-        "Rejected: ne[3] not broadcastable; both srcs VIEW; quirk: GPU quantized a named 'a' [256,1] with b named 'b' [256,64].",
+        "Rejected: ne[3] not broadcastable; both srcs VIEW; quirk: GPU quantized a named 'a' [256,1] with b named 'b' [256,64]. "
+        "With quantized weights ggml's CPU also quantizes b to the vec_dot type (q8_0/q8_1/q8_K); ovkit's reference keeps b "
+        "in f32 (differences ~1e-5 NMSE, inside test-backend-ops' 5e-4 for MUL_MAT).",
     ),
     OpEntry(
         "MUL_MAT_ID",
@@ -325,7 +327,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "ROPE",
         ("rope_ext", "rope_multi"),
         "b i32 positions (4 planes for rope_multi), c freq factors, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow, sections",
-        "cos/sin of pos·θ_i (YaRN ramp, freq factors) computed in-graph; NORMAL: interleaved pairs (strided Slice + Concat); NEOX/MROPE/IMROPE: halves; the tail beyond n_dims copied",
+        "cos/sin of pos·θ_i (YaRN ramp, freq factors) computed in-graph; NORMAL: interleaved pairs (strided Slice + Concat); NEOX/MROPE/IMROPE: halves; VISION: pairs (i, i+n_dims) with per-section theta; the tail beyond n_dims copied. ovkit also builds MROPE (8) and VISION (24), which upstream rejects",
         "make_sin_cos per op; NORMAL: Flux-style Reshape+Split+Concat (GPU RoPE fusion); NEOX: VariadicSplit; IMROPE: 4 position planes (op/rope.cpp)",
         "Rejected: mode ∉ {0, 2, 40} (MROPE 8 and VISION 24); odd or out-of-range rope dims; output not f32/f16; a VIEW src0 with view_src.ne[1]≠ne[2]; IMROPE with freq factors, freq_scale≠1, ext_factor≠0 or attn_factor≠1.",
     ),
