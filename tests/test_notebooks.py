@@ -353,6 +353,24 @@ def test_03_transformer_block_with_stateful_kv_cache(executed: Callable[[str], A
     assert "all pass: True" in result, result
 
 
+@pytest.mark.slow
+def test_03_runs_on_a_simulated_gpu_with_papermill(tmp_path: Path) -> None:
+    """``papermill -p profile laptop -p device GPU``: every check holds under the GPU class policy."""
+    papermill = pytest.importorskip("papermill")
+    out = tmp_path / "03.ipynb"
+    papermill.execute_notebook(
+        str(NB_DIR / "03-compute-graphs.ipynb"),
+        str(out),
+        parameters={"device": "GPU", "profile": "laptop"},
+        kernel_name="python3",
+        progress_bar=False,
+        cwd=str(NB_DIR),
+    )
+    nb = nbformat.read(out, as_version=4)
+    assert "running on GPU (simulated laptop, computed on this CPU)" in text(nb, "setup")
+    assert "all pass: True" in text(nb, "result")
+
+
 # ---------------------------------------------------------------------------------------------
 # 04-memory-and-allocations
 # ---------------------------------------------------------------------------------------------
