@@ -422,7 +422,7 @@ def _mul_mat(t: Tensor, xs: list[Out]) -> Out:
     fused = getattr(a.value, "ov_mul_mat", None) if a.is_leaf and a.is_quantized else None
     if fused is not None and a.ne[2] == 1 and a.ne[3] == 1:
         # the quantized weight builds the matmul form the CPU plugin keeps compressed
-        return reshape4(fused(xb), t.ne)
+        return reshape4(fused(xb.output(0) if hasattr(xb, "output") else xb), t.ne)
     wa = _weight_f32(a, xs[0])
     if a.dtype in ("f16", "bf16") and b.dtype != a.dtype:
         xb = rounded(xb, a.dtype)  # ggml converts src1 to src0's vec_dot type
