@@ -121,3 +121,37 @@ def test_freed_buffer_is_skipped() -> None:
     buf.free()
     result = weight_release.REGISTRY.release("CPU")
     assert (result.released_bytes, result.buffers) == (0, 0)
+
+
+def test_engine_first_cache_hit_releases_and_recompile_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end through ovkit.engine: miss compiles, the first hit releases, a new graph is refused."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    from ovkit.engine import Engine
+
+    monkeypatch.setenv("GGML_OPENVINO_RELEASE_WEIGHTS", "1")
+    buf, w, _ = _weights_model(256, 1024)
+    weight_release.register_weight_buffer(buf)
+    t = buf.tensor("blk.0.ffn_up.weight")
+    x = ops.parameter([1, 1024], ov.Type.f32, name="x")
+    model = ov.Model(
+        [ops.matmul(x, ops.convert(ops.constant(t.numpy(), shared_memory=True), "f32"), False, True)], [x]
+    )
+    engine = Engine(ov.Core())
+    xv = np.random.default_rng(2).standard_normal((1, 1024)).astype(np.float32)
+    # keyed by structure like upstream's cgraph fingerprint (the weights are read by pointer, so
+    # their bytes are not part of the key: after the release they read as zeros)
+    key = ("ffn_up", (1, 1024))
+    first = engine.run(key, model.clone, {"x": xv}, "CPU")[0]
+    assert not weight_release.is_released()
+    second = engine.run(key, model.clone, {"x": xv}, "CPU")[0]  # cache hit -> release
+    assert weight_release.is_released()
+    assert not buf.data.any()
+    np.testing.assert_array_equal(second, first)
+    third = engine.run(key, model.clone, {"x": xv}, "CPU")[0]  # still served from the pinned cache
+    np.testing.assert_array_equal(third, first)
+    other = ov.Model([ops.relu(x)], [x])
+    with pytest.raises(WeightsReleasedError, match="a new graph needs to be compiled"):
+        engine.run(("relu", (1, 1024)), other.clone, {"x": xv}, "CPU")
+    buf.free()
