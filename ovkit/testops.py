@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
 Status = Literal["OK", "FAIL", "not supported"]
+#: Compile hints for the cases: ``exact`` = f32 inference precision (ovkit's default, ggml's
+#: numbers); ``upstream`` = upstream's naive path (§7.2): EXECUTION_MODE PERFORMANCE when the
+#: first node is MUL_MAT, else ACCURACY, no precision hint (bf16 MatMuls on CPUs with bf16).
+HINTS: tuple[str, ...] = ("exact", "upstream")
 Reference = Literal["auto", "ggml", "numpy"]
 Program = Callable[[Any, Mapping[str, Any]], Any]
 
@@ -599,6 +603,7 @@ class CaseResult:
     us_per_run: float | None = None
     gflops: float | None = None
     gbps: float | None = None
+    precision: str = ""  # effective inference precision the device reported
 
     def line(self) -> str:
         """The text line, like test-backend-ops prints it."""
@@ -610,10 +615,11 @@ class CaseResult:
             )
             return f"  {self.case:70s} {self.us_per_run:12.2f} us/run {rate}"
         if self.status == "OK":
+            prec = f", {self.precision}" if self.precision not in ("", "f32", "model") else ""
             err = (
                 ""
                 if self.nmse is None
-                else f" (NMSE {self.nmse:.2e} <= {self.max_nmse:.0e}, ref {self.reference})"
+                else f" (NMSE {self.nmse:.2e} <= {self.max_nmse:.0e}, ref {self.reference}{prec})"
             )
             return f"  {self.case}: OK{err}"
         return f"  {self.case}: FAIL {self.detail}"
@@ -706,7 +712,27 @@ def _threshold(c: Case) -> float:
     return oracle.max_nmse(c.builder)
 
 
-def run_case(c: Case, device: str, core: Any = None, reference: str = "numpy", seed: int = 0) -> CaseResult:
+def _run_config(g: Any, out: Any, hints: str) -> Any:
+    from ovkit.engine import DEFAULT_RUN_CONFIG, GRAPH_RUN_CONFIG, naive_run_config
+
+    if hints not in HINTS:
+        raise ValueError(f"hints={hints!r} is not valid (expected one of: {', '.join(HINTS)})")
+    if hints == "exact":
+        return GRAPH_RUN_CONFIG
+    first = next((t.op for t in g.topo([out]) if not t.is_leaf), None)
+    return naive_run_config(first, DEFAULT_RUN_CONFIG)
+
+
+def _effective_precision(core: Any) -> str:
+    from ovkit.engine import get_engine
+
+    runner = get_engine(core).last_runner
+    return (runner.graph.effective.inference_precision or "") if runner is not None else ""
+
+
+def run_case(
+    c: Case, device: str, core: Any = None, reference: str = "numpy", seed: int = 0, hints: str = "exact"
+) -> CaseResult:
     """Build, check the policy, run on ``device``, compare with the reference."""
     from ovkit import oracle
     from ovkit.engine import compute_graph
@@ -722,7 +748,8 @@ def run_case(c: Case, device: str, core: Any = None, reference: str = "numpy", s
     rng = np.random.default_rng(seed)
     arrays = {i.name: i.make(rng) for i in c.inputs}
     try:
-        actual = compute_graph(g, [out], arrays, device, core=core)[0]
+        actual = compute_graph(g, [out], arrays, device, core=core, config=_run_config(g, out, hints))[0]
+        base["precision"] = _effective_precision(core)
     except Exception as exc:
         msg = str(exc).strip().splitlines()
         return CaseResult(**base, status="FAIL", detail=f"{type(exc).__name__}: {msg[0] if msg else ''}")
@@ -755,7 +782,13 @@ def run_case(c: Case, device: str, core: Any = None, reference: str = "numpy", s
 
 
 def perf_case(
-    c: Case, device: str, core: Any = None, *, min_seconds: float = 0.2, max_runs: int = 200
+    c: Case,
+    device: str,
+    core: Any = None,
+    *,
+    min_seconds: float = 0.2,
+    max_runs: int = 200,
+    hints: str = "exact",
 ) -> CaseResult:
     """Median time per steady-state run (compile excluded) and GFLOPS or GB/s."""
     from ovkit.engine import compute_graph
@@ -769,14 +802,16 @@ def perf_case(
     if reason is not None:
         return CaseResult(**base, status="not supported", detail=reason)
     arrays = {i.name: i.make(np.random.default_rng(0)) for i in c.inputs}
+    cfg = _run_config(g, out, hints)
     try:
-        result = compute_graph(g, [out], arrays, device, core=core)[0]  # compile + warm up
-        compute_graph(g, [out], arrays, device, core=core)
+        result = compute_graph(g, [out], arrays, device, core=core, config=cfg)[0]  # compile + warm up
+        compute_graph(g, [out], arrays, device, core=core, config=cfg)
+        base["precision"] = _effective_precision(core)
         times: list[float] = []
         start = time.perf_counter()
         while len(times) < 3 or (time.perf_counter() - start < min_seconds and len(times) < max_runs):
             t0 = time.perf_counter()
-            compute_graph(g, [out], arrays, device, core=core)
+            compute_graph(g, [out], arrays, device, core=core, config=cfg)
             times.append(time.perf_counter() - t0)
     except Exception as exc:
         msg = str(exc).strip().splitlines()
@@ -797,6 +832,7 @@ def iter_results(
     *,
     progress: bool | None = None,
     cases: Sequence[Case] | None = None,
+    hints: str = "exact",
 ) -> Iterator[CaseResult]:
     """Run the (filtered) catalogue, yielding one result per case, with a tqdm bar on stderr."""
     from tqdm import tqdm
@@ -816,7 +852,11 @@ def iter_results(
         disable=not progress if progress is not None else None,
     )
     for c in bar:
-        yield run_case(c, dev, core, ref) if mode == "test" else perf_case(c, dev, core)
+        yield (
+            run_case(c, dev, core, ref, hints=hints)
+            if mode == "test"
+            else perf_case(c, dev, core, hints=hints)
+        )
 
 
 def summarize(results: Sequence[CaseResult], mode: str, device: str, reference: str) -> Summary:
@@ -843,9 +883,10 @@ def test_ops(
     reference: Reference = "auto",
     *,
     progress: bool | None = None,
+    hints: str = "exact",
 ) -> pd.DataFrame:
     """``mode test`` as a DataFrame (one row per case: op, case, status, detail, nmse, ...)."""
-    return _frame(list(iter_results("test", ops, device, core, reference, progress=progress)))
+    return _frame(list(iter_results("test", ops, device, core, reference, progress=progress, hints=hints)))
 
 
 # Not a pytest test despite its name.
@@ -858,9 +899,10 @@ def perf_ops(
     core: Any = None,
     *,
     progress: bool | None = None,
+    hints: str = "exact",
 ) -> pd.DataFrame:
     """``mode perf`` as a DataFrame (us_per_run, gflops or gbps per case)."""
-    return _frame(list(iter_results("perf", ops, device, core, progress=progress)))
+    return _frame(list(iter_results("perf", ops, device, core, progress=progress, hints=hints)))
 
 
 def catalogue_table(mode: str = "test") -> pd.DataFrame:
@@ -891,6 +933,7 @@ def main(
     progress: bool | None = None,
     out: Any = None,
     isolate: bool = False,
+    hints: str = "exact",
 ) -> int:
     """The CLI body: print one line per case and the totals (or JSON); 1 on any failure.
 
@@ -911,11 +954,12 @@ def main(
         else dev
     )
     if not as_json:
-        print(f"Testing {label} (mode {mode}{', reference ' + ref if ref else ''})", file=stream)
+        hint_text = "" if hints == "exact" else f", {hints} hints"
+        print(f"Testing {label} (mode {mode}{', reference ' + ref if ref else ''}{hint_text})", file=stream)
     source = (
-        _isolated_results(mode, ops, dev, core, ref or "numpy", progress)
+        _isolated_results(mode, ops, dev, core, ref or "numpy", progress, hints)
         if isolate
-        else iter_results(mode, ops, dev, core, reference, progress=progress)
+        else iter_results(mode, ops, dev, core, reference, progress=progress, hints=hints)
     )
     for r in source:
         results.append(r)
@@ -927,6 +971,7 @@ def main(
             "device": dev,
             "simulated": simulated,
             "mode": mode,
+            "hints": hints,
             "reference": ref,
             "summary": {
                 "passed": summary.passed,
@@ -959,6 +1004,12 @@ def add_cli_args(p: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--isolate", action="store_true", help="one process per op: a crash becomes FAIL lines")
+    p.add_argument(
+        "--hints",
+        choices=HINTS,
+        default="exact",
+        help="exact: f32 inference precision (default); upstream: the naive path's execution-mode hint",
+    )
 
 
 def cli(args: Any) -> int:
@@ -985,11 +1036,18 @@ def cli(args: Any) -> int:
         as_json=args.json,
         progress=progress,
         isolate=args.isolate,
+        hints=args.hints,
     )
 
 
 def _isolated_results(
-    mode: str, ops: Sequence[str] | str | None, device: str, core: Any, reference: str, progress: bool | None
+    mode: str,
+    ops: Sequence[str] | str | None,
+    device: str,
+    core: Any,
+    reference: str,
+    progress: bool | None,
+    hints: str = "exact",
 ) -> Iterator[CaseResult]:
     """One child process per op (``python -m ovkit test-ops ... --json``); crashes become FAILs."""
     import subprocess
@@ -999,7 +1057,19 @@ def _isolated_results(
     pool = build_catalogue() if mode == "test" else build_perf_catalogue()
     picked = select(pool, ops)
     keys = list(dict.fromkeys(c.op for c in picked))
-    base = [sys.executable, "-m", "ovkit", "test-ops", mode, "--json", "--no-progress", "-b", device]
+    base = [
+        sys.executable,
+        "-m",
+        "ovkit",
+        "test-ops",
+        mode,
+        "--json",
+        "--no-progress",
+        "-b",
+        device,
+        "--hints",
+        hints,
+    ]
     if mode == "test":
         base += ["--reference", reference]
     profile = getattr(getattr(core, "profile", None), "name", None)

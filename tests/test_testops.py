@@ -118,3 +118,16 @@ def test_simulated_runs_are_labelled(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["test-ops", "--simulate", "laptop", "-b", "NPU", "-o", "SCALE", "--no-progress"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("Testing NPU [SIMULATED laptop")
+
+
+def test_upstream_hints_report_the_effective_precision() -> None:
+    exact = testops.test_ops("MUL_MAT", progress=False, reference="numpy")
+    upstream = testops.test_ops("MUL_MAT", progress=False, reference="numpy", hints="upstream")
+    assert (exact["status"] == "OK").all() and (upstream["status"] == "OK").all()
+    assert set(exact["precision"]) == {"f32"}
+    # upstream's naive path asks EXECUTION_MODE=PERFORMANCE for a MUL_MAT graph: the CPU picks its
+    # fastest precision (bf16 where the CPU has it), which the harness reads back and reports
+    assert upstream["precision"].iloc[0] in ("bf16", "f16", "f32")
+    assert (upstream["nmse"] >= exact["nmse"]).all()
+    with pytest.raises(ValueError, match="hints='fast' is not valid"):
+        testops.test_ops("MUL_MAT", progress=False, hints="fast")
