@@ -839,6 +839,8 @@ def iter_results(
 
     if mode not in ("test", "perf"):
         raise ValueError(f"mode={mode!r} is not valid (expected 'test' or 'perf')")
+    if hints not in HINTS:
+        raise ValueError(f"hints={hints!r} is not valid (expected one of: {', '.join(HINTS)})")
     dev = _resolve(device, core)
     pool = cases if cases is not None else (build_catalogue() if mode == "test" else build_perf_catalogue())
     picked = select(pool, ops)
