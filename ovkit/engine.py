@@ -873,6 +873,7 @@ class Engine:
         self._refresh()
         self.last_runner: Runner | None = None
         self.last_hit = False
+        self._pending_times: dict[str, float] = {}  # conversion/compile times not yet logged
 
     # -- configuration ----------------------------------------------------------------------
     def _refresh(self) -> None:
@@ -1086,11 +1087,13 @@ class Engine:
         states: dict[str, str],
         dynamic: dict[str, tuple[int, ...]],
     ) -> CompiledGraph:
+        t_conv = time.perf_counter()
         model = _model_from(factory())
         _apply_dynamic(model, dynamic)
         specs = _state_specs(model, states)
         variables = _make_stateful(model, states) if key.stateful else {}
         t0 = time.perf_counter()
+        self._pending_times = {"Graph conversion time": t0 - t_conv}
         try:
             compiled = self.core.compile_model(model, key.device, props)
         except RuntimeError as exc:
@@ -1099,8 +1102,7 @@ class Engine:
         seconds = time.perf_counter() - t0
         self._counters.compiles += 1
         self._counters.compile_seconds += seconds
-        if self._config.profiling:
-            logger.info("GGML OpenVINO Backend: \n  - Graph compile time: %.3f ms", seconds * 1e3)
+        self._pending_times["Graph compile time"] = seconds
         return CompiledGraph(
             key,
             compiled,
@@ -1129,12 +1131,24 @@ class Engine:
         graph = self.compiled(structure, factory, device, run_config, dynamic=dynamic)
         runner = graph.runner
         self.last_runner = runner
+        t0 = time.perf_counter()
         outputs = runner.run(inputs, copy=copy)
         if self._config.profiling:
-            logger.info(
-                "GGML OpenVINO Backend: \n  - Graph inference time: %.3f ms", runner.last_infer_seconds * 1e3
-            )
+            self.log_profile(time.perf_counter() - t0, runner.last_infer_seconds)
         return outputs
+
+    def log_profile(self, inference_seconds: float, raw_seconds: float) -> None:
+        """Upstream's GGML_OPENVINO_PROFILING lines (§7.8): conversion and compile time on a miss,
+        then the graph inference time and OpenVINO's raw infer time."""
+        lines = ["GGML OpenVINO Backend: "]
+        times = {
+            **self._pending_times,
+            "Graph inference time": inference_seconds,
+            "OV raw infer time": raw_seconds,
+        }
+        lines += [f"  - {name}: {seconds * 1e3:.3f} ms" for name, seconds in times.items()]
+        self._pending_times = {}
+        logger.info("\n".join(lines))
 
     def run_report(
         self,
@@ -1508,7 +1522,12 @@ def compute_graph(
         plan.hot = None if engine._config.disable_cache else (engine._generation, weakref.ref(compiled))
     runner = compiled.runner
     engine.last_runner = runner
-    return plan.results(runner.run(plan.feed(inputs)))
+    if not engine._config.profiling:
+        return plan.results(runner.run(plan.feed(inputs)))
+    t0 = time.perf_counter()
+    outputs = plan.results(runner.run(plan.feed(inputs)))
+    engine.log_profile(time.perf_counter() - t0, runner.last_infer_seconds)
+    return outputs
 
 
 class GraphSession:
