@@ -371,6 +371,12 @@ OP_CASES: list[tuple[str, str, list[np.ndarray], object]] = [
         [_f(1, 8, 6, 32), _f(1, 2, 16, 32).astype(np.float16), _f(1, 2, 16, 32).astype(np.float16)],
         lambda g, q, k, v: g.flash_attn_ext(q, k, v, None, 0.2, 0.0, 0.0),
     ),
+    (
+        "FLASH_ATTN_EXT",
+        "flash_attn_ext-f16kv-n_q-equals-heads",
+        [_f(1, 2, 2, 64), _f(1, 2, 32, 64).astype(np.float16), _f(1, 2, 32, 64).astype(np.float16)],
+        lambda g, q, k, v: g.flash_attn_ext(q, k, v, None, 0.125, 0.0, 0.0),
+    ),
     ("MUL_MAT", "mul_mat-batch-ratio4", [_f(2, 5, 16), _f(8, 7, 16)], lambda g, a, b: g.mul_mat(a, b)),
     (
         "ROPE",

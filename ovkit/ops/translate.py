@@ -659,6 +659,11 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
         s = ops.add(s, m)
     ne_s = (k_t.ne[1], q_t.ne[1], q_t.ne[2], q_t.ne[3])
     sinks = xs[4] if len(xs) > 4 else None
+    if sinks is None:
+        # a -inf sink column adds exp(-inf) = 0 to every denominator: the numbers are unchanged, and
+        # the Concat keeps the CPU plugin from tokenizing the chain into its MHA snippet, which
+        # miscomputes f16 K/V when n_q equals the head count (OpenVINO 2026.4.1)
+        sinks = const(np.full(n_h, -np.inf, dtype=np.float32))
     p = _softmax_with_sinks(s, sinks, ne_s, 1)
     p = ops.reshape(p, i64([n_b, h_kv, r * n_q, n_kv]), False)
     out = ops.reshape(ops.matmul(p, v, False, False), i64([n_b, n_h, n_q, v_t.ne[0]]), False)
