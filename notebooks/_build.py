@@ -1081,7 +1081,6 @@ NB04 = [
             used.append((f"layer {layer}", device_used_mib()))
             time.sleep(live_interval_s)
         eng.clear()
-        eng.last_runner = None  # the last run's request also holds its compiled model
         gc.collect()
         charts.refresh()
         used.append(("cache cleared", device_used_mib()))
