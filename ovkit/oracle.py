@@ -534,6 +534,10 @@ class _Session:
             self.buffer = g.ggml_backend_alloc_ctx_tensors(self.ctx, self.backend)
             if not self.buffer:
                 raise RuntimeError("ggml_backend_alloc_ctx_tensors failed")
+            # Zero the whole buffer so results never depend on stale heap memory. Example:
+            # ggml_view_tensor(computed) records no graph edge (op NONE, no src), so its source
+            # is never computed unless something else needs it; reads then see zeros, not garbage.
+            g.ggml_backend_buffer_clear(self.buffer, 0)
             for t, sp in zip(tensors, specs, strict=True):
                 if t is None or sp is None:
                     continue

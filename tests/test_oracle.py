@@ -330,3 +330,16 @@ def test_threshold_table_lists_default_and_overrides() -> None:
     assert list(df.columns) == ["op", "max_nmse", "reason"]
     assert df.iloc[0]["max_nmse"] == 1e-7
     assert set(df["op"][1:]) == set(oracle.MAX_NMSE)
+
+
+def test_view_tensor_of_a_computed_tensor_is_not_an_edge_in_ggml() -> None:
+    """ggml_view_tensor sets no src: the viewed op is not computed, the view reads zeros.
+
+    (ovkit's Graph.view_tensor keeps the dependency; programs shared by both should view
+    computed tensors with view_1d..4d, which do record the edge.)
+    """
+    x = rand(3, 4)
+    lone = oracle.ggml_program(lambda b, t: b.view_tensor(b.scale(t["x"], 2.0)), {"x": x})
+    np.testing.assert_array_equal(lone, np.zeros_like(x))
+    edge = oracle.ggml_program(lambda b, t: b.view_2d(b.scale(t["x"], 2.0), 4, 3, 16, 0), {"x": x})
+    np.testing.assert_allclose(edge, 2 * x)
