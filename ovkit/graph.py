@@ -1376,8 +1376,12 @@ class Graph:
         mode: Mode = "device",
         *,
         core: Any = None,
+        config: Any = None,
     ) -> Any:
         """Run the graph: a numpy array per output (one array when ``outputs`` is one Tensor).
+
+        ``config``: compile hints for the device path (a dict of OpenVINO properties or an
+        ``ovkit.engine.RunConfig``); None keeps exact f32 inference.
 
         ``mode="device"`` translates to OpenVINO and runs on ``device`` (default: the selected
         device, ``GGML_OPENVINO_DEVICE``); every op is first checked against that device's support
@@ -1393,13 +1397,13 @@ class Graph:
 
             results = evaluate(self, outs, self._prepare_inputs(outs, inputs or {}))
         elif mode == "device":
-            results = self._compute_on_device(outs, inputs or {}, device, core)
+            results = self._compute_on_device(outs, inputs or {}, device, core, config)
         else:
             raise GraphError(f"compute: mode: expected 'device' or 'reference', given {mode!r}")
         return results[0] if single else results
 
     def _compute_on_device(
-        self, outs: list[Tensor], inputs: Mapping[str, Any], device: str | None, core: Any
+        self, outs: list[Tensor], inputs: Mapping[str, Any], device: str | None, core: Any, config: Any = None
     ) -> list[np.ndarray]:
         """The device path: ``ovkit.engine.compute_graph`` (compile cache) when present."""
         try:
@@ -1407,7 +1411,7 @@ class Graph:
         except ImportError:
             compute_graph = None  # type: ignore[assignment]
         if compute_graph is not None:
-            return list(compute_graph(self, outs, inputs, device, core=core))
+            return list(compute_graph(self, outs, inputs, device, core=core, config=config))
         from ovkit.ops.translate import model_inputs
         from ovkit.selection import resolve_device
 
@@ -1415,7 +1419,7 @@ class Graph:
         dev = device if device is not None else resolve_device(core, log=False).device
         self.check_supported(outs, dev)
         model, names = self.to_model(outs)
-        raw = _run_on_device(model, model_inputs(self, names, feed), dev, core)
+        raw = _run_on_device(model, model_inputs(self, names, feed), dev, core, config)
         return [_from_model_output(o, r) for o, r in zip(outs, raw, strict=True)]
 
     def check_supported(self, outputs: Sequence[Tensor], device: str) -> None:
@@ -1482,7 +1486,7 @@ DEFAULT_COMPILE_CONFIG: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
 
 
 def _run_on_device(
-    model: Any, inputs: Sequence[np.ndarray], device: str, core: Any = None
+    model: Any, inputs: Sequence[np.ndarray], device: str, core: Any = None, config: Any = None
 ) -> list[np.ndarray]:
     """Compile ``model`` on ``device`` and run it once: through ``ovkit.engine`` (compile cache)
     when present, else directly. The one seam between graph building and execution."""
@@ -1495,7 +1499,8 @@ def _run_on_device(
         return list(engine.run_model(model, list(inputs), device, core, run_config))
     from ovkit.runtime import get_core
 
-    compiled = get_core(core).compile_model(model, device, DEFAULT_COMPILE_CONFIG)
+    props = {**DEFAULT_COMPILE_CONFIG, **(dict(config) if isinstance(config, Mapping) else {})}
+    compiled = get_core(core).compile_model(model, device, props)
     request = compiled.create_infer_request()
     request.infer(list(inputs))
     return [np.array(request.get_output_tensor(i).data) for i in range(len(compiled.outputs))]
