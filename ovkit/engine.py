@@ -579,7 +579,7 @@ class Runner:
     def bind(self, inputs: Mapping[str, Any] | Sequence[Any]) -> None:
         """Bind inputs by name (a mapping) or in input order (a sequence)."""
         ports = self.graph.inputs
-        if isinstance(inputs, Mapping):
+        if type(inputs) is not list and isinstance(inputs, Mapping):
             missing = [p.name for p in ports if p.name not in inputs and p.name not in self._host_state]
             if missing:
                 raise InputError(f"missing input(s) {missing}; the graph expects {[p.name for p in ports]}")
@@ -1225,11 +1225,14 @@ def _release_on_hit(device: str, config: OvkitConfig) -> None:
 # Process-wide engines (one per Core).
 # ---------------------------------------------------------------------------------------------
 _ENGINES: dict[int, Engine] = {}
+_DEFAULT_ENGINE: list[Engine] = []  # the engine of the process-wide Core, once made
 _ENGINES_LOCK = threading.Lock()
 
 
 def get_engine(core: Any = None) -> Engine:
     """The process-wide engine for ``core`` (default: the process-wide OpenVINO Core)."""
+    if core is None and _DEFAULT_ENGINE:
+        return _DEFAULT_ENGINE[0]
     real = get_core(core)
     engine = _ENGINES.get(id(real))
     if engine is None:
@@ -1238,6 +1241,8 @@ def get_engine(core: Any = None) -> Engine:
             if engine is None:
                 engine = Engine(real)
                 _ENGINES[id(real)] = engine
+    if core is None and not _DEFAULT_ENGINE:
+        _DEFAULT_ENGINE.append(engine)
     return engine
 
 
