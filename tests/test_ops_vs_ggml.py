@@ -1194,6 +1194,42 @@ case(
 )
 
 
+# --- model-sized shapes (test-backend-ops' larger cases: accumulation over long rows) -----------
+case(
+    "soft_max_ext-1024-alibi",
+    "soft_max_ext",
+    {"a": f(1024, 16), "m": f(1024, 16)},
+    _sm(True, 1.0, 8.0, False),
+)
+case("rms_norm-4096", "rms_norm", {"a": f(4096, 8, lo=-10.0, hi=10.0)}, lambda b, t: b.rms_norm(t["a"], 1e-6))
+case("norm-4096", "norm", {"a": f(4096, 4)}, lambda b, t: b.norm(t["a"], 1e-5))
+case(
+    "mul_mat-k4096-f32",
+    "mul_mat",
+    {"a": f(4096, 64), "b": f(4096, 9)},
+    lambda b, t: b.mul_mat(t["a"], t["b"]),
+)
+case(
+    "mul_mat-k4096-q4_K",
+    "mul_mat",
+    {"a": In((4096, 64), "q4_K"), "b": f(4096, 9)},
+    lambda b, t: b.mul_mat(t["a"], t["b"]),
+)
+case("gelu-large", "gelu", {"a": f(4096, 16, lo=-150.0, hi=150.0)}, lambda b, t: b.gelu(t["a"]))
+case(
+    "swiglu-large",
+    "swiglu",
+    {"a": f(2 * 2816, 8, lo=-150.0, hi=150.0)},
+    lambda b, t: b.glu(t["a"], SWIGLU, False),
+)
+case("rope-neox-llama-shape", "rope_ext", _rope_in((128, 32, 48, 1)), _rope(128, NEOX))
+case("rope-normal-llama-shape-yarn", "rope_ext", _rope_in((128, 8, 48, 1)), _rope(128, NORMAL, **_YARN))
+_ins, _prog = _fa(128, 128, 8, 4, 512, 16, True, "f16")
+case("fa-large-gqa4", "flash_attn_ext", _ins, _prog)
+case("cumsum-4096", "cumsum", {"a": f(4096, 4)}, lambda b, t: b.cumsum(t["a"]))
+case("argsort-512", "argsort", {"a": In((512, 8), "f32", "perm_rows")}, lambda b, t: b.argsort(t["a"], DESC))
+
+
 # --- whole-block chains: a llama-style layer over an f16 KV cache (as llama.cpp builds it) -----
 
 
