@@ -527,6 +527,8 @@ class Runner:
         self._bound: list[Any] = [None] * n  # the caller's object last bound at each input
         self._keep: list[Any] = [None] * n  # (array, ov.Tensor) the request reads: keep alive
         self._state_keep: dict[str, Any] = {}
+        self._out_keep: dict[int, tuple[np.ndarray, Any]] = {}  # caller arrays bound as outputs
+        self._own_out: dict[int, Any] = {}  # the request's own output tensors, to restore
         out_names = set(graph.states.values())
         self._returned = [p for p in graph.outputs if p.name not in out_names]
         self._state_out = {p.name: p for p in graph.outputs if p.name in out_names}
@@ -603,13 +605,24 @@ class Runner:
                 self._bind(self._by_name[name], value)
 
     # -- running --------------------------------------------------------------------------
-    def run(self, inputs: Mapping[str, Any] | Sequence[Any], *, copy: bool = True) -> list[np.ndarray]:
-        """Bind, infer, and return the outputs (copies unless ``copy=False``: then live views
-        valid until the next run of this request)."""
+    def run(
+        self,
+        inputs: Mapping[str, Any] | Sequence[Any],
+        *,
+        copy: bool = True,
+        out: Sequence[np.ndarray] | None = None,
+    ) -> list[np.ndarray]:
+        """Bind, infer, and return the outputs: copies; live views valid until the next run with
+        ``copy=False``; or, with ``out=``, the caller's own arrays, which OpenVINO writes into
+        directly (zero-copy output binding, as upstream binds ggml tensors)."""
         with self.graph.lock:
             self.bind(inputs)
+            if out is not None:
+                self._bind_outputs(out)
+            elif self._out_keep:
+                self._restore_outputs()
             t0 = time.perf_counter()
-            direct = copy and self._direct
+            direct = copy and self._direct and out is None
             try:
                 # OpenVINO's own infer(): with share_outputs=False it returns fresh copies of
                 # every output (one copy, made in C++), in output order.
@@ -619,6 +632,10 @@ class Runner:
             self.last_infer_seconds = time.perf_counter() - t0
             self.runs += 1
             self.graph.runs += 1
+            if out is not None:
+                if self._state_out:
+                    self._capture_host_state()
+                return list(out)
             if not direct:  # live views (copy=False), or bf16 outputs to widen
                 req = self.request
                 if self._state_out:
@@ -634,6 +651,42 @@ class Runner:
             return [values[p.index] for p in self._returned]
 
     __call__ = run
+
+    def _bind_outputs(self, out: Sequence[np.ndarray]) -> None:
+        import openvino as ov
+
+        ports = self._returned
+        if len(out) != len(ports):
+            raise InputError(f"out: expected {len(ports)} arrays ({[p.name for p in ports]}), got {len(out)}")
+        for port, arr in zip(ports, out, strict=True):
+            if self._out_keep.get(port.index, (None,))[0] is arr:
+                continue  # already bound
+            want = "[" + ", ".join("?" if d < 0 else str(d) for d in port.shape) + "]"
+            if (
+                not isinstance(arr, np.ndarray)
+                or port.ov_type == "bf16"
+                or not port.is_static
+                or arr.dtype != port.dtype
+                or arr.shape != port.shape
+                or not arr.flags.c_contiguous
+                or not arr.flags.writeable
+            ):
+                got = f"{getattr(arr, 'dtype', type(arr).__name__)} {list(getattr(arr, 'shape', []))}"
+                raise InputError(
+                    f"out for output {port.name!r}: expected a writeable C-contiguous {port.dtype} array "
+                    f"of shape {want} (static shapes, not bf16), got {got}"
+                )
+            if port.index not in self._own_out:
+                self._own_out[port.index] = self.request.get_output_tensor(port.index)
+            tensor = ov.Tensor(arr, shared_memory=True)
+            self.request.set_output_tensor(port.index, tensor)
+            self._out_keep[port.index] = (arr, tensor)  # alive while the request may write
+
+    def _restore_outputs(self) -> None:
+        """Give the request its own output memory back (the caller's arrays are not written again)."""
+        for index, tensor in self._own_out.items():
+            self.request.set_output_tensor(index, tensor)
+        self._out_keep.clear()
 
     # -- state ----------------------------------------------------------------------------
     @property
@@ -1496,8 +1549,12 @@ def compute_graph(
     *,
     core: Any = None,
     config: Mapping[str, Any] | RunConfig | None = None,
+    out: Sequence[np.ndarray] | None = None,
 ) -> list[np.ndarray]:
     """``Graph.compute``'s device path: structure-keyed compile cache, reused request.
+
+    ``out``: arrays (one per output, the output Tensor's numpy shape and dtype) that OpenVINO
+    writes into directly instead of returning copies.
 
     The policy check, the structure key and the OpenVINO model are computed once per
     (outputs, device, config); every later call only binds, infers and converts the outputs.
@@ -1527,6 +1584,8 @@ def compute_graph(
         plan.hot = None if engine._config.disable_cache else (engine._generation, weakref.ref(compiled))
     runner = compiled.runner
     engine.last_runner = runner
+    if out is not None:
+        return runner.run(plan.feed(inputs), out=out)
     if not engine._config.profiling:
         return plan.results(runner.run(plan.feed(inputs)))
     t0 = time.perf_counter()
