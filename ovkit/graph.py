@@ -1283,6 +1283,27 @@ class Graph:
         ne = (s_v * h_v, n_tokens * n_seqs + K * s_v * n_seqs, 1, 1)
         return self._new(op, ne, "f32", (q, k, v, g, beta, state), {"K": int(K)})
 
+    def solve_tri(self, a: Tensor, b: Tensor, left: bool, lower: bool, uni: bool) -> Tensor:
+        """``ggml_solve_tri``: x with A·x = B for triangular A (numpy: a (n, n), b (n, m)).
+
+        Not registered upstream (its translator is disabled), so only ``mode="reference"`` runs it.
+        """
+        op = "SOLVE_TRI"
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        self._check_types(op, "a", a, ("f32",))
+        self._check_types(op, "b", b, ("f32",))
+        if a.ne[0] != a.ne[1]:
+            raise self._err(op, "a", "square matrices (ne[0] == ne[1])", f"ne {_ne_str(a.ne)}")
+        if a.ne[1] != b.ne[1] or a.ne[2:] != b.ne[2:]:
+            raise self._err(
+                op, "b", f"ne[1] == {a.ne[1]} rows and batch dims {list(a.ne[2:])}", f"ne {_ne_str(b.ne)}"
+            )
+        if not left:
+            raise self._err(op, "left", "True (ggml implements A·x = B only)", str(left))
+        params = {"left": bool(left), "lower": bool(lower), "uni": bool(uni)}
+        return self._new(op, b.ne, "f32", (a, b), params)
+
     # ------------------------------------------------------------------ misc
     def diag(self, a: Tensor) -> Tensor:
         """``ggml_diag``: a row vector [.., 1, n] → diagonal matrix [.., n, n]."""

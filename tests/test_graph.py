@@ -628,3 +628,18 @@ def test_constants_take_their_dtype_from_the_array_or_an_explicit_ggml_type() ->
         GraphError, match="constant '': expected a float32/float16/int32/int64 array, given dtype bool"
     ):
         g.constant(np.zeros(3, bool))
+
+
+def test_solve_tri_is_rejected_on_device_and_solves_in_reference_mode() -> None:
+    g = Graph()
+    a = g.input("a", (5, 5))
+    b = g.input("b", (5, 3))
+    x = g.solve_tri(a, b, True, True, False)
+    A = np.tril(rand(5, 5)) + 3 * np.eye(5, dtype=np.float32)
+    B = rand(5, 3)
+    with pytest.raises(UnsupportedOpError, match="SOLVE_TRI"):
+        g.compute(x, {"a": A, "b": B}, device="CPU")
+    got = g.compute(x, {"a": A, "b": B}, mode="reference")
+    np.testing.assert_allclose(A @ got, B, rtol=1e-5, atol=1e-5)
+    with pytest.raises(GraphError, match=r"SOLVE_TRI: operand b: expected ne\[1\] == 5 rows"):
+        g.solve_tri(a, g.input("bad", (4, 3)), True, True, False)

@@ -699,3 +699,22 @@ def gated_delta_net(t: Tensor, xs: list[Arr]) -> Arr:
                     snaps[back, s, h] = st.T
     flat = np.concatenate([att.reshape(-1), snaps.reshape(-1)])
     return flat.reshape(tuple(reversed(t.ne)))
+
+
+# ---------------------------------------------------------------------------- not registered upstream
+@reference("SOLVE_TRI")
+def solve_tri(t: Tensor, xs: list[Arr]) -> Arr:
+    """Forward/back substitution per batch matrix: A·x = B (A lower or upper, optionally unit)."""
+    a, b = f32(xs[0]).astype(np.float64), f32(xs[1]).astype(np.float64)
+    p = t.params
+    n = a.shape[-1]
+    if p["uni"]:
+        a = a.copy()
+        a[..., np.arange(n), np.arange(n)] = 1.0
+    x = np.zeros_like(b)
+    rows = range(n) if p["lower"] else range(n - 1, -1, -1)
+    for i in rows:
+        done = slice(0, i) if p["lower"] else slice(i + 1, n)
+        acc = np.einsum("...k,...km->...m", a[..., i, done], x[..., done, :])
+        x[..., i, :] = (b[..., i, :] - acc) / a[..., i, i][..., None]
+    return x.astype(np.float32)

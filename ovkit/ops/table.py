@@ -427,8 +427,8 @@ ENTRIES: tuple[OpEntry, ...] = (
     OpEntry(
         "SOLVE_TRI",
         ("solve_tri",),
-        "a, b, left, lower, uni",
-        "— (not built by ovkit)",
+        "a (n, n) triangular, b (n, m), left (must be True), lower, uni",
+        "none: the policy rejects it (not registered); mode='reference' runs the numpy substitution",
         "op/solve_tri.cpp (Loop-based), commented out of op_table.cpp",
         registered=False,
         reason="commented out upstream: 'solve_tri has accuracy issues on GPU'",
