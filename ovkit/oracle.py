@@ -292,18 +292,21 @@ def nmse(actual: np.ndarray, expected: np.ndarray) -> float:
     """Normalized mean squared error exactly as test-backend-ops: mse(a, b) / mse(a, 0).
 
     ``actual`` is the backend under test (test-backend-ops' ``f1``), ``expected`` ggml's CPU
-    result (``f2``): the denominator is the power of ``actual``. Values are compared in f32,
-    accumulated in f64, element by element in row-major (ggml) order.
+    result (``f2``): the denominator is the power of ``actual``. As in the C loop, differences
+    and squares are f32, accumulated sequentially in f64, and divided with IEEE semantics (an
+    all-zero ``actual`` gives inf or NaN, which ``compare`` treats as the C code does).
     """
     a = np.asarray(actual).astype(np.float32).ravel()
     b = np.asarray(expected).astype(np.float32).ravel()
     if a.size != b.size:
         raise ValueError(f"nmse: element counts differ: actual {a.size} vs expected {b.size}")
+    if a.size == 0:
+        return float("nan")
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        d = (a - b).astype(np.float64)  # f32 difference as in the C code, then f64 accumulation
-        num = float(np.sum(d * d))
-        den = float(np.sum(a.astype(np.float64) ** 2))
-        return num / den if den != 0 else (0.0 if num == 0 else float("inf"))
+        d = a - b
+        num = np.cumsum((d * d).astype(np.float64))[-1]  # cumsum: the C loop's sequential order
+        den = np.cumsum((a * a).astype(np.float64))[-1]
+        return float(np.float64(num) / np.float64(den))
 
 
 _FLT_MAX = float(np.finfo(np.float32).max)
