@@ -8,7 +8,7 @@ Shapes follow ggml-python's ``from_numpy``/``to_numpy``: numpy shape ``(ne1, ne0
 ``ne = [ne0, ne1]``. Dimension arguments of builders (``concat`` dim, ``permute`` axes, view
 ``ne``/``nb``/offset) stay in ggml's convention (dim 0 = innermost), exactly as in ggml.
 
-Three ways in:
+Ways in:
 
 * :func:`ggml_call` -- one builder by name, arguments in the builder's order (decision D8):
   ``ggml_call("rope_ext", x, pos, None, 64, 2, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)``.
@@ -50,38 +50,38 @@ except ImportError:  # pragma: no cover - exercised only without ggml-python
     _ggml_mod = None
 
 __all__ = [
-    "threshold_table",
-    "ggml_benchmark_program",
-    "ggml_program",
-    "GgmlTensor",
-    "GgmlBuilder",
-    "DEFAULT_MAX_NMSE",
-    "MAX_NMSE",
-    "QUANT_TYPES",
-    "BenchResult",
-    "Comparison",
-    "GgmlUnavailableError",
-    "QuantArray",
-    "Threshold",
-    "Typed",
     "as_bf16",
+    "BenchResult",
     "bf16_round",
     "block_size",
     "compare",
+    "Comparison",
+    "DEFAULT_MAX_NMSE",
     "dequantize",
     "ggml_available",
     "ggml_benchmark",
+    "ggml_benchmark_program",
     "ggml_call",
     "ggml_compute",
     "ggml_get_rows_quant",
     "ggml_mul_mat_quant",
+    "ggml_program",
+    "GgmlBuilder",
+    "GgmlTensor",
+    "GgmlUnavailableError",
+    "MAX_NMSE",
     "max_nmse",
     "nmse",
+    "QUANT_TYPES",
+    "QuantArray",
     "quantize",
     "quantize_blocks",
     "same_ne",
+    "Threshold",
+    "threshold_table",
     "type_id",
     "type_size",
+    "Typed",
 ]
 
 DEFAULT_N_THREADS = 2
