@@ -55,7 +55,7 @@ LAB_SETTINGS: dict[str, dict[str, Any]] = {
 DASHBOARD_CELLS = [
     "import ovkit\n"
     'core = ovkit.SimulatedCore("laptop", activity=True)\n'
-    "board = ovkit.dashboard(core, interval=0.5, op_explorer=False)\n"
+    "board = ovkit.dashboard(core, interval=0.5)\n"
     "board",
     'print("dashboard shown")',
 ]
@@ -174,18 +174,22 @@ PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the visible notebook (a works
 
 def _open_and_run_all(page: Any, url: str) -> None:
     """Open a notebook, wait for its kernel, run every cell and wait until all have run."""
-    page.goto(url)
+    page.goto(url + "?reset")  # a fresh workspace: no tab restored from the previous test
     page.wait_for_selector(f"{PANEL} .jp-Notebook .jp-Cell")
-    page.wait_for_selector(".jp-StatusBar-Widget:has-text('Idle')")  # the kernel is connected
-    page.locator(f"{PANEL} .jp-Cell").first.click()  # the notebook has the focus: Run menu acts on it
     prompts: list[str] = []
     deadline = time.monotonic() + CELL_RUN_S
     clicked_at = -1e9
     while time.monotonic() < deadline:
+        dialog = page.locator(".jp-Dialog")
+        if dialog.count():  # e.g. "Select Kernel" when the session starts late: take the default
+            dialog.locator(".jp-mod-accept").first.click()
+            continue
         prompts = [p.strip() for p in page.locator(f"{PANEL} .jp-CodeCell .jp-InputPrompt").all_inner_texts()]
         if prompts and all(p not in ("[*]:", "[ ]:", "") for p in prompts):
             return
-        if all(p in ("[ ]:", "") for p in prompts) and time.monotonic() - clicked_at > 15:
+        idle = page.locator(".jp-StatusBar-Widget", has_text="Idle").count() > 0
+        if idle and all(p in ("[ ]:", "") for p in prompts) and time.monotonic() - clicked_at > 15:
+            page.locator(f"{PANEL} .jp-Cell").first.click()  # focus: the Run menu acts on this notebook
             page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
             page.locator('li.lm-Menu-item[data-command="runmenu:run-all"]').click()
             clicked_at = time.monotonic()
@@ -248,6 +252,16 @@ def _check_dashboard(lab: str, page: Any, tmp_path: Path) -> None:
         time.sleep(1.5)
         second = chart.screenshot(path=str(tmp_path / "history-2.png"))
     assert second != first, "the time series did not change while the dashboard was live"
+    # the op explorer: run the default case on every device, see one result row per device
+    page.locator(f"{PANEL} .ovkit-dashboard").get_by_text("Op explorer").click()
+    page.locator(f"{PANEL} .ovkit-op-explorer button", has_text="Run on every device").click()
+    results = page.locator(f"{PANEL} .ovkit-op-explorer table tbody tr")
+    deadline = time.monotonic() + 60
+    while results.count() < 3 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    texts = results.all_inner_texts()
+    assert len(texts) == 3 and all("OK" in t for t in texts), texts
+    assert page.locator(f"{PANEL} img.ovkit-op-chart").get_attribute("src")
 
 
 def test_devices_notebook_in_jupyterlab(lab: str, page: Any, tmp_path: Path) -> None:

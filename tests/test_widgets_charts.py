@@ -133,3 +133,21 @@ def test_close_stops_thread_and_fallbacks(charts) -> None:
 def test_make_figure_rejects_unknown_chart() -> None:
     with pytest.raises(ValueError, match="unknown chart 'pie'.*usage, gpu_breakdown, buffers, history"):
         make_figure("pie", pd.DataFrame())
+
+
+def test_buffers_chart_follows_real_ovkit_buffers(charts) -> None:
+    buffers = pytest.importorskip("ovkit.buffers")
+    c = charts(SimulatedCore("laptop"), auto_refresh=False)
+    before = c.frames()["buffers"]
+    weights = buffers.alloc_buffer("CPU", 3 * MIB, "weights")
+    kv = buffers.alloc_buffer("CPU", MIB, "kv_cache")
+    try:
+        c.refresh()
+        got = c.frames()["buffers"].set_index(["device", "usage"])["bytes"]
+        base = before.set_index(["device", "usage"])["bytes"] if len(before) else {}
+        assert got[("CPU", "weights")] - base.get(("CPU", "weights"), 0) == 3 * MIB
+        assert got[("CPU", "kv_cache")] - base.get(("CPU", "kv_cache"), 0) == MIB
+        assert c.renders["buffers"] == 2
+    finally:
+        weights.free()
+        kv.free()

@@ -60,3 +60,26 @@ def test_dashboard_fallbacks(restore_env) -> None:
     html = d._repr_mimebundle_()["text/html"]
     assert 'data-device="GPU"' in html and "data:image/png;base64," in html
     d.close()
+
+
+def test_dashboard_with_op_explorer_follows_the_selection(restore_env) -> None:
+    d = ovkit.dashboard(SimulatedCore("laptop"), auto_refresh=False)
+    assert d.explorer is not None
+    assert d.explorer.device_select.value == ("CPU",)
+    d.selector.dropdown.value = "NPU"
+    assert d.explorer.device_select.value == ("NPU",)
+    assert [v[0] for v in d.explorer.verdicts] == ["NPU"]
+    d.close()
+
+
+def test_op_runs_pause_the_live_refresh(restore_env) -> None:
+    d = ovkit.dashboard(SimulatedCore("laptop"), interval=0.05)
+    seen = []
+    with d.quiet():
+        seen.append(d.refresher.paused)
+    assert seen == [True] and not d.refresher.paused
+    d.refresher.pause()
+    with d.quiet():
+        pass
+    assert d.refresher.paused  # a user's pause is kept
+    d.close()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import ipywidgets as widgets
@@ -37,7 +39,7 @@ class Dashboard(FallbackReprMixin, widgets.VBox):
         self.snapshot: Snapshot | None = None
         self.table = DeviceTable(core, auto_refresh=False, env=env)
         self.charts = AllocationCharts(core, auto_refresh=False, env=env) if charts else None
-        self.explorer = _make_explorer(core) if op_explorer else None
+        self.explorer = _make_explorer(core, self.quiet) if op_explorer else None
         self.selector = DeviceSelector(core, env=env, on_change=self._on_select)
         self.refresher = Refresher(
             self.refresh, interval, on_error=self._show_error, name=f"ovkit-dashboard-{id(self):x}"
@@ -75,10 +77,27 @@ class Dashboard(FallbackReprMixin, widgets.VBox):
             f"{'paused' if r.paused else 'live'} · tick {r.ticks + 1} · last refresh {r.last_duration_s * 1000:.0f} ms"
         )
 
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """Pause the live refresh (and let a running tick finish) for the duration of the block."""
+        was_paused = self.refresher.paused
+        self.refresher.pause()
+        with self._lock:  # waits for a refresh that is under way
+            pass
+        try:
+            yield
+        finally:
+            if not was_paused:
+                self.refresher.resume()
+
     def _on_select(self, state: SelectorState) -> None:
         # The table follows the selection right away; the charts catch up on the next tick.
         if hasattr(self, "table"):
             self.table.update(take_snapshot(self.core, self.env))
+        explorer = getattr(self, "explorer", None)
+        select = getattr(explorer, "device_select", None)
+        if select is not None and state.device in select.options:
+            select.value = (state.device,)  # the explorer runs where the backend would
 
     def _show_error(self, exc: BaseException) -> None:
         self.controls.status.value = (
@@ -103,14 +122,14 @@ class Dashboard(FallbackReprMixin, widgets.VBox):
         super().close()
 
 
-def _make_explorer(core: Any) -> widgets.Widget | None:
+def _make_explorer(core: Any, quiet: Callable[[], AbstractContextManager[Any]]) -> widgets.Widget | None:
     """The op explorer when the op catalogue is installed; None otherwise (the dashboard omits it)."""
     try:
         from ovkit.widgets.op_explorer import OpExplorer
     except ImportError:
         return None
     try:
-        return OpExplorer(core)
+        return OpExplorer(core, quiet=quiet)
     except Exception as exc:
         return widgets.HTML(
             value=f'<span class="ovkit-error">op explorer unavailable: {esc(error_text(exc))}</span>'

@@ -7,12 +7,13 @@ simulated core every device compiles and runs on the real CPU (decision D10).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import io
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -220,10 +221,18 @@ def render_verdicts_html(verdicts: Sequence[tuple[str, bool, str]]) -> str:
 class OpExplorer(FallbackReprMixin, widgets.VBox):
     """Choose an op and case, edit shapes/dtype, pick devices; check the policy, run, compare."""
 
-    def __init__(self, core: Any = None, *, op: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        core: Any = None,
+        *,
+        op: str | None = None,
+        quiet: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+        **kwargs: Any,
+    ) -> None:
         from ovkit import oracle
 
         self.core = core
+        self.quiet = quiet  # entered around runs: a dashboard pauses its refresh so timings are fair
         self.catalogue = op_catalogue()
         self.case: Case | None = None
         self.runs: list[OpRun] = []
@@ -251,7 +260,9 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
         self.reference_dropdown = widgets.Dropdown(options=refs, description="Reference")
         self.check_button = widgets.Button(description="Check policy", icon="check")
         self.run_button = widgets.Button(description="Run", icon="play", button_style="primary")
-        self.run_all_button = widgets.Button(description="Run on every device", icon="forward")
+        self.run_all_button = widgets.Button(
+            description="Run on every device", icon="forward", layout=widgets.Layout(width="auto")
+        )
         self.verdict_html = widgets.HTML()
         self.result_html = widgets.HTML()
         self.chart = widgets.Image(format="png", layout=widgets.Layout(width="480px"))
@@ -353,7 +364,10 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
             self.result_html.value = f"<i>running on {esc(', '.join(devices)) or 'no device'}…</i>"
             try:
                 self.case = self.current_case()
-                self.runs = explore(self.case, devices, self.core, reference=self.reference_dropdown.value)
+                with self.quiet():
+                    self.runs = explore(
+                        self.case, devices, self.core, reference=self.reference_dropdown.value
+                    )
                 self.error = None
             except Exception as exc:
                 self.runs = []
