@@ -272,6 +272,18 @@ class Tensor:
                 stack.append((t, True))
                 stack.extend((d, False) for d in deps if d.id not in cache)
                 continue
+            view_src, view_offs, nb = t.view_src, t.view_offs, t.nb
+            dst = t.srcs[INPLACE_DST[t.op]] if t.op in INPLACE_DST else None
+            if dst is not None:  # ggml returns a view of the destination (ggml_view_tensor)
+                view_src, view_offs, nb = dst.base, dst.view_offs, dst.nb
+                if dst.base.id not in cache:
+                    stack.extend([(t, True), (dst.base, False)])
+                    continue
+            extra = (
+                {"view_offs": view_offs}
+                if _OPINFO_HAS_OFFS.setdefault("v", _has_field(OpInfo, "view_offs"))
+                else {}
+            )
             cache[t.id] = OpInfo(
                 op=t.op,
                 dtype=t.dtype,
@@ -280,10 +292,22 @@ class Tensor:
                 sub_op=t.sub_op,
                 params=dict(t.params),
                 name=t.name,
-                nb=t.nb,
-                view_src=cache[t.view_src.id] if t.view_src is not None else None,
+                nb=nb,
+                view_src=cache[view_src.id] if view_src is not None else None,
+                **extra,
             )
         return cache[self.id]
+
+
+#: ops whose ggml result is a view of one source (the destination they write): op -> src index.
+INPLACE_DST: dict[str, int] = {"CPY": 1, "SET_ROWS": 0}
+_OPINFO_HAS_OFFS: dict[str, bool] = {}
+
+
+def _has_field(cls: Any, name: str) -> bool:
+    import dataclasses
+
+    return any(f.name == name for f in dataclasses.fields(cls))
 
 
 @dataclass(frozen=True, slots=True)

@@ -643,3 +643,13 @@ def test_solve_tri_is_rejected_on_device_and_solves_in_reference_mode() -> None:
     np.testing.assert_allclose(A @ got, B, rtol=1e-5, atol=1e-5)
     with pytest.raises(GraphError, match=r"SOLVE_TRI: operand b: expected ne\[1\] == 5 rows"):
         g.solve_tri(a, g.input("bad", (4, 3)), True, True, False)
+
+
+def test_cpy_and_set_rows_show_the_policy_ggmls_destination_view() -> None:
+    g = Graph()
+    cache = g.input("cache", (4, 16, 8))
+    dst = g.view_2d(cache, 8, 3, cache.nb[1], cache.nb[1] * 2)
+    info = g.cpy(g.input("x", (3, 8)), dst).op_info()
+    assert info.view_src.ne == cache.ne and info.view_offs == 64 and info.nb == dst.nb
+    rows = g.set_rows(cache, g.input("r", (4, 2, 8)), g.input("ids", (4, 2), "i64"))
+    assert rows.op_info().view_src.ne == cache.ne
