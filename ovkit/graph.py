@@ -262,6 +262,7 @@ class Tensor:
         cache = self.graph._info_cache
         if self.id in cache:
             return cache[self.id]
+        has_offs = _has_field(OpInfo, "view_offs")
         stack: list[tuple[Tensor, bool]] = [(self, False)]
         while stack:
             t, ready = stack.pop()
@@ -279,11 +280,7 @@ class Tensor:
                 if dst.base.id not in cache:
                     stack.extend([(t, True), (dst.base, False)])
                     continue
-            extra = (
-                {"view_offs": view_offs}
-                if _OPINFO_HAS_OFFS.setdefault("v", _has_field(OpInfo, "view_offs"))
-                else {}
-            )
+            extra = {"view_offs": view_offs} if has_offs else {}
             cache[t.id] = OpInfo(
                 op=t.op,
                 dtype=t.dtype,
@@ -301,7 +298,6 @@ class Tensor:
 
 #: ops whose ggml result is a view of one source (the destination they write): op -> src index.
 INPLACE_DST: dict[str, int] = {"CPY": 1, "SET_ROWS": 0}
-_OPINFO_HAS_OFFS: dict[str, bool] = {}
 
 
 def _has_field(cls: Any, name: str) -> bool:
