@@ -243,7 +243,7 @@ def versus_ggml(quick: bool) -> dict[str, float]:
         ("rms_norm 512x4096", {"a": (512, 4096)}, lambda g, x: g.rms_norm(x["a"], 1e-6)),
     ]
     out: dict[str, float] = {}
-    runs = 5 if quick else 15
+    runs = 3 if quick else 7
     for label, shapes, program in cases:
         feed = {n: rng.standard_normal(s, dtype=np.float32) for n, s in shapes.items()}
         g = Graph()
@@ -253,11 +253,15 @@ def versus_ggml(quick: bool) -> dict[str, float]:
         theirs = oracle.ggml_program(program, feed)
         verdict = oracle.compare(ours, np.asarray(theirs), oracle.max_nmse(label.split()[0]))
         samples_ov, samples_ggml = [], []
-        for _ in range(runs):  # interleaved
-            t0 = time.perf_counter()
-            g.compute(y, feed)
-            samples_ov.append(time.perf_counter() - t0)
-            samples_ggml.append(oracle.ggml_benchmark_program(program, feed, n_runs=1, warmup=0).median_s)
+        for _ in range(3):  # alternating blocks; each runtime's idle threads settle in between
+            g.compute(y, feed)  # warm
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                g.compute(y, feed)
+                samples_ov.append(time.perf_counter() - t0)
+            time.sleep(0.2)
+            samples_ggml += oracle.ggml_benchmark_program(program, feed, n_runs=runs, warmup=2).times_s
+            time.sleep(0.2)
         ov_s, gg_s = statistics.median(samples_ov), statistics.median(samples_ggml)
         report(
             f"{label} ovkit/OpenVINO CPU ({'OK' if verdict.ok else 'MISMATCH'})",

@@ -604,6 +604,7 @@ class CaseResult:
     gflops: float | None = None
     gbps: float | None = None
     precision: str = ""  # effective inference precision the device reported
+    ggml_us_per_run: float | None = None  # perf --vs-ggml: ggml's CPU backend on the same case
 
     def line(self) -> str:
         """The text line, like test-backend-ops prints it."""
@@ -613,7 +614,12 @@ class CaseResult:
             rate = (
                 f"{self.gflops:10.2f} GFLOPS" if self.gflops is not None else f"{self.gbps or 0.0:10.2f} GB/s"
             )
-            return f"  {self.case:70s} {self.us_per_run:12.2f} us/run {rate}"
+            vs = (
+                f"   ggml CPU {self.ggml_us_per_run:10.2f} us/run ({self.us_per_run / self.ggml_us_per_run:5.2f}x)"
+                if self.ggml_us_per_run
+                else ""
+            )
+            return f"  {self.case:70s} {self.us_per_run:12.2f} us/run {rate}{vs}"
         if self.status == "OK":
             prec = f", {self.precision}" if self.precision not in ("", "f32", "model") else ""
             err = (
@@ -789,6 +795,7 @@ def perf_case(
     min_seconds: float = 0.2,
     max_runs: int = 200,
     hints: str = "exact",
+    vs_ggml: bool = False,
 ) -> CaseResult:
     """Median time per steady-state run (compile excluded) and GFLOPS or GB/s."""
     from ovkit.engine import compute_graph
@@ -817,6 +824,15 @@ def perf_case(
         msg = str(exc).strip().splitlines()
         return CaseResult(**base, status="FAIL", detail=f"{type(exc).__name__}: {msg[0] if msg else ''}")
     seconds = statistics.median(times)
+    if vs_ggml:
+        from ovkit import oracle
+
+        if oracle.ggml_available():
+            feed = {i.name: _ggml_input(i, arrays[i.name]) for i in c.inputs}
+            runs = max(3, min(len(times), 50))
+            time.sleep(0.1)  # let OpenVINO's worker threads go idle before ggml's OpenMP threads run
+            bench = oracle.ggml_benchmark_program(c.program, feed, n_runs=runs, warmup=2)
+            base["ggml_us_per_run"] = bench.median_s * 1e6
     if c.flops:
         return CaseResult(**base, status="OK", us_per_run=seconds * 1e6, gflops=c.flops / seconds / 1e9)
     moved = c.nbytes or sum(a.nbytes for a in arrays.values()) + np.asarray(result).nbytes
@@ -833,6 +849,7 @@ def iter_results(
     progress: bool | None = None,
     cases: Sequence[Case] | None = None,
     hints: str = "exact",
+    vs_ggml: bool = False,
 ) -> Iterator[CaseResult]:
     """Run the (filtered) catalogue, yielding one result per case, with a tqdm bar on stderr."""
     from tqdm import tqdm
@@ -854,11 +871,10 @@ def iter_results(
         disable=not progress if progress is not None else None,
     )
     for c in bar:
-        yield (
-            run_case(c, dev, core, ref, hints=hints)
-            if mode == "test"
-            else perf_case(c, dev, core, hints=hints)
-        )
+        if mode == "test":
+            yield run_case(c, dev, core, ref, hints=hints)
+        else:
+            yield perf_case(c, dev, core, hints=hints, vs_ggml=vs_ggml)
 
 
 def summarize(results: Sequence[CaseResult], mode: str, device: str, reference: str) -> Summary:
@@ -902,9 +918,13 @@ def perf_ops(
     *,
     progress: bool | None = None,
     hints: str = "exact",
+    vs_ggml: bool = False,
 ) -> pd.DataFrame:
-    """``mode perf`` as a DataFrame (us_per_run, gflops or gbps per case)."""
-    return _frame(list(iter_results("perf", ops, device, core, progress=progress, hints=hints)))
+    """``mode perf`` as a DataFrame (us_per_run, gflops or gbps per case; ggml_us_per_run with
+    ``vs_ggml=True``: ggml's own CPU backend timed on the same case)."""
+    return _frame(
+        list(iter_results("perf", ops, device, core, progress=progress, hints=hints, vs_ggml=vs_ggml))
+    )
 
 
 def catalogue_table(mode: str = "test") -> pd.DataFrame:
@@ -936,6 +956,7 @@ def main(
     out: Any = None,
     isolate: bool = False,
     hints: str = "exact",
+    vs_ggml: bool = False,
 ) -> int:
     """The CLI body: print one line per case and the totals (or JSON); 1 on any failure.
 
@@ -961,7 +982,7 @@ def main(
     source = (
         _isolated_results(mode, ops, dev, core, ref or "numpy", progress, hints)
         if isolate
-        else iter_results(mode, ops, dev, core, reference, progress=progress, hints=hints)
+        else iter_results(mode, ops, dev, core, reference, progress=progress, hints=hints, vs_ggml=vs_ggml)
     )
     for r in source:
         results.append(r)
@@ -1006,6 +1027,7 @@ def add_cli_args(p: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--isolate", action="store_true", help="one process per op: a crash becomes FAIL lines")
+    p.add_argument("--vs-ggml", action="store_true", help="perf: also time ggml's CPU backend on each case")
     p.add_argument(
         "--hints",
         choices=HINTS,
@@ -1039,6 +1061,7 @@ def cli(args: Any) -> int:
         progress=progress,
         isolate=args.isolate,
         hints=args.hints,
+        vs_ggml=args.vs_ggml,
     )
 
 

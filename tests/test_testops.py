@@ -131,3 +131,10 @@ def test_upstream_hints_report_the_effective_precision() -> None:
     assert (upstream["nmse"] >= exact["nmse"]).all()
     with pytest.raises(ValueError, match="hints='fast' is not valid"):
         testops.test_ops("MUL_MAT", progress=False, hints="fast")
+
+
+def test_perf_vs_ggml_times_both(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["test-ops", "perf", "--vs-ggml", "-o", "ROPE", "--no-progress"])
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  ROPE("))
+    assert code == 0
+    assert "us/run" in line and "GB/s" in line and "ggml CPU" in line and line.rstrip().endswith("x)")
