@@ -175,3 +175,23 @@ def test_text_and_html_fallbacks(table) -> None:
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert bundle["text/plain"] == text
     assert 'data-device="NPU"' in bundle["text/html"] and t._repr_html_() == bundle["text/html"]
+
+
+def test_real_cpu_device_of_this_machine(table) -> None:
+    t = table(None, auto_refresh=False)  # the process-wide openvino.Core
+    frame = t.to_frame()
+    assert "CPU" in frame.index
+    cpu = frame.loc["CPU"]
+    assert not cpu["simulated"] and cpu["total_mib"] > 0 and cpu["selected"]
+    assert 'class="ovkit-tag ovkit-tag-sim"' not in _html(t)
+    assert "OpenVINO devices" in _html(t)
+
+
+def test_stop_all_ends_threads_of_widgets_never_closed() -> None:
+    from ovkit.widgets import live_refreshers, stop_all
+
+    t = DeviceTable(SimulatedCore("laptop"), interval=0.05)
+    assert t.refresher in live_refreshers()
+    assert stop_all() >= 1
+    assert not t.refresher.alive and t.refresher not in live_refreshers()
+    t.close()

@@ -12,9 +12,11 @@ import contextlib
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 DEFAULT_INTERVAL_S = 1.0
+_LIVE: weakref.WeakSet[Refresher] = weakref.WeakSet()  # started and not yet stopped
 MIN_INTERVAL_S = 0.02
 
 
@@ -86,6 +88,7 @@ class Refresher:
             raise RuntimeError(f"{self._name}: a stopped refresher cannot be restarted")
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
+        _LIVE.add(self)
         return self
 
     def pause(self) -> None:
@@ -100,6 +103,7 @@ class Refresher:
         """Stop the thread and wait for it (at most ``timeout`` seconds)."""
         self._stop.set()
         self._wake.set()
+        _LIVE.discard(self)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
@@ -141,3 +145,17 @@ class Refresher:
             self._kick = False
             last = time.monotonic()
             self.tick()
+
+
+def live_refreshers() -> list[Refresher]:
+    """Every refresher whose thread was started and not stopped (e.g. widgets never closed)."""
+    return [r for r in list(_LIVE) if r.alive]
+
+
+def stop_all(timeout: float = 5.0) -> int:
+    """Stop every live refresh thread (a re-run cell leaves the old widget's thread running);
+    returns how many were stopped."""
+    live = live_refreshers()
+    for r in live:
+        r.stop(timeout)
+    return len(live)
