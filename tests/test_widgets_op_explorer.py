@@ -87,3 +87,10 @@ def test_explore_function_reports_unsupported_devices() -> None:
     assert [r.status for r in runs] == ["not supported", "not supported"]
     assert all("EXP" in r.detail for r in runs)
     assert policy_verdicts(exp, ["NPU"])[0][1] is False
+
+
+def test_shows_what_the_catalogue_says_about_the_op(explorer) -> None:
+    pytest.importorskip("ovkit.ops.table")
+    explorer.op_dropdown.value = "UNARY:GELU"
+    info = explorer.info_html.get_state()["value"]
+    assert "GGML_UNARY_OP_GELU" in info and "Graph.gelu" in info and "upstream" in info

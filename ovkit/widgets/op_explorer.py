@@ -207,6 +207,30 @@ def render_runs_html(runs: Sequence[OpRun]) -> str:
     return html_table(("Device", "Class", "Verdict", "NMSE vs reference", "µs/run", "Reason / detail"), rows)
 
 
+def op_info_html(op: str) -> str:
+    """What the catalogue (``ovkit.ops.table``) says about ``op``: translations, notes, gates."""
+    try:
+        from ovkit.ops.table import TABLE
+    except ImportError:
+        return ""
+    entry = TABLE.get(op.replace(":", "."))
+    if entry is None:
+        return ""
+    rows = [
+        ("builder", ", ".join(f"Graph.{b}" for b in entry.builders)),
+        ("parameters", entry.params),
+        ("ovkit (opset16)", entry.openvino),
+        ("upstream", entry.upstream),
+    ]
+    if entry.notes:
+        rows.append(("notes", entry.notes))
+    for gate in entry.gates():
+        cls = getattr(gate, "device_class", None)
+        rows.append((f"gate{f' ({cls})' if cls else ''}", getattr(gate, "description", str(gate))))
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    return f'<details class="ovkit-op-info"><summary>{esc(entry.ggml_name)}</summary><table>{body}</table></details>'
+
+
 def render_verdicts_html(verdicts: Sequence[tuple[str, bool, str]]) -> str:
     lines = [
         f'<div class="ovkit-verdict" data-device="{esc(d)}" data-supported="{str(ok).lower()}">'
@@ -264,6 +288,7 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
             description="Run on every device", icon="forward", layout=widgets.Layout(width="auto")
         )
         self.verdict_html = widgets.HTML()
+        self.info_html = widgets.HTML()
         self.result_html = widgets.HTML()
         self.chart = widgets.Image(format="png", layout=widgets.Layout(width="480px"))
         self.chart.add_class("ovkit-op-chart")
@@ -278,6 +303,7 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
             [
                 widgets.HBox([self.op_dropdown, self.dtype_dropdown, self.reference_dropdown]),
                 self.case_dropdown,
+                self.info_html,
                 self.shape_box,
                 self.device_select,
                 widgets.HBox([self.check_button, self.run_button, self.run_all_button]),
@@ -305,6 +331,7 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
 
     def _on_op(self, change: dict[str, Any]) -> None:
         cases = self.catalogue[change["new"]]
+        self.info_html.value = op_info_html(change["new"])
         self.case_dropdown.options = [(c.name, i) for i, c in enumerate(cases)]
         self.case_dropdown.value = 0
         self._on_case({"new": 0})
@@ -422,6 +449,6 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
             self,
             "op_dropdown", "case_dropdown", "dtype_dropdown", "shape_texts", "device_select",
             "reference_dropdown", "check_button", "run_button", "run_all_button",
-            "verdict_html", "result_html", "chart",
+            "verdict_html", "info_html", "result_html", "chart",
         )  # fmt: skip
         super().close()
