@@ -917,6 +917,7 @@ class Engine:
         self._snapshot: tuple[Any, ...] | None = None
         self._fast: dict[tuple[Any, ...], CacheKey] = {}
         self._plans: dict[tuple[Any, ...], GraphPlan] = {}
+        self._model_keys: dict[int, tuple[Any, tuple[str, ...], str]] = {}  # run_model: id -> key
         # Bumped whenever a cached entry may disappear or the configuration changed: plans keep
         # (generation, compiled graph) and reuse it while the generation is unchanged.
         self._generation = 0
@@ -1263,8 +1264,19 @@ class Engine:
         run_config: RunConfig | None = None,
         **kw: Any,
     ) -> list[np.ndarray]:
-        """Run an ``openvino.Model`` (keyed by ``model_structure_key``; a clone is compiled)."""
-        return self.run(model_structure_key(model), model.clone, inputs, device, run_config, **kw)
+        """Run an ``openvino.Model`` (keyed by ``model_structure_key``; a clone is compiled).
+
+        The key is computed once per model object (and its input shapes), like upstream keys a
+        graph by identity: constants are not re-hashed on every call, and a model whose host
+        weights were released (GGML_OPENVINO_RELEASE_WEIGHTS) keeps hitting its compiled model."""
+        shapes = tuple(str(p.get_partial_shape()) for p in model.inputs)
+        cached = self._model_keys.get(id(model))
+        if cached is None or cached[0] is not model or cached[1] != shapes:
+            if len(self._model_keys) >= 64:
+                self._model_keys.clear()
+            cached = (model, shapes, model_structure_key(model))
+            self._model_keys[id(model)] = cached
+        return self.run(cached[2], model.clone, inputs, device, run_config, **kw)
 
 
 def _release_on_hit(device: str, config: OvkitConfig) -> None:
@@ -1558,6 +1570,8 @@ def compute_graph(
 
     The policy check, the structure key and the OpenVINO model are computed once per
     (outputs, device, config); every later call only binds, infers and converts the outputs.
+    Plans are keyed by the identity of the graph and outputs and the graph's node count: build
+    a graph completely (``*_add_sinks``, ``*_set_prec``) before its first compute.
     """
     engine = get_engine(core)
     engine._refresh()
