@@ -495,3 +495,14 @@ def test_outputs_bound_into_caller_arrays_without_copies() -> None:
         InputError, match=r"expected a writeable C-contiguous float32 array of shape \[6, 7\]"
     ):
         compute_graph(g, [y], {"a": a, "b": a}, out=[np.empty((7, 6), np.float32)])
+
+
+def test_run_model_keys_each_model_object_once(engine: Engine) -> None:
+    model = add_model(8)
+    a = np.ones((8, 8), np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(engine.run_model(model, [a, a])[0], 2 * a)
+    assert engine.stats().compiles == 1
+    model.reshape({"a": [4, 8], "b": [4, 8]})  # a mutated model gets a new key
+    np.testing.assert_array_equal(engine.run_model(model, [a[:4], a[:4]])[0], 2 * a[:4])
+    assert engine.stats().compiles == 2
