@@ -131,7 +131,7 @@ def _kernel_value(kc: Any, expr: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    args = parser.parse_args()
+    args, _ = parser.parse_known_args()  # benchmarks/run.py passes its own argv
     bench_refresh(repeat=50 if args.quick else 300)
     bench_kernel(rounds=2 if args.quick else 4, seconds=2.0 if args.quick else 5.0)
 
