@@ -1,0 +1,49 @@
+"""Fallbacks in a real kernel: a notebook that displays the widgets, executed with nbclient and
+exported by nbconvert without widget state, still shows the table and the charts as HTML."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+nbconvert = pytest.importorskip("nbconvert")
+
+pytestmark = [pytest.mark.slow]
+
+CELLS = [
+    "import ovkit\n"
+    "from ovkit.widgets import DeviceTable\n"
+    'core = ovkit.SimulatedCore("laptop")\n'
+    "table = DeviceTable(core, auto_refresh=False)\n"
+    "table",
+    "print(table)",
+    "board = ovkit.dashboard(core, auto_refresh=False, op_explorer=False)\nboard",
+    "board.close(); table.close()",
+]
+
+
+def test_exported_html_shows_the_data_without_widget_state(tmp_path) -> None:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_OPENVINO_")}
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=False)
+    client.km = client.create_kernel_manager()
+    client.start_new_kernel(env=env)
+    try:
+        client.start_new_kernel_client()
+        client.execute(cleanup_kc=False)
+    finally:
+        client._cleanup_kernel()
+    outputs = [o for c in nb.cells for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    shown = [o for o in outputs if o.output_type in ("display_data", "execute_result")]
+    assert all("text/html" in o.data and "application/vnd.jupyter.widget-view+json" in o.data for o in shown)
+    assert "*  CPU (sim)" in "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    html, _ = nbconvert.HTMLExporter().from_notebook_node(nb)
+    assert html.count('class="ovkit-row ovkit-selected" data-device="CPU"') == 2  # table + dashboard
+    assert 'data-device="NPU"' in html
+    assert "data:image/png;base64," in html  # the dashboard's charts
+    assert "GGML_OPENVINO_DEVICE" in html  # the selector's resolution
