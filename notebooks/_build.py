@@ -1080,6 +1080,8 @@ NB04 = [
             charts.refresh()
             used.append((f"layer {layer}", device_used_mib()))
             time.sleep(live_interval_s)
+        charts.refresher.stop()  # keep the picture, stop the thread (its own garbage collections
+        # would make the gc.collect() below return early: CPython runs one collection at a time)
         eng.clear()
         gc.collect()
         charts.refresh()
@@ -1088,7 +1090,6 @@ NB04 = [
         kv.free()
         compute.free()
         charts.refresh()
-        charts.refresher.stop()  # keep the last picture, stop the thread
         steps = pd.DataFrame(used, columns=["step", f"{dev} used MiB"]).set_index("step")
         print(steps.to_string())
         """,
