@@ -297,7 +297,11 @@ class Tensor:
 
 
 #: ops whose ggml result is a view of one source (the destination they write): op -> src index.
-INPLACE_DST: dict[str, int] = {"CPY": 1, "SET_ROWS": 0}
+#: ``op_info`` shows CPY that way (the CPY destination-view gates need it). SET_ROWS is shown as a
+#: plain node: in ovkit's value semantics the KV-cache views an attention reads hang off the
+#: SET_ROWS result, where llama.cpp's views hang off the cache leaf itself; showing it as a view
+#: would make FLASH_ATTN_EXT's "PERMUTE<-VIEW<-base" gate reject the equivalent graph.
+INPLACE_DST: dict[str, int] = {"CPY": 1}
 
 
 def _has_field(cls: Any, name: str) -> bool:
