@@ -83,3 +83,14 @@ def test_op_runs_pause_the_live_refresh(restore_env) -> None:
         pass
     assert d.refresher.paused  # a user's pause is kept
     d.close()
+
+
+def test_close_releases_every_widget_model(restore_env) -> None:
+    from ipywidgets.widgets.widget import _instances
+
+    before = set(_instances)
+    d = ovkit.dashboard(SimulatedCore("laptop"), auto_refresh=False)
+    d.explorer.op_dropdown.value = "ADD"  # replaces the shape boxes
+    assert len(set(_instances) - before) > 50
+    d.close()
+    assert set(_instances) - before == set()  # no model (child, layout, style) left in the kernel

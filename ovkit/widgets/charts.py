@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from ovkit.widgets._html import FallbackReprMixin, error_box, esc, png_img
+from ovkit.widgets._html import FallbackReprMixin, error_box, png_img
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S, Refresher
 from ovkit.widgets.controls import RefreshControls, close_parts
 from ovkit.widgets.data import ChartData, MemoryHistory, Snapshot, chart_data, error_text, take_snapshot
@@ -153,7 +153,7 @@ class AllocationCharts(FallbackReprMixin, widgets.VBox):
         for name, image in self.images.items():
             image.add_class(f"ovkit-chart-{name}")
         self.error_html = widgets.HTML(value="")
-        grid = widgets.GridBox(
+        self.grid = widgets.GridBox(
             list(self.images.values()),
             layout=widgets.Layout(grid_template_columns="repeat(2, 470px)"),
         )
@@ -161,7 +161,9 @@ class AllocationCharts(FallbackReprMixin, widgets.VBox):
             self.refresh, interval, on_error=self._show_error, name=f"ovkit-charts-{id(self):x}"
         )
         self.controls = RefreshControls(self.refresher)
-        children = [self.controls, self.error_html, grid] if auto_refresh else [self.error_html, grid]
+        children = (
+            [self.controls, self.error_html, self.grid] if auto_refresh else [self.error_html, self.grid]
+        )
         super().__init__(children, **kwargs)
         self.add_class("ovkit-charts")
         self.refresher.tick()
@@ -222,8 +224,8 @@ class AllocationCharts(FallbackReprMixin, widgets.VBox):
 
     def close(self) -> None:
         """Stop the refresh thread, then close the widgets."""
-        close_parts(self, "controls", "images", "error_html")
+        close_parts(self, "controls", "images", "error_html", "grid")
         super().close()
 
 
-__all__ = ["CHARTS", "AllocationCharts", "esc", "make_figure", "render_png"]
+__all__ = ["CHARTS", "AllocationCharts", "make_figure", "render_png"]

@@ -10,18 +10,30 @@ from ovkit.widgets._html import esc
 from ovkit.widgets._refresh import MIN_INTERVAL_S, Refresher
 
 
-def close_parts(owner: object, *names: str) -> None:
-    """Stop ``owner.refresher`` and close the named child widgets (those that exist: __init__ may
-    have failed early, and ipywidgets calls close() again from ``__del__``)."""
+def close_parts(owner: widgets.Widget, *names: str) -> None:
+    """Stop ``owner.refresher``, then close the named parts and every widget under ``owner``
+    (children, layouts, styles), but not ``owner`` itself.  Parts may be missing: __init__ may
+    have failed early, and ipywidgets calls close() again from ``__del__``."""
     refresher = getattr(owner, "refresher", None)
     if refresher is not None:
         refresher.stop()
+    roots: list[Any] = [owner]
     for name in names:
         part = getattr(owner, name, None)
-        parts = part.values() if isinstance(part, dict) else [part]
-        for p in parts:
-            if p is not None:
-                p.close()
+        roots += list(part.values()) if isinstance(part, dict) else [part]
+    seen: set[int] = set()
+    stack = [w for w in roots if isinstance(w, widgets.Widget)]
+    while stack:
+        w = stack.pop()
+        if id(w) in seen:
+            continue
+        seen.add(id(w))
+        for key in w.keys:
+            value = getattr(w, key, None)
+            values = value if isinstance(value, tuple | list) else (value,)
+            stack += [v for v in values if isinstance(v, widgets.Widget)]
+        if w is not owner and w.comm is not None:
+            w.close()
 
 
 class RefreshControls(widgets.HBox):

@@ -46,8 +46,10 @@ class Dashboard(FallbackReprMixin, widgets.VBox):
         )
         self.controls = RefreshControls(self.refresher)
         title = "ovkit dashboard" + (" — simulated devices" if getattr(core, "simulated", False) else "")
+        self.title = widgets.HTML(value=f"<h3>{esc(title)}</h3>")
+        self.accordion: widgets.Accordion | None = None
         children: list[widgets.Widget] = [
-            widgets.HTML(value=f"<h3>{esc(title)}</h3>"),
+            self.title,
             self.controls,
             self.selector,
             self.table,
@@ -55,9 +57,9 @@ class Dashboard(FallbackReprMixin, widgets.VBox):
         if self.charts is not None:
             children.append(self.charts)
         if self.explorer is not None:
-            acc = widgets.Accordion(children=[self.explorer])
-            acc.set_title(0, "Op explorer")
-            children.append(acc)
+            self.accordion = widgets.Accordion(children=[self.explorer])
+            self.accordion.set_title(0, "Op explorer")
+            children.append(self.accordion)
         super().__init__(children, **kwargs)
         self.add_class("ovkit-dashboard")
         self.refresher.tick()
@@ -118,7 +120,7 @@ class Dashboard(FallbackReprMixin, widgets.VBox):
 
     def close(self) -> None:
         """Stop the refresh thread and close every part."""
-        close_parts(self, "controls", "selector", "table", "charts", "explorer")
+        close_parts(self, "controls", "selector", "table", "charts", "explorer", "accordion", "title")
         super().close()
 
 

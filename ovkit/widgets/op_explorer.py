@@ -299,14 +299,16 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
         self.check_button.on_click(lambda _: self.check())
         self.run_button.on_click(lambda _: self.run())
         self.run_all_button.on_click(lambda _: self.run_all())
+        self.top_row = widgets.HBox([self.op_dropdown, self.dtype_dropdown, self.reference_dropdown])
+        self.button_row = widgets.HBox([self.check_button, self.run_button, self.run_all_button])
         super().__init__(
             [
-                widgets.HBox([self.op_dropdown, self.dtype_dropdown, self.reference_dropdown]),
+                self.top_row,
                 self.case_dropdown,
                 self.info_html,
                 self.shape_box,
                 self.device_select,
-                widgets.HBox([self.check_button, self.run_button, self.run_all_button]),
+                self.button_row,
                 self.verdict_html,
                 self.result_html,
                 self.chart,
@@ -341,7 +343,8 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
             return
         base = self.catalogue[self.op_dropdown.value][change["new"]]
         for text in self.shape_texts.values():
-            text.close()
+            for w in (text.layout, text.style, text):
+                w.close()
         self.shape_texts = {
             i.name: widgets.Text(
                 value=", ".join(str(d) for d in i.shape),
@@ -449,6 +452,6 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
             self,
             "op_dropdown", "case_dropdown", "dtype_dropdown", "shape_texts", "device_select",
             "reference_dropdown", "check_button", "run_button", "run_all_button",
-            "verdict_html", "info_html", "result_html", "chart",
+            "verdict_html", "info_html", "result_html", "chart", "shape_box", "top_row", "button_row",
         )  # fmt: skip
         super().close()

@@ -108,7 +108,8 @@ class DeviceSelector(FallbackReprMixin, widgets.VBox):
         self.status = widgets.HTML(value="")
         self.dropdown.observe(self._on_dropdown, names="value")
         self.text.observe(self._on_text, names="value")
-        super().__init__([widgets.HBox([self.dropdown, self.text]), self.status], **kwargs)
+        self.row = widgets.HBox([self.dropdown, self.text])
+        super().__init__([self.row, self.status], **kwargs)
         self.add_class("ovkit-selector")
         self.sync()
 
@@ -163,5 +164,5 @@ class DeviceSelector(FallbackReprMixin, widgets.VBox):
         return render_state_text(self.state)
 
     def close(self) -> None:
-        close_parts(self, "dropdown", "text", "status")
+        close_parts(self, "dropdown", "text", "status", "row")
         super().close()
