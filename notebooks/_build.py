@@ -764,8 +764,9 @@ NB03 = [
         time_col = next(c for c in prof.columns if "real" in c)
         top = prof[prof[time_col] > 0].sort_values(time_col).tail(10)
         label_col = next(c for c in ("node", "name", "node_name") if c in prof.columns)
+        labels = top[label_col].astype(str) + (" (" + top["type"].astype(str) + ")" if "type" in top else "")
         fig, ax = plt.subplots(figsize=(6, 2.8))
-        ax.barh(top[label_col].astype(str), top[time_col])
+        ax.barh(labels, top[time_col])
         ax.set_xlabel(time_col)
         ax.set_title(f"per-node time on {dev}")
         fig.tight_layout()
@@ -1102,6 +1103,7 @@ NB04 = [
         steps.plot(ax=ax1, marker="o", legend=False)
         ax1.set_title(f"{dev}: used memory (device's own figure)")
         ax1.set_ylabel("MiB")
+        ax1.tick_params(axis="x", labelrotation=30)
         for name, part in history.groupby("device"):
             ax2.step(part["time"] - history["time"].min(), part["live_bytes"] / 2**20, where="post", label=name)
         ax2.set_title("ovkit buffers: live bytes (allocation record)")
