@@ -79,6 +79,7 @@ PROP_PRECISION = "INFERENCE_PRECISION_HINT"
 PROP_PERFORMANCE = "PERFORMANCE_HINT"
 PROP_EXECUTION = "EXECUTION_MODE_HINT"
 PROP_PROFILING = "PERF_COUNT"
+PROP_THREADS = "INFERENCE_NUM_THREADS"
 PROP_CACHE_DIR = "CACHE_DIR"
 PROP_NPUW_CACHE_DIR = "NPUW_CACHE_DIR"
 PROP_CACHE_MODE = "CACHE_MODE"
@@ -123,6 +124,9 @@ def _check_choice(what: str, value: str | None, allowed: Iterable[str]) -> None:
         raise ValueError(f"{what}={value!r} is not valid (expected one of: {', '.join(allowed)})")
 
 
+_RUN_HASHES: dict[int, tuple[Any, int]] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class RunConfig:
     """Per-run compile hints; ``None`` leaves the device default.  Part of the cache key."""
@@ -131,9 +135,33 @@ class RunConfig:
     performance_hint: str | None = None  # "LATENCY" | "THROUGHPUT" | "CUMULATIVE_THROUGHPUT"
     execution_mode: str | None = None  # "ACCURACY" | "PERFORMANCE"
     profiling: bool = False  # OpenVINO PERF_COUNT: per-node timings
+    num_threads: int | None = None  # INFERENCE_NUM_THREADS (1 avoids thread wake-ups on tiny graphs)
     extra: tuple[tuple[str, str], ...] = ()  # any other OpenVINO compile property, as text
 
+    def __hash__(self) -> int:  # plans are looked up by config on every call: hash once
+        h = _RUN_HASHES.get(id(self))
+        if h is None or h[0] is not self:
+            h = (
+                self,
+                hash(
+                    (
+                        self.inference_precision,
+                        self.performance_hint,
+                        self.execution_mode,
+                        self.profiling,
+                        self.num_threads,
+                        self.extra,
+                    )
+                ),
+            )
+            if len(_RUN_HASHES) > 256:
+                _RUN_HASHES.clear()
+            _RUN_HASHES[id(self)] = h
+        return h[1]
+
     def __post_init__(self) -> None:
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads={self.num_threads} is not valid (expected >= 1, or None)")
         _check_choice("inference_precision", self.inference_precision, PRECISIONS)
         _check_choice("performance_hint", self.performance_hint, PERFORMANCE_HINTS)
         _check_choice("execution_mode", self.execution_mode, EXECUTION_MODES)
@@ -149,6 +177,8 @@ class RunConfig:
             props[PROP_EXECUTION] = self.execution_mode
         if self.profiling:
             props[PROP_PROFILING] = True
+        if self.num_threads is not None:
+            props[PROP_THREADS] = self.num_threads
         props.update(dict(self.extra))
         return props
 
@@ -156,6 +186,10 @@ class RunConfig:
 DEFAULT_RUN_CONFIG = RunConfig()
 #: Graph.compute's default: exact f32 arithmetic, so results match ggml's CPU backend (D7).
 GRAPH_RUN_CONFIG = RunConfig(inference_precision="f32")
+#: ... and for tiny graphs (every tensor < TINY_ELEMENTS elements) one inference thread: waking
+#: a second worker costs more than the work (ggml's CPU backend likewise gains nothing there).
+GRAPH_TINY_RUN_CONFIG = RunConfig(inference_precision="f32", num_threads=1)
+TINY_ELEMENTS = 16384
 
 _FIELD_OF_PROPERTY = {
     PROP_PRECISION: "inference_precision",
@@ -180,6 +214,8 @@ def run_config_from(
             values[_FIELD_OF_PROPERTY[key]] = None if value is None else _as_text(value)
         elif key == PROP_PROFILING:
             values["profiling"] = _as_bool(value)
+        elif key == PROP_THREADS:
+            values["num_threads"] = int(value)
         else:
             extra.append((key, str(value)))
     return replace(base, **values, extra=tuple(sorted(extra)))
@@ -240,6 +276,7 @@ class EffectiveConfig:
     loaded_from_cache: bool | None
     execution_devices: tuple[str, ...]
     num_streams: int | None
+    num_threads: int | None = None
     simulated: bool = False
 
     @classmethod
@@ -252,6 +289,7 @@ class EffectiveConfig:
         cached = _read(compiled, "LOADED_FROM_CACHE")
         devices = _read(compiled, "EXECUTION_DEVICES")
         streams = _read(compiled, "NUM_STREAMS")
+        threads = _read(compiled, PROP_THREADS)
         return cls(
             requested=requested,
             inference_precision=None if prec is None else _as_text(prec),
@@ -261,6 +299,7 @@ class EffectiveConfig:
             loaded_from_cache=None if cached is None else _as_bool(cached),
             execution_devices=tuple(str(d) for d in devices) if devices else (),
             num_streams=int(streams) if isinstance(streams, int) else None,
+            num_threads=int(threads) if isinstance(threads, int) else None,
             simulated=simulated,
         )
 
@@ -272,6 +311,7 @@ class EffectiveConfig:
             (PROP_PERFORMANCE, req.performance_hint, self.performance_hint),
             (PROP_EXECUTION, req.execution_mode, self.execution_mode),
             (PROP_PROFILING, req.profiling, self.profiling),
+            (PROP_THREADS, req.num_threads, self.num_threads),
         ]
         out = [
             {"property": name, "requested": "(device default)" if want is None else want, "effective": got}
@@ -1529,22 +1569,39 @@ def _graph_error(message: str) -> Exception:
     return GraphError(message)
 
 
+def _config_key(config: Mapping[str, Any] | RunConfig | None) -> Hashable:
+    if config is None or isinstance(config, RunConfig):
+        return config
+    return tuple(sorted((str(k), str(v)) for k, v in config.items()))
+
+
+def _resolve_run(config: Mapping[str, Any] | RunConfig | None, graph: Any, outs: Sequence[Any]) -> RunConfig:
+    """The RunConfig of a plan: the caller's, else ovkit's default for the graph's size."""
+    if isinstance(config, RunConfig):
+        return config
+    if config is not None:
+        return run_config_from(config, GRAPH_RUN_CONFIG)
+    biggest = max((int(np.prod(t.ne)) for t in graph.topo(list(outs))), default=0)
+    return GRAPH_TINY_RUN_CONFIG if biggest < TINY_ELEMENTS else GRAPH_RUN_CONFIG
+
+
 def _plan_for(
     engine: Engine,
     graph: Any,
     outs: Sequence[Any],
     device: str | None,
-    run: RunConfig,
+    config: Mapping[str, Any] | RunConfig | None,
     extra: Sequence[Any] = (),
     names: Sequence[str] | None = None,
 ) -> GraphPlan:
     # Keyed by identities (the plan holds the objects, so ids stay valid) and the raw device
     # argument: plans are dropped whenever the configuration (hence the selected device) changes.
     ids = id(outs[0]) if len(outs) == 1 and not extra else (tuple(map(id, outs)), tuple(map(id, extra)))
-    key = (id(graph), len(graph.nodes), ids, device, id(run))
+    key = (id(graph), len(graph.nodes), ids, device, _config_key(config))
     plan = engine._plans.get(key)
     if plan is None:
         dev = device or engine._device or engine.selected_device()
+        run = _resolve_run(config, graph, list(outs) + list(extra))
         plan = GraphPlan(graph, outs, dev, run, extra_outputs=extra, names=names)
         plan.check_support()
         if len(engine._plans) >= 1024:
@@ -1575,13 +1632,7 @@ def compute_graph(
     """
     engine = get_engine(core)
     engine._refresh()
-    if config is None:
-        run = GRAPH_RUN_CONFIG
-    elif isinstance(config, RunConfig):
-        run = config
-    else:
-        run = run_config_from(config, GRAPH_RUN_CONFIG)
-    plan = _plan_for(engine, graph, outputs, device, run)
+    plan = _plan_for(engine, graph, outputs, device, config)
     hot = plan.hot
     compiled = hot[1]() if hot is not None and hot[0] == engine._generation else None
     if compiled is not None:  # still cached: count the hit and refresh its LRU position
@@ -1592,7 +1643,7 @@ def compute_graph(
         if cfg.memory_optimize or cfg.release_weights_explicit:
             _release_on_hit(plan.device, cfg)
     else:
-        compiled = engine._lookup(plan.structure, plan.factory, plan.device, run)
+        compiled = engine._lookup(plan.structure, plan.factory, plan.device, plan.run)
         # A weak reference: a plan must not keep an evicted or cleared model (and its device
         # memory) alive.
         plan.hot = None if engine._config.disable_cache else (engine._generation, weakref.ref(compiled))
@@ -1667,12 +1718,12 @@ def graph_session(
 
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     engine = get_engine(core)
-    run = run_config_from(config, GRAPH_RUN_CONFIG) if not isinstance(config, RunConfig) else config
+    engine._refresh()
     state_names = list(states)
     extra = [states[n] for n in state_names]
     names = [f"output{i}" for i in range(len(outs))]
     out_names = [f"state:{n}" for n in state_names]
-    plan = _plan_for(engine, graph, outs, device, run, extra, names + out_names)
+    plan = _plan_for(engine, graph, outs, device, config, extra, names + out_names)
     missing = [n for n in state_names if n not in plan.input_names]
     if missing:
         raise InputError(

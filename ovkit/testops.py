@@ -719,12 +719,12 @@ def _threshold(c: Case) -> float:
 
 
 def _run_config(g: Any, out: Any, hints: str) -> Any:
-    from ovkit.engine import DEFAULT_RUN_CONFIG, GRAPH_RUN_CONFIG, naive_run_config
+    from ovkit.engine import DEFAULT_RUN_CONFIG, naive_run_config
 
     if hints not in HINTS:
         raise ValueError(f"hints={hints!r} is not valid (expected one of: {', '.join(HINTS)})")
     if hints == "exact":
-        return GRAPH_RUN_CONFIG
+        return None  # Graph.compute's own default: f32 (one thread for tiny graphs)
     first = next((t.op for t in g.topo([out]) if not t.is_leaf), None)
     return naive_run_config(first, DEFAULT_RUN_CONFIG)
 

@@ -506,3 +506,27 @@ def test_run_model_keys_each_model_object_once(engine: Engine) -> None:
     model.reshape({"a": [4, 8], "b": [4, 8]})  # a mutated model gets a new key
     np.testing.assert_array_equal(engine.run_model(model, [a[:4], a[:4]])[0], 2 * a[:4])
     assert engine.stats().compiles == 2
+
+
+def test_graph_default_config_by_size_and_dict_configs_reuse_plans() -> None:
+    from ovkit.engine import TINY_ELEMENTS, compute_graph, get_engine
+    from ovkit.graph import Graph
+
+    engine = get_engine()
+    g = Graph()
+    tiny = g.scale(g.input("t", (8, 8)), 2.0)
+    big = g.scale(g.input("b", (2, TINY_ELEMENTS)), 2.0)
+    compute_graph(g, [tiny], {"t": np.ones((8, 8), np.float32)})
+    assert engine.last_runner is not None
+    tiny_eff = engine.last_runner.graph.effective
+    assert (tiny_eff.inference_precision, tiny_eff.num_threads) == ("f32", 1)
+    compute_graph(g, [big], {"b": np.ones((2, TINY_ELEMENTS), np.float32)})
+    big_eff = engine.last_runner.graph.effective
+    assert big_eff.inference_precision == "f32" and big_eff.requested.num_threads is None
+    plans = len(engine._plans)
+    for _ in range(3):  # a raw dict config (as Graph.compute passes it) maps to one plan
+        compute_graph(
+            g, [tiny], {"t": np.ones((8, 8), np.float32)}, config={"INFERENCE_PRECISION_HINT": "bf16"}
+        )
+    assert len(engine._plans) == plans + 1
+    assert engine.last_runner.graph.effective.requested.inference_precision == "bf16"
