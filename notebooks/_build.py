@@ -978,6 +978,7 @@ NB04 = [
         import numpy as np
         import openvino as ov
         import pandas as pd
+        import psutil
 
         import ovkit
         from ovkit import buffers, engine, oracle, quant
@@ -1049,7 +1050,9 @@ NB04 = [
         `GPU_MEMORY_STATISTICS` by allocation type, ovkit's own buffers by usage, and the rolling
         time series of used memory. While they run, the next cell compiles and runs `n_layers`
         graphs, each with a new `d x d` weight: compiled models keep their weights on the device,
-        so used memory climbs; clearing the compiled-graph cache returns it.
+        so used memory climbs; clearing the compiled-graph cache returns it. (On the CPU the
+        device figure never moves: the backend reports host RAM with free = total. The process's
+        resident memory, in the last column, is where the CPU's share shows.)
         """,
     ),
     code(
@@ -1065,33 +1068,37 @@ NB04 = [
         "run-graphs",
         """
         eng = engine.get_engine(core)
-        used = []  # (step, device used MiB)
+        used = []  # (step, device used MiB, process resident MiB)
 
 
         def device_used_mib():
             return next(x.used_bytes for x in ovkit.list_devices(core) if x.name == dev) / 2**20
 
 
-        used.append(("start", device_used_mib()))
+        def rss_mib():
+            return psutil.Process().memory_info().rss / 2**20
+
+
+        used.append(("start", device_used_mib(), rss_mib()))
         for layer in range(n_layers):
             g = Graph()
             x = g.input("x", (8, d))
             w = g.constant(rng.standard_normal((d, d)).astype(np.float32), name=f"blk.{layer}.w")
             g.compute(g.mul_mat(w, x), {"x": np.ones((8, d), np.float32)}, device=dev, core=core)
             charts.refresh()
-            used.append((f"layer {layer}", device_used_mib()))
+            used.append((f"layer {layer}", device_used_mib(), rss_mib()))
             time.sleep(live_interval_s)
         charts.refresher.stop()  # keep the picture, stop the thread (its own garbage collections
         # would make the gc.collect() below return early: CPython runs one collection at a time)
         eng.clear()
         gc.collect()
         charts.refresh()
-        used.append(("cache cleared", device_used_mib()))
+        used.append(("cache cleared", device_used_mib(), rss_mib()))
         weights.free()
         kv.free()
         compute.free()
         charts.refresh()
-        steps = pd.DataFrame(used, columns=["step", f"{dev} used MiB"]).set_index("step")
+        steps = pd.DataFrame(used, columns=["step", f"{dev} used MiB", "process RSS MiB"]).set_index("step")
         print(steps.to_string())
         """,
     ),
@@ -1100,7 +1107,7 @@ NB04 = [
         """
         history = buffers.allocation_history()
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 2.8))
-        steps.plot(ax=ax1, marker="o", legend=False)
+        steps.iloc[:, :1].plot(ax=ax1, marker="o", legend=False)
         ax1.set_title(f"{dev}: used memory (device's own figure)")
         ax1.set_ylabel("MiB")
         ax1.tick_params(axis="x", labelrotation=30)
@@ -1195,15 +1202,9 @@ NB04 = [
         "release",
         """
         import openvino.opset13 as ops
-        import psutil
 
         from ovkit import weight_release
         from ovkit.runtime import default_core
-
-
-        def rss_mib():
-            return psutil.Process().memory_info().rss / 2**20
-
 
         weight_release.reset()
         m, k = release_rows, release_k
