@@ -255,7 +255,7 @@ def _check_dashboard(lab: str, page: Any, tmp_path: Path) -> None:
     # the op explorer: run the default case on every device, see one result row per device
     page.locator(f"{PANEL} .ovkit-dashboard").get_by_text("Op explorer").click()
     page.locator(f"{PANEL} .ovkit-op-explorer button", has_text="Run on every device").click()
-    results = page.locator(f"{PANEL} .ovkit-op-explorer table tbody tr")
+    results = page.locator(f"{PANEL} .ovkit-op-explorer table.ovkit-op-results tbody tr")
     deadline = time.monotonic() + 60
     while results.count() < 3 and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -204,7 +204,8 @@ def render_runs_html(runs: Sequence[OpRun]) -> str:
         us = "" if r.us_per_run is None else f"{r.us_per_run:,.1f}"
         name = f"{r.device} (simulated, runs on CPU)" if r.simulated else r.device
         rows.append((name, r.device_class, r.status, nmse, us, r.detail))
-    return html_table(("Device", "Class", "Verdict", "NMSE vs reference", "µs/run", "Reason / detail"), rows)
+    header = ("Device", "Class", "Verdict", "NMSE vs reference", "µs/run", "Reason / detail")
+    return html_table(header, rows, css_class="ovkit-devtable ovkit-op-results")
 
 
 def op_info_html(op: str) -> str:
