@@ -55,7 +55,6 @@ GGML_TRI_TYPE_LOWER_DIAG = 2
 GGML_TRI_TYPE_LOWER = 3
 GGML_PREC_DEFAULT = 0
 GGML_PREC_F32 = 10
-GGML_KQ_MASK_PAD = 1
 #: ggml_glu_op enum values -> names (ggml.h order).
 GLU_OPS: dict[int, str] = {
     0: "REGLU",
@@ -308,15 +307,6 @@ def _has_field(cls: Any, name: str) -> bool:
     import dataclasses
 
     return any(f.name == name for f in dataclasses.fields(cls))
-
-
-@dataclass(frozen=True, slots=True)
-class ComputeResult:
-    """Outputs of one :meth:`Graph.compute` call with the device it ran on."""
-
-    outputs: tuple[np.ndarray, ...]
-    device: str
-    mode: str
 
 
 def _ne_str(ne: Sequence[int]) -> str:
