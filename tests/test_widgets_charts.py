@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 import types
 
 import numpy as np
@@ -151,3 +152,19 @@ def test_buffers_chart_follows_real_ovkit_buffers(charts) -> None:
     finally:
         weights.free()
         kv.free()
+
+
+def test_history_grows_while_the_kernel_thread_computes(charts) -> None:
+    core = SimulatedCore("laptop")
+    c = charts(core, interval=0.05)
+    n = 256 * 1024
+    compiled = core.compile_model(_model_with_constants(n), "GPU")
+    x = np.zeros(n, np.float32)
+    start = len(c.history)
+    deadline = time.monotonic() + 20
+    runs = 0
+    while len(c.history) < start + 5 and time.monotonic() < deadline:
+        compiled({"x": x})  # this thread stays busy running the graph
+        runs += 1
+    assert len(c.history) >= start + 5, f"only {len(c.history) - start} samples during {runs} runs"
+    assert c.frames()["history"]["GPU"].iloc[-1] >= 1  # the compiled constants count on the GPU
