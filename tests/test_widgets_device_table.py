@@ -195,3 +195,12 @@ def test_stop_all_ends_threads_of_widgets_never_closed() -> None:
     assert stop_all() >= 1
     assert not t.refresher.alive and t.refresher not in live_refreshers()
     t.close()
+
+
+def test_unreadable_name_is_described_by_its_id_with_the_reason(table) -> None:
+    t = table(SimulatedCore("npu-name-error"), auto_refresh=False)
+    assert t.to_frame().loc["NPU", "description"] == "NPU"
+    html = _html(t)
+    err = re.findall(r'<tr class="ovkit-errrow" data-device="NPU">(.*?)</tr>', html)
+    assert len(err) == 1 and "Unsupported configuration key: FULL_DEVICE_NAME" in err[0]
+    assert "  ! NPU: FULL_DEVICE_NAME: Unsupported configuration key" in str(t)
