@@ -283,27 +283,27 @@ def pad(t: Tensor, xs: list[Arr]) -> Arr:
 # ---------------------------------------------------------------------------- rows
 @reference("GET_ROWS")
 def get_rows(t: Tensor, xs: list[Arr]) -> Arr:
-    a, idx = np.asarray(xs[0]), np.asarray(xs[1])
+    """out[i12, i11, i10] = a[i12, i11, b[i12, i11, i10]] (rows picked within the same batch)."""
+    a, idx = np.asarray(xs[0]), np.asarray(xs[1])[0]  # idx [b2, b1, b0]
     if a.dtype != np.int32:
         a = f32(a)
-    out = np.empty((t.ne[3], t.ne[2], t.ne[1], t.ne[0]), dtype=a.dtype)
-    for i12 in range(t.ne[3]):
-        for i11 in range(t.ne[2]):
-            out[i12, i11] = a[i12, i11, idx[0, i12, i11]]
-    return out
+    i3 = np.arange(t.ne[3])[:, None, None]
+    i2 = np.arange(t.ne[2])[None, :, None]
+    return a[i3, i2, idx]
 
 
 @reference("SET_ROWS")
 def set_rows(t: Tensor, xs: list[Arr]) -> Arr:
+    """a with row c[i1, i2 % c.ne1, i3 % c.ne2] of batch (i2, i3) replaced by b's row (i1, i2, i3)."""
     dst = np.array(xs[0], copy=True)
     b, c = f32(xs[1]), np.asarray(xs[2])
     c_t = t.srcs[2]
     assert c_t is not None
-    for i3 in range(b.shape[0]):
-        for i2 in range(b.shape[1]):
-            for i1 in range(b.shape[2]):
-                row = int(c[0, i3 % c_t.ne[2], i2 % c_t.ne[1], i1])
-                dst[i3, i2, row] = round_to(t.dtype, b[i3, i2, i1])
+    n3, n2, n1 = b.shape[0], b.shape[1], b.shape[2]
+    i3 = np.arange(n3)[:, None, None]
+    i2 = np.arange(n2)[None, :, None]
+    rows = c[0][i3 % c_t.ne[2], i2 % c_t.ne[1], np.arange(n1)[None, None, :]].astype(np.int64)
+    dst[np.broadcast_to(i3, rows.shape), np.broadcast_to(i2, rows.shape), rows] = round_to(t.dtype, b)
     return dst
 
 
