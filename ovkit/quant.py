@@ -43,6 +43,15 @@ class QuantError(ValueError):
     """Raw blocks that do not hold the declared quantized tensor, or an unknown type/form."""
 
 
+class RequantTarget(enum.StrEnum):
+    """What a weight becomes on a device (NATIVE = extracted as its own type)."""
+
+    NATIVE = "native"
+    Q8_0_C = "q8_0_c"  # per-row symmetric i8 (G = ne0)
+    Q4_0_128 = "q4_0_128"  # symmetric i4, G = 128
+    F16 = "f16"
+
+
 @dataclass(frozen=True, slots=True)
 class QuantSpec:
     """One ggml quantized type: block geometry and how upstream extracts it."""
@@ -310,10 +319,12 @@ class QuantizedWeight:
     raw: bytes = field(repr=False)
     name: str = ""
     form: Form = "fast"
+    requant: RequantTarget = RequantTarget.NATIVE
 
     def __post_init__(self) -> None:
         spec = quant_spec(self.qtype)
         object.__setattr__(self, "qtype", spec.name)
+        object.__setattr__(self, "requant", RequantTarget(self.requant))
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
         if self.form not in FORMS:
             raise QuantError(f"unknown decompression form {self.form!r}; expected one of {FORMS}")
@@ -347,7 +358,15 @@ class QuantizedWeight:
 
     @cached_property
     def decoded(self) -> Decoded:
-        return decode_blocks(self.qtype, self.raw, self.shape)
+        """Integer weights, scales and biases of the blocks, or of their requantization."""
+        native = decode_blocks(self.qtype, self.raw, self.shape)
+        if self.requant in (RequantTarget.NATIVE, RequantTarget.F16):
+            return native
+        return requantize(native.dequantize(), self.requant)
+
+    @property
+    def symmetric(self) -> bool:
+        return self.decoded.bias is None
 
     @cached_property
     def digest(self) -> str:
@@ -355,49 +374,95 @@ class QuantizedWeight:
         import hashlib
 
         h = hashlib.sha256(self.raw)
-        h.update(f"|{self.qtype}|{self.shape}|{self.form}".encode())
+        h.update(f"|{self.qtype}|{self.shape}|{self.form}|{self.requant}".encode())
         return h.hexdigest()
 
     def dequantize(self) -> np.ndarray:
-        """f32 values, equal to ggml's ``to_float`` of the blocks."""
+        """f32 values the constant holds: ggml's ``to_float`` of the blocks (after any requant)."""
+        if self.requant is RequantTarget.F16:
+            return self.decoded.dequantize().astype(np.float16).astype(np.float32).reshape(self.shape)
         return self.decoded.dequantize().reshape(self.shape)
 
     def with_form(self, form: Form) -> QuantizedWeight:
-        return QuantizedWeight(self.qtype, self.shape, self.raw, self.name, form)
+        return QuantizedWeight(self.qtype, self.shape, self.raw, self.name, form, self.requant)
+
+    def with_requant(self, target: RequantTarget | str) -> QuantizedWeight:
+        """The same blocks requantized to ``target`` (upstream §5.3's Q8_0_C, Q4_0_128, F16)."""
+        return QuantizedWeight(self.qtype, self.shape, self.raw, self.name, self.form, RequantTarget(target))
+
+    def apply_policy(self, device_class: str, *, no_requant: bool = False) -> QuantizedWeight:
+        """Requantized as upstream's policy does for this tensor name on ``device_class``."""
+        return self.with_requant(requant_type(self.name, device_class, self.qtype, no_requant=no_requant))
+
+    @property
+    def container(self) -> str:
+        """OpenVINO element type of the weight Constant in this form."""
+        spec = self.spec
+        if self.requant is RequantTarget.Q8_0_C:
+            return "i8"
+        if self.requant is RequantTarget.Q4_0_128:
+            return "i4"
+        if self.requant is RequantTarget.F16:
+            return "f16"
+        if spec.name == "mxfp4":
+            return "f4e2m1"
+        if self.form == "fast" or spec.symmetric:
+            return {4: "i4", 5: "i8", 6: "i8", 8: "i8"}[spec.bits]
+        return {4: "u4", 5: "u8"}[spec.bits]
 
     # -- OpenVINO --------------------------------------------------------------------------------
     def _grouped(self, values: np.ndarray) -> np.ndarray:
         g = self.decoded.group
         return values.reshape(self.rows, self.k // g, g)
 
-    def _weight_const(self, *, unsigned_5bit: bool = True) -> Any:
-        """The integer weight Constant [rows, k/G, G] in the element type the form uses."""
-        spec, dec = self.spec, self.decoded
-        if spec.name == "mxfp4":
+    def _weight_const(self) -> Any:
+        """The weight Constant [rows, k/G, G] in the element type of :attr:`container`."""
+        dec, et = self.decoded, self.container
+        if et == "f4e2m1":
             assert dec.codes is not None
             return packed_constant(self._grouped(dec.codes), "f4e2m1")
-        et = {4: "i4" if spec.symmetric else "u4", 5: "u8", 6: "i8", 8: "i8"}[spec.bits]
-        return packed_constant(self._grouped(dec.q), et)
+        q = dec.q
+        offset = self._offset
+        if offset:
+            q = q.astype(np.int16) - offset
+        return packed_constant(self._grouped(q), et)
+
+    @property
+    def _offset(self) -> int:
+        """Fast form of the asymmetric types: q - 8 (4-bit) or q - 16 (5-bit) in a signed container."""
+        if self.form != "fast" or self.requant is not RequantTarget.NATIVE or self.spec.symmetric:
+            return 0
+        return 8 if self.spec.bits == 4 else 16
 
     @cached_property
     def _zero_points(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """Integer zero points z = round(-bias/scale) and the exact residual bias + scale*z."""
+        """Integer zero points and the exact residual ``bias + scale * zp`` (None: symmetric).
+
+        Fast form: the zero point is the fixed container offset (8 or 16), so the Constant is a
+        plain signed integer tensor (no Subtract) and the whole bias moves into the residual.
+        Upstream forms: ``round(-bias/scale)`` clamped to the unsigned container.
+        """
         dec, spec = self.decoded, self.spec
         if dec.bias is None:
             return None
+        if self._offset:
+            z = np.full(dec.scale.shape, self._offset, np.uint8)
+            return z, (dec.bias + dec.scale * np.float32(self._offset)).astype(np.float32)
         hi = 15 if spec.bits == 4 else 255
         with np.errstate(divide="ignore", invalid="ignore"):
-            z = np.where(dec.scale != 0, -dec.bias / dec.scale, 0.0)
-        z = np.clip(np.rint(z), 0, hi).astype(np.uint8)
-        scale_used = dec.scale.astype(np.float16).astype(np.float32) if self.form != "fast" else dec.scale
-        residual = (dec.bias + scale_used * z.astype(np.float32)).astype(np.float32)
-        return z, residual
+            zf = np.where(dec.scale != 0, -dec.bias / dec.scale, 0.0)
+        z = np.clip(np.rint(zf), 0, hi).astype(np.uint8)
+        scale_used = dec.scale.astype(np.float16).astype(np.float32)
+        return z, (dec.bias + scale_used * z.astype(np.float32)).astype(np.float32)
 
     def _scaled(self, *, upstream: bool) -> Any:
         """Convert → [Subtract zp] → Multiply, grouped [rows, k/G, G] (without the residual bias)."""
         ops, dec, spec = _ops(), self.decoded, self.spec
+        if self.requant is RequantTarget.F16:
+            values = dec.dequantize().astype(np.float16)
+            return ops.convert(ops.constant(self._grouped(values)), "f32")
         w = self._weight_const()
-        if spec.name == "mxfp4":
+        if self.container == "f4e2m1":
             if upstream:
                 assert dec.exponent is not None
                 e = packed_constant(dec.exponent.reshape(self.rows, -1, 1), "f8e8m0")
@@ -405,16 +470,15 @@ class QuantizedWeight:
             scale = dec.scale * 2.0  # e2m1 codes are half the ggml integer values
             return ops.multiply(ops.convert(w, "f16"), _scale_const(scale[:, :, None]))
         node = ops.convert(w, "f16")
-        zps = self._zero_points
         if self.form == "upstream_bias" and dec.bias is not None:
             # upstream with use_bias (test graphs, MoE): exact f16 zero point -bias/scale
             with np.errstate(divide="ignore", invalid="ignore"):
                 zf = np.where(dec.scale != 0, -dec.bias / dec.scale, 0.0).astype(np.float16)
             node = ops.subtract(node, ops.constant(zf[:, :, None]))
-        elif zps is not None:
-            # u4 zero points for 4-bit weights, u8 for 5-bit (upstream's types; u4+u4 measured fastest)
+        elif upstream and self._zero_points is not None:
+            # upstream: u4 zero points for 4-bit weights, u8 for 5-bit
             zt = "u4" if spec.bits == 4 else "u8"
-            zc = packed_constant(zps[0][:, :, None], zt)
+            zc = packed_constant(self._zero_points[0][:, :, None], zt)
             node = ops.subtract(node, ops.convert(zc, "f16"))
         if upstream:
             return ops.multiply(node, ops.constant(dec.scale[:, :, None].astype(np.float16)))
@@ -458,7 +522,7 @@ class QuantizedWeight:
         ops = _ops()
         axis = ops.constant(np.int64(0))
         zps = self._zero_points
-        if len(self.shape) == 2 and self.form == "fast" and self.qtype == "mxfp4":
+        if len(self.shape) == 2 and self.form == "fast" and self.container == "f4e2m1":
             # f4e2m1 tables are folded to f32 by the CPU plugin's Gather; i8 (2x the e2m1 value,
             # exact) stays compressed
             dec = self.decoded
@@ -488,7 +552,7 @@ class QuantizedWeight:
         return ops.matmul(sums, ops.constant(zps[1]), False, True)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (QuantizedWeight, (self.qtype, self.shape, self.raw, self.name, self.form))
+        return (QuantizedWeight, (self.qtype, self.shape, self.raw, self.name, self.form, self.requant))
 
 
 def from_blocks(
@@ -531,18 +595,54 @@ def reference_dequantize(qtype: str, raw: bytes | np.ndarray, shape: Sequence[in
     return np.asarray(out, dtype=np.float32).reshape(tuple(shape))
 
 
+def requantize(values: np.ndarray, target: RequantTarget) -> Decoded:
+    """Upstream's requantization of f32 rows (``requantize_to_buffers``, §5.3).
+
+    Q8_0_C: per row, d = amax/127, q = round(x/d) (i8).  Q4_0_128: per 128-group, d = max/-8
+    with max the signed value of largest magnitude, q = clamp(round(x/d), -8, 7) (i4).
+    """
+    x = np.asarray(values, dtype=np.float32)
+    rows, k = x.shape[0] if x.ndim > 1 else 1, x.shape[-1]
+    x = x.reshape(rows, k)
+    if target is RequantTarget.Q8_0_C:
+        d = np.abs(x).max(axis=1, keepdims=True) / 127.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(d != 0, np.rint(x / d), 0).astype(np.int8)
+        return Decoded(q, d.astype(np.float32), None, k)
+    if target is RequantTarget.Q4_0_128:
+        if k % 128:
+            raise QuantError(f"Q4_0_128 needs rows that are a multiple of 128, got {k}")
+        g = x.reshape(rows, k // 128, 128)
+        idx = np.abs(g).argmax(axis=2)[..., None]
+        mx = np.take_along_axis(g, idx, axis=2)
+        d = mx / -8.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(d != 0, np.clip(np.rint(g / d), -8, 7), 0).astype(np.int8)
+        return Decoded(q.reshape(rows, k), d.reshape(rows, k // 128).astype(np.float32), None, 128)
+    raise QuantError(f"requantize: {target!s} is not an integer requantization target")
+
+
+#: Element types whose FullyConnected runs faster without activation dynamic quantization (n=1,
+#: measured in docs/quant.md); 4-bit types are 2x slower without it.
+_NO_DYNQ_CONTAINERS = frozenset({"i8", "u8"})
+
+
+def compile_hints(weights: Sequence[QuantizedWeight]) -> dict[str, Any]:
+    """CPU compile properties that suit these quantized weights (docs/quant.md).
+
+    When every weight is an 8-bit container (Q8_0, Q5_1, Q5_K, Q6_K, Q8_0_C), the int8 dynamic
+    quantization of activations is turned off (``DYNAMIC_QUANTIZATION_GROUP_SIZE=0``): the plain
+    decompressing kernel is about 25% faster for them.  Mixed or 4-bit models keep the default.
+    """
+    containers = {w.container for w in weights}
+    if containers and containers <= _NO_DYNQ_CONTAINERS:
+        return {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+    return {}
+
+
 # ------------------------------------------------------------------------------------------------
 # Requantization policy (upstream §5.3)
 # ------------------------------------------------------------------------------------------------
-
-
-class RequantTarget(enum.StrEnum):
-    """What a weight becomes on a device (NATIVE = extracted as its own type)."""
-
-    NATIVE = "native"
-    Q8_0_C = "q8_0_c"  # per-row symmetric i8 (G = ne0)
-    Q4_0_128 = "q4_0_128"  # symmetric i4, G = 128
-    F16 = "f16"
 
 
 @dataclass(frozen=True, slots=True)

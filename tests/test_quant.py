@@ -102,15 +102,16 @@ def test_fast_form_keeps_weights_compressed(qtype: str, weights: np.ndarray) -> 
     ]
     expected = {
         "q4_0": "i4",
-        "q4_1": "u4",
-        "q4_K": "u4",
-        "q5_1": "u8",
-        "q5_K": "u8",
+        "q4_1": "i4",
+        "q4_K": "i4",
+        "q5_1": "i8",
+        "q5_K": "i8",
         "q8_0": "i8",
         "q6_K": "i8",
         "mxfp4": "f4e2m1",
     }
     assert expected[qtype] in precisions
+    assert qw.container == expected[qtype]
 
 
 @pytest.mark.parametrize("qtype", quant.QUANT_TYPES)
@@ -203,3 +204,39 @@ def test_ov_get_rows_exact_and_keeps_table_compressed(qtype: str, weights: np.nd
         if op.get_rt_info()["layerType"].astype(str) == "Const"
     }
     assert const_types & {"i4", "u4", "i8", "u8", "f4e2m1"}, const_types
+
+
+@pytest.mark.parametrize("qtype", ["q5_K", "q6_K"])
+def test_cpu_policy_requant_q8_0_c_within_threshold(
+    qtype: str, weights: np.ndarray, rng: np.random.Generator
+) -> None:
+    """Upstream's CPU policy turns Q5_K/Q6_K into per-row i8; still within MUL_MAT's NMSE vs ggml."""
+    qw = quant.quantize(qtype, weights, name="blk.0.ffn_down.weight").apply_policy("CPU")
+    assert qw.requant is quant.RequantTarget.Q8_0_C
+    assert qw.container == "i8" and qw.decoded.group == weights.shape[1]
+    x = rng.standard_normal((2, weights.shape[1])).astype(np.float32)
+    expected = oracle.ggml_call("mul_mat", _ggml_blocks(qw), x)
+    assert oracle.nmse(_run_ov(qw, x), expected) < MUL_MAT_NMSE
+
+
+def test_requant_q4_0_128_and_f16(weights: np.ndarray) -> None:
+    qw = quant.quantize("q8_0", weights, name="blk.0.attn_q.weight")
+    npu = qw.apply_policy("NPU")
+    assert npu.requant is quant.RequantTarget.Q4_0_128 and npu.container == "i4"
+    dec = npu.decoded
+    assert dec.q.min() >= -8 and dec.q.max() <= 7 and dec.group == 128
+    # the value of largest magnitude in each group is represented exactly as -8 * d
+    assert oracle.nmse(npu.dequantize(), qw.dequantize()) < 2e-2  # 4-bit in 128-groups: ~1.2e-2 for Gaussian rows
+    emb = quant.quantize("q6_K", weights, name="token_embd.weight").apply_policy("NPU")
+    assert emb.requant is quant.RequantTarget.F16
+    np.testing.assert_array_equal(
+        emb.dequantize(), emb.with_requant("native").dequantize().astype(np.float16)
+    )
+
+
+def test_compile_hints_only_for_all_8bit_weights(weights: np.ndarray) -> None:
+    q8 = quant.quantize("q8_0", weights)
+    q4 = quant.quantize("q4_K", weights)
+    assert quant.compile_hints([q8]) == {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+    assert quant.compile_hints([q8, q4]) == {}
+    assert quant.compile_hints([]) == {}
