@@ -6,8 +6,14 @@ device, compile config).  Each cached model owns one reusable infer request; inp
 zero-copy when they are C-contiguous with the right dtype, and every bound array and
 ``openvino.Tensor`` is referenced by the request's ``Runner`` for as long as the request may read
 it (OpenVINO's request does *not* keep Python tensors alive: the use-after-free of ecosystem
-§4.3).  Outputs are copied out of the request, as upstream's naive path does, so results never
-alias the next run.
+§4.3).  Outputs are copied out of the request (one copy, made by OpenVINO), as upstream's naive
+path does, so results never alias the next run; ``out=`` binds caller arrays as outputs instead
+(zero-copy, as upstream binds ggml tensors).
+
+Layers: ``Engine`` (LRU of ``CompiledGraph`` per Core; ``run``/``session``/``run_model`` for
+``openvino.Model`` factories) → ``Runner``/``Session`` (one infer request: binding, state,
+profiling) ← ``compute_graph``/``graph_session`` (``ovkit.graph.Graph`` plans: structure key,
+policy check and Parameter order computed once per (graph, outputs, device, config)).
 
 Environment (read like upstream §1, re-read only when one of ``ENGINE_ENV`` changes):
 ``GGML_OPENVINO_CACHE_DIR`` → OpenVINO ``CACHE_DIR`` + ``CACHE_MODE=OPTIMIZE_SIZE``
