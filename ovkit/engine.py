@@ -1423,7 +1423,7 @@ def graph_structure_key(graph: Any, outputs: Sequence[Any]) -> str:
 class _InputSlot:
     """One graph input: how a fed array becomes the model's 4-D Parameter value."""
 
-    __slots__ = ("alt_shapes", "dtype", "gdtype", "last_src", "last_view", "name", "param_shape", "shape")
+    __slots__ = ("alt_shapes", "dtype", "gdtype", "last", "name", "param_shape", "shape")
 
     def __init__(self, leaf: Any) -> None:
         from ovkit.graph import NUMPY_DTYPE
@@ -1433,16 +1433,17 @@ class _InputSlot:
         self.dtype = np.dtype(NUMPY_DTYPE[leaf.dtype])
         self.shape: tuple[int, ...] = tuple(leaf.shape)
         self.param_shape: tuple[int, ...] = tuple(reversed(leaf.ne))
-        self.last_src: Any = None
-        self.last_view: Any = None
+        # (caller's array, its Parameter view): one attribute, so threads swap it atomically
+        self.last: tuple[Any, Any] = (None, None)
         # Other numpy shapes of the same ggml tensor (e.g. (1, 512) for ne [512, 1, 1, 1]),
         # learnt when Graph's own input checks accepted them.
         self.alt_shapes: set[tuple[int, ...]] = set()
 
     def convert(self, value: Any) -> np.ndarray | None:
         """The Parameter view of ``value`` (same memory when possible); None → slow path."""
-        if value is self.last_src:
-            return self.last_view
+        last = self.last
+        if value is last[0]:
+            return last[1]
         if (
             type(value) is not np.ndarray
             or value.dtype != self.dtype
@@ -1452,7 +1453,7 @@ class _InputSlot:
         ):
             return None
         view = value.reshape(self.param_shape)
-        self.last_src, self.last_view = value, view
+        self.last = (value, view)
         return view
 
 
@@ -1641,10 +1642,14 @@ def compute_graph(
     plan = _plan_for(engine, graph, outputs, device, config)
     hot = plan.hot
     compiled = hot[1]() if hot is not None and hot[0] == engine._generation else None
-    if compiled is not None:  # still cached: count the hit and refresh its LRU position
+    if compiled is not None:  # still cached: refresh its LRU position and count the hit
+        try:
+            engine._entries.move_to_end(compiled.key)
+        except KeyError:  # evicted by another thread meanwhile: look it up properly
+            compiled = None
+    if compiled is not None:
         engine._counters.hits += 1
         engine.last_hit = True
-        engine._entries.move_to_end(compiled.key)
         cfg = engine._config
         if cfg.memory_optimize or cfg.release_weights_explicit:
             _release_on_hit(plan.device, cfg)

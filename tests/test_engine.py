@@ -530,3 +530,20 @@ def test_graph_default_config_by_size_and_dict_configs_reuse_plans() -> None:
         )
     assert len(engine._plans) == plans + 1
     assert engine.last_runner.graph.effective.requested.inference_precision == "bf16"
+
+
+def test_concurrent_compute_from_threads() -> None:
+    """Threads share compiled models and requests safely (each call binds and reads under a lock)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ovkit.graph import Graph
+
+    g = Graph()
+    y = g.scale(g.input("x", (16,)), 3.0)
+
+    def work(i: int) -> bool:
+        x = np.full(16, i, np.float32)
+        return all(np.array_equal(g.compute(y, {"x": x}), 3 * x) for _ in range(50))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(8)))
