@@ -242,6 +242,15 @@ def _check_dashboard(lab: str, page: Any, tmp_path: Path) -> None:
     page.wait_for_selector(f'{PANEL} .jupyter-widgets tr.ovkit-selected[data-device="GPU"]')
     assert _selected(page) == ["GPU"]
     assert "resolves to" in page.locator(f"{PANEL} .ovkit-selector").inner_text()
+    # a near miss typed into the text box: upstream's fallback warning, a hint, CPU highlighted
+    box = page.locator(f"{PANEL} .ovkit-selector input[type=text]")
+    box.fill("gpu")
+    box.press("Enter")
+    page.wait_for_selector(f'{PANEL} .jupyter-widgets tr.ovkit-selected[data-device="CPU"]')
+    status = page.locator(f"{PANEL} .ovkit-selector").inner_text()
+    assert "device gpu is not available, fallback to CPU" in status and "case-sensitive" in status
+    page.locator(f"{PANEL} .ovkit-selector select").select_option("GPU")
+    page.wait_for_selector(f'{PANEL} .jupyter-widgets tr.ovkit-selected[data-device="GPU"]')
     # the live time series changes between two screenshots
     chart = page.locator(f"{PANEL} img.ovkit-chart-history")
     chart.wait_for()
@@ -252,6 +261,21 @@ def _check_dashboard(lab: str, page: Any, tmp_path: Path) -> None:
         time.sleep(1.5)
         second = chart.screenshot(path=str(tmp_path / "history-2.png"))
     assert second != first, "the time series did not change while the dashboard was live"
+    # pause: the series stands still; resume: it moves again
+    toggle = page.locator(f"{PANEL} .ovkit-dashboard .ovkit-refresh-controls button").first
+    toggle.click()
+    page.wait_for_selector(f"{PANEL} .ovkit-refresh-controls :text('paused')")
+    time.sleep(1.5)  # a refresh that was under way reaches the browser
+    paused = chart.screenshot()
+    time.sleep(2.0)  # four intervals
+    assert chart.screenshot() == paused, "the time series changed while paused"
+    toggle.click()
+    resumed = paused
+    deadline = time.monotonic() + 30
+    while resumed == paused and time.monotonic() < deadline:
+        time.sleep(1.0)
+        resumed = chart.screenshot()
+    assert resumed != paused, "the time series did not resume"
     # the op explorer: run the default case on every device, see one result row per device
     page.locator(f"{PANEL} .ovkit-dashboard").get_by_text("Op explorer").click()
     page.locator(f"{PANEL} .ovkit-op-explorer button", has_text="Run on every device").click()

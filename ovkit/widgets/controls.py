@@ -60,6 +60,7 @@ class RefreshControls(widgets.HBox):
         self.pause_button.observe(self._on_pause, names="value")
         self.interval_box.observe(self._on_interval, names="value")
         super().__init__([self.pause_button, self.interval_box, self.status], **kwargs)
+        self.add_class("ovkit-refresh-controls")
 
     def _on_pause(self, change: dict[str, Any]) -> None:
         if change["new"]:
