@@ -301,9 +301,11 @@ SECTIONS: dict[str, Callable[[bool], dict[str, float]]] = {
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    parser.add_argument("sections", nargs="*", choices=[*SECTIONS, []], help="run only these sections")
-    args = parser.parse_args(argv)
-    for name in args.sections or list(SECTIONS):
+    parser.add_argument("sections", nargs="*", help=f"run only these sections ({', '.join(SECTIONS)})")
+    args, _ = parser.parse_known_args(argv)
+    # benchmarks/run.py runs this file with its own argv (e.g. "engine"): other words are not ours.
+    chosen = [name for name in args.sections if name in SECTIONS]
+    for name in chosen or list(SECTIONS):
         print(f"-- {name}", flush=True)
         try:
             SECTIONS[name](args.quick)
