@@ -138,3 +138,11 @@ def test_perf_vs_ggml_times_both(capsys: pytest.CaptureFixture[str]) -> None:
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  ROPE("))
     assert code == 0
     assert "us/run" in line and "GB/s" in line and "ggml CPU" in line and line.rstrip().endswith("x)")
+
+
+def test_perf_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["test-ops", "perf", "-o", "MUL", "--json", "--no-progress"])
+    payload = json.loads(capsys.readouterr().out)
+    assert code == 0 and payload["mode"] == "perf" and payload["summary"]["failed"] == 0
+    (row,) = payload["cases"]
+    assert row["status"] == "OK" and row["us_per_run"] > 0 and row["gbps"] > 0 and row["gflops"] is None
