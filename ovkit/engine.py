@@ -327,6 +327,10 @@ class EffectiveConfig:
         out.append(
             {"property": "EXECUTION_DEVICES", "requested": "", "effective": ", ".join(self.execution_devices)}
         )
+        if self.simulated:
+            out.append(
+                {"property": "SIMULATED", "requested": "", "effective": "yes: compiled and run on the CPU"}
+            )
         return out
 
     def table(self) -> pd.DataFrame:
