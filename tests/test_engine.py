@@ -248,6 +248,9 @@ def test_simulated_core_runs_and_labels(engine: Engine) -> None:
     report = sim.run_report("add8", add_model, [a, a], "GPU")
     np.testing.assert_array_equal(report.outputs[0], 2 * a)
     assert report.effective.simulated
+    assert {"property": "SIMULATED", "requested": "", "effective": "yes: compiled and run on the CPU"} in (
+        report.effective.as_rows()
+    )
     with pytest.raises(EngineError, match="not registered"):
         sim.run("add8", add_model, [a, a], "TPU")
 
