@@ -95,12 +95,11 @@ def transformer_block(
     ck = g.set_rows(cache_k, g.reshape_2d(k, cfg.kv_dim, n_tok), kv_idx)
     cv = g.set_rows(cache_v, v, kv_idx)
     row = hd * 2  # f16 bytes
-    # K/V are read through PERMUTE <- VIEW <- a base tensor, the pattern upstream's FLASH_ATTN_EXT
-    # policy accepts. set_rows returns a view of the cache (as in ggml), so the updated cache is
-    # made a base tensor with cont (in llama.cpp the view is of the cache buffer itself, which
-    # set_rows has written in place; a functional graph needs the data dependency).
-    kk = g.permute(g.view_3d(g.cont(ck), hd, cfg.kv_heads, ctx, row, cfg.kv_dim * 2, 0), 0, 2, 1, 3)
-    vv = g.permute(g.view_3d(g.cont(cv), hd, cfg.kv_heads, ctx, row, cfg.kv_dim * 2, 0), 0, 2, 1, 3)
+    # K/V are read through PERMUTE <- VIEW of the updated cache (the set_rows result: in a
+    # functional graph that is the data dependency; llama.cpp views the cache buffer that
+    # set_rows wrote in place) — the pattern upstream's FLASH_ATTN_EXT policy accepts.
+    kk = g.permute(g.view_3d(ck, hd, cfg.kv_heads, ctx, row, cfg.kv_dim * 2, 0), 0, 2, 1, 3)
+    vv = g.permute(g.view_3d(cv, hd, cfg.kv_heads, ctx, row, cfg.kv_dim * 2, 0), 0, 2, 1, 3)
     # A full view_3d (not view_tensor: in ggml that records no graph edge to the rope).
     qq = g.permute(g.view_3d(q, hd, cfg.heads, n_tok, q.nb[1], q.nb[2], 0), 0, 2, 1, 3)
     attn = g.flash_attn_ext(qq, kk, vv, mask, 1.0 / float(np.sqrt(hd)), 0.0, 0.0)
