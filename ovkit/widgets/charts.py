@@ -33,6 +33,11 @@ def _empty(ax: Axes, text: str) -> None:
     ax.set_yticks([])
 
 
+def _legend(ax: Axes) -> None:
+    """The legend outside the axes, on the right (it never hides a bar or a line)."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+
+
 def plot_usage(ax: Axes, frame: pd.DataFrame) -> None:
     """Horizontal stacked bars: used and free GiB per device."""
     ax.set_title("Used vs free per device")
@@ -45,7 +50,7 @@ def plot_usage(ax: Axes, frame: pd.DataFrame) -> None:
     ax.barh(labels, free, left=used, color=FREE, label="free")
     ax.set_xlabel("GiB")
     ax.invert_yaxis()
-    ax.legend(loc="lower right", fontsize=8)
+    _legend(ax)
 
 
 def plot_gpu_breakdown(ax: Axes, frame: pd.DataFrame) -> None:
@@ -61,7 +66,7 @@ def plot_gpu_breakdown(ax: Axes, frame: pd.DataFrame) -> None:
         ax.barh([str(i) for i in table.index], values, left=left, label=str(kind))
         left = [a + b for a, b in zip(left, values, strict=True)]
     ax.set_xlabel("MiB")
-    ax.legend(fontsize=7, loc="lower right")
+    _legend(ax)
 
 
 def plot_buffers(ax: Axes, frame: pd.DataFrame) -> None:
@@ -77,7 +82,7 @@ def plot_buffers(ax: Axes, frame: pd.DataFrame) -> None:
         ax.bar([str(i) for i in table.index], values, bottom=bottom, label=str(device))
         bottom = [a + b for a, b in zip(bottom, values, strict=True)]
     ax.set_ylabel("MiB")
-    ax.legend(fontsize=7)
+    _legend(ax)
 
 
 def plot_history(ax: Axes, frame: pd.DataFrame) -> None:
@@ -90,7 +95,7 @@ def plot_history(ax: Axes, frame: pd.DataFrame) -> None:
         ax.plot(frame.index, frame[device] / GIB, label=str(device), marker="." if len(frame) < 3 else None)
     ax.set_xlabel("seconds")
     ax.set_ylabel("GiB")
-    ax.legend(fontsize=7, loc="upper left")
+    _legend(ax)
 
 
 # The charts as data: name -> (ChartData field, plot function).
@@ -102,14 +107,14 @@ CHARTS: dict[str, tuple[str, Callable[[Any, Any], None]]] = {
 }
 
 
-def make_figure(name: str, frame: pd.DataFrame, size: tuple[float, float] = (4.6, 2.8)) -> Figure:
+def make_figure(name: str, frame: pd.DataFrame, size: tuple[float, float] = (5.6, 3.0)) -> Figure:
     """A standalone matplotlib Figure for chart ``name`` (notebooks can show or save it)."""
     from matplotlib.figure import Figure
 
     if name not in CHARTS:
         raise ValueError(f"unknown chart {name!r} (expected one of: {', '.join(CHARTS)})")
     fig = Figure(figsize=size, dpi=80)
-    fig.subplots_adjust(left=0.2, right=0.97, top=0.88, bottom=0.2)
+    fig.subplots_adjust(left=0.19, right=0.8, top=0.88, bottom=0.17)
     CHARTS[name][1](fig.add_subplot(), frame)
     return fig
 
@@ -148,7 +153,7 @@ class AllocationCharts(FallbackReprMixin, widgets.VBox):
         self._drawn: dict[str, Any] = {}
         self._lock = threading.RLock()
         self.images = {
-            name: widgets.Image(format="png", layout=widgets.Layout(width="460px")) for name in CHARTS
+            name: widgets.Image(format="png", layout=widgets.Layout(width="448px")) for name in CHARTS
         }
         for name, image in self.images.items():
             image.add_class(f"ovkit-chart-{name}")
