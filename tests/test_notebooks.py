@@ -214,6 +214,27 @@ def test_01_devices_shows_the_live_table_widget(executed: Callable[[str], Any]) 
     assert '<tr class="ovkit-row ovkit-selected" data-device="CPU">' in tables[0]
 
 
+@pytest.mark.slow
+def test_01_devices_on_a_simulated_machine_with_papermill(tmp_path: Path) -> None:
+    """``papermill -p profile laptop``: the whole notebook describes the simulated laptop."""
+    papermill = pytest.importorskip("papermill")
+    out = tmp_path / "01.ipynb"
+    papermill.execute_notebook(
+        str(NB_DIR / "01-devices.ipynb"),
+        str(out),
+        parameters={"profile": "laptop", "device": "GPU", "live_refresh": False},
+        kernel_name="python3",
+        progress_bar=False,
+        cwd=str(NB_DIR),
+    )
+    nb = nbformat.read(out, as_version=4)
+    assert "machine: simulated 'laptop'" in text(nb, "setup")
+    assert text(nb, "result").rstrip("\n") == LAPTOP_LIST
+    assert "selected device: GPU" in text(nb, "device-table")
+    (table,) = device_table_html(nb)
+    assert '<tr class="ovkit-row ovkit-selected" data-device="GPU">' in table
+
+
 # ---------------------------------------------------------------------------------------------
 # 02-selecting-a-device
 # ---------------------------------------------------------------------------------------------
