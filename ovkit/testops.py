@@ -81,7 +81,12 @@ class Inp:
             values = rng.uniform(0.5, 1.5, size=self.shape)
         else:
             values = rng.uniform(self.lo, self.hi, size=self.shape)
-        return np.ascontiguousarray(np.asarray(values).astype(NUMPY_OF[self.dtype]))
+        return np.ascontiguousarray(np.asarray(values).astype(NUMPY_OF.get(self.dtype, np.float32)))
+
+    @property
+    def quantized(self) -> bool:
+        """A ggml block-quantized type (q4_0, q8_0, q4_K, ...): a constant weight, not a Graph input."""
+        return self.dtype not in NUMPY_OF
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +373,25 @@ def build_catalogue() -> list[Case]:
             bcast="gqa",
         )
     )
+    for qtype in ("q4_0", "q4_1", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K", "mxfp4"):
+        cases.append(
+            case(
+                "MUL_MAT",
+                [Inp("a", (16, 256), qtype), Inp("b", (4, 256))],
+                lambda g, x: g.mul_mat(x["a"], x["b"]),
+                "mul_mat",
+                2 * 16 * 256 * 4,
+            )
+        )
+    for qtype in ("q4_0", "q8_0", "q4_K"):  # q4_K rows of 256 hit upstream's get_rows gate
+        cases.append(
+            case(
+                "GET_ROWS",
+                [Inp("a", (10, 256), qtype), Inp("rows", (5,), "i32", "index", hi=10)],
+                lambda g, x: g.get_rows(x["a"], x["rows"]),
+                "get_rows",
+            )
+        )
     cases.append(
         case(
             "MUL_MAT_ID",
@@ -562,6 +586,16 @@ def build_perf_catalogue() -> list[Case]:
                 2 * m * k * n,
             )
         )
+    for qtype in ("q4_0", "q8_0", "q4_K"):
+        cases.append(
+            case(
+                "MUL_MAT",
+                [Inp("a", (4096, 4096), qtype), Inp("b", (32, 4096))],
+                lambda g, x: g.mul_mat(x["a"], x["b"]),
+                "mul_mat",
+                2 * 4096 * 4096 * 32,
+            )
+        )
     cases.append(
         case(
             "MUL_MAT",
@@ -688,18 +722,47 @@ def _reference_kind(reference: Reference) -> str:
     return "ggml" if oracle.ggml_available() else "numpy"
 
 
-def _ggml_input(inp: Inp, arr: np.ndarray) -> Any:
+def _ggml_input(inp: Inp, arr: np.ndarray, blocks: Mapping[str, bytes] | None = None) -> Any:
     from ovkit import oracle
 
+    if inp.quantized:
+        return oracle.QuantArray(inp.dtype, tuple(inp.shape), (blocks or {})[inp.name])
     return oracle.as_bf16(arr) if inp.dtype == "bf16" else arr
 
 
-def _build(c: Case) -> tuple[Any, Any]:
+def _materialize(c: Case, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], dict[str, bytes]]:
+    """Input values (f32 for quantized inputs) and the ggml blocks of the quantized ones."""
+    arrays = {i.name: i.make(rng) for i in c.inputs}
+    blocks: dict[str, bytes] = {}
+    for i in c.inputs:
+        if i.quantized:
+            from ovkit import quant
+
+            blocks[i.name] = quant.quantize(i.dtype, arrays[i.name]).raw  # ggml's own quantizer
+    return arrays, blocks
+
+
+def _build(c: Case, blocks: Mapping[str, bytes] | None = None) -> tuple[Any, Any]:
+    """The ovkit graph of a case; quantized inputs become constants holding ``blocks``."""
     from ovkit.graph import Graph
 
     g = Graph()
-    leaves = {i.name: g.input(i.name, i.shape, i.dtype) for i in c.inputs}
+    leaves: dict[str, Any] = {}
+    for i in c.inputs:
+        if i.quantized:
+            from ovkit import quant
+
+            raw = (blocks or {}).get(i.name) or bytes(
+                quant.row_bytes(i.dtype, i.shape[-1]) * int(np.prod(i.shape[:-1]))
+            )
+            leaves[i.name] = g.constant(quant.from_blocks(i.dtype, raw, i.shape, i.name))
+        else:
+            leaves[i.name] = g.input(i.name, i.shape, i.dtype)
     return g, c.program(g, leaves)
+
+
+def _feed(c: Case, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {i.name: arrays[i.name] for i in c.inputs if not i.quantized}
 
 
 def _policy(g: Any, out: Any, device: str) -> str | None:
@@ -745,16 +808,16 @@ def run_case(
 
     base: dict[str, Any] = {"op": c.op, "case": c.name, "device": device}
     try:
-        g, out = _build(c)
+        arrays, blocks = _materialize(c, np.random.default_rng(seed))
+        g, out = _build(c, blocks)
     except Exception as exc:  # the builder rejected the case: a catalogue or graph bug
         return CaseResult(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
     reason = _policy(g, out, device)
     if reason is not None:
         return CaseResult(**base, status="not supported", detail=reason)
-    rng = np.random.default_rng(seed)
-    arrays = {i.name: i.make(rng) for i in c.inputs}
     try:
-        actual = compute_graph(g, [out], arrays, device, core=core, config=_run_config(g, out, hints))[0]
+        feed = _feed(c, arrays)
+        actual = compute_graph(g, [out], feed, device, core=core, config=_run_config(g, out, hints))[0]
         base["precision"] = _effective_precision(core)
     except Exception as exc:
         msg = str(exc).strip().splitlines()
@@ -763,10 +826,10 @@ def run_case(
     try:
         if ref == "ggml":
             expected = oracle.ggml_program(
-                c.program, {i.name: _ggml_input(i, arrays[i.name]) for i in c.inputs}
+                c.program, {i.name: _ggml_input(i, arrays[i.name], blocks) for i in c.inputs}
             )
         else:
-            expected = g.compute(out, arrays, mode="reference")
+            expected = g.compute(out, feed, mode="reference")
     except Exception as exc:
         msg = str(exc).strip().splitlines()
         return CaseResult(**base, status="FAIL", detail=f"reference ({ref}) failed: {msg[0] if msg else exc}")
@@ -802,23 +865,24 @@ def perf_case(
 
     base: dict[str, Any] = {"op": c.op, "case": c.name, "device": device}
     try:
-        g, out = _build(c)
+        arrays, blocks = _materialize(c, np.random.default_rng(0))
+        g, out = _build(c, blocks)
     except Exception as exc:
         return CaseResult(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
     reason = _policy(g, out, device)
     if reason is not None:
         return CaseResult(**base, status="not supported", detail=reason)
-    arrays = {i.name: i.make(np.random.default_rng(0)) for i in c.inputs}
+    feed = _feed(c, arrays)
     cfg = _run_config(g, out, hints)
     try:
-        result = compute_graph(g, [out], arrays, device, core=core, config=cfg)[0]  # compile + warm up
-        compute_graph(g, [out], arrays, device, core=core, config=cfg)
+        result = compute_graph(g, [out], feed, device, core=core, config=cfg)[0]  # compile + warm up
+        compute_graph(g, [out], feed, device, core=core, config=cfg)
         base["precision"] = _effective_precision(core)
         times: list[float] = []
         start = time.perf_counter()
         while len(times) < 3 or (time.perf_counter() - start < min_seconds and len(times) < max_runs):
             t0 = time.perf_counter()
-            compute_graph(g, [out], arrays, device, core=core, config=cfg)
+            compute_graph(g, [out], feed, device, core=core, config=cfg)
             times.append(time.perf_counter() - t0)
     except Exception as exc:
         msg = str(exc).strip().splitlines()
@@ -828,14 +892,15 @@ def perf_case(
         from ovkit import oracle
 
         if oracle.ggml_available():
-            feed = {i.name: _ggml_input(i, arrays[i.name]) for i in c.inputs}
+            ggml_feed = {i.name: _ggml_input(i, arrays[i.name], blocks) for i in c.inputs}
             runs = max(3, min(len(times), 50))
             time.sleep(0.1)  # let OpenVINO's worker threads go idle before ggml's OpenMP threads run
-            bench = oracle.ggml_benchmark_program(c.program, feed, n_runs=runs, warmup=2)
+            bench = oracle.ggml_benchmark_program(c.program, ggml_feed, n_runs=runs, warmup=2)
             base["ggml_us_per_run"] = bench.median_s * 1e6
     if c.flops:
         return CaseResult(**base, status="OK", us_per_run=seconds * 1e6, gflops=c.flops / seconds / 1e9)
-    moved = c.nbytes or sum(a.nbytes for a in arrays.values()) + np.asarray(result).nbytes
+    weights = sum(len(b) for b in blocks.values())  # quantized inputs move their block bytes
+    moved = c.nbytes or sum(a.nbytes for a in feed.values()) + weights + np.asarray(result).nbytes
     return CaseResult(**base, status="OK", us_per_run=seconds * 1e6, gbps=moved / seconds / 1e9)
 
 

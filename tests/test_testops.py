@@ -146,3 +146,14 @@ def test_perf_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and payload["mode"] == "perf" and payload["summary"]["failed"] == 0
     (row,) = payload["cases"]
     assert row["status"] == "OK" and row["us_per_run"] > 0 and row["gbps"] > 0 and row["gflops"] is None
+
+
+def test_quantized_weights_as_constants() -> None:
+    df = testops.test_ops("GET_ROWS", progress=False).set_index("case")
+    q40 = df.loc["GET_ROWS(type=q4_0,ne_a=[256,10,1,1],ne_rows=[5,1,1,1])"]
+    assert q40["status"] == "OK" and q40["nmse"] == 0.0
+    q4k = df.loc["GET_ROWS(type=q4_K,ne_a=[256,10,1,1],ne_rows=[5,1,1,1])"]
+    assert q4k["status"] == "not supported" and "[rows.q256]" in q4k["detail"]
+    mm = testops.test_ops("MUL_MAT", progress=False)
+    quantized = mm[mm["case"].str.contains("/q")]
+    assert len(quantized) == 8 and (quantized["status"] == "OK").all(), quantized[["case", "detail"]]
