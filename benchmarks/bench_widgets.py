@@ -52,6 +52,13 @@ def bench_refresh(repeat: int) -> None:
         report(f"table.refresh() [{label}, {n} devices]", t_refresh, "list_devices", t_list)
         report(f"  of which the device query [{label}]", t_snapshot, "list_devices", t_list)
         table.close()
+    # The whole dashboard with live data: the table plus the matplotlib charts that changed.
+    core = SimulatedCore(four_device_profile(), activity=True)
+    board = ovkit.dashboard(core, auto_refresh=False, op_explorer=False)
+    t_board = median_seconds(board.refresh, max(5, repeat // 20), warmup=2)
+    t_list = median_seconds(lambda: ovkit.list_devices(core), repeat, warmup=3)
+    report("dashboard.refresh() [simulated, live, 4 devices]", t_board, "list_devices", t_list)
+    board.close()
 
 
 KERNEL_SETUP = """

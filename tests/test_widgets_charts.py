@@ -168,3 +168,22 @@ def test_history_grows_while_the_kernel_thread_computes(charts) -> None:
         runs += 1
     assert len(c.history) >= start + 5, f"only {len(c.history) - start} samples during {runs} runs"
     assert c.frames()["history"]["GPU"].iloc[-1] >= 1  # the compiled constants count on the GPU
+
+
+@pytest.mark.parametrize("name", ["usage", "gpu_breakdown", "history"])
+def test_live_update_draws_what_a_fresh_figure_draws(name) -> None:
+    from ovkit.widgets.charts import LiveChart, render_png
+    from ovkit.widgets.data import MemoryHistory, chart_data, take_snapshot
+
+    clock = [0.0]
+    core = SimulatedCore("workstation", activity=True, clock=lambda: clock[0])
+    history = MemoryHistory()
+    chart = LiveChart(name)
+    for step in range(4):
+        clock[0] = 2.0 * step  # the simulated allocations move between samples
+        snap = take_snapshot(core)
+        history.record(snap)
+        frame = getattr(chart_data(snap, history), name)
+        png = chart.render(frame)
+    assert chart.full_draws <= 2  # the kept figure was updated in place (history: markers end at 3 points)
+    assert png == render_png(name, frame)

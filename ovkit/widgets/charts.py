@@ -53,18 +53,28 @@ def plot_usage(ax: Axes, frame: pd.DataFrame) -> None:
     _legend(ax)
 
 
+def _breakdown_table(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.pivot_table(index="device", columns="kind", values="mib", aggfunc="sum", fill_value=0)
+
+
+def _breakdown_xmax(table: pd.DataFrame) -> float:
+    """The x limit, set explicitly so a live update and a fresh drawing agree."""
+    return max(1.0, float(table.sum(axis=1).max()) * 1.05)
+
+
 def plot_gpu_breakdown(ax: Axes, frame: pd.DataFrame) -> None:
     """Stacked bars per GPU device by ``GPU_MEMORY_STATISTICS`` key (MiB)."""
     ax.set_title("GPU allocations by type")
     if frame.empty:
         _empty(ax, "no GPU allocations reported")
         return
-    table = frame.pivot_table(index="device", columns="kind", values="mib", aggfunc="sum", fill_value=0)
+    table = _breakdown_table(frame)
     left = [0.0] * len(table.index)
     for kind in table.columns:
         values = list(table[kind])
         ax.barh([str(i) for i in table.index], values, left=left, label=str(kind))
         left = [a + b for a, b in zip(left, values, strict=True)]
+    ax.set_xlim(0, _breakdown_xmax(table))
     ax.set_xlabel("MiB")
     _legend(ax)
 
@@ -119,15 +129,98 @@ def make_figure(name: str, frame: pd.DataFrame, size: tuple[float, float] = (5.6
     return fig
 
 
-def render_png(name: str, frame: pd.DataFrame) -> bytes:
-    """Chart ``name`` drawn to PNG bytes on an Agg canvas (thread-safe: no pyplot)."""
+def _png(fig: Figure) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    fig = make_figure(name, frame)
-    FigureCanvasAgg(fig)
+    if not isinstance(fig.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+def render_png(name: str, frame: pd.DataFrame) -> bytes:
+    """Chart ``name`` drawn to PNG bytes on an Agg canvas (thread-safe: no pyplot)."""
+    return _png(make_figure(name, frame))
+
+
+# -- live updates: move the artists of a kept figure instead of drawing a new one ------------
+def _usage_key(frame: pd.DataFrame) -> Any:
+    return ("usage", tuple(frame["device"]), tuple(frame["simulated"])) if len(frame) else None
+
+
+def _update_usage(ax: Axes, frame: pd.DataFrame) -> None:
+    used, free = list(frame["used_mib"] / GIB), list(frame["free_mib"] / GIB)
+    used_bars, free_bars = ax.containers[0], ax.containers[1]
+    for bar, u in zip(used_bars, used, strict=True):
+        bar.set_width(u)
+    for bar, u, f in zip(free_bars, used, free, strict=True):
+        bar.set_x(u)
+        bar.set_width(f)
+    ax.relim()
+    ax.autoscale_view()
+
+
+def _history_key(frame: pd.DataFrame) -> Any:
+    return ("history", tuple(frame.columns), len(frame) < 3) if len(frame) else None
+
+
+def _update_history(ax: Axes, frame: pd.DataFrame) -> None:
+    for line, device in zip(ax.get_lines(), frame.columns, strict=True):
+        line.set_data(frame.index, frame[device] / GIB)
+    ax.relim()
+    ax.autoscale_view()
+
+
+def _breakdown_key(frame: pd.DataFrame) -> Any:
+    if frame.empty:
+        return None
+    table = _breakdown_table(frame)
+    return ("gpu_breakdown", tuple(table.index), tuple(table.columns))
+
+
+def _update_breakdown(ax: Axes, frame: pd.DataFrame) -> None:
+    table = _breakdown_table(frame)
+    left = [0.0] * len(table.index)
+    for bars, kind in zip(ax.containers, table.columns, strict=True):
+        values = [float(v) for v in table[kind]]
+        for bar, x, w in zip(bars, left, values, strict=True):
+            bar.set_x(x)
+            bar.set_width(w)
+        left = [a + b for a, b in zip(left, values, strict=True)]
+    ax.set_xlim(0, _breakdown_xmax(table))
+
+
+# name -> (structure key of a frame, in-place update); charts without an entry are redrawn.
+LIVE_UPDATES: dict[str, tuple[Callable[[Any], Any], Callable[[Any, Any], None]]] = {
+    "usage": (_usage_key, _update_usage),
+    "gpu_breakdown": (_breakdown_key, _update_breakdown),
+    "history": (_history_key, _update_history),
+}
+
+
+class LiveChart:
+    """One chart's figure, kept between refreshes: while the structure (devices, series) stays
+    the same only the artists move, which halves the cost of a live redraw."""
+
+    def __init__(self, name: str) -> None:
+        if name not in CHARTS:
+            raise ValueError(f"unknown chart {name!r} (expected one of: {', '.join(CHARTS)})")
+        self.name = name
+        self.figure: Figure | None = None
+        self.key: Any = None
+        self.full_draws = 0
+
+    def render(self, frame: pd.DataFrame) -> bytes:
+        live = LIVE_UPDATES.get(self.name)
+        key = live[0](frame) if live else None
+        if live is None or key is None or key != self.key or self.figure is None:
+            self.figure = make_figure(self.name, frame)
+            self.key = key
+            self.full_draws += 1
+        else:
+            live[1](self.figure.axes[0], frame)
+        return _png(self.figure)
 
 
 class AllocationCharts(FallbackReprMixin, widgets.VBox):
@@ -151,6 +244,7 @@ class AllocationCharts(FallbackReprMixin, widgets.VBox):
         self.renders: dict[str, int] = dict.fromkeys(CHARTS, 0)
         self._pngs: dict[str, bytes] = {}
         self._drawn: dict[str, Any] = {}
+        self._live = {name: LiveChart(name) for name in CHARTS}
         self._lock = threading.RLock()
         self.images = {
             name: widgets.Image(format="png", layout=widgets.Layout(width="448px")) for name in CHARTS
@@ -192,7 +286,7 @@ class AllocationCharts(FallbackReprMixin, widgets.VBox):
                 previous = self._drawn.get(name)
                 if previous is not None and previous.equals(frame):
                     continue
-                png = render_png(name, frame)
+                png = self._live[name].render(frame)
                 self._pngs[name] = png
                 self._drawn[name] = frame.copy()
                 self.images[name].value = png
@@ -233,4 +327,4 @@ class AllocationCharts(FallbackReprMixin, widgets.VBox):
         super().close()
 
 
-__all__ = ["CHARTS", "AllocationCharts", "make_figure", "render_png"]
+__all__ = ["CHARTS", "AllocationCharts", "LiveChart", "make_figure", "render_png"]
