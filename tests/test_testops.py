@@ -155,5 +155,5 @@ def test_quantized_weights_as_constants() -> None:
     q4k = df.loc["GET_ROWS(type=q4_K,ne_a=[256,10,1,1],ne_rows=[5,1,1,1])"]
     assert q4k["status"] == "not supported" and "[rows.q256]" in q4k["detail"]
     mm = testops.test_ops("MUL_MAT", progress=False)
-    quantized = mm[mm["case"].str.contains("/q")]
+    quantized = mm[mm["case"].str.contains(r"/(?:q\d|mxfp4)", regex=True)]
     assert len(quantized) == 8 and (quantized["status"] == "OK").all(), quantized[["case", "detail"]]
