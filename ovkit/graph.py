@@ -698,7 +698,9 @@ class Graph:
                 "VIEW", "nb/offset", f"multiples of the element size {es}", f"nb {list(nb4)}, offset {offset}"
             )
         probe = Tensor(self, -1, "VIEW", ne4, a.dtype, nb=nb4)  # type: ignore[arg-type]
-        data_size = probe.nbytes
+        # ggml checks the packed size (Π ne · element size); the strided extent must fit as well,
+        # or the view would read past its buffer
+        data_size = max(probe.nbytes, math.prod(ne4) * es)
         base = a.base
         base_bytes = base.nelements * base.type_size
         if data_size + a.view_offs + offset > base_bytes:

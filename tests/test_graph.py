@@ -653,3 +653,16 @@ def test_cpy_shows_the_policy_ggmls_destination_view() -> None:
     assert info.view_src.ne == cache.ne and info.view_offs == 64 and info.nb == dst.nb
     rows = g.set_rows(cache, g.input("r", (4, 2, 8)), g.input("ids", (4, 2), "i64"))
     assert rows.op_info().view_src is None  # a KV cache written by SET_ROWS is a base for attention views
+
+
+def test_view_bounds_follow_ggml_packed_size_rule_and_memory_extent() -> None:
+    g = Graph()
+    a = g.input("a", (5, 4))  # 80 bytes
+    with pytest.raises(GraphError, match="VIEW: operand a: expected a view inside its 80-byte buffer"):
+        g.view_2d(a, 5, 5, 4, 0)  # overlapping rows: 25 elements · 4 B > 80 B (ggml_view_impl asserts)
+    with pytest.raises(GraphError, match="VIEW: operand a: expected a view inside its 80-byte buffer"):
+        g.view_2d(
+            a, 2, 4, 24, 8
+        )  # 8 packed elements fit, but the strided extent 8 + 3·24 + 2·4 = 88 B does not
+    ok = g.view_2d(a, 2, 4, 16, 8)
+    assert ok.shape == (4, 2)
