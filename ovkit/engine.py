@@ -979,6 +979,14 @@ class Engine:
         self.last_hit = False
         self._pending_times: dict[str, float] = {}  # conversion/compile times not yet logged
 
+    def __repr__(self) -> str:
+        c = self._counters
+        kind = "simulated" if is_simulated(self.core) else "OpenVINO"
+        return (
+            f"Engine({kind} core, {len(self._entries)}/{self._maxsize} compiled, hits={c.hits}, "
+            f"misses={c.misses}, evictions={c.evictions}, compile={c.compile_seconds * 1e3:.1f} ms)"
+        )
+
     # -- configuration ----------------------------------------------------------------------
     def _refresh(self) -> None:
         """Re-read the configuration when one of the engine's variables changed."""
