@@ -157,3 +157,10 @@ def test_quantized_weights_as_constants() -> None:
     mm = testops.test_ops("MUL_MAT", progress=False)
     quantized = mm[mm["case"].str.contains(r"/(?:q\d|mxfp4)", regex=True)]
     assert len(quantized) == 8 and (quantized["status"] == "OK").all(), quantized[["case", "detail"]]
+
+
+def test_progress_bar_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    assert testops.main("test", "SCALE", progress=True) == 0
+    captured = capsys.readouterr()
+    assert "test-ops test CPU" in captured.err and "case" in captured.err  # tqdm's bar
+    assert "test-ops test CPU" not in captured.out and "SCALE(type=f32" in captured.out
