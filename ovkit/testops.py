@@ -184,6 +184,156 @@ def _rope(mode: int, n_dims: int = 64) -> Program:
     return lambda g, x: g.rope_ext(x["a"], x["pos"], None, n_dims, mode, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
 
 
+def _sinks_softmax(g: Any, x: Mapping[str, Any]) -> Any:
+    sm = g.soft_max_ext(x["a"], x["mask"], 1.0, 0.0)
+    g.soft_max_add_sinks(sm, x["sinks"])
+    return sm
+
+
+def _sinks_fa(g: Any, x: Mapping[str, Any]) -> Any:
+    fa = _fa_program(0.125)(g, x)
+    g.flash_attn_ext_add_sinks(fa, x["sinks"])
+    return fa
+
+
+def _variety_cases() -> list[Case]:
+    """More parameter variety (as test-backend-ops has): layouts, types, rope and attention
+    variants — several of them rejected by upstream's policy, so the listing shows why."""
+    pos = Inp("pos", (5,), "i32", "pos")
+    rope_args = (0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
+    return [
+        case(
+            "ADD",
+            [Inp("a", (3, 10)), Inp("b", (10, 3))],
+            lambda g, x: g.add(x["a"], g.permute(x["b"], 1, 0, 2, 3)),
+            "add",
+            b="permuted",
+        ),
+        case(
+            "MUL_MAT",
+            [Inp("a", (2, 16, 32)), Inp("b", (5, 2, 32))],
+            lambda g, x: g.mul_mat(x["a"], g.permute(x["b"], 0, 2, 1, 3)),
+            "mul_mat",
+            2 * 2 * 16 * 32 * 5,
+            per=(0, 2, 1, 3),
+        ),
+        case("CPY", [Inp("a", (4, 10), "f16"), Inp("b", (4, 10))], lambda g, x: g.cpy(x["a"], x["b"]), "cpy"),
+        case(
+            "CPY", [Inp("a", (4, 10)), Inp("b", (4, 10), "bf16")], lambda g, x: g.cpy(x["a"], x["b"]), "cpy"
+        ),
+        case(
+            "CONCAT",
+            [Inp("a", (2, 4, 10), "f16"), Inp("b", (3, 4, 10), "f16")],
+            _call("concat", ["a", "b"], 2),
+            "concat",
+            dim=2,
+        ),
+        case("CLAMP", [Inp("a", (10, 10), "f16")], lambda g, x: g.clamp(x["a"], -0.5, 0.5), "clamp"),
+        case("UNARY:GELU", [Inp("a", (5, 128), "f16")], lambda g, x: g.gelu(x["a"]), "gelu"),
+        case(
+            "SUM_ROWS",
+            [Inp("a", (10, 4))],
+            lambda g, x: g.sum_rows(g.permute(x["a"], 1, 0, 2, 3)),
+            "sum_rows",
+            a="permuted",
+        ),
+        case(
+            "PAD",
+            [Inp("a", (3, 4, 10))],
+            lambda g, x: g.pad_ext(x["a"], 1, 2, 0, 1, 2, 0, 0, 0),
+            "pad_ext",
+            pads=(1, 2, 0, 1, 2, 0, 0, 0),
+        ),
+        case(
+            "GET_ROWS",
+            [Inp("a", (2, 1, 10, 16)), Inp("rows", (2, 1, 5), "i32", "index", hi=10)],
+            lambda g, x: g.get_rows(x["a"], x["rows"]),
+            "get_rows",
+        ),
+        case(
+            "SET_ROWS",
+            [Inp("dst", (10, 16), "f16"), Inp("src", (3, 16)), Inp("idx", (3,), "i32", "distinct", hi=10)],
+            lambda g, x: g.set_rows(x["dst"], x["src"], x["idx"]),
+            "set_rows",
+        ),
+        case(
+            "MUL_MAT_ID",
+            [Inp("as", (1, 16, 32)), Inp("b", (3, 1, 32)), Inp("ids", (3, 1), "i32", "index", hi=1)],
+            lambda g, x: g.mul_mat_id(x["as"], x["b"], x["ids"]),
+            "mul_mat_id",
+            experts=1,
+        ),
+        case(
+            "SOFT_MAX",
+            [Inp("a", (4, 3, 32)), Inp("mask", (3, 32), "f16", "uniform", -1.0, 0.0), Inp("sinks", (4,))],
+            _sinks_softmax,
+            "soft_max_ext",
+            sinks=1,
+        ),
+        case(
+            "ROPE",
+            [Inp("a", (5, 4, 64)), pos],
+            lambda g, x: g.rope_ext(x["a"], x["pos"], None, 32, 2, *rope_args),
+            "rope_ext",
+            n_dims=32,
+            mode=2,
+        ),
+        case(
+            "ROPE",
+            [Inp("a", (5, 4, 64)), pos, Inp("ff", (32,), kind="positive")],
+            lambda g, x: g.rope_ext(
+                x["a"], x["pos"], x["ff"], 64, 0, 4096, 10000.0, 0.5, 1.0, 1.0, 32.0, 1.0
+            ),
+            "rope_ext",
+            n_dims=64,
+            mode=0,
+            freq_factors=1,
+            yarn="ext_factor=1,freq_scale=0.5",
+        ),
+        case(
+            "ROPE",
+            [Inp("a", (5, 4, 64)), Inp("pos", (20,), "i32", "pos")],
+            lambda g, x: g.rope_multi(x["a"], x["pos"], None, 64, [8, 12, 12, 0], 40, *rope_args),
+            "rope_multi",
+            n_dims=64,
+            mode=40,
+            sections=(8, 12, 12, 0),
+        ),
+        case(
+            "ROPE",
+            [Inp("a", (5, 4, 64)), Inp("pos", (20,), "i32", "pos")],
+            lambda g, x: g.rope_multi(x["a"], x["pos"], None, 64, [8, 12, 12, 0], 8, *rope_args),
+            "rope_multi",
+            n_dims=64,
+            mode=8,
+            sections=(8, 12, 12, 0),
+        ),
+        case(
+            "FLASH_ATTN_EXT",
+            _attention_inputs(5, 32, 4, 4, 64),
+            _fa_program(0.125, softcap=30.0),
+            "flash_attn_ext",
+            scale=0.125,
+            logit_softcap=30.0,
+        ),
+        case(
+            "FLASH_ATTN_EXT",
+            [*_attention_inputs(5, 32, 4, 4, 64), Inp("sinks", (4,))],
+            _sinks_fa,
+            "flash_attn_ext",
+            scale=0.125,
+            sinks=1,
+        ),
+        case(
+            "IM2COL",
+            [Inp("kernel", (2, 3, 3), "f16"), Inp("img", (1, 3, 16))],
+            lambda g, x: g.im2col(x["kernel"], x["img"], 1, 0, 1, 0, 1, 0, False, "f32"),
+            "im2col",
+            is_2D=0,
+        ),
+    ]
+
+
 def build_catalogue() -> list[Case]:
     """Every test case, grouped by op (the order ``ovkit test-ops`` prints them in)."""
     cases: list[Case] = []
@@ -531,6 +681,7 @@ def build_catalogue() -> list[Case]:
             "gated_delta_net",
         )
     )
+    cases.extend(_variety_cases())
     cases.append(case("DIAG", [Inp("a", (1, 8))], lambda g, x: g.diag(x["a"]), "diag"))
     for tri in range(4):
         cases.append(case("TRI", [Inp("a", (8, 8))], _call("tri", ["a"], tri), "tri", tri_type=tri))
