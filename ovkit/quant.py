@@ -405,7 +405,9 @@ class QuantizedWeight:
         if self.requant is RequantTarget.F16:
             return "f16"
         if spec.name == "mxfp4":
-            return "f4e2m1"
+            # fast: the exact integers 2*e2m1 in i8 (decompressing kernel, ~25% faster at n=1
+            # than f4e2m1, which has no int8 path); upstream: the raw e2m1 codes
+            return "i8" if self.form == "fast" else "f4e2m1"
         if self.form == "fast" or spec.symmetric:
             return {4: "i4", 5: "i8", 6: "i8", 8: "i8"}[spec.bits]
         return {4: "u4", 5: "u8"}[spec.bits]

@@ -108,7 +108,7 @@ def test_fast_form_keeps_weights_compressed(qtype: str, weights: np.ndarray) -> 
         "q5_K": "i8",
         "q8_0": "i8",
         "q6_K": "i8",
-        "mxfp4": "f4e2m1",
+        "mxfp4": "i8",
     }
     assert expected[qtype] in precisions
     assert qw.container == expected[qtype]
@@ -226,7 +226,9 @@ def test_requant_q4_0_128_and_f16(weights: np.ndarray) -> None:
     dec = npu.decoded
     assert dec.q.min() >= -8 and dec.q.max() <= 7 and dec.group == 128
     # the value of largest magnitude in each group is represented exactly as -8 * d
-    assert oracle.nmse(npu.dequantize(), qw.dequantize()) < 2e-2  # 4-bit in 128-groups: ~1.2e-2 for Gaussian rows
+    assert (
+        oracle.nmse(npu.dequantize(), qw.dequantize()) < 2e-2
+    )  # 4-bit in 128-groups: ~1.2e-2 for Gaussian rows
     emb = quant.quantize("q6_K", weights, name="token_embd.weight").apply_policy("NPU")
     assert emb.requant is quant.RequantTarget.F16
     np.testing.assert_array_equal(
@@ -240,3 +242,10 @@ def test_compile_hints_only_for_all_8bit_weights(weights: np.ndarray) -> None:
     assert quant.compile_hints([q8]) == {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
     assert quant.compile_hints([q8, q4]) == {}
     assert quant.compile_hints([]) == {}
+
+
+def test_upstream_forms_use_upstream_containers(weights: np.ndarray) -> None:
+    assert quant.quantize("mxfp4", weights, form="upstream").container == "f4e2m1"
+    assert quant.quantize("q4_K", weights, form="upstream").container == "u4"
+    assert quant.quantize("q5_1", weights, form="upstream_bias").container == "u8"
+    assert quant.quantize("q4_0", weights, form="upstream").container == "i4"
