@@ -666,3 +666,28 @@ def test_view_bounds_follow_ggml_packed_size_rule_and_memory_extent() -> None:
         )  # 8 packed elements fit, but the strided extent 8 + 3·24 + 2·4 = 88 B does not
     ok = g.view_2d(a, 2, 4, 16, 8)
     assert ok.shape == (4, 2)
+
+
+def test_flash_attn_fully_masked_row_is_zero_as_in_ggml() -> None:
+    """ggml's flash attention divides by S only when S != 0: a query whose keys are all masked gets 0."""
+    g = Graph()
+    q, k, v = (
+        g.input("q", (1, 2, 3, 16)),
+        g.input("k", (1, 2, 8, 16), "f16"),
+        g.input("v", (1, 2, 8, 16), "f16"),
+    )
+    m = g.input("m", (3, 8), "f16")
+    out = g.flash_attn_ext(q, k, v, m, 0.25, 0.0, 0.0)
+    mask = np.zeros((3, 8), np.float16)
+    mask[1] = -np.inf
+    feed = {
+        "q": rand(1, 2, 3, 16),
+        "k": rand(1, 2, 8, 16).astype(np.float16),
+        "v": rand(1, 2, 8, 16).astype(np.float16),
+        "m": mask,
+    }
+    dev, ref = _run_case(lambda g_, *xs: g_.flash_attn_ext(*xs, 0.25, 0.0, 0.0), list(feed.values()))
+    for got in (dev, ref):
+        assert not np.isnan(got).any()
+        np.testing.assert_array_equal(got[1], np.zeros((2, 16), np.float32))  # out ne [Dv, H, n_q]: row n_q=1
+    assert out.shape == (3, 2, 16)

@@ -485,6 +485,10 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
         s = s + slope * mask
     sinks = f32(xs[4]).reshape(-1) if len(xs) > 4 and xs[4] is not None else None
     p = softmax_rows(s, sinks)
+    row_max = s.max(axis=-1, keepdims=True)
+    if sinks is not None:
+        row_max = np.maximum(row_max, sinks.reshape(1, -1, 1, 1))
+    p = np.where(row_max > -np.inf, p, np.float32(0.0))  # ggml: all -inf row → S = 0 → output 0
     out = np.matmul(p.astype(np.float64), v.astype(np.float64)).astype(np.float32)  # [B, H, n_q, Dv]
     return np.transpose(out, (0, 2, 1, 3))  # ne [Dv, H, n_q, B]
 

@@ -664,7 +664,14 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
         # the Concat keeps the CPU plugin from tokenizing the chain into its MHA snippet, which
         # miscomputes f16 K/V when n_q equals the head count (OpenVINO 2026.4.1)
         sinks = const(np.full(n_h, -np.inf, dtype=np.float32))
-    p = _softmax_with_sinks(s, sinks, ne_s, 1)
+    # ggml: a row whose scores (and sink) are all -inf has S = 0 and outputs 0, not NaN. Such rows
+    # are made finite before the softmax and zeroed after (a NaN would survive a fused Select).
+    row_max = ops.maximum(
+        ops.reduce_max(s, i64([3]), True), ops.reshape(f32(sinks), i64([1, n_h, 1, 1]), False)
+    )
+    live = ops.greater(row_max, const(np.finfo(np.float32).min))  # CPU ReduceMax of all -inf: -FLT_MAX
+    p = _softmax_with_sinks(ops.select(live, s, const(0.0)), sinks, ne_s, 1)
+    p = ops.multiply(p, ops.convert(live, ov.Type.f32))
     p = ops.reshape(p, i64([n_b, h_kv, r * n_q, n_kv]), False)
     out = ops.reshape(ops.matmul(p, v, False, False), i64([n_b, n_h, n_q, v_t.ne[0]]), False)
     return ops.transpose(out, i64([0, 2, 1, 3]))  # ne [Dv, H, n_q, B]
