@@ -164,3 +164,9 @@ def test_progress_bar_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None
     captured = capsys.readouterr()
     assert "test-ops test CPU" in captured.err and "case" in captured.err  # tqdm's bar
     assert "test-ops test CPU" not in captured.out and "SCALE(type=f32" in captured.out
+
+
+def test_case_names_are_unique() -> None:
+    for build in (testops.build_catalogue, testops.build_perf_catalogue):
+        names = [c.name for c in build()]
+        assert len(names) == len(set(names)), [n for n in names if names.count(n) > 1]
