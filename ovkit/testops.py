@@ -217,7 +217,14 @@ def _variety_cases() -> list[Case]:
             2 * 2 * 16 * 32 * 5,
             per=(0, 2, 1, 3),
         ),
-        case("CPY", [Inp("a", (4, 10), "f16"), Inp("b", (4, 10))], lambda g, x: g.cpy(x["a"], x["b"]), "cpy"),
+        case(
+            "CPY",
+            [Inp("a", (4, 10), "f16"), Inp("b", (4, 10))],
+            lambda g, x: g.cpy(x["a"], x["b"]),
+            "cpy",
+            src="f16",
+            dst="f32",
+        ),
         case(
             "CPY", [Inp("a", (4, 10)), Inp("b", (4, 10), "bf16")], lambda g, x: g.cpy(x["a"], x["b"]), "cpy"
         ),
