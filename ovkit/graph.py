@@ -505,11 +505,15 @@ class Graph:
         return self._new(op, a.ne, a.dtype, (a,), params)
 
     def scale(self, a: Tensor, s: float) -> Tensor:
-        """``ggml_scale``: a * s."""
+        """``ggml_scale``: a * s (f32 only: ggml's CPU aborts on other types)."""
+        self._check_tensor("SCALE", "a", a)
+        self._check_types("SCALE", "a", a, ("f32",))
         return self._float_unary("SCALE", a, {"s": float(s), "b": 0.0})
 
     def scale_bias(self, a: Tensor, s: float, b: float) -> Tensor:
-        """``ggml_scale_bias``: a * s + b."""
+        """``ggml_scale_bias``: a * s + b (f32 only)."""
+        self._check_tensor("SCALE", "a", a)
+        self._check_types("SCALE", "a", a, ("f32",))
         return self._float_unary("SCALE", a, {"s": float(s), "b": float(b)})
 
     def sqr(self, a: Tensor) -> Tensor:
@@ -608,7 +612,9 @@ class Graph:
         return self._glu2("GEGLU", a, b, {})
 
     def swiglu_oai(self, a: Tensor, b: Tensor, alpha: float, limit: float) -> Tensor:
-        """``ggml_swiglu_oai``: x=min(a,limit); x·σ(alpha·x)·(clamp(b,-limit,limit)+1)."""
+        """``ggml_swiglu_oai``: x=min(a,limit); x·σ(alpha·x)·(clamp(b,-limit,limit)+1) (f32 only)."""
+        self._check_tensor("GLU", "a", a)
+        self._check_types("GLU", "a", a, ("f32",))
         return self._glu2("SWIGLU_OAI", a, b, {"alpha": float(alpha), "limit": float(limit)})
 
     # ------------------------------------------------------------------ layout ops
@@ -890,6 +896,7 @@ class Graph:
         if not a.is_quantized:
             self._check_types(op, "a", a, FLOAT_TYPES)
         self._check_types(op, "b", b, FLOAT_TYPES)
+        self._check_vec_dot(op, a, b)
         if a.ne[0] != b.ne[0]:
             raise self._err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", f"ne {_ne_str(b.ne)}")
         if b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
@@ -899,6 +906,12 @@ class Graph:
         if a.is_transposed():
             raise self._err(op, "a", "a non-transposed tensor (nb[0] <= nb[1]); use cont", f"nb {list(a.nb)}")
         return self._new(op, (a.ne[1], b.ne[1], b.ne[2], b.ne[3]), "f32", (a, b), {"prec": GGML_PREC_DEFAULT})
+
+    def _check_vec_dot(self, op: str, a: Tensor, b: Tensor) -> None:
+        """ggml's CPU matmul converts b to a's vec_dot type only from f32: b is f32 or already that type."""
+        allowed = ("f32",) if a.dtype in ("f32",) or a.is_quantized else ("f32", a.dtype)
+        if b.dtype not in allowed:
+            raise self._err(op, "b", "type " + " or ".join(allowed) + f" (for a of type {a.dtype})", b.dtype)
 
     def mul_mat_set_prec(self, a: Tensor, prec: int) -> None:
         """``ggml_mul_mat_set_prec`` (recorded; the OpenVINO path always computes in f32)."""
@@ -914,6 +927,7 @@ class Graph:
         if not as_.is_quantized:
             self._check_types(op, "as", as_, FLOAT_TYPES)
         self._check_types(op, "b", b, FLOAT_TYPES)
+        self._check_vec_dot(op, as_, b)
         if as_.ne[3] != 1:
             raise self._err(op, "as", "a 3-D tensor (ne[3] == 1)", f"ne {_ne_str(as_.ne)}")
         if b.ne[3] != 1:
@@ -949,7 +963,7 @@ class Graph:
     def sum_rows(self, a: Tensor) -> Tensor:
         """``ggml_sum_rows``: row sums (ne0 → 1)."""
         self._check_tensor("SUM_ROWS", "a", a)
-        self._check_types("SUM_ROWS", "a", a, FLOAT_TYPES)
+        self._check_types("SUM_ROWS", "a", a, ("f32",))
         return self._new("SUM_ROWS", (1, a.ne[1], a.ne[2], a.ne[3]), a.dtype, (a,))
 
     def cumsum(self, a: Tensor) -> Tensor:
@@ -1322,6 +1336,7 @@ class Graph:
     def diag(self, a: Tensor) -> Tensor:
         """``ggml_diag``: a row vector [.., 1, n] → diagonal matrix [.., n, n]."""
         self._check_tensor("DIAG", "a", a)
+        self._check_types("DIAG", "a", a, ("f32",))
         if a.ne[1] != 1:
             raise self._err("DIAG", "a", "ne[1] == 1 (a row vector per matrix)", f"ne {_ne_str(a.ne)}")
         return self._new("DIAG", (a.ne[0], a.ne[0], a.ne[2], a.ne[3]), a.dtype, (a,))

@@ -217,7 +217,8 @@ def test_f16_and_bf16_outputs_are_rounded_like_ggml_storage() -> None:
     g = Graph()
     a16 = g.input("a16", (3, 8), "f16")
     ab = g.input("ab", (3, 8), "bf16")
-    outs = [g.scale(a16, 1.0 / 3.0), g.scale(ab, 1.0 / 3.0)]
+    third = g.constant(np.full((1, 8), 1.0 / 3.0, np.float32))
+    outs = [g.mul(a16, third), g.mul(ab, third)]  # f16/bf16 · f32: computed in f32, stored rounded
     x = rand(3, 8)
     dev, ref = run_both(g, outs, {"a16": x, "ab": x})
     assert dev[0].dtype == np.float16
@@ -564,7 +565,7 @@ def test_f16_and_bf16_storage_keeps_inf_nan_and_overflows_like_ggml() -> None:
     g = Graph()
     src = g.scale(g.input("b", (6,)), 1.0)
     to_f16 = g.cpy(src, g.input("z", (6,), "f16"))
-    big_bf16 = g.scale(g.input("zb", (6,), "bf16"), 1.0)
+    big_bf16 = g.cont(g.input("zb", (6,), "bf16"))
     b = np.array([1e5, -1e5, 65504, 65520, np.inf, np.nan], np.float32)
     feed = {"b": b, "z": np.zeros(6, np.float16), "zb": b * np.float32(1e30)}
     dev = g.compute([to_f16, big_bf16], feed, device="CPU")
@@ -622,7 +623,7 @@ def test_constants_take_their_dtype_from_the_array_or_an_explicit_ggml_type() ->
     c = g.constant(np.array([1.00001, 2.3333], np.float32), dtype="bf16")
     assert c.dtype == "bf16"
     np.testing.assert_array_equal(
-        g.compute(g.scale(c, 1.0), {}, device="CPU"), np.array([1.0, 2.328125], np.float32)
+        g.compute(g.cont(c), {}, device="CPU"), np.array([1.0, 2.328125], np.float32)
     )
     with pytest.raises(
         GraphError, match="constant '': expected a float32/float16/int32/int64 array, given dtype bool"
@@ -691,3 +692,17 @@ def test_flash_attn_fully_masked_row_is_zero_as_in_ggml() -> None:
         assert not np.isnan(got).any()
         np.testing.assert_array_equal(got[1], np.zeros((2, 16), np.float32))  # out ne [Dv, H, n_q]: row n_q=1
     assert out.shape == (3, 2, 16)
+
+
+def test_types_ggmls_cpu_cannot_run_are_rejected_at_build_time() -> None:
+    g = Graph()
+    h = g.input("h", (3, 8), "f16")
+    with pytest.raises(GraphError, match=r"SCALE: operand a: expected type in \{f32\}, given f16"):
+        g.scale(h, 0.5)
+    with pytest.raises(GraphError, match=r"SUM_ROWS: operand a: expected type in \{f32\}, given f16"):
+        g.sum_rows(h)
+    with pytest.raises(
+        GraphError, match=r"MUL_MAT: operand b: expected type f32 \(for a of type f32\), given f16"
+    ):
+        g.mul_mat(g.input("w", (4, 8)), h)
+    assert g.mul_mat(g.input("w16", (4, 8), "f16"), h).dtype == "f32"  # f16 b is f16 a's vec_dot type
