@@ -102,6 +102,9 @@ def _make(spec: In, rng: np.random.Generator) -> Any:
         rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
         a = np.stack([rng.permutation(np.arange(shape[-1]) % spec.high) for _ in range(rows)]).reshape(shape)
         return a.astype(np.int32)
+    elif spec.kind == "padded_mask":  # causal, and query rows 1 and 3 fully masked (padding)
+        a = _make(In(spec.ne, "f32", "causal_mask"), rng)
+        a[..., [1, 3], :] = -np.inf
     elif spec.kind == "causal_mask":  # values in [-1, 1], -inf above the causal diagonal
         a = rng.uniform(-1.0, 1.0, shape).astype(np.float32)
         n_kv, n_q = spec.ne[0], spec.ne[1]
@@ -1192,6 +1195,11 @@ case(
     lambda b, t: b.mul_mat_id(t["as"], t["b"], t["ids"]),
     rejected="ne[2]",
 )
+
+
+# flash attention over padding: a query row whose keys are all masked gives 0 in ggml (not NaN)
+_ins, _prog = _fa(64, 64, 2, 2, 32, 6, True, "f16")
+case("fa-fully-masked-rows", "flash_attn_ext", {**_ins, "m": In((32, 32, 1, 1), "f16", "padded_mask")}, _prog)
 
 
 # --- model-sized shapes (test-backend-ops' larger cases: accumulation over long rows) -----------
