@@ -36,13 +36,24 @@ HINTS: tuple[str, ...] = ("exact", "upstream")
 Reference = Literal["auto", "ggml", "numpy"]
 Program = Callable[[Any, Mapping[str, Any]], Any]
 
-NUMPY_OF: dict[str, Any] = {
-    "f32": np.float32,
-    "f16": np.float16,
-    "bf16": np.float32,
-    "i32": np.int32,
-    "i64": np.int64,
-}
+
+class _NumpyOf(dict[str, Any]):
+    """dtype name -> numpy type of the values a case draws; quantized types draw float32 values
+    (quantized afterwards), so lookups of those give float32 too (``in`` still tells them apart)."""
+
+    def __missing__(self, key: str) -> Any:
+        return np.float32
+
+
+NUMPY_OF: dict[str, Any] = _NumpyOf(
+    {
+        "f32": np.float32,
+        "f16": np.float16,
+        "bf16": np.float32,
+        "i32": np.int32,
+        "i64": np.int64,
+    }
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -81,7 +92,7 @@ class Inp:
             values = rng.uniform(0.5, 1.5, size=self.shape)
         else:
             values = rng.uniform(self.lo, self.hi, size=self.shape)
-        return np.ascontiguousarray(np.asarray(values).astype(NUMPY_OF.get(self.dtype, np.float32)))
+        return np.ascontiguousarray(np.asarray(values).astype(NUMPY_OF[self.dtype]))
 
     @property
     def quantized(self) -> bool:
