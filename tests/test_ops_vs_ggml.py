@@ -72,7 +72,7 @@ class Case:
     max_nmse: float | None = None  # override, with the reason in `why`
     why: str = ""
     rejected: str | None = None  # fragment of the CPU policy's rejection reason, if upstream rejects
-    marks: tuple[Any, ...] = field(default=())
+    device_marks: tuple[Any, ...] = field(default=())  # marks for the OpenVINO-device test only
 
 
 def f(*ne: int, dtype: str = "f32", lo: float = -1.0, hi: float = 1.0) -> In:
@@ -326,6 +326,20 @@ for _u in ("neg", "tanh", "sigmoid", "softplus"):
         lambda b, t, _u=_u: getattr(b, _u)(t["a"]),
     )
 case("exp-f16", "exp", {"a": f(128, 2, 2, 2, dtype="f16", lo=-10.0, hi=10.0)}, lambda b, t: b.exp(t["a"]))
+case(  # test-backend-ops' range [-150, 150]: the reason upstream rejects EXP with f32 output
+    "exp-f32-wide",
+    "exp",
+    {"a": f(128, 2, 2, 2, lo=-150.0, hi=150.0)},
+    lambda b, t: b.exp(t["a"]),
+    rejected="exp",
+    device_marks=(
+        pytest.mark.xfail(
+            strict=True,
+            reason="upstream deviation (spec §4.2, EXP f32 rejected): OpenVINO's CPU Exp returns +inf "
+            "from x ~ 88.38 on, where the f32 result is still finite up to x = 88.72 (ggml: finite)",
+        ),
+    ),
+)
 case(
     "exp-f32",
     "exp",
@@ -1309,12 +1323,12 @@ for _cid, _kw in {
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.device_marks) for c in CASES])
 def test_op_matches_ggml(case: Case) -> None:
     check(case)
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
 def test_numpy_reference_matches_ggml(case: Case) -> None:
     """The catalogue's numpy reference (``compute(mode="reference")``) also reproduces ggml."""
     data = make_inputs(case)
