@@ -310,6 +310,12 @@ for _u in ("gelu", "sigmoid", "silu", "softplus", "tanh", "neg"):
         lambda b, t, _u=_u: getattr(b, _u)(t["a"]),
     )
     case(
+        f"{_u}-f16-wide",
+        _u,
+        {"a": f(128, 2, 2, 2, dtype="f16", lo=-150.0, hi=150.0)},
+        lambda b, t, _u=_u: getattr(b, _u)(t["a"]),
+    )
+    case(
         f"{_u}-view",
         _u,
         {"a": f(384, 4, 10, 8, lo=-150.0, hi=150.0)},
