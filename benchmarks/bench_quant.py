@@ -33,14 +33,14 @@ TARGET = 0.7
 Timing = tuple[float, float]  # (wall seconds, process CPU seconds) of the fastest runs
 
 
-def variant(qw: quant.QuantizedWeight, form: str) -> tuple[quant.QuantizedWeight, dict[str, Any]]:
+def variant(qw: quant.QuantizedWeight, form: str, n: int) -> tuple[quant.QuantizedWeight, dict[str, Any]]:
     """The weight and compile hints of one column: a decompression form, or ``policy`` (the fast
     form after upstream's CPU requantization policy for a ``blk.0.ffn_down.weight``)."""
     if form == "policy":
         w = qw.with_form("fast").apply_policy("CPU")
-        return w, quant.compile_hints([w])
+        return w, quant.compile_hints([w], n)
     w = qw.with_form(form)  # type: ignore[arg-type]
-    return w, quant.compile_hints([w]) if form == "fast" else {}
+    return w, quant.compile_hints([w], n) if form == "fast" else {}
 
 
 def ov_runner(
@@ -161,7 +161,7 @@ def measure(
             gm = GgmlMatmul(qtype, qw.raw, args.m, args.k, x, threads)
             runners = {}
             for f in forms:
-                wf, hints = variant(qw, f)
+                wf, hints = variant(qw, f, n)
                 runners[f] = ov_runner(wf, n, threads, hints)
             best: dict[str, Timing] = {}
             for _ in range(args.rounds):

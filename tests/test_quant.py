@@ -240,6 +240,7 @@ def test_compile_hints_only_for_all_8bit_weights(weights: np.ndarray) -> None:
     q8 = quant.quantize("q8_0", weights)
     q4 = quant.quantize("q4_K", weights)
     assert quant.compile_hints([q8]) == {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+    assert quant.compile_hints([q8], n_tokens=8) == {}  # batches keep int8 activations
     assert quant.compile_hints([q8, q4]) == {}
     assert quant.compile_hints([]) == {}
 
