@@ -1594,12 +1594,17 @@ def _config_key(config: Mapping[str, Any] | RunConfig | None) -> Hashable:
     return tuple(sorted((str(k), str(v)) for k, v in config.items()))
 
 
-def _resolve_run(config: Mapping[str, Any] | RunConfig | None, graph: Any, outs: Sequence[Any]) -> RunConfig:
-    """The RunConfig of a plan: the caller's, else ovkit's default for the graph's size."""
+def _resolve_run(
+    config: Mapping[str, Any] | RunConfig | None, graph: Any, outs: Sequence[Any], device: str
+) -> RunConfig:
+    """The RunConfig of a plan: the caller's, else ovkit's default for the graph's size (the
+    thread count is a CPU-plugin property: other device classes get the plain default)."""
     if isinstance(config, RunConfig):
         return config
     if config is not None:
         return run_config_from(config, GRAPH_RUN_CONFIG)
+    if device_class(device) != DeviceClass.CPU:
+        return GRAPH_RUN_CONFIG
     biggest = max((int(np.prod(t.ne)) for t in graph.topo(list(outs))), default=0)
     return GRAPH_TINY_RUN_CONFIG if biggest < TINY_ELEMENTS else GRAPH_RUN_CONFIG
 
@@ -1620,7 +1625,7 @@ def _plan_for(
     plan = engine._plans.get(key)
     if plan is None:
         dev = device or engine._device or engine.selected_device()
-        run = _resolve_run(config, graph, list(outs) + list(extra))
+        run = _resolve_run(config, graph, list(outs) + list(extra), dev)
         plan = GraphPlan(graph, outs, dev, run, extra_outputs=extra, names=names)
         plan.check_support()
         if len(engine._plans) >= 1024:

@@ -550,3 +550,17 @@ def test_concurrent_compute_from_threads() -> None:
 
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(work, range(8)))
+
+
+def test_thread_hint_only_on_the_cpu_class() -> None:
+    from ovkit.engine import compute_graph, get_engine
+    from ovkit.graph import Graph
+    from ovkit.simulate import SimulatedCore
+
+    core = SimulatedCore("laptop")
+    g = Graph()
+    y = g.scale(g.input("x", (4,)), 2.0)
+    for dev, threads in (("CPU", 1), ("GPU", None), ("NPU", None)):
+        compute_graph(g, [y], {"x": np.ones(4, np.float32)}, dev, core=core)
+        runner = get_engine(core).last_runner
+        assert runner is not None and runner.graph.run_config.num_threads == threads, dev
