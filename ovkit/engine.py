@@ -1603,7 +1603,10 @@ def _resolve_run(
         return config
     if config is not None:
         return run_config_from(config, GRAPH_RUN_CONFIG)
-    if device_class(device) != DeviceClass.CPU:
+    dclass = device_class(device)
+    if dclass == DeviceClass.NPU:
+        return DEFAULT_RUN_CONFIG  # the NPU computes in f16 and may refuse an f32 hint: its default
+    if dclass != DeviceClass.CPU:
         return GRAPH_RUN_CONFIG
     biggest = max((int(np.prod(t.ne)) for t in graph.topo(list(outs))), default=0)
     return GRAPH_TINY_RUN_CONFIG if biggest < TINY_ELEMENTS else GRAPH_RUN_CONFIG

@@ -560,7 +560,11 @@ def test_thread_hint_only_on_the_cpu_class() -> None:
     core = SimulatedCore("laptop")
     g = Graph()
     y = g.scale(g.input("x", (4,)), 2.0)
-    for dev, threads in (("CPU", 1), ("GPU", None), ("NPU", None)):
+    for dev, threads, precision in (("CPU", 1, "f32"), ("GPU", None, "f32"), ("NPU", None, None)):
         compute_graph(g, [y], {"x": np.ones(4, np.float32)}, dev, core=core)
         runner = get_engine(core).last_runner
-        assert runner is not None and runner.graph.run_config.num_threads == threads, dev
+        assert runner is not None, dev
+        assert (runner.graph.run_config.num_threads, runner.graph.run_config.inference_precision) == (
+            threads,
+            precision,
+        ), dev
