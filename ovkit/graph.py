@@ -94,6 +94,8 @@ UNARY_OP_IDS: dict[str, int] = {v: k for k, v in UNARY_OPS.items()}
 #: the unary and GLU sub-ops this module can build and run.
 BUILT_UNARY = ("GELU", "SIGMOID", "SILU", "SOFTPLUS", "TANH", "EXP", "NEG")
 BUILT_GLU = ("SWIGLU", "SWIGLU_OAI", "GEGLU")
+#: unary ops whose ggml CPU kernels exist for f32/f16 only (bf16 aborts at compute time).
+UNARY_TYPES: dict[str, tuple[str, ...]] = {"GELU": ("f32", "f16"), "SILU": ("f32", "f16")}
 
 Mode = Literal["device", "reference"]
 
@@ -526,10 +528,14 @@ class Graph:
 
     def clamp(self, a: Tensor, min: float, max: float) -> Tensor:  # noqa: A002
         """``ggml_clamp``: min(max(a, min), max)."""
+        self._check_tensor("CLAMP", "a", a)
+        self._check_types("CLAMP", "a", a, ("f32", "f16"))
         return self._float_unary("CLAMP", a, {"min": float(min), "max": float(max)})
 
     def fill(self, a: Tensor, c: float) -> Tensor:
         """``ggml_fill``: a tensor shaped like a, every element c."""
+        self._check_tensor("FILL", "a", a)
+        self._check_types("FILL", "a", a, ("f32", "f16"))
         return self._float_unary("FILL", a, {"c": float(c)})
 
     def unary(self, a: Tensor, op: int | str) -> Tensor:
@@ -538,7 +544,7 @@ class Graph:
         if name not in BUILT_UNARY:
             raise GraphError(f"UNARY: operand op: expected one of {BUILT_UNARY}, given {op!r}")
         self._check_tensor("UNARY", "a", a)
-        self._check_types("UNARY", "a", a, FLOAT_TYPES)
+        self._check_types("UNARY", "a", a, UNARY_TYPES.get(name, FLOAT_TYPES))
         return self._new("UNARY", a.ne, a.dtype, (a,), {"op": UNARY_OP_IDS[name]}, sub_op=name)
 
     def gelu(self, a: Tensor) -> Tensor:
@@ -570,7 +576,7 @@ class Graph:
         if name not in BUILT_GLU:
             raise GraphError(f"GLU: operand op: expected one of {BUILT_GLU}, given {op!r}")
         self._check_tensor("GLU", "a", a)
-        self._check_types("GLU", "a", a, FLOAT_TYPES)
+        self._check_types("GLU", "a", a, ("f32", "f16"))
         ne = (a.ne[0] // 2, a.ne[1], a.ne[2], a.ne[3])
         params = {"op": GLU_OP_IDS[name], "swapped": bool(swapped)}
         return self._new("GLU", ne, a.dtype, (a, None), params, sub_op=name)
@@ -585,7 +591,7 @@ class Graph:
     def _glu2(self, name: str, a: Tensor, b: Tensor, extra: Mapping[str, Any]) -> Tensor:
         self._check_tensor("GLU", "a", a)
         self._check_tensor("GLU", "b", b)
-        self._check_types("GLU", "a", a, FLOAT_TYPES)
+        self._check_types("GLU", "a", a, ("f32", "f16"))
         if b.dtype != a.dtype:
             raise self._err("GLU", "b", f"type {a.dtype} (same as a)", b.dtype)
         if b.ne != a.ne:

@@ -706,3 +706,14 @@ def test_types_ggmls_cpu_cannot_run_are_rejected_at_build_time() -> None:
     ):
         g.mul_mat(g.input("w", (4, 8)), h)
     assert g.mul_mat(g.input("w16", (4, 8), "f16"), h).dtype == "f32"  # f16 b is f16 a's vec_dot type
+
+
+def test_bf16_is_refused_where_ggmls_cpu_kernels_stop_at_f16() -> None:
+    g = Graph()
+    b = g.input("b", (3, 8), "bf16")
+    for build in (g.gelu, g.silu, g.swiglu, g.geglu):
+        with pytest.raises(GraphError, match="given bf16"):
+            build(b)
+    with pytest.raises(GraphError, match=r"CLAMP: operand a: expected type in \{f32, f16\}, given bf16"):
+        g.clamp(b, -1.0, 1.0)
+    assert g.sigmoid(b).dtype == "bf16" and g.tanh(b).dtype == "bf16"  # these kernels take bf16
