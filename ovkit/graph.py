@@ -1057,7 +1057,7 @@ class Graph:
             raise self._err(op, "v", f"ne[1:4] == k's {list(k.ne[1:])}", f"ne {_ne_str(v.ne)}")
         if mask is not None:
             self._check_tensor(op, "mask", mask)
-            self._check_types(op, "mask", mask, ("f16", "f32"))
+            self._check_types(op, "mask", mask, ("f16",))
             if not mask.is_contiguous():
                 raise self._err(op, "mask", "a contiguous tensor", f"nb {list(mask.nb)}")
             if mask.ne[0] != k.ne[1] or mask.ne[1] < q.ne[1] or q.ne[2] % mask.ne[2] or q.ne[3] % mask.ne[3]:

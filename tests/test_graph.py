@@ -477,6 +477,10 @@ def test_flash_attn_and_soft_max_mask_shapes_are_checked() -> None:
     q, k, v = g.input("q", (4, 5, 16)), g.input("k", (2, 12, 16), "f16"), g.input("v", (2, 12, 8), "f16")
     with pytest.raises(GraphError, match=r"FLASH_ATTN_EXT: operand mask: expected ne\[0\] == n_kv = 12"):
         g.flash_attn_ext(q, k, v, g.input("m", (5, 10), "f16"), 0.25, 0.0, 0.0)
+    with pytest.raises(
+        GraphError, match=r"FLASH_ATTN_EXT: operand mask: expected type in \{f16\}, given f32"
+    ):
+        g.flash_attn_ext(q, k, v, g.input("m32", (5, 12)), 0.25, 0.0, 0.0)
     with pytest.raises(GraphError, match="SOFT_MAX: operand mask: expected a mask when max_bias > 0"):
         g.soft_max_ext(g.input("x", (4, 8)), None, 1.0, 8.0)
 
