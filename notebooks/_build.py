@@ -1358,7 +1358,15 @@ NB05 = [
         "test-cpu",
         """
         cat = testops.build_catalogue()
-        dtype_of = {c.name: dict(c.params)["type"] for c in cat}
+        def type_bucket(label):  # a case's input types ("f32/q4_K", "f16/f32", ...) as one column
+            parts = label.split("/")
+            if any(p.startswith("q") or p == "mxfp4" for p in parts):
+                return "quant"
+            low = [p for p in parts if p in ("bf16", "f16")]
+            return "/".join(low) if low else ("f32" if "f32" in parts else parts[0])
+
+
+        dtype_of = {c.name: type_bucket(dict(c.params)["type"]) for c in cat}
         results = {}
         core0, dev0 = targets["CPU"]
         results["CPU"] = testops.test_ops(ops=ops, device=dev0, core=core0, reference=reference, progress=False)
@@ -1376,8 +1384,9 @@ NB05 = [
         ## 3. Coverage heatmap: op × type × device class
 
         The same catalogue on the GPU and NPU classes of the simulated machine. Each cell sums up
-        the cases of one op and input type on one device class: all pass, some rejected by the
-        policy, all rejected, or a failure (a wrong result; there should be none).
+        the cases of one op and input type on one device class (every quantized weight type
+        shares the `quant` column): all pass, some rejected by the policy, all rejected, or a
+        failure (a wrong result; there should be none).
         """,
     ),
     code(
