@@ -1244,6 +1244,8 @@ class Graph:
         dt = {0: "f32", 1: "f16"}.get(dst_type, dst_type) if isinstance(dst_type, int) else dst_type
         if dt not in ("f32", "f16"):
             raise self._err(op, "dst_type", "f32 or f16", str(dst_type))
+        if dt == "f16" and a.dtype != "f16":
+            raise self._err(op, "a", "an f16 kernel for an f16 dst_type (ggml's CPU im2col)", a.dtype)
         if is_2D:
             if a.ne[2] != b.ne[2]:
                 raise self._err(op, "b", f"ne[2] == a.ne[2] = {a.ne[2]} channels", f"ne {_ne_str(b.ne)}")
