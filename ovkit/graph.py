@@ -1047,6 +1047,8 @@ class Graph:
         for nm, t in (("q", q), ("k", k), ("v", v)):
             self._check_tensor(op, nm, t)
             self._check_types(op, nm, t, FLOAT_TYPES)
+        # ggml's CPU kernel reads q as f32 whatever its type (an f16 q gives garbage there)
+        self._check_types(op, "q", q, ("f32",))
         if k.ne[0] != q.ne[0]:
             raise self._err(op, "k", f"ne[0] == q.ne[0] = {q.ne[0]}", f"ne {_ne_str(k.ne)}")
         if q.ne[2] % k.ne[2] or q.ne[3] % k.ne[3]:
