@@ -1361,6 +1361,30 @@ class Graph:
             raise self._err("TRI", "a", "square matrices (ne[0] == ne[1])", f"ne {_ne_str(a.ne)}")
         return self._new("TRI", a.ne, a.dtype, (a,), {"type": int(type_)})
 
+    def __repr__(self) -> str:
+        ops = sum(1 for t in self.nodes if not t.is_leaf)
+        return f"<ovkit.Graph: {len(self.nodes)} tensors, {ops} ops>"
+
+    def to_frame(self) -> Any:
+        """The graph's tensors as a pandas DataFrame (id, op, sub_op, name, shape, dtype, srcs, view)."""
+        import pandas as pd
+
+        rows = [
+            {
+                "id": t.id,
+                "op": t.op,
+                "sub_op": t.sub_op or "",
+                "name": t.name,
+                "shape": t.shape,
+                "dtype": t.dtype,
+                "srcs": tuple(s.id for s in t.srcs if s is not None),
+                "view_of": t.view_src.id if t.view_src is not None else None,
+                "contiguous": t.is_contiguous() if not t.is_quantized else True,
+            }
+            for t in self.nodes
+        ]
+        return pd.DataFrame(rows).set_index("id")
+
     # ------------------------------------------------------------------ running
     def topo(self, outputs: Sequence[Tensor]) -> list[Tensor]:
         """The nodes ``outputs`` depend on, in build order (a topological order)."""

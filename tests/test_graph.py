@@ -721,3 +721,13 @@ def test_bf16_is_refused_where_ggmls_cpu_kernels_stop_at_f16() -> None:
     with pytest.raises(GraphError, match=r"CLAMP: operand a: expected type in \{f32, f16\}, given bf16"):
         g.clamp(b, -1.0, 1.0)
     assert g.sigmoid(b).dtype == "bf16" and g.tanh(b).dtype == "bf16"  # these kernels take bf16
+
+
+def test_graph_lists_its_tensors_as_a_table() -> None:
+    g = Graph()
+    x = g.input("x", (2, 3))
+    y = g.silu(g.transpose(x))
+    df = g.to_frame()
+    assert repr(g) == "<ovkit.Graph: 3 tensors, 2 ops>"
+    assert list(df["op"]) == ["NONE", "TRANSPOSE", "UNARY"]
+    assert df.loc[y.id, "sub_op"] == "SILU" and df.loc[1, "view_of"] == x.id and not df.loc[1, "contiguous"]
