@@ -47,6 +47,9 @@ def test_every_registered_entry_has_builders_translation_reference_and_policy_ke
 def test_gates_come_from_the_policy_module() -> None:
     rope = TABLE["ROPE"].gates()
     assert rope and all(g in policy.GATES["ROPE"] for g in rope)
+    assert any(
+        "EXP with an f32 output" in g.description for g in TABLE["UNARY.EXP"].gates()
+    )  # op-specific global gate
     df = op_coverage_table()
     row = df.set_index("op").loc["FLASH_ATTN_EXT"]
     assert "sinks" in row["gates"]

@@ -53,10 +53,12 @@ class OpEntry:
         return self.key.split(".", 1)[1] if "." in self.key else None
 
     def gates(self) -> tuple[Any, ...]:
-        """The per-op policy gates of the default upstream revision (``policy.GATES``)."""
+        """This op's policy gates in the default upstream revision: the op-specific global gates
+        (EXP f32, GLU odd ne0, ...) then ``policy.GATES[key]`` (``policy.op_gates``)."""
         from ovkit.ops import policy
 
-        gates = policy.GATES.get(self.key, ())
+        op_gates = getattr(policy, "op_gates", None)
+        gates = op_gates(self.key) if callable(op_gates) else policy.GATES.get(self.key, ())
         return tuple(g for g in gates if policy.Revision.N in getattr(g, "revisions", {policy.Revision.N}))
 
     @property
@@ -456,6 +458,8 @@ def global_gates() -> list[str]:
 
     seen: list[str] = []
     for g in policy.GLOBAL_GATES:
+        if getattr(g, "ops", None):  # op-specific: listed in that op's row
+            continue
         if policy.Revision.N in g.revisions and _gate_text(g) not in seen:
             seen.append(_gate_text(g))
     return seen
