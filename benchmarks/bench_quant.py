@@ -208,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         "--forms", default=",".join([*quant.FORMS, "policy"]), help="decompression forms to time (+ policy)"
     )
     p.add_argument("--no-dense", action="store_true", help="skip the dense f32 OpenVINO matmul column")
+    p.add_argument("--plot", metavar="PNG", help="also draw the fast form's ratios to this PNG file")
     args = p.parse_args(argv)
     if not oracle.ggml_available():
         print("ggml-python is not importable: no baseline to compare against", file=sys.stderr)
@@ -267,7 +268,34 @@ def main(argv: list[str] | None = None) -> int:
                     f"n=1, threads={threads}, {clock}: {form} at or below {TARGET}x ggml for "
                     f"{int(ok.sum())}/{len(group)} types{missing}"
                 )
+    if args.plot:
+        plot(df, args.plot)
+        print(f"\nplot: {args.plot}")
     return 0
+
+
+def plot(df: Any, path: str) -> None:
+    """Bar chart of the fast form's ratio to ggml per type (n=1, n=8; each thread count) + target."""
+    from matplotlib.figure import Figure
+
+    groups = sorted({(int(t), int(n)) for t, n in zip(df["threads"], df["n"], strict=True)})
+    types = list(dict.fromkeys(df["type"]))
+    fig = Figure(figsize=(max(6, 1.2 * len(types)), 4))
+    ax = fig.subplots()
+    width = 0.8 / max(1, len(groups))
+    for i, (threads, n) in enumerate(groups):
+        sel = df[(df["threads"] == threads) & (df["n"] == n)].set_index("type")
+        col = "fast_cpu_ratio" if threads == 1 else "fast_ratio"
+        xs = [j + i * width for j in range(len(types))]
+        ax.bar(xs, [float(sel.loc[t, col]) for t in types], width, label=f"n={n}, {threads} thread(s), {col}")
+    ax.axhline(TARGET, color="red", linestyle="--", label=f"target {TARGET}x")
+    ax.axhline(1.0, color="gray", linewidth=0.8)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(types))], types)
+    ax.set_ylabel("OpenVINO time / ggml time")
+    ax.set_title("Quantized matmul, OpenVINO CPU (ovkit fast form) vs ggml, same blocks")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":
