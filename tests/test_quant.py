@@ -242,6 +242,9 @@ def test_compile_hints_only_for_all_8bit_weights(weights: np.ndarray) -> None:
     assert quant.compile_hints([q8]) == {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
     assert quant.compile_hints([q8], n_tokens=8) == {}  # batches keep int8 activations
     assert quant.compile_hints([q8, q4]) == {}
+    q6 = quant.quantize("q6_K", weights)
+    assert quant.compile_hints([q6], n_tokens=8) == {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 16}
+    assert quant.compile_hints([q6, q4], n_tokens=8) == {}
     assert quant.compile_hints([]) == {}
 
 
