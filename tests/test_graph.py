@@ -731,3 +731,14 @@ def test_graph_lists_its_tensors_as_a_table() -> None:
     assert repr(g) == "<ovkit.Graph: 3 tensors, 2 ops>"
     assert list(df["op"]) == ["NONE", "TRANSPOSE", "UNARY"]
     assert df.loc[y.id, "sub_op"] == "SILU" and df.loc[1, "view_of"] == x.id and not df.loc[1, "contiguous"]
+
+
+def test_exp_stays_finite_up_to_the_f32_limit_like_ggml() -> None:
+    """OpenVINO's CPU Exp saturates to +inf from x ~ 88.38; ggml's expf is finite up to 88.72."""
+    x = np.array([0.0, 1.0, 80.0, 88.5, 88.7, 88.72, 88.73, 100.0], np.float32)
+    g = Graph()
+    out = g.exp(g.input("x", x.shape))
+    dev, ref = _run_case(lambda g_, a: g_.exp(a), [x])
+    assert np.isfinite(dev[:6]).all() and np.isinf(dev[6:]).all()
+    np.testing.assert_allclose(dev[:6], ref[:6], rtol=1e-6)
+    assert out.dtype == "f32"

@@ -342,13 +342,20 @@ def softplus(x: Out) -> Out:
     return ops.select(ops.greater(x, const(20.0)), x, ops.log(ops.add(const(1.0), ops.exp(x))))
 
 
+def exp_f32(x: Out) -> Out:
+    """exp(x) finite up to f32's limit (x ≤ 88.72): the CPU plugin's Exp saturates to +inf from
+    x ≈ 88.38, so large arguments go through exp(x/2)²."""
+    half = ops.exp(ops.multiply(x, const(0.5)))
+    return ops.select(ops.greater(x, const(80.0)), ops.multiply(half, half), ops.exp(x))
+
+
 UNARY_FNS: dict[str, Callable[[Out], Out]] = {
     "GELU": ggml_gelu,
     "SIGMOID": ops.sigmoid,
     "SILU": silu,
     "SOFTPLUS": softplus,
     "TANH": ops.tanh,
-    "EXP": ops.exp,
+    "EXP": exp_f32,
     "NEG": ops.negative,
 }
 
