@@ -5,16 +5,18 @@ Q5_K, Q6_K, MXFP4).  The blocks are decoded once into integer weights ``q``, per
 (for the asymmetric types) per-group biases, so that ``w = scale * q + bias`` reproduces ggml's
 ``to_float`` exactly (upstream §5.2 extracts the same integers and scales).
 
-Two decompression forms exist (docs/quant.md has the measurements):
+Decompression forms (docs/quant.md has the measurements):
 
 - ``"upstream"``: upstream's subgraph — ``Constant(int) → Convert(f16) → [Subtract(zp)] →
   Multiply(f16 scale) → Reshape → Convert(f32)`` with a *rounded* integer zero point for the
-  asymmetric types (u4/u8), f8e8m0 scales for MXFP4.
+  asymmetric types (u4/u8), f8e8m0 scales for MXFP4.  ``"upstream_bias"``: the same with
+  upstream's exact f16 zero point (its test-graph path).
 - ``"fast"`` (default): a form the OpenVINO CPU plugin keeps compressed in a ``FullyConnected``
-  *and* that is exact.  Asymmetric types keep only ``Convert → Multiply`` (no zero point) and the
-  bias moves out of the weight: ``x @ (s*q + b)^T = x @ (s*q)^T + groupsum(x) @ b^T`` — a second
-  MatMul over ``k/32`` columns.  5-bit values are u8, Q6_K is i8 in 16-groups, MXFP4 f4e2m1 with
-  f16 scales.
+  *and* that is exact.  Every type becomes a *symmetric* signed container (i4 for 4-bit, i8 for
+  5/6/8-bit and MXFP4's exact integers) with ``Convert → Multiply``; the asymmetric types store
+  ``q - 8`` / ``q - 16`` and their bias moves out of the weight:
+  ``x @ (s*q + b)^T = x @ (s*(q-o))^T + groupsum(x) @ (b + s*o)^T`` — a second MatMul over k/32
+  columns.
 
 ``mul_mat`` uses :meth:`QuantizedWeight.ov_mul_mat`; ``get_rows`` and everything else use
 :meth:`QuantizedWeight.to_ov_node` (f32 ``[rows, k]``).  The requantization policy of upstream
