@@ -197,9 +197,10 @@ class HostStorage:
 
     remote = False
 
-    def __init__(self, size: int, note: str = "host memory") -> None:
+    def __init__(self, size: int, note: str = "host memory", *, device_side: bool = False) -> None:
         self._size = int(size)
         self.note = note
+        self.device_side = device_side  # stands in for device memory (a simulated GPU)
         # private anonymous mapping: MADV_DONTNEED really frees its pages (a shared one would not)
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
         self._mmap: mmap.mmap | None = mmap.mmap(-1, self._size, flags=flags) if self._size else None
@@ -257,6 +258,7 @@ class RemoteStorage:
     """A device-side remote tensor from the device's OpenVINO remote context (GPU class only)."""
 
     remote = True
+    device_side = True
 
     def __init__(self, size: int, device: str, core: Any) -> None:
         import openvino as ov
@@ -414,6 +416,7 @@ class Buffer:
         self.id = next(_IDS)
         self.buffer_type = buffer_type
         self.usage = Usage(usage)
+        self._core = core
         self.storage: Storage = self._make_storage(int(size), core, remote)
         self._tensors: dict[str, PlacedTensor] = {}
         self._extras: dict[int, TensorExtra] = {}  # id(base PlacedTensor) -> owned extra
@@ -435,7 +438,9 @@ class Buffer:
             )
         if want_remote and size:
             if core is not None and is_simulated(core):
-                return HostStorage(size, note=f"simulated {self.buffer_type.device}: host memory")
+                return HostStorage(
+                    size, note=f"simulated {self.buffer_type.device}: host memory", device_side=True
+                )
             if core is None:
                 from ovkit.runtime import get_core
 
@@ -463,6 +468,11 @@ class Buffer:
         return self.storage.remote
 
     @property
+    def is_device_side(self) -> bool:
+        """Device memory (a remote tensor), or host memory standing in for it on a simulated GPU."""
+        return bool(self.storage.device_side)
+
+    @property
     def name(self) -> str:
         return self.buffer_type.name
 
@@ -480,6 +490,7 @@ class Buffer:
     ) -> PlacedTensor:
         """Place a tensor at ``offset`` (default: the next 32-byte aligned free offset)."""
         self._check_alive()
+        self._maybe_migrate_kv(name)
         shape_t = tuple(int(s) for s in shape)
         nbytes = tensor_nbytes(shape_t, dtype)
         alloc = self.buffer_type.get_alloc_size(shape_t, dtype)
@@ -500,6 +511,42 @@ class Buffer:
         if dtype in PLAIN_DTYPES and not self.is_remote:
             self.set_extra(t, TensorExtra(ExtraKind.TENSOR, ov_tensor=self._ov_view(t)))
         return t
+
+    def _maybe_migrate_kv(self, name: str) -> None:
+        """Upstream §6.4: the first ``cache_*`` tensor of a host-backed device buffer on the GPU
+        class (stateless execution) moves the whole buffer to device memory; offsets stay."""
+        if not name.startswith("cache_") or self.is_device_side or not self.size:
+            return
+        if device_class(self.buffer_type.device) is not DeviceClass.GPU:
+            return
+        if self.buffer_type.kind is not BufferKind.DEVICE:
+            return
+        from ovkit.config import read_config
+
+        if read_config(warn=False).stateful("GPU"):
+            return  # stateful: the OpenVINO model owns the cache; the buffer stays on the host
+        if self._core is None:
+            from ovkit.runtime import get_core
+
+            if self.buffer_type.device not in get_core().available_devices:
+                return  # no such device here: nothing to migrate to
+        if self._extras:
+            raise BufferUsageError(
+                f"KV cache tensor {name!r}: buffer {self.id} already has tensor extras; "
+                "the KV cache must be the first tensor placed in its buffer (upstream asserts this)"
+            )
+        old = self.storage
+        new = self._make_storage(old.size, self._core, remote=True)
+        self.storage = new
+        if isinstance(new, HostStorage):
+            new.data[:] = old.data
+        else:  # pragma: no cover - needs a GPU
+            self._remote_copy_in(0, old.data)
+        old.free()
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _finalize, self.storage, self._extras, self.id)
+        TRACKER.record_free(self.id)
+        TRACKER.record_alloc(self)
 
     def view(
         self,

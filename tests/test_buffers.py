@@ -227,3 +227,41 @@ def test_set_weight_builds_weight_extras_and_registers_for_release() -> None:
         assert weight_release.REGISTRY.count == 1
     assert weight_release.REGISTRY.count == 0  # freeing the buffer unregisters it
     weight_release.reset()
+
+
+def test_kv_cache_tensor_moves_gpu_buffer_to_device_memory() -> None:
+    """Upstream §6.4 on a simulated GPU: the first cache_* tensor migrates the buffer, offsets kept."""
+    core = SimulatedCore("laptop")
+    start = len(buffers.allocation_history())
+    with buffers.alloc_buffer("GPU", 4096, Usage.ANY, core=core) as buf:
+        assert not buf.is_device_side
+        buf.data[:16] = 7  # bytes written before the migration survive it
+        k = buf.place("cache_k_l0", (8, 16), "f32")
+        assert buf.is_device_side
+        assert buf.storage.note == "simulated GPU: host memory"
+        assert k.offset == 0 and (buf.data[:16] == 7).all()
+        v = buf.place("cache_v_l0", (8, 16), "f32")
+        assert v.offset == 8 * 16 * 4
+        events = buffers.allocation_history().iloc[start:]
+        mine = events[events["buffer_id"] == buf.id]
+        assert list(mine["event"]) == ["alloc", "free", "alloc"]
+        assert list(mine["storage"]) == ["host memory", "host memory", "simulated GPU: host memory"]
+
+
+def test_kv_cache_stays_on_host_when_stateful_or_not_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    core = SimulatedCore("laptop")
+    with buffers.alloc_buffer("CPU", 4096, core=core) as cpu:
+        cpu.place("cache_k_l0", (8, 16), "f32")
+        assert not cpu.is_device_side
+    monkeypatch.setenv("GGML_OPENVINO_STATEFUL_EXECUTION", "1")
+    with buffers.alloc_buffer("GPU", 4096, core=core) as gpu:
+        gpu.place("cache_k_l0", (8, 16), "f32")
+        assert not gpu.is_device_side
+
+
+def test_kv_migration_after_extras_is_refused() -> None:
+    core = SimulatedCore("laptop")
+    with buffers.alloc_buffer("GPU", 4096, core=core) as buf:
+        buf.place("inp_pos", (4,), "i32")
+        with pytest.raises(BufferUsageError, match="must be the first tensor placed"):
+            buf.place("cache_k_l0", (8, 16), "f32")
