@@ -463,6 +463,10 @@ def _pad(t: Tensor, xs: list[Out]) -> Out:
 def _get_rows(t: Tensor, xs: list[Out]) -> Out:
     a, b = t.srcs[0], t.srcs[1]
     assert a is not None and b is not None
+    gather_rows = getattr(a.value, "ov_get_rows", None) if a.is_leaf and a.is_quantized else None
+    if gather_rows is not None and a.ne[2] == 1 and a.ne[3] == 1:
+        # the quantized weight gathers from its compressed table (never folded to f32)
+        return reshape4(gather_rows(ops.convert(xs[1], ov.Type.i64).output(0)), t.ne)
     data = xs[0] if a.dtype == "i32" else f32(xs[0])
     # row b[i10, i11, i12] of a's batch (i11, i12): one flat row index into a's [a3·a2·a1, a0] rows
     # (a plain axis-0 Gather: the CPU plugin crashes on some batch_dims=2 Gathers)
