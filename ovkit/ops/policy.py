@@ -798,9 +798,9 @@ GATES: dict[str, tuple[Gate, ...]] = {
     "DIV": (
         Gate("div.broadcast", "each dim must match or be 1 in one operand", _binary_incompatible,
              revisions=_V),
-        Gate("div.gpu_broadcast", "no broadcast DIV on the GPU class (fused GEMM yields inf)",
+        Gate("div.gpu_broadcast", "no broadcast DIV (fused GEMM yields inf)",
              _div_broadcast, device_class="GPU", revisions=_V),
-        Gate("div.gpu_per_channel", "no per-channel DIV on the GPU class (fused GEMM yields inf)",
+        Gate("div.gpu_per_channel", "no per-channel DIV (fused GEMM yields inf)",
              _div_per_channel, device_class="GPU", revisions=_N,
              note="failed case llama-arch-test mpt"),
         Gate("div.ffn_moe_weights_norm", "MoE weight normalisation stays on CPU",
@@ -815,7 +815,7 @@ GATES: dict[str, tuple[Gate, ...]] = {
     ),
     "CONCAT": (
         Gate("concat.i64", "output must not be i64", _out_type(frozenset({"i64"}), "output type")),
-        Gate("concat.gpu_bf16_view", "no bf16 CONCAT with a VIEW input on the GPU class",
+        Gate("concat.gpu_bf16_view", "no bf16 CONCAT with a VIEW input",
              _concat_gpu_bf16_view, device_class="GPU", revisions=_N),
     ),
     "CONT": (),
@@ -836,7 +836,7 @@ GATES: dict[str, tuple[Gate, ...]] = {
     "TRANSPOSE": (Gate("transpose.bf16", "output must not be bf16", _out_type(_BF16, "output type")),),
     "GET_ROWS": (
         Gate("rows.ne3", "output ne[3] must be 1", _rows_ne3),
-        Gate("get_rows.gpu_bf16", "src0 must not be bf16 on the GPU class",
+        Gate("get_rows.gpu_bf16", "src0 must not be bf16",
              _when(lambda op: _s(op, 0).type == "bf16", lambda op: "src0 is bf16"),
              device_class="GPU", revisions=_N),
         Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K/Q4_1/Q5_1",
@@ -880,9 +880,9 @@ GATES: dict[str, tuple[Gate, ...]] = {
     "MUL_MAT_ID": (
         Gate("mul_mat_id.single_expert", "src0 needs more than one expert (ne[2] > 1)",
              _mmid_single_expert, revisions=_N),
-        Gate("mul_mat_id.gpu_bf16", "src0 must not be bf16 on the GPU class", _mmid_gpu_bf16,
+        Gate("mul_mat_id.gpu_bf16", "src0 must not be bf16", _mmid_gpu_bf16,
              device_class="GPU", revisions=_N),
-        Gate("mul_mat_id.gpu_tmp", "the expert temporary must fit in 1 GiB on the GPU class", _mmid_tmp,
+        Gate("mul_mat_id.gpu_tmp", "the expert temporary must fit in 1 GiB", _mmid_tmp,
              device_class="GPU", revisions=_N),
         Gate("mul_mat_id.tmp", "the expert temporary must fit in 1 GiB", _mmid_tmp, revisions=_V),
         Gate("mul_mat_id.ffn_moe", "MoE gate_up/down stays on CPU",
@@ -927,7 +927,7 @@ GATES: dict[str, tuple[Gate, ...]] = {
     "IM2COL": (),
     "PAD": (),
     "REPEAT": (
-        Gate("repeat.gpu_bf16", "output must not be bf16 on the GPU class", _out_type(_BF16, "output type"),
+        Gate("repeat.gpu_bf16", "output must not be bf16", _out_type(_BF16, "output type"),
              device_class="GPU", revisions=_N),
     ),
     "SSM_CONV": (
