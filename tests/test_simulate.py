@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 
 import numpy as np
 import openvino as ov
@@ -70,3 +71,25 @@ def test_activity_moves_allocations_with_the_clock() -> None:
 def test_supported_properties_answer_in_openvinos_shape() -> None:
     props = SimulatedCore("laptop").get_property("GPU", "SUPPORTED_PROPERTIES")
     assert props["GPU_DEVICE_TOTAL_MEM_SIZE"] == "RO" and "GPU_MEMORY_STATISTICS" in props
+
+
+def test_a_model_freed_while_the_core_is_busy_does_not_deadlock() -> None:
+    # The garbage collector may run a compiled model's finalizer while this very thread is inside
+    # get_property (holding the core's lock); the release must queue, not wait for the lock.
+    core = SimulatedCore("laptop")
+    compiled = core.compile_model(_model(), "GPU")
+    assert _used(core, "GPU") == 256 * 256 * 4
+    done = threading.Event()
+
+    def free_while_locked() -> None:
+        nonlocal compiled
+        with core._lock:
+            del compiled
+            gc.collect()
+        done.set()
+
+    worker = threading.Thread(target=free_while_locked, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert done.is_set(), "releasing a model while the core's lock is held deadlocked"
+    assert _used(core, "GPU") == 0

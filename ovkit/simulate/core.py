@@ -9,6 +9,7 @@ allocations, so memory views move while graphs run.
 
 from __future__ import annotations
 
+import collections
 import copy
 import math
 import threading
@@ -55,6 +56,9 @@ class SimulatedCore:
             d.id: copy.deepcopy(dict(d.properties)) for d in self.profile.devices
         }
         self._lock = threading.Lock()
+        # Releases from compiled-model finalizers: they may run (via the garbage collector) while
+        # this thread holds the lock, so they only queue here; the next locked call applies them.
+        self._pending: collections.deque[tuple[str, int, str]] = collections.deque()
         self._activity = activity
         self._clock = clock
         self._t0 = clock()
@@ -75,6 +79,7 @@ class SimulatedCore:
             return self._core_props.get(str(device_name), "")
         name = str(property)
         with self._lock:
+            self._apply_pending()
             props = self._props.get(device_name)
             if props is None:
                 raise _not_registered(device_name)
@@ -118,7 +123,7 @@ class SimulatedCore:
         nbytes = _constant_bytes(model)
         if nbytes:
             self.allocate(device_name, nbytes)
-            weakref.finalize(compiled, self.allocate, device_name, -nbytes)
+            weakref.finalize(compiled, self._pending.append, (device_name, -nbytes, "usm_device"))
         return compiled
 
     def __getattr__(self, name: str) -> Any:
@@ -131,12 +136,21 @@ class SimulatedCore:
     def allocate(self, device_name: str, nbytes: int, kind: str = "usm_device") -> None:
         """Add (or, negative, release) ``nbytes`` of allocations on a simulated GPU/NPU."""
         with self._lock:
-            props = self._props[device_name]
-            if "GPU_MEMORY_STATISTICS" in props and isinstance(props["GPU_MEMORY_STATISTICS"], dict):
-                stats = props["GPU_MEMORY_STATISTICS"]
-                stats[kind] = max(0, stats.get(kind, 0) + nbytes)
-            elif isinstance(props.get("NPU_DEVICE_ALLOC_MEM_SIZE"), int):
-                props["NPU_DEVICE_ALLOC_MEM_SIZE"] = max(0, props["NPU_DEVICE_ALLOC_MEM_SIZE"] + nbytes)
+            self._apply_pending()
+            self._change(device_name, nbytes, kind)
+
+    def _apply_pending(self) -> None:
+        while self._pending:
+            self._change(*self._pending.popleft())
+
+    def _change(self, device_name: str, nbytes: int, kind: str) -> None:
+        """Apply one allocation change (the caller holds the lock)."""
+        props = self._props[device_name]
+        if "GPU_MEMORY_STATISTICS" in props and isinstance(props["GPU_MEMORY_STATISTICS"], dict):
+            stats = props["GPU_MEMORY_STATISTICS"]
+            stats[kind] = max(0, stats.get(kind, 0) + nbytes)
+        elif isinstance(props.get("NPU_DEVICE_ALLOC_MEM_SIZE"), int):
+            props["NPU_DEVICE_ALLOC_MEM_SIZE"] = max(0, props["NPU_DEVICE_ALLOC_MEM_SIZE"] + nbytes)
 
     def set_property_value(self, device_name: str, name: str, value: Any) -> None:
         """Change what a simulated device answers (a value, or a ``Failure``)."""
