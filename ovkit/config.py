@@ -71,7 +71,6 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("PRINT_CGRAPH_TENSOR_ADDRESS", Kind.TOGGLE, "print the tensor address map once"),
     EnvVar("ENABLE_CACHE", Kind.TOGGLE, "listed upstream but read nowhere (dead)", False),
 )
-ENV_BY_NAME: dict[str, EnvVar] = {v.env_name: v for v in ENV_VARS}
 
 _CLEAN_INT = re.compile(r"[+-]?[0-9]+")
 _ATOI = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")

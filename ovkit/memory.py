@@ -44,7 +44,6 @@ MEMORY_RULES: dict[str, MemoryRule] = {
         formula="NPU_DEVICE_TOTAL_MEM_SIZE - NPU_DEVICE_ALLOC_MEM_SIZE",
     ),
 }
-NEVER_USED_PROPERTIES = frozenset({"GPU_DEVICE_MAX_ALLOC_MEM_SIZE"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,31 +1,20 @@
-"""The process-wide OpenVINO ``Core`` and the shape every Core-like object must have.
+"""The process-wide OpenVINO ``Core``, and what ovkit needs of any Core-like object.
 
 Upstream keeps one ``ov::Core`` singleton per process; ovkit does the same, so that memory
 statistics are read through the Core that compiled the models (see ecosystem notes §4.11).
 Every function that queries devices takes an optional ``core``: a real ``openvino.Core`` or a
-``ovkit.simulate.SimulatedCore``.
+``ovkit.simulate.SimulatedCore`` (anything with ``available_devices``, ``get_property(device,
+name)`` and ``compile_model(model, device, config)``).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 
 class RuntimeUnavailableError(RuntimeError):
     """OpenVINO could not be imported or its Core could not start."""
-
-
-@runtime_checkable
-class CoreLike(Protocol):
-    """The part of ``openvino.Core`` that ovkit uses."""
-
-    @property
-    def available_devices(self) -> list[str]: ...
-
-    def get_property(self, device_name: str, property: str) -> Any: ...  # noqa: A002
-
-    def compile_model(self, model: Any, device_name: str, config: Any = ...) -> Any: ...
 
 
 @functools.cache
