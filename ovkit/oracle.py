@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from ovkit.quant import QUANT_TYPES  # the quantized types whose blocks this oracle produces
+
 _ggml_mod: ModuleType | None
 try:  # ggml-python is an optional (test) dependency
     import ggml as _ggml_mod
@@ -126,8 +128,6 @@ _TYPE_ENUM: dict[str, str] = {
     "mxfp4": "MXFP4",
 }
 
-#: Quantized types whose blocks this oracle produces (the upstream backend's quantized set).
-QUANT_TYPES: tuple[str, ...] = ("q4_0", "q4_1", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K", "mxfp4")
 
 # numpy dtype -> ovkit dtype name for plain arrays.
 _NUMPY_TYPES: dict[np.dtype[Any], str] = {
