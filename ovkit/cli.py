@@ -9,6 +9,7 @@ broken runtime.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
@@ -52,9 +53,13 @@ def make_core(simulate: str | None) -> Any:
         raise UsageError(str(exc)) from None
 
 
+def _add_json_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
 def _add_core_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--simulate", metavar="PROFILE", help="use a simulated device set (e.g. laptop)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _add_json_arg(p)
 
 
 def cmd_list_devices(args: argparse.Namespace) -> int:
@@ -79,10 +84,6 @@ def cmd_list_devices(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_json_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
-
-
 def cmd_config(args: argparse.Namespace) -> int:
     from ovkit.config import read_config
 
@@ -96,28 +97,18 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_test_ops_args(p: argparse.ArgumentParser) -> None:
-    from ovkit.testops import add_cli_args
+def _module_command(
+    module: str,
+) -> tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]:
+    """``(add_args, run)`` of a sub-command whose module (``add_cli_args``/``cli``) loads on use."""
 
-    add_cli_args(p)
+    def add_args(p: argparse.ArgumentParser) -> None:
+        importlib.import_module(module).add_cli_args(p)
 
+    def run(args: argparse.Namespace) -> int:
+        return int(importlib.import_module(module).cli(args))
 
-def cmd_test_ops(args: argparse.Namespace) -> int:
-    from ovkit.testops import cli
-
-    return cli(args)
-
-
-def _add_gguf_args(p: argparse.ArgumentParser) -> None:
-    from ovkit.gguf import add_cli_args
-
-    add_cli_args(p)
-
-
-def cmd_gguf(args: argparse.Namespace) -> int:
-    from ovkit.gguf import cli
-
-    return cli(args)
+    return add_args, run
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,24 +130,27 @@ COMMANDS: dict[str, Command] = {
         cmd_config,
     ),
     "gguf": Command(
-        "a GGUF file's tensors and whether its weights fit each device", _add_gguf_args, cmd_gguf
+        "a GGUF file's tensors and whether its weights fit each device", *_module_command("ovkit.gguf")
     ),
     "test-ops": Command(
         "run the op catalogue against ggml (test-backend-ops style): mode test | perf",
-        _add_test_ops_args,
-        cmd_test_ops,
+        *_module_command("ovkit.testops"),
     ),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``command``, only that sub-command's arguments are built (its module is
+    imported then), so ``ovkit list-devices`` never loads the test-ops or GGUF machinery."""
     parser = argparse.ArgumentParser(
         prog="ovkit", description="Explore OpenVINO devices as ggml-openvino sees them."
     )
     parser.add_argument("--list-devices", action="store_true", help="alias of the list-devices command")
     sub = parser.add_subparsers(dest="command")
-    for name, command in COMMANDS.items():
-        command.add_args(sub.add_parser(name, help=command.help, description=command.help))
+    for name, entry in COMMANDS.items():
+        sub_parser = sub.add_parser(name, help=entry.help, description=entry.help)
+        if command is None or name == command:
+            entry.add_args(sub_parser)
     return parser
 
 
@@ -164,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--list-devices" in argv:
         argv = ["list-devices"] + [a for a in argv if a != "--list-devices"]
-    parser = build_parser()
+    parser = build_parser(next((a for a in argv if a in COMMANDS), None))
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
