@@ -31,6 +31,7 @@ from typing import Any
 
 from ovkit.config import OvkitConfig, read_config
 from ovkit.devices import device_class
+from ovkit.memory import MIB
 
 logger = logging.getLogger("ovkit.weight_release")
 
@@ -192,7 +193,7 @@ class WeightReleaseRegistry:
                 count += 1
             self.released = True
             self.released_on = device
-            message = LOG_FORMAT.replace("%zu", "{}", 2).format(total // (1024 * 1024), count)
+            message = LOG_FORMAT.replace("%zu", "{}", 2).format(total // MIB, count)
             logger.info(message)
             self.last = ReleaseResult(total, count, message, device)
             return self.last
