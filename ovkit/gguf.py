@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,11 +143,13 @@ class GGUFModel:
         except KeyError:
             raise KeyError(f"{self.path}: no tensor {name!r} (it has {len(self.tensors)} tensors)") from None
 
+    @cached_property
+    def _reader_tensors(self) -> dict[str, Any]:
+        """The reader's tensors by name (built once, not scanned per tensor)."""
+        return {t.name: t for t in self._reader.tensors}
+
     def _reader_tensor(self, name: str) -> Any:
-        for t in self._reader.tensors:
-            if t.name == name:
-                return t
-        raise KeyError(name)
+        return self._reader_tensors[name]
 
     def load_into_buffer(
         self, device: str = "CPU", *, host: bool = True, core: Any = None, register: bool = True
