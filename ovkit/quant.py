@@ -94,6 +94,11 @@ def quant_spec(qtype: str) -> QuantSpec:
     return QUANT_SPECS[key]
 
 
+def _n_rows(shape: Sequence[int]) -> int:
+    """Rows of a numpy ``shape`` (every axis but the last; 1 for a single row)."""
+    return int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+
+
 def row_bytes(qtype: str, k: int) -> int:
     """Bytes of one row of ``k`` elements (``k`` must be a multiple of the block size)."""
     spec = quant_spec(qtype)
@@ -233,7 +238,7 @@ def decode_blocks(qtype: str, raw: bytes | np.ndarray | memoryview, shape: Seque
     if len(shape) < 1 or any(s <= 0 for s in shape):
         raise QuantError(f"{spec.name}: expected a shape of positive sizes, got {shape}")
     k = shape[-1]
-    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    rows = _n_rows(shape)
     need = rows * row_bytes(spec.name, k)
     buf = (
         np.frombuffer(raw, dtype=np.uint8)
@@ -330,8 +335,7 @@ class QuantizedWeight:
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
         if self.form not in FORMS:
             raise QuantError(f"unknown decompression form {self.form!r}; expected one of {FORMS}")
-        rows = int(np.prod(self.shape[:-1])) if len(self.shape) > 1 else 1
-        need = rows * row_bytes(spec.name, self.shape[-1])
+        need = self.rows * row_bytes(spec.name, self.shape[-1])
         if len(self.raw) != need:
             raise QuantError(
                 f"{spec.name} weight {self.name or ''} of shape {self.shape} needs {need} bytes, got {len(self.raw)}"
@@ -352,7 +356,7 @@ class QuantizedWeight:
 
     @property
     def rows(self) -> int:
-        return int(np.prod(self.shape[:-1])) if len(self.shape) > 1 else 1
+        return _n_rows(self.shape)
 
     @property
     def k(self) -> int:
@@ -594,7 +598,7 @@ def reference_dequantize(qtype: str, raw: bytes | np.ndarray, shape: Sequence[in
 
     spec = quant_spec(qtype)
     buf = np.frombuffer(bytes(raw) if not isinstance(raw, np.ndarray) else raw.tobytes(), np.uint8)
-    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    rows = _n_rows(shape)
     out = gq.dequantize(buf.reshape(rows, -1), gq.GGMLQuantizationType(spec.ggml_type))
     return np.asarray(out, dtype=np.float32).reshape(tuple(shape))
 
