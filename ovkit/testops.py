@@ -604,46 +604,17 @@ def build_catalogue() -> list[Case]:
             max_bias=8.0,
         )
     )
-    cases.append(
-        case(
-            "ROPE",
-            [Inp("a", (5, 4, 64)), Inp("pos", (5,), "i32", "pos")],
-            _rope(0),
-            "rope_ext",
-            n_dims=64,
-            mode=0,
+    for dtype, mode, n_dims in (("f32", 0, 64), ("f32", 2, 64), ("f16", 2, 64), ("f32", 2, 33)):
+        cases.append(
+            case(
+                "ROPE",
+                [Inp("a", (5, 4, 64), dtype), Inp("pos", (5,), "i32", "pos")],
+                _rope(mode, n_dims),
+                "rope_ext",
+                n_dims=n_dims,
+                mode=mode,
+            )
         )
-    )
-    cases.append(
-        case(
-            "ROPE",
-            [Inp("a", (5, 4, 64)), Inp("pos", (5,), "i32", "pos")],
-            _rope(2),
-            "rope_ext",
-            n_dims=64,
-            mode=2,
-        )
-    )
-    cases.append(
-        case(
-            "ROPE",
-            [Inp("a", (5, 4, 64), "f16"), Inp("pos", (5,), "i32", "pos")],
-            _rope(2),
-            "rope_ext",
-            n_dims=64,
-            mode=2,
-        )
-    )
-    cases.append(
-        case(
-            "ROPE",
-            [Inp("a", (5, 4, 64)), Inp("pos", (5,), "i32", "pos")],
-            _rope(2, 33),
-            "rope_ext",
-            n_dims=33,
-            mode=2,
-        )
-    )
     for heads, kv_heads in ((4, 4), (4, 2)):
         cases.append(
             case(
