@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from ovkit.widgets._html import FallbackReprMixin, error_box, png_img
-from ovkit.widgets._refresh import DEFAULT_INTERVAL_S, Refresher
-from ovkit.widgets.controls import RefreshControls, close_parts
-from ovkit.widgets.data import ChartData, MemoryHistory, Snapshot, chart_data, error_text, take_snapshot
+from ovkit.widgets._html import error_box, png_img
+from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
+from ovkit.widgets.controls import LiveView, close_parts
+from ovkit.widgets.data import ChartData, MemoryHistory, Snapshot, chart_data, error_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -223,7 +223,7 @@ class LiveChart:
         return _png(self.figure)
 
 
-class AllocationCharts(FallbackReprMixin, widgets.VBox):
+class AllocationCharts(LiveView):
     """The four allocation charts, live; unchanged data is not redrawn."""
 
     def __init__(
@@ -236,8 +236,6 @@ class AllocationCharts(FallbackReprMixin, widgets.VBox):
         env: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
-        self.core = core
-        self.env = env
         self.history = history if history is not None else MemoryHistory()
         self.data: ChartData | None = None
         self.error: str | None = None
@@ -256,22 +254,15 @@ class AllocationCharts(FallbackReprMixin, widgets.VBox):
             list(self.images.values()),
             layout=widgets.Layout(grid_template_columns="repeat(2, 470px)"),
         )
-        self.refresher = Refresher(
-            self.refresh, interval, on_error=self._show_error, name=f"ovkit-charts-{id(self):x}"
+        super().__init__(
+            [self.error_html, self.grid],
+            core=core,
+            env=env,
+            interval=interval,
+            auto_refresh=auto_refresh,
+            css_class="ovkit-charts",
+            **kwargs,
         )
-        self.controls = RefreshControls(self.refresher)
-        children = (
-            [self.controls, self.error_html, self.grid] if auto_refresh else [self.error_html, self.grid]
-        )
-        super().__init__(children, **kwargs)
-        self.add_class("ovkit-charts")
-        self.refresher.tick()
-        if auto_refresh:
-            self.refresher.start()
-
-    def refresh(self) -> None:
-        """Read the devices now, record the sample and redraw what changed."""
-        self.update(take_snapshot(self.core, self.env))
 
     def update(self, snapshot: Snapshot) -> None:
         """Record ``snapshot`` in the history and redraw the charts whose data changed."""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import ipywidgets as widgets
 
-from ovkit.widgets._html import esc
+from ovkit.widgets._html import FallbackReprMixin, esc
 from ovkit.widgets._refresh import MIN_INTERVAL_S, Refresher
+from ovkit.widgets.data import Snapshot, take_snapshot
 
 
 def close_parts(owner: widgets.Widget, *names: str) -> None:
@@ -79,3 +81,42 @@ class RefreshControls(widgets.HBox):
 
     def set_status(self, text: str) -> None:
         self.status.value = f"<small>{esc(text)}</small>"
+
+
+class LiveView(FallbackReprMixin, widgets.VBox):
+    """Base of a view fed by its own refresh thread: ``refresh()`` takes a snapshot and passes it
+    to ``update()``; the controls sit above ``body`` unless ``auto_refresh=False``; the first
+    tick runs at once."""
+
+    def __init__(
+        self,
+        body: list[widgets.Widget],
+        *,
+        core: Any,
+        env: Mapping[str, str] | None,
+        interval: float,
+        auto_refresh: bool,
+        css_class: str,
+        **kwargs: Any,
+    ) -> None:
+        self.core = core
+        self.env = env
+        self.refresher = Refresher(
+            self.refresh, interval, on_error=self._show_error, name=f"{css_class}-{id(self):x}"
+        )
+        self.controls = RefreshControls(self.refresher)
+        super().__init__([self.controls, *body] if auto_refresh else body, **kwargs)
+        self.add_class(css_class)
+        self.refresher.tick()
+        if auto_refresh:
+            self.refresher.start()
+
+    def refresh(self) -> None:
+        """Read the devices now and update the view in place."""
+        self.update(take_snapshot(self.core, self.env))
+
+    def update(self, snapshot: Snapshot) -> None:
+        raise NotImplementedError
+
+    def _show_error(self, exc: BaseException) -> None:
+        raise NotImplementedError

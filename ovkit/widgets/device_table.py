@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from ovkit.widgets._html import STYLE, FallbackReprMixin, error_box, esc, usage_bar
-from ovkit.widgets._refresh import DEFAULT_INTERVAL_S, Refresher
-from ovkit.widgets.controls import RefreshControls, close_parts
-from ovkit.widgets.data import DeviceRow, Snapshot, device_rows, error_text, rows_frame, take_snapshot
+from ovkit.widgets._html import STYLE, error_box, esc, usage_bar
+from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
+from ovkit.widgets.controls import LiveView, close_parts
+from ovkit.widgets.data import DeviceRow, Snapshot, device_rows, error_text, rows_frame
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -92,7 +92,7 @@ def render_table_text(rows: list[DeviceRow], *, simulated: bool = False, error: 
     return "\n".join(out)
 
 
-class DeviceTable(FallbackReprMixin, widgets.VBox):
+class DeviceTable(LiveView):
     """The live device table (refreshes itself every ``interval`` seconds unless ``auto_refresh=False``)."""
 
     def __init__(
@@ -104,29 +104,22 @@ class DeviceTable(FallbackReprMixin, widgets.VBox):
         env: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
-        self.core = core
-        self.env = env
         self.rows: list[DeviceRow] = []
         self.snapshot: Snapshot | None = None
         self.error: str | None = None
         self._lock = threading.RLock()
         self.table_html = widgets.HTML(value="")
-        self.refresher = Refresher(
-            self.refresh, interval, on_error=self._show_error, name=f"ovkit-device-table-{id(self):x}"
+        super().__init__(
+            [self.table_html],
+            core=core,
+            env=env,
+            interval=interval,
+            auto_refresh=auto_refresh,
+            css_class="ovkit-device-table",
+            **kwargs,
         )
-        self.controls = RefreshControls(self.refresher)
-        children = [self.controls, self.table_html] if auto_refresh else [self.table_html]
-        super().__init__(children, **kwargs)
-        self.add_class("ovkit-device-table")
-        self.refresher.tick()
-        if auto_refresh:
-            self.refresher.start()
 
     # -- data -----------------------------------------------------------------------------
-    def refresh(self) -> None:
-        """Read the devices now and update the view in place."""
-        self.update(take_snapshot(self.core, self.env))
-
     def update(self, snapshot: Snapshot) -> None:
         """Show ``snapshot``; a failed snapshot keeps the last rows and shows the error above them."""
         with self._lock:
