@@ -197,14 +197,6 @@ class Tensor:
         return self.op == "PERMUTE"
 
     @property
-    def is_transpose(self) -> bool:
-        return self.op == "TRANSPOSE"
-
-    @property
-    def is_reshape(self) -> bool:
-        return self.op == "RESHAPE"
-
-    @property
     def is_quantized(self) -> bool:
         return self.dtype not in TYPE_SIZE
 
