@@ -255,7 +255,6 @@ class Tensor:
         cache = self.graph._info_cache
         if self.id in cache:
             return cache[self.id]
-        has_offs = _has_field(OpInfo, "view_offs")
         stack: list[tuple[Tensor, bool]] = [(self, False)]
         while stack:
             t, ready = stack.pop()
@@ -273,7 +272,6 @@ class Tensor:
                 if dst.base.id not in cache:
                     stack.extend([(t, True), (dst.base, False)])
                     continue
-            extra = {"view_offs": view_offs} if has_offs else {}
             cache[t.id] = OpInfo(
                 op=t.op,
                 dtype=t.dtype,
@@ -284,7 +282,7 @@ class Tensor:
                 name=t.name,
                 nb=nb,
                 view_src=cache[view_src.id] if view_src is not None else None,
-                **extra,
+                view_offs=view_offs,
             )
         return cache[self.id]
 
@@ -295,12 +293,6 @@ class Tensor:
 #: SET_ROWS result, where llama.cpp's views hang off the cache leaf itself; showing it as a view
 #: would make FLASH_ATTN_EXT's "PERMUTE<-VIEW<-base" gate reject the equivalent graph.
 INPLACE_DST: dict[str, int] = {"CPY": 1}
-
-
-def _has_field(cls: Any, name: str) -> bool:
-    import dataclasses
-
-    return any(f.name == name for f in dataclasses.fields(cls))
 
 
 def _ne_str(ne: Sequence[int]) -> str:
