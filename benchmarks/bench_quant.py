@@ -84,7 +84,7 @@ class GgmlMatmul:
         import ggml
 
         g = self.g = ggml
-        tid = getattr(ggml, "GGML_TYPE_" + quant.quant_spec(qtype).name.upper())
+        tid = oracle.type_id(qtype)
         n = x.shape[0]
         params = g.ggml_init_params(
             mem_size=g.ggml_tensor_overhead() * 8 + g.ggml_graph_overhead(), mem_buffer=None, no_alloc=True
