@@ -7,9 +7,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ovkit.memory import MIB
 from ovkit.simulate import DeviceProfile, Failure, Profile, SimulatedCore
 
-MIB = 1024 * 1024
 GIB = 1024 * MIB
 
 

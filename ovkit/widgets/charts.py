@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
+from ovkit.memory import MIB
 from ovkit.widgets._html import error_box, png_img
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
 from ovkit.widgets.controls import LiveView, close_parts
@@ -88,7 +89,7 @@ def plot_buffers(ax: Axes, frame: pd.DataFrame) -> None:
     table = frame.pivot_table(index="usage", columns="device", values="bytes", aggfunc="sum", fill_value=0)
     bottom = [0.0] * len(table.index)
     for device in table.columns:
-        values = [v / (1024 * 1024) for v in table[device]]
+        values = [v / MIB for v in table[device]]
         ax.bar([str(i) for i in table.index], values, bottom=bottom, label=str(device))
         bottom = [a + b for a, b in zip(bottom, values, strict=True)]
     ax.set_ylabel("MiB")
