@@ -25,7 +25,7 @@ import mmap
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -121,10 +121,6 @@ class _Registry:
         with self._lock:
             return any(obj is bt for bt in self._types.values())
 
-    def all(self) -> list[BufferType]:
-        with self._lock:
-            return list(self._types.values())
-
 
 _REGISTRY = _Registry()
 
@@ -147,11 +143,6 @@ def is_ovkit_buffer_type(obj: object) -> bool:
 def buffer_type_kind(obj: object) -> BufferKind | None:
     """The kind of an ovkit buffer type (read from its metadata), or None for anything else."""
     return obj.kind if isinstance(obj, BufferType) and _REGISTRY.owns(obj) else None
-
-
-def buffer_types() -> list[BufferType]:
-    """Every buffer type created so far."""
-    return _REGISTRY.all()
 
 
 def tensor_nbytes(shape: Sequence[int], dtype: str) -> int:
@@ -867,9 +858,3 @@ def allocation_summary() -> pd.DataFrame:
 def tracked_bytes(device: str | None = None) -> int:
     """Bytes in live ovkit buffers (all devices, or one)."""
     return TRACKER.tracked_bytes(device)
-
-
-def iter_buffers_bytes() -> Iterator[tuple[str, str, int]]:
-    """(device, usage, bytes) for each live buffer."""
-    for e in TRACKER.live():
-        yield e.device, e.usage, e.bytes
