@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -21,17 +21,23 @@ if TYPE_CHECKING:
 Arr = np.ndarray
 ReferenceFn = Callable[[Tensor, list[Any]], Arr]
 REFERENCES: dict[str, ReferenceFn] = {}
+Fn = TypeVar("Fn")
+
+
+def register_in(table: dict[str, Fn], keys: tuple[str, ...]) -> Callable[[Fn], Fn]:
+    """A decorator storing its function in ``table`` under each of the op-table ``keys``."""
+
+    def deco(fn: Fn) -> Fn:
+        for k in keys:
+            table[k] = fn
+        return fn
+
+    return deco
 
 
 def reference(*keys: str) -> Callable[[ReferenceFn], ReferenceFn]:
     """Register ``fn`` as the numpy reference of the op-table ``keys``."""
-
-    def deco(fn: ReferenceFn) -> ReferenceFn:
-        for k in keys:
-            REFERENCES[k] = fn
-        return fn
-
-    return deco
+    return register_in(REFERENCES, keys)
 
 
 def f32(x: Arr) -> Arr:

@@ -18,7 +18,7 @@ import openvino as ov
 import openvino.opset16 as ops
 
 from ovkit.graph import GraphError, Tensor, ggml_index_map, round_to
-from ovkit.ops.reference import tri_mask
+from ovkit.ops.reference import register_in, tri_mask
 
 if TYPE_CHECKING:
     from ovkit.graph import Graph
@@ -41,13 +41,7 @@ TRANSLATORS: dict[str, TranslateFn] = {}
 
 def translator(*keys: str) -> Callable[[TranslateFn], TranslateFn]:
     """Register ``fn`` as the translator of the op-table ``keys``."""
-
-    def deco(fn: TranslateFn) -> TranslateFn:
-        for k in keys:
-            TRANSLATORS[k] = fn
-        return fn
-
-    return deco
+    return register_in(TRANSLATORS, keys)
 
 
 # ---------------------------------------------------------------------------- helpers
