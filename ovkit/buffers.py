@@ -843,15 +843,11 @@ def allocation_history() -> pd.DataFrame:
 
 def allocation_summary() -> pd.DataFrame:
     """Live bytes per device and usage (the data of a stacked bar chart)."""
-    df = current_allocations()
-    if df.empty:
-        return (
-            df.groupby(["device", "usage"])
-            .agg(bytes=("bytes", "sum"), buffers=("buffer_id", "count"))
-            .reset_index()
-        )
-    return df.groupby(["device", "usage"], as_index=False).agg(
-        bytes=("bytes", "sum"), buffers=("buffer_id", "count")
+    return (
+        current_allocations()
+        .groupby(["device", "usage"])
+        .agg(bytes=("bytes", "sum"), buffers=("buffer_id", "count"))
+        .reset_index()
     )
 
 
