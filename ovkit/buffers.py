@@ -413,6 +413,10 @@ class Buffer:
         self._extras: dict[int, TensorExtra] = {}  # id(base PlacedTensor) -> owned extra
         self._next = 0
         self._freed = False
+        self._track_storage()
+
+    def _track_storage(self) -> None:
+        """Record the allocation of the current storage; release it if the buffer is collected unfreed."""
         TRACKER.record_alloc(self)
         self._finalizer = weakref.finalize(self, _finalize, self.storage, self._extras, self.id)
 
@@ -535,9 +539,8 @@ class Buffer:
             self._remote_copy_in(0, old.data)
         old.free()
         self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _finalize, self.storage, self._extras, self.id)
         TRACKER.record_free(self.id)
-        TRACKER.record_alloc(self)
+        self._track_storage()
 
     def view(
         self,
