@@ -1146,10 +1146,7 @@ class Engine:
                 entry = self._entries.get(key)
                 if entry is not None:
                     self._entries.move_to_end(key)
-                    self._counters.hits += 1
-                    self.last_hit = True
-                    if cfg.memory_optimize or cfg.release_weights_explicit:
-                        _release_on_hit(dev, cfg)
+                    self._hit(dev)
                     return entry
             self._counters.misses += 1
             self.last_hit = False
@@ -1164,6 +1161,17 @@ class Engine:
                 self._entries[key] = entry
                 self._evict()
             return entry
+
+    def _hit(self, device: str) -> None:
+        """Count a cache hit; with GGML_OPENVINO_RELEASE_WEIGHTS (upstream §6.6) the first hit
+        releases the host weights."""
+        self._counters.hits += 1
+        self.last_hit = True
+        cfg = self._config
+        if cfg.memory_optimize or cfg.release_weights_explicit:
+            from ovkit import weight_release
+
+            weight_release.on_cache_hit(device, cfg)
 
     def _make_key(
         self,
@@ -1335,13 +1343,6 @@ class Engine:
             cached = (model, shapes, model_structure_key(model))
             self._model_keys[id(model)] = cached
         return self.run(cached[2], model.clone, inputs, device, run_config, **kw)
-
-
-def _release_on_hit(device: str, config: OvkitConfig) -> None:
-    """GGML_OPENVINO_RELEASE_WEIGHTS (upstream §6.6): the first cache hit releases host weights."""
-    from ovkit import weight_release
-
-    weight_release.on_cache_hit(device, config)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1668,11 +1669,7 @@ def compute_graph(
         except KeyError:  # evicted by another thread meanwhile: look it up properly
             compiled = None
     if compiled is not None:
-        engine._counters.hits += 1
-        engine.last_hit = True
-        cfg = engine._config
-        if cfg.memory_optimize or cfg.release_weights_explicit:
-            _release_on_hit(plan.device, cfg)
+        engine._hit(plan.device)
     else:
         compiled = engine._lookup(plan.structure, plan.factory, plan.device, plan.run)
         # A weak reference: a plan must not keep an evicted or cleared model (and its device
