@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ovkit import quant
+from ovkit.memory import MIB
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -355,16 +356,16 @@ def cli(args: Any) -> int:
         )
         return 0
     print(
-        f"{model.path}: {len(model.tensors)} tensors, {model.total_bytes / 2**20:.1f} MiB, arch {model.architecture}"
+        f"{model.path}: {len(model.tensors)} tensors, {model.total_bytes / MIB:.1f} MiB, arch {model.architecture}"
     )
     counts = table.groupby("type")["bytes"].agg(["count", "sum"])
     for dtype, crow in counts.iterrows():
-        print(f"  {dtype!s:6} {int(crow['count']):5} tensors {int(crow['sum']) / 2**20:10.1f} MiB")
+        print(f"  {dtype!s:6} {int(crow['count']):5} tensors {int(crow['sum']) / MIB:10.1f} MiB")
     print("Fit check (weights after the requantization policy vs free memory):")
     for row in fit.to_dict("records"):
         verdict = "fits" if row["fits"] else "does NOT fit"
         print(
-            f"  {row['device']:8} {row['weight_bytes'] / 2**20:10.1f} MiB needed, "
-            f"{row['free_bytes'] / 2**20:10.1f} MiB free: {verdict}"
+            f"  {row['device']:8} {row['weight_bytes'] / MIB:10.1f} MiB needed, "
+            f"{row['free_bytes'] / MIB:10.1f} MiB free: {verdict}"
         )
     return 0
