@@ -68,6 +68,21 @@ def executed() -> Callable[[str], Any]:
     return get
 
 
+def run_papermill(name: str, tmp_path: Path, **parameters: Any) -> Any:
+    """Notebook ``name`` executed by papermill with ``parameters`` (skips without papermill)."""
+    papermill = pytest.importorskip("papermill")
+    out = tmp_path / f"{name}.ipynb"
+    papermill.execute_notebook(
+        str(NB_DIR / f"{name}.ipynb"),
+        str(out),
+        parameters=parameters,
+        kernel_name="python3",
+        progress_bar=False,
+        cwd=str(NB_DIR),
+    )
+    return nbformat.read(out, as_version=4)
+
+
 def cell(nb: Any, cell_id: str) -> Any:
     for c in nb.cells:
         if c.get("id") == cell_id:
@@ -217,17 +232,7 @@ def test_01_devices_shows_the_live_table_widget(executed: Callable[[str], Any]) 
 @pytest.mark.slow
 def test_01_devices_on_a_simulated_machine_with_papermill(tmp_path: Path) -> None:
     """``papermill -p profile laptop``: the whole notebook describes the simulated laptop."""
-    papermill = pytest.importorskip("papermill")
-    out = tmp_path / "01.ipynb"
-    papermill.execute_notebook(
-        str(NB_DIR / "01-devices.ipynb"),
-        str(out),
-        parameters={"profile": "laptop", "device": "GPU", "live_refresh": False},
-        kernel_name="python3",
-        progress_bar=False,
-        cwd=str(NB_DIR),
-    )
-    nb = nbformat.read(out, as_version=4)
+    nb = run_papermill("01-devices", tmp_path, profile="laptop", device="GPU", live_refresh=False)
     assert "machine: simulated 'laptop'" in text(nb, "setup")
     assert text(nb, "result").rstrip("\n") == LAPTOP_LIST
     assert "selected device: GPU" in text(nb, "device-table")
@@ -303,17 +308,7 @@ def test_02_compute_follows_the_selection(executed: Callable[[str], Any]) -> Non
 @pytest.mark.slow
 def test_02_runs_with_papermill_parameters(tmp_path: Path) -> None:
     """``papermill -p device GPU.1 -p profile laptop``: the parameters reach the notebook."""
-    papermill = pytest.importorskip("papermill")
-    out = tmp_path / "02.ipynb"
-    papermill.execute_notebook(
-        str(NB_DIR / "02-selecting-a-device.ipynb"),
-        str(out),
-        parameters={"device": "GPU.1", "profile": "laptop"},
-        kernel_name="python3",
-        progress_bar=False,
-        cwd=str(NB_DIR),
-    )
-    nb = nbformat.read(out, as_version=4)
+    nb = run_papermill("02-selecting-a-device", tmp_path, device="GPU.1", profile="laptop")
     default = next(c for c in nb.cells if c.get("id") == "default")
     err = "".join(o.text for o in default.outputs if o.output_type == "stream" and o.name == "stderr")
     if "GPU.1" in ovkit.resolve_device(log=False, env={}).available:
@@ -377,17 +372,7 @@ def test_03_transformer_block_with_stateful_kv_cache(executed: Callable[[str], A
 @pytest.mark.slow
 def test_03_runs_on_a_simulated_gpu_with_papermill(tmp_path: Path) -> None:
     """``papermill -p profile laptop -p device GPU``: every check holds under the GPU class policy."""
-    papermill = pytest.importorskip("papermill")
-    out = tmp_path / "03.ipynb"
-    papermill.execute_notebook(
-        str(NB_DIR / "03-compute-graphs.ipynb"),
-        str(out),
-        parameters={"device": "GPU", "profile": "laptop"},
-        kernel_name="python3",
-        progress_bar=False,
-        cwd=str(NB_DIR),
-    )
-    nb = nbformat.read(out, as_version=4)
+    nb = run_papermill("03-compute-graphs", tmp_path, device="GPU", profile="laptop")
     assert "running on GPU (simulated laptop, computed on this CPU)" in text(nb, "setup")
     assert "all pass: True" in text(nb, "result")
 
