@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ovkit import graph as ggml_graph
 from ovkit.ops.policy import OpInfo, Revision, SupportDecision, check_op, contiguous_nb
 
 #: The revision that produced the shipped CSV (see :class:`ovkit.ops.policy.Revision`).
@@ -152,33 +153,9 @@ def _maybe_view(t: OpInfo, v: Any, big: Sequence[int], name: str) -> OpInfo:
 # ----------------------------------------------------------------------------------------------
 # Per-test-case builders (tests/test-backend-ops.cpp constructors)
 
-UNARY_OPS = frozenset(
-    [
-        "ABS",
-        "SGN",
-        "NEG",
-        "STEP",
-        "TANH",
-        "ELU",
-        "RELU",
-        "SIGMOID",
-        "GELU",
-        "GELU_QUICK",
-        "SILU",
-        "HARDSWISH",
-        "HARDSIGMOID",
-        "EXP",
-        "EXPM1",
-        "SOFTPLUS",
-        "GELU_ERF",
-        "XIELU",
-        "FLOOR",
-        "CEIL",
-        "ROUND",
-        "TRUNC",
-    ]
-)
-GLU_OPS = frozenset(["REGLU", "GEGLU", "SWIGLU", "SWIGLU_OAI", "GEGLU_ERF", "GEGLU_QUICK"])
+#: ggml unary and GLU op names (the ggml.h enums as ``ovkit.graph`` mirrors them).
+UNARY_OPS = frozenset(ggml_graph.UNARY_OPS.values())
+GLU_OPS = frozenset(ggml_graph.GLU_OPS.values())
 #: ggml ops (GGML_OP_*) whose test case's output node is that op (used for ops not registered
 #: upstream: the op-membership gate decides them whatever the graph).
 GGML_OPS = frozenset(
