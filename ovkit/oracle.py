@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import inspect
+import itertools
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -468,10 +469,9 @@ def _read_tensor(t: Any) -> np.ndarray:
     data = g.ggml_get_data(t)
     if data is None:
         raise RuntimeError("ggml result tensor has no data")
-    # byte span covered by the tensor
-    span = sum((ne[i] - 1) * nb[i] for i in range(4)) + (nb[0] if name in _STORAGE else 0)
     if name in _STORAGE:
-        span = max(span, nb[0])
+        # byte span covered by the tensor
+        span = max(sum((ne[i] - 1) * nb[i] for i in range(4)) + nb[0], nb[0])
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(data))
         itemsize = np.dtype(_STORAGE[name]).itemsize
         view = np.lib.stride_tricks.as_strided(
@@ -486,12 +486,9 @@ def _read_tensor(t: Any) -> np.ndarray:
     elif g.ggml_is_quantized(tid):
         rows: list[np.ndarray] = []
         row_bytes = int(g.ggml_row_size(tid, ne[0]))
-        for i3 in range(ne[3]):
-            for i2 in range(ne[2]):
-                for i1 in range(ne[1]):
-                    off = i1 * nb[1] + i2 * nb[2] + i3 * nb[3]
-                    blob = ctypes.string_at(data + off, row_bytes)
-                    rows.append(dequantize(name, blob, (ne[0],)))
+        for i3, i2, i1 in itertools.product(range(ne[3]), range(ne[2]), range(ne[1])):
+            blob = ctypes.string_at(data + i1 * nb[1] + i2 * nb[2] + i3 * nb[3], row_bytes)
+            rows.append(dequantize(name, blob, (ne[0],)))
         arr = np.stack(rows).reshape(tuple(reversed(ne)))
     else:
         raise TypeError(f"cannot read a ggml tensor of type {name}")
