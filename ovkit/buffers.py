@@ -167,7 +167,7 @@ def tensor_alloc_size(shape: Sequence[int], dtype: str) -> int:
     spec = quant.quant_spec(dtype)
     n = int(np.prod(shape, dtype=np.int64))
     groups = n // spec.group
-    weights = n * (4 if spec.bits == 4 else 8) // 8
+    weights = n * spec.container_bits // 8
     scales = groups * 2
     zp = 0 if spec.symmetric else groups
     layout = sum(_align(s, HOST_ALIGNMENT) for s in (weights, scales, zp))

@@ -67,6 +67,11 @@ class QuantSpec:
     symmetric: bool  # True: no zero point / bias
     upstream_weights: str  # OpenVINO element type upstream extracts to
 
+    @property
+    def container_bits(self) -> int:
+        """Bits per weight once extracted: 4-bit types stay 4-bit, 5/6/8-bit ones take a byte."""
+        return 4 if self.bits == 4 else 8
+
 
 #: The types of issue 5, in upstream's order (§5.2).
 QUANT_SPECS: dict[str, QuantSpec] = {
@@ -414,9 +419,8 @@ class QuantizedWeight:
             # fast: the exact integers 2*e2m1 in i8 (decompressing kernel, ~25% faster at n=1
             # than f4e2m1, which has no int8 path); upstream: the raw e2m1 codes
             return "i8" if self.form == "fast" else "f4e2m1"
-        if self.form == "fast" or spec.symmetric:
-            return {4: "i4", 5: "i8", 6: "i8", 8: "i8"}[spec.bits]
-        return {4: "u4", 5: "u8"}[spec.bits]
+        sign = "i" if self.form == "fast" or spec.symmetric else "u"
+        return f"{sign}{spec.container_bits}"
 
     # -- OpenVINO --------------------------------------------------------------------------------
     def _grouped(self, values: np.ndarray) -> np.ndarray:
@@ -744,7 +748,6 @@ def requant_bytes(target: RequantTarget, qtype: str, shape: Sequence[int]) -> in
     if target is RequantTarget.F16:
         return n * 2
     groups = n // spec.group
-    weight_bits = {4: 4, 5: 8, 6: 8, 8: 8}[spec.bits]
     zp = 0 if spec.symmetric else (groups + 1) // 2 if spec.bits == 4 else groups  # u4 or u8 zero points
     scale_bytes = groups * (1 if spec.name == "mxfp4" else 2)  # f8e8m0 or f16
-    return n * weight_bits // 8 + scale_bytes + zp
+    return n * spec.container_bits // 8 + scale_bytes + zp
