@@ -1486,18 +1486,17 @@ class GraphPlan:
         self.graph = graph
         self.outputs = tuple(outputs)  # strong refs: ids in the plan key stay valid
         self.extra_outputs = tuple(extra_outputs)
+        self.every = [*self.outputs, *self.extra_outputs]  # what the model computes
         self.device = device
         self.run = run
-        leaves = graph.inputs_of(list(self.outputs) + list(self.extra_outputs))
+        leaves = graph.inputs_of(self.every)
         self.slots = [_InputSlot(t) for t in leaves]
         self.input_names = [t.name for t in leaves]
         self.known = {t.name for t in graph.nodes if t.is_input}
         self.output_names = list(names) if names else [f"output{i}" for i in range(len(self.outputs))]
         # (engine generation, weak reference to the compiled graph)
         self.hot: tuple[int, weakref.ref[CompiledGraph]] | None = None
-        everything = list(self.outputs) + list(self.extra_outputs)
-        self.structure = graph_structure_key(graph, everything)
-        self.first_op = next((t.op for t in graph.topo(everything) if not t.is_leaf), None)
+        self.structure = graph_structure_key(graph, self.every)
         from ovkit.graph import NUMPY_DTYPE
 
         self._out_specs = [
@@ -1509,15 +1508,13 @@ class GraphPlan:
         """Raise ``UnsupportedOpError`` for the first op the device's policy rejects."""
         from ovkit.graph import UnsupportedOpError
 
-        every = list(self.outputs) + list(self.extra_outputs)
-        for t, decision in self.graph.check_support(every, str(device_class(self.device))):
+        for t, decision in self.graph.check_support(self.every, str(device_class(self.device))):
             if not decision.supported:
                 raise UnsupportedOpError(t, decision.reason, self.device)
 
     def factory(self) -> Any:
         """Build the OpenVINO model (called on a compile miss only); outputs get stable names."""
-        every = list(self.outputs) + list(self.extra_outputs)
-        model, names = self.graph.to_model(every, self.input_names)
+        model, names = self.graph.to_model(self.every, self.input_names)
         if list(names) != self.input_names:
             raise EngineError(f"to_model returned Parameters {names}, expected {self.input_names}")
         for port, name in zip(model.outputs, self.output_names, strict=True):
@@ -1550,7 +1547,7 @@ class GraphPlan:
                 out.append(view)
         except LookupError:
             prepared = self.graph._prepare_inputs(
-                list(self.outputs) + list(self.extra_outputs),
+                self.every,
                 {**{s.name: np.zeros(s.shape, s.dtype) for s in self.slots if s.name in skipped}, **inputs},
             )
             for s in self.slots:  # accepted: remember the spelling of each shape for the fast path
