@@ -485,22 +485,24 @@ class Graph:
         return self._new(op, a.ne, a.dtype, (a, b, ids))
 
     # ------------------------------------------------------------------ elementwise unary-like
-    def _float_unary(self, op: str, a: Tensor, params: Mapping[str, Any] | None = None) -> Tensor:
+    def _float_unary(
+        self,
+        op: str,
+        a: Tensor,
+        params: Mapping[str, Any] | None = None,
+        types: Sequence[str] = FLOAT_TYPES,
+    ) -> Tensor:
         self._check_tensor(op, "a", a)
-        self._check_types(op, "a", a, FLOAT_TYPES)
+        self._check_types(op, "a", a, types)
         return self._new(op, a.ne, a.dtype, (a,), params)
 
     def scale(self, a: Tensor, s: float) -> Tensor:
         """``ggml_scale``: a * s (f32 only: ggml's CPU aborts on other types)."""
-        self._check_tensor("SCALE", "a", a)
-        self._check_types("SCALE", "a", a, ("f32",))
-        return self._float_unary("SCALE", a, {"s": float(s), "b": 0.0})
+        return self._float_unary("SCALE", a, {"s": float(s), "b": 0.0}, ("f32",))
 
     def scale_bias(self, a: Tensor, s: float, b: float) -> Tensor:
         """``ggml_scale_bias``: a * s + b (f32 only)."""
-        self._check_tensor("SCALE", "a", a)
-        self._check_types("SCALE", "a", a, ("f32",))
-        return self._float_unary("SCALE", a, {"s": float(s), "b": float(b)})
+        return self._float_unary("SCALE", a, {"s": float(s), "b": float(b)}, ("f32",))
 
     def sqr(self, a: Tensor) -> Tensor:
         """``ggml_sqr``: a²."""
@@ -512,15 +514,11 @@ class Graph:
 
     def clamp(self, a: Tensor, min: float, max: float) -> Tensor:  # noqa: A002
         """``ggml_clamp``: min(max(a, min), max)."""
-        self._check_tensor("CLAMP", "a", a)
-        self._check_types("CLAMP", "a", a, ("f32", "f16"))
-        return self._float_unary("CLAMP", a, {"min": float(min), "max": float(max)})
+        return self._float_unary("CLAMP", a, {"min": float(min), "max": float(max)}, ("f32", "f16"))
 
     def fill(self, a: Tensor, c: float) -> Tensor:
         """``ggml_fill``: a tensor shaped like a, every element c."""
-        self._check_tensor("FILL", "a", a)
-        self._check_types("FILL", "a", a, ("f32", "f16"))
-        return self._float_unary("FILL", a, {"c": float(c)})
+        return self._float_unary("FILL", a, {"c": float(c)}, ("f32", "f16"))
 
     def unary(self, a: Tensor, op: int | str) -> Tensor:
         """``ggml_unary``: one of ggml's unary ops (enum value or name)."""
