@@ -25,7 +25,6 @@ import mmap
 import os
 import sys
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,17 +145,13 @@ class WeightReleaseRegistry:
             return len(self._entries)
 
     # -- hooks for the engine --------------------------------------------------------------------
-    def enabled(
-        self, device: str, config: OvkitConfig | None = None, env: Mapping[str, str] | None = None
-    ) -> bool:
-        cfg = config if config is not None else read_config(env, warn=False)
+    def enabled(self, device: str, config: OvkitConfig | None = None) -> bool:
+        cfg = config if config is not None else read_config(warn=False)
         return bool(cfg.release_weights(str(device_class(device))))
 
-    def on_cache_hit(
-        self, device: str, config: OvkitConfig | None = None, env: Mapping[str, str] | None = None
-    ) -> ReleaseResult | None:
+    def on_cache_hit(self, device: str, config: OvkitConfig | None = None) -> ReleaseResult | None:
         """Call on every cache hit: the first one with release enabled gives the pages back."""
-        if self.released or not self.enabled(device, config, env):
+        if self.released or not self.enabled(device, config):
             return None
         return self.release(device)
 
