@@ -173,36 +173,24 @@ def gpu_breakdown_frame(devices: Iterable[Device]) -> pd.DataFrame:
 
 
 BUFFER_COLUMNS = ["device", "usage", "bytes"]
-_BUFFER_FUNCTIONS = ("current_allocations", "allocations", "allocation_table")
 
 
 def buffer_usage_frame() -> pd.DataFrame:
     """ovkit's own live buffers summed by (device, usage) — weights / KV / compute.
 
-    Reads ``ovkit.buffers``' current-allocations DataFrame; an empty frame when that module (or
-    the function) is not there, so the chart shows "no buffers" instead of failing.
+    Reads :func:`ovkit.buffers.current_allocations`; an empty frame when that module cannot be
+    imported, so the chart shows "no buffers" instead of failing.
     """
     import pandas as pd
 
-    empty = pd.DataFrame(columns=BUFFER_COLUMNS)
     try:
         buffers = importlib.import_module("ovkit.buffers")
     except ImportError:
-        return empty
-    fn = next((getattr(buffers, n) for n in _BUFFER_FUNCTIONS if callable(getattr(buffers, n, None))), None)
-    if fn is None:
-        return empty
-    frame = fn()
-    if isinstance(frame, tuple):  # (current, history)
-        frame = frame[0]
-    if frame is None or len(frame) == 0:
-        return empty
-    frame = frame.reset_index() if "device" not in frame.columns else frame
-    size = next((c for c in ("bytes", "nbytes", "size") if c in frame.columns), None)
-    if size is None or "usage" not in frame.columns:
-        return empty
-    out = frame.groupby(["device", "usage"], as_index=False)[size].sum()
-    return out.rename(columns={size: "bytes"})[BUFFER_COLUMNS]
+        return pd.DataFrame(columns=BUFFER_COLUMNS)
+    frame = buffers.current_allocations()
+    if frame.empty:
+        return pd.DataFrame(columns=BUFFER_COLUMNS)
+    return frame.groupby(["device", "usage"], as_index=False)["bytes"].sum()[BUFFER_COLUMNS]
 
 
 class MemoryHistory:
