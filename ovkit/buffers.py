@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ovkit import quant, weight_release
+from ovkit.config import read_config
 from ovkit.devices import DeviceClass, device_class
-from ovkit.runtime import is_simulated
+from ovkit.runtime import get_core, is_simulated
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -149,8 +151,6 @@ def tensor_nbytes(shape: Sequence[int], dtype: str) -> int:
     """Bytes of a tensor of numpy ``shape`` and ggml ``dtype`` (quantized: whole blocks)."""
     if dtype in PLAIN_DTYPES:
         return int(np.prod(shape, dtype=np.int64)) * PLAIN_DTYPES[dtype].itemsize
-    from ovkit import quant
-
     spec = quant.quant_spec(dtype)
     rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
     return rows * quant.row_bytes(spec.name, int(shape[-1]))
@@ -162,8 +162,6 @@ def tensor_alloc_size(shape: Sequence[int], dtype: str) -> int:
     nbytes = tensor_nbytes(shape, dtype)
     if dtype in PLAIN_DTYPES or len(shape) > 3:
         return nbytes
-    from ovkit import quant
-
     spec = quant.quant_spec(dtype)
     n = int(np.prod(shape, dtype=np.int64))
     groups = n // spec.group
@@ -437,8 +435,6 @@ class Buffer:
                     size, note=f"simulated {self.buffer_type.device}: host memory", device_side=True
                 )
             if core is None:
-                from ovkit.runtime import get_core
-
                 core = get_core()
             return RemoteStorage(size, self.buffer_type.device, core)
         return HostStorage(size)
@@ -516,15 +512,10 @@ class Buffer:
             return
         if self.buffer_type.kind is not BufferKind.DEVICE:
             return
-        from ovkit.config import read_config
-
         if read_config(warn=False).stateful("GPU"):
             return  # stateful: the OpenVINO model owns the cache; the buffer stays on the host
-        if self._core is None:
-            from ovkit.runtime import get_core
-
-            if self.buffer_type.device not in get_core().available_devices:
-                return  # no such device here: nothing to migrate to
+        if self._core is None and self.buffer_type.device not in get_core().available_devices:
+            return  # no such device here: nothing to migrate to
         if self._extras:
             raise BufferUsageError(
                 f"KV cache tensor {name!r}: buffer {self.id} already has tensor extras; "
@@ -617,16 +608,12 @@ class Buffer:
         if t.dtype in PLAIN_DTYPES:
             extra = TensorExtra(ExtraKind.WEIGHT, weight=t.numpy())
         else:
-            from ovkit import quant
-
             raw = self.get_tensor(t) if self.is_remote else t.numpy()
             extra = TensorExtra(
                 ExtraKind.QUANTIZED_WEIGHT, weight=quant.from_blocks(t.dtype, raw, t.shape, t.name)
             )
         self.set_extra(t, extra)
         if register and self.usage is Usage.WEIGHTS and not self.is_remote:
-            from ovkit import weight_release
-
             weight_release.register_weight_buffer(self)
         return extra
 
@@ -696,8 +683,6 @@ class Buffer:
         self._freed = True
         self._finalizer.detach()
         if self.usage is Usage.WEIGHTS:
-            from ovkit import weight_release
-
             weight_release.REGISTRY.unregister(self)
         _release(self.storage, self._extras)
         self._tensors.clear()
