@@ -554,9 +554,7 @@ class Graph:
     # ------------------------------------------------------------------ GLU
     def glu(self, a: Tensor, op: int | str, swapped: bool = False) -> Tensor:
         """``ggml_glu``: split a's rows in halves; act(first) * second (halves exchanged if swapped)."""
-        name = GLU_OPS.get(op) if isinstance(op, int) else str(op).upper()
-        if name not in BUILT_GLU:
-            raise GraphError(f"GLU: operand op: expected one of {BUILT_GLU}, given {op!r}")
+        name = self._glu_name(op)
         self._check_tensor("GLU", "a", a)
         self._check_types("GLU", "a", a, ("f32", "f16"))
         ne = (a.ne[0] // 2, a.ne[1], a.ne[2], a.ne[3])
@@ -565,10 +563,15 @@ class Graph:
 
     def glu_split(self, a: Tensor, b: Tensor, op: int | str) -> Tensor:
         """``ggml_glu_split``: act(a) * b."""
+        return self._glu2(self._glu_name(op), a, b, {})
+
+    @staticmethod
+    def _glu_name(op: int | str) -> str:
+        """The GLU op's name from its enum value or name; GraphError unless this module builds it."""
         name = GLU_OPS.get(op) if isinstance(op, int) else str(op).upper()
         if name not in BUILT_GLU:
             raise GraphError(f"GLU: operand op: expected one of {BUILT_GLU}, given {op!r}")
-        return self._glu2(name, a, b, {})
+        return name
 
     def _glu2(self, name: str, a: Tensor, b: Tensor, extra: Mapping[str, Any]) -> Tensor:
         self._check_tensor("GLU", "a", a)
