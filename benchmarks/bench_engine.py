@@ -71,13 +71,12 @@ def paired(
 def steady_state(quick: bool) -> dict[str, float]:
     import openvino as ov
 
-    from ovkit.engine import GRAPH_RUN_CONFIG, get_engine
+    from ovkit.engine import GRAPH_RUN_CONFIG, RunConfig, get_engine
     from ovkit.graph import Graph
     from ovkit.runtime import default_core
 
     out: dict[str, float] = {}
     rng = np.random.default_rng(0)
-    from ovkit.engine import RunConfig
 
     # None = Graph.compute's default (f32; one thread for tiny graphs): the raw side compiles the
     # same model with the configuration the engine resolved, read back from the engine.
@@ -151,20 +150,22 @@ def cache_hit_vs_cold(quick: bool) -> dict[str, float]:
     engine = get_engine()
     x = np.random.default_rng(1).standard_normal((64, 256), dtype=np.float32)
     w = np.random.default_rng(2).standard_normal((256, 256), dtype=np.float32)
-    colds, hits = [], []
-    for _ in range(3 if quick else 7):
-        g = Graph()  # a fresh graph object each time: the structure key, not identity, must hit
+
+    def first_compute() -> float:
+        """Seconds of the first compute of a fresh graph object (the structure key, not the
+        object's identity, must hit)."""
+        g = Graph()
         y = g.rms_norm(g.mul_mat(g.constant(w), g.input("x", (64, 256))), 1e-6)
-        engine.clear()
-        before = engine.stats().compiles
         t0 = time.perf_counter()
         g.compute(y, {"x": x})
-        colds.append(time.perf_counter() - t0)
-        g2 = Graph()
-        y2 = g2.rms_norm(g2.mul_mat(g2.constant(w), g2.input("x", (64, 256))), 1e-6)
-        t0 = time.perf_counter()
-        g2.compute(y2, {"x": x})
-        hits.append(time.perf_counter() - t0)
+        return time.perf_counter() - t0
+
+    colds, hits = [], []
+    for _ in range(3 if quick else 7):
+        engine.clear()
+        before = engine.stats().compiles
+        colds.append(first_compute())
+        hits.append(first_compute())
         assert engine.stats().compiles == before + 1, "a cache hit compiled"
     cold, hit = statistics.median(colds), statistics.median(hits)
     report("first compute, new graph object, cache hit", hit, "cold compile", cold, "ms")
