@@ -93,12 +93,11 @@ class DeviceSelector(FallbackReprMixin, widgets.VBox):
         self.env = env
         self._callbacks: list[Callable[[SelectorState], None]] = [on_change] if on_change else []
         self._syncing = False
-        self.state: SelectorState = SelectorState(None, None, False, (), None)
+        self.state: SelectorState = SelectorState(None, None, False, (), None)  # sync() sets it
         try:
             devices = physical_device_ids(core)
-        except Exception as exc:
-            devices = []
-            self.state = SelectorState(None, None, False, (), None, error=error_text(exc))
+        except Exception:
+            devices = []  # only the free-text box then; sync() below shows the resolution
         self.dropdown = widgets.Dropdown(options=[UNSET, *devices], description="Device")
         self.text = widgets.Text(
             placeholder="or type any value, e.g. gpu",
