@@ -57,9 +57,7 @@ class OpEntry:
         (EXP f32, GLU odd ne0, ...) then ``policy.GATES[key]`` (``policy.op_gates``)."""
         from ovkit.ops import policy
 
-        op_gates = getattr(policy, "op_gates", None)
-        gates = op_gates(self.key) if callable(op_gates) else policy.GATES.get(self.key, ())
-        return tuple(g for g in gates if policy.Revision.N in getattr(g, "revisions", {policy.Revision.N}))
+        return tuple(g for g in policy.op_gates(self.key) if policy.Revision.N in g.revisions)
 
     @property
     def translate(self) -> Callable[..., Any] | None:
@@ -446,9 +444,9 @@ def registered_entries() -> list[OpEntry]:
 
 
 def _gate_text(gate: Any) -> str:
-    dc = getattr(gate, "device_class", None)
-    where = f" [{dc} only]" if dc and str(dc) not in gate.description else ""
-    quirk = " (quirk: upstream-exact mode only)" if getattr(gate, "quirk", False) else ""
+    dc = gate.device_class
+    where = f" [{dc} only]" if dc and dc not in gate.description else ""
+    quirk = " (quirk: upstream-exact mode only)" if gate.quirk else ""
     return f"{gate.description}{where}{quirk}"
 
 
@@ -458,10 +456,11 @@ def global_gates() -> list[str]:
 
     seen: list[str] = []
     for g in policy.GLOBAL_GATES:
-        if getattr(g, "ops", None):  # op-specific: listed in that op's row
+        if g.ops:  # op-specific: listed in that op's row
             continue
-        if policy.Revision.N in g.revisions and _gate_text(g) not in seen:
-            seen.append(_gate_text(g))
+        text = _gate_text(g)
+        if policy.Revision.N in g.revisions and text not in seen:
+            seen.append(text)
     return seen
 
 
