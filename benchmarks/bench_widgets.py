@@ -79,14 +79,18 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 }
 
 
-def _execute(kc: Any, code: str, timeout: float = 60.0) -> float:
-    """Seconds from execute request to the shell reply (the kernel ran the cell)."""
-    t0 = time.perf_counter()
-    msg_id = kc.execute(code, silent=False, store_history=False)
+def _shell_reply(kc: Any, msg_id: str, timeout: float) -> Any:
+    """The shell reply to request ``msg_id`` (skipping replies to earlier requests)."""
     while True:
         reply = kc.get_shell_msg(timeout=timeout)
         if reply["parent_header"].get("msg_id") == msg_id:
-            break
+            return reply
+
+
+def _execute(kc: Any, code: str, timeout: float = 60.0) -> float:
+    """Seconds from execute request to the shell reply (the kernel ran the cell)."""
+    t0 = time.perf_counter()
+    reply = _shell_reply(kc, kc.execute(code, silent=False, store_history=False), timeout)
     elapsed = time.perf_counter() - t0
     if reply["content"]["status"] != "ok":
         raise RuntimeError(f"kernel cell failed: {code!r}: {reply['content']}")
@@ -126,11 +130,7 @@ def bench_kernel(rounds: int, seconds: float) -> None:
 
 
 def _kernel_value(kc: Any, expr: str) -> int:
-    msg_id = kc.execute("", user_expressions={"v": expr})
-    while True:
-        reply = kc.get_shell_msg(timeout=30)
-        if reply["parent_header"].get("msg_id") == msg_id:
-            break
+    reply = _shell_reply(kc, kc.execute("", user_expressions={"v": expr}), 30.0)
     data = reply["content"]["user_expressions"]["v"]
     return int(data["data"]["text/plain"]) if data.get("status") == "ok" else -1
 
