@@ -17,8 +17,17 @@ import numpy as np
 import openvino as ov
 import openvino.opset16 as ops
 
-from ovkit.graph import GraphError, Tensor, ggml_index_map, round_to
-from ovkit.ops.reference import register_in, tri_mask
+from ovkit.graph import SHAPE_ONLY_SRCS, VIEW_OPS, GraphError, Tensor, ggml_index_map, round_to
+from ovkit.ops.reference import (
+    VISION,
+    alibi_slopes,
+    im2col_index,
+    register_in,
+    rope_pairs,
+    rope_sections,
+    rope_tables,
+    tri_mask,
+)
 
 if TYPE_CHECKING:
     from ovkit.graph import Graph
@@ -217,8 +226,6 @@ def build_model(graph: Graph, outputs: Sequence[Tensor], leaves: Sequence[Tensor
         )
         params.append(p)
         values[leaf.id] = ops.convert(p, ov.Type.bf16) if leaf.dtype == "bf16" else p
-    from ovkit.graph import SHAPE_ONLY_SRCS, VIEW_OPS
-
     for t in graph._value_nodes(outputs):
         if t.id in values:
             continue
@@ -592,8 +599,6 @@ def _mul_mat_id(t: Tensor, xs: list[Out]) -> Out:
 
 # ---------------------------------------------------------------------------- softmax / attention
 def _alibi(n_head: int, max_bias: float) -> Out:
-    from ovkit.ops.reference import alibi_slopes
-
     return const(alibi_slopes(n_head, max_bias).reshape(1, n_head, 1, 1))
 
 
@@ -685,8 +690,6 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
 # ---------------------------------------------------------------------------- rope
 @translator("ROPE")
 def _rope(t: Tensor, xs: list[Out]) -> Out:
-    from ovkit.ops.reference import VISION, rope_pairs, rope_sections, rope_tables
-
     p = t.params
     n_dims = p["n_dims"]
     pairs = rope_pairs(p, t.ne[0])
@@ -733,8 +736,6 @@ def _rope(t: Tensor, xs: list[Out]) -> Out:
 # ---------------------------------------------------------------------------- conv-like
 @translator("IM2COL")
 def _im2col(t: Tensor, xs: list[Out]) -> Out:
-    from ovkit.ops.reference import im2col_index
-
     b_t = t.srcs[1]
     assert b_t is not None
     p = t.params
