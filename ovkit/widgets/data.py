@@ -71,7 +71,6 @@ class DeviceRow:
     selected: bool
     simulated: bool
     errors: tuple[str, ...] = ()
-    host_available_mib: int | None = None
 
 
 def live_used_bytes(device: Device) -> int:
@@ -104,9 +103,6 @@ def device_row(device: Device, selected: str | None) -> DeviceRow:
         selected=device.name == selected,
         simulated=device.simulated,
         errors=errors,
-        host_available_mib=None
-        if device.host_available_bytes is None
-        else device.host_available_bytes // MIB,
     )
 
 
