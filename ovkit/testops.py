@@ -921,6 +921,12 @@ def _threshold(c: Case) -> float:
     return oracle.max_nmse(c.builder)
 
 
+def _first_line(exc: BaseException) -> str:
+    """The first line of an error's message (OpenVINO's often span many lines)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
+
+
 def _run_config(g: Any, out: Any, hints: str) -> Any:
     from ovkit.engine import DEFAULT_RUN_CONFIG, naive_run_config
 
@@ -960,8 +966,7 @@ def run_case(
         actual = compute_graph(g, [out], feed, device, core=core, config=_run_config(g, out, hints))[0]
         base["precision"] = _effective_precision(core)
     except Exception as exc:
-        msg = str(exc).strip().splitlines()
-        return CaseResult(**base, status="FAIL", detail=f"{type(exc).__name__}: {msg[0] if msg else ''}")
+        return CaseResult(**base, status="FAIL", detail=f"{type(exc).__name__}: {_first_line(exc)}")
     ref = reference
     try:
         if ref == "ggml":
@@ -971,8 +976,7 @@ def run_case(
         else:
             expected = g.compute(out, feed, mode="reference")
     except Exception as exc:
-        msg = str(exc).strip().splitlines()
-        return CaseResult(**base, status="FAIL", detail=f"reference ({ref}) failed: {msg[0] if msg else exc}")
+        return CaseResult(**base, status="FAIL", detail=f"reference ({ref}) failed: {_first_line(exc)}")
     expected = np.asarray(expected)
     if not oracle.same_ne(np.shape(actual), expected.shape):
         return CaseResult(
@@ -1025,8 +1029,7 @@ def perf_case(
             compute_graph(g, [out], feed, device, core=core, config=cfg)
             times.append(time.perf_counter() - t0)
     except Exception as exc:
-        msg = str(exc).strip().splitlines()
-        return CaseResult(**base, status="FAIL", detail=f"{type(exc).__name__}: {msg[0] if msg else ''}")
+        return CaseResult(**base, status="FAIL", detail=f"{type(exc).__name__}: {_first_line(exc)}")
     seconds = statistics.median(times)
     if vs_ggml:
         from ovkit import oracle
