@@ -52,6 +52,7 @@ def rounded(x: Arr, dtype: str) -> Arr:
 
 
 def ax(dim: int) -> int:
+    """Axis of ggml dim ``dim`` in a 4-D value (numpy or OpenVINO order ``[ne3, ne2, ne1, ne0]``)."""
     return 3 - dim
 
 

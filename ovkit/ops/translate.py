@@ -21,6 +21,7 @@ from ovkit.graph import SHAPE_ONLY_SRCS, VIEW_OPS, GraphError, Tensor, ggml_inde
 from ovkit.ops.reference import (
     VISION,
     alibi_slopes,
+    ax,
     im2col_index,
     register_in,
     rope_pairs,
@@ -107,11 +108,6 @@ def rounded(x: Out, dtype: str) -> Out:
 
 def reshape4(x: Out, ne: Sequence[int]) -> Out:
     return ops.reshape(x, i64([int(ne[3]), int(ne[2]), int(ne[1]), int(ne[0])]), False)
-
-
-def ax(dim: int) -> int:
-    """OpenVINO axis of ggml dim ``dim`` in a 4-D value."""
-    return 3 - dim
 
 
 def slice_dim(x: Out, dim: int, start: int, stop: int, step: int = 1) -> Out:
