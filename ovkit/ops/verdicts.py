@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ovkit import graph as ggml_graph
-from ovkit.ops.policy import OpInfo, Revision, SupportDecision, check_op, contiguous_nb
+from ovkit.ops.policy import TYPE_LAYOUT, OpInfo, Revision, SupportDecision, check_op, contiguous_nb
 
 #: The revision that produced the shipped CSV (see :class:`ovkit.ops.policy.Revision`).
 CSV_REVISION = Revision.V
@@ -390,8 +390,6 @@ def _diag(p: dict[str, Any]) -> OpInfo:
 
 
 def _pad_blck(n: int, dtype: str) -> int:
-    from ovkit.ops.policy import TYPE_LAYOUT
-
     blck = TYPE_LAYOUT.get(dtype.lower(), (1, 1))[0]
     return (n + blck - 1) // blck * blck
 
