@@ -130,7 +130,8 @@ def make_figure(name: str, frame: pd.DataFrame, size: tuple[float, float] = (5.6
     return fig
 
 
-def _png(fig: Figure) -> bytes:
+def figure_png(fig: Figure) -> bytes:
+    """``fig`` as PNG bytes, drawn on an Agg canvas (no pyplot: safe off the main thread)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     if not isinstance(fig.canvas, FigureCanvasAgg):
@@ -142,7 +143,7 @@ def _png(fig: Figure) -> bytes:
 
 def render_png(name: str, frame: pd.DataFrame) -> bytes:
     """Chart ``name`` drawn to PNG bytes on an Agg canvas (thread-safe: no pyplot)."""
-    return _png(make_figure(name, frame))
+    return figure_png(make_figure(name, frame))
 
 
 # -- live updates: move the artists of a kept figure instead of drawing a new one ------------
@@ -221,7 +222,7 @@ class LiveChart:
             self.full_draws += 1
         else:
             live[1](self.figure.axes[0], frame)
-        return _png(self.figure)
+        return figure_png(self.figure)
 
 
 class AllocationCharts(LiveView):

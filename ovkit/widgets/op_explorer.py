@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import io
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -22,6 +21,7 @@ import ipywidgets as widgets
 from ovkit.devices import device_class, physical_device_ids
 from ovkit.runtime import is_simulated
 from ovkit.widgets._html import FallbackReprMixin, error_box, esc, html_table, png_img
+from ovkit.widgets.charts import figure_png
 from ovkit.widgets.controls import close_parts
 from ovkit.widgets.data import error_text
 
@@ -185,16 +185,12 @@ def plot_runs(ax: Axes, frame: pd.DataFrame, title: str = "") -> None:
 
 
 def runs_png(frame: pd.DataFrame, title: str = "") -> bytes:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(4.8, 2.8), dpi=80)
     fig.subplots_adjust(left=0.16, right=0.97, top=0.88, bottom=0.14)
     plot_runs(fig.add_subplot(), frame, title)
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return figure_png(fig)
 
 
 def render_runs_html(runs: Sequence[OpRun]) -> str:
