@@ -1474,22 +1474,10 @@ class Graph:
     def _compute_on_device(
         self, outs: list[Tensor], inputs: Mapping[str, Any], device: str | None, core: Any, config: Any = None
     ) -> list[np.ndarray]:
-        """The device path: ``ovkit.engine.compute_graph`` (compile cache) when present."""
-        try:
-            from ovkit.engine import compute_graph
-        except ImportError:
-            compute_graph = None  # type: ignore[assignment]
-        if compute_graph is not None:
-            return list(compute_graph(self, outs, inputs, device, core=core, config=config))
-        from ovkit.ops.translate import model_inputs
-        from ovkit.selection import resolve_device
+        """The device path: ``ovkit.engine.compute_graph`` (compile cache)."""
+        from ovkit.engine import compute_graph
 
-        feed = self._prepare_inputs(outs, inputs)
-        dev = device if device is not None else resolve_device(core, log=False).device
-        self.check_supported(outs, dev)
-        model, names = self.to_model(outs)
-        raw = _run_on_device(model, model_inputs(self, names, feed), dev, core, config)
-        return [_from_model_output(o, r) for o, r in zip(outs, raw, strict=True)]
+        return list(compute_graph(self, outs, inputs, device, core=core, config=config))
 
     def check_supported(self, outputs: Sequence[Tensor], device: str) -> None:
         """Raise :class:`UnsupportedOpError` for the first op ``device``'s policy rejects."""
