@@ -1385,11 +1385,6 @@ def run_model(
     return get_engine(core).run_model(model, inputs, device, run)
 
 
-def cache_stats(core: Any = None) -> CacheStats:
-    """Counters of the process-wide engine of ``core``."""
-    return get_engine(core).stats()
-
-
 # ---------------------------------------------------------------------------------------------
 # ovkit.graph.Graph through the engine: a cached plan per (outputs, device, config).
 # ---------------------------------------------------------------------------------------------
