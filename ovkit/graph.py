@@ -1538,29 +1538,15 @@ def _from_model_output(t: Tensor, arr: np.ndarray) -> np.ndarray:
     return out.reshape(t.shape)
 
 
-#: compile configuration: exact f32 arithmetic (no bf16/f16 inference downcast), ggml's numbers.
-DEFAULT_COMPILE_CONFIG: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
-
-
 def _run_on_device(
-    model: Any, inputs: Sequence[np.ndarray], device: str, core: Any = None, config: Any = None
+    model: Any, inputs: Sequence[np.ndarray], device: str, core: Any = None
 ) -> list[np.ndarray]:
-    """Compile ``model`` on ``device`` and run it once: through ``ovkit.engine`` (compile cache)
-    when present, else directly. The one seam between graph building and execution."""
-    try:
-        from ovkit import engine
-    except ImportError:
-        engine = None  # type: ignore[assignment]
-    if engine is not None and hasattr(engine, "run_model") and hasattr(engine, "RunConfig"):
-        run_config = engine.RunConfig(inference_precision="f32")
-        return list(engine.run_model(model, list(inputs), device, core, run_config))
-    from ovkit.runtime import get_core
+    """Compile ``model`` on ``device`` and run it once through ``ovkit.engine`` (compile cache),
+    in exact f32 (no bf16/f16 inference downcast): ggml's numbers."""
+    from ovkit import engine
 
-    props = {**DEFAULT_COMPILE_CONFIG, **(dict(config) if isinstance(config, Mapping) else {})}
-    compiled = get_core(core).compile_model(model, device, props)
-    request = compiled.create_infer_request()
-    request.infer(list(inputs))
-    return [np.array(request.get_output_tensor(i).data) for i in range(len(compiled.outputs))]
+    run_config = engine.RunConfig(inference_precision="f32")
+    return list(engine.run_model(model, list(inputs), device, core, run_config))
 
 
 def ggml_index_map(t: Tensor) -> np.ndarray:
