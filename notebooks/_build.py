@@ -983,6 +983,7 @@ NB04 = [
         import ovkit
         from ovkit import buffers, engine, oracle, quant
         from ovkit.graph import Graph
+        from ovkit.memory import MIB
 
         core = ovkit.SimulatedCore(profile) if profile else ov.Core()
         env = {"GGML_OPENVINO_DEVICE": device}
@@ -1072,11 +1073,11 @@ NB04 = [
 
 
         def device_used_mib():
-            return next(x.used_bytes for x in ovkit.list_devices(core) if x.name == dev) / 2**20
+            return next(x.used_bytes for x in ovkit.list_devices(core) if x.name == dev) / MIB
 
 
         def rss_mib():
-            return psutil.Process().memory_info().rss / 2**20
+            return psutil.Process().memory_info().rss / MIB
 
 
         used.append(("start", device_used_mib(), rss_mib()))
@@ -1112,7 +1113,7 @@ NB04 = [
         ax1.set_ylabel("MiB")
         ax1.tick_params(axis="x", labelrotation=30)
         for name, part in history.groupby("device"):
-            ax2.step(part["time"] - history["time"].min(), part["live_bytes"] / 2**20, where="post", label=name)
+            ax2.step(part["time"] - history["time"].min(), part["live_bytes"] / MIB, where="post", label=name)
         ax2.set_title("ovkit buffers: live bytes (allocation record)")
         ax2.set_xlabel("s")
         ax2.legend()
@@ -1211,7 +1212,7 @@ NB04 = [
         wbuf = buffers.alloc_buffer("CPU", m * k * 2, "weights", host=True)
         wt = wbuf.place("blk.0.ffn_up.weight", (m, k), "f16")
         wbuf.set_weight(wt, (rng.standard_normal((m, k)) * 0.05).astype(np.float16))  # registers the buffer
-        print(f"registered: {weight_release.REGISTRY.count} buffer, {weight_release.REGISTRY.registered_bytes / 2**20:.0f} MiB")
+        print(f"registered: {weight_release.REGISTRY.count} buffer, {weight_release.REGISTRY.registered_bytes / MIB:.0f} MiB")
         xin = ops.parameter([1, k], ov.Type.f32, name="x")
         weight = ops.convert(ops.constant(wt.numpy(), shared_memory=True), "f32")  # zero-copy, as upstream
         compiled = default_core().compile_model(ov.Model([ops.matmul(xin, weight, False, True)], [xin]), "CPU")
@@ -1253,7 +1254,7 @@ NB04 = [
         print("ovkit buffers still live:", len(buffers.current_allocations()))
         worst = qtable["NMSE vs dequantized"].max()
         print(f"quantized mul_mat on {dev}: worst NMSE vs dequantized weights {worst:.1e} over {len(qtable)} types")
-        print(f"weight release: {released.released_bytes / 2**20:.0f} MiB released, RSS fell by {rss_before - rss_after:.0f} MiB")
+        print(f"weight release: {released.released_bytes / MIB:.0f} MiB released, RSS fell by {rss_before - rss_after:.0f} MiB")
         """,
     ),
 ]
