@@ -584,26 +584,20 @@ def build_catalogue() -> list[Case]:
             )
         )
     cases.append(case("SOFT_MAX", [Inp("a", (4, 32))], lambda g, x: g.soft_max(x["a"]), "soft_max"))
-    cases.append(
-        case(
-            "SOFT_MAX",
-            [Inp("a", (4, 32)), Inp("mask", (4, 32), "f32", "uniform", -1.0, 0.0)],
-            lambda g, x: g.soft_max_ext(x["a"], x["mask"], 0.5, 0.0),
-            "soft_max_ext",
-            scale=0.5,
-            max_bias=0.0,
+    for a_shape, mask_shape, scale, max_bias in (
+        ((4, 32), (4, 32), 0.5, 0.0),
+        ((4, 3, 32), (3, 32), 1.0, 8.0),
+    ):
+        cases.append(
+            case(
+                "SOFT_MAX",
+                [Inp("a", a_shape), Inp("mask", mask_shape, "f32", "uniform", -1.0, 0.0)],
+                _call("soft_max_ext", ["a", "mask"], scale, max_bias),
+                "soft_max_ext",
+                scale=scale,
+                max_bias=max_bias,
+            )
         )
-    )
-    cases.append(
-        case(
-            "SOFT_MAX",
-            [Inp("a", (4, 3, 32)), Inp("mask", (3, 32), "f32", "uniform", -1.0, 0.0)],
-            lambda g, x: g.soft_max_ext(x["a"], x["mask"], 1.0, 8.0),
-            "soft_max_ext",
-            scale=1.0,
-            max_bias=8.0,
-        )
-    )
     for dtype, mode, n_dims in (("f32", 0, 64), ("f32", 2, 64), ("f16", 2, 64), ("f32", 2, 33)):
         cases.append(
             case(
