@@ -1411,15 +1411,7 @@ class Graph:
         """The policy's decision for every op node ``outputs`` depend on."""
         from ovkit.ops.policy import check_op
 
-        decisions = []
-        for t in self.topo(outputs):
-            if t.is_leaf:
-                continue
-            try:
-                decisions.append((t, check_op(t, device_class)))
-            except NotImplementedError:  # policy not written yet: nothing to reject
-                continue
-        return decisions
+        return [(t, check_op(t, device_class)) for t in self.topo(outputs) if not t.is_leaf]
 
     def to_model(
         self, outputs: Tensor | Sequence[Tensor], inputs: Sequence[str] | None = None
