@@ -11,7 +11,7 @@ import openvino as ov
 import pandas as pd
 import pytest
 from openvino import opset13 as ops
-from widget_helpers import MIB, FlakyCore, wait_for
+from widget_helpers import MIB, FlakyCore, made_and_closed, wait_for
 
 from ovkit.simulate import SimulatedCore
 from ovkit.widgets import AllocationCharts
@@ -23,16 +23,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture
 def charts():
-    made: list[AllocationCharts] = []
-
-    def make(core, **kw):
-        c = AllocationCharts(core, **kw)
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.close()
+    yield from made_and_closed(AllocationCharts)
 
 
 def test_used_vs_free_and_gpu_breakdown(charts) -> None:

@@ -7,7 +7,7 @@ import re
 import time
 
 import pytest
-from widget_helpers import HOSTILE, HOSTILE_PROFILE, MIB, FlakyCore, thread_names, wait_for
+from widget_helpers import HOSTILE, HOSTILE_PROFILE, MIB, FlakyCore, made_and_closed, thread_names, wait_for
 
 from ovkit.selection import ENV_DEVICE
 from ovkit.simulate import SimulatedCore
@@ -26,16 +26,7 @@ def _selected_rows(html: str) -> list[str]:
 
 @pytest.fixture
 def table():
-    tables: list[DeviceTable] = []
-
-    def make(core, **kw):
-        t = DeviceTable(core, **kw)
-        tables.append(t)
-        return t
-
-    yield make
-    for t in tables:
-        t.close()
+    yield from made_and_closed(DeviceTable)
 
 
 def test_rows_and_values_of_the_laptop(table) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ovkit.memory import MIB
@@ -21,6 +21,19 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "
             return
         time.sleep(0.01)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def made_and_closed(cls: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
+    """Body of a fixture that yields ``make(core, **kw)`` and closes every widget it made."""
+    made: list[Any] = []
+
+    def make(core: Any, **kw: Any) -> Any:
+        made.append(cls(core, **kw))
+        return made[-1]
+
+    yield make
+    for widget in made:
+        widget.close()
 
 
 def thread_names() -> set[str]:
