@@ -23,7 +23,6 @@ Deliberate differences from upstream, recorded here:
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -991,9 +990,6 @@ def _as_opinfo(op: Any) -> OpInfo:
     if callable(build):
         info = build()
         if isinstance(info, OpInfo):
-            offs = int(getattr(op, "view_offs", 0) or 0)  # the node's own view offset (CPY gate)
-            if offs and not info.view_offs and info.view_src is not None:
-                info = dataclasses.replace(info, view_offs=offs)
             return info
     raise TypeError(f"check_op needs an OpInfo or a graph Tensor with .op_info(), got {type(op).__name__}")
 
