@@ -57,6 +57,8 @@ ENGINE_ENV: tuple[str, ...] = (
     "GGML_OPENVINO_STATEFUL_EXECUTION",
     "GGML_OPENVINO_DISABLE_CACHE",
     "GGML_OPENVINO_PROFILING",
+    "GGML_OPENVINO_MEMORY_OPTIMIZE",  # these two: a cache hit may release host weights
+    "GGML_OPENVINO_RELEASE_WEIGHTS",
     ENV_CACHE_SIZE,
 )
 
