@@ -63,15 +63,19 @@ def i64(values: Sequence[int] | int) -> Out:
     return ops.constant(np.asarray(values, dtype=np.int64))
 
 
+def output_of(x: Out) -> Any:
+    """The (first) ``Output`` of ``x``, a Node or already an Output."""
+    return x.output(0) if hasattr(x, "output") else x
+
+
 def f32(x: Out) -> Out:
     """``x`` as f32 (ggml's CPU computes f16/bf16 ops in f32)."""
-    out = x.output(0) if hasattr(x, "output") else x
-    return x if out.get_element_type() == ov.Type.f32 else ops.convert(x, ov.Type.f32)
+    return x if output_of(x).get_element_type() == ov.Type.f32 else ops.convert(x, ov.Type.f32)
 
 
 def to_type(x: Out, dtype: str) -> Out:
     """``x`` converted to the ggml type ``dtype`` (no-op when already that type)."""
-    out = x.output(0) if hasattr(x, "output") else x
+    out = output_of(x)
     target = OV_TYPE[dtype]
     if out.get_element_type() == target:
         return x
@@ -426,7 +430,7 @@ def _mul_mat(t: Tensor, xs: list[Out]) -> Out:
     fused = getattr(a.value, "ov_mul_mat", None) if a.is_leaf and a.is_quantized else None
     if fused is not None and a.ne[2] == 1 and a.ne[3] == 1:
         # the quantized weight builds the matmul form the CPU plugin keeps compressed
-        return reshape4(fused(xb.output(0) if hasattr(xb, "output") else xb), t.ne)
+        return reshape4(fused(output_of(xb)), t.ne)
     wa = _weight_f32(a, xs[0])
     if a.dtype in ("f16", "bf16") and b.dtype != a.dtype:
         xb = rounded(xb, a.dtype)  # ggml converts src1 to src0's vec_dot type
