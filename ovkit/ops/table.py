@@ -33,16 +33,13 @@ class OpEntry:
 
     @property
     def kind(self) -> str:
-        return self.key.split(".", 1)[0].lower() if "." in self.key else "op"
+        """``"op"``, or ``"unary"`` / ``"glu"`` for sub-ops."""
+        return self.op.lower() if self.sub_op else "op"
 
     @property
     def ggml_name(self) -> str:
         """``GGML_OP_ADD``, ``GGML_UNARY_OP_GELU``, ``GGML_GLU_OP_SWIGLU``."""
-        if self.key.startswith("UNARY."):
-            return "GGML_UNARY_OP_" + self.key.split(".", 1)[1]
-        if self.key.startswith("GLU."):
-            return "GGML_GLU_OP_" + self.key.split(".", 1)[1]
-        return "GGML_OP_" + self.key
+        return f"GGML_{self.op}_OP_{self.sub_op}" if self.sub_op else "GGML_OP_" + self.key
 
     @property
     def op(self) -> str:
