@@ -1503,11 +1503,7 @@ class GraphPlan:
 
     def check_support(self) -> None:
         """Raise ``UnsupportedOpError`` for the first op the device's policy rejects."""
-        from ovkit.graph import UnsupportedOpError
-
-        for t, decision in self.graph.check_support(self.every, str(device_class(self.device))):
-            if not decision.supported:
-                raise UnsupportedOpError(t, decision.reason, self.device)
+        self.graph.check_supported(self.every, self.device)
 
     def factory(self) -> Any:
         """Build the OpenVINO model (called on a compile miss only); outputs get stable names."""
