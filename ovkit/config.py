@@ -1,7 +1,9 @@
 """Every ``GGML_OPENVINO_*`` environment variable, parsed once with the C backend's rules.
 
 The backend reads integers with C ``atoi`` (leading integer, else 0) and tests toggles as
-``!= 0``; an empty string counts as unset.  ovkit accepts every value exactly as C would read it,
+``!= 0``; an empty string counts as unset.  Out-of-range numbers read as glibc's ``atoi`` reads
+them on 64-bit Linux: ``(int) strtol(s, NULL, 10)``, so the value saturates at the ``long`` range
+and then keeps its low 32 bits (``999999999999999999999`` is -1, ``2147483648`` is -2**31).  ovkit accepts every value exactly as C would read it,
 and warns (``OvkitConfigWarning``) whenever the raw text is not what a person meant to write:
 ``"yes"`` (read as 0, so *off*), ``"1x"`` (read as 1), ``"-1"`` (read as on, although the docs say
 negative values disable).  See docs/decisions (D6) and upstream-backend §1.
@@ -76,10 +78,35 @@ _CLEAN_INT = re.compile(r"[+-]?[0-9]+")
 _ATOI = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
 
 
-def atoi(text: str) -> int:
-    """C ``atoi``: skip leading white space, read an optional sign and digits, else 0."""
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1  # C long on LP64 (x86_64 Linux)
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+
+
+def _leading_integer(text: str) -> int:
+    """The integer ``strtol`` would parse with unlimited range: white space, sign, digits, else 0."""
     m = _ATOI.match(text)
     return int(m.group(1)) if m else 0
+
+
+def _as_c_int(n: int) -> int:
+    """``(int) strtol``: saturate to the long range, then keep the low 32 bits (two's complement)."""
+    n = min(max(n, LONG_MIN), LONG_MAX)
+    return (n + 2**31) % 2**32 - 2**31
+
+
+def atoi(text: str) -> int:
+    """glibc ``atoi`` (= ``(int) strtol(text, NULL, 10)``): leading integer, else 0, wrapped to int."""
+    return _as_c_int(_leading_integer(text))
+
+
+def _range_note(text: str) -> str:
+    """Why an out-of-range number reads as it does ('' when it fits a C int)."""
+    n = _leading_integer(text)
+    if INT_MIN <= n <= INT_MAX:
+        return ""
+    clamped = min(max(n, LONG_MIN), LONG_MAX)
+    how = f"strtol saturates it to {clamped}, then " if clamped != n else ""
+    return f"outside C int range: {how}atoi keeps its low 32 bits"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +190,9 @@ def _toggle(var: EnvVar, raw: str, issues: list[ConfigIssue]) -> bool:
     value = atoi(raw)
     on = value > 0 if var.kind is Kind.TRISTATE else value != 0
     state = "on" if on else "off"
-    if not _CLEAN_INT.fullmatch(raw):
+    if note := _range_note(raw):
+        issues.append(ConfigIssue(var.env_name, raw, f"{value} ({state}): {note}"))
+    elif not _CLEAN_INT.fullmatch(raw):
         issues.append(ConfigIssue(var.env_name, raw, f"{value} ({state}): not a clean integer"))
     elif value < 0:
         why = "negative values disable" if var.kind is Kind.TRISTATE else "atoi != 0 enables"
@@ -188,9 +217,13 @@ def read_config(env: Mapping[str, str] | None = None, *, warn: bool = True) -> O
             values[key] = tuple(n.strip() for n in text.split(",") if n.strip())
         elif var.kind is Kind.INT:
             n = atoi(text)
+            note = _range_note(text)
             if n <= 0:
-                issues.append(ConfigIssue(var.env_name, text, f"{n}, so the default 256"))
+                why = f" ({note})" if note else ""
+                issues.append(ConfigIssue(var.env_name, text, f"{n}{why}, so the default 256"))
                 n = DEFAULT_PREFILL_CHUNK_SIZE
+            elif note:
+                issues.append(ConfigIssue(var.env_name, text, f"{n}: {note}"))
             elif not _CLEAN_INT.fullmatch(text):
                 issues.append(ConfigIssue(var.env_name, text, f"{n}: not a clean integer"))
             values[key] = n

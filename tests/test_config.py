@@ -114,3 +114,42 @@ def test_config_is_immutable_and_tabulates_every_variable() -> None:
 def test_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GGML_OPENVINO_DISABLE_CACHE", "1")
     assert read_config().disable_cache
+
+
+OUT_OF_INT_RANGE = [
+    "999999999999999999999",
+    "-999999999999999999999",
+    "2147483648",
+    "-2147483649",
+    "4294967297",
+    "12345678901",
+    "9223372036854775808",
+    " +4294967551x",
+]
+
+
+@pytest.mark.parametrize("text", [*OUT_OF_INT_RANGE, "2147483647", "-2147483648", "7", "-0", "+-3", "\v5"])
+def test_atoi_matches_this_machines_libc(text: str) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.atoi.argtypes, libc.atoi.restype = [ctypes.c_char_p], ctypes.c_int
+    assert atoi(text) == libc.atoi(text.encode())
+
+
+def test_out_of_int_range_reads_as_glibc_with_a_warning() -> None:
+    cfg, warned = parse(PREFILL_CHUNK_SIZE="999999999999999999999", MANUAL_GQA_ATTN="2147483648")
+    assert cfg.prefill_chunk_size == 256  # atoi gives -1, so the default
+    assert cfg.manual_gqa_attn is False  # atoi gives -2**31: off
+    assert warned == [
+        "GGML_OPENVINO_PREFILL_CHUNK_SIZE='999999999999999999999' is read as -1 (outside C int range: "
+        "strtol saturates it to 9223372036854775807, then atoi keeps its low 32 bits), so the default 256",
+        "GGML_OPENVINO_MANUAL_GQA_ATTN='2147483648' is read as -2147483648 (off): "
+        "outside C int range: atoi keeps its low 32 bits",
+    ]
+    cfg, warned = parse(PREFILL_CHUNK_SIZE="4294967553")
+    assert cfg.prefill_chunk_size == 257
+    assert warned == [
+        "GGML_OPENVINO_PREFILL_CHUNK_SIZE='4294967553' is read as 257: outside C int range: "
+        "atoi keeps its low 32 bits"
+    ]
