@@ -2,7 +2,9 @@
 
 Upstream §6.6, in its own module as the backend-refactor seed asks:
 
-- Host buffers holding weights are *registered* (idempotent per address).
+- Host buffers holding weights are *registered*, keyed by the identity of their storage and held
+  weakly: a buffer dropped without ``free()`` leaves the registry when it is collected, so a new
+  buffer that the allocator places at the same address is a new entry (idempotent per storage).
 - On the **first cache hit** on a device where release is enabled (``OvkitConfig.release_weights``:
   RELEASE_WEIGHTS when set, else MEMORY_OPTIMIZE on the GPU class) and the runtime holds its own
   copy of the weights, every registered buffer is rounded *inward* to page boundaries and given
@@ -25,6 +27,7 @@ import mmap
 import os
 import sys
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,8 +72,15 @@ class ReleaseResult:
 class _Entry:
     address: int
     size: int
-    mm: mmap.mmap | None  # the backing anonymous mapping when known (Python's mmap.madvise)
-    owner: Any  # keeps the storage alive while registered
+    mm: mmap.mmap | None  # a raw range's mapping (Python's mmap.madvise); storages give theirs
+    owner: weakref.ref[Any] | None  # the storage, weakly: a dropped buffer must not stay registered
+
+    def live_owner(self) -> Any:
+        """The storage when it still holds its pages, else None (raw ranges: the entry itself)."""
+        if self.owner is None:
+            return self
+        owner = self.owner()
+        return None if owner is None or getattr(owner, "freed", False) else owner
 
 
 def _libc_madvise() -> Any:
@@ -95,7 +105,7 @@ class WeightReleaseRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[int, _Entry] = {}
+        self._entries: dict[tuple[str, int], _Entry] = {}
         self.released = False
         self.released_on: str | None = None
         self.last: ReleaseResult | None = None
@@ -112,36 +122,55 @@ class WeightReleaseRegistry:
         size = int(storage.size)
         if size == 0:
             return False
-        return self.register_range(int(storage.address), size, mm=storage.mmap, owner=storage)
-
-    def register_range(
-        self, address: int, size: int, *, mm: mmap.mmap | None = None, owner: Any = None
-    ) -> bool:
-        """Register raw host memory ``[address, address+size)`` (idempotent per address)."""
         with self._lock:
-            if self.released:
-                raise WeightsReleasedError(NEW_MODEL_MESSAGE)
-            if address in self._entries:
+            self._check_not_released()
+            key = ("storage", id(storage))
+            entry = self._entries.get(key)
+            if entry is not None and entry.live_owner() is storage:
                 return False
-            self._entries[address] = _Entry(address, size, mm, owner)
+            self._prune()
+            # id() is unique only while the storage lives: a dead entry under the same key is replaced
+            self._entries[key] = _Entry(int(storage.address), size, None, weakref.ref(storage))
             return True
+
+    def register_range(self, address: int, size: int, *, mm: mmap.mmap | None = None) -> bool:
+        """Register raw host memory ``[address, address+size)`` that the caller keeps alive
+        (idempotent per address)."""
+        with self._lock:
+            self._check_not_released()
+            key = ("range", int(address))
+            if key in self._entries:
+                return False
+            self._entries[key] = _Entry(int(address), int(size), mm, None)
+            return True
+
+    def _check_not_released(self) -> None:
+        if self.released:
+            raise WeightsReleasedError(NEW_MODEL_MESSAGE)
+
+    def _prune(self) -> None:
+        """Drop entries whose storage was freed (they hold no pages); caller holds the lock."""
+        for key in [k for k, e in self._entries.items() if e.live_owner() is None]:
+            del self._entries[key]
 
     def unregister(self, buffer: Any) -> None:
         """Forget a buffer (called when it is freed); unknown buffers are ignored."""
         storage = getattr(buffer, "storage", buffer)
         with self._lock:
-            for addr, e in list(self._entries.items()):
-                if e.owner is storage:
-                    del self._entries[addr]
+            entry = self._entries.get(("storage", id(storage)))
+            if entry is not None and entry.owner is not None and entry.owner() is storage:
+                del self._entries[("storage", id(storage))]
 
     @property
     def registered_bytes(self) -> int:
         with self._lock:
+            self._prune()
             return sum(e.size for e in self._entries.values())
 
     @property
     def count(self) -> int:
         with self._lock:
+            self._prune()
             return len(self._entries)
 
     # -- hooks for the engine --------------------------------------------------------------------
@@ -170,15 +199,17 @@ class WeightReleaseRegistry:
             count = 0
             madvise = None
             for e in self._entries.values():
-                if e.owner is not None and getattr(e.owner, "freed", False):
+                owner = e.live_owner()
+                if owner is None:
                     continue  # the buffer was freed meanwhile: its pages are gone already
+                mm = e.mm if e.owner is None else owner.mmap
                 start, length = page_range(e.address, e.size)
                 if length == 0:
                     continue
                 if os.name == "nt":  # pragma: no cover - upstream: nothing released on Windows
                     continue
-                if e.mm is not None and start == e.address and not e.mm.closed:
-                    e.mm.madvise(MADV_DONTNEED, 0, length)
+                if mm is not None and start == e.address and not mm.closed:
+                    mm.madvise(MADV_DONTNEED, 0, length)
                 else:
                     madvise = madvise or _libc_madvise()
                     if madvise(start, length, MADV_DONTNEED) != 0:

@@ -155,3 +155,24 @@ def test_engine_first_cache_hit_releases_and_recompile_raises(monkeypatch: pytes
     with pytest.raises(WeightsReleasedError, match="a new graph needs to be compiled"):
         engine.run(("relu", (1, 1024)), other.clone, {"x": xv}, "CPU")
     buf.free()
+
+
+def test_dropped_buffer_leaves_the_registry_and_a_new_one_at_its_address_is_released() -> None:
+    import gc
+
+    size = 1 << 16
+    old = buffers.alloc_buffer("CPU", size, buffers.Usage.WEIGHTS, host=True)
+    assert weight_release.register_weight_buffer(old)
+    old_address = old.storage.address
+    del old  # dropped without free()
+    gc.collect()
+    assert weight_release.REGISTRY.count == 0
+    new = buffers.alloc_buffer("CPU", size, buffers.Usage.WEIGHTS, host=True)
+    new.data[:] = 1
+    # the kernel usually hands the same pages' address back; either way the new buffer is new
+    assert weight_release.register_weight_buffer(new), f"same address: {new.storage.address == old_address}"
+    assert not weight_release.register_weight_buffer(new)  # idempotent per buffer
+    result = weight_release.REGISTRY.release("CPU")
+    assert (result.released_bytes, result.buffers) == (size, 1)
+    assert not new.data.any()  # its pages were really given back (read back as zeros)
+    new.free()
