@@ -104,6 +104,32 @@ def _n_rows(shape: Sequence[int]) -> int:
     return int(np.prod(shape[:-1])) if len(shape) > 1 else 1
 
 
+def checked_shape(spec: QuantSpec, shape: object, what: str = "tensor") -> tuple[int, ...]:
+    """``shape`` as a tuple of positive ints with rows a whole number of blocks, else QuantError.
+
+    Floats, bools, negative or zero sizes and an empty shape are refused by name: a quantized
+    tensor holds at least one block per row.
+    """
+    label = f"{spec.name} {what}"
+    if isinstance(shape, str | bytes) or not isinstance(shape, Sequence | np.ndarray):
+        raise QuantError(f"{label}: shape must be a sequence of positive integers, got {shape!r}")
+    dims = tuple(shape)
+    if not dims:
+        raise QuantError(f"{label}: shape () has no row length; expected at least one dimension")
+    for i, d in enumerate(dims):
+        if isinstance(d, bool) or not isinstance(d, int | np.integer):
+            raise QuantError(f"{label}: dimension {i} of shape {dims} is {d!r}, expected an integer")
+        if d <= 0:
+            raise QuantError(f"{label}: dimension {i} of shape {dims} is {d}, expected a positive size")
+    out = tuple(int(d) for d in dims)
+    if out[-1] % spec.block:
+        raise QuantError(
+            f"{label}: row length {out[-1]} (last dimension of {out}) is not a multiple of "
+            f"the block size {spec.block}"
+        )
+    return out
+
+
 def row_bytes(qtype: str, k: int) -> int:
     """Bytes of one row of ``k`` elements (``k`` must be a multiple of the block size)."""
     spec = quant_spec(qtype)
@@ -239,9 +265,7 @@ _DECODERS: dict[str, Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.nda
 def decode_blocks(qtype: str, raw: bytes | np.ndarray | memoryview, shape: Sequence[int]) -> Decoded:
     """Decode raw ggml blocks of a tensor with numpy ``shape`` (rows along the last axis)."""
     spec = quant_spec(qtype)
-    shape = tuple(int(s) for s in shape)
-    if len(shape) < 1 or any(s <= 0 for s in shape):
-        raise QuantError(f"{spec.name}: expected a shape of positive sizes, got {shape}")
+    shape = checked_shape(spec, shape)
     k = shape[-1]
     rows = _n_rows(shape)
     need = rows * row_bytes(spec.name, k)
@@ -337,13 +361,14 @@ class QuantizedWeight:
         spec = quant_spec(self.qtype)
         object.__setattr__(self, "qtype", spec.name)
         object.__setattr__(self, "requant", RequantTarget(self.requant))
-        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        what = f"weight {self.name!r}" if self.name else "weight"
+        object.__setattr__(self, "shape", checked_shape(spec, self.shape, what))
         if self.form not in FORMS:
             raise QuantError(f"unknown decompression form {self.form!r}; expected one of {FORMS}")
         need = self.rows * row_bytes(spec.name, self.shape[-1])
         if len(self.raw) != need:
             raise QuantError(
-                f"{spec.name} weight {self.name or ''} of shape {self.shape} needs {need} bytes, got {len(self.raw)}"
+                f"{spec.name} {what} of shape {self.shape} needs {need} bytes of blocks, got {len(self.raw)}"
             )
 
     # -- the graph-constant protocol (ovkit.graph.Graph.constant) --------------------------------
@@ -576,7 +601,7 @@ def from_blocks(
 ) -> QuantizedWeight:
     """A :class:`QuantizedWeight` from raw ggml blocks of numpy ``shape``."""
     data = raw.tobytes() if isinstance(raw, np.ndarray) else bytes(raw)
-    return QuantizedWeight(qtype, tuple(shape), data, name, form)
+    return QuantizedWeight(qtype, shape, data, name, form)  # type: ignore[arg-type]  # checked there
 
 
 def quantize(qtype: str, array: np.ndarray, name: str = "", form: Form = "fast") -> QuantizedWeight:

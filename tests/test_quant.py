@@ -128,7 +128,7 @@ def test_get_rows_matches_ggml_on_cpu(qtype: str, weights: np.ndarray) -> None:
 
 
 def test_wrong_block_bytes_name_sizes() -> None:
-    with pytest.raises(quant.QuantError, match=r"q4_0 .*\(4, 64\) needs 144 bytes, got 100"):
+    with pytest.raises(quant.QuantError, match=r"q4_0 .*\(4, 64\) needs 144 bytes of blocks, got 100"):
         quant.from_blocks("q4_0", b"\0" * 100, (4, 64))
 
 
@@ -253,3 +253,22 @@ def test_upstream_forms_use_upstream_containers(weights: np.ndarray) -> None:
     assert quant.quantize("q4_K", weights, form="upstream").container == "u4"
     assert quant.quantize("q5_1", weights, form="upstream_bias").container == "u8"
     assert quant.quantize("q4_0", weights, form="upstream").container == "i4"
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ((), r"q4_0 weight 'w': shape \(\) has no row length; expected at least one dimension"),
+        ((-2, 32), r"dimension 0 of shape \(-2, 32\) is -2, expected a positive size"),
+        ((0, 32), r"dimension 0 of shape \(0, 32\) is 0, expected a positive size"),
+        ((2.0, 32), r"dimension 0 of shape \(2\.0, 32\) is 2\.0, expected an integer"),
+        ((2, 32.5), r"dimension 1 of shape \(2, 32\.5\) is 32\.5, expected an integer"),
+        (32, r"shape must be a sequence of positive integers, got 32"),
+        ((2, 48), r"row length 48 \(last dimension of \(2, 48\)\) is not a multiple of the block size 32"),
+    ],
+)
+def test_from_blocks_refuses_bad_shapes_by_name(shape: object, message: str) -> None:
+    with pytest.raises(quant.QuantError, match=message):
+        quant.from_blocks("q4_0", b"", shape, name="w")  # type: ignore[arg-type]
+    with pytest.raises(quant.QuantError, match=message.split(": ", 1)[-1]):
+        quant.decode_blocks("q4_0", b"", shape)  # type: ignore[arg-type]
