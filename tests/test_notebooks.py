@@ -11,7 +11,6 @@ import ast
 import base64
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,8 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
+
+import jupytext  # noqa: E402
 
 import ovkit  # noqa: E402
 
@@ -83,17 +84,18 @@ def run_papermill(name: str, tmp_path: Path, **parameters: Any) -> Any:
     return nbformat.read(out, as_version=4)
 
 
-def cell(nb: Any, cell_id: str) -> Any:
-    for c in nb.cells:
-        if c.get("id") == cell_id:
-            return c
-    raise AssertionError(f"no cell with id {cell_id!r} in the notebook")
+def cell(nb: Any, tag: str) -> Any:
+    """The one cell tagged ``tag`` (``# %% tags=["tag"]`` in the notebook's ``.py`` source)."""
+    found = [c for c in nb.cells if tag in c.metadata.get("tags", [])]
+    if len(found) != 1:
+        raise AssertionError(f"expected one cell tagged {tag!r} in the notebook, found {len(found)}")
+    return found[0]
 
 
-def text(nb: Any, cell_id: str, stream: str | None = None) -> str:
+def text(nb: Any, tag: str, stream: str | None = None) -> str:
     """Everything a cell printed (stdout/stderr) and its text/plain results, joined."""
     parts = []
-    for out in cell(nb, cell_id).outputs:
+    for out in cell(nb, tag).outputs:
         if out.output_type == "stream" and stream in (None, out.name):
             parts.append(out.text)
         elif stream is None and "data" in out and "text/plain" in out.data:
@@ -101,12 +103,12 @@ def text(nb: Any, cell_id: str, stream: str | None = None) -> str:
     return "".join(parts)
 
 
-def html(nb: Any, cell_id: str) -> str:
-    return "".join(o.data.get("text/html", "") for o in cell(nb, cell_id).outputs if "data" in o)
+def html(nb: Any, tag: str) -> str:
+    return "".join(o.data.get("text/html", "") for o in cell(nb, tag).outputs if "data" in o)
 
 
-def pngs(nb: Any, cell_id: str) -> list[str]:
-    return [o.data["image/png"] for o in cell(nb, cell_id).outputs if "data" in o and "image/png" in o.data]
+def pngs(nb: Any, tag: str) -> list[str]:
+    return [o.data["image/png"] for o in cell(nb, tag).outputs if "data" in o and "image/png" in o.data]
 
 
 def widget_states(nb: Any, model_name: str) -> list[dict[str, Any]]:
@@ -120,7 +122,7 @@ def device_table_html(nb: Any) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Static checks: committed without outputs, a parameters cell first, in step with _build.py
+# Static checks: committed without outputs, a parameters cell first, in step with the .py source
 # ---------------------------------------------------------------------------------------------
 
 
@@ -157,11 +159,29 @@ def test_papermill_sees_every_parameter(path: Path) -> None:
     assert assigned and list(papermill.inspect_notebook(str(path))) == assigned
 
 
-def test_notebooks_match_their_generator() -> None:
-    run = subprocess.run(
-        [sys.executable, str(NB_DIR / "_build.py"), "--check"], capture_output=True, text=True
-    )
-    assert run.returncode == 0, run.stderr
+def _cells(nb: Any) -> list[tuple[str, str, list[str]]]:
+    return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_matches_its_py_source(path: Path) -> None:
+    """The ``.ipynb`` holds exactly the cells of its jupytext ``.py`` (run ``jupytext --sync``)."""
+    source = path.with_suffix(".py")
+    assert source.exists(), f"{path.name} has no {source.name}: notebooks are written as percent scripts"
+    py, ipynb = jupytext.read(source), nbformat.read(path, as_version=4)
+    hint = f"{path.name} and {source.name} disagree: run `jupytext --sync notebooks/{source.name}`"
+    assert _cells(ipynb) == _cells(py), hint
+    assert ipynb.metadata["kernelspec"] == py.metadata["kernelspec"], hint
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_code_cells_have_unique_tags(path: Path) -> None:
+    """Every code cell has a tag naming it, used once, so tests never depend on cell order."""
+    code = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    untagged = [c.source.splitlines()[0] for c in code if not c.metadata.get("tags")]
+    assert untagged == [], f"untagged code cells in {path.name}: {untagged}"
+    tags = [t for c in code for t in c.metadata["tags"]]
+    assert len(tags) == len(set(tags)), sorted({t for t in tags if tags.count(t) > 1})
 
 
 def test_kernel_python3_is_this_interpreter() -> None:
@@ -309,14 +329,12 @@ def test_02_compute_follows_the_selection(executed: Callable[[str], Any]) -> Non
 def test_02_runs_with_papermill_parameters(tmp_path: Path) -> None:
     """``papermill -p device GPU.1 -p profile laptop``: the parameters reach the notebook."""
     nb = run_papermill("02-selecting-a-device", tmp_path, device="GPU.1", profile="laptop")
-    default = next(c for c in nb.cells if c.get("id") == "default")
-    err = "".join(o.text for o in default.outputs if o.output_type == "stream" and o.name == "stderr")
+    err = text(nb, "default", "stderr")
     if "GPU.1" in ovkit.resolve_device(log=False, env={}).available:
         assert "OpenVINO: using device GPU.1" in err
     else:
         assert "GGML OpenVINO Backend: device GPU.1 is not available, fallback to CPU" in err
-    setup = next(c for c in nb.cells if c.get("id") == "setup")
-    assert "simulated laptop: ['AUTO', 'NPU', 'CPU', 'HETERO', 'GPU', 'MULTI']" in setup.outputs[0].text
+    assert "simulated laptop: ['AUTO', 'NPU', 'CPU', 'HETERO', 'GPU', 'MULTI']" in text(nb, "setup")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,214 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Devices: what OpenVINO sees on this machine
+#
+# llama.cpp's OpenVINO backend lists **one ggml device per physical OpenVINO device** and
+# prints it with `--list-devices`. This notebook shows the same list, the memory figures
+# behind each line and how each figure is computed, on this machine and on two simulated
+# machines (a laptop with CPU + iGPU + NPU, a workstation with two GPUs).
+#
+# Change the parameters below (or run `papermill 01-devices.ipynb out.ipynb -p profile laptop`)
+# to look at a simulated machine instead of this one.
+
+# %% tags=["parameters"]
+device = "CPU"  # GGML_OPENVINO_DEVICE on this machine, empty for unset
+profile = None  # None for this machine, or a simulated profile such as laptop
+compare_profiles = ["laptop", "workstation"]  # simulated machines shown side by side
+live_refresh = True  # keep the live device table refreshing in the background
+live_interval_s = 1.0  # seconds between refreshes
+
+# %% tags=["setup"]
+# %matplotlib inline
+import os
+import subprocess
+import sys
+
+import matplotlib.pyplot as plt
+import openvino as ov
+import pandas as pd
+from IPython.display import display
+
+import ovkit
+from ovkit.devices import physical_device_ids
+from ovkit.memory import MEMORY_RULES, MIB
+
+core = ovkit.SimulatedCore(profile) if profile else ov.Core()
+print("OpenVINO", ov.get_version())
+print("machine:", f"simulated {profile!r}" if profile else "this machine (real OpenVINO Core)")
+
+# %% [markdown]
+# ## 1. Raw ids and the physical list
+#
+# `core.available_devices` also names *virtual* devices (`AUTO`, `MULTI`, `HETERO`, `BATCH`)
+# that route work to other devices. The backend drops them and sorts the rest; the name of
+# each ggml device is the exact OpenVINO id (`GPU.1` stays `GPU.1`).
+
+# %% tags=["raw-ids"]
+print("available_devices:", core.available_devices)
+print("listed (physical, sorted):", physical_device_ids(core))
+
+# %% [markdown]
+# ## 2. The device table
+#
+# One row per device: its class (decided by the id's prefix), the description (`FULL_DEVICE_NAME`,
+# plus the architecture for an NPU), and memory in MiB. `memory_error` explains a 0/0 line;
+# `host_available_mib` is the OS's `MemAvailable`, shown for the CPU although the list line
+# reports free = total as the backend does on Linux.
+
+# %% tags=["device-table"]
+devices = ovkit.list_devices(core)
+selection = ovkit.resolve_device(core, env={"GGML_OPENVINO_DEVICE": device}, log=False)
+table = ovkit.device_table(devices=devices)
+table.insert(0, "selected", [name == selection.device for name in table.index])
+columns = ["selected", "class", "description", "total_mib", "used_mib", "free_mib"]
+display(table[columns + ["host_available_mib", "memory_error", "simulated"]])
+print("selected device:", selection.device)
+
+# %% [markdown]
+# ## 3. How each memory figure is computed
+#
+# The rule depends only on the device class (so `GPU.1` follows the GPU rule):
+
+# %% tags=["memory-rules"]
+rules = pd.DataFrame(
+    [
+        {
+            "class": cls,
+            "total from": r.total_property or "host RAM (sysconf)",
+            "used from": r.used_property or "-",
+            "formula": r.formula,
+        }
+        for cls, r in MEMORY_RULES.items()
+    ]
+).set_index("class")
+display(rules)
+
+
+# %% [markdown]
+# Each device's figures with the formula that produced them. For a GPU, *used* is the sum of
+# every value of `GPU_MEMORY_STATISTICS` (bytes this process's OpenVINO engine allocated, by
+# allocation type); `GPU_DEVICE_MAX_ALLOC_MEM_SIZE` (largest single allocation) is never used.
+
+
+# %% tags=["memory-per-device"]
+def explain(d):
+    print(f"{d.name} ({d.device_class} class): {d.memory_formula}")
+    print(f"    total {d.total_bytes:>15,} B = {d.total_mib} MiB")
+    breakdown = f"  breakdown {dict(d.memory_breakdown)}" if d.memory_breakdown else ""
+    print(f"    used  {d.used_bytes:>15,} B{breakdown}")
+    clamped = "  (clamped: used > total)" if d.memory_clamped else ""
+    print(f"    free  {d.free_bytes:>15,} B = {d.free_mib} MiB{clamped}")
+    if d.host_available_bytes is not None:
+        print(f"    host MemAvailable {d.host_available_bytes // MIB} MiB (live views only)")
+    if d.memory_error:
+        print(f"    memory_error: {d.memory_error}")
+
+
+for d in devices:
+    explain(d)
+
+# %% [markdown]
+# ## 4. The same on simulated machines
+#
+# No GPU or NPU here? `ovkit.SimulatedCore` answers OpenVINO's own property names from a
+# profile, so every rule above runs exactly as it would on the hardware. Models compiled for a
+# simulated device really run on this CPU, and while they live their constants count as that
+# device's allocations. Simulated rows say so (`simulated = True`).
+
+# %% tags=["simulated-tables"]
+machines = {"this machine" if not profile else f"simulated {profile}": devices}
+for name in compare_profiles:
+    sim = ovkit.SimulatedCore(name)
+    machines[f"simulated {name}"] = ovkit.list_devices(sim)
+    print(f"--- {name}: {sim.profile.summary}")
+    print("available_devices:", sim.available_devices)
+    sim_table = ovkit.device_table(devices=machines[f"simulated {name}"])
+    display(sim_table[["class", "description", "total_mib", "used_mib", "free_mib", "memory_formula"]])
+
+# %% [markdown]
+# Used and free memory per device, one panel per machine. The workstation's discrete GPU
+# already holds 1.6 GiB (its `GPU_MEMORY_STATISTICS` is non-zero); on the laptop the iGPU
+# and the NPU share host RAM.
+
+# %% tags=["memory-chart"]
+fig, axes = plt.subplots(1, len(machines), figsize=(4.2 * len(machines), 2.8), squeeze=False)
+for ax, (title, devs) in zip(axes[0], machines.items(), strict=True):
+    names = [d.name for d in devs]
+    used = [d.used_bytes / 2**30 for d in devs]
+    free = [d.free_bytes / 2**30 for d in devs]
+    ax.barh(names, used, color="tab:red", label="used")
+    ax.barh(names, free, left=used, color="tab:green", alpha=0.6, label="free")
+    ax.set_title(title)
+    ax.set_xlabel("GiB")
+    ax.invert_yaxis()
+axes[0][0].legend(loc="lower right")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 5. When a property fails
+#
+# A required memory property that is missing or raises gives **0 MiB, 0 MiB free** for that
+# device and keeps the reason in `memory_error` (tables show it, the list line does not).
+# Allocations above the total clamp free to 0.
+
+# %% tags=["error-profiles"]
+for name in ["gpu-memory-error", "gpu-overcommit"]:
+    sim_devices = ovkit.list_devices(ovkit.SimulatedCore(name))
+    print(f"--- simulated {name}")
+    print(ovkit.format_device_list(sim_devices))
+    with pd.option_context("display.max_colwidth", None):
+        display(ovkit.device_table(devices=sim_devices)[["used_mib", "free_mib", "clamped", "memory_error"]])
+
+# %% [markdown]
+# ## 6. The exact `--list-devices` text
+#
+# `ovkit.format_device_list` writes llama.cpp's format byte for byte:
+# `Available devices:` then `  <name>: <description> (<total> MiB, <free> MiB free)`, or
+# `  (none)`. The command line (`ovkit list-devices`, `ovkit --list-devices`) prints the same
+# text; the selection lines go to stderr.
+
+# %% tags=["cli-compare"]
+cmd = [sys.executable, "-m", "ovkit", "list-devices"]
+for sim in [profile, *compare_profiles]:
+    args = cmd + (["--simulate", sim] if sim else [])
+    env = {**os.environ, "GGML_OPENVINO_DEVICE": device}
+    run = subprocess.run(args, capture_output=True, text=True, env=env)
+    expected = ovkit.format_device_list(ovkit.list_devices(ovkit.SimulatedCore(sim) if sim else None))
+    print(f"$ ovkit list-devices{' --simulate ' + sim if sim else ''}   (stderr: {run.stderr.strip()!r})")
+    print(run.stdout, end="")
+    print(f"identical to format_device_list: {run.stdout == expected + chr(10)}")
+
+# %% [markdown]
+# ## 7. Live view
+#
+# The same rows as a widget that refreshes on a background thread (the kernel stays free):
+# the selected device is highlighted, simulated devices are labelled, a failing property
+# shows its error inline. Pause it or change the interval with its controls; `live.close()`
+# stops the thread.
+
+# %% tags=["live-table"]
+from ovkit.widgets import DeviceTable
+
+live = DeviceTable(
+    core,
+    interval=live_interval_s,
+    auto_refresh=live_refresh,
+    env={"GGML_OPENVINO_DEVICE": device},
+)
+display(live)
+
+# %% [markdown]
+# ## Result
+#
+# The list llama.cpp's `--list-devices` prints for this notebook's machine:
+
+# %% tags=["result"]
+print(ovkit.format_device_list(devices))
