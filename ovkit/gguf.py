@@ -1,16 +1,18 @@
 """GGUF files: metadata, a tensor table, constants (quantized stay quantized), and a fit check.
 
-Reading uses the ``gguf`` package's ``GGUFReader`` (a read-only memory map, nothing is loaded until
-used).  Broken files become :class:`GGUFError` naming the file and what is wrong: a truncated
-header or metadata, or tensor data whose offsets point past the end of the file.
+Reading is ovkit's own: the file is memory-mapped read-only, the header, metadata and tensor table
+are parsed with every count, length and offset checked against the bytes left before it is used
+(ggml's reader's rules), and tensor data is never copied until a constant is made.  Broken files
+become :class:`GGUFError` naming the file, the tensor or key, the bytes needed and the bytes there.
+Writing uses the ``gguf`` package's ``GGUFWriter``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,7 +71,7 @@ class GGUFModel:
     metadata: dict[str, Any]
     tensors: dict[str, TensorInfo]
     file_size: int
-    _reader: Any = field(repr=False, default=None)
+    _data: memoryview = field(repr=False, default_factory=lambda: memoryview(b""))
 
     # -- tables ----------------------------------------------------------------------------------
     def tensor_table(self) -> pd.DataFrame:
@@ -107,13 +109,9 @@ class GGUFModel:
 
     # -- data ------------------------------------------------------------------------------------
     def raw(self, name: str) -> np.ndarray:
-        """The tensor's bytes (a read-only view of the memory-mapped file)."""
+        """The tensor's bytes (a read-only view of the memory-mapped file; nothing is copied)."""
         info = self._info(name)
-        data = self._reader_tensor(name).data
-        raw = np.asarray(data).reshape(-1).view(np.uint8)
-        if raw.size != info.nbytes:
-            raise GGUFError(f"{self.path}: tensor {name!r} holds {raw.size} bytes, expected {info.nbytes}")
-        return raw
+        return np.frombuffer(self._data, np.uint8, count=info.nbytes, offset=info.offset)
 
     def constant(self, name: str, form: quant.Form = "fast") -> quant.QuantizedWeight | np.ndarray:
         """A graph constant: a QuantizedWeight for quantized types, a numpy array otherwise."""
@@ -129,7 +127,10 @@ class GGUFModel:
             if info.type == "bf16":
                 arr = (arr.astype(np.uint32) << 16).view(np.float32)
             return np.array(arr)
-        return quant.from_blocks(info.type, raw, info.shape, name=name, form=form)
+        try:
+            return quant.from_blocks(info.type, raw, info.shape, name=name, form=form)
+        except quant.QuantError as exc:
+            raise GGUFError(f"{self.path}: tensor {name!r} cannot be a constant: {exc}") from None
 
     def constants(
         self, form: quant.Form = "fast"
@@ -143,14 +144,6 @@ class GGUFModel:
             return self.tensors[name]
         except KeyError:
             raise KeyError(f"{self.path}: no tensor {name!r} (it has {len(self.tensors)} tensors)") from None
-
-    @cached_property
-    def _reader_tensors(self) -> dict[str, Any]:
-        """The reader's tensors by name (built once, not scanned per tensor)."""
-        return {t.name: t for t in self._reader.tensors}
-
-    def _reader_tensor(self, name: str) -> Any:
-        return self._reader_tensors[name]
 
     def load_into_buffer(
         self, device: str = "CPU", *, host: bool = True, core: Any = None, register: bool = True
@@ -222,64 +215,259 @@ def _short(v: Any) -> Any:
     return v
 
 
-def _field_value(f: Any) -> Any:
+# ------------------------------------------------------------------------------------------------
+# Reading: every count, length and offset is checked against the bytes left before it is used
+# ------------------------------------------------------------------------------------------------
+
+GGUF_MAGIC = b"GGUF"
+GGUF_VERSIONS = (2, 3)  # what ggml's reader accepts (v1 is refused there too)
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_NAME = 64  # GGML_MAX_NAME: names are shorter than this
+INT64_MAX = 2**63 - 1
+_ARRAY = 9
+_STRING = 8
+_BOOL = 7
+
+#: GGUF metadata value types with a fixed width: (name, numpy dtype, little-endian)
+_SCALAR_TYPES: dict[int, tuple[str, np.dtype[Any]]] = {
+    0: ("uint8", np.dtype("<u1")),
+    1: ("int8", np.dtype("<i1")),
+    2: ("uint16", np.dtype("<u2")),
+    3: ("int16", np.dtype("<i2")),
+    4: ("uint32", np.dtype("<u4")),
+    5: ("int32", np.dtype("<i4")),
+    6: ("float32", np.dtype("<f4")),
+    _BOOL: ("bool", np.dtype("<i1")),  # one byte, != 0 is true (as ggml reads it)
+    10: ("uint64", np.dtype("<u8")),
+    11: ("int64", np.dtype("<i8")),
+    12: ("float64", np.dtype("<f8")),
+}
+_VALUE_TYPE_NAMES = {k: v[0] for k, v in _SCALAR_TYPES.items()} | {_STRING: "string", _ARRAY: "array"}
+
+
+def _ggml_type_sizes() -> dict[int, tuple[int, int]]:
+    """ggml type id -> (elements per block, bytes per block), from the ``gguf`` package's table."""
     import gguf
 
-    types = list(f.types)
-    if not types:
-        return None
-    if types[0] == gguf.GGUFValueType.ARRAY:
-        if len(types) > 1 and types[1] == gguf.GGUFValueType.STRING:
-            return [bytes(f.parts[i]).decode("utf-8", "replace") for i in f.data]
-        return [_scalar(f.parts[i]) for i in f.data]
-    if types[0] == gguf.GGUFValueType.STRING:
-        return bytes(f.parts[f.data[0]]).decode("utf-8", "replace")
-    return _scalar(f.parts[f.data[0]])
+    return {int(t): (int(b), int(n)) for t, (b, n) in gguf.GGML_QUANT_SIZES.items()}
 
 
-def _scalar(part: Any) -> Any:
-    arr = np.asarray(part)
-    return arr.reshape(-1)[0].item() if arr.size == 1 else arr.tolist()
+class _Cursor:
+    """Reads little-endian fields from the mapped file; each read checks the bytes left first."""
+
+    def __init__(self, path: Path, data: memoryview) -> None:
+        self.path = path
+        self.data = data
+        self.size = len(data)
+        self.pos = 0
+
+    def fail(self, what: str) -> GGUFError:
+        return GGUFError(f"{self.path}: truncated or corrupt GGUF ({self.size} bytes): {what}")
+
+    def need(self, n: int, what: str) -> None:
+        left = self.size - self.pos
+        if n > left:
+            raise self.fail(f"{what} needs {n} bytes at offset {self.pos}, only {left} are left")
+
+    def take(self, n: int, what: str) -> memoryview:
+        self.need(n, what)
+        view = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return view
+
+    def scalar(self, dtype: np.dtype[Any], what: str) -> Any:
+        return np.frombuffer(self.take(dtype.itemsize, what), dtype)[0].item()
+
+    def u32(self, what: str) -> int:
+        return int(self.scalar(np.dtype("<u4"), what))
+
+    def u64(self, what: str) -> int:
+        return int(self.scalar(np.dtype("<u8"), what))
+
+    def string(self, what: str) -> str:
+        n = self.u64(f"the length of {what}")
+        return bytes(self.take(n, f"{what} ({n} bytes long)")).decode("utf-8", "replace")
+
+    def array(self, key: str) -> list[Any]:
+        item_type = int(self.scalar(np.dtype("<i4"), f"the item type of array {key!r}"))
+        count = self.u64(f"the length of array {key!r}")
+        if item_type == _STRING:
+            # every string takes at least its 8-byte length: refuse impossible counts up front
+            self.need(count * 8, f"array {key!r} of {count} strings")
+            return [self.string(f"item {i} of array {key!r}") for i in range(count)]
+        if item_type not in _SCALAR_TYPES:
+            raise self.fail(
+                f"array {key!r} has item type {_VALUE_TYPE_NAMES.get(item_type, item_type)!r}, "
+                "expected a number, bool or string type (ggml reads no nested arrays)"
+            )
+        tname, dtype = _SCALAR_TYPES[item_type]
+        raw = self.take(count * dtype.itemsize, f"array {key!r} of {count} {tname} values")
+        values = np.frombuffer(raw, dtype)
+        return (values != 0).tolist() if item_type == _BOOL else values.tolist()
+
+    def value(self, key: str) -> tuple[int, Any]:
+        vtype = int(self.scalar(np.dtype("<i4"), f"the type of key {key!r}"))
+        if vtype == _ARRAY:
+            return vtype, self.array(key)
+        if vtype == _STRING:
+            return vtype, self.string(f"the value of key {key!r}")
+        if vtype not in _SCALAR_TYPES:
+            raise self.fail(
+                f"key {key!r} has value type {vtype}, expected one of {sorted(_VALUE_TYPE_NAMES)}"
+            )
+        v = self.scalar(_SCALAR_TYPES[vtype][1], f"the value of key {key!r}")
+        return vtype, bool(v) if vtype == _BOOL else v
+
+
+def _header(cur: _Cursor) -> tuple[int, int]:
+    """Version, tensor count and key count, each checked (ggml's rules)."""
+    cur.take(4, "the magic")
+    version = cur.u32("the version")
+    if version & 0xFFFF == 0 and version:
+        raise cur.fail(
+            f"version {version:#x} looks byte-swapped: a big-endian GGUF file, expected little-endian"
+        )
+    if version not in GGUF_VERSIONS:
+        raise cur.fail(f"GGUF version {version}, expected one of {GGUF_VERSIONS}")
+    n_tensors = cur.u64("the tensor count")
+    n_kv = cur.u64("the metadata key count")
+    # every key takes at least 12 bytes (length + type), every tensor info at least 24
+    for count, least, what in ((n_kv, 12, "metadata keys"), (n_tensors, 24, "tensor infos")):
+        if count > INT64_MAX or count * least > cur.size - cur.pos:
+            raise cur.fail(
+                f"the header declares {count} {what}, which need at least {count * least} bytes; "
+                f"{cur.size - cur.pos} are left"
+            )
+    return n_tensors, n_kv
+
+
+def _metadata(cur: _Cursor, n_kv: int) -> tuple[dict[str, Any], int]:
+    """The key/value pairs and the alignment (``general.alignment``, a power of two)."""
+    metadata: dict[str, Any] = {}
+    alignment = DEFAULT_ALIGNMENT
+    for i in range(n_kv):
+        key = cur.string(f"the name of key {i}")
+        if key in metadata:
+            raise cur.fail(f"duplicate metadata key {key!r}")
+        vtype, metadata[key] = cur.value(key)
+        if key == "general.alignment":
+            alignment = metadata[key]
+            if vtype != 4 or alignment == 0 or alignment & (alignment - 1):
+                raise cur.fail(
+                    f"general.alignment is {alignment!r} ({_VALUE_TYPE_NAMES[vtype]}), "
+                    "expected a uint32 power of two"
+                )
+    return metadata, alignment
+
+
+@dataclass(frozen=True, slots=True)
+class _RawInfo:
+    name: str
+    ggml_type: int
+    ne: tuple[int, ...]  # ggml order
+    nbytes: int
+    offset: int  # relative to the data section
+
+
+def _tensor_info(cur: _Cursor, i: int, sizes: dict[int, tuple[int, int]]) -> _RawInfo:
+    name = cur.string(f"the name of tensor {i}")
+    if len(name.encode()) >= MAX_NAME:
+        raise cur.fail(f"tensor {i} name {name[:80]!r} is {len(name.encode())} bytes, expected < {MAX_NAME}")
+    n_dims = cur.u32(f"the dimension count of tensor {name!r}")
+    if n_dims > MAX_DIMS:
+        raise cur.fail(f"tensor {name!r} has {n_dims} dimensions, expected at most {MAX_DIMS}")
+    ne = tuple(int(cur.scalar(np.dtype("<i8"), f"dimension {j} of tensor {name!r}")) for j in range(n_dims))
+    for j, n in enumerate(ne):
+        if n < 0:
+            raise cur.fail(f"tensor {name!r} dimension {j} is {n}, expected a non-negative size")
+    elements = math.prod(ne)
+    if elements > INT64_MAX:
+        raise cur.fail(f"tensor {name!r} of ne {list(ne)} has {elements} elements, more than an int64 holds")
+    ggml_type = int(cur.scalar(np.dtype("<i4"), f"the type of tensor {name!r}"))
+    if ggml_type not in sizes:
+        raise cur.fail(f"tensor {name!r} has ggml type {ggml_type}, which is not a ggml type")
+    block, type_size = sizes[ggml_type]
+    row = ne[0] if ne else 1
+    if row % block:
+        raise cur.fail(
+            f"tensor {name!r} ({type_name(ggml_type)}) has rows of {row} elements, "
+            f"not a multiple of its block size {block}"
+        )
+    nbytes = elements // block * type_size
+    offset = cur.u64(f"the data offset of tensor {name!r}")
+    return _RawInfo(name, ggml_type, ne, nbytes, offset)
+
+
+def _pad(n: int, alignment: int) -> int:
+    return (n + alignment - 1) // alignment * alignment
+
+
+def _check_layout(cur: _Cursor, infos: list[_RawInfo], data_start: int, alignment: int) -> None:
+    """Tensors packed in table order, each padded to the alignment, all inside the file (as ggml)."""
+    expected = 0
+    for t in infos:
+        end = data_start + t.offset + t.nbytes
+        if end > cur.size:
+            raise GGUFError(
+                f"{cur.path}: tensor {t.name!r} ({type_name(t.ggml_type)}, ne {list(t.ne)}) needs "
+                f"{t.nbytes} bytes at file offset {data_start + t.offset}, up to byte {end}, but the "
+                f"file has {cur.size} bytes: it is truncated or corrupt"
+            )
+        if t.offset != expected:
+            raise cur.fail(
+                f"tensor {t.name!r} has data offset {t.offset}, expected {expected} (tensors are "
+                f"stored in table order, each padded to {alignment} bytes)"
+            )
+        expected = _pad(t.offset + t.nbytes, alignment)
+
+
+def _open_map(p: Path) -> memoryview:
+    import mmap
+
+    with open(p, "rb") as fh:
+        return memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
 
 
 def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
-    """Open a GGUF file (metadata + tensor infos); clear :class:`GGUFError` on broken files."""
-    import gguf
+    """Open a GGUF file (metadata + tensor infos, data memory-mapped); GGUFError on broken files.
 
+    Counts, lengths and offsets are checked against the file size before anything is read or
+    allocated (Python ints: nothing wraps), with the rules ggml's own reader applies.
+    """
     p = Path(path)
+    if p.is_dir():
+        raise GGUFError(f"{p}: is a directory, expected a GGUF file")
+    if not p.exists():
+        raise GGUFError(f"{p}: no such file")
     if not p.is_file():
-        raise GGUFError(f"{p}: no such GGUF file")
+        raise GGUFError(f"{p}: not a regular file, expected a GGUF file")
     size = p.stat().st_size
     with open(p, "rb") as fh:
         magic = fh.read(4)
-    if magic != b"GGUF":
-        raise GGUFError(f"{p}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
-    try:
-        reader = gguf.GGUFReader(p, "r")
-    except (ValueError, IndexError, OSError, KeyError, TypeError, OverflowError) as exc:
-        raise GGUFError(f"{p}: truncated or corrupt GGUF header/metadata ({size} bytes): {exc}") from exc
-    metadata: dict[str, Any] = {}
-    for key, f in reader.fields.items():
-        if key.startswith("GGUF."):
-            continue
-        try:
-            metadata[key] = _field_value(f)
-        except (ValueError, IndexError, UnicodeDecodeError) as exc:
-            metadata[key] = f"<unreadable: {exc}>"
+    if magic != GGUF_MAGIC:
+        raise GGUFError(f"{p}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
+    cur = _Cursor(p, _open_map(p))
+    n_tensors, n_kv = _header(cur)
+    metadata, alignment = _metadata(cur, n_kv)
+    sizes = _ggml_type_sizes()
+    infos: list[_RawInfo] = []
+    names: set[str] = set()
+    for i in range(n_tensors):
+        info = _tensor_info(cur, i, sizes)
+        if info.name in names:
+            raise cur.fail(f"duplicate tensor name {info.name!r}")
+        names.add(info.name)
+        infos.append(info)
+    data_start = _pad(cur.pos, alignment)
+    _check_layout(cur, infos, data_start, alignment)
     tensors: dict[str, TensorInfo] = {}
-    for t in reader.tensors:
-        tname = type_name(t.tensor_type)
-        shape = tuple(int(s) for s in reversed([int(x) for x in t.shape]))
-        nbytes = int(t.n_bytes)
-        offset = int(t.data_offset)
-        if offset + nbytes > size:
-            raise GGUFError(
-                f"{p}: tensor {t.name!r} ({tname}, {nbytes} bytes at offset {offset}) ends at byte "
-                f"{offset + nbytes}, past the end of the file ({size} bytes): the file is truncated or corrupt"
-            )
+    for t in infos:
+        tname = type_name(t.ggml_type)
         supported = tname in ("f32", "f16", "bf16") or tname in quant.QUANT_SPECS
-        tensors[t.name] = TensorInfo(t.name, tname, shape, nbytes, offset, supported)
-    return GGUFModel(p, metadata, tensors, size, reader)
+        shape = tuple(reversed(t.ne))
+        tensors[t.name] = TensorInfo(t.name, tname, shape, t.nbytes, data_start + t.offset, supported)
+    return GGUFModel(p, metadata, tensors, size, cur.data)
 
 
 def write_gguf(

@@ -26,6 +26,7 @@ Decompression forms (docs/quant.md has the measurements):
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -101,7 +102,7 @@ def quant_spec(qtype: str) -> QuantSpec:
 
 def _n_rows(shape: Sequence[int]) -> int:
     """Rows of a numpy ``shape`` (every axis but the last; 1 for a single row)."""
-    return int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    return math.prod(int(d) for d in shape[:-1])
 
 
 def checked_shape(spec: QuantSpec, shape: object, what: str = "tensor") -> tuple[int, ...]:
@@ -764,8 +765,8 @@ def requant_table() -> pd.DataFrame:
 def requant_bytes(target: RequantTarget, qtype: str, shape: Sequence[int]) -> int:
     """Bytes a weight of ``shape`` occupies after the policy (weights + scales [+ zero points])."""
     spec = quant_spec(qtype)
-    n = int(np.prod(shape))
-    rows = n // int(shape[-1])
+    n = math.prod(int(d) for d in shape)
+    rows = _n_rows(shape)
     if target is RequantTarget.Q8_0_C:
         return n + rows * 2
     if target is RequantTarget.Q4_0_128:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -134,8 +135,17 @@ def test_not_a_gguf(tmp_path: Path) -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(og.GGUFError, match="no such GGUF file"):
+    with pytest.raises(og.GGUFError, match=r"nope\.gguf: no such file$"):
         og.read_gguf(tmp_path / "nope.gguf")
+
+
+def test_directory_is_named_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ovkit.cli import main
+
+    with pytest.raises(og.GGUFError, match=r": is a directory, expected a GGUF file$"):
+        og.read_gguf(tmp_path)
+    assert main(["gguf", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"ovkit: {tmp_path}: is a directory, expected a GGUF file\n"
 
 
 def test_unknown_tensor_name(model_file: Path) -> None:
@@ -177,3 +187,113 @@ def test_cli_broken_file_exit_2(model_file: Path, tmp_path: Path, capsys: pytest
     bad.write_bytes(model_file.read_bytes()[:50])
     assert main(["gguf", str(bad)]) == 2
     assert "cut.gguf: truncated or corrupt" in capsys.readouterr().err
+
+
+# -- hostile files: counts, lengths and offsets checked before anything is read -----------------
+
+
+def _info_fields(data: bytes | bytearray, name: str) -> tuple[int, int, int]:
+    """Positions of a tensor info's first dimension and its offset field, and its n_dims."""
+    key = struct.pack("<Q", len(name)) + name.encode()
+    pos = data.index(key) + len(key)
+    n_dims = struct.unpack_from("<I", data, pos)[0]
+    return pos + 4, pos + 4 + 8 * n_dims + 4, n_dims
+
+
+def _patched(src: Path, dst: Path, name: str, *, ne0: int | None = None, offset: int | None = None) -> Path:
+    data = bytearray(src.read_bytes())
+    dims, off, _ = _info_fields(data, name)
+    if ne0 is not None:
+        struct.pack_into("<q", data, dims, ne0)
+    if offset is not None:
+        struct.pack_into("<Q", data, off, offset)
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+@pytest.mark.parametrize("offset", [2**64 - 1, 2**64 - 32, 2**64 - 4096, 2**63])
+def test_offsets_near_2_64_do_not_wrap(model_file: Path, tmp_path: Path, offset: int) -> None:
+    bad = _patched(model_file, tmp_path / "wrap.gguf", "blk.0.attn_norm.weight", offset=offset)
+    size = bad.stat().st_size
+    with pytest.raises(og.GGUFError) as err:
+        og.read_gguf(bad)
+    msg = str(err.value)
+    assert "tensor 'blk.0.attn_norm.weight'" in msg and "needs 1024 bytes at file offset" in msg
+    assert f"but the file has {size} bytes" in msg
+
+
+def _with_array(tmp_path: Path, declared: int, strings: bool = False) -> Path:
+    p = tmp_path / f"arr{declared}.gguf"
+    w = gguf_writer(p)
+    w.add_array("test.values", ["a", "b", "c"] if strings else [1, 2, 3])
+    w.add_tensor("t", np.ones((2, 32), np.float32))
+    _finish(w)
+    data = bytearray(p.read_bytes())
+    key = b"test.values"
+    count_pos = data.index(key) + len(key) + 4 + 4
+    assert struct.unpack_from("<Q", data, count_pos)[0] == 3
+    struct.pack_into("<Q", data, count_pos, declared)
+    p.write_bytes(bytes(data))
+    return p
+
+
+def gguf_writer(p: Path) -> Any:
+    """The gguf package's writer for a llama file at ``p``."""
+    import gguf
+
+    return gguf.GGUFWriter(p, "llama")
+
+
+def _finish(w: Any) -> None:
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.mark.parametrize("declared", [10**6, 10**7, 2**63, 2**64 - 1])
+@pytest.mark.parametrize("strings", [False, True])
+def test_huge_metadata_array_lengths_fail_at_once(tmp_path: Path, declared: int, strings: bool) -> None:
+    bad = _with_array(tmp_path, declared, strings)
+    kind = "strings" if strings else "int32 values"
+    with pytest.raises(og.GGUFError, match=rf"array 'test\.values' of {declared} {kind} needs \d+ bytes"):
+        og.read_gguf(bad)
+
+
+def test_array_within_the_file_still_reads(tmp_path: Path) -> None:
+    assert og.read_gguf(_with_array(tmp_path, 3)).metadata["test.values"] == [1, 2, 3]
+    assert og.read_gguf(_with_array(tmp_path, 3, strings=True)).metadata["test.values"] == ["a", "b", "c"]
+
+
+def test_quantized_tensor_with_zero_row_length(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ovkit.cli import main
+
+    src = og.write_gguf(
+        tmp_path / "q.gguf",
+        {"a": np.ones((4,), np.float32), "w": quant.quantize("q4_0", np.ones((2, 32), np.float32))},
+    )
+    bad = _patched(src, tmp_path / "ne0.gguf", "w", ne0=0)  # the last tensor: zero bytes, in the file
+    m = og.read_gguf(bad)
+    assert (m.tensors["w"].shape, m.tensors["w"].nbytes) == ((2, 0), 0)
+    fit = m.fit_check(SimulatedCore("laptop")).set_index("device")
+    assert fit.loc["CPU", "weight_bytes"] == 16  # the f32 tensor only: an empty weight needs nothing
+    with pytest.raises(
+        og.GGUFError, match=r"tensor 'w' cannot be a constant: .*is 0, expected a positive size"
+    ):
+        m.constant("w")
+    assert main(["gguf", str(bad), "--simulate", "laptop"]) == 0
+    assert "2 tensors" in capsys.readouterr().out
+
+
+def test_data_shorter_than_the_tensor_names_bytes_needed_and_present(
+    model_file: Path, tmp_path: Path
+) -> None:
+    data = model_file.read_bytes()
+    bad = tmp_path / "short.gguf"
+    bad.write_bytes(data[:-100])
+    with pytest.raises(og.GGUFError) as err:
+        og.read_gguf(bad)
+    msg = str(err.value)
+    assert "tensor 'blk.0.attn_norm.weight'" in msg and "needs 1024 bytes" in msg
+    assert f"the file has {len(data) - 100} bytes" in msg
+    assert "reshape" not in msg and "out of bounds" not in msg
