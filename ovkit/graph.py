@@ -92,10 +92,16 @@ UNARY_OPS: dict[int, str] = {
 }
 UNARY_OP_IDS: dict[str, int] = {v: k for k, v in UNARY_OPS.items()}
 #: the unary and GLU sub-ops this module can build and run.
-BUILT_UNARY = ("GELU", "SIGMOID", "SILU", "SOFTPLUS", "TANH", "EXP", "NEG")
-BUILT_GLU = ("SWIGLU", "SWIGLU_OAI", "GEGLU")
+BUILT_UNARY = (
+    "GELU", "SIGMOID", "SILU", "SOFTPLUS", "TANH", "EXP", "NEG",
+    "ABS", "SGN", "STEP", "ELU", "RELU", "GELU_QUICK", "GELU_ERF", "HARDSWISH", "HARDSIGMOID",
+    "EXPM1", "FLOOR", "CEIL", "ROUND", "TRUNC",
+)  # fmt: skip
+BUILT_GLU = ("SWIGLU", "SWIGLU_OAI", "GEGLU", "REGLU", "GEGLU_ERF", "GEGLU_QUICK")
 #: unary ops whose ggml CPU kernels exist for f32/f16 only (bf16 aborts at compute time).
-UNARY_TYPES: dict[str, tuple[str, ...]] = {"GELU": ("f32", "f16"), "SILU": ("f32", "f16")}
+UNARY_TYPES: dict[str, tuple[str, ...]] = {
+    name: ("f32", "f16") for name in ("GELU", "SILU", "GELU_QUICK", "GELU_ERF")
+}
 
 Mode = Literal["device", "reference"]
 
@@ -551,6 +557,87 @@ class Graph:
     def neg(self, a: Tensor) -> Tensor:
         return self.unary(a, "NEG")
 
+    def abs(self, a: Tensor) -> Tensor:
+        return self.unary(a, "ABS")
+
+    def sgn(self, a: Tensor) -> Tensor:
+        return self.unary(a, "SGN")
+
+    def step(self, a: Tensor) -> Tensor:
+        """``ggml_step``: 1 where a > 0, else 0."""
+        return self.unary(a, "STEP")
+
+    def elu(self, a: Tensor) -> Tensor:
+        return self.unary(a, "ELU")
+
+    def relu(self, a: Tensor) -> Tensor:
+        return self.unary(a, "RELU")
+
+    def gelu_quick(self, a: Tensor) -> Tensor:
+        """``ggml_gelu_quick``: x·σ(1.702·x), through ggml's f16 table as its CPU backend does."""
+        return self.unary(a, "GELU_QUICK")
+
+    def gelu_erf(self, a: Tensor) -> Tensor:
+        """``ggml_gelu_erf``: 0.5·x·(1 + erf(x/√2))."""
+        return self.unary(a, "GELU_ERF")
+
+    def hardswish(self, a: Tensor) -> Tensor:
+        return self.unary(a, "HARDSWISH")
+
+    def hardsigmoid(self, a: Tensor) -> Tensor:
+        return self.unary(a, "HARDSIGMOID")
+
+    def expm1(self, a: Tensor) -> Tensor:
+        return self.unary(a, "EXPM1")
+
+    def floor(self, a: Tensor) -> Tensor:
+        return self.unary(a, "FLOOR")
+
+    def ceil(self, a: Tensor) -> Tensor:
+        return self.unary(a, "CEIL")
+
+    def round(self, a: Tensor) -> Tensor:
+        """``ggml_round``: C ``roundf`` (halves away from zero)."""
+        return self.unary(a, "ROUND")
+
+    def trunc(self, a: Tensor) -> Tensor:
+        return self.unary(a, "TRUNC")
+
+    def leaky_relu(self, a: Tensor, negative_slope: float, inplace: bool) -> Tensor:
+        """``ggml_leaky_relu``: a where a > 0, else negative_slope·a (``inplace`` changes nothing here)."""
+        return self._float_unary("LEAKY_RELU", a, {"negative_slope": float(negative_slope)})
+
+    def sin(self, a: Tensor) -> Tensor:
+        return self._float_unary("SIN", a)
+
+    def cos(self, a: Tensor) -> Tensor:
+        return self._float_unary("COS", a)
+
+    def log(self, a: Tensor) -> Tensor:
+        """``ggml_log``: natural logarithm (NaN below 0, -inf at 0)."""
+        return self._float_unary("LOG", a)
+
+    # ------------------------------------------------------------------ whole-tensor / row reductions
+    def sum(self, a: Tensor) -> Tensor:
+        """``ggml_sum``: the sum of every element, a 1-element tensor of a's type."""
+        self._check_tensor("SUM", "a", a)
+        self._check_types("SUM", "a", a, FLOAT_TYPES)
+        return self._new("SUM", (1, 1, 1, 1), a.dtype, (a,))
+
+    def mean(self, a: Tensor) -> Tensor:
+        """``ggml_mean``: row means (ne0 → 1), f32."""
+        self._check_tensor("MEAN", "a", a)
+        self._check_types("MEAN", "a", a, ("f32",))
+        return self._new("MEAN", (1, a.ne[1], a.ne[2], a.ne[3]), "f32", (a,))
+
+    def argmax(self, a: Tensor) -> Tensor:
+        """``ggml_argmax``: i32 index of each row's maximum (the last one on ties); a is a matrix."""
+        self._check_tensor("ARGMAX", "a", a)
+        self._check_types("ARGMAX", "a", a, ("f32",))
+        if a.ne[2] != 1 or a.ne[3] != 1:
+            raise self._err("ARGMAX", "a", "a matrix (ne[2] == ne[3] == 1)", f"ne {_ne_str(a.ne)}")
+        return self._new("ARGMAX", (a.ne[1], 1, 1, 1), "i32", (a,))
+
     # ------------------------------------------------------------------ GLU
     def glu(self, a: Tensor, op: int | str, swapped: bool = False) -> Tensor:
         """``ggml_glu``: split a's rows in halves; act(first) * second (halves exchanged if swapped)."""
@@ -601,6 +688,33 @@ class Graph:
 
     def geglu_split(self, a: Tensor, b: Tensor) -> Tensor:
         return self._glu2("GEGLU", a, b, {})
+
+    def reglu(self, a: Tensor) -> Tensor:
+        return self.glu(a, "REGLU", False)
+
+    def reglu_swapped(self, a: Tensor) -> Tensor:
+        return self.glu(a, "REGLU", True)
+
+    def reglu_split(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._glu2("REGLU", a, b, {})
+
+    def geglu_erf(self, a: Tensor) -> Tensor:
+        return self.glu(a, "GEGLU_ERF", False)
+
+    def geglu_erf_swapped(self, a: Tensor) -> Tensor:
+        return self.glu(a, "GEGLU_ERF", True)
+
+    def geglu_erf_split(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._glu2("GEGLU_ERF", a, b, {})
+
+    def geglu_quick(self, a: Tensor) -> Tensor:
+        return self.glu(a, "GEGLU_QUICK", False)
+
+    def geglu_quick_swapped(self, a: Tensor) -> Tensor:
+        return self.glu(a, "GEGLU_QUICK", True)
+
+    def geglu_quick_split(self, a: Tensor, b: Tensor) -> Tensor:
+        return self._glu2("GEGLU_QUICK", a, b, {})
 
     def swiglu_oai(self, a: Tensor, b: Tensor, alpha: float, limit: float) -> Tensor:
         """``ggml_swiglu_oai``: x=min(a,limit); x·σ(alpha·x)·(clamp(b,-limit,limit)+1) (f32 only)."""

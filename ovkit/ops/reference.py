@@ -184,6 +184,45 @@ def _exp(x: Arr) -> Arr:
         return np.exp(f32(x))
 
 
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def gelu_erf(x: Arr) -> Arr:
+    """ggml's GELU_ERF: 0.5·x·(1 + erf(x/√2)) in f32."""
+    x = f32(x)
+    erf = _erf(x.astype(np.float64) * (1.0 / math.sqrt(2.0))).astype(np.float32)
+    return np.float32(0.5) * x * (np.float32(1.0) + erf)
+
+
+def ggml_gelu_quick(x: Arr) -> Arr:
+    """ggml's CPU GELU_QUICK: the f16 table (GGML_GELU_QUICK_FP16) of x·σ(1.702·x), indexed by f16(x)."""
+    xh = rounded(f32(x), "f16")
+    with np.errstate(over="ignore"):
+        table = xh * (np.float32(1.0) / (np.float32(1.0) + np.exp(np.float32(-1.702) * xh)))
+    return rounded(table, "f16")
+
+
+def _hardsigmoid(x: Arr) -> Arr:
+    return np.minimum(np.float32(1.0), np.maximum(np.float32(0.0), (f32(x) + np.float32(3.0)) / np.float32(6.0)))
+
+
+def _log(x: Arr) -> Arr:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.log(f32(x))
+
+
+def _round_half_away(x: Arr) -> Arr:
+    """C ``roundf``: halves away from zero (x − trunc(x) is exact, unlike x + 0.5)."""
+    t = np.trunc(x)
+    return np.where(np.abs(x - t) >= 0.5, t + np.sign(x), t)
+
+
+def _elu(x: Arr) -> Arr:
+    x = f32(x)
+    with np.errstate(over="ignore"):
+        return np.where(x > 0, x, np.expm1(np.minimum(x, 0)))
+
+
 UNARY_FNS: dict[str, Callable[[Arr], Arr]] = {
     "GELU": ggml_gelu,
     "SIGMOID": sigmoid,
@@ -192,6 +231,27 @@ UNARY_FNS: dict[str, Callable[[Arr], Arr]] = {
     "TANH": lambda x: np.tanh(f32(x)),
     "EXP": _exp,
     "NEG": lambda x: -f32(x),
+    # not registered upstream
+    "ABS": lambda x: np.abs(f32(x)),
+    "SGN": lambda x: np.sign(f32(x)),
+    "STEP": lambda x: (f32(x) > 0).astype(np.float32),
+    "ELU": _elu,
+    "RELU": lambda x: np.maximum(f32(x), np.float32(0.0)),
+    "GELU_QUICK": ggml_gelu_quick,
+    "GELU_ERF": gelu_erf,
+    "HARDSWISH": lambda x: f32(x) * _hardsigmoid(x),
+    "HARDSIGMOID": _hardsigmoid,
+    "EXPM1": lambda x: _exp(x) - np.float32(1.0),
+    "FLOOR": lambda x: np.floor(f32(x)),
+    "CEIL": lambda x: np.ceil(f32(x)),
+    "ROUND": lambda x: _round_half_away(f32(x)),
+    "TRUNC": lambda x: np.trunc(f32(x)),
+}
+#: elementwise ops that are not unary sub-ops in ggml (their own GGML_OP_*).
+ELEMENTWISE_FNS: dict[str, Callable[[Arr], Arr]] = {
+    "SIN": lambda x: np.sin(f32(x)),
+    "COS": lambda x: np.cos(f32(x)),
+    "LOG": _log,
 }
 
 
@@ -201,6 +261,14 @@ def _unary_reference(fn: Callable[[Arr], Arr]) -> ReferenceFn:
 
 for _name, _fn in UNARY_FNS.items():
     reference(f"UNARY.{_name}")(_unary_reference(_fn))
+for _name, _fn in ELEMENTWISE_FNS.items():
+    reference(_name)(_unary_reference(_fn))
+
+
+@reference("LEAKY_RELU")
+def leaky_relu(t: Tensor, xs: list[Arr]) -> Arr:
+    x = f32(xs[0])
+    return np.where(x > 0, x, np.float32(t.params["negative_slope"]) * x)
 
 
 def glu_halves(t: Tensor, xs: list[Arr]) -> tuple[Arr, Arr]:
@@ -222,6 +290,24 @@ def swiglu(t: Tensor, xs: list[Arr]) -> Arr:
 def geglu(t: Tensor, xs: list[Arr]) -> Arr:
     x0, x1 = glu_halves(t, xs)
     return ggml_gelu(x0) * x1
+
+
+@reference("GLU.REGLU")
+def reglu(t: Tensor, xs: list[Arr]) -> Arr:
+    x0, x1 = glu_halves(t, xs)
+    return np.where(x0 > 0, x0 * x1, np.float32(0.0))
+
+
+@reference("GLU.GEGLU_ERF")
+def geglu_erf(t: Tensor, xs: list[Arr]) -> Arr:
+    x0, x1 = glu_halves(t, xs)
+    return gelu_erf(x0) * x1
+
+
+@reference("GLU.GEGLU_QUICK")
+def geglu_quick(t: Tensor, xs: list[Arr]) -> Arr:
+    x0, x1 = glu_halves(t, xs)
+    return ggml_gelu_quick(x0) * x1
 
 
 @reference("GLU.SWIGLU_OAI")
@@ -357,6 +443,23 @@ def l2_norm(t: Tensor, xs: list[Arr]) -> Arr:
 @reference("SUM_ROWS")
 def sum_rows(t: Tensor, xs: list[Arr]) -> Arr:
     return f32(xs[0]).astype(np.float64).sum(axis=-1, keepdims=True).astype(np.float32)
+
+
+@reference("SUM")
+def sum_all(t: Tensor, xs: list[Arr]) -> Arr:
+    return np.full((1, 1, 1, 1), f32(xs[0]).astype(np.float64).sum(), dtype=np.float32)
+
+
+@reference("MEAN")
+def mean(t: Tensor, xs: list[Arr]) -> Arr:
+    s = f32(xs[0]).astype(np.float64).sum(axis=-1, keepdims=True).astype(np.float32)
+    return s / np.float32(xs[0].shape[-1])
+
+
+@reference("ARGMAX")
+def argmax(t: Tensor, xs: list[Arr]) -> Arr:
+    x = f32(xs[0])[0, 0]  # [rows, ne0]; ties: ggml keeps the last maximum
+    return (x.shape[-1] - 1 - np.argmax(x[:, ::-1], axis=-1)).astype(np.int32)
 
 
 @reference("CUMSUM")

@@ -350,6 +350,34 @@ def exp_f32(x: Out) -> Out:
     return ops.select(ops.greater(x, const(80.0)), ops.multiply(half, half), ops.exp(x))
 
 
+def gelu_erf(x: Out) -> Out:
+    """0.5·x·(1 + erf(x/√2))."""
+    erf = ops.erf(ops.multiply(x, const(1.0 / math.sqrt(2.0))))
+    return ops.multiply(ops.multiply(const(0.5), x), ops.add(const(1.0), erf))
+
+
+def ggml_gelu_quick(x: Out) -> Out:
+    """ggml CPU GELU_QUICK (GGML_GELU_QUICK_FP16): x·σ(1.702·x) of f16(x), stored as f16."""
+    xh = rounded(x, "f16")
+    return rounded(ops.multiply(xh, ops.sigmoid(ops.multiply(xh, const(1.702)))), "f16")
+
+
+def _hardsigmoid(x: Out) -> Out:
+    return ops.minimum(ops.maximum(ops.divide(ops.add(x, const(3.0)), const(6.0)), const(0.0)), const(1.0))
+
+
+def _positive(x: Out) -> Out:
+    return ops.greater(x, const(0.0))
+
+
+def _expm1(x: Out) -> Out:
+    return ops.subtract(exp_f32(x), const(1.0))
+
+
+def _trunc(x: Out) -> Out:
+    return ops.select(ops.less(x, const(0.0)), ops.ceiling(x), ops.floor(x))
+
+
 UNARY_FNS: dict[str, Callable[[Out], Out]] = {
     "GELU": ggml_gelu,
     "SIGMOID": ops.sigmoid,
@@ -358,16 +386,40 @@ UNARY_FNS: dict[str, Callable[[Out], Out]] = {
     "TANH": ops.tanh,
     "EXP": exp_f32,
     "NEG": ops.negative,
+    # not registered upstream
+    "ABS": ops.abs,
+    "SGN": ops.sign,
+    "STEP": lambda x: ops.convert(_positive(x), ov.Type.f32),
+    "ELU": lambda x: ops.select(_positive(x), x, _expm1(ops.minimum(x, const(0.0)))),
+    "RELU": ops.relu,
+    "GELU_QUICK": ggml_gelu_quick,
+    "GELU_ERF": gelu_erf,
+    "HARDSWISH": lambda x: ops.multiply(x, _hardsigmoid(x)),
+    "HARDSIGMOID": _hardsigmoid,
+    "EXPM1": _expm1,
+    "FLOOR": ops.floor,
+    "CEIL": ops.ceiling,
+    "ROUND": lambda x: ops.round(x, "half_away_from_zero"),
+    "TRUNC": _trunc,
 }
+#: elementwise ops that are their own GGML_OP_* (not unary sub-ops).
+ELEMENTWISE_FNS: dict[str, Callable[[Out], Out]] = {"SIN": ops.sin, "COS": ops.cos, "LOG": ops.log}
 
 
-def _unary_translator(name: str) -> TranslateFn:
-    fn = UNARY_FNS[name]
+def _unary_translator(fn: Callable[[Out], Out]) -> TranslateFn:
     return lambda t, xs: fn(f32(xs[0]))
 
 
-for _name in UNARY_FNS:
-    translator(f"UNARY.{_name}")(_unary_translator(_name))
+for _name, _fn in UNARY_FNS.items():
+    translator(f"UNARY.{_name}")(_unary_translator(_fn))
+for _name, _fn in ELEMENTWISE_FNS.items():
+    translator(_name)(_unary_translator(_fn))
+
+
+@translator("LEAKY_RELU")
+def _leaky_relu(t: Tensor, xs: list[Out]) -> Out:
+    x = f32(xs[0])
+    return ops.select(_positive(x), x, ops.multiply(x, const(t.params["negative_slope"])))
 
 
 def _glu_halves(t: Tensor, xs: list[Out]) -> tuple[Out, Out]:
@@ -389,6 +441,24 @@ def _swiglu(t: Tensor, xs: list[Out]) -> Out:
 def _geglu(t: Tensor, xs: list[Out]) -> Out:
     x0, x1 = _glu_halves(t, xs)
     return ops.multiply(ggml_gelu(x0), x1)
+
+
+@translator("GLU.REGLU")
+def _reglu(t: Tensor, xs: list[Out]) -> Out:
+    x0, x1 = _glu_halves(t, xs)
+    return ops.select(_positive(x0), ops.multiply(x0, x1), const(0.0))
+
+
+@translator("GLU.GEGLU_ERF")
+def _geglu_erf(t: Tensor, xs: list[Out]) -> Out:
+    x0, x1 = _glu_halves(t, xs)
+    return ops.multiply(gelu_erf(x0), x1)
+
+
+@translator("GLU.GEGLU_QUICK")
+def _geglu_quick(t: Tensor, xs: list[Out]) -> Out:
+    x0, x1 = _glu_halves(t, xs)
+    return ops.multiply(ggml_gelu_quick(x0), x1)
 
 
 @translator("GLU.SWIGLU_OAI")
@@ -549,6 +619,24 @@ def _l2_norm(t: Tensor, xs: list[Out]) -> Out:
 @translator("SUM_ROWS")
 def _sum_rows(t: Tensor, xs: list[Out]) -> Out:
     return ops.reduce_sum(f32(xs[0]), i64([3]), True)
+
+
+@translator("SUM")
+def _sum(t: Tensor, xs: list[Out]) -> Out:
+    return ops.reduce_sum(f32(xs[0]), i64([0, 1, 2, 3]), True)
+
+
+@translator("MEAN")
+def _mean(t: Tensor, xs: list[Out]) -> Out:
+    return _mean_last(f32(xs[0]))
+
+
+@translator("ARGMAX")
+def _argmax(t: Tensor, xs: list[Out]) -> Out:
+    n = t.srcs[0].ne[0] if t.srcs[0] is not None else 0
+    rev = ops.slice(f32(xs[0]), i64([-1]), i64([-(n + 1)]), i64([-1]), i64([3]))  # ties: the last max
+    idx = ops.topk(rev, i64(1), 3, "max", "value", "i32", stable=True).output(1)
+    return reshape4(ops.subtract(const(n - 1, np.int32), idx), t.ne)
 
 
 @translator("CUMSUM")
