@@ -24,7 +24,22 @@ def test_catalogue_lists_exactly_what_upstream_registers() -> None:
     keys = {e.key for e in registered_entries()}
     assert len(UPSTREAM_OPS) == 39
     assert keys == UPSTREAM_OPS | {f"UNARY.{u}" for u in UPSTREAM_UNARY} | {f"GLU.{g}" for g in UPSTREAM_GLU}
-    assert len(ENTRIES) == 39 + 7 + 3 + 1
+    assert ENTRIES[-1].key == "SOLVE_TRI" and not ENTRIES[-1].registered
+
+
+def test_ops_upstream_lacks_are_translated_but_refused_by_the_upstream_policy() -> None:
+    own = [e for e in ENTRIES if not e.registered and e.key != "SOLVE_TRI"]
+    assert {"SIN", "COS", "LOG", "MEAN", "SUM", "UNARY.GELU_ERF", "GLU.GEGLU_QUICK"} <= {e.key for e in own}
+    g = Graph()
+    x = g.input("x", (2, 8))
+    for e in own:
+        for b in e.builders:
+            assert callable(getattr(Graph, b, None)), f"{e.key}: Graph.{b} is missing"
+        assert e.translate is not None and e.reference is not None, e.key
+        assert e.upstream == "none" and "op_table.cpp" in e.reason
+    for node in (g.sin(x), g.gelu_erf(x), g.reglu(x), g.mean(x)):
+        decision = policy.check_op(node, "CPU")
+        assert not decision.supported and "not registered" in decision.reason
 
 
 def test_solve_tri_is_listed_as_not_registered_with_the_reason() -> None:

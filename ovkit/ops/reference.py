@@ -190,7 +190,7 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 def gelu_erf(x: Arr) -> Arr:
     """ggml's GELU_ERF: 0.5·x·(1 + erf(x/√2)) in f32."""
     x = f32(x)
-    erf = _erf(x.astype(np.float64) * (1.0 / math.sqrt(2.0))).astype(np.float32)
+    erf = np.asarray(_erf(x.astype(np.float64) * (1.0 / math.sqrt(2.0))), dtype=np.float32)
     return np.float32(0.5) * x * (np.float32(1.0) + erf)
 
 
@@ -203,7 +203,9 @@ def ggml_gelu_quick(x: Arr) -> Arr:
 
 
 def _hardsigmoid(x: Arr) -> Arr:
-    return np.minimum(np.float32(1.0), np.maximum(np.float32(0.0), (f32(x) + np.float32(3.0)) / np.float32(6.0)))
+    return np.minimum(
+        np.float32(1.0), np.maximum(np.float32(0.0), (f32(x) + np.float32(3.0)) / np.float32(6.0))
+    )
 
 
 def _log(x: Arr) -> Arr:
