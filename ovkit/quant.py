@@ -158,9 +158,10 @@ class Decoded:
     def dequantize(self) -> np.ndarray:
         rows, k = self.q.shape
         g = k // self.group
-        w = self.q.reshape(rows, g, self.group).astype(np.float32) * self.scale[:, :, None]
-        if self.bias is not None:
-            w = w + self.bias[:, :, None]
+        with np.errstate(over="ignore", invalid="ignore"):  # non-finite scales decode as ggml's do
+            w = self.q.reshape(rows, g, self.group).astype(np.float32) * self.scale[:, :, None]
+            if self.bias is not None:
+                w = w + self.bias[:, :, None]
         return w.reshape(rows, k)
 
 
@@ -327,16 +328,27 @@ def packed_constant(values: np.ndarray, element_type: str) -> Any:
     return ov.op.Constant(tensor)
 
 
-def _scale_const(scale: np.ndarray, prefer_f16: bool = True) -> Any:
-    """f16 scales when every value survives the cast exactly-enough (finite, non-zero stays non-zero)."""
-    ops = _ops()
-    if prefer_f16:
+def _scale_type(scale: np.ndarray, *, exact: bool) -> type[np.floating[Any]]:
+    """f16 when every scale survives the cast (``exact``: bit for bit; else finite and non-zero
+    staying non-zero), otherwise f32 — NaN, inf, values beyond f16's range or below its
+    smallest subnormal (MXFP4's 2**-30) all stay f32."""
+    with np.errstate(over="ignore", invalid="ignore"):
         s16 = scale.astype(np.float16)
-        finite = np.isfinite(s16).all()
-        kept = not np.any((s16 == 0) & (scale != 0))
-        if finite and kept:
-            return ops.constant(s16)
-    return ops.constant(scale.astype(np.float32))
+    if not np.isfinite(s16).all():
+        return np.float32
+    if exact:
+        return np.float16 if np.array_equal(s16.astype(np.float32), scale) else np.float32
+    return np.float32 if np.any((s16 == 0) & (scale != 0)) else np.float16
+
+
+def _decompress(weight: Any, scale: np.ndarray, *, exact: bool = True) -> Any:
+    """``Convert(weight) → Multiply(scale)`` in f16 or f32 (one type for both inputs, as
+    OpenVINO requires), chosen by :func:`_scale_type`."""
+    ops = _ops()
+    dt = _scale_type(scale, exact=exact)
+    return ops.multiply(
+        ops.convert(weight, "f16" if dt is np.float16 else "f32"), ops.constant(scale.astype(dt))
+    )
 
 
 def _to_f32(node: Any) -> Any:
@@ -445,7 +457,7 @@ class QuantizedWeight:
             # fast: the exact integers 2*e2m1 in i8 (decompressing kernel, ~25% faster at n=1
             # than f4e2m1, which has no int8 path); upstream: the raw e2m1 codes
             return "i8" if self.form == "fast" else "f4e2m1"
-        sign = "i" if self.form == "fast" or spec.symmetric else "u"
+        sign = "i" if spec.symmetric or self._offset else "u"
         return f"{sign}{spec.container_bits}"
 
     # -- OpenVINO --------------------------------------------------------------------------------
@@ -465,12 +477,27 @@ class QuantizedWeight:
             q = q.astype(np.int16) - offset
         return packed_constant(self._grouped(q), et)
 
-    @property
+    @cached_property
     def _offset(self) -> int:
-        """Fast form of the asymmetric types: q - 8 (4-bit) or q - 16 (5-bit) in a signed container."""
-        if self.form != "fast" or self.requant is not RequantTarget.NATIVE or self.spec.symmetric:
+        """Fast form of the asymmetric types: q - 8 (4-bit) or q - 16 (5-bit) in a signed container.
+
+        Only where that algebra gives ggml's numbers bit for bit: ``(q-o)*s + (b + s*o)`` must equal
+        ``q*s + b`` in f32 for every weight.  Non-finite scales break it (``(8-8)*inf`` is NaN where
+        ggml's ``8*inf + b`` is inf), and so does a huge scale beside a small bias (``b + s*o``
+        rounds ``b`` away); such weights keep ``q`` unsigned and decompress as ``q*s + b``, ggml's
+        own arithmetic.
+        """
+        spec, dec = self.spec, self.decoded
+        if self.form != "fast" or self.requant is not RequantTarget.NATIVE or dec.bias is None:
             return 0
-        return 8 if self.spec.bits == 4 else 16
+        offset = 8 if spec.bits == 4 else 16
+        if not (np.isfinite(dec.scale).all() and np.isfinite(dec.bias).all()):
+            return 0
+        q = self._grouped(dec.q).astype(np.float32)
+        sc, b = dec.scale[:, :, None], dec.bias[:, :, None]
+        with np.errstate(over="ignore", invalid="ignore"):
+            shifted = (q - np.float32(offset)) * sc + (b + sc * np.float32(offset))
+            return offset if np.array_equal(shifted, q * sc + b) else 0
 
     @cached_property
     def _zero_points(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -483,15 +510,18 @@ class QuantizedWeight:
         dec, spec = self.decoded, self.spec
         if dec.bias is None:
             return None
-        if self._offset:
-            z = np.full(dec.scale.shape, self._offset, np.uint8)
-            return z, (dec.bias + dec.scale * np.float32(self._offset)).astype(np.float32)
+        if self.form == "fast":
+            offset = self._offset
+            z = np.full(dec.scale.shape, offset, np.uint8)
+            resid = dec.bias + dec.scale * np.float32(offset) if offset else dec.bias
+            return z, resid.astype(np.float32)
         hi = 15 if spec.bits == 4 else 255
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             zf = np.where(dec.scale != 0, -dec.bias / dec.scale, 0.0)
-        z = np.clip(np.rint(zf), 0, hi).astype(np.uint8)
-        scale_used = dec.scale.astype(np.float16).astype(np.float32)
-        return z, (dec.bias + scale_used * z.astype(np.float32)).astype(np.float32)
+            # NaN has no zero point (upstream's cast is undefined there): 0; infinities clamp
+            z = np.clip(np.rint(np.nan_to_num(zf, nan=0.0, posinf=hi, neginf=0.0)), 0, hi).astype(np.uint8)
+            scale_used = dec.scale.astype(np.float16).astype(np.float32)
+            return z, (dec.bias + scale_used * z.astype(np.float32)).astype(np.float32)
 
     def _scaled(self, *, upstream: bool) -> Any:
         """Convert → [Subtract zp] → Multiply, grouped [rows, k/G, G] (without the residual bias)."""
@@ -500,17 +530,17 @@ class QuantizedWeight:
             values = dec.dequantize().astype(np.float16)
             return ops.convert(ops.constant(self._grouped(values)), "f32")
         w = self._weight_const()
+        if not upstream:
+            # ggml's numbers: the scale exactly (requantized scales as upstream rounds them)
+            return _decompress(w, dec.scale[:, :, None], exact=self.requant is RequantTarget.NATIVE)
         if self.container == "f4e2m1":
-            if upstream:
-                assert dec.exponent is not None
-                e = packed_constant(dec.exponent.reshape(self.rows, -1, 1), "f8e8m0")
-                return ops.multiply(ops.convert(w, "f32"), ops.convert(e, "f32"))
-            scale = dec.scale * 2.0  # e2m1 codes are half the ggml integer values
-            return ops.multiply(ops.convert(w, "f16"), _scale_const(scale[:, :, None]))
+            assert dec.exponent is not None
+            e = packed_constant(dec.exponent.reshape(self.rows, -1, 1), "f8e8m0")
+            return ops.multiply(ops.convert(w, "f32"), ops.convert(e, "f32"))
         node = ops.convert(w, "f16")
         if self.form == "upstream_bias" and dec.bias is not None:
             # upstream with use_bias (test graphs, MoE): exact f16 zero point -bias/scale
-            with np.errstate(divide="ignore", invalid="ignore"):
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 zf = np.where(dec.scale != 0, -dec.bias / dec.scale, 0.0).astype(np.float16)
             node = ops.subtract(node, ops.constant(zf[:, :, None]))
         elif upstream and self._zero_points is not None:
@@ -518,9 +548,8 @@ class QuantizedWeight:
             zt = "u4" if spec.bits == 4 else "u8"
             zc = packed_constant(self._zero_points[0][:, :, None], zt)
             node = ops.subtract(node, ops.convert(zc, "f16"))
-        if upstream:
+        with np.errstate(over="ignore"):  # upstream's f16 scales: beyond 65504 they are inf there too
             return ops.multiply(node, ops.constant(dec.scale[:, :, None].astype(np.float16)))
-        return ops.multiply(node, _scale_const(dec.scale[:, :, None]))
 
     def _flat(self, node: Any) -> Any:
         ops = _ops()
@@ -544,7 +573,7 @@ class QuantizedWeight:
         ops = _ops()
         if len(self.shape) != 2:
             return ops.matmul(b, self.to_ov_node(), False, True).output(0)
-        if self.form != "fast" or self.decoded.bias is None:
+        if not self._offset:  # symmetric, upstream forms, non-finite scales: one MatMul
             return ops.matmul(b, self.to_ov_node(), False, True).output(0)
         weight = _to_f32(self._flat(self._scaled(upstream=False)))
         main = ops.matmul(b, weight, False, True)
@@ -560,14 +589,7 @@ class QuantizedWeight:
         ops = _ops()
         axis = ops.constant(np.int64(0))
         zps = self._zero_points
-        if len(self.shape) == 2 and self.form == "fast" and self.container == "f4e2m1":
-            # f4e2m1 tables are folded to f32 by the CPU plugin's Gather; i8 (2x the e2m1 value,
-            # exact) stays compressed
-            dec = self.decoded
-            w = packed_constant(self._grouped(dec.q), "i8")
-            table = ops.multiply(ops.convert(w, "f16"), _scale_const(dec.scale[:, :, None]))
-            return ops.gather(_to_f32(self._flat(table)), indices, axis).output(0)
-        if len(self.shape) != 2 or self.form != "fast" or zps is None:
+        if len(self.shape) != 2 or not self._offset or zps is None:
             return ops.gather(self.to_ov_node(), indices, axis).output(0)
         g = self.decoded.group
         flat = ops.reshape(indices, ops.constant(np.array([-1], np.int64)), False)

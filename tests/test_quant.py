@@ -272,3 +272,80 @@ def test_from_blocks_refuses_bad_shapes_by_name(shape: object, message: str) -> 
         quant.from_blocks("q4_0", b"", shape, name="w")  # type: ignore[arg-type]
     with pytest.raises(quant.QuantError, match=message.split(": ", 1)[-1]):
         quant.decode_blocks("q4_0", b"", shape)  # type: ignore[arg-type]
+
+
+# -- hostile scales: every form compiles; the fast form gives ggml's numbers ---------------------
+
+#: f16 bit patterns written into the first scale (``d``) of every other block
+F16_SCALES = {"nan": 0x7E00, "inf": 0x7C00, "-inf": 0xFC00, "f16 max": 0x7BFF, "subnormal": 0x0001}
+#: MXFP4 e8m0 exponent bytes: 2**-30 (weights ~1e-9), the largest exponents (x12 overflows f32)
+MXFP4_EXPONENTS = {"e98 (2**-30)": 98, "e254": 254, "e255": 255}
+_SCALE_OFFSET = {"q6_K": 208}  # d sits at the end of a q6_K block, at the start of the others
+
+
+def _with_scale(qtype: str, bits: int, rng: np.random.Generator) -> quant.QuantizedWeight:
+    qw = quant.quantize(qtype, rng.standard_normal((4, 256)).astype(np.float32))
+    blocks = np.frombuffer(qw.raw, np.uint8).copy().reshape(-1, qw.spec.type_size)
+    if qtype == "mxfp4":
+        blocks[::2, 0] = bits
+    else:
+        at = _SCALE_OFFSET.get(qtype, 0)
+        blocks[::2, at : at + 2] = np.frombuffer(np.uint16(bits).tobytes(), np.uint8)
+    return quant.from_blocks(qtype, blocks.tobytes(), qw.shape)
+
+
+def _compiled(qw: quant.QuantizedWeight, build: str, x: np.ndarray) -> np.ndarray:
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    p = ops.parameter(list(x.shape), ov.Type.i32 if x.dtype == np.int32 else ov.Type.f32)
+    out = qw.ov_get_rows(p.output(0)) if build == "get_rows" else qw.ov_mul_mat(p.output(0))
+    compiled = ov.Core().compile_model(ov.Model([out], [p]), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    return np.asarray(compiled.create_infer_request().infer({0: x})[0])
+
+
+HOSTILE_SCALES = [
+    (q, label, bits) for q in quant.QUANT_TYPES if q != "mxfp4" for label, bits in F16_SCALES.items()
+]
+HOSTILE_SCALES += [("mxfp4", label, e) for label, e in MXFP4_EXPONENTS.items()]
+
+
+@pytest.mark.parametrize(
+    ("qtype", "label", "bits"), HOSTILE_SCALES, ids=[f"{q}-{lb}" for q, lb, _ in HOSTILE_SCALES]
+)
+def test_every_form_computes_hostile_scales_and_fast_is_ggml_exact(
+    qtype: str, label: str, bits: int, rng: np.random.Generator
+) -> None:
+    qw = _with_scale(qtype, bits, rng)
+    ggml_rows = oracle.dequantize(qtype, qw.raw, qw.shape)
+    np.testing.assert_array_equal(qw.dequantize(), ggml_rows)  # the numpy decode, NaN for NaN
+    x = rng.standard_normal((2, 256)).astype(np.float32)
+    ggml_mm = oracle.ggml_call("mul_mat", _ggml_blocks(qw), x).reshape(2, 4)
+    rows = np.arange(4, dtype=np.int32)
+    for form in quant.FORMS:
+        w = qw.with_form(form)  # type: ignore[arg-type]
+        got_rows = _compiled(w, "get_rows", rows)
+        got_mm = _compiled(w, "mul_mat", x)
+        assert got_rows.shape == (4, 256) and got_mm.shape == (2, 4), form
+        if form == "fast":
+            np.testing.assert_array_equal(got_rows, ggml_rows, err_msg=f"{qtype} {label} get_rows")
+            np.testing.assert_array_equal(np.isnan(got_mm), np.isnan(ggml_mm))
+            finite = np.isfinite(ggml_mm)
+            np.testing.assert_array_equal(np.isfinite(got_mm), finite)
+            if finite.any():  # ggml's kernel also quantizes x: compare with its weights in f64
+                with np.errstate(invalid="ignore", over="ignore"):  # the non-finite rows
+                    exact = (x.astype(np.float64) @ ggml_rows.astype(np.float64).T)[finite]
+                assert oracle.nmse(got_mm[finite], exact) < 1e-9
+                assert oracle.nmse(ggml_mm[finite], exact) < 1e-2
+
+
+def test_valid_mxfp4_weights_of_magnitude_1e_9(rng: np.random.Generator) -> None:
+    w = (rng.standard_normal((8, 256)) * 1e-9).astype(np.float32)
+    qw = quant.quantize("mxfp4", w)
+    assert qw.decoded.exponent is not None and qw.decoded.exponent.max() < 110  # scales below f16's range
+    x = rng.standard_normal((3, 256)).astype(np.float32)
+    g = Graph()
+    out = g.compute(g.mul_mat(g.constant(qw), g.input("x", x.shape)), {"x": x}, device="CPU")
+    expected = oracle.ggml_call("mul_mat", _ggml_blocks(qw), x)
+    assert np.isfinite(out).all()
+    assert oracle.nmse(out.reshape(expected.shape), expected) < MUL_MAT_NMSE
