@@ -55,6 +55,8 @@ GGML_TRI_TYPE_LOWER_DIAG = 2
 GGML_TRI_TYPE_LOWER = 3
 GGML_PREC_DEFAULT = 0
 GGML_PREC_F32 = 10
+GGML_OP_POOL_MAX = 0
+GGML_OP_POOL_AVG = 1
 #: ggml_glu_op enum values -> names (ggml.h order).
 GLU_OPS: dict[int, str] = {
     0: "REGLU",
@@ -104,6 +106,12 @@ UNARY_TYPES: dict[str, tuple[str, ...]] = {
 }
 
 Mode = Literal["device", "reference"]
+
+
+def conv_output_size(ins: int, ks: int, s: int, p: int, d: int) -> int:
+    """``ggml_calc_conv_output_size``: (ins + 2p − d(ks − 1) − 1) / s + 1, C integer division."""
+    num = ins + 2 * p - d * (ks - 1) - 1
+    return int(num / s) + 1 if s else 0  # int(): truncation toward zero, as C
 
 
 class GraphError(ValueError):
@@ -1363,6 +1371,215 @@ class Graph:
         ne = (a.ne[2] * a.ne[1] * a.ne[0], ow, oh, b.ne[3]) if is_2D else (a.ne[1] * a.ne[0], ow, b.ne[2], 1)
         params = {"s0": s0, "s1": s1, "p0": p0, "p1": p1, "d0": d0, "d1": d1, "is_2D": bool(is_2D)}
         return self._new(op, ne, dt, (a, b), params)
+
+    # ------------------------------------------------------------------ convolutions, pooling
+    def _conv_params(self, op: str, **values: int) -> dict[str, int]:
+        """Stride/dilation arguments as ints, each at least 1 (ggml divides by the strides)."""
+        for k, v in values.items():
+            if k[0] in "sdk" and int(v) < 1:
+                raise self._err(op, k, f"{k} >= 1", str(v))
+        return {k: int(v) for k, v in values.items()}
+
+    def _conv_out(self, op: str, b: Tensor, sizes: Sequence[int]) -> None:
+        if any(n <= 0 for n in sizes):
+            raise self._err(
+                op,
+                "b",
+                "an input at least as large as the dilated kernel",
+                f"ne {_ne_str(b.ne)} → {list(sizes)}",
+            )
+
+    def conv_2d_direct(
+        self, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int
+    ) -> Tensor:
+        """``ggml_conv_2d_direct``: a kernel [OC, IC, KH, KW], b input [N, IC, H, W] (numpy) →
+        [N, OC, OH, OW]; an f16 kernel rounds the input patches to f16 as ggml's CPU does."""
+        op = "CONV_2D"
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        self._check_types(op, "a", a, ("f32", "f16"))
+        self._check_types(op, "b", b, ("f32",))
+        p = self._conv_params(op, s0=s0, s1=s1, p0=p0, p1=p1, d0=d0, d1=d1)
+        if a.ne[2] != b.ne[2]:
+            raise self._err(op, "b", f"ne[2] == a.ne[2] = {a.ne[2]} channels", f"ne {_ne_str(b.ne)}")
+        ow = conv_output_size(b.ne[0], a.ne[0], s0, p0, d0)
+        oh = conv_output_size(b.ne[1], a.ne[1], s1, p1, d1)
+        self._conv_out(op, b, (ow, oh))
+        return self._new(op, (ow, oh, a.ne[3], b.ne[3]), b.dtype, (a, b), p)
+
+    def conv_2d_dw_direct(
+        self,
+        a: Tensor,
+        b: Tensor,
+        stride0: int,
+        stride1: int,
+        pad0: int,
+        pad1: int,
+        dilation0: int,
+        dilation1: int,
+    ) -> Tensor:
+        """``ggml_conv_2d_dw_direct``: depthwise; a kernel [C, 1, KH, KW], b [N, C, H, W] (numpy)."""
+        op = "CONV_2D_DW"
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        self._check_types(op, "a", a, ("f32", "f16"))
+        self._check_types(op, "b", b, ("f32",))
+        p = self._conv_params(op, s0=stride0, s1=stride1, p0=pad0, p1=pad1, d0=dilation0, d1=dilation1)
+        if a.ne[2] != 1 or a.ne[3] != b.ne[2]:
+            raise self._err(
+                op, "a", f"ne[2] == 1, ne[3] == b.ne[2] = {b.ne[2]} channels", f"ne {_ne_str(a.ne)}"
+            )
+        ow = conv_output_size(b.ne[0], a.ne[0], stride0, pad0, dilation0)
+        oh = conv_output_size(b.ne[1], a.ne[1], stride1, pad1, dilation1)
+        self._conv_out(op, b, (ow, oh))
+        return self._new(op, (ow, oh, b.ne[2], b.ne[3]), b.dtype, (a, b), p)
+
+    def conv_3d_direct(
+        self,
+        a: Tensor,
+        b: Tensor,
+        s0: int,
+        s1: int,
+        s2: int,
+        p0: int,
+        p1: int,
+        p2: int,
+        d0: int,
+        d1: int,
+        d2: int,
+        c: int,
+        n: int,
+        oc: int,
+    ) -> Tensor:
+        """``ggml_conv_3d_direct``: a kernel [OC·IC, KD, KH, KW], b [N·IC, D, H, W] (numpy) →
+        [N·OC, OD, OH, OW] (c = IC, n = N, oc = OC)."""
+        op = "CONV_3D"
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        self._check_types(op, "a", a, ("f32", "f16"))
+        self._check_types(op, "b", b, ("f32",))
+        p = self._conv_params(op, s0=s0, s1=s1, s2=s2, p0=p0, p1=p1, p2=p2, d0=d0, d1=d1, d2=d2)
+        if c < 1 or n < 1 or oc < 1 or a.ne[3] != c * oc:
+            raise self._err(op, "a", f"ne[3] == c·oc = {c}·{oc}", f"ne {_ne_str(a.ne)}")
+        if b.ne[3] != c * n:
+            raise self._err(op, "b", f"ne[3] == c·n = {c}·{n}", f"ne {_ne_str(b.ne)}")
+        out = [
+            conv_output_size(b.ne[i], a.ne[i], (s0, s1, s2)[i], (p0, p1, p2)[i], (d0, d1, d2)[i])
+            for i in range(3)
+        ]
+        self._conv_out(op, b, out)
+        return self._new(op, (*out, oc * n), "f32", (a, b), {**p, "c": int(c), "n": int(n), "oc": int(oc)})
+
+    def im2col_3d(
+        self,
+        a: Tensor,
+        b: Tensor,
+        IC: int,  # noqa: N803
+        s0: int,
+        s1: int,
+        s2: int,
+        p0: int,
+        p1: int,
+        p2: int,
+        d0: int,
+        d1: int,
+        d2: int,
+        dst_type: str | int,
+    ) -> Tensor:
+        """``ggml_im2col_3d``: a kernel [OC·IC, KD, KH, KW] (shape only), b [N·IC, D, H, W] (numpy) →
+        columns [N·OD, OH, OW, IC·KD·KH·KW]."""
+        op = "IM2COL_3D"
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        self._check_types(op, "b", b, ("f32",))
+        dt = {0: "f32", 1: "f16"}.get(dst_type, dst_type) if isinstance(dst_type, int) else dst_type
+        if dt not in ("f32", "f16"):
+            raise self._err(op, "dst_type", "f32 or f16", str(dst_type))
+        p = self._conv_params(op, s0=s0, s1=s1, s2=s2, p0=p0, p1=p1, p2=p2, d0=d0, d1=d1, d2=d2)
+        if IC < 1 or b.ne[3] % IC:
+            raise self._err(op, "IC", f"a divisor of b.ne[3] = {b.ne[3]}", str(IC))
+        out = [
+            conv_output_size(b.ne[i], a.ne[i], (s0, s1, s2)[i], (p0, p1, p2)[i], (d0, d1, d2)[i])
+            for i in range(3)
+        ]
+        self._conv_out(op, b, out)
+        ne = (a.ne[0] * a.ne[1] * a.ne[2] * IC, out[0], out[1], out[2] * (b.ne[3] // IC))
+        return self._new(op, ne, dt, (a, b), {**p, "IC": int(IC)})
+
+    def conv_transpose_1d(self, a: Tensor, b: Tensor, s0: int, p0: int, d0: int) -> Tensor:
+        """``ggml_conv_transpose_1d``: a kernel [IC, OC, K], b input [IC, L] (numpy) → [OC, (L−1)·s0 + K]."""
+        op = "CONV_TRANSPOSE_1D"
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        self._check_types(op, "a", a, ("f32", "f16"))
+        self._check_types(op, "b", b, ("f32",))
+        self._conv_params(op, s0=s0)
+        if p0 != 0 or d0 != 1:
+            raise self._err(
+                op, "p0/d0", "p0 == 0 and d0 == 1 (ggml implements no other)", f"p0 {p0}, d0 {d0}"
+            )
+        if b.ne[2] != 1 or b.ne[3] != 1:
+            raise self._err(op, "b", "a matrix [IC, L]", f"ne {_ne_str(b.ne)}")
+        if a.ne[2] != b.ne[1] or a.ne[3] != 1:
+            raise self._err(
+                op, "a", f"ne[2] == b.ne[1] = {b.ne[1]} channels, ne[3] == 1", f"ne {_ne_str(a.ne)}"
+            )
+        ne = ((b.ne[0] - 1) * s0 + a.ne[0], a.ne[1], 1, 1)
+        return self._new(op, ne, "f32", (a, b), {"s0": int(s0), "p0": 0, "d0": 1})
+
+    def conv_transpose_2d_p0(self, a: Tensor, b: Tensor, stride: int) -> Tensor:
+        """``ggml_conv_transpose_2d_p0``: a kernel [IC, OC, KH, KW], b [N, IC, H, W] (numpy) →
+        [N, OC, (H−1)·stride + KH, (W−1)·stride + KW]."""
+        op = "CONV_TRANSPOSE_2D"
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        self._check_types(op, "a", a, ("f32", "f16"))
+        self._check_types(op, "b", b, ("f32",))
+        self._conv_params(op, stride=stride)
+        if a.ne[3] != b.ne[2]:
+            raise self._err(op, "a", f"ne[3] == b.ne[2] = {b.ne[2]} channels", f"ne {_ne_str(a.ne)}")
+        ne = ((b.ne[0] - 1) * stride + a.ne[0], (b.ne[1] - 1) * stride + a.ne[1], a.ne[2], b.ne[3])
+        return self._new(op, ne, "f32", (a, b), {"stride": int(stride)})
+
+    def pool_1d(self, a: Tensor, op: int, k0: int, s0: int, p0: int) -> Tensor:
+        """``ggml_pool_1d``: max (0) or average (1, over the in-bounds taps) pooling along ne0."""
+        name = "POOL_1D"
+        self._check_tensor(name, "a", a)
+        self._check_types(name, "a", a, ("f32", "f16"))
+        if op not in (GGML_OP_POOL_MAX, GGML_OP_POOL_AVG):
+            raise self._err(name, "op", "0 (MAX) or 1 (AVG)", str(op))
+        self._conv_params(name, k0=k0, s0=s0)
+        ow = int((a.ne[0] + 2 * p0 - k0) / s0) + 1
+        if ow <= 0:
+            raise self._err(name, "a", f"ne[0] + 2·p0 >= k0 = {k0}", f"ne {_ne_str(a.ne)}")
+        params = {"op": int(op), "k0": int(k0), "s0": int(s0), "p0": int(p0)}
+        return self._new(name, (ow, a.ne[1], a.ne[2], a.ne[3]), "f32", (a,), params)
+
+    def pool_2d(self, a: Tensor, op: int, k0: int, k1: int, s0: int, s1: int, p0: float, p1: float) -> Tensor:
+        """``ggml_pool_2d``: max (0) or average (1, divided by k0·k1) pooling over ne0, ne1."""
+        name = "POOL_2D"
+        self._check_tensor(name, "a", a)
+        self._check_types(name, "a", a, ("f32", "f16"))
+        if op not in (GGML_OP_POOL_MAX, GGML_OP_POOL_AVG):
+            raise self._err(name, "op", "0 (MAX) or 1 (AVG)", str(op))
+        self._conv_params(name, k0=k0, k1=k1, s0=s0, s1=s1)
+        # ggml computes the sizes in float and truncates; its kernel uses the int padding
+        ow = int((a.ne[0] + 2 * p0 - k0) / s0) + 1
+        oh = int((a.ne[1] + 2 * p1 - k1) / s1) + 1
+        if ow <= 0 or oh <= 0:
+            raise self._err(
+                name, "a", f"ne[0:2] + 2·p at least the kernel ({k0}, {k1})", f"ne {_ne_str(a.ne)}"
+            )
+        params = {
+            "op": int(op),
+            "k0": int(k0),
+            "k1": int(k1),
+            "s0": int(s0),
+            "s1": int(s1),
+            "p0": int(p0),
+            "p1": int(p1),
+        }
+        return self._new(name, (ow, oh, a.ne[2], a.ne[3]), "f32", (a,), params)
 
     def ssm_conv(self, sx: Tensor, c: Tensor) -> Tensor:
         """``ggml_ssm_conv``: depthwise causal conv; sx [n_s, d_inner, d_conv-1+n_t], c [d_inner, d_conv]."""

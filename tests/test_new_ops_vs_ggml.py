@@ -61,6 +61,9 @@ class Case:
     max_nmse: float = oracle.DEFAULT_MAX_NMSE
     why: str = ""  # reason for a threshold other than test-backend-ops' default
     marks: tuple[Any, ...] = field(default=())
+    #: inputs ggml gets as f32 arrays of the same (f16) values, where ggml-python's CPU kernel
+    #: mishandles the f16 type (with the reason in ``why``)
+    ggml_f32: tuple[str, ...] = ()
 
 
 CASES: list[Case] = []
@@ -148,6 +151,145 @@ for _g in ("reglu", "geglu_erf", "geglu_quick"):
         )
 
 
+# --- convolutions (test_conv_2d & co: inputs [-1, 1]; 5e-4 where test-backend-ops sets it) ------
+_CONV = "test-backend-ops' max_nmse_err for this op: 5e-4 (sums of products in another order)"
+
+
+def _conv2d(s0: int, s1: int, p0: int, p1: int, d0: int, d1: int, cwhn: bool = False) -> Program:
+    def prog(b: Any, t: dict[str, Any]) -> Any:
+        x, k = t["input"], t["kernel"]
+        if cwhn:  # channel-most-contiguous input, permuted back (ggml's CPU wants a contiguous kernel)
+            x = b.permute(b.cont(b.permute(x, 1, 2, 0, 3)), 2, 0, 1, 3)
+        return b.conv_2d_direct(k, x, s0, s1, p0, p1, d0, d1)
+
+    return prog
+
+
+for _ki, (_ne_in, _ne_k, _geo) in enumerate(
+    (
+        ((1, 1, 1, 2), (1, 1, 1, 1), (1, 5, 5, 2, 2, 4)),
+        ((1, 133, 1, 2), (1, 1, 1, 1), (1, 5, 5, 2, 2, 4)),
+        ((19, 23, 5, 2), (3, 3, 5, 4), (1, 1, 0, 0, 1, 1)),
+        ((19, 23, 5, 2), (3, 5, 5, 7), (2, 3, 1, 2, 2, 1)),
+        ((20, 16, 3, 1), (5, 2, 3, 2), (3, 1, 0, 4, 1, 3)),
+    )
+):
+    for _kt in ("f32", "f16"):
+        case(
+            f"conv_2d-{_ki}-{_kt}",
+            _conv2d(*_geo),
+            {"input": In(_ne_in), "kernel": In(_ne_k, _kt)},
+            max_nmse=5e-4,
+            why=_CONV,
+        )
+case(
+    "conv_2d-cwhn-input",
+    _conv2d(1, 1, 1, 1, 1, 1, cwhn=True),
+    {"input": In((12, 10, 4, 2)), "kernel": In((3, 3, 4, 5))},
+    max_nmse=5e-4,
+    why=_CONV,
+)
+for _ne_in, _ne_k, (_st, _pd, _dl) in (
+    ((17, 34, 9, 1), (3, 3, 1, 9), (1, 0, 1)),
+    ((32, 8, 64, 1), (3, 3, 1, 64), (2, 1, 1)),
+):
+    for _kt in ("f32", "f16"):
+        case(
+            f"conv_2d_dw-{_ne_in[2]}-{_kt}",
+            lambda b, t, _st=_st, _pd=_pd, _dl=_dl: b.conv_2d_dw_direct(
+                t["kernel"], t["input"], _st, _st, _pd, _pd, _dl, _dl
+            ),
+            {"input": In(_ne_in), "kernel": In(_ne_k, _kt)},
+            ggml_f32=("kernel",) if _kt == "f16" else (),
+            why="ggml-python 0.0.45's conv_2d_dw reads an f16 kernel as f32 (later ggml converts it)",
+        )
+for _ci, (_n, _ic, _idhw, _oc, _k, _s, _p, _d) in enumerate(
+    (
+        (1, 1, (18, 22, 20), 1, (3, 1, 5), (2, 1, 1), (2, 0, 1), (1, 1, 2)),
+        (2, 3, (8, 9, 10), 4, (3, 3, 3), (1, 2, 1), (1, 1, 0), (1, 1, 1)),
+    )
+):
+    for _kt in ("f32", "f16"):
+        _kd, _kh, _kw = _k
+        case(
+            f"conv_3d-{_ci}-{_kt}",
+            lambda b, t, _n=_n, _ic=_ic, _oc=_oc, _s=_s, _p=_p, _d=_d: b.conv_3d_direct(
+                t["kernel"], t["input"], *_s, *_p, *_d, _ic, _n, _oc
+            ),
+            {
+                "input": In((_idhw[2], _idhw[1], _idhw[0], _ic * _n)),
+                "kernel": In((_kw, _kh, _kd, _ic * _oc), _kt),
+            },
+            max_nmse=5e-4,
+            why=_CONV,
+        )
+for _ci, (_ne_in, _ne_k, _ic, _geo, _dt, _v) in enumerate(
+    (
+        ((10, 10, 10, 9), (3, 3, 3, 1), 3, (1, 1, 1, 1, 1, 1, 1, 1, 1), "f16", 0),
+        ((20, 20, 10, 3), (3, 3, 3, 3), 1, (1, 1, 1, 0, 0, 0, 1, 1, 3), "f32", 0),
+        ((12, 11, 10, 6), (3, 2, 3, 6), 3, (2, 1, 2, 1, 0, 2, 1, 2, 1), "f32", 1),
+    )
+):
+
+    def _im2col3d(
+        b: Any, t: dict[str, Any], _ic: int = _ic, _geo: Any = _geo, _dt: str = _dt, _v: int = _v
+    ) -> Any:
+        x = t["input"]
+        if _v:  # test_im2col_3d's v: a view of every other element of a wider input
+            x = b.view_4d(x, x.ne[0] // 2, x.ne[1], x.ne[2], x.ne[3], x.nb[1], x.nb[2], x.nb[3], 0)
+        return b.im2col_3d(t["kernel"], x, _ic, *_geo, _dt)
+
+    case(
+        f"im2col_3d-{_ci}-{_dt}-v{_v}",
+        _im2col3d,
+        {"input": In((_ne_in[0] * (2 if _v else 1), *_ne_in[1:])), "kernel": In(_ne_k, _dt)},
+    )
+for _ne_in, _ne_k, _s0 in (
+    ((197, 32, 1, 1), (16, 32, 32, 1), 1),
+    ((13, 3, 1, 1), (3, 2, 3, 1), 3),
+    ((2, 1, 1, 1), (1, 1, 1, 1), 2),
+):
+    case(
+        f"conv_transpose_1d-{_ne_in[0]}-s{_s0}",
+        lambda b, t, _s0=_s0: b.conv_transpose_1d(t["kernel"], t["input"], _s0, 0, 1),
+        {"input": In(_ne_in), "kernel": In(_ne_k)},
+    )
+for _kt in ("f32", "f16"):
+    for _st in (1, 2):
+        case(
+            f"conv_transpose_2d-{_kt}-s{_st}",
+            lambda b, t, _st=_st: b.conv_transpose_2d_p0(t["kernel"], t["input"], _st),
+            {"input": In((3, 2, 3, 1)), "kernel": In((2, 2, 1, 3), _kt)},
+            max_nmse=5e-4,
+            why="test_conv_transpose_2d: 5e-4",
+        )
+
+# --- pooling (test_pool1d / test_pool2d: inputs [-1, 1]) ---------------------------------------
+for _pt, _pn in ((0, "max"), (1, "avg")):
+    for _ne, _k, _s, _p in (
+        ((10, 3, 2, 1), 1, 1, 0),
+        ((11, 1, 3, 2), 3, 2, 2),
+        ((11, 1, 3, 2), 1, 1, 3),
+        ((128, 2, 1, 3), 5, 3, 1),
+    ):
+        case(
+            f"pool_1d-{_pn}-{_ne[0]}-k{_k}s{_s}p{_p}",
+            lambda b, t, _pt=_pt, _k=_k, _s=_s, _p=_p: b.pool_1d(t["a"], _pt, _k, _s, _p),
+            {"a": In(_ne)},
+        )
+    for _k0, _k1, _s0, _s1, _p0, _p1 in (
+        (1, 1, 1, 2, 1, 0),
+        (3, 3, 2, 2, 1, 1),
+        (3, 1, 1, 2, 0, 1),
+        (2, 3, 3, 1, 1, 2),
+    ):
+        case(
+            f"pool_2d-{_pn}-k{_k0}{_k1}s{_s0}{_s1}p{_p0}{_p1}",
+            lambda b, t, _pt=_pt, _g=(_k0, _k1, _s0, _s1, _p0, _p1): b.pool_2d(t["a"], _pt, *_g),
+            {"a": In((10, 10, 3, 1))},
+        )
+
+
 # ---------------------------------------------------------------------------------------------
 # Running a case three ways
 # ---------------------------------------------------------------------------------------------
@@ -175,6 +317,7 @@ def _on_device(g: Any, out: Any, data: dict[str, np.ndarray]) -> np.ndarray:
 
 def _ggml(c: Case, data: dict[str, np.ndarray]) -> np.ndarray:
     feed = {n: oracle.as_bf16(data[n]) if c.inputs[n].dtype == "bf16" else data[n] for n in data}
+    feed.update({n: data[n].astype(np.float32) for n in c.ggml_f32})
     return np.asarray(oracle.ggml_program(c.program, feed))
 
 
@@ -200,6 +343,6 @@ def test_reference_matches_ggml(c: Case) -> None:
     _check(c, got, _ggml(c, data))
 
 
-def test_thresholds_other_than_the_default_say_why() -> None:
+def test_thresholds_and_oracle_workarounds_say_why() -> None:
     for c in CASES:
-        assert c.max_nmse == oracle.DEFAULT_MAX_NMSE or c.why, c.id
+        assert (c.max_nmse == oracle.DEFAULT_MAX_NMSE and not c.ggml_f32) or c.why, c.id

@@ -774,6 +774,194 @@ def im2col(t: Tensor, xs: list[Arr]) -> Arr:
     return cols.reshape(tuple(reversed(t.ne)))
 
 
+def window_index(
+    sizes: Sequence[int],
+    ks: Sequence[int],
+    s: Sequence[int],
+    p: Sequence[int],
+    d: Sequence[int],
+    out: Sequence[int],
+) -> tuple[Arr, Arr]:
+    """Flat indices into a spatial block of ``sizes`` (numpy order, outer first) for every output
+    position and kernel tap, shape [*out, *ks]: tap k of output o reads o·s + k·d − p per dim, as
+    ggml's direct convolutions and pools do; taps outside the block index the extra slot
+    ``prod(sizes)`` (a zero or fill value appended by the caller). Also the validity mask."""
+    n = len(sizes)
+    flat = np.zeros([*out, *ks], dtype=np.int64)
+    valid = np.ones([*out, *ks], dtype=bool)
+    stride = 1
+    for i in reversed(range(n)):
+        shape_o = [1] * (2 * n)
+        shape_o[i] = out[i]
+        shape_k = [1] * (2 * n)
+        shape_k[n + i] = ks[i]
+        pos = np.arange(out[i]).reshape(shape_o) * s[i] + np.arange(ks[i]).reshape(shape_k) * d[i] - p[i]
+        valid &= (pos >= 0) & (pos < sizes[i])
+        flat += pos * stride
+        stride *= sizes[i]
+    return np.where(valid, flat, stride), valid
+
+
+def gather_windows(x: Arr, idx: Arr, fill: float, n_spatial: int) -> Arr:
+    """x [..., *sizes] → [..., *idx.shape]: the windows of :func:`window_index`, ``fill`` outside."""
+    lead = x.shape[: x.ndim - n_spatial]
+    rows = x.reshape(*lead, -1)
+    ext = np.concatenate([rows, np.full((*lead, 1), fill, dtype=rows.dtype)], axis=-1)
+    return ext[..., idx]
+
+
+def conv_geometry(
+    t: Tensor, n: int
+) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
+    """(input sizes, kernel sizes, strides, pads, dilations, output sizes) of an n-D direct conv
+    node, numpy order (outer first)."""
+    a, b = t.srcs[0], t.srcs[1]
+    assert a is not None and b is not None
+    p = t.params
+    dims = list(reversed(range(n)))  # ggml dim n-1 .. 0
+    return (
+        [b.ne[i] for i in dims],
+        [a.ne[i] for i in dims],
+        [p[f"s{i}"] for i in dims],
+        [p[f"p{i}"] for i in dims],
+        [p[f"d{i}"] for i in dims],
+        [t.ne[i] for i in dims],
+    )
+
+
+def _direct_conv(t: Tensor, x: Arr, w: Arr, n: int) -> Arr:
+    """x [N, IC, *sizes], w [OC, IC, *ks] → [N, OC, *out]; an f16 kernel sees f16 input taps."""
+    a = t.srcs[0]
+    assert a is not None
+    sizes, ks, s, p, d, out = conv_geometry(t, n)
+    idx, _ = window_index(sizes, ks, s, p, d, out)
+    cols = gather_windows(rounded(x, a.dtype) if a.dtype == "f16" else x, idx, 0.0, n)  # [N, IC, *out, *ks]
+    k = cols.reshape(cols.shape[0], cols.shape[1], int(np.prod(out)), -1).astype(np.float64)
+    y = np.einsum("ncpk,ock->nop", k, w.reshape(w.shape[0], w.shape[1], -1).astype(np.float64))
+    return y.reshape(x.shape[0], w.shape[0], *out).astype(np.float32)
+
+
+@reference("CONV_2D")
+def conv_2d(t: Tensor, xs: list[Arr]) -> Arr:
+    return _direct_conv(t, f32(xs[1]), f32(xs[0]), 2)
+
+
+@reference("CONV_2D_DW")
+def conv_2d_dw(t: Tensor, xs: list[Arr]) -> Arr:
+    sizes, ks, s, p, d, out = conv_geometry(t, 2)
+    idx, _ = window_index(sizes, ks, s, p, d, out)
+    cols = gather_windows(f32(xs[1]), idx, 0.0, 2)  # [N, C, OH, OW, KH, KW]
+    w = f32(xs[0])[:, 0]  # [C, KH, KW]
+    return np.einsum("ncyxhw,chw->ncyx", cols.astype(np.float64), w.astype(np.float64)).astype(np.float32)
+
+
+@reference("CONV_3D")
+def conv_3d(t: Tensor, xs: list[Arr]) -> Arr:
+    c, n, oc = t.params["c"], t.params["n"], t.params["oc"]
+    x = f32(xs[1]).reshape(n, c, *xs[1].shape[1:])
+    w = f32(xs[0]).reshape(oc, c, *xs[0].shape[1:])
+    return _direct_conv(t, x, w, 3).reshape(tuple(reversed(t.ne)))
+
+
+def im2col_3d_index(t: Tensor) -> Arr:
+    """Flat indices into b's [N·IC, D, H, W] elements (+1 zero slot) of every IM2COL_3D output element."""
+    a, b = t.srcs[0], t.srcs[1]
+    assert a is not None and b is not None
+    ic = t.params["IC"]
+    n = b.ne[3] // ic
+    sizes = [b.ne[2], b.ne[1], b.ne[0]]
+    ks = [a.ne[2], a.ne[1], a.ne[0]]
+    p = t.params
+    out = [t.ne[3] // n, t.ne[2], t.ne[1]]
+    idx, valid = window_index(
+        sizes, ks, [p["s2"], p["s1"], p["s0"]], [p["p2"], p["p1"], p["p0"]], [p["d2"], p["d1"], p["d0"]], out
+    )  # [OD, OH, OW, KD, KH, KW]
+    block = int(np.prod(sizes))
+    plane = (np.arange(n)[:, None] * ic + np.arange(ic)[None, :]) * block  # [N, IC]
+    full = (
+        idx[None, :, :, :, None] + plane[:, None, None, None, :, None, None, None]
+    )  # [N, OD, OH, OW, IC, KD, KH, KW]
+    full = np.where(valid[None, :, :, :, None], full, n * ic * block)
+    return full.reshape(tuple(reversed(t.ne)))
+
+
+@reference("IM2COL_3D")
+def im2col_3d(t: Tensor, xs: list[Arr]) -> Arr:
+    flat = np.concatenate([f32(xs[1]).reshape(-1), np.zeros(1, np.float32)])
+    return flat[im2col_3d_index(t)]
+
+
+@reference("CONV_TRANSPOSE_1D")
+def conv_transpose_1d(t: Tensor, xs: list[Arr]) -> Arr:
+    a_t = t.srcs[0]
+    assert a_t is not None
+    w = f32(xs[0])[0].astype(np.float64)  # [IC, OC, K]
+    x = rounded(f32(xs[1])[0, 0], a_t.dtype) if a_t.dtype == "f16" else f32(xs[1])[0, 0]  # [IC, L]
+    s0, length, k = t.params["s0"], x.shape[1], w.shape[2]
+    taps = np.einsum("il,iok->olk", x.astype(np.float64), w)  # [OC, L, K]
+    out = np.zeros((w.shape[1], t.ne[0]), dtype=np.float64)
+    for j in range(k):
+        out[:, j : j + (length - 1) * s0 + 1 : s0] += taps[:, :, j]
+    return out.astype(np.float32)
+
+
+@reference("CONV_TRANSPOSE_2D")
+def conv_transpose_2d(t: Tensor, xs: list[Arr]) -> Arr:
+    a_t = t.srcs[0]
+    assert a_t is not None
+    w = f32(xs[0]).astype(np.float64)  # [IC, OC, KH, KW]
+    x = rounded(f32(xs[1]), a_t.dtype) if a_t.dtype == "f16" else f32(xs[1])  # [N, IC, H, W]
+    st = t.params["stride"]
+    n, _, h, wd = x.shape
+    taps = np.einsum("nihw,iokl->nohwkl", x.astype(np.float64), w)
+    out = np.zeros((n, w.shape[1], t.ne[1], t.ne[0]), dtype=np.float64)
+    for ky in range(w.shape[2]):
+        for kx in range(w.shape[3]):
+            out[:, :, ky : ky + (h - 1) * st + 1 : st, kx : kx + (wd - 1) * st + 1 : st] += taps[..., ky, kx]
+    return out.astype(np.float32)
+
+
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def pool_geometry(t: Tensor) -> tuple[Arr, Arr, int]:
+    """(window indices, validity, spatial rank) of a POOL_1D/POOL_2D node (numpy order)."""
+    a = t.srcs[0]
+    assert a is not None
+    p = t.params
+    if t.op == "POOL_1D":
+        return (*window_index([a.ne[0]], [p["k0"]], [p["s0"]], [p["p0"]], [1], [t.ne[0]]), 1)
+    idx, valid = window_index(
+        [a.ne[1], a.ne[0]],
+        [p["k1"], p["k0"]],
+        [p["s1"], p["s0"]],
+        [p["p1"], p["p0"]],
+        [1, 1],
+        [t.ne[1], t.ne[0]],
+    )
+    return idx, valid, 2
+
+
+def pool_divisor(t: Tensor, valid: Arr, n: int) -> Arr:
+    """AVG divisors per output: POOL_1D the in-bounds taps (0 → result 0), POOL_2D k0·k1."""
+    axes = tuple(range(valid.ndim - n, valid.ndim))
+    if t.op == "POOL_1D":
+        count = valid.sum(axis=axes).astype(np.float32)
+        return np.where(count > 0, count, np.float32(np.inf))
+    return np.full(valid.shape[:-n], np.float32(t.params["k0"] * t.params["k1"]))
+
+
+@reference("POOL_1D", "POOL_2D")
+def pool(t: Tensor, xs: list[Arr]) -> Arr:
+    idx, valid, n = pool_geometry(t)
+    is_max = t.params["op"] == 0
+    win = gather_windows(f32(xs[0]), idx, -_FLT_MAX if is_max else 0.0, n)
+    axes = tuple(range(win.ndim - n, win.ndim))
+    if is_max:
+        return win.max(axis=axes)
+    return (win.astype(np.float64).sum(axis=axes) / pool_divisor(t, valid, n)).astype(np.float32)
+
+
 @reference("SSM_CONV")
 def ssm_conv(t: Tensor, xs: list[Arr]) -> Arr:
     sx = f32(xs[0])[0]  # [n_s, d_inner, ncs]

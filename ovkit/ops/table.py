@@ -78,7 +78,7 @@ class OpEntry:
         return reference.REFERENCES.get(self.key)
 
 
-def _ovkit_only(key: str, builders: tuple[str, ...], params: str, openvino: str) -> OpEntry:
+def _ovkit_only(key: str, builders: tuple[str, ...], params: str, openvino: str, notes: str = "") -> OpEntry:
     """An op upstream does not register that ovkit translates (its policy still refuses it)."""
     return OpEntry(
         key,
@@ -86,6 +86,7 @@ def _ovkit_only(key: str, builders: tuple[str, ...], params: str, openvino: str)
         params,
         openvino,
         "none",
+        notes,
         registered=False,
         reason="not in upstream's op_table.cpp (ovkit's own translation)",
     )
@@ -437,8 +438,8 @@ ENTRIES: tuple[OpEntry, ...] = (
     ),
     # ---------------------------------------------------------------- not registered
     *(
-        _ovkit_only(key, builders, params, openvino)
-        for key, builders, params, openvino in (
+        _ovkit_only(key, builders, params, openvino, *notes)
+        for key, builders, params, openvino, *notes in (
             ("SIN", ("sin",), "a", "Sin"),
             ("COS", ("cos",), "a", "Cos"),
             ("LOG", ("log",), "a", "Log"),
@@ -470,6 +471,54 @@ ENTRIES: tuple[OpEntry, ...] = (
             ("UNARY.CEIL", ("ceil", "unary"), "a", "Ceiling"),
             ("UNARY.ROUND", ("round", "unary"), "a", "Round(half_away_from_zero), C roundf"),
             ("UNARY.TRUNC", ("trunc", "unary"), "a", "Select(x < 0, Ceiling, Floor)"),
+            (
+                "CONV_2D",
+                ("conv_2d_direct",),
+                "a kernel [KW, KH, IC, OC], b [W, H, IC, N], s0, s1, p0, p1, d0, d1",
+                "Pad/crop to ggml's output size + Convolution (f16 kernel: input taps rounded to f16)",
+            ),
+            (
+                "CONV_2D_DW",
+                ("conv_2d_dw_direct",),
+                "a kernel [KW, KH, 1, C], b [W, H, C, N], stride0/1, pad0/1, dilation0/1",
+                "Pad/crop + GroupConvolution (C groups)",
+            ),
+            (
+                "CONV_3D",
+                ("conv_3d_direct",),
+                "a [KW, KH, KD, IC·OC], b [W, H, D, IC·N], s0..2, p0..2, d0..2, c, n, oc",
+                "Pad/crop + 3-D Convolution",
+            ),
+            (
+                "IM2COL_3D",
+                ("im2col_3d",),
+                "a [KW, KH, KD, OC·IC] (shape), b [W, H, D, IC·N], IC, s0..2, p0..2, d0..2, dst_type",
+                "Gather with constant indices (a zero slot for padding taps)",
+            ),
+            (
+                "CONV_TRANSPOSE_1D",
+                ("conv_transpose_1d",),
+                "a kernel [K, OC, IC], b [L, IC], s0 (p0 = 0, d0 = 1)",
+                "ConvolutionBackpropData (f16 kernel: input rounded to f16)",
+            ),
+            (
+                "CONV_TRANSPOSE_2D",
+                ("conv_transpose_2d_p0",),
+                "a kernel [KW, KH, OC, IC], b [W, H, IC, N], stride",
+                "ConvolutionBackpropData",
+            ),
+            (
+                "POOL_1D",
+                ("pool_1d",),
+                "op (0 MAX, 1 AVG), k0, s0, p0",
+                "Gather of the windows (fill −FLT_MAX / 0) + ReduceMax / weighted ReduceSum; AVG over the in-bounds taps",
+            ),
+            (
+                "POOL_2D",
+                ("pool_2d",),
+                "op, k0, k1, s0, s1, p0, p1",
+                "Gather of the windows + ReduceMax / weighted ReduceSum; AVG divides by k0·k1 (padding included, as ggml)",
+            ),
             (
                 "GLU.REGLU",
                 ("reglu", "reglu_swapped", "reglu_split", "glu", "glu_split"),

@@ -22,7 +22,11 @@ from ovkit.ops.reference import (
     VISION,
     alibi_slopes,
     ax,
+    conv_geometry,
+    im2col_3d_index,
     im2col_index,
+    pool_divisor,
+    pool_geometry,
     register_in,
     rope_pairs,
     rope_sections,
@@ -839,6 +843,123 @@ def _im2col(t: Tensor, xs: list[Out]) -> Out:
     flat = ops.reshape(xp, i64([n, -1]), False)
     cols = ops.gather(flat, const(idx, np.int64), i64(1))  # [N, OH, OW, K]
     return reshape4(cols, t.ne)
+
+
+def _conv_input(
+    x: Out,
+    sizes: Sequence[int],
+    ks: Sequence[int],
+    s: Sequence[int],
+    p: Sequence[int],
+    d: Sequence[int],
+    out: Sequence[int],
+) -> Out:
+    """x padded (or cropped) over its last len(sizes) axes so that an unpadded OpenVINO convolution
+    yields exactly ggml's output sizes (ggml reads zeros outside the input, truncating division)."""
+    n = len(sizes)
+    lead = x.get_output_partial_shape(0).rank.get_length() - n
+    begin = [0] * lead + list(p)
+    end = [0] * lead + [
+        (o - 1) * st + dl * (k - 1) + 1 - sz - pb
+        for o, st, dl, k, sz, pb in zip(out, s, d, ks, sizes, p, strict=True)
+    ]
+    if not any(begin) and not any(end):
+        return x
+    return ops.pad(x, i64(begin), i64(end), "constant", const(0.0))
+
+
+def _direct_conv(t: Tensor, x: Out, w: Out, n: int) -> Out:
+    a = t.srcs[0]
+    assert a is not None
+    sizes, ks, s, p, d, out = conv_geometry(t, n)
+    if a.dtype == "f16":
+        x = rounded(x, "f16")  # ggml's CPU stores the input taps as f16 for an f16 kernel
+    xp = _conv_input(x, sizes, ks, s, p, d, out)
+    return ops.convolution(xp, w, s, [0] * n, [0] * n, d)
+
+
+@translator("CONV_2D")
+def _conv_2d(t: Tensor, xs: list[Out]) -> Out:
+    return _direct_conv(t, f32(xs[1]), f32(xs[0]), 2)
+
+
+@translator("CONV_2D_DW")
+def _conv_2d_dw(t: Tensor, xs: list[Out]) -> Out:
+    sizes, ks, s, p, d, out = conv_geometry(t, 2)
+    w = ops.reshape(f32(xs[0]), i64([t.ne[2], 1, 1, ks[0], ks[1]]), False)
+    xp = _conv_input(f32(xs[1]), sizes, ks, s, p, d, out)
+    return ops.group_convolution(xp, w, s, [0, 0], [0, 0], d)
+
+
+@translator("CONV_3D")
+def _conv_3d(t: Tensor, xs: list[Out]) -> Out:
+    a, b = t.srcs[0], t.srcs[1]
+    assert a is not None and b is not None
+    c, n, oc = t.params["c"], t.params["n"], t.params["oc"]
+    x = ops.reshape(f32(xs[1]), i64([n, c, b.ne[2], b.ne[1], b.ne[0]]), False)
+    w = ops.reshape(f32(xs[0]), i64([oc, c, a.ne[2], a.ne[1], a.ne[0]]), False)
+    return reshape4(_direct_conv(t, x, w, 3), t.ne)
+
+
+@translator("IM2COL_3D")
+def _im2col_3d(t: Tensor, xs: list[Out]) -> Out:
+    flat = ops.concat([ops.reshape(f32(xs[1]), i64([-1]), False), const([0.0])], 0)
+    return reshape4(ops.gather(flat, const(im2col_3d_index(t), np.int64), i64(0)), t.ne)
+
+
+@translator("CONV_TRANSPOSE_1D")
+def _conv_transpose_1d(t: Tensor, xs: list[Out]) -> Out:
+    a, b = t.srcs[0], t.srcs[1]
+    assert a is not None and b is not None
+    x = ops.reshape(f32(xs[1]), i64([1, b.ne[1], b.ne[0]]), False)
+    if a.dtype == "f16":
+        x = rounded(x, "f16")  # ggml's CPU converts the input to f16 for an f16 kernel
+    w = ops.reshape(f32(xs[0]), i64([a.ne[2], a.ne[1], a.ne[0]]), False)
+    return reshape4(
+        ops.convolution_backprop_data(x, w, [t.params["s0"]], pads_begin=[0], pads_end=[0], dilations=[1]),
+        t.ne,
+    )
+
+
+@translator("CONV_TRANSPOSE_2D")
+def _conv_transpose_2d(t: Tensor, xs: list[Out]) -> Out:
+    a = t.srcs[0]
+    assert a is not None
+    x = f32(xs[1])
+    if a.dtype == "f16":
+        x = rounded(x, "f16")
+    st = t.params["stride"]
+    return ops.convolution_backprop_data(
+        x, f32(xs[0]), [st, st], pads_begin=[0, 0], pads_end=[0, 0], dilations=[1, 1]
+    )
+
+
+@translator("POOL_1D", "POOL_2D")
+def _pool(t: Tensor, xs: list[Out]) -> Out:
+    a = t.srcs[0]
+    assert a is not None
+    idx, valid, n = pool_geometry(t)
+    plane = a.ne[0] * (a.ne[1] if n == 2 else 1)
+    rows = a.nelements // plane
+    is_max = t.params["op"] == 0
+    x = ops.reshape(f32(xs[0]), i64([rows, plane]), False)
+    fill = ops.broadcast(const(-np.finfo(np.float32).max if is_max else 0.0), i64([rows, 1]))
+    win = ops.gather(ops.concat([x, fill], 1), const(idx, np.int64), i64(1))  # [rows, *out, *ks]
+    axes = i64(
+        list(
+            range(
+                win.get_output_partial_shape(0).rank.get_length() - n,
+                win.get_output_partial_shape(0).rank.get_length(),
+            )
+        )
+    )
+    if is_max:
+        return reshape4(ops.reduce_max(win, axes, False), t.ne)
+    # each tap weighted by 1/divisor before the sum: the CPU plugin miscomputes ReduceSum followed
+    # by a Multiply/Divide with a per-output constant (it fuses it along the wrong axis)
+    inv = np.float32(1.0) / pool_divisor(t, valid, n)
+    weights = np.broadcast_to(inv.reshape(inv.shape + (1,) * n), valid.shape)
+    return reshape4(ops.reduce_sum(ops.multiply(win, const(weights)), axes, False), t.ne)
 
 
 @translator("SSM_CONV")
