@@ -406,6 +406,7 @@ def _pad(n: int, alignment: int) -> int:
 def _check_layout(cur: _Cursor, infos: list[_RawInfo], data_start: int, alignment: int) -> None:
     """Tensors packed in table order, each padded to the alignment, all inside the file (as ggml)."""
     expected = 0
+    prev: _RawInfo | None = None
     for t in infos:
         end = data_start + t.offset + t.nbytes
         if end > cur.size:
@@ -415,11 +416,18 @@ def _check_layout(cur: _Cursor, infos: list[_RawInfo], data_start: int, alignmen
                 f"file has {cur.size} bytes: it is truncated or corrupt"
             )
         if t.offset != expected:
+            after = (
+                f"right after tensor {prev.name!r} ({type_name(prev.ggml_type)}, {prev.nbytes} bytes at "
+                f"offset {prev.offset}); "
+                if prev is not None
+                else ""
+            )
             raise cur.fail(
-                f"tensor {t.name!r} has data offset {t.offset}, expected {expected} (tensors are "
-                f"stored in table order, each padded to {alignment} bytes)"
+                f"tensor {t.name!r} has data offset {t.offset}, expected {expected} {after}tensors are "
+                f"stored in table order, each padded to {alignment} bytes"
             )
         expected = _pad(t.offset + t.nbytes, alignment)
+        prev = t
 
 
 def _open_map(p: Path) -> memoryview:

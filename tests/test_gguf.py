@@ -297,3 +297,23 @@ def test_data_shorter_than_the_tensor_names_bytes_needed_and_present(
     assert "tensor 'blk.0.attn_norm.weight'" in msg and "needs 1024 bytes" in msg
     assert f"the file has {len(data) - 100} bytes" in msg
     assert "reshape" not in msg and "out of bounds" not in msg
+
+
+def test_changed_tensor_type_names_tensor_and_bytes_not_numpy(model_file: Path, tmp_path: Path) -> None:
+    """A q4_K tensor re-typed as q6_K: its blocks no longer fit where the table says."""
+    import gguf
+
+    data = bytearray(model_file.read_bytes())
+    _, off_pos, _ = _info_fields(data, "blk.0.ffn_up.weight")
+    struct.pack_into("<i", data, off_pos - 4, int(gguf.GGMLQuantizationType.Q6_K))
+    bad = tmp_path / "retyped.gguf"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(og.GGUFError) as err:
+        og.read_gguf(bad)
+    msg = str(err.value)
+    assert "reshape" not in msg and "out of bounds" not in msg
+    # the next tensor now starts inside the re-typed one's (larger) blocks
+    assert (
+        "tensor 'output.weight' has data offset 4608, expected 6720 right after tensor "
+        "'blk.0.ffn_up.weight' (q6_K, 6720 bytes at offset 0)"
+    ) in msg
