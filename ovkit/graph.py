@@ -1055,6 +1055,23 @@ class Graph:
             raise self._err(op, "b", f"ne[1] dividing ids.ne[0] = {ids.ne[0]}", f"ne {_ne_str(b.ne)}")
         return self._new(op, (as_.ne[1], ids.ne[0], b.ne[2], 1), "f32", (as_, b, ids))
 
+    def out_prod(self, a: Tensor, b: Tensor) -> Tensor:
+        """``ggml_out_prod``: out[.., i1, i0] = Σ_k a[.., k, i0]·b[.., k, i1] (numpy: bᵀ @ a per batch,
+        a repeat-interleaved over b's batch dims); f32 result of ne [a.ne0, b.ne0, b.ne2, b.ne3]."""
+        op = "OUT_PROD"
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        if not a.is_quantized:
+            self._check_types(op, "a", a, ("f32", "f16"))
+        self._check_types(op, "b", b, ("f32",))
+        if a.ne[1] != b.ne[1] or b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
+            raise self._err(
+                op, "b", f"ne[1] == a.ne[1] = {a.ne[1]}, ne[2], ne[3] multiples of a's", f"ne {_ne_str(b.ne)}"
+            )
+        if not a.is_quantized and a.is_transposed():
+            raise self._err(op, "a", "a non-transposed tensor (nb[0] <= nb[1])", f"nb {list(a.nb)}")
+        return self._new(op, (a.ne[0], b.ne[0], b.ne[2], b.ne[3]), "f32", (a, b))
+
     # ------------------------------------------------------------------ normalisation / reductions
     def _norm(self, op: str, a: Tensor, eps: float) -> Tensor:
         self._check_tensor(op, "a", a)
@@ -1092,6 +1109,26 @@ class Graph:
         if order not in (GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC):
             raise self._err("ARGSORT", "order", "0 (ASC) or 1 (DESC)", str(order))
         return self._new("ARGSORT", a.ne, "i32", (a,), {"order": int(order)})
+
+    def top_k(self, a: Tensor, k: int) -> Tensor:
+        """``ggml_top_k``: i32 indices of each row's k largest values (order unspecified by ggml; ovkit
+        gives ggml's CPU order: descending, the first two exchanged)."""
+        self._check_tensor("TOP_K", "a", a)
+        self._check_types("TOP_K", "a", a, ("f32",))
+        if not 1 <= k <= a.ne[0]:
+            raise self._err("TOP_K", "k", f"1 <= k <= a.ne[0] = {a.ne[0]}", str(k))
+        return self._new("TOP_K", (int(k), a.ne[1], a.ne[2], a.ne[3]), "i32", (a,), {"k": int(k)})
+
+    def roll(self, a: Tensor, shift0: int, shift1: int, shift2: int, shift3: int) -> Tensor:
+        """``ggml_roll``: elements shifted (with wrap-around) by shift_i along ggml dim i, as numpy.roll."""
+        self._check_tensor("ROLL", "a", a)
+        self._check_types("ROLL", "a", a, ("f32",))
+        shifts = (shift0, shift1, shift2, shift3)
+        for i, sh in enumerate(shifts):
+            if abs(sh) >= a.ne[i]:
+                raise self._err("ROLL", f"shift{i}", f"|shift{i}| < a.ne[{i}] = {a.ne[i]}", str(sh))
+        params = {f"shift{i}": int(sh) for i, sh in enumerate(shifts)}
+        return self._new("ROLL", a.ne, a.dtype, (a,), params)
 
     # ------------------------------------------------------------------ softmax / attention
     def soft_max(self, a: Tensor) -> Tensor:

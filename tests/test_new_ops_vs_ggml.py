@@ -290,6 +290,51 @@ for _pt, _pn in ((0, "max"), (1, "avg")):
         )
 
 
+# --- OUT_PROD (test_out_prod: a [m, k, bs0, bs1], b [n, k, bs·nr] or transposed; 5e-4) ----------
+def _out_prod(trans_b: bool) -> Program:
+    return lambda b, t: b.out_prod(t["a"], b.transpose(t["b"]) if trans_b else t["b"])
+
+
+for _ta in ("f32", "f16"):
+    for _m, _n, _k, _bs, _nr, _tb in (
+        (256, 1, 1, (1, 1), (1, 1), False),
+        (256, 16, 16, (3, 1), (1, 2), False),
+        (64, 16, 32, (2, 3), (2, 1), True),
+        (32, 7, 5, (1, 1), (1, 1), True),
+    ):
+        case(
+            f"out_prod-{_ta}-m{_m}n{_n}k{_k}-bs{_bs[0]}{_bs[1]}-nr{_nr[0]}{_nr[1]}-t{int(_tb)}",
+            _out_prod(_tb),
+            {
+                "a": In((_m, _k, _bs[0], _bs[1]), _ta),
+                "b": In(((_k, _n) if _tb else (_n, _k)) + (_bs[0] * _nr[0], _bs[1] * _nr[1])),
+            },
+            max_nmse=5e-4,
+            ggml_f32=("a",) if _ta == "f16" else (),
+            why="test_out_prod: 5e-4; ggml-python 0.0.45 has no f16 out_prod kernel (later ggml's reads f16 as f32)",
+        )
+
+# --- TOP_K (test_top_k: distinct values per row) and ROLL -----------------------------------------
+for _ne, _k in (
+    ((1, 1, 1, 1), 1),
+    ((12, 1, 2, 1), 1),
+    ((16, 10, 10, 10), 4),
+    ((100, 3, 1, 1), 40),
+    ((2, 1, 1, 1), 2),
+):
+    case(
+        f"top_k-{'x'.join(map(str, _ne))}-k{_k}",
+        lambda b, t, _k=_k: b.top_k(t["a"], _k),
+        {"a": In(_ne, distinct=True)},
+    )
+case("roll", lambda b, t: b.roll(t["a"], 3, -2, 1, 0), {"a": In((10, 5, 4, 3))})
+case(
+    "roll-view",
+    lambda b, t: b.roll(_view(b, t["a"], (7, 5, 4, 3)), -3, 4, 0, 2),
+    {"a": In(_big((7, 5, 4, 3), 1))},
+)
+
+
 # ---------------------------------------------------------------------------------------------
 # Running a case three ways
 # ---------------------------------------------------------------------------------------------

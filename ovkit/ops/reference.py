@@ -357,6 +357,13 @@ def mul_mat(t: Tensor, xs: list[Arr]) -> Arr:
     return np.matmul(b.astype(np.float64), np.swapaxes(a, -1, -2).astype(np.float64)).astype(np.float32)
 
 
+@reference("OUT_PROD")
+def out_prod(t: Tensor, xs: list[Arr]) -> Arr:
+    a = expand_batch(f32(xs[0]), t.ne[2], t.ne[3]).astype(np.float64)  # [.., k, m]
+    b = f32(xs[1]).astype(np.float64)  # [.., k, p]
+    return np.matmul(np.swapaxes(b, -1, -2), a).astype(np.float32)
+
+
 # ---------------------------------------------------------------------------- layout II
 @reference("CONCAT")
 def concat(t: Tensor, xs: list[Arr]) -> Arr:
@@ -474,6 +481,27 @@ def argsort(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0])
     key = x if t.params["order"] == 0 else -x
     return np.argsort(key, axis=-1, kind="stable").astype(np.int32)
+
+
+def top_k_order(k: int) -> Arr:
+    """Positions of the sorted (descending) top-k in ggml's CPU output: the first two exchanged."""
+    order = np.arange(k)
+    if k > 1:
+        order[[0, 1]] = [1, 0]
+    return order
+
+
+@reference("TOP_K")
+def top_k(t: Tensor, xs: list[Arr]) -> Arr:
+    k = t.params["k"]
+    idx = np.argsort(-f32(xs[0]), axis=-1, kind="stable")[..., :k]
+    return idx[..., top_k_order(k)].astype(np.int32)
+
+
+@reference("ROLL")
+def roll(t: Tensor, xs: list[Arr]) -> Arr:
+    shifts = [t.params[f"shift{d}"] for d in range(4)]
+    return np.roll(np.asarray(xs[0]), [shifts[3], shifts[2], shifts[1], shifts[0]], axis=(0, 1, 2, 3))
 
 
 @reference("DIAG")

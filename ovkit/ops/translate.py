@@ -31,6 +31,7 @@ from ovkit.ops.reference import (
     rope_pairs,
     rope_sections,
     rope_tables,
+    top_k_order,
     tri_mask,
 )
 
@@ -512,6 +513,14 @@ def _mul_mat(t: Tensor, xs: list[Out]) -> Out:
     return ops.matmul(xb, wa, False, True)
 
 
+@translator("OUT_PROD")
+def _out_prod(t: Tensor, xs: list[Out]) -> Out:
+    a, b = t.srcs[0], t.srcs[1]
+    assert a is not None and b is not None
+    wa = expand_batch(f32(xs[0]), a.ne, (a.ne[0], a.ne[1], b.ne[2], b.ne[3]))
+    return ops.matmul(f32(xs[1]), wa, True, False)  # bᵀ [p, k] @ a [k, m]
+
+
 # ---------------------------------------------------------------------------- layout II
 @translator("CONCAT")
 def _concat(t: Tensor, xs: list[Out]) -> Out:
@@ -653,6 +662,19 @@ def _argsort(t: Tensor, xs: list[Out]) -> Out:
     mode = "min" if t.params["order"] == 0 else "max"
     topk = ops.topk(f32(xs[0]), i64(t.ne[0]), 3, mode, "value", "i32", stable=True)
     return topk.output(1)
+
+
+@translator("TOP_K")
+def _top_k(t: Tensor, xs: list[Out]) -> Out:
+    k = t.params["k"]
+    idx = ops.topk(f32(xs[0]), i64(k), 3, "max", "value", "i32", stable=True).output(1)
+    return ops.gather(idx, const(top_k_order(k), np.int64), i64(3)) if k > 1 else idx
+
+
+@translator("ROLL")
+def _roll(t: Tensor, xs: list[Out]) -> Out:
+    shifts = [t.params[f"shift{d}"] for d in (3, 2, 1, 0)]
+    return ops.roll(xs[0], i64(shifts), i64([0, 1, 2, 3]))
 
 
 @translator("DIAG")
