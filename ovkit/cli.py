@@ -9,12 +9,13 @@ broken runtime.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +26,14 @@ class UsageError(Exception):
     """A bad argument or simulation profile: printed as one line, exit code 2."""
 
 
-def _stderr_logging() -> None:
+@contextlib.contextmanager
+def _stderr_logging() -> Iterator[None]:
+    """ovkit's log lines and warnings as plain stderr lines while a command runs; restored after,
+    so calling ``main()`` in-process (tests, notebooks) leaves the caller's logging as it was."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
     log = logging.getLogger("ovkit")
+    saved = (log.handlers[:], log.level, log.propagate, warnings.showwarning)
     log.handlers[:] = [handler]
     log.setLevel(logging.INFO)
     log.propagate = False
@@ -37,6 +42,11 @@ def _stderr_logging() -> None:
         print(f"ovkit: warning: {message}", file=sys.stderr)
 
     warnings.showwarning = show
+    try:
+        yield
+    finally:
+        log.handlers[:], level, log.propagate, warnings.showwarning = saved
+        log.setLevel(level)
 
 
 def make_core(simulate: str | None) -> Any:
@@ -163,15 +173,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    _stderr_logging()
-    try:
-        return COMMANDS[args.command].run(args)
-    except (UsageError, RuntimeUnavailableError) as exc:
-        print(f"ovkit: error: {exc}", file=sys.stderr)
-        return 2
-    except RuntimeError as exc:  # the runtime broke while being queried
-        print(f"ovkit: error: OpenVINO runtime failed: {exc}".splitlines()[0], file=sys.stderr)
-        return 2
+    with _stderr_logging():
+        try:
+            return COMMANDS[args.command].run(args)
+        except (UsageError, RuntimeUnavailableError) as exc:
+            print(f"ovkit: error: {exc}", file=sys.stderr)
+            return 2
+        except RuntimeError as exc:  # the runtime broke while being queried
+            print(f"ovkit: error: OpenVINO runtime failed: {exc}".splitlines()[0], file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":
