@@ -30,14 +30,14 @@ import os
 import subprocess
 import sys
 
-import matplotlib.pyplot as plt
 import openvino as ov
 import pandas as pd
 from IPython.display import display
 
 import ovkit
+from ovkit import notebook
 from ovkit.devices import physical_device_ids
-from ovkit.memory import MEMORY_RULES, MIB
+from ovkit.memory import MEMORY_RULES
 
 core = ovkit.SimulatedCore(profile) if profile else ov.Core()
 print("OpenVINO", ov.get_version())
@@ -98,21 +98,7 @@ display(rules)
 
 
 # %% tags=["memory-per-device"]
-def explain(d):
-    print(f"{d.name} ({d.device_class} class): {d.memory_formula}")
-    print(f"    total {d.total_bytes:>15,} B = {d.total_mib} MiB")
-    breakdown = f"  breakdown {dict(d.memory_breakdown)}" if d.memory_breakdown else ""
-    print(f"    used  {d.used_bytes:>15,} B{breakdown}")
-    clamped = "  (clamped: used > total)" if d.memory_clamped else ""
-    print(f"    free  {d.free_bytes:>15,} B = {d.free_mib} MiB{clamped}")
-    if d.host_available_bytes is not None:
-        print(f"    host MemAvailable {d.host_available_bytes // MIB} MiB (live views only)")
-    if d.memory_error:
-        print(f"    memory_error: {d.memory_error}")
-
-
-for d in devices:
-    explain(d)
+notebook.memory_report(devices)
 
 # %% [markdown]
 # ## 4. The same on simulated machines
@@ -138,19 +124,7 @@ for name in compare_profiles:
 # and the NPU share host RAM.
 
 # %% tags=["memory-chart"]
-fig, axes = plt.subplots(1, len(machines), figsize=(4.2 * len(machines), 2.8), squeeze=False)
-for ax, (title, devs) in zip(axes[0], machines.items(), strict=True):
-    names = [d.name for d in devs]
-    used = [d.used_bytes / 2**30 for d in devs]
-    free = [d.free_bytes / 2**30 for d in devs]
-    ax.barh(names, used, color="tab:red", label="used")
-    ax.barh(names, free, left=used, color="tab:green", alpha=0.6, label="free")
-    ax.set_title(title)
-    ax.set_xlabel("GiB")
-    ax.invert_yaxis()
-axes[0][0].legend(loc="lower right")
-fig.tight_layout()
-plt.show()
+notebook.memory_chart(machines)
 
 # %% [markdown]
 # ## 5. When a property fails

@@ -33,6 +33,7 @@ import pandas as pd
 from IPython.display import display
 
 import ovkit
+from ovkit import notebook
 
 # Show the backend's own log lines (logger "ovkit") in the notebook, as stderr shows them.
 handler = logging.StreamHandler(sys.stderr)
@@ -138,18 +139,10 @@ from ovkit.ops.policy import OpInfo
 table = OpInfo.leaf("bf16", (64, 32), name="token_embd")  # ggml ne order: 32 rows of 64
 rows = OpInfo.leaf("i32", (4,), name="inp_tokens")
 get_rows = OpInfo("GET_ROWS", "f32", (64, 4), srcs=(table, rows))
-
-physical = ovkit.devices.physical_device_ids(sim)
-matrix, reasons = {}, {}
-for selected in physical:
-    selection = ovkit.resolve_device(sim, env={"GGML_OPENVINO_DEVICE": selected}, log=False)
-    backend = ovkit.Backend(selection, sim)
-    decisions = {name: backend.supports_op(name, get_rows) for name in physical}
-    matrix[f"selected {selected}"] = {n: "yes" if d else "no" for n, d in decisions.items()}
-    reasons[selected] = decisions
-display(pd.DataFrame(matrix).T.rename_axis(columns="supports_op(device, GET_ROWS bf16)"))
-gpu = next((n for n in reversed(physical) if n.startswith("GPU")), physical[-1])
-for name, decision in reasons[gpu].items():
+matrix, decisions = notebook.supports_op_matrix(sim, get_rows)
+display(matrix)
+gpu = next((n for n in reversed(matrix.columns) if n.startswith("GPU")), matrix.columns[-1])
+for name, decision in decisions[gpu].items():
     print(f"selected {gpu}, asked {name:6} -> {decision.supported}: {decision.reason}")
 
 # %% [markdown]

@@ -35,15 +35,12 @@ seed = 0
 import gc
 import time
 
-import matplotlib.pyplot as plt
 import numpy as np
 import openvino as ov
-import pandas as pd
-import psutil
 from IPython.display import display
 
 import ovkit
-from ovkit import buffers, engine, oracle, quant
+from ovkit import buffers, engine, notebook, quant
 from ovkit.graph import Graph
 from ovkit.memory import MIB
 
@@ -62,25 +59,10 @@ print("graphs run on", dev, f"of the simulated {profile}" if profile else "of th
 # same name is not.
 
 # %% tags=["buffer-types"]
-rows = []
-for name in ovkit.devices.physical_device_ids(core):
-    for bt in (buffers.buffer_type(name), buffers.host_buffer_type(name)):
-        rows.append(
-            {
-                "buffer type": bt.name,
-                "device": bt.device,
-                "kind": str(bt.kind),
-                "alignment": bt.alignment,
-                "max size": bt.max_size,
-                "ovkit's": buffers.is_ovkit_buffer_type(bt),
-            }
-        )
-display(pd.DataFrame(rows).set_index("buffer type"))
-look_alike = buffers.BufferType(dev, dev, buffers.BufferKind.DEVICE)
-print(
-    f"look-alike {look_alike.name!r}: ovkit's = {buffers.is_ovkit_buffer_type(look_alike)}, "
-    f"kind = {buffers.buffer_type_kind(look_alike)}"
-)
+display(notebook.buffer_types_report(core))
+look_alike = buffers.BufferType(dev, dev, buffers.BufferKind.DEVICE)  # same name, not registered
+ours, kind = buffers.is_ovkit_buffer_type(look_alike), buffers.buffer_type_kind(look_alike)
+print(f"look-alike {look_alike.name!r}: ovkit's = {ours}, kind = {kind}")
 
 # %% [markdown]
 # ## 2. Buffers, tensors and the allocation record
@@ -120,54 +102,33 @@ charts = AllocationCharts(core, interval=live_interval_s, env=env)
 display(charts)
 
 # %% tags=["run-graphs"]
-eng = engine.get_engine(core)
-used = []  # (step, device used MiB, process resident MiB)
-
-
-def device_used_mib():
-    return next(x.used_bytes for x in ovkit.list_devices(core) if x.name == dev) / MIB
-
-
-def rss_mib():
-    return psutil.Process().memory_info().rss / MIB
-
-
-used.append(("start", device_used_mib(), rss_mib()))
+steps = notebook.MemorySteps(core, dev)  # device used memory and process RSS at each step
+steps.record("start")
 for layer in range(n_layers):
     g = Graph()
     x = g.input("x", (8, d))
     w = g.constant(rng.standard_normal((d, d)).astype(np.float32), name=f"blk.{layer}.w")
     g.compute(g.mul_mat(w, x), {"x": np.ones((8, d), np.float32)}, device=dev, core=core)
     charts.refresh()
-    used.append((f"layer {layer}", device_used_mib(), rss_mib()))
+    steps.record(f"layer {layer}")
     time.sleep(live_interval_s)
+
+# %% [markdown]
+# Then the compiled models go (the cache is cleared) and the buffers of section 2 are freed:
+
+# %% tags=["clear"]
 charts.refresher.stop()  # keep the picture, stop the thread (its own garbage collections
 # would make the gc.collect() below return early: CPython runs one collection at a time)
-eng.clear()
+engine.get_engine(core).clear()
 gc.collect()
+steps.record("cache cleared")
+for buf in (weights, kv, compute):
+    buf.free()
 charts.refresh()
-used.append(("cache cleared", device_used_mib(), rss_mib()))
-weights.free()
-kv.free()
-compute.free()
-charts.refresh()
-steps = pd.DataFrame(used, columns=["step", f"{dev} used MiB", "process RSS MiB"]).set_index("step")
-print(steps.to_string())
+steps
 
 # %% tags=["history-chart"]
-history = buffers.allocation_history()
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 2.8))
-steps.iloc[:, :1].plot(ax=ax1, marker="o", legend=False)
-ax1.set_title(f"{dev}: used memory (device's own figure)")
-ax1.set_ylabel("MiB")
-ax1.tick_params(axis="x", labelrotation=30)
-for name, part in history.groupby("device"):
-    ax2.step(part["time"] - history["time"].min(), part["live_bytes"] / MIB, where="post", label=name)
-ax2.set_title("ovkit buffers: live bytes (allocation record)")
-ax2.set_xlabel("s")
-ax2.legend()
-fig.tight_layout()
-plt.show()
+steps.chart(buffers.allocation_history())
 
 # %% [markdown]
 # ## 4. Quantized weights
@@ -181,25 +142,9 @@ plt.show()
 # %% tags=["quant"]
 w = rng.standard_normal((quant_rows, quant_k)).astype(np.float32)
 x = rng.standard_normal((4, quant_k)).astype(np.float32)
-rows = []
-for qtype in quant.QUANT_TYPES:
-    qw = quant.quantize(qtype, w)
-    g = Graph()
-    xin = g.input("x", x.shape)
-    got = g.compute(g.mul_mat(g.constant(qw), xin), {"x": x}, device=dev, core=core)
-    row = {
-        "type": qtype,
-        "bytes": qw.nbytes,
-        "bits/weight": 8 * qw.nbytes / w.size,
-        "NMSE vs dequantized": oracle.nmse(got, x @ qw.dequantize().T),
-        "quantization error": oracle.nmse(qw.dequantize(), w),
-    }
-    if oracle.ggml_available():
-        row["NMSE vs ggml"] = oracle.nmse(got, oracle.ggml_mul_mat_quant(qtype, w, x))
-    rows.append(row)
-qtable = pd.DataFrame(rows).set_index("type")
-with pd.option_context("display.float_format", "{:.3g}".format):
-    display(qtable)
+qtable = notebook.quantized_matmul_table(w, x, dev, core)
+errors = [c for c in qtable.columns if "NMSE" in c or "error" in c]
+qtable.style.format("{:.2e}", subset=errors).format({"bits/weight": "{:.2f}"})
 
 # %% [markdown]
 # Not every type is kept as is: the backend's requantization policy turns some weights into
@@ -208,27 +153,7 @@ with pd.option_context("display.float_format", "{:.3g}".format):
 # on where it goes:
 
 # %% tags=["requant"]
-fit = []
-for qtype in quant.QUANT_TYPES:
-    for cls in ("CPU", "GPU", "NPU"):
-        target = quant.requant_type("blk.0.ffn_up.weight", cls, qtype)
-        fit.append(
-            {
-                "type": qtype,
-                "device class": cls,
-                "becomes": str(target),
-                "bytes": quant.requant_bytes(target, qtype, (quant_rows, quant_k)),
-            }
-        )
-fit = pd.DataFrame(fit).pivot(index="type", columns="device class", values="bytes")
-fig, ax = plt.subplots(figsize=(7, 2.8))
-fit.plot.bar(ax=ax)
-ax.axhline(w.nbytes, color="gray", ls="--", label="f32")
-ax.set_ylabel(f"bytes for {quant_rows}x{quant_k}")
-ax.set_title("a blk.0.ffn_up.weight after the requantization policy")
-ax.legend()
-fig.tight_layout()
-plt.show()
+display(notebook.requant_chart("blk.0.ffn_up.weight", (quant_rows, quant_k)))
 display(quant.requant_table())
 
 # %% [markdown]
@@ -243,42 +168,8 @@ display(quant.requant_table())
 # into its own copy, with `release_rows x release_k` f16 weights in an ovkit host buffer.
 
 # %% tags=["release"]
-import openvino.opset13 as ops
-
-from ovkit import weight_release
-from ovkit.runtime import default_core
-
-weight_release.reset()
-m, k = release_rows, release_k
-wbuf = buffers.alloc_buffer("CPU", m * k * 2, "weights", host=True)
-wt = wbuf.place("blk.0.ffn_up.weight", (m, k), "f16")
-wbuf.set_weight(wt, (rng.standard_normal((m, k)) * 0.05).astype(np.float16))  # registers the buffer
-print(
-    f"registered: {weight_release.REGISTRY.count} buffer, {weight_release.REGISTRY.registered_bytes / MIB:.0f} MiB"
-)
-xin = ops.parameter([1, k], ov.Type.f32, name="x")
-weight = ops.convert(ops.constant(wt.numpy(), shared_memory=True), "f32")  # zero-copy, as upstream
-compiled = default_core().compile_model(ov.Model([ops.matmul(xin, weight, False, True)], [xin]), "CPU")
-request = compiled.create_infer_request()
-xr = rng.standard_normal((1, k)).astype(np.float32)
-before = np.array(request.infer({0: xr})[0])
-
-config = ovkit.read_config({"GGML_OPENVINO_RELEASE_WEIGHTS": "1"})
-rss_before = rss_mib()
-released = weight_release.on_cache_hit("CPU", config)  # what the engine does on the first cache hit
-rss_after = rss_mib()
-print(released.message)
-print(
-    f"resident memory {rss_before:.0f} -> {rss_after:.0f} MiB: {rss_before - rss_after:.0f} MiB back to the OS"
-)
-print("host copy reads as zeros now:", not wbuf.data.any())
-print("results unchanged:", np.array_equal(np.array(request.infer({0: xr})[0]), before))
-try:
-    weight_release.before_compile("CPU")
-except weight_release.WeightsReleasedError as exc:
-    print("recompile refused:", exc)
-wbuf.free()
-weight_release.reset()  # notebook only: a real backend process has no way back
+release = notebook.weight_release_demo(release_rows, release_k, seed)
+release
 
 # %% [markdown]
 # ## Result
@@ -288,13 +179,12 @@ weight_release.reset()  # notebook only: a real backend process has no way back
 # dequantized values on the device; released host weights really left the process.
 
 # %% tags=["result"]
-rise = steps.iloc[n_layers, 0] - steps.iloc[0, 0]
-print(
-    f"{dev} used memory: +{rise:.1f} MiB after {n_layers} graphs, back to {steps.iloc[-1, 0]:.1f} MiB after clearing"
-)
+rise = notebook.format_bytes(steps.used(f"layer {n_layers - 1}") - steps.used("start"))
+back = notebook.format_bytes(steps.used("cache cleared"))
+print(f"{dev} used memory: +{rise} after {n_layers} graphs, {back} after clearing the cache")
 print("ovkit buffers still live:", len(buffers.current_allocations()))
 worst = qtable["NMSE vs dequantized"].max()
 print(f"quantized mul_mat on {dev}: worst NMSE vs dequantized weights {worst:.1e} over {len(qtable)} types")
 print(
-    f"weight release: {released.released_bytes / MIB:.0f} MiB released, RSS fell by {rss_before - rss_after:.0f} MiB"
+    f"weight release: {release.released_bytes // MIB} MiB released, RSS fell by {release.rss_drop // MIB} MiB"
 )

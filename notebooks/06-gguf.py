@@ -36,13 +36,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import openvino as ov
-import pandas as pd
 from IPython.display import display
 
 import ovkit
 from ovkit import gguf as ovgguf
-from ovkit import oracle, quant
-from ovkit.graph import Graph
+from ovkit import notebook
 
 core = ovkit.SimulatedCore(profile) if profile else ov.Core()
 dev = ovkit.resolve_device(core, env={"GGML_OPENVINO_DEVICE": device}, log=False).device
@@ -59,23 +57,7 @@ print("layer runs on", dev, "| files in", workdir)
 
 
 # %% tags=["write"]
-def weight(rows, cols, qt, name):
-    w = (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
-    return quant.quantize(qt, w, name=name)
-
-
-tensors = {"token_embd.weight": weight(n_vocab, n_embd, qtype, "token_embd.weight")}
-for i in range(n_layers):
-    b = f"blk.{i}."
-    tensors[b + "attn_norm.weight"] = np.ones(n_embd, np.float32)
-    for part in ("attn_q", "attn_k", "attn_v", "attn_output"):
-        tensors[b + part + ".weight"] = weight(n_embd, n_embd, qtype, b + part + ".weight")
-    tensors[b + "ffn_norm.weight"] = np.ones(n_embd, np.float32)
-    tensors[b + "ffn_gate.weight"] = weight(n_ff, n_embd, qtype, b + "ffn_gate.weight")
-    tensors[b + "ffn_up.weight"] = weight(n_ff, n_embd, qtype, b + "ffn_up.weight")
-    tensors[b + "ffn_down.weight"] = weight(n_embd, n_ff, down_qtype, b + "ffn_down.weight")
-tensors["output_norm.weight"] = np.ones(n_embd, np.float32)
-tensors["output.weight"] = weight(n_vocab, n_embd, down_qtype, "output.weight")
+tensors = notebook.tiny_llama_tensors(n_layers, n_embd, n_ff, n_vocab, qtype, down_qtype, seed)
 meta = {
     "general.name": "ovkit-tiny",
     "llama.block_count": n_layers,
@@ -85,7 +67,7 @@ meta = {
     "llama.context_length": 128,
 }
 path = ovgguf.write_gguf(workdir / "tiny.gguf", tensors, arch="llama", metadata=meta)
-print(f"wrote {path.name}: {path.stat().st_size:,} bytes, {len(tensors)} tensors")
+print(f"wrote {path.name}: {notebook.format_bytes(path.stat().st_size)}, {len(tensors)} tensors")
 
 # %% [markdown]
 # ## 2. Inspect it
@@ -95,18 +77,18 @@ print(f"wrote {path.name}: {path.stat().st_size:,} bytes, {len(tensors)} tensors
 
 # %% tags=["inspect"]
 model = ovgguf.read_gguf(path)
-print("architecture:", model.architecture, "| tensor bytes:", f"{model.total_bytes:,}")
+print("architecture:", model.architecture, "| tensor bytes:", notebook.format_bytes(model.total_bytes))
 display(model.metadata_table())
 table = model.tensor_table()
 display(table)
 
 # %% tags=["bytes-chart"]
 by_type = table.groupby("type")["bytes"].sum().sort_values()
+unit, size = notebook.byte_scale(by_type.max())
 fig, ax = plt.subplots(figsize=(6, 2.4))
-ax.barh(by_type.index, by_type.to_numpy() / 1024)
-ax.set_xlabel("KiB in the file")
-ax.set_title(f"{path.name}: bytes per tensor type")
-fig.tight_layout()
+ax.barh(by_type.index, by_type.to_numpy() / size)
+ax.set_xlabel(f"{unit} in the file")
+ax.set_title(f"{path.name}: bytes per tensor type", fontsize=10)
 plt.show()
 
 # %% [markdown]
@@ -133,13 +115,11 @@ for name, data in [("truncated.gguf", blob[: len(blob) // 2]), ("header-only.ggu
 
 # %% tags=["fit"]
 machines = {"this machine": None} | {f"simulated {p}": ovkit.SimulatedCore(p) for p in fit_profiles}
-fit = pd.concat([model.fit_check(c).assign(machine=m) for m, c in machines.items()], ignore_index=True)
-fit["weight_MiB"] = fit["weight_bytes"] / 2**20
-fit["free_MiB"] = fit["free_bytes"] / 2**20
-with pd.option_context("display.float_format", "{:,.2f}".format):
-    display(fit[["machine", "device", "class", "weight_MiB", "free_MiB", "fits"]])
+fit = notebook.fit_table(model, machines)
+display(fit)
 for cls in ("CPU", "GPU", "NPU"):
-    print(f"{cls} class needs {model.weight_bytes(cls):,} bytes (file: {model.total_bytes:,})")
+    need, file = notebook.format_bytes(model.weight_bytes(cls)), notebook.format_bytes(model.total_bytes)
+    print(f"{cls} class needs {need} (file: {file})")
 
 # %% [markdown]
 # ## 4. One layer's matmuls from the quantized blocks
@@ -153,41 +133,9 @@ for cls in ("CPU", "GPU", "NPU"):
 # product (ggml by design, OpenVINO's CPU plugin by its dynamic quantization).
 
 # %% tags=["layer"]
-w = {n.split(".")[2]: model.constant(n) for n in model.tensors if n.startswith("blk.0.") and "norm" not in n}
-print({k: f"{v.dtype} {v.shape}" for k, v in w.items()})
 x = rng.standard_normal((n_tokens, n_embd)).astype(np.float32)
-
-g = Graph()
-xin = g.input("x", x.shape)
-c = {k: g.constant(v) for k, v in w.items()}
-outs = {k: g.mul_mat(c[k], xin) for k in ("attn_q", "attn_k", "attn_v", "attn_output")}
-outs["ffn_gate"] = g.mul_mat(c["ffn_gate"], xin)
-outs["ffn_up"] = g.mul_mat(c["ffn_up"], xin)
-outs["ffn_down"] = g.mul_mat(c["ffn_down"], g.swiglu_split(outs["ffn_gate"], outs["ffn_up"]))
-got = dict(zip(outs, g.compute(list(outs.values()), {"x": x}, device=dev, core=core), strict=True))
-
-deq = {k: v.dequantize() for k, v in w.items()}
-silu = lambda z: z / (1 + np.exp(-z))  # noqa: E731
-expected = {k: x @ deq[k].T for k in outs if k != "ffn_down"}
-expected["ffn_down"] = (silu(expected["ffn_gate"]) * expected["ffn_up"]) @ deq["ffn_down"].T
-act = silu(got["ffn_gate"]) * got["ffn_up"]  # ffn_down's input, as the device computed it
-rows = []
-for k in outs:
-    row = {
-        "matmul": k,
-        "type": w[k].dtype,
-        "shape": w[k].shape,
-        "NMSE vs dequantized": oracle.nmse(got[k], expected[k]),
-    }
-    if oracle.ggml_available():
-        blocks = oracle.QuantArray(w[k].dtype, w[k].shape, w[k].raw)
-        row["NMSE vs ggml"] = oracle.nmse(
-            got[k], oracle.ggml_call("mul_mat", blocks, act if k == "ffn_down" else x)
-        )
-    rows.append(row)
-layer = pd.DataFrame(rows).set_index("matmul")
-with pd.option_context("display.float_format", "{:.2e}".format):
-    display(layer)
+layer = notebook.layer_matmul_table(model, 0, x, dev, core)
+layer.style.format("{:.2e}", subset=[c for c in layer.columns if c.startswith("NMSE")])
 
 # %% [markdown]
 # ## Result
@@ -197,9 +145,10 @@ with pd.option_context("display.float_format", "{:.2e}".format):
 # is 5e-4).
 
 # %% tags=["result"]
-print(f"{path.name}: {len(model.tensors)} tensors, {model.total_bytes:,} bytes of weights")
-print("fits on:", ", ".join(f"{r.machine}/{r.device}" for r in fit.itertuples() if r.fits))
-print("does not fit on:", ", ".join(f"{r.machine}/{r.device}" for r in fit.itertuples() if not r.fits) or "-")
+verdicts = list(zip(fit.column("machine"), fit.column("device"), fit.column("fits"), strict=True))
+print(f"{path.name}: {len(model.tensors)} tensors, {notebook.format_bytes(model.total_bytes)} of weights")
+print("fits on:", ", ".join(f"{m}/{d}" for m, d, ok in verdicts if ok == "yes"))
+print("does not fit on:", ", ".join(f"{m}/{d}" for m, d, ok in verdicts if ok != "yes") or "-")
 worst = layer["NMSE vs dequantized"].max()
 print(f"blk.0 on {dev}: {len(layer)} quantized matmuls, worst NMSE vs dequantized {worst:.1e}")
 if "NMSE vs ggml" in layer:

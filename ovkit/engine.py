@@ -443,6 +443,17 @@ class CacheStats:
         total = self.hits + self.misses
         return self.hits / total if total else 0.0
 
+    def __str__(self) -> str:
+        entries = f"entries {self.size} of {self.maxsize}" if self.enabled else "disabled"
+        return (
+            f"compiled-graph cache: hits {self.hits}, misses {self.misses} ({self.hit_rate:.0%} hit rate), "
+            f"evictions {self.evictions}, compiles {self.compiles} in {self.compile_seconds * 1e3:,.1f} ms, "
+            f"{entries}"
+        )
+
+    def _repr_html_(self) -> str:
+        return f"<code>{self}</code>"
+
     def as_dict(self) -> dict[str, object]:
         return {
             "hits": self.hits,

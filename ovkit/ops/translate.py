@@ -231,6 +231,7 @@ def build_model(graph: Graph, outputs: Sequence[Tensor], leaves: Sequence[Tensor
         )
         params.append(p)
         values[leaf.id] = ops.convert(p, ov.Type.bf16) if leaf.dtype == "bf16" else p
+    named = {p.get_name() for p in params}
     for t in graph._value_nodes(outputs):
         if t.id in values:
             continue
@@ -245,8 +246,8 @@ def build_model(graph: Graph, outputs: Sequence[Tensor], leaves: Sequence[Tensor
             raise GraphError(f"{t.describe()}: no OpenVINO translation for {t.op_key}")
         skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
         xs = [values[s.id] if s is not None and i not in skip else None for i, s in enumerate(t.srcs)]
-        out = fn(t, xs)
-        values[t.id] = to_type(out, t.dtype)
+        values[t.id] = to_type(fn(t, xs), t.dtype)
+        _name_nodes(values[t.id], f"{t.op_key} {t.name!r}" if t.name else f"{t.op_key} #{t.id}", named)
     results = []
     for o in outputs:
         v = values[o.id]
@@ -255,6 +256,20 @@ def build_model(graph: Graph, outputs: Sequence[Tensor], leaves: Sequence[Tensor
         r = ops.result(ops.reshape(v, i64(list(o.shape)), False))
         results.append(r)
     return ov.Model(results, params, "ovkit_graph")
+
+
+def _name_nodes(out: Out, label: str, named: set[str]) -> None:
+    """Give ``label`` to every OpenVINO node made for one ggml node (the ones not named yet), so
+    OpenVINO's per-node profile reads ``MUL_MAT #3`` instead of ``MatMul_16``."""
+    stack = [output_of(out).get_node()]
+    while stack:
+        node = stack.pop()
+        if node.get_name() in named:
+            continue
+        named.add(node.get_name())
+        if node.get_type_name() not in ("Parameter", "Constant"):
+            node.set_friendly_name(label)
+        stack.extend(i.get_source_output().get_node() for i in node.inputs())
 
 
 def model_inputs(graph: Graph, names: Sequence[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:

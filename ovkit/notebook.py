@@ -1,0 +1,605 @@
+"""Presentation helpers for the walkthrough notebooks: formatted tables and labelled charts.
+
+Each returns something a cell can simply display: a :class:`Report` (HTML in JupyterLab, aligned
+text in a terminal or papermill output) or a matplotlib ``Figure``.  Figures are formatted by
+magnitude (``16.0 MiB``, ``812 µs``), never as raw floats or byte counts.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ovkit.buffers import SIZE_MAX, buffer_type, host_buffer_type
+from ovkit.devices import Device, physical_device_ids
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6))
+
+
+def format_bytes(n: float | None) -> str:
+    """``n`` bytes in the largest binary unit it reaches: ``512 B``, ``4.0 KiB``, ``1.6 GiB``."""
+    if n is None:
+        return "unknown"
+    if n >= SIZE_MAX:
+        return "unlimited"
+    for unit, size in BYTE_UNITS:
+        if abs(n) >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def format_duration(seconds: float) -> str:
+    """A duration in the largest unit it reaches: ``1.25 s``, ``64.7 ms``, ``812 µs``."""
+    unit, size = next(((u, s) for u, s in TIME_UNITS if abs(seconds) >= s), TIME_UNITS[-1])
+    value = seconds / size
+    return f"{value:,.{0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2}f} {unit}"
+
+
+def byte_scale(largest: float) -> tuple[str, int]:
+    """The unit (name, bytes) for a chart axis whose largest value is ``largest`` bytes."""
+    return next(((u, s) for u, s in BYTE_UNITS if largest >= 2 * s), ("B", 1))
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A small table of already formatted strings, with a title and footnotes."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    notes: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        widths = [max(len(c), *(len(r[i]) for r in self.rows)) for i, c in enumerate(self.columns)]
+        line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
+        body = [line(self.columns), *(line(r) for r in self.rows)]
+        return "\n".join([self.title, *body, *self.notes])
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        head = "".join(f"<th>{esc(c)}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in r) + "</tr>" for r in self.rows)
+        notes = "".join(f"<div class='ovkit-note'>{esc(n)}</div>" for n in self.notes)
+        return (
+            f"<div class='ovkit-report'><b>{esc(self.title)}</b>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}</div>"
+        )
+
+    def column(self, name: str) -> list[str]:
+        i = self.columns.index(name)
+        return [r[i] for r in self.rows]
+
+
+# -- devices and memory ------------------------------------------------------------------------
+def memory_report(devices: Iterable[Device], title: str = "memory per device") -> Report:
+    """Each device's total, used and free with the formula that produced them, errors inline."""
+    rows, notes = [], []
+    for d in devices:
+        breakdown = ", ".join(f"{k} {format_bytes(v)}" for k, v in d.memory_breakdown.items())
+        host = "" if d.host_available_bytes is None else format_bytes(d.host_available_bytes)
+        rows.append(
+            (
+                d.name,
+                str(d.device_class),
+                format_bytes(d.total_bytes),
+                format_bytes(d.used_bytes) + (f" ({breakdown})" if breakdown else ""),
+                format_bytes(d.free_bytes) + (" (clamped: used > total)" if d.memory_clamped else ""),
+                host,
+                d.memory_formula,
+            )
+        )
+        if d.memory_error:
+            notes.append(f"{d.name}: {d.memory_error}")
+    columns = ("device", "class", "total", "used", "free", "host MemAvailable", "formula")
+    return Report(title, columns, tuple(rows), tuple(notes))
+
+
+def memory_chart(machines: Mapping[str, Sequence[Device]]) -> Figure:
+    """Used and free memory per device (the ``--list-devices`` figures), one panel per machine."""
+    import matplotlib.pyplot as plt
+
+    largest = max((d.total_bytes for devs in machines.values() for d in devs), default=0)
+    unit, size = byte_scale(largest)
+    fig, axes = plt.subplots(1, len(machines), figsize=(4.2 * len(machines), 2.8), squeeze=False)
+    for ax, (title, devs) in zip(axes[0], machines.items(), strict=True):
+        names = [d.name for d in devs]
+        used = [d.used_bytes / size for d in devs]
+        ax.barh(names, used, color="tab:red", label="used")
+        ax.barh(
+            names, [d.free_bytes / size for d in devs], left=used, color="tab:green", alpha=0.6, label="free"
+        )
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel(unit)
+        ax.set_xlim(0, largest / size * 1.05 or 1)
+        ax.invert_yaxis()
+    axes[0][0].legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+# -- buffers -----------------------------------------------------------------------------------
+def buffer_types_report(core: Any = None) -> Report:
+    """Both buffer types of every physical device: kind, alignment and maximum size."""
+    rows = []
+    for name in physical_device_ids(core):
+        for bt in (buffer_type(name), host_buffer_type(name)):
+            rows.append(
+                (bt.name, bt.device, str(bt.kind), format_bytes(bt.alignment), format_bytes(bt.max_size))
+            )
+    return Report("buffer types", ("buffer type", "device", "kind", "alignment", "max size"), tuple(rows))
+
+
+# -- per-node profiles -------------------------------------------------------------------------
+_DEDUP_SUFFIX = re.compile(r"_\d+$")  # OpenVINO's suffix for a repeated node name
+
+
+@dataclass(frozen=True, slots=True)
+class NodeProfile:
+    """OpenVINO's per-node timings grouped by the ggml node each OpenVINO layer was built for."""
+
+    device: str
+    nodes: tuple[tuple[str, str, float], ...]  # (ggml node, OpenVINO layer types, seconds)
+    total_seconds: float = field(default=0.0)
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame, device: str) -> NodeProfile:
+        """From ``Runner.profile()`` (columns ``node``, ``type``, ``real_time_us``)."""
+        ran = frame[frame["real_time_us"] > 0]
+        groups: dict[str, tuple[set[str], float]] = {}
+        for node, kind, us in zip(ran["node"], ran["type"], ran["real_time_us"], strict=True):
+            label = _DEDUP_SUFFIX.sub("", str(node))
+            kinds, total = groups.get(label, (set(), 0.0))
+            groups[label] = (kinds | {str(kind)}, total + us * 1e-6)
+        nodes = sorted(((k, ", ".join(sorted(v[0])), v[1]) for k, v in groups.items()), key=lambda r: -r[2])
+        return cls(device, tuple(nodes), sum(n[2] for n in nodes))
+
+    def report(self) -> Report:
+        rows = tuple(
+            (name, kinds, format_duration(s), f"{s / self.total_seconds:.0%}")
+            for name, kinds, s in self.nodes
+        )
+        title = f"per-node time on {self.device}: {format_duration(self.total_seconds)} in all"
+        return Report(title, ("ggml node", "OpenVINO layers", "time", "share"), rows)
+
+    def __str__(self) -> str:
+        return str(self.report())
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        return self.report()._repr_html_()
+
+    def chart(self, top: int = 10) -> Figure:
+        """The ``top`` slowest ggml nodes as horizontal bars, in µs."""
+        import matplotlib.pyplot as plt
+
+        shown = self.nodes[:top][::-1]
+        fig, ax = plt.subplots(figsize=(6.5, 0.6 + 0.32 * len(shown)))
+        ax.barh([f"{n} ({k})" for n, k, _ in shown], [s * 1e6 for _, _, s in shown], color="tab:blue")
+        ax.set_xlabel("time per run (µs)")
+        ax.set_title(f"per-node time on {self.device} (PERF_COUNT), slowest first", fontsize=10)
+        ax.tick_params(axis="y", labelsize=8)
+        fig.tight_layout()
+        plt.close(fig)
+        return fig
+
+
+# -- memory over a sequence of steps -------------------------------------------------------------
+class MemorySteps:
+    """A device's used memory and this process's RSS, recorded at named steps of a notebook."""
+
+    def __init__(self, core: Any, device: str) -> None:
+        self.core, self.device = core, device
+        self.steps: list[tuple[str, int, int]] = []  # (step, device used bytes, process RSS bytes)
+
+    def record(self, step: str) -> None:
+        import psutil
+
+        from ovkit.devices import list_devices
+
+        used = next(d.used_bytes for d in list_devices(self.core) if d.name == self.device)
+        self.steps.append((step, used, psutil.Process().memory_info().rss))
+
+    def used(self, step: str) -> int:
+        return next(u for s, u, _ in self.steps if s == step)
+
+    def report(self) -> Report:
+        (du, dsize) = byte_scale(max((u for _, u, _ in self.steps), default=0))
+        (ru, rsize) = byte_scale(max((r for _, _, r in self.steps), default=0))
+        rows = tuple((s, f"{u / dsize:,.1f}", f"{r / rsize:,.1f}") for s, u, r in self.steps)
+        columns = ("step", f"{self.device} used ({du})", f"process RSS ({ru})")
+        return Report(f"memory at each step ({self.device}: the device's own figure)", columns, rows)
+
+    def __repr__(self) -> str:
+        return str(self.report())
+
+    def _repr_html_(self) -> str:
+        return self.report()._repr_html_()
+
+    def chart(self, history: pd.DataFrame) -> Figure:
+        """Left: the device's used memory per step; right: ovkit's live buffer bytes over time."""
+        import matplotlib.pyplot as plt
+
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 2.8))
+        unit, size = byte_scale(max((u for _, u, _ in self.steps), default=0))
+        ax1.plot([s for s, _, _ in self.steps], [u / size for _, u, _ in self.steps], marker="o")
+        ax1.set_title(f"{self.device}: used memory (device's own figure)", fontsize=10)
+        ax1.set_ylabel(unit)
+        ax1.set_ylim(bottom=0)
+        ax1.tick_params(axis="x", labelrotation=30)
+        if len(history):
+            unit, size = byte_scale(float(history["live_bytes"].max()))
+            for name, part in history.groupby("device"):
+                t = part["time"] - history["time"].min()
+                ax2.step(t, part["live_bytes"] / size, where="post", label=str(name))
+            ax2.legend(fontsize=8)
+        ax2.set_title("ovkit buffers: live bytes (allocation record)", fontsize=10)
+        ax2.set_xlabel("time (s)")
+        ax2.set_ylabel(unit)
+        fig.tight_layout()
+        plt.close(fig)
+        return fig
+
+
+# -- quantized weights ---------------------------------------------------------------------------
+def quantized_matmul_table(w: Any, x: Any, device: str, core: Any = None) -> pd.DataFrame:
+    """``x @ W.T`` on ``device`` for ``w`` in every quantized type: size, bits per weight, and
+    NMSE against the dequantized weights (and against ggml's quantized kernels when available)."""
+    import pandas as pd
+
+    from ovkit import oracle, quant
+    from ovkit.graph import Graph
+
+    rows = []
+    for qtype in quant.QUANT_TYPES:
+        qw = quant.quantize(qtype, w)
+        g = Graph()
+        got = g.compute(g.mul_mat(g.constant(qw), g.input("x", x.shape)), {"x": x}, device=device, core=core)
+        row = {
+            "type": qtype,
+            "size": format_bytes(qw.nbytes),
+            "bits/weight": 8 * qw.nbytes / w.size,
+            "NMSE vs dequantized": oracle.nmse(got, x @ qw.dequantize().T),
+            "quantization error": oracle.nmse(qw.dequantize(), w),
+        }
+        if oracle.ggml_available():
+            row["NMSE vs ggml"] = oracle.nmse(got, oracle.ggml_mul_mat_quant(qtype, w, x))
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("type")
+
+
+def requant_chart(
+    weight_name: str, shape: tuple[int, int], classes: Sequence[str] = ("CPU", "GPU", "NPU")
+) -> Figure:
+    """Bytes one weight needs per quantized type after each device class's requantization policy."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from ovkit import quant
+
+    need = pd.DataFrame(
+        {
+            cls: [
+                quant.requant_bytes(quant.requant_type(weight_name, cls, q), q, shape)
+                for q in quant.QUANT_TYPES
+            ]
+            for cls in classes
+        },
+        index=list(quant.QUANT_TYPES),
+    )
+    f32 = shape[0] * shape[1] * 4
+    unit, size = byte_scale(f32)
+    fig, ax = plt.subplots(figsize=(7, 2.8))
+    (need / size).plot.bar(ax=ax)
+    ax.axhline(f32 / size, color="gray", ls="--", label="f32")
+    ax.set_ylabel(f"{unit} for {shape[0]}×{shape[1]}")
+    ax.set_title(f"{weight_name} after the requantization policy of each device class", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+# -- weight release ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ReleaseDemo:
+    """What releasing one f16 weight's host copy did (see :func:`weight_release_demo`)."""
+
+    message: str
+    released_bytes: int
+    rss_before: int
+    rss_after: int
+    zeros_after: bool
+    results_unchanged: bool
+    recompile_error: str
+
+    @property
+    def rss_drop(self) -> int:
+        return self.rss_before - self.rss_after
+
+    def __str__(self) -> str:
+        return "\n".join(
+            [
+                self.message,
+                f"resident memory {format_bytes(self.rss_before)} -> {format_bytes(self.rss_after)}: "
+                f"{format_bytes(self.rss_drop)} back to the OS",
+                f"host copy reads as zeros now: {self.zeros_after}",
+                f"results unchanged: {self.results_unchanged}",
+                f"recompile refused: {self.recompile_error}",
+            ]
+        )
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def weight_release_demo(rows: int, k: int, seed: int = 0) -> ReleaseDemo:
+    """Compile a ``rows x k`` f16 matmul on the CPU from an ovkit host weight buffer (zero-copy,
+    as upstream), then release the host copy as the engine does on the first cache hit."""
+    import numpy as np
+    import openvino as ov
+    import openvino.opset13 as ops
+    import psutil
+
+    from ovkit import buffers, weight_release
+    from ovkit.config import read_config
+    from ovkit.runtime import default_core
+
+    rng = np.random.default_rng(seed)
+    weight_release.reset()
+    wbuf = buffers.alloc_buffer("CPU", rows * k * 2, "weights", host=True)
+    try:
+        wt = wbuf.place("blk.0.ffn_up.weight", (rows, k), "f16")
+        wbuf.set_weight(wt, (rng.standard_normal((rows, k)) * 0.05).astype(np.float16))  # registers it
+        xin = ops.parameter([1, k], ov.Type.f32, name="x")
+        weight = ops.convert(ops.constant(wt.numpy(), shared_memory=True), "f32")
+        model = ov.Model([ops.matmul(xin, weight, False, True)], [xin])
+        request = default_core().compile_model(model, "CPU").create_infer_request()
+        x = rng.standard_normal((1, k)).astype(np.float32)
+        before = np.array(request.infer({0: x})[0])
+        rss_before = psutil.Process().memory_info().rss
+        released = weight_release.on_cache_hit("CPU", read_config({"GGML_OPENVINO_RELEASE_WEIGHTS": "1"}))
+        rss_after = psutil.Process().memory_info().rss
+        if released is None:
+            raise RuntimeError("weight release found no registered host weights to release")
+        unchanged = bool(np.array_equal(np.array(request.infer({0: x})[0]), before))
+        try:
+            weight_release.before_compile("CPU")
+            refused = "no (expected WeightsReleasedError)"
+        except weight_release.WeightsReleasedError as exc:
+            refused = str(exc)
+        zeros = not wbuf.data.any()
+    finally:
+        wbuf.free()
+        weight_release.reset()  # a notebook only: a real backend process has no way back
+    return ReleaseDemo(
+        released.message, released.released_bytes, rss_before, rss_after, zeros, unchanged, refused
+    )
+
+
+# -- op coverage (test-ops) ----------------------------------------------------------------------
+COVERAGE_CATEGORIES = ("all rejected", "some rejected", "all pass", "FAIL")
+COVERAGE_COLOURS = ("#bbbbbb", "#f0c419", "#4caf50", "#d62728")
+
+
+def type_bucket(types: str) -> str:
+    """A case's input types (``"f32/q4_K"``, ``"f16/f32"``) as one heatmap column."""
+    parts = types.split("/")
+    if any(p.startswith("q") or p == "mxfp4" for p in parts):
+        return "quant"
+    low = [p for p in parts if p in ("bf16", "f16")]
+    return "/".join(low) if low else ("f32" if "f32" in parts else parts[0])
+
+
+def _coverage_category(statuses: Iterable[str]) -> int:
+    s = set(statuses)
+    if "FAIL" in s:
+        return 3
+    if s == {"OK"}:
+        return 2
+    return 1 if "OK" in s else 0
+
+
+def coverage_frame(results: Mapping[str, pd.DataFrame], case_types: Mapping[str, str]) -> pd.DataFrame:
+    """Every class's ``test_ops`` rows in one frame with ``device_class`` and a ``dtype`` bucket."""
+    import pandas as pd
+
+    every = pd.concat([df.assign(device_class=cls) for cls, df in results.items()], ignore_index=True)
+    every["dtype"] = every["case"].map(lambda c: type_bucket(case_types[c]))
+    every["op"] = every["op"].str.replace("UNARY:", "").str.replace("GLU:", "")
+    return every
+
+
+def coverage_heatmap(every: pd.DataFrame) -> Figure:
+    """op × input type × device class: all pass, some rejected, all rejected, or a failure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    classes = list(dict.fromkeys(every["device_class"]))
+    cats = every.groupby(["op", "device_class", "dtype"])["status"].agg(_coverage_category)
+    grid = cats.unstack(["device_class", "dtype"])
+    pairs: list[tuple[str, str]] = list(grid.columns)  # type: ignore[arg-type]  # a MultiIndex
+    columns = sorted(pairs, key=lambda k: (classes.index(k[0]), k[1]))
+    grid = grid.reindex(columns=columns)
+    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * grid.shape[1], 0.8 + 0.26 * grid.shape[0]))
+    cmap = ListedColormap(list(COVERAGE_COLOURS))
+    ax.imshow(np.ma.masked_invalid(grid.to_numpy(dtype=float)), cmap=cmap, vmin=0, vmax=3, aspect="auto")
+    ax.set_yticks(range(len(grid.index)), grid.index, fontsize=8)
+    ax.set_xticks(range(grid.shape[1]), [f"{c}\n{t}" for c, t in columns], fontsize=8)
+    ax.xaxis.tick_top()
+    column_classes = [c for c, _ in columns]
+    for i in range(1, len(column_classes)):
+        if column_classes[i] != column_classes[i - 1]:
+            ax.axvline(i - 0.5, color="black", lw=1.5)
+    handles = [Patch(color=cmap(i), label=n) for i, n in enumerate(COVERAGE_CATEGORIES)]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    ax.set_title("test-ops: op × input type × device class (white: no case)", fontsize=9, pad=28)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def perf_table(rows: Iterable[Any]) -> pd.DataFrame:
+    """``testops.perf_case`` results as a table: time per run, and GFLOPS or GB/s."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        [
+            {
+                "op": r.op,
+                "case": r.case,
+                "status": r.status,
+                "µs/run": r.us_per_run,
+                "GFLOPS": r.gflops,
+                "GB/s": r.gbps,
+            }
+            for r in rows
+        ]
+    )
+
+
+def perf_chart(perf: pd.DataFrame, device: str) -> Figure:
+    """Time per run of each timed case on a log axis, labelled with its rate."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    ok = perf[perf["status"] == "OK"]
+    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.3 * len(ok)))
+    colours = ["tab:blue" if pd.notna(g) else "tab:orange" for g in ok["GFLOPS"]]
+    ax.barh(ok["case"].str.slice(0, 60), ok["µs/run"], color=colours)
+    ax.set_xscale("log")
+    ax.set_xlabel("time per run (µs, log scale)")
+    ax.invert_yaxis()
+    for y, (us, gflops, gbps) in enumerate(zip(ok["µs/run"], ok["GFLOPS"], ok["GB/s"], strict=True)):
+        rate = f"{gflops:,.1f} GFLOPS" if pd.notna(gflops) else f"{gbps:,.1f} GB/s"
+        ax.text(us * 1.08, y, rate, va="center", fontsize=7)
+    if len(ok):
+        ax.set_xlim(right=ok["µs/run"].max() * 12)
+    ax.set_title(f"time per op on {device} (blue: compute-bound, orange: memory-bound)", fontsize=9)
+    ax.tick_params(axis="y", labelsize=7)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def perf_cases_within(cases: Iterable[Any], max_mib: float, max_gflop: float) -> list[Any]:
+    """The perf cases with at most ``max_mib`` MiB of inputs and ``max_gflop`` GFLOP of work."""
+    import numpy as np
+
+    from ovkit.testops import NUMPY_OF
+
+    def input_bytes(c: Any) -> int:
+        return sum(int(np.prod(i.shape)) * np.dtype(NUMPY_OF[i.dtype]).itemsize for i in c.inputs)
+
+    return [c for c in cases if input_bytes(c) <= max_mib * (1 << 20) and c.flops <= max_gflop * 1e9]
+
+
+# -- GGUF ----------------------------------------------------------------------------------------
+def tiny_llama_tensors(
+    n_layers: int, n_embd: int, n_ff: int, n_vocab: int, qtype: str, down_qtype: str, seed: int = 0
+) -> dict[str, Any]:
+    """Random llama-style weights with llama.cpp's tensor names: matrices quantized to ``qtype``
+    (``ffn_down`` and the output head to ``down_qtype``, as mixed quantizations do), norms f32."""
+    import numpy as np
+
+    from ovkit import quant
+
+    rng = np.random.default_rng(seed)
+
+    def weight(name: str, rows: int, cols: int, qt: str) -> Any:
+        w = (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
+        return quant.quantize(qt, w, name=name)
+
+    tensors: dict[str, Any] = {"token_embd.weight": weight("token_embd.weight", n_vocab, n_embd, qtype)}
+    for i in range(n_layers):
+        b = f"blk.{i}."
+        tensors[b + "attn_norm.weight"] = np.ones(n_embd, np.float32)
+        for part in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            tensors[b + part + ".weight"] = weight(b + part + ".weight", n_embd, n_embd, qtype)
+        tensors[b + "ffn_norm.weight"] = np.ones(n_embd, np.float32)
+        tensors[b + "ffn_gate.weight"] = weight(b + "ffn_gate.weight", n_ff, n_embd, qtype)
+        tensors[b + "ffn_up.weight"] = weight(b + "ffn_up.weight", n_ff, n_embd, qtype)
+        tensors[b + "ffn_down.weight"] = weight(b + "ffn_down.weight", n_embd, n_ff, down_qtype)
+    tensors["output_norm.weight"] = np.ones(n_embd, np.float32)
+    tensors["output.weight"] = weight("output.weight", n_vocab, n_embd, down_qtype)
+    return tensors
+
+
+def fit_table(model: Any, machines: Mapping[str, Any]) -> Report:
+    """``model.fit_check`` on every machine (name → core), sizes by magnitude."""
+    rows = []
+    for machine, core in machines.items():
+        for r in model.fit_check(core).to_dict("records"):
+            need, free = format_bytes(r["weight_bytes"]), format_bytes(r["free_bytes"])
+            rows.append((machine, r["device"], r["class"], need, free, "yes" if r["fits"] else "NO"))
+    columns = ("machine", "device", "class", "weights need", "free", "fits")
+    return Report(f"does {model.path.name} fit?", columns, tuple(rows))
+
+
+def layer_matmul_table(model: Any, layer: int, x: Any, device: str, core: Any = None) -> pd.DataFrame:
+    """One layer's seven matmuls run from their quantized blocks on ``device``: NMSE against the
+    dequantized weights (``ffn_down`` after SwiGLU, as the layer computes it) and against ggml."""
+    import numpy as np
+    import pandas as pd
+
+    from ovkit import oracle
+    from ovkit.graph import Graph
+
+    prefix = f"blk.{layer}."
+    w = {n[len(prefix) :].split(".")[0]: model.constant(n) for n in model.tensors if n.startswith(prefix)}
+    w = {k: v for k, v in w.items() if "norm" not in k}
+    g = Graph()
+    xin = g.input("x", x.shape)
+    c = {k: g.constant(v) for k, v in w.items()}
+    outs = {k: g.mul_mat(c[k], xin) for k in w if k != "ffn_down"}
+    outs["ffn_down"] = g.mul_mat(c["ffn_down"], g.swiglu_split(outs["ffn_gate"], outs["ffn_up"]))
+    got = dict(zip(outs, g.compute(list(outs.values()), {"x": x}, device=device, core=core), strict=True))
+
+    def silu(z: Any) -> Any:
+        return z / (1 + np.exp(-z))
+
+    act = silu(got["ffn_gate"]) * got["ffn_up"]  # ffn_down's input, as the device computed it
+    rows = []
+    for k in outs:
+        src = act if k == "ffn_down" else x
+        row = {"matmul": k, "type": w[k].dtype, "shape": w[k].shape}
+        row["NMSE vs dequantized"] = oracle.nmse(got[k], src @ w[k].dequantize().T)
+        if oracle.ggml_available():
+            blocks = oracle.QuantArray(w[k].dtype, w[k].shape, w[k].raw)
+            row["NMSE vs ggml"] = oracle.nmse(got[k], oracle.ggml_call("mul_mat", blocks, src))
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("matmul")
+
+
+# -- device selection ----------------------------------------------------------------------------
+def supports_op_matrix(core: Any, op: Any) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]]:
+    """``supports_op`` of every device for ``op`` with each device selected in turn: the yes/no
+    matrix (rows: the selection) and every decision with its reason."""
+    import pandas as pd
+
+    from ovkit.selection import Backend, resolve_device
+
+    physical = physical_device_ids(core)
+    decisions = {}
+    for selected in physical:
+        backend = Backend(resolve_device(core, env={"GGML_OPENVINO_DEVICE": selected}, log=False), core)
+        decisions[selected] = {name: backend.supports_op(name, op) for name in physical}
+    matrix = pd.DataFrame(
+        {f"selected {s}": {n: "yes" if d else "no" for n, d in row.items()} for s, row in decisions.items()}
+    ).T
+    return matrix.rename_axis(columns=f"supports_op(device, {op.op})"), decisions
