@@ -34,6 +34,7 @@ import numpy as np
 from ovkit import quant, weight_release
 from ovkit.config import read_config
 from ovkit.devices import DeviceClass, device_class
+from ovkit.dtypes import STORAGE_DTYPE
 from ovkit.runtime import get_core, is_simulated
 
 if TYPE_CHECKING:
@@ -44,16 +45,8 @@ HOST_ALIGNMENT = 64  # host allocation alignment (ggml_aligned_malloc)
 SIZE_MAX = 2**64 - 1
 HOST_SUFFIX = "_HOST"
 
-#: numpy dtype of each plain ggml type (quantized tensors are raw bytes).
-PLAIN_DTYPES: dict[str, np.dtype[Any]] = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "bf16": np.dtype(np.uint16),
-    "i32": np.dtype(np.int32),
-    "i64": np.dtype(np.int64),
-    "i8": np.dtype(np.int8),
-    "u8": np.dtype(np.uint8),
-}
+#: numpy dtype of each plain ggml type's storage, and u8 for raw bytes (quantized tensors are raw bytes).
+PLAIN_DTYPES: dict[str, np.dtype[Any]] = {**STORAGE_DTYPE, "u8": np.dtype(np.uint8)}
 
 
 class BufferUsageError(RuntimeError):

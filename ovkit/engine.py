@@ -41,6 +41,8 @@ import numpy as np
 
 from ovkit.config import OvkitConfig, read_config
 from ovkit.devices import DeviceClass, device_class
+from ovkit.dtypes import NUMPY_DTYPE, OPENVINO_NUMPY, OPENVINO_SHORT
+from ovkit.ir import GraphError, Tensor, from_model_output
 from ovkit.runtime import get_core, is_simulated
 
 if TYPE_CHECKING:
@@ -92,38 +94,6 @@ PROP_CACHE_DIR = "CACHE_DIR"
 PROP_NPUW_CACHE_DIR = "NPUW_CACHE_DIR"
 PROP_CACHE_MODE = "CACHE_MODE"
 CACHE_MODE_UPSTREAM = "OPTIMIZE_SIZE"
-
-# Short names of OpenVINO's precision types (``str(Type)`` is ``<Type: 'float32'>``).
-_TYPE_SHORT: dict[str, str] = {
-    "float32": "f32",
-    "float16": "f16",
-    "bfloat16": "bf16",
-    "float64": "f64",
-    "f32": "f32",
-    "f16": "f16",
-    "bf16": "bf16",
-    # ACCURACY mode reports an undefined hint: every op runs in the precision the model declares.
-    "dynamic": "model",
-    "undefined": "model",
-}
-
-# OpenVINO element type (``Type.to_string()``) -> numpy dtype used to bind it.  bf16 has no numpy
-# type: it is fed from float32 arrays (rounded to nearest even) and read back as float32.
-NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "f64": np.dtype(np.float64),
-    "i64": np.dtype(np.int64),
-    "i32": np.dtype(np.int32),
-    "i16": np.dtype(np.int16),
-    "i8": np.dtype(np.int8),
-    "u64": np.dtype(np.uint64),
-    "u32": np.dtype(np.uint32),
-    "u16": np.dtype(np.uint16),
-    "u8": np.dtype(np.uint8),
-    "boolean": np.dtype(np.bool_),
-    "bf16": np.dtype(np.float32),
-}
 
 
 def _check_choice(what: str, value: str | None, allowed: Iterable[str]) -> None:
@@ -254,9 +224,9 @@ def _as_text(value: Any) -> str:
     if isinstance(name, str) and not hasattr(value, "get_type_name"):
         return name
     if hasattr(value, "get_type_name"):  # openvino.Type
-        return _TYPE_SHORT.get(value.get_type_name(), value.get_type_name())
+        return OPENVINO_SHORT.get(value.get_type_name(), value.get_type_name())
     text = str(value)
-    return _TYPE_SHORT.get(text, text)
+    return OPENVINO_SHORT.get(text, text)
 
 
 def _as_bool(value: Any) -> bool:
@@ -355,7 +325,7 @@ class PortSpec:
 
     @property
     def dtype(self) -> np.dtype[Any]:
-        return NUMPY_DTYPES.get(self.ov_type, np.dtype(np.float32))
+        return OPENVINO_NUMPY.get(self.ov_type, np.dtype(np.float32))
 
     @property
     def is_static(self) -> bool:
@@ -1447,8 +1417,6 @@ class _InputSlot:
     __slots__ = ("alt_shapes", "dtype", "gdtype", "last", "name", "param_shape", "shape")
 
     def __init__(self, leaf: Any) -> None:
-        from ovkit.graph import NUMPY_DTYPE
-
         self.name: str = leaf.name
         self.gdtype: str = leaf.dtype
         self.dtype = np.dtype(NUMPY_DTYPE[leaf.dtype])
@@ -1505,8 +1473,6 @@ class GraphPlan:
         # (engine generation, weak reference to the compiled graph)
         self.hot: tuple[int, weakref.ref[CompiledGraph]] | None = None
         self.structure = graph_structure_key(graph, self.every)
-        from ovkit.graph import NUMPY_DTYPE
-
         self._out_specs = [
             (tuple(o.shape), None if o.dtype == "bf16" else np.dtype(NUMPY_DTYPE.get(o.dtype, np.float32)))
             for o in self.outputs
@@ -1561,7 +1527,7 @@ class GraphPlan:
         if len(inputs) > len(out):
             unknown = sorted(set(inputs) - self.known)
             if unknown:
-                raise _graph_error(
+                raise GraphError(
                     f"compute: unknown inputs {unknown}; this graph's inputs are {sorted(self.known)}"
                 )
         return out
@@ -1570,24 +1536,11 @@ class GraphPlan:
         """Model outputs in each output Tensor's numpy shape and dtype."""
         if len(raw) == 1:
             (shape, dtype), r = self._out_specs[0], raw[0]
-            return [r.reshape(shape) if r.dtype == dtype else convert(self.outputs[0], r)]
+            return [r.reshape(shape) if r.dtype == dtype else from_model_output(self.outputs[0], r)]
         return [
-            r.reshape(shape) if r.dtype == dtype else convert(o, r)
+            r.reshape(shape) if r.dtype == dtype else from_model_output(o, r)
             for o, r, (shape, dtype) in zip(self.outputs, raw, self._out_specs, strict=False)
         ]
-
-
-def convert(t: Any, raw: np.ndarray) -> np.ndarray:
-    """A model output as the graph tensor ``t``'s numpy value (graph's own conversion rules)."""
-    from ovkit.graph import _from_model_output
-
-    return _from_model_output(t, raw)
-
-
-def _graph_error(message: str) -> Exception:
-    from ovkit.graph import GraphError
-
-    return GraphError(message)
 
 
 def _config_key(config: Mapping[str, Any] | RunConfig | None) -> Hashable:
@@ -1743,8 +1696,6 @@ def graph_session(
     """A stateful run of ``graph``: ``states`` maps a state input's name to the Tensor holding its
     next value (e.g. ``{"cache_k": g.set_rows(cache_k, k_new, pos)}``).  ``stateful=None``
     follows ``GGML_OPENVINO_STATEFUL_EXECUTION`` (forced off on the NPU class)."""
-    from ovkit.graph import Tensor
-
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     engine = get_engine(core)
     engine._refresh()

@@ -19,21 +19,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ovkit import quant
+from ovkit.dtypes import STORAGE_DTYPE
 from ovkit.memory import MIB
 
 if TYPE_CHECKING:
     import pandas as pd
 
-PLAIN_TYPES: dict[str, np.dtype[Any]] = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "bf16": np.dtype(np.uint16),
-    "i8": np.dtype(np.int8),
-    "i16": np.dtype(np.int16),
-    "i32": np.dtype(np.int32),
-    "i64": np.dtype(np.int64),
-    "f64": np.dtype(np.float64),
-}
+PLAIN_TYPES = STORAGE_DTYPE  #: numpy dtype of each plain type's raw bytes (bf16: uint16 bits)
 
 
 class GGUFError(ValueError):

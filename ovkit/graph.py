@@ -4,49 +4,44 @@ Methods mirror ggml's C builder functions one to one (``ggml_add(ctx, a, b)`` �
 same names without ``ggml_``, same argument order and defaults, no context. Shapes are in NUMPY
 order (numpy shape ``(ne1, ne0)`` is ggml ``ne = [ne0, ne1]``, as ``ggml.utils.from_numpy``);
 dim arguments (``concat`` dim, ``permute`` axes, ``view_*`` ne/nb/offset, ``pad`` p0..p3) keep
-ggml's convention (dim 0 = innermost, strides and offsets in bytes).
-
-Every tensor records ggml's memory layout: a base tensor that owns the memory (``view_src``),
-a byte offset (``view_offs``) and byte strides ``nb``. Views, permutes and transposes are
-NON-CONTIGUOUS exactly as in ggml: a view of a permuted tensor indexes the base memory.
+ggml's convention (dim 0 = innermost, strides and offsets in bytes). The nodes, their memory
+layout and the traversals are :mod:`ovkit.ir`'s.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from ovkit.dtypes import DTYPES, FLOAT_TYPES, TYPE_OF_NUMPY
+from ovkit.ir import (
+    GraphError,
+    GraphIR,
+    Op,
+    RopeType,
+    Tensor,
+    UnsupportedOpError,
+    device_runner,
+    ne4,
+    ne_str,
+    packed_nb,
+    round_to,
+)
+
 if TYPE_CHECKING:
     from ovkit.ops.policy import SupportDecision
 
-FLOAT_TYPES = ("f32", "f16", "bf16")
-INT_TYPES = ("i32", "i64")
-DTYPES = FLOAT_TYPES + INT_TYPES
-#: bytes per element of each plain type (quantized types carry their own sizes).
-TYPE_SIZE: dict[str, int] = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i64": 8}
-#: numpy dtype used on the numpy side (bf16 travels as float32 holding bf16-rounded values).
-NUMPY_DTYPE: dict[str, Any] = {
-    "f32": np.float32,
-    "f16": np.float16,
-    "bf16": np.float32,
-    "i32": np.int32,
-    "i64": np.int64,
-}
-#: ops whose result is a view of ``src[0]`` (no computation, ggml's view semantics).
-VIEW_OPS = frozenset({"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})
-#: sources an op needs only for their shape/type, never their values (op -> src indices).
-SHAPE_ONLY_SRCS: dict[str, frozenset[int]] = {"CPY": frozenset({1}), "FILL": frozenset({0})}
+__all__ = ["Graph", "GraphError", "Mode", "Tensor", "UnsupportedOpError"]
 
-# ggml enums mirrored as module constants.
-GGML_ROPE_TYPE_NORMAL = 0
-GGML_ROPE_TYPE_NEOX = 2
-GGML_ROPE_TYPE_MROPE = 8
-GGML_ROPE_TYPE_VISION = 24
-GGML_ROPE_TYPE_IMROPE = 40
+# ggml enums mirrored as module constants (ggml's C spelling, for code ported from C).
+GGML_ROPE_TYPE_NORMAL = RopeType.NORMAL
+GGML_ROPE_TYPE_NEOX = RopeType.NEOX
+GGML_ROPE_TYPE_MROPE = RopeType.MROPE
+GGML_ROPE_TYPE_VISION = RopeType.VISION
+GGML_ROPE_TYPE_IMROPE = RopeType.IMROPE
 GGML_SORT_ORDER_ASC = 0
 GGML_SORT_ORDER_DESC = 1
 GGML_TRI_TYPE_UPPER_DIAG = 0
@@ -57,52 +52,16 @@ GGML_PREC_DEFAULT = 0
 GGML_PREC_F32 = 10
 GGML_OP_POOL_MAX = 0
 GGML_OP_POOL_AVG = 1
-#: ggml_glu_op enum values -> names (ggml.h order).
-GLU_OPS: dict[int, str] = {
-    0: "REGLU",
-    1: "GEGLU",
-    2: "SWIGLU",
-    3: "SWIGLU_OAI",
-    4: "GEGLU_ERF",
-    5: "GEGLU_QUICK",
-}
-GLU_OP_IDS: dict[str, int] = {v: k for k, v in GLU_OPS.items()}
-#: ggml_unary_op enum values -> names (ggml.h order).
-UNARY_OPS: dict[int, str] = {
-    0: "ABS",
-    1: "SGN",
-    2: "NEG",
-    3: "STEP",
-    4: "TANH",
-    5: "ELU",
-    6: "RELU",
-    7: "SIGMOID",
-    8: "GELU",
-    9: "GELU_QUICK",
-    10: "SILU",
-    11: "HARDSWISH",
-    12: "HARDSIGMOID",
-    13: "EXP",
-    14: "EXPM1",
-    15: "SOFTPLUS",
-    16: "GELU_ERF",
-    17: "XIELU",
-    18: "FLOOR",
-    19: "CEIL",
-    20: "ROUND",
-    21: "TRUNC",
-}
-UNARY_OP_IDS: dict[str, int] = {v: k for k, v in UNARY_OPS.items()}
-#: the unary and GLU sub-ops this module can build and run.
-BUILT_UNARY = (
-    "GELU", "SIGMOID", "SILU", "SOFTPLUS", "TANH", "EXP", "NEG",
-    "ABS", "SGN", "STEP", "ELU", "RELU", "GELU_QUICK", "GELU_ERF", "HARDSWISH", "HARDSIGMOID",
-    "EXPM1", "FLOOR", "CEIL", "ROUND", "TRUNC",
+#: the unary and GLU sub-ops this builder can build and run.
+BUILT_UNARY: tuple[Op, ...] = (
+    Op.GELU, Op.SIGMOID, Op.SILU, Op.SOFTPLUS, Op.TANH, Op.EXP, Op.NEG,
+    Op.ABS, Op.SGN, Op.STEP, Op.ELU, Op.RELU, Op.GELU_QUICK, Op.GELU_ERF, Op.HARDSWISH, Op.HARDSIGMOID,
+    Op.EXPM1, Op.FLOOR, Op.CEIL, Op.ROUND, Op.TRUNC,
 )  # fmt: skip
-BUILT_GLU = ("SWIGLU", "SWIGLU_OAI", "GEGLU", "REGLU", "GEGLU_ERF", "GEGLU_QUICK")
+BUILT_GLU: tuple[Op, ...] = (Op.SWIGLU, Op.SWIGLU_OAI, Op.GEGLU, Op.REGLU, Op.GEGLU_ERF, Op.GEGLU_QUICK)
 #: unary ops whose ggml CPU kernels exist for f32/f16 only (bf16 aborts at compute time).
-UNARY_TYPES: dict[str, tuple[str, ...]] = {
-    name: ("f32", "f16") for name in ("GELU", "SILU", "GELU_QUICK", "GELU_ERF")
+UNARY_TYPES: dict[Op, tuple[str, ...]] = {
+    op: ("f32", "f16") for op in (Op.GELU, Op.SILU, Op.GELU_QUICK, Op.GELU_ERF)
 }
 
 Mode = Literal["device", "reference"]
@@ -114,252 +73,8 @@ def conv_output_size(ins: int, ks: int, s: int, p: int, d: int) -> int:
     return int(num / s) + 1 if s else 0  # int(): truncation toward zero, as C
 
 
-class GraphError(ValueError):
-    """A shape, type or parameter ggml would reject, raised when the op is built."""
-
-
-class UnsupportedOpError(RuntimeError):
-    """The selected device's support policy rejects an op of the graph."""
-
-    def __init__(self, tensor: Tensor, reason: str, device: str) -> None:
-        self.tensor = tensor
-        self.reason = reason
-        self.device = device
-        super().__init__(f"{tensor.describe()} is not supported on {device}: {reason}")
-
-
-def _ne4(shape: Sequence[int]) -> tuple[int, int, int, int]:
-    """ggml ``ne`` (4 entries) of a numpy-order shape."""
-    if len(shape) > 4:
-        raise GraphError(f"ggml tensors have at most 4 dims; got shape {tuple(shape)}")
-    ne = [int(d) for d in reversed(tuple(shape))] + [1] * (4 - len(shape))
-    if any(d < 0 for d in ne):
-        raise GraphError(f"negative dimension in shape {tuple(shape)}")
-    return (ne[0], ne[1], ne[2], ne[3])
-
-
-def _contiguous_nb(ne: Sequence[int], type_size: int) -> tuple[int, int, int, int]:
-    nb0 = type_size
-    nb1 = nb0 * ne[0]
-    nb2 = nb1 * ne[1]
-    nb3 = nb2 * ne[2]
-    return (nb0, nb1, nb2, nb3)
-
-
-def n_dims(ne: Sequence[int]) -> int:
-    """``ggml_n_dims``: 1 + the last dim with ne > 1 (at least 1)."""
-    for i in range(3, 0, -1):
-        if ne[i] > 1:
-            return i + 1
-    return 1
-
-
-def shape_of(ne: Sequence[int]) -> tuple[int, ...]:
-    """The numpy shape of ``ne`` as ``ggml.utils.to_numpy`` returns it (trailing 1s of ne dropped)."""
-    return tuple(int(d) for d in reversed(tuple(ne)[: n_dims(ne)]))
-
-
-@dataclass(eq=False)
-class Tensor:
-    """One node of a :class:`Graph`: a leaf (op ``"NONE"``) or the result of a ggml op."""
-
-    graph: Graph = field(repr=False)
-    id: int
-    op: str
-    ne: tuple[int, int, int, int]
-    dtype: str
-    srcs: tuple[Tensor | None, ...] = ()
-    params: dict[str, Any] = field(default_factory=dict)
-    sub_op: str | None = None
-    name: str = ""
-    nb: tuple[int, int, int, int] = (0, 0, 0, 0)
-    view_src: Tensor | None = field(default=None, repr=False)
-    view_offs: int = 0
-    #: a leaf's constant value (numpy array, or a quantized-weight object), else None.
-    value: Any = field(default=None, repr=False)
-    is_input: bool = False
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Numpy-order shape (``ggml.utils.to_numpy``'s: leading size-1 dims dropped)."""
-        return shape_of(self.ne)
-
-    @property
-    def type_size(self) -> int:
-        return TYPE_SIZE.get(self.dtype, 0)
-
-    @property
-    def nelements(self) -> int:
-        return math.prod(self.ne)
-
-    @property
-    def op_key(self) -> str:
-        """The op-table key: ``"ADD"``, or ``"UNARY.GELU"`` / ``"GLU.SWIGLU"`` for sub-ops (policy's keys)."""
-        return f"{self.op}.{self.sub_op}" if self.sub_op else self.op
-
-    @property
-    def is_leaf(self) -> bool:
-        return self.op == "NONE"
-
-    @property
-    def is_view(self) -> bool:
-        """True for a VIEW op result (ggml ``op == GGML_OP_VIEW``)."""
-        return self.op == "VIEW"
-
-    @property
-    def is_permute(self) -> bool:
-        return self.op == "PERMUTE"
-
-    @property
-    def is_quantized(self) -> bool:
-        return self.dtype not in TYPE_SIZE
-
-    @property
-    def nbytes(self) -> int:
-        """``ggml_nbytes`` for plain types."""
-        if any(d == 0 for d in self.ne):
-            return 0
-        return self.type_size + sum((n - 1) * b for n, b in zip(self.ne, self.nb, strict=True))
-
-    def is_contiguous(self) -> bool:
-        """``ggml_is_contiguous``: rows packed, size-1 dims ignored."""
-        nxt = self.type_size
-        if self.ne[0] != 1 and self.nb[0] != nxt:
-            return False
-        nxt *= self.ne[0]
-        for i in range(1, 4):
-            if self.ne[i] != 1:
-                if self.nb[i] != nxt:
-                    return False
-                nxt *= self.ne[i]
-        return True
-
-    def is_transposed(self) -> bool:
-        """``ggml_is_transposed``: nb[0] > nb[1]."""
-        return self.nb[0] > self.nb[1]
-
-    def is_permuted(self) -> bool:
-        """``ggml_is_permuted``: strides not in increasing order."""
-        return self.nb[0] > self.nb[1] or self.nb[1] > self.nb[2] or self.nb[2] > self.nb[3]
-
-    @property
-    def base(self) -> Tensor:
-        """The tensor that owns this tensor's memory (itself when not a view)."""
-        return self.view_src if self.view_src is not None else self
-
-    def describe(self) -> str:
-        sub = f"({self.sub_op})" if self.sub_op else ""
-        label = f" {self.name!r}" if self.name else ""
-        return f"{self.op}{sub}{label} {self.dtype}{list(self.ne)}"
-
-    def set_name(self, name: str) -> Tensor:
-        """``ggml_set_name``; returns the tensor for chaining."""
-        self.name = name
-        self.graph._info_cache.clear()
-        return self
-
-    def op_info(self) -> Any:
-        """This node as an ``ovkit.ops.policy.OpInfo`` (sources and view source included).
-
-        Built iteratively (no recursion limit on deep graphs) and cached per graph; the cache is
-        dropped whenever a node is edited after creation (sinks, precision, name).
-        """
-        from ovkit.ops.policy import OpInfo
-
-        cache = self.graph._info_cache
-        if self.id in cache:
-            return cache[self.id]
-        stack: list[tuple[Tensor, bool]] = [(self, False)]
-        while stack:
-            t, ready = stack.pop()
-            if t.id in cache:
-                continue
-            deps = [s for s in t.srcs if s is not None] + ([t.view_src] if t.view_src is not None else [])
-            if not ready:
-                stack.append((t, True))
-                stack.extend((d, False) for d in deps if d.id not in cache)
-                continue
-            view_src, view_offs, nb = t.view_src, t.view_offs, t.nb
-            dst = t.srcs[INPLACE_DST[t.op]] if t.op in INPLACE_DST else None
-            if dst is not None:  # ggml returns a view of the destination (ggml_view_tensor)
-                view_src, view_offs, nb = dst.base, dst.view_offs, dst.nb
-                if dst.base.id not in cache:
-                    stack.extend([(t, True), (dst.base, False)])
-                    continue
-            cache[t.id] = OpInfo(
-                op=t.op,
-                dtype=t.dtype,
-                ne=t.ne,
-                srcs=tuple(cache[s.id] if s is not None else None for s in t.srcs),
-                sub_op=t.sub_op,
-                params=dict(t.params),
-                name=t.name,
-                nb=nb,
-                view_src=cache[view_src.id] if view_src is not None else None,
-                view_offs=view_offs,
-            )
-        return cache[self.id]
-
-
-#: ops whose ggml result is a view of one source (the destination they write): op -> src index.
-#: ``op_info`` shows CPY that way (the CPY destination-view gates need it). SET_ROWS is shown as a
-#: plain node: in ovkit's value semantics the KV-cache views an attention reads hang off the
-#: SET_ROWS result, where llama.cpp's views hang off the cache leaf itself; showing it as a view
-#: would make FLASH_ATTN_EXT's "PERMUTE<-VIEW<-base" gate reject the equivalent graph.
-INPLACE_DST: dict[str, int] = {"CPY": 1}
-
-
-def _ne_str(ne: Sequence[int]) -> str:
-    return "[" + ", ".join(str(int(d)) for d in ne) + "]"
-
-
-class Graph:
+class Graph(GraphIR):
     """Build a ggml-style graph; run it with :meth:`compute` (OpenVINO) or in reference mode."""
-
-    def __init__(self) -> None:
-        self.nodes: list[Tensor] = []
-        self._names: set[str] = set()
-        self._info_cache: dict[int, Any] = {}  # Tensor.op_info() results (cleared on edits)
-
-    # ------------------------------------------------------------------ internals
-    def _new(
-        self,
-        op: str,
-        ne: Sequence[int],
-        dtype: str,
-        srcs: Sequence[Tensor | None] = (),
-        params: Mapping[str, Any] | None = None,
-        sub_op: str | None = None,
-        *,
-        view_of: Tensor | None = None,
-        nb: Sequence[int] | None = None,
-        offset: int = 0,
-    ) -> Tensor:
-        ne4 = (int(ne[0]), int(ne[1]), int(ne[2]), int(ne[3]))
-        if any(d < 0 for d in ne4):
-            raise GraphError(f"{op}: negative dimension in result ne {_ne_str(ne4)}")
-        for s in srcs:
-            if s is not None and s.graph is not self:
-                raise GraphError(f"{op}: operand {s.describe()} belongs to another Graph")
-        t = Tensor(
-            graph=self,
-            id=len(self.nodes),
-            op=op,
-            ne=ne4,
-            dtype=dtype,
-            srcs=tuple(srcs),
-            params=dict(params or {}),
-            sub_op=sub_op,
-        )
-        if view_of is not None:
-            base = view_of.base
-            t.view_src = base
-            t.view_offs = view_of.view_offs + offset
-            t.nb = (int(nb[0]), int(nb[1]), int(nb[2]), int(nb[3])) if nb is not None else t.nb
-        else:
-            t.nb = _contiguous_nb(ne4, TYPE_SIZE.get(dtype, 1))
-        self.nodes.append(t)
-        return t
 
     @staticmethod
     def _err(op: str, operand: str, expected: str, given: str) -> GraphError:
@@ -386,8 +101,8 @@ class Graph:
             ok = all(b % s == 0 for s, b in zip(small.ne, big.ne, strict=True))
         if not ok:
             raise GraphError(
-                f"{op}: operand {small_name} ne {_ne_str(small.ne)} cannot be repeated to "
-                f"{big_name} ne {_ne_str(big.ne)} (expected each {big_name}.ne[i] to be a multiple "
+                f"{op}: operand {small_name} ne {ne_str(small.ne)} cannot be repeated to "
+                f"{big_name} ne {ne_str(big.ne)} (expected each {big_name}.ne[i] to be a multiple "
                 f"of {small_name}.ne[i])"
             )
 
@@ -401,7 +116,7 @@ class Graph:
         if name in self._names:
             raise GraphError(f"input {name!r}: the name is already used in this graph")
         self._names.add(name)
-        t = self._new("NONE", _ne4(tuple(shape)), dtype)
+        t = self._new(Op.NONE, ne4(tuple(shape)), dtype)
         t.name = name
         t.is_input = True
         return t
@@ -416,18 +131,12 @@ class Graph:
         its ``.ov_mul_mat(b)`` when present.
         """
         if hasattr(array, "to_ov_node") and not isinstance(array, np.ndarray):
-            t = self._new("NONE", _ne4(tuple(array.shape)), str(array.dtype))
+            t = self._new(Op.NONE, ne4(tuple(array.shape)), str(array.dtype))
             t.value = array
             t.name = name or getattr(array, "name", "") or ""
             return t
         arr = np.asarray(array)
-        inferred = {
-            np.dtype(np.float32): "f32",
-            np.dtype(np.float16): "f16",
-            np.dtype(np.int32): "i32",
-            np.dtype(np.int64): "i64",
-            np.dtype(np.float64): "f32",
-        }.get(arr.dtype)
+        inferred = TYPE_OF_NUMPY.get(arr.dtype)
         if dtype is not None and dtype not in DTYPES:
             raise GraphError(f"constant {name!r}: expected dtype in {DTYPES}, given {dtype!r}")
         if inferred is None:
@@ -437,7 +146,7 @@ class Graph:
         final = dtype or inferred
         if arr.ndim == 0:
             arr = arr.reshape(1)
-        t = self._new("NONE", _ne4(arr.shape), final)
+        t = self._new(Op.NONE, ne4(arr.shape), final)
         t.value = np.ascontiguousarray(round_to(final, arr))
         t.name = name
         return t
@@ -458,43 +167,43 @@ class Graph:
 
     def add(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_add``: a + b, b repeated (tiled) to a's shape."""
-        return self._binary("ADD", a, b)
+        return self._binary(Op.ADD, a, b)
 
     def sub(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_sub``: a - b, b repeated to a's shape."""
-        return self._binary("SUB", a, b)
+        return self._binary(Op.SUB, a, b)
 
     def mul(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_mul``: a * b, b repeated to a's shape."""
-        return self._binary("MUL", a, b)
+        return self._binary(Op.MUL, a, b)
 
     def div(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_div``: a / b, b repeated to a's shape."""
-        return self._binary("DIV", a, b)
+        return self._binary(Op.DIV, a, b)
 
     def add1(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_add1``: a + scalar b."""
-        self._check_tensor("ADD1", "a", a)
-        self._check_tensor("ADD1", "b", b)
-        self._check_types("ADD1", "a", a, FLOAT_TYPES)
-        self._check_types("ADD1", "b", b, FLOAT_TYPES)
+        self._check_tensor(Op.ADD1, "a", a)
+        self._check_tensor(Op.ADD1, "b", b)
+        self._check_types(Op.ADD1, "a", a, FLOAT_TYPES)
+        self._check_types(Op.ADD1, "b", b, FLOAT_TYPES)
         if b.nelements != 1:
-            raise self._err("ADD1", "b", "a scalar (1 element)", f"ne {_ne_str(b.ne)}")
-        return self._new("ADD1", a.ne, a.dtype, (a, b))
+            raise self._err(Op.ADD1, "b", "a scalar (1 element)", f"ne {ne_str(b.ne)}")
+        return self._new(Op.ADD1, a.ne, a.dtype, (a, b))
 
     def add_id(self, a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
         """``ggml_add_id``: out[:, i1, i2] = a[:, i1, i2] + b[:, ids[i1, i2]] (per-expert bias)."""
-        op = "ADD_ID"
+        op = Op.ADD_ID
         for nm, t in (("a", a), ("b", b), ("ids", ids)):
             self._check_tensor(op, nm, t)
         self._check_types(op, "a", a, ("f32",))
         self._check_types(op, "b", b, ("f32",))
         self._check_types(op, "ids", ids, ("i32",))
         if a.ne[0] != b.ne[0]:
-            raise self._err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", f"ne {_ne_str(b.ne)}")
+            raise self._err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", f"ne {ne_str(b.ne)}")
         if a.ne[1] != ids.ne[0] or a.ne[2] != ids.ne[1]:
             raise self._err(
-                op, "ids", f"ne[0:2] == a.ne[1:3] = [{a.ne[1]}, {a.ne[2]}]", f"ne {_ne_str(ids.ne)}"
+                op, "ids", f"ne[0:2] == a.ne[1:3] = [{a.ne[1]}, {a.ne[2]}]", f"ne {ne_str(ids.ne)}"
             )
         return self._new(op, a.ne, a.dtype, (a, b, ids))
 
@@ -512,236 +221,236 @@ class Graph:
 
     def scale(self, a: Tensor, s: float) -> Tensor:
         """``ggml_scale``: a * s (f32 only: ggml's CPU aborts on other types)."""
-        return self._float_unary("SCALE", a, {"s": float(s), "b": 0.0}, ("f32",))
+        return self._float_unary(Op.SCALE, a, {"s": float(s), "b": 0.0}, ("f32",))
 
     def scale_bias(self, a: Tensor, s: float, b: float) -> Tensor:
         """``ggml_scale_bias``: a * s + b (f32 only)."""
-        return self._float_unary("SCALE", a, {"s": float(s), "b": float(b)}, ("f32",))
+        return self._float_unary(Op.SCALE, a, {"s": float(s), "b": float(b)}, ("f32",))
 
     def sqr(self, a: Tensor) -> Tensor:
         """``ggml_sqr``: a²."""
-        return self._float_unary("SQR", a)
+        return self._float_unary(Op.SQR, a)
 
     def sqrt(self, a: Tensor) -> Tensor:
         """``ggml_sqrt``: √a."""
-        return self._float_unary("SQRT", a)
+        return self._float_unary(Op.SQRT, a)
 
     def clamp(self, a: Tensor, min: float, max: float) -> Tensor:  # noqa: A002
         """``ggml_clamp``: min(max(a, min), max)."""
-        return self._float_unary("CLAMP", a, {"min": float(min), "max": float(max)}, ("f32", "f16"))
+        return self._float_unary(Op.CLAMP, a, {"min": float(min), "max": float(max)}, ("f32", "f16"))
 
     def fill(self, a: Tensor, c: float) -> Tensor:
         """``ggml_fill``: a tensor shaped like a, every element c."""
-        return self._float_unary("FILL", a, {"c": float(c)}, ("f32", "f16"))
+        return self._float_unary(Op.FILL, a, {"c": float(c)}, ("f32", "f16"))
 
     def unary(self, a: Tensor, op: int | str) -> Tensor:
         """``ggml_unary``: one of ggml's unary ops (enum value or name)."""
-        name = UNARY_OPS.get(op) if isinstance(op, int) else str(op).upper()
-        if name not in BUILT_UNARY:
-            raise GraphError(f"UNARY: operand op: expected one of {BUILT_UNARY}, given {op!r}")
-        self._check_tensor("UNARY", "a", a)
-        self._check_types("UNARY", "a", a, UNARY_TYPES.get(name, FLOAT_TYPES))
-        return self._new("UNARY", a.ne, a.dtype, (a,), {"op": UNARY_OP_IDS[name]}, sub_op=name)
+        code = self._sub_op(Op.UNARY, op, BUILT_UNARY)
+        self._check_tensor(Op.UNARY, "a", a)
+        self._check_types(Op.UNARY, "a", a, UNARY_TYPES.get(code, FLOAT_TYPES))
+        return self._new(Op.UNARY, a.ne, a.dtype, (a,), {"op": code.enum_value}, sub_op=code.sub_op)
 
     def gelu(self, a: Tensor) -> Tensor:
         """``ggml_gelu`` (tanh approximation, as ggml)."""
-        return self.unary(a, "GELU")
+        return self.unary(a, Op.GELU)
 
     def sigmoid(self, a: Tensor) -> Tensor:
-        return self.unary(a, "SIGMOID")
+        return self.unary(a, Op.SIGMOID)
 
     def silu(self, a: Tensor) -> Tensor:
-        return self.unary(a, "SILU")
+        return self.unary(a, Op.SILU)
 
     def softplus(self, a: Tensor) -> Tensor:
-        return self.unary(a, "SOFTPLUS")
+        return self.unary(a, Op.SOFTPLUS)
 
     def tanh(self, a: Tensor) -> Tensor:
-        return self.unary(a, "TANH")
+        return self.unary(a, Op.TANH)
 
     def exp(self, a: Tensor) -> Tensor:
-        return self.unary(a, "EXP")
+        return self.unary(a, Op.EXP)
 
     def neg(self, a: Tensor) -> Tensor:
-        return self.unary(a, "NEG")
+        return self.unary(a, Op.NEG)
 
     def abs(self, a: Tensor) -> Tensor:
-        return self.unary(a, "ABS")
+        return self.unary(a, Op.ABS)
 
     def sgn(self, a: Tensor) -> Tensor:
-        return self.unary(a, "SGN")
+        return self.unary(a, Op.SGN)
 
     def step(self, a: Tensor) -> Tensor:
         """``ggml_step``: 1 where a > 0, else 0."""
-        return self.unary(a, "STEP")
+        return self.unary(a, Op.STEP)
 
     def elu(self, a: Tensor) -> Tensor:
-        return self.unary(a, "ELU")
+        return self.unary(a, Op.ELU)
 
     def relu(self, a: Tensor) -> Tensor:
-        return self.unary(a, "RELU")
+        return self.unary(a, Op.RELU)
 
     def gelu_quick(self, a: Tensor) -> Tensor:
         """``ggml_gelu_quick``: x·σ(1.702·x), through ggml's f16 table as its CPU backend does."""
-        return self.unary(a, "GELU_QUICK")
+        return self.unary(a, Op.GELU_QUICK)
 
     def gelu_erf(self, a: Tensor) -> Tensor:
         """``ggml_gelu_erf``: 0.5·x·(1 + erf(x/√2))."""
-        return self.unary(a, "GELU_ERF")
+        return self.unary(a, Op.GELU_ERF)
 
     def hardswish(self, a: Tensor) -> Tensor:
-        return self.unary(a, "HARDSWISH")
+        return self.unary(a, Op.HARDSWISH)
 
     def hardsigmoid(self, a: Tensor) -> Tensor:
-        return self.unary(a, "HARDSIGMOID")
+        return self.unary(a, Op.HARDSIGMOID)
 
     def expm1(self, a: Tensor) -> Tensor:
-        return self.unary(a, "EXPM1")
+        return self.unary(a, Op.EXPM1)
 
     def floor(self, a: Tensor) -> Tensor:
-        return self.unary(a, "FLOOR")
+        return self.unary(a, Op.FLOOR)
 
     def ceil(self, a: Tensor) -> Tensor:
-        return self.unary(a, "CEIL")
+        return self.unary(a, Op.CEIL)
 
     def round(self, a: Tensor) -> Tensor:
         """``ggml_round``: C ``roundf`` (halves away from zero)."""
-        return self.unary(a, "ROUND")
+        return self.unary(a, Op.ROUND)
 
     def trunc(self, a: Tensor) -> Tensor:
-        return self.unary(a, "TRUNC")
+        return self.unary(a, Op.TRUNC)
 
     def leaky_relu(self, a: Tensor, negative_slope: float, inplace: bool) -> Tensor:
         """``ggml_leaky_relu``: a where a > 0, else negative_slope·a (``inplace`` changes nothing here)."""
-        return self._float_unary("LEAKY_RELU", a, {"negative_slope": float(negative_slope)})
+        return self._float_unary(Op.LEAKY_RELU, a, {"negative_slope": float(negative_slope)})
 
     def sin(self, a: Tensor) -> Tensor:
-        return self._float_unary("SIN", a)
+        return self._float_unary(Op.SIN, a)
 
     def cos(self, a: Tensor) -> Tensor:
-        return self._float_unary("COS", a)
+        return self._float_unary(Op.COS, a)
 
     def log(self, a: Tensor) -> Tensor:
         """``ggml_log``: natural logarithm (NaN below 0, -inf at 0)."""
-        return self._float_unary("LOG", a)
+        return self._float_unary(Op.LOG, a)
 
     # ------------------------------------------------------------------ whole-tensor / row reductions
     def sum(self, a: Tensor) -> Tensor:
         """``ggml_sum``: the sum of every element, a 1-element tensor of a's type."""
-        self._check_tensor("SUM", "a", a)
-        self._check_types("SUM", "a", a, FLOAT_TYPES)
-        return self._new("SUM", (1, 1, 1, 1), a.dtype, (a,))
+        self._check_tensor(Op.SUM, "a", a)
+        self._check_types(Op.SUM, "a", a, FLOAT_TYPES)
+        return self._new(Op.SUM, (1, 1, 1, 1), a.dtype, (a,))
 
     def mean(self, a: Tensor) -> Tensor:
         """``ggml_mean``: row means (ne0 → 1), f32."""
-        self._check_tensor("MEAN", "a", a)
-        self._check_types("MEAN", "a", a, ("f32",))
-        return self._new("MEAN", (1, a.ne[1], a.ne[2], a.ne[3]), "f32", (a,))
+        self._check_tensor(Op.MEAN, "a", a)
+        self._check_types(Op.MEAN, "a", a, ("f32",))
+        return self._new(Op.MEAN, (1, a.ne[1], a.ne[2], a.ne[3]), "f32", (a,))
 
     def argmax(self, a: Tensor) -> Tensor:
         """``ggml_argmax``: i32 index of each row's maximum (the last one on ties); a is a matrix."""
-        self._check_tensor("ARGMAX", "a", a)
-        self._check_types("ARGMAX", "a", a, ("f32",))
+        self._check_tensor(Op.ARGMAX, "a", a)
+        self._check_types(Op.ARGMAX, "a", a, ("f32",))
         if a.ne[2] != 1 or a.ne[3] != 1:
-            raise self._err("ARGMAX", "a", "a matrix (ne[2] == ne[3] == 1)", f"ne {_ne_str(a.ne)}")
-        return self._new("ARGMAX", (a.ne[1], 1, 1, 1), "i32", (a,))
+            raise self._err(Op.ARGMAX, "a", "a matrix (ne[2] == ne[3] == 1)", f"ne {ne_str(a.ne)}")
+        return self._new(Op.ARGMAX, (a.ne[1], 1, 1, 1), "i32", (a,))
 
     # ------------------------------------------------------------------ GLU
     def glu(self, a: Tensor, op: int | str, swapped: bool = False) -> Tensor:
         """``ggml_glu``: split a's rows in halves; act(first) * second (halves exchanged if swapped)."""
-        name = self._glu_name(op)
-        self._check_tensor("GLU", "a", a)
-        self._check_types("GLU", "a", a, ("f32", "f16"))
+        code = self._sub_op(Op.GLU, op, BUILT_GLU)
+        self._check_tensor(Op.GLU, "a", a)
+        self._check_types(Op.GLU, "a", a, ("f32", "f16"))
         ne = (a.ne[0] // 2, a.ne[1], a.ne[2], a.ne[3])
-        params = {"op": GLU_OP_IDS[name], "swapped": bool(swapped)}
-        return self._new("GLU", ne, a.dtype, (a, None), params, sub_op=name)
+        params = {"op": code.enum_value, "swapped": bool(swapped)}
+        return self._new(Op.GLU, ne, a.dtype, (a, None), params, sub_op=code.sub_op)
 
     def glu_split(self, a: Tensor, b: Tensor, op: int | str) -> Tensor:
         """``ggml_glu_split``: act(a) * b."""
-        return self._glu2(self._glu_name(op), a, b, {})
+        return self._glu2(self._sub_op(Op.GLU, op, BUILT_GLU), a, b, {})
 
     @staticmethod
-    def _glu_name(op: int | str) -> str:
-        """The GLU op's name from its enum value or name; GraphError unless this module builds it."""
-        name = GLU_OPS.get(op) if isinstance(op, int) else str(op).upper()
-        if name not in BUILT_GLU:
-            raise GraphError(f"GLU: operand op: expected one of {BUILT_GLU}, given {op!r}")
-        return name
+    def _sub_op(parent: Op, op: int | str | Op, built: Sequence[Op]) -> Op:
+        """The UNARY/GLU sub-op from its enum value, name or member; GraphError unless this
+        builder builds it."""
+        code = op if isinstance(op, Op) else Op.sub_op_named(parent, op)
+        if code is None or code not in built:
+            names = tuple(b.sub_op for b in built)
+            raise GraphError(f"{parent.value}: operand op: expected one of {names}, given {op!r}")
+        return code
 
-    def _glu2(self, name: str, a: Tensor, b: Tensor, extra: Mapping[str, Any]) -> Tensor:
-        self._check_tensor("GLU", "a", a)
-        self._check_tensor("GLU", "b", b)
-        self._check_types("GLU", "a", a, ("f32", "f16"))
+    def _glu2(self, code: Op, a: Tensor, b: Tensor, extra: Mapping[str, Any]) -> Tensor:
+        self._check_tensor(Op.GLU, "a", a)
+        self._check_tensor(Op.GLU, "b", b)
+        self._check_types(Op.GLU, "a", a, ("f32", "f16"))
         if b.dtype != a.dtype:
-            raise self._err("GLU", "b", f"type {a.dtype} (same as a)", b.dtype)
+            raise self._err(Op.GLU, "b", f"type {a.dtype} (same as a)", b.dtype)
         if b.ne != a.ne:
-            raise self._err("GLU", "b", f"ne {_ne_str(a.ne)} (same shape as a)", f"ne {_ne_str(b.ne)}")
-        params = {"op": GLU_OP_IDS[name], "swapped": False, **extra}
-        return self._new("GLU", a.ne, a.dtype, (a, b), params, sub_op=name)
+            raise self._err(Op.GLU, "b", f"ne {ne_str(a.ne)} (same shape as a)", f"ne {ne_str(b.ne)}")
+        params = {"op": code.enum_value, "swapped": False, **extra}
+        return self._new(Op.GLU, a.ne, a.dtype, (a, b), params, sub_op=code.sub_op)
 
     def swiglu(self, a: Tensor) -> Tensor:
-        return self.glu(a, "SWIGLU", False)
+        return self.glu(a, Op.SWIGLU, False)
 
     def swiglu_swapped(self, a: Tensor) -> Tensor:
-        return self.glu(a, "SWIGLU", True)
+        return self.glu(a, Op.SWIGLU, True)
 
     def swiglu_split(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._glu2("SWIGLU", a, b, {})
+        return self._glu2(Op.SWIGLU, a, b, {})
 
     def geglu(self, a: Tensor) -> Tensor:
-        return self.glu(a, "GEGLU", False)
+        return self.glu(a, Op.GEGLU, False)
 
     def geglu_swapped(self, a: Tensor) -> Tensor:
-        return self.glu(a, "GEGLU", True)
+        return self.glu(a, Op.GEGLU, True)
 
     def geglu_split(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._glu2("GEGLU", a, b, {})
+        return self._glu2(Op.GEGLU, a, b, {})
 
     def reglu(self, a: Tensor) -> Tensor:
-        return self.glu(a, "REGLU", False)
+        return self.glu(a, Op.REGLU, False)
 
     def reglu_swapped(self, a: Tensor) -> Tensor:
-        return self.glu(a, "REGLU", True)
+        return self.glu(a, Op.REGLU, True)
 
     def reglu_split(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._glu2("REGLU", a, b, {})
+        return self._glu2(Op.REGLU, a, b, {})
 
     def geglu_erf(self, a: Tensor) -> Tensor:
-        return self.glu(a, "GEGLU_ERF", False)
+        return self.glu(a, Op.GEGLU_ERF, False)
 
     def geglu_erf_swapped(self, a: Tensor) -> Tensor:
-        return self.glu(a, "GEGLU_ERF", True)
+        return self.glu(a, Op.GEGLU_ERF, True)
 
     def geglu_erf_split(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._glu2("GEGLU_ERF", a, b, {})
+        return self._glu2(Op.GEGLU_ERF, a, b, {})
 
     def geglu_quick(self, a: Tensor) -> Tensor:
-        return self.glu(a, "GEGLU_QUICK", False)
+        return self.glu(a, Op.GEGLU_QUICK, False)
 
     def geglu_quick_swapped(self, a: Tensor) -> Tensor:
-        return self.glu(a, "GEGLU_QUICK", True)
+        return self.glu(a, Op.GEGLU_QUICK, True)
 
     def geglu_quick_split(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._glu2("GEGLU_QUICK", a, b, {})
+        return self._glu2(Op.GEGLU_QUICK, a, b, {})
 
     def swiglu_oai(self, a: Tensor, b: Tensor, alpha: float, limit: float) -> Tensor:
         """``ggml_swiglu_oai``: x=min(a,limit); x·σ(alpha·x)·(clamp(b,-limit,limit)+1) (f32 only)."""
-        self._check_tensor("GLU", "a", a)
-        self._check_types("GLU", "a", a, ("f32",))
-        return self._glu2("SWIGLU_OAI", a, b, {"alpha": float(alpha), "limit": float(limit)})
+        self._check_tensor(Op.GLU, "a", a)
+        self._check_types(Op.GLU, "a", a, ("f32",))
+        return self._glu2(Op.SWIGLU_OAI, a, b, {"alpha": float(alpha), "limit": float(limit)})
 
     # ------------------------------------------------------------------ layout ops
     def cont(self, a: Tensor) -> Tensor:
         """``ggml_cont``: a contiguous copy."""
-        self._check_tensor("CONT", "a", a)
-        return self._new("CONT", a.ne, a.dtype, (a,))
+        self._check_tensor(Op.CONT, "a", a)
+        return self._new(Op.CONT, a.ne, a.dtype, (a,))
 
     def _cont_nd(self, a: Tensor, ne: Sequence[int]) -> Tensor:
-        self._check_tensor("CONT", "a", a)
+        self._check_tensor(Op.CONT, "a", a)
         ne4 = tuple(ne) + (1,) * (4 - len(ne))
         if math.prod(ne4) != a.nelements:
-            raise self._err("CONT", "a", f"{math.prod(ne4)} elements for ne {_ne_str(ne4)}", f"{a.nelements}")
-        return self._new("CONT", ne4, a.dtype, (a,))
+            raise self._err(Op.CONT, "a", f"{math.prod(ne4)} elements for ne {ne_str(ne4)}", f"{a.nelements}")
+        return self._new(Op.CONT, ne4, a.dtype, (a,))
 
     def cont_1d(self, a: Tensor, ne0: int) -> Tensor:
         return self._cont_nd(a, (ne0,))
@@ -757,31 +466,31 @@ class Graph:
 
     def cpy(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_cpy``: a's elements (row-major) written into b's shape and type."""
-        self._check_tensor("CPY", "a", a)
-        self._check_tensor("CPY", "b", b)
+        self._check_tensor(Op.CPY, "a", a)
+        self._check_tensor(Op.CPY, "b", b)
         if a.nelements != b.nelements:
             raise self._err(
-                "CPY", "b", f"{a.nelements} elements (as a)", f"{b.nelements} (ne {_ne_str(b.ne)})"
+                Op.CPY, "b", f"{a.nelements} elements (as a)", f"{b.nelements} (ne {ne_str(b.ne)})"
             )
-        self._check_types("CPY", "b", b, DTYPES)
-        return self._new("CPY", b.ne, b.dtype, (a, b))
+        self._check_types(Op.CPY, "b", b, DTYPES)
+        return self._new(Op.CPY, b.ne, b.dtype, (a, b))
 
     def _reshape_to(self, a: Tensor, ne: Sequence[int]) -> Tensor:
-        self._check_tensor("RESHAPE", "a", a)
+        self._check_tensor(Op.RESHAPE, "a", a)
         ne4 = tuple(int(d) for d in ne) + (1,) * (4 - len(ne))
         if not a.is_contiguous():
             raise self._err(
-                "RESHAPE", "a", "a contiguous tensor (use cont first)", f"strides nb {list(a.nb)}"
+                Op.RESHAPE, "a", "a contiguous tensor (use cont first)", f"strides nb {list(a.nb)}"
             )
         if math.prod(ne4) != a.nelements:
             raise self._err(
-                "RESHAPE", "a", f"{math.prod(ne4)} elements for ne {_ne_str(ne4)}", f"{a.nelements}"
+                Op.RESHAPE, "a", f"{math.prod(ne4)} elements for ne {ne_str(ne4)}", f"{a.nelements}"
             )
-        return self._new("RESHAPE", ne4, a.dtype, (a,), view_of=a, nb=_contiguous_nb(ne4, a.type_size or 1))
+        return self._new(Op.RESHAPE, ne4, a.dtype, (a,), view_of=a, nb=packed_nb(ne4, a.type_size or 1))
 
     def reshape(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_reshape``: a (contiguous) viewed with b's shape."""
-        self._check_tensor("RESHAPE", "b", b)
+        self._check_tensor(Op.RESHAPE, "b", b)
         return self._reshape_to(a, b.ne)
 
     def reshape_1d(self, a: Tensor, ne0: int) -> Tensor:
@@ -798,10 +507,10 @@ class Graph:
 
     def _view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int], offset: int) -> Tensor:
         """``ggml_view_impl``: ne, nb[1:] and a byte offset over a's memory."""
-        self._check_tensor("VIEW", "a", a)
+        self._check_tensor(Op.VIEW, "a", a)
         if a.is_quantized:
             raise self._err(
-                "VIEW", "a", "a plain-typed tensor (views of quantized weights are not supported)", a.dtype
+                Op.VIEW, "a", "a plain-typed tensor (views of quantized weights are not supported)", a.dtype
             )
         es = a.type_size
         ne4 = tuple(int(d) for d in ne) + (1,) * (4 - len(ne))
@@ -811,12 +520,15 @@ class Graph:
             nb_given.append(nb_given[i - 1] * ne4[i - 1])
         nb4 = tuple(nb_given[:4])
         if offset < 0:
-            raise self._err("VIEW", "offset", "a non-negative byte offset", str(offset))
+            raise self._err(Op.VIEW, "offset", "a non-negative byte offset", str(offset))
         if offset % es or any(x % es for x in nb4):
             raise self._err(
-                "VIEW", "nb/offset", f"multiples of the element size {es}", f"nb {list(nb4)}, offset {offset}"
+                Op.VIEW,
+                "nb/offset",
+                f"multiples of the element size {es}",
+                f"nb {list(nb4)}, offset {offset}",
             )
-        probe = Tensor(self, -1, "VIEW", ne4, a.dtype, nb=nb4)  # type: ignore[arg-type]
+        probe = Tensor(self, -1, Op.VIEW, ne4, a.dtype, nb=nb4)  # type: ignore[arg-type]
         # ggml checks the packed size (Π ne · element size); the strided extent must fit as well,
         # or the view would read past its buffer
         data_size = max(probe.nbytes, math.prod(ne4) * es)
@@ -824,13 +536,13 @@ class Graph:
         base_bytes = base.nelements * base.type_size
         if data_size + a.view_offs + offset > base_bytes:
             raise self._err(
-                "VIEW",
+                Op.VIEW,
                 "a",
                 f"a view inside its {base_bytes}-byte buffer",
-                f"ne {_ne_str(ne4)}, nb {list(nb4)}, offset {a.view_offs + offset} ({data_size} bytes)",
+                f"ne {ne_str(ne4)}, nb {list(nb4)}, offset {a.view_offs + offset} ({data_size} bytes)",
             )
         params = {"ne": ne4, "nb": nb4, "offset": int(offset)}
-        return self._new("VIEW", ne4, a.dtype, (a,), params, view_of=a, nb=nb4, offset=int(offset))
+        return self._new(Op.VIEW, ne4, a.dtype, (a,), params, view_of=a, nb=nb4, offset=int(offset))
 
     def view_1d(self, a: Tensor, ne0: int, offset: int) -> Tensor:
         """``ggml_view_1d(a, ne0, offset)`` (offset in bytes)."""
@@ -850,54 +562,54 @@ class Graph:
 
     def view_tensor(self, a: Tensor) -> Tensor:
         """``ggml_view_tensor``: a view with a's own ne/nb."""
-        self._check_tensor("VIEW", "a", a)
+        self._check_tensor(Op.VIEW, "a", a)
         return self._new(
-            "VIEW", a.ne, a.dtype, (a,), {"ne": a.ne, "nb": a.nb, "offset": 0}, view_of=a, nb=a.nb
+            Op.VIEW, a.ne, a.dtype, (a,), {"ne": a.ne, "nb": a.nb, "offset": 0}, view_of=a, nb=a.nb
         )
 
     def permute(self, a: Tensor, axis0: int, axis1: int, axis2: int, axis3: int) -> Tensor:
         """``ggml_permute``: source dim i becomes dim axis_i (ggml dims: 0 = innermost)."""
-        self._check_tensor("PERMUTE", "a", a)
+        self._check_tensor(Op.PERMUTE, "a", a)
         axes = (axis0, axis1, axis2, axis3)
         if sorted(axes) != [0, 1, 2, 3]:
-            raise self._err("PERMUTE", "axes", "a permutation of 0,1,2,3", str(list(axes)))
+            raise self._err(Op.PERMUTE, "axes", "a permutation of 0,1,2,3", str(list(axes)))
         ne = [0] * 4
         nb = [0] * 4
         for i, ax in enumerate(axes):
             ne[ax] = a.ne[i]
             nb[ax] = a.nb[i]
-        return self._new("PERMUTE", ne, a.dtype, (a,), {"axes": axes}, view_of=a, nb=nb)
+        return self._new(Op.PERMUTE, ne, a.dtype, (a,), {"axes": axes}, view_of=a, nb=nb)
 
     def transpose(self, a: Tensor) -> Tensor:
         """``ggml_transpose``: swap dims 0 and 1 (a strided view)."""
-        self._check_tensor("TRANSPOSE", "a", a)
+        self._check_tensor(Op.TRANSPOSE, "a", a)
         ne = (a.ne[1], a.ne[0], a.ne[2], a.ne[3])
         nb = (a.nb[1], a.nb[0], a.nb[2], a.nb[3])
-        return self._new("TRANSPOSE", ne, a.dtype, (a,), view_of=a, nb=nb)
+        return self._new(Op.TRANSPOSE, ne, a.dtype, (a,), view_of=a, nb=nb)
 
     def concat(self, a: Tensor, b: Tensor, dim: int) -> Tensor:
         """``ggml_concat``: join along ggml dim ``dim`` (0 = innermost)."""
-        self._check_tensor("CONCAT", "a", a)
-        self._check_tensor("CONCAT", "b", b)
+        self._check_tensor(Op.CONCAT, "a", a)
+        self._check_tensor(Op.CONCAT, "b", b)
         if not 0 <= dim < 4:
-            raise self._err("CONCAT", "dim", "0 <= dim < 4", str(dim))
+            raise self._err(Op.CONCAT, "dim", "0 <= dim < 4", str(dim))
         if a.dtype != b.dtype:
-            raise self._err("CONCAT", "b", f"type {a.dtype} (same as a)", b.dtype)
+            raise self._err(Op.CONCAT, "b", f"type {a.dtype} (same as a)", b.dtype)
         for d in range(4):
             if d != dim and a.ne[d] != b.ne[d]:
                 raise self._err(
-                    "CONCAT", "b", f"ne[{d}] == {a.ne[d]} (a's, all dims but {dim})", f"ne {_ne_str(b.ne)}"
+                    Op.CONCAT, "b", f"ne[{d}] == {a.ne[d]} (a's, all dims but {dim})", f"ne {ne_str(b.ne)}"
                 )
         ne = list(a.ne)
         ne[dim] += b.ne[dim]
-        return self._new("CONCAT", ne, a.dtype, (a, b), {"dim": int(dim)})
+        return self._new(Op.CONCAT, ne, a.dtype, (a, b), {"dim": int(dim)})
 
     def repeat(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_repeat``: a tiled to b's shape."""
-        self._check_tensor("REPEAT", "a", a)
-        self._check_tensor("REPEAT", "b", b)
-        self._can_repeat("REPEAT", a, b, "a", "b")
-        return self._new("REPEAT", b.ne, a.dtype, (a, b))
+        self._check_tensor(Op.REPEAT, "a", a)
+        self._check_tensor(Op.REPEAT, "b", b)
+        self._can_repeat(Op.REPEAT, a, b, "a", "b")
+        return self._new(Op.REPEAT, b.ne, a.dtype, (a, b))
 
     def pad(self, a: Tensor, p0: int, p1: int, p2: int, p3: int) -> Tensor:
         """``ggml_pad``: zeros appended at the end of each dim."""
@@ -907,11 +619,11 @@ class Graph:
         self, a: Tensor, lp0: int, rp0: int, lp1: int, rp1: int, lp2: int, rp2: int, lp3: int, rp3: int
     ) -> Tensor:
         """``ggml_pad_ext``: zeros before (lp) and after (rp) each dim."""
-        self._check_tensor("PAD", "a", a)
-        self._check_types("PAD", "a", a, ("f32",))
+        self._check_tensor(Op.PAD, "a", a)
+        self._check_types(Op.PAD, "a", a, ("f32",))
         pads = (lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3)
         if any(p < 0 for p in pads):
-            raise self._err("PAD", "padding", "non-negative pads", str(list(pads)))
+            raise self._err(Op.PAD, "padding", "non-negative pads", str(list(pads)))
         ne = [a.ne[i] + pads[2 * i] + pads[2 * i + 1] for i in range(4)]
         params = {
             "lp0": lp0,
@@ -924,12 +636,12 @@ class Graph:
             "rp3": rp3,
             "circular": False,
         }
-        return self._new("PAD", ne, a.dtype, (a,), params)
+        return self._new(Op.PAD, ne, a.dtype, (a,), params)
 
     # ------------------------------------------------------------------ rows
     def get_rows(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_get_rows``: rows of a picked by i32 indices b (out ne = [a.ne0, b.ne0, b.ne1, b.ne2])."""
-        op = "GET_ROWS"
+        op = Op.GET_ROWS
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b)
         self._check_types(op, "b", b, ("i32",))
@@ -938,35 +650,33 @@ class Graph:
                 op,
                 "b",
                 f"ne[1] == a.ne[2] = {a.ne[2]}, ne[2] == a.ne[3] = {a.ne[3]}, ne[3] == 1",
-                f"ne {_ne_str(b.ne)}",
+                f"ne {ne_str(b.ne)}",
             )
         dtype = "i32" if a.dtype == "i32" else "f32"
         return self._new(op, (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), dtype, (a, b))
 
     def set_rows(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
         """``ggml_set_rows``: a with rows c[i] replaced by b's rows i (result = a updated)."""
-        op = "SET_ROWS"
+        op = Op.SET_ROWS
         for nm, t in (("a", a), ("b", b), ("c", c)):
             self._check_tensor(op, nm, t)
         self._check_types(op, "b", b, ("f32",))
         self._check_types(op, "c", c, ("i64", "i32"))
         self._check_types(op, "a", a, FLOAT_TYPES + ("i32",))
         if a.ne[0] != b.ne[0] or a.ne[2] != b.ne[2] or a.ne[3] != b.ne[3]:
-            raise self._err(
-                op, "b", f"ne[0], ne[2], ne[3] equal to a's {_ne_str(a.ne)}", f"ne {_ne_str(b.ne)}"
-            )
+            raise self._err(op, "b", f"ne[0], ne[2], ne[3] equal to a's {ne_str(a.ne)}", f"ne {ne_str(b.ne)}")
         if b.ne[1] != c.ne[0] or b.ne[2] % c.ne[1] or b.ne[3] % c.ne[2] or c.ne[3] != 1:
             raise self._err(
                 op,
                 "c",
                 f"ne[0] == b.ne[1] = {b.ne[1]}, b.ne[2] % ne[1] == 0, b.ne[3] % ne[2] == 0, ne[3] == 1",
-                f"ne {_ne_str(c.ne)}",
+                f"ne {ne_str(c.ne)}",
             )
         return self._new(op, a.ne, a.dtype, (a, b, c))
 
     def set(self, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int) -> Tensor:
         """``ggml_set``: a copy of a whose view (b.ne, nb1..nb3, offset bytes) is overwritten by b."""
-        op = "SET"
+        op = Op.SET
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b)
         self._check_types(op, "a", a, ("f32", "i32"))
@@ -976,7 +686,7 @@ class Graph:
             raise self._err(op, "b", f"at most {a.nelements} elements (a's)", f"{b.nelements}")
         es = a.type_size
         nb4 = (es, int(nb1), int(nb2), int(nb3))
-        probe = Tensor(self, -1, "VIEW", b.ne, a.dtype, nb=nb4)
+        probe = Tensor(self, -1, Op.VIEW, b.ne, a.dtype, nb=nb4)
         if offset % es or any(x % es for x in nb4) or offset < 0:
             raise self._err(
                 op,
@@ -1003,7 +713,7 @@ class Graph:
     # ------------------------------------------------------------------ matmul
     def mul_mat(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_mul_mat``: out = b @ aᵀ per batch (ne = [a.ne1, b.ne1, b.ne2, b.ne3]); f32 result."""
-        op = "MUL_MAT"
+        op = Op.MUL_MAT
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b)
         if not a.is_quantized:
@@ -1011,10 +721,10 @@ class Graph:
         self._check_types(op, "b", b, FLOAT_TYPES)
         self._check_vec_dot(op, a, b)
         if a.ne[0] != b.ne[0]:
-            raise self._err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", f"ne {_ne_str(b.ne)}")
+            raise self._err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", f"ne {ne_str(b.ne)}")
         if b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
             raise self._err(
-                op, "b", f"ne[2], ne[3] multiples of a's ({a.ne[2]}, {a.ne[3]})", f"ne {_ne_str(b.ne)}"
+                op, "b", f"ne[2], ne[3] multiples of a's ({a.ne[2]}, {a.ne[3]})", f"ne {ne_str(b.ne)}"
             )
         if a.is_transposed():
             raise self._err(op, "a", "a non-transposed tensor (nb[0] <= nb[1]); use cont", f"nb {list(a.nb)}")
@@ -1029,11 +739,11 @@ class Graph:
     def mul_mat_set_prec(self, a: Tensor, prec: int) -> None:
         """``ggml_mul_mat_set_prec`` (recorded; the OpenVINO path always computes in f32)."""
         a.params["prec"] = int(prec)
-        self._info_cache.clear()
+        self._edited()
 
     def mul_mat_id(self, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
         """``ggml_mul_mat_id``: out[:, e, t] = as_[ids[e, t]] @ b[:, e % b.ne1, t] (MoE experts)."""
-        op = "MUL_MAT_ID"
+        op = Op.MUL_MAT_ID
         for nm, t in (("as", as_), ("b", b), ("ids", ids)):
             self._check_tensor(op, nm, t)
         self._check_types(op, "ids", ids, ("i32",))
@@ -1042,23 +752,23 @@ class Graph:
         self._check_types(op, "b", b, FLOAT_TYPES)
         self._check_vec_dot(op, as_, b)
         if as_.ne[3] != 1:
-            raise self._err(op, "as", "a 3-D tensor (ne[3] == 1)", f"ne {_ne_str(as_.ne)}")
+            raise self._err(op, "as", "a 3-D tensor (ne[3] == 1)", f"ne {ne_str(as_.ne)}")
         if b.ne[3] != 1:
-            raise self._err(op, "b", "a 3-D tensor (ne[3] == 1)", f"ne {_ne_str(b.ne)}")
+            raise self._err(op, "b", "a 3-D tensor (ne[3] == 1)", f"ne {ne_str(b.ne)}")
         if ids.ne[2] != 1 or ids.ne[3] != 1:
-            raise self._err(op, "ids", "a 2-D tensor", f"ne {_ne_str(ids.ne)}")
+            raise self._err(op, "ids", "a 2-D tensor", f"ne {ne_str(ids.ne)}")
         if ids.ne[1] != b.ne[2]:
-            raise self._err(op, "ids", f"ne[1] == b.ne[2] = {b.ne[2]} (tokens)", f"ne {_ne_str(ids.ne)}")
+            raise self._err(op, "ids", f"ne[1] == b.ne[2] = {b.ne[2]} (tokens)", f"ne {ne_str(ids.ne)}")
         if as_.ne[0] != b.ne[0]:
-            raise self._err(op, "b", f"ne[0] == as.ne[0] = {as_.ne[0]}", f"ne {_ne_str(b.ne)}")
+            raise self._err(op, "b", f"ne[0] == as.ne[0] = {as_.ne[0]}", f"ne {ne_str(b.ne)}")
         if ids.ne[0] % b.ne[1]:
-            raise self._err(op, "b", f"ne[1] dividing ids.ne[0] = {ids.ne[0]}", f"ne {_ne_str(b.ne)}")
+            raise self._err(op, "b", f"ne[1] dividing ids.ne[0] = {ids.ne[0]}", f"ne {ne_str(b.ne)}")
         return self._new(op, (as_.ne[1], ids.ne[0], b.ne[2], 1), "f32", (as_, b, ids))
 
     def out_prod(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_out_prod``: out[.., i1, i0] = Σ_k a[.., k, i0]·b[.., k, i1] (numpy: bᵀ @ a per batch,
         a repeat-interleaved over b's batch dims); f32 result of ne [a.ne0, b.ne0, b.ne2, b.ne3]."""
-        op = "OUT_PROD"
+        op = Op.OUT_PROD
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b)
         if not a.is_quantized:
@@ -1066,7 +776,7 @@ class Graph:
         self._check_types(op, "b", b, ("f32",))
         if a.ne[1] != b.ne[1] or b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
             raise self._err(
-                op, "b", f"ne[1] == a.ne[1] = {a.ne[1]}, ne[2], ne[3] multiples of a's", f"ne {_ne_str(b.ne)}"
+                op, "b", f"ne[1] == a.ne[1] = {a.ne[1]}, ne[2], ne[3] multiples of a's", f"ne {ne_str(b.ne)}"
             )
         if not a.is_quantized and a.is_transposed():
             raise self._err(op, "a", "a non-transposed tensor (nb[0] <= nb[1])", f"nb {list(a.nb)}")
@@ -1080,55 +790,55 @@ class Graph:
 
     def norm(self, a: Tensor, eps: float) -> Tensor:
         """``ggml_norm``: (x - mean) / sqrt(var + eps) along rows."""
-        return self._norm("NORM", a, eps)
+        return self._norm(Op.NORM, a, eps)
 
     def rms_norm(self, a: Tensor, eps: float) -> Tensor:
         """``ggml_rms_norm``: x / sqrt(mean(x²) + eps) along rows."""
-        return self._norm("RMS_NORM", a, eps)
+        return self._norm(Op.RMS_NORM, a, eps)
 
     def l2_norm(self, a: Tensor, eps: float) -> Tensor:
         """``ggml_l2_norm``: x / max(‖x‖, eps) along rows."""
-        return self._norm("L2_NORM", a, eps)
+        return self._norm(Op.L2_NORM, a, eps)
 
     def sum_rows(self, a: Tensor) -> Tensor:
         """``ggml_sum_rows``: row sums (ne0 → 1)."""
-        self._check_tensor("SUM_ROWS", "a", a)
-        self._check_types("SUM_ROWS", "a", a, ("f32",))
-        return self._new("SUM_ROWS", (1, a.ne[1], a.ne[2], a.ne[3]), a.dtype, (a,))
+        self._check_tensor(Op.SUM_ROWS, "a", a)
+        self._check_types(Op.SUM_ROWS, "a", a, ("f32",))
+        return self._new(Op.SUM_ROWS, (1, a.ne[1], a.ne[2], a.ne[3]), a.dtype, (a,))
 
     def cumsum(self, a: Tensor) -> Tensor:
         """``ggml_cumsum``: inclusive prefix sums along rows."""
-        self._check_tensor("CUMSUM", "a", a)
-        self._check_types("CUMSUM", "a", a, ("f32",))
-        return self._new("CUMSUM", a.ne, a.dtype, (a,))
+        self._check_tensor(Op.CUMSUM, "a", a)
+        self._check_types(Op.CUMSUM, "a", a, ("f32",))
+        return self._new(Op.CUMSUM, a.ne, a.dtype, (a,))
 
     def argsort(self, a: Tensor, order: int = GGML_SORT_ORDER_ASC) -> Tensor:
         """``ggml_argsort``: i32 indices sorting each row (0 = ASC, 1 = DESC)."""
-        self._check_tensor("ARGSORT", "a", a)
-        self._check_types("ARGSORT", "a", a, ("f32",))
+        self._check_tensor(Op.ARGSORT, "a", a)
+        self._check_types(Op.ARGSORT, "a", a, ("f32",))
         if order not in (GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC):
-            raise self._err("ARGSORT", "order", "0 (ASC) or 1 (DESC)", str(order))
-        return self._new("ARGSORT", a.ne, "i32", (a,), {"order": int(order)})
+            raise self._err(Op.ARGSORT, "order", "0 (ASC) or 1 (DESC)", str(order))
+        return self._new(Op.ARGSORT, a.ne, "i32", (a,), {"order": int(order)})
 
     def top_k(self, a: Tensor, k: int) -> Tensor:
         """``ggml_top_k``: i32 indices of each row's k largest values (order unspecified by ggml; ovkit
         gives ggml's CPU order: descending, the first two exchanged)."""
-        self._check_tensor("TOP_K", "a", a)
-        self._check_types("TOP_K", "a", a, ("f32",))
+        self._check_tensor(Op.TOP_K, "a", a)
+        self._check_types(Op.TOP_K, "a", a, ("f32",))
         if not 1 <= k <= a.ne[0]:
-            raise self._err("TOP_K", "k", f"1 <= k <= a.ne[0] = {a.ne[0]}", str(k))
-        return self._new("TOP_K", (int(k), a.ne[1], a.ne[2], a.ne[3]), "i32", (a,), {"k": int(k)})
+            raise self._err(Op.TOP_K, "k", f"1 <= k <= a.ne[0] = {a.ne[0]}", str(k))
+        return self._new(Op.TOP_K, (int(k), a.ne[1], a.ne[2], a.ne[3]), "i32", (a,), {"k": int(k)})
 
     def roll(self, a: Tensor, shift0: int, shift1: int, shift2: int, shift3: int) -> Tensor:
         """``ggml_roll``: elements shifted (with wrap-around) by shift_i along ggml dim i, as numpy.roll."""
-        self._check_tensor("ROLL", "a", a)
-        self._check_types("ROLL", "a", a, ("f32",))
+        self._check_tensor(Op.ROLL, "a", a)
+        self._check_types(Op.ROLL, "a", a, ("f32",))
         shifts = (shift0, shift1, shift2, shift3)
         for i, sh in enumerate(shifts):
             if abs(sh) >= a.ne[i]:
-                raise self._err("ROLL", f"shift{i}", f"|shift{i}| < a.ne[{i}] = {a.ne[i]}", str(sh))
+                raise self._err(Op.ROLL, f"shift{i}", f"|shift{i}| < a.ne[{i}] = {a.ne[i]}", str(sh))
         params = {f"shift{i}": int(sh) for i, sh in enumerate(shifts)}
-        return self._new("ROLL", a.ne, a.dtype, (a,), params)
+        return self._new(Op.ROLL, a.ne, a.dtype, (a,), params)
 
     # ------------------------------------------------------------------ softmax / attention
     def soft_max(self, a: Tensor) -> Tensor:
@@ -1137,7 +847,7 @@ class Graph:
 
     def soft_max_ext(self, a: Tensor, mask: Tensor | None, scale: float, max_bias: float) -> Tensor:
         """``ggml_soft_max_ext``: softmax(a·scale + mask·slope) along rows (ALiBi slope if max_bias>0)."""
-        op = "SOFT_MAX"
+        op = Op.SOFT_MAX
         self._check_tensor(op, "a", a)
         self._check_types(op, "a", a, ("f32",))
         if mask is not None:
@@ -1150,7 +860,7 @@ class Graph:
                     op,
                     "mask",
                     f"ne[0] == {a.ne[0]}, ne[1] >= {a.ne[1]}, ne[2] | {a.ne[2]}, ne[3] | {a.ne[3]}",
-                    f"ne {_ne_str(mask.ne)}",
+                    f"ne {ne_str(mask.ne)}",
                 )
         if max_bias > 0 and mask is None:
             raise self._err(op, "mask", "a mask when max_bias > 0 (ALiBi)", "None")
@@ -1160,7 +870,7 @@ class Graph:
 
     def soft_max_add_sinks(self, a: Tensor, sinks: Tensor | None) -> None:
         """``ggml_soft_max_add_sinks``: attach per-head sink logits (f32, ne0 == a.ne[2]) to a SOFT_MAX."""
-        self._add_sinks("SOFT_MAX", a, sinks, 2, a.ne[2])
+        self._add_sinks(Op.SOFT_MAX, a, sinks, 2, a.ne[2])
 
     def _add_sinks(self, op: str, a: Tensor, sinks: Tensor | None, slot: int, heads: int) -> None:
         self._check_tensor(op, "a", a)
@@ -1171,10 +881,10 @@ class Graph:
             self._check_tensor(op, "sinks", sinks)
             self._check_types(op, "sinks", sinks, ("f32",))
             if sinks.nelements != heads or sinks.ne[0] != heads:
-                raise self._err(op, "sinks", f"ne[0] == {heads} (one per head)", f"ne {_ne_str(sinks.ne)}")
+                raise self._err(op, "sinks", f"ne[0] == {heads} (one per head)", f"ne {ne_str(sinks.ne)}")
         srcs[slot] = sinks
         a.srcs = tuple(srcs)
-        self._info_cache.clear()
+        self._edited()
 
     def flash_attn_ext(
         self,
@@ -1187,20 +897,20 @@ class Graph:
         logit_softcap: float,
     ) -> Tensor:
         """``ggml_flash_attn_ext``: softmax(q·kᵀ·scale + mask)·v; result ne [Dv, n_head, n_q, n_batch]."""
-        op = "FLASH_ATTN_EXT"
+        op = Op.FLASH_ATTN_EXT
         for nm, t in (("q", q), ("k", k), ("v", v)):
             self._check_tensor(op, nm, t)
             self._check_types(op, nm, t, FLOAT_TYPES)
         # ggml's CPU kernel reads q as f32 whatever its type (an f16 q gives garbage there)
         self._check_types(op, "q", q, ("f32",))
         if k.ne[0] != q.ne[0]:
-            raise self._err(op, "k", f"ne[0] == q.ne[0] = {q.ne[0]}", f"ne {_ne_str(k.ne)}")
+            raise self._err(op, "k", f"ne[0] == q.ne[0] = {q.ne[0]}", f"ne {ne_str(k.ne)}")
         if q.ne[2] % k.ne[2] or q.ne[3] % k.ne[3]:
             raise self._err(
-                op, "k", f"ne[2], ne[3] dividing q's ({q.ne[2]}, {q.ne[3]})", f"ne {_ne_str(k.ne)}"
+                op, "k", f"ne[2], ne[3] dividing q's ({q.ne[2]}, {q.ne[3]})", f"ne {ne_str(k.ne)}"
             )
         if v.ne[1] != k.ne[1] or v.ne[2] != k.ne[2] or v.ne[3] != k.ne[3]:
-            raise self._err(op, "v", f"ne[1:4] == k's {list(k.ne[1:])}", f"ne {_ne_str(v.ne)}")
+            raise self._err(op, "v", f"ne[1:4] == k's {list(k.ne[1:])}", f"ne {ne_str(v.ne)}")
         if mask is not None:
             self._check_tensor(op, "mask", mask)
             self._check_types(op, "mask", mask, ("f16",))
@@ -1211,7 +921,7 @@ class Graph:
                     op,
                     "mask",
                     f"ne[0] == n_kv = {k.ne[1]}, ne[1] >= n_q = {q.ne[1]}, ne[2] | {q.ne[2]}, ne[3] | {q.ne[3]}",
-                    f"ne {_ne_str(mask.ne)}",
+                    f"ne {ne_str(mask.ne)}",
                 )
         if max_bias > 0 and mask is None:
             raise self._err(op, "mask", "a mask when max_bias > 0 (ALiBi)", "None")
@@ -1227,11 +937,11 @@ class Graph:
     def flash_attn_ext_set_prec(self, a: Tensor, prec: int) -> None:
         """``ggml_flash_attn_ext_set_prec`` (recorded in params)."""
         a.params["prec"] = int(prec)
-        self._info_cache.clear()
+        self._edited()
 
     def flash_attn_ext_add_sinks(self, a: Tensor, sinks: Tensor | None) -> None:
         """``ggml_flash_attn_ext_add_sinks``: per-head sink logits (f32, ne0 == n_head)."""
-        self._add_sinks("FLASH_ATTN_EXT", a, sinks, 4, a.ne[1])
+        self._add_sinks(Op.FLASH_ATTN_EXT, a, sinks, 4, a.ne[1])
 
     # ------------------------------------------------------------------ rope
     def rope_ext(
@@ -1252,7 +962,7 @@ class Graph:
         """``ggml_rope_ext``: rotary embedding of the first n_dims of each row; b = i32 positions."""
         if mode & GGML_ROPE_TYPE_MROPE:
             raise self._err(
-                "ROPE", "mode", "NORMAL (0) or NEOX (2); use rope_multi for MROPE/IMROPE/VISION", str(mode)
+                Op.ROPE, "mode", "NORMAL (0) or NEOX (2); use rope_multi for MROPE/IMROPE/VISION", str(mode)
             )
         return self._rope(
             a,
@@ -1292,7 +1002,7 @@ class Graph:
     ) -> Tensor:
         """``ggml_rope_multi``: multi-section rope (MROPE 8, VISION 24, IMROPE 40); b has 4 planes."""
         if not mode & GGML_ROPE_TYPE_MROPE:
-            raise self._err("ROPE", "mode", "MROPE (8), VISION (24) or IMROPE (40)", str(mode))
+            raise self._err(Op.ROPE, "mode", "MROPE (8), VISION (24) or IMROPE (40)", str(mode))
         secs = tuple(int(s) for s in sections) + (0,) * (4 - len(sections))
         return self._rope(
             a,
@@ -1326,17 +1036,17 @@ class Graph:
         beta_fast: float,
         beta_slow: float,
     ) -> Tensor:
-        op = "ROPE"
+        op = Op.ROPE
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b)
         self._check_types(op, "a", a, ("f32", "f16"))
         self._check_types(op, "b", b, ("i32",))
         if b.ne[1] != 1 or b.ne[2] != 1 or b.ne[3] != 1:
-            raise self._err(op, "b", "a 1-D position vector", f"ne {_ne_str(b.ne)}")
+            raise self._err(op, "b", "a 1-D position vector", f"ne {ne_str(b.ne)}")
         planes = 4 if mode & GGML_ROPE_TYPE_MROPE else 1
         if b.ne[0] != planes * a.ne[2]:
             raise self._err(
-                op, "b", f"ne[0] == {planes}·a.ne[2] = {planes * a.ne[2]} positions", f"ne {_ne_str(b.ne)}"
+                op, "b", f"ne[0] == {planes}·a.ne[2] = {planes * a.ne[2]} positions", f"ne {ne_str(b.ne)}"
             )
         if n_dims > a.ne[0] or n_dims < 0:
             raise self._err(op, "n_dims", f"0 <= n_dims <= a.ne[0] = {a.ne[0]}", str(n_dims))
@@ -1352,7 +1062,7 @@ class Graph:
             pairs = a.ne[0] // 2 if mode == GGML_ROPE_TYPE_VISION else n_dims // 2
             if c.ne[0] < pairs:
                 raise self._err(
-                    op, "c", f"ne[0] >= {pairs} freq factors (one per rotated pair)", f"ne {_ne_str(c.ne)}"
+                    op, "c", f"ne[0] >= {pairs} freq factors (one per rotated pair)", f"ne {ne_str(c.ne)}"
                 )
         params = {
             "n_dims": int(n_dims),
@@ -1383,7 +1093,7 @@ class Graph:
         dst_type: str | int,  # noqa: N803
     ) -> Tensor:
         """``ggml_im2col``: a = kernel [OC, IC, KH, KW], b = input [N, IC, IH, IW] (numpy order)."""
-        op = "IM2COL"
+        op = Op.IM2COL
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b)
         self._check_types(op, "b", b, ("f32", "f16"))
@@ -1394,17 +1104,15 @@ class Graph:
             raise self._err(op, "a", "an f16 kernel for an f16 dst_type (ggml's CPU im2col)", a.dtype)
         if is_2D:
             if a.ne[2] != b.ne[2]:
-                raise self._err(op, "b", f"ne[2] == a.ne[2] = {a.ne[2]} channels", f"ne {_ne_str(b.ne)}")
+                raise self._err(op, "b", f"ne[2] == a.ne[2] = {a.ne[2]} channels", f"ne {ne_str(b.ne)}")
         elif b.ne[1] != a.ne[1] or b.ne[3] != 1:
             raise self._err(
-                op, "b", f"ne[1] == a.ne[1] = {a.ne[1]} channels, ne[3] == 1", f"ne {_ne_str(b.ne)}"
+                op, "b", f"ne[1] == a.ne[1] = {a.ne[1]} channels, ne[3] == 1", f"ne {ne_str(b.ne)}"
             )
         oh = (b.ne[1] + 2 * p1 - d1 * (a.ne[1] - 1) - 1) // s1 + 1 if is_2D else 0
         ow = (b.ne[0] + 2 * p0 - d0 * (a.ne[0] - 1) - 1) // s0 + 1
         if (is_2D and oh <= 0) or ow <= 0:
-            raise self._err(
-                op, "b", "an input at least as large as the dilated kernel", f"ne {_ne_str(b.ne)}"
-            )
+            raise self._err(op, "b", "an input at least as large as the dilated kernel", f"ne {ne_str(b.ne)}")
         ne = (a.ne[2] * a.ne[1] * a.ne[0], ow, oh, b.ne[3]) if is_2D else (a.ne[1] * a.ne[0], ow, b.ne[2], 1)
         params = {"s0": s0, "s1": s1, "p0": p0, "p1": p1, "d0": d0, "d1": d1, "is_2D": bool(is_2D)}
         return self._new(op, ne, dt, (a, b), params)
@@ -1423,7 +1131,7 @@ class Graph:
                 op,
                 "b",
                 "an input at least as large as the dilated kernel",
-                f"ne {_ne_str(b.ne)} → {list(sizes)}",
+                f"ne {ne_str(b.ne)} → {list(sizes)}",
             )
 
     def conv_2d_direct(
@@ -1431,14 +1139,14 @@ class Graph:
     ) -> Tensor:
         """``ggml_conv_2d_direct``: a kernel [OC, IC, KH, KW], b input [N, IC, H, W] (numpy) →
         [N, OC, OH, OW]; an f16 kernel rounds the input patches to f16 as ggml's CPU does."""
-        op = "CONV_2D"
+        op = Op.CONV_2D
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b)
         self._check_types(op, "a", a, ("f32", "f16"))
         self._check_types(op, "b", b, ("f32",))
         p = self._conv_params(op, s0=s0, s1=s1, p0=p0, p1=p1, d0=d0, d1=d1)
         if a.ne[2] != b.ne[2]:
-            raise self._err(op, "b", f"ne[2] == a.ne[2] = {a.ne[2]} channels", f"ne {_ne_str(b.ne)}")
+            raise self._err(op, "b", f"ne[2] == a.ne[2] = {a.ne[2]} channels", f"ne {ne_str(b.ne)}")
         ow = conv_output_size(b.ne[0], a.ne[0], s0, p0, d0)
         oh = conv_output_size(b.ne[1], a.ne[1], s1, p1, d1)
         self._conv_out(op, b, (ow, oh))
@@ -1456,7 +1164,7 @@ class Graph:
         dilation1: int,
     ) -> Tensor:
         """``ggml_conv_2d_dw_direct``: depthwise; a kernel [C, 1, KH, KW], b [N, C, H, W] (numpy)."""
-        op = "CONV_2D_DW"
+        op = Op.CONV_2D_DW
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b)
         self._check_types(op, "a", a, ("f32", "f16"))
@@ -1464,7 +1172,7 @@ class Graph:
         p = self._conv_params(op, s0=stride0, s1=stride1, p0=pad0, p1=pad1, d0=dilation0, d1=dilation1)
         if a.ne[2] != 1 or a.ne[3] != b.ne[2]:
             raise self._err(
-                op, "a", f"ne[2] == 1, ne[3] == b.ne[2] = {b.ne[2]} channels", f"ne {_ne_str(a.ne)}"
+                op, "a", f"ne[2] == 1, ne[3] == b.ne[2] = {b.ne[2]} channels", f"ne {ne_str(a.ne)}"
             )
         ow = conv_output_size(b.ne[0], a.ne[0], stride0, pad0, dilation0)
         oh = conv_output_size(b.ne[1], a.ne[1], stride1, pad1, dilation1)
@@ -1490,16 +1198,16 @@ class Graph:
     ) -> Tensor:
         """``ggml_conv_3d_direct``: a kernel [OC·IC, KD, KH, KW], b [N·IC, D, H, W] (numpy) →
         [N·OC, OD, OH, OW] (c = IC, n = N, oc = OC)."""
-        op = "CONV_3D"
+        op = Op.CONV_3D
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b)
         self._check_types(op, "a", a, ("f32", "f16"))
         self._check_types(op, "b", b, ("f32",))
         p = self._conv_params(op, s0=s0, s1=s1, s2=s2, p0=p0, p1=p1, p2=p2, d0=d0, d1=d1, d2=d2)
         if c < 1 or n < 1 or oc < 1 or a.ne[3] != c * oc:
-            raise self._err(op, "a", f"ne[3] == c·oc = {c}·{oc}", f"ne {_ne_str(a.ne)}")
+            raise self._err(op, "a", f"ne[3] == c·oc = {c}·{oc}", f"ne {ne_str(a.ne)}")
         if b.ne[3] != c * n:
-            raise self._err(op, "b", f"ne[3] == c·n = {c}·{n}", f"ne {_ne_str(b.ne)}")
+            raise self._err(op, "b", f"ne[3] == c·n = {c}·{n}", f"ne {ne_str(b.ne)}")
         out = [
             conv_output_size(b.ne[i], a.ne[i], (s0, s1, s2)[i], (p0, p1, p2)[i], (d0, d1, d2)[i])
             for i in range(3)
@@ -1525,7 +1233,7 @@ class Graph:
     ) -> Tensor:
         """``ggml_im2col_3d``: a kernel [OC·IC, KD, KH, KW] (shape only), b [N·IC, D, H, W] (numpy) →
         columns [N·OD, OH, OW, IC·KD·KH·KW]."""
-        op = "IM2COL_3D"
+        op = Op.IM2COL_3D
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b)
         self._check_types(op, "b", b, ("f32",))
@@ -1545,7 +1253,7 @@ class Graph:
 
     def conv_transpose_1d(self, a: Tensor, b: Tensor, s0: int, p0: int, d0: int) -> Tensor:
         """``ggml_conv_transpose_1d``: a kernel [IC, OC, K], b input [IC, L] (numpy) → [OC, (L−1)·s0 + K]."""
-        op = "CONV_TRANSPOSE_1D"
+        op = Op.CONV_TRANSPOSE_1D
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b)
         self._check_types(op, "a", a, ("f32", "f16"))
@@ -1556,10 +1264,10 @@ class Graph:
                 op, "p0/d0", "p0 == 0 and d0 == 1 (ggml implements no other)", f"p0 {p0}, d0 {d0}"
             )
         if b.ne[2] != 1 or b.ne[3] != 1:
-            raise self._err(op, "b", "a matrix [IC, L]", f"ne {_ne_str(b.ne)}")
+            raise self._err(op, "b", "a matrix [IC, L]", f"ne {ne_str(b.ne)}")
         if a.ne[2] != b.ne[1] or a.ne[3] != 1:
             raise self._err(
-                op, "a", f"ne[2] == b.ne[1] = {b.ne[1]} channels, ne[3] == 1", f"ne {_ne_str(a.ne)}"
+                op, "a", f"ne[2] == b.ne[1] = {b.ne[1]} channels, ne[3] == 1", f"ne {ne_str(a.ne)}"
             )
         ne = ((b.ne[0] - 1) * s0 + a.ne[0], a.ne[1], 1, 1)
         return self._new(op, ne, "f32", (a, b), {"s0": int(s0), "p0": 0, "d0": 1})
@@ -1567,20 +1275,20 @@ class Graph:
     def conv_transpose_2d_p0(self, a: Tensor, b: Tensor, stride: int) -> Tensor:
         """``ggml_conv_transpose_2d_p0``: a kernel [IC, OC, KH, KW], b [N, IC, H, W] (numpy) →
         [N, OC, (H−1)·stride + KH, (W−1)·stride + KW]."""
-        op = "CONV_TRANSPOSE_2D"
+        op = Op.CONV_TRANSPOSE_2D
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b)
         self._check_types(op, "a", a, ("f32", "f16"))
         self._check_types(op, "b", b, ("f32",))
         self._conv_params(op, stride=stride)
         if a.ne[3] != b.ne[2]:
-            raise self._err(op, "a", f"ne[3] == b.ne[2] = {b.ne[2]} channels", f"ne {_ne_str(a.ne)}")
+            raise self._err(op, "a", f"ne[3] == b.ne[2] = {b.ne[2]} channels", f"ne {ne_str(a.ne)}")
         ne = ((b.ne[0] - 1) * stride + a.ne[0], (b.ne[1] - 1) * stride + a.ne[1], a.ne[2], b.ne[3])
         return self._new(op, ne, "f32", (a, b), {"stride": int(stride)})
 
     def pool_1d(self, a: Tensor, op: int, k0: int, s0: int, p0: int) -> Tensor:
         """``ggml_pool_1d``: max (0) or average (1, over the in-bounds taps) pooling along ne0."""
-        name = "POOL_1D"
+        name = Op.POOL_1D
         self._check_tensor(name, "a", a)
         self._check_types(name, "a", a, ("f32", "f16"))
         if op not in (GGML_OP_POOL_MAX, GGML_OP_POOL_AVG):
@@ -1588,13 +1296,13 @@ class Graph:
         self._conv_params(name, k0=k0, s0=s0)
         ow = int((a.ne[0] + 2 * p0 - k0) / s0) + 1
         if ow <= 0:
-            raise self._err(name, "a", f"ne[0] + 2·p0 >= k0 = {k0}", f"ne {_ne_str(a.ne)}")
+            raise self._err(name, "a", f"ne[0] + 2·p0 >= k0 = {k0}", f"ne {ne_str(a.ne)}")
         params = {"op": int(op), "k0": int(k0), "s0": int(s0), "p0": int(p0)}
         return self._new(name, (ow, a.ne[1], a.ne[2], a.ne[3]), "f32", (a,), params)
 
     def pool_2d(self, a: Tensor, op: int, k0: int, k1: int, s0: int, s1: int, p0: float, p1: float) -> Tensor:
         """``ggml_pool_2d``: max (0) or average (1, divided by k0·k1) pooling over ne0, ne1."""
-        name = "POOL_2D"
+        name = Op.POOL_2D
         self._check_tensor(name, "a", a)
         self._check_types(name, "a", a, ("f32", "f16"))
         if op not in (GGML_OP_POOL_MAX, GGML_OP_POOL_AVG):
@@ -1605,7 +1313,7 @@ class Graph:
         oh = int((a.ne[1] + 2 * p1 - k1) / s1) + 1
         if ow <= 0 or oh <= 0:
             raise self._err(
-                name, "a", f"ne[0:2] + 2·p at least the kernel ({k0}, {k1})", f"ne {_ne_str(a.ne)}"
+                name, "a", f"ne[0:2] + 2·p at least the kernel ({k0}, {k1})", f"ne {ne_str(a.ne)}"
             )
         params = {
             "op": int(op),
@@ -1620,7 +1328,7 @@ class Graph:
 
     def ssm_conv(self, sx: Tensor, c: Tensor) -> Tensor:
         """``ggml_ssm_conv``: depthwise causal conv; sx [n_s, d_inner, d_conv-1+n_t], c [d_inner, d_conv]."""
-        op = "SSM_CONV"
+        op = Op.SSM_CONV
         self._check_tensor(op, "sx", sx)
         self._check_tensor(op, "c", c)
         self._check_types(op, "sx", sx, ("f32",))
@@ -1633,7 +1341,7 @@ class Graph:
                 op,
                 "sx",
                 f"ne[1] == c.ne[1] = {d_inner}, ne[0] >= d_conv - 1 = {d_conv - 1}",
-                f"ne {_ne_str(sx.ne)}",
+                f"ne {ne_str(sx.ne)}",
             )
         return self._new(op, (d_inner, n_t, sx.ne[2], 1), "f32", (sx, c))
 
@@ -1651,24 +1359,24 @@ class Graph:
         return self._gdn(q, k, v, g, beta, state, K)
 
     def _gdn(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor, K: int) -> Tensor:  # noqa: N803
-        op = "GATED_DELTA_NET"
+        op = Op.GATED_DELTA_NET
         for nm, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("state", state)):
             self._check_tensor(op, nm, t)
             self._check_types(op, nm, t, ("f32",))
         s_k, h_k, n_tokens, n_seqs = q.ne
         s_v, h_v = v.ne[0], v.ne[1]
         if k.ne != q.ne:
-            raise self._err(op, "k", f"ne {_ne_str(q.ne)} (as q)", f"ne {_ne_str(k.ne)}")
+            raise self._err(op, "k", f"ne {ne_str(q.ne)} (as q)", f"ne {ne_str(k.ne)}")
         if s_v != s_k or v.ne[2] != n_tokens or v.ne[3] != n_seqs or h_v % h_k:
             raise self._err(
-                op, "v", f"ne [{s_k}, a multiple of {h_k}, {n_tokens}, {n_seqs}]", f"ne {_ne_str(v.ne)}"
+                op, "v", f"ne [{s_k}, a multiple of {h_k}, {n_tokens}, {n_seqs}]", f"ne {ne_str(v.ne)}"
             )
         if g.ne[0] not in (1, s_v) or g.ne[1:] != v.ne[1:]:
-            raise self._err(op, "g", f"ne [1 or {s_v}, {h_v}, {n_tokens}, {n_seqs}]", f"ne {_ne_str(g.ne)}")
+            raise self._err(op, "g", f"ne [1 or {s_v}, {h_v}, {n_tokens}, {n_seqs}]", f"ne {ne_str(g.ne)}")
         if beta.ne != (1, h_v, n_tokens, n_seqs):
-            raise self._err(op, "beta", f"ne [1, {h_v}, {n_tokens}, {n_seqs}]", f"ne {_ne_str(beta.ne)}")
+            raise self._err(op, "beta", f"ne [1, {h_v}, {n_tokens}, {n_seqs}]", f"ne {ne_str(beta.ne)}")
         if state.ne != (s_v, s_v, h_v, n_seqs):
-            raise self._err(op, "state", f"ne [{s_v}, {s_v}, {h_v}, {n_seqs}]", f"ne {_ne_str(state.ne)}")
+            raise self._err(op, "state", f"ne [{s_v}, {s_v}, {h_v}, {n_seqs}]", f"ne {ne_str(state.ne)}")
         if K < 1:
             raise self._err(op, "K", "K >= 1 state snapshots", str(K))
         ne = (s_v * h_v, n_tokens * n_seqs + K * s_v * n_seqs, 1, 1)
@@ -1679,16 +1387,16 @@ class Graph:
 
         Not registered upstream (its translator is disabled), so only ``mode="reference"`` runs it.
         """
-        op = "SOLVE_TRI"
+        op = Op.SOLVE_TRI
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b)
         self._check_types(op, "a", a, ("f32",))
         self._check_types(op, "b", b, ("f32",))
         if a.ne[0] != a.ne[1]:
-            raise self._err(op, "a", "square matrices (ne[0] == ne[1])", f"ne {_ne_str(a.ne)}")
+            raise self._err(op, "a", "square matrices (ne[0] == ne[1])", f"ne {ne_str(a.ne)}")
         if a.ne[1] != b.ne[1] or a.ne[2:] != b.ne[2:]:
             raise self._err(
-                op, "b", f"ne[1] == {a.ne[1]} rows and batch dims {list(a.ne[2:])}", f"ne {_ne_str(b.ne)}"
+                op, "b", f"ne[1] == {a.ne[1]} rows and batch dims {list(a.ne[2:])}", f"ne {ne_str(b.ne)}"
             )
         if not left:
             raise self._err(op, "left", "True (ggml implements A·x = B only)", str(left))
@@ -1698,21 +1406,21 @@ class Graph:
     # ------------------------------------------------------------------ misc
     def diag(self, a: Tensor) -> Tensor:
         """``ggml_diag``: a row vector [.., 1, n] → diagonal matrix [.., n, n]."""
-        self._check_tensor("DIAG", "a", a)
-        self._check_types("DIAG", "a", a, ("f32",))
+        self._check_tensor(Op.DIAG, "a", a)
+        self._check_types(Op.DIAG, "a", a, ("f32",))
         if a.ne[1] != 1:
-            raise self._err("DIAG", "a", "ne[1] == 1 (a row vector per matrix)", f"ne {_ne_str(a.ne)}")
-        return self._new("DIAG", (a.ne[0], a.ne[0], a.ne[2], a.ne[3]), a.dtype, (a,))
+            raise self._err(Op.DIAG, "a", "ne[1] == 1 (a row vector per matrix)", f"ne {ne_str(a.ne)}")
+        return self._new(Op.DIAG, (a.ne[0], a.ne[0], a.ne[2], a.ne[3]), a.dtype, (a,))
 
     def tri(self, a: Tensor, type_: int) -> Tensor:
         """``ggml_tri``: keep a triangle of square matrices (0 upper+diag, 1 upper, 2 lower+diag, 3 lower)."""
-        self._check_tensor("TRI", "a", a)
-        self._check_types("TRI", "a", a, ("f32",))
+        self._check_tensor(Op.TRI, "a", a)
+        self._check_types(Op.TRI, "a", a, ("f32",))
         if type_ not in (0, 1, 2, 3):
-            raise self._err("TRI", "type", "0..3 (ggml_tri_type)", str(type_))
+            raise self._err(Op.TRI, "type", "0..3 (ggml_tri_type)", str(type_))
         if a.ne[0] != a.ne[1]:
-            raise self._err("TRI", "a", "square matrices (ne[0] == ne[1])", f"ne {_ne_str(a.ne)}")
-        return self._new("TRI", a.ne, a.dtype, (a,), {"type": int(type_)})
+            raise self._err(Op.TRI, "a", "square matrices (ne[0] == ne[1])", f"ne {ne_str(a.ne)}")
+        return self._new(Op.TRI, a.ne, a.dtype, (a,), {"type": int(type_)})
 
     def __repr__(self) -> str:
         ops = sum(1 for t in self.nodes if not t.is_leaf)
@@ -1739,40 +1447,6 @@ class Graph:
         return pd.DataFrame(rows).set_index("id")
 
     # ------------------------------------------------------------------ running
-    def topo(self, outputs: Sequence[Tensor]) -> list[Tensor]:
-        """The nodes ``outputs`` depend on, in build order (a topological order)."""
-        seen: set[int] = set()
-        stack = list(outputs)
-        while stack:
-            t = stack.pop()
-            if t.id in seen:
-                continue
-            seen.add(t.id)
-            stack.extend(s for s in t.srcs if s is not None)
-            if t.view_src is not None:
-                stack.append(t.view_src)
-        return [n for n in self.nodes if n.id in seen]
-
-    def inputs_of(self, outputs: Sequence[Tensor]) -> list[Tensor]:
-        """The input leaves whose values ``outputs`` need."""
-        return [t for t in self._value_nodes(outputs) if t.is_input]
-
-    def _value_nodes(self, outputs: Sequence[Tensor]) -> list[Tensor]:
-        """Nodes whose values are needed (shape-only sources such as cpy's dst are skipped)."""
-        seen: set[int] = set()
-        stack = list(outputs)
-        while stack:
-            t = stack.pop()
-            if t.id in seen:
-                continue
-            seen.add(t.id)
-            if t.op in VIEW_OPS:
-                stack.append(t.base)
-                continue
-            skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
-            stack.extend(s for i, s in enumerate(t.srcs) if s is not None and i not in skip)
-        return [n for n in self.nodes if n.id in seen]
-
     def check_support(
         self, outputs: Sequence[Tensor], device_class: str
     ) -> list[tuple[Tensor, SupportDecision]]:
@@ -1834,10 +1508,9 @@ class Graph:
     def _compute_on_device(
         self, outs: list[Tensor], inputs: Mapping[str, Any], device: str | None, core: Any, config: Any = None
     ) -> list[np.ndarray]:
-        """The device path: ``ovkit.engine.compute_graph`` (compile cache)."""
-        from ovkit.engine import compute_graph
-
-        return list(compute_graph(self, outs, inputs, device, core=core, config=config))
+        """The device path: the engine's ``compute_graph`` (compile cache), installed as the IR's
+        device runner so that this builder, a layer below the engine, never imports it."""
+        return list(device_runner()(self, outs, inputs, device, core=core, config=config))
 
     def check_supported(self, outputs: Sequence[Tensor], device: str) -> None:
         """Raise :class:`UnsupportedOpError` for the first op ``device``'s policy rejects."""
@@ -1860,7 +1533,7 @@ class Graph:
                 raise GraphError(f"compute: input {t.name!r} ({t.dtype}, shape {t.shape}) was not given")
             arr = np.asarray(inputs[t.name])
             try:
-                ne = _ne4(arr.shape)
+                ne = ne4(arr.shape)
             except GraphError as exc:
                 raise GraphError(f"compute: input {t.name!r}: {exc}") from None
             if ne != t.ne:
@@ -1871,50 +1544,3 @@ class Graph:
                 )
             feed[t.name] = round_to(t.dtype, arr).reshape(tuple(reversed(t.ne)))
         return feed
-
-
-def round_to(dtype: str, arr: Any) -> np.ndarray:
-    """``arr`` stored as ggml would store ``dtype`` (bf16: float32 rounded to nearest-even bf16)."""
-    a = np.asarray(arr)
-    if dtype == "bf16":
-        f = np.ascontiguousarray(a, dtype=np.float32)
-        u = f.view(np.uint32).astype(np.uint64)
-        rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-        out = rounded.astype(np.uint32).view(np.float32)
-        nan = np.isnan(f)
-        if nan.any():
-            out = np.where(nan, np.float32(np.nan), out)
-        return out.reshape(f.shape)
-    with np.errstate(over="ignore", invalid="ignore"):  # f32 → f16 overflow is ±inf, as in ggml
-        return np.asarray(a, dtype=NUMPY_DTYPE[dtype])
-
-
-def _from_model_output(t: Tensor, arr: np.ndarray) -> np.ndarray:
-    out = np.asarray(arr)
-    if t.dtype == "bf16":
-        out = round_to("bf16", out.astype(np.float32))
-    else:
-        out = out.astype(NUMPY_DTYPE.get(t.dtype, np.float32), copy=False)
-    return out.reshape(t.shape)
-
-
-def _run_on_device(
-    model: Any, inputs: Sequence[np.ndarray], device: str, core: Any = None
-) -> list[np.ndarray]:
-    """Compile ``model`` on ``device`` and run it once through ``ovkit.engine`` (compile cache),
-    in exact f32 (no bf16/f16 inference downcast): ggml's numbers."""
-    from ovkit import engine
-
-    run_config = engine.RunConfig(inference_precision="f32")
-    return list(engine.run_model(model, list(inputs), device, core, run_config))
-
-
-def ggml_index_map(t: Tensor) -> np.ndarray:
-    """Element indices (into the flattened base memory) of every element of view ``t``, shape [ne3,ne2,ne1,ne0]."""
-    es = t.type_size
-    idx = np.full((1, 1, 1, 1), t.view_offs // es, dtype=np.int64)
-    for d in range(4):
-        shape = [1, 1, 1, 1]
-        shape[3 - d] = t.ne[d]
-        idx = idx + (np.arange(t.ne[d], dtype=np.int64) * (t.nb[d] // es)).reshape(shape)
-    return np.broadcast_to(idx, tuple(reversed(t.ne))).copy()

@@ -419,7 +419,7 @@ def coverage_frame(results: Mapping[str, pd.DataFrame], case_types: Mapping[str,
 
     every = pd.concat([df.assign(device_class=cls) for cls, df in results.items()], ignore_index=True)
     every["dtype"] = every["case"].map(lambda c: type_bucket(case_types[c]))
-    every["op"] = every["op"].str.replace("UNARY:", "").str.replace("GLU:", "")
+    every["op"] = every["op"].str.replace("UNARY.", "").str.replace("GLU.", "")
     return every
 
 

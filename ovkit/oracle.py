@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from ovkit.dtypes import STORAGE_DTYPE, STORAGE_TYPE_OF_NUMPY, find_type, type_names
 from ovkit.quant import QUANT_TYPES  # the quantized types whose blocks this oracle produces
 
 _ggml_mod: ModuleType | None
@@ -109,55 +110,16 @@ def _g() -> ModuleType:
 # Types
 # --------------------------------------------------------------------------------------------
 
-# ovkit dtype name -> ggml enum name (GGML_TYPE_<name>).
-_TYPE_ENUM: dict[str, str] = {
-    "f32": "F32",
-    "f16": "F16",
-    "bf16": "BF16",
-    "i32": "I32",
-    "i64": "I64",
-    "i16": "I16",
-    "i8": "I8",
-    "q4_0": "Q4_0",
-    "q4_1": "Q4_1",
-    "q5_0": "Q5_0",
-    "q5_1": "Q5_1",
-    "q8_0": "Q8_0",
-    "q4_k": "Q4_K",
-    "q5_k": "Q5_K",
-    "q6_k": "Q6_K",
-    "mxfp4": "MXFP4",
-}
-
-
-# numpy dtype -> ovkit dtype name for plain arrays.
-_NUMPY_TYPES: dict[np.dtype[Any], str] = {
-    np.dtype(np.float32): "f32",
-    np.dtype(np.float16): "f16",
-    np.dtype(np.int32): "i32",
-    np.dtype(np.int64): "i64",
-    np.dtype(np.int16): "i16",
-    np.dtype(np.int8): "i8",
-}
-
-# ovkit dtype -> numpy dtype of the raw storage (bf16 is stored as uint16 bit patterns).
-_STORAGE: dict[str, type[np.generic]] = {
-    "f32": np.float32,
-    "f16": np.float16,
-    "bf16": np.uint16,
-    "i32": np.int32,
-    "i64": np.int64,
-    "i16": np.int16,
-    "i8": np.int8,
-}
+_NUMPY_TYPES = STORAGE_TYPE_OF_NUMPY
+_STORAGE = STORAGE_DTYPE
 
 
 def type_id(dtype: str) -> int:
     """ggml's enum value for an ovkit dtype / quant type name (case-insensitive, e.g. ``q4_K``)."""
-    key = dtype.lower()
-    if key not in _TYPE_ENUM:
-        raise ValueError(f"unknown ggml type {dtype!r}; expected one of {sorted(_TYPE_ENUM)}")
-    return int(getattr(_g(), "GGML_TYPE_" + _TYPE_ENUM[key]))
+    t = find_type(dtype)
+    if t is None:
+        raise ValueError(f"unknown ggml type {dtype!r}; expected one of {type_names()}")
+    return int(getattr(_g(), t.enum_name))
 
 
 def _type_name(tid: int) -> str:
@@ -595,7 +557,7 @@ def ggml_compute(
 
 def _convert_arg(a: Any) -> Any:
     """Scalars pass through; type names become ggml enums; int lists become C int arrays."""
-    if isinstance(a, str) and a.lower() in _TYPE_ENUM:
+    if isinstance(a, str) and find_type(a) is not None:
         return type_id(a)
     if isinstance(a, list | tuple) and all(isinstance(v, int | np.integer) for v in a):
         return (ctypes.c_int * len(a))(*[int(v) for v in a])

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from ovkit.dtypes import ggml_type
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -74,18 +76,24 @@ class QuantSpec:
         return 4 if self.bits == 4 else 8
 
 
-#: The types of issue 5, in upstream's order (§5.2).
+def _spec(name: str, group: int, bits: int, symmetric: bool, upstream_weights: str) -> QuantSpec:
+    """A spec whose enum id and block geometry come from ``ovkit.dtypes``."""
+    t = ggml_type(name)
+    return QuantSpec(t.name, t.id, t.block, t.size, group, bits, symmetric, upstream_weights)
+
+
+#: The quantized types upstream extracts, in upstream's order.
 QUANT_SPECS: dict[str, QuantSpec] = {
     s.name: s
     for s in (
-        QuantSpec("q4_0", 2, 32, 18, 32, 4, True, "i4"),
-        QuantSpec("q4_1", 3, 32, 20, 32, 4, False, "u4"),
-        QuantSpec("q5_1", 7, 32, 24, 32, 5, False, "u8"),
-        QuantSpec("q8_0", 8, 32, 34, 32, 8, True, "i8"),
-        QuantSpec("q4_K", 12, 256, 144, 32, 4, False, "u4"),
-        QuantSpec("q5_K", 13, 256, 176, 32, 5, False, "u8"),
-        QuantSpec("q6_K", 14, 256, 210, 16, 6, True, "i8"),
-        QuantSpec("mxfp4", 39, 32, 17, 32, 4, True, "f4e2m1"),
+        _spec("q4_0", 32, 4, True, "i4"),
+        _spec("q4_1", 32, 4, False, "u4"),
+        _spec("q5_1", 32, 5, False, "u8"),
+        _spec("q8_0", 32, 8, True, "i8"),
+        _spec("q4_K", 32, 4, False, "u4"),
+        _spec("q5_K", 32, 5, False, "u8"),
+        _spec("q6_K", 16, 6, True, "i8"),
+        _spec("mxfp4", 32, 4, True, "f4e2m1"),
     )
 }
 QUANT_TYPES: tuple[str, ...] = tuple(QUANT_SPECS)

@@ -25,6 +25,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from ovkit.dtypes import NUMPY_DTYPE
+from ovkit.ir import Op
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -45,15 +48,7 @@ class _NumpyOf(dict[str, Any]):
         return np.float32
 
 
-NUMPY_OF: dict[str, Any] = _NumpyOf(
-    {
-        "f32": np.float32,
-        "f16": np.float16,
-        "bf16": np.float32,
-        "i32": np.int32,
-        "i64": np.int64,
-    }
-)
+NUMPY_OF: dict[str, Any] = _NumpyOf(NUMPY_DTYPE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,7 +97,7 @@ class Inp:
 
 @dataclass(frozen=True, slots=True)
 class Case:
-    """One test: op key (``"ADD"``, ``"UNARY:GELU"``, ``"GLU:SWIGLU"``), label params, inputs,
+    """One test: op key (``Op.ADD``, ``Op.GELU``, ``Op.SWIGLU``), label params, inputs,
     the program, the builder whose NMSE threshold applies, and the work done (for perf)."""
 
     op: str
@@ -161,7 +156,7 @@ def _binary(op: str, builder: str, sa: tuple[int, ...], sb: tuple[int, ...], dty
 
 def _unary(sub: str, dtype: str = "f32", shape: tuple[int, ...] = (5, 128)) -> Case:
     name = sub.lower()
-    return case(f"UNARY:{sub}", [Inp("a", shape, dtype)], lambda g, x: getattr(g, name)(x["a"]), name)
+    return case(Op[sub], [Inp("a", shape, dtype)], lambda g, x: getattr(g, name)(x["a"]), name)
 
 
 def _call(builder: str, names: Sequence[str], *extra: Any) -> Program:
@@ -247,7 +242,7 @@ def _variety_cases() -> list[Case]:
             dim=2,
         ),
         case("CLAMP", [Inp("a", (10, 10), "f16")], lambda g, x: g.clamp(x["a"], -0.5, 0.5), "clamp"),
-        case("UNARY:GELU", [Inp("a", (5, 128), "f16")], lambda g, x: g.gelu(x["a"]), "gelu"),
+        case(Op.GELU, [Inp("a", (5, 128), "f16")], lambda g, x: g.gelu(x["a"]), "gelu"),
         case(
             "SUM_ROWS",
             [Inp("a", (10, 4))],
@@ -395,30 +390,30 @@ def build_catalogue() -> list[Case]:
     cases.append(_unary("EXP", "f32"))  # upstream rejects EXP with an f32 output
     cases.append(_unary("EXP", "f16"))
     cases.append(_unary("SILU", "f16"))
-    cases.append(case("GLU:SWIGLU", [Inp("a", (4, 32))], lambda g, x: g.swiglu(x["a"]), "swiglu"))
+    cases.append(case(Op.SWIGLU, [Inp("a", (4, 32))], lambda g, x: g.swiglu(x["a"]), "swiglu"))
     cases.append(
         case(
-            "GLU:SWIGLU",
+            Op.SWIGLU,
             [Inp("a", (4, 32))],
             lambda g, x: g.swiglu_swapped(x["a"]),
             "swiglu_swapped",
             swapped=1,
         )
     )
-    cases.append(case("GLU:SWIGLU", [Inp("a", (4, 33))], lambda g, x: g.swiglu(x["a"]), "swiglu"))  # odd ne0
+    cases.append(case(Op.SWIGLU, [Inp("a", (4, 33))], lambda g, x: g.swiglu(x["a"]), "swiglu"))  # odd ne0
     cases.append(
         case(
-            "GLU:SWIGLU",
+            Op.SWIGLU,
             [Inp("a", (4, 16)), Inp("b", (4, 16))],
             lambda g, x: g.swiglu_split(x["a"], x["b"]),
             "swiglu_split",
             split=1,
         )
     )
-    cases.append(case("GLU:GEGLU", [Inp("a", (4, 32))], lambda g, x: g.geglu(x["a"]), "geglu"))
+    cases.append(case(Op.GEGLU, [Inp("a", (4, 32))], lambda g, x: g.geglu(x["a"]), "geglu"))
     cases.append(
         case(
-            "GLU:SWIGLU_OAI",
+            Op.SWIGLU_OAI,
             [Inp("a", (4, 16)), Inp("b", (4, 16))],
             lambda g, x: g.swiglu_oai(x["a"], x["b"], 1.702, 7.0),
             "swiglu_oai",
@@ -681,7 +676,7 @@ def build_perf_catalogue() -> list[Case]:
         case("SCALE", [Inp("a", (512, 4096))], lambda g, x: g.scale(x["a"], 0.5), "scale", s=0.5),
         _unary("SILU", shape=(512, 4096)),
         _unary("GELU", shape=(512, 4096)),
-        case("GLU:SWIGLU", [Inp("a", (512, 4096))], lambda g, x: g.swiglu(x["a"]), "swiglu"),
+        case(Op.SWIGLU, [Inp("a", (512, 4096))], lambda g, x: g.swiglu(x["a"]), "swiglu"),
         case(
             "RMS_NORM", [Inp("a", (512, 4096))], lambda g, x: g.rms_norm(x["a"], 1e-6), "rms_norm", eps=1e-6
         ),
@@ -823,13 +818,13 @@ class Summary:
 
 
 def select(cases: Iterable[Case], ops: Sequence[str] | str | None) -> list[Case]:
-    """Cases whose op key (or its part before ``:``, or sub-op after it) matches ``ops``."""
+    """Cases whose op key (``"UNARY.GELU"``), its op (``"UNARY"``) or its sub-op (``"GELU"``)
+    matches ``ops`` (case-insensitive; ``UNARY:GELU`` is read as ``UNARY.GELU``)."""
     if ops is None:
         return list(cases)
-    # The op table spells sub-ops "UNARY.GELU"; cases use "UNARY:GELU": accept both.
-    wanted = {o.upper().replace(".", ":") for o in ([ops] if isinstance(ops, str) else ops)}
+    wanted = {o.upper().replace(":", ".") for o in ([ops] if isinstance(ops, str) else ops)}
     picked = [
-        c for c in cases if c.op in wanted or c.op.split(":")[0] in wanted or c.op.split(":")[-1] in wanted
+        c for c in cases if c.op in wanted or c.op.split(".")[0] in wanted or c.op.split(".")[-1] in wanted
     ]
     return picked
 
@@ -1248,8 +1243,8 @@ def cli(args: Any) -> int:
             f"device {args.device!r} is not available (expected one of: {', '.join(core.available_devices)})"
         )
     known = {c.op for c in build_catalogue()} | {c.op for c in build_perf_catalogue()}
-    keys = known | {k.split(":")[0] for k in known} | {k.split(":")[-1] for k in known}
-    unknown = [o for o in args.op or [] if o.upper().replace(".", ":") not in keys]
+    keys = {str(k) for k in known} | {k.split(".")[0] for k in known} | {k.split(".")[-1] for k in known}
+    unknown = [o for o in args.op or [] if o.upper().replace(":", ".") not in keys]
     if unknown:
         raise UsageError(f"unknown op {unknown[0]!r} (expected one of: {', '.join(sorted(keys))})")
     progress = False if args.no_progress else None

@@ -422,7 +422,8 @@ _GGML_TYPE = {np.float32: "f32", np.float16: "f16", np.int32: "i32", np.int64: "
 
 def _run_case(build: object, arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(OpenVINO CPU result, numpy reference); ops the CPU policy rejects still run their translation."""
-    from ovkit.graph import _from_model_output, _run_on_device
+    from ovkit.engine import GRAPH_RUN_CONFIG, run_model
+    from ovkit.ir import from_model_output
     from ovkit.ops.translate import model_inputs
 
     g = Graph()
@@ -434,8 +435,10 @@ def _run_case(build: object, arrays: list[np.ndarray]) -> tuple[np.ndarray, np.n
         dev = g.compute(out, feed, device="CPU")
     except UnsupportedOpError:
         model, names = g.to_model([out])
-        raw = _run_on_device(model, model_inputs(g, names, g._prepare_inputs([out], feed)), "CPU")
-        dev = _from_model_output(out, raw[0])
+        raw = run_model(
+            model, model_inputs(g, names, g._prepare_inputs([out], feed)), "CPU", run_config=GRAPH_RUN_CONFIG
+        )
+        dev = from_model_output(out, raw[0])
     return dev, ref
 
 

@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 
 from ovkit import oracle
-from ovkit.graph import Graph, UnsupportedOpError, _from_model_output, _run_on_device
+from ovkit.engine import GRAPH_RUN_CONFIG, run_model
+from ovkit.graph import Graph, UnsupportedOpError
+from ovkit.ir import from_model_output
 from ovkit.ops.translate import model_inputs
 
 pytest.importorskip("ggml", reason="ggml-python (the test extra) provides the real ggml oracle")
@@ -357,7 +359,8 @@ def _on_device(g: Any, out: Any, data: dict[str, np.ndarray]) -> np.ndarray:
         g.compute(out, data, device="CPU")
     model, names = g.to_model([out])
     feed = g._prepare_inputs([out], data)
-    return _from_model_output(out, _run_on_device(model, model_inputs(g, names, feed), "CPU")[0])
+    raw = run_model(model, model_inputs(g, names, feed), "CPU", run_config=GRAPH_RUN_CONFIG)
+    return from_model_output(out, raw[0])
 
 
 def _ggml(c: Case, data: dict[str, np.ndarray]) -> np.ndarray:

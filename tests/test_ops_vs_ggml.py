@@ -129,12 +129,14 @@ def make_inputs(case: Case) -> dict[str, Any]:
 
 def _run_unchecked(g: Any, out: Any, data: dict[str, Any]) -> np.ndarray:
     """The OpenVINO translation on the CPU device without the support-policy check."""
+    from ovkit.engine import GRAPH_RUN_CONFIG, run_model
+    from ovkit.ir import from_model_output
     from ovkit.ops.translate import model_inputs
 
     model, names = g.to_model([out])
     feed = g._prepare_inputs([out], data)
-    raw = graph_mod._run_on_device(model, model_inputs(g, names, feed), DEVICE)
-    return graph_mod._from_model_output(out, raw[0])
+    raw = run_model(model, model_inputs(g, names, feed), DEVICE, run_config=GRAPH_RUN_CONFIG)
+    return from_model_output(out, raw[0])
 
 
 def _leaf(g: Any, name: str, spec: In, value: Any) -> Any:
@@ -1385,16 +1387,16 @@ CATALOGUE_BUILDERS: dict[str, tuple[str, ...]] = {
     "DIAG": ("diag",),
     "TRI": ("tri",),
     "SET": ("set",),
-    "UNARY:GELU": ("gelu",),
-    "UNARY:SIGMOID": ("sigmoid",),
-    "UNARY:SILU": ("silu",),
-    "UNARY:SOFTPLUS": ("softplus",),
-    "UNARY:TANH": ("tanh",),
-    "UNARY:EXP": ("exp",),
-    "UNARY:NEG": ("neg",),
-    "GLU:SWIGLU": ("swiglu",),
-    "GLU:SWIGLU_OAI": ("swiglu_oai",),
-    "GLU:GEGLU": ("geglu",),
+    "UNARY.GELU": ("gelu",),
+    "UNARY.SIGMOID": ("sigmoid",),
+    "UNARY.SILU": ("silu",),
+    "UNARY.SOFTPLUS": ("softplus",),
+    "UNARY.TANH": ("tanh",),
+    "UNARY.EXP": ("exp",),
+    "UNARY.NEG": ("neg",),
+    "GLU.SWIGLU": ("swiglu",),
+    "GLU.SWIGLU_OAI": ("swiglu_oai",),
+    "GLU.GEGLU": ("geglu",),
 }
 
 

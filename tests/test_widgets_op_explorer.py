@@ -26,7 +26,7 @@ def explorer():
 
 def test_catalogue_lists_test_ops_cases() -> None:
     cat = op_catalogue()
-    assert {"ADD", "MUL_MAT", "UNARY:GELU", "GLU:SWIGLU", "SOFT_MAX"} <= set(cat)
+    assert {"ADD", "MUL_MAT", "UNARY.GELU", "GLU.SWIGLU", "SOFT_MAX"} <= set(cat)
     assert all(c.op == op for op, cases in cat.items() for c in cases)
 
 
@@ -49,7 +49,7 @@ def test_customise_relabels_and_rejects_unknown_inputs() -> None:
 
 
 def test_policy_verdict_with_reason(explorer) -> None:
-    explorer.op_dropdown.value = "UNARY:EXP"
+    explorer.op_dropdown.value = "UNARY.EXP"
     verdicts = dict((d, (ok, r)) for d, ok, r in explorer.verdicts)
     assert verdicts["CPU"][0] is False and "EXP" in verdicts["CPU"][1]
     html = explorer.verdict_html.get_state()["value"]
@@ -82,7 +82,7 @@ def test_bad_shape_is_shown_not_raised(explorer) -> None:
 
 
 def test_explore_function_reports_unsupported_devices() -> None:
-    exp = op_catalogue()["UNARY:EXP"][0]
+    exp = op_catalogue()["UNARY.EXP"][0]
     runs = explore(exp, ["CPU", "GPU"], SimulatedCore("laptop"), time_it=False)
     assert [r.status for r in runs] == ["not supported", "not supported"]
     assert all("EXP" in r.detail for r in runs)
@@ -91,6 +91,6 @@ def test_explore_function_reports_unsupported_devices() -> None:
 
 def test_shows_what_the_catalogue_says_about_the_op(explorer) -> None:
     pytest.importorskip("ovkit.ops.table")
-    explorer.op_dropdown.value = "UNARY:GELU"
+    explorer.op_dropdown.value = "UNARY.GELU"
     info = explorer.info_html.get_state()["value"]
     assert "GGML_UNARY_OP_GELU" in info and "Graph.gelu" in info and "upstream" in info

@@ -24,77 +24,12 @@ Deliberate differences from upstream, recorded here:
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# ----------------------------------------------------------------------------------------------
-# Types
-
-
-#: ggml type name (lower case) -> (block size, bytes per block); used for strides and nbytes.
-TYPE_LAYOUT: dict[str, tuple[int, int]] = {
-    "f32": (1, 4),
-    "f16": (1, 2),
-    "bf16": (1, 2),
-    "f64": (1, 8),
-    "i8": (1, 1),
-    "i16": (1, 2),
-    "i32": (1, 4),
-    "i64": (1, 8),
-    "q4_0": (32, 18),
-    "q4_1": (32, 20),
-    "q5_0": (32, 22),
-    "q5_1": (32, 24),
-    "q8_0": (32, 34),
-    "q8_1": (32, 36),
-    "q2_k": (256, 84),
-    "q3_k": (256, 110),
-    "q4_k": (256, 144),
-    "q5_k": (256, 176),
-    "q6_k": (256, 210),
-    "q8_k": (256, 292),
-    "iq2_xxs": (256, 66),
-    "iq2_xs": (256, 74),
-    "iq2_s": (256, 82),
-    "iq3_xxs": (256, 98),
-    "iq3_s": (256, 110),
-    "iq1_s": (256, 50),
-    "iq1_m": (256, 56),
-    "iq4_nl": (32, 18),
-    "iq4_xs": (256, 136),
-    "tq1_0": (256, 54),
-    "tq2_0": (256, 66),
-    "mxfp4": (32, 17),
-}
-
-#: Types that are not block-quantized (ggml_is_quantized is False for these).
-PLAIN_TYPES = frozenset({"f32", "f16", "bf16", "f64", "i8", "i16", "i32", "i64"})
-
-
-def norm_type(dtype: str) -> str:
-    """Canonical (lower-case) ggml type name: ``"Q4_K"``/``"q4_K"`` -> ``"q4_k"``."""
-    return str(dtype).lower()
-
-
-def is_quantized(dtype: str) -> bool:
-    """ggml_is_quantized: every type except the plain float/int types."""
-    return norm_type(dtype) not in PLAIN_TYPES
-
-
-def _layout(dtype: str) -> tuple[int, int]:
-    return TYPE_LAYOUT.get(norm_type(dtype), (1, 1))
-
-
-def contiguous_nb(dtype: str, ne: Iterable[int]) -> tuple[int, int, int, int]:
-    """ggml's byte strides of a contiguous tensor of ``dtype`` and ``ne`` (ggml order)."""
-    blck, tsize = _layout(dtype)
-    n = list(ne)
-    nb0 = tsize
-    nb1 = tsize * (n[0] // blck)
-    nb2 = nb1 * n[1]
-    nb3 = nb2 * n[2]
-    return (nb0, nb1, nb2, nb3)
+from ovkit.dtypes import is_quantized
+from ovkit.ir import Op, OpInfo, RopeType
 
 
 class Revision(enum.StrEnum):
@@ -105,130 +40,6 @@ class Revision(enum.StrEnum):
 
 
 ALL_REVISIONS = frozenset(Revision)
-
-# ----------------------------------------------------------------------------------------------
-# OpInfo: what the gates see of one ggml node
-
-
-@dataclass(frozen=True, slots=True)
-class OpInfo:
-    """One ggml node as the policy sees it; constructible without a Graph.
-
-    Fields (stable contract; ``ovkit.graph.Tensor.op_info()`` builds one from a graph node):
-
-    - ``op``: ggml op name, upper case without prefix: ``"ADD"``, ``"UNARY"``, ``"GLU"``,
-      ``"NONE"`` (a leaf), ``"VIEW"``, ``"PERMUTE"``, ``"RESHAPE"``, ``"TRANSPOSE"`` ...
-    - ``dtype``: output type, a ggml type name (``"f32"``, ``"f16"``, ``"bf16"``, ``"i32"``,
-      ``"i64"``, ``"q4_0"``, ``"q4_K"``, ``"mxfp4"`` ...; case-insensitive).
-    - ``ne``: output shape in ggml order (innermost first), 4 entries.
-    - ``srcs``: the sources, in ggml ``src[i]`` order, each an ``OpInfo`` (its own ``op`` says
-      what produced it: a ``"PERMUTE"`` source is a permuted tensor), ``None`` for absent
-      optional sources (e.g. a FLASH_ATTN_EXT without mask but with sinks).
-    - ``sub_op``: the unary/GLU op (``"GELU"``, ``"SWIGLU"`` ...) for ``UNARY``/``GLU``, else None.
-    - ``params``: the op's parameters by ggml builder argument name. Keys the gates read:
-      GLU ``swapped``; ROPE ``n_dims``, ``mode``, ``freq_scale``, ``ext_factor``,
-      ``attn_factor``; FLASH_ATTN_EXT ``scale``, ``max_bias``, ``logit_softcap``; SOFT_MAX
-      ``scale``, ``max_bias``; SET ``nb1``, ``nb2``, ``nb3``, ``offset``; GATED_DELTA_NET ``K``
-      (state snapshots, op_params[0]); ARGSORT ``order``.  Missing keys take ggml's defaults.
-    - ``name``: the tensor name (only quirk gates read it).
-    - ``nb``: byte strides (ggml order); ``None`` means contiguous.
-    - ``view_src``: for views (VIEW/PERMUTE/TRANSPOSE/RESHAPE and in-place results) the tensor
-      whose memory this one views (ggml ``view_src``), else None.
-    - ``view_offs``: byte offset of a view into ``view_src`` (ggml ``view_offs``), 0 by default.
-    """
-
-    op: str
-    dtype: str
-    ne: tuple[int, int, int, int]
-    srcs: tuple[OpInfo | None, ...] = ()
-    sub_op: str | None = None
-    params: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=True)
-    name: str = ""
-    nb: tuple[int, int, int, int] | None = None
-    view_src: OpInfo | None = None
-    view_offs: int = 0
-
-    def __post_init__(self) -> None:
-        ne = tuple(int(x) for x in self.ne)
-        if len(ne) > 4 or len(ne) == 0:
-            raise ValueError(f"OpInfo.ne must have 1 to 4 entries (ggml order), got {self.ne!r}")
-        object.__setattr__(self, "ne", ne + (1,) * (4 - len(ne)))
-        object.__setattr__(self, "op", str(self.op).upper())
-        if self.sub_op is not None:
-            object.__setattr__(self, "sub_op", str(self.sub_op).upper())
-        object.__setattr__(self, "srcs", tuple(self.srcs))
-
-    @classmethod
-    def leaf(cls, dtype: str, ne: Iterable[int], name: str = "") -> OpInfo:
-        """A leaf (op NONE): an input or a weight."""
-        return cls("NONE", dtype, tuple(ne), name=name)  # type: ignore[arg-type]
-
-    def src(self, i: int) -> OpInfo | None:
-        """``src[i]`` or None when absent."""
-        return self.srcs[i] if i < len(self.srcs) else None
-
-    @property
-    def type(self) -> str:
-        """The canonical (lower-case) output type."""
-        return norm_type(self.dtype)
-
-    @property
-    def label(self) -> str:
-        """``ADD``, ``UNARY(GELU)``, ``GLU(SWIGLU)``: the op as reasons name it."""
-        return f"{self.op}({self.sub_op})" if self.sub_op else self.op
-
-    @property
-    def is_view(self) -> bool:
-        return self.op == "VIEW"
-
-    @property
-    def is_permute(self) -> bool:
-        return self.op == "PERMUTE"
-
-    @property
-    def strides(self) -> tuple[int, int, int, int]:
-        """``nb``, or the contiguous strides when ``nb`` is None."""
-        return self.nb if self.nb is not None else contiguous_nb(self.dtype, self.ne)
-
-    @property
-    def nelements(self) -> int:
-        n = 1
-        for x in self.ne:
-            n *= x
-        return n
-
-    @property
-    def nbytes(self) -> int:
-        """ggml_nbytes: the byte span the tensor covers."""
-        blck, tsize = _layout(self.dtype)
-        nb = self.strides
-        if any(x <= 0 for x in self.ne):
-            return 0
-        if blck == 1:
-            return tsize + sum((self.ne[i] - 1) * nb[i] for i in range(4))
-        return self.ne[0] * nb[0] // blck + sum((self.ne[i] - 1) * nb[i] for i in range(1, 4))
-
-    @property
-    def is_contiguous(self) -> bool:
-        """ggml_is_contiguous (rows and planes packed, innermost dim dense)."""
-        if self.nb is None:
-            return True
-        blck, tsize = _layout(self.dtype)
-        nb = self.nb
-        next_nb = tsize
-        if self.ne[0] != blck and nb[0] != next_nb:
-            return False
-        next_nb *= self.ne[0] // blck
-        for i in range(1, 4):
-            if self.ne[i] != 1:
-                if nb[i] != next_nb:
-                    return False
-                next_nb *= self.ne[i]
-        return True
-
-    def param(self, key: str, default: Any = None) -> Any:
-        return self.params.get(key, default)
-
 
 # ----------------------------------------------------------------------------------------------
 # Gate records
@@ -276,31 +87,31 @@ class SupportDecision:
 
 #: ggml ops with a registered translator in revision N (39).  NONE is always supported.
 REGISTERED_OPS_N: tuple[str, ...] = (
-    "ADD", "ADD1", "ADD_ID", "CONCAT", "CONT", "DIV", "FILL", "GET_ROWS", "IM2COL", "MUL",
-    "MUL_MAT", "MUL_MAT_ID", "PERMUTE", "RESHAPE", "RMS_NORM", "NORM", "L2_NORM", "SUM_ROWS",
-    "ROPE", "SCALE", "SQR", "SQRT", "SOFT_MAX", "ARGSORT", "SUB", "TRANSPOSE", "VIEW",
-    "SET_ROWS", "CPY", "FLASH_ATTN_EXT", "CLAMP", "PAD", "SSM_CONV", "GATED_DELTA_NET",
-    "REPEAT", "CUMSUM", "DIAG", "TRI", "SET",
+    Op.ADD, Op.ADD1, Op.ADD_ID, Op.CONCAT, Op.CONT, Op.DIV, Op.FILL, Op.GET_ROWS, Op.IM2COL, Op.MUL,
+    Op.MUL_MAT, Op.MUL_MAT_ID, Op.PERMUTE, Op.RESHAPE, Op.RMS_NORM, Op.NORM, Op.L2_NORM, Op.SUM_ROWS,
+    Op.ROPE, Op.SCALE, Op.SQR, Op.SQRT, Op.SOFT_MAX, Op.ARGSORT, Op.SUB, Op.TRANSPOSE, Op.VIEW,
+    Op.SET_ROWS, Op.CPY, Op.FLASH_ATTN_EXT, Op.CLAMP, Op.PAD, Op.SSM_CONV, Op.GATED_DELTA_NET,
+    Op.REPEAT, Op.CUMSUM, Op.DIAG, Op.TRI, Op.SET,
 )  # fmt: skip
 REGISTERED_UNARY_N: tuple[str, ...] = ("GELU", "SIGMOID", "SILU", "SOFTPLUS", "TANH", "EXP", "NEG")
 REGISTERED_GLU_N: tuple[str, ...] = ("SWIGLU", "SWIGLU_OAI", "GEGLU")
 #: Ops with a translator that is not registered, and why.
 NOT_REGISTERED: dict[str, str] = {
-    "SOLVE_TRI": "translator exists (op/solve_tri.cpp, Loop-based) but is commented out: "
+    Op.SOLVE_TRI: "translator exists (op/solve_tri.cpp, Loop-based) but is commented out: "
     "'solve_tri has accuracy issues on GPU'",
 }
 #: Revision V lacks the ops that N added (spec §4.1 "Added in N").
-_ADDED_IN_N = frozenset({"FILL", "SQR", "SQRT", "CUMSUM", "DIAG", "TRI", "SET"})
+_ADDED_IN_N = frozenset({Op.FILL, Op.SQR, Op.SQRT, Op.CUMSUM, Op.DIAG, Op.TRI, Op.SET})
 _UNARY_ADDED_IN_N = frozenset({"SIGMOID", "EXP", "NEG"})
 
 REGISTERED: dict[Revision, tuple[frozenset[str], frozenset[str], frozenset[str]]] = {
     Revision.N: (
-        frozenset(REGISTERED_OPS_N) | {"NONE"},
+        frozenset(REGISTERED_OPS_N) | {Op.NONE},
         frozenset(REGISTERED_UNARY_N),
         frozenset(REGISTERED_GLU_N),
     ),
     Revision.V: (
-        (frozenset(REGISTERED_OPS_N) - _ADDED_IN_N) | {"NONE"},
+        (frozenset(REGISTERED_OPS_N) - _ADDED_IN_N) | {Op.NONE},
         frozenset(REGISTERED_UNARY_N) - _UNARY_ADDED_IN_N,
         frozenset(REGISTERED_GLU_N),
     ),
@@ -315,14 +126,7 @@ ALLOWED_TYPES: dict[Revision, frozenset[str]] = {
     Revision.V: ALLOWED_TYPES_N - {"mxfp4"},
 }
 
-ROPE_TYPE_NORMAL, ROPE_TYPE_NEOX, ROPE_TYPE_MROPE, ROPE_TYPE_VISION, ROPE_TYPE_IMROPE = 0, 2, 8, 24, 40
-ROPE_MODE_NAMES = {
-    ROPE_TYPE_NORMAL: "NORMAL",
-    ROPE_TYPE_NEOX: "NEOX",
-    ROPE_TYPE_MROPE: "MROPE",
-    ROPE_TYPE_VISION: "VISION",
-    ROPE_TYPE_IMROPE: "IMROPE",
-}
+ROPE_MODE_NAMES: dict[int, str] = {m.value: m.name for m in RopeType}
 MUL_MAT_ID_TMP_LIMIT = 1 << 30  #: 1 GiB, the GPU temporary limit of MUL_MAT_ID
 
 
@@ -348,9 +152,9 @@ def _membership(revision: Revision) -> Check:
     ops, unary, glu = REGISTERED[revision]
 
     def check(op: OpInfo) -> str | None:
-        if op.op == "UNARY":
+        if op.op == Op.UNARY:
             return None if op.sub_op in unary else f"unary op {op.sub_op} is not registered"
-        if op.op == "GLU":
+        if op.op == Op.GLU:
             return None if op.sub_op in glu else f"GLU op {op.sub_op} is not registered"
         if op.op in ops:
             return None
@@ -381,7 +185,7 @@ def _quant_3d(mul_mat_id_exception: bool) -> Check:
                 continue
             if (
                 mul_mat_id_exception
-                and op.op == "MUL_MAT_ID"
+                and op.op == Op.MUL_MAT_ID
                 and i == 0
                 and (s.type == "mxfp4" or s.ne[3] == 1)
             ):
@@ -393,14 +197,14 @@ def _quant_3d(mul_mat_id_exception: bool) -> Check:
 
 
 def _exp_f32(op: OpInfo) -> str | None:
-    if op.op == "UNARY" and op.sub_op == "EXP" and op.type == "f32":
+    if op.op == Op.UNARY and op.sub_op == "EXP" and op.type == "f32":
         return "EXP with f32 output"
     return None
 
 
 def _glu_odd(op: OpInfo) -> str | None:
     s0 = op.src(0)
-    if op.op == "GLU" and op.src(1) is None and s0 is not None and s0.ne[0] % 2 != 0:
+    if op.op == Op.GLU and op.src(1) is None and s0 is not None and s0.ne[0] % 2 != 0:
         return f"single-input GLU with src0 ne[0]={s0.ne[0]} (odd)"
     return None
 
@@ -413,15 +217,15 @@ def _has_view_input(op: OpInfo) -> str | None:
 
 
 def _glu_view(op: OpInfo) -> str | None:
-    return _has_view_input(op) if op.op == "GLU" else None
+    return _has_view_input(op) if op.op == Op.GLU else None
 
 
 def _l2_norm_view(op: OpInfo) -> str | None:
-    return _has_view_input(op) if op.op == "L2_NORM" else None
+    return _has_view_input(op) if op.op == Op.L2_NORM else None
 
 
 def _rms_norm_noncontig_view(op: OpInfo) -> str | None:
-    if op.op != "RMS_NORM":
+    if op.op != Op.RMS_NORM:
         return None
     for i, s in _srcs(op):
         if s.is_view and not s.is_contiguous:
@@ -433,7 +237,7 @@ def _reaches_msa_mask(t: OpInfo | None) -> bool:
     while t is not None:
         if t.name.startswith("msa_block_mask"):
             return True
-        if t.op not in ("RESHAPE", "REPEAT"):
+        if t.op not in (Op.RESHAPE, Op.REPEAT):
             return False
         t = t.src(0)
     return False
@@ -458,15 +262,15 @@ GLOBAL_GATES: tuple[Gate, ...] = (
     Gate("global.membership", "the op must have a registered translator (op_table.cpp)",
          _membership(Revision.V), revisions=_V),
     Gate("global.exp_f32", "UNARY EXP with an f32 output is rejected", _exp_f32, revisions=_N,
-         ops=frozenset({"UNARY.EXP"}),
+         ops=frozenset({Op.EXP}),
          note="test-backend-ops feeds x in [-150,150] and exp overflows"),
     Gate("global.glu_view", "GLU with a VIEW input is rejected", _glu_view, revisions=_V, ops=_GLU_KEYS),
     Gate("global.glu_odd", "single-input GLU needs an even src0 ne[0]", _glu_odd, ops=_GLU_KEYS,
          note="'triggers bug in ov gpu'"),
     Gate("global.l2_norm_view", "L2_NORM with a VIEW input is rejected (ops_not_support_view_input)",
-         check=_l2_norm_view, revisions=_V, ops=frozenset({"L2_NORM"})),
+         check=_l2_norm_view, revisions=_V, ops=frozenset({Op.L2_NORM})),
     Gate("global.rms_norm_view", "RMS_NORM with a non-contiguous VIEW input is rejected",
-         check=_rms_norm_noncontig_view, revisions=_V, ops=frozenset({"RMS_NORM"})),
+         check=_rms_norm_noncontig_view, revisions=_V, ops=frozenset({Op.RMS_NORM})),
     Gate("global.types", "output and every src must be one of the allowed types", _types(Revision.N),
          revisions=_N),
     Gate("global.types", "output and every src must be one of the allowed types", _types(Revision.V),
@@ -656,7 +460,7 @@ def _chain(t: OpInfo | None, *ops: str) -> bool:
 
 
 def _mul_mat_gpu_kq(op: OpInfo) -> str | None:
-    if _s(op, 1).op == "SOFT_MAX" and _chain(op.src(0), "CONT", "TRANSPOSE", "PERMUTE"):
+    if _s(op, 1).op == Op.SOFT_MAX and _chain(op.src(0), Op.CONT, Op.TRANSPOSE, Op.PERMUTE):
         return "src1 is SOFT_MAX and src0 is CONT<-TRANSPOSE<-PERMUTE"
     return None
 
@@ -711,11 +515,11 @@ def _fa_gemma3n(op: OpInfo) -> str | None:
     q, k, v = _base(op, 0), _base(op, 1), _base(op, 2)
     if (
         q is not None
-        and q.op == "ROPE"
+        and q.op == Op.ROPE
         and k is not None
-        and k.op == "ROPE"
+        and k.op == Op.ROPE
         and v is not None
-        and v.op == "RMS_NORM"
+        and v.op == Op.RMS_NORM
     ):
         return "scale=1 with q=ROPE, k=ROPE, v=RMS_NORM (gemma3n direct attention)"
     return None
@@ -735,7 +539,7 @@ def _param_ne(key: str, value: float, default: float) -> Check:
 
 def _rope_mode(op: OpInfo) -> str | None:
     mode = int(op.param("mode", 0))
-    if mode not in (ROPE_TYPE_NORMAL, ROPE_TYPE_NEOX, ROPE_TYPE_IMROPE):
+    if mode not in (RopeType.NORMAL, RopeType.NEOX, RopeType.IMROPE):
         return f"mode={mode} ({ROPE_MODE_NAMES.get(mode, 'unknown')})"
     return None
 
@@ -763,7 +567,7 @@ def _rope_view(op: OpInfo) -> str | None:
 
 
 def _rope_imrope(op: OpInfo) -> str | None:
-    if int(op.param("mode", 0)) != ROPE_TYPE_IMROPE:
+    if int(op.param("mode", 0)) != RopeType.IMROPE:
         return None
     if op.src(2) is not None:
         return "IMROPE with freq_factors (src2)"
@@ -786,21 +590,21 @@ def _always(detail: str) -> Check:
 _F32F16 = frozenset({"f32", "f16"})
 _BF16 = frozenset({"bf16"})
 _BINARY = (
-    Gate("binary.src1_permute", "src1 must not be PERMUTE", _src_is(1, "PERMUTE")),
+    Gate("binary.src1_permute", "src1 must not be PERMUTE", _src_is(1, Op.PERMUTE)),
     Gate("binary.broadcast", "each dim must match or be 1 in one operand", _binary_incompatible),
 )
 
 #: Per-op gates keyed by ggml op name; unary/GLU sub-ops are keyed ``"UNARY.EXP"``, ``"GLU.SWIGLU"``.
 GATES: dict[str, tuple[Gate, ...]] = {
-    "NONE": (),
-    "ADD": _BINARY,
-    "SUB": _BINARY,
-    "MUL": _BINARY,
-    "ADD1": (),
-    "ADD_ID": (
+    Op.NONE: (),
+    Op.ADD: _BINARY,
+    Op.SUB: _BINARY,
+    Op.MUL: _BINARY,
+    Op.ADD1: (),
+    Op.ADD_ID: (
         Gate("add_id.types", "output, src0 and src1 must be f32 and ids i32", _add_id_types),
     ),
-    "DIV": (
+    Op.DIV: (
         Gate("div.broadcast", "each dim must match or be 1 in one operand", _binary_incompatible,
              revisions=_V),
         Gate("div.gpu_broadcast", "no broadcast DIV (fused GEMM yields inf)",
@@ -811,35 +615,35 @@ GATES: dict[str, tuple[Gate, ...]] = {
         Gate("div.ffn_moe_weights_norm", "MoE weight normalisation stays on CPU",
              _name_prefix("ffn_moe_weights_norm"), quirk=True, revisions=_V),
     ),
-    "SCALE": (),
-    "SQR": (),
-    "SQRT": (),
-    "CLAMP": (
+    Op.SCALE: (),
+    Op.SQR: (),
+    Op.SQRT: (),
+    Op.CLAMP: (
         Gate("clamp.ffn_moe_weights_sum_clamped", "MoE weight clamp stays on CPU",
              _name_prefix("ffn_moe_weights_sum_clamped"), quirk=True, revisions=_V),
     ),
-    "CONCAT": (
+    Op.CONCAT: (
         Gate("concat.i64", "output must not be i64", _out_type(frozenset({"i64"}), "output type")),
         Gate("concat.gpu_bf16_view", "no bf16 CONCAT with a VIEW input",
              _concat_gpu_bf16_view, device_class="GPU", revisions=_N),
     ),
-    "CONT": (),
-    "RESHAPE": (
+    Op.CONT: (),
+    Op.RESHAPE: (
         Gate("reshape.ffn_norm_exps", "name must not start with 'ffn_norm_exps'",
              _name_prefix("ffn_norm_exps"), quirk=True, note="llama.cpp graph-name quirk"),
         Gate("reshape.ffn_moe_weights", "name must not start with 'ffn_moe_weights'",
              _name_prefix("ffn_moe_weights"), quirk=True, revisions=_V),
     ),
-    "VIEW": (
+    Op.VIEW: (
         Gate("view.selected_experts", "a VIEW named 'selected_experts' (TOPK_MOE test) is rejected",
              _name_is("selected_experts"), quirk=True, note="test-backend-ops name quirk"),
     ),
-    "PERMUTE": (
+    Op.PERMUTE: (
         Gate("permute.bf16", "output must not be bf16", _out_type(_BF16, "output type"),
              note="[GPU] Could not find a suitable kernel for transpose"),
     ),
-    "TRANSPOSE": (Gate("transpose.bf16", "output must not be bf16", _out_type(_BF16, "output type")),),
-    "GET_ROWS": (
+    Op.TRANSPOSE: (Gate("transpose.bf16", "output must not be bf16", _out_type(_BF16, "output type")),),
+    Op.GET_ROWS: (
         Gate("rows.ne3", "output ne[3] must be 1", _rows_ne3),
         Gate("get_rows.gpu_bf16", "src0 must not be bf16",
              _when(lambda op: _s(op, 0).type == "bf16", lambda op: "src0 is bf16"),
@@ -851,7 +655,7 @@ GATES: dict[str, tuple[Gate, ...]] = {
         Gate("rows.ffn_moe_weights", "MoE routing-weight gather stays on CPU",
              _name_prefix("ffn_moe_weights"), quirk=True, revisions=_V),
     ),
-    "SET_ROWS": (  # upstream shares the GET_ROWS case (except the GPU bf16 check)
+    Op.SET_ROWS: (  # upstream shares the GET_ROWS case (except the GPU bf16 check)
         Gate("rows.ne3", "output ne[3] must be 1", _rows_ne3),
         Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K/Q4_1/Q5_1",
              _get_rows_256(frozenset({"q4_k", "q5_k", "q4_1", "q5_1"})), revisions=_N),
@@ -860,8 +664,8 @@ GATES: dict[str, tuple[Gate, ...]] = {
         Gate("rows.ffn_moe_weights", "MoE routing-weight gather stays on CPU",
              _name_prefix("ffn_moe_weights"), quirk=True, revisions=_V),
     ),
-    "SET": (Gate("set.strides", "nb1/nb2/nb3 must equal src0's strides", _set_strides),),
-    "CPY": (
+    Op.SET: (Gate("set.strides", "nb1/nb2/nb3 must equal src0's strides", _set_strides),),
+    Op.CPY: (
         Gate("cpy.bf16", "src0 and src1 must not be bf16", _cpy_bf16),
         Gate("cpy.quant_dst", "the destination must not be quantized", _cpy_quant_dst, revisions=_N),
         Gate("cpy.count", "src0 and destination must have the same element count", _cpy_count,
@@ -873,7 +677,7 @@ GATES: dict[str, tuple[Gate, ...]] = {
         Gate("cpy.view_fit", "a destination view must cover its whole buffer", _cpy_view_fit_v,
              revisions=_V),
     ),
-    "MUL_MAT": (
+    Op.MUL_MAT: (
         Gate("mul_mat.gpu_test_ab", "GPU: quantized 'a' [256,1] x 'b' [256,64] test case rejected",
              _mul_mat_ab, device_class="GPU", quirk=True, revisions=_N,
              note="a test-backend-ops case"),
@@ -882,7 +686,7 @@ GATES: dict[str, tuple[Gate, ...]] = {
         Gate("mul_mat.ne3", "ne[3] must broadcast", _mul_mat_ne3),
         Gate("mul_mat.both_views", "src0 and src1 must not both be VIEW", _mul_mat_both_views),
     ),
-    "MUL_MAT_ID": (
+    Op.MUL_MAT_ID: (
         Gate("mul_mat_id.single_expert", "src0 needs more than one expert (ne[2] > 1)",
              _mmid_single_expert, revisions=_N),
         Gate("mul_mat_id.gpu_bf16", "src0 must not be bf16", _mmid_gpu_bf16,
@@ -894,23 +698,23 @@ GATES: dict[str, tuple[Gate, ...]] = {
              _when(lambda op: op.name.startswith(("ffn_moe_gate_up", "ffn_moe_down")),
                    lambda op: f"tensor name {op.name!r}"), quirk=True, revisions=_V),
     ),
-    "NORM": (),
-    "RMS_NORM": (),
-    "L2_NORM": (),
-    "SUM_ROWS": (
-        Gate("sum_rows.permute", "src0 must not be PERMUTE", _src_is(0, "PERMUTE")),
+    Op.NORM: (),
+    Op.RMS_NORM: (),
+    Op.L2_NORM: (),
+    Op.SUM_ROWS: (
+        Gate("sum_rows.permute", "src0 must not be PERMUTE", _src_is(0, Op.PERMUTE)),
         Gate("sum_rows.ffn_moe_weights_sum", "MoE weight sum stays on CPU",
              _name_prefix("ffn_moe_weights_sum"), quirk=True, revisions=_V),
     ),
-    "CUMSUM": (),
-    "ARGSORT": (),
-    "SOFT_MAX": (
+    Op.CUMSUM: (),
+    Op.ARGSORT: (),
+    Op.SOFT_MAX: (
         Gate("soft_max.sinks", "sinks (src2) are not supported",
              _when(lambda op: op.src(2) is not None, lambda op: "sinks (src2) present"), revisions=_V),
         Gate("soft_max.ffn_moe_probs", "MoE routing softmax stays on CPU", _name_prefix("ffn_moe_probs"),
              quirk=True, revisions=_V),
     ),
-    "FLASH_ATTN_EXT": (
+    Op.FLASH_ATTN_EXT: (
         Gate("flash_attn.gemma3n", "gemma3n direct attention (scale 1, q/k=ROPE, v=RMS_NORM) stays on CPU",
              _fa_gemma3n, quirk=True, note="accuracy drift; restricted to scale==1"),
         Gate("flash_attn.sinks", "sinks (src4) are not supported", _fa_sinks),
@@ -918,7 +722,7 @@ GATES: dict[str, tuple[Gate, ...]] = {
         Gate("flash_attn.max_bias", "max_bias must be 0", _param_gt("max_bias", 0.0, 0.0)),
         Gate("flash_attn.logit_softcap", "logit_softcap must be 0", _param_ne("logit_softcap", 0.0, 0.0)),
     ),
-    "ROPE": (
+    Op.ROPE: (
         Gate("rope.mode", "mode must be NORMAL(0), NEOX(2) or IMROPE(40)", _rope_mode),
         Gate("rope.n_dims", "rope dims (n_dims, or head_dim if 0) must be even and 0 < n <= head_dim",
              _rope_dims_n, revisions=_N),
@@ -929,37 +733,37 @@ GATES: dict[str, tuple[Gate, ...]] = {
         Gate("rope.imrope", "IMROPE needs no freq_factors, freq_scale=1, ext_factor=0, attn_factor=1",
              _rope_imrope),
     ),
-    "IM2COL": (),
-    "PAD": (),
-    "REPEAT": (
+    Op.IM2COL: (),
+    Op.PAD: (),
+    Op.REPEAT: (
         Gate("repeat.gpu_bf16", "output must not be bf16", _out_type(_BF16, "output type"),
              device_class="GPU", revisions=_N),
     ),
-    "SSM_CONV": (
+    Op.SSM_CONV: (
         Gate("ssm_conv.disabled", "SSM_CONV is kept on CPU (qwen3next numerically unstable)",
              _always("every case"), revisions=_V),
     ),
-    "GATED_DELTA_NET": (
+    Op.GATED_DELTA_NET: (
         Gate("gdn.disabled", "GATED_DELTA_NET awaits an OpenVINO release (openvino PR 35917)",
              _always("every case"), revisions=_V),
-        Gate("gdn.v_permute", "v (src2) must not be PERMUTE", _src_is(2, "PERMUTE"), revisions=_N),
+        Gate("gdn.v_permute", "v (src2) must not be PERMUTE", _src_is(2, Op.PERMUTE), revisions=_N),
         Gate("gdn.kda", "g (src3) ne[0] must be 1", _gdn_kda, revisions=_N),
         Gate("gdn.snapshots", "K (state snapshots, op_params[0]) must be <= 1", _param_gt("K", 1, 1),
              revisions=_N),
     ),
-    "DIAG": (),
-    "TRI": (),
-    "FILL": (),
-    "UNARY.GELU": (),
-    "UNARY.SIGMOID": (),
-    "UNARY.SILU": (),
-    "UNARY.SOFTPLUS": (),
-    "UNARY.TANH": (),
-    "UNARY.EXP": (),
-    "UNARY.NEG": (),
-    "GLU.SWIGLU": (),
-    "GLU.SWIGLU_OAI": (),
-    "GLU.GEGLU": (),
+    Op.DIAG: (),
+    Op.TRI: (),
+    Op.FILL: (),
+    Op.GELU: (),
+    Op.SIGMOID: (),
+    Op.SILU: (),
+    Op.SOFTPLUS: (),
+    Op.TANH: (),
+    Op.EXP: (),
+    Op.NEG: (),
+    Op.SWIGLU: (),
+    Op.SWIGLU_OAI: (),
+    Op.GEGLU: (),
 }  # fmt: skip
 
 #: Device-class names the policy knows (decision D2: class, not exact id).
@@ -1020,7 +824,7 @@ def check_op(
         raise ValueError(
             f"unknown policy revision {revision!r}; expected one of {[r.value for r in Revision]}"
         ) from None
-    sub = info.sub_op if info.op in ("UNARY", "GLU") else None
+    sub = info.sub_op if info.op in (Op.UNARY, Op.GLU) else None
     gates = GLOBAL_GATES + gates_for(info.op, sub)
     for gate in gates:
         if not gate.applies(dc, upstream_exact, rev):

@@ -9,22 +9,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
-from ovkit.graph import NUMPY_DTYPE, SHAPE_ONLY_SRCS, VIEW_OPS, GraphError, Tensor, ggml_index_map, round_to
-
-if TYPE_CHECKING:
-    from ovkit.graph import Graph
+from ovkit.dtypes import NUMPY_DTYPE
+from ovkit.ir import SHAPE_ONLY_SRCS, VIEW_OPS, GraphError, Op, RopeType, Tensor, ggml_index_map, round_to
+from ovkit.ir import GraphIR as Graph
 
 Arr = np.ndarray
 ReferenceFn = Callable[[Tensor, list[Any]], Arr]
-REFERENCES: dict[str, ReferenceFn] = {}
+REFERENCES: dict[Op, ReferenceFn] = {}
 Fn = TypeVar("Fn")
 
 
-def register_in(table: dict[str, Fn], keys: tuple[str, ...]) -> Callable[[Fn], Fn]:
+def register_in(table: dict[Op, Fn], keys: tuple[Op, ...]) -> Callable[[Fn], Fn]:
     """A decorator storing its function in ``table`` under each of the op-table ``keys``."""
 
     def deco(fn: Fn) -> Fn:
@@ -35,7 +34,7 @@ def register_in(table: dict[str, Fn], keys: tuple[str, ...]) -> Callable[[Fn], F
     return deco
 
 
-def reference(*keys: str) -> Callable[[ReferenceFn], ReferenceFn]:
+def reference(*keys: Op) -> Callable[[ReferenceFn], ReferenceFn]:
     """Register ``fn`` as the numpy reference of the op-table ``keys``."""
     return register_in(REFERENCES, keys)
 
@@ -70,7 +69,7 @@ def view_value(t: Tensor, base: Arr) -> Arr:
 def evaluate(graph: Graph, outputs: Sequence[Tensor], feed: dict[str, Arr]) -> list[Arr]:
     """Run ``outputs`` with the numpy references; arrays in each output's numpy shape and dtype."""
     values: dict[int, Arr] = {}
-    for t in graph._value_nodes(outputs):
+    for t in graph.value_nodes(outputs):
         if t.is_leaf:
             values[t.id] = feed[t.name].reshape(tuple(reversed(t.ne))) if t.is_input else leaf_value(t)
             continue
@@ -101,18 +100,18 @@ def _binary(fn: Callable[[Arr, Arr], Arr]) -> ReferenceFn:
     return ref
 
 
-reference("ADD")(_binary(np.add))
-reference("SUB")(_binary(np.subtract))
-reference("MUL")(_binary(np.multiply))
-reference("DIV")(_binary(np.divide))
+reference(Op.ADD)(_binary(np.add))
+reference(Op.SUB)(_binary(np.subtract))
+reference(Op.MUL)(_binary(np.multiply))
+reference(Op.DIV)(_binary(np.divide))
 
 
-@reference("ADD1")
+@reference(Op.ADD1)
 def add1(t: Tensor, xs: list[Arr]) -> Arr:
     return f32(xs[0]) + f32(xs[1]).reshape(1, 1, 1, 1)
 
 
-@reference("ADD_ID")
+@reference(Op.ADD_ID)
 def add_id(t: Tensor, xs: list[Arr]) -> Arr:
     a, b, ids = f32(xs[0]), f32(xs[1]), xs[2]
     # a [1, n_tok, n_used, ne0]; b [.., .., n_expert, ne0]; ids [1, 1, n_tok, n_used]
@@ -120,29 +119,29 @@ def add_id(t: Tensor, xs: list[Arr]) -> Arr:
     return a + bias[ids.reshape(ids.shape[-2], ids.shape[-1])][None]
 
 
-@reference("SCALE")
+@reference(Op.SCALE)
 def scale(t: Tensor, xs: list[Arr]) -> Arr:
     return f32(xs[0]) * np.float32(t.params["s"]) + np.float32(t.params["b"])
 
 
-@reference("SQR")
+@reference(Op.SQR)
 def sqr(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0])
     return x * x
 
 
-@reference("SQRT")
+@reference(Op.SQRT)
 def sqrt(t: Tensor, xs: list[Arr]) -> Arr:
     with np.errstate(invalid="ignore"):
         return np.sqrt(f32(xs[0]))
 
 
-@reference("CLAMP")
+@reference(Op.CLAMP)
 def clamp(t: Tensor, xs: list[Arr]) -> Arr:
     return np.minimum(np.maximum(f32(xs[0]), np.float32(t.params["min"])), np.float32(t.params["max"]))
 
 
-@reference("FILL")
+@reference(Op.FILL)
 def fill(t: Tensor, xs: list[Arr]) -> Arr:
     return np.full(tuple(reversed(t.ne)), t.params["c"], dtype=np.float32)
 
@@ -250,10 +249,10 @@ UNARY_FNS: dict[str, Callable[[Arr], Arr]] = {
     "TRUNC": lambda x: np.trunc(f32(x)),
 }
 #: elementwise ops that are not unary sub-ops in ggml (their own GGML_OP_*).
-ELEMENTWISE_FNS: dict[str, Callable[[Arr], Arr]] = {
-    "SIN": lambda x: np.sin(f32(x)),
-    "COS": lambda x: np.cos(f32(x)),
-    "LOG": _log,
+ELEMENTWISE_FNS: dict[Op, Callable[[Arr], Arr]] = {
+    Op.SIN: lambda x: np.sin(f32(x)),
+    Op.COS: lambda x: np.cos(f32(x)),
+    Op.LOG: _log,
 }
 
 
@@ -262,12 +261,12 @@ def _unary_reference(fn: Callable[[Arr], Arr]) -> ReferenceFn:
 
 
 for _name, _fn in UNARY_FNS.items():
-    reference(f"UNARY.{_name}")(_unary_reference(_fn))
+    reference(Op[_name])(_unary_reference(_fn))
 for _name, _fn in ELEMENTWISE_FNS.items():
     reference(_name)(_unary_reference(_fn))
 
 
-@reference("LEAKY_RELU")
+@reference(Op.LEAKY_RELU)
 def leaky_relu(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0])
     return np.where(x > 0, x, np.float32(t.params["negative_slope"]) * x)
@@ -282,37 +281,37 @@ def glu_halves(t: Tensor, xs: list[Arr]) -> tuple[Arr, Arr]:
     return (second, first) if t.params.get("swapped") else (first, second)
 
 
-@reference("GLU.SWIGLU")
+@reference(Op.SWIGLU)
 def swiglu(t: Tensor, xs: list[Arr]) -> Arr:
     x0, x1 = glu_halves(t, xs)
     return silu(x0) * x1
 
 
-@reference("GLU.GEGLU")
+@reference(Op.GEGLU)
 def geglu(t: Tensor, xs: list[Arr]) -> Arr:
     x0, x1 = glu_halves(t, xs)
     return ggml_gelu(x0) * x1
 
 
-@reference("GLU.REGLU")
+@reference(Op.REGLU)
 def reglu(t: Tensor, xs: list[Arr]) -> Arr:
     x0, x1 = glu_halves(t, xs)
     return np.where(x0 > 0, x0 * x1, np.float32(0.0))
 
 
-@reference("GLU.GEGLU_ERF")
+@reference(Op.GEGLU_ERF)
 def geglu_erf(t: Tensor, xs: list[Arr]) -> Arr:
     x0, x1 = glu_halves(t, xs)
     return gelu_erf(x0) * x1
 
 
-@reference("GLU.GEGLU_QUICK")
+@reference(Op.GEGLU_QUICK)
 def geglu_quick(t: Tensor, xs: list[Arr]) -> Arr:
     x0, x1 = glu_halves(t, xs)
     return ggml_gelu_quick(x0) * x1
 
 
-@reference("GLU.SWIGLU_OAI")
+@reference(Op.SWIGLU_OAI)
 def swiglu_oai(t: Tensor, xs: list[Arr]) -> Arr:
     x0, x1 = glu_halves(t, xs)
     alpha, limit = np.float32(t.params["alpha"]), np.float32(t.params["limit"])
@@ -324,12 +323,12 @@ def swiglu_oai(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- layout
-@reference("CONT")
+@reference(Op.CONT)
 def cont(t: Tensor, xs: list[Arr]) -> Arr:
     return np.asarray(xs[0]).reshape(tuple(reversed(t.ne)))
 
 
-@reference("CPY")
+@reference(Op.CPY)
 def cpy(t: Tensor, xs: list[Arr]) -> Arr:
     x = np.asarray(xs[0])
     if t.dtype in ("i32", "i64") and x.dtype.kind == "f":
@@ -345,7 +344,7 @@ def expand_batch(x: Arr, ne_big2: int, ne_big3: int) -> Arr:
     return np.repeat(np.repeat(x, r3, axis=0), r2, axis=1)
 
 
-@reference("MUL_MAT")
+@reference(Op.MUL_MAT)
 def mul_mat(t: Tensor, xs: list[Arr]) -> Arr:
     a_t, b_t = t.srcs[0], t.srcs[1]
     assert a_t is not None and b_t is not None
@@ -357,7 +356,7 @@ def mul_mat(t: Tensor, xs: list[Arr]) -> Arr:
     return np.matmul(b.astype(np.float64), np.swapaxes(a, -1, -2).astype(np.float64)).astype(np.float32)
 
 
-@reference("OUT_PROD")
+@reference(Op.OUT_PROD)
 def out_prod(t: Tensor, xs: list[Arr]) -> Arr:
     a = expand_batch(f32(xs[0]), t.ne[2], t.ne[3]).astype(np.float64)  # [.., k, m]
     b = f32(xs[1]).astype(np.float64)  # [.., k, p]
@@ -365,17 +364,17 @@ def out_prod(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- layout II
-@reference("CONCAT")
+@reference(Op.CONCAT)
 def concat(t: Tensor, xs: list[Arr]) -> Arr:
     return np.concatenate([np.asarray(xs[0]), np.asarray(xs[1])], axis=ax(t.params["dim"]))
 
 
-@reference("REPEAT")
+@reference(Op.REPEAT)
 def repeat(t: Tensor, xs: list[Arr]) -> Arr:
     return repeat_to(np.asarray(xs[0]), t.ne)
 
 
-@reference("PAD")
+@reference(Op.PAD)
 def pad(t: Tensor, xs: list[Arr]) -> Arr:
     p = t.params
     widths = [(p[f"lp{d}"], p[f"rp{d}"]) for d in (3, 2, 1, 0)]
@@ -383,7 +382,7 @@ def pad(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- rows
-@reference("GET_ROWS")
+@reference(Op.GET_ROWS)
 def get_rows(t: Tensor, xs: list[Arr]) -> Arr:
     """out[i12, i11, i10] = a[i12, i11, b[i12, i11, i10]] (rows picked within the same batch)."""
     a, idx = np.asarray(xs[0]), np.asarray(xs[1])[0]  # idx [b2, b1, b0]
@@ -394,7 +393,7 @@ def get_rows(t: Tensor, xs: list[Arr]) -> Arr:
     return a[i3, i2, idx]
 
 
-@reference("SET_ROWS")
+@reference(Op.SET_ROWS)
 def set_rows(t: Tensor, xs: list[Arr]) -> Arr:
     """a with row c[i1, i2 % c.ne1, i3 % c.ne2] of batch (i2, i3) replaced by b's row (i1, i2, i3)."""
     dst = np.array(xs[0], copy=True)
@@ -409,7 +408,7 @@ def set_rows(t: Tensor, xs: list[Arr]) -> Arr:
     return dst
 
 
-@reference("SET")
+@reference(Op.SET)
 def set_(t: Tensor, xs: list[Arr]) -> Arr:
     b_t = t.srcs[1]
     assert b_t is not None
@@ -426,7 +425,7 @@ def set_(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- norms, reductions
-@reference("NORM")
+@reference(Op.NORM)
 def norm(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0]).astype(np.float64)
     mean = x.mean(axis=-1, keepdims=True)
@@ -435,48 +434,48 @@ def norm(t: Tensor, xs: list[Arr]) -> Arr:
     return c * (np.float32(1.0) / np.sqrt(var.astype(np.float32) + np.float32(t.params["eps"])))
 
 
-@reference("RMS_NORM")
+@reference(Op.RMS_NORM)
 def rms_norm(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0])
     ms = (x.astype(np.float64) ** 2).mean(axis=-1, keepdims=True).astype(np.float32)
     return x * (np.float32(1.0) / np.sqrt(ms + np.float32(t.params["eps"])))
 
 
-@reference("L2_NORM")
+@reference(Op.L2_NORM)
 def l2_norm(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0])
     s = np.sqrt((x.astype(np.float64) ** 2).sum(axis=-1, keepdims=True)).astype(np.float32)
     return x * (np.float32(1.0) / np.maximum(s, np.float32(t.params["eps"])))
 
 
-@reference("SUM_ROWS")
+@reference(Op.SUM_ROWS)
 def sum_rows(t: Tensor, xs: list[Arr]) -> Arr:
     return f32(xs[0]).astype(np.float64).sum(axis=-1, keepdims=True).astype(np.float32)
 
 
-@reference("SUM")
+@reference(Op.SUM)
 def sum_all(t: Tensor, xs: list[Arr]) -> Arr:
     return np.full((1, 1, 1, 1), f32(xs[0]).astype(np.float64).sum(), dtype=np.float32)
 
 
-@reference("MEAN")
+@reference(Op.MEAN)
 def mean(t: Tensor, xs: list[Arr]) -> Arr:
     s = f32(xs[0]).astype(np.float64).sum(axis=-1, keepdims=True).astype(np.float32)
     return s / np.float32(xs[0].shape[-1])
 
 
-@reference("ARGMAX")
+@reference(Op.ARGMAX)
 def argmax(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0])[0, 0]  # [rows, ne0]; ties: ggml keeps the last maximum
     return (x.shape[-1] - 1 - np.argmax(x[:, ::-1], axis=-1)).astype(np.int32)
 
 
-@reference("CUMSUM")
+@reference(Op.CUMSUM)
 def cumsum(t: Tensor, xs: list[Arr]) -> Arr:
     return np.cumsum(f32(xs[0]), axis=-1, dtype=np.float32)
 
 
-@reference("ARGSORT")
+@reference(Op.ARGSORT)
 def argsort(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0])
     key = x if t.params["order"] == 0 else -x
@@ -491,20 +490,20 @@ def top_k_order(k: int) -> Arr:
     return order
 
 
-@reference("TOP_K")
+@reference(Op.TOP_K)
 def top_k(t: Tensor, xs: list[Arr]) -> Arr:
     k = t.params["k"]
     idx = np.argsort(-f32(xs[0]), axis=-1, kind="stable")[..., :k]
     return idx[..., top_k_order(k)].astype(np.int32)
 
 
-@reference("ROLL")
+@reference(Op.ROLL)
 def roll(t: Tensor, xs: list[Arr]) -> Arr:
     shifts = [t.params[f"shift{d}"] for d in range(4)]
     return np.roll(np.asarray(xs[0]), [shifts[3], shifts[2], shifts[1], shifts[0]], axis=(0, 1, 2, 3))
 
 
-@reference("DIAG")
+@reference(Op.DIAG)
 def diag(t: Tensor, xs: list[Arr]) -> Arr:
     n = t.ne[0]
     return np.asarray(xs[0]) * np.eye(n, dtype=np.float32)
@@ -525,13 +524,13 @@ def tri_mask(type_: int, n: int) -> np.ndarray:
     return TRI_KEEP[type_](cols, rows)
 
 
-@reference("TRI")
+@reference(Op.TRI)
 def tri(t: Tensor, xs: list[Arr]) -> Arr:
     return np.where(tri_mask(t.params["type"], t.ne[0]), f32(xs[0]), np.float32(0.0))
 
 
 # ---------------------------------------------------------------------------- mul_mat_id
-@reference("MUL_MAT_ID")
+@reference(Op.MUL_MAT_ID)
 def mul_mat_id(t: Tensor, xs: list[Arr]) -> Arr:
     as_t, b_t = t.srcs[0], t.srcs[1]
     assert as_t is not None and b_t is not None
@@ -589,7 +588,7 @@ def softmax_rows(w: Arr, sinks: Arr | None) -> Arr:
         return (e / total).astype(np.float32)
 
 
-@reference("SOFT_MAX")
+@reference(Op.SOFT_MAX)
 def soft_max(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0])
     mask = _mask_for(xs[1], t.ne[1], t.ne)
@@ -601,7 +600,7 @@ def soft_max(t: Tensor, xs: list[Arr]) -> Arr:
     return softmax_rows(w, sinks)
 
 
-@reference("FLASH_ATTN_EXT")
+@reference(Op.FLASH_ATTN_EXT)
 def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
     q_t, k_t, v_t = t.srcs[0], t.srcs[1], t.srcs[2]
     assert q_t is not None and k_t is not None and v_t is not None
@@ -651,12 +650,9 @@ def rope_corr_dims(
     return max(0.0, float(start)), min(float(n_dims - 1), float(end))
 
 
-VISION = 24
-
-
 def rope_pairs(p: dict[str, Any], ne0: int) -> int:
     """Rotated pairs: n_dims/2, or ne0/2 for VISION (pairs (i, i + n_dims) over the whole row)."""
-    return ne0 // 2 if p["mode"] == VISION else p["n_dims"] // 2
+    return ne0 // 2 if p["mode"] == RopeType.VISION else p["n_dims"] // 2
 
 
 def rope_tables(p: dict[str, Any], n_dims: int, n_pairs: int | None = None) -> dict[str, Any]:
@@ -670,7 +666,7 @@ def rope_tables(p: dict[str, Any], n_dims: int, n_pairs: int | None = None) -> d
         powers[i] = acc  # ggml multiplies theta by theta_scale once per pair, in f32
         acc = np.float32(acc * theta_scale)
     exponent = np.arange(n_pairs)
-    if p["mode"] == VISION:
+    if p["mode"] == RopeType.VISION:
         secs = p["sections"]
         starts = np.array([0, secs[0], secs[0] + secs[1], secs[0] + secs[1] + secs[2]])
         sector = exponent % sum(secs)
@@ -725,7 +721,7 @@ def rope_theta(p: dict[str, Any], n_pairs: int, ne2: int, pos: Arr) -> Arr:
     return (base * mult[None, :]).astype(np.float32)
 
 
-@reference("ROPE")
+@reference(Op.ROPE)
 def rope(t: Tensor, xs: list[Arr]) -> Arr:
     p = t.params
     x = f32(xs[0])
@@ -741,8 +737,10 @@ def rope(t: Tensor, xs: list[Arr]) -> Arr:
     cos = (np.cos(theta.astype(np.float64)) * tables["mscale"]).astype(np.float32)[None, :, None, :]
     sin = (np.sin(theta.astype(np.float64)) * tables["mscale"]).astype(np.float32)[None, :, None, :]
     out = x.copy()
-    if p["mode"] & 2 or p["mode"] & 8:  # pairs (i, i + offset): NEOX/MROPE/IMROPE n_dims/2, VISION n_dims
-        off = n_dims if p["mode"] == VISION else n_dims // 2
+    if (
+        p["mode"] & RopeType.NEOX or p["mode"] & RopeType.MROPE
+    ):  # pairs (i, i + offset): NEOX/MROPE/IMROPE n_dims/2, VISION n_dims
+        off = n_dims if p["mode"] == RopeType.VISION else n_dims // 2
         x0, x1 = x[..., :n_pairs], x[..., off : off + n_pairs]
         out[..., :n_pairs] = x0 * cos - x1 * sin
         out[..., off : off + n_pairs] = x0 * sin + x1 * cos
@@ -783,7 +781,7 @@ def im2col_index(t: Tensor) -> tuple[Arr, tuple[int, int]]:
     return idx.reshape(oh, ow, ic * kh * kw).astype(np.int64), (hp, wp)
 
 
-@reference("IM2COL")
+@reference(Op.IM2COL)
 def im2col(t: Tensor, xs: list[Arr]) -> Arr:
     b_t = t.srcs[1]
     assert b_t is not None
@@ -869,12 +867,12 @@ def _direct_conv(t: Tensor, x: Arr, w: Arr, n: int) -> Arr:
     return y.reshape(x.shape[0], w.shape[0], *out).astype(np.float32)
 
 
-@reference("CONV_2D")
+@reference(Op.CONV_2D)
 def conv_2d(t: Tensor, xs: list[Arr]) -> Arr:
     return _direct_conv(t, f32(xs[1]), f32(xs[0]), 2)
 
 
-@reference("CONV_2D_DW")
+@reference(Op.CONV_2D_DW)
 def conv_2d_dw(t: Tensor, xs: list[Arr]) -> Arr:
     sizes, ks, s, p, d, out = conv_geometry(t, 2)
     idx, _ = window_index(sizes, ks, s, p, d, out)
@@ -883,7 +881,7 @@ def conv_2d_dw(t: Tensor, xs: list[Arr]) -> Arr:
     return np.einsum("ncyxhw,chw->ncyx", cols.astype(np.float64), w.astype(np.float64)).astype(np.float32)
 
 
-@reference("CONV_3D")
+@reference(Op.CONV_3D)
 def conv_3d(t: Tensor, xs: list[Arr]) -> Arr:
     c, n, oc = t.params["c"], t.params["n"], t.params["oc"]
     x = f32(xs[1]).reshape(n, c, *xs[1].shape[1:])
@@ -913,13 +911,13 @@ def im2col_3d_index(t: Tensor) -> Arr:
     return full.reshape(tuple(reversed(t.ne)))
 
 
-@reference("IM2COL_3D")
+@reference(Op.IM2COL_3D)
 def im2col_3d(t: Tensor, xs: list[Arr]) -> Arr:
     flat = np.concatenate([f32(xs[1]).reshape(-1), np.zeros(1, np.float32)])
     return flat[im2col_3d_index(t)]
 
 
-@reference("CONV_TRANSPOSE_1D")
+@reference(Op.CONV_TRANSPOSE_1D)
 def conv_transpose_1d(t: Tensor, xs: list[Arr]) -> Arr:
     a_t = t.srcs[0]
     assert a_t is not None
@@ -933,7 +931,7 @@ def conv_transpose_1d(t: Tensor, xs: list[Arr]) -> Arr:
     return out.astype(np.float32)
 
 
-@reference("CONV_TRANSPOSE_2D")
+@reference(Op.CONV_TRANSPOSE_2D)
 def conv_transpose_2d(t: Tensor, xs: list[Arr]) -> Arr:
     a_t = t.srcs[0]
     assert a_t is not None
@@ -957,7 +955,7 @@ def pool_geometry(t: Tensor) -> tuple[Arr, Arr, int]:
     a = t.srcs[0]
     assert a is not None
     p = t.params
-    if t.op == "POOL_1D":
+    if t.op == Op.POOL_1D:
         return (*window_index([a.ne[0]], [p["k0"]], [p["s0"]], [p["p0"]], [1], [t.ne[0]]), 1)
     idx, valid = window_index(
         [a.ne[1], a.ne[0]],
@@ -973,13 +971,13 @@ def pool_geometry(t: Tensor) -> tuple[Arr, Arr, int]:
 def pool_divisor(t: Tensor, valid: Arr, n: int) -> Arr:
     """AVG divisors per output: POOL_1D the in-bounds taps (0 → result 0), POOL_2D k0·k1."""
     axes = tuple(range(valid.ndim - n, valid.ndim))
-    if t.op == "POOL_1D":
+    if t.op == Op.POOL_1D:
         count = valid.sum(axis=axes).astype(np.float32)
         return np.where(count > 0, count, np.float32(np.inf))
     return np.full(valid.shape[:-n], np.float32(t.params["k0"] * t.params["k1"]))
 
 
-@reference("POOL_1D", "POOL_2D")
+@reference(Op.POOL_1D, Op.POOL_2D)
 def pool(t: Tensor, xs: list[Arr]) -> Arr:
     idx, valid, n = pool_geometry(t)
     is_max = t.params["op"] == 0
@@ -990,7 +988,7 @@ def pool(t: Tensor, xs: list[Arr]) -> Arr:
     return (win.astype(np.float64).sum(axis=axes) / pool_divisor(t, valid, n)).astype(np.float32)
 
 
-@reference("SSM_CONV")
+@reference(Op.SSM_CONV)
 def ssm_conv(t: Tensor, xs: list[Arr]) -> Arr:
     sx = f32(xs[0])[0]  # [n_s, d_inner, ncs]
     c = f32(xs[1])[0, 0]  # [d_inner, d_conv]
@@ -1002,7 +1000,7 @@ def ssm_conv(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- gated delta net
-@reference("GATED_DELTA_NET")
+@reference(Op.GATED_DELTA_NET)
 def gated_delta_net(t: Tensor, xs: list[Arr]) -> Arr:
     """Per token: S ← exp(g)·S; δ = (v − Sᵀk)·β; S ← S + k⊗δ; o = (Sᵀq)/√S_v (value head h reads
     key head h % H_k). State memory: state[s, h, j, i] = S[i][j]."""
@@ -1034,7 +1032,7 @@ def gated_delta_net(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- not registered upstream
-@reference("SOLVE_TRI")
+@reference(Op.SOLVE_TRI)
 def solve_tri(t: Tensor, xs: list[Arr]) -> Arr:
     """Forward/back substitution per batch matrix: A·x = B (A lower or upper, optionally unit)."""
     a, b = f32(xs[0]).astype(np.float64), f32(xs[1]).astype(np.float64)

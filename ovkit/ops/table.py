@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ovkit.ir import VIEW_OPS, Op
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 class OpEntry:
     """One catalogue row."""
 
-    key: str  #: op-table key: ``"ADD"``, ``"UNARY.GELU"``, ``"GLU.SWIGLU"`` (policy.GATES keys)
+    key: Op  #: the op (``Op.ADD``, or a sub-op member: ``Op.GELU``, ``Op.SWIGLU``)
     builders: tuple[str, ...]  #: ``ovkit.graph.Graph`` methods building it (ggml names minus ``ggml_``)
     params: str  #: the op's parameters (ggml builder arguments / op_params)
     openvino: str  #: ovkit's opset16 translation
@@ -35,20 +37,20 @@ class OpEntry:
     @property
     def kind(self) -> str:
         """``"op"``, or ``"unary"`` / ``"glu"`` for sub-ops."""
-        return self.op.lower() if self.sub_op else "op"
+        return self.key.kind
 
     @property
     def ggml_name(self) -> str:
         """``GGML_OP_ADD``, ``GGML_UNARY_OP_GELU``, ``GGML_GLU_OP_SWIGLU``."""
-        return f"GGML_{self.op}_OP_{self.sub_op}" if self.sub_op else "GGML_OP_" + self.key
+        return self.key.ggml_name
 
     @property
     def op(self) -> str:
-        return self.key.split(".", 1)[0]
+        return self.key.parent.value
 
     @property
     def sub_op(self) -> str | None:
-        return self.key.split(".", 1)[1] if "." in self.key else None
+        return self.key.sub_op
 
     def gates(self) -> tuple[Any, ...]:
         """This op's policy gates in the default upstream revision: the op-specific global gates
@@ -60,7 +62,6 @@ class OpEntry:
     @property
     def translate(self) -> Callable[..., Any] | None:
         """The opset16 translator (views: :func:`ovkit.ops.translate.view_value`)."""
-        from ovkit.graph import VIEW_OPS
         from ovkit.ops import translate
 
         if self.key in VIEW_OPS:
@@ -70,7 +71,6 @@ class OpEntry:
     @property
     def reference(self) -> Callable[..., Any] | None:
         """The numpy reference (views: :func:`ovkit.ops.reference.view_value`)."""
-        from ovkit.graph import VIEW_OPS
         from ovkit.ops import reference
 
         if self.key in VIEW_OPS:
@@ -97,7 +97,7 @@ _BCAST = "b repeated to a (ggml_can_repeat: each a.ne[i] a multiple of b.ne[i]);
 ENTRIES: tuple[OpEntry, ...] = (
     # ---------------------------------------------------------------- elementwise
     OpEntry(
-        "ADD",
+        Op.ADD,
         ("add",),
         "a, b",
         f"Add(a, Tile/broadcast(b)); {_BCAST}",
@@ -105,7 +105,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "Upstream broadcasts numpy-style only: a b dim that divides but is not 1 is rejected by the policy.",
     ),
     OpEntry(
-        "SUB",
+        Op.SUB,
         ("sub",),
         "a, b",
         f"Subtract(a, Tile/broadcast(b)); {_BCAST}",
@@ -113,7 +113,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "Same broadcast restriction as ADD.",
     ),
     OpEntry(
-        "MUL",
+        Op.MUL,
         ("mul",),
         "a, b",
         f"Multiply(a, Tile/broadcast(b)); {_BCAST}",
@@ -121,32 +121,32 @@ ENTRIES: tuple[OpEntry, ...] = (
         "Same broadcast restriction as ADD.",
     ),
     OpEntry(
-        "DIV",
+        Op.DIV,
         ("div",),
         "a, b",
         f"Divide(a, Tile/broadcast(b)); {_BCAST}",
         "v1::Divide in f32 with precision-sensitive marks; src1 tiled; silu(x)/x → Sigmoid (op/div.cpp)",
         "GPU: a per-channel divisor [ne0,1,1,1] is rejected (fused GEMM yields inf).",
     ),
-    OpEntry("ADD1", ("add1",), "a, b (scalar)", "Add(a, Reshape(b, [1,1,1,1]))", "v1::Add (1:1)"),
+    OpEntry(Op.ADD1, ("add1",), "a, b (scalar)", "Add(a, Reshape(b, [1,1,1,1]))", "v1::Add (1:1)"),
     OpEntry(
-        "ADD_ID",
+        Op.ADD_ID,
         ("add_id",),
         "a [ne0, n_used, n_tok], b [ne0, n_expert], ids i32 [n_used, n_tok]",
         "Gather(b, ids) → Reshape → Add",
         "Gather(bias, ids) → Reshape → Add, with converts (op/add_id.cpp)",
     ),
     OpEntry(
-        "SCALE",
+        Op.SCALE,
         ("scale", "scale_bias"),
         "s, b (bias, 0 for scale)",
         "Multiply(x, s) [+ Add(b)]",
         "Multiply(scale) + Add(bias) when bias≠0; op_case 1: recurrent-state reset mask (op/scale.cpp)",
     ),
-    OpEntry("SQR", ("sqr",), "a", "Multiply(x, x)", "Multiply(x, x) (op/sqr.cpp)"),
-    OpEntry("SQRT", ("sqrt",), "a", "Sqrt(x)", "v0::Sqrt"),
+    OpEntry(Op.SQR, ("sqr",), "a", "Multiply(x, x)", "Multiply(x, x) (op/sqr.cpp)"),
+    OpEntry(Op.SQRT, ("sqrt",), "a", "Sqrt(x)", "v0::Sqrt"),
     OpEntry(
-        "CLAMP",
+        Op.CLAMP,
         ("clamp",),
         "min, max",
         "Minimum(Maximum(x, min), max)",
@@ -154,7 +154,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "Revision M rejected the tensor named ffn_moe_weights_sum_clamped.",
     ),
     OpEntry(
-        "FILL",
+        Op.FILL,
         ("fill",),
         "c (value)",
         "Broadcast(c, shape)",
@@ -163,7 +163,7 @@ ENTRIES: tuple[OpEntry, ...] = (
     ),
     # ---------------------------------------------------------------- layout
     OpEntry(
-        "CONCAT",
+        Op.CONCAT,
         ("concat",),
         "dim (ggml dim, 0 = innermost)",
         "Concat(axis = 3 - dim)",
@@ -171,14 +171,14 @@ ENTRIES: tuple[OpEntry, ...] = (
         "Rejected: i64 output; GPU with bf16 output and a VIEW input.",
     ),
     OpEntry(
-        "CONT",
+        Op.CONT,
         ("cont", "cont_1d", "cont_2d", "cont_3d", "cont_4d"),
         "target ne (cont_Nd)",
         "Reshape of the (strided) source value",
         "v1::Reshape to the dst shape, dynamic dim kept as −1 (op/cont.cpp)",
     ),
     OpEntry(
-        "CPY",
+        Op.CPY,
         ("cpy",),
         "a (src), b (dst: shape and type)",
         "Reshape to b's shape + Convert to b's type (f32→int truncates)",
@@ -188,7 +188,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "ovkit returns the copied value.",
     ),
     OpEntry(
-        "RESHAPE",
+        Op.RESHAPE,
         ("reshape", "reshape_1d", "reshape_2d", "reshape_3d", "reshape_4d"),
         "target ne (a must be contiguous)",
         "view over the base memory (contiguous: Reshape/Slice)",
@@ -196,7 +196,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "Quirk: op name starting with ffn_norm_exps is rejected.",
     ),
     OpEntry(
-        "VIEW",
+        Op.VIEW,
         ("view_1d", "view_2d", "view_3d", "view_4d", "view_tensor"),
         "ne, nb (bytes), offset (bytes)",
         "ggml strides over the base memory: Reshape/Slice when packed, Transpose when a permutation, else Gather with constant indices",
@@ -204,7 +204,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "Quirk: the tensor named selected_experts (TOPK_MOE test) is rejected.",
     ),
     OpEntry(
-        "PERMUTE",
+        Op.PERMUTE,
         ("permute",),
         "axis0..axis3 (source dim i → axis_i)",
         "strided view: Transpose of the base (or Gather when the base is itself strided)",
@@ -212,7 +212,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "Rejected: bf16 output ('[GPU] Could not find a suitable kernel for transpose'); the translator throws for op_case 0.",
     ),
     OpEntry(
-        "TRANSPOSE",
+        Op.TRANSPOSE,
         ("transpose",),
         "a",
         "strided view: Transpose",
@@ -220,7 +220,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "Rejected: bf16 output.",
     ),
     OpEntry(
-        "REPEAT",
+        Op.REPEAT,
         ("repeat",),
         "a, b (target shape)",
         "Tile",
@@ -228,7 +228,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "GPU: bf16 output rejected; the translator needs integer ratios.",
     ),
     OpEntry(
-        "PAD",
+        Op.PAD,
         ("pad", "pad_ext"),
         "p0..p3 (after) / lp0, rp0 .. lp3, rp3",
         "Pad CONSTANT 0",
@@ -236,7 +236,7 @@ ENTRIES: tuple[OpEntry, ...] = (
     ),
     # ---------------------------------------------------------------- rows
     OpEntry(
-        "GET_ROWS",
+        Op.GET_ROWS,
         ("get_rows",),
         "a [ne0, rows, ne2, ne3], b i32 [n, ne2, ne3]",
         "Gather(a, b, axis=2, batch_dims=2); f32 result (i32 for i32 a)",
@@ -244,7 +244,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "Rejected: ne[3]≠1; GPU with bf16 src0; ne[0]==256 with Q4_K/Q5_K/Q4_1/Q5_1 src0 (f16 dequant misses 1e-7 NMSE).",
     ),
     OpEntry(
-        "SET_ROWS",
+        Op.SET_ROWS,
         ("set_rows",),
         "a (dst), b f32 rows, c i64/i32 row ids",
         "ScatterNDUpdate(a, [i3, i2, c], convert(b))",
@@ -252,7 +252,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "Rejected: ne[3]≠1 (checks shared with GET_ROWS).",
     ),
     OpEntry(
-        "SET",
+        Op.SET,
         ("set", "set_1d", "set_2d"),
         "nb1, nb2, nb3, offset (bytes)",
         "ScatterNDUpdate on the flattened a at ggml's strided indices",
@@ -261,7 +261,7 @@ ENTRIES: tuple[OpEntry, ...] = (
     ),
     # ---------------------------------------------------------------- matmul
     OpEntry(
-        "MUL_MAT",
+        Op.MUL_MAT,
         ("mul_mat",),
         "a [K, N, ...] (weights), b [K, M, ...]",
         "MatMul(b, a, transpose_b) with a repeat-interleaved over batch (i02 = i12/r2); f16/bf16 a: b rounded to a's type first (ggml's vec_dot type); quantized a: its own decompression/compressed-matmul subgraph",
@@ -271,7 +271,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "in f32 (differences ~1e-5 NMSE, inside test-backend-ops' 5e-4 for MUL_MAT).",
     ),
     OpEntry(
-        "MUL_MAT_ID",
+        Op.MUL_MAT_ID,
         ("mul_mat_id",),
         "as [K, N, n_expert], b [K, n_used|1, n_tok], ids i32 [n_used, n_tok]",
         "Gather(experts, ids) + batched MatMul",
@@ -280,37 +280,37 @@ ENTRIES: tuple[OpEntry, ...] = (
     ),
     # ---------------------------------------------------------------- norms, reductions
     OpEntry(
-        "NORM",
+        Op.NORM,
         ("norm",),
         "eps",
         "(x − mean) / sqrt(var + eps) with ReduceMean",
         "ReduceMean/Subtract/Power/Sqrt/Divide (op/norm.cpp)",
     ),
     OpEntry(
-        "RMS_NORM",
+        Op.RMS_NORM,
         ("rms_norm",),
         "eps",
         "x · 1/sqrt(mean(x²) + eps)",
         "x · 1/sqrt(mean(x²)+eps); op_case 2 slices the state out of a fused GDN output (op/rms_norm.cpp)",
     ),
     OpEntry(
-        "L2_NORM",
+        Op.L2_NORM,
         ("l2_norm",),
         "eps",
         "x · 1/max(sqrt(Σx²), eps)",
         "x / max(sqrt(Σx²), eps) (op/l2_norm.cpp)",
     ),
     OpEntry(
-        "SUM_ROWS",
+        Op.SUM_ROWS,
         ("sum_rows",),
         "a",
         "ReduceSum(axis ne0, keep_dims)",
         "ReduceSum over the last axis, keep_dims (op/sum_rows.cpp)",
         "Rejected: src0 is PERMUTE.",
     ),
-    OpEntry("CUMSUM", ("cumsum",), "a", "CumSum(axis ne0)", "v0::CumSum on axis 3 (op/cumsum.cpp)"),
+    OpEntry(Op.CUMSUM, ("cumsum",), "a", "CumSum(axis ne0)", "v0::CumSum on axis 3 (op/cumsum.cpp)"),
     OpEntry(
-        "ARGSORT",
+        Op.ARGSORT,
         ("argsort",),
         "order (0 ASC, 1 DESC)",
         "TopK(k = ne0, MIN/MAX, sort by value, stable) → indices i32",
@@ -319,7 +319,7 @@ ENTRIES: tuple[OpEntry, ...] = (
     ),
     # ---------------------------------------------------------------- softmax / attention
     OpEntry(
-        "SOFT_MAX",
+        Op.SOFT_MAX,
         ("soft_max", "soft_max_ext", "soft_max_add_sinks"),
         "mask (f16/f32, rows ≥ ne1, tiled over dims 2,3), scale, max_bias (ALiBi), sinks",
         "Softmax(x·scale + slope_h·mask); sinks appended as an extra column and sliced off",
@@ -327,7 +327,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "ALiBi without a mask throws upstream (ggml's builder accepts no mask with max_bias>0 either in ovkit: GraphError). Revisions M/A rejected sinks; A rejected max_bias>0.",
     ),
     OpEntry(
-        "FLASH_ATTN_EXT",
+        Op.FLASH_ATTN_EXT,
         ("flash_attn_ext", "flash_attn_ext_add_sinks", "flash_attn_ext_set_prec"),
         "q [D, n_q, H, B], k/v [D(v), n_kv, H_kv, B], mask, scale, max_bias, logit_softcap, sinks",
         "MatMul(q, kᵀ)·scale [softcap·tanh] + slope·mask → Softmax (with sinks) → MatMul(·, v) → Transpose to [Dv, H, n_q, B]; f32 throughout, q rounded to k's type as ggml's CPU does",
@@ -337,7 +337,7 @@ ENTRIES: tuple[OpEntry, ...] = (
     ),
     # ---------------------------------------------------------------- rope
     OpEntry(
-        "ROPE",
+        Op.ROPE,
         ("rope_ext", "rope_multi"),
         "b i32 positions (4 planes for rope_multi), c freq factors, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow, sections",
         "cos/sin of pos·θ_i (YaRN ramp, freq factors) computed in-graph; NORMAL: interleaved pairs (strided Slice + Concat); NEOX/MROPE/IMROPE: halves; VISION: pairs (i, i+n_dims) with per-section theta; the tail beyond n_dims copied. ovkit also builds MROPE (8) and VISION (24), which upstream rejects",
@@ -346,21 +346,21 @@ ENTRIES: tuple[OpEntry, ...] = (
     ),
     # ---------------------------------------------------------------- conv-like, recurrent
     OpEntry(
-        "IM2COL",
+        Op.IM2COL,
         ("im2col",),
         "a kernel, b data, s0, s1, p0, p1, d0, d1, is_2D, dst_type",
         "Pad + constant-index Gather of the patches (+ Convert to dst_type)",
         "Pad + v3::ExtractImagePatches + Reshape/Transpose (op/im2col.cpp)",
     ),
     OpEntry(
-        "SSM_CONV",
+        Op.SSM_CONV,
         ("ssm_conv",),
         "sx [d_conv−1+n_t, d_inner, n_s], c [d_conv, d_inner]",
         "Gather sliding windows · kernel → ReduceSum",
         "depthwise v1::GroupConvolution (op/ssm_conv.cpp)",
     ),
     OpEntry(
-        "GATED_DELTA_NET",
+        Op.GATED_DELTA_NET,
         ("gated_delta_net",),
         "q, k [S, H_k, T, n_s], v [S, H_v, T, n_s], g [1|S, H_v, T, n_s], beta, state [S, S, H_v, n_s], K snapshots",
         "the recurrence unrolled over tokens (decay, delta rule, rank-1 update, readout ·1/√S); output = attention ++ K state snapshots",
@@ -368,9 +368,9 @@ ENTRIES: tuple[OpEntry, ...] = (
         "Rejected: src2 PERMUTE; per-key 'kda' gate (g.ne[0]≠1); K>1 snapshots.",
     ),
     # ---------------------------------------------------------------- misc
-    OpEntry("DIAG", ("diag",), "a [n, 1, ...]", "Multiply(a, Eye)", "Range/Equal/Select (op/diag.cpp)"),
+    OpEntry(Op.DIAG, ("diag",), "a [n, 1, ...]", "Multiply(a, Eye)", "Range/Equal/Select (op/diag.cpp)"),
     OpEntry(
-        "TRI",
+        Op.TRI,
         ("tri",),
         "type (0 upper+diag, 1 upper, 2 lower+diag, 3 lower)",
         "Multiply(a, constant triangle mask)",
@@ -378,7 +378,7 @@ ENTRIES: tuple[OpEntry, ...] = (
     ),
     # ---------------------------------------------------------------- unary
     OpEntry(
-        "UNARY.GELU",
+        Op.GELU,
         ("gelu", "unary"),
         "a",
         "tanh-GELU of f16(x) rounded to f16 (ggml's GGML_GELU_FP16 table), ±10 cut-offs",
@@ -386,34 +386,34 @@ ENTRIES: tuple[OpEntry, ...] = (
         "Deviation: upstream computes ERF-GELU; ggml's GELU is the tanh approximation (ovkit computes ggml's).",
     ),
     OpEntry(
-        "UNARY.SIGMOID",
+        Op.SIGMOID,
         ("sigmoid", "unary"),
         "a",
         "Sigmoid",
         "v0::Sigmoid",
         "Registered twice in op_table.cpp.",
     ),
-    OpEntry("UNARY.SILU", ("silu", "unary"), "a", "x·Sigmoid(x)", "x·Sigmoid(x)"),
+    OpEntry(Op.SILU, ("silu", "unary"), "a", "x·Sigmoid(x)", "x·Sigmoid(x)"),
     OpEntry(
-        "UNARY.SOFTPLUS",
+        Op.SOFTPLUS,
         ("softplus", "unary"),
         "a",
         "x > 20 ? x : log(1 + exp(x)) (ggml's form)",
         "Relu(x) + Log(1 + Exp(−|x|)) (stable form)",
     ),
-    OpEntry("UNARY.TANH", ("tanh", "unary"), "a", "Tanh", "v0::Tanh"),
+    OpEntry(Op.TANH, ("tanh", "unary"), "a", "Tanh", "v0::Tanh"),
     OpEntry(
-        "UNARY.EXP",
+        Op.EXP,
         ("exp", "unary"),
         "a",
         "Exp",
         "v0::Exp",
         "Rejected with an f32 output (test-backend-ops feeds x∈[-150,150] and exp overflows).",
     ),
-    OpEntry("UNARY.NEG", ("neg", "unary"), "a", "Negative", "v0::Negative"),
+    OpEntry(Op.NEG, ("neg", "unary"), "a", "Negative", "v0::Negative"),
     # ---------------------------------------------------------------- GLU
     OpEntry(
-        "GLU.SWIGLU",
+        Op.SWIGLU,
         ("swiglu", "swiglu_swapped", "swiglu_split", "glu", "glu_split"),
         "a [, b], swapped",
         "silu(x0)·x1; one input: halves of ⌊ne0/2⌋ (exchanged when swapped)",
@@ -421,7 +421,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "Rejected: single input with odd ne0 ('triggers bug in ov gpu').",
     ),
     OpEntry(
-        "GLU.SWIGLU_OAI",
+        Op.SWIGLU_OAI,
         ("swiglu_oai",),
         "a, b, alpha, limit",
         "x=min(a, limit); x·σ(alpha·x)·(clamp(b, −limit, limit) + 1)",
@@ -429,7 +429,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         "Same single-input rule as SWIGLU.",
     ),
     OpEntry(
-        "GLU.GEGLU",
+        Op.GEGLU,
         ("geglu", "geglu_swapped", "geglu_split", "glu", "glu_split"),
         "a [, b], swapped",
         "ggml GELU(x0)·x1 (f16-table tanh GELU)",
@@ -440,99 +440,99 @@ ENTRIES: tuple[OpEntry, ...] = (
     *(
         _ovkit_only(key, builders, params, openvino, *notes)
         for key, builders, params, openvino, *notes in (
-            ("SIN", ("sin",), "a", "Sin"),
-            ("COS", ("cos",), "a", "Cos"),
-            ("LOG", ("log",), "a", "Log"),
-            ("LEAKY_RELU", ("leaky_relu",), "a, negative_slope, inplace", "Select(x > 0, x, slope·x)"),
-            ("SUM", ("sum",), "a", "ReduceSum over every axis → [1]"),
-            ("MEAN", ("mean",), "a", "ReduceMean(axis ne0, keep_dims)"),
+            (Op.SIN, ("sin",), "a", "Sin"),
+            (Op.COS, ("cos",), "a", "Cos"),
+            (Op.LOG, ("log",), "a", "Log"),
+            (Op.LEAKY_RELU, ("leaky_relu",), "a, negative_slope, inplace", "Select(x > 0, x, slope·x)"),
+            (Op.SUM, ("sum",), "a", "ReduceSum over every axis → [1]"),
+            (Op.MEAN, ("mean",), "a", "ReduceMean(axis ne0, keep_dims)"),
             (
-                "ARGMAX",
+                Op.ARGMAX,
                 ("argmax",),
                 "a (matrix)",
                 "TopK(k=1, MAX, stable) of the reversed row (ties: the last max, as ggml)",
             ),
-            ("UNARY.ABS", ("abs", "unary"), "a", "Abs"),
-            ("UNARY.SGN", ("sgn", "unary"), "a", "Sign"),
-            ("UNARY.STEP", ("step", "unary"), "a", "Convert(x > 0)"),
-            ("UNARY.ELU", ("elu", "unary"), "a", "Select(x > 0, x, exp(x) − 1)"),
-            ("UNARY.RELU", ("relu", "unary"), "a", "Relu"),
+            (Op.ABS, ("abs", "unary"), "a", "Abs"),
+            (Op.SGN, ("sgn", "unary"), "a", "Sign"),
+            (Op.STEP, ("step", "unary"), "a", "Convert(x > 0)"),
+            (Op.ELU, ("elu", "unary"), "a", "Select(x > 0, x, exp(x) − 1)"),
+            (Op.RELU, ("relu", "unary"), "a", "Relu"),
             (
-                "UNARY.GELU_QUICK",
+                Op.GELU_QUICK,
                 ("gelu_quick", "unary"),
                 "a",
                 "x·σ(1.702·x) of f16(x) rounded to f16 (ggml's GGML_GELU_QUICK_FP16 table)",
             ),
-            ("UNARY.GELU_ERF", ("gelu_erf", "unary"), "a", "0.5·x·(1 + Erf(x/√2))"),
-            ("UNARY.HARDSWISH", ("hardswish", "unary"), "a", "x·min(1, max(0, (x + 3)/6))"),
-            ("UNARY.HARDSIGMOID", ("hardsigmoid", "unary"), "a", "min(1, max(0, (x + 3)/6))"),
-            ("UNARY.EXPM1", ("expm1", "unary"), "a", "exp(x) − 1"),
-            ("UNARY.FLOOR", ("floor", "unary"), "a", "Floor"),
-            ("UNARY.CEIL", ("ceil", "unary"), "a", "Ceiling"),
-            ("UNARY.ROUND", ("round", "unary"), "a", "Round(half_away_from_zero), C roundf"),
-            ("UNARY.TRUNC", ("trunc", "unary"), "a", "Select(x < 0, Ceiling, Floor)"),
+            (Op.GELU_ERF, ("gelu_erf", "unary"), "a", "0.5·x·(1 + Erf(x/√2))"),
+            (Op.HARDSWISH, ("hardswish", "unary"), "a", "x·min(1, max(0, (x + 3)/6))"),
+            (Op.HARDSIGMOID, ("hardsigmoid", "unary"), "a", "min(1, max(0, (x + 3)/6))"),
+            (Op.EXPM1, ("expm1", "unary"), "a", "exp(x) − 1"),
+            (Op.FLOOR, ("floor", "unary"), "a", "Floor"),
+            (Op.CEIL, ("ceil", "unary"), "a", "Ceiling"),
+            (Op.ROUND, ("round", "unary"), "a", "Round(half_away_from_zero), C roundf"),
+            (Op.TRUNC, ("trunc", "unary"), "a", "Select(x < 0, Ceiling, Floor)"),
             (
-                "CONV_2D",
+                Op.CONV_2D,
                 ("conv_2d_direct",),
                 "a kernel [KW, KH, IC, OC], b [W, H, IC, N], s0, s1, p0, p1, d0, d1",
                 "Pad/crop to ggml's output size + Convolution (f16 kernel: input taps rounded to f16)",
             ),
             (
-                "CONV_2D_DW",
+                Op.CONV_2D_DW,
                 ("conv_2d_dw_direct",),
                 "a kernel [KW, KH, 1, C], b [W, H, C, N], stride0/1, pad0/1, dilation0/1",
                 "Pad/crop + GroupConvolution (C groups)",
             ),
             (
-                "CONV_3D",
+                Op.CONV_3D,
                 ("conv_3d_direct",),
                 "a [KW, KH, KD, IC·OC], b [W, H, D, IC·N], s0..2, p0..2, d0..2, c, n, oc",
                 "Pad/crop + 3-D Convolution",
             ),
             (
-                "IM2COL_3D",
+                Op.IM2COL_3D,
                 ("im2col_3d",),
                 "a [KW, KH, KD, OC·IC] (shape), b [W, H, D, IC·N], IC, s0..2, p0..2, d0..2, dst_type",
                 "Gather with constant indices (a zero slot for padding taps)",
             ),
             (
-                "CONV_TRANSPOSE_1D",
+                Op.CONV_TRANSPOSE_1D,
                 ("conv_transpose_1d",),
                 "a kernel [K, OC, IC], b [L, IC], s0 (p0 = 0, d0 = 1)",
                 "ConvolutionBackpropData (f16 kernel: input rounded to f16)",
             ),
             (
-                "CONV_TRANSPOSE_2D",
+                Op.CONV_TRANSPOSE_2D,
                 ("conv_transpose_2d_p0",),
                 "a kernel [KW, KH, OC, IC], b [W, H, IC, N], stride",
                 "ConvolutionBackpropData",
             ),
             (
-                "POOL_1D",
+                Op.POOL_1D,
                 ("pool_1d",),
                 "op (0 MAX, 1 AVG), k0, s0, p0",
                 "Gather of the windows (fill −FLT_MAX / 0) + ReduceMax / weighted ReduceSum; AVG over the in-bounds taps",
             ),
             (
-                "POOL_2D",
+                Op.POOL_2D,
                 ("pool_2d",),
                 "op, k0, k1, s0, s1, p0, p1",
                 "Gather of the windows + ReduceMax / weighted ReduceSum; AVG divides by k0·k1 (padding included, as ggml)",
             ),
             (
-                "GLU.REGLU",
+                Op.REGLU,
                 ("reglu", "reglu_swapped", "reglu_split", "glu", "glu_split"),
                 "a [, b], swapped",
                 "relu(x0)·x1",
             ),
             (
-                "GLU.GEGLU_ERF",
+                Op.GEGLU_ERF,
                 ("geglu_erf", "geglu_erf_swapped", "geglu_erf_split", "glu", "glu_split"),
                 "a [, b], swapped",
                 "gelu_erf(x0)·x1",
             ),
             (
-                "GLU.GEGLU_QUICK",
+                Op.GEGLU_QUICK,
                 ("geglu_quick", "geglu_quick_swapped", "geglu_quick_split", "glu", "glu_split"),
                 "a [, b], swapped",
                 "gelu_quick(x0)·x1 (f16 table)",
@@ -540,7 +540,7 @@ ENTRIES: tuple[OpEntry, ...] = (
         )
     ),
     OpEntry(
-        "SOLVE_TRI",
+        Op.SOLVE_TRI,
         ("solve_tri",),
         "a (n, n) triangular, b (n, m), left (must be True), lower, uni",
         "none: the policy rejects it (not registered); mode='reference' runs the numpy substitution",

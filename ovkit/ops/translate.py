@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import openvino as ov
 import openvino.opset16 as ops
 
-from ovkit.graph import SHAPE_ONLY_SRCS, VIEW_OPS, GraphError, Tensor, ggml_index_map, round_to
+from ovkit.dtypes import DTYPES, ggml_type
+from ovkit.ir import SHAPE_ONLY_SRCS, VIEW_OPS, GraphError, Op, RopeType, Tensor, ggml_index_map, round_to
+from ovkit.ir import GraphIR as Graph
 from ovkit.ops.reference import (
-    VISION,
     alibi_slopes,
     ax,
     conv_geometry,
@@ -35,26 +36,17 @@ from ovkit.ops.reference import (
     tri_mask,
 )
 
-if TYPE_CHECKING:
-    from ovkit.graph import Graph
-
 Out = Any  # an openvino Output/Node
 TranslateFn = Callable[[Tensor, list[Any]], Any]
 
-OV_TYPE: dict[str, Any] = {
-    "f32": ov.Type.f32,
-    "f16": ov.Type.f16,
-    "bf16": ov.Type.bf16,
-    "i32": ov.Type.i32,
-    "i64": ov.Type.i64,
-}
+OV_TYPE: dict[str, Any] = {n: getattr(ov.Type, str(ggml_type(n).openvino)) for n in DTYPES}
 #: element type of the model's Parameters/Results per ggml type (bf16 crosses as f32).
 BOUNDARY_TYPE: dict[str, Any] = {**OV_TYPE, "bf16": ov.Type.f32}
 
-TRANSLATORS: dict[str, TranslateFn] = {}
+TRANSLATORS: dict[Op, TranslateFn] = {}
 
 
-def translator(*keys: str) -> Callable[[TranslateFn], TranslateFn]:
+def translator(*keys: Op) -> Callable[[TranslateFn], TranslateFn]:
     """Register ``fn`` as the translator of the op-table ``keys``."""
     return register_in(TRANSLATORS, keys)
 
@@ -232,7 +224,7 @@ def build_model(graph: Graph, outputs: Sequence[Tensor], leaves: Sequence[Tensor
         params.append(p)
         values[leaf.id] = ops.convert(p, ov.Type.bf16) if leaf.dtype == "bf16" else p
     named = {p.get_name() for p in params}
-    for t in graph._value_nodes(outputs):
+    for t in graph.value_nodes(outputs):
         if t.id in values:
             continue
         if t.is_leaf:
@@ -287,18 +279,18 @@ def _binary(fn: Callable[[Out, Out], Out]) -> TranslateFn:
     return tr
 
 
-translator("ADD")(_binary(ops.add))
-translator("SUB")(_binary(ops.subtract))
-translator("MUL")(_binary(ops.multiply))
-translator("DIV")(_binary(ops.divide))
+translator(Op.ADD)(_binary(ops.add))
+translator(Op.SUB)(_binary(ops.subtract))
+translator(Op.MUL)(_binary(ops.multiply))
+translator(Op.DIV)(_binary(ops.divide))
 
 
-@translator("ADD1")
+@translator(Op.ADD1)
 def _add1(t: Tensor, xs: list[Out]) -> Out:
     return ops.add(f32(xs[0]), ops.reshape(f32(xs[1]), i64([1, 1, 1, 1]), False))
 
 
-@translator("ADD_ID")
+@translator(Op.ADD_ID)
 def _add_id(t: Tensor, xs: list[Out]) -> Out:
     a, b, ids = xs
     b_t = t.srcs[1]
@@ -309,29 +301,29 @@ def _add_id(t: Tensor, xs: list[Out]) -> Out:
     return ops.add(a, ops.reshape(picked, i64([1, t.ne[2], t.ne[1], t.ne[0]]), False))
 
 
-@translator("SCALE")
+@translator(Op.SCALE)
 def _scale(t: Tensor, xs: list[Out]) -> Out:
     y = ops.multiply(f32(xs[0]), const(t.params["s"]))
     return ops.add(y, const(t.params["b"])) if t.params["b"] != 0.0 else y
 
 
-@translator("SQR")
+@translator(Op.SQR)
 def _sqr(t: Tensor, xs: list[Out]) -> Out:
     x = f32(xs[0])
     return ops.multiply(x, x)
 
 
-@translator("SQRT")
+@translator(Op.SQRT)
 def _sqrt(t: Tensor, xs: list[Out]) -> Out:
     return ops.sqrt(f32(xs[0]))
 
 
-@translator("CLAMP")
+@translator(Op.CLAMP)
 def _clamp(t: Tensor, xs: list[Out]) -> Out:
     return ops.minimum(ops.maximum(f32(xs[0]), const(t.params["min"])), const(t.params["max"]))
 
 
-@translator("FILL")
+@translator(Op.FILL)
 def _fill(t: Tensor, xs: list[Out]) -> Out:
     return ops.broadcast(const(t.params["c"]), i64(list(reversed(t.ne))))
 
@@ -423,7 +415,7 @@ UNARY_FNS: dict[str, Callable[[Out], Out]] = {
     "TRUNC": _trunc,
 }
 #: elementwise ops that are their own GGML_OP_* (not unary sub-ops).
-ELEMENTWISE_FNS: dict[str, Callable[[Out], Out]] = {"SIN": ops.sin, "COS": ops.cos, "LOG": ops.log}
+ELEMENTWISE_FNS: dict[Op, Callable[[Out], Out]] = {Op.SIN: ops.sin, Op.COS: ops.cos, Op.LOG: ops.log}
 
 
 def _unary_translator(fn: Callable[[Out], Out]) -> TranslateFn:
@@ -431,12 +423,12 @@ def _unary_translator(fn: Callable[[Out], Out]) -> TranslateFn:
 
 
 for _name, _fn in UNARY_FNS.items():
-    translator(f"UNARY.{_name}")(_unary_translator(_fn))
+    translator(Op[_name])(_unary_translator(_fn))
 for _name, _fn in ELEMENTWISE_FNS.items():
     translator(_name)(_unary_translator(_fn))
 
 
-@translator("LEAKY_RELU")
+@translator(Op.LEAKY_RELU)
 def _leaky_relu(t: Tensor, xs: list[Out]) -> Out:
     x = f32(xs[0])
     return ops.select(_positive(x), x, ops.multiply(x, const(t.params["negative_slope"])))
@@ -451,37 +443,37 @@ def _glu_halves(t: Tensor, xs: list[Out]) -> tuple[Out, Out]:
     return (second, first) if t.params.get("swapped") else (first, second)
 
 
-@translator("GLU.SWIGLU")
+@translator(Op.SWIGLU)
 def _swiglu(t: Tensor, xs: list[Out]) -> Out:
     x0, x1 = _glu_halves(t, xs)
     return ops.multiply(silu(x0), x1)
 
 
-@translator("GLU.GEGLU")
+@translator(Op.GEGLU)
 def _geglu(t: Tensor, xs: list[Out]) -> Out:
     x0, x1 = _glu_halves(t, xs)
     return ops.multiply(ggml_gelu(x0), x1)
 
 
-@translator("GLU.REGLU")
+@translator(Op.REGLU)
 def _reglu(t: Tensor, xs: list[Out]) -> Out:
     x0, x1 = _glu_halves(t, xs)
     return ops.select(_positive(x0), ops.multiply(x0, x1), const(0.0))
 
 
-@translator("GLU.GEGLU_ERF")
+@translator(Op.GEGLU_ERF)
 def _geglu_erf(t: Tensor, xs: list[Out]) -> Out:
     x0, x1 = _glu_halves(t, xs)
     return ops.multiply(gelu_erf(x0), x1)
 
 
-@translator("GLU.GEGLU_QUICK")
+@translator(Op.GEGLU_QUICK)
 def _geglu_quick(t: Tensor, xs: list[Out]) -> Out:
     x0, x1 = _glu_halves(t, xs)
     return ops.multiply(ggml_gelu_quick(x0), x1)
 
 
-@translator("GLU.SWIGLU_OAI")
+@translator(Op.SWIGLU_OAI)
 def _swiglu_oai(t: Tensor, xs: list[Out]) -> Out:
     x0, x1 = _glu_halves(t, xs)
     alpha, limit = t.params["alpha"], t.params["limit"]
@@ -492,12 +484,12 @@ def _swiglu_oai(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- layout
-@translator("CONT")
+@translator(Op.CONT)
 def _cont(t: Tensor, xs: list[Out]) -> Out:
     return reshape4(xs[0], t.ne)
 
 
-@translator("CPY")
+@translator(Op.CPY)
 def _cpy(t: Tensor, xs: list[Out]) -> Out:
     x = xs[0]
     src = t.srcs[0]
@@ -512,7 +504,7 @@ def _weight_f32(src: Tensor, x: Out) -> Out:
     return f32(x)
 
 
-@translator("MUL_MAT")
+@translator(Op.MUL_MAT)
 def _mul_mat(t: Tensor, xs: list[Out]) -> Out:
     a, b = t.srcs[0], t.srcs[1]
     assert a is not None and b is not None
@@ -528,7 +520,7 @@ def _mul_mat(t: Tensor, xs: list[Out]) -> Out:
     return ops.matmul(xb, wa, False, True)
 
 
-@translator("OUT_PROD")
+@translator(Op.OUT_PROD)
 def _out_prod(t: Tensor, xs: list[Out]) -> Out:
     a, b = t.srcs[0], t.srcs[1]
     assert a is not None and b is not None
@@ -537,19 +529,19 @@ def _out_prod(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- layout II
-@translator("CONCAT")
+@translator(Op.CONCAT)
 def _concat(t: Tensor, xs: list[Out]) -> Out:
     return ops.concat([to_type(xs[0], t.dtype), to_type(xs[1], t.dtype)], ax(t.params["dim"]))
 
 
-@translator("REPEAT")
+@translator(Op.REPEAT)
 def _repeat(t: Tensor, xs: list[Out]) -> Out:
     src = t.srcs[0]
     assert src is not None
     return tile_to(xs[0], src.ne, t.ne)
 
 
-@translator("PAD")
+@translator(Op.PAD)
 def _pad(t: Tensor, xs: list[Out]) -> Out:
     p = t.params
     begin = [p["lp3"], p["lp2"], p["lp1"], p["lp0"]]
@@ -558,7 +550,7 @@ def _pad(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- rows
-@translator("GET_ROWS")
+@translator(Op.GET_ROWS)
 def _get_rows(t: Tensor, xs: list[Out]) -> Out:
     a, b = t.srcs[0], t.srcs[1]
     assert a is not None and b is not None
@@ -577,7 +569,7 @@ def _get_rows(t: Tensor, xs: list[Out]) -> Out:
     return reshape4(ops.gather(rows, idx, i64(0)), t.ne)
 
 
-@translator("SET_ROWS")
+@translator(Op.SET_ROWS)
 def _set_rows(t: Tensor, xs: list[Out]) -> Out:
     b, c = t.srcs[1], t.srcs[2]
     assert b is not None and c is not None
@@ -600,7 +592,7 @@ def _set_rows(t: Tensor, xs: list[Out]) -> Out:
     return ops.scatter_nd_update(dst, coords, rows)
 
 
-@translator("SET")
+@translator(Op.SET)
 def _set(t: Tensor, xs: list[Out]) -> Out:
     b = t.srcs[1]
     assert b is not None
@@ -622,7 +614,7 @@ def _mean_last(x: Out) -> Out:
     return ops.reduce_mean(x, i64([3]), True)
 
 
-@translator("NORM")
+@translator(Op.NORM)
 def _norm(t: Tensor, xs: list[Out]) -> Out:
     x = f32(xs[0])
     centered = ops.subtract(x, _mean_last(x))
@@ -630,36 +622,36 @@ def _norm(t: Tensor, xs: list[Out]) -> Out:
     return ops.divide(centered, ops.sqrt(ops.add(var, const(t.params["eps"]))))
 
 
-@translator("RMS_NORM")
+@translator(Op.RMS_NORM)
 def _rms_norm(t: Tensor, xs: list[Out]) -> Out:
     x = f32(xs[0])
     ms = _mean_last(ops.multiply(x, x))
     return ops.multiply(x, ops.divide(const(1.0), ops.sqrt(ops.add(ms, const(t.params["eps"])))))
 
 
-@translator("L2_NORM")
+@translator(Op.L2_NORM)
 def _l2_norm(t: Tensor, xs: list[Out]) -> Out:
     x = f32(xs[0])
     norm = ops.sqrt(ops.reduce_sum(ops.multiply(x, x), i64([3]), True))
     return ops.multiply(x, ops.divide(const(1.0), ops.maximum(norm, const(t.params["eps"]))))
 
 
-@translator("SUM_ROWS")
+@translator(Op.SUM_ROWS)
 def _sum_rows(t: Tensor, xs: list[Out]) -> Out:
     return ops.reduce_sum(f32(xs[0]), i64([3]), True)
 
 
-@translator("SUM")
+@translator(Op.SUM)
 def _sum(t: Tensor, xs: list[Out]) -> Out:
     return ops.reduce_sum(f32(xs[0]), i64([0, 1, 2, 3]), True)
 
 
-@translator("MEAN")
+@translator(Op.MEAN)
 def _mean(t: Tensor, xs: list[Out]) -> Out:
     return _mean_last(f32(xs[0]))
 
 
-@translator("ARGMAX")
+@translator(Op.ARGMAX)
 def _argmax(t: Tensor, xs: list[Out]) -> Out:
     n = t.srcs[0].ne[0] if t.srcs[0] is not None else 0
     rev = ops.slice(f32(xs[0]), i64([-1]), i64([-(n + 1)]), i64([-1]), i64([3]))  # ties: the last max
@@ -667,46 +659,46 @@ def _argmax(t: Tensor, xs: list[Out]) -> Out:
     return reshape4(ops.subtract(const(n - 1, np.int32), idx), t.ne)
 
 
-@translator("CUMSUM")
+@translator(Op.CUMSUM)
 def _cumsum(t: Tensor, xs: list[Out]) -> Out:
     return ops.cum_sum(f32(xs[0]), i64(3))
 
 
-@translator("ARGSORT")
+@translator(Op.ARGSORT)
 def _argsort(t: Tensor, xs: list[Out]) -> Out:
     mode = "min" if t.params["order"] == 0 else "max"
     topk = ops.topk(f32(xs[0]), i64(t.ne[0]), 3, mode, "value", "i32", stable=True)
     return topk.output(1)
 
 
-@translator("TOP_K")
+@translator(Op.TOP_K)
 def _top_k(t: Tensor, xs: list[Out]) -> Out:
     k = t.params["k"]
     idx = ops.topk(f32(xs[0]), i64(k), 3, "max", "value", "i32", stable=True).output(1)
     return ops.gather(idx, const(top_k_order(k), np.int64), i64(3)) if k > 1 else idx
 
 
-@translator("ROLL")
+@translator(Op.ROLL)
 def _roll(t: Tensor, xs: list[Out]) -> Out:
     shifts = [t.params[f"shift{d}"] for d in (3, 2, 1, 0)]
     return ops.roll(xs[0], i64(shifts), i64([0, 1, 2, 3]))
 
 
-@translator("DIAG")
+@translator(Op.DIAG)
 def _diag(t: Tensor, xs: list[Out]) -> Out:
     n = t.ne[0]
     eye = const(np.eye(n, dtype=np.float32).reshape(1, 1, n, n))
     return ops.multiply(f32(xs[0]), eye)  # [.., 1, n] broadcast over rows
 
 
-@translator("TRI")
+@translator(Op.TRI)
 def _tri(t: Tensor, xs: list[Out]) -> Out:
     mask = tri_mask(t.params["type"], t.ne[0]).astype(np.float32).reshape(1, 1, t.ne[1], t.ne[0])
     return ops.multiply(f32(xs[0]), const(mask))
 
 
 # ---------------------------------------------------------------------------- mul_mat_id
-@translator("MUL_MAT_ID")
+@translator(Op.MUL_MAT_ID)
 def _mul_mat_id(t: Tensor, xs: list[Out]) -> Out:
     as_t, b_t = t.srcs[0], t.srcs[1]
     assert as_t is not None and b_t is not None
@@ -752,7 +744,7 @@ def _softmax_with_sinks(w: Out, sinks: Out | None, ne: Sequence[int], heads_dim:
     return slice_dim(full, 0, 0, ne[0])
 
 
-@translator("SOFT_MAX")
+@translator(Op.SOFT_MAX)
 def _soft_max(t: Tensor, xs: list[Out]) -> Out:
     w = ops.multiply(f32(xs[0]), const(t.params["scale"]))
     mask_t = t.srcs[1]
@@ -765,7 +757,7 @@ def _soft_max(t: Tensor, xs: list[Out]) -> Out:
     return _softmax_with_sinks(w, sinks, t.ne, 1)
 
 
-@translator("FLASH_ATTN_EXT")
+@translator(Op.FLASH_ATTN_EXT)
 def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
     q_t, k_t = t.srcs[0], t.srcs[1]
     assert q_t is not None and k_t is not None
@@ -817,7 +809,7 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- rope
-@translator("ROPE")
+@translator(Op.ROPE)
 def _rope(t: Tensor, xs: list[Out]) -> Out:
     p = t.params
     n_dims = p["n_dims"]
@@ -843,7 +835,7 @@ def _rope(t: Tensor, xs: list[Out]) -> Out:
     x = f32(xs[0])
     ne0 = t.ne[0]
     if p["mode"] & 2 or p["mode"] & 8:  # pairs (i, i + off)
-        off = n_dims if p["mode"] == VISION else n_dims // 2
+        off = n_dims if p["mode"] == RopeType.VISION else n_dims // 2
         x0, x1 = slice_dim(x, 0, 0, pairs), slice_dim(x, 0, off, off + pairs)
         parts = [
             ops.subtract(ops.multiply(x0, cos), ops.multiply(x1, sin)),
@@ -863,7 +855,7 @@ def _rope(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- conv-like
-@translator("IM2COL")
+@translator(Op.IM2COL)
 def _im2col(t: Tensor, xs: list[Out]) -> Out:
     b_t = t.srcs[1]
     assert b_t is not None
@@ -915,12 +907,12 @@ def _direct_conv(t: Tensor, x: Out, w: Out, n: int) -> Out:
     return ops.convolution(xp, w, s, [0] * n, [0] * n, d)
 
 
-@translator("CONV_2D")
+@translator(Op.CONV_2D)
 def _conv_2d(t: Tensor, xs: list[Out]) -> Out:
     return _direct_conv(t, f32(xs[1]), f32(xs[0]), 2)
 
 
-@translator("CONV_2D_DW")
+@translator(Op.CONV_2D_DW)
 def _conv_2d_dw(t: Tensor, xs: list[Out]) -> Out:
     sizes, ks, s, p, d, out = conv_geometry(t, 2)
     w = ops.reshape(f32(xs[0]), i64([t.ne[2], 1, 1, ks[0], ks[1]]), False)
@@ -928,7 +920,7 @@ def _conv_2d_dw(t: Tensor, xs: list[Out]) -> Out:
     return ops.group_convolution(xp, w, s, [0, 0], [0, 0], d)
 
 
-@translator("CONV_3D")
+@translator(Op.CONV_3D)
 def _conv_3d(t: Tensor, xs: list[Out]) -> Out:
     a, b = t.srcs[0], t.srcs[1]
     assert a is not None and b is not None
@@ -938,13 +930,13 @@ def _conv_3d(t: Tensor, xs: list[Out]) -> Out:
     return reshape4(_direct_conv(t, x, w, 3), t.ne)
 
 
-@translator("IM2COL_3D")
+@translator(Op.IM2COL_3D)
 def _im2col_3d(t: Tensor, xs: list[Out]) -> Out:
     flat = ops.concat([ops.reshape(f32(xs[1]), i64([-1]), False), const([0.0])], 0)
     return reshape4(ops.gather(flat, const(im2col_3d_index(t), np.int64), i64(0)), t.ne)
 
 
-@translator("CONV_TRANSPOSE_1D")
+@translator(Op.CONV_TRANSPOSE_1D)
 def _conv_transpose_1d(t: Tensor, xs: list[Out]) -> Out:
     a, b = t.srcs[0], t.srcs[1]
     assert a is not None and b is not None
@@ -958,7 +950,7 @@ def _conv_transpose_1d(t: Tensor, xs: list[Out]) -> Out:
     )
 
 
-@translator("CONV_TRANSPOSE_2D")
+@translator(Op.CONV_TRANSPOSE_2D)
 def _conv_transpose_2d(t: Tensor, xs: list[Out]) -> Out:
     a = t.srcs[0]
     assert a is not None
@@ -971,7 +963,7 @@ def _conv_transpose_2d(t: Tensor, xs: list[Out]) -> Out:
     )
 
 
-@translator("POOL_1D", "POOL_2D")
+@translator(Op.POOL_1D, Op.POOL_2D)
 def _pool(t: Tensor, xs: list[Out]) -> Out:
     a = t.srcs[0]
     assert a is not None
@@ -999,7 +991,7 @@ def _pool(t: Tensor, xs: list[Out]) -> Out:
     return reshape4(ops.reduce_sum(ops.multiply(win, const(weights)), axes, False), t.ne)
 
 
-@translator("SSM_CONV")
+@translator(Op.SSM_CONV)
 def _ssm_conv(t: Tensor, xs: list[Out]) -> Out:
     c_t = t.srcs[1]
     assert c_t is not None
@@ -1014,7 +1006,7 @@ def _ssm_conv(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- gated delta net
-@translator("GATED_DELTA_NET")
+@translator(Op.GATED_DELTA_NET)
 def _gated_delta_net(t: Tensor, xs: list[Out]) -> Out:
     """The recurrence unrolled over tokens (static n_tokens), all heads and sequences at once."""
     q_t, v_t, g_t = t.srcs[0], t.srcs[2], t.srcs[3]

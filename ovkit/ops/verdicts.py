@@ -21,8 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ovkit import graph as ggml_graph
-from ovkit.ops.policy import TYPE_LAYOUT, OpInfo, Revision, SupportDecision, check_op, contiguous_nb
+from ovkit.dtypes import contiguous_nb, layout
+from ovkit.ir import GLU_OPS as _GLU
+from ovkit.ir import UNARY_OPS as _UNARY
+from ovkit.ir import Op, OpInfo, RopeType
+from ovkit.ops.policy import Revision, SupportDecision, check_op
 
 #: The revision that produced the shipped CSV (see :class:`ovkit.ops.policy.Revision`).
 CSV_REVISION = Revision.V
@@ -92,7 +95,7 @@ def _ne4(ne: Sequence[int]) -> tuple[int, int, int, int]:
 
 def leaf(dtype: str, ne: Sequence[int], name: str = "") -> OpInfo:
     """ggml_new_tensor."""
-    return OpInfo("NONE", dtype, _ne4(ne), name=name)
+    return OpInfo(Op.NONE, dtype, _ne4(ne), name=name)
 
 
 def _base(t: OpInfo) -> OpInfo:
@@ -106,10 +109,12 @@ def view(
     s = t.strides
     nb4 = (s[0], *nb) if nb is not None else s
     offs = offset + (t.view_offs if t.view_src is not None else 0)
-    return OpInfo("VIEW", t.dtype, _ne4(ne), (t,), nb=_ne4(nb4), name=name, view_src=_base(t), view_offs=offs)
+    return OpInfo(
+        Op.VIEW, t.dtype, _ne4(ne), (t,), nb=_ne4(nb4), name=name, view_src=_base(t), view_offs=offs
+    )
 
 
-def permute(t: OpInfo, axes: Sequence[int], op: str = "PERMUTE", name: str = "") -> OpInfo:
+def permute(t: OpInfo, axes: Sequence[int], op: str = Op.PERMUTE, name: str = "") -> OpInfo:
     """ggml_permute(t, a0, a1, a2, a3): dim i of t becomes dim axes[i]."""
     ne, nb = [0] * 4, [0] * 4
     for i, ax in enumerate(axes):
@@ -118,7 +123,7 @@ def permute(t: OpInfo, axes: Sequence[int], op: str = "PERMUTE", name: str = "")
 
 
 def transpose(t: OpInfo, name: str = "") -> OpInfo:
-    return permute(t, (1, 0, 2, 3), op="TRANSPOSE", name=name)
+    return permute(t, (1, 0, 2, 3), op=Op.TRANSPOSE, name=name)
 
 
 def node(
@@ -153,103 +158,103 @@ def _maybe_view(t: OpInfo, v: Any, big: Sequence[int], name: str) -> OpInfo:
 # ----------------------------------------------------------------------------------------------
 # Per-test-case builders (tests/test-backend-ops.cpp constructors)
 
-#: ggml unary and GLU op names (the ggml.h enums as ``ovkit.graph`` mirrors them).
-UNARY_OPS = frozenset(ggml_graph.UNARY_OPS.values())
-GLU_OPS = frozenset(ggml_graph.GLU_OPS.values())
+#: ggml unary and GLU sub-op names (the ggml.h enums).
+UNARY_OPS = frozenset(str(o.sub_op) for o in _UNARY)
+GLU_OPS = frozenset(str(o.sub_op) for o in _GLU)
 #: ggml ops (GGML_OP_*) whose test case's output node is that op (used for ops not registered
 #: upstream: the op-membership gate decides them whatever the graph).
 GGML_OPS = frozenset(
     [
-        "DUP",
-        "ADD",
-        "ADD_ID",
-        "ADD1",
-        "ACC",
-        "SUB",
-        "MUL",
-        "DIV",
-        "SQR",
-        "SQRT",
-        "LOG",
-        "SIN",
-        "COS",
-        "SUM",
-        "SUM_ROWS",
-        "CUMSUM",
-        "MEAN",
-        "ARGMAX",
-        "COUNT_EQUAL",
-        "REPEAT",
-        "REPEAT_BACK",
-        "CONCAT",
-        "SILU_BACK",
-        "NORM",
-        "RMS_NORM",
-        "RMS_NORM_BACK",
-        "GROUP_NORM",
-        "L2_NORM",
-        "MUL_MAT",
-        "MUL_MAT_ID",
-        "OUT_PROD",
-        "SCALE",
-        "SET",
-        "CPY",
-        "CONT",
-        "RESHAPE",
-        "VIEW",
-        "PERMUTE",
-        "TRANSPOSE",
-        "GET_ROWS",
-        "GET_ROWS_BACK",
-        "SET_ROWS",
-        "DIAG",
-        "DIAG_MASK_INF",
-        "DIAG_MASK_ZERO",
-        "SOFT_MAX",
-        "SOFT_MAX_BACK",
-        "ROPE",
-        "ROPE_BACK",
-        "CLAMP",
-        "CONV_TRANSPOSE_1D",
-        "IM2COL",
-        "IM2COL_BACK",
-        "IM2COL_3D",
-        "CONV_2D",
-        "CONV_3D",
-        "CONV_2D_DW",
-        "CONV_TRANSPOSE_2D",
-        "POOL_1D",
-        "POOL_2D",
-        "POOL_2D_BACK",
-        "UPSCALE",
-        "PAD",
-        "PAD_REFLECT_1D",
-        "ROLL",
-        "ARANGE",
-        "TIMESTEP_EMBEDDING",
-        "ARGSORT",
-        "TOP_K",
-        "LEAKY_RELU",
-        "TRI",
-        "FILL",
-        "FLASH_ATTN_EXT",
-        "FLASH_ATTN_BACK",
-        "SSM_CONV",
-        "SSM_SCAN",
-        "WIN_PART",
-        "WIN_UNPART",
-        "GET_REL_POS",
-        "ADD_REL_POS",
-        "RWKV_WKV6",
-        "GATED_LINEAR_ATTN",
-        "RWKV_WKV7",
-        "SOLVE_TRI",
-        "GATED_DELTA_NET",
-        "CROSS_ENTROPY_LOSS",
-        "CROSS_ENTROPY_LOSS_BACK",
-        "OPT_STEP_ADAMW",
-        "OPT_STEP_SGD",
-        "COL2IM_1D",
+        Op.DUP,
+        Op.ADD,
+        Op.ADD_ID,
+        Op.ADD1,
+        Op.ACC,
+        Op.SUB,
+        Op.MUL,
+        Op.DIV,
+        Op.SQR,
+        Op.SQRT,
+        Op.LOG,
+        Op.SIN,
+        Op.COS,
+        Op.SUM,
+        Op.SUM_ROWS,
+        Op.CUMSUM,
+        Op.MEAN,
+        Op.ARGMAX,
+        Op.COUNT_EQUAL,
+        Op.REPEAT,
+        Op.REPEAT_BACK,
+        Op.CONCAT,
+        Op.SILU_BACK,
+        Op.NORM,
+        Op.RMS_NORM,
+        Op.RMS_NORM_BACK,
+        Op.GROUP_NORM,
+        Op.L2_NORM,
+        Op.MUL_MAT,
+        Op.MUL_MAT_ID,
+        Op.OUT_PROD,
+        Op.SCALE,
+        Op.SET,
+        Op.CPY,
+        Op.CONT,
+        Op.RESHAPE,
+        Op.VIEW,
+        Op.PERMUTE,
+        Op.TRANSPOSE,
+        Op.GET_ROWS,
+        Op.GET_ROWS_BACK,
+        Op.SET_ROWS,
+        Op.DIAG,
+        Op.DIAG_MASK_INF,
+        Op.DIAG_MASK_ZERO,
+        Op.SOFT_MAX,
+        Op.SOFT_MAX_BACK,
+        Op.ROPE,
+        Op.ROPE_BACK,
+        Op.CLAMP,
+        Op.CONV_TRANSPOSE_1D,
+        Op.IM2COL,
+        Op.IM2COL_BACK,
+        Op.IM2COL_3D,
+        Op.CONV_2D,
+        Op.CONV_3D,
+        Op.CONV_2D_DW,
+        Op.CONV_TRANSPOSE_2D,
+        Op.POOL_1D,
+        Op.POOL_2D,
+        Op.POOL_2D_BACK,
+        Op.UPSCALE,
+        Op.PAD,
+        Op.PAD_REFLECT_1D,
+        Op.ROLL,
+        Op.ARANGE,
+        Op.TIMESTEP_EMBEDDING,
+        Op.ARGSORT,
+        Op.TOP_K,
+        Op.LEAKY_RELU,
+        Op.TRI,
+        Op.FILL,
+        Op.FLASH_ATTN_EXT,
+        Op.FLASH_ATTN_BACK,
+        Op.SSM_CONV,
+        Op.SSM_SCAN,
+        Op.WIN_PART,
+        Op.WIN_UNPART,
+        Op.GET_REL_POS,
+        Op.ADD_REL_POS,
+        Op.RWKV_WKV6,
+        Op.GATED_LINEAR_ATTN,
+        Op.RWKV_WKV7,
+        Op.SOLVE_TRI,
+        Op.GATED_DELTA_NET,
+        Op.CROSS_ENTROPY_LOSS,
+        Op.CROSS_ENTROPY_LOSS_BACK,
+        Op.OPT_STEP_ADAMW,
+        Op.OPT_STEP_SGD,
+        Op.COL2IM_1D,
         # newer ggml ops (after the reference test-backend-ops source)
         "DSV4_HC_PRE",
         "DSV4_HC_POST",
@@ -273,7 +278,7 @@ def _unary(name: str) -> Builder:
         a = leaf(t, ne, "a")
         if p.get("v", 0) & 1:
             a = _maybe_view(a, 1, (ne[0] * 3, ne[1] * 2, ne[2] * 5, ne[3] * 4), "view_of_a")
-        return node("UNARY", t, ne, (a,), sub_op=name)
+        return node(Op.UNARY, t, ne, (a,), sub_op=name)
 
     return build
 
@@ -286,9 +291,9 @@ def _glu(name: str) -> Builder:
         if p.get("split") or name == "SWIGLU_OAI":
             b = _maybe_view(leaf(t, ne, "b"), p.get("v", 0) & 1, big, "view_of_b")
             extra = {"alpha": p["alpha"], "limit": p["limit"]} if name == "SWIGLU_OAI" else {}
-            return node("GLU", t, ne, (a, b), sub_op=name, swapped=False, **extra)
+            return node(Op.GLU, t, ne, (a, b), sub_op=name, swapped=False, **extra)
         out_ne = (ne[0] // 2, ne[1], ne[2], ne[3])
-        return node("GLU", t, out_ne, (a, None), sub_op=name, swapped=bool(p.get("swapped", 0)))
+        return node(Op.GLU, t, out_ne, (a, None), sub_op=name, swapped=bool(p.get("swapped", 0)))
 
     return build
 
@@ -324,7 +329,7 @@ def _add_id(p: dict[str, Any]) -> OpInfo:
     ids = leaf("i32", (p["n_experts"], p["n_token"]))
     if p["n_experts_used"] != p["n_experts"]:
         ids = view(ids, (p["n_experts_used"], p["n_token"]), ids.strides[1:], "view_of_ids")
-    return node("ADD_ID", p["type_a"], a.ne, (a, b, ids))
+    return node(Op.ADD_ID, p["type_a"], a.ne, (a, b, ids))
 
 
 def _same(op: str, **fixed: Any) -> Builder:
@@ -341,7 +346,7 @@ def _same(op: str, **fixed: Any) -> Builder:
 
 def _argsort(p: dict[str, Any]) -> OpInfo:
     a = leaf(p["type"], p["ne"], "a")
-    return node("ARGSORT", "i32", p["ne"], (a,), order=p["order"])
+    return node(Op.ARGSORT, "i32", p["ne"], (a,), order=p["order"])
 
 
 def _concat(p: dict[str, Any]) -> OpInfo:
@@ -352,7 +357,7 @@ def _concat(p: dict[str, Any]) -> OpInfo:
     b = _maybe_view(leaf(t, ne_b, "b"), v & 2, (ne_b[0] * 3, ne_b[1] * 2, ne_b[2] * 4, ne_b[3]), "view_of_b")
     out = list(ne_a)
     out[dim] += p["ne_b_d"]
-    return node("CONCAT", t, out, (a, b), dim=dim)
+    return node(Op.CONCAT, t, out, (a, b), dim=dim)
 
 
 def _cont(p: dict[str, Any]) -> OpInfo:
@@ -364,7 +369,7 @@ def _cont(p: dict[str, Any]) -> OpInfo:
         )
     else:
         s = transpose(src, "src_transposed")
-    return node("CONT", p["type"], s.ne, (s,))
+    return node(Op.CONT, p["type"], s.ne, (s,))
 
 
 def _cpy(p: dict[str, Any]) -> OpInfo:
@@ -381,16 +386,16 @@ def _cpy(p: dict[str, Any]) -> OpInfo:
         dst = leaf(p["type_dst"], dst_ne, "dst")
         if sum(p["permute_dst"]) > 0:
             dst = permute(dst, p["permute_dst"], name="dst_permuted")
-    return node("CPY", p["type_dst"], dst.ne, (src, dst), inplace_of=dst)
+    return node(Op.CPY, p["type_dst"], dst.ne, (src, dst), inplace_of=dst)
 
 
 def _diag(p: dict[str, Any]) -> OpInfo:
     ne = p["ne"]
-    return node("DIAG", p["type"], (ne[0], ne[0], ne[2], ne[3]), (leaf(p["type"], ne, "a"),))
+    return node(Op.DIAG, p["type"], (ne[0], ne[0], ne[2], ne[3]), (leaf(p["type"], ne, "a"),))
 
 
 def _pad_blck(n: int, dtype: str) -> int:
-    blck = TYPE_LAYOUT.get(dtype.lower(), (1, 1))[0]
+    blck = layout(dtype)[0]
     return (n + blck - 1) // blck * blck
 
 
@@ -426,7 +431,7 @@ def _flash_attn(p: dict[str, Any]) -> OpInfo:
         srcs.append(s)
     scale = 1.0 / (p["hsk"] ** 0.5)
     out_ne = (v.ne[0], q.ne[2], q.ne[1], q.ne[3])
-    return node("FLASH_ATTN_EXT", "f32", out_ne, srcs, scale=scale, max_bias=p["max_bias"],
+    return node(Op.FLASH_ATTN_EXT, "f32", out_ne, srcs, scale=scale, max_bias=p["max_bias"],
                 logit_softcap=p["logit_softcap"])  # fmt: skip
 
 
@@ -443,11 +448,11 @@ def _gdn(p: dict[str, Any]) -> OpInfo:
     g = leaf(t, (S if p["kda"] else 1, H * vr, T, N), "g")
     beta = leaf(t, (1, H * vr, T, N), "beta")
     state = leaf(t, (S, S, H * vr, N), "state")
-    q = node("L2_NORM", t, q.ne, (q,), name="")
-    k = node("L2_NORM", t, k.ne, (k,), name="")
+    q = node(Op.L2_NORM, t, q.ne, (q,), name="")
+    k = node(Op.L2_NORM, t, k.ne, (k,), name="")
     # output: attention scores then K state snapshots, packed in one tensor (shape not gated)
     out_ne = (S * H * vr, T * N + S * p["K"], 1, 1)
-    return node("GATED_DELTA_NET", "f32", out_ne, (q, k, v, g, beta, state), K=p["K"])
+    return node(Op.GATED_DELTA_NET, "f32", out_ne, (q, k, v, g, beta, state), K=p["K"])
 
 
 def _get_rows(p: dict[str, Any]) -> OpInfo:
@@ -457,7 +462,7 @@ def _get_rows(p: dict[str, Any]) -> OpInfo:
     if p["v"]:
         rows = view(rows, (r // 2, be1, be2), rows.strides[1:], "view_of_rows")
     out_t = "i32" if t == "i32" else "f32"
-    return node("GET_ROWS", out_t, (n, rows.ne[0], rows.ne[1], rows.ne[2]), (a, rows))
+    return node(Op.GET_ROWS, out_t, (n, rows.ne[0], rows.ne[1], rows.ne[2]), (a, rows))
 
 
 def _conv_out(ins: int, ks: int, s: int, p: int, d: int) -> int:
@@ -474,7 +479,7 @@ def _im2col(p: dict[str, Any]) -> OpInfo:
     else:
         ow = _conv_out(inp.ne[0], ker.ne[0], p["s0"], p["p0"], p["d0"])
         ne = (ker.ne[1] * ker.ne[0], ow, inp.ne[2], 1)
-    return node("IM2COL", p["dst_type"], ne, (ker, inp))
+    return node(Op.IM2COL, p["dst_type"], ne, (ker, inp))
 
 
 def _norm_like(op: str) -> Builder:
@@ -507,10 +512,10 @@ def _mul_mat(p: dict[str, Any]) -> OpInfo:
             a = view(a, (k, m, bs[0], bs[1]), a.strides[1:], "a")
             b = view(b, (k, n, bs[0] * nr[0], bs[1] * nr[1]), b.strides[1:], "b")
     out_ne = (a.ne[1], b.ne[1], b.ne[2], b.ne[3])
-    out = node("MUL_MAT", "f32", out_ne, (a, b))
+    out = node(Op.MUL_MAT, "f32", out_ne, (a, b))
     if p.get("o", 1) > 1:  # o outputs summed: the output node is an ADD of two MUL_MATs
-        out2 = node("MUL_MAT", "f32", out_ne, (a, b), name="out2")
-        out = node("ADD", "f32", out_ne, (node("MUL_MAT", "f32", out_ne, (a, b)), out2))
+        out2 = node(Op.MUL_MAT, "f32", out_ne, (a, b), name="out2")
+        out = node(Op.ADD, "f32", out_ne, (node(Op.MUL_MAT, "f32", out_ne, (a, b)), out2))
     return out
 
 
@@ -521,7 +526,7 @@ def _mul_mat_id(p: dict[str, Any]) -> OpInfo:
     if n_used != n_mats:
         ids = view(ids, (n_used, n), ids.strides[1:], "view_of_ids")
     b = leaf(p["type_b"], (k, 1 if p["b"] else n_used, n), "b")
-    return node("MUL_MAT_ID", "f32", (m, n_used, n, 1), (as_, b, ids))
+    return node(Op.MUL_MAT_ID, "f32", (m, n_used, n, 1), (as_, b, ids))
 
 
 def _pad(p: dict[str, Any]) -> OpInfo:
@@ -536,13 +541,13 @@ def _pad(p: dict[str, Any]) -> OpInfo:
     else:
         pads = [(0, p["pad_0"]), (0, p["pad_1"]), (0, 0), (0, 0)]
     out = [a.ne[i] + pads[i][0] + pads[i][1] for i in range(4)]
-    return node("PAD", t, out, (a,), circular=bool(p.get("circular", 0)))
+    return node(Op.PAD, t, out, (a,), circular=bool(p.get("circular", 0)))
 
 
 def _repeat(p: dict[str, Any]) -> OpInfo:
     t, ne, nr = p["type"], p["ne"], p["nr"]
     src = leaf(t, ne, "src")
-    return node("REPEAT", t, [ne[i] * nr[i] for i in range(4)], (src,))
+    return node(Op.REPEAT, t, [ne[i] * nr[i] for i in range(4)], (src,))
 
 
 def _rope(op: str) -> Builder:
@@ -555,7 +560,7 @@ def _rope(op: str) -> Builder:
         elif v == 2:
             big = leaf(t, (ne[0] * 2, ne[1], ne[2], ne[3]), "a")
             a = view(big, ne, big.strides[1:], "view_of_a", ne[0] * big.strides[0])
-        is_mrope, is_vision = bool(mode & 8), mode == 24
+        is_mrope, is_vision = bool(mode & RopeType.MROPE), mode == RopeType.VISION
         pos = leaf("i32", (ne[2] * 4 if (is_mrope or is_vision) else ne[2],), "pos")
         freq = leaf("f32", (n_dims // 2,), "freq") if p["ff"] else None
         nd = n_dims // 2 if (is_mrope and is_vision) else n_dims
@@ -571,7 +576,7 @@ def _set(p: dict[str, Any]) -> OpInfo:
     dst = leaf(p["type_dst"], ne_dst, "dst")
     offset = sum(((ne_dst[i] - p["ne"][i]) // 2) * dst.strides[i] for i in range(p["dim"]))
     nb = src.strides
-    return node("SET", p["type_dst"], dst.ne, (dst, src), inplace_of=dst if p["inplace"] else None,
+    return node(Op.SET, p["type_dst"], dst.ne, (dst, src), inplace_of=dst if p["inplace"] else None,
                 nb1=nb[1], nb2=nb[2], nb3=nb[3], offset=offset)  # fmt: skip
 
 
@@ -585,7 +590,7 @@ def _set_rows(p: dict[str, Any]) -> OpInfo:
     if p["v"]:
         src = view(src, (ne[0], r // 2, ne[2] * n2, ne[3] * n3), src.strides[1:])
         idx = view(idx, (r // 2, ne[2], ne[3]), idx.strides[1:], "view_of_rows")
-    return node("SET_ROWS", t_dst, dst.ne, (src, idx), inplace_of=dst)
+    return node(Op.SET_ROWS, t_dst, dst.ne, (src, idx), inplace_of=dst)
 
 
 def _soft_max(p: dict[str, Any]) -> OpInfo:
@@ -594,13 +599,13 @@ def _soft_max(p: dict[str, Any]) -> OpInfo:
     mask = leaf(p["m_prec"], ne, "mask") if p["mask"] else None
     sinks = leaf("f32", (ne[2] * n2,), "sinks") if p["sinks"] else None
     srcs = (a, mask, sinks) if sinks is not None else (a, mask)
-    return node("SOFT_MAX", t, a.ne, srcs, inplace_of=a if p["inplace"] else None,
+    return node(Op.SOFT_MAX, t, a.ne, srcs, inplace_of=a if p["inplace"] else None,
                 scale=p["scale"], max_bias=p["max_bias"])  # fmt: skip
 
 
 def _ssm_conv(p: dict[str, Any]) -> OpInfo:
     sx, c = leaf(p["type"], p["ne_a"], "a"), leaf(p["type"], p["ne_b"], "b")
-    return node("SSM_CONV", "f32", (c.ne[1], sx.ne[0] - c.ne[0] + 1, sx.ne[2], 1), (sx, c))
+    return node(Op.SSM_CONV, "f32", (c.ne[1], sx.ne[0] - c.ne[0] + 1, sx.ne[2], 1), (sx, c))
 
 
 def _sum_rows(p: dict[str, Any]) -> OpInfo:
@@ -611,7 +616,7 @@ def _sum_rows(p: dict[str, Any]) -> OpInfo:
         a = view(a, (ne[0], ne[1], ne[2] // 2, ne[3] - 1), (nb[1], nb[2] * 2, nb[3]), offset=nb[3])
     if p["permute"]:
         a = permute(a, (0, 2, 3, 1))
-    return node("SUM_ROWS", t, (1, a.ne[1], a.ne[2], a.ne[3]), (a,))
+    return node(Op.SUM_ROWS, t, (1, a.ne[1], a.ne[2], a.ne[3]), (a,))
 
 
 def _mul_mat_hadamard(p: dict[str, Any]) -> OpInfo:
@@ -621,42 +626,42 @@ def _mul_mat_hadamard(p: dict[str, Any]) -> OpInfo:
 BUILDERS: dict[str, Builder] = {
     **{u: _unary(u) for u in UNARY_OPS},
     **{g: _glu(g) for g in GLU_OPS},
-    "ADD": _bin("ADD"),
-    "SUB": _bin("SUB"),
-    "MUL": _bin("MUL"),
-    "DIV": _bin("DIV"),
-    "ADD_ID": _add_id,
-    "ARGSORT": _argsort,
-    "CLAMP": _same("CLAMP", min=0, max=0),
-    "CONCAT": _concat,
-    "CONT": _cont,
-    "CPY": _cpy,
-    "CUMSUM": _same("CUMSUM"),
-    "DIAG": _diag,
-    "FILL": _same("FILL", c=0),
-    "FLASH_ATTN_EXT": _flash_attn,
-    "GATED_DELTA_NET": _gdn,
-    "GET_ROWS": _get_rows,
-    "IM2COL": _im2col,
-    "L2_NORM": _norm_like("L2_NORM"),
-    "NORM": _norm_like("NORM"),
-    "RMS_NORM": _norm_like("RMS_NORM"),
-    "MUL_MAT": _mul_mat,
+    Op.ADD: _bin(Op.ADD),
+    Op.SUB: _bin(Op.SUB),
+    Op.MUL: _bin(Op.MUL),
+    Op.DIV: _bin(Op.DIV),
+    Op.ADD_ID: _add_id,
+    Op.ARGSORT: _argsort,
+    Op.CLAMP: _same(Op.CLAMP, min=0, max=0),
+    Op.CONCAT: _concat,
+    Op.CONT: _cont,
+    Op.CPY: _cpy,
+    Op.CUMSUM: _same(Op.CUMSUM),
+    Op.DIAG: _diag,
+    Op.FILL: _same(Op.FILL, c=0),
+    Op.FLASH_ATTN_EXT: _flash_attn,
+    Op.GATED_DELTA_NET: _gdn,
+    Op.GET_ROWS: _get_rows,
+    Op.IM2COL: _im2col,
+    Op.L2_NORM: _norm_like(Op.L2_NORM),
+    Op.NORM: _norm_like(Op.NORM),
+    Op.RMS_NORM: _norm_like(Op.RMS_NORM),
+    Op.MUL_MAT: _mul_mat,
     "MUL_MAT_HADAMARD": _mul_mat_hadamard,
-    "MUL_MAT_ID": _mul_mat_id,
-    "PAD": _pad,
-    "REPEAT": _repeat,
-    "ROPE": _rope("ROPE"),
-    "ROPE_BACK": _rope("ROPE_BACK"),
-    "SCALE": _same("SCALE", scale=0, bias=0),
-    "SET": _set,
-    "SET_ROWS": _set_rows,
-    "SOFT_MAX": _soft_max,
-    "SQR": _same("SQR"),
-    "SQRT": _same("SQRT"),
-    "SSM_CONV": _ssm_conv,
-    "SUM_ROWS": _sum_rows,
-    "TRI": _same("TRI", tri_type=0),
+    Op.MUL_MAT_ID: _mul_mat_id,
+    Op.PAD: _pad,
+    Op.REPEAT: _repeat,
+    Op.ROPE: _rope(Op.ROPE),
+    Op.ROPE_BACK: _rope(Op.ROPE_BACK),
+    Op.SCALE: _same(Op.SCALE, scale=0, bias=0),
+    Op.SET: _set,
+    Op.SET_ROWS: _set_rows,
+    Op.SOFT_MAX: _soft_max,
+    Op.SQR: _same(Op.SQR),
+    Op.SQRT: _same(Op.SQRT),
+    Op.SSM_CONV: _ssm_conv,
+    Op.SUM_ROWS: _sum_rows,
+    Op.TRI: _same(Op.TRI, tri_type=0),
 }
 
 #: Test cases whose graph is not known.  (Empty for the shipped CSV: DSV4_HC_PRE, DSV4_HC_POST and

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 
 from ovkit.devices import device_class, physical_device_ids
+from ovkit.ir import Op
 from ovkit.runtime import is_simulated
 from ovkit.widgets._html import FallbackReprMixin, error_box, esc, html_table, png_img
 from ovkit.widgets.charts import figure_png
@@ -268,7 +269,7 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
             self.error = error_text(exc)
         ops = list(self.catalogue)
         self.op_dropdown = widgets.Dropdown(
-            options=ops, value=op or ("MUL_MAT" if "MUL_MAT" in ops else ops[0]), description="Op"
+            options=ops, value=op or (Op.MUL_MAT if Op.MUL_MAT in ops else ops[0]), description="Op"
         )
         self.case_dropdown = widgets.Dropdown(description="Case", layout=widgets.Layout(width="640px"))
         self.dtype_dropdown = widgets.Dropdown(options=[AS_CATALOGUE, *FLOAT_DTYPES], description="dtype")

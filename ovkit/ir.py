@@ -1,0 +1,737 @@
+"""The tensor IR every layer shares: the op codes, tensor nodes with ggml's memory layout, views,
+traversals and the errors a graph raises.
+
+Shapes are in NUMPY order at the API (numpy shape ``(ne1, ne0)`` is ggml ``ne = [ne0, ne1]``);
+nodes store ggml's ``ne`` (innermost first, 4 entries). Every tensor records ggml's memory layout:
+a base tensor that owns the memory (``view_src``), a byte offset (``view_offs``) and byte strides
+``nb``. Views, permutes and transposes are NON-CONTIGUOUS exactly as in ggml: a view of a permuted
+tensor indexes the base memory. The builder (``ovkit.graph.Graph``) adds ggml's builder methods on
+top of :class:`GraphIR`; the numpy reference and the OpenVINO translation interpret it.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ovkit.dtypes import NUMPY_DTYPE, TYPE_SIZE, contiguous_nb, layout, norm_type
+
+
+class Op(enum.StrEnum):
+    """One ggml op: the key of every op table (catalogue, policy, reference, translation).
+
+    Members are ggml's own names without prefix: ``Op.ADD`` is ``GGML_OP_ADD``. The sub-ops of
+    ``GGML_OP_UNARY`` and ``GGML_OP_GLU`` are members too, by their ggml name: ``Op.GELU`` is the
+    node (``GGML_OP_UNARY``, ``GGML_UNARY_OP_GELU``) and ``Op.SWIGLU`` is (``GGML_OP_GLU``,
+    ``GGML_GLU_OP_SWIGLU``); their string value is ``"UNARY.GELU"`` / ``"GLU.SWIGLU"``, so
+    ``Op.GELU.parent is Op.UNARY`` and ``Op.GELU.sub_op == "GELU"``. A node stores its ggml op
+    (``Tensor.op``, e.g. ``Op.UNARY``) and sub-op name; ``Tensor.op_key`` is the member here.
+    """
+
+    # ggml_op, in ggml.h order (GGML_OP_NONE = 0 ...)
+    NONE = "NONE"
+    DUP = "DUP"
+    ADD = "ADD"
+    ADD_ID = "ADD_ID"
+    ADD1 = "ADD1"
+    ACC = "ACC"
+    SUB = "SUB"
+    MUL = "MUL"
+    DIV = "DIV"
+    SQR = "SQR"
+    SQRT = "SQRT"
+    LOG = "LOG"
+    SIN = "SIN"
+    COS = "COS"
+    SUM = "SUM"
+    SUM_ROWS = "SUM_ROWS"
+    CUMSUM = "CUMSUM"
+    MEAN = "MEAN"
+    ARGMAX = "ARGMAX"
+    COUNT_EQUAL = "COUNT_EQUAL"
+    REPEAT = "REPEAT"
+    REPEAT_BACK = "REPEAT_BACK"
+    CONCAT = "CONCAT"
+    SILU_BACK = "SILU_BACK"
+    NORM = "NORM"
+    RMS_NORM = "RMS_NORM"
+    RMS_NORM_BACK = "RMS_NORM_BACK"
+    GROUP_NORM = "GROUP_NORM"
+    L2_NORM = "L2_NORM"
+    MUL_MAT = "MUL_MAT"
+    MUL_MAT_ID = "MUL_MAT_ID"
+    OUT_PROD = "OUT_PROD"
+    SCALE = "SCALE"
+    SET = "SET"
+    CPY = "CPY"
+    CONT = "CONT"
+    RESHAPE = "RESHAPE"
+    VIEW = "VIEW"
+    PERMUTE = "PERMUTE"
+    TRANSPOSE = "TRANSPOSE"
+    GET_ROWS = "GET_ROWS"
+    GET_ROWS_BACK = "GET_ROWS_BACK"
+    SET_ROWS = "SET_ROWS"
+    DIAG = "DIAG"
+    DIAG_MASK_INF = "DIAG_MASK_INF"
+    DIAG_MASK_ZERO = "DIAG_MASK_ZERO"
+    SOFT_MAX = "SOFT_MAX"
+    SOFT_MAX_BACK = "SOFT_MAX_BACK"
+    ROPE = "ROPE"
+    ROPE_BACK = "ROPE_BACK"
+    CLAMP = "CLAMP"
+    CONV_TRANSPOSE_1D = "CONV_TRANSPOSE_1D"
+    IM2COL = "IM2COL"
+    IM2COL_BACK = "IM2COL_BACK"
+    IM2COL_3D = "IM2COL_3D"
+    COL2IM_1D = "COL2IM_1D"
+    CONV_2D = "CONV_2D"
+    CONV_3D = "CONV_3D"
+    CONV_2D_DW = "CONV_2D_DW"
+    CONV_TRANSPOSE_2D = "CONV_TRANSPOSE_2D"
+    POOL_1D = "POOL_1D"
+    POOL_2D = "POOL_2D"
+    POOL_2D_BACK = "POOL_2D_BACK"
+    UPSCALE = "UPSCALE"
+    PAD = "PAD"
+    PAD_REFLECT_1D = "PAD_REFLECT_1D"
+    ROLL = "ROLL"
+    ARANGE = "ARANGE"
+    TIMESTEP_EMBEDDING = "TIMESTEP_EMBEDDING"
+    ARGSORT = "ARGSORT"
+    TOP_K = "TOP_K"
+    LEAKY_RELU = "LEAKY_RELU"
+    TRI = "TRI"
+    FILL = "FILL"
+    FLASH_ATTN_EXT = "FLASH_ATTN_EXT"
+    FLASH_ATTN_BACK = "FLASH_ATTN_BACK"
+    SSM_CONV = "SSM_CONV"
+    SSM_SCAN = "SSM_SCAN"
+    WIN_PART = "WIN_PART"
+    WIN_UNPART = "WIN_UNPART"
+    GET_REL_POS = "GET_REL_POS"
+    ADD_REL_POS = "ADD_REL_POS"
+    RWKV_WKV6 = "RWKV_WKV6"
+    GATED_LINEAR_ATTN = "GATED_LINEAR_ATTN"
+    RWKV_WKV7 = "RWKV_WKV7"
+    SOLVE_TRI = "SOLVE_TRI"
+    GATED_DELTA_NET = "GATED_DELTA_NET"
+    UNARY = "UNARY"
+    MAP_CUSTOM1 = "MAP_CUSTOM1"
+    MAP_CUSTOM2 = "MAP_CUSTOM2"
+    MAP_CUSTOM3 = "MAP_CUSTOM3"
+    CUSTOM = "CUSTOM"
+    CROSS_ENTROPY_LOSS = "CROSS_ENTROPY_LOSS"
+    CROSS_ENTROPY_LOSS_BACK = "CROSS_ENTROPY_LOSS_BACK"
+    OPT_STEP_ADAMW = "OPT_STEP_ADAMW"
+    OPT_STEP_SGD = "OPT_STEP_SGD"
+    GLU = "GLU"
+    # ggml_unary_op sub-ops of UNARY, in ggml.h order (GGML_UNARY_OP_ABS = 0 ...)
+    ABS = "UNARY.ABS"
+    SGN = "UNARY.SGN"
+    NEG = "UNARY.NEG"
+    STEP = "UNARY.STEP"
+    TANH = "UNARY.TANH"
+    ELU = "UNARY.ELU"
+    RELU = "UNARY.RELU"
+    SIGMOID = "UNARY.SIGMOID"
+    GELU = "UNARY.GELU"
+    GELU_QUICK = "UNARY.GELU_QUICK"
+    SILU = "UNARY.SILU"
+    HARDSWISH = "UNARY.HARDSWISH"
+    HARDSIGMOID = "UNARY.HARDSIGMOID"
+    EXP = "UNARY.EXP"
+    EXPM1 = "UNARY.EXPM1"
+    SOFTPLUS = "UNARY.SOFTPLUS"
+    GELU_ERF = "UNARY.GELU_ERF"
+    XIELU = "UNARY.XIELU"
+    FLOOR = "UNARY.FLOOR"
+    CEIL = "UNARY.CEIL"
+    ROUND = "UNARY.ROUND"
+    TRUNC = "UNARY.TRUNC"
+    # ggml_glu_op sub-ops of GLU, in ggml.h order (GGML_GLU_OP_REGLU = 0 ...)
+    REGLU = "GLU.REGLU"
+    GEGLU = "GLU.GEGLU"
+    SWIGLU = "GLU.SWIGLU"
+    SWIGLU_OAI = "GLU.SWIGLU_OAI"
+    GEGLU_ERF = "GLU.GEGLU_ERF"
+    GEGLU_QUICK = "GLU.GEGLU_QUICK"
+
+    @property
+    def parent(self) -> Op:
+        """The ggml op of a node of this kind: ``Op.UNARY`` for ``Op.GELU``, else the op itself."""
+        head, _, _ = self.value.partition(".")
+        return Op(head)
+
+    @property
+    def sub_op(self) -> str | None:
+        """The unary/GLU sub-op name (``"GELU"``), None for a plain op."""
+        _, dot, tail = self.value.partition(".")
+        return tail if dot else None
+
+    @property
+    def kind(self) -> str:
+        """``"op"``, or ``"unary"`` / ``"glu"`` for sub-ops."""
+        return self.parent.value.lower() if self.sub_op else "op"
+
+    @property
+    def ggml_name(self) -> str:
+        """``GGML_OP_ADD``, ``GGML_UNARY_OP_GELU``, ``GGML_GLU_OP_SWIGLU``."""
+        sub = self.sub_op
+        return f"GGML_{self.parent.value}_OP_{sub}" if sub else "GGML_OP_" + self.value
+
+    @property
+    def enum_value(self) -> int:
+        """The C enum value: ``GGML_OP_*`` for ops, ``GGML_UNARY_OP_*``/``GGML_GLU_OP_*`` for sub-ops."""
+        return _ENUM_VALUE[self]
+
+    @property
+    def label(self) -> str:
+        """``ADD``, ``UNARY(GELU)``, ``GLU(SWIGLU)``: the op as messages name it."""
+        sub = self.sub_op
+        return f"{self.parent.value}({sub})" if sub else self.value
+
+    @classmethod
+    def of(cls, op: str, sub_op: str | None = None) -> Op:
+        """The member for a ggml op and optional sub-op name (``Op.of("UNARY", "GELU") is Op.GELU``)."""
+        return cls(f"{op}.{sub_op}" if sub_op else op)
+
+    @classmethod
+    def sub_op_named(cls, parent: Op, name: int | str) -> Op | None:
+        """The sub-op of ``parent`` (UNARY or GLU) by ggml enum value or name, None if unknown."""
+        if isinstance(name, int) and not isinstance(name, bool):
+            return _SUB_OPS_BY_ID.get((parent, name))
+        try:
+            return cls(f"{parent.value}.{str(name).upper()}")
+        except ValueError:
+            return None
+
+
+#: The sub-ops of UNARY and of GLU, in ggml enum order.
+UNARY_OPS: tuple[Op, ...] = tuple(o for o in Op if o.parent is Op.UNARY and o.sub_op)
+GLU_OPS: tuple[Op, ...] = tuple(o for o in Op if o.parent is Op.GLU and o.sub_op)
+_PLAIN_OPS: tuple[Op, ...] = tuple(o for o in Op if not o.sub_op)
+_ENUM_VALUE: dict[Op, int] = {
+    **{o: i for i, o in enumerate(_PLAIN_OPS)},
+    **{o: i for i, o in enumerate(UNARY_OPS)},
+    **{o: i for i, o in enumerate(GLU_OPS)},
+}
+_SUB_OPS_BY_ID: dict[tuple[Op, int], Op] = {(o.parent, _ENUM_VALUE[o]): o for o in UNARY_OPS + GLU_OPS}
+
+#: ops whose result is a view of ``src[0]`` (no computation, ggml's view semantics).
+VIEW_OPS: frozenset[Op] = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
+#: sources an op needs only for their shape/type, never their values (op -> src indices).
+SHAPE_ONLY_SRCS: dict[Op, frozenset[int]] = {Op.CPY: frozenset({1}), Op.FILL: frozenset({0})}
+#: ops whose ggml result is a view of one source (the destination they write): op -> src index.
+#: ``op_info`` shows CPY that way (the CPY destination-view gates need it). SET_ROWS is shown as a
+#: plain node: in ovkit's value semantics the KV-cache views an attention reads hang off the
+#: SET_ROWS result, where llama.cpp's views hang off the cache leaf itself; showing it as a view
+#: would make FLASH_ATTN_EXT's "PERMUTE<-VIEW<-base" gate reject the equivalent graph.
+INPLACE_DST: dict[Op, int] = {Op.CPY: 1}
+
+
+class RopeType(enum.IntEnum):
+    """``GGML_ROPE_TYPE_*``: ROPE's ``mode``. MROPE is a bit the VISION and IMROPE modes include."""
+
+    NORMAL = 0
+    NEOX = 2
+    MROPE = 8
+    VISION = 24
+    IMROPE = 40
+
+
+class GraphError(ValueError):
+    """A shape, type or parameter ggml would reject, raised when the op is built."""
+
+
+class UnsupportedOpError(RuntimeError):
+    """The selected device's support policy rejects an op of the graph."""
+
+    def __init__(self, tensor: Tensor, reason: str, device: str) -> None:
+        self.tensor = tensor
+        self.reason = reason
+        self.device = device
+        super().__init__(f"{tensor.describe()} is not supported on {device}: {reason}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes and layout
+# ---------------------------------------------------------------------------------------------
+def ne_str(ne: Sequence[int]) -> str:
+    """``[4, 2, 1, 1]``: ne as messages show it."""
+    return "[" + ", ".join(str(int(d)) for d in ne) + "]"
+
+
+def ne4(shape: Sequence[int]) -> tuple[int, int, int, int]:
+    """ggml ``ne`` (4 entries) of a numpy-order shape."""
+    if len(shape) > 4:
+        raise GraphError(f"ggml tensors have at most 4 dims; got shape {tuple(shape)}")
+    ne = [int(d) for d in reversed(tuple(shape))] + [1] * (4 - len(shape))
+    if any(d < 0 for d in ne):
+        raise GraphError(f"negative dimension in shape {tuple(shape)}")
+    return (ne[0], ne[1], ne[2], ne[3])
+
+
+def packed_nb(ne: Sequence[int], type_size: int) -> tuple[int, int, int, int]:
+    """Byte strides of a contiguous tensor of ``ne`` with elements of ``type_size`` bytes."""
+    nb1 = type_size * ne[0]
+    nb2 = nb1 * ne[1]
+    return (type_size, nb1, nb2, nb2 * ne[2])
+
+
+def n_dims(ne: Sequence[int]) -> int:
+    """``ggml_n_dims``: 1 + the last dim with ne > 1 (at least 1)."""
+    for i in range(3, 0, -1):
+        if ne[i] > 1:
+            return i + 1
+    return 1
+
+
+def shape_of(ne: Sequence[int]) -> tuple[int, ...]:
+    """The numpy shape of ``ne`` as ``ggml.utils.to_numpy`` returns it (trailing 1s of ne dropped)."""
+    return tuple(int(d) for d in reversed(tuple(ne)[: n_dims(ne)]))
+
+
+# ---------------------------------------------------------------------------------------------
+# OpInfo: a node as the support policy sees it
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class OpInfo:
+    """One ggml node as the support policy sees it; constructible without a Graph.
+
+    Fields (stable contract; :meth:`Tensor.op_info` builds one from a graph node):
+
+    - ``op``: ggml op name, upper case without prefix: ``"ADD"``, ``"UNARY"``, ``"GLU"``,
+      ``"NONE"`` (a leaf), ``"VIEW"``, ``"PERMUTE"``, ``"RESHAPE"``, ``"TRANSPOSE"`` ...
+    - ``dtype``: output type, a ggml type name (``"f32"``, ``"f16"``, ``"bf16"``, ``"i32"``,
+      ``"i64"``, ``"q4_0"``, ``"q4_K"``, ``"mxfp4"`` ...; case-insensitive).
+    - ``ne``: output shape in ggml order (innermost first), 4 entries.
+    - ``srcs``: the sources, in ggml ``src[i]`` order, each an ``OpInfo`` (its own ``op`` says
+      what produced it: a ``"PERMUTE"`` source is a permuted tensor), ``None`` for absent
+      optional sources (e.g. a FLASH_ATTN_EXT without mask but with sinks).
+    - ``sub_op``: the unary/GLU op (``"GELU"``, ``"SWIGLU"`` ...) for ``UNARY``/``GLU``, else None.
+    - ``params``: the op's parameters by ggml builder argument name. Keys the gates read:
+      GLU ``swapped``; ROPE ``n_dims``, ``mode``, ``freq_scale``, ``ext_factor``,
+      ``attn_factor``; FLASH_ATTN_EXT ``scale``, ``max_bias``, ``logit_softcap``; SOFT_MAX
+      ``scale``, ``max_bias``; SET ``nb1``, ``nb2``, ``nb3``, ``offset``; GATED_DELTA_NET ``K``
+      (state snapshots, op_params[0]); ARGSORT ``order``.  Missing keys take ggml's defaults.
+    - ``name``: the tensor name (only quirk gates read it).
+    - ``nb``: byte strides (ggml order); ``None`` means contiguous.
+    - ``view_src``: for views (VIEW/PERMUTE/TRANSPOSE/RESHAPE and in-place results) the tensor
+      whose memory this one views (ggml ``view_src``), else None.
+    - ``view_offs``: byte offset of a view into ``view_src`` (ggml ``view_offs``), 0 by default.
+    """
+
+    op: str
+    dtype: str
+    ne: tuple[int, int, int, int]
+    srcs: tuple[OpInfo | None, ...] = ()
+    sub_op: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=True)
+    name: str = ""
+    nb: tuple[int, int, int, int] | None = None
+    view_src: OpInfo | None = None
+    view_offs: int = 0
+
+    def __post_init__(self) -> None:
+        ne = tuple(int(x) for x in self.ne)
+        if len(ne) > 4 or len(ne) == 0:
+            raise ValueError(f"OpInfo.ne must have 1 to 4 entries (ggml order), got {self.ne!r}")
+        object.__setattr__(self, "ne", ne + (1,) * (4 - len(ne)))
+        object.__setattr__(self, "op", str(self.op).upper())
+        if self.sub_op is not None:
+            object.__setattr__(self, "sub_op", str(self.sub_op).upper())
+        object.__setattr__(self, "srcs", tuple(self.srcs))
+
+    @classmethod
+    def leaf(cls, dtype: str, ne: Iterable[int], name: str = "") -> OpInfo:
+        """A leaf (op NONE): an input or a weight."""
+        return cls("NONE", dtype, tuple(ne), name=name)  # type: ignore[arg-type]
+
+    def src(self, i: int) -> OpInfo | None:
+        """``src[i]`` or None when absent."""
+        return self.srcs[i] if i < len(self.srcs) else None
+
+    @property
+    def type(self) -> str:
+        """The canonical (lower-case) output type."""
+        return norm_type(self.dtype)
+
+    @property
+    def label(self) -> str:
+        """``ADD``, ``UNARY(GELU)``, ``GLU(SWIGLU)``: the op as reasons name it."""
+        return f"{self.op}({self.sub_op})" if self.sub_op else self.op
+
+    @property
+    def is_view(self) -> bool:
+        return self.op == Op.VIEW
+
+    @property
+    def is_permute(self) -> bool:
+        return self.op == Op.PERMUTE
+
+    @property
+    def strides(self) -> tuple[int, int, int, int]:
+        """``nb``, or the contiguous strides when ``nb`` is None."""
+        return self.nb if self.nb is not None else contiguous_nb(self.dtype, self.ne)
+
+    @property
+    def nelements(self) -> int:
+        return math.prod(self.ne)
+
+    @property
+    def nbytes(self) -> int:
+        """ggml_nbytes: the byte span the tensor covers."""
+        blck, tsize = layout(self.dtype)
+        nb = self.strides
+        if any(x <= 0 for x in self.ne):
+            return 0
+        if blck == 1:
+            return tsize + sum((self.ne[i] - 1) * nb[i] for i in range(4))
+        return self.ne[0] * nb[0] // blck + sum((self.ne[i] - 1) * nb[i] for i in range(1, 4))
+
+    @property
+    def is_contiguous(self) -> bool:
+        """ggml_is_contiguous (rows and planes packed, innermost dim dense)."""
+        if self.nb is None:
+            return True
+        blck, tsize = layout(self.dtype)
+        nb = self.nb
+        next_nb = tsize
+        if self.ne[0] != blck and nb[0] != next_nb:
+            return False
+        next_nb *= self.ne[0] // blck
+        for i in range(1, 4):
+            if self.ne[i] != 1:
+                if nb[i] != next_nb:
+                    return False
+                next_nb *= self.ne[i]
+        return True
+
+    def param(self, key: str, default: Any = None) -> Any:
+        return self.params.get(key, default)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensors and the node list
+# ---------------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Tensor:
+    """One node of a graph: a leaf (op ``NONE``) or the result of a ggml op."""
+
+    graph: GraphIR = field(repr=False)
+    id: int
+    op: Op
+    ne: tuple[int, int, int, int]
+    dtype: str
+    srcs: tuple[Tensor | None, ...] = ()
+    params: dict[str, Any] = field(default_factory=dict)
+    sub_op: str | None = None
+    name: str = ""
+    nb: tuple[int, int, int, int] = (0, 0, 0, 0)
+    view_src: Tensor | None = field(default=None, repr=False)
+    view_offs: int = 0
+    #: a leaf's constant value (numpy array, or a quantized-weight object), else None.
+    value: Any = field(default=None, repr=False)
+    is_input: bool = False
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Numpy-order shape (``ggml.utils.to_numpy``'s: leading size-1 dims dropped)."""
+        return shape_of(self.ne)
+
+    @property
+    def type_size(self) -> int:
+        return TYPE_SIZE.get(self.dtype, 0)
+
+    @property
+    def nelements(self) -> int:
+        return math.prod(self.ne)
+
+    @property
+    def op_key(self) -> Op:
+        """The op-table key: ``Op.ADD``, or the sub-op member (``Op.GELU``) for UNARY/GLU nodes."""
+        return Op.of(self.op, self.sub_op)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.op == Op.NONE
+
+    @property
+    def is_view(self) -> bool:
+        """True for a VIEW op result (ggml ``op == GGML_OP_VIEW``)."""
+        return self.op == Op.VIEW
+
+    @property
+    def is_permute(self) -> bool:
+        return self.op == Op.PERMUTE
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.dtype not in TYPE_SIZE
+
+    @property
+    def nbytes(self) -> int:
+        """``ggml_nbytes`` for plain types."""
+        if any(d == 0 for d in self.ne):
+            return 0
+        return self.type_size + sum((n - 1) * b for n, b in zip(self.ne, self.nb, strict=True))
+
+    def is_contiguous(self) -> bool:
+        """``ggml_is_contiguous``: rows packed, size-1 dims ignored."""
+        nxt = self.type_size
+        if self.ne[0] != 1 and self.nb[0] != nxt:
+            return False
+        nxt *= self.ne[0]
+        for i in range(1, 4):
+            if self.ne[i] != 1:
+                if self.nb[i] != nxt:
+                    return False
+                nxt *= self.ne[i]
+        return True
+
+    def is_transposed(self) -> bool:
+        """``ggml_is_transposed``: nb[0] > nb[1]."""
+        return self.nb[0] > self.nb[1]
+
+    def is_permuted(self) -> bool:
+        """``ggml_is_permuted``: strides not in increasing order."""
+        return self.nb[0] > self.nb[1] or self.nb[1] > self.nb[2] or self.nb[2] > self.nb[3]
+
+    @property
+    def base(self) -> Tensor:
+        """The tensor that owns this tensor's memory (itself when not a view)."""
+        return self.view_src if self.view_src is not None else self
+
+    def describe(self) -> str:
+        sub = f"({self.sub_op})" if self.sub_op else ""
+        label = f" {self.name!r}" if self.name else ""
+        return f"{self.op.value}{sub}{label} {self.dtype}{list(self.ne)}"
+
+    def set_name(self, name: str) -> Tensor:
+        """``ggml_set_name``; returns the tensor for chaining."""
+        self.name = name
+        self.graph._edited()
+        return self
+
+    def op_info(self) -> OpInfo:
+        """This node as an :class:`OpInfo` (sources and view source included).
+
+        Built iteratively (no recursion limit on deep graphs) and cached per graph; the cache is
+        dropped whenever a node is edited after creation (sinks, precision, name).
+        """
+        cache = self.graph._info_cache
+        if self.id in cache:
+            return cache[self.id]
+        stack: list[tuple[Tensor, bool]] = [(self, False)]
+        while stack:
+            t, ready = stack.pop()
+            if t.id in cache:
+                continue
+            deps = [s for s in t.srcs if s is not None] + ([t.view_src] if t.view_src is not None else [])
+            if not ready:
+                stack.append((t, True))
+                stack.extend((d, False) for d in deps if d.id not in cache)
+                continue
+            view_src, view_offs, nb = t.view_src, t.view_offs, t.nb
+            dst = t.srcs[INPLACE_DST[t.op]] if t.op in INPLACE_DST else None
+            if dst is not None:  # ggml returns a view of the destination (ggml_view_tensor)
+                view_src, view_offs, nb = dst.base, dst.view_offs, dst.nb
+                if dst.base.id not in cache:
+                    stack.extend([(t, True), (dst.base, False)])
+                    continue
+            cache[t.id] = OpInfo(
+                op=t.op.value,
+                dtype=t.dtype,
+                ne=t.ne,
+                srcs=tuple(cache[s.id] if s is not None else None for s in t.srcs),
+                sub_op=t.sub_op,
+                params=dict(t.params),
+                name=t.name,
+                nb=nb,
+                view_src=cache[view_src.id] if view_src is not None else None,
+                view_offs=view_offs,
+            )
+        return cache[self.id]
+
+
+class GraphIR:
+    """A graph's nodes in build order (a topological order) and the walks over them."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Tensor] = []
+        self._names: set[str] = set()
+        self._info_cache: dict[int, OpInfo] = {}  # Tensor.op_info() results (cleared on edits)
+
+    def _edited(self) -> None:
+        """A node changed after creation: derived views of the graph are stale."""
+        self._info_cache.clear()
+
+    def _new(
+        self,
+        op: Op | str,
+        ne: Sequence[int],
+        dtype: str,
+        srcs: Sequence[Tensor | None] = (),
+        params: Mapping[str, Any] | None = None,
+        sub_op: str | None = None,
+        *,
+        view_of: Tensor | None = None,
+        nb: Sequence[int] | None = None,
+        offset: int = 0,
+    ) -> Tensor:
+        """Append a node (``view_of``: the tensor whose memory it views, with strides ``nb``)."""
+        code = Op(op)
+        ne4_ = (int(ne[0]), int(ne[1]), int(ne[2]), int(ne[3]))
+        if any(d < 0 for d in ne4_):
+            raise GraphError(f"{code.value}: negative dimension in result ne {ne_str(ne4_)}")
+        for s in srcs:
+            if s is not None and s.graph is not self:
+                raise GraphError(f"{code.value}: operand {s.describe()} belongs to another Graph")
+        t = Tensor(
+            graph=self,
+            id=len(self.nodes),
+            op=code,
+            ne=ne4_,
+            dtype=dtype,
+            srcs=tuple(srcs),
+            params=dict(params or {}),
+            sub_op=sub_op,
+        )
+        if view_of is not None:
+            base = view_of.base
+            t.view_src = base
+            t.view_offs = view_of.view_offs + offset
+            t.nb = (int(nb[0]), int(nb[1]), int(nb[2]), int(nb[3])) if nb is not None else t.nb
+        else:
+            t.nb = packed_nb(ne4_, TYPE_SIZE.get(dtype, 1))
+        self.nodes.append(t)
+        return t
+
+    def topo(self, outputs: Sequence[Tensor]) -> list[Tensor]:
+        """The nodes ``outputs`` depend on, in build order (a topological order)."""
+        seen: set[int] = set()
+        stack = list(outputs)
+        while stack:
+            t = stack.pop()
+            if t.id in seen:
+                continue
+            seen.add(t.id)
+            stack.extend(s for s in t.srcs if s is not None)
+            if t.view_src is not None:
+                stack.append(t.view_src)
+        return [n for n in self.nodes if n.id in seen]
+
+    def inputs_of(self, outputs: Sequence[Tensor]) -> list[Tensor]:
+        """The input leaves whose values ``outputs`` need."""
+        return [t for t in self.value_nodes(outputs) if t.is_input]
+
+    def value_nodes(self, outputs: Sequence[Tensor]) -> list[Tensor]:
+        """Nodes whose values are needed (shape-only sources such as cpy's dst are skipped)."""
+        seen: set[int] = set()
+        stack = list(outputs)
+        while stack:
+            t = stack.pop()
+            if t.id in seen:
+                continue
+            seen.add(t.id)
+            if t.op in VIEW_OPS:
+                stack.append(t.base)
+                continue
+            skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
+            stack.extend(s for i, s in enumerate(t.srcs) if s is not None and i not in skip)
+        return [n for n in self.nodes if n.id in seen]
+
+
+#: ``Graph.compute``'s device path: ``runner(graph, outputs, inputs, device, core=, config=)``.
+#: The engine provides it, but the engine sits above the builder, so the package's ``__init__``
+#: installs it here at import time (the builder finds it without importing the engine).
+DeviceRunner = Callable[..., Sequence[np.ndarray]]
+_DEVICE_RUNNER: list[DeviceRunner] = []
+
+
+def set_device_runner(runner: DeviceRunner) -> None:
+    """Install the function that runs graphs on devices (the engine's ``compute_graph``)."""
+    _DEVICE_RUNNER[:] = [runner]
+
+
+def device_runner() -> DeviceRunner:
+    """The installed device runner (``import ovkit`` installs the engine's)."""
+    if not _DEVICE_RUNNER:
+        raise RuntimeError("no device runner installed: import ovkit (it installs ovkit.engine's)")
+    return _DEVICE_RUNNER[0]
+
+
+V = TypeVar("V")
+
+
+def interpret(
+    graph: GraphIR,
+    outputs: Sequence[Tensor],
+    leaf: Callable[[Tensor], V],
+    view: Callable[[Tensor, dict[int, V]], V],
+    node: Callable[[Tensor, list[Any]], V],
+) -> dict[int, V]:
+    """One walk of the IR shared by the interpreters (numpy reference, OpenVINO translation).
+
+    Visits the nodes ``outputs`` need in build order: ``leaf(t)`` for leaves, ``view(t, values)``
+    for view ops (they read their base's value), ``node(t, srcs)`` for the rest, where ``srcs``
+    holds each source's value (None for absent sources and for sources needed only for their shape).
+    Returns the values by node id.
+    """
+    values: dict[int, V] = {}
+    for t in graph.value_nodes(outputs):
+        if t.is_leaf:
+            values[t.id] = leaf(t)
+        elif t.op in VIEW_OPS:
+            values[t.id] = view(t, values)
+        else:
+            skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
+            srcs = [None if s is None or i in skip else values[s.id] for i, s in enumerate(t.srcs)]
+            values[t.id] = node(t, srcs)
+    return values
+
+
+# ---------------------------------------------------------------------------------------------
+# Values
+# ---------------------------------------------------------------------------------------------
+def round_to(dtype: str, arr: Any) -> np.ndarray:
+    """``arr`` stored as ggml would store ``dtype`` (bf16: float32 rounded to nearest-even bf16)."""
+    a = np.asarray(arr)
+    if dtype == "bf16":
+        f = np.ascontiguousarray(a, dtype=np.float32)
+        u = f.view(np.uint32).astype(np.uint64)
+        rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+        out = rounded.astype(np.uint32).view(np.float32)
+        nan = np.isnan(f)
+        if nan.any():
+            out = np.where(nan, np.float32(np.nan), out)
+        return out.reshape(f.shape)
+    with np.errstate(over="ignore", invalid="ignore"):  # f32 → f16 overflow is ±inf, as in ggml
+        return np.asarray(a, dtype=NUMPY_DTYPE[dtype])
+
+
+def from_model_output(t: Tensor, arr: np.ndarray) -> np.ndarray:
+    """A model output as the value of graph tensor ``t`` (its numpy shape and dtype)."""
+    out = np.asarray(arr)
+    if t.dtype == "bf16":
+        out = round_to("bf16", out.astype(np.float32))
+    else:
+        out = out.astype(NUMPY_DTYPE.get(t.dtype, np.dtype(np.float32)), copy=False)
+    return out.reshape(t.shape)
+
+
+def ggml_index_map(t: Tensor) -> np.ndarray:
+    """Element indices (into the flattened base memory) of every element of view ``t``, shape [ne3,ne2,ne1,ne0]."""
+    es = t.type_size
+    idx = np.full((1, 1, 1, 1), t.view_offs // es, dtype=np.int64)
+    for d in range(4):
+        shape = [1, 1, 1, 1]
+        shape[3 - d] = t.ne[d]
+        idx = idx + (np.arange(t.ne[d], dtype=np.int64) * (t.nb[d] // es)).reshape(shape)
+    return np.broadcast_to(idx, tuple(reversed(t.ne))).copy()
