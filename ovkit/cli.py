@@ -22,6 +22,12 @@ from typing import Any
 from ovkit.runtime import RuntimeUnavailableError
 
 
+SIMULATED_NOTICE = (
+    "ovkit: SIMULATED device set {!r} (ovkit.simulate): not this machine's devices; "
+    "everything runs on this host's CPU"
+)
+
+
 class UsageError(Exception):
     """A bad argument or simulation profile: printed as one line, exit code 2."""
 
@@ -58,9 +64,12 @@ def make_core(simulate: str | None) -> Any:
     from ovkit.simulate import SimulatedCore, UnknownProfileError
 
     try:
-        return SimulatedCore(simulate)
+        core = SimulatedCore(simulate)
     except UnknownProfileError as exc:
         raise UsageError(str(exc)) from None
+    # stdout keeps the backend's exact format; the simulation is named once, on stderr
+    print(SIMULATED_NOTICE.format(simulate), file=sys.stderr)
+    return core
 
 
 def _add_json_arg(p: argparse.ArgumentParser) -> None:

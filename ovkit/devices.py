@@ -9,15 +9,16 @@ class), or the id when the name cannot be read.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
-from ovkit.memory import MIB, MemoryReport, read_memory, read_property
+from ovkit.memory import MIB, LiveFigures, MemoryReport, live_figures, read_memory, read_property
 from ovkit.runtime import get_core, is_simulated
 
 if TYPE_CHECKING:
     import pandas as pd
+    from pandas.io.formats.style import Styler
 
 VIRTUAL_PREFIXES: tuple[str, ...] = ("AUTO", "MULTI", "HETERO", "BATCH")
 
@@ -70,6 +71,18 @@ class Device:
     @property
     def free_mib(self) -> int:
         return self.free_bytes // MIB
+
+    @property
+    def live(self) -> LiveFigures:
+        """Total/used/free as every live view and the fit check show them (``memory.LIVE_RULES``)."""
+        return live_figures(
+            str(self.device_class),
+            self.total_bytes,
+            self.used_bytes,
+            self.free_bytes,
+            self.host_available_bytes,
+            self.memory_error,
+        )
 
     def list_line(self) -> str:
         """The ``--list-devices`` row: ``  <name>: <desc> (<total> MiB, <free> MiB free)``."""
@@ -153,31 +166,92 @@ def format_device_list(devices: Iterable[Device]) -> str:
     return "\n".join(lines)
 
 
-def device_table(core: Any = None, devices: Iterable[Device] | None = None) -> pd.DataFrame:
-    """The devices as a DataFrame: one row per device, bytes and MiB, errors inline."""
+def _raw_row(d: Device) -> dict[str, Any]:
+    live = d.live
+    return {
+        "name": d.name,
+        "simulated": d.simulated,
+        "class": str(d.device_class),
+        "description": d.description,
+        "total_bytes": d.total_bytes,
+        "used_bytes": d.used_bytes,
+        "free_bytes": d.free_bytes,
+        "total_mib": d.total_mib,
+        "used_mib": d.used_bytes // MIB,
+        "free_mib": d.free_mib,
+        "host_available_mib": None if d.host_available_bytes is None else d.host_available_bytes // MIB,
+        "live_used_bytes": live.used_bytes,
+        "live_free_bytes": live.free_bytes,
+        "memory_rule": live.rule.label,
+        "memory_formula": d.memory_formula,
+        "memory_error": d.memory_error,
+        "description_error": d.description_error,
+        "clamped": d.memory_clamped,
+    }
+
+
+# The compact table's columns: header -> (Device -> value).  Figures are the live ones
+# (``Device.live``), so the table, the bars, the charts and the fit check agree.
+COMPACT_COLUMNS: dict[str, Callable[[Device], Any]] = {
+    "simulated": lambda d: d.simulated,
+    "class": lambda d: str(d.device_class),
+    "description": lambda d: d.description,
+    "total MiB": lambda d: None if d.live.total_bytes is None else d.live.total_bytes / MIB,
+    "used MiB": lambda d: None if d.live.used_bytes is None else d.live.used_bytes / MIB,
+    "free MiB": lambda d: None if d.live.free_bytes is None else d.live.free_bytes / MIB,
+    "usage": lambda d: d.live.usage,
+    "rule": lambda d: d.live.rule.label if d.live.known else f"unknown: {d.live.error}",
+}
+TABLE_STYLES: list[dict[str, Any]] = [
+    {"selector": "", "props": "font-size: 12px; border-collapse: collapse;"},
+    {"selector": "caption", "props": "text-align: left; font-weight: bold; padding-bottom: 4px;"},
+    {"selector": "th, td", "props": "padding: 2px 8px; white-space: nowrap;"},
+    {"selector": "td.col2", "props": "max-width: 260px; overflow: hidden; text-overflow: ellipsis;"},
+    {"selector": "td.col7", "props": "max-width: 230px; overflow: hidden; text-overflow: ellipsis;"},
+]
+
+
+def _caption(devices: Sequence[Device], core: Any) -> str:
+    if any(d.simulated for d in devices):
+        profile = getattr(getattr(core, "profile", None), "name", None)
+        name = f" '{profile}'" if profile else ""
+        return f"SIMULATED device set{name} (ovkit.simulate): not this machine's devices"
+    return "OpenVINO devices of this machine"
+
+
+@overload
+def device_table(
+    core: Any = None, devices: Iterable[Device] | None = None, *, raw: Literal[False] = False
+) -> Styler: ...
+@overload
+def device_table(
+    core: Any = None, devices: Iterable[Device] | None = None, *, raw: Literal[True]
+) -> pd.DataFrame: ...
+def device_table(
+    core: Any = None, devices: Iterable[Device] | None = None, *, raw: bool = False
+) -> Styler | pd.DataFrame:
+    """The devices as a compact styled table (MiB, usage bars, the memory rule per row, fits
+    1,000 px), or with ``raw=True`` as a DataFrame with every byte column and error."""
     import pandas as pd
 
-    rows = []
-    for d in list_devices(core) if devices is None else devices:
-        rows.append(
-            {
-                "name": d.name,
-                "class": str(d.device_class),
-                "description": d.description,
-                "total_bytes": d.total_bytes,
-                "used_bytes": d.used_bytes,
-                "free_bytes": d.free_bytes,
-                "total_mib": d.total_mib,
-                "used_mib": d.used_bytes // MIB,
-                "free_mib": d.free_mib,
-                "host_available_mib": None
-                if d.host_available_bytes is None
-                else d.host_available_bytes // MIB,
-                "memory_formula": d.memory_formula,
-                "memory_error": d.memory_error,
-                "description_error": d.description_error,
-                "clamped": d.memory_clamped,
-                "simulated": d.simulated,
-            }
+    listed = list(list_devices(core) if devices is None else devices)
+    if raw:
+        return pd.DataFrame([_raw_row(d) for d in listed]).set_index("name") if listed else pd.DataFrame()
+    frame = pd.DataFrame(
+        {header: [get(d) for d in listed] for header, get in COMPACT_COLUMNS.items()},
+        index=pd.Index([d.name for d in listed], name="device"),
+    )
+    tips = pd.DataFrame("", index=frame.index, columns=frame.columns)
+    tips["rule"] = [d.live.explain() for d in listed]
+    tips["description"] = [d.description for d in listed]
+    mib = "{:,.0f}"
+    return (
+        frame.style.format(
+            {"total MiB": mib, "used MiB": mib, "free MiB": mib, "usage": "{:.0%}"}, na_rep="unknown"
         )
-    return pd.DataFrame(rows).set_index("name") if rows else pd.DataFrame(rows)
+        .format({"simulated": lambda v: "SIMULATED" if v else "no"})
+        .bar(subset=["usage"], vmin=0.0, vmax=1.0, color="#4c9be8", height=60, width=100)
+        .set_caption(_caption(listed, core))
+        .set_table_styles(TABLE_STYLES)
+        .set_tooltips(tips)
+    )

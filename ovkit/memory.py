@@ -1,4 +1,5 @@
-"""Memory per device class, by the rules of the list-devices seed (decision D4).
+"""Memory per device class, by the rules of the list-devices seed (decision D4), and the one set of
+names, units and rules every view (table, bars, charts, fit check) uses for them.
 
 - CPU: host RAM. total = physical RAM; the list line mirrors the backend (Linux: free = total);
   live views also get ``MemAvailable`` as ``host_available_bytes``.
@@ -6,6 +7,11 @@
 - NPU: total = ``NPU_DEVICE_TOTAL_MEM_SIZE``; used = ``NPU_DEVICE_ALLOC_MEM_SIZE``.
 - free = max(0, total - used).  A required property that is missing or raises gives 0/0 and the
   reason is kept.  ``GPU_DEVICE_MAX_ALLOC_MEM_SIZE`` is never used.
+
+The quantities (``QUANTITIES``): the backend's ``--list-devices`` total and free, the host's
+available memory (``MemAvailable``), this process's OpenVINO allocations by type, and this
+process's RSS.  Live views show :func:`live_figures` of a device: total, used and free by one
+named rule per class, or "unknown" with the reason when a property failed (never 0 used).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MIB = 1024 * 1024
+GIB = 1024 * MIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,3 +170,114 @@ def read_memory(
         used = n
     free = max(0, total - used)
     return MemoryReport(total, free, used, rule.formula, clamped=used > total, breakdown=breakdown)
+
+
+# -- the one memory story: named quantities and the live rule per device class -------------------
+@dataclass(frozen=True, slots=True)
+class Quantity:
+    """One memory figure ovkit reads, with the name every view uses for it."""
+
+    key: str
+    label: str
+    source: str
+
+
+QUANTITIES: dict[str, Quantity] = {
+    q.key: q
+    for q in (
+        Quantity("list_total", "--list-devices total", "the backend's total (D4 rule of the class)"),
+        Quantity("list_free", "--list-devices free", "the backend's free (CPU on Linux: = total)"),
+        Quantity("host_available", "host available", "/proc/meminfo MemAvailable (all processes)"),
+        Quantity(
+            "ov_allocations",
+            "OpenVINO allocations",
+            "this process's OpenVINO allocations: GPU_MEMORY_STATISTICS by type, NPU_DEVICE_ALLOC_MEM_SIZE",
+        ),
+        Quantity("process_rss", "process RSS", "resident memory of this Python process"),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRule:
+    """How the live views derive used and free for one device class (short label + tooltip)."""
+
+    label: str
+    used: str  # QUANTITIES key or a formula over them
+    free: str
+    note: str = ""
+
+
+LIVE_RULES: dict[str, LiveRule] = {
+    "CPU": LiveRule(
+        "host RAM − MemAvailable",
+        used="list_total − host_available",
+        free="host_available",
+        note="--list-devices prints free = total for CPU (the backend's Linux rule)",
+    ),
+    "GPU": LiveRule(
+        "total − OpenVINO allocations",
+        used="ov_allocations (sum of GPU_MEMORY_STATISTICS)",
+        free="list_free",
+    ),
+    "NPU": LiveRule(
+        "total − OpenVINO allocations",
+        used="ov_allocations (NPU_DEVICE_ALLOC_MEM_SIZE)",
+        free="list_free",
+    ),
+}
+UNKNOWN_RULE = LiveRule("unknown", used="unknown", free="unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class LiveFigures:
+    """Total, used and free bytes of one device as every live view shows them; None = unknown."""
+
+    total_bytes: int | None
+    used_bytes: int | None
+    free_bytes: int | None
+    rule: LiveRule
+    error: str | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.error is None and self.total_bytes is not None
+
+    @property
+    def usage(self) -> float | None:
+        """Used as a fraction of total (0..1), None when unknown or total is 0."""
+        if not self.known or not self.total_bytes or self.used_bytes is None:
+            return None
+        return min(1.0, self.used_bytes / self.total_bytes)
+
+    def explain(self) -> str:
+        """One line saying which rule produced the figures (a tooltip or a footnote)."""
+        if not self.known:
+            return f"unknown: {self.error}"
+        text = f"used = {self.rule.used}; free = {self.rule.free}"
+        return f"{text} ({self.rule.note})" if self.rule.note else text
+
+
+def live_figures(
+    device_class: str,
+    total_bytes: int,
+    used_bytes: int,
+    free_bytes: int,
+    host_available_bytes: int | None,
+    error: str | None,
+) -> LiveFigures:
+    """The live figures of one device from what ``read_memory`` reported (see ``LIVE_RULES``)."""
+    rule = LIVE_RULES.get(device_class)
+    if error is not None or rule is None:
+        return LiveFigures(None, None, None, UNKNOWN_RULE, error or f"no memory rule for {device_class}")
+    if host_available_bytes is not None:  # host RAM: the OS's figure, not the backend's free = total
+        free = min(total_bytes, host_available_bytes)
+        return LiveFigures(total_bytes, total_bytes - free, free, rule)
+    return LiveFigures(total_bytes, used_bytes, free_bytes, rule)
+
+
+def process_rss_bytes() -> int:
+    """This process's resident set size (``QUANTITIES['process_rss']``)."""
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
