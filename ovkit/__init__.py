@@ -13,9 +13,11 @@ from ovkit import ir as _ir
 from ovkit.config import OvkitConfig, OvkitConfigWarning, read_config
 from ovkit.devices import Device, DeviceClass, device_table, format_device_list, list_devices
 from ovkit.memory import MemoryReport, read_memory
+from ovkit.notebook_log import install_if_in_kernel
 from ovkit.selection import Backend, Selection, resolve_device, using_device
 
 __version__ = "0.1.0"
+install_if_in_kernel()  # in a Jupyter kernel: ovkit's log lines as styled outputs, not stderr blocks
 
 
 def _run_on_engine(*args: Any, **kwargs: Any) -> Any:

@@ -203,7 +203,7 @@ class LiveRule:
     """How the live views derive used and free for one device class (short label + tooltip)."""
 
     label: str
-    used: str  # QUANTITIES key or a formula over them
+    used: str  # in the words of QUANTITIES
     free: str
     note: str = ""
 
@@ -211,19 +211,19 @@ class LiveRule:
 LIVE_RULES: dict[str, LiveRule] = {
     "CPU": LiveRule(
         "host RAM − MemAvailable",
-        used="list_total − host_available",
-        free="host_available",
-        note="--list-devices prints free = total for CPU (the backend's Linux rule)",
+        used="physical RAM − MemAvailable (all processes)",
+        free="MemAvailable",
+        note="--list-devices prints free = total for CPU, as the backend does on Linux",
     ),
     "GPU": LiveRule(
         "total − OpenVINO allocations",
-        used="ov_allocations (sum of GPU_MEMORY_STATISTICS)",
-        free="list_free",
+        used="this process's OpenVINO allocations (sum of GPU_MEMORY_STATISTICS)",
+        free="--list-devices free (GPU_DEVICE_TOTAL_MEM_SIZE − used)",
     ),
     "NPU": LiveRule(
         "total − OpenVINO allocations",
-        used="ov_allocations (NPU_DEVICE_ALLOC_MEM_SIZE)",
-        free="list_free",
+        used="this process's OpenVINO allocations (NPU_DEVICE_ALLOC_MEM_SIZE)",
+        free="--list-devices free (NPU_DEVICE_TOTAL_MEM_SIZE − used)",
     ),
 }
 UNKNOWN_RULE = LiveRule("unknown", used="unknown", free="unknown")

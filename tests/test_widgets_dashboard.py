@@ -21,8 +21,8 @@ def restore_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _highlighted(d: Dashboard) -> list[str]:
-    html = d.table.table_html.get_state()["value"]
-    return re.findall(r'<tr class="ovkit-row ovkit-selected" data-device="([^"]+)"', html)
+    tick = d.view.get_state()["tick"]  # what the browser highlights
+    return [d.view.meta["devices"][tick["selected"]]["name"]] if tick["selected"] >= 0 else []
 
 
 def test_selector_moves_the_highlight(restore_env) -> None:
@@ -44,8 +44,8 @@ def test_one_thread_feeds_table_and_charts_and_stops_on_close(restore_env) -> No
     d = ovkit.dashboard(core, interval=0.05, op_explorer=False)
     new = thread_names() - before
     assert new == {d.refresher.thread.name}  # the parts do not run threads of their own
-    wait_for(lambda: len(d.charts.history) >= 3, what="samples")
-    assert list(d.table.to_frame().index) == ["CPU", "GPU.0", "GPU.1", "NPU"]
+    wait_for(lambda: len(d.history) >= 3, what="samples")
+    assert list(d.to_frame().index) == ["CPU", "GPU.0", "GPU.1", "NPU"]
     thread = d.refresher.thread
     d.close()
     assert not thread.is_alive()
@@ -56,7 +56,7 @@ def test_dashboard_fallbacks(restore_env) -> None:
     d = ovkit.dashboard(SimulatedCore("laptop"), auto_refresh=False, op_explorer=False)
     text = str(d)
     assert "GGML_OPENVINO_DEVICE = (unset) -> CPU" in text
-    assert "*  CPU (sim)" in text and "Allocation charts" in text
+    assert "*  CPU (sim)" in text and "SIMULATED device set" in text
     html = d._repr_mimebundle_()["text/html"]
     assert 'data-device="GPU"' in html and "data:image/png;base64," in html
     d.close()

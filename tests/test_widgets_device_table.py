@@ -17,7 +17,7 @@ from ovkit.widgets.device_table import render_table_html
 
 
 def _html(table: DeviceTable) -> str:
-    return table.table_html.get_state()["value"]
+    return table._fallback_html()  # the browser draws the same rows from ``table.view``
 
 
 def _selected_rows(html: str) -> list[str]:
@@ -33,7 +33,7 @@ def test_rows_and_values_of_the_laptop(table) -> None:
     t = table(SimulatedCore("laptop"), auto_refresh=False)
     frame = t.to_frame()
     assert list(frame.index) == ["CPU", "GPU", "NPU"]
-    assert list(frame["total_mib"]) == [31623, 29276, 31623]
+    assert list(frame["total_bytes"] // MIB) == [31623, 29276, 31623]
     assert list(frame["class"]) == ["CPU", "GPU", "NPU"]
     assert frame.loc["NPU", "description"] == "Intel(R) AI Boost (NPU 4000)"
     assert frame["simulated"].all()
@@ -41,7 +41,7 @@ def test_rows_and_values_of_the_laptop(table) -> None:
     assert html.count('class="ovkit-row') == 3
     assert html.count('class="ovkit-tag ovkit-tag-sim"') == 3  # every row labelled simulated
     assert "31,623" in html and "29,276" in html
-    assert type(t.table_html.comm).__name__ == "DummyComm"
+    assert type(t.view.comm).__name__ == "DummyComm"
 
 
 def test_selected_device_is_highlighted(table, monkeypatch) -> None:
@@ -57,12 +57,12 @@ def test_selected_device_is_highlighted(table, monkeypatch) -> None:
 def test_allocation_shows_after_refresh(table) -> None:
     core = SimulatedCore("laptop")
     t = table(core, auto_refresh=False)
-    assert t.to_frame().loc["GPU", "used_mib"] == 0
+    assert t.to_frame().loc["GPU", "used_bytes"] // MIB == 0
     core.allocate("GPU", 512 * MIB)
     t.refresh()
     row = t.to_frame().loc["GPU"]
-    assert row["used_mib"] == 512
-    assert row["free_mib"] == 29276 - 512
+    assert row["used_bytes"] == 512 * MIB
+    assert row["free_bytes"] // MIB == 29276 - 512
     assert ">512<" in _html(t)
 
 
@@ -110,10 +110,11 @@ def test_failing_refresh_on_the_thread_keeps_running(table) -> None:
 def test_background_refresh_updates_in_place(table) -> None:
     core = SimulatedCore("laptop")
     t = table(core, interval=0.02)
-    html_widget = t.table_html
+    view = t.view
     core.allocate("NPU", 300 * MIB)
-    wait_for(lambda: t.to_frame().loc["NPU", "used_mib"] == 300, what="the allocation on the thread")
-    assert t.table_html is html_widget  # same widget, new value
+    wait_for(lambda: t.to_frame().loc["NPU", "used_bytes"] // MIB == 300, what="the allocation on the thread")
+    assert t.view is view  # same widget, new figures
+    assert t.view.get_state()["tick"]["devices"][2][1] == 300 * MIB
     assert ">300<" in _html(t)
 
 
@@ -129,11 +130,11 @@ def test_pause_and_resume(table) -> None:
     core.allocate("GPU", 100 * MIB)
     time.sleep(0.2)  # ten intervals
     assert t.refresher.ticks == ticks
-    assert t.to_frame().loc["GPU", "used_mib"] == 0
+    assert t.to_frame().loc["GPU", "used_bytes"] // MIB == 0
     assert "paused" in t.controls.status.value
     t.controls.pause_button.value = False
     assert not t.refresher.paused
-    wait_for(lambda: t.to_frame().loc["GPU", "used_mib"] == 100, what="refresh after resume")
+    wait_for(lambda: t.to_frame().loc["GPU", "used_bytes"] // MIB == 100, what="refresh after resume")
 
 
 def test_interval_control(table) -> None:
@@ -153,14 +154,14 @@ def test_close_stops_the_thread(table) -> None:
     t.close()
     assert not thread.is_alive()
     assert thread.name not in thread_names()
-    assert t.table_html.comm is None  # the view is gone as well
+    assert t.view.comm is None  # the view is gone as well
 
 
 def test_text_and_html_fallbacks(table) -> None:
     t = table(SimulatedCore("laptop"), auto_refresh=False)
     text = str(t)
     assert text.splitlines()[1].startswith("*  CPU (sim)")
-    assert "GPU (sim)" in text and "29,276" in text and "(simulated device set" in text
+    assert "GPU (sim)" in text and "29,276" in text and "(SIMULATED device set" in text
     assert repr(t) == text
     bundle = t._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
@@ -173,7 +174,7 @@ def test_real_cpu_device_of_this_machine(table) -> None:
     frame = t.to_frame()
     assert "CPU" in frame.index
     cpu = frame.loc["CPU"]
-    assert not cpu["simulated"] and cpu["total_mib"] > 0 and cpu["selected"]
+    assert not cpu["simulated"] and cpu["total_bytes"] > 0 and cpu["selected"]
     assert 'class="ovkit-tag ovkit-tag-sim"' not in _html(t)
     assert "OpenVINO devices" in _html(t)
 

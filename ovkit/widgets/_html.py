@@ -94,4 +94,7 @@ class FallbackReprMixin:
             pass
         bundle["text/plain"] = self._fallback_text()
         bundle["text/html"] = self._fallback_html()
+        to_png = getattr(self, "to_png", None)
+        if callable(to_png):  # a static image for nbconvert/papermill outputs
+            bundle["image/png"] = base64.b64encode(to_png()).decode("ascii")
         return bundle

@@ -4,16 +4,22 @@ The design follows rich's ``_RefreshThread`` and gpuwidget's tracker: one daemon
 ``Event`` to stop it and another to wake it when the interval changes; the work runs outside the
 kernel's thread, so cells keep executing while a view refreshes.  A failing refresh never raises
 into the kernel: the exception goes to ``on_error`` (widgets show it) and the loop keeps going.
+
+Lifecycle: a bound-method ``fn`` is held weakly and a finalizer stops the thread when its owner
+goes, so no thread outlives its widget; ``claim`` keeps one live view per (kind, notebook cell),
+so re-running a cell replaces its old view and stops the old thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import threading
 import time
 import weakref
 from collections.abc import Callable
+from typing import Any, Protocol
 
 DEFAULT_INTERVAL_S = 1.0
 _LIVE: weakref.WeakSet[Refresher] = weakref.WeakSet()  # started and not yet stopped
@@ -31,6 +37,13 @@ def check_interval(interval: float) -> float:
     return value
 
 
+def _weak(fn: Callable[..., None] | None) -> Callable[[], Callable[..., None] | None]:
+    """A getter for ``fn``: a bound method is held weakly (None once its object is gone)."""
+    if inspect.ismethod(fn):
+        return weakref.WeakMethod(fn)
+    return lambda: fn
+
+
 class Refresher:
     """Runs ``fn`` every ``interval`` seconds on a daemon thread, with pause/resume and stop."""
 
@@ -42,12 +55,15 @@ class Refresher:
         on_error: Callable[[BaseException], None] | None = None,
         name: str = "ovkit-refresh",
     ) -> None:
-        self._fn = fn
         self._interval = check_interval(interval)
-        self._on_error = on_error
+        self._on_error = _weak(on_error)
         self._name = name
         self._stop = threading.Event()
         self._wake = threading.Event()
+        # A method is held weakly: the thread must not keep its widget alive (and stops with it).
+        self._fn = _weak(fn)
+        if inspect.ismethod(fn):
+            weakref.finalize(fn.__self__, self._halt)
         self._paused = False
         self._kick = False
         self._thread: threading.Thread | None = None
@@ -99,6 +115,11 @@ class Refresher:
         self._kick = True
         self._wake.set()
 
+    def _halt(self) -> None:
+        """Stop without waiting (from a finalizer, which may run on the refresh thread itself)."""
+        self._stop.set()
+        self._wake.set()
+
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread and wait for it (at most ``timeout`` seconds)."""
         self._stop.set()
@@ -111,15 +132,20 @@ class Refresher:
     def tick(self) -> bool:
         """Run ``fn`` once now (any thread); False when it raised (the error went to ``on_error``)."""
         start = time.perf_counter()
+        fn = self._fn()
+        if fn is None:  # the owner is gone: so is the refresh
+            self._halt()
+            return False
         try:
-            self._fn()
+            fn()
         except Exception as exc:  # a refresh must never raise into the kernel
             self.errors += 1
             self.last_error = exc
-            if self._on_error is not None:
+            on_error = self._on_error()
+            if on_error is not None:
                 # the error display itself may fail: keep the loop alive anyway
                 with contextlib.suppress(Exception):
-                    self._on_error(exc)
+                    on_error(exc)
             return False
         finally:
             self.ticks += 1
@@ -159,3 +185,40 @@ def stop_all(timeout: float = 5.0) -> int:
     for r in live:
         r.stop(timeout)
     return len(live)
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_CLAIMS: dict[tuple[str, str | None], weakref.ref[Any]] = {}
+_CLAIMS_LOCK = threading.Lock()
+
+
+def current_cell() -> str | None:
+    """The id of the notebook cell being executed (JupyterLab sends it), or None outside one."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    kernel = getattr(get_ipython(), "kernel", None)
+    if kernel is None:
+        return None
+    try:
+        parent = kernel.get_parent("shell")
+    except Exception:
+        return None
+    cell = (parent or {}).get("metadata", {}).get("cellId")
+    return str(cell) if cell else None
+
+
+def claim(kind: str, owner: Closable) -> None:
+    """Make ``owner`` the live view of ``kind`` for the current cell, closing the one before it
+    (outside a notebook cell there is one live view per kind)."""
+    key = (kind, current_cell())
+    with _CLAIMS_LOCK:
+        ref = _CLAIMS.get(key)
+        _CLAIMS[key] = weakref.ref(owner)
+    old = ref() if ref is not None else None
+    if old is not None and old is not owner:
+        old.close()

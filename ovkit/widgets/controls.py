@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import ipywidgets as widgets
 
 from ovkit.widgets._html import FallbackReprMixin, esc
-from ovkit.widgets._refresh import MIN_INTERVAL_S, Refresher
-from ovkit.widgets.data import Snapshot, take_snapshot
+from ovkit.widgets._refresh import MIN_INTERVAL_S, Refresher, claim
+from ovkit.widgets.data import DeviceRow, LiveModel, MemoryHistory, Snapshot, error_text, take_snapshot
+from ovkit.widgets.live import PANELS, MemoryView
 
 
 def close_parts(owner: widgets.Widget, *names: str) -> None:
@@ -84,39 +86,80 @@ class RefreshControls(widgets.HBox):
 
 
 class LiveView(FallbackReprMixin, widgets.VBox):
-    """Base of a view fed by its own refresh thread: ``refresh()`` takes a snapshot and passes it
-    to ``update()``; the controls sit above ``body`` unless ``auto_refresh=False``; the first
-    tick runs at once."""
+    """Base of a view fed by its own refresh thread: ``refresh()`` takes a snapshot and the
+    browser-drawn ``view`` shows it; the controls sit above unless ``auto_refresh=False``; the
+    first tick runs at once.  A live view replaces the one of its kind the same cell made."""
+
+    kind = "view"
+    panels: tuple[str, ...] = PANELS
 
     def __init__(
         self,
-        body: list[widgets.Widget],
         *,
         core: Any,
         env: Mapping[str, str] | None,
         interval: float,
         auto_refresh: bool,
-        css_class: str,
+        history: MemoryHistory | None = None,
         **kwargs: Any,
     ) -> None:
         self.core = core
         self.env = env
+        self.error: str | None = None
+        self.view = MemoryView(self.panels, LiveModel(history))
         self.refresher = Refresher(
-            self.refresh, interval, on_error=self._show_error, name=f"{css_class}-{id(self):x}"
+            self.refresh, interval, on_error=self._show_error, name=f"ovkit-{self.kind}-{id(self):x}"
         )
         self.controls = RefreshControls(self.refresher)
-        super().__init__([self.controls, *body] if auto_refresh else body, **kwargs)
-        self.add_class(css_class)
+        super().__init__([self.controls, self.view] if auto_refresh else [self.view], **kwargs)
+        self.add_class(f"ovkit-{self.kind}")
         self.refresher.tick()
         if auto_refresh:
+            claim(self.kind, self)
             self.refresher.start()
+
+    @property
+    def model(self) -> LiveModel:
+        return self.view.model
+
+    @property
+    def history(self) -> MemoryHistory:
+        return self.view.model.history
+
+    @property
+    def rows(self) -> list[DeviceRow]:
+        return self.view.model.rows
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        return self.view.model.snapshot
 
     def refresh(self) -> None:
         """Read the devices now and update the view in place."""
         self.update(take_snapshot(self.core, self.env))
 
     def update(self, snapshot: Snapshot) -> None:
-        raise NotImplementedError
+        """Show ``snapshot``; a failed one keeps the last figures and shows the error."""
+        if snapshot.error is not None:
+            self._show_error_text(f"refresh failed at {time.strftime('%H:%M:%S')}: {snapshot.error}")
+            return
+        self.error = None
+        self.view.show(snapshot)
+        r = self.refresher
+        self.controls.set_status(
+            f"{'paused' if r.paused else 'live'} · {len(self.rows)} devices · "
+            f"refresh {r.last_duration_s * 1000:.1f} ms"
+        )
+
+    def _show_error_text(self, text: str) -> None:
+        self.error = text
+        self.view.tick = {**self.view.tick, "error": text}
+        self.controls.status.value = f'<span class="ovkit-error">{esc(text)}</span>'
 
     def _show_error(self, exc: BaseException) -> None:
-        raise NotImplementedError
+        self._show_error_text(f"refresh failed at {time.strftime('%H:%M:%S')}: {error_text(exc)}")
+
+    def close(self) -> None:
+        """Stop the refresh thread, then close the widgets."""
+        close_parts(self, "controls", "view")
+        super().close()

@@ -1,4 +1,4 @@
-"""``ovkit.dashboard()``: selector, live device table, allocation charts and op explorer together."""
+"""``ovkit.dashboard()``: selector, the live panels (table, bars, allocations, time series), op explorer."""
 
 from __future__ import annotations
 
@@ -6,21 +6,28 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from ovkit.widgets._html import FallbackReprMixin, esc
-from ovkit.widgets._refresh import DEFAULT_INTERVAL_S, Refresher
-from ovkit.widgets.charts import AllocationCharts
-from ovkit.widgets.controls import RefreshControls, close_parts
-from ovkit.widgets.data import Snapshot, error_text, take_snapshot
-from ovkit.widgets.device_table import DeviceTable
+from ovkit.widgets._html import esc, png_img
+from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
+from ovkit.widgets.charts import chart_title, figure_png, static_figure
+from ovkit.widgets.controls import LiveView, close_parts
+from ovkit.widgets.data import Snapshot, error_text, rows_frame
+from ovkit.widgets.device_table import render_table_html, render_table_text
+from ovkit.widgets.live import PANELS
 from ovkit.widgets.selector import DeviceSelector, SelectorState
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-class Dashboard(FallbackReprMixin, widgets.VBox):
-    """One refresh thread feeds the table and the charts; the selector re-renders the table at once."""
+
+class Dashboard(LiveView):
+    """One refresh thread feeds every panel; the selector moves the table's highlight at once."""
+
+    kind = "dashboard"
+    panels = PANELS
 
     def __init__(
         self,
@@ -33,51 +40,33 @@ class Dashboard(FallbackReprMixin, widgets.VBox):
         env: MutableMapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
-        self.core = core
-        self.env = env
         self._lock = threading.RLock()
-        self.snapshot: Snapshot | None = None
-        self.table = DeviceTable(core, auto_refresh=False, env=env)
-        self.charts = AllocationCharts(core, auto_refresh=False, env=env) if charts else None
+        if not charts:
+            self.panels = ("table",)
+        super().__init__(core=core, env=env, interval=interval, auto_refresh=auto_refresh, **kwargs)
         self.explorer = _make_explorer(core, self.quiet) if op_explorer else None
         self.selector = DeviceSelector(core, env=env, on_change=self._on_select)
-        self.refresher = Refresher(
-            self.refresh, interval, on_error=self._show_error, name=f"ovkit-dashboard-{id(self):x}"
-        )
-        self.controls = RefreshControls(self.refresher)
-        title = "ovkit dashboard" + (" — simulated devices" if getattr(core, "simulated", False) else "")
+        title = "ovkit dashboard" + (" — SIMULATED devices" if getattr(core, "simulated", False) else "")
         self.title = widgets.HTML(value=f"<h3>{esc(title)}</h3>")
         self.accordion: widgets.Accordion | None = None
-        children: list[widgets.Widget] = [
-            self.title,
-            self.controls,
-            self.selector,
-            self.table,
-        ]
-        if self.charts is not None:
-            children.append(self.charts)
+        children: list[widgets.Widget] = [self.title, self.controls, self.selector, self.view]
         if self.explorer is not None:
             self.accordion = widgets.Accordion(children=[self.explorer])
             self.accordion.set_title(0, "Op explorer")
             children.append(self.accordion)
-        super().__init__(children, **kwargs)
-        self.add_class("ovkit-dashboard")
-        self.refresher.tick()
-        if auto_refresh:
-            self.refresher.start()
+        self.children = children
 
-    def refresh(self) -> None:
-        """One snapshot for every view: the table and the charts (and the history) update in place."""
-        snapshot = take_snapshot(self.core, self.env)
+    def update(self, snapshot: Snapshot) -> None:
         with self._lock:
-            self.snapshot = snapshot
-            self.table.update(snapshot)
-            if self.charts is not None:
-                self.charts.update(snapshot)
-        r = self.refresher
-        self.controls.set_status(
-            f"{'paused' if r.paused else 'live'} · tick {r.ticks + 1} · last refresh {r.last_duration_s * 1000:.0f} ms"
-        )
+            super().update(snapshot)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The device rows currently shown (bytes; None = unknown)."""
+        return rows_frame(self.rows)
+
+    def to_png(self) -> bytes:
+        """The panels as a static PNG (matplotlib, the same axes as the live view)."""
+        return figure_png(static_figure(self.model, chart_title(self.model)))
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
@@ -93,34 +82,35 @@ class Dashboard(FallbackReprMixin, widgets.VBox):
                 self.refresher.resume()
 
     def _on_select(self, state: SelectorState) -> None:
-        # The table follows the selection right away; the charts catch up on the next tick.
-        if hasattr(self, "table"):
-            self.table.update(take_snapshot(self.core, self.env))
+        # The highlight follows the selection right away (not on the next tick).
+        self.refresh()
         explorer = getattr(self, "explorer", None)
         select = getattr(explorer, "device_select", None)
         if select is not None and state.device in select.options:
             select.value = (state.device,)  # the explorer runs where the backend would
 
-    def _show_error(self, exc: BaseException) -> None:
-        self.controls.status.value = (
-            f'<span class="ovkit-error">refresh failed: {esc(error_text(exc))}</span>'
-        )
+    def _simulated(self) -> bool:
+        return bool(self.snapshot and self.snapshot.simulated)
 
     def _fallback_html(self) -> str:
-        parts = [self.selector._fallback_html(), self.table._fallback_html()]
-        if self.charts is not None:
-            parts.append(self.charts._fallback_html())
+        parts = [
+            self.selector._fallback_html(),
+            render_table_html(self.rows, simulated=self._simulated(), error=self.error),
+        ]
+        if "history" in self.panels:
+            parts.append(png_img(self.to_png(), "memory charts"))
         return "<div>" + "".join(parts) + "</div>"
 
     def _fallback_text(self) -> str:
-        parts = [self.selector._fallback_text(), self.table._fallback_text()]
-        if self.charts is not None:
-            parts.append(self.charts._fallback_text())
+        parts = [
+            self.selector._fallback_text(),
+            render_table_text(self.rows, simulated=self._simulated(), error=self.error),
+        ]
         return "\n\n".join(parts)
 
     def close(self) -> None:
         """Stop the refresh thread and close every part."""
-        close_parts(self, "controls", "selector", "table", "charts", "explorer", "accordion", "title")
+        close_parts(self, "controls", "view", "selector", "explorer", "accordion", "title")
         super().close()
 
 
@@ -139,5 +129,6 @@ def _make_explorer(core: Any, quiet: Callable[[], AbstractContextManager[Any]]) 
 
 
 def dashboard(core: Any = None, *, interval: float = DEFAULT_INTERVAL_S, **kwargs: Any) -> Dashboard:
-    """The ovkit dashboard for ``core`` (default: this machine's OpenVINO devices)."""
+    """The ovkit dashboard for ``core`` (default: this machine's OpenVINO devices); re-running the
+    cell replaces the dashboard it showed before (its refresh thread stops)."""
     return Dashboard(core, interval=interval, **kwargs)

@@ -1,23 +1,27 @@
-"""The data behind the widgets, as plain records and DataFrames (testable without a browser).
+"""The data behind the live views, as plain records and numbers (testable without a browser).
 
-Every widget is a thin view over these functions: a snapshot of the devices, the table rows, the
-chart frames and a rolling history of used memory.
+Every figure comes from ``Device.live`` (``ovkit.memory.LIVE_RULES``), so the table, the bars, the
+charts and ``GGUFModel.fit_check`` show the same bytes.  ``LiveModel`` turns snapshots into what
+crosses the comm: a ``meta`` dict (names, rules; sent when the device set changes) and a
+``tick`` dict of numbers, plus the history buffer as raw float64 bytes.
 """
 
 from __future__ import annotations
 
-import collections
-import importlib
+import math
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ovkit.devices import Device, DeviceClass, list_devices
-from ovkit.memory import MIB
+from ovkit.memory import QUANTITIES, process_rss_bytes
 from ovkit.runtime import get_core, is_simulated
 from ovkit.selection import Selection, resolve_device
+from ovkit.widgets.axes import UNITS, Axis, format_bytes, next_axis, unit_for
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,13 +29,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """One reading of every device and of the current selection (or why it failed)."""
+    """One reading of every device, the selection and this process's RSS (or why it failed)."""
 
     time: float
     devices: tuple[Device, ...]
     selection: Selection | None
     simulated: bool
     error: str | None = None
+    rss_bytes: int | None = None
 
     @property
     def selected(self) -> str | None:
@@ -50,59 +55,47 @@ def take_snapshot(core: Any = None, env: Mapping[str, str] | None = None) -> Sna
         core = get_core(core)
         devices = tuple(list_devices(core))
         selection = resolve_device(core, env, log=False)
+        rss = process_rss_bytes()
     except Exception as exc:
         return Snapshot(now, (), None, simulated=is_simulated(core), error=error_text(exc))
-    return Snapshot(now, devices, selection, simulated=is_simulated(core))
+    return Snapshot(now, devices, selection, simulated=is_simulated(core), rss_bytes=rss)
 
 
 # -- the device table ---------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class DeviceRow:
-    """One row of the live device table (numbers in MiB, usage as a fraction of total)."""
+    """One row of the live table: the device's live figures (None = unknown) and its rule."""
 
     name: str
     device_class: str
     description: str
-    total_mib: int
-    used_mib: int
-    free_mib: int
-    usage: float
-    usage_label: str
+    total_bytes: int | None
+    used_bytes: int | None
+    free_bytes: int | None
+    usage: float | None
+    rule: str
+    explain: str
     selected: bool
     simulated: bool
     errors: tuple[str, ...] = ()
 
 
-def live_used_bytes(device: Device) -> int:
-    """Bytes in use as live views show them: host RAM in use for CPU (D4), else the backend's used."""
-    if device.host_available_bytes is not None:
-        return max(0, device.total_bytes - device.host_available_bytes)
-    return device.used_bytes
-
-
 def device_row(device: Device, selected: str | None) -> DeviceRow:
     """The table row for one device."""
-    live = live_used_bytes(device)
-    usage = min(1.0, live / device.total_bytes) if device.total_bytes > 0 else 0.0
-    if device.host_available_bytes is not None:
-        label = f"host RAM in use {usage:.0%} (MemAvailable {device.host_available_bytes // MIB:,} MiB)"
-    elif device.total_bytes > 0:
-        label = f"{usage:.0%} used"
-    else:
-        label = "no memory figures"
-    errors = tuple(e for e in (device.memory_error, device.description_error) if e)
+    live = device.live
     return DeviceRow(
         name=device.name,
         device_class=str(device.device_class),
         description=device.description,
-        total_mib=device.total_bytes // MIB,
-        used_mib=device.used_bytes // MIB,
-        free_mib=device.free_bytes // MIB,
-        usage=usage,
-        usage_label=label,
+        total_bytes=live.total_bytes,
+        used_bytes=live.used_bytes,
+        free_bytes=live.free_bytes,
+        usage=live.usage,
+        rule=live.rule.label,
+        explain=live.explain(),
         selected=device.name == selected,
         simulated=device.simulated,
-        errors=errors,
+        errors=tuple(e for e in (device.memory_error, device.description_error) if e),
     )
 
 
@@ -111,147 +104,204 @@ def device_rows(snapshot: Snapshot) -> list[DeviceRow]:
     return [device_row(d, snapshot.selected) for d in snapshot.devices]
 
 
-def rows_frame(rows: Iterable[DeviceRow]) -> pd.DataFrame:
-    """Table rows as a DataFrame indexed by device name."""
+def rows_frame(rows: Sequence[DeviceRow]) -> pd.DataFrame:
+    """Table rows as a DataFrame indexed by device name (bytes; None = unknown)."""
     import pandas as pd
 
+    columns = ["simulated", "class", "description", "total_bytes", "used_bytes", "free_bytes", "usage"]
+    columns += ["rule", "selected", "errors"]
     records = [
         {
-            "name": r.name,
+            "simulated": r.simulated,
             "class": r.device_class,
             "description": r.description,
-            "total_mib": r.total_mib,
-            "used_mib": r.used_mib,
-            "free_mib": r.free_mib,
+            "total_bytes": r.total_bytes,
+            "used_bytes": r.used_bytes,
+            "free_bytes": r.free_bytes,
             "usage": r.usage,
+            "rule": r.rule,
             "selected": r.selected,
-            "simulated": r.simulated,
             "errors": "; ".join(r.errors),
         }
         for r in rows
     ]
-    columns = ["name", "class", "description", "total_mib", "used_mib", "free_mib", "usage"]
-    columns += ["selected", "simulated", "errors"]
-    return pd.DataFrame(records, columns=columns).set_index("name")
+    return pd.DataFrame(records, columns=columns, index=pd.Index([r.name for r in rows], name="device"))
 
 
-# -- chart data ---------------------------------------------------------------------------
-def usage_frame(devices: Iterable[Device]) -> pd.DataFrame:
-    """Used vs free per device (MiB), live figures (CPU: host RAM in use)."""
-    import pandas as pd
-
-    records = []
-    for d in devices:
-        used = live_used_bytes(d)
-        records.append(
-            {
-                "device": d.name,
-                "used_mib": used / MIB,
-                "free_mib": max(0, d.total_bytes - used) / MIB,
-                "total_mib": d.total_bytes / MIB,
-                "simulated": d.simulated,
-            }
-        )
-    return pd.DataFrame(records, columns=["device", "used_mib", "free_mib", "total_mib", "simulated"])
+# -- allocations by type ------------------------------------------------------------------
+RSS_ROW = "this process (RSS)"
 
 
-def gpu_breakdown_frame(devices: Iterable[Device]) -> pd.DataFrame:
-    """GPU allocations by ``GPU_MEMORY_STATISTICS`` key (MiB), one row per (device, kind)."""
-    import pandas as pd
-
-    records = [
-        {"device": d.name, "kind": kind, "mib": nbytes / MIB}
-        for d in devices
-        if d.device_class is DeviceClass.GPU
-        for kind, nbytes in sorted(d.memory_breakdown.items())
-    ]
-    return pd.DataFrame(records, columns=["device", "kind", "mib"])
+def allocations(device: Device) -> dict[str, int]:
+    """This process's OpenVINO allocations on ``device`` by type (GPU map keys; NPU one figure)."""
+    if device.memory_error is not None:
+        return {}
+    if device.device_class is DeviceClass.GPU:
+        return {str(k): int(v) for k, v in sorted(device.memory_breakdown.items())}
+    if device.device_class is DeviceClass.NPU:
+        return {"npu_alloc": device.used_bytes}
+    return {}
 
 
-BUFFER_COLUMNS = ["device", "usage", "bytes"]
-
-
-def buffer_usage_frame() -> pd.DataFrame:
-    """ovkit's own live buffers summed by (device, usage) — weights / KV / compute.
-
-    Reads :func:`ovkit.buffers.current_allocations`; an empty frame when that module cannot be
-    imported, so the chart shows "no buffers" instead of failing.
-    """
-    import pandas as pd
-
-    try:
-        buffers = importlib.import_module("ovkit.buffers")
-    except ImportError:
-        return pd.DataFrame(columns=BUFFER_COLUMNS)
-    frame = buffers.current_allocations()
-    if frame.empty:
-        return pd.DataFrame(columns=BUFFER_COLUMNS)
-    return frame.groupby(["device", "usage"], as_index=False)["bytes"].sum()[BUFFER_COLUMNS]
-
-
+# -- history ------------------------------------------------------------------------------
 class MemoryHistory:
-    """A rolling, thread-safe record of live used memory per device (for the time series)."""
+    """A rolling, thread-safe buffer of live used bytes per device (NaN = unknown)."""
 
-    def __init__(self, maxlen: int = 300) -> None:
-        if maxlen < 2:
-            raise ValueError(f"history length {maxlen!r}: expected at least 2 samples")
-        self._samples: collections.deque[tuple[float, dict[str, float]]] = collections.deque(maxlen=maxlen)
+    def __init__(self, maxlen: int = 600) -> None:
+        if not isinstance(maxlen, int) or maxlen < 2:
+            raise ValueError(f"history length {maxlen!r}: expected an integer of at least 2 samples")
+        self.maxlen = maxlen
+        self.devices: tuple[str, ...] = ()
+        self._buf = np.full((maxlen, 1), np.nan)
+        self._n = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._samples)
-
-    @property
-    def maxlen(self) -> int:
-        return self._samples.maxlen or 0
+        return self._n
 
     def record(self, snapshot: Snapshot) -> None:
-        """Append one sample: used MiB per device at the snapshot's time (failed reads skipped)."""
+        """Append one sample (a failed snapshot is skipped; a new device set starts afresh)."""
         if snapshot.error is not None:
             return
-        values = {d.name: live_used_bytes(d) / MIB for d in snapshot.devices}
+        names = tuple(d.name for d in snapshot.devices)
+        row = [snapshot.time] + [
+            math.nan if d.live.used_bytes is None else float(d.live.used_bytes) for d in snapshot.devices
+        ]
         with self._lock:
-            self._samples.append((snapshot.time, values))
+            if names != self.devices:
+                self.devices = names
+                self._buf = np.full((self.maxlen, 1 + len(names)), np.nan)
+                self._n = 0
+            if self._n == self.maxlen:
+                self._buf[:-1] = self._buf[1:]
+                self._n -= 1
+            self._buf[self._n] = row
+            self._n += 1
+
+    def array(self) -> np.ndarray:
+        """``(n, 1 + devices)`` float64: epoch seconds, then used bytes per device."""
+        with self._lock:
+            return self._buf[: self._n].copy()
 
     def frame(self) -> pd.DataFrame:
-        """Seconds since the first kept sample (index ``t_s``) × device → used MiB."""
+        """Seconds since the first kept sample (index ``t_s``) x device -> used bytes."""
         import pandas as pd
 
-        with self._lock:
-            samples = list(self._samples)
-        if not samples:
-            return pd.DataFrame(index=pd.Index([], name="t_s", dtype=float))
-        t0 = samples[0][0]
-        frame = pd.DataFrame([v for _, v in samples], index=[t - t0 for t, _ in samples])
-        frame.index.name = "t_s"
-        return frame
+        data = self.array()
+        index = pd.Index(data[:, 0] - data[0, 0] if len(data) else [], name="t_s", dtype=float)
+        return pd.DataFrame(data[:, 1:], index=index, columns=list(self.devices))
 
 
-@dataclass(slots=True)
-class ChartData:
-    """Everything the allocation charts draw, from one snapshot."""
-
-    usage: pd.DataFrame
-    gpu_breakdown: pd.DataFrame
-    buffers: pd.DataFrame
-    history: pd.DataFrame
-    notes: list[str] = field(default_factory=list)
+# -- what crosses the comm ----------------------------------------------------------------
+def _num(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
-def chart_data(snapshot: Snapshot, history: MemoryHistory) -> ChartData:
-    """The four chart frames for ``snapshot`` (the history must already hold it)."""
-    notes = []
-    try:
-        buffers = buffer_usage_frame()
-    except Exception as exc:
+WINDOWS_S: tuple[int, ...] = (10, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+def history_window(span_s: float) -> int:
+    """The time-series window: the smallest of ``WINDOWS_S`` that holds ``span_s`` seconds."""
+    return next((w for w in WINDOWS_S if w >= span_s), WINDOWS_S[-1])
+
+
+class LiveModel:
+    """Turns snapshots into the live views' payload, keeping the history and the axes' state."""
+
+    def __init__(self, history: MemoryHistory | None = None) -> None:
+        self.history = history if history is not None else MemoryHistory()
+        self.history_axes: dict[str, Axis] = {}
+        self.breakdown_axis: Axis | None = None
+        self.kinds: tuple[str, ...] = ()
+        self.rows: list[DeviceRow] = []
+        self.snapshot: Snapshot | None = None
+        self.seq = 0
+
+    def update(self, snapshot: Snapshot) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(meta, tick)`` for ``snapshot`` (the history records it)."""
+        self.snapshot = snapshot
+        self.history.record(snapshot)
+        self.rows = device_rows(snapshot)
+        allocs = [allocations(d) for d in snapshot.devices]
+        kinds = tuple(sorted({k for a in allocs for k in a}))
+        self.kinds = kinds
+        meta = self.meta()
+        data = self.history.array()
+        axes = []
+        for j, row in enumerate(self.rows):
+            column = data[:, 1 + j] if len(data) else np.array([])
+            finite = column[np.isfinite(column)]
+            top = float(finite.max()) if finite.size else 0.0
+            axis = next_axis(top, self.history_axes.get(row.name))
+            self.history_axes[row.name] = axis
+            axes.append(axis.as_list())
+        bars = [[float(a.get(k, 0)) for k in kinds] for a in allocs]
+        rss = snapshot.rss_bytes or 0
+        self.breakdown_axis = next_axis(max([sum(b) for b in bars] + [float(rss)]), self.breakdown_axis)
+        self.seq += 1
+        tick = {
+            "seq": self.seq,
+            "t": snapshot.time,
+            "window_s": history_window(float(data[-1, 0] - data[0, 0]) if len(data) else 0.0),
+            "selected": next((i for i, r in enumerate(self.rows) if r.selected), -1),
+            "devices": [
+                [_num(r.total_bytes), _num(r.used_bytes), _num(r.free_bytes), unit_for(r.total_bytes or 0)[1]]
+                for r in self.rows
+            ],
+            "history_axes": axes,
+            "breakdown": bars,
+            "breakdown_axis": self.breakdown_axis.as_list(),
+            "rss": float(rss),
+            "error": snapshot.error,
+        }
+        return meta, tick
+
+    def meta(self) -> dict[str, Any]:
+        """Names, descriptions and rules: what changes only with the device set."""
+        snap = self.snapshot
+        return {
+            "devices": [
+                {
+                    "name": r.name,
+                    "cls": r.device_class,
+                    "description": r.description,
+                    "simulated": r.simulated,
+                    "rule": r.rule,
+                    "explain": r.explain,
+                    "errors": list(r.errors),
+                }
+                for r in self.rows
+            ],
+            "kinds": list(self.kinds),
+            "rss_label": RSS_ROW,
+            "units": [list(u) for u in UNITS],
+            "simulated": bool(snap and snap.simulated),
+            "quantities": {k: q.label for k, q in QUANTITIES.items()},
+        }
+
+    # -- the same figures for static images and tests ---------------------------------------
+    def bars_frame(self) -> pd.DataFrame:
+        """Per device: used / free / total bytes as the memory bars draw them."""
+        return rows_frame(self.rows)[["used_bytes", "free_bytes", "total_bytes", "simulated", "rule"]]
+
+    def breakdown_frame(self) -> pd.DataFrame:
+        """Allocations by type per device (bytes), plus this process's RSS as its own row."""
         import pandas as pd
 
-        buffers = pd.DataFrame(columns=BUFFER_COLUMNS)
-        notes.append(f"buffers: {error_text(exc)}")
-    return ChartData(
-        usage=usage_frame(snapshot.devices),
-        gpu_breakdown=gpu_breakdown_frame(snapshot.devices),
-        buffers=buffers,
-        history=history.frame(),
-        notes=notes,
-    )
+        snap = self.snapshot
+        records = [
+            {"row": d.name, "kind": k, "bytes": v}
+            for d in (snap.devices if snap else ())
+            for k, v in allocations(d).items()
+        ]
+        if snap is not None and snap.rss_bytes is not None:
+            records.append({"row": RSS_ROW, "kind": "rss", "bytes": snap.rss_bytes})
+        return pd.DataFrame(records, columns=["row", "kind", "bytes"])
+
+
+def describe_figure(row: DeviceRow) -> str:
+    """``used of total (usage)`` as the views label a device, or ``unknown: reason``."""
+    if row.total_bytes is None:
+        return row.explain
+    pct = "" if row.usage is None else f" ({row.usage:.0%})"
+    return f"{format_bytes(row.used_bytes)} of {format_bytes(row.total_bytes)} used{pct}"

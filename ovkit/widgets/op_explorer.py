@@ -169,7 +169,8 @@ def runs_frame(runs: Iterable[OpRun]) -> pd.DataFrame:
 
 def plot_runs(ax: Axes, frame: pd.DataFrame, title: str = "") -> None:
     """µs per run per device, coloured by verdict (unsupported / failed devices drawn at 0)."""
-    ax.set_title(title or "time per run by device", fontsize=9)
+    simulated = bool(len(frame)) and bool(frame["simulated"].any())
+    ax.set_title((title or "time per run by device") + ("\n(simulated: all ran on this host's CPU)" if simulated else ""), fontsize=9)
     if frame.empty:
         ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
         return
@@ -189,9 +190,22 @@ def runs_png(frame: pd.DataFrame, title: str = "") -> bytes:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(4.8, 2.8), dpi=80)
-    fig.subplots_adjust(left=0.16, right=0.97, top=0.88, bottom=0.14)
+    fig.subplots_adjust(left=0.16, right=0.97, top=0.82, bottom=0.14)
     plot_runs(fig.add_subplot(), frame, title)
     return figure_png(fig)
+
+
+SIMULATED_TIMING = (
+    "SIMULATED devices: every device ran on this host's CPU, so these timings are CPU timings"
+)
+
+
+def shape_note_html(case: Case) -> str:
+    """The shapes in both orders: the boxes take numpy order, ggml's ``ne`` is its reverse."""
+    from ovkit.testops import _ne
+
+    parts = ", ".join(f"{esc(i.name)}: ne = {esc(_ne(i.shape))}" for i in case.inputs)
+    return f"<small>Shapes are numpy order (outermost first); ggml's ne is innermost first &mdash; {parts}</small>"
 
 
 def render_runs_html(runs: Sequence[OpRun]) -> str:
@@ -202,7 +216,10 @@ def render_runs_html(runs: Sequence[OpRun]) -> str:
         name = f"{r.device} (simulated, runs on CPU)" if r.simulated else r.device
         rows.append((name, r.device_class, r.status, nmse, us, r.detail))
     header = ("Device", "Class", "Verdict", "NMSE vs reference", "µs/run", "Reason / detail")
-    return html_table(header, rows, css_class="ovkit-devtable ovkit-op-results")
+    table = html_table(header, rows, css_class="ovkit-devtable ovkit-op-results")
+    if any(r.simulated for r in runs):
+        table += f'<div class="ovkit-sim-note"><small>&#9888; {esc(SIMULATED_TIMING)}</small></div>'
+    return table
 
 
 def op_info_html(op: str) -> str:
@@ -278,7 +295,8 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
         self.device_select = widgets.SelectMultiple(
             options=devices, description="Devices", rows=min(4, max(1, len(devices)))
         )
-        refs = ["numpy", "ggml"] if oracle.ggml_available() else ["numpy"]
+        # ggml itself is the oracle when ggml-python is installed; numpy is the fallback
+        refs = ["ggml", "numpy"] if oracle.ggml_available() else ["numpy"]
         self.reference_dropdown = widgets.Dropdown(options=refs, description="Reference")
         self.check_button = widgets.Button(description="Check policy", icon="check")
         self.run_button = widgets.Button(description="Run", icon="play", button_style="primary")
@@ -288,8 +306,10 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
         self.verdict_html = widgets.HTML()
         self.info_html = widgets.HTML()
         self.result_html = widgets.HTML()
-        self.chart = widgets.Image(format="png", layout=widgets.Layout(width="480px"))
+        # hidden until the first run: an empty Image shows a broken-image icon
+        self.chart = widgets.Image(format="png", layout=widgets.Layout(width="480px", display="none"))
         self.chart.add_class("ovkit-op-chart")
+        self.shape_note = widgets.HTML()
         self.op_dropdown.observe(self._on_op, names="value")
         self.case_dropdown.observe(self._on_case, names="value")
         self.dtype_dropdown.observe(lambda _: self.check(), names="value")
@@ -305,6 +325,7 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
                 self.case_dropdown,
                 self.info_html,
                 self.shape_box,
+                self.shape_note,
                 self.device_select,
                 self.button_row,
                 self.verdict_html,
@@ -346,7 +367,7 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
         self.shape_texts = {
             i.name: widgets.Text(
                 value=", ".join(str(d) for d in i.shape),
-                description=f"{i.name} ({i.dtype})",
+                description=f"{i.name} ({i.dtype}) numpy shape",
                 continuous_update=False,
                 style={"description_width": "initial"},
             )
@@ -358,6 +379,7 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
         self.runs = []  # results of another case would mislead
         self.result_html.value = ""
         self.chart.value = b""
+        self.chart.layout.display = "none"
         self._png = b""
         self.check()
 
@@ -377,6 +399,7 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
         with self._lock:
             try:
                 self.case = self.current_case()
+                self.shape_note.value = shape_note_html(self.case)
                 self.verdicts = policy_verdicts(self.case, self._devices(False))
                 self.error = None
             except Exception as exc:
@@ -422,6 +445,7 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
         if self.runs and self.case is not None:
             self._png = runs_png(runs_frame(self.runs), self.case.name[:60])
             self.chart.value = self._png
+            self.chart.layout.display = ""
 
     def to_frame(self) -> pd.DataFrame:
         return runs_frame(self.runs)
@@ -441,6 +465,8 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
             us = "" if r.us_per_run is None else f" {r.us_per_run:.1f} us/run"
             nmse = "" if r.nmse is None else f" NMSE {r.nmse:.2e}"
             lines.append(f"  run {r.device}: {r.status}{nmse}{us} {r.detail}".rstrip())
+        if any(r.simulated for r in self.runs):
+            lines.append(f"  {SIMULATED_TIMING}")
         if self.error:
             lines.append(f"  error: {self.error}")
         return "\n".join(lines)
@@ -450,6 +476,6 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
             self,
             "op_dropdown", "case_dropdown", "dtype_dropdown", "shape_texts", "device_select",
             "reference_dropdown", "check_button", "run_button", "run_all_button",
-            "verdict_html", "info_html", "result_html", "chart", "shape_box", "top_row", "button_row",
+            "verdict_html", "info_html", "result_html", "chart", "shape_note", "shape_box", "top_row", "button_row",
         )  # fmt: skip
         super().close()

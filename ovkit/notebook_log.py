@@ -1,0 +1,109 @@
+"""ovkit's log lines in a notebook: routine lines as quiet info, the fallback warning and hints as
+warnings that stand out (instead of every line as a pink stderr block).
+
+Each record becomes a display output with ``text/html`` (inline styles on JupyterLab's theme
+variables, so nbconvert's HTML keeps the look) and ``text/plain`` (text exporters, papermill).
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import sys
+from dataclasses import dataclass
+
+LOGGER = "ovkit"
+
+
+@dataclass(frozen=True, slots=True)
+class Severity:
+    """How one kind of log line looks: a plain-text prefix and an inline style."""
+
+    prefix: str
+    style: str
+    mark: str = ""
+
+
+QUIET = "color: var(--jp-ui-font-color2, #616161); font-size: var(--jp-ui-font-size0, 11px);"
+BOX = (
+    "border-left: 3px solid {c}; background: {bg}; padding: 2px 8px; margin: 2px 0;"
+    " color: var(--jp-ui-font-color1, #1f1f1f); font-size: var(--jp-ui-font-size1, 13px);"
+)
+SEVERITIES: dict[str, Severity] = {
+    "info": Severity("", QUIET + " font-family: var(--jp-code-font-family, monospace);"),
+    "hint": Severity(
+        "hint: ", BOX.format(c="var(--jp-info-color1, #0288d1)", bg="var(--jp-info-color3, #e1f5fe)"), "💡 "
+    ),
+    "warning": Severity(
+        "warning: ",
+        BOX.format(c="var(--jp-warn-color1, #f57c00)", bg="var(--jp-warn-color3, #fff3e0)"),
+        "⚠ ",
+    ),
+    "error": Severity(
+        "error: ", BOX.format(c="var(--jp-error-color1, #d32f2f)", bg="var(--jp-error-color3, #ffebee)"), "✖ "
+    ),
+}
+
+
+def severity_of(record: logging.LogRecord) -> str:
+    """``info``, ``hint`` (an info line starting with ``hint:``), ``warning`` or ``error``."""
+    if record.levelno >= logging.ERROR:
+        return "error"
+    if record.levelno >= logging.WARNING:
+        return "warning"
+    return "hint" if record.getMessage().startswith("hint:") else "info"
+
+
+def render(record: logging.LogRecord) -> dict[str, str]:
+    """The mime bundle of one record."""
+    kind = SEVERITIES[severity_of(record)]
+    message = record.getMessage()
+    text = message if kind.prefix and message.startswith(kind.prefix) else kind.prefix + message
+    body = html.escape(message)
+    return {
+        "text/plain": text,
+        "text/html": f'<div class="ovkit-log ovkit-log-{severity_of(record)}" style="{kind.style}">'
+        f"{kind.mark}{body}</div>",
+    }
+
+
+class NotebookLogHandler(logging.Handler):
+    """Displays each record as a styled output of the running cell."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from IPython.display import display
+
+            display(render(record), raw=True)
+        except Exception:
+            self.handleError(record)
+
+
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (not plain IPython, not a script)."""
+    shell = sys.modules.get("IPython")
+    if shell is None:
+        return False
+    ip = shell.get_ipython()
+    return ip is not None and getattr(ip, "kernel", None) is not None
+
+
+def install(logger: str = LOGGER) -> NotebookLogHandler:
+    """Route ``logger``'s records to the notebook (replacing its stream handlers); idempotent."""
+    log = logging.getLogger(logger)
+    for h in list(log.handlers):
+        if isinstance(h, NotebookLogHandler):
+            return h
+        if isinstance(h, logging.StreamHandler):
+            log.removeHandler(h)
+    handler = NotebookLogHandler()
+    log.addHandler(handler)
+    log.setLevel(min(log.level or logging.INFO, logging.INFO))
+    log.propagate = False
+    return handler
+
+
+def install_if_in_kernel() -> None:
+    """What ``import ovkit`` does: in a Jupyter kernel, ovkit's log lines go to the notebook."""
+    if in_kernel():
+        install()

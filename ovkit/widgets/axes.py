@@ -1,0 +1,105 @@
+"""Axis ranges and units for the live charts, as plain data (the browser only draws them).
+
+An axis grows at once when the data needs more room (with headroom) and shrinks only after the
+data has stayed well below its top for a while (hysteresis), so a small change never rescales a
+chart and a one-bar panel does not always look full.  Units go by magnitude: a device with a few
+GiB is drawn in MiB, a 32 GiB host in GiB.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from ovkit.memory import GIB, MIB
+
+# (name, bytes per unit), smallest first.
+UNITS: tuple[tuple[str, int], ...] = (("B", 1), ("KiB", 1024), ("MiB", MIB), ("GiB", GIB), ("TiB", 1024 * GIB))
+NICE_STEPS: tuple[float, ...] = (1.0, 2.0, 2.5, 5.0, 10.0)
+HEADROOM = 0.15  # the top sits this far above the data
+SHRINK_BELOW = 0.4  # data under this fraction of the top counts toward a shrink
+SHRINK_AFTER = 20  # ... for this many consecutive updates
+MIN_TOP = MIB  # an empty series still gets a 0..1 MiB axis
+TICKS = 4
+
+
+def unit_for(nbytes: float) -> tuple[str, int]:
+    """The largest unit in which ``nbytes`` is at least 2 (1.5 GiB -> MiB, 6 GiB -> GiB)."""
+    chosen = UNITS[0]
+    for unit in UNITS:
+        if nbytes >= 2 * unit[1]:
+            chosen = unit
+    return chosen
+
+
+def nice_step(raw: float) -> float:
+    """The smallest 1/2/2.5/5 x 10^k that is >= ``raw`` (> 0)."""
+    if raw <= 0 or not math.isfinite(raw):
+        raise ValueError(f"axis step {raw!r}: expected a finite number > 0")
+    exp = math.floor(math.log10(raw))
+    base = 10.0**exp
+    return next(s * base for s in NICE_STEPS if s * base >= raw * (1 - 1e-12))
+
+
+def format_bytes(nbytes: float | None, unit: tuple[str, int] | None = None) -> str:
+    """``nbytes`` in ``unit`` (default: by magnitude), thousands separators; None -> "unknown"."""
+    if nbytes is None or (isinstance(nbytes, float) and math.isnan(nbytes)):
+        return "unknown"
+    name, scale = unit or unit_for(nbytes)
+    value = nbytes / scale
+    return f"{value:,.0f} {name}" if value >= 100 or scale == 1 else f"{value:,.1f} {name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Axis:
+    """A value axis from 0 to ``top`` bytes with ticks every ``step`` bytes, labelled in ``unit``."""
+
+    top: float
+    step: float
+    unit: str
+    scale: int
+    low_updates: int = 0  # consecutive updates with the data far below ``top``
+
+    def ticks(self) -> list[tuple[float, str]]:
+        """``(bytes, label)`` for 0, step, ..., top."""
+        n = round(self.top / self.step)
+        out = []
+        for i in range(n + 1):
+            v = i * self.step / self.scale
+            label = f"{v:,.0f}" if abs(v - round(v)) < 1e-9 else f"{v:,.1f}"
+            out.append((i * self.step, label))
+        return out
+
+    def as_list(self) -> list[float]:
+        """``[top, step, scale]``: what crosses to the browser (numbers only)."""
+        return [self.top, self.step, float(self.scale)]
+
+
+def fit_axis(needed: float) -> Axis:
+    """The smallest nice axis whose top is >= ``needed`` bytes."""
+    needed = max(float(needed), MIN_TOP)
+    unit, scale = unit_for(needed)
+    step = nice_step(needed / scale / TICKS) * scale
+    return Axis(math.ceil(needed / step - 1e-9) * step, step, unit, scale)
+
+
+def next_axis(
+    data_max: float,
+    previous: Axis | None,
+    *,
+    headroom: float = HEADROOM,
+    shrink_below: float = SHRINK_BELOW,
+    shrink_after: int = SHRINK_AFTER,
+) -> Axis:
+    """The axis for ``data_max`` bytes given the one shown before: grow at once, shrink late."""
+    if not math.isfinite(data_max) or data_max < 0:
+        data_max = 0.0
+    wanted = data_max * (1 + headroom)
+    if previous is None or data_max > previous.top:
+        return fit_axis(wanted)
+    if data_max >= previous.top * shrink_below:
+        return dataclasses.replace(previous, low_updates=0)
+    if previous.low_updates + 1 >= shrink_after:
+        return fit_axis(wanted)
+    return dataclasses.replace(previous, low_updates=previous.low_updates + 1)
