@@ -21,7 +21,6 @@ from typing import Any
 
 from ovkit.runtime import RuntimeUnavailableError
 
-
 SIMULATED_NOTICE = (
     "ovkit: SIMULATED device set {!r} (ovkit.simulate): not this machine's devices; "
     "everything runs on this host's CPU"

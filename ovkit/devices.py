@@ -19,6 +19,7 @@ from ovkit.runtime import get_core, is_simulated
 if TYPE_CHECKING:
     import pandas as pd
     from pandas.io.formats.style import Styler
+    from pandas.io.formats.style_render import CSSDict
 
 VIRTUAL_PREFIXES: tuple[str, ...] = ("AUTO", "MULTI", "HETERO", "BATCH")
 
@@ -202,7 +203,7 @@ COMPACT_COLUMNS: dict[str, Callable[[Device], Any]] = {
     "usage": lambda d: d.live.usage,
     "rule": lambda d: d.live.rule.label if d.live.known else f"unknown: {d.live.error}",
 }
-TABLE_STYLES: list[dict[str, Any]] = [
+TABLE_STYLES: list[CSSDict] = [
     {"selector": "", "props": "font-size: 12px; border-collapse: collapse;"},
     {"selector": "caption", "props": "text-align: left; font-weight: bold; padding-bottom: 4px;"},
     {"selector": "th, td", "props": "padding: 2px 8px; white-space: nowrap;"},
@@ -244,12 +245,18 @@ def device_table(
     tips = pd.DataFrame("", index=frame.index, columns=frame.columns)
     tips["rule"] = [d.live.explain() for d in listed]
     tips["description"] = [d.description for d in listed]
-    mib = "{:,.0f}"
+
+    def mib(v: Any) -> str:
+        return f"{int(v):,}"  # whole MiB, floored as --list-devices prints them
+
+    def simulated(v: Any) -> str:
+        return "SIMULATED" if v else "no"
+
     return (
         frame.style.format(
-            {"total MiB": mib, "used MiB": mib, "free MiB": mib, "usage": "{:.0%}"}, na_rep="unknown"
+            {"simulated": simulated, "total MiB": mib, "used MiB": mib, "free MiB": mib, "usage": "{:.0%}"},
+            na_rep="unknown",
         )
-        .format({"simulated": lambda v: "SIMULATED" if v else "no"})
         .bar(subset=["usage"], vmin=0.0, vmax=1.0, color="#4c9be8", height=60, width=100)
         .set_caption(_caption(listed, core))
         .set_table_styles(TABLE_STYLES)

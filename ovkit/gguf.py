@@ -175,7 +175,8 @@ class GGUFModel:
         return total
 
     def fit_check(self, core: Any = None) -> pd.DataFrame:
-        """Per device: the bytes the weights need after the policy vs the device's free memory."""
+        """Per device: the bytes the weights need after the policy vs the device's free memory
+        (``Device.live``: the figure the device table and charts show; unknown stays unknown)."""
         import pandas as pd
 
         from ovkit.devices import list_devices
@@ -183,9 +184,7 @@ class GGUFModel:
         rows = []
         for d in list_devices(core):
             need = self.weight_bytes(str(d.device_class))
-            free = d.free_bytes
-            if d.host_available_bytes is not None and str(d.device_class) == "CPU":
-                free = min(free, d.host_available_bytes)
+            free = d.live.free_bytes  # the free figure of the table and charts; None = unknown
             rows.append(
                 {
                     "device": d.name,
@@ -193,8 +192,9 @@ class GGUFModel:
                     "file_bytes": self.total_bytes,
                     "weight_bytes": need,
                     "free_bytes": free,
-                    "fits": need <= free,
-                    "headroom_bytes": free - need,
+                    "fits": None if free is None else need <= free,
+                    "headroom_bytes": None if free is None else free - need,
+                    "memory_rule": d.live.explain(),
                     "simulated": d.simulated,
                 }
             )

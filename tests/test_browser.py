@@ -1,11 +1,17 @@
 """Real browser: JupyterLab on 127.0.0.1 driven through Debian's Chromium by Playwright.
 
 No browser is downloaded: Playwright launches ``/usr/bin/chromium`` (``apt-get install chromium``;
-``.ci/test`` does it).  The widget JavaScript comes from ``jupyterlab_widgets``, so nothing is
-fetched from a CDN.  A notebook shows the dashboard on the simulated laptop; the test checks the
-rendered table, moves the highlight with the selector, and sees the live time series change
-between two screenshots.  It also runs ``notebooks/01-devices.ipynb`` in the same JupyterLab.
-Every wait is bounded; the server (and its kernels) and the browser are always shut down.
+``.ci/test`` does it).  The widget JavaScript comes from ``jupyterlab_widgets`` and ovkit's own
+ES module (bundled in the package, served by anywidget), so nothing is fetched from a CDN.  A
+notebook shows the dashboard on the simulated laptop; the test checks the browser-drawn table,
+moves the highlight with the selector, sees the live SVG time series change between ticks while
+its axis stays put, checks the widths, log severities and the op explorer.  Screenshots go to
+``test-artifacts/`` (git-ignored).  Every wait is bounded; the server (and its kernels) and the
+browser are always shut down.
+
+Hook for notebook tests: every ``notebooks/*.ipynb`` is copied into the lab's root, and
+``open_and_run_all(page, f"{lab}/lab/tree/<name>.ipynb")`` + ``page_errors(page)`` run one and
+collect its error outputs and widget render failures.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ playwright_sync = pytest.importorskip("playwright.sync_api")
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = os.environ.get("OVKIT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -52,12 +59,23 @@ LAB_SETTINGS: dict[str, dict[str, Any]] = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"},
 }
 
+MIB = 2**20
 DASHBOARD_CELLS = [
     "import ovkit\n"
-    'core = ovkit.SimulatedCore("laptop", activity=True)\n'
+    'core = ovkit.SimulatedCore("laptop")\n'
+    f'core.allocate("GPU", {512 * MIB})\n'
     "board = ovkit.dashboard(core, interval=0.5)\n"
     "board",
-    'print("dashboard shown")',
+    # a slow, small climb on the GPU: the series moves, its axis (0..600 MiB) does not
+    "import threading, time\n"
+    "def climb():\n"
+    "    for _ in range(2000):\n"
+    f'        core.allocate("GPU", {MIB // 4}); time.sleep(0.25)\n'
+    "threading.Thread(target=climb, daemon=True).start()",
+    "ovkit.device_table(core)",
+    "ovkit.resolve_device(core)\n"
+    'ovkit.resolve_device(core, {"GGML_OPENVINO_DEVICE": "gpu"})\n'
+    'print("logged")',
 ]
 
 
@@ -103,7 +121,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
     root = tmp_path_factory.mktemp("lab")
     (root / "dashboard.ipynb").write_text(json.dumps(_notebook(DASHBOARD_CELLS)))
-    shutil.copy(ROOT / "notebooks" / "01-devices.ipynb", root / "01-devices.ipynb")
+    for nb in (ROOT / "notebooks").glob("*.ipynb"):
+        shutil.copy(nb, root / nb.name)
     home = tmp_path_factory.mktemp("jupyter-home")
     for rel, value in LAB_SETTINGS.items():
         (home / "settings" / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -172,7 +191,7 @@ def page(browser: Any) -> Iterator[Any]:
 PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the visible notebook (a workspace may restore others)
 
 
-def _open_and_run_all(page: Any, url: str) -> None:
+def open_and_run_all(page: Any, url: str) -> None:
     """Open a notebook, wait for its kernel, run every cell and wait until all have run."""
     page.goto(url + "?reset")  # a fresh workspace: no tab restored from the previous test
     page.wait_for_selector(f"{PANEL} .jp-Notebook .jp-Cell")
@@ -207,77 +226,108 @@ def _shutdown_kernels(lab: str) -> None:
             urllib.request.urlopen(req, timeout=30).close()
 
 
-def _errors(page: Any) -> list[str]:
-    return page.locator(
-        '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]'
+def page_errors(page: Any) -> list[str]:
+    """Error outputs and widgets that failed to render, in the visible notebook."""
+    errors = page.locator(
+        f'{PANEL} .jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]'
     ).all_inner_texts()
+    text = page.locator(PANEL).inner_text()
+    return errors + (["Error displaying widget"] if "Error displaying widget" in text else [])
+
+
+def _save(page_or_locator: Any, name: str, **kw: Any) -> bytes:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return bytes(page_or_locator.screenshot(path=str(ARTIFACTS / name), **kw))
 
 
 def _selected(page: Any) -> list[str]:
     return [
         el.get_attribute("data-device") or ""
-        for el in page.locator(f"{PANEL} .jupyter-widgets table.ovkit-devtable tr.ovkit-selected").all()
+        for el in page.locator(f"{PANEL} .ovkit-live table.ovkit-devtable tr.ovkit-selected").all()
     ]
 
 
-def test_dashboard_in_jupyterlab(lab: str, page: Any, tmp_path: Path) -> None:
+def test_dashboard_in_jupyterlab(lab: str, page: Any) -> None:
     try:
-        _check_dashboard(lab, page, tmp_path)
+        _check_dashboard(lab, page)
     finally:
-        page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
+        _save(page, "dashboard-page.png", full_page=True)
         _shutdown_kernels(lab)
 
 
-def _check_dashboard(lab: str, page: Any, tmp_path: Path) -> None:
-    _open_and_run_all(page, f"{lab}/lab/tree/dashboard.ipynb")
-    assert _errors(page) == []
-    # the table rendered inside a widget view, with one row per simulated device
-    rows = page.locator(f"{PANEL} .jupyter-widgets table.ovkit-devtable tr.ovkit-row")
+def _history_svg(page: Any, device: str) -> tuple[str, str]:
+    svg = page.locator(f'{PANEL} svg.ovkit-history-svg[data-device="{device}"]')
+    return svg.get_attribute("data-top") or "", svg.evaluate("e => e.outerHTML")
+
+
+def _check_dashboard(lab: str, page: Any) -> None:
+    open_and_run_all(page, f"{lab}/lab/tree/dashboard.ipynb")
+    assert page_errors(page) == []
+    # the table drawn by the browser, one row per simulated device, the simulation named
+    rows = page.locator(f"{PANEL} .ovkit-live table.ovkit-devtable tr.ovkit-row")
     rows.first.wait_for()
     assert [r.get_attribute("data-device") for r in rows.all()] == ["CPU", "GPU", "NPU"]
-    assert page.locator(f"{PANEL} .jupyter-widgets .ovkit-tag-sim").count() == 3
+    assert page.locator(f"{PANEL} .ovkit-live .ovkit-tag-sim").count() == 3
+    assert "SIMULATED device set" in page.locator(f"{PANEL} .ovkit-sim-banner").first.inner_text()
     assert _selected(page) == ["CPU"]
+    # every memory figure of the CPU row is the same one the bars show (host RAM − MemAvailable)
+    cpu = page.locator(f'{PANEL} .ovkit-live tr.ovkit-row[data-device="CPU"]').inner_text()
+    assert "7,047" in cpu and "24,576" in cpu and "host RAM − MemAvailable" in cpu
+    # both tables fit a 1,000 px output area
+    live_table = page.locator(f"{PANEL} .ovkit-live table.ovkit-devtable")
+    styled = page.locator(f"{PANEL} .jp-OutputArea-output table", has_text="SIMULATED device set 'laptop'")
+    for name, table in (("live-table.png", live_table), ("device-table.png", styled)):
+        width = table.evaluate("e => e.getBoundingClientRect().width")
+        assert width <= 1000, f"{name}: {width} px"
+        _save(table, name)
+    # log lines: routine ones quiet, the fallback warning and the hint stand out; no stderr block
+    assert page.locator(f"{PANEL} .ovkit-log-info", has_text="OpenVINO: using device CPU").count() == 2
+    assert page.locator(f"{PANEL} .ovkit-log-warning", has_text="fallback to CPU").count() == 1
+    assert page.locator(f"{PANEL} .ovkit-log-hint", has_text="case-sensitive").count() == 1
+    assert page.locator(f'{PANEL} [data-mime-type="application/vnd.jupyter.stderr"]').count() == 0
+    # the live time series: the SVG changes between ticks, its axis range stays put
+    page.locator(f'{PANEL} svg.ovkit-history-svg[data-device="GPU"] polyline').wait_for()
+    top, first = _history_svg(page, "GPU")
+    assert float(top) == 600 * MIB  # 512 MiB + headroom, drawn in MiB
+    deadline = time.monotonic() + 30
+    second = first
+    while second == first and time.monotonic() < deadline:
+        time.sleep(0.6)
+        top2, second = _history_svg(page, "GPU")
+        assert top2 == top, "the axis moved for a small change"
+    assert second != first, "the time series did not change while the dashboard was live"
+    _save(page.locator(f"{PANEL} .ovkit-live").first, "dashboard-live.png")
     # choose GPU in the selector: the kernel sets the variable and the highlight moves
     page.locator(f"{PANEL} .ovkit-selector select").select_option("GPU")
-    page.wait_for_selector(f'{PANEL} .jupyter-widgets tr.ovkit-selected[data-device="GPU"]')
+    page.wait_for_selector(f'{PANEL} .ovkit-live tr.ovkit-selected[data-device="GPU"]')
     assert _selected(page) == ["GPU"]
-    assert "resolves to" in page.locator(f"{PANEL} .ovkit-selector").inner_text()
-    # a near miss typed into the text box: upstream's fallback warning, a hint, CPU highlighted
+    # a near miss typed into the text box: the fallback warning, a hint, CPU highlighted
     box = page.locator(f"{PANEL} .ovkit-selector input[type=text]")
     box.fill("gpu")
     box.press("Enter")
-    page.wait_for_selector(f'{PANEL} .jupyter-widgets tr.ovkit-selected[data-device="CPU"]')
+    page.wait_for_selector(f'{PANEL} .ovkit-live tr.ovkit-selected[data-device="CPU"]')
     status = page.locator(f"{PANEL} .ovkit-selector").inner_text()
     assert "device gpu is not available, fallback to CPU" in status and "case-sensitive" in status
-    page.locator(f"{PANEL} .ovkit-selector select").select_option("GPU")
-    page.wait_for_selector(f'{PANEL} .jupyter-widgets tr.ovkit-selected[data-device="GPU"]')
-    # the live time series changes between two screenshots
-    chart = page.locator(f"{PANEL} img.ovkit-chart-history")
-    chart.wait_for()
-    first = chart.screenshot(path=str(tmp_path / "history-1.png"))
-    second = first
-    deadline = time.monotonic() + 30
-    while second == first and time.monotonic() < deadline:
-        time.sleep(1.5)
-        second = chart.screenshot(path=str(tmp_path / "history-2.png"))
-    assert second != first, "the time series did not change while the dashboard was live"
     # pause: the series stands still; resume: it moves again
     toggle = page.locator(f"{PANEL} .ovkit-dashboard .ovkit-refresh-controls button").first
     toggle.click()
     page.wait_for_selector(f"{PANEL} .ovkit-refresh-controls :text('paused')")
-    time.sleep(1.5)  # a refresh that was under way reaches the browser
-    paused = chart.screenshot()
+    time.sleep(1.0)  # a refresh that was under way reaches the browser
+    _, paused = _history_svg(page, "GPU")
     time.sleep(2.0)  # four intervals
-    assert chart.screenshot() == paused, "the time series changed while paused"
+    assert _history_svg(page, "GPU")[1] == paused, "the time series changed while paused"
     toggle.click()
     resumed = paused
     deadline = time.monotonic() + 30
     while resumed == paused and time.monotonic() < deadline:
-        time.sleep(1.0)
-        resumed = chart.screenshot()
+        time.sleep(0.5)
+        resumed = _history_svg(page, "GPU")[1]
     assert resumed != paused, "the time series did not resume"
-    # the op explorer: run the default case on every device, see one result row per device
+    # the op explorer: no (broken) image before the first run; one result row per device after
     page.locator(f"{PANEL} .ovkit-dashboard").get_by_text("Op explorer").click()
+    chart = page.locator(f"{PANEL} img.ovkit-op-chart")
+    assert not chart.is_visible()
+    assert page.locator(f"{PANEL} .ovkit-op-explorer select").nth(2).input_value() == "ggml"
     page.locator(f"{PANEL} .ovkit-op-explorer button", has_text="Run on every device").click()
     results = page.locator(f"{PANEL} .ovkit-op-explorer table.ovkit-op-results tbody tr")
     deadline = time.monotonic() + 60
@@ -285,16 +335,19 @@ def _check_dashboard(lab: str, page: Any, tmp_path: Path) -> None:
         time.sleep(0.5)
     texts = results.all_inner_texts()
     assert len(texts) == 3 and all("OK" in t for t in texts), texts
-    assert page.locator(f"{PANEL} img.ovkit-op-chart").get_attribute("src")
+    assert "every device ran on this host's CPU" in page.locator(f"{PANEL} .ovkit-op-explorer").inner_text()
+    chart.wait_for(state="visible")
+    _save(page.locator(f"{PANEL} .ovkit-op-explorer"), "op-explorer.png")
+    assert page_errors(page) == []
 
 
-def test_devices_notebook_in_jupyterlab(lab: str, page: Any, tmp_path: Path) -> None:
+def test_devices_notebook_in_jupyterlab(lab: str, page: Any) -> None:
     try:
-        _open_and_run_all(page, f"{lab}/lab/tree/01-devices.ipynb")
+        open_and_run_all(page, f"{lab}/lab/tree/01-devices.ipynb")
     finally:
-        page.screenshot(path=str(tmp_path / "01-devices.png"), full_page=True)
+        _save(page, "01-devices.png", full_page=True)
         _shutdown_kernels(lab)
-    assert _errors(page) == []
+    assert page_errors(page) == []
     outputs = page.locator(f"{PANEL} .jp-OutputArea-output").all_inner_texts()
     assert any("Available devices:" in o for o in outputs)
     assert page.locator(f"{PANEL} .jp-OutputArea-output img").count() >= 1  # the memory chart

@@ -35,7 +35,7 @@ def test_real_list_only_holds_physical_devices_sorted() -> None:
 
 
 def test_real_device_table_has_one_row_per_device() -> None:
-    table = device_table()
+    table = device_table(raw=True)
     assert list(table.index) == [d.name for d in list_devices()]
     assert table.loc["CPU", "total_mib"] == host_memory().total_bytes // MIB
     assert not bool(table.loc["CPU", "simulated"])
@@ -168,7 +168,7 @@ def test_empty_device_list_prints_none() -> None:
 
 def test_simulated_table_is_labelled_and_json_ready() -> None:
     core = SimulatedCore("laptop")
-    table = device_table(core)
+    table = device_table(core, raw=True)
     assert table["simulated"].all() and list(table.index) == ["CPU", "GPU", "NPU"]
     d = list_devices(core)[1].to_dict()
     assert d["simulated"] is True and d["device_class"] == "GPU" and d["total_mib"] == 29276

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 
 import pytest
 from widget_helpers import FOUR_DEVICES, thread_names, wait_for

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from ovkit.memory import GIB, MIB
 
 # (name, bytes per unit), smallest first.
-UNITS: tuple[tuple[str, int], ...] = (("B", 1), ("KiB", 1024), ("MiB", MIB), ("GiB", GIB), ("TiB", 1024 * GIB))
+UNITS: tuple[tuple[str, int], ...] = (
+    ("B", 1),
+    ("KiB", 1024),
+    ("MiB", MIB),
+    ("GiB", GIB),
+    ("TiB", 1024 * GIB),
+)
 NICE_STEPS: tuple[float, ...] = (1.0, 2.0, 2.5, 5.0, 10.0)
 HEADROOM = 0.15  # the top sits this far above the data
 SHRINK_BELOW = 0.4  # data under this fraction of the top counts toward a shrink
@@ -77,9 +83,9 @@ class Axis:
 
 
 def fit_axis(needed: float) -> Axis:
-    """The smallest nice axis whose top is >= ``needed`` bytes."""
+    """The smallest nice axis whose top is >= ``needed`` bytes (labelled in MiB at the least)."""
     needed = max(float(needed), MIN_TOP)
-    unit, scale = unit_for(needed)
+    unit, scale = max(unit_for(needed), ("MiB", MIB), key=lambda u: u[1])
     step = nice_step(needed / scale / TICKS) * scale
     return Axis(math.ceil(needed / step - 1e-9) * step, step, unit, scale)
 

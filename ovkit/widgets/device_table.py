@@ -32,7 +32,6 @@ def _usage_text(r: DeviceRow) -> str:
     return "unknown" if r.usage is None else f"{r.usage:.0%}"
 
 
-
 def _name_cell(row: DeviceRow) -> str:
     tags = ""
     if row.selected:
@@ -105,7 +104,6 @@ def render_table_text(rows: list[DeviceRow], *, simulated: bool = False, error: 
     if error:
         out.append(f"refresh error: {error}")
     return "\n".join(out)
-
 
 
 class DeviceTable(LiveView):

@@ -170,7 +170,11 @@ def runs_frame(runs: Iterable[OpRun]) -> pd.DataFrame:
 def plot_runs(ax: Axes, frame: pd.DataFrame, title: str = "") -> None:
     """µs per run per device, coloured by verdict (unsupported / failed devices drawn at 0)."""
     simulated = bool(len(frame)) and bool(frame["simulated"].any())
-    ax.set_title((title or "time per run by device") + ("\n(simulated: all ran on this host's CPU)" if simulated else ""), fontsize=9)
+    ax.set_title(
+        (title or "time per run by device")
+        + ("\n(simulated: all ran on this host's CPU)" if simulated else ""),
+        fontsize=9,
+    )
     if frame.empty:
         ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
         return
@@ -195,9 +199,7 @@ def runs_png(frame: pd.DataFrame, title: str = "") -> bytes:
     return figure_png(fig)
 
 
-SIMULATED_TIMING = (
-    "SIMULATED devices: every device ran on this host's CPU, so these timings are CPU timings"
-)
+SIMULATED_TIMING = "SIMULATED devices: every device ran on this host's CPU, so these timings are CPU timings"
 
 
 def shape_note_html(case: Case) -> str:

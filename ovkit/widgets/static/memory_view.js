@@ -179,7 +179,7 @@ function buildBreakdown(root, meta) {
       svg.setAttribute("height", H + 30);
       svg.setAttribute("data-top", tick.breakdown_axis[0]);
       const unit = xTicks(svg, tick.breakdown_axis, meta.units, left, plotW, 2, H, true);
-      el("svg:text", { x: left + plotW + 8, y: H + 13, class: "ovkit-tick" }, svg, unit);
+      el("svg:text", { x: left + plotW / 2, y: H + 27, "text-anchor": "middle", class: "ovkit-tick" }, svg, unit);
       draw = rows.map((r, i) => {
         el("svg:text", { x: left - 6, y: 2 + i * rowH + 13, "text-anchor": "end", class: "ovkit-label" }, svg, r[0]);
         const segs = r[1].map(([j]) => el("svg:rect", { y: 4 + i * rowH, height: 12, class: `ovkit-kind-${j % KIND_CLASSES}` }, svg));
@@ -209,7 +209,7 @@ function buildBreakdown(root, meta) {
 function buildHistory(root, meta, model) {
   const box = panel(root, "Used memory over time (each device on its own axis)", "ovkit-history");
   const grid = el("div", { class: "ovkit-history-grid" }, box);
-  const W = 300, H = 120, left = 44, right = 8, top = 8, bottom = 18;
+  const W = 300, H = 128, left = 44, right = 8, top = 16, bottom = 18;
   const pw = W - left - right, ph = H - top - bottom;
   const charts = meta.devices.map((d, j) => {
     const cell = el("div", { class: "ovkit-history-cell" }, grid);
@@ -218,7 +218,7 @@ function buildHistory(root, meta, model) {
     const axisG = el("svg:g", {}, svg);
     const line = el("svg:polyline", { class: "ovkit-line", fill: "none" }, svg);
     const cursor = el("svg:line", { class: "ovkit-cursor", y1: top, y2: top + ph, visibility: "hidden" }, svg);
-    const readout = el("svg:text", { class: "ovkit-readout", x: left + 4, y: top + 10 }, svg);
+    const readout = el("svg:text", { class: "ovkit-readout", x: left + pw, y: 9, "text-anchor": "end" }, svg);
     const hit = el("svg:rect", { x: left, y: top, width: pw, height: ph, fill: "transparent" }, svg);
     const state = { svg, axisG, line, cursor, readout, axisKey: "", hover: null, pts: [] };
     hit.addEventListener("mousemove", (ev) => {
@@ -258,7 +258,7 @@ function buildHistory(root, meta, model) {
         s.axisKey = key;
         while (s.axisG.firstChild) s.axisG.removeChild(s.axisG.firstChild);
         const unit = xTicks(s.axisG, axis, meta.units, left, pw, top, ph, false);
-        el("svg:text", { x: 2, y: top + 4, class: "ovkit-tick" }, s.axisG, unit);
+        el("svg:text", { x: left - 4, y: 9, "text-anchor": "end", class: "ovkit-tick" }, s.axisG, unit);
         el("svg:text", { x: left, y: H - 4, class: "ovkit-tick" }, s.axisG, `−${win} s`);
         el("svg:text", { x: left + pw, y: H - 4, "text-anchor": "end", class: "ovkit-tick" }, s.axisG, "now");
         s.svg.setAttribute("data-top", axis[0]);
@@ -300,10 +300,10 @@ function render({ model, el: host }) {
   };
   const update = () => {
     pending = false;
-    const tick = model.get("tick");
-    if (!tick || !tick.devices) return;
+    const tick = model.get("tick") || {};
     const err = host.querySelector(".ovkit-live-error");
-    if (err) err.textContent = tick.error ? `refresh failed: ${tick.error}` : "";
+    if (err) err.textContent = tick.error || "";
+    if (!tick.devices) return;
     for (const u of updaters) u(tick);
     host.setAttribute("data-seq", String(tick.seq));
   };
