@@ -65,7 +65,7 @@ print("listed (physical, sorted):", physical_device_ids(core))
 # %% tags=["device-table"]
 devices = ovkit.list_devices(core)
 selection = ovkit.resolve_device(core, env={"GGML_OPENVINO_DEVICE": device}, log=False)
-table = ovkit.device_table(devices=devices)
+table = ovkit.device_table(devices=devices, raw=True)
 table.insert(0, "selected", [name == selection.device for name in table.index])
 columns = ["selected", "class", "description", "total_mib", "used_mib", "free_mib"]
 display(table[columns + ["host_available_mib", "memory_error", "simulated"]])
@@ -115,7 +115,7 @@ for name in compare_profiles:
     machines[f"simulated {name}"] = ovkit.list_devices(sim)
     print(f"--- {name}: {sim.profile.summary}")
     print("available_devices:", sim.available_devices)
-    sim_table = ovkit.device_table(devices=machines[f"simulated {name}"])
+    sim_table = ovkit.device_table(devices=machines[f"simulated {name}"], raw=True)
     display(sim_table[["class", "description", "total_mib", "used_mib", "free_mib", "memory_formula"]])
 
 # %% [markdown]
@@ -139,7 +139,11 @@ for name in ["gpu-memory-error", "gpu-overcommit"]:
     print(f"--- simulated {name}")
     print(ovkit.format_device_list(sim_devices))
     with pd.option_context("display.max_colwidth", None):
-        display(ovkit.device_table(devices=sim_devices)[["used_mib", "free_mib", "clamped", "memory_error"]])
+        display(
+            ovkit.device_table(devices=sim_devices, raw=True)[
+                ["used_mib", "free_mib", "clamped", "memory_error"]
+            ]
+        )
 
 # %% [markdown]
 # ## 6. The exact `--list-devices` text

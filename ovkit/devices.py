@@ -258,7 +258,9 @@ def device_table(
             na_rep="unknown",
         )
         .bar(subset=["usage"], vmin=0.0, vmax=1.0, color="#4c9be8", height=60, width=100)
+        .set_properties(subset=["class", "description", "rule"], **{"text-align": "left"})
         .set_caption(_caption(listed, core))
         .set_table_styles(TABLE_STYLES)
+        .hide(names=True, axis="index")
         .set_tooltips(tips)
     )

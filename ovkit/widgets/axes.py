@@ -26,7 +26,7 @@ NICE_STEPS: tuple[float, ...] = (1.0, 2.0, 2.5, 5.0, 10.0)
 HEADROOM = 0.15  # the top sits this far above the data
 SHRINK_BELOW = 0.4  # data under this fraction of the top counts toward a shrink
 SHRINK_AFTER = 20  # ... for this many consecutive updates
-MIN_TOP = MIB  # an empty series still gets a 0..1 MiB axis
+MIN_TOP = 4 * MIB  # an empty series still gets a 0..4 MiB axis
 TICKS = 4
 
 
@@ -57,6 +57,11 @@ def format_bytes(nbytes: float | None, unit: tuple[str, int] | None = None) -> s
     return f"{value:,.0f} {name}" if value >= 100 or scale == 1 else f"{value:,.1f} {name}"
 
 
+def tick_digits(step: float) -> int:
+    """Decimals that label every multiple of ``step`` exactly (2.5 -> 1, 0.25 -> 2, 200 -> 0)."""
+    return next((d for d in range(4) if abs(step * 10**d - round(step * 10**d)) < 1e-9), 3)
+
+
 @dataclass(frozen=True, slots=True)
 class Axis:
     """A value axis from 0 to ``top`` bytes with ticks every ``step`` bytes, labelled in ``unit``."""
@@ -70,12 +75,8 @@ class Axis:
     def ticks(self) -> list[tuple[float, str]]:
         """``(bytes, label)`` for 0, step, ..., top."""
         n = round(self.top / self.step)
-        out = []
-        for i in range(n + 1):
-            v = i * self.step / self.scale
-            label = f"{v:,.0f}" if abs(v - round(v)) < 1e-9 else f"{v:,.1f}"
-            out.append((i * self.step, label))
-        return out
+        digits = tick_digits(self.step / self.scale)
+        return [(i * self.step, f"{i * self.step / self.scale:,.{digits}f}") for i in range(n + 1)]
 
     def as_list(self) -> list[float]:
         """``[top, step, scale]``: what crosses to the browser (numbers only)."""

@@ -39,6 +39,17 @@ STATUS_COLOURS: dict[str, str] = {"OK": "#2f9e44", "FAIL": "#e03131", "not suppo
 
 # -- data ---------------------------------------------------------------------------------
 @functools.cache
+def ggml_reference_available() -> bool:
+    """True when ggml-python imports and loads its library (a broken install means numpy)."""
+    try:
+        from ovkit import oracle
+
+        return bool(oracle.ggml_available())
+    except (ImportError, OSError):
+        return False
+
+
+@functools.cache
 def op_catalogue() -> dict[str, tuple[Case, ...]]:
     """The test-ops cases grouped by op key, in catalogue order."""
     from ovkit.testops import build_catalogue
@@ -270,8 +281,6 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
         quiet: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
         **kwargs: Any,
     ) -> None:
-        from ovkit import oracle
-
         self.core = core
         self.quiet = quiet  # entered around runs: a dashboard pauses its refresh so timings are fair
         self.catalogue = op_catalogue()
@@ -297,8 +306,8 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
         self.device_select = widgets.SelectMultiple(
             options=devices, description="Devices", rows=min(4, max(1, len(devices)))
         )
-        # ggml itself is the oracle when ggml-python is installed; numpy is the fallback
-        refs = ["ggml", "numpy"] if oracle.ggml_available() else ["numpy"]
+        # ggml itself is the oracle when ggml-python works here; numpy is the fallback
+        refs = ["ggml", "numpy"] if ggml_reference_available() else ["numpy"]
         self.reference_dropdown = widgets.Dropdown(options=refs, description="Reference")
         self.check_button = widgets.Button(description="Check policy", icon="check")
         self.run_button = widgets.Button(description="Run", icon="play", button_style="primary")

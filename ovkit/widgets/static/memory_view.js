@@ -130,13 +130,19 @@ function buildBars(root, meta) {
   };
 }
 
+// decimals that label every multiple of step exactly (axes.tick_digits)
+function tickDigits(step) {
+  for (let d = 0; d < 4; d++) if (Math.abs(step * 10 ** d - Math.round(step * 10 ** d)) < 1e-9) return d;
+  return 3;
+}
+
 function xTicks(svg, axis, units, x0, width, y0, height, horizontal) {
   const [top, step, scale] = axis;
   const g = el("svg:g", { class: "ovkit-axis" }, svg);
   const n = Math.round(top / step);
+  const digits = tickDigits(step / scale);
   for (let k = 0; k <= n; k++) {
-    const v = (k * step) / scale;
-    const label = Math.abs(v - Math.round(v)) < 1e-9 ? num(v, 0) : num(v, 1);
+    const label = num((k * step) / scale, digits);
     if (horizontal) {
       const x = x0 + (width * k) / n;
       el("svg:line", { x1: x, x2: x, y1: y0, y2: y0 + height, class: "ovkit-grid" }, g);
