@@ -16,6 +16,7 @@ named rule per class, or "unknown" with the reason when a property failed (never
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Mapping
@@ -276,8 +277,13 @@ def live_figures(
     return LiveFigures(total_bytes, used_bytes, free_bytes, rule)
 
 
-def process_rss_bytes() -> int:
-    """This process's resident set size (``QUANTITIES['process_rss']``)."""
+@functools.cache
+def _process(pid: int) -> Any:
     import psutil
 
-    return int(psutil.Process().memory_info().rss)
+    return psutil.Process(pid)  # kept: a new Process reads /proc/<pid>/stat for its start time
+
+
+def process_rss_bytes() -> int:
+    """This process's resident set size (``QUANTITIES['process_rss']``)."""
+    return int(_process(os.getpid()).memory_info().rss)

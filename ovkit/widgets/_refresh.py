@@ -102,6 +102,7 @@ class Refresher:
             return self
         if self._stop.is_set():
             raise RuntimeError(f"{self._name}: a stopped refresher cannot be restarted")
+        watch_cells()
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
         _LIVE.add(self)
@@ -169,8 +170,43 @@ class Refresher:
             if not self._kick and time.monotonic() < last + self._interval:
                 continue  # woken early by a new interval: wait out the rest of it
             self._kick = False
+            # A short cell runs without a tick beside it (its latency stays the idle one); a
+            # long-running cell still sees the view refresh once it has run for CELL_GRACE_S.
+            self._stop.wait(cell_grace_left())
             last = time.monotonic()
             self.tick()
+
+
+CELL_GRACE_S = 0.05
+_cell_started: list[float] = []  # monotonic start of the running cell (empty: none runs)
+
+
+def _on_pre_run_cell(*_: Any) -> None:
+    _cell_started[:] = [time.monotonic()]
+
+
+def _on_post_run_cell(*_: Any) -> None:
+    _cell_started.clear()
+
+
+def watch_cells() -> None:
+    """Follow IPython's cell executions (once per process), for ``cell_grace_left``."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    ip = get_ipython()
+    if ip is None or _on_pre_run_cell in ip.events.callbacks.get("pre_run_cell", []):
+        return
+    ip.events.register("pre_run_cell", _on_pre_run_cell)
+    ip.events.register("post_run_cell", _on_post_run_cell)
+
+
+def cell_grace_left() -> float:
+    """Seconds a tick waits so it does not run beside a cell that started less than
+    ``CELL_GRACE_S`` ago (0 when no cell runs)."""
+    started = list(_cell_started)
+    return max(0.0, started[0] + CELL_GRACE_S - time.monotonic()) if started else 0.0
 
 
 def live_refreshers() -> list[Refresher]:

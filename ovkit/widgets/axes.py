@@ -106,7 +106,7 @@ def next_axis(
     if previous is None or data_max > previous.top:
         return fit_axis(wanted)
     if data_max >= previous.top * shrink_below:
-        return dataclasses.replace(previous, low_updates=0)
+        return previous if previous.low_updates == 0 else dataclasses.replace(previous, low_updates=0)
     if previous.low_updates + 1 >= shrink_after:
         return fit_axis(wanted)
     return dataclasses.replace(previous, low_updates=previous.low_updates + 1)
