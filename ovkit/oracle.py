@@ -49,6 +49,10 @@ from ovkit.quant import QUANT_TYPES  # the quantized types whose blocks this ora
 
 _ggml_mod: ModuleType | None
 try:  # ggml-python is an optional (test) dependency
+    # ggml-python built with the OpenVINO backend (scripts/install-upstream) links libopenvino:
+    # the openvino module loads it, so it must come first.
+    import openvino  # noqa: F401
+
     import ggml as _ggml_mod
 except ImportError:  # pragma: no cover - exercised only without ggml-python
     _ggml_mod = None
@@ -70,6 +74,7 @@ __all__ = [
     "ggml_get_rows_quant",
     "ggml_mul_mat_quant",
     "ggml_program",
+    "program_session",
     "GgmlBuilder",
     "GgmlTensor",
     "GgmlUnavailableError",
@@ -458,9 +463,12 @@ def _read_tensor(t: Any) -> np.ndarray:
 
 
 class _Session:
-    """One ggml context + CPU backend with inputs uploaded and a built graph."""
+    """One ggml context + backend (ggml's CPU backend unless ``backend`` is given; a given one is
+    borrowed, not freed) with inputs uploaded and a built graph."""
 
-    def __init__(self, build: Builder, inputs: Sequence[InputLike | None], n_threads: int) -> None:
+    def __init__(
+        self, build: Builder, inputs: Sequence[InputLike | None], n_threads: int, backend: Any = None
+    ) -> None:
         g = _g()
         self.g = g
         n_tensors = 64 + 8 * len(inputs)
@@ -470,9 +478,11 @@ class _Session:
             no_alloc=True,
         )
         self.ctx = g.ggml_init(params)
-        self.backend = g.ggml_backend_cpu_init()
+        self.owns_backend = backend is None
+        self.backend = g.ggml_backend_cpu_init() if backend is None else backend
         self.buffer = None
-        g.ggml_backend_cpu_set_n_threads(self.backend, n_threads)
+        if self.owns_backend:
+            g.ggml_backend_cpu_set_n_threads(self.backend, n_threads)
         try:
             specs = [None if x is None else _spec(x) for x in inputs]
             tensors: list[Any] = []
@@ -524,14 +534,22 @@ class _Session:
     def results(self) -> list[np.ndarray]:
         return [_read_tensor(o) for o in self.outputs]
 
+    def tensors(self) -> list[Any]:
+        """Every tensor of the context, in creation order (test-backend-ops checks them all)."""
+        out, t = [], self.g.ggml_get_first_tensor(self.ctx)
+        while t:
+            out.append(t)
+            t = self.g.ggml_get_next_tensor(self.ctx, t)
+        return out
+
     def close(self) -> None:
         g = self.g
         if self.buffer:
             g.ggml_backend_buffer_free(self.buffer)
             self.buffer = None
-        if self.backend:
+        if self.backend and self.owns_backend:
             g.ggml_backend_free(self.backend)
-            self.backend = None
+        self.backend = None
         if self.ctx:
             g.ggml_free(self.ctx)
             self.ctx = None
@@ -706,6 +724,15 @@ def _program_builder(program: Program, names: Sequence[str]) -> Builder:
         return out.ptr
 
     return build
+
+
+def program_session(program: Program, inputs: dict[str, InputLike], *, backend: Any = None) -> _Session:
+    """``program``'s ggml graph built and its inputs uploaded on ``backend`` (a ``ggml_backend_t``,
+    e.g. the real OpenVINO backend; default ggml's CPU backend), not yet computed: the caller
+    asks ``supports_op`` about ``tensors()``, then ``run()``, ``results()`` and ``close()``."""
+    names = list(inputs)
+    build = _program_builder(program, names)
+    return _Session(build, [inputs[n] for n in names], DEFAULT_N_THREADS, backend=backend)
 
 
 def ggml_program(

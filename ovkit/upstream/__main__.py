@@ -1,0 +1,45 @@
+"""``python -m ovkit.upstream info | devices | agreement``: the installed real backend."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ovkit.upstream import UpstreamCallError, UpstreamUnavailableError, detect
+
+    parser = argparse.ArgumentParser(prog="python -m ovkit.upstream", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="which real backend build is installed")
+    sub.add_parser("devices", help="its devices as llama-bench --list-devices prints them")
+    p = sub.add_parser("agreement", help="its live supports_op against ovkit's policy")
+    p.add_argument("--verdicts", type=Path, help="a test-backend-ops verdict CSV (default: the shipped one)")
+    p.add_argument("--no-catalogue", action="store_true", help="only the test-backend-ops rows")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "info":
+            print(detect().describe())
+            return 0
+        if args.command == "devices":
+            from ovkit.upstream import format_list_devices, list_devices
+
+            print(format_list_devices(list_devices()))
+            return 0
+        from ovkit.ops.verdicts import read_verdicts
+        from ovkit.upstream import agreement
+
+        rows = read_verdicts(args.verdicts) if args.verdicts else None
+        result = agreement(rows, catalogue=not args.no_catalogue, progress=False if args.no_progress else None)
+        print("\n".join(result.lines()))
+        return 0 if not result.differences else 1
+    except (UpstreamUnavailableError, UpstreamCallError) as exc:
+        print(f"ovkit: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

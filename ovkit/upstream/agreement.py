@@ -1,0 +1,179 @@
+"""Live policy agreement: the installed backend's ``supports_op`` against ``ovkit.ops.policy``.
+
+Two sets of cases, every one ovkit can build as a ggml graph:
+
+- the ``test-ops`` catalogue: every tensor of the case's ggml graph is asked (as test-backend-ops
+  does before it computes), against ovkit's policy on every node of the same program;
+- the test-backend-ops rows of ``upstream-support-verdicts.csv.gz``: the output node, rebuilt as a
+  ggml tensor from ovkit's node record (:mod:`ovkit.upstream.tensors`), as test-backend-ops'
+  ``support`` mode asks.
+
+ovkit answers at the installed build's revision with the quirks on (the real backend has them).
+Every difference is listed with the rule behind it: the gate that rejects on ovkit's side, or,
+when only the real backend rejects, the gate of another revision that would (or "no rule").
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ovkit.ops.policy import OpInfo, Revision, check_op
+from ovkit.ops.verdicts import Unexpressible, Verdict, build_case, read_verdicts
+from ovkit.upstream import cases
+from ovkit.upstream.build import UpstreamBuild, require
+from ovkit.upstream.isolate import Isolated
+from ovkit.upstream.ops import DEVICE_CLASS, policy_verdict
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: The shipped test-backend-ops verdicts (in the source tree; pass another path when installed).
+DEFAULT_VERDICTS = Path(__file__).resolve().parents[2] / "tests" / "data" / "upstream-support-verdicts.csv.gz"
+#: Rows per child request (a crash re-asks that chunk's rows one at a time).
+CHUNK = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """One case where the real backend and ovkit's policy answer differently."""
+
+    source: str  #: ``catalogue`` or ``test-backend-ops``
+    case: str
+    upstream: bool | None  #: None: the call crashed
+    ovkit: bool
+    rule: str  #: the gate that decides it (see the module docstring)
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class Agreement:
+    """Counts per source, the differences, and the cases that could not be asked."""
+
+    build: UpstreamBuild
+    revision: Revision
+    compared: Counter[str] = field(default_factory=Counter)
+    agreeing: Counter[str] = field(default_factory=Counter)
+    differences: list[Difference] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)  #: reason -> rows
+    csv_changed: int = 0  #: rows whose live verdict differs from the verdict recorded in the CSV
+
+    @property
+    def total(self) -> int:
+        return sum(self.compared.values())
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * sum(self.agreeing.values()) / self.total if self.total else 0.0
+
+    def lines(self) -> list[str]:
+        out = [f"Live supports_op of {self.build.describe().splitlines()[0]}",
+               f"against ovkit.ops.policy revision {self.revision.value} (device class {DEVICE_CLASS}, quirks on)"]  # fmt: skip
+        for src in self.compared:
+            out.append(f"  {src:17s} {self.agreeing[src]:6d}/{self.compared[src]:<6d} agree")
+        for reason, n in self.skipped.most_common():
+            out.append(f"  not asked ({n}): {reason}")
+        if self.csv_changed:
+            out.append(f"  {self.csv_changed} test-backend-ops rows answer differently from the recorded CSV")
+        for d in self.differences:
+            up = "CRASH" if d.upstream is None else ("yes" if d.upstream else "no")
+            out.append(f"  DIFFERS {d.source}: {d.case}: upstream {up}, ovkit {'yes' if d.ovkit else 'no'}"
+                       f" — rule {d.rule}{': ' + d.detail if d.detail else ''}")  # fmt: skip
+        out.append(f"  agreement: {self.percent:.2f} % of {self.total} cases")
+        return out
+
+    def to_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame([asdict(d) for d in self.differences], columns=list(Difference.__slots__))
+
+
+def other_rule(info: OpInfo, revision: Revision) -> str:
+    """The gate of another revision that rejects ``info``, or ``"no rule"`` when none does."""
+    for rev in Revision:
+        if rev == revision:
+            continue
+        d = check_op(info, DEVICE_CLASS, upstream_exact=True, revision=rev)
+        if not d.supported:
+            return f"{d.gate} (revision {rev.value} only)"
+    return "no rule in any revision"
+
+
+def _catalogue(result: Agreement, worker: Isolated, progress: bool | None) -> None:
+    from tqdm import tqdm
+
+    for c in tqdm(cases.catalogue(), desc="agreement: catalogue", unit="case", file=sys.stderr, leave=False,
+                  disable=not progress if progress is not None else None):  # fmt: skip
+        ours, rule = policy_verdict(c, result.revision)
+        out = worker.call({"cmd": "case", "name": c.name, "compute": False})
+        theirs = out.reply["supported"] if out.ok else None
+        result.compared["catalogue"] += 1
+        if theirs == ours:
+            result.agreeing["catalogue"] += 1
+            continue
+        rejects = [f"{n['op']} {n['name']}".strip() for n in out.reply.get("nodes", []) if not n["supported"]]
+        detail = out.detail if not out.ok else ("upstream rejects " + ", ".join(rejects) if rejects else "")
+        result.differences.append(Difference("catalogue", c.name, theirs, ours, rule or "no ovkit rule", detail))
+
+
+def _ask_rows(worker: Isolated, rows: Sequence[Verdict]) -> list[dict[str, Any]]:
+    """The child's answer per row; a crash in a chunk re-asks its rows one by one."""
+    request = [[v.op_name, v.op_params] for v in rows]
+    out = worker.call({"cmd": "support_rows", "rows": request})
+    if out.ok:
+        return list(out.reply["rows"])
+    if len(rows) == 1:
+        return [{"crash": f"{out.status} {out.detail}"}]
+    return [r for v in rows for r in _ask_rows(worker, [v])]
+
+
+def _rows(result: Agreement, worker: Isolated, verdicts: Sequence[Verdict], progress: bool | None) -> None:
+    from tqdm import tqdm
+
+    src = "test-backend-ops"
+    chunks = [verdicts[i : i + CHUNK] for i in range(0, len(verdicts), CHUNK)]
+    for chunk in tqdm(chunks, desc="agreement: test-backend-ops", unit="chunk", file=sys.stderr, leave=False,
+                      disable=not progress if progress is not None else None):  # fmt: skip
+        for v, answer in zip(chunk, _ask_rows(worker, chunk), strict=True):
+            if "skip" in answer:
+                result.skipped[answer["skip"]] += 1
+                continue
+            try:
+                info = build_case(v.op_name, v.params)
+            except Unexpressible as exc:  # the child could not build it either
+                result.skipped[str(exc)] += 1
+                continue
+            d = check_op(info, DEVICE_CLASS, upstream_exact=True, revision=result.revision)
+            theirs = answer.get("supported")
+            result.compared[src] += 1
+            if theirs is not None and theirs != v.supported:
+                result.csv_changed += 1
+            if theirs == d.supported:
+                result.agreeing[src] += 1
+                continue
+            rule = d.gate if not d.supported else other_rule(info, result.revision)
+            result.differences.append(
+                Difference(src, f"{v.op_name}({v.op_params})", theirs, d.supported, rule, answer.get("crash", ""))
+            )
+
+
+def agreement(
+    verdicts: Iterable[Verdict] | None = None,
+    *,
+    catalogue: bool = True,
+    revision: Revision | None = None,
+    progress: bool | None = None,
+) -> Agreement:
+    """Ask the installed backend about every buildable case and compare with the policy."""
+    build = require()
+    rows = list(read_verdicts(DEFAULT_VERDICTS) if verdicts is None else verdicts)
+    result = Agreement(build, revision or build.revision or Revision.N)
+    with Isolated() as worker:
+        if catalogue:
+            _catalogue(result, worker, progress)
+        _rows(result, worker, rows, progress)
+    return result

@@ -1,0 +1,197 @@
+"""Which real llama.cpp OpenVINO backend is installed, read from the files alone (nothing loaded).
+
+Two builds can sit next to ovkit, both put there by ``scripts/install-upstream``:
+
+- **ggml-python built with ``-DGGML_OPENVINO=ON``**: its ``ggml/lib/`` holds
+  ``libggml-openvino.so`` next to ggml's CPU backend.  ovkit drives the backend through it
+  (devices, ``supports_op``, graph compute) in a child process.
+- **llama-cpp-python built with the backend**, installed apart from the environment's CPU-only
+  ``llama_cpp`` (which stays llama.cpp's CPU reference): ``<prefix>/share/ovkit/llama-openvino``
+  holds a complete ``llama_cpp`` package; a child process with that directory first on
+  ``PYTHONPATH`` (and ``LLAMA_CPP_LIB_PATH`` at its ``llama_cpp/lib``) runs whole models on it.
+
+Nothing here imports ggml or llama_cpp: a broken or missing build is reported, never raised at
+import time.  Features are read as the strings the backend's code embeds (the environment
+variables it reads), so "has the model cache" means the library reads
+``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ovkit.ops.policy import Revision
+
+#: The script that installs the real backend (named in every "not installed" message).
+INSTALL_SCRIPT = "scripts/install-upstream"
+
+#: Where the script installs the OpenVINO build of llama-cpp-python (override: the variable).
+LLAMA_OPENVINO_ENV = "OVKIT_LLAMA_OPENVINO"
+LLAMA_OPENVINO_SUBDIR = Path("share", "ovkit", "llama-openvino")
+
+#: ggml-python version -> the policy revision its vendored ggml-openvino follows (checked live by
+#: ``python -m ovkit.upstream agreement``).  Unknown versions fall back on the features below.
+KNOWN_GGML_PYTHON: dict[str, Revision] = {"0.0.45": Revision.V}
+
+#: Embedded strings that tell which upstream features a ``libggml-openvino`` has.
+FEATURE_MARKERS: dict[str, bytes] = {
+    "model_cache": b"GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR",  # model-cache.cpp's blob cache
+    "release_weights": b"GGML_OPENVINO_RELEASE_WEIGHTS",
+    "memory_optimize": b"GGML_OPENVINO_MEMORY_OPTIMIZE",
+    "mxfp4": b"MXFP4",
+}
+
+
+class UpstreamUnavailableError(RuntimeError):
+    """The real backend is not installed (or not in the flavour a feature needs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LibraryBuild:
+    """One installed package that carries (or lacks) ``libggml-openvino``."""
+
+    package: str  #: distribution name (``ggml-python``, ``llama-cpp-python``)
+    version: str
+    lib_dir: Path  #: the directory holding the package's shared libraries
+    openvino_lib: Path | None  #: ``libggml-openvino.so`` when the package was built with it
+    features: tuple[str, ...] = ()  #: :data:`FEATURE_MARKERS` keys the library embeds
+
+    @property
+    def has_openvino(self) -> bool:
+        return self.openvino_lib is not None
+
+    @property
+    def flavour(self) -> str:
+        """``openvino`` (the backend is built in) or ``cpu`` (ggml's CPU backend only)."""
+        return "openvino" if self.has_openvino else "cpu"
+
+    @property
+    def has_model_cache(self) -> bool:
+        return "model_cache" in self.features
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamBuild:
+    """What :func:`detect` found: the ggml-python build and the OpenVINO llama-cpp-python."""
+
+    ggml: LibraryBuild | None
+    llama: LibraryBuild | None
+    revision: Revision | None  #: the policy revision the ggml-python build's rules follow
+
+    @property
+    def available(self) -> bool:
+        """The real backend can be driven (ggml-python carries ``libggml-openvino``)."""
+        return self.ggml is not None and self.ggml.has_openvino
+
+    def describe(self) -> str:
+        """One line per build, for the CLI and notebooks."""
+        lines = []
+        for b in (self.ggml, self.llama):
+            if b is None:
+                continue
+            feats = ", ".join(b.features) or "no optional features"
+            lines.append(f"{b.package} {b.version} ({b.flavour}; {feats}) at {b.lib_dir}")
+        if self.revision is not None:
+            lines.append(f"policy revision of the ggml-python build: {self.revision.value}")
+        return "\n".join(lines) or f"no real backend installed (run {INSTALL_SCRIPT})"
+
+
+def _features(lib: Path) -> tuple[str, ...]:
+    data = lib.read_bytes()
+    return tuple(k for k, marker in FEATURE_MARKERS.items() if marker in data)
+
+
+def _openvino_lib(lib_dir: Path) -> Path | None:
+    found = sorted(lib_dir.glob("libggml-openvino.so*"))
+    return found[0] if found else None
+
+
+def _library_build(package: str, version: str, lib_dir: Path) -> LibraryBuild:
+    lib = _openvino_lib(lib_dir)
+    return LibraryBuild(package, version, lib_dir, lib, _features(lib) if lib else ())
+
+
+def ggml_python_build() -> LibraryBuild | None:
+    """The environment's ggml-python, or None when it is not installed."""
+    spec = importlib.util.find_spec("ggml")
+    if spec is None or spec.origin is None:
+        return None
+    try:
+        version = importlib.metadata.version("ggml-python")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return _library_build("ggml-python", version, Path(spec.origin).parent / "lib")
+
+
+def llama_openvino_dir() -> Path:
+    """Where the OpenVINO build of llama-cpp-python lives (``$OVKIT_LLAMA_OPENVINO`` overrides)."""
+    override = os.environ.get(LLAMA_OPENVINO_ENV)
+    return Path(override) if override else Path(sys.prefix) / LLAMA_OPENVINO_SUBDIR
+
+
+def _dist_version(target: Path, name: str) -> str:
+    for info in sorted(target.glob(f"{name}-*.dist-info")):
+        return info.name[len(name) + 1 : -len(".dist-info")]
+    return "unknown"
+
+
+def llama_openvino_build() -> LibraryBuild | None:
+    """The OpenVINO llama-cpp-python under :func:`llama_openvino_dir`, or None."""
+    target = llama_openvino_dir()
+    lib_dir = target / "llama_cpp" / "lib"
+    if not (lib_dir / "libllama.so").exists():
+        return None
+    return _library_build("llama-cpp-python", _dist_version(target, "llama_cpp_python"), lib_dir)
+
+
+def revision_of(build: LibraryBuild | None) -> Revision | None:
+    """The policy revision a ggml-openvino build follows: known versions first, then features."""
+    if build is None or not build.has_openvino:
+        return None
+    known = KNOWN_GGML_PYTHON.get(build.version)
+    if known is not None:
+        return known
+    return Revision.N if build.has_model_cache else Revision.V
+
+
+def detect() -> UpstreamBuild:
+    """Both builds as installed now (cheap: reads directories and one library file)."""
+    ggml = ggml_python_build()
+    return UpstreamBuild(ggml, llama_openvino_build(), revision_of(ggml))
+
+
+def require() -> UpstreamBuild:
+    """:func:`detect`, raising :class:`UpstreamUnavailableError` naming the script when the
+    backend is missing or ggml-python is the CPU-only build."""
+    found = detect()
+    if found.ggml is None:
+        raise UpstreamUnavailableError(
+            f"the real ggml-openvino backend is not installed: ggml-python is missing; run {INSTALL_SCRIPT}"
+        )
+    if not found.available:
+        raise UpstreamUnavailableError(
+            f"the installed ggml-python {found.ggml.version} is the CPU-only build (no "
+            f"libggml-openvino.so in {found.ggml.lib_dir}); run {INSTALL_SCRIPT} to rebuild it "
+            "with the OpenVINO backend"
+        )
+    return found
+
+
+def llama_openvino_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child process whose ``import llama_cpp`` is the OpenVINO build."""
+    build = llama_openvino_build()
+    if build is None:
+        raise UpstreamUnavailableError(
+            f"the OpenVINO build of llama-cpp-python is not installed at {llama_openvino_dir()}; "
+            f"run {INSTALL_SCRIPT}"
+        )
+    env = dict(os.environ if base is None else base)
+    target = str(build.lib_dir.parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([target, *filter(None, [env.get("PYTHONPATH")])])
+    env["LLAMA_CPP_LIB_PATH"] = str(build.lib_dir)
+    return env

@@ -1,0 +1,65 @@
+"""The cases ovkit runs side by side with the real backend, found by name in both processes.
+
+A case is a ``test-ops`` catalogue case (one program that builds both the ovkit graph and the
+ggml graph); the child process rebuilds the catalogue and looks the case up by its name, and both
+sides draw the inputs from the same seed, so ovkit, the real backend and ggml's CPU backend see
+identical values.  :data:`EXTRA_CASES` adds the benchmark's small graph.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ovkit import testops
+from ovkit.testops import Case, Inp
+
+
+def _small_graph(g: Any, x: Mapping[str, Any]) -> Any:
+    """One pre-norm MLP step, llama-style: rms_norm → scale by a weight → mul_mat → silu → add."""
+    h = g.mul(g.rms_norm(x["x"], 1e-6), x["norm"])
+    return g.add(g.silu(g.mul_mat(x["w"], h)), x["x"])
+
+
+#: Cases that are not in the catalogue: the benchmark's small graph.
+EXTRA_CASES: tuple[Case, ...] = (
+    testops.case(
+        "GRAPH:MLP",
+        [Inp("x", (4, 256)), Inp("norm", (256,)), Inp("w", (256, 256))],
+        _small_graph,
+        "mul_mat",
+    ),
+)
+
+
+@functools.cache
+def catalogue() -> tuple[Case, ...]:
+    """The ``test-ops`` catalogue (mode test) in its order."""
+    return tuple(testops.build_catalogue())
+
+
+@functools.cache
+def _by_name() -> dict[str, Case]:
+    return {c.name: c for c in (*catalogue(), *EXTRA_CASES)}
+
+
+def find_case(name: str) -> Case:
+    """The case called ``name`` (``MUL_MAT(type=f32,...)``); KeyError naming it when unknown."""
+    try:
+        return _by_name()[name]
+    except KeyError:
+        raise KeyError(f"no test-ops case named {name!r}") from None
+
+
+def materialize(c: Case, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, bytes]]:
+    """The case's input values and quantized blocks, drawn as ``ovkit test-ops`` draws them."""
+    return testops._materialize(c, np.random.default_rng(seed))
+
+
+def ggml_inputs(c: Case, seed: int = 0) -> dict[str, Any]:
+    """The case's inputs as ggml leaves take them (bf16 as Typed, quantized as raw blocks)."""
+    arrays, blocks = materialize(c, seed)
+    return {i.name: testops._ggml_input(i, arrays[i.name], blocks) for i in c.inputs}

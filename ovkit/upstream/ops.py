@@ -1,0 +1,180 @@
+"""Every catalogue case three ways: ovkit on OpenVINO, the real backend, ggml's CPU backend.
+
+One program builds the ovkit graph and the ggml graph (:mod:`ovkit.upstream.cases`).  ovkit's side
+is ``ovkit test-ops`` itself (its status and NMSE against ggml); the real backend's side runs in
+a child process: ``supports_op`` on every tensor of the ggml graph (as test-backend-ops asks),
+then, when all are supported, ``ggml_backend_graph_compute`` on ``OPENVINO0`` and the NMSE
+against ggml's CPU backend on the same inputs.  The verdicts are compared with ovkit's policy at
+the installed build's revision (quirks included: the real backend has them), so a disagreement is
+a policy difference, named by its rule.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from ovkit.ops.policy import Revision, check_op
+from ovkit.upstream import cases
+from ovkit.upstream.build import require
+from ovkit.upstream.isolate import Isolated
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ovkit.testops import Case
+
+#: The device class the installed backend runs on here (GGML_OPENVINO_DEVICE unset: CPU).
+DEVICE_CLASS = "CPU"
+
+
+@dataclass(frozen=True, slots=True)
+class ThreeWay:
+    """One case run three ways."""
+
+    op: str
+    case: str
+    max_nmse: float
+    ovkit_status: str  #: ``ovkit test-ops``'s status: OK, FAIL, not supported
+    ovkit_nmse: float | None  #: ovkit vs ggml's CPU backend
+    ovkit_supported: bool  #: ovkit's policy at the installed revision, every node
+    ovkit_rule: str  #: the gate that rejects (``""`` when supported)
+    upstream_status: str  #: OK, FAIL, not supported, CRASH, TIMEOUT, ERROR
+    upstream_nmse: float | None  #: the real backend vs ggml's CPU backend
+    upstream_supported: bool | None  #: every tensor supported (None: the call crashed)
+    upstream_rejects: str = ""  #: the tensors the real backend rejects (``op name``)
+    detail: str = ""  #: crash signal, error text, ovkit's failure
+
+    @property
+    def agrees(self) -> bool:
+        """The real backend's verdict equals ovkit's policy (False when it crashed)."""
+        return self.upstream_supported is not None and self.upstream_supported == self.ovkit_supported
+
+    def line(self) -> str:
+        """``  CASE: upstream OK (NMSE 1.2e-14) | ovkit OK (NMSE 0.0e+00) | verdicts agree``."""
+
+        def side(status: str, nmse: float | None) -> str:
+            return f"{status} (NMSE {nmse:.1e})" if nmse is not None else status
+
+        verdict = "verdicts agree" if self.agrees else "verdicts DISAGREE"
+        rule = f" [{self.ovkit_rule}]" if self.ovkit_rule else ""
+        extra = f" — {self.detail}" if self.detail else ""
+        return (
+            f"  {self.case}: upstream {side(self.upstream_status, self.upstream_nmse)}"
+            f" | ovkit {side(self.ovkit_status, self.ovkit_nmse)}{rule} | {verdict}{extra}"
+        )
+
+
+def policy_verdict(c: Case, revision: Revision, device_class: str = DEVICE_CLASS) -> tuple[bool, str]:
+    """ovkit's policy on every op node of the case's graph: (supported, first rejecting gate)."""
+    from ovkit import testops
+
+    arrays, blocks = cases.materialize(c)
+    g, out = testops._build(c, blocks)
+    for t in g.topo([out]):
+        if t.is_leaf:
+            continue
+        d = check_op(t, device_class, upstream_exact=True, revision=revision)
+        if not d.supported:
+            return False, d.gate
+    return True, ""
+
+
+def run_case(c: Case, worker: Isolated, revision: Revision, seed: int = 0) -> ThreeWay:
+    """One case three ways (the real backend's part in ``worker``'s child process)."""
+    from ovkit import oracle, testops
+
+    ours = testops.run_case(c, "CPU", reference="ggml", seed=seed)
+    supported, rule = policy_verdict(c, revision)
+    limit = oracle.max_nmse(c.builder)
+    base: dict[str, Any] = {
+        "op": c.op,
+        "case": c.name,
+        "max_nmse": limit,
+        "ovkit_status": ours.status,
+        "ovkit_nmse": ours.nmse,
+        "ovkit_supported": supported,
+        "ovkit_rule": rule,
+    }
+    detail = ours.detail if ours.status == "FAIL" else ""
+    out = worker.call({"cmd": "case", "name": c.name, "seed": seed})
+    if not out.ok:
+        return ThreeWay(**base, upstream_status=out.status, upstream_nmse=None, upstream_supported=None,
+                        detail=f"{out.detail}{'; ' + detail if detail else ''}")  # fmt: skip
+    reply = out.reply
+    rejects = ", ".join(f"{n['op']} {n['name']}".strip() for n in reply["nodes"] if not n["supported"])
+    nmse = reply.get("nmse")
+    if not reply["supported"]:
+        status = "not supported"
+    elif nmse is None:
+        status, detail = "FAIL", f"shape {reply.get('shape')} differs from ggml's"
+    else:
+        status = "OK" if nmse <= limit else "FAIL"
+    return ThreeWay(**base, upstream_status=status, upstream_nmse=nmse, upstream_supported=reply["supported"],
+                    upstream_rejects=rejects, detail=detail)  # fmt: skip
+
+
+def iter_three_way(
+    picked: Sequence[Case] | None = None, *, seed: int = 0, progress: bool | None = None
+) -> Iterator[ThreeWay]:
+    """Run ``picked`` (default: the whole catalogue) three ways, with a progress bar on stderr."""
+    from tqdm import tqdm
+
+    build = require()
+    revision = build.revision or Revision.N
+    pool = list(cases.catalogue() if picked is None else picked)
+    with Isolated() as worker:
+        bar = tqdm(pool, desc="test-ops --upstream", unit="case", file=sys.stderr, leave=False,
+                   disable=not progress if progress is not None else None)  # fmt: skip
+        for c in bar:
+            yield run_case(c, worker, revision, seed)
+
+
+def three_way(picked: Sequence[Case] | None = None, **kw: Any) -> pd.DataFrame:
+    """:func:`iter_three_way` as a DataFrame (one row per case, plus ``agrees``)."""
+    import pandas as pd
+
+    rows = [{**asdict(r), "agrees": r.agrees} for r in iter_three_way(picked, **kw)]
+    return pd.DataFrame(rows)
+
+
+def summary_lines(results: Sequence[ThreeWay], revision: Revision | None) -> list[str]:
+    """Totals: verdict agreement and each side's statuses."""
+    from collections import Counter
+
+    agree = sum(r.agrees for r in results)
+    ups = Counter(r.upstream_status for r in results)
+    ours = Counter(r.ovkit_status for r in results)
+    rev = revision.value if revision else "?"
+    return [
+        f"  {agree}/{len(results)} verdicts agree with ovkit's policy (revision {rev})",
+        "  upstream: " + ", ".join(f"{n} {s}" for s, n in ups.most_common()),
+        "  ovkit:    " + ", ".join(f"{n} {s}" for s, n in ours.most_common()),
+    ]
+
+
+def cli(args: Any) -> int:
+    """``ovkit test-ops --upstream [-o OP ...] [--json]``: one line per case, totals; exit 1 when
+    a verdict disagrees or the real backend crashed."""
+    from tqdm import tqdm
+
+    from ovkit import testops
+
+    build = require()
+    picked = testops.select(cases.catalogue(), args.op)
+    progress = False if getattr(args, "no_progress", False) else None
+    results: list[ThreeWay] = []
+    if not args.json:
+        print("Testing OPENVINO0 (the real backend, " + build.describe().splitlines()[0] + ") against ggml's CPU backend")
+    for r in iter_three_way(picked, progress=progress):
+        results.append(r)
+        if not args.json:
+            tqdm.write(r.line(), file=sys.stdout)
+    if args.json:
+        print(json.dumps({"revision": build.revision, "cases": [{**asdict(r), "agrees": r.agrees} for r in results]}, indent=2))
+    else:
+        print("\n".join(summary_lines(results, build.revision)))
+    return 0 if all(r.agrees and r.upstream_status != "CRASH" for r in results) else 1

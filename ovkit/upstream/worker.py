@@ -1,0 +1,200 @@
+"""The child side of :mod:`ovkit.upstream.isolate`: the only code that calls the real backend.
+
+Run as ``python -m ovkit.upstream.worker``: reads one JSON request per line from stdin and writes
+one JSON reply per line to the file descriptor ``$OVKIT_WORKER_FD``; stdout is pointed at stderr
+first, so whatever the backend or OpenVINO print never corrupts a reply.  Requests name a
+command (:data:`HANDLERS`); an exception becomes ``{"error": ...}``, a crash ends the process (the
+parent reports it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+#: ggml's device types, by ``enum ggml_backend_dev_type`` value.
+DEVICE_TYPES = ("CPU", "GPU", "IGPU", "ACCEL", "META")
+
+#: The real backend's device, as the backend names it.
+DEVICE_NAME = "OPENVINO0"
+
+
+class Backend:
+    """ggml-python loaded with its OpenVINO backend: the device and one backend instance."""
+
+    def __init__(self) -> None:
+        import openvino  # noqa: F401  (libggml-openvino.so links libopenvino: load it first)
+
+        import ggml
+
+        self.g = ggml
+        self.dev = ggml.ggml_backend_dev_by_name(DEVICE_NAME.encode())
+        if not self.dev:
+            names = [_text(ggml.ggml_backend_dev_name(ggml.ggml_backend_dev_get(i))) for i in range(ggml.ggml_backend_dev_count())]
+            raise RuntimeError(f"ggml has no device {DEVICE_NAME} (devices: {names})")
+        self._backend: Any = None
+
+    @property
+    def backend(self) -> Any:
+        """The backend instance, created on first use (it starts OpenVINO's Core)."""
+        if self._backend is None:
+            self._backend = self.g.ggml_backend_dev_init(self.dev, None)
+            if not self._backend:
+                raise RuntimeError(f"ggml_backend_dev_init({DEVICE_NAME}) returned NULL")
+        return self._backend
+
+    def supports(self, tensor: Any) -> bool:
+        return bool(self.g.ggml_backend_dev_supports_op(self.dev, tensor))
+
+    def op_label(self, tensor: Any) -> str:
+        return _text(self.g.ggml_op_desc(tensor))
+
+
+def _text(b: bytes | str | None) -> str:
+    return b.decode(errors="replace") if isinstance(b, bytes) else str(b or "")
+
+
+# ----------------------------------------------------------------------------------------------
+# Handlers
+
+
+def _info(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
+    g = be.g
+    regs = [_text(g.ggml_backend_reg_name(g.ggml_backend_reg_get(i))) for i in range(g.ggml_backend_reg_count())]
+    return {"ggml_version": _text(g.ggml_version()), "ggml_commit": _text(g.ggml_commit()), "registries": regs}
+
+
+def _devices(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
+    g = be.g
+    out = []
+    for i in range(g.ggml_backend_dev_count()):
+        dev = g.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        g.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        kind = int(g.ggml_backend_dev_type(dev))
+        out.append(
+            {
+                "index": i,
+                "name": _text(g.ggml_backend_dev_name(dev)),
+                "description": _text(g.ggml_backend_dev_description(dev)),
+                "memory_free": int(free.value),
+                "memory_total": int(total.value),
+                "type": DEVICE_TYPES[kind] if kind < len(DEVICE_TYPES) else str(kind),
+                "registry": _text(g.ggml_backend_reg_name(g.ggml_backend_dev_backend_reg(dev))),
+            }
+        )
+    return {"devices": out}
+
+
+def _crash(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
+    """``supports_op(NULL)``: the backend reads ``op->op`` without a check (SIGSEGV)."""
+    return {"supported": be.supports(None)}
+
+
+def _case_session(be: Backend, name: str, seed: int) -> tuple[Any, Any, dict[str, Any], Any]:
+    from ovkit import oracle
+    from ovkit.upstream import cases
+
+    c = cases.find_case(name)
+    inputs = cases.ggml_inputs(c, seed)
+    return c, oracle.program_session(c.program, inputs, backend=be.backend), inputs, oracle
+
+
+def _case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
+    """A catalogue case on the real backend: supports_op per tensor, then (if all are supported)
+    the computed output's NMSE against ggml's CPU backend on the same inputs."""
+    c, session, inputs, oracle = _case_session(be, req["name"], int(req.get("seed", 0)))
+    try:
+        nodes = [
+            {
+                "op": be.op_label(t),
+                "name": _text(t.contents.name),
+                "ne": [int(x) for x in t.contents.ne],
+                "supported": be.supports(t),
+            }
+            for t in session.tensors()
+        ]
+        reply: dict[str, Any] = {"nodes": nodes, "supported": all(n["supported"] for n in nodes)}
+        if reply["supported"] and req.get("compute", True):
+            session.run()
+            actual = session.results()[0]
+            expected = np.asarray(oracle.ggml_program(c.program, inputs))
+            reply["shape"] = list(np.shape(actual))
+            reply["nmse"] = float(oracle.nmse(np.asarray(actual), expected)) if actual.shape == expected.shape else None
+    finally:
+        session.close()
+    return reply
+
+
+def _bench(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
+    """Seconds per compute of a case on the real backend (graph built once, run repeatedly)."""
+    _c, session, _inputs, _oracle = _case_session(be, req["name"], int(req.get("seed", 0)))
+    try:
+        for _ in range(int(req.get("warmup", 1))):
+            session.run()
+        times = []
+        for _ in range(int(req["runs"])):
+            t0 = time.perf_counter()
+            session.run()
+            times.append(time.perf_counter() - t0)
+    finally:
+        session.close()
+    return {"median_s": statistics.median(times), "min_s": min(times), "runs": len(times)}
+
+
+def _support_rows(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
+    """``supports_op`` on the output node of test-backend-ops cases rebuilt as ggml tensors."""
+    from ovkit.upstream.tensors import Unbuildable, build_tensor
+
+    out: list[dict[str, Any]] = []
+    for op_name, op_params in req["rows"]:
+        try:
+            with build_tensor(be.g, op_name, op_params) as t:
+                out.append({"supported": be.supports(t)})
+        except Unbuildable as exc:
+            out.append({"skip": str(exc)})
+    return {"rows": out}
+
+
+HANDLERS: dict[str, Callable[[Backend, Mapping[str, Any]], dict[str, Any]]] = {
+    "info": _info,
+    "devices": _devices,
+    "crash": _crash,
+    "case": _case,
+    "bench": _bench,
+    "support_rows": _support_rows,
+}
+
+
+def main() -> None:
+    reply_fd = int(os.environ["OVKIT_WORKER_FD"])
+    replies = os.fdopen(reply_fd, "w")
+    os.dup2(2, 1)  # native prints to stdout land in stderr, never in a reply
+    sys.stdout = sys.stderr
+    be: Backend | None = None
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            req = json.loads(line)
+            handler = HANDLERS.get(req.get("cmd", ""))
+            if handler is None:
+                raise ValueError(f"unknown request {req.get('cmd')!r}; expected one of {sorted(HANDLERS)}")
+            be = be or Backend()
+            reply = handler(be, req)
+        except Exception as exc:
+            reply = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
+if __name__ == "__main__":
+    main()
