@@ -80,7 +80,18 @@ def _add_core_args(p: argparse.ArgumentParser) -> None:
     _add_json_arg(p)
 
 
+def _add_list_devices_args(p: argparse.ArgumentParser) -> None:
+    _add_core_args(p)
+    p.add_argument(
+        "--upstream",
+        action="store_true",
+        help="the real backend's devices, as llama-bench --list-devices prints them (scripts/install-upstream)",
+    )
+
+
 def cmd_list_devices(args: argparse.Namespace) -> int:
+    if args.upstream:
+        return _upstream_list_devices(args)
     from ovkit.devices import format_device_list, list_devices
     from ovkit.selection import resolve_device
 
@@ -100,6 +111,44 @@ def cmd_list_devices(args: argparse.Namespace) -> int:
     else:
         print(format_device_list(devices))
     return 0
+
+
+def _upstream_list_devices(args: argparse.Namespace) -> int:
+    from ovkit.upstream import build, devices
+
+    if args.simulate:
+        raise UsageError("--upstream lists the installed backend's devices; it cannot be simulated")
+    try:
+        found = devices.list_devices()
+    except (build.UpstreamUnavailableError, devices.UpstreamCallError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        from dataclasses import asdict
+
+        print(json.dumps({"upstream": build.detect().describe(), "devices": [asdict(d) for d in found]}, indent=2))
+    else:
+        print(devices.format_list_devices(found))
+    return 0
+
+
+def _test_ops_args(p: argparse.ArgumentParser) -> None:
+    importlib.import_module("ovkit.testops").add_cli_args(p)
+    p.add_argument(
+        "--upstream",
+        action="store_true",
+        help="run each case three ways: ovkit, the real backend, ggml's CPU backend (scripts/install-upstream)",
+    )
+
+
+def _test_ops(args: argparse.Namespace) -> int:
+    if not getattr(args, "upstream", False):
+        return int(importlib.import_module("ovkit.testops").cli(args))
+    from ovkit.upstream import build, ops
+
+    try:
+        return ops.cli(args)
+    except build.UpstreamUnavailableError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -140,7 +189,7 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "list-devices": Command(
-        "list the OpenVINO devices as llama.cpp --list-devices does", _add_core_args, cmd_list_devices
+        "list the OpenVINO devices as llama.cpp --list-devices does", _add_list_devices_args, cmd_list_devices
     ),
     "config": Command(
         "show the parsed GGML_OPENVINO_* environment",
@@ -152,7 +201,8 @@ COMMANDS: dict[str, Command] = {
     ),
     "test-ops": Command(
         "run the op catalogue against ggml (test-backend-ops style): mode test | perf",
-        *_module_command("ovkit.testops"),
+        _test_ops_args,
+        _test_ops,
     ),
 }
 

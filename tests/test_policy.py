@@ -15,7 +15,7 @@ from ovkit.ops import policy as P
 from ovkit.ops.policy import OpInfo, Revision, check_op
 from ovkit.ops.verdicts import leaf, node, permute, transpose, view
 
-N, V = Revision.N, Revision.V
+N, V, P_REV = Revision.N, Revision.V, Revision.P
 
 
 def L(*ne: int, t: str = "f32", name: str = "") -> OpInfo:
@@ -276,6 +276,11 @@ def case_for(table_key: str, key: str, rev: Revision) -> Case:  # noqa: C901 - a
     if key == "sum_rows.permute":
         return Case(op("SUM_ROWS", "f32", (1, 6), L(4, 6)), op("SUM_ROWS", "f32", (1, 4), permute(L(4, 6), (1, 0, 2, 3))),
                     "src0 is PERMUTE")  # fmt: skip
+    if key == "soft_max.ffn_moe_weights_reshape":
+        w = L(8, 4, name="ffn_moe_weights-0")
+        return Case(op("SOFT_MAX", "f32", (8, 4), op("RESHAPE", "f32", (8, 4), L(8, 4))),
+                    op("SOFT_MAX", "f32", (8, 4), op("RESHAPE", "f32", (8, 4), w)),
+                    "src0 is a RESHAPE of 'ffn_moe_weights-0'")  # fmt: skip
     if key == "soft_max.sinks":
         a = L(8, 4, 2)
         return Case(op("SOFT_MAX", "f32", a.ne, a, L(8, 4, t="f16")), op("SOFT_MAX", "f32", a.ne, a, L(8, 4, t="f16"), L(2)),
@@ -338,7 +343,7 @@ GATE_RECORDS = [(k, g) for k, g in P.all_gates()]
 
 
 def _rev(g: P.Gate) -> Revision:
-    return N if N in g.revisions else V
+    return N if N in g.revisions else V if V in g.revisions else P_REV
 
 
 @pytest.mark.parametrize(
@@ -417,7 +422,7 @@ def test_bad_input_is_named() -> None:
         OpInfo("ADD", "f32", (1, 2, 3, 4, 5))
     with pytest.raises(TypeError, match="OpInfo or a graph Tensor"):
         check_op("ADD", "CPU")
-    with pytest.raises(ValueError, match=r"unknown policy revision 'X'; expected one of \['N', 'V'\]"):
+    with pytest.raises(ValueError, match=r"unknown policy revision 'X'; expected one of \['N', 'V', 'P'\]"):
         check_op(L(4), "CPU", revision="X")
 
 

@@ -37,6 +37,9 @@ class Revision(enum.StrEnum):
 
     N = "N"  #: aee56b3ab (2026-08-13), the spec anchor: the default
     V = "V"  #: older state (close to mirror master 5735e10c4) that produced upstream-support-verdicts.csv
+    #: the ggml-openvino vendored by ggml-python 0.0.45 (the real backend scripts/install-upstream
+    #: builds): V's rules without GLU SWIGLU_OAI and the CPY view-fit gate, plus a MoE softmax quirk
+    P = "P"
 
 
 ALL_REVISIONS = frozenset(Revision)
@@ -115,6 +118,11 @@ REGISTERED: dict[Revision, tuple[frozenset[str], frozenset[str], frozenset[str]]
         frozenset(REGISTERED_UNARY_N) - _UNARY_ADDED_IN_N,
         frozenset(REGISTERED_GLU_N),
     ),
+    Revision.P: (
+        (frozenset(REGISTERED_OPS_N) - _ADDED_IN_N) | {"NONE"},
+        frozenset(REGISTERED_UNARY_N) - _UNARY_ADDED_IN_N,
+        frozenset(REGISTERED_GLU_N) - {"SWIGLU_OAI"},
+    ),
 }
 
 #: The allowed tensor types (§4.2 rule 2).  Revision V lacks MXFP4.
@@ -124,6 +132,7 @@ ALLOWED_TYPES_N = frozenset(
 ALLOWED_TYPES: dict[Revision, frozenset[str]] = {
     Revision.N: ALLOWED_TYPES_N,
     Revision.V: ALLOWED_TYPES_N - {"mxfp4"},
+    Revision.P: ALLOWED_TYPES_N - {"mxfp4"},
 }
 
 ROPE_MODE_NAMES: dict[int, str] = {m.value: m.name for m in RopeType}
@@ -253,14 +262,18 @@ def _msa(op: OpInfo) -> str | None:
 
 
 _N = frozenset({Revision.N})
-_V = frozenset({Revision.V})
+_V = frozenset({Revision.V, Revision.P})  #: V's gates; P shares all but the few marked _V_ONLY
+_V_ONLY = frozenset({Revision.V})
+_P = frozenset({Revision.P})
 _GLU_KEYS = frozenset(f"GLU.{g}" for g in REGISTERED_GLU_N)
 
 GLOBAL_GATES: tuple[Gate, ...] = (
     Gate("global.membership", "the op must have a registered translator (op_table.cpp)",
          _membership(Revision.N), revisions=_N),
     Gate("global.membership", "the op must have a registered translator (op_table.cpp)",
-         _membership(Revision.V), revisions=_V),
+         _membership(Revision.V), revisions=_V_ONLY),
+    Gate("global.membership", "the op must have a registered translator (op_table.cpp)",
+         _membership(Revision.P), revisions=_P),
     Gate("global.exp_f32", "UNARY EXP with an f32 output is rejected", _exp_f32, revisions=_N,
          ops=frozenset({Op.EXP}),
          note="test-backend-ops feeds x in [-150,150] and exp overflows"),
@@ -274,7 +287,7 @@ GLOBAL_GATES: tuple[Gate, ...] = (
     Gate("global.types", "output and every src must be one of the allowed types", _types(Revision.N),
          revisions=_N),
     Gate("global.types", "output and every src must be one of the allowed types", _types(Revision.V),
-         revisions=_V),
+         revisions=_V),  # V and P allow the same types
     Gate("global.quant_3d", "a quantized src must have ne[2]==1 (except MUL_MAT_ID src0 that is MXFP4 or has ne[3]==1)",
          _quant_3d(True), revisions=_N),
     Gate("global.quant_3d", "a quantized src must have ne[2]==1", _quant_3d(False), revisions=_V),
@@ -335,6 +348,14 @@ def _div_broadcast(op: OpInfo) -> str | None:
     a, b = _s(op, 0), _s(op, 1)
     if a.ne != b.ne:
         return f"src0 ne={_ne(a)} and src1 ne={_ne(b)} need a broadcast"
+    return None
+
+
+def _softmax_moe_reshape(op: OpInfo) -> str | None:
+    s0 = op.src(0)
+    s00 = s0.src(0) if s0 is not None and s0.op == "RESHAPE" else None
+    if s00 is not None and s00.name.startswith("ffn_moe_weights"):
+        return f"src0 is a RESHAPE of {s00.name!r}"
     return None
 
 
@@ -675,7 +696,7 @@ GATES: dict[str, tuple[Gate, ...]] = {
         Gate("cpy.view_fit", "a destination view must fit its buffer and be contiguous (unless empty)",
              _cpy_view_fit_n, revisions=_N),
         Gate("cpy.view_fit", "a destination view must cover its whole buffer", _cpy_view_fit_v,
-             revisions=_V),
+             revisions=_V_ONLY),
     ),
     Op.MUL_MAT: (
         Gate("mul_mat.gpu_test_ab", "GPU: quantized 'a' [256,1] x 'b' [256,64] test case rejected",
@@ -713,6 +734,9 @@ GATES: dict[str, tuple[Gate, ...]] = {
              _when(lambda op: op.src(2) is not None, lambda op: "sinks (src2) present"), revisions=_V),
         Gate("soft_max.ffn_moe_probs", "MoE routing softmax stays on CPU", _name_prefix("ffn_moe_probs"),
              quirk=True, revisions=_V),
+        Gate("soft_max.ffn_moe_weights_reshape", "a softmax of a RESHAPE of 'ffn_moe_weights*' stays on CPU",
+             _softmax_moe_reshape, quirk=True, revisions=_P,
+             note="GPU MoE routing softmax numerically unstable when fused with GET_ROWS/reshape"),
     ),
     Op.FLASH_ATTN_EXT: (
         Gate("flash_attn.gemma3n", "gemma3n direct attention (scale 1, q/k=ROPE, v=RMS_NORM) stays on CPU",

@@ -36,7 +36,7 @@ LLAMA_OPENVINO_SUBDIR = Path("share", "ovkit", "llama-openvino")
 
 #: ggml-python version -> the policy revision its vendored ggml-openvino follows (checked live by
 #: ``python -m ovkit.upstream agreement``).  Unknown versions fall back on the features below.
-KNOWN_GGML_PYTHON: dict[str, Revision] = {"0.0.45": Revision.V}
+KNOWN_GGML_PYTHON: dict[str, Revision] = {"0.0.45": Revision.P}
 
 #: Embedded strings that tell which upstream features a ``libggml-openvino`` has.
 FEATURE_MARKERS: dict[str, bytes] = {

@@ -54,17 +54,17 @@ class ThreeWay:
         return self.upstream_supported is not None and self.upstream_supported == self.ovkit_supported
 
     def line(self) -> str:
-        """``  CASE: upstream OK (NMSE 1.2e-14) | ovkit OK (NMSE 0.0e+00) | verdicts agree``."""
+        """``  CASE: upstream OK (NMSE 1.2e-14) | ovkit OK (NMSE 0.0e+00) | policy: supported, agrees``."""
 
         def side(status: str, nmse: float | None) -> str:
             return f"{status} (NMSE {nmse:.1e})" if nmse is not None else status
 
-        verdict = "verdicts agree" if self.agrees else "verdicts DISAGREE"
-        rule = f" [{self.ovkit_rule}]" if self.ovkit_rule else ""
+        policy = "supported" if self.ovkit_supported else f"not supported [{self.ovkit_rule}]"
+        verdict = "agrees" if self.agrees else "DISAGREES"
         extra = f" — {self.detail}" if self.detail else ""
         return (
             f"  {self.case}: upstream {side(self.upstream_status, self.upstream_nmse)}"
-            f" | ovkit {side(self.ovkit_status, self.ovkit_nmse)}{rule} | {verdict}{extra}"
+            f" | ovkit {side(self.ovkit_status, self.ovkit_nmse)} | policy: {policy}, {verdict}{extra}"
         )
 
 
@@ -168,7 +168,9 @@ def cli(args: Any) -> int:
     progress = False if getattr(args, "no_progress", False) else None
     results: list[ThreeWay] = []
     if not args.json:
-        print("Testing OPENVINO0 (the real backend, " + build.describe().splitlines()[0] + ") against ggml's CPU backend")
+        assert build.ggml is not None
+        print(f"Testing OPENVINO0 (the real backend: {build.ggml.package} {build.ggml.version}, policy revision "
+              f"{build.revision}) and ovkit on CPU, each against ggml's CPU backend")  # fmt: skip
     for r in iter_three_way(picked, progress=progress):
         results.append(r)
         if not args.json:
