@@ -125,7 +125,11 @@ def _upstream_list_devices(args: argparse.Namespace) -> int:
     if args.json:
         from dataclasses import asdict
 
-        print(json.dumps({"upstream": build.detect().describe(), "devices": [asdict(d) for d in found]}, indent=2))
+        print(
+            json.dumps(
+                {"upstream": build.detect().describe(), "devices": [asdict(d) for d in found]}, indent=2
+            )
+        )
     else:
         print(devices.format_list_devices(found))
     return 0

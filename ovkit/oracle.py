@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib
 import inspect
 import itertools
 import statistics
@@ -51,8 +52,7 @@ _ggml_mod: ModuleType | None
 try:  # ggml-python is an optional (test) dependency
     # ggml-python built with the OpenVINO backend (scripts/install-upstream) links libopenvino:
     # the openvino module loads it, so it must come first.
-    import openvino  # noqa: F401
-
+    importlib.import_module("openvino")
     import ggml as _ggml_mod
 except ImportError:  # pragma: no cover - exercised only without ggml-python
     _ggml_mod = None

@@ -177,10 +177,12 @@ def _attention_inputs(n_q: int, n_kv: int, heads: int, kv_heads: int, hd: int) -
 
 def _fa_program(scale: float, max_bias: float = 0.0, softcap: float = 0.0) -> Program:
     def program(g: Any, x: Mapping[str, Any]) -> Any:
-        # PERMUTE <- VIEW <- base, the pattern llama.cpp builds (and upstream's policy requires)
-        q = g.permute(g.view_tensor(x["q"]), 0, 2, 1, 3)
-        k = g.permute(g.view_tensor(x["k"]), 0, 2, 1, 3)
-        v = g.permute(g.view_tensor(x["v"]), 0, 2, 1, 3)
+        # PERMUTE <- VIEW <- base, the pattern llama.cpp builds (and upstream's policy requires); a
+        # full view_3d, as ggml_view_tensor is op NONE in ggml (the real backend rejects that)
+        def viewed(t: Any) -> Any:
+            return g.permute(g.view_3d(t, *t.ne[:3], t.nb[1], t.nb[2], 0), 0, 2, 1, 3)
+
+        q, k, v = viewed(x["q"]), viewed(x["k"]), viewed(x["v"])
         return g.flash_attn_ext(q, k, v, x["mask"], scale, max_bias, softcap)
 
     return program

@@ -109,23 +109,7 @@ def test_without_the_build_features_name_the_script(monkeypatch, tmp_path) -> No
     with pytest.raises(build.UpstreamUnavailableError, match="CPU-only build.*scripts/install-upstream"):
         build.require()
     monkeypatch.setattr(build, "ggml_python_build", lambda: None)
-    with pytest.raises(build.UpstreamUnavailableError, match="ggml-python is missing; run scripts/install-upstream"):
+    with pytest.raises(
+        build.UpstreamUnavailableError, match="ggml-python is missing; run scripts/install-upstream"
+    ):
         isolate.Isolated()
-
-
-def test_the_openvino_llama_cpp_loads_apart_from_the_cpu_one() -> None:
-    lib = build.llama_openvino_build()
-    assert lib is not None and lib.has_openvino and lib.has_model_cache
-    code = (
-        "import ctypes, os, llama_cpp; from llama_cpp import llama_cpp as L; L.llama_backend_init(); "
-        "g = ctypes.CDLL(os.path.join(os.environ['LLAMA_CPP_LIB_PATH'], 'libggml.so')); "
-        "g.ggml_backend_dev_get.restype = ctypes.c_void_p; g.ggml_backend_dev_name.restype = ctypes.c_char_p; "
-        "print(llama_cpp.__file__); "
-        "print(*[g.ggml_backend_dev_name(ctypes.c_void_p(g.ggml_backend_dev_get(i))).decode() "
-        "for i in range(g.ggml_backend_dev_count())])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], env=build.llama_openvino_env(), capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr[-2000:]
-    where, names = out.stdout.splitlines()[-2:]
-    assert where.startswith(str(build.llama_openvino_dir()))
-    assert "OPENVINO0" in names.split()

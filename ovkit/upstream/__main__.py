@@ -33,7 +33,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ovkit.upstream import agreement
 
         rows = read_verdicts(args.verdicts) if args.verdicts else None
-        result = agreement(rows, catalogue=not args.no_catalogue, progress=False if args.no_progress else None)
+        result = agreement(
+            rows, catalogue=not args.no_catalogue, progress=False if args.no_progress else None
+        )
         print("\n".join(result.lines()))
         return 0 if not result.differences else 1
     except (UpstreamUnavailableError, UpstreamCallError) as exc:

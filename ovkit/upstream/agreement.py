@@ -117,7 +117,9 @@ def _catalogue(result: Agreement, worker: Isolated, progress: bool | None) -> No
             continue
         rejects = [f"{n['op']} {n['name']}".strip() for n in out.reply.get("nodes", []) if not n["supported"]]
         detail = out.detail if not out.ok else ("upstream rejects " + ", ".join(rejects) if rejects else "")
-        result.differences.append(Difference("catalogue", c.name, theirs, ours, rule or "no ovkit rule", detail))
+        result.differences.append(
+            Difference("catalogue", c.name, theirs, ours, rule or "no ovkit rule", detail)
+        )
 
 
 def _ask_rows(worker: Isolated, rows: Sequence[Verdict]) -> list[dict[str, Any]]:
@@ -157,7 +159,9 @@ def _rows(result: Agreement, worker: Isolated, verdicts: Sequence[Verdict], prog
                 continue
             rule = d.gate if not d.supported else other_rule(info, result.revision)
             result.differences.append(
-                Difference(src, f"{v.op_name}({v.op_params})", theirs, d.supported, rule, answer.get("crash", ""))
+                Difference(
+                    src, f"{v.op_name}({v.op_params})", theirs, d.supported, rule, answer.get("crash", "")
+                )
             )
 
 

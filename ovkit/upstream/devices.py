@@ -58,5 +58,7 @@ def device_frame(devices: Iterable[UpstreamDevice]) -> pd.DataFrame:
     """The devices as a DataFrame: the backend's fields, plus MiB as ``--list-devices`` shows them."""
     import pandas as pd
 
-    rows = [{**asdict(d), "total_mib": d.memory_total // MIB, "free_mib": d.memory_free // MIB} for d in devices]
+    rows = [
+        {**asdict(d), "total_mib": d.memory_total // MIB, "free_mib": d.memory_free // MIB} for d in devices
+    ]
     return pd.DataFrame(rows, columns=[*UpstreamDevice.__slots__, "total_mib", "free_mib"])

@@ -75,7 +75,7 @@ class Isolated:
 
     def _start(self) -> subprocess.Popen[bytes]:
         read_fd, write_fd = os.pipe()
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child
         env = {**self.env, "OVKIT_WORKER_FD": str(write_fd)}
         proc = subprocess.Popen(
             [sys.executable, "-m", "ovkit.upstream.worker"],
@@ -90,7 +90,8 @@ class Isolated:
         self._proc = proc
         return proc
 
-    def _stderr_tail(self) -> str:
+    def stderr_tail(self) -> str:
+        """The last non-empty line the child wrote to stderr (the backend's logs go there)."""
         if self._stderr is None:
             return ""
         self._stderr.seek(0)
@@ -115,14 +116,16 @@ class Isolated:
             proc.wait()
             reader.join()
             self._drop()
-            return Outcome("TIMEOUT", detail=f"no answer within {self.timeout_s if timeout_s is None else timeout_s:g} s")
+            return Outcome(
+                "TIMEOUT", detail=f"no answer within {self.timeout_s if timeout_s is None else timeout_s:g} s"
+            )
         if line and line[0]:
             reply = json.loads(line[0])
             if "error" in reply:
                 return Outcome("ERROR", reply, reply["error"])
             return Outcome("ok", reply)
         code = proc.wait()
-        tail = self._stderr_tail()
+        tail = self.stderr_tail()
         self._drop()
         self.crashes += 1
         return Outcome("CRASH", detail=signal_name(code) + (f" ({tail})" if tail else ""))

@@ -109,6 +109,8 @@ def run_case(c: Case, worker: Isolated, revision: Revision, seed: int = 0) -> Th
     nmse = reply.get("nmse")
     if not reply["supported"]:
         status = "not supported"
+    elif "compute_error" in reply:
+        status, detail = "FAIL", f"{reply['compute_error']}: {worker.stderr_tail()}"
     elif nmse is None:
         status, detail = "FAIL", f"shape {reply.get('shape')} differs from ggml's"
     else:
@@ -176,7 +178,12 @@ def cli(args: Any) -> int:
         if not args.json:
             tqdm.write(r.line(), file=sys.stdout)
     if args.json:
-        print(json.dumps({"revision": build.revision, "cases": [{**asdict(r), "agrees": r.agrees} for r in results]}, indent=2))
+        print(
+            json.dumps(
+                {"revision": build.revision, "cases": [{**asdict(r), "agrees": r.agrees} for r in results]},
+                indent=2,
+            )
+        )
     else:
         print("\n".join(summary_lines(results, build.revision)))
     return 0 if all(r.agrees and r.upstream_status != "CRASH" for r in results) else 1

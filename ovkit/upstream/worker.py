@@ -33,12 +33,16 @@ class Backend:
     def __init__(self) -> None:
         import openvino  # noqa: F401  (libggml-openvino.so links libopenvino: load it first)
 
+        # isort: split
         import ggml
 
         self.g = ggml
         self.dev = ggml.ggml_backend_dev_by_name(DEVICE_NAME.encode())
         if not self.dev:
-            names = [_text(ggml.ggml_backend_dev_name(ggml.ggml_backend_dev_get(i))) for i in range(ggml.ggml_backend_dev_count())]
+            names = [
+                _text(ggml.ggml_backend_dev_name(ggml.ggml_backend_dev_get(i)))
+                for i in range(ggml.ggml_backend_dev_count())
+            ]
             raise RuntimeError(f"ggml has no device {DEVICE_NAME} (devices: {names})")
         self._backend: Any = None
 
@@ -68,8 +72,14 @@ def _text(b: bytes | str | None) -> str:
 
 def _info(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     g = be.g
-    regs = [_text(g.ggml_backend_reg_name(g.ggml_backend_reg_get(i))) for i in range(g.ggml_backend_reg_count())]
-    return {"ggml_version": _text(g.ggml_version()), "ggml_commit": _text(g.ggml_commit()), "registries": regs}
+    regs = [
+        _text(g.ggml_backend_reg_name(g.ggml_backend_reg_get(i))) for i in range(g.ggml_backend_reg_count())
+    ]
+    return {
+        "ggml_version": _text(g.ggml_version()),
+        "ggml_commit": _text(g.ggml_commit()),
+        "registries": regs,
+    }
 
 
 def _devices(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
@@ -124,11 +134,17 @@ def _case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
         ]
         reply: dict[str, Any] = {"nodes": nodes, "supported": all(n["supported"] for n in nodes)}
         if reply["supported"] and req.get("compute", True):
-            session.run()
+            try:
+                session.run()
+            except RuntimeError as exc:  # graph_compute returned an error status
+                reply["compute_error"] = str(exc)
+                return reply
             actual = session.results()[0]
             expected = np.asarray(oracle.ggml_program(c.program, inputs))
             reply["shape"] = list(np.shape(actual))
-            reply["nmse"] = float(oracle.nmse(np.asarray(actual), expected)) if actual.shape == expected.shape else None
+            reply["nmse"] = (
+                float(oracle.nmse(np.asarray(actual), expected)) if actual.shape == expected.shape else None
+            )
     finally:
         session.close()
     return reply
@@ -191,7 +207,9 @@ def main() -> None:
             be = be or Backend()
             reply = handler(be, req)
         except Exception as exc:
-            reply = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"}
+            reply = {
+                "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            }
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
 
