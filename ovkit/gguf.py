@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,6 @@ import numpy as np
 
 from ovkit import quant
 from ovkit.dtypes import STORAGE_DTYPE
-from ovkit.memory import MIB
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -235,6 +235,20 @@ _SCALAR_TYPES: dict[int, tuple[str, np.dtype[Any]]] = {
     11: ("int64", np.dtype("<i8")),
     12: ("float64", np.dtype("<f8")),
 }
+_U32, _U64 = np.dtype("<u4"), np.dtype("<u8")
+#: (numpy kind, width) -> little-endian struct format (struct's own sizes, not the platform's)
+_STRUCT_CODES = {
+    ("u", 1): "<B",
+    ("i", 1): "<b",
+    ("u", 2): "<H",
+    ("i", 2): "<h",
+    ("u", 4): "<I",
+    ("i", 4): "<i",
+    ("f", 4): "<f",
+    ("u", 8): "<Q",
+    ("i", 8): "<q",
+    ("f", 8): "<d",
+}
 _VALUE_TYPE_NAMES = {k: v[0] for k, v in _SCALAR_TYPES.items()} | {_STRING: "string", _ARRAY: "array"}
 
 
@@ -269,17 +283,38 @@ class _Cursor:
         return view
 
     def scalar(self, dtype: np.dtype[Any], what: str) -> Any:
-        return np.frombuffer(self.take(dtype.itemsize, what), dtype)[0].item()
+        self.need(dtype.itemsize, what)
+        value = struct.unpack_from(_STRUCT_CODES[dtype.kind, dtype.itemsize], self.data, self.pos)[0]
+        self.pos += dtype.itemsize
+        return value
 
     def u32(self, what: str) -> int:
-        return int(self.scalar(np.dtype("<u4"), what))
+        return int(self.scalar(_U32, what))
 
     def u64(self, what: str) -> int:
-        return int(self.scalar(np.dtype("<u8"), what))
+        return int(self.scalar(_U64, what))
 
     def string(self, what: str) -> str:
         n = self.u64(f"the length of {what}")
         return bytes(self.take(n, f"{what} ({n} bytes long)")).decode("utf-8", "replace")
+
+    def strings(self, count: int, key: str) -> list[str]:
+        """``count`` strings of an array (the vocabulary: one tight loop, each length checked)."""
+        data, size, pos, out = self.data, self.size, self.pos, []
+        unpack = struct.Struct("<Q").unpack_from
+        for i in range(count):
+            if size - pos < 8:
+                self.pos = pos
+                self.need(8, f"the length of item {i} of array {key!r}")
+            n = unpack(data, pos)[0]
+            pos += 8
+            if n > size - pos:
+                self.pos = pos
+                self.need(n, f"item {i} of array {key!r} ({n} bytes long)")
+            out.append(str(data[pos : pos + n], "utf-8", "replace"))
+            pos += n
+        self.pos = pos
+        return out
 
     def array(self, key: str) -> list[Any]:
         item_type = int(self.scalar(np.dtype("<i4"), f"the item type of array {key!r}"))
@@ -287,7 +322,7 @@ class _Cursor:
         if item_type == _STRING:
             # every string takes at least its 8-byte length: refuse impossible counts up front
             self.need(count * 8, f"array {key!r} of {count} strings")
-            return [self.string(f"item {i} of array {key!r}") for i in range(count)]
+            return self.strings(count, key)
         if item_type not in _SCALAR_TYPES:
             raise self.fail(
                 f"array {key!r} has item type {_VALUE_TYPE_NAMES.get(item_type, item_type)!r}, "
@@ -522,6 +557,7 @@ def cli(args: Any) -> int:
     import sys
 
     from ovkit.cli import make_core
+    from ovkit.notebook import format_bytes
 
     try:
         model = read_gguf(args.file)
@@ -544,16 +580,28 @@ def cli(args: Any) -> int:
         )
         return 0
     print(
-        f"{model.path}: {len(model.tensors)} tensors, {model.total_bytes / MIB:.1f} MiB, arch {model.architecture}"
+        f"{model.path}: {len(model.tensors)} tensors, {format_bytes(model.total_bytes)} of tensor data "
+        f"(file {format_bytes(model.file_size)}), arch {model.architecture}"
     )
-    counts = table.groupby("type")["bytes"].agg(["count", "sum"])
+    counts = table.groupby("type")["bytes"].agg(["count", "sum"]).sort_values("sum", ascending=False)
+    print(f"  {'type':8} {'tensors':>7} {'bytes':>10}")
     for dtype, crow in counts.iterrows():
-        print(f"  {dtype!s:6} {int(crow['count']):5} tensors {int(crow['sum']) / MIB:10.1f} MiB")
+        print(f"  {dtype!s:8} {int(crow['count']):7} {format_bytes(int(crow['sum'])):>10}")
+    unsupported = [t.name for t in model.tensors.values() if not t.supported]
+    if unsupported:
+        print(
+            f"  not backend weight types (skipped by constants()): {', '.join(unsupported[:5])}"
+            + (f" and {len(unsupported) - 5} more" if len(unsupported) > 5 else "")
+        )
     print("Fit check (weights after the requantization policy vs free memory):")
-    for row in fit.to_dict("records"):
+    rows = fit.to_dict("records")
+    labels = [f"{r['device']}{' (SIMULATED)' if r['simulated'] else ''}" for r in rows]
+    width = max([len("device"), *map(len, labels)])
+    print(f"  {'device':{width}} {'needed':>10} {'free':>10} {'headroom':>10}  verdict")
+    for label, row in zip(labels, rows, strict=True):
         verdict = "fits" if row["fits"] else "does NOT fit"
         print(
-            f"  {row['device']:8} {row['weight_bytes'] / MIB:10.1f} MiB needed, "
-            f"{row['free_bytes'] / MIB:10.1f} MiB free: {verdict}"
+            f"  {label:{width}} {format_bytes(row['weight_bytes']):>10} {format_bytes(row['free_bytes']):>10} "
+            f"{format_bytes(row['headroom_bytes']):>10}  {verdict}"
         )
     return 0

@@ -317,3 +317,16 @@ def test_changed_tensor_type_names_tensor_and_bytes_not_numpy(model_file: Path, 
         "tensor 'output.weight' has data offset 4608, expected 6720 right after tensor "
         "'blk.0.ffn_up.weight' (q6_K, 6720 bytes at offset 0)"
     ) in msg
+
+
+def test_cli_shows_bytes_in_units_by_magnitude(model_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ovkit.cli import main
+
+    assert main(["gguf", str(model_file), "--simulate", "laptop"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{model_file}: 4 tensors, 10.0 KiB of tensor data (file ")
+    assert lines[1].split() == ["type", "tensors", "bytes"]
+    assert lines[2].split() == ["q4_K", "1", "4.5", "KiB"]  # the largest first
+    fit = [line.split() for line in lines if "(SIMULATED)" in line]
+    assert [row[0] for row in fit] == ["CPU", "GPU", "NPU"]
+    assert all(row[3] == "KiB" and row[5] == "GiB" and row[-1] == "fits" for row in fit), fit
