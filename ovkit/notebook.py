@@ -73,6 +73,7 @@ class Report:
         notes = "".join(f"<div class='ovkit-note'>{esc(n)}</div>" for n in self.notes)
         return (
             f"<div class='ovkit-report'><b>{esc(self.title)}</b>"
+            f"<style>.ovkit-report th, .ovkit-report td {{text-align: left}}</style>"
             f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}</div>"
         )
 

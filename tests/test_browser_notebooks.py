@@ -1,0 +1,106 @@
+"""Every walkthrough notebook, run top to bottom in JupyterLab in a real Chromium.
+
+Each notebook must run with no error output, no widget that failed to render ("Error displaying
+widget") and no broken image, and its last cell must print its result.  The whole notebook is
+saved as screenshots, one per screen, in ``test-artifacts/`` (git-ignored) for a person to look
+at.  The JupyterLab server and the browser come from ``browser_lab``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from browser_lab import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    PANEL,
+    ROOT,
+    jupyter_lab,
+    open_and_run_all,
+    page_errors,
+    shutdown_kernels,
+)
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("0*.ipynb"))
+SCROLLER = f"{PANEL} .jp-WindowedPanel-outer"  # the notebook's scrolling element
+MAX_SCREENS = 40
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """JupyterLab serving a copy of every notebook."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
+    root = tmp_path_factory.mktemp("lab-notebooks")
+    for name in NOTEBOOKS:
+        shutil.copy(ROOT / "notebooks" / f"{name}.ipynb", root / f"{name}.ipynb")
+    with jupyter_lab(root, tmp_path_factory.mktemp("jupyter-home")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def page(lab: str) -> Iterator[Any]:
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            pg = context.new_page()
+            pg.set_default_timeout(60_000)
+            yield pg
+        finally:
+            browser.close()
+
+
+def _broken_images(page: Any) -> list[str]:
+    """Image outputs the browser could not draw (``naturalWidth`` 0: an empty or broken PNG)."""
+    images = page.locator(f"{PANEL} .jp-OutputArea-output img")
+    return [
+        images.nth(i).get_attribute("alt") or f"image {i}"
+        for i in range(images.count())
+        if not images.nth(i).evaluate("img => img.complete && img.naturalWidth > 0")
+    ]
+
+
+def _save_screens(page: Any, name: str) -> list[Path]:
+    """The notebook from top to bottom, one screenshot per screen height."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    scroller = page.locator(SCROLLER).first
+    height = scroller.evaluate("el => el.clientHeight")
+    saved: list[Path] = []
+    last_top = -1
+    for i in range(MAX_SCREENS):
+        top = scroller.evaluate(f"el => {{ el.scrollTop = {i * height}; return el.scrollTop; }}")
+        if top <= last_top:  # could not scroll further: the end is saved
+            break
+        last_top = top
+        page.wait_for_timeout(300)  # let the outputs scrolled into view paint
+        path = ARTIFACTS / f"notebook-{name}-{i + 1:02d}.png"
+        page.screenshot(path=str(path))
+        saved.append(path)
+    return saved
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_runs_in_jupyterlab(lab: str, page: Any, name: str) -> None:
+    for old in ARTIFACTS.glob(f"notebook-{name}-*.png"):
+        old.unlink()
+    try:
+        open_and_run_all(page, f"{lab}/lab/tree/{name}.ipynb")
+        errors, broken = page_errors(page), _broken_images(page)
+        result = page.locator(f"{PANEL} .jp-CodeCell").last.locator(".jp-OutputArea-output").all_inner_texts()
+    finally:
+        screens = _save_screens(page, name)
+        shutdown_kernels(lab)
+    assert errors == [], f"{name}: {errors}"
+    assert broken == [], f"{name}: images that did not draw: {broken}"
+    assert "".join(result).strip(), f"{name}: the last cell (its result) printed nothing"
+    assert screens, "no screenshot saved"
