@@ -48,9 +48,9 @@ print("reference:", "ggml (ggml-python)" if uses_ggml else "numpy")
 # %% [markdown]
 # ## 1. The op table and its gates
 #
-# One entry per ggml op, unary and GLU sub-op the backend registers: the builder, how ovkit
-# translates it to OpenVINO, how upstream does, its support gates and upstream's notes
-# (deviations and quirks). Then every gate of the support policy as data: the rule, the
+# One entry per ggml op, unary and GLU sub-op ovkit builds (`registered`: whether the backend
+# registers it too): the builder, how ovkit translates it to OpenVINO, how upstream does, its
+# support gates and upstream's notes (deviations and quirks). Then every gate of the support policy as data: the rule, the
 # device class it is limited to, and whether it is an upstream quirk (applied only in
 # upstream-exact mode).
 
