@@ -37,7 +37,6 @@ from IPython.display import display
 import ovkit
 from ovkit import notebook
 from ovkit.devices import physical_device_ids
-from ovkit.memory import MEMORY_RULES
 
 core = ovkit.SimulatedCore(profile) if profile else ov.Core()
 print("OpenVINO", ov.get_version())
@@ -77,19 +76,7 @@ print("selected device:", selection.device)
 # The rule depends only on the device class (so `GPU.1` follows the GPU rule):
 
 # %% tags=["memory-rules"]
-rules = pd.DataFrame(
-    [
-        {
-            "class": cls,
-            "total from": r.total_property or "host RAM (sysconf)",
-            "used from": r.used_property or "-",
-            "formula": r.formula,
-        }
-        for cls, r in MEMORY_RULES.items()
-    ]
-).set_index("class")
-display(rules)
-
+notebook.memory_rules_report()
 
 # %% [markdown]
 # Each device's figures with the formula that produced them. For a GPU, *used* is the sum of

@@ -106,6 +106,17 @@ def memory_report(devices: Iterable[Device], title: str = "memory per device") -
     return Report(title, columns, tuple(rows), tuple(notes))
 
 
+def memory_rules_report() -> Report:
+    """Where each device class's total and used come from, and the formula (``MEMORY_RULES``)."""
+    from ovkit.memory import MEMORY_RULES
+
+    rows = tuple(
+        (cls, r.total_property or "host RAM (sysconf)", r.used_property or "-", r.formula)
+        for cls, r in MEMORY_RULES.items()
+    )
+    return Report("memory rules per device class", ("class", "total from", "used from", "formula"), rows)
+
+
 def memory_chart(machines: Mapping[str, Sequence[Device]]) -> Figure:
     """Used and free memory per device (the ``--list-devices`` figures), one panel per machine."""
     import matplotlib.pyplot as plt
