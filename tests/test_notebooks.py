@@ -487,7 +487,9 @@ def test_05_op_table_lists_every_registered_op(executed: Callable[[str], Any]) -
     m = re.search(
         r"(\d+) entries .*: (\d+) registered upstream, (\d+) translated by ovkit", text(nb, "op-table")
     )
-    assert m and int(m.group(3)) >= int(m.group(2)) >= 49, text(nb, "op-table")  # every registered op translated
+    assert m and int(m.group(3)) >= int(m.group(2)) >= 49, text(
+        nb, "op-table"
+    )  # every registered op translated
     table = html(nb, "op-table")
     assert all(op in table for op in ("FLASH_ATTN_EXT", "ROPE", "SWIGLU", "GELU"))
     assert "global.exp_f32" in html(nb, "gates")
