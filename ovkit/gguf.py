@@ -201,6 +201,16 @@ class GGUFModel:
         return pd.DataFrame(rows)
 
 
+def _json_value(key: str, v: Any) -> Any:
+    """A fit-check cell for JSON: unknown (NaN) as null, byte counts as integers."""
+    if isinstance(v, float):
+        if math.isnan(v):
+            return None
+        if key.endswith("_bytes") and v.is_integer():
+            return int(v)
+    return v
+
+
 def _short(v: Any) -> Any:
     if isinstance(v, list) and len(v) > 8:
         return f"[{', '.join(map(str, v[:8]))}, ... ({len(v)} items)]"
@@ -294,8 +304,10 @@ class _Cursor:
     def u64(self, what: str) -> int:
         return int(self.scalar(_U64, what))
 
-    def string(self, what: str) -> str:
+    def string(self, what: str, max_bytes: int | None = None) -> str:
         n = self.u64(f"the length of {what}")
+        if max_bytes is not None and n > max_bytes:
+            raise self.fail(f"{what} is {n} bytes long, expected at most {max_bytes}")
         return bytes(self.take(n, f"{what} ({n} bytes long)")).decode("utf-8", "replace")
 
     def strings(self, count: int, key: str) -> list[str]:
@@ -398,9 +410,7 @@ class _RawInfo:
 
 
 def _tensor_info(cur: _Cursor, i: int, sizes: dict[int, tuple[int, int]]) -> _RawInfo:
-    name = cur.string(f"the name of tensor {i}")
-    if len(name.encode()) >= MAX_NAME:
-        raise cur.fail(f"tensor {i} name {name[:80]!r} is {len(name.encode())} bytes, expected < {MAX_NAME}")
+    name = cur.string(f"the name of tensor {i}", max_bytes=MAX_NAME - 1)
     n_dims = cur.u32(f"the dimension count of tensor {name!r}")
     if n_dims > MAX_DIMS:
         raise cur.fail(f"tensor {name!r} has {n_dims} dimensions, expected at most {MAX_DIMS}")
@@ -556,6 +566,8 @@ def cli(args: Any) -> int:
     import json
     import sys
 
+    import pandas as pd
+
     from ovkit.cli import make_core
     from ovkit.notebook import format_bytes
 
@@ -572,7 +584,7 @@ def cli(args: Any) -> int:
                 {
                     "metadata": {k: _short(v) for k, v in model.metadata.items()},
                     "tensors": table.assign(shape=table["shape"].map(list)).to_dict("records"),
-                    "fit": fit.to_dict("records"),
+                    "fit": [{k: _json_value(k, v) for k, v in r.items()} for r in fit.to_dict("records")],
                 },
                 indent=2,
                 default=str,
@@ -599,9 +611,11 @@ def cli(args: Any) -> int:
     width = max([len("device"), *map(len, labels)])
     print(f"  {'device':{width}} {'needed':>10} {'free':>10} {'headroom':>10}  verdict")
     for label, row in zip(labels, rows, strict=True):
-        verdict = "fits" if row["fits"] else "does NOT fit"
+        known = row["fits"] is not None and not pd.isna(row["free_bytes"])
+        verdict = ("fits" if row["fits"] else "does NOT fit") if known else "unknown: free memory unreadable"
+        free, headroom = (row["free_bytes"], row["headroom_bytes"]) if known else (None, None)
         print(
-            f"  {label:{width}} {format_bytes(row['weight_bytes']):>10} {format_bytes(row['free_bytes']):>10} "
-            f"{format_bytes(row['headroom_bytes']):>10}  {verdict}"
+            f"  {label:{width}} {format_bytes(row['weight_bytes']):>10} {format_bytes(free):>10} "
+            f"{format_bytes(headroom):>10}  {verdict}"
         )
     return 0

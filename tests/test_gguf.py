@@ -330,3 +330,24 @@ def test_cli_shows_bytes_in_units_by_magnitude(model_file: Path, capsys: pytest.
     fit = [line.split() for line in lines if "(SIMULATED)" in line]
     assert [row[0] for row in fit] == ["CPU", "GPU", "NPU"]
     assert all(row[3] == "KiB" and row[5] == "GiB" and row[-1] == "fits" for row in fit), fit
+
+
+def test_cli_unreadable_free_memory_is_unknown_in_text_and_strict_json(
+    model_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from ovkit.cli import main
+
+    assert main(["gguf", str(model_file), "--simulate", "gpu-memory-error"]) == 0
+    gpu = next(line for line in capsys.readouterr().out.splitlines() if line.lstrip().startswith("GPU"))
+    assert gpu.split()[-7:] == ["KiB", "unknown", "unknown", "unknown:", "free", "memory", "unreadable"]
+    assert main(["gguf", str(model_file), "--simulate", "gpu-memory-error", "--json"]) == 0
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    fit = json.loads(capsys.readouterr().out, parse_constant=refuse)["fit"]
+    by_device = {r["device"]: r for r in fit}
+    assert (by_device["GPU"]["free_bytes"], by_device["GPU"]["fits"]) == (None, None)
+    assert isinstance(by_device["CPU"]["free_bytes"], int) and by_device["CPU"]["fits"] is True
