@@ -21,7 +21,7 @@ from ovkit.devices import Device, DeviceClass, list_devices
 from ovkit.memory import QUANTITIES, process_rss_bytes
 from ovkit.runtime import get_core, is_simulated
 from ovkit.selection import Selection, resolve_device
-from ovkit.widgets.axes import UNITS, Axis, format_bytes, next_axis, unit_for
+from ovkit.widgets.axes import UNITS, Axis, next_axis, unit_for
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -298,10 +298,3 @@ class LiveModel:
             records.append({"row": RSS_ROW, "kind": "rss", "bytes": snap.rss_bytes})
         return pd.DataFrame(records, columns=["row", "kind", "bytes"])
 
-
-def describe_figure(row: DeviceRow) -> str:
-    """``used of total (usage)`` as the views label a device, or ``unknown: reason``."""
-    if row.total_bytes is None:
-        return row.explain
-    pct = "" if row.usage is None else f" ({row.usage:.0%})"
-    return f"{format_bytes(row.used_bytes)} of {format_bytes(row.total_bytes)} used{pct}"
