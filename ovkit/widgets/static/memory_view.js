@@ -46,6 +46,7 @@ function setTitle(node, text) {
 }
 
 // -- panels -----------------------------------------------------------------------------------
+const BAR_W = 70; // the table's usage bars
 function buildTable(root, meta) {
   const table = el("table", { class: "ovkit-devtable" }, root);
   el("caption", {}, table, meta.simulated ? "SIMULATED device set" : "OpenVINO devices");
@@ -62,8 +63,8 @@ function buildTable(root, meta) {
     el("td", { class: "ovkit-desc", title: d.description }, tr, d.description);
     const cells = [0, 1, 2].map(() => el("td", { class: "num" }, tr));
     const usage = el("td", { class: "ovkit-usage" }, tr);
-    const svg = el("svg:svg", { width: 90, height: 10, class: "ovkit-usagebar" }, usage);
-    el("svg:rect", { width: 90, height: 10, class: "ovkit-free" }, svg);
+    const svg = el("svg:svg", { width: BAR_W, height: 10, class: "ovkit-usagebar" }, usage);
+    el("svg:rect", { width: BAR_W, height: 10, class: "ovkit-free" }, svg);
     const fill = el("svg:rect", { width: 0, height: 10, class: "ovkit-used" }, svg);
     const pct = el("span", { class: "ovkit-pct" }, usage);
     el("td", { class: "ovkit-rule", title: d.explain }, tr, d.rule);
@@ -85,7 +86,7 @@ function buildTable(root, meta) {
       r.cells[1].textContent = mib(used);
       r.cells[2].textContent = mib(free);
       const frac = total ? Math.min(1, used / total) : null;
-      r.fill.setAttribute("width", frac === null ? 0 : (90 * frac).toFixed(1));
+      r.fill.setAttribute("width", frac === null ? 0 : (BAR_W * frac).toFixed(1));
       r.fill.classList.toggle("ovkit-high", frac !== null && frac >= 0.8);
       r.pct.textContent = frac === null ? " unknown" : ` ${Math.round(frac * 100)} %`;
       setTitle(r.svg, frac === null ? r.d.explain : `${mib(used)} of ${mib(total)} MiB used (${r.d.rule})`);
