@@ -1,65 +1,37 @@
-"""Real browser: JupyterLab on 127.0.0.1 driven through Debian's Chromium by Playwright.
+"""The dashboard in JupyterLab in a real Chromium (Playwright; ``browser_lab`` serves the lab).
 
-No browser is downloaded: Playwright launches ``/usr/bin/chromium`` (``apt-get install chromium``;
-``.ci/test`` does it).  The widget JavaScript comes from ``jupyterlab_widgets`` and ovkit's own
-ES module (bundled in the package, served by anywidget), so nothing is fetched from a CDN.  A
-notebook shows the dashboard on the simulated laptop; the test checks the browser-drawn table,
+A notebook shows the dashboard on the simulated laptop; the test checks the browser-drawn table,
 moves the highlight with the selector, sees the live SVG time series change between ticks while
-its axis stays put, checks the widths, log severities and the op explorer.  Screenshots go to
-``test-artifacts/`` (git-ignored).  Every wait is bounded; the server (and its kernels) and the
-browser are always shut down.
-
-Hook for notebook tests: every ``notebooks/*.ipynb`` is copied into the lab's root, and
-``open_and_run_all(page, f"{lab}/lab/tree/<name>.ipynb")`` + ``page_errors(page)`` run one and
-collect its error outputs and widget render failures.
+its axis stays put, checks that the tables fit a 1,000 px output area, the log severities and
+the op explorer.  Nothing comes from a CDN: the widget JavaScript is ``jupyterlab_widgets`` and
+ovkit's ES module bundled in the package.  Screenshots go to ``test-artifacts/`` (git-ignored).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
+from browser_lab import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    PANEL,
+    jupyter_lab,
+    open_and_run_all,
+    page_errors,
+    shutdown_kernels,
+)
+
+from ovkit.widgets.op_explorer import ggml_reference_available
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
-from ovkit.widgets.op_explorer import ggml_reference_available  # noqa: E402
-
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = os.environ.get("OVKIT_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
-SERVER_START_S = 90
-CELL_RUN_S = 240
-WAIT_MS = 60_000
-
-# Render every cell (no virtual scrolling: off-screen cells would have empty prompts) and do not
-# ask about fetching news (no network, no popup over the outputs).
-LAB_SETTINGS: dict[str, dict[str, Any]] = {
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"},
-}
 
 MIB = 2**20
 DASHBOARD_CELLS = [
@@ -96,145 +68,26 @@ def _notebook(cells: list[str]) -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"jupyter lab exited with {proc.returncode} before serving {url}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise TimeoutError(f"jupyter lab did not serve {url} within {timeout} s")
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A JupyterLab server on a free loopback port (no token), rooted in a temp dir; killed after."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
     root = tmp_path_factory.mktemp("lab")
     (root / "dashboard.ipynb").write_text(json.dumps(_notebook(DASHBOARD_CELLS)))
-    for nb in (ROOT / "notebooks").glob("*.ipynb"):
-        shutil.copy(nb, root / nb.name)
-    home = tmp_path_factory.mktemp("jupyter-home")
-    for rel, value in LAB_SETTINGS.items():
-        (home / "settings" / rel).parent.mkdir(parents=True, exist_ok=True)
-        (home / "settings" / rel).write_text(json.dumps(value))
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_OPENVINO_") and k != "MPLBACKEND"}
-    env |= {
-        "JUPYTER_CONFIG_DIR": str(home / "config"),
-        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-    }
-    cmd = [
-        sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
-        "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
-        "--IdentityProvider.token=", "--ServerApp.password=",
-        f"--ServerApp.root_dir={root}", "--LabApp.news_url=",
-    ]  # fmt: skip
-    log = open(home / "server.log", "wb")  # noqa: SIM115 (closed in the finally below)
-    children: list[psutil.Process] = []
-    proc = subprocess.Popen(
-        cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    try:
-        _wait_http(f"http://127.0.0.1:{port}/api/status", proc, SERVER_START_S)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        # Kernels run in sessions of their own: note them, stop the server, then end any left over.
-        with contextlib.suppress(psutil.Error):
-            children = psutil.Process(proc.pid).children(recursive=True)
-        for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 5)):
-            if proc.poll() is not None:
-                break
-            os.killpg(proc.pid, sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(wait)
-        _, alive = psutil.wait_procs(children, timeout=10)
-        for child in alive:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-        log.close()
-
-
-@pytest.fixture(scope="module")
-def browser(lab: str) -> Iterator[Any]:
-    with playwright_sync.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
+    with jupyter_lab(root, tmp_path_factory.mktemp("jupyter-home")) as url:
+        yield url
 
 
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = context.new_page()
-    pg.set_default_timeout(WAIT_MS)
-    try:
-        yield pg
-    finally:
-        context.close()
-
-
-PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the visible notebook (a workspace may restore others)
-
-
-def open_and_run_all(page: Any, url: str) -> None:
-    """Open a notebook, wait for its kernel, run every cell and wait until all have run."""
-    page.goto(url + "?reset")  # a fresh workspace: no tab restored from the previous test
-    page.wait_for_selector(f"{PANEL} .jp-Notebook .jp-Cell")
-    prompts: list[str] = []
-    deadline = time.monotonic() + CELL_RUN_S
-    clicked_at = -1e9
-    while time.monotonic() < deadline:
-        dialog = page.locator(".jp-Dialog")
-        if dialog.count():  # e.g. "Select Kernel" when the session starts late: take the default
-            dialog.locator(".jp-mod-accept").first.click()
-            continue
-        prompts = [p.strip() for p in page.locator(f"{PANEL} .jp-CodeCell .jp-InputPrompt").all_inner_texts()]
-        if prompts and all(p not in ("[*]:", "[ ]:", "") for p in prompts):
-            return
-        idle = page.locator(".jp-StatusBar-Widget", has_text="Idle").count() > 0
-        if idle and all(p in ("[ ]:", "") for p in prompts) and time.monotonic() - clicked_at > 15:
-            page.locator(f"{PANEL} .jp-Cell").first.click()  # focus: the Run menu acts on this notebook
-            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.locator('li.lm-Menu-item[data-command="runmenu:run-all"]').click()
-            clicked_at = time.monotonic()
-        time.sleep(0.5)
-    raise TimeoutError(f"cells still running after {CELL_RUN_S} s: {prompts}")
-
-
-def _shutdown_kernels(lab: str) -> None:
-    """Stop every kernel of the server (the live dashboard keeps its kernel busy otherwise)."""
-    with urllib.request.urlopen(f"{lab}/api/kernels", timeout=10) as resp:
-        kernels = json.load(resp)
-    for k in kernels:
-        req = urllib.request.Request(f"{lab}/api/kernels/{k['id']}", method="DELETE")
-        with contextlib.suppress(OSError):
-            urllib.request.urlopen(req, timeout=30).close()
-
-
-def page_errors(page: Any) -> list[str]:
-    """Error outputs and widgets that failed to render, in the visible notebook."""
-    errors = page.locator(
-        f'{PANEL} .jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]'
-    ).all_inner_texts()
-    text = page.locator(PANEL).inner_text()
-    return errors + (["Error displaying widget"] if "Error displaying widget" in text else [])
+def page(lab: str) -> Iterator[Any]:
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            pg = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+            pg.set_default_timeout(60_000)
+            yield pg
+        finally:
+            browser.close()
 
 
 def _save(page_or_locator: Any, name: str, **kw: Any) -> bytes:
@@ -254,7 +107,7 @@ def test_dashboard_in_jupyterlab(lab: str, page: Any) -> None:
         _check_dashboard(lab, page)
     finally:
         _save(page, "dashboard-page.png", full_page=True)
-        _shutdown_kernels(lab)
+        shutdown_kernels(lab)
 
 
 def _history_svg(page: Any, device: str) -> tuple[str, str]:
@@ -342,18 +195,3 @@ def _check_dashboard(lab: str, page: Any) -> None:
     chart.wait_for(state="visible")
     _save(page.locator(f"{PANEL} .ovkit-op-explorer"), "op-explorer.png")
     assert page_errors(page) == []
-
-
-def test_devices_notebook_in_jupyterlab(lab: str, page: Any) -> None:
-    try:
-        open_and_run_all(page, f"{lab}/lab/tree/01-devices.ipynb")
-    finally:
-        _save(page, "01-devices.png", full_page=True)
-        _shutdown_kernels(lab)
-    assert page_errors(page) == []
-    outputs = page.locator(f"{PANEL} .jp-OutputArea-output").all_inner_texts()
-    assert any("Available devices:" in o for o in outputs)
-    assert page.locator(f"{PANEL} .jp-OutputArea-output img").count() >= 1  # the memory chart
-    source = (ROOT / "notebooks" / "01-devices.ipynb").read_text()
-    if "ovkit.widgets" in source or "ovkit.dashboard" in source:
-        assert page.locator(f"{PANEL} .jp-OutputArea-output .jupyter-widgets").count() >= 1

@@ -297,4 +297,3 @@ class LiveModel:
         if snap is not None and snap.rss_bytes is not None:
             records.append({"row": RSS_ROW, "kind": "rss", "bytes": snap.rss_bytes})
         return pd.DataFrame(records, columns=["row", "kind", "bytes"])
-

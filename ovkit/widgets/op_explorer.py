@@ -21,7 +21,7 @@ import ipywidgets as widgets
 from ovkit.devices import device_class, physical_device_ids
 from ovkit.ir import Op
 from ovkit.runtime import is_simulated
-from ovkit.widgets._html import FallbackReprMixin, error_box, esc, html_table, png_img
+from ovkit.widgets._html import STYLE, FallbackReprMixin, error_box, esc, html_table, png_img
 from ovkit.widgets.charts import figure_png
 from ovkit.widgets.controls import close_parts
 from ovkit.widgets.data import error_text
@@ -229,7 +229,7 @@ def render_runs_html(runs: Sequence[OpRun]) -> str:
         name = f"{r.device} (simulated, runs on CPU)" if r.simulated else r.device
         rows.append((name, r.device_class, r.status, nmse, us, r.detail))
     header = ("Device", "Class", "Verdict", "NMSE vs reference", "µs/run", "Reason / detail")
-    table = html_table(header, rows, css_class="ovkit-devtable ovkit-op-results")
+    table = STYLE + html_table(header, rows, css_class="ovkit-devtable ovkit-op-results")
     if any(r.simulated for r in runs):
         table += f'<div class="ovkit-sim-note"><small>&#9888; {esc(SIMULATED_TIMING)}</small></div>'
     return table
