@@ -472,6 +472,20 @@ ENTRIES: tuple[OpEntry, ...] = (
             (Op.ROUND, ("round", "unary"), "a", "Round(half_away_from_zero), C roundf"),
             (Op.TRUNC, ("trunc", "unary"), "a", "Select(x < 0, Ceiling, Floor)"),
             (
+                Op.OUT_PROD,
+                ("out_prod",),
+                "a [m, k, ...] (f32, f16 or quantized), b f32 [p, k, ...]",
+                "MatMul(bᵀ, a) with a repeat-interleaved over b's batch",
+                "ggml-python 0.0.45 has no f16 kernel; ggml's CPU asserts no broadcast for f16/quantized a (ovkit broadcasts every type as f32 a).",
+            ),
+            (
+                Op.TOP_K,
+                ("top_k",),
+                "k",
+                "TopK(k, MAX, sort by value, stable) → i32, first two exchanged (ggml's CPU order; ggml leaves the order unspecified)",
+            ),
+            (Op.ROLL, ("roll",), "shift0..shift3", "Roll (wrap-around, as numpy.roll)"),
+            (
                 Op.CONV_2D,
                 ("conv_2d_direct",),
                 "a kernel [KW, KH, IC, OC], b [W, H, IC, N], s0, s1, p0, p1, d0, d1",
