@@ -30,6 +30,7 @@ from ovkit.ir import (
     packed_nb,
     round_to,
 )
+from ovkit.ops.bounds import check_constant, check_feed
 
 if TYPE_CHECKING:
     from ovkit.ops.policy import SupportDecision
@@ -75,6 +76,12 @@ def conv_output_size(ins: int, ks: int, s: int, p: int, d: int) -> int:
 
 class Graph(GraphIR):
     """Build a ggml-style graph; run it with :meth:`compute` (OpenVINO) or in reference mode."""
+
+    @staticmethod
+    def _indexed(t: Tensor) -> Tensor:
+        """``t`` after checking a constant index operand against its table (ovkit.ops.bounds)."""
+        check_constant(t)
+        return t
 
     @staticmethod
     def _err(op: str, operand: str, expected: str, given: str) -> GraphError:
@@ -205,7 +212,7 @@ class Graph(GraphIR):
             raise self._err(
                 op, "ids", f"ne[0:2] == a.ne[1:3] = [{a.ne[1]}, {a.ne[2]}]", f"ne {ne_str(ids.ne)}"
             )
-        return self._new(op, a.ne, a.dtype, (a, b, ids))
+        return self._indexed(self._new(op, a.ne, a.dtype, (a, b, ids)))
 
     # ------------------------------------------------------------------ elementwise unary-like
     def _float_unary(
@@ -653,7 +660,7 @@ class Graph(GraphIR):
                 f"ne {ne_str(b.ne)}",
             )
         dtype = "i32" if a.dtype == "i32" else "f32"
-        return self._new(op, (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), dtype, (a, b))
+        return self._indexed(self._new(op, (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), dtype, (a, b)))
 
     def set_rows(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
         """``ggml_set_rows``: a with rows c[i] replaced by b's rows i (result = a updated)."""
@@ -672,7 +679,7 @@ class Graph(GraphIR):
                 f"ne[0] == b.ne[1] = {b.ne[1]}, b.ne[2] % ne[1] == 0, b.ne[3] % ne[2] == 0, ne[3] == 1",
                 f"ne {ne_str(c.ne)}",
             )
-        return self._new(op, a.ne, a.dtype, (a, b, c))
+        return self._indexed(self._new(op, a.ne, a.dtype, (a, b, c)))
 
     def set(self, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int) -> Tensor:
         """``ggml_set``: a copy of a whose view (b.ne, nb1..nb3, offset bytes) is overwritten by b."""
@@ -763,7 +770,7 @@ class Graph(GraphIR):
             raise self._err(op, "b", f"ne[0] == as.ne[0] = {as_.ne[0]}", f"ne {ne_str(b.ne)}")
         if ids.ne[0] % b.ne[1]:
             raise self._err(op, "b", f"ne[1] dividing ids.ne[0] = {ids.ne[0]}", f"ne {ne_str(b.ne)}")
-        return self._new(op, (as_.ne[1], ids.ne[0], b.ne[2], 1), "f32", (as_, b, ids))
+        return self._indexed(self._new(op, (as_.ne[1], ids.ne[0], b.ne[2], 1), "f32", (as_, b, ids)))
 
     def out_prod(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_out_prod``: out[.., i1, i0] = Σ_k a[.., k, i0]·b[.., k, i1] (numpy: bᵀ @ a per batch,
@@ -1109,8 +1116,10 @@ class Graph(GraphIR):
             raise self._err(
                 op, "b", f"ne[1] == a.ne[1] = {a.ne[1]} channels, ne[3] == 1", f"ne {ne_str(b.ne)}"
             )
-        oh = (b.ne[1] + 2 * p1 - d1 * (a.ne[1] - 1) - 1) // s1 + 1 if is_2D else 0
-        ow = (b.ne[0] + 2 * p0 - d0 * (a.ne[0] - 1) - 1) // s0 + 1
+        # ggml divides by the strides (s1 only for 2-D); any dilation sign is accepted, as in ggml
+        self._conv_params(op, s0=s0, **({"s1": s1} if is_2D else {}))
+        oh = conv_output_size(b.ne[1], a.ne[1], s1, p1, d1) if is_2D else 0
+        ow = conv_output_size(b.ne[0], a.ne[0], s0, p0, d0)
         if (is_2D and oh <= 0) or ow <= 0:
             raise self._err(op, "b", "an input at least as large as the dilated kernel", f"ne {ne_str(b.ne)}")
         ne = (a.ne[2] * a.ne[1] * a.ne[0], ow, oh, b.ne[3]) if is_2D else (a.ne[1] * a.ne[0], ow, b.ne[2], 1)
@@ -1495,6 +1504,7 @@ class Graph(GraphIR):
         outs: list[Tensor] = [outputs] if isinstance(outputs, Tensor) else list(outputs)
         for o in outs:
             self._check_tensor("compute", "outputs", o)
+        check_feed(self.value_nodes(outs), inputs or {})  # index operands, before OpenVINO sees them
         if mode == "reference":
             from ovkit.ops.reference import evaluate
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -625,7 +625,7 @@ class GraphIR:
             stack.extend(s for s in t.srcs if s is not None)
             if t.view_src is not None:
                 stack.append(t.view_src)
-        return [n for n in self.nodes if n.id in seen]
+        return self._dependency_order(seen)
 
     def inputs_of(self, outputs: Sequence[Tensor]) -> list[Tensor]:
         """The input leaves whose values ``outputs`` need."""
@@ -645,7 +645,33 @@ class GraphIR:
                 continue
             skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
             stack.extend(s for i, s in enumerate(t.srcs) if s is not None and i not in skip)
-        return [n for n in self.nodes if n.id in seen]
+        return self._dependency_order(seen)
+
+    def _dependency_order(self, selected: Container[int]) -> list[Tensor]:
+        """The ``selected`` nodes in build order, except that a node follows every source it reads
+        even when that source was created later (a ``*_add_sinks`` tensor made after its node)."""
+        order: list[Tensor] = []
+        done: set[int] = set()
+        for node in self.nodes:
+            if node.id not in selected or node.id in done:
+                continue
+            stack: list[tuple[Tensor, bool]] = [(node, False)]
+            while stack:
+                t, ready = stack.pop()
+                if t.id in done:
+                    continue
+                deps = [
+                    d
+                    for d in (*t.srcs, t.view_src)
+                    if d is not None and d.id in selected and d.id not in done
+                ]
+                if ready or not deps:
+                    done.add(t.id)
+                    order.append(t)
+                    continue
+                stack.append((t, True))
+                stack.extend((d, False) for d in reversed(deps))
+        return order
 
 
 #: ``Graph.compute``'s device path: ``runner(graph, outputs, inputs, device, core=, config=)``.

@@ -17,12 +17,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from op_helpers import run_translation
 
 from ovkit import oracle
-from ovkit.engine import GRAPH_RUN_CONFIG, run_model
 from ovkit.graph import Graph, UnsupportedOpError
-from ovkit.ir import from_model_output
-from ovkit.ops.translate import model_inputs
 
 pytest.importorskip("ggml", reason="ggml-python (the test extra) provides the real ggml oracle")
 
@@ -357,10 +355,7 @@ def _on_device(g: Any, out: Any, data: dict[str, np.ndarray]) -> np.ndarray:
     """The OpenVINO translation on the CPU device; the upstream policy must refuse the graph."""
     with pytest.raises(UnsupportedOpError, match="not registered"):
         g.compute(out, data, device="CPU")
-    model, names = g.to_model([out])
-    feed = g._prepare_inputs([out], data)
-    raw = run_model(model, model_inputs(g, names, feed), "CPU", run_config=GRAPH_RUN_CONFIG)
-    return from_model_output(out, raw[0])
+    return run_translation(g, out, data)
 
 
 def _ggml(c: Case, data: dict[str, np.ndarray]) -> np.ndarray:

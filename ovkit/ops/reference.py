@@ -727,6 +727,8 @@ def rope(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0])
     n_dims = p["n_dims"]
     n_pairs = rope_pairs(p, t.ne[0])
+    if n_pairs == 0:  # n_dims 0: ggml rotates nothing and copies the row
+        return x
     tables = rope_tables(p, n_dims, n_pairs)
     theta_ex = rope_theta(p, n_pairs, t.ne[2], xs[1])
     if xs[2] is not None:
@@ -752,52 +754,34 @@ def rope(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- conv-like
-def im2col_index(t: Tensor) -> tuple[Arr, tuple[int, int]]:
-    """Indices into the zero-padded input [IC, IH+2p1, IW+2p0] for every output column element,
-    shape [OH, OW, IC·KH·KW] (2-D) or [1, OW, IC·KW] (1-D), and the padded (H, W)."""
+def im2col_geometry(t: Tensor) -> tuple[Arr, int]:
+    """IM2COL's window indices into each input plane (:func:`window_index`, [OH, OW, KH, KW] or
+    [OW, KW]) and the spatial rank: tap (ky, kx) of output (oy, ox) reads (oy·s1 + ky·d1 − p1,
+    ox·s0 + kx·d0 − p0), zero outside the input, as ggml's CPU im2col (any dilation sign)."""
     a, b = t.srcs[0], t.srcs[1]
     assert a is not None and b is not None
     p = t.params
     if p["is_2D"]:
-        kw, kh, ic = a.ne[0], a.ne[1], a.ne[2]
-        iw, ih = b.ne[0], b.ne[1]
-        ow, oh = t.ne[1], t.ne[2]
-        s1, p1, d1 = p["s1"], p["p1"], p["d1"]
-    else:
-        kw, kh, ic = a.ne[0], 1, a.ne[1]
-        iw, ih = b.ne[0], 1
-        ow, oh = t.ne[1], 1
-        s1, p1, d1 = 1, 0, 1
-    s0, p0, d0 = p["s0"], p["p0"], p["d0"]
-    hp, wp = ih + 2 * p1, iw + 2 * p0
-    oy = np.arange(oh)[:, None, None, None, None]
-    ox = np.arange(ow)[None, :, None, None, None]
-    c = np.arange(ic)[None, None, :, None, None]
-    ky = np.arange(kh)[None, None, None, :, None]
-    kx = np.arange(kw)[None, None, None, None, :]
-    y = oy * s1 + ky * d1
-    xx = ox * s0 + kx * d0
-    idx = (c * hp + y) * wp + xx
-    return idx.reshape(oh, ow, ic * kh * kw).astype(np.int64), (hp, wp)
+        idx, _ = window_index(
+            [b.ne[1], b.ne[0]],
+            [a.ne[1], a.ne[0]],
+            [p["s1"], p["s0"]],
+            [p["p1"], p["p0"]],
+            [p["d1"], p["d0"]],
+            [t.ne[2], t.ne[1]],
+        )
+        return idx, 2
+    idx, _ = window_index([b.ne[0]], [a.ne[0]], [p["s0"]], [p["p0"]], [p["d0"]], [t.ne[1]])
+    return idx, 1
 
 
 @reference(Op.IM2COL)
 def im2col(t: Tensor, xs: list[Arr]) -> Arr:
-    b_t = t.srcs[1]
-    assert b_t is not None
-    p = t.params
+    idx, n = im2col_geometry(t)
     x = f32(xs[1])  # 2-D: [N, IC, IH, IW]; 1-D: [1, N, IC, IW]
-    p1 = p["p1"] if p["is_2D"] else 0
-    if p["is_2D"]:
-        xp = np.pad(x, ((0, 0), (0, 0), (p1, p1), (p["p0"], p["p0"])))
-        n = b_t.ne[3]
-    else:
-        xp = np.pad(x[0][:, :, None, :], ((0, 0), (0, 0), (0, 0), (p["p0"], p["p0"])))
-        n = b_t.ne[2]
-    idx, _ = im2col_index(t)
-    flat = xp.reshape(n, -1)
-    cols = flat[:, idx]  # [N, OH, OW, K]
-    return cols.reshape(tuple(reversed(t.ne)))
+    cols = gather_windows(x, idx, 0.0, n)  # [N, IC, OH, OW, KH, KW] / [1, N, IC, OW, KW]
+    order = (0, 2, 3, 1, 4, 5) if n == 2 else (0, 1, 3, 2, 4)
+    return np.transpose(cols, order).reshape(tuple(reversed(t.ne)))
 
 
 def window_index(

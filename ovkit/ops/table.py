@@ -78,7 +78,7 @@ class OpEntry:
         return reference.REFERENCES.get(self.key)
 
 
-def _ovkit_only(key: str, builders: tuple[str, ...], params: str, openvino: str, notes: str = "") -> OpEntry:
+def _ovkit_only(key: Op, builders: tuple[str, ...], params: str, openvino: str, notes: str = "") -> OpEntry:
     """An op upstream does not register that ovkit translates (its policy still refuses it)."""
     return OpEntry(
         key,

@@ -25,7 +25,7 @@ from ovkit.ops.reference import (
     ax,
     conv_geometry,
     im2col_3d_index,
-    im2col_index,
+    im2col_geometry,
     pool_divisor,
     pool_geometry,
     register_in,
@@ -754,7 +754,12 @@ def _soft_max(t: Tensor, xs: list[Out]) -> Out:
             m = ops.multiply(m, _alibi(t.ne[2], t.params["max_bias"]))
         w = ops.add(w, m)
     sinks = xs[2] if len(xs) > 2 else None
-    return _softmax_with_sinks(w, sinks, t.ne, 1)
+    # ggml: a row whose maximum is +inf computes exp(inf - inf) = NaN: the whole row is NaN
+    row_max = ops.reduce_max(w, i64([3]), True)
+    if sinks is not None:
+        row_max = ops.maximum(row_max, ops.reshape(f32(sinks), i64([1, -1, 1, 1]), False))
+    nan_row = ops.equal(row_max, const(np.inf))
+    return ops.select(nan_row, const(np.nan), _softmax_with_sinks(w, sinks, t.ne, 1))
 
 
 @translator(Op.FLASH_ATTN_EXT)
@@ -814,6 +819,8 @@ def _rope(t: Tensor, xs: list[Out]) -> Out:
     p = t.params
     n_dims = p["n_dims"]
     pairs = rope_pairs(p, t.ne[0])
+    if pairs == 0:  # n_dims 0: ggml rotates nothing and copies the row
+        return f32(xs[0])
     tables = rope_tables(p, n_dims, pairs)
     pos = ops.convert(ops.reshape(xs[1], i64([-1]), False), ov.Type.f32)
     if p["mode"] & 8:
@@ -859,19 +866,13 @@ def _rope(t: Tensor, xs: list[Out]) -> Out:
 def _im2col(t: Tensor, xs: list[Out]) -> Out:
     b_t = t.srcs[1]
     assert b_t is not None
-    p = t.params
-    idx, _ = im2col_index(t)
-    x = f32(xs[1])
-    if p["is_2D"]:
-        n = b_t.ne[3]
-        xp = ops.pad(x, i64([0, 0, p["p1"], p["p0"]]), i64([0, 0, p["p1"], p["p0"]]), "constant", const(0.0))
-    else:
-        n = b_t.ne[2]
-        x3 = ops.reshape(x, i64([n, b_t.ne[1], 1, b_t.ne[0]]), False)
-        xp = ops.pad(x3, i64([0, 0, 0, p["p0"]]), i64([0, 0, 0, p["p0"]]), "constant", const(0.0))
-    flat = ops.reshape(xp, i64([n, -1]), False)
-    cols = ops.gather(flat, const(idx, np.int64), i64(1))  # [N, OH, OW, K]
-    return reshape4(cols, t.ne)
+    idx, n = im2col_geometry(t)
+    lead = [b_t.ne[3], b_t.ne[2]] if n == 2 else [b_t.ne[2], b_t.ne[1]]
+    planes = ops.reshape(f32(xs[1]), i64([*lead, -1]), False)
+    zero = ops.broadcast(const(0.0), i64([*lead, 1]))
+    cols = ops.gather(ops.concat([planes, zero], 2), const(idx, np.int64), i64(2))  # [N, IC, *out, *ks]
+    order = [0, 2, 3, 1, 4, 5] if n == 2 else [0, 2, 1, 3]
+    return reshape4(ops.transpose(cols, i64(order)), t.ne)
 
 
 def _conv_input(
