@@ -501,11 +501,15 @@ class QuantizedWeight:
         offset = 8 if spec.bits == 4 else 16
         if not (np.isfinite(dec.scale).all() and np.isfinite(dec.bias).all()):
             return 0
-        q = self._grouped(dec.q).astype(np.float32)
-        sc, b = dec.scale[:, :, None], dec.bias[:, :, None]
+        grouped, o = self._grouped(dec.q), np.float32(offset)
+        step = max(1, (1 << 20) // self.k)  # rows per check: bounded temporaries for big weights
         with np.errstate(over="ignore", invalid="ignore"):
-            shifted = (q - np.float32(offset)) * sc + (b + sc * np.float32(offset))
-            return offset if np.array_equal(shifted, q * sc + b) else 0
+            for r in range(0, self.rows, step):
+                q = grouped[r : r + step].astype(np.float32)
+                sc, b = dec.scale[r : r + step, :, None], dec.bias[r : r + step, :, None]
+                if not np.array_equal((q - o) * sc + (b + sc * o), q * sc + b):
+                    return 0
+        return offset
 
     @cached_property
     def _zero_points(self) -> tuple[np.ndarray, np.ndarray] | None:
