@@ -31,6 +31,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ovkit.config import OvkitConfig, read_config
+from ovkit.config import OvkitConfig, OvkitConfigWarning, read_config
 from ovkit.devices import DeviceClass, device_class
 from ovkit.dtypes import NUMPY_DTYPE, OPENVINO_NUMPY, OPENVINO_SHORT
 from ovkit.ir import GraphError, Tensor, from_model_output
@@ -604,6 +605,8 @@ class Runner:
                 f"({port.ov_type}) without losing its kind"
             )
         bound = np.ascontiguousarray(array, dtype=want_dtype)
+        if not bound.flags.writeable:  # OpenVINO shares only writable memory: read-only arrays
+            bound = bound.copy()  # (np.load mmap_mode="r", np.frombuffer(bytes)) are copied
         tensor = ov.Tensor(bound, shared_memory=True)
         self.request.set_input_tensor(i, tensor)
         # Keep both alive for as long as the request may read them (ecosystem §4.3).
@@ -905,16 +908,37 @@ def _env_snapshot() -> tuple[Any, ...]:
 
 
 def _cache_size_from_env(default: int) -> int:
+    """The LRU size ``OVKIT_ENGINE_CACHE_SIZE`` sets; a value that is no integer >= 1 warns and
+    gives ``default`` (the engine reads it whenever its variables change, so every bad value
+    warns once and falls back the same way)."""
     raw = os.environ.get(ENV_CACHE_SIZE, "")
     if not raw:
         return default
     try:
         size = int(raw)
     except ValueError:
-        raise ValueError(f"{ENV_CACHE_SIZE}={raw!r} is not an integer (expected a cache size >= 1)") from None
+        size = 0
     if size < 1:
-        raise ValueError(f"{ENV_CACHE_SIZE}={raw!r}: expected a cache size >= 1")
+        warnings.warn(
+            f"{ENV_CACHE_SIZE}={raw!r} is not a cache size (expected an integer >= 1); using {default}",
+            OvkitConfigWarning,
+            stacklevel=2,
+        )
+        return default
     return size
+
+
+def _check_cache_dir(config: OvkitConfig) -> None:
+    """Warn when ``GGML_OPENVINO_CACHE_DIR`` names something that is not a directory (OpenVINO
+    would silently cache nothing there)."""
+    path = config.cache_dir
+    if path and os.path.exists(path) and not os.path.isdir(path):
+        warnings.warn(
+            f"GGML_OPENVINO_CACHE_DIR={path!r} is not a directory (it names a file): compiled "
+            "models are not cached on disk",
+            OvkitConfigWarning,
+            stacklevel=2,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -949,8 +973,13 @@ class Engine:
         self._counters = _Counters()
         self._snapshot: tuple[Any, ...] | None = None
         self._fast: dict[tuple[Any, ...], CacheKey] = {}
-        self._plans: dict[tuple[Any, ...], GraphPlan] = {}
-        self._model_keys: dict[int, tuple[Any, tuple[str, ...], str]] = {}  # run_model: id -> key
+        # Graph plans live on their graphs (``_plan_for``); the epoch, bumped when the
+        # configuration changes or the cache is cleared, retires the ones made before.
+        self._epoch = 0
+        self._plans_made = 0
+        # run_model: id -> (weak reference to the model, input shapes, structure key); weak, so
+        # that a model the caller drops is not kept alive with its constants.
+        self._model_keys: dict[int, tuple[weakref.ref[Any], tuple[str, ...], str]] = {}
         # Bumped whenever a cached entry may disappear or the configuration changed: plans keep
         # (generation, compiled graph) and reuse it while the generation is unchanged.
         self._generation = 0
@@ -984,9 +1013,10 @@ class Engine:
                 return
             self._snapshot = snap
             self._config = read_config()
+        _check_cache_dir(self._config)
         self._device = None
         self._fast.clear()
-        self._plans.clear()
+        self._epoch += 1
         self._generation += 1
         if self._explicit_size is None:
             self.resize(
@@ -1002,6 +1032,11 @@ class Engine:
     def maxsize(self) -> int:
         return self._maxsize
 
+    @property
+    def plans_made(self) -> int:
+        """How many graph plans (policy check, structure key, input slots) this engine made."""
+        return self._plans_made
+
     def resize(self, maxsize: int) -> None:
         """Change the LRU bound (evicting the least recently used entries if needed)."""
         if maxsize < 1:
@@ -1014,9 +1049,14 @@ class Engine:
         """The device ``GGML_OPENVINO_DEVICE`` selects on this engine's Core (resolved once per value)."""
         self._refresh()
         if self._device is None:
-            from ovkit.selection import resolve_device
+            from ovkit.selection import FALLBACK_WARNING, resolve_device
 
-            self._device = resolve_device(self.core, self._fixed_env, log=False).device
+            selection = resolve_device(self.core, self._fixed_env, log=False)
+            if selection.fell_back:  # once per value: the resolution is kept until it changes
+                logger.warning(FALLBACK_WARNING.format(selection.requested or selection.device))
+                if selection.hint:
+                    logger.info("hint: %s", selection.hint)
+            self._device = selection.device
         return self._device
 
     # -- the cache --------------------------------------------------------------------------
@@ -1044,7 +1084,7 @@ class Engine:
         """Drop every compiled graph (counters are kept; see ``reset_stats``)."""
         with self._lock:
             self._entries.clear()
-            self._plans.clear()
+            self._epoch += 1
             self._generation += 1
             self.last_runner = None  # it would keep the last compiled model (and its memory) alive
 
@@ -1146,9 +1186,10 @@ class Engine:
             return entry
 
     def _hit(self, device: str) -> None:
-        """Count a cache hit; with GGML_OPENVINO_RELEASE_WEIGHTS (upstream §6.6) the first hit
-        releases the host weights."""
-        self._counters.hits += 1
+        """Count a cache hit (under the lock: threads computing at once each count); with
+        GGML_OPENVINO_RELEASE_WEIGHTS the first hit releases the host weights."""
+        with self._lock:
+            self._counters.hits += 1
         self.last_hit = True
         cfg = self._config
         if cfg.memory_optimize or cfg.release_weights_explicit:
@@ -1320,10 +1361,10 @@ class Engine:
         weights were released (GGML_OPENVINO_RELEASE_WEIGHTS) keeps hitting its compiled model."""
         shapes = tuple(str(p.get_partial_shape()) for p in model.inputs)
         cached = self._model_keys.get(id(model))
-        if cached is None or cached[0] is not model or cached[1] != shapes:
+        if cached is None or cached[0]() is not model or cached[1] != shapes:
             if len(self._model_keys) >= 64:
                 self._model_keys.clear()
-            cached = (model, shapes, model_structure_key(model))
+            cached = (weakref.ref(model), shapes, model_structure_key(model))
             self._model_keys[id(model)] = cached
         return self.run(cached[2], model.clone, inputs, device, run_config, **kw)
 
@@ -1567,6 +1608,10 @@ def _resolve_run(
     return GRAPH_TINY_RUN_CONFIG if biggest < TINY_ELEMENTS else GRAPH_RUN_CONFIG
 
 
+_PLAN = "ovkit.engine.plan"  # the tag of the engine's entries in ``graph.derived``
+MAX_PLANS_PER_GRAPH = 64  # output sets x devices x configs one graph keeps plans for
+
+
 def _plan_for(
     engine: Engine,
     graph: Any,
@@ -1576,19 +1621,33 @@ def _plan_for(
     extra: Sequence[Any] = (),
     names: Sequence[str] | None = None,
 ) -> GraphPlan:
-    # Keyed by identities (the plan holds the objects, so ids stay valid) and the raw device
-    # argument: plans are dropped whenever the configuration (hence the selected device) changes.
+    # Plans live on the graph (``graph.derived``), never in the engine: a graph the caller drops
+    # takes its plans, constants and last inputs with it.  The key holds the output identities
+    # (the plan holds the outputs, so the ids stay valid), the graph's node count and edit
+    # version (an in-place edit such as ``soft_max_add_sinks`` makes a new plan), this engine and
+    # its configuration epoch (plans made before the configuration changed are not reused).
     ids = id(outs[0]) if len(outs) == 1 and not extra else (tuple(map(id, outs)), tuple(map(id, extra)))
-    key = (id(graph), len(graph.nodes), ids, device, _config_key(config))
-    plan = engine._plans.get(key)
+    key = (
+        _PLAN,
+        id(engine),
+        engine._epoch,
+        graph.version,
+        len(graph.nodes),
+        ids,
+        device,
+        _config_key(config),
+    )
+    plans = graph.derived
+    plan = plans.get(key)
     if plan is None:
         dev = device or engine._device or engine.selected_device()
         run = _resolve_run(config, graph, list(outs) + list(extra), dev)
         plan = GraphPlan(graph, outs, dev, run, extra_outputs=extra, names=names)
         plan.check_support()
-        if len(engine._plans) >= 1024:
-            engine._plans.clear()
-        engine._plans[key] = plan
+        if len(plans) >= MAX_PLANS_PER_GRAPH:
+            plans.clear()
+        plans[key] = plan
+        engine._plans_made += 1
     return plan
 
 
@@ -1609,8 +1668,8 @@ def compute_graph(
 
     The policy check, the structure key and the OpenVINO model are computed once per
     (outputs, device, config); every later call only binds, infers and converts the outputs.
-    Plans are keyed by the identity of the graph and outputs and the graph's node count: build
-    a graph completely (``*_add_sinks``, ``*_set_prec``) before its first compute.
+    Plans are keyed by the outputs' identities, the graph's node count and its edit version, so
+    an in-place edit after a compute (``set_name``, ``*_add_sinks``, ``*_set_prec``) is seen.
     """
     engine = get_engine(core)
     engine._refresh()

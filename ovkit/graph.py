@@ -114,6 +114,22 @@ class Graph(GraphIR):
             )
 
     # ------------------------------------------------------------------ leaves
+    @staticmethod
+    def _leaf_ne(what: str, shape: Any) -> tuple[int, int, int, int]:
+        """The ne of a leaf's numpy-order shape; GraphError naming the leaf for a bad shape."""
+        try:
+            ne = ne4(tuple(shape))
+        except TypeError:
+            raise GraphError(f"{what}: expected a shape (a sequence of integers), given {shape!r}") from None
+        except GraphError as exc:
+            raise GraphError(f"{what}: {exc}") from None
+        if 0 in ne:
+            raise GraphError(
+                f"{what}: zero-size shape {tuple(shape)}: expected every dimension >= 1 "
+                "(ovkit does not build empty tensors)"
+            )
+        return ne
+
     def input(self, name: str, shape: Sequence[int], dtype: str = "f32") -> Tensor:
         """A graph input (an OpenVINO Parameter) fed by name in :meth:`compute`."""
         if dtype not in DTYPES:
@@ -122,8 +138,8 @@ class Graph(GraphIR):
             raise GraphError("input: expected a non-empty name")
         if name in self._names:
             raise GraphError(f"input {name!r}: the name is already used in this graph")
+        t = self._new(Op.NONE, self._leaf_ne(f"input {name!r}", shape), dtype)
         self._names.add(name)
-        t = self._new(Op.NONE, ne4(tuple(shape)), dtype)
         t.name = name
         t.is_input = True
         return t
@@ -138,7 +154,7 @@ class Graph(GraphIR):
         its ``.ov_mul_mat(b)`` when present.
         """
         if hasattr(array, "to_ov_node") and not isinstance(array, np.ndarray):
-            t = self._new(Op.NONE, ne4(tuple(array.shape)), str(array.dtype))
+            t = self._new(Op.NONE, self._leaf_ne(f"constant {name!r}", array.shape), str(array.dtype))
             t.value = array
             t.name = name or getattr(array, "name", "") or ""
             return t
@@ -153,8 +169,12 @@ class Graph(GraphIR):
         final = dtype or inferred
         if arr.ndim == 0:
             arr = arr.reshape(1)
-        t = self._new(Op.NONE, ne4(arr.shape), final)
-        t.value = np.ascontiguousarray(round_to(final, arr))
+        t = self._new(Op.NONE, self._leaf_ne(f"constant {name!r}", arr.shape), final)
+        # A private, read-only copy: the caller changing its array later must not change a
+        # graph that may already be compiled (the device would keep the old values).
+        value = np.array(round_to(final, arr), order="C", copy=True)
+        value.flags.writeable = False
+        t.value = value
         t.name = name
         return t
 

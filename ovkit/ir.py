@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -267,13 +267,30 @@ def ne_str(ne: Sequence[int]) -> str:
     return "[" + ", ".join(str(int(d)) for d in ne) + "]"
 
 
+#: ggml's ``ne`` entries and element counts are ``int64_t``.
+INT64_MAX = 2**63 - 1
+
+
 def ne4(shape: Sequence[int]) -> tuple[int, int, int, int]:
-    """ggml ``ne`` (4 entries) of a numpy-order shape."""
-    if len(shape) > 4:
-        raise GraphError(f"ggml tensors have at most 4 dims; got shape {tuple(shape)}")
-    ne = [int(d) for d in reversed(tuple(shape))] + [1] * (4 - len(shape))
-    if any(d < 0 for d in ne):
-        raise GraphError(f"negative dimension in shape {tuple(shape)}")
+    """ggml ``ne`` (4 entries) of a numpy-order shape; GraphError for anything but at most 4
+    integers in ``0..2**63-1`` whose product fits ``int64_t`` too (no silent truncation of 2.5)."""
+    dims = tuple(shape)
+    if len(dims) > 4:
+        raise GraphError(f"ggml tensors have at most 4 dims; got shape {dims}")
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int | np.integer):
+            raise GraphError(
+                f"shape {dims}: dimension {d!r} is not an integer (expected non-negative integers)"
+            )
+        if d < 0:
+            raise GraphError(f"negative dimension in shape {dims}: {d} (expected non-negative integers)")
+        if d > INT64_MAX:
+            raise GraphError(
+                f"shape {dims}: dimension {d} does not fit ggml's int64_t (expected <= 2**63 - 1)"
+            )
+    ne = [int(d) for d in reversed(dims)] + [1] * (4 - len(dims))
+    if math.prod(ne) > INT64_MAX:
+        raise GraphError(f"shape {dims}: {math.prod(ne)} elements do not fit ggml's int64_t element count")
     return (ne[0], ne[1], ne[2], ne[3])
 
 
@@ -293,8 +310,10 @@ def n_dims(ne: Sequence[int]) -> int:
 
 
 def shape_of(ne: Sequence[int]) -> tuple[int, ...]:
-    """The numpy shape of ``ne`` as ``ggml.utils.to_numpy`` returns it (trailing 1s of ne dropped)."""
-    return tuple(int(d) for d in reversed(tuple(ne)[: n_dims(ne)]))
+    """The numpy shape of ``ne`` as ``ggml.utils.to_numpy`` returns it (trailing 1s of ne dropped;
+    a zero dim is kept, so ne [4, 0, 1, 1] is shape (0, 4), never (4,))."""
+    keep = max((i + 1 for i in range(4) if ne[i] != 1), default=1)
+    return tuple(int(d) for d in reversed(tuple(ne)[: max(keep, n_dims(ne))]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -515,6 +534,8 @@ class Tensor:
 
     def set_name(self, name: str) -> Tensor:
         """``ggml_set_name``; returns the tensor for chaining."""
+        if self.is_input:
+            self.graph._rename_input(self, name)
         self.name = name
         self.graph._edited()
         return self
@@ -567,10 +588,27 @@ class GraphIR:
         self.nodes: list[Tensor] = []
         self._names: set[str] = set()
         self._info_cache: dict[int, OpInfo] = {}  # Tensor.op_info() results (cleared on edits)
+        #: Bumped by every in-place edit of a node (name, precision, sinks): what was derived
+        #: from the graph before (policy decisions, compiled plans) is keyed by it.
+        self.version = 0
+        #: What higher layers derive from this graph (the engine's plans), kept on the graph so
+        #: that it lives and dies with it; cleared on every edit.
+        self.derived: dict[Hashable, Any] = {}
 
     def _edited(self) -> None:
-        """A node changed after creation: derived views of the graph are stale."""
+        """A node changed after creation: everything derived from the graph is stale."""
+        self.version += 1
         self._info_cache.clear()
+        self.derived.clear()
+
+    def _rename_input(self, t: Tensor, name: str) -> None:
+        """Inputs are fed by name: a new name must be non-empty and not another input's."""
+        if not name:
+            raise GraphError(f"set_name: input {t.name!r}: expected a non-empty name")
+        if name != t.name and name in self._names:
+            raise GraphError(f"set_name: input {t.name!r}: the name {name!r} is already used in this graph")
+        self._names.discard(t.name)
+        self._names.add(name)
 
     def _new(
         self,
@@ -590,6 +628,13 @@ class GraphIR:
         ne4_ = (int(ne[0]), int(ne[1]), int(ne[2]), int(ne[3]))
         if any(d < 0 for d in ne4_):
             raise GraphError(f"{code.value}: negative dimension in result ne {ne_str(ne4_)}")
+        if 0 in ne4_:
+            # ggml allows empty tensors, but OpenVINO's shape inference and the numpy reference
+            # disagree on them op by op: refused here, where the message can name the node.
+            raise GraphError(
+                f"{code.value}: zero-size result ne {ne_str(ne4_)} (shape {shape_of(ne4_)}): "
+                "expected every dimension >= 1 (ovkit does not build empty tensors)"
+            )
         for s in srcs:
             if s is not None and s.graph is not self:
                 raise GraphError(f"{code.value}: operand {s.describe()} belongs to another Graph")
