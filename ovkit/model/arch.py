@@ -1,0 +1,123 @@
+"""Architectures as data: what differs between ```llama``, ``qwen2`` and ``qwen3``.
+
+llama.cpp's model files build one graph shape for all of them; the differences are which optional
+tensors a layer has (QKV biases, per-head q/k RMS norms) and the rope type.  An
+:class:`ArchSpec` row holds exactly those, and :class:`HParams` reads the sizes from GGUF metadata
+under the ``<arch>.`` keys llama.cpp reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+ROPE_TYPE_NORM = 0  # llama: adjacent pairs rotate
+ROPE_TYPE_NEOX = 2  # qwen*: the two halves of a head rotate
+
+
+class ModelError(ValueError):
+    """A GGUF model ovkit cannot build (unknown architecture, missing tensor, bad hparams)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArchSpec:
+    """One architecture's differences from the common decoder layer."""
+
+    name: str
+    rope_type: int
+    qkv_bias: bool = False  # attn_{q,k,v}.bias added after the projections (qwen2)
+    qk_norm: bool = False  # attn_{q,k}_norm: RMS norm of every head before rope (qwen3)
+
+
+ARCHS: dict[str, ArchSpec] = {
+    a.name: a
+    for a in (
+        ArchSpec("llama", ROPE_TYPE_NORM),
+        ArchSpec("qwen2", ROPE_TYPE_NEOX, qkv_bias=True),
+        ArchSpec("qwen3", ROPE_TYPE_NEOX, qk_norm=True),
+    )
+}
+
+
+def arch_spec(name: str) -> ArchSpec:
+    try:
+        return ARCHS[name]
+    except KeyError:
+        raise ModelError(f"architecture {name!r} is not supported (expected one of {sorted(ARCHS)})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class HParams:
+    """The sizes and rope settings llama.cpp reads for a decoder model."""
+
+    arch: str
+    n_vocab: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    n_ff: int
+    head_dim: int
+    n_ctx_train: int = 4096
+    rms_eps: float = 1e-6
+    rope_freq_base: float = 10000.0
+    rope_freq_scale: float = 1.0  # 1 / rope.scaling.factor for linear scaling
+
+    def __post_init__(self) -> None:
+        for field_name in ("n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim"):
+            if getattr(self, field_name) < 1:
+                raise ModelError(f"{field_name}={getattr(self, field_name)} must be >= 1")
+        if self.n_head % self.n_head_kv:
+            raise ModelError(f"n_head={self.n_head} must be a multiple of n_head_kv={self.n_head_kv}")
+        if self.head_dim % 2:
+            raise ModelError(f"head_dim={self.head_dim} must be even (rope rotates pairs)")
+        arch_spec(self.arch)
+
+    @property
+    def spec(self) -> ArchSpec:
+        return arch_spec(self.arch)
+
+    @property
+    def n_embd_q(self) -> int:
+        return self.head_dim * self.n_head
+
+    @property
+    def n_embd_kv(self) -> int:
+        return self.head_dim * self.n_head_kv
+
+    @classmethod
+    def from_metadata(cls, md: Mapping[str, Any], n_vocab: int | None = None) -> HParams:
+        """Read ``<arch>.*`` keys as llama.cpp's ``load_hparams`` does (missing required keys fail)."""
+        arch = md.get("general.architecture")
+        if not isinstance(arch, str):
+            raise ModelError("GGUF metadata has no general.architecture")
+        arch_spec(arch)
+
+        def key(name: str, default: Any = None) -> Any:
+            value = md.get(f"{arch}.{name}", default)
+            if value is None:
+                raise ModelError(f"GGUF metadata lacks {arch}.{name}")
+            return value
+
+        n_embd = int(key("embedding_length"))
+        n_head = int(key("attention.head_count"))
+        vocab = n_vocab or md.get(f"{arch}.vocab_size") or len(md.get("tokenizer.ggml.tokens") or [])
+        scaling = str(md.get(f"{arch}.rope.scaling.type", "none"))
+        factor = float(md.get(f"{arch}.rope.scaling.factor", 1.0) or 1.0)
+        if scaling not in ("none", "linear"):
+            raise ModelError(f"{arch}.rope.scaling.type={scaling!r} is not supported (expected none or linear)")
+        return cls(
+            arch=arch,
+            n_vocab=int(vocab),
+            n_embd=n_embd,
+            n_layer=int(key("block_count")),
+            n_head=n_head,
+            n_head_kv=int(key("attention.head_count_kv", n_head)),
+            n_ff=int(key("feed_forward_length", 0)),
+            head_dim=int(key("attention.key_length", n_embd // n_head)),
+            n_ctx_train=int(key("context_length", 4096)),
+            rms_eps=float(key("attention.layer_norm_rms_epsilon", 1e-6)),
+            rope_freq_base=float(key("rope.freq_base", 10000.0)),
+            rope_freq_scale=1.0 / factor if scaling == "linear" else 1.0,
+        )

@@ -1,0 +1,259 @@
+"""The compute graph llama.cpp builds for a decoder model, written once over the builder API.
+
+``decoder_program(hp, shape)`` returns a *program* ``program(b, leaves)``: ``b`` is an ovkit
+``Graph`` or ovkit.oracle's ``GgmlBuilder`` (real ggml), ``leaves`` maps llama.cpp's tensor names
+(GGUF weights such as ``blk.0.attn_q.weight``, graph inputs such as ``inp_tokens``,
+``attn_inp_kq_mask``, ``cache_k_l0``) to leaf tensors.  The ops, their order and the names given
+to results (``attn_norm-0``, ``Qcur-0``, ``kq-0``, ``kqv_out-0``, ``ffn_out-0``, ``l_out-0``,
+``result_norm``, ``result_output``) follow llama.cpp's ``llm_graph_context`` (``build_norm``,
+``build_qkv``, ``build_attn``/``build_attn_mha``, ``build_ffn``) and ``llama_kv_cache``
+(``cpy_k``/``cpy_v`` as SET_ROWS, ``get_k``/``get_v`` as 4-d views; the V cache is transposed
+when flash attention is off, exactly as ``-fa off`` keeps it).  The backend's support rules key
+on these names and view patterns, so the placement of this graph is the backend's placement.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ovkit.model.arch import HParams
+
+GGML_PREC_F32 = 10  # ggml_prec: attention accumulates in f32 (ggml_prec_set_acc / *_set_prec)
+KV_PAD = 256  # llama_kv_cache::get_padding: n_kv grows in steps of 256 cells
+F16_BYTES = 2  # the KV cache holds f16
+
+
+@dataclass(frozen=True, slots=True)
+class GraphShape:
+    """One shape bucket: ``n_tokens`` new tokens over ``n_kv`` cache cells of an ``n_ctx`` cache."""
+
+    n_tokens: int
+    n_kv: int
+    n_ctx: int
+    n_outputs: int
+    flash_attn: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.n_tokens <= self.n_ctx:
+            raise ValueError(f"n_tokens={self.n_tokens} must be in 1..n_ctx={self.n_ctx}")
+        if not 1 <= self.n_kv <= self.n_ctx:
+            raise ValueError(f"n_kv={self.n_kv} must be in 1..n_ctx={self.n_ctx}")
+        if not 1 <= self.n_outputs <= self.n_tokens:
+            raise ValueError(f"n_outputs={self.n_outputs} must be in 1..n_tokens={self.n_tokens}")
+
+
+def n_kv_for(n_ctx: int, used: int) -> int:
+    """llama.cpp's ``n_kv``: the used cells padded to 256 (at least 256), capped by the cache size."""
+    return min(n_ctx, max(KV_PAD, -(-used // KV_PAD) * KV_PAD))
+
+
+def cache_names(n_layer: int) -> list[str]:
+    """The KV cache tensors, as llama.cpp names them (``cache_k_l0``, ``cache_v_l0``, ...)."""
+    return [f"cache_{kv}_l{il}" for il in range(n_layer) for kv in ("k", "v")]
+
+
+def input_specs(hp: HParams, shape: GraphShape) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The graph inputs (numpy shape, dtype) by llama.cpp's names, caches included."""
+    n, kv = shape.n_tokens, hp.n_embd_kv
+    specs: dict[str, tuple[tuple[int, ...], str]] = {
+        "inp_tokens": ((n,), "i32"),
+        "inp_pos": ((n,), "i32"),
+        "attn_inp_k_idxs": ((n,), "i64"),
+        # non-FA: the V cache is transposed, every element of a row is a SET_ROWS row of its own
+        "attn_inp_v_idxs": ((n,) if shape.flash_attn else (n * kv,), "i64"),
+        "attn_inp_kq_mask": ((n, shape.n_kv), "f16" if shape.flash_attn else "f32"),
+        "out_ids": ((shape.n_outputs,), "i32"),
+    }
+    for name in cache_names(hp.n_layer):
+        specs[name] = ((shape.n_ctx, kv), "f16")
+    return specs
+
+
+def _namer(b: Any) -> Callable[[Any, str, int], Any]:
+    """llama.cpp's ``cb(t, name, il)``: names ``name-il`` (``name`` for il < 0) on either builder."""
+    from ovkit.graph import Graph
+
+    def cb(t: Any, name: str, il: int = -1) -> Any:
+        full = f"{name}-{il}" if il >= 0 else name
+        if isinstance(b, Graph):
+            t.set_name(full)
+        else:
+            b.set_name(t, full.encode())
+        return t
+
+    return cb
+
+
+def _norm(b: Any, cb: Callable[[Any, str, int], Any], x: Any, w: Any, eps: float, il: int) -> Any:
+    """``build_norm(LLM_NORM_RMS)``: rms_norm named ``norm``, then the weight."""
+    return b.mul(cb(b.rms_norm(x, eps), "norm", il), w)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerOut:
+    """A layer's output and the next value of each KV cache tensor it wrote."""
+
+    out: Any
+    caches: dict[str, Any]
+
+
+def attention(
+    b: Any, hp: HParams, shape: GraphShape, il: int, q: Any, k: Any, v: Any, L: Mapping[str, Any]
+) -> tuple[Any, dict[str, Any]]:
+    """``build_attn`` over the KV cache: store K/V (SET_ROWS), view the cache, attend; ``kqv_out``."""
+    cb = _namer(b)
+    hd, n, n_kv, n_ctx, kvd = hp.head_dim, shape.n_tokens, shape.n_kv, shape.n_ctx, hp.n_embd_kv
+    ck_name, cv_name = f"cache_k_l{il}", f"cache_v_l{il}"
+    # cpy_k: merge heads, store the rows at attn_inp_k_idxs
+    ck = b.set_rows(L[ck_name], b.view_2d(k, kvd, n, k.nb[2], 0), L["attn_inp_k_idxs"])
+    if shape.flash_attn:
+        cv = b.set_rows(L[cv_name], b.view_2d(v, kvd, n, v.nb[2], 0), L["attn_inp_v_idxs"])
+    else:  # the transposed V cache: each element is a row of one value
+        v_view = b.reshape_2d(L[cv_name], 1, n_ctx * kvd)
+        cv = b.set_rows(v_view, b.reshape_2d(b.reshape_2d(v, kvd, n), 1, kvd * n), L["attn_inp_v_idxs"])
+    row = F16_BYTES * kvd
+    kk = b.view_4d(ck, hd, hp.n_head_kv, n_kv, 1, F16_BYTES * hd, row, row * n_ctx, 0)
+    if shape.flash_attn:
+        vv = b.view_4d(cv, hd, hp.n_head_kv, n_kv, 1, F16_BYTES * hd, row, row * n_ctx, 0)
+    else:
+        vv = b.view_4d(
+            cv, n_kv, hp.n_head_kv, hd, 1, F16_BYTES * n_ctx * hd, F16_BYTES * n_ctx, row * n_ctx, 0
+        )
+    # build_attn_mha
+    q = b.view_4d(q, hd, hp.n_head, n, 1, q.nb[1], q.nb[2], q.nb[2] * n, 0)
+    q = b.permute(q, 0, 2, 1, 3)
+    kk = b.permute(kk, 0, 2, 1, 3)
+    vv = b.permute(vv, 0, 2, 1, 3)
+    scale = 1.0 / math.sqrt(hd)
+    mask = L["attn_inp_kq_mask"]
+    if shape.flash_attn:
+        cur = b.flash_attn_ext(q, kk, vv, mask, scale, 0.0, 0.0)
+        b.flash_attn_ext_set_prec(cur, GGML_PREC_F32)
+        cur = b.reshape_2d(cur, hd * hp.n_head, n)
+    else:
+        kq = cb(b.mul_mat(kk, q), "kq", il)
+        b.mul_mat_set_prec(kq, GGML_PREC_F32)
+        kq = cb(b.soft_max_ext(kq, mask, scale, 0.0), "kq_soft_max", il)
+        kqv = cb(b.mul_mat(vv, kq), "kqv", il)
+        cur = b.cont_2d(b.permute(kqv, 0, 2, 1, 3), hd * hp.n_head, n)
+    cb(cur, "kqv_out", il)
+    return cur, {ck_name: ck, cv_name: cv}
+
+
+def decoder_layer(b: Any, hp: HParams, shape: GraphShape, il: int, x: Any, L: Mapping[str, Any]) -> LayerOut:
+    """One decoder layer as llama.cpp's llama/qwen2/qwen3 graphs build it (``l_out-il``)."""
+    cb = _namer(b)
+    spec, n, hd = hp.spec, shape.n_tokens, hp.head_dim
+    p = f"blk.{il}."
+    inp_sa = x
+    cur = cb(_norm(b, cb, x, L[p + "attn_norm.weight"], hp.rms_eps, il), "attn_norm", il)
+    # build_qkv (separate Q/K/V path)
+    qkv = []
+    for part, heads in (("q", hp.n_head), ("k", hp.n_head_kv), ("v", hp.n_head_kv)):
+        t = cb(b.mul_mat(L[f"{p}attn_{part}.weight"], cur), f"{part.upper()}cur", il)
+        if spec.qkv_bias:
+            t = cb(b.add(t, L[f"{p}attn_{part}.bias"]), f"{part.upper()}cur", il)
+        qkv.append((t, heads))
+    q, k, v = (b.reshape_3d(t, hd, heads, n) for t, heads in qkv)
+    rope = (
+        hp.head_dim,
+        spec.rope_type,
+        hp.n_ctx_train,
+        hp.rope_freq_base,
+        hp.rope_freq_scale,
+        0.0,  # ext_factor (no YaRN)
+        1.0,  # attn_factor
+        32.0,  # beta_fast
+        1.0,  # beta_slow
+    )
+    if spec.qk_norm:
+        q = cb(_norm(b, cb, q, L[p + "attn_q_norm.weight"], hp.rms_eps, il), "Qcur_normed", il)
+    q = b.rope_ext(q, L["inp_pos"], None, *rope)
+    if spec.qk_norm:
+        k = cb(_norm(b, cb, k, L[p + "attn_k_norm.weight"], hp.rms_eps, il), "Kcur_normed", il)
+    k = b.rope_ext(k, L["inp_pos"], None, *rope)
+    cb(q, "Qcur", il)
+    cb(k, "Kcur", il)
+    cb(v, "Vcur", il)
+    cur, caches = attention(b, hp, shape, il, q, k, v, L)
+    cur = cb(b.mul_mat(L[p + "attn_output.weight"], cur), "attn_out", il)
+    if il == hp.n_layer - 1:
+        cur = b.get_rows(cur, L["out_ids"])
+        inp_sa = b.get_rows(inp_sa, L["out_ids"])
+    ffn_inp = cb(b.add(cur, inp_sa), "ffn_inp", il)
+    # build_ffn(LLM_FFN_SILU, LLM_FFN_PAR)
+    cur = cb(_norm(b, cb, ffn_inp, L[p + "ffn_norm.weight"], hp.rms_eps, il), "ffn_norm", il)
+    up = cb(b.mul_mat(L[p + "ffn_up.weight"], cur), "ffn_up", il)
+    gate = cb(b.mul_mat(L[p + "ffn_gate.weight"], cur), "ffn_gate", il)
+    cur = cb(b.swiglu_split(gate, up), "ffn_swiglu", il)
+    cur = cb(b.mul_mat(L[p + "ffn_down.weight"], cur), "ffn_out", il)
+    cur = cb(b.add(cur, ffn_inp), "l_out", il)
+    return LayerOut(cur, caches)
+
+
+@dataclass(frozen=True, slots=True)
+class DecoderOut:
+    """The program's results: logits (``result_output``) and the KV cache tensors' next values."""
+
+    logits: Any
+    caches: dict[str, Any]
+
+    def tensors(self) -> list[Any]:
+        return [self.logits, *self.caches.values()]
+
+
+def output_weight_name(tensor_names: Any) -> str:
+    """``output.weight``, or the tied ``token_embd.weight`` when the GGUF has no output head."""
+    return "output.weight" if "output.weight" in tensor_names else "token_embd.weight"
+
+
+def decoder_program(hp: HParams, shape: GraphShape) -> Callable[[Any, Mapping[str, Any]], DecoderOut]:
+    """The whole model graph for ``shape`` as a program ``program(b, leaves) -> DecoderOut``."""
+
+    def program(b: Any, L: Mapping[str, Any]) -> DecoderOut:
+        cb = _namer(b)
+        x = cb(b.get_rows(L["token_embd.weight"], L["inp_tokens"]), "inp_embd")
+        caches: dict[str, Any] = {}
+        for il in range(hp.n_layer):
+            layer = decoder_layer(b, hp, shape, il, x, L)
+            x = layer.out
+            caches.update(layer.caches)
+        cur = cb(_norm(b, cb, x, L["output_norm.weight"], hp.rms_eps, -1), "result_norm")
+        logits = cb(b.mul_mat(L[output_weight_name(L)], cur), "result_output")
+        return DecoderOut(logits, caches)
+
+    return program
+
+
+def causal_inputs(
+    hp: HParams, shape: GraphShape, tokens: Any, start: int, out_ids: Any | None = None
+) -> dict[str, Any]:
+    """Input values for ``tokens`` at positions ``start..``: positions, cache rows, causal mask."""
+    import numpy as np
+
+    toks = np.asarray(tokens, dtype=np.int32).reshape(-1)
+    n = toks.size
+    if n != shape.n_tokens:
+        raise ValueError(f"{n} tokens given for a graph of n_tokens={shape.n_tokens}")
+    pos = np.arange(start, start + n, dtype=np.int64)
+    if start < 0 or pos[-1] >= shape.n_kv:
+        raise ValueError(
+            f"positions {start}..{pos[-1]} do not fit n_kv={shape.n_kv} (n_ctx={shape.n_ctx})"
+        )
+    mask = np.where(np.arange(shape.n_kv)[None, :] <= pos[:, None], 0.0, -np.inf)
+    if shape.flash_attn:
+        v_idxs = pos
+    else:  # element j of row p sits at j * n_ctx + p in the transposed V cache
+        v_idxs = (np.arange(hp.n_embd_kv, dtype=np.int64)[None, :] * shape.n_ctx + pos[:, None]).reshape(-1)
+    ids = np.arange(n - shape.n_outputs, n) if out_ids is None else np.asarray(out_ids)
+    return {
+        "inp_tokens": toks,
+        "inp_pos": pos.astype(np.int32),
+        "attn_inp_k_idxs": pos,
+        "attn_inp_v_idxs": v_idxs,
+        "attn_inp_kq_mask": mask.astype(np.float16 if shape.flash_attn else np.float32),
+        "out_ids": ids.astype(np.int32),
+    }

@@ -1,0 +1,236 @@
+"""Run a GGUF model: prefill N tokens, then greedy-decode M tokens, the KV cache on the device.
+
+``Model(path, device=...)`` reads the GGUF, applies the device's requantization policy to the
+weights (they stay quantized), and builds the graph of ``ovkit.model.program`` once per shape
+bucket (``n_tokens``, ``n_kv``): one compiled model and one ``ovkit.engine.graph_session`` per
+bucket, the KV cache tensors its states (OpenVINO variables where the device allows, a host round
+trip on the NPU class).  Prefill runs in chunks of ``n_ubatch`` tokens (the NPU class: of
+``GGML_OPENVINO_PREFILL_CHUNK_SIZE``, the backend's static prefill).  Logits come back per
+position as numpy arrays.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ovkit import quant
+from ovkit.config import read_config
+from ovkit.devices import DeviceClass, device_class
+from ovkit.engine import RunConfig, get_engine, graph_session, run_config_from
+from ovkit.gguf import GGUFModel, read_gguf
+from ovkit.model.arch import HParams, ModelError
+from ovkit.model.program import (
+    DecoderOut,
+    GraphShape,
+    cache_names,
+    causal_inputs,
+    decoder_program,
+    input_specs,
+    n_kv_for,
+)
+
+DEFAULT_N_UBATCH = 512  # llama.cpp's default micro-batch
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """One prefill + greedy decode: the ids, logits per position and the speeds."""
+
+    prompt: tuple[int, ...]
+    tokens: tuple[int, ...]  # generated ids; tokens[0] is the prefill's greedy pick
+    prompt_logits: np.ndarray = field(repr=False)  # (n_prompt, n_vocab)
+    decode_logits: np.ndarray = field(repr=False)  # (n_decode, n_vocab): after feeding tokens[i]
+    prefill_s: float
+    decode_s: float
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return len(self.prompt) / self.prefill_s if self.prefill_s > 0 else float("inf")
+
+    @property
+    def decode_tok_s(self) -> float:
+        n = len(self.decode_logits)
+        return n / self.decode_s if self.decode_s > 0 else float("inf")
+
+
+@dataclass
+class _Bucket:
+    shape: GraphShape
+    graph: Any
+    out: DecoderOut
+    session: Any = None
+
+
+class Model:
+    """A GGUF decoder model compiled for one device (see the module docstring)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | GGUFModel,
+        *,
+        device: str | None = None,
+        core: Any = None,
+        n_ctx: int = 512,
+        flash_attn: bool = True,
+        n_ubatch: int = DEFAULT_N_UBATCH,
+        stateful: bool | None = None,
+        profiling: bool = False,
+        no_requant: bool = False,
+    ) -> None:
+        self.gguf = path if isinstance(path, GGUFModel) else read_gguf(path)
+        embd = self.gguf.tensors.get("token_embd.weight")
+        if embd is None:
+            raise ModelError(f"{self.gguf.path}: no token_embd.weight tensor")
+        self.hp = HParams.from_metadata(self.gguf.metadata, n_vocab=embd.shape[0])
+        if n_ctx < 1:
+            raise ModelError(f"n_ctx={n_ctx} must be >= 1")
+        self.n_ctx = n_ctx
+        self.flash_attn = flash_attn
+        self.core = core
+        engine = get_engine(core)
+        self.device = device or engine.selected_device()
+        self.device_class = str(device_class(self.device))
+        config = read_config()
+        self.n_ubatch = (
+            config.prefill_chunk_size if self.device_class == DeviceClass.NPU else max(1, n_ubatch)
+        )
+        self.stateful = stateful
+        self.weights: dict[str, Any] = {}
+        for name, value in self.gguf.constants():
+            if isinstance(value, quant.QuantizedWeight):
+                value = value.apply_policy(self.device_class, no_requant=no_requant)
+            self.weights[name] = value
+        quantized = [w for w in self.weights.values() if isinstance(w, quant.QuantizedWeight)]
+        self._configs = {
+            n: run_config_from(
+                quant.compile_hints(quantized, n),
+                RunConfig(inference_precision="f32", profiling=profiling),
+            )
+            for n in (1, 2)
+        }
+        self._buckets: dict[GraphShape, _Bucket] = {}
+        self._kv_owner: _Bucket | None = None
+        self.n_past = 0
+
+    # -- graphs ---------------------------------------------------------------------------------
+    def shape(self, n_tokens: int, start: int, n_outputs: int | None = None) -> GraphShape:
+        """The bucket for ``n_tokens`` tokens at positions ``start..`` (llama.cpp's n_kv rule)."""
+        end = start + n_tokens
+        if end > self.n_ctx:
+            raise ModelError(f"positions up to {end - 1} do not fit n_ctx={self.n_ctx}")
+        return GraphShape(
+            n_tokens, n_kv_for(self.n_ctx, end), self.n_ctx, n_outputs or n_tokens, self.flash_attn
+        )
+
+    def build(self, shape: GraphShape) -> tuple[Any, DecoderOut]:
+        """A fresh ovkit ``Graph`` of the model for ``shape`` and its outputs."""
+        from ovkit.graph import Graph
+
+        g = Graph()
+        leaves: dict[str, Any] = {n: g.constant(w, n) for n, w in self.weights.items()}
+        for name, (shp, dtype) in input_specs(self.hp, shape).items():
+            leaves[name] = g.input(name, shp, dtype)
+        out = decoder_program(self.hp, shape)(g, leaves)
+        return g, out
+
+    def _bucket(self, shape: GraphShape) -> _Bucket:
+        b = self._buckets.get(shape)
+        if b is None:
+            g, out = self.build(shape)
+            b = _Bucket(shape, g, out)
+            self._buckets[shape] = b
+        if b.session is None:
+            states = {}
+            for name in cache_names(self.hp.n_layer):
+                nxt = b.out.caches[name]
+                if tuple(nxt.shape) != (self.n_ctx, self.hp.n_embd_kv):  # the transposed V cache
+                    nxt = b.graph.reshape_2d(nxt, self.hp.n_embd_kv, self.n_ctx)
+                states[name] = nxt
+            b.session = graph_session(
+                b.graph,
+                [b.out.logits],
+                states,
+                self.device,
+                core=self.core,
+                config=self._configs[min(shape.n_tokens, 2)],
+                stateful=self.stateful,
+            )
+        return b
+
+    def _take_kv(self, b: _Bucket) -> None:
+        """Move the KV cache into ``b``'s session (a copy only when the bucket changes)."""
+        owner = self._kv_owner
+        if owner is b:
+            return
+        for name in cache_names(self.hp.n_layer):
+            if owner is None:
+                b.session.reset_state(name)
+            else:
+                b.session.set_state(name, owner.session.state(name))
+        self._kv_owner = b
+
+    # -- running --------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget the KV cache (the next eval starts at position 0)."""
+        self.n_past = 0
+        self._kv_owner = None
+
+    def eval(self, tokens: Sequence[int]) -> np.ndarray:
+        """Feed ``tokens`` after what the cache holds; logits of every fed position (n, n_vocab)."""
+        toks = np.asarray(list(tokens), dtype=np.int64)
+        if toks.size == 0:
+            raise ModelError("eval: no tokens given")
+        bad = toks[(toks < 0) | (toks >= self.hp.n_vocab)]
+        if bad.size:
+            raise ModelError(f"token id {int(bad[0])} is outside the vocabulary 0..{self.hp.n_vocab - 1}")
+        if self.n_past + toks.size > self.n_ctx:
+            raise ModelError(
+                f"{self.n_past} cached + {toks.size} new tokens exceed n_ctx={self.n_ctx}"
+            )
+        outs = []
+        for i in range(0, toks.size, self.n_ubatch):
+            chunk = toks[i : i + self.n_ubatch]
+            shape = self.shape(chunk.size, self.n_past)
+            b = self._bucket(shape)
+            self._take_kv(b)
+            (logits,) = b.session.compute(causal_inputs(self.hp, shape, chunk, self.n_past))
+            outs.append(np.asarray(logits).reshape(-1, self.hp.n_vocab))
+            self.n_past += chunk.size
+        return np.concatenate(outs, axis=0)
+
+    def generate(
+        self, prompt: Sequence[int], n_predict: int, *, forced: Sequence[int] | None = None
+    ) -> Generation:
+        """Prefill ``prompt`` then ``n_predict`` greedy decode steps (``forced``: feed these ids
+        instead of the greedy picks, for comparing logits position by position)."""
+        if n_predict < 0:
+            raise ModelError(f"n_predict={n_predict} must be >= 0")
+        self.reset()
+        t0 = time.perf_counter()
+        prompt_logits = self.eval(prompt)
+        prefill_s = time.perf_counter() - t0
+        tokens = [int(np.argmax(prompt_logits[-1]))]
+        dec: list[np.ndarray] = []
+        t0 = time.perf_counter()
+        for i in range(n_predict):
+            feed = tokens[i] if forced is None else int(forced[i])
+            logits = self.eval([feed])[0]
+            dec.append(logits)
+            if i + 1 < n_predict:
+                tokens.append(int(np.argmax(logits)))
+        decode_s = time.perf_counter() - t0
+        decode_logits = np.stack(dec) if dec else np.zeros((0, self.hp.n_vocab), np.float32)
+        return Generation(
+            tuple(int(t) for t in prompt), tuple(tokens[: max(n_predict, 1)]), prompt_logits,
+            decode_logits, prefill_s, decode_s,
+        )
+
+    def sessions(self) -> list[Any]:
+        """The live sessions, one per shape bucket used so far."""
+        return [b.session for b in self._buckets.values() if b.session is not None]

@@ -1,0 +1,182 @@
+"""Random-weight GGUF models that llama.cpp loads: any size, any ggml weight type, a real tokenizer.
+
+Tests, benchmarks and notebooks need models without downloads.  ``synthetic(arch, path, ...)``
+writes one with the ``gguf`` package's ``GGUFWriter``: the tensors llama.cpp's loader expects for
+the architecture (``ovkit.model.arch``), 2-d weights in the requested type (quantized by ggml's
+own quantizer through ``ovkit.quant``), norms and biases f32, and a SentencePiece-style vocabulary
+(control tokens, the 256 byte tokens, then word pieces) so text goes through llama.cpp's tokenizer.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ovkit import quant
+from ovkit.model.arch import HParams, ModelError, arch_spec
+
+WEIGHT_TYPES: tuple[str, ...] = ("f32", "f16", *quant.QUANT_TYPES)
+_N_SPECIAL = 3  # <unk>, <s>, </s>
+_TOKEN_NORMAL, _TOKEN_UNKNOWN, _TOKEN_CONTROL, _TOKEN_BYTE = 1, 2, 3, 6
+
+
+def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
+    """SentencePiece pieces, scores and types: specials, byte fallback, then ``▁a``-style pieces."""
+    if n_vocab < _N_SPECIAL + 256 + 1:
+        raise ModelError(f"n_vocab={n_vocab} is too small: a byte-fallback vocabulary needs >= 260 tokens")
+    pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+    types = [_TOKEN_UNKNOWN, _TOKEN_CONTROL, _TOKEN_CONTROL] + [_TOKEN_BYTE] * 256
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words: list[str] = ["▁"] + [f"▁{c}" for c in letters] + list(letters)
+    for a in letters:
+        for c in letters:
+            words += [f"▁{a}{c}", f"{a}{c}"]
+    i = 0
+    while len(pieces) < n_vocab:
+        pieces.append(words[i] if i < len(words) else f"▁w{i}")
+        types.append(_TOKEN_NORMAL)
+        i += 1
+    scores = [0.0] * (_N_SPECIAL + 256) + [-float(j) for j in range(n_vocab - _N_SPECIAL - 256)]
+    return pieces, scores, types
+
+
+def tensor_shapes(hp: HParams, tied: bool = False) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the model with its numpy shape (rows last, as GGUF stores ne reversed)."""
+    spec = hp.spec
+    shapes: dict[str, tuple[int, ...]] = {
+        "token_embd.weight": (hp.n_vocab, hp.n_embd),
+        "output_norm.weight": (hp.n_embd,),
+    }
+    if not tied:
+        shapes["output.weight"] = (hp.n_vocab, hp.n_embd)
+    for il in range(hp.n_layer):
+        p = f"blk.{il}."
+        shapes[p + "attn_norm.weight"] = (hp.n_embd,)
+        shapes[p + "attn_q.weight"] = (hp.n_embd_q, hp.n_embd)
+        shapes[p + "attn_k.weight"] = (hp.n_embd_kv, hp.n_embd)
+        shapes[p + "attn_v.weight"] = (hp.n_embd_kv, hp.n_embd)
+        if spec.qkv_bias:
+            shapes[p + "attn_q.bias"] = (hp.n_embd_q,)
+            shapes[p + "attn_k.bias"] = (hp.n_embd_kv,)
+            shapes[p + "attn_v.bias"] = (hp.n_embd_kv,)
+        if spec.qk_norm:
+            shapes[p + "attn_q_norm.weight"] = (hp.head_dim,)
+            shapes[p + "attn_k_norm.weight"] = (hp.head_dim,)
+        shapes[p + "attn_output.weight"] = (hp.n_embd, hp.n_embd_q)
+        shapes[p + "ffn_norm.weight"] = (hp.n_embd,)
+        shapes[p + "ffn_gate.weight"] = (hp.n_ff, hp.n_embd)
+        shapes[p + "ffn_up.weight"] = (hp.n_ff, hp.n_embd)
+        shapes[p + "ffn_down.weight"] = (hp.n_embd, hp.n_ff)
+    return shapes
+
+
+def _random(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Values scaled like a trained model: norms near 1, rows ~ 1/sqrt(fan-in), a peaked head."""
+    if len(shape) == 1:
+        if name.endswith(".bias"):
+            return (0.1 * rng.standard_normal(shape)).astype(np.float32)
+        return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    fan_in = shape[-1]
+    scale = 1.0 if name in ("token_embd.weight", "output.weight") else 1.0 / np.sqrt(fan_in)
+    return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+
+def _stored(name: str, values: np.ndarray, wtype: str) -> Any:
+    """A tensor in its storage type: 1-d stays f32, 2-d becomes ``wtype`` (quantized by ggml)."""
+    if values.ndim == 1 or wtype == "f32":
+        return values
+    if wtype == "f16":
+        return values.astype(np.float16)
+    block = quant.quant_spec(wtype).block
+    if values.shape[-1] % block:
+        raise ModelError(
+            f"{name}: rows of {values.shape[-1]} values cannot be stored as {wtype} "
+            f"(rows must be a multiple of its block of {block}); choose sizes that are"
+        )
+    return quant.quantize(wtype, values, name)
+
+
+def synthetic(
+    arch: str,
+    path: str | os.PathLike[str],
+    *,
+    n_embd: int = 64,
+    n_layer: int = 2,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_ff: int = 128,
+    n_vocab: int = 512,
+    n_ctx_train: int = 4096,
+    weight_type: str = "f32",
+    tied_output: bool = False,
+    rope_freq_base: float = 10000.0,
+    rope_scaling_factor: float | None = None,
+    rms_eps: float = 1e-6,
+    seed: int = 0,
+) -> Path:
+    """Write a random-weight ``arch`` model to ``path`` (``weight_type``: f32, f16 or a quant type)."""
+    arch_spec(arch)
+    if weight_type not in WEIGHT_TYPES:
+        raise ModelError(f"weight_type={weight_type!r} is not valid (expected one of {WEIGHT_TYPES})")
+    if n_embd % n_head:
+        raise ModelError(f"n_embd={n_embd} must be a multiple of n_head={n_head}")
+    hp = HParams(
+        arch=arch,
+        n_vocab=n_vocab,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        n_ff=n_ff,
+        head_dim=n_embd // n_head,
+        n_ctx_train=n_ctx_train,
+        rms_eps=rms_eps,
+        rope_freq_base=rope_freq_base,
+    )
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    pieces, scores, types = vocabulary(n_vocab)
+    p = Path(path)
+    w = gguf.GGUFWriter(p, arch)
+    w.add_name(f"ovkit synthetic {arch} {weight_type}")
+    w.add_context_length(n_ctx_train)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_layer_norm_rms_eps(rms_eps)
+    w.add_rope_freq_base(rope_freq_base)
+    if rope_scaling_factor is not None:
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(rope_scaling_factor)
+    w.add_vocab_size(n_vocab)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(pieces)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    for name, shape in tensor_shapes(hp, tied_output).items():
+        value = _stored(name, _random(name, shape, rng), weight_type)
+        if isinstance(value, quant.QuantizedWeight):
+            blocks = np.frombuffer(value.raw, np.uint8).reshape(value.rows, -1)
+            w.add_tensor(
+                name,
+                blocks,
+                raw_shape=blocks.shape,
+                raw_dtype=gguf.GGMLQuantizationType(value.spec.ggml_type),
+            )
+        else:
+            w.add_tensor(name, np.ascontiguousarray(value))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return p
