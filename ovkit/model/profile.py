@@ -1,0 +1,101 @@
+"""Time per ggml op type, from OpenVINO's per-node counters of a model's prefill and decode runs.
+
+Every OpenVINO node that ends a ggml op's translation is named ``ggml:<OP>:...``
+(``ovkit.ops.translate.tag_node``).  In the compiled (runtime) graph a node keeps the names of
+the nodes fused into it (``originalLayersNames``); a node with no ggml tag (a decompression
+step, a conversion) is charged to the first tagged node downstream of it, i.e. to the ggml op
+it is part of.  Nodes that reach no tagged node are ``(OpenVINO)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ovkit.ops.translate import NODE_TAG
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+OTHER = "(OpenVINO)"
+
+
+def _tag_of(names: str) -> str | None:
+    for name in names.split(","):
+        name = name.strip()
+        if name.startswith(NODE_TAG):
+            return name[len(NODE_TAG) :].split(":", 1)[0]
+    return None
+
+
+def op_labels(compiled: Any) -> dict[str, str]:
+    """Runtime node name -> the ggml op it computes (see the module docstring)."""
+    rt = compiled.get_runtime_model()
+    labels: dict[str, str] = {}
+    for node in reversed(rt.get_ordered_ops()):
+        info = node.get_rt_info()
+        names = str(info["originalLayersNames"]) if "originalLayersNames" in info else ""
+        label = _tag_of(names + "," + node.get_friendly_name())
+        if label is None:
+            for out in node.outputs():
+                for target in out.get_target_inputs():
+                    label = labels.get(target.get_node().get_friendly_name())
+                    if label not in (None, OTHER):
+                        break
+                if label not in (None, OTHER):
+                    break
+        labels[node.get_friendly_name()] = label or OTHER
+    return labels
+
+
+def op_times(model: Any) -> pd.DataFrame:
+    """Per graph (prefill chunk / decode bucket) and ggml op: summed µs of the last run of each
+    bucket, node count and share of the graph's time.  The model must run with ``profiling=True``."""
+    import pandas as pd
+
+    frames = []
+    for b in model._buckets.values():
+        if b.session is None or b.session.runner.runs == 0:
+            continue
+        prof = b.session.profile()
+        labels = op_labels(b.session.runner.graph.compiled)
+        prof = prof[prof["status"] == "EXECUTED"].copy()
+        prof["ggml_op"] = prof["node"].map(labels).fillna(OTHER)
+        graph = "decode" if b.shape.n_tokens == 1 else "prefill"
+        grp = prof.groupby("ggml_op", as_index=False).agg(
+            time_us=("real_time_us", "sum"), nodes=("node", "count")
+        )
+        grp.insert(0, "graph", f"{graph} n_tokens={b.shape.n_tokens} n_kv={b.shape.n_kv}")
+        grp["share"] = grp["time_us"] / max(grp["time_us"].sum(), 1e-9)
+        frames.append(grp.sort_values("time_us", ascending=False))
+    if not frames:
+        raise RuntimeError("no profiled run yet: create the Model with profiling=True and run it")
+    return pd.concat(frames, ignore_index=True)
+
+
+def _fmt_us(us: float) -> str:
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.2f} ms"
+    return f"{us:.0f} µs"
+
+
+def op_time_chart(times: pd.DataFrame, ax: Any = None) -> Any:
+    """Horizontal bars per ggml op and graph, labelled in µs/ms/s by magnitude."""
+    import matplotlib.pyplot as plt
+
+    graphs = list(dict.fromkeys(times["graph"]))
+    if ax is None:
+        _, axes = plt.subplots(1, len(graphs), figsize=(5.5 * len(graphs), 0.35 * times["ggml_op"].nunique() + 1.5), squeeze=False)
+        axes = axes[0]
+    else:
+        axes = [ax]
+    for a, graph in zip(axes, graphs, strict=False):
+        sub = times[times["graph"] == graph].sort_values("time_us")
+        bars = a.barh(sub["ggml_op"], sub["time_us"], color="#3b75af")
+        a.bar_label(bars, labels=[_fmt_us(v) for v in sub["time_us"]], padding=3, fontsize=8)
+        a.set_title(graph, fontsize=10)
+        a.set_xlabel("time per run")
+        a.xaxis.set_major_formatter(lambda v, _pos: _fmt_us(v))
+        a.set_xlim(0, sub["time_us"].max() * 1.3)
+    return axes[0].figure

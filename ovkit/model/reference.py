@@ -1,0 +1,179 @@
+"""llama.cpp itself as the reference: llama-cpp-python run in a subprocess.
+
+The subprocess keeps llama.cpp's ggml apart from ggml-python's (two ggml builds in one process
+clash) and keeps a crash inside llama.cpp from taking the caller down: it is reported as
+:class:`ReferenceError` with the exit status and the end of its stderr.  ``interpreter`` picks
+the Python whose ``llama_cpp`` runs: the CPU-only build by default, the OpenVINO build of
+``ovkit.upstream`` when that is given.
+
+``python -m ovkit.model.reference REQUEST.json`` is the subprocess side.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DEFAULT_THREADS = 2
+
+
+class LlamaCppError(RuntimeError):
+    """llama.cpp failed or crashed in its subprocess (exit status and stderr tail in the message)."""
+
+
+def llama_cpp_available() -> bool:
+    """True when ``llama_cpp`` (llama-cpp-python) is importable by this interpreter."""
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceRun:
+    """llama.cpp's logits for a prompt and a fed token sequence, its greedy picks and speeds."""
+
+    prompt_logits: np.ndarray = field(repr=False)
+    decode_logits: np.ndarray = field(repr=False)
+    tokens: tuple[int, ...]  # llama.cpp's greedy pick after the prompt and after each fed token
+    prefill_s: float
+    decode_s: float
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return len(self.prompt_logits) / self.prefill_s if self.prefill_s > 0 else float("inf")
+
+    @property
+    def decode_tok_s(self) -> float:
+        return len(self.decode_logits) / self.decode_s if self.decode_s > 0 else float("inf")
+
+
+def _run(request: dict[str, Any], interpreter: str | None, timeout: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="ovkit-llamacpp-") as tmp:
+        req = Path(tmp) / "request.json"
+        request = {**request, "out": str(Path(tmp) / "out.npz")}
+        req.write_text(json.dumps(request))
+        env = {**os.environ, "LLAMA_ARG_N_GPU_LAYERS": "0"}
+        try:
+            proc = subprocess.run(
+                [interpreter or sys.executable, "-m", "ovkit.model.reference", str(req)],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=env,
+            )
+        except subprocess.TimeoutExpired:
+            raise LlamaCppError(f"llama.cpp did not finish within {timeout:.0f} s") from None
+        if proc.returncode != 0:
+            what = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
+            tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
+            raise LlamaCppError(f"llama.cpp subprocess failed ({what}):\n{tail}")
+        with np.load(request["out"]) as data:
+            return {k: data[k] for k in data.files}
+
+
+def run_reference(
+    path: str | os.PathLike[str],
+    prompt: Sequence[int],
+    fed: Sequence[int],
+    *,
+    n_ctx: int = 512,
+    flash_attn: bool = True,
+    n_threads: int = DEFAULT_THREADS,
+    n_batch: int = 512,
+    interpreter: str | None = None,
+    timeout: float = 600.0,
+) -> ReferenceRun:
+    """Evaluate ``prompt`` then each id of ``fed`` one at a time with llama.cpp's CPU backend."""
+    out = _run(
+        {
+            "op": "eval",
+            "path": str(path),
+            "prompt": [int(t) for t in prompt],
+            "fed": [int(t) for t in fed],
+            "n_ctx": n_ctx,
+            "flash_attn": flash_attn,
+            "n_threads": n_threads,
+            "n_batch": n_batch,
+        },
+        interpreter,
+        timeout,
+    )
+    return ReferenceRun(
+        out["prompt_logits"],
+        out["decode_logits"],
+        tuple(int(t) for t in out["tokens"]),
+        float(out["times"][0]),
+        float(out["times"][1]),
+    )
+
+
+def tokenize(path: str | os.PathLike[str], text: str, *, interpreter: str | None = None) -> list[int]:
+    """``text`` to ids with llama.cpp's tokenizer of the model (BOS added as the model asks)."""
+    out = _run({"op": "tokenize", "path": str(path), "text": text}, interpreter, 120.0)
+    return [int(t) for t in out["tokens"]]
+
+
+def detokenize(path: str | os.PathLike[str], tokens: Sequence[int], *, interpreter: str | None = None) -> str:
+    """Ids to text with llama.cpp's tokenizer of the model."""
+    out = _run({"op": "detokenize", "path": str(path), "tokens": list(map(int, tokens))}, interpreter, 120.0)
+    return bytes(out["text"]).decode("utf-8", "replace")
+
+
+# ------------------------------------------------------------------------------ subprocess side
+def _serve(request: dict[str, Any]) -> dict[str, np.ndarray]:
+    import time
+
+    import llama_cpp
+
+    op = request["op"]
+    if op in ("tokenize", "detokenize"):
+        llm = llama_cpp.Llama(request["path"], vocab_only=True, verbose=False)
+        if op == "tokenize":
+            return {"tokens": np.asarray(llm.tokenize(request["text"].encode()), np.int64)}
+        return {"text": np.frombuffer(llm.detokenize(request["tokens"]), np.uint8)}
+    kwargs: dict[str, Any] = {
+        "n_ctx": request["n_ctx"],
+        "n_batch": request["n_batch"],
+        "n_ubatch": request["n_batch"],
+        "n_threads": request["n_threads"],
+        "n_threads_batch": request["n_threads"],
+        "n_gpu_layers": 0,
+        "logits_all": True,
+        "verbose": False,
+        "flash_attn": bool(request["flash_attn"]),
+    }
+    llm = llama_cpp.Llama(request["path"], **kwargs)
+    prompt, fed = request["prompt"], request["fed"]
+    t0 = time.perf_counter()
+    llm.eval(prompt)
+    t1 = time.perf_counter()
+    for tok in fed:
+        llm.eval([tok])
+    t2 = time.perf_counter()
+    scores = np.array(llm.scores[: len(prompt) + len(fed)], dtype=np.float32)
+    greedy = scores[len(prompt) - 1 :].argmax(axis=1)
+    return {
+        "prompt_logits": scores[: len(prompt)],
+        "decode_logits": scores[len(prompt) :],
+        "tokens": greedy.astype(np.int64),
+        "times": np.array([t1 - t0, t2 - t1]),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    request = json.loads(Path(args[0]).read_text())
+    np.savez(request["out"], **_serve(request))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
