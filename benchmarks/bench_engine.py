@@ -177,7 +177,7 @@ def cache_hit_vs_cold(quick: bool) -> dict[str, float]:
 # 3. transformer block
 # ---------------------------------------------------------------------------------------------
 def transformer(quick: bool) -> dict[str, float]:
-    from ovkit.blocks import BlockConfig, block_inputs, block_weights, transformer_block
+    from ovkit.blocks import CACHE_NAMES, BlockConfig, block_inputs, block_weights, transformer_block
     from ovkit.engine import graph_session
 
     cfg = BlockConfig()  # d=512, 8 query / 4 KV heads of 64, ff=1408, ctx=256
@@ -203,7 +203,7 @@ def transformer(quick: bool) -> dict[str, float]:
             prefill_t[k].append(time.perf_counter() - t0)
     for k in modes:
         decode[k].compute(decode_in[0])  # first infer of the decode model (warm-up), then restart
-        for name in ("cache_k", "cache_v"):
+        for name in CACHE_NAMES:
             decode[k].set_state(name, prefill[k].state(name))
     finals: dict[str, np.ndarray] = {}
     for feed in decode_in:

@@ -203,6 +203,10 @@ COMMANDS: dict[str, Command] = {
     "gguf": Command(
         "a GGUF file's tensors and whether its weights fit each device", *_module_command("ovkit.gguf")
     ),
+    "run-model": Command(
+        "run a GGUF model: prefill + greedy decode, tokens/s, --compare with llama.cpp",
+        *_module_command("ovkit.model.cli"),
+    ),
     "test-ops": Command(
         "run the op catalogue against ggml (test-backend-ops style): mode test | perf",
         _test_ops_args,

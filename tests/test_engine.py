@@ -400,7 +400,7 @@ def test_profiling_env_logs_upstream_timing_lines(caplog: pytest.LogCaptureFixtu
 @pytest.mark.parametrize("stateful", [True, False])
 def test_transformer_decode_with_kv_cache_equals_full_recompute(stateful: bool) -> None:
     """Prefill 5 tokens, then decode the 6th from the cached K/V: same as running all 6 at once."""
-    from ovkit.blocks import BlockConfig, block_inputs, block_weights, transformer_block
+    from ovkit.blocks import CACHE_NAMES, BlockConfig, block_inputs, block_weights, transformer_block
     from ovkit.engine import graph_session
 
     cfg = BlockConfig(d=64, heads=4, kv_heads=2, head_dim=16, ff=128, ctx=16)
@@ -412,11 +412,11 @@ def test_transformer_decode_with_kv_cache_equals_full_recompute(stateful: bool) 
         sessions[n] = graph_session(g, [out], states, stateful=stateful)
     assert sessions[1].stateful is stateful
     sessions[5].compute(block_inputs(cfg, xs[:5], 0))
-    assert np.count_nonzero(sessions[5].state("cache_k").any(axis=1)) == 5
-    for name in ("cache_k", "cache_v"):
+    assert np.count_nonzero(sessions[5].state("cache_k_l0").any(axis=1)) == 5
+    for name in CACHE_NAMES:
         sessions[1].set_state(name, sessions[5].state(name))
     (last,) = sessions[1].compute(block_inputs(cfg, xs[5:6], 5))
-    assert np.count_nonzero(sessions[1].state("cache_k").any(axis=1)) == 6
+    assert np.count_nonzero(sessions[1].state("cache_k_l0").any(axis=1)) == 6
     (full,) = sessions[6].compute(block_inputs(cfg, xs, 0))
     np.testing.assert_allclose(last.reshape(-1), full[5], rtol=1e-5, atol=1e-5)
 

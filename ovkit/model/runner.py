@@ -48,6 +48,7 @@ class Generation:
     decode_logits: np.ndarray = field(repr=False)  # (n_decode, n_vocab): after feeding tokens[i]
     prefill_s: float
     decode_s: float
+    compile_s: float = 0.0  # building and compiling the shape buckets, before the timed runs
 
     @property
     def prefill_tok_s(self) -> float:
@@ -163,6 +164,17 @@ class Model:
             )
         return b
 
+    def buckets_for(self, n_prompt: int, n_predict: int) -> list[GraphShape]:
+        """The shape buckets a prefill of ``n_prompt`` and ``n_predict`` decode steps use."""
+        shapes = [self.shape(min(self.n_ubatch, n_prompt - i), i) for i in range(0, n_prompt, self.n_ubatch)]
+        shapes += [self.shape(1, n_prompt + i) for i in range(n_predict)]
+        return list(dict.fromkeys(shapes))
+
+    def prepare(self, n_prompt: int, n_predict: int) -> None:
+        """Build and compile every bucket a run will use (so timed runs do not compile)."""
+        for shape in self.buckets_for(n_prompt, n_predict):
+            self._bucket(shape)
+
     def _take_kv(self, b: _Bucket) -> None:
         """Move the KV cache into ``b``'s session (a copy only when the bucket changes)."""
         owner = self._kv_owner
@@ -213,6 +225,9 @@ class Model:
             raise ModelError(f"n_predict={n_predict} must be >= 0")
         self.reset()
         t0 = time.perf_counter()
+        self.prepare(len(prompt), n_predict)
+        compile_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
         prompt_logits = self.eval(prompt)
         prefill_s = time.perf_counter() - t0
         tokens = [int(np.argmax(prompt_logits[-1]))]
@@ -228,7 +243,7 @@ class Model:
         decode_logits = np.stack(dec) if dec else np.zeros((0, self.hp.n_vocab), np.float32)
         return Generation(
             tuple(int(t) for t in prompt), tuple(tokens[: max(n_predict, 1)]), prompt_logits,
-            decode_logits, prefill_s, decode_s,
+            decode_logits, prefill_s, decode_s, compile_s,
         )
 
     def sessions(self) -> list[Any]:

@@ -1,0 +1,144 @@
+"""``ovkit run-model FILE.gguf (--tokens "1 5 9" | --prompt TEXT) -n 32``: run, time, compare.
+
+Prints prefill and decode tokens/s; ``--compare llama.cpp`` runs the same prompt and the same fed
+tokens through llama.cpp's CPU backend (llama-cpp-python, in a subprocess) and prints the logit
+NMSE per position and the greedy agreement.  ``--json`` prints ``tokens``, ``prefill_tok_s``,
+``decode_tok_s`` (and the comparison).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+COMPARE_CHOICES = ("llama.cpp", "upstream")
+
+
+def add_cli_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="path of a .gguf model")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--tokens", help='prompt token ids, e.g. "1 5 9"')
+    src.add_argument("--prompt", help="prompt text (tokenized by llama.cpp's tokenizer)")
+    p.add_argument("-n", "--n-predict", type=int, default=32, help="tokens to generate (default 32)")
+    p.add_argument("--device", help="OpenVINO device (default: what GGML_OPENVINO_DEVICE selects)")
+    p.add_argument("--simulate", metavar="PROFILE", help="use a simulated device set (e.g. laptop)")
+    p.add_argument("--compare", choices=COMPARE_CHOICES, help="compare logits with llama.cpp")
+    p.add_argument("--ctx-size", type=int, default=0, help="KV cache cells (default: prompt + n, >= 256)")
+    p.add_argument("--flash-attn", choices=("on", "off"), default="on", help="as llama.cpp -fa")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def parse_tokens(text: str) -> list[int]:
+    """``"1 5 9"`` or ``"1,5,9"`` to ids; a clear error naming the bad item."""
+    out = []
+    for item in text.replace(",", " ").split():
+        try:
+            out.append(int(item))
+        except ValueError:
+            raise ValueError(f"--tokens: {item!r} is not a token id (expected integers like \"1 5 9\")") from None
+    if not out:
+        raise ValueError("--tokens: no token ids given")
+    return out
+
+
+def _interpreter(kind: str) -> str | None:
+    """The Python whose ``llama_cpp`` is the reference: this one, or the upstream OpenVINO build."""
+    if kind == "llama.cpp":
+        return None
+    try:
+        from ovkit import upstream  # type: ignore[attr-defined]
+
+        return str(upstream.llama_cpp_interpreter())
+    except (ImportError, AttributeError):
+        from ovkit.cli import UsageError
+
+        raise UsageError(
+            "--compare upstream needs the OpenVINO build of llama-cpp-python from scripts/install-upstream "
+            "(ovkit.upstream's llama_cpp_interpreter); it is not available here"
+        ) from None
+
+
+def compare(gen: Any, ref: Any) -> dict[str, Any]:
+    """NMSE of ovkit's logits against the reference's per position, and the greedy agreement."""
+    from ovkit.oracle import nmse
+
+    ours = np.concatenate([gen.prompt_logits, gen.decode_logits])
+    theirs = np.concatenate([ref.prompt_logits, ref.decode_logits])
+    per_pos = [float(nmse(a, b)) for a, b in zip(ours, theirs, strict=True)]
+    ours_greedy = np.concatenate([gen.prompt_logits[-1:], gen.decode_logits]).argmax(axis=1)
+    agree = int((ours_greedy == np.asarray(ref.tokens)).sum())
+    return {
+        "nmse_per_position": per_pos,
+        "max_nmse": max(per_pos),
+        "greedy_agree": agree,
+        "greedy_total": len(ref.tokens),
+        "reference_prefill_tok_s": ref.prefill_tok_s,
+        "reference_decode_tok_s": ref.decode_tok_s,
+    }
+
+
+def cli(args: argparse.Namespace) -> int:
+    from ovkit.cli import UsageError, make_core
+    from ovkit.model import reference
+    from ovkit.model.arch import ModelError
+    from ovkit.model.runner import Model
+
+    core = make_core(args.simulate)
+    if args.n_predict < 0:
+        raise UsageError(f"-n {args.n_predict}: expected a number of tokens >= 0")
+    try:
+        prompt = (
+            parse_tokens(args.tokens)
+            if args.tokens is not None
+            else reference.tokenize(args.file, args.prompt)
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except reference.LlamaCppError as exc:
+        raise UsageError(f"--prompt needs llama-cpp-python's tokenizer: {exc}") from None
+    n_ctx = args.ctx_size or max(256, len(prompt) + args.n_predict)
+    fa = args.flash_attn == "on"
+    try:
+        model = Model(args.file, device=args.device, core=core, n_ctx=n_ctx, flash_attn=fa)
+        gen = model.generate(prompt, args.n_predict)
+    except (ModelError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    simulated = " (SIMULATED)" if getattr(core, "simulated", False) else ""
+    result: dict[str, Any] = {
+        "device": model.device + simulated,
+        "prompt": list(prompt),
+        "tokens": list(gen.tokens),
+        "prefill_tok_s": gen.prefill_tok_s,
+        "decode_tok_s": gen.decode_tok_s,
+    }
+    if args.compare:
+        ref = reference.run_reference(
+            args.file,
+            prompt,
+            gen.tokens,
+            n_ctx=n_ctx,
+            flash_attn=fa,
+            interpreter=_interpreter(args.compare),
+        )
+        result["compare"] = {"against": args.compare, **compare(gen, ref)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    hp = model.hp
+    print(f"model: {args.file} ({hp.arch}, {hp.n_layer} layers, n_embd {hp.n_embd}) on {result['device']}")
+    print(f"prompt ({len(prompt)} tokens): {' '.join(map(str, prompt))}")
+    print(f"generated ({len(gen.tokens)}): {' '.join(map(str, gen.tokens))}")
+    print(f"prefill: {gen.prefill_tok_s:.1f} tok/s   decode: {gen.decode_tok_s:.1f} tok/s")
+    if args.compare:
+        c = result["compare"]
+        print(f"vs {args.compare}: prefill {c['reference_prefill_tok_s']:.1f} tok/s, decode {c['reference_decode_tok_s']:.1f} tok/s")
+        for i, v in enumerate(c["nmse_per_position"]):
+            kind = "prompt" if i < len(prompt) else "decode"
+            print(f"  position {i:4d} ({kind}): logit NMSE {v:.2e}")
+        print(f"greedy tokens agree: {c['greedy_agree']}/{c['greedy_total']}, max NMSE {c['max_nmse']:.2e}")
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,83 @@
+"""Memory a model needs on each device: weights after the requant policy, KV cache, compute buffer.
+
+* weights: every GGUF tensor as the device class's requantization policy stores it
+  (``GGUFModel.weight_bytes``);
+* KV cache: ``2 · n_layer · n_ctx · n_embd_kv`` f16 values (llama.cpp's default cache type);
+* compute buffer: the peak of live intermediate tensors of the prefill graph in topological order
+  (each non-view result allocated when computed, freed after its last consumer), as ggml's
+  graph allocator reuses memory.
+
+``fit`` compares the sum with each device's free memory (simulated devices say so).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ovkit.model.program import F16_BYTES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ovkit.model.runner import Model
+
+
+def kv_cache_bytes(model: Model, n_ctx: int | None = None) -> int:
+    """Bytes of the K and V caches of every layer at ``n_ctx`` cells (f16)."""
+    hp = model.hp
+    return 2 * hp.n_layer * (n_ctx or model.n_ctx) * hp.n_embd_kv * F16_BYTES
+
+
+def compute_buffer_bytes(model: Model, n_tokens: int | None = None) -> int:
+    """Peak bytes of live intermediates of the graph for ``n_tokens`` (default: one ubatch)."""
+    n = min(n_tokens or model.n_ubatch, model.n_ctx)
+    g, out = model.build(model.shape(n, 0))
+    nodes = g.topo(out.tensors())
+    last_use: dict[int, int] = {}
+    for i, t in enumerate(nodes):
+        for s in t.srcs:
+            if s is not None:
+                last_use[s.base.id] = i
+    live, peak = 0, 0
+    sizes: dict[int, int] = {}
+    for i, t in enumerate(nodes):
+        if not t.is_leaf and not t.is_view and t.op not in ("RESHAPE", "SET_ROWS"):
+            sizes[t.id] = t.nbytes
+            live += t.nbytes
+            peak = max(peak, live)
+        for s in t.srcs:
+            if s is not None and last_use.get(s.base.id) == i and s.base.id in sizes:
+                live -= sizes.pop(s.base.id)
+    return peak
+
+
+def fit(model: Model, core: Any = None, n_ctx: int | None = None) -> pd.DataFrame:
+    """Per device: weights (after its policy), KV cache, compute buffer, total, free, fits."""
+    import pandas as pd
+
+    from ovkit.devices import list_devices
+
+    kv = kv_cache_bytes(model, n_ctx)
+    compute = compute_buffer_bytes(model)
+    rows = []
+    for d in list_devices(core):
+        cls = str(d.device_class)
+        weights = model.gguf.weight_bytes(cls)
+        free = d.free_bytes
+        if d.host_available_bytes is not None and cls == "CPU":
+            free = min(free, d.host_available_bytes)
+        total = weights + kv + compute
+        rows.append(
+            {
+                "device": f"{d.name} (SIMULATED)" if d.simulated else d.name,
+                "class": cls,
+                "weight_bytes": weights,
+                "kv_cache_bytes": kv,
+                "compute_bytes": compute,
+                "total_bytes": total,
+                "free_bytes": free,
+                "fits": total <= free,
+                "headroom_bytes": free - total,
+            }
+        )
+    return pd.DataFrame(rows)
