@@ -44,7 +44,9 @@ def arch_spec(name: str) -> ArchSpec:
     try:
         return ARCHS[name]
     except KeyError:
-        raise ModelError(f"architecture {name!r} is not supported (expected one of {sorted(ARCHS)})") from None
+        raise ModelError(
+            f"architecture {name!r} is not supported (expected one of {sorted(ARCHS)})"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,9 @@ class HParams:
         scaling = str(md.get(f"{arch}.rope.scaling.type", "none"))
         factor = float(md.get(f"{arch}.rope.scaling.factor", 1.0) or 1.0)
         if scaling not in ("none", "linear"):
-            raise ModelError(f"{arch}.rope.scaling.type={scaling!r} is not supported (expected none or linear)")
+            raise ModelError(
+                f"{arch}.rope.scaling.type={scaling!r} is not supported (expected none or linear)"
+            )
         return cls(
             arch=arch,
             n_vocab=int(vocab),

@@ -39,7 +39,9 @@ def parse_tokens(text: str) -> list[int]:
         try:
             out.append(int(item))
         except ValueError:
-            raise ValueError(f"--tokens: {item!r} is not a token id (expected integers like \"1 5 9\")") from None
+            raise ValueError(
+                f'--tokens: {item!r} is not a token id (expected integers like "1 5 9")'
+            ) from None
     if not out:
         raise ValueError("--tokens: no token ids given")
     return out
@@ -50,7 +52,7 @@ def _interpreter(kind: str) -> str | None:
     if kind == "llama.cpp":
         return None
     try:
-        from ovkit import upstream  # type: ignore[attr-defined]
+        from ovkit import upstream
 
         return str(upstream.llama_cpp_interpreter())
     except (ImportError, AttributeError):
@@ -135,7 +137,9 @@ def cli(args: argparse.Namespace) -> int:
     print(f"prefill: {gen.prefill_tok_s:.1f} tok/s   decode: {gen.decode_tok_s:.1f} tok/s")
     if args.compare:
         c = result["compare"]
-        print(f"vs {args.compare}: prefill {c['reference_prefill_tok_s']:.1f} tok/s, decode {c['reference_decode_tok_s']:.1f} tok/s")
+        print(
+            f"vs {args.compare}: prefill {c['reference_prefill_tok_s']:.1f} tok/s, decode {c['reference_decode_tok_s']:.1f} tok/s"
+        )
         for i, v in enumerate(c["nmse_per_position"]):
             kind = "prompt" if i < len(prompt) else "decode"
             print(f"  position {i:4d} ({kind}): logit NMSE {v:.2e}")

@@ -85,9 +85,15 @@ def op_time_chart(times: pd.DataFrame, ax: Any = None) -> Any:
     import matplotlib.pyplot as plt
 
     graphs = list(dict.fromkeys(times["graph"]))
+    axes: list[Any]
     if ax is None:
-        _, axes = plt.subplots(1, len(graphs), figsize=(5.5 * len(graphs), 0.35 * times["ggml_op"].nunique() + 1.5), squeeze=False)
-        axes = axes[0]
+        _, grid = plt.subplots(
+            1,
+            len(graphs),
+            figsize=(5.5 * len(graphs), 0.35 * times["ggml_op"].nunique() + 1.5),
+            squeeze=False,
+        )
+        axes = list(grid[0])
     else:
         axes = [ax]
     for a, graph in zip(axes, graphs, strict=False):

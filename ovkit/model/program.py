@@ -76,7 +76,7 @@ def _namer(b: Any) -> Callable[[Any, str, int], Any]:
     """llama.cpp's ``cb(t, name, il)``: names ``name-il`` (``name`` for il < 0) on either builder."""
     from ovkit.graph import Graph
 
-    def cb(t: Any, name: str, il: int = -1) -> Any:
+    def cb(t: Any, name: str, il: int) -> Any:
         full = f"{name}-{il}" if il >= 0 else name
         if isinstance(b, Graph):
             t.set_name(full)
@@ -215,14 +215,14 @@ def decoder_program(hp: HParams, shape: GraphShape) -> Callable[[Any, Mapping[st
 
     def program(b: Any, L: Mapping[str, Any]) -> DecoderOut:
         cb = _namer(b)
-        x = cb(b.get_rows(L["token_embd.weight"], L["inp_tokens"]), "inp_embd")
+        x = cb(b.get_rows(L["token_embd.weight"], L["inp_tokens"]), "inp_embd", -1)
         caches: dict[str, Any] = {}
         for il in range(hp.n_layer):
             layer = decoder_layer(b, hp, shape, il, x, L)
             x = layer.out
             caches.update(layer.caches)
-        cur = cb(_norm(b, cb, x, L["output_norm.weight"], hp.rms_eps, -1), "result_norm")
-        logits = cb(b.mul_mat(L[output_weight_name(L)], cur), "result_output")
+        cur = cb(_norm(b, cb, x, L["output_norm.weight"], hp.rms_eps, -1), "result_norm", -1)
+        logits = cb(b.mul_mat(L[output_weight_name(L)], cur), "result_output", -1)
         return DecoderOut(logits, caches)
 
     return program
@@ -240,9 +240,7 @@ def causal_inputs(
         raise ValueError(f"{n} tokens given for a graph of n_tokens={shape.n_tokens}")
     pos = np.arange(start, start + n, dtype=np.int64)
     if start < 0 or pos[-1] >= shape.n_kv:
-        raise ValueError(
-            f"positions {start}..{pos[-1]} do not fit n_kv={shape.n_kv} (n_ctx={shape.n_ctx})"
-        )
+        raise ValueError(f"positions {start}..{pos[-1]} do not fit n_kv={shape.n_kv} (n_ctx={shape.n_ctx})")
     mask = np.where(np.arange(shape.n_kv)[None, :] <= pos[:, None], 0.0, -np.inf)
     if shape.flash_attn:
         v_idxs = pos

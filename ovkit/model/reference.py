@@ -171,7 +171,7 @@ def _serve(request: dict[str, Any]) -> dict[str, np.ndarray]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     request = json.loads(Path(args[0]).read_text())
-    np.savez(request["out"], **_serve(request))
+    np.savez(request["out"], **_serve(request))  # type: ignore[arg-type]
     return 0
 
 

@@ -202,9 +202,7 @@ class Model:
         if bad.size:
             raise ModelError(f"token id {int(bad[0])} is outside the vocabulary 0..{self.hp.n_vocab - 1}")
         if self.n_past + toks.size > self.n_ctx:
-            raise ModelError(
-                f"{self.n_past} cached + {toks.size} new tokens exceed n_ctx={self.n_ctx}"
-            )
+            raise ModelError(f"{self.n_past} cached + {toks.size} new tokens exceed n_ctx={self.n_ctx}")
         outs = []
         for i in range(0, toks.size, self.n_ubatch):
             chunk = toks[i : i + self.n_ubatch]
@@ -242,8 +240,13 @@ class Model:
         decode_s = time.perf_counter() - t0
         decode_logits = np.stack(dec) if dec else np.zeros((0, self.hp.n_vocab), np.float32)
         return Generation(
-            tuple(int(t) for t in prompt), tuple(tokens[: max(n_predict, 1)]), prompt_logits,
-            decode_logits, prefill_s, decode_s, compile_s,
+            tuple(int(t) for t in prompt),
+            tuple(tokens[: max(n_predict, 1)]),
+            prompt_logits,
+            decode_logits,
+            prefill_s,
+            decode_s,
+            compile_s,
         )
 
     def sessions(self) -> list[Any]:

@@ -1,0 +1,103 @@
+"""Whole-model speed: ovkit vs llama.cpp's CPU backend vs the real OpenVINO backend, same run.
+
+A synthetic llama of about 150 M parameters (n_embd 1024, 8 layers, n_ff 2816, 16/4 heads,
+vocab 32000) in Q8_0 and Q4_0: prefill 512 tokens, then 64 greedy decode steps.  ovkit runs on
+OpenVINO's CPU (compile excluded: every shape bucket is compiled before the timed runs);
+llama.cpp's CPU backend (llama-cpp-python, 2 threads, in a subprocess) is fed the very same
+tokens; the real OpenVINO backend runs when ``ovkit.upstream`` provides its llama-cpp-python
+build.  Both compute logits for every position (llama.cpp with ``logits_all``).
+
+Targets: decode >= 1.5x llama.cpp CPU and >= 1.5x the real backend; prefill >= 2x llama.cpp CPU.
+A missed target is printed with the factor it is missed by.
+
+    python benchmarks/bench_model.py                 # q8_0 and q4_0, prefill 512, decode 64
+    python benchmarks/bench_model.py --quick         # a 4-layer model, prefill 128, decode 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from ovkit.model import Model, synthetic
+from ovkit.model.reference import LlamaCppError, run_reference
+
+SIZES = {"n_embd": 1024, "n_layer": 8, "n_ff": 2816, "n_head": 16, "n_head_kv": 4, "n_vocab": 32000}
+TARGETS = {
+    ("decode", "llama.cpp CPU"): 1.5,
+    ("decode", "real backend"): 1.5,
+    ("prefill", "llama.cpp CPU"): 2.0,
+}
+
+
+def upstream_interpreter() -> str | None:
+    """The Python of the OpenVINO llama-cpp-python build, when ovkit.upstream provides one."""
+    try:
+        from ovkit import upstream  # type: ignore[attr-defined]
+
+        return str(upstream.llama_cpp_interpreter())
+    except (ImportError, AttributeError):
+        return None
+
+
+def run_one(path: Path, n_prompt: int, n_predict: int, n_ctx: int) -> dict[str, dict[str, float]]:
+    prompt = [1 + (i * 7919) % 31000 for i in range(n_prompt)]
+    model = Model(path, n_ctx=n_ctx)
+    gen = model.generate(prompt, n_predict)
+    rows = {"ovkit": {"prefill": gen.prefill_tok_s, "decode": gen.decode_tok_s, "compile_s": gen.compile_s}}
+    ref = run_reference(path, prompt, gen.tokens, n_ctx=n_ctx, n_threads=2)
+    rows["llama.cpp CPU"] = {"prefill": ref.prefill_tok_s, "decode": ref.decode_tok_s}
+    interp = upstream_interpreter()
+    if interp is not None:
+        try:
+            up = run_reference(path, prompt, gen.tokens, n_ctx=n_ctx, interpreter=interp)
+            rows["real backend"] = {"prefill": up.prefill_tok_s, "decode": up.decode_tok_s}
+        except LlamaCppError as exc:
+            rows["real backend"] = {"error": str(exc).splitlines()[0]}  # type: ignore[dict-item]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--types", default="q8_0,q4_0")
+    ap.add_argument("--quick", action="store_true", help="4 layers, prefill 128, decode 16")
+    args = ap.parse_args(argv)
+    sizes = dict(SIZES, n_layer=4) if args.quick else SIZES
+    n_prompt, n_predict = (128, 16) if args.quick else (512, 64)
+    n_ctx = 1024
+    print(f"model: synthetic llama {sizes}; prefill {n_prompt}, decode {n_predict}, n_ctx {n_ctx}")
+    if upstream_interpreter() is None:
+        print(
+            "real backend: not available (ovkit.upstream with its llama-cpp-python OpenVINO build "
+            "is not installed: run scripts/install-upstream); its ratios are not measured"
+        )
+    missed = 0
+    with tempfile.TemporaryDirectory(prefix="ovkit-bench-model-") as tmp:
+        for wtype in tqdm(args.types.split(","), desc="weight types", file=sys.stderr):
+            path = synthetic("llama", Path(tmp) / f"llama-{wtype}.gguf", weight_type=wtype, **sizes)
+            rows = run_one(path, n_prompt, n_predict, n_ctx)
+            print(f"\n{wtype}:")
+            for name, r in rows.items():
+                if "error" in r:
+                    print(f"  {name:14} failed: {r['error']}")
+                    continue
+                print(f"  {name:14} prefill {r['prefill']:8.1f} tok/s   decode {r['decode']:7.1f} tok/s")
+            ours = rows["ovkit"]
+            for (phase, base), target in TARGETS.items():
+                b: Any = rows.get(base)
+                if b is None or "error" in b:
+                    continue
+                ratio = ours[phase] / b[phase]
+                verdict = "met" if ratio >= target else f"MISSED by {target / ratio:.2f}x"
+                missed += ratio < target
+                print(f"  {phase} ovkit / {base}: {ratio:.2f}x (target {target}x: {verdict})")
+    return 0 if missed == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

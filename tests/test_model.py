@@ -1,0 +1,195 @@
+"""ovkit.model: GGUF → llama.cpp's graph, checked against llama.cpp itself (llama-cpp-python, CPU).
+
+Tiny random models (``ovkit.model.synthetic``): 2 layers, GQA 4/2 heads; K-quant models use
+n_embd 512 (their rows need multiples of 256; 256 itself is a rejected GET_ROWS row length).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ovkit import oracle
+from ovkit.model import ARCHS, Model, synthetic
+from ovkit.model import placement as pl
+from ovkit.model.cli import compare
+from ovkit.model.reference import run_reference
+
+N_PROMPT, N_DECODE = 16, 16
+PROMPT = [1, 17, 42, 99, 7, 300, 256, 12, 480, 33, 5, 71, 250, 140, 9, 401]
+SIZES = {"small": {"n_embd": 64, "n_ff": 128}, "kquant": {"n_embd": 512, "n_ff": 512, "n_head": 8}}
+SIZE_OF = {"q4_K": "kquant", "q6_K": "kquant"}
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    made: dict[tuple[object, ...], Path] = {}
+
+    def make(arch: str, wtype: str, **kw: object) -> Path:
+        key = (arch, wtype, tuple(sorted(kw.items())))
+        if key not in made:
+            sizes = {**SIZES[SIZE_OF.get(wtype, "small")], **kw}
+            path = tmp_path_factory.mktemp("models") / f"{arch}-{wtype}.gguf"
+            made[key] = synthetic(arch, path, weight_type=wtype, **sizes)  # type: ignore[arg-type]
+        return made[key]
+
+    return make
+
+
+def _against_llama_cpp(path: Path, flash_attn: bool = True) -> dict[str, object]:
+    model = Model(path, n_ctx=64, flash_attn=flash_attn)
+    gen = model.generate(PROMPT, N_DECODE)
+    ref = run_reference(path, PROMPT, gen.tokens, n_ctx=64, flash_attn=flash_attn)
+    assert gen.prompt_logits.shape == (N_PROMPT, model.hp.n_vocab)
+    assert gen.decode_logits.shape == (N_DECODE, model.hp.n_vocab)
+    return compare(gen, ref)
+
+
+@pytest.mark.parametrize("wtype", ["f32", "f16"])
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_float_weights_match_llama_cpp(model_file: Callable[..., Path], arch: str, wtype: str) -> None:
+    """16 prompt positions + 16 decoded tokens: NMSE <= 1e-5 everywhere, greedy tokens identical."""
+    c = _against_llama_cpp(model_file(arch, wtype))
+    assert c["max_nmse"] <= 1e-5, c["nmse_per_position"]
+    assert c["greedy_agree"] == c["greedy_total"] == N_DECODE + 1
+
+
+@pytest.mark.parametrize("wtype", ["q8_0", "q4_0", "q4_K", "q6_K"])
+def test_quantized_weights_match_llama_cpp(model_file: Callable[..., Path], wtype: str) -> None:
+    """Weights kept quantized: NMSE within MUL_MAT's 5e-4, greedy tokens agree on >= 15/16."""
+    c = _against_llama_cpp(model_file("llama", wtype))
+    assert c["max_nmse"] <= 5e-4, c["nmse_per_position"]
+    assert c["greedy_agree"] >= 15
+
+
+def test_flash_attention_off_matches_llama_cpp_fa_off(model_file: Callable[..., Path]) -> None:
+    """-fa off: the transposed V cache and KQ/softmax/KQV path give llama.cpp's numbers too."""
+    c = _against_llama_cpp(model_file("qwen2", "f32"), flash_attn=False)
+    assert c["max_nmse"] <= 1e-5, c["nmse_per_position"]
+    assert c["greedy_agree"] == c["greedy_total"]
+
+
+def test_tied_output_and_linear_rope_scaling(model_file: Callable[..., Path]) -> None:
+    """No output.weight: the head is token_embd; rope.scaling linear ×2 and freq_base 5e5 apply."""
+    path = model_file("llama", "f32", tied_output=True, rope_freq_base=5e5, rope_scaling_factor=2.0)
+    model = Model(path, n_ctx=64)
+    assert "output.weight" not in model.weights and model.hp.rope_freq_scale == 0.5
+    c = _against_llama_cpp(path)
+    assert c["max_nmse"] <= 1e-5 and c["greedy_agree"] == c["greedy_total"]
+
+
+def test_graph_has_llama_cpp_names(model_file: Callable[..., Path]) -> None:
+    model = Model(model_file("qwen3", "f32"), n_ctx=64)
+    g, out = model.build(model.shape(4, 0))
+    names = {t.name for t in g.topo(out.tensors())}
+    for name in ("inp_embd", "attn_norm-0", "Qcur-0", "Qcur_normed-1", "kqv_out-1", "ffn_out-0", "l_out-1"):
+        assert name in names, name
+    assert out.logits.name == "result_output" and out.logits.shape == (4, model.hp.n_vocab)
+    fa_off = Model(model_file("qwen3", "f32"), n_ctx=64, flash_attn=False)
+    g2, out2 = fa_off.build(fa_off.shape(4, 0))
+    ops = [t.op for t in g2.topo(out2.tensors())]
+    assert "FLASH_ATTN_EXT" not in ops and "SOFT_MAX" in ops
+    assert {"kq-0", "kq_soft_max-0", "kqv-0"} <= {t.name for t in g2.topo(out2.tensors())}
+
+
+def test_block_program_runs_on_ovkit_and_ggml() -> None:
+    """The decoder layer is one program: ovkit's Graph and real ggml give the same output."""
+    from ovkit.blocks import BlockConfig, block_inputs, block_leaves, block_program, block_weights
+    from ovkit.graph import Graph
+
+    cfg = BlockConfig(d=64, heads=4, kv_heads=2, head_dim=16, ff=128, ctx=16)
+    x = np.random.default_rng(0).standard_normal((3, cfg.d)).astype(np.float32)
+    feed = {
+        **block_weights(cfg),
+        **block_inputs(cfg, x, 0),
+        "cache_k_l0": np.zeros((cfg.ctx, cfg.kv_dim), np.float16),
+        "cache_v_l0": np.zeros((cfg.ctx, cfg.kv_dim), np.float16),
+    }
+    g = Graph()
+    leaves = {n: g.input(n, shp, dt) for n, (shp, dt) in block_leaves(cfg, 3).items()}
+    leaves.update({n: g.constant(v, n) for n, v in block_weights(cfg).items()})
+    out = block_program(cfg, 3)(g, leaves)[0]
+    ours = g.compute(out, {n: feed[n] for n in block_leaves(cfg, 3)})
+    theirs = oracle.ggml_program(lambda b, leaves: block_program(cfg, 3)(b, leaves)[0], feed)
+    assert oracle.nmse(ours, theirs) < 1e-6
+
+
+def test_placement_on_simulated_gpu_and_npu_names_rejected_nodes(model_file: Callable[..., Path]) -> None:
+    """n_embd 256 in Q4_K: the token-embedding GET_ROWS hits the backend's ne[0]=256 Q4_K gate."""
+    from ovkit.simulate import SimulatedCore
+
+    path = model_file("llama", "q4_K", n_embd=256, n_ff=256, n_head=4)
+    model = Model(path, n_ctx=64)
+    devices = [d for d in pl.targets(SimulatedCore("laptop")) if d.device_class in ("GPU", "NPU")]
+    nodes = pl.node_table(model, devices, n_prompt=8)
+    assert set(nodes["device"]) == {"GPU (SIMULATED)", "NPU (SIMULATED)"}
+    rejected = pl.fallbacks(nodes)
+    assert set(rejected["device"]) == {"GPU (SIMULATED)", "NPU (SIMULATED)"}
+    row = rejected[(rejected["node"] == "inp_embd") & (rejected["graph"] == "decode")].iloc[0]
+    assert row["op"] == "GET_ROWS" and "256" in row["reason"]
+    s = pl.summary(nodes)
+    assert (s["fall_back"] >= 1).all() and (s["on_device"] == s["nodes"] - s["fall_back"]).all()
+    assert ((s["flops_on_device"] > 0.5) & (s["flops_on_device"] <= 1)).all()
+    assert (s["weight_bytes_on_device"] < 1).all()  # the embedding's bytes stay on the CPU
+
+
+def test_fit_per_device(model_file: Callable[..., Path]) -> None:
+    from ovkit.model import footprint
+    from ovkit.simulate import SimulatedCore
+
+    model = Model(model_file("llama", "q8_0"), n_ctx=128)
+    hp = model.hp
+    f = footprint.fit(model, SimulatedCore("laptop"))
+    assert list(f["device"]) == ["CPU (SIMULATED)", "GPU (SIMULATED)", "NPU (SIMULATED)"]
+    assert (f["kv_cache_bytes"] == 2 * hp.n_layer * 128 * hp.n_embd_kv * 2).all()
+    npu = f[f["class"] == "NPU"].iloc[0]
+    cpu = f[f["class"] == "CPU"].iloc[0]
+    assert npu["weight_bytes"] < cpu["weight_bytes"]  # NPU requantizes Q8_0 to 4-bit
+    assert f["fits"].all() and (f["compute_bytes"] > 0).all()
+
+
+def test_per_op_profile(model_file: Callable[..., Path]) -> None:
+    from ovkit.model import profile
+
+    model = Model(model_file("llama", "f32"), n_ctx=64, profiling=True)
+    model.generate(PROMPT[:8], 2)
+    t = profile.op_times(model)
+    assert {"MUL_MAT", "ADD", "MUL"} <= set(t["ggml_op"])  # OpenVINO fuses RMS_NORM into its MUL
+    for _, grp in t.groupby("graph"):
+        assert abs(grp["share"].sum() - 1) < 1e-6
+        assert grp.iloc[0]["ggml_op"] != profile.OTHER
+
+
+def test_run_model_cli_json_and_errors(
+    model_file: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ovkit.cli import main
+
+    path = str(model_file("llama", "f32"))
+    assert main(["run-model", path, "--tokens", "1 5 9", "-n", "4", "--compare", "llama.cpp", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["tokens"]) == 4 and out["prefill_tok_s"] > 0 and out["decode_tok_s"] > 0
+    assert out["compare"]["greedy_agree"] == 5 and out["compare"]["max_nmse"] < 1e-5
+    assert main(["run-model", path, "--prompt", "hello world", "-n", "2", "--simulate", "laptop"]) == 0
+    assert "(SIMULATED)" in capsys.readouterr().out
+    assert main(["run-model", path, "--tokens", "1 99999", "-n", "2"]) == 2
+    assert "99999" in capsys.readouterr().err
+
+
+def test_decode_memory_is_flat(model_file: Callable[..., Path]) -> None:
+    """1,000 decode steps: RSS grows < 5 MB after warm-up (no per-step leak)."""
+    import psutil
+
+    model = Model(model_file("llama", "f32"), n_ctx=1100)
+    proc = psutil.Process()
+    model.eval(PROMPT[:4])
+    for _ in range(50):
+        model.eval([3])
+    before = proc.memory_info().rss
+    for _ in range(1000):
+        model.eval([3])
+    assert proc.memory_info().rss - before < 5 * 2**20
