@@ -80,28 +80,24 @@ def _fmt_us(us: float) -> str:
     return f"{us:.0f} µs"
 
 
-def op_time_chart(times: pd.DataFrame, ax: Any = None) -> Any:
-    """Horizontal bars per ggml op and graph, labelled in µs/ms/s by magnitude."""
+def op_time_chart(times: pd.DataFrame) -> Any:
+    """Horizontal bars per ggml op, one panel per graph; the axis unit (µs/ms/s) follows the
+    panel's largest bar, each bar is labelled by its own magnitude."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     graphs = list(dict.fromkeys(times["graph"]))
-    axes: list[Any]
-    if ax is None:
-        _, grid = plt.subplots(
-            1,
-            len(graphs),
-            figsize=(5.5 * len(graphs), 0.35 * times["ggml_op"].nunique() + 1.5),
-            squeeze=False,
-        )
-        axes = list(grid[0])
-    else:
-        axes = [ax]
-    for a, graph in zip(axes, graphs, strict=False):
+    height = 0.35 * times["ggml_op"].nunique() + 1.5
+    fig, grid = plt.subplots(1, len(graphs), figsize=(5.5 * len(graphs), height), squeeze=False)
+    for a, graph in zip(grid[0], graphs, strict=True):
         sub = times[times["graph"] == graph].sort_values("time_us")
-        bars = a.barh(sub["ggml_op"], sub["time_us"], color="#3b75af")
+        top = float(sub["time_us"].max())
+        unit, div = ("s", 1e6) if top >= 1e6 else ("ms", 1e3) if top >= 1e3 else ("µs", 1.0)
+        bars = a.barh(sub["ggml_op"], sub["time_us"] / div, color="#3b75af")
         a.bar_label(bars, labels=[_fmt_us(v) for v in sub["time_us"]], padding=3, fontsize=8)
         a.set_title(graph, fontsize=10)
-        a.set_xlabel("time per run")
-        a.xaxis.set_major_formatter(lambda v, _pos: _fmt_us(v))
-        a.set_xlim(0, sub["time_us"].max() * 1.3)
-    return axes[0].figure
+        a.set_xlabel(f"time per run ({unit})")
+        a.xaxis.set_major_locator(MaxNLocator(4))
+        a.set_xlim(0, top / div * 1.35)
+    fig.tight_layout()
+    return fig
