@@ -142,6 +142,7 @@ def test_walkthroughs_in_order() -> None:
         "04-memory-and-allocations",
         "05-op-coverage",
         "06-gguf",
+        "07-models",
     ], names
 
 
@@ -560,3 +561,18 @@ def test_06_layer_matmuls_from_quantized_blocks(executed: Callable[[str], Any]) 
     if oracle.ggml_available():
         m = re.search(r"worst NMSE vs ggml ([\d.e+-]+)", result)
         assert m and float(m.group(1)) < 5e-4, result
+
+
+# ---------------------------------------------------------------------------------------------
+# 07-models
+# ---------------------------------------------------------------------------------------------
+
+
+def test_07_model_fit_placement_run_compare_profile(executed: Callable[[str], Any]) -> None:
+    nb = executed("07-models")
+    assert "(SIMULATED)" in html(nb, "fit") and "NPU" in html(nb, "fit")
+    rejected = html(nb, "placement-rejected")
+    assert "inp_embd" in rejected and "256" in rejected and "GPU (SIMULATED)" in rejected
+    assert "prefill" in text(nb, "run") and "tok/s" in text(nb, "run")
+    assert "greedy tokens agree on 17/17" in text(nb, "compare") and pngs(nb, "compare")
+    assert "MUL_MAT" in html(nb, "profile") and pngs(nb, "profile")
