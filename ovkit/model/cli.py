@@ -47,23 +47,6 @@ def parse_tokens(text: str) -> list[int]:
     return out
 
 
-def _interpreter(kind: str) -> str | None:
-    """The Python whose ``llama_cpp`` is the reference: this one, or the upstream OpenVINO build."""
-    if kind == "llama.cpp":
-        return None
-    try:
-        from ovkit import upstream
-
-        return str(upstream.llama_cpp_interpreter())
-    except (ImportError, AttributeError):
-        from ovkit.cli import UsageError
-
-        raise UsageError(
-            "--compare upstream needs the OpenVINO build of llama-cpp-python from scripts/install-upstream "
-            "(ovkit.upstream's llama_cpp_interpreter); it is not available here"
-        ) from None
-
-
 def compare(gen: Any, ref: Any) -> dict[str, Any]:
     """NMSE of ovkit's logits against the reference's per position, and the greedy agreement."""
     from ovkit.oracle import nmse
@@ -102,6 +85,8 @@ def cli(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     except reference.LlamaCppError as exc:
         raise UsageError(f"--prompt needs llama-cpp-python's tokenizer: {exc}") from None
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"--prompt needs llama-cpp-python's tokenizer ({exc})") from None
     n_ctx = args.ctx_size or max(256, len(prompt) + args.n_predict)
     fa = args.flash_attn == "on"
     try:
@@ -124,7 +109,7 @@ def cli(args: argparse.Namespace) -> int:
             gen.tokens,
             n_ctx=n_ctx,
             flash_attn=fa,
-            interpreter=_interpreter(args.compare),
+            upstream=args.compare == "upstream",
         )
         result["compare"] = {"against": args.compare, **compare(gen, ref)}
     if args.json:

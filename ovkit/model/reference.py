@@ -2,9 +2,9 @@
 
 The subprocess keeps llama.cpp's ggml apart from ggml-python's (two ggml builds in one process
 clash) and keeps a crash inside llama.cpp from taking the caller down: it is reported as
-:class:`ReferenceError` with the exit status and the end of its stderr.  ``interpreter`` picks
-the Python whose ``llama_cpp`` runs: the CPU-only build by default, the OpenVINO build of
-``ovkit.upstream`` when that is given.
+:class:`LlamaCppError` with the exit status and the end of its stderr.  The child imports the
+environment's ``llama_cpp`` (the CPU-only build); ``upstream=True`` runs the OpenVINO build that
+``scripts/install-upstream`` puts aside (``ovkit.upstream.build.llama_openvino_env``) instead.
 
 ``python -m ovkit.model.reference REQUEST.json`` is the subprocess side.
 """
@@ -55,15 +55,29 @@ class ReferenceRun:
         return len(self.decode_logits) / self.decode_s if self.decode_s > 0 else float("inf")
 
 
-def _run(request: dict[str, Any], interpreter: str | None, timeout: float) -> dict[str, Any]:
+def upstream_env() -> dict[str, str]:
+    """The environment whose ``llama_cpp`` is the OpenVINO build (clear error when it is absent)."""
+    try:
+        from ovkit.upstream.build import llama_openvino_env
+    except ImportError:
+        raise LlamaCppError(
+            "the OpenVINO build of llama-cpp-python needs ovkit.upstream and scripts/install-upstream"
+        ) from None
+    try:
+        return llama_openvino_env()
+    except RuntimeError as exc:
+        raise LlamaCppError(str(exc)) from None
+
+
+def _run(request: dict[str, Any], upstream: bool, timeout: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ovkit-llamacpp-") as tmp:
         req = Path(tmp) / "request.json"
         request = {**request, "out": str(Path(tmp) / "out.npz")}
         req.write_text(json.dumps(request))
-        env = {**os.environ, "LLAMA_ARG_N_GPU_LAYERS": "0"}
+        env = upstream_env() if upstream else dict(os.environ)
         try:
             proc = subprocess.run(
-                [interpreter or sys.executable, "-m", "ovkit.model.reference", str(req)],
+                [sys.executable, "-m", "ovkit.model.reference", str(req)],
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -88,10 +102,11 @@ def run_reference(
     flash_attn: bool = True,
     n_threads: int = DEFAULT_THREADS,
     n_batch: int = 512,
-    interpreter: str | None = None,
+    upstream: bool = False,
     timeout: float = 600.0,
 ) -> ReferenceRun:
-    """Evaluate ``prompt`` then each id of ``fed`` one at a time with llama.cpp's CPU backend."""
+    """Evaluate ``prompt`` then each id of ``fed`` one at a time with llama.cpp (its CPU backend;
+    ``upstream=True``: the OpenVINO build, which places the layers on its device)."""
     out = _run(
         {
             "op": "eval",
@@ -102,8 +117,9 @@ def run_reference(
             "flash_attn": flash_attn,
             "n_threads": n_threads,
             "n_batch": n_batch,
+            "upstream": upstream,
         },
-        interpreter,
+        upstream,
         timeout,
     )
     return ReferenceRun(
@@ -115,15 +131,15 @@ def run_reference(
     )
 
 
-def tokenize(path: str | os.PathLike[str], text: str, *, interpreter: str | None = None) -> list[int]:
+def tokenize(path: str | os.PathLike[str], text: str) -> list[int]:
     """``text`` to ids with llama.cpp's tokenizer of the model (BOS added as the model asks)."""
-    out = _run({"op": "tokenize", "path": str(path), "text": text}, interpreter, 120.0)
+    out = _run({"op": "tokenize", "path": str(path), "text": text}, False, 120.0)
     return [int(t) for t in out["tokens"]]
 
 
-def detokenize(path: str | os.PathLike[str], tokens: Sequence[int], *, interpreter: str | None = None) -> str:
+def detokenize(path: str | os.PathLike[str], tokens: Sequence[int]) -> str:
     """Ids to text with llama.cpp's tokenizer of the model."""
-    out = _run({"op": "detokenize", "path": str(path), "tokens": list(map(int, tokens))}, interpreter, 120.0)
+    out = _run({"op": "detokenize", "path": str(path), "tokens": list(map(int, tokens))}, False, 120.0)
     return bytes(out["text"]).decode("utf-8", "replace")
 
 
@@ -145,7 +161,7 @@ def _serve(request: dict[str, Any]) -> dict[str, np.ndarray]:
         "n_ubatch": request["n_batch"],
         "n_threads": request["n_threads"],
         "n_threads_batch": request["n_threads"],
-        "n_gpu_layers": 0,
+        "n_gpu_layers": -1 if request.get("upstream") else 0,
         "logits_all": True,
         "verbose": False,
         "flash_attn": bool(request["flash_attn"]),
