@@ -5,7 +5,8 @@ vocab 32000) in Q8_0 and Q4_0: prefill 512 tokens, then 64 greedy decode steps. 
 OpenVINO's CPU (compile excluded: every shape bucket is compiled before the timed runs);
 llama.cpp's CPU backend (llama-cpp-python, 2 threads, in a subprocess) is fed the very same
 tokens; the real OpenVINO backend (the OpenVINO llama-cpp-python build of
-``scripts/install-upstream``, all layers offloaded) is fed them too when installed (otherwise the benchmark says why it is missing).  Both compute logits for every position (llama.cpp with ``logits_all``).
+``scripts/install-upstream``, all layers offloaded) is fed them too when installed, otherwise
+the benchmark says why it is missing.  All compute logits for every position (``logits_all``).
 
 Targets: decode >= 1.5x llama.cpp CPU and >= 1.5x the real backend; prefill >= 2x llama.cpp CPU.
 A missed target is printed with the factor it is missed by.
