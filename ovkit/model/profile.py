@@ -1,17 +1,16 @@
 """Time per ggml op type, from OpenVINO's per-node counters of a model's prefill and decode runs.
 
-Every OpenVINO node that ends a ggml op's translation is named ``ggml:<OP>:...``
-(``ovkit.ops.translate.tag_node``).  In the compiled (runtime) graph a node keeps the names of
-the nodes fused into it (``originalLayersNames``); a node with no ggml tag (a decompression
-step, a conversion) is charged to the first tagged node downstream of it, i.e. to the ggml op
-it is part of.  Nodes that reach no tagged node are ``(OpenVINO)``.
+Every OpenVINO node made for a ggml node is named ``<OP> 'name'`` or ``<OP> #id``
+(``ovkit.ops.translate``).  In the compiled (runtime) graph a node keeps the names of the nodes
+fused into it (``originalLayersNames``); a node with no such name (a Parameter, a state
+variable, a conversion OpenVINO inserted) is charged to the first labelled node downstream of
+it.  Nodes that reach none are ``(OpenVINO)``.
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
-
-from ovkit.ops.translate import NODE_TAG
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -19,11 +18,14 @@ if TYPE_CHECKING:
 OTHER = "(OpenVINO)"
 
 
+_LABEL = re.compile(r"^([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)?) (?:'|#)")  # "MUL_MAT 'Qcur-0'", "GLU.SWIGLU #7"
+
+
 def _tag_of(names: str) -> str | None:
     for name in names.split(","):
-        name = name.strip()
-        if name.startswith(NODE_TAG):
-            return name[len(NODE_TAG) :].split(":", 1)[0]
+        m = _LABEL.match(name.strip())
+        if m:
+            return m.group(1)
     return None
 
 
