@@ -22,6 +22,7 @@ CELLS = [
     "print(table)",
     "board = ovkit.dashboard(core, auto_refresh=False, op_explorer=False)\nboard",
     "board.close(); table.close()",
+    'sel = ovkit.resolve_device(core, {"GGML_OPENVINO_DEVICE": "gpu"})',
 ]
 
 
@@ -39,7 +40,9 @@ def test_exported_html_shows_the_data_without_widget_state(tmp_path) -> None:
         client._cleanup_kernel()
     outputs = [o for c in nb.cells for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    shown = [o for o in outputs if o.output_type in ("display_data", "execute_result")]
+    shown = [
+        o for c in nb.cells[:-1] for o in c.outputs if o.output_type in ("display_data", "execute_result")
+    ]
     assert all("text/html" in o.data and "application/vnd.jupyter.widget-view+json" in o.data for o in shown)
     assert "*  CPU (sim)" in "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     html, _ = nbconvert.HTMLExporter().from_notebook_node(nb)
@@ -47,3 +50,13 @@ def test_exported_html_shows_the_data_without_widget_state(tmp_path) -> None:
     assert 'data-device="NPU"' in html
     assert "data:image/png;base64," in html  # the dashboard's charts
     assert "GGML_OPENVINO_DEVICE" in html  # the selector's resolution
+    # ovkit's log lines: no stderr block; a quiet info line, the warning and the hint styled
+    logged = nb.cells[-1].outputs
+    assert [o.output_type for o in logged] == ["display_data"] * 3
+    assert [o.data["text/plain"] for o in logged] == [
+        "warning: GGML OpenVINO Backend: device gpu is not available, fallback to CPU",
+        "hint: device ids are case-sensitive: use 'GPU'",
+        "OpenVINO: using device CPU",
+    ]
+    assert 'class="ovkit-log ovkit-log-warning"' in html and 'class="ovkit-log ovkit-log-info"' in html
+    assert "var(--jp-warn-color1, #f57c00)" in html  # the warning's colour, with a fallback outside Lab

@@ -10,6 +10,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ovkit.devices import physical_device_ids
+from ovkit.notebook_log import SEVERITIES
 from ovkit.selection import ENV_DEVICE, Selection, resolve_device
 from ovkit.widgets._html import FallbackReprMixin, error_box, esc
 from ovkit.widgets.controls import close_parts
@@ -58,11 +59,13 @@ def render_state_html(state: SelectorState) -> str:
         parts.append(error_box(state.error))
         return "<div>" + " ".join(parts) + "</div>"
     parts.append(f' &rarr; resolves to <b class="ovkit-resolved">{esc(state.device)}</b>')
-    for line in state.messages:
-        cls = "ovkit-warn" if "fallback" in line else ""
-        parts.append(f'<br/><small class="{cls}">{esc(line)}</small>')
+    # the backend's lines with their severity: the fallback warning and the hint stand out
+    lines = [("warning" if "fallback" in line else "info", line) for line in state.messages]
     if state.hint:
-        parts.append(f'<br/><small class="ovkit-hint">hint: {esc(state.hint)}</small>')
+        lines.insert(-1, ("hint", f"hint: {state.hint}"))
+    for kind, line in lines:
+        sev = SEVERITIES[kind]
+        parts.append(f'<div class="ovkit-log ovkit-log-{kind}" style="{sev.style}">{sev.mark}{esc(line)}</div>')
     return "<div>" + "".join(parts) + "</div>"
 
 
