@@ -703,10 +703,20 @@ class Graph(GraphIR):
 
     def set(self, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int) -> Tensor:
         """``ggml_set``: a copy of a whose view (b.ne, nb1..nb3, offset bytes) is overwritten by b."""
-        op = Op.SET
+        return self._set_like(Op.SET, a, b, nb1, nb2, nb3, offset, ("f32", "i32"))
+
+    def acc(self, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int) -> Tensor:
+        """``ggml_acc``: a copy of a whose view (b.ne, nb1..nb3, offset bytes) has b added (f32)."""
+        if not a.is_contiguous():
+            raise self._err(Op.ACC, "a", "a contiguous tensor", f"nb {list(a.nb)}")
+        return self._set_like(Op.ACC, a, b, nb1, nb2, nb3, offset, ("f32",))
+
+    def _set_like(
+        self, op: Op, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int, types: Sequence[str]
+    ) -> Tensor:
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b)
-        self._check_types(op, "a", a, ("f32", "i32"))
+        self._check_types(op, "a", a, types)
         if b.dtype != a.dtype:
             raise self._err(op, "b", f"type {a.dtype} (as a)", b.dtype)
         if b.nelements > a.nelements:
@@ -1047,6 +1057,74 @@ class Graph(GraphIR):
             beta_slow,
         )
 
+    def rope_ext_back(
+        self,
+        a: Tensor,
+        b: Tensor,
+        c: Tensor | None,
+        n_dims: int,
+        mode: int,
+        n_ctx_orig: int,
+        freq_base: float,
+        freq_scale: float,
+        ext_factor: float,
+        attn_factor: float,
+        beta_fast: float,
+        beta_slow: float,
+    ) -> Tensor:
+        """``ggml_rope_ext_back``: the inverse rotation (rope_ext with sin negated; op ROPE_BACK)."""
+        t = self.rope_ext(
+            a,
+            b,
+            c,
+            n_dims,
+            mode,
+            n_ctx_orig,
+            freq_base,
+            freq_scale,
+            ext_factor,
+            attn_factor,
+            beta_fast,
+            beta_slow,
+        )
+        t.op = Op.ROPE_BACK  # ggml builds the forward node and relabels it, exactly so
+        return t
+
+    def rope_multi_back(
+        self,
+        a: Tensor,
+        b: Tensor,
+        c: Tensor | None,
+        n_dims: int,
+        sections: Sequence[int],
+        mode: int,
+        n_ctx_orig: int,
+        freq_base: float,
+        freq_scale: float,
+        ext_factor: float,
+        attn_factor: float,
+        beta_fast: float,
+        beta_slow: float,
+    ) -> Tensor:
+        """``ggml_rope_multi_back``: the inverse of rope_multi (op ROPE_BACK)."""
+        t = self.rope_multi(
+            a,
+            b,
+            c,
+            n_dims,
+            sections,
+            mode,
+            n_ctx_orig,
+            freq_base,
+            freq_scale,
+            ext_factor,
+            attn_factor,
+            beta_fast,
+            beta_slow,
+        )
+        t.op = Op.ROPE_BACK
+        return t
+
     def _rope(
         self,
         a: Tensor,
@@ -1145,6 +1223,58 @@ class Graph(GraphIR):
         ne = (a.ne[2] * a.ne[1] * a.ne[0], ow, oh, b.ne[3]) if is_2D else (a.ne[1] * a.ne[0], ow, b.ne[2], 1)
         params = {"s0": s0, "s1": s1, "p0": p0, "p1": p1, "d0": d0, "d1": d1, "is_2D": bool(is_2D)}
         return self._new(op, ne, dt, (a, b), params)
+
+    # ------------------------------------------------------------------ backward ops
+    def _same_shape_back(self, op: Op, a: Tensor, b: Tensor, types: Sequence[str] = ("f32",)) -> None:
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        self._check_types(op, "a", a, types)
+        if b.dtype != a.dtype:
+            raise self._err(op, "b", f"type {a.dtype} (as a)", b.dtype)
+        if b.ne != a.ne:
+            raise self._err(op, "b", f"ne {ne_str(a.ne)} (as a)", f"ne {ne_str(b.ne)}")
+
+    def soft_max_ext_back(self, a: Tensor, b: Tensor, scale: float, max_bias: float) -> Tensor:
+        """``ggml_soft_max_ext_back``: a = dy, b = the softmax output y → scale·y·(dy − Σ y·dy)."""
+        op = Op.SOFT_MAX_BACK
+        self._same_shape_back(op, a, b)
+        if max_bias != 0.0:
+            raise self._err(op, "max_bias", "0 (ggml's CPU kernel has no ALiBi backward)", str(max_bias))
+        return self._new(op, a.ne, a.dtype, (a, b), {"scale": float(scale), "max_bias": float(max_bias)})
+
+    def silu_back(self, a: Tensor, b: Tensor) -> Tensor:
+        """``ggml_silu_back``: a = dy, b = x → dy·σ(x)·(1 + x·(1 − σ(x)))."""
+        self._same_shape_back(Op.SILU_BACK, a, b, ("f32", "f16"))
+        return self._new(Op.SILU_BACK, a.ne, a.dtype, (a, b))
+
+    def rms_norm_back(self, a: Tensor, b: Tensor, eps: float) -> Tensor:
+        """``ggml_rms_norm_back``: a = dz, b = x → the gradient of rms_norm(x, eps) along rows."""
+        self._same_shape_back(Op.RMS_NORM_BACK, a, b)
+        return self._new(Op.RMS_NORM_BACK, a.ne, a.dtype, (a, b), {"eps": float(eps)})
+
+    def get_rows_back(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
+        """``ggml_get_rows_back``: rows of a (gradients) added into a zero [c.ne1, c.ne0] at rows b."""
+        op = Op.GET_ROWS_BACK
+        for nm, t in (("a", a), ("b", b), ("c", c)):
+            self._check_tensor(op, nm, t)
+        self._check_types(op, "a", a, ("f32", "f16"))
+        self._check_types(op, "b", b, ("i32",))
+        if a.ne[2] != 1 or a.ne[3] != 1 or c.ne[2] != 1 or c.ne[3] != 1 or a.ne[0] != c.ne[0]:
+            raise self._err(
+                op, "c", f"matrices a, c with c.ne[0] == a.ne[0] = {a.ne[0]}", f"ne {ne_str(c.ne)}"
+            )
+        if b.ne[1:] != (1, 1, 1) or b.ne[0] > a.ne[1]:  # ggml reads the first b.ne[0] rows of a
+            raise self._err(op, "b", f"a vector of at most a.ne[1] = {a.ne[1]} row ids", f"ne {ne_str(b.ne)}")
+        return self._indexed(self._new(op, (c.ne[0], c.ne[1], 1, 1), "f32", (a, b)))  # c: shape only, as ggml
+
+    def repeat_back(self, a: Tensor, b: Tensor) -> Tensor:
+        """``ggml_repeat_back``: a summed over its repetitions of b's shape (the inverse of repeat)."""
+        op = Op.REPEAT_BACK
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        self._check_types(op, "a", a, ("f32",))
+        self._can_repeat(op, b, a, "b", "a")
+        return self._new(op, b.ne, a.dtype, (a,))  # b gives the shape only, as in ggml
 
     # ------------------------------------------------------------------ convolutions, pooling
     def _conv_params(self, op: str, **values: int) -> dict[str, int]:

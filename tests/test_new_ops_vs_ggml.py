@@ -335,6 +335,91 @@ case(
 )
 
 
+# --- ROPE_BACK (test_rope with forward = false: positions in [0, 512), freq factors [0.9, 1.1]) ----
+def _rope_back(
+    n_dims: int, mode: int, ff: bool, fs: float = 1.0, ef: float = 0.0, af: float = 1.0
+) -> Program:
+    def prog(b: Any, t: dict[str, Any]) -> Any:
+        c = t["freq"] if ff else None
+        if mode & 8:  # MROPE / VISION / IMROPE sections as test-backend-ops sets them
+            vision = mode == 24
+            secs = [n_dims // 4, n_dims // 4, 0, 0] if vision else [n_dims // 3] * 3 + [0]
+            nd = n_dims // 2 if vision else n_dims
+            return b.rope_multi_back(t["a"], t["pos"], c, nd, secs, mode, 0, 10000.0, fs, ef, af, 1.0, 1.0)
+        return b.rope_ext_back(t["a"], t["pos"], c, n_dims, mode, 0, 10000.0, fs, ef, af, 1.0, 1.0)
+
+    return prog
+
+
+for _ne, _nd, _mode, _ff, _yarn in (
+    ((64, 8, 2, 1), 64, 2, False, False),
+    ((80, 32, 2, 1), 32, 0, False, False),
+    ((80, 32, 4, 1), 20, 2, True, True),
+    ((128, 12, 3, 1), 128, 8, False, False),
+    ((128, 12, 3, 1), 128, 40, True, False),
+    ((80, 16, 2, 1), 80, 24, False, True),
+):
+    _planes = 4 if _mode & 8 else 1
+    _inputs = {"a": In(_ne), "pos": In((_ne[2] * _planes,), "i32", high=512)}
+    if _ff:
+        _inputs["freq"] = In((_nd // 2,), lo=0.9, hi=1.1)
+    case(
+        f"rope_back-m{_mode}-nd{_nd}-ff{int(_ff)}-yarn{int(_yarn)}",
+        _rope_back(_nd, _mode, _ff, *((1.4245, 0.7465, 1.4245) if _yarn else ())),
+        _inputs,
+    )
+
+
+# --- backward ops (test_soft_max_back, test_silu_back, test_rms_norm_back [-10, 10],
+#     test_get_rows_back, test_repeat_back) and ACC (test_acc: b a view at a non-zero offset) ------
+for _ne, _scale in (((15, 15, 1, 1), 1.0), ((16, 16, 2, 3), 0.1), ((15, 1023, 1, 1), 1.0)):
+    case(
+        f"soft_max_back-{'x'.join(map(str, _ne))}-s{_scale}",
+        lambda b, t, _scale=_scale: b.soft_max_ext_back(t["a"], t["b"], _scale, 0.0),
+        {"a": In(_ne), "b": In(_ne)},
+    )
+case("silu_back", lambda b, t: b.silu_back(t["a"], t["b"]), {"a": In((64, 5, 4, 3)), "b": In((64, 5, 4, 3))})
+for _ne, _eps in (((64, 5, 4, 3), 1e-6), ((1025, 5, 4, 3), 1e-4)):
+    case(
+        f"rms_norm_back-{_ne[0]}-eps{_eps}",
+        lambda b, t, _eps=_eps: b.rms_norm_back(t["a"], t["b"], _eps),
+        {"a": In(_ne, lo=-10, hi=10), "b": In(_ne, lo=-10, hi=10)},
+    )
+for _n, _m, _r, _v in ((1, 70, 4, 0), (256, 5, 4, 1), (32, 9, 12, 0)):
+
+    def _grb(b: Any, t: dict[str, Any], _r: int = _r, _v: int = _v) -> Any:
+        rows = b.view_1d(t["rows"], _r // 2, 0) if _v else t["rows"]
+        return b.get_rows_back(t["grad"], rows, t["fwd"])
+
+    case(
+        f"get_rows_back-n{_n}-m{_m}-r{_r}-v{_v}",
+        _grb,
+        {"fwd": In((_n, _m)), "rows": In((_r,), "i32", high=_m), "grad": In((_n, _r))},
+    )
+for _nr, _v in (((1, 1, 1, 1), 0), ((1, 2, 1, 1), 0), ((2, 1, 3, 2), 0), ((1, 2, 1, 2), 1)):
+    _ne_b = (8, 6, 4, 2)
+    _ne_a = tuple(n * r for n, r in zip(_ne_b, _nr, strict=True))
+
+    def _rb(b: Any, t: dict[str, Any], _ne_a: Any = _ne_a, _v: int = _v) -> Any:
+        return b.repeat_back(_view(b, t["a"], _ne_a) if _v else t["a"], t["b"])
+
+    case(
+        f"repeat_back-nr{''.join(map(str, _nr))}-v{_v}",
+        _rb,
+        {"a": In(_big(_ne_a, _v)), "b": In(_ne_b)},
+    )
+for _ne_a, _ne_b, _sd in (((256, 17, 2, 3), (256, 16, 2, 3), 1), ((256, 17, 2, 3), (64, 16, 2, 3), 3)):
+    _pad = list(_ne_b)
+    _pad[_sd] += 1
+
+    def _acc(b: Any, t: dict[str, Any], _ne_b: Any = _ne_b) -> Any:
+        a, bp = t["a"], t["b_pad"]
+        bv = b.view_4d(bp, *_ne_b, bp.nb[1], bp.nb[2], bp.nb[3], bp.nb[1])
+        return b.acc(a, bv, a.nb[1], a.nb[2], a.nb[3], 0)
+
+    case(f"acc-b{_ne_b[0]}-sd{_sd}", _acc, {"a": In(_ne_a), "b_pad": In(tuple(_pad))})
+
+
 # ---------------------------------------------------------------------------------------------
 # Running a case three ways
 # ---------------------------------------------------------------------------------------------

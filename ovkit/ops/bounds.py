@@ -26,7 +26,7 @@ class IndexOperand:
     """Which source of an op holds indices, which source they index, along which ggml dim."""
 
     index_src: int
-    table_src: int
+    table_src: int  #: -1: the node's own result
     table_dim: int
     what: str  #: what one index selects, for the message ("rows", "experts")
 
@@ -37,6 +37,7 @@ INDEX_OPERANDS: dict[Op, IndexOperand] = {
     Op.SET_ROWS: IndexOperand(2, 0, 1, "rows"),
     Op.MUL_MAT_ID: IndexOperand(2, 0, 2, "experts"),
     Op.ADD_ID: IndexOperand(2, 1, 1, "bias rows"),
+    Op.GET_ROWS_BACK: IndexOperand(1, -1, 1, "rows"),  # -1: the table is the result itself
 }
 
 
@@ -55,7 +56,8 @@ def check_values(node: Tensor, values: np.ndarray, source: str) -> None:
     """Raise :class:`IndexRangeError` unless every index of ``node``'s index operand, read from
     ``values`` (the memory of its base leaf), is inside the table."""
     spec = INDEX_OPERANDS[node.op]
-    idx_t, table = node.srcs[spec.index_src], node.srcs[spec.table_src]
+    idx_t = node.srcs[spec.index_src]
+    table = node if spec.table_src < 0 else node.srcs[spec.table_src]
     assert idx_t is not None and table is not None
     bound = table.ne[spec.table_dim]
     flat = _view_values(idx_t, np.asarray(values))

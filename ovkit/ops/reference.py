@@ -408,8 +408,8 @@ def set_rows(t: Tensor, xs: list[Arr]) -> Arr:
     return dst
 
 
-@reference(Op.SET)
-def set_(t: Tensor, xs: list[Arr]) -> Arr:
+def set_index(t: Tensor) -> Arr:
+    """SET/ACC: the flat element index in a of each element of b (b.ne at nb1..nb3 from offset)."""
     b_t = t.srcs[1]
     assert b_t is not None
     p = t.params
@@ -419,9 +419,61 @@ def set_(t: Tensor, xs: list[Arr]) -> Arr:
         shape = [1, 1, 1, 1]
         shape[3 - d] = b_t.ne[d]
         idx = idx + (np.arange(b_t.ne[d], dtype=np.int64) * (nb // es)).reshape(shape)
+    return idx.reshape(-1)
+
+
+@reference(Op.SET, Op.ACC)
+def set_(t: Tensor, xs: list[Arr]) -> Arr:
+    idx = set_index(t)
     flat = np.array(xs[0], copy=True).reshape(-1)
-    flat[idx.reshape(-1)] = np.asarray(xs[1]).reshape(-1)
+    b = np.asarray(xs[1]).reshape(-1)
+    flat[idx] = flat[idx] + b if t.op == Op.ACC else b
     return flat.reshape(tuple(reversed(t.ne)))
+
+
+@reference(Op.SOFT_MAX_BACK)
+def soft_max_back(t: Tensor, xs: list[Arr]) -> Arr:
+    dy, y = f32(xs[0]), f32(xs[1])
+    dot = (y.astype(np.float64) * dy).sum(axis=-1, keepdims=True).astype(np.float32)
+    return (dy - dot) * y * np.float32(t.params["scale"])
+
+
+@reference(Op.SILU_BACK)
+def silu_back(t: Tensor, xs: list[Arr]) -> Arr:
+    dy, x = f32(xs[0]), f32(xs[1])
+    s = sigmoid(x)
+    return dy * s * (np.float32(1.0) + x * (np.float32(1.0) - s))
+
+
+@reference(Op.RMS_NORM_BACK)
+def rms_norm_back(t: Tensor, xs: list[Arr]) -> Arr:
+    dz, x = f32(xs[0]), f32(xs[1])
+    n, eps = x.shape[-1], np.float32(t.params["eps"])
+    sum_xx = (x.astype(np.float64) ** 2).sum(axis=-1, keepdims=True).astype(np.float32)
+    sum_xdz = (x.astype(np.float64) * dz).sum(axis=-1, keepdims=True).astype(np.float32)
+    rrms = np.float32(1.0) / np.sqrt(sum_xx / np.float32(n) + eps)
+    return (dz + x * (-sum_xdz / (sum_xx + eps * np.float32(n)))) * rrms
+
+
+@reference(Op.GET_ROWS_BACK)
+def get_rows_back(t: Tensor, xs: list[Arr]) -> Arr:
+    out = np.zeros((t.ne[1], t.ne[0]), dtype=np.float64)
+    ids = np.asarray(xs[1]).reshape(-1)
+    np.add.at(out, ids, f32(xs[0])[0, 0, : ids.size].astype(np.float64))  # row i of a goes to row ids[i]
+    return out.astype(np.float32)
+
+
+def repeat_back_shape(t: Tensor) -> list[int]:
+    """REPEAT_BACK: a's value reshaped [r3, n3, r2, n2, r1, n1, r0, n0] (repeat index outermost)."""
+    a = t.srcs[0]
+    assert a is not None
+    return [v for d in (3, 2, 1, 0) for v in (a.ne[d] // t.ne[d], t.ne[d])]
+
+
+@reference(Op.REPEAT_BACK)
+def repeat_back(t: Tensor, xs: list[Arr]) -> Arr:
+    x = f32(xs[0]).astype(np.float64).reshape(repeat_back_shape(t))
+    return x.sum(axis=(0, 2, 4, 6)).astype(np.float32)
 
 
 # ---------------------------------------------------------------------------- norms, reductions
@@ -721,7 +773,7 @@ def rope_theta(p: dict[str, Any], n_pairs: int, ne2: int, pos: Arr) -> Arr:
     return (base * mult[None, :]).astype(np.float32)
 
 
-@reference(Op.ROPE)
+@reference(Op.ROPE, Op.ROPE_BACK)
 def rope(t: Tensor, xs: list[Arr]) -> Arr:
     p = t.params
     x = f32(xs[0])
@@ -737,7 +789,10 @@ def rope(t: Tensor, xs: list[Arr]) -> Arr:
     ramp = tables["ramp"][None, :]
     theta = theta_in * (1 - ramp) + theta_ex * ramp
     cos = (np.cos(theta.astype(np.float64)) * tables["mscale"]).astype(np.float32)[None, :, None, :]
-    sin = (np.sin(theta.astype(np.float64)) * tables["mscale"]).astype(np.float32)[None, :, None, :]
+    sin_sign = -1.0 if t.op == Op.ROPE_BACK else 1.0  # ROPE_BACK rotates the other way
+    sin = (np.sin(theta.astype(np.float64)) * tables["mscale"] * sin_sign).astype(np.float32)[
+        None, :, None, :
+    ]
     out = x.copy()
     if (
         p["mode"] & RopeType.NEOX or p["mode"] & RopeType.MROPE

@@ -472,6 +472,43 @@ ENTRIES: tuple[OpEntry, ...] = (
             (Op.ROUND, ("round", "unary"), "a", "Round(half_away_from_zero), C roundf"),
             (Op.TRUNC, ("trunc", "unary"), "a", "Select(x < 0, Ceiling, Floor)"),
             (
+                Op.ACC,
+                ("acc",),
+                "a (contiguous), b, nb1, nb2, nb3, offset (bytes)",
+                "GatherND + Add + ScatterNDUpdate on the flattened a at ggml's strided indices",
+            ),
+            (
+                Op.ROPE_BACK,
+                ("rope_ext_back", "rope_multi_back"),
+                "as ROPE",
+                "the ROPE translation with sin negated (the inverse rotation)",
+            ),
+            (
+                Op.SOFT_MAX_BACK,
+                ("soft_max_ext_back",),
+                "a = dy, b = y, scale, max_bias (0)",
+                "scale·y·(dy − ReduceSum(y·dy))",
+            ),
+            (Op.SILU_BACK, ("silu_back",), "a = dy, b = x", "dy·σ(x)·(1 + x·(1 − σ(x)))"),
+            (
+                Op.RMS_NORM_BACK,
+                ("rms_norm_back",),
+                "a = dz, b = x, eps",
+                "(dz − x·Σx·dz/(Σx² + n·eps))·1/sqrt(mean(x²) + eps), as ggml's CPU",
+            ),
+            (
+                Op.GET_ROWS_BACK,
+                ("get_rows_back",),
+                "a gradient rows, b i32 row ids, c (shape of the result)",
+                "MatMul(OneHot(b)ᵀ, a): rows summed into their ids",
+            ),
+            (
+                Op.REPEAT_BACK,
+                ("repeat_back",),
+                "a, b (target shape)",
+                "Reshape to [repeats, size] per dim + ReduceSum over the repeats",
+            ),
+            (
                 Op.OUT_PROD,
                 ("out_prod",),
                 "a [m, k, ...] (f32, f16 or quantized), b f32 [p, k, ...]",

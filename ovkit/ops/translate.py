@@ -29,9 +29,11 @@ from ovkit.ops.reference import (
     pool_divisor,
     pool_geometry,
     register_in,
+    repeat_back_shape,
     rope_pairs,
     rope_sections,
     rope_tables,
+    set_index,
     top_k_order,
     tri_mask,
 )
@@ -592,21 +594,59 @@ def _set_rows(t: Tensor, xs: list[Out]) -> Out:
     return ops.scatter_nd_update(dst, coords, rows)
 
 
-@translator(Op.SET)
+@translator(Op.SET, Op.ACC)
 def _set(t: Tensor, xs: list[Out]) -> Out:
     b = t.srcs[1]
     assert b is not None
-    p = t.params
-    es = t.type_size
-    idx = np.full((1, 1, 1, 1), p["offset"] // es, dtype=np.int64)
-    for d, nb in enumerate((es, p["nb1"], p["nb2"], p["nb3"])):
-        shape = [1, 1, 1, 1]
-        shape[3 - d] = b.ne[d]
-        idx = idx + (np.arange(b.ne[d], dtype=np.int64) * (nb // es)).reshape(shape)
+    idx = const(set_index(t).reshape(-1, 1), np.int64)
     flat = ops.reshape(xs[0], i64([t.nelements]), False)
     upd = ops.reshape(to_type(xs[1], t.dtype), i64([b.nelements]), False)
-    out = ops.scatter_nd_update(flat, const(idx.reshape(-1, 1), np.int64), upd)
-    return reshape4(out, t.ne)
+    if t.op == Op.ACC:
+        upd = ops.add(ops.gather_nd(flat, idx), upd)
+    return reshape4(ops.scatter_nd_update(flat, idx, upd), t.ne)
+
+
+@translator(Op.SOFT_MAX_BACK)
+def _soft_max_back(t: Tensor, xs: list[Out]) -> Out:
+    dy, y = f32(xs[0]), f32(xs[1])
+    dot = ops.reduce_sum(ops.multiply(y, dy), i64([3]), True)
+    return ops.multiply(ops.multiply(ops.subtract(dy, dot), y), const(t.params["scale"]))
+
+
+@translator(Op.SILU_BACK)
+def _silu_back(t: Tensor, xs: list[Out]) -> Out:
+    dy, x = f32(xs[0]), f32(xs[1])
+    s = ops.sigmoid(x)
+    return ops.multiply(
+        ops.multiply(dy, s), ops.add(const(1.0), ops.multiply(x, ops.subtract(const(1.0), s)))
+    )
+
+
+@translator(Op.RMS_NORM_BACK)
+def _rms_norm_back(t: Tensor, xs: list[Out]) -> Out:
+    dz, x = f32(xs[0]), f32(xs[1])
+    n, eps = float(t.ne[0]), t.params["eps"]
+    sum_xx = ops.reduce_sum(ops.multiply(x, x), i64([3]), True)
+    sum_xdz = ops.reduce_sum(ops.multiply(x, dz), i64([3]), True)
+    rrms = ops.divide(const(1.0), ops.sqrt(ops.add(ops.divide(sum_xx, const(n)), const(eps))))
+    scale_x = ops.divide(ops.negative(sum_xdz), ops.add(sum_xx, const(eps * n)))
+    return ops.multiply(ops.add(dz, ops.multiply(x, scale_x)), rrms)
+
+
+@translator(Op.GET_ROWS_BACK)
+def _get_rows_back(t: Tensor, xs: list[Out]) -> Out:
+    a, b = t.srcs[0], t.srcs[1]
+    assert a is not None and b is not None
+    rows = slice_dim(ops.reshape(f32(xs[0]), i64([1, 1, a.ne[1], a.ne[0]]), False), 1, 0, b.ne[0])
+    rows = ops.reshape(rows, i64([b.ne[0], a.ne[0]]), False)  # ggml reads the first b.ne[0] rows
+    onehot = ops.one_hot(ops.reshape(xs[1], i64([-1]), False), i64(t.ne[1]), const(1.0), const(0.0), -1)
+    return reshape4(ops.matmul(onehot, rows, True, False), t.ne)  # [rows of the result, ne0]
+
+
+@translator(Op.REPEAT_BACK)
+def _repeat_back(t: Tensor, xs: list[Out]) -> Out:
+    x = ops.reshape(f32(xs[0]), i64(repeat_back_shape(t)), False)
+    return reshape4(ops.reduce_sum(x, i64([0, 2, 4, 6]), False), t.ne)
 
 
 # ---------------------------------------------------------------------------- norms, reductions
@@ -814,7 +854,7 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- rope
-@translator(Op.ROPE)
+@translator(Op.ROPE, Op.ROPE_BACK)
 def _rope(t: Tensor, xs: list[Out]) -> Out:
     p = t.params
     n_dims = p["n_dims"]
@@ -837,8 +877,9 @@ def _rope(t: Tensor, xs: list[Out]) -> Out:
         ramp = const(tables["ramp"].reshape(1, pairs))
         theta = ops.add(ops.multiply(theta, ops.subtract(const(1.0), ramp)), ops.multiply(theta_ex, ramp))
     mscale = const(tables["mscale"])
+    sin_scale = const(-tables["mscale"] if t.op == Op.ROPE_BACK else tables["mscale"])  # ROPE_BACK: −sin
     cos = ops.reshape(ops.multiply(ops.cos(theta), mscale), i64([1, t.ne[2], 1, pairs]), False)
-    sin = ops.reshape(ops.multiply(ops.sin(theta), mscale), i64([1, t.ne[2], 1, pairs]), False)
+    sin = ops.reshape(ops.multiply(ops.sin(theta), sin_scale), i64([1, t.ne[2], 1, pairs]), False)
     x = f32(xs[0])
     ne0 = t.ne[0]
     if p["mode"] & 2 or p["mode"] & 8:  # pairs (i, i + off)
