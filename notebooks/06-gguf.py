@@ -126,11 +126,12 @@ for cls in ("CPU", "GPU", "NPU"):
 #
 # The seven matrices of `blk.0` become graph constants that stay quantized (integer weights,
 # scales and a decompression subgraph). The graph runs the layer's projections and its
-# SwiGLU feed-forward on the device; each output is compared with the same product over the
-# dequantized weights, and with ggml's own quantized kernels when ggml-python is installed.
-# Look at the two error columns: the device agrees with ggml far more closely than with the
-# exact f32 product, because both round the activations to 8 bits inside the quantized dot
-# product (ggml by design, OpenVINO's CPU plugin by its dynamic quantization).
+# SwiGLU feed-forward on the device; each output (from the same input, for `ffn_down` the
+# SwiGLU the device computed) is compared with the product over the dequantized weights, and
+# with ggml's own quantized kernels when ggml-python is installed. The two error columns
+# differ: at f32 inference precision the device computes the dequantized product almost
+# exactly, while ggml rounds the activations to 8 bits inside its quantized dot product
+# (by design), still well inside test-backend-ops' threshold.
 
 # %% tags=["layer"]
 x = rng.standard_normal((n_tokens, n_embd)).astype(np.float32)
