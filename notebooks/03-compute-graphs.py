@@ -104,12 +104,13 @@ display(check)
 # computes it. Here: a per-channel division, which the backend keeps off the GPU class
 # (a fused GEMM there yields inf).
 
-# %% tags=["errors"]
+# %% tags=["build-error"]
 try:
     g.mul_mat(a, g.input("wrong_k", (3, 7)))
 except GraphError as exc:
     print("GraphError:", exc)
 
+# %% tags=["errors"]
 g2 = Graph()
 acts = g2.input("acts", (5, 10))
 per_channel = g2.input("per_channel", (10,))  # one divisor per column, broadcast over rows
@@ -210,6 +211,8 @@ prefill = engine.graph_session(g_pre, out_pre, next_pre, dev, core=core, statefu
 g_dec, out_dec, next_dec = transformer_block(cfg, 1, weights)
 decode = engine.graph_session(g_dec, out_dec, next_dec, dev, core=core, stateful=True)
 print("stateful execution:", prefill.stateful)
+
+# %% tags=["block-decode"]
 outputs = [prefill.compute(block_inputs(cfg, tokens[:n_tokens], 0))[0]]
 for name in ("cache_k", "cache_v"):  # the prompt's cache becomes the decode graph's state
     decode.set_state(name, prefill.state(name))
