@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ovkit.buffers import SIZE_MAX, buffer_type, host_buffer_type
@@ -58,8 +58,11 @@ class Report:
     notes: tuple[str, ...] = ()
 
     def __str__(self) -> str:
-        widths = [max(len(c), *(len(r[i]) for r in self.rows)) for i, c in enumerate(self.columns)]
-        line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
+        widths = [max([len(c), *(len(r[i]) for r in self.rows)]) for i, c in enumerate(self.columns)]
+
+        def line(cells: Sequence[str]) -> str:
+            return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
         body = [line(self.columns), *(line(r) for r in self.rows)]
         return "\n".join([self.title, *body, *self.notes])
 
@@ -80,6 +83,24 @@ class Report:
     def column(self, name: str) -> list[str]:
         i = self.columns.index(name)
         return [r[i] for r in self.rows]
+
+
+class Reported:
+    """Base of the records a cell displays through their :meth:`report` (text and HTML)."""
+
+    __slots__ = ()
+
+    def report(self) -> Report:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return str(self.report())
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        return self.report()._repr_html_()
 
 
 # -- devices and memory ------------------------------------------------------------------------
@@ -157,13 +178,13 @@ def buffer_types_report(core: Any = None) -> Report:
 _DEDUP_SUFFIX = re.compile(r"_\d+$")  # OpenVINO's suffix for a repeated node name
 
 
-@dataclass(frozen=True, slots=True)
-class NodeProfile:
+@dataclass(frozen=True, slots=True, repr=False)
+class NodeProfile(Reported):
     """OpenVINO's per-node timings grouped by the ggml node each OpenVINO layer was built for."""
 
     device: str
     nodes: tuple[tuple[str, str, float], ...]  # (ggml node, OpenVINO layer types, seconds)
-    total_seconds: float = field(default=0.0)
+    total_seconds: float = 0.0
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame, device: str) -> NodeProfile:
@@ -185,15 +206,6 @@ class NodeProfile:
         title = f"per-node time on {self.device}: {format_duration(self.total_seconds)} in all"
         return Report(title, ("ggml node", "OpenVINO layers", "time", "share"), rows)
 
-    def __str__(self) -> str:
-        return str(self.report())
-
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        return self.report()._repr_html_()
-
     def chart(self, top: int = 10) -> Figure:
         """The ``top`` slowest ggml nodes as horizontal bars, in µs."""
         import matplotlib.pyplot as plt
@@ -210,7 +222,7 @@ class NodeProfile:
 
 
 # -- memory over a sequence of steps -------------------------------------------------------------
-class MemorySteps:
+class MemorySteps(Reported):
     """A device's used memory and this process's RSS, recorded at named steps of a notebook."""
 
     def __init__(self, core: Any, device: str) -> None:
@@ -234,12 +246,6 @@ class MemorySteps:
         rows = tuple((s, f"{u / dsize:,.1f}", f"{r / rsize:,.1f}") for s, u, r in self.steps)
         columns = ("step", f"{self.device} used ({du})", f"process RSS ({ru})")
         return Report(f"memory at each step ({self.device}: the device's own figure)", columns, rows)
-
-    def __repr__(self) -> str:
-        return str(self.report())
-
-    def _repr_html_(self) -> str:
-        return self.report()._repr_html_()
 
     def chart(self, history: pd.DataFrame) -> Figure:
         """Left: the device's used memory per step; right: ovkit's live buffer bytes over time."""
