@@ -79,9 +79,12 @@ print("selected device:", selection.device)
 notebook.memory_rules_report()
 
 # %% [markdown]
-# Each device's figures with the formula that produced them. For a GPU, *used* is the sum of
-# every value of `GPU_MEMORY_STATISTICS` (bytes this process's OpenVINO engine allocated, by
-# allocation type); `GPU_DEVICE_MAX_ALLOC_MEM_SIZE` (largest single allocation) is never used.
+# Each device's `--list-devices` total and free beside the *live* used and free, the figures
+# the device table, the usage bars, the charts and the fit check all show (`Device.live`), with
+# the rule behind them. On the CPU the list line says free = total (the backend's Linux rule);
+# live, used is physical RAM − `MemAvailable`. For a GPU, used is the sum of every value of
+# `GPU_MEMORY_STATISTICS` (this process's OpenVINO allocations, by type);
+# `GPU_DEVICE_MAX_ALLOC_MEM_SIZE` (largest single allocation) is never used.
 
 
 # %% tags=["memory-per-device"]
@@ -106,9 +109,9 @@ for name in compare_profiles:
     display(sim_table[["class", "description", "total_mib", "used_mib", "free_mib", "memory_formula"]])
 
 # %% [markdown]
-# Used and free memory per device, one panel per machine. The workstation's discrete GPU
-# already holds 1.6 GiB (its `GPU_MEMORY_STATISTICS` is non-zero); on the laptop the iGPU
-# and the NPU share host RAM.
+# The same live used and free per device, one panel per machine on one shared axis. The
+# workstation's discrete GPU already holds 1.6 GiB (its `GPU_MEMORY_STATISTICS` is
+# non-zero); on the laptop the iGPU and the NPU share host RAM.
 
 # %% tags=["memory-chart"]
 notebook.memory_chart(machines)

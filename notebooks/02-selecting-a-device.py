@@ -25,9 +25,7 @@ profile = "workstation"  # simulated machine for the near-miss table (GPU.0 + GP
 tries = ["", "CPU", "GPU", "gpu", "GPU.0", "GPU.1", "GPU.1 ", "AUTO", "NPU"]
 
 # %% tags=["setup"]
-import logging
 import os
-import sys
 
 import pandas as pd
 from IPython.display import display
@@ -35,13 +33,8 @@ from IPython.display import display
 import ovkit
 from ovkit import notebook
 
-# Show the backend's own log lines (logger "ovkit") in the notebook, as stderr shows them.
-handler = logging.StreamHandler(sys.stderr)
-handler.setFormatter(logging.Formatter("%(message)s"))
-log = logging.getLogger("ovkit")
-log.handlers[:] = [handler]
-log.setLevel(logging.INFO)
-log.propagate = False
+# In a notebook ovkit shows its log lines (upstream's own wording) as outputs of the cell:
+# routine lines quiet, the fallback warning and hints standing out.
 sim = ovkit.SimulatedCore(profile)
 print("this machine:", ovkit.resolve_device(env={}, log=False).available)
 print(f"simulated {profile}:", sim.available_devices)

@@ -61,7 +61,7 @@ print(
     f"{len(ops_table)} entries {kinds}: {int(ops_table['registered'].sum())} registered upstream, "
     f"{int(ops_table['translated'].sum())} translated by ovkit, {int(ops_table['reference'].sum())} with a numpy reference"
 )
-with pd.option_context("display.max_rows", 60, "display.max_colwidth", 60):
+with pd.option_context("display.max_rows", None, "display.max_colwidth", 60):
     display(ops_table.set_index("op")[["kind", "builders", "openvino (ovkit)", "gates", "upstream notes"]])
 
 # %% tags=["gates"]

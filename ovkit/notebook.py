@@ -105,25 +105,29 @@ class Reported:
 
 # -- devices and memory ------------------------------------------------------------------------
 def memory_report(devices: Iterable[Device], title: str = "memory per device") -> Report:
-    """Each device's total, used and free with the formula that produced them, errors inline."""
+    """Each device's ``--list-devices`` total and free beside the live used and free (the figures
+    the table, bars, charts and fit check show), with the rule that produced them."""
     rows, notes = [], []
     for d in devices:
-        breakdown = ", ".join(f"{k} {format_bytes(v)}" for k, v in d.memory_breakdown.items())
-        host = "" if d.host_available_bytes is None else format_bytes(d.host_available_bytes)
+        live = d.live
         rows.append(
             (
                 d.name,
                 str(d.device_class),
                 format_bytes(d.total_bytes),
-                format_bytes(d.used_bytes) + (f" ({breakdown})" if breakdown else ""),
-                format_bytes(d.free_bytes) + (" (clamped: used > total)" if d.memory_clamped else ""),
-                host,
-                d.memory_formula,
+                format_bytes(d.free_bytes),
+                format_bytes(live.used_bytes),
+                format_bytes(live.free_bytes),
+                live.rule.label if live.known else "unknown (see below)",
             )
         )
-        if d.memory_error:
-            notes.append(f"{d.name}: {d.memory_error}")
-    columns = ("device", "class", "total", "used", "free", "host MemAvailable", "formula")
+        notes.append(f"{d.name}: {live.explain()}")
+        if d.memory_breakdown:
+            parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in d.memory_breakdown.items())
+            notes.append(f"{d.name}: OpenVINO allocations by type: {parts}")
+        if d.memory_clamped:
+            notes.append(f"{d.name}: allocations exceed the total, free clamped to 0")
+    columns = ("device", "class", "list total", "list free", "used (live)", "free (live)", "rule")
     return Report(title, columns, tuple(rows), tuple(notes))
 
 
@@ -139,7 +143,8 @@ def memory_rules_report() -> Report:
 
 
 def memory_chart(machines: Mapping[str, Sequence[Device]]) -> Figure:
-    """Used and free memory per device (the ``--list-devices`` figures), one panel per machine."""
+    """Used and free memory per device (the live figures, ``Device.live``), one panel per machine
+    on one shared axis; a device whose memory is unknown has no bar and says so."""
     import matplotlib.pyplot as plt
 
     largest = max((d.total_bytes for devs in machines.values() for d in devs), default=0)
@@ -147,11 +152,13 @@ def memory_chart(machines: Mapping[str, Sequence[Device]]) -> Figure:
     fig, axes = plt.subplots(1, len(machines), figsize=(4.2 * len(machines), 2.8), squeeze=False)
     for ax, (title, devs) in zip(axes[0], machines.items(), strict=True):
         names = [d.name for d in devs]
-        used = [d.used_bytes / size for d in devs]
+        used = [(d.live.used_bytes or 0) / size for d in devs]
+        free = [(d.live.free_bytes or 0) / size for d in devs]
         ax.barh(names, used, color="tab:red", label="used")
-        ax.barh(
-            names, [d.free_bytes / size for d in devs], left=used, color="tab:green", alpha=0.6, label="free"
-        )
+        ax.barh(names, free, left=used, color="tab:green", alpha=0.6, label="free")
+        for y, d in enumerate(devs):
+            if not d.live.known:
+                ax.text(0, y, " unknown", va="center", fontsize=8, color="tab:gray")
         ax.set_title(title, fontsize=10)
         ax.set_xlabel(unit)
         ax.set_xlim(0, largest / size * 1.05 or 1)
