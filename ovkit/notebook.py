@@ -103,6 +103,15 @@ class Reported:
         return self.report()._repr_html_()
 
 
+def _finished(fig: Figure) -> Figure:
+    """``fig`` laid out and closed (a cell displays it once, as its result, not twice)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
 # -- devices and memory ------------------------------------------------------------------------
 def memory_report(devices: Iterable[Device], title: str = "memory per device") -> Report:
     """Each device's ``--list-devices`` total and free beside the live used and free (the figures
@@ -164,9 +173,7 @@ def memory_chart(machines: Mapping[str, Sequence[Device]]) -> Figure:
         ax.set_xlim(0, largest / size * 1.05 or 1)
         ax.invert_yaxis()
     axes[0][0].legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finished(fig)
 
 
 # -- buffers -----------------------------------------------------------------------------------
@@ -223,9 +230,7 @@ class NodeProfile(Reported):
         ax.set_xlabel("time per run (µs)")
         ax.set_title(f"per-node time on {self.device} (PERF_COUNT), slowest first", fontsize=10)
         ax.tick_params(axis="y", labelsize=8)
-        fig.tight_layout()
-        plt.close(fig)
-        return fig
+        return _finished(fig)
 
 
 # -- memory over a sequence of steps -------------------------------------------------------------
@@ -274,9 +279,7 @@ class MemorySteps(Reported):
         ax2.set_title("ovkit buffers: live bytes (allocation record)", fontsize=10)
         ax2.set_xlabel("time (s)")
         ax2.set_ylabel(unit)
-        fig.tight_layout()
-        plt.close(fig)
-        return fig
+        return _finished(fig)
 
 
 # -- quantized weights ---------------------------------------------------------------------------
@@ -333,9 +336,7 @@ def requant_chart(
     ax.set_ylabel(f"{unit} for {shape[0]}×{shape[1]}")
     ax.set_title(f"{weight_name} after the requantization policy of each device class", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finished(fig)
 
 
 # -- weight release ------------------------------------------------------------------------------
@@ -474,9 +475,7 @@ def coverage_heatmap(every: pd.DataFrame) -> Figure:
     handles = [Patch(color=cmap(i), label=n) for i, n in enumerate(COVERAGE_CATEGORIES)]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     ax.set_title("test-ops: op × input type × device class (white: no case)", fontsize=9, pad=28)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finished(fig)
 
 
 def perf_table(rows: Iterable[Any]) -> pd.DataFrame:
@@ -517,9 +516,7 @@ def perf_chart(perf: pd.DataFrame, device: str) -> Figure:
         ax.set_xlim(right=ok["µs/run"].max() * 12)
     ax.set_title(f"time per op on {device} (blue: compute-bound, orange: memory-bound)", fontsize=9)
     ax.tick_params(axis="y", labelsize=7)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finished(fig)
 
 
 def perf_cases_within(cases: Iterable[Any], max_mib: float, max_gflop: float) -> list[Any]:
