@@ -174,6 +174,34 @@ live = DeviceTable(
 display(live)
 
 # %% [markdown]
+# ## 8. The real backend side by side
+#
+# With `scripts/install-upstream`, llama.cpp's OpenVINO backend itself is installed next to
+# ovkit (ggml-python built with `-DGGML_OPENVINO=ON`). Its devices are read from
+# `ggml_backend_dev_*` in a child process, and `format_list_devices` prints what
+# `llama-bench --list-devices` prints with that build. The installed backend is the
+# single-device state (one `OPENVINO0` device, host RAM for any OpenVINO device); ovkit's list
+# is what the list-devices PRD asks for (one device per physical OpenVINO device, its own name
+# and memory). The table names each difference and why.
+
+# %% tags=["upstream-lists"]
+from ovkit import upstream
+
+if upstream.detect().available:
+    installed = upstream.list_devices()
+    prd = ovkit.list_devices(ovkit.SimulatedCore(compare_profiles[0])) if compare_profiles else devices
+    print("installed backend, as llama-bench --list-devices prints it:")
+    print(upstream.format_list_devices(installed))
+    print(
+        f"\novkit (the PRD), simulated {compare_profiles[0]!r}:" if compare_profiles else "\novkit (the PRD):"
+    )
+    print(ovkit.format_device_list(prd))
+    display(upstream.device_frame(installed))
+    display(upstream.compare_lists(prd, installed))
+else:
+    print(f"the real backend is not installed here: run {upstream.INSTALL_SCRIPT}")
+
+# %% [markdown]
 # ## Result
 #
 # The list llama.cpp's `--list-devices` prints for this notebook's machine:

@@ -25,6 +25,7 @@ ops = None  # None for every op, or a list such as ["ADD", "MUL_MAT"]
 reference = "auto"  # ggml when ggml-python is installed, else numpy
 perf_max_mib = 80  # perf cases with at most this many MiB of inputs
 perf_max_gflop = 2.0  # and at most this much work
+upstream_ops = ["ADD", "MUL_MAT", "SOFT_MAX", "ROPE"]  # ops run three ways (needs install-upstream)
 
 # %% tags=["setup"]
 # %matplotlib inline
@@ -144,7 +145,35 @@ perf.style.format({"µs/run": "{:,.1f}", "GFLOPS": "{:,.2f}", "GB/s": "{:,.2f}"}
 notebook.perf_chart(perf, dev0)
 
 # %% [markdown]
-# ## Result
+# ## 6. Three ways: ovkit, the real backend, ggml
+#
+# With `scripts/install-upstream`, llama.cpp's OpenVINO backend itself runs each case from the
+# same program: `supports_op` on every tensor of its ggml graph, then
+# `ggml_backend_graph_compute` on `OPENVINO0` (in a child process, so a crash there is reported
+# as `CRASH`, never taking this kernel down). Each side's NMSE is against ggml's CPU backend on
+# the same inputs; `agrees` says whether the real backend's verdict is what ovkit's policy
+# predicts at the installed build's revision.
+
+# %% tags=["upstream-three-way"]
+from ovkit import upstream
+
+if upstream.detect().available:
+    picked = testops.select(upstream.cases.catalogue(), upstream_ops)
+    three = upstream.three_way(picked, progress=False)
+    cols = ["case", "upstream_status", "upstream_nmse", "ovkit_status", "ovkit_nmse", "ovkit_rule", "agrees"]
+    display(three[cols].style.format({"upstream_nmse": "{:.1e}", "ovkit_nmse": "{:.1e}"}, na_rep="–"))
+else:
+    print(f"the real backend is not installed here: run {upstream.INSTALL_SCRIPT}")
+
+# %% [markdown]
+# The live agreement: the installed backend's `supports_op` on every test-backend-ops case of
+# the shipped verdict file, against ovkit's policy at the installed revision (every difference
+# would be listed with its rule).
+
+# %% tags=["upstream-agreement"]
+if upstream.detect().available:
+    live = upstream.agreement(catalogue=False, progress=False)
+    print("\n".join(live.lines()))
 #
 # Totals per device class; no supported case may fail.
 

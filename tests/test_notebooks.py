@@ -574,6 +574,20 @@ def test_06_layer_matmuls_from_quantized_blocks(executed: Callable[[str], Any]) 
         assert m and float(m.group(1)) < 5e-4, result
 
 
+def test_01_lists_the_real_backend_next_to_ovkit(executed: Callable[[str], Any]) -> None:
+    out = text(executed("01-devices"), "upstream-lists")
+    assert "  OPENVINO0: OpenVINO Runtime (" in out  # the installed backend, llama-bench's text
+    assert "ovkit (the PRD), simulated 'laptop':" in out and "  GPU: " in out
+    assert "why they differ" in out and "registers one device" in out
+
+
+def test_05_runs_cases_three_ways_and_the_live_agreement(executed: Callable[[str], Any]) -> None:
+    nb = executed("05-op-coverage")
+    table = html(nb, "upstream-three-way")
+    assert "upstream_nmse" in table and "MUL_MAT" in table and "not supported" in table
+    assert "agreement: 100.00 %" in text(nb, "upstream-agreement")
+
+
 # ---------------------------------------------------------------------------------------------
 # 07-models
 # ---------------------------------------------------------------------------------------------

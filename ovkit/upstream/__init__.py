@@ -16,6 +16,7 @@ signal, never taking the caller down.
 
 from __future__ import annotations
 
+from ovkit.upstream import cases
 from ovkit.upstream.agreement import Agreement, Difference, agreement
 from ovkit.upstream.build import (
     INSTALL_SCRIPT,
@@ -28,6 +29,7 @@ from ovkit.upstream.build import (
 from ovkit.upstream.devices import (
     UpstreamCallError,
     UpstreamDevice,
+    compare_lists,
     device_frame,
     format_list_devices,
     list_devices,
@@ -48,6 +50,8 @@ __all__ = [
     "UpstreamDevice",
     "UpstreamUnavailableError",
     "agreement",
+    "cases",
+    "compare_lists",
     "detect",
     "device_frame",
     "format_list_devices",

@@ -8,7 +8,7 @@ what ``llama-bench --list-devices`` prints with this build: llama.cpp's
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -17,6 +17,8 @@ from ovkit.upstream.isolate import Isolated, call_once
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from ovkit.devices import Device
 
 
 class UpstreamCallError(RuntimeError):
@@ -62,3 +64,29 @@ def device_frame(devices: Iterable[UpstreamDevice]) -> pd.DataFrame:
         {**asdict(d), "total_mib": d.memory_total // MIB, "free_mib": d.memory_free // MIB} for d in devices
     ]
     return pd.DataFrame(rows, columns=[*UpstreamDevice.__slots__, "total_mib", "free_mib"])
+
+
+def compare_lists(ours: Sequence[Device], theirs: Sequence[UpstreamDevice]) -> pd.DataFrame:
+    """ovkit's device list (what the list-devices PRD asks for) next to the installed backend's,
+    one row per aspect that differs, with the reason (a DataFrame: aspect, ovkit, backend, why)."""
+    import pandas as pd
+
+    listed = [d for d in theirs if d.type != "CPU"]
+    rows = [
+        ("devices", ", ".join(d.name for d in ours), ", ".join(d.name for d in listed),
+         "the installed backend registers one device whatever OpenVINO offers; the PRD asks for one "
+         "per physical OpenVINO device"),
+        ("names", ", ".join(d.name for d in ours), ", ".join(d.name for d in listed),
+         "the backend names its device OPENVINO<index>; the PRD uses the exact OpenVINO id, which "
+         "GGML_OPENVINO_DEVICE takes"),
+        ("descriptions", "; ".join(d.description for d in ours), "; ".join(d.description for d in listed),
+         "the backend prints OpenVINO's version description; the PRD each device's FULL_DEVICE_NAME"),
+        ("memory (MiB total / free)", "; ".join(f"{d.name} {d.total_mib} / {d.free_mib}" for d in ours),
+         "; ".join(f"{d.name} {d.memory_total // MIB} / {d.memory_free // MIB}" for d in listed),
+         "the backend reports host RAM, all of it free, for any device; the PRD each device's own "
+         "memory (CPU: RAM and what is available, GPU/NPU: the plugin's counters)"),
+        ("ggml device type", "-", ", ".join(f"{d.name} {d.type}" for d in theirs),
+         "the backend's device is of type GPU even on the CPU, which is why llama-bench lists it; "
+         "ggml's own CPU device is skipped"),
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=["aspect", "ovkit (the PRD)", "installed backend", "why they differ"])
