@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ovkit import quant
-from ovkit.dtypes import STORAGE_DTYPE
+from ovkit.dtypes import STORAGE_DTYPE, UnknownTypeError, type_by_id
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,14 +33,8 @@ class GGUFError(ValueError):
 
 
 def type_name(ggml_type: Any) -> str:
-    """ovkit's name of a ggml type id: ``f32``, ``f16``, ``bf16``, ``q4_0``, ``q4_K``, ``mxfp4``..."""
-    import gguf
-
-    name = gguf.GGMLQuantizationType(int(ggml_type)).name
-    try:
-        return quant.quant_spec(name).name
-    except quant.QuantError:
-        return name.lower() if name.lower() in PLAIN_TYPES else name
+    """ggml's name of a type id: ``f32``, ``f16``, ``bf16``, ``q4_0``, ``q4_K``, ``mxfp4``..."""
+    return type_by_id(int(ggml_type)).name
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,13 +256,6 @@ _STRUCT_CODES = {
 _VALUE_TYPE_NAMES = {k: v[0] for k, v in _SCALAR_TYPES.items()} | {_STRING: "string", _ARRAY: "array"}
 
 
-def _ggml_type_sizes() -> dict[int, tuple[int, int]]:
-    """ggml type id -> (elements per block, bytes per block), from the ``gguf`` package's table."""
-    import gguf
-
-    return {int(t): (int(b), int(n)) for t, (b, n) in gguf.GGML_QUANT_SIZES.items()}
-
-
 class _Cursor:
     """Reads little-endian fields from the mapped file; each read checks the bytes left first."""
 
@@ -409,7 +396,7 @@ class _RawInfo:
     offset: int  # relative to the data section
 
 
-def _tensor_info(cur: _Cursor, i: int, sizes: dict[int, tuple[int, int]]) -> _RawInfo:
+def _tensor_info(cur: _Cursor, i: int) -> _RawInfo:
     name = cur.string(f"the name of tensor {i}", max_bytes=MAX_NAME - 1)
     n_dims = cur.u32(f"the dimension count of tensor {name!r}")
     if n_dims > MAX_DIMS:
@@ -422,9 +409,11 @@ def _tensor_info(cur: _Cursor, i: int, sizes: dict[int, tuple[int, int]]) -> _Ra
     if elements > INT64_MAX:
         raise cur.fail(f"tensor {name!r} of ne {list(ne)} has {elements} elements, more than an int64 holds")
     ggml_type = int(cur.scalar(np.dtype("<i4"), f"the type of tensor {name!r}"))
-    if ggml_type not in sizes:
-        raise cur.fail(f"tensor {name!r} has ggml type {ggml_type}, which is not a ggml type")
-    block, type_size = sizes[ggml_type]
+    try:
+        known = type_by_id(ggml_type)
+    except UnknownTypeError as exc:
+        raise cur.fail(f"tensor {name!r}: {exc}") from None
+    block, type_size = known.block, known.size
     row = ne[0] if ne else 1
     if row % block:
         raise cur.fail(
@@ -495,11 +484,10 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
     cur = _Cursor(p, _open_map(p))
     n_tensors, n_kv = _header(cur)
     metadata, alignment = _metadata(cur, n_kv)
-    sizes = _ggml_type_sizes()
     infos: list[_RawInfo] = []
     names: set[str] = set()
     for i in range(n_tensors):
-        info = _tensor_info(cur, i, sizes)
+        info = _tensor_info(cur, i)
         if info.name in names:
             raise cur.fail(f"duplicate tensor name {info.name!r}")
         names.add(info.name)
@@ -584,7 +572,9 @@ def cli(args: Any) -> int:
                 {
                     "metadata": {k: _short(v) for k, v in model.metadata.items()},
                     "tensors": table.assign(shape=table["shape"].map(list)).to_dict("records"),
-                    "fit": [{k: _json_value(k, v) for k, v in r.items()} for r in fit.to_dict("records")],
+                    "fit": [
+                        {str(k): _json_value(str(k), v) for k, v in r.items()} for r in fit.to_dict("records")
+                    ],
                 },
                 indent=2,
                 default=str,
