@@ -32,8 +32,8 @@ BOX = (
 SEVERITIES: dict[str, Severity] = {
     "info": Severity("", QUIET + " font-family: var(--jp-code-font-family, monospace);"),
     "hint": Severity(
-        "hint: ", BOX.format(c="var(--jp-info-color1, #0288d1)", bg="var(--jp-info-color3, #e1f5fe)"), "💡 "
-    ),
+        "hint: ", BOX.format(c="var(--jp-info-color1, #0288d1)", bg="var(--jp-info-color3, #e1f5fe)")
+    ),  # no mark: the line starts with "hint:" (and emoji fonts are often missing)
     "warning": Severity(
         "warning: ",
         BOX.format(c="var(--jp-warn-color1, #f57c00)", bg="var(--jp-warn-color3, #fff3e0)"),

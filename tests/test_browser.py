@@ -136,9 +136,11 @@ def _check_dashboard(lab: str, page: Any) -> None:
         assert width <= 1000, f"{name}: {width} px"
         _save(table, name)
     # log lines: routine ones quiet, the fallback warning and the hint stand out; no stderr block
-    assert page.locator(f"{PANEL} .ovkit-log-info", has_text="OpenVINO: using device CPU").count() == 2
-    assert page.locator(f"{PANEL} .ovkit-log-warning", has_text="fallback to CPU").count() == 1
-    assert page.locator(f"{PANEL} .ovkit-log-hint", has_text="case-sensitive").count() == 1
+    logged = page.locator(f"{PANEL} .jp-CodeCell").nth(3).locator(".jp-OutputArea")
+    assert logged.locator(".ovkit-log-info", has_text="OpenVINO: using device CPU").count() == 2
+    assert logged.locator(".ovkit-log-warning", has_text="fallback to CPU").count() == 1
+    assert logged.locator(".ovkit-log-hint", has_text="case-sensitive").count() == 1
+    _save(logged, "log-lines.png")
     assert page.locator(f'{PANEL} [data-mime-type="application/vnd.jupyter.stderr"]').count() == 0
     # the live time series: the SVG changes between ticks, its axis range stays put
     page.locator(f'{PANEL} svg.ovkit-history-svg[data-device="GPU"] polyline').wait_for()
@@ -163,6 +165,7 @@ def _check_dashboard(lab: str, page: Any) -> None:
     page.wait_for_selector(f'{PANEL} .ovkit-live tr.ovkit-selected[data-device="CPU"]')
     status = page.locator(f"{PANEL} .ovkit-selector").inner_text()
     assert "device gpu is not available, fallback to CPU" in status and "case-sensitive" in status
+    _save(page.locator(f"{PANEL} .ovkit-selector"), "selector-fallback.png")
     # pause: the series stands still; resume: it moves again
     toggle = page.locator(f"{PANEL} .ovkit-dashboard .ovkit-refresh-controls button").first
     toggle.click()

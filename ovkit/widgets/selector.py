@@ -65,7 +65,9 @@ def render_state_html(state: SelectorState) -> str:
         lines.insert(-1, ("hint", f"hint: {state.hint}"))
     for kind, line in lines:
         sev = SEVERITIES[kind]
-        parts.append(f'<div class="ovkit-log ovkit-log-{kind}" style="{sev.style}">{sev.mark}{esc(line)}</div>')
+        parts.append(
+            f'<div class="ovkit-log ovkit-log-{kind}" style="{sev.style}">{sev.mark}{esc(line)}</div>'
+        )
     return "<div>" + "".join(parts) + "</div>"
 
 
