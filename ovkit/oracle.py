@@ -122,6 +122,8 @@ _STORAGE = STORAGE_DTYPE
 def type_id(dtype: str) -> int:
     """ggml's enum value for an ovkit dtype / quant type name (case-insensitive, e.g. ``q4_K``)."""
     t = find_type(dtype)
+    if t is None and hasattr(_g(), "GGML_TYPE_" + dtype.upper()):  # any other type ggml knows
+        return int(getattr(_g(), "GGML_TYPE_" + dtype.upper()))
     if t is None:
         raise ValueError(f"unknown ggml type {dtype!r}; expected one of {type_names()}")
     return int(getattr(_g(), t.enum_name))
@@ -670,6 +672,17 @@ class GgmlTensor:
     @property
     def dtype(self) -> str:
         return _type_name(int(self.ptr.contents.type))
+
+    def set_name(self, name: str) -> GgmlTensor:
+        """``ggml_set_name``, chainable like ``ovkit.graph.Tensor.set_name``."""
+        _g().ggml_set_name(self.ptr, name.encode())
+        return self
+
+    @property
+    def op(self) -> str:
+        """ggml's op name (``MUL_MAT``, ``UNARY``, ``NONE`` for a leaf)."""
+        name = _g().ggml_op_name(int(self.ptr.contents.op))
+        return name.decode() if isinstance(name, bytes) else str(name)
 
     def __repr__(self) -> str:
         return f"GgmlTensor(ne={list(self.ne)}, dtype={self.dtype})"

@@ -1,0 +1,739 @@
+"""test-backend-ops' own cases, executable: ``(op_name, op_params)`` -> :class:`~ovkit.catalogue.case.Case`.
+
+Each builder mirrors the ``build_graph`` of the matching ``test_*`` struct in llama.cpp's
+``tests/test-backend-ops.cpp`` (leaves, views, permutes, tensor names), its
+``initialize_tensors`` (value ranges, row ids, masks, distinct values) and its error bound
+(``max_nmse_err`` or the op's own ``err``).  Parameters missing from a row take the struct's
+constructor defaults.  Programs call builder methods by ggml's names, so the same case runs on
+``ovkit.Graph`` and on ggml; an op ovkit has no builder or translation for is *not translatable*.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ovkit.catalogue.case import Case, Init, Leaf, ne4
+from ovkit.ops.verdicts import parse_params
+
+CaseBuilder = Callable[[str, str, dict[str, Any]], Case]
+
+U150 = Init("uniform", -150.0, 150.0)
+POS_09 = Init("uniform", 0.9, 1.1)
+
+
+class NoCase(LookupError):
+    """No builder for this test case (the message names it)."""
+
+
+def _named(t: Any, name: str) -> Any:
+    t.set_name(name)
+    return t
+
+
+def _view_like(b: Any, t: Any, ne: Any, offset: int = 0) -> Any:
+    """ggml_view_4d(t, ne, t->nb[1], t->nb[2], t->nb[3], offset)."""
+    nb = t.nb
+    return b.view_4d(t, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], offset)
+
+
+def _ne_of(p: dict[str, Any], *keys: str) -> tuple[int, int, int, int]:
+    for k in keys:
+        if k in p:
+            return ne4(p[k])
+    raise KeyError(keys[0])
+
+
+# ----------------------------------------------------------------------------------------------
+# elementwise
+
+
+#: ggml unary ops built by test_unary (ne_a, v) and their ggml enum names.
+UNARY = (
+    "ABS SGN NEG STEP TANH ELU RELU SIGMOID GELU GELU_QUICK SILU HARDSWISH HARDSIGMOID EXP EXPM1 "
+    "SOFTPLUS GELU_ERF FLOOR CEIL ROUND TRUNC XIELU"
+).split()
+#: test_floor/ceil/round/trunc (``ne`` instead of ``ne_a``): uniform [-10, 10].
+ROUNDING = ("FLOOR", "CEIL", "ROUND", "TRUNC")
+
+
+def _unary(op: str, params: str, p: dict[str, Any]) -> Case:
+    t = p["type"]
+    if "ne_a" not in p:  # test_floor & co: ggml_floor(a) on a plain tensor
+        ne = _ne_of(p, "ne")
+        init = Init("uniform", -10.0, 10.0)
+        return Case(op, params, (Leaf("a", ne, t, init),), lambda b, x: _named(b.unary(x["a"], op), "out"))
+    ne, v = _ne_of(p, "ne_a"), int(p.get("v", 0))
+    lo = -10.0 if t == "f16" and op in ("EXP", "EXPM1") else -150.0
+    init = Init("uniform", lo, -lo)
+    big = (ne[0] * 3, ne[1] * 2, ne[2] * 5, ne[3] * 4) if v & 1 else ne
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        a = _named(_view_like(b, x["a"], ne), "view_of_a") if v & 1 else x["a"]
+        return _named(b.unary(a, op), "out")
+
+    return Case(op, params, (Leaf("a", big, t, init),), program)
+
+
+GLU = ("REGLU", "GEGLU", "SWIGLU", "GEGLU_ERF", "GEGLU_QUICK")
+
+
+def _glu(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, ne, v = p["type"], _ne_of(p, "ne_a"), int(p.get("v", 0))
+    big = (ne[0] * 3, ne[1], ne[2], ne[3]) if v & 1 else ne
+    split = bool(p.get("split"))
+    leaves = (Leaf("a", big, t, U150), Leaf("b", big, t, U150)) if split else (Leaf("a", big, t, U150),)
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        a = _named(_view_like(b, x["a"], ne), "view_of_a") if v & 1 else x["a"]
+        if not split:
+            return _named(b.glu(a, op, bool(p.get("swapped", 0))), "out")
+        bb = _view_like(b, x["b"], ne) if v & 1 else x["b"]
+        return _named(b.glu_split(a, bb, op), "out")
+
+    return Case(op, params, leaves, program)
+
+
+def _swiglu_oai(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, ne, v = p["type"], _ne_of(p, "ne_a"), int(p.get("v", 0))
+    big = (ne[0] * 3, ne[1], ne[2], ne[3]) if v & 1 else ne
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        a = _named(_view_like(b, x["a"], ne), "view_of_a") if v & 1 else x["a"]
+        bb = _view_like(b, x["b"], ne) if v & 1 else x["b"]
+        return _named(b.swiglu_oai(a, bb, float(p["alpha"]), float(p["limit"])), "out")
+
+    return Case(op, params, (Leaf("a", big, t, U150), Leaf("b", big, t, U150)), program)
+
+
+def _bin(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, ne, nr, nf = p["type"], ne4(p["ne"]), ne4(p["nr"]), int(p["nf"])
+    perm1, overlap = int(p.get("perm1", 0)), int(p.get("src_overlap", 0))
+    init = POS_09 if op in ("MUL", "DIV") else Init()
+    leaves = [Leaf("a", tuple(ne[i] * nr[i] for i in range(4)), t, init)]  # type: ignore[arg-type]
+    perm = (1, 2, 0, 3)
+    if not overlap:
+        b_ne = (ne[1], ne[2], ne[0], ne[3]) if perm1 else ne
+        leaves += [Leaf(f"b{i}", b_ne, t, init) for i in range(nf)]
+    fn = op.lower()
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        a = x["a"]
+        half = (ne[0], ne[1], ne[2], 2 * (ne[3] // 3))
+        out = _view_like(b, a, half) if overlap else a
+        for i in range(nf):
+            if overlap:
+                src = _view_like(b, a, half, (ne[3] // 3) * a.nb[3])
+            elif perm1:
+                src = b.permute(x[f"b{i}"], *perm)
+            else:
+                src = x[f"b{i}"]
+            out = getattr(b, fn)(out, src)
+        return _named(out, "out")
+
+    err = 1e-6 if (op == "ADD" and nf > 1 and t == "f16") else 1e-4 if (op == "ADD" and nf > 1 and t == "bf16") else 1e-7
+    return Case(op, params, tuple(leaves), program, max_err=err)
+
+
+def _add_id(op: str, params: str, p: dict[str, Any]) -> Case:
+    ne_e, n_exp, n_used, n_tok = (int(p[k]) for k in ("n_embd", "n_experts", "n_experts_used", "n_token"))
+    leaves = (
+        Leaf("a", ne4((ne_e, n_used, n_tok)), p["type_a"]),
+        Leaf("b", ne4((ne_e, n_exp)), p["type_b"]),
+        Leaf("ids", ne4((n_exp, n_tok)), "i32", Init("experts", n=n_exp)),
+    )
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        ids = x["ids"]
+        if n_used != n_exp:
+            ids = _named(b.view_2d(ids, n_used, n_tok, ids.nb[1], 0), "view_of_ids")
+        return _named(b.add_id(x["a"], x["b"], ids), "out")
+
+    return Case(op, params, leaves, program)
+
+
+def _simple(fn: str, init: Init = Init(), *args: str, ne_key: str = "ne", err: float = 1e-7) -> CaseBuilder:
+    """``out = ggml_<fn>(a, *params[args])`` on one uniform leaf."""
+
+    def build(op: str, params: str, p: dict[str, Any]) -> Case:
+        ne = _ne_of(p, ne_key, "ne", "ne_a")
+        vals = [p[k] for k in args]
+
+        def program(b: Any, x: Mapping[str, Any]) -> Any:
+            return _named(getattr(b, fn)(x["a"], *vals), "out")
+
+        return Case(op, params, (Leaf("a", ne, p.get("type", "f32"), init),), program, max_err=err)
+
+    return build
+
+
+def _scale(op: str, params: str, p: dict[str, Any]) -> Case:
+    s, bias, inplace = float(p["scale"]), float(p.get("bias", 0.0)), int(p.get("inplace", 0))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        fn = b.scale_bias_inplace if inplace else b.scale_bias
+        return _named(fn(x["a"], s, bias), "out")
+
+    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"]),), program)
+
+
+def _leaky_relu(op: str, params: str, p: dict[str, Any]) -> Case:
+    slope = float(p["negative_slope"])
+    return Case(op, params, (Leaf("a", _ne_of(p, "ne_a"), p["type"]),),
+                lambda b, x: _named(b.leaky_relu(x["a"], slope, False), "out"))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# data movement
+
+
+def _get_rows(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, n, m, r, be1, be2, v = (p[k] for k in ("type", "n", "m", "r", "be1", "be2", "v"))
+    leaves = (
+        Leaf("in", ne4((n, m, be1, be2)), t),
+        Leaf("rows", ne4((r + 1 if v else r, be1, be2)), "i32", Init("rows", n=m)),
+    )
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        rows = x["rows"]
+        if v:
+            rows = _named(b.view_3d(rows, r // 2, be1, be2, rows.nb[1], rows.nb[2], rows.nb[0]), "view_of_rows")
+        return _named(b.get_rows(x["in"], rows), "out")
+
+    return Case(op, params, leaves, program)
+
+
+def _set_rows(op: str, params: str, p: dict[str, Any]) -> Case:
+    ne, (n2, n3), r, v = ne4(p["ne"]), p["nr23"], int(p["r"]), int(p["v"])
+    t_src, t_dst, t_idx = p.get("type_src", "f32"), p.get("type_dst", p.get("type")), p["type_idx"]
+    leaves = (
+        Leaf("dst", (ne[0], ne[1], ne[2] * n2, ne[3] * n3), t_dst),
+        Leaf("src", (ne[0], r, ne[2] * n2, ne[3] * n3), t_src),
+        Leaf("row_idxs", ne4((r, ne[2], ne[3])), t_idx, Init("set_rows", n=ne[1])),
+    )
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        src, idx = x["src"], x["row_idxs"]
+        if v:
+            src = _view_like(b, src, (ne[0], r // 2, ne[2] * n2, ne[3] * n3))
+            idx = _named(b.view_3d(idx, r // 2, ne[2], ne[3], idx.nb[1], idx.nb[2], 0), "view_of_rows")
+        return _named(b.set_rows(x["dst"], src, idx), "out")
+
+    err = 1e-7
+    if t_dst in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"):
+        bits = {"q8_0": 8, "q5_0": 5, "q5_1": 5}.get(t_dst, 4)
+        err = (2.0 / 2**bits) ** 2 / (0.25 * math.prod(ne))  # one quantum off, as the source estimates
+    return Case(op, params, leaves, program, max_err=err)
+
+
+def _cpy(op: str, params: str, p: dict[str, Any]) -> Case:
+    ts, td, ne = p["type_src"], p["type_dst"], ne4(p["ne_src"])
+    ps, pd = ne4(p.get("permute_src", [0] * 4)), ne4(p.get("permute_dst", [0] * 4))
+    tr, alloc = int(p.get("_src_transpose", 0)), p.get("dst_alloc")
+    src_ne = [ne[0], ne[1], ne[2], ne[3]]
+    if sum(ps):
+        src_ne = [0] * 4
+        for i, ax in enumerate(ps):
+            src_ne[ax] = ne[i]
+    if tr:
+        src_ne[0], src_ne[1] = src_ne[1], src_ne[0]
+    dst_ne = ne4(p["ne_dst"]) if "ne_dst" in p else ne4(src_ne)
+    leaves = [Leaf("src", ne, ts, U150)]
+    leaves.append(Leaf("dst_buf", ne4(alloc), td) if alloc else Leaf("dst", dst_ne, td))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        src = x["src"]
+        if sum(ps):
+            src = _named(b.permute(src, *ps), "src_permuted")
+        if tr:
+            src = _named(b.transpose(src), "src_transposed")
+        if alloc:
+            dst = _named(_view_like(b, x["dst_buf"], dst_ne), "dst_view")
+        else:
+            dst = x["dst"]
+            if sum(pd):
+                dst = _named(b.permute(dst, *pd), "dst_permuted")
+        return _named(b.cpy(src, dst), "out")
+
+    err = 0.0 if ts == td else 1e-6
+    if td in ("q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1", "q8_0"):
+        bits = {"q8_0": 8, "q5_0": 5, "q5_1": 5}.get(td, 4)
+        err = (1.0 / 8.0 * 150.0 * 2.0**-bits * 16) ** 2 / (150.0 * 150.0 * 0.25 * math.prod(ne))
+    return Case(op, params, tuple(leaves), program, max_err=err)
+
+
+def _dup(op: str, params: str, p: dict[str, Any]) -> Case:
+    perm = ne4(p.get("permute", [0] * 4))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        src = _named(b.permute(x["src"], *perm), "src_permuted") if sum(perm) else x["src"]
+        return _named(b.dup(src), "out")
+
+    return Case(op, params, (Leaf("src", ne4(p["ne"]), p["type"]),), program)
+
+
+def _cont(op: str, params: str, p: dict[str, Any]) -> Case:
+    ne, slice_, perm = ne4(p["ne"]), int(p.get("use_view_slice", 0)), ne4(p.get("permute", [0] * 4))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        s = x["src"]
+        if sum(perm):
+            d = _named(b.permute(s, *perm), "src_permuted")
+        elif slice_:
+            d = _named(_view_like(b, s, (ne[0], 1, ne[2], ne[3]), s.nb[0] * (ne[1] - 1)), "src_view_slice")
+        else:
+            d = _named(b.transpose(s), "src_transposed")
+        return _named(b.cont(d), "out")
+
+    return Case(op, params, (Leaf("src", ne, p["type"]),), program)
+
+
+def _repeat(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, ne, nr = p["type"], ne4(p["ne"]), ne4(p["nr"])
+    target = tuple(ne[i] * nr[i] for i in range(4))
+    leaves = (Leaf("dst", target, t), Leaf("src", ne, t))  # type: ignore[arg-type]
+    return Case(op, params, leaves, lambda b, x: _named(b.repeat(x["src"], x["dst"]), "out"))
+
+
+def _concat(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, ne_a, dim, v = p["type"], ne4(p["ne_a"]), int(p["dim"]), int(p.get("v", 0))
+    ne_b = list(ne_a)
+    ne_b[dim] = int(p["ne_b_d"])
+    big_a = (ne_a[0] * 2, ne_a[1] * 4, ne_a[2] * 3, ne_a[3]) if v & 1 else ne_a
+    big_b = (ne_b[0] * 3, ne_b[1] * 2, ne_b[2] * 4, ne_b[3]) if v & 2 else ne4(ne_b)
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        a = _named(_view_like(b, x["a"], ne_a), "view_of_a") if v & 1 else x["a"]
+        bb = _named(_view_like(b, x["b"], ne_b), "view_of_b") if v & 2 else x["b"]
+        return _named(b.concat(a, bb, dim), "out")
+
+    return Case(op, params, (Leaf("a", big_a, t), Leaf("b", big_b, t)), program)
+
+
+def _pad(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, ne = p["type"], ne4(p["ne_a"])
+    circ = int(p.get("circular", 0))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        a = x["a"]
+        if "lp0" not in p:
+            fn = b.pad_circular if circ else b.pad
+            return _named(fn(a, p["pad_0"], p["pad_1"], 0, 0), "out")
+        if p.get("tfrm") == 1:
+            a = _named(_view_like(b, a, [(n + 1) // 2 for n in ne]), "view of a")
+        elif p.get("tfrm") == 2:
+            a = _named(b.permute(a, 2, 1, 0, 3), "permuted a")
+        pads = [p[f"{s}{i}"] for i in range(4) for s in ("lp", "rp")]
+        fn = b.pad_ext_circular if circ else b.pad_ext
+        return _named(fn(a, *pads), "out")
+
+    return Case(op, params, (Leaf("a", ne, t),), program)
+
+
+# ----------------------------------------------------------------------------------------------
+# reductions, norms
+
+
+def _norm(fn: str, init: Init = Init()) -> CaseBuilder:
+    def build(op: str, params: str, p: dict[str, Any]) -> Case:
+        t, ne, eps = p["type"], ne4(p["ne"]), float(p["eps"])
+        nc, v, inplace = int(p.get("noncontig_rows", 0)), int(p.get("v", 0)), int(p.get("inplace", 0))
+        leaf_ne = (ne[1], ne[0], ne[2], ne[3]) if nc else ne
+
+        def program(b: Any, x: Mapping[str, Any]) -> Any:
+            a = x["a"]
+            if nc:
+                a = _named(b.permute(a, 1, 0, 2, 3), "permuted a")
+            if v:
+                a = _named(_view_like(b, a, [n // 2 for n in a.ne]), "view of a")
+            f = getattr(b, fn + ("_inplace" if inplace else ""))
+            return _named(f(a, eps), "out")
+
+        return Case(op, params, (Leaf("a", leaf_ne, t, init),), program)
+
+    return build
+
+
+def _sum_rows(op: str, params: str, p: dict[str, Any]) -> Case:
+    ne, perm, sl = ne4(p["ne"]), int(p.get("permute", 0)), int(p.get("slice", 0))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        a = x["a"]
+        if sl:
+            nb = a.nb
+            a = b.view_4d(a, ne[0], ne[1], ne[2] // 2, ne[3] - 1, nb[1], nb[2] * 2, nb[3], nb[3])
+        if perm:
+            a = b.permute(a, 0, 2, 3, 1)
+        return _named(b.sum_rows(a), "out")
+
+    return Case(op, params, (Leaf("a", ne, p["type"]),), program)
+
+
+def _sum(op: str, params: str, p: dict[str, Any]) -> Case:
+    perm = ne4(p.get("permute", [0, 1, 2, 3]))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        a = b.permute(x["a"], *perm) if list(perm) != [0, 1, 2, 3] else x["a"]
+        return _named(b.sum(a), "out")
+
+    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"], Init("uniform", -0.9, 1.1)),), program)
+
+
+def _argsort(op: str, params: str, p: dict[str, Any]) -> Case:
+    order = int(p["order"])
+    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"], Init("distinct")),),
+                lambda b, x: _named(b.argsort(x["a"], order), "out"))  # fmt: skip
+
+
+def _top_k(op: str, params: str, p: dict[str, Any]) -> Case:
+    k = int(p["k"])
+    if int(p.get("ties", 0)):
+        raise NoCase("TOP_K with ties: its err() compares the source values of the picked indices")
+    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"], Init("distinct")),),
+                lambda b, x: _named(b.top_k(x["a"], k), "out"), max_err=0.0, err="index_set")  # fmt: skip
+
+
+def _argmax(op: str, params: str, p: dict[str, Any]) -> Case:
+    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"], Init("distinct")),),
+                lambda b, x: _named(b.argmax(x["a"]), "out"), max_err=0.0)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# matrices, attention, rope, softmax
+
+
+def _mul_mat(op: str, params: str, p: dict[str, Any]) -> Case:
+    ta, tb, m, n, k = p["type_a"], p["type_b"], int(p["m"]), int(p["n"]), int(p["k"])
+    bs, nr, per = ne4(p["bs"])[:2], ne4(p["nr"])[:2], ne4(p.get("per", [0, 1, 2, 3]))
+    k_v, o = int(p.get("k_v", 0)), int(p.get("o", 1))
+    ne_a = (k, m, bs[0], bs[1])
+    ne_b = (k, n, bs[0] * nr[0], bs[1] * nr[1])
+    permuted = list(per) != [0, 1, 2, 3]
+    if permuted:
+        leaves = (Leaf("a", ne4([ne_a[per[i]] for i in range(4)]), ta),
+                  Leaf("b", ne4([ne_b[per[i]] for i in range(4)]), tb))  # fmt: skip
+    else:
+        kp = k_v or k
+        leaves = (Leaf("a", (kp, m, bs[0], bs[1]), ta), Leaf("b", (kp, n, ne_b[2], ne_b[3]), tb))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        a, bb = x["a"], x["b"]
+        if permuted:
+            a = _named(b.permute(a, *per), "a_permuted")
+            bb = _named(b.permute(bb, *per), "b_permuted")
+        elif k_v:
+            a, bb = _view_like(b, a, ne_a), _view_like(b, bb, ne_b)
+        out = _named(b.mul_mat(a, bb), "out")
+        for _ in range(1, o):
+            out = b.add(out, _named(b.mul_mat(a, bb), "out2"))
+        return out
+
+    return Case(op, params, leaves, program, max_err=5e-4, flops=2 * m * n * k * ne_b[2] * ne_b[3])
+
+
+def _mul_mat_id(op: str, params: str, p: dict[str, Any]) -> Case:
+    n_mats, n_used, m, n, k = (int(p[x]) for x in ("n_mats", "n_used", "m", "n", "k"))
+    leaves = (
+        Leaf("as", ne4((k, m, n_mats)), p["type_a"]),
+        Leaf("ids", ne4((n_mats, n)), "i32", Init("experts", n=n_mats)),
+        Leaf("b", ne4((k, 1 if p.get("b") else n_used, n)), p["type_b"]),
+    )
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        ids = x["ids"]
+        if n_used != n_mats:
+            ids = _named(b.view_2d(ids, n_used, n, ids.nb[1], 0), "view_of_ids")
+        return _named(b.mul_mat_id(x["as"], x["b"], ids), "out")
+
+    return Case(op, params, leaves, program, max_err=5e-4)
+
+
+def _out_prod(op: str, params: str, p: dict[str, Any]) -> Case:
+    m, n, k, bs, nr, tr = int(p["m"]), int(p["n"]), int(p["k"]), ne4(p["bs"]), ne4(p["nr"]), int(p["trans_b"])
+    b_ne = (k, n, bs[0] * nr[0], bs[1] * nr[1]) if tr else (n, k, bs[0] * nr[0], bs[1] * nr[1])
+    leaves = (Leaf("a", (m, k, bs[0], bs[1]), p["type_a"]), Leaf("b", b_ne, p["type_b"]))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        bb = b.transpose(x["b"]) if tr else x["b"]
+        return _named(b.out_prod(x["a"], bb), "out")
+
+    return Case(op, params, leaves, program, max_err=5e-4)
+
+
+def _soft_max(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, ne, (n2, n3) = p["type"], ne4(p["ne"]), p["nr23"]
+    mask, sinks, inplace = int(p["mask"]), int(p["sinks"]), int(p.get("inplace", 0))
+    scale, max_bias = float(p["scale"]), float(p["max_bias"])
+    leaves = [Leaf("a", (ne[0], ne[1], ne[2] * n2, ne[3] * n3), t)]
+    if mask:
+        leaves.append(Leaf("mask", ne, p["m_prec"]))
+    if sinks:
+        leaves.append(Leaf("sinks", ne4((ne[2] * n2,)), "f32"))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        fn = b.soft_max_ext_inplace if inplace else b.soft_max_ext
+        out = fn(x["a"], x.get("mask"), scale, max_bias)
+        b.soft_max_add_sinks(out, x.get("sinks"))
+        return _named(out, "out")
+
+    return Case(op, params, tuple(leaves), program, max_err=1e-6)
+
+
+def _rope(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, ne, n_dims, mode = p["type"], ne4(p["ne_a"]), int(p["n_dims"]), int(p["mode"])
+    n_ctx, fs, ef, af = int(p["n_ctx"]), float(p["fs"]), float(p["ef"]), float(p["af"])
+    ff, v, inplace = int(p["ff"]), int(p["v"]), int(p.get("inplace", 0))
+    is_mrope, is_vision = bool(mode & 8), mode == 24
+    if v & 1:
+        big = (ne[0] * 2, ne[1] * 4, ne[2] * 3, ne[3])
+    elif v == 2:
+        big = (ne[0] * 2, ne[1], ne[2], ne[3])
+    else:
+        big = ne
+    leaves = [
+        Leaf("a", big, t),
+        Leaf("pos", ne4((ne[2] * 4 if is_mrope else ne[2],)), "i32", Init("rows", n=n_ctx)),
+    ]
+    if ff:
+        leaves.append(Leaf("freq", ne4((n_dims // 2,)), "f32", POS_09))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        a = x["a"]
+        if v & 1:
+            a = _named(_view_like(b, a, ne), "view_of_a")
+        elif v == 2:
+            a = _named(_view_like(b, a, ne, ne[0] * a.nb[0]), "view_of_a")
+        back = "_back" if op == "ROPE_BACK" else ""
+        inpl = "_inplace" if inplace else ""
+        if is_mrope:
+            sections = [n_dims // 4] * 4 if is_vision else [n_dims // 3, n_dims // 3, n_dims // 3, 0]
+            if is_vision:
+                sections = [n_dims // 4, n_dims // 4, 0, 0]
+            nd = n_dims // 2 if is_vision else n_dims
+            out = getattr(b, f"rope_multi{back}{inpl}")(
+                a, x["pos"], x.get("freq"), nd, sections, mode, 0, 10000.0, fs, ef, af, 1.0, 0.0)
+        else:
+            out = getattr(b, f"rope_ext{back}{inpl}")(
+                a, x["pos"], x.get("freq"), n_dims, mode, 0, 10000.0, fs, ef, af, 1.0, 0.0)
+        return _named(out, "out")
+
+    return Case(op, params, tuple(leaves), program)
+
+
+def _pad_blck(n: int, dtype: str) -> int:
+    from ovkit.ops.policy import TYPE_LAYOUT
+
+    blck = TYPE_LAYOUT.get(dtype.lower(), (1, 1))[0]
+    return (n + blck - 1) // blck * blck
+
+
+def _flash_attn(op: str, params: str, p: dict[str, Any]) -> Case:
+    perm = ne4(p["permute"]) if "permute" in p else (0, 1, 2, 3)
+    tk, tv = p["type_K"], p["type_V"]
+    hsk, hsv = _pad_blck(int(p["hsk"]), tk), _pad_blck(int(p["hsv"]), tv)
+    nh, (nr2, nr3), kv, nb = int(p["nh"]), p["nr23"], int(p["kv"]), int(p["nb"])
+    kv_view = bool(p.get("kv_view", 1))
+    v_of_k = bool(p.get("v_is_view_of_k", tk == tv and hsk == 576 and hsv == 512))
+    identity = list(perm) == [0, 1, 2, 3]
+
+    def perm_ne(ne: tuple[int, ...], view: bool) -> tuple[int, int, int, int]:
+        q = [0] * 4
+        for i in range(4):
+            q[perm[i]] = ne[i]
+        return (q[0], 2 * q[1] if view else q[1], q[2], q[3])
+
+    leaves = [Leaf("q", perm_ne((hsk, nb, nh * nr2, nr3), False), "f32"),
+              Leaf("k", perm_ne((hsk, kv, nh, nr3), kv_view), tk)]  # fmt: skip
+    if not v_of_k:
+        leaves.append(Leaf("v", perm_ne((hsv, kv, nh, nr3), kv_view), tv))
+    if p.get("mask"):
+        leaves.append(Leaf("m", ne4((kv, nb, 1, nr3)), "f16", Init("kq_mask")))
+    if p.get("sinks"):
+        leaves.append(Leaf("s", ne4((nh * nr2,)), "f32", Init("uniform", -10.0, 10.0)))
+
+    def create(b: Any, t: Any, ne: tuple[int, ...]) -> Any:
+        if kv_view:
+            q = [0] * 4
+            for i in range(4):
+                q[perm[i]] = ne[i]
+            t = _view_like(b, t, q)
+        return t if identity else b.permute(t, *perm)
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        q = x["q"] if identity else b.permute(x["q"], *perm)
+        k = create(b, x["k"], (hsk, kv, nh, nr3))
+        if v_of_k:
+            v = _view_like(b, k, (hsv, kv, nh, nr3))
+        else:
+            v = create(b, x["v"], (hsv, kv, nh, nr3))
+        out = b.flash_attn_ext(_named(q, "q"), _named(k, "k"), _named(v, "v"), x.get("m"),
+                               1.0 / math.sqrt(int(p["hsk"])), float(p["max_bias"]), float(p["logit_softcap"]))  # fmt: skip
+        b.flash_attn_ext_add_sinks(out, x.get("s"))
+        return _named(out, "out")
+
+    flops = 2 * nh * nr2 * nb * (hsk + hsv) * kv * nr3
+    return Case(op, params, tuple(leaves), program, max_err=5e-4, flops=flops)
+
+
+# ----------------------------------------------------------------------------------------------
+# convolution family
+
+
+def _im2col(op: str, params: str, p: dict[str, Any]) -> Case:
+    leaves = (Leaf("input", ne4(p["ne_input"]), p["type_input"]), Leaf("kernel", ne4(p["ne_kernel"]), p["type_kernel"]))
+    args = [p[k] for k in ("s0", "s1", "p0", "p1", "d0", "d1")]
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        return _named(b.im2col(x["kernel"], x["input"], *args, bool(p["is_2D"]), p["dst_type"]), "out")
+
+    return Case(op, params, leaves, program)
+
+
+def _im2col_3d(op: str, params: str, p: dict[str, Any]) -> Case:
+    ne, v = ne4(p["ne_input"]), int(p.get("v", 0))
+    leaves = (Leaf("input", ne, p["type_input"]), Leaf("kernel", ne4(p["ne_kernel"]), p["type_kernel"]))
+    args = [int(p[k]) for k in ("IC", "s0", "s1", "s2", "p0", "p1", "p2", "d0", "d1", "d2")]
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        inp = x["input"]
+        if v:
+            inp = _named(_view_like(b, inp, [n - 2 for n in ne]), "view_of_input")
+        return _named(b.im2col_3d(x["kernel"], inp, *args, p["dst_type"]), "out")
+
+    return Case(op, params, leaves, program)
+
+
+def _conv_2d(op: str, params: str, p: dict[str, Any]) -> Case:
+    leaves = (Leaf("input", ne4(p["ne_input"]), "f32"), Leaf("kernel", ne4(p["ne_kernel"]), p["type_kernel"]))
+    args = [int(p[k]) for k in ("stride0", "stride1", "padding0", "padding1", "dilation0", "dilation1")]
+    cwhn = int(p.get("cwhn", 0))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        inp, ker = x["input"], x["kernel"]
+        if cwhn:
+            inp = b.permute(b.cont(b.permute(inp, 1, 2, 0, 3)), 2, 0, 1, 3)
+            ker = b.permute(b.cont(b.permute(ker, 2, 3, 1, 0)), 3, 2, 0, 1)
+        return _named(b.conv_2d_direct(ker, inp, *args), "out")
+
+    return Case(op, params, leaves, program, max_err=5e-4)
+
+
+def _pool(dims: int) -> CaseBuilder:
+    def build(op: str, params: str, p: dict[str, Any]) -> Case:
+        kind = 0 if p["pool_type"] == "max" else 1  # GGML_OP_POOL_MAX = 0, AVG = 1
+        keys = ("k0", "s0", "p0") if dims == 1 else ("k0", "k1", "s0", "s1", "p0", "p1")
+        args = [int(p[k]) for k in keys]
+
+        def program(b: Any, x: Mapping[str, Any]) -> Any:
+            return _named(getattr(b, f"pool_{dims}d")(x["input"], kind, *args), "out")
+
+        return Case(op, params, (Leaf("input", ne4(p["ne_input"]), p["type_input"]),), program)
+
+    return build
+
+
+def _conv_transpose_1d(op: str, params: str, p: dict[str, Any]) -> Case:
+    leaves = (Leaf("input", ne4(p["ne_input"]), "f32"), Leaf("kernel", ne4(p["ne_kernel"]), "f32"))
+    s0, p0, d0 = int(p["s0"]), int(p["p0"]), int(p["d0"])
+    return Case(op, params, leaves,
+                lambda b, x: _named(b.conv_transpose_1d(x["kernel"], x["input"], s0, p0, d0), "out"))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# misc
+
+
+def _tri(op: str, params: str, p: dict[str, Any]) -> Case:
+    tt = int(p["tri_type"])
+    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"]),), lambda b, x: _named(b.tri(x["a"], tt), "out"))
+
+
+def _fill(op: str, params: str, p: dict[str, Any]) -> Case:
+    c = float(p["c"])
+    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"]),), lambda b, x: _named(b.fill(x["a"], c), "out"))
+
+
+def _diag(op: str, params: str, p: dict[str, Any]) -> Case:
+    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"]),), lambda b, x: _named(b.diag(x["a"]), "out"))
+
+
+def _clamp(op: str, params: str, p: dict[str, Any]) -> Case:
+    lo, hi = float(p["min"]), float(p["max"])
+    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"]),),
+                lambda b, x: _named(b.clamp(x["a"], lo, hi), "out"))  # fmt: skip
+
+
+def _ssm_conv(op: str, params: str, p: dict[str, Any]) -> Case:
+    leaves = (Leaf("a", ne4(p["ne_a"]), p["type"]), Leaf("b", ne4(p["ne_b"]), p["type"]))
+    return Case(op, params, leaves, lambda b, x: _named(b.ssm_conv(x["a"], x["b"]), "out"))
+
+
+def _solve_tri(op: str, params: str, p: dict[str, Any]) -> Case:
+    leaves = (Leaf("a", ne4(p["ne_lhs"]), p["type"], Init("tril")), Leaf("b", ne4(p["ne_rhs"]), p["type"]))
+    return Case(op, params, leaves,
+                lambda b, x: _named(b.solve_tri(x["a"], x["b"], True, True, False), "out"), max_err=1e-6)  # fmt: skip
+
+
+BUILDERS: dict[str, CaseBuilder] = {
+    **{u: _unary for u in UNARY},
+    **{g: _glu for g in GLU},
+    "SWIGLU_OAI": _swiglu_oai,
+    **{o: _bin for o in ("ADD", "SUB", "MUL", "DIV")},
+    "ADD_ID": _add_id,
+    "SCALE": _scale,
+    "SQR": _simple("sqr"),
+    "SQRT": _simple("sqrt", Init("uniform", 50.0, 100.0)),
+    "LOG": _simple("log", POS_09),
+    "SIN": _simple("sin", Init("uniform", -6.5, 6.5)),
+    "COS": _simple("cos", Init("uniform", -6.5, 6.5)),
+    "MEAN": _simple("mean", Init("uniform", -0.9, 1.1)),
+    "CUMSUM": _simple("cumsum"),
+    "LEAKY_RELU": _leaky_relu,
+    "CLAMP": _clamp,
+    "FILL": _fill,
+    "TRI": _tri,
+    "DIAG": _diag,
+    "GET_ROWS": _get_rows,
+    "SET_ROWS": _set_rows,
+    "CPY": _cpy,
+    "DUP": _dup,
+    "CONT": _cont,
+    "REPEAT": _repeat,
+    "CONCAT": _concat,
+    "PAD": _pad,
+    "NORM": _norm("norm"),
+    "RMS_NORM": _norm("rms_norm", Init("uniform", -10.0, 10.0)),
+    "L2_NORM": _norm("l2_norm"),
+    "SUM_ROWS": _sum_rows,
+    "SUM": _sum,
+    "ARGSORT": _argsort,
+    "TOP_K": _top_k,
+    "ARGMAX": _argmax,
+    "MUL_MAT": _mul_mat,
+    "MUL_MAT_ID": _mul_mat_id,
+    "OUT_PROD": _out_prod,
+    "SOFT_MAX": _soft_max,
+    "ROPE": _rope,
+    "ROPE_BACK": _rope,
+    "FLASH_ATTN_EXT": _flash_attn,
+    "IM2COL": _im2col,
+    "IM2COL_3D": _im2col_3d,
+    "CONV_2D": _conv_2d,
+    "POOL_1D": _pool(1),
+    "POOL_2D": _pool(2),
+    "CONV_TRANSPOSE_1D": _conv_transpose_1d,
+    "SSM_CONV": _ssm_conv,
+    "SOLVE_TRI": _solve_tri,
+}
+
+
+def build(op_name: str, op_params: str) -> Case:
+    """The executable case of one test-backend-ops row; :class:`NoCase` when no builder knows it."""
+    builder = BUILDERS.get(op_name)
+    if builder is None:
+        raise NoCase(f"no case builder for {op_name}")
+    try:
+        return builder(op_name, op_params, parse_params(op_params))
+    except KeyError as e:
+        raise NoCase(f"{op_name}: parameter {e.args[0]!r} missing") from e

@@ -1,0 +1,190 @@
+"""One op case as data: its leaves (ggml ``ne``, type, how values are drawn), the program that
+builds its graph, and how its result is judged.
+
+The program is written once against the builder API ``ovkit.Graph`` shares with
+``ovkit.oracle.GgmlBuilder`` (ggml's own functions), so the same case builds the ovkit graph and
+the ggml graph.  Values are drawn the way ``tests/test-backend-ops.cpp`` initialises each op's
+tensors (``initialize_tensors``), from a seed derived from the case's name, so a case is the same
+on every run and in every worker process.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: ``program(builder, leaves) -> output tensor``: the case's graph on either builder.
+Program = Callable[[Any, Mapping[str, Any]], Any]
+
+#: Plain (non block-quantized) types and the numpy type their values are drawn in.
+PLAIN_TYPES: dict[str, Any] = {
+    "f32": np.float32,
+    "f16": np.float16,
+    "bf16": np.float32,
+    "i32": np.int32,
+    "i64": np.int64,
+    "i16": np.int16,
+    "i8": np.int8,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Init:
+    """How a leaf's values are drawn (test-backend-ops' per-op ``initialize_tensors``).
+
+    kinds: ``uniform`` in [lo, hi]; ``rows`` row ids in [0, n) (get_rows); ``set_rows`` per
+    (i1, i2) a shuffled subset of range(n) (no duplicate targets); ``experts`` each row a shuffle
+    of ``i % n`` (mul_mat_id / add_id ids); ``distinct`` each row a shuffle of 0..ne0-1 (argsort,
+    top_k: no ties); ``kq_mask`` f16 mask with random -inf/0 blocks of 128x64 (flash attention);
+    ``tril`` lower-triangular (solve_tri); ``zero``.
+    """
+
+    kind: str = "uniform"
+    lo: float = -1.0
+    hi: float = 1.0
+    n: int = 0
+
+
+UNIFORM = Init()
+
+
+@dataclass(frozen=True, slots=True)
+class Leaf:
+    """One input tensor of a case: name, ggml ``ne`` (innermost first), type and value draw."""
+
+    name: str
+    ne: tuple[int, int, int, int]
+    dtype: str = "f32"
+    init: Init = UNIFORM
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The numpy shape (outermost first, all four dims kept)."""
+        return tuple(reversed(self.ne))
+
+    @property
+    def quantized(self) -> bool:
+        """A ggml block-quantized type (q4_0, q8_0, q4_K, ...): a constant weight on ovkit's side."""
+        return self.dtype not in PLAIN_TYPES
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One executable case: the op and parameters in test-backend-ops notation, the leaves, the
+    program and the error check (``err``: ``nmse`` or ``index_set``; ``max_err`` its bound)."""
+
+    op: str
+    params: str
+    leaves: tuple[Leaf, ...]
+    program: Program = field(repr=False, compare=False)
+    max_err: float = 1e-7
+    err: str = "nmse"
+    flops: int = 0
+
+    @property
+    def name(self) -> str:
+        """``OP(params)`` as test-backend-ops prints a case."""
+        return f"{self.op}({self.params})"
+
+    def seed(self) -> int:
+        return zlib.crc32(self.name.encode())
+
+
+def ne4(ne: Any) -> tuple[int, int, int, int]:
+    n = [int(x) for x in ne] + [1] * (4 - len(ne))
+    return (n[0], n[1], n[2], n[3])
+
+
+def _rows(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+
+
+def draw(leaf: Leaf, rng: np.random.Generator) -> np.ndarray:
+    """The leaf's values as a numpy array of its numpy shape (quantized types: f32 values)."""
+    shape, init = leaf.shape, leaf.init
+    k = init.kind
+    if k == "uniform":
+        a: np.ndarray = rng.uniform(init.lo, init.hi, shape)
+    elif k == "zero":
+        a = np.zeros(shape)
+    elif k == "rows":
+        a = rng.integers(0, max(1, init.n), shape)
+    elif k == "set_rows":
+        a = np.stack([rng.permutation(init.n)[: shape[-1]] for _ in range(_rows(shape))]).reshape(shape)
+    elif k == "experts":
+        a = np.stack([rng.permutation(np.arange(shape[-1]) % init.n) for _ in range(_rows(shape))])
+        a = a.reshape(shape)
+    elif k == "distinct":
+        a = np.stack([rng.permutation(shape[-1]) for _ in range(_rows(shape))]).reshape(shape)
+        a = a / init.n if init.n else a
+    elif k == "kq_mask":
+        a = rng.uniform(init.lo, init.hi, shape)
+        ne0, ne1, ne2, ne3 = leaf.ne
+        n_blocks = int(0.2 * ne0 * ne1 * ne2 * ne3 / (128 * 64))
+        flat = a.reshape(ne3, ne2, ne1, ne0)
+        for _ in range(n_blocks):
+            p3, p2, p1, p0 = (int(rng.integers(0, n)) for n in (ne3, ne2, ne1, ne0))
+            flat[p3, p2, p1 : p1 + 64, p0 : p0 + 128] = -np.inf if rng.integers(0, 2) else 0.0
+    elif k == "tril":
+        a = np.tril(rng.uniform(init.lo, init.hi, shape))
+    else:
+        raise ValueError(f"leaf {leaf.name!r}: unknown init kind {k!r}")
+    return np.ascontiguousarray(a.astype(PLAIN_TYPES.get(leaf.dtype, np.float32)))
+
+
+def draw_all(case: Case) -> dict[str, np.ndarray]:
+    """Every leaf's values, from the case's own seed (the same in every process)."""
+    rng = np.random.default_rng(case.seed())
+    return {leaf.name: draw(leaf, rng) for leaf in case.leaves}
+
+
+def ggml_inputs(case: Case, values: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """The values as ggml leaves: bf16 marked, quantized types as ggml's own blocks."""
+    from ovkit import oracle
+
+    out: dict[str, Any] = {}
+    for leaf in case.leaves:
+        v = values[leaf.name]
+        if leaf.quantized:
+            out[leaf.name] = oracle.quantize(leaf.dtype, v)
+        elif leaf.dtype == "bf16":
+            out[leaf.name] = oracle.as_bf16(v)
+        else:
+            out[leaf.name] = v
+    return out
+
+
+def build_ovkit(case: Case, ggml_leaves: Mapping[str, Any]) -> tuple[Any, Any, dict[str, np.ndarray]]:
+    """The case's ovkit ``Graph``, its output and the feed (quantized leaves become constants
+    holding ggml's blocks, so both sides see the same weights)."""
+    from ovkit.graph import Graph
+    from ovkit.quant import from_blocks
+
+    g = Graph()
+    leaves: dict[str, Any] = {}
+    feed: dict[str, np.ndarray] = {}
+    for leaf in case.leaves:
+        v = ggml_leaves[leaf.name]
+        if leaf.quantized:
+            leaves[leaf.name] = g.constant(from_blocks(leaf.dtype, v.data, v.shape, leaf.name))
+        else:
+            leaves[leaf.name] = g.input(leaf.name, leaf.shape, leaf.dtype)
+            feed[leaf.name] = np.asarray(getattr(v, "array", v))
+    return g, case.program(g, leaves), feed
+
+
+def index_set_err(actual: np.ndarray, expected: np.ndarray) -> float:
+    """test_top_k's ``err`` (no ties): the multiset distance of the two index lists over the whole
+    output (order free, ``jdst``: unmatched counts / 2n), plus any non-integer part."""
+    from collections import Counter
+
+    a = np.asarray(actual, np.float64).ravel()
+    b = np.asarray(expected, np.float64).ravel()
+    diff = float(np.abs(a - np.trunc(a)).sum() + np.abs(b - np.trunc(b)).sum())
+    ca, cb = Counter(a.astype(np.int64).tolist()), Counter(b.astype(np.int64).tolist())
+    unmatched = sum(abs(ca[x] - cb[x]) for x in ca) + sum(n for x, n in cb.items() if x not in ca)
+    return diff + (unmatched / (2 * a.size) if a.size else 0.0)
