@@ -1228,6 +1228,23 @@ def add_cli_args(p: Any) -> None:
     p.add_argument("--isolate", action="store_true", help="one process per op: a crash becomes FAIL lines")
     p.add_argument("--vs-ggml", action="store_true", help="perf: also time ggml's CPU backend on each case")
     p.add_argument(
+        "--catalogue",
+        choices=("ovkit", "test-backend-ops"),
+        default="ovkit",
+        help="ovkit's own cases (default) or test-backend-ops' catalogue (the shipped half, or --cases)",
+    )
+    p.add_argument("--cases", metavar="FILE", help="test-backend-ops: a case list CSV (op_name,op_params)")
+    p.add_argument(
+        "--policy",
+        choices=("upstream", "none"),
+        default="upstream",
+        help="test-backend-ops: upstream = only what the backend accepts (default); none = every case",
+    )
+    p.add_argument("--workers", type=int, default=2, metavar="N", help="test-backend-ops: worker processes")
+    p.add_argument(
+        "--sample", type=int, metavar="N", help="test-backend-ops: a stratified sample of about N rows"
+    )
+    p.add_argument(
         "--hints",
         choices=HINTS,
         default="exact",
@@ -1239,6 +1256,8 @@ def cli(args: Any) -> int:
     """Run ``ovkit test-ops`` from parsed arguments."""
     from ovkit.cli import UsageError, make_core
 
+    if args.catalogue == "test-backend-ops":
+        return _backend_ops_cli(args)
     core = make_core(args.simulate)
     if args.device is not None and args.device not in list(core.available_devices):
         raise UsageError(
@@ -1261,6 +1280,34 @@ def cli(args: Any) -> int:
         isolate=args.isolate,
         hints=args.hints,
         vs_ggml=args.vs_ggml,
+    )
+
+
+def _backend_ops_cli(args: Any) -> int:
+    """``ovkit test-ops --catalogue test-backend-ops``: test-backend-ops' own case list."""
+    from ovkit.catalogue import run as catalogue
+    from ovkit.cli import UsageError
+
+    if args.mode != "test":
+        raise UsageError("--catalogue test-backend-ops runs mode test only")
+    if args.workers < 0:
+        raise UsageError(f"--workers {args.workers}: expected 0 or more")
+    try:
+        rows = catalogue.read_rows(args.cases)
+    except (FileNotFoundError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.op:
+        wanted = {o.upper() for o in args.op}
+        unknown = sorted(wanted - {r.op for r in rows})
+        if unknown:
+            raise UsageError(f"unknown op {unknown[0]!r} in this case list")
+        rows = [r for r in rows if r.op in wanted]
+    if args.sample:
+        rows = catalogue.stratified(rows, args.sample)
+    device = args.device or "CPU"
+    progress = False if args.no_progress else None
+    return catalogue.main(
+        rows, args.policy, device, workers=args.workers, isolate=args.isolate, progress=progress
     )
 
 

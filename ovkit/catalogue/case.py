@@ -188,3 +188,38 @@ def index_set_err(actual: np.ndarray, expected: np.ndarray) -> float:
     ca, cb = Counter(a.astype(np.int64).tolist()), Counter(b.astype(np.int64).tolist())
     unmatched = sum(abs(ca[x] - cb[x]) for x in ca) + sum(n for x, n in cb.items() if x not in ca)
     return diff + (unmatched / (2 * a.size) if a.size else 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Structure:
+    """A built ggml graph as test-backend-ops would see it: output ne and type, op of every node."""
+
+    ne: tuple[int, int, int, int]
+    dtype: str
+    nodes: tuple[str, ...]
+
+
+def ggml_structure(case: Case) -> Structure:
+    """Build (not run) the case's graph with ggml itself and describe it."""
+    import ctypes
+
+    from ovkit import oracle
+
+    g = oracle._g()
+    params = g.ggml_init_params(mem_size=g.ggml_tensor_overhead() * 256 + g.ggml_graph_overhead(),
+                                mem_buffer=None, no_alloc=True)  # fmt: skip
+    ctx = g.ggml_init(params)
+    try:
+        leaves = {}
+        for leaf in case.leaves:
+            ne = (ctypes.c_int64 * 4)(*leaf.ne)
+            t = g.ggml_new_tensor(ctx, oracle.type_id(leaf.dtype), 4, ne)
+            g.ggml_set_name(t, leaf.name.encode())
+            leaves[leaf.name] = oracle.GgmlTensor(t)
+        out = case.program(oracle.GgmlBuilder(ctx), leaves)
+        gf = g.ggml_new_graph(ctx)
+        g.ggml_build_forward_expand(gf, out.ptr)
+        nodes = tuple(oracle.GgmlTensor(g.ggml_graph_node(gf, i)).op for i in range(g.ggml_graph_n_nodes(gf)))
+        return Structure(out.ne, out.dtype, nodes)
+    finally:
+        g.ggml_free(ctx)

@@ -358,3 +358,36 @@ def per_op(results: pd.DataFrame) -> pd.DataFrame:
 
 if __name__ == "__main__":
     _worker_main()
+
+
+def main(
+    rows: Sequence[Row],
+    policy: Policy = "upstream",
+    device: str = "CPU",
+    *,
+    workers: int = 0,
+    isolate: bool = False,
+    progress: bool | None = None,
+    out: Any = None,
+) -> int:
+    """``ovkit test-ops --catalogue test-backend-ops``: one line per case, totals per op, then the
+    summary; 1 on any FAIL."""
+    import pandas as pd
+    from tqdm import tqdm
+
+    stream = out or sys.stdout
+    print(f"Testing {device} (test-backend-ops catalogue, {len(rows)} cases, policy {policy})", file=stream)
+    results = []
+    for r in iter_results(rows, policy, device, workers=workers, isolate=isolate, progress=progress):
+        results.append(r)
+        tqdm.write(r.line(), file=stream)
+    df = pd.DataFrame([asdict(r) for r in results], columns=[*Result.__dataclass_fields__])
+    if results:
+        print("\nTotals per op:", file=stream)
+        print(per_op(df).to_string(), file=stream)
+    counts = {s: int((df["status"] == s).sum()) for s in STATUSES}
+    ran = counts["OK"] + counts["FAIL"]
+    print(f"\n  {counts['OK']}/{ran} tests passed; " + ", ".join(f"{n} {s}" for s, n in counts.items() if s not in ("OK",)),
+          file=stream)  # fmt: skip
+    print(f"  Backend {device}: {'FAIL' if counts['FAIL'] else 'OK'}", file=stream)
+    return 1 if counts["FAIL"] else 0
