@@ -48,10 +48,6 @@ import numpy as np
 from ovkit.dtypes import STORAGE_DTYPE, STORAGE_TYPE_OF_NUMPY, find_type, type_names
 from ovkit.quant import QUANT_TYPES  # the quantized types whose blocks this oracle produces
 
-# A ggml-python built with the OpenVINO backend links libopenvino, which resolves only once the
-# openvino package has loaded it: import openvino first.
-import openvino  # noqa: E402,F401,I001
-
 _ggml_mod: ModuleType | None
 try:  # ggml-python is an optional (test) dependency
     # ggml-python built with the OpenVINO backend (scripts/install-upstream) links libopenvino:

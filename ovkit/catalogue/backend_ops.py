@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ovkit.catalogue.case import Case, Init, Leaf, ne4
+from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf, ne4
 from ovkit.ops.verdicts import parse_params
 
 CaseBuilder = Callable[[str, str, dict[str, Any]], Case]
@@ -50,10 +50,30 @@ def _ne_of(p: dict[str, Any], *keys: str) -> tuple[int, int, int, int]:
 
 
 #: ggml unary ops built by test_unary (ne_a, v) and their ggml enum names.
-UNARY = (
-    "ABS SGN NEG STEP TANH ELU RELU SIGMOID GELU GELU_QUICK SILU HARDSWISH HARDSIGMOID EXP EXPM1 "
-    "SOFTPLUS GELU_ERF FLOOR CEIL ROUND TRUNC XIELU"
-).split()
+UNARY = [
+    "ABS",
+    "SGN",
+    "NEG",
+    "STEP",
+    "TANH",
+    "ELU",
+    "RELU",
+    "SIGMOID",
+    "GELU",
+    "GELU_QUICK",
+    "SILU",
+    "HARDSWISH",
+    "HARDSIGMOID",
+    "EXP",
+    "EXPM1",
+    "SOFTPLUS",
+    "GELU_ERF",
+    "FLOOR",
+    "CEIL",
+    "ROUND",
+    "TRUNC",
+    "XIELU",
+]
 #: test_floor/ceil/round/trunc (``ne`` instead of ``ne_a``): uniform [-10, 10].
 ROUNDING = ("FLOOR", "CEIL", "ROUND", "TRUNC")
 
@@ -132,7 +152,13 @@ def _bin(op: str, params: str, p: dict[str, Any]) -> Case:
             out = getattr(b, fn)(out, src)
         return _named(out, "out")
 
-    err = 1e-6 if (op == "ADD" and nf > 1 and t == "f16") else 1e-4 if (op == "ADD" and nf > 1 and t == "bf16") else 1e-7
+    err = (
+        1e-6
+        if (op == "ADD" and nf > 1 and t == "f16")
+        else 1e-4
+        if (op == "ADD" and nf > 1 and t == "bf16")
+        else 1e-7
+    )
     return Case(op, params, tuple(leaves), program, max_err=err)
 
 
@@ -153,7 +179,7 @@ def _add_id(op: str, params: str, p: dict[str, Any]) -> Case:
     return Case(op, params, leaves, program)
 
 
-def _simple(fn: str, init: Init = Init(), *args: str, ne_key: str = "ne", err: float = 1e-7) -> CaseBuilder:
+def _simple(fn: str, init: Init = UNIFORM, *args: str, ne_key: str = "ne", err: float = 1e-7) -> CaseBuilder:
     """``out = ggml_<fn>(a, *params[args])`` on one uniform leaf."""
 
     def build(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -198,7 +224,9 @@ def _get_rows(op: str, params: str, p: dict[str, Any]) -> Case:
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         rows = x["rows"]
         if v:
-            rows = _named(b.view_3d(rows, r // 2, be1, be2, rows.nb[1], rows.nb[2], rows.nb[0]), "view_of_rows")
+            rows = _named(
+                b.view_3d(rows, r // 2, be1, be2, rows.nb[1], rows.nb[2], rows.nb[0]), "view_of_rows"
+            )
         return _named(b.get_rows(x["in"], rows), "out")
 
     return Case(op, params, leaves, program)
@@ -206,7 +234,9 @@ def _get_rows(op: str, params: str, p: dict[str, Any]) -> Case:
 
 def _set_rows(op: str, params: str, p: dict[str, Any]) -> Case:
     ne, (n2, n3), r, v = ne4(p["ne"]), p["nr23"], int(p["r"]), int(p["v"])
-    t_src, t_dst, t_idx = p.get("type_src", "f32"), p.get("type_dst", p.get("type")), p["type_idx"]
+    t_src, t_dst, t_idx = p.get("type_src", "f32"), str(p.get("type_dst", p.get("type"))), p["type_idx"]
+    if t_src != "f32":  # the oracle's ggml aborts on GGML_ASSERT(b->type == GGML_TYPE_F32)
+        raise NoCase(f"SET_ROWS from {t_src}: the installed ggml (ggml-python) sets rows from f32 only")
     leaves = (
         Leaf("dst", (ne[0], ne[1], ne[2] * n2, ne[3] * n3), t_dst),
         Leaf("src", (ne[0], r, ne[2] * n2, ne[3] * n3), t_src),
@@ -335,7 +365,7 @@ def _pad(op: str, params: str, p: dict[str, Any]) -> Case:
 # reductions, norms
 
 
-def _norm(fn: str, init: Init = Init()) -> CaseBuilder:
+def _norm(fn: str, init: Init = UNIFORM) -> CaseBuilder:
     def build(op: str, params: str, p: dict[str, Any]) -> Case:
         t, ne, eps = p["type"], ne4(p["ne"]), float(p["eps"])
         nc, v, inplace = int(p.get("noncontig_rows", 0)), int(p.get("v", 0)), int(p.get("inplace", 0))
@@ -512,10 +542,12 @@ def _rope(op: str, params: str, p: dict[str, Any]) -> Case:
                 sections = [n_dims // 4, n_dims // 4, 0, 0]
             nd = n_dims // 2 if is_vision else n_dims
             out = getattr(b, f"rope_multi{back}{inpl}")(
-                a, x["pos"], x.get("freq"), nd, sections, mode, 0, 10000.0, fs, ef, af, 1.0, 0.0)
+                a, x["pos"], x.get("freq"), nd, sections, mode, 0, 10000.0, fs, ef, af, 1.0, 0.0
+            )
         else:
             out = getattr(b, f"rope_ext{back}{inpl}")(
-                a, x["pos"], x.get("freq"), n_dims, mode, 0, 10000.0, fs, ef, af, 1.0, 0.0)
+                a, x["pos"], x.get("freq"), n_dims, mode, 0, 10000.0, fs, ef, af, 1.0, 0.0
+            )
         return _named(out, "out")
 
     return Case(op, params, tuple(leaves), program)
@@ -563,10 +595,7 @@ def _flash_attn(op: str, params: str, p: dict[str, Any]) -> Case:
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         q = x["q"] if identity else b.permute(x["q"], *perm)
         k = create(b, x["k"], (hsk, kv, nh, nr3))
-        if v_of_k:
-            v = _view_like(b, k, (hsv, kv, nh, nr3))
-        else:
-            v = create(b, x["v"], (hsv, kv, nh, nr3))
+        v = _view_like(b, k, (hsv, kv, nh, nr3)) if v_of_k else create(b, x["v"], (hsv, kv, nh, nr3))
         out = b.flash_attn_ext(_named(q, "q"), _named(k, "k"), _named(v, "v"), x.get("m"),
                                1.0 / math.sqrt(int(p["hsk"])), float(p["max_bias"]), float(p["logit_softcap"]))  # fmt: skip
         b.flash_attn_ext_add_sinks(out, x.get("s"))
@@ -581,7 +610,10 @@ def _flash_attn(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _im2col(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (Leaf("input", ne4(p["ne_input"]), p["type_input"]), Leaf("kernel", ne4(p["ne_kernel"]), p["type_kernel"]))
+    leaves = (
+        Leaf("input", ne4(p["ne_input"]), p["type_input"]),
+        Leaf("kernel", ne4(p["ne_kernel"]), p["type_kernel"]),
+    )
     args = [p[k] for k in ("s0", "s1", "p0", "p1", "d0", "d1")]
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
@@ -619,6 +651,40 @@ def _conv_2d(op: str, params: str, p: dict[str, Any]) -> Case:
     return Case(op, params, leaves, program, max_err=5e-4)
 
 
+def _conv_2d_dw(op: str, params: str, p: dict[str, Any]) -> Case:
+    leaves = (Leaf("input", ne4(p["ne_input"]), "f32"), Leaf("kernel", ne4(p["ne_kernel"]), p["type_kernel"]))
+    s, pad, d, cwhn = int(p["stride"]), int(p["padding"]), int(p["dilation"]), int(p.get("cwhn", 0))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        inp, ker = x["input"], x["kernel"]
+        if cwhn:
+            inp = b.permute(b.cont(b.permute(inp, 1, 2, 0, 3)), 2, 0, 1, 3)
+            ker = b.permute(b.cont(b.permute(ker, 2, 3, 1, 0)), 3, 2, 0, 1)
+        return _named(b.conv_2d_dw_direct(ker, inp, s, s, pad, pad, d, d), "out")
+
+    return Case(op, params, leaves, program)
+
+
+def _conv_3d(op: str, params: str, p: dict[str, Any]) -> Case:
+    n, ic, oc = int(p["N"]), int(p["IC"]), int(p["OC"])
+    ne_in = (int(p["IW"]), int(p["IH"]), int(p["ID"]), ic * n)
+    ne_k = (int(p["KW"]), int(p["KH"]), int(p["KD"]), ic * oc)
+    leaves = (Leaf("input", ne_in, "f32"), Leaf("kernel", ne_k, p["type_kernel"]))
+    args = [int(p[k]) for k in ("s0", "s1", "s2", "p0", "p1", "p2", "d0", "d1", "d2")]
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        return _named(b.conv_3d_direct(x["kernel"], x["input"], *args, ic, n, oc), "out")
+
+    return Case(op, params, leaves, program, max_err=5e-4)
+
+
+def _conv_transpose_2d(op: str, params: str, p: dict[str, Any]) -> Case:
+    leaves = (Leaf("input", ne4(p["ne_input"]), "f32"), Leaf("kernel", ne4(p["ne_kernel"]), p["kernel_type"]))
+    stride = int(p["stride"])
+    return Case(op, params, leaves, max_err=5e-4,
+                program=lambda b, x: _named(b.conv_transpose_2d_p0(x["kernel"], x["input"], stride), "out"))  # fmt: skip
+
+
 def _pool(dims: int) -> CaseBuilder:
     def build(op: str, params: str, p: dict[str, Any]) -> Case:
         kind = 0 if p["pool_type"] == "max" else 1  # GGML_OP_POOL_MAX = 0, AVG = 1
@@ -646,12 +712,16 @@ def _conv_transpose_1d(op: str, params: str, p: dict[str, Any]) -> Case:
 
 def _tri(op: str, params: str, p: dict[str, Any]) -> Case:
     tt = int(p["tri_type"])
-    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"]),), lambda b, x: _named(b.tri(x["a"], tt), "out"))
+    return Case(
+        op, params, (Leaf("a", ne4(p["ne"]), p["type"]),), lambda b, x: _named(b.tri(x["a"], tt), "out")
+    )
 
 
 def _fill(op: str, params: str, p: dict[str, Any]) -> Case:
     c = float(p["c"])
-    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"]),), lambda b, x: _named(b.fill(x["a"], c), "out"))
+    return Case(
+        op, params, (Leaf("a", ne4(p["ne"]), p["type"]),), lambda b, x: _named(b.fill(x["a"], c), "out")
+    )
 
 
 def _diag(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -720,6 +790,9 @@ BUILDERS: dict[str, CaseBuilder] = {
     "IM2COL": _im2col,
     "IM2COL_3D": _im2col_3d,
     "CONV_2D": _conv_2d,
+    "CONV_2D_DW": _conv_2d_dw,
+    "CONV_3D": _conv_3d,
+    "CONV_TRANSPOSE_2D": _conv_transpose_2d,
     "POOL_1D": _pool(1),
     "POOL_2D": _pool(2),
     "CONV_TRANSPOSE_1D": _conv_transpose_1d,
@@ -734,6 +807,21 @@ def build(op_name: str, op_params: str) -> Case:
     if builder is None:
         raise NoCase(f"no case builder for {op_name}")
     try:
-        return builder(op_name, op_params, parse_params(op_params))
+        case = builder(op_name, op_params, parse_params(op_params))
     except KeyError as e:
         raise NoCase(f"{op_name}: parameter {e.args[0]!r} missing") from e
+    for leaf in case.leaves:
+        if not ggml_has_type(leaf.dtype):
+            raise NoCase(f"the installed ggml (ggml-python) has no type {leaf.dtype}")
+    return case
+
+
+def ggml_has_type(dtype: str) -> bool:
+    """Whether the oracle's ggml knows ``dtype`` (the case list can be newer than ggml-python)."""
+    from ovkit import oracle
+
+    try:
+        oracle.type_id(dtype)
+    except ValueError:
+        return False
+    return True

@@ -62,6 +62,8 @@ class Result:
     err: float | None = None
     max_err: float | None = None
     device: str = "CPU"
+    #: the backend's own verdict (its support policy), also recorded with ``policy="none"``
+    accepted: bool = False
 
     def line(self) -> str:
         """test-backend-ops' per-case line."""
@@ -79,11 +81,15 @@ def read_rows(path: str | Path | None = None) -> list[Row]:
 
     p = Path(path) if path is not None else SHIPPED
     if not p.exists():
-        raise FileNotFoundError(f"case list {str(p)!r} does not exist (expected a CSV with op_name,op_params)")
+        raise FileNotFoundError(
+            f"case list {str(p)!r} does not exist (expected a CSV with op_name,op_params)"
+        )
     try:
         return [Row(v.op_name, v.op_params) for v in read_verdicts(p)]
     except KeyError as e:
-        raise ValueError(f"case list {str(p)!r}: column {e.args[0]!r} missing (expected op_name,op_params)") from e
+        raise ValueError(
+            f"case list {str(p)!r}: column {e.args[0]!r} missing (expected op_name,op_params)"
+        ) from e
 
 
 def stratified(rows: Sequence[Row], n: int, seed: int = 0) -> list[Row]:
@@ -125,21 +131,23 @@ def _untranslatable(exc: BaseException) -> bool:
     return isinstance(exc, GraphError) and any(s in text for s in gaps)
 
 
-def policy_reason(g: Any, out: Any, device_class: str) -> str | None:
-    """The first rejection of any op node of the case's graph (upstream's policy, test-name quirks
-    included), or None when the backend accepts them all."""
+def upstream_verdict(row: Row, device_class: str = "CPU") -> tuple[bool, str]:
+    """What the backend's ``supports_op`` answers for the case's output node (test-backend-ops'
+    ``support`` mode, test-name quirks included), with the reason of a rejection."""
+    from ovkit.ops import verdicts
     from ovkit.ops.policy import check_op
 
-    for t in g.topo([out]):
-        if t.is_leaf:
-            continue
-        d = check_op(t.op_info(), device_class, upstream_exact=True)
-        if not d.supported:
-            return d.reason or f"{t.describe()} rejected"
-    return None
+    try:
+        info = verdicts.build_case(row.op, verdicts.parse_params(row.params))
+    except verdicts.Unexpressible as exc:
+        return False, f"unexpressible: {exc}"
+    d = check_op(info, device_class, upstream_exact=True)
+    return d.supported, d.reason
 
 
-def _run_unchecked(g: Any, out: Any, model: Any, names: list[str], feed: Any, device: str, core: Any) -> np.ndarray:
+def _run_unchecked(
+    g: Any, out: Any, model: Any, names: list[str], feed: Any, device: str, core: Any
+) -> np.ndarray:
     """The OpenVINO translation on ``device`` without the support policy (``policy="none"``)."""
     from ovkit import graph as graph_mod
     from ovkit.ops.translate import model_inputs
@@ -162,13 +170,21 @@ def _judge(case: Case, actual: np.ndarray, expected: np.ndarray) -> tuple[bool, 
     return verdict.ok, verdict.err, "" if verdict.ok else verdict.reason
 
 
-def run_case(case: Case, policy: Policy = "upstream", device: str = "CPU", core: Any = None) -> Result:
-    """Build both graphs, ask the policy, run ovkit on ``device`` and ggml's CPU backend, compare."""
+def run_case(
+    case: Case,
+    policy: Policy = "upstream",
+    device: str = "CPU",
+    core: Any = None,
+    *,
+    accepted: bool = True,
+    reason: str = "",
+) -> Result:
+    """Build both graphs, run ovkit on ``device`` and ggml's CPU backend, compare.  ``accepted``
+    and ``reason``: the backend's verdict (``policy="upstream"`` runs only accepted cases)."""
     from ovkit import oracle
-    from ovkit.devices import device_class
     from ovkit.engine import compute_graph
 
-    base = {"op": case.op, "case": case.name, "device": device}
+    base: dict[str, Any] = {"op": case.op, "case": case.name, "device": device, "accepted": accepted}
     from ovkit.quant import QUANT_TYPES
 
     known = {q.lower() for q in QUANT_TYPES}
@@ -182,13 +198,15 @@ def run_case(case: Case, policy: Policy = "upstream", device: str = "CPU", core:
     try:
         g, out, feed = build_ovkit(case, ggml_leaves)
     except Exception as exc:
-        if _untranslatable(exc):
+        from ovkit.graph import GraphError
+
+        # ovkit's builder refusing a graph is a gap, not a wrong result (the builder tests keep
+        # the case graphs themselves equal to test-backend-ops')
+        if _untranslatable(exc) or isinstance(exc, GraphError):
             return Result(**base, status="not translatable", detail=_first_line(exc))
         return Result(**base, status="FAIL", detail=f"build: {_first_line(exc)}")
-    if policy == "upstream":
-        reason = policy_reason(g, out, str(device_class(device)))
-        if reason is not None:
-            return Result(**base, status="not supported", detail=reason)
+    if policy == "upstream" and not accepted:
+        return Result(**base, status="not supported", detail=reason)
     try:
         model, names = g.to_model([out])
     except Exception as exc:
@@ -211,11 +229,14 @@ def run_case(case: Case, policy: Policy = "upstream", device: str = "CPU", core:
 
 def run_row(row: Row, policy: Policy = "upstream", device: str = "CPU", core: Any = None) -> Result:
     """:func:`run_case` of one case list row; rows no builder knows are ``no case``."""
+    from ovkit.devices import device_class
+
+    accepted, reason = upstream_verdict(row, str(device_class(device)))
     try:
         case = backend_ops.build(row.op, row.params)
     except backend_ops.NoCase as exc:
-        return Result(row.op, row.name, "no case", str(exc), device=device)
-    return run_case(case, policy, device, core)
+        return Result(row.op, row.name, "no case", str(exc), device=device, accepted=accepted)
+    return run_case(case, policy, device, core, accepted=accepted, reason=reason)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -280,7 +301,12 @@ def _pooled(rows: Sequence[Row], policy: str, device: str, workers: int) -> Iter
             if got is None:
                 code = w.proc.wait()
                 why = f"signal {-code}" if code < 0 else f"exit code {code}"
-                done.put(Result(row.op, row.name, "FAIL", f"the worker process crashed ({why})", device=device))
+                crashed = f"the worker process crashed ({why})"
+                done.put(
+                    Result(
+                        row.op, row.name, "FAIL", crashed, device=device, accepted=upstream_verdict(row)[0]
+                    )
+                )
                 w = _Worker(policy, device)
             else:
                 done.put(Result(**got))
@@ -292,11 +318,11 @@ def _pooled(rows: Sequence[Row], policy: str, device: str, workers: int) -> Iter
         t.start()
     alive = len(threads)
     while alive:
-        r = done.get()
-        if r is None:
+        res = done.get()
+        if res is None:
             alive -= 1
         else:
-            yield r
+            yield res
     for t in threads:
         t.join()
 

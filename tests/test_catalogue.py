@@ -1,0 +1,134 @@
+"""``ovkit test-ops --catalogue test-backend-ops``: test-backend-ops' own rows run against ggml."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ovkit.catalogue import backend_ops, run, view
+from ovkit.cli import main
+
+ARGSORT = "type=f32,ne=[16,10,10,10],order=0"
+#: SET_ROWS with ne[3] = 3: ovkit translates it, upstream's policy refuses it (output ne[3] > 1)
+SET_ROWS_NE3 = "type_src=f32,type_dst=f32,type_idx=i64,ne=[3,3,1,1],nr23=[2,3],r=2,v=0"
+
+
+def _cases(tmp_path: Path, rows: list[tuple[str, str]], gz: bool = False) -> Path:
+    text = "op_name,op_params,supported\n" + "".join(f'{op},"{params}",0\n' for op, params in rows)
+    if gz:
+        p = tmp_path / "cases.csv.gz"
+        p.write_bytes(gzip.compress(text.encode()))
+    else:
+        p = tmp_path / "cases.csv"
+        p.write_text(text)
+    return p
+
+
+def test_cli_prints_a_line_per_case_and_totals_per_op(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = _cases(
+        tmp_path,
+        [("ARGSORT", ARGSORT), ("SET_ROWS", SET_ROWS_NE3), ("TOP_K", "type=f32,ne=[16,10,1,1],k=3,ties=0")],
+    )
+    code = main(
+        [
+            "test-ops",
+            "--catalogue",
+            "test-backend-ops",
+            "--cases",
+            str(cases),
+            "--workers",
+            "0",
+            "--no-progress",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"  ARGSORT({ARGSORT}): OK" in out
+    line = next(x for x in out.splitlines() if x.startswith("  SET_ROWS("))
+    assert "not supported [CPU]" in line and "ne[3]" in line  # the policy's reason
+    assert re.search(r"^ARGSORT\s+1\s+0\s+0\s+0\s+0\s+1\s+100\.0$", out, re.M), out  # totals per op
+    assert "  Backend CPU: OK" in out
+
+
+def test_policy_none_runs_what_upstream_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cases = _cases(tmp_path, [("SET_ROWS", SET_ROWS_NE3)], gz=True)
+    code = main(["test-ops", "--catalogue", "test-backend-ops", "--cases", str(cases), "--policy", "none",
+                 "--workers", "0", "--no-progress"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and f"  SET_ROWS({SET_ROWS_NE3}): OK" in out, out
+
+
+def test_a_wrong_result_is_a_fail_and_exit_code_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = backend_ops.BUILDERS["ARGSORT"]
+
+    def strict(op: str, params: str, p: dict[str, object]) -> backend_ops.Case:
+        return dataclasses.replace(real(op, params, p), max_err=-1.0)  # no error is small enough
+
+    monkeypatch.setitem(backend_ops.BUILDERS, "ARGSORT", strict)
+    cases = _cases(tmp_path, [("ARGSORT", ARGSORT)])
+    code = main(
+        [
+            "test-ops",
+            "--catalogue",
+            "test-backend-ops",
+            "--cases",
+            str(cases),
+            "--workers",
+            "0",
+            "--no-progress",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    assert f"  ARGSORT({ARGSORT}): FAIL NMSE" in out and "  Backend CPU: FAIL" in out
+
+
+def test_worker_processes_give_the_same_verdicts(tmp_path: Path) -> None:
+    rows = [run.Row("ARGSORT", ARGSORT), run.Row("SET_ROWS", SET_ROWS_NE3), run.Row("CONV_3D_X", "a=1")]
+    df = run.run(rows, policy="upstream", workers=2, progress=False).set_index("op")
+    assert df.loc["ARGSORT", "status"] == "OK" and bool(df.loc["ARGSORT", "accepted"])
+    assert df.loc["SET_ROWS", "status"] == "not supported" and not df.loc["SET_ROWS", "accepted"]
+    assert df.loc["CONV_3D_X", "status"] == "no case" and "no case builder" in df.loc["CONV_3D_X", "detail"]
+
+
+def test_bad_case_lists_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.csv"
+    assert main(["test-ops", "--catalogue", "test-backend-ops", "--cases", str(missing)]) == 2
+    assert "nope.csv" in capsys.readouterr().err
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,params\nADD,x\n")
+    assert main(["test-ops", "--catalogue", "test-backend-ops", "--cases", str(bad)]) == 2
+    assert "op_name" in capsys.readouterr().err
+    assert main(["test-ops", "--catalogue", "test-backend-ops", "-o", "NOPE"]) == 2
+    assert "unknown op 'NOPE'" in capsys.readouterr().err
+
+
+def test_stratified_sample_keeps_every_op() -> None:
+    rows = run.read_rows()
+    sample = run.stratified(rows, 2000)
+    assert 2000 <= len(sample) < 2600
+    assert {r.op for r in sample} == {r.op for r in rows}
+
+
+def test_coverage_view_counts_each_status_per_op() -> None:
+    results = pd.DataFrame(
+        {
+            "op": ["ADD", "ADD", "ADD", "CONV_2D"],
+            "status": ["OK", "OK", "FAIL", "not translatable"],
+            "accepted": [True, False, True, False],
+        }
+    )
+    t = view.coverage(results)
+    assert list(t.columns) == list(view.CATEGORIES)
+    assert t.loc["ADD", "upstream-accepted"] == 1 and t.loc["ADD", "ovkit-only"] == 1
+    assert t.loc["ADD", "FAIL"] == 1 and t.loc["CONV_2D", "not translatable"] == 1
+    assert list(t.index) == ["ADD", "CONV_2D"]
