@@ -225,33 +225,19 @@ _ARRAY = 9
 _STRING = 8
 _BOOL = 7
 
-#: GGUF metadata value types with a fixed width: (name, numpy dtype, little-endian)
-_SCALAR_TYPES: dict[int, tuple[str, np.dtype[Any]]] = {
-    0: ("uint8", np.dtype("<u1")),
-    1: ("int8", np.dtype("<i1")),
-    2: ("uint16", np.dtype("<u2")),
-    3: ("int16", np.dtype("<i2")),
-    4: ("uint32", np.dtype("<u4")),
-    5: ("int32", np.dtype("<i4")),
-    6: ("float32", np.dtype("<f4")),
-    _BOOL: ("bool", np.dtype("<i1")),  # one byte, != 0 is true (as ggml reads it)
-    10: ("uint64", np.dtype("<u8")),
-    11: ("int64", np.dtype("<i8")),
-    12: ("float64", np.dtype("<f8")),
-}
-_U32, _U64 = np.dtype("<u4"), np.dtype("<u8")
-#: (numpy kind, width) -> little-endian struct format (struct's own sizes, not the platform's)
-_STRUCT_CODES = {
-    ("u", 1): "<B",
-    ("i", 1): "<b",
-    ("u", 2): "<H",
-    ("i", 2): "<h",
-    ("u", 4): "<I",
-    ("i", 4): "<i",
-    ("f", 4): "<f",
-    ("u", 8): "<Q",
-    ("i", 8): "<q",
-    ("f", 8): "<d",
+#: GGUF metadata value types with a fixed width: (name, struct format, numpy dtype), little-endian
+_SCALAR_TYPES: dict[int, tuple[str, str, np.dtype[Any]]] = {
+    0: ("uint8", "<B", np.dtype("<u1")),
+    1: ("int8", "<b", np.dtype("<i1")),
+    2: ("uint16", "<H", np.dtype("<u2")),
+    3: ("int16", "<h", np.dtype("<i2")),
+    4: ("uint32", "<I", np.dtype("<u4")),
+    5: ("int32", "<i", np.dtype("<i4")),
+    6: ("float32", "<f", np.dtype("<f4")),
+    _BOOL: ("bool", "<b", np.dtype("<i1")),  # one byte, != 0 is true (as ggml reads it)
+    10: ("uint64", "<Q", np.dtype("<u8")),
+    11: ("int64", "<q", np.dtype("<i8")),
+    12: ("float64", "<d", np.dtype("<f8")),
 }
 _VALUE_TYPE_NAMES = {k: v[0] for k, v in _SCALAR_TYPES.items()} | {_STRING: "string", _ARRAY: "array"}
 
@@ -279,17 +265,19 @@ class _Cursor:
         self.pos += n
         return view
 
-    def scalar(self, dtype: np.dtype[Any], what: str) -> Any:
-        self.need(dtype.itemsize, what)
-        value = struct.unpack_from(_STRUCT_CODES[dtype.kind, dtype.itemsize], self.data, self.pos)[0]
-        self.pos += dtype.itemsize
+    def scalar(self, fmt: str, what: str) -> Any:
+        """One field of struct format ``fmt`` (``"<I"``, ``"<q"``, ...)."""
+        width = struct.calcsize(fmt)
+        self.need(width, what)
+        value = struct.unpack_from(fmt, self.data, self.pos)[0]
+        self.pos += width
         return value
 
     def u32(self, what: str) -> int:
-        return int(self.scalar(_U32, what))
+        return int(self.scalar("<I", what))
 
     def u64(self, what: str) -> int:
-        return int(self.scalar(_U64, what))
+        return int(self.scalar("<Q", what))
 
     def string(self, what: str, max_bytes: int | None = None) -> str:
         n = self.u64(f"the length of {what}")
@@ -316,7 +304,7 @@ class _Cursor:
         return out
 
     def array(self, key: str) -> list[Any]:
-        item_type = int(self.scalar(np.dtype("<i4"), f"the item type of array {key!r}"))
+        item_type = int(self.scalar("<i", f"the item type of array {key!r}"))
         count = self.u64(f"the length of array {key!r}")
         if item_type == _STRING:
             # every string takes at least its 8-byte length: refuse impossible counts up front
@@ -327,13 +315,13 @@ class _Cursor:
                 f"array {key!r} has item type {_VALUE_TYPE_NAMES.get(item_type, item_type)!r}, "
                 "expected a number, bool or string type (ggml reads no nested arrays)"
             )
-        tname, dtype = _SCALAR_TYPES[item_type]
+        tname, _, dtype = _SCALAR_TYPES[item_type]
         raw = self.take(count * dtype.itemsize, f"array {key!r} of {count} {tname} values")
         values = np.frombuffer(raw, dtype)
         return (values != 0).tolist() if item_type == _BOOL else values.tolist()
 
     def value(self, key: str) -> tuple[int, Any]:
-        vtype = int(self.scalar(np.dtype("<i4"), f"the type of key {key!r}"))
+        vtype = int(self.scalar("<i", f"the type of key {key!r}"))
         if vtype == _ARRAY:
             return vtype, self.array(key)
         if vtype == _STRING:
@@ -401,14 +389,14 @@ def _tensor_info(cur: _Cursor, i: int) -> _RawInfo:
     n_dims = cur.u32(f"the dimension count of tensor {name!r}")
     if n_dims > MAX_DIMS:
         raise cur.fail(f"tensor {name!r} has {n_dims} dimensions, expected at most {MAX_DIMS}")
-    ne = tuple(int(cur.scalar(np.dtype("<i8"), f"dimension {j} of tensor {name!r}")) for j in range(n_dims))
+    ne = tuple(int(cur.scalar("<q", f"dimension {j} of tensor {name!r}")) for j in range(n_dims))
     for j, n in enumerate(ne):
         if n < 0:
             raise cur.fail(f"tensor {name!r} dimension {j} is {n}, expected a non-negative size")
     elements = math.prod(ne)
     if elements > INT64_MAX:
         raise cur.fail(f"tensor {name!r} of ne {list(ne)} has {elements} elements, more than an int64 holds")
-    ggml_type = int(cur.scalar(np.dtype("<i4"), f"the type of tensor {name!r}"))
+    ggml_type = int(cur.scalar("<i", f"the type of tensor {name!r}"))
     try:
         known = type_by_id(ggml_type)
     except UnknownTypeError as exc:

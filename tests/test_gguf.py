@@ -351,3 +351,43 @@ def test_cli_unreadable_free_memory_is_unknown_in_text_and_strict_json(
     by_device = {r["device"]: r for r in fit}
     assert (by_device["GPU"]["free_bytes"], by_device["GPU"]["fits"]) == (None, None)
     assert isinstance(by_device["CPU"]["free_bytes"], int) and by_device["CPU"]["fits"] is True
+
+
+def test_every_metadata_type_reads_as_the_gguf_package_reads_it(tmp_path: Path) -> None:
+    import gguf
+
+    p = tmp_path / "types.gguf"
+    w = gguf.GGUFWriter(p, "llama")
+    adders: dict[str, tuple[str, Any]] = {
+        "s": ("add_string", "héllo"),
+        "u8": ("add_uint8", 200),
+        "i8": ("add_int8", -5),
+        "u16": ("add_uint16", 65000),
+        "i16": ("add_int16", -3),
+        "u32": ("add_uint32", 4_000_000_000),
+        "i32": ("add_int32", -7),
+        "f32": ("add_float32", 1.5),
+        "b": ("add_bool", True),
+        "u64": ("add_uint64", 2**64 - 1),
+        "i64": ("add_int64", -(2**63)),
+        "f64": ("add_float64", 0.1),
+    }
+    for key, (adder, v) in adders.items():
+        getattr(w, adder)(key, v)
+    values = {key: v for key, (_, v) in adders.items()}
+    w.add_array("tokens", ["a", "", "wörld"])
+    w.add_array("scores", [0.5, -1.25])
+    w.add_tensor("t", np.arange(6, dtype=np.float32).reshape(2, 3))
+    _finish(w)
+    ours = og.read_gguf(p)
+    theirs = gguf.GGUFReader(p)
+    assert ours.metadata == {
+        **values,
+        "general.architecture": "llama",
+        "tokens": ["a", "", "wörld"],
+        "scores": [0.5, -1.25],
+    }
+    for key, f in theirs.fields.items():
+        if not key.startswith("GGUF."):
+            assert f.contents() == ours.metadata[key], key
+    np.testing.assert_array_equal(ours.constant("t"), np.arange(6, dtype=np.float32).reshape(2, 3))
