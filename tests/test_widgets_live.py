@@ -201,6 +201,26 @@ def test_five_recreated_dashboards_leave_one_live_refresh_thread() -> None:
     assert _live_threads("ovkit-dashboard") == []
 
 
+def test_views_of_other_cells_stay_live_and_a_rerun_cell_replaces_its_own(monkeypatch) -> None:
+    from ovkit.widgets import _refresh
+
+    core = SimulatedCore("laptop")
+    cell = ["cell-a"]
+    monkeypatch.setattr(_refresh, "current_cell", lambda: cell[0])
+    a = ovkit.dashboard(core, interval=0.05, op_explorer=False)
+    cell[0] = "cell-b"
+    b = ovkit.dashboard(core, interval=0.05, op_explorer=False)
+    table_b = DeviceTable(core, interval=0.05)  # another kind in the same cell
+    cell[0] = "cell-a"  # the user re-runs the first cell
+    a2 = ovkit.dashboard(core, interval=0.05, op_explorer=False)
+    try:
+        assert [v.refresher.alive for v in (a, b, table_b, a2)] == [False, True, True, True]
+    finally:
+        for v in (b, table_b, a2):
+            v.close()
+    assert _live_threads("ovkit-dashboard") == [] and _live_threads("ovkit-device-table") == []
+
+
 def test_no_refresh_thread_outlives_its_owner() -> None:
     class Owner:
         def __init__(self) -> None:
