@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf, ne4
+from ovkit.dtypes import layout
 from ovkit.ops.verdicts import parse_params
 
 CaseBuilder = Callable[[str, str, dict[str, Any]], Case]
@@ -554,9 +555,8 @@ def _rope(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _pad_blck(n: int, dtype: str) -> int:
-    from ovkit.ops.policy import TYPE_LAYOUT
-
-    blck = TYPE_LAYOUT.get(dtype.lower(), (1, 1))[0]
+    """GGML_PAD(n, ggml_blck_size(dtype))."""
+    blck = layout(dtype)[0]
     return (n + blck - 1) // blck * blck
 
 

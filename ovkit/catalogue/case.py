@@ -177,6 +177,23 @@ def build_ovkit(case: Case, ggml_leaves: Mapping[str, Any]) -> tuple[Any, Any, d
     return g, case.program(g, leaves), feed
 
 
+def ovkit_graph(case: Case) -> tuple[Any, Any]:
+    """The case's ovkit ``Graph`` and output without values (quantized weights all-zero blocks):
+    enough to ask which ops ovkit translates."""
+    from ovkit.graph import Graph
+    from ovkit.quant import from_blocks, row_bytes
+
+    g = Graph()
+    leaves: dict[str, Any] = {}
+    for leaf in case.leaves:
+        if leaf.quantized:
+            raw = bytes(row_bytes(leaf.dtype, leaf.ne[0]) * leaf.ne[1] * leaf.ne[2] * leaf.ne[3])
+            leaves[leaf.name] = g.constant(from_blocks(leaf.dtype, raw, leaf.shape, leaf.name))
+        else:
+            leaves[leaf.name] = g.input(leaf.name, leaf.shape, leaf.dtype)
+    return g, case.program(g, leaves)
+
+
 def index_set_err(actual: np.ndarray, expected: np.ndarray) -> float:
     """test_top_k's ``err`` (no ties): the multiset distance of the two index lists over the whole
     output (order free, ``jdst``: unmatched counts / 2n), plus any non-integer part."""

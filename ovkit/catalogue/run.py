@@ -133,7 +133,8 @@ def _untranslatable(exc: BaseException) -> bool:
 
 def upstream_verdict(row: Row, device_class: str = "CPU") -> tuple[bool, str]:
     """What the backend's ``supports_op`` answers for the case's output node (test-backend-ops'
-    ``support`` mode, test-name quirks included), with the reason of a rejection."""
+    ``support`` mode, test-name quirks included, at the revision that produced the shipped
+    verdicts), with the reason of a rejection."""
     from ovkit.ops import verdicts
     from ovkit.ops.policy import check_op
 
@@ -141,7 +142,7 @@ def upstream_verdict(row: Row, device_class: str = "CPU") -> tuple[bool, str]:
         info = verdicts.build_case(row.op, verdicts.parse_params(row.params))
     except verdicts.Unexpressible as exc:
         return False, f"unexpressible: {exc}"
-    d = check_op(info, device_class, upstream_exact=True)
+    d = check_op(info, device_class, upstream_exact=True, revision=verdicts.CSV_REVISION)
     return d.supported, d.reason
 
 
@@ -237,6 +238,43 @@ def run_row(row: Row, policy: Policy = "upstream", device: str = "CPU", core: An
     except backend_ops.NoCase as exc:
         return Result(row.op, row.name, "no case", str(exc), device=device, accepted=accepted)
     return run_case(case, policy, device, core, accepted=accepted, reason=reason)
+
+
+def translatable(row: Row) -> tuple[bool, str]:
+    """Whether ovkit can build the row's graph and has an OpenVINO translation for every op node
+    (without running it), with the reason when not; ``no case`` rows are not translatable."""
+    from ovkit.catalogue.case import ovkit_graph
+    from ovkit.ir import VIEW_OPS
+    from ovkit.ops.translate import TRANSLATORS
+
+    try:
+        g, out = ovkit_graph(backend_ops.build(row.op, row.params))
+    except backend_ops.NoCase as exc:
+        return False, f"no case: {exc}"
+    except Exception as exc:
+        return False, _first_line(exc)
+    for t in g.value_nodes([out]):
+        if not t.is_leaf and t.op not in VIEW_OPS and t.op_key not in TRANSLATORS:
+            return False, f"no OpenVINO translation for {t.op_key}"
+    return True, ""
+
+
+def coverage_rows(
+    rows: Sequence[Row], device_class: str = "CPU", progress: bool | None = None
+) -> pd.DataFrame:
+    """Every row classified without running it: the backend's verdict and ovkit's translation
+    (op, case, accepted, translatable, reason): the catalogue view over the whole list."""
+    import pandas as pd
+    from tqdm import tqdm
+
+    out = []
+    for r in tqdm(rows, desc="classifying", unit="case", file=sys.stderr, leave=False,
+                  disable=not progress if progress is not None else None):  # fmt: skip
+        accepted, why = upstream_verdict(r, device_class)
+        ok, reason = translatable(r)
+        out.append({"op": r.op, "case": r.name, "accepted": accepted, "translatable": ok,
+                    "reason": reason or why})  # fmt: skip
+    return pd.DataFrame(out, columns=["op", "case", "accepted", "translatable", "reason"])
 
 
 # ----------------------------------------------------------------------------------------------
