@@ -113,3 +113,10 @@ def test_without_the_build_features_name_the_script(monkeypatch, tmp_path) -> No
         build.UpstreamUnavailableError, match="ggml-python is missing; run scripts/install-upstream"
     ):
         isolate.Isolated()
+
+
+def test_info_names_the_vendored_ggml(worker) -> None:
+    from ovkit.upstream.devices import ggml_info
+
+    info = ggml_info(worker)
+    assert info["ggml_version"].count(".") == 2 and "OPENVINO" in info["registries"].split(", ")

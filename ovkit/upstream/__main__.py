@@ -22,7 +22,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "info":
+            from ovkit.upstream.devices import ggml_info
+
             print(detect().describe())
+            info = ggml_info()
+            print(f"vendored ggml {info['ggml_version']} (commit {info['ggml_commit']}), "
+                  f"backend registries: {info['registries']}")  # fmt: skip
             return 0
         if args.command == "devices":
             from ovkit.upstream import format_list_devices, list_devices

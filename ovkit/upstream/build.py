@@ -10,8 +10,8 @@ Two builds can sit next to ovkit, both put there by ``scripts/install-upstream``
   holds a complete ``llama_cpp`` package; a child process with that directory first on
   ``PYTHONPATH`` (and ``LLAMA_CPP_LIB_PATH`` at its ``llama_cpp/lib``) runs whole models on it.
 
-Nothing here imports ggml or llama_cpp: a broken or missing build is reported, never raised at
-import time.  Features are read as the strings the backend's code embeds (the environment
+Nothing here imports ggml or llama_cpp into this process (:func:`llama_openvino_devices` asks a
+child): a broken or missing build is reported, never raised at import time.  Features are read as the strings the backend's code embeds (the environment
 variables it reads), so "has the model cache" means the library reads
 ``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``.
 """
@@ -195,3 +195,32 @@ def llama_openvino_env(base: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([target, *filter(None, [env.get("PYTHONPATH")])])
     env["LLAMA_CPP_LIB_PATH"] = str(build.lib_dir)
     return env
+
+
+#: Run in the child: import llama_cpp (the OpenVINO build), initialise it, list ggml's devices.
+_LLAMA_DEVICES = """
+import ctypes, os, sys
+import llama_cpp
+from llama_cpp import llama_cpp as L
+L.llama_backend_init()
+g = ctypes.CDLL(os.path.join(os.environ["LLAMA_CPP_LIB_PATH"], "libggml.so"))
+g.ggml_backend_dev_get.restype = ctypes.c_void_p
+g.ggml_backend_dev_name.restype = ctypes.c_char_p
+print(llama_cpp.__file__)
+print(*[g.ggml_backend_dev_name(ctypes.c_void_p(g.ggml_backend_dev_get(i))).decode() for i in range(g.ggml_backend_dev_count())])
+"""
+
+
+def llama_openvino_devices() -> tuple[Path, list[str]]:
+    """``(the llama_cpp package file, its ggml device names)`` as a child process with
+    :func:`llama_openvino_env` sees them (``OPENVINO0`` among them when the build is right)."""
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-c", _LLAMA_DEVICES], env=llama_openvino_env(), capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        tail = out.stderr.strip().splitlines()[-1:] or [f"exit code {out.returncode}"]
+        raise UpstreamUnavailableError(f"the OpenVINO llama-cpp-python failed to load: {tail[0]}")
+    where, names = out.stdout.strip().splitlines()[-2:]
+    return Path(where), names.split()

@@ -49,6 +49,15 @@ def list_devices(worker: Isolated | None = None) -> list[UpstreamDevice]:
     return [UpstreamDevice(**d) for d in out.reply["devices"]]
 
 
+def ggml_info(worker: Isolated | None = None) -> dict[str, str]:
+    """The loaded ggml's own version and commit (``ggml_version``/``ggml_commit``) and its
+    backend registries, e.g. ``{"ggml_version": "0.15.3", "ggml_commit": "unknown", ...}``."""
+    out = worker.call({"cmd": "info"}) if worker is not None else call_once({"cmd": "info"})
+    if not out.ok:
+        raise UpstreamCallError(f"reading the real backend's ggml version failed: {out.status} {out.detail}")
+    return {**out.reply, "registries": ", ".join(out.reply["registries"])}
+
+
 def format_list_devices(devices: Iterable[UpstreamDevice]) -> str:
     """The text ``llama-bench --list-devices`` prints (without the trailing newline)."""
     lines = ["Available devices:"]
