@@ -43,7 +43,7 @@ print(f"simulated {profile}:", sim.available_devices)
 # ## 1. Default and this machine's setting
 #
 # With the variable unset the backend picks `CPU`. Then the value of the `device` parameter is
-# resolved on this machine: the log lines below are exactly what llama.cpp writes to stderr.
+# resolved on this machine: the log lines below carry the words llama.cpp writes to stderr.
 
 # %% tags=["default"]
 unset = ovkit.resolve_device(env={})
