@@ -31,7 +31,6 @@ import subprocess
 import sys
 
 import openvino as ov
-import pandas as pd
 from IPython.display import display
 
 import ovkit
@@ -56,18 +55,16 @@ print("listed (physical, sorted):", physical_device_ids(core))
 # %% [markdown]
 # ## 2. The device table
 #
-# One row per device: its class (decided by the id's prefix), the description (`FULL_DEVICE_NAME`,
-# plus the architecture for an NPU), and memory in MiB. `memory_error` explains a 0/0 line;
-# `host_available_mib` is the OS's `MemAvailable`, shown for the CPU although the list line
-# reports free = total as the backend does on Linux.
+# `ovkit.device_table()`: one row per device, saying first whether the device set is
+# simulated; its class (decided by the id's prefix), the description (`FULL_DEVICE_NAME`, plus
+# the architecture for an NPU), the live total, used and free in MiB with a usage bar, and the
+# rule behind them (on the CPU used = RAM − `MemAvailable`, although the list line says free =
+# total as the backend does on Linux). `device_table(raw=True)` gives every byte column.
 
 # %% tags=["device-table"]
 devices = ovkit.list_devices(core)
 selection = ovkit.resolve_device(core, env={"GGML_OPENVINO_DEVICE": device}, log=False)
-table = ovkit.device_table(devices=devices, raw=True)
-table.insert(0, "selected", [name == selection.device for name in table.index])
-columns = ["selected", "class", "description", "total_mib", "used_mib", "free_mib"]
-display(table[columns + ["host_available_mib", "memory_error", "simulated"]])
+display(ovkit.device_table(core, devices))  # hover a rule or description for the full text
 print("selected device:", selection.device)
 
 # %% [markdown]
@@ -105,8 +102,7 @@ for name in compare_profiles:
     machines[f"simulated {name}"] = ovkit.list_devices(sim)
     print(f"--- {name}: {sim.profile.summary}")
     print("available_devices:", sim.available_devices)
-    sim_table = ovkit.device_table(devices=machines[f"simulated {name}"], raw=True)
-    display(sim_table[["class", "description", "total_mib", "used_mib", "free_mib", "memory_formula"]])
+    display(ovkit.device_table(sim, machines[f"simulated {name}"]))
 
 # %% [markdown]
 # The same live used and free per device, one panel per machine on one shared axis. The
@@ -119,21 +115,17 @@ notebook.memory_chart(machines)
 # %% [markdown]
 # ## 5. When a property fails
 #
-# A required memory property that is missing or raises gives **0 MiB, 0 MiB free** for that
-# device and keeps the reason in `memory_error` (tables show it, the list line does not).
-# Allocations above the total clamp free to 0.
+# A required memory property that is missing or raises makes the list line print
+# **0 MiB, 0 MiB free** for that device, as the backend does; ovkit's views say *unknown* with
+# the reason instead, never 0 used. Allocations above the total clamp free to 0.
 
 # %% tags=["error-profiles"]
 for name in ["gpu-memory-error", "gpu-overcommit"]:
-    sim_devices = ovkit.list_devices(ovkit.SimulatedCore(name))
+    sim = ovkit.SimulatedCore(name)
+    sim_devices = ovkit.list_devices(sim)
     print(f"--- simulated {name}")
     print(ovkit.format_device_list(sim_devices))
-    with pd.option_context("display.max_colwidth", None):
-        display(
-            ovkit.device_table(devices=sim_devices, raw=True)[
-                ["used_mib", "free_mib", "clamped", "memory_error"]
-            ]
-        )
+    display(notebook.memory_report(sim_devices, title=f"memory on the simulated {name}"))
 
 # %% [markdown]
 # ## 6. The exact `--list-devices` text

@@ -71,12 +71,12 @@ class Report:
 
     def _repr_html_(self) -> str:
         esc = html.escape
-        head = "".join(f"<th>{esc(c)}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in r) + "</tr>" for r in self.rows)
+        left = "style='text-align: left'"  # inline: JupyterLab right-aligns table cells
+        head = "".join(f"<th {left}>{esc(c)}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(f"<td {left}>{esc(v)}</td>" for v in r) + "</tr>" for r in self.rows)
         notes = "".join(f"<div class='ovkit-note'>{esc(n)}</div>" for n in self.notes)
         return (
             f"<div class='ovkit-report'><b>{esc(self.title)}</b>"
-            f"<style>.ovkit-report th, .ovkit-report td {{text-align: left}}</style>"
             f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}</div>"
         )
 
