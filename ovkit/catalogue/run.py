@@ -150,12 +150,13 @@ def _run_unchecked(
     g: Any, out: Any, model: Any, names: list[str], feed: Any, device: str, core: Any
 ) -> np.ndarray:
     """The OpenVINO translation on ``device`` without the support policy (``policy="none"``)."""
-    from ovkit import graph as graph_mod
+    from ovkit.engine import GRAPH_RUN_CONFIG, run_model
+    from ovkit.ir import from_model_output
     from ovkit.ops.translate import model_inputs
 
     prepared = g._prepare_inputs([out], feed)
-    raw = graph_mod._run_on_device(model, model_inputs(g, names, prepared), device, core)
-    return np.asarray(graph_mod._from_model_output(out, raw[0]))
+    raw = run_model(model, model_inputs(g, names, prepared), device, core=core, run_config=GRAPH_RUN_CONFIG)
+    return np.asarray(from_model_output(out, raw[0]))
 
 
 def _judge(case: Case, actual: np.ndarray, expected: np.ndarray) -> tuple[bool, float, str]:
