@@ -20,15 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ovkit.runtime import RuntimeUnavailableError
-
-SIMULATED_NOTICE = (
-    "ovkit: SIMULATED device set {!r} (ovkit.simulate): not this machine's devices; "
-    "everything runs on this host's CPU"
-)
-
-
-class UsageError(Exception):
-    """A bad argument or simulation profile: printed as one line, exit code 2."""
+from ovkit.usage import UsageError, make_core
 
 
 @contextlib.contextmanager
@@ -52,23 +44,6 @@ def _stderr_logging() -> Iterator[None]:
     finally:
         log.handlers[:], level, log.propagate, warnings.showwarning = saved
         log.setLevel(level)
-
-
-def make_core(simulate: str | None) -> Any:
-    """The real Core, or the named simulated device set (``UsageError`` if unknown)."""
-    if simulate is None:
-        from ovkit.runtime import default_core
-
-        return default_core()
-    from ovkit.simulate import SimulatedCore, UnknownProfileError
-
-    try:
-        core = SimulatedCore(simulate)
-    except UnknownProfileError as exc:
-        raise UsageError(str(exc)) from None
-    # stdout keeps the backend's exact format; the simulation is named once, on stderr
-    print(SIMULATED_NOTICE.format(simulate), file=sys.stderr)
-    return core
 
 
 def _add_json_arg(p: argparse.ArgumentParser) -> None:

@@ -90,6 +90,9 @@ TYPES: tuple[GgmlType, ...] = (
 _BY_NAME: dict[str, GgmlType] = {t.name.lower(): t for t in TYPES}
 _BY_ID: dict[int, GgmlType] = {t.id: t for t in TYPES}
 
+#: The quantized types ggml-openvino extracts (and ``ovkit.quant`` decodes), in its order.
+QUANT_TYPES: tuple[str, ...] = ("q4_0", "q4_1", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K", "mxfp4")
+
 #: The plain types a graph's tensors take (inputs, constants, results).
 FLOAT_TYPES: tuple[str, ...] = ("f32", "f16", "bf16")
 INT_TYPES: tuple[str, ...] = ("i32", "i64")

@@ -544,8 +544,8 @@ def cli(args: Any) -> int:
 
     import pandas as pd
 
-    from ovkit.cli import make_core
     from ovkit.notebook import format_bytes
+    from ovkit.usage import make_core
 
     try:
         model = read_gguf(args.file)

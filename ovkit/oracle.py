@@ -45,8 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from ovkit.dtypes import STORAGE_DTYPE, STORAGE_TYPE_OF_NUMPY, find_type, type_names
-from ovkit.quant import QUANT_TYPES  # the quantized types whose blocks this oracle produces
+from ovkit.dtypes import QUANT_TYPES, STORAGE_DTYPE, STORAGE_TYPE_OF_NUMPY, find_type, type_names
 
 _ggml_mod: ModuleType | None
 try:  # ggml-python is an optional (test) dependency

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ovkit.dtypes import ggml_type
+from ovkit import oracle
+from ovkit.dtypes import QUANT_TYPES, ggml_type
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -96,7 +97,7 @@ QUANT_SPECS: dict[str, QuantSpec] = {
         _spec("mxfp4", 32, 4, True, "f4e2m1"),
     )
 }
-QUANT_TYPES: tuple[str, ...] = tuple(QUANT_SPECS)
+assert tuple(QUANT_SPECS) == QUANT_TYPES, "ovkit.dtypes.QUANT_TYPES lists the types specified here"
 _BY_LOWER = {k.lower(): k for k in QUANT_SPECS}
 
 
@@ -644,8 +645,6 @@ def quantize(qtype: str, array: np.ndarray, name: str = "", form: Form = "fast")
     spec = quant_spec(qtype)
     x = np.ascontiguousarray(array, dtype=np.float32)
     try:
-        from ovkit import oracle
-
         if oracle.ggml_available():
             return from_blocks(spec.name, oracle.quantize_blocks(spec.name, x), x.shape, name, form)
     except ImportError:

@@ -1254,7 +1254,7 @@ def add_cli_args(p: Any) -> None:
 
 def cli(args: Any) -> int:
     """Run ``ovkit test-ops`` from parsed arguments."""
-    from ovkit.cli import UsageError, make_core
+    from ovkit.usage import UsageError, make_core
 
     if args.catalogue == "test-backend-ops":
         return _backend_ops_cli(args)

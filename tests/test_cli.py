@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ovkit.cli import SIMULATED_NOTICE, main
+from ovkit.cli import main
 from ovkit.devices import format_device_list, list_devices
+from ovkit.usage import SIMULATED_NOTICE
 
 LAPTOP = """Available devices:
   CPU: Intel(R) Core(TM) Ultra 7 258V (31623 MiB, 31623 MiB free)
