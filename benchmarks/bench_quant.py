@@ -1,6 +1,6 @@
 """Single-token matmuls with quantized weights: OpenVINO CPU (ovkit forms) vs ggml's CPU backend.
 
-For every type of issue 5 the same raw ggml blocks (m x k, quantized by ggml itself) feed
+For every quantized type upstream extracts the same raw ggml blocks (m x k, quantized by ggml itself) feed
 ggml-python's ``ggml_mul_mat`` and OpenVINO models built from :class:`ovkit.quant.QuantizedWeight`
 in the ``fast`` form (ovkit's default), the ``upstream`` form (upstream's subgraph, rounded integer
 zero points) and the ``upstream_bias`` form (upstream with ``use_bias``: exact f16 zero points),

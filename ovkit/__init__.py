@@ -7,7 +7,7 @@ and widgets load on first use so that ``ovkit list-devices`` stays as fast as Op
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ovkit import ir as _ir
 from ovkit.config import OvkitConfig, OvkitConfigWarning, read_config
@@ -58,6 +58,23 @@ _LAZY: dict[str, str] = {
 }
 
 
+if TYPE_CHECKING:  # the lazy names, for type checkers and editors (the runtime imports them on use)
+    from ovkit import buffers, engine, gguf, graph, quant, simulate, testops, weight_release, widgets
+    from ovkit.buffers import allocation_history, current_allocations
+    from ovkit.engine import Engine, RunConfig, get_engine, graph_session
+    from ovkit.gguf import read_gguf
+    from ovkit.graph import Graph, GraphError, UnsupportedOpError
+    from ovkit.ops.table import op_coverage_table
+    from ovkit.quant import QuantizedWeight
+    from ovkit.simulate import SimulatedCore
+    from ovkit.widgets.dashboard import dashboard
+
+
+def __dir__() -> list[str]:
+    """The module's names and the lazy ones, so tab completion offers ``ovkit.Graph``."""
+    return sorted({*globals(), *_LAZY})
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
@@ -80,6 +97,7 @@ __all__ = [
     "format_device_list",
     "get_engine",
     "gguf",
+    "graph",
     "Graph",
     "graph_session",
     "GraphError",

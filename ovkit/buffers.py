@@ -1,6 +1,6 @@
 """Buffer types, buffers with one storage owner, tensor extras, and allocation tracking.
 
-Mirrors the backend-refactor seed and upstream §6:
+Mirrors upstream's buffer types:
 
 - Per device two buffer types: ``<device>`` (device kind) and ``<device>_HOST`` (host kind).  The
   kind is explicit metadata, never inferred from the name; names are stable strings stored in the
@@ -35,6 +35,7 @@ from ovkit import quant, weight_release
 from ovkit.config import read_config
 from ovkit.devices import DeviceClass, device_class
 from ovkit.dtypes import STORAGE_DTYPE
+from ovkit.memory import SIZE_MAX
 from ovkit.runtime import get_core, is_simulated
 
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
 TENSOR_ALIGNMENT = 32  # buffer-type alignment (upstream TENSOR_ALIGNMENT)
 HOST_ALIGNMENT = 64  # host allocation alignment (ggml_aligned_malloc)
-SIZE_MAX = 2**64 - 1
 HOST_SUFFIX = "_HOST"
 
 #: numpy dtype of each plain ggml type's storage, and u8 for raw bytes (quantized tensors are raw bytes).
@@ -151,7 +151,7 @@ def tensor_nbytes(shape: Sequence[int], dtype: str) -> int:
 
 def tensor_alloc_size(shape: Sequence[int], dtype: str) -> int:
     """Allocation size: ``nbytes``, or for a quantized weight with at most 3 dims the extracted
-    layout ``[weights | scales | zp]`` (64-byte aligned sections) when that is larger (§6.5)."""
+    layout ``[weights | scales | zp]`` (64-byte aligned sections) when that is larger, as upstream sizes extracted weights."""
     nbytes = tensor_nbytes(shape, dtype)
     if dtype in PLAIN_DTYPES or len(shape) > 3:
         return nbytes
@@ -289,7 +289,7 @@ Storage = HostStorage | RemoteStorage
 
 
 class ExtraKind(enum.StrEnum):
-    """Upstream's extra types (§6.2)."""
+    """Upstream's extra buffer types."""
 
     WEIGHT = "weight"
     QUANTIZED_WEIGHT = "quantized_weight"
@@ -497,7 +497,7 @@ class Buffer:
         return t
 
     def _maybe_migrate_kv(self, name: str) -> None:
-        """Upstream §6.4: the first ``cache_*`` tensor of a host-backed device buffer on the GPU
+        """As upstream: the first ``cache_*`` tensor of a host-backed device buffer on the GPU
         class (stateless execution) moves the whole buffer to device memory; offsets stay."""
         if not name.startswith("cache_") or self.is_device_side or not self.size:
             return

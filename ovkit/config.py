@@ -6,7 +6,7 @@ them on 64-bit Linux: ``(int) strtol(s, NULL, 10)``, so the value saturates at t
 and then keeps its low 32 bits (``999999999999999999999`` is -1, ``2147483648`` is -2**31).  ovkit accepts every value exactly as C would read it,
 and warns (``OvkitConfigWarning``) whenever the raw text is not what a person meant to write:
 ``"yes"`` (read as 0, so *off*), ``"1x"`` (read as 1), ``"-1"`` (read as on, although the docs say
-negative values disable).  See docs/decisions (D6) and upstream-backend §1.
+negative values disable), as the backend reads them.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Kind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class EnvVar:
-    """One variable of upstream §1: its name (without prefix), kind, default and meaning."""
+    """One variable the backend reads: its name (without prefix), kind, default and meaning."""
 
     name: str
     kind: Kind
@@ -50,7 +50,7 @@ class EnvVar:
         return PREFIX + self.name
 
 
-# The table of upstream §1, in the order upstream lists them.
+# The backend's variables, in the order upstream documents them.
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("DEVICE", Kind.STRING, "OpenVINO device to run on (exact id; unset or empty = CPU)"),
     EnvVar("CACHE_DIR", Kind.STRING, "OpenVINO CACHE_DIR for compiled models (NPUW_CACHE_DIR on NPU)"),

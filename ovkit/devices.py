@@ -1,6 +1,6 @@
 """Device discovery: one entry per physical OpenVINO device, as ``--list-devices`` shows them.
 
-Rules (decisions D2, D3): ids starting with AUTO, MULTI, HETERO or BATCH are virtual and dropped;
+Rules: ids starting with AUTO, MULTI, HETERO or BATCH are virtual and dropped;
 the rest are sorted lexicographically; the name is the exact id; the class is decided by prefix
 (``GPU.1`` is a GPU); the description is ``FULL_DEVICE_NAME`` (+ `` (NPU <arch>)`` for the NPU
 class), or the id when the name cannot be read.

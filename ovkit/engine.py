@@ -1,13 +1,12 @@
-"""Compile once, run many: the execution engine behind ``Graph.compute`` (decision D9).
+"""Compile once, run many: the execution engine behind ``Graph.compute``.
 
-Upstream keeps one compiled graph per process and clears it on every miss (upstream §7.3); ovkit
+Upstream keeps one compiled graph per process and clears it on every miss; ovkit
 keeps a bounded LRU of compiled models keyed by graph *structure* (ops, shapes, types, params,
 device, compile config).  Each cached model owns one reusable infer request; inputs are bound
 zero-copy when they are C-contiguous with the right dtype, and every bound array and
 ``openvino.Tensor`` is referenced by the request's ``Runner`` for as long as the request may read
-it (OpenVINO's request does *not* keep Python tensors alive: the use-after-free of ecosystem
-§4.3).  Outputs are copied out of the request (one copy, made by OpenVINO), as upstream's naive
-path does, so results never alias the next run; ``out=`` binds caller arrays as outputs instead
+it (OpenVINO's request does *not* keep Python tensors alive: a use-after-free otherwise).
+Outputs are copied out of the request (one copy, made by OpenVINO), as upstream's naive path does, so results never alias the next run; ``out=`` binds caller arrays as outputs instead
 (zero-copy, as upstream binds ggml tensors).
 
 Layers: ``Engine`` (LRU of ``CompiledGraph`` per Core; ``run``/``session``/``run_model`` for
@@ -15,11 +14,11 @@ Layers: ``Engine`` (LRU of ``CompiledGraph`` per Core; ``run``/``session``/``run
 profiling) ← ``compute_graph``/``graph_session`` (``ovkit.graph.Graph`` plans: structure key,
 policy check and Parameter order computed once per (graph, outputs, device, config)).
 
-Environment (read like upstream §1, re-read only when one of ``ENGINE_ENV`` changes):
+Environment (read as the backend reads it, re-read only when one of ``ENGINE_ENV`` changes):
 ``GGML_OPENVINO_CACHE_DIR`` → OpenVINO ``CACHE_DIR`` + ``CACHE_MODE=OPTIMIZE_SIZE``
 (``NPUW_CACHE_DIR`` on the NPU class); ``GGML_OPENVINO_DISABLE_CACHE`` → compile on every call,
 store nothing; ``GGML_OPENVINO_STATEFUL_EXECUTION`` → state inputs become OpenVINO variables
-(ReadValue/Assign, via OpenVINO's MakeStateful as upstream §7.4), forced off for the NPU class;
+(ReadValue/Assign, via OpenVINO's MakeStateful, as upstream), forced off for the NPU class;
 ``GGML_OPENVINO_PROFILING`` → upstream's per-graph timing lines on the ``ovkit`` logger.
 ``OVKIT_ENGINE_CACHE_SIZE`` (ovkit's own) sets the LRU size (default 64).
 """
@@ -40,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ovkit.config import OvkitConfig, OvkitConfigWarning, read_config
+from ovkit.config import ENV_VARS, OvkitConfig, OvkitConfigWarning, read_config
 from ovkit.devices import DeviceClass, device_class
 from ovkit.dtypes import NUMPY_DTYPE, OPENVINO_NUMPY, OPENVINO_SHORT
 from ovkit.ir import GraphError, Tensor, from_model_output
@@ -53,17 +52,10 @@ logger = logging.getLogger("ovkit")
 
 ENV_CACHE_SIZE = "OVKIT_ENGINE_CACHE_SIZE"
 DEFAULT_CACHE_SIZE = 64
-# The variables the engine depends on: when one changes, the configuration is read again.
-ENGINE_ENV: tuple[str, ...] = (
-    "GGML_OPENVINO_DEVICE",
-    "GGML_OPENVINO_CACHE_DIR",
-    "GGML_OPENVINO_STATEFUL_EXECUTION",
-    "GGML_OPENVINO_DISABLE_CACHE",
-    "GGML_OPENVINO_PROFILING",
-    "GGML_OPENVINO_MEMORY_OPTIMIZE",  # these two: a cache hit may release host weights
-    "GGML_OPENVINO_RELEASE_WEIGHTS",
-    ENV_CACHE_SIZE,
-)
+# The variables the engine depends on: when one changes, the configuration is read again.  Every
+# variable of the backend's table, so that none the engine (or a hook it calls, such as the weight
+# release on a cache hit) reads can be missed when the table grows, and ovkit's own cache size.
+ENGINE_ENV: tuple[str, ...] = (*(v.env_name for v in ENV_VARS), ENV_CACHE_SIZE)
 
 
 class EngineError(RuntimeError):
@@ -163,7 +155,7 @@ class RunConfig:
 
 
 DEFAULT_RUN_CONFIG = RunConfig()
-#: Graph.compute's default: exact f32 arithmetic, so results match ggml's CPU backend (D7).
+#: Graph.compute's default: exact f32 arithmetic, so results match ggml's CPU backend.
 GRAPH_RUN_CONFIG = RunConfig(inference_precision="f32")
 #: ... and for tiny graphs (every tensor < TINY_ELEMENTS elements) one inference thread: waking
 #: a second worker costs more than the work (ggml's CPU backend likewise gains nothing there).
@@ -201,7 +193,7 @@ def run_config_from(
 
 
 def naive_run_config(first_op: str | None, base: RunConfig = DEFAULT_RUN_CONFIG) -> RunConfig:
-    """Upstream's naive-path hint (§7.2): PERFORMANCE when the first node is MUL_MAT, else ACCURACY."""
+    """Upstream's naive-path hint: PERFORMANCE when the first node is MUL_MAT, else ACCURACY."""
     if base.execution_mode is not None:
         return base
     return replace(base, execution_mode="PERFORMANCE" if first_op == "MUL_MAT" else "ACCURACY")
@@ -225,7 +217,8 @@ def _as_text(value: Any) -> str:
     if isinstance(name, str) and not hasattr(value, "get_type_name"):
         return name
     if hasattr(value, "get_type_name"):  # openvino.Type
-        return OPENVINO_SHORT.get(value.get_type_name(), value.get_type_name())
+        type_name = str(value.get_type_name())
+        return OPENVINO_SHORT.get(type_name, type_name)
     text = str(value)
     return OPENVINO_SHORT.get(text, text)
 
@@ -239,7 +232,7 @@ def _as_bool(value: Any) -> bool:
 def _read(compiled: Any, name: str) -> Any:
     try:
         return compiled.get_property(name)
-    except Exception:  # not supported by this plugin, or unconvertible (ecosystem §4.8)
+    except Exception:  # not supported by this plugin, or unconvertible (the property is not readable there)
         return None
 
 
@@ -609,7 +602,7 @@ class Runner:
             bound = bound.copy()  # (np.load mmap_mode="r", np.frombuffer(bytes)) are copied
         tensor = ov.Tensor(bound, shared_memory=True)
         self.request.set_input_tensor(i, tensor)
-        # Keep both alive for as long as the request may read them (ecosystem §4.3).
+        # Keep both alive for as long as the request may read them (the request holds no reference).
         self._keep[i] = (bound, tensor)
         # Zero-copy only when no conversion happened; otherwise the next call must copy again.
         self._bound[i] = value if bound is value else None
@@ -876,7 +869,7 @@ def _state_specs(model: Any, states: Mapping[str, str]) -> dict[str, PortSpec]:
 
 
 def _make_stateful(model: Any, states: Mapping[str, str]) -> dict[str, str]:
-    """OpenVINO's MakeStateful (upstream §7.4): each (input, output) pair becomes a variable."""
+    """OpenVINO's MakeStateful, as upstream: each (input, output) pair becomes a variable."""
     from openvino._offline_transformations import apply_make_stateful_transformation
 
     before = {v.get_info().variable_id for v in model.get_variables()}
@@ -1175,7 +1168,7 @@ class Engine:
             self.last_hit = False
             from ovkit import weight_release
 
-            # Upstream §6.6: once host weights were released there is nothing left to compile
+            # Once host weights were released there is nothing left to compile
             # from; WeightsReleasedError carries upstream's message and is not wrapped.
             weight_release.before_compile(dev)
             props = compile_properties(run, device_class(dev), cfg)
@@ -1282,7 +1275,7 @@ class Engine:
         return outputs
 
     def log_profile(self, inference_seconds: float, raw_seconds: float) -> None:
-        """Upstream's GGML_OPENVINO_PROFILING lines (§7.8): conversion and compile time on a miss,
+        """Upstream's GGML_OPENVINO_PROFILING lines: conversion and compile time on a miss,
         then the graph inference time and OpenVINO's raw infer time."""
         lines = ["GGML OpenVINO Backend: "]
         times = {
@@ -1473,7 +1466,8 @@ class _InputSlot:
         """The Parameter view of ``value`` (same memory when possible); None → slow path."""
         last = self.last
         if value is last[0]:
-            return last[1]
+            view: np.ndarray = last[1]
+            return view
         if (
             type(value) is not np.ndarray
             or value.dtype != self.dtype
@@ -1638,7 +1632,7 @@ def _plan_for(
         _config_key(config),
     )
     plans = graph.derived
-    plan = plans.get(key)
+    plan: GraphPlan | None = plans.get(key)
     if plan is None:
         dev = device or engine._device or engine.selected_device()
         run = _resolve_run(config, graph, list(outs) + list(extra), dev)

@@ -46,7 +46,7 @@ class TensorInfo:
     shape: tuple[int, ...]
     nbytes: int
     offset: int
-    supported: bool  # a type ovkit can turn into a constant (upstream §5.1's accepted types)
+    supported: bool  # a type ovkit can turn into a constant (the types upstream accepts for weights)
 
 
 @dataclass
@@ -158,7 +158,7 @@ class GGUFModel:
 
     # -- fit check -------------------------------------------------------------------------------
     def weight_bytes(self, device_class: str, *, no_requant: bool = False) -> int:
-        """Bytes the weights need on a device class after the requantization policy (§5.3)."""
+        """Bytes the weights need on a device class after upstream's requantization policy."""
         total = 0
         for t in self.tensors.values():
             if t.type in quant.QUANT_SPECS:
@@ -544,7 +544,7 @@ def cli(args: Any) -> int:
 
     import pandas as pd
 
-    from ovkit.notebook import format_bytes
+    from ovkit.memory import format_bytes
     from ovkit.usage import make_core
 
     try:

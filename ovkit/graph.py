@@ -1,4 +1,4 @@
-"""A ggml-style graph builder (decision D8): build with ggml's builder names, run on OpenVINO.
+"""A ggml-style graph builder: build with ggml's builder names, run on OpenVINO.
 
 Methods mirror ggml's C builder functions one to one (``ggml_add(ctx, a, b)`` → ``g.add(a, b)``):
 same names without ``ggml_``, same argument order and defaults, no context. Shapes are in NUMPY

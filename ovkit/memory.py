@@ -1,4 +1,4 @@
-"""Memory per device class, by the rules of the list-devices seed (decision D4), and the one set of
+"""Memory per device class, by the rules upstream's device listing uses, and the one set of
 names, units and rules every view (table, bars, charts, fit check) uses for them.
 
 - CPU: host RAM. total = physical RAM; the list line mirrors the backend (Linux: free = total);
@@ -25,6 +25,21 @@ from typing import Any
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
+
+SIZE_MAX = 2**64 - 1  #: C's SIZE_MAX on 64-bit hosts: "no limit" in ggml's buffer sizes
+BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+def format_bytes(n: float | None) -> str:
+    """``n`` bytes in the largest binary unit it reaches: ``512 B``, ``4.0 KiB``, ``1.6 GiB``."""
+    if n is None:
+        return "unknown"
+    if n >= SIZE_MAX:
+        return "unlimited"
+    for unit, size in BYTE_UNITS:
+        if abs(n) >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,.0f} B"
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +201,7 @@ class Quantity:
 QUANTITIES: dict[str, Quantity] = {
     q.key: q
     for q in (
-        Quantity("list_total", "--list-devices total", "the backend's total (D4 rule of the class)"),
+        Quantity("list_total", "--list-devices total", "the backend's total (the rule of the device class)"),
         Quantity("list_free", "--list-devices free", "the backend's free (CPU on Linux: = total)"),
         Quantity("host_available", "host available", "/proc/meminfo MemAvailable (all processes)"),
         Quantity(

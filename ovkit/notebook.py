@@ -13,27 +13,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ovkit.buffers import SIZE_MAX, buffer_type, host_buffer_type
+from ovkit.buffers import buffer_type, host_buffer_type
 from ovkit.devices import Device, physical_device_ids
+from ovkit.memory import BYTE_UNITS, format_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6))
-
-
-def format_bytes(n: float | None) -> str:
-    """``n`` bytes in the largest binary unit it reaches: ``512 B``, ``4.0 KiB``, ``1.6 GiB``."""
-    if n is None:
-        return "unknown"
-    if n >= SIZE_MAX:
-        return "unlimited"
-    for unit, size in BYTE_UNITS:
-        if abs(n) >= size:
-            return f"{n / size:,.1f} {unit}"
-    return f"{n:,.0f} B"
 
 
 def format_duration(seconds: float) -> str:

@@ -1,6 +1,6 @@
 """Real-ggml oracle: compute any catalogue op with ggml's own CPU backend (via ggml-python).
 
-Why: ovkit's ops must reproduce ggml's numbers (decision D7). This module runs the very same
+Why: ovkit's ops must reproduce ggml's numbers. This module runs the very same
 builder functions (``ggml_add``, ``ggml_rope_ext``, ...) on ggml's CPU backend from numpy inputs,
 so tests and benchmarks can compare ovkit's OpenVINO results against ggml itself.
 
@@ -10,7 +10,7 @@ Shapes follow ggml-python's ``from_numpy``/``to_numpy``: numpy shape ``(ne1, ne0
 
 Ways in:
 
-* :func:`ggml_call` -- one builder by name, arguments in the builder's order (decision D8):
+* :func:`ggml_call` -- one builder by name, arguments in the builder's order:
   ``ggml_call("rope_ext", x, pos, None, 64, 2, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)``.
 * :func:`ggml_compute` -- any ggml graph: ``ggml_compute(lambda ctx, a: ggml.ggml_cont(ctx,
   ggml.ggml_permute(ctx, a, 1, 0, 2, 3)), x)``; this is how tests express non-contiguous
@@ -590,7 +590,7 @@ def _is_input(a: Any) -> bool:
 def ggml_call(op: str, *args: Any, n_threads: int = DEFAULT_N_THREADS) -> np.ndarray:
     """Compute ``ggml_<op>(ctx, *args)`` with real ggml; arrays become tensors, ``None`` stays NULL.
 
-    Arguments are in the ggml builder's order (and ovkit Graph's, decision D8). Dtype names
+    Arguments are in the ggml builder's order (and ovkit Graph's). Dtype names
     (``"f16"``) become ggml type enums; int lists (rope sections) become C arrays.
     """
     g = _g()
@@ -688,7 +688,7 @@ class GgmlTensor:
 
 
 class GgmlBuilder:
-    """ggml's builder functions with ovkit ``Graph``'s method names (decision D8), on one context.
+    """ggml's builder functions with ovkit ``Graph``'s method names, on one context.
 
     ``b.add(x, y)`` calls ``ggml_add(ctx, x, y)``; tensors are :class:`GgmlTensor`; dtype names
     become ggml type enums, int lists become C arrays (rope sections), GLU/unary op names become

@@ -3,7 +3,7 @@
 A :class:`QuantizedWeight` wraps the raw ggml blocks of a weight (Q4_0, Q4_1, Q5_1, Q8_0, Q4_K,
 Q5_K, Q6_K, MXFP4).  The blocks are decoded once into integer weights ``q``, per-group scales and
 (for the asymmetric types) per-group biases, so that ``w = scale * q + bias`` reproduces ggml's
-``to_float`` exactly (upstream §5.2 extracts the same integers and scales).
+``to_float`` exactly (upstream's extraction yields the same integers and scales).
 
 Decompression forms (docs/quant.md has the measurements):
 
@@ -20,7 +20,7 @@ Decompression forms (docs/quant.md has the measurements):
 
 ``mul_mat`` uses :meth:`QuantizedWeight.ov_mul_mat`; ``get_rows`` and everything else use
 :meth:`QuantizedWeight.to_ov_node` (f32 ``[rows, k]``).  The requantization policy of upstream
-§5.3 is the table :data:`REQUANT_RULES`, queried by :func:`requant_type`.
+Upstream's requantization policy is the table :data:`REQUANT_RULES`, queried by :func:`requant_type`.
 """
 
 from __future__ import annotations
@@ -445,7 +445,7 @@ class QuantizedWeight:
         return QuantizedWeight(self.qtype, self.shape, self.raw, self.name, form, self.requant)
 
     def with_requant(self, target: RequantTarget | str) -> QuantizedWeight:
-        """The same blocks requantized to ``target`` (upstream §5.3's Q8_0_C, Q4_0_128, F16)."""
+        """The same blocks requantized to ``target`` (upstream's requantization targets Q8_0_C, Q4_0_128, F16)."""
         return QuantizedWeight(self.qtype, self.shape, self.raw, self.name, self.form, RequantTarget(target))
 
     def apply_policy(self, device_class: str, *, no_requant: bool = False) -> QuantizedWeight:
@@ -667,7 +667,7 @@ def reference_dequantize(qtype: str, raw: bytes | np.ndarray, shape: Sequence[in
 
 
 def requantize(values: np.ndarray, target: RequantTarget) -> Decoded:
-    """Upstream's requantization of f32 rows (``requantize_to_buffers``, §5.3).
+    """Upstream's requantization of f32 rows (``requantize_to_buffers``).
 
     Q8_0_C: per row, d = amax/127, q = round(x/d) (i8).  Q4_0_128: per 128-group, d = max/-8
     with max the signed value of largest magnitude, q = clamp(round(x/d), -8, 7) (i4).
@@ -718,7 +718,7 @@ def compile_hints(weights: Sequence[QuantizedWeight], n_tokens: int = 1) -> dict
 
 
 # ------------------------------------------------------------------------------------------------
-# Requantization policy (upstream §5.3)
+# Requantization policy (which weights upstream requantizes, per device class)
 # ------------------------------------------------------------------------------------------------
 
 

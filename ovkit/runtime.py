@@ -1,7 +1,7 @@
 """The process-wide OpenVINO ``Core``, and what ovkit needs of any Core-like object.
 
 Upstream keeps one ``ov::Core`` singleton per process; ovkit does the same, so that memory
-statistics are read through the Core that compiled the models (see ecosystem notes §4.11).
+statistics are read through the Core that compiled the models (another Core sees none of them).
 Every function that queries devices takes an optional ``core``: a real ``openvino.Core`` or a
 ``ovkit.simulate.SimulatedCore`` (anything with ``available_devices``, ``get_property(device,
 name)`` and ``compile_model(model, device, config)``).

@@ -1,4 +1,4 @@
-"""Which device ``GGML_OPENVINO_DEVICE`` selects, exactly as upstream decides (decision D5).
+"""Which device ``GGML_OPENVINO_DEVICE`` selects, exactly as upstream decides.
 
 Unset or empty means ``CPU``; any value that is not an exact, case-sensitive member of
 ``available_devices`` logs ``GGML OpenVINO Backend: device <X> is not available, fallback to CPU``
@@ -116,7 +116,7 @@ def using_device(name: str, core: Any = None) -> Iterator[Selection]:
 
 
 class Backend:
-    """Execution bound to the one selected device: other devices support no op (decision D1)."""
+    """Execution bound to the one selected device: other devices support no op (the backend drives one device)."""
 
     def __init__(self, selection: Selection, core: Any = None, *, upstream_exact: bool = False) -> None:
         self.selection = selection

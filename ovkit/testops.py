@@ -9,7 +9,7 @@ NMSE against the op's threshold).  ``mode perf`` times larger cases and reports 
 GFLOPS (matrix/attention ops) or GB/s (memory-bound ops).
 
 A case is data: an op key, the inputs (name, numpy shape, dtype, value kind) and a *program*
-written once against the builder API shared by ``Graph`` and ``oracle.GgmlBuilder`` (D8), so the
+written once against the builder API shared by ``Graph`` and ``oracle.GgmlBuilder``, so the
 very same code builds the ovkit graph and the ggml graph.
 """
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 Status = Literal["OK", "FAIL", "not supported"]
 #: Compile hints for the cases: ``exact`` = f32 inference precision (ovkit's default, ggml's
-#: numbers); ``upstream`` = upstream's naive path (§7.2): EXECUTION_MODE PERFORMANCE when the
+#: numbers); ``upstream`` = upstream's naive path: EXECUTION_MODE PERFORMANCE when the
 #: first node is MUL_MAT, else ACCURACY, no precision hint (bf16 MatMuls on CPUs with bf16).
 HINTS: tuple[str, ...] = ("exact", "upstream")
 Reference = Literal["auto", "ggml", "numpy"]

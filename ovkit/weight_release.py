@@ -1,6 +1,6 @@
 """Host weight-buffer release (``GGML_OPENVINO_RELEASE_WEIGHTS`` / ``GGML_OPENVINO_MEMORY_OPTIMIZE``).
 
-Upstream §6.6, in its own module as the backend-refactor seed asks:
+Upstream's host-weight release, in its own module:
 
 - Host buffers holding weights are *registered*, keyed by the identity of their storage and held
   weakly: a buffer dropped without ``free()`` leaves the registry when it is collected, so a new

@@ -230,7 +230,7 @@ def test_set_weight_builds_weight_extras_and_registers_for_release() -> None:
 
 
 def test_kv_cache_tensor_moves_gpu_buffer_to_device_memory() -> None:
-    """Upstream §6.4 on a simulated GPU: the first cache_* tensor migrates the buffer, offsets kept."""
+    """Upstream's cache-tensor migration on a simulated GPU: the first cache_* tensor migrates the buffer, offsets kept."""
     core = SimulatedCore("laptop")
     start = len(buffers.allocation_history())
     with buffers.alloc_buffer("GPU", 4096, Usage.ANY, core=core) as buf:

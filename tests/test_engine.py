@@ -104,7 +104,7 @@ def test_disable_cache_compiles_every_call() -> None:
 
 
 def test_inputs_deleted_by_the_caller_do_not_corrupt_later_runs(engine: Engine) -> None:
-    """Regression test for the use-after-free of ecosystem notes §4.3."""
+    """OpenVINO's request holds no reference to bound arrays: freed inputs must not be read."""
     engine.run("add8", add_model, {"a": np.full((8, 8), 3, np.float32), "b": np.full((8, 8), 4, np.float32)})
     a = np.full((8, 8), 2, np.float32)
     b = np.full((8, 8), 5, np.float32)

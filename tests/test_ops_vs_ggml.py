@@ -1,6 +1,6 @@
 """Every catalogue op: ovkit's Graph on the real OpenVINO CPU device against ggml's own CPU backend.
 
-Each case is ONE program written against the builder API (decision D8). It runs twice:
+Each case is ONE program written against the builder API. It runs twice:
 ``program(Graph(), leaves)`` → ``Graph.compute`` on OpenVINO's CPU device, and
 ``program(GgmlBuilder, leaves)`` → real ggml (ggml-python) on ggml's CPU backend. The results are
 compared with test-backend-ops' check (NaN/inf rules, then NMSE ≤ the op's threshold, 1e-7 unless
@@ -140,7 +140,7 @@ def _run_unchecked(g: Any, out: Any, data: dict[str, Any]) -> np.ndarray:
 
 
 def _leaf(g: Any, name: str, spec: In, value: Any) -> Any:
-    if isinstance(value, oracle.QuantArray):  # quantized weights are graph constants (D8)
+    if isinstance(value, oracle.QuantArray):  # quantized weights are graph constants
         from ovkit.quant import from_blocks
 
         return g.constant(from_blocks(value.qtype, value.data, value.shape, name=name))
@@ -185,7 +185,7 @@ def check(case: Case) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The case table (data). Programs take (builder, leaves) and use only D8 builder methods.
+# The case table (data). Programs take (builder, leaves) and use only the builder methods both builders share.
 # ---------------------------------------------------------------------------------------------
 
 CASES: list[Case] = []

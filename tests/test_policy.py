@@ -1,8 +1,8 @@
 """Every gate of the support policy: a case just inside it (supported) and just outside (rejected
 by that gate, with a reason naming the gate and the offending value).
 
-Also: GPU-class gates apply to ``GPU.1`` as to ``GPU`` and never to the CPU (D2); quirk gates apply
-only in upstream-exact mode (D7); the registered tables have the sizes of spec §4.1.
+Also: GPU-class gates apply to ``GPU.1`` as to ``GPU`` and never to the CPU; quirk gates apply
+only in upstream-exact mode; the registered tables have upstream's sizes.
 """
 
 from __future__ import annotations
@@ -354,7 +354,7 @@ def _rev(g: P.Gate) -> Revision:
 def test_gate_inside_and_outside(table_key: str, gate: P.Gate) -> None:
     rev = _rev(gate)
     c = case_for(table_key, gate.key, rev)
-    device = "GPU.1" if c.device == "GPU" else c.device  # D2: the class decides, GPU.1 is GPU
+    device = "GPU.1" if c.device == "GPU" else c.device  # the class decides, GPU.1 is GPU
     inside = check_op(c.ok, device, upstream_exact=True, revision=c.ok_rev or rev)
     assert inside.supported, inside.reason
     outside = check_op(c.bad, device, upstream_exact=True, revision=rev)
@@ -406,7 +406,7 @@ def test_msa_block_mask_chain_is_a_quirk() -> None:
 
 
 def test_upstream_exact_gpu_string_is_fixed_for_gpu_dot_n() -> None:
-    """Upstream compares the device to "GPU" exactly; ovkit applies GPU rules to GPU.0/GPU.1 too (D2)."""
+    """Upstream compares the device to "GPU" exactly; ovkit applies GPU rules to GPU.0/GPU.1 too."""
     a46 = L(4, 6)
     per_channel = op("DIV", "f32", a46.ne, a46, L(4))
     for dev in ("GPU", "GPU.0", "GPU.1"):

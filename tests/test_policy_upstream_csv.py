@@ -118,7 +118,7 @@ def test_name_keyed_quirks_only_matter_in_upstream_exact_mode(verdicts):
 
 
 def test_newer_revision_differs_only_where_its_gates_differ(verdicts):
-    """The spec anchor (N) is newer than the CSV: every difference comes from a revision-specific gate
+    """Revision N is newer than the CSV: every difference comes from a revision-specific gate
     or from op membership / allowed types."""
     n = replay(verdicts, "CPU", upstream_exact=True, revision=Revision.N)
     assert n.disagreements  # N registers SQR, SIGMOID, CUMSUM ... that the CSV's backend rejects

@@ -67,10 +67,10 @@ def compare(gen: Any, ref: Any) -> dict[str, Any]:
 
 
 def cli(args: argparse.Namespace) -> int:
-    from ovkit.cli import UsageError, make_core
     from ovkit.model import reference
     from ovkit.model.arch import ModelError
     from ovkit.model.runner import Model
+    from ovkit.usage import UsageError, make_core
 
     core = make_core(args.simulate)
     if args.n_predict < 0:

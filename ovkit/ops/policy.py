@@ -1,4 +1,4 @@
-"""The op-support policy of the upstream ggml-openvino backend, as data (spec §4.2-4.3, D2, D7).
+"""The op-support policy of the upstream ggml-openvino backend, as data: global gates, per-op gates, registered op tables.
 
 ``check_op(op, device_class)`` answers what upstream's ``ggml_backend_openvino_device_supports_op``
 answers, with a human-readable reason for every rejection.  The policy is a list of gate records
@@ -7,13 +7,13 @@ quantized-3-D rule, ...) run first, in upstream's order, then the per-op gates (
 
 Deliberate differences from upstream, recorded here:
 
-- Device restrictions apply to the device *class* (decision D2): a gate upstream writes as
+- Device restrictions apply to the device *class*: a gate upstream writes as
   ``device == "GPU"`` applies to ``GPU.0`` and ``GPU.1`` as well.
 - Gates keyed to test-backend-ops tensor names or shapes (``a``/``b``, ``selected_experts``, the
   CPY test shapes) or to llama.cpp graph names (``msa_*``, ``ffn_norm_exps``, ``ffn_moe_*``) are
-  *quirks* (``Gate.quirk``): recorded, but applied only with ``upstream_exact=True`` (D7).
+  *quirks* (``Gate.quirk``): recorded, but applied only with ``upstream_exact=True``.
 - Upstream changed over time.  :class:`Revision` names the states the policy can reproduce:
-  ``N`` (the spec anchor aee56b3ab, default; gates from spec §4.2-4.3) and ``V`` (the older
+  ``N`` (upstream aee56b3ab, the default) and ``V`` (the older
   state that produced ``shared/data/upstream-support-verdicts.csv``; its gates are those of the
   upstream ``ggml-openvino.cpp`` stored in the code index at 013991d8, which matches the spec's
   description of M, the mirror's master 5735e10c4).  A gate lists the revisions it belongs to.
@@ -33,9 +33,9 @@ from ovkit.ir import Op, OpInfo, RopeType
 
 
 class Revision(enum.StrEnum):
-    """Upstream states the policy reproduces (spec §0)."""
+    """Upstream states the policy reproduces."""
 
-    N = "N"  #: aee56b3ab (2026-08-13), the spec anchor: the default
+    N = "N"  #: aee56b3ab (2026-08-13): the default
     V = "V"  #: older state (close to mirror master 5735e10c4) that produced upstream-support-verdicts.csv
     #: the ggml-openvino vendored by ggml-python 0.0.45 (the real backend scripts/install-upstream
     #: builds): V's rules without GLU SWIGLU_OAI and the CPY view-fit gate, plus a MoE softmax quirk
@@ -59,7 +59,7 @@ class Gate:
     key: str  #: stable id, e.g. ``"rope.mode"``
     description: str  #: what must hold, in words (used in the rejection reason)
     check: Check = field(repr=False, compare=False)
-    device_class: str | None = None  #: applies only on this device class (D2), None = all
+    device_class: str | None = None  #: applies only on this device class, None = all
     quirk: bool = False  #: upstream name/shape-keyed quirk: applied only when upstream_exact
     revisions: frozenset[Revision] = ALL_REVISIONS  #: the upstream states having this gate
     note: str = ""  #: upstream background (source, error text)
@@ -86,7 +86,7 @@ class SupportDecision:
 
 
 # ----------------------------------------------------------------------------------------------
-# Registered op tables (spec §4.1)
+# Registered op tables (upstream's op_table.cpp)
 
 #: ggml ops with a registered translator in revision N (39).  NONE is always supported.
 REGISTERED_OPS_N: tuple[str, ...] = (
@@ -103,7 +103,7 @@ NOT_REGISTERED: dict[str, str] = {
     Op.SOLVE_TRI: "translator exists (op/solve_tri.cpp, Loop-based) but is commented out: "
     "'solve_tri has accuracy issues on GPU'",
 }
-#: Revision V lacks the ops that N added (spec §4.1 "Added in N").
+#: Revision V lacks the ops that N added.
 _ADDED_IN_N = frozenset({Op.FILL, Op.SQR, Op.SQRT, Op.CUMSUM, Op.DIAG, Op.TRI, Op.SET})
 _UNARY_ADDED_IN_N = frozenset({"SIGMOID", "EXP", "NEG"})
 
@@ -125,7 +125,7 @@ REGISTERED: dict[Revision, tuple[frozenset[str], frozenset[str], frozenset[str]]
     ),
 }
 
-#: The allowed tensor types (§4.2 rule 2).  Revision V lacks MXFP4.
+#: The allowed tensor types (a global gate of supports_op).  Revision V lacks MXFP4.
 ALLOWED_TYPES_N = frozenset(
     {"f32", "f16", "bf16", "i64", "i32", "q4_0", "q4_1", "q4_k", "q5_1", "q5_k", "q8_0", "q6_k", "mxfp4"}
 )
@@ -154,7 +154,7 @@ def _srcs(op: OpInfo) -> list[tuple[int, OpInfo]]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Global gates (§4.2), in upstream's order
+# Global gates (checked for every op before its own), in upstream's order
 
 
 def _membership(revision: Revision) -> Check:
@@ -296,7 +296,7 @@ GLOBAL_GATES: tuple[Gate, ...] = (
 )  # fmt: skip
 
 # ----------------------------------------------------------------------------------------------
-# Per-op gates (§4.3)
+# Per-op gates
 
 
 def _when(cond: Callable[[OpInfo], bool], detail: Callable[[OpInfo], str]) -> Check:
@@ -790,7 +790,7 @@ GATES: dict[str, tuple[Gate, ...]] = {
     Op.GEGLU: (),
 }  # fmt: skip
 
-#: Device-class names the policy knows (decision D2: class, not exact id).
+#: Device-class names the policy knows (gates apply per class, not per exact device id).
 DEVICE_CLASSES = ("CPU", "GPU", "NPU", "OTHER")
 
 
@@ -837,7 +837,7 @@ def check_op(
 ) -> SupportDecision:
     """The policy's decision for ``op`` on a device of ``device_class`` (``"CPU"``/``"GPU"``/...).
 
-    ``device_class`` may also be a device id (``"GPU.1"``): its class is used (D2).  Quirk gates
+    ``device_class`` may also be a device id (``"GPU.1"``): its class is used.  Quirk gates
     apply only with ``upstream_exact=True``; ``revision`` picks the upstream state (default N).
     """
     info = _as_opinfo(op)
@@ -900,12 +900,12 @@ def render_markdown() -> str:
         "upstream's order, then the op's own gates; the first gate that rejects gives the reason",
         "`<op>: <offending value> — <what must hold>[ on the <class> class][ (upstream quirk)] [<gate>]`.",
         "",
-        '- **Device class, not device id (D2).** Upstream compares the device name with `"GPU"`',
+        '- **Device class, not device id.** Upstream compares the device name with `"GPU"`',
         "  exactly; ovkit applies GPU-class gates to `GPU`, `GPU.0`, `GPU.1`, ... alike. Upstream has no",
         "  NPU-only rejection in `supports_op` (NPU differences are in translation, e.g. the GEGLU clamp).",
-        "- **Quirks (D7).** Gates keyed to test-backend-ops names/shapes or llama.cpp graph names apply",
+        "- **Quirks.** Gates keyed to test-backend-ops names/shapes or llama.cpp graph names apply",
         "  only with `upstream_exact=True`.",
-        "- **Revisions.** `N` is the spec anchor (upstream aee56b3ab) and the default. `V` is the older",
+        "- **Revisions.** `N` is upstream aee56b3ab and the default. `V` is the older",
         "  state (close to the mirror's master, 5735e10c4) that produced",
         "  `shared/data/upstream-support-verdicts.csv`: no MXFP4, none of N's added ops (FILL, SQR,",
         "  SQRT, CUMSUM, DIAG, TRI, SET, unary SIGMOID/EXP/NEG), view-input rejections for GLU,",

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ovkit.dtypes import NUMPY_DTYPE
-from ovkit.ir import SHAPE_ONLY_SRCS, VIEW_OPS, GraphError, Op, RopeType, Tensor, ggml_index_map, round_to
+from ovkit.ir import GraphError, Op, RopeType, Tensor, ggml_index_map, interpret, round_to
 from ovkit.ir import GraphIR as Graph
 
 Arr = np.ndarray
@@ -68,21 +68,17 @@ def view_value(t: Tensor, base: Arr) -> Arr:
 
 def evaluate(graph: Graph, outputs: Sequence[Tensor], feed: dict[str, Arr]) -> list[Arr]:
     """Run ``outputs`` with the numpy references; arrays in each output's numpy shape and dtype."""
-    values: dict[int, Arr] = {}
-    for t in graph.value_nodes(outputs):
-        if t.is_leaf:
-            values[t.id] = feed[t.name].reshape(tuple(reversed(t.ne))) if t.is_input else leaf_value(t)
-            continue
-        if t.op in VIEW_OPS:
-            values[t.id] = view_value(t, values[t.base.id])
-            continue
+
+    def leaf(t: Tensor) -> Arr:
+        return feed[t.name].reshape(tuple(reversed(t.ne))) if t.is_input else leaf_value(t)
+
+    def node(t: Tensor, xs: list[Any]) -> Arr:
         fn = REFERENCES.get(t.op_key)
         if fn is None:
             raise GraphError(f"{t.describe()}: no numpy reference for {t.op_key}")
-        skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
-        xs = [values[s.id] if s is not None and i not in skip else None for i, s in enumerate(t.srcs)]
-        out = np.asarray(fn(t, xs))
-        values[t.id] = round_to(t.dtype, out).reshape(tuple(reversed(t.ne)))
+        return round_to(t.dtype, np.asarray(fn(t, xs))).reshape(tuple(reversed(t.ne)))
+
+    values = interpret(graph, outputs, leaf, lambda t, vs: view_value(t, vs[t.base.id]), node)
     return [values[o.id].reshape(o.shape).astype(NUMPY_DTYPE[o.dtype], copy=False) for o in outputs]
 
 

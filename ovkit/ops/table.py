@@ -1,4 +1,4 @@
-"""The op catalogue as data (decision D7): one entry per ggml op, unary and GLU sub-op registered
+"""The op catalogue as data: one entry per ggml op, unary and GLU sub-op registered
 upstream (39 + 7 + 3), then the ops upstream does not register: those ovkit translates itself
 (``registered=False``; the upstream policy still refuses them) and SOLVE_TRI.
 
@@ -30,7 +30,7 @@ class OpEntry:
     params: str  #: the op's parameters (ggml builder arguments / op_params)
     openvino: str  #: ovkit's opset16 translation
     upstream: str  #: upstream's translation (op/*.cpp)
-    notes: str = ""  #: upstream deviations and quirks (D7: ovkit computes ggml's result)
+    notes: str = ""  #: upstream deviations and quirks (ovkit computes ggml's result)
     registered: bool = True  #: in upstream's op_table.cpp
     reason: str = ""  #: why it is not registered
 
@@ -675,7 +675,7 @@ def render_markdown() -> str:
         "(upstream's policy refuses them; `--policy none` runs them), and SOLVE_TRI. Each row: the ggml op, ovkit's `Graph` builders, the "
         "OpenVINO (opset16) translation ovkit uses, upstream's translation, the support gates of "
         "`ovkit.ops.policy` (default revision N) and upstream notes. ovkit computes ggml's result "
-        "(decision D7); where upstream deviates the notes say so.",
+        "(ggml is the reference); where upstream deviates the notes say so.",
         "",
         "Global gates (every op):",
         "",

@@ -18,7 +18,15 @@ import openvino as ov
 import openvino.opset16 as ops
 
 from ovkit.dtypes import DTYPES, ggml_type
-from ovkit.ir import SHAPE_ONLY_SRCS, VIEW_OPS, GraphError, Op, RopeType, Tensor, ggml_index_map, round_to
+from ovkit.ir import (
+    GraphError,
+    Op,
+    RopeType,
+    Tensor,
+    ggml_index_map,
+    interpret,
+    round_to,
+)
 from ovkit.ir import GraphIR as Graph
 from ovkit.ops.reference import (
     alibi_slopes,
@@ -217,31 +225,30 @@ def _strided_plan(t: Tensor) -> tuple[int, list[int], list[int], list[int]] | No
 
 def build_model(graph: Graph, outputs: Sequence[Tensor], leaves: Sequence[Tensor]) -> Any:
     """The ``openvino.Model`` computing ``outputs``; Parameters in the order of ``leaves``."""
-    values: dict[int, Out] = {}
+    bound: dict[int, Out] = {}  # the Parameters of the input leaves
     params = []
-    for leaf in leaves:
+    for inp in leaves:
         p = ops.parameter(
-            [leaf.ne[3], leaf.ne[2], leaf.ne[1], leaf.ne[0]], BOUNDARY_TYPE[leaf.dtype], name=leaf.name
+            [inp.ne[3], inp.ne[2], inp.ne[1], inp.ne[0]], BOUNDARY_TYPE[inp.dtype], name=inp.name
         )
         params.append(p)
-        values[leaf.id] = ops.convert(p, ov.Type.bf16) if leaf.dtype == "bf16" else p
+        bound[inp.id] = ops.convert(p, ov.Type.bf16) if inp.dtype == "bf16" else p
     named = {p.get_name() for p in params}
-    for t in graph.value_nodes(outputs):
-        if t.id in values:
-            continue
-        if t.is_leaf:
-            values[t.id] = leaf_value(t)
-            continue
-        if t.op in VIEW_OPS:
-            values[t.id] = to_type(view_value(t, values[t.base.id]), t.dtype)
-            continue
+
+    def leaf(t: Tensor) -> Out:
+        return bound[t.id] if t.id in bound else leaf_value(t)
+
+    def node(t: Tensor, xs: list[Any]) -> Out:
         fn = TRANSLATORS.get(t.op_key)
         if fn is None:
             raise GraphError(f"{t.describe()}: no OpenVINO translation for {t.op_key}")
-        skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
-        xs = [values[s.id] if s is not None and i not in skip else None for i, s in enumerate(t.srcs)]
-        values[t.id] = to_type(fn(t, xs), t.dtype)
-        _name_nodes(values[t.id], f"{t.op_key} {t.name!r}" if t.name else f"{t.op_key} #{t.id}", named)
+        out = to_type(fn(t, xs), t.dtype)
+        _name_nodes(out, f"{t.op_key} {t.name!r}" if t.name else f"{t.op_key} #{t.id}", named)
+        return out
+
+    values = interpret(
+        graph, outputs, leaf, lambda t, vs: to_type(view_value(t, vs[t.base.id]), t.dtype), node
+    )
     results = []
     for o in outputs:
         v = values[o.id]

@@ -57,7 +57,7 @@ def _gpu(full_name: str, total: int, stats: Mapping[str, int], *, dgpu: bool = F
         "DEVICE_TYPE": "discrete" if dgpu else "integrated",
         "GPU_DEVICE_TOTAL_MEM_SIZE": total,
         "GPU_MEMORY_STATISTICS": dict(stats),
-        # Present on real GPUs and deliberately never used for memory (decision D4).
+        # Present on real GPUs and deliberately never used for memory (upstream reads GPU memory elsewhere).
         "GPU_DEVICE_MAX_ALLOC_MEM_SIZE": total // 2,
         "GPU_EXECUTION_UNITS_COUNT": 512 if dgpu else 64,
         "GPU_UARCH_VERSION": "20.4.4",

@@ -2,7 +2,7 @@
 
 The cases are ``ovkit test-ops``' catalogue (``ovkit.testops.build_catalogue``): each one is an op
 key, typed inputs and a builder program, so the explorer runs exactly what test-ops runs.  On a
-simulated core every device compiles and runs on the real CPU (decision D10).
+simulated core every device compiles and runs on the real CPU.
 """
 
 from __future__ import annotations
