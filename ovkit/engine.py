@@ -42,7 +42,7 @@ import numpy as np
 from ovkit.config import ENV_VARS, OvkitConfig, OvkitConfigWarning, read_config
 from ovkit.devices import DeviceClass, device_class
 from ovkit.dtypes import NUMPY_DTYPE, OPENVINO_NUMPY, OPENVINO_SHORT
-from ovkit.ir import GraphError, Tensor, from_model_output
+from ovkit.ir import GraphError, GraphIR, Tensor, from_model_output
 from ovkit.runtime import get_core, is_simulated
 
 if TYPE_CHECKING:
@@ -966,7 +966,7 @@ class Engine:
         self._counters = _Counters()
         self._snapshot: tuple[Any, ...] | None = None
         self._fast: dict[tuple[Any, ...], CacheKey] = {}
-        # Graph plans live on their graphs (``_plan_for``); the epoch, bumped when the
+        # Graph plans live on their graphs (``Engine.plan``); the epoch, bumped when the
         # configuration changes or the cache is cleared, retires the ones made before.
         self._epoch = 0
         self._plans_made = 0
@@ -1361,6 +1361,87 @@ class Engine:
             self._model_keys[id(model)] = cached
         return self.run(cached[2], model.clone, inputs, device, run_config, **kw)
 
+    # -- graph plans ------------------------------------------------------------------------
+    def plan(
+        self,
+        graph: GraphIR,
+        outputs: Sequence[Tensor],
+        device: str | None = None,
+        config: Mapping[str, Any] | RunConfig | None = None,
+        *,
+        extra: Sequence[Tensor] = (),
+        names: Sequence[str] | None = None,
+    ) -> GraphPlan:
+        """The plan of computing ``outputs`` (and state outputs ``extra``) of ``graph`` on
+        ``device``: policy check, structure key and input slots, made once and reused.
+
+        Plans live on the graph (``graph.derived``), never in the engine: a graph the caller drops
+        takes its plans, constants and last inputs with it.  The key holds the output identities
+        (the plan holds the outputs, so the ids stay valid), the graph's node count and edit
+        version (an in-place edit such as ``soft_max_add_sinks`` makes a new plan), this engine
+        and its configuration epoch (plans made before the configuration changed are not reused).
+        """
+        self._refresh()
+        outs = tuple(outputs)
+        ids = id(outs[0]) if len(outs) == 1 and not extra else (tuple(map(id, outs)), tuple(map(id, extra)))
+        key = (
+            _PLAN,
+            id(self),
+            self._epoch,
+            graph.version,
+            len(graph.nodes),
+            ids,
+            device,
+            _config_key(config),
+        )
+        plans = graph.derived
+        plan: GraphPlan | None = plans.get(key)
+        if plan is None:
+            dev = device or self._device or self.selected_device()
+            run = _resolve_run(config, graph, [*outs, *extra], dev)
+            plan = GraphPlan(graph, outs, dev, run, extra_outputs=extra, names=names)
+            plan.check_support()
+            if len(plans) >= MAX_PLANS_PER_GRAPH:
+                plans.clear()
+            plans[key] = plan
+            self._plans_made += 1
+        return plan
+
+    def compiled_for(self, plan: GraphPlan) -> CompiledGraph:
+        """The compiled model of ``plan``: the one it used last while nothing was evicted or
+        reconfigured since (no key lookup), else from the cache or compiled now."""
+        hot = plan.hot
+        compiled = hot[1]() if hot is not None and hot[0] == self._generation else None
+        if compiled is not None:  # still cached: refresh its LRU position and count the hit
+            try:
+                self._entries.move_to_end(compiled.key)
+            except KeyError:  # evicted by another thread meanwhile: look it up properly
+                compiled = None
+        if compiled is not None:
+            self._hit(plan.device)
+            return compiled
+        compiled = self._lookup(plan.structure, plan.factory, plan.device, plan.run)
+        # A weak reference: a plan must not keep an evicted or cleared model (and its device
+        # memory) alive.
+        plan.hot = None if self._config.disable_cache else (self._generation, weakref.ref(compiled))
+        return compiled
+
+    def run_plan(
+        self, plan: GraphPlan, inputs: Mapping[str, Any], *, out: Sequence[np.ndarray] | None = None
+    ) -> list[np.ndarray]:
+        """Run ``plan`` once: bind ``inputs``, infer, convert the outputs (``out``: write into
+        these arrays instead, zero-copy)."""
+        runner = self.compiled_for(plan).runner
+        self.last_runner = runner
+        if out is not None:
+            return runner.run(plan.feed(inputs), out=out)
+        if not self._config.profiling:
+            return plan.results(runner.run(plan.feed(inputs)))
+        t0 = time.perf_counter()
+        outputs = plan.results(runner.run(plan.feed(inputs)))
+        self.log_profile(time.perf_counter() - t0, runner.last_infer_seconds)
+        return outputs
+
 
 # ---------------------------------------------------------------------------------------------
 # Process-wide engines (one per Core).
@@ -1606,45 +1687,6 @@ _PLAN = "ovkit.engine.plan"  # the tag of the engine's entries in ``graph.derive
 MAX_PLANS_PER_GRAPH = 64  # output sets x devices x configs one graph keeps plans for
 
 
-def _plan_for(
-    engine: Engine,
-    graph: Any,
-    outs: Sequence[Any],
-    device: str | None,
-    config: Mapping[str, Any] | RunConfig | None,
-    extra: Sequence[Any] = (),
-    names: Sequence[str] | None = None,
-) -> GraphPlan:
-    # Plans live on the graph (``graph.derived``), never in the engine: a graph the caller drops
-    # takes its plans, constants and last inputs with it.  The key holds the output identities
-    # (the plan holds the outputs, so the ids stay valid), the graph's node count and edit
-    # version (an in-place edit such as ``soft_max_add_sinks`` makes a new plan), this engine and
-    # its configuration epoch (plans made before the configuration changed are not reused).
-    ids = id(outs[0]) if len(outs) == 1 and not extra else (tuple(map(id, outs)), tuple(map(id, extra)))
-    key = (
-        _PLAN,
-        id(engine),
-        engine._epoch,
-        graph.version,
-        len(graph.nodes),
-        ids,
-        device,
-        _config_key(config),
-    )
-    plans = graph.derived
-    plan: GraphPlan | None = plans.get(key)
-    if plan is None:
-        dev = device or engine._device or engine.selected_device()
-        run = _resolve_run(config, graph, list(outs) + list(extra), dev)
-        plan = GraphPlan(graph, outs, dev, run, extra_outputs=extra, names=names)
-        plan.check_support()
-        if len(plans) >= MAX_PLANS_PER_GRAPH:
-            plans.clear()
-        plans[key] = plan
-        engine._plans_made += 1
-    return plan
-
-
 def compute_graph(
     graph: Any,
     outputs: Sequence[Any],
@@ -1666,32 +1708,7 @@ def compute_graph(
     an in-place edit after a compute (``set_name``, ``*_add_sinks``, ``*_set_prec``) is seen.
     """
     engine = get_engine(core)
-    engine._refresh()
-    plan = _plan_for(engine, graph, outputs, device, config)
-    hot = plan.hot
-    compiled = hot[1]() if hot is not None and hot[0] == engine._generation else None
-    if compiled is not None:  # still cached: refresh its LRU position and count the hit
-        try:
-            engine._entries.move_to_end(compiled.key)
-        except KeyError:  # evicted by another thread meanwhile: look it up properly
-            compiled = None
-    if compiled is not None:
-        engine._hit(plan.device)
-    else:
-        compiled = engine._lookup(plan.structure, plan.factory, plan.device, plan.run)
-        # A weak reference: a plan must not keep an evicted or cleared model (and its device
-        # memory) alive.
-        plan.hot = None if engine._config.disable_cache else (engine._generation, weakref.ref(compiled))
-    runner = compiled.runner
-    engine.last_runner = runner
-    if out is not None:
-        return runner.run(plan.feed(inputs), out=out)
-    if not engine._config.profiling:
-        return plan.results(runner.run(plan.feed(inputs)))
-    t0 = time.perf_counter()
-    outputs = plan.results(runner.run(plan.feed(inputs)))
-    engine.log_profile(time.perf_counter() - t0, runner.last_infer_seconds)
-    return outputs
+    return engine.run_plan(engine.plan(graph, outputs, device, config), inputs, out=out)
 
 
 class GraphSession:
@@ -1751,12 +1768,11 @@ def graph_session(
     follows ``GGML_OPENVINO_STATEFUL_EXECUTION`` (forced off on the NPU class)."""
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     engine = get_engine(core)
-    engine._refresh()
     state_names = list(states)
     extra = [states[n] for n in state_names]
     names = [f"output{i}" for i in range(len(outs))]
     out_names = [f"state:{n}" for n in state_names]
-    plan = _plan_for(engine, graph, outs, device, config, extra, names + out_names)
+    plan = engine.plan(graph, outs, device, config, extra=extra, names=names + out_names)
     missing = [n for n in state_names if n not in plan.input_names]
     if missing:
         raise InputError(
