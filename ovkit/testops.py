@@ -1286,7 +1286,7 @@ def cli(args: Any) -> int:
 def _backend_ops_cli(args: Any) -> int:
     """``ovkit test-ops --catalogue test-backend-ops``: test-backend-ops' own case list."""
     from ovkit.catalogue import run as catalogue
-    from ovkit.cli import UsageError
+    from ovkit.usage import UsageError
 
     if args.mode != "test":
         raise UsageError("--catalogue test-backend-ops runs mode test only")
