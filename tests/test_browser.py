@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import playwright.sync_api as playwright_sync
 import pytest
 from browser_lab import (
     ARTIFACTS,
@@ -28,8 +29,6 @@ from browser_lab import (
 )
 
 from ovkit.widgets.op_explorer import ggml_reference_available
-
-playwright_sync = pytest.importorskip("playwright.sync_api")
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

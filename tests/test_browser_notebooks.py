@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import playwright.sync_api as playwright_sync
 import pytest
 from browser_lab import (
     ARTIFACTS,
@@ -25,8 +26,6 @@ from browser_lab import (
     page_errors,
     shutdown_kernels,
 )
-
-playwright_sync = pytest.importorskip("playwright.sync_api")
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -22,8 +22,6 @@ from op_helpers import run_translation
 from ovkit import oracle
 from ovkit.graph import Graph, UnsupportedOpError
 
-pytest.importorskip("ggml", reason="ggml-python (the test extra) provides the real ggml oracle")
-
 Program = Callable[[Any, dict[str, Any]], Any]
 
 

@@ -16,14 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jupytext
+import nbclient
+import nbformat
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-
-import jupytext  # noqa: E402
-
-import ovkit  # noqa: E402
+import ovkit
 
 ROOT = Path(__file__).resolve().parents[1]
 NB_DIR = ROOT / "notebooks"
@@ -70,8 +68,9 @@ def executed() -> Callable[[str], Any]:
 
 
 def run_papermill(name: str, tmp_path: Path, **parameters: Any) -> Any:
-    """Notebook ``name`` executed by papermill with ``parameters`` (skips without papermill)."""
-    papermill = pytest.importorskip("papermill")
+    """Notebook ``name`` executed by papermill with ``parameters``."""
+    import papermill
+
     out = tmp_path / f"{name}.ipynb"
     papermill.execute_notebook(
         str(NB_DIR / f"{name}.ipynb"),
@@ -160,7 +159,8 @@ def test_committed_without_outputs_and_parameters_first(path: Path) -> None:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_papermill_sees_every_parameter(path: Path) -> None:
     """Every assignment in the ``parameters`` cell can be overridden with ``papermill -p``."""
-    papermill = pytest.importorskip("papermill")
+    import papermill
+
     nb = nbformat.read(path, as_version=4)
     source = next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     assigned = [n.targets[0].id for n in ast.parse(source).body if isinstance(n, ast.Assign)]

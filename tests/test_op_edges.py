@@ -15,7 +15,6 @@ from ovkit import oracle
 from ovkit.graph import Graph, GraphError
 from ovkit.ops.bounds import IndexRangeError
 
-pytest.importorskip("ggml", reason="ggml-python (the test extra) is the oracle")
 RNG = np.random.default_rng(11)
 
 

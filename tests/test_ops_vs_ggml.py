@@ -27,10 +27,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ovkit import graph as graph_mod
 from ovkit import oracle
 
-pytest.importorskip("ggml", reason="ggml-python (the test extra) provides the real ggml oracle")
-graph_mod = pytest.importorskip("ovkit.graph")
 Graph = graph_mod.Graph
 UnsupportedOpError = graph_mod.UnsupportedOpError
 

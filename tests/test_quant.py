@@ -8,10 +8,6 @@ import pytest
 from ovkit import oracle, quant
 from ovkit.graph import Graph
 
-pytestmark = pytest.mark.skipif(
-    not oracle.ggml_available(), reason="ggml-python is required for the reference"
-)
-
 MUL_MAT_NMSE = 5e-4  # test-backend-ops' MUL_MAT threshold
 GET_ROWS_NMSE = 1e-7
 

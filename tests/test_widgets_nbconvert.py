@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 
+import nbclient
+import nbconvert
+import nbformat
 import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-nbconvert = pytest.importorskip("nbconvert")
 
 pytestmark = [pytest.mark.slow]
 

@@ -90,7 +90,6 @@ def test_explore_function_reports_unsupported_devices() -> None:
 
 
 def test_shows_what_the_catalogue_says_about_the_op(explorer) -> None:
-    pytest.importorskip("ovkit.ops.table")
     explorer.op_dropdown.value = "UNARY.GELU"
     info = explorer.info_html.get_state()["value"]
     assert "GGML_UNARY_OP_GELU" in info and "Graph.gelu" in info and "upstream" in info
