@@ -74,14 +74,18 @@ def tensor_shapes(hp: HParams, tied: bool = False) -> dict[str, tuple[int, ...]]
 
 
 def _random(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Values scaled like a trained model: norms near 1, rows ~ 1/sqrt(fan-in), a peaked head."""
+    """Values scaled like a trained model: norms near 1, rows ~ 1/sqrt(fan-in), a head whose
+    row norms vary (log-normal), so the top logits are not near-ties of a flat distribution."""
     if len(shape) == 1:
         if name.endswith(".bias"):
             return (0.1 * rng.standard_normal(shape)).astype(np.float32)
         return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
     fan_in = shape[-1]
     scale = 1.0 if name in ("token_embd.weight", "output.weight") else 1.0 / np.sqrt(fan_in)
-    return (scale * rng.standard_normal(shape)).astype(np.float32)
+    values = scale * rng.standard_normal(shape)
+    if name == "output.weight":  # rows of unequal norm, as trained heads have: fewer near-ties
+        values *= np.exp(0.35 * rng.standard_normal((shape[0], 1)))
+    return values.astype(np.float32)
 
 
 def _stored(name: str, values: np.ndarray, wtype: str) -> Any:
