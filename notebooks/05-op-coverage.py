@@ -26,6 +26,8 @@ reference = "auto"  # ggml when ggml-python is installed, else numpy
 perf_max_mib = 80  # perf cases with at most this many MiB of inputs
 perf_max_gflop = 2.0  # and at most this much work
 upstream_ops = ["ADD", "MUL_MAT", "SOFT_MAX", "ROPE"]  # ops run three ways (needs install-upstream)
+catalogue_ops = ["ADD", "ARGSORT", "SOFT_MAX", "POOL_2D"]  # test-backend-ops ops run vs ggml here
+catalogue_rows_per_op = 2  # rows of each of those ops (the whole list: benchmarks/bench_catalogue.py)
 
 # %% tags=["setup"]
 # %matplotlib inline
@@ -174,6 +176,54 @@ else:
 if upstream.detect().available:
     live = upstream.agreement(catalogue=False, progress=False)
     print("\n".join(live.lines()))
+
+# %% [markdown]
+# ## 7. test-backend-ops' own catalogue
+#
+# The shipped half of llama.cpp's `test-backend-ops` list (9,747 rows, each an op and its
+# parameters) is built case by case as test-backend-ops builds it: the same leaves, views,
+# permutes and value ranges, and its error bound per op. Without running anything, each row is
+# *upstream-accepted* (the backend's support policy accepts it and ovkit translates it),
+# *ovkit-only* (refused by the backend, translated by ovkit), *not translatable* (ovkit has no
+# builder, type or OpenVINO translation for it yet) or *no case* (no case builder, or the
+# installed ggml cannot build it). Numbers in the cells are rows; the colour is the share of the
+# op's rows.
+
+# %% tags=["catalogue-coverage"]
+from ovkit.catalogue import run as catalogue
+from ovkit.catalogue import view as catalogue_view
+
+rows = catalogue.read_rows()
+classified = catalogue.coverage_rows(rows, progress=False)
+table = catalogue_view.coverage(classified)
+totals = table.sum()
+print(
+    f"{len(rows)} rows: {totals['upstream-accepted']} upstream-accepted, {totals['ovkit-only']} ovkit-only, "
+    f"{totals['not translatable']} not translatable, {totals['no case']} no case; "
+    f"ovkit translates {100 * classified['translatable'].mean():.1f} % of the list, "
+    f"the backend accepts {100 * classified['accepted'].mean():.1f} %"
+)
+catalogue_view.coverage_figure(table)
+
+# %% [markdown]
+# A few rows run for real: ovkit's graph on this CPU against ggml's CPU backend, in worker
+# processes, printed as test-backend-ops prints them (`--policy none`: the backend's refusals
+# run too, so *ovkit-only* rows are checked numerically). The whole list is
+# `ovkit test-ops --catalogue test-backend-ops --policy none` or `benchmarks/bench_catalogue.py`.
+
+# %% tags=["catalogue-run"]
+picked = [r for op in catalogue_ops for r in [r for r in rows if r.op == op][:catalogue_rows_per_op]]
+ran = catalogue.run(picked, policy="none", workers=2, progress=False)
+for r in ran.itertuples():
+    print(catalogue.Result(r.op, r.case, r.status, r.detail, r.err, r.max_err, r.device, r.accepted).line())
+display(catalogue.per_op(ran))
+three = pd.crosstab(
+    ran["accepted"].map({True: "backend accepts", False: "backend refuses"}), ran["status"], margins=True
+)
+display(three.rename_axis(index="upstream (policy)", columns="ovkit vs ggml"))
+
+# %% [markdown]
+# ## 8. Result
 #
 # Totals per device class; no supported case may fail.
 

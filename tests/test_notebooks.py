@@ -539,6 +539,19 @@ def test_05_heatmap_and_perf(executed: Callable[[str], Any]) -> None:
     assert m and m.group(1) == m.group(2) and int(m.group(1)) >= 5, text(nb, "result")
 
 
+def test_05_catalogue_view_over_the_whole_list(executed: Callable[[str], Any]) -> None:
+    nb = executed("05-op-coverage")
+    summary = text(nb, "catalogue-coverage", "stdout")
+    m = re.search(
+        r"(\d+) rows: (\d+) upstream-accepted, (\d+) ovkit-only, (\d+) not translatable, (\d+) no case",
+        summary,
+    )
+    assert m and int(m.group(1)) == 9747 == sum(int(m.group(i)) for i in range(2, 6)), summary
+    assert len(pngs(nb, "catalogue-coverage")) == 1
+    ran = text(nb, "catalogue-run", "stdout")
+    assert ran.count(": OK") >= 6 and ": FAIL" not in ran, ran
+
+
 # ---------------------------------------------------------------------------------------------
 # 06-gguf
 # ---------------------------------------------------------------------------------------------

@@ -13,22 +13,37 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 CATEGORIES = ("upstream-accepted", "ovkit-only", "not supported", "not translatable", "FAIL", "no case")
-COLOURS = ("#2e7d32", "#81c784", "#bbbbbb", "#f0c419", "#d62728", "#ffffff")
 
 
 def category(status: str, accepted: bool) -> str:
+    """A run result's category: a passing case is upstream-accepted or ovkit-only."""
     if status == "OK":
         return "upstream-accepted" if accepted else "ovkit-only"
     return status
 
 
 def coverage(results: pd.DataFrame) -> pd.DataFrame:
-    """Rows per op and category (columns in :data:`CATEGORIES` order), most rows first."""
+    """Rows per op and category (columns in :data:`CATEGORIES` order), most rows first.
+
+    ``results``: a run (``status``, ``accepted``, from :func:`ovkit.catalogue.run.run`) or a
+    classification without running (``translatable``, ``accepted``, ``reason``, from
+    :func:`ovkit.catalogue.run.coverage_rows`; there a translatable case counts as passing)."""
     import pandas as pd
 
-    cats = [category(s, bool(a)) for s, a in zip(results["status"], results["accepted"], strict=True)]
+    if "status" in results:
+        cats = [category(s, bool(a)) for s, a in zip(results["status"], results["accepted"], strict=True)]
+    else:
+        cats = [
+            category("OK", bool(a))
+            if ok
+            else ("no case" if str(why).startswith("no case") else "not translatable")
+            for ok, a, why in zip(
+                results["translatable"], results["accepted"], results["reason"], strict=True
+            )
+        ]
     t = pd.crosstab(results["op"], pd.Series(cats, index=results.index, name="status"))
     t = t.reindex(columns=list(CATEGORIES), fill_value=0)
     return t.loc[t.sum(axis=1).sort_values(ascending=False).index]
@@ -53,3 +68,13 @@ def plot_coverage(ax: Axes, table: pd.DataFrame) -> None:
     ax.xaxis.tick_top()
     ax.set_title("test-backend-ops catalogue: rows per op and status (colour: share of the op's rows)",
                  fontsize=8, pad=40)  # fmt: skip
+
+
+def coverage_figure(table: pd.DataFrame) -> Figure:
+    """:func:`plot_coverage` on a figure sized to the table (a cell shows it as its result)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 0.9 + 0.13 * len(table)))
+    plot_coverage(fig.add_subplot(), table)
+    fig.tight_layout()
+    return fig
