@@ -191,9 +191,16 @@ def llama_openvino_env(base: dict[str, str] | None = None) -> dict[str, str]:
             f"run {INSTALL_SCRIPT}"
         )
     env = dict(os.environ if base is None else base)
-    target = str(build.lib_dir.parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([target, *filter(None, [env.get("PYTHONPATH")])])
+
+    def prepend(var: str, path: str) -> None:
+        env[var] = os.pathsep.join([path, *filter(None, [env.get(var)])])
+
+    prepend("PYTHONPATH", str(build.lib_dir.parent.parent))
     env["LLAMA_CPP_LIB_PATH"] = str(build.lib_dir)
+    # libggml-openvino.so links libopenvino.so.* without a path to it: the openvino wheel's libs
+    ov = importlib.util.find_spec("openvino")
+    if ov is not None and ov.submodule_search_locations:
+        prepend("LD_LIBRARY_PATH", str(Path(list(ov.submodule_search_locations)[0]) / "libs"))
     return env
 
 
