@@ -108,7 +108,10 @@ display(placement.fallbacks(k_nodes).drop_duplicates(["graph", "device", "node"]
 #
 # Prefill `n_prompt` tokens, then greedy decode; the KV cache stays on the device between
 # calls (OpenVINO state). llama.cpp's CPU backend (llama-cpp-python, in a subprocess) is fed
-# the very same tokens, so the logits compare position by position.
+# the very same tokens, so the logits compare position by position. The model runs as the
+# backend would run it on a CPU: its policy requantizes `token_embd` and `output` to per-row
+# int8 (Q8_0_C), so its logits sit a little further from llama.cpp's than the kernels alone
+# would (`Model(..., no_requant=True)` keeps the GGUF's blocks as they are).
 
 # %% tags=["run"]
 prompt = [1 + (i * 37) % (model.hp.n_vocab - 1) for i in range(n_prompt)]
