@@ -40,7 +40,7 @@ from IPython.display import display
 
 import ovkit
 from ovkit import engine, notebook, oracle
-from ovkit.blocks import BlockConfig, block_inputs, block_weights, transformer_block
+from ovkit.blocks import CACHE_NAMES, BlockConfig, block_inputs, block_weights, transformer_block
 from ovkit.graph import Graph, GraphError, UnsupportedOpError
 
 core = ovkit.SimulatedCore(profile) if profile else ov.Core()
@@ -186,9 +186,12 @@ cfg = BlockConfig(
 weights = block_weights(cfg, seed)
 n_total = n_tokens + n_decode
 tokens = rng.standard_normal((n_total, d_model)).astype(np.float32)
-empty = {name: np.zeros((n_ctx, cfg.kv_dim), np.float16) for name in ("cache_k", "cache_v")}
+empty = {name: np.zeros((n_ctx, cfg.kv_dim), np.float16) for name in CACHE_NAMES}
+cache_k = CACHE_NAMES[0]  # layer 0's K cache, as llama.cpp names it
 g_full, out_full, _ = transformer_block(cfg, n_total, weights)
-print(f"{len(g_full.nodes)} nodes; ops:", sorted({t.op for t in g_full.nodes if not t.is_leaf}))
+print(
+    f"{len(g_full.nodes)} nodes; ops:", ", ".join(sorted({str(t.op) for t in g_full.nodes if not t.is_leaf}))
+)
 
 # %% tags=["block-check"]
 # The whole sequence at once (no state): device vs ovkit's reference.
@@ -214,25 +217,25 @@ print("stateful execution:", prefill.stateful)
 
 # %% tags=["block-decode"]
 outputs = [prefill.compute(block_inputs(cfg, tokens[:n_tokens], 0))[0]]
-for name in ("cache_k", "cache_v"):  # the prompt's cache becomes the decode graph's state
+for name in CACHE_NAMES:  # the prompt's cache becomes the decode graph's state
     decode.set_state(name, prefill.state(name))
-filled = [int(decode.state("cache_k").any(axis=1).sum())]
+filled = [int(decode.state(cache_k).any(axis=1).sum())]
 for i in range(n_tokens, n_total):
     outputs.append(decode.compute(block_inputs(cfg, tokens[i : i + 1], i))[0])
-    filled.append(int(decode.state("cache_k").any(axis=1).sum()))
+    filled.append(int(decode.state(cache_k).any(axis=1).sum()))
 decode_nmse = oracle.nmse(np.vstack(outputs), full)
 print("cache rows filled after prompt and each decoded token:", filled)
 print(f"prompt + {n_decode} decoded tokens vs the whole sequence at once: NMSE {decode_nmse:.2e}")
 
 # %% tags=["cache-heatmap"]
 fig, ax = plt.subplots(figsize=(6, 2.6))
-ax.imshow(np.abs(decode.state("cache_k").astype(np.float32)).T, aspect="auto", cmap="viridis")
+ax.imshow(np.abs(decode.state(cache_k).astype(np.float32)).T, aspect="auto", cmap="viridis")
 ax.set_xlabel("KV cache row (token position)")
 ax.set_ylabel("K channel")
 ax.set_title(f"K cache after {n_total} tokens: rows {n_total}..{n_ctx - 1} still empty", fontsize=10)
 plt.show()
 decode.reset_state()
-print("after reset_state: cache_k all zero:", not decode.state("cache_k").any())
+print("after reset_state: cache_k all zero:", not decode.state(cache_k).any())
 
 # %% [markdown]
 # ## Result
