@@ -53,6 +53,11 @@ GGML_PREC_DEFAULT = 0
 GGML_PREC_F32 = 10
 GGML_OP_POOL_MAX = 0
 GGML_OP_POOL_AVG = 1
+GGML_SCALE_MODE_NEAREST = 0
+GGML_SCALE_MODE_BILINEAR = 1
+GGML_SCALE_MODE_BICUBIC = 2
+GGML_SCALE_FLAG_ALIGN_CORNERS = 1 << 8
+GGML_SCALE_FLAG_ANTIALIAS = 1 << 9
 #: the unary and GLU sub-ops this builder can build and run.
 BUILT_UNARY: tuple[Op, ...] = (
     Op.GELU, Op.SIGMOID, Op.SILU, Op.SOFTPLUS, Op.TANH, Op.EXP, Op.NEG,
@@ -1223,6 +1228,37 @@ class Graph(GraphIR):
         ne = (a.ne[2] * a.ne[1] * a.ne[0], ow, oh, b.ne[3]) if is_2D else (a.ne[1] * a.ne[0], ow, b.ne[2], 1)
         params = {"s0": s0, "s1": s1, "p0": p0, "p1": p1, "d0": d0, "d1": d1, "is_2D": bool(is_2D)}
         return self._new(op, ne, dt, (a, b), params)
+
+    # ------------------------------------------------------------------ resampling
+    def upscale(self, a: Tensor, scale_factor: int, mode: int) -> Tensor:
+        """``ggml_upscale``: dims 0 and 1 times ``scale_factor`` (> 1)."""
+        if scale_factor <= 1:
+            raise self._err(Op.UPSCALE, "scale_factor", "an integer > 1", str(scale_factor))
+        return self.interpolate(a, a.ne[0] * scale_factor, a.ne[1] * scale_factor, a.ne[2], a.ne[3], mode)
+
+    def upscale_ext(self, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, mode: int) -> Tensor:
+        """``ggml_upscale_ext``: resample to ne (ggml order)."""
+        return self.interpolate(a, ne0, ne1, ne2, ne3, mode)
+
+    def interpolate(self, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, mode: int) -> Tensor:
+        """``ggml_interpolate``: resample to ne; mode NEAREST 0, BILINEAR 1, BICUBIC 2 on dims 0, 1
+        (| ALIGN_CORNERS 256, | ANTIALIAS 512 for bilinear); dims 2, 3 by nearest index."""
+        op = Op.UPSCALE
+        self._check_tensor(op, "a", a)
+        self._check_types(op, "a", a, ("f32",))
+        base, flags = mode & 0xFF, mode & ~0xFF
+        if base > GGML_SCALE_MODE_BICUBIC or flags & ~(
+            GGML_SCALE_FLAG_ALIGN_CORNERS | GGML_SCALE_FLAG_ANTIALIAS
+        ):
+            raise self._err(
+                op, "mode", "NEAREST/BILINEAR/BICUBIC (0..2) | ALIGN_CORNERS | ANTIALIAS", str(mode)
+            )
+        if flags & GGML_SCALE_FLAG_ANTIALIAS and base != GGML_SCALE_MODE_BILINEAR:
+            raise self._err(op, "mode", "ANTIALIAS with BILINEAR only", str(mode))
+        ne = (int(ne0), int(ne1), int(ne2), int(ne3))
+        if any(n < 1 for n in ne):
+            raise self._err(op, "ne", "positive sizes", str(list(ne)))
+        return self._new(op, ne, a.dtype, (a,), {"mode": int(mode)})
 
     # ------------------------------------------------------------------ backward ops
     def _same_shape_back(self, op: Op, a: Tensor, b: Tensor, types: Sequence[str] = ("f32",)) -> None:

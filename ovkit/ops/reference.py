@@ -1023,6 +1023,78 @@ def pool(t: Tensor, xs: list[Arr]) -> Arr:
     return (win.astype(np.float64).sum(axis=axes) / pool_divisor(t, valid, n)).astype(np.float32)
 
 
+def _cubic_weights(d: np.float32) -> list[np.float32]:
+    """ggml's bicubic convolution weights (alpha −0.75, as PyTorch) of taps −1..2 at offset d."""
+    a = np.float32(-0.75)
+
+    def w1(x: np.float32) -> np.float32:
+        return np.float32(((a + 2) * x - (a + 3)) * x * x + 1)
+
+    def w2(x: np.float32) -> np.float32:
+        return np.float32(((a * x - 5 * a) * x + 8 * a) * x - 4 * a)
+
+    one, two = np.float32(1.0), np.float32(2.0)
+    return [w2(d + one), w1(d), w1(one - d), w2(two - d)]
+
+
+def upscale_weights(n_out: int, n_in: int, mode: int) -> Arr:
+    """The [n_out, n_in] resampling matrix ggml's CPU upscale applies along dim 0 or 1 (its f32
+    arithmetic; the 2-D kernels are products of these, antialias normalised per axis)."""
+    base, align = mode & 0xFF, bool(mode & 256)
+    sf = np.float32(n_out) / np.float32(n_in)
+    po = np.float32(0.5)
+    if align:
+        po = np.float32(0.0)
+        if n_out > 1 and n_in > 1:
+            sf = np.float32(n_out - 1) / np.float32(n_in - 1)
+    w = np.zeros((n_out, n_in), dtype=np.float64)
+    for i in range(n_out):
+        fi = np.float32(i)
+        if base == 0:
+            w[i, int(fi / sf)] = 1.0
+        elif base == 1 and mode & 512:
+            x = (fi + po) / sf
+            support = max(np.float32(1.0), np.float32(1.0) / sf)
+            inv = np.float32(1.0) / support
+            lo, hi = max(int(x - support + po), 0), min(int(x + support + po), n_in)
+            taps = {
+                sx: max(np.float32(1.0) - abs((np.float32(sx) - x + po) * inv), np.float32(0.0))
+                for sx in range(lo, hi)
+            }
+            total = sum(float(v) for v in taps.values())
+            for sx, v in taps.items():
+                w[i, sx] = float(v) / total if total > 0 else 0.0
+        elif base == 1:
+            x = (fi + po) / sf - po
+            x0 = int(np.floor(x))
+            c0, c1 = min(max(x0, 0), n_in - 1), min(max(x0 + 1, 0), n_in - 1)
+            dx = min(max(x - np.float32(c0), np.float32(0.0)), np.float32(1.0))
+            w[i, c0] += 1.0 - float(dx)
+            w[i, c1] += float(dx)
+        else:
+            x = (fi + po) / sf - po
+            x0 = int(np.floor(x))
+            for k, wk in zip(range(-1, 3), _cubic_weights(np.float32(x - np.float32(x0))), strict=True):
+                w[i, min(max(x0 + k, 0), n_in - 1)] += float(wk)
+    return w.astype(np.float32)
+
+
+def upscale_batch_index(n_out: int, n_in: int) -> Arr:
+    """Dims 2, 3: output i reads input int(i / (n_out / n_in)) (f32 division, as ggml)."""
+    sf = np.float32(n_out) / np.float32(n_in)
+    return np.array([int(np.float32(i) / sf) for i in range(n_out)], dtype=np.int64)
+
+
+@reference(Op.UPSCALE)
+def upscale(t: Tensor, xs: list[Arr]) -> Arr:
+    a = t.srcs[0]
+    assert a is not None
+    x = f32(xs[0])[upscale_batch_index(t.ne[3], a.ne[3])][:, upscale_batch_index(t.ne[2], a.ne[2])]
+    w0 = upscale_weights(t.ne[0], a.ne[0], t.params["mode"]).astype(np.float64)
+    w1 = upscale_weights(t.ne[1], a.ne[1], t.params["mode"]).astype(np.float64)
+    return np.einsum("yj,abji,xi->abyx", w1, x.astype(np.float64), w0).astype(np.float32)
+
+
 @reference(Op.SSM_CONV)
 def ssm_conv(t: Tensor, xs: list[Arr]) -> Arr:
     sx = f32(xs[0])[0]  # [n_s, d_inner, ncs]

@@ -509,6 +509,12 @@ ENTRIES: tuple[OpEntry, ...] = (
                 "Reshape to [repeats, size] per dim + ReduceSum over the repeats",
             ),
             (
+                Op.UPSCALE,
+                ("upscale", "upscale_ext", "interpolate"),
+                "ne0..ne3, mode (NEAREST 0, BILINEAR 1, BICUBIC 2 | ALIGN_CORNERS 256 | ANTIALIAS 512)",
+                "Gather (dims 2, 3: nearest) + two MatMuls with ggml's per-axis resampling matrices (its f32 formulas)",
+            ),
+            (
                 Op.OUT_PROD,
                 ("out_prod",),
                 "a [m, k, ...] (f32, f16 or quantized), b f32 [p, k, ...]",

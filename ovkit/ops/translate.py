@@ -44,6 +44,8 @@ from ovkit.ops.reference import (
     set_index,
     top_k_order,
     tri_mask,
+    upscale_batch_index,
+    upscale_weights,
 )
 
 Out = Any  # an openvino Output/Node
@@ -1038,6 +1040,19 @@ def _pool(t: Tensor, xs: list[Out]) -> Out:
     inv = np.float32(1.0) / pool_divisor(t, valid, n)
     weights = np.broadcast_to(inv.reshape(inv.shape + (1,) * n), valid.shape)
     return reshape4(ops.reduce_sum(ops.multiply(win, const(weights)), axes, False), t.ne)
+
+
+@translator(Op.UPSCALE)
+def _upscale(t: Tensor, xs: list[Out]) -> Out:
+    a = t.srcs[0]
+    assert a is not None
+    x = f32(xs[0])
+    for axis, d in ((0, 3), (1, 2)):  # batch dims: nearest index
+        if t.ne[d] != a.ne[d]:
+            x = ops.gather(x, const(upscale_batch_index(t.ne[d], a.ne[d]), np.int64), i64(axis))
+    w0 = const(upscale_weights(t.ne[0], a.ne[0], t.params["mode"]))  # [ne0, a.ne0]
+    w1 = const(upscale_weights(t.ne[1], a.ne[1], t.params["mode"]))  # [ne1, a.ne1]
+    return ops.matmul(w1, ops.matmul(x, w0, False, True), False, False)
 
 
 @translator(Op.SSM_CONV)
