@@ -1,0 +1,545 @@
+"""Compiled graphs and their infer requests: ports, binding (zero-copy where possible), state,
+profiling, and building the model to compile (dynamic dims, stateful transformation)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ovkit.dtypes import OPENVINO_NUMPY
+from ovkit.runtime import is_simulated
+
+if TYPE_CHECKING:
+    import pandas as pd
+from ovkit.engine.errors import EngineError, InputError, ProfilingOffError
+from ovkit.engine.run_config import EffectiveConfig, RunConfig
+
+
+# ---------------------------------------------------------------------------------------------
+# Ports and structure keys.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class PortSpec:
+    """One input or output of a compiled model: name, OpenVINO type, shape (-1 = dynamic)."""
+
+    name: str
+    index: int
+    ov_type: str
+    shape: tuple[int, ...]
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return OPENVINO_NUMPY.get(self.ov_type, np.dtype(np.float32))
+
+    @property
+    def is_static(self) -> bool:
+        return all(d >= 0 for d in self.shape)
+
+    def accepts(self, shape: tuple[int, ...]) -> bool:
+        return len(shape) == len(self.shape) and all(
+            w < 0 or w == g for w, g in zip(self.shape, shape, strict=True)
+        )
+
+
+def _dims(partial_shape: Any) -> tuple[int, ...]:
+    if partial_shape.rank.is_dynamic:
+        raise EngineError(f"inputs of dynamic rank are not supported (got {partial_shape})")
+    return tuple(d.get_length() if d.is_static else -1 for d in partial_shape)
+
+
+def _port_name(port: Any, fallback: str) -> str:
+    names = port.get_names()
+    if names:
+        return str(sorted(names)[0]) if len(names) > 1 else str(next(iter(names)))
+    try:
+        return str(port.get_node().get_friendly_name())
+    except Exception:
+        return fallback
+
+
+def _ports(ports: Sequence[Any], prefix: str) -> tuple[PortSpec, ...]:
+    specs = []
+    for i, port in enumerate(ports):
+        if prefix == "input":
+            name = str(port.get_node().get_friendly_name())
+        else:
+            name = _port_name(port, f"{prefix}{i}")
+        specs.append(PortSpec(name, i, port.get_element_type().to_string(), _dims(port.get_partial_shape())))
+    return tuple(specs)
+
+
+def model_structure_key(model: Any) -> str:
+    """A digest of an ``openvino.Model``'s structure: op types, wiring, types, shapes, attributes,
+    constant bytes, Parameter and Result names.  Generated friendly names are ignored."""
+    h = hashlib.sha256()
+    index: dict[str, int] = {}  # friendly name -> position (wrappers are fresh objects per call)
+    for i, op in enumerate(model.get_ordered_ops()):
+        index[op.get_friendly_name()] = i
+        kind = op.get_type_name()
+        h.update(f"|{i}:{kind}:{op.get_type_info().version_id}".encode())
+        for inp in op.inputs():
+            src = inp.get_source_output()
+            h.update(f"<{index.get(src.get_node().get_friendly_name(), -1)}.{src.get_index()}".encode())
+        for out in op.outputs():
+            h.update(f">{out.get_element_type().to_string()}{out.get_partial_shape()}".encode())
+        try:
+            attrs = op.get_attributes()
+        except Exception:
+            attrs = {}
+        h.update(repr(sorted((k, repr(v)) for k, v in attrs.items())).encode())
+        if kind == "Parameter":
+            h.update(op.get_friendly_name().encode())
+        elif kind == "Result":
+            h.update(repr(sorted(op.output(0).get_names())).encode())
+        elif kind == "Constant":
+            h.update(np.ascontiguousarray(op.get_data()).tobytes())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiled graphs and their requests.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class CacheKey:
+    """Everything that makes two compiled models different."""
+
+    structure: Hashable
+    device: str
+    core_id: int
+    properties: tuple[tuple[str, str], ...]
+    stateful: bool
+    states: tuple[tuple[str, str], ...]
+    dynamic: tuple[tuple[str, tuple[int, ...]], ...]
+    _hash: int = field(default=0, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        fields_ = (
+            self.structure,
+            self.device,
+            self.core_id,
+            self.properties,
+            self.stateful,
+            self.states,
+            self.dynamic,
+        )
+        object.__setattr__(self, "_hash", hash(fields_))
+
+    def __hash__(self) -> int:  # computed once: the key is looked up on every run
+        return self._hash
+
+
+class CompiledGraph:
+    """One compiled model: its ports, effective configuration, compile time and shared request."""
+
+    def __init__(
+        self,
+        key: CacheKey,
+        compiled: Any,
+        core: Any,
+        *,
+        run_config: RunConfig,
+        states: Mapping[str, str],
+        stateful: bool,
+        variables: Mapping[str, str],
+        state_specs: Mapping[str, PortSpec],
+        compile_seconds: float,
+    ) -> None:
+        self.key = key
+        self.device = key.device
+        self.compiled = compiled
+        self.core = core  # kept alive: the compiled model belongs to it
+        self.run_config = run_config
+        self.states = dict(states)  # state input name -> output name
+        self.stateful = stateful
+        self.variables = dict(variables)  # state input name -> OpenVINO variable id (stateful)
+        self.state_specs = dict(state_specs)
+        self.compile_seconds = compile_seconds
+        self.effective = EffectiveConfig.read(compiled, run_config, simulated=is_simulated(core))
+        self.inputs = _ports(compiled.inputs, "input")
+        self.outputs = _ports(compiled.outputs, "output")
+        self.runs = 0
+        self.lock = threading.Lock()
+        self._runner: Runner | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"CompiledGraph(device={self.device!r}, inputs={[p.name for p in self.inputs]}, "
+            f"outputs={[p.name for p in self.outputs]}, stateful={self.stateful})"
+        )
+
+    @property
+    def runner(self) -> Runner:
+        """The shared request (stateless callers); sessions make their own with ``new_runner``."""
+        if self._runner is None:
+            self._runner = Runner(self)
+        return self._runner
+
+    def new_runner(self) -> Runner:
+        """A fresh infer request with its own state."""
+        return Runner(self)
+
+
+def _bf16_tensor(array: np.ndarray) -> Any:
+    """An ``openvino.Tensor`` of type bf16 holding ``array`` rounded to nearest even."""
+    import openvino as ov
+
+    bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    tensor = ov.Tensor(ov.Type.bf16, ov.Shape(list(array.shape)))
+    tensor.data.view(np.uint16)[...] = rounded
+    return tensor
+
+
+def _tensor_to_numpy(tensor: Any, ov_type: str) -> np.ndarray:
+    """A copy of an output tensor; bf16 widens to float32."""
+    if ov_type == "bf16":
+        bits = np.asarray(tensor.data).view(np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32).reshape(tuple(tensor.shape))
+    return np.array(tensor.data, copy=True)
+
+
+class Runner:
+    """One infer request with its bound inputs kept alive, and (optionally) state."""
+
+    def __init__(self, graph: CompiledGraph) -> None:
+        self.graph = graph
+        self.request = graph.compiled.create_infer_request()
+        n = len(graph.inputs)
+        self._by_name = {p.name: p for p in graph.inputs}
+        self._bound: list[Any] = [None] * n  # the caller's object last bound at each input
+        self._keep: list[Any] = [None] * n  # (array, ov.Tensor) the request reads: keep alive
+        self._state_keep: dict[str, Any] = {}
+        self._out_keep: dict[int, tuple[np.ndarray, Any]] = {}  # caller arrays bound as outputs
+        self._own_out: dict[int, Any] = {}  # the request's own output tensors, to restore
+        out_names = set(graph.states.values())
+        self._returned = [p for p in graph.outputs if p.name not in out_names]
+        self._state_out = {p.name: p for p in graph.outputs if p.name in out_names}
+        self._host_state: dict[str, np.ndarray] = {}
+        self._state_in = {out: inp for inp, out in graph.states.items()}
+        # Inputs the caller feeds (state inputs are fed by the runner when not stateful).
+        self._free = [p for p in graph.inputs if graph.stateful or p.name not in graph.states]
+        self._direct = not any(p.ov_type == "bf16" for p in graph.outputs)
+        from openvino._pyopenvino import InferRequest as _BaseRequest
+
+        self._infer = _BaseRequest.infer
+        if graph.states and not graph.stateful:
+            self.reset_state()
+        self.runs = 0
+        self.last_infer_seconds = 0.0
+
+    # -- binding --------------------------------------------------------------------------
+    def _bind(self, port: PortSpec, value: Any) -> None:
+        import openvino as ov
+
+        i = port.index
+        if value is self._bound[i]:
+            return  # the same array object: the request already reads its memory
+        array = np.asarray(value)
+        if not port.accepts(array.shape):
+            want = "[" + ", ".join("?" if d < 0 else str(d) for d in port.shape) + "]"
+            raise InputError(
+                f"input {port.name!r}: shape {list(array.shape)} does not fit the compiled shape {want}"
+            )
+        if port.ov_type == "bf16":
+            tensor = _bf16_tensor(array)
+            self.request.set_input_tensor(i, tensor)
+            self._keep[i] = (tensor,)
+            self._bound[i] = None  # a converted copy: rebind every call
+            return
+        want_dtype = port.dtype
+        if array.dtype != want_dtype and not np.can_cast(array.dtype, want_dtype, "same_kind"):
+            raise InputError(
+                f"input {port.name!r}: dtype {array.dtype} cannot be converted to {want_dtype} "
+                f"({port.ov_type}) without losing its kind"
+            )
+        bound = np.ascontiguousarray(array, dtype=want_dtype)
+        if not bound.flags.writeable:  # OpenVINO shares only writable memory: read-only arrays
+            bound = bound.copy()  # (np.load mmap_mode="r", np.frombuffer(bytes)) are copied
+        tensor = ov.Tensor(bound, shared_memory=True)
+        self.request.set_input_tensor(i, tensor)
+        # Keep both alive for as long as the request may read them (the request holds no reference).
+        self._keep[i] = (bound, tensor)
+        # Zero-copy only when no conversion happened; otherwise the next call must copy again.
+        self._bound[i] = value if bound is value else None
+
+    def bind(self, inputs: Mapping[str, Any] | Sequence[Any]) -> None:
+        """Bind inputs by name (a mapping) or in input order (a sequence)."""
+        ports = self.graph.inputs
+        if type(inputs) is not list and isinstance(inputs, Mapping):
+            missing = [p.name for p in ports if p.name not in inputs and p.name not in self._host_state]
+            if missing:
+                raise InputError(f"missing input(s) {missing}; the graph expects {[p.name for p in ports]}")
+            unknown = [k for k in inputs if k not in self._by_name]
+            if unknown:
+                raise InputError(f"unknown input(s) {unknown}; the graph expects {[p.name for p in ports]}")
+            for port in ports:
+                value = inputs.get(port.name)
+                if value is None:
+                    value = self._host_state[port.name]
+                self._bind(port, value)
+        else:
+            free = self._free
+            if len(inputs) != len(free):
+                raise InputError(f"expected {len(free)} inputs ({[p.name for p in free]}), got {len(inputs)}")
+            bound = self._bound
+            for port, value in zip(free, inputs, strict=True):
+                if value is not bound[port.index]:  # same object: already bound (zero-copy)
+                    self._bind(port, value)
+            for name, value in self._host_state.items():
+                self._bind(self._by_name[name], value)
+
+    # -- running --------------------------------------------------------------------------
+    def run(
+        self,
+        inputs: Mapping[str, Any] | Sequence[Any],
+        *,
+        copy: bool = True,
+        out: Sequence[np.ndarray] | None = None,
+    ) -> list[np.ndarray]:
+        """Bind, infer, and return the outputs: copies; live views valid until the next run with
+        ``copy=False``; or, with ``out=``, the caller's own arrays, which OpenVINO writes into
+        directly (zero-copy output binding, as upstream binds ggml tensors)."""
+        with self.graph.lock:
+            self.bind(inputs)
+            if out is not None:
+                self._bind_outputs(out)
+            elif self._out_keep:
+                self._restore_outputs()
+            t0 = time.perf_counter()
+            direct = copy and self._direct and out is None
+            try:
+                # OpenVINO's own infer(): with share_outputs=False it returns fresh copies of
+                # every output (one copy, made in C++), in output order.
+                result = self._infer(self.request, {}, not direct, True)
+            except RuntimeError as exc:
+                raise EngineError(f"inference failed on {self.graph.device}: {exc}") from exc
+            self.last_infer_seconds = time.perf_counter() - t0
+            self.runs += 1
+            self.graph.runs += 1
+            if out is not None:
+                if self._state_out:
+                    self._capture_host_state()
+                return list(out)
+            if not direct:  # live views (copy=False), or bf16 outputs to widen
+                req = self.request
+                if self._state_out:
+                    self._capture_host_state()
+                if copy:
+                    return [
+                        _tensor_to_numpy(req.get_output_tensor(p.index), p.ov_type) for p in self._returned
+                    ]
+                return [req.get_output_tensor(p.index).data for p in self._returned]
+            values = list(result.values())
+            for name, port in self._state_out.items():
+                self._host_state[self._state_in[name]] = values[port.index]
+            return [values[p.index] for p in self._returned]
+
+    __call__ = run
+
+    def _bind_outputs(self, out: Sequence[np.ndarray]) -> None:
+        import openvino as ov
+
+        ports = self._returned
+        if len(out) != len(ports):
+            raise InputError(f"out: expected {len(ports)} arrays ({[p.name for p in ports]}), got {len(out)}")
+        for port, arr in zip(ports, out, strict=True):
+            if self._out_keep.get(port.index, (None,))[0] is arr:
+                continue  # already bound
+            want = "[" + ", ".join("?" if d < 0 else str(d) for d in port.shape) + "]"
+            if (
+                not isinstance(arr, np.ndarray)
+                or port.ov_type == "bf16"
+                or not port.is_static
+                or arr.dtype != port.dtype
+                or arr.shape != port.shape
+                or not arr.flags.c_contiguous
+                or not arr.flags.writeable
+            ):
+                got = f"{getattr(arr, 'dtype', type(arr).__name__)} {list(getattr(arr, 'shape', []))}"
+                raise InputError(
+                    f"out for output {port.name!r}: expected a writeable C-contiguous {port.dtype} array "
+                    f"of shape {want} (static shapes, not bf16), got {got}"
+                )
+            if port.index not in self._own_out:
+                self._own_out[port.index] = self.request.get_output_tensor(port.index)
+            tensor = ov.Tensor(arr, shared_memory=True)
+            self.request.set_output_tensor(port.index, tensor)
+            self._out_keep[port.index] = (arr, tensor)  # alive while the request may write
+
+    def _restore_outputs(self) -> None:
+        """Give the request its own output memory back (the caller's arrays are not written again)."""
+        for index, tensor in self._own_out.items():
+            self.request.set_output_tensor(index, tensor)
+        self._out_keep.clear()
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def state_names(self) -> list[str]:
+        return list(self.graph.states)
+
+    def _check_state(self, name: str) -> None:
+        if name not in self.graph.states:
+            raise KeyError(f"no state named {name!r}; this graph has {self.state_names or 'no states'}")
+
+    def _variable(self, name: str) -> Any:
+        var_id = self.graph.variables[name]
+        for st in self.request.query_state():
+            if st.name == var_id:
+                return st
+        raise EngineError(f"state variable {var_id!r} not found in the infer request")
+
+    def _capture_host_state(self) -> None:
+        by_out = {out: inp for inp, out in self.graph.states.items()}
+        for out_name, port in self._state_out.items():
+            value = _tensor_to_numpy(self.request.get_output_tensor(port.index), port.ov_type)
+            self._host_state[by_out[out_name]] = value
+
+    def state(self, name: str) -> np.ndarray:
+        """A copy of the current value of state ``name`` (e.g. a KV cache)."""
+        self._check_state(name)
+        if not self.graph.stateful:
+            return self._host_state[name].copy()
+        st = self._variable(name)
+        return _tensor_to_numpy(st.state, self.graph.state_specs[name].ov_type)
+
+    def set_state(self, name: str, value: Any) -> None:
+        """Replace state ``name`` (its shape must fit the declared one)."""
+        import openvino as ov
+
+        self._check_state(name)
+        spec = self.graph.state_specs[name]
+        array = np.asarray(value)
+        if not spec.accepts(array.shape):
+            raise InputError(f"state {name!r}: shape {list(array.shape)} does not fit {list(spec.shape)}")
+        array = np.ascontiguousarray(array, dtype=spec.dtype)
+        with self.graph.lock:
+            if not self.graph.stateful:
+                self._host_state[name] = array.copy()
+                return
+            tensor = _bf16_tensor(array) if spec.ov_type == "bf16" else ov.Tensor(array, shared_memory=True)
+            self._variable(name).state = tensor
+            self._state_keep[name] = (array, tensor)
+
+    def reset_state(self, name: str | None = None) -> None:
+        """Back to the initial value (zeros; dynamic dimensions of length 0), one or all states."""
+        names = self.state_names if name is None else [name]
+        for n in names:
+            self._check_state(n)
+        if not self.graph.stateful:
+            for n in names:
+                spec = self.graph.state_specs[n]
+                self._host_state[n] = np.zeros(tuple(max(d, 0) for d in spec.shape), spec.dtype)
+            return
+        with self.graph.lock:
+            if name is None:
+                self.request.reset_state()
+            else:
+                self._variable(name).reset()
+            for n in names:
+                self._state_keep.pop(n, None)
+
+    # -- profiling ------------------------------------------------------------------------
+    @property
+    def profiling(self) -> bool:
+        """True only when the compiled model reports PERF_COUNT on."""
+        return self.graph.effective.profiling
+
+    def profile(self) -> pd.DataFrame:
+        """Per-node timings of the last run (``ProfilingOffError`` when profiling was not on)."""
+        import pandas as pd
+
+        if not self.profiling:
+            raise ProfilingOffError(
+                "profiling was not on for this compiled model (PERF_COUNT reports off): "
+                "run with RunConfig(profiling=True) to get per-node timings"
+            )
+        if self.runs == 0:
+            raise ProfilingOffError("no run yet: per-node timings exist after the first run")
+        rows = [
+            {
+                "node": p.node_name,
+                "type": p.node_type,
+                "exec_type": p.exec_type,
+                "status": str(p.status).rsplit(".", 1)[-1],
+                "real_time_us": p.real_time.total_seconds() * 1e6,
+                "cpu_time_us": p.cpu_time.total_seconds() * 1e6,
+            }
+            for p in self.request.profiling_info
+        ]
+        return pd.DataFrame(
+            rows, columns=["node", "type", "exec_type", "status", "real_time_us", "cpu_time_us"]
+        )
+
+
+# Sessions are runners with their own request (own state); the name reads better in user code.
+Session = Runner
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the model to compile: dynamic dims, stateful transformation.
+# ---------------------------------------------------------------------------------------------
+ModelFactory = Callable[[], Any]
+
+
+def _model_from(factory_result: Any) -> Any:
+    # Graph.to_model returns (model, input_names); plain factories return the model.
+    return factory_result[0] if isinstance(factory_result, tuple) else factory_result
+
+
+def _apply_dynamic(model: Any, dynamic: Mapping[str, tuple[int, ...]]) -> None:
+    """Mark axes of the named inputs dynamic (-1) so one compiled model serves many lengths."""
+    if not dynamic:
+        return
+    import openvino as ov
+
+    params = {p.get_friendly_name(): p for p in model.get_parameters()}
+    new_shapes = {}
+    for name, axes in dynamic.items():
+        if name not in params:
+            raise InputError(f"dynamic: no input named {name!r} (inputs: {sorted(params)})")
+        dims = list(_dims(params[name].get_partial_shape()))
+        for axis in axes:
+            if not -len(dims) <= axis < len(dims):
+                raise InputError(f"dynamic: axis {axis} out of range for input {name!r} of rank {len(dims)}")
+            dims[axis] = -1
+        new_shapes[params[name].output(0)] = ov.PartialShape(dims)
+    try:
+        model.reshape(new_shapes)
+    except RuntimeError as exc:
+        raise EngineError(f"cannot make {dict(dynamic)} dynamic: {exc}".splitlines()[0]) from exc
+
+
+def _state_specs(model: Any, states: Mapping[str, str]) -> dict[str, PortSpec]:
+    params = {p.get_friendly_name(): p for p in model.get_parameters()}
+    results = {_port_name(o, ""): o for o in model.outputs}
+    specs = {}
+    for inp, out in states.items():
+        if inp not in params:
+            raise InputError(f"state {inp!r}: no input of that name (inputs: {sorted(params)})")
+        if out not in results:
+            raise InputError(f"state {inp!r}: no output named {out!r} (outputs: {sorted(results)})")
+        p = params[inp]
+        specs[inp] = PortSpec(inp, -1, p.get_element_type().to_string(), _dims(p.get_partial_shape()))
+    return specs
+
+
+def _make_stateful(model: Any, states: Mapping[str, str]) -> dict[str, str]:
+    """OpenVINO's MakeStateful, as upstream: each (input, output) pair becomes a variable."""
+    from openvino._offline_transformations import apply_make_stateful_transformation
+
+    before = {v.get_info().variable_id for v in model.get_variables()}
+    apply_make_stateful_transformation(model, dict(states))
+    after = [
+        v.get_info().variable_id for v in model.get_variables() if v.get_info().variable_id not in before
+    ]
+    mapping: dict[str, str] = {}
+    for inp, out in states.items():
+        guess = inp + out  # MakeStateful names a variable <param><result>
+        mapping[inp] = guess if guess in after else next(v for v in after if v.startswith(inp))
+    return mapping
