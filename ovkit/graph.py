@@ -1690,7 +1690,12 @@ class Graph(GraphIR):
         outs: list[Tensor] = [outputs] if isinstance(outputs, Tensor) else list(outputs)
         for o in outs:
             self._check_tensor("compute", "outputs", o)
-        check_feed(self.value_nodes(outs), inputs or {})  # index operands, before OpenVINO sees them
+        # index operands, before OpenVINO sees them; the walk is made once per graph version
+        walk_key = ("ovkit.graph.value_nodes", self.version, len(self.nodes), tuple(map(id, outs)))
+        nodes = self.derived.get(walk_key)
+        if nodes is None:
+            nodes = self.derived[walk_key] = self.value_nodes(outs)
+        check_feed(nodes, inputs or {})
         if mode == "reference":
             from ovkit.ops.reference import evaluate
 
