@@ -184,7 +184,8 @@ def test_run_model_cli_json_and_errors(
     assert len(out["tokens"]) == 4 and out["prefill_tok_s"] > 0 and out["decode_tok_s"] > 0
     assert out["compare"]["greedy_agree"] == 5 and out["compare"]["max_nmse"] < 1e-5
     assert main(["run-model", path, "--prompt", "hello world", "-n", "2", "--simulate", "laptop"]) == 0
-    assert "(SIMULATED)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "(SIMULATED)" in printed and "text: '" in printed
     assert main(["run-model", path, "--tokens", "1 99999", "-n", "2"]) == 2
     assert "99999" in capsys.readouterr().err
 

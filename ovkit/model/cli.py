@@ -102,6 +102,8 @@ def cli(args: argparse.Namespace) -> int:
         "prefill_tok_s": gen.prefill_tok_s,
         "decode_tok_s": gen.decode_tok_s,
     }
+    if args.prompt is not None:  # text out through the same tokenizer
+        result["text"] = reference.detokenize(args.file, gen.tokens)
     if args.compare:
         ref = reference.run_reference(
             args.file,
@@ -119,6 +121,8 @@ def cli(args: argparse.Namespace) -> int:
     print(f"model: {args.file} ({hp.arch}, {hp.n_layer} layers, n_embd {hp.n_embd}) on {result['device']}")
     print(f"prompt ({len(prompt)} tokens): {' '.join(map(str, prompt))}")
     print(f"generated ({len(gen.tokens)}): {' '.join(map(str, gen.tokens))}")
+    if "text" in result:
+        print(f"text: {result['text']!r}")
     print(f"prefill: {gen.prefill_tok_s:.1f} tok/s   decode: {gen.decode_tok_s:.1f} tok/s")
     if args.compare:
         c = result["compare"]

@@ -11,7 +11,6 @@ environment's ``llama_cpp`` (the CPU-only build); ``upstream=True`` runs the Ope
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -29,11 +28,6 @@ DEFAULT_THREADS = 2
 
 class LlamaCppError(RuntimeError):
     """llama.cpp failed or crashed in its subprocess (exit status and stderr tail in the message)."""
-
-
-def llama_cpp_available() -> bool:
-    """True when ``llama_cpp`` (llama-cpp-python) is importable by this interpreter."""
-    return importlib.util.find_spec("llama_cpp") is not None
 
 
 @dataclass(frozen=True, slots=True)
