@@ -109,16 +109,15 @@ class Isolated:
             proc.stdin.flush()
         except BrokenPipeError:
             pass
+        limit = self.timeout_s if timeout_s is None else timeout_s
         reader.start()
-        reader.join(self.timeout_s if timeout_s is None else timeout_s)
+        reader.join(limit)
         if reader.is_alive():  # hung: kill it; the reader then sees EOF
             proc.kill()
             proc.wait()
             reader.join()
             self._drop()
-            return Outcome(
-                "TIMEOUT", detail=f"no answer within {self.timeout_s if timeout_s is None else timeout_s:g} s"
-            )
+            return Outcome("TIMEOUT", detail=f"no answer within {limit:g} s")
         if line and line[0]:
             reply = json.loads(line[0])
             if "error" in reply:
