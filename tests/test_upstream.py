@@ -120,3 +120,10 @@ def test_info_names_the_vendored_ggml(worker) -> None:
 
     info = ggml_info(worker)
     assert info["ggml_version"].count(".") == 2 and "OPENVINO" in info["registries"].split(", ")
+
+
+def test_a_request_past_its_timeout_is_killed_and_reported() -> None:
+    with isolate.Isolated() as w:
+        late = w.call({"cmd": "devices"}, timeout_s=0.01)  # the child cannot even start in 10 ms
+        assert late.status == "TIMEOUT" and "0.01 s" in late.detail
+        assert w.call({"cmd": "devices"}).ok  # a fresh child answers
