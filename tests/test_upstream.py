@@ -127,3 +127,11 @@ def test_a_request_past_its_timeout_is_killed_and_reported() -> None:
         late = w.call({"cmd": "devices"}, timeout_s=0.01)  # the child cannot even start in 10 ms
         assert late.status == "TIMEOUT" and "0.01 s" in late.detail
         assert w.call({"cmd": "devices"}).ok  # a fresh child answers
+
+
+def test_the_openvino_llama_cpp_loads_apart_from_the_cpu_one() -> None:
+    lib = build.llama_openvino_build()
+    assert lib is not None and lib.has_openvino and lib.has_model_cache  # the newer backend
+    where, names = build.llama_openvino_devices()
+    assert where.is_relative_to(build.llama_openvino_dir())  # not the environment's CPU llama_cpp
+    assert "OPENVINO0" in names
