@@ -514,6 +514,14 @@ def write_gguf(
             w.add_float32(k, v)
         else:
             raise TypeError(f"write_gguf: metadata {k!r} has unsupported type {type(v).__name__}")
+    finish_gguf(w, tensors)
+    return p
+
+
+def finish_gguf(w: Any, tensors: dict[str, np.ndarray | quant.QuantizedWeight]) -> None:
+    """Add ``tensors`` to a ``GGUFWriter`` (quantized weights as their raw blocks) and write it."""
+    import gguf
+
     for name, value in tensors.items():
         if isinstance(value, quant.QuantizedWeight):
             spec = value.spec
@@ -527,7 +535,6 @@ def write_gguf(
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return p
 
 
 def add_cli_args(p: Any) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ovkit import quant
+from ovkit.gguf import finish_gguf
 from ovkit.model.arch import HParams, ModelError, arch_spec
 
 WEIGHT_TYPES: tuple[str, ...] = ("f32", "f16", *quant.QUANT_TYPES)
@@ -167,20 +168,11 @@ def synthetic(
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
-    for name, shape in tensor_shapes(hp, tied_output).items():
-        value = _stored(name, _random(name, shape, rng), weight_type)
-        if isinstance(value, quant.QuantizedWeight):
-            blocks = np.frombuffer(value.raw, np.uint8).reshape(value.rows, -1)
-            w.add_tensor(
-                name,
-                blocks,
-                raw_shape=blocks.shape,
-                raw_dtype=gguf.GGMLQuantizationType(value.spec.ggml_type),
-            )
-        else:
-            w.add_tensor(name, np.ascontiguousarray(value))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(
+        w,
+        {
+            name: _stored(name, _random(name, shape, rng), weight_type)
+            for name, shape in tensor_shapes(hp, tied_output).items()
+        },
+    )
     return p
