@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 Status = Literal["OK", "FAIL", "not supported", "not translatable", "no case"]
 STATUSES: tuple[Status, ...] = ("OK", "FAIL", "not supported", "not translatable", "no case")
 Policy = Literal["upstream", "none"]
+#: A case taking longer than this in a worker process is stopped and reported as a FAIL.
+CASE_TIMEOUT_S = 600.0
 #: The shipped half of test-backend-ops' catalogue (op name, parameters, upstream's verdict).
 SHIPPED = Path(__file__).resolve().parents[2] / "tests" / "data" / "upstream-support-verdicts.csv.gz"
 
@@ -92,8 +95,9 @@ def read_rows(path: str | Path | None = None) -> list[Row]:
         ) from e
 
 
-def stratified(rows: Sequence[Row], n: int, seed: int = 0) -> list[Row]:
-    """About ``n`` rows with every op present: each op's share, at least 3 rows per op (or all)."""
+def stratified(rows: Sequence[Row], n: int, seed: int = 0, per_op: int = 3) -> list[Row]:
+    """About ``n`` rows with every op present: each op's share, at least ``per_op`` rows per op
+    (or all of its rows)."""
     by_op: dict[str, list[Row]] = {}
     for r in rows:
         by_op.setdefault(r.op, []).append(r)
@@ -101,7 +105,7 @@ def stratified(rows: Sequence[Row], n: int, seed: int = 0) -> list[Row]:
     frac = min(1.0, n / max(1, len(rows)))
     out: list[Row] = []
     for op_rows in by_op.values():
-        k = min(len(op_rows), max(3, round(len(op_rows) * frac)))
+        k = min(len(op_rows), max(per_op, round(len(op_rows) * frac)))
         pick = sorted(rng.choice(len(op_rows), size=k, replace=False).tolist())
         out += [op_rows[i] for i in pick]
     return out
@@ -293,13 +297,18 @@ def _worker_main() -> None:
         sys.stdout.flush()
 
 
+#: How a worker process starts (``python -m ovkit.catalogue.run POLICY DEVICE``).
+WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "ovkit.catalogue.run")
+
+
 class _Worker:
     """One child process answering rows; replaced when it dies."""
 
     def __init__(self, policy: str, device: str) -> None:
-        env = dict(os.environ, OMP_NUM_THREADS="1")
+        # no gdb backtrace on a ggml abort: the debugger would hold the pipe open
+        env = dict(os.environ, OMP_NUM_THREADS="1", GGML_NO_BACKTRACE="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ovkit.catalogue.run", policy, device],
+            [*WORKER_COMMAND, policy, device],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -307,11 +316,20 @@ class _Worker:
             env=env,
         )
 
-    def ask(self, row: Row) -> dict[str, Any] | None:
+    def ask(self, row: Row, timeout: float) -> dict[str, Any] | None:
+        """The child's answer, or None when it died or took longer than ``timeout`` seconds."""
+        import select
+
         assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
             self.proc.stdin.write(json.dumps([row.op, row.params]) + "\n")
             self.proc.stdin.flush()
+            deadline = time.monotonic() + timeout
+            # poll: a dead child's pipe can stay open (inherited by a grandchild), so never block
+            while not select.select([self.proc.stdout], [], [], 1.0)[0]:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.proc.kill()
+                    return None
             line = self.proc.stdout.readline()
         except (BrokenPipeError, OSError):
             return None
@@ -323,7 +341,7 @@ class _Worker:
         self.proc.wait(timeout=30)
 
 
-def _pooled(rows: Sequence[Row], policy: str, device: str, workers: int) -> Iterator[Result]:
+def _pooled(rows: Sequence[Row], policy: str, device: str, workers: int, timeout: float) -> Iterator[Result]:
     todo: Queue[Row] = Queue()
     for r in rows:
         todo.put(r)
@@ -336,10 +354,10 @@ def _pooled(rows: Sequence[Row], policy: str, device: str, workers: int) -> Iter
                 row = todo.get_nowait()
             except Empty:
                 break
-            got = w.ask(row)
+            got = w.ask(row, timeout)
             if got is None:
                 code = w.proc.wait()
-                why = f"signal {-code}" if code < 0 else f"exit code {code}"
+                why = "timeout" if code == -9 else f"signal {-code}" if code < 0 else f"exit code {code}"
                 crashed = f"the worker process crashed ({why})"
                 done.put(
                     Result(
@@ -386,7 +404,7 @@ def iter_results(
         raise ValueError(f"workers={workers} is not valid (expected 0 or more)")
     source: Iterable[Result]
     if workers or isolate:
-        source = _pooled(todo, policy, device, max(1, workers))
+        source = _pooled(todo, policy, device, max(1, workers), CASE_TIMEOUT_S)
     else:
         source = (run_row(r, policy, device) for r in todo)
     bar = tqdm(source, total=len(todo), desc=f"test-backend-ops {device} (policy {policy})", unit="case",
