@@ -180,17 +180,12 @@ def _add_id(op: str, params: str, p: dict[str, Any]) -> Case:
     return Case(op, params, leaves, program)
 
 
-def _simple(fn: str, init: Init = UNIFORM, *args: str, ne_key: str = "ne", err: float = 1e-7) -> CaseBuilder:
-    """``out = ggml_<fn>(a, *params[args])`` on one uniform leaf."""
+def _simple(fn: str, init: Init = UNIFORM) -> CaseBuilder:
+    """``out = ggml_<fn>(a)`` on one leaf of ``type``/``ne``, values drawn as ``init``."""
 
     def build(op: str, params: str, p: dict[str, Any]) -> Case:
-        ne = _ne_of(p, ne_key, "ne", "ne_a")
-        vals = [p[k] for k in args]
-
-        def program(b: Any, x: Mapping[str, Any]) -> Any:
-            return _named(getattr(b, fn)(x["a"], *vals), "out")
-
-        return Case(op, params, (Leaf("a", ne, p.get("type", "f32"), init),), program, max_err=err)
+        leaf = Leaf("a", _ne_of(p, "ne", "ne_a"), p.get("type", "f32"), init)
+        return Case(op, params, (leaf,), lambda b, x: _named(getattr(b, fn)(x["a"]), "out"))
 
     return build
 
