@@ -146,6 +146,19 @@ def test_placement_on_simulated_gpu_and_npu_names_rejected_nodes(model_file: Cal
     assert (s["weight_bytes_on_device"] < 1).all()  # the embedding's bytes stay on the CPU
 
 
+def test_placement_live_column_from_the_real_backend(model_file: Callable[..., Path]) -> None:
+    """The real backend's supports_op on the same graph (built by ggml in the isolated child) fills
+    a column next to ovkit's verdict for every node; the disagreements are named."""
+    path = model_file("llama", "q8_0")
+    nodes = pl.node_table(Model(path, n_ctx=64), [pl.Target("CPU", "CPU", False)], n_prompt=8,
+                          live=pl.live_support(path))  # fmt: skip
+    assert nodes["live_supports_op"].notna().all(), nodes.loc[nodes["live_supports_op"].isna(), "node"]
+    differ = nodes.loc[~nodes["agree"], ["graph", "node", "op", "on_device", "live_supports_op"]]
+    # found here: the installed backend rejects FLASH_ATTN_EXT at head size 16, ovkit's policy does not
+    assert set(differ["op"]) <= {"FLASH_ATTN_EXT"}, differ.to_string()
+    assert nodes["agree"].mean() > 0.9
+
+
 def test_fit_per_device(model_file: Callable[..., Path]) -> None:
     from ovkit.model import footprint
     from ovkit.simulate import SimulatedCore

@@ -4,26 +4,57 @@ For each op node the backend's support policy (``ovkit.ops.policy``) gives a ver
 class; a rejected node is what the backend hands back to ggml's CPU backend ("falls back").  The
 summary per device counts nodes on the device and falling back, and the share of FLOPs and of
 weight bytes (after the device's requantization policy) the device keeps.  Devices come from a
-real or a simulated Core (``SIMULATED`` in the device column).  ``live`` adds the installed
-backend's own ``supports_op`` answer next to the policy's (a callable taking a node).
+real or a simulated Core (``SIMULATED`` in the device column).  ``live`` (:func:`live_support`)
+adds the installed real backend's own ``supports_op`` on the same graph next to the policy's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ovkit import quant
+from ovkit.model.program import GraphShape, causal_inputs, decoder_program, input_specs
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from ovkit.model.runner import Model
 
-LiveSupport = Callable[[Any], bool]
+#: ``live(shape, start)``: that graph's ggml nodes (``op``, ``name``, ``ne``, ``supported``), as
+#: :func:`live_support` asks the installed backend.
+LiveSupport = Callable[[GraphShape, int], Sequence[Mapping[str, Any]]]
+
+
+def _key(op: str, ne: Sequence[int]) -> tuple[str, tuple[int, ...]]:
+    dims = [int(x) for x in ne]
+    while len(dims) > 1 and dims[-1] == 1:
+        dims.pop()
+    return op.split(".")[-1], tuple(dims)
+
+
+def pair_live(nodes: Sequence[Any], live_nodes: Sequence[Mapping[str, Any]]) -> list[bool | None]:
+    """The live verdict of each ovkit node: ggml orders a graph depth-first, so nodes pair by
+    (op, shape, name) for the nodes the program names, then by (op, shape) in order; None: no twin."""
+    free: dict[tuple[str, tuple[int, ...]], list[Mapping[str, Any]]] = {}
+    for n in live_nodes:
+        free.setdefault(_key(n["op"], n["ne"]), []).append(n)
+    out: dict[int, bool] = {}
+    for named in (True, False):
+        for i, t in enumerate(nodes):
+            if bool(t.name) != named:
+                continue
+            cands = free.get(_key(t.op_key, t.ne), [])
+            hit = next((c for c in cands if c["name"] == t.name), None) if named else None
+            hit = hit or (cands[0] if cands else None)
+            if hit is not None:
+                cands.remove(hit)
+                out[i] = bool(hit["supported"])
+    return [out.get(i) for i in range(len(nodes))]
 
 
 def node_flops(t: Any) -> int:
@@ -87,13 +118,13 @@ def node_table(
     from ovkit.ops.policy import check_op
 
     rows = []
-    for graph_name, shape in (
-        ("prefill", model.shape(min(n_prompt, model.n_ubatch), 0)),
-        ("decode", model.shape(1, n_prompt)),
+    for graph_name, shape, start in (
+        ("prefill", model.shape(min(n_prompt, model.n_ubatch), 0), 0),
+        ("decode", model.shape(1, n_prompt), n_prompt),
     ):
         g, out = model.build(shape)
         nodes = [t for t in g.topo(out.tensors()) if not t.is_leaf]
-        live_verdicts = {t.id: live(t) for t in nodes} if live is not None else {}
+        live_verdicts = pair_live(nodes, live(shape, start)) if live is not None else []
         for idx, t in enumerate(nodes):
             flops = node_flops(t)
             for d in devices:
@@ -113,9 +144,53 @@ def node_table(
                     "weight_bytes": _weight_bytes(t, d.device_class),
                 }
                 if live is not None:
-                    row["live_supports_op"] = live_verdicts[t.id]
+                    found = live_verdicts[idx]
+                    row["live_supports_op"] = found
+                    row["agree"] = found is not None and found == verdict.supported
                 rows.append(row)
     return pd.DataFrame(rows)
+
+
+def ggml_graph_program(
+    path: str | os.PathLike[str], shape: Mapping[str, Any], start: int
+) -> tuple[Callable[[Any, Mapping[str, Any]], Any], dict[str, Any]]:
+    """The model's program for ``shape`` and ggml inputs for it: the GGUF's weights as stored
+    (quantized blocks stay blocks), zeroed KV caches, and causal inputs for tokens at ``start..``."""
+    from ovkit import oracle
+    from ovkit.gguf import read_gguf
+    from ovkit.model.arch import HParams
+
+    gguf = read_gguf(path)
+    hp = HParams.from_metadata(gguf.metadata, n_vocab=gguf.tensors["token_embd.weight"].shape[0])
+    gs = GraphShape(**shape)
+    inputs: dict[str, Any] = {}
+    for name, w in gguf.constants():
+        inputs[name] = (
+            oracle.QuantArray(w.qtype, w.shape, w.raw) if isinstance(w, quant.QuantizedWeight) else w
+        )
+    specs = input_specs(hp, gs)
+    fed = causal_inputs(hp, gs, np.zeros(gs.n_tokens, np.int32), start)
+    for name, (shp, _dtype) in specs.items():  # what causal_inputs leaves out is the f16 KV cache
+        inputs[name] = fed[name] if name in fed else np.zeros(shp, np.float16)
+    program = decoder_program(hp, gs)
+    return (lambda b, leaves: program(b, leaves).tensors()), inputs
+
+
+def live_support(path: str | os.PathLike[str]) -> LiveSupport:
+    """The installed real backend's ``supports_op`` per node of the model's graphs, asked in
+    ovkit.upstream's isolated child (the graph is built there with ggml's builder)."""
+    from ovkit.upstream import UpstreamCallError
+    from ovkit.upstream.isolate import call_once
+
+    def live(shape: GraphShape, start: int) -> list[dict[str, Any]]:
+        out = call_once(
+            {"cmd": "model_graph", "path": os.fspath(path), "shape": asdict(shape), "start": start}
+        )
+        if not out.ok:
+            raise UpstreamCallError(f"supports_op on the model graph: {out.status} {out.detail}")
+        return list(out.reply["nodes"])
+
+    return live
 
 
 def summary(nodes: pd.DataFrame) -> pd.DataFrame:

@@ -61,6 +61,18 @@ class Backend:
     def op_label(self, tensor: Any) -> str:
         return _text(self.g.ggml_op_desc(tensor))
 
+    def verdicts(self, tensors: Any) -> list[dict[str, Any]]:
+        """``supports_op`` of each tensor, with its op, name and shape (ggml order)."""
+        return [
+            {
+                "op": self.op_label(t),
+                "name": _text(t.contents.name),
+                "ne": [int(x) for x in t.contents.ne],
+                "supported": self.supports(t),
+            }
+            for t in tensors
+        ]
+
 
 def _text(b: bytes | str | None) -> str:
     return b.decode(errors="replace") if isinstance(b, bytes) else str(b or "")
@@ -123,15 +135,7 @@ def _case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     the computed output's NMSE against ggml's CPU backend on the same inputs."""
     c, session, inputs, oracle = _case_session(be, req["name"], int(req.get("seed", 0)))
     try:
-        nodes = [
-            {
-                "op": be.op_label(t),
-                "name": _text(t.contents.name),
-                "ne": [int(x) for x in t.contents.ne],
-                "supported": be.supports(t),
-            }
-            for t in session.tensors()
-        ]
+        nodes = be.verdicts(session.tensors())
         reply: dict[str, Any] = {"nodes": nodes, "supported": all(n["supported"] for n in nodes)}
         if reply["supported"] and req.get("compute", True):
             try:
@@ -180,6 +184,22 @@ def _support_rows(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     return {"rows": out}
 
 
+def _model_graph(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
+    """``supports_op`` per node of a GGUF model's graph for one shape bucket, built as a ggml
+    graph by the same program ovkit runs (the GGUF's own weight types, zeroed KV caches)."""
+    from ovkit import oracle
+    from ovkit.model.placement import ggml_graph_program
+
+    program, inputs = ggml_graph_program(req["path"], req["shape"], int(req["start"]))
+    session = oracle.program_session(program, inputs, backend=be.backend)
+    try:
+        g = be.g
+        nodes = [g.ggml_graph_node(session.graph, i) for i in range(g.ggml_graph_n_nodes(session.graph))]
+        return {"nodes": be.verdicts(nodes)}
+    finally:
+        session.close()
+
+
 HANDLERS: dict[str, Callable[[Backend, Mapping[str, Any]], dict[str, Any]]] = {
     "info": _info,
     "devices": _devices,
@@ -187,6 +207,7 @@ HANDLERS: dict[str, Callable[[Backend, Mapping[str, Any]], dict[str, Any]]] = {
     "case": _case,
     "bench": _bench,
     "support_rows": _support_rows,
+    "model_graph": _model_graph,
 }
 
 
