@@ -602,8 +602,9 @@ class QuantizedWeight:
         ops = _ops()
         axis = ops.constant(np.int64(0))
         zps = self._zero_points
-        if len(self.shape) != 2 or not self._offset or zps is None:
-            return ops.gather(self.to_ov_node(), indices, axis).output(0)
+        if not self._offset or zps is None:
+            # rows of the [rows, k] table: a batched shape such as (1, 1, m, k) gathers its m rows
+            return ops.gather(self._flat(self.to_ov_node()), indices, axis).output(0)
         g = self.decoded.group
         flat = ops.reshape(indices, ops.constant(np.array([-1], np.int64)), False)
         main = ops.gather(_to_f32(self._flat(self._scaled(upstream=False))), flat, axis)

@@ -145,3 +145,10 @@ def test_a_crashing_worker_costs_only_its_case(monkeypatch: pytest.MonkeyPatch) 
     df = run.run(rows, policy="none", isolate=True, progress=False)
     assert list(df["status"]) == ["FAIL", "FAIL"]
     assert all("crashed (signal 6)" in d for d in df["detail"])
+
+
+def test_get_rows_of_an_unbatched_q5_k_weight_matches_ggml() -> None:
+    """A q5_K table of shape (1, 1, m, k) gathers its rows as ggml does (it once failed to reshape)."""
+    row = run.Row("GET_ROWS", "type=q5_K,n=256,m=5,r=4,be1=1,be2=1,v=0")
+    result = run.run_row(row, policy="none")
+    assert result.status == "OK", result.detail
