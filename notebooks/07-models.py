@@ -104,6 +104,17 @@ display(
 display(placement.fallbacks(k_nodes).drop_duplicates(["graph", "device", "node"]))
 
 # %% [markdown]
+# With the real backend installed (`scripts/install-upstream`), the same graph built by ggml in
+# an isolated child gets the backend's own `supports_op` per node, next to ovkit's verdict for
+# this machine's CPU. Rows where they differ are listed.
+
+# %% tags=["placement-live"]
+cpu = [d for d in placement.targets() if d.device_class == "CPU"]
+live = placement.node_table(model, cpu, n_prompt=n_prompt, live=placement.live_support(path))
+print(f"live supports_op agrees with ovkit's policy on {live.agree.sum()}/{len(live)} nodes")
+display(live.loc[~live.agree, ["graph", "node", "op", "ne", "on_device", "live_supports_op"]])
+
+# %% [markdown]
 # ## 3. Run it, and compare with llama.cpp
 #
 # Prefill `n_prompt` tokens, then greedy decode; the KV cache stays on the device between
@@ -113,6 +124,16 @@ display(placement.fallbacks(k_nodes).drop_duplicates(["graph", "device", "node"]
 # int8 (Q8_0_C), so its logits sit a little further from llama.cpp's than the kernels alone
 # would (`Model(..., no_requant=True)` keeps the GGUF's blocks as they are).
 
+# %% [markdown]
+# The live allocation view (this process's OpenVINO allocations and RSS, per device) follows the
+# run: it refreshes on its own thread while the next cells compile and run the model.
+
+# %% tags=["live-memory"]
+from ovkit.widgets import AllocationCharts
+
+charts = AllocationCharts(interval=0.5)
+display(charts)
+
 # %% tags=["run"]
 prompt = [1 + (i * 37) % (model.hp.n_vocab - 1) for i in range(n_prompt)]
 gen = model.generate(prompt, n_predict)
@@ -121,6 +142,7 @@ print(
     f"prefill {gen.prefill_tok_s:,.1f} tok/s, decode {gen.decode_tok_s:,.1f} tok/s "
     f"(compiling {len(model.sessions())} shape buckets took {gen.compile_s:.2f} s, not counted)"
 )
+charts.refresh()
 
 # %% tags=["compare"]
 ref = run_reference(path, prompt, gen.tokens, n_ctx=n_ctx)
@@ -140,3 +162,8 @@ print(f"greedy tokens agree on {c['greedy_agree']}/{c['greedy_total']}; max NMSE
 times = op_profile.op_times(model)
 op_profile.op_time_chart(times)
 display(times.head(8).style.format({"time_us": "{:,.0f}", "share": "{:.1%}"}))
+
+# %% tags=["live-memory-after"]
+charts.refresher.stop()  # the picture stays; its thread stops
+allocs = charts.frames()["breakdown"]
+display(allocs.assign(MiB=allocs["bytes"] / 2**20).drop(columns="bytes").style.format({"MiB": "{:,.1f}"}))

@@ -614,6 +614,10 @@ def test_07_model_fit_placement_run_compare_profile(executed: Callable[[str], An
     assert "(SIMULATED)" in html(nb, "fit") and "NPU" in html(nb, "fit")
     rejected = html(nb, "placement-rejected")
     assert "inp_embd" in rejected and "256" in rejected and "GPU (SIMULATED)" in rejected
+    live = re.search(r"agrees with ovkit's policy on (\d+)/(\d+) nodes", text(nb, "placement-live"))
+    assert live and int(live[1]) > 0.9 * int(live[2]), text(nb, "placement-live")
+    assert "live_supports_op" in html(nb, "placement-live")
+    assert "this process (RSS)" in html(nb, "live-memory-after") and pngs(nb, "live-memory")
     assert "prefill" in text(nb, "run") and "tok/s" in text(nb, "run")
     agree = re.search(r"greedy tokens agree on (\d+)/17; max NMSE ([0-9.e+-]+)", text(nb, "compare"))
     assert agree and int(agree[1]) >= 12 and float(agree[2]) < 2e-3 and pngs(nb, "compare")
