@@ -154,7 +154,7 @@ def test_placement_live_column_from_the_real_backend(model_file: Callable[..., P
                           live=pl.live_support(path))  # fmt: skip
     assert nodes["live_supports_op"].notna().all(), nodes.loc[nodes["live_supports_op"].isna(), "node"]
     differ = nodes.loc[~nodes["agree"], ["graph", "node", "op", "on_device", "live_supports_op"]]
-    # found here: the installed backend rejects FLASH_ATTN_EXT (head size 16); ovkit's policy keeps it
+    # FLASH_ATTN_EXT differs: in ggml, K/V are views of the SET_ROWS result, a view itself (docs/model.md)
     assert set(differ["op"]) <= {"FLASH_ATTN_EXT"}, differ.to_string()
     assert nodes["agree"].mean() > 0.9
 
