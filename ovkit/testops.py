@@ -1283,15 +1283,13 @@ def cli(args: Any) -> int:
     )
 
 
-def _backend_ops_cli(args: Any) -> int:
-    """``ovkit test-ops --catalogue test-backend-ops``: test-backend-ops' own case list."""
+def backend_ops_rows(args: Any) -> list[Any]:
+    """The test-backend-ops rows ``--cases``, ``-o`` and ``--sample`` pick."""
     from ovkit.catalogue import run as catalogue
     from ovkit.usage import UsageError
 
     if args.mode != "test":
         raise UsageError("--catalogue test-backend-ops runs mode test only")
-    if args.workers < 0:
-        raise UsageError(f"--workers {args.workers}: expected 0 or more")
     try:
         rows = catalogue.read_rows(args.cases)
     except (FileNotFoundError, ValueError) as exc:
@@ -1304,6 +1302,17 @@ def _backend_ops_cli(args: Any) -> int:
         rows = [r for r in rows if r.op in wanted]
     if args.sample:
         rows = catalogue.stratified(rows, args.sample)
+    return rows
+
+
+def _backend_ops_cli(args: Any) -> int:
+    """``ovkit test-ops --catalogue test-backend-ops``: test-backend-ops' own case list."""
+    from ovkit.catalogue import run as catalogue
+    from ovkit.usage import UsageError
+
+    if args.workers < 0:
+        raise UsageError(f"--workers {args.workers}: expected 0 or more")
+    rows = backend_ops_rows(args)
     device = args.device or "CPU"
     progress = False if args.no_progress else None
     return catalogue.main(

@@ -135,3 +135,42 @@ def test_the_openvino_llama_cpp_loads_apart_from_the_cpu_one() -> None:
     where, names = build.llama_openvino_devices()
     assert where.is_relative_to(build.llama_openvino_dir())  # not the environment's CPU llama_cpp
     assert "OPENVINO0" in names
+
+
+#: Ops of the test-backend-ops sample: elementwise, reductions, matmul (plain and quantized),
+#: indexing, copies, attention-side ops, index-set judged TOP_K.
+SAMPLE_OPS = ("ADD", "SCALE", "RMS_NORM", "SOFT_MAX", "MUL_MAT", "GET_ROWS", "CPY", "TOP_K", "ROPE")
+
+
+def test_backend_ops_catalogue_runs_three_ways() -> None:
+    from ovkit.catalogue import run as catalogue
+
+    rows = catalogue.stratified([r for r in catalogue.read_rows() if r.op in SAMPLE_OPS], 40)
+    results = list(ops.iter_catalogue_three_way(rows, progress=False))
+    assert len(results) == len(rows) >= 30 and len({r.op for r in results}) == len(SAMPLE_OPS)
+    asked = [r for r in results if r.upstream_status != "no case"]
+    accepted = [r for r in asked if r.upstream_supported]
+    assert len(accepted) >= 10 and {r.op for r in accepted} >= {"ADD", "MUL_MAT", "RMS_NORM"}
+    for r in asked:
+        assert r.upstream_status in ("OK", "FAIL", "not supported", "CRASH"), r.line()
+        if r.upstream_status == "CRASH":  # ggml-python 0.0.45's CPU backend aborts on q4_1 x f16
+            assert r.detail.startswith("SIG"), r.line()
+        else:
+            assert r.agrees, r.line()  # the policy at the installed revision predicts the verdict
+    for r in accepted:  # both sides computed and were judged against ggml
+        assert r.upstream_nmse is not None and (r.upstream_status == "OK") == (r.upstream_nmse <= r.max_nmse)
+        if r.ovkit_status == "OK":
+            assert r.ovkit_nmse is not None and r.ovkit_nmse <= r.max_nmse, r.line()
+    assert sum(r.ovkit_nmse is not None and r.upstream_nmse is not None for r in accepted) >= 10
+
+
+def test_test_ops_upstream_runs_the_backend_ops_catalogue() -> None:
+    out = _ovkit("test-ops", "--catalogue", "test-backend-ops", "--upstream", "-o", "RMS_NORM", "--sample", "4",
+                 "--no-progress")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("  RMS_NORM(")]
+    assert len(lines) >= 3 and all(
+        "upstream " in ln and "| ovkit OK (NMSE " in ln and "agrees" in ln for ln in lines
+    )
+    assert sum("upstream OK (NMSE " in ln for ln in lines) >= 2
+    assert "test-backend-ops catalogue" in out.stdout and "verdicts agree" in out.stdout

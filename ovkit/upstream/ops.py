@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 from ovkit.ops.policy import Revision, check_op
 from ovkit.upstream import cases
 from ovkit.upstream.build import require
-from ovkit.upstream.isolate import Isolated
+from ovkit.upstream.isolate import Isolated, Outcome
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ovkit.catalogue.run import Row
     from ovkit.testops import Case
 
 #: The device class the installed backend runs on here (GGML_OPENVINO_DEVICE unset: CPU).
@@ -59,6 +60,8 @@ class ThreeWay:
         def side(status: str, nmse: float | None) -> str:
             return f"{status} (NMSE {nmse:.1e})" if nmse is not None else status
 
+        if self.upstream_status == "no case":  # neither side can build it: nothing to compare
+            return f"  {self.case}: no case — {self.detail}"
         policy = "supported" if self.ovkit_supported else f"not supported [{self.ovkit_rule}]"
         verdict = "agrees" if self.agrees else "DISAGREES"
         extra = f" — {self.detail}" if self.detail else ""
@@ -73,6 +76,11 @@ def policy_verdict(c: Case, revision: Revision, device_class: str = DEVICE_CLASS
     from ovkit import testops
 
     g, out = testops._build(c)  # the policy reads shapes and types, not values
+    return graph_verdict(g, out, revision, device_class)
+
+
+def graph_verdict(g: Any, out: Any, revision: Revision, device_class: str = DEVICE_CLASS) -> tuple[bool, str]:
+    """ovkit's policy on every op node of a built graph: (supported, first rejecting gate)."""
     for t in g.topo([out]):
         if t.is_leaf:
             continue
@@ -100,6 +108,11 @@ def run_case(c: Case, worker: Isolated, revision: Revision, seed: int = 0) -> Th
     }
     detail = ours.detail if ours.status == "FAIL" else ""
     out = worker.call({"cmd": "case", "name": c.name, "seed": seed})
+    return _upstream_side(base, out, worker, detail)
+
+
+def _upstream_side(base: dict[str, Any], out: Outcome, worker: Isolated, detail: str) -> ThreeWay:
+    """The row from ovkit's side (``base``) and the worker's answer about the real backend."""
     if not out.ok:
         return ThreeWay(**base, upstream_status=out.status, upstream_nmse=None, upstream_supported=None,
                         detail=f"{out.detail}{'; ' + detail if detail else ''}")  # fmt: skip
@@ -113,9 +126,52 @@ def run_case(c: Case, worker: Isolated, revision: Revision, seed: int = 0) -> Th
     elif nmse is None:
         status, detail = "FAIL", f"shape {reply.get('shape')} differs from ggml's"
     else:
-        status = "OK" if nmse <= limit else "FAIL"
+        status = "OK" if nmse <= base["max_nmse"] else "FAIL"
     return ThreeWay(**base, upstream_status=status, upstream_nmse=nmse, upstream_supported=reply["supported"],
                     upstream_rejects=rejects, detail=detail)  # fmt: skip
+
+
+def run_row(row: Row, worker: Isolated, revision: Revision) -> ThreeWay:
+    """One test-backend-ops catalogue row three ways: ovkit (every case it can translate, as
+    ``--policy none``), the real backend in ``worker``'s child, both against ggml's CPU backend;
+    ovkit's policy at ``revision`` on every op node of the case's graph."""
+    from ovkit.catalogue import backend_ops
+    from ovkit.catalogue import run as catalogue
+    from ovkit.catalogue.case import ovkit_graph
+
+    ours = catalogue.run_row(row, policy="none")
+    base: dict[str, Any] = {
+        "op": row.op,
+        "case": row.name,
+        "ovkit_status": ours.status,
+        "ovkit_nmse": ours.err,
+    }
+    try:
+        case = backend_ops.build(row.op, row.params)
+    except backend_ops.NoCase as exc:
+        return ThreeWay(**base, max_nmse=0.0, ovkit_supported=False, ovkit_rule="no case", upstream_status="no case",
+                        upstream_nmse=None, upstream_supported=None, detail=str(exc))  # fmt: skip
+    try:
+        supported, rule = graph_verdict(*ovkit_graph(case), revision)
+    except Exception:  # ovkit cannot build the graph: the policy on the output node alone
+        supported, reason = catalogue.upstream_verdict(row, DEVICE_CLASS)
+        rule = "" if supported else reason
+    base.update(max_nmse=case.max_err, ovkit_supported=supported, ovkit_rule=rule)
+    detail = ours.detail if ours.status in ("FAIL", "not translatable") else ""
+    out = worker.call({"cmd": "catalogue_case", "op": row.op, "params": row.params})
+    return _upstream_side(base, out, worker, detail)
+
+
+def iter_catalogue_three_way(rows: Sequence[Row], *, progress: bool | None = None) -> Iterator[ThreeWay]:
+    """test-backend-ops catalogue rows three ways (:func:`run_row`), a progress bar on stderr."""
+    from tqdm import tqdm
+
+    revision = require().revision or Revision.N
+    with Isolated() as worker:
+        bar = tqdm(rows, desc="test-backend-ops --upstream", unit="case", file=sys.stderr, leave=False,
+                   disable=not progress if progress is not None else None)  # fmt: skip
+        for r in bar:
+            yield run_row(r, worker, revision)
 
 
 def iter_three_way(
@@ -146,33 +202,41 @@ def summary_lines(results: Sequence[ThreeWay], revision: Revision | None) -> lis
     """Totals: verdict agreement and each side's statuses."""
     from collections import Counter
 
-    agree = sum(r.agrees for r in results)
+    asked = [r for r in results if r.upstream_status != "no case"]
+    agree = sum(r.agrees for r in asked)
     ups = Counter(r.upstream_status for r in results)
     ours = Counter(r.ovkit_status for r in results)
     rev = revision.value if revision else "?"
     return [
-        f"  {agree}/{len(results)} verdicts agree with ovkit's policy (revision {rev})",
+        f"  {agree}/{len(asked)} verdicts agree with ovkit's policy (revision {rev})",
         "  upstream: " + ", ".join(f"{n} {s}" for s, n in ups.most_common()),
         "  ovkit:    " + ", ".join(f"{n} {s}" for s, n in ours.most_common()),
     ]
 
 
 def cli(args: Any) -> int:
-    """``ovkit test-ops --upstream [-o OP ...] [--json]``: one line per case, totals; exit 1 when
-    a verdict disagrees or the real backend crashed."""
+    """``ovkit test-ops --upstream [-o OP ...] [--json]`` (and ``--catalogue test-backend-ops``:
+    its rows, ``--cases``/``--sample`` as without ``--upstream``): one line per case, totals; exit 1
+    when a verdict disagrees or the real backend crashed."""
     from tqdm import tqdm
 
     from ovkit import testops
 
     build = require()
-    picked = testops.select(cases.catalogue(), args.op)
     progress = False if getattr(args, "no_progress", False) else None
+    backend_ops = getattr(args, "catalogue", "ovkit") == "test-backend-ops"
+    source = (
+        iter_catalogue_three_way(testops.backend_ops_rows(args), progress=progress)
+        if backend_ops
+        else iter_three_way(testops.select(cases.catalogue(), args.op), progress=progress)
+    )
     results: list[ThreeWay] = []
     if not args.json:
         assert build.ggml is not None
+        what = "the test-backend-ops catalogue" if backend_ops else "ovkit's catalogue"
         print(f"Testing OPENVINO0 (the real backend: {build.ggml.package} {build.ggml.version}, policy revision "
-              f"{build.revision}) and ovkit on CPU, each against ggml's CPU backend")  # fmt: skip
-    for r in iter_three_way(picked, progress=progress):
+              f"{build.revision}) and ovkit on CPU, each against ggml's CPU backend ({what})")  # fmt: skip
+    for r in source:
         results.append(r)
         if not args.json:
             tqdm.write(r.line(), file=sys.stdout)
@@ -185,4 +249,5 @@ def cli(args: Any) -> int:
         )
     else:
         print("\n".join(summary_lines(results, build.revision)))
-    return 0 if all(r.agrees and r.upstream_status != "CRASH" for r in results) else 1
+    asked = [r for r in results if r.upstream_status != "no case"]
+    return 0 if all(r.agrees and r.upstream_status != "CRASH" for r in asked) else 1

@@ -130,28 +130,53 @@ def _case_session(be: Backend, name: str, seed: int) -> tuple[Any, Any, dict[str
     return c, oracle.program_session(c.program, inputs, backend=be.backend), inputs, oracle
 
 
-def _case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
-    """A catalogue case on the real backend: supports_op per tensor, then (if all are supported)
-    the computed output's NMSE against ggml's CPU backend on the same inputs."""
-    c, session, inputs, oracle = _case_session(be, req["name"], int(req.get("seed", 0)))
+def _three_way_reply(
+    be: Backend, program: Any, inputs: dict[str, Any], compute: bool, err: Callable[[Any, Any], float]
+) -> dict[str, Any]:
+    """supports_op per tensor of ``program``'s graph, then (if all are supported) the computed
+    output's error (``err(actual, expected)``) against ggml's CPU backend on the same inputs."""
+    from ovkit import oracle
+
+    session = oracle.program_session(program, inputs, backend=be.backend)
     try:
         nodes = be.verdicts(session.tensors())
         reply: dict[str, Any] = {"nodes": nodes, "supported": all(n["supported"] for n in nodes)}
-        if reply["supported"] and req.get("compute", True):
+        if reply["supported"] and compute:
             try:
                 session.run()
             except RuntimeError as exc:  # graph_compute returned an error status
                 reply["compute_error"] = str(exc)
                 return reply
-            actual = session.results()[0]
-            expected = np.asarray(oracle.ggml_program(c.program, inputs))
+            actual = np.asarray(session.results()[0])
+            expected = np.asarray(oracle.ggml_program(program, inputs))
             reply["shape"] = list(np.shape(actual))
-            reply["nmse"] = (
-                float(oracle.nmse(np.asarray(actual), expected)) if actual.shape == expected.shape else None
-            )
+            reply["nmse"] = float(err(actual, expected)) if actual.shape == expected.shape else None
     finally:
         session.close()
     return reply
+
+
+def _case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``ovkit test-ops`` case on the real backend (:func:`_three_way_reply`)."""
+    from ovkit import oracle
+    from ovkit.upstream import cases
+
+    c = cases.find_case(req["name"])
+    inputs = cases.ggml_inputs(c, int(req.get("seed", 0)))
+    return _three_way_reply(be, c.program, inputs, req.get("compute", True), oracle.nmse)
+
+
+def _catalogue_case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
+    """A test-backend-ops catalogue case (``op``, ``params``) on the real backend, its leaves drawn
+    from the case's own seed as ``ovkit test-ops --catalogue test-backend-ops`` draws them, judged
+    by the case's own error (NMSE, or the index-set distance of TOP_K)."""
+    from ovkit import oracle
+    from ovkit.catalogue import backend_ops
+    from ovkit.catalogue.case import draw_all, ggml_inputs, index_set_err
+
+    c = backend_ops.build(req["op"], req["params"])
+    err = index_set_err if c.err == "index_set" else oracle.nmse
+    return _three_way_reply(be, c.program, ggml_inputs(c, draw_all(c)), req.get("compute", True), err)
 
 
 def _bench(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
@@ -205,6 +230,7 @@ HANDLERS: dict[str, Callable[[Backend, Mapping[str, Any]], dict[str, Any]]] = {
     "devices": _devices,
     "crash": _crash,
     "case": _case,
+    "catalogue_case": _catalogue_case,
     "bench": _bench,
     "support_rows": _support_rows,
     "model_graph": _model_graph,
