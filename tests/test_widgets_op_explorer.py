@@ -6,6 +6,7 @@ import pytest
 
 from ovkit.simulate import SimulatedCore
 from ovkit.widgets.op_explorer import (
+    REAL_BACKEND,
     OpExplorer,
     customise,
     explore,
@@ -93,3 +94,34 @@ def test_shows_what_the_catalogue_says_about_the_op(explorer) -> None:
     explorer.op_dropdown.value = "UNARY.GELU"
     info = explorer.info_html.get_state()["value"]
     assert "GGML_UNARY_OP_GELU" in info and "Graph.gelu" in info and "upstream" in info
+
+
+def test_real_backend_row_beside_ovkit(explorer) -> None:
+    assert not explorer.real_backend_missing and not explorer.real_backend_check.disabled
+    explorer.op_dropdown.value = "ADD"
+    explorer.real_backend_check.value = True
+    explorer.run()
+    frame = explorer.to_frame()
+    assert list(frame.index) == ["CPU", REAL_BACKEND]
+    real = frame.loc[REAL_BACKEND]
+    assert real["status"] == "OK" and real["reference"] == "ggml" and real["nmse"] <= real["max_nmse"]
+    assert REAL_BACKEND in explorer.result_html.get_state()["value"]
+    explorer.dtype_dropdown.value = "bf16"  # the edit reaches the real backend: it rounds bf16 otherwise
+    explorer.run()
+    real = explorer.to_frame().loc[REAL_BACKEND]
+    assert real["status"] == "FAIL" and real["nmse"] > real["max_nmse"]
+    assert f"run {REAL_BACKEND}: FAIL NMSE" in str(explorer)
+
+
+def test_without_the_real_backend_the_option_names_the_script(monkeypatch) -> None:
+    from ovkit.upstream import build
+
+    monkeypatch.setattr(build, "ggml_python_build", lambda: None)
+    e = OpExplorer(SimulatedCore("laptop"))
+    try:
+        assert e.real_backend_check.disabled
+        assert "scripts/install-upstream" in e.real_backend_note.value
+        e.real_backend_check.value = True  # a disabled box set from code still runs ovkit alone
+        assert [r.device for r in e.run()] == ["CPU"]
+    finally:
+        e.close()

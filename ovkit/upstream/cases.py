@@ -8,8 +8,9 @@ identical values.  :data:`EXTRA_CASES` adds the benchmark's small graph.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,3 +64,28 @@ def ggml_inputs(c: Case, seed: int = 0) -> dict[str, Any]:
     """The case's inputs as ggml leaves take them (bf16 as Typed, quantized as raw blocks)."""
     arrays, blocks = materialize(c, seed)
     return {i.name: testops._ggml_input(i, arrays[i.name], blocks) for i in c.inputs}
+
+
+#: The float types a case's float inputs can be switched to (:func:`vary`).
+FLOAT_DTYPES: tuple[str, ...] = ("f32", "f16", "bf16")
+
+
+def vary(c: Case, shapes: Mapping[str, Sequence[int]] | None = None, dtype: str | None = None) -> Case:
+    """``c`` with other input shapes (numpy order, by input name) and/or float dtype (its label
+    kept): the op explorer's edits, rebuilt the same way in the worker process."""
+    shapes = dict(shapes or {})
+    unknown = set(shapes) - {i.name for i in c.inputs}
+    if unknown:
+        names = ", ".join(i.name for i in c.inputs)
+        raise ValueError(f"{c.op}: no input named {sorted(unknown)} (inputs: {names})")
+    if dtype is not None and dtype not in FLOAT_DTYPES:
+        raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(FLOAT_DTYPES)}")
+    inputs = []
+    for inp in c.inputs:
+        new = inp
+        if inp.name in shapes:
+            new = dataclasses.replace(new, shape=tuple(int(d) for d in shapes[inp.name]))
+        if dtype is not None and inp.dtype in FLOAT_DTYPES and inp.kind not in ("index", "pos"):
+            new = dataclasses.replace(new, dtype=dtype)
+        inputs.append(new)
+    return dataclasses.replace(c, inputs=tuple(inputs))

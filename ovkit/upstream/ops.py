@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -90,8 +90,11 @@ def graph_verdict(g: Any, out: Any, revision: Revision, device_class: str = DEVI
     return True, ""
 
 
-def run_case(c: Case, worker: Isolated, revision: Revision, seed: int = 0) -> ThreeWay:
-    """One case three ways (the real backend's part in ``worker``'s child process)."""
+def run_case(
+    c: Case, worker: Isolated, revision: Revision, seed: int = 0, *, varied: Mapping[str, Any] | None = None
+) -> ThreeWay:
+    """One case three ways (the real backend's part in ``worker``'s child process); ``varied``:
+    the ``shapes``/``dtype`` :func:`cases.vary` applied to the catalogue case ``c`` came from."""
     from ovkit import oracle, testops
 
     ours = testops.run_case(c, "CPU", reference="ggml", seed=seed)
@@ -107,7 +110,7 @@ def run_case(c: Case, worker: Isolated, revision: Revision, seed: int = 0) -> Th
         "ovkit_rule": rule,
     }
     detail = ours.detail if ours.status == "FAIL" else ""
-    out = worker.call({"cmd": "case", "name": c.name, "seed": seed})
+    out = worker.call({"cmd": "case", "name": c.name, "seed": seed, **(varied or {})})
     return _upstream_side(base, out, worker, detail)
 
 
@@ -172,6 +175,18 @@ def iter_catalogue_three_way(rows: Sequence[Row], *, progress: bool | None = Non
                    disable=not progress if progress is not None else None)  # fmt: skip
         for r in bar:
             yield run_row(r, worker, revision)
+
+
+def run_varied(
+    name: str, shapes: Mapping[str, Sequence[int]] | None = None, dtype: str | None = None, seed: int = 0
+) -> ThreeWay:
+    """The catalogue case ``name`` with other input shapes / float dtype (the op explorer's
+    edits) three ways, in a fresh isolated child."""
+    revision = require().revision or Revision.N
+    varied = {"shapes": {k: list(v) for k, v in (shapes or {}).items()}, "dtype": dtype}
+    c = cases.vary(cases.find_case(name), shapes, dtype)
+    with Isolated() as worker:
+        return run_case(c, worker, revision, seed, varied=varied)
 
 
 def iter_three_way(

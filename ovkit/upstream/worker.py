@@ -157,11 +157,12 @@ def _three_way_reply(
 
 
 def _case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
-    """An ``ovkit test-ops`` case on the real backend (:func:`_three_way_reply`)."""
+    """An ``ovkit test-ops`` case on the real backend (:func:`_three_way_reply`), with the
+    request's ``shapes`` and ``dtype`` when the op explorer changed them."""
     from ovkit import oracle
     from ovkit.upstream import cases
 
-    c = cases.find_case(req["name"])
+    c = cases.vary(cases.find_case(req["name"]), req.get("shapes"), req.get("dtype"))
     inputs = cases.ggml_inputs(c, int(req.get("seed", 0)))
     return _three_way_reply(be, c.program, inputs, req.get("compute", True), oracle.nmse)
 

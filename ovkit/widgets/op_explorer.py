@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from ovkit.testops import Case
 
+#: The float types the dtype control offers (``ovkit.upstream.cases.vary`` checks them).
 FLOAT_DTYPES: tuple[str, ...] = ("f32", "f16", "bf16")
 AS_CATALOGUE = "as catalogue"
 STATUS_COLOURS: dict[str, str] = {"OK": "#2f9e44", "FAIL": "#e03131", "not supported": "#adb5bd"}
@@ -87,22 +88,9 @@ def customise(
     case: Case, shapes: Mapping[str, Sequence[int]] | None = None, dtype: str | None = None
 ) -> Case:
     """``case`` with new input shapes (numpy order, by input name) and/or float dtype."""
-    shapes = dict(shapes or {})
-    unknown = set(shapes) - {i.name for i in case.inputs}
-    if unknown:
-        names = ", ".join(i.name for i in case.inputs)
-        raise ValueError(f"{case.op}: no input named {sorted(unknown)} (inputs: {names})")
-    if dtype is not None and dtype not in FLOAT_DTYPES:
-        raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(FLOAT_DTYPES)}")
-    inputs = []
-    for inp in case.inputs:
-        new = inp
-        if inp.name in shapes:
-            new = dataclasses.replace(new, shape=tuple(int(d) for d in shapes[inp.name]))
-        if dtype is not None and inp.dtype in FLOAT_DTYPES and inp.kind not in ("index", "pos"):
-            new = dataclasses.replace(new, dtype=dtype)
-        inputs.append(new)
-    return _relabel(dataclasses.replace(case, inputs=tuple(inputs)))
+    from ovkit.upstream.cases import vary
+
+    return _relabel(vary(case, shapes, dtype))
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +156,42 @@ def explore(
             )
         )
     return runs
+
+
+#: The real backend's row in the results table.
+REAL_BACKEND = "OPENVINO0 (real backend)"
+
+
+def real_backend_status() -> str:
+    """``""`` when ``ovkit.upstream`` finds the real backend's build, else why not (naming
+    ``scripts/install-upstream``)."""
+    from ovkit.upstream.build import UpstreamUnavailableError, require
+
+    try:
+        require()
+    except UpstreamUnavailableError as exc:
+        return str(exc)
+    return ""
+
+
+def real_backend_run(base: Case, shapes: Mapping[str, Sequence[int]], dtype: str | None) -> OpRun:
+    """The catalogue case ``base`` with the explorer's edits on the real backend (isolated child):
+    its ``supports_op`` verdict and NMSE against ggml's CPU backend."""
+    from ovkit.upstream.ops import run_varied
+
+    r = run_varied(base.name, shapes, dtype)
+    rejected = f"rejects {r.upstream_rejects}" if r.upstream_rejects else ""
+    return OpRun(
+        device=REAL_BACKEND,
+        device_class="CPU",
+        simulated=False,
+        supported=bool(r.upstream_supported),
+        status=r.upstream_status,
+        detail="; ".join(x for x in (rejected, r.detail) if x),
+        nmse=r.upstream_nmse,
+        max_nmse=r.max_nmse,
+        reference="ggml",
+    )
 
 
 def runs_frame(runs: Iterable[OpRun]) -> pd.DataFrame:
@@ -309,6 +333,18 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
         # ggml itself is the oracle when ggml-python works here; numpy is the fallback
         refs = ["ggml", "numpy"] if ggml_reference_available() else ["numpy"]
         self.reference_dropdown = widgets.Dropdown(options=refs, description="Reference")
+        self.real_backend_missing = real_backend_status()
+        self.real_backend_check = widgets.Checkbox(
+            value=False,
+            description="also the real backend (OPENVINO0)",
+            disabled=bool(self.real_backend_missing),
+            style={"description_width": "initial"},
+        )
+        self.real_backend_note = widgets.HTML(
+            f"<small>&#9888; real backend unavailable: {esc(self.real_backend_missing)}</small>"
+            if self.real_backend_missing
+            else ""
+        )
         self.check_button = widgets.Button(description="Check policy", icon="check")
         self.run_button = widgets.Button(description="Run", icon="play", button_style="primary")
         self.run_all_button = widgets.Button(
@@ -338,6 +374,7 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
                 self.shape_box,
                 self.shape_note,
                 self.device_select,
+                widgets.HBox([self.real_backend_check, self.real_backend_note]),
                 self.button_row,
                 self.verdict_html,
                 self.result_html,
@@ -394,12 +431,16 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
         self._png = b""
         self.check()
 
-    def current_case(self) -> Case:
-        """The selected catalogue case with the shapes and dtype from the controls."""
+    def _edits(self) -> tuple[Case, dict[str, tuple[int, ...]], str | None]:
+        """The selected catalogue case, and the shapes and dtype from the controls."""
         base = self.catalogue[self.op_dropdown.value][self.case_dropdown.value or 0]
         shapes = {name: parse_shape(text.value) for name, text in self.shape_texts.items()}
         dtype = None if self.dtype_dropdown.value == AS_CATALOGUE else self.dtype_dropdown.value
-        return customise(base, shapes, dtype)
+        return base, shapes, dtype
+
+    def current_case(self) -> Case:
+        """The selected catalogue case with the shapes and dtype from the controls."""
+        return customise(*self._edits())
 
     def _devices(self, every: bool) -> list[str]:
         return list(self.device_select.options if every else self.device_select.value)
@@ -430,6 +471,8 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
                     self.runs = explore(
                         self.case, devices, self.core, reference=self.reference_dropdown.value
                     )
+                    if self.real_backend_check.value and not self.real_backend_missing:
+                        self.runs.append(real_backend_run(*self._edits()))
                 self.error = None
             except Exception as exc:
                 self.runs = []
@@ -486,7 +529,7 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
         close_parts(
             self,
             "op_dropdown", "case_dropdown", "dtype_dropdown", "shape_texts", "device_select",
-            "reference_dropdown", "check_button", "run_button", "run_all_button",
+            "reference_dropdown", "real_backend_check", "real_backend_note", "check_button", "run_button", "run_all_button",
             "verdict_html", "info_html", "result_html", "chart", "shape_note", "shape_box", "top_row", "button_row",
         )  # fmt: skip
         super().close()
