@@ -603,8 +603,12 @@ class QuantizedWeight:
         axis = ops.constant(np.int64(0))
         zps = self._zero_points
         if not self._offset or zps is None:
-            # rows of the [rows, k] table: a batched shape such as (1, 1, m, k) gathers its m rows
-            return ops.gather(self._flat(self.to_ov_node()), indices, axis).output(0)
+            table = self.to_ov_node()
+            if len(self.shape) != 2:
+                # a batched shape such as (1, 1, m, k) gathers the m rows of its [rows, k] table;
+                # a 2-D table is gathered as it is, so the plugin keeps it compressed
+                table = self._flat(table)
+            return ops.gather(table, indices, axis).output(0)
         g = self.decoded.group
         flat = ops.reshape(indices, ops.constant(np.array([-1], np.int64)), False)
         main = ops.gather(_to_f32(self._flat(self._scaled(upstream=False))), flat, axis)
