@@ -277,34 +277,31 @@ def glu_halves(t: Tensor, xs: list[Arr]) -> tuple[Arr, Arr]:
     return (second, first) if t.params.get("swapped") else (first, second)
 
 
-@reference(Op.SWIGLU)
-def swiglu(t: Tensor, xs: list[Arr]) -> Arr:
-    x0, x1 = glu_halves(t, xs)
-    return silu(x0) * x1
+#: The GLU sub-ops of the form ``activation(x0) · x1``, by their activation.
+GLU_ACTIVATIONS: dict[Op, Callable[[Arr], Arr]] = {
+    Op.SWIGLU: silu,
+    Op.GEGLU: ggml_gelu,
+    Op.GEGLU_ERF: gelu_erf,
+    Op.GEGLU_QUICK: ggml_gelu_quick,
+}
 
 
-@reference(Op.GEGLU)
-def geglu(t: Tensor, xs: list[Arr]) -> Arr:
-    x0, x1 = glu_halves(t, xs)
-    return ggml_gelu(x0) * x1
+def _glu_reference(act: Callable[[Arr], Arr]) -> ReferenceFn:
+    def run(t: Tensor, xs: list[Arr]) -> Arr:
+        x0, x1 = glu_halves(t, xs)
+        return act(x0) * x1
+
+    return run
+
+
+for _op, _act in GLU_ACTIVATIONS.items():
+    reference(_op)(_glu_reference(_act))
 
 
 @reference(Op.REGLU)
 def reglu(t: Tensor, xs: list[Arr]) -> Arr:
     x0, x1 = glu_halves(t, xs)
     return np.where(x0 > 0, x0 * x1, np.float32(0.0))
-
-
-@reference(Op.GEGLU_ERF)
-def geglu_erf(t: Tensor, xs: list[Arr]) -> Arr:
-    x0, x1 = glu_halves(t, xs)
-    return gelu_erf(x0) * x1
-
-
-@reference(Op.GEGLU_QUICK)
-def geglu_quick(t: Tensor, xs: list[Arr]) -> Arr:
-    x0, x1 = glu_halves(t, xs)
-    return ggml_gelu_quick(x0) * x1
 
 
 @reference(Op.SWIGLU_OAI)

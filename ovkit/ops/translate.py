@@ -454,34 +454,31 @@ def _glu_halves(t: Tensor, xs: list[Out]) -> tuple[Out, Out]:
     return (second, first) if t.params.get("swapped") else (first, second)
 
 
-@translator(Op.SWIGLU)
-def _swiglu(t: Tensor, xs: list[Out]) -> Out:
-    x0, x1 = _glu_halves(t, xs)
-    return ops.multiply(silu(x0), x1)
+#: The GLU sub-ops of the form ``activation(x0) · x1``, by their activation.
+GLU_ACTIVATIONS: dict[Op, Callable[[Out], Out]] = {
+    Op.SWIGLU: silu,
+    Op.GEGLU: ggml_gelu,
+    Op.GEGLU_ERF: gelu_erf,
+    Op.GEGLU_QUICK: ggml_gelu_quick,
+}
 
 
-@translator(Op.GEGLU)
-def _geglu(t: Tensor, xs: list[Out]) -> Out:
-    x0, x1 = _glu_halves(t, xs)
-    return ops.multiply(ggml_gelu(x0), x1)
+def _glu_translator(act: Callable[[Out], Out]) -> TranslateFn:
+    def run(t: Tensor, xs: list[Out]) -> Out:
+        x0, x1 = _glu_halves(t, xs)
+        return ops.multiply(act(x0), x1)
+
+    return run
+
+
+for _op, _act in GLU_ACTIVATIONS.items():
+    translator(_op)(_glu_translator(_act))
 
 
 @translator(Op.REGLU)
 def _reglu(t: Tensor, xs: list[Out]) -> Out:
     x0, x1 = _glu_halves(t, xs)
     return ops.select(_positive(x0), ops.multiply(x0, x1), const(0.0))
-
-
-@translator(Op.GEGLU_ERF)
-def _geglu_erf(t: Tensor, xs: list[Out]) -> Out:
-    x0, x1 = _glu_halves(t, xs)
-    return ops.multiply(gelu_erf(x0), x1)
-
-
-@translator(Op.GEGLU_QUICK)
-def _geglu_quick(t: Tensor, xs: list[Out]) -> Out:
-    x0, x1 = _glu_halves(t, xs)
-    return ops.multiply(ggml_gelu_quick(x0), x1)
 
 
 @translator(Op.SWIGLU_OAI)
