@@ -30,6 +30,12 @@ def _cases(tmp_path: Path, rows: list[tuple[str, str]], gz: bool = False) -> Pat
     return p
 
 
+def _run_catalogue(cases: Path, *extra: str) -> int:
+    """``ovkit test-ops --catalogue test-backend-ops --cases CASES`` in this process, no bar."""
+    args = ["test-ops", "--catalogue", "test-backend-ops", "--cases", str(cases), *extra]
+    return main([*args, "--workers", "0", "--no-progress"])
+
+
 def test_cli_prints_a_line_per_case_and_totals_per_op(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -37,18 +43,7 @@ def test_cli_prints_a_line_per_case_and_totals_per_op(
         tmp_path,
         [("ARGSORT", ARGSORT), ("SET_ROWS", SET_ROWS_NE3), ("TOP_K", "type=f32,ne=[16,10,1,1],k=3,ties=0")],
     )
-    code = main(
-        [
-            "test-ops",
-            "--catalogue",
-            "test-backend-ops",
-            "--cases",
-            str(cases),
-            "--workers",
-            "0",
-            "--no-progress",
-        ]
-    )
+    code = _run_catalogue(cases)
     out = capsys.readouterr().out
     assert code == 0, out
     assert f"  ARGSORT({ARGSORT}): OK" in out
@@ -60,8 +55,7 @@ def test_cli_prints_a_line_per_case_and_totals_per_op(
 
 def test_policy_none_runs_what_upstream_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cases = _cases(tmp_path, [("SET_ROWS", SET_ROWS_NE3)], gz=True)
-    code = main(["test-ops", "--catalogue", "test-backend-ops", "--cases", str(cases), "--policy", "none",
-                 "--workers", "0", "--no-progress"])  # fmt: skip
+    code = _run_catalogue(cases, "--policy", "none")
     out = capsys.readouterr().out
     assert code == 0 and f"  SET_ROWS({SET_ROWS_NE3}): OK" in out, out
 
@@ -76,18 +70,7 @@ def test_a_wrong_result_is_a_fail_and_exit_code_one(
 
     monkeypatch.setitem(backend_ops.BUILDERS, "ARGSORT", strict)
     cases = _cases(tmp_path, [("ARGSORT", ARGSORT)])
-    code = main(
-        [
-            "test-ops",
-            "--catalogue",
-            "test-backend-ops",
-            "--cases",
-            str(cases),
-            "--workers",
-            "0",
-            "--no-progress",
-        ]
-    )
+    code = _run_catalogue(cases)
     out = capsys.readouterr().out
     assert code == 1
     assert f"  ARGSORT({ARGSORT}): FAIL NMSE" in out and "  Backend CPU: FAIL" in out
