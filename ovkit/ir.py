@@ -316,11 +316,27 @@ def shape_of(ne: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(d) for d in reversed(tuple(ne)[: max(keep, n_dims(ne))]))
 
 
+class _OpKind:
+    """The op-kind tests OpInfo and Tensor share (both carry a ggml ``op``)."""
+
+    __slots__ = ()
+    op: str
+
+    @property
+    def is_view(self) -> bool:
+        """True for a VIEW op result (ggml ``op == GGML_OP_VIEW``)."""
+        return self.op == Op.VIEW
+
+    @property
+    def is_permute(self) -> bool:
+        return self.op == Op.PERMUTE
+
+
 # ---------------------------------------------------------------------------------------------
 # OpInfo: a node as the support policy sees it
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class OpInfo:
+class OpInfo(_OpKind):
     """One ggml node as the support policy sees it; constructible without a Graph.
 
     Fields (stable contract; :meth:`Tensor.op_info` builds one from a graph node):
@@ -387,14 +403,6 @@ class OpInfo:
         return f"{self.op}({self.sub_op})" if self.sub_op else self.op
 
     @property
-    def is_view(self) -> bool:
-        return self.op == Op.VIEW
-
-    @property
-    def is_permute(self) -> bool:
-        return self.op == Op.PERMUTE
-
-    @property
     def strides(self) -> tuple[int, int, int, int]:
         """``nb``, or the contiguous strides when ``nb`` is None."""
         return self.nb if self.nb is not None else contiguous_nb(self.dtype, self.ne)
@@ -440,7 +448,7 @@ class OpInfo:
 # Tensors and the node list
 # ---------------------------------------------------------------------------------------------
 @dataclass(eq=False)
-class Tensor:
+class Tensor(_OpKind):
     """One node of a graph: a leaf (op ``NONE``) or the result of a ggml op."""
 
     graph: GraphIR = field(repr=False)
@@ -480,15 +488,6 @@ class Tensor:
     @property
     def is_leaf(self) -> bool:
         return self.op == Op.NONE
-
-    @property
-    def is_view(self) -> bool:
-        """True for a VIEW op result (ggml ``op == GGML_OP_VIEW``)."""
-        return self.op == Op.VIEW
-
-    @property
-    def is_permute(self) -> bool:
-        return self.op == Op.PERMUTE
 
     @property
     def is_quantized(self) -> bool:
