@@ -1436,8 +1436,8 @@ class Graph(GraphIR):
         if dt not in ("f32", "f16"):
             raise self._err(op, "dst_type", "f32 or f16", str(dst_type))
         p = self._conv_params(op, s0=s0, s1=s1, s2=s2, p0=p0, p1=p1, p2=p2, d0=d0, d1=d1, d2=d2)
-        if IC < 1 or b.ne[3] % IC:
-            raise self._err(op, "IC", f"a divisor of b.ne[3] = {b.ne[3]}", str(IC))
+        if IC < 1:  # ggml takes N = b.ne[3] // IC batches (0 batches: an empty result)
+            raise self._err(op, "IC", "a channel count >= 1", str(IC))
         out = [
             conv_output_size(b.ne[i], a.ne[i], (s0, s1, s2)[i], (p0, p1, p2)[i], (d0, d1, d2)[i])
             for i in range(3)

@@ -227,6 +227,8 @@ _SUB_OPS_BY_ID: dict[tuple[Op, int], Op] = {(o.parent, _ENUM_VALUE[o]): o for o 
 VIEW_OPS: frozenset[Op] = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
 #: sources an op needs only for their shape/type, never their values (op -> src indices).
 SHAPE_ONLY_SRCS: dict[Op, frozenset[int]] = {Op.CPY: frozenset({1}), Op.FILL: frozenset({0})}
+#: Ops with a non-empty result from an empty operand (SET_ROWS with no rows to set: dst unchanged).
+EMPTY_OPERAND_OPS: frozenset[Op] = frozenset({Op.SET_ROWS})
 #: ops whose ggml result is a view of one source (the destination they write): op -> src index.
 #: ``op_info`` shows CPY that way (the CPY destination-view gates need it). SET_ROWS is shown as a
 #: plain node: in ovkit's value semantics the KV-cache views an attention reads hang off the
@@ -627,13 +629,16 @@ class GraphIR:
         ne4_ = (int(ne[0]), int(ne[1]), int(ne[2]), int(ne[3]))
         if any(d < 0 for d in ne4_):
             raise GraphError(f"{code.value}: negative dimension in result ne {ne_str(ne4_)}")
-        if 0 in ne4_:
-            # ggml allows empty tensors, but OpenVINO's shape inference and the numpy reference
-            # disagree on them op by op: refused here, where the message can name the node.
-            raise GraphError(
-                f"{code.value}: zero-size result ne {ne_str(ne4_)} (shape {shape_of(ne4_)}): "
-                "expected every dimension >= 1 (ovkit does not build empty tensors)"
-            )
+        if 0 not in ne4_ and code not in EMPTY_OPERAND_OPS:
+            # ggml allows empty tensors; an empty result has no values (the interpreters give an
+            # empty array of its shape), but a value computed from an empty operand needs the op's
+            # own answer, which only the ops in EMPTY_OPERAND_OPS have
+            for s in srcs:
+                if s is not None and 0 in s.ne:
+                    raise GraphError(
+                        f"{code.value}: operand {s.describe()} is empty (ne {ne_str(s.ne)}): expected "
+                        "a non-empty operand for a non-empty result"
+                    )
         for s in srcs:
             if s is not None and s.graph is not self:
                 raise GraphError(f"{code.value}: operand {s.describe()} belongs to another Graph")

@@ -434,6 +434,8 @@ def _read_tensor(t: Any) -> np.ndarray:
     ne = [int(c.ne[i]) for i in range(4)]
     nb = [int(c.nb[i]) for i in range(4)]
     name = _type_name(tid)
+    if 0 in ne:  # an empty tensor: nothing to read (ggml_n_dims would drop its zero dims)
+        return np.zeros(tuple(reversed(ne)), _STORAGE.get(name, np.float32))
     data = g.ggml_get_data(t)
     if data is None:
         raise RuntimeError("ggml result tensor has no data")

@@ -148,6 +148,16 @@ def _im2col(p: dict[str, Any]) -> Expected:
     return (k[1] * k[0], ow, i[2], 1), p["dst_type"], ("IM2COL",)
 
 
+def _im2col_3d(p: dict[str, Any]) -> Expected:
+    i, k, ic = _ne(p["ne_input"]), _ne(p["ne_kernel"]), p["IC"]
+    if p["v"]:  # test_im2col_3d's view: every dim 2 smaller
+        i = (i[0] - 2, i[1] - 2, i[2] - 2, i[3] - 2)
+    o = [_conv(i[d], k[d], p[f"s{d}"], p[f"p{d}"], p[f"d{d}"]) for d in range(3)]
+    n = i[3] // ic  # ggml_im2col_3d: N = b->ne[3] / IC (0 batches: an empty result)
+    return (k[0] * k[1] * k[2] * ic, o[0], o[1], o[2] * n), p["dst_type"], (("VIEW",) if p["v"] else ()) + (
+        "IM2COL_3D",)  # fmt: skip
+
+
 def _conv_2d(p: dict[str, Any]) -> Expected:
     i, k = _ne(p["ne_input"]), _ne(p["ne_kernel"])
     ow = _conv(i[0], k[0], p["stride0"], p["padding0"], p["dilation0"])
@@ -199,6 +209,7 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], Expected]] = {
     "CPY": _cpy,
     "CONCAT": _concat,
     "IM2COL": _im2col,
+    "IM2COL_3D": _im2col_3d,
     "CONV_2D": _conv_2d,
     "ARGSORT": _argsort,
     "NORM": _norm("NORM"),

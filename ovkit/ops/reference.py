@@ -76,9 +76,14 @@ def evaluate(graph: Graph, outputs: Sequence[Tensor], feed: dict[str, Arr]) -> l
         fn = REFERENCES.get(t.op_key)
         if fn is None:
             raise GraphError(f"{t.describe()}: no numpy reference for {t.op_key}")
+        if 0 in t.ne:  # a zero-size node: no elements to compute
+            return np.zeros(tuple(reversed(t.ne)), np.float32)
         return round_to(t.dtype, np.asarray(fn(t, xs))).reshape(tuple(reversed(t.ne)))
 
-    values = interpret(graph, outputs, leaf, lambda t, vs: view_value(t, vs[t.base.id]), node)
+    def view(t: Tensor, vs: dict[int, Arr]) -> Arr:
+        return np.zeros(tuple(reversed(t.ne)), np.float32) if 0 in t.ne else view_value(t, vs[t.base.id])
+
+    values = interpret(graph, outputs, leaf, view, node)
     return [values[o.id].reshape(o.shape).astype(NUMPY_DTYPE[o.dtype], copy=False) for o in outputs]
 
 
@@ -922,7 +927,8 @@ def conv_3d(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 def im2col_3d_index(t: Tensor) -> Arr:
-    """Flat indices into b's [N·IC, D, H, W] elements (+1 zero slot) of every IM2COL_3D output element."""
+    """Flat indices into b's [b.ne[3], D, H, W] elements (+1 zero slot) of every IM2COL_3D output
+    element; N = b.ne[3] // IC batches (ggml's floor: trailing channels beyond N·IC are unused)."""
     a, b = t.srcs[0], t.srcs[1]
     assert a is not None and b is not None
     ic = t.params["IC"]
@@ -939,7 +945,7 @@ def im2col_3d_index(t: Tensor) -> Arr:
     full = (
         idx[None, :, :, :, None] + plane[:, None, None, None, :, None, None, None]
     )  # [N, OD, OH, OW, IC, KD, KH, KW]
-    full = np.where(valid[None, :, :, :, None], full, n * ic * block)
+    full = np.where(valid[None, :, :, :, None], full, b.ne[3] * block)  # the zero slot
     return full.reshape(tuple(reversed(t.ne)))
 
 

@@ -68,6 +68,11 @@ def const(value: Any, dtype: Any = np.float32) -> Out:
     return ops.constant(np.asarray(value, dtype=dtype))
 
 
+def empty(t: Tensor) -> Out:
+    """The value of a zero-size node: no elements to compute, an empty tensor of its shape."""
+    return ops.constant(np.zeros(tuple(reversed(t.ne)), np.float32))
+
+
 def i64(values: Sequence[int] | int) -> Out:
     return ops.constant(np.asarray(values, dtype=np.int64))
 
@@ -244,13 +249,14 @@ def build_model(graph: Graph, outputs: Sequence[Tensor], leaves: Sequence[Tensor
         fn = TRANSLATORS.get(t.op_key)
         if fn is None:
             raise GraphError(f"{t.describe()}: no OpenVINO translation for {t.op_key}")
-        out = to_type(fn(t, xs), t.dtype)
+        out = to_type(empty(t) if 0 in t.ne else fn(t, xs), t.dtype)
         _name_nodes(out, f"{t.op_key} {t.name!r}" if t.name else f"{t.op_key} #{t.id}", named)
         return out
 
-    values = interpret(
-        graph, outputs, leaf, lambda t, vs: to_type(view_value(t, vs[t.base.id]), t.dtype), node
-    )
+    def view(t: Tensor, vs: dict[int, Out]) -> Out:
+        return to_type(empty(t) if 0 in t.ne else view_value(t, vs[t.base.id]), t.dtype)
+
+    values = interpret(graph, outputs, leaf, view, node)
     results = []
     for o in outputs:
         v = values[o.id]
@@ -582,6 +588,8 @@ def _set_rows(t: Tensor, xs: list[Out]) -> Out:
     b, c = t.srcs[1], t.srcs[2]
     assert b is not None and c is not None
     dst = xs[0]
+    if 0 in b.ne:  # no rows to set
+        return dst
     rows = to_type(f32(xs[1]), t.dtype)  # [b3, b2, b1, b0] rows converted to dst type
     # row index of b's row (i1, i2, i3): c[i1, i2 % c.ne1, i3 % c.ne2]
     idx = ops.convert(xs[2], ov.Type.i64)
