@@ -86,6 +86,8 @@ TYPES: tuple[GgmlType, ...] = (
     _quant("tq1_0", 34, 256, 54),
     _quant("tq2_0", 35, 256, 66),
     _quant("mxfp4", 39, 32, 17),
+    _quant("nvfp4", 40, 64, 36),
+    _quant("q1_0", 41, 128, 18),
 )
 _BY_NAME: dict[str, GgmlType] = {t.name.lower(): t for t in TYPES}
 _BY_ID: dict[int, GgmlType] = {t.id: t for t in TYPES}

@@ -216,7 +216,12 @@ def quantize_blocks(qtype: str, array: np.ndarray) -> bytes:
     row_bytes = int(g.ggml_row_size(tid, n_per_row))
     out = (ctypes.c_uint8 * max(1, row_bytes * nrows))()
     src = x.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-    written = g.ggml_quantize_chunk(tid, src, ctypes.cast(out, ctypes.c_void_p), 0, nrows, n_per_row, None)
+    # the IQ1/IQ2 types cannot quantize without an importance matrix: test-backend-ops' dummy one
+    ones = np.ones(n_per_row, np.float32)
+    im = (
+        ones.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) if g.ggml_quantize_requires_imatrix(tid) else None
+    )
+    written = g.ggml_quantize_chunk(tid, src, ctypes.cast(out, ctypes.c_void_p), 0, nrows, n_per_row, im)
     if written != row_bytes * nrows:
         raise RuntimeError(f"ggml_quantize_chunk wrote {written} bytes, expected {row_bytes * nrows}")
     return bytes(out)[: row_bytes * nrows]

@@ -1,9 +1,12 @@
 """Quantized ggml weights as OpenVINO constants: block decoding, decompression forms, requant policy.
 
-A :class:`QuantizedWeight` wraps the raw ggml blocks of a weight (Q4_0, Q4_1, Q5_1, Q8_0, Q4_K,
-Q5_K, Q6_K, MXFP4).  The blocks are decoded once into integer weights ``q``, per-group scales and
-(for the asymmetric types) per-group biases, so that ``w = scale * q + bias`` reproduces ggml's
-``to_float`` exactly (upstream's extraction yields the same integers and scales).
+A :class:`QuantizedWeight` wraps the raw ggml blocks of a weight.  Upstream's types (Q4_0, Q4_1,
+Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4) are decoded once into integer weights ``q``, per-group scales
+and (for the asymmetric types) per-group biases, so that ``w = scale * q + bias`` reproduces
+ggml's ``to_float`` exactly (upstream's extraction yields the same integers and scales).  The
+types upstream refuses (:data:`HOST_TYPES`: Q5_0, Q2_K, Q3_K, the IQ and TQ types, NVFP4, Q1_0)
+are decoded on the host to ggml's f32 values and become a plain f32 constant (f16 where every
+value is exact in f16).
 
 Decompression forms (docs/quant.md has the measurements):
 
@@ -50,9 +53,11 @@ class QuantError(ValueError):
 
 
 class RequantTarget(enum.StrEnum):
-    """What a weight becomes on a device (NATIVE = extracted as its own type)."""
+    """What a weight becomes on a device (NATIVE = extracted as its own type; UNSUPPORTED = the
+    device refuses the type, as upstream's type gate does for the host-decoded types)."""
 
     NATIVE = "native"
+    UNSUPPORTED = "not supported"
     Q8_0_C = "q8_0_c"  # per-row symmetric i8 (G = ne0)
     Q4_0_128 = "q4_0_128"  # symmetric i4, G = 128
     F16 = "f16"
@@ -69,7 +74,12 @@ class QuantSpec:
     group: int  # elements sharing one scale after extraction
     bits: int  # bits per extracted integer weight
     symmetric: bool  # True: no zero point / bias
-    upstream_weights: str  # OpenVINO element type upstream extracts to
+    upstream_weights: str  # OpenVINO element type upstream extracts to ("": upstream refuses the type)
+
+    @property
+    def host_decoded(self) -> bool:
+        """A type upstream refuses: ovkit decodes it on the host into a plain f32/f16 constant."""
+        return not self.upstream_weights
 
     @property
     def container_bits(self) -> int:
@@ -98,15 +108,47 @@ QUANT_SPECS: dict[str, QuantSpec] = {
     )
 }
 assert tuple(QUANT_SPECS) == QUANT_TYPES, "ovkit.dtypes.QUANT_TYPES lists the types specified here"
-_BY_LOWER = {k.lower(): k for k in QUANT_SPECS}
+
+#: The quantized types upstream refuses (not in supports_op's type gate) that ovkit still runs:
+#: decoded on the host, bit for bit as ggml's ``to_float``, into a plain f32 (or exact f16)
+#: constant.  Group and bits are the block's (no integer extraction happens).
+HOST_SPECS: dict[str, QuantSpec] = {
+    s.name: s
+    for s in (
+        _spec(name, ggml_type(name).block, bits, True, "")
+        for name, bits in (
+            ("q5_0", 5),
+            ("q2_K", 2),
+            ("q3_K", 3),
+            ("iq2_xxs", 2),
+            ("iq2_xs", 2),
+            ("iq3_xxs", 3),
+            ("iq1_s", 1),
+            ("iq4_nl", 4),
+            ("iq3_s", 3),
+            ("iq2_s", 2),
+            ("iq4_xs", 4),
+            ("iq1_m", 1),
+            ("tq1_0", 2),
+            ("tq2_0", 2),
+            ("nvfp4", 4),
+            ("q1_0", 1),
+        )
+    )
+}
+HOST_TYPES: tuple[str, ...] = tuple(HOST_SPECS)
+#: Every quantized type ovkit decodes: upstream's extracted types, then the host-decoded ones.
+KNOWN_TYPES: tuple[str, ...] = QUANT_TYPES + HOST_TYPES
+_ALL_SPECS = {**QUANT_SPECS, **HOST_SPECS}
+_BY_LOWER = {k.lower(): k for k in _ALL_SPECS}
 
 
 def quant_spec(qtype: str) -> QuantSpec:
     """The spec of ``qtype`` (case-insensitive: ``Q4_K``, ``q4_k`` and ``q4_K`` all work)."""
     key = _BY_LOWER.get(str(qtype).lower())
     if key is None:
-        raise QuantError(f"unknown quantized type {qtype!r}; expected one of {', '.join(QUANT_TYPES)}")
-    return QUANT_SPECS[key]
+        raise QuantError(f"unknown quantized type {qtype!r}; expected one of {', '.join(KNOWN_TYPES)}")
+    return _ALL_SPECS[key]
 
 
 def _n_rows(shape: Sequence[int]) -> int:
@@ -155,7 +197,8 @@ def row_bytes(qtype: str, k: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Decoded:
-    """Decoded blocks of ``rows`` rows: ``q`` [rows, k] ints, ``scale``/``bias`` [rows, k/group] f32."""
+    """Decoded blocks of ``rows`` rows: ``q`` [rows, k] ints, ``scale``/``bias`` [rows, k/group] f32
+    (host-decoded types: ``q`` holds ggml's f32 values, one unit scale per row, group = k)."""
 
     q: np.ndarray
     scale: np.ndarray
@@ -261,6 +304,25 @@ def _dec_mxfp4(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None
     return _MXFP4_VALUES[codes], _e8m0_half(b[:, 0]), None
 
 
+def _dec_q1_0(b: np.ndarray) -> np.ndarray:
+    """ggml's dequantize_row_q1_0: one f16 scale d, 128 sign bits (LSB first): bit 1 → +d, 0 → −d."""
+    d = _f16(b[:, 0:2])
+    bits = (b[:, 2:18, None] >> np.arange(8, dtype=np.uint8)) & 1  # [n, 16, 8]: element 8*i + j
+    return np.where(bits.reshape(-1, 128) != 0, d, -d)
+
+
+def _dec_host(spec: QuantSpec, blocks: np.ndarray) -> np.ndarray:
+    """ggml's ``to_float`` of ``blocks`` [n, type_size] as f32 [n, block] (gguf's numpy decoders,
+    which equal ggml's bit for bit; q1_0 is not in gguf and is decoded here)."""
+    if spec.name == "q1_0":
+        return _dec_q1_0(blocks)
+    import gguf.quants as gq
+
+    with np.errstate(all="ignore"):  # random blocks hold NaN/inf scales: decoded as ggml does
+        out = gq.dequantize(blocks, gq.GGMLQuantizationType(spec.ggml_type))
+    return np.asarray(out, np.float32).reshape(-1, spec.block)
+
+
 _DECODERS: dict[str, Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = {
     "q4_0": _dec_q4_0,
     "q4_1": _dec_q4_1,
@@ -288,6 +350,10 @@ def decode_blocks(qtype: str, raw: bytes | np.ndarray | memoryview, shape: Seque
     if buf.size != need:
         raise QuantError(f"{spec.name} tensor of shape {shape} needs {need} bytes of blocks, got {buf.size}")
     blocks = buf.reshape(-1, spec.type_size)
+    if spec.host_decoded:
+        # the values themselves, with one unit scale per row (w = 1 * q is exact, NaN included)
+        values = _dec_host(spec, blocks).reshape(rows, k)
+        return Decoded(values, np.ones((rows, 1), np.float32), None, k)
     q, scale, bias = _DECODERS[spec.name](blocks)
     nb = k // spec.block
     per_block = spec.block // spec.group
@@ -387,6 +453,16 @@ class QuantizedWeight:
         object.__setattr__(self, "shape", checked_shape(spec, self.shape, what))
         if self.form not in FORMS:
             raise QuantError(f"unknown decompression form {self.form!r}; expected one of {FORMS}")
+        if spec.host_decoded and self.form != "fast":
+            raise QuantError(
+                f"{spec.name} {what}: form {self.form!r} does not exist (upstream refuses {spec.name} "
+                "weights); expected 'fast' (the host-decoded constant)"
+            )
+        if self.requant is RequantTarget.UNSUPPORTED:
+            raise QuantError(
+                f"{spec.name} {what}: requant target {self.requant!s}: the policy refuses this weight "
+                "(upstream has no extraction for it); expected a target the device builds"
+            )
         need = self.rows * row_bytes(spec.name, self.shape[-1])
         if len(self.raw) != need:
             raise QuantError(
@@ -462,12 +538,22 @@ class QuantizedWeight:
             return "i4"
         if self.requant is RequantTarget.F16:
             return "f16"
+        if spec.host_decoded:
+            return "f16" if self._f16_exact else "f32"
         if spec.name == "mxfp4":
             # fast: the exact integers 2*e2m1 in i8 (decompressing kernel, ~25% faster at n=1
             # than f4e2m1, which has no int8 path); upstream: the raw e2m1 codes
             return "i8" if self.form == "fast" else "f4e2m1"
         sign = "i" if spec.symmetric or self._offset else "u"
         return f"{sign}{spec.container_bits}"
+
+    @cached_property
+    def _f16_exact(self) -> bool:
+        """Host-decoded values that f16 holds bit for bit (q1_0's ±d, most ternary blocks)."""
+        v = self.decoded.q
+        with np.errstate(over="ignore", invalid="ignore"):
+            back = v.astype(np.float16).astype(np.float32)
+        return bool(np.array_equal(back.view(np.uint32), v.view(np.uint32)))
 
     # -- OpenVINO --------------------------------------------------------------------------------
     def _grouped(self, values: np.ndarray) -> np.ndarray:
@@ -542,6 +628,11 @@ class QuantizedWeight:
         if self.requant is RequantTarget.F16:
             values = dec.dequantize().astype(np.float16)
             return ops.convert(ops.constant(self._grouped(values)), "f32")
+        if spec.host_decoded:  # the decoded values as the constant (f16 only where exact)
+            values = self._grouped(dec.q)
+            if self.container == "f32":
+                return ops.constant(values)
+            return ops.convert(ops.constant(values.astype(np.float16)), "f32")
         w = self._weight_const()
         if not upstream:
             # ggml's numbers: the scale exactly (requantized scales as upstream rounds them)
@@ -742,7 +833,12 @@ _K56 = ("q5_K", "q6_K")
 _OTHER = ("q4_0", "q4_1", "q4_K", "q5_1", "q8_0", "mxfp4")
 
 #: Upstream's ``ggml_openvino_get_requant_type``: first matching row wins (name rules first).
+#: The host-decoded types come first: supports_op's type gate refuses them before any rule.
 REQUANT_RULES: tuple[RequantRule, ...] = (
+    *(
+        RequantRule("*", d, HOST_TYPES, RequantTarget.UNSUPPORTED, "refused by supports_op's type gate")
+        for d in ("CPU", "GPU", "NPU")
+    ),
     *(
         RequantRule("token_embd.weight", d, ("*",), RequantTarget.Q8_0_C, "embeddings: per-row i8")
         for d in ("CPU", "GPU")
@@ -766,10 +862,11 @@ REQUANT_RULES: tuple[RequantRule, ...] = (
 def requant_type(
     tensor_name: str, device_class: str, qtype: str, *, no_requant: bool = False
 ) -> RequantTarget:
-    """The policy's target for a quantized weight (``no_requant`` = upstream's ``use_bias``: native)."""
+    """The policy's target for a quantized weight (``no_requant`` = upstream's ``use_bias``: native;
+    UNSUPPORTED for the host-decoded types on every device class)."""
     spec = quant_spec(qtype)
     cls = str(device_class).upper()
-    if no_requant or cls not in ("CPU", "GPU", "NPU"):
+    if cls not in ("CPU", "GPU", "NPU") or (no_requant and not spec.host_decoded):
         return RequantTarget.NATIVE
     for rule in REQUANT_RULES:
         if rule.device_class != cls:
@@ -801,8 +898,11 @@ def requant_table() -> pd.DataFrame:
 
 
 def requant_bytes(target: RequantTarget, qtype: str, shape: Sequence[int]) -> int:
-    """Bytes a weight of ``shape`` occupies after the policy (weights + scales [+ zero points])."""
+    """Bytes a weight of ``shape`` occupies after the policy (weights + scales [+ zero points]);
+    a host-decoded type kept NATIVE is an f32 constant (its upper bound)."""
     spec = quant_spec(qtype)
+    if target is RequantTarget.UNSUPPORTED:
+        raise QuantError(f"requant_bytes: the policy refuses {spec.name} weights ({target!s}): no size")
     n = math.prod(int(d) for d in shape)
     rows = _n_rows(shape)
     if target is RequantTarget.Q8_0_C:
@@ -811,6 +911,8 @@ def requant_bytes(target: RequantTarget, qtype: str, shape: Sequence[int]) -> in
         return n // 2 + (n // 128) * 2
     if target is RequantTarget.F16:
         return n * 2
+    if spec.host_decoded:
+        return n * 4
     groups = n // spec.group
     zp = 0 if spec.symmetric else (groups + 1) // 2 if spec.bits == 4 else groups  # u4 or u8 zero points
     scale_bytes = groups * (1 if spec.name == "mxfp4" else 2)  # f8e8m0 or f16

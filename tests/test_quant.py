@@ -134,8 +134,8 @@ def test_row_not_multiple_of_block() -> None:
 
 
 def test_unknown_type_lists_known() -> None:
-    with pytest.raises(quant.QuantError, match="unknown quantized type 'q3_K'; expected one of q4_0"):
-        quant.quant_spec("q3_K")
+    with pytest.raises(quant.QuantError, match="unknown quantized type 'q8_K'; expected one of q4_0.*q1_0"):
+        quant.quant_spec("q8_K")
 
 
 def test_type_names_case_insensitive() -> None:
@@ -345,3 +345,63 @@ def test_valid_mxfp4_weights_of_magnitude_1e_9(rng: np.random.Generator) -> None
     expected = oracle.ggml_call("mul_mat", _ggml_blocks(qw), x)
     assert np.isfinite(out).all()
     assert oracle.nmse(out.reshape(expected.shape), expected) < MUL_MAT_NMSE
+
+
+# -- the types upstream refuses: decoded on the host, bit for bit as ggml's to_float ---------------
+
+
+def _same_bits_nan_free(ours: np.ndarray, ggml: np.ndarray) -> None:
+    """Equal bit for bit, NaN for NaN (a NaN's sign/payload bits are not a value)."""
+    nan = np.isnan(ggml)
+    np.testing.assert_array_equal(np.isnan(ours), nan)
+    np.testing.assert_array_equal(
+        np.where(nan, 0, ours).view(np.uint32), np.where(nan, 0, ggml).view(np.uint32)
+    )
+
+
+@pytest.mark.parametrize("qtype", quant.HOST_TYPES)
+def test_host_type_decodes_as_ggml_and_computes_on_cpu(qtype: str, rng: np.random.Generator) -> None:
+    spec = quant.quant_spec(qtype)
+    k = 2 * spec.block
+    qw = quant.quantize(qtype, rng.uniform(-1, 1, (6, k)).astype(np.float32))
+    ggml_rows = oracle.dequantize(qtype, qw.raw, qw.shape)
+    np.testing.assert_array_equal(qw.dequantize().view(np.uint32), ggml_rows.view(np.uint32))
+    # random bytes: NaN, inf, subnormal and huge scales, every grid index and sign pattern
+    noise = quant.from_blocks(qtype, rng.integers(0, 256, len(qw.raw), dtype=np.uint8).tobytes(), qw.shape)
+    _same_bits_nan_free(noise.dequantize(), oracle.dequantize(qtype, noise.raw, noise.shape))
+    # on OpenVINO's CPU: get_rows gives ggml's rows exactly, mul_mat is within test-backend-ops' bound
+    rows = np.array([5, 0, 5], np.int32)
+    np.testing.assert_array_equal(_compiled(qw, "get_rows", rows), ggml_rows[rows])
+    x = rng.uniform(-1, 1, (3, k)).astype(np.float32)
+    expected = oracle.ggml_call("mul_mat", _ggml_blocks(qw), x)
+    assert oracle.nmse(_compiled(qw, "mul_mat", x).reshape(expected.shape), expected) < MUL_MAT_NMSE
+    assert qw.container in ("f32", "f16")
+
+
+def test_q1_0_block_layout() -> None:
+    """One f16 scale, then 128 sign bits low bit first: bit 1 is +d, bit 0 is -d."""
+    bits = np.zeros(16, np.uint8)
+    bits[0], bits[15] = 0b0000_0101, 0b1000_0000  # elements 0, 2 and 127 positive
+    raw = np.float16(0.75).tobytes() + bits.tobytes()
+    expected = np.full(128, -0.75, np.float32)
+    expected[[0, 2, 127]] = 0.75
+    np.testing.assert_array_equal(quant.from_blocks("q1_0", raw, (1, 128)).dequantize()[0], expected)
+    np.testing.assert_array_equal(oracle.dequantize("q1_0", raw, (1, 128))[0], expected)
+
+
+@pytest.mark.parametrize("device", ["CPU", "GPU", "NPU"])
+def test_policy_refuses_host_types_as_upstream_does(device: str, rng: np.random.Generator) -> None:
+    qw = quant.quantize("iq4_nl", rng.uniform(-1, 1, (2, 64)).astype(np.float32), name="token_embd.weight")
+    assert quant.requant_type(qw.name, device, "iq4_nl") is quant.RequantTarget.UNSUPPORTED
+    assert quant.requant_type("blk.0.attn_q.weight", device, "q5_0", no_requant=True) is (
+        quant.RequantTarget.UNSUPPORTED
+    )
+    with pytest.raises(
+        quant.QuantError, match="iq4_nl weight 'token_embd.weight': requant target not supported"
+    ):
+        qw.apply_policy(device)
+    with pytest.raises(quant.QuantError, match="form 'upstream' does not exist .*expected 'fast'"):
+        qw.with_form("upstream")
+    with pytest.raises(quant.QuantError, match="the policy refuses q2_K weights"):
+        quant.requant_bytes(quant.RequantTarget.UNSUPPORTED, "q2_K", (4, 256))
+    assert "q5_0" in quant.requant_table().query("target == 'not supported'")["types"].iloc[0]

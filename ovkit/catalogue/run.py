@@ -191,9 +191,9 @@ def run_case(
     from ovkit.engine import compute_graph
 
     base: dict[str, Any] = {"op": case.op, "case": case.name, "device": device, "accepted": accepted}
-    from ovkit.quant import QUANT_TYPES
+    from ovkit.quant import KNOWN_TYPES
 
-    known = {q.lower() for q in QUANT_TYPES}
+    known = {q.lower() for q in KNOWN_TYPES}
     for leaf in case.leaves:
         if leaf.quantized and leaf.dtype.lower() not in known:
             return Result(**base, status="not translatable", detail=f"ovkit has no {leaf.dtype} weights")
