@@ -692,7 +692,7 @@ class Graph(GraphIR):
         op = Op.SET_ROWS
         for nm, t in (("a", a), ("b", b), ("c", c)):
             self._check_tensor(op, nm, t)
-        self._check_types(op, "b", b, ("f32",))
+        self._check_types(op, "b", b, FLOAT_TYPES)
         self._check_types(op, "c", c, ("i64", "i32"))
         self._check_types(op, "a", a, FLOAT_TYPES + ("i32",))
         if a.ne[0] != b.ne[0] or a.ne[2] != b.ne[2] or a.ne[3] != b.ne[3]:
@@ -761,7 +761,6 @@ class Graph(GraphIR):
         if not a.is_quantized:
             self._check_types(op, "a", a, FLOAT_TYPES)
         self._check_types(op, "b", b, FLOAT_TYPES)
-        self._check_vec_dot(op, a, b)
         if a.ne[0] != b.ne[0]:
             raise self._err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", f"ne {ne_str(b.ne)}")
         if b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
@@ -771,12 +770,6 @@ class Graph(GraphIR):
         if a.is_transposed():
             raise self._err(op, "a", "a non-transposed tensor (nb[0] <= nb[1]); use cont", f"nb {list(a.nb)}")
         return self._new(op, (a.ne[1], b.ne[1], b.ne[2], b.ne[3]), "f32", (a, b), {"prec": GGML_PREC_DEFAULT})
-
-    def _check_vec_dot(self, op: str, a: Tensor, b: Tensor) -> None:
-        """ggml's CPU matmul converts b to a's vec_dot type only from f32: b is f32 or already that type."""
-        allowed = ("f32",) if a.dtype in ("f32",) or a.is_quantized else ("f32", a.dtype)
-        if b.dtype not in allowed:
-            raise self._err(op, "b", "type " + " or ".join(allowed) + f" (for a of type {a.dtype})", b.dtype)
 
     def mul_mat_set_prec(self, a: Tensor, prec: int) -> None:
         """``ggml_mul_mat_set_prec`` (recorded; the OpenVINO path always computes in f32)."""
@@ -792,7 +785,6 @@ class Graph(GraphIR):
         if not as_.is_quantized:
             self._check_types(op, "as", as_, FLOAT_TYPES)
         self._check_types(op, "b", b, FLOAT_TYPES)
-        self._check_vec_dot(op, as_, b)
         if as_.ne[3] != 1:
             raise self._err(op, "as", "a 3-D tensor (ne[3] == 1)", f"ne {ne_str(as_.ne)}")
         if b.ne[3] != 1:
@@ -815,7 +807,7 @@ class Graph(GraphIR):
         self._check_tensor(op, "b", b)
         if not a.is_quantized:
             self._check_types(op, "a", a, ("f32", "f16"))
-        self._check_types(op, "b", b, ("f32",))
+        self._check_types(op, "b", b, FLOAT_TYPES)
         if a.ne[1] != b.ne[1] or b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
             raise self._err(
                 op, "b", f"ne[1] == a.ne[1] = {a.ne[1]}, ne[2], ne[3] multiples of a's", f"ne {ne_str(b.ne)}"

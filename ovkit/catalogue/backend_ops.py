@@ -39,6 +39,12 @@ def _view_like(b: Any, t: Any, ne: Any, offset: int = 0) -> Any:
     return b.view_4d(t, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], offset)
 
 
+def _widened_b(ta: str, tb: str) -> tuple[str, ...]:
+    """The installed ggml's CPU matmul converts src1 to src0's vec_dot type only from f32 (f16 /
+    bf16 a: also its own type); other b types reach its ggml as f32 of the same values."""
+    return () if tb == "f32" or (tb == ta and tb in ("f16", "bf16")) else ("b",)
+
+
 def _ne_of(p: dict[str, Any], *keys: str) -> tuple[int, int, int, int]:
     for k in keys:
         if k in p:
@@ -231,8 +237,6 @@ def _get_rows(op: str, params: str, p: dict[str, Any]) -> Case:
 def _set_rows(op: str, params: str, p: dict[str, Any]) -> Case:
     ne, (n2, n3), r, v = ne4(p["ne"]), p["nr23"], int(p["r"]), int(p["v"])
     t_src, t_dst, t_idx = p.get("type_src", "f32"), str(p.get("type_dst", p.get("type"))), p["type_idx"]
-    if t_src != "f32":  # the oracle's ggml aborts on GGML_ASSERT(b->type == GGML_TYPE_F32)
-        raise NoCase(f"SET_ROWS from {t_src}: the installed ggml (ggml-python) sets rows from f32 only")
     leaves = (
         Leaf("dst", (ne[0], ne[1], ne[2] * n2, ne[3] * n3), t_dst),
         Leaf("src", (ne[0], r, ne[2] * n2, ne[3] * n3), t_src),
@@ -250,7 +254,8 @@ def _set_rows(op: str, params: str, p: dict[str, Any]) -> Case:
     if t_dst in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"):
         bits = {"q8_0": 8, "q5_0": 5, "q5_1": 5}.get(t_dst, 4)
         err = (2.0 / 2**bits) ** 2 / (0.25 * math.prod(ne))  # one quantum off, as the source estimates
-    return Case(op, params, leaves, program, max_err=err)
+    # the installed ggml asserts an f32 src (GGML_ASSERT(b->type == GGML_TYPE_F32))
+    return Case(op, params, leaves, program, max_err=err, ggml_f32=("src",) if t_src != "f32" else ())
 
 
 def _cpy(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -455,7 +460,8 @@ def _mul_mat(op: str, params: str, p: dict[str, Any]) -> Case:
             out = b.add(out, _named(b.mul_mat(a, bb), "out2"))
         return out
 
-    return Case(op, params, leaves, program, max_err=5e-4, flops=2 * m * n * k * ne_b[2] * ne_b[3])
+    return Case(op, params, leaves, program, max_err=5e-4, flops=2 * m * n * k * ne_b[2] * ne_b[3],
+                ggml_f32=_widened_b(ta, tb))  # fmt: skip
 
 
 def _mul_mat_id(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -472,7 +478,7 @@ def _mul_mat_id(op: str, params: str, p: dict[str, Any]) -> Case:
             ids = _named(b.view_2d(ids, n_used, n, ids.nb[1], 0), "view_of_ids")
         return _named(b.mul_mat_id(x["as"], x["b"], ids), "out")
 
-    return Case(op, params, leaves, program, max_err=5e-4)
+    return Case(op, params, leaves, program, max_err=5e-4, ggml_f32=_widened_b(p["type_a"], p["type_b"]))
 
 
 def _out_prod(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -484,7 +490,9 @@ def _out_prod(op: str, params: str, p: dict[str, Any]) -> Case:
         bb = b.transpose(x["b"]) if tr else x["b"]
         return _named(b.out_prod(x["a"], bb), "out")
 
-    return Case(op, params, leaves, program, max_err=5e-4)
+    # the installed ggml's CPU out_prod asserts an f32 b
+    widened = ("b",) if p["type_b"] != "f32" else ()
+    return Case(op, params, leaves, program, max_err=5e-4, ggml_f32=widened)
 
 
 def _soft_max(op: str, params: str, p: dict[str, Any]) -> Case:

@@ -75,7 +75,10 @@ class Leaf:
 @dataclass(frozen=True, slots=True)
 class Case:
     """One executable case: the op and parameters in test-backend-ops notation, the leaves, the
-    program and the error check (``err``: ``nmse`` or ``index_set``; ``max_err`` its bound)."""
+    program and the error check (``err``: ``nmse`` or ``index_set``; ``max_err`` its bound).
+
+    ``ggml_f32`` names f16/bf16 leaves the installed ggml gets as f32 tensors of the same values:
+    its CPU kernel asserts an f32 operand there (later ggml widens that operand itself)."""
 
     op: str
     params: str
@@ -84,6 +87,7 @@ class Case:
     max_err: float = 1e-7
     err: str = "nmse"
     flops: int = 0
+    ggml_f32: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -151,6 +155,8 @@ def ggml_inputs(case: Case, values: Mapping[str, np.ndarray]) -> dict[str, Any]:
         v = values[leaf.name]
         if leaf.quantized:
             out[leaf.name] = oracle.quantize(leaf.dtype, v)
+        elif leaf.name in case.ggml_f32:  # the same values, as f32 (ovkit rounds them back exactly)
+            out[leaf.name] = oracle.bf16_round(v) if leaf.dtype == "bf16" else v.astype(np.float32)
         elif leaf.dtype == "bf16":
             out[leaf.name] = oracle.as_bf16(v)
         else:
