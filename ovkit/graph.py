@@ -537,13 +537,16 @@ class Graph(GraphIR):
     def reshape_4d(self, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
         return self._reshape_to(a, (ne0, ne1, ne2, ne3))
 
-    def _view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int], offset: int) -> Tensor:
-        """``ggml_view_impl``: ne, nb[1:] and a byte offset over a's memory."""
-        self._check_tensor(Op.VIEW, "a", a)
+    def _check_plain_view(self, op: Op, a: Tensor) -> None:
+        self._check_tensor(op, "a", a)
         if a.is_quantized:
             raise self._err(
-                Op.VIEW, "a", "a plain-typed tensor (views of quantized weights are not supported)", a.dtype
+                op, "a", "a plain-typed tensor (views of quantized weights are not supported)", a.dtype
             )
+
+    def _view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int], offset: int) -> Tensor:
+        """``ggml_view_impl``: ne, nb[1:] and a byte offset over a's memory."""
+        self._check_plain_view(Op.VIEW, a)
         es = a.type_size
         ne4 = tuple(int(d) for d in ne) + (1,) * (4 - len(ne))
         nb_given = [es, *[int(x) for x in nb]]
@@ -601,7 +604,7 @@ class Graph(GraphIR):
 
     def permute(self, a: Tensor, axis0: int, axis1: int, axis2: int, axis3: int) -> Tensor:
         """``ggml_permute``: source dim i becomes dim axis_i (ggml dims: 0 = innermost)."""
-        self._check_tensor(Op.PERMUTE, "a", a)
+        self._check_plain_view(Op.PERMUTE, a)
         axes = (axis0, axis1, axis2, axis3)
         if sorted(axes) != [0, 1, 2, 3]:
             raise self._err(Op.PERMUTE, "axes", "a permutation of 0,1,2,3", str(list(axes)))
@@ -614,7 +617,7 @@ class Graph(GraphIR):
 
     def transpose(self, a: Tensor) -> Tensor:
         """``ggml_transpose``: swap dims 0 and 1 (a strided view)."""
-        self._check_tensor(Op.TRANSPOSE, "a", a)
+        self._check_plain_view(Op.TRANSPOSE, a)
         ne = (a.ne[1], a.ne[0], a.ne[2], a.ne[3])
         nb = (a.nb[1], a.nb[0], a.nb[2], a.nb[3])
         return self._new(Op.TRANSPOSE, ne, a.dtype, (a,), view_of=a, nb=nb)

@@ -505,3 +505,30 @@ def test_every_op_upstream_lacks_that_ovkit_translates_has_a_case_here() -> None
             continue
         names = [b for b in e.builders if b not in generic]
         assert any(i.split("-")[0] in names for i in ids), f"{e.key}: no case for {names}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Catalogue rows (test-backend-ops' own cases) on the paths the hand-written cases above miss
+# ---------------------------------------------------------------------------------------------
+CATALOGUE_ROWS = (
+    # empty results: N = 1 // IC = 0 batches; r/2 = 0 rows to set (dst comes back unchanged)
+    "IM2COL_3D(type_input=f32,type_kernel=f32,dst_type=f32,ne_input=[20,20,10,3],ne_kernel=[3,3,3,3],"
+    "IC=3,s0=1,s1=1,s2=1,p0=0,p1=0,p2=0,d0=1,d1=1,d2=1,v=1)",
+    "SET_ROWS(type_src=f32,type_dst=f16,type_idx=i64,ne=[33,5,1,1],nr23=[2,3],r=1,v=1)",
+    # operands the installed ggml gets widened to f32 (Case.ggml_f32)
+    "SET_ROWS(type_src=f16,type_dst=bf16,type_idx=i64,ne=[3,3,7,1],nr23=[2,3],r=2,v=0)",
+    "OUT_PROD(type_a=f32,type_b=f16,m=256,n=1,k=1,bs=[1,3],nr=[1,1],trans_b=0)",
+    "OUT_PROD(type_a=q4_0,type_b=f16,m=256,n=1,k=1,bs=[1,1],nr=[2,2],trans_b=0)",
+    "OUT_PROD(type_a=f16,type_b=f32,m=256,n=1,k=1,bs=[1,1],nr=[2,1],trans_b=0)",
+    "MUL_MAT(type_a=f32,type_b=f16,m=16,n=1,k=4,bs=[1,1],nr=[2,1],per=[0,1,2,3],k_v=0,o=1)",
+    "MUL_MAT(type_a=q4_0,type_b=f16,m=16,n=1,k=256,bs=[1,1],nr=[2,1],per=[0,1,2,3],k_v=0,o=1)",
+)
+
+
+@pytest.mark.parametrize("name", CATALOGUE_ROWS, ids=lambda n: n[:90])
+def test_catalogue_row_matches_ggml(name: str) -> None:
+    from ovkit.catalogue import run
+
+    op, params = name[: name.index("(")], name[name.index("(") + 1 : -1]
+    res = run.run_row(run.Row(op, params), policy="none")
+    assert res.status == "OK", f"{name}: {res.status} {res.detail}"

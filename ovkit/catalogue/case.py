@@ -77,8 +77,9 @@ class Case:
     """One executable case: the op and parameters in test-backend-ops notation, the leaves, the
     program and the error check (``err``: ``nmse`` or ``index_set``; ``max_err`` its bound).
 
-    ``ggml_f32`` names f16/bf16 leaves the installed ggml gets as f32 tensors of the same values:
-    its CPU kernel asserts an f32 operand there (later ggml widens that operand itself)."""
+    ``ggml_f32`` names leaves the installed ggml gets as f32 tensors of the same values (see
+    :func:`oracle_inputs`): its CPU kernel asserts f32 there, or lacks the broadcast, which later
+    ggml computes from the widened operand itself."""
 
     op: str
     params: str
@@ -155,12 +156,27 @@ def ggml_inputs(case: Case, values: Mapping[str, np.ndarray]) -> dict[str, Any]:
         v = values[leaf.name]
         if leaf.quantized:
             out[leaf.name] = oracle.quantize(leaf.dtype, v)
-        elif leaf.name in case.ggml_f32:  # the same values, as f32 (ovkit rounds them back exactly)
-            out[leaf.name] = oracle.bf16_round(v) if leaf.dtype == "bf16" else v.astype(np.float32)
         elif leaf.dtype == "bf16":
             out[leaf.name] = oracle.as_bf16(v)
         else:
             out[leaf.name] = v
+    return out
+
+
+def oracle_inputs(case: Case, ggml_leaves: Mapping[str, Any]) -> dict[str, Any]:
+    """The leaves the oracle's ggml computes the case from: ``ggml_leaves`` with the ``ggml_f32``
+    leaves as f32 arrays of the same values (quantized: the values ggml decodes from the blocks)."""
+    from ovkit import oracle
+
+    out = dict(ggml_leaves)
+    for name in case.ggml_f32:
+        v = ggml_leaves[name]
+        if isinstance(v, oracle.QuantArray):
+            out[name] = v.dequantize()
+        elif isinstance(v, oracle.Typed):  # bf16: the values ggml stores
+            out[name] = oracle.bf16_round(v.array)
+        else:
+            out[name] = np.asarray(v, np.float32)
     return out
 
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from ovkit.catalogue import backend_ops
-from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs, index_set_err
+from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs, index_set_err, oracle_inputs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -226,7 +226,7 @@ def run_case(
     except Exception as exc:
         return Result(**base, status="FAIL", detail=_first_line(exc))
     try:
-        expected = np.asarray(oracle.ggml_program(case.program, ggml_leaves))
+        expected = np.asarray(oracle.ggml_program(case.program, oracle_inputs(case, ggml_leaves)))
     except Exception as exc:
         return Result(**base, status="FAIL", detail=f"ggml: {_first_line(exc)}")
     ok, err, why = _judge(case, actual, expected)
