@@ -493,8 +493,8 @@ def _out_prod(op: str, params: str, p: dict[str, Any]) -> Case:
     # the installed ggml's CPU out_prod asserts an f32 b, has no f16 a kernel and broadcasts only
     # an f32 a (a quantized a must match b's batch dims)
     ta = p["type_a"]
-    widened = ("a",) if ta == "f16" or (ta not in ("f32", "bf16") and list(nr[:2]) != [1, 1]) else ()
-    widened += ("b",) if p["type_b"] != "f32" else ()
+    wide_a = ta == "f16" or (ta not in ("f32", "bf16") and list(nr[:2]) != [1, 1])
+    widened = (("a",) if wide_a else ()) + (("b",) if p["type_b"] != "f32" else ())
     return Case(op, params, leaves, program, max_err=5e-4, ggml_f32=widened)
 
 
