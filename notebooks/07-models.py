@@ -80,7 +80,9 @@ display(
 # Every node of the prefill and decode graphs (the ops, order and names llama.cpp gives them)
 # against the backend's support policy for each device class. This model places everything;
 # the second one (n_embd 256 in Q4_K) hits the backend's gate on 256-wide Q4_K GET_ROWS, so
-# its token embedding falls back.
+# its token embedding falls back. Falling back is what the real backend does (ggml's scheduler
+# runs that node on ggml's CPU backend); ovkit runs a graph whole on one device and has no such
+# fallback, so `ovkit_runs` is False there and `Model` refuses that device, naming the node.
 
 # %% tags=["placement"]
 devices = placement.targets(sim)

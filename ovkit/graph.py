@@ -18,6 +18,7 @@ import numpy as np
 
 from ovkit.dtypes import DTYPES, FLOAT_TYPES, TYPE_OF_NUMPY
 from ovkit.ir import (
+    IN_PLACE_WRITES,
     GraphError,
     GraphIR,
     Op,
@@ -708,6 +709,33 @@ class Graph(GraphIR):
                 f"ne {ne_str(c.ne)}",
             )
         return self._indexed(self._new(op, a.ne, a.dtype, (a, b, c)))
+
+    def build_forward_expand(self, t: Tensor) -> Tensor:
+        """``ggml_build_forward_expand``: schedule ``t`` now. ovkit orders nodes by their edges, so
+        this matters for in-place writes only: after a SET_ROWS (or CPY) into a whole tensor, views
+        of that tensor made later read the written value, as llama.cpp's KV cache views do (their
+        ``after`` edge names the write; the write's destination stays their ggml source)."""
+        self._check_tensor("build_forward_expand", "t", t)
+        dst_index = IN_PLACE_WRITES.get(t.op)
+        if dst_index is None:
+            return t
+        dst = t.srcs[dst_index]
+        assert dst is not None
+        base = dst.base
+        if (
+            dst.view_offs
+            or dst.nelements != base.nelements
+            or not dst.is_contiguous()
+            or dst.dtype != base.dtype
+        ):
+            raise self._err(
+                t.op.value,
+                "t",
+                f"a write into the whole of {base.describe()} (offset 0, contiguous, same type)",
+                f"destination ne {ne_str(dst.ne)}, nb {list(dst.nb)}, offset {dst.view_offs}",
+            )
+        self._writes[base.id] = t
+        return t
 
     def set(self, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int) -> Tensor:
         """``ggml_set``: a copy of a whose view (b.ne, nb1..nb3, offset bytes) is overwritten by b."""

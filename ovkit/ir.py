@@ -231,10 +231,12 @@ SHAPE_ONLY_SRCS: dict[Op, frozenset[int]] = {Op.CPY: frozenset({1}), Op.FILL: fr
 EMPTY_OPERAND_OPS: frozenset[Op] = frozenset({Op.SET_ROWS})
 #: ops whose ggml result is a view of one source (the destination they write): op -> src index.
 #: ``op_info`` shows CPY that way (the CPY destination-view gates need it). SET_ROWS is shown as a
-#: plain node: in ovkit's value semantics the KV-cache views an attention reads hang off the
-#: SET_ROWS result, where llama.cpp's views hang off the cache leaf itself; showing it as a view
-#: would make FLASH_ATTN_EXT's "PERMUTE<-VIEW<-base" gate reject the equivalent graph.
+#: plain node (no gate reads its view form); the KV-cache views an attention reads are views of the
+#: cache itself, ordered after the SET_ROWS by their ``after`` edge (``IN_PLACE_WRITES``).
 INPLACE_DST: dict[Op, int] = {Op.CPY: 1}
+#: in-place writes ``Graph.build_forward_expand`` orders before later views of their destination
+#: (op -> index of the destination source).
+IN_PLACE_WRITES: dict[Op, int] = {Op.SET_ROWS: 0, Op.CPY: 1}
 
 
 class RopeType(enum.IntEnum):
@@ -468,6 +470,9 @@ class Tensor(_OpKind):
     #: a leaf's constant value (numpy array, or a quantized-weight object), else None.
     value: Any = field(default=None, repr=False)
     is_input: bool = False
+    #: a view made after an in-place write into its base (``Graph.build_forward_expand``): that
+    #: write, whose result is the base's memory this view reads. An ordering edge, not an operand.
+    after: Tensor | None = field(default=None, repr=False)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -527,6 +532,11 @@ class Tensor(_OpKind):
     def base(self) -> Tensor:
         """The tensor that owns this tensor's memory (itself when not a view)."""
         return self.view_src if self.view_src is not None else self
+
+    @property
+    def memory(self) -> Tensor:
+        """The node whose value is the memory a view reads: the in-place write it follows, else its base."""
+        return self.after if self.after is not None else self.base
 
     def describe(self) -> str:
         sub = f"({self.sub_op})" if self.sub_op else ""
@@ -589,6 +599,8 @@ class GraphIR:
         self.nodes: list[Tensor] = []
         self._names: set[str] = set()
         self._info_cache: dict[int, OpInfo] = {}  # Tensor.op_info() results (cleared on edits)
+        #: base id -> the last in-place write into it that ``build_forward_expand`` scheduled.
+        self._writes: dict[int, Tensor] = {}
         #: Bumped by every in-place edit of a node (name, precision, sinks): what was derived
         #: from the graph before (policy decisions, compiled plans) is keyed by it.
         self.version = 0
@@ -642,6 +654,12 @@ class GraphIR:
         for s in srcs:
             if s is not None and s.graph is not self:
                 raise GraphError(f"{code.value}: operand {s.describe()} belongs to another Graph")
+            written = self._writes.get(s.id) if s is not None and code not in VIEW_OPS else None
+            if written is not None and s is not None:  # ovkit reads memory after a write only through views
+                raise GraphError(
+                    f"{code.value}: operand {s.describe()} was written in place by {written.describe()}: "
+                    "expected a view of it (ggml_view_*), so that the read follows the write"
+                )
         t = Tensor(
             graph=self,
             id=len(self.nodes),
@@ -656,6 +674,7 @@ class GraphIR:
             base = view_of.base
             t.view_src = base
             t.view_offs = view_of.view_offs + offset
+            t.after = view_of.after if view_of.view_src is not None else self._writes.get(base.id)
             t.nb = (int(nb[0]), int(nb[1]), int(nb[2]), int(nb[3])) if nb is not None else t.nb
         else:
             t.nb = packed_nb(ne4_, TYPE_SIZE.get(dtype, 1))
@@ -672,8 +691,7 @@ class GraphIR:
                 continue
             seen.add(t.id)
             stack.extend(s for s in t.srcs if s is not None)
-            if t.view_src is not None:
-                stack.append(t.view_src)
+            stack.extend(d for d in (t.view_src, t.after) if d is not None)
         return self._dependency_order(seen)
 
     def inputs_of(self, outputs: Sequence[Tensor]) -> list[Tensor]:
@@ -690,7 +708,7 @@ class GraphIR:
                 continue
             seen.add(t.id)
             if t.op in VIEW_OPS:
-                stack.append(t.base)
+                stack.append(t.memory)
                 continue
             skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
             stack.extend(s for i, s in enumerate(t.srcs) if s is not None and i not in skip)
@@ -711,7 +729,7 @@ class GraphIR:
                     continue
                 deps = [
                     d
-                    for d in (*t.srcs, t.view_src)
+                    for d in (*t.srcs, t.view_src, t.after)
                     if d is not None and d.id in selected and d.id not in done
                 ]
                 if ready or not deps:
@@ -755,7 +773,7 @@ def interpret(
     """One walk of the IR shared by the interpreters (numpy reference, OpenVINO translation).
 
     Visits the nodes ``outputs`` need in build order: ``leaf(t)`` for leaves, ``view(t, values)``
-    for view ops (they read their base's value), ``node(t, srcs)`` for the rest, where ``srcs``
+    for view ops (they read the value of their ``memory``), ``node(t, srcs)`` for the rest, where ``srcs``
     holds each source's value (None for absent sources and for sources needed only for their shape).
     Returns the values by node id.
     """

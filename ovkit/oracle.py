@@ -470,6 +470,15 @@ def _read_tensor(t: Any) -> np.ndarray:
     return arr.reshape(tuple(reversed(ne[:n_dims])) if n_dims > 0 else ())
 
 
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """A builder's result plus the tensors the graph expands first, in order (see
+    ``GgmlBuilder.build_forward_expand``)."""
+
+    outputs: Any
+    first: list[Any]
+
+
 class _Session:
     """One ggml context + backend (ggml's CPU backend unless ``backend`` is given; a given one is
     borrowed, not freed) with inputs uploaded and a built graph."""
@@ -504,12 +513,14 @@ class _Session:
                 g.ggml_set_name(t, f"in{i}".encode())
                 tensors.append(t)
             out = build(self.ctx, *tensors)
+            first = out.first if isinstance(out, Scheduled) else []
+            out = out.outputs if isinstance(out, Scheduled) else out
             self.multi = isinstance(out, list | tuple)
             self.outputs = list(out) if self.multi else [out]
             if not self.outputs or any(o is None for o in self.outputs):
                 raise ValueError("the ggml builder returned no tensor")
             self.graph = g.ggml_new_graph_custom(self.ctx, 4096, False)
-            for o in self.outputs:
+            for o in [*first, *self.outputs]:
                 g.ggml_build_forward_expand(self.graph, o)
             self.buffer = g.ggml_backend_alloc_ctx_tensors(self.ctx, self.backend)
             if not self.buffer:
@@ -705,6 +716,13 @@ class GgmlBuilder:
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
+        self.expanded: list[GgmlTensor] = []
+
+    def build_forward_expand(self, t: GgmlTensor) -> GgmlTensor:
+        """``ggml_build_forward_expand(gf, t)``: the graph is made after the program, so ``t`` is
+        recorded and expanded first, in call order (llama.cpp's KV cache writes before the views)."""
+        self.expanded.append(t)
+        return t
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name.startswith("_"):
@@ -737,10 +755,10 @@ Program = Callable[[Any, dict[str, Any]], Any]
 def _program_builder(program: Program, names: Sequence[str]) -> Builder:
     def build(ctx: Any, *tensors: Any) -> Any:
         leaves = {n: (None if t is None else GgmlTensor(t)) for n, t in zip(names, tensors, strict=True)}
-        out = program(GgmlBuilder(ctx), leaves)
-        if isinstance(out, list | tuple):
-            return [o.ptr for o in out]
-        return out.ptr
+        b = GgmlBuilder(ctx)
+        out = program(b, leaves)
+        ptrs = [o.ptr for o in out] if isinstance(out, list | tuple) else out.ptr
+        return Scheduled(ptrs, [t.ptr for t in b.expanded]) if b.expanded else ptrs
 
     return build
 

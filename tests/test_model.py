@@ -16,6 +16,7 @@ import pytest
 from ovkit import oracle
 from ovkit.model import ARCHS, Model, synthetic
 from ovkit.model import placement as pl
+from ovkit.model.arch import ModelError
 from ovkit.model.cli import compare
 from ovkit.model.reference import run_reference
 
@@ -144,19 +145,47 @@ def test_placement_on_simulated_gpu_and_npu_names_rejected_nodes(model_file: Cal
     assert (s["fall_back"] >= 1).all() and (s["on_device"] == s["nodes"] - s["fall_back"]).all()
     assert ((s["flops_on_device"] > 0.5) & (s["flops_on_device"] <= 1)).all()
     assert (s["weight_bytes_on_device"] < 1).all()  # the embedding's bytes stay on the CPU
+    assert not s["ovkit_runs"].any()  # ovkit has no fallback to ggml's CPU: it says so, and refuses
+    with pytest.raises(ModelError, match="inp_embd.*cannot hand a node back to ggml's CPU"):
+        Model(path, device="GPU", core=SimulatedCore("laptop"), n_ctx=64).generate([1, 2, 3], 1)
 
 
-def test_placement_live_column_from_the_real_backend(model_file: Callable[..., Path]) -> None:
+@pytest.mark.parametrize("flash_attn", [True, False])
+def test_placement_live_column_from_the_real_backend(
+    model_file: Callable[..., Path], flash_attn: bool
+) -> None:
     """The real backend's supports_op on the same graph (built by ggml in the isolated child) fills
-    a column next to ovkit's verdict for every node; the disagreements are named."""
+    a column next to ovkit's verdict for every node, and agrees with it on every node: K/V are
+    views of the cache tensors themselves, so the backend takes every FLASH_ATTN_EXT."""
     path = model_file("llama", "q8_0")
-    nodes = pl.node_table(Model(path, n_ctx=64), [pl.Target("CPU", "CPU", False)], n_prompt=8,
-                          live=pl.live_support(path))  # fmt: skip
+    nodes = pl.node_table(Model(path, n_ctx=64, flash_attn=flash_attn), [pl.Target("CPU", "CPU", False)],
+                          n_prompt=8, live=pl.live_support(path))  # fmt: skip
     assert nodes["live_supports_op"].notna().all(), nodes.loc[nodes["live_supports_op"].isna(), "node"]
     differ = nodes.loc[~nodes["agree"], ["graph", "node", "op", "on_device", "live_supports_op"]]
-    # FLASH_ATTN_EXT differs: in ggml, K/V are views of the SET_ROWS result, a view itself (docs/model.md)
-    assert set(differ["op"]) <= {"FLASH_ATTN_EXT"}, differ.to_string()
-    assert nodes["agree"].mean() > 0.9
+    assert differ.empty, differ.to_string()
+    attn = nodes[nodes["op"] == ("FLASH_ATTN_EXT" if flash_attn else "SOFT_MAX")]
+    assert len(attn) == 2 * 2 and attn["live_supports_op"].all()  # 2 layers × prefill, decode
+
+
+def test_kv_cache_is_read_through_views_after_the_write() -> None:
+    """ovkit's graph views the cache leaf (as llama.cpp does) and orders the views after the
+    SET_ROWS expanded before them; reading the written leaf directly is refused by name."""
+    from ovkit.graph import Graph, GraphError
+
+    g = Graph()
+    cache = g.input("cache", (4, 2), "f16")
+    rows = g.input("rows", (1, 2), "f32")
+    idx = g.input("idx", (1,), "i64")
+    before = g.view_2d(cache, 2, 4, 4, 0)
+    write = g.build_forward_expand(g.set_rows(cache, rows, idx))
+    after = g.view_2d(cache, 2, 4, 4, 0)
+    assert after.srcs[0] is cache and after.after is write and before.after is None
+    feed = {"cache": np.zeros((4, 2), np.float16), "rows": np.array([[1.5, 2.5]], np.float32),
+            "idx": np.array([2])}  # fmt: skip
+    old, new = g.compute([before, after], feed)
+    assert not old.any() and new[2].tolist() == [1.5, 2.5]
+    with pytest.raises(GraphError, match="written in place by SET_ROWS.*expected a view"):
+        g.set_rows(cache, rows, idx)  # a second write must chain through a view of the first
 
 
 def test_fit_per_device(model_file: Callable[..., Path]) -> None:

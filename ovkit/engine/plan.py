@@ -58,13 +58,12 @@ def graph_structure_key(graph: Any, outputs: Sequence[Any]) -> str:
     h = hashlib.sha256()
     for t in nodes:
         srcs = tuple(-1 if s is None else pos[s.id] for s in t.srcs)
-        view = -1 if t.view_src is None else pos[t.view_src.id]
+        view, after = (-1 if d is None else pos[d.id] for d in (t.view_src, t.after))
         params = sorted((k, repr(v)) for k, v in (t.params or {}).items())
         name = t.name if t.is_input else ""
+        edges = (srcs, view, after)
         h.update(
-            repr(
-                (t.op, t.sub_op, t.ne, t.nb, t.dtype, t.view_offs, params, srcs, view, t.is_input, name)
-            ).encode()
+            repr((t.op, t.sub_op, t.ne, t.nb, t.dtype, t.view_offs, params, edges, t.is_input, name)).encode()
         )
         if t.value is not None:
             h.update(_value_digest(t.value).encode())

@@ -1,7 +1,8 @@
 """Where every node of a model's prefill and decode graph runs, per device, and why.
 
 For each op node the backend's support policy (``ovkit.ops.policy``) gives a verdict per device
-class; a rejected node is what the backend hands back to ggml's CPU backend ("falls back").  The
+class; a rejected node is what the backend hands back to ggml's CPU backend ("falls back"); ovkit
+itself runs a graph whole on one device and has no such fallback (``ovkit_runs`` says so).  The
 summary per device counts nodes on the device and falling back, and the share of FLOPs and of
 weight bytes (after the device's requantization policy) the device keeps.  Devices come from a
 real or a simulated Core (``SIMULATED`` in the device column).  ``live`` (:func:`live_support`)
@@ -194,7 +195,8 @@ def live_support(path: str | os.PathLike[str]) -> LiveSupport:
 
 
 def summary(nodes: pd.DataFrame) -> pd.DataFrame:
-    """Per graph and device: nodes on the device / falling back, shares of FLOPs and weight bytes."""
+    """Per graph and device: nodes on the device / falling back, shares of FLOPs and weight bytes,
+    and ``ovkit_runs``: False when a node falls back (ovkit has no fallback to ggml's CPU)."""
     import pandas as pd
 
     rows = []
@@ -211,12 +213,15 @@ def summary(nodes: pd.DataFrame) -> pd.DataFrame:
                 "flops_on_device": on["flops"].sum() / flops if flops else 1.0,
                 "weight_bytes_on_device": on["weight_bytes"].sum() / wbytes if wbytes else 1.0,
                 "rejected_ops": ", ".join(sorted(set(grp.loc[~grp["on_device"], "op"]))),
+                # the real backend splits the graph there; ovkit cannot run a node on ggml's CPU
+                "ovkit_runs": len(on) == len(grp),
             }
         )
     return pd.DataFrame(rows)
 
 
 def fallbacks(nodes: pd.DataFrame) -> pd.DataFrame:
-    """Only the rejected nodes, with the policy's reason: "what falls back to CPU"."""
+    """Only the rejected nodes, with the policy's reason: "what falls back to CPU" under the real
+    backend (ggml's CPU backend runs them there; in ovkit such a graph does not run on that device)."""
     cols = ["graph", "device", "index", "node", "op", "type", "ne", "reason"]
     return nodes.loc[~nodes["on_device"], cols].reset_index(drop=True)

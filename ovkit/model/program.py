@@ -103,24 +103,34 @@ class LayerOut:
 def attention(
     b: Any, hp: HParams, shape: GraphShape, il: int, q: Any, k: Any, v: Any, L: Mapping[str, Any]
 ) -> tuple[Any, dict[str, Any]]:
-    """``build_attn`` over the KV cache: store K/V (SET_ROWS), view the cache, attend; ``kqv_out``."""
+    """``build_attn`` over the KV cache: store K/V (SET_ROWS), view the cache, attend; ``kqv_out``.
+
+    As in llama.cpp, the stores are expanded into the graph first and K/V are views of the cache
+    tensors themselves (the backend's FLASH_ATTN_EXT rule wants PERMUTE <- VIEW <- the cache);
+    ovkit's Graph records the ordering as the views' ``after`` edge.
+    """
     cb = _namer(b)
     hd, n, n_kv, n_ctx, kvd = hp.head_dim, shape.n_tokens, shape.n_kv, shape.n_ctx, hp.n_embd_kv
     ck_name, cv_name = f"cache_k_l{il}", f"cache_v_l{il}"
+    for t in (q, k, v):  # llama.cpp expands these together so that they are not reordered
+        b.build_forward_expand(t)
     # cpy_k: merge heads, store the rows at attn_inp_k_idxs
     ck = b.set_rows(L[ck_name], b.view_2d(k, kvd, n, k.nb[2], 0), L["attn_inp_k_idxs"])
+    b.build_forward_expand(ck)
     if shape.flash_attn:
         cv = b.set_rows(L[cv_name], b.view_2d(v, kvd, n, v.nb[2], 0), L["attn_inp_v_idxs"])
     else:  # the transposed V cache: each element is a row of one value
         v_view = b.reshape_2d(L[cv_name], 1, n_ctx * kvd)
         cv = b.set_rows(v_view, b.reshape_2d(b.reshape_2d(v, kvd, n), 1, kvd * n), L["attn_inp_v_idxs"])
+    b.build_forward_expand(cv)
+    # get_k / get_v: 4-d views of the cache tensors (read after the stores above)
     row = F16_BYTES * kvd
-    kk = b.view_4d(ck, hd, hp.n_head_kv, n_kv, 1, F16_BYTES * hd, row, row * n_ctx, 0)
+    kk = b.view_4d(L[ck_name], hd, hp.n_head_kv, n_kv, 1, F16_BYTES * hd, row, row * n_ctx, 0)
     if shape.flash_attn:
-        vv = b.view_4d(cv, hd, hp.n_head_kv, n_kv, 1, F16_BYTES * hd, row, row * n_ctx, 0)
+        vv = b.view_4d(L[cv_name], hd, hp.n_head_kv, n_kv, 1, F16_BYTES * hd, row, row * n_ctx, 0)
     else:
         vv = b.view_4d(
-            cv, n_kv, hp.n_head_kv, hd, 1, F16_BYTES * n_ctx * hd, F16_BYTES * n_ctx, row * n_ctx, 0
+            L[cv_name], n_kv, hp.n_head_kv, hd, 1, F16_BYTES * n_ctx * hd, F16_BYTES * n_ctx, row * n_ctx, 0
         )
     # build_attn_mha
     q = b.view_4d(q, hd, hp.n_head, n, 1, q.nb[1], q.nb[2], q.nb[2] * n, 0)

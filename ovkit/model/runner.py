@@ -24,6 +24,7 @@ from ovkit.config import read_config
 from ovkit.devices import DeviceClass, device_class
 from ovkit.engine import RunConfig, get_engine, graph_session, run_config_from
 from ovkit.gguf import GGUFModel, read_gguf
+from ovkit.ir import UnsupportedOpError
 from ovkit.model.arch import HParams, ModelError
 from ovkit.model.program import (
     DecoderOut,
@@ -153,15 +154,22 @@ class Model:
                 if tuple(nxt.shape) != (self.n_ctx, self.hp.n_embd_kv):  # the transposed V cache
                     nxt = b.graph.reshape_2d(nxt, self.hp.n_embd_kv, self.n_ctx)
                 states[name] = nxt
-            b.session = graph_session(
-                b.graph,
-                [b.out.logits],
-                states,
-                self.device,
-                core=self.core,
-                config=self._configs[min(shape.n_tokens, 2)],
-                stateful=self.stateful,
-            )
+            try:
+                b.session = graph_session(
+                    b.graph,
+                    [b.out.logits],
+                    states,
+                    self.device,
+                    core=self.core,
+                    config=self._configs[min(shape.n_tokens, 2)],
+                    stateful=self.stateful,
+                )
+            except UnsupportedOpError as exc:
+                raise ModelError(
+                    f"{exc}. ovkit runs the whole graph on {self.device} and cannot hand a node back "
+                    "to ggml's CPU backend as llama.cpp's scheduler does (ovkit.model.placement.fallbacks "
+                    "lists every node that would fall back)"
+                ) from exc
         return b
 
     def buckets_for(self, n_prompt: int, n_predict: int) -> list[GraphShape]:

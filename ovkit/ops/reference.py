@@ -81,7 +81,7 @@ def evaluate(graph: Graph, outputs: Sequence[Tensor], feed: dict[str, Arr]) -> l
         return round_to(t.dtype, np.asarray(fn(t, xs))).reshape(tuple(reversed(t.ne)))
 
     def view(t: Tensor, vs: dict[int, Arr]) -> Arr:
-        return np.zeros(tuple(reversed(t.ne)), np.float32) if 0 in t.ne else view_value(t, vs[t.base.id])
+        return np.zeros(tuple(reversed(t.ne)), np.float32) if 0 in t.ne else view_value(t, vs[t.memory.id])
 
     values = interpret(graph, outputs, leaf, view, node)
     return [values[o.id].reshape(o.shape).astype(NUMPY_DTYPE[o.dtype], copy=False) for o in outputs]

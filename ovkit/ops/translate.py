@@ -254,7 +254,7 @@ def build_model(graph: Graph, outputs: Sequence[Tensor], leaves: Sequence[Tensor
         return out
 
     def view(t: Tensor, vs: dict[int, Out]) -> Out:
-        return to_type(empty(t) if 0 in t.ne else view_value(t, vs[t.base.id]), t.dtype)
+        return to_type(empty(t) if 0 in t.ne else view_value(t, vs[t.memory.id]), t.dtype)
 
     values = interpret(graph, outputs, leaf, view, node)
     results = []
