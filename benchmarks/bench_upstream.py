@@ -28,13 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _ovkit_seconds(c: object, runs: int) -> float:
-    from ovkit import testops
+    from ovkit.catalogue.case import build_ovkit
     from ovkit.engine import compute_graph, get_engine
     from ovkit.upstream import cases
 
-    arrays, blocks = cases.materialize(c)  # type: ignore[arg-type]
-    g, out = testops._build(c, blocks)  # type: ignore[arg-type]
-    feed = testops._feed(c, arrays)  # type: ignore[arg-type]
+    g, out, feed = build_ovkit(c, cases.ggml_inputs(c))  # type: ignore[arg-type]
     compute_graph(g, [out], feed, "CPU")  # compile once
     misses = get_engine().stats().misses
     times = []

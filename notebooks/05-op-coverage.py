@@ -36,6 +36,7 @@ from IPython.display import display
 
 import ovkit
 from ovkit import notebook, oracle, testops
+from ovkit.catalogue import curated
 from ovkit.devices import device_class, physical_device_ids
 from ovkit.ops import policy
 
@@ -81,7 +82,7 @@ with pd.option_context("display.max_rows", 20, "display.max_colwidth", 70):
 # NMSE against the op's threshold. The same lines `ovkit test-ops` prints:
 
 # %% tags=["test-cpu"]
-case_types = {c.name: dict(c.params)["type"] for c in testops.build_catalogue()}
+case_types = {c.name: curated.param(c, "type") for c in testops.build_catalogue()}
 core0, dev0 = targets["CPU"]
 results = {"CPU": testops.test_ops(ops=ops, device=dev0, core=core0, reference=reference, progress=False)}
 cases = [testops.CaseResult(**r) for r in results["CPU"].to_dict("records")]

@@ -511,10 +511,12 @@ def perf_cases_within(cases: Iterable[Any], max_mib: float, max_gflop: float) ->
     """The perf cases with at most ``max_mib`` MiB of inputs and ``max_gflop`` GFLOP of work."""
     import numpy as np
 
-    from ovkit.testops import NUMPY_OF
+    from ovkit.catalogue.case import PLAIN_TYPES
 
     def input_bytes(c: Any) -> int:
-        return sum(int(np.prod(i.shape)) * np.dtype(NUMPY_OF[i.dtype]).itemsize for i in c.inputs)
+        return sum(
+            int(np.prod(lf.ne)) * np.dtype(PLAIN_TYPES.get(lf.dtype, np.float32)).itemsize for lf in c.leaves
+        )
 
     return [c for c in cases if input_bytes(c) <= max_mib * (1 << 20) and c.flops <= max_gflop * 1e9]
 

@@ -8,9 +8,10 @@ reference of ggml's semantics otherwise.  The verdict is test-backend-ops' (NaN/
 NMSE against the op's threshold).  ``mode perf`` times larger cases and reports time per run and
 GFLOPS (matrix/attention ops) or GB/s (memory-bound ops).
 
-A case is data: an op key, the inputs (name, numpy shape, dtype, value kind) and a *program*
-written once against the builder API shared by ``Graph`` and ``oracle.GgmlBuilder``, so the
-very same code builds the ovkit graph and the ggml graph.
+The cases are the curated table's (:mod:`ovkit.catalogue.curated`): data with one *program*
+written against the builder API ``Graph`` shares with ``oracle.GgmlBuilder``, so the very same
+code builds the ovkit graph and the ggml graph, and inputs drawn by :func:`~ovkit.catalogue.case.draw`
+from a seed of the case's name.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ovkit.dtypes import NUMPY_DTYPE
-from ovkit.ir import Op
+from ovkit.catalogue import curated
+from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,717 +38,23 @@ Status = Literal["OK", "FAIL", "not supported"]
 #: first node is MUL_MAT, else ACCURACY, no precision hint (bf16 MatMuls on CPUs with bf16).
 HINTS: tuple[str, ...] = ("exact", "upstream")
 Reference = Literal["auto", "ggml", "numpy"]
-Program = Callable[[Any, Mapping[str, Any]], Any]
 
 
-class _NumpyOf(dict[str, Any]):
-    """dtype name -> numpy type of the values a case draws; quantized types draw float32 values
-    (quantized afterwards), so lookups of those give float32 too (``in`` still tells them apart)."""
-
-    def __missing__(self, key: str) -> Any:
-        return np.float32
+#: The curated set each mode runs unless told another (``case_set``, ``--set``).
+DEFAULT_SET: dict[str, str] = {"test": curated.TEST_OPS, "perf": curated.PERF}
 
 
-NUMPY_OF: dict[str, Any] = _NumpyOf(NUMPY_DTYPE)
-
-
-# ---------------------------------------------------------------------------------------------
-# Cases as data.
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Inp:
-    """One input: numpy-order shape, dtype, and how its values are drawn.
-
-    kinds: ``uniform`` in [lo, hi] (test-backend-ops: [-1, 1]); ``positive`` in [0.5, 1.5];
-    ``index`` integers in [0, hi) (rows, experts); ``distinct`` a permutation of distinct values
-    (argsort without ties, set_rows without duplicate targets); ``pos`` 0..n-1 positions.
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str = "f32"
-    kind: str = "uniform"
-    lo: float = -1.0
-    hi: float = 1.0
-
-    def make(self, rng: np.random.Generator) -> np.ndarray:
-        n = int(np.prod(self.shape))
-        values: np.ndarray
-        if self.kind == "index":
-            values = rng.integers(0, int(self.hi), size=self.shape)
-        elif self.kind == "distinct":
-            values = (
-                rng.permutation(int(self.hi))[:n].reshape(self.shape) if self.hi > 0 else rng.permutation(n)
-            )
-            if self.dtype in ("f32", "f16", "bf16"):
-                values = (rng.permutation(n).reshape(self.shape) - n / 2) / n
-        elif self.kind == "pos":
-            values = np.arange(n).reshape(self.shape)
-        elif self.kind == "positive":
-            values = rng.uniform(0.5, 1.5, size=self.shape)
-        else:
-            values = rng.uniform(self.lo, self.hi, size=self.shape)
-        return np.ascontiguousarray(np.asarray(values).astype(NUMPY_OF[self.dtype]))
-
-    @property
-    def quantized(self) -> bool:
-        """A ggml block-quantized type (q4_0, q8_0, q4_K, ...): a constant weight, not a Graph input."""
-        return self.dtype not in NUMPY_OF
-
-
-@dataclass(frozen=True, slots=True)
-class Case:
-    """One test: op key (``Op.ADD``, ``Op.GELU``, ``Op.SWIGLU``), label params, inputs,
-    the program, the builder whose NMSE threshold applies, and the work done (for perf)."""
-
-    op: str
-    params: tuple[tuple[str, Any], ...]
-    inputs: tuple[Inp, ...]
-    program: Program = field(repr=False, compare=False)
-    builder: str = ""
-    flops: int = 0  # > 0: perf reports GFLOPS; else GB/s over inputs + output
-    nbytes: int = 0  # bytes really moved when not every input byte is read (get_rows)
-
-    @property
-    def name(self) -> str:
-        """``OP(k=v,...)`` as test-backend-ops prints a case (ne in ggml order)."""
-        parts = [f"{k}={_fmt(v)}" for k, v in self.params]
-        return f"{self.op}({','.join(parts)})"
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, tuple | list):
-        return "[" + ",".join(str(x) for x in v) + "]"
-    return str(v)
-
-
-def _ne(shape: Sequence[int]) -> tuple[int, ...]:
-    r = list(reversed([int(s) for s in shape]))
-    return tuple(r + [1] * (4 - len(r)))
-
-
-def case(
-    op: str,
-    inputs: Sequence[Inp],
-    program: Program,
-    builder: str,
-    flops: int = 0,
-    **params: Any,
-) -> Case:
-    """A case whose label shows the type and ne of every input, then ``params``."""
-    label: list[tuple[str, Any]] = []
-    types = sorted({i.dtype for i in inputs if i.kind not in ("index", "pos")})
-    label.append(("type", "/".join(types) if types else inputs[0].dtype))
-    for i in inputs:
-        label.append((f"ne_{i.name}", _ne(i.shape)))
-    label.extend(params.items())
-    return Case(op, tuple(label), tuple(inputs), program, builder, flops)
-
-
-def _binary(op: str, builder: str, sa: tuple[int, ...], sb: tuple[int, ...], dtype: str = "f32") -> Case:
-    kind_b = "positive" if op == "DIV" else "uniform"
-    return case(
-        op,
-        [Inp("a", sa, dtype), Inp("b", sb, dtype, kind_b)],
-        lambda g, x: getattr(g, builder)(x["a"], x["b"]),
-        builder,
-    )
-
-
-def _unary(sub: str, dtype: str = "f32", shape: tuple[int, ...] = (5, 128)) -> Case:
-    name = sub.lower()
-    return case(Op[sub], [Inp("a", shape, dtype)], lambda g, x: getattr(g, name)(x["a"]), name)
-
-
-def _call(builder: str, names: Sequence[str], *extra: Any) -> Program:
-    """A program calling ``builder`` on the named inputs, then ``extra`` arguments."""
-    return lambda g, x: getattr(g, builder)(*[x[n] for n in names], *extra)
-
-
-def _attention_inputs(n_q: int, n_kv: int, heads: int, kv_heads: int, hd: int) -> list[Inp]:
-    # q/k/v are stored token-major ([tokens, heads, head_dim]) and permuted to [heads, tokens, hd]
-    # as llama.cpp does; the mask is f16 [n_q, n_kv].
-    return [
-        Inp("q", (n_q, heads, hd)),
-        Inp("k", (n_kv, kv_heads, hd), "f16"),
-        Inp("v", (n_kv, kv_heads, hd), "f16"),
-        Inp("mask", (n_q, n_kv), "f16", "uniform", -1.0, 0.0),
-    ]
-
-
-def _fa_program(scale: float, max_bias: float = 0.0, softcap: float = 0.0) -> Program:
-    def program(g: Any, x: Mapping[str, Any]) -> Any:
-        # PERMUTE <- VIEW <- base, the pattern llama.cpp builds (and upstream's policy requires); a
-        # full view_3d, as ggml_view_tensor is op NONE in ggml (the real backend rejects that)
-        def viewed(t: Any) -> Any:
-            return g.permute(g.view_3d(t, *t.ne[:3], t.nb[1], t.nb[2], 0), 0, 2, 1, 3)
-
-        q, k, v = viewed(x["q"]), viewed(x["k"]), viewed(x["v"])
-        return g.flash_attn_ext(q, k, v, x["mask"], scale, max_bias, softcap)
-
-    return program
-
-
-def _rope(mode: int, n_dims: int = 64) -> Program:
-    return lambda g, x: g.rope_ext(x["a"], x["pos"], None, n_dims, mode, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
-
-
-def _sinks_softmax(g: Any, x: Mapping[str, Any]) -> Any:
-    sm = g.soft_max_ext(x["a"], x["mask"], 1.0, 0.0)
-    g.soft_max_add_sinks(sm, x["sinks"])
-    return sm
-
-
-def _sinks_fa(g: Any, x: Mapping[str, Any]) -> Any:
-    fa = _fa_program(0.125)(g, x)
-    g.flash_attn_ext_add_sinks(fa, x["sinks"])
-    return fa
-
-
-def _variety_cases() -> list[Case]:
-    """More parameter variety (as test-backend-ops has): layouts, types, rope and attention
-    variants — several of them rejected by upstream's policy, so the listing shows why."""
-    pos = Inp("pos", (5,), "i32", "pos")
-    rope_args = (0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
-    return [
-        case(
-            "ADD",
-            [Inp("a", (3, 10)), Inp("b", (10, 3))],
-            lambda g, x: g.add(x["a"], g.permute(x["b"], 1, 0, 2, 3)),
-            "add",
-            b="permuted",
-        ),
-        case(
-            "MUL_MAT",
-            [Inp("a", (2, 16, 32)), Inp("b", (5, 2, 32))],
-            lambda g, x: g.mul_mat(x["a"], g.permute(x["b"], 0, 2, 1, 3)),
-            "mul_mat",
-            2 * 2 * 16 * 32 * 5,
-            per=(0, 2, 1, 3),
-        ),
-        case(
-            "CPY",
-            [Inp("a", (4, 10), "f16"), Inp("b", (4, 10))],
-            lambda g, x: g.cpy(x["a"], x["b"]),
-            "cpy",
-            src="f16",
-            dst="f32",
-        ),
-        case(
-            "CPY", [Inp("a", (4, 10)), Inp("b", (4, 10), "bf16")], lambda g, x: g.cpy(x["a"], x["b"]), "cpy"
-        ),
-        case(
-            "CONCAT",
-            [Inp("a", (2, 4, 10), "f16"), Inp("b", (3, 4, 10), "f16")],
-            _call("concat", ["a", "b"], 2),
-            "concat",
-            dim=2,
-        ),
-        case("CLAMP", [Inp("a", (10, 10), "f16")], lambda g, x: g.clamp(x["a"], -0.5, 0.5), "clamp"),
-        case(Op.GELU, [Inp("a", (5, 128), "f16")], lambda g, x: g.gelu(x["a"]), "gelu"),
-        case(
-            "SUM_ROWS",
-            [Inp("a", (10, 4))],
-            lambda g, x: g.sum_rows(g.permute(x["a"], 1, 0, 2, 3)),
-            "sum_rows",
-            a="permuted",
-        ),
-        case(
-            "PAD",
-            [Inp("a", (3, 4, 10))],
-            lambda g, x: g.pad_ext(x["a"], 1, 2, 0, 1, 2, 0, 0, 0),
-            "pad_ext",
-            pads=(1, 2, 0, 1, 2, 0, 0, 0),
-        ),
-        case(
-            "GET_ROWS",
-            [Inp("a", (2, 1, 10, 16)), Inp("rows", (2, 1, 5), "i32", "index", hi=10)],
-            lambda g, x: g.get_rows(x["a"], x["rows"]),
-            "get_rows",
-        ),
-        case(
-            "SET_ROWS",
-            [Inp("dst", (10, 16), "f16"), Inp("src", (3, 16)), Inp("idx", (3,), "i32", "distinct", hi=10)],
-            lambda g, x: g.set_rows(x["dst"], x["src"], x["idx"]),
-            "set_rows",
-        ),
-        case(
-            "MUL_MAT_ID",
-            [Inp("as", (1, 16, 32)), Inp("b", (3, 1, 32)), Inp("ids", (3, 1), "i32", "index", hi=1)],
-            lambda g, x: g.mul_mat_id(x["as"], x["b"], x["ids"]),
-            "mul_mat_id",
-            experts=1,
-        ),
-        case(
-            "SOFT_MAX",
-            [Inp("a", (4, 3, 32)), Inp("mask", (3, 32), "f16", "uniform", -1.0, 0.0), Inp("sinks", (4,))],
-            _sinks_softmax,
-            "soft_max_ext",
-            sinks=1,
-        ),
-        case(
-            "ROPE",
-            [Inp("a", (5, 4, 64)), pos],
-            lambda g, x: g.rope_ext(x["a"], x["pos"], None, 32, 2, *rope_args),
-            "rope_ext",
-            n_dims=32,
-            mode=2,
-        ),
-        case(
-            "ROPE",
-            [Inp("a", (5, 4, 64)), pos, Inp("ff", (32,), kind="positive")],
-            lambda g, x: g.rope_ext(
-                x["a"], x["pos"], x["ff"], 64, 0, 4096, 10000.0, 0.5, 1.0, 1.0, 32.0, 1.0
-            ),
-            "rope_ext",
-            n_dims=64,
-            mode=0,
-            freq_factors=1,
-            yarn="ext_factor=1,freq_scale=0.5",
-        ),
-        case(
-            "ROPE",
-            [Inp("a", (5, 4, 64)), Inp("pos", (20,), "i32", "pos")],
-            lambda g, x: g.rope_multi(x["a"], x["pos"], None, 64, [8, 12, 12, 0], 40, *rope_args),
-            "rope_multi",
-            n_dims=64,
-            mode=40,
-            sections=(8, 12, 12, 0),
-        ),
-        case(
-            "ROPE",
-            [Inp("a", (5, 4, 64)), Inp("pos", (20,), "i32", "pos")],
-            lambda g, x: g.rope_multi(x["a"], x["pos"], None, 64, [8, 12, 12, 0], 8, *rope_args),
-            "rope_multi",
-            n_dims=64,
-            mode=8,
-            sections=(8, 12, 12, 0),
-        ),
-        case(
-            "FLASH_ATTN_EXT",
-            _attention_inputs(5, 32, 4, 4, 64),
-            _fa_program(0.125, softcap=30.0),
-            "flash_attn_ext",
-            scale=0.125,
-            logit_softcap=30.0,
-        ),
-        case(
-            "FLASH_ATTN_EXT",
-            [*_attention_inputs(5, 32, 4, 4, 64), Inp("sinks", (4,))],
-            _sinks_fa,
-            "flash_attn_ext",
-            scale=0.125,
-            sinks=1,
-        ),
-        case(
-            "IM2COL",
-            [Inp("kernel", (2, 3, 3), "f16"), Inp("img", (1, 3, 16))],
-            lambda g, x: g.im2col(x["kernel"], x["img"], 1, 0, 1, 0, 1, 0, False, "f32"),
-            "im2col",
-            is_2D=0,
-        ),
-    ]
-
-
-def build_catalogue() -> list[Case]:
-    """Every test case, grouped by op (the order ``ovkit test-ops`` prints them in)."""
-    cases: list[Case] = []
-    for op, b in (("ADD", "add"), ("SUB", "sub"), ("MUL", "mul"), ("DIV", "div")):
-        cases.append(_binary(op, b, (4, 3, 10), (4, 3, 10)))
-        cases.append(_binary(op, b, (2, 3, 5, 10), (1, 1, 1, 10)))
-    cases.append(_binary("ADD", "add", (3, 10), (3, 10), "f16"))
-    cases.append(_binary("ADD", "add", (3, 10), (3, 10), "bf16"))
-    cases.append(
-        case("ADD1", [Inp("a", (3, 10)), Inp("b", (1,))], lambda g, x: g.add1(x["a"], x["b"]), "add1")
-    )
-    cases.append(
-        case(
-            "ADD_ID",
-            [Inp("a", (4, 2, 16)), Inp("b", (3, 16)), Inp("ids", (4, 2), "i32", "index", hi=3)],
-            lambda g, x: g.add_id(x["a"], x["b"], x["ids"]),
-            "add_id",
-        )
-    )
-    cases.append(case("SCALE", [Inp("a", (10, 10))], lambda g, x: g.scale(x["a"], 0.5), "scale", s=0.5))
-    cases.append(
-        case(
-            "SCALE",
-            [Inp("a", (10, 10))],
-            lambda g, x: g.scale_bias(x["a"], 2.0, 0.25),
-            "scale_bias",
-            s=2.0,
-            b=0.25,
-        )
-    )
-    cases.append(case("SQR", [Inp("a", (10, 10))], lambda g, x: g.sqr(x["a"]), "sqr"))
-    cases.append(case("SQRT", [Inp("a", (10, 10), kind="positive")], lambda g, x: g.sqrt(x["a"]), "sqrt"))
-    cases.append(
-        case(
-            "CLAMP", [Inp("a", (10, 10))], lambda g, x: g.clamp(x["a"], -0.5, 0.5), "clamp", min=-0.5, max=0.5
-        )
-    )
-    cases.append(case("FILL", [Inp("a", (4, 10))], lambda g, x: g.fill(x["a"], 1.5), "fill", c=1.5))
-    for sub in ("GELU", "SIGMOID", "SILU", "SOFTPLUS", "TANH", "NEG"):
-        cases.append(_unary(sub))
-    cases.append(_unary("EXP", "f32"))  # upstream rejects EXP with an f32 output
-    cases.append(_unary("EXP", "f16"))
-    cases.append(_unary("SILU", "f16"))
-    cases.append(case(Op.SWIGLU, [Inp("a", (4, 32))], lambda g, x: g.swiglu(x["a"]), "swiglu"))
-    cases.append(
-        case(
-            Op.SWIGLU,
-            [Inp("a", (4, 32))],
-            lambda g, x: g.swiglu_swapped(x["a"]),
-            "swiglu_swapped",
-            swapped=1,
-        )
-    )
-    cases.append(case(Op.SWIGLU, [Inp("a", (4, 33))], lambda g, x: g.swiglu(x["a"]), "swiglu"))  # odd ne0
-    cases.append(
-        case(
-            Op.SWIGLU,
-            [Inp("a", (4, 16)), Inp("b", (4, 16))],
-            lambda g, x: g.swiglu_split(x["a"], x["b"]),
-            "swiglu_split",
-            split=1,
-        )
-    )
-    cases.append(case(Op.GEGLU, [Inp("a", (4, 32))], lambda g, x: g.geglu(x["a"]), "geglu"))
-    cases.append(
-        case(
-            Op.SWIGLU_OAI,
-            [Inp("a", (4, 16)), Inp("b", (4, 16))],
-            lambda g, x: g.swiglu_oai(x["a"], x["b"], 1.702, 7.0),
-            "swiglu_oai",
-            alpha=1.702,
-            limit=7.0,
-        )
-    )
-    cases.append(
-        case(
-            "CONT",
-            [Inp("a", (3, 5, 8))],
-            lambda g, x: g.cont(g.permute(x["a"], 1, 0, 2, 3)),
-            "cont",
-            perm=(1, 0, 2, 3),
-        )
-    )
-    cases.append(case("TRANSPOSE", [Inp("a", (6, 8))], lambda g, x: g.cont(g.transpose(x["a"])), "cont"))
-    cases.append(
-        case(
-            "PERMUTE",
-            [Inp("a", (3, 5, 8), "bf16")],
-            lambda g, x: g.cont(g.permute(x["a"], 1, 0, 2, 3)),
-            "cont",
-            perm=(1, 0, 2, 3),
-        )
-    )
-    cases.append(
-        case("RESHAPE", [Inp("a", (6, 8))], lambda g, x: g.scale(g.reshape_2d(x["a"], 16, 3), 1.0), "scale")
-    )
-    cases.append(
-        case(
-            "VIEW",
-            [Inp("a", (6, 8))],
-            lambda g, x: g.cont(g.view_2d(x["a"], 4, 6, 32, 8)),
-            "cont",
-            view="ne=[4,6],nb1=32,offs=8",
-        )
-    )
-    cases.append(
-        case("CPY", [Inp("a", (4, 10)), Inp("b", (4, 10), "f16")], lambda g, x: g.cpy(x["a"], x["b"]), "cpy")
-    )
-    for dim in (0, 1):
-        sb = (4, 6) if dim == 0 else (3, 10)
-        cases.append(
-            case(
-                "CONCAT",
-                [Inp("a", (4, 10)), Inp("b", sb)],
-                _call("concat", ["a", "b"], dim),
-                "concat",
-                dim=dim,
-            )
-        )
-    cases.append(
-        case(
-            "REPEAT", [Inp("a", (1, 10)), Inp("b", (4, 10))], lambda g, x: g.repeat(x["a"], x["b"]), "repeat"
-        )
-    )
-    cases.append(
-        case("PAD", [Inp("a", (4, 10))], lambda g, x: g.pad(x["a"], 1, 2, 0, 0), "pad", pad=(1, 2, 0, 0))
-    )
-    cases.append(
-        case(
-            "GET_ROWS",
-            [Inp("a", (10, 16)), Inp("rows", (5,), "i32", "index", hi=10)],
-            lambda g, x: g.get_rows(x["a"], x["rows"]),
-            "get_rows",
-        )
-    )
-    cases.append(
-        case(
-            "GET_ROWS",
-            [Inp("a", (10, 16), "f16"), Inp("rows", (5,), "i32", "index", hi=10)],
-            lambda g, x: g.get_rows(x["a"], x["rows"]),
-            "get_rows",
-        )
-    )
-    cases.append(
-        case(
-            "SET_ROWS",
-            [Inp("dst", (10, 16)), Inp("src", (3, 16)), Inp("idx", (3,), "i64", "distinct", hi=10)],
-            lambda g, x: g.set_rows(x["dst"], x["src"], x["idx"]),
-            "set_rows",
-        )
-    )
-    cases.append(
-        case(
-            "SET",
-            [Inp("a", (6, 8)), Inp("b", (2, 8))],
-            lambda g, x: g.set_2d(x["a"], x["b"], 32, 64),
-            "set_2d",
-            nb1=32,
-            offset=64,
-        )
-    )
-    cases.append(
-        case(
-            "MUL_MAT",
-            [Inp("a", (32, 64)), Inp("b", (8, 64))],
-            lambda g, x: g.mul_mat(x["a"], x["b"]),
-            "mul_mat",
-            2 * 32 * 64 * 8,
-        )
-    )
-    cases.append(
-        case(
-            "MUL_MAT",
-            [Inp("a", (32, 64), "f16"), Inp("b", (8, 64))],
-            lambda g, x: g.mul_mat(x["a"], x["b"]),
-            "mul_mat",
-            2 * 32 * 64 * 8,
-        )
-    )
-    cases.append(
-        case(
-            "MUL_MAT",
-            [Inp("a", (2, 16, 32)), Inp("b", (4, 5, 32))],
-            lambda g, x: g.mul_mat(x["a"], x["b"]),
-            "mul_mat",
-            2 * 4 * 16 * 32 * 5,
-            bcast="gqa",
-        )
-    )
-    for qtype in ("q4_0", "q4_1", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K", "mxfp4"):
-        cases.append(
-            case(
-                "MUL_MAT",
-                [Inp("a", (16, 256), qtype), Inp("b", (4, 256))],
-                lambda g, x: g.mul_mat(x["a"], x["b"]),
-                "mul_mat",
-                2 * 16 * 256 * 4,
-            )
-        )
-    for qtype in ("q4_0", "q8_0", "q4_K"):  # q4_K rows of 256 hit upstream's get_rows gate
-        cases.append(
-            case(
-                "GET_ROWS",
-                [Inp("a", (10, 256), qtype), Inp("rows", (5,), "i32", "index", hi=10)],
-                lambda g, x: g.get_rows(x["a"], x["rows"]),
-                "get_rows",
-            )
-        )
-    cases.append(
-        case(
-            "MUL_MAT_ID",
-            [Inp("as", (4, 16, 32)), Inp("b", (3, 2, 32)), Inp("ids", (3, 2), "i32", "index", hi=4)],
-            lambda g, x: g.mul_mat_id(x["as"], x["b"], x["ids"]),
-            "mul_mat_id",
-            2 * 3 * 2 * 16 * 32,
-        )
-    )
-    for op, b in (("NORM", "norm"), ("RMS_NORM", "rms_norm"), ("L2_NORM", "l2_norm")):
-        cases.append(case(op, [Inp("a", (4, 64))], _call(b, ["a"], 1e-6), b, eps=1e-6))
-    cases.append(case("SUM_ROWS", [Inp("a", (4, 3, 10))], lambda g, x: g.sum_rows(x["a"]), "sum_rows"))
-    cases.append(case("CUMSUM", [Inp("a", (4, 10))], lambda g, x: g.cumsum(x["a"]), "cumsum"))
-    for order in (0, 1):
-        cases.append(
-            case(
-                "ARGSORT",
-                [Inp("a", (4, 16), kind="distinct", hi=0)],
-                _call("argsort", ["a"], order),
-                "argsort",
-                order=order,
-            )
-        )
-    cases.append(case("SOFT_MAX", [Inp("a", (4, 32))], lambda g, x: g.soft_max(x["a"]), "soft_max"))
-    for a_shape, mask_shape, scale, max_bias in (
-        ((4, 32), (4, 32), 0.5, 0.0),
-        ((4, 3, 32), (3, 32), 1.0, 8.0),
-    ):
-        cases.append(
-            case(
-                "SOFT_MAX",
-                [Inp("a", a_shape), Inp("mask", mask_shape, "f32", "uniform", -1.0, 0.0)],
-                _call("soft_max_ext", ["a", "mask"], scale, max_bias),
-                "soft_max_ext",
-                scale=scale,
-                max_bias=max_bias,
-            )
-        )
-    for dtype, mode, n_dims in (("f32", 0, 64), ("f32", 2, 64), ("f16", 2, 64), ("f32", 2, 33)):
-        cases.append(
-            case(
-                "ROPE",
-                [Inp("a", (5, 4, 64), dtype), Inp("pos", (5,), "i32", "pos")],
-                _rope(mode, n_dims),
-                "rope_ext",
-                n_dims=n_dims,
-                mode=mode,
-            )
-        )
-    for heads, kv_heads in ((4, 4), (4, 2)):
-        cases.append(
-            case(
-                "FLASH_ATTN_EXT",
-                _attention_inputs(5, 32, heads, kv_heads, 64),
-                _fa_program(0.125),
-                "flash_attn_ext",
-                4 * heads * 5 * 32 * 64,
-                scale=0.125,
-            )
-        )
-    cases.append(
-        case(
-            "FLASH_ATTN_EXT",
-            _attention_inputs(5, 32, 4, 4, 64),
-            _fa_program(0.125, max_bias=8.0),
-            "flash_attn_ext",
-            scale=0.125,
-            max_bias=8.0,
-        )
-    )
-    cases.append(
-        case(
-            "IM2COL",
-            [Inp("kernel", (2, 3, 3, 3), "f16"), Inp("img", (1, 3, 8, 8))],
-            lambda g, x: g.im2col(x["kernel"], x["img"], 1, 1, 1, 1, 1, 1, True, "f32"),
-            "im2col",
-            s=1,
-            p=1,
-            d=1,
-        )
-    )
-    cases.append(
-        case(
-            "SSM_CONV",
-            [Inp("sx", (1, 16, 8)), Inp("c", (16, 4))],
-            lambda g, x: g.ssm_conv(x["sx"], x["c"]),
-            "ssm_conv",
-        )
-    )
-    cases.append(
-        case(
-            "GATED_DELTA_NET",
-            [
-                Inp("q", (4, 2, 16), lo=-0.25, hi=0.25),
-                Inp("k", (4, 2, 16), lo=-0.25, hi=0.25),
-                Inp("v", (4, 2, 16)),
-                Inp("g", (4, 2, 1), lo=-1.0, hi=0.0),
-                Inp("beta", (4, 2, 1), lo=0.0, hi=1.0),
-                Inp("state", (2, 16, 16), lo=-0.5, hi=0.5),
-            ],
-            _call("gated_delta_net", ["q", "k", "v", "g", "beta", "state"], 1),
-            "gated_delta_net",
-        )
-    )
-    cases.extend(_variety_cases())
-    cases.append(case("DIAG", [Inp("a", (1, 8))], lambda g, x: g.diag(x["a"]), "diag"))
-    for tri in range(4):
-        cases.append(case("TRI", [Inp("a", (8, 8))], _call("tri", ["a"], tri), "tri", tri_type=tri))
-    return cases
+def build_catalogue(case_set: str | None = None, mode: str = "test") -> list[Case]:
+    """The curated cases of ``case_set`` (by default the set ``mode`` runs: ``test-ops``' own,
+    or ``perf``); ``ggml`` is the comparison set of the tests against ggml."""
+    if mode not in DEFAULT_SET:
+        raise ValueError(f"mode={mode!r} is not valid (expected 'test' or 'perf')")
+    return list(curated.cases(case_set or DEFAULT_SET[mode]))
 
 
 def build_perf_catalogue() -> list[Case]:
-    """Larger cases for ``mode perf`` (time per run, GFLOPS or GB/s)."""
-    n_tok, heads, hd, ctx = 32, 8, 64, 512
-    emb = heads * hd
-    cases = [
-        _binary("ADD", "add", (512, 4096), (512, 4096)),
-        _binary("MUL", "mul", (512, 4096), (1, 4096)),
-        case("SCALE", [Inp("a", (512, 4096))], lambda g, x: g.scale(x["a"], 0.5), "scale", s=0.5),
-        _unary("SILU", shape=(512, 4096)),
-        _unary("GELU", shape=(512, 4096)),
-        case(Op.SWIGLU, [Inp("a", (512, 4096))], lambda g, x: g.swiglu(x["a"]), "swiglu"),
-        case(
-            "RMS_NORM", [Inp("a", (512, 4096))], lambda g, x: g.rms_norm(x["a"], 1e-6), "rms_norm", eps=1e-6
-        ),
-        case("SOFT_MAX", [Inp("a", (512, 4096))], lambda g, x: g.soft_max(x["a"]), "soft_max"),
-        replace(
-            case(
-                "GET_ROWS",
-                [Inp("a", (32000, 256)), Inp("rows", (512,), "i32", "index", hi=32000)],
-                lambda g, x: g.get_rows(x["a"], x["rows"]),
-                "get_rows",
-            ),
-            nbytes=2 * 512 * 256 * 4 + 512 * 4,  # rows read + written, and the indices
-        ),
-        case(
-            "CPY",
-            [Inp("a", (512, 4096)), Inp("b", (512, 4096), "f16")],
-            lambda g, x: g.cpy(x["a"], x["b"]),
-            "cpy",
-        ),
-        case(
-            "ROPE",
-            [Inp("a", (n_tok, heads, hd)), Inp("pos", (n_tok,), "i32", "pos")],
-            _rope(2, hd),
-            "rope_ext",
-            n_dims=hd,
-            mode=2,
-        ),
-    ]
-    for m, k, n in ((4096, 4096, 1), (4096, 4096, 32), (512, 512, 512), (4096, 4096, 512)):
-        cases.append(
-            case(
-                "MUL_MAT",
-                [Inp("a", (m, k)), Inp("b", (n, k))],
-                lambda g, x: g.mul_mat(x["a"], x["b"]),
-                "mul_mat",
-                2 * m * k * n,
-            )
-        )
-    for qtype in ("q4_0", "q8_0", "q4_K"):
-        cases.append(
-            case(
-                "MUL_MAT",
-                [Inp("a", (4096, 4096), qtype), Inp("b", (32, 4096))],
-                lambda g, x: g.mul_mat(x["a"], x["b"]),
-                "mul_mat",
-                2 * 4096 * 4096 * 32,
-            )
-        )
-    cases.append(
-        case(
-            "MUL_MAT",
-            [Inp("a", (4096, 4096), "f16"), Inp("b", (32, 4096))],
-            lambda g, x: g.mul_mat(x["a"], x["b"]),
-            "mul_mat",
-            2 * 4096 * 4096 * 32,
-        )
-    )
-    for n_q in (1, n_tok):
-        cases.append(
-            case(
-                "FLASH_ATTN_EXT",
-                _attention_inputs(n_q, ctx, heads, heads, hd),
-                _fa_program(1 / hd**0.5),
-                "flash_attn_ext",
-                4 * heads * n_q * ctx * hd,
-                emb=emb,
-            )
-        )
-    return cases
+    """The curated cases ``mode perf`` times."""
+    return build_catalogue(mode="perf")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -853,47 +160,12 @@ def _reference_kind(reference: Reference) -> str:
     return "ggml" if oracle.ggml_available() else "numpy"
 
 
-def _ggml_input(inp: Inp, arr: np.ndarray, blocks: Mapping[str, bytes] | None = None) -> Any:
-    from ovkit import oracle
-
-    if inp.quantized:
-        return oracle.QuantArray(inp.dtype, tuple(inp.shape), (blocks or {})[inp.name])
-    return oracle.as_bf16(arr) if inp.dtype == "bf16" else arr
-
-
-def _materialize(c: Case, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], dict[str, bytes]]:
-    """Input values (f32 for quantized inputs) and the ggml blocks of the quantized ones."""
-    arrays = {i.name: i.make(rng) for i in c.inputs}
-    blocks: dict[str, bytes] = {}
-    for i in c.inputs:
-        if i.quantized:
-            from ovkit import quant
-
-            blocks[i.name] = quant.quantize(i.dtype, arrays[i.name]).raw  # ggml's own quantizer
-    return arrays, blocks
-
-
-def _build(c: Case, blocks: Mapping[str, bytes] | None = None) -> tuple[Any, Any]:
-    """The ovkit graph of a case; quantized inputs become constants holding ``blocks``."""
-    from ovkit.graph import Graph
-
-    g = Graph()
-    leaves: dict[str, Any] = {}
-    for i in c.inputs:
-        if i.quantized:
-            from ovkit import quant
-
-            raw = (blocks or {}).get(i.name) or bytes(
-                quant.row_bytes(i.dtype, i.shape[-1]) * int(np.prod(i.shape[:-1]))
-            )
-            leaves[i.name] = g.constant(quant.from_blocks(i.dtype, raw, i.shape, i.name))
-        else:
-            leaves[i.name] = g.input(i.name, i.shape, i.dtype)
-    return g, c.program(g, leaves)
-
-
-def _feed(c: Case, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {i.name: arrays[i.name] for i in c.inputs if not i.quantized}
+def _prepare(c: Case) -> tuple[dict[str, Any], Any, Any, dict[str, np.ndarray]]:
+    """The case's leaves as ggml takes them, its ovkit graph, output and feed (quantized leaves
+    are constants holding the same blocks as ggml's)."""
+    leaves = ggml_inputs(c, draw_all(c))
+    g, out, feed = build_ovkit(c, leaves)
+    return leaves, g, out, feed
 
 
 def _policy(g: Any, out: Any, device: str) -> str | None:
@@ -904,12 +176,6 @@ def _policy(g: Any, out: Any, device: str) -> str | None:
         if not decision.supported:
             return decision.reason or f"{t.describe()} rejected"
     return None
-
-
-def _threshold(c: Case) -> float:
-    from ovkit import oracle
-
-    return oracle.max_nmse(c.builder)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -937,7 +203,7 @@ def _effective_precision(core: Any) -> str:
 
 
 def run_case(
-    c: Case, device: str, core: Any = None, reference: str = "numpy", seed: int = 0, hints: str = "exact"
+    c: Case, device: str, core: Any = None, reference: str = "numpy", hints: str = "exact"
 ) -> CaseResult:
     """Build, check the policy, run on ``device``, compare with the reference."""
     from ovkit import oracle
@@ -945,15 +211,13 @@ def run_case(
 
     base: dict[str, Any] = {"op": c.op, "case": c.name, "device": device}
     try:
-        arrays, blocks = _materialize(c, np.random.default_rng(seed))
-        g, out = _build(c, blocks)
+        leaves, g, out, feed = _prepare(c)
     except Exception as exc:  # the builder rejected the case: a catalogue or graph bug
         return CaseResult(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
     reason = _policy(g, out, device)
     if reason is not None:
         return CaseResult(**base, status="not supported", detail=reason)
     try:
-        feed = _feed(c, arrays)
         actual = compute_graph(g, [out], feed, device, core=core, config=_run_config(g, out, hints))[0]
         base["precision"] = _effective_precision(core)
     except Exception as exc:
@@ -961,9 +225,7 @@ def run_case(
     ref = reference
     try:
         if ref == "ggml":
-            expected = oracle.ggml_program(
-                c.program, {i.name: _ggml_input(i, arrays[i.name], blocks) for i in c.inputs}
-            )
+            expected = oracle.ggml_program(c.program, leaves)
         else:
             expected = g.compute(out, feed, mode="reference")
     except Exception as exc:
@@ -976,7 +238,7 @@ def run_case(
             detail=f"shape {np.shape(actual)} vs reference {expected.shape}",
             reference=ref,
         )
-    limit = _threshold(c)
+    limit = c.max_err
     verdict = oracle.compare(np.asarray(actual), expected, limit)
     if not verdict.ok:
         return CaseResult(
@@ -996,18 +258,17 @@ def perf_case(
     vs_ggml: bool = False,
 ) -> CaseResult:
     """Median time per steady-state run (compile excluded) and GFLOPS or GB/s."""
+    from ovkit import oracle
     from ovkit.engine import compute_graph
 
     base: dict[str, Any] = {"op": c.op, "case": c.name, "device": device}
     try:
-        arrays, blocks = _materialize(c, np.random.default_rng(0))
-        g, out = _build(c, blocks)
+        leaves, g, out, feed = _prepare(c)
     except Exception as exc:
         return CaseResult(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
     reason = _policy(g, out, device)
     if reason is not None:
         return CaseResult(**base, status="not supported", detail=reason)
-    feed = _feed(c, arrays)
     cfg = _run_config(g, out, hints)
     try:
         result = compute_graph(g, [out], feed, device, core=core, config=cfg)[0]  # compile + warm up
@@ -1022,18 +283,14 @@ def perf_case(
     except Exception as exc:
         return CaseResult(**base, status="FAIL", detail=f"{type(exc).__name__}: {_first_line(exc)}")
     seconds = statistics.median(times)
-    if vs_ggml:
-        from ovkit import oracle
-
-        if oracle.ggml_available():
-            ggml_feed = {i.name: _ggml_input(i, arrays[i.name], blocks) for i in c.inputs}
-            runs = max(3, min(len(times), 50))
-            time.sleep(0.1)  # let OpenVINO's worker threads go idle before ggml's OpenMP threads run
-            bench = oracle.ggml_benchmark_program(c.program, ggml_feed, n_runs=runs, warmup=2)
-            base["ggml_us_per_run"] = bench.median_s * 1e6
+    if vs_ggml and oracle.ggml_available():
+        runs = max(3, min(len(times), 50))
+        time.sleep(0.1)  # let OpenVINO's worker threads go idle before ggml's OpenMP threads run
+        bench = oracle.ggml_benchmark_program(c.program, leaves, n_runs=runs, warmup=2)
+        base["ggml_us_per_run"] = bench.median_s * 1e6
     if c.flops:
         return CaseResult(**base, status="OK", us_per_run=seconds * 1e6, gflops=c.flops / seconds / 1e9)
-    weights = sum(len(b) for b in blocks.values())  # quantized inputs move their block bytes
+    weights = sum(lf.nbytes for lf in leaves.values() if isinstance(lf, oracle.QuantArray))  # block bytes
     moved = c.nbytes or sum(a.nbytes for a in feed.values()) + weights + np.asarray(result).nbytes
     return CaseResult(**base, status="OK", us_per_run=seconds * 1e6, gbps=moved / seconds / 1e9)
 
@@ -1049,8 +306,10 @@ def iter_results(
     cases: Sequence[Case] | None = None,
     hints: str = "exact",
     vs_ggml: bool = False,
+    case_set: str | None = None,
 ) -> Iterator[CaseResult]:
-    """Run the (filtered) catalogue, yielding one result per case, with a tqdm bar on stderr."""
+    """Run the (filtered) catalogue, yielding one result per case, with a tqdm bar on stderr:
+    ``cases``, else the curated set ``case_set`` (by default the mode's own)."""
     from tqdm import tqdm
 
     if mode not in ("test", "perf"):
@@ -1058,7 +317,7 @@ def iter_results(
     if hints not in HINTS:
         raise ValueError(f"hints={hints!r} is not valid (expected one of: {', '.join(HINTS)})")
     dev = _resolve(device, core)
-    pool = cases if cases is not None else (build_catalogue() if mode == "test" else build_perf_catalogue())
+    pool = cases if cases is not None else build_catalogue(case_set, mode)
     picked = select(pool, ops)
     ref = _reference_kind(reference) if mode == "test" else ""
     bar = tqdm(
@@ -1101,9 +360,13 @@ def test_ops(
     *,
     progress: bool | None = None,
     hints: str = "exact",
+    case_set: str | None = None,
 ) -> pd.DataFrame:
     """``mode test`` as a DataFrame (one row per case: op, case, status, detail, nmse, ...)."""
-    return _frame(list(iter_results("test", ops, device, core, reference, progress=progress, hints=hints)))
+    results = iter_results(
+        "test", ops, device, core, reference, progress=progress, hints=hints, case_set=case_set
+    )
+    return _frame(list(results))
 
 
 # Not a pytest test despite its name.
@@ -1126,17 +389,17 @@ def perf_ops(
     )
 
 
-def catalogue_table(mode: str = "test") -> pd.DataFrame:
-    """The cases themselves (op, case label, inputs) without running anything."""
+def catalogue_table(mode: str = "test", case_set: str | None = None) -> pd.DataFrame:
+    """The cases themselves (op, case label, inputs as ``name:type[ne]``) without running anything."""
     import pandas as pd
 
-    cases = build_catalogue() if mode == "test" else build_perf_catalogue()
+    cases = build_catalogue(case_set, mode)
     return pd.DataFrame(
         [
             {
                 "op": c.op,
                 "case": c.name,
-                "inputs": ", ".join(f"{i.name}:{i.dtype}{list(i.shape)}" for i in c.inputs),
+                "inputs": ", ".join(f"{lf.name}:{lf.dtype}{list(lf.ne)}" for lf in c.leaves),
             }
             for c in cases
         ]
@@ -1156,6 +419,7 @@ def main(
     isolate: bool = False,
     hints: str = "exact",
     vs_ggml: bool = False,
+    case_set: str | None = None,
 ) -> int:
     """The CLI body: print one line per case and the totals (or JSON); 1 on any failure.
 
@@ -1179,9 +443,19 @@ def main(
         hint_text = "" if hints == "exact" else f", {hints} hints"
         print(f"Testing {label} (mode {mode}{', reference ' + ref if ref else ''}{hint_text})", file=stream)
     source = (
-        _isolated_results(mode, ops, dev, core, ref or "numpy", progress, hints)
+        _isolated_results(mode, ops, dev, core, ref or "numpy", progress, hints, case_set)
         if isolate
-        else iter_results(mode, ops, dev, core, reference, progress=progress, hints=hints, vs_ggml=vs_ggml)
+        else iter_results(
+            mode,
+            ops,
+            dev,
+            core,
+            reference,
+            progress=progress,
+            hints=hints,
+            vs_ggml=vs_ggml,
+            case_set=case_set,
+        )
     )
     for r in source:
         results.append(r)
@@ -1228,6 +502,12 @@ def add_cli_args(p: Any) -> None:
     p.add_argument("--isolate", action="store_true", help="one process per op: a crash becomes FAIL lines")
     p.add_argument("--vs-ggml", action="store_true", help="perf: also time ggml's CPU backend on each case")
     p.add_argument(
+        "--set",
+        choices=curated.SETS,
+        help="the curated set to run (default: test-ops in mode test, perf in mode perf; "
+        "ggml: the comparison set of the tests against ggml)",
+    )
+    p.add_argument(
         "--catalogue",
         choices=("ovkit", "test-backend-ops"),
         default="ovkit",
@@ -1263,7 +543,7 @@ def cli(args: Any) -> int:
         raise UsageError(
             f"device {args.device!r} is not available (expected one of: {', '.join(core.available_devices)})"
         )
-    known = {c.op for c in build_catalogue()} | {c.op for c in build_perf_catalogue()}
+    known = {c.op for c in curated.cases()}
     keys = {str(k) for k in known} | {k.split(".")[0] for k in known} | {k.split(".")[-1] for k in known}
     unknown = [o for o in args.op or [] if o.upper().replace(":", ".") not in keys]
     if unknown:
@@ -1280,6 +560,7 @@ def cli(args: Any) -> int:
         isolate=args.isolate,
         hints=args.hints,
         vs_ggml=args.vs_ggml,
+        case_set=args.set,
     )
 
 
@@ -1328,14 +609,14 @@ def _isolated_results(
     reference: str,
     progress: bool | None,
     hints: str = "exact",
+    case_set: str | None = None,
 ) -> Iterator[CaseResult]:
     """One child process per op (``python -m ovkit test-ops ... --json``); crashes become FAILs."""
     import subprocess
 
     from tqdm import tqdm
 
-    pool = build_catalogue() if mode == "test" else build_perf_catalogue()
-    picked = select(pool, ops)
+    picked = select(build_catalogue(case_set, mode), ops)
     keys = list(dict.fromkeys(c.op for c in picked))
     base = [
         sys.executable,
@@ -1349,6 +630,7 @@ def _isolated_results(
         device,
         "--hints",
         hints,
+        *(["--set", case_set] if case_set else []),
     ]
     if mode == "test":
         base += ["--reference", reference]

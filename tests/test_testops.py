@@ -39,7 +39,14 @@ def test_json_output_and_totals(capsys: pytest.CaptureFixture[str]) -> None:
 def test_any_failure_gives_exit_code_one(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(testops, "_threshold", lambda case: -1.0)  # nothing can pass a negative NMSE bound
+    from dataclasses import replace
+
+    from ovkit.catalogue import curated
+
+    strict = tuple(replace(c, max_err=-1.0) for c in curated.cases())  # nothing passes a negative bound
+    monkeypatch.setattr(
+        curated, "cases", lambda tag=None: tuple(c for c in strict if tag is None or tag in c.tags)
+    )
     code = main(["test-ops", "-o", "SQR", "--no-progress"])
     out = capsys.readouterr().out
     assert code == 1
@@ -170,3 +177,13 @@ def test_case_names_are_unique() -> None:
     for build in (testops.build_catalogue, testops.build_perf_catalogue):
         names = [c.name for c in build()]
         assert len(names) == len(set(names)), [n for n in names if names.count(n) > 1]
+
+
+def test_the_ggml_comparison_set_runs_as_test_ops(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["test-ops", "--set", "ggml", "-o", "CUMSUM", "--no-progress"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0
+    cases = [x for x in lines if x.startswith("  CUMSUM(")]
+    assert len(cases) == 3 and all(": OK (NMSE" in x for x in cases), cases
+    assert "CUMSUM(type=f32,ne_a=[200,3,1,1],v=long): OK" in "\n".join(cases)
+    assert "  3/3 tests passed, 0 not supported" in lines

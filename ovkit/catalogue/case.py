@@ -40,7 +40,10 @@ class Init:
     (i1, i2) a shuffled subset of range(n) (no duplicate targets); ``experts`` each row a shuffle
     of ``i % n`` (mul_mat_id / add_id ids); ``distinct`` each row a shuffle of 0..ne0-1 (argsort,
     top_k: no ties); ``kq_mask`` f16 mask with random -inf/0 blocks of 128x64 (flash attention);
-    ``tril`` lower-triangular (solve_tri); ``zero``.
+    ``causal_mask`` uniform in [lo, hi], -inf above the causal diagonal (``ne0`` keys, ``ne1``
+    queries, the last query sees every key); ``padded_mask`` causal with query rows 1 and 3 fully
+    masked (padding); ``pos`` positions 0, 1, ... (rope); ``tril`` lower-triangular (solve_tri);
+    ``zero``.
     """
 
     kind: str = "uniform"
@@ -50,6 +53,8 @@ class Init:
 
 
 UNIFORM = Init()
+#: test-backend-ops' range for inputs that must stay positive (sqrt, rope frequency factors).
+POSITIVE = Init(lo=0.5, hi=1.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +84,12 @@ class Case:
 
     ``ggml_f32`` names leaves the installed ggml gets as f32 tensors of the same values (see
     :func:`oracle_inputs`): its CPU kernel asserts f32 there, or lacks the broadcast, which later
-    ggml computes from the widened operand itself."""
+    ggml computes from the widened operand itself.
+
+    ``flops`` and ``nbytes`` are the work a perf run reports (GFLOPS when ``flops``, else GB/s
+    over ``nbytes`` or every input and the output); ``tags`` the curated sets the case is in;
+    ``rejected`` a fragment of the reason the upstream CPU policy gives when it rejects the case;
+    ``why`` the reason for a ``max_err`` other than the op's own threshold."""
 
     op: str
     params: str
@@ -89,6 +99,10 @@ class Case:
     err: str = "nmse"
     flops: int = 0
     ggml_f32: tuple[str, ...] = ()
+    nbytes: int = 0
+    tags: frozenset[str] = frozenset()
+    rejected: str = ""
+    why: str = ""
 
     @property
     def name(self) -> str:
@@ -134,6 +148,15 @@ def draw(leaf: Leaf, rng: np.random.Generator) -> np.ndarray:
         for _ in range(n_blocks):
             p3, p2, p1, p0 = (int(rng.integers(0, n)) for n in (ne3, ne2, ne1, ne0))
             flat[p3, p2, p1 : p1 + 64, p0 : p0 + 128] = -np.inf if rng.integers(0, 2) else 0.0
+    elif k in ("causal_mask", "padded_mask"):
+        a = rng.uniform(init.lo, init.hi, shape)
+        n_kv, n_q = leaf.ne[0], leaf.ne[1]
+        above = np.arange(n_kv)[None, :] > np.arange(n_q)[:, None] + max(0, n_kv - n_q)
+        a = np.where(above, -np.inf, a)
+        if k == "padded_mask":
+            a[..., [1, 3], :] = -np.inf
+    elif k == "pos":
+        a = np.arange(int(np.prod(shape))).reshape(shape)
     elif k == "tril":
         a = np.tril(rng.uniform(init.lo, init.hi, shape))
     else:
@@ -148,14 +171,19 @@ def draw_all(case: Case) -> dict[str, np.ndarray]:
 
 
 def ggml_inputs(case: Case, values: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """The values as ggml leaves: bf16 marked, quantized types as ggml's own blocks."""
-    from ovkit import oracle
+    """The values as ggml leaves: bf16 marked, quantized types as ggml's own blocks (gguf's
+    quantizer, the same blocks, when ggml-python is not installed)."""
+    from ovkit import oracle, quant
 
     out: dict[str, Any] = {}
     for leaf in case.leaves:
         v = values[leaf.name]
         if leaf.quantized:
-            out[leaf.name] = oracle.quantize(leaf.dtype, v)
+            out[leaf.name] = (
+                oracle.quantize(leaf.dtype, v)
+                if oracle.ggml_available()
+                else oracle.QuantArray(leaf.dtype, leaf.shape, quant.quantize(leaf.dtype, v).raw)
+            )
         elif leaf.dtype == "bf16":
             out[leaf.name] = oracle.as_bf16(v)
         else:

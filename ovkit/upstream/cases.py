@@ -1,9 +1,9 @@
 """The cases ovkit runs side by side with the real backend, found by name in both processes.
 
-A case is a ``test-ops`` catalogue case (one program that builds both the ovkit graph and the
-ggml graph); the child process rebuilds the catalogue and looks the case up by its name, and both
-sides draw the inputs from the same seed, so ovkit, the real backend and ggml's CPU backend see
-identical values.  :data:`EXTRA_CASES` adds the benchmark's small graph.
+A case is a curated catalogue case (one program that builds both the ovkit graph and the ggml
+graph); the child process rebuilds the catalogue and looks the case up by its name, and both
+sides draw the inputs from the seed of its name, so ovkit, the real backend and ggml's CPU backend
+see identical values.  :data:`EXTRA_CASES` adds the benchmark's small graph.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from ovkit import testops
-from ovkit.testops import Case, Inp
+from ovkit.catalogue import case as catalogue_case
+from ovkit.catalogue import curated
+from ovkit.catalogue.case import Case
 
 
 def _small_graph(g: Any, x: Mapping[str, Any]) -> Any:
@@ -27,9 +26,9 @@ def _small_graph(g: Any, x: Mapping[str, Any]) -> Any:
 
 #: Cases that are not in the catalogue: the benchmark's small graph.
 EXTRA_CASES: tuple[Case, ...] = (
-    testops.case(
+    curated.case(
         "GRAPH:MLP",
-        [Inp("x", (4, 256)), Inp("norm", (256,)), Inp("w", (256, 256))],
+        [curated.inp("x", (4, 256)), curated.inp("norm", (256,)), curated.inp("w", (256, 256))],
         _small_graph,
         "mul_mat",
     ),
@@ -38,8 +37,8 @@ EXTRA_CASES: tuple[Case, ...] = (
 
 @functools.cache
 def catalogue() -> tuple[Case, ...]:
-    """The ``test-ops`` catalogue (mode test) in its order."""
-    return tuple(testops.build_catalogue())
+    """The ``test-ops`` set of the curated catalogue, in its order."""
+    return curated.cases(curated.TEST_OPS)
 
 
 @functools.cache
@@ -55,15 +54,10 @@ def find_case(name: str) -> Case:
         raise KeyError(f"no test-ops case named {name!r}") from None
 
 
-def materialize(c: Case, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, bytes]]:
-    """The case's input values and quantized blocks, drawn as ``ovkit test-ops`` draws them."""
-    return testops._materialize(c, np.random.default_rng(seed))
-
-
-def ggml_inputs(c: Case, seed: int = 0) -> dict[str, Any]:
-    """The case's inputs as ggml leaves take them (bf16 as Typed, quantized as raw blocks)."""
-    arrays, blocks = materialize(c, seed)
-    return {i.name: testops._ggml_input(i, arrays[i.name], blocks) for i in c.inputs}
+def ggml_inputs(c: Case) -> dict[str, Any]:
+    """The case's inputs as ggml leaves take them (bf16 as Typed, quantized as raw blocks),
+    drawn as ``ovkit test-ops`` draws them."""
+    return catalogue_case.ggml_inputs(c, catalogue_case.draw_all(c))
 
 
 #: The float types a case's float inputs can be switched to (:func:`vary`).
@@ -74,18 +68,18 @@ def vary(c: Case, shapes: Mapping[str, Sequence[int]] | None = None, dtype: str 
     """``c`` with other input shapes (numpy order, by input name) and/or float dtype (its label
     kept): the op explorer's edits, rebuilt the same way in the worker process."""
     shapes = dict(shapes or {})
-    unknown = set(shapes) - {i.name for i in c.inputs}
+    unknown = set(shapes) - {lf.name for lf in c.leaves}
     if unknown:
-        names = ", ".join(i.name for i in c.inputs)
+        names = ", ".join(lf.name for lf in c.leaves)
         raise ValueError(f"{c.op}: no input named {sorted(unknown)} (inputs: {names})")
     if dtype is not None and dtype not in FLOAT_DTYPES:
         raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(FLOAT_DTYPES)}")
-    inputs = []
-    for inp in c.inputs:
-        new = inp
-        if inp.name in shapes:
-            new = dataclasses.replace(new, shape=tuple(int(d) for d in shapes[inp.name]))
-        if dtype is not None and inp.dtype in FLOAT_DTYPES and inp.kind not in ("index", "pos"):
+    leaves = []
+    for lf in c.leaves:
+        new = lf
+        if lf.name in shapes:
+            new = dataclasses.replace(new, ne=catalogue_case.ne4(tuple(reversed(shapes[lf.name]))))
+        if dtype is not None and lf.dtype in FLOAT_DTYPES and lf.init.kind not in curated.INDEX_KINDS:
             new = dataclasses.replace(new, dtype=dtype)
-        inputs.append(new)
-    return dataclasses.replace(c, inputs=tuple(inputs))
+        leaves.append(new)
+    return dataclasses.replace(c, leaves=tuple(leaves))

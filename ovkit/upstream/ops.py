@@ -25,8 +25,8 @@ from ovkit.upstream.isolate import Isolated, Outcome
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ovkit.catalogue.case import Case
     from ovkit.catalogue.run import Row
-    from ovkit.testops import Case
 
 #: The device class the installed backend runs on here (GGML_OPENVINO_DEVICE unset: CPU).
 DEVICE_CLASS = "CPU"
@@ -73,9 +73,9 @@ class ThreeWay:
 
 def policy_verdict(c: Case, revision: Revision, device_class: str = DEVICE_CLASS) -> tuple[bool, str]:
     """ovkit's policy on every op node of the case's graph: (supported, first rejecting gate)."""
-    from ovkit import testops
+    from ovkit.catalogue.case import ovkit_graph
 
-    g, out = testops._build(c)  # the policy reads shapes and types, not values
+    g, out = ovkit_graph(c)  # the policy reads shapes and types, not values
     return graph_verdict(g, out, revision, device_class)
 
 
@@ -91,15 +91,15 @@ def graph_verdict(g: Any, out: Any, revision: Revision, device_class: str = DEVI
 
 
 def run_case(
-    c: Case, worker: Isolated, revision: Revision, seed: int = 0, *, varied: Mapping[str, Any] | None = None
+    c: Case, worker: Isolated, revision: Revision, *, varied: Mapping[str, Any] | None = None
 ) -> ThreeWay:
     """One case three ways (the real backend's part in ``worker``'s child process); ``varied``:
     the ``shapes``/``dtype`` :func:`cases.vary` applied to the catalogue case ``c`` came from."""
-    from ovkit import oracle, testops
+    from ovkit import testops
 
-    ours = testops.run_case(c, "CPU", reference="ggml", seed=seed)
+    ours = testops.run_case(c, "CPU", reference="ggml")
     supported, rule = policy_verdict(c, revision)
-    limit = oracle.max_nmse(c.builder)
+    limit = c.max_err
     base: dict[str, Any] = {
         "op": c.op,
         "case": c.name,
@@ -110,7 +110,7 @@ def run_case(
         "ovkit_rule": rule,
     }
     detail = ours.detail if ours.status == "FAIL" else ""
-    out = worker.call({"cmd": "case", "name": c.name, "seed": seed, **(varied or {})})
+    out = worker.call({"cmd": "case", "name": c.name, **(varied or {})})
     return _upstream_side(base, out, worker, detail)
 
 
@@ -178,7 +178,7 @@ def iter_catalogue_three_way(rows: Sequence[Row], *, progress: bool | None = Non
 
 
 def run_varied(
-    name: str, shapes: Mapping[str, Sequence[int]] | None = None, dtype: str | None = None, seed: int = 0
+    name: str, shapes: Mapping[str, Sequence[int]] | None = None, dtype: str | None = None
 ) -> ThreeWay:
     """The catalogue case ``name`` with other input shapes / float dtype (the op explorer's
     edits) three ways, in a fresh isolated child."""
@@ -186,11 +186,11 @@ def run_varied(
     varied = {"shapes": {k: list(v) for k, v in (shapes or {}).items()}, "dtype": dtype}
     c = cases.vary(cases.find_case(name), shapes, dtype)
     with Isolated() as worker:
-        return run_case(c, worker, revision, seed, varied=varied)
+        return run_case(c, worker, revision, varied=varied)
 
 
 def iter_three_way(
-    picked: Sequence[Case] | None = None, *, seed: int = 0, progress: bool | None = None
+    picked: Sequence[Case] | None = None, *, progress: bool | None = None
 ) -> Iterator[ThreeWay]:
     """Run ``picked`` (default: the whole catalogue) three ways, with a progress bar on stderr."""
     from tqdm import tqdm
@@ -202,7 +202,7 @@ def iter_three_way(
         bar = tqdm(pool, desc="test-ops --upstream", unit="case", file=sys.stderr, leave=False,
                    disable=not progress if progress is not None else None)  # fmt: skip
         for c in bar:
-            yield run_case(c, worker, revision, seed)
+            yield run_case(c, worker, revision)
 
 
 def three_way(picked: Sequence[Case] | None = None, **kw: Any) -> pd.DataFrame:

@@ -121,12 +121,12 @@ def _crash(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     return {"supported": be.supports(None)}
 
 
-def _case_session(be: Backend, name: str, seed: int) -> tuple[Any, Any, dict[str, Any], Any]:
+def _case_session(be: Backend, name: str) -> tuple[Any, Any, dict[str, Any], Any]:
     from ovkit import oracle
     from ovkit.upstream import cases
 
     c = cases.find_case(name)
-    inputs = cases.ggml_inputs(c, seed)
+    inputs = cases.ggml_inputs(c)
     return c, oracle.program_session(c.program, inputs, backend=be.backend), inputs, oracle
 
 
@@ -163,7 +163,7 @@ def _case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     from ovkit.upstream import cases
 
     c = cases.vary(cases.find_case(req["name"]), req.get("shapes"), req.get("dtype"))
-    inputs = cases.ggml_inputs(c, int(req.get("seed", 0)))
+    inputs = cases.ggml_inputs(c)
     return _three_way_reply(be, c.program, inputs, req.get("compute", True), oracle.nmse)
 
 
@@ -182,7 +182,7 @@ def _catalogue_case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
 
 def _bench(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     """Seconds per compute of a case on the real backend (graph built once, run repeatedly)."""
-    _c, session, _inputs, _oracle = _case_session(be, req["name"], int(req.get("seed", 0)))
+    _c, session, _inputs, _oracle = _case_session(be, req["name"])
     try:
         for _ in range(int(req.get("warmup", 1))):
             session.run()

@@ -1,6 +1,6 @@
 """Op explorer: pick a catalogue case, change shapes and dtype, see the policy, run, compare, time.
 
-The cases are ``ovkit test-ops``' catalogue (``ovkit.testops.build_catalogue``): each one is an op
+The cases are ``ovkit test-ops``' set of the curated catalogue (``ovkit.catalogue.curated``): each one is an op
 key, typed inputs and a builder program, so the explorer runs exactly what test-ops runs.  On a
 simulated core every device compiles and runs on the real CPU.
 """
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
 
-    from ovkit.testops import Case
+    from ovkit.catalogue.case import Case, Leaf
 
 #: The float types the dtype control offers (``ovkit.upstream.cases.vary`` checks them).
 FLOAT_DTYPES: tuple[str, ...] = ("f32", "f16", "bf16")
@@ -73,24 +73,21 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return dims
 
 
-def _relabel(case: Case) -> Case:
-    from ovkit.testops import _ne
-
-    label: list[tuple[str, Any]] = []
-    types = sorted({i.dtype for i in case.inputs if i.kind not in ("index", "pos")})
-    label.append(("type", "/".join(types) if types else case.inputs[0].dtype))
-    label += [(f"ne_{i.name}", _ne(i.shape)) for i in case.inputs]
-    label += [(k, v) for k, v in case.params if k != "type" and not k.startswith("ne_")]
-    return dataclasses.replace(case, params=tuple(label))
+def numpy_shape(leaf: Leaf) -> tuple[int, ...]:
+    """The leaf's numpy shape without its outer dims of 1 (what the shape box shows)."""
+    shape = leaf.shape
+    first = next((i for i, d in enumerate(shape) if d != 1), len(shape) - 1)
+    return shape[first:]
 
 
 def customise(
     case: Case, shapes: Mapping[str, Sequence[int]] | None = None, dtype: str | None = None
 ) -> Case:
     """``case`` with new input shapes (numpy order, by input name) and/or float dtype."""
+    from ovkit.catalogue.curated import relabel
     from ovkit.upstream.cases import vary
 
-    return _relabel(vary(case, shapes, dtype))
+    return relabel(vary(case, shapes, dtype))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +108,10 @@ class OpRun:
 
 def policy_verdicts(case: Case, devices: Iterable[str]) -> list[tuple[str, bool, str]]:
     """``(device, supported, reason)`` for each device (by its class), without running anything."""
-    from ovkit.testops import _build, _policy
+    from ovkit.catalogue.case import ovkit_graph
+    from ovkit.testops import _policy
 
-    g, out = _build(case)
+    g, out = ovkit_graph(case)
     verdicts = []
     for dev in devices:
         reason = _policy(g, out, dev)
@@ -239,9 +237,7 @@ SIMULATED_TIMING = "SIMULATED devices: every device ran on this host's CPU, so t
 
 def shape_note_html(case: Case) -> str:
     """The shapes in both orders: the boxes take numpy order, ggml's ``ne`` is its reverse."""
-    from ovkit.testops import _ne
-
-    parts = ", ".join(f"{esc(i.name)}: ne = {esc(_ne(i.shape))}" for i in case.inputs)
+    parts = ", ".join(f"{esc(lf.name)}: ne = {esc(lf.ne)}" for lf in case.leaves)
     return f"<small>Shapes are numpy order (outermost first); ggml's ne is innermost first &mdash; {parts}</small>"
 
 
@@ -414,12 +410,12 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
                 w.close()
         self.shape_texts = {
             i.name: widgets.Text(
-                value=", ".join(str(d) for d in i.shape),
+                value=", ".join(str(d) for d in numpy_shape(i)),
                 description=f"{i.name} ({i.dtype}) numpy shape",
                 continuous_update=False,
                 style={"description_width": "initial"},
             )
-            for i in base.inputs
+            for i in base.leaves
         }
         for text in self.shape_texts.values():
             text.observe(lambda _: self.check(), names="value")
