@@ -718,17 +718,28 @@ def _cumsum(t: Tensor, xs: list[Out]) -> Out:
     return ops.cum_sum(f32(xs[0]), i64(3))
 
 
+#: Largest row length x k sorted stably: OpenVINO's CPU TopK sorts stably by bubble sort (n x k
+#: steps a row: 17 s for one 65,536-wide argsort), its unstable sort is fast.  Ties beyond that
+#: need no fixed order: ggml sorts with std::sort, which is stable only on short rows.
+STABLE_TOPK_WORK = 1 << 20
+
+
+def _sorted_indices(x: Out, n: int, k: int, mode: str) -> Out:
+    """The indices of the ``k`` smallest (``min``) or largest values of each length-``n`` row, sorted."""
+    stable = n * k <= STABLE_TOPK_WORK
+    return ops.topk(f32(x), i64(k), 3, mode, "value", "i32", stable=stable).output(1)
+
+
 @translator(Op.ARGSORT)
 def _argsort(t: Tensor, xs: list[Out]) -> Out:
-    mode = "min" if t.params["order"] == 0 else "max"
-    topk = ops.topk(f32(xs[0]), i64(t.ne[0]), 3, mode, "value", "i32", stable=True)
-    return topk.output(1)
+    return _sorted_indices(xs[0], t.ne[0], t.ne[0], "min" if t.params["order"] == 0 else "max")
 
 
 @translator(Op.TOP_K)
 def _top_k(t: Tensor, xs: list[Out]) -> Out:
     k = t.params["k"]
-    idx = ops.topk(f32(xs[0]), i64(k), 3, "max", "value", "i32", stable=True).output(1)
+    n = t.srcs[0].ne[0] if t.srcs[0] is not None else k
+    idx = _sorted_indices(xs[0], n, k, "max")
     return ops.gather(idx, const(top_k_order(k), np.int64), i64(3)) if k > 1 else idx
 
 
