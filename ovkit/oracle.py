@@ -705,6 +705,12 @@ class GgmlTensor:
         return f"GgmlTensor(ne={list(self.ne)}, dtype={self.dtype})"
 
 
+#: builder -> positions of the operands the installed ggml's CPU kernels read only contiguous
+#: (they abort on a permuted one; newer ggml reads any layout): computing programs copy such an
+#: operand first (``ggml_cont``: the same values, so the same result).
+_CONTIGUOUS_OPERANDS: dict[str, tuple[int, ...]] = {"conv_2d_direct": (0,), "conv_3d_direct": (0,)}
+
+
 class GgmlBuilder:
     """ggml's builder functions with ovkit ``Graph``'s method names, on one context.
 
@@ -712,10 +718,13 @@ class GgmlBuilder:
     become ggml type enums, int lists become C arrays (rope sections), GLU/unary op names become
     their enums. Functions returning nothing (``soft_max_add_sinks``) return ``None``. Leaves are
     made by :func:`ggml_program`, so a test can write one program for both implementations.
+    ``computing``: the graph will be computed here (see :data:`_CONTIGUOUS_OPERANDS`); off, the
+    graph is exactly the program's (as test-backend-ops builds it).
     """
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Any, *, computing: bool = False) -> None:
         self.ctx = ctx
+        self.computing = computing
         self.expanded: list[GgmlTensor] = []
 
     def build_forward_expand(self, t: GgmlTensor) -> GgmlTensor:
@@ -742,6 +751,10 @@ class GgmlBuilder:
                     conv.append(int(getattr(g, enum_prefix + a.upper())))
                 else:
                     conv.append(_convert_arg(a))
+            if self.computing:
+                for i in _CONTIGUOUS_OPERANDS.get(name, ()):
+                    if not g.ggml_is_contiguous(conv[i]):
+                        conv[i] = g.ggml_cont(self.ctx, conv[i])
             out = fn(self.ctx, *conv) if _takes_ctx(name) else fn(*conv)
             return GgmlTensor(out) if out is not None and hasattr(out, "contents") else out
 
@@ -755,7 +768,7 @@ Program = Callable[[Any, dict[str, Any]], Any]
 def _program_builder(program: Program, names: Sequence[str]) -> Builder:
     def build(ctx: Any, *tensors: Any) -> Any:
         leaves = {n: (None if t is None else GgmlTensor(t)) for n, t in zip(names, tensors, strict=True)}
-        b = GgmlBuilder(ctx)
+        b = GgmlBuilder(ctx, computing=True)
         out = program(b, leaves)
         ptrs = [o.ptr for o in out] if isinstance(out, list | tuple) else out.ptr
         return Scheduled(ptrs, [t.ptr for t in b.expanded]) if b.expanded else ptrs
@@ -763,13 +776,15 @@ def _program_builder(program: Program, names: Sequence[str]) -> Builder:
     return build
 
 
-def program_session(program: Program, inputs: dict[str, InputLike], *, backend: Any = None) -> _Session:
+def program_session(
+    program: Program, inputs: dict[str, InputLike], *, backend: Any = None, n_threads: int = DEFAULT_N_THREADS
+) -> _Session:
     """``program``'s ggml graph built and its inputs uploaded on ``backend`` (a ``ggml_backend_t``,
-    e.g. the real OpenVINO backend; default ggml's CPU backend), not yet computed: the caller
-    asks ``supports_op`` about ``tensors()``, then ``run()``, ``results()`` and ``close()``."""
+    e.g. the real OpenVINO backend; default ggml's CPU backend on ``n_threads``), not yet computed:
+    the caller asks ``supports_op`` about ``tensors()``, then ``run()``, ``results()`` and ``close()``."""
     names = list(inputs)
     build = _program_builder(program, names)
-    return _Session(build, [inputs[n] for n in names], DEFAULT_N_THREADS, backend=backend)
+    return _Session(build, [inputs[n] for n in names], n_threads, backend=backend)
 
 
 def ggml_program(
