@@ -37,6 +37,7 @@ from IPython.display import display
 import ovkit
 from ovkit import notebook, oracle, testops
 from ovkit.catalogue import curated
+from ovkit.catalogue.result import Result
 from ovkit.devices import device_class, physical_device_ids
 from ovkit.ops import policy
 
@@ -85,7 +86,7 @@ with pd.option_context("display.max_rows", 20, "display.max_colwidth", 70):
 case_types = {c.name: curated.param(c, "type") for c in testops.build_catalogue()}
 core0, dev0 = targets["CPU"]
 results = {"CPU": testops.test_ops(ops=ops, device=dev0, core=core0, reference=reference, progress=False)}
-cases = [testops.CaseResult(**r) for r in results["CPU"].to_dict("records")]
+cases = [Result(**r) for r in results["CPU"].to_dict("records")]
 for case in cases[:12]:
     print(case.line())
 print(f"  ... {len(cases)} cases")

@@ -28,11 +28,11 @@ import numpy as np
 
 from ovkit.catalogue import curated
 from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs
+from ovkit.catalogue.result import Result
 
 if TYPE_CHECKING:
     import pandas as pd
 
-Status = Literal["OK", "FAIL", "not supported"]
 #: Compile hints for the cases: ``exact`` = f32 inference precision (ovkit's default, ggml's
 #: numbers); ``upstream`` = upstream's naive path: EXECUTION_MODE PERFORMANCE when the
 #: first node is MUL_MAT, else ACCURACY, no precision hint (bf16 MatMuls on CPUs with bf16).
@@ -60,49 +60,6 @@ def build_perf_catalogue() -> list[Case]:
 # ---------------------------------------------------------------------------------------------
 # Running.
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class CaseResult:
-    """One line of output: the verdict with its error, or the policy's reason."""
-
-    op: str
-    case: str
-    status: Status
-    detail: str = ""
-    nmse: float | None = None
-    max_nmse: float | None = None
-    reference: str = ""
-    device: str = ""
-    us_per_run: float | None = None
-    gflops: float | None = None
-    gbps: float | None = None
-    precision: str = ""  # effective inference precision the device reported
-    ggml_us_per_run: float | None = None  # perf --vs-ggml: ggml's CPU backend on the same case
-
-    def line(self) -> str:
-        """The text line, like test-backend-ops prints it."""
-        if self.status == "not supported":
-            return f"  {self.case}: not supported [{self.device}] {self.detail}"
-        if self.us_per_run is not None and self.status == "OK":
-            rate = (
-                f"{self.gflops:10.2f} GFLOPS" if self.gflops is not None else f"{self.gbps or 0.0:10.2f} GB/s"
-            )
-            vs = (
-                f"   ggml CPU {self.ggml_us_per_run:10.2f} us/run ({self.us_per_run / self.ggml_us_per_run:5.2f}x)"
-                if self.ggml_us_per_run
-                else ""
-            )
-            return f"  {self.case:70s} {self.us_per_run:12.2f} us/run {rate}{vs}"
-        if self.status == "OK":
-            prec = f", {self.precision}" if self.precision not in ("", "f32", "model") else ""
-            err = (
-                ""
-                if self.nmse is None
-                else f" (NMSE {self.nmse:.2e} <= {self.max_nmse:.0e}, ref {self.reference}{prec})"
-            )
-            return f"  {self.case}: OK{err}"
-        return f"  {self.case}: FAIL {self.detail}"
-
-
 @dataclass(frozen=True, slots=True)
 class Summary:
     """Totals of a run."""
@@ -204,7 +161,7 @@ def _effective_precision(core: Any) -> str:
 
 def run_case(
     c: Case, device: str, core: Any = None, reference: str = "numpy", hints: str = "exact"
-) -> CaseResult:
+) -> Result:
     """Build, check the policy, run on ``device``, compare with the reference."""
     from ovkit import oracle
     from ovkit.engine import compute_graph
@@ -213,15 +170,15 @@ def run_case(
     try:
         leaves, g, out, feed = _prepare(c)
     except Exception as exc:  # the builder rejected the case: a catalogue or graph bug
-        return CaseResult(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
+        return Result(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
     reason = _policy(g, out, device)
     if reason is not None:
-        return CaseResult(**base, status="not supported", detail=reason)
+        return Result(**base, status="not supported", detail=reason)
     try:
         actual = compute_graph(g, [out], feed, device, core=core, config=_run_config(g, out, hints))[0]
         base["precision"] = _effective_precision(core)
     except Exception as exc:
-        return CaseResult(**base, status="FAIL", detail=f"{type(exc).__name__}: {_first_line(exc)}")
+        return Result(**base, status="FAIL", detail=f"{type(exc).__name__}: {_first_line(exc)}")
     ref = reference
     try:
         if ref == "ggml":
@@ -229,10 +186,10 @@ def run_case(
         else:
             expected = g.compute(out, feed, mode="reference")
     except Exception as exc:
-        return CaseResult(**base, status="FAIL", detail=f"reference ({ref}) failed: {_first_line(exc)}")
+        return Result(**base, status="FAIL", detail=f"reference ({ref}) failed: {_first_line(exc)}")
     expected = np.asarray(expected)
     if not oracle.same_ne(np.shape(actual), expected.shape):
-        return CaseResult(
+        return Result(
             **base,
             status="FAIL",
             detail=f"shape {np.shape(actual)} vs reference {expected.shape}",
@@ -241,10 +198,10 @@ def run_case(
     limit = c.max_err
     verdict = oracle.compare(np.asarray(actual), expected, limit)
     if not verdict.ok:
-        return CaseResult(
-            **base, status="FAIL", detail=verdict.reason, nmse=verdict.err, max_nmse=limit, reference=ref
+        return Result(
+            **base, status="FAIL", detail=verdict.reason, err=verdict.err, max_err=limit, reference=ref
         )
-    return CaseResult(**base, status="OK", nmse=verdict.err, max_nmse=limit, reference=ref)
+    return Result(**base, status="OK", err=verdict.err, max_err=limit, reference=ref)
 
 
 def perf_case(
@@ -256,7 +213,7 @@ def perf_case(
     max_runs: int = 200,
     hints: str = "exact",
     vs_ggml: bool = False,
-) -> CaseResult:
+) -> Result:
     """Median time per steady-state run (compile excluded) and GFLOPS or GB/s."""
     from ovkit import oracle
     from ovkit.engine import compute_graph
@@ -265,10 +222,10 @@ def perf_case(
     try:
         leaves, g, out, feed = _prepare(c)
     except Exception as exc:
-        return CaseResult(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
+        return Result(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
     reason = _policy(g, out, device)
     if reason is not None:
-        return CaseResult(**base, status="not supported", detail=reason)
+        return Result(**base, status="not supported", detail=reason)
     cfg = _run_config(g, out, hints)
     try:
         result = compute_graph(g, [out], feed, device, core=core, config=cfg)[0]  # compile + warm up
@@ -281,7 +238,7 @@ def perf_case(
             compute_graph(g, [out], feed, device, core=core, config=cfg)
             times.append(time.perf_counter() - t0)
     except Exception as exc:
-        return CaseResult(**base, status="FAIL", detail=f"{type(exc).__name__}: {_first_line(exc)}")
+        return Result(**base, status="FAIL", detail=f"{type(exc).__name__}: {_first_line(exc)}")
     seconds = statistics.median(times)
     if vs_ggml and oracle.ggml_available():
         runs = max(3, min(len(times), 50))
@@ -289,10 +246,10 @@ def perf_case(
         bench = oracle.ggml_benchmark_program(c.program, leaves, n_runs=runs, warmup=2)
         base["ggml_us_per_run"] = bench.median_s * 1e6
     if c.flops:
-        return CaseResult(**base, status="OK", us_per_run=seconds * 1e6, gflops=c.flops / seconds / 1e9)
+        return Result(**base, status="OK", us_per_run=seconds * 1e6, gflops=c.flops / seconds / 1e9)
     weights = sum(lf.nbytes for lf in leaves.values() if isinstance(lf, oracle.QuantArray))  # block bytes
     moved = c.nbytes or sum(a.nbytes for a in feed.values()) + weights + np.asarray(result).nbytes
-    return CaseResult(**base, status="OK", us_per_run=seconds * 1e6, gbps=moved / seconds / 1e9)
+    return Result(**base, status="OK", us_per_run=seconds * 1e6, gbps=moved / seconds / 1e9)
 
 
 def iter_results(
@@ -307,7 +264,7 @@ def iter_results(
     hints: str = "exact",
     vs_ggml: bool = False,
     case_set: str | None = None,
-) -> Iterator[CaseResult]:
+) -> Iterator[Result]:
     """Run the (filtered) catalogue, yielding one result per case, with a tqdm bar on stderr:
     ``cases``, else the curated set ``case_set`` (by default the mode's own)."""
     from tqdm import tqdm
@@ -335,7 +292,7 @@ def iter_results(
             yield perf_case(c, dev, core, hints=hints, vs_ggml=vs_ggml)
 
 
-def summarize(results: Sequence[CaseResult], mode: str, device: str, reference: str) -> Summary:
+def summarize(results: Sequence[Result], mode: str, device: str, reference: str) -> Summary:
     return Summary(
         device=device,
         mode=mode,
@@ -346,7 +303,7 @@ def summarize(results: Sequence[CaseResult], mode: str, device: str, reference: 
     )
 
 
-def _frame(results: Sequence[CaseResult]) -> pd.DataFrame:
+def _frame(results: Sequence[Result]) -> pd.DataFrame:
     import pandas as pd
 
     return pd.DataFrame([asdict(r) for r in results])
@@ -362,7 +319,7 @@ def test_ops(
     hints: str = "exact",
     case_set: str | None = None,
 ) -> pd.DataFrame:
-    """``mode test`` as a DataFrame (one row per case: op, case, status, detail, nmse, ...)."""
+    """``mode test`` as a DataFrame (one row per case: op, case, status, detail, err, max_err, ...)."""
     results = iter_results(
         "test", ops, device, core, reference, progress=progress, hints=hints, case_set=case_set
     )
@@ -430,7 +387,7 @@ def main(
     stream = out or sys.stdout
     dev = _resolve(device, core)
     ref = _reference_kind(reference) if mode == "test" else ""
-    results: list[CaseResult] = []
+    results: list[Result] = []
     from ovkit.runtime import is_simulated
 
     simulated = core is not None and is_simulated(core)
@@ -610,7 +567,7 @@ def _isolated_results(
     progress: bool | None,
     hints: str = "exact",
     case_set: str | None = None,
-) -> Iterator[CaseResult]:
+) -> Iterator[Result]:
     """One child process per op (``python -m ovkit test-ops ... --json``); crashes become FAILs."""
     import subprocess
 
@@ -653,11 +610,11 @@ def _isolated_results(
             payload = None
         if proc.returncode in (0, 1) and payload is not None:
             for row in payload["cases"]:
-                yield CaseResult(**row)
+                yield Result(**row)
             continue
         why = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
         tail = proc.stderr.strip().splitlines()[-1:] if proc.stderr.strip() else []
         for c in picked:
             if c.op == key:
                 detail = f"the process crashed ({why}){': ' + tail[0] if tail else ''}"
-                yield CaseResult(op=c.op, case=c.name, status="FAIL", detail=detail, device=device)
+                yield Result(op=c.op, case=c.name, status="FAIL", detail=detail, device=device)

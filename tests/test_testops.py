@@ -135,7 +135,7 @@ def test_upstream_hints_report_the_effective_precision() -> None:
     # upstream's naive path asks EXECUTION_MODE=PERFORMANCE for a MUL_MAT graph: the CPU picks its
     # fastest precision (bf16 where the CPU has it), which the harness reads back and reports
     assert upstream["precision"].iloc[0] in ("bf16", "f16", "f32")
-    assert (upstream["nmse"] >= exact["nmse"]).all()
+    assert (upstream["err"] >= exact["err"]).all()
     with pytest.raises(ValueError, match="hints='fast' is not valid"):
         testops.test_ops("MUL_MAT", progress=False, hints="fast")
 
@@ -158,7 +158,7 @@ def test_perf_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_quantized_weights_as_constants() -> None:
     df = testops.test_ops("GET_ROWS", progress=False).set_index("case")
     q40 = df.loc["GET_ROWS(type=q4_0,ne_a=[256,10,1,1],ne_rows=[5,1,1,1])"]
-    assert q40["status"] == "OK" and q40["nmse"] == 0.0
+    assert q40["status"] == "OK" and q40["err"] == 0.0
     q4k = df.loc["GET_ROWS(type=q4_K,ne_a=[256,10,1,1],ne_rows=[5,1,1,1])"]
     assert q4k["status"] == "not supported" and "[rows.q256]" in q4k["detail"]
     mm = testops.test_ops("MUL_MAT", progress=False)

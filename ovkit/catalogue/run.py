@@ -29,12 +29,11 @@ import numpy as np
 
 from ovkit.catalogue import backend_ops
 from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs, index_set_err, oracle_inputs
+from ovkit.catalogue.result import STATUSES, Result, Status
 
 if TYPE_CHECKING:
     import pandas as pd
 
-Status = Literal["OK", "FAIL", "known limit", "not supported", "not translatable", "no case"]
-STATUSES: tuple[Status, ...] = ("OK", "FAIL", "known limit", "not supported", "not translatable", "no case")
 Policy = Literal["upstream", "none"]
 #: A case taking longer than this in a worker process is stopped and reported as a FAIL.
 CASE_TIMEOUT_S = 600.0
@@ -52,31 +51,6 @@ class Row:
     @property
     def name(self) -> str:
         return f"{self.op}({self.params})"
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """The verdict of one case."""
-
-    op: str
-    case: str
-    status: Status
-    detail: str = ""
-    err: float | None = None
-    max_err: float | None = None
-    device: str = "CPU"
-    #: the backend's own verdict (its support policy), also recorded with ``policy="none"``
-    accepted: bool = False
-    #: wall seconds the case took (inputs, both graphs, compile, both runs, the check)
-    seconds: float | None = None
-
-    def line(self) -> str:
-        """test-backend-ops' per-case line."""
-        if self.status == "OK":
-            return f"  {self.case}: OK"
-        if self.status == "not supported":
-            return f"  {self.case}: not supported [{self.device}] ({self.detail})"
-        return f"  {self.case}: {self.status} {self.detail}".rstrip()
 
 
 @dataclass(frozen=True, slots=True)

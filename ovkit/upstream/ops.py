@@ -105,7 +105,7 @@ def run_case(
         "case": c.name,
         "max_nmse": limit,
         "ovkit_status": ours.status,
-        "ovkit_nmse": ours.nmse,
+        "ovkit_nmse": ours.err,
         "ovkit_supported": supported,
         "ovkit_rule": rule,
     }

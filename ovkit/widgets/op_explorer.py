@@ -147,8 +147,8 @@ def explore(
                 supported=result.status != "not supported",
                 status=result.status,
                 detail=result.detail,
-                nmse=result.nmse,
-                max_nmse=result.max_nmse,
+                nmse=result.err,
+                max_nmse=result.max_err,
                 reference=result.reference,
                 us_per_run=us,
             )
