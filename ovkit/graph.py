@@ -478,6 +478,11 @@ class Graph(GraphIR):
         self._check_tensor(Op.CONT, "a", a)
         return self._new(Op.CONT, a.ne, a.dtype, (a,))
 
+    def dup(self, a: Tensor) -> Tensor:
+        """``ggml_dup``: a contiguous copy (a DUP node)."""
+        self._check_tensor(Op.DUP, "a", a)
+        return self._new(Op.DUP, a.ne, a.dtype, (a,))
+
     def _cont_nd(self, a: Tensor, ne: Sequence[int]) -> Tensor:
         self._check_tensor(Op.CONT, "a", a)
         ne4 = tuple(ne) + (1,) * (4 - len(ne))
@@ -651,27 +656,32 @@ class Graph(GraphIR):
         """``ggml_pad``: zeros appended at the end of each dim."""
         return self.pad_ext(a, 0, p0, 0, p1, 0, p2, 0, p3)
 
+    def pad_circular(self, a: Tensor, p0: int, p1: int, p2: int, p3: int) -> Tensor:
+        """``ggml_pad_circular``: each dim extended at its end by its own values, wrapped around."""
+        return self.pad_ext_circular(a, 0, p0, 0, p1, 0, p2, 0, p3)
+
     def pad_ext(
         self, a: Tensor, lp0: int, rp0: int, lp1: int, rp1: int, lp2: int, rp2: int, lp3: int, rp3: int
     ) -> Tensor:
         """``ggml_pad_ext``: zeros before (lp) and after (rp) each dim."""
+        return self._pad(a, (lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3), False)
+
+    def pad_ext_circular(
+        self, a: Tensor, lp0: int, rp0: int, lp1: int, rp1: int, lp2: int, rp2: int, lp3: int, rp3: int
+    ) -> Tensor:
+        """``ggml_pad_ext_circular``: element i of each dim is a's element (i − lp) mod ne."""
+        return self._pad(a, (lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3), True)
+
+    def _pad(self, a: Tensor, pads: tuple[int, ...], circular: bool) -> Tensor:
         self._check_tensor(Op.PAD, "a", a)
         self._check_types(Op.PAD, "a", a, ("f32",))
-        pads = (lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3)
         if any(p < 0 for p in pads):
             raise self._err(Op.PAD, "padding", "non-negative pads", str(list(pads)))
         ne = [a.ne[i] + pads[2 * i] + pads[2 * i + 1] for i in range(4)]
-        params = {
-            "lp0": lp0,
-            "rp0": rp0,
-            "lp1": lp1,
-            "rp1": rp1,
-            "lp2": lp2,
-            "rp2": rp2,
-            "lp3": lp3,
-            "rp3": rp3,
-            "circular": False,
+        params: dict[str, Any] = {
+            f"{s}{i}": int(pads[2 * i + j]) for i in range(4) for j, s in enumerate(("lp", "rp"))
         }
+        params["circular"] = circular
         return self._new(Op.PAD, ne, a.dtype, (a,), params)
 
     # ------------------------------------------------------------------ rows
@@ -1663,6 +1673,17 @@ class Graph(GraphIR):
             for t in self.nodes
         ]
         return pd.DataFrame(rows).set_index("id")
+
+    # ------------------------------------------------------------------ in-place variants
+    # ggml's *_inplace builders write the result into a's memory and return a view of a; ovkit's
+    # values are immutable, so each computes its op's result (the value test-backend-ops compares).
+    rope_ext_inplace = rope_ext
+    rope_multi_inplace = rope_multi
+    soft_max_ext_inplace = soft_max_ext
+    scale_bias_inplace = scale_bias
+    rms_norm_inplace = rms_norm
+    norm_inplace = norm
+    set_inplace = set
 
     # ------------------------------------------------------------------ running
     def check_support(

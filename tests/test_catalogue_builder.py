@@ -194,6 +194,47 @@ def _out_prod(p: dict[str, Any]) -> Expected:
         "OUT_PROD",)  # fmt: skip
 
 
+def _set(p: dict[str, Any]) -> Expected:
+    ne = _ne(p["ne"])
+    return tuple(n * 2 if i < p["dim"] else n for i, n in enumerate(ne)), p["type_dst"], ("SET",)
+
+
+def _acc(p: dict[str, Any]) -> Expected:
+    return _ne(p["ne_a"]), p["type"], (("VIEW",) if p["stride_dim"] in (1, 2, 3) else ()) + ("ACC",)
+
+
+def _repeat_back(p: dict[str, Any]) -> Expected:
+    return _ne(p["ne"]), p["type"], (("VIEW",) if p["v"] else ()) + ("REPEAT_BACK",)
+
+
+def _get_rows_back(p: dict[str, Any]) -> Expected:
+    return (p["n"], p["m"], 1, 1), "f32", (("VIEW",) if p["v"] else ()) + ("GET_ROWS_BACK",)
+
+
+def _back(op: str) -> Callable[[dict[str, Any]], Expected]:
+    return lambda p: (_ne(p["ne"]), p["type"], (op,))
+
+
+def _upscale(p: dict[str, Any]) -> Expected:
+    if "ne_tgt" in p:
+        return _ne(p["ne_tgt"]), p["type"], ("UPSCALE",)
+    ne, sf = _ne(p["ne"]), p["scale_factor"]
+    if p["transpose"]:
+        ne = (ne[1], ne[0], ne[2], ne[3])
+    return (ne[0] * sf, ne[1] * sf, ne[2], ne[3]), p["type"], (("TRANSPOSE",) if p["transpose"] else ()) + (
+        "UPSCALE",)  # fmt: skip
+
+
+def _dup(p: dict[str, Any]) -> Expected:
+    ne, perm = _ne(p["ne"]), p.get("permute", [0, 0, 0, 0])
+    if not sum(perm):
+        return ne, p["type"], ("DUP",)
+    q = [0] * 4
+    for i, ax in enumerate(perm):
+        q[ax] = ne[i]
+    return tuple(q), p["type"], ("PERMUTE", "DUP")
+
+
 EXPECTED: dict[str, Callable[[dict[str, Any]], Expected]] = {
     **{u: _unary for u in backend_ops.UNARY},
     **{g: _glu for g in backend_ops.GLU},
@@ -217,6 +258,14 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], Expected]] = {
     "L2_NORM": _norm("L2_NORM"),
     "POOL_1D": _pool_1d,
     "OUT_PROD": _out_prod,
+    "SET": _set,
+    "ACC": _acc,
+    "REPEAT_BACK": _repeat_back,
+    "GET_ROWS_BACK": _get_rows_back,
+    "SOFT_MAX_BACK": _back("SOFT_MAX_BACK"),
+    "RMS_NORM_BACK": _back("RMS_NORM_BACK"),
+    "UPSCALE": _upscale,
+    "DUP": _dup,
 }
 
 

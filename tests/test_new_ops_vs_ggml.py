@@ -285,6 +285,15 @@ for _pt, _pn in ((0, "max"), (1, "avg")):
         )
 
 
+# --- DUP (test_dup: a contiguous copy of a permuted source) ------------------------------------
+for _dt, _high in (("f32", 0), ("f16", 0), ("i32", 1000)):
+    case(
+        f"dup-{_dt}",
+        lambda b, t: b.dup(b.permute(t["a"], 1, 2, 0, 3)),
+        {"a": In((10, 8, 3, 1), _dt, high=_high)},
+    )
+
+
 # --- OUT_PROD (test_out_prod: a [m, k, bs0, bs1], b [n, k, bs·nr] or transposed; 5e-4) ----------
 def _out_prod(trans_b: bool) -> Program:
     return lambda b, t: b.out_prod(t["a"], b.transpose(t["b"]) if trans_b else t["b"])
@@ -522,6 +531,18 @@ CATALOGUE_ROWS = (
     "OUT_PROD(type_a=f16,type_b=f32,m=256,n=1,k=1,bs=[1,1],nr=[2,1],trans_b=0)",
     "MUL_MAT(type_a=f32,type_b=f16,m=16,n=1,k=4,bs=[1,1],nr=[2,1],per=[0,1,2,3],k_v=0,o=1)",
     "MUL_MAT(type_a=q4_0,type_b=f16,m=16,n=1,k=256,bs=[1,1],nr=[2,1],per=[0,1,2,3],k_v=0,o=1)",
+    # in-place builders, circular padding, YaRN rope (test_rope's beta_fast = beta_slow = 1)
+    "ROPE(type=f32,ne_a=[128,32,2,1],n_dims=128,mode=0,n_ctx=512,fs=1.424500,ef=0.746500,af=1.424500,"
+    "ff=0,v=1,inplace=1)",
+    "SET(type_src=f32,type_dst=f32,ne=[6,5,4,3],dim=2,inplace=1)",
+    "PAD(type=f32,ne_a=[11,22,33,44],lp0=1,rp0=2,lp1=3,rp1=4,lp2=5,rp2=6,lp3=7,rp3=8,tfrm=2,circular=1)",
+    # case builders of the backward and recurrent ops
+    "ACC(type=f32,ne_a=[256,17,2,3],ne_b=[64,16,2,3],stride_dim=3)",
+    "REPEAT_BACK(type=f32,ne=[8,6,4,2],nr=[1,1,2,1],v=1)",
+    "GET_ROWS_BACK(type=f16,n=256,m=5,r=4,b=1,v=1)",
+    "SOFT_MAX_BACK(type=f32,ne=[16,16,1,1],scale=0.100000,max_bias=0.000000)",
+    "UPSCALE(type=f32,ne=[2,5,7,11],ne_tgt=[5,7,11,13],mode=bilinear|antialias)",
+    "GATED_DELTA_NET(type=f32,head_count=4,head_size=64,n_seq_tokens=4,n_seqs=2,v_repeat=1,permuted=1,kda=0,K=1)",
 )
 
 

@@ -304,6 +304,48 @@ def _dup(op: str, params: str, p: dict[str, Any]) -> Case:
     return Case(op, params, (Leaf("src", ne4(p["ne"]), p["type"]),), program)
 
 
+def _set(op: str, params: str, p: dict[str, Any]) -> Case:
+    ne, dim = ne4(p["ne"]), int(p["dim"])
+    ne_dst = tuple(n * 2 if i < dim else n for i, n in enumerate(ne))
+    leaves = (Leaf("src", ne, p["type_src"]), Leaf("dst", ne4(ne_dst), p["type_dst"]))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        src, dst = x["src"], x["dst"]
+        offset = sum((ne_dst[i] - ne[i]) // 2 * dst.nb[i] for i in range(dim))
+        fn = b.set_inplace if int(p.get("inplace", 0)) else b.set
+        return _named(fn(dst, src, src.nb[1], src.nb[2], src.nb[3], offset), "out")
+
+    return Case(op, params, leaves, program)
+
+
+def _acc(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, ne_a, ne_b, sd = p["type"], ne4(p["ne_a"]), ne4(p["ne_b"]), int(p.get("stride_dim", -1))
+    padded = sd in (1, 2, 3)  # b a view at a non-zero offset of a one-larger tensor
+    pad_ne = tuple(n + 1 if i == sd else n for i, n in enumerate(ne_b))
+    leaves = (Leaf("a", ne_a, t), Leaf("b_pad", ne4(pad_ne), t) if padded else Leaf("b", ne_b, t))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        a = x["a"]
+        bb = _named(_view_like(b, x["b_pad"], ne_b, x["b_pad"].nb[1]), "b") if padded else x["b"]
+        return _named(b.acc(a, bb, a.nb[1], a.nb[2], a.nb[3], 0), "out")
+
+    return Case(op, params, leaves, program)
+
+
+def _repeat_back(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, ne, nr, v = p["type"], ne4(p["ne"]), ne4(p["nr"]), int(p.get("v", 0))
+    big = tuple(ne[i] * nr[i] for i in range(4))
+    leaves = (Leaf("src", ne4(big), t), Leaf("target", ne, t))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        src = x["src"]
+        if v:  # halve every repeated dim
+            src = _view_like(b, src, [big[i] if nr[i] == 1 else big[i] // 2 for i in range(4)])
+        return _named(b.repeat_back(src, x["target"]), "out")
+
+    return Case(op, params, leaves, program)
+
+
 def _cont(op: str, params: str, p: dict[str, Any]) -> Case:
     ne, slice_, perm = ne4(p["ne"]), int(p.get("use_view_slice", 0)), ne4(p.get("permute", [0] * 4))
 
@@ -384,6 +426,35 @@ def _norm(fn: str, init: Init = UNIFORM) -> CaseBuilder:
         return Case(op, params, (Leaf("a", leaf_ne, t, init),), program)
 
     return build
+
+
+def _back(fn: str, init: Init = UNIFORM, *args: str) -> CaseBuilder:
+    """``out = ggml_<fn>(a, b, *params)`` on two leaves of ``type``/``ne`` (the backward ops)."""
+
+    def build(op: str, params: str, p: dict[str, Any]) -> Case:
+        t, ne = p["type"], ne4(p["ne"])
+        vals = [float(p[k]) for k in args]
+        return Case(op, params, (Leaf("a", ne, t, init), Leaf("b", ne, t, init)),
+                    lambda b, x: _named(getattr(b, fn)(x["a"], x["b"], *vals), "out"))  # fmt: skip
+
+    return build
+
+
+def _get_rows_back(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, n, m, r, nb, v = p["type"], int(p["n"]), int(p["m"]), int(p["r"]), int(p["b"]), int(p.get("v", 0))
+    leaves = (
+        Leaf("in_forward", ne4((n, m, nb)), t),
+        Leaf("rows", ne4((r, nb)), "i32", Init("rows", n=m)),
+        Leaf("grad", ne4((n, r, nb)), t),
+    )
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        rows = x["rows"]
+        if v:
+            rows = _named(b.view_2d(rows, r // 2, nb, rows.nb[1], 0), "view_of_rows")
+        return _named(b.get_rows_back(x["grad"], rows, x["in_forward"]), "out")
+
+    return Case(op, params, leaves, program)
 
 
 def _sum_rows(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -549,15 +620,58 @@ def _rope(op: str, params: str, p: dict[str, Any]) -> Case:
                 sections = [n_dims // 4, n_dims // 4, 0, 0]
             nd = n_dims // 2 if is_vision else n_dims
             out = getattr(b, f"rope_multi{back}{inpl}")(
-                a, x["pos"], x.get("freq"), nd, sections, mode, 0, 10000.0, fs, ef, af, 1.0, 0.0
+                a, x["pos"], x.get("freq"), nd, sections, mode, 0, 10000.0, fs, ef, af, 1.0, 1.0
             )
         else:
             out = getattr(b, f"rope_ext{back}{inpl}")(
-                a, x["pos"], x.get("freq"), n_dims, mode, 0, 10000.0, fs, ef, af, 1.0, 0.0
+                a, x["pos"], x.get("freq"), n_dims, mode, 0, 10000.0, fs, ef, af, 1.0, 1.0
             )
         return _named(out, "out")
 
     return Case(op, params, tuple(leaves), program)
+
+
+def _gated_delta_net(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, hc, hs = p["type"], int(p["head_count"]), int(p["head_size"])
+    nt, ns, vr = int(p["n_seq_tokens"]), int(p["n_seqs"]), int(p["v_repeat"])
+    perm, kda, k_snap = int(p["permuted"]), int(p["kda"]), int(p.get("K", 1))
+    # permuted: made with dims 1 and 2 swapped, then permuted back (non-contiguous q, k, v)
+    qk_ne = (hs, nt, hc, ns) if perm else (hs, hc, nt, ns)
+    v_ne = (hs, nt, hc * vr, ns) if perm else (hs, hc * vr, nt, ns)
+    leaves = (
+        Leaf("q", qk_ne, t),
+        Leaf("k", qk_ne, t),
+        Leaf("v", v_ne, t, Init("uniform", -0.3, 5.0)),
+        Leaf("g", (hs if kda else 1, hc * vr, nt, ns), t, Init("uniform", -20.0, -1e-4)),
+        Leaf("beta", (1, hc * vr, nt, ns), t, Init("uniform", 0.0, 1.0)),
+        Leaf("state", (hs, hs, hc * vr, ns), t),
+    )
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        q, k, v = (b.permute(x[n], 0, 2, 1, 3) if perm else x[n] for n in ("q", "k", "v"))
+        q, k = b.l2_norm(q, 1e-6), b.l2_norm(k, 1e-6)  # as qwen35 / kimi-linear feed it
+        return _named(b.gated_delta_net(q, k, v, x["g"], x["beta"], x["state"], k_snap), "out")
+
+    return Case(op, params, leaves, program)
+
+
+#: ggml_scale_mode names as test-backend-ops prints them.
+_SCALE_MODES = {"nearest": 0, "bilinear": 1, "bicubic": 2, "align_corners": 256, "antialias": 512}
+
+
+def _upscale(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, ne = p["type"], ne4(p["ne"])
+    mode = sum(_SCALE_MODES[m] for m in str(p["mode"]).split("|"))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        a = x["a"]
+        if "ne_tgt" in p:  # test_interpolate
+            return _named(b.interpolate(a, *ne4(p["ne_tgt"]), mode), "out")
+        if int(p.get("transpose", 0)):
+            a = _named(b.transpose(a), "a_transposed")
+        return _named(b.upscale(a, int(p["scale_factor"]), mode), "out")
+
+    return Case(op, params, (Leaf("a", ne, t),), program)
 
 
 def _pad_blck(n: int, dtype: str) -> int:
@@ -774,6 +888,14 @@ BUILDERS: dict[str, CaseBuilder] = {
     "SET_ROWS": _set_rows,
     "CPY": _cpy,
     "DUP": _dup,
+    "SET": _set,
+    "ACC": _acc,
+    "REPEAT_BACK": _repeat_back,
+    "GET_ROWS_BACK": _get_rows_back,
+    "SOFT_MAX_BACK": _back("soft_max_ext_back", UNIFORM, "scale", "max_bias"),
+    "RMS_NORM_BACK": _back("rms_norm_back", Init("uniform", -10.0, 10.0), "eps"),
+    "GATED_DELTA_NET": _gated_delta_net,
+    "UPSCALE": _upscale,
     "CONT": _cont,
     "REPEAT": _repeat,
     "CONCAT": _concat,

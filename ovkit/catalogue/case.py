@@ -280,7 +280,9 @@ def ggml_structure(case: Case) -> Structure:
         leaves = {}
         for leaf in case.leaves:
             ne = (ctypes.c_int64 * 4)(*leaf.ne)
-            t = g.ggml_new_tensor(ctx, oracle.type_id(leaf.dtype), 4, ne)
+            # ggml_f32 leaves as the oracle gets them (its ggml_set_rows asserts an f32 src at build)
+            dtype = "f32" if leaf.name in case.ggml_f32 else leaf.dtype
+            t = g.ggml_new_tensor(ctx, oracle.type_id(dtype), 4, ne)
             g.ggml_set_name(t, leaf.name.encode())
             leaves[leaf.name] = oracle.GgmlTensor(t)
         out = case.program(oracle.GgmlBuilder(ctx), leaves)

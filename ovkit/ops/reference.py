@@ -321,7 +321,7 @@ def swiglu_oai(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- layout
-@reference(Op.CONT)
+@reference(Op.CONT, Op.DUP)
 def cont(t: Tensor, xs: list[Arr]) -> Arr:
     return np.asarray(xs[0]).reshape(tuple(reversed(t.ne)))
 
@@ -372,9 +372,21 @@ def repeat(t: Tensor, xs: list[Arr]) -> Arr:
     return repeat_to(np.asarray(xs[0]), t.ne)
 
 
+def wrap_index(t: Tensor, d: int) -> Arr:
+    """Circular PAD: the source index (i − lp) mod ne of every output index i along ggml dim d."""
+    src = t.srcs[0]
+    assert src is not None
+    return (np.arange(t.ne[d]) - t.params[f"lp{d}"]) % src.ne[d]
+
+
 @reference(Op.PAD)
 def pad(t: Tensor, xs: list[Arr]) -> Arr:
     p = t.params
+    if p["circular"]:
+        out = f32(xs[0])
+        for d in range(4):
+            out = np.take(out, wrap_index(t, d), axis=3 - d)
+        return out
     widths = [(p[f"lp{d}"], p[f"rp{d}"]) for d in (3, 2, 1, 0)]
     return np.pad(f32(xs[0]), widths)
 
@@ -689,7 +701,8 @@ def rope_corr_dims(
     """``ggml_rope_yarn_corr_dims`` (IEEE semantics: n_ctx_orig = 0 gives -inf, as in C)."""
 
     def corr_dim(n_rot: float) -> float:
-        ratio = n_ctx_orig / (n_rot * 2 * math.pi)
+        den = n_rot * 2 * math.pi
+        ratio = n_ctx_orig / den if den else math.copysign(math.inf, n_ctx_orig) if n_ctx_orig else math.nan
         log_ratio = math.log(ratio) if ratio > 0 else -math.inf
         return n_dims * log_ratio / (2 * math.log(freq_base))
 

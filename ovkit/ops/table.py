@@ -229,9 +229,9 @@ ENTRIES: tuple[OpEntry, ...] = (
     ),
     OpEntry(
         Op.PAD,
-        ("pad", "pad_ext"),
+        ("pad", "pad_ext", "pad_circular", "pad_ext_circular"),
         "p0..p3 (after) / lp0, rp0 .. lp3, rp3",
-        "Pad CONSTANT 0",
+        "Pad CONSTANT 0; circular: a Gather per dim at (i − lp) mod ne",
         "v1::Pad CONSTANT 0; circular mode has its own path (op/pad.cpp)",
     ),
     # ---------------------------------------------------------------- rows
@@ -445,6 +445,7 @@ ENTRIES: tuple[OpEntry, ...] = (
             (Op.LOG, ("log",), "a", "Log"),
             (Op.LEAKY_RELU, ("leaky_relu",), "a, negative_slope, inplace", "Select(x > 0, x, slope·x)"),
             (Op.SUM, ("sum",), "a", "ReduceSum over every axis → [1]"),
+            (Op.DUP, ("dup",), "a", "Reshape of the (strided) source value, as CONT"),
             (Op.MEAN, ("mean",), "a", "ReduceMean(axis ne0, keep_dims)"),
             (
                 Op.ARGMAX,
@@ -517,9 +518,9 @@ ENTRIES: tuple[OpEntry, ...] = (
             (
                 Op.OUT_PROD,
                 ("out_prod",),
-                "a [m, k, ...] (f32, f16 or quantized), b f32 [p, k, ...]",
+                "a [m, k, ...] (f32, f16 or quantized), b [p, k, ...] (f32, f16, bf16)",
                 "MatMul(bᵀ, a) with a repeat-interleaved over b's batch",
-                "ggml-python 0.0.45 has no f16 kernel; ggml's CPU asserts no broadcast for f16/quantized a (ovkit broadcasts every type as f32 a).",
+                "ggml-python 0.0.45 has no f16-a kernel, asserts an f32 b and no broadcast for a quantized a; later ggml computes those as f32 (ovkit broadcasts every type as f32 a).",
             ),
             (
                 Op.TOP_K,

@@ -46,6 +46,7 @@ from ovkit.ops.reference import (
     tri_mask,
     upscale_batch_index,
     upscale_weights,
+    wrap_index,
 )
 
 Out = Any  # an openvino Output/Node
@@ -498,7 +499,7 @@ def _swiglu_oai(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- layout
-@translator(Op.CONT)
+@translator(Op.CONT, Op.DUP)
 def _cont(t: Tensor, xs: list[Out]) -> Out:
     return reshape4(xs[0], t.ne)
 
@@ -558,6 +559,11 @@ def _repeat(t: Tensor, xs: list[Out]) -> Out:
 @translator(Op.PAD)
 def _pad(t: Tensor, xs: list[Out]) -> Out:
     p = t.params
+    if p["circular"]:
+        out = f32(xs[0])
+        for d in range(4):
+            out = ops.gather(out, const(wrap_index(t, d), np.int64), i64(3 - d))
+        return out
     begin = [p["lp3"], p["lp2"], p["lp1"], p["lp0"]]
     end = [p["rp3"], p["rp2"], p["rp1"], p["rp0"]]
     return ops.pad(f32(xs[0]), i64(begin), i64(end), "constant", const(0.0))
