@@ -121,14 +121,15 @@ def _attention_inputs(n_q: int, n_kv: int, heads: int, kv_heads: int, hd: int) -
     ]
 
 
+def _pv(b: Any, x: Any) -> Any:
+    """PERMUTE <- VIEW <- base, as llama.cpp feeds flash attention (and upstream's policy
+    requires); a full view_3d, as ggml_view_tensor is op NONE in ggml (the real backend rejects it)."""
+    return b.permute(b.view_3d(x, x.ne[0], x.ne[1], x.ne[2], x.nb[1], x.nb[2], 0), 0, 2, 1, 3)
+
+
 def _fa_program(scale: float, max_bias: float = 0.0, softcap: float = 0.0) -> Program:
     def program(g: Any, x: Mapping[str, Any]) -> Any:
-        # PERMUTE <- VIEW <- base, the pattern llama.cpp builds (and upstream's policy requires); a
-        # full view_3d, as ggml_view_tensor is op NONE in ggml (the real backend rejects that)
-        def viewed(t: Any) -> Any:
-            return g.permute(g.view_3d(t, *t.ne[:3], t.nb[1], t.nb[2], 0), 0, 2, 1, 3)
-
-        q, k, v = viewed(x["q"]), viewed(x["k"]), viewed(x["v"])
+        q, k, v = _pv(g, x["q"]), _pv(g, x["k"]), _pv(g, x["v"])
         return g.flash_attn_ext(q, k, v, x["mask"], scale, max_bias, softcap)
 
     return program
@@ -1436,11 +1437,14 @@ def _fa(
         ins["m"] = _leaf((kv, -(-nb // 32) * 32, 1, 1), "f16", Init("causal_mask"))
 
     def program(b: Any, t: Mapping[str, Any]) -> Any:
-        def pv(x: Any) -> Any:  # PERMUTE(VIEW(base)), the layout the upstream translator expects
-            return b.permute(b.view_3d(x, x.ne[0], x.ne[1], x.ne[2], x.nb[1], x.nb[2], 0), 0, 2, 1, 3)
-
         return b.flash_attn_ext(
-            pv(t["q"]), pv(t["k"]), pv(t["v"]), t["m"] if mask else None, 1.0 / np.sqrt(hsk), 0.0, 0.0
+            _pv(b, t["q"]),
+            _pv(b, t["k"]),
+            _pv(b, t["v"]),
+            t["m"] if mask else None,
+            1.0 / np.sqrt(hsk),
+            0.0,
+            0.0,
         )
 
     return ins, program
@@ -1672,10 +1676,6 @@ for _tt in range(4):
 
 # --- cases upstream's policy rejects: ovkit raises UnsupportedOpError, and its translation still
 # reproduces ggml's numbers (checked with the policy bypassed) ------------------------------------
-
-
-def _pv(b: Any, x: Any) -> Any:  # PERMUTE(VIEW(base)) as llama.cpp feeds flash attention
-    return b.permute(b.view_3d(x, x.ne[0], x.ne[1], x.ne[2], x.nb[1], x.nb[2], 0), 0, 2, 1, 3)
 
 
 def _fa_variant(max_bias: float, softcap: float, sinks: bool) -> Program:
