@@ -457,14 +457,15 @@ def _pooled(
 ) -> Iterator[tuple[int, Result]]:
     """(index, result) as worker processes finish them; the costliest rows go first, so no
     worker is left with a long case while the others idle at the end."""
+    threads = threads_per_worker(workers)
+    started = [_Worker(policy, device, threads) for _ in range(workers)]  # they start while we sort
     todo: Queue[tuple[int, Row]] = Queue()
     for i in sorted(range(len(rows)), key=lambda i: -cost(rows[i])):
         todo.put((i, rows[i]))
     done: Queue[tuple[int, Result] | None] = Queue()
-    threads = threads_per_worker(workers)
 
-    def serve() -> None:
-        w, spare = _Worker(policy, device, threads), None
+    def serve(first: _Worker) -> None:
+        w, spare = first, None
         while True:
             try:
                 i, row = todo.get_nowait()
@@ -485,7 +486,7 @@ def _pooled(
                 x.close()
         done.put(None)
 
-    pool = [threading.Thread(target=serve, daemon=True) for _ in range(max(1, workers))]
+    pool = [threading.Thread(target=serve, args=(w,), daemon=True) for w in started]
     for t in pool:
         t.start()
     alive = len(pool)
