@@ -28,7 +28,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from ovkit.catalogue import backend_ops
-from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs, index_set_err, oracle_inputs
+from ovkit.catalogue.case import (
+    Case,
+    build_ovkit,
+    draw_all,
+    ggml_inputs,
+    index_set_err,
+    oracle_inputs,
+    ovkit_graph,
+)
 from ovkit.catalogue.result import STATUSES, Result, Status
 
 if TYPE_CHECKING:
@@ -238,12 +246,13 @@ def run_case(
     for leaf in case.leaves:
         if leaf.quantized and leaf.dtype.lower() not in known:
             return Result(**base, status="not translatable", detail=f"ovkit has no {leaf.dtype} weights")
+    # translatable? asked of the graph without values first: drawing and quantizing the inputs
+    # (ggml's IQ types build their grids for seconds) is wasted on a case ovkit cannot run
     try:
-        ggml_leaves = ggml_inputs(case, draw_all(case))
-    except Exception as exc:
-        return Result(**base, status="FAIL", detail=f"inputs: {_first_line(exc)}")
-    try:
-        g, out, feed = build_ovkit(case, ggml_leaves)
+        gap = _untranslated_node(*ovkit_graph(case))
+        if gap is None:
+            ggml_leaves = ggml_inputs(case, draw_all(case))
+            g, out, feed = build_ovkit(case, ggml_leaves)
     except Exception as exc:
         from ovkit.graph import GraphError
 
@@ -252,6 +261,8 @@ def run_case(
         if _untranslatable(exc) or isinstance(exc, GraphError):
             return Result(**base, status="not translatable", detail=_first_line(exc))
         return Result(**base, status="FAIL", detail=f"build: {_first_line(exc)}")
+    if gap is not None:
+        return Result(**base, status="not translatable", detail=gap)
     if policy == "upstream" and not accepted:
         return Result(**base, status="not supported", detail=reason)
     try:
@@ -306,23 +317,27 @@ def run_row(
     return replace(r, seconds=round(time.perf_counter() - t0, 4))
 
 
-def translatable(row: Row) -> tuple[bool, str]:
-    """Whether ovkit can build the row's graph and has an OpenVINO translation for every op node
-    (without running it), with the reason when not; ``no case`` rows are not translatable."""
-    from ovkit.catalogue.case import ovkit_graph
+def _untranslated_node(g: Any, out: Any) -> str | None:
+    """The first op node of ``out``'s graph ovkit has no OpenVINO translation for, as a reason."""
     from ovkit.ir import VIEW_OPS
     from ovkit.ops.translate import TRANSLATORS
 
+    for t in g.value_nodes([out]):
+        if not t.is_leaf and t.op not in VIEW_OPS and t.op_key not in TRANSLATORS:
+            return f"no OpenVINO translation for {t.op_key}"
+    return None
+
+
+def translatable(row: Row) -> tuple[bool, str]:
+    """Whether ovkit can build the row's graph and has an OpenVINO translation for every op node
+    (without running it), with the reason when not; ``no case`` rows are not translatable."""
     try:
-        g, out = ovkit_graph(backend_ops.build(row.op, row.params))
+        gap = _untranslated_node(*ovkit_graph(backend_ops.build(row.op, row.params)))
     except backend_ops.NoCase as exc:
         return False, f"no case: {exc}"
     except Exception as exc:
         return False, _first_line(exc)
-    for t in g.value_nodes([out]):
-        if not t.is_leaf and t.op not in VIEW_OPS and t.op_key not in TRANSLATORS:
-            return False, f"no OpenVINO translation for {t.op_key}"
-    return True, ""
+    return gap is None, gap or ""
 
 
 def coverage_rows(
@@ -452,24 +467,38 @@ def cost(row: Row) -> int:
     return sum(int(np.prod(leaf.ne, dtype=np.int64)) for leaf in case.leaves)
 
 
+#: ggml builds these types' quantization grids on their first use in a process: 1 to 12 s of
+#: processor time each (iq1_s, iq1_m share one), so their rows all go to one worker.
+GRID_TYPES = ("iq1_s", "iq1_m", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s")
+
+
+def _pinned(row: Row) -> bool:
+    """Whether the row quantizes to a :data:`GRID_TYPES` type."""
+    import re
+
+    return any(t in GRID_TYPES for t in re.findall(r"=(iq\w+?)(?:,|$)", row.params))
+
+
 def _pooled(
     rows: Sequence[Row], policy: str, device: str, workers: int, timeout: float
 ) -> Iterator[tuple[int, Result]]:
     """(index, result) as worker processes finish them; the costliest rows go first, so no
-    worker is left with a long case while the others idle at the end."""
+    worker is left with a long case while the others idle at the end; the first worker takes
+    the :data:`GRID_TYPES` rows before any other."""
     threads = threads_per_worker(workers)
     started = [_Worker(policy, device, threads) for _ in range(workers)]  # they start while we sort
+    pinned: Queue[tuple[int, Row]] = Queue()
     todo: Queue[tuple[int, Row]] = Queue()
     for i in sorted(range(len(rows)), key=lambda i: -cost(rows[i])):
-        todo.put((i, rows[i]))
+        (pinned if _pinned(rows[i]) else todo).put((i, rows[i]))
     done: Queue[tuple[int, Result] | None] = Queue()
 
-    def serve(first: _Worker) -> None:
+    def serve(first: _Worker, queues: tuple[Queue[tuple[int, Row]], ...]) -> None:
         w, spare = first, None
         while True:
             try:
-                i, row = todo.get_nowait()
-            except Empty:
+                i, row = next(q.get_nowait() for q in queues if not q.empty())
+            except (StopIteration, Empty):
                 break
             got = w.ask(row, timeout)
             if got is None:
@@ -486,7 +515,10 @@ def _pooled(
                 x.close()
         done.put(None)
 
-    pool = [threading.Thread(target=serve, args=(w,), daemon=True) for w in started]
+    pool = [
+        threading.Thread(target=serve, args=(w, (pinned, todo) if k == 0 else (todo,)), daemon=True)
+        for k, w in enumerate(started)
+    ]
     for t in pool:
         t.start()
     alive = len(pool)
