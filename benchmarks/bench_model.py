@@ -36,10 +36,23 @@ TARGETS = {
 }
 
 
+def precisions() -> str:
+    """What each side computes in: ovkit asks for exact f32; the real backend compiles with an
+    empty CPU config, i.e. OpenVINO's CPU default for this CPU (bf16 only where the CPU has it)."""
+    import openvino as ov
+
+    core = ov.Core()
+    default = core.get_property("CPU", "INFERENCE_PRECISION_HINT")
+    caps = ", ".join(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    return f"real backend: the CPU default, {default} here (CPU capabilities: {caps})"
+
+
 def run_one(path: Path, n_prompt: int, n_predict: int, n_ctx: int) -> dict[str, dict[str, float]]:
     prompt = [1 + (i * 7919) % 31000 for i in range(n_prompt)]
     model = Model(path, n_ctx=n_ctx)
     gen = model.generate(prompt, n_predict)
+    used = sorted({s.effective.inference_precision for s in model.sessions()})
+    print(f"  inference precision: ovkit {', '.join(map(str, used))} (asked: f32); {precisions()}")
     rows = {"ovkit": {"prefill": gen.prefill_tok_s, "decode": gen.decode_tok_s, "compile_s": gen.compile_s}}
     ref = run_reference(path, prompt, gen.tokens, n_ctx=n_ctx, n_threads=2)
     rows["llama.cpp CPU"] = {"prefill": ref.prefill_tok_s, "decode": ref.decode_tok_s}
@@ -64,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ovkit-bench-model-") as tmp:
         for wtype in tqdm(args.types.split(","), desc="weight types", file=sys.stderr):
             path = synthetic("llama", Path(tmp) / f"llama-{wtype}.gguf", weight_type=wtype, **sizes)
-            rows = run_one(path, n_prompt, n_predict, n_ctx)
             print(f"\n{wtype}:")
+            rows = run_one(path, n_prompt, n_predict, n_ctx)
             for name, r in rows.items():
                 if "error" in r:
                     print(f"  {name:14} failed: {r['error']}")

@@ -187,8 +187,7 @@ def view_value(t: Tensor, base: Out) -> Out:
     if t.is_contiguous():
         if start == 0 and t.nelements == n_base:
             return reshape4(base, t.ne)
-        flat = ops.reshape(base, i64([n_base]), False)
-        return reshape4(ops.slice(flat, i64([start]), i64([start + t.nelements]), i64([1])), t.ne)
+        return reshape4(_element_range(base, n_base, start, start + t.nelements), t.ne)
     flat = ops.reshape(base, i64([n_base]), False)
     plan = _strided_plan(t)
     if plan is None:
@@ -199,7 +198,8 @@ def view_value(t: Tensor, base: Out) -> Out:
             flat = ops.convert(flat, ov.Type.f32)  # exact; the bf16 view is converted back below
         zero = ops.convert(const(0.0), flat.get_output_element_type(0))
         flat = ops.pad(flat, i64([0]), i64([start + span - n_base]), "constant", zero)
-    src = ops.slice(flat, i64([start]), i64([start + span]), i64([1]))
+        n_base = start + span
+    src = _element_range(flat, n_base, start, start + span)
     y = ops.reshape(src, i64(block), False)
     if keep != block:
         y = ops.slice(y, i64([0] * len(block)), i64(keep), i64([1] * len(block)))
@@ -207,6 +207,15 @@ def view_value(t: Tensor, base: Out) -> Out:
     if order != sorted(order):
         y = ops.transpose(y, i64(order))
     return reshape4(y, t.ne)
+
+
+def _element_range(base: Out, n: int, start: int, stop: int) -> Out:
+    """Elements ``start:stop`` of ``base`` (``n`` elements) in memory order, as rows of ``g`` =
+    gcd(start, stop, n) elements: the CPU plugin runs a 1-D Slice with its reference kernel, about
+    10x slower than a row Slice (a KV cache view: 2.2 ms against 0.15 ms), for the same values."""
+    g = math.gcd(start, stop, n)
+    rows = ops.reshape(base, i64([n // g, g]), False)
+    return ops.slice(rows, i64([start // g]), i64([stop // g]), i64([1]), i64([0]))
 
 
 def _strided_plan(t: Tensor) -> tuple[int, list[int], list[int], list[int]] | None:
