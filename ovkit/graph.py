@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ovkit.dtypes import DTYPES, FLOAT_TYPES, TYPE_OF_NUMPY
+from ovkit.dtypes import DTYPES, FLOAT_TYPES, TYPE_OF_NUMPY, contiguous_nb, layout
 from ovkit.ir import (
     IN_PLACE_WRITES,
     GraphError,
@@ -28,7 +28,6 @@ from ovkit.ir import (
     device_runner,
     ne4,
     ne_str,
-    packed_nb,
     round_to,
 )
 from ovkit.ops.bounds import check_constant, check_feed
@@ -524,7 +523,11 @@ class Graph(GraphIR):
             raise self._err(
                 Op.RESHAPE, "a", f"{math.prod(ne4)} elements for ne {ne_str(ne4)}", f"{a.nelements}"
             )
-        return self._new(Op.RESHAPE, ne4, a.dtype, (a,), view_of=a, nb=packed_nb(ne4, a.type_size or 1))
+        if ne4[0] % layout(a.dtype)[0]:
+            raise self._err(
+                Op.RESHAPE, "ne", f"ne[0] a multiple of the {a.dtype} block size", f"ne {ne_str(ne4)}"
+            )
+        return self._new(Op.RESHAPE, ne4, a.dtype, (a,), view_of=a, nb=contiguous_nb(a.dtype, ne4))
 
     def reshape(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_reshape``: a (contiguous) viewed with b's shape."""
@@ -543,25 +546,20 @@ class Graph(GraphIR):
     def reshape_4d(self, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
         return self._reshape_to(a, (ne0, ne1, ne2, ne3))
 
-    def _check_plain_view(self, op: Op, a: Tensor) -> None:
-        self._check_tensor(op, "a", a)
-        if a.is_quantized:
-            raise self._err(
-                op, "a", "a plain-typed tensor (views of quantized weights are not supported)", a.dtype
-            )
-
     def _view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int], offset: int) -> Tensor:
         """``ggml_view_impl``: ne, nb[1:] and a byte offset over a's memory."""
-        self._check_plain_view(Op.VIEW, a)
-        es = a.type_size
+        self._check_tensor(Op.VIEW, "a", a)
+        blck, es = layout(a.dtype)
         ne4 = tuple(int(d) for d in ne) + (1,) * (4 - len(ne))
         nb_given = [es, *[int(x) for x in nb]]
         # ggml fills the strides of the dims not given with contiguous ones.
         for i in range(len(nb_given), 4):
-            nb_given.append(nb_given[i - 1] * ne4[i - 1])
+            nb_given.append(nb_given[i - 1] * ne4[i - 1] // (blck if i == 1 else 1))
         nb4 = tuple(nb_given[:4])
         if offset < 0:
             raise self._err(Op.VIEW, "offset", "a non-negative byte offset", str(offset))
+        if a.is_quantized:
+            self._check_block_view(a, ne4, nb4, offset)
         if offset % es or any(x % es for x in nb4):
             raise self._err(
                 Op.VIEW,
@@ -572,9 +570,9 @@ class Graph(GraphIR):
         probe = Tensor(self, -1, Op.VIEW, ne4, a.dtype, nb=nb4)  # type: ignore[arg-type]
         # ggml checks the packed size (Π ne · element size); the strided extent must fit as well,
         # or the view would read past its buffer
-        data_size = max(probe.nbytes, math.prod(ne4) * es)
+        data_size = max(probe.nbytes, math.prod(ne4) // blck * es)
         base = a.base
-        base_bytes = base.nelements * base.type_size
+        base_bytes = base.nelements // blck * es
         if data_size + a.view_offs + offset > base_bytes:
             raise self._err(
                 Op.VIEW,
@@ -584,6 +582,23 @@ class Graph(GraphIR):
             )
         params = {"ne": ne4, "nb": nb4, "offset": int(offset)}
         return self._new(Op.VIEW, ne4, a.dtype, (a,), params, view_of=a, nb=nb4, offset=int(offset))
+
+    def _check_block_view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int], offset: int) -> None:
+        """A view of quantized blocks must keep whole blocks: rows of whole blocks (ne[0] a multiple
+        of the block size) starting on block boundaries (offset and strides whole blocks)."""
+        blck, tsize = layout(a.dtype)
+        if ne[0] % blck:
+            raise self._err(
+                Op.VIEW, "ne", f"ne[0] a multiple of the {a.dtype} block size {blck}", f"ne {ne_str(ne)}"
+            )
+        for what, v in (("offset", offset), *((f"nb[{i}]", nb[i]) for i in (1, 2, 3))):
+            if v % tsize:
+                raise self._err(
+                    Op.VIEW,
+                    what,
+                    f"whole {a.dtype} blocks (a multiple of {tsize} bytes)",
+                    f"{v} (nb {list(nb)}, offset {offset})",
+                )
 
     def view_1d(self, a: Tensor, ne0: int, offset: int) -> Tensor:
         """``ggml_view_1d(a, ne0, offset)`` (offset in bytes)."""
@@ -610,10 +625,14 @@ class Graph(GraphIR):
 
     def permute(self, a: Tensor, axis0: int, axis1: int, axis2: int, axis3: int) -> Tensor:
         """``ggml_permute``: source dim i becomes dim axis_i (ggml dims: 0 = innermost)."""
-        self._check_plain_view(Op.PERMUTE, a)
+        self._check_tensor(Op.PERMUTE, "a", a)
         axes = (axis0, axis1, axis2, axis3)
         if sorted(axes) != [0, 1, 2, 3]:
             raise self._err(Op.PERMUTE, "axes", "a permutation of 0,1,2,3", str(list(axes)))
+        if a.is_quantized and axes[0] != 0:
+            raise self._err(
+                Op.PERMUTE, "axes", f"dim 0 kept innermost for {a.dtype} blocks (axis0 = 0)", str(list(axes))
+            )
         ne = [0] * 4
         nb = [0] * 4
         for i, ax in enumerate(axes):
@@ -623,7 +642,9 @@ class Graph(GraphIR):
 
     def transpose(self, a: Tensor) -> Tensor:
         """``ggml_transpose``: swap dims 0 and 1 (a strided view)."""
-        self._check_plain_view(Op.TRANSPOSE, a)
+        self._check_tensor(Op.TRANSPOSE, "a", a)
+        if a.is_quantized:
+            raise self._err(Op.TRANSPOSE, "a", "a plain-typed tensor (blocks cannot be transposed)", a.dtype)
         ne = (a.ne[1], a.ne[0], a.ne[2], a.ne[3])
         nb = (a.nb[1], a.nb[0], a.nb[2], a.nb[3])
         return self._new(Op.TRANSPOSE, ne, a.dtype, (a,), view_of=a, nb=nb)
@@ -975,7 +996,8 @@ class Graph(GraphIR):
         op = Op.FLASH_ATTN_EXT
         for nm, t in (("q", q), ("k", k), ("v", v)):
             self._check_tensor(op, nm, t)
-            self._check_types(op, nm, t, FLOAT_TYPES)
+            if not (nm != "q" and t.is_quantized):  # ggml dequantizes quantized K/V rows
+                self._check_types(op, nm, t, FLOAT_TYPES)
         # ggml's CPU kernel reads q as f32 whatever its type (an f16 q gives garbage there)
         self._check_types(op, "q", q, ("f32",))
         if k.ne[0] != q.ne[0]:

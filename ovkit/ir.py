@@ -298,13 +298,6 @@ def ne4(shape: Sequence[int]) -> tuple[int, int, int, int]:
     return (ne[0], ne[1], ne[2], ne[3])
 
 
-def packed_nb(ne: Sequence[int], type_size: int) -> tuple[int, int, int, int]:
-    """Byte strides of a contiguous tensor of ``ne`` with elements of ``type_size`` bytes."""
-    nb1 = type_size * ne[0]
-    nb2 = nb1 * ne[1]
-    return (type_size, nb1, nb2, nb2 * ne[2])
-
-
 def n_dims(ne: Sequence[int]) -> int:
     """``ggml_n_dims``: 1 + the last dim with ne > 1 (at least 1)."""
     for i in range(3, 0, -1):
@@ -502,17 +495,38 @@ class Tensor(_OpKind):
 
     @property
     def nbytes(self) -> int:
-        """``ggml_nbytes`` for plain types."""
+        """``ggml_nbytes`` (quantized types: whole blocks along ne[0])."""
         if any(d == 0 for d in self.ne):
             return 0
+        blck, tsize = layout(self.dtype)
+        if blck > 1:
+            return self.ne[0] * self.nb[0] // blck + sum(
+                (n - 1) * b for n, b in zip(self.ne[1:], self.nb[1:], strict=True)
+            )
         return self.type_size + sum((n - 1) * b for n, b in zip(self.ne, self.nb, strict=True))
+
+    @property
+    def elem_offset(self) -> int:
+        """``view_offs`` in elements of the base's flattened values (a quantized view starts on a
+        block boundary, checked when built: block ``b`` holds elements ``b*blck ...``)."""
+        blck, tsize = layout(self.dtype)
+        return self.view_offs // tsize * blck
+
+    @property
+    def elem_strides(self) -> tuple[int, ...]:
+        """``nb`` in elements of the base's flattened values (quantized: blocks along ne[0] are
+        dense, the other strides whole blocks, checked when built)."""
+        blck, tsize = layout(self.dtype)
+        if blck == 1:
+            return tuple(b // tsize for b in self.nb)
+        return (1, *(b // tsize * blck for b in self.nb[1:]))
 
     def is_contiguous(self) -> bool:
         """``ggml_is_contiguous``: rows packed, size-1 dims ignored."""
-        nxt = self.type_size
-        if self.ne[0] != 1 and self.nb[0] != nxt:
+        blck, nxt = layout(self.dtype)
+        if self.ne[0] != blck and self.nb[0] != nxt:
             return False
-        nxt *= self.ne[0]
+        nxt *= self.ne[0] // blck
         for i in range(1, 4):
             if self.ne[i] != 1:
                 if self.nb[i] != nxt:
@@ -677,7 +691,7 @@ class GraphIR:
             t.after = view_of.after if view_of.view_src is not None else self._writes.get(base.id)
             t.nb = (int(nb[0]), int(nb[1]), int(nb[2]), int(nb[3])) if nb is not None else t.nb
         else:
-            t.nb = packed_nb(ne4_, TYPE_SIZE.get(dtype, 1))
+            t.nb = contiguous_nb(dtype, ne4_)
         self.nodes.append(t)
         return t
 
@@ -821,10 +835,10 @@ def from_model_output(t: Tensor, arr: np.ndarray) -> np.ndarray:
 
 def ggml_index_map(t: Tensor) -> np.ndarray:
     """Element indices (into the flattened base memory) of every element of view ``t``, shape [ne3,ne2,ne1,ne0]."""
-    es = t.type_size
-    idx = np.full((1, 1, 1, 1), t.view_offs // es, dtype=np.int64)
+    strides = t.elem_strides
+    idx = np.full((1, 1, 1, 1), t.elem_offset, dtype=np.int64)
     for d in range(4):
         shape = [1, 1, 1, 1]
         shape[3 - d] = t.ne[d]
-        idx = idx + (np.arange(t.ne[d], dtype=np.int64) * (t.nb[d] // es)).reshape(shape)
+        idx = idx + (np.arange(t.ne[d], dtype=np.int64) * strides[d]).reshape(shape)
     return np.broadcast_to(idx, tuple(reversed(t.ne))).copy()

@@ -405,3 +405,64 @@ def test_policy_refuses_host_types_as_upstream_does(device: str, rng: np.random.
     with pytest.raises(quant.QuantError, match="the policy refuses q2_K weights"):
         quant.requant_bytes(quant.RequantTarget.UNSUPPORTED, "q2_K", (4, 256))
     assert "q5_0" in quant.requant_table().query("target == 'not supported'")["types"].iloc[0]
+
+
+# -- views of quantized tensors (test-backend-ops views and permutes its quantized K/V) -------------
+
+
+def test_quantized_view_of_whole_blocks_matches_ggml() -> None:
+    from ovkit.catalogue import run
+    from ovkit.catalogue.case import Case, Leaf
+
+    def program(b: object, x: dict[str, object]) -> object:
+        w = x["w"]
+        # rows 1..3 of the second block column, then a permute of the batch dims
+        v = b.view_3d(w, 32, 3, 2, w.nb[1], w.nb[2], w.nb[1] + w.nb[0])  # type: ignore[attr-defined]
+        return b.mul_mat(b.permute(v, 0, 1, 3, 2), x["x"])  # type: ignore[attr-defined]
+
+    for qtype in ("q4_0", "iq4_nl"):
+        leaves = (Leaf("w", (64, 4, 2, 1), qtype), Leaf("x", (32, 5, 1, 2)))
+        case = Case("MUL_MAT", f"quantized view {qtype}", leaves, program, max_err=MUL_MAT_NMSE)
+        result = run.run_case(case, policy="none")
+        assert result.status == "OK", (qtype, result.detail)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        "hsk=64,hsv=64,nh=4,nr23=[1,1],kv=512,nb=1,mask=1,sinks=1,max_bias=0.000000,logit_softcap=0.000000,"
+        "prec=f32,type_K=q8_0,type_V=q8_0,permute=[0,2,1,3]",
+        "hsk=72,hsv=72,nh=4,nr23=[1,1],kv=96,nb=2,mask=1,sinks=0,max_bias=0.000000,logit_softcap=0.000000,"
+        "prec=f32,type_K=q4_0,type_V=q8_0,permute=[0,1,2,3]",
+    ],
+)
+def test_flash_attn_over_quantized_kv_views_matches_ggml(params: str) -> None:
+    from ovkit.catalogue import run
+
+    result = run.run_row(run.Row("FLASH_ATTN_EXT", params), policy="none")
+    assert result.status == "OK", result.detail
+
+
+def test_quantized_views_off_block_boundaries_are_refused_by_name(rng: np.random.Generator) -> None:
+    from ovkit.graph import GraphError
+
+    g = Graph()
+    w = g.constant(quant.quantize("q4_0", rng.uniform(-1, 1, (4, 64)).astype(np.float32)))
+    assert w.nb == (18, 36, 144, 144)  # ggml's strides: 18-byte blocks of 32 elements
+    with pytest.raises(
+        GraphError,
+        match=r"VIEW: operand offset: expected whole q4_0 blocks \(a multiple of 18 bytes\), given 5",
+    ):
+        g.view_2d(w, 32, 3, w.nb[1], 5)
+    with pytest.raises(GraphError, match=r"VIEW: operand nb\[1\]: expected whole q4_0 blocks .*given 20"):
+        g.view_2d(w, 32, 3, 20, 0)
+    with pytest.raises(
+        GraphError, match=r"VIEW: operand ne: expected ne\[0\] a multiple of the q4_0 block size 32"
+    ):
+        g.view_2d(w, 16, 3, w.nb[1], 0)
+    with pytest.raises(
+        GraphError, match=r"PERMUTE: operand axes: expected dim 0 kept innermost for q4_0 blocks"
+    ):
+        g.permute(w, 1, 0, 2, 3)
+    with pytest.raises(GraphError, match="TRANSPOSE: operand a: expected a plain-typed tensor"):
+        g.transpose(w)

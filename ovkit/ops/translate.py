@@ -91,7 +91,7 @@ def f32(x: Out) -> Out:
 def to_type(x: Out, dtype: str) -> Out:
     """``x`` converted to the ggml type ``dtype`` (no-op when already that type)."""
     out = output_of(x)
-    target = OV_TYPE[dtype]
+    target = OV_TYPE.get(dtype, ov.Type.f32)  # a quantized tensor's value is its f32 decode
     if out.get_element_type() == target:
         return x
     if dtype in ("f16", "bf16") and out.get_element_type() == ov.Type.f32:
@@ -183,7 +183,7 @@ def view_value(t: Tensor, base: Out) -> Out:
     n_base = base_t.nelements
     if t.nelements == 0:
         return ops.broadcast(const(0, np.float32), i64(list(reversed(t.ne))))
-    start = t.view_offs // t.type_size
+    start = t.elem_offset
     if t.is_contiguous():
         if start == 0 and t.nelements == n_base:
             return reshape4(base, t.ne)
@@ -220,11 +220,10 @@ def _element_range(base: Out, n: int, start: int, stop: int) -> Out:
 
 def _strided_plan(t: Tensor) -> tuple[int, list[int], list[int], list[int]] | None:
     """For nested strides: (span in elements, padded block shape, kept sizes, transpose order)."""
-    es = t.type_size
     dims = [d for d in range(4) if t.ne[d] > 1]
     if not dims:
         return None
-    stride = {d: t.nb[d] // es for d in dims}
+    stride = {d: t.elem_strides[d] for d in dims}
     if any(v <= 0 for v in stride.values()):
         return None
     desc = sorted(dims, key=lambda d: stride[d], reverse=True)
