@@ -1501,6 +1501,22 @@ class Graph(GraphIR):
         ne = (a.ne[0] * a.ne[1] * a.ne[2] * IC, out[0], out[1], out[2] * (b.ne[3] // IC))
         return self._new(op, ne, dt, (a, b), {**p, "IC": int(IC)})
 
+    def col2im_1d(self, a: Tensor, s0: int, oc: int, p0: int) -> Tensor:
+        """``ggml_col2im_1d``: columns a [T_in, OC·K] (numpy) scatter-added into a signal
+        [OC, (T_in − 1)·s0 + K − 2·p0]: out[oc, t] = Σ a[i, oc·K + k] over i·s0 + k − p0 = t."""
+        op = Op.COL2IM_1D
+        self._check_tensor(op, "a", a)
+        self._check_types(op, "a", a, FLOAT_TYPES)
+        self._conv_params(op, s0=s0)
+        if oc < 1 or a.ne[0] % oc or a.ne[2] != 1 or a.ne[3] != 1:
+            raise self._err(
+                op, "a", f"a matrix [T_in, OC·K] with ne[0] a multiple of OC = {oc}", f"ne {ne_str(a.ne)}"
+            )
+        t_out = (a.ne[1] - 1) * s0 + a.ne[0] // oc - 2 * p0
+        if p0 < 0 or t_out < 1:
+            raise self._err(op, "p0", f"0 <= p0 with a positive output length, here {t_out}", str(p0))
+        return self._new(op, (t_out, oc, 1, 1), a.dtype, (a,), {"s0": int(s0), "oc": int(oc), "p0": int(p0)})
+
     def conv_transpose_1d(self, a: Tensor, b: Tensor, s0: int, p0: int, d0: int) -> Tensor:
         """``ggml_conv_transpose_1d``: a kernel [IC, OC, K], b input [IC, L] (numpy) → [OC, (L−1)·s0 + K]."""
         op = Op.CONV_TRANSPOSE_1D

@@ -225,6 +225,10 @@ def _upscale(p: dict[str, Any]) -> Expected:
         "UPSCALE",)  # fmt: skip
 
 
+def _col2im_1d(p: dict[str, Any]) -> Expected:
+    return ((p["T_in"] - 1) * p["s0"] + p["K"] - 2 * p["p0"], p["OC"], 1, 1), p["type"], ("COL2IM_1D",)
+
+
 def _dup(p: dict[str, Any]) -> Expected:
     ne, perm = _ne(p["ne"]), p.get("permute", [0, 0, 0, 0])
     if not sum(perm):
@@ -266,6 +270,7 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], Expected]] = {
     "RMS_NORM_BACK": _back("RMS_NORM_BACK"),
     "UPSCALE": _upscale,
     "DUP": _dup,
+    "COL2IM_1D": _col2im_1d,
 }
 
 

@@ -285,6 +285,20 @@ for _pt, _pn in ((0, "max"), (1, "avg")):
         )
 
 
+# --- COL2IM_1D (test_col2im_1d: cols [K·OC, T_in]; 5e-4 for f16/bf16) -------------------------
+for _dt, _k, _oc, _t, _s, _p in (
+    ("f32", 4, 3, 7, 2, 0),
+    ("f16", 16, 32, 197, 8, 0),
+    ("bf16", 6, 4, 11, 3, 1),
+):
+    case(
+        f"col2im_1d-{_dt}-k{_k}-s{_s}-p{_p}",
+        lambda b, t, _s=_s, _oc=_oc, _p=_p: b.col2im_1d(t["cols"], _s, _oc, _p),
+        {"cols": In((_k * _oc, _t), _dt)},
+        **({} if _dt == "f32" else {"max_nmse": 5e-4, "why": "test_col2im_1d: 5e-4 for f16/bf16"}),
+    )
+
+
 # --- DUP (test_dup: a contiguous copy of a permuted source) ------------------------------------
 for _dt, _high in (("f32", 0), ("f16", 0), ("i32", 1000)):
     case(

@@ -819,6 +819,13 @@ def _pool(dims: int) -> CaseBuilder:
     return build
 
 
+def _col2im_1d(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, k, oc, s0, p0 = p["type"], int(p["K"]), int(p["OC"]), int(p["s0"]), int(p["p0"])
+    leaves = (Leaf("cols", ne4((k * oc, int(p["T_in"]))), t),)
+    return Case(op, params, leaves, lambda b, x: _named(b.col2im_1d(x["cols"], s0, oc, p0), "out"),
+                max_err=1e-7 if t == "f32" else 5e-4)  # fmt: skip
+
+
 def _conv_transpose_1d(op: str, params: str, p: dict[str, Any]) -> Case:
     leaves = (Leaf("input", ne4(p["ne_input"]), "f32"), Leaf("kernel", ne4(p["ne_kernel"]), "f32"))
     s0, p0, d0 = int(p["s0"]), int(p["p0"]), int(p["d0"])
@@ -924,6 +931,7 @@ BUILDERS: dict[str, CaseBuilder] = {
     "POOL_1D": _pool(1),
     "POOL_2D": _pool(2),
     "CONV_TRANSPOSE_1D": _conv_transpose_1d,
+    "COL2IM_1D": _col2im_1d,
     "SSM_CONV": _ssm_conv,
     "SOLVE_TRI": _solve_tri,
 }

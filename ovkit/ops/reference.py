@@ -968,6 +968,35 @@ def im2col_3d(t: Tensor, xs: list[Arr]) -> Arr:
     return flat[im2col_3d_index(t)]
 
 
+def col2im_1d_index(t: Tensor) -> Arr:
+    """COL2IM_1D: the output time i·s0 + k − p0 of every column element [OC, T_in·K] (dropped
+    taps outside the output: the extra slot T_out)."""
+    a = t.srcs[0]
+    assert a is not None
+    p, oc, t_out = t.params, t.params["oc"], t.ne[0]
+    k = a.ne[0] // oc
+    tgt = np.arange(a.ne[1])[:, None] * p["s0"] + np.arange(k)[None, :] - p["p0"]  # [T_in, K]
+    tgt = np.where((tgt >= 0) & (tgt < t_out), tgt, t_out)
+    return np.broadcast_to(tgt.reshape(1, -1), (oc, tgt.size))
+
+
+def col2im_1d_columns(t: Tensor) -> tuple[int, int, int]:
+    """COL2IM_1D's columns as (T_in, OC, K)."""
+    a = t.srcs[0]
+    assert a is not None
+    oc = t.params["oc"]
+    return a.ne[1], oc, a.ne[0] // oc
+
+
+@reference(Op.COL2IM_1D)
+def col2im_1d(t: Tensor, xs: list[Arr]) -> Arr:
+    t_in, oc, k = col2im_1d_columns(t)
+    cols = f32(xs[0]).reshape(t_in, oc, k).transpose(1, 0, 2).reshape(oc, t_in * k)
+    out = np.zeros((oc, t.ne[0] + 1), np.float32)  # f32 accumulation, as ggml's CPU
+    np.add.at(out, (np.arange(oc)[:, None], col2im_1d_index(t)), cols)
+    return out[:, : t.ne[0]]
+
+
 @reference(Op.CONV_TRANSPOSE_1D)
 def conv_transpose_1d(t: Tensor, xs: list[Arr]) -> Arr:
     a_t = t.srcs[0]

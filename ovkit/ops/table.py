@@ -554,6 +554,12 @@ ENTRIES: tuple[OpEntry, ...] = (
                 "Gather with constant indices (a zero slot for padding taps)",
             ),
             (
+                Op.COL2IM_1D,
+                ("col2im_1d",),
+                "a columns [T_in, OC·K], s0, OC, p0",
+                "ScatterElementsUpdate(sum) of the columns at their output times (i·s0 + k − p0), taps outside dropped",
+            ),
+            (
                 Op.CONV_TRANSPOSE_1D,
                 ("conv_transpose_1d",),
                 "a kernel [K, OC, IC], b [L, IC], s0 (p0 = 0, d0 = 1)",

@@ -31,6 +31,8 @@ from ovkit.ir import GraphIR as Graph
 from ovkit.ops.reference import (
     alibi_slopes,
     ax,
+    col2im_1d_columns,
+    col2im_1d_index,
     conv_geometry,
     im2col_3d_index,
     im2col_geometry,
@@ -1015,6 +1017,16 @@ def _conv_3d(t: Tensor, xs: list[Out]) -> Out:
 def _im2col_3d(t: Tensor, xs: list[Out]) -> Out:
     flat = ops.concat([ops.reshape(f32(xs[1]), i64([-1]), False), const([0.0])], 0)
     return reshape4(ops.gather(flat, const(im2col_3d_index(t), np.int64), i64(0)), t.ne)
+
+
+@translator(Op.COL2IM_1D)
+def _col2im_1d(t: Tensor, xs: list[Out]) -> Out:
+    t_in, oc, k = col2im_1d_columns(t)
+    cols = ops.reshape(f32(xs[0]), i64([t_in, oc, k]), False)
+    cols = ops.reshape(ops.transpose(cols, i64([1, 0, 2])), i64([oc, t_in * k]), False)
+    zeros = const(np.zeros((oc, t.ne[0] + 1), np.float32))
+    out = ops.scatter_elements_update(zeros, const(col2im_1d_index(t), np.int64), cols, i64(1), "sum")
+    return reshape4(ops.slice(out, i64([0, 0]), i64([oc, t.ne[0]]), i64([1, 1])), t.ne)
 
 
 @translator(Op.CONV_TRANSPOSE_1D)
