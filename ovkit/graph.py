@@ -657,6 +657,10 @@ class Graph(GraphIR):
             raise self._err(Op.CONCAT, "dim", "0 <= dim < 4", str(dim))
         if a.dtype != b.dtype:
             raise self._err(Op.CONCAT, "b", f"type {a.dtype} (same as a)", b.dtype)
+        if a.is_quantized:
+            raise self._err(
+                Op.CONCAT, "a", "plain-typed operands (ovkit builds no quantized results)", a.dtype
+            )
         for d in range(4):
             if d != dim and a.ne[d] != b.ne[d]:
                 raise self._err(

@@ -782,7 +782,8 @@ def _conv_2d_dw(op: str, params: str, p: dict[str, Any]) -> Case:
             ker = b.permute(b.cont(b.permute(ker, 2, 3, 1, 0)), 3, 2, 0, 1)
         return _named(b.conv_2d_dw_direct(ker, inp, s, s, pad, pad, d, d), "out")
 
-    return Case(op, params, leaves, program)
+    # the installed ggml's CPU conv_2d_dw reads an f16 kernel as if it were f32 (wrong values)
+    return Case(op, params, leaves, program, ggml_f32=("kernel",) if p["type_kernel"] != "f32" else ())
 
 
 def _conv_3d(op: str, params: str, p: dict[str, Any]) -> Case:
