@@ -13,6 +13,7 @@ A missed target is printed with the factor it is missed by.
 
     python benchmarks/bench_model.py                 # q8_0 and q4_0, prefill 512, decode 64
     python benchmarks/bench_model.py --quick         # a 4-layer model, prefill 128, decode 16
+    python benchmarks/bench_model.py --quick --profile --types q4_0   # + where ovkit's time goes
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def precisions() -> str:
     core = ov.Core()
     default = core.get_property("CPU", "INFERENCE_PRECISION_HINT")
     caps = ", ".join(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
-    return f"real backend: the CPU default, {default} here (CPU capabilities: {caps})"
+    return f"real backend: the CPU default, {default.to_string()} here (CPU capabilities: {caps})"
 
 
 def run_one(path: Path, n_prompt: int, n_predict: int, n_ctx: int) -> dict[str, dict[str, float]]:
@@ -64,10 +65,23 @@ def run_one(path: Path, n_prompt: int, n_predict: int, n_ctx: int) -> dict[str, 
     return rows
 
 
+def op_shares(path: Path, n_prompt: int, n_ctx: int) -> None:
+    """Where ovkit's prefill and decode time goes (OpenVINO's per-node counters, per ggml op)."""
+    from ovkit.model import profile
+
+    model = Model(path, n_ctx=n_ctx, profiling=True)
+    model.generate([1 + (i * 7919) % 31000 for i in range(n_prompt)], 4)
+    t = profile.op_times(model)
+    for graph, grp in t.groupby("graph", sort=False):
+        top = ", ".join(f"{r.ggml_op} {r.share:.0%}" for r in grp.head(4).itertuples())
+        print(f"  profile {graph}: {top} (of {grp['time_us'].sum() / 1e3:.1f} ms)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--types", default="q8_0,q4_0")
     ap.add_argument("--quick", action="store_true", help="4 layers, prefill 128, decode 16")
+    ap.add_argument("--profile", action="store_true", help="also print ovkit's time per ggml op")
     args = ap.parse_args(argv)
     sizes = dict(SIZES, n_layer=4) if args.quick else SIZES
     n_prompt, n_predict = (128, 16) if args.quick else (512, 64)
@@ -79,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             path = synthetic("llama", Path(tmp) / f"llama-{wtype}.gguf", weight_type=wtype, **sizes)
             print(f"\n{wtype}:")
             rows = run_one(path, n_prompt, n_predict, n_ctx)
+            if args.profile:
+                op_shares(path, n_prompt, n_ctx)
             for name, r in rows.items():
                 if "error" in r:
                     print(f"  {name:14} failed: {r['error']}")

@@ -525,7 +525,7 @@ def finish_gguf(w: Any, tensors: dict[str, np.ndarray | quant.QuantizedWeight]) 
     for name, value in tensors.items():
         if isinstance(value, quant.QuantizedWeight):
             spec = value.spec
-            blocks = np.frombuffer(value.raw, np.uint8).reshape(value.rows, -1)
+            blocks = np.frombuffer(value.raw, np.uint8).reshape(*value.shape[:-1], -1)  # 3-d: experts
             w.add_tensor(
                 name, blocks, raw_shape=blocks.shape, raw_dtype=gguf.GGMLQuantizationType(spec.ggml_type)
             )

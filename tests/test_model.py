@@ -69,6 +69,22 @@ def test_quantized_weights_match_llama_cpp(model_file: Callable[..., Path], wtyp
     assert c["greedy_agree"] >= 15
 
 
+def test_moe_experts_match_llama_cpp(model_file: Callable[..., Path]) -> None:
+    """qwen3moe (4 experts, top-2 by ARGSORT, weights renormed, MUL_MAT_ID experts) with Q8_0
+    experts as stored: within MUL_MAT's 5e-4 and >= 15/16 greedy (f32/f16: the float test)."""
+    path = model_file("qwen3moe", "q8_0")
+    model = Model(path, n_ctx=64)
+    g, out = model.build(model.shape(4, 0))
+    nodes = g.topo(out.tensors())
+    assert {"MUL_MAT_ID", "ARGSORT"} <= {t.op for t in nodes}
+    assert {"ffn_moe_argsort-0", "ffn_moe_topk-0", "ffn_moe_weights_norm-1", "ffn_moe_out-1"} <= {
+        t.name for t in nodes
+    }
+    c = _against_llama_cpp(path, no_requant=True)
+    assert c["max_nmse"] <= 5e-4, c["nmse_per_position"]
+    assert c["greedy_agree"] >= 15
+
+
 def test_cpu_requant_policy_costs_accuracy_on_q6_k(model_file: Callable[..., Path]) -> None:
     """With the backend's CPU policy Q6_K becomes per-row Q8_0_C: further from llama.cpp."""
     native = _against_llama_cpp(model_file("llama", "q6_K"), no_requant=True)

@@ -1,7 +1,8 @@
-"""Architectures as data: what differs between ```llama``, ``qwen2`` and ``qwen3``.
+"""Architectures as data: what differs between ``llama``, ``qwen2``, ``qwen3`` and ``qwen3moe``.
 
 llama.cpp's model files build one graph shape for all of them; the differences are which optional
-tensors a layer has (QKV biases, per-head q/k RMS norms) and the rope type.  An
+tensors a layer has (QKV biases, per-head q/k RMS norms), whether the FFN is a mixture of experts
+(top-k routing over ``expert_count`` experts) and the rope type.  An
 :class:`ArchSpec` row holds exactly those, and :class:`HParams` reads the sizes from GGUF metadata
 under the ``<arch>.`` keys llama.cpp reads.
 """
@@ -28,6 +29,7 @@ class ArchSpec:
     rope_type: int
     qkv_bias: bool = False  # attn_{q,k,v}.bias added after the projections (qwen2)
     qk_norm: bool = False  # attn_{q,k}_norm: RMS norm of every head before rope (qwen3)
+    moe: bool = False  # ffn_{gate,up,down}_exps routed by ffn_gate_inp (softmax, top-k, weights renormed)
 
 
 ARCHS: dict[str, ArchSpec] = {
@@ -36,6 +38,7 @@ ARCHS: dict[str, ArchSpec] = {
         ArchSpec("llama", ROPE_TYPE_NORM),
         ArchSpec("qwen2", ROPE_TYPE_NEOX, qkv_bias=True),
         ArchSpec("qwen3", ROPE_TYPE_NEOX, qk_norm=True),
+        ArchSpec("qwen3moe", ROPE_TYPE_NEOX, qk_norm=True, moe=True),
     )
 }
 
@@ -65,6 +68,9 @@ class HParams:
     rms_eps: float = 1e-6
     rope_freq_base: float = 10000.0
     rope_freq_scale: float = 1.0  # 1 / rope.scaling.factor for linear scaling
+    n_expert: int = 0  # MoE: experts per layer, used per token, and each expert's FFN width
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
 
     def __post_init__(self) -> None:
         for field_name in ("n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim"):
@@ -74,7 +80,11 @@ class HParams:
             raise ModelError(f"n_head={self.n_head} must be a multiple of n_head_kv={self.n_head_kv}")
         if self.head_dim % 2:
             raise ModelError(f"head_dim={self.head_dim} must be even (rope rotates pairs)")
-        arch_spec(self.arch)
+        if arch_spec(self.arch).moe and not (1 <= self.n_expert_used <= self.n_expert and self.n_ff_exp >= 1):
+            raise ModelError(
+                f"{self.arch}: expert_count={self.n_expert}, expert_used_count={self.n_expert_used}, "
+                f"expert_feed_forward_length={self.n_ff_exp}: expected 1 <= used <= count and a width >= 1"
+            )
 
     @property
     def spec(self) -> ArchSpec:
@@ -111,6 +121,10 @@ class HParams:
             raise ModelError(
                 f"{arch}.rope.scaling.type={scaling!r} is not supported (expected none or linear)"
             )
+        moe = arch_spec(arch).moe
+        n_expert = int(key("expert_count")) if moe else 0
+        n_used = int(key("expert_used_count")) if moe else 0
+        n_ff = int(key("feed_forward_length", 0))
         return cls(
             arch=arch,
             n_vocab=int(vocab),
@@ -118,10 +132,14 @@ class HParams:
             n_layer=int(key("block_count")),
             n_head=n_head,
             n_head_kv=int(key("attention.head_count_kv", n_head)),
-            n_ff=int(key("feed_forward_length", 0)),
+            n_ff=n_ff,
             head_dim=int(key("attention.key_length", n_embd // n_head)),
             n_ctx_train=int(key("context_length", 4096)),
             rms_eps=float(key("attention.layer_norm_rms_epsilon", 1e-6)),
             rope_freq_base=float(key("rope.freq_base", 10000.0)),
             rope_freq_scale=1.0 / factor if scaling == "linear" else 1.0,
+            n_expert=n_expert,
+            n_expert_used=n_used,
+            # llama.cpp: expert_feed_forward_length, else n_ff / n_expert_used
+            n_ff_exp=int(key("expert_feed_forward_length", n_ff // n_used if n_used else 0)) if moe else 0,
         )

@@ -24,6 +24,8 @@ from ovkit.model.arch import HParams
 GGML_PREC_F32 = 10  # ggml_prec: attention accumulates in f32 (ggml_prec_set_acc / *_set_prec)
 KV_PAD = 256  # llama_kv_cache::get_padding: n_kv grows in steps of 256 cells
 F16_BYTES = 2  # the KV cache holds f16
+F16_TINY = 6.103515625e-5  # the smallest normal f16: llama.cpp clamps the MoE weight sums to it
+GGML_SORT_ORDER_DESC = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +155,41 @@ def attention(
     return cur, {ck_name: ck, cv_name: cv}
 
 
+def moe_ffn(b: Any, hp: HParams, il: int, cur: Any, L: Mapping[str, Any]) -> Any:
+    """``build_moe_ffn`` as qwen3moe calls it: softmax router, top-k experts by ARGSORT (desc) and a
+    view, their weights renormalized to sum 1, SwiGLU experts by MUL_MAT_ID, weighted and summed."""
+    cb = _namer(b)
+    p, k, n_embd, n_tokens = f"blk.{il}.", hp.n_expert_used, hp.n_embd, cur.ne[1]
+    logits = cb(b.mul_mat(L[p + "ffn_gate_inp.weight"], cur), "ffn_moe_logits", il)
+    probs = cb(b.soft_max(logits), "ffn_moe_probs", il)
+    order = cb(b.argsort(probs, GGML_SORT_ORDER_DESC), "ffn_moe_argsort", il)
+    # ggml_argsort_top_k: the first k columns of the descending argsort
+    selected = b.view_4d(
+        order, k, order.ne[1], order.ne[2], order.ne[3], order.nb[1], order.nb[2], order.nb[3], 0
+    )
+    cb(selected, "ffn_moe_topk", il)
+    weights = cb(b.get_rows(b.reshape_3d(probs, 1, hp.n_expert, n_tokens), selected), "ffn_moe_weights", il)
+    weights = b.reshape_2d(weights, k, n_tokens)
+    total = cb(b.sum_rows(weights), "ffn_moe_weights_sum", il)
+    total = cb(b.clamp(total, F16_TINY, math.inf), "ffn_moe_weights_sum_clamped", il)
+    weights = b.reshape_3d(cb(b.div(weights, total), "ffn_moe_weights_norm", il), 1, k, n_tokens)
+    b.build_forward_expand(weights)
+    cur = b.reshape_3d(cur, n_embd, 1, n_tokens)
+    up = cb(b.mul_mat_id(L[p + "ffn_up_exps.weight"], cur, selected), "ffn_moe_up", il)
+    gate = cb(b.mul_mat_id(L[p + "ffn_gate_exps.weight"], cur, selected), "ffn_moe_gate", il)
+    cur = cb(b.swiglu_split(gate, up), "ffn_moe_swiglu", il)
+    experts = cb(b.mul_mat_id(L[p + "ffn_down_exps.weight"], cur, selected), "ffn_moe_down", il)
+    experts = cb(b.mul(experts, weights), "ffn_moe_weighted", il)
+    b.build_forward_expand(experts)
+    views = [b.view_2d(experts, n_embd, n_tokens, experts.nb[2], i * experts.nb[1]) for i in range(k)]
+    for v in views:  # llama.cpp orders the views before the adds
+        b.build_forward_expand(v)
+    out = views[0]
+    for v in views[1:]:
+        out = b.build_forward_expand(b.add(out, v))
+    return b.cont(out) if k == 1 else out
+
+
 def decoder_layer(b: Any, hp: HParams, shape: GraphShape, il: int, x: Any, L: Mapping[str, Any]) -> LayerOut:
     """One decoder layer as llama.cpp's llama/qwen2/qwen3 graphs build it (``l_out-il``)."""
     cb = _namer(b)
@@ -194,12 +231,14 @@ def decoder_layer(b: Any, hp: HParams, shape: GraphShape, il: int, x: Any, L: Ma
         cur = b.get_rows(cur, L["out_ids"])
         inp_sa = b.get_rows(inp_sa, L["out_ids"])
     ffn_inp = cb(b.add(cur, inp_sa), "ffn_inp", il)
-    # build_ffn(LLM_FFN_SILU, LLM_FFN_PAR)
     cur = cb(_norm(b, cb, ffn_inp, L[p + "ffn_norm.weight"], hp.rms_eps, il), "ffn_norm", il)
-    up = cb(b.mul_mat(L[p + "ffn_up.weight"], cur), "ffn_up", il)
-    gate = cb(b.mul_mat(L[p + "ffn_gate.weight"], cur), "ffn_gate", il)
-    cur = cb(b.swiglu_split(gate, up), "ffn_swiglu", il)
-    cur = cb(b.mul_mat(L[p + "ffn_down.weight"], cur), "ffn_out", il)
+    if spec.moe:
+        cur = cb(moe_ffn(b, hp, il, cur, L), "ffn_moe_out", il)
+    else:  # build_ffn(LLM_FFN_SILU, LLM_FFN_PAR)
+        up = cb(b.mul_mat(L[p + "ffn_up.weight"], cur), "ffn_up", il)
+        gate = cb(b.mul_mat(L[p + "ffn_gate.weight"], cur), "ffn_gate", il)
+        cur = cb(b.swiglu_split(gate, up), "ffn_swiglu", il)
+        cur = cb(b.mul_mat(L[p + "ffn_down.weight"], cur), "ffn_out", il)
     cur = cb(b.add(cur, ffn_inp), "l_out", il)
     return LayerOut(cur, caches)
 

@@ -68,6 +68,12 @@ def tensor_shapes(hp: HParams, tied: bool = False) -> dict[str, tuple[int, ...]]
             shapes[p + "attn_k_norm.weight"] = (hp.head_dim,)
         shapes[p + "attn_output.weight"] = (hp.n_embd, hp.n_embd_q)
         shapes[p + "ffn_norm.weight"] = (hp.n_embd,)
+        if spec.moe:  # the router and the experts stacked on the outermost dim
+            shapes[p + "ffn_gate_inp.weight"] = (hp.n_expert, hp.n_embd)
+            shapes[p + "ffn_gate_exps.weight"] = (hp.n_expert, hp.n_ff_exp, hp.n_embd)
+            shapes[p + "ffn_up_exps.weight"] = (hp.n_expert, hp.n_ff_exp, hp.n_embd)
+            shapes[p + "ffn_down_exps.weight"] = (hp.n_expert, hp.n_embd, hp.n_ff_exp)
+            continue
         shapes[p + "ffn_gate.weight"] = (hp.n_ff, hp.n_embd)
         shapes[p + "ffn_up.weight"] = (hp.n_ff, hp.n_embd)
         shapes[p + "ffn_down.weight"] = (hp.n_embd, hp.n_ff)
@@ -120,10 +126,14 @@ def synthetic(
     rope_freq_base: float = 10000.0,
     rope_scaling_factor: float | None = None,
     rms_eps: float = 1e-6,
+    n_expert: int = 4,
+    n_expert_used: int = 2,
+    n_ff_exp: int = 64,
     seed: int = 0,
 ) -> Path:
-    """Write a random-weight ``arch`` model to ``path`` (``weight_type``: f32, f16 or a quant type)."""
-    arch_spec(arch)
+    """Write a random-weight ``arch`` model to ``path`` (``weight_type``: f32, f16 or a quant type;
+    ``n_expert``, ``n_expert_used``, ``n_ff_exp``: the experts of a MoE architecture)."""
+    moe = arch_spec(arch).moe
     if weight_type not in WEIGHT_TYPES:
         raise ModelError(f"weight_type={weight_type!r} is not valid (expected one of {WEIGHT_TYPES})")
     if n_embd % n_head:
@@ -140,6 +150,9 @@ def synthetic(
         n_ctx_train=n_ctx_train,
         rms_eps=rms_eps,
         rope_freq_base=rope_freq_base,
+        n_expert=n_expert if moe else 0,
+        n_expert_used=n_expert_used if moe else 0,
+        n_ff_exp=n_ff_exp if moe else 0,
     )
     import gguf
 
@@ -156,6 +169,10 @@ def synthetic(
     w.add_head_count_kv(n_head_kv)
     w.add_layer_norm_rms_eps(rms_eps)
     w.add_rope_freq_base(rope_freq_base)
+    if moe:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
+        w.add_expert_feed_forward_length(n_ff_exp)
     if rope_scaling_factor is not None:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(rope_scaling_factor)
