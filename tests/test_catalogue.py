@@ -19,8 +19,11 @@ ARGSORT = "type=f32,ne=[16,10,10,10],order=0"
 SET_ROWS_NE3 = "type_src=f32,type_dst=f32,type_idx=i64,ne=[3,3,1,1],nr23=[2,3],r=2,v=0"
 
 
-def _cases(tmp_path: Path, rows: list[tuple[str, str]], gz: bool = False) -> Path:
-    text = "op_name,op_params,supported\n" + "".join(f'{op},"{params}",0\n' for op, params in rows)
+def _cases(tmp_path: Path, rows: list[tuple[str, str]], gz: bool = False, supported: bool = True) -> Path:
+    if supported:  # the shipped file's columns, upstream's verdict included
+        text = "op_name,op_params,supported\n" + "".join(f'{op},"{params}",0\n' for op, params in rows)
+    else:  # a user's own list
+        text = "op_name,op_params\n" + "".join(f'{op},"{params}"\n' for op, params in rows)
     if gz:
         p = tmp_path / "cases.csv.gz"
         p.write_bytes(gzip.compress(text.encode()))
@@ -76,6 +79,35 @@ def test_a_wrong_result_is_a_fail_and_exit_code_one(
     assert f"  ARGSORT({ARGSORT}): FAIL NMSE" in out and "  Backend CPU: FAIL" in out
 
 
+def test_a_case_list_without_verdicts_gets_the_policys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = _cases(tmp_path, [("ARGSORT", ARGSORT), ("SET_ROWS", SET_ROWS_NE3)], supported=False)
+    code = _run_catalogue(cases)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "the backend's verdict: ovkit's copy of its supports_op" in out
+    assert f"  ARGSORT({ARGSORT}): OK" in out and "not supported [CPU]" in out
+
+
+def test_a_known_limit_is_named_and_not_a_fail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = backend_ops.BUILDERS["ARGSORT"]
+
+    def strict(op: str, params: str, p: dict[str, object]) -> backend_ops.Case:
+        return dataclasses.replace(real(op, params, p), max_err=-1.0)  # no error is small enough
+
+    monkeypatch.setitem(backend_ops.BUILDERS, "ARGSORT", strict)
+    limit = run.KnownLimit("ARGSORT", r"ne=\[16,10,", "sorts ties differently")
+    monkeypatch.setattr(run, "KNOWN_LIMITS", (limit,))
+    code = _run_catalogue(_cases(tmp_path, [("ARGSORT", ARGSORT)]))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"  ARGSORT({ARGSORT}): known limit sorts ties differently (NMSE" in out
+    assert "0 FAIL, 1 known limit" in out and "  Backend CPU: OK" in out
+
+
 def test_worker_processes_give_the_same_verdicts(tmp_path: Path) -> None:
     rows = [run.Row("ARGSORT", ARGSORT), run.Row("SET_ROWS", SET_ROWS_NE3), run.Row("CONV_3D_X", "a=1")]
     df = run.run(rows, policy="upstream", workers=2, progress=False).set_index("op")
@@ -121,13 +153,17 @@ def test_coverage_view_counts_each_status_per_op() -> None:
 def test_a_crashing_worker_costs_only_its_case(monkeypatch: pytest.MonkeyPatch) -> None:
     # every worker aborts (as a native assert would) on its first case: each case is a FAIL
     # naming the signal, a new worker takes the next one, and the run finishes
-    monkeypatch.setattr(
-        run, "WORKER_COMMAND", (sys.executable, "-c", "import os, sys; sys.stdin.readline(); os.abort()")
-    )
+    # and saying why on stderr, as ggml's asserts do
+    said = "sys.stderr.write('/src/ggml.c:7717: GGML_ASSERT(imatrix != NULL) failed\\n'); sys.stderr.flush()"
+    crash = f"import os, sys; sys.stdin.readline(); {said}; os.abort()"
+    monkeypatch.setattr(run, "WORKER_COMMAND", (sys.executable, "-c", crash))
     rows = [run.Row("ARGSORT", ARGSORT), run.Row("SET_ROWS", SET_ROWS_NE3)]
     df = run.run(rows, policy="none", isolate=True, progress=False)
     assert list(df["status"]) == ["FAIL", "FAIL"]
-    assert all("crashed (signal 6)" in d for d in df["detail"])
+    assert all(
+        d == "the worker process crashed (signal 6): GGML_ASSERT(imatrix != NULL) failed"
+        for d in df["detail"]
+    )
 
 
 def test_get_rows_of_an_unbatched_q5_k_weight_matches_ggml() -> None:
@@ -135,3 +171,31 @@ def test_get_rows_of_an_unbatched_q5_k_weight_matches_ggml() -> None:
     row = run.Row("GET_ROWS", "type=q5_K,n=256,m=5,r=4,be1=1,be2=1,v=0")
     result = run.run_row(row, policy="none")
     assert result.status == "OK", result.detail
+
+
+#: The CI sample: at least 2,000 rows across every op of the shipped file, run as a user runs
+#: ``ovkit test-ops --catalogue test-backend-ops --policy none --sample 2000`` (the whole file is
+#: ``python benchmarks/bench_catalogue.py``).
+CI_SAMPLE = 2000
+
+
+@pytest.mark.slow
+def test_a_stratified_sample_passes_every_case_ovkit_claims() -> None:
+    """No FAIL among the rows ovkit translates (what it does not claim is on ``run.KNOWN_LIMITS``
+    with the reason, reported as ``known limit``), and every row the backend accepts passes."""
+    rows = run.read_rows()
+    df = run.run(run.stratified(rows, CI_SAMPLE), policy="none", workers=2, progress=False)
+    assert len(df) >= CI_SAMPLE and set(df["op"]) == {r.op for r in rows}
+
+    def listing(d: pd.DataFrame) -> str:
+        return "\n".join(
+            f"  {c}: {s} {x}" for c, s, x in zip(d["case"], d["status"], d["detail"], strict=True)
+        )
+
+    fails = df[df["status"] == "FAIL"]
+    assert fails.empty, f"{len(fails)} of {len(df)} rows FAIL:\n{listing(fails)}"
+    accepted = df[df["accepted"]]
+    missed = accepted[accepted["status"] != "OK"]
+    assert missed.empty, (
+        f"{len(missed)} of {len(accepted)} upstream-accepted rows do not pass:\n{listing(missed)}"
+    )

@@ -3,7 +3,8 @@
 Statuses, as a person reads them: ``upstream-accepted`` (the backend accepts the case and ovkit
 passes it), ``ovkit-only`` (the backend refuses it, ovkit runs and passes it), ``not supported``
 (refused and not run, ``policy="upstream"``), ``not translatable`` (ovkit has no builder or
-translation yet), ``FAIL`` and ``no case`` (no case builder).
+translation yet), ``FAIL``, ``known limit`` (a failure ovkit lists with its reason) and
+``no case`` (no case builder, or the installed ggml cannot compute it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-CATEGORIES = ("upstream-accepted", "ovkit-only", "not supported", "not translatable", "FAIL", "no case")
+CATEGORIES = (
+    "upstream-accepted",
+    "ovkit-only",
+    "not supported",
+    "not translatable",
+    "FAIL",
+    "known limit",
+    "no case",
+)
 
 
 def category(status: str, accepted: bool) -> str:
