@@ -164,24 +164,61 @@ def upstream_verdict(row: Row, device_class: str = "CPU") -> tuple[bool, str]:
     return d.supported, d.reason
 
 
-def _infer_once(g: Any, out: Any, model: Any, names: list[str], feed: Any, device: str, core: Any,
-                threads: int | None) -> np.ndarray:  # fmt: skip
-    """The OpenVINO translation on ``device``, compiled for this one inference (every case is a
-    different graph: the engine's compile cache would only hash constants and hold memory),
-    exact f32 as ggml's CPU backend, on ``threads`` inference threads (None: the device's)."""
+@dataclass(frozen=True, slots=True)
+class _Ready:
+    """A case built on both sides and computed by ggml, waiting for its OpenVINO inference:
+    its model, the model's input arrays (in Parameter order) and the graph output they give."""
+
+    case: Case
+    base: dict[str, Any]
+    model: Any
+    inputs: list[np.ndarray]
+    out: Any
+    expected: np.ndarray
+
+
+def _compile(model: Any, device: str, core: Any, threads: int | None) -> Any:
+    """``model`` compiled for exact f32 (as ggml's CPU backend) on ``threads`` inference threads
+    (None: the device's), outside the engine's cache (every case is a different graph: the cache
+    would only hash constants and hold memory)."""
     from ovkit.engine import EngineError, RunConfig, get_engine
-    from ovkit.ir import from_model_output
-    from ovkit.ops.translate import model_inputs
 
     props = RunConfig(inference_precision="f32", num_threads=threads).properties()
     try:
-        compiled = get_engine(core).core.compile_model(model, device, props)
+        return get_engine(core).core.compile_model(model, device, props)
     except RuntimeError as exc:
         lines = [x for x in str(exc).strip().splitlines() if x.strip()]
         raise EngineError(f"compile_model failed on {device}: {lines[-1] if lines else exc}") from exc
-    request = compiled.create_infer_request()
-    request.infer(model_inputs(g, names, g._prepare_inputs([out], feed)))
-    return np.asarray(from_model_output(out, request.get_output_tensor(0).data.copy()))
+
+
+def _infer(
+    ready: Sequence[_Ready], device: str, core: Any, threads: int | None
+) -> list[np.ndarray | Exception]:
+    """Each case's OpenVINO output, or the exception that stopped it.  Several cases are merged
+    into one model (their subgraphs stay apart, the outputs are bit for bit the ones of separate
+    compiles) and compiled once: a compile costs about half as much per case that way."""
+    import openvino as ov
+
+    from ovkit.ir import from_model_output
+
+    if len(ready) > 1:
+        try:
+            merged = ov.Model(
+                [x for r in ready for x in r.model.get_results()],
+                [p for r in ready for p in r.model.get_parameters()],
+            )
+            request = _compile(merged, device, core, threads).create_infer_request()
+            request.infer([a for r in ready for a in r.inputs])
+        except Exception:  # one case spoils the batch: each on its own says which
+            return [x for r in ready for x in _infer([r], device, core, threads)]
+        return [np.asarray(from_model_output(r.out, request.get_output_tensor(i).data.copy()))
+                for i, r in enumerate(ready)]  # fmt: skip
+    try:
+        request = _compile(ready[0].model, device, core, threads).create_infer_request()
+        request.infer(ready[0].inputs)
+        return [np.asarray(from_model_output(ready[0].out, request.get_output_tensor(0).data.copy()))]
+    except Exception as exc:
+        return [exc]
 
 
 class _NoOracle(Exception):
@@ -225,20 +262,14 @@ def _judge(case: Case, actual: np.ndarray, expected: np.ndarray) -> tuple[bool, 
     return verdict.ok, verdict.err, "" if verdict.ok else verdict.reason
 
 
-def run_case(
-    case: Case,
-    policy: Policy = "upstream",
-    device: str = "CPU",
-    core: Any = None,
-    *,
-    accepted: bool = True,
-    reason: str = "",
-    threads: int | None = None,
-) -> Result:
-    """Build both graphs, run ovkit on ``device`` and ggml's CPU backend, compare.  ``accepted``
-    and ``reason``: the backend's verdict (``policy="upstream"`` runs only accepted cases);
-    ``threads``: threads of each side (None: OpenVINO's default, ggml's 2)."""
+def _prepare(
+    case: Case, policy: Policy, device: str, core: Any, accepted: bool, reason: str, threads: int | None
+) -> Result | _Ready:
+    """Everything of :func:`run_case` but the OpenVINO inference: the verdict when it comes
+    earlier (not translatable, not supported, no oracle, the engine's own run for
+    ``policy="upstream"``), else the case ready to infer."""
     from ovkit.engine import compute_graph
+    from ovkit.ops.translate import model_inputs
     from ovkit.quant import KNOWN_TYPES
 
     base: dict[str, Any] = {"op": case.op, "case": case.name, "device": device, "accepted": accepted}
@@ -278,11 +309,20 @@ def run_case(
         return Result(**base, status="FAIL", detail=f"ggml: {_first_line(exc)}")
     try:
         if policy == "upstream":  # accepted: the engine's own path (its policy check of every node)
-            actual = np.asarray(compute_graph(g, [out], feed, device, core=core)[0])
-        else:
-            actual = _infer_once(g, out, model, names, feed, device, core, threads)
+            return _judged(
+                case, base, np.asarray(compute_graph(g, [out], feed, device, core=core)[0]), expected
+            )
+        return _Ready(
+            case, base, model, model_inputs(g, names, g._prepare_inputs([out], feed)), out, expected
+        )
     except Exception as exc:
         return Result(**base, status="FAIL", detail=_first_line(exc))
+
+
+def _judged(case: Case, base: dict[str, Any], actual: np.ndarray | Exception, expected: np.ndarray) -> Result:
+    """The verdict on ovkit's output (or the exception that stopped it) against ggml's."""
+    if isinstance(actual, Exception):
+        return Result(**base, status="FAIL", detail=_first_line(actual))
     ok, err, why = _judge(case, actual, expected)
     if not ok:
         limit = known_limit(case.op, case.params)
@@ -291,6 +331,25 @@ def run_case(
                 **base, status="known limit", detail=f"{limit} ({why})", err=err, max_err=case.max_err
             )
     return Result(**base, status="OK" if ok else "FAIL", detail=why, err=err, max_err=case.max_err)
+
+
+def run_case(
+    case: Case,
+    policy: Policy = "upstream",
+    device: str = "CPU",
+    core: Any = None,
+    *,
+    accepted: bool = True,
+    reason: str = "",
+    threads: int | None = None,
+) -> Result:
+    """Build both graphs, run ovkit on ``device`` and ggml's CPU backend, compare.  ``accepted``
+    and ``reason``: the backend's verdict (``policy="upstream"`` runs only accepted cases);
+    ``threads``: threads of each side (None: OpenVINO's default, ggml's 2)."""
+    r = _prepare(case, policy, device, core, accepted, reason, threads)
+    if isinstance(r, Result):
+        return r
+    return _judged(r.case, r.base, _infer([r], device, core, threads)[0], r.expected)
 
 
 def run_row(
@@ -302,19 +361,45 @@ def run_row(
     threads: int | None = None,
 ) -> Result:
     """:func:`run_case` of one case list row, timed; rows no builder knows are ``no case``."""
+    return run_rows([row], policy, device, core, threads=threads)[0]
+
+
+def run_rows(
+    rows: Sequence[Row],
+    policy: Policy = "upstream",
+    device: str = "CPU",
+    core: Any = None,
+    *,
+    threads: int | None = None,
+) -> list[Result]:
+    """:func:`run_row` of each row, the OpenVINO inferences of those that get that far merged into
+    one compile (each row's ``seconds``: its own work and its share of that compile)."""
     from dataclasses import replace
 
     from ovkit.devices import device_class
 
+    done: list[Result | _Ready] = []
+    seconds: list[float] = []
+    for row in rows:
+        t0 = time.perf_counter()
+        accepted, reason = upstream_verdict(row, str(device_class(device)))
+        try:
+            case = backend_ops.build(row.op, row.params)
+        except backend_ops.NoCase as exc:
+            done.append(Result(row.op, row.name, "no case", str(exc), device=device, accepted=accepted))
+        else:
+            done.append(_prepare(case, policy, device, core, accepted, reason, threads))
+        seconds.append(time.perf_counter() - t0)
+    ready = [r for r in done if isinstance(r, _Ready)]
     t0 = time.perf_counter()
-    accepted, reason = upstream_verdict(row, str(device_class(device)))
-    try:
-        case = backend_ops.build(row.op, row.params)
-    except backend_ops.NoCase as exc:
-        r = Result(row.op, row.name, "no case", str(exc), device=device, accepted=accepted)
-    else:
-        r = run_case(case, policy, device, core, accepted=accepted, reason=reason, threads=threads)
-    return replace(r, seconds=round(time.perf_counter() - t0, 4))
+    actual = dict(zip(map(id, ready), _infer(ready, device, core, threads), strict=True)) if ready else {}
+    share = (time.perf_counter() - t0) / max(1, len(ready))
+    out = []
+    for r, s in zip(done, seconds, strict=True):
+        if isinstance(r, _Ready):
+            r, s = _judged(r.case, r.base, actual[id(r)], r.expected), s + share
+        out.append(replace(r, seconds=round(s, 4)))
+    return out
 
 
 def _untranslated_node(g: Any, out: Any) -> str | None:
@@ -367,14 +452,14 @@ THREADS_ENV = "OVKIT_CATALOGUE_THREADS"
 
 
 def _worker_main() -> None:
-    """``python -m ovkit.catalogue.run POLICY DEVICE``: read one JSON row per line, answer one
-    JSON result per line (the parent's pool protocol)."""
+    """``python -m ovkit.catalogue.run POLICY DEVICE``: read a JSON list of rows per line, answer
+    a JSON list of results per line (the parent's pool protocol)."""
     policy, device = sys.argv[1], sys.argv[2]
     threads = int(os.environ.get(THREADS_ENV, "0")) or None
     for line in sys.stdin:
-        op, params = json.loads(line)
-        r = run_row(Row(op, params), policy, device, threads=threads)  # type: ignore[arg-type]
-        sys.stdout.write(json.dumps(asdict(r)) + "\n")
+        rows = [Row(op, params) for op, params in json.loads(line)]
+        results = run_rows(rows, policy, device, threads=threads)  # type: ignore[arg-type]
+        sys.stdout.write(json.dumps([asdict(r) for r in results]) + "\n")
         sys.stdout.flush()
 
 
@@ -423,13 +508,13 @@ class _Worker:
             env=env,
         )
 
-    def ask(self, row: Row, timeout: float) -> dict[str, Any] | None:
-        """The child's answer, or None when it died or took longer than ``timeout`` seconds."""
+    def ask(self, rows: Sequence[Row], timeout: float) -> list[dict[str, Any]] | None:
+        """The child's answers, or None when it died or took longer than ``timeout`` seconds."""
         import select
 
         assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
-            self.proc.stdin.write(json.dumps([row.op, row.params]) + "\n")
+            self.proc.stdin.write(json.dumps([[r.op, r.params] for r in rows]) + "\n")
             self.proc.stdin.flush()
             deadline = time.monotonic() + timeout
             # poll: a dead child's pipe can stay open (inherited by a grandchild), so never block
@@ -479,37 +564,61 @@ def _pinned(row: Row) -> bool:
     return any(t in GRID_TYPES for t in re.findall(r"=(iq\w+?)(?:,|$)", row.params))
 
 
+#: Rows asked of a worker at once (their compiles merged into one), and the largest cost
+#: (input elements) of a row that joins such a batch: bigger rows go alone.
+BATCH_ROWS = 8
+BATCH_MAX_COST = 1 << 18
+
+
 def _pooled(
     rows: Sequence[Row], policy: str, device: str, workers: int, timeout: float
 ) -> Iterator[tuple[int, Result]]:
-    """(index, result) as worker processes finish them; the costliest rows go first, so no
-    worker is left with a long case while the others idle at the end; the first worker takes
-    the :data:`GRID_TYPES` rows before any other."""
+    """(index, result) as worker processes finish them; the costliest rows go first (alone), so
+    no worker is left with a long case while the others idle at the end, the small ones in
+    batches of :data:`BATCH_ROWS`; the first worker takes the :data:`GRID_TYPES` rows before any
+    other.  A crashed batch is asked again row by row, so the crash is pinned on its row."""
     threads = threads_per_worker(workers)
     started = [_Worker(policy, device, threads) for _ in range(workers)]  # they start while we sort
+    costs = [cost(r) for r in rows]
     pinned: Queue[tuple[int, Row]] = Queue()
     todo: Queue[tuple[int, Row]] = Queue()
-    for i in sorted(range(len(rows)), key=lambda i: -cost(rows[i])):
+    for i in sorted(range(len(rows)), key=lambda i: -costs[i]):
         (pinned if _pinned(rows[i]) else todo).put((i, rows[i]))
     done: Queue[tuple[int, Result] | None] = Queue()
 
+    def take(queues: tuple[Queue[tuple[int, Row]], ...]) -> list[tuple[int, Row]]:
+        for q in queues:
+            batch: list[tuple[int, Row]] = []
+            try:
+                while len(batch) < BATCH_ROWS:
+                    batch.append(q.get_nowait())
+                    if costs[batch[0][0]] > BATCH_MAX_COST:
+                        break
+            except Empty:
+                pass
+            if batch:
+                return batch
+        return []
+
     def serve(first: _Worker, queues: tuple[Queue[tuple[int, Row]], ...]) -> None:
         w, spare = first, None
-        while True:
-            try:
-                i, row = next(q.get_nowait() for q in queues if not q.empty())
-            except (StopIteration, Empty):
-                break
-            got = w.ask(row, timeout)
-            if got is None:
-                crashed = w.crash_report()
-                accepted = upstream_verdict(row)[0]
-                done.put((i, Result(row.op, row.name, "FAIL", crashed, device=device, accepted=accepted)))
-                w.close()
-                # after one crash keep a replacement started: the next crash costs no start-up
-                w, spare = spare or _Worker(policy, device, threads), _Worker(policy, device, threads)
-            else:
-                done.put((i, Result(**got)))
+        again: list[list[tuple[int, Row]]] = []
+        while batch := (again.pop() if again else take(queues)):
+            got = w.ask([row for _, row in batch], timeout * len(batch))
+            if got is not None:
+                for (i, _), r in zip(batch, got, strict=True):
+                    done.put((i, Result(**r)))
+                continue
+            crashed = w.crash_report()
+            w.close()
+            # after one crash keep a replacement started: the next crash costs no start-up
+            w, spare = spare or _Worker(policy, device, threads), _Worker(policy, device, threads)
+            if len(batch) > 1:
+                again += [[x] for x in batch]
+                continue
+            i, row = batch[0]
+            accepted = upstream_verdict(row)[0]
+            done.put((i, Result(row.op, row.name, "FAIL", crashed, device=device, accepted=accepted)))
         for x in (w, spare):
             if x is not None:
                 x.close()
