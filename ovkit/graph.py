@@ -941,6 +941,12 @@ class Graph(GraphIR):
         return self._new(Op.ROLL, a.ne, a.dtype, (a,), params)
 
     # ------------------------------------------------------------------ softmax / attention
+    def diag_mask_inf(self, a: Tensor, n_past: int) -> Tensor:
+        """``ggml_diag_mask_inf``: a with −inf where column i > n_past + row j (causal mask)."""
+        self._check_tensor(Op.DIAG_MASK_INF, "a", a)
+        self._check_types(Op.DIAG_MASK_INF, "a", a, ("f32",))
+        return self._new(Op.DIAG_MASK_INF, a.ne, a.dtype, (a,), {"n_past": int(n_past)})
+
     def soft_max(self, a: Tensor) -> Tensor:
         """``ggml_soft_max``: softmax along rows."""
         return self.soft_max_ext(a, None, 1.0, 0.0)
@@ -1320,6 +1326,17 @@ class Graph(GraphIR):
         return self._new(op, ne, a.dtype, (a,), {"mode": int(mode)})
 
     # ------------------------------------------------------------------ backward ops
+    def cross_entropy_loss_back(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
+        """``ggml_cross_entropy_loss_back``: a = the loss gradient [1], b = logits, c = labels →
+        (softmax(b) − c)·a / rows of b."""
+        op = Op.CROSS_ENTROPY_LOSS_BACK
+        self._same_shape_back(op, b, c)
+        self._check_tensor(op, "a", a)
+        self._check_types(op, "a", a, ("f32",))
+        if a.nelements != 1:
+            raise self._err(op, "a", "a scalar loss gradient (1 element)", f"ne {ne_str(a.ne)}")
+        return self._new(op, b.ne, "f32", (a, b, c))
+
     def _same_shape_back(self, op: Op, a: Tensor, b: Tensor, types: Sequence[str] = ("f32",)) -> None:
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b)

@@ -271,6 +271,8 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], Expected]] = {
     "UPSCALE": _upscale,
     "DUP": _dup,
     "COL2IM_1D": _col2im_1d,
+    "DIAG_MASK_INF": _back("DIAG_MASK_INF"),
+    "CROSS_ENTROPY_LOSS_BACK": lambda p: (_ne(p["ne"]), "f32", ("SOFT_MAX", "CROSS_ENTROPY_LOSS_BACK")),
 }
 
 

@@ -299,6 +299,19 @@ for _dt, _k, _oc, _t, _s, _p in (
     )
 
 
+# --- DIAG_MASK_INF, CROSS_ENTROPY_LOSS_BACK (test_diag_mask_inf, test_cross_entropy_loss_back) ---
+for _np in (0, 5):
+    case(
+        f"diag_mask_inf-p{_np}", lambda b, t, _np=_np: b.diag_mask_inf(t["a"], _np), {"a": In((10, 10, 3, 2))}
+    )
+for _ne in ((10, 5, 4, 3), (300, 1, 1, 1)):
+    case(
+        f"cross_entropy_loss_back-{_ne[0]}",
+        lambda b, t: b.cross_entropy_loss_back(t["grad"], t["logits"], b.soft_max(t["labels"])),
+        {"grad": In((1,)), "logits": In(_ne), "labels": In(_ne)},
+    )
+
+
 # --- DUP (test_dup: a contiguous copy of a permuted source) ------------------------------------
 for _dt, _high in (("f32", 0), ("f16", 0), ("i32", 1000)):
     case(

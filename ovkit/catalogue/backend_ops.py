@@ -440,6 +440,23 @@ def _back(fn: str, init: Init = UNIFORM, *args: str) -> CaseBuilder:
     return build
 
 
+def _diag_mask_inf(op: str, params: str, p: dict[str, Any]) -> Case:
+    n_past = int(p["n_past"])
+    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"]),),
+                lambda b, x: _named(b.diag_mask_inf(x["a"], n_past), "out"))  # fmt: skip
+
+
+def _cross_entropy_loss_back(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, ne = p["type"], ne4(p["ne"])
+    leaves = (Leaf("grad", (1, 1, 1, 1), "f32"), Leaf("logits", ne, t), Leaf("labels", ne, t))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        labels = _named(b.soft_max(x["labels"]), "labels_normalized")  # labels adding up to 1
+        return _named(b.cross_entropy_loss_back(x["grad"], x["logits"], labels), "out")
+
+    return Case(op, params, leaves, program)
+
+
 def _get_rows_back(op: str, params: str, p: dict[str, Any]) -> Case:
     t, n, m, r, nb, v = p["type"], int(p["n"]), int(p["m"]), int(p["r"]), int(p["b"]), int(p.get("v", 0))
     leaves = (
@@ -904,6 +921,8 @@ BUILDERS: dict[str, CaseBuilder] = {
     "RMS_NORM_BACK": _back("rms_norm_back", Init("uniform", -10.0, 10.0), "eps"),
     "GATED_DELTA_NET": _gated_delta_net,
     "UPSCALE": _upscale,
+    "CROSS_ENTROPY_LOSS_BACK": _cross_entropy_loss_back,
+    "DIAG_MASK_INF": _diag_mask_inf,
     "CONT": _cont,
     "REPEAT": _repeat,
     "CONCAT": _concat,

@@ -611,6 +611,25 @@ def mul_mat_id(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- softmax / attention
+def diag_mask(t: Tensor) -> Arr:
+    """DIAG_MASK_INF: True where column i > n_past + row j ([ne1, ne0])."""
+    return np.arange(t.ne[0])[None, :] > t.params["n_past"] + np.arange(t.ne[1])[:, None]
+
+
+@reference(Op.DIAG_MASK_INF)
+def diag_mask_inf(t: Tensor, xs: list[Arr]) -> Arr:
+    return np.where(diag_mask(t), np.float32(-np.inf), f32(xs[0]))
+
+
+@reference(Op.CROSS_ENTROPY_LOSS_BACK)
+def cross_entropy_loss_back(t: Tensor, xs: list[Arr]) -> Arr:
+    logits, labels = f32(xs[1]), f32(xs[2])
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    soft = e / e.sum(axis=-1, keepdims=True)
+    rows = math.prod(t.ne[1:])
+    return (soft - labels) * np.float32(f32(xs[0]).reshape(-1)[0] / np.float32(rows))
+
+
 def alibi_slopes(n_head: int, max_bias: float) -> Arr:
     """ggml's ALiBi slope per head (1 when max_bias == 0)."""
     if max_bias <= 0:

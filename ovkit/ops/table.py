@@ -492,6 +492,13 @@ ENTRIES: tuple[OpEntry, ...] = (
             ),
             (Op.SILU_BACK, ("silu_back",), "a = dy, b = x", "dy·σ(x)·(1 + x·(1 − σ(x)))"),
             (
+                Op.CROSS_ENTROPY_LOSS_BACK,
+                ("cross_entropy_loss_back",),
+                "a = loss gradient [1], b = logits, c = labels",
+                "(Softmax(b) − c)·a / rows",
+            ),
+            (Op.DIAG_MASK_INF, ("diag_mask_inf",), "a, n_past", "Select(i > n_past + j, −inf, a)"),
+            (
                 Op.RMS_NORM_BACK,
                 ("rms_norm_back",),
                 "a = dz, b = x, eps",

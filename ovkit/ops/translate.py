@@ -34,6 +34,7 @@ from ovkit.ops.reference import (
     col2im_1d_columns,
     col2im_1d_index,
     conv_geometry,
+    diag_mask,
     im2col_3d_index,
     im2col_geometry,
     pool_divisor,
@@ -634,6 +635,18 @@ def _set(t: Tensor, xs: list[Out]) -> Out:
     if t.op == Op.ACC:
         upd = ops.add(ops.gather_nd(flat, idx), upd)
     return reshape4(ops.scatter_nd_update(flat, idx, upd), t.ne)
+
+
+@translator(Op.DIAG_MASK_INF)
+def _diag_mask_inf(t: Tensor, xs: list[Out]) -> Out:
+    return ops.select(const(diag_mask(t), np.bool_), const(-np.inf), f32(xs[0]))
+
+
+@translator(Op.CROSS_ENTROPY_LOSS_BACK)
+def _cross_entropy_loss_back(t: Tensor, xs: list[Out]) -> Out:
+    logits, labels = f32(xs[1]), f32(xs[2])
+    scale = ops.divide(ops.reshape(f32(xs[0]), i64([1]), False), const(np.float32(math.prod(t.ne[1:]))))
+    return ops.multiply(ops.subtract(ops.softmax(logits, -1), labels), scale)
 
 
 @translator(Op.SOFT_MAX_BACK)
