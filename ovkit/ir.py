@@ -668,11 +668,12 @@ class GraphIR:
         for s in srcs:
             if s is not None and s.graph is not self:
                 raise GraphError(f"{code.value}: operand {s.describe()} belongs to another Graph")
-            written = self._writes.get(s.id) if s is not None and code not in VIEW_OPS else None
-            if written is not None and s is not None:  # ovkit reads memory after a write only through views
+            if s is not None and code not in VIEW_OPS and s.id in self._writes:
+                # after an in-place write, ovkit reads that memory only through views (``after``)
                 raise GraphError(
-                    f"{code.value}: operand {s.describe()} was written in place by {written.describe()}: "
-                    "expected a view of it (ggml_view_*), so that the read follows the write"
+                    f"{code.value}: operand {s.describe()} was written in place by "
+                    f"{self._writes[s.id].describe()}: expected a view of it (ggml_view_*), so that "
+                    "the read follows the write"
                 )
         t = Tensor(
             graph=self,
