@@ -837,6 +837,11 @@ class Graph(GraphIR):
             raise self._err(op, "a", "a non-transposed tensor (nb[0] <= nb[1]); use cont", f"nb {list(a.nb)}")
         return self._new(op, (a.ne[1], b.ne[1], b.ne[2], b.ne[3]), "f32", (a, b), {"prec": GGML_PREC_DEFAULT})
 
+    def mul_mat_set_hint(self, a: Tensor, hint: int) -> None:
+        """``ggml_mul_mat_set_hint`` (recorded: a hint to ggml's kernels, the product is the same)."""
+        a.params["hint"] = int(hint)
+        self._edited()
+
     def mul_mat_set_prec(self, a: Tensor, prec: int) -> None:
         """``ggml_mul_mat_set_prec`` (recorded; the OpenVINO path always computes in f32)."""
         a.params["prec"] = int(prec)

@@ -272,6 +272,9 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], Expected]] = {
     "DUP": _dup,
     "COL2IM_1D": _col2im_1d,
     "DIAG_MASK_INF": _back("DIAG_MASK_INF"),
+    "SILU_BACK": _back("SILU_BACK"),
+    "MUL_MAT_HADAMARD": _mul_mat,
+    "ROLL": lambda p: ((10, 5, 4, 3), "f32", ("ROLL",)),
     "CROSS_ENTROPY_LOSS_BACK": lambda p: (_ne(p["ne"]), "f32", ("SOFT_MAX", "CROSS_ENTROPY_LOSS_BACK")),
 }
 
@@ -332,6 +335,11 @@ def test_inputs_follow_test_backend_ops_initialisation() -> None:
     )
     mask = draw(next(leaf for leaf in fa.leaves if leaf.name == "m"), rng)
     assert np.isinf(mask).any() and mask.dtype == np.float16  # masked blocks of -inf
+    hm = backend_ops.build(
+        "MUL_MAT_HADAMARD", "type_a=f32,type_b=f32,m=64,n=8,k=64,bs=[1,1],nr=[1,1],per=[0,1,2,3],k_v=0,o=1"
+    )
+    h = draw(hm.leaves[0], rng).reshape(64, 64).astype(np.float64)
+    np.testing.assert_allclose(h @ h.T, np.eye(64), atol=1e-6)  # an orthonormal Hadamard matrix
 
 
 def test_top_k_error_ignores_order_but_not_membership() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf, ne4
@@ -346,6 +347,12 @@ def _repeat_back(op: str, params: str, p: dict[str, Any]) -> Case:
     return Case(op, params, leaves, program)
 
 
+def _roll(op: str, params: str, p: dict[str, Any]) -> Case:
+    shifts = [int(p[k]) for k in ("shift0", "shift1", "shift3", "shift4")]  # test_roll's names
+    return Case(op, params, (Leaf("a", (10, 5, 4, 3), "f32"),),
+                lambda b, x: _named(b.roll(x["a"], *shifts), "out"))  # fmt: skip
+
+
 def _cont(op: str, params: str, p: dict[str, Any]) -> Case:
     ne, slice_, perm = ne4(p["ne"]), int(p.get("use_view_slice", 0)), ne4(p.get("permute", [0] * 4))
 
@@ -550,6 +557,23 @@ def _mul_mat(op: str, params: str, p: dict[str, Any]) -> Case:
 
     return Case(op, params, leaves, program, max_err=5e-4, flops=2 * m * n * k * ne_b[2] * ne_b[3],
                 ggml_f32=_widened_b(ta, tb))  # fmt: skip
+
+
+#: ggml.h's GGML_HINT_SRC0_IS_HADAMARD.
+HINT_SRC0_IS_HADAMARD = 1
+
+
+def _mul_mat_hadamard(op: str, params: str, p: dict[str, Any]) -> Case:
+    """test_mul_mat_hadamard: test_mul_mat with a Hadamard a and the hint on its MUL_MAT."""
+    base = _mul_mat(op, params, p)
+    leaves = tuple(replace(leaf, init=Init("hadamard")) if leaf.name == "a" else leaf for leaf in base.leaves)
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        out = base.program(b, x)
+        b.mul_mat_set_hint(out, HINT_SRC0_IS_HADAMARD)
+        return out
+
+    return replace(base, leaves=leaves, program=program)
 
 
 def _mul_mat_id(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -937,6 +961,9 @@ BUILDERS: dict[str, CaseBuilder] = {
     "ARGMAX": _argmax,
     "MUL_MAT": _mul_mat,
     "MUL_MAT_ID": _mul_mat_id,
+    "MUL_MAT_HADAMARD": _mul_mat_hadamard,
+    "ROLL": _roll,
+    "SILU_BACK": _back("silu_back"),
     "OUT_PROD": _out_prod,
     "SOFT_MAX": _soft_max,
     "ROPE": _rope,

@@ -137,6 +137,11 @@ def draw(leaf: Leaf, rng: np.random.Generator) -> np.ndarray:
     elif k == "experts":
         a = np.stack([rng.permutation(np.arange(shape[-1]) % init.n) for _ in range(_rows(shape))])
         a = a.reshape(shape)
+    elif k == "hadamard":  # ±1/sqrt(ne0) by the parity of popcount(row & col): a Hadamard matrix
+        rows, cols = _rows(shape), shape[-1]
+        r, c = np.arange(rows)[:, None], np.arange(cols)[None, :]
+        parity = np.vectorize(lambda v: bin(v).count("1") & 1)(r & c)
+        a = np.where(parity == 0, 1.0, -1.0).reshape(shape) / np.sqrt(cols)
     elif k == "distinct":
         a = np.stack([rng.permutation(shape[-1]) for _ in range(_rows(shape))]).reshape(shape)
         a = a / init.n if init.n else a
