@@ -988,7 +988,12 @@ def build(op_name: str, op_params: str) -> Case:
     """The executable case of one test-backend-ops row; :class:`NoCase` when no builder knows it."""
     builder = BUILDERS.get(op_name)
     if builder is None:
-        raise NoCase(f"no case builder for {op_name}")
+        missing = (
+            ""
+            if ggml_has_builder(op_name)
+            else f": the installed ggml (ggml-python) has no ggml_{op_name.lower()}"
+        )
+        raise NoCase(f"no case builder for {op_name}{missing}")
     try:
         case = builder(op_name, op_params, parse_params(op_params))
     except KeyError as e:
@@ -997,6 +1002,13 @@ def build(op_name: str, op_params: str) -> Case:
         if not ggml_has_type(leaf.dtype):
             raise NoCase(f"the installed ggml (ggml-python) has no type {leaf.dtype}")
     return case
+
+
+def ggml_has_builder(op_name: str) -> bool:
+    """Whether the oracle's ggml has the op's builder function (``ggml_<op>``)."""
+    from ovkit import oracle
+
+    return oracle.ggml_available() and hasattr(oracle._g(), f"ggml_{op_name.lower()}")
 
 
 def ggml_has_type(dtype: str) -> bool:
