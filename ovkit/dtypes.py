@@ -94,6 +94,8 @@ _BY_ID: dict[int, GgmlType] = {t.id: t for t in TYPES}
 
 #: The quantized types ggml-openvino extracts (and ``ovkit.quant`` decodes), in its order.
 QUANT_TYPES: tuple[str, ...] = ("q4_0", "q4_1", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K", "mxfp4")
+#: The quantized types a CPY / SET_ROWS may write (``ovkit.quant`` reproduces ggml's from_float).
+WRITABLE_QUANT_TYPES: tuple[str, ...] = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
 
 #: The plain types a graph's tensors take (inputs, constants, results).
 FLOAT_TYPES: tuple[str, ...] = ("f32", "f16", "bf16")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ovkit.dtypes import DTYPES, FLOAT_TYPES, TYPE_OF_NUMPY, contiguous_nb, layout
+from ovkit.dtypes import DTYPES, FLOAT_TYPES, TYPE_OF_NUMPY, WRITABLE_QUANT_TYPES, contiguous_nb, layout
 from ovkit.ir import (
     IN_PLACE_WRITES,
     GraphError,
@@ -509,7 +509,10 @@ class Graph(GraphIR):
             raise self._err(
                 Op.CPY, "b", f"{a.nelements} elements (as a)", f"{b.nelements} (ne {ne_str(b.ne)})"
             )
-        self._check_types(Op.CPY, "b", b, DTYPES)
+        self._check_types(Op.CPY, "b", b, DTYPES + WRITABLE_QUANT_TYPES)
+        if b.is_quantized and a.dtype != b.dtype and not b.is_contiguous():
+            # ggml quantizes into contiguous rows of blocks only (same-type copies move blocks)
+            raise self._err(Op.CPY, "b", f"a contiguous {b.dtype} tensor", f"nb {list(b.nb)}")
         return self._new(Op.CPY, b.ne, b.dtype, (a, b))
 
     def _reshape_to(self, a: Tensor, ne: Sequence[int]) -> Tensor:
@@ -733,7 +736,7 @@ class Graph(GraphIR):
             self._check_tensor(op, nm, t)
         self._check_types(op, "b", b, FLOAT_TYPES)
         self._check_types(op, "c", c, ("i64", "i32"))
-        self._check_types(op, "a", a, FLOAT_TYPES + ("i32",))
+        self._check_types(op, "a", a, FLOAT_TYPES + ("i32",) + WRITABLE_QUANT_TYPES)
         if a.ne[0] != b.ne[0] or a.ne[2] != b.ne[2] or a.ne[3] != b.ne[3]:
             raise self._err(op, "b", f"ne[0], ne[2], ne[3] equal to a's {ne_str(a.ne)}", f"ne {ne_str(b.ne)}")
         if b.ne[1] != c.ne[0] or b.ne[2] % c.ne[1] or b.ne[3] % c.ne[2] or c.ne[3] != 1:

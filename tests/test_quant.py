@@ -466,3 +466,60 @@ def test_quantized_views_off_block_boundaries_are_refused_by_name(rng: np.random
         g.permute(w, 1, 0, 2, 3)
     with pytest.raises(GraphError, match="TRANSPOSE: operand a: expected a plain-typed tensor"):
         g.transpose(w)
+
+
+# -- writing quantized tensors: CPY / SET_ROWS into Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 ----------------
+
+
+@pytest.mark.parametrize("qtype", quant.ROUND_TRIPS)
+def test_written_blocks_read_back_as_ggml_writes_them(qtype: str, rng: np.random.Generator) -> None:
+    """numpy and OpenVINO give ggml's from_float then to_float bit for bit, bf16-rounded values
+    (exact ties x/d = k + 0.5, repeated magnitudes of both signs) included."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    from ovkit.ir import round_to
+    from ovkit.ops.translate import rounded
+
+    x = round_to("bf16", rng.uniform(-150, 150, (64, 256)).astype(np.float32))
+    dst = oracle.quantize(qtype, np.zeros_like(x))
+    ggml = np.asarray(oracle.ggml_program(lambda b, v: b.cpy(v["x"], v["d"]), {"x": x, "d": dst})).reshape(
+        x.shape
+    )
+    np.testing.assert_array_equal(quant.round_trip(x, qtype), ggml)
+    p = ops.parameter(list(x.shape), ov.Type.f32)
+    model = ov.Model([quant.ov_round_trip(p.output(0), qtype, lambda v: rounded(v, "f16"))], [p])
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    np.testing.assert_array_equal(compiled.create_infer_request().infer({0: x})[0], ggml)
+
+
+@pytest.mark.parametrize(
+    ("op", "params"),
+    [
+        ("SET_ROWS", "type_src=f32,type_dst=q4_1,type_idx=i64,ne=[256,5,1,3],nr23=[1,1],r=1,v=1"),
+        (
+            "CPY",
+            "type_src=bf16,type_dst=q4_0,ne_src=[256,4,4,4],permute_src=[0,0,0,0],permute_dst=[0,0,0,0],_src_transpose=0",
+        ),
+        (
+            "CPY",
+            "type_src=q8_0,type_dst=q8_0,ne_src=[32,2,3,4],permute_src=[0,3,1,2],permute_dst=[0,2,1,3],_src_transpose=0",
+        ),
+    ],
+)
+def test_catalogue_rows_writing_quantized_tensors_match_ggml(op: str, params: str) -> None:
+    from ovkit.catalogue import run
+
+    result = run.run_row(run.Row(op, params), policy="none")
+    assert result.status == "OK", result.detail
+
+
+def test_writing_other_quantized_types_is_refused_by_name(rng: np.random.Generator) -> None:
+    from ovkit.graph import GraphError
+
+    with pytest.raises(quant.QuantError, match=r"writing q4_K values .* expected one of q4_0, q4_1, q5_0"):
+        quant.round_trip(np.zeros((1, 256), np.float32), "q4_K")
+    g = Graph()
+    dst = g.constant(quant.quantize("q4_K", rng.uniform(-1, 1, (2, 256)).astype(np.float32)))
+    with pytest.raises(GraphError, match=r"CPY: operand b: expected type in \{f32, .*q8_0\}, given q4_K"):
+        g.cpy(g.input("x", (2, 256)), dst)

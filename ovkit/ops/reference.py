@@ -78,13 +78,18 @@ def evaluate(graph: Graph, outputs: Sequence[Tensor], feed: dict[str, Arr]) -> l
             raise GraphError(f"{t.describe()}: no numpy reference for {t.op_key}")
         if 0 in t.ne:  # a zero-size node: no elements to compute
             return np.zeros(tuple(reversed(t.ne)), np.float32)
-        return round_to(t.dtype, np.asarray(fn(t, xs))).reshape(tuple(reversed(t.ne)))
+        out = np.asarray(fn(t, xs))
+        # a quantized result (CPY, SET_ROWS) is already ggml's stored values, as f32
+        return (round_to(t.dtype, out) if t.dtype in NUMPY_DTYPE else out).reshape(tuple(reversed(t.ne)))
 
     def view(t: Tensor, vs: dict[int, Arr]) -> Arr:
         return np.zeros(tuple(reversed(t.ne)), np.float32) if 0 in t.ne else view_value(t, vs[t.memory.id])
 
     values = interpret(graph, outputs, leaf, view, node)
-    return [values[o.id].reshape(o.shape).astype(NUMPY_DTYPE[o.dtype], copy=False) for o in outputs]
+    return [
+        values[o.id].reshape(o.shape).astype(NUMPY_DTYPE.get(o.dtype, np.float32), copy=False)
+        for o in outputs
+    ]
 
 
 def repeat_to(x: Arr, big: Sequence[int]) -> Arr:
@@ -331,7 +336,20 @@ def cpy(t: Tensor, xs: list[Arr]) -> Arr:
     x = np.asarray(xs[0])
     if t.dtype in ("i32", "i64") and x.dtype.kind == "f":
         x = np.trunc(f32(x)).astype(NUMPY_DTYPE[t.dtype])
-    return x.reshape(tuple(reversed(t.ne)))
+    src = t.srcs[0]
+    assert src is not None
+    # a plain result is stored by the caller; same-type quantized copies move ggml's blocks
+    keep = t.dtype in NUMPY_DTYPE or src.dtype == t.dtype
+    return (x if keep else stored(t.dtype, x)).reshape(tuple(reversed(t.ne)))
+
+
+def stored(dtype: str, x: Arr) -> Arr:
+    """``x`` as a tensor of ``dtype`` holds it (quantized: ggml's from_float, read back as f32)."""
+    if dtype in NUMPY_DTYPE:
+        return round_to(dtype, x)
+    from ovkit.quant import round_trip
+
+    return round_trip(f32(x), dtype)
 
 
 # ---------------------------------------------------------------------------- matmul
@@ -414,7 +432,7 @@ def set_rows(t: Tensor, xs: list[Arr]) -> Arr:
     i3 = np.arange(n3)[:, None, None]
     i2 = np.arange(n2)[None, :, None]
     rows = c[0][i3 % c_t.ne[2], i2 % c_t.ne[1], np.arange(n1)[None, None, :]].astype(np.int64)
-    dst[np.broadcast_to(i3, rows.shape), np.broadcast_to(i2, rows.shape), rows] = round_to(t.dtype, b)
+    dst[np.broadcast_to(i3, rows.shape), np.broadcast_to(i2, rows.shape), rows] = stored(t.dtype, b)
     return dst
 
 

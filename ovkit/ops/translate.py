@@ -522,7 +522,16 @@ def _cpy(t: Tensor, xs: list[Out]) -> Out:
     assert src is not None
     if t.dtype in ("i32", "i64") and src.dtype in ("f32", "f16", "bf16"):
         x = ops.convert(f32(x), OV_TYPE[t.dtype])  # truncation toward zero, as a C cast
+    if t.is_quantized and src.dtype != t.dtype:  # same type: ggml copies the blocks
+        return reshape4(written_quantized(x, t.dtype), t.ne)
     return reshape4(x, t.ne)
+
+
+def written_quantized(x: Out, qtype: str) -> Out:
+    """The f32 values a ``qtype`` tensor reads back after ggml quantizes ``x`` into it."""
+    from ovkit.quant import ov_round_trip
+
+    return ov_round_trip(f32(x), qtype, lambda v: rounded(v, "f16"))
 
 
 # ---------------------------------------------------------------------------- matmul
@@ -607,7 +616,8 @@ def _set_rows(t: Tensor, xs: list[Out]) -> Out:
     dst = xs[0]
     if 0 in b.ne:  # no rows to set
         return dst
-    rows = to_type(f32(xs[1]), t.dtype)  # [b3, b2, b1, b0] rows converted to dst type
+    # [b3, b2, b1, b0] rows converted to dst type
+    rows = written_quantized(xs[1], t.dtype) if t.is_quantized else to_type(f32(xs[1]), t.dtype)
     # row index of b's row (i1, i2, i3): c[i1, i2 % c.ne1, i3 % c.ne2]
     idx = ops.convert(xs[2], ov.Type.i64)
     idx = tile_to(idx, c.ne, (c.ne[0], b.ne[2], b.ne[3], 1))  # [1, b3, b2, b1] after tiling
