@@ -385,6 +385,16 @@ class Graph(GraphIR):
             raise self._err(Op.ARGMAX, "a", "a matrix (ne[2] == ne[3] == 1)", f"ne {ne_str(a.ne)}")
         return self._new(Op.ARGMAX, (a.ne[1], 1, 1, 1), "i32", (a,))
 
+    def count_equal(self, a: Tensor, b: Tensor) -> Tensor:
+        """``ggml_count_equal``: the number of equal elements of two i32 tensors, as i64 [1]."""
+        op = Op.COUNT_EQUAL
+        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "b", b)
+        self._check_types(op, "a", a, ("i32",))
+        if b.dtype != a.dtype or b.ne != a.ne:
+            raise self._err(op, "b", f"{a.dtype} ne {ne_str(a.ne)} (as a)", f"{b.dtype} ne {ne_str(b.ne)}")
+        return self._new(op, (1, 1, 1, 1), "i64", (a, b))
+
     # ------------------------------------------------------------------ GLU
     def glu(self, a: Tensor, op: int | str, swapped: bool = False) -> Tensor:
         """``ggml_glu``: split a's rows in halves; act(first) * second (halves exchanged if swapped)."""
@@ -687,6 +697,15 @@ class Graph(GraphIR):
     def pad_circular(self, a: Tensor, p0: int, p1: int, p2: int, p3: int) -> Tensor:
         """``ggml_pad_circular``: each dim extended at its end by its own values, wrapped around."""
         return self.pad_ext_circular(a, 0, p0, 0, p1, 0, p2, 0, p3)
+
+    def pad_reflect_1d(self, a: Tensor, p0: int, p1: int) -> Tensor:
+        """``ggml_pad_reflect_1d``: dim 0 extended by its mirror image (edges not repeated)."""
+        op = Op.PAD_REFLECT_1D
+        self._check_tensor(op, "a", a)
+        self._check_types(op, "a", a, ("f32",))
+        if not (0 <= p0 < a.ne[0] and 0 <= p1 < a.ne[0]):
+            raise self._err(op, "p0/p1", f"pads in [0, ne[0] = {a.ne[0]})", f"p0 {p0}, p1 {p1}")
+        return self._new(op, (a.ne[0] + p0 + p1, *a.ne[1:]), a.dtype, (a,), {"p0": int(p0), "p1": int(p1)})
 
     def pad_ext(
         self, a: Tensor, lp0: int, rp0: int, lp1: int, rp1: int, lp2: int, rp2: int, lp3: int, rp3: int
@@ -1344,6 +1363,22 @@ class Graph(GraphIR):
         if a.nelements != 1:
             raise self._err(op, "a", "a scalar loss gradient (1 element)", f"ne {ne_str(a.ne)}")
         return self._new(op, b.ne, "f32", (a, b, c))
+
+    def set_param(self, a: Tensor) -> None:
+        """``ggml_set_param``: marks a as trained (ggml's optimizer steps require it; recorded)."""
+        a.params["param"] = True
+        self._edited()
+
+    def opt_step_sgd(self, a: Tensor, grad: Tensor, params: Tensor) -> Tensor:
+        """``ggml_opt_step_sgd``: a·(1 − lr·wd) − lr·grad with params = [lr, wd] (ggml updates a
+        in place; ovkit returns the updated value)."""
+        op = Op.OPT_STEP_SGD
+        self._same_shape_back(op, a, grad)
+        self._check_tensor(op, "params", params)
+        self._check_types(op, "params", params, ("f32",))
+        if params.nelements != 2:
+            raise self._err(op, "params", "2 values [learning rate, weight decay]", f"ne {ne_str(params.ne)}")
+        return self._new(op, a.ne, a.dtype, (a, grad, params))
 
     def _same_shape_back(self, op: Op, a: Tensor, b: Tensor, types: Sequence[str] = ("f32",)) -> None:
         self._check_tensor(op, "a", a)

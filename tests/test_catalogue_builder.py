@@ -275,6 +275,14 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], Expected]] = {
     "SILU_BACK": _back("SILU_BACK"),
     "MUL_MAT_HADAMARD": _mul_mat,
     "ROLL": lambda p: ((10, 5, 4, 3), "f32", ("ROLL",)),
+    "PAD_REFLECT_1D": lambda p: (
+        (p["ne_a"][0] + p["pad_0"] + p["pad_1"], p["ne_a"][1], 1, 1),
+        "f32",
+        ("PAD_REFLECT_1D",),
+    ),
+    "COUNT_EQUAL": lambda p: ((1, 1, 1, 1), "i64", ("ARGMAX", "ARGMAX", "COUNT_EQUAL")),
+    # ggml_set_param(a) makes the leaf a graph node of its own (op NONE), as in test_opt_step_sgd
+    "OPT_STEP_SGD": lambda p: (_ne(p["ne"]), "f32", ("NONE", "OPT_STEP_SGD")),
     "CROSS_ENTROPY_LOSS_BACK": lambda p: (_ne(p["ne"]), "f32", ("SOFT_MAX", "CROSS_ENTROPY_LOSS_BACK")),
 }
 

@@ -312,6 +312,29 @@ for _ne in ((10, 5, 4, 3), (300, 1, 1, 1)):
     )
 
 
+# --- PAD_REFLECT_1D, COUNT_EQUAL, OPT_STEP_SGD (their test_* structs) ---------------------------
+for _ne, _p0, _p1 in (((512, 34, 1, 1), 10, 9), ((7, 3, 1, 1), 0, 6)):
+    case(
+        f"pad_reflect_1d-{_ne[0]}-{_p0}-{_p1}",
+        lambda b, t, _p0=_p0, _p1=_p1: b.pad_reflect_1d(t["a"], _p0, _p1),
+        {"a": In(_ne)},
+    )
+case(
+    "count_equal-4x500",
+    lambda b, t: b.count_equal(b.argmax(t["a"]), b.argmax(t["b"])),
+    {"a": In((4, 500), distinct=True), "b": In((4, 500), distinct=True)},
+)
+
+
+def _sgd(b: Any, t: dict[str, Any]) -> Any:
+    b.set_param(t["a"])
+    return b.opt_step_sgd(t["a"], t["grad"], t["params"])
+
+
+case("opt_step_sgd-10x5x4x3", _sgd, {"a": In((10, 5, 4, 3), lo=0.0), "grad": In((10, 5, 4, 3), lo=0.0),
+                                      "params": In((2,), lo=0.0)})  # fmt: skip
+
+
 # --- DUP (test_dup: a contiguous copy of a permuted source) ------------------------------------
 for _dt, _high in (("f32", 0), ("f16", 0), ("i32", 1000)):
     case(

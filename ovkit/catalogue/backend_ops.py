@@ -453,6 +453,34 @@ def _diag_mask_inf(op: str, params: str, p: dict[str, Any]) -> Case:
                 lambda b, x: _named(b.diag_mask_inf(x["a"], n_past), "out"))  # fmt: skip
 
 
+def _pad_reflect_1d(op: str, params: str, p: dict[str, Any]) -> Case:
+    p0, p1 = int(p["pad_0"]), int(p["pad_1"])
+    leaf = Leaf("a", ne4(p["ne_a"][:2]), p["type"])  # test_pad_reflect_1d: a 2-D tensor of ne_a[0:2]
+    return Case(op, params, (leaf,), lambda b, x: _named(b.pad_reflect_1d(x["a"], p0, p1), "out"))
+
+
+def _opt_step_sgd(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, ne, pos = p["type"], ne4(p["ne"]), Init("uniform", 0.0, 1.0)  # non-negative sgd_params
+    leaves = (Leaf("a", ne, t, pos), Leaf("grad", ne, t, pos), Leaf("sgd_params", (2, 1, 1, 1), "f32", pos))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        b.set_param(x["a"])  # ggml_opt_step_sgd asserts a trained tensor
+        return _named(b.opt_step_sgd(x["a"], x["grad"], x["sgd_params"]), "out")
+
+    return Case(op, params, leaves, program)
+
+
+def _count_equal(op: str, params: str, p: dict[str, Any]) -> Case:
+    t, ne = p["type"], ne4(p["ne"])
+    leaves = (Leaf("a", ne, t, Init("distinct")), Leaf("b", ne, t, Init("distinct")))
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        am, bm = _named(b.argmax(x["a"]), "a_argmax"), _named(b.argmax(x["b"]), "b_argmax")
+        return _named(b.count_equal(am, bm), "out")
+
+    return Case(op, params, leaves, program, max_err=0.0)
+
+
 def _cross_entropy_loss_back(op: str, params: str, p: dict[str, Any]) -> Case:
     t, ne = p["type"], ne4(p["ne"])
     leaves = (Leaf("grad", (1, 1, 1, 1), "f32"), Leaf("logits", ne, t), Leaf("labels", ne, t))
@@ -947,6 +975,9 @@ BUILDERS: dict[str, CaseBuilder] = {
     "UPSCALE": _upscale,
     "CROSS_ENTROPY_LOSS_BACK": _cross_entropy_loss_back,
     "DIAG_MASK_INF": _diag_mask_inf,
+    "OPT_STEP_SGD": _opt_step_sgd,
+    "COUNT_EQUAL": _count_equal,
+    "PAD_REFLECT_1D": _pad_reflect_1d,
     "CONT": _cont,
     "REPEAT": _repeat,
     "CONCAT": _concat,

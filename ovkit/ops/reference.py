@@ -634,6 +634,23 @@ def diag_mask(t: Tensor) -> Arr:
     return np.arange(t.ne[0])[None, :] > t.params["n_past"] + np.arange(t.ne[1])[:, None]
 
 
+@reference(Op.OPT_STEP_SGD)
+def opt_step_sgd(t: Tensor, xs: list[Arr]) -> Arr:
+    lr, wd = f32(xs[2]).reshape(-1)[:2]
+    return f32(xs[0]) * (np.float32(1.0) - lr * wd) - lr * f32(xs[1])
+
+
+@reference(Op.COUNT_EQUAL)
+def count_equal(t: Tensor, xs: list[Arr]) -> Arr:
+    return np.array([np.count_nonzero(np.asarray(xs[0]) == np.asarray(xs[1]))], np.int64)
+
+
+@reference(Op.PAD_REFLECT_1D)
+def pad_reflect_1d(t: Tensor, xs: list[Arr]) -> Arr:
+    widths = [(0, 0)] * 3 + [(t.params["p0"], t.params["p1"])]
+    return np.pad(f32(xs[0]), widths, mode="reflect")
+
+
 @reference(Op.DIAG_MASK_INF)
 def diag_mask_inf(t: Tensor, xs: list[Arr]) -> Arr:
     return np.where(diag_mask(t), np.float32(-np.inf), f32(xs[0]))

@@ -498,6 +498,14 @@ ENTRIES: tuple[OpEntry, ...] = (
                 "(Softmax(b) − c)·a / rows",
             ),
             (Op.DIAG_MASK_INF, ("diag_mask_inf",), "a, n_past", "Select(i > n_past + j, −inf, a)"),
+            (Op.PAD_REFLECT_1D, ("pad_reflect_1d",), "a, p0, p1", "Pad REFLECT on dim 0"),
+            (Op.COUNT_EQUAL, ("count_equal",), "a, b (i32)", "ReduceSum(Convert(Equal(a, b), i64))"),
+            (
+                Op.OPT_STEP_SGD,
+                ("opt_step_sgd",),
+                "a, grad, params [lr, wd]",
+                "a·(1 − lr·wd) − lr·grad (the updated value; ggml writes it into a)",
+            ),
             (
                 Op.RMS_NORM_BACK,
                 ("rms_norm_back",),

@@ -647,6 +647,26 @@ def _set(t: Tensor, xs: list[Out]) -> Out:
     return reshape4(ops.scatter_nd_update(flat, idx, upd), t.ne)
 
 
+@translator(Op.OPT_STEP_SGD)
+def _opt_step_sgd(t: Tensor, xs: list[Out]) -> Out:
+    p = ops.reshape(f32(xs[2]), i64([2]), False)
+    lr = ops.gather(p, i64(0), i64(0))
+    keep = ops.subtract(const(1.0), ops.multiply(lr, ops.gather(p, i64(1), i64(0))))
+    return ops.subtract(ops.multiply(f32(xs[0]), keep), ops.multiply(lr, f32(xs[1])))
+
+
+@translator(Op.COUNT_EQUAL)
+def _count_equal(t: Tensor, xs: list[Out]) -> Out:
+    eq = ops.convert(ops.equal(xs[0], xs[1]), ov.Type.i64)
+    return ops.reduce_sum(ops.reshape(eq, i64([-1]), False), i64([0]), True)
+
+
+@translator(Op.PAD_REFLECT_1D)
+def _pad_reflect_1d(t: Tensor, xs: list[Out]) -> Out:
+    p = t.params
+    return ops.pad(f32(xs[0]), i64([0, 0, 0, p["p0"]]), i64([0, 0, 0, p["p1"]]), "reflect")
+
+
 @translator(Op.DIAG_MASK_INF)
 def _diag_mask_inf(t: Tensor, xs: list[Out]) -> Out:
     return ops.select(const(diag_mask(t), np.bool_), const(-np.inf), f32(xs[0]))
