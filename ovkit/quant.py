@@ -22,8 +22,10 @@ Decompression forms (docs/quant.md has the measurements):
   columns.
 
 ``mul_mat`` uses :meth:`QuantizedWeight.ov_mul_mat`; ``get_rows`` and everything else use
-:meth:`QuantizedWeight.to_ov_node` (f32 ``[rows, k]``).  The requantization policy of upstream
-Upstream's requantization policy is the table :data:`REQUANT_RULES`, queried by :func:`requant_type`.
+:meth:`QuantizedWeight.to_ov_node` (f32 ``[rows, k]``).  Upstream's requantization policy is the
+table :data:`REQUANT_RULES`, queried by :func:`requant_type`.  Writing a quantized tensor (CPY,
+SET_ROWS) reads back ggml's ``to_float(from_float(x))``: :func:`round_trip` (numpy) and
+:func:`ov_round_trip` (OpenVINO) for the types of :data:`ROUND_TRIPS`.
 """
 
 from __future__ import annotations
@@ -771,8 +773,8 @@ def reference_dequantize(qtype: str, raw: bytes | np.ndarray, shape: Sequence[in
 class RoundTrip:
     """How ggml's CPU ``from_float`` quantizes one 32-element block (then decoded as ``to_float``).
 
-    ``symmetric``: d = (the value of largest magnitude) / -offset, q = min(2·offset-1,
-    trunc(x/d + offset + 0.5)) (Q4_0, Q5_0); otherwise, with ``offset`` 0, d = (max - min) /
+    ``symmetric``: d = (the value of largest magnitude) / -offset, q = min(levels,
+    trunc(x/d + offset + 0.5)), w = (q - offset)·d (Q4_0, Q5_0); otherwise, with ``offset`` 0, d = (max - min) /
     levels, q = min(levels, trunc((x - min)/d + 0.5)), w = q·d + min (Q4_1, Q5_1); Q8_0 (``levels``
     127): d = amax/127, q = round-half-even(x · 127/amax), its AVX kernel's arithmetic.
     """
@@ -814,7 +816,7 @@ def round_trip(values: np.ndarray, qtype: str) -> np.ndarray:
             mx = np.take_along_axis(b, np.abs(b).argmax(axis=1)[:, None], axis=1)
             d = mx / np.float32(-rt.offset)
             inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
-            q = np.minimum(np.float32(2 * rt.offset - 1), np.trunc(b * inv + np.float32(rt.offset + 0.5)))
+            q = np.minimum(np.float32(rt.levels), np.trunc(b * inv + np.float32(rt.offset + 0.5)))
             out = (q - np.float32(rt.offset)) * _f16_round(d)
         elif rt.levels == 127:
             amax = np.abs(b).max(axis=1, keepdims=True)
@@ -894,8 +896,8 @@ def ov_round_trip(x: Any, qtype: str, f16_round: Callable[[Any], Any]) -> Any:
     def c(v: float) -> Any:
         return ops.constant(np.float32(v))
 
-    def safe_inv(num: float, den: Any, test: Any) -> Any:  # den != 0 ? num/den : 0
-        return ops.select(ops.not_equal(test, c(0.0)), _ov_div_rn(c(num), den), c(0.0))
+    def safe_div(num: float, den: Any) -> Any:  # den != 0 ? num/den : 0
+        return ops.select(ops.not_equal(den, c(0.0)), _ov_div_rn(c(num), den), c(0.0))
 
     b = ops.reshape(x, ops.constant(np.array([-1, 32], np.int64)), False)
     axis = ops.constant(np.array([1], np.int64))
@@ -909,17 +911,17 @@ def ov_round_trip(x: Any, qtype: str, f16_round: Callable[[Any], Any]) -> Any:
         )
         at = ops.reduce_min(first, axis, True)
         d = ops.multiply(ops.gather_elements(b, at, 1), c(-1.0 / rt.offset))  # exact: 2^-k
-        q = ops.floor(ops.add(_ov_mul(b, safe_inv(1.0, d, d)), c(rt.offset + 0.5)))
-        q = ops.minimum(q, c(2 * rt.offset - 1))
+        q = ops.floor(ops.add(_ov_mul(b, safe_div(1.0, d)), c(rt.offset + 0.5)))
+        q = ops.minimum(q, c(rt.levels))
         out = ops.multiply(ops.subtract(q, c(rt.offset)), f16_round(d))
     elif rt.levels == 127:
         amax = ops.reduce_max(ops.abs(b), axis, True)
-        q = ops.round(ops.multiply(b, safe_inv(127.0, amax, amax)), "half_to_even")
+        q = ops.round(ops.multiply(b, safe_div(127.0, amax)), "half_to_even")
         out = ops.multiply(q, f16_round(_ov_div_rn(amax, c(127.0))))
     else:
         lo, hi = ops.reduce_min(b, axis, True), ops.reduce_max(b, axis, True)
         d = _ov_div_rn(ops.subtract(hi, lo), c(rt.levels))
-        q = ops.floor(ops.add(_ov_mul(ops.subtract(b, lo), safe_inv(1.0, d, d)), c(0.5)))
+        q = ops.floor(ops.add(_ov_mul(ops.subtract(b, lo), safe_div(1.0, d)), c(0.5)))
         out = ops.add(_ov_mul(ops.minimum(q, c(rt.levels)), f16_round(d)), f16_round(lo))
     return ops.reshape(out, ops.shape_of(x), False)
 
