@@ -4,7 +4,8 @@
 weights (they stay quantized), and builds the graph of ``ovkit.model.program`` once per shape
 bucket (``n_tokens``, ``n_kv``): one compiled model and one ``ovkit.engine.graph_session`` per
 bucket, the KV cache tensors its states (OpenVINO variables where the device allows, a host round
-trip on the NPU class).  Prefill runs in chunks of ``n_ubatch`` tokens (the NPU class: of
+trip on the NPU class; ``stateful=False`` forces the round trip everywhere, the way ovkit's engine
+runs with ``GGML_OPENVINO_STATEFUL_EXECUTION`` off, docs/model.md has the cost).  Prefill runs in chunks of ``n_ubatch`` tokens (the NPU class: of
 ``GGML_OPENVINO_PREFILL_CHUNK_SIZE``, the backend's static prefill).  Logits come back per
 position as numpy arrays.
 """
@@ -81,7 +82,7 @@ class Model:
         n_ctx: int = 512,
         flash_attn: bool = True,
         n_ubatch: int = DEFAULT_N_UBATCH,
-        stateful: bool | None = None,
+        stateful: bool = True,
         profiling: bool = False,
         no_requant: bool = False,
     ) -> None:
