@@ -1364,6 +1364,27 @@ class Graph(GraphIR):
             raise self._err(op, "a", "a scalar loss gradient (1 element)", f"ne {ne_str(a.ne)}")
         return self._new(op, b.ne, "f32", (a, b, c))
 
+    def arange(self, start: float, stop: float, step: float) -> Tensor:
+        """``ggml_arange``: f32 [ceil((stop − start)/step)] of start + i·step."""
+        n = math.ceil((stop - start) / step) if step else 0
+        if n < 1:
+            raise self._err(
+                Op.ARANGE, "step", f"a step giving at least one value from {start} to {stop}", str(step)
+            )
+        return self._new(Op.ARANGE, (n, 1, 1, 1), "f32", (), {"start": float(start), "step": float(step)})
+
+    def timestep_embedding(self, a: Tensor, dim: int, max_period: int) -> Tensor:
+        """``ggml_timestep_embedding``: per timestep t of a [N], [cos(t·f_j) | sin(t·f_j)] with
+        f_j = max_period^(−j/half), half = dim // 2 (an odd dim ends in a 0)."""
+        op = Op.TIMESTEP_EMBEDDING
+        self._check_tensor(op, "a", a)
+        self._check_types(op, "a", a, ("f32",))
+        if a.ne[1:] != (1, 1, 1) or dim < 1 or max_period < 1:
+            raise self._err(op, "a", "a vector of timesteps, dim >= 1, max_period >= 1", f"ne {ne_str(a.ne)}")
+        return self._new(
+            op, (dim, a.ne[0], 1, 1), "f32", (a,), {"dim": int(dim), "max_period": int(max_period)}
+        )
+
     def set_param(self, a: Tensor) -> None:
         """``ggml_set_param``: marks a as trained (ggml's optimizer steps require it; recorded)."""
         a.params["param"] = True

@@ -280,6 +280,8 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], Expected]] = {
         "f32",
         ("PAD_REFLECT_1D",),
     ),
+    "ARANGE": lambda p: ((10, 1, 1, 1), "f32", ("ARANGE",)),
+    "TIMESTEP_EMBEDDING": lambda p: ((p["dim"], p["ne_a"][0], 1, 1), "f32", ("TIMESTEP_EMBEDDING",)),
     "COUNT_EQUAL": lambda p: ((1, 1, 1, 1), "i64", ("ARGMAX", "ARGMAX", "COUNT_EQUAL")),
     # ggml_set_param(a) makes the leaf a graph node of its own (op NONE), as in test_opt_step_sgd
     "OPT_STEP_SGD": lambda p: (_ne(p["ne"]), "f32", ("NONE", "OPT_STEP_SGD")),

@@ -335,6 +335,17 @@ case("opt_step_sgd-10x5x4x3", _sgd, {"a": In((10, 5, 4, 3), lo=0.0), "grad": In(
                                       "params": In((2,), lo=0.0)})  # fmt: skip
 
 
+# --- ARANGE, TIMESTEP_EMBEDDING (test_arange, test_timestep_embedding) --------------------------
+for _a in ((0.0, 10.0, 1.0), (-1.5, 2.0, 0.25)):
+    case(f"arange-{_a[0]}-{_a[1]}-{_a[2]}", lambda b, t, _a=_a: b.arange(*_a), {})
+for _dim in (320, 7):
+    case(
+        f"timestep_embedding-{_dim}",
+        lambda b, t, _dim=_dim: b.timestep_embedding(t["a"], _dim, 10000),
+        {"a": In((2,), lo=0.0, hi=1000.0)},
+    )
+
+
 # --- DUP (test_dup: a contiguous copy of a permuted source) ------------------------------------
 for _dt, _high in (("f32", 0), ("f16", 0), ("i32", 1000)):
     case(

@@ -459,6 +459,17 @@ def _pad_reflect_1d(op: str, params: str, p: dict[str, Any]) -> Case:
     return Case(op, params, (leaf,), lambda b, x: _named(b.pad_reflect_1d(x["a"], p0, p1), "out"))
 
 
+def _arange(op: str, params: str, p: dict[str, Any]) -> Case:
+    args = [float(p[k]) for k in ("start", "stop", "step")]
+    return Case(op, params, (), lambda b, x: _named(b.arange(*args), "out"))
+
+
+def _timestep_embedding(op: str, params: str, p: dict[str, Any]) -> Case:
+    dim, period = int(p["dim"]), int(p["max_period"])
+    return Case(op, params, (Leaf("a", ne4(p["ne_a"]), p["type"]),),
+                lambda b, x: _named(b.timestep_embedding(x["a"], dim, period), "out"))  # fmt: skip
+
+
 def _opt_step_sgd(op: str, params: str, p: dict[str, Any]) -> Case:
     t, ne, pos = p["type"], ne4(p["ne"]), Init("uniform", 0.0, 1.0)  # non-negative sgd_params
     leaves = (Leaf("a", ne, t, pos), Leaf("grad", ne, t, pos), Leaf("sgd_params", (2, 1, 1, 1), "f32", pos))
@@ -976,6 +987,8 @@ BUILDERS: dict[str, CaseBuilder] = {
     "CROSS_ENTROPY_LOSS_BACK": _cross_entropy_loss_back,
     "DIAG_MASK_INF": _diag_mask_inf,
     "OPT_STEP_SGD": _opt_step_sgd,
+    "ARANGE": _arange,
+    "TIMESTEP_EMBEDDING": _timestep_embedding,
     "COUNT_EQUAL": _count_equal,
     "PAD_REFLECT_1D": _pad_reflect_1d,
     "CONT": _cont,

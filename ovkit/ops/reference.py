@@ -634,6 +634,32 @@ def diag_mask(t: Tensor) -> Arr:
     return np.arange(t.ne[0])[None, :] > t.params["n_past"] + np.arange(t.ne[1])[:, None]
 
 
+def arange_values(t: Tensor) -> Arr:
+    """ARANGE: start + i·step in f32, as ggml's CPU loop."""
+    return np.float32(t.params["start"]) + np.arange(t.ne[0], dtype=np.float32) * np.float32(t.params["step"])
+
+
+@reference(Op.ARANGE)
+def arange(t: Tensor, xs: list[Arr]) -> Arr:
+    return arange_values(t)
+
+
+def timestep_freqs(t: Tensor) -> Arr:
+    """TIMESTEP_EMBEDDING: f_j = exp(−ln(max_period)·j/half) in f32, j < half."""
+    half = t.params["dim"] // 2
+    j = np.arange(half, dtype=np.float32)
+    return np.exp(np.float32(-math.log(t.params["max_period"])) * j / np.float32(half)).astype(np.float32)
+
+
+@reference(Op.TIMESTEP_EMBEDDING)
+def timestep_embedding(t: Tensor, xs: list[Arr]) -> Arr:
+    arg = f32(xs[0]).reshape(-1, 1) * timestep_freqs(t)[None, :]
+    out = np.zeros((arg.shape[0], t.ne[0]), np.float32)
+    half = arg.shape[1]
+    out[:, :half], out[:, half : 2 * half] = np.cos(arg), np.sin(arg)
+    return out
+
+
 @reference(Op.OPT_STEP_SGD)
 def opt_step_sgd(t: Tensor, xs: list[Arr]) -> Arr:
     lr, wd = f32(xs[2]).reshape(-1)[:2]

@@ -499,6 +499,13 @@ ENTRIES: tuple[OpEntry, ...] = (
             ),
             (Op.DIAG_MASK_INF, ("diag_mask_inf",), "a, n_past", "Select(i > n_past + j, −inf, a)"),
             (Op.PAD_REFLECT_1D, ("pad_reflect_1d",), "a, p0, p1", "Pad REFLECT on dim 0"),
+            (Op.ARANGE, ("arange",), "start, stop, step", "Constant start + i·step (f32)"),
+            (
+                Op.TIMESTEP_EMBEDDING,
+                ("timestep_embedding",),
+                "a timesteps [N], dim, max_period",
+                "Concat(Cos(t·f), Sin(t·f)) with ggml's f32 frequencies f_j = max_period^(−j/half)",
+            ),
             (Op.COUNT_EQUAL, ("count_equal",), "a, b (i32)", "ReduceSum(Convert(Equal(a, b), i64))"),
             (
                 Op.OPT_STEP_SGD,

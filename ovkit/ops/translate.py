@@ -30,6 +30,7 @@ from ovkit.ir import (
 from ovkit.ir import GraphIR as Graph
 from ovkit.ops.reference import (
     alibi_slopes,
+    arange_values,
     ax,
     col2im_1d_columns,
     col2im_1d_index,
@@ -45,6 +46,7 @@ from ovkit.ops.reference import (
     rope_sections,
     rope_tables,
     set_index,
+    timestep_freqs,
     top_k_order,
     tri_mask,
     upscale_batch_index,
@@ -645,6 +647,20 @@ def _set(t: Tensor, xs: list[Out]) -> Out:
     if t.op == Op.ACC:
         upd = ops.add(ops.gather_nd(flat, idx), upd)
     return reshape4(ops.scatter_nd_update(flat, idx, upd), t.ne)
+
+
+@translator(Op.ARANGE)
+def _arange(t: Tensor, xs: list[Out]) -> Out:
+    return const(arange_values(t))
+
+
+@translator(Op.TIMESTEP_EMBEDDING)
+def _timestep_embedding(t: Tensor, xs: list[Out]) -> Out:
+    arg = ops.multiply(ops.reshape(f32(xs[0]), i64([-1, 1]), False), const(timestep_freqs(t)[None, :]))
+    parts = [ops.cos(arg), ops.sin(arg)]
+    if t.ne[0] % 2:  # an odd dim ends in a zero column
+        parts.append(ops.multiply(ops.gather(arg, i64([0]), i64(1)), const(0.0)))
+    return reshape4(ops.concat(parts, 1), t.ne)
 
 
 @translator(Op.OPT_STEP_SGD)
