@@ -474,17 +474,15 @@ def threads_per_worker(workers: int) -> int:
 
 
 def _abort_message(text: str) -> str:
-    """The last line a crashed worker wrote (a native assert's own words), its source path cut."""
+    """The line a crashed worker wrote last (a native assert's own words, its source file's
+    directory cut: ``ggml.c:7717: GGML_ASSERT(imatrix != NULL) failed``)."""
     lines = [x.strip() for x in text.splitlines() if x.strip()]
     if not lines:
         return ""
-    last = lines[-1]
-    for marker in ("GGML_ASSERT", "GGML_ABORT", "Aborted", "Segmentation"):
-        hit = [x for x in lines if marker in x]
-        if hit:
-            last = hit[-1]
-            break
-    return last.rsplit(": ", 1)[-1] if ".c" in last.split(": ", 1)[0] else last[:200]
+    asserts = [x for x in lines if "GGML_ASSERT" in x or "GGML_ABORT" in x]
+    last = (asserts or lines)[-1]
+    where, _, what = last.partition(": ")
+    return f"{where.rsplit('/', 1)[-1]}: {what}" if what and "/" in where else last[:200]
 
 
 class _Worker:
