@@ -320,8 +320,9 @@ def _dec_host(spec: QuantSpec, blocks: np.ndarray) -> np.ndarray:
         return _dec_q1_0(blocks)
     import gguf.quants as gq
 
+    # one row of all the blocks: gguf loops in Python over groups of 16 rows (one a block here)
     with np.errstate(all="ignore"):  # random blocks hold NaN/inf scales: decoded as ggml does
-        out = gq.dequantize(blocks, gq.GGMLQuantizationType(spec.ggml_type))
+        out = gq.dequantize(blocks.reshape(1, -1), gq.GGMLQuantizationType(spec.ggml_type))
     return np.asarray(out, np.float32).reshape(-1, spec.block)
 
 
