@@ -565,7 +565,7 @@ def _pinned(row: Row) -> bool:
 #: Rows asked of a worker at once (their compiles merged into one), and the largest cost
 #: (input elements) of a row that joins such a batch: bigger rows go alone.
 BATCH_ROWS = 8
-BATCH_MAX_COST = 1 << 18
+BATCH_MAX_COST = 1 << 22
 
 
 def _pooled(
