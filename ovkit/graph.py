@@ -282,6 +282,21 @@ class Graph(GraphIR):
         self._check_types(Op.UNARY, "a", a, UNARY_TYPES.get(code, FLOAT_TYPES))
         return self._new(Op.UNARY, a.ne, a.dtype, (a,), {"op": code.enum_value}, sub_op=code.sub_op)
 
+    def xielu(self, a: Tensor, alpha_n: float, alpha_p: float, beta: float, eps: float) -> Tensor:
+        """``ggml_xielu``: x > 0: α_p·x² + β·x, else (expm1(min(x, eps)) − x)·α_n + β·x, with ggml's
+        α_n = β + softplus(alpha_n) and α_p = softplus(alpha_p) (f32, softplus(v > 20) = v)."""
+        self._check_tensor(Op.UNARY, "a", a)
+        self._check_types(Op.UNARY, "a", a, FLOAT_TYPES)
+
+        def softplus(v: float) -> np.float32:
+            f = np.float32(v)
+            return f if f > 20 else np.float32(np.log(np.float32(1.0) + np.exp(f)))
+
+        b = np.float32(beta)
+        params = {"op": Op.XIELU.enum_value, "alpha_n": float(b + softplus(alpha_n)),
+                  "alpha_p": float(softplus(alpha_p)), "beta": float(b), "eps": float(np.float32(eps))}  # fmt: skip
+        return self._new(Op.UNARY, a.ne, a.dtype, (a,), params, sub_op=Op.XIELU.sub_op)
+
     def gelu(self, a: Tensor) -> Tensor:
         """``ggml_gelu`` (tanh approximation, as ggml)."""
         return self.unary(a, Op.GELU)

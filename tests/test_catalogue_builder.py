@@ -280,6 +280,7 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], Expected]] = {
         "f32",
         ("PAD_REFLECT_1D",),
     ),
+    "XIELU": lambda p: (_ne(p["ne"]), p["type"], ("UNARY",)),
     "ARANGE": lambda p: ((10, 1, 1, 1), "f32", ("ARANGE",)),
     "TIMESTEP_EMBEDDING": lambda p: ((p["dim"], p["ne_a"][0], 1, 1), "f32", ("TIMESTEP_EMBEDDING",)),
     "COUNT_EQUAL": lambda p: ((1, 1, 1, 1), "i64", ("ARGMAX", "ARGMAX", "COUNT_EQUAL")),

@@ -335,6 +335,15 @@ case("opt_step_sgd-10x5x4x3", _sgd, {"a": In((10, 5, 4, 3), lo=0.0), "grad": In(
                                       "params": In((2,), lo=0.0)})  # fmt: skip
 
 
+# --- XIELU (test_xielu: alpha_n 4, alpha_p 20, beta 0.5, eps 1e-7) ------------------------------
+for _dt in ("f32", "f16"):
+    case(
+        f"xielu-{_dt}",
+        lambda b, t: b.xielu(t["a"], 4.0, 20.0, 0.5, 1e-7),
+        {"a": In((512, 16), _dt, -3.0, 3.0)},
+    )
+
+
 # --- ARANGE, TIMESTEP_EMBEDDING (test_arange, test_timestep_embedding) --------------------------
 for _a in ((0.0, 10.0, 1.0), (-1.5, 2.0, 0.25)):
     case(f"arange-{_a[0]}-{_a[1]}-{_a[2]}", lambda b, t, _a=_a: b.arange(*_a), {})

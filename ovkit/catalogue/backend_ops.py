@@ -80,7 +80,6 @@ UNARY = [
     "CEIL",
     "ROUND",
     "TRUNC",
-    "XIELU",
 ]
 #: test_floor/ceil/round/trunc (``ne`` instead of ``ne_a``): uniform [-10, 10].
 ROUNDING = ("FLOOR", "CEIL", "ROUND", "TRUNC")
@@ -468,6 +467,12 @@ def _timestep_embedding(op: str, params: str, p: dict[str, Any]) -> Case:
     dim, period = int(p["dim"]), int(p["max_period"])
     return Case(op, params, (Leaf("a", ne4(p["ne_a"]), p["type"]),),
                 lambda b, x: _named(b.timestep_embedding(x["a"], dim, period), "out"))  # fmt: skip
+
+
+def _xielu(op: str, params: str, p: dict[str, Any]) -> Case:
+    # test_xielu: alpha_n = 4, alpha_p = 20, beta = 0.5, eps = 1e-7, inputs in [-1, 1]
+    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"]),),
+                lambda b, x: _named(b.xielu(x["a"], 4.0, 20.0, 0.5, 1e-7), "out"))  # fmt: skip
 
 
 def _opt_step_sgd(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -988,6 +993,7 @@ BUILDERS: dict[str, CaseBuilder] = {
     "DIAG_MASK_INF": _diag_mask_inf,
     "OPT_STEP_SGD": _opt_step_sgd,
     "ARANGE": _arange,
+    "XIELU": _xielu,
     "TIMESTEP_EMBEDDING": _timestep_embedding,
     "COUNT_EQUAL": _count_equal,
     "PAD_REFLECT_1D": _pad_reflect_1d,

@@ -262,6 +262,14 @@ ELEMENTWISE_FNS: dict[Op, Callable[[Arr], Arr]] = {
 }
 
 
+@reference(Op.XIELU)
+def xielu(t: Tensor, xs: list[Arr]) -> Arr:
+    x = f32(xs[0])
+    an, ap, beta, eps = (np.float32(t.params[k]) for k in ("alpha_n", "alpha_p", "beta", "eps"))
+    neg = (np.expm1(np.minimum(x, eps)) - x) * an + beta * x
+    return np.where(x > 0, ap * x * x + beta * x, neg)
+
+
 def _unary_reference(fn: Callable[[Arr], Arr]) -> ReferenceFn:
     return lambda t, xs: fn(xs[0])
 

@@ -468,6 +468,12 @@ ENTRIES: tuple[OpEntry, ...] = (
             (Op.HARDSWISH, ("hardswish", "unary"), "a", "x·min(1, max(0, (x + 3)/6))"),
             (Op.HARDSIGMOID, ("hardsigmoid", "unary"), "a", "min(1, max(0, (x + 3)/6))"),
             (Op.EXPM1, ("expm1", "unary"), "a", "exp(x) − 1"),
+            (
+                Op.XIELU,
+                ("xielu",),
+                "a, alpha_n, alpha_p, beta, eps",
+                "Select(x > 0, α_p·x² + β·x, (expm1(min(x, eps)) − x)·α_n + β·x), ggml's softplus'd α",
+            ),
             (Op.FLOOR, ("floor", "unary"), "a", "Floor"),
             (Op.CEIL, ("ceil", "unary"), "a", "Ceiling"),
             (Op.ROUND, ("round", "unary"), "a", "Round(half_away_from_zero), C roundf"),

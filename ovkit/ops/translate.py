@@ -449,6 +449,16 @@ UNARY_FNS: dict[str, Callable[[Out], Out]] = {
 ELEMENTWISE_FNS: dict[Op, Callable[[Out], Out]] = {Op.SIN: ops.sin, Op.COS: ops.cos, Op.LOG: ops.log}
 
 
+@translator(Op.XIELU)
+def _xielu(t: Tensor, xs: list[Out]) -> Out:
+    x = f32(xs[0])
+    an, ap, beta, eps = (const(np.float32(t.params[k])) for k in ("alpha_n", "alpha_p", "beta", "eps"))
+    bx = ops.multiply(beta, x)
+    pos = ops.add(ops.multiply(ops.multiply(ap, x), x), bx)
+    neg = ops.add(ops.multiply(ops.subtract(_expm1(ops.minimum(x, eps)), x), an), bx)
+    return ops.select(_positive(x), pos, neg)
+
+
 def _unary_translator(fn: Callable[[Out], Out]) -> TranslateFn:
     return lambda t, xs: fn(f32(xs[0]))
 
