@@ -687,7 +687,7 @@ class Graph(GraphIR):
             raise self._err(Op.CONCAT, "b", f"type {a.dtype} (same as a)", b.dtype)
         if a.is_quantized:
             raise self._err(
-                Op.CONCAT, "a", "plain-typed operands (ovkit builds no quantized results)", a.dtype
+                Op.CONCAT, "a", "plain-typed operands (ovkit concatenates no quantized blocks)", a.dtype
             )
         for d in range(4):
             if d != dim and a.ne[d] != b.ne[d]:
