@@ -63,15 +63,20 @@ def test_policy_none_runs_what_upstream_refuses(tmp_path: Path, capsys: pytest.C
     assert code == 0 and f"  SET_ROWS({SET_ROWS_NE3}): OK" in out, out
 
 
-def test_a_wrong_result_is_a_fail_and_exit_code_one(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _fail_every_argsort(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ARGSORT cases whose bound no error meets: a wrong result, as far as the run can tell."""
     real = backend_ops.BUILDERS["ARGSORT"]
 
     def strict(op: str, params: str, p: dict[str, object]) -> backend_ops.Case:
-        return dataclasses.replace(real(op, params, p), max_err=-1.0)  # no error is small enough
+        return dataclasses.replace(real(op, params, p), max_err=-1.0)
 
     monkeypatch.setitem(backend_ops.BUILDERS, "ARGSORT", strict)
+
+
+def test_a_wrong_result_is_a_fail_and_exit_code_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fail_every_argsort(monkeypatch)
     cases = _cases(tmp_path, [("ARGSORT", ARGSORT)])
     code = _run_catalogue(cases)
     out = capsys.readouterr().out
@@ -93,12 +98,7 @@ def test_a_case_list_without_verdicts_gets_the_policys(
 def test_a_known_limit_is_named_and_not_a_fail(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = backend_ops.BUILDERS["ARGSORT"]
-
-    def strict(op: str, params: str, p: dict[str, object]) -> backend_ops.Case:
-        return dataclasses.replace(real(op, params, p), max_err=-1.0)  # no error is small enough
-
-    monkeypatch.setitem(backend_ops.BUILDERS, "ARGSORT", strict)
+    _fail_every_argsort(monkeypatch)
     limit = run.KnownLimit("ARGSORT", r"ne=\[16,10,", "sorts ties differently")
     monkeypatch.setattr(run, "KNOWN_LIMITS", (limit,))
     code = _run_catalogue(_cases(tmp_path, [("ARGSORT", ARGSORT)]))

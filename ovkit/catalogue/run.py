@@ -1,14 +1,18 @@
 """Run catalogue cases: the support policy first, then ovkit's graph on the device against ggml.
 
 Per case, as test-backend-ops prints it: ``OK``, ``FAIL`` with the error, ``not supported [device]``
-with the policy's reason, or ``not translatable`` (ovkit has no builder or OpenVINO translation
-for an op of the case: a gap of ovkit, not a wrong result).  ``policy="upstream"`` asks the
-backend's support policy about every op node of the case's graph first, as test-backend-ops'
-test mode asks ``supports_op``; ``policy="none"`` runs every case ovkit can translate.
+with the policy's reason, ``known limit`` (a failure listed in :data:`KNOWN_LIMITS` with its
+reason), ``not translatable`` (ovkit has no builder or OpenVINO translation for an op of the case:
+a gap of ovkit, not a wrong result) or ``no case`` (no case builder, or the installed ggml cannot
+build or compute it).  ``policy="upstream"`` asks the backend's support policy about every op
+node of the case's graph first, as test-backend-ops' test mode asks ``supports_op``;
+``policy="none"`` runs every case ovkit can translate.
 
-Cases run in worker processes (``workers``): one case at a time per worker, so a native crash
-(an abort inside ggml or OpenVINO) costs only that case, reported as a FAIL, and the worker is
-replaced.  Only the output node is compared (test-backend-ops compares every node it can).
+Cases run in worker processes (``workers``), one thread each per core, the costliest first and
+the small ones in batches whose OpenVINO compiles are merged into one; a native crash (an abort
+inside ggml or OpenVINO) costs only its case, reported as a FAIL with the abort's message, and the
+worker is replaced.  Only the output node is compared (test-backend-ops compares every node it
+can).
 """
 
 from __future__ import annotations
