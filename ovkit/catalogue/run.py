@@ -539,8 +539,13 @@ class _Worker:
         return f"the worker process crashed ({why})" + (f": {said}" if said else "")
 
     def close(self) -> None:
-        if self.proc.poll() is None and self.proc.stdin:
-            self.proc.stdin.close()
+        """End the child (end of input) and release its pipes and log."""
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:  # a dead child's pipe
+                pass
         self.proc.wait(timeout=30)
         self.log.close()
 
@@ -606,7 +611,7 @@ def _pooled(
         w, spare = first, None
         again: list[list[tuple[int, Row]]] = []
         while batch := (again.pop() if again else take(queues)):
-            got = w.ask([row for _, row in batch], timeout * len(batch))
+            got = w.ask([row for _, row in batch], timeout)
             if got is not None:
                 for (i, _), r in zip(batch, got, strict=True):
                     done.put((i, Result(**r)))
