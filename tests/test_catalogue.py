@@ -199,3 +199,11 @@ def test_a_stratified_sample_passes_every_case_ovkit_claims() -> None:
     assert missed.empty, (
         f"{len(missed)} of {len(accepted)} upstream-accepted rows do not pass:\n{listing(missed)}"
     )
+
+
+def test_an_inner_node_the_policy_refuses_is_not_supported() -> None:
+    """As test-backend-ops' test mode asks every node: this CONT's output is accepted, the bf16
+    transpose feeding it is not (the CPU policy's bf16 views), so the case is not run."""
+    r = run.run_row(run.Row("CONT", "type=bf16,ne=[2,3,5,7],use_view_slice=0"), policy="upstream")
+    assert r.accepted and r.status == "not supported", r
+    assert "(every node asked) TRANSPOSE" in r.detail

@@ -273,6 +273,7 @@ def _prepare(
     earlier (not translatable, not supported, no oracle, the engine's own run for
     ``policy="upstream"``), else the case ready to infer."""
     from ovkit.engine import compute_graph
+    from ovkit.ir import UnsupportedOpError
     from ovkit.ops.translate import model_inputs
     from ovkit.quant import KNOWN_TYPES
 
@@ -311,11 +312,15 @@ def _prepare(
         return Result(**base, status="no case", detail=str(exc))
     except Exception as exc:
         return Result(**base, status="FAIL", detail=f"ggml: {_first_line(exc)}")
+    if policy == "upstream":  # accepted: the engine's own path (its policy check of every node)
+        try:
+            actual = np.asarray(compute_graph(g, [out], feed, device, core=core)[0])
+        except UnsupportedOpError as exc:  # a node it refuses, as test-backend-ops' test mode asks
+            return Result(**base, status="not supported", detail=f"(every node asked) {exc}")
+        except Exception as exc:
+            return Result(**base, status="FAIL", detail=_first_line(exc))
+        return _judged(case, base, actual, expected)
     try:
-        if policy == "upstream":  # accepted: the engine's own path (its policy check of every node)
-            return _judged(
-                case, base, np.asarray(compute_graph(g, [out], feed, device, core=core)[0]), expected
-            )
         return _Ready(
             case, base, model, model_inputs(g, names, g._prepare_inputs([out], feed)), out, expected
         )
