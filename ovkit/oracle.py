@@ -765,10 +765,13 @@ class GgmlBuilder:
 Program = Callable[[Any, dict[str, Any]], Any]
 
 
-def _program_builder(program: Program, names: Sequence[str]) -> Builder:
+def _program_builder(program: Program, names: Sequence[str], *, on_cpu: bool = True) -> Builder:
+    """``program`` as a ggml graph builder; ``on_cpu``: computed by the installed ggml's CPU
+    backend (:class:`GgmlBuilder`'s ``computing``), else exactly the program's graph."""
+
     def build(ctx: Any, *tensors: Any) -> Any:
         leaves = {n: (None if t is None else GgmlTensor(t)) for n, t in zip(names, tensors, strict=True)}
-        b = GgmlBuilder(ctx, computing=True)
+        b = GgmlBuilder(ctx, computing=on_cpu)
         out = program(b, leaves)
         ptrs = [o.ptr for o in out] if isinstance(out, list | tuple) else out.ptr
         return Scheduled(ptrs, [t.ptr for t in b.expanded]) if b.expanded else ptrs
@@ -783,7 +786,7 @@ def program_session(
     e.g. the real OpenVINO backend; default ggml's CPU backend on ``n_threads``), not yet computed:
     the caller asks ``supports_op`` about ``tensors()``, then ``run()``, ``results()`` and ``close()``."""
     names = list(inputs)
-    build = _program_builder(program, names)
+    build = _program_builder(program, names, on_cpu=backend is None)
     return _Session(build, [inputs[n] for n in names], n_threads, backend=backend)
 
 
