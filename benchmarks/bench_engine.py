@@ -214,7 +214,7 @@ def transformer(quick: bool) -> dict[str, float]:
     np.testing.assert_allclose(finals["stateful"], finals["stateless (host KV)"], rtol=1e-5, atol=1e-5)
     results: dict[str, float] = {}
     for k in modes:
-        filled = int(np.count_nonzero(decode[k].state("cache_k").any(axis=1)))
+        filled = int(np.count_nonzero(decode[k].state(CACHE_NAMES[0]).any(axis=1)))
         assert filled == n_prefill + n_decode, (
             f"KV cache holds {filled} rows, expected {n_prefill + n_decode}"
         )
