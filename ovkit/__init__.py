@@ -21,9 +21,11 @@ install_if_in_kernel()  # in a Jupyter kernel: ovkit's log lines as styled outpu
 
 
 def _run_on_engine(*args: Any, **kwargs: Any) -> Any:
-    """``Graph.compute``'s device path: the engine's ``compute_graph``, imported on first use."""
+    """``Graph.compute``'s device path: the engine's ``compute_graph``, imported on first use and
+    then installed itself, so later computes call it without this step."""
     from ovkit.engine import compute_graph
 
+    _ir.set_device_runner(compute_graph)
     return compute_graph(*args, **kwargs)
 
 

@@ -30,7 +30,7 @@ from ovkit.ir import (
     ne_str,
     round_to,
 )
-from ovkit.ops.bounds import check_constant, check_feed
+from ovkit.ops.bounds import check_constant, check_feed, fed_index_nodes
 
 if TYPE_CHECKING:
     from ovkit.ops.policy import SupportDecision
@@ -1872,12 +1872,13 @@ class Graph(GraphIR):
         outs: list[Tensor] = [outputs] if isinstance(outputs, Tensor) else list(outputs)
         for o in outs:
             self._check_tensor("compute", "outputs", o)
-        # index operands, before OpenVINO sees them; the walk is made once per graph version
-        walk_key = ("ovkit.graph.value_nodes", self.version, len(self.nodes), tuple(map(id, outs)))
-        nodes = self.derived.get(walk_key)
-        if nodes is None:
-            nodes = self.derived[walk_key] = self.value_nodes(outs)
-        check_feed(nodes, inputs or {})
+        # fed index operands, before OpenVINO sees them; found once per graph version
+        walk_key = ("ovkit.graph.fed_index_nodes", self.version, len(self.nodes), tuple(map(id, outs)))
+        indexed = self.derived.get(walk_key)
+        if indexed is None:
+            indexed = self.derived[walk_key] = fed_index_nodes(self.value_nodes(outs))
+        if indexed:
+            check_feed(indexed, inputs or {})
         if mode == "reference":
             from ovkit.ops.reference import evaluate
 

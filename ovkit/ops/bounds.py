@@ -89,6 +89,12 @@ def check_constant(node: Tensor) -> None:
         check_values(node, base.value, "constant")
 
 
+def fed_index_nodes(nodes: Sequence[Tensor]) -> tuple[Tensor, ...]:
+    """The nodes whose index operand is a graph input (or a view of one): what
+    :func:`check_feed` looks at, found once per graph walk rather than on every compute."""
+    return tuple(n for n in nodes if (b := _index_base(n)) is not None and b.is_input)
+
+
 def check_feed(nodes: Sequence[Tensor], feed: Mapping[str, Any]) -> None:
     """At compute time, on the host: every index operand fed as an input must be inside its table."""
     for node in nodes:
