@@ -275,6 +275,12 @@ def ne_str(ne: Sequence[int]) -> str:
 INT64_MAX = 2**63 - 1
 
 
+def pad_ne(ne: Sequence[int]) -> tuple[int, int, int, int]:
+    """ggml ``ne`` given innermost first with up to 4 entries, padded with 1s to four ints."""
+    n = [int(x) for x in ne] + [1] * (4 - len(ne))
+    return (n[0], n[1], n[2], n[3])
+
+
 def ne4(shape: Sequence[int]) -> tuple[int, int, int, int]:
     """ggml ``ne`` (4 entries) of a numpy-order shape; GraphError for anything but at most 4
     integers in ``0..2**63-1`` whose product fits ``int64_t`` too (no silent truncation of 2.5)."""

@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf, ne4
+from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf
 from ovkit.dtypes import layout
+from ovkit.ir import pad_ne
 from ovkit.ops.verdicts import parse_params
 
 CaseBuilder = Callable[[str, str, dict[str, Any]], Case]
@@ -49,7 +50,7 @@ def _widened_b(ta: str, tb: str) -> tuple[str, ...]:
 def _ne_of(p: dict[str, Any], *keys: str) -> tuple[int, int, int, int]:
     for k in keys:
         if k in p:
-            return ne4(p[k])
+            return pad_ne(p[k])
     raise KeyError(keys[0])
 
 
@@ -135,7 +136,7 @@ def _swiglu_oai(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _bin(op: str, params: str, p: dict[str, Any]) -> Case:
-    t, ne, nr, nf = p["type"], ne4(p["ne"]), ne4(p["nr"]), int(p["nf"])
+    t, ne, nr, nf = p["type"], pad_ne(p["ne"]), pad_ne(p["nr"]), int(p["nf"])
     perm1, overlap = int(p.get("perm1", 0)), int(p.get("src_overlap", 0))
     init = POS_09 if op in ("MUL", "DIV") else Init()
     leaves = [Leaf("a", tuple(ne[i] * nr[i] for i in range(4)), t, init)]  # type: ignore[arg-type]
@@ -172,9 +173,9 @@ def _bin(op: str, params: str, p: dict[str, Any]) -> Case:
 def _add_id(op: str, params: str, p: dict[str, Any]) -> Case:
     ne_e, n_exp, n_used, n_tok = (int(p[k]) for k in ("n_embd", "n_experts", "n_experts_used", "n_token"))
     leaves = (
-        Leaf("a", ne4((ne_e, n_used, n_tok)), p["type_a"]),
-        Leaf("b", ne4((ne_e, n_exp)), p["type_b"]),
-        Leaf("ids", ne4((n_exp, n_tok)), "i32", Init("experts", n=n_exp)),
+        Leaf("a", pad_ne((ne_e, n_used, n_tok)), p["type_a"]),
+        Leaf("b", pad_ne((ne_e, n_exp)), p["type_b"]),
+        Leaf("ids", pad_ne((n_exp, n_tok)), "i32", Init("experts", n=n_exp)),
     )
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
@@ -203,7 +204,7 @@ def _scale(op: str, params: str, p: dict[str, Any]) -> Case:
         fn = b.scale_bias_inplace if inplace else b.scale_bias
         return _named(fn(x["a"], s, bias), "out")
 
-    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"]),), program)
+    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), program)
 
 
 def _leaky_relu(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -219,8 +220,8 @@ def _leaky_relu(op: str, params: str, p: dict[str, Any]) -> Case:
 def _get_rows(op: str, params: str, p: dict[str, Any]) -> Case:
     t, n, m, r, be1, be2, v = (p[k] for k in ("type", "n", "m", "r", "be1", "be2", "v"))
     leaves = (
-        Leaf("in", ne4((n, m, be1, be2)), t),
-        Leaf("rows", ne4((r + 1 if v else r, be1, be2)), "i32", Init("rows", n=m)),
+        Leaf("in", pad_ne((n, m, be1, be2)), t),
+        Leaf("rows", pad_ne((r + 1 if v else r, be1, be2)), "i32", Init("rows", n=m)),
     )
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
@@ -235,12 +236,12 @@ def _get_rows(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _set_rows(op: str, params: str, p: dict[str, Any]) -> Case:
-    ne, (n2, n3), r, v = ne4(p["ne"]), p["nr23"], int(p["r"]), int(p["v"])
+    ne, (n2, n3), r, v = pad_ne(p["ne"]), p["nr23"], int(p["r"]), int(p["v"])
     t_src, t_dst, t_idx = p.get("type_src", "f32"), str(p.get("type_dst", p.get("type"))), p["type_idx"]
     leaves = (
         Leaf("dst", (ne[0], ne[1], ne[2] * n2, ne[3] * n3), t_dst),
         Leaf("src", (ne[0], r, ne[2] * n2, ne[3] * n3), t_src),
-        Leaf("row_idxs", ne4((r, ne[2], ne[3])), t_idx, Init("set_rows", n=ne[1])),
+        Leaf("row_idxs", pad_ne((r, ne[2], ne[3])), t_idx, Init("set_rows", n=ne[1])),
     )
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
@@ -259,8 +260,8 @@ def _set_rows(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _cpy(op: str, params: str, p: dict[str, Any]) -> Case:
-    ts, td, ne = p["type_src"], p["type_dst"], ne4(p["ne_src"])
-    ps, pd = ne4(p.get("permute_src", [0] * 4)), ne4(p.get("permute_dst", [0] * 4))
+    ts, td, ne = p["type_src"], p["type_dst"], pad_ne(p["ne_src"])
+    ps, pd = pad_ne(p.get("permute_src", [0] * 4)), pad_ne(p.get("permute_dst", [0] * 4))
     tr, alloc = int(p.get("_src_transpose", 0)), p.get("dst_alloc")
     src_ne = [ne[0], ne[1], ne[2], ne[3]]
     if sum(ps):
@@ -269,9 +270,9 @@ def _cpy(op: str, params: str, p: dict[str, Any]) -> Case:
             src_ne[ax] = ne[i]
     if tr:
         src_ne[0], src_ne[1] = src_ne[1], src_ne[0]
-    dst_ne = ne4(p["ne_dst"]) if "ne_dst" in p else ne4(src_ne)
+    dst_ne = pad_ne(p["ne_dst"]) if "ne_dst" in p else pad_ne(src_ne)
     leaves = [Leaf("src", ne, ts, U150)]
-    leaves.append(Leaf("dst_buf", ne4(alloc), td) if alloc else Leaf("dst", dst_ne, td))
+    leaves.append(Leaf("dst_buf", pad_ne(alloc), td) if alloc else Leaf("dst", dst_ne, td))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         src = x["src"]
@@ -295,19 +296,19 @@ def _cpy(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _dup(op: str, params: str, p: dict[str, Any]) -> Case:
-    perm = ne4(p.get("permute", [0] * 4))
+    perm = pad_ne(p.get("permute", [0] * 4))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         src = _named(b.permute(x["src"], *perm), "src_permuted") if sum(perm) else x["src"]
         return _named(b.dup(src), "out")
 
-    return Case(op, params, (Leaf("src", ne4(p["ne"]), p["type"]),), program)
+    return Case(op, params, (Leaf("src", pad_ne(p["ne"]), p["type"]),), program)
 
 
 def _set(op: str, params: str, p: dict[str, Any]) -> Case:
-    ne, dim = ne4(p["ne"]), int(p["dim"])
+    ne, dim = pad_ne(p["ne"]), int(p["dim"])
     ne_dst = tuple(n * 2 if i < dim else n for i, n in enumerate(ne))
-    leaves = (Leaf("src", ne, p["type_src"]), Leaf("dst", ne4(ne_dst), p["type_dst"]))
+    leaves = (Leaf("src", ne, p["type_src"]), Leaf("dst", pad_ne(ne_dst), p["type_dst"]))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         src, dst = x["src"], x["dst"]
@@ -319,10 +320,10 @@ def _set(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _acc(op: str, params: str, p: dict[str, Any]) -> Case:
-    t, ne_a, ne_b, sd = p["type"], ne4(p["ne_a"]), ne4(p["ne_b"]), int(p.get("stride_dim", -1))
+    t, ne_a, ne_b, sd = p["type"], pad_ne(p["ne_a"]), pad_ne(p["ne_b"]), int(p.get("stride_dim", -1))
     padded = sd in (1, 2, 3)  # b a view at a non-zero offset of a one-larger tensor
-    pad_ne = tuple(n + 1 if i == sd else n for i, n in enumerate(ne_b))
-    leaves = (Leaf("a", ne_a, t), Leaf("b_pad", ne4(pad_ne), t) if padded else Leaf("b", ne_b, t))
+    ne_b_pad = tuple(n + 1 if i == sd else n for i, n in enumerate(ne_b))
+    leaves = (Leaf("a", ne_a, t), Leaf("b_pad", pad_ne(ne_b_pad), t) if padded else Leaf("b", ne_b, t))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         a = x["a"]
@@ -333,9 +334,9 @@ def _acc(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _repeat_back(op: str, params: str, p: dict[str, Any]) -> Case:
-    t, ne, nr, v = p["type"], ne4(p["ne"]), ne4(p["nr"]), int(p.get("v", 0))
+    t, ne, nr, v = p["type"], pad_ne(p["ne"]), pad_ne(p["nr"]), int(p.get("v", 0))
     big = tuple(ne[i] * nr[i] for i in range(4))
-    leaves = (Leaf("src", ne4(big), t), Leaf("target", ne, t))
+    leaves = (Leaf("src", pad_ne(big), t), Leaf("target", ne, t))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         src = x["src"]
@@ -353,7 +354,7 @@ def _roll(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _cont(op: str, params: str, p: dict[str, Any]) -> Case:
-    ne, slice_, perm = ne4(p["ne"]), int(p.get("use_view_slice", 0)), ne4(p.get("permute", [0] * 4))
+    ne, slice_, perm = pad_ne(p["ne"]), int(p.get("use_view_slice", 0)), pad_ne(p.get("permute", [0] * 4))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         s = x["src"]
@@ -369,18 +370,18 @@ def _cont(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _repeat(op: str, params: str, p: dict[str, Any]) -> Case:
-    t, ne, nr = p["type"], ne4(p["ne"]), ne4(p["nr"])
+    t, ne, nr = p["type"], pad_ne(p["ne"]), pad_ne(p["nr"])
     target = tuple(ne[i] * nr[i] for i in range(4))
     leaves = (Leaf("dst", target, t), Leaf("src", ne, t))  # type: ignore[arg-type]
     return Case(op, params, leaves, lambda b, x: _named(b.repeat(x["src"], x["dst"]), "out"))
 
 
 def _concat(op: str, params: str, p: dict[str, Any]) -> Case:
-    t, ne_a, dim, v = p["type"], ne4(p["ne_a"]), int(p["dim"]), int(p.get("v", 0))
+    t, ne_a, dim, v = p["type"], pad_ne(p["ne_a"]), int(p["dim"]), int(p.get("v", 0))
     ne_b = list(ne_a)
     ne_b[dim] = int(p["ne_b_d"])
     big_a = (ne_a[0] * 2, ne_a[1] * 4, ne_a[2] * 3, ne_a[3]) if v & 1 else ne_a
-    big_b = (ne_b[0] * 3, ne_b[1] * 2, ne_b[2] * 4, ne_b[3]) if v & 2 else ne4(ne_b)
+    big_b = (ne_b[0] * 3, ne_b[1] * 2, ne_b[2] * 4, ne_b[3]) if v & 2 else pad_ne(ne_b)
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         a = _named(_view_like(b, x["a"], ne_a), "view_of_a") if v & 1 else x["a"]
@@ -391,7 +392,7 @@ def _concat(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _pad(op: str, params: str, p: dict[str, Any]) -> Case:
-    t, ne = p["type"], ne4(p["ne_a"])
+    t, ne = p["type"], pad_ne(p["ne_a"])
     circ = int(p.get("circular", 0))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
@@ -416,7 +417,7 @@ def _pad(op: str, params: str, p: dict[str, Any]) -> Case:
 
 def _norm(fn: str, init: Init = UNIFORM) -> CaseBuilder:
     def build(op: str, params: str, p: dict[str, Any]) -> Case:
-        t, ne, eps = p["type"], ne4(p["ne"]), float(p["eps"])
+        t, ne, eps = p["type"], pad_ne(p["ne"]), float(p["eps"])
         nc, v, inplace = int(p.get("noncontig_rows", 0)), int(p.get("v", 0)), int(p.get("inplace", 0))
         leaf_ne = (ne[1], ne[0], ne[2], ne[3]) if nc else ne
 
@@ -438,7 +439,7 @@ def _back(fn: str, init: Init = UNIFORM, *args: str) -> CaseBuilder:
     """``out = ggml_<fn>(a, b, *params)`` on two leaves of ``type``/``ne`` (the backward ops)."""
 
     def build(op: str, params: str, p: dict[str, Any]) -> Case:
-        t, ne = p["type"], ne4(p["ne"])
+        t, ne = p["type"], pad_ne(p["ne"])
         vals = [float(p[k]) for k in args]
         return Case(op, params, (Leaf("a", ne, t, init), Leaf("b", ne, t, init)),
                     lambda b, x: _named(getattr(b, fn)(x["a"], x["b"], *vals), "out"))  # fmt: skip
@@ -448,13 +449,13 @@ def _back(fn: str, init: Init = UNIFORM, *args: str) -> CaseBuilder:
 
 def _diag_mask_inf(op: str, params: str, p: dict[str, Any]) -> Case:
     n_past = int(p["n_past"])
-    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"]),),
+    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),),
                 lambda b, x: _named(b.diag_mask_inf(x["a"], n_past), "out"))  # fmt: skip
 
 
 def _pad_reflect_1d(op: str, params: str, p: dict[str, Any]) -> Case:
     p0, p1 = int(p["pad_0"]), int(p["pad_1"])
-    leaf = Leaf("a", ne4(p["ne_a"][:2]), p["type"])  # test_pad_reflect_1d: a 2-D tensor of ne_a[0:2]
+    leaf = Leaf("a", pad_ne(p["ne_a"][:2]), p["type"])  # test_pad_reflect_1d: a 2-D tensor of ne_a[0:2]
     return Case(op, params, (leaf,), lambda b, x: _named(b.pad_reflect_1d(x["a"], p0, p1), "out"))
 
 
@@ -465,18 +466,18 @@ def _arange(op: str, params: str, p: dict[str, Any]) -> Case:
 
 def _timestep_embedding(op: str, params: str, p: dict[str, Any]) -> Case:
     dim, period = int(p["dim"]), int(p["max_period"])
-    return Case(op, params, (Leaf("a", ne4(p["ne_a"]), p["type"]),),
+    return Case(op, params, (Leaf("a", pad_ne(p["ne_a"]), p["type"]),),
                 lambda b, x: _named(b.timestep_embedding(x["a"], dim, period), "out"))  # fmt: skip
 
 
 def _xielu(op: str, params: str, p: dict[str, Any]) -> Case:
     # test_xielu: alpha_n = 4, alpha_p = 20, beta = 0.5, eps = 1e-7, inputs in [-1, 1]
-    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"]),),
+    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),),
                 lambda b, x: _named(b.xielu(x["a"], 4.0, 20.0, 0.5, 1e-7), "out"))  # fmt: skip
 
 
 def _opt_step_sgd(op: str, params: str, p: dict[str, Any]) -> Case:
-    t, ne, pos = p["type"], ne4(p["ne"]), Init("uniform", 0.0, 1.0)  # non-negative sgd_params
+    t, ne, pos = p["type"], pad_ne(p["ne"]), Init("uniform", 0.0, 1.0)  # non-negative sgd_params
     leaves = (Leaf("a", ne, t, pos), Leaf("grad", ne, t, pos), Leaf("sgd_params", (2, 1, 1, 1), "f32", pos))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
@@ -487,7 +488,7 @@ def _opt_step_sgd(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _count_equal(op: str, params: str, p: dict[str, Any]) -> Case:
-    t, ne = p["type"], ne4(p["ne"])
+    t, ne = p["type"], pad_ne(p["ne"])
     leaves = (Leaf("a", ne, t, Init("distinct")), Leaf("b", ne, t, Init("distinct")))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
@@ -498,7 +499,7 @@ def _count_equal(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _cross_entropy_loss_back(op: str, params: str, p: dict[str, Any]) -> Case:
-    t, ne = p["type"], ne4(p["ne"])
+    t, ne = p["type"], pad_ne(p["ne"])
     leaves = (Leaf("grad", (1, 1, 1, 1), "f32"), Leaf("logits", ne, t), Leaf("labels", ne, t))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
@@ -511,9 +512,9 @@ def _cross_entropy_loss_back(op: str, params: str, p: dict[str, Any]) -> Case:
 def _get_rows_back(op: str, params: str, p: dict[str, Any]) -> Case:
     t, n, m, r, nb, v = p["type"], int(p["n"]), int(p["m"]), int(p["r"]), int(p["b"]), int(p.get("v", 0))
     leaves = (
-        Leaf("in_forward", ne4((n, m, nb)), t),
-        Leaf("rows", ne4((r, nb)), "i32", Init("rows", n=m)),
-        Leaf("grad", ne4((n, r, nb)), t),
+        Leaf("in_forward", pad_ne((n, m, nb)), t),
+        Leaf("rows", pad_ne((r, nb)), "i32", Init("rows", n=m)),
+        Leaf("grad", pad_ne((n, r, nb)), t),
     )
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
@@ -526,7 +527,7 @@ def _get_rows_back(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _sum_rows(op: str, params: str, p: dict[str, Any]) -> Case:
-    ne, perm, sl = ne4(p["ne"]), int(p.get("permute", 0)), int(p.get("slice", 0))
+    ne, perm, sl = pad_ne(p["ne"]), int(p.get("permute", 0)), int(p.get("slice", 0))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         a = x["a"]
@@ -541,18 +542,18 @@ def _sum_rows(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _sum(op: str, params: str, p: dict[str, Any]) -> Case:
-    perm = ne4(p.get("permute", [0, 1, 2, 3]))
+    perm = pad_ne(p.get("permute", [0, 1, 2, 3]))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         a = b.permute(x["a"], *perm) if list(perm) != [0, 1, 2, 3] else x["a"]
         return _named(b.sum(a), "out")
 
-    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"], Init("uniform", -0.9, 1.1)),), program)
+    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("uniform", -0.9, 1.1)),), program)
 
 
 def _argsort(op: str, params: str, p: dict[str, Any]) -> Case:
     order = int(p["order"])
-    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"], Init("distinct")),),
+    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("distinct")),),
                 lambda b, x: _named(b.argsort(x["a"], order), "out"))  # fmt: skip
 
 
@@ -560,12 +561,12 @@ def _top_k(op: str, params: str, p: dict[str, Any]) -> Case:
     k = int(p["k"])
     if int(p.get("ties", 0)):
         raise NoCase("TOP_K with ties: its err() compares the source values of the picked indices")
-    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"], Init("distinct")),),
+    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("distinct")),),
                 lambda b, x: _named(b.top_k(x["a"], k), "out"), max_err=0.0, err="index_set")  # fmt: skip
 
 
 def _argmax(op: str, params: str, p: dict[str, Any]) -> Case:
-    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"], Init("distinct")),),
+    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("distinct")),),
                 lambda b, x: _named(b.argmax(x["a"]), "out"), max_err=0.0)  # fmt: skip
 
 
@@ -575,14 +576,14 @@ def _argmax(op: str, params: str, p: dict[str, Any]) -> Case:
 
 def _mul_mat(op: str, params: str, p: dict[str, Any]) -> Case:
     ta, tb, m, n, k = p["type_a"], p["type_b"], int(p["m"]), int(p["n"]), int(p["k"])
-    bs, nr, per = ne4(p["bs"])[:2], ne4(p["nr"])[:2], ne4(p.get("per", [0, 1, 2, 3]))
+    bs, nr, per = pad_ne(p["bs"])[:2], pad_ne(p["nr"])[:2], pad_ne(p.get("per", [0, 1, 2, 3]))
     k_v, o = int(p.get("k_v", 0)), int(p.get("o", 1))
     ne_a = (k, m, bs[0], bs[1])
     ne_b = (k, n, bs[0] * nr[0], bs[1] * nr[1])
     permuted = list(per) != [0, 1, 2, 3]
     if permuted:
-        leaves = (Leaf("a", ne4([ne_a[per[i]] for i in range(4)]), ta),
-                  Leaf("b", ne4([ne_b[per[i]] for i in range(4)]), tb))  # fmt: skip
+        leaves = (Leaf("a", pad_ne([ne_a[per[i]] for i in range(4)]), ta),
+                  Leaf("b", pad_ne([ne_b[per[i]] for i in range(4)]), tb))  # fmt: skip
     else:
         kp = k_v or k
         leaves = (Leaf("a", (kp, m, bs[0], bs[1]), ta), Leaf("b", (kp, n, ne_b[2], ne_b[3]), tb))
@@ -623,9 +624,9 @@ def _mul_mat_hadamard(op: str, params: str, p: dict[str, Any]) -> Case:
 def _mul_mat_id(op: str, params: str, p: dict[str, Any]) -> Case:
     n_mats, n_used, m, n, k = (int(p[x]) for x in ("n_mats", "n_used", "m", "n", "k"))
     leaves = (
-        Leaf("as", ne4((k, m, n_mats)), p["type_a"]),
-        Leaf("ids", ne4((n_mats, n)), "i32", Init("experts", n=n_mats)),
-        Leaf("b", ne4((k, 1 if p.get("b") else n_used, n)), p["type_b"]),
+        Leaf("as", pad_ne((k, m, n_mats)), p["type_a"]),
+        Leaf("ids", pad_ne((n_mats, n)), "i32", Init("experts", n=n_mats)),
+        Leaf("b", pad_ne((k, 1 if p.get("b") else n_used, n)), p["type_b"]),
     )
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
@@ -638,7 +639,14 @@ def _mul_mat_id(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _out_prod(op: str, params: str, p: dict[str, Any]) -> Case:
-    m, n, k, bs, nr, tr = int(p["m"]), int(p["n"]), int(p["k"]), ne4(p["bs"]), ne4(p["nr"]), int(p["trans_b"])
+    m, n, k, bs, nr, tr = (
+        int(p["m"]),
+        int(p["n"]),
+        int(p["k"]),
+        pad_ne(p["bs"]),
+        pad_ne(p["nr"]),
+        int(p["trans_b"]),
+    )
     b_ne = (k, n, bs[0] * nr[0], bs[1] * nr[1]) if tr else (n, k, bs[0] * nr[0], bs[1] * nr[1])
     leaves = (Leaf("a", (m, k, bs[0], bs[1]), p["type_a"]), Leaf("b", b_ne, p["type_b"]))
 
@@ -655,14 +663,14 @@ def _out_prod(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _soft_max(op: str, params: str, p: dict[str, Any]) -> Case:
-    t, ne, (n2, n3) = p["type"], ne4(p["ne"]), p["nr23"]
+    t, ne, (n2, n3) = p["type"], pad_ne(p["ne"]), p["nr23"]
     mask, sinks, inplace = int(p["mask"]), int(p["sinks"]), int(p.get("inplace", 0))
     scale, max_bias = float(p["scale"]), float(p["max_bias"])
     leaves = [Leaf("a", (ne[0], ne[1], ne[2] * n2, ne[3] * n3), t)]
     if mask:
         leaves.append(Leaf("mask", ne, p["m_prec"]))
     if sinks:
-        leaves.append(Leaf("sinks", ne4((ne[2] * n2,)), "f32"))
+        leaves.append(Leaf("sinks", pad_ne((ne[2] * n2,)), "f32"))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         fn = b.soft_max_ext_inplace if inplace else b.soft_max_ext
@@ -674,7 +682,7 @@ def _soft_max(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _rope(op: str, params: str, p: dict[str, Any]) -> Case:
-    t, ne, n_dims, mode = p["type"], ne4(p["ne_a"]), int(p["n_dims"]), int(p["mode"])
+    t, ne, n_dims, mode = p["type"], pad_ne(p["ne_a"]), int(p["n_dims"]), int(p["mode"])
     n_ctx, fs, ef, af = int(p["n_ctx"]), float(p["fs"]), float(p["ef"]), float(p["af"])
     ff, v, inplace = int(p["ff"]), int(p["v"]), int(p.get("inplace", 0))
     is_mrope, is_vision = bool(mode & 8), mode == 24
@@ -686,10 +694,10 @@ def _rope(op: str, params: str, p: dict[str, Any]) -> Case:
         big = ne
     leaves = [
         Leaf("a", big, t),
-        Leaf("pos", ne4((ne[2] * 4 if is_mrope else ne[2],)), "i32", Init("rows", n=n_ctx)),
+        Leaf("pos", pad_ne((ne[2] * 4 if is_mrope else ne[2],)), "i32", Init("rows", n=n_ctx)),
     ]
     if ff:
-        leaves.append(Leaf("freq", ne4((n_dims // 2,)), "f32", POS_09))
+        leaves.append(Leaf("freq", pad_ne((n_dims // 2,)), "f32", POS_09))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         a = x["a"]
@@ -745,13 +753,13 @@ _SCALE_MODES = {"nearest": 0, "bilinear": 1, "bicubic": 2, "align_corners": 256,
 
 
 def _upscale(op: str, params: str, p: dict[str, Any]) -> Case:
-    t, ne = p["type"], ne4(p["ne"])
+    t, ne = p["type"], pad_ne(p["ne"])
     mode = sum(_SCALE_MODES[m] for m in str(p["mode"]).split("|"))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         a = x["a"]
         if "ne_tgt" in p:  # test_interpolate
-            return _named(b.interpolate(a, *ne4(p["ne_tgt"]), mode), "out")
+            return _named(b.interpolate(a, *pad_ne(p["ne_tgt"]), mode), "out")
         if int(p.get("transpose", 0)):
             a = _named(b.transpose(a), "a_transposed")
         return _named(b.upscale(a, int(p["scale_factor"]), mode), "out")
@@ -766,7 +774,7 @@ def _pad_blck(n: int, dtype: str) -> int:
 
 
 def _flash_attn(op: str, params: str, p: dict[str, Any]) -> Case:
-    perm = ne4(p["permute"]) if "permute" in p else (0, 1, 2, 3)
+    perm = pad_ne(p["permute"]) if "permute" in p else (0, 1, 2, 3)
     tk, tv = p["type_K"], p["type_V"]
     hsk, hsv = _pad_blck(int(p["hsk"]), tk), _pad_blck(int(p["hsv"]), tv)
     nh, (nr2, nr3), kv, nb = int(p["nh"]), p["nr23"], int(p["kv"]), int(p["nb"])
@@ -785,9 +793,9 @@ def _flash_attn(op: str, params: str, p: dict[str, Any]) -> Case:
     if not v_of_k:
         leaves.append(Leaf("v", perm_ne((hsv, kv, nh, nr3), kv_view), tv))
     if p.get("mask"):
-        leaves.append(Leaf("m", ne4((kv, nb, 1, nr3)), "f16", Init("kq_mask")))
+        leaves.append(Leaf("m", pad_ne((kv, nb, 1, nr3)), "f16", Init("kq_mask")))
     if p.get("sinks"):
-        leaves.append(Leaf("s", ne4((nh * nr2,)), "f32", Init("uniform", -10.0, 10.0)))
+        leaves.append(Leaf("s", pad_ne((nh * nr2,)), "f32", Init("uniform", -10.0, 10.0)))
 
     def create(b: Any, t: Any, ne: tuple[int, ...]) -> Any:
         if kv_view:
@@ -816,8 +824,8 @@ def _flash_attn(op: str, params: str, p: dict[str, Any]) -> Case:
 
 def _im2col(op: str, params: str, p: dict[str, Any]) -> Case:
     leaves = (
-        Leaf("input", ne4(p["ne_input"]), p["type_input"]),
-        Leaf("kernel", ne4(p["ne_kernel"]), p["type_kernel"]),
+        Leaf("input", pad_ne(p["ne_input"]), p["type_input"]),
+        Leaf("kernel", pad_ne(p["ne_kernel"]), p["type_kernel"]),
     )
     args = [p[k] for k in ("s0", "s1", "p0", "p1", "d0", "d1")]
 
@@ -828,8 +836,8 @@ def _im2col(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _im2col_3d(op: str, params: str, p: dict[str, Any]) -> Case:
-    ne, v = ne4(p["ne_input"]), int(p.get("v", 0))
-    leaves = (Leaf("input", ne, p["type_input"]), Leaf("kernel", ne4(p["ne_kernel"]), p["type_kernel"]))
+    ne, v = pad_ne(p["ne_input"]), int(p.get("v", 0))
+    leaves = (Leaf("input", ne, p["type_input"]), Leaf("kernel", pad_ne(p["ne_kernel"]), p["type_kernel"]))
     args = [int(p[k]) for k in ("IC", "s0", "s1", "s2", "p0", "p1", "p2", "d0", "d1", "d2")]
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
@@ -842,7 +850,10 @@ def _im2col_3d(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _conv_2d(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (Leaf("input", ne4(p["ne_input"]), "f32"), Leaf("kernel", ne4(p["ne_kernel"]), p["type_kernel"]))
+    leaves = (
+        Leaf("input", pad_ne(p["ne_input"]), "f32"),
+        Leaf("kernel", pad_ne(p["ne_kernel"]), p["type_kernel"]),
+    )
     args = [int(p[k]) for k in ("stride0", "stride1", "padding0", "padding1", "dilation0", "dilation1")]
     cwhn = int(p.get("cwhn", 0))
 
@@ -857,7 +868,10 @@ def _conv_2d(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _conv_2d_dw(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (Leaf("input", ne4(p["ne_input"]), "f32"), Leaf("kernel", ne4(p["ne_kernel"]), p["type_kernel"]))
+    leaves = (
+        Leaf("input", pad_ne(p["ne_input"]), "f32"),
+        Leaf("kernel", pad_ne(p["ne_kernel"]), p["type_kernel"]),
+    )
     s, pad, d, cwhn = int(p["stride"]), int(p["padding"]), int(p["dilation"]), int(p.get("cwhn", 0))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
@@ -885,7 +899,10 @@ def _conv_3d(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _conv_transpose_2d(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (Leaf("input", ne4(p["ne_input"]), "f32"), Leaf("kernel", ne4(p["ne_kernel"]), p["kernel_type"]))
+    leaves = (
+        Leaf("input", pad_ne(p["ne_input"]), "f32"),
+        Leaf("kernel", pad_ne(p["ne_kernel"]), p["kernel_type"]),
+    )
     stride = int(p["stride"])
     return Case(op, params, leaves, max_err=5e-4,
                 program=lambda b, x: _named(b.conv_transpose_2d_p0(x["kernel"], x["input"], stride), "out"))  # fmt: skip
@@ -900,20 +917,20 @@ def _pool(dims: int) -> CaseBuilder:
         def program(b: Any, x: Mapping[str, Any]) -> Any:
             return _named(getattr(b, f"pool_{dims}d")(x["input"], kind, *args), "out")
 
-        return Case(op, params, (Leaf("input", ne4(p["ne_input"]), p["type_input"]),), program)
+        return Case(op, params, (Leaf("input", pad_ne(p["ne_input"]), p["type_input"]),), program)
 
     return build
 
 
 def _col2im_1d(op: str, params: str, p: dict[str, Any]) -> Case:
     t, k, oc, s0, p0 = p["type"], int(p["K"]), int(p["OC"]), int(p["s0"]), int(p["p0"])
-    leaves = (Leaf("cols", ne4((k * oc, int(p["T_in"]))), t),)
+    leaves = (Leaf("cols", pad_ne((k * oc, int(p["T_in"]))), t),)
     return Case(op, params, leaves, lambda b, x: _named(b.col2im_1d(x["cols"], s0, oc, p0), "out"),
                 max_err=1e-7 if t == "f32" else 5e-4)  # fmt: skip
 
 
 def _conv_transpose_1d(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (Leaf("input", ne4(p["ne_input"]), "f32"), Leaf("kernel", ne4(p["ne_kernel"]), "f32"))
+    leaves = (Leaf("input", pad_ne(p["ne_input"]), "f32"), Leaf("kernel", pad_ne(p["ne_kernel"]), "f32"))
     s0, p0, d0 = int(p["s0"]), int(p["p0"]), int(p["d0"])
     return Case(op, params, leaves,
                 lambda b, x: _named(b.conv_transpose_1d(x["kernel"], x["input"], s0, p0, d0), "out"))  # fmt: skip
@@ -926,34 +943,39 @@ def _conv_transpose_1d(op: str, params: str, p: dict[str, Any]) -> Case:
 def _tri(op: str, params: str, p: dict[str, Any]) -> Case:
     tt = int(p["tri_type"])
     return Case(
-        op, params, (Leaf("a", ne4(p["ne"]), p["type"]),), lambda b, x: _named(b.tri(x["a"], tt), "out")
+        op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), lambda b, x: _named(b.tri(x["a"], tt), "out")
     )
 
 
 def _fill(op: str, params: str, p: dict[str, Any]) -> Case:
     c = float(p["c"])
     return Case(
-        op, params, (Leaf("a", ne4(p["ne"]), p["type"]),), lambda b, x: _named(b.fill(x["a"], c), "out")
+        op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), lambda b, x: _named(b.fill(x["a"], c), "out")
     )
 
 
 def _diag(op: str, params: str, p: dict[str, Any]) -> Case:
-    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"]),), lambda b, x: _named(b.diag(x["a"]), "out"))
+    return Case(
+        op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), lambda b, x: _named(b.diag(x["a"]), "out")
+    )
 
 
 def _clamp(op: str, params: str, p: dict[str, Any]) -> Case:
     lo, hi = float(p["min"]), float(p["max"])
-    return Case(op, params, (Leaf("a", ne4(p["ne"]), p["type"]),),
+    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),),
                 lambda b, x: _named(b.clamp(x["a"], lo, hi), "out"))  # fmt: skip
 
 
 def _ssm_conv(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (Leaf("a", ne4(p["ne_a"]), p["type"]), Leaf("b", ne4(p["ne_b"]), p["type"]))
+    leaves = (Leaf("a", pad_ne(p["ne_a"]), p["type"]), Leaf("b", pad_ne(p["ne_b"]), p["type"]))
     return Case(op, params, leaves, lambda b, x: _named(b.ssm_conv(x["a"], x["b"]), "out"))
 
 
 def _solve_tri(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (Leaf("a", ne4(p["ne_lhs"]), p["type"], Init("tril")), Leaf("b", ne4(p["ne_rhs"]), p["type"]))
+    leaves = (
+        Leaf("a", pad_ne(p["ne_lhs"]), p["type"], Init("tril")),
+        Leaf("b", pad_ne(p["ne_rhs"]), p["type"]),
+    )
     return Case(op, params, leaves,
                 lambda b, x: _named(b.solve_tri(x["a"], x["b"], True, True, False), "out"), max_err=1e-6)  # fmt: skip
 

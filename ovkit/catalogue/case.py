@@ -113,11 +113,6 @@ class Case:
         return zlib.crc32(self.name.encode())
 
 
-def ne4(ne: Any) -> tuple[int, int, int, int]:
-    n = [int(x) for x in ne] + [1] * (4 - len(ne))
-    return (n[0], n[1], n[2], n[3])
-
-
 def _rows(shape: tuple[int, ...]) -> int:
     return int(np.prod(shape[:-1])) if len(shape) > 1 else 1
 

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from ovkit import oracle
-from ovkit.catalogue.case import POSITIVE, UNIFORM, Case, Init, Leaf, Program, ne4
-from ovkit.ir import Op
+from ovkit.catalogue.case import POSITIVE, UNIFORM, Case, Init, Leaf, Program
+from ovkit.ir import Op, pad_ne
 
 TEST_OPS, GGML, PERF = "test-ops", "ggml", "perf"
 #: The curated sets, in the order :func:`cases` lists them.
@@ -78,7 +78,7 @@ def relabel(c: Case) -> Case:
 
 def inp(name: str, shape: Sequence[int], dtype: str = "f32", init: Init = UNIFORM) -> Leaf:
     """A leaf given by its numpy shape (outermost first)."""
-    return Leaf(name, ne4(tuple(reversed(shape))), dtype, init)
+    return Leaf(name, pad_ne(tuple(reversed(shape))), dtype, init)
 
 
 def case(
@@ -756,16 +756,16 @@ def _vs(
 
 def f(*ne: int, dtype: str = "f32", lo: float = -1.0, hi: float = 1.0) -> Leaf:
     """A data leaf, uniform in [lo, hi] (named by its key in the case's inputs)."""
-    return Leaf("", ne4(ne), dtype, Init(lo=lo, hi=hi))
+    return Leaf("", pad_ne(ne), dtype, Init(lo=lo, hi=hi))
 
 
 def ints(*ne: int, high: int, dtype: str = "i32") -> Leaf:
     """An index leaf, integers in [0, high)."""
-    return Leaf("", ne4(ne), dtype, Init("rows", n=high))
+    return Leaf("", pad_ne(ne), dtype, Init("rows", n=high))
 
 
 def _leaf(ne: Sequence[int], dtype: str, init: Init = UNIFORM) -> Leaf:
-    return Leaf("", ne4(ne), dtype, init)
+    return Leaf("", pad_ne(ne), dtype, init)
 
 
 # --- binary elementwise: ADD SUB MUL DIV (test_bin_bcast) ---------------------------------------

@@ -24,7 +24,7 @@ from typing import Any
 from ovkit.dtypes import contiguous_nb, layout
 from ovkit.ir import GLU_OPS as _GLU
 from ovkit.ir import UNARY_OPS as _UNARY
-from ovkit.ir import Op, OpInfo, RopeType
+from ovkit.ir import Op, OpInfo, RopeType, pad_ne
 from ovkit.ops.policy import Revision, SupportDecision, check_op
 
 #: The revision that produced the shipped CSV (see :class:`ovkit.ops.policy.Revision`).
@@ -88,14 +88,9 @@ def read_verdicts(path: str | Path) -> list[Verdict]:
 # Building nodes the way ggml does
 
 
-def _ne4(ne: Sequence[int]) -> tuple[int, int, int, int]:
-    n = [int(x) for x in ne] + [1] * (4 - len(ne))
-    return (n[0], n[1], n[2], n[3])
-
-
 def leaf(dtype: str, ne: Sequence[int], name: str = "") -> OpInfo:
     """ggml_new_tensor."""
-    return OpInfo(Op.NONE, dtype, _ne4(ne), name=name)
+    return OpInfo(Op.NONE, dtype, pad_ne(ne), name=name)
 
 
 def _base(t: OpInfo) -> OpInfo:
@@ -110,7 +105,7 @@ def view(
     nb4 = (s[0], *nb) if nb is not None else s
     offs = offset + (t.view_offs if t.view_src is not None else 0)
     return OpInfo(
-        Op.VIEW, t.dtype, _ne4(ne), (t,), nb=_ne4(nb4), name=name, view_src=_base(t), view_offs=offs
+        Op.VIEW, t.dtype, pad_ne(ne), (t,), nb=pad_ne(nb4), name=name, view_src=_base(t), view_offs=offs
     )
 
 
@@ -119,7 +114,7 @@ def permute(t: OpInfo, axes: Sequence[int], op: str = Op.PERMUTE, name: str = ""
     ne, nb = [0] * 4, [0] * 4
     for i, ax in enumerate(axes):
         ne[ax], nb[ax] = t.ne[i], t.strides[i]
-    return OpInfo(op, t.dtype, _ne4(ne), (t,), nb=_ne4(nb), name=name, view_src=_base(t))
+    return OpInfo(op, t.dtype, pad_ne(ne), (t,), nb=pad_ne(nb), name=name, view_src=_base(t))
 
 
 def transpose(t: OpInfo, name: str = "") -> OpInfo:
@@ -138,7 +133,7 @@ def node(
     **params: Any,
 ) -> OpInfo:
     """An op node; ``inplace_of`` makes it a view of that tensor (ggml ``*_inplace``)."""
-    ne4 = _ne4(ne)
+    ne4 = pad_ne(ne)
     if inplace_of is not None:
         return OpInfo(op, dtype, ne4, tuple(srcs), sub_op=sub_op, params=params, name=name,
                       nb=inplace_of.strides, view_src=_base(inplace_of),

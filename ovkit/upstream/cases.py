@@ -16,6 +16,7 @@ from typing import Any
 from ovkit.catalogue import case as catalogue_case
 from ovkit.catalogue import curated
 from ovkit.catalogue.case import Case
+from ovkit.ir import pad_ne
 
 
 def _small_graph(g: Any, x: Mapping[str, Any]) -> Any:
@@ -78,7 +79,7 @@ def vary(c: Case, shapes: Mapping[str, Sequence[int]] | None = None, dtype: str 
     for lf in c.leaves:
         new = lf
         if lf.name in shapes:
-            new = dataclasses.replace(new, ne=catalogue_case.ne4(tuple(reversed(shapes[lf.name]))))
+            new = dataclasses.replace(new, ne=pad_ne(tuple(reversed(shapes[lf.name]))))
         if dtype is not None and lf.dtype in FLOAT_DTYPES and lf.init.kind not in curated.INDEX_KINDS:
             new = dataclasses.replace(new, dtype=dtype)
         leaves.append(new)
