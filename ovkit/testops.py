@@ -28,7 +28,7 @@ import numpy as np
 
 from ovkit.catalogue import curated
 from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs
-from ovkit.catalogue.result import Result
+from ovkit.catalogue.result import Result, error_line, first_line
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -135,12 +135,6 @@ def _policy(g: Any, out: Any, device: str) -> str | None:
     return None
 
 
-def _first_line(exc: BaseException) -> str:
-    """The first line of an error's message (OpenVINO's often span many lines)."""
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else ""
-
-
 def _run_config(g: Any, out: Any, hints: str) -> Any:
     from ovkit.engine import DEFAULT_RUN_CONFIG, naive_run_config
 
@@ -178,7 +172,7 @@ def run_case(
         actual = compute_graph(g, [out], feed, device, core=core, config=_run_config(g, out, hints))[0]
         base["precision"] = _effective_precision(core)
     except Exception as exc:
-        return Result(**base, status="FAIL", detail=f"{type(exc).__name__}: {_first_line(exc)}")
+        return Result(**base, status="FAIL", detail=error_line(exc))
     ref = reference
     try:
         if ref == "ggml":
@@ -186,7 +180,7 @@ def run_case(
         else:
             expected = g.compute(out, feed, mode="reference")
     except Exception as exc:
-        return Result(**base, status="FAIL", detail=f"reference ({ref}) failed: {_first_line(exc)}")
+        return Result(**base, status="FAIL", detail=f"reference ({ref}) failed: {first_line(exc)}")
     expected = np.asarray(expected)
     if not oracle.same_ne(np.shape(actual), expected.shape):
         return Result(
@@ -238,7 +232,7 @@ def perf_case(
             compute_graph(g, [out], feed, device, core=core, config=cfg)
             times.append(time.perf_counter() - t0)
     except Exception as exc:
-        return Result(**base, status="FAIL", detail=f"{type(exc).__name__}: {_first_line(exc)}")
+        return Result(**base, status="FAIL", detail=error_line(exc))
     seconds = statistics.median(times)
     if vs_ggml and oracle.ggml_available():
         runs = max(3, min(len(times), 50))

@@ -10,6 +10,17 @@ Status = Literal["OK", "FAIL", "known limit", "not supported", "not translatable
 STATUSES: tuple[Status, ...] = ("OK", "FAIL", "known limit", "not supported", "not translatable", "no case")
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (OpenVINO's often span many lines)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def error_line(exc: BaseException) -> str:
+    """``Type: first line``: an error as one result line shows it."""
+    return f"{type(exc).__name__}: {first_line(exc)}"
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
     """One case's verdict: ``err`` against ``max_err`` (NMSE, or the op's own error), the policy's

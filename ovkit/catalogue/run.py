@@ -41,7 +41,7 @@ from ovkit.catalogue.case import (
     oracle_inputs,
     ovkit_graph,
 )
-from ovkit.catalogue.result import STATUSES, Result, Status
+from ovkit.catalogue.result import STATUSES, Result, Status, error_line
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -131,11 +131,6 @@ def stratified(rows: Sequence[Row], n: int, seed: int = 0, per_op: int = 3) -> l
 
 # ----------------------------------------------------------------------------------------------
 # One case
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 def _untranslatable(exc: BaseException) -> bool:
@@ -295,8 +290,8 @@ def _prepare(
         # ovkit's builder refusing a graph is a gap, not a wrong result (the builder tests keep
         # the case graphs themselves equal to test-backend-ops')
         if _untranslatable(exc) or isinstance(exc, GraphError):
-            return Result(**base, status="not translatable", detail=_first_line(exc))
-        return Result(**base, status="FAIL", detail=f"build: {_first_line(exc)}")
+            return Result(**base, status="not translatable", detail=error_line(exc))
+        return Result(**base, status="FAIL", detail=f"build: {error_line(exc)}")
     if gap is not None:
         return Result(**base, status="not translatable", detail=gap)
     if policy == "upstream" and not accepted:
@@ -305,33 +300,33 @@ def _prepare(
         model, names = g.to_model([out])
     except Exception as exc:
         status: Status = "not translatable" if _untranslatable(exc) else "FAIL"
-        return Result(**base, status=status, detail=_first_line(exc))
+        return Result(**base, status=status, detail=error_line(exc))
     try:
         expected = _ggml_result(case, oracle_inputs(case, ggml_leaves), threads)
     except _NoOracle as exc:
         return Result(**base, status="no case", detail=str(exc))
     except Exception as exc:
-        return Result(**base, status="FAIL", detail=f"ggml: {_first_line(exc)}")
+        return Result(**base, status="FAIL", detail=f"ggml: {error_line(exc)}")
     if policy == "upstream":  # accepted: the engine's own path (its policy check of every node)
         try:
             actual = np.asarray(compute_graph(g, [out], feed, device, core=core)[0])
         except UnsupportedOpError as exc:  # a node it refuses, as test-backend-ops' test mode asks
             return Result(**base, status="not supported", detail=f"(every node asked) {exc}")
         except Exception as exc:
-            return Result(**base, status="FAIL", detail=_first_line(exc))
+            return Result(**base, status="FAIL", detail=error_line(exc))
         return _judged(case, base, actual, expected)
     try:
         return _Ready(
             case, base, model, model_inputs(g, names, g._prepare_inputs([out], feed)), out, expected
         )
     except Exception as exc:
-        return Result(**base, status="FAIL", detail=_first_line(exc))
+        return Result(**base, status="FAIL", detail=error_line(exc))
 
 
 def _judged(case: Case, base: dict[str, Any], actual: np.ndarray | Exception, expected: np.ndarray) -> Result:
     """The verdict on ovkit's output (or the exception that stopped it) against ggml's."""
     if isinstance(actual, Exception):
-        return Result(**base, status="FAIL", detail=_first_line(actual))
+        return Result(**base, status="FAIL", detail=error_line(actual))
     ok, err, why = _judge(case, actual, expected)
     if not ok:
         limit = known_limit(case.op, case.params)
@@ -430,7 +425,7 @@ def translatable(row: Row) -> tuple[bool, str]:
     except backend_ops.NoCase as exc:
         return False, f"no case: {exc}"
     except Exception as exc:
-        return False, _first_line(exc)
+        return False, error_line(exc)
     return gap is None, gap or ""
 
 
