@@ -200,24 +200,17 @@ def _infer(
 
     from ovkit.ir import from_model_output
 
-    if len(ready) > 1:
-        try:
-            merged = ov.Model(
-                [x for r in ready for x in r.model.get_results()],
-                [p for r in ready for p in r.model.get_parameters()],
-            )
-            request = _compile(merged, device, core, threads).create_infer_request()
-            request.infer([a for r in ready for a in r.inputs])
-        except Exception:  # one case spoils the batch: each on its own says which
-            return [x for r in ready for x in _infer([r], device, core, threads)]
+    try:
+        model = ready[0].model if len(ready) == 1 else ov.Model(
+            [x for r in ready for x in r.model.get_results()],
+            [p for r in ready for p in r.model.get_parameters()],
+        )  # fmt: skip
+        request = _compile(model, device, core, threads).create_infer_request()
+        request.infer([a for r in ready for a in r.inputs])
         return [np.asarray(from_model_output(r.out, request.get_output_tensor(i).data.copy()))
                 for i, r in enumerate(ready)]  # fmt: skip
-    try:
-        request = _compile(ready[0].model, device, core, threads).create_infer_request()
-        request.infer(ready[0].inputs)
-        return [np.asarray(from_model_output(ready[0].out, request.get_output_tensor(0).data.copy()))]
-    except Exception as exc:
-        return [exc]
+    except Exception as exc:  # one case spoils a batch: each on its own says which
+        return [exc] if len(ready) == 1 else [x for r in ready for x in _infer([r], device, core, threads)]
 
 
 class _NoOracle(Exception):
