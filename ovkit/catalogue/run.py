@@ -600,6 +600,10 @@ def _pooled(
                 return batch
         return []
 
+    from ovkit.devices import device_class
+
+    cls = str(device_class(device))  # the crashed row's verdict, for the device it ran for
+
     def serve(first: _Worker, queues: tuple[Queue[tuple[int, Row]], ...]) -> None:
         w, spare = first, None
         again: list[list[tuple[int, Row]]] = []
@@ -617,7 +621,7 @@ def _pooled(
                 again += [[x] for x in batch]
                 continue
             i, row = batch[0]
-            accepted = upstream_verdict(row)[0]
+            accepted = upstream_verdict(row, cls)[0]
             done.put((i, Result(row.op, row.name, "FAIL", crashed, device=device, accepted=accepted)))
         for x in (w, spare):
             if x is not None:
