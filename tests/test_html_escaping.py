@@ -242,3 +242,65 @@ def test_script_json_cannot_end_the_script_and_reads_back() -> None:
     assert "<" not in text and ">" not in text and "\u2028" not in text
     page = Parsed(f'<script type="application/json">{text}</script><p>after</p>')
     assert [tag for tag, _ in page.elements] == ["script", "p"]
+
+
+# -- in a real browser: nothing runs, the text shows ------------------------------------------
+@pytest.mark.browser
+def test_chromium_draws_the_text_and_runs_nothing(core: SimulatedCore) -> None:
+    """The styled table, the HTML fallback and the ES module's table in Chromium: no script
+    runs, no image loads, and the cells, tooltips and rows show the strings as they are."""
+    import playwright.sync_api as playwright_sync
+    from browser_lab import CHROMIUM, CHROMIUM_ARGS
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
+    styled = ovkit.device_table(core).to_html()
+    table = DeviceTable(core, auto_refresh=False)
+    try:
+        fallback = table._fallback_html()
+        payload = json.loads(json.dumps({"meta": table.view.meta, "tick": table.view.tick}))
+    finally:
+        table.close()
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page()
+            dialogs: list[str] = []
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            page.set_content(
+                f'<div id="styled">{styled}</div><div id="fallback">{fallback}</div><div id="live"></div>'
+            )
+            # the ES module as JupyterLab loads it, rendering into a stand-in for the widget model
+            module = ES_MODULE.read_text() + "\nwindow.ovkitView = { render };\n"
+            page.add_script_tag(content=module, type="module")
+            page.wait_for_function("window.ovkitView !== undefined")
+            page.evaluate(
+                """state => {
+                    const values = {...state, panels: ["table"], history: null};
+                    const model = {get: (k) => values[k], on: () => {}, off: () => {}};
+                    window.ovkitView.render({model, el: document.getElementById("live")});
+                }""",
+                payload,
+            )
+            page.wait_for_timeout(200)  # an onerror of a broken <img> would have fired by now
+            assert dialogs == []
+            assert page.locator("img, iframe").count() == 0
+            assert page.locator("script").count() == 1  # the module above, nothing from the strings
+            cells = page.locator("#styled td.col2")
+            assert cells.evaluate_all("cs => cs.map(c => c.textContent)") == [NAME, NAME]
+            tips = cells.evaluate_all(
+                "cs => cs.map(c => getComputedStyle(c.querySelector('.pd-t'), '::after').content)"
+            )
+            assert [css_unescape(t[1:-1]) for t in tips] == [NAME, NAME]
+            assert page.locator("#styled th.row_heading").all_text_contents() == ["CPU", DEVICE_ID]
+            assert PROFILE_NAME in page.locator("#styled caption").text_content()
+            for where in ("#fallback", "#live"):
+                rows = page.locator(f"{where} tr.ovkit-row")
+                assert [r.get_attribute("data-device") for r in rows.all()] == ["CPU", DEVICE_ID]
+                assert page.locator(f"{where} tr.ovkit-row td:nth-child(3)").all_text_contents() == [
+                    NAME,
+                    NAME,
+                ]
+                assert ERROR in page.locator(f"{where} tr.ovkit-errrow").first.text_content()
+        finally:
+            browser.close()
