@@ -144,7 +144,7 @@ w = rng.standard_normal((quant_rows, quant_k)).astype(np.float32)
 x = rng.standard_normal((4, quant_k)).astype(np.float32)
 qtable = notebook.quantized_matmul_table(w, x, dev, core)
 errors = [c for c in qtable.columns if "NMSE" in c or "error" in c]
-qtable.style.format({c: "{:.2e}" for c in errors} | {"bits/weight": "{:.2f}"})
+qtable.style.format({c: "{:.2e}" for c in errors} | {"bits/weight": "{:.2f}"}, escape="html")
 
 # %% [markdown]
 # Not every type is kept as is: the backend's requantization policy turns some weights into

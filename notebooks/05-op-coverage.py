@@ -143,7 +143,7 @@ perf_cases = notebook.perf_cases_within(
 perf = notebook.perf_table(
     testops.perf_case(c, dev0, core0, min_seconds=0.05, max_runs=50) for c in perf_cases
 )
-perf.style.format({"µs/run": "{:,.1f}", "GFLOPS": "{:,.2f}", "GB/s": "{:,.2f}"}, na_rep="-")
+perf.style.format({"µs/run": "{:,.1f}", "GFLOPS": "{:,.2f}", "GB/s": "{:,.2f}"}, na_rep="-", escape="html")
 
 # %% tags=["perf-chart"]
 notebook.perf_chart(perf, dev0)
@@ -165,7 +165,11 @@ if upstream.detect().available:
     picked = testops.select(upstream.cases.catalogue(), upstream_ops)
     three = upstream.three_way(picked, progress=False)
     cols = ["case", "upstream_status", "upstream_nmse", "ovkit_status", "ovkit_nmse", "ovkit_rule", "agrees"]
-    display(three[cols].style.format({"upstream_nmse": "{:.1e}", "ovkit_nmse": "{:.1e}"}, na_rep="–"))
+    display(
+        three[cols].style.format(
+            {"upstream_nmse": "{:.1e}", "ovkit_nmse": "{:.1e}"}, na_rep="–", escape="html"
+        )
+    )
 else:
     print(f"the real backend is not installed here: run {upstream.INSTALL_SCRIPT}")
 

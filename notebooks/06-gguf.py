@@ -136,7 +136,10 @@ for cls in ("CPU", "GPU", "NPU"):
 # %% tags=["layer"]
 x = rng.standard_normal((n_tokens, n_embd)).astype(np.float32)
 layer = notebook.layer_matmul_table(model, 0, x, dev, core)
-layer.style.format("{:.2e}", subset=[c for c in layer.columns if c.startswith("NMSE")])
+# the row names come from the GGUF file: escaped, like every string cell
+layer.style.format(escape="html").format_index(escape="html").format(
+    "{:.2e}", subset=[c for c in layer.columns if c.startswith("NMSE")]
+)
 
 # %% [markdown]
 # ## Result

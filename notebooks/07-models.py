@@ -71,7 +71,7 @@ display(
     fit.assign(**{c: fit[c] / 2**20 for c in mib})
     .rename(columns={c: c.replace("_bytes", " MiB") for c in mib})
     .drop(columns="headroom_bytes")
-    .style.format(precision=2)
+    .style.format(precision=2, escape="html")
 )
 
 # %% [markdown]
@@ -88,7 +88,9 @@ display(
 devices = placement.targets(sim)
 nodes = placement.node_table(model, devices, n_prompt=n_prompt)
 display(
-    placement.summary(nodes).style.format({"flops_on_device": "{:.1%}", "weight_bytes_on_device": "{:.1%}"})
+    placement.summary(nodes).style.format(
+        {"flops_on_device": "{:.1%}", "weight_bytes_on_device": "{:.1%}"}, escape="html"
+    )
 )
 print(f"{len(nodes)} rows: nodes × devices; the first decode nodes on the GPU:")
 display(
@@ -101,7 +103,9 @@ display(
 k_path = synthetic("llama", workdir / "llama-q4_K-256.gguf", n_embd=256, n_ff=256, weight_type="q4_K")
 k_nodes = placement.node_table(Model(k_path, n_ctx=n_ctx), devices, n_prompt=n_prompt)
 display(
-    placement.summary(k_nodes).style.format({"flops_on_device": "{:.1%}", "weight_bytes_on_device": "{:.1%}"})
+    placement.summary(k_nodes).style.format(
+        {"flops_on_device": "{:.1%}", "weight_bytes_on_device": "{:.1%}"}, escape="html"
+    )
 )
 display(placement.fallbacks(k_nodes).drop_duplicates(["graph", "device", "node"]))
 
@@ -163,9 +167,13 @@ print(f"greedy tokens agree on {c['greedy_agree']}/{c['greedy_total']}; max NMSE
 # %% tags=["profile"]
 times = op_profile.op_times(model)
 op_profile.op_time_chart(times)
-display(times.head(8).style.format({"time_us": "{:,.0f}", "share": "{:.1%}"}))
+display(times.head(8).style.format({"time_us": "{:,.0f}", "share": "{:.1%}"}, escape="html"))
 
 # %% tags=["live-memory-after"]
 charts.refresher.stop()  # the picture stays; its thread stops
 allocs = charts.frames()["breakdown"]
-display(allocs.assign(MiB=allocs["bytes"] / 2**20).drop(columns="bytes").style.format({"MiB": "{:,.1f}"}))
+display(
+    allocs.assign(MiB=allocs["bytes"] / 2**20)
+    .drop(columns="bytes")
+    .style.format({"MiB": "{:,.1f}"}, escape="html")
+)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from ovkit.escape import css_string, html_text
 from ovkit.memory import MIB, LiveFigures, MemoryReport, live_figures, read_memory, read_property
 from ovkit.runtime import get_core, is_simulated
 
@@ -242,9 +243,11 @@ def device_table(
         {header: [get(d) for d in listed] for header, get in COMPACT_COLUMNS.items()},
         index=pd.Index([d.name for d in listed], name="device"),
     )
+    # pandas writes cells, row headers and the caption into HTML, and each tooltip into a CSS
+    # string in the table's <style> block, all as given: every one is escaped for its place.
     tips = pd.DataFrame("", index=frame.index, columns=frame.columns)
-    tips["rule"] = [d.live.explain() for d in listed]
-    tips["description"] = [d.description for d in listed]
+    tips["rule"] = [css_string(d.live.explain()) for d in listed]
+    tips["description"] = [css_string(d.description) for d in listed]
 
     def mib(v: Any) -> str:
         return f"{int(v):,}"  # whole MiB, floored as --list-devices prints them
@@ -256,10 +259,13 @@ def device_table(
         frame.style.format(
             {"simulated": simulated, "total MiB": mib, "used MiB": mib, "free MiB": mib, "usage": "{:.0%}"},
             na_rep="unknown",
+            escape="html",
         )
+        .format_index(escape="html", axis="index")
+        .format_index(escape="html", axis="columns")
         .bar(subset=["usage"], vmin=0.0, vmax=1.0, color="#4c9be8", height=60, width=100)
         .set_properties(subset=["class", "description", "rule"], **{"text-align": "left"})
-        .set_caption(_caption(listed, core))
+        .set_caption(html_text(_caption(listed, core)))
         .set_table_styles(TABLE_STYLES)
         .hide(names=True, axis="index")
         .set_tooltips(tips)

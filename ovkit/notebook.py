@@ -7,7 +7,6 @@ magnitude (``16.0 MiB``, ``812 µs``), never as raw floats or byte counts.
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ovkit.buffers import buffer_type, host_buffer_type
 from ovkit.devices import Device, physical_device_ids
+from ovkit.escape import html_text
 from ovkit.memory import BYTE_UNITS, format_bytes
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class Report:
         return str(self)
 
     def _repr_html_(self) -> str:
-        esc = html.escape
+        esc = html_text
         left = "style='text-align: left'"  # inline: JupyterLab right-aligns table cells
         head = "".join(f"<th {left}>{esc(c)}</th>" for c in self.columns)
         body = "".join("<tr>" + "".join(f"<td {left}>{esc(v)}</td>" for v in r) + "</tr>" for r in self.rows)

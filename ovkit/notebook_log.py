@@ -7,10 +7,11 @@ variables, so nbconvert's HTML keeps the look) and ``text/plain`` (text exporter
 
 from __future__ import annotations
 
-import html
 import logging
 import sys
 from dataclasses import dataclass
+
+from ovkit.escape import html_text
 
 LOGGER = "ovkit"
 
@@ -59,7 +60,7 @@ def render(record: logging.LogRecord) -> dict[str, str]:
     kind = SEVERITIES[severity_of(record)]
     message = record.getMessage()
     text = message if kind.prefix and message.startswith(kind.prefix) else kind.prefix + message
-    body = html.escape(message)
+    body = html_text(message)
     return {
         "text/plain": text,
         "text/html": f'<div class="ovkit-log ovkit-log-{severity_of(record)}" style="{kind.style}">'

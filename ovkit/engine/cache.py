@@ -18,6 +18,7 @@ import numpy as np
 
 from ovkit.config import ENV_VARS, OvkitConfig, OvkitConfigWarning, read_config
 from ovkit.devices import DeviceClass, device_class
+from ovkit.escape import html_text
 from ovkit.ir import GraphIR, Tensor
 from ovkit.runtime import get_core, is_simulated
 
@@ -85,7 +86,7 @@ class CacheStats:
         )
 
     def _repr_html_(self) -> str:
-        return f"<code>{self}</code>"
+        return f"<code>{html_text(self)}</code>"
 
     def as_dict(self) -> dict[str, object]:
         return {

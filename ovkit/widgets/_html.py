@@ -1,11 +1,16 @@
-"""Small HTML pieces shared by the widgets; every runtime string goes through ``esc``."""
+"""Small HTML pieces shared by the widgets; every runtime string goes through ``esc``.
+
+The escaping itself lives in :mod:`ovkit.escape` (one place for every layer); ``esc`` is its
+attribute escape, which is right both between tags and in a quoted attribute value.
+"""
 
 from __future__ import annotations
 
 import base64
-import html
 from collections.abc import Iterable
 from typing import Any
+
+from ovkit.escape import html_attr
 
 # Usage colours as data (gpuwidget's info/warning/danger at 50/80 %).
 USAGE_COLOURS: tuple[tuple[float, str], ...] = ((0.8, "#d9534f"), (0.5, "#f0ad4e"), (0.0, "#5cb85c"))
@@ -28,8 +33,8 @@ STYLE = f"""<style>
 
 
 def esc(value: Any) -> str:
-    """HTML-escape any value (quotes too: it may end up inside an attribute)."""
-    return html.escape(str(value), quote=True)
+    """``value`` as HTML text or a quoted attribute value (:func:`ovkit.escape.html_attr`)."""
+    return html_attr(value)
 
 
 def usage_colour(fraction: float) -> str:
@@ -51,7 +56,7 @@ def html_table(
     """A plain escaped table (for fallbacks)."""
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<table class="{css_class}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return f'<table class="{esc(css_class)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def png_img(png: bytes, alt: str) -> str:
