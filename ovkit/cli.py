@@ -182,6 +182,10 @@ COMMANDS: dict[str, Command] = {
         "run a GGUF model: prefill + greedy decode, tokens/s, --compare with llama.cpp",
         *_module_command("ovkit.model.cli"),
     ),
+    "bench": Command(
+        "llama-bench's pp/tg table: ovkit against llama.cpp CPU and the real backend, one run",
+        *_module_command("ovkit.model.bench"),
+    ),
     "test-ops": Command(
         "run the op catalogue against ggml (test-backend-ops style): mode test | perf",
         _test_ops_args,

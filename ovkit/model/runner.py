@@ -39,6 +39,11 @@ from ovkit.model.program import (
 
 DEFAULT_N_UBATCH = 512  # llama.cpp's default micro-batch
 
+#: ``precision=`` -> the OpenVINO inference precision compiled with: "exact" is f32 (the default,
+#: for comparisons); "device" is the device's default, as the real backend compiles (bf16 on CPUs
+#: with AMX or avx512_bf16).
+PRECISIONS: dict[str, str | None] = {"exact": "f32", "device": None}
+
 
 @dataclass(frozen=True, slots=True)
 class Generation:
@@ -85,6 +90,8 @@ class Model:
         stateful: bool = True,
         profiling: bool = False,
         no_requant: bool = False,
+        precision: str = "exact",
+        n_threads: int | None = None,
     ) -> None:
         self.gguf = path if isinstance(path, GGUFModel) else read_gguf(path)
         embd = self.gguf.tensors.get("token_embd.weight")
@@ -93,7 +100,10 @@ class Model:
         self.hp = HParams.from_metadata(self.gguf.metadata, n_vocab=embd.shape[0])
         if n_ctx < 1:
             raise ModelError(f"n_ctx={n_ctx} must be >= 1")
+        if precision not in PRECISIONS:
+            raise ModelError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
         self.n_ctx = n_ctx
+        self.precision = precision
         self.flash_attn = flash_attn
         self.core = core
         engine = get_engine(core)
@@ -113,7 +123,9 @@ class Model:
         self._configs = {
             n: run_config_from(
                 quant.compile_hints(quantized, n),
-                RunConfig(inference_precision="f32", profiling=profiling),
+                RunConfig(
+                    inference_precision=PRECISIONS[precision], profiling=profiling, num_threads=n_threads
+                ),
             )
             for n in (1, 2)
         }
@@ -202,8 +214,14 @@ class Model:
         self.n_past = 0
         self._kv_owner = None
 
-    def eval(self, tokens: Sequence[int]) -> np.ndarray:
-        """Feed ``tokens`` after what the cache holds; logits of every fed position (n, n_vocab)."""
+    def effective_precision(self) -> str:
+        """The inference precision the compiled sessions run (asked for or the device's default)."""
+        used = sorted({str(s.effective.inference_precision) for s in self.sessions()})
+        return ", ".join(used) or str(PRECISIONS[self.precision] or "device default")
+
+    def eval(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
+        """Feed ``tokens`` after what the cache holds; logits of every fed position (n, n_vocab),
+        or of the last one only (1, n_vocab) with ``last_only`` (what sampling needs)."""
         toks = np.asarray(list(tokens), dtype=np.int64)
         if toks.size == 0:
             raise ModelError("eval: no tokens given")
@@ -215,13 +233,13 @@ class Model:
         outs = []
         for i in range(0, toks.size, self.n_ubatch):
             chunk = toks[i : i + self.n_ubatch]
-            shape = self.shape(chunk.size, self.n_past)
+            shape = self.shape(chunk.size, self.n_past, 1 if last_only else None)
             b = self._bucket(shape)
             self._take_kv(b)
             (logits,) = b.session.compute(causal_inputs(self.hp, shape, chunk, self.n_past))
             outs.append(np.asarray(logits).reshape(-1, self.hp.n_vocab))
             self.n_past += chunk.size
-        return np.concatenate(outs, axis=0)
+        return outs[-1] if last_only else np.concatenate(outs, axis=0)
 
     def generate(
         self, prompt: Sequence[int], n_predict: int, *, forced: Sequence[int] | None = None
