@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ovkit.model.synthetic import synthetic
 from ovkit.model.bench import BenchError, BenchReport, BenchResult, BenchSettings, bench, load_limits
+from ovkit.model.synthetic import synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 
