@@ -56,7 +56,17 @@ def _add_core_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_list_devices_args(p: argparse.ArgumentParser) -> None:
+    from ovkit.layouts import DEFAULT_LAYOUT, LAYOUTS
+
     _add_core_args(p)
+    p.add_argument(
+        "--layout",
+        choices=list(LAYOUTS),
+        default=DEFAULT_LAYOUT,
+        help="which backend's device layout to show: "
+        + "; ".join(f"{k}: {v.title}" for k, v in LAYOUTS.items())
+        + f" (default {DEFAULT_LAYOUT})",
+    )
     p.add_argument(
         "--upstream",
         action="store_true",
@@ -68,13 +78,18 @@ def cmd_list_devices(args: argparse.Namespace) -> int:
     if args.upstream:
         return _upstream_list_devices(args)
     from ovkit.devices import format_device_list, list_devices
+    from ovkit.layouts import BackendAbort
     from ovkit.selection import resolve_device
 
     core = make_core(args.simulate)
-    selection = resolve_device(core)
-    devices = list_devices(core)
+    try:
+        selection = resolve_device(core, layout=args.layout)
+    except BackendAbort as exc:  # the fork stops here, listing the devices to choose from
+        raise UsageError(str(exc)) from None
+    devices = list_devices(core, args.layout)
     if args.json:
         payload = {
+            "layout": args.layout,
             "selected": selection.device,
             "requested": selection.requested,
             "fell_back": selection.fell_back,

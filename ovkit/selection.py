@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ovkit.config import OvkitConfig, read_config
 from ovkit.devices import DeviceClass, device_class, is_virtual
+from ovkit.layouts import DEFAULT_LAYOUT, get_layout, resolve_for
 from ovkit.runtime import get_core
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ class Selection:
     hint: str | None
     available: tuple[str, ...]
     config: OvkitConfig
+    layout: str = DEFAULT_LAYOUT  #: the device layout whose selection rule decided
 
     @property
     def device_class(self) -> DeviceClass:
@@ -76,21 +78,28 @@ def near_miss_hint(requested: str, available: list[str]) -> str | None:
     return None
 
 
-def resolve_device(core: Any = None, env: Mapping[str, str] | None = None, *, log: bool = True) -> Selection:
-    """Resolve ``GGML_OPENVINO_DEVICE`` (from ``env``, default ``os.environ``) on ``core``."""
+def resolve_device(
+    core: Any = None, env: Mapping[str, str] | None = None, *, log: bool = True, layout: str = DEFAULT_LAYOUT
+) -> Selection:
+    """Resolve ``GGML_OPENVINO_DEVICE`` (from ``env``, default ``os.environ``) on ``core`` by the
+    selection rule of ``layout`` (``ovkit.layouts.LAYOUTS``): seed and master fall back to CPU,
+    the fork raises ``ovkit.layouts.BackendAbort`` naming the available devices."""
     config = read_config(env)
-    available = list(get_core(core).available_devices)
+    core = get_core(core)
+    available = list(core.available_devices)
     requested = config.device_requested
     wanted = requested or DEFAULT_DEVICE
-    fell_back = wanted not in available or is_virtual(wanted)
+    resolved = resolve_for(get_layout(layout), core, requested)
+    fell_back = resolved.fell_back
     hint = near_miss_hint(wanted, available) if fell_back else None
     selection = Selection(
         requested=requested,
-        device=DEFAULT_DEVICE if fell_back else wanted,
+        device=resolved.device,
         fell_back=fell_back,
         hint=hint,
         available=tuple(available),
         config=config,
+        layout=layout,
     )
     if log:
         if fell_back:
