@@ -146,16 +146,28 @@ def _test_ops(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    """Every variable the backend reads: type, default, value as parsed, what it changes and
+    whether ovkit models it; unknown ``GGML_OPENVINO_*`` names warn, unusable values fail (exit 2)."""
     from ovkit.config import read_config
 
-    rows = read_config().as_rows()
+    config = read_config(strict=False)
+    rows = config.as_rows()
     if args.json:
-        print(json.dumps(rows, indent=2, default=str))
+        payload = {"variables": rows, "errors": list(config.errors), "unknown": list(config.unknown)}
+        print(json.dumps(payload, indent=2, default=str))
     else:
+        print(f"{'variable':44} {'type':16} {'value':28} ovkit: what it changes")
         for row in rows:
-            raw = "" if row["raw"] is None else f" (raw {row['raw']!r})"
-            print(f"{row['variable']:45} {row['value']!s:10}{raw}")
-    return 0
+            value = (
+                f"(default {row['default']})" if row["raw"] is None else f"{row['raw']!r} -> {row['value']}"
+            )
+            status = "modelled" if str(row["ovkit"]).startswith("modelled") else "reported only"
+            print(f"{row['variable']:44} {str(row['type'])[:16]:16} {value:28} {status}: {row['changes']}")
+        if npu := config.npu_compile_properties():
+            print(f"NPU compile properties from the environment: {npu}")
+    for error in config.errors:
+        print(f"ovkit: error: {error}", file=sys.stderr)
+    return 2 if config.errors else 0
 
 
 def _module_command(
@@ -186,7 +198,7 @@ COMMANDS: dict[str, Command] = {
         "list the OpenVINO devices as llama.cpp --list-devices does", _add_list_devices_args, cmd_list_devices
     ),
     "config": Command(
-        "show the parsed GGML_OPENVINO_* environment",
+        "every GGML_OPENVINO_* variable: type, default, parsed value, modelled or reported",
         _add_json_arg,
         cmd_config,
     ),

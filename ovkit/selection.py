@@ -34,6 +34,8 @@ ENV_DEVICE = "GGML_OPENVINO_DEVICE"
 DEFAULT_DEVICE = "CPU"
 FALLBACK_WARNING = "GGML OpenVINO Backend: device {} is not available, fallback to CPU"
 USING_DEVICE = "OpenVINO: using device {}"
+# GGML_OPENVINO_LOG_UNSUPPORTED_OPS: the backend's line for each op supports_op rejects
+UNSUPPORTED_OP = "OpenVINO op unsupported: op '{}' ({}), type {}: {}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,11 +143,19 @@ class Backend:
         return self.selection.device
 
     def supports_op(self, device_name: str, op: Any) -> SupportDecision:
-        """The op-support decision for ``op`` on ``device_name``; False off the selected device."""
+        """The op-support decision for ``op`` on ``device_name``; False off the selected device.
+        With ``GGML_OPENVINO_LOG_UNSUPPORTED_OPS`` set, each rejection is logged (WARNING) in
+        the backend's words: op name, op, type and the reason."""
         from ovkit.ops.policy import SupportDecision, check_op
 
         if device_name != self.selection.device:
-            return SupportDecision(
+            decision = SupportDecision(
                 False, f"device {device_name} is not the selected device {self.selection.device}"
             )
-        return check_op(op, self.selection.device_class, upstream_exact=self.upstream_exact)
+        else:
+            decision = check_op(op, self.selection.device_class, upstream_exact=self.upstream_exact)
+        if not decision.supported and self.selection.config.log_unsupported_ops:
+            info = op.op_info() if callable(getattr(op, "op_info", None)) else op
+            name, kind, dtype = (getattr(info, key, None) for key in ("name", "op", "dtype"))
+            logger.warning(UNSUPPORTED_OP.format(name or "", kind, dtype, decision.reason))
+        return decision
