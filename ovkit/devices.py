@@ -11,10 +11,12 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from ovkit import layouts
 from ovkit.escape import css_string, html_text
+from ovkit.layouts import VIRTUAL_PREFIXES
 from ovkit.memory import MIB, LiveFigures, MemoryReport, live_figures, read_memory, read_property
 from ovkit.runtime import get_core, is_simulated
 
@@ -23,7 +25,6 @@ if TYPE_CHECKING:
     from pandas.io.formats.style import Styler
     from pandas.io.formats.style_render import CSSDict
 
-VIRTUAL_PREFIXES: tuple[str, ...] = ("AUTO", "MULTI", "HETERO", "BATCH")
 ENV_DEVICE = "GGML_OPENVINO_DEVICE"
 
 
@@ -169,13 +170,40 @@ def list_devices(
     default the seed's, every physical OpenVINO device sorted by id, with description and memory.
     ``master`` and ``fork`` depend on the selected device (``GGML_OPENVINO_DEVICE`` in ``env``,
     default ``os.environ``); the fork raises ``BackendAbort`` for an unknown one, as it aborts."""
-    from ovkit import layouts  # the layouts build on this module's records
-
     chosen = layouts.get_layout(layout)
     core = get_core(core)
     requested = (os.environ if env is None else env).get(ENV_DEVICE) or None
     selected = layouts.resolve_for(chosen, core, requested).device
-    return layouts.layout_devices(core, chosen, selected)
+    return layout_devices(core, chosen, selected)
+
+
+def layout_devices(core: Any, layout: layouts.Layout, selected: str) -> list[Device]:
+    """The ggml devices ``layout`` registers on ``core`` when ``selected`` is the OpenVINO device:
+    each entry of its tables applied to the seed's reading of the device."""
+    core = get_core(core)
+    ids = layouts.ENTRIES[layout.entries](list(core.available_devices), selected)
+    devices = []
+    for index, ov_id in enumerate(ids):
+        seen = describe_device(ov_id, core)  # the seed's reading: description, properties, memory
+        mem = layouts.MEMORY[layout.memory](core, ov_id, seen)
+        devices.append(
+            replace(
+                seen,
+                name=layouts.NAMES[layout.naming](index, ov_id),
+                description=layouts.DESCRIPTIONS[layout.description](core, ov_id, selected, seen),
+                total_bytes=mem.total,
+                free_bytes=mem.free,
+                used_bytes=mem.used,
+                memory_error=mem.error,
+                memory_formula=mem.formula,
+                memory_clamped=mem.used > mem.total,
+                memory_breakdown=dict(mem.breakdown or {}),
+                host_available_bytes=mem.host_available,
+                layout=layout.key,
+                ggml_type=layouts.TYPES[layout.ggml_type](ov_id, selected),
+            )
+        )
+    return devices
 
 
 def format_device_list(devices: Iterable[Device]) -> str:
@@ -235,10 +263,8 @@ TABLE_STYLES: list[CSSDict] = [
 
 def layout_note(devices: Sequence[Device]) -> str:
     """Which device layout a listing shows, e.g. ``layout: seed (one device per OpenVINO device)``."""
-    from ovkit.layouts import LAYOUTS
-
-    keys = sorted({d.layout for d in devices}) or ["seed"]
-    return "; ".join(f"layout: {k} ({LAYOUTS[k].title})" for k in keys)
+    keys = sorted({d.layout for d in devices}) or [layouts.DEFAULT_LAYOUT]
+    return "; ".join(f"layout: {k} ({layouts.LAYOUTS[k].title})" for k in keys)
 
 
 def _caption(devices: Sequence[Device], core: Any) -> str:

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from ovkit.devices import VIRTUAL_PREFIXES, Device, describe_device
 from ovkit.memory import SIZE_MAX, host_memory, read_property
 from ovkit.runtime import get_core
 
 DEFAULT_LAYOUT = "seed"
+VIRTUAL_PREFIXES: tuple[str, ...] = ("AUTO", "MULTI", "HETERO", "BATCH")  # the seed's filter
 FORK_VIRTUAL_PREFIXES: tuple[str, ...] = ("AUTO", "MULTI", "HETERO")  # the fork keeps BATCH
 OPENVINO_RUNTIME_DESCRIPTION = "OpenVINO Runtime"  # ov::get_openvino_version().description
 GPU_HOST_STATISTICS = ("usm_host", "usm_shared")  # host RAM on a dGPU: the fork does not count them
@@ -145,7 +145,7 @@ NAMES: dict[str, Callable[[int, str], str]] = {
     "exact OpenVINO id": lambda _i, ov_id: ov_id,
     "OPENVINO<index>": lambda i, _ov_id: f"OPENVINO{i}",
 }
-DESCRIPTIONS: dict[str, Callable[[Any, str, str, Device], str]] = {
+DESCRIPTIONS: dict[str, Callable[[Any, str, str, Any], str]] = {
     "FULL_DEVICE_NAME": lambda _core, _ov_id, _sel, seen: seen.description,
     "OpenVINO version": lambda _core, _ov_id, _sel, _seen: OPENVINO_RUNTIME_DESCRIPTION,
     "GGML_OPENVINO_DEVICE=<id> - FULL_DEVICE_NAME": lambda core, ov_id, sel, _seen: (
@@ -235,13 +235,13 @@ def _fork_memory(core: Any, ov_id: str) -> Memory:
     return mem
 
 
-def _seed_memory(_core: Any, _ov_id: str, seen: Device) -> Memory:
-    """The seed's rules are the ones :func:`describe_device` already applied."""
+def _seed_memory(_core: Any, _ov_id: str, seen: Any) -> Memory:
+    """The seed's rules are the ones ``devices.describe_device`` already applied to ``seen``."""
     return Memory(seen.total_bytes, seen.free_bytes, seen.used_bytes, seen.memory_formula,
                   seen.host_available_bytes, seen.memory_breakdown, seen.memory_error)  # fmt: skip
 
 
-MEMORY: dict[str, Callable[[Any, str, Device], Memory]] = {
+MEMORY: dict[str, Callable[[Any, str, Any], Memory]] = {
     "per device class (0/0 when a property fails)": _seed_memory,
     "host RAM": lambda core, _ov_id, _seen: _host(core, "host RAM whatever the device (Linux: free = total)"),
     "plugin counters, else host RAM; iGPU/NPU free capped at MemAvailable": (
@@ -315,31 +315,3 @@ def resolve_for(layout: Layout, core: Any, requested: str | None) -> Resolved:
     return resolve(
         layout.selection, list(core.available_devices), requested, lambda d: ov_description(core, d)
     )
-
-
-def layout_devices(core: Any, layout: Layout, selected: str) -> list[Device]:
-    """The ggml devices ``layout`` registers on ``core`` when ``selected`` is the OpenVINO device."""
-    core = get_core(core)
-    ids = ENTRIES[layout.entries](list(core.available_devices), selected)
-    devices = []
-    for index, ov_id in enumerate(ids):
-        seen = describe_device(ov_id, core)  # the seed's reading: description, properties, memory
-        mem = MEMORY[layout.memory](core, ov_id, seen)
-        devices.append(
-            replace(
-                seen,
-                name=NAMES[layout.naming](index, ov_id),
-                description=DESCRIPTIONS[layout.description](core, ov_id, selected, seen),
-                total_bytes=mem.total,
-                free_bytes=mem.free,
-                used_bytes=mem.used,
-                memory_error=mem.error,
-                memory_formula=mem.formula,
-                memory_clamped=mem.used > mem.total,
-                memory_breakdown=dict(mem.breakdown or {}),
-                host_available_bytes=mem.host_available,
-                layout=layout.key,
-                ggml_type=TYPES[layout.ggml_type](ov_id, selected),
-            )
-        )
-    return devices
