@@ -219,7 +219,7 @@ def test_the_table_holds_every_variable_of_the_newest_list_in_its_order() -> Non
     status = {r["variable"].removeprefix("GGML_OPENVINO_"): r["ovkit"] for r in rows}
     assert str(status["NPU_PROPERTIES"]).startswith("modelled: ovkit.engine")
     assert str(status["LOG_UNSUPPORTED_OPS"]).startswith("modelled: ovkit.selection")
-    for name in ("DISABLE_KV_SLICE", "MANUAL_GQA_ATTN", "REQUANT_KQUANT", "COMPILED_MODEL_CACHE_DIR"):
+    for name in ("DISABLE_KV_SLICE", "MANUAL_GQA_ATTN", "REQUANT_KQUANT", "FORCE_STATIC"):
         assert status[name] == "reported only"  # parsed and shown, not yet modelled
 
 
@@ -388,3 +388,32 @@ def test_ovkit_config_with_a_typo_and_bad_values(
     assert main(["config", "--json"]) == 2
     payload = json.loads(capsys.readouterr().out)
     assert payload["unknown"] and payload["errors"] and len(payload["variables"]) == len(NEWEST)
+
+
+def test_compiled_model_cache_dir_is_openvinos_model_cache(tmp_path) -> None:
+    """The first run compiles and writes the cache; a new engine's run loads it from there."""
+    import numpy as np
+    from openvino import Model
+    from openvino import opset13 as ops
+
+    from ovkit.engine import Engine
+    from ovkit.engine.run_config import DEFAULT_RUN_CONFIG, compile_properties
+
+    blobs = tmp_path / "blobs"
+    env = {"GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR": str(blobs)}
+    assert compile_properties(DEFAULT_RUN_CONFIG, "CPU", read_config(env))["CACHE_DIR"] == str(blobs)
+    both = read_config(env | {"GGML_OPENVINO_CACHE_DIR": str(tmp_path)})
+    assert compile_properties(DEFAULT_RUN_CONFIG, "CPU", both)["CACHE_DIR"] == str(tmp_path)
+
+    def model() -> Model:
+        a = ops.parameter([16, 16], np.float32, name="a")
+        y = ops.multiply(a, a)
+        y.output(0).get_tensor().set_names({"y"})  # named: the cache key must not change per build
+        return Model([y], [a], "square16")
+
+    x = np.full((16, 16), 3, np.float32)
+    first = Engine(env=env).run_report("square16", model, [x])
+    assert first.effective.loaded_from_cache is False and any(blobs.iterdir())
+    again = Engine(env=env).run_report("square16", model, [x])
+    assert again.effective.loaded_from_cache is True
+    assert (again.outputs[0] == 9).all()
