@@ -163,6 +163,9 @@ def cmd_config(args: argparse.Namespace) -> int:
             )
             status = "modelled" if str(row["ovkit"]).startswith("modelled") else "reported only"
             print(f"{row['variable']:44} {str(row['type'])[:16]:16} {value:28} {status}: {row['changes']}")
+        for cls in ("CPU", "GPU", "NPU"):
+            on = ", ".join(f"{k}={'on' if v else 'off'}" for k, v in config.effective(cls).items())
+            print(f"on the {cls} class: {on}")
         if npu := config.npu_compile_properties():
             print(f"NPU compile properties from the environment: {npu}")
     for error in config.errors:

@@ -250,6 +250,16 @@ class OvkitConfig:
         """MANUAL_GQA_ATTN when set, else on for the GPU class."""
         return self.manual_gqa_attn if self.manual_gqa_attn is not None else device_class == "GPU"
 
+    def effective(self, device_class: str) -> dict[str, bool]:
+        """The class-dependent switches as the backend resolves them on ``device_class``."""
+        return {
+            "STATEFUL_EXECUTION": self.stateful(device_class),
+            "MANUAL_GQA_ATTN": self.manual_gqa(device_class),
+            "RELEASE_WEIGHTS": self.release_weights(device_class),
+            "REDUCE_COMPILE_MEM": self.reduce_compile_mem,
+            "MOE_OP": self.moe_op and device_class == "GPU",
+        }
+
     @property
     def profiling_level(self) -> int:
         """PROFILING as the number the backend compares: >= 2 adds OpenVINO and queue profiling."""

@@ -357,6 +357,11 @@ def test_ovkit_config_with_every_variable_set(
     )
     assert "'0' -> False" in body["MOE_OP"] and "'GPU.1' -> GPU.1" in body["DEVICE"]
     assert "modelled: NPU: KEY=VALUE" in body["NPU_PROPERTIES"]
+    assert lines[-4:-1] == [  # MANUAL_GQA_ATTN=0, MOE_OP=0, MEMORY_OPTIMIZE=1, RELEASE_WEIGHTS=1
+        "on the CPU class: STATEFUL_EXECUTION=on, MANUAL_GQA_ATTN=off, RELEASE_WEIGHTS=on, REDUCE_COMPILE_MEM=on, MOE_OP=off",
+        "on the GPU class: STATEFUL_EXECUTION=on, MANUAL_GQA_ATTN=off, RELEASE_WEIGHTS=on, REDUCE_COMPILE_MEM=on, MOE_OP=off",
+        "on the NPU class: STATEFUL_EXECUTION=off, MANUAL_GQA_ATTN=off, RELEASE_WEIGHTS=on, REDUCE_COMPILE_MEM=on, MOE_OP=off",
+    ]
     assert lines[-1] == (
         "NPU compile properties from the environment: "
         "{'NPU_COMPILATION_MODE_PARAMS': 'optimization-level=1', 'NPU_TURBO': 'YES'}"
@@ -383,6 +388,7 @@ def test_ovkit_config_with_a_typo_and_bad_values(
         "q4_asym64_all, native (the backend would silently keep its default: unset: Q5_K/Q6_K -> Q8_0_C)",
     ]
     assert "GGML_OPENVINO_DEVICE" in out and "(default CPU)" in out  # the table is still printed
+    assert "on the GPU class: STATEFUL_EXECUTION=off, MANUAL_GQA_ATTN=on, RELEASE_WEIGHTS=off" in out
     from ovkit.cli import main
 
     assert main(["config", "--json"]) == 2
