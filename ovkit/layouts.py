@@ -16,7 +16,8 @@
   the others IGPU (discovery only); an unknown ``GGML_OPENVINO_DEVICE`` aborts naming the
   available devices, and an unset one picks CPU, else the first device.
 
-Each rule is one entry of a table below; :data:`LAYOUTS` combines them.
+Each rule is one entry of a table below and :data:`LAYOUTS` combines them;
+``ovkit.devices.layout_devices`` builds the device records from them.
 """
 
 from __future__ import annotations
