@@ -104,10 +104,16 @@ def cmd_list_devices(args: argparse.Namespace) -> int:
 
 
 def _upstream_list_devices(args: argparse.Namespace) -> int:
+    from ovkit.layouts import DEFAULT_LAYOUT
     from ovkit.upstream import build, devices
 
     if args.simulate:
         raise UsageError("--upstream lists the installed backend's devices; it cannot be simulated")
+    if args.layout != DEFAULT_LAYOUT:
+        raise UsageError(
+            "--upstream lists what the installed backend registers (its own layout, master); "
+            f"--layout {args.layout} is ovkit's model of a layout: use one or the other"
+        )
     try:
         found = devices.list_devices()
     except (build.UpstreamUnavailableError, devices.UpstreamCallError) as exc:

@@ -196,6 +196,13 @@ def test_cli_layout_flag_prints_each_layout_and_the_forks_abort(capsys: pytest.C
     assert "\n  GPU.1: Intel(R) Arc(TM) A770 Graphics (dGPU)\n" in err
 
 
+def test_upstream_and_layout_do_not_mix(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list-devices", "--upstream", "--layout", "fork"]) == 2
+    assert "--upstream lists what the installed backend registers (its own layout, master)" in (
+        capsys.readouterr().err
+    )
+
+
 def test_unknown_layout_is_named() -> None:
     with pytest.raises(
         UnknownLayoutError, match="unknown device layout 'forked'; expected one of seed, master, fork"
