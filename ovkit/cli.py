@@ -56,7 +56,17 @@ def _add_core_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_list_devices_args(p: argparse.ArgumentParser) -> None:
+    from ovkit.layouts import DEFAULT_LAYOUT, LAYOUTS
+
     _add_core_args(p)
+    p.add_argument(
+        "--layout",
+        choices=list(LAYOUTS),
+        default=DEFAULT_LAYOUT,
+        help="which backend's device layout to show: "
+        + "; ".join(f"{k}: {v.title}" for k, v in LAYOUTS.items())
+        + f" (default {DEFAULT_LAYOUT})",
+    )
     p.add_argument(
         "--upstream",
         action="store_true",
@@ -68,13 +78,18 @@ def cmd_list_devices(args: argparse.Namespace) -> int:
     if args.upstream:
         return _upstream_list_devices(args)
     from ovkit.devices import format_device_list, list_devices
+    from ovkit.layouts import BackendAbort
     from ovkit.selection import resolve_device
 
     core = make_core(args.simulate)
-    selection = resolve_device(core)
-    devices = list_devices(core)
+    try:
+        selection = resolve_device(core, layout=args.layout)
+    except BackendAbort as exc:  # the fork stops here, listing the devices to choose from
+        raise UsageError(str(exc)) from None
+    devices = list_devices(core, args.layout)
     if args.json:
         payload = {
+            "layout": args.layout,
             "selected": selection.device,
             "requested": selection.requested,
             "fell_back": selection.fell_back,
@@ -89,10 +104,16 @@ def cmd_list_devices(args: argparse.Namespace) -> int:
 
 
 def _upstream_list_devices(args: argparse.Namespace) -> int:
+    from ovkit.layouts import DEFAULT_LAYOUT
     from ovkit.upstream import build, devices
 
     if args.simulate:
         raise UsageError("--upstream lists the installed backend's devices; it cannot be simulated")
+    if args.layout != DEFAULT_LAYOUT:
+        raise UsageError(
+            "--upstream lists what the installed backend registers (its own layout, master); "
+            f"--layout {args.layout} is ovkit's model of a layout: use one or the other"
+        )
     try:
         found = devices.list_devices()
     except (build.UpstreamUnavailableError, devices.UpstreamCallError) as exc:
@@ -131,16 +152,31 @@ def _test_ops(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    """Every variable the backend reads: type, default, value as parsed, what it changes and
+    whether ovkit models it; unknown ``GGML_OPENVINO_*`` names warn, unusable values fail (exit 2)."""
     from ovkit.config import read_config
 
-    rows = read_config().as_rows()
+    config = read_config(strict=False)
+    rows = config.as_rows()
     if args.json:
-        print(json.dumps(rows, indent=2, default=str))
+        payload = {"variables": rows, "errors": list(config.errors), "unknown": list(config.unknown)}
+        print(json.dumps(payload, indent=2, default=str))
     else:
+        print(f"{'variable':44} {'type':16} {'value':28} ovkit: what it changes")
         for row in rows:
-            raw = "" if row["raw"] is None else f" (raw {row['raw']!r})"
-            print(f"{row['variable']:45} {row['value']!s:10}{raw}")
-    return 0
+            value = (
+                f"(default {row['default']})" if row["raw"] is None else f"{row['raw']!r} -> {row['value']}"
+            )
+            status = "modelled" if str(row["ovkit"]).startswith("modelled") else "reported only"
+            print(f"{row['variable']:44} {str(row['type'])[:16]:16} {value:28} {status}: {row['changes']}")
+        for cls in ("CPU", "GPU", "NPU"):
+            on = ", ".join(f"{k}={'on' if v else 'off'}" for k, v in config.effective(cls).items())
+            print(f"on the {cls} class: {on}")
+        if npu := config.npu_compile_properties():
+            print(f"NPU compile properties from the environment: {npu}")
+    for error in config.errors:
+        print(f"ovkit: error: {error}", file=sys.stderr)
+    return 2 if config.errors else 0
 
 
 def _module_command(
@@ -171,7 +207,7 @@ COMMANDS: dict[str, Command] = {
         "list the OpenVINO devices as llama.cpp --list-devices does", _add_list_devices_args, cmd_list_devices
     ),
     "config": Command(
-        "show the parsed GGML_OPENVINO_* environment",
+        "every GGML_OPENVINO_* variable: type, default, parsed value, modelled or reported",
         _add_json_arg,
         cmd_config,
     ),

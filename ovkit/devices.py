@@ -9,11 +9,14 @@ class), or the id when the name cannot be read.
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from ovkit import layouts
 from ovkit.escape import css_string, html_text
+from ovkit.layouts import VIRTUAL_PREFIXES
 from ovkit.memory import MIB, LiveFigures, MemoryReport, live_figures, read_memory, read_property
 from ovkit.runtime import get_core, is_simulated
 
@@ -22,7 +25,7 @@ if TYPE_CHECKING:
     from pandas.io.formats.style import Styler
     from pandas.io.formats.style_render import CSSDict
 
-VIRTUAL_PREFIXES: tuple[str, ...] = ("AUTO", "MULTI", "HETERO", "BATCH")
+ENV_DEVICE = "GGML_OPENVINO_DEVICE"
 
 
 class DeviceClass(enum.StrEnum):
@@ -65,6 +68,9 @@ class Device:
     host_available_bytes: int | None = None
     properties: Mapping[str, Any] = field(default_factory=dict)
     simulated: bool = False
+    ov_id: str = ""  #: the OpenVINO device this entry stands for (the name, in the seed layout)
+    layout: str = "seed"  #: the device layout that listed it (``ovkit.layouts.LAYOUTS``)
+    ggml_type: str = "GPU"  #: ``ggml_backend_dev_type``; ``--list-devices`` skips type CPU
 
     @property
     def total_mib(self) -> int:
@@ -77,8 +83,9 @@ class Device:
     @property
     def live(self) -> LiveFigures:
         """Total/used/free as every live view and the fit check show them (``memory.LIVE_RULES``)."""
+        # host RAM (the CPU, and any device a layout reports as host RAM) follows the CPU's rule
         return live_figures(
-            str(self.device_class),
+            "CPU" if self.host_available_bytes is not None else str(self.device_class),
             self.total_bytes,
             self.used_bytes,
             self.free_bytes,
@@ -152,13 +159,51 @@ def describe_device(name: str, core: Any = None) -> Device:
         host_available_bytes=mem.host_available_bytes,
         properties=props,
         simulated=is_simulated(core),
+        ov_id=name,
     )
 
 
-def list_devices(core: Any = None) -> list[Device]:
-    """Every physical OpenVINO device, sorted by id, with description and memory."""
+def list_devices(
+    core: Any = None, layout: str = "seed", env: Mapping[str, str] | None = None
+) -> list[Device]:
+    """The ggml devices the backend registers in ``layout`` (``ovkit.layouts.LAYOUTS``): by
+    default the seed's, every physical OpenVINO device sorted by id, with description and memory.
+    ``master`` and ``fork`` depend on the selected device (``GGML_OPENVINO_DEVICE`` in ``env``,
+    default ``os.environ``); the fork raises ``BackendAbort`` for an unknown one, as it aborts."""
+    chosen = layouts.get_layout(layout)
     core = get_core(core)
-    return [describe_device(name, core) for name in physical_device_ids(core)]
+    requested = (os.environ if env is None else env).get(ENV_DEVICE) or None
+    selected = layouts.resolve_for(chosen, core, requested).device
+    return layout_devices(core, chosen, selected)
+
+
+def layout_devices(core: Any, layout: layouts.Layout, selected: str) -> list[Device]:
+    """The ggml devices ``layout`` registers on ``core`` when ``selected`` is the OpenVINO device:
+    each entry of its tables applied to the seed's reading of the device."""
+    core = get_core(core)
+    ids = layouts.ENTRIES[layout.entries](list(core.available_devices), selected)
+    devices = []
+    for index, ov_id in enumerate(ids):
+        seen = describe_device(ov_id, core)  # the seed's reading: description, properties, memory
+        mem = layouts.MEMORY[layout.memory](core, ov_id, seen)
+        devices.append(
+            replace(
+                seen,
+                name=layouts.NAMES[layout.naming](index, ov_id),
+                description=layouts.DESCRIPTIONS[layout.description](core, ov_id, selected, seen),
+                total_bytes=mem.total,
+                free_bytes=mem.free,
+                used_bytes=mem.used,
+                memory_error=mem.error,
+                memory_formula=mem.formula,
+                memory_clamped=mem.used > mem.total,
+                memory_breakdown=dict(mem.breakdown or {}),
+                host_available_bytes=mem.host_available,
+                layout=layout.key,
+                ggml_type=layouts.TYPES[layout.ggml_type](ov_id, selected),
+            )
+        )
+    return devices
 
 
 def format_device_list(devices: Iterable[Device]) -> str:
@@ -172,6 +217,9 @@ def _raw_row(d: Device) -> dict[str, Any]:
     live = d.live
     return {
         "name": d.name,
+        "layout": d.layout,
+        "openvino_device": d.ov_id,
+        "ggml_type": d.ggml_type,
         "simulated": d.simulated,
         "class": str(d.device_class),
         "description": d.description,
@@ -213,30 +261,43 @@ TABLE_STYLES: list[CSSDict] = [
 ]
 
 
+def layout_note(devices: Sequence[Device]) -> str:
+    """Which device layout a listing shows, e.g. ``layout: seed (one device per OpenVINO device)``."""
+    keys = sorted({d.layout for d in devices}) or [layouts.DEFAULT_LAYOUT]
+    return "; ".join(f"layout: {k} ({layouts.LAYOUTS[k].title})" for k in keys)
+
+
 def _caption(devices: Sequence[Device], core: Any) -> str:
     if any(d.simulated for d in devices):
         profile = getattr(getattr(core, "profile", None), "name", None)
         name = f" '{profile}'" if profile else ""
-        return f"SIMULATED device set{name} (ovkit.simulate): not this machine's devices"
-    return "OpenVINO devices of this machine"
+        what = f"SIMULATED device set{name} (ovkit.simulate): not this machine's devices"
+    else:
+        what = "OpenVINO devices of this machine"
+    return f"{what} — {layout_note(devices)}"
 
 
 @overload
 def device_table(
-    core: Any = None, devices: Iterable[Device] | None = None, *, raw: Literal[False] = False
+    core: Any = None,
+    devices: Iterable[Device] | None = None,
+    *,
+    raw: Literal[False] = False,
+    layout: str = ...,
 ) -> Styler: ...
 @overload
 def device_table(
-    core: Any = None, devices: Iterable[Device] | None = None, *, raw: Literal[True]
+    core: Any = None, devices: Iterable[Device] | None = None, *, raw: Literal[True], layout: str = ...
 ) -> pd.DataFrame: ...
 def device_table(
-    core: Any = None, devices: Iterable[Device] | None = None, *, raw: bool = False
+    core: Any = None, devices: Iterable[Device] | None = None, *, raw: bool = False, layout: str = "seed"
 ) -> Styler | pd.DataFrame:
     """The devices as a compact styled table (MiB, usage bars, the memory rule per row, fits
-    1,000 px), or with ``raw=True`` as a DataFrame with every byte column and error."""
+    1,000 px; the caption names the layout), or with ``raw=True`` as a DataFrame with every byte
+    column and error.  ``layout`` picks the listing when ``devices`` is not given."""
     import pandas as pd
 
-    listed = list(list_devices(core) if devices is None else devices)
+    listed = list(list_devices(core, layout) if devices is None else devices)
     if raw:
         return pd.DataFrame([_raw_row(d) for d in listed]).set_index("name") if listed else pd.DataFrame()
     frame = pd.DataFrame(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ovkit.config import OvkitConfig, read_config
 from ovkit.devices import DeviceClass, device_class, is_virtual
+from ovkit.layouts import DEFAULT_LAYOUT, get_layout, resolve_for
 from ovkit.runtime import get_core
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ ENV_DEVICE = "GGML_OPENVINO_DEVICE"
 DEFAULT_DEVICE = "CPU"
 FALLBACK_WARNING = "GGML OpenVINO Backend: device {} is not available, fallback to CPU"
 USING_DEVICE = "OpenVINO: using device {}"
+# GGML_OPENVINO_LOG_UNSUPPORTED_OPS: the backend's line for each op supports_op rejects
+UNSUPPORTED_OP = "OpenVINO op unsupported: op '{}' ({}), type {}: {}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,7 @@ class Selection:
     hint: str | None
     available: tuple[str, ...]
     config: OvkitConfig
+    layout: str = DEFAULT_LAYOUT  #: the device layout whose selection rule decided
 
     @property
     def device_class(self) -> DeviceClass:
@@ -76,21 +80,28 @@ def near_miss_hint(requested: str, available: list[str]) -> str | None:
     return None
 
 
-def resolve_device(core: Any = None, env: Mapping[str, str] | None = None, *, log: bool = True) -> Selection:
-    """Resolve ``GGML_OPENVINO_DEVICE`` (from ``env``, default ``os.environ``) on ``core``."""
+def resolve_device(
+    core: Any = None, env: Mapping[str, str] | None = None, *, log: bool = True, layout: str = DEFAULT_LAYOUT
+) -> Selection:
+    """Resolve ``GGML_OPENVINO_DEVICE`` (from ``env``, default ``os.environ``) on ``core`` by the
+    selection rule of ``layout`` (``ovkit.layouts.LAYOUTS``): seed and master fall back to CPU,
+    the fork raises ``ovkit.layouts.BackendAbort`` naming the available devices."""
     config = read_config(env)
-    available = list(get_core(core).available_devices)
+    core = get_core(core)
+    available = list(core.available_devices)
     requested = config.device_requested
     wanted = requested or DEFAULT_DEVICE
-    fell_back = wanted not in available or is_virtual(wanted)
+    resolved = resolve_for(get_layout(layout), core, requested)
+    fell_back = resolved.fell_back
     hint = near_miss_hint(wanted, available) if fell_back else None
     selection = Selection(
         requested=requested,
-        device=DEFAULT_DEVICE if fell_back else wanted,
+        device=resolved.device,
         fell_back=fell_back,
         hint=hint,
         available=tuple(available),
         config=config,
+        layout=layout,
     )
     if log:
         if fell_back:
@@ -132,11 +143,19 @@ class Backend:
         return self.selection.device
 
     def supports_op(self, device_name: str, op: Any) -> SupportDecision:
-        """The op-support decision for ``op`` on ``device_name``; False off the selected device."""
+        """The op-support decision for ``op`` on ``device_name``; False off the selected device.
+        With ``GGML_OPENVINO_LOG_UNSUPPORTED_OPS`` set, each rejection is logged (WARNING) in
+        the backend's words: op name, op, type and the reason."""
         from ovkit.ops.policy import SupportDecision, check_op
 
         if device_name != self.selection.device:
-            return SupportDecision(
+            decision = SupportDecision(
                 False, f"device {device_name} is not the selected device {self.selection.device}"
             )
-        return check_op(op, self.selection.device_class, upstream_exact=self.upstream_exact)
+        else:
+            decision = check_op(op, self.selection.device_class, upstream_exact=self.upstream_exact)
+        if not decision.supported and self.selection.config.log_unsupported_ops:
+            info = op.op_info() if callable(getattr(op, "op_info", None)) else op
+            name, kind, dtype = (getattr(info, key, None) for key in ("name", "op", "dtype"))
+            logger.warning(UNSUPPORTED_OP.format(name or "", kind, dtype, decision.reason))
+        return decision

@@ -115,7 +115,7 @@ def test_cli_path_imports_no_pandas_matplotlib_or_ipywidgets() -> None:
 
 def test_config_command_shows_parsed_values() -> None:
     r = run("config", "--json", env={"GGML_OPENVINO_PREFILL_CHUNK_SIZE": "-4"})
-    rows = {row["variable"]: row for row in json.loads(r.stdout)}
+    rows = {row["variable"]: row for row in json.loads(r.stdout)["variables"]}
     assert rows["GGML_OPENVINO_PREFILL_CHUNK_SIZE"]["value"] == 256
     assert rows["GGML_OPENVINO_PREFILL_CHUNK_SIZE"]["raw"] == "-4"
 

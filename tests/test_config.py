@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import json
+import logging
 import warnings
 
 import pytest
 
-from ovkit.config import ENV_VARS, OvkitConfigWarning, atoi, read_config
+from ovkit.config import ENV_VARS, MODELLED_BY, ConfigError, OvkitConfigWarning, atoi, read_config
 
 
 def parse(**env: str):
@@ -108,7 +110,6 @@ def test_config_is_immutable_and_tabulates_every_variable() -> None:
     rows = cfg.as_rows()
     assert [r["variable"] for r in rows] == [v.env_name for v in ENV_VARS]
     assert next(r for r in rows if r["variable"] == "GGML_OPENVINO_PROFILING")["value"] is True
-    assert len(ENV_VARS) == 20
 
 
 def test_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -153,3 +154,272 @@ def test_out_of_int_range_reads_as_glibc_with_a_warning() -> None:
         "GGML_OPENVINO_PREFILL_CHUNK_SIZE='4294967553' is read as 257: outside C int range: "
         "atoi keeps its low 32 bits"
     ]
+
+
+# -- every variable of the newest list (issue 19) --------------------------------------------------
+# ``env_var_names[]`` of Intel's fork's ggml-openvino-extra.cpp, in its order, plus NPU_PROPERTIES
+NEWEST = [
+    "DEVICE",
+    "CACHE_DIR",
+    "SPILL_DIR",
+    "DEBUG_NODE",
+    "COMPILED_MODEL_CACHE_DIR",
+    "COMPILED_MODEL_CACHE_ONLY",
+    "NPU_COMPILE_CONFIG",
+    "NPU_PROPERTIES",
+    "PREFILL_CHUNK_SIZE",
+    "STATEFUL_EXECUTION",
+    "PROFILING",
+    "DUMP_CGRAPH",
+    "DUMP_IR",
+    "DEBUG_INPUT",
+    "DEBUG_OUTPUT",
+    "FORCE_STATIC",
+    "PRINT_CGRAPH_TENSOR_ADDRESS",
+    "ENABLE_CACHE",
+    "DISABLE_CACHE",
+    "DISABLE_KV_SLICE",
+    "ENABLE_FALLBACK",
+    "MANUAL_GQA_ATTN",
+    "MOE_OP",
+    "MEMORY_OPTIMIZE",
+    "RELEASE_WEIGHTS",
+    "REDUCE_COMPILE_MEM",
+    "LOG_UNSUPPORTED_OPS",
+    "LOG_SWA_LAYERS",
+    "NATIVE_SOFTPLUS",
+    "DISABLE_REMOTE_OUTPUTS",
+    "REQUANT_KQUANT",
+    "DISABLE_KV_STATE_RELAYOUT",
+    "FULL_GRAPH_KEY",
+]
+EVERY = {
+    "DEVICE": "GPU.1",
+    "CACHE_DIR": "/tmp/ov-cache",
+    "SPILL_DIR": "/tmp",
+    "DEBUG_NODE": "attn_out-0, ffn_out-0",
+    "COMPILED_MODEL_CACHE_DIR": "/tmp/ov-blobs",
+    "COMPILED_MODEL_CACHE_ONLY": "1",
+    "NPU_COMPILE_CONFIG": "optimization-level=2",
+    "NPU_PROPERTIES": "NPU_TURBO=YES,NPU_COMPILATION_MODE_PARAMS=optimization-level=1",
+    "PREFILL_CHUNK_SIZE": "512",
+    "REQUANT_KQUANT": "q4_asym64_all",
+    "MANUAL_GQA_ATTN": "0",
+    "MOE_OP": "0",
+    "PROFILING": "2",
+} | {n: "1" for n in NEWEST if n not in ("DEVICE", "CACHE_DIR", "SPILL_DIR", "DEBUG_NODE", "COMPILED_MODEL_CACHE_DIR",
+     "NPU_COMPILE_CONFIG", "NPU_PROPERTIES", "PREFILL_CHUNK_SIZE", "REQUANT_KQUANT", "MANUAL_GQA_ATTN", "MOE_OP", "PROFILING")}  # fmt: skip
+
+
+def test_the_table_holds_every_variable_of_the_newest_list_in_its_order() -> None:
+    assert [v.name for v in ENV_VARS] == NEWEST
+    assert set(MODELLED_BY) <= set(NEWEST)  # no stale "modelled" entry
+    rows = read_config({}).as_rows()
+    assert all(r["type"] and r["default"] and r["changes"] for r in rows)
+    status = {r["variable"].removeprefix("GGML_OPENVINO_"): r["ovkit"] for r in rows}
+    assert str(status["NPU_PROPERTIES"]).startswith("modelled: ovkit.engine")
+    assert str(status["LOG_UNSUPPORTED_OPS"]).startswith("modelled: ovkit.selection")
+    for name in ("DISABLE_KV_SLICE", "MANUAL_GQA_ATTN", "REQUANT_KQUANT", "FORCE_STATIC"):
+        assert status[name] == "reported only"  # parsed and shown, not yet modelled
+
+
+def test_every_variable_set_parses_to_its_value() -> None:
+    cfg, warned = parse(**EVERY)
+    assert warned == []
+    assert (cfg.device, cfg.spill_dir, cfg.debug_node) == ("GPU.1", "/tmp", ("attn_out-0", "ffn_out-0"))
+    assert cfg.npu_properties == (
+        ("NPU_TURBO", "YES"),
+        ("NPU_COMPILATION_MODE_PARAMS", "optimization-level=1"),
+    )
+    assert cfg.requant_kquant == "q4_asym64_all" and cfg.prefill_chunk_size == 512
+    assert cfg.moe_op is False and cfg.manual_gqa_attn is False and cfg.profiling_level == 2
+    for flag in ("compiled_model_cache_only", "force_static", "log_unsupported_ops", "log_swa_layers",
+                 "native_softplus", "disable_remote_outputs", "disable_kv_state_relayout", "full_graph_key"):  # fmt: skip
+        assert getattr(cfg, flag) is True, flag
+    # NPU_PROPERTIES comes last, so its NPU_COMPILATION_MODE_PARAMS overrides NPU_COMPILE_CONFIG's
+    assert cfg.npu_compile_properties() == {
+        "NPU_COMPILATION_MODE_PARAMS": "optimization-level=1",
+        "NPU_TURBO": "YES",
+    }
+    assert parse()[0].moe_op is True  # on unless set to 0 (the backend's default 1)
+
+
+def test_npu_variables_reach_the_npu_class_compile_only() -> None:
+    from ovkit.engine.run_config import DEFAULT_RUN_CONFIG, compile_properties
+
+    cfg, _ = parse(NPU_COMPILE_CONFIG="optimization-level=2", NPU_PROPERTIES="NPUW_DQ=NO")
+    npu = compile_properties(DEFAULT_RUN_CONFIG, "NPU", cfg)
+    assert npu["NPU_COMPILATION_MODE_PARAMS"] == "optimization-level=2" and npu["NPUW_DQ"] == "NO"
+    cpu = compile_properties(DEFAULT_RUN_CONFIG, "CPU", cfg)
+    assert "NPU_COMPILATION_MODE_PARAMS" not in cpu and "NPUW_DQ" not in cpu
+
+
+@pytest.mark.parametrize(
+    ("name", "suggestion"),
+    [
+        ("GGML_OPENVINO_DEVCE", "; did you mean GGML_OPENVINO_DEVICE?"),
+        ("GGML_OPENVINO_STATEFULL_EXECUTION", "; did you mean GGML_OPENVINO_STATEFUL_EXECUTION?"),
+        ("GGML_OPENVINO_NPU_PROPERTY", "; did you mean GGML_OPENVINO_NPU_PROPERTIES?"),
+        ("GGML_OPENVINO_WHATEVER", " (ovkit config lists the ones it reads)"),
+    ],
+)
+def test_unknown_names_warn_with_the_closest_known_one(name: str, suggestion: str) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = read_config({name: "1"})
+    assert [str(w.message) for w in caught] == [f"{name} is not a variable the backend reads{suggestion}"]
+    assert cfg.unknown == (f"{name} is not a variable the backend reads{suggestion}",)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        (
+            "REQUANT_KQUANT",
+            "q4_sym129",
+            "GGML_OPENVINO_REQUANT_KQUANT='q4_sym129' is not one of q4_sym128, q4_sym128_all, q4_asym64, "
+            "q4_asym64_all, native (the backend would silently keep its default: unset: Q5_K/Q6_K -> Q8_0_C); "
+            "did you mean 'q4_sym128'?",
+        ),
+        (
+            "NPU_PROPERTIES",
+            "NPU_TURBO=YES,NPUW_DQ",
+            "GGML_OPENVINO_NPU_PROPERTIES='NPU_TURBO=YES,NPUW_DQ': entry 'NPUW_DQ' is not KEY=VALUE "
+            "(the backend would skip it)",
+        ),
+        (
+            "NPU_PROPERTIES",
+            "=YES",
+            "GGML_OPENVINO_NPU_PROPERTIES='=YES': entry '=YES' is not KEY=VALUE (the backend would skip it)",
+        ),
+    ],
+)
+def test_bad_values_are_clear_errors(name: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        read_config({f"GGML_OPENVINO_{name}": value})
+    assert str(raised.value) == message
+    assert read_config({f"GGML_OPENVINO_{name}": value}, strict=False).errors == (message,)
+
+
+def test_a_directory_variable_naming_a_file_is_an_error(tmp_path) -> None:
+    f = tmp_path / "blob"
+    f.write_text("")
+    with pytest.raises(ConfigError, match=r"GGML_OPENVINO_SPILL_DIR='.*blob' names a file, not a directory"):
+        read_config({"GGML_OPENVINO_SPILL_DIR": str(f)})
+    assert read_config({"GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR": str(tmp_path / "new")}).errors == ()
+
+
+def test_log_unsupported_ops_prints_each_rejection_as_the_backend_does(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from ovkit.ir import OpInfo
+    from ovkit.selection import Backend, resolve_device
+    from ovkit.simulate import SimulatedCore
+
+    op = OpInfo("LOG", "f32", (4, 1, 1, 1), name="logits")
+    core = SimulatedCore("laptop")
+    quiet = Backend(resolve_device(core, {}, log=False), core)
+    loud = Backend(resolve_device(core, {"GGML_OPENVINO_LOG_UNSUPPORTED_OPS": "1"}, log=False), core)
+    with caplog.at_level(logging.INFO, logger="ovkit"):
+        assert not quiet.supports_op("CPU", op)
+        assert caplog.messages == []
+        decision = loud.supports_op("CPU", op)
+        assert not loud.supports_op("GPU", op)
+    assert caplog.messages == [
+        f"OpenVINO op unsupported: op 'logits' (LOG), type f32: {decision.reason}",
+        "OpenVINO op unsupported: op 'logits' (LOG), type f32: device GPU is not the selected device CPU",
+    ]
+    assert [r.levelno for r in caplog.records] == [logging.WARNING] * 2
+
+
+def _ovkit_config(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], env: dict[str, str]):
+    from ovkit.cli import main
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    code = main(["config"])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_ovkit_config_with_every_variable_set(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _ovkit_config(monkeypatch, capsys, {f"GGML_OPENVINO_{k}": v for k, v in EVERY.items()})
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].split() == ["variable", "type", "value", "ovkit:", "what", "it", "changes"]
+    body = {line.split()[0].removeprefix("GGML_OPENVINO_"): line for line in lines[1 : 1 + len(NEWEST)]}
+    assert list(body) == NEWEST
+    assert (
+        "'q4_asym64_all' -> q4_asym64_all" in body["REQUANT_KQUANT"]
+        and "reported only:" in body["REQUANT_KQUANT"]
+    )
+    assert "'0' -> False" in body["MOE_OP"] and "'GPU.1' -> GPU.1" in body["DEVICE"]
+    assert "modelled: NPU: KEY=VALUE" in body["NPU_PROPERTIES"]
+    assert lines[-4:-1] == [  # MANUAL_GQA_ATTN=0, MOE_OP=0, MEMORY_OPTIMIZE=1, RELEASE_WEIGHTS=1
+        "on the CPU class: STATEFUL_EXECUTION=on, MANUAL_GQA_ATTN=off, RELEASE_WEIGHTS=on, REDUCE_COMPILE_MEM=on, MOE_OP=off",
+        "on the GPU class: STATEFUL_EXECUTION=on, MANUAL_GQA_ATTN=off, RELEASE_WEIGHTS=on, REDUCE_COMPILE_MEM=on, MOE_OP=off",
+        "on the NPU class: STATEFUL_EXECUTION=off, MANUAL_GQA_ATTN=off, RELEASE_WEIGHTS=on, REDUCE_COMPILE_MEM=on, MOE_OP=off",
+    ]
+    assert lines[-1] == (
+        "NPU compile properties from the environment: "
+        "{'NPU_COMPILATION_MODE_PARAMS': 'optimization-level=1', 'NPU_TURBO': 'YES'}"
+    )
+
+
+def test_ovkit_config_with_a_typo_and_bad_values(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _ovkit_config(
+        monkeypatch,
+        capsys,
+        {
+            "GGML_OPENVINO_DEVCE": "GPU",
+            "GGML_OPENVINO_REQUANT_KQUANT": "q4",
+            "GGML_OPENVINO_PROFILING": "yes",
+        },
+    )
+    assert code == 2
+    assert err.splitlines() == [
+        "ovkit: warning: GGML_OPENVINO_PROFILING='yes' is read as 0 (off): not a clean integer",
+        "ovkit: warning: GGML_OPENVINO_DEVCE is not a variable the backend reads; did you mean GGML_OPENVINO_DEVICE?",
+        "ovkit: error: GGML_OPENVINO_REQUANT_KQUANT='q4' is not one of q4_sym128, q4_sym128_all, q4_asym64, "
+        "q4_asym64_all, native (the backend would silently keep its default: unset: Q5_K/Q6_K -> Q8_0_C)",
+    ]
+    assert "GGML_OPENVINO_DEVICE" in out and "(default CPU)" in out  # the table is still printed
+    assert "on the GPU class: STATEFUL_EXECUTION=off, MANUAL_GQA_ATTN=on, RELEASE_WEIGHTS=off" in out
+    from ovkit.cli import main
+
+    assert main(["config", "--json"]) == 2
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["unknown"] and payload["errors"] and len(payload["variables"]) == len(NEWEST)
+
+
+def test_compiled_model_cache_dir_is_openvinos_model_cache(tmp_path) -> None:
+    """The first run compiles and writes the cache; a new engine's run loads it from there."""
+    import numpy as np
+    from openvino import Model
+    from openvino import opset13 as ops
+
+    from ovkit.engine import Engine
+    from ovkit.engine.run_config import DEFAULT_RUN_CONFIG, compile_properties
+
+    blobs = tmp_path / "blobs"
+    env = {"GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR": str(blobs)}
+    assert compile_properties(DEFAULT_RUN_CONFIG, "CPU", read_config(env))["CACHE_DIR"] == str(blobs)
+    both = read_config(env | {"GGML_OPENVINO_CACHE_DIR": str(tmp_path)})
+    assert compile_properties(DEFAULT_RUN_CONFIG, "CPU", both)["CACHE_DIR"] == str(tmp_path)
+
+    def model() -> Model:
+        a = ops.parameter([16, 16], np.float32, name="a")
+        y = ops.multiply(a, a)
+        y.output(0).get_tensor().set_names({"y"})  # named: the cache key must not change per build
+        return Model([y], [a], "square16")
+
+    x = np.full((16, 16), 3, np.float32)
+    first = Engine(env=env).run_report("square16", model, [x])
+    assert first.effective.loaded_from_cache is False and any(blobs.iterdir())
+    again = Engine(env=env).run_report("square16", model, [x])
+    assert again.effective.loaded_from_cache is True
+    assert (again.outputs[0] == 9).all()

@@ -1,4 +1,4 @@
-"""``python -m ovkit.upstream info | devices | agreement``: the installed real backend."""
+"""``python -m ovkit.upstream info | devices | agreement | drift SOURCE``: the real backend."""
 
 from __future__ import annotations
 
@@ -19,7 +19,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--verdicts", type=Path, help="a test-backend-ops verdict CSV (default: the shipped one)")
     p.add_argument("--no-catalogue", action="store_true", help="only the test-backend-ops rows")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    d = sub.add_parser("drift", help="a backend source (checkout or sdist) against ovkit's tables")
+    d.add_argument("source", type=Path, help="a llama.cpp checkout or an sdist vendoring one")
+    d.add_argument("--revision", help="the ovkit policy revision to compare with (default: the closest)")
     args = parser.parse_args(argv)
+    if args.command == "drift":  # reads files only: no installed backend needed
+        from ovkit.upstream.drift import SourceError, drift
+
+        try:
+            report = drift(args.source, args.revision)
+        except (SourceError, OSError, ValueError) as exc:
+            print(f"ovkit: error: {exc}", file=sys.stderr)
+            return 2
+        print("\n".join(report.lines()))
+        return 1 if report.drifted else 0
     try:
         if args.command == "info":
             from ovkit.upstream.devices import ggml_info

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ovkit.layouts import LAYOUTS
 from ovkit.memory import MIB
 from ovkit.widgets._html import STYLE, error_box, esc, usage_bar
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
@@ -63,6 +64,7 @@ def render_table_html(rows: list[DeviceRow], *, simulated: bool = False, error: 
     if not rows:
         body.append(f'<tr><td colspan="{len(COLUMNS)}"><i>(no devices)</i></td></tr>')
     caption = "SIMULATED device set (ovkit.simulate)" if simulated else "OpenVINO devices"
+    caption += f" — layout: seed ({LAYOUTS['seed'].title})"  # the live views list the seed's devices
     parts = [
         STYLE,
         f'<table class="ovkit-devtable"><caption style="text-align:left">{esc(caption)}</caption>',

@@ -10,6 +10,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ovkit.devices import physical_device_ids
+from ovkit.layouts import DEFAULT_LAYOUT, LAYOUTS
 from ovkit.notebook_log import SEVERITIES
 from ovkit.selection import ENV_DEVICE, Selection, resolve_device
 from ovkit.widgets._html import FallbackReprMixin, error_box, esc
@@ -29,6 +30,7 @@ class SelectorState:
     messages: tuple[str, ...]
     hint: str | None
     error: str | None = None
+    layout: str = DEFAULT_LAYOUT  #: whose selection rule decided (``ovkit.layouts.LAYOUTS``)
 
 
 def selector_state(selection: Selection) -> SelectorState:
@@ -39,7 +41,13 @@ def selector_state(selection: Selection) -> SelectorState:
         fell_back=selection.fell_back,
         messages=tuple(selection.messages),
         hint=selection.hint,
+        layout=selection.layout,
     )
+
+
+def layout_line(state: SelectorState) -> str:
+    """Which layout's selection rule the state shows, and what it does with an unknown device."""
+    return f"{state.layout} layout: an unknown device means {LAYOUTS[state.layout].selection.on_unknown}"
 
 
 def set_device_env(value: str | None, env: MutableMapping[str, str] | None = None) -> None:
@@ -68,6 +76,7 @@ def render_state_html(state: SelectorState) -> str:
         parts.append(
             f'<div class="ovkit-log ovkit-log-{kind}" style="{sev.style}">{sev.mark}{esc(line)}</div>'
         )
+    parts.append(f'<div class="ovkit-layout"><small>{esc(layout_line(state))}</small></div>')
     return "<div>" + "".join(parts) + "</div>"
 
 
@@ -80,6 +89,7 @@ def render_state_text(state: SelectorState) -> str:
     lines += [f"  {m}" for m in state.messages]
     if state.hint:
         lines.append(f"  hint: {state.hint}")
+    lines.append(f"  ({layout_line(state)})")
     return "\n".join(lines)
 
 

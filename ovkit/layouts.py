@@ -1,0 +1,318 @@
+"""The three device layouts users meet, as data: how each lists devices and selects one.
+
+- ``seed``: the list-devices PRD (``shared/seeds/list-devices-prd.txt``), ovkit's default: one
+  entry per physical OpenVINO device named by its exact id, memory per device class
+  (``memory.MEMORY_RULES``, 0/0 when a property fails), an unknown ``GGML_OPENVINO_DEVICE``
+  falls back to CPU.
+- ``master``: ggml-org/llama.cpp master (``ggml/src/ggml-openvino/ggml-openvino.cpp``): one ggml
+  device ``OPENVINO0`` described as ``ov::get_openvino_version().description``, host RAM whatever
+  device is selected (Linux: free = total), type GPU; unknown device: warning, then CPU.  This
+  is what the backend installed here (ggml-python / llama-cpp-python) registers.
+- ``fork``: Intel's fork ravi9/llama.cpp (``ggml-openvino.cpp`` and ``ggml-openvino-extra.cpp``):
+  one ggml device ``OPENVINO<i>`` per OpenVINO device (AUTO/MULTI/HETERO dropped, sorted,
+  de-duplicated, ``CPU`` when none is left), described as ``GGML_OPENVINO_DEVICE=<id>[ (selected)]
+  - <FULL_DEVICE_NAME>``; GPU/NPU memory from the plugin's counters (host USM excluded), host RAM
+  otherwise, free capped at MemAvailable for an iGPU or NPU; the selected device is of type GPU,
+  the others IGPU (discovery only); an unknown ``GGML_OPENVINO_DEVICE`` aborts naming the
+  available devices, and an unset one picks CPU, else the first device.
+
+Each rule is one entry of a table below and :data:`LAYOUTS` combines them;
+``ovkit.devices.layout_devices`` builds the device records from them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ovkit.memory import SIZE_MAX, host_memory, read_property
+from ovkit.runtime import get_core
+
+DEFAULT_LAYOUT = "seed"
+VIRTUAL_PREFIXES: tuple[str, ...] = ("AUTO", "MULTI", "HETERO", "BATCH")  # the seed's filter
+FORK_VIRTUAL_PREFIXES: tuple[str, ...] = ("AUTO", "MULTI", "HETERO")  # the fork keeps BATCH
+OPENVINO_RUNTIME_DESCRIPTION = "OpenVINO Runtime"  # ov::get_openvino_version().description
+GPU_HOST_STATISTICS = ("usm_host", "usm_shared")  # host RAM on a dGPU: the fork does not count them
+FORK_ABORT = (
+    "GGML OpenVINO Backend: GGML_OPENVINO_DEVICE={} is not available. "
+    "Set it to one of the available OpenVINO devices:{}"
+)
+
+
+class UnknownLayoutError(ValueError):
+    """A layout name that is not one of :data:`LAYOUTS`."""
+
+
+class BackendAbort(RuntimeError):
+    """The backend would stop the process here (``GGML_ABORT``); the message is its own."""
+
+
+class OnUnknown(enum.StrEnum):
+    """What an unknown ``GGML_OPENVINO_DEVICE`` does."""
+
+    FALLBACK = "fallback to CPU with a warning"
+    ABORT = "abort naming the available devices"
+
+
+@dataclass(frozen=True, slots=True)
+class SelectionRule:
+    """How ``GGML_OPENVINO_DEVICE`` picks the device: the candidates, the default, the miss."""
+
+    candidates: str  # key of CANDIDATES
+    default: str  # key of DEFAULTS
+    on_unknown: OnUnknown
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One way the backend registers and describes its ggml devices."""
+
+    key: str
+    title: str
+    follows: str  # the code this layout is byte-exact to
+    entries: str  # key of ENTRIES: which OpenVINO ids become ggml devices
+    naming: str  # key of NAMES
+    description: str  # key of DESCRIPTIONS
+    memory: str  # key of MEMORY
+    ggml_type: str  # key of TYPES
+    selection: SelectionRule
+    memory_text: str
+    type_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The device a layout's selection rule picks, and whether it fell back."""
+
+    device: str
+    fell_back: bool
+    candidates: tuple[str, ...]
+
+
+# -- which OpenVINO ids a layout lists, and which it accepts in GGML_OPENVINO_DEVICE -------------
+def _without(prefixes: tuple[str, ...]) -> Callable[[Sequence[str]], list[str]]:
+    return lambda ids: sorted({d for d in ids if not d.startswith(prefixes)})
+
+
+def _fork_enumerate(ids: Sequence[str]) -> list[str]:
+    """``ov_enumerate_devices``: AUTO/MULTI/HETERO dropped, ``CPU`` if nothing is left, sorted, unique."""
+    kept = _without(FORK_VIRTUAL_PREFIXES)(ids)
+    return kept or ["CPU"]
+
+
+CANDIDATES: dict[str, Callable[[Sequence[str]], list[str]]] = {
+    "physical": _without(VIRTUAL_PREFIXES),
+    "available_devices": list,  # exact membership in OpenVINO's list, as upstream checks it
+    "fork_enumerated": _fork_enumerate,
+}
+DEFAULTS: dict[str, Callable[[Sequence[str]], str]] = {
+    "CPU": lambda _candidates: "CPU",
+    "CPU if listed, else the first": lambda c: "CPU" if "CPU" in c else c[0],
+}
+
+
+def resolve(
+    rule: SelectionRule, available: Sequence[str], requested: str | None, describe: Callable[[str], str]
+) -> Resolved:
+    """Apply ``rule`` to ``requested`` (None = unset or empty); ``BackendAbort`` for the fork's miss.
+    ``describe`` gives a device's description for the abort message."""
+    candidates = CANDIDATES[rule.candidates](available)
+    if requested is None:
+        return Resolved(DEFAULTS[rule.default](candidates), False, tuple(candidates))
+    if requested in candidates:
+        return Resolved(requested, False, tuple(candidates))
+    if rule.on_unknown is OnUnknown.ABORT:
+        listing = "".join(f"\n  {name}: {describe(name)}" for name in candidates)
+        raise BackendAbort(FORK_ABORT.format(requested, listing))
+    return Resolved("CPU", True, tuple(candidates))
+
+
+# -- descriptions -------------------------------------------------------------------------------
+def ov_description(core: Any, ov_id: str) -> str:
+    """``ggml_openvino_get_device_description``: FULL_DEVICE_NAME (+ `` (NPU <arch>)``), else the id."""
+    full, err = read_property(core, ov_id, "FULL_DEVICE_NAME")
+    if err or not isinstance(full, str):
+        return ov_id
+    if ov_id.startswith("NPU"):
+        arch, err = read_property(core, ov_id, "DEVICE_ARCHITECTURE")
+        if not err and isinstance(arch, str) and arch:
+            return f"{full} (NPU {arch})"
+    return full
+
+
+NAMES: dict[str, Callable[[int, str], str]] = {
+    "exact OpenVINO id": lambda _i, ov_id: ov_id,
+    "OPENVINO<index>": lambda i, _ov_id: f"OPENVINO{i}",
+}
+DESCRIPTIONS: dict[str, Callable[[Any, str, str, Any], str]] = {
+    "FULL_DEVICE_NAME": lambda _core, _ov_id, _sel, seen: seen.description,
+    "OpenVINO version": lambda _core, _ov_id, _sel, _seen: OPENVINO_RUNTIME_DESCRIPTION,
+    "GGML_OPENVINO_DEVICE=<id> - FULL_DEVICE_NAME": lambda core, ov_id, sel, _seen: (
+        f"GGML_OPENVINO_DEVICE={ov_id}{' (selected)' if ov_id == sel else ''} - {ov_description(core, ov_id)}"
+    ),
+}
+TYPES: dict[str, Callable[[str, str], str]] = {
+    "GPU": lambda _ov_id, _sel: "GPU",
+    "GPU if selected, else IGPU": lambda ov_id, sel: "GPU" if ov_id == sel else "IGPU",
+}
+ENTRIES: dict[str, Callable[[Sequence[str], str], list[str]]] = {
+    "each physical device": lambda ids, _sel: CANDIDATES["physical"](ids),
+    "the selected device only": lambda _ids, sel: [sel],
+    "each enumerated device": lambda ids, _sel: _fork_enumerate(ids),
+}
+
+
+# -- memory -------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """total/free/used of one entry, how they were found, and MemAvailable when it is host RAM."""
+
+    total: int
+    free: int
+    used: int
+    formula: str
+    host_available: int | None = None
+    breakdown: Mapping[str, int] | None = None
+    error: str | None = None
+
+
+def _byte_count(value: Any) -> int | None:
+    """``ov_try_get_size_t_property``: an unsigned count or a non-negative int64, else unknown."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _host(core: Any, formula: str) -> Memory:
+    host = host_memory(core)
+    return Memory(host.total_bytes, host.total_bytes, 0, formula, host_available=host.available_bytes)
+
+
+def _fork_used(core: Any, ov_id: str) -> tuple[int | None, dict[str, int]]:
+    if ov_id.startswith("GPU"):
+        stats, err = read_property(core, ov_id, "GPU_MEMORY_STATISTICS")
+        if err or not isinstance(stats, Mapping):
+            return None, {}
+        counted = {str(k): v for k, v in stats.items() if str(k) not in GPU_HOST_STATISTICS}
+        counted = {k: v for k, v in counted.items() if _byte_count(v) is not None}
+        return sum(counted.values()), counted
+    value, err = read_property(core, ov_id, "NPU_DEVICE_ALLOC_MEM_SIZE")
+    return (None if err else _byte_count(value)), {}
+
+
+def _shares_system_memory(core: Any, ov_id: str) -> bool:
+    """An NPU, or an integrated GPU: both allocate from system RAM."""
+    if ov_id.startswith("NPU"):
+        return True
+    if not ov_id.startswith("GPU"):
+        return False
+    kind, err = read_property(core, ov_id, "DEVICE_TYPE")
+    return not err and str(kind).rsplit(".", 1)[-1].upper() == "INTEGRATED"
+
+
+_FORK_TOTAL = {"GPU": "GPU_DEVICE_TOTAL_MEM_SIZE", "NPU": "NPU_DEVICE_TOTAL_MEM_SIZE"}
+
+
+def _fork_memory(core: Any, ov_id: str) -> Memory:
+    """The fork's ``get_memory``: the plugin's counters when total > 0 and used are readable,
+    else host RAM (free = total); an iGPU's or NPU's free is then capped at MemAvailable."""
+    prop = next((p for prefix, p in _FORK_TOTAL.items() if ov_id.startswith(prefix)), None)
+    total = None
+    if prop is not None:
+        value, err = read_property(core, ov_id, prop)
+        total = None if err else _byte_count(value)
+    used, breakdown = _fork_used(core, ov_id) if total else (None, {})
+    if total and used is not None:
+        free = 0 if used >= total else total - used
+        mem = Memory(total, free, used, f"{prop} - this process's OpenVINO allocations", breakdown=breakdown)
+    else:
+        mem = _host(core, "host RAM (free = total), as for the CPU or a plugin without memory counters")
+    if _shares_system_memory(core, ov_id):
+        available = host_memory(core).available_bytes
+        capped = min(mem.free, available if available else SIZE_MAX)
+        if capped != mem.free:
+            mem = Memory(mem.total, capped, mem.used, mem.formula + ", free capped at MemAvailable",
+                         mem.host_available, mem.breakdown)  # fmt: skip
+    return mem
+
+
+def _seed_memory(_core: Any, _ov_id: str, seen: Any) -> Memory:
+    """The seed's rules are the ones ``devices.describe_device`` already applied to ``seen``."""
+    return Memory(seen.total_bytes, seen.free_bytes, seen.used_bytes, seen.memory_formula,
+                  seen.host_available_bytes, seen.memory_breakdown, seen.memory_error)  # fmt: skip
+
+
+MEMORY: dict[str, Callable[[Any, str, Any], Memory]] = {
+    "per device class (0/0 when a property fails)": _seed_memory,
+    "host RAM": lambda core, _ov_id, _seen: _host(core, "host RAM whatever the device (Linux: free = total)"),
+    "plugin counters, else host RAM; iGPU/NPU free capped at MemAvailable": (
+        lambda core, ov_id, _seen: _fork_memory(core, ov_id)
+    ),
+}
+
+
+# -- the table ----------------------------------------------------------------------------------
+LAYOUTS: dict[str, Layout] = {
+    layout.key: layout
+    for layout in (
+        Layout(
+            "seed",
+            "list-devices PRD: one device per OpenVINO device, named by its id",
+            "shared/seeds/list-devices-prd.txt (ovkit's default)",
+            entries="each physical device",
+            naming="exact OpenVINO id",
+            description="FULL_DEVICE_NAME",
+            memory="per device class (0/0 when a property fails)",
+            ggml_type="GPU",
+            selection=SelectionRule("physical", "CPU", OnUnknown.FALLBACK),
+            memory_text="CPU host RAM (free = total); GPU TOTAL_MEM_SIZE - sum(MEMORY_STATISTICS); "
+            "NPU TOTAL_MEM_SIZE - ALLOC_MEM_SIZE; 0/0 when a property fails",
+            type_text="GPU (every device listed)",
+        ),
+        Layout(
+            "master",
+            "llama.cpp master: one device OPENVINO0 for the selected OpenVINO device",
+            "ggml-org/llama.cpp ggml/src/ggml-openvino/ggml-openvino.cpp (get_device_count() = 1)",
+            entries="the selected device only",
+            naming="OPENVINO<index>",
+            description="OpenVINO version",
+            memory="host RAM",
+            ggml_type="GPU",
+            selection=SelectionRule("available_devices", "CPU", OnUnknown.FALLBACK),
+            memory_text="host RAM whatever the device (Linux: free = total)",
+            type_text="GPU",
+        ),
+        Layout(
+            "fork",
+            "Intel's fork: OPENVINO<i> per OpenVINO device, selection by GGML_OPENVINO_DEVICE only",
+            "ravi9/llama.cpp ggml/src/ggml-openvino/ggml-openvino.cpp + ggml-openvino-extra.cpp",
+            entries="each enumerated device",
+            naming="OPENVINO<index>",
+            description="GGML_OPENVINO_DEVICE=<id> - FULL_DEVICE_NAME",
+            memory="plugin counters, else host RAM; iGPU/NPU free capped at MemAvailable",
+            ggml_type="GPU if selected, else IGPU",
+            selection=SelectionRule("fork_enumerated", "CPU if listed, else the first", OnUnknown.ABORT),
+            memory_text="GPU TOTAL_MEM_SIZE - MEMORY_STATISTICS without usm_host/usm_shared; NPU "
+            "TOTAL_MEM_SIZE - ALLOC_MEM_SIZE; else host RAM (free = total); iGPU/NPU free <= MemAvailable",
+            type_text="GPU for the selected device, IGPU for the others (discovery only)",
+        ),
+    )
+}
+
+
+def get_layout(name: str) -> Layout:
+    """The layout called ``name`` (``UnknownLayoutError`` naming the known ones otherwise)."""
+    try:
+        return LAYOUTS[name]
+    except KeyError:
+        raise UnknownLayoutError(
+            f"unknown device layout {name!r}; expected one of {', '.join(LAYOUTS)}"
+        ) from None
+
+
+def resolve_for(layout: Layout, core: Any, requested: str | None) -> Resolved:
+    """``layout``'s selection on ``core`` for the requested device (None = unset)."""
+    core = get_core(core)
+    return resolve(
+        layout.selection, list(core.available_devices), requested, lambda d: ov_description(core, d)
+    )
