@@ -409,8 +409,8 @@ def packed_constant(values: np.ndarray, element_type: str) -> Any:
 def _scale_type(scale: np.ndarray, *, exact: bool) -> type[np.floating[Any]]:
     """f16 when every scale survives the cast (``exact``: bit for bit, and normal in f16; else
     finite and non-zero staying non-zero), otherwise f32 — NaN, inf, values beyond f16's range or
-    below its smallest subnormal (MXFP4's 2**-30) all stay f32, and so do f16 subnormals (ggml's
-    ``d`` of 0x0001), which are normal f32 values that no kernel flushes."""
+    below its smallest subnormal (MXFP4's 2**-30) all stay f32, and so do f16 subnormals (a ``d``
+    of 0x0001), so no kernel reads an f16-subnormal scale (in f32 they are normal)."""
     with np.errstate(over="ignore", invalid="ignore"):
         s16 = scale.astype(np.float16)
     if not np.isfinite(s16).all():
@@ -592,10 +592,9 @@ class QuantizedWeight:
         """Fast form of the asymmetric types: q - 8 (4-bit) or q - 16 (5-bit) in a signed container.
 
         Only where that algebra gives ggml's numbers bit for bit: ``(q-o)*s + (b + s*o)`` must equal
-        ``q*s + b`` in f32 for every weight.  Non-finite scales break it (``(8-8)*inf`` is NaN where
-        ggml's ``8*inf + b`` is inf), and so does a huge scale beside a small bias (``b + s*o``
+        ``q*s + b`` in f32 for every weight.  A huge scale beside a small bias breaks it (``b + s*o``
         rounds ``b`` away); such weights keep ``q`` unsigned and decompress as ``q*s + b``, ggml's
-        own arithmetic.
+        own arithmetic.  Weights with NaN or inf values are the f32 constant (:attr:`_host_f32`).
         """
         spec, dec = self.spec, self.decoded
         if self.form != "fast" or self.requant is not RequantTarget.NATIVE or dec.bias is None:
@@ -603,8 +602,6 @@ class QuantizedWeight:
         if self._host_f32:
             return 0
         offset = 8 if spec.bits == 4 else 16
-        if not (np.isfinite(dec.scale).all() and np.isfinite(dec.bias).all()):
-            return 0
         grouped, o = self._grouped(dec.q), np.float32(offset)
         step = max(1, (1 << 20) // self.k)  # rows per check: bounded temporaries for big weights
         with np.errstate(over="ignore", invalid="ignore"):
@@ -653,20 +650,24 @@ class QuantizedWeight:
 
     def _tiny_split(self) -> tuple[Any, Any, Any]:
         """The weight as ``normal + tiny * low``: f32 [rows, k] nodes of the groups with a normal
-        scale (tiny groups zeroed) and of the tiny groups scaled by 2**TINY_SHIFT (the others
-        zeroed), both compressed as the fast form is, and the f32 constant ``low`` = 2**-TINY_SHIFT."""
+        scale (tiny groups zeroed) and of the tiny groups with their scale raised by 2**TINY_SHIFT
+        (the others zeroed), both compressed i8, and the f32 constant ``low`` = 2**-TINY_SHIFT."""
         ops, dec, tiny = _ops(), self.decoded, self._tiny
-        assert tiny is not None
-        q, one = self._grouped(dec.q), np.float32(1)
-        raised = np.ldexp(np.where(tiny, dec.scale, one), TINY_SHIFT).astype(np.float32)  # exact
-        parts = []
-        for keep, scale in ((~tiny, dec.scale), (tiny, raised)):
-            w = packed_constant(np.where(keep[:, :, None], q, 0), "i8")
-            parts.append(_to_f32(self._flat(_decompress(w, np.where(keep, scale, one)[:, :, None]))))
-        if self._host_f32:  # the normal groups hold NaN/inf: ggml's values, as the f32 constant
-            values = np.where(tiny[:, :, None], np.float32(0), self._grouped(dec.dequantize()))
-            parts[0] = ops.constant(values.reshape(self.rows, self.k))
-        return parts[0], parts[1], ops.constant(np.float32(2.0**-TINY_SHIFT))
+        assert tiny is not None and dec.exponent is not None
+        q, one, in_tiny = self._grouped(dec.q), np.float32(1), tiny[:, :, None]
+
+        def part(weights: np.ndarray, scale: np.ndarray) -> Any:
+            return _to_f32(self._flat(_decompress(packed_constant(weights, "i8"), scale[:, :, None])))
+
+        if self._host_f32:  # the other groups hold NaN/inf: ggml's values, as the f32 constant
+            values = np.where(in_tiny, np.float32(0), self._grouped(dec.dequantize()))
+            normal = ops.constant(values.reshape(self.rows, self.k))
+        else:
+            normal = part(np.where(in_tiny, 0, q), np.where(tiny, one, dec.scale))
+        # 2**(e - 128 + TINY_SHIFT) for the tiny groups, 1 for the others
+        shift = np.where(tiny, dec.exponent.astype(np.int32) - 128 + TINY_SHIFT, 0)
+        small = part(np.where(in_tiny, q, 0), np.ldexp(one, shift).astype(np.float32))
+        return normal, small, ops.constant(np.float32(2.0**-TINY_SHIFT))
 
     @cached_property
     def _zero_points(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -764,7 +765,7 @@ class QuantizedWeight:
             product = ops.unsqueeze(ops.matmul(b, tiny, False, True), axis)
             lowered = ops.squeeze(ops.multiply(product, low), axis)
             return ops.add(ops.matmul(b, normal, False, True), lowered).output(0)
-        if not self._offset:  # symmetric, upstream forms, non-finite scales: one MatMul
+        if not self._offset:  # symmetric, upstream forms, NaN/inf weights: one MatMul
             return ops.matmul(b, self.to_ov_node(), False, True).output(0)
         weight = _to_f32(self._flat(self._scaled(upstream=False)))
         main = ops.matmul(b, weight, False, True)
