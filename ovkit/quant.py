@@ -19,7 +19,9 @@ Decompression forms (docs/quant.md has the measurements):
   5/6/8-bit and MXFP4's exact integers) with ``Convert → Multiply``; the asymmetric types store
   ``q - 8`` / ``q - 16`` and their bias moves out of the weight:
   ``x @ (s*q + b)^T = x @ (s*(q-o))^T + groupsum(x) @ (b + s*o)^T`` — a second MatMul over k/32
-  columns.
+  columns.  Hostile blocks (docs/quant.md): a weight with NaN/inf values is the f32 constant of
+  ggml's values, and MXFP4's subnormal scales (exponent bytes 0, 1) go in a second i8 weight whose
+  product is scaled down at run time.
 
 ``mul_mat`` uses :meth:`QuantizedWeight.ov_mul_mat`; ``get_rows`` and everything else use
 :meth:`QuantizedWeight.to_ov_node` (f32 ``[rows, k]``).  Upstream's requantization policy is the
