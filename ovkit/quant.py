@@ -19,7 +19,9 @@ Decompression forms (docs/quant.md has the measurements):
   5/6/8-bit and MXFP4's exact integers) with ``Convert → Multiply``; the asymmetric types store
   ``q - 8`` / ``q - 16`` and their bias moves out of the weight:
   ``x @ (s*q + b)^T = x @ (s*(q-o))^T + groupsum(x) @ (b + s*o)^T`` — a second MatMul over k/32
-  columns.
+  columns.  Hostile blocks (docs/quant.md): a weight with NaN/inf values is the f32 constant of
+  ggml's values, and MXFP4's subnormal scales (exponent bytes 0, 1) go in a second i8 weight whose
+  product is scaled down at run time.
 
 ``mul_mat`` uses :meth:`QuantizedWeight.ov_mul_mat`; ``get_rows`` and everything else use
 :meth:`QuantizedWeight.to_ov_node` (f32 ``[rows, k]``).  Upstream's requantization policy is the
@@ -407,15 +409,18 @@ def packed_constant(values: np.ndarray, element_type: str) -> Any:
 
 
 def _scale_type(scale: np.ndarray, *, exact: bool) -> type[np.floating[Any]]:
-    """f16 when every scale survives the cast (``exact``: bit for bit; else finite and non-zero
-    staying non-zero), otherwise f32 — NaN, inf, values beyond f16's range or below its
-    smallest subnormal (MXFP4's 2**-30) all stay f32."""
+    """f16 when every scale survives the cast (``exact``: bit for bit, and normal in f16; else
+    finite and non-zero staying non-zero), otherwise f32 — NaN, inf, values beyond f16's range or
+    below its smallest subnormal (MXFP4's 2**-30) all stay f32, and so do f16 subnormals (a ``d``
+    of 0x0001), so no kernel reads an f16-subnormal scale (in f32 they are normal)."""
     with np.errstate(over="ignore", invalid="ignore"):
         s16 = scale.astype(np.float16)
     if not np.isfinite(s16).all():
         return np.float32
     if exact:
-        return np.float16 if np.array_equal(s16.astype(np.float32), scale) else np.float32
+        f16_subnormal = (s16 != 0) & (np.abs(s16) < np.finfo(np.float16).smallest_normal)
+        same = np.array_equal(s16.astype(np.float32), scale) and not f16_subnormal.any()
+        return np.float16 if same else np.float32
     return np.float32 if np.any((s16 == 0) & (scale != 0)) else np.float16
 
 
@@ -427,6 +432,13 @@ def _decompress(weight: Any, scale: np.ndarray, *, exact: bool = True) -> Any:
     return ops.multiply(
         ops.convert(weight, "f16" if dt is np.float16 else "f32"), ops.constant(scale.astype(dt))
     )
+
+
+#: MXFP4 exponent bytes 0 and 1 scale by 2**-128 and 2**-127, f32 subnormals, which OpenVINO's CPU
+#: plugin flushes to zero in every constant it loads.  The fast form holds such "tiny" groups in a
+#: second weight with the scale raised by 2**TINY_SHIFT (2**-8, 2**-7: normal even in f16) and lowers
+#: that weight's product by 2**-TINY_SHIFT (normal too) at run time, where subnormals survive.
+TINY_SHIFT = 120
 
 
 def _to_f32(node: Any) -> Any:
@@ -543,6 +555,8 @@ class QuantizedWeight:
             return "f16"
         if spec.host_decoded:
             return "f16" if self._f16_exact else "f32"
+        if self._host_f32:
+            return "f32"
         if spec.name == "mxfp4":
             # fast: the exact integers 2*e2m1 in i8 (decompressing kernel, ~25% faster at n=1
             # than f4e2m1, which has no int8 path); upstream: the raw e2m1 codes
@@ -580,17 +594,16 @@ class QuantizedWeight:
         """Fast form of the asymmetric types: q - 8 (4-bit) or q - 16 (5-bit) in a signed container.
 
         Only where that algebra gives ggml's numbers bit for bit: ``(q-o)*s + (b + s*o)`` must equal
-        ``q*s + b`` in f32 for every weight.  Non-finite scales break it (``(8-8)*inf`` is NaN where
-        ggml's ``8*inf + b`` is inf), and so does a huge scale beside a small bias (``b + s*o``
+        ``q*s + b`` in f32 for every weight.  A huge scale beside a small bias breaks it (``b + s*o``
         rounds ``b`` away); such weights keep ``q`` unsigned and decompress as ``q*s + b``, ggml's
-        own arithmetic.
+        own arithmetic.  Weights with NaN or inf values are the f32 constant (:attr:`_host_f32`).
         """
         spec, dec = self.spec, self.decoded
         if self.form != "fast" or self.requant is not RequantTarget.NATIVE or dec.bias is None:
             return 0
-        offset = 8 if spec.bits == 4 else 16
-        if not (np.isfinite(dec.scale).all() and np.isfinite(dec.bias).all()):
+        if self._host_f32:
             return 0
+        offset = 8 if spec.bits == 4 else 16
         grouped, o = self._grouped(dec.q), np.float32(offset)
         step = max(1, (1 << 20) // self.k)  # rows per check: bounded temporaries for big weights
         with np.errstate(over="ignore", invalid="ignore"):
@@ -602,6 +615,63 @@ class QuantizedWeight:
         return offset
 
     @cached_property
+    def _host_f32(self) -> bool:
+        """Fast form whose decoded weights hold NaN or ±inf (a NaN/inf scale or bias, or scale·q
+        beyond f32): built as the f32 constant of ggml's values, so its MatMul is a plain f32 one
+        on every CPU.  A compressed FullyConnected quantizes the activations to int8 on CPUs with
+        VNNI, and its integer sums times an inf scale are ±inf or NaN where the product is not."""
+        dec = self.decoded
+        if self.form != "fast" or self.requant is not RequantTarget.NATIVE or self.spec.host_decoded:
+            return False
+        qmax = max(int(dec.q.max(initial=0)), -int(dec.q.min(initial=0)))
+        with np.errstate(over="ignore", invalid="ignore"):
+            bound = np.abs(dec.scale.astype(np.float64)) * qmax
+            if dec.bias is not None:
+                bound = bound + np.abs(dec.bias)
+            if np.all(bound < np.finfo(np.float32).max / 2):  # NaN fails the comparison
+                return False
+            grouped = self._grouped(dec.q)
+            step = max(1, (1 << 20) // self.k)  # rows per check: bounded temporaries for big weights
+            for r in range(0, self.rows, step):
+                w = grouped[r : r + step].astype(np.float32) * dec.scale[r : r + step, :, None]
+                if dec.bias is not None:
+                    w = w + dec.bias[r : r + step, :, None]
+                if not np.isfinite(w).all():
+                    return True
+        return False
+
+    @cached_property
+    def _tiny(self) -> np.ndarray | None:
+        """The fast form's MXFP4 groups whose scale is an f32 subnormal (exponent byte 0 or 1),
+        [rows, k/32] bool; None when there are none (every other weight)."""
+        exponent = self.decoded.exponent
+        if self.form != "fast" or self.requant is not RequantTarget.NATIVE or exponent is None:
+            return None
+        tiny = exponent < 2
+        return tiny if tiny.any() else None
+
+    def _tiny_split(self) -> tuple[Any, Any, Any]:
+        """The weight as ``normal + tiny * low``: f32 [rows, k] nodes of the groups with a normal
+        scale (tiny groups zeroed) and of the tiny groups with their scale raised by 2**TINY_SHIFT
+        (the others zeroed), both compressed i8, and the f32 constant ``low`` = 2**-TINY_SHIFT."""
+        ops, dec, tiny = _ops(), self.decoded, self._tiny
+        assert tiny is not None and dec.exponent is not None
+        q, one, in_tiny = self._grouped(dec.q), np.float32(1), tiny[:, :, None]
+
+        def part(weights: np.ndarray, scale: np.ndarray) -> Any:
+            return _to_f32(self._flat(_decompress(packed_constant(weights, "i8"), scale[:, :, None])))
+
+        if self._host_f32:  # the other groups hold NaN/inf: ggml's values, as the f32 constant
+            values = np.where(in_tiny, np.float32(0), self._grouped(dec.dequantize()))
+            normal = ops.constant(values.reshape(self.rows, self.k))
+        else:
+            normal = part(np.where(in_tiny, 0, q), np.where(tiny, one, dec.scale))
+        # 2**(e - 128 + TINY_SHIFT) for the tiny groups, 1 for the others
+        shift = np.where(tiny, dec.exponent.astype(np.int32) - 128 + TINY_SHIFT, 0)
+        small = part(np.where(in_tiny, q, 0), np.ldexp(one, shift).astype(np.float32))
+        return normal, small, ops.constant(np.float32(2.0**-TINY_SHIFT))
+
+    @cached_property
     def _zero_points(self) -> tuple[np.ndarray, np.ndarray] | None:
         """Integer zero points and the exact residual ``bias + scale * zp`` (None: symmetric).
 
@@ -610,7 +680,7 @@ class QuantizedWeight:
         Upstream forms: ``round(-bias/scale)`` clamped to the unsigned container.
         """
         dec, spec = self.decoded, self.spec
-        if dec.bias is None:
+        if dec.bias is None or self._host_f32:  # the f32 constant holds the bias already
             return None
         if self.form == "fast":
             offset = self._offset
@@ -636,6 +706,11 @@ class QuantizedWeight:
             if self.container == "f32":
                 return ops.constant(values)
             return ops.convert(ops.constant(values.astype(np.float16)), "f32")
+        if not upstream and self._tiny is not None:  # folded into one constant: subnormals flush
+            normal, tiny, low = self._tiny_split()
+            return ops.reshape(ops.add(normal, ops.multiply(tiny, low)), self._group_shape(), False)
+        if not upstream and self._host_f32:
+            return ops.constant(self._grouped(dec.dequantize()))
         w = self._weight_const()
         if not upstream:
             # ggml's numbers: the scale exactly (requantized scales as upstream rounds them)
@@ -657,6 +732,10 @@ class QuantizedWeight:
             node = ops.subtract(node, ops.convert(zc, "f16"))
         with np.errstate(over="ignore"):  # upstream's f16 scales: beyond 65504 they are inf there too
             return ops.multiply(node, ops.constant(dec.scale[:, :, None].astype(np.float16)))
+
+    def _group_shape(self) -> Any:
+        g = self.decoded.group
+        return _ops().constant(np.array([self.rows, self.k // g, g], np.int64))
 
     def _flat(self, node: Any) -> Any:
         ops = _ops()
@@ -680,7 +759,15 @@ class QuantizedWeight:
         ops = _ops()
         if len(self.shape) != 2:
             return ops.matmul(b, self.to_ov_node(), False, True).output(0)
-        if not self._offset:  # symmetric, upstream forms, non-finite scales: one MatMul
+        if self._tiny is not None:  # the tiny groups' product is lowered at run time
+            normal, tiny, low = self._tiny_split()
+            # through an Unsqueeze: a Multiply right after the MatMul is fused into its weights'
+            # scale (2**-128 again, and the weight decompressed at every inference)
+            axis = ops.constant(np.int64(0))
+            product = ops.unsqueeze(ops.matmul(b, tiny, False, True), axis)
+            lowered = ops.squeeze(ops.multiply(product, low), axis)
+            return ops.add(ops.matmul(b, normal, False, True), lowered).output(0)
+        if not self._offset:  # symmetric, upstream forms, NaN/inf weights: one MatMul
             return ops.matmul(b, self.to_ov_node(), False, True).output(0)
         weight = _to_f32(self._flat(self._scaled(upstream=False)))
         main = ops.matmul(b, weight, False, True)
@@ -696,6 +783,10 @@ class QuantizedWeight:
         ops = _ops()
         axis = ops.constant(np.int64(0))
         zps = self._zero_points
+        if self._tiny is not None and len(self.shape) == 2:  # tiny rows lowered after the gather
+            normal, tiny, low = self._tiny_split()
+            lowered = ops.multiply(ops.gather(tiny, indices, axis), low)
+            return ops.add(ops.gather(normal, indices, axis), lowered).output(0)
         if not self._offset or zps is None:
             table = self.to_ov_node()
             if len(self.shape) != 2:
