@@ -344,3 +344,45 @@ def test_q5_0_weights_run_as_stored(model_file: Callable[..., Path]) -> None:
     c = _against_llama_cpp(path)
     assert c["max_nmse"] <= 5e-4, c["nmse_per_position"]
     assert c["greedy_agree"] >= 15
+
+
+# ----------------------------------------------------------------------------------- real models
+def _real(name: str) -> Path:
+    """A fetched real model, or a failure that says how to fetch it (never a skip)."""
+    from ovkit.model.fetch import MissingModelError, real_model
+
+    try:
+        return real_model(name)
+    except MissingModelError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+REAL_PROMPT = "The capital of France is a city where"
+REAL_DECODE = 16
+
+
+def _near_tie(ours: np.ndarray, theirs: np.ndarray) -> bool:
+    """The greedy picks part at a near-tie when llama.cpp's logits for the two picks differ by less
+    than 3× the RMS difference of the two logit vectors at that position: within the noise the two
+    computations (exact f32 against llama.cpp's q8 activations) put on each logit."""
+    a, b = int(ours.argmax()), int(theirs.argmax())
+    rms = float(np.sqrt(np.mean((ours.astype(np.float64) - theirs) ** 2)))
+    return float(theirs[b] - theirs[a]) < 3 * rms
+
+
+def _real_against_llama_cpp(name: str) -> dict[str, object]:
+    """A fetched real model, weights as stored, against llama.cpp CPU on the same fed tokens."""
+    from ovkit.model.reference import tokenize
+
+    path = _real(name)
+    prompt = tokenize(path, REAL_PROMPT)
+    assert len(prompt) >= 6, prompt
+    gen = Model(path, n_ctx=64, no_requant=True).generate(prompt, REAL_DECODE)
+    ref = run_reference(path, prompt, gen.tokens, n_ctx=64)
+    c = compare(gen, ref)
+    ours = np.concatenate([gen.prompt_logits[-1:], gen.decode_logits])
+    theirs = np.concatenate([ref.prompt_logits[-1:], ref.decode_logits])
+    parted = [i for i in range(len(ours)) if ours[i].argmax() != theirs[i].argmax()]
+    c["first_parting"] = parted[0] if parted else None
+    c["parts_at_near_tie"] = not parted or _near_tie(ours[parted[0]], theirs[parted[0]])
+    return c
