@@ -338,10 +338,10 @@ def test_q5_0_weights_run_as_stored(model_file: Callable[..., Path]) -> None:
     """A Q5_0 model (upstream refuses the type) runs with its blocks repacked as Q8_0: within
     MUL_MAT's 5e-4 of llama.cpp (which multiplies Q5_0 by q8_0 activations), >= 15/16 greedy."""
     path = model_file("llama", "q5_0")
-    model = Model(path, n_ctx=64)
+    model = Model(path, n_ctx=64, no_requant=True)
     w = model.weights["blk.0.attn_q.weight"]
     assert w.qtype == "q8_0" and w.container == "i8"
-    c = _against_llama_cpp(path)
+    c = _against_llama_cpp(path, no_requant=True)
     assert c["max_nmse"] <= 5e-4, c["nmse_per_position"]
     assert c["greedy_agree"] >= 15
 
@@ -354,7 +354,8 @@ def _real(name: str) -> Path:
     try:
         return real_model(name)
     except MissingModelError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        missing = str(exc)
+    pytest.fail(missing, pytrace=False)
 
 
 REAL_PROMPT = "The capital of France is a city where"
@@ -383,6 +384,25 @@ def _real_against_llama_cpp(name: str) -> dict[str, object]:
     ours = np.concatenate([gen.prompt_logits[-1:], gen.decode_logits])
     theirs = np.concatenate([ref.prompt_logits[-1:], ref.decode_logits])
     parted = [i for i in range(len(ours)) if ours[i].argmax() != theirs[i].argmax()]
-    c["first_parting"] = parted[0] if parted else None
-    c["parts_at_near_tie"] = not parted or _near_tie(ours[parted[0]], theirs[parted[0]])
+    c["parted"] = parted  # decode steps (0: the prompt's pick) where the greedy picks differ
+    c["not_near_ties"] = [i for i in parted if not _near_tie(ours[i], theirs[i])]
     return c
+
+
+#: Exact f32 against llama.cpp's CPU kernels, which quantize every activation that meets a quantized
+#: weight to q8_0/q8_1/q8_K first: per position the logits differ by that rounding compounded over
+#: the layers, not by a graph error (the synthetic float tests hold 1e-5).  Measured on the prompt
+#: below: Gemma-3-270M max 4.5e-3 (18 layers), SmolLM2 1.4e-2 (30 layers); issue 23 saw SmolLM2
+#: reach 4.85e-2 on other prompts, hence the bound.
+REAL_MAX_NMSE = 5e-2
+
+
+@pytest.mark.parametrize("name", ["gemma3-270m", "smollm2-135m"])
+def test_real_model_matches_llama_cpp(name: str) -> None:
+    """The fetched real model (python -m ovkit.model.fetch), weights as stored (Gemma's Q5_0 as
+    Q8_0 blocks): a 9/8-token prompt and 16 greedy steps fed to both sides; logit NMSE per position
+    within REAL_MAX_NMSE, and wherever the greedy picks differ, llama.cpp's own logits are a
+    near-tie (measured: one parting each, Gemma by 0.13 at 0.14 RMS, SmolLM2 by 6e-4 at 0.19)."""
+    c = _real_against_llama_cpp(name)
+    assert c["max_nmse"] <= REAL_MAX_NMSE, c["nmse_per_position"]
+    assert not c["not_near_ties"], (c["parted"], c)
