@@ -314,6 +314,17 @@ def test_gemma3_matches_llama_cpp(model_file: Callable[..., Path], flash_attn: b
     assert c["greedy_agree"] == c["greedy_total"] == N_DECODE + 1
 
 
+def test_gemma3_placement_live_column_agrees(model_file: Callable[..., Path]) -> None:
+    """The real backend's supports_op on gemma3's graph (both masks, SCALE, GEGLU, post norms)
+    built by ggml in the isolated child agrees with ovkit's policy on every node."""
+    path = model_file("gemma3", "q8_0", **GEMMA3)
+    nodes = pl.node_table(Model(path, n_ctx=64), [pl.Target("CPU", "CPU", False)], n_prompt=8,
+                          live=pl.live_support(path))  # fmt: skip
+    assert nodes["live_supports_op"].notna().all(), nodes.loc[nodes["live_supports_op"].isna(), "node"]
+    assert nodes["agree"].all(), nodes.loc[~nodes["agree"], ["graph", "node", "op"]].to_string()
+    assert {"inp_scaled", "ffn_geglu-0", "attn_post_norm-2", "ffn_post_norm-1"} <= set(nodes["node"])
+
+
 def test_q5_0_repacks_into_q8_0_blocks_exactly() -> None:
     """Q5_0's d·(q − 16) is a Q8_0 block with the same d: the repacked blocks decode (gguf's
     reference) to the same f32 bits, on ggml-quantized data and on random bytes."""
