@@ -14,6 +14,8 @@ A missed target is printed with the factor it is missed by.
     python benchmarks/bench_model.py                 # q8_0 and q4_0, prefill 512, decode 64
     python benchmarks/bench_model.py --quick         # a 4-layer model, prefill 128, decode 16
     python benchmarks/bench_model.py --quick --profile --types q4_0   # + where ovkit's time goes
+    python benchmarks/bench_model.py --real smollm2-135m,gemma3-270m  # the fetched real models
+                                         # (python -m ovkit.model.fetch gets them)
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 from tqdm import tqdm
 
 from ovkit.model import Model, synthetic
+from ovkit.model.fetch import MODELS, MissingModelError, real_model
 from ovkit.model.reference import LlamaCppError, run_reference
 
 SIZES = {"n_embd": 1024, "n_layer": 8, "n_ff": 2816, "n_head": 16, "n_head_kv": 4, "n_vocab": 32000}
@@ -82,15 +85,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--types", default="q8_0,q4_0")
     ap.add_argument("--quick", action="store_true", help="4 layers, prefill 128, decode 16")
     ap.add_argument("--profile", action="store_true", help="also print ovkit's time per ggml op")
+    ap.add_argument(
+        "--real", metavar="NAMES", help=f"real models instead of synthetic ones ({', '.join(MODELS)})"
+    )
     args = ap.parse_args(argv)
+    reals: dict[str, Path] = {}
+    for name in args.real.split(",") if args.real else []:
+        try:
+            reals[name] = real_model(name)
+        except (MissingModelError, RuntimeError) as exc:  # not fetched (or unknown): say how
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     sizes = dict(SIZES, n_layer=4) if args.quick else SIZES
     n_prompt, n_predict = (128, 16) if args.quick else (512, 64)
     n_ctx = 1024
-    print(f"model: synthetic llama {sizes}; prefill {n_prompt}, decode {n_predict}, n_ctx {n_ctx}")
+    what = f"real {', '.join(reals)}" if reals else f"synthetic llama {sizes}"
+    print(f"model: {what}; prefill {n_prompt}, decode {n_predict}, n_ctx {n_ctx}")
     missed = 0
     with tempfile.TemporaryDirectory(prefix="ovkit-bench-model-") as tmp:
-        for wtype in tqdm(args.types.split(","), desc="weight types", file=sys.stderr):
-            path = synthetic("llama", Path(tmp) / f"llama-{wtype}.gguf", weight_type=wtype, **sizes)
+        for wtype in tqdm(list(reals) or args.types.split(","), desc="models", file=sys.stderr):
+            path = reals.get(wtype) or synthetic(
+                "llama", Path(tmp) / f"llama-{wtype}.gguf", weight_type=wtype, **sizes
+            )
             print(f"\n{wtype}:")
             rows = run_one(path, n_prompt, n_predict, n_ctx)
             for name, r in rows.items():

@@ -845,6 +845,28 @@ def quantize(qtype: str, array: np.ndarray, name: str = "", form: Form = "fast")
     return from_blocks(spec.name, blocks, x.shape, name, form)
 
 
+#: Host types whose blocks repack losslessly into a type upstream extracts (same values bit for
+#: bit): Q5_0 is ``d·(q − 16)`` with q 5-bit and one f16 ``d`` per 32, so ``q − 16`` is an int8
+#: and the block is a Q8_0 block with the same ``d`` (1.06 bytes per weight instead of 4 as f32).
+REPACKS: dict[str, str] = {"q5_0": "q8_0"}
+
+
+def repack_blocks(qtype: str, raw: bytes | np.ndarray | memoryview) -> tuple[str, np.ndarray]:
+    """``(REPACKS[qtype], blocks)``: the same weights as blocks of the repacked type."""
+    if qtype not in REPACKS:
+        raise QuantError(f"{qtype} blocks have no lossless repack (expected one of {sorted(REPACKS)})")
+    src = np.frombuffer(bytes(raw) if not isinstance(raw, np.ndarray) else raw.tobytes(), np.uint8)
+    blocks = src.reshape(-1, quant_spec("q5_0").type_size)  # d f16, qh u32 (bit j: high bit of j), qs[16]
+    qh = blocks[:, 2:6].copy().view("<u4")[:, 0]
+    qs = blocks[:, 6:22]
+    low = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int16)  # elements 0..15, 16..31
+    high = ((qh[:, None] >> np.arange(32, dtype=np.uint32)[None, :]) & 1).astype(np.int16) << 4
+    out = np.empty((blocks.shape[0], quant_spec("q8_0").type_size), np.uint8)
+    out[:, :2] = blocks[:, :2]
+    out[:, 2:] = ((low | high) - 16).astype(np.int8).view(np.uint8)
+    return REPACKS[qtype], out.reshape(-1)
+
+
 def reference_dequantize(qtype: str, raw: bytes | np.ndarray, shape: Sequence[int]) -> np.ndarray:
     """The ``gguf`` package's dequantization of the same blocks (the independent reference)."""
     import gguf.quants as gq

@@ -263,3 +263,157 @@ def test_decode_memory_is_flat(model_file: Callable[..., Path]) -> None:
         model.eval([3])
     assert model.n_past == 1004
     assert proc.memory_info().rss - before < 5 * 2**20
+
+
+# ---------------------------------------------------------------------------------------- gemma3
+GEMMA3 = {  # 3 layers: sliding (window 4), full, sliding; 4/1 heads of 32 (n_embd_q 128 != n_embd)
+    "n_embd": 64, "n_layer": 3, "n_head": 4, "n_head_kv": 1, "head_dim": 32, "n_ff": 128,
+    "tied_output": True, "sliding_window": 4, "sliding_window_pattern": 2,
+    "rope_freq_base": 1e6, "rope_freq_base_swa": 1e4,
+}  # fmt: skip
+
+
+def test_gemma3_graph_is_llama_cpps(model_file: Callable[..., Path]) -> None:
+    """gemma3's graph as llama.cpp 0.3.36 builds it: scaled embeddings, q/k norms, Q scaled before
+    attention, post-attention and post-FFN norms, GEGLU, the SWA mask on the sliding layers."""
+    model = Model(model_file("gemma3", "f32", **GEMMA3), n_ctx=64)
+    hp = model.hp
+    assert (
+        hp.swa_layers == (True, False, True)
+        and hp.n_swa == 4
+        and hp.attn_scale == float(np.float32(32**-0.5))
+    )
+    assert [hp.rope_base_scale(il)[0] for il in range(3)] == [1e4, 1e6, 1e4]
+    g, out = model.build(model.shape(4, 0))
+    nodes = g.topo(out.tensors())
+    named = [f"{t.op} {t.name}" for t in nodes if t.op != "NONE" and t.name]
+    layer1 = named[named.index("ADD l_out-0") + 1 : named.index("ADD l_out-1") + 1]
+    # llama.cpp's order and names (build_norm names its RMS_NORM "norm-il"; the post-FFN norm's
+    # gets il = -1 there, so it is plain "norm"); the Q scale and wo MUL_MAT are unnamed
+    assert layer1 == [
+        "RMS_NORM norm-1", "MUL attn_norm-1", "MUL_MAT Qcur-1", "MUL_MAT Kcur-1", "MUL_MAT Vcur-1",
+        "RESHAPE Vcur-1", "RMS_NORM norm-1", "MUL Qcur_normed-1", "ROPE Qcur-1", "RMS_NORM norm-1",
+        "MUL Kcur_normed-1", "ROPE Kcur-1", "RESHAPE kqv_out-1", "RMS_NORM norm-1", "MUL attn_post_norm-1",
+        "ADD sa_out-1", "RMS_NORM norm-1", "MUL ffn_norm-1", "MUL_MAT ffn_up-1", "MUL_MAT ffn_gate-1",
+        "GLU ffn_geglu-1", "MUL_MAT ffn_out-1", "RMS_NORM norm", "MUL ffn_post_norm-1", "ADD l_out-1",
+    ]  # fmt: skip
+    ops = {t.name: t for t in nodes}
+    assert ops["inp_scaled"].op == "SCALE" and ops["ffn_geglu-0"].op == "GLU"
+    masks = {t.srcs[3].name for t in nodes if t.op == "FLASH_ATTN_EXT"}
+    assert masks == {"attn_inp_kq_mask", "attn_inp_kq_mask_swa"}
+    assert any(t.op == "SCALE" and t.srcs[0].name == "Qcur-1" for t in nodes)  # Q × attn_scale
+    assert "attn_out-0" not in ops  # llama.cpp's gemma3 leaves the output projection unnamed
+
+
+@pytest.mark.parametrize("flash_attn", [True, False])
+def test_gemma3_matches_llama_cpp(model_file: Callable[..., Path], flash_attn: bool) -> None:
+    """A synthetic gemma3 whose 16-token prompt is 4× its window: NMSE <= 1e-5 at every prompt and
+    decode position and identical greedy tokens, with flash attention on and off."""
+    c = _against_llama_cpp(model_file("gemma3", "f32", **GEMMA3), flash_attn=flash_attn)
+    assert c["max_nmse"] <= 1e-5, c["nmse_per_position"]
+    assert c["greedy_agree"] == c["greedy_total"] == N_DECODE + 1
+
+
+def test_gemma3_placement_live_column_agrees(model_file: Callable[..., Path]) -> None:
+    """The real backend's supports_op on gemma3's graph (both masks, SCALE, GEGLU, post norms)
+    built by ggml in the isolated child agrees with ovkit's policy on every node."""
+    path = model_file("gemma3", "q8_0", **GEMMA3)
+    nodes = pl.node_table(Model(path, n_ctx=64), [pl.Target("CPU", "CPU", False)], n_prompt=8,
+                          live=pl.live_support(path))  # fmt: skip
+    assert nodes["live_supports_op"].notna().all(), nodes.loc[nodes["live_supports_op"].isna(), "node"]
+    assert nodes["agree"].all(), nodes.loc[~nodes["agree"], ["graph", "node", "op"]].to_string()
+    assert {"inp_scaled", "ffn_geglu-0", "attn_post_norm-2", "ffn_post_norm-1"} <= set(nodes["node"])
+
+
+def test_q5_0_repacks_into_q8_0_blocks_exactly() -> None:
+    """Q5_0's d·(q − 16) is a Q8_0 block with the same d: the repacked blocks decode (gguf's
+    reference) to the same f32 bits, on ggml-quantized data and on random bytes."""
+    import gguf.quants as gq
+
+    from ovkit import quant
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((8, 256)) * rng.exponential(1.0, (8, 1))).astype(np.float32)
+    made = np.frombuffer(gq.quantize(x, gq.GGMLQuantizationType.Q5_0).tobytes(), np.uint8)
+    noise = rng.integers(0, 256, made.size, dtype=np.uint8)
+    noise[0::22] = 0x3C  # keep the f16 scales finite (d in [1, 2)) so NaN does not hide bits
+    for raw in (made, noise):
+        qtype, blocks = quant.repack_blocks("q5_0", raw)
+        want = quant.reference_dequantize("q5_0", raw, x.shape)
+        got = quant.reference_dequantize(qtype, blocks, x.shape)
+        assert qtype == "q8_0" and blocks.size == raw.size // 22 * 34
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_q5_0_weights_run_as_stored(model_file: Callable[..., Path]) -> None:
+    """A Q5_0 model (upstream refuses the type) runs with its blocks repacked as Q8_0: within
+    MUL_MAT's 5e-4 of llama.cpp (which multiplies Q5_0 by q8_0 activations), >= 15/16 greedy."""
+    path = model_file("llama", "q5_0")
+    model = Model(path, n_ctx=64, no_requant=True)
+    w = model.weights["blk.0.attn_q.weight"]
+    assert w.qtype == "q8_0" and w.container == "i8"
+    c = _against_llama_cpp(path, no_requant=True)
+    assert c["max_nmse"] <= 5e-4, c["nmse_per_position"]
+    assert c["greedy_agree"] >= 15
+
+
+# ----------------------------------------------------------------------------------- real models
+def _real(name: str) -> Path:
+    """A fetched real model, or a failure that says how to fetch it (never a skip)."""
+    from ovkit.model.fetch import MissingModelError, real_model
+
+    try:
+        return real_model(name)
+    except MissingModelError as exc:
+        missing = str(exc)
+    pytest.fail(missing, pytrace=False)
+
+
+REAL_PROMPT = "The capital of France is a city where"
+REAL_DECODE = 16
+
+
+def _near_tie(ours: np.ndarray, theirs: np.ndarray) -> bool:
+    """The greedy picks part at a near-tie when llama.cpp's logits for the two picks differ by less
+    than 3× the RMS difference of the two logit vectors at that position: within the noise the two
+    computations (exact f32 against llama.cpp's q8 activations) put on each logit."""
+    a, b = int(ours.argmax()), int(theirs.argmax())
+    rms = float(np.sqrt(np.mean((ours.astype(np.float64) - theirs) ** 2)))
+    return float(theirs[b] - theirs[a]) < 3 * rms
+
+
+def _real_against_llama_cpp(name: str) -> dict[str, object]:
+    """A fetched real model, weights as stored, against llama.cpp CPU on the same fed tokens."""
+    from ovkit.model.reference import tokenize
+
+    path = _real(name)
+    prompt = tokenize(path, REAL_PROMPT)
+    assert len(prompt) >= 6, prompt
+    gen = Model(path, n_ctx=64, no_requant=True).generate(prompt, REAL_DECODE)
+    ref = run_reference(path, prompt, gen.tokens, n_ctx=64)
+    c = compare(gen, ref)
+    ours = np.concatenate([gen.prompt_logits[-1:], gen.decode_logits])
+    theirs = np.concatenate([ref.prompt_logits[-1:], ref.decode_logits])
+    parted = [i for i in range(len(ours)) if ours[i].argmax() != theirs[i].argmax()]
+    c["parted"] = parted  # decode steps (0: the prompt's pick) where the greedy picks differ
+    c["not_near_ties"] = [i for i in parted if not _near_tie(ours[i], theirs[i])]
+    return c
+
+
+#: Exact f32 against llama.cpp's CPU kernels, which quantize every activation that meets a quantized
+#: weight to q8_0/q8_1/q8_K first: per position the logits differ by that rounding compounded over
+#: the layers, not by a graph error (the synthetic float tests hold 1e-5).  Measured on the prompt
+#: below: Gemma-3-270M max 4.5e-3 (18 layers), SmolLM2 1.4e-2 (30 layers); issue 23 saw SmolLM2
+#: reach 4.85e-2 on other prompts, hence the bound.
+REAL_MAX_NMSE = 5e-2
+
+
+@pytest.mark.parametrize("name", ["gemma3-270m", "smollm2-135m"])
+def test_real_model_matches_llama_cpp(name: str) -> None:
+    """The fetched real model (python -m ovkit.model.fetch), weights as stored (Gemma's Q5_0 as
+    Q8_0 blocks): a 9/8-token prompt and 16 greedy steps fed to both sides; logit NMSE per position
+    within REAL_MAX_NMSE, and wherever the greedy picks differ, llama.cpp's own logits are a
+    near-tie (measured: one parting each, Gemma by 0.13 at 0.14 RMS, SmolLM2 by 6e-4 at 0.19)."""
+    c = _real_against_llama_cpp(name)
+    assert c["max_nmse"] <= REAL_MAX_NMSE, c["nmse_per_position"]
+    assert not c["not_near_ties"], (c["parted"], c)

@@ -6,7 +6,8 @@
 ``attn_inp_kq_mask``, ``cache_k_l0``) to leaf tensors.  The ops, their order and the names given
 to results (``attn_norm-0``, ``Qcur-0``, ``kq-0``, ``kqv_out-0``, ``ffn_out-0``, ``l_out-0``,
 ``result_norm``, ``result_output``) follow llama.cpp's ``llm_graph_context`` (``build_norm``,
-``build_qkv``, ``build_attn``/``build_attn_mha``, ``build_ffn``) and ``llama_kv_cache``
+``build_qkv``, ``build_attn``/``build_attn_mha``, ``build_ffn``), its architecture graphs
+(``src/models/*.cpp``, gemma3's sliding-window layers included) and ``llama_kv_cache``
 (``cpy_k``/``cpy_v`` as SET_ROWS, ``get_k``/``get_v`` as 4-d views; the V cache is transposed
 when flash attention is off, exactly as ``-fa off`` keeps it).  The backend's support rules key
 on these names and view patterns, so the placement of this graph is the backend's placement.
@@ -19,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ovkit.model.arch import HParams
 
 GGML_PREC_F32 = 10  # ggml_prec: attention accumulates in f32 (ggml_prec_set_acc / *_set_prec)
@@ -26,6 +29,12 @@ KV_PAD = 256  # llama_kv_cache::get_padding: n_kv grows in steps of 256 cells
 F16_BYTES = 2  # the KV cache holds f16
 F16_TINY = 6.103515625e-5  # the smallest normal f16: llama.cpp clamps the MoE weight sums to it
 GGML_SORT_ORDER_DESC = 1
+SWA_MASK = "attn_inp_kq_mask_swa"
+#: The gated FFN's GLU by activation: builder method and the name llama.cpp's build_ffn gives it.
+FFN_GLU: dict[str, tuple[str, str]] = {
+    "silu": ("swiglu_split", "ffn_swiglu"),
+    "gelu": ("geglu_split", "ffn_geglu"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +78,8 @@ def input_specs(hp: HParams, shape: GraphShape) -> dict[str, tuple[tuple[int, ..
         "attn_inp_kq_mask": ((n, shape.n_kv), "f16" if shape.flash_attn else "f32"),
         "out_ids": ((shape.n_outputs,), "i32"),
     }
+    if any(hp.swa_layers):  # the SWA cache's mask (llama.cpp names it attn_inp_kq_mask as well)
+        specs[SWA_MASK] = specs["attn_inp_kq_mask"]
     for name in cache_names(hp.n_layer):
         specs[name] = ((shape.n_ctx, kv), "f16")
     return specs
@@ -107,7 +118,9 @@ def attention(
 ) -> tuple[Any, dict[str, Any]]:
     """``build_attn`` over the KV cache: store K/V (SET_ROWS), view the cache, attend; ``kqv_out``.
 
-    As in llama.cpp, the stores are expanded into the graph first and K/V are views of the cache
+    A sliding-window layer (gemma3) uses the iSWA cache's SWA half: its own ``cache_k_l{il}`` /
+    ``cache_v_l{il}`` (full size, llama.cpp's default ``swa_full``) and the window's mask.  As in
+    llama.cpp, the stores are expanded into the graph first and K/V are views of the cache
     tensors themselves (the backend's FLASH_ATTN_EXT rule wants PERMUTE <- VIEW <- the cache);
     ovkit's Graph records the ordering as the views' ``after`` edge.
     """
@@ -139,8 +152,8 @@ def attention(
     q = b.permute(q, 0, 2, 1, 3)
     kk = b.permute(kk, 0, 2, 1, 3)
     vv = b.permute(vv, 0, 2, 1, 3)
-    scale = 1.0 / math.sqrt(hd)
-    mask = L["attn_inp_kq_mask"]
+    scale = 1.0 if hp.spec.q_scale else 1.0 / math.sqrt(hd)  # q_scale: Q was scaled already
+    mask = L[SWA_MASK if hp.is_swa(il) else "attn_inp_kq_mask"]
     if shape.flash_attn:
         cur = b.flash_attn_ext(q, kk, vv, mask, scale, 0.0, 0.0)
         b.flash_attn_ext_set_prec(cur, GGML_PREC_F32)
@@ -209,8 +222,7 @@ def decoder_layer(b: Any, hp: HParams, shape: GraphShape, il: int, x: Any, L: Ma
         hp.head_dim,
         spec.rope_type,
         hp.n_ctx_train,
-        hp.rope_freq_base,
-        hp.rope_freq_scale,
+        *hp.rope_base_scale(il),
         0.0,  # ext_factor (no YaRN)
         1.0,  # attn_factor
         32.0,  # beta_fast
@@ -225,20 +237,29 @@ def decoder_layer(b: Any, hp: HParams, shape: GraphShape, il: int, x: Any, L: Ma
     cb(q, "Qcur", il)
     cb(k, "Kcur", il)
     cb(v, "Vcur", il)
+    if spec.q_scale:  # gemma: Q times the attention scale, then attention with a KQ scale of 1
+        q = b.scale(q, hp.attn_scale)
     cur, caches = attention(b, hp, shape, il, q, k, v, L)
-    cur = cb(b.mul_mat(L[p + "attn_output.weight"], cur), "attn_out", il)
+    cur = b.mul_mat(L[p + "attn_output.weight"], cur)
+    if spec.names_attn_out:
+        cb(cur, "attn_out", il)
     if il == hp.n_layer - 1:
         cur = b.get_rows(cur, L["out_ids"])
         inp_sa = b.get_rows(inp_sa, L["out_ids"])
-    ffn_inp = cb(b.add(cur, inp_sa), "ffn_inp", il)
+    if spec.post_norms:
+        cur = cb(_norm(b, cb, cur, L[p + "post_attention_norm.weight"], hp.rms_eps, il), "attn_post_norm", il)
+    ffn_inp = cb(b.add(cur, inp_sa), "sa_out" if spec.post_norms else "ffn_inp", il)
     cur = cb(_norm(b, cb, ffn_inp, L[p + "ffn_norm.weight"], hp.rms_eps, il), "ffn_norm", il)
     if spec.moe:
         cur = cb(moe_ffn(b, hp, il, cur, L), "ffn_moe_out", il)
-    else:  # build_ffn(LLM_FFN_SILU, LLM_FFN_PAR)
+    else:  # build_ffn(LLM_FFN_SILU or LLM_FFN_GELU, LLM_FFN_PAR)
+        glu, glu_name = FFN_GLU[spec.ffn_act]
         up = cb(b.mul_mat(L[p + "ffn_up.weight"], cur), "ffn_up", il)
         gate = cb(b.mul_mat(L[p + "ffn_gate.weight"], cur), "ffn_gate", il)
-        cur = cb(b.swiglu_split(gate, up), "ffn_swiglu", il)
+        cur = cb(getattr(b, glu)(gate, up), glu_name, il)
         cur = cb(b.mul_mat(L[p + "ffn_down.weight"], cur), "ffn_out", il)
+    if spec.post_norms:  # llama.cpp's build_norm here gets il = -1: its RMS_NORM is named "norm"
+        cur = cb(_norm(b, cb, cur, L[p + "post_ffw_norm.weight"], hp.rms_eps, -1), "ffn_post_norm", il)
     cur = cb(b.add(cur, ffn_inp), "l_out", il)
     return LayerOut(cur, caches)
 
@@ -265,13 +286,19 @@ def decoder_program(hp: HParams, shape: GraphShape) -> Callable[[Any, Mapping[st
     def program(b: Any, L: Mapping[str, Any]) -> DecoderOut:
         cb = _namer(b)
         x = cb(b.get_rows(L["token_embd.weight"], L["inp_tokens"]), "inp_embd", -1)
+        if hp.spec.embd_scale:  # gemma: sqrtf(n_embd) in f32
+            x = cb(b.scale(x, float(np.sqrt(np.float32(hp.n_embd)))), "inp_scaled", -1)
         caches: dict[str, Any] = {}
         for il in range(hp.n_layer):
             layer = decoder_layer(b, hp, shape, il, x, L)
             x = layer.out
             caches.update(layer.caches)
         cur = cb(_norm(b, cb, x, L["output_norm.weight"], hp.rms_eps, -1), "result_norm", -1)
-        logits = cb(b.mul_mat(L[output_weight_name(L)], cur), "result_output", -1)
+        logits = b.mul_mat(L[output_weight_name(L)], cur)
+        cap = hp.final_logit_softcapping
+        if cap:  # gemma's final logit soft-capping
+            logits = b.scale(b.tanh(b.scale(logits, 1.0 / cap)), cap)
+        logits = cb(logits, "result_output", -1)
         return DecoderOut(logits, caches)
 
     return program
@@ -281,7 +308,6 @@ def causal_inputs(
     hp: HParams, shape: GraphShape, tokens: Any, start: int, out_ids: Any | None = None
 ) -> dict[str, Any]:
     """Input values for ``tokens`` at positions ``start..``: positions, cache rows, causal mask."""
-    import numpy as np
 
     toks = np.asarray(tokens, dtype=np.int32).reshape(-1)
     n = toks.size
@@ -290,17 +316,22 @@ def causal_inputs(
     pos = np.arange(start, start + n, dtype=np.int64)
     if start < 0 or pos[-1] >= shape.n_kv:
         raise ValueError(f"positions {start}..{pos[-1]} do not fit n_kv={shape.n_kv} (n_ctx={shape.n_ctx})")
-    mask = np.where(np.arange(shape.n_kv)[None, :] <= pos[:, None], 0.0, -np.inf)
+    cells = np.arange(shape.n_kv)[None, :]  # cell c holds position c
+    mask = np.where(cells <= pos[:, None], 0.0, -np.inf)
     if shape.flash_attn:
         v_idxs = pos
     else:  # element j of row p sits at j * n_ctx + p in the transposed V cache
         v_idxs = (np.arange(hp.n_embd_kv, dtype=np.int64)[None, :] * shape.n_ctx + pos[:, None]).reshape(-1)
     ids = np.arange(n - shape.n_outputs, n) if out_ids is None else np.asarray(out_ids)
-    return {
+    mask_type = np.float16 if shape.flash_attn else np.float32
+    feed = {
         "inp_tokens": toks,
         "inp_pos": pos.astype(np.int32),
         "attn_inp_k_idxs": pos,
         "attn_inp_v_idxs": v_idxs,
-        "attn_inp_kq_mask": mask.astype(np.float16 if shape.flash_attn else np.float32),
+        "attn_inp_kq_mask": mask.astype(mask_type),
         "out_ids": ids.astype(np.int32),
     }
+    if any(hp.swa_layers):  # llama_hparams::is_masked_swa (standard): p_query - p_key >= n_swa
+        feed[SWA_MASK] = np.where(pos[:, None] - cells >= hp.n_swa, -np.inf, mask).astype(mask_type)
+    return feed

@@ -67,6 +67,24 @@ class Generation:
         return n / self.decode_s if self.decode_s > 0 else float("inf")
 
 
+def model_weights(gguf: GGUFModel) -> list[tuple[str, Any]]:
+    """Every tensor as a graph constant, as stored; a type upstream refuses but that repacks
+    losslessly (``quant.REPACKS``: Q5_0 as Q8_0 blocks) is repacked, anything else is refused."""
+    out: list[tuple[str, Any]] = []
+    for name, info in gguf.tensors.items():
+        if info.supported:
+            out.append((name, gguf.constant(name)))
+        elif info.type in quant.REPACKS:
+            qtype, blocks = quant.repack_blocks(info.type, gguf.raw(name))
+            out.append((name, quant.from_blocks(qtype, blocks, info.shape, name=name)))
+        else:
+            raise ModelError(
+                f"{gguf.path}: tensor {name!r} is {info.type}, which ovkit does not run as a model weight "
+                f"(expected f32, f16, bf16, {', '.join(quant.QUANT_TYPES)} or {', '.join(quant.REPACKS)})"
+            )
+    return out
+
+
 @dataclass
 class _Bucket:
     shape: GraphShape
@@ -114,11 +132,12 @@ class Model:
             config.prefill_chunk_size if self.device_class == DeviceClass.NPU else max(1, n_ubatch)
         )
         self.stateful = stateful
-        self.weights: dict[str, Any] = {}
-        for name, value in self.gguf.constants():
-            if isinstance(value, quant.QuantizedWeight):
-                value = value.apply_policy(self.device_class, no_requant=no_requant)
-            self.weights[name] = value
+        self.weights = {
+            name: value.apply_policy(self.device_class, no_requant=no_requant)
+            if isinstance(value, quant.QuantizedWeight)
+            else value
+            for name, value in model_weights(self.gguf)
+        }
         quantized = [w for w in self.weights.values() if isinstance(w, quant.QuantizedWeight)]
         self._configs = {
             n: run_config_from(

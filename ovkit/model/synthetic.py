@@ -19,7 +19,7 @@ from ovkit import quant
 from ovkit.gguf import finish_gguf
 from ovkit.model.arch import HParams, ModelError, arch_spec
 
-WEIGHT_TYPES: tuple[str, ...] = ("f32", "f16", *quant.QUANT_TYPES)
+WEIGHT_TYPES: tuple[str, ...] = ("f32", "f16", *quant.QUANT_TYPES, *quant.REPACKS)  # REPACKS: Q5_0
 _N_SPECIAL = 3  # <unk>, <s>, </s>
 _TOKEN_NORMAL, _TOKEN_UNKNOWN, _TOKEN_CONTROL, _TOKEN_BYTE = 1, 2, 3, 6
 
@@ -67,6 +67,9 @@ def tensor_shapes(hp: HParams, tied: bool = False) -> dict[str, tuple[int, ...]]
             shapes[p + "attn_q_norm.weight"] = (hp.head_dim,)
             shapes[p + "attn_k_norm.weight"] = (hp.head_dim,)
         shapes[p + "attn_output.weight"] = (hp.n_embd, hp.n_embd_q)
+        if spec.post_norms:
+            shapes[p + "post_attention_norm.weight"] = (hp.n_embd,)
+            shapes[p + "post_ffw_norm.weight"] = (hp.n_embd,)
         shapes[p + "ffn_norm.weight"] = (hp.n_embd,)
         if spec.moe:  # the router and the experts stacked on the outermost dim
             shapes[p + "ffn_gate_inp.weight"] = (hp.n_expert, hp.n_embd)
@@ -129,15 +132,26 @@ def synthetic(
     n_expert: int = 4,
     n_expert_used: int = 2,
     n_ff_exp: int = 64,
+    head_dim: int | None = None,
+    sliding_window: int = 0,
+    sliding_window_pattern: int | None = None,
+    rope_freq_base_swa: float | None = None,
     seed: int = 0,
 ) -> Path:
     """Write a random-weight ``arch`` model to ``path`` (``weight_type``: f32, f16 or a quant type;
-    ``n_expert``, ``n_expert_used``, ``n_ff_exp``: the experts of a MoE architecture)."""
-    moe = arch_spec(arch).moe
+    ``n_expert``, ``n_expert_used``, ``n_ff_exp``: the experts of a MoE architecture;
+    ``head_dim``: written as key/value length when it is not n_embd / n_head; ``sliding_window``,
+    ``sliding_window_pattern``, ``rope_freq_base_swa``: gemma3's interleaved sliding window)."""
+    spec = arch_spec(arch)
+    moe = spec.moe
     if weight_type not in WEIGHT_TYPES:
         raise ModelError(f"weight_type={weight_type!r} is not valid (expected one of {WEIGHT_TYPES})")
-    if n_embd % n_head:
+    if head_dim is None and n_embd % n_head:
         raise ModelError(f"n_embd={n_embd} must be a multiple of n_head={n_head}")
+    if sliding_window and not spec.swa_pattern:
+        raise ModelError(
+            f"sliding_window={sliding_window}: architecture {arch!r} has no sliding-window layers"
+        )
     hp = HParams(
         arch=arch,
         n_vocab=n_vocab,
@@ -146,7 +160,7 @@ def synthetic(
         n_head=n_head,
         n_head_kv=n_head_kv,
         n_ff=n_ff,
-        head_dim=n_embd // n_head,
+        head_dim=head_dim or n_embd // n_head,
         n_ctx_train=n_ctx_train,
         rms_eps=rms_eps,
         rope_freq_base=rope_freq_base,
@@ -169,6 +183,15 @@ def synthetic(
     w.add_head_count_kv(n_head_kv)
     w.add_layer_norm_rms_eps(rms_eps)
     w.add_rope_freq_base(rope_freq_base)
+    if head_dim is not None:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    if sliding_window:
+        w.add_sliding_window(sliding_window)
+        if sliding_window_pattern is not None:
+            w.add_sliding_window_pattern(sliding_window_pattern)
+        if rope_freq_base_swa is not None:
+            w.add_rope_freq_base_swa(rope_freq_base_swa)
     if moe:
         w.add_expert_count(n_expert)
         w.add_expert_used_count(n_expert_used)
