@@ -7,7 +7,6 @@ magnitude (``16.0 MiB``, ``812 µs``), never as raw floats or byte counts.
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,79 +15,15 @@ from typing import TYPE_CHECKING, Any
 from ovkit.buffers import buffer_type, host_buffer_type
 from ovkit.devices import Device, physical_device_ids
 from ovkit.memory import BYTE_UNITS, format_bytes
+from ovkit.report import Report, Reported, format_duration
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6))
-
-
-def format_duration(seconds: float) -> str:
-    """A duration in the largest unit it reaches: ``1.25 s``, ``64.7 ms``, ``812 µs``."""
-    unit, size = next(((u, s) for u, s in TIME_UNITS if abs(seconds) >= s), TIME_UNITS[-1])
-    value = seconds / size
-    return f"{value:,.{0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2}f} {unit}"
-
-
 def byte_scale(largest: float) -> tuple[str, int]:
     """The unit (name, bytes) for a chart axis whose largest value is ``largest`` bytes."""
     return next(((u, s) for u, s in BYTE_UNITS if largest >= 2 * s), ("B", 1))
-
-
-@dataclass(frozen=True, slots=True)
-class Report:
-    """A small table of already formatted strings, with a title and footnotes."""
-
-    title: str
-    columns: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    notes: tuple[str, ...] = ()
-
-    def __str__(self) -> str:
-        widths = [max([len(c), *(len(r[i]) for r in self.rows)]) for i, c in enumerate(self.columns)]
-
-        def line(cells: Sequence[str]) -> str:
-            return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
-
-        body = [line(self.columns), *(line(r) for r in self.rows)]
-        return "\n".join([self.title, *body, *self.notes])
-
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        esc = html.escape
-        left = "style='text-align: left'"  # inline: JupyterLab right-aligns table cells
-        head = "".join(f"<th {left}>{esc(c)}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(f"<td {left}>{esc(v)}</td>" for v in r) + "</tr>" for r in self.rows)
-        notes = "".join(f"<div class='ovkit-note'>{esc(n)}</div>" for n in self.notes)
-        return (
-            f"<div class='ovkit-report'><b>{esc(self.title)}</b>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}</div>"
-        )
-
-    def column(self, name: str) -> list[str]:
-        i = self.columns.index(name)
-        return [r[i] for r in self.rows]
-
-
-class Reported:
-    """Base of the records a cell displays through their :meth:`report` (text and HTML)."""
-
-    __slots__ = ()
-
-    def report(self) -> Report:
-        raise NotImplementedError
-
-    def __str__(self) -> str:
-        return str(self.report())
-
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        return self.report()._repr_html_()
 
 
 def _finished(fig: Figure) -> Figure:
