@@ -145,7 +145,7 @@ class FrameReport(Reported):
         shown = [c for c in self.frame.columns if c not in self.hidden]
         fmts = [FORMATS.get(self.kinds.get(c, ""), str) for c in shown]
         rows = tuple(
-            tuple(fmt(v) for fmt, v in zip(fmts, values, strict=True))
+            tuple(fmt(v) or "–" for fmt, v in zip(fmts, values, strict=True))  # "–": nothing
             for values in self.frame[shown].itertuples(index=False, name=None)
         )
         return Report(self.title, tuple(self.labels.get(c, c) for c in shown), rows, self.notes)

@@ -81,7 +81,9 @@ def test_placement_summary_as_percentages(laptop_nodes: pd.DataFrame) -> None:
     s = pl.summary(laptop_nodes)
     text, _ = _both(s)
     assert text.count("100.0 %") == 2 * len(s) and not re.search(r"\b1\.0\b", text), text
-    assert re.search(r"^prefill +NPU \(SIMULATED\) +\d+ +\d+ +0 +100\.0 % +100\.0 % +yes$", text, re.M), text
+    assert re.search(r"^prefill +NPU \(SIMULATED\) +\d+ +\d+ +0 +100\.0 % +100\.0 % +– +yes$", text, re.M), (
+        text
+    )
     assert s.frame["flops_on_device"].eq(1.0).all()  # the fractions themselves stay in .frame
     assert pl.summary(laptop_nodes, raw=True).equals(s.frame)
 

@@ -98,7 +98,12 @@ def test_a_stopped_view_reopens_as_its_last_drawn_state(tmp_path: Path) -> None:
     assert nb.cells[2].outputs[0].text == "stopped\n"
     (charts,) = [o for o in nb.cells[0].outputs if "data" in o]
     assert WIDGET_VIEW not in charts.data  # nothing left that needs a widget model
-    assert charts.data["text/plain"].startswith("charts stopped; the last state drawn (")
+    plain = charts.data["text/plain"]
+    assert plain.startswith("charts stopped; the last state drawn (")
+    assert re.search(r"^  CPU: [\d.,]+ GiB used of [\d.,]+ GiB \(host RAM − MemAvailable\)$", plain, re.M), (
+        plain
+    )
+    assert not re.search(r"\d{7}", plain)  # figures by magnitude, never raw byte counts
     page = charts.data["text/html"]
     assert "charts stopped; the last state drawn" in page and "data:image/png;base64," in page
     assert charts.data["image/png"]
