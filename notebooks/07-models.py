@@ -91,9 +91,8 @@ display(
 if notebook.quantizable(["q4_K"], "the Q4_K model whose token embedding falls back"):
     k_path = synthetic("llama", workdir / "llama-q4_K-256.gguf", n_embd=256, n_ff=256, weight_type="q4_K")
     k_nodes = placement.node_table(Model(k_path, n_ctx=n_ctx), devices, n_prompt=n_prompt)
-    display(
-        placement.summary(k_nodes), placement.fallbacks(k_nodes.drop_duplicates(["graph", "device", "node"]))
-    )
+    rejected = k_nodes[~k_nodes.on_device].drop_duplicates(["graph", "device", "node"])
+    display(placement.summary(k_nodes), placement.fallbacks(rejected))
 
 # %% [markdown]
 # With the real backend installed (`scripts/install-upstream`), the same graph built by ggml in
