@@ -142,7 +142,8 @@ steps.chart(buffers.allocation_history())
 # %% tags=["quant"]
 w = rng.standard_normal((quant_rows, quant_k)).astype(np.float32)
 x = rng.standard_normal((4, quant_k)).astype(np.float32)
-qtable = notebook.quantized_matmul_table(w, x, dev, core)
+types = notebook.quantizable(quant.QUANT_TYPES, "those types' rows")
+qtable = notebook.quantized_matmul_table(w, x, dev, core, types)
 errors = [c for c in qtable.columns if "NMSE" in c or "error" in c]
 qtable.style.format({c: "{:.2e}" for c in errors} | {"bits/weight": "{:.2f}"}, escape="html")
 

@@ -161,7 +161,7 @@ notebook.perf_chart(perf, dev0)
 # %% tags=["upstream-three-way"]
 from ovkit import upstream
 
-if upstream.detect().available:
+if notebook.optional("backend", "the three-way run against the real backend"):
     picked = testops.select(upstream.cases.catalogue(), upstream_ops)
     three = upstream.three_way(picked, progress=False)
     cols = ["case", "upstream_status", "upstream_nmse", "ovkit_status", "ovkit_nmse", "ovkit_rule", "agrees"]
@@ -170,8 +170,6 @@ if upstream.detect().available:
             {"upstream_nmse": "{:.1e}", "ovkit_nmse": "{:.1e}"}, na_rep="–", escape="html"
         )
     )
-else:
-    print(f"the real backend is not installed here: run {upstream.INSTALL_SCRIPT}")
 
 # %% [markdown]
 # The live agreement: the installed backend's `supports_op` on every test-backend-ops case of
@@ -179,7 +177,7 @@ else:
 # would be listed with its rule).
 
 # %% tags=["upstream-agreement"]
-if upstream.detect().available:
+if notebook.optional("backend", "the live supports_op agreement"):
     live = upstream.agreement(catalogue=False, progress=False)
     print("\n".join(live.lines()))
 

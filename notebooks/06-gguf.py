@@ -57,6 +57,8 @@ print("layer runs on", dev, "| files in", workdir)
 
 
 # %% tags=["write"]
+if not notebook.quantizable([down_qtype], f"{down_qtype} for ffn_down and the output head; {qtype} here"):
+    down_qtype = qtype
 tensors = notebook.tiny_llama_tensors(n_layers, n_embd, n_ff, n_vocab, qtype, down_qtype, seed)
 meta = {
     "general.name": "ovkit-tiny",
@@ -155,5 +157,5 @@ print("fits on:", ", ".join(f"{m}/{d}" for m, d, ok in verdicts if ok == "yes"))
 print("does not fit on:", ", ".join(f"{m}/{d}" for m, d, ok in verdicts if ok != "yes") or "-")
 worst = layer["NMSE vs dequantized"].max()
 print(f"blk.0 on {dev}: {len(layer)} quantized matmuls, worst NMSE vs dequantized {worst:.1e}")
-if "NMSE vs ggml" in layer:
+if notebook.optional("ggml", "the comparison with ggml's quantized kernels"):
     print(f"blk.0 on {dev}: worst NMSE vs ggml {layer['NMSE vs ggml'].max():.1e}")

@@ -25,6 +25,7 @@ n_ctx = 256
 n_prompt = 16
 n_predict = 16
 seed = 0
+real_model = ""  # path of a real GGUF model (e.g. SmolLM2-135M Q4_1) for section 5; "" skips it
 
 # %% tags=["setup"]
 # %matplotlib inline
@@ -35,6 +36,7 @@ import pandas as pd
 from IPython.display import display
 
 import ovkit
+from ovkit import notebook
 from ovkit.model import Model, footprint, placement, synthetic
 from ovkit.model import profile as op_profile
 from ovkit.model.cli import compare
@@ -52,10 +54,7 @@ path = synthetic(
     seed=seed,
 )
 model = Model(path, n_ctx=n_ctx, profiling=True)
-print(
-    f"{path.name}: {model.hp.arch}, {model.hp.n_layer} layers, n_embd {model.hp.n_embd}, "
-    f"{model.hp.n_head}/{model.hp.n_head_kv} heads, {path.stat().st_size / 2**20:.2f} MiB"
-)
+model
 
 # %% [markdown]
 # ## 1. Does it fit?
@@ -65,14 +64,7 @@ print(
 # memory. The simulated laptop's devices are labelled SIMULATED.
 
 # %% tags=["fit"]
-fit = footprint.fit(model, sim)
-mib = ["weight_bytes", "kv_cache_bytes", "compute_bytes", "total_bytes", "free_bytes"]
-display(
-    fit.assign(**{c: fit[c] / 2**20 for c in mib})
-    .rename(columns={c: c.replace("_bytes", " MiB") for c in mib})
-    .drop(columns="headroom_bytes")
-    .style.format(precision=2, escape="html")
-)
+footprint.fit(model, sim)  # .frame (or raw=True) holds the bytes
 
 # %% [markdown]
 # ## 2. Placement: what runs on each device, what falls back
@@ -87,11 +79,7 @@ display(
 # %% tags=["placement"]
 devices = placement.targets(sim)
 nodes = placement.node_table(model, devices, n_prompt=n_prompt)
-display(
-    placement.summary(nodes).style.format(
-        {"flops_on_device": "{:.1%}", "weight_bytes_on_device": "{:.1%}"}, escape="html"
-    )
-)
+display(placement.summary(nodes), placement.fallbacks(nodes))
 print(f"{len(nodes)} rows: nodes × devices; the first decode nodes on the GPU:")
 display(
     nodes[(nodes.graph == "decode") & (nodes["class"] == "GPU")].head(8)[
@@ -100,14 +88,11 @@ display(
 )
 
 # %% tags=["placement-rejected"]
-k_path = synthetic("llama", workdir / "llama-q4_K-256.gguf", n_embd=256, n_ff=256, weight_type="q4_K")
-k_nodes = placement.node_table(Model(k_path, n_ctx=n_ctx), devices, n_prompt=n_prompt)
-display(
-    placement.summary(k_nodes).style.format(
-        {"flops_on_device": "{:.1%}", "weight_bytes_on_device": "{:.1%}"}, escape="html"
-    )
-)
-display(placement.fallbacks(k_nodes).drop_duplicates(["graph", "device", "node"]))
+if notebook.quantizable(["q4_K"], "the Q4_K model whose token embedding falls back"):
+    k_path = synthetic("llama", workdir / "llama-q4_K-256.gguf", n_embd=256, n_ff=256, weight_type="q4_K")
+    k_nodes = placement.node_table(Model(k_path, n_ctx=n_ctx), devices, n_prompt=n_prompt)
+    rejected = k_nodes[~k_nodes.on_device].drop_duplicates(["graph", "device", "node"])
+    display(placement.summary(k_nodes), placement.fallbacks(rejected))
 
 # %% [markdown]
 # With the real backend installed (`scripts/install-upstream`), the same graph built by ggml in
@@ -115,10 +100,11 @@ display(placement.fallbacks(k_nodes).drop_duplicates(["graph", "device", "node"]
 # this machine's CPU. Rows where they differ are listed.
 
 # %% tags=["placement-live"]
-cpu = [d for d in placement.targets() if d.device_class == "CPU"]
-live = placement.node_table(model, cpu, n_prompt=n_prompt, live=placement.live_support(path))
-print(f"live supports_op agrees with ovkit's policy on {live.agree.sum()}/{len(live)} nodes")
-display(live.loc[~live.agree, ["graph", "node", "op", "ne", "on_device", "live_supports_op"]])
+if notebook.optional("backend", "the real backend's own supports_op per node"):
+    cpu = [d for d in placement.targets() if d.device_class == "CPU"]
+    live = placement.node_table(model, cpu, n_prompt=n_prompt, live=placement.live_support(path))
+    print(f"live supports_op agrees with ovkit's policy on {live.agree.sum()}/{len(live)} nodes")
+    display(live.loc[~live.agree, ["graph", "node", "op", "ne", "on_device", "live_supports_op"]])
 
 # %% [markdown]
 # ## 3. Run it, and compare with llama.cpp
@@ -143,21 +129,17 @@ display(charts)
 # %% tags=["run"]
 prompt = [1 + (i * 37) % (model.hp.n_vocab - 1) for i in range(n_prompt)]
 gen = model.generate(prompt, n_predict)
-print("generated:", " ".join(map(str, gen.tokens)))
-print(
-    f"prefill {gen.prefill_tok_s:,.1f} tok/s, decode {gen.decode_tok_s:,.1f} tok/s "
-    f"(compiling {len(model.sessions())} shape buckets took {gen.compile_s:.2f} s, not counted)"
-)
 charts.refresh()
+gen  # times and tok/s; gen.prefill_s, gen.decode_s, gen.compile_s keep the seconds
 
 # %% tags=["compare"]
-ref = run_reference(path, prompt, gen.tokens, n_ctx=n_ctx)
-c = compare(gen, ref)
-per_pos = pd.Series(c["nmse_per_position"], name="logit NMSE vs llama.cpp")
-ax = per_pos.plot(logy=True, marker=".", figsize=(7, 2.5), title="ovkit vs llama.cpp, per position")
-ax.axvline(n_prompt - 0.5, color="grey", ls=":")
-ax.set_xlabel("position (prompt | decode)")
-print(f"greedy tokens agree on {c['greedy_agree']}/{c['greedy_total']}; max NMSE {c['max_nmse']:.1e}")
+if notebook.optional("llama.cpp", "the logits against llama.cpp"):
+    c = compare(gen, run_reference(path, prompt, gen.tokens, n_ctx=n_ctx))
+    per_pos = pd.Series(c["nmse_per_position"], name="logit NMSE vs llama.cpp")
+    ax = per_pos.plot(logy=True, marker=".", figsize=(7, 2.5), title="ovkit vs llama.cpp, per position")
+    ax.axvline(n_prompt - 0.5, color="grey", ls=":")
+    ax.set_xlabel("position (prompt | decode)")
+    print(f"greedy tokens agree on {c['greedy_agree']}/{c['greedy_total']}; max NMSE {c['max_nmse']:.1e}")
 
 # %% [markdown]
 # ## 4. Where the time goes
@@ -177,3 +159,15 @@ display(
     .drop(columns="bytes")
     .style.format({"MiB": "{:,.1f}"}, escape="html")
 )
+
+# %% [markdown]
+# ## 5. A real model
+#
+# The same questions for a real GGUF file (`real_model` in the parameters cell, or
+# `papermill -p real_model PATH`): its shape and sizes, the fit per device and a short run on
+# this machine's CPU. Without a file the cell says so and the notebook ends here.
+
+# %% tags=["real-model"]
+if notebook.optional("model", "a real model's fit and run", real_model):
+    real = Model(real_model, n_ctx=n_ctx)
+    display(real, footprint.fit(real, sim), real.generate(prompt[:8], 8))

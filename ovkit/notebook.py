@@ -7,6 +7,7 @@ magnitude (``16.0 MiB``, ``812 µs``), never as raw floats or byte counts.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -14,21 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from ovkit.buffers import buffer_type, host_buffer_type
 from ovkit.devices import Device, physical_device_ids
-from ovkit.escape import html_text
 from ovkit.memory import BYTE_UNITS, format_bytes
+from ovkit.report import Report, Reported, format_duration
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
-
-TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6))
-
-
-def format_duration(seconds: float) -> str:
-    """A duration in the largest unit it reaches: ``1.25 s``, ``64.7 ms``, ``812 µs``."""
-    unit, size = next(((u, s) for u, s in TIME_UNITS if abs(seconds) >= s), TIME_UNITS[-1])
-    value = seconds / size
-    return f"{value:,.{0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2}f} {unit}"
 
 
 def byte_scale(largest: float) -> tuple[str, int]:
@@ -36,59 +28,93 @@ def byte_scale(largest: float) -> tuple[str, int]:
     return next(((u, s) for u, s in BYTE_UNITS if largest >= 2 * s), ("B", 1))
 
 
-@dataclass(frozen=True, slots=True)
-class Report:
-    """A small table of already formatted strings, with a title and footnotes."""
+def _backend_missing(_: str | None) -> str | None:
+    from ovkit.upstream.build import UpstreamUnavailableError, require
 
-    title: str
-    columns: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    notes: tuple[str, ...] = ()
+    try:
+        require()
+    except UpstreamUnavailableError as exc:
+        return str(exc)
+    return None
 
-    def __str__(self) -> str:
-        widths = [max([len(c), *(len(r[i]) for r in self.rows)]) for i, c in enumerate(self.columns)]
 
-        def line(cells: Sequence[str]) -> str:
-            return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+def _ggml_missing(_: str | None) -> str | None:
+    from ovkit import oracle
+    from ovkit.upstream.build import INSTALL_SCRIPT
 
-        body = [line(self.columns), *(line(r) for r in self.rows)]
-        return "\n".join([self.title, *body, *self.notes])
+    return (
+        None
+        if oracle.ggml_available()
+        else f"ggml-python (ggml itself) is not installed; run {INSTALL_SCRIPT}"
+    )
 
-    def __repr__(self) -> str:
-        return str(self)
 
-    def _repr_html_(self) -> str:
-        esc = html_text
-        left = "style='text-align: left'"  # inline: JupyterLab right-aligns table cells
-        head = "".join(f"<th {left}>{esc(c)}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(f"<td {left}>{esc(v)}</td>" for v in r) + "</tr>" for r in self.rows)
-        notes = "".join(f"<div class='ovkit-note'>{esc(n)}</div>" for n in self.notes)
-        return (
-            f"<div class='ovkit-report'><b>{esc(self.title)}</b>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}</div>"
+def _llama_missing(_: str | None) -> str | None:
+    import importlib.util
+
+    from ovkit.upstream.build import INSTALL_SCRIPT
+
+    if importlib.util.find_spec("llama_cpp") is not None:
+        return None
+    return f"llama-cpp-python (llama.cpp's CPU build) is not installed; run {INSTALL_SCRIPT}"
+
+
+def _model_missing(path: str | None) -> str | None:
+    from pathlib import Path
+
+    if not path:
+        return "no real model file given (a GGUF path in the parameters cell, or papermill -p)"
+    return None if Path(path).is_file() else f"the model file {path} does not exist"
+
+
+#: The parts a walkthrough can do without: each gives why it is missing (None: present).
+OPTIONAL_PARTS = {
+    "backend": _backend_missing,  # the real ggml-openvino backend (scripts/install-upstream)
+    "ggml": _ggml_missing,  # ggml-python: ggml's own ops and quantizers, the oracle
+    "llama.cpp": _llama_missing,  # llama-cpp-python: llama.cpp itself, the whole-model reference
+    "model": _model_missing,  # a real GGUF model file (path)
+}
+
+
+def optional(part: str, skipped: str, path: str | None = None) -> bool:
+    """True when ``part`` (a key of :data:`OPTIONAL_PARTS`) is here; otherwise print one line
+    saying what is skipped and why, so Run All goes on without a traceback."""
+    check = OPTIONAL_PARTS.get(part)
+    if check is None:
+        raise ValueError(f"unknown optional part {part!r}; expected one of {', '.join(OPTIONAL_PARTS)}")
+    missing = check(path)
+    if missing is not None:
+        print(f"skipped: {skipped} ({missing})")
+    return missing is None
+
+
+@functools.cache
+def can_quantize(qtype: str) -> bool:
+    """True when this install quantizes ``qtype``: ggml's quantizer (ggml-python) does every type,
+    the ``gguf`` package only some (not the K-quants); asked once per type on one block row."""
+    import numpy as np
+
+    from ovkit import quant
+
+    row = np.linspace(-1.0, 1.0, 256, dtype=np.float32)[None, :]  # one block of every type
+    try:
+        quant.quantize(qtype, row)
+    except NotImplementedError:
+        return False
+    return True
+
+
+def quantizable(types: Sequence[str], skipped: str) -> list[str]:
+    """The ``types`` this install can quantize; the others are named in one ``skipped:`` line."""
+    from ovkit.upstream.build import INSTALL_SCRIPT
+
+    missing = [t for t in types if not can_quantize(t)]
+    if missing:
+        print(
+            f"skipped: {skipped} ({', '.join(missing)} need{'' if len(missing) > 1 else 's'} ggml's "
+            f"quantizer: ggml-python (ggml itself) is not installed; run {INSTALL_SCRIPT})"
         )
-
-    def column(self, name: str) -> list[str]:
-        i = self.columns.index(name)
-        return [r[i] for r in self.rows]
-
-
-class Reported:
-    """Base of the records a cell displays through their :meth:`report` (text and HTML)."""
-
-    __slots__ = ()
-
-    def report(self) -> Report:
-        raise NotImplementedError
-
-    def __str__(self) -> str:
-        return str(self.report())
-
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        return self.report()._repr_html_()
+    return [t for t in types if t not in missing]
 
 
 def _finished(fig: Figure) -> Figure:
@@ -271,16 +297,19 @@ class MemorySteps(Reported):
 
 
 # -- quantized weights ---------------------------------------------------------------------------
-def quantized_matmul_table(w: Any, x: Any, device: str, core: Any = None) -> pd.DataFrame:
-    """``x @ W.T`` on ``device`` for ``w`` in every quantized type: size, bits per weight, and
-    NMSE against the dequantized weights (and against ggml's quantized kernels when available)."""
+def quantized_matmul_table(
+    w: Any, x: Any, device: str, core: Any = None, types: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """``x @ W.T`` on ``device`` for ``w`` in each quantized type (default: every one): size, bits
+    per weight, and NMSE against the dequantized weights (and against ggml's quantized kernels
+    when available)."""
     import pandas as pd
 
     from ovkit import oracle, quant
     from ovkit.graph import Graph
 
     rows = []
-    for qtype in quant.QUANT_TYPES:
+    for qtype in quant.QUANT_TYPES if types is None else types:
         qw = quant.quantize(qtype, w)
         g = Graph()
         got = g.compute(g.mul_mat(g.constant(qw), g.input("x", x.shape)), {"x": x}, device=device, core=core)

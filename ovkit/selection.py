@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ovkit.config import OvkitConfig, read_config
 from ovkit.devices import DeviceClass, device_class, is_virtual
 from ovkit.layouts import DEFAULT_LAYOUT, get_layout, resolve_for
+from ovkit.report import Report, Reported
 from ovkit.runtime import get_core
 
 if TYPE_CHECKING:
@@ -38,9 +39,10 @@ USING_DEVICE = "OpenVINO: using device {}"
 UNSUPPORTED_OP = "OpenVINO op unsupported: op '{}' ({}), type {}: {}"
 
 
-@dataclass(frozen=True, slots=True)
-class Selection:
-    """The outcome of resolving ``GGML_OPENVINO_DEVICE`` against the available devices."""
+@dataclass(frozen=True, slots=True, repr=False)
+class Selection(Reported):
+    """The outcome of resolving ``GGML_OPENVINO_DEVICE`` against the available devices (shown as a
+    few lines: the device, why, what was available; ``config`` keeps the full parsed settings)."""
 
     requested: str | None
     device: str
@@ -59,6 +61,22 @@ class Selection:
         """The lines upstream writes to stderr, in order."""
         lines = [FALLBACK_WARNING.format(self.requested)] if self.fell_back else []
         return lines + [USING_DEVICE.format(self.device)]
+
+    def report(self) -> Report:
+        if self.requested is None:
+            why = f"{ENV_DEVICE} unset: the default"
+        elif self.fell_back:
+            why = f"{ENV_DEVICE}={self.requested!r} is not available: fell back"
+        else:
+            why = f"{ENV_DEVICE}={self.requested!r}"
+        rows = [("device", f"{self.device} ({self.device_class})"), ("because", why)]
+        rows.append(("available", ", ".join(self.available) or "none"))
+        if self.hint:
+            rows.append(("hint", self.hint))
+        settings = [f"{k}={v}" for k, v in sorted(self.config.raw.items()) if k != ENV_DEVICE]
+        rows.append(("other settings", ", ".join(settings) or "none set (defaults)"))
+        rows += [("note", str(issue)) for issue in self.config.issues]
+        return Report(f"selected device: {self.device}", ("", ""), tuple(rows))
 
 
 def near_miss_hint(requested: str, available: list[str]) -> str | None:

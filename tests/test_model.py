@@ -153,11 +153,11 @@ def test_placement_on_simulated_gpu_and_npu_names_rejected_nodes(model_file: Cal
     devices = [d for d in pl.targets(SimulatedCore("laptop")) if d.device_class in ("GPU", "NPU")]
     nodes = pl.node_table(model, devices, n_prompt=8)
     assert set(nodes["device"]) == {"GPU (SIMULATED)", "NPU (SIMULATED)"}
-    rejected = pl.fallbacks(nodes)
+    rejected = pl.fallbacks(nodes, raw=True)
     assert set(rejected["device"]) == {"GPU (SIMULATED)", "NPU (SIMULATED)"}
     row = rejected[(rejected["node"] == "inp_embd") & (rejected["graph"] == "decode")].iloc[0]
     assert row["op"] == "GET_ROWS" and "256" in row["reason"]
-    s = pl.summary(nodes)
+    s = pl.summary(nodes, raw=True)
     assert (s["fall_back"] >= 1).all() and (s["on_device"] == s["nodes"] - s["fall_back"]).all()
     assert ((s["flops_on_device"] > 0.5) & (s["flops_on_device"] <= 1)).all()
     assert (s["weight_bytes_on_device"] < 1).all()  # the embedding's bytes stay on the CPU
@@ -210,7 +210,7 @@ def test_fit_per_device(model_file: Callable[..., Path]) -> None:
 
     model = Model(model_file("llama", "q8_0"), n_ctx=128)
     hp = model.hp
-    f = footprint.fit(model, SimulatedCore("laptop"))
+    f = footprint.fit(model, SimulatedCore("laptop"), raw=True)
     assert list(f["device"]) == ["CPU (SIMULATED)", "GPU (SIMULATED)", "NPU (SIMULATED)"]
     assert (f["kv_cache_bytes"] == 2 * hp.n_layer * 128 * hp.n_embd_kv * 2).all()
     npu = f[f["class"] == "NPU"].iloc[0]

@@ -16,7 +16,9 @@ import pytest
 from ovkit.upstream import build
 
 #: AMX instructions ggml's AMX kernels use (any one of them in a library means AMX code is in).
-AMX_MNEMONICS = re.compile(r"\s(tilezero|tileloadd|tileloaddt1|tilestored|ldtilecfg|tdpbusd|tdpbssd|tdpbf16ps)\s")
+AMX_MNEMONICS = re.compile(
+    r"\s(tilezero|tileloadd|tileloaddt1|tilestored|ldtilecfg|tdpbusd|tdpbssd|tdpbf16ps)\s"
+)
 
 LIBRARIES = {
     "llama-cpp-python-cpu": build.llama_cpu_build,
@@ -62,7 +64,9 @@ def test_no_installed_cpu_kernel_holds_an_amx_instruction(name: str) -> None:
     libs = sorted(Path(found.lib_dir).glob("libggml-cpu*.so*"))
     assert libs, f"no libggml-cpu in {found.lib_dir}"
     for lib in libs:
-        asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True)
+        asm = subprocess.run(
+            ["objdump", "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True
+        )
         assert asm.returncode == 0, asm.stderr
         hits = AMX_MNEMONICS.findall(asm.stdout)
         assert not hits, f"{lib} holds AMX instructions: {sorted(set(hits))}"

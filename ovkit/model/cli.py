@@ -1,9 +1,9 @@
 """``ovkit run-model FILE.gguf (--tokens "1 5 9" | --prompt TEXT) -n 32``: run, time, compare.
 
-Prints prefill and decode tokens/s; ``--compare llama.cpp`` runs the same prompt and the same fed
+Prints prefill and decode tokens/s and the compile time (not counted in them); ``--compare llama.cpp`` runs the same prompt and the same fed
 tokens through llama.cpp's CPU backend (llama-cpp-python, in a subprocess) and prints the logit
 NMSE per position and the greedy agreement.  ``--json`` prints ``tokens``, ``prefill_tok_s``,
-``decode_tok_s`` (and the comparison).
+``decode_tok_s``, ``compile_s`` (and the comparison).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import sys
 from typing import Any
 
 import numpy as np
+
+from ovkit.report import format_duration, format_rate
 
 COMPARE_CHOICES = ("llama.cpp", "upstream")
 
@@ -101,6 +103,7 @@ def cli(args: argparse.Namespace) -> int:
         "tokens": list(gen.tokens),
         "prefill_tok_s": gen.prefill_tok_s,
         "decode_tok_s": gen.decode_tok_s,
+        "compile_s": gen.compile_s,
     }
     if args.prompt is not None:  # text out through the same tokenizer
         result["text"] = reference.detokenize(args.file, gen.tokens)
@@ -123,7 +126,10 @@ def cli(args: argparse.Namespace) -> int:
     print(f"generated ({len(gen.tokens)}): {' '.join(map(str, gen.tokens))}")
     if "text" in result:
         print(f"text: {result['text']!r}")
-    print(f"prefill: {gen.prefill_tok_s:.1f} tok/s   decode: {gen.decode_tok_s:.1f} tok/s")
+    print(
+        f"prefill: {format_rate(gen.prefill_tok_s)}   decode: {format_rate(gen.decode_tok_s)}   "
+        f"compile: {format_duration(gen.compile_s)} ({len(model.sessions())} shape buckets, not in the speeds)"
+    )
     if args.compare:
         c = result["compare"]
         print(

@@ -7,14 +7,16 @@
   (each non-view result allocated when computed, freed after its last consumer), as ggml's
   graph allocator reuses memory.
 
-``fit`` compares the sum with each device's free memory (simulated devices say so).
+``fit`` compares the sum with each device's free memory (simulated devices say so); it shows
+the figures by magnitude, ``.frame`` (or ``raw=True``) holds the bytes.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ovkit.model.program import F16_BYTES
+from ovkit.report import FrameReport
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,8 +53,32 @@ def compute_buffer_bytes(model: Model, n_tokens: int | None = None) -> int:
     return peak
 
 
-def fit(model: Model, core: Any = None, n_ctx: int | None = None) -> pd.DataFrame:
-    """Per device: weights (after its policy), KV cache, compute buffer, total, free, fits."""
+FIT_KINDS = {
+    c: "bytes"
+    for c in (
+        "weight_bytes",
+        "kv_cache_bytes",
+        "compute_bytes",
+        "total_bytes",
+        "free_bytes",
+        "headroom_bytes",
+    )
+}
+FIT_LABELS = {c: c.removesuffix("_bytes").replace("_", " ") for c in FIT_KINDS}
+
+
+@overload
+def fit(
+    model: Model, core: Any = None, n_ctx: int | None = None, *, raw: Literal[False] = False
+) -> FrameReport: ...
+@overload
+def fit(model: Model, core: Any = None, n_ctx: int | None = None, *, raw: Literal[True]) -> pd.DataFrame: ...
+def fit(
+    model: Model, core: Any = None, n_ctx: int | None = None, *, raw: bool = False
+) -> FrameReport | pd.DataFrame:
+    """Per device: weights (after its policy), KV cache, compute buffer, total, free, fits; a
+    :class:`~ovkit.report.FrameReport` (figures by magnitude, ``.frame`` in bytes) or with
+    ``raw=True`` the DataFrame itself."""
     import pandas as pd
 
     from ovkit.devices import list_devices
@@ -80,4 +106,16 @@ def fit(model: Model, core: Any = None, n_ctx: int | None = None) -> pd.DataFram
                 "headroom_bytes": free - total,
             }
         )
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if raw:
+        return frame
+    return FrameReport(
+        f"{model.gguf.path.name} on each device: weights, KV cache, compute buffer vs free memory",
+        frame,
+        {**FIT_KINDS, "fits": "bool"},
+        FIT_LABELS,
+        notes=(
+            f"weights as each device class's requantization policy stores them; KV cache f16 at "
+            f"n_ctx {n_ctx or model.n_ctx:,}; compute buffer: peak of one ubatch's intermediates",
+        ),
+    )

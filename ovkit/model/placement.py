@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
 from ovkit import quant
 from ovkit.model.program import GraphShape, causal_inputs, decoder_program, input_specs
+from ovkit.report import FrameReport
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -194,9 +195,24 @@ def live_support(path: str | os.PathLike[str]) -> LiveSupport:
     return live
 
 
-def summary(nodes: pd.DataFrame) -> pd.DataFrame:
+SUMMARY_KINDS = {
+    "nodes": "count",
+    "on_device": "count",
+    "fall_back": "count",
+    "flops_on_device": "share",
+    "weight_bytes_on_device": "share",
+    "ovkit_runs": "bool",
+}
+
+
+@overload
+def summary(nodes: pd.DataFrame, *, raw: Literal[False] = False) -> FrameReport: ...
+@overload
+def summary(nodes: pd.DataFrame, *, raw: Literal[True]) -> pd.DataFrame: ...
+def summary(nodes: pd.DataFrame, *, raw: bool = False) -> FrameReport | pd.DataFrame:
     """Per graph and device: nodes on the device / falling back, shares of FLOPs and weight bytes,
-    and ``ovkit_runs``: False when a node falls back (ovkit has no fallback to ggml's CPU)."""
+    and ``ovkit_runs``: False when a node falls back (ovkit has no fallback to ggml's CPU).
+    Shares show as percentages (``.frame``, or ``raw=True``: the DataFrame of fractions)."""
     import pandas as pd
 
     rows = []
@@ -217,11 +233,36 @@ def summary(nodes: pd.DataFrame) -> pd.DataFrame:
                 "ovkit_runs": len(on) == len(grp),
             }
         )
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if raw:
+        return frame
+    return FrameReport(
+        "placement per graph and device",
+        frame,
+        SUMMARY_KINDS,
+        {c: c.replace("_", " ") for c in frame.columns},
+        notes=("ovkit runs: no — a node falls back, and ovkit runs a graph whole on one device",)
+        if not frame.empty and not frame["ovkit_runs"].all()
+        else (),
+    )
 
 
-def fallbacks(nodes: pd.DataFrame) -> pd.DataFrame:
+@overload
+def fallbacks(nodes: pd.DataFrame, *, raw: Literal[False] = False) -> FrameReport: ...
+@overload
+def fallbacks(nodes: pd.DataFrame, *, raw: Literal[True]) -> pd.DataFrame: ...
+def fallbacks(nodes: pd.DataFrame, *, raw: bool = False) -> FrameReport | pd.DataFrame:
     """Only the rejected nodes, with the policy's reason: "what falls back to CPU" under the real
-    backend (ggml's CPU backend runs them there; in ovkit such a graph does not run on that device)."""
+    backend (ggml's CPU backend runs them there; in ovkit such a graph does not run on that device).
+    Shown as a table, or one sentence when no node falls back (``raw=True``: the DataFrame)."""
     cols = ["graph", "device", "index", "node", "op", "type", "ne", "reason"]
-    return nodes.loc[~nodes["on_device"], cols].reset_index(drop=True)
+    frame = nodes.loc[~nodes["on_device"], cols].reset_index(drop=True)
+    if raw:
+        return frame
+    checked = ", ".join(dict.fromkeys(nodes["device"])) or "no device"
+    return FrameReport(
+        f"nodes that fall back to ggml's CPU backend ({len(frame):,})",
+        frame,
+        {"index": "count"},
+        empty=f"none: every node of every graph runs on its device ({checked})",
+    )

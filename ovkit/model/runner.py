@@ -26,8 +26,10 @@ from ovkit.devices import DeviceClass, device_class
 from ovkit.engine import RunConfig, get_engine, graph_session, run_config_from
 from ovkit.gguf import GGUFModel, read_gguf
 from ovkit.ir import UnsupportedOpError
+from ovkit.memory import format_bytes
 from ovkit.model.arch import HParams, ModelError
 from ovkit.model.program import (
+    F16_BYTES,
     DecoderOut,
     GraphShape,
     cache_names,
@@ -36,8 +38,10 @@ from ovkit.model.program import (
     input_specs,
     n_kv_for,
 )
+from ovkit.report import Report, Reported, format_duration, format_rate
 
 DEFAULT_N_UBATCH = 512  # llama.cpp's default micro-batch
+SHOWN_TOKENS = 24  # generated ids a Generation's repr lists before eliding the rest
 
 #: ``precision=`` -> the OpenVINO inference precision compiled with: "exact" is f32 (the default,
 #: for comparisons); "device" is the device's default, as the real backend compiles (bf16 on CPUs
@@ -45,9 +49,10 @@ DEFAULT_N_UBATCH = 512  # llama.cpp's default micro-batch
 PRECISIONS: dict[str, str | None] = {"exact": "f32", "device": None}
 
 
-@dataclass(frozen=True, slots=True)
-class Generation:
-    """One prefill + greedy decode: the ids, logits per position and the speeds."""
+@dataclass(frozen=True, slots=True, repr=False)
+class Generation(Reported):
+    """One prefill + greedy decode: the ids, logits per position and the speeds (shown as a
+    table of times and tok/s; the fields keep the raw seconds)."""
 
     prompt: tuple[int, ...]
     tokens: tuple[int, ...]  # generated ids; tokens[0] is the prefill's greedy pick
@@ -65,6 +70,30 @@ class Generation:
     def decode_tok_s(self) -> float:
         n = len(self.decode_logits)
         return n / self.decode_s if self.decode_s > 0 else float("inf")
+
+    def report(self) -> Report:
+        shown = " ".join(map(str, self.tokens[:SHOWN_TOKENS]))
+        more = f" … (+{len(self.tokens) - SHOWN_TOKENS})" if len(self.tokens) > SHOWN_TOKENS else ""
+        return Report(
+            f"generation: {len(self.prompt)} prompt tokens, {len(self.tokens)} generated",
+            ("phase", "tokens", "time", "speed"),
+            (
+                (
+                    "prefill",
+                    f"{len(self.prompt):,}",
+                    format_duration(self.prefill_s),
+                    format_rate(self.prefill_tok_s),
+                ),
+                (
+                    "decode",
+                    f"{len(self.decode_logits):,}",
+                    format_duration(self.decode_s),
+                    format_rate(self.decode_tok_s),
+                ),
+                ("compile", "", format_duration(self.compile_s), "not counted in the speeds"),
+            ),
+            (f"generated ids: {shown}{more}",),
+        )
 
 
 def model_weights(gguf: GGUFModel) -> list[tuple[str, Any]]:
@@ -93,8 +122,9 @@ class _Bucket:
     session: Any = None
 
 
-class Model:
-    """A GGUF decoder model compiled for one device (see the module docstring)."""
+class Model(Reported):
+    """A GGUF decoder model compiled for one device (see the module docstring); shown as a table
+    of its shape, sizes and device (the attributes keep the raw values)."""
 
     def __init__(
         self,
@@ -132,6 +162,7 @@ class Model:
             config.prefill_chunk_size if self.device_class == DeviceClass.NPU else max(1, n_ubatch)
         )
         self.stateful = stateful
+        self.no_requant = no_requant
         self.weights = {
             name: value.apply_policy(self.device_class, no_requant=no_requant)
             if isinstance(value, quant.QuantizedWeight)
@@ -294,6 +325,26 @@ class Model:
             decode_s,
             compile_s,
         )
+
+    def report(self) -> Report:
+        hp = self.hp
+        kv = 2 * hp.n_layer * self.n_ctx * hp.n_embd_kv * F16_BYTES
+        rows = (
+            ("architecture", hp.arch),
+            ("layers", f"{hp.n_layer:,}"),
+            ("n_embd", f"{hp.n_embd:,}"),
+            ("heads (q / kv)", f"{hp.n_head} / {hp.n_head_kv}"),
+            ("vocabulary", f"{hp.n_vocab:,} tokens"),
+            ("GGUF file", format_bytes(self.gguf.path.stat().st_size) if self.gguf.path.exists() else "–"),
+            (
+                f"weights on {self.device_class}",
+                format_bytes(self.gguf.weight_bytes(self.device_class, no_requant=self.no_requant)),
+            ),
+            ("device", self.device),
+            ("context", f"n_ctx {self.n_ctx:,}, KV cache {format_bytes(kv)} (f16), {self.n_past:,} cached"),
+            ("compiled shape buckets", f"{len(self.sessions())}"),
+        )
+        return Report(f"Model {self.gguf.path.name}", ("", ""), rows)
 
     def sessions(self) -> list[Any]:
         """The live sessions, one per shape bucket used so far."""

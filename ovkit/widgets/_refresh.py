@@ -5,6 +5,9 @@ The design follows rich's ``_RefreshThread`` and gpuwidget's tracker: one daemon
 kernel's thread, so cells keep executing while a view refreshes.  A failing refresh never raises
 into the kernel: the exception goes to ``on_error`` (widgets show it) and the loop keeps going.
 
+``state`` is what a view shows of the thread (``live``, ``paused``, ``stopped``, ``not started``);
+``on_state`` hears every change, so a view never says "live" once its thread is gone.
+
 Lifecycle: a bound-method ``fn`` is held weakly and a finalizer stops the thread when its owner
 goes, so no thread outlives its widget; ``claim`` keeps one live view per (kind, notebook cell),
 so re-running a cell replaces its old view and stops the old thread.
@@ -53,10 +56,12 @@ class Refresher:
         interval: float = DEFAULT_INTERVAL_S,
         *,
         on_error: Callable[[BaseException], None] | None = None,
+        on_state: Callable[[str], None] | None = None,
         name: str = "ovkit-refresh",
     ) -> None:
         self._interval = check_interval(interval)
         self._on_error = _weak(on_error)
+        self._on_state = _weak(on_state)
         self._name = name
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -87,6 +92,21 @@ class Refresher:
         return self._paused
 
     @property
+    def state(self) -> str:
+        """``stopped`` once stop() was asked, ``not started``, ``paused`` or ``live``."""
+        if self._stop.is_set():
+            return "stopped"
+        if self._thread is None:
+            return "not started"
+        return "paused" if self._paused else "live"
+
+    def _tell(self) -> None:
+        on_state = self._on_state()
+        if on_state is not None:
+            with contextlib.suppress(Exception):  # a view failing to redraw must not stop stop()
+                on_state(self.state)
+
+    @property
     def alive(self) -> bool:
         """True while the background thread runs."""
         return self._thread is not None and self._thread.is_alive()
@@ -106,15 +126,18 @@ class Refresher:
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
         _LIVE.add(self)
+        self._tell()
         return self
 
     def pause(self) -> None:
         self._paused = True
+        self._tell()
 
     def resume(self) -> None:
         self._paused = False
         self._kick = True
         self._wake.set()
+        self._tell()
 
     def _halt(self) -> None:
         """Stop without waiting (from a finalizer, which may run on the refresh thread itself)."""
@@ -122,13 +145,17 @@ class Refresher:
         self._wake.set()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the thread and wait for it (at most ``timeout`` seconds)."""
+        """Stop the thread and wait for it (at most ``timeout`` seconds); ``on_state`` hears
+        ``stopped`` once, after the last tick."""
+        was_stopped = self._stop.is_set()
         self._stop.set()
         self._wake.set()
         _LIVE.discard(self)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+        if not was_stopped:
+            self._tell()
 
     def tick(self) -> bool:
         """Run ``fn`` once now (any thread); False when it raised (the error went to ``on_error``)."""

@@ -174,9 +174,15 @@ class AllocationCharts(LiveView):
         lines = [f"Allocation charts ({chart_title(self.model)})"]
         if self.error:
             lines.append(f"error: {self.error}")
-        for name, frame in self.frames().items():
-            lines.append(f"[{name}]")
-            lines.append(frame.tail(5).to_string() if len(frame) else "  (empty)")
+        lines.append("[memory per device]")
+        for r in self.model.rows:
+            lines.append(
+                f"  {r.name}: {format_bytes(r.used_bytes)} used of {format_bytes(r.total_bytes)} ({r.rule})"
+            )
+        lines.append("[this process: allocations by type, and RSS]")
+        for row, kind, nbytes in self.model.breakdown_frame().itertuples(index=False, name=None):
+            lines.append(f"  {row} · {'process RSS' if kind == 'rss' else kind}: {format_bytes(nbytes)}")
+        lines.append(f"[history] {len(self.history.frame())} samples kept")
         return "\n".join(lines)
 
 

@@ -1,8 +1,16 @@
-"""Refresh controls: a pause/resume toggle, an interval box and a status line for a ``Refresher``."""
+"""Refresh controls: a pause/resume toggle, an interval box and a status line for a ``Refresher``.
+
+The controls show the refresher's state as it is (``live``, ``paused``, ``stopped``): a stopped
+view disables them, and a view that was displayed is replaced in the notebook by its last drawn
+picture (the static HTML/PNG), so the saved notebook shows that state when reopened.
+"""
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +48,15 @@ def close_parts(owner: widgets.Widget, *names: str) -> None:
             w.close()
 
 
+#: The toggle's label and icon per refresher state.
+BUTTON_OF_STATE = {
+    "live": ("Pause", "pause"),
+    "not started": ("Pause", "pause"),
+    "paused": ("Paused", "play"),
+    "stopped": ("Stopped", "stop"),
+}
+
+
 class RefreshControls(widgets.HBox):
     """Pause/resume and interval (seconds) for one refresher; errors in the interval box are shown."""
 
@@ -71,9 +88,17 @@ class RefreshControls(widgets.HBox):
             self.refresher.pause()
         else:
             self.refresher.resume()
-        self.pause_button.description = "Paused" if change["new"] else "Pause"
-        self.pause_button.icon = "play" if change["new"] else "pause"
-        self.set_status("paused" if change["new"] else "live")
+
+    def show_state(self, state: str) -> None:
+        """The toggle as the refresher is: Pause while live, Paused, Stopped (then disabled)."""
+        label, icon = BUTTON_OF_STATE.get(state, BUTTON_OF_STATE["live"])
+        stopped = state == "stopped"
+        with self.pause_button.hold_trait_notifications():
+            self.pause_button.unobserve(self._on_pause, names="value")
+            self.pause_button.value = state == "paused"
+            self.pause_button.observe(self._on_pause, names="value")
+        self.pause_button.description, self.pause_button.icon = label, icon
+        self.pause_button.disabled = self.interval_box.disabled = stopped
 
     def _on_interval(self, change: dict[str, Any]) -> None:
         try:
@@ -108,8 +133,14 @@ class LiveView(FallbackReprMixin, widgets.VBox):
         self.error: str | None = None
         self.view = MemoryView(self.panels, LiveModel(history))
         self.refresher = Refresher(
-            self.refresh, interval, on_error=self._show_error, name=f"ovkit-{self.kind}-{id(self):x}"
+            self.refresh,
+            interval,
+            on_error=self._show_error,
+            on_state=self._on_state,
+            name=f"ovkit-{self.kind}-{id(self):x}",
         )
+        self._display_ids: list[str] = []
+        self._last_drawn = ""
         self.controls = RefreshControls(self.refresher)
         super().__init__([self.controls, self.view] if auto_refresh else [self.view], **kwargs)
         self.add_class(f"ovkit-{self.kind}")
@@ -145,11 +176,55 @@ class LiveView(FallbackReprMixin, widgets.VBox):
             return
         self.error = None
         self.view.show(snapshot)
+        self._last_drawn = time.strftime("%H:%M:%S")
+        self._show_status()
+
+    def _show_status(self) -> None:
         r = self.refresher
-        self.controls.set_status(
-            f"{'paused' if r.paused else 'live'} · {len(self.rows)} devices · "
-            f"refresh {r.last_duration_s * 1000:.1f} ms"
-        )
+        took = f"refresh {r.last_duration_s * 1000:.1f} ms"
+        if r.state == "stopped":
+            took = f"last drawn {self._last_drawn or 'never'}"
+        self.controls.set_status(f"{r.state} · {len(self.rows)} devices · {took}")
+
+    def _on_state(self, state: str) -> None:
+        self.controls.show_state(state)
+        if self.error is None:
+            self._show_status()
+        if state == "stopped":
+            self.freeze()
+
+    def _ipython_display_(self, **kwargs: Any) -> None:
+        """Display the live view under a display id, so :meth:`freeze` can replace it later."""
+        from IPython.display import display
+
+        display_id = uuid.uuid4().hex
+        self._display_ids.append(display_id)
+        display(self._repr_mimebundle_(), raw=True, display_id=display_id)
+
+    def static_bundle(self) -> dict[str, Any]:
+        """The last drawn state without the widget: text, HTML and (charts) the PNG, captioned."""
+        caption = f"{self.kind} stopped; the last state drawn ({self._last_drawn or 'never drawn'}):"
+        bundle = {
+            "text/plain": f"{caption}\n{self._fallback_text()}",
+            "text/html": f"<div class='ovkit-frozen'><small>{esc(caption)}</small>{self._fallback_html()}</div>",
+        }
+        to_png = getattr(self, "to_png", None)
+        if callable(to_png):
+            bundle["image/png"] = base64.b64encode(to_png()).decode("ascii")
+        return bundle
+
+    def freeze(self) -> None:
+        """Replace every output this view was displayed in by :meth:`static_bundle` (a stopped
+        view, or one about to close): the page and a saved notebook keep the last drawn state
+        and need no widget model to show it."""
+        if not self._display_ids:
+            return
+        from IPython.display import update_display
+
+        bundle = self.static_bundle()
+        for display_id in self._display_ids:
+            with contextlib.suppress(Exception):  # no kernel to send to (a plain script)
+                update_display(bundle, raw=True, display_id=display_id)
 
     def _show_error_text(self, text: str) -> None:
         self.error = text

@@ -1,0 +1,151 @@
+"""Readable results: small tables of formatted strings, shown as text and HTML.
+
+:class:`Report` is what a notebook cell or a terminal displays; :class:`Reported` gives a record a
+text and HTML repr through its ``report()`` while its fields keep the raw numbers;
+:class:`FrameReport` wraps a DataFrame of raw numbers (``.frame``) and formats each column by its
+kind (bytes by magnitude, shares as percentages, times in µs/ms/s).  It sits below every layer of
+ovkit so models, selection and notebooks share one format.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ovkit.escape import html_text
+from ovkit.memory import format_bytes
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6))
+
+
+def format_duration(seconds: float) -> str:
+    """A duration in the largest unit it reaches: ``1.25 s``, ``64.7 ms``, ``812 µs``."""
+    unit, size = next(((u, s) for u, s in TIME_UNITS if abs(seconds) >= s), TIME_UNITS[-1])
+    value = seconds / size
+    return f"{value:,.{0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2}f} {unit}"
+
+
+def format_share(fraction: float) -> str:
+    """A fraction as a percentage: ``100.0 %``, ``37.5 %`` (never a bare ``1.0``)."""
+    return f"{fraction * 100:.1f} %"
+
+
+def format_rate(per_second: float, unit: str = "tok/s") -> str:
+    """A rate with separators: ``1,234.5 tok/s`` (``–`` when nothing was timed)."""
+    return f"{per_second:,.1f} {unit}" if math.isfinite(per_second) else f"– {unit}"
+
+
+def _count(v: Any) -> str:
+    return f"{int(v):,}"
+
+
+def _yes_no(v: Any) -> str:
+    return "yes" if bool(v) else "no"
+
+
+#: How a column kind is shown; FrameReport's ``kinds`` name one per formatted column.
+FORMATS: dict[str, Callable[[Any], str]] = {
+    "bytes": format_bytes,
+    "share": format_share,
+    "seconds": format_duration,
+    "count": _count,
+    "bool": _yes_no,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A small table of already formatted strings, with a title and footnotes."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    notes: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        if not self.columns:
+            return "\n".join([self.title, *self.notes])
+        widths = [max([len(c), *(len(r[i]) for r in self.rows)]) for i, c in enumerate(self.columns)]
+
+        def line(cells: Sequence[str]) -> str:
+            return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+        header = [line(self.columns)] if any(self.columns) else []  # a key-value table has none
+        body = [*header, *(line(r) for r in self.rows)]
+        return "\n".join([self.title, *body, *self.notes])
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        esc = html_text
+        left = "style='text-align: left'"  # inline: JupyterLab right-aligns table cells
+        head = "".join(f"<th {left}>{esc(c)}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(f"<td {left}>{esc(v)}</td>" for v in r) + "</tr>" for r in self.rows)
+        thead = f"<thead><tr>{head}</tr></thead>" if any(self.columns) else ""
+        table = f"<table>{thead}<tbody>{body}</tbody></table>" if self.columns else ""
+        notes = "".join(f"<div class='ovkit-note'>{esc(n)}</div>" for n in self.notes)
+        return f"<div class='ovkit-report'><b>{esc(self.title)}</b>{table}{notes}</div>"
+
+    def column(self, name: str) -> list[str]:
+        i = self.columns.index(name)
+        return [r[i] for r in self.rows]
+
+
+class Reported:
+    """Base of the records a cell displays through their :meth:`report` (text and HTML)."""
+
+    __slots__ = ()
+
+    def report(self) -> Report:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return str(self.report())
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        return self.report()._repr_html_()
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class FrameReport(Reported):
+    """A DataFrame of raw numbers (``frame``) shown with each column formatted by its kind.
+
+    ``kinds`` maps a column to a key of :data:`FORMATS`; ``labels`` renames columns for display;
+    ``hidden`` columns stay in ``frame`` only; ``empty`` is the sentence shown for no rows.
+    """
+
+    title: str
+    frame: pd.DataFrame
+    kinds: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    hidden: tuple[str, ...] = ()
+    empty: str = "(none)"
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.kinds.values()) - FORMATS.keys())
+        if unknown:
+            raise ValueError(f"unknown column kinds {unknown}; expected one of {sorted(FORMATS)}")
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    def report(self) -> Report:
+        if self.frame.empty:
+            return Report(self.title, (), (), (self.empty, *self.notes))
+        shown = [c for c in self.frame.columns if c not in self.hidden]
+        fmts = [FORMATS.get(self.kinds.get(c, ""), str) for c in shown]
+        rows = tuple(
+            tuple(fmt(v) or "–" for fmt, v in zip(fmts, values, strict=True))  # "–": nothing
+            for values in self.frame[shown].itertuples(index=False, name=None)
+        )
+        return Report(self.title, tuple(self.labels.get(c, c) for c in shown), rows, self.notes)
