@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ovkit.dtypes import NUMPY_DTYPE, TYPE_SIZE, contiguous_nb, layout, norm_type
+from ovkit.dtypes import NUMPY_DTYPE, TYPE_SIZE, bf16_round, contiguous_nb, layout, norm_type
 
 
 class Op(enum.StrEnum):
@@ -818,14 +818,7 @@ def round_to(dtype: str, arr: Any) -> np.ndarray:
     """``arr`` stored as ggml would store ``dtype`` (bf16: float32 rounded to nearest-even bf16)."""
     a = np.asarray(arr)
     if dtype == "bf16":
-        f = np.ascontiguousarray(a, dtype=np.float32)
-        u = f.view(np.uint32).astype(np.uint64)
-        rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-        out = rounded.astype(np.uint32).view(np.float32)
-        nan = np.isnan(f)
-        if nan.any():
-            out = np.where(nan, np.float32(np.nan), out)
-        return out.reshape(f.shape)
+        return bf16_round(a)
     with np.errstate(over="ignore", invalid="ignore"):  # f32 → f16 overflow is ±inf, as in ggml
         return np.asarray(a, dtype=NUMPY_DTYPE[dtype])
 
