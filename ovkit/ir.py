@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -229,6 +229,24 @@ VIEW_OPS: frozenset[Op] = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPO
 SHAPE_ONLY_SRCS: dict[Op, frozenset[int]] = {Op.CPY: frozenset({1}), Op.FILL: frozenset({0})}
 #: Ops with a non-empty result from an empty operand (SET_ROWS with no rows to set: dst unchanged).
 EMPTY_OPERAND_OPS: frozenset[Op] = frozenset({Op.SET_ROWS})
+#: ops whose ggml CPU kernel reads each row of a source as ne[0] consecutive elements from the
+#: row's start, whatever that source's nb[0] (the kernel checks nb[0] only in debug builds):
+#: op -> those source indices. Given a view whose nb[0] is not its element size (a permute or
+#: transpose that moves dim 0), ggml computes on that memory, and so does ovkit (``dense_rows``).
+DENSE_ROW_READS: dict[Op, frozenset[int]] = {
+    Op.SUM: frozenset({0}),
+    Op.MEAN: frozenset({0}),
+    Op.ARGMAX: frozenset({0}),
+    Op.ARGSORT: frozenset({0}),
+    Op.TOP_K: frozenset({0}),
+}
+#: ops whose ggml CPU kernel aborts (GGML_ASSERT) unless a source's nb[0] is its element size:
+#: op -> those source indices; the graph refuses such a source (ggml would end the process).
+DENSE_ROW_ASSERTS: dict[Op, frozenset[int]] = {
+    Op.SUM_ROWS: frozenset({0}),
+    Op.CUMSUM: frozenset({0}),
+    Op.RMS_NORM: frozenset({0}),
+}
 #: ops whose ggml result is a view of one source (the destination they write): op -> src index.
 #: ``op_info`` shows CPY that way (the CPY destination-view gates need it). SET_ROWS is shown as a
 #: plain node (no gate reads its view form); the KV-cache views an attention reads are views of the
@@ -681,6 +699,7 @@ class GraphIR:
                     f"{self._writes[s.id].describe()}: expected a view of it (ggml_view_*), so that "
                     "the read follows the write"
                 )
+        _check_row_reads(code, srcs)
         t = Tensor(
             graph=self,
             id=len(self.nodes),
@@ -807,8 +826,33 @@ def interpret(
         else:
             skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
             srcs = [None if s is None or i in skip else values[s.id] for i, s in enumerate(t.srcs)]
+            for i in DENSE_ROW_READS.get(t.op, ()):
+                s = t.srcs[i] if i < len(t.srcs) else None
+                dense = dense_rows(s) if s is not None else None
+                if dense is not None:  # the memory ggml's kernel reads, not the view's elements
+                    srcs[i] = view(dense, values)
             values[t.id] = node(t, srcs)
     return values
+
+
+def _check_row_reads(op: Op, srcs: Sequence[Tensor | None]) -> None:
+    """GraphError for a source whose rows ``op``'s ggml kernel refuses to read (DENSE_ROW_ASSERTS)."""
+    for i in DENSE_ROW_ASSERTS.get(op, ()):
+        s = srcs[i] if i < len(srcs) else None
+        if s is not None and not s.is_quantized and s.nb[0] != s.type_size:
+            raise GraphError(
+                f"{op.value}: operand {s.describe()}: expected rows of consecutive elements "
+                f"(nb[0] == {s.type_size}; ggml's kernel asserts it; use cont), given nb {list(s.nb)}"
+            )
+
+
+def dense_rows(t: Tensor) -> Tensor | None:
+    """The view a kernel reading rows as consecutive elements sees of ``t`` (its nb[0] made the
+    element size, as ggml_view_4d builds it), or None when that is ``t`` itself. Only views have
+    other strides; with strides >= 0 such rows never end past the view's own last element."""
+    if t.is_quantized or t.nb[0] == t.type_size or t.ne[0] == 1 or t.op not in VIEW_OPS:
+        return None
+    return replace(t, nb=(t.type_size, t.nb[1], t.nb[2], t.nb[3]))
 
 
 # ---------------------------------------------------------------------------------------------
