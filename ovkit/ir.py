@@ -229,24 +229,30 @@ VIEW_OPS: frozenset[Op] = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPO
 SHAPE_ONLY_SRCS: dict[Op, frozenset[int]] = {Op.CPY: frozenset({1}), Op.FILL: frozenset({0})}
 #: Ops with a non-empty result from an empty operand (SET_ROWS with no rows to set: dst unchanged).
 EMPTY_OPERAND_OPS: frozenset[Op] = frozenset({Op.SET_ROWS})
-#: ops whose ggml CPU kernel reads each row of a source as ne[0] consecutive elements from the
-#: row's start, whatever that source's nb[0] (the kernel checks nb[0] only in debug builds):
-#: op -> those source indices. Given a view whose nb[0] is not its element size (a permute or
-#: transpose that moves dim 0), ggml computes on that memory, and so does ovkit (``dense_rows``).
-DENSE_ROW_READS: dict[Op, frozenset[int]] = {
-    Op.SUM: frozenset({0}),
-    Op.MEAN: frozenset({0}),
-    Op.ARGMAX: frozenset({0}),
-    Op.ARGSORT: frozenset({0}),
-    Op.TOP_K: frozenset({0}),
+
+
+class RowAddress(enum.Enum):
+    """Where a ggml CPU kernel that reads rows as consecutive elements finds row (i1, i2, i3)."""
+
+    STRIDED = "strided"  #: at i1·nb[1] + i2·nb[2] + i3·nb[3]
+    FLAT = "flat"  #: at r·nb[1], r = i1 + ne1·(i2 + ne2·i3) (the kernel assumes packed rows)
+
+
+#: ops whose ggml CPU kernel reads each row of src[0] as ne[0] consecutive elements from the
+#: row's start, whatever its nb[0] (checked only in debug builds), the rows found as given. On a
+#: view with other strides (a permute or transpose that moves dim 0; for FLAT also a slice or a
+#: permute of the outer dims) ggml computes on that memory, and so does ovkit (``dense_rows``).
+DENSE_ROW_READS: dict[Op, RowAddress] = {
+    Op.SUM: RowAddress.STRIDED,
+    Op.MEAN: RowAddress.STRIDED,
+    Op.ARGMAX: RowAddress.STRIDED,
+    Op.ARGSORT: RowAddress.FLAT,
+    Op.TOP_K: RowAddress.FLAT,
+    Op.LEAKY_RELU: RowAddress.FLAT,
 }
-#: ops whose ggml CPU kernel aborts (GGML_ASSERT) unless a source's nb[0] is its element size:
-#: op -> those source indices; the graph refuses such a source (ggml would end the process).
-DENSE_ROW_ASSERTS: dict[Op, frozenset[int]] = {
-    Op.SUM_ROWS: frozenset({0}),
-    Op.CUMSUM: frozenset({0}),
-    Op.RMS_NORM: frozenset({0}),
-}
+#: ops whose ggml CPU kernel aborts (GGML_ASSERT) unless src[0]'s nb[0] is its element size: the
+#: graph refuses such a source (ggml would end the process).
+DENSE_ROW_ASSERTS: frozenset[Op] = frozenset({Op.SUM_ROWS, Op.CUMSUM, Op.RMS_NORM})
 #: ops whose ggml result is a view of one source (the destination they write): op -> src index.
 #: ``op_info`` shows CPY that way (the CPY destination-view gates need it). SET_ROWS is shown as a
 #: plain node (no gate reads its view form); the KV-cache views an attention reads are views of the
@@ -826,33 +832,51 @@ def interpret(
         else:
             skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
             srcs = [None if s is None or i in skip else values[s.id] for i, s in enumerate(t.srcs)]
-            for i in DENSE_ROW_READS.get(t.op, ()):
-                s = t.srcs[i] if i < len(t.srcs) else None
-                dense = dense_rows(s) if s is not None else None
-                if dense is not None:  # the memory ggml's kernel reads, not the view's elements
-                    srcs[i] = view(dense, values)
+            address = DENSE_ROW_READS.get(t.op)
+            dense = dense_rows(t.srcs[0], address) if address is not None and t.srcs[0] is not None else None
+            if dense is not None:  # the memory ggml's kernel reads, not the view's elements
+                srcs[0] = view(dense, values)
             values[t.id] = node(t, srcs)
     return values
 
 
 def _check_row_reads(op: Op, srcs: Sequence[Tensor | None]) -> None:
-    """GraphError for a source whose rows ``op``'s ggml kernel refuses to read (DENSE_ROW_ASSERTS)."""
-    for i in DENSE_ROW_ASSERTS.get(op, ()):
-        s = srcs[i] if i < len(srcs) else None
-        if s is not None and not s.is_quantized and s.nb[0] != s.type_size:
+    """GraphError for a src[0] whose rows ``op``'s ggml kernel cannot read (``DENSE_ROW_*``)."""
+    s = srcs[0] if srcs else None
+    if s is None or s.is_quantized:
+        return
+    if op in DENSE_ROW_ASSERTS and s.nb[0] != s.type_size:
+        raise GraphError(
+            f"{op.value}: operand {s.describe()}: expected rows of consecutive elements "
+            f"(nb[0] == {s.type_size}; ggml's kernel asserts it; use cont), given nb {list(s.nb)}"
+        )
+    address = DENSE_ROW_READS.get(op)
+    dense = dense_rows(s, address) if address is not None else None
+    if dense is not None:
+        last = dense.elem_offset + sum(
+            (n - 1) * st for n, st in zip(dense.ne, dense.elem_strides, strict=True)
+        )
+        if last >= s.base.nelements:
             raise GraphError(
-                f"{op.value}: operand {s.describe()}: expected rows of consecutive elements "
-                f"(nb[0] == {s.type_size}; ggml's kernel asserts it; use cont), given nb {list(s.nb)}"
+                f"{op.value}: operand {s.describe()}: expected rows ggml's kernel reads inside the "
+                f"buffer (use cont), given nb {list(s.nb)}: read as {s.ne[0]} consecutive elements at "
+                f"nb {list(dense.nb)}, the rows end at element {last}, past the {s.base.nelements} of its buffer"
             )
 
 
-def dense_rows(t: Tensor) -> Tensor | None:
-    """The view a kernel reading rows as consecutive elements sees of ``t`` (its nb[0] made the
-    element size, as ggml_view_4d builds it), or None when that is ``t`` itself. Only views have
-    other strides; with strides >= 0 such rows never end past the view's own last element."""
-    if t.is_quantized or t.nb[0] == t.type_size or t.ne[0] == 1 or t.op not in VIEW_OPS:
+def dense_rows(t: Tensor, address: RowAddress) -> Tensor | None:
+    """The view of ``t`` a kernel reading rows as consecutive elements found at ``address`` sees
+    (nb[0] the element size, as ggml_view_4d builds it), or None when that is ``t`` itself."""
+    if t.is_quantized or t.op not in VIEW_OPS:  # other nodes are contiguous
         return None
-    return replace(t, nb=(t.type_size, t.nb[1], t.nb[2], t.nb[3]))
+    es, nb1 = t.type_size, t.nb[1]
+    if address is RowAddress.FLAT:
+        nb = (es, nb1, nb1 * t.ne[1], nb1 * t.ne[1] * t.ne[2])
+    else:
+        nb = (es, nb1, t.nb[2], t.nb[3])
+    if all(n == 1 or x == y for n, x, y in zip(t.ne, nb, t.nb, strict=True)):
+        return None
+    return replace(t, nb=nb)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -167,10 +167,11 @@ def test_soft_max_with_a_nan_through_the_policy_path() -> None:
 
 
 # ------------------------------------------------------------------ reductions over permuted views
-# ggml's SUM, MEAN, ARGMAX, ARGSORT and TOP_K kernels read each row of their source as ne[0]
-# consecutive elements from the row's start, whatever its nb[0]: over a permute or transpose that
-# moves dim 0, ggml's result is of that memory (rows overlapping, the tensor's other elements
-# unread), and ovkit's must be the same on the device and in the reference.
+# ggml's SUM, MEAN, ARGMAX, ARGSORT, TOP_K and LEAKY_RELU kernels read each row of their source
+# as ne[0] consecutive elements from the row's start, whatever its nb[0] (ARGSORT, TOP_K and
+# LEAKY_RELU find row r at r·nb[1], as if rows were packed): over a permute or transpose that moves
+# dim 0, or a slice, ggml's result is of that memory (rows overlapping, the tensor's other
+# elements unread), and ovkit's must be the same on the device and in the reference.
 def _uniform(shape: tuple[int, ...], lo: float = -0.9, hi: float = 1.1, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).uniform(lo, hi, shape).astype(np.float32)
 
@@ -204,6 +205,18 @@ REDUCTION_CASES: dict[str, tuple[Program, dict[str, np.ndarray]]] = {
         {"a": _distinct((3, 16, 9))},
     ),
     "top_k-transpose": (lambda b, t: b.top_k(b.transpose(t["a"]), 4), {"a": _distinct((30, 20))}),
+    "top_k-slice": (  # rows packed as ggml assumes: plane 1 is read from plane 0's later rows
+        lambda b, t: b.top_k(b.view_3d(t["a"], 10, 3, 4, t["a"].nb[1], t["a"].nb[2], 0), 3),
+        {"a": _distinct((4, 6, 20))},
+    ),
+    "argsort-desc-slice": (
+        lambda b, t: b.argsort(b.view_3d(t["a"], 10, 3, 4, t["a"].nb[1], t["a"].nb[2], 0), 1),
+        {"a": _distinct((4, 6, 20))},
+    ),
+    "leaky_relu-transpose": (
+        lambda b, t: b.leaky_relu(b.transpose(t["a"]), 0.1, False),
+        {"a": _uniform((6, 10), -1, 1)},
+    ),
 }
 
 
@@ -256,3 +269,26 @@ def test_reduction_whose_ggml_kernel_asserts_dense_rows_refuses_a_transposed_vie
         build(g, g.transpose(a))
     build(g, g.cont(g.transpose(a)))
     build(g, g.permute(g.reshape_3d(a, 10, 3, 2), 0, 2, 1, 3))  # dim 0 kept: nb[0] is 4
+
+
+@pytest.mark.parametrize(
+    ("op", "build"),
+    [
+        ("ARGSORT", lambda g, a: g.argsort(a, 0)),
+        ("TOP_K", lambda g, a: g.top_k(a, 2)),
+        ("LEAKY_RELU", lambda g, a: g.leaky_relu(a, 0.1, False)),
+    ],
+)
+def test_rows_ggml_would_read_past_the_buffer_are_refused(op: str, build: Any) -> None:
+    """ARGSORT, TOP_K and LEAKY_RELU find row r at r·nb[1]: over a permute of the outer dims the
+    last rows lie past the tensor's buffer, memory ggml reads without a check. ovkit refuses the
+    node, naming the strides and where the reads end."""
+    g = Graph()
+    a = g.input("a", (5, 3, 4))  # ne [4, 3, 5]
+    p = g.permute(a, 0, 2, 1, 3)  # ne [4, 5, 3], nb [4, 48, 16, 240]: row r at r·48 bytes
+    with pytest.raises(
+        GraphError,
+        match=rf"^{op}: .*given nb \[4, 48, 16, 240\]: .*rows end at element 171, past the 60 of its buffer",
+    ):
+        build(g, p)
+    build(g, g.cont(p))
