@@ -3,6 +3,7 @@ soft_max of a row holding a NaN, and reductions over permuted (non-contiguous) v
 
 from __future__ import annotations
 
+import ctypes
 import subprocess
 import sys
 from collections.abc import Callable
@@ -34,14 +35,16 @@ EDGE_BITS = np.array(
 
 
 def ggml_bf16_bits(u: np.ndarray) -> np.ndarray:
-    """ggml_compute_fp32_to_bf16, written out from ggml's C for each uint32 pattern."""
-    out = []
-    for v in (int(x) for x in u):
-        if (v & 0x7FFFFFFF) > 0x7F800000:
-            out.append((v >> 16) | 64)
-        else:
-            out.append(((v + (0x7FFF + ((v >> 16) & 1))) >> 16) & 0xFFFF)
-    return np.array(out, dtype=np.uint16)
+    """ggml's own conversion (``ggml_fp32_to_bf16_row``) of the float32 bit patterns ``u``."""
+    ggml = oracle._g()  # ggml-python, loaded by the oracle (after openvino)
+    src = np.ascontiguousarray(u, dtype=np.uint32).view(np.float32)
+    out = np.zeros(src.size, np.uint16)
+    ggml.ggml_fp32_to_bf16_row(
+        src.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+        ctypes.cast(out.ctypes.data, ctypes.POINTER(ggml.ggml_bf16_t)),
+        src.size,
+    )
+    return out
 
 
 # ---------------------------------------------------------------------------------- bf16 rounding
