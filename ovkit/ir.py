@@ -250,9 +250,6 @@ DENSE_ROW_READS: dict[Op, RowAddress] = {
     Op.TOP_K: RowAddress.FLAT,
     Op.LEAKY_RELU: RowAddress.FLAT,
 }
-#: ops whose ggml CPU kernel aborts (GGML_ASSERT) unless src[0]'s nb[0] is its element size: the
-#: graph refuses such a source (ggml would end the process).
-DENSE_ROW_ASSERTS: frozenset[Op] = frozenset({Op.SUM_ROWS, Op.CUMSUM, Op.RMS_NORM})
 #: ops whose ggml result is a view of one source (the destination they write): op -> src index.
 #: ``op_info`` shows CPY that way (the CPY destination-view gates need it). SET_ROWS is shown as a
 #: plain node (no gate reads its view form); the KV-cache views an attention reads are views of the
@@ -841,18 +838,12 @@ def interpret(
 
 
 def _check_row_reads(op: Op, srcs: Sequence[Tensor | None]) -> None:
-    """GraphError for a src[0] whose rows ``op``'s ggml kernel cannot read (``DENSE_ROW_*``)."""
+    """GraphError for a src[0] whose rows ``op``'s ggml kernel reads past the end of its buffer
+    (``DENSE_ROW_READS``: ggml reads other memory there)."""
     s = srcs[0] if srcs else None
-    if s is None or s.is_quantized:
-        return
-    if op in DENSE_ROW_ASSERTS and s.nb[0] != s.type_size:
-        raise GraphError(
-            f"{op.value}: operand {s.describe()}: expected rows of consecutive elements "
-            f"(nb[0] == {s.type_size}; ggml's kernel asserts it; use cont), given nb {list(s.nb)}"
-        )
     address = DENSE_ROW_READS.get(op)
-    dense = dense_rows(s, address) if address is not None else None
-    if dense is not None:
+    dense = dense_rows(s, address) if s is not None and address is not None else None
+    if s is not None and dense is not None:
         last = dense.elem_offset + sum(
             (n - 1) * st for n, st in zip(dense.ne, dense.elem_strides, strict=True)
         )
