@@ -209,3 +209,30 @@ def contiguous_nb(dtype: str, ne: Iterable[int]) -> tuple[int, int, int, int]:
     nb1 = tsize * (n[0] // blck)
     nb2 = nb1 * n[1]
     return (tsize, nb1, nb2, nb2 * n[2])
+
+
+def f32_to_bf16_bits(x: Any) -> np.ndarray:
+    """ggml_compute_fp32_to_bf16 on every element: the uint16 bf16 bit patterns of float32 ``x``.
+
+    A NaN stays a NaN (its top bits with the quiet bit forced: a payload in the low 16 bits only
+    would otherwise round to ±inf); every other value rounds to nearest, ties to even, and values
+    beyond bf16's largest finite round to ±inf, as ggml does.
+    """
+    f = np.asarray(x, dtype=np.float32)
+    u = np.ascontiguousarray(f).reshape(-1).view(np.uint32)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    # in uint64: a negative NaN's pattern plus the rounding bias would wrap around in uint32
+    rounded = (u.astype(np.uint64) + 0x7FFF + ((u >> 16) & 1)) >> 16
+    bits = np.where(nan, (u >> 16) | 0x40, rounded).astype(np.uint16)
+    return bits.reshape(f.shape)
+
+
+def bf16_bits_to_f32(bits: Any) -> np.ndarray:
+    """ggml_compute_bf16_to_fp32: bf16 bit patterns (uint16) widened exactly to float32."""
+    b = np.asarray(bits, dtype=np.uint16)
+    return (np.ascontiguousarray(b).reshape(-1).astype(np.uint32) << 16).view(np.float32).reshape(b.shape)
+
+
+def bf16_round(x: Any) -> np.ndarray:
+    """float32 ``x`` stored as ggml stores bf16 and read back: float32 holding bf16 values."""
+    return bf16_bits_to_f32(f32_to_bf16_bits(x))

@@ -14,12 +14,12 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
 
-from ovkit.dtypes import NUMPY_DTYPE, TYPE_SIZE, contiguous_nb, layout, norm_type
+from ovkit.dtypes import NUMPY_DTYPE, TYPE_SIZE, bf16_round, contiguous_nb, layout, norm_type
 
 
 class Op(enum.StrEnum):
@@ -229,6 +229,27 @@ VIEW_OPS: frozenset[Op] = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPO
 SHAPE_ONLY_SRCS: dict[Op, frozenset[int]] = {Op.CPY: frozenset({1}), Op.FILL: frozenset({0})}
 #: Ops with a non-empty result from an empty operand (SET_ROWS with no rows to set: dst unchanged).
 EMPTY_OPERAND_OPS: frozenset[Op] = frozenset({Op.SET_ROWS})
+
+
+class RowAddress(enum.Enum):
+    """Where a ggml CPU kernel that reads rows as consecutive elements finds row (i1, i2, i3)."""
+
+    STRIDED = "strided"  #: at i1·nb[1] + i2·nb[2] + i3·nb[3]
+    FLAT = "flat"  #: at r·nb[1], r = i1 + ne1·(i2 + ne2·i3) (the kernel assumes packed rows)
+
+
+#: ops whose ggml CPU kernel reads each row of src[0] as ne[0] consecutive elements from the
+#: row's start, whatever its nb[0] (checked only in debug builds), the rows found as given. On a
+#: view with other strides (a permute or transpose that moves dim 0; for FLAT also a slice or a
+#: permute of the outer dims) ggml computes on that memory, and so does ovkit (``dense_rows``).
+DENSE_ROW_READS: dict[Op, RowAddress] = {
+    Op.SUM: RowAddress.STRIDED,
+    Op.MEAN: RowAddress.STRIDED,
+    Op.ARGMAX: RowAddress.STRIDED,
+    Op.ARGSORT: RowAddress.FLAT,
+    Op.TOP_K: RowAddress.FLAT,
+    Op.LEAKY_RELU: RowAddress.FLAT,
+}
 #: ops whose ggml result is a view of one source (the destination they write): op -> src index.
 #: ``op_info`` shows CPY that way (the CPY destination-view gates need it). SET_ROWS is shown as a
 #: plain node (no gate reads its view form); the KV-cache views an attention reads are views of the
@@ -681,6 +702,7 @@ class GraphIR:
                     f"{self._writes[s.id].describe()}: expected a view of it (ggml_view_*), so that "
                     "the read follows the write"
                 )
+        _check_row_reads(code, srcs)
         t = Tensor(
             graph=self,
             id=len(self.nodes),
@@ -807,8 +829,45 @@ def interpret(
         else:
             skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
             srcs = [None if s is None or i in skip else values[s.id] for i, s in enumerate(t.srcs)]
+            address = DENSE_ROW_READS.get(t.op)
+            dense = dense_rows(t.srcs[0], address) if address is not None and t.srcs[0] is not None else None
+            if dense is not None:  # the memory ggml's kernel reads, not the view's elements
+                srcs[0] = view(dense, values)
             values[t.id] = node(t, srcs)
     return values
+
+
+def _check_row_reads(op: Op, srcs: Sequence[Tensor | None]) -> None:
+    """GraphError for a src[0] whose rows ``op``'s ggml kernel reads past the end of its buffer
+    (``DENSE_ROW_READS``: ggml reads other memory there)."""
+    s = srcs[0] if srcs else None
+    address = DENSE_ROW_READS.get(op)
+    dense = dense_rows(s, address) if s is not None and address is not None else None
+    if s is not None and dense is not None:
+        last = dense.elem_offset + sum(
+            (n - 1) * st for n, st in zip(dense.ne, dense.elem_strides, strict=True)
+        )
+        if last >= s.base.nelements:
+            raise GraphError(
+                f"{op.value}: operand {s.describe()}: expected rows ggml's kernel reads inside the "
+                f"buffer (use cont), given nb {list(s.nb)}: read as {s.ne[0]} consecutive elements at "
+                f"nb {list(dense.nb)}, the rows end at element {last}, past the {s.base.nelements} of its buffer"
+            )
+
+
+def dense_rows(t: Tensor, address: RowAddress) -> Tensor | None:
+    """The view of ``t`` a kernel reading rows as consecutive elements found at ``address`` sees
+    (nb[0] the element size, as ggml_view_4d builds it), or None when that is ``t`` itself."""
+    if t.is_quantized or t.op not in VIEW_OPS:  # other nodes are contiguous
+        return None
+    es, nb1 = t.type_size, t.nb[1]
+    if address is RowAddress.FLAT:
+        nb = (es, nb1, nb1 * t.ne[1], nb1 * t.ne[1] * t.ne[2])
+    else:
+        nb = (es, nb1, t.nb[2], t.nb[3])
+    if all(n == 1 or x == y for n, x, y in zip(t.ne, nb, t.nb, strict=True)):
+        return None
+    return replace(t, nb=nb)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -818,14 +877,7 @@ def round_to(dtype: str, arr: Any) -> np.ndarray:
     """``arr`` stored as ggml would store ``dtype`` (bf16: float32 rounded to nearest-even bf16)."""
     a = np.asarray(arr)
     if dtype == "bf16":
-        f = np.ascontiguousarray(a, dtype=np.float32)
-        u = f.view(np.uint32).astype(np.uint64)
-        rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-        out = rounded.astype(np.uint32).view(np.float32)
-        nan = np.isnan(f)
-        if nan.any():
-            out = np.where(nan, np.float32(np.nan), out)
-        return out.reshape(f.shape)
+        return bf16_round(a)
     with np.errstate(over="ignore", invalid="ignore"):  # f32 → f16 overflow is ±inf, as in ggml
         return np.asarray(a, dtype=NUMPY_DTYPE[dtype])
 

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from ovkit import dtypes
 from ovkit.dtypes import QUANT_TYPES, STORAGE_DTYPE, STORAGE_TYPE_OF_NUMPY, find_type, type_names
 
 _ggml_mod: ModuleType | None
@@ -144,20 +145,8 @@ def type_size(dtype: str) -> int:
 
 
 def bf16_round(x: np.ndarray) -> np.ndarray:
-    """Round f32 values to bf16 precision (round-to-nearest-even, as ggml_fp32_to_bf16), as f32."""
-    return _bf16_bits_to_f32(_f32_to_bf16_bits(np.asarray(x, dtype=np.float32)))
-
-
-def _f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    nan = (bits & 0x7FFFFFFF) > 0x7F800000
-    rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
-    out = np.where(nan, (bits >> 16) | 64, rounded)
-    return out.astype(np.uint16)
-
-
-def _bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
+    """Round f32 values to bf16 precision as ggml_fp32_to_bf16 does (NaN kept NaN), as f32."""
+    return dtypes.bf16_round(x)
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,7 +394,7 @@ def _spec(x: InputLike) -> tuple[str, tuple[int, ...], bytes]:
     if isinstance(x, Typed):
         arr = np.ascontiguousarray(x.array)
         if x.dtype == "bf16":
-            raw = _f32_to_bf16_bits(arr.astype(np.float32))
+            raw = dtypes.f32_to_bf16_bits(arr.astype(np.float32))
         else:
             raw = np.ascontiguousarray(arr.astype(_STORAGE[x.dtype]))
         return x.dtype, tuple(arr.shape), raw.tobytes()
@@ -457,7 +446,7 @@ def _read_tensor(t: Any) -> np.ndarray:
         # a real copy (ascontiguousarray would alias the ggml buffer, which is freed right after)
         arr = np.array(view, order="C", copy=True).view(_STORAGE[name]).reshape(tuple(reversed(ne)))
         if name == "bf16":
-            arr = _bf16_bits_to_f32(arr)
+            arr = dtypes.bf16_bits_to_f32(arr)
     elif g.ggml_is_quantized(tid):
         rows: list[np.ndarray] = []
         row_bytes = int(g.ggml_row_size(tid, ne[0]))

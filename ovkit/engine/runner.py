@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ovkit.dtypes import OPENVINO_NUMPY
+from ovkit.dtypes import OPENVINO_NUMPY, bf16_bits_to_f32, f32_to_bf16_bits
 from ovkit.runtime import is_simulated
 
 if TYPE_CHECKING:
@@ -186,21 +186,18 @@ class CompiledGraph:
 
 
 def _bf16_tensor(array: np.ndarray) -> Any:
-    """An ``openvino.Tensor`` of type bf16 holding ``array`` rounded to nearest even."""
+    """An ``openvino.Tensor`` of type bf16 holding ``array`` rounded as ggml rounds (NaN kept NaN)."""
     import openvino as ov
 
-    bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
     tensor = ov.Tensor(ov.Type.bf16, ov.Shape(list(array.shape)))
-    tensor.data.view(np.uint16)[...] = rounded
+    tensor.data.view(np.uint16)[...] = f32_to_bf16_bits(array)
     return tensor
 
 
 def _tensor_to_numpy(tensor: Any, ov_type: str) -> np.ndarray:
     """A copy of an output tensor; bf16 widens to float32."""
     if ov_type == "bf16":
-        bits = np.asarray(tensor.data).view(np.uint16).astype(np.uint32) << 16
-        return bits.view(np.float32).reshape(tuple(tensor.shape))
+        return bf16_bits_to_f32(np.asarray(tensor.data).view(np.uint16)).reshape(tuple(tensor.shape))
     return np.array(tensor.data, copy=True)
 
 

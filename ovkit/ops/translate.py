@@ -904,11 +904,16 @@ def _soft_max(t: Tensor, xs: list[Out]) -> Out:
             m = ops.multiply(m, _alibi(t.ne[2], t.params["max_bias"]))
         w = ops.add(w, m)
     sinks = xs[2] if len(xs) > 2 else None
-    # ggml: a row whose maximum is +inf computes exp(inf - inf) = NaN: the whole row is NaN
+    # ggml: a row whose maximum is +inf computes exp(inf - inf) = NaN, and a NaN in a row (or its
+    # sink) makes the row's sum NaN: the whole row is NaN. OpenVINO's Softmax keeps the NaN to its
+    # own element (the CPU's ReduceMax and exp sum skip it), so both cases are selected here.
     row_max = ops.reduce_max(w, i64([3]), True)
+    nan_row = ops.reduce_logical_or(ops.is_nan(w), i64([3]), True)
     if sinks is not None:
-        row_max = ops.maximum(row_max, ops.reshape(f32(sinks), i64([1, -1, 1, 1]), False))
-    nan_row = ops.equal(row_max, const(np.inf))
+        head_sinks = ops.reshape(f32(sinks), i64([1, -1, 1, 1]), False)
+        row_max = ops.maximum(row_max, head_sinks)
+        nan_row = ops.logical_or(nan_row, ops.is_nan(head_sinks))
+    nan_row = ops.logical_or(nan_row, ops.equal(row_max, const(np.inf)))
     return ops.select(nan_row, const(np.nan), _softmax_with_sinks(w, sinks, t.ne, 1))
 
 
