@@ -17,7 +17,8 @@ from typing import Any
 
 from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf
 from ovkit.dtypes import layout
-from ovkit.ir import pad_ne
+from ovkit.ir import GLU_OPS, UNARY_OPS, pad_ne
+from ovkit.ops.table import TABLE, UNARY_BUILT
 from ovkit.ops.verdicts import parse_params
 
 CaseBuilder = Callable[[str, str, dict[str, Any]], Case]
@@ -58,32 +59,9 @@ def _ne_of(p: dict[str, Any], *keys: str) -> tuple[int, int, int, int]:
 # elementwise
 
 
-#: ggml unary ops built by test_unary (ne_a, v) and their ggml enum names.
-UNARY = [
-    "ABS",
-    "SGN",
-    "NEG",
-    "STEP",
-    "TANH",
-    "ELU",
-    "RELU",
-    "SIGMOID",
-    "GELU",
-    "GELU_QUICK",
-    "SILU",
-    "HARDSWISH",
-    "HARDSIGMOID",
-    "EXP",
-    "EXPM1",
-    "SOFTPLUS",
-    "GELU_ERF",
-    "FLOOR",
-    "CEIL",
-    "ROUND",
-    "TRUNC",
-]
-#: test_floor/ceil/round/trunc (``ne`` instead of ``ne_a``): uniform [-10, 10].
-ROUNDING = ("FLOOR", "CEIL", "ROUND", "TRUNC")
+#: ggml unary ops built by test_unary (ne_a, v) and test_floor & co (ne), by ggml enum name: the
+#: sub-ops ``Graph.unary`` builds, in ggml's enum order.
+UNARY: list[str] = [str(o.sub_op) for o in UNARY_OPS if o in UNARY_BUILT]
 
 
 def _unary(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -104,7 +82,9 @@ def _unary(op: str, params: str, p: dict[str, Any]) -> Case:
     return Case(op, params, (Leaf("a", big, t, init),), program)
 
 
-GLU = ("REGLU", "GEGLU", "SWIGLU", "GEGLU_ERF", "GEGLU_QUICK")
+#: GLU ops built by test_glu / test_glu_split (SWIGLU_OAI has its own builder): the GLU sub-ops
+#: whose catalogue entry lists ``glu``, in ggml's enum order.
+GLU: tuple[str, ...] = tuple(str(o.sub_op) for o in GLU_OPS if "glu" in TABLE[o].builders)
 
 
 def _glu(op: str, params: str, p: dict[str, Any]) -> Case:

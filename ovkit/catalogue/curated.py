@@ -25,7 +25,9 @@ import numpy as np
 
 from ovkit import oracle
 from ovkit.catalogue.case import POSITIVE, UNIFORM, Case, Init, Leaf, Program
-from ovkit.ir import Op, pad_ne
+from ovkit.graph import GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC
+from ovkit.ir import Op, RopeType, pad_ne
+from ovkit.ops import table
 
 TEST_OPS, GGML, PERF = "test-ops", "ggml", "perf"
 #: The curated sets, in the order :func:`cases` lists them.
@@ -704,27 +706,16 @@ def _perf_cases() -> list[Case]:
 # ---------------------------------------------------------------------------------------------
 # The comparison against ggml: ne written innermost first, as test-backend-ops does.
 # ---------------------------------------------------------------------------------------------
-NORMAL, NEOX, IMROPE = 0, 2, 40
-ASC, DESC = 0, 1
-SWIGLU, GEGLU = 2, 1  # ggml_glu_op values
+NORMAL, NEOX, IMROPE = RopeType.NORMAL, RopeType.NEOX, RopeType.IMROPE
+ASC, DESC = GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC
+SWIGLU, GEGLU = Op.SWIGLU.enum_value, Op.GEGLU.enum_value  # ggml_glu_op values
 
-#: builder name -> the op key of the node it makes (the ``op`` of a comparison case).
+#: builder name -> the op key of the node it makes (the ``op`` of a comparison case): the op
+#: table's, and the whole-block case.
 BUILDER_OP: dict[str, str] = {
-    **{b: b.upper() for b in ("add", "add1", "add_id", "concat", "cont", "div", "fill", "get_rows",
-                              "im2col", "mul", "mul_mat", "mul_mat_id", "permute", "rms_norm", "norm",
-                              "l2_norm", "sum_rows", "sqr", "sqrt", "argsort", "sub", "transpose",
-                              "set_rows", "cpy", "flash_attn_ext", "clamp", "ssm_conv", "gated_delta_net",
-                              "repeat", "cumsum", "diag", "tri", "set", "scale", "pad")},
-    **{b: "RESHAPE" for b in ("reshape_2d", "reshape_3d", "reshape_4d")},
-    **{b: "VIEW" for b in ("view_1d", "view_2d", "view_3d", "view_4d")},
-    **{b: "ROPE" for b in ("rope_ext", "rope_multi")},
-    **{b: "SOFT_MAX" for b in ("soft_max", "soft_max_ext")},
-    "scale_bias": "SCALE",
-    "pad_ext": "PAD",
-    **{u: str(Op[u.upper()]) for u in ("gelu", "sigmoid", "silu", "softplus", "tanh", "exp", "neg",
-                                       "swiglu", "swiglu_oai", "geglu")},
+    **{b: str(op) for b, op in table.BUILDER_OP.items()},
     "llama_block": "LLAMA_BLOCK",
-}  # fmt: skip
+}
 
 _GGML: list[Case] = []
 

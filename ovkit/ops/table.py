@@ -11,7 +11,7 @@ gates (read from :data:`ovkit.ops.policy.GATES`), and the translate/reference fu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -643,6 +643,39 @@ ENTRIES: tuple[OpEntry, ...] = (
 )
 
 TABLE: dict[str, OpEntry] = {e.key: e for e in ENTRIES}
+
+#: Builders that take the sub-op as an argument (``unary(a, op)``, ``glu(a, op, swapped)``): they
+#: build several ops, so :data:`BUILDER_OP` leaves them out.
+GENERIC_BUILDERS = frozenset({"unary", "glu", "glu_split"})
+
+
+@dataclass(frozen=True, slots=True)
+class OpLists:
+    """The op lists other modules need, derived from catalogue entries (never typed out)."""
+
+    builder_op: dict[str, Op]  #: ``Graph`` builder name -> the op its node is (generic builders left out)
+    unary_built: tuple[Op, ...]  #: the sub-ops ``Graph.unary`` builds (entries listing ``unary``)
+    glu_built: tuple[Op, ...]  #: the sub-ops ``Graph.glu`` builds (every GLU entry)
+
+
+def op_lists(entries: Iterable[OpEntry]) -> OpLists:
+    """The derived op lists of ``entries`` (in their order): adding an entry adds its op to each."""
+    rows = tuple(entries)
+    builder_op = {b: e.key for e in rows for b in e.builders if b not in GENERIC_BUILDERS}
+    return OpLists(
+        builder_op,
+        tuple(e.key for e in rows if "unary" in e.builders),
+        tuple(e.key for e in rows if e.kind == "glu"),
+    )
+
+
+LISTS = op_lists(ENTRIES)
+#: ``Graph`` builder name -> the op its node is (the inverse of :attr:`OpEntry.builders`).
+BUILDER_OP: dict[str, Op] = LISTS.builder_op
+#: The unary sub-ops ``Graph.unary`` builds (XIELU has parameters: only ``Graph.xielu``), table order.
+UNARY_BUILT: tuple[Op, ...] = LISTS.unary_built
+#: The GLU sub-ops ``Graph.glu`` / ``glu_split`` build, table order.
+GLU_BUILT: tuple[Op, ...] = LISTS.glu_built
 
 
 def registered_entries() -> list[OpEntry]:
