@@ -14,17 +14,12 @@ from pathlib import Path
 import pytest
 
 from ovkit.ops.policy import GATES, GLOBAL_GATES, Revision, check_op
-from ovkit.ops.verdicts import (
-    CSV_REVISION,
-    build_case,
-    parse_params,
-    read_verdicts,
-    replay,
-)
+from ovkit.catalogue.verdicts import build_case, replay
+from ovkit.ops.verdicts import CSV_REVISION, SHIPPED, parse_params, read_verdicts
 
-# A gzip copy of shared/data/upstream-support-verdicts.csv ships with the tests, so they run where the
-# shared tree is absent; test_the_shipped_copy_is_the_shared_file keeps the two identical.
-CSV = Path(__file__).resolve().parent / "data" / "upstream-support-verdicts.csv.gz"
+# A gzip copy of shared/data/upstream-support-verdicts.csv ships with the package, so it is read where
+# the shared tree is absent; test_the_shipped_copy_is_the_shared_file keeps the two identical.
+CSV = SHIPPED
 SHARED_CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "upstream-support-verdicts.csv"
 
 
@@ -104,7 +99,7 @@ def test_supported_rows_and_rejections_are_both_covered(agreement):
 def test_unregistered_ops_are_rejected_by_membership(verdicts):
     for v in verdicts:
         if v.op_name in ("ABS", "SGN", "RELU", "CONV_2D", "TOP_K", "SOLVE_TRI"):
-            d = check_op(build_case(v.op_name, v.params), "CPU", upstream_exact=True, revision=CSV_REVISION)
+            d = check_op(build_case(v.op_name, v.op_params), "CPU", upstream_exact=True, revision=CSV_REVISION)
             assert not d.supported and d.gate == "global.membership", v
 
 
@@ -114,7 +109,7 @@ def test_name_keyed_quirks_only_matter_in_upstream_exact_mode(verdicts):
     changed = {(r.verdict.op_name, r.verdict.op_params) for r in relaxed.disagreements}
     assert changed and all(op == "CPY" for op, _ in changed)
     for op, params in changed:
-        assert build_case(op, parse_params(params)).ne[1:] == (4, 3, 2)
+        assert build_case(op, params).ne[1:] == (4, 3, 2)
 
 
 def test_newer_revision_differs_only_where_its_gates_differ(verdicts):
@@ -129,7 +124,7 @@ def test_newer_revision_differs_only_where_its_gates_differ(verdicts):
         assert r.decision is not None
         if r.decision.supported:  # N accepts what V rejected: V's rejecting gate is revision-specific
             v = check_op(
-                build_case(r.verdict.op_name, r.verdict.params),
+                build_case(r.verdict.op_name, r.verdict.op_params),
                 "CPU",
                 upstream_exact=True,
                 revision=Revision.V,
@@ -140,7 +135,7 @@ def test_newer_revision_differs_only_where_its_gates_differ(verdicts):
 
 
 def test_per_op_summary(agreement):
-    from ovkit.ops.verdicts import by_op
+    from ovkit.catalogue.verdicts import by_op
 
     table = by_op(agreement)
     assert table["rows"].sum() == 9747 and (table["rows"] == table["agreeing"]).all()

@@ -31,6 +31,10 @@ class NoCase(LookupError):
     """No builder for this test case (the message names it)."""
 
 
+class NoBuilder(NoCase):
+    """No case builder knows this test case's name."""
+
+
 def _named(t: Any, name: str) -> Any:
     t.set_name(name)
     return t
@@ -1036,18 +1040,28 @@ BUILDERS: dict[str, CaseBuilder] = {
 }
 
 
-def build(op_name: str, op_params: str) -> Case:
-    """The executable case of one test-backend-ops row; :class:`NoCase` when no builder knows it."""
+def case_of(op_name: str, op_params: str, params: dict[str, Any] | None = None) -> Case:
+    """The case of one test-backend-ops row, whatever the installed ggml (``params``: the parsed
+    ``op_params``); :class:`NoBuilder` when no builder knows it, KeyError naming a parameter the
+    builder needs and the row lacks."""
     builder = BUILDERS.get(op_name)
     if builder is None:
+        raise NoBuilder(f"no case builder for {op_name}")
+    return builder(op_name, op_params, parse_params(op_params) if params is None else params)
+
+
+def build(op_name: str, op_params: str) -> Case:
+    """The executable case of one test-backend-ops row; :class:`NoCase` when no builder knows it
+    or the installed ggml cannot build it."""
+    try:
+        case = case_of(op_name, op_params)
+    except NoBuilder as e:
         missing = (
             ""
             if ggml_has_builder(op_name)
             else f": the installed ggml (ggml-python) has no ggml_{op_name.lower()}"
         )
-        raise NoCase(f"no case builder for {op_name}{missing}")
-    try:
-        case = builder(op_name, op_params, parse_params(op_params))
+        raise NoBuilder(f"{e}{missing}") from None
     except KeyError as e:
         raise NoCase(f"{op_name}: parameter {e.args[0]!r} missing") from e
     for leaf in case.leaves:
