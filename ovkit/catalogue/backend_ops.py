@@ -17,8 +17,8 @@ from typing import Any
 
 from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf
 from ovkit.dtypes import layout
-from ovkit.ir import GLU_OPS, UNARY_OPS, pad_ne
-from ovkit.ops.table import TABLE, UNARY_BUILT
+from ovkit.ir import pad_ne
+from ovkit.ops.table import LISTS
 from ovkit.ops.verdicts import parse_params
 
 CaseBuilder = Callable[[str, str, dict[str, Any]], Case]
@@ -64,8 +64,8 @@ def _ne_of(p: dict[str, Any], *keys: str) -> tuple[int, int, int, int]:
 
 
 #: ggml unary ops built by test_unary (ne_a, v) and test_floor & co (ne), by ggml enum name: the
-#: sub-ops ``Graph.unary`` builds, in ggml's enum order.
-UNARY: list[str] = [str(o.sub_op) for o in UNARY_OPS if o in UNARY_BUILT]
+#: sub-ops ``Graph.unary`` builds (derived from the op table).
+UNARY: tuple[str, ...] = LISTS.unary_cases
 
 
 def _unary(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -87,8 +87,8 @@ def _unary(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 #: GLU ops built by test_glu / test_glu_split (SWIGLU_OAI has its own builder): the GLU sub-ops
-#: whose catalogue entry lists ``glu``, in ggml's enum order.
-GLU: tuple[str, ...] = tuple(str(o.sub_op) for o in GLU_OPS if "glu" in TABLE[o].builders)
+#: whose catalogue entry lists ``glu`` (derived from the op table).
+GLU: tuple[str, ...] = LISTS.glu_cases
 
 
 def _glu(op: str, params: str, p: dict[str, Any]) -> Case:
