@@ -34,7 +34,7 @@ from ovkit.catalogue.curated.llama_block import add_cases as llama_block_cases
 
 
 def _binary_cases(out: list[Case]) -> None:
-    """binary elementwise: ADD SUB MUL DIV (test_bin_bcast)."""
+    """Binary elementwise: ADD SUB MUL DIV (test_bin_bcast)."""
     for _op in ("add", "sub", "mul", "div"):
         _lo, _hi = (0.9, 1.1) if _op in ("mul", "div") else (-1.0, 1.0)
 
@@ -164,7 +164,7 @@ def _scalar_cases(out: list[Case]) -> None:
 
 
 def _unary_cases(out: list[Case]) -> None:
-    """unary sub-ops (test_unary: x in [-150, 150])."""
+    """Unary sub-ops (test_unary: x in [-150, 150])."""
     for _u in ("gelu", "sigmoid", "silu", "softplus", "tanh", "neg"):
         vs(
             out,
@@ -327,7 +327,7 @@ def _glu_cases(out: list[Case]) -> None:
 
 
 def _layout_cases(out: list[Case]) -> None:
-    """layout ops: CONT, CPY, RESHAPE, VIEW, PERMUTE, TRANSPOSE."""
+    """Layout ops: CONT, CPY, RESHAPE, VIEW, PERMUTE, TRANSPOSE."""
     for _dt in ("f32", "f16", "bf16"):
         vs(
             out,
@@ -692,7 +692,7 @@ def _mul_mat_cases(out: list[Case]) -> None:
 
 
 def _quantized_cases(out: list[Case]) -> None:
-    """quantized weights (the upstream backend's 8 quantized types)."""
+    """Quantized weights (the upstream backend's 8 quantized types)."""
     # mul_mat: ggml quantizes the activations too (q8 dot products) -> test_mul_mat's 5e-4 applies.
     # get_rows: ggml decodes the blocks to f32; rows of 512 avoid the upstream ne[0]==256 gate.
     for _q in oracle.QUANT_TYPES:
@@ -732,7 +732,7 @@ def _V(b: Any, a: Any) -> Any:  # noqa: N802 - test-backend-ops' "v": half of ev
 
 
 def _norm_cases(out: list[Case]) -> None:
-    """norms and reductions."""
+    """Norms and reductions."""
     vs(out, "norm", "norm", {"a": f(64, 5, 4, 3)}, lambda b, t: b.norm(t["a"], 1e-6))
     vs(out, "norm-view", "norm", {"a": f(64, 6, 4, 2)}, lambda b, t: b.norm(_V(b, t["a"]), 1e-6))
     vs(
@@ -1174,7 +1174,7 @@ def _conv_and_recurrent_cases(out: list[Case]) -> None:
         )
 
 
-# --- cases upstream's policy rejects: ovkit raises UnsupportedOpError, and its translation still
+# --- cases upstream's policy rejects: ovkit's translation still reproduces ggml's numbers -------
 
 
 def _fa_variant(max_bias: float, softcap: float, sinks: bool) -> Program:
@@ -1188,8 +1188,8 @@ def _fa_variant(max_bias: float, softcap: float, sinks: bool) -> Program:
 
 
 def _rejected_cases(out: list[Case]) -> None:
-    """cases upstream's policy rejects: ovkit raises UnsupportedOpError, and its translation still."""
-    # reproduces ggml's numbers (checked with the policy bypassed) ------------------------------------
+    """Cases upstream's policy rejects: ovkit raises UnsupportedOpError, and its translation still
+    reproduces ggml's numbers (checked with the policy bypassed)."""
     _FA_INS, _ = _fa(64, 64, 2, 2, 32, 6, True, "f16")
     vs(
         out,
@@ -1325,7 +1325,7 @@ def _rejected_cases(out: list[Case]) -> None:
 
 
 def _model_sized_cases(out: list[Case]) -> None:
-    """model-sized shapes (test-backend-ops' larger cases: accumulation over long rows)."""
+    """Model-sized shapes (test-backend-ops' larger cases: accumulation over long rows)."""
     vs(
         out,
         "soft_max_ext-1024-alibi",
