@@ -23,6 +23,7 @@ from ovkit.catalogue.case import Case, ovkit_graph
 from ovkit.ir import IN_PLACE_WRITES, GraphError, Op, OpInfo
 from ovkit.ops.policy import Revision, SupportDecision, check_op
 from ovkit.ops.verdicts import CSV_REVISION, Verdict, leaf, parse_params
+from ovkit.quant import QuantError
 
 #: ggml ops no test-backend-ops case is named after: a leaf, the sub-op parents (a unary or GLU
 #: case is named after its sub-op) and user callbacks.
@@ -85,7 +86,7 @@ def build_case(op_name: str, op_params: str) -> OpInfo:
         raise Unexpressible(f"parameter {e.args[0]!r} missing for {op_name}") from e
     try:
         _, out = ovkit_graph(case)
-    except (GraphError, ValueError):  # QuantError and unknown types are ValueErrors too
+    except (GraphError, QuantError):  # a type, layout or parameter ovkit's builder refuses
         return _stand_in(case, params)
     info: OpInfo = out.op_info()
     return info
