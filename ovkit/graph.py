@@ -31,6 +31,7 @@ from ovkit.ir import (
     round_to,
 )
 from ovkit.ops.bounds import check_constant, check_feed, fed_index_nodes
+from ovkit.ops.table import GLU_BUILT, UNARY_BUILT
 
 if TYPE_CHECKING:
     from ovkit.ops.policy import SupportDecision
@@ -58,13 +59,9 @@ GGML_SCALE_MODE_BILINEAR = 1
 GGML_SCALE_MODE_BICUBIC = 2
 GGML_SCALE_FLAG_ALIGN_CORNERS = 1 << 8
 GGML_SCALE_FLAG_ANTIALIAS = 1 << 9
-#: the unary and GLU sub-ops this builder can build and run.
-BUILT_UNARY: tuple[Op, ...] = (
-    Op.GELU, Op.SIGMOID, Op.SILU, Op.SOFTPLUS, Op.TANH, Op.EXP, Op.NEG,
-    Op.ABS, Op.SGN, Op.STEP, Op.ELU, Op.RELU, Op.GELU_QUICK, Op.GELU_ERF, Op.HARDSWISH, Op.HARDSIGMOID,
-    Op.EXPM1, Op.FLOOR, Op.CEIL, Op.ROUND, Op.TRUNC,
-)  # fmt: skip
-BUILT_GLU: tuple[Op, ...] = (Op.SWIGLU, Op.SWIGLU_OAI, Op.GEGLU, Op.REGLU, Op.GEGLU_ERF, Op.GEGLU_QUICK)
+#: the unary and GLU sub-ops this builder can build and run (derived from the op table).
+BUILT_UNARY: tuple[Op, ...] = UNARY_BUILT
+BUILT_GLU: tuple[Op, ...] = GLU_BUILT
 #: unary ops whose ggml CPU kernels exist for f32/f16 only (bf16 aborts at compute time).
 UNARY_TYPES: dict[Op, tuple[str, ...]] = {
     op: ("f32", "f16") for op in (Op.GELU, Op.SILU, Op.GELU_QUICK, Op.GELU_ERF)

@@ -57,3 +57,17 @@ def test_relabel_and_param() -> None:
 
     wider = replace(c, leaves=(replace(c.leaves[0], ne=(12, 4, 1, 1), dtype="f16"), c.leaves[1]))
     assert curated.relabel(wider).name == "CONCAT(type=f16/f32,ne_a=[12,4,1,1],ne_b=[6,4,1,1],dim=0)"
+
+
+def test_importing_the_curated_table_builds_no_case() -> None:
+    """The sets are built on demand: importing them makes no Case (the comparison set was filled
+    at import time)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gc; import ovkit.catalogue.curated as c; from ovkit.catalogue.case import Case; "
+        "print(sum(isinstance(o, Case) for o in gc.get_objects()), len(c.cases('ggml')) > 0)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "True"]

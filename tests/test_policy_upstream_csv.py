@@ -13,18 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from ovkit.catalogue.verdicts import build_case, replay
 from ovkit.ops.policy import GATES, GLOBAL_GATES, Revision, check_op
-from ovkit.ops.verdicts import (
-    CSV_REVISION,
-    build_case,
-    parse_params,
-    read_verdicts,
-    replay,
-)
+from ovkit.ops.verdicts import CSV_REVISION, SHIPPED, parse_params, read_verdicts
 
-# A gzip copy of shared/data/upstream-support-verdicts.csv ships with the tests, so they run where the
-# shared tree is absent; test_the_shipped_copy_is_the_shared_file keeps the two identical.
-CSV = Path(__file__).resolve().parent / "data" / "upstream-support-verdicts.csv.gz"
+# A gzip copy of shared/data/upstream-support-verdicts.csv ships with the package, so it is read where
+# the shared tree is absent; test_the_shipped_copy_is_the_shared_file keeps the two identical.
+CSV = SHIPPED
 SHARED_CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "upstream-support-verdicts.csv"
 
 
@@ -104,7 +99,9 @@ def test_supported_rows_and_rejections_are_both_covered(agreement):
 def test_unregistered_ops_are_rejected_by_membership(verdicts):
     for v in verdicts:
         if v.op_name in ("ABS", "SGN", "RELU", "CONV_2D", "TOP_K", "SOLVE_TRI"):
-            d = check_op(build_case(v.op_name, v.params), "CPU", upstream_exact=True, revision=CSV_REVISION)
+            d = check_op(
+                build_case(v.op_name, v.op_params), "CPU", upstream_exact=True, revision=CSV_REVISION
+            )
             assert not d.supported and d.gate == "global.membership", v
 
 
@@ -114,7 +111,7 @@ def test_name_keyed_quirks_only_matter_in_upstream_exact_mode(verdicts):
     changed = {(r.verdict.op_name, r.verdict.op_params) for r in relaxed.disagreements}
     assert changed and all(op == "CPY" for op, _ in changed)
     for op, params in changed:
-        assert build_case(op, parse_params(params)).ne[1:] == (4, 3, 2)
+        assert build_case(op, params).ne[1:] == (4, 3, 2)
 
 
 def test_newer_revision_differs_only_where_its_gates_differ(verdicts):
@@ -129,7 +126,7 @@ def test_newer_revision_differs_only_where_its_gates_differ(verdicts):
         assert r.decision is not None
         if r.decision.supported:  # N accepts what V rejected: V's rejecting gate is revision-specific
             v = check_op(
-                build_case(r.verdict.op_name, r.verdict.params),
+                build_case(r.verdict.op_name, r.verdict.op_params),
                 "CPU",
                 upstream_exact=True,
                 revision=Revision.V,
@@ -140,7 +137,7 @@ def test_newer_revision_differs_only_where_its_gates_differ(verdicts):
 
 
 def test_per_op_summary(agreement):
-    from ovkit.ops.verdicts import by_op
+    from ovkit.catalogue.verdicts import by_op
 
     table = by_op(agreement)
     assert table["rows"].sum() == 9747 and (table["rows"] == table["agreeing"]).all()
@@ -151,3 +148,53 @@ def test_per_op_summary(agreement):
         "global.types",
     }
     assert table.loc["MUL_MAT", "upstream_supported"] == table.loc["MUL_MAT", "ovkit_supported"] == 301
+
+
+FA = (
+    "hsk=64,hsv=64,nh=4,nr23=[1,1],kv=512,nb=1,mask=1,sinks=0,max_bias=0.000000,"
+    "logit_softcap=0.000000,prec=f32,type_K=f16,type_V=f16,permute=[0,2,1,3]"
+)
+
+
+def test_a_verdict_asks_about_the_graph_the_runnable_case_builds():
+    """One transcription: k and v are views only when the case's kv_view says so, and v is a view
+    of k when v_is_view_of_k says so (the second copy knew neither)."""
+    viewed = build_case("FLASH_ATTN_EXT", FA)
+    assert [s.srcs[0].op for s in viewed.srcs[1:3]] == ["VIEW", "VIEW"]
+    plain = build_case("FLASH_ATTN_EXT", FA + ",kv_view=0")
+    assert [s.srcs[0].op for s in plain.srcs[1:3]] == ["NONE", "NONE"]
+    shared = build_case("FLASH_ATTN_EXT", FA + ",kv_view=0,v_is_view_of_k=1")
+    v = shared.srcs[2]
+    assert v.op == "VIEW" and v.view_src is not None and v.view_src.name == "k"
+
+
+def test_a_verdict_sizes_a_convolution_as_ggml_does():
+    """ggml_calc_conv_output_size divides as C does (toward zero): a 2x2 input, 3x3 kernel and
+    stride 2 give one output column and row (flooring gave none)."""
+    params = (
+        "type_input=f32,type_kernel=f32,dst_type=f32,ne_input=[2,2,1,1],ne_kernel=[3,3,1,1],"
+        "s0=2,s1=2,p0=0,p1=0,d0=1,d1=1,is_2D=1"
+    )
+    assert build_case("IM2COL", params).ne == (9, 1, 1, 1)
+
+
+def test_a_case_ovkit_cannot_build_is_asked_about_with_its_types():
+    """ovkit has no q1_0: the row is still asked about, as its output op over the case's leaves,
+    and the type gate rejects it as upstream did."""
+    params = "type_src=f16,type_dst=q1_0,type_idx=i64,ne=[256,11,1,1],nr23=[2,3],r=7,v=0"
+    info = build_case("SET_ROWS", params)
+    assert info.op == "SET_ROWS" and info.dtype == "q1_0"
+    assert {s.name: s.dtype for s in info.srcs} == {"dst": "q1_0", "src": "f16", "row_idxs": "i64"}
+    d = check_op(info, "CPU", upstream_exact=True, revision=CSV_REVISION)
+    assert not d.supported and d.gate == "global.types"
+
+
+def test_ops_without_a_case_builder_are_the_ggml_ops_the_enum_lists():
+    from ovkit.catalogue.verdicts import GGML_OPS
+    from ovkit.ir import Op
+
+    assert "DSV4_HC_PRE" in GGML_OPS and Op.SSM_SCAN in GGML_OPS and Op.GROUP_NORM in GGML_OPS
+    assert not {Op.NONE, Op.UNARY, Op.GLU, Op.CUSTOM} & GGML_OPS
+    assert not any(isinstance(o, Op) and o.sub_op for o in GGML_OPS)
+    d = check_op(build_case("SSM_SCAN", "type=f32,d_state=16"), "CPU", revision=CSV_REVISION)
+    assert not d.supported and d.gate == "global.membership"

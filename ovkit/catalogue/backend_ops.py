@@ -18,6 +18,7 @@ from typing import Any
 from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf
 from ovkit.dtypes import layout
 from ovkit.ir import pad_ne
+from ovkit.ops.table import LISTS
 from ovkit.ops.verdicts import parse_params
 
 CaseBuilder = Callable[[str, str, dict[str, Any]], Case]
@@ -28,6 +29,10 @@ POS_09 = Init("uniform", 0.9, 1.1)
 
 class NoCase(LookupError):
     """No builder for this test case (the message names it)."""
+
+
+class NoBuilder(NoCase):
+    """No case builder knows this test case's name."""
 
 
 def _named(t: Any, name: str) -> Any:
@@ -58,32 +63,9 @@ def _ne_of(p: dict[str, Any], *keys: str) -> tuple[int, int, int, int]:
 # elementwise
 
 
-#: ggml unary ops built by test_unary (ne_a, v) and their ggml enum names.
-UNARY = [
-    "ABS",
-    "SGN",
-    "NEG",
-    "STEP",
-    "TANH",
-    "ELU",
-    "RELU",
-    "SIGMOID",
-    "GELU",
-    "GELU_QUICK",
-    "SILU",
-    "HARDSWISH",
-    "HARDSIGMOID",
-    "EXP",
-    "EXPM1",
-    "SOFTPLUS",
-    "GELU_ERF",
-    "FLOOR",
-    "CEIL",
-    "ROUND",
-    "TRUNC",
-]
-#: test_floor/ceil/round/trunc (``ne`` instead of ``ne_a``): uniform [-10, 10].
-ROUNDING = ("FLOOR", "CEIL", "ROUND", "TRUNC")
+#: ggml unary ops built by test_unary (ne_a, v) and test_floor & co (ne), by ggml enum name: the
+#: sub-ops ``Graph.unary`` builds (derived from the op table).
+UNARY: tuple[str, ...] = LISTS.unary_cases
 
 
 def _unary(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -104,7 +86,9 @@ def _unary(op: str, params: str, p: dict[str, Any]) -> Case:
     return Case(op, params, (Leaf("a", big, t, init),), program)
 
 
-GLU = ("REGLU", "GEGLU", "SWIGLU", "GEGLU_ERF", "GEGLU_QUICK")
+#: GLU ops built by test_glu / test_glu_split (SWIGLU_OAI has its own builder): the GLU sub-ops
+#: whose catalogue entry lists ``glu`` (derived from the op table).
+GLU: tuple[str, ...] = LISTS.glu_cases
 
 
 def _glu(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -1056,18 +1040,28 @@ BUILDERS: dict[str, CaseBuilder] = {
 }
 
 
-def build(op_name: str, op_params: str) -> Case:
-    """The executable case of one test-backend-ops row; :class:`NoCase` when no builder knows it."""
+def case_of(op_name: str, op_params: str, params: dict[str, Any] | None = None) -> Case:
+    """The case of one test-backend-ops row, whatever the installed ggml (``params``: the parsed
+    ``op_params``); :class:`NoBuilder` when no builder knows it, KeyError naming a parameter the
+    builder needs and the row lacks."""
     builder = BUILDERS.get(op_name)
     if builder is None:
+        raise NoBuilder(f"no case builder for {op_name}")
+    return builder(op_name, op_params, parse_params(op_params) if params is None else params)
+
+
+def build(op_name: str, op_params: str) -> Case:
+    """The executable case of one test-backend-ops row; :class:`NoCase` when no builder knows it
+    or the installed ggml cannot build it."""
+    try:
+        case = case_of(op_name, op_params)
+    except NoBuilder as e:
         missing = (
             ""
             if ggml_has_builder(op_name)
             else f": the installed ggml (ggml-python) has no ggml_{op_name.lower()}"
         )
-        raise NoCase(f"no case builder for {op_name}{missing}")
-    try:
-        case = builder(op_name, op_params, parse_params(op_params))
+        raise NoBuilder(f"{e}{missing}") from None
     except KeyError as e:
         raise NoCase(f"{op_name}: parameter {e.args[0]!r} missing") from e
     for leaf in case.leaves:

@@ -42,6 +42,7 @@ from ovkit.catalogue.case import (
     ovkit_graph,
 )
 from ovkit.catalogue.result import STATUSES, Result, Status, error_line
+from ovkit.ops import verdicts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,7 +51,7 @@ Policy = Literal["upstream", "none"]
 #: A case taking longer than this in a worker process is stopped and reported as a FAIL.
 CASE_TIMEOUT_S = 600.0
 #: The shipped half of test-backend-ops' catalogue (op name, parameters, upstream's verdict).
-SHIPPED = Path(__file__).resolve().parents[2] / "tests" / "data" / "upstream-support-verdicts.csv.gz"
+SHIPPED = verdicts.SHIPPED
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,12 +153,12 @@ def upstream_verdict(row: Row, device_class: str = "CPU") -> tuple[bool, str]:
     """What the backend's ``supports_op`` answers for the case's output node (test-backend-ops'
     ``support`` mode, test-name quirks included, at the revision that produced the shipped
     verdicts), with the reason of a rejection."""
-    from ovkit.ops import verdicts
+    from ovkit.catalogue.verdicts import Unexpressible, build_case
     from ovkit.ops.policy import check_op
 
     try:
-        info = verdicts.build_case(row.op, verdicts.parse_params(row.params))
-    except verdicts.Unexpressible as exc:
+        info = build_case(row.op, row.params)
+    except Unexpressible as exc:
         return False, f"unexpressible: {exc}"
     d = check_op(info, device_class, upstream_exact=True, revision=verdicts.CSV_REVISION)
     return d.supported, d.reason
@@ -725,8 +726,6 @@ def main(
     """``ovkit test-ops --catalogue test-backend-ops``: one line per case as it finishes, totals
     per op, then the summary; 1 on any FAIL."""
     from tqdm import tqdm
-
-    from ovkit.ops import verdicts
 
     stream = out or sys.stdout
     print(f"Testing {device} (test-backend-ops catalogue, {len(rows)} cases, policy {policy})", file=stream)

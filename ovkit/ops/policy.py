@@ -14,7 +14,7 @@ Deliberate differences from upstream, recorded here:
   *quirks* (``Gate.quirk``): recorded, but applied only with ``upstream_exact=True``.
 - Upstream changed over time.  :class:`Revision` names the states the policy can reproduce:
   ``N`` (upstream aee56b3ab, the default) and ``V`` (the older
-  state that produced ``shared/data/upstream-support-verdicts.csv``; its gates are those of the
+  state that produced the shipped ``ovkit/data/upstream-support-verdicts.csv.gz``; its gates are those of the
   upstream ``ggml-openvino.cpp`` stored in the code index at 013991d8, which matches the spec's
   description of M, the mirror's master 5735e10c4).  A gate lists the revisions it belongs to.
 - Upstream has no NPU-only ``supports_op`` rejection; NPU differences are translation-level
@@ -907,10 +907,10 @@ def render_markdown() -> str:
         "  only with `upstream_exact=True`.",
         "- **Revisions.** `N` is upstream aee56b3ab and the default. `V` is the older",
         "  state (close to the mirror's master, 5735e10c4) that produced",
-        "  `shared/data/upstream-support-verdicts.csv`: no MXFP4, none of N's added ops (FILL, SQR,",
+        "  `ovkit/data/upstream-support-verdicts.csv.gz`: no MXFP4, none of N's added ops (FILL, SQR,",
         "  SQRT, CUMSUM, DIAG, TRI, SET, unary SIGMOID/EXP/NEG), view-input rejections for GLU,",
         "  L2_NORM and RMS_NORM, SSM_CONV and GATED_DELTA_NET disabled, SOFT_MAX sinks rejected.",
-        "  `ovkit.ops.verdicts.replay()` replays that CSV: every expressible row agrees",
+        "  `ovkit.catalogue.verdicts.replay()` replays that CSV: every expressible row agrees",
         "  (`pytest tests/test_policy_upstream_csv.py -s`).",
         "",
         f"Registered ops (N, {len(REGISTERED_OPS_N)}): " + ", ".join(REGISTERED_OPS_N) + ".",

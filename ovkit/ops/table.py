@@ -11,7 +11,7 @@ gates (read from :data:`ovkit.ops.policy.GATES`), and the translate/reference fu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -644,6 +644,43 @@ ENTRIES: tuple[OpEntry, ...] = (
 
 TABLE: dict[str, OpEntry] = {e.key: e for e in ENTRIES}
 
+#: Builders that take the sub-op as an argument (``unary(a, op)``, ``glu(a, op, swapped)``): they
+#: build several ops, so :data:`BUILDER_OP` leaves them out.
+GENERIC_BUILDERS = frozenset({"unary", "glu", "glu_split"})
+
+
+@dataclass(frozen=True, slots=True)
+class OpLists:
+    """The op lists other modules need, derived from catalogue entries (never typed out)."""
+
+    builder_op: dict[str, Op]  #: ``Graph`` builder name -> the op its node is (generic builders left out)
+    unary_built: tuple[Op, ...]  #: the sub-ops ``Graph.unary`` builds (entries listing ``unary``)
+    glu_built: tuple[Op, ...]  #: the sub-ops ``Graph.glu`` builds (every GLU entry)
+    unary_cases: tuple[str, ...]  #: test-backend-ops' test_unary case names (the sub-ops ``unary`` builds)
+    glu_cases: tuple[str, ...]  #: test-backend-ops' test_glu case names (entries listing ``glu``)
+
+
+def op_lists(entries: Iterable[OpEntry]) -> OpLists:
+    """The derived op lists of ``entries`` (in their order): adding an entry adds its op to each."""
+    rows = tuple(entries)
+    unary = tuple(e.key for e in rows if "unary" in e.builders)
+    return OpLists(
+        builder_op={b: e.key for e in rows for b in e.builders if b not in GENERIC_BUILDERS},
+        unary_built=unary,
+        glu_built=tuple(e.key for e in rows if e.kind == "glu"),
+        unary_cases=tuple(str(o.sub_op) for o in unary),
+        glu_cases=tuple(str(e.key.sub_op) for e in rows if "glu" in e.builders),
+    )
+
+
+LISTS = op_lists(ENTRIES)
+#: ``Graph`` builder name -> the op its node is (the inverse of :attr:`OpEntry.builders`).
+BUILDER_OP: dict[str, Op] = LISTS.builder_op
+#: The unary sub-ops ``Graph.unary`` builds (XIELU has parameters: only ``Graph.xielu``), table order.
+UNARY_BUILT: tuple[Op, ...] = LISTS.unary_built
+#: The GLU sub-ops ``Graph.glu`` / ``glu_split`` build, table order.
+GLU_BUILT: tuple[Op, ...] = LISTS.glu_built
+
 
 def registered_entries() -> list[OpEntry]:
     return [e for e in ENTRIES if e.registered]
@@ -695,6 +732,50 @@ def op_coverage_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: "Add an op": the places a new ggml op (or unary/GLU sub-op) is written, in order.  Everything
+#: else is derived from them (``tests/test_table.py`` checks every entry is in each place).
+ADD_AN_OP: tuple[tuple[str, str], ...] = (
+    ("`ovkit/ir.py`", 'an `Op` member in ggml.h order (a sub-op: `NAME = "UNARY.NAME"` / `"GLU.NAME"`)'),
+    (
+        "`ovkit/graph.py`",
+        "the `Graph` builder method(s), ggml's name without `ggml_` (shape and type checks)",
+    ),
+    (
+        "`ovkit/ops/reference.py`",
+        "the numpy reference: `REFERENCES[Op.X]` (sub-ops: `UNARY_FNS` / `GLU_ACTIVATIONS`)",
+    ),
+    (
+        "`ovkit/ops/translate.py`",
+        "the opset16 translation: `TRANSLATORS[Op.X]` (sub-ops: `UNARY_FNS` / `GLU_ACTIVATIONS`)",
+    ),
+    (
+        "`ovkit/ops/table.py`",
+        "the `OpEntry` (builders, params, translations, notes; `registered=False` unless upstream's "
+        "op_table.cpp has it); then regenerate this page",
+    ),
+    (
+        "`ovkit/ops/policy.py`",
+        "a registered op's gates: `GATES[Op.X]` (an unregistered op is refused by membership)",
+    ),
+    (
+        "`ovkit/catalogue/backend_ops.py`",
+        "test-backend-ops' case builder in `BUILDERS` under its case name (a unary "
+        "sub-op `Graph.unary` builds and a GLU sub-op `Graph.glu` builds have theirs already); the support verdicts "
+        "ask about that case's graph too",
+    ),
+    (
+        "`ovkit/catalogue/curated/testops.py`",
+        "a registered op's case in the `test-ops` set (and one in `curated/vs_ggml.py` for an op "
+        "test-backend-ops has no test for)",
+    ),
+)
+DERIVED = (
+    "`Graph.unary` / `Graph.glu` sub-op lists, the builder -> op map of the curated cases, test-backend-ops' "
+    "unary/GLU case builders and the ggml ops the verdicts decide by membership are derived from the table "
+    "and the `Op` enum; never type them out."
+)
+
+
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ") or "—"
 
@@ -717,6 +798,14 @@ def render_markdown() -> str:
         "OpenVINO (opset16) translation ovkit uses, upstream's translation, the support gates of "
         "`ovkit.ops.policy` (default revision N) and upstream notes. ovkit computes ggml's result "
         "(ggml is the reference); where upstream deviates the notes say so.",
+        "",
+        "## Adding an op",
+        "",
+        *[f"{i}. {place}: {what}" for i, (place, what) in enumerate(ADD_AN_OP, 1)],
+        "",
+        DERIVED,
+        "",
+        "## The table",
         "",
         "Global gates (every op):",
         "",

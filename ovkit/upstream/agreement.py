@@ -19,11 +19,11 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ovkit.catalogue.verdicts import Unexpressible, build_case
 from ovkit.ops.policy import OpInfo, Revision, check_op
-from ovkit.ops.verdicts import Unexpressible, Verdict, build_case, read_verdicts
+from ovkit.ops.verdicts import SHIPPED, Verdict, read_verdicts
 from ovkit.upstream import cases
 from ovkit.upstream.build import UpstreamBuild, require
 from ovkit.upstream.isolate import Isolated
@@ -32,8 +32,8 @@ from ovkit.upstream.ops import DEVICE_CLASS, policy_verdict
 if TYPE_CHECKING:
     import pandas as pd
 
-#: The shipped test-backend-ops verdicts (in the source tree; pass another path when installed).
-DEFAULT_VERDICTS = Path(__file__).resolve().parents[2] / "tests" / "data" / "upstream-support-verdicts.csv.gz"
+#: The shipped test-backend-ops verdicts (package data, installed with ovkit).
+DEFAULT_VERDICTS = SHIPPED
 #: Rows per child request (a crash re-asks that chunk's rows one at a time).
 CHUNK = 256
 
@@ -145,7 +145,7 @@ def _rows(result: Agreement, worker: Isolated, verdicts: Sequence[Verdict], prog
                 result.skipped[answer["skip"]] += 1
                 continue
             try:
-                info = build_case(v.op_name, v.params)
+                info = build_case(v.op_name, v.op_params)
             except Unexpressible as exc:  # the child could not build it either
                 result.skipped[str(exc)] += 1
                 continue

@@ -15,8 +15,8 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
+from ovkit.catalogue.verdicts import Unexpressible, build_case
 from ovkit.ops.policy import OpInfo
-from ovkit.ops.verdicts import Unexpressible, build_case, parse_params
 
 
 class Unbuildable(Exception):
@@ -106,7 +106,7 @@ def build_tensor(g: Any, op_name: str, op_params: str) -> Iterator[Any]:
     """The output node of test-backend-ops case ``op_name(op_params)`` as a ggml tensor, valid
     inside the ``with`` block (its context is freed afterwards)."""
     try:
-        info = build_case(op_name, parse_params(op_params))
+        info = build_case(op_name, op_params)
     except Unexpressible as exc:
         raise Unbuildable(str(exc)) from None
     n = _count(info, set()) + 4

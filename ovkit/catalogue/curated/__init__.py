@@ -1,0 +1,93 @@
+"""The curated op cases as one table: ``ovkit test-ops``' own set, the comparison set against
+ggml and the perf set, each case written once and tagged with the sets it belongs to.
+
+A case is a :class:`~ovkit.catalogue.case.Case`: its leaves (ggml ``ne``, type, how the values
+are drawn), one program written against the builder API ``Graph`` shares with
+``oracle.GgmlBuilder``, and its error bound (the op's test-backend-ops threshold unless the case
+says why not).  Names are test-backend-ops': ``OP(type=...,ne_a=[...],...)``; a case of the ggml
+comparison set carries its variant as ``v=`` (``ADD(type=f32,...,v=src0-view)``).
+
+- ``test-ops`` (:mod:`.testops`): small cases, one or a few per op and parameter (``ovkit
+  test-ops``' default).
+- ``ggml`` (:mod:`.vs_ggml`, :mod:`.llama_block`): the wider comparison of every op against
+  ggml's CPU backend: layouts, views, types, value ranges, model-sized shapes and whole llama
+  blocks; cases the upstream CPU policy rejects name a fragment of its reason (``rejected``), and
+  their translation is checked anyway.
+- ``perf`` (:mod:`.perf`): model-sized cases for ``ovkit test-ops perf`` (time per run, GFLOPS or
+  GB/s).
+
+Each set is built on demand, the first time a case is asked for (nothing is built at import).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ovkit.catalogue.case import Case
+from ovkit.catalogue.curated.build import (
+    BUILDER_OP,
+    GGML,
+    INDEX_KINDS,
+    PERF,
+    SETS,
+    TEST_OPS,
+    case,
+    inp,
+    label,
+    param,
+    relabel,
+    split_params,
+)
+
+__all__ = [
+    "BUILDER_OP",
+    "GGML",
+    "INDEX_KINDS",
+    "PERF",
+    "SETS",
+    "TEST_OPS",
+    "case",
+    "cases",
+    "find",
+    "inp",
+    "label",
+    "param",
+    "relabel",
+    "split_params",
+]
+
+
+def _tagged(tag: str, cs: Sequence[Case]) -> list[Case]:
+    return [replace(c, tags=c.tags | {tag}) for c in cs]
+
+
+@functools.cache
+def _table() -> tuple[Case, ...]:
+    from ovkit.catalogue.curated import perf, testops, vs_ggml
+
+    rows = [
+        *_tagged(TEST_OPS, testops.cases()),
+        *_tagged(GGML, vs_ggml.cases()),
+        *_tagged(PERF, perf.cases()),
+    ]
+    merged: dict[str, Case] = {}
+    for c in rows:  # a case in several sets is one row with their tags
+        merged[c.name] = replace(c, tags=merged[c.name].tags | c.tags) if c.name in merged else c
+    return tuple(merged.values())
+
+
+def cases(tag: str | None = None) -> tuple[Case, ...]:
+    """The curated cases of set ``tag`` (every case when None), in table order."""
+    if tag is not None and tag not in SETS:
+        raise ValueError(f"case set {tag!r} is not known (expected one of: {', '.join(SETS)})")
+    return tuple(c for c in _table() if tag is None or tag in c.tags)
+
+
+def find(name: str) -> Case:
+    """The curated case called ``name``; KeyError naming it when unknown."""
+    for c in _table():
+        if c.name == name:
+            return c
+    raise KeyError(f"no curated case named {name!r}")
