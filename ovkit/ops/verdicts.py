@@ -659,17 +659,13 @@ BUILDERS: dict[str, Builder] = {
     Op.TRI: _same(Op.TRI, tri_type=0),
 }
 
-#: Test cases whose graph is not known.  (Empty for the shipped CSV: DSV4_HC_PRE, DSV4_HC_POST and
-#: LIGHTNING_INDEXER are newer than the reference test-backend-ops source, but they are ggml ops
-#: (GGML_OP_DSV4_HC_PRE/_POST, GGML_OP_LIGHTNING_INDEXER) and test-backend-ops names a case after
-#: its output node's op, so op membership decides them.)
-UNKNOWN_TESTS: dict[str, str] = {}
-
 
 def build_case(op_name: str, params: dict[str, Any]) -> OpInfo:
-    """The output node test-backend-ops builds for ``op_name(params)``; raises Unexpressible."""
-    if op_name in UNKNOWN_TESTS:
-        raise Unexpressible(UNKNOWN_TESTS[op_name])
+    """The output node test-backend-ops builds for ``op_name(params)``; raises Unexpressible.
+
+    A case without a builder whose name is a ggml op (DSV4_HC_PRE, DSV4_HC_POST and
+    LIGHTNING_INDEXER are newer than the reference test-backend-ops source) is decided by op
+    membership: test-backend-ops names a case after its output node's op."""
     builder = BUILDERS.get(op_name)
     if builder is not None:
         try:
