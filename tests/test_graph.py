@@ -83,6 +83,21 @@ def test_unknown_input_dtype_and_missing_feed_are_named() -> None:
         g.compute(out, {"a": rand(3, 2)}, mode="reference")
 
 
+def test_an_unknown_input_name_is_named_on_every_path() -> None:
+    """A misspelled feed name raises one error in reference mode, on the device's fast path (the
+    arrays already fit the model) and on its slow path (an array to convert)."""
+    g = Graph()
+    out = g.scale(g.input("a", (2, 3)), 2.0)
+    msg = r"compute: unknown inputs \['b'\]; this graph's inputs are \['a'\]"
+    for mode, arr in (
+        ("reference", rand(2, 3)),
+        ("device", rand(2, 3)),
+        ("device", rand(2, 3, dtype=np.float64)),
+    ):
+        with pytest.raises(GraphError, match=msg):
+            g.compute(out, {"a": arr, "b": arr}, "CPU", mode)
+
+
 def test_get_rows_needs_i32_indices() -> None:
     g = Graph()
     with pytest.raises(GraphError, match=r"GET_ROWS: operand b: expected type in \{i32\}, given i64"):
