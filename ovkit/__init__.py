@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ovkit import ir as _ir
 from ovkit.config import OvkitConfig, OvkitConfigWarning, read_config
 from ovkit.devices import Device, DeviceClass, device_table, format_device_list, list_devices
 from ovkit.memory import MemoryReport, read_memory
@@ -19,18 +18,6 @@ from ovkit.selection import Backend, Selection, resolve_device, using_device
 __version__ = "0.1.0"
 install_if_in_kernel()  # in a Jupyter kernel: ovkit's log lines as styled outputs, not stderr blocks
 
-
-def _run_on_engine(*args: Any, **kwargs: Any) -> Any:
-    """``Graph.compute``'s device path: the engine's ``compute_graph``, imported on first use and
-    then installed itself, so later computes call it without this step."""
-    from ovkit.engine import compute_graph
-
-    _ir.set_device_runner(compute_graph)
-    return compute_graph(*args, **kwargs)
-
-
-# The builder sits below the engine and never imports it: the package wires the two together.
-_ir.set_device_runner(_run_on_engine)
 
 # Heavier parts, imported lazily: attribute name -> module.
 _LAZY: dict[str, str] = {

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from ovkit.dtypes import DTYPES, FLOAT_TYPES, TYPE_OF_NUMPY, WRITABLE_QUANT_TYPES, contiguous_nb, layout
+from ovkit.engine import compute_graph
 from ovkit.ir import (
     IN_PLACE_WRITES,
     GraphError,
@@ -25,13 +26,13 @@ from ovkit.ir import (
     RopeType,
     Tensor,
     UnsupportedOpError,
-    device_runner,
     ne4,
     ne_str,
     round_to,
 )
 from ovkit.ops.bounds import check_constant, check_feed, fed_index_nodes
 from ovkit.ops.table import GLU_BUILT, UNARY_BUILT
+from ovkit.ops.feed import prepare_feed
 
 if TYPE_CHECKING:
     from ovkit.ops.policy import SupportDecision
@@ -532,7 +533,7 @@ class Graph(GraphIR):
                 Op.CPY, "b", f"{a.nelements} elements (as a)", f"{b.nelements} (ne {ne_str(b.ne)})"
             )
         self._check_types(Op.CPY, "b", b, DTYPES + WRITABLE_QUANT_TYPES)
-        if b.is_quantized and a.dtype != b.dtype and not b.is_contiguous():
+        if b.is_quantized and a.dtype != b.dtype and not b.is_contiguous:
             # ggml quantizes into contiguous rows of blocks only (same-type copies move blocks)
             raise self._err(Op.CPY, "b", f"a contiguous {b.dtype} tensor", f"nb {list(b.nb)}")
         return self._new(Op.CPY, b.ne, b.dtype, (a, b))
@@ -540,7 +541,7 @@ class Graph(GraphIR):
     def _reshape_to(self, a: Tensor, ne: Sequence[int]) -> Tensor:
         self._check_tensor(Op.RESHAPE, "a", a)
         ne4 = tuple(int(d) for d in ne) + (1,) * (4 - len(ne))
-        if not a.is_contiguous():
+        if not a.is_contiguous:
             raise self._err(
                 Op.RESHAPE, "a", "a contiguous tensor (use cont first)", f"strides nb {list(a.nb)}"
             )
@@ -794,7 +795,7 @@ class Graph(GraphIR):
         if (
             dst.view_offs
             or dst.nelements != base.nelements
-            or not dst.is_contiguous()
+            or not dst.is_contiguous
             or dst.dtype != base.dtype
         ):
             raise self._err(
@@ -812,7 +813,7 @@ class Graph(GraphIR):
 
     def acc(self, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int) -> Tensor:
         """``ggml_acc``: a copy of a whose view (b.ne, nb1..nb3, offset bytes) has b added (f32)."""
-        if not a.is_contiguous():
+        if not a.is_contiguous:
             raise self._err(Op.ACC, "a", "a contiguous tensor", f"nb {list(a.nb)}")
         return self._set_like(Op.ACC, a, b, nb1, nb2, nb3, offset, ("f32",))
 
@@ -998,7 +999,7 @@ class Graph(GraphIR):
         if mask is not None:
             self._check_tensor(op, "mask", mask)
             self._check_types(op, "mask", mask, ("f16", "f32"))
-            if not mask.is_contiguous():
+            if not mask.is_contiguous:
                 raise self._err(op, "mask", "a contiguous tensor", f"nb {list(mask.nb)}")
             if mask.ne[0] != a.ne[0] or mask.ne[1] < a.ne[1] or a.ne[2] % mask.ne[2] or a.ne[3] % mask.ne[3]:
                 raise self._err(
@@ -1060,7 +1061,7 @@ class Graph(GraphIR):
         if mask is not None:
             self._check_tensor(op, "mask", mask)
             self._check_types(op, "mask", mask, ("f16",))
-            if not mask.is_contiguous():
+            if not mask.is_contiguous:
                 raise self._err(op, "mask", "a contiguous tensor", f"nb {list(mask.nb)}")
             if mask.ne[0] != k.ne[1] or mask.ne[1] < q.ne[1] or q.ne[2] % mask.ne[2] or q.ne[3] % mask.ne[3]:
                 raise self._err(
@@ -1803,7 +1804,7 @@ class Graph(GraphIR):
                 "dtype": t.dtype,
                 "srcs": tuple(s.id for s in t.srcs if s is not None),
                 "view_of": t.view_src.id if t.view_src is not None else None,
-                "contiguous": t.is_contiguous() if not t.is_quantized else True,
+                "contiguous": t.is_contiguous if not t.is_quantized else True,
             }
             for t in self.nodes
         ]
@@ -1824,10 +1825,10 @@ class Graph(GraphIR):
     def check_support(
         self, outputs: Sequence[Tensor], device_class: str
     ) -> list[tuple[Tensor, SupportDecision]]:
-        """The policy's decision for every op node ``outputs`` depend on."""
-        from ovkit.ops.policy import check_op
+        """The policy's decision for every op node ``outputs`` depend on (nothing raised)."""
+        from ovkit.ops.policy import graph_decisions
 
-        return [(t, check_op(t, device_class)) for t in self.topo(outputs) if not t.is_leaf]
+        return graph_decisions(self, outputs, device_class)
 
     def to_model(
         self, outputs: Tensor | Sequence[Tensor], inputs: Sequence[str] | None = None
@@ -1860,10 +1861,11 @@ class Graph(GraphIR):
         ``config``: compile hints for the device path (a dict of OpenVINO properties or an
         ``ovkit.engine.RunConfig``); None keeps exact f32 inference.
 
-        ``mode="device"`` translates to OpenVINO and runs on ``device`` (default: the selected
-        device, ``GGML_OPENVINO_DEVICE``); every op is first checked against that device's support
-        policy (:class:`UnsupportedOpError` on rejection). ``mode="reference"`` runs ovkit's numpy
-        reference of ggml's semantics instead (no policy check).
+        ``mode="device"`` runs on ``device`` (default: the selected device, ``GGML_OPENVINO_DEVICE``)
+        through the engine (``ovkit.engine.compute_graph``: compile cache, reused request); every
+        op is first checked against that device's support policy (:class:`UnsupportedOpError` on
+        rejection). ``mode="reference"`` runs ovkit's numpy reference of ggml's semantics instead
+        (no policy check).
         """
         single = isinstance(outputs, Tensor)
         outs: list[Tensor] = [outputs] if isinstance(outputs, Tensor) else list(outputs)
@@ -1879,49 +1881,9 @@ class Graph(GraphIR):
         if mode == "reference":
             from ovkit.ops.reference import evaluate
 
-            results = evaluate(self, outs, self._prepare_inputs(outs, inputs or {}))
+            results = evaluate(self, outs, prepare_feed(self, outs, inputs or {}))
         elif mode == "device":
-            results = self._compute_on_device(outs, inputs or {}, device, core, config)
+            results = compute_graph(self, outs, inputs or {}, device, core=core, config=config)
         else:
             raise GraphError(f"compute: mode: expected 'device' or 'reference', given {mode!r}")
         return results[0] if single else results
-
-    def _compute_on_device(
-        self, outs: list[Tensor], inputs: Mapping[str, Any], device: str | None, core: Any, config: Any = None
-    ) -> list[np.ndarray]:
-        """The device path: the engine's ``compute_graph`` (compile cache), installed as the IR's
-        device runner so that this builder, a layer below the engine, never imports it."""
-        return list(device_runner()(self, outs, inputs, device, core=core, config=config))
-
-    def check_supported(self, outputs: Sequence[Tensor], device: str) -> None:
-        """Raise :class:`UnsupportedOpError` for the first op ``device``'s policy rejects."""
-        from ovkit.devices import device_class
-
-        for t, decision in self.check_support(outputs, str(device_class(device))):
-            if not decision.supported:
-                raise UnsupportedOpError(t, decision.reason, device)
-
-    def _prepare_inputs(self, outs: Sequence[Tensor], inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Check and convert the fed arrays: dict name → 4-D array in the input's numpy dtype."""
-        feed: dict[str, np.ndarray] = {}
-        needed = self.inputs_of(outs)
-        known = {t.name for t in self.nodes if t.is_input}
-        extra = sorted(set(inputs) - known)
-        if extra:
-            raise GraphError(f"compute: unknown inputs {extra}; this graph's inputs are {sorted(known)}")
-        for t in needed:
-            if t.name not in inputs:
-                raise GraphError(f"compute: input {t.name!r} ({t.dtype}, shape {t.shape}) was not given")
-            arr = np.asarray(inputs[t.name])
-            try:
-                ne = ne4(arr.shape)
-            except GraphError as exc:
-                raise GraphError(f"compute: input {t.name!r}: {exc}") from None
-            if ne != t.ne:
-                raise GraphError(f"compute: input {t.name!r}: expected shape {t.shape}, given {arr.shape}")
-            if t.dtype in FLOAT_TYPES and arr.dtype.kind not in "fiu":
-                raise GraphError(
-                    f"compute: input {t.name!r}: expected a numeric array, given dtype {arr.dtype}"
-                )
-            feed[t.name] = round_to(t.dtype, arr).reshape(tuple(reversed(t.ne)))
-        return feed

@@ -341,10 +341,18 @@ def shape_of(ne: Sequence[int]) -> tuple[int, ...]:
 
 
 class _OpKind:
-    """The op-kind tests OpInfo and Tensor share (both carry a ggml ``op``)."""
+    """What OpInfo and Tensor share: the op-kind tests (both carry a ggml ``op``) and ggml's
+    layout questions, answered once from ``dtype``, ``ne`` and the byte ``strides``."""
 
     __slots__ = ()
     op: str
+    dtype: str
+    ne: tuple[int, int, int, int]
+
+    @property
+    def strides(self) -> tuple[int, int, int, int]:
+        """The byte strides ``nb`` (ggml order)."""
+        raise NotImplementedError
 
     @property
     def is_view(self) -> bool:
@@ -354,6 +362,32 @@ class _OpKind:
     @property
     def is_permute(self) -> bool:
         return self.op == Op.PERMUTE
+
+    @property
+    def nbytes(self) -> int:
+        """``ggml_nbytes``: the byte span the tensor covers (quantized: whole blocks along ne[0])."""
+        if any(d <= 0 for d in self.ne):
+            return 0
+        blck, tsize = layout(self.dtype)
+        nb = self.strides
+        if blck > 1:
+            return self.ne[0] * nb[0] // blck + sum((self.ne[i] - 1) * nb[i] for i in range(1, 4))
+        return tsize + sum((self.ne[i] - 1) * nb[i] for i in range(4))
+
+    @property
+    def is_contiguous(self) -> bool:
+        """``ggml_is_contiguous``: rows and planes packed, innermost dim dense, size-1 dims ignored."""
+        blck, nxt = layout(self.dtype)
+        nb = self.strides
+        if self.ne[0] != blck and nb[0] != nxt:
+            return False
+        nxt *= self.ne[0] // blck
+        for i in range(1, 4):
+            if self.ne[i] != 1:
+                if nb[i] != nxt:
+                    return False
+                nxt *= self.ne[i]
+        return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -435,35 +469,6 @@ class OpInfo(_OpKind):
     def nelements(self) -> int:
         return math.prod(self.ne)
 
-    @property
-    def nbytes(self) -> int:
-        """ggml_nbytes: the byte span the tensor covers."""
-        blck, tsize = layout(self.dtype)
-        nb = self.strides
-        if any(x <= 0 for x in self.ne):
-            return 0
-        if blck == 1:
-            return tsize + sum((self.ne[i] - 1) * nb[i] for i in range(4))
-        return self.ne[0] * nb[0] // blck + sum((self.ne[i] - 1) * nb[i] for i in range(1, 4))
-
-    @property
-    def is_contiguous(self) -> bool:
-        """ggml_is_contiguous (rows and planes packed, innermost dim dense)."""
-        if self.nb is None:
-            return True
-        blck, tsize = layout(self.dtype)
-        nb = self.nb
-        next_nb = tsize
-        if self.ne[0] != blck and nb[0] != next_nb:
-            return False
-        next_nb *= self.ne[0] // blck
-        for i in range(1, 4):
-            if self.ne[i] != 1:
-                if nb[i] != next_nb:
-                    return False
-                next_nb *= self.ne[i]
-        return True
-
     def param(self, key: str, default: Any = None) -> Any:
         return self.params.get(key, default)
 
@@ -521,16 +526,9 @@ class Tensor(_OpKind):
         return self.dtype not in TYPE_SIZE
 
     @property
-    def nbytes(self) -> int:
-        """``ggml_nbytes`` (quantized types: whole blocks along ne[0])."""
-        if any(d == 0 for d in self.ne):
-            return 0
-        blck, tsize = layout(self.dtype)
-        if blck > 1:
-            return self.ne[0] * self.nb[0] // blck + sum(
-                (n - 1) * b for n, b in zip(self.ne[1:], self.nb[1:], strict=True)
-            )
-        return self.type_size + sum((n - 1) * b for n, b in zip(self.ne, self.nb, strict=True))
+    def strides(self) -> tuple[int, int, int, int]:
+        """``nb``: the byte strides (ggml order)."""
+        return self.nb
 
     @property
     def elem_offset(self) -> int:
@@ -547,19 +545,6 @@ class Tensor(_OpKind):
         if blck == 1:
             return tuple(b // tsize for b in self.nb)
         return (1, *(b // tsize * blck for b in self.nb[1:]))
-
-    def is_contiguous(self) -> bool:
-        """``ggml_is_contiguous``: rows packed, size-1 dims ignored."""
-        blck, nxt = layout(self.dtype)
-        if self.ne[0] != blck and self.nb[0] != nxt:
-            return False
-        nxt *= self.ne[0] // blck
-        for i in range(1, 4):
-            if self.ne[i] != 1:
-                if self.nb[i] != nxt:
-                    return False
-                nxt *= self.ne[i]
-        return True
 
     def is_transposed(self) -> bool:
         """``ggml_is_transposed``: nb[0] > nb[1]."""
@@ -782,25 +767,6 @@ class GraphIR:
                 stack.append((t, True))
                 stack.extend((d, False) for d in reversed(deps))
         return order
-
-
-#: ``Graph.compute``'s device path: ``runner(graph, outputs, inputs, device, core=, config=)``.
-#: The engine provides it, but the engine sits above the builder, so the package's ``__init__``
-#: installs it here at import time (the builder finds it without importing the engine).
-DeviceRunner = Callable[..., Sequence[np.ndarray]]
-_DEVICE_RUNNER: list[DeviceRunner] = []
-
-
-def set_device_runner(runner: DeviceRunner) -> None:
-    """Install the function that runs graphs on devices (the engine's ``compute_graph``)."""
-    _DEVICE_RUNNER[:] = [runner]
-
-
-def device_runner() -> DeviceRunner:
-    """The installed device runner (``import ovkit`` installs the engine's)."""
-    if not _DEVICE_RUNNER:
-        raise RuntimeError("no device runner installed: import ovkit (it installs ovkit.engine's)")
-    return _DEVICE_RUNNER[0]
 
 
 V = TypeVar("V")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ovkit import quant
 from ovkit.graph import Graph, GraphError, UnsupportedOpError
 
 RNG = np.random.default_rng(1234)
@@ -82,6 +83,21 @@ def test_unknown_input_dtype_and_missing_feed_are_named() -> None:
         g.compute(out, {"a": rand(3, 2)}, mode="reference")
 
 
+def test_an_unknown_input_name_is_named_on_every_path() -> None:
+    """A misspelled feed name raises one error in reference mode, on the device's fast path (the
+    arrays already fit the model) and on its slow path (an array to convert)."""
+    g = Graph()
+    out = g.scale(g.input("a", (2, 3)), 2.0)
+    msg = r"compute: unknown inputs \['b'\]; this graph's inputs are \['a'\]"
+    for mode, arr in (
+        ("reference", rand(2, 3)),
+        ("device", rand(2, 3)),
+        ("device", rand(2, 3, dtype=np.float64)),
+    ):
+        with pytest.raises(GraphError, match=msg):
+            g.compute(out, {"a": arr, "b": arr}, "CPU", mode)
+
+
 def test_get_rows_needs_i32_indices() -> None:
     g = Graph()
     with pytest.raises(GraphError, match=r"GET_ROWS: operand b: expected type in \{i32\}, given i64"):
@@ -98,13 +114,34 @@ def test_shapes_follow_ggml_python_numpy_order() -> None:
     assert g.input("row", (1, 1, 5)).shape == (5,)  # leading 1s dropped, as ggml's to_numpy
 
 
+def test_a_node_and_its_op_info_answer_ggmls_layout_questions_alike() -> None:
+    """``is_contiguous`` and ``nbytes`` are one property each, the same for a graph node and for
+    the OpInfo the policy reads (ggml_is_contiguous, ggml_nbytes)."""
+    g = Graph()
+    a = g.input("a", (2, 3, 4))
+    w = g.constant(quant.quantize("q8_0", np.zeros((4, 64), np.float32)), "w")  # ne [64, 4]
+    views = [
+        a,
+        g.permute(a, 2, 0, 1, 3),
+        g.transpose(a),
+        g.view_2d(a, 4, 3, a.nb[1], a.nb[2]),  # the second plane: contiguous
+        g.view_2d(a, 2, 3, a.nb[1], 8),  # half rows: strided
+        w,
+        g.view_2d(w, 64, 2, w.nb[1], w.nb[1]),
+    ]
+    want = [(True, 96), (False, 96), (False, 96), (True, 48), (False, 40), (True, 272), (True, 136)]
+    got = [(t.is_contiguous, t.nbytes) for t in views]
+    assert got == want
+    assert [(t.op_info().is_contiguous, t.op_info().nbytes) for t in views] == want
+
+
 def test_permute_and_transpose_are_strided_views_like_ggml() -> None:
     g = Graph()
     a = g.input("a", (2, 3, 4))  # ne [4, 3, 2]
     p = g.permute(a, 2, 0, 1, 3)  # dim0 -> 2, dim1 -> 0, dim2 -> 1
     assert p.ne == (3, 2, 4, 1)
     assert p.nb == (16, 48, 4, 96)
-    assert not p.is_contiguous()
+    assert not p.is_contiguous
     assert p.view_src is a and p.is_permute
     t = g.transpose(a)
     assert t.ne == (3, 4, 2, 1) and t.nb == (16, 4, 48, 96)
@@ -424,6 +461,7 @@ def _run_case(build: object, arrays: list[np.ndarray]) -> tuple[np.ndarray, np.n
     """(OpenVINO CPU result, numpy reference); ops the CPU policy rejects still run their translation."""
     from ovkit.engine import GRAPH_RUN_CONFIG, run_model
     from ovkit.ir import from_model_output
+    from ovkit.ops.feed import prepare_feed
     from ovkit.ops.translate import model_inputs
 
     g = Graph()
@@ -436,7 +474,7 @@ def _run_case(build: object, arrays: list[np.ndarray]) -> tuple[np.ndarray, np.n
     except UnsupportedOpError:
         model, names = g.to_model([out])
         raw = run_model(
-            model, model_inputs(g, names, g._prepare_inputs([out], feed)), "CPU", run_config=GRAPH_RUN_CONFIG
+            model, model_inputs(g, names, prepare_feed(g, [out], feed)), "CPU", run_config=GRAPH_RUN_CONFIG
         )
         dev = from_model_output(out, raw[0])
     return dev, ref

@@ -110,10 +110,22 @@ def test_no_import_cycles_in_the_package() -> None:
     assert cycles(import_graph()) == []
 
 
-def test_the_builder_and_the_ops_never_import_the_engine() -> None:
+def test_data_flows_one_way_builder_to_engine_to_ops() -> None:
+    """``Graph.compute`` calls the engine; the engine reads the IR and calls the ops (policy,
+    feeds, translation); nothing below calls back up (no hook installed by the package)."""
     graph = import_graph()
+    assert "ovkit.engine" in graph["ovkit.graph"]
+    assert "ovkit.ops.policy" in graph["ovkit.engine.plan"] and "ovkit.ops.feed" in graph["ovkit.engine.plan"]
     below = [
-        m for m in graph if m in ("ovkit.graph", "ovkit.ir", "ovkit.dtypes") or m.startswith("ovkit.ops")
+        m for m in graph if m in ("ovkit.ir", "ovkit.dtypes") or m.startswith(("ovkit.ops", "ovkit.engine"))
     ]
-    upward = {m: sorted(t for t in graph[m] if t.split(".")[:2] == ["ovkit", "engine"]) for m in below}
+    upward = {
+        m: sorted(
+            t
+            for t in graph[m]
+            if t == "ovkit.graph" or (t.startswith("ovkit.engine") and not m.startswith("ovkit.engine"))
+        )
+        for m in below
+    }
     assert {m: ts for m, ts in upward.items() if ts} == {}
+    assert "ovkit.ir" not in graph["ovkit"]  # the package wires nothing into the IR

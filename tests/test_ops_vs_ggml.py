@@ -38,10 +38,11 @@ def _run_unchecked(g: Any, out: Any, data: dict[str, Any]) -> np.ndarray:
     """The OpenVINO translation on the CPU device without the support-policy check."""
     from ovkit.engine import GRAPH_RUN_CONFIG, run_model
     from ovkit.ir import from_model_output
+    from ovkit.ops.feed import prepare_feed
     from ovkit.ops.translate import model_inputs
 
     model, names = g.to_model([out])
-    feed = g._prepare_inputs([out], data)
+    feed = prepare_feed(g, [out], data)
     raw = run_model(model, model_inputs(g, names, feed), DEVICE, run_config=GRAPH_RUN_CONFIG)
     return from_model_output(out, raw[0])
 

@@ -263,6 +263,7 @@ def _prepare(
     ``policy="upstream"``), else the case ready to infer."""
     from ovkit.engine import compute_graph
     from ovkit.ir import UnsupportedOpError
+    from ovkit.ops.feed import prepare_feed
     from ovkit.ops.translate import model_inputs
     from ovkit.quant import KNOWN_TYPES
 
@@ -310,9 +311,7 @@ def _prepare(
             return Result(**base, status="FAIL", detail=error_line(exc))
         return _judged(case, base, actual, expected)
     try:
-        return _Ready(
-            case, base, model, model_inputs(g, names, g._prepare_inputs([out], feed)), out, expected
-        )
+        return _Ready(case, base, model, model_inputs(g, names, prepare_feed(g, [out], feed)), out, expected)
     except Exception as exc:
         return Result(**base, status="FAIL", detail=error_line(exc))
 

@@ -11,8 +11,10 @@ Outputs are copied out of the request (one copy, made by OpenVINO), as upstream'
 
 Layers: ``Engine`` (LRU of ``CompiledGraph`` per Core; ``run``/``session``/``run_model`` for
 ``openvino.Model`` factories) → ``Runner``/``Session`` (one infer request: binding, state,
-profiling) ← ``compute_graph``/``graph_session`` (``ovkit.graph.Graph`` plans: structure key,
-policy check and Parameter order computed once per (graph, outputs, device, config)).
+profiling) ← ``compute_graph``/``graph_session`` (plans of an ``ovkit.ir.GraphIR``: structure
+key, policy check and Parameter order computed once per (graph, outputs, device, config)).  The
+engine sits below the graph builder: it reads the IR and calls the ops layer (policy, feeds,
+translation); ``Graph.compute`` is a convenience that calls ``compute_graph``.
 
 Environment (read as the backend reads it, re-read only when one of ``ENGINE_ENV`` changes):
 ``GGML_OPENVINO_CACHE_DIR`` → OpenVINO ``CACHE_DIR`` + ``CACHE_MODE=OPTIMIZE_SIZE``
@@ -22,14 +24,16 @@ store nothing; ``GGML_OPENVINO_STATEFUL_EXECUTION`` → state inputs become Open
 ``GGML_OPENVINO_PROFILING`` → upstream's per-graph timing lines on the ``ovkit`` logger.
 ``OVKIT_ENGINE_CACHE_SIZE`` (ovkit's own) sets the LRU size (default 64).
 
-Modules: ``run_config`` (hints, properties, effective values), ``runner`` (compiled graphs and
-their requests), ``plan`` (graph plans and sessions), ``cache`` (the LRU engine and the device
-path of ``Graph.compute``), ``errors``; this package re-exports their public names.
+Modules: ``run_config`` (hints, properties, effective values), ``keys`` (cache keys, structure
+digests), ``model`` (ports; dynamic dims and the stateful transformation of the model to
+compile), ``runner`` (compiled graphs and their requests), ``plan`` (graph plans and sessions),
+``engine`` (the LRU engine, the process-wide engines, ``compute_graph`` and ``graph_session``),
+``errors``; this package re-exports their public names.
 """
 
 from __future__ import annotations
 
-from ovkit.engine.cache import (
+from ovkit.engine.engine import (
     DEFAULT_CACHE_SIZE,
     ENGINE_ENV,
     ENV_CACHE_SIZE,
@@ -47,11 +51,13 @@ from ovkit.engine.errors import (
     InputError,
     ProfilingOffError,
 )
+from ovkit.engine.keys import CacheKey, graph_structure_key, model_structure_key
+from ovkit.engine.model import ModelFactory, PortSpec
 from ovkit.engine.plan import (
     MAX_PLANS_PER_GRAPH,
     GraphPlan,
     GraphSession,
-    graph_structure_key,
+    InputSlot,
 )
 from ovkit.engine.run_config import (
     CACHE_MODE_UPSTREAM,
@@ -76,15 +82,7 @@ from ovkit.engine.run_config import (
     naive_run_config,
     run_config_from,
 )
-from ovkit.engine.runner import (
-    CacheKey,
-    CompiledGraph,
-    ModelFactory,
-    PortSpec,
-    Runner,
-    Session,
-    model_structure_key,
-)
+from ovkit.engine.runner import CompiledGraph, Runner, Session
 
 __all__ = [
     "CACHE_MODE_UPSTREAM",
@@ -104,6 +102,7 @@ __all__ = [
     "GraphPlan",
     "GraphSession",
     "InputError",
+    "InputSlot",
     "MAX_PLANS_PER_GRAPH",
     "ModelFactory",
     "PERFORMANCE_HINTS",

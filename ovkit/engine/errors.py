@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
-
 
 class EngineError(RuntimeError):
     """Compilation or inference failed in OpenVINO (the message names the device and graph)."""

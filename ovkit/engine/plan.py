@@ -1,9 +1,13 @@
 """Graph plans: what one ``Graph.compute`` signature needs on every call after the first
-(structure key, input slots, output conversion), and stateful graph sessions."""
+(policy verdict, structure key, input slots, output conversion), and stateful graph sessions.
+
+A plan reads the typed IR (:class:`ovkit.ir.GraphIR`) and calls the layers that own each step:
+the support policy (``ovkit.ops.policy``), the fed arrays' checks (``ovkit.ops.feed``) and the
+OpenVINO translation (``ovkit.ops.translate``, imported on a compile miss only: it loads OpenVINO).
+It never calls back into the builder above it."""
 
 from __future__ import annotations
 
-import hashlib
 import weakref
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -12,11 +16,14 @@ import numpy as np
 
 from ovkit.devices import DeviceClass, device_class
 from ovkit.dtypes import NUMPY_DTYPE
-from ovkit.ir import GraphError, from_model_output
+from ovkit.ir import GraphIR, Tensor, UnsupportedOpError, from_model_output
+from ovkit.ops.feed import check_input_names, input_names, prepare_feed
+from ovkit.ops.policy import graph_decisions
 
 if TYPE_CHECKING:
     import pandas as pd
-from ovkit.engine.errors import EngineError
+from ovkit.engine.keys import graph_structure_key
+from ovkit.engine.model import dims
 from ovkit.engine.run_config import (
     DEFAULT_RUN_CONFIG,
     GRAPH_RUN_CONFIG,
@@ -26,57 +33,15 @@ from ovkit.engine.run_config import (
     RunConfig,
     run_config_from,
 )
-from ovkit.engine.runner import CompiledGraph, Runner, _dims
+from ovkit.engine.runner import CompiledGraph, Runner
 
 
-# ---------------------------------------------------------------------------------------------
-# ovkit.graph.Graph through the engine: a cached plan per (outputs, device, config).
-# ---------------------------------------------------------------------------------------------
-def _value_digest(value: Any) -> str:
-    """Bytes of a constant (numpy array or quantized weight) for the structure key."""
-    if value is None:
-        return ""
-    if isinstance(value, np.ndarray):
-        return hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
-    digest = getattr(value, "digest", None)  # quantized weights: blocks + type + shape + form
-    if isinstance(digest, str):
-        return digest
-    for attr in ("raw", "blocks", "data"):
-        raw = getattr(value, attr, None)
-        if isinstance(raw, bytes | bytearray | memoryview):
-            return hashlib.sha256(bytes(raw)).hexdigest() + ":" + str(getattr(value, "form", ""))
-        if isinstance(raw, np.ndarray):
-            return hashlib.sha256(np.ascontiguousarray(raw).tobytes()).hexdigest()
-    return f"object:{id(value)}"  # unknown value type: equal only to itself
-
-
-def graph_structure_key(graph: Any, outputs: Sequence[Any]) -> str:
-    """A digest of what ``outputs`` compute: per node op, sub-op, ne, nb, dtype, view offset,
-    params, wiring, input names and constant bytes (generated ids are not part of it)."""
-    nodes = graph.topo(list(outputs))
-    pos = {t.id: i for i, t in enumerate(nodes)}
-    h = hashlib.sha256()
-    for t in nodes:
-        srcs = tuple(-1 if s is None else pos[s.id] for s in t.srcs)
-        view, after = (-1 if d is None else pos[d.id] for d in (t.view_src, t.after))
-        params = sorted((k, repr(v)) for k, v in (t.params or {}).items())
-        name = t.name if t.is_input else ""
-        edges = (srcs, view, after)
-        h.update(
-            repr((t.op, t.sub_op, t.ne, t.nb, t.dtype, t.view_offs, params, edges, t.is_input, name)).encode()
-        )
-        if t.value is not None:
-            h.update(_value_digest(t.value).encode())
-    h.update(repr([pos[o.id] for o in outputs]).encode())
-    return h.hexdigest()
-
-
-class _InputSlot:
+class InputSlot:
     """One graph input: how a fed array becomes the model's 4-D Parameter value."""
 
     __slots__ = ("alt_shapes", "dtype", "gdtype", "last", "name", "param_shape", "shape")
 
-    def __init__(self, leaf: Any) -> None:
+    def __init__(self, leaf: Tensor) -> None:
         self.name: str = leaf.name
         self.gdtype: str = leaf.dtype
         self.dtype = np.dtype(NUMPY_DTYPE[leaf.dtype])
@@ -85,7 +50,7 @@ class _InputSlot:
         # (caller's array, its Parameter view): one attribute, so threads swap it atomically
         self.last: tuple[Any, Any] = (None, None)
         # Other numpy shapes of the same ggml tensor (e.g. (1, 512) for ne [512, 1, 1, 1]),
-        # learnt when Graph's own input checks accepted them.
+        # learnt when the feed checks (ovkit.ops.feed) accepted them.
         self.alt_shapes: set[tuple[int, ...]] = set()
 
     def convert(self, value: Any) -> np.ndarray | None:
@@ -112,12 +77,12 @@ class GraphPlan:
 
     def __init__(
         self,
-        graph: Any,
-        outputs: Sequence[Any],
+        graph: GraphIR,
+        outputs: Sequence[Tensor],
         device: str,
         run: RunConfig,
         *,
-        extra_outputs: Sequence[Any] = (),
+        extra_outputs: Sequence[Tensor] = (),
         names: Sequence[str] | None = None,
     ) -> None:
         self.graph = graph
@@ -126,10 +91,10 @@ class GraphPlan:
         self.every = [*self.outputs, *self.extra_outputs]  # what the model computes
         self.device = device
         self.run = run
-        leaves = graph.inputs_of(self.every)
-        self.slots = [_InputSlot(t) for t in leaves]
-        self.input_names = [t.name for t in leaves]
-        self.known = {t.name for t in graph.nodes if t.is_input}
+        self.leaves = graph.inputs_of(self.every)  # the Parameters, in order
+        self.slots = [InputSlot(t) for t in self.leaves]
+        self.input_names = [t.name for t in self.leaves]
+        self.known = input_names(graph)
         self.output_names = list(names) if names else [f"output{i}" for i in range(len(self.outputs))]
         # (engine generation, weak reference to the compiled graph)
         self.hot: tuple[int, weakref.ref[CompiledGraph]] | None = None
@@ -139,15 +104,17 @@ class GraphPlan:
             for o in self.outputs
         ]
 
-    def check_support(self) -> None:
-        """Raise ``UnsupportedOpError`` for the first op the device's policy rejects."""
-        self.graph.check_supported(self.every, self.device)
+    def require_supported(self) -> None:
+        """Raise :class:`UnsupportedOpError` for the first op the device's policy rejects."""
+        for t, decision in graph_decisions(self.graph, self.every, str(device_class(self.device))):
+            if not decision.supported:
+                raise UnsupportedOpError(t, decision.reason, self.device)
 
     def factory(self) -> Any:
         """Build the OpenVINO model (called on a compile miss only); outputs get stable names."""
-        model, names = self.graph.to_model(self.every, self.input_names)
-        if list(names) != self.input_names:
-            raise EngineError(f"to_model returned Parameters {names}, expected {self.input_names}")
+        from ovkit.ops.translate import build_model
+
+        model = build_model(self.graph, self.every, self.leaves)
         for port, name in zip(model.outputs, self.output_names, strict=True):
             port.get_tensor().set_names({name})
         if self.extra_outputs:  # state outputs take their input's (4-D Parameter) shape
@@ -158,14 +125,17 @@ class GraphPlan:
             for port, name in zip(model.outputs[n:], self.output_names[n:], strict=True):
                 target = params[name.split(":", 1)[1]].get_partial_shape()
                 result = port.get_node()
-                shaped = ops.reshape(result.input_value(0), np.array(_dims(target), np.int64), False)
+                shaped = ops.reshape(result.input_value(0), np.array(dims(target), np.int64), False)
                 result.input(0).replace_source_output(shaped.output(0))
                 result.output(0).get_tensor().set_names({name})
             model.validate_nodes_and_infer_types()
         return model
 
     def feed(self, inputs: Mapping[str, Any], skip: Iterable[str] = ()) -> list[np.ndarray]:
-        """The Parameter values in order; any mismatch goes through Graph's own checks/errors."""
+        """The Parameter values in order (``skip``: state inputs the session feeds itself).
+
+        The fast path takes arrays that already are the Parameter's values; anything else goes
+        through ``ovkit.ops.feed``, which converts it or raises the error naming it."""
         out: list[np.ndarray] = []
         skipped = set(skip)
         try:
@@ -177,20 +147,14 @@ class GraphPlan:
                     raise LookupError(slot.name)
                 out.append(view)
         except LookupError:
-            prepared = self.graph._prepare_inputs(
-                self.every,
-                {**{s.name: np.zeros(s.shape, s.dtype) for s in self.slots if s.name in skipped}, **inputs},
-            )
+            zeros = {s.name: np.zeros(s.shape, s.dtype) for s in self.slots if s.name in skipped}
+            prepared = prepare_feed(self.graph, self.every, {**zeros, **inputs})
             for s in self.slots:  # accepted: remember the spelling of each shape for the fast path
                 if s.name in inputs and len(s.alt_shapes) < 8:
                     s.alt_shapes.add(tuple(np.shape(inputs[s.name])))
             return [prepared[s.name] for s in self.slots if s.name not in skipped]
         if len(inputs) > len(out):
-            unknown = sorted(set(inputs) - self.known)
-            if unknown:
-                raise GraphError(
-                    f"compute: unknown inputs {unknown}; this graph's inputs are {sorted(self.known)}"
-                )
+            check_input_names(self.known, inputs)
         return out
 
     def results(self, raw: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -204,14 +168,15 @@ class GraphPlan:
         ]
 
 
-def _config_key(config: Mapping[str, Any] | RunConfig | None) -> Hashable:
+def config_key(config: Mapping[str, Any] | RunConfig | None) -> Hashable:
+    """A plan key's part for the caller's ``config`` (a dict of properties becomes sorted pairs)."""
     if config is None or isinstance(config, RunConfig):
         return config
     return tuple(sorted((str(k), str(v)) for k, v in config.items()))
 
 
-def _resolve_run(
-    config: Mapping[str, Any] | RunConfig | None, graph: Any, outs: Sequence[Any], device: str
+def plan_run_config(
+    config: Mapping[str, Any] | RunConfig | None, graph: GraphIR, outs: Sequence[Tensor], device: str
 ) -> RunConfig:
     """The RunConfig of a plan: the caller's, else ovkit's default for the graph's size (the
     thread count is a CPU-plugin property: other device classes get the plain default)."""
@@ -228,7 +193,7 @@ def _resolve_run(
     return GRAPH_TINY_RUN_CONFIG if biggest < TINY_ELEMENTS else GRAPH_RUN_CONFIG
 
 
-_PLAN = "ovkit.engine.plan"  # the tag of the engine's entries in ``graph.derived``
+PLAN_TAG = "ovkit.engine.plan"  # the tag of the engine's entries in ``graph.derived``
 MAX_PLANS_PER_GRAPH = 64  # output sets x devices x configs one graph keeps plans for
 
 

@@ -1,13 +1,11 @@
-"""Compiled graphs and their infer requests: ports, binding (zero-copy where possible), state,
-profiling, and building the model to compile (dynamic dims, stateful transformation)."""
+"""Compiled graphs and their infer requests: binding (zero-copy where possible), state,
+profiling."""
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,123 +15,16 @@ from ovkit.runtime import is_simulated
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from ovkit.engine.keys import CacheKey
 from ovkit.engine.errors import EngineError, InputError, ProfilingOffError
+from ovkit.engine.model import PortSpec, port_specs
 from ovkit.engine.run_config import EffectiveConfig, RunConfig
-
-
-# ---------------------------------------------------------------------------------------------
-# Ports and structure keys.
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class PortSpec:
-    """One input or output of a compiled model: name, OpenVINO type, shape (-1 = dynamic)."""
-
-    name: str
-    index: int
-    ov_type: str
-    shape: tuple[int, ...]
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return OPENVINO_NUMPY.get(self.ov_type, np.dtype(np.float32))
-
-    @property
-    def is_static(self) -> bool:
-        return all(d >= 0 for d in self.shape)
-
-    def accepts(self, shape: tuple[int, ...]) -> bool:
-        return len(shape) == len(self.shape) and all(
-            w < 0 or w == g for w, g in zip(self.shape, shape, strict=True)
-        )
-
-
-def _dims(partial_shape: Any) -> tuple[int, ...]:
-    if partial_shape.rank.is_dynamic:
-        raise EngineError(f"inputs of dynamic rank are not supported (got {partial_shape})")
-    return tuple(d.get_length() if d.is_static else -1 for d in partial_shape)
-
-
-def _port_name(port: Any, fallback: str) -> str:
-    names = port.get_names()
-    if names:
-        return str(sorted(names)[0]) if len(names) > 1 else str(next(iter(names)))
-    try:
-        return str(port.get_node().get_friendly_name())
-    except Exception:
-        return fallback
-
-
-def _ports(ports: Sequence[Any], prefix: str) -> tuple[PortSpec, ...]:
-    specs = []
-    for i, port in enumerate(ports):
-        if prefix == "input":
-            name = str(port.get_node().get_friendly_name())
-        else:
-            name = _port_name(port, f"{prefix}{i}")
-        specs.append(PortSpec(name, i, port.get_element_type().to_string(), _dims(port.get_partial_shape())))
-    return tuple(specs)
-
-
-def model_structure_key(model: Any) -> str:
-    """A digest of an ``openvino.Model``'s structure: op types, wiring, types, shapes, attributes,
-    constant bytes, Parameter and Result names.  Generated friendly names are ignored."""
-    h = hashlib.sha256()
-    index: dict[str, int] = {}  # friendly name -> position (wrappers are fresh objects per call)
-    for i, op in enumerate(model.get_ordered_ops()):
-        index[op.get_friendly_name()] = i
-        kind = op.get_type_name()
-        h.update(f"|{i}:{kind}:{op.get_type_info().version_id}".encode())
-        for inp in op.inputs():
-            src = inp.get_source_output()
-            h.update(f"<{index.get(src.get_node().get_friendly_name(), -1)}.{src.get_index()}".encode())
-        for out in op.outputs():
-            h.update(f">{out.get_element_type().to_string()}{out.get_partial_shape()}".encode())
-        try:
-            attrs = op.get_attributes()
-        except Exception:
-            attrs = {}
-        h.update(repr(sorted((k, repr(v)) for k, v in attrs.items())).encode())
-        if kind == "Parameter":
-            h.update(op.get_friendly_name().encode())
-        elif kind == "Result":
-            h.update(repr(sorted(op.output(0).get_names())).encode())
-        elif kind == "Constant":
-            h.update(np.ascontiguousarray(op.get_data()).tobytes())
-    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
 # Compiled graphs and their requests.
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class CacheKey:
-    """Everything that makes two compiled models different."""
-
-    structure: Hashable
-    device: str
-    core_id: int
-    properties: tuple[tuple[str, str], ...]
-    stateful: bool
-    states: tuple[tuple[str, str], ...]
-    dynamic: tuple[tuple[str, tuple[int, ...]], ...]
-    _hash: int = field(default=0, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        fields_ = (
-            self.structure,
-            self.device,
-            self.core_id,
-            self.properties,
-            self.stateful,
-            self.states,
-            self.dynamic,
-        )
-        object.__setattr__(self, "_hash", hash(fields_))
-
-    def __hash__(self) -> int:  # computed once: the key is looked up on every run
-        return self._hash
-
-
 class CompiledGraph:
     """One compiled model: its ports, effective configuration, compile time and shared request."""
 
@@ -161,8 +52,8 @@ class CompiledGraph:
         self.state_specs = dict(state_specs)
         self.compile_seconds = compile_seconds
         self.effective = EffectiveConfig.read(compiled, run_config, simulated=is_simulated(core))
-        self.inputs = _ports(compiled.inputs, "input")
-        self.outputs = _ports(compiled.outputs, "output")
+        self.inputs = port_specs(compiled.inputs, "input")
+        self.outputs = port_specs(compiled.outputs, "output")
         self.runs = 0
         self.lock = threading.Lock()
         self._runner: Runner | None = None
@@ -476,67 +367,3 @@ class Runner:
 
 # Sessions are runners with their own request (own state); the name reads better in user code.
 Session = Runner
-
-
-# ---------------------------------------------------------------------------------------------
-# Building the model to compile: dynamic dims, stateful transformation.
-# ---------------------------------------------------------------------------------------------
-ModelFactory = Callable[[], Any]
-
-
-def _model_from(factory_result: Any) -> Any:
-    # Graph.to_model returns (model, input_names); plain factories return the model.
-    return factory_result[0] if isinstance(factory_result, tuple) else factory_result
-
-
-def _apply_dynamic(model: Any, dynamic: Mapping[str, tuple[int, ...]]) -> None:
-    """Mark axes of the named inputs dynamic (-1) so one compiled model serves many lengths."""
-    if not dynamic:
-        return
-    import openvino as ov
-
-    params = {p.get_friendly_name(): p for p in model.get_parameters()}
-    new_shapes = {}
-    for name, axes in dynamic.items():
-        if name not in params:
-            raise InputError(f"dynamic: no input named {name!r} (inputs: {sorted(params)})")
-        dims = list(_dims(params[name].get_partial_shape()))
-        for axis in axes:
-            if not -len(dims) <= axis < len(dims):
-                raise InputError(f"dynamic: axis {axis} out of range for input {name!r} of rank {len(dims)}")
-            dims[axis] = -1
-        new_shapes[params[name].output(0)] = ov.PartialShape(dims)
-    try:
-        model.reshape(new_shapes)
-    except RuntimeError as exc:
-        raise EngineError(f"cannot make {dict(dynamic)} dynamic: {exc}".splitlines()[0]) from exc
-
-
-def _state_specs(model: Any, states: Mapping[str, str]) -> dict[str, PortSpec]:
-    params = {p.get_friendly_name(): p for p in model.get_parameters()}
-    results = {_port_name(o, ""): o for o in model.outputs}
-    specs = {}
-    for inp, out in states.items():
-        if inp not in params:
-            raise InputError(f"state {inp!r}: no input of that name (inputs: {sorted(params)})")
-        if out not in results:
-            raise InputError(f"state {inp!r}: no output named {out!r} (outputs: {sorted(results)})")
-        p = params[inp]
-        specs[inp] = PortSpec(inp, -1, p.get_element_type().to_string(), _dims(p.get_partial_shape()))
-    return specs
-
-
-def _make_stateful(model: Any, states: Mapping[str, str]) -> dict[str, str]:
-    """OpenVINO's MakeStateful, as upstream: each (input, output) pair becomes a variable."""
-    from openvino._offline_transformations import apply_make_stateful_transformation
-
-    before = {v.get_info().variable_id for v in model.get_variables()}
-    apply_make_stateful_transformation(model, dict(states))
-    after = [
-        v.get_info().variable_id for v in model.get_variables() if v.get_info().variable_id not in before
-    ]
-    mapping: dict[str, str] = {}
-    for inp, out in states.items():
-        guess = inp + out  # MakeStateful names a variable <param><result>
-        mapping[inp] = guess if guess in after else next(v for v in after if v.startswith(inp))
-    return mapping

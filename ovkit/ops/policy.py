@@ -24,12 +24,15 @@ Deliberate differences from upstream, recorded here:
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ovkit.dtypes import is_quantized
 from ovkit.ir import Op, OpInfo, RopeType
+
+if TYPE_CHECKING:
+    from ovkit.ir import GraphIR, Tensor
 
 
 class Revision(enum.StrEnum):
@@ -860,6 +863,13 @@ def check_op(
             reason = f"{info.label}: {detail} — {gate.description}{where}{quirk} [{gate.key}]"
             return SupportDecision(False, reason, gate.key)
     return SupportDecision(True)
+
+
+def graph_decisions(
+    graph: GraphIR, outputs: Sequence[Tensor], device_class: str
+) -> list[tuple[Tensor, SupportDecision]]:
+    """The decision for every op node ``outputs`` depend on, in build order (leaves have none)."""
+    return [(t, check_op(t, device_class)) for t in graph.topo(outputs) if not t.is_leaf]
 
 
 def all_gates() -> list[tuple[str, Gate]]:

@@ -189,7 +189,7 @@ def view_value(t: Tensor, base: Out) -> Out:
     if t.nelements == 0:
         return ops.broadcast(const(0, np.float32), i64(list(reversed(t.ne))))
     start = t.elem_offset
-    if t.is_contiguous():
+    if t.is_contiguous:
         if start == 0 and t.nelements == n_base:
             return reshape4(base, t.ne)
         return reshape4(_element_range(base, n_base, start, start + t.nelements), t.ne)

@@ -1,5 +1,6 @@
-"""The compile cache: a bounded LRU of compiled graphs per Core, its statistics, the process-wide
-engines, and ``Graph.compute``'s device path through them."""
+"""The engine: a bounded LRU of compiled graphs per Core, its statistics, the process-wide engines,
+and the graph entry points through them (``compute_graph``, ``Graph.compute``'s device path, and
+``graph_session``)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,16 @@ from ovkit.runtime import get_core, is_simulated
 if TYPE_CHECKING:
     import pandas as pd
 from ovkit.engine.errors import EngineError, InputError, ProfilingOffError
-from ovkit.engine.plan import _PLAN, MAX_PLANS_PER_GRAPH, GraphPlan, GraphSession, _config_key, _resolve_run
+from ovkit.engine.keys import CacheKey, model_structure_key
+from ovkit.engine.model import ModelFactory, apply_dynamic, make_stateful, model_from, state_specs
+from ovkit.engine.plan import (
+    MAX_PLANS_PER_GRAPH,
+    PLAN_TAG,
+    GraphPlan,
+    GraphSession,
+    config_key,
+    plan_run_config,
+)
 from ovkit.engine.run_config import (
     DEFAULT_RUN_CONFIG,
     EffectiveConfig,
@@ -33,18 +43,7 @@ from ovkit.engine.run_config import (
     compile_properties,
     run_config_from,
 )
-from ovkit.engine.runner import (
-    CacheKey,
-    CompiledGraph,
-    ModelFactory,
-    Runner,
-    Session,
-    _apply_dynamic,
-    _make_stateful,
-    _model_from,
-    _state_specs,
-    model_structure_key,
-)
+from ovkit.engine.runner import CompiledGraph, Runner, Session
 
 logger = logging.getLogger("ovkit")
 
@@ -452,10 +451,10 @@ class Engine:
         dynamic: dict[str, tuple[int, ...]],
     ) -> CompiledGraph:
         t_conv = time.perf_counter()
-        model = _model_from(factory())
-        _apply_dynamic(model, dynamic)
-        specs = _state_specs(model, states)
-        variables = _make_stateful(model, states) if key.stateful else {}
+        model = model_from(factory())
+        apply_dynamic(model, dynamic)
+        specs = state_specs(model, states)
+        variables = make_stateful(model, states) if key.stateful else {}
         t0 = time.perf_counter()
         self._pending_times = {"Graph conversion time": t0 - t_conv}
         try:
@@ -612,22 +611,22 @@ class Engine:
         outs = tuple(outputs)
         ids = id(outs[0]) if len(outs) == 1 and not extra else (tuple(map(id, outs)), tuple(map(id, extra)))
         key = (
-            _PLAN,
+            PLAN_TAG,
             id(self),
             self._epoch,
             graph.version,
             len(graph.nodes),
             ids,
             device,
-            _config_key(config),
+            config_key(config),
         )
         plans = graph.derived
         plan: GraphPlan | None = plans.get(key)
         if plan is None:
             dev = device or self._device or self.selected_device()
-            run = _resolve_run(config, graph, [*outs, *extra], dev)
+            run = plan_run_config(config, graph, [*outs, *extra], dev)
             plan = GraphPlan(graph, outs, dev, run, extra_outputs=extra, names=names)
-            plan.check_support()
+            plan.require_supported()
             if len(plans) >= MAX_PLANS_PER_GRAPH:
                 plans.clear()
             plans[key] = plan
@@ -711,8 +710,8 @@ def run_model(
 
 
 def compute_graph(
-    graph: Any,
-    outputs: Sequence[Any],
+    graph: GraphIR,
+    outputs: Sequence[Tensor],
     inputs: Mapping[str, Any],
     device: str | None = None,
     *,
@@ -735,8 +734,8 @@ def compute_graph(
 
 
 def graph_session(
-    graph: Any,
-    outputs: Any,
+    graph: GraphIR,
+    outputs: Tensor | Sequence[Tensor],
     states: Mapping[str, Any],
     device: str | None = None,
     *,

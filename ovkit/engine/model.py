@@ -1,0 +1,135 @@
+"""The OpenVINO model the engine compiles: its ports, and what is done to it before compiling
+(dynamic dimensions, the stateful transformation)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ovkit.dtypes import OPENVINO_NUMPY
+from ovkit.engine.errors import EngineError, InputError
+
+
+# ---------------------------------------------------------------------------------------------
+# Ports.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class PortSpec:
+    """One input or output of a compiled model: name, OpenVINO type, shape (-1 = dynamic)."""
+
+    name: str
+    index: int
+    ov_type: str
+    shape: tuple[int, ...]
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return OPENVINO_NUMPY.get(self.ov_type, np.dtype(np.float32))
+
+    @property
+    def is_static(self) -> bool:
+        return all(d >= 0 for d in self.shape)
+
+    def accepts(self, shape: tuple[int, ...]) -> bool:
+        return len(shape) == len(self.shape) and all(
+            w < 0 or w == g for w, g in zip(self.shape, shape, strict=True)
+        )
+
+
+def dims(partial_shape: Any) -> tuple[int, ...]:
+    """The static lengths of an OpenVINO partial shape, -1 for a dynamic dimension."""
+    if partial_shape.rank.is_dynamic:
+        raise EngineError(f"inputs of dynamic rank are not supported (got {partial_shape})")
+    return tuple(d.get_length() if d.is_static else -1 for d in partial_shape)
+
+
+def port_name(port: Any, fallback: str) -> str:
+    """A port's tensor name (the first in order when it has several), else its node's name."""
+    names = port.get_names()
+    if names:
+        return str(sorted(names)[0]) if len(names) > 1 else str(next(iter(names)))
+    try:
+        return str(port.get_node().get_friendly_name())
+    except Exception:
+        return fallback
+
+
+def port_specs(ports: Sequence[Any], prefix: str) -> tuple[PortSpec, ...]:
+    """The specs of a compiled model's inputs (named after their Parameter) or outputs."""
+    specs = []
+    for i, port in enumerate(ports):
+        if prefix == "input":
+            name = str(port.get_node().get_friendly_name())
+        else:
+            name = port_name(port, f"{prefix}{i}")
+        specs.append(PortSpec(name, i, port.get_element_type().to_string(), dims(port.get_partial_shape())))
+    return tuple(specs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the model to compile: dynamic dims, stateful transformation.
+# ---------------------------------------------------------------------------------------------
+ModelFactory = Callable[[], Any]
+
+
+def model_from(factory_result: Any) -> Any:
+    """The model a factory returned: ``Graph.to_model`` gives (model, input names), plain
+    factories the model."""
+    return factory_result[0] if isinstance(factory_result, tuple) else factory_result
+
+
+def apply_dynamic(model: Any, dynamic: Mapping[str, tuple[int, ...]]) -> None:
+    """Mark axes of the named inputs dynamic (-1) so one compiled model serves many lengths."""
+    if not dynamic:
+        return
+    import openvino as ov
+
+    params = {p.get_friendly_name(): p for p in model.get_parameters()}
+    new_shapes = {}
+    for name, axes in dynamic.items():
+        if name not in params:
+            raise InputError(f"dynamic: no input named {name!r} (inputs: {sorted(params)})")
+        shape = list(dims(params[name].get_partial_shape()))
+        for axis in axes:
+            if not -len(shape) <= axis < len(shape):
+                raise InputError(f"dynamic: axis {axis} out of range for input {name!r} of rank {len(shape)}")
+            shape[axis] = -1
+        new_shapes[params[name].output(0)] = ov.PartialShape(shape)
+    try:
+        model.reshape(new_shapes)
+    except RuntimeError as exc:
+        raise EngineError(f"cannot make {dict(dynamic)} dynamic: {exc}".splitlines()[0]) from exc
+
+
+def state_specs(model: Any, states: Mapping[str, str]) -> dict[str, PortSpec]:
+    """The spec of each state input (its Parameter), checking that its output exists."""
+    params = {p.get_friendly_name(): p for p in model.get_parameters()}
+    results = {port_name(o, ""): o for o in model.outputs}
+    specs = {}
+    for inp, out in states.items():
+        if inp not in params:
+            raise InputError(f"state {inp!r}: no input of that name (inputs: {sorted(params)})")
+        if out not in results:
+            raise InputError(f"state {inp!r}: no output named {out!r} (outputs: {sorted(results)})")
+        p = params[inp]
+        specs[inp] = PortSpec(inp, -1, p.get_element_type().to_string(), dims(p.get_partial_shape()))
+    return specs
+
+
+def make_stateful(model: Any, states: Mapping[str, str]) -> dict[str, str]:
+    """OpenVINO's MakeStateful, as upstream: each (input, output) pair becomes a variable."""
+    from openvino._offline_transformations import apply_make_stateful_transformation
+
+    before = {v.get_info().variable_id for v in model.get_variables()}
+    apply_make_stateful_transformation(model, dict(states))
+    after = [
+        v.get_info().variable_id for v in model.get_variables() if v.get_info().variable_id not in before
+    ]
+    mapping: dict[str, str] = {}
+    for inp, out in states.items():
+        guess = inp + out  # MakeStateful names a variable <param><result>
+        mapping[inp] = guess if guess in after else next(v for v in after if v.startswith(inp))
+    return mapping
