@@ -31,8 +31,8 @@ from ovkit.ir import (
     round_to,
 )
 from ovkit.ops.bounds import check_constant, check_feed, fed_index_nodes
-from ovkit.ops.table import GLU_BUILT, UNARY_BUILT
 from ovkit.ops.feed import prepare_feed
+from ovkit.ops.table import GLU_BUILT, UNARY_BUILT
 
 if TYPE_CHECKING:
     from ovkit.ops.policy import SupportDecision

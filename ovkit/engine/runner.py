@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ovkit.dtypes import OPENVINO_NUMPY, bf16_bits_to_f32, f32_to_bf16_bits
+from ovkit.dtypes import bf16_bits_to_f32, f32_to_bf16_bits
 from ovkit.runtime import is_simulated
 
 if TYPE_CHECKING:
