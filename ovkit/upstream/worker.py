@@ -1,8 +1,8 @@
 """The child side of :mod:`ovkit.upstream.isolate`: the only code that calls the real backend.
 
 Run as ``python -m ovkit.upstream.worker``: reads one JSON request per line from stdin and writes
-one JSON reply per line to the file descriptor ``$OVKIT_WORKER_FD``; stdout is pointed at stderr
-first, so whatever the backend or OpenVINO print never corrupts a reply.  Requests name a
+one JSON reply per line on the private pipe of :func:`ovkit.child.serve` (stdout is pointed at
+stderr first, so whatever the backend or OpenVINO print never corrupts a reply).  Requests name a
 command (:data:`HANDLERS`); an exception becomes ``{"error": ...}``, a crash ends the process (the
 parent reports it).
 """
@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 import statistics
-import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -134,7 +132,8 @@ def _three_way_reply(
     be: Backend, program: Any, inputs: dict[str, Any], compute: bool, err: Callable[[Any, Any], float]
 ) -> dict[str, Any]:
     """supports_op per tensor of ``program``'s graph, then (if all are supported) the computed
-    output's error (``err(actual, expected)``) against ggml's CPU backend on the same inputs."""
+    output's error (``err(actual, expected)``: the case's own measure, as :func:`ovkit.catalogue.
+    result.judge` uses it) against ggml's CPU backend on the same inputs."""
     from ovkit import oracle
 
     session = oracle.program_session(program, inputs, backend=be.backend)
@@ -159,25 +158,25 @@ def _three_way_reply(
 def _case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     """An ``ovkit test-ops`` case on the real backend (:func:`_three_way_reply`), with the
     request's ``shapes`` and ``dtype`` when the op explorer changed them."""
-    from ovkit import oracle
+    from ovkit.catalogue.result import error_kind
     from ovkit.upstream import cases
 
     c = cases.vary(cases.find_case(req["name"]), req.get("shapes"), req.get("dtype"))
     inputs = cases.ggml_inputs(c)
-    return _three_way_reply(be, c.program, inputs, req.get("compute", True), oracle.nmse)
+    return _three_way_reply(be, c.program, inputs, req.get("compute", True), error_kind(c).measure)
 
 
 def _catalogue_case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     """A test-backend-ops catalogue case (``op``, ``params``) on the real backend, its leaves drawn
     from the case's own seed as ``ovkit test-ops --catalogue test-backend-ops`` draws them, judged
     by the case's own error (NMSE, or the index-set distance of TOP_K)."""
-    from ovkit import oracle
     from ovkit.catalogue import backend_ops
-    from ovkit.catalogue.case import draw_all, ggml_inputs, index_set_err
+    from ovkit.catalogue.case import draw_all, ggml_inputs
+    from ovkit.catalogue.result import error_kind
 
     c = backend_ops.build(req["op"], req["params"])
-    err = index_set_err if c.err == "index_set" else oracle.nmse
-    return _three_way_reply(be, c.program, ggml_inputs(c, draw_all(c)), req.get("compute", True), err)
+    measure = error_kind(c).measure
+    return _three_way_reply(be, c.program, ggml_inputs(c, draw_all(c)), req.get("compute", True), measure)
 
 
 def _bench(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
@@ -238,28 +237,26 @@ HANDLERS: dict[str, Callable[[Backend, Mapping[str, Any]], dict[str, Any]]] = {
 }
 
 
+def answer(line: str, state: dict[str, Backend]) -> str:
+    """The JSON reply to one request line (an exception's first line as ``{"error": ...}``)."""
+    try:
+        req = json.loads(line)
+        handler = HANDLERS.get(req.get("cmd", ""))
+        if handler is None:
+            raise ValueError(f"unknown request {req.get('cmd')!r}; expected one of {sorted(HANDLERS)}")
+        be = state.get("backend") or state.setdefault("backend", Backend())
+        reply = handler(be, req)
+    except Exception as exc:
+        text = str(exc).strip()
+        reply = {"error": f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"}
+    return json.dumps(reply)
+
+
 def main() -> None:
-    reply_fd = int(os.environ["OVKIT_WORKER_FD"])
-    replies = os.fdopen(reply_fd, "w")
-    os.dup2(2, 1)  # native prints to stdout land in stderr, never in a reply
-    sys.stdout = sys.stderr
-    be: Backend | None = None
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            req = json.loads(line)
-            handler = HANDLERS.get(req.get("cmd", ""))
-            if handler is None:
-                raise ValueError(f"unknown request {req.get('cmd')!r}; expected one of {sorted(HANDLERS)}")
-            be = be or Backend()
-            reply = handler(be, req)
-        except Exception as exc:
-            reply = {
-                "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-            }
-        replies.write(json.dumps(reply) + "\n")
-        replies.flush()
+    from ovkit.child import serve
+
+    state: dict[str, Backend] = {}  # the backend, loaded by the first request that needs it
+    serve(lambda line: answer(line, state))
 
 
 if __name__ == "__main__":
