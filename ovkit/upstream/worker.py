@@ -14,9 +14,12 @@ import json
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ovkit.catalogue.case import Case
 
 #: ggml's device types, by ``enum ggml_backend_dev_type`` value.
 DEVICE_TYPES = ("CPU", "GPU", "IGPU", "ACCEL", "META")
@@ -128,15 +131,14 @@ def _case_session(be: Backend, name: str) -> tuple[Any, Any, dict[str, Any], Any
     return c, oracle.program_session(c.program, inputs, backend=be.backend), inputs, oracle
 
 
-def _three_way_reply(
-    be: Backend, program: Any, inputs: dict[str, Any], compute: bool, err: Callable[[Any, Any], float]
-) -> dict[str, Any]:
-    """supports_op per tensor of ``program``'s graph, then (if all are supported) the computed
-    output's error (``err(actual, expected)``: the case's own measure, as :func:`ovkit.catalogue.
-    result.judge` uses it) against ggml's CPU backend on the same inputs."""
+def _three_way_reply(be: Backend, case: Case, inputs: dict[str, Any], compute: bool) -> dict[str, Any]:
+    """supports_op per tensor of the case's graph, then (if all are supported) the computed output
+    judged against ggml's CPU backend on the same inputs (:func:`ovkit.catalogue.result.judge`:
+    ``status``, ``nmse`` the case's own error, None when the shapes differ)."""
     from ovkit import oracle
+    from ovkit.catalogue.result import judge
 
-    session = oracle.program_session(program, inputs, backend=be.backend)
+    session = oracle.program_session(case.program, inputs, backend=be.backend)
     try:
         nodes = be.verdicts(session.tensors())
         reply: dict[str, Any] = {"nodes": nodes, "supported": all(n["supported"] for n in nodes)}
@@ -147,9 +149,8 @@ def _three_way_reply(
                 reply["compute_error"] = str(exc)
                 return reply
             actual = np.asarray(session.results()[0])
-            expected = np.asarray(oracle.ggml_program(program, inputs))
-            reply["shape"] = list(np.shape(actual))
-            reply["nmse"] = float(err(actual, expected)) if actual.shape == expected.shape else None
+            verdict = judge(case, actual, oracle.ggml_program(case.program, inputs), "ggml")
+            reply.update(shape=list(actual.shape), status=verdict.status, nmse=verdict.err)
     finally:
         session.close()
     return reply
@@ -158,12 +159,10 @@ def _three_way_reply(
 def _case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     """An ``ovkit test-ops`` case on the real backend (:func:`_three_way_reply`), with the
     request's ``shapes`` and ``dtype`` when the op explorer changed them."""
-    from ovkit.catalogue.result import error_kind
     from ovkit.upstream import cases
 
     c = cases.vary(cases.find_case(req["name"]), req.get("shapes"), req.get("dtype"))
-    inputs = cases.ggml_inputs(c)
-    return _three_way_reply(be, c.program, inputs, req.get("compute", True), error_kind(c).measure)
+    return _three_way_reply(be, c, cases.ggml_inputs(c), req.get("compute", True))
 
 
 def _catalogue_case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
@@ -172,11 +171,9 @@ def _catalogue_case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     by the case's own error (NMSE, or the index-set distance of TOP_K)."""
     from ovkit.catalogue import backend_ops
     from ovkit.catalogue.case import draw_all, ggml_inputs
-    from ovkit.catalogue.result import error_kind
 
     c = backend_ops.build(req["op"], req["params"])
-    measure = error_kind(c).measure
-    return _three_way_reply(be, c.program, ggml_inputs(c, draw_all(c)), req.get("compute", True), measure)
+    return _three_way_reply(be, c, ggml_inputs(c, draw_all(c)), req.get("compute", True))
 
 
 def _bench(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
