@@ -123,15 +123,21 @@ class Child:
         self.sigill_hint = sigill_hint
         read_fd, write_fd = os.pipe()
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close())
-        self.proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=self._log,
-            env={**(os.environ if env is None else env), REPLY_FD_ENV: str(write_fd)},
-            pass_fds=(write_fd,),
-        )
-        os.close(write_fd)
+        try:
+            self.proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=self._log,
+                env={**(os.environ if env is None else env), REPLY_FD_ENV: str(write_fd)},
+                pass_fds=(write_fd,),
+            )
+        except BaseException:  # no child (a missing interpreter ...): nothing left open
+            os.close(read_fd)
+            self._log.close()
+            raise
+        finally:
+            os.close(write_fd)
         self._replies = os.fdopen(read_fd, "rb")
         self._died: Death | None = None
 
