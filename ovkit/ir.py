@@ -274,6 +274,11 @@ class GraphError(ValueError):
     """A shape, type or parameter ggml would reject, raised when the op is built."""
 
 
+class TranslationGapError(GraphError):
+    """ovkit has no OpenVINO translation for a node of the graph: a gap of ovkit, not a wrong
+    result (harnesses report it as ``not translatable``, not as a FAIL)."""
+
+
 class UnsupportedOpError(RuntimeError):
     """The selected device's support policy rejects an op of the graph."""
 

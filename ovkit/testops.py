@@ -22,13 +22,14 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from ovkit.catalogue import curated
 from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs
-from ovkit.catalogue.result import Result, error_line, first_line
+from ovkit.catalogue.result import Result, error_line, first_line, judge
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -181,21 +182,7 @@ def run_case(
             expected = g.compute(out, feed, mode="reference")
     except Exception as exc:
         return Result(**base, status="FAIL", detail=f"reference ({ref}) failed: {first_line(exc)}")
-    expected = np.asarray(expected)
-    if not oracle.same_ne(np.shape(actual), expected.shape):
-        return Result(
-            **base,
-            status="FAIL",
-            detail=f"shape {np.shape(actual)} vs reference {expected.shape}",
-            reference=ref,
-        )
-    limit = c.max_err
-    verdict = oracle.compare(np.asarray(actual), expected, limit)
-    if not verdict.ok:
-        return Result(
-            **base, status="FAIL", detail=verdict.reason, err=verdict.err, max_err=limit, reference=ref
-        )
-    return Result(**base, status="OK", err=verdict.err, max_err=limit, reference=ref)
+    return judge(c, actual, expected, **base, reference=ref)
 
 
 def perf_case(
@@ -563,9 +550,10 @@ def _isolated_results(
     case_set: str | None = None,
 ) -> Iterator[Result]:
     """One child process per op (``python -m ovkit test-ops ... --json``); crashes become FAILs."""
-    import subprocess
-
     from tqdm import tqdm
+
+    from ovkit import child
+    from ovkit.upstream.build import sigill_hint_for
 
     picked = select(build_catalogue(case_set, mode), ops)
     keys = list(dict.fromkeys(c.op for c in picked))
@@ -596,19 +584,18 @@ def _isolated_results(
         leave=False,
         disable=not progress if progress is not None else None,
     )
+    hint = partial(sigill_hint_for, "ggml-python-openvino")  # the oracle: ggml-python's ggml
     for key in bar:
-        proc = subprocess.run([*base, "-o", key], capture_output=True, text=True)
         try:
-            payload = json.loads(proc.stdout)
-        except json.JSONDecodeError:
-            payload = None
-        if proc.returncode in (0, 1) and payload is not None:
-            for row in payload["cases"]:
-                yield Result(**row)
+            payload = json.loads(child.run([*base, "-o", key], ok=(0, 1), sigill_hint=hint))
+        except child.ChildCrashed as exc:
+            said = f": {exc.death.last_line}" if exc.death.last_line else ""
+            detail = f"the process crashed ({exc.death.describe()}){said}"
+        except json.JSONDecodeError as exc:
+            detail = f"the process wrote no JSON result ({exc})"
+        else:
+            yield from (Result(**row) for row in payload["cases"])
             continue
-        why = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
-        tail = proc.stderr.strip().splitlines()[-1:] if proc.stderr.strip() else []
         for c in picked:
             if c.op == key:
-                detail = f"the process crashed ({why}){': ' + tail[0] if tail else ''}"
                 yield Result(op=c.op, case=c.name, status="FAIL", detail=detail, device=device)

@@ -161,7 +161,7 @@ def test_a_crashing_worker_costs_only_its_case(monkeypatch: pytest.MonkeyPatch) 
     df = run.run(rows, policy="none", isolate=True, progress=False)
     assert list(df["status"]) == ["FAIL", "FAIL"]
     assert all(
-        d == "the worker process crashed (signal 6): ggml.c:7717: GGML_ASSERT(imatrix != NULL) failed"
+        d == "the worker process crashed (SIGABRT): ggml.c:7717: GGML_ASSERT(imatrix != NULL) failed"
         for d in df["detail"]
     )
 

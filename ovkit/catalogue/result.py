@@ -1,10 +1,17 @@
 """The verdict of one op case, whichever harness ran it: ``ovkit test-ops`` (mode test or perf)
-or the test-backend-ops catalogue runner, and the line test-backend-ops prints for it."""
+or the test-backend-ops catalogue runner, the one judge that decides it (:func:`judge`), and the
+line test-backend-ops prints for it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ovkit.catalogue.case import Case
 
 Status = Literal["OK", "FAIL", "known limit", "not supported", "not translatable", "no case"]
 STATUSES: tuple[Status, ...] = ("OK", "FAIL", "known limit", "not supported", "not translatable", "no case")
@@ -67,3 +74,63 @@ class Result:
             return f"  {self.case}: OK"
         prec = f", {self.precision}" if self.precision not in ("", "f32", "model") else ""
         return f"  {self.case}: OK (NMSE {self.err:.2e} <= {self.max_err:.0e}, ref {self.reference}{prec})"
+
+
+def _nmse(actual: np.ndarray, expected: np.ndarray) -> float:
+    from ovkit.oracle import nmse
+
+    return float(nmse(actual, expected))
+
+
+def _index_set(actual: np.ndarray, expected: np.ndarray) -> float:
+    from ovkit.catalogue.case import index_set_err
+
+    return index_set_err(actual, expected)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorKind:
+    """How a case's output is measured against the reference, and whether test-backend-ops'
+    NaN and inf checks come first (they do for NMSE; TOP_K's index sets have neither)."""
+
+    measure: Callable[[np.ndarray, np.ndarray], float]
+    nan_inf_checks: bool
+
+
+#: The error kinds a case names in its ``err``: NMSE, or test_top_k's index-set distance.
+ERROR_KINDS: dict[str, ErrorKind] = {
+    "nmse": ErrorKind(_nmse, nan_inf_checks=True),
+    "index_set": ErrorKind(_index_set, nan_inf_checks=False),
+}
+
+
+def error_kind(case: Case) -> ErrorKind:
+    """The :data:`ERROR_KINDS` entry ``case.err`` names."""
+    try:
+        return ERROR_KINDS[case.err]
+    except KeyError:
+        raise ValueError(
+            f"case {case.name}: error kind {case.err!r} is not known (expected one of {', '.join(ERROR_KINDS)})"
+        ) from None
+
+
+def judge(case: Case, actual: Any, expected: Any, against: str = "reference", /, **fields: Any) -> Result:
+    """The verdict on ``actual`` against ``expected`` (``against`` names it in messages): the same
+    ggml tensor first, then the case's own error (:func:`error_kind`) within ``case.max_err``.
+    ``fields``: the :class:`Result`'s other fields (device, reference, precision, accepted; op and
+    case are the case's own)."""
+    from ovkit import oracle
+
+    a, e = np.asarray(actual), np.asarray(expected)
+    base: dict[str, Any] = {**fields, "op": case.op, "case": case.name, "max_err": case.max_err}
+    kind = error_kind(case)
+    if not oracle.same_ne(a.shape, e.shape):
+        return Result(**base, status="FAIL", detail=f"shape {a.shape} vs {against} {e.shape}")
+    if kind.nan_inf_checks:  # test-backend-ops' NaN and inf checks, then the NMSE
+        verdict = oracle.compare(a, e, case.max_err)
+        ok, err, why = verdict.ok, verdict.err, verdict.reason
+    else:
+        err = kind.measure(a, e)
+        ok = err <= case.max_err
+        why = "" if ok else f"ERR = {err:.9f} > {case.max_err:.9f}"
+    return Result(**base, status="OK" if ok else "FAIL", detail=why, err=err)

@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from queue import Empty, Queue
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
@@ -37,11 +37,11 @@ from ovkit.catalogue.case import (
     build_ovkit,
     draw_all,
     ggml_inputs,
-    index_set_err,
     oracle_inputs,
     ovkit_graph,
 )
-from ovkit.catalogue.result import STATUSES, Result, Status, error_line
+from ovkit.catalogue.result import STATUSES, Result, Status, error_line, judge
+from ovkit.child import Child, ChildCrashed, ChildTimedOut, serve
 from ovkit.ops import verdicts
 
 if TYPE_CHECKING:
@@ -134,19 +134,14 @@ def stratified(rows: Sequence[Row], n: int, seed: int = 0, per_op: int = 3) -> l
 # One case
 
 
-def _untranslatable(exc: BaseException) -> bool:
-    """An ovkit gap: no builder method (AttributeError on Graph), no translation, or a type ovkit
-    has no dtype for."""
-    if isinstance(exc, AttributeError):
-        return "Graph" in str(exc) or "Tensor" in str(exc)
-    from ovkit.graph import GraphError
+def _ovkit_gap(exc: BaseException) -> bool:
+    """An ovkit gap, not a wrong result: a builder method or tensor attribute ovkit's graph lacks,
+    or a node ovkit has no OpenVINO translation for."""
+    from ovkit.ir import GraphIR, Tensor, TranslationGapError
 
-    text = str(exc)
-    if "no OpenVINO translation" in text:
-        return True
-    # ovkit's builder refusing a sub-op, a type or a layout it has no translation for
-    gaps = ("expected one of", "expected type", "expected dtype", "not supported")
-    return isinstance(exc, GraphError) and any(s in text for s in gaps)
+    if isinstance(exc, AttributeError):
+        return isinstance(exc.obj, (GraphIR, Tensor))
+    return isinstance(exc, TranslationGapError)
 
 
 def upstream_verdict(row: Row, device_class: str = "CPU") -> tuple[bool, str]:
@@ -242,19 +237,6 @@ def _ggml_result(case: Case, leaves: Mapping[str, Any], threads: int | None) -> 
         s.close()
 
 
-def _judge(case: Case, actual: np.ndarray, expected: np.ndarray) -> tuple[bool, float, str]:
-    from ovkit import oracle
-
-    if actual.size != expected.size:
-        return False, float("inf"), f"element count {actual.size} vs ggml {expected.size}"
-    if case.err == "index_set":
-        err = index_set_err(actual, expected)
-        ok = err <= case.max_err
-        return ok, err, "" if ok else f"ERR = {err:.9f} > {case.max_err:.9f}"
-    verdict = oracle.compare(actual, expected, case.max_err)
-    return verdict.ok, verdict.err, "" if verdict.ok else verdict.reason
-
-
 def _prepare(
     case: Case, policy: Policy, device: str, core: Any, accepted: bool, reason: str, threads: int | None
 ) -> Result | _Ready:
@@ -262,7 +244,7 @@ def _prepare(
     earlier (not translatable, not supported, no oracle, the engine's own run for
     ``policy="upstream"``), else the case ready to infer."""
     from ovkit.engine import compute_graph
-    from ovkit.ir import UnsupportedOpError
+    from ovkit.ir import GraphError, UnsupportedOpError
     from ovkit.ops.feed import prepare_feed
     from ovkit.ops.translate import model_inputs
     from ovkit.quant import KNOWN_TYPES
@@ -280,11 +262,9 @@ def _prepare(
             ggml_leaves = ggml_inputs(case, draw_all(case))
             g, out, feed = build_ovkit(case, ggml_leaves)
     except Exception as exc:
-        from ovkit.graph import GraphError
-
-        # ovkit's builder refusing a graph is a gap, not a wrong result (the builder tests keep
-        # the case graphs themselves equal to test-backend-ops')
-        if _untranslatable(exc) or isinstance(exc, GraphError):
+        # ovkit's builder refusing a graph (a sub-op, type or layout) is a gap, not a wrong result
+        # (the builder tests keep the case graphs themselves equal to test-backend-ops')
+        if _ovkit_gap(exc) or isinstance(exc, GraphError):
             return Result(**base, status="not translatable", detail=error_line(exc))
         return Result(**base, status="FAIL", detail=f"build: {error_line(exc)}")
     if gap is not None:
@@ -294,7 +274,7 @@ def _prepare(
     try:
         model, names = g.to_model([out])
     except Exception as exc:
-        status: Status = "not translatable" if _untranslatable(exc) else "FAIL"
+        status: Status = "not translatable" if _ovkit_gap(exc) else "FAIL"
         return Result(**base, status=status, detail=error_line(exc))
     try:
         expected = _ggml_result(case, oracle_inputs(case, ggml_leaves), threads)
@@ -320,14 +300,11 @@ def _judged(case: Case, base: dict[str, Any], actual: np.ndarray | Exception, ex
     """The verdict on ovkit's output (or the exception that stopped it) against ggml's."""
     if isinstance(actual, Exception):
         return Result(**base, status="FAIL", detail=error_line(actual))
-    ok, err, why = _judge(case, actual, expected)
-    if not ok:
-        limit = known_limit(case.op, case.params)
-        if limit is not None:
-            return Result(
-                **base, status="known limit", detail=f"{limit} ({why})", err=err, max_err=case.max_err
-            )
-    return Result(**base, status="OK" if ok else "FAIL", detail=why, err=err, max_err=case.max_err)
+    r = judge(case, actual, expected, "ggml", **base)
+    limit = known_limit(case.op, case.params) if r.status == "FAIL" else None
+    if limit is not None:
+        return replace(r, status="known limit", detail=f"{limit} ({r.detail})")
+    return r
 
 
 def run_case(
@@ -448,16 +425,19 @@ def coverage_rows(
 THREADS_ENV = "OVKIT_CATALOGUE_THREADS"
 
 
+def _answer(line: str, policy: str, device: str, threads: int | None) -> str:
+    """A worker's reply to one request: the JSON list of results of the JSON list of rows."""
+    rows = [Row(op, params) for op, params in json.loads(line)]
+    results = run_rows(rows, policy, device, threads=threads)  # type: ignore[arg-type]
+    return json.dumps([asdict(r) for r in results])
+
+
 def _worker_main() -> None:
-    """``python -m ovkit.catalogue.run POLICY DEVICE``: read a JSON list of rows per line, answer
-    a JSON list of results per line (the parent's pool protocol)."""
+    """``python -m ovkit.catalogue.run POLICY DEVICE``: answer each JSON list of rows with a JSON
+    list of results (:func:`ovkit.child.serve`'s protocol)."""
     policy, device = sys.argv[1], sys.argv[2]
     threads = int(os.environ.get(THREADS_ENV, "0")) or None
-    for line in sys.stdin:
-        rows = [Row(op, params) for op, params in json.loads(line)]
-        results = run_rows(rows, policy, device, threads=threads)  # type: ignore[arg-type]
-        sys.stdout.write(json.dumps([asdict(r) for r in results]) + "\n")
-        sys.stdout.flush()
+    serve(lambda line: _answer(line, policy, device, threads))
 
 
 #: How a worker process starts (``python -m ovkit.catalogue.run POLICY DEVICE``).
@@ -482,65 +462,29 @@ def _abort_message(text: str) -> str:
     return f"{where.rsplit('/', 1)[-1]}: {what}" if what and "/" in where else last[:200]
 
 
-class _Worker:
-    """One child process answering rows; replaced when it dies.  Its stderr goes to a temporary
-    file, so a native abort's message can be reported with the crashed case."""
+def _worker(policy: str, device: str, threads: int) -> Child:
+    """A worker child answering rows (a SIGILL names ggml-python's build: the oracle it runs)."""
+    from ovkit.upstream.build import sigill_hint_for
 
-    def __init__(self, policy: str, device: str, threads: int) -> None:
-        import tempfile
+    # no gdb backtrace on a ggml abort: the debugger would hold the pipe open
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), GGML_NO_BACKTRACE="1", **{THREADS_ENV: str(threads)})
+    hint = partial(sigill_hint_for, "ggml-python-openvino")
+    return Child([*WORKER_COMMAND, policy, device], env=env, sigill_hint=hint)
 
-        # no gdb backtrace on a ggml abort: the debugger would hold the pipe open
-        env = dict(
-            os.environ, OMP_NUM_THREADS=str(threads), GGML_NO_BACKTRACE="1", **{THREADS_ENV: str(threads)}
+
+def _ask(worker: Child, rows: Sequence[Row], timeout: float) -> list[dict[str, Any]] | str:
+    """The worker's answers about ``rows``, or why it gave none: the signal or exit code and its
+    last words (``timeout`` when it ran out of time)."""
+    try:
+        return cast(
+            list[dict[str, Any]],
+            json.loads(worker.ask(json.dumps([[r.op, r.params] for r in rows]), timeout)),
         )
-        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close())
-        self.proc = subprocess.Popen(
-            [*WORKER_COMMAND, policy, device],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            text=True,
-            env=env,
-        )
-
-    def ask(self, rows: Sequence[Row], timeout: float) -> list[dict[str, Any]] | None:
-        """The child's answers, or None when it died or took longer than ``timeout`` seconds."""
-        import select
-
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        try:
-            self.proc.stdin.write(json.dumps([[r.op, r.params] for r in rows]) + "\n")
-            self.proc.stdin.flush()
-            deadline = time.monotonic() + timeout
-            # poll: a dead child's pipe can stay open (inherited by a grandchild), so never block
-            while not select.select([self.proc.stdout], [], [], 1.0)[0]:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.proc.kill()
-                    return None
-            line = self.proc.stdout.readline()
-        except (BrokenPipeError, OSError):
-            return None
-        return json.loads(line) if line else None
-
-    def crash_report(self) -> str:
-        """Why the child died: the signal or exit code and its last words on stderr."""
-        code = self.proc.wait()
-        why = "timeout" if code == -9 else f"signal {-code}" if code < 0 else f"exit code {code}"
-        size = os.fstat(self.log.fileno()).st_size
-        tail = os.pread(self.log.fileno(), 4096, max(0, size - 4096)).decode(errors="replace")
-        said = _abort_message(tail) if code != -9 else ""
-        return f"the worker process crashed ({why})" + (f": {said}" if said else "")
-
-    def close(self) -> None:
-        """End the child (end of input) and release its pipes and log."""
-        for f in (self.proc.stdin, self.proc.stdout):
-            try:
-                if f is not None:
-                    f.close()
-            except OSError:  # a dead child's pipe
-                pass
-        self.proc.wait(timeout=30)
-        self.log.close()
+    except ChildTimedOut:
+        return "the worker process crashed (timeout)"
+    except ChildCrashed as exc:
+        said = _abort_message(exc.death.stderr)
+        return f"the worker process crashed ({exc.death.describe()})" + (f": {said}" if said else "")
 
 
 def cost(row: Row) -> int:
@@ -578,7 +522,7 @@ def _pooled(
     batches of :data:`BATCH_ROWS`; the first worker takes the :data:`GRID_TYPES` rows before any
     other.  A crashed batch is asked again row by row, so the crash is pinned on its row."""
     threads = threads_per_worker(workers)
-    started = [_Worker(policy, device, threads) for _ in range(workers)]  # they start while we sort
+    started = [_worker(policy, device, threads) for _ in range(workers)]  # they start while we sort
     costs = [cost(r) for r in rows]
     pinned: Queue[tuple[int, Row]] = Queue()
     todo: Queue[tuple[int, Row]] = Queue()
@@ -604,19 +548,19 @@ def _pooled(
 
     cls = str(device_class(device))  # the crashed row's verdict, for the device it ran for
 
-    def serve(first: _Worker, queues: tuple[Queue[tuple[int, Row]], ...]) -> None:
+    def serve(first: Child, queues: tuple[Queue[tuple[int, Row]], ...]) -> None:
         w, spare = first, None
         again: list[list[tuple[int, Row]]] = []
         while batch := (again.pop() if again else take(queues)):
-            got = w.ask([row for _, row in batch], timeout)
-            if got is not None:
+            got = _ask(w, [row for _, row in batch], timeout)
+            if not isinstance(got, str):
                 for (i, _), r in zip(batch, got, strict=True):
                     done.put((i, Result(**r)))
                 continue
-            crashed = w.crash_report()
+            crashed = got
             w.close()
             # after one crash keep a replacement started: the next crash costs no start-up
-            w, spare = spare or _Worker(policy, device, threads), _Worker(policy, device, threads)
+            w, spare = spare or _worker(policy, device, threads), _worker(policy, device, threads)
             if len(batch) > 1:
                 again += [[x] for x in batch]
                 continue

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,8 @@ DEFAULT_THREADS = 2
 
 
 class LlamaCppError(RuntimeError):
-    """llama.cpp failed or crashed in its subprocess (exit status and stderr tail in the message)."""
+    """llama.cpp failed or crashed in its subprocess (the signal or exit code and the stderr tail in
+    the message)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,26 +64,33 @@ def upstream_env() -> dict[str, str]:
         raise LlamaCppError(str(exc)) from None
 
 
+def _sigill_hint(upstream: bool) -> str:
+    """Why llama.cpp's build most likely died of SIGILL here and how to rebuild it."""
+    from ovkit.upstream.build import sigill_hint_for
+
+    return sigill_hint_for("llama-cpp-python-openvino" if upstream else "llama-cpp-python-cpu")
+
+
 def _run(request: dict[str, Any], upstream: bool, timeout: float) -> dict[str, Any]:
+    from ovkit import child
+
     with tempfile.TemporaryDirectory(prefix="ovkit-llamacpp-") as tmp:
         req = Path(tmp) / "request.json"
         request = {**request, "out": str(Path(tmp) / "out.npz")}
         req.write_text(json.dumps(request))
         env = upstream_env() if upstream else dict(os.environ)
         try:
-            proc = subprocess.run(
+            child.run(
                 [sys.executable, "-m", "ovkit.model.reference", str(req)],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
                 env=env,
+                timeout=timeout,
+                sigill_hint=partial(_sigill_hint, upstream),
             )
-        except subprocess.TimeoutExpired:
+        except child.ChildTimedOut:
             raise LlamaCppError(f"llama.cpp did not finish within {timeout:.0f} s") from None
-        if proc.returncode != 0:
-            what = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
-            tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
-            raise LlamaCppError(f"llama.cpp subprocess failed ({what}):\n{tail}")
+        except child.ChildCrashed as exc:
+            tail = "\n".join(exc.death.lines()[-8:])
+            raise LlamaCppError(f"llama.cpp subprocess failed ({exc.death.describe()}):\n{tail}") from None
         with np.load(request["out"]) as data:
             return {k: data[k] for k in data.files}
 

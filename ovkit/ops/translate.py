@@ -18,16 +18,16 @@ import openvino as ov
 import openvino.opset16 as ops
 
 from ovkit.dtypes import DTYPES, ggml_type
+from ovkit.ir import GraphIR as Graph
 from ovkit.ir import (
-    GraphError,
     Op,
     RopeType,
     Tensor,
+    TranslationGapError,
     ggml_index_map,
     interpret,
     round_to,
 )
-from ovkit.ir import GraphIR as Graph
 from ovkit.ops.reference import (
     alibi_slopes,
     arange_values,
@@ -262,7 +262,7 @@ def build_model(graph: Graph, outputs: Sequence[Tensor], leaves: Sequence[Tensor
     def node(t: Tensor, xs: list[Any]) -> Out:
         fn = TRANSLATORS.get(t.op_key)
         if fn is None:
-            raise GraphError(f"{t.describe()}: no OpenVINO translation for {t.op_key}")
+            raise TranslationGapError(f"{t.describe()}: no OpenVINO translation for {t.op_key}")
         out = to_type(empty(t) if 0 in t.ne else fn(t, xs), t.dtype)
         _name_nodes(out, f"{t.op_key} {t.name!r}" if t.name else f"{t.op_key} #{t.id}", named)
         return out

@@ -151,6 +151,14 @@ def sigill_hint(stamp: BuildStamp | None, host_flags: frozenset[str] | None = No
     return f"illegal instruction in {stamp.describe()}; {rebuild}"
 
 
+def sigill_hint_for(name: str) -> str:
+    """:func:`sigill_hint` for the native build ``name`` (one of :data:`BUILD_NAMES`) on this CPU:
+    what an isolated child running that library reports when it dies of SIGILL."""
+    if name not in BUILD_NAMES:
+        raise ValueError(f"unknown build name {name!r}; expected one of {', '.join(BUILD_NAMES)}")
+    return sigill_hint(read_build_stamp(name))
+
+
 class UpstreamUnavailableError(RuntimeError):
     """The real backend is not installed (or not in the flavour a feature needs)."""
 

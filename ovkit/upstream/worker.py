@@ -1,8 +1,8 @@
 """The child side of :mod:`ovkit.upstream.isolate`: the only code that calls the real backend.
 
 Run as ``python -m ovkit.upstream.worker``: reads one JSON request per line from stdin and writes
-one JSON reply per line to the file descriptor ``$OVKIT_WORKER_FD``; stdout is pointed at stderr
-first, so whatever the backend or OpenVINO print never corrupts a reply.  Requests name a
+one JSON reply per line on the private pipe of :func:`ovkit.child.serve` (stdout is pointed at
+stderr first, so whatever the backend or OpenVINO print never corrupts a reply).  Requests name a
 command (:data:`HANDLERS`); an exception becomes ``{"error": ...}``, a crash ends the process (the
 parent reports it).
 """
@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 import statistics
-import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ovkit.catalogue.case import Case
 
 #: ggml's device types, by ``enum ggml_backend_dev_type`` value.
 DEVICE_TYPES = ("CPU", "GPU", "IGPU", "ACCEL", "META")
@@ -130,14 +131,14 @@ def _case_session(be: Backend, name: str) -> tuple[Any, Any, dict[str, Any], Any
     return c, oracle.program_session(c.program, inputs, backend=be.backend), inputs, oracle
 
 
-def _three_way_reply(
-    be: Backend, program: Any, inputs: dict[str, Any], compute: bool, err: Callable[[Any, Any], float]
-) -> dict[str, Any]:
-    """supports_op per tensor of ``program``'s graph, then (if all are supported) the computed
-    output's error (``err(actual, expected)``) against ggml's CPU backend on the same inputs."""
+def _three_way_reply(be: Backend, case: Case, inputs: dict[str, Any], compute: bool) -> dict[str, Any]:
+    """supports_op per tensor of the case's graph, then (if all are supported) the computed output
+    judged against ggml's CPU backend on the same inputs (:func:`ovkit.catalogue.result.judge`:
+    ``status``, ``nmse`` the case's own error, None when the shapes differ)."""
     from ovkit import oracle
+    from ovkit.catalogue.result import judge
 
-    session = oracle.program_session(program, inputs, backend=be.backend)
+    session = oracle.program_session(case.program, inputs, backend=be.backend)
     try:
         nodes = be.verdicts(session.tensors())
         reply: dict[str, Any] = {"nodes": nodes, "supported": all(n["supported"] for n in nodes)}
@@ -148,9 +149,8 @@ def _three_way_reply(
                 reply["compute_error"] = str(exc)
                 return reply
             actual = np.asarray(session.results()[0])
-            expected = np.asarray(oracle.ggml_program(program, inputs))
-            reply["shape"] = list(np.shape(actual))
-            reply["nmse"] = float(err(actual, expected)) if actual.shape == expected.shape else None
+            verdict = judge(case, actual, oracle.ggml_program(case.program, inputs), "ggml")
+            reply.update(shape=list(actual.shape), status=verdict.status, nmse=verdict.err)
     finally:
         session.close()
     return reply
@@ -159,25 +159,21 @@ def _three_way_reply(
 def _case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     """An ``ovkit test-ops`` case on the real backend (:func:`_three_way_reply`), with the
     request's ``shapes`` and ``dtype`` when the op explorer changed them."""
-    from ovkit import oracle
     from ovkit.upstream import cases
 
     c = cases.vary(cases.find_case(req["name"]), req.get("shapes"), req.get("dtype"))
-    inputs = cases.ggml_inputs(c)
-    return _three_way_reply(be, c.program, inputs, req.get("compute", True), oracle.nmse)
+    return _three_way_reply(be, c, cases.ggml_inputs(c), req.get("compute", True))
 
 
 def _catalogue_case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     """A test-backend-ops catalogue case (``op``, ``params``) on the real backend, its leaves drawn
     from the case's own seed as ``ovkit test-ops --catalogue test-backend-ops`` draws them, judged
     by the case's own error (NMSE, or the index-set distance of TOP_K)."""
-    from ovkit import oracle
     from ovkit.catalogue import backend_ops
-    from ovkit.catalogue.case import draw_all, ggml_inputs, index_set_err
+    from ovkit.catalogue.case import draw_all, ggml_inputs
 
     c = backend_ops.build(req["op"], req["params"])
-    err = index_set_err if c.err == "index_set" else oracle.nmse
-    return _three_way_reply(be, c.program, ggml_inputs(c, draw_all(c)), req.get("compute", True), err)
+    return _three_way_reply(be, c, ggml_inputs(c, draw_all(c)), req.get("compute", True))
 
 
 def _bench(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
@@ -238,28 +234,26 @@ HANDLERS: dict[str, Callable[[Backend, Mapping[str, Any]], dict[str, Any]]] = {
 }
 
 
+def answer(line: str, state: dict[str, Backend]) -> str:
+    """The JSON reply to one request line (an exception's first line as ``{"error": ...}``)."""
+    try:
+        req = json.loads(line)
+        handler = HANDLERS.get(req.get("cmd", ""))
+        if handler is None:
+            raise ValueError(f"unknown request {req.get('cmd')!r}; expected one of {sorted(HANDLERS)}")
+        be = state.get("backend") or state.setdefault("backend", Backend())
+        reply = handler(be, req)
+    except Exception as exc:
+        text = str(exc).strip()
+        reply = {"error": f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"}
+    return json.dumps(reply)
+
+
 def main() -> None:
-    reply_fd = int(os.environ["OVKIT_WORKER_FD"])
-    replies = os.fdopen(reply_fd, "w")
-    os.dup2(2, 1)  # native prints to stdout land in stderr, never in a reply
-    sys.stdout = sys.stderr
-    be: Backend | None = None
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            req = json.loads(line)
-            handler = HANDLERS.get(req.get("cmd", ""))
-            if handler is None:
-                raise ValueError(f"unknown request {req.get('cmd')!r}; expected one of {sorted(HANDLERS)}")
-            be = be or Backend()
-            reply = handler(be, req)
-        except Exception as exc:
-            reply = {
-                "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-            }
-        replies.write(json.dumps(reply) + "\n")
-        replies.flush()
+    from ovkit.child import serve
+
+    state: dict[str, Backend] = {}  # the backend, loaded by the first request that needs it
+    serve(lambda line: answer(line, state))
 
 
 if __name__ == "__main__":
