@@ -553,7 +553,7 @@ def _isolated_results(
     from tqdm import tqdm
 
     from ovkit import child
-    from ovkit.upstream.build import sigill_hint_for
+    from ovkit.native import sigill_hint_for
 
     picked = select(build_catalogue(case_set, mode), ops)
     keys = list(dict.fromkeys(c.op for c in picked))

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ovkit import child
-from ovkit.upstream import build
+from ovkit import child, native
 
 #: A host like the Xeons whose AMX faults: AMX and AVX-512 listed.
 AMX_HOST = frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8"})
@@ -34,18 +33,18 @@ ANSWER_THEN_SIGILL = (
 )
 
 
-def _stamp(name: str, cflags: str, host: frozenset[str]) -> build.BuildStamp:
-    isa = tuple(sorted(f for f in host if f in build._ISA_FAMILIES or f == "avx2"))
-    return build.BuildStamp(name, "1.0", cflags, "x86_64", isa)
+def _stamp(name: str, cflags: str, host: frozenset[str]) -> native.BuildStamp:
+    isa = tuple(sorted(f for f in host if f in native.ISA_FAMILIES or f == "avx2"))
+    return native.BuildStamp(name, "1.0", cflags, "x86_64", isa)
 
 
 @pytest.fixture
 def amx_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """This process sees an AMX host whose native builds were all made here without -mno-amx-*
     (a pip build with plain -march=native)."""
-    monkeypatch.setattr(build, "cpu_flags", lambda: AMX_HOST)
-    monkeypatch.setattr(build, "build_stamp_dir", lambda: tmp_path)
-    for name in build.BUILD_NAMES:
+    monkeypatch.setattr(native, "cpu_flags", lambda: AMX_HOST)
+    monkeypatch.setattr(native, "build_stamp_dir", lambda: tmp_path)
+    for name in native.BUILD_NAMES:
         (tmp_path / f"{name}.json").write_text(json.dumps(asdict(_stamp(name, "", AMX_HOST))))
     return tmp_path
 
@@ -61,27 +60,27 @@ def _crasher(tmp_path: Path, when: str, sig: str = "ILL") -> str:
 
 # ------------------------------------------------------------------------------ sigill_hint
 def test_an_amx_host_with_a_build_that_kept_amx_names_amx() -> None:
-    hint = build.sigill_hint(_stamp("llama-cpp-python-cpu", "", AMX_HOST), host_flags=AMX_HOST)
+    hint = native.sigill_hint(_stamp("llama-cpp-python-cpu", "", AMX_HOST), host_flags=AMX_HOST)
     assert "AMX" in hint and "llama-cpp-python-cpu" in hint
-    assert "-mno-amx-tile" in hint and build.INSTALL_SCRIPT in hint  # how to rebuild
+    assert "-mno-amx-tile" in hint and native.INSTALL_SCRIPT in hint  # how to rebuild
 
 
 def test_an_amx_host_with_a_build_without_amx_does_not_blame_amx() -> None:
-    stamp = _stamp("llama-cpp-python-cpu", build.NATIVE_CFLAGS, AMX_HOST)
-    assert "AMX" not in build.sigill_hint(stamp, host_flags=AMX_HOST)
+    stamp = _stamp("llama-cpp-python-cpu", native.NATIVE_CFLAGS, AMX_HOST)
+    assert "AMX" not in native.sigill_hint(stamp, host_flags=AMX_HOST)
 
 
 def test_an_avx512_build_on_an_avx2_host_names_avx512f() -> None:
-    stamp = _stamp("ggml-python-openvino", build.NATIVE_CFLAGS, frozenset({"avx2", "avx512f"}))
-    hint = build.sigill_hint(stamp, host_flags=AVX2_HOST)
+    stamp = _stamp("ggml-python-openvino", native.NATIVE_CFLAGS, frozenset({"avx2", "avx512f"}))
+    hint = native.sigill_hint(stamp, host_flags=AVX2_HOST)
     assert "avx512f" in hint and "ggml-python-openvino" in hint and "lacks" in hint
-    assert build.INSTALL_SCRIPT in hint
+    assert native.INSTALL_SCRIPT in hint
 
 
 def test_sigill_hint_for_reads_the_named_build(amx_machine: Path) -> None:
-    assert "llama-cpp-python-openvino" in build.sigill_hint_for("llama-cpp-python-openvino")
+    assert "llama-cpp-python-openvino" in native.sigill_hint_for("llama-cpp-python-openvino")
     with pytest.raises(ValueError, match="unknown build name 'llama'"):
-        build.sigill_hint_for("llama")
+        native.sigill_hint_for("llama")
 
 
 # ------------------------------------------------------------------------------ ovkit.child
@@ -134,7 +133,7 @@ def test_a_llama_cpp_reference_dying_of_sigill_says_amx_and_how_to_rebuild(
         reference.run_reference(tmp_path / "model.gguf", [1, 2], [3], upstream=upstream)
     text = str(info.value)
     assert text.startswith("llama.cpp subprocess failed (SIGILL, illegal instruction: most likely ggml's AMX")
-    assert name in text and build.INSTALL_SCRIPT in text and "-mno-amx-tile" in text
+    assert name in text and native.INSTALL_SCRIPT in text and "-mno-amx-tile" in text
 
 
 def test_test_ops_isolate_names_sigill_and_ggml_pythons_build(
@@ -148,7 +147,7 @@ def test_test_ops_isolate_names_sigill_and_ggml_pythons_build(
     assert code == 1
     line = next(x for x in out.splitlines() if "SQRT(type=f32,ne_a=[10,10,1,1])" in x)
     assert "FAIL the process crashed (SIGILL, illegal instruction: most likely ggml's AMX" in line
-    assert "ggml-python-openvino" in line and build.INSTALL_SCRIPT in line
+    assert "ggml-python-openvino" in line and native.INSTALL_SCRIPT in line
 
 
 def test_a_catalogue_worker_dying_of_sigill_names_it(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ovkit import native
 from ovkit.upstream import build
 
 #: AMX instructions ggml's AMX kernels use (any one of them in a library means AMX code is in).
@@ -38,7 +39,7 @@ def test_the_no_amx_flags_win_over_an_amx_march() -> None:
             [gcc, *flags, "-dM", "-E", "-"], input="", capture_output=True, text=True, check=True
         ).stdout
 
-    flags = build.NATIVE_CFLAGS.split()
+    flags = native.NATIVE_CFLAGS.split()
     assert "__AMX_TILE__" in macros("-march=sapphirerapids")
     for order in ([*flags, "-march=sapphirerapids"], ["-march=sapphirerapids", *flags]):
         got = macros(*order)
@@ -46,18 +47,18 @@ def test_the_no_amx_flags_win_over_an_amx_march() -> None:
         assert "__AVX512F__" in got  # AVX-512 itself stays
 
 
-@pytest.mark.parametrize("name", build.BUILD_NAMES)
+@pytest.mark.parametrize("name", native.BUILD_NAMES)
 def test_every_build_is_recorded_with_the_no_amx_flags(name: str) -> None:
-    stamp = build.read_build_stamp(name)
+    stamp = native.read_build_stamp(name)
     assert stamp is not None, f"{name} has no build record: run scripts/install-upstream"
-    assert stamp.cflags == build.native_cflags()
+    assert stamp.cflags == native.native_cflags()
     assert {"-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"} <= set(stamp.cflags.split())
     found = LIBRARIES[name]()
     assert found is not None and found.version == stamp.version
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", build.BUILD_NAMES)
+@pytest.mark.parametrize("name", native.BUILD_NAMES)
 def test_no_installed_cpu_kernel_holds_an_amx_instruction(name: str) -> None:
     found = LIBRARIES[name]()
     assert found is not None, f"{name} is not installed: run scripts/install-upstream"

@@ -464,7 +464,7 @@ def _abort_message(text: str) -> str:
 
 def _worker(policy: str, device: str, threads: int) -> Child:
     """A worker child answering rows (a SIGILL names ggml-python's build: the oracle it runs)."""
-    from ovkit.upstream.build import sigill_hint_for
+    from ovkit.native import sigill_hint_for
 
     # no gdb backtrace on a ggml abort: the debugger would hold the pipe open
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), GGML_NO_BACKTRACE="1", **{THREADS_ENV: str(threads)})

@@ -66,7 +66,7 @@ def upstream_env() -> dict[str, str]:
 
 def _sigill_hint(upstream: bool) -> str:
     """Why llama.cpp's build most likely died of SIGILL here and how to rebuild it."""
-    from ovkit.upstream.build import sigill_hint_for
+    from ovkit.native import sigill_hint_for
 
     return sigill_hint_for("llama-cpp-python-openvino" if upstream else "llama-cpp-python-cpu")
 

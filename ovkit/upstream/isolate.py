@@ -19,7 +19,8 @@ from functools import partial
 from typing import Any, Literal
 
 from ovkit.child import Child, ChildCrashed, ChildTimedOut
-from ovkit.upstream.build import require, sigill_hint_for
+from ovkit.native import sigill_hint_for
+from ovkit.upstream.build import require
 
 Status = Literal["ok", "CRASH", "TIMEOUT", "ERROR"]
 
