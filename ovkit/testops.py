@@ -126,7 +126,7 @@ def _prepare(c: Case) -> tuple[dict[str, Any], Any, Any, dict[str, np.ndarray]]:
     return leaves, g, out, feed
 
 
-def _policy(g: Any, out: Any, device: str) -> str | None:
+def policy_rejection(g: Any, out: Any, device: str) -> str | None:
     """The first rejection's reason for ``device``, or None when every op is supported."""
     from ovkit.devices import device_class
 
@@ -166,7 +166,7 @@ def run_case(
         leaves, g, out, feed = _prepare(c)
     except Exception as exc:  # the builder rejected the case: a catalogue or graph bug
         return Result(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
-    reason = _policy(g, out, device)
+    reason = policy_rejection(g, out, device)
     if reason is not None:
         return Result(**base, status="not supported", detail=reason)
     try:
@@ -204,7 +204,7 @@ def perf_case(
         leaves, g, out, feed = _prepare(c)
     except Exception as exc:
         return Result(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
-    reason = _policy(g, out, device)
+    reason = policy_rejection(g, out, device)
     if reason is not None:
         return Result(**base, status="not supported", detail=reason)
     cfg = _run_config(g, out, hints)

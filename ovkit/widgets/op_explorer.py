@@ -109,12 +109,12 @@ class OpRun:
 def policy_verdicts(case: Case, devices: Iterable[str]) -> list[tuple[str, bool, str]]:
     """``(device, supported, reason)`` for each device (by its class), without running anything."""
     from ovkit.catalogue.case import ovkit_graph
-    from ovkit.testops import _policy
+    from ovkit.testops import policy_rejection
 
     g, out = ovkit_graph(case)
     verdicts = []
     for dev in devices:
-        reason = _policy(g, out, dev)
+        reason = policy_rejection(g, out, dev)
         verdicts.append((dev, reason is None, reason or ""))
     return verdicts
 
