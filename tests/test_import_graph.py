@@ -129,3 +129,27 @@ def test_data_flows_one_way_builder_to_engine_to_ops() -> None:
     }
     assert {m: ts for m, ts in upward.items() if ts} == {}
     assert "ovkit.ir" not in graph["ovkit"]  # the package wires nothing into the IR
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    """A ``_name`` is its module's own business: another module that needs it needs a public name."""
+    found = []
+    for mod, path in module_names().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ovkit"):
+                found += [
+                    f"{mod} imports {node.module}.{a.name}" for a in node.names if a.name.startswith("_")
+                ]
+    assert not found, found
+
+
+def test_no_function_is_longer_than_150_lines() -> None:
+    """A function a reader cannot take in at once is split where its steps are."""
+    long = []
+    for mod, path in module_names().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or node.end_lineno is None:
+                continue
+            if (n := node.end_lineno - node.lineno + 1) > 150:
+                long.append(f"{mod}.{node.name}: {n} lines")
+    assert not long, long
