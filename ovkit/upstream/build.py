@@ -114,28 +114,26 @@ def _library_build(package: str, version: str, lib_dir: Path) -> LibraryBuild:
     return LibraryBuild(package, version, lib_dir, lib, _features(lib) if lib else ())
 
 
-def ggml_python_build() -> LibraryBuild | None:
-    """The environment's ggml-python, or None when it is not installed."""
-    spec = importlib.util.find_spec("ggml")
+def _environment_build(module: str, package: str) -> LibraryBuild | None:
+    """The environment's ``package`` (imported as ``module``, its libraries in ``<module>/lib``)."""
+    spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         return None
     try:
-        version = importlib.metadata.version("ggml-python")
+        version = importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
-    return _library_build("ggml-python", version, Path(spec.origin).parent / "lib")
+    return _library_build(package, version, Path(spec.origin).parent / "lib")
+
+
+def ggml_python_build() -> LibraryBuild | None:
+    """The environment's ggml-python, or None when it is not installed."""
+    return _environment_build("ggml", "ggml-python")
 
 
 def llama_cpu_build() -> LibraryBuild | None:
     """The environment's own llama-cpp-python (llama.cpp's CPU reference), or None."""
-    spec = importlib.util.find_spec("llama_cpp")
-    if spec is None or spec.origin is None:
-        return None
-    try:
-        version = importlib.metadata.version("llama-cpp-python")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
-    return _library_build("llama-cpp-python", version, Path(spec.origin).parent / "lib")
+    return _environment_build("llama_cpp", "llama-cpp-python")
 
 
 def llama_openvino_dir() -> Path:
