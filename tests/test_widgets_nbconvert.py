@@ -3,12 +3,9 @@ exported by nbconvert without widget state, still shows the table and the charts
 
 from __future__ import annotations
 
-import os
-
-import nbclient
 import nbconvert
-import nbformat
 import pytest
+from widget_helpers import run_in_kernel
 
 pytestmark = [pytest.mark.slow]
 
@@ -26,17 +23,7 @@ CELLS = [
 
 
 def test_exported_html_shows_the_data_without_widget_state(tmp_path) -> None:
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in CELLS])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_OPENVINO_")}
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=False)
-    client.km = client.create_kernel_manager()
-    client.start_new_kernel(env=env)
-    try:
-        client.start_new_kernel_client()
-        client.execute(cleanup_kc=False)
-    finally:
-        client._cleanup_kernel()
+    nb = run_in_kernel(CELLS)
     outputs = [o for c in nb.cells for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     shown = [

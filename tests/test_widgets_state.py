@@ -8,15 +8,13 @@ holds that picture and no widget view that would read "Error displaying widget: 
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
-import nbclient
 import nbconvert
 import nbformat
 import pytest
-from widget_helpers import made_and_closed, wait_for
+from widget_helpers import made_and_closed, run_in_kernel, wait_for
 
 from ovkit.simulate import SimulatedCore
 from ovkit.widgets import AllocationCharts
@@ -75,17 +73,7 @@ CELLS = [
 
 def _run_and_save(tmp_path: Path) -> Path:
     """The cells run in a kernel, then saved as JupyterLab saves by default (no widget state)."""
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in CELLS])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_OPENVINO_")}
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=False)
-    client.km = client.create_kernel_manager()
-    client.start_new_kernel(env=env)
-    try:
-        client.start_new_kernel_client()
-        client.execute(cleanup_kc=False)
-    finally:
-        client._cleanup_kernel()
+    nb = run_in_kernel(CELLS)
     saved = tmp_path / "saved.ipynb"
     nbformat.write(nb, saved)
     return saved

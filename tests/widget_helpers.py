@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -104,3 +105,23 @@ FOUR_DEVICES = Profile(
     host_total_bytes=32 * GIB,
     host_available_bytes=20 * GIB,
 )
+
+
+def run_in_kernel(cells: list[str]) -> Any:
+    """``cells`` run in a fresh kernel (no GGML_OPENVINO_* variables), saved as JupyterLab saves by
+    default: outputs kept, no widget state.  Returns the executed notebook."""
+    import nbclient
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_OPENVINO_")}
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=False)
+    client.km = client.create_kernel_manager()
+    client.start_new_kernel(env=env)
+    try:
+        client.start_new_kernel_client()
+        client.execute(cleanup_kc=False)
+    finally:
+        client._cleanup_kernel()
+    return nb
