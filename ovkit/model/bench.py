@@ -17,12 +17,12 @@ import io
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -234,7 +234,9 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def run_ovkit(s: BenchSettings, progress: Callable[[str], None] = lambda _: None) -> list[BenchResult]:
+def run_ovkit(
+    s: BenchSettings, tokens: Sequence[int], progress: Callable[[str], None] = lambda _: None
+) -> list[BenchResult]:
     """ovkit's side, in this process: compile outside the timed runs, one warm-up, ``reps`` runs."""
     from ovkit.model.runner import Model
 
@@ -245,16 +247,14 @@ def run_ovkit(s: BenchSettings, progress: Callable[[str], None] = lambda _: None
         precision=s.precision,
         n_threads=s.threads,
     )
-    precision = model.effective_precision()
-    toks = s.tokens(model.hp.n_vocab)
 
     def pp() -> None:
         model.reset()
-        model.eval(toks[: s.n_prompt], last_only=True)
+        model.eval(tokens[: s.n_prompt], last_only=True)
 
     def tg() -> None:
         model.reset()
-        for t in toks[: s.n_gen]:
+        for t in tokens[: s.n_gen]:
             model.eval([t])
 
     out = []
@@ -266,20 +266,21 @@ def run_ovkit(s: BenchSettings, progress: Callable[[str], None] = lambda _: None
         for i in range(s.reps):
             progress(f"ovkit {test}: repetition {i + 1}/{s.reps}")
             times.append(_timed(fn))
-        out.append(BenchResult("ovkit", test, n, precision, tuple(times)))
+        out.append(BenchResult("ovkit", test, n, model.effective_precision(), tuple(times)))
     return out
 
 
-def run_llama(s: BenchSettings, side: str, n_vocab: int) -> list[BenchResult]:
+def run_llama(s: BenchSettings, side: str, tokens: Sequence[int]) -> list[BenchResult]:
     """llama.cpp's side (``side`` in :data:`AGAINST`) in a child process, crash-isolated."""
-    from ovkit.model.reference import upstream_env
+    from ovkit import child
+    from ovkit.model.reference import llama_sigill_hint, upstream_env
 
     upstream = AGAINST[side]
     precision = "OpenVINO CPU default" if upstream else "ggml CPU kernels"
     request = {
         "path": str(s.path),
         "tests": s.tests(),
-        "tokens": s.tokens(n_vocab),
+        "tokens": list(tokens),
         "reps": s.reps,
         "threads": s.threads,
         "flash_attn": s.flash_attn,
@@ -293,26 +294,18 @@ def run_llama(s: BenchSettings, side: str, n_vocab: int) -> list[BenchResult]:
         req = Path(tmp) / "request.json"
         req.write_text(json.dumps(request))
         try:
-            proc = subprocess.run(
+            stdout = child.run(
                 [sys.executable, "-m", "ovkit.model.bench", str(req)],
-                capture_output=True,
-                text=True,
                 env=env,
                 timeout=CHILD_TIMEOUT_S,
+                sigill_hint=lambda: llama_sigill_hint(upstream),
             )
-        except subprocess.TimeoutExpired:
-            why = f"timed out after {CHILD_TIMEOUT_S:.0f} s"
-        else:
-            if proc.returncode == 0:
-                got = json.loads(proc.stdout.strip().splitlines()[-1])
-                return [
-                    BenchResult(side, t, n, got["precision"] or precision, tuple(got["times"][t]))
-                    for t, n in s.tests()
-                ]
-            tail = (proc.stderr.strip().splitlines() or [""])[-1]
-            sig = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
-            why = f"{side} failed ({sig}): {tail}".rstrip(": ")
-    return [BenchResult(side, t, n, precision, error=why) for t, n in s.tests()]
+        except child.ChildError as exc:  # crashed (the signal named, SIGILL explained) or timed out
+            return [BenchResult(side, t, n, precision, error=f"{side} failed: {exc}") for t, n in s.tests()]
+    got = json.loads(stdout.strip().splitlines()[-1])
+    return [
+        BenchResult(side, t, n, got["precision"] or precision, tuple(got["times"][t])) for t, n in s.tests()
+    ]
 
 
 def n_vocab_of(path: Path) -> int:
@@ -327,12 +320,12 @@ def n_vocab_of(path: Path) -> int:
 def bench(s: BenchSettings, progress: Callable[[str], None] = lambda _: None) -> BenchReport:
     """Every side of ``s`` in turn (one side at a time: they would compete for the cores)."""
     cores = os.cpu_count() or 1
+    tokens = s.tokens(n_vocab_of(s.path))  # the same fed ids on every side
     before = os.getloadavg()
-    results = run_ovkit(s, progress)
-    n_vocab = n_vocab_of(s.path)
+    results = run_ovkit(s, tokens, progress)
     for side in s.against:
         progress(f"{side}: load, warm up and {s.reps} repetitions")
-        results += run_llama(s, side, n_vocab)
+        results += run_llama(s, side, tokens)
     after = os.getloadavg()
     notes = ("ovkit reads only the last position's logits in pp, as llama-bench does",)
     return BenchReport(s, tuple(results), before, after, cores, s.path.stat().st_size, notes)
@@ -409,11 +402,7 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
     times: dict[str, list[float]] = {}
     for test, n in request["tests"]:
         run(test, n)  # warm-up
-        times[test] = []
-        for _ in range(request["reps"]):
-            t0 = time.perf_counter()
-            run(test, n)
-            times[test].append(time.perf_counter() - t0)
+        times[test] = [_timed(partial(run, test, n)) for _ in range(request["reps"])]
     precision = None
     if upstream:
         import openvino as ov

@@ -64,7 +64,7 @@ def upstream_env() -> dict[str, str]:
         raise LlamaCppError(str(exc)) from None
 
 
-def _sigill_hint(upstream: bool) -> str:
+def llama_sigill_hint(upstream: bool) -> str:
     """Why llama.cpp's build most likely died of SIGILL here and how to rebuild it."""
     from ovkit.native import sigill_hint_for
 
@@ -84,7 +84,7 @@ def _run(request: dict[str, Any], upstream: bool, timeout: float) -> dict[str, A
                 [sys.executable, "-m", "ovkit.model.reference", str(req)],
                 env=env,
                 timeout=timeout,
-                sigill_hint=partial(_sigill_hint, upstream),
+                sigill_hint=partial(llama_sigill_hint, upstream),
             )
         except child.ChildTimedOut:
             raise LlamaCppError(f"llama.cpp did not finish within {timeout:.0f} s") from None
