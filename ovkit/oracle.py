@@ -48,14 +48,19 @@ import numpy as np
 from ovkit import dtypes
 from ovkit.dtypes import QUANT_TYPES, STORAGE_DTYPE, STORAGE_TYPE_OF_NUMPY, find_type, type_names
 
-_ggml_mod: ModuleType | None
-try:  # ggml-python is an optional (test) dependency
-    # ggml-python built with the OpenVINO backend (scripts/install-upstream) links libopenvino:
-    # the openvino module loads it, so it must come first.
+
+def _import_ggml() -> ModuleType | None:
+    """ggml-python when installed (scripts/install-upstream builds it), else None."""
+    # ggml-python built with the OpenVINO backend links libopenvino: the openvino module
+    # loads it, so it must come first.
     importlib.import_module("openvino")
-    import ggml as _ggml_mod
-except ImportError:  # pragma: no cover - exercised only without ggml-python
-    _ggml_mod = None
+    try:
+        return importlib.import_module("ggml")
+    except ImportError:  # pragma: no cover - exercised only without ggml-python
+        return None
+
+
+_ggml_mod = _import_ggml()
 
 __all__ = [
     "as_bf16",
