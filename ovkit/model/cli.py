@@ -1,4 +1,7 @@
-"""``ovkit run-model FILE.gguf (--tokens "1 5 9" | --prompt TEXT) -n 32``: run, time, compare.
+"""``ovkit run-model FILE.gguf (--tokens "1 5 9" | --prompt TEXT | --chat QUESTION) -n 32``: run, time, compare.
+
+``--chat`` formats the question with the GGUF's own chat template (``ovkit.model.chat``: rendered
+in Jinja2's sandbox) and stops at the model's end-of-generation ids, printing the answer.
 
 Prints prefill and decode tokens/s and the compile time (not counted in them); ``--compare llama.cpp`` runs the same prompt and the same fed
 tokens through llama.cpp's CPU backend (llama-cpp-python, in a subprocess) and prints the logit
@@ -25,6 +28,14 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--tokens", help='prompt token ids, e.g. "1 5 9"')
     src.add_argument("--prompt", help="prompt text (tokenized by llama.cpp's tokenizer)")
+    src.add_argument(
+        "--chat",
+        metavar="QUESTION",
+        help="a user message, formatted by the model's chat template; stops at end of generation",
+    )
+    p.add_argument(
+        "--chat-template-file", metavar="FILE", help="with --chat: this Jinja template, not the GGUF's"
+    )
     p.add_argument("-n", "--n-predict", type=int, default=32, help="tokens to generate (default 32)")
     p.add_argument("--device", help="OpenVINO device (default: what GGML_OPENVINO_DEVICE selects)")
     p.add_argument("--simulate", metavar="PROFILE", help="use a simulated device set (e.g. laptop)")
@@ -54,46 +65,70 @@ def compare(gen: Any, ref: Any) -> dict[str, Any]:
     from ovkit.oracle import nmse
 
     ours = np.concatenate([gen.prompt_logits, gen.decode_logits])
-    theirs = np.concatenate([ref.prompt_logits, ref.decode_logits])
+    # a generation stopped at an end-of-generation id did not feed it: llama.cpp's last step goes
+    theirs = np.concatenate([ref.prompt_logits, ref.decode_logits])[: len(ours)]
     per_pos = [float(nmse(a, b)) for a, b in zip(ours, theirs, strict=True)]
     ours_greedy = np.concatenate([gen.prompt_logits[-1:], gen.decode_logits]).argmax(axis=1)
-    agree = int((ours_greedy == np.asarray(ref.tokens)).sum())
+    ref_tokens = ref.tokens[: len(ours_greedy)]
+    agree = int((ours_greedy == np.asarray(ref_tokens)).sum())
     return {
         "nmse_per_position": per_pos,
         "max_nmse": max(per_pos),
         "greedy_agree": agree,
-        "greedy_total": len(ref.tokens),
+        "greedy_total": len(ref_tokens),
         "reference_prefill_tok_s": ref.prefill_tok_s,
         "reference_decode_tok_s": ref.decode_tok_s,
     }
 
 
 def cli(args: argparse.Namespace) -> int:
-    from ovkit.model import reference
-    from ovkit.model.arch import ModelError
+    from ovkit.gguf import read_gguf
+    from ovkit.model import chat, reference
+    from ovkit.model.arch import ModelError, arch_spec
     from ovkit.model.runner import Model
     from ovkit.usage import UsageError, make_core
 
     core = make_core(args.simulate)
     if args.n_predict < 0:
         raise UsageError(f"-n {args.n_predict}: expected a number of tokens >= 0")
+    if args.chat_template_file is not None and args.chat is None:
+        raise UsageError("--chat-template-file goes with --chat")
+    fa = args.flash_attn == "on"
+    # the file, its architecture, tokenizer and template are checked before anything is compiled
+    # or run (the tensors when the model is built, still before it runs)
     try:
-        prompt = (
-            parse_tokens(args.tokens)
-            if args.tokens is not None
-            else reference.tokenize(args.file, args.prompt)
-        )
-    except ValueError as exc:
+        gguf = read_gguf(args.file)
+        if gguf.architecture is None:
+            raise ModelError("GGUF metadata has no general.architecture")
+        arch_spec(gguf.architecture)
+    except ModelError as exc:
+        raise UsageError(f"{args.file}: {exc}") from None
+    except ValueError as exc:  # GGUFError: names the file already
+        raise UsageError(str(exc)) from None
+    stop: frozenset[int] = frozenset()
+    try:
+        if args.chat is not None:
+            template = (
+                None if args.chat_template_file is None else chat.read_template_file(args.chat_template_file)
+            )
+            chat_prompt = chat.format_chat(gguf, args.chat, template=template)
+            prompt = list(chat_prompt.tokens)
+            stop = chat.eog_ids(gguf)
+        elif args.prompt is not None:
+            chat.require_tokenizer(gguf)
+            prompt = reference.tokenize(args.file, args.prompt)
+        else:
+            prompt = parse_tokens(args.tokens)
+    except ValueError as exc:  # ChatError (a ModelError) or a bad --tokens
         raise UsageError(str(exc)) from None
     except reference.LlamaCppError as exc:
         raise UsageError(f"--prompt needs llama-cpp-python's tokenizer: {exc}") from None
     except ModuleNotFoundError as exc:
         raise UsageError(f"--prompt needs llama-cpp-python's tokenizer ({exc})") from None
     n_ctx = args.ctx_size or max(256, len(prompt) + args.n_predict)
-    fa = args.flash_attn == "on"
     try:
-        model = Model(args.file, device=args.device, core=core, n_ctx=n_ctx, flash_attn=fa)
-        gen = model.generate(prompt, args.n_predict)
+        model = Model(gguf, device=args.device, core=core, n_ctx=n_ctx, flash_attn=fa)
+        gen = model.generate(prompt, args.n_predict, stop=stop)
     except (ModelError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     simulated = " (SIMULATED)" if getattr(core, "simulated", False) else ""
@@ -107,6 +142,10 @@ def cli(args: argparse.Namespace) -> int:
     }
     if args.prompt is not None:  # text out through the same tokenizer
         result["text"] = reference.detokenize(args.file, gen.tokens)
+    if args.chat is not None:  # the answer: up to the end-of-generation id, not including it
+        answer = gen.tokens[:-1] if gen.stopped else gen.tokens
+        result["text"] = reference.detokenize(args.file, answer) if answer else ""
+        result["stopped"] = gen.stopped
     if args.compare:
         ref = reference.run_reference(
             args.file,
@@ -124,7 +163,15 @@ def cli(args: argparse.Namespace) -> int:
     print(f"model: {args.file} ({hp.arch}, {hp.n_layer} layers, n_embd {hp.n_embd}) on {result['device']}")
     print(f"prompt ({len(prompt)} tokens): {' '.join(map(str, prompt))}")
     print(f"generated ({len(gen.tokens)}): {' '.join(map(str, gen.tokens))}")
-    if "text" in result:
+    if args.chat is not None:
+        end = (
+            f"stopped at end of generation (id {gen.tokens[-1]})"
+            if gen.stopped
+            else f"no end of generation within -n {args.n_predict}"
+        )
+        print(f"chat ({end}):")
+        print(result["text"])
+    elif "text" in result:
         print(f"text: {result['text']!r}")
     print(
         f"prefill: {format_rate(gen.prefill_tok_s)}   decode: {format_rate(gen.decode_tok_s)}   "

@@ -133,10 +133,33 @@ def run_reference(
     )
 
 
-def tokenize(path: str | os.PathLike[str], text: str) -> list[int]:
-    """``text`` to ids with llama.cpp's tokenizer of the model (BOS added as the model asks)."""
-    out = _run({"op": "tokenize", "path": str(path), "text": text}, False, 120.0)
+def tokenize(path: str | os.PathLike[str], text: str, *, chat: bool = False) -> list[int]:
+    """``text`` to ids with llama.cpp's tokenizer of the model (BOS added as the model asks).
+    ``chat=True``: a rendered chat prompt, special tokens like ``<|im_start|>`` parsed, and a
+    leading BOS text dropped when llama.cpp adds BOS itself (BOS once, as llama.cpp's chat does)."""
+    out = _run({"op": "tokenize", "path": str(path), "text": text, "chat": chat}, False, 120.0)
     return [int(t) for t in out["tokens"]]
+
+
+def eog_tokens(path: str | os.PathLike[str]) -> frozenset[int]:
+    """Every id llama.cpp's vocabulary of the model marks as end of generation."""
+    out = _run({"op": "eog", "path": str(path)}, False, 120.0)
+    return frozenset(int(t) for t in out["tokens"])
+
+
+def apply_chat_template(
+    template: str, messages: Sequence[dict[str, str]], *, add_assistant: bool = True
+) -> str:
+    """``messages`` formatted by llama.cpp's built-in chat formats (``llama_chat_apply_template``:
+    the format it recognises in ``template``, e.g. chatml or gemma, written in C++, no Jinja)."""
+    request = {
+        "op": "chat_format",
+        "template": template,
+        "messages": list(messages),
+        "add_ass": add_assistant,
+    }
+    out = _run(request, False, 120.0)
+    return bytes(out["text"]).decode("utf-8")
 
 
 def detokenize(path: str | os.PathLike[str], tokens: Sequence[int]) -> str:
@@ -152,10 +175,27 @@ def _serve(request: dict[str, Any]) -> dict[str, np.ndarray]:
     import llama_cpp
 
     op = request["op"]
-    if op in ("tokenize", "detokenize"):
+    if op == "chat_format":
+        return {"text": np.frombuffer(_chat_format(llama_cpp, request), np.uint8)}
+    if op in ("tokenize", "detokenize", "eog"):
         llm = llama_cpp.Llama(request["path"], vocab_only=True, verbose=False)
+        vocab = llm._model.vocab
         if op == "tokenize":
-            return {"tokens": np.asarray(llm.tokenize(request["text"].encode()), np.int64)}
+            text = request["text"].encode()
+            if request.get("chat"):
+                bos_id = llama_cpp.llama_vocab_bos(vocab)
+                bos = llama_cpp.llama_vocab_get_text(vocab, bos_id) if bos_id >= 0 else b""
+                if llama_cpp.llama_vocab_get_add_bos(vocab) and bos and text.startswith(bos):
+                    text = text[len(bos) :]
+            toks = llm.tokenize(text, add_bos=True, special=bool(request.get("chat")))
+            return {"tokens": np.asarray(toks, np.int64)}
+        if op == "eog":
+            n = llama_cpp.llama_vocab_n_tokens(vocab)
+            return {
+                "tokens": np.asarray(
+                    [i for i in range(n) if llama_cpp.llama_vocab_is_eog(vocab, i)], np.int64
+                )
+            }
         return {"text": np.frombuffer(llm.detokenize(request["tokens"]), np.uint8)}
     kwargs: dict[str, Any] = {
         "n_ctx": request["n_ctx"],
@@ -184,6 +224,25 @@ def _serve(request: dict[str, Any]) -> dict[str, np.ndarray]:
         "tokens": greedy.astype(np.int64),
         "times": np.array([t1 - t0, t2 - t1]),
     }
+
+
+def _chat_format(llama_cpp: Any, request: dict[str, Any]) -> bytes:
+    import ctypes
+
+    msgs = request["messages"]
+    keep = [(m["role"].encode(), m["content"].encode()) for m in msgs]  # alive while C reads them
+    arr = (llama_cpp.llama_chat_message * len(keep))(*(llama_cpp.llama_chat_message(r, c) for r, c in keep))
+    size = 4096 + 2 * sum(len(r) + len(c) for r, c in keep)
+    for _ in range(2):  # it returns the length needed when the buffer is too small
+        buf = ctypes.create_string_buffer(size)
+        tmpl = request["template"].encode()
+        n = llama_cpp.llama_chat_apply_template(tmpl, arr, len(keep), request["add_ass"], buf, size)
+        if n < 0:
+            raise RuntimeError(f"llama_chat_apply_template returned {n}: no format it knows in the template")
+        if n <= size:
+            return buf.raw[:n]
+        size = n
+    raise RuntimeError(f"llama_chat_apply_template wants {n} bytes after a buffer of {size}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +61,7 @@ class Generation(Reported):
     prefill_s: float
     decode_s: float
     compile_s: float = 0.0  # building and compiling the shape buckets, before the timed runs
+    stopped: bool = False  # ended at a ``stop`` id (the last of tokens) before n_predict ran out
 
     @property
     def prefill_tok_s(self) -> float:
@@ -145,7 +146,10 @@ class Model(Reported):
         embd = self.gguf.tensors.get("token_embd.weight")
         if embd is None:
             raise ModelError(f"{self.gguf.path}: no token_embd.weight tensor")
-        self.hp = HParams.from_metadata(self.gguf.metadata, n_vocab=embd.shape[0])
+        try:
+            self.hp = HParams.from_metadata(self.gguf.metadata, n_vocab=embd.shape[0])
+        except ModelError as exc:  # name the file: the metadata alone does not
+            raise ModelError(f"{self.gguf.path}: {exc}") from None
         if n_ctx < 1:
             raise ModelError(f"n_ctx={n_ctx} must be >= 1")
         if precision not in PRECISIONS:
@@ -292,10 +296,17 @@ class Model(Reported):
         return outs[-1] if last_only else np.concatenate(outs, axis=0)
 
     def generate(
-        self, prompt: Sequence[int], n_predict: int, *, forced: Sequence[int] | None = None
+        self,
+        prompt: Sequence[int],
+        n_predict: int,
+        *,
+        forced: Sequence[int] | None = None,
+        stop: Collection[int] = (),
     ) -> Generation:
         """Prefill ``prompt`` then ``n_predict`` greedy decode steps (``forced``: feed these ids
-        instead of the greedy picks, for comparing logits position by position)."""
+        instead of the greedy picks, for comparing logits position by position; ``stop``: end
+        early at the first generated id in it, kept last in ``tokens`` and not fed, as llama.cpp
+        stops at end-of-generation ids)."""
         if n_predict < 0:
             raise ModelError(f"n_predict={n_predict} must be >= 0")
         self.reset()
@@ -308,7 +319,10 @@ class Model(Reported):
         tokens = [int(np.argmax(prompt_logits[-1]))]
         dec: list[np.ndarray] = []
         t0 = time.perf_counter()
+        stops = frozenset(int(t) for t in stop) if forced is None else frozenset()
         for i in range(n_predict):
+            if tokens[i] in stops:
+                break
             feed = tokens[i] if forced is None else int(forced[i])
             logits = self.eval([feed])[0]
             dec.append(logits)
@@ -324,6 +338,7 @@ class Model(Reported):
             prefill_s,
             decode_s,
             compile_s,
+            stopped=tokens[-1] in stops,
         )
 
     def report(self) -> Report:

@@ -137,11 +137,14 @@ def synthetic(
     sliding_window_pattern: int | None = None,
     rope_freq_base_swa: float | None = None,
     seed: int = 0,
+    tokenizer: bool = True,
+    chat_template: str | None = None,
 ) -> Path:
     """Write a random-weight ``arch`` model to ``path`` (``weight_type``: f32, f16 or a quant type;
     ``n_expert``, ``n_expert_used``, ``n_ff_exp``: the experts of a MoE architecture;
     ``head_dim``: written as key/value length when it is not n_embd / n_head; ``sliding_window``,
-    ``sliding_window_pattern``, ``rope_freq_base_swa``: gemma3's interleaved sliding window)."""
+    ``sliding_window_pattern``, ``rope_freq_base_swa``: gemma3's interleaved sliding window;
+    ``tokenizer=False``: no tokenizer metadata; ``chat_template``: a ``tokenizer.chat_template``)."""
     spec = arch_spec(arch)
     moe = spec.moe
     if weight_type not in WEIGHT_TYPES:
@@ -200,14 +203,17 @@ def synthetic(
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(rope_scaling_factor)
     w.add_vocab_size(n_vocab)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(pieces)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
+    if tokenizer:
+        w.add_tokenizer_model("llama")
+        w.add_token_list(pieces)
+        w.add_token_scores(scores)
+        w.add_token_types(types)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_unk_token_id(0)
+        w.add_add_bos_token(True)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
     finish_gguf(
         w,
         {

@@ -1,0 +1,331 @@
+"""Chat with a GGUF model: its own chat template, rendered sandboxed, and llama.cpp's stop tokens.
+
+A chat template is Jinja code that came inside the model file, so it is rendered only in Jinja2's
+``ImmutableSandboxedEnvironment`` (llama-cpp-python once rendered it unsandboxed and a GGUF could
+run shell commands: CVE-2024-34359) with what templates written for HF transformers expect:
+``messages``, ``add_generation_prompt``, ``bos_token``, ``eos_token``, ``raise_exception`` and
+``strftime_now``.  The rendered text is tokenized by llama.cpp with special tokens parsed and a
+leading BOS text dropped when llama.cpp adds BOS itself (BOS once, as llama.cpp's chat code does).
+Generation stops at the end-of-generation ids llama.cpp's vocabulary marks (:func:`eog_ids`).
+Every failure is a :class:`ChatError`: one line naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ovkit.gguf import GGUFModel, read_gguf
+from ovkit.model.arch import ModelError
+from ovkit.model.runner import Generation, Model
+
+TEMPLATE_KEY = "tokenizer.chat_template"
+DEFAULT_N_PREDICT = 256
+
+#: llama.cpp's default BOS and EOS ids per ``tokenizer.ggml.model`` (None: no such token), used when
+#: the GGUF has no ``tokenizer.ggml.{bos,eos}_token_id``; "no_vocab"/"none" have no tokens at all.
+DEFAULT_BOS_EOS: dict[str, tuple[int | None, int | None]] = {
+    "llama": (1, 2),
+    "bert": (101, None),
+    "gpt2": (11, 11),
+    "hybriddna": (11, 11),
+    "whitespace": (11, 11),
+    "t5": (None, 1),
+    "rwkv": (None, None),
+    "test": (None, None),
+    "plamo2": (1, 2),
+    "gemma4": (None, None),
+}
+
+#: Token texts llama.cpp's vocabulary loader marks as end of generation, whatever the GGUF says.
+EOG_TEXTS = frozenset(
+    {
+        "<|eot_id|>",
+        "<|im_end|>",
+        "<|end|>",
+        "<|return|>",
+        "<|call|>",
+        "<|flush|>",
+        "<|calls|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "</s>",
+        "<|eom_id|>",
+        "<EOT>",
+        "_<EOT>",
+        "[EOT]",
+        "[EOS]",
+        "<|end_of_text|>",
+        "<end_of_utterance>",
+        "<eos>",
+        "<turn|>",
+        "<|tool_response>",
+        "<｜end▁of▁sentence｜>",
+        "[e~[",
+    }
+)
+
+#: The special ids that also end generation: GGUF key suffix -> the texts llama.cpp looks for when
+#: the key is absent (the EOT and EOM texts are all in EOG_TEXTS already, so only FIM needs them).
+EOG_KEYS: dict[str, tuple[str, ...]] = {
+    "eos_token_id": (),
+    "eot_token_id": (),
+    "eom_token_id": (),
+    "fim_pad_token_id": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+    "fim_rep_token_id": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+    "fim_sep_token_id": ("<|file_sep|>",),
+}
+
+
+class ChatError(ModelError):
+    """A chat that cannot be formatted: no tokenizer or template, or a template that fails or
+    reaches outside the sandbox (one line naming the file)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatPrompt:
+    """A conversation formatted by the model's template: the text and llama.cpp's ids of it."""
+
+    text: str
+    tokens: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatReply:
+    """The assistant's answer: its text (without the end-of-generation token), the generated ids
+    and whether an end-of-generation id ended it before ``n_predict`` ran out."""
+
+    text: str
+    tokens: tuple[int, ...]
+    stopped: bool
+    prompt: ChatPrompt
+    generation: Generation = field(repr=False)
+
+
+# ------------------------------------------------------------------------------------- tokenizer
+def _gguf(model: str | os.PathLike[str] | GGUFModel) -> GGUFModel:
+    return model if isinstance(model, GGUFModel) else read_gguf(model)
+
+
+def require_tokenizer(gguf: GGUFModel) -> list[str]:
+    """The token texts, or a :class:`ChatError` when the GGUF carries no tokenizer to turn text
+    into ids (``--tokens`` still runs such a model)."""
+    md = gguf.metadata
+    model, tokens = md.get("tokenizer.ggml.model"), md.get("tokenizer.ggml.tokens")
+    if not isinstance(model, str) or not isinstance(tokens, list) or not tokens:
+        missing = "tokenizer.ggml.model" if not isinstance(model, str) else "tokenizer.ggml.tokens"
+        raise ChatError(
+            f"{gguf.path}: the model has no tokenizer ({missing} is missing from its metadata); "
+            "text cannot be tokenized, give token ids with --tokens"
+        )
+    if model in ("no_vocab", "none"):
+        raise ChatError(f"{gguf.path}: the model has no tokenizer (tokenizer.ggml.model is {model!r})")
+    if model not in DEFAULT_BOS_EOS:
+        raise ChatError(
+            f"{gguf.path}: tokenizer.ggml.model {model!r} is not a tokenizer llama.cpp knows "
+            f"(expected one of {sorted(DEFAULT_BOS_EOS)})"
+        )
+    return tokens
+
+
+def _special_id(md: Mapping[str, Any], suffix: str, default: int | None, n_vocab: int) -> int | None:
+    """llama.cpp's reading of ``tokenizer.ggml.<suffix>``: an out-of-range default is dropped, an
+    out-of-range value keeps the default."""
+    if default is not None and not 0 <= default < n_vocab:
+        default = None
+    value = md.get(f"tokenizer.ggml.{suffix}")
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < n_vocab:
+        return value
+    return default
+
+
+def special_token(gguf: GGUFModel, which: str) -> str:
+    """The text of the ``"bos"`` or ``"eos"`` token ("" when the vocabulary has none)."""
+    tokens = require_tokenizer(gguf)
+    default = DEFAULT_BOS_EOS[gguf.metadata["tokenizer.ggml.model"]][("bos", "eos").index(which)]
+    tid = _special_id(gguf.metadata, f"{which}_token_id", default, len(tokens))
+    return "" if tid is None else tokens[tid]
+
+
+def eog_ids(model: str | os.PathLike[str] | GGUFModel) -> frozenset[int]:
+    """The ids that end generation, decided as llama.cpp's vocabulary loader does: EOS, EOT, EOM
+    and the FIM pad/repo/separator ids (from the GGUF, else found by their texts), every token
+    whose text is in :data:`EOG_TEXTS`, minus ``<|end|>`` next to gpt-oss's ``<|return|>`` and
+    ``<|call|>`` (or solar-open's ``<|calls|>``, ``<|flush|>``) and a normal ``</s>`` next to
+    ``<|tool_response>`` or ``<|plamo:eos|>``."""
+    gguf = _gguf(model)
+    tokens = require_tokenizer(gguf)
+    md, n = gguf.metadata, len(tokens)
+    by_text: dict[str, int] = {}
+    for i, text in enumerate(tokens):
+        by_text.setdefault(text, i)
+    eos_default = DEFAULT_BOS_EOS[md["tokenizer.ggml.model"]][1]
+    out = {i for i, text in enumerate(tokens) if text in EOG_TEXTS}
+    for suffix, texts in EOG_KEYS.items():
+        tid = _special_id(md, suffix, eos_default if suffix == "eos_token_id" else None, n)
+        # absent from the GGUF: llama.cpp takes a token with one of the texts (if several match it
+        # takes whichever its hash map visits first; here the lowest id)
+        found = [by_text[t] for t in texts if t in by_text]
+        if tid is None and found:
+            tid = min(found)
+        if tid is not None:
+            out.add(tid)
+    texts_of = {tokens[i]: i for i in out}
+    calls = "<|call|>" in texts_of or "<|calls|>" in texts_of
+    if "<|end|>" in texts_of and calls and ("<|return|>" in texts_of or "<|flush|>" in texts_of):
+        out.discard(texts_of["<|end|>"])
+    if "</s>" in texts_of and ("<|tool_response>" in texts_of or "<|plamo:eos|>" in texts_of):
+        out.discard(texts_of["</s>"])
+    return frozenset(out)
+
+
+# -------------------------------------------------------------------------------------- template
+def chat_template(model: str | os.PathLike[str] | GGUFModel) -> str:
+    """The GGUF's ``tokenizer.chat_template`` (a :class:`ChatError` when it has none)."""
+    gguf = _gguf(model)
+    template = gguf.metadata.get(TEMPLATE_KEY)
+    if not isinstance(template, str) or not template.strip():
+        raise ChatError(
+            f"{gguf.path}: the model has no chat template ({TEMPLATE_KEY} is missing from its "
+            "metadata); use --prompt for plain text, or give a template with --chat-template-file"
+        )
+    return template
+
+
+def _raise_exception(message: str) -> None:
+    raise _TemplateRefused(message)
+
+
+class _TemplateRefused(Exception):
+    """The template's own ``raise_exception`` (it refused the messages)."""
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def render(
+    template: str,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    bos_token: str = "",
+    eos_token: str = "",
+    add_generation_prompt: bool = True,
+    source: str = "chat template",
+) -> str:
+    """``template`` rendered for ``messages`` in Jinja2's immutable sandbox (as HF transformers
+    renders chat templates: blocks trimmed, loop controls, ``tojson``); any failure, a reach for
+    Python internals included, is a one-line :class:`ChatError` starting with ``source``."""
+    import json
+
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+    class Sandbox(ImmutableSandboxedEnvironment):
+        def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+            # the stock sandbox returns an undefined that only fails when used ({{ x.__class__ }}
+            # renders ""); a template that reaches for internals at all is refused
+            raise SecurityError(f"{attribute!r} of a {type(obj).__name__} object")
+
+    env = Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False, sort_keys=False: json.dumps(
+        x, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys
+    )
+    env.globals.update(
+        raise_exception=_raise_exception,
+        strftime_now=lambda fmt: datetime.now().strftime(fmt),
+    )
+    try:
+        return env.from_string(template).render(
+            messages=[dict(m) for m in messages],
+            add_generation_prompt=add_generation_prompt,
+            bos_token=bos_token,
+            eos_token=eos_token,
+        )
+    except SecurityError as exc:
+        raise ChatError(
+            f"{source}: the chat template tried to access an unsafe attribute ({_one_line(exc)}); "
+            "the sandbox refused it"
+        ) from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise ChatError(
+            f"{source}: the chat template is not valid Jinja (line {exc.lineno}: {_one_line(exc.message)})"
+        ) from None
+    except _TemplateRefused as exc:
+        raise ChatError(f"{source}: the chat template refused the messages: {_one_line(exc)}") from None
+    except Exception as exc:  # a template is arbitrary code: any error it raises is the template's
+        raise ChatError(
+            f"{source}: the chat template failed ({type(exc).__name__}: {_one_line(exc)})"
+        ) from None
+
+
+def as_messages(chat: str | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A question becomes one user message; a message list is checked for role and content."""
+    if isinstance(chat, str):
+        return [{"role": "user", "content": chat}]
+    out = []
+    for i, m in enumerate(chat):
+        if not isinstance(m.get("role"), str) or "content" not in m:
+            raise ChatError(f"message {i} needs a 'role' string and a 'content' (got {dict(m)!r})")
+        out.append(dict(m))
+    if not out:
+        raise ChatError("no messages given")
+    return out
+
+
+def format_chat(
+    model: str | os.PathLike[str] | GGUFModel,
+    chat: str | Sequence[Mapping[str, Any]],
+    *,
+    template: str | None = None,
+) -> ChatPrompt:
+    """``chat`` (a question or a message list) formatted with the model's template (or
+    ``template``) plus the generation prompt, and tokenized by llama.cpp's tokenizer."""
+    from ovkit.model import reference
+
+    gguf = _gguf(model)
+    require_tokenizer(gguf)
+    source = str(gguf.path)
+    text = render(
+        chat_template(gguf) if template is None else template,
+        as_messages(chat),
+        bos_token=special_token(gguf, "bos"),
+        eos_token=special_token(gguf, "eos"),
+        source=source,
+    )
+    try:
+        tokens = reference.tokenize(gguf.path, text, chat=True)
+    except (reference.LlamaCppError, ModuleNotFoundError) as exc:
+        raise ChatError(f"{source}: llama.cpp's tokenizer failed: {_one_line(exc)}") from None
+    return ChatPrompt(text, tuple(tokens))
+
+
+def read_template_file(path: str | os.PathLike[str]) -> str:
+    """A chat template from a file (``--chat-template-file``), as text."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ChatError(f"{path}: cannot read the chat template ({_one_line(exc)})") from None
+
+
+def chat(
+    model: Model,
+    chat: str | Sequence[Mapping[str, Any]],
+    n_predict: int = DEFAULT_N_PREDICT,
+    *,
+    template: str | None = None,
+) -> ChatReply:
+    """Ask ``model`` (a question or a message list): format with its template, generate greedily
+    until an end-of-generation id or ``n_predict`` tokens, and detokenize the answer."""
+    from ovkit.model import reference
+
+    prompt = format_chat(model.gguf, chat, template=template)
+    gen = model.generate(prompt.tokens, n_predict, stop=eog_ids(model.gguf))
+    answer = gen.tokens[:-1] if gen.stopped else gen.tokens
+    text = reference.detokenize(model.gguf.path, answer) if answer else ""
+    return ChatReply(text, answer, gen.stopped, prompt, gen)
