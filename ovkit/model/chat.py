@@ -96,8 +96,8 @@ class ChatPrompt:
 
 @dataclass(frozen=True, slots=True)
 class ChatReply:
-    """The assistant's answer: its text (without the end-of-generation token), the generated ids
-    and whether an end-of-generation id ended it before ``n_predict`` ran out."""
+    """The assistant's answer: its text and ids (the end-of-generation id left out; the
+    generation keeps it) and whether such an id ended it before ``n_predict`` ran out."""
 
     text: str
     tokens: tuple[int, ...]
@@ -264,12 +264,12 @@ def render(
         ) from None
 
 
-def as_messages(chat: str | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def as_messages(messages: str | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """A question becomes one user message; a message list is checked for role and content."""
-    if isinstance(chat, str):
-        return [{"role": "user", "content": chat}]
+    if isinstance(messages, str):
+        return [{"role": "user", "content": messages}]
     out = []
-    for i, m in enumerate(chat):
+    for i, m in enumerate(messages):
         if not isinstance(m.get("role"), str) or "content" not in m:
             raise ChatError(f"message {i} needs a 'role' string and a 'content' (got {dict(m)!r})")
         out.append(dict(m))
@@ -280,11 +280,11 @@ def as_messages(chat: str | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
 
 def format_chat(
     model: str | os.PathLike[str] | GGUFModel,
-    chat: str | Sequence[Mapping[str, Any]],
+    messages: str | Sequence[Mapping[str, Any]],
     *,
     template: str | None = None,
 ) -> ChatPrompt:
-    """``chat`` (a question or a message list) formatted with the model's template (or
+    """``messages`` (a question or a message list) formatted with the model's template (or
     ``template``) plus the generation prompt, and tokenized by llama.cpp's tokenizer."""
     from ovkit.model import reference
 
@@ -293,7 +293,7 @@ def format_chat(
     source = str(gguf.path)
     text = render(
         chat_template(gguf) if template is None else template,
-        as_messages(chat),
+        as_messages(messages),
         bos_token=special_token(gguf, "bos"),
         eos_token=special_token(gguf, "eos"),
         source=source,
@@ -315,7 +315,7 @@ def read_template_file(path: str | os.PathLike[str]) -> str:
 
 def chat(
     model: Model,
-    chat: str | Sequence[Mapping[str, Any]],
+    messages: str | Sequence[Mapping[str, Any]],
     n_predict: int = DEFAULT_N_PREDICT,
     *,
     template: str | None = None,
@@ -324,7 +324,7 @@ def chat(
     until an end-of-generation id or ``n_predict`` tokens, and detokenize the answer."""
     from ovkit.model import reference
 
-    prompt = format_chat(model.gguf, chat, template=template)
+    prompt = format_chat(model.gguf, messages, template=template)
     gen = model.generate(prompt.tokens, n_predict, stop=eog_ids(model.gguf))
     answer = gen.tokens[:-1] if gen.stopped else gen.tokens
     text = reference.detokenize(model.gguf.path, answer) if answer else ""

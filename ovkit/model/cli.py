@@ -165,7 +165,7 @@ def cli(args: argparse.Namespace) -> int:
     print(f"generated ({len(gen.tokens)}): {' '.join(map(str, gen.tokens))}")
     if args.chat is not None:
         end = (
-            f"stopped at end of generation (id {gen.tokens[-1]})"
+            f"stopped at {gguf.metadata['tokenizer.ggml.tokens'][gen.tokens[-1]]} (id {gen.tokens[-1]})"
             if gen.stopped
             else f"no end of generation within -n {args.n_predict}"
         )
