@@ -18,6 +18,7 @@ from ovkit.cli import main
 from ovkit.gguf import read_gguf
 from ovkit.model import Model, reference, synthetic
 from ovkit.model import chat as ch
+from ovkit.model.cli import compare
 
 PROMPT = [1, 17, 42, 99, 7, 300, 256, 12]
 SIMPLE_TEMPLATE = (
@@ -179,6 +180,9 @@ def test_generate_stops_at_a_stop_id_without_feeding_it(model_file: Callable[...
     assert cut.tokens == full.tokens[: k + 1]
     assert len(cut.decode_logits) == k  # tokens[0..k-1] fed, the stop id not
     np.testing.assert_array_equal(cut.decode_logits, full.decode_logits[:k])
+    # --compare of a stopped run: llama.cpp is fed the stop id too, its extra position is left out
+    c = compare(cut, reference.run_reference(model_file(), PROMPT, cut.tokens, n_ctx=64))
+    assert c["greedy_agree"] == c["greedy_total"] == k + 1 and c["max_nmse"] < 1e-5
 
 
 # ---------------------------------------------------------------------------- prompt formatting
