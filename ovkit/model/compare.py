@@ -1,0 +1,589 @@
+"""Node by node: ovkit, llama.cpp's CPU build and the real backend on the same fed tokens.
+
+:func:`compare_model` evaluates one batch of tokens (the prompt, plus ``n`` greedy continuations
+llama.cpp's CPU build picks) from an empty cache on every side and captures the output of each
+named node of that batch:
+
+- **llama.cpp** (CPU build, and the real backend: llama-cpp-python's OpenVINO build) in a child
+  process (:mod:`ovkit.child`): ``llama_context_params.cb_eval`` is ggml's scheduler callback; asked
+  about each node (``ask=True``) it says which it wants, and the scheduler then computes the graph
+  in pieces that end at those nodes and shows each one (``ask=False``), read with
+  ``ggml_backend_tensor_get`` (the tensor may sit in a device buffer).  The real backend compiles
+  each piece as a graph of its own and cannot start a piece at a reshape of the previous piece's
+  output (it mistakes the input's shape), so on every side a node is asked for only when the node
+  after it is not a view; a first pass without captures gives the node list and the real status.
+- **ovkit**: the model's graph (:mod:`ovkit.model.program`, llama.cpp's names) for the same batch,
+  run once with every named node as an extra output; the normal generation path is not touched.
+
+Nodes are matched by (name, op, occurrence): llama.cpp gives the same name to a matmul and the
+rope after it (``Qcur-0``).  Values are compared flat in ggml's memory order (ne[0] fastest),
+which is numpy's C order of ovkit's outputs.  When the real backend fails (``llama_decode`` < 0)
+its log names the node; :class:`BackendFailure` rebuilds the node that throws as a single-op case
+(test-backend-ops notation) that ``ovkit test-ops --upstream --catalogue test-backend-ops
+--cases FILE`` runs three ways.
+
+``python -m ovkit.model.compare REQUEST.json`` is the child side.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ovkit.report import Report, Reported
+
+#: Sides a comparison can run against llama.cpp's CPU build (the CLI's ``--against``).
+AGAINST: dict[str, tuple[str, ...]] = {
+    "llama.cpp": ("ovkit",),
+    "upstream": ("upstream",),
+    "both": ("ovkit", "upstream"),
+}
+
+#: ggml ops that only re-describe memory: never asked for (nothing is computed; a piece of graph
+#: starting at one trips the real backend).
+VIEW_OPS = frozenset({"RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "NONE"})
+
+#: A node llama.cpp's graph callback named (``attn_norm-0``, ``result_norm``); names with a suffix
+#: ggml added (``Kcur-0 (view)``, ``node_12``) are not the graph's own.
+NAMED = re.compile(r"[A-Za-z_]+(-\d+)?")
+UNNAMED = re.compile(r"node_\d+|leaf_\d+")
+
+#: The first node "diverges" when its NMSE against llama.cpp CPU passes this bound.
+#:
+#: Why 1e-3: ovkit computes in exact f32, llama.cpp's CPU kernels round every activation that
+#: meets a quantized weight to 8 bits per block of 32 (q8_0 / q8_1 / q8_K) before the integer dot
+#: product.  One such rounding has an error uniform in ±d/2 with d = max|x|/127; for activations
+#: whose block maximum is about 2.5 standard deviations that is an NMSE of (2.5/127)²/12 ≈ 3e-5
+#: per matmul input, and exact-f32 ops (add, mul, norms, rope, softmax, GLU) add nothing of their
+#: own (f32 rounding, NMSE ~1e-14), they pass their input's error on.  SmolLM2-135M measures
+#: 1e-5..1e-4 at the first layers' matmuls and creeps up through 30 layers of the residual stream.
+#: A node at 1e-3 is ~30 roundings' worth above that floor: a wrong op, a lower precision (bf16 has
+#: 8 mantissa bits: ~1e-5 per rounding, compounded over every op) or a broken input, not the
+#: q8 noise.  ``threshold=`` overrides it.
+DEFAULT_THRESHOLD = 1e-3
+
+#: The log line of the real backend naming a node it could not translate.
+_NAMED_IN_LOG = re.compile(r"(?:RESHAPE|node) (?:node )?'([^']+)'")
+#: The log line of an OpenVINO exception naming the OpenVINO op that threw.
+_OV_NODE = re.compile(r"Node (\S+) of type (\w+)")
+
+DEFAULT_THREADS = 2
+
+
+class CompareError(RuntimeError):
+    """A side of the comparison could not run at all (the message says which and why)."""
+
+
+# ------------------------------------------------------------------------------------ records
+@dataclass(frozen=True, slots=True)
+class NodeDiff:
+    """One node present on llama.cpp's side and on every compared side, in llama.cpp's graph order."""
+
+    name: str
+    op: str  #: ggml's op (sub-op for UNARY/GLU: ``SWIGLU``)
+    ne: tuple[int, ...]  #: ggml's ne (innermost first)
+    nmse: tuple[tuple[str, float], ...]  #: (side, NMSE of that side against llama.cpp CPU)
+
+    def of(self, side: str) -> float:
+        return dict(self.nmse)[side]
+
+
+@dataclass(frozen=True, slots=True)
+class BackendFailure:
+    """Where a side failed: ``llama_decode``'s code, the node its log names, the node that threw
+    (the consumer the named node feeds) and that node as a single-op case."""
+
+    side: str
+    code: int  #: llama_decode's return value
+    node: str  #: the node the log names (``Vcur-0 (reshaped) (reshaped)``)
+    node_op: str
+    failing_node: str  #: the node whose translation threw (``cache_v_l0 (view)``)
+    failing_op: str  #: its ggml op (``SET_ROWS``)
+    ov_node: str  #: the OpenVINO node named in the exception (``ScatterUpdate_2357 (ScatterUpdate)``)
+    case_op: str  #: the single-op case, test-backend-ops notation: op name ...
+    case_params: str  #: ... and parameters ("" when the op has no case builder here)
+    log: tuple[str, ...] = field(default=(), repr=False)  #: the log lines that name the failure
+
+    @property
+    def case_line(self) -> str:
+        """The case as one CSV row (``op_name,op_params``)."""
+        return f'{self.case_op},"{self.case_params}"'
+
+    def write_case(self, path: str | os.PathLike[str]) -> Path:
+        """Write the case as a test-backend-ops case list (``ovkit test-ops --cases``)."""
+        p = Path(path)
+        p.write_text(f"op_name,op_params\n{self.case_line}\n")
+        return p
+
+    def command(self, path: str | os.PathLike[str]) -> str:
+        """The CLI line that runs the written case three ways."""
+        return f"ovkit test-ops --upstream --catalogue test-backend-ops --cases {path}"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class ModelComparison(Reported):
+    """The per-node NMSE table of each side against llama.cpp CPU, the first node past the
+    threshold per side, and each side's failure (shown as a table in graph order)."""
+
+    path: str
+    tokens: tuple[int, ...]
+    flash_attn: bool
+    sides: tuple[str, ...]
+    nodes: tuple[NodeDiff, ...]
+    threshold: float
+    failures: tuple[BackendFailure, ...] = ()
+    precision: tuple[tuple[str, str], ...] = ()  #: (side, inference precision it ran)
+    logits_nmse: tuple[tuple[str, float], ...] = ()  #: (side, NMSE of all logits of the batch)
+
+    def first_divergent(self, side: str) -> NodeDiff | None:
+        """The first node in graph order whose NMSE passes the threshold (or is not finite)."""
+        for n in self.nodes:
+            v = n.of(side)
+            if not (math.isfinite(v) and v <= self.threshold):
+                return n
+        return None
+
+    def failure(self, side: str) -> BackendFailure | None:
+        return next((f for f in self.failures if f.side == side), None)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (``--json``)."""
+
+        def first(side: str) -> str | None:
+            n = self.first_divergent(side)
+            return None if n is None else n.name
+
+        return {
+            "path": self.path,
+            "tokens": list(self.tokens),
+            "flash_attn": self.flash_attn,
+            "threshold": self.threshold,
+            "sides": list(self.sides),
+            "precision": dict(self.precision),
+            "logits_nmse": dict(self.logits_nmse),
+            "first_divergent": {s: first(s) for s in self.sides},
+            "nodes": [
+                {"name": n.name, "op": n.op, "ne": list(n.ne), "nmse": dict(n.nmse)} for n in self.nodes
+            ],
+            "failures": [
+                {k: getattr(f, k) for k in f.__slots__ if k != "log"} | {"log": list(f.log)}  # type: ignore[attr-defined]
+                for f in self.failures
+            ],
+        }
+
+    def report(self) -> Report:
+        firsts = {s: self.first_divergent(s) for s in self.sides}
+        rows = []
+        for i, n in enumerate(self.nodes):
+            marks = [f"<- first past {self.threshold:.0e} ({s})" for s, f in firsts.items() if f is n]
+            rows.append(
+                (str(i), n.op, n.name, "×".join(map(str, n.ne)), *(f"{n.of(s):.2e}" for s in self.sides),
+                 " ".join(marks))  # fmt: skip
+            )
+        notes = [
+            f"{len(self.tokens)} fed tokens, flash attention {'on' if self.flash_attn else 'off'}; "
+            f"NMSE of each side against llama.cpp's CPU build, in its graph order (ggml ne)"
+        ]
+        for s in self.sides:
+            f = firsts[s]
+            prec = dict(self.precision).get(s, "")
+            notes.append(
+                f"{s}{' (' + prec + ')' if prec else ''}: "
+                + (f"first divergent node {f.name} ({f.op}, NMSE {f.of(s):.2e})" if f else "no node past the threshold")
+                + (f"; logits NMSE {dict(self.logits_nmse)[s]:.2e}" if s in dict(self.logits_nmse) else "")
+            )
+        for fl in self.failures:
+            notes.append(
+                f"{fl.side} FAILED (llama_decode {fl.code}): its log names {fl.node_op} {fl.node!r}; "
+                f"{fl.failing_op} {fl.failing_node!r} threw ({fl.ov_node}). Single-op case: {fl.case_line}"
+            )
+        return Report(
+            f"compare-model {Path(self.path).name}",
+            ("#", "op", "name", "ne", *self.sides, ""),
+            tuple(rows),
+            tuple(notes),
+        )
+
+
+# ------------------------------------------------------------------------------ llama.cpp side
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """One llama.cpp run with captures: every node of the graph, the captured values by node
+    index, the decode status, the logits and the log."""
+
+    nodes: tuple[dict[str, Any], ...]  #: name, op, ne, type, srcs (names), in graph order
+    values: Mapping[int, np.ndarray]
+    code: int
+    logits: np.ndarray | None
+    log: str
+    precision: str
+
+
+def run_llama(
+    path: str | os.PathLike[str],
+    tokens: Sequence[int],
+    *,
+    upstream: bool = False,
+    flash_attn: bool = True,
+    n_ctx: int = 512,
+    n_threads: int = DEFAULT_THREADS,
+    capture: bool = True,
+    timeout: float = 1800.0,
+) -> Capture:
+    """llama.cpp (CPU build, or the real backend with ``upstream``) on ``tokens`` as one batch,
+    in a child process, the named nodes captured (``capture=False``: status and node list only)."""
+    from ovkit import child
+    from ovkit.model.reference import llama_sigill_hint, upstream_env
+
+    with tempfile.TemporaryDirectory(prefix="ovkit-compare-") as tmp:
+        req = Path(tmp) / "request.json"
+        request = {
+            "path": str(path),
+            "tokens": [int(t) for t in tokens],
+            "n_ctx": n_ctx,
+            "flash_attn": flash_attn,
+            "n_threads": n_threads,
+            "upstream": upstream,
+            "capture": capture,
+            "dir": tmp,
+        }
+        req.write_text(json.dumps(request))
+        env = upstream_env() if upstream else dict(os.environ)
+        log = Path(tmp) / "log.txt"
+        what = "the real backend" if upstream else "llama.cpp"
+        try:
+            child.run(
+                [sys.executable, "-m", "ovkit.model.compare", str(req)],
+                env=env,
+                timeout=timeout,
+                sigill_hint=partial(llama_sigill_hint, upstream),
+            )
+        except child.ChildTimedOut:
+            raise CompareError(f"{what} did not finish within {timeout:.0f} s") from None
+        except child.ChildCrashed as exc:
+            text = log.read_text(errors="replace") if log.exists() else exc.death.stderr
+            tail = "\n".join(x for x in text.splitlines()[-8:] if x.strip())
+            raise CompareError(f"{what} subprocess failed ({exc.death.describe()}):\n{tail}") from None
+        meta = json.loads((Path(tmp) / "meta.json").read_text())
+        with np.load(Path(tmp) / "values.npz") as data:
+            values = {int(k[1:]): data[k] for k in data.files if k.startswith("t")}
+            logits = data["logits"] if "logits" in data.files else None
+        return Capture(
+            tuple(meta["nodes"]), values, int(meta["code"]), logits, log.read_text(errors="replace"),
+            str(meta.get("precision", "")),
+        )  # fmt: skip
+
+
+def _wanted(nodes: Sequence[dict[str, Any]]) -> set[int]:
+    """The nodes to ask for: named, f32, computed (not a view) and not followed by a view."""
+    out = set()
+    for i, n in enumerate(nodes):
+        nxt = nodes[i + 1]["op"] if i + 1 < len(nodes) else ""
+        if NAMED.fullmatch(n["name"]) and not UNNAMED.fullmatch(n["name"]) and n["type"] == 0:
+            if n["op"] not in VIEW_OPS and nxt not in VIEW_OPS:
+                out.add(i)
+    return out
+
+
+def _serve(request: dict[str, Any]) -> None:
+    """The child: load the model, run the batch once for the node list and status, then (when it
+    ran and captures are asked for) again from an empty cache asking for the wanted nodes."""
+    import ctypes
+
+    out_dir = Path(request["dir"])
+    log_fd = os.open(out_dir / "log.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(log_fd, 2)  # llama.cpp's log and the backend's std::cerr, for the parent to parse
+
+    import llama_cpp as L
+    from llama_cpp import _ggml
+
+    class GgmlTensor(ctypes.Structure):  # ggml.h's struct ggml_tensor (GGML_MAX_DIMS 4, MAX_SRC 10)
+        _fields_ = [
+            ("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", ctypes.c_int64 * 4),
+            ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
+            ("flags", ctypes.c_int32), ("src", ctypes.c_void_p * 10), ("view_src", ctypes.c_void_p),
+            ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64),
+            ("extra", ctypes.c_void_p), ("padding", ctypes.c_char * 8),
+        ]  # fmt: skip
+
+    lib = _ggml.libggml
+    lib.ggml_op_desc.restype = ctypes.c_char_p
+    lib.ggml_op_desc.argtypes = [ctypes.c_void_p]
+    lib.ggml_nbytes.restype = ctypes.c_size_t
+    lib.ggml_nbytes.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+
+    upstream = bool(request["upstream"])
+    L.llama_backend_init()
+    mp = L.llama_model_default_params()
+    mp.n_gpu_layers = -1 if upstream else 0
+    model = L.llama_model_load_from_file(request["path"].encode(), mp)
+    if not model:
+        raise SystemExit(f"llama.cpp could not load {request['path']}")
+    toks = request["tokens"]
+    nodes: list[dict[str, Any]] = []
+    want: set[int] = set()
+    values: dict[int, np.ndarray] = {}
+
+    def name_of(p: int) -> str:
+        return GgmlTensor.from_address(p).name.decode(errors="replace") if p else ""
+
+    @L.ggml_backend_sched_eval_callback  # type: ignore[misc]
+    def cb(t: int, ask: bool, _ud: Any) -> bool:
+        tt = GgmlTensor.from_address(t)
+        if ask:
+            nodes.append({
+                "name": tt.name.decode(errors="replace"), "op": lib.ggml_op_desc(t).decode(),
+                "ne": list(tt.ne), "type": int(tt.type), "srcs": [name_of(s) for s in tt.src if s],
+            })  # fmt: skip
+            return len(nodes) - 1 in want
+        n = lib.ggml_nbytes(t)
+        buf = np.empty(n // 4, np.float32)
+        lib.ggml_backend_tensor_get(t, buf.ctypes.data, 0, n)
+        values[len(nodes) - 1] = buf
+        return True
+
+    cp = L.llama_context_default_params()
+    cp.n_ctx = request["n_ctx"]
+    cp.n_batch = cp.n_ubatch = max(len(toks), min(request["n_ctx"], 512))  # llama.cpp's default batch
+    cp.n_threads = cp.n_threads_batch = request["n_threads"]
+    cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED if request["flash_attn"] else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cp.cb_eval = cb
+    ctx = L.llama_init_from_model(model, cp)
+    if not ctx:
+        raise SystemExit("llama.cpp could not create a context")
+    batch = L.llama_batch_init(len(toks), 0, 1)
+    for i, tk in enumerate(toks):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = tk, i, 1, 1
+        batch.seq_id[i][0] = 0
+    batch.n_tokens = len(toks)
+    code = int(L.llama_decode(ctx, batch))  # the plain run: the node list and the real status
+    logits = None
+    if code == 0:
+        n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+        logits = np.ctypeslib.as_array(L.llama_get_logits(ctx), (len(toks) * n_vocab,)).copy()
+        if request["capture"]:
+            want = _wanted(nodes)
+            nodes.clear()
+            L.llama_memory_clear(L.llama_get_memory(ctx), True)
+            code = int(L.llama_decode(ctx, batch))
+    precision = ""
+    if upstream:  # what the backend's OpenVINO CPU plugin computes in by default
+        import openvino as ov
+
+        precision = str(ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT"))
+    (out_dir / "meta.json").write_text(json.dumps({"nodes": nodes, "code": code, "precision": precision}))
+    arrays = {f"t{i}": v for i, v in values.items()}
+    if logits is not None:
+        arrays["logits"] = logits
+    np.savez(out_dir / "values.npz", **arrays)  # type: ignore[arg-type]
+    L.llama_batch_free(batch)
+    L.llama_free(ctx)
+    L.llama_model_free(model)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    _serve(json.loads(Path(args[0]).read_text()))
+    return 0
+
+
+# ---------------------------------------------------------------------------------- ovkit side
+def node_key(name: str, op: str, seen: dict[tuple[str, str], int]) -> tuple[str, str, int]:
+    """(name, op, k): the k-th node of that name and op in graph order (``seen`` counts)."""
+    k = seen.get((name, op), 0)
+    seen[(name, op)] = k + 1
+    return name, op, k
+
+
+def run_ovkit(
+    path: str | os.PathLike[str],
+    tokens: Sequence[int],
+    *,
+    flash_attn: bool = True,
+    n_ctx: int = 512,
+    device: str | None = None,
+    core: Any = None,
+    precision: str = "exact",
+) -> tuple[dict[tuple[str, str, int], tuple[tuple[int, ...], np.ndarray]], np.ndarray]:
+    """ovkit's model graph for ``tokens`` as one batch from an empty cache, with every named f32
+    computed node as an output: {(name, op, k): (ne, values in ggml order)} and the logits."""
+    from ovkit.engine import compute_graph
+    from ovkit.model.program import cache_names, causal_inputs
+    from ovkit.model.runner import Model
+
+    model = Model(path, device=device, core=core, n_ctx=n_ctx, flash_attn=flash_attn, precision=precision)
+    n = len(tokens)
+    shape = model.shape(n, 0)
+    g, out = model.build(shape)
+    seen: dict[tuple[str, str], int] = {}
+    named = []
+    for t in g.topo([out.logits]):
+        op = t.sub_op or t.op.value
+        if t.is_leaf or op in VIEW_OPS or t.dtype != "f32" or not NAMED.fullmatch(t.name or ""):
+            continue
+        named.append((node_key(t.name, op, seen), t))
+    feed = causal_inputs(model.hp, shape, np.asarray(tokens), 0)
+    for name in cache_names(model.hp.n_layer):
+        feed[name] = np.zeros((n_ctx, model.hp.n_embd_kv), np.float16)
+    results = compute_graph(
+        g, [out.logits, *(t for _, t in named)], feed, model.device, core=model.core,
+        config=model._configs[min(n, 2)],
+    )  # fmt: skip
+    values = {
+        key: (tuple(t.ne), np.asarray(v, np.float32).ravel())
+        for (key, t), v in zip(named, results[1:], strict=True)
+    }
+    return values, np.asarray(results[0], np.float32).ravel()
+
+
+# ------------------------------------------------------------------------------------ compare
+def _failure(side: str, cap: Capture) -> BackendFailure:
+    """The node a failed run's log names, the node it feeds (the one that threw) and its case."""
+    lines = [x.strip() for x in cap.log.splitlines() if x.strip()]
+    named = next((m.group(1) for x in lines if "ggml-openvino" in x and (m := _NAMED_IN_LOG.search(x))), "")
+    ov = next((f"{m.group(1)} ({m.group(2)})" for x in lines if (m := _OV_NODE.search(x))), "")
+    by_name = {n["name"]: n for n in cap.nodes}
+    consumer = next((n for n in cap.nodes if named and named in n["srcs"]), None)
+    ov_type = ov.rsplit("(", 1)[-1].rstrip(")") if ov else ""
+    if consumer is None and ov_type in OV_TO_GGML:
+        # the log names no node: the nodes the backend translates to the OpenVINO op that threw;
+        # an index "pointing to a non-existing element" is most likely among the store with the
+        # most indices (the transposed V cache stores every element as a row of its own)
+        ops = OV_TO_GGML[ov_type]
+        cands = [n for n in cap.nodes if n["op"] in ops]
+        consumer = max(cands, key=lambda n: by_name.get(n["srcs"][0], {"ne": [0, 0]})["ne"][1], default=None)
+        named = consumer["srcs"][0] if consumer else ""
+    node = by_name.get(named, {"op": "?", "ne": [], "type": 0, "srcs": []})
+    case_op, case_params = _case(consumer, by_name) if consumer else ("", "")
+    evidence = tuple(
+        x for x in lines
+        if "ggml-openvino" in x and named and f"'{named}'" in x or "Exception" in x or " of type " in x
+        or "indices value" in x or "llama_decode" in x
+    )  # fmt: skip
+    return BackendFailure(
+        side=side, code=cap.code, node=named, node_op=str(node["op"]),
+        failing_node=consumer["name"] if consumer else named, failing_op=consumer["op"] if consumer else str(node["op"]),
+        ov_node=ov, case_op=case_op, case_params=case_params, log=evidence[:12],
+    )  # fmt: skip
+
+
+#: The OpenVINO op an exception names -> the ggml ops the backend translates to it.
+OV_TO_GGML: dict[str, tuple[str, ...]] = {"ScatterUpdate": ("SET_ROWS",), "ScatterNDUpdate": ("SET_ROWS",)}
+
+#: ggml type ids -> test-backend-ops names, for the single-op cases.
+_TYPE_NAMES = {0: "f32", 1: "f16", 26: "i32", 27: "i64", 30: "bf16"}
+
+
+def _case(node: Mapping[str, Any], by_name: Mapping[str, Mapping[str, Any]]) -> tuple[str, str]:
+    """A failing node as a test-backend-ops case: its op and params with the node's own shapes
+    and types (only SET_ROWS, the KV cache store, is built here)."""
+    if node["op"] != "SET_ROWS":
+        return node["op"], ""
+    # ggml_set_rows(a, b, c) is a view of a with src[0] = b (the rows) and src[1] = c (their ids)
+    src = by_name.get(node["srcs"][0], {}) if node["srcs"] else {}
+    idx = by_name.get(node["srcs"][1], {}) if len(node["srcs"]) > 1 else {}
+    ne = list(node["ne"])
+    r = int(src.get("ne", [0, 1])[1])
+    t_src = _TYPE_NAMES.get(int(src.get("type", 0)), "f32")
+    t_dst = _TYPE_NAMES.get(int(node["type"]), "f16")
+    t_idx = _TYPE_NAMES.get(int(idx.get("type", 27)), "i64")
+    ne_s = ",".join(map(str, ne))
+    return "SET_ROWS", f"type_src={t_src},type_dst={t_dst},type_idx={t_idx},ne=[{ne_s}],nr23=[1,1],r={r},v=0"
+
+
+def _llama_keyed(cap: Capture) -> dict[tuple[str, str, int], tuple[tuple[int, ...], np.ndarray]]:
+    seen: dict[tuple[str, str], int] = {}
+    out = {}
+    for i, n in enumerate(cap.nodes):
+        key = node_key(n["name"], n["op"], seen)
+        if i in cap.values:
+            out[key] = (tuple(n["ne"]), cap.values[i])
+    return out
+
+
+def compare_model(
+    path: str | os.PathLike[str],
+    tokens: Sequence[int],
+    *,
+    n_predict: int = 0,
+    against: str = "llama.cpp",
+    flash_attn: bool = True,
+    n_ctx: int = 512,
+    threshold: float = DEFAULT_THRESHOLD,
+    device: str | None = None,
+    core: Any = None,
+) -> ModelComparison:
+    """Run ``tokens`` (plus ``n_predict`` greedy tokens llama.cpp CPU picks) as one batch on
+    llama.cpp CPU and on the ``against`` sides (:data:`AGAINST`), node by node."""
+    from ovkit.model.arch import ModelError
+    from ovkit.oracle import nmse
+
+    if against not in AGAINST:
+        raise ModelError(f"against={against!r} is not one of {', '.join(AGAINST)}")
+    if n_predict < 0:
+        raise ModelError(f"n_predict={n_predict} must be >= 0")
+    toks = [int(t) for t in tokens]
+    if not toks:
+        raise ModelError("compare_model: no tokens given")
+    if n_predict:
+        from ovkit.model.reference import run_reference
+
+        ref = run_reference(path, toks, [], n_ctx=n_ctx, flash_attn=flash_attn)
+        for _ in range(n_predict):  # greedy continuations, fed as part of the batch
+            toks.append(int(ref.tokens[-1]))
+            ref = run_reference(path, toks, [], n_ctx=n_ctx, flash_attn=flash_attn)
+    if len(toks) > n_ctx:
+        raise ModelError(f"{len(toks)} tokens exceed n_ctx={n_ctx}")
+    base = run_llama(path, toks, flash_attn=flash_attn, n_ctx=n_ctx)
+    if base.code != 0:
+        raise CompareError(f"llama.cpp's CPU build failed on {path} (llama_decode {base.code})")
+    ref_values = _llama_keyed(base)
+    sides = AGAINST[against]
+    side_values: dict[str, dict[tuple[str, str, int], tuple[tuple[int, ...], np.ndarray]]] = {}
+    failures: list[BackendFailure] = []
+    precision: list[tuple[str, str]] = []
+    logits_nmse: list[tuple[str, float]] = []
+    for side in sides:
+        if side == "ovkit":
+            values, logits = run_ovkit(path, toks, flash_attn=flash_attn, n_ctx=n_ctx, device=device, core=core)
+            precision.append((side, "f32 (exact)"))
+        else:
+            cap = run_llama(path, toks, upstream=True, flash_attn=flash_attn, n_ctx=n_ctx)
+            precision.append((side, f"OpenVINO CPU default: {cap.precision}"))
+            if cap.code != 0 and cap.logits is None:
+                failures.append(_failure(side, cap))
+                continue
+            values, logits = _llama_keyed(cap), cap.logits
+        side_values[side] = values
+        if base.logits is not None and logits is not None and logits.size == base.logits.size:
+            logits_nmse.append((side, float(nmse(logits, base.logits))))
+    ran = [s for s in sides if s in side_values]
+    rows = []
+    for key, (ne, ref) in ref_values.items():
+        if not ran or not all(key in side_values[s] for s in ran):
+            continue
+        per = []
+        for s in ran:
+            _, v = side_values[s][key]
+            per.append((s, float(nmse(v, ref)) if v.size == ref.size else math.inf))
+        rows.append(NodeDiff(key[0], key[1], tuple(ne), tuple(per)))
+    return ModelComparison(
+        str(path), tuple(toks), flash_attn, tuple(ran), tuple(rows), threshold, tuple(failures),
+        tuple(precision), tuple(logits_nmse),
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
