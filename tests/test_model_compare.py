@@ -98,7 +98,11 @@ def test_smollm2_upstream_fa_off_names_the_failing_node_and_writes_its_case(tmp_
     assert "upstream FAILED (llama_decode -3)" in out, out
     assert "RESHAPE 'Vcur-0 (reshaped) (reshaped)'" in out and "SET_ROWS 'cache_v_l0" in out, out
     assert "ScatterUpdate" in out
-    assert case.read_text().splitlines()[1].startswith('SET_ROWS,"type_src=f32,type_dst=f16,type_idx=i64,ne=[1,98304')
+    assert (
+        case.read_text()
+        .splitlines()[1]
+        .startswith('SET_ROWS,"type_src=f32,type_dst=f16,type_idx=i64,ne=[1,98304')
+    )
     run = subprocess.run(
         [sys.executable, "-m", "ovkit", "test-ops", "--upstream", "--catalogue", "test-backend-ops",
          "--cases", str(case), "--no-progress"],
@@ -106,3 +110,19 @@ def test_smollm2_upstream_fa_off_names_the_failing_node_and_writes_its_case(tmp_
     )  # fmt: skip
     assert "SET_ROWS(type_src=f32,type_dst=f16" in run.stdout, run.stdout + run.stderr[-2000:]
     assert "upstream" in run.stdout and "ovkit" in run.stdout
+
+
+def test_real_backend_node_by_node_and_its_f32_rerun(tiny: Path) -> None:
+    """The real backend on the synthetic llama, captured node by node through llama.cpp's
+    scheduler callback, and once more with its OpenVINO CPU precision set to f32: both columns
+    are in the table, the rerun reports f32, and in f32 no node passes the threshold (nor in the default precision: f32 on this AVX2 machine)."""
+    from ovkit.model.compare import F32_RERUN
+
+    r = compare_model(tiny, TOKENS, n_ctx=256, against="upstream", f32_rerun=True)
+    assert r.sides == ("upstream", F32_RERUN), r
+    assert dict(r.precision)[F32_RERUN].endswith("f32")
+    names = [n.name for n in r.nodes]
+    assert "attn_norm-0" in names and "l_out-1" in names and names[-1] == "result_output"
+    assert r.first_divergent(F32_RERUN) is None, r
+    assert max(n.of("upstream") for n in r.nodes) < 1e-6, r  # the piecewise capture reads true values
+    assert F32_RERUN in str(r)

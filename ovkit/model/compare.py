@@ -57,7 +57,6 @@ VIEW_OPS = frozenset({"RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "NONE"})
 #: A node llama.cpp's graph callback named (``attn_norm-0``, ``result_norm``); names with a suffix
 #: ggml added (``Kcur-0 (view)``, ``node_12``) are not the graph's own.
 NAMED = re.compile(r"[A-Za-z_]+(-\d+)?")
-UNNAMED = re.compile(r"node_\d+|leaf_\d+")
 
 #: The first node "diverges" when its NMSE against llama.cpp CPU passes this bound.
 #:
@@ -83,6 +82,9 @@ _NAMED_IN_LOG = re.compile(r"(?:RESHAPE|node) (?:node )?'([^']+)'")
 _OV_NODE = re.compile(r"Node (\S+) of type (\w+)")
 
 DEFAULT_THREADS = 2
+
+#: The side name of the real backend rerun with its OpenVINO CPU precision set to f32.
+F32_RERUN = "upstream@f32"
 
 
 class CompareError(RuntimeError):
@@ -181,7 +183,7 @@ class ModelComparison(Reported):
                 {"name": n.name, "op": n.op, "ne": list(n.ne), "nmse": dict(n.nmse)} for n in self.nodes
             ],
             "failures": [
-                {k: getattr(f, k) for k in f.__slots__ if k != "log"} | {"log": list(f.log)}  # type: ignore[attr-defined]
+                {k: getattr(f, k) for k in f.__slots__ if k != "log"} | {"log": list(f.log)}
                 for f in self.failures
             ],
         }
@@ -192,8 +194,14 @@ class ModelComparison(Reported):
         for i, n in enumerate(self.nodes):
             marks = [f"<- first past {self.threshold:.0e} ({s})" for s, f in firsts.items() if f is n]
             rows.append(
-                (str(i), n.op, n.name, "×".join(map(str, n.ne)), *(f"{n.of(s):.2e}" for s in self.sides),
-                 " ".join(marks))  # fmt: skip
+                (
+                    str(i),
+                    n.op,
+                    n.name,
+                    "×".join(map(str, n.ne)),
+                    *(f"{n.of(s):.2e}" for s in self.sides),
+                    " ".join(marks),
+                )  # fmt: skip
             )
         notes = [
             f"{len(self.tokens)} fed tokens, flash attention {'on' if self.flash_attn else 'off'}; "
@@ -204,7 +212,11 @@ class ModelComparison(Reported):
             prec = dict(self.precision).get(s, "")
             notes.append(
                 f"{s}{' (' + prec + ')' if prec else ''}: "
-                + (f"first divergent node {f.name} ({f.op}, NMSE {f.of(s):.2e})" if f else "no node past the threshold")
+                + (
+                    f"first divergent node {f.name} ({f.op}, NMSE {f.of(s):.2e})"
+                    if f
+                    else "no node past the threshold"
+                )
                 + (f"; logits NMSE {dict(self.logits_nmse)[s]:.2e}" if s in dict(self.logits_nmse) else "")
             )
         for fl in self.failures:
@@ -243,10 +255,12 @@ def run_llama(
     n_ctx: int = 512,
     n_threads: int = DEFAULT_THREADS,
     capture: bool = True,
+    ov_precision: str | None = None,
     timeout: float = 1800.0,
 ) -> Capture:
     """llama.cpp (CPU build, or the real backend with ``upstream``) on ``tokens`` as one batch,
-    in a child process, the named nodes captured (``capture=False``: status and node list only)."""
+    in a child process, the named nodes captured (``capture=False``: status and node list only);
+    ``ov_precision``: the real backend's OpenVINO CPU inference precision (default: the device's)."""
     from ovkit import child
     from ovkit.model.reference import llama_sigill_hint, upstream_env
 
@@ -260,10 +274,17 @@ def run_llama(
             "n_threads": n_threads,
             "upstream": upstream,
             "capture": capture,
+            "ov_precision": ov_precision,
             "dir": tmp,
         }
         req.write_text(json.dumps(request))
         env = upstream_env() if upstream else dict(os.environ)
+        if upstream and capture:
+            # the backend caches a compiled graph per graph *structure*: two pieces of the split
+            # graph with the same ops (layer 0's two RMS_NORMs) then share one compiled graph and
+            # the second reads the first one's input (measured: NMSE 0.4 from ffn_inp's norm on,
+            # while the uncaptured logits match); without the cache each piece compiles its own
+            env["GGML_OPENVINO_DISABLE_CACHE"] = "1"
         log = Path(tmp) / "log.txt"
         what = "the real backend" if upstream else "llama.cpp"
         try:
@@ -294,9 +315,8 @@ def _wanted(nodes: Sequence[dict[str, Any]]) -> set[int]:
     out = set()
     for i, n in enumerate(nodes):
         nxt = nodes[i + 1]["op"] if i + 1 < len(nodes) else ""
-        if NAMED.fullmatch(n["name"]) and not UNNAMED.fullmatch(n["name"]) and n["type"] == 0:
-            if n["op"] not in VIEW_OPS and nxt not in VIEW_OPS:
-                out.add(i)
+        if NAMED.fullmatch(n["name"]) and n["type"] == 0 and n["op"] not in VIEW_OPS and nxt not in VIEW_OPS:
+            out.add(i)
     return out
 
 
@@ -326,9 +346,15 @@ def _serve(request: dict[str, Any]) -> None:
     lib.ggml_op_desc.argtypes = [ctypes.c_void_p]
     lib.ggml_nbytes.restype = ctypes.c_size_t
     lib.ggml_nbytes.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+    lib.ggml_backend_tensor_get.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_size_t,
+    ]
 
     upstream = bool(request["upstream"])
+    precision = _backend_precision(request.get("ov_precision")) if upstream else ""
     L.llama_backend_init()
     mp = L.llama_model_default_params()
     mp.n_gpu_layers = -1 if upstream else 0
@@ -343,7 +369,7 @@ def _serve(request: dict[str, Any]) -> None:
     def name_of(p: int) -> str:
         return GgmlTensor.from_address(p).name.decode(errors="replace") if p else ""
 
-    @L.ggml_backend_sched_eval_callback  # type: ignore[misc]
+    @L.ggml_backend_sched_eval_callback
     def cb(t: int, ask: bool, _ud: Any) -> bool:
         tt = GgmlTensor.from_address(t)
         if ask:
@@ -362,7 +388,9 @@ def _serve(request: dict[str, Any]) -> None:
     cp.n_ctx = request["n_ctx"]
     cp.n_batch = cp.n_ubatch = max(len(toks), min(request["n_ctx"], 512))  # llama.cpp's default batch
     cp.n_threads = cp.n_threads_batch = request["n_threads"]
-    cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED if request["flash_attn"] else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cp.flash_attn_type = (
+        L.LLAMA_FLASH_ATTN_TYPE_ENABLED if request["flash_attn"] else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
     cp.cb_eval = cb
     ctx = L.llama_init_from_model(model, cp)
     if not ctx:
@@ -382,11 +410,6 @@ def _serve(request: dict[str, Any]) -> None:
             nodes.clear()
             L.llama_memory_clear(L.llama_get_memory(ctx), True)
             code = int(L.llama_decode(ctx, batch))
-    precision = ""
-    if upstream:  # what the backend's OpenVINO CPU plugin computes in by default
-        import openvino as ov
-
-        precision = str(ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT"))
     (out_dir / "meta.json").write_text(json.dumps({"nodes": nodes, "code": code, "precision": precision}))
     arrays = {f"t{i}": v for i, v in values.items()}
     if logits is not None:
@@ -395,6 +418,46 @@ def _serve(request: dict[str, Any]) -> None:
     L.llama_batch_free(batch)
     L.llama_free(ctx)
     L.llama_model_free(model)
+
+
+def _backend_precision(wanted: str | None) -> str:
+    """Set (``wanted``) and read the CPU inference precision of the real backend's own OpenVINO
+    core, in the child.  The backend compiles every graph with one process-wide ``ov::Core``
+    (``ov_singleton_core()``) and passes no precision hint, so that core's CPU property is what
+    its graphs run in: bf16 by default on CPUs with AMX or avx512_bf16, f32 elsewhere.  The core
+    is reached through OpenVINO's C API (``ov_core_t`` holds a ``shared_ptr<ov::Core>``: a pointer
+    and its control block, which ``set``/``get`` do not touch)."""
+    import ctypes
+    import glob
+
+    import openvino
+
+    backend = ctypes.CDLL(str(Path(os.environ["LLAMA_CPP_LIB_PATH"]) / "libggml-openvino.so"))
+    singleton = backend._Z17ov_singleton_corev  # ov::Core& ov_singleton_core()
+    singleton.restype = ctypes.c_void_p
+    core = (ctypes.c_void_p * 2)(singleton(), None)
+    libs = sorted(glob.glob(str(Path(openvino.__file__).parent / "libs" / "libopenvino_c.so*")))
+    capi = ctypes.CDLL(libs[0])
+
+    class Property(ctypes.Structure):  # ov_property_t
+        _fields_ = [("key", ctypes.c_char_p), ("value", ctypes.c_void_p)]
+
+    key = b"INFERENCE_PRECISION_HINT"
+    if wanted:
+        value = ctypes.c_char_p(wanted.encode())
+        props = (Property * 1)(Property(key, ctypes.cast(value, ctypes.c_void_p)))
+        capi.ov_core_set_properties.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+        ]
+        if capi.ov_core_set_properties(core, b"CPU", 1, props) != 0:
+            raise SystemExit(f"OpenVINO refused INFERENCE_PRECISION_HINT={wanted!r} for the CPU")
+    out = ctypes.c_char_p()
+    capi.ov_core_get_property.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p]
+    capi.ov_core_get_property(core, b"CPU", key, ctypes.byref(out))
+    return (out.value or b"?").decode()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -424,7 +487,7 @@ def run_ovkit(
     device: str | None = None,
     core: Any = None,
     precision: str = "exact",
-) -> tuple[dict[tuple[str, str, int], tuple[tuple[int, ...], np.ndarray]], np.ndarray]:
+) -> tuple[dict[tuple[str, int], tuple[tuple[int, ...], np.ndarray]], np.ndarray]:
     """ovkit's model graph for ``tokens`` as one batch from an empty cache, with every named f32
     computed node as an output: {(name, op, k): (ne, values in ggml order)} and the logits."""
     from ovkit.engine import compute_graph
@@ -510,7 +573,7 @@ def _case(node: Mapping[str, Any], by_name: Mapping[str, Mapping[str, Any]]) -> 
     return "SET_ROWS", f"type_src={t_src},type_dst={t_dst},type_idx={t_idx},ne=[{ne_s}],nr23=[1,1],r={r},v=0"
 
 
-def _llama_keyed(cap: Capture) -> dict[tuple[str, str, int], tuple[tuple[int, ...], str, np.ndarray]]:
+def _llama_keyed(cap: Capture) -> dict[tuple[str, int], tuple[tuple[int, ...], str, np.ndarray]]:
     """The captured values by (name, op, k), with ne and the op as ggml describes it (``SWIGLU``)."""
     seen: dict[str, int] = {}
     out = {}
@@ -534,9 +597,13 @@ def compare_model(
     threshold: float = DEFAULT_THRESHOLD,
     device: str | None = None,
     core: Any = None,
+    f32_rerun: bool | None = None,
 ) -> ModelComparison:
     """Run ``tokens`` (plus ``n_predict`` greedy tokens llama.cpp CPU picks) as one batch on
-    llama.cpp CPU and on the ``against`` sides (:data:`AGAINST`), node by node."""
+    llama.cpp CPU and on the ``against`` sides (:data:`AGAINST`), node by node.
+
+    ``f32_rerun``: run the real backend once more with its OpenVINO CPU precision set to f32 (the
+    side :data:`F32_RERUN`); by default only when it diverged while running in another precision."""
     from ovkit.model.arch import ModelError
     from ovkit.oracle import nmse
 
@@ -561,13 +628,16 @@ def compare_model(
         raise CompareError(f"llama.cpp's CPU build failed on {path} (llama_decode {base.code})")
     ref_values = _llama_keyed(base)
     sides = AGAINST[against]
-    side_values: dict[str, dict[tuple[str, str, int], tuple[tuple[int, ...], np.ndarray]]] = {}
+    side_values: dict[str, dict[tuple[str, int], tuple[tuple[int, ...], np.ndarray]]] = {}
     failures: list[BackendFailure] = []
     precision: list[tuple[str, str]] = []
     logits_nmse: list[tuple[str, float]] = []
+    logits: np.ndarray | None
     for side in sides:
         if side == "ovkit":
-            values, logits = run_ovkit(path, toks, flash_attn=flash_attn, n_ctx=n_ctx, device=device, core=core)
+            values, logits = run_ovkit(
+                path, toks, flash_attn=flash_attn, n_ctx=n_ctx, device=device, core=core
+            )
             precision.append((side, "f32 (exact)"))
         else:
             cap = run_llama(path, toks, upstream=True, flash_attn=flash_attn, n_ctx=n_ctx)
@@ -580,20 +650,45 @@ def compare_model(
         side_values[side] = values
         if base.logits is not None and logits is not None and logits.size == base.logits.size:
             logits_nmse.append((side, float(nmse(logits, base.logits))))
-    ran = [s for s in sides if s in side_values]
-    rows = []
-    for key, (ne, desc, ref) in ref_values.items():
-        if not ran or not all(key in side_values[s] for s in ran):
-            continue
-        per = []
-        for s in ran:
-            _, v = side_values[s][key]
-            per.append((s, float(nmse(v, ref)) if v.size == ref.size else math.inf))
-        rows.append(NodeDiff(key[0], desc, tuple(ne), tuple(per)))
-    return ModelComparison(
-        str(path), tuple(toks), flash_attn, tuple(ran), tuple(rows), threshold, tuple(failures),
+    rows = _diffs(ref_values, side_values)
+    result = ModelComparison(
+        str(path), tuple(toks), flash_attn, tuple(side_values), rows, threshold, tuple(failures),
         tuple(precision), tuple(logits_nmse),
     )  # fmt: skip
+    ran_in = dict(precision).get("upstream", "")
+    diverged = "upstream" in side_values and result.first_divergent("upstream") is not None
+    if f32_rerun or (f32_rerun is None and diverged and not ran_in.endswith("f32")):
+        # the real backend's divergence may be its precision (bf16 on AMX CPUs): run it in f32
+        cap = run_llama(path, toks, upstream=True, flash_attn=flash_attn, n_ctx=n_ctx, ov_precision="f32")
+        if cap.logits is not None:
+            side_values[F32_RERUN] = {k: (ne, v) for k, (ne, _, v) in _llama_keyed(cap).items()}
+            precision.append((F32_RERUN, f"OpenVINO CPU set to {cap.precision}"))
+            if base.logits is not None and cap.logits.size == base.logits.size:
+                logits_nmse.append((F32_RERUN, float(nmse(cap.logits, base.logits))))
+            result = ModelComparison(
+                str(path), tuple(toks), flash_attn, tuple(side_values), _diffs(ref_values, side_values),
+                threshold, tuple(failures), tuple(precision), tuple(logits_nmse),
+            )  # fmt: skip
+    return result
+
+
+def _diffs(
+    ref_values: Mapping[tuple[str, int], tuple[tuple[int, ...], str, np.ndarray]],
+    side_values: Mapping[str, Mapping[tuple[str, int], tuple[tuple[int, ...], np.ndarray]]],
+) -> tuple[NodeDiff, ...]:
+    """The nodes every side captured, in llama.cpp CPU's graph order, with each side's NMSE."""
+    from ovkit.oracle import nmse
+
+    rows = []
+    for key, (ne, desc, ref) in ref_values.items():
+        if not side_values or not all(key in vals for vals in side_values.values()):
+            continue
+        per = []
+        for s, vals in side_values.items():
+            v = vals[key][1]
+            per.append((s, float(nmse(v, ref)) if v.size == ref.size else math.inf))
+        rows.append(NodeDiff(key[0], desc, tuple(ne), tuple(per)))
+    return tuple(rows)
 
 
 # ---------------------------------------------------------------------------------- command line
@@ -609,7 +704,9 @@ def add_cli_args(p: Any) -> None:
                    help="llama.cpp: ovkit vs llama.cpp CPU (default); upstream: the real backend vs "
                    "llama.cpp CPU; both")  # fmt: skip
     p.add_argument("--fa", choices=("on", "off"), default="on", help="flash attention, as llama.cpp -fa")
-    p.add_argument("--ctx-size", type=int, default=512, help="KV cache cells (default 512, llama-cpp-python's)")
+    p.add_argument(
+        "--ctx-size", type=int, default=512, help="KV cache cells (default 512, llama-cpp-python's)"
+    )
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                    help=f"NMSE past which a node diverges (default {DEFAULT_THRESHOLD:g}, see docs/model.md)")  # fmt: skip
     p.add_argument("--case-out", metavar="FILE",
@@ -627,7 +724,11 @@ def cli(args: Any) -> int:
     from ovkit.usage import UsageError
 
     try:
-        toks = parse_tokens(args.tokens) if args.tokens is not None else reference.tokenize(args.file, args.prompt)
+        toks = (
+            parse_tokens(args.tokens)
+            if args.tokens is not None
+            else reference.tokenize(args.file, args.prompt)
+        )
         result = compare_model(
             args.file, toks, n_predict=args.n_predict, against=args.against, flash_attn=args.fa == "on",
             n_ctx=args.ctx_size, threshold=args.threshold, device=args.device,
@@ -641,12 +742,16 @@ def cli(args: Any) -> int:
             written.append((f.write_case(out), f))
     if args.json:
         payload = result.as_dict()
-        payload["case_files"] = [{"side": f.side, "path": str(p), "command": f.command(p)} for p, f in written]
+        payload["case_files"] = [
+            {"side": f.side, "path": str(p), "command": f.command(p)} for p, f in written
+        ]
         print(json.dumps(payload, indent=2))
     else:
         print(result)
         for p, f in written:
-            print(f"{f.side}: the failing node as a single-op case in {p}; run it three ways with:\n  {f.command(p)}")
+            print(
+                f"{f.side}: the failing node as a single-op case in {p}; run it three ways with:\n  {f.command(p)}"
+            )
     return 1 if result.failures else 0
 
 
