@@ -70,8 +70,8 @@ NAMED = re.compile(r"[A-Za-z_]+(-\d+)?")
 #: ~1e-14 of their own and pass their input's error on.  Measured on SmolLM2-135M (30 layers,
 #: Q4_1, 6 tokens): ovkit's exact-f32 nodes sit at 1e-5..6e-3 (the matmuls highest, the residual
 #: stream ``l_out-*`` below 3e-4, not growing with depth).  1e-2 is above every rounding-only node
-#: measured and an order below what a wrong op gives (a wrong norm epsilon, a swapped operand, a
-#: wrong mask: 1e-1 and more).  A side that rounds more (bf16: 8 mantissa bits, ~1e-5 per
+#: measured and below the subtlest graph error tried (a norm epsilon of 1 instead of 1e-6: 5.2e-2
+#: at that node; a swapped operand or a wrong mask: 1e-1 and more).  A side that rounds more (bf16: 8 mantissa bits, ~1e-5 per
 #: rounding, compounded over every op) shows as NMSE growing along the graph rather than as one
 #: node; ``threshold=`` (``--threshold``) sets another bound.
 DEFAULT_THRESHOLD = 1e-2
@@ -222,7 +222,9 @@ class ModelComparison(Reported):
         for fl in self.failures:
             notes.append(
                 f"{fl.side} FAILED (llama_decode {fl.code}): its log names {fl.node_op} {fl.node!r}; "
-                f"{fl.failing_op} {fl.failing_node!r} threw ({fl.ov_node}). Single-op case: {fl.case_line}"
+                f"{fl.failing_op} {fl.failing_node!r} threw ({fl.ov_node}). Single-op case: {fl.case_line} "
+                "(the op at the node's shapes and types; what the backend does around it in a whole "
+                "model, such as slicing the KV cache, is not in it)"
             )
         return Report(
             f"compare-model {Path(self.path).name}",
