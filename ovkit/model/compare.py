@@ -300,8 +300,10 @@ def run_llama(
             raise CompareError(f"{what} did not finish within {timeout:.0f} s") from None
         except child.ChildCrashed as exc:
             text = log.read_text(errors="replace") if log.exists() else exc.death.stderr
-            tail = "\n".join(x for x in text.splitlines()[-8:] if x.strip())
-            raise CompareError(f"{what} subprocess failed ({exc.death.describe()}):\n{tail}") from None
+            lines = [x.strip() for x in text.splitlines() if x.strip()] or [""]
+            said = [x for x in lines if "error" in x.lower()][-1:]  # llama.cpp's own reason
+            why = "; ".join(dict.fromkeys([*said, lines[-1]]))
+            raise CompareError(f"{what} failed ({exc.death.describe()}): {why}") from None
         meta = json.loads((Path(tmp) / "meta.json").read_text())
         with np.load(Path(tmp) / "values.npz") as data:
             values = {int(k[1:]): data[k] for k in data.files if k.startswith("t")}
@@ -725,6 +727,8 @@ def cli(args: Any) -> int:
     from ovkit.model.cli import parse_tokens
     from ovkit.usage import UsageError
 
+    if not Path(args.file).is_file():
+        raise UsageError(f"{args.file}: no such file")
     try:
         toks = (
             parse_tokens(args.tokens)
