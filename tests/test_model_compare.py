@@ -1,6 +1,6 @@
 """``ovkit compare-model`` / ``ovkit.model.compare``: node by node against llama.cpp CPU.
 
-Every test here compiles a model and runs llama.cpp in a child process: all are marked slow."""
+Every test but the log parsing compiles a model and runs llama.cpp in a child process: slow."""
 
 from __future__ import annotations
 
@@ -12,10 +12,8 @@ from typing import Any
 import pytest
 
 from ovkit.model import program
-from ovkit.model.compare import DEFAULT_THRESHOLD, compare_model
+from ovkit.model.compare import DEFAULT_THRESHOLD, Capture, _failure, compare_model
 from ovkit.model.synthetic import synthetic
-
-pytestmark = pytest.mark.slow
 
 TOKENS = [1, 7, 42, 99, 3, 250]
 
@@ -28,6 +26,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return synthetic("llama", tmp_path_factory.mktemp("cmp") / "tiny-llama.gguf")
 
 
+@pytest.mark.slow
 def test_synthetic_model_matches_llama_cpp_node_by_node(tiny: Path) -> None:
     """Every named node llama.cpp computes, in its graph order, is on ovkit's side too and agrees
     to f32 rounding; nothing passes the threshold."""
@@ -44,6 +43,7 @@ def test_synthetic_model_matches_llama_cpp_node_by_node(tiny: Path) -> None:
     assert "result_output" in text and "no node past the threshold" in text
 
 
+@pytest.mark.slow
 def test_a_wrong_op_is_named_as_the_first_divergent_node(tiny: Path, monkeypatch: Any) -> None:
     """ovkit's layer-1 attention norm computed with the wrong epsilon: the first node past the
     threshold is that RMS_NORM (``norm-1``), and every node before it still agrees."""
@@ -71,6 +71,7 @@ def _smollm2() -> Path:
     pytest.fail(missing, pytrace=False)
 
 
+@pytest.mark.slow
 def test_smollm2_nodes_stay_within_llama_cpp_rounding() -> None:
     """The real SmolLM2 (30 layers, Q4_1): every matched node of ovkit's exact-f32 graph stays
     within the threshold of llama.cpp CPU's q8-activation rounding (measured 1e-5..6e-3)."""
@@ -82,6 +83,7 @@ def test_smollm2_nodes_stay_within_llama_cpp_rounding() -> None:
     assert dict(r.logits_nmse)["ovkit"] <= 5e-2
 
 
+@pytest.mark.slow
 def test_smollm2_upstream_fa_off_names_the_failing_node_and_writes_its_case(tmp_path: Path) -> None:
     """The real backend with flash attention off fails on SmolLM2 (n_ctx 512): compare-model names
     the transposed-V store (SET_ROWS fed by ``Vcur-0 (reshaped) (reshaped)``), writes it as a
@@ -112,6 +114,7 @@ def test_smollm2_upstream_fa_off_names_the_failing_node_and_writes_its_case(tmp_
     assert "upstream" in run.stdout and "ovkit" in run.stdout
 
 
+@pytest.mark.slow
 def test_real_backend_node_by_node_and_its_f32_rerun(tiny: Path) -> None:
     """The real backend on the synthetic llama, captured node by node through llama.cpp's
     scheduler callback, and once more with its OpenVINO CPU precision set to f32: both columns
@@ -126,3 +129,27 @@ def test_real_backend_node_by_node_and_its_f32_rerun(tiny: Path) -> None:
     assert r.first_divergent(F32_RERUN) is None, r
     assert max(n.of("upstream") for n in r.nodes) < 1e-6, r  # the piecewise capture reads true values
     assert F32_RERUN in str(r)
+
+
+#: The V store of a non-FA layer as llama.cpp's scheduler lists it (ggml type 0 f32, 1 f16, 27 i64).
+V_STORE_NODES = (
+    {"name": "Vcur-0", "op": "MUL_MAT", "ne": [192, 6, 1, 1], "type": 0, "srcs": ["blk.0.attn_v.weight", "attn_norm-0"]},
+    {"name": "Vcur-0 (reshaped) (reshaped)", "op": "RESHAPE", "ne": [1, 1152, 1, 1], "type": 0, "srcs": ["Vcur-0"]},
+    {"name": "cache_v_l0 (reshaped) (view)", "op": "SET_ROWS", "ne": [1, 98304, 1, 1], "type": 1,
+     "srcs": ["Vcur-0 (reshaped) (reshaped)", "attn_inp_v_idxs"]},
+)  # fmt: skip
+
+
+def test_a_node_named_in_the_backend_log_is_traced_to_the_node_that_threw() -> None:
+    """The backend's log names the RESHAPE it could not size (as it does with n_ubatch 64); the
+    failure is put on the SET_ROWS that consumes it, rebuilt with its shapes and types."""
+    log = "\n".join([
+        "ggml-openvino: cannot determine dynamic dim for RESHAPE node 'Vcur-0 (reshaped) (reshaped)'",
+        "Node ScatterUpdate_2357 of type ScatterUpdate",
+        "llama_decode: failed to decode, ret = -3",
+    ])  # fmt: skip
+    f = _failure("upstream", Capture(V_STORE_NODES, {}, -3, None, log, "f32"))
+    assert (f.node, f.node_op) == ("Vcur-0 (reshaped) (reshaped)", "RESHAPE")
+    assert (f.failing_node, f.failing_op) == ("cache_v_l0 (reshaped) (view)", "SET_ROWS")
+    assert f.ov_node == "ScatterUpdate_2357 (ScatterUpdate)"
+    assert f.case_params == "type_src=f32,type_dst=f16,type_idx=i64,ne=[1,98304,1,1],nr23=[1,1],r=1152,v=0"
