@@ -219,6 +219,20 @@ class ModelComparison(Reported):
                 )
                 + (f"; logits NMSE {dict(self.logits_nmse)[s]:.2e}" if s in dict(self.logits_nmse) else "")
             )
+        for s in self.sides:
+            ran = dict(self.precision).get(s, "")
+            if (
+                s == "upstream"
+                and firsts[s] is not None
+                and F32_RERUN not in self.sides
+                and ran.endswith("f32")
+            ):
+                notes.append(f"{s} ran in f32 already: its precision does not explain the divergence")
+        if "upstream" in firsts and F32_RERUN in firsts:
+            before, after = firsts["upstream"], firsts[F32_RERUN]
+            verdict = "removes it" if before is not None and after is None else "does not remove it"
+            if before is not None:
+                notes.append(f"the f32 rerun of the real backend {verdict}")
         for fl in self.failures:
             notes.append(
                 f"{fl.side} FAILED (llama_decode {fl.code}): its log names {fl.node_op} {fl.node!r}; "
@@ -491,14 +505,25 @@ def run_ovkit(
     device: str | None = None,
     core: Any = None,
     precision: str = "exact",
+    no_requant: bool = True,
 ) -> tuple[dict[tuple[str, int], tuple[tuple[int, ...], np.ndarray]], np.ndarray]:
     """ovkit's model graph for ``tokens`` as one batch from an empty cache, with every named f32
-    computed node as an output: {(name, op, k): (ne, values in ggml order)} and the logits."""
+    computed node as an output: {(name, k): (ne, values in ggml order)} and the logits.
+    ``no_requant``: the weights as stored (default), as llama.cpp CPU has them; False applies
+    ovkit's copy of the backend's requantization (token_embd and the output head to per-row i8)."""
     from ovkit.engine import compute_graph
     from ovkit.model.program import cache_names, causal_inputs
     from ovkit.model.runner import Model
 
-    model = Model(path, device=device, core=core, n_ctx=n_ctx, flash_attn=flash_attn, precision=precision)
+    model = Model(
+        path,
+        device=device,
+        core=core,
+        n_ctx=n_ctx,
+        flash_attn=flash_attn,
+        precision=precision,
+        no_requant=no_requant,
+    )
     n = len(tokens)
     shape = model.shape(n, 0)
     g, out = model.build(shape)
@@ -602,12 +627,14 @@ def compare_model(
     device: str | None = None,
     core: Any = None,
     f32_rerun: bool | None = None,
+    no_requant: bool = True,
 ) -> ModelComparison:
     """Run ``tokens`` (plus ``n_predict`` greedy tokens llama.cpp CPU picks) as one batch on
     llama.cpp CPU and on the ``against`` sides (:data:`AGAINST`), node by node.
 
     ``f32_rerun``: run the real backend once more with its OpenVINO CPU precision set to f32 (the
-    side :data:`F32_RERUN`); by default only when it diverged while running in another precision."""
+    side :data:`F32_RERUN`); by default only when it diverged while running in another precision.
+    ``no_requant=False``: ovkit's side with the backend's requantization (see :func:`run_ovkit`)."""
     from ovkit.model.arch import ModelError
     from ovkit.oracle import nmse
 
@@ -640,9 +667,15 @@ def compare_model(
     for side in sides:
         if side == "ovkit":
             values, logits = run_ovkit(
-                path, toks, flash_attn=flash_attn, n_ctx=n_ctx, device=device, core=core
+                path,
+                toks,
+                flash_attn=flash_attn,
+                n_ctx=n_ctx,
+                device=device,
+                core=core,
+                no_requant=no_requant,
             )
-            precision.append((side, "f32 (exact)"))
+            precision.append((side, "f32 (exact)" + ("" if no_requant else ", backend's requantization")))
         else:
             cap = run_llama(path, toks, upstream=True, flash_attn=flash_attn, n_ctx=n_ctx)
             precision.append((side, f"OpenVINO CPU default: {cap.precision}"))
@@ -717,6 +750,17 @@ def add_cli_args(p: Any) -> None:
                    help="where a failing node's single-op case is written (default: FILE-STEM.failing-node.csv "
                    "in the current directory)")  # fmt: skip
     p.add_argument("--device", help="OpenVINO device of ovkit's side (default: GGML_OPENVINO_DEVICE's)")
+    p.add_argument(
+        "--requant",
+        action="store_true",
+        help="ovkit's side with the backend's requantization (default: the weights as stored)",
+    )
+    p.add_argument(
+        "--f32-rerun",
+        action="store_true",
+        help="always rerun the real backend with its OpenVINO CPU precision set to f32 "
+        "(default: only when it diverged in another precision)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -738,6 +782,7 @@ def cli(args: Any) -> int:
         result = compare_model(
             args.file, toks, n_predict=args.n_predict, against=args.against, flash_attn=args.fa == "on",
             n_ctx=args.ctx_size, threshold=args.threshold, device=args.device,
+            f32_rerun=True if args.f32_rerun else None, no_requant=not args.requant,
         )  # fmt: skip
     except (ValueError, ModelError, CompareError, reference.LlamaCppError) as exc:
         raise UsageError(f"{args.file}: {exc}") from None
