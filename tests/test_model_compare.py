@@ -98,7 +98,7 @@ def test_smollm2_upstream_fa_off_names_the_failing_node_and_writes_its_case(tmp_
     assert proc.returncode == 1, proc.stderr[-2000:]
     out = proc.stdout
     assert "upstream FAILED (llama_decode -3)" in out, out
-    assert "RESHAPE 'Vcur-0 (reshaped) (reshaped)'" in out and "SET_ROWS 'cache_v_l0" in out, out
+    assert "SET_ROWS 'cache_v_l0" in out and "RESHAPE 'Vcur-0 (reshaped) (reshaped)'" in out, out
     assert "ScatterUpdate" in out
     assert (
         case.read_text()
@@ -153,6 +153,10 @@ def test_a_node_named_in_the_backend_log_is_traced_to_the_node_that_threw() -> N
     assert (f.failing_node, f.failing_op) == ("cache_v_l0 (reshaped) (view)", "SET_ROWS")
     assert f.ov_node == "ScatterUpdate_2357 (ScatterUpdate)"
     assert f.case_params == "type_src=f32,type_dst=f16,type_idx=i64,ne=[1,98304,1,1],nr23=[1,1],r=1152,v=0"
+    assert f.found_by == "log"
+    # without the log line, the exception's ScatterUpdate leads to the same store (SET_ROWS)
+    g = _failure("upstream", Capture(V_STORE_NODES, {}, -3, None, log.split("\n", 1)[1], "f32"))
+    assert (g.found_by, g.failing_node, g.node) == ("exception", f.failing_node, f.node)
 
 
 @pytest.mark.slow

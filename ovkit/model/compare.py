@@ -120,6 +120,9 @@ class BackendFailure:
     case_op: str  #: the single-op case, test-backend-ops notation: op name ...
     case_params: str  #: ... and parameters ("" when the op has no case builder here)
     log: tuple[str, ...] = field(default=(), repr=False)  #: the log lines that name the failure
+    #: how the node was found: ``log`` (the backend's log names it) or ``exception`` (the OpenVINO
+    #: op that threw, traced back to the ggml op the backend translates to it)
+    found_by: str = "log"
 
     @property
     def case_line(self) -> str:
@@ -234,9 +237,16 @@ class ModelComparison(Reported):
             if before is not None:
                 notes.append(f"the f32 rerun of the real backend {verdict}")
         for fl in self.failures:
+            how = (
+                f"its log names {fl.node_op} {fl.node!r}; {fl.failing_op} {fl.failing_node!r}, which "
+                f"consumes it, threw ({fl.ov_node})"
+                if fl.found_by == "log"
+                else f"OpenVINO's {fl.ov_node} threw, the backend's translation of {fl.failing_op}: "
+                f"most likely {fl.failing_op} {fl.failing_node!r} (the store with the most indices), "
+                f"fed by {fl.node_op} {fl.node!r}"
+            )
             notes.append(
-                f"{fl.side} FAILED (llama_decode {fl.code}): its log names {fl.node_op} {fl.node!r}; "
-                f"{fl.failing_op} {fl.failing_node!r} threw ({fl.ov_node}). Single-op case: {fl.case_line} "
+                f"{fl.side} FAILED (llama_decode {fl.code}): {how}. Single-op case: {fl.case_line} "
                 "(the op at the node's shapes and types; what the backend does around it in a whole "
                 "model, such as slicing the KV cache, is not in it)"
             )
@@ -556,7 +566,9 @@ def _failure(side: str, cap: Capture) -> BackendFailure:
     by_name = {n["name"]: n for n in cap.nodes}
     consumer = next((n for n in cap.nodes if named and named in n["srcs"]), None)
     ov_type = ov.rsplit("(", 1)[-1].rstrip(")") if ov else ""
+    found_by = "log"
     if consumer is None and ov_type in OV_TO_GGML:
+        found_by = "exception"
         # the log names no node: the nodes the backend translates to the OpenVINO op that threw;
         # an index "pointing to a non-existing element" is most likely among the store with the
         # most indices (the transposed V cache stores every element as a row of its own)
@@ -574,7 +586,7 @@ def _failure(side: str, cap: Capture) -> BackendFailure:
     return BackendFailure(
         side=side, code=cap.code, node=named, node_op=str(node["op"]),
         failing_node=consumer["name"] if consumer else named, failing_op=consumer["op"] if consumer else str(node["op"]),
-        ov_node=ov, case_op=case_op, case_params=case_params, log=evidence[:12],
+        ov_node=ov, case_op=case_op, case_params=case_params, log=evidence[:12], found_by=found_by,
     )  # fmt: skip
 
 
