@@ -218,6 +218,10 @@ COMMANDS: dict[str, Command] = {
         "run a GGUF model: prefill + greedy decode, tokens/s, --compare with llama.cpp",
         *_module_command("ovkit.model.cli"),
     ),
+    "compare-model": Command(
+        "node by node: ovkit and the real backend against llama.cpp CPU on the same tokens",
+        *_module_command("ovkit.model.compare"),
+    ),
     "bench": Command(
         "llama-bench's pp/tg table: ovkit against llama.cpp CPU and the real backend, one run",
         *_module_command("ovkit.model.bench"),
