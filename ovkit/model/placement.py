@@ -166,7 +166,11 @@ def ggml_graph_program(
     hp = HParams.from_metadata(gguf.metadata, n_vocab=gguf.tensors["token_embd.weight"].shape[0])
     gs = GraphShape(**shape)
     inputs: dict[str, Any] = {}
-    for name, w in gguf.constants():
+    for name, info in gguf.tensors.items():
+        if not info.supported:  # a type ovkit repacks to run (Q5_0): the backend sees it as stored
+            inputs[name] = oracle.QuantArray(info.type, info.shape, bytes(gguf.raw(name)))
+            continue
+        w = gguf.constant(name)
         inputs[name] = (
             oracle.QuantArray(w.qtype, w.shape, w.raw) if isinstance(w, quant.QuantizedWeight) else w
         )
