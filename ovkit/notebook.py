@@ -67,22 +67,46 @@ def _model_missing(path: str | None) -> str | None:
     return None if Path(path).is_file() else f"the model file {path} does not exist"
 
 
+def _real_models_missing(names: str | None) -> str | None:
+    from ovkit.model.fetch import FETCH_COMMAND, MissingModelError, real_model
+
+    missing = []
+    for name in filter(None, (names or "").split(",")):
+        try:
+            real_model(name)
+        except MissingModelError:
+            missing.append(name)
+    if not missing:
+        return None
+    return f"{', '.join(missing)} not fetched; run `{FETCH_COMMAND}`"
+
+
 #: The parts a walkthrough can do without: each gives why it is missing (None: present).
 OPTIONAL_PARTS = {
     "backend": _backend_missing,  # the real ggml-openvino backend (scripts/install-upstream)
     "ggml": _ggml_missing,  # ggml-python: ggml's own ops and quantizers, the oracle
     "llama.cpp": _llama_missing,  # llama-cpp-python: llama.cpp itself, the whole-model reference
     "model": _model_missing,  # a real GGUF model file (path)
+    "real-models": _real_models_missing,  # ovkit.model.fetch's real models (comma-separated names)
 }
+
+
+def present(part: str, path: str | None = None) -> bool:
+    """True when ``part`` (a key of :data:`OPTIONAL_PARTS`) is here; says nothing either way."""
+    return _missing(part, path) is None
+
+
+def _missing(part: str, path: str | None) -> str | None:
+    check = OPTIONAL_PARTS.get(part)
+    if check is None:
+        raise ValueError(f"unknown optional part {part!r}; expected one of {', '.join(OPTIONAL_PARTS)}")
+    return check(path)
 
 
 def optional(part: str, skipped: str, path: str | None = None) -> bool:
     """True when ``part`` (a key of :data:`OPTIONAL_PARTS`) is here; otherwise print one line
     saying what is skipped and why, so Run All goes on without a traceback."""
-    check = OPTIONAL_PARTS.get(part)
-    if check is None:
-        raise ValueError(f"unknown optional part {part!r}; expected one of {', '.join(OPTIONAL_PARTS)}")
-    missing = check(path)
+    missing = _missing(part, path)
     if missing is not None:
         print(f"skipped: {skipped} ({missing})")
     return missing is None

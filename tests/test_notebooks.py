@@ -142,6 +142,7 @@ def test_walkthroughs_in_order() -> None:
         "05-op-coverage",
         "06-gguf",
         "07-models",
+        "08-real-models",
     ], names
 
 

@@ -3,7 +3,7 @@ backend, no ggml-python, no llama-cpp-python, no real model file.
 
 The kernel runs with a ``sitecustomize`` shim first on ``PYTHONPATH`` that marks ``ggml`` and
 ``llama_cpp`` as absent (``import`` fails, ``importlib.util.find_spec`` finds nothing) and with
-``OVKIT_LLAMA_OPENVINO`` pointing nowhere, so the tests mean the same on a machine where
+``OVKIT_LLAMA_OPENVINO`` and ``OVKIT_MODEL_CACHE`` pointing nowhere, so the tests mean the same on a machine where
 ``scripts/install-upstream`` has run.  Each notebook runs top to bottom with no error output, and
 each part it skips is announced in one ``skipped: ...`` line naming what is missing.
 """
@@ -50,6 +50,7 @@ SKIPS: dict[str, dict[str, str]] = {
         "compare": "llama-cpp-python (llama.cpp's CPU build) is not installed",
         "real-model": "no real model file given",
     },
+    "08-real-models": {"setup": "smollm2-135m, gemma3-270m not fetched; run `python -m ovkit.model.fetch`"},
 }
 
 
@@ -61,6 +62,7 @@ def plain_env(root: Path) -> dict[str, str]:
     env = _kernel_env()
     env["PYTHONPATH"] = os.pathsep.join([str(shim), *filter(None, [env.get("PYTHONPATH")])])
     env["OVKIT_LLAMA_OPENVINO"] = str(shim / "no-llama-openvino-build")
+    env["OVKIT_MODEL_CACHE"] = str(shim / "no-fetched-models")
     return env
 
 
