@@ -162,8 +162,9 @@ class GGUFModel:
         total = 0
         for t in self.tensors.values():
             if t.type in quant.QUANT_SPECS:
-                target = quant.requant_type(t.name, device_class, t.type, no_requant=no_requant)
-                total += quant.requant_bytes(target, t.type, t.shape)
+                total += quant.requant_decision(
+                    t.name, device_class, t.type, t.shape, no_requant=no_requant
+                ).nbytes
             else:
                 total += t.nbytes
         return total
