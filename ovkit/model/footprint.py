@@ -109,9 +109,8 @@ def fit(
         cls = str(d.device_class)
         weights = model.gguf.weight_bytes(cls, no_requant=model.no_requant)
         refused = refused_weights(model, cls)
-        free = d.free_bytes
-        if d.host_available_bytes is not None and cls == "CPU":
-            free = min(free, d.host_available_bytes)
+        # the free figure every live view shows (host RAM: MemAvailable; iGPU/NPU: at most that)
+        free = d.live.free_bytes if d.live.free_bytes is not None else d.free_bytes
         total = weights + kv + compute
         rows.append(
             {
