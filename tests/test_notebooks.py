@@ -260,8 +260,17 @@ def test_01_devices_shows_the_live_table_widget(executed: Callable[[str], Any]) 
     views = [o for o in cell(nb, "live-table").outputs if "data" in o]
     assert "application/vnd.jupyter.widget-view+json" in views[0].data
     tables = live_tables(nb)
-    assert len(tables) == 1, "the live table must be in the saved widget state"
-    assert tables[0] == ([d.name for d in ovkit.list_devices()], "CPU")
+    assert len(tables) == 2, "the live table and the dashboard's must be in the saved widget state"
+    assert tables == [([d.name for d in ovkit.list_devices()], "CPU")] * 2
+
+
+@pytest.mark.slow
+def test_01_devices_dashboard_shows_how_busy_each_device_is(executed: Callable[[str], Any]) -> None:
+    nb = executed("01-devices")
+    views = [o for o in cell(nb, "dashboard").outputs if "data" in o]
+    assert "application/vnd.jupyter.widget-view+json" in views[0].data
+    busy = text(nb, "busy")
+    assert re.search(r"^  CPU: \d+% \(this process \d+%\) · /proc/stat, /proc/self/stat$", busy, re.M), busy
 
 
 @pytest.mark.slow
@@ -271,8 +280,10 @@ def test_01_devices_on_a_simulated_machine_with_papermill(tmp_path: Path) -> Non
     assert "machine: simulated 'laptop'" in text(nb, "setup")
     assert text(nb, "result").rstrip("\n") == LAPTOP_LIST
     assert "selected device: GPU" in text(nb, "device-table")
-    ((_, highlighted),) = live_tables(nb)
-    assert highlighted == "GPU"
+    assert [highlighted for _, highlighted in live_tables(nb)] == ["GPU", "GPU"]  # table, dashboard
+    busy = text(nb, "busy")
+    assert re.search(r"^  GPU: simulated: not measured · simulated device", busy, re.M), busy
+    assert "where the simulated devices run" in busy
 
 
 # ---------------------------------------------------------------------------------------------

@@ -78,6 +78,10 @@ class Dashboard(LiveView):
         """The device rows currently shown (bytes; None = unknown)."""
         return rows_frame(self.rows)
 
+    def busy_text(self) -> str:
+        """The busy panel as text: one line per device (figure, parts, source)."""
+        return render_busy_text(self.busy)
+
     def busy_frame(self) -> pd.DataFrame:
         """How busy each device was over the last refresh interval (share 0..1, None = no figure)."""
         return busy_frame(self.busy)
