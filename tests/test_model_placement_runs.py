@@ -81,11 +81,14 @@ def test_placement_runs_agrees_with_a_real_model_on_every_device(
     nodes = pl.node_table(probe, pl.targets(core), n_prompt=4)
     runs = pl.summary(nodes, raw=True).groupby("device")["ovkit_runs"].all()
     fit = footprint.fit(probe, core, raw=True).set_index("device")
+    weights_fit = path.fit_check(core).set_index("device")  # the GGUF-only fit check agrees
     refused = pl.fallbacks(nodes, raw=True)
     seen = {}
     for target in pl.targets(core):
         ok = bool(runs[target.label])
         assert bool(fit.loc[target.label, "runs"]) is ok, (target, fit.loc[target.label, "why_not"])
+        assert bool(weights_fit.loc[target.name, "fits"]) is ok
+        assert (weights_fit.loc[target.name, "refused"] == "") is ok
         if ok:
             model = Model(path, n_ctx=32, core=core, device=target.name)
             logits = model.eval([1])
