@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 
 from ovkit.utilisation import Busy, UtilisationMeter, busy_frame
-from ovkit.widgets._html import esc, html_table, png_img, usage_bar
+from ovkit.widgets._html import STYLE, esc, html_table, png_img, usage_bar
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
 from ovkit.widgets.charts import chart_title, figure_png, static_figure
 from ovkit.widgets.controls import LiveView, close_parts
@@ -148,7 +148,7 @@ def render_busy_html(busy: list[Busy]) -> str:
     bars = "".join(
         f"<div>{esc(b.device)} {usage_bar(b.share, b.source)}</div>" for b in busy if b.share is not None
     )
-    return f"<div class='ovkit-busy-panel'><b>{esc(BUSY_TITLE)}</b>{bars}{table}</div>"
+    return f"{STYLE}<div class='ovkit-busy-panel'><b>{esc(BUSY_TITLE)}</b>{bars}{table}</div>"
 
 
 def render_busy_text(busy: list[Busy]) -> str:
