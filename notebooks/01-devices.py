@@ -166,7 +166,32 @@ live = DeviceTable(
 display(live)
 
 # %% [markdown]
-# ## 8. The real backend side by side
+# ## 8. Dashboard: memory, how busy each device is, and the op explorer
+#
+# `ovkit.dashboard()` puts the device selector, the live panels (table, memory bars, allocations
+# by type, the time series), how busy each device is and the op explorer on one refresh thread.
+# The busy panel reads the counters the system exposes: for the CPU `/proc/stat` (all
+# processes) and `/proc/self/stat` (this kernel); for an Intel GPU the engine time of its DRM
+# clients (`/proc/*/fdinfo`, i915 or xe); for the NPU its sysfs busy time
+# (`npu_busy_time_us`). A source that is absent says "not available here"; a simulated GPU or
+# NPU says it is not measured (its graphs run on this machine's CPU).
+# `ovkit.utilisation.UtilisationMeter` gives the same figures without the widget.
+
+# %% tags=["dashboard"]
+import time
+
+dash = ovkit.dashboard(
+    core, interval=live_interval_s, auto_refresh=live_refresh, env={"GGML_OPENVINO_DEVICE": device}
+)
+display(dash)
+
+# %% tags=["busy"]
+time.sleep(live_interval_s)  # one interval of counters to measure over
+dash.refresh()
+print(dash.busy_text())  # dash.busy_frame(): the same as a DataFrame (share 0..1)
+
+# %% [markdown]
+# ## 9. The real backend side by side
 #
 # With `scripts/install-upstream`, llama.cpp's OpenVINO backend itself is installed next to
 # ovkit (ggml-python built with `-DGGML_OPENVINO=ON`). Its devices are read from

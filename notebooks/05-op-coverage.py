@@ -54,26 +54,59 @@ print("reference:", "ggml (ggml-python)" if uses_ggml else "numpy")
 # ## 1. The op table and its gates
 #
 # One entry per ggml op, unary and GLU sub-op ovkit builds (`registered`: whether the backend
-# registers it too): the builder, how ovkit translates it to OpenVINO, how upstream does, its
-# support gates and upstream's notes (deviations and quirks). Then every gate of the support policy as data: the rule, the
-# device class it is limited to, and whether it is an upstream quirk (applied only in
-# upstream-exact mode).
+# registers it too), counted per op family first. The full table (click to open) gives each
+# entry's builder, how ovkit translates it to OpenVINO, its support gates and upstream's notes
+# (deviations and quirks), with every cell in full. Then the gates of the support policy: how
+# many per device class, and (click to open) each rule, the device class it is limited to and
+# whether it is an upstream quirk (applied only in upstream-exact mode).
 
 # %% tags=["op-table"]
 ops_table = ovkit.op_coverage_table()
+ops_table["family"] = ops_table["op"].map(notebook.op_family)
 kinds = ops_table["kind"].value_counts().to_dict()
 print(
     f"{len(ops_table)} entries {kinds}: {int(ops_table['registered'].sum())} registered upstream, "
     f"{int(ops_table['translated'].sum())} translated by ovkit, {int(ops_table['reference'].sum())} with a numpy reference"
 )
-with pd.option_context("display.max_rows", None, "display.max_colwidth", 60):
-    display(ops_table.set_index("op")[["kind", "builders", "openvino (ovkit)", "gates", "upstream notes"]])
+per_family = ops_table.groupby("family").agg(
+    entries=("op", "size"),
+    registered=("registered", "sum"),
+    translated=("translated", "sum"),
+    ops=("op", lambda o: ", ".join(str(getattr(x, "value", x)).rsplit(".", 1)[-1] for x in o)),
+)
+display(per_family.sort_values("entries", ascending=False).style.set_properties(
+    subset=["ops"], **{"white-space": "normal", "text-align": "left", "max-width": "36em"}
+))  # fmt: skip
+full = ops_table.set_index("op")[
+    ["family", "kind", "builders", "openvino (ovkit)", "gates", "upstream notes"]
+]
+cells = {"white-space": "pre-wrap", "text-align": "left", "vertical-align": "top", "max-width": "24em"}
+display(
+    notebook.Collapsed(
+        f"the full op table: {len(full)} entries, every cell in full (click to open)",
+        full.style.format(escape="html").set_properties(**cells),
+    )
+)
 
 # %% tags=["gates"]
 gates = policy.gates_frame()
 print(f"{gates['gate'].nunique()} gates over {gates['op'].nunique() - 1} ops (+ global)")
-with pd.option_context("display.max_rows", 20, "display.max_colwidth", 70):
-    display(gates[["op", "gate", "rule", "device class", "upstream quirk"]].drop_duplicates("gate"))
+unique = gates.drop_duplicates("gate")
+display(
+    unique.assign(**{"device class": unique["device class"].fillna("every class").replace("", "every class")})
+    .groupby(["device class", "upstream quirk"])
+    .size()
+    .unstack(fill_value=0)
+    .rename_axis(index="gates limited to", columns="upstream quirk")
+)
+display(
+    notebook.Collapsed(
+        f"every gate: {len(unique)} rules (click to open)",
+        unique[["op", "gate", "rule", "device class", "upstream quirk"]]
+        .style.format(escape="html")
+        .set_properties(subset=["rule"], **cells),
+    )
+)
 
 # %% [markdown]
 # ## 2. `test-ops` on this machine
@@ -93,12 +126,12 @@ print(f"  ... {len(cases)} cases")
 print("\n".join(testops.summarize(cases, "test", dev0, reference).lines()))
 
 # %% [markdown]
-# ## 3. Coverage heatmap: op × type × device class
+# ## 3. Coverage heatmap: op family × type × device class
 #
 # The same catalogue on the GPU and NPU classes of the simulated machine. Each cell sums up
-# the cases of one op and input type on one device class (every quantized weight type
+# the cases of one op family and input type on one device class (every quantized weight type
 # shares the `quant` column): all pass, some rejected by the policy, all rejected, or a
-# failure (a wrong result; there should be none).
+# failure (a wrong result; there should be none). The same per op opens below it.
 
 # %% tags=["test-classes"]
 for cls, (c, name) in targets.items():
@@ -108,7 +141,12 @@ every = notebook.coverage_frame(results, case_types)
 every.groupby(["device_class", "status"]).size().unstack(fill_value=0)
 
 # %% tags=["heatmap"]
-notebook.coverage_heatmap(every)
+display(notebook.coverage_heatmap(every, by="family"))
+display(
+    notebook.Collapsed(
+        f"per op: {every['op'].nunique()} ops (click to open)", notebook.coverage_heatmap(every)
+    )
+)
 
 # %% [markdown]
 # ## 4. Why a case is not supported
@@ -191,7 +229,7 @@ if notebook.optional("backend", "the live supports_op agreement"):
 # *ovkit-only* (refused by the backend, translated by ovkit), *not translatable* (ovkit has no
 # builder, type or OpenVINO translation for it yet) or *no case* (no case builder, or the
 # installed ggml cannot build it). Numbers in the cells are rows; the colour is the share of the
-# op's rows.
+# family's rows (per op: click to open below the summary).
 
 # %% tags=["catalogue-coverage"]
 from ovkit.catalogue import run as catalogue
@@ -207,7 +245,11 @@ print(
     f"ovkit translates {100 * classified['translatable'].mean():.1f} % of the list, "
     f"the backend accepts {100 * classified['accepted'].mean():.1f} %"
 )
-catalogue_view.coverage_figure(table)
+families = table.groupby(table.index.map(notebook.op_family)).sum()
+display(catalogue_view.coverage_figure(families.loc[families.sum(axis=1).sort_values(ascending=False).index]))
+display(
+    notebook.Collapsed(f"per op: {len(table)} ops (click to open)", catalogue_view.coverage_figure(table))
+)
 
 # %% [markdown]
 # A few rows run for real: ovkit's graph on this CPU against ggml's CPU backend, in worker

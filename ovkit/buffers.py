@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import itertools
 import mmap
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -179,10 +180,18 @@ class HostStorage:
 
     remote = False
 
-    def __init__(self, size: int, note: str = "host memory", *, device_side: bool = False) -> None:
+    def __init__(
+        self,
+        size: int,
+        note: str = "host memory",
+        *,
+        device_side: bool = False,
+        on_free: Callable[[], None] | None = None,
+    ) -> None:
         self._size = int(size)
         self.note = note
         self.device_side = device_side  # stands in for device memory (a simulated GPU)
+        self._on_free = on_free  # called once when freed (a simulated device gives the bytes back)
         # private anonymous mapping: MADV_DONTNEED really frees its pages (a shared one would not)
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
         self._mmap: mmap.mmap | None = mmap.mmap(-1, self._size, flags=flags) if self._size else None
@@ -225,6 +234,9 @@ class HostStorage:
         """Drop the tensor and the array, then unmap (deferred to GC if someone holds a view)."""
         self._ov_tensor = None
         self._array = None
+        on_free, self._on_free = self._on_free, None
+        if on_free is not None:
+            on_free()
         if self._mmap is not None:
             # a caller still holding a numpy view defers the unmap until that view goes
             with contextlib.suppress(BufferError):
@@ -424,9 +436,11 @@ class Buffer:
             )
         if want_remote and size:
             if core is not None and is_simulated(core):
-                return HostStorage(
-                    size, note=f"simulated {self.buffer_type.device}: host memory", device_side=True
-                )
+                # counted as the simulated GPU's usm_device, as the plugin counts a USM tensor
+                dev = self.buffer_type.device
+                core.allocate(dev, size, "usm_device")
+                return HostStorage(size, note=f"simulated {dev}: host memory", device_side=True,
+                                   on_free=functools.partial(core.release, dev, size, "usm_device"))  # fmt: skip
             if core is None:
                 core = get_core()
             return RemoteStorage(size, self.buffer_type.device, core)

@@ -66,6 +66,8 @@ class Device:
     memory_clamped: bool = False
     memory_breakdown: Mapping[str, int] = field(default_factory=dict)
     host_available_bytes: int | None = None
+    #: MemAvailable of the host whose RAM this device allocates from (an iGPU or NPU), else None
+    shared_host_available_bytes: int | None = None
     properties: Mapping[str, Any] = field(default_factory=dict)
     simulated: bool = False
     ov_id: str = ""  #: the OpenVINO device this entry stands for (the name, in the seed layout)
@@ -91,6 +93,8 @@ class Device:
             self.free_bytes,
             self.host_available_bytes,
             self.memory_error,
+            shared_host_available_bytes=self.shared_host_available_bytes,
+            simulated=self.simulated,
         )
 
     def list_line(self) -> str:
@@ -157,6 +161,7 @@ def describe_device(name: str, core: Any = None) -> Device:
         memory_clamped=mem.clamped,
         memory_breakdown=mem.breakdown,
         host_available_bytes=mem.host_available_bytes,
+        shared_host_available_bytes=mem.shared_host_available_bytes,
         properties=props,
         simulated=is_simulated(core),
         ov_id=name,

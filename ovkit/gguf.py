@@ -162,15 +162,17 @@ class GGUFModel:
         total = 0
         for t in self.tensors.values():
             if t.type in quant.QUANT_SPECS:
-                target = quant.requant_type(t.name, device_class, t.type, no_requant=no_requant)
-                total += quant.requant_bytes(target, t.type, t.shape)
+                total += quant.requant_decision(
+                    t.name, device_class, t.type, t.shape, no_requant=no_requant
+                ).nbytes
             else:
                 total += t.nbytes
         return total
 
     def fit_check(self, core: Any = None) -> pd.DataFrame:
         """Per device: the bytes the weights need after the policy vs the device's free memory
-        (``Device.live``: the figure the device table and charts show; unknown stays unknown)."""
+        (``Device.live``: the figure the device table and charts show; unknown stays unknown);
+        ``fits`` is False and ``refused`` says why when the device cannot build a weight."""
         import pandas as pd
 
         from ovkit.devices import list_devices
@@ -179,6 +181,14 @@ class GGUFModel:
         for d in list_devices(core):
             need = self.weight_bytes(str(d.device_class))
             free = d.live.free_bytes  # the free figure of the table and charts; None = unknown
+            # a weight the device cannot build (quant.requant_decision, as Model and placement)
+            refused = [
+                r.refused
+                for t in self.tensors.values()
+                if t.type in quant.QUANT_SPECS
+                for r in (quant.requant_decision(t.name, str(d.device_class), t.type, t.shape),)
+                if not r.ok
+            ]
             rows.append(
                 {
                     "device": d.name,
@@ -186,10 +196,13 @@ class GGUFModel:
                     "file_bytes": self.total_bytes,
                     "weight_bytes": need,
                     "free_bytes": free,
-                    "fits": None if free is None else need <= free,
+                    "fits": False if refused else None if free is None else need <= free,
                     "headroom_bytes": None if free is None else free - need,
                     "memory_rule": d.live.explain(),
                     "simulated": d.simulated,
+                    "refused": f"{refused[0]} (and {len(refused) - 1} more)"
+                    if len(refused) > 1
+                    else "".join(refused),
                 }
             )
         return pd.DataFrame(rows)
@@ -598,6 +611,8 @@ def cli(args: Any) -> int:
     for label, row in zip(labels, rows, strict=True):
         known = row["fits"] is not None and not pd.isna(row["free_bytes"])
         verdict = ("fits" if row["fits"] else "does NOT fit") if known else "unknown: free memory unreadable"
+        if row["refused"]:
+            verdict = f"does NOT run: {row['refused']}"
         free, headroom = (row["free_bytes"], row["headroom_bytes"]) if known else (None, None)
         print(
             f"  {label:{width}} {format_bytes(row['weight_bytes']):>10} {format_bytes(free):>10} "

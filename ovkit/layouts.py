@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ovkit.memory import SIZE_MAX, host_memory, read_property
+from ovkit.memory import SIZE_MAX, host_memory, read_property, shares_host_ram
 from ovkit.runtime import get_core
 
 DEFAULT_LAYOUT = "seed"
@@ -200,16 +200,6 @@ def _fork_used(core: Any, ov_id: str) -> tuple[int | None, dict[str, int]]:
     return (None if err else _byte_count(value)), {}
 
 
-def _shares_system_memory(core: Any, ov_id: str) -> bool:
-    """An NPU, or an integrated GPU: both allocate from system RAM."""
-    if ov_id.startswith("NPU"):
-        return True
-    if not ov_id.startswith("GPU"):
-        return False
-    kind, err = read_property(core, ov_id, "DEVICE_TYPE")
-    return not err and str(kind).rsplit(".", 1)[-1].upper() == "INTEGRATED"
-
-
 _FORK_TOTAL = {"GPU": "GPU_DEVICE_TOTAL_MEM_SIZE", "NPU": "NPU_DEVICE_TOTAL_MEM_SIZE"}
 
 
@@ -227,7 +217,7 @@ def _fork_memory(core: Any, ov_id: str) -> Memory:
         mem = Memory(total, free, used, f"{prop} - this process's OpenVINO allocations", breakdown=breakdown)
     else:
         mem = _host(core, "host RAM (free = total), as for the CPU or a plugin without memory counters")
-    if _shares_system_memory(core, ov_id):
+    if shares_host_ram(core, ov_id):
         available = host_memory(core).available_bytes
         capped = min(mem.free, available if available else SIZE_MAX)
         if capped != mem.free:

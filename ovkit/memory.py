@@ -7,6 +7,8 @@ names, units and rules every view (table, bars, charts, fit check) uses for them
 - NPU: total = ``NPU_DEVICE_TOTAL_MEM_SIZE``; used = ``NPU_DEVICE_ALLOC_MEM_SIZE``.
 - free = max(0, total - used).  A required property that is missing or raises gives 0/0 and the
   reason is kept.  ``GPU_DEVICE_MAX_ALLOC_MEM_SIZE`` is never used.
+- An NPU or an integrated GPU allocates from host RAM: the live views cap its free at the host's
+  ``MemAvailable`` (the list line keeps the backend's figure).
 
 The quantities (``QUANTITIES``): the backend's ``--list-devices`` total and free, the host's
 available memory (``MemAvailable``), this process's OpenVINO allocations by type, and this
@@ -89,6 +91,8 @@ class MemoryReport:
     clamped: bool = False
     breakdown: Mapping[str, int] = field(default_factory=dict)
     host_available_bytes: int | None = None
+    #: MemAvailable of the host whose RAM this device allocates from (an iGPU or NPU), else None
+    shared_host_available_bytes: int | None = None
 
     @property
     def total_mib(self) -> int:
@@ -125,6 +129,16 @@ def read_property(core: Any, device: str, name: str) -> tuple[Any, str | None]:
         return core.get_property(device, name), None
     except (RuntimeError, TypeError, ValueError, KeyError) as exc:
         return None, f"{name}: {exc}".strip()
+
+
+def shares_host_ram(core: Any, device: str) -> bool:
+    """An NPU, or a GPU whose ``DEVICE_TYPE`` is integrated: both allocate from host RAM."""
+    if device.startswith("NPU"):
+        return True
+    if not device.startswith("GPU"):
+        return False
+    kind, err = read_property(core, device, "DEVICE_TYPE")
+    return not err and str(kind).rsplit(".", 1)[-1].upper() == "INTEGRATED"
 
 
 def _as_bytes(name: str, value: Any) -> tuple[int | None, str | None]:
@@ -185,7 +199,16 @@ def read_memory(
             return _failed(rule, err or "")
         used = n
     free = max(0, total - used)
-    return MemoryReport(total, free, used, rule.formula, clamped=used > total, breakdown=breakdown)
+    shared = host_memory(core).available_bytes if shares_host_ram(core, device) else None
+    return MemoryReport(
+        total,
+        free,
+        used,
+        rule.formula,
+        clamped=used > total,
+        breakdown=breakdown,
+        shared_host_available_bytes=shared,
+    )
 
 
 # -- the one memory story: named quantities and the live rule per device class -------------------
@@ -244,6 +267,17 @@ LIVE_RULES: dict[str, LiveRule] = {
 }
 UNKNOWN_RULE = LiveRule("unknown", used="unknown", free="unknown")
 
+#: A device that allocates from host RAM (iGPU, NPU): its free cannot exceed what the host has.
+SHARED_NOTE = "shares host RAM: free is at most the host's MemAvailable"
+#: A simulated machine's host RAM: the profile's fixed figures, moved only by what ovkit does there.
+SIMULATED_HOST_RULE = LiveRule(
+    "simulated host RAM − MemAvailable",
+    used="the profile's fixed host RAM − its MemAvailable",
+    free="the profile's fixed MemAvailable − what ovkit allocated on the simulated machine",
+    note="simulated: a fixed value except for models compiled and buffers allocated on the simulated "
+    "CPU, iGPU and NPU, which share its host RAM",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class LiveFigures:
@@ -281,14 +315,25 @@ def live_figures(
     free_bytes: int,
     host_available_bytes: int | None,
     error: str | None,
+    *,
+    shared_host_available_bytes: int | None = None,
+    simulated: bool = False,
 ) -> LiveFigures:
-    """The live figures of one device from what ``read_memory`` reported (see ``LIVE_RULES``)."""
+    """The live figures of one device from what ``read_memory`` reported (see ``LIVE_RULES``).
+
+    Host RAM is the OS's figure (``MemAvailable``), not the backend's free = total; on a simulated
+    machine it says so (``SIMULATED_HOST_RULE``).  A device sharing host RAM has its free capped
+    at the host's ``MemAvailable`` (``SHARED_NOTE``)."""
     rule = LIVE_RULES.get(device_class)
     if error is not None or rule is None:
         return LiveFigures(None, None, None, UNKNOWN_RULE, error or f"no memory rule for {device_class}")
-    if host_available_bytes is not None:  # host RAM: the OS's figure, not the backend's free = total
+    if host_available_bytes is not None:
         free = min(total_bytes, host_available_bytes)
-        return LiveFigures(total_bytes, total_bytes - free, free, rule)
+        return LiveFigures(total_bytes, total_bytes - free, free, SIMULATED_HOST_RULE if simulated else rule)
+    if shared_host_available_bytes is not None:
+        rule = LiveRule(f"{rule.label}; free ≤ MemAvailable", rule.used, f"{rule.free}, at most MemAvailable",
+                        SHARED_NOTE)  # fmt: skip
+        return LiveFigures(total_bytes, used_bytes, min(free_bytes, shared_host_available_bytes), rule)
     return LiveFigures(total_bytes, used_bytes, free_bytes, rule)
 
 

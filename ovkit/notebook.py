@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ovkit.buffers import buffer_type, host_buffer_type
 from ovkit.devices import Device, physical_device_ids
+from ovkit.escape import html_attr, html_text
 from ovkit.memory import BYTE_UNITS, format_bytes
 from ovkit.report import Report, Reported, format_duration
 
@@ -490,24 +491,94 @@ def coverage_frame(results: Mapping[str, pd.DataFrame], case_types: Mapping[str,
     return every
 
 
-def coverage_heatmap(every: pd.DataFrame) -> Figure:
-    """op × input type × device class: all pass, some rejected, all rejected, or a failure."""
+#: ggml's ops by family, for summaries (unary and GLU sub-ops by their own names); data, not rules.
+OP_FAMILIES: dict[str, tuple[str, ...]] = {
+    "matrix products": ("MUL_MAT", "MUL_MAT_ID", "MUL_MAT_HADAMARD", "OUT_PROD"),
+    "attention": ("FLASH_ATTN_EXT", "SOFT_MAX", "SOFT_MAX_BACK", "ROPE", "ROPE_BACK", "DIAG_MASK_INF",
+                  "LIGHTNING_INDEXER"),
+    "normalisation": ("NORM", "RMS_NORM", "RMS_NORM_BACK", "L2_NORM"),
+    "arithmetic": ("ADD", "ADD1", "ADD_ID", "SUB", "MUL", "DIV", "SCALE", "SQR", "SQRT", "LOG", "SIN",
+                   "COS", "CLAMP", "ACC"),
+    "activations (unary)": ("ABS", "CEIL", "ELU", "EXP", "EXPM1", "FLOOR", "GELU", "GELU_ERF",
+                            "GELU_QUICK", "HARDSIGMOID", "HARDSWISH", "LEAKY_RELU", "NEG", "RELU",
+                            "ROUND", "SGN", "SIGMOID", "SILU", "SILU_BACK", "SOFTPLUS", "STEP", "TANH",
+                            "TRUNC", "XIELU"),
+    "gated (GLU)": ("GEGLU", "GEGLU_ERF", "GEGLU_QUICK", "REGLU", "SWIGLU", "SWIGLU_OAI"),
+    "reductions, sorting": ("SUM", "SUM_ROWS", "MEAN", "ARGMAX", "ARGSORT", "TOP_K", "CUMSUM",
+                            "COUNT_EQUAL"),
+    "copies, views, indexing": ("CPY", "DUP", "CONT", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE",
+                                "GET_ROWS", "GET_ROWS_BACK", "SET_ROWS", "SET", "CONCAT", "REPEAT",
+                                "REPEAT_BACK", "PAD", "PAD_REFLECT_1D", "ROLL", "FILL", "ARANGE", "DIAG",
+                                "TRI"),
+    "convolution, pooling": ("CONV_2D", "CONV_2D_DW", "CONV_3D", "CONV_TRANSPOSE_1D",
+                             "CONV_TRANSPOSE_2D", "IM2COL", "IM2COL_3D", "COL2IM_1D", "POOL_1D",
+                             "POOL_2D", "UPSCALE", "TIMESTEP_EMBEDDING"),
+    "recurrent, state-space": ("SSM_CONV", "SSM_SCAN", "RWKV_WKV6", "RWKV_WKV7", "GATED_DELTA_NET",
+                               "GATED_LINEAR_ATTN", "SOLVE_TRI", "DSV4_HC_PRE", "DSV4_HC_POST"),
+    "training": ("OPT_STEP_SGD", "CROSS_ENTROPY_LOSS_BACK"),
+}  # fmt: skip
+_FAMILY_OF = {op: family for family, ops in OP_FAMILIES.items() for op in ops}
+
+
+def op_family(op: object) -> str:
+    """The family of a ggml op name (``"UNARY.EXP"``, ``"EXP"`` and ``Op.EXP`` alike); "other" if
+    :data:`OP_FAMILIES` does not name it."""
+    name = str(getattr(op, "value", op)).rsplit(".", 1)[-1]
+    return _FAMILY_OF.get(name, "other")
+
+
+class Collapsed:
+    """``content`` (a DataFrame, Styler or Figure) behind a ``<details>`` toggle in HTML, so a
+    notebook shows its summary first; the text form is the title and the content's text."""
+
+    def __init__(self, title: str, content: Any) -> None:
+        self.title, self.content = title, content
+
+    def _inner_html(self) -> str:
+        import base64
+        import io
+
+        if hasattr(self.content, "savefig"):
+            buf = io.BytesIO()
+            self.content.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+            data = base64.b64encode(buf.getvalue()).decode("ascii")
+            return f'<img alt="{html_attr(self.title)}" src="data:image/png;base64,{data}"/>'
+        to_html = getattr(self.content, "to_html", None)
+        return str(to_html()) if callable(to_html) else f"<pre>{html_text(str(self.content))}</pre>"
+
+    def _repr_html_(self) -> str:
+        return f"<details><summary>{html_text(self.title)}</summary>{self._inner_html()}</details>"
+
+    def __repr__(self) -> str:
+        return f"{self.title} (collapsed)"
+
+
+def coverage_heatmap(every: pd.DataFrame, by: str = "op") -> Figure:
+    """op (``by="family"``: op family) × input type × device class: all pass, some rejected,
+    all rejected, or a failure (the family's cell: over every case of its ops)."""
     import matplotlib.pyplot as plt
     import numpy as np
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
+    if by not in ("op", "family"):
+        raise ValueError(f"coverage_heatmap by {by!r}: expected 'op' or 'family'")
+    if by == "family":
+        every = every.assign(op=every["op"].map(op_family))
+    font = 10 if by == "family" else 8
     classes = list(dict.fromkeys(every["device_class"]))
     cats = every.groupby(["op", "device_class", "dtype"])["status"].agg(_coverage_category)
     grid = cats.unstack(["device_class", "dtype"])
     pairs: list[tuple[str, str]] = list(grid.columns)  # type: ignore[arg-type]  # a MultiIndex
     columns = sorted(pairs, key=lambda k: (classes.index(k[0]), k[1]))
     grid = grid.reindex(columns=columns)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * grid.shape[1], 0.8 + 0.26 * grid.shape[0]))
+    # a family summary is few rows in readable type; the labels and legend need a wider frame
+    width = 1.0 + 0.55 * grid.shape[1] if by == "op" else max(6.0, 2.5 + 0.6 * grid.shape[1])
+    fig, ax = plt.subplots(figsize=(width, 0.8 + (0.26 if by == "op" else 0.34) * grid.shape[0]))
     cmap = ListedColormap(list(COVERAGE_COLOURS))
     ax.imshow(np.ma.masked_invalid(grid.to_numpy(dtype=float)), cmap=cmap, vmin=0, vmax=3, aspect="auto")
-    ax.set_yticks(range(len(grid.index)), grid.index, fontsize=8)
-    ax.set_xticks(range(grid.shape[1]), [f"{c}\n{t}" for c, t in columns], fontsize=8)
+    ax.set_yticks(range(len(grid.index)), grid.index, fontsize=font)
+    ax.set_xticks(range(grid.shape[1]), [f"{c}\n{t}" for c, t in columns], fontsize=font)
     ax.xaxis.tick_top()
     column_classes = [c for c, _ in columns]
     for i in range(1, len(column_classes)):
@@ -515,7 +586,8 @@ def coverage_heatmap(every: pd.DataFrame) -> Figure:
             ax.axvline(i - 0.5, color="black", lw=1.5)
     handles = [Patch(color=cmap(i), label=n) for i, n in enumerate(COVERAGE_CATEGORIES)]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
-    ax.set_title("test-ops: op × input type × device class (white: no case)", fontsize=9, pad=28)
+    what = "op family" if by == "family" else "op"
+    ax.set_title(f"test-ops: {what} × input type × device class (white: no case)", fontsize=font + 1, pad=28)
     return _finished(fig)
 
 

@@ -473,11 +473,9 @@ class QuantizedWeight:
                 f"{spec.name} {what}: form {self.form!r} does not exist (upstream refuses {spec.name} "
                 "weights); expected 'fast' (the host-decoded constant)"
             )
-        if self.requant is RequantTarget.UNSUPPORTED:
-            raise QuantError(
-                f"{spec.name} {what}: requant target {self.requant!s}: the policy refuses this weight "
-                "(upstream has no extraction for it); expected a target the device builds"
-            )
+        refused = requant_refusal(self.requant, spec.name, self.shape, what)
+        if refused:
+            raise QuantError(refused)
         need = self.rows * row_bytes(spec.name, self.shape[-1])
         if len(self.raw) != need:
             raise QuantError(
@@ -1055,8 +1053,9 @@ def requantize(values: np.ndarray, target: RequantTarget) -> Decoded:
             q = np.where(d != 0, np.rint(x / d), 0).astype(np.int8)
         return Decoded(q, d.astype(np.float32), None, k)
     if target is RequantTarget.Q4_0_128:
-        if k % 128:
-            raise QuantError(f"Q4_0_128 needs rows that are a multiple of 128, got {k}")
+        refused = requant_refusal(target, "f32", (rows, k), "rows")
+        if refused:
+            raise QuantError(refused)
         g = x.reshape(rows, k // 128, 128)
         idx = np.abs(g).argmax(axis=2)[..., None]
         mx = np.take_along_axis(g, idx, axis=2)
@@ -1135,6 +1134,73 @@ REQUANT_RULES: tuple[RequantRule, ...] = (
     *(RequantRule("*", d, _OTHER, RequantTarget.NATIVE, "native extraction") for d in ("CPU", "GPU")),
     RequantRule("*", "NPU", _OTHER, RequantTarget.Q4_0_128, "NPU: i4 symmetric G=128 (even Q8_0)"),
 )
+
+
+#: Elements per scale of the NPU's i4 requantization (upstream's ``weights_per_block = 128``).
+Q4_0_128_GROUP = 128
+
+
+def requant_refusal(target: RequantTarget, qtype: str, shape: Sequence[int], what: str = "weight") -> str:
+    """Why a device cannot build a ``qtype`` weight of ``shape`` requantized to ``target`` ("" if it can).
+
+    UNSUPPORTED: upstream's type gate refuses the type.  Q4_0_128 needs each row (ggml ``ne0``,
+    the last numpy axis) to be whole groups of 128: upstream sizes the scales ``ne0 // 128`` per
+    row, quantizes the flattened tensor in 128-runs that straddle rows, and its Reshape back to
+    ``[rows, ne0]`` fails, so the weight does not load (no smaller group, no per-channel fallback).
+    """
+    name = str(qtype)
+    if target is RequantTarget.UNSUPPORTED:
+        return (
+            f"{name} {what}: requant target {target!s}: the policy refuses this weight "
+            "(upstream has no extraction for it); expected a target the device builds"
+        )
+    k = int(shape[-1])
+    if target is RequantTarget.Q4_0_128 and k % Q4_0_128_GROUP:
+        return (
+            f"{name} {what} of shape {tuple(int(d) for d in shape)}: requant target {target!s} "
+            f"needs rows that are a multiple of {Q4_0_128_GROUP}, got {k}; upstream's NPU "
+            "requantization has no other group for it (its weight Reshape fails and the model "
+            "does not load)"
+        )
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class RequantDecision:
+    """What a device class does with one stored weight: the target, its bytes, or why it cannot."""
+
+    name: str
+    qtype: str
+    shape: tuple[int, ...]
+    target: RequantTarget
+    refused: str  # "" when the device builds the weight
+
+    @property
+    def ok(self) -> bool:
+        return not self.refused
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes on the device after the policy (a refused Q4_0_128 weight: what upstream allocates
+        before its build fails; UNSUPPORTED has no size: QuantError)."""
+        return requant_bytes(self.target, self.qtype, self.shape)
+
+
+def requant_decision(
+    tensor_name: str,
+    device_class: str,
+    qtype: str,
+    shape: Sequence[int],
+    *,
+    no_requant: bool = False,
+) -> RequantDecision:
+    """The one decision placement, fit and the runner share: upstream's target for this weight
+    on ``device_class`` and, when the device cannot build it, the reason."""
+    target = requant_type(tensor_name, device_class, qtype, no_requant=no_requant)
+    dims = tuple(int(d) for d in shape)
+    what = f"weight {tensor_name!r}" if tensor_name else "weight"
+    name = quant_spec(qtype).name
+    return RequantDecision(tensor_name, name, dims, target, requant_refusal(target, name, dims, what))
 
 
 def requant_type(

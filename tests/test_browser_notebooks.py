@@ -60,12 +60,14 @@ def page(lab: str) -> Iterator[Any]:
 
 
 def _broken_images(page: Any) -> list[str]:
-    """Image outputs the browser could not draw (``naturalWidth`` 0: an empty or broken PNG)."""
+    """Image outputs the browser could not draw (``naturalWidth`` 0: an empty or broken PNG); an
+    image hidden until it has content (the op explorer's chart before a run) is not asked to."""
     images = page.locator(f"{PANEL} .jp-OutputArea-output img")
+    drawn = "img => getComputedStyle(img).display === 'none' || (img.complete && img.naturalWidth > 0)"
     return [
         images.nth(i).get_attribute("alt") or f"image {i}"
         for i in range(images.count())
-        if not images.nth(i).evaluate("img => img.complete && img.naturalWidth > 0")
+        if not images.nth(i).evaluate(drawn)
     ]
 
 

@@ -208,7 +208,7 @@ def test_fit_per_device(model_file: Callable[..., Path]) -> None:
     from ovkit.model import footprint
     from ovkit.simulate import SimulatedCore
 
-    model = Model(model_file("llama", "q8_0"), n_ctx=128)
+    model = Model(model_file("llama", "q8_0", n_embd=128, n_ff=256), n_ctx=128)  # NPU: groups of 128
     hp = model.hp
     f = footprint.fit(model, SimulatedCore("laptop"), raw=True)
     assert list(f["device"]) == ["CPU (SIMULATED)", "GPU (SIMULATED)", "NPU (SIMULATED)"]

@@ -78,3 +78,47 @@ def test_cache_stats_read_as_a_sentence() -> None:
     assert str(stats) == (
         "compiled-graph cache: hits 1, misses 2 (33% hit rate), evictions 0, compiles 2 in 64.7 ms, entries 2 of 64"
     )
+
+
+def test_every_test_backend_ops_op_has_a_family() -> None:
+    """The summaries group by op family: no op of the shipped catalogue falls into "other"."""
+    from ovkit.catalogue import run as catalogue
+
+    ops = {r.op for r in catalogue.read_rows()}
+    assert {op for op in ops if notebook.op_family(op) == "other"} == set()
+    assert notebook.op_family("UNARY.EXP") == notebook.op_family("EXP") == "activations (unary)"
+    assert notebook.op_family("GLU.SWIGLU") == "gated (GLU)" and notebook.op_family("NOT_AN_OP") == "other"
+    assert len(notebook.OP_FAMILIES) <= 12  # a summary, not the table again
+
+
+def test_collapsed_shows_its_title_and_holds_the_whole_content() -> None:
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    frame = pd.DataFrame({"op": ["ADD"] * 3, "note": ["x" * 300, "<b>", "y"]})
+    folded = notebook.Collapsed("every row <3", frame.style.format(escape="html"))
+    page = folded._repr_html_()
+    assert page.startswith("<details><summary>every row &lt;3</summary>") and "x" * 300 in page
+    assert "&lt;b&gt;" in page and repr(folded) == "every row <3 (collapsed)"
+    fig, _ = plt.subplots()
+    plt.close(fig)
+    assert 'src="data:image/png;base64,' in notebook.Collapsed("a figure", fig)._repr_html_()
+
+
+def test_coverage_heatmap_by_family_has_a_row_per_family() -> None:
+    import pandas as pd
+
+    every = pd.DataFrame(
+        {
+            "op": ["ADD", "SUB", "MUL_MAT", "EXP", "ADD"],
+            "device_class": ["CPU", "CPU", "CPU", "GPU", "GPU"],
+            "dtype": ["f32"] * 5,
+            "status": ["OK", "OK", "OK", "not supported", "OK"],
+        }
+    )
+    fig = notebook.coverage_heatmap(every, by="family")
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["activations (unary)", "arithmetic", "matrix products"]
+    assert "op family" in fig.axes[0].get_title()
+    with pytest.raises(ValueError, match="by 'dtype'"):
+        notebook.coverage_heatmap(every, by="dtype")

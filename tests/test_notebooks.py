@@ -261,8 +261,17 @@ def test_01_devices_shows_the_live_table_widget(executed: Callable[[str], Any]) 
     views = [o for o in cell(nb, "live-table").outputs if "data" in o]
     assert "application/vnd.jupyter.widget-view+json" in views[0].data
     tables = live_tables(nb)
-    assert len(tables) == 1, "the live table must be in the saved widget state"
-    assert tables[0] == ([d.name for d in ovkit.list_devices()], "CPU")
+    assert len(tables) == 2, "the live table and the dashboard's must be in the saved widget state"
+    assert tables == [([d.name for d in ovkit.list_devices()], "CPU")] * 2
+
+
+@pytest.mark.slow
+def test_01_devices_dashboard_shows_how_busy_each_device_is(executed: Callable[[str], Any]) -> None:
+    nb = executed("01-devices")
+    views = [o for o in cell(nb, "dashboard").outputs if "data" in o]
+    assert "application/vnd.jupyter.widget-view+json" in views[0].data
+    busy = text(nb, "busy")
+    assert re.search(r"^  CPU: \d+% \(this process \d+%\) · /proc/stat, /proc/self/stat$", busy, re.M), busy
 
 
 @pytest.mark.slow
@@ -272,8 +281,10 @@ def test_01_devices_on_a_simulated_machine_with_papermill(tmp_path: Path) -> Non
     assert "machine: simulated 'laptop'" in text(nb, "setup")
     assert text(nb, "result").rstrip("\n") == LAPTOP_LIST
     assert "selected device: GPU" in text(nb, "device-table")
-    ((_, highlighted),) = live_tables(nb)
-    assert highlighted == "GPU"
+    assert [highlighted for _, highlighted in live_tables(nb)] == ["GPU", "GPU"]  # table, dashboard
+    busy = text(nb, "busy")
+    assert re.search(r"^  GPU: simulated: not measured · simulated device", busy, re.M), busy
+    assert "where the simulated devices run" in busy
 
 
 # ---------------------------------------------------------------------------------------------
@@ -508,7 +519,9 @@ def test_05_op_table_lists_every_registered_op(executed: Callable[[str], Any]) -
         all(op in table for op in ("FLASH_ATTN_EXT", "ROPE", "SWIGLU", "GELU"))
         and "<td>...</td>" not in table
     )
-    assert "global.exp_f32" in html(nb, "gates")
+    # the summary per op family first, the full table behind a toggle
+    assert -1 < table.index("matrix products") < table.index("<details><summary>the full op table: ")
+    assert "global.exp_f32" in html(nb, "gates") and "<details><summary>every gate: " in html(nb, "gates")
 
 
 @pytest.mark.slow
@@ -536,7 +549,8 @@ def test_05_rejections_carry_reasons(executed: Callable[[str], Any]) -> None:
 @pytest.mark.slow
 def test_05_heatmap_and_perf(executed: Callable[[str], Any]) -> None:
     nb = executed("05-op-coverage")
-    assert len(pngs(nb, "heatmap")) == 1 and len(pngs(nb, "perf-chart")) == 1
+    assert len(pngs(nb, "heatmap")) == 1 and len(pngs(nb, "perf-chart")) == 1  # by family, per op folded
+    assert "<details><summary>per op: " in html(nb, "heatmap")
     m = re.search(r"perf on CPU: (\d+) cases timed, statuses \{'OK': (\d+)\}", text(nb, "result"))
     assert m and m.group(1) == m.group(2) and int(m.group(1)) >= 5, text(nb, "result")
 
@@ -550,6 +564,7 @@ def test_05_catalogue_view_over_the_whole_list(executed: Callable[[str], Any]) -
     )
     assert m and int(m.group(1)) == 9747 == sum(int(m.group(i)) for i in range(2, 6)), summary
     assert len(pngs(nb, "catalogue-coverage")) == 1
+    assert "<details><summary>per op: " in html(nb, "catalogue-coverage")
     ran = text(nb, "catalogue-run", "stdout")
     assert ran.count(": OK") >= 6 and ": FAIL" not in ran, ran
 

@@ -22,8 +22,9 @@ RAW_FLOAT = re.compile(r"\d\.\d{6,}")  # a float printed with all its digits: ne
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Model:
+    # rows of 128 and 256: whole groups of the NPU's Q4_0_128 requant, so every device runs it
     path = synthetic(
-        "qwen3", tmp_path_factory.mktemp("m") / "qwen3-q8_0.gguf", n_embd=64, n_ff=128, weight_type="q8_0"
+        "qwen3", tmp_path_factory.mktemp("m") / "qwen3-q8_0.gguf", n_embd=128, n_ff=256, weight_type="q8_0"
     )
     return Model(path, n_ctx=128)
 
@@ -44,7 +45,7 @@ def test_model_shows_its_shape_sizes_and_device(model: Model) -> None:
     assert "object at 0x" not in text and text.startswith("Model qwen3-q8_0.gguf")
     assert re.search(r"^layers +2$", text, re.M) and re.search(r"^heads \(q / kv\) +4 / 2$", text, re.M)
     assert re.search(r"^weights on CPU +[\d.]+ KiB$", text, re.M), text
-    assert "KV cache 32.0 KiB (f16)" in text  # K and V · 2 layers · 128 cells · n_embd_kv 32 · f16
+    assert "KV cache 64.0 KiB (f16)" in text  # K and V · 2 layers · 128 cells · n_embd_kv 64 · f16
     assert "<table>" in page and "qwen3" in page
     assert model.n_ctx == 128 and model.hp.n_layer == 2  # the raw values stay attributes
 
@@ -70,11 +71,11 @@ def test_fit_in_units_by_magnitude_raw_bytes_kept(model: Model) -> None:
     assert isinstance(fit, FrameReport)
     text, page = _both(fit)
     rows = [line for line in text.splitlines() if "(SIMULATED)" in line]
-    assert len(rows) == 3 and all(re.search(r"KiB .* GiB +yes +[\d.,]+ GiB$", r) for r in rows), text
+    assert len(rows) == 3 and all(re.search(r"KiB .* GiB +yes +yes +[\d.,]+ GiB$", r) for r in rows), text
     assert not re.search(r"\d{5,}", text)  # no byte counts
     assert "weight" in page and "<td style='text-align: left'>yes</td>" in page
     raw = footprint.fit(model, SimulatedCore("laptop"), raw=True)
-    assert raw.equals(fit.frame) and raw["kv_cache_bytes"].iloc[0] == 2 * 2 * 128 * 32 * 2
+    assert raw.equals(fit.frame) and raw["kv_cache_bytes"].iloc[0] == 2 * 2 * 128 * 64 * 2
 
 
 def test_placement_summary_as_percentages(laptop_nodes: pd.DataFrame) -> None:

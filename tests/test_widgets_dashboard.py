@@ -93,3 +93,42 @@ def test_close_releases_every_widget_model(restore_env) -> None:
     assert len(set(_instances) - before) > 50
     d.close()
     assert set(_instances) - before == set()  # no model (child, layout, style) left in the kernel
+
+
+def test_cpu_utilisation_moves_in_the_dashboard_while_a_model_runs(restore_env, tmp_path) -> None:
+    """The busy panel: this process's CPU share rises while a model generates in a thread; the
+    simulated GPU and NPU say they are not measured."""
+    import threading
+    import time
+
+    from ovkit.model import Model, synthetic
+
+    model = Model(synthetic("llama", tmp_path / "m.gguf"), n_ctx=64)
+    model.generate([1, 2, 3], 1)  # compiled before the measurement
+    d = ovkit.dashboard(SimulatedCore("laptop"), auto_refresh=False, op_explorer=False)
+    time.sleep(0.3)
+    d.refresh()
+    quiet = next(b for b in d.busy if b.device == "CPU").detail["this process"]
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            model.reset()
+            model.generate([1, 2, 3], 4)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    try:
+        time.sleep(1.0)
+        d.refresh()
+    finally:
+        stop.set()
+        worker.join()
+    frame = d.busy_frame()
+    running = next(b for b in d.busy if b.device == "CPU").detail["this process"]
+    assert running > quiet + 0.05, (quiet, frame.loc["CPU"].to_dict())
+    assert list(frame.loc[["GPU", "NPU"], "shown"]) == ["simulated: not measured"] * 2
+    text = str(d)
+    assert "[busy over the last refresh interval]" in text and "  CPU: " in text
+    assert "ovkit-busy" in d._repr_mimebundle_()["text/html"]
+    d.close()

@@ -88,9 +88,9 @@ def test_a_stopped_view_reopens_as_its_last_drawn_state(tmp_path: Path) -> None:
     assert WIDGET_VIEW not in charts.data  # nothing left that needs a widget model
     plain = charts.data["text/plain"]
     assert plain.startswith("charts stopped; the last state drawn (")
-    assert re.search(r"^  CPU: [\d.,]+ GiB used of [\d.,]+ GiB \(host RAM − MemAvailable\)$", plain, re.M), (
-        plain
-    )
+    assert re.search(
+        r"^  CPU: [\d.,]+ GiB used of [\d.,]+ GiB \(simulated host RAM − MemAvailable\)$", plain, re.M
+    ), plain
     assert not re.search(r"\d{7}", plain)  # figures by magnitude, never raw byte counts
     page = charts.data["text/html"]
     assert "charts stopped; the last state drawn" in page and "data:image/png;base64," in page

@@ -7,14 +7,16 @@
   (each non-view result allocated when computed, freed after its last consumer), as ggml's
   graph allocator reuses memory.
 
-``fit`` compares the sum with each device's free memory (simulated devices say so); it shows
-the figures by magnitude, ``.frame`` (or ``raw=True``) holds the bytes.
+``fit`` compares the sum with each device's free memory (simulated devices say so), and says
+whether the device can build every weight at all (``runs``, the same requant decision ``Model``
+and placement use); it shows the figures by magnitude, ``.frame`` (or ``raw=True``) holds the bytes.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from ovkit import quant
 from ovkit.model.program import F16_BYTES
 from ovkit.report import FrameReport
 
@@ -53,6 +55,23 @@ def compute_buffer_bytes(model: Model, n_tokens: int | None = None) -> int:
     return peak
 
 
+def refused_weights(model: Model, device_class: str) -> list[quant.RequantDecision]:
+    """The model's weights ``device_class`` cannot build (``quant.requant_decision``: the rule
+    ``Model`` raises by and placement marks nodes by)."""
+    out = []
+    for t in model.gguf.tensors.values():
+        if t.type in quant.QUANT_SPECS:
+            d = quant.requant_decision(t.name, device_class, t.type, t.shape, no_requant=model.no_requant)
+            if not d.ok:
+                out.append(d)
+    return out
+
+
+def _why_not(refused: list[quant.RequantDecision]) -> str:
+    more = f" (and {len(refused) - 1} more weights)" if len(refused) > 1 else ""
+    return refused[0].refused + more
+
+
 FIT_KINDS = {
     c: "bytes"
     for c in (
@@ -88,10 +107,10 @@ def fit(
     rows = []
     for d in list_devices(core):
         cls = str(d.device_class)
-        weights = model.gguf.weight_bytes(cls)
-        free = d.free_bytes
-        if d.host_available_bytes is not None and cls == "CPU":
-            free = min(free, d.host_available_bytes)
+        weights = model.gguf.weight_bytes(cls, no_requant=model.no_requant)
+        refused = refused_weights(model, cls)
+        # the free figure every live view shows (host RAM: MemAvailable; iGPU/NPU: at most that)
+        free = d.live.free_bytes if d.live.free_bytes is not None else d.free_bytes
         total = weights + kv + compute
         rows.append(
             {
@@ -102,8 +121,10 @@ def fit(
                 "compute_bytes": compute,
                 "total_bytes": total,
                 "free_bytes": free,
-                "fits": total <= free,
+                "runs": not refused,
+                "fits": not refused and total <= free,
                 "headroom_bytes": free - total,
+                "why_not": _why_not(refused) if refused else "",
             }
         )
     frame = pd.DataFrame(rows)
@@ -112,10 +133,18 @@ def fit(
     return FrameReport(
         f"{model.gguf.path.name} on each device: weights, KV cache, compute buffer vs free memory",
         frame,
-        {**FIT_KINDS, "fits": "bool"},
+        {**FIT_KINDS, "runs": "bool", "fits": "bool"},
         FIT_LABELS,
+        hidden=("why_not",),
         notes=(
             f"weights as each device class's requantization policy stores them; KV cache f16 at "
             f"n_ctx {n_ctx or model.n_ctx:,}; compute buffer: peak of one ubatch's intermediates",
+            "runs: the device can build every weight (the decision Model and placement use); "
+            "fits: it runs and the total is within free memory",
+            *(
+                f"{dev} does not run it: {why}"
+                for dev, why in zip(frame["device"], frame["why_not"], strict=True)
+                if why
+            ),
         ),
     )

@@ -72,19 +72,21 @@ def node_flops(t: Any) -> int:
     return int(np.prod(t.ne))
 
 
-def _weight_bytes(t: Any, device_class: str) -> int:
-    """Bytes of the constant weights node ``t`` reads, as the device's policy stores them."""
-    total = 0
+def _weights(t: Any, device_class: str) -> tuple[int, str]:
+    """Bytes of the constant weights node ``t`` reads, as the device's policy stores them, and
+    why the device cannot build one of them ("" if it can): the runner's own requant decision."""
+    total, refused = 0, ""
     for s in t.srcs:
         if s is None or not s.is_leaf or s.value is None:
             continue
         w = s.value
         if isinstance(w, quant.QuantizedWeight):
-            target = quant.requant_type(w.name, device_class, w.qtype)
-            total += quant.requant_bytes(target, w.qtype, w.shape)
+            decision = quant.requant_decision(w.name, device_class, w.qtype, w.shape)
+            total += decision.nbytes
+            refused = refused or decision.refused
         else:
             total += int(np.asarray(w).nbytes)
-    return total
+    return total, refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +133,10 @@ def node_table(
             flops = node_flops(t)
             for d in devices:
                 verdict = check_op(t, d.device_class)
+                wbytes, refused = _weights(t, d.device_class)
+                # a weight the device cannot build: upstream's supports_op takes the node, then
+                # the model does not load; ovkit's Model refuses it with the same reason
+                on_device = verdict.supported and not refused
                 row = {
                     "graph": graph_name,
                     "index": idx,
@@ -140,10 +146,10 @@ def node_table(
                     "ne": list(t.ne),
                     "device": d.label,
                     "class": d.device_class,
-                    "on_device": verdict.supported,
-                    "reason": "" if verdict.supported else verdict.reason,
+                    "on_device": on_device,
+                    "reason": "" if on_device else verdict.reason or refused,
                     "flops": flops,
-                    "weight_bytes": _weight_bytes(t, d.device_class),
+                    "weight_bytes": wbytes,
                 }
                 if live is not None:
                     found = live_verdicts[idx]
@@ -245,7 +251,10 @@ def summary(nodes: pd.DataFrame, *, raw: bool = False) -> FrameReport | pd.DataF
         frame,
         SUMMARY_KINDS,
         {c: c.replace("_", " ") for c in frame.columns},
-        notes=("ovkit runs: no — a node falls back, and ovkit runs a graph whole on one device",)
+        notes=(
+            "ovkit runs: no — a node falls back (ovkit runs a graph whole on one device) or the "
+            "device cannot build one of its weights; fallbacks() gives each reason",
+        )
         if not frame.empty and not frame["ovkit_runs"].all()
         else (),
     )

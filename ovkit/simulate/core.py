@@ -4,7 +4,10 @@ GPU and NPU hardware is absent on development and CI machines; this is how their
 and tested.  It is a *simulation* and says so (``simulated = True``, shown in every table).
 Models "compiled" for any simulated device really compile and run on the local CPU, and while a
 model compiled for a simulated GPU/NPU is alive its constant bytes count as that device's
-allocations, so memory views move while graphs run.
+allocations, so memory views move while graphs run; device buffers ovkit allocates on a
+simulated GPU count the same way (:meth:`SimulatedCore.allocate`).  The host RAM is the
+profile's fixed figure less what ovkit allocated on the simulated CPU and on the devices that
+share host RAM (an integrated GPU, the NPU): only that part of it moves.
 """
 
 from __future__ import annotations
@@ -64,6 +67,12 @@ class SimulatedCore:
         self._t0 = clock()
         self._real_core = real_core
         self._core_props: dict[str, Any] = {}
+        self._host_used = 0  # bytes ovkit holds on the simulated CPU and on devices sharing host RAM
+        self._shares_host = {
+            d.id
+            for d in self.profile.devices
+            if d.id.startswith(("CPU", "NPU")) or d.properties.get("DEVICE_TYPE") == "integrated"
+        }
 
     def __repr__(self) -> str:
         return f"SimulatedCore({self.profile.name!r}, devices={self.available_devices})"
@@ -106,8 +115,12 @@ class SimulatedCore:
         return {device_name: f"simulated {self.profile.name} device"}
 
     def host_memory(self) -> tuple[int, int]:
-        """Host RAM of the simulated machine: (total, available)."""
-        return self.profile.host_total_bytes, self.profile.host_available_bytes
+        """Host RAM of the simulated machine: (total, available), available being the profile's
+        less what ovkit holds on the simulated CPU, integrated GPU and NPU."""
+        with self._lock:
+            self._apply_pending()
+            used = self._host_used
+        return self.profile.host_total_bytes, max(0, self.profile.host_available_bytes - used)
 
     def compile_model(
         self, model: Any, device_name: str = "CPU", config: Mapping[str, Any] | None = None
@@ -123,7 +136,7 @@ class SimulatedCore:
         nbytes = _constant_bytes(model)
         if nbytes:
             self.allocate(device_name, nbytes)
-            weakref.finalize(compiled, self._pending.append, (device_name, -nbytes, "usm_device"))
+            weakref.finalize(compiled, self.release, device_name, nbytes, "usm_device")
         return compiled
 
     def __getattr__(self, name: str) -> Any:
@@ -134,10 +147,15 @@ class SimulatedCore:
 
     # -- simulation controls ----------------------------------------------------------------
     def allocate(self, device_name: str, nbytes: int, kind: str = "usm_device") -> None:
-        """Add (or, negative, release) ``nbytes`` of allocations on a simulated GPU/NPU."""
+        """Add (or, negative, release) ``nbytes`` of allocations on a simulated device."""
         with self._lock:
             self._apply_pending()
             self._change(device_name, nbytes, kind)
+
+    def release(self, device_name: str, nbytes: int, kind: str = "usm_device") -> None:
+        """Give back ``nbytes`` allocated on a simulated device; safe from finalizers (queued,
+        applied by the next call that reads the device)."""
+        self._pending.append((device_name, -int(nbytes), kind))
 
     def _apply_pending(self) -> None:
         while self._pending:
@@ -146,6 +164,8 @@ class SimulatedCore:
     def _change(self, device_name: str, nbytes: int, kind: str) -> None:
         """Apply one allocation change (the caller holds the lock)."""
         props = self._props[device_name]
+        if device_name in self._shares_host:
+            self._host_used = max(0, self._host_used + nbytes)
         if "GPU_MEMORY_STATISTICS" in props and isinstance(props["GPU_MEMORY_STATISTICS"], dict):
             stats = props["GPU_MEMORY_STATISTICS"]
             stats[kind] = max(0, stats.get(kind, 0) + nbytes)

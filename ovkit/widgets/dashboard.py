@@ -1,4 +1,5 @@
-"""``ovkit.dashboard()``: selector, the live panels (table, bars, allocations, time series), op explorer."""
+"""``ovkit.dashboard()``: selector, the live panels (table, bars, allocations, time series), how
+busy each device is (``ovkit.utilisation``), op explorer."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from ovkit.widgets._html import esc, png_img
+from ovkit.utilisation import Busy, UtilisationMeter, busy_frame
+from ovkit.widgets._html import STYLE, esc, html_table, png_img, usage_bar
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
 from ovkit.widgets.charts import chart_title, figure_png, static_figure
 from ovkit.widgets.controls import LiveView, close_parts
@@ -41,6 +43,9 @@ class Dashboard(LiveView):
         **kwargs: Any,
     ) -> None:
         self._lock = threading.RLock()
+        self.meter = UtilisationMeter()
+        self.busy: list[Busy] = []
+        self.busy_panel = widgets.HTML(value="")
         if not charts:
             self.panels = ("table",)
         super().__init__(core=core, env=env, interval=interval, auto_refresh=auto_refresh, **kwargs)
@@ -49,7 +54,13 @@ class Dashboard(LiveView):
         title = "ovkit dashboard" + (" — SIMULATED devices" if getattr(core, "simulated", False) else "")
         self.title = widgets.HTML(value=f"<h3>{esc(title)}</h3>")
         self.accordion: widgets.Accordion | None = None
-        children: list[widgets.Widget] = [self.title, self.controls, self.selector, self.view]
+        children: list[widgets.Widget] = [
+            self.title,
+            self.controls,
+            self.selector,
+            self.view,
+            self.busy_panel,
+        ]
         if self.explorer is not None:
             self.accordion = widgets.Accordion(children=[self.explorer])
             self.accordion.set_title(0, "Op explorer")
@@ -59,10 +70,21 @@ class Dashboard(LiveView):
     def update(self, snapshot: Snapshot) -> None:
         with self._lock:
             super().update(snapshot)
+            if snapshot.error is None:
+                self.busy = self.meter.sample(snapshot.devices)
+                self.busy_panel.value = render_busy_html(self.busy)
 
     def to_frame(self) -> pd.DataFrame:
         """The device rows currently shown (bytes; None = unknown)."""
         return rows_frame(self.rows)
+
+    def busy_text(self) -> str:
+        """The busy panel as text: one line per device (figure, parts, source)."""
+        return render_busy_text(self.busy)
+
+    def busy_frame(self) -> pd.DataFrame:
+        """How busy each device was over the last refresh interval (share 0..1, None = no figure)."""
+        return busy_frame(self.busy)
 
     def to_png(self) -> bytes:
         """The panels as a static PNG (matplotlib, the same axes as the live view)."""
@@ -96,6 +118,7 @@ class Dashboard(LiveView):
         parts = [
             self.selector._fallback_html(),
             render_table_html(self.rows, simulated=self._simulated(), error=self.error),
+            render_busy_html(self.busy),
         ]
         if "history" in self.panels:
             parts.append(png_img(self.to_png(), "memory charts"))
@@ -105,13 +128,36 @@ class Dashboard(LiveView):
         parts = [
             self.selector._fallback_text(),
             render_table_text(self.rows, simulated=self._simulated(), error=self.error),
+            render_busy_text(self.busy),
         ]
         return "\n\n".join(parts)
 
     def close(self) -> None:
         """Stop the refresh thread and close every part."""
-        close_parts(self, "controls", "view", "selector", "explorer", "accordion", "title")
+        close_parts(self, "controls", "view", "selector", "explorer", "accordion", "title", "busy_panel")
         super().close()
+
+
+BUSY_TITLE = "busy over the last refresh interval"
+
+
+def render_busy_html(busy: list[Busy]) -> str:
+    """The utilisation panel: a bar and a figure per device, its parts and source (or why none)."""
+    rows = [(b.device + (" (sim)" if b.simulated else ""), b.text, b.detail_text, b.source) for b in busy]
+    table = html_table(["device", "busy", "parts", "source"], rows, "ovkit-devtable ovkit-busy")
+    bars = "".join(
+        f"<div>{esc(b.device)} {usage_bar(b.share, b.source)}</div>" for b in busy if b.share is not None
+    )
+    return f"{STYLE}<div class='ovkit-busy-panel'><b>{esc(BUSY_TITLE)}</b>{bars}{table}</div>"
+
+
+def render_busy_text(busy: list[Busy]) -> str:
+    """The utilisation panel as text, one line per device."""
+    lines = [f"[{BUSY_TITLE}]"]
+    for b in busy:
+        parts = f" ({b.detail_text})" if b.detail_text else ""
+        lines.append(f"  {b.device}: {b.text}{parts} · {b.source}")
+    return "\n".join(lines)
 
 
 def _make_explorer(core: Any, quiet: Callable[[], AbstractContextManager[Any]]) -> widgets.Widget | None:

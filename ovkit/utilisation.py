@@ -1,0 +1,332 @@
+"""How busy each device is, from the counters the system exposes (memory says how full, not how busy).
+
+Each source reads monotonic counters at one moment; the share busy over an interval is the change
+of the busy counter over the change of the elapsed one, between two readings:
+
+- CPU: ``/proc/stat``'s aggregate line (all processes: jiffies not idle or iowait over all
+  jiffies) and ``/proc/self/stat`` (this process: utime + stime over wall time × CPUs).
+- Intel GPUs (``i915``, ``xe``): the DRM clients' ``/proc/<pid>/fdinfo/<fd>`` of every process
+  that has a ``/dev/dri`` file open (i915: ``drm-engine-<class>: <ns> ns`` over wall time; xe:
+  ``drm-cycles-<class>`` over ``drm-total-cycles-<class>``), each divided by the class's
+  ``drm-engine-capacity-<class>``, clients counted once by ``drm-client-id``; the device's
+  share is its busiest engine class.
+- Intel NPU (``intel_vpu``): ``/sys/class/accel/accel*/device/npu_busy_time_us`` over wall time.
+
+Every reader takes the filesystem root (tests hand it a fixture tree) and answers "not available
+here" with the reason when its files are absent.  A simulated GPU or NPU has no counter and says
+so; a simulated machine's CPU row is this machine's CPU, where the simulated devices run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path("/")
+
+#: DRM drivers whose fdinfo carries per-client engine counters ovkit reads.
+DRM_DRIVERS = ("i915", "xe")
+NPU_DRIVERS = ("intel_vpu",)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """Counters of one source at one moment: per key ``(busy, elapsed)`` in one unit each (the key
+    names a group and a member: ``engine/client``); ``error`` says why there are none."""
+
+    source: str
+    counters: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    capacity: Mapping[str, float] = field(default_factory=dict)  # per group: units that can be busy
+    error: str | None = None
+
+
+def shares(prev: Reading, cur: Reading) -> dict[str, float]:
+    """Busy share per group between two readings: the members present in both, summed, over the
+    group's capacity, clamped to 0..1 (a group with no elapsed time is left out)."""
+    out: dict[str, float] = {}
+    for key, (busy, elapsed) in cur.counters.items():
+        before = prev.counters.get(key)
+        if before is None:
+            continue
+        d_busy, d_elapsed = busy - before[0], elapsed - before[1]
+        if d_elapsed <= 0 or d_busy < 0:  # no time passed, or a counter that was reset
+            continue
+        group = key.split("/", 1)[0]
+        out[group] = out.get(group, 0.0) + d_busy / d_elapsed
+    return {g: min(1.0, max(0.0, v / cur.capacity.get(g, 1.0))) for g, v in out.items()}
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+
+
+# -- CPU ---------------------------------------------------------------------------------------
+def read_cpu(root: Path = ROOT, now: float | None = None) -> Reading:
+    """``/proc/stat`` (the whole machine) and ``/proc/self/stat`` (this process)."""
+    source = "/proc/stat, /proc/self/stat"
+    stat = _read(root / "proc" / "stat")
+    if stat is None:
+        return Reading(source, error=f"not available here: no {root / 'proc' / 'stat'}")
+    lines = stat.splitlines()
+    fields = lines[0].split() if lines else []
+    if not fields or fields[0] != "cpu" or len(fields) < 5:
+        return Reading(source, error=f"not available here: unexpected /proc/stat line {lines[:1]!r}")
+    jiffies = [float(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    total = sum(jiffies)
+    idle = jiffies[3] + (jiffies[4] if len(jiffies) > 4 else 0.0)
+    counters = {"system": (total - idle, total)}
+    n_cpu = sum(1 for line in lines[1:] if line.startswith("cpu")) or (os.cpu_count() or 1)
+    own = _read(root / "proc" / "self" / "stat")
+    if own is not None and ")" in own:
+        after = own[own.rfind(")") + 2 :].split()  # field 3 (state) onwards
+        ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        cpu_s = (float(after[11]) + float(after[12])) / ticks  # utime, stime (fields 14, 15)
+        wall = time.monotonic() if now is None else now
+        counters["process"] = (cpu_s, wall * n_cpu)
+    return Reading(source, counters)
+
+
+# -- Intel GPUs: DRM fdinfo --------------------------------------------------------------------
+def intel_drm_cards(root: Path = ROOT) -> dict[str, str]:
+    """PCI address → driver of each DRM card bound to i915 or xe (``/sys/class/drm``)."""
+    base = root / "sys" / "class" / "drm"
+    out: dict[str, str] = {}
+    try:
+        cards = sorted(p for p in base.iterdir() if p.name.startswith("card") and "-" not in p.name)
+    except OSError:
+        return out
+    for card in cards:
+        device = card / "device"
+        try:
+            driver = os.path.basename(os.readlink(device / "driver"))
+            pdev = os.path.basename(os.path.realpath(device))
+        except OSError:
+            continue
+        if driver in DRM_DRIVERS:
+            out[pdev] = driver
+    return out
+
+
+def _fdinfo(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _number(value: str) -> float | None:
+    head = value.split()[0] if value.split() else ""
+    try:
+        return float(head)
+    except ValueError:
+        return None
+
+
+def read_drm_clients(root: Path = ROOT, now: float | None = None) -> dict[str, Reading]:
+    """Per Intel GPU (PCI address): each DRM client's engine counters from fdinfo, by engine class.
+
+    Only processes whose fdinfo this user may read are seen (all of one's own; others' need
+    ptrace rights, as for intel_gpu_top)."""
+    cards = intel_drm_cards(root)
+    if not cards:
+        return {}
+    wall_ns = (time.monotonic() if now is None else now) * 1e9
+    found: dict[str, dict[str, tuple[float, float]]] = {pdev: {} for pdev in cards}
+    capacity: dict[str, dict[str, float]] = {pdev: {} for pdev in cards}
+    proc = root / "proc"
+    try:
+        pids = [p for p in proc.iterdir() if p.name.isdigit()]
+    except OSError:
+        pids = []
+    for pid in pids:
+        try:
+            fds = list((pid / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if not os.readlink(fd).startswith("/dev/dri/"):
+                    continue
+            except OSError:
+                continue
+            text = _read(pid / "fdinfo" / fd.name)
+            info = _fdinfo(text) if text else {}
+            pdev, client = info.get("drm-pdev", ""), info.get("drm-client-id", "")
+            if info.get("drm-driver") not in DRM_DRIVERS or pdev not in found or not client:
+                continue
+            for key, value in info.items():
+                n = _number(value)
+                if n is None:
+                    continue
+                if key.startswith("drm-engine-capacity-"):
+                    capacity[pdev][key.removeprefix("drm-engine-capacity-")] = n
+                elif key.startswith("drm-engine-"):  # i915: busy ns of the class
+                    found[pdev][f"{key.removeprefix('drm-engine-')}/{client}"] = (n, wall_ns)
+                elif key.startswith("drm-cycles-"):  # xe: busy cycles over the GPU's total cycles
+                    engine = key.removeprefix("drm-cycles-")
+                    total = _number(info.get(f"drm-total-cycles-{engine}", ""))
+                    if total is not None:
+                        found[pdev][f"{engine}/{client}"] = (n, total)
+    return {
+        pdev: Reading(f"DRM fdinfo ({cards[pdev]} {pdev})", found[pdev], capacity[pdev]) for pdev in cards
+    }
+
+
+# -- Intel NPU: sysfs busy time ----------------------------------------------------------------
+def read_npu(root: Path = ROOT, now: float | None = None) -> list[Reading]:
+    """Each intel_vpu accelerator's ``npu_busy_time_us`` (``/sys/class/accel``), in device order."""
+    base = root / "sys" / "class" / "accel"
+    try:
+        accels = sorted(p for p in base.iterdir() if p.name.startswith("accel"))
+    except OSError:
+        return []
+    wall_us = (time.monotonic() if now is None else now) * 1e6
+    out = []
+    for accel in accels:
+        try:
+            driver = os.path.basename(os.readlink(accel / "device" / "driver"))
+        except OSError:
+            continue
+        if driver not in NPU_DRIVERS:
+            continue
+        path = accel / "device" / "npu_busy_time_us"
+        text = _read(path)
+        busy = _number(text) if text else None
+        source = f"{path.relative_to(root)}"
+        if busy is None:
+            out.append(Reading(source, error=f"not available here: {source} unreadable"))
+        else:
+            out.append(Reading(source, {"npu/busy": (busy, wall_us)}))
+    return out
+
+
+# -- per device --------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Busy:
+    """How busy one device was over the last interval: ``share`` 0..1 (None: no figure, and
+    ``source`` says why), the parts it is made of (``detail``), where it comes from."""
+
+    device: str
+    share: float | None
+    source: str
+    detail: Mapping[str, float] = field(default_factory=dict)
+    simulated: bool = False
+
+    @property
+    def text(self) -> str:
+        if self.share is None:
+            if self.simulated:
+                return "simulated: not measured"
+            return "not available here" if self.source.startswith("not available") else "measuring"
+        return f"{self.share:.0%}"
+
+    @property
+    def detail_text(self) -> str:
+        return ", ".join(f"{k} {v:.0%}" for k, v in self.detail.items())
+
+
+NOT_MEASURED_SIMULATED = "simulated device: no busy counter (its graphs run on this machine's CPU)"
+
+
+class UtilisationMeter:
+    """Keeps the last reading of each source and turns the next one into a :class:`Busy` per
+    device; reads only the sources the devices need (one file for the CPU; the DRM scan only when
+    an Intel GPU is bound to i915/xe)."""
+
+    def __init__(self, root: Path | str = ROOT, clock: Callable[[], float] = time.monotonic) -> None:
+        self.root = Path(root)
+        self.clock = clock
+        self._prev: dict[str, Reading] = {}
+        self.sample(())  # the baseline: the first real sample measures from here
+
+    def _cpu(self) -> Reading:
+        return read_cpu(self.root, self.clock())
+
+    def sample(self, devices: Sequence[Any]) -> list[Busy]:
+        """One :class:`Busy` per device (``ovkit.devices.Device``-like: name, device_class,
+        simulated), measured since the previous sample."""
+        readings: dict[str, Reading] = {"cpu": self._cpu()}
+        real_classes = {str(d.device_class) for d in devices if not d.simulated}
+        gpus = read_drm_clients(self.root, self.clock()) if "GPU" in real_classes or not devices else {}
+        readings.update({f"gpu:{p}": r for p, r in gpus.items()})
+        npus = read_npu(self.root, self.clock()) if "NPU" in real_classes or not devices else []
+        readings.update({f"npu:{i}": r for i, r in enumerate(npus)})
+        gpu_keys = sorted(k for k in readings if k.startswith("gpu:"))
+        npu_keys = sorted(k for k in readings if k.startswith("npu:"))
+        out = []
+        n_gpu = n_npu = 0
+        real_gpus = [d for d in devices if str(d.device_class) == "GPU" and not d.simulated]
+        for d in devices:
+            cls = str(d.device_class)
+            if cls == "CPU":
+                out.append(self._busy_cpu(d, readings["cpu"]))
+            elif d.simulated:
+                out.append(Busy(d.name, None, NOT_MEASURED_SIMULATED, simulated=True))
+            elif cls == "GPU":
+                key = gpu_keys[n_gpu] if n_gpu < len(gpu_keys) else None
+                n_gpu += 1
+                why = "no Intel GPU bound to i915/xe in /sys/class/drm"
+                paired = (
+                    ""
+                    if len(real_gpus) == len(gpu_keys) == 1
+                    else " (paired with the DRM cards in PCI order)"
+                )
+                out.append(self._busy(d.name, key, readings, why, paired))
+            elif cls == "NPU":
+                key = npu_keys[n_npu] if n_npu < len(npu_keys) else None
+                n_npu += 1
+                out.append(self._busy(d.name, key, readings, "no intel_vpu device in /sys/class/accel", ""))
+            else:
+                out.append(Busy(d.name, None, f"not available here: no busy counter for class {cls}"))
+        self._prev = readings
+        return out
+
+    def _busy(self, name: str, key: str | None, readings: Mapping[str, Reading], why: str, note: str) -> Busy:
+        if key is None:
+            return Busy(name, None, f"not available here: {why}")
+        cur = readings[key]
+        if cur.error is not None:
+            return Busy(name, None, cur.error)
+        prev = self._prev.get(key)
+        parts = shares(prev, cur) if prev is not None else {}
+        share = max(parts.values()) if parts else None
+        if share is None and prev is not None and not cur.counters:
+            share = 0.0  # a GPU no process has a DRM client on: idle
+        return Busy(name, share, cur.source + note, parts)
+
+    def _busy_cpu(self, d: Any, cur: Reading) -> Busy:
+        source = cur.source + ("; this machine's CPU, where the simulated devices run" if d.simulated else "")
+        if cur.error is not None:
+            return Busy(d.name, None, cur.error, simulated=d.simulated)
+        prev = self._prev.get("cpu")
+        parts = shares(prev, cur) if prev is not None else {}
+        detail = {"this process": parts["process"]} if "process" in parts else {}
+        return Busy(d.name, parts.get("system"), source, detail, simulated=d.simulated)
+
+
+def busy_frame(busy: Sequence[Busy]) -> Any:
+    """The readings as a DataFrame indexed by device: share (0..1 or None), detail, source."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        [
+            {
+                "share": b.share,
+                "shown": b.text,
+                "detail": b.detail_text,
+                "source": b.source,
+                "simulated": b.simulated,
+            }
+            for b in busy
+        ],
+        index=pd.Index([b.device for b in busy], name="device"),
+    )
