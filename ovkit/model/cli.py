@@ -93,7 +93,7 @@ def cli(args: argparse.Namespace) -> int:
     fa = args.flash_attn == "on"
     try:
         model = Model(args.file, device=args.device, core=core, n_ctx=n_ctx, flash_attn=fa)
-        gen = model.generate(prompt, args.n_predict)
+        gen = model.generate(prompt, args.n_predict, all_logits=bool(args.compare))
     except (ModelError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     simulated = " (SIMULATED)" if getattr(core, "simulated", False) else ""
