@@ -620,7 +620,7 @@ class Engine:
             ids,
             device,
             config_key(config),
-            tuple(sorted(wide)),
+            tuple(sorted(wide)) if wide else (),  # () without a sort: this runs on every compute
         )
         plans = graph.derived
         plan: GraphPlan | None = plans.get(key)
