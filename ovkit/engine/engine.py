@@ -597,6 +597,7 @@ class Engine:
         *,
         extra: Sequence[Tensor] = (),
         names: Sequence[str] | None = None,
+        wide: Sequence[str] = (),
     ) -> GraphPlan:
         """The plan of computing ``outputs`` (and state outputs ``extra``) of ``graph`` on
         ``device``: policy check, structure key and input slots, made once and reused.
@@ -619,13 +620,14 @@ class Engine:
             ids,
             device,
             config_key(config),
+            tuple(sorted(wide)) if wide else (),  # () without a sort: this runs on every compute
         )
         plans = graph.derived
         plan: GraphPlan | None = plans.get(key)
         if plan is None:
             dev = device or self._device or self.selected_device()
             run = plan_run_config(config, graph, [*outs, *extra], dev)
-            plan = GraphPlan(graph, outs, dev, run, extra_outputs=extra, names=names)
+            plan = GraphPlan(graph, outs, dev, run, extra_outputs=extra, names=names, wide=wide)
             plan.require_supported()
             if len(plans) >= MAX_PLANS_PER_GRAPH:
                 plans.clear()
@@ -742,17 +744,19 @@ def graph_session(
     core: Any = None,
     config: Mapping[str, Any] | RunConfig | None = None,
     stateful: bool | None = None,
+    wide: Sequence[str] = (),
 ) -> GraphSession:
     """A stateful run of ``graph``: ``states`` maps a state input's name to the Tensor holding its
     next value (e.g. ``{"cache_k": g.set_rows(cache_k, k_new, pos)}``).  ``stateful=None``
-    follows ``GGML_OPENVINO_STATEFUL_EXECUTION`` (forced off on the NPU class)."""
+    follows ``GGML_OPENVINO_STATEFUL_EXECUTION`` (forced off on the NPU class).  ``wide``: f16
+    inputs fed as f32 arrays holding f16 values (read without a conversion, see ``GraphPlan``)."""
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     engine = get_engine(core)
     state_names = list(states)
     extra = [states[n] for n in state_names]
     names = [f"output{i}" for i in range(len(outs))]
     out_names = [f"state:{n}" for n in state_names]
-    plan = engine.plan(graph, outs, device, config, extra=extra, names=names + out_names)
+    plan = engine.plan(graph, outs, device, config, extra=extra, names=names + out_names, wide=wide)
     missing = [n for n in state_names if n not in plan.input_names]
     if missing:
         raise InputError(

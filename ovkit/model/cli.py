@@ -128,7 +128,7 @@ def cli(args: argparse.Namespace) -> int:
     n_ctx = args.ctx_size or max(256, len(prompt) + args.n_predict)
     try:
         model = Model(gguf, device=args.device, core=core, n_ctx=n_ctx, flash_attn=fa)
-        gen = model.generate(prompt, args.n_predict, stop=stop)
+        gen = model.generate(prompt, args.n_predict, stop=stop, all_logits=bool(args.compare))
     except (ModelError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     simulated = " (SIMULATED)" if getattr(core, "simulated", False) else ""

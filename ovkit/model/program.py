@@ -66,9 +66,21 @@ def cache_names(n_layer: int) -> list[str]:
     return [f"cache_{kv}_l{il}" for il in range(n_layer) for kv in ("k", "v")]
 
 
-def input_specs(hp: HParams, shape: GraphShape) -> dict[str, tuple[tuple[int, ...], str]]:
-    """The graph inputs (numpy shape, dtype) by llama.cpp's names, caches included."""
+def input_specs(
+    hp: HParams, shape: GraphShape, *, cache_rows: int | None = None
+) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The graph inputs (numpy shape, dtype) by llama.cpp's names, caches included.
+
+    ``cache_rows``: the cache inputs' rows, ``n_ctx`` unless given.  With flash attention the
+    graph reads and writes rows below ``n_kv`` only, so a cache input of ``n_kv`` rows (a view of
+    the first rows of the whole cache) computes the same and costs ``n_kv`` rows, not ``n_ctx``."""
     n, kv = shape.n_tokens, hp.n_embd_kv
+    rows = shape.n_ctx if cache_rows is None else cache_rows
+    if not (shape.n_kv <= rows <= shape.n_ctx and (shape.flash_attn or rows == shape.n_ctx)):
+        raise ValueError(
+            f"cache_rows={rows}: expected n_kv={shape.n_kv}..n_ctx={shape.n_ctx} "
+            "(n_ctx without flash attention: the transposed V cache strides by n_ctx)"
+        )
     specs: dict[str, tuple[tuple[int, ...], str]] = {
         "inp_tokens": ((n,), "i32"),
         "inp_pos": ((n,), "i32"),
@@ -81,7 +93,7 @@ def input_specs(hp: HParams, shape: GraphShape) -> dict[str, tuple[tuple[int, ..
     if any(hp.swa_layers):  # the SWA cache's mask (llama.cpp names it attn_inp_kq_mask as well)
         specs[SWA_MASK] = specs["attn_inp_kq_mask"]
     for name in cache_names(hp.n_layer):
-        specs[name] = ((shape.n_ctx, kv), "f16")
+        specs[name] = ((rows, kv), "f16")
     return specs
 
 
@@ -140,9 +152,10 @@ def attention(
     b.build_forward_expand(cv)
     # get_k / get_v: 4-d views of the cache tensors (read after the stores above)
     row = F16_BYTES * kvd
-    kk = b.view_4d(L[ck_name], hd, hp.n_head_kv, n_kv, 1, F16_BYTES * hd, row, row * n_ctx, 0)
+    cells = L[ck_name].ne[1]  # n_ctx, or n_kv for a cache input of n_kv rows (input_specs)
+    kk = b.view_4d(L[ck_name], hd, hp.n_head_kv, n_kv, 1, F16_BYTES * hd, row, row * cells, 0)
     if shape.flash_attn:
-        vv = b.view_4d(L[cv_name], hd, hp.n_head_kv, n_kv, 1, F16_BYTES * hd, row, row * n_ctx, 0)
+        vv = b.view_4d(L[cv_name], hd, hp.n_head_kv, n_kv, 1, F16_BYTES * hd, row, row * cells, 0)
     else:
         vv = b.view_4d(
             L[cv_name], n_kv, hp.n_head_kv, hd, 1, F16_BYTES * n_ctx * hd, F16_BYTES * n_ctx, row * n_ctx, 0

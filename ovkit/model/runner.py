@@ -3,11 +3,15 @@
 ``Model(path, device=...)`` reads the GGUF, applies the device's requantization policy to the
 weights (they stay quantized), and builds the graph of ``ovkit.model.program`` once per shape
 bucket (``n_tokens``, ``n_kv``): one compiled model and one ``ovkit.engine.graph_session`` per
-bucket, the KV cache tensors its states (OpenVINO variables where the device allows, a host round
-trip on the NPU class; ``stateful=False`` forces the round trip everywhere, the way ovkit's engine
-runs with ``GGML_OPENVINO_STATEFUL_EXECUTION`` off, docs/model.md has the cost).  Prefill runs in chunks of ``n_ubatch`` tokens (the NPU class: of
-``GGML_OPENVINO_PREFILL_CHUNK_SIZE``, the backend's static prefill).  Logits come back per
-position as numpy arrays.
+bucket.  The KV cache (``kv="host"``, the default) is one set of f16 host arrays shared by every
+bucket, bound to each graph's cache inputs without a copy; a graph returns only the rows its
+SET_ROWS write and the runner stores them in place, so a step never copies the whole cache.
+``kv="variables"`` keeps the cache in OpenVINO variables per bucket (ReadValue/Assign; a host
+round trip on the NPU class, everywhere with ``stateful=False``), as upstream's stateful execution
+does: every step then converts and copies each layer's whole cache (docs/model.md has the
+profiles).  Prefill runs in chunks of ``n_ubatch`` tokens (the NPU class: of
+``GGML_OPENVINO_PREFILL_CHUNK_SIZE``, the backend's static prefill).  Logits come back as numpy
+arrays: every fed position, or the last one only (``last_only``; ``generate`` unless asked).
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ from ovkit.report import Report, Reported, format_duration, format_rate
 DEFAULT_N_UBATCH = 512  # llama.cpp's default micro-batch
 SHOWN_TOKENS = 24  # generated ids a Generation's repr lists before eliding the rest
 
+#: ``kv=``: where the KV cache lives (see the module docstring).
+KV_MODES = ("host", "variables")
+
 #: ``precision=`` -> the OpenVINO inference precision compiled with: "exact" is f32 (the default,
 #: for comparisons); "device" is the device's default, as the real backend compiles (bf16 on CPUs
 #: with AMX or avx512_bf16).
@@ -56,7 +63,7 @@ class Generation(Reported):
 
     prompt: tuple[int, ...]
     tokens: tuple[int, ...]  # generated ids; tokens[0] is the prefill's greedy pick
-    prompt_logits: np.ndarray = field(repr=False)  # (n_prompt, n_vocab)
+    prompt_logits: np.ndarray = field(repr=False)  # (n_prompt, n_vocab); (1, n_vocab): the last only
     decode_logits: np.ndarray = field(repr=False)  # (n_decode, n_vocab): after feeding tokens[i]
     prefill_s: float
     decode_s: float
@@ -115,12 +122,24 @@ def model_weights(gguf: GGUFModel) -> list[tuple[str, Any]]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class KvWrite:
+    """One SET_ROWS of the host KV cache: the graph output holding the written rows goes into
+    ``cache`` viewed as rows of ``row_len`` elements, at the indices fed as ``index_input``."""
+
+    cache: str
+    row_len: int
+    index_input: str
+
+
 @dataclass
 class _Bucket:
     shape: GraphShape
     graph: Any
     out: DecoderOut
     session: Any = None
+    writes: tuple[KvWrite, ...] = ()
+    caches: dict[str, np.ndarray] = field(default_factory=dict)  # kv="host": its views of the cache
 
 
 class Model(Reported):
@@ -137,6 +156,7 @@ class Model(Reported):
         flash_attn: bool = True,
         n_ubatch: int = DEFAULT_N_UBATCH,
         stateful: bool = True,
+        kv: str = "host",
         profiling: bool = False,
         no_requant: bool = False,
         precision: str = "exact",
@@ -152,6 +172,8 @@ class Model(Reported):
             raise ModelError(f"{self.gguf.path}: {exc}") from None
         if n_ctx < 1:
             raise ModelError(f"n_ctx={n_ctx} must be >= 1")
+        if kv not in KV_MODES:
+            raise ModelError(f"kv {kv!r} is not one of {', '.join(KV_MODES)}")
         if precision not in PRECISIONS:
             raise ModelError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
         self.n_ctx = n_ctx
@@ -166,6 +188,17 @@ class Model(Reported):
             config.prefill_chunk_size if self.device_class == DeviceClass.NPU else max(1, n_ubatch)
         )
         self.stateful = stateful
+        self.kv = kv
+        # kv="host": the cache itself, shared by every bucket: llama.cpp's f16 K/V values, held
+        # as f32 on the CPU class (its graphs compute in f32: read as they are, no conversion per
+        # step; twice the bytes), as f16 elsewhere
+        self._kv_wide = kv == "host" and self.device_class == DeviceClass.CPU
+        kv_dtype = np.float32 if self._kv_wide else np.float16
+        self._kv: dict[str, np.ndarray] = (
+            {n: np.zeros((n_ctx, self.hp.n_embd_kv), kv_dtype) for n in cache_names(self.hp.n_layer)}
+            if kv == "host"
+            else {}
+        )
         self.no_requant = no_requant
         self.weights = {
             name: value.apply_policy(self.device_class, no_requant=no_requant)
@@ -197,13 +230,18 @@ class Model(Reported):
             n_tokens, n_kv_for(self.n_ctx, end), self.n_ctx, n_outputs or n_tokens, self.flash_attn
         )
 
+    def _cache_rows(self, shape: GraphShape) -> int:
+        """The rows of a bucket's cache inputs: with the host cache and flash attention, the
+        ``n_kv`` rows the graph reads (a view of the host cache), else the whole ``n_ctx``."""
+        return shape.n_kv if self.kv == "host" and shape.flash_attn else shape.n_ctx
+
     def build(self, shape: GraphShape) -> tuple[Any, DecoderOut]:
         """A fresh ovkit ``Graph`` of the model for ``shape`` and its outputs."""
         from ovkit.graph import Graph
 
         g = Graph()
         leaves: dict[str, Any] = {n: g.constant(w, n) for n, w in self.weights.items()}
-        for name, (shp, dtype) in input_specs(self.hp, shape).items():
+        for name, (shp, dtype) in input_specs(self.hp, shape, cache_rows=self._cache_rows(shape)).items():
             leaves[name] = g.input(name, shp, dtype)
         out = decoder_program(self.hp, shape)(g, leaves)
         return g, out
@@ -215,21 +253,28 @@ class Model(Reported):
             b = _Bucket(shape, g, out)
             self._buckets[shape] = b
         if b.session is None:
-            states = {}
+            outputs, states = [b.out.logits], {}
             for name in cache_names(self.hp.n_layer):
                 nxt = b.out.caches[name]
+                if self.kv == "host":  # return the written rows only, stored by _store_rows
+                    rows, index = nxt.srcs[1], nxt.srcs[2]
+                    outputs.append(rows)
+                    b.writes += (KvWrite(name, nxt.ne[0], index.name),)
+                    b.caches[name] = self._kv[name][: self._cache_rows(shape)]  # no copy
+                    continue
                 if tuple(nxt.shape) != (self.n_ctx, self.hp.n_embd_kv):  # the transposed V cache
                     nxt = b.graph.reshape_2d(nxt, self.hp.n_embd_kv, self.n_ctx)
                 states[name] = nxt
             try:
                 b.session = graph_session(
                     b.graph,
-                    [b.out.logits],
+                    outputs,
                     states,
                     self.device,
                     core=self.core,
                     config=self._configs[min(shape.n_tokens, 2)],
                     stateful=self.stateful,
+                    wide=list(b.caches) if self._kv_wide else (),
                 )
             except UnsupportedOpError as exc:
                 raise ModelError(
@@ -239,19 +284,26 @@ class Model(Reported):
                 ) from exc
         return b
 
-    def buckets_for(self, n_prompt: int, n_predict: int) -> list[GraphShape]:
-        """The shape buckets a prefill of ``n_prompt`` and ``n_predict`` decode steps use."""
-        shapes = [self.shape(min(self.n_ubatch, n_prompt - i), i) for i in range(0, n_prompt, self.n_ubatch)]
+    def buckets_for(self, n_prompt: int, n_predict: int, *, last_only: bool = False) -> list[GraphShape]:
+        """The shape buckets a prefill of ``n_prompt`` (its logits: every position, or the last
+        one only) and ``n_predict`` decode steps use."""
+        outputs = 1 if last_only else None
+        shapes = [
+            self.shape(min(self.n_ubatch, n_prompt - i), i, outputs)
+            for i in range(0, n_prompt, self.n_ubatch)
+        ]
         shapes += [self.shape(1, n_prompt + i) for i in range(n_predict)]
         return list(dict.fromkeys(shapes))
 
-    def prepare(self, n_prompt: int, n_predict: int) -> None:
+    def prepare(self, n_prompt: int, n_predict: int, *, last_only: bool = False) -> None:
         """Build and compile every bucket a run will use (so timed runs do not compile)."""
-        for shape in self.buckets_for(n_prompt, n_predict):
+        for shape in self.buckets_for(n_prompt, n_predict, last_only=last_only):
             self._bucket(shape)
 
     def _take_kv(self, b: _Bucket) -> None:
-        """Move the KV cache into ``b``'s session (a copy only when the bucket changes)."""
+        """kv="variables": move the KV cache into ``b``'s session (a copy when the bucket changes)."""
+        if self.kv == "host":
+            return
         owner = self._kv_owner
         if owner is b:
             return
@@ -267,6 +319,8 @@ class Model(Reported):
         """Forget the KV cache (the next eval starts at position 0)."""
         self.n_past = 0
         self._kv_owner = None
+        for cache in self._kv.values():
+            cache.fill(0)
 
     def effective_precision(self) -> str:
         """The inference precision the compiled sessions run (asked for or the device's default)."""
@@ -290,7 +344,12 @@ class Model(Reported):
             shape = self.shape(chunk.size, self.n_past, 1 if last_only else None)
             b = self._bucket(shape)
             self._take_kv(b)
-            (logits,) = b.session.compute(causal_inputs(self.hp, shape, chunk, self.n_past))
+            feed = causal_inputs(self.hp, shape, chunk, self.n_past)
+            # the same view objects every call: bound once, read in place (ovkit.engine)
+            logits, *rows = b.session.compute({**feed, **b.caches} if b.caches else feed)
+            for w, r in zip(b.writes, rows, strict=True):  # SET_ROWS on the host: the new rows only
+                rows_f16 = r.reshape(-1, w.row_len).astype(np.float16)  # the f16 store, as ggml rounds
+                self._kv[w.cache].reshape(-1, w.row_len)[feed[w.index_input]] = rows_f16
             outs.append(np.asarray(logits).reshape(-1, self.hp.n_vocab))
             self.n_past += chunk.size
         return outs[-1] if last_only else np.concatenate(outs, axis=0)
@@ -302,19 +361,21 @@ class Model(Reported):
         *,
         forced: Sequence[int] | None = None,
         stop: Collection[int] = (),
+        all_logits: bool = False,
     ) -> Generation:
         """Prefill ``prompt`` then ``n_predict`` greedy decode steps (``forced``: feed these ids
         instead of the greedy picks, for comparing logits position by position; ``stop``: end
         early at the first generated id in it, kept last in ``tokens`` and not fed, as llama.cpp
-        stops at end-of-generation ids)."""
+        stops at end-of-generation ids).  The prefill computes the last prompt position's logits
+        only, unless ``all_logits`` asks for every one."""
         if n_predict < 0:
             raise ModelError(f"n_predict={n_predict} must be >= 0")
         self.reset()
         t0 = time.perf_counter()
-        self.prepare(len(prompt), n_predict)
+        self.prepare(len(prompt), n_predict, last_only=not all_logits)
         compile_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        prompt_logits = self.eval(prompt)
+        prompt_logits = self.eval(prompt, last_only=not all_logits)
         prefill_s = time.perf_counter() - t0
         tokens = [int(np.argmax(prompt_logits[-1]))]
         dec: list[np.ndarray] = []
@@ -324,7 +385,7 @@ class Model(Reported):
             if tokens[i] in stops:
                 break
             feed = tokens[i] if forced is None else int(forced[i])
-            logits = self.eval([feed])[0]
+            logits = self.eval([feed], last_only=True)[0]
             dec.append(logits)
             if i + 1 < n_predict:
                 tokens.append(int(np.argmax(logits)))
