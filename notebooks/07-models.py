@@ -128,7 +128,7 @@ display(charts)
 
 # %% tags=["run"]
 prompt = [1 + (i * 37) % (model.hp.n_vocab - 1) for i in range(n_prompt)]
-gen = model.generate(prompt, n_predict)
+gen = model.generate(prompt, n_predict, all_logits=True)  # every prompt position, for the comparison
 charts.refresh()
 gen  # times and tok/s; gen.prefill_s, gen.decode_s, gen.compile_s keep the seconds
 

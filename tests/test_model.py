@@ -434,3 +434,25 @@ def test_real_model_matches_llama_cpp(name: str) -> None:
     c = _real_against_llama_cpp(name)
     assert c["max_nmse"] <= REAL_MAX_NMSE, c["nmse_per_position"]
     assert not c["not_near_ties"], (c["parted"], c)
+
+
+def test_compare_lines_up_a_last_only_prefill_with_llama_cpps_last_position() -> None:
+    """``generate`` keeps only the last prompt position's logits by default: the comparison must
+    put it next to llama.cpp's last prompt position, not its first."""
+    from types import SimpleNamespace
+
+    from ovkit.model.cli import compare
+
+    rng = np.random.default_rng(0)
+    ref_prompt, ref_decode = rng.normal(size=(5, 16)), rng.normal(size=(3, 16))
+    ref = SimpleNamespace(
+        prompt_logits=ref_prompt,
+        decode_logits=ref_decode,
+        tokens=[int(r.argmax()) for r in [ref_prompt[-1], *ref_decode]],
+        prefill_tok_s=1.0,
+        decode_tok_s=1.0,
+    )
+    gen = SimpleNamespace(prompt_logits=ref_prompt[-1:], decode_logits=ref_decode[:2])
+    c = compare(gen, ref)
+    assert c["max_nmse"] == 0.0 and len(c["nmse_per_position"]) == 3
+    assert c["greedy_agree"] == c["greedy_total"] == 3

@@ -175,7 +175,7 @@ def test_generate_stops_at_a_stop_id_without_feeding_it(model_file: Callable[...
     model = Model(model_file(), n_ctx=64)
     full = model.generate(PROMPT, 12)
     k = next(i for i in range(2, 12) if full.tokens[i] not in full.tokens[:i])  # first of its id
-    cut = model.generate(PROMPT, 12, stop={full.tokens[k]})
+    cut = model.generate(PROMPT, 12, stop={full.tokens[k]}, all_logits=True)
     assert cut.stopped and not full.stopped
     assert cut.tokens == full.tokens[: k + 1]
     assert len(cut.decode_logits) == k  # tokens[0..k-1] fed, the stop id not

@@ -638,3 +638,34 @@ def test_07_model_fit_placement_run_compare_profile(executed: Callable[[str], An
     agree = re.search(r"greedy tokens agree on (\d+)/17; max NMSE ([0-9.e+-]+)", text(nb, "compare"))
     assert agree and int(agree[1]) >= 12 and float(agree[2]) < 2e-3 and pngs(nb, "compare")
     assert "MUL_MAT" in html(nb, "profile") and pngs(nb, "profile")
+
+
+# ---------------------------------------------------------------------------------------------
+# 08-real-models
+# ---------------------------------------------------------------------------------------------
+
+
+def test_08_real_models_fit_placement_answers_nodes_and_the_failing_node(
+    executed: Callable[[str], Any],
+) -> None:
+    nb = executed("08-real-models")
+    assert "smollm2-135m:" in text(nb, "setup") and "gemma3-270m:" in text(nb, "setup")
+    assert text(nb, "fit").count("(SIMULATED)") >= 6  # three simulated devices per model
+    live = {
+        m[1]: (int(m[2]), int(m[3]))
+        for m in re.finditer(
+            r"(\S+): live supports_op agrees with ovkit's policy on (\d+)/(\d+)", text(nb, "placement-live")
+        )
+    }
+    assert live["smollm2-135m"][0] == live["smollm2-135m"][1]  # Q4_1 and Q8_0: every node agrees
+    assert 0 < live["gemma3-270m"][0] < live["gemma3-270m"][1]  # its Q5_0 matmuls: refused upstream
+    assert "MUL_MAT" in html(nb, "placement-live")
+    run = text(nb, "run")
+    assert "Paris" in run and "stopped at end of turn" in run  # SmolLM2's own chat template
+    assert "no chat template" in run and "tok/s" in run  # Gemma's file has none: a plain prompt
+    nodes = text(nb, "compare")
+    assert "ovkit: first node past 0.01: none" in nodes and "upstream: first node past" in nodes
+    assert pngs(nb, "compare")
+    failure = text(nb, "failure")
+    assert "SET_ROWS 'cache_v_l0" in failure and "as a single-op case: SET_ROWS," in failure
+    assert "1/1 verdicts agree" in failure  # the case runs three ways through ovkit test-ops

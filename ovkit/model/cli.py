@@ -65,8 +65,10 @@ def compare(gen: Any, ref: Any) -> dict[str, Any]:
     from ovkit.oracle import nmse
 
     ours = np.concatenate([gen.prompt_logits, gen.decode_logits])
-    # a generation stopped at an end-of-generation id did not feed it: llama.cpp's last step goes
-    theirs = np.concatenate([ref.prompt_logits, ref.decode_logits])[: len(ours)]
+    # a prefill that kept only its last position's logits lines up with llama.cpp's last ones; a
+    # generation stopped at an end-of-generation id did not feed it: llama.cpp's last step goes
+    n_prompt = len(gen.prompt_logits)
+    theirs = np.concatenate([ref.prompt_logits[-n_prompt:], ref.decode_logits])[: len(ours)]
     per_pos = [float(nmse(a, b)) for a, b in zip(ours, theirs, strict=True)]
     ours_greedy = np.concatenate([gen.prompt_logits[-1:], gen.decode_logits]).argmax(axis=1)
     ref_tokens = ref.tokens[: len(ours_greedy)]
