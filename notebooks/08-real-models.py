@@ -161,3 +161,9 @@ if smol and notebook.optional("backend", "the real backend's failure without fla
         print(f"  as a single-op case: {f.case_line}")
         cmd = [sys.executable, "-m", "ovkit", *f.command(case).split()[1:]]
         print(subprocess.run(cmd, capture_output=True, text=True).stdout)
+
+# %% tags=["summary"]
+print(
+    f"real models run here: {', '.join(loaded) or 'none'}"
+    + ("" if loaded else " (fetch them with `python -m ovkit.model.fetch`, then run again)")
+)

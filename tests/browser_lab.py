@@ -67,13 +67,18 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
 
 
 @contextlib.contextmanager
-def jupyter_lab(root: Path, home: Path) -> Iterator[str]:
-    """Serve ``root`` with JupyterLab (settings and runtime files under ``home``); yields its URL."""
+def jupyter_lab(root: Path, home: Path, kernel_env: dict[str, str] | None = None) -> Iterator[str]:
+    """Serve ``root`` with JupyterLab (settings and runtime files under ``home``); yields its URL.
+    ``kernel_env``: the environment of the server and so of its kernels (default: this one's)."""
     for rel, value in LAB_SETTINGS.items():
         (home / "settings" / rel).parent.mkdir(parents=True, exist_ok=True)
         (home / "settings" / rel).write_text(json.dumps(value))
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_OPENVINO_") and k != "MPLBACKEND"}
+    env = {
+        k: v
+        for k, v in (os.environ if kernel_env is None else kernel_env).items()
+        if not k.startswith("GGML_OPENVINO_") and k != "MPLBACKEND"
+    }
     env |= {
         "JUPYTER_CONFIG_DIR": str(home / "config"),
         "JUPYTER_RUNTIME_DIR": str(home / "runtime"),

@@ -1,4 +1,6 @@
-"""Every walkthrough notebook, run top to bottom in JupyterLab in a real Chromium.
+"""Every walkthrough notebook, run top to bottom in JupyterLab in a real Chromium, twice: with
+every optional part this machine has, and as after a plain install (``plain_env``: no real
+backend, no ggml-python, no llama.cpp, no fetched model).
 
 Each notebook must run with no error output, no widget that failed to render ("Error displaying
 widget") and no broken image, and its last cell must print its result.  The whole notebook is
@@ -26,6 +28,7 @@ from browser_lab import (
     page_errors,
     shutdown_kernels,
 )
+from test_notebooks_plain import plain_env
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -34,20 +37,31 @@ SCROLLER = f"{PANEL} .jp-WindowedPanel-outer"  # the notebook's scrolling elemen
 MAX_SCREENS = 40
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """JupyterLab serving a copy of every notebook."""
+def _serve(tmp_path_factory: pytest.TempPathFactory, kernel_env: dict[str, str] | None) -> Iterator[str]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
     root = tmp_path_factory.mktemp("lab-notebooks")
     for name in NOTEBOOKS:
         shutil.copy(ROOT / "notebooks" / f"{name}.ipynb", root / f"{name}.ipynb")
-    with jupyter_lab(root, tmp_path_factory.mktemp("jupyter-home")) as url:
+    with jupyter_lab(root, tmp_path_factory.mktemp("jupyter-home"), kernel_env) as url:
         yield url
 
 
 @pytest.fixture(scope="module")
-def page(lab: str) -> Iterator[Any]:
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """JupyterLab serving a copy of every notebook, with every optional part this machine has."""
+    yield from _serve(tmp_path_factory, None)
+
+
+@pytest.fixture(scope="module")
+def plain_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same after a plain install: no real backend, no ggml-python, no llama.cpp, no real
+    model (the kernel environment of tests/test_notebooks_plain.py)."""
+    yield from _serve(tmp_path_factory, plain_env(tmp_path_factory.mktemp("plain")))
+
+
+@pytest.fixture(scope="module")
+def page() -> Iterator[Any]:
     with playwright_sync.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
@@ -90,16 +104,21 @@ def _save_screens(page: Any, name: str) -> list[Path]:
     return saved
 
 
+@pytest.mark.parametrize("install", ["full", "plain"])
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_runs_in_jupyterlab(lab: str, page: Any, name: str) -> None:
-    for old in ARTIFACTS.glob(f"notebook-{name}-*.png"):
+def test_notebook_runs_in_jupyterlab(
+    request: pytest.FixtureRequest, page: Any, name: str, install: str
+) -> None:
+    lab = request.getfixturevalue("lab" if install == "full" else "plain_lab")
+    shots = name if install == "full" else f"{name}-plain"
+    for old in ARTIFACTS.glob(f"notebook-{shots}-*.png"):
         old.unlink()
     try:
         open_and_run_all(page, f"{lab}/lab/tree/{name}.ipynb")
         errors, broken = page_errors(page), _broken_images(page)
         result = page.locator(f"{PANEL} .jp-CodeCell").last.locator(".jp-OutputArea-output").all_inner_texts()
     finally:
-        screens = _save_screens(page, name)
+        screens = _save_screens(page, shots)
         shutdown_kernels(lab)
     assert errors == [], f"{name}: {errors}"
     assert broken == [], f"{name}: images that did not draw: {broken}"
