@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from ovkit.dtypes import NUMPY_DTYPE, TYPE_SIZE, bf16_round, contiguous_nb, layout, norm_type
 
@@ -863,7 +864,7 @@ def from_model_output(t: Tensor, arr: np.ndarray) -> np.ndarray:
     return out.reshape(t.shape)
 
 
-def ggml_index_map(t: Tensor) -> np.ndarray:
+def ggml_index_map(t: Tensor) -> npt.NDArray[np.int64]:
     """Element indices (into the flattened base memory) of every element of view ``t``, shape [ne3,ne2,ne1,ne0]."""
     strides = t.elem_strides
     idx = np.full((1, 1, 1, 1), t.elem_offset, dtype=np.int64)
