@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from ovkit.dtypes import NUMPY_DTYPE, TYPE_SIZE, bf16_round, contiguous_nb, layout, norm_type
 
@@ -258,6 +259,10 @@ INPLACE_DST: dict[Op, int] = {Op.CPY: 1}
 #: in-place writes ``Graph.build_forward_expand`` orders before later views of their destination
 #: (op -> index of the destination source).
 IN_PLACE_WRITES: dict[Op, int] = {Op.SET_ROWS: 0, Op.CPY: 1}
+#: ops whose ggml node orders its sources unlike the builder's arguments: op -> the builder source
+#: at each ggml src index.  ggml_set_rows(a, b, c) keeps src[0] = b (the rows), src[1] = c (the
+#: indices), src[2] = a (the destination), and supports_op's gates read them by those indices.
+GGML_SRC_ORDER: dict[Op, tuple[int, ...]] = {Op.SET_ROWS: (1, 2, 0)}
 
 
 class RopeType(enum.IntEnum):
@@ -608,11 +613,12 @@ class Tensor(_OpKind):
                 if dst.base.id not in cache:
                     stack.extend([(t, True), (dst.base, False)])
                     continue
+            srcs = [t.srcs[i] for i in GGML_SRC_ORDER[t.op]] if t.op in GGML_SRC_ORDER else t.srcs
             cache[t.id] = OpInfo(
                 op=t.op.value,
                 dtype=t.dtype,
                 ne=t.ne,
-                srcs=tuple(cache[s.id] if s is not None else None for s in t.srcs),
+                srcs=tuple(cache[s.id] if s is not None else None for s in srcs),
                 sub_op=t.sub_op,
                 params=dict(t.params),
                 name=t.name,
@@ -863,7 +869,7 @@ def from_model_output(t: Tensor, arr: np.ndarray) -> np.ndarray:
     return out.reshape(t.shape)
 
 
-def ggml_index_map(t: Tensor) -> np.ndarray:
+def ggml_index_map(t: Tensor) -> npt.NDArray[np.int64]:
     """Element indices (into the flattened base memory) of every element of view ``t``, shape [ne3,ne2,ne1,ne0]."""
     strides = t.elem_strides
     idx = np.full((1, 1, 1, 1), t.elem_offset, dtype=np.int64)

@@ -198,3 +198,20 @@ def test_ops_without_a_case_builder_are_the_ggml_ops_the_enum_lists():
     assert not any(isinstance(o, Op) and o.sub_op for o in GGML_OPS)
     d = check_op(build_case("SSM_SCAN", "type=f32,d_state=16"), "CPU", revision=CSV_REVISION)
     assert not d.supported and d.gate == "global.membership"
+
+
+def test_set_rows_is_asked_about_with_ggml_source_order():
+    """ggml_set_rows(a, b, c) keeps src[0] = b (the rows), src[1] = c (the indices), src[2] = a
+    (the destination), and the backend's GET_ROWS/SET_ROWS case reads src[0]'s type: a q4_1
+    destination 256 wide is not the rows it refuses (the real backend supports it; see
+    tests/test_upstream_set_rows.py), a 3-D quantized destination is refused as src[2]."""
+    wide = build_case("SET_ROWS", "type_src=f32,type_dst=q4_1,type_idx=i64,ne=[256,5,1,1],nr23=[1,1],r=1,v=0")
+    assert [(s.name, s.dtype) for s in wide.srcs] == [("src", "f32"), ("row_idxs", "i64"), ("dst", "q4_1")]
+    assert check_op(wide, "CPU", upstream_exact=True, revision=Revision.N).supported
+    deep = build_case("SET_ROWS", "type_src=f32,type_dst=q4_0,type_idx=i64,ne=[32,5,3,1],nr23=[1,1],r=1,v=0")
+    d = check_op(deep, "CPU", upstream_exact=True, revision=Revision.N)
+    assert not d.supported and d.gate == "global.quant_3d" and "src2 is q4_0" in d.reason
+    stand_in = build_case(
+        "SET_ROWS", "type_src=f16,type_dst=q1_0,type_idx=i64,ne=[256,11,1,1],nr23=[2,3],r=7,v=0"
+    )
+    assert [s.name for s in stand_in.srcs] == ["src", "row_idxs", "dst"] and stand_in.ne == (256, 11, 2, 3)

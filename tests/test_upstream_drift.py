@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import hashlib
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from ovkit.config import ENV_VARS
+from ovkit.native import INSTALL_SCRIPT
 from ovkit.upstream.__main__ import main
-from ovkit.upstream.drift import SourceError, drift, ovkit_gated_ops, ovkit_ops
+from ovkit.upstream.build import llama_openvino_build, llama_openvino_dir
+from ovkit.upstream.drift import (
+    BACKEND_DIR,
+    KNOWN_DELTAS,
+    ORIGIN_FILE,
+    KnownDelta,
+    SourceError,
+    drift,
+    keep_sources,
+    kept_sources,
+    ovkit_gated_ops,
+    ovkit_ops,
+    unexplained,
+)
 
 BACKEND = Path("vendor/llama.cpp/ggml/src/ggml-openvino")
 
@@ -99,3 +114,80 @@ def test_unreadable_sources_are_named(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "not a directory or a source archive" in capsys.readouterr().err
     assert main(["drift", str(ovkit_backend(tmp_path)), "--revision", "X"]) == 2
     assert "unknown policy revision 'X'; expected one of N, V, P" in capsys.readouterr().err
+
+
+def _sdist(tmp_path: Path) -> tuple[Path, Path]:
+    """A miniature sdist (ovkit's own tables) with a file outside the backend, and its tree."""
+    tree = ovkit_backend(tmp_path / "llama_cpp_python-9.9.9")
+    (tree / "vendor" / "llama.cpp" / "README.md").write_text("not the backend\n")
+    sdist = tmp_path / "llama_cpp_python-9.9.9.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(tree, arcname="llama_cpp_python-9.9.9")
+    return sdist, tree
+
+
+def test_keep_sources_keeps_the_backend_tree_only_and_reads_like_the_sdist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sdist, _ = _sdist(tmp_path)
+    monkeypatch.setenv("OVKIT_UPSTREAM_SOURCES", str(tmp_path / "kept"))
+    dest = kept_sources("llama-cpp-python", "9.9.9")
+    assert dest == tmp_path / "kept" / "llama-cpp-python-9.9.9"
+    (dest / "stale").mkdir(parents=True)  # an older copy is replaced whole
+    assert keep_sources(sdist, dest) == dest
+    files = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    assert files == [
+        ORIGIN_FILE,
+        BACKEND_DIR + "ggml-openvino-extra.cpp",
+        BACKEND_DIR + "ggml-openvino.cpp",
+        BACKEND_DIR + "openvino/op_table.cpp",
+    ]
+    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    assert (dest / ORIGIN_FILE).read_text() == f"llama_cpp_python-9.9.9.tar.gz\nsha256 {digest}\n"
+    kept, packed = drift(dest), drift(sdist)
+    assert (kept.source.variables, kept.source.ops, kept.source.gated_ops) == (
+        packed.source.variables,
+        packed.source.ops,
+        packed.source.gated_ops,
+    )
+    with pytest.raises(SourceError, match="the archive holds no ggml/src/ggml-openvino/"):
+        empty = tmp_path / "empty.tar.gz"
+        with tarfile.open(empty, "w:gz") as tar:
+            tar.add(tmp_path / "llama_cpp_python-9.9.9" / "vendor" / "llama.cpp" / "README.md", "x/README.md")
+        keep_sources(empty, tmp_path / "nothing")
+
+
+def test_unexplained_names_new_differences_and_stale_known_deltas(tmp_path: Path) -> None:
+    variables = [v.env_name for v in ENV_VARS if v.name != "MOE_OP"]
+    ops = sorted(ovkit_ops("N") | {"GGML_OP_ROLL"})
+    report = drift(write_backend(tmp_path, variables=variables, ops=ops, gated=sorted(ovkit_gated_ops("N"))))
+    roll = KnownDelta("registered ops", "GGML_OP_ROLL", True, "newer")
+    moe = KnownDelta("variables", "GGML_OPENVINO_MOE_OP", False, "the fork's")
+    scale = KnownDelta("ops with per-op gates", "SCALE", True, "newer")
+    assert unexplained(report, [roll, moe]) == []
+    assert unexplained(report, [roll, scale]) == [
+        "variables: GGML_OPENVINO_MOE_OP (in ovkit, not in the source) is not in the known deltas",
+        "ops with per-op gates: SCALE (in the source, not in ovkit) is a known delta the source no longer shows",
+    ]
+
+
+def test_the_installed_sdist_drifts_by_exactly_its_known_deltas() -> None:
+    """The backend sources of the llama-cpp-python sdist scripts/install-upstream built (it keeps
+    them) against ovkit's tables: every difference is a decided one (docs/upstream.md)."""
+    build = llama_openvino_build()
+    assert build is not None and build.has_openvino, (
+        f"the OpenVINO build of llama-cpp-python is not installed at {llama_openvino_dir()}; "
+        f"run bash {INSTALL_SCRIPT}"
+    )
+    where = kept_sources("llama-cpp-python", build.version)
+    assert (where / BACKEND_DIR).is_dir(), (
+        f"the backend sources of llama-cpp-python {build.version} are not kept at {where}; run "
+        f"bash {INSTALL_SCRIPT} (with its builds current it only fetches the sdist and keeps them)"
+    )
+    known = KNOWN_DELTAS.get(where.name)
+    assert known is not None, (
+        f"no known deltas recorded for {where.name}: run drift on {where} and decide each"
+    )
+    report = drift(where)
+    assert report.revision == "N"
+    assert unexplained(report, known) == [], "\n".join(report.lines())

@@ -20,7 +20,7 @@ from typing import Any
 
 from ovkit.catalogue import backend_ops
 from ovkit.catalogue.case import Case, ovkit_graph
-from ovkit.ir import IN_PLACE_WRITES, GraphError, Op, OpInfo
+from ovkit.ir import GGML_SRC_ORDER, IN_PLACE_WRITES, GraphError, Op, OpInfo
 from ovkit.ops.policy import Revision, SupportDecision, check_op
 from ovkit.ops.verdicts import CSV_REVISION, Verdict, leaf, parse_params
 from ovkit.quant import QuantError
@@ -54,12 +54,17 @@ def _stand_in(case: Case, params: dict[str, Any]) -> OpInfo:
     """A case ovkit's builder refuses (a type or parameter it has no translation for) as its
     output op over its leaves: the type and membership gates, which decide such cases upstream,
     see every type the case has.  The output has the destination's type for an in-place write
-    (CPY, SET_ROWS), else the case's ``type`` (f32 when it names none: the matmul family)."""
+    (CPY, SET_ROWS), else the case's ``type`` (f32 when it names none: the matmul family); the
+    leaves, in the builder's argument order, go in ggml's source order."""
     op, sub_op = _output_op(case.op)
     srcs = tuple(leaf(lf.dtype, lf.ne, lf.name) for lf in case.leaves)
     dst = [s.dtype for s in srcs if s.name in _DESTINATIONS]
     dtype = dst[0] if op in IN_PLACE_WRITES and dst else str(params.get("type", "f32"))
-    return OpInfo(op, dtype, srcs[0].ne, srcs, sub_op=sub_op, name="out")
+    ne = srcs[0].ne
+    order = GGML_SRC_ORDER.get(Op(op)) if op in IN_PLACE_WRITES else None
+    if order is not None:
+        srcs = tuple(srcs[i] for i in order)
+    return OpInfo(op, dtype, ne, srcs, sub_op=sub_op, name="out")
 
 
 #: The leaf names test-backend-ops gives an in-place write's destination.

@@ -12,12 +12,15 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from ovkit.dtypes import NUMPY_DTYPE
 from ovkit.ir import GraphError, Op, RopeType, Tensor, ggml_index_map, interpret, round_to
 from ovkit.ir import GraphIR as Graph
 
 Arr = np.ndarray
+#: an f32 array: what every reference computes in (its arithmetic keeps the element type)
+F32 = npt.NDArray[np.float32]
 ReferenceFn = Callable[[Tensor, list[Any]], Arr]
 REFERENCES: dict[Op, ReferenceFn] = {}
 Fn = TypeVar("Fn")
@@ -39,11 +42,12 @@ def reference(*keys: Op) -> Callable[[ReferenceFn], ReferenceFn]:
     return register_in(REFERENCES, keys)
 
 
-def f32(x: Arr) -> Arr:
+def f32(x: npt.ArrayLike) -> F32:
+    """``x`` as an f32 array."""
     return np.asarray(x, dtype=np.float32)
 
 
-def rounded(x: Arr, dtype: str) -> Arr:
+def rounded(x: npt.ArrayLike, dtype: str) -> F32:
     """``x`` stored as ``dtype`` and read back as f32."""
     if dtype == "f32":
         return f32(x)
@@ -119,7 +123,7 @@ def add1(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.ADD_ID)
 def add_id(t: Tensor, xs: list[Arr]) -> Arr:
-    a, b, ids = f32(xs[0]), f32(xs[1]), xs[2]
+    a, b, ids = f32(xs[0]), f32(xs[1]), np.asarray(xs[2], dtype=np.int64)
     # a [1, n_tok, n_used, ne0]; b [.., .., n_expert, ne0]; ids [1, 1, n_tok, n_used]
     bias = b.reshape(-1, b.shape[-1])
     return a + bias[ids.reshape(ids.shape[-2], ids.shape[-1])][None]
@@ -152,39 +156,40 @@ def fill(t: Tensor, xs: list[Arr]) -> Arr:
     return np.full(tuple(reversed(t.ne)), t.params["c"], dtype=np.float32)
 
 
-def gelu_tanh(x: Arr) -> Arr:
+def gelu_tanh(x: Arr) -> F32:
     x = f32(x)
     c = np.float32(math.sqrt(2.0 / math.pi))
-    return (
+    # f32(): numpy's stubs type a scalar times an f32 array as f64
+    return f32(
         np.float32(0.5)
         * x
         * (np.float32(1.0) + np.tanh(c * x * (np.float32(1.0) + np.float32(0.044715) * x * x)))
     )
 
 
-def ggml_gelu(x: Arr) -> Arr:
+def ggml_gelu(x: Arr) -> F32:
     """ggml's CPU GELU: the f16 lookup table (GGML_GELU_FP16) indexed by f16(x); ±10 cut-offs."""
     x = f32(x)
     table = rounded(gelu_tanh(rounded(x, "f16")), "f16")
     return np.where(x <= -10.0, np.float32(0.0), np.where(x >= 10.0, x, table))
 
 
-def sigmoid(x: Arr) -> Arr:
+def sigmoid(x: Arr) -> F32:
     with np.errstate(over="ignore"):
         return np.float32(1.0) / (np.float32(1.0) + np.exp(-f32(x)))
 
 
-def silu(x: Arr) -> Arr:
+def silu(x: Arr) -> F32:
     return f32(x) * sigmoid(x)
 
 
-def softplus(x: Arr) -> Arr:
+def softplus(x: Arr) -> F32:
     x = f32(x)
     with np.errstate(over="ignore"):
         return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))).astype(np.float32))
 
 
-def _exp(x: Arr) -> Arr:
+def _exp(x: Arr) -> F32:
     with np.errstate(over="ignore"):
         return np.exp(f32(x))
 
@@ -192,14 +197,14 @@ def _exp(x: Arr) -> Arr:
 _erf = np.frompyfunc(math.erf, 1, 1)
 
 
-def gelu_erf(x: Arr) -> Arr:
+def gelu_erf(x: Arr) -> F32:
     """ggml's GELU_ERF: 0.5·x·(1 + erf(x/√2)) in f32."""
     x = f32(x)
     erf = np.asarray(_erf(x.astype(np.float64) * (1.0 / math.sqrt(2.0))), dtype=np.float32)
     return np.float32(0.5) * x * (np.float32(1.0) + erf)
 
 
-def ggml_gelu_quick(x: Arr) -> Arr:
+def ggml_gelu_quick(x: Arr) -> F32:
     """ggml's CPU GELU_QUICK: the f16 table (GGML_GELU_QUICK_FP16) of x·σ(1.702·x), indexed by f16(x)."""
     xh = rounded(f32(x), "f16")
     with np.errstate(over="ignore"):
@@ -207,30 +212,30 @@ def ggml_gelu_quick(x: Arr) -> Arr:
     return rounded(table, "f16")
 
 
-def _hardsigmoid(x: Arr) -> Arr:
-    return np.minimum(
-        np.float32(1.0), np.maximum(np.float32(0.0), (f32(x) + np.float32(3.0)) / np.float32(6.0))
+def _hardsigmoid(x: Arr) -> F32:
+    return f32(
+        np.minimum(np.float32(1.0), np.maximum(np.float32(0.0), (f32(x) + np.float32(3.0)) / np.float32(6.0)))
     )
 
 
-def _log(x: Arr) -> Arr:
+def _log(x: Arr) -> F32:
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.log(f32(x))
 
 
-def _round_half_away(x: Arr) -> Arr:
+def _round_half_away(x: F32) -> F32:
     """C ``roundf``: halves away from zero (x − trunc(x) is exact, unlike x + 0.5)."""
     t = np.trunc(x)
     return np.where(np.abs(x - t) >= 0.5, t + np.sign(x), t)
 
 
-def _elu(x: Arr) -> Arr:
+def _elu(x: Arr) -> F32:
     x = f32(x)
     with np.errstate(over="ignore"):
         return np.where(x > 0, x, np.expm1(np.minimum(x, 0)))
 
 
-UNARY_FNS: dict[str, Callable[[Arr], Arr]] = {
+UNARY_FNS: dict[str, Callable[[Arr], F32]] = {
     "GELU": ggml_gelu,
     "SIGMOID": sigmoid,
     "SILU": silu,
@@ -255,7 +260,7 @@ UNARY_FNS: dict[str, Callable[[Arr], Arr]] = {
     "TRUNC": lambda x: np.trunc(f32(x)),
 }
 #: elementwise ops that are not unary sub-ops in ggml (their own GGML_OP_*).
-ELEMENTWISE_FNS: dict[Op, Callable[[Arr], Arr]] = {
+ELEMENTWISE_FNS: dict[Op, Callable[[Arr], F32]] = {
     Op.SIN: lambda x: np.sin(f32(x)),
     Op.COS: lambda x: np.cos(f32(x)),
     Op.LOG: _log,
@@ -286,7 +291,7 @@ def leaky_relu(t: Tensor, xs: list[Arr]) -> Arr:
     return np.where(x > 0, x, np.float32(t.params["negative_slope"]) * x)
 
 
-def glu_halves(t: Tensor, xs: list[Arr]) -> tuple[Arr, Arr]:
+def glu_halves(t: Tensor, xs: list[Arr]) -> tuple[F32, F32]:
     a = f32(xs[0])
     if xs[1] is not None:
         return a, f32(xs[1])
@@ -296,7 +301,7 @@ def glu_halves(t: Tensor, xs: list[Arr]) -> tuple[Arr, Arr]:
 
 
 #: The GLU sub-ops of the form ``activation(x0) · x1``, by their activation.
-GLU_ACTIVATIONS: dict[Op, Callable[[Arr], Arr]] = {
+GLU_ACTIVATIONS: dict[Op, Callable[[Arr], F32]] = {
     Op.SWIGLU: silu,
     Op.GEGLU: ggml_gelu,
     Op.GEGLU_ERF: gelu_erf,
@@ -304,7 +309,7 @@ GLU_ACTIVATIONS: dict[Op, Callable[[Arr], Arr]] = {
 }
 
 
-def _glu_reference(act: Callable[[Arr], Arr]) -> ReferenceFn:
+def _glu_reference(act: Callable[[Arr], F32]) -> ReferenceFn:
     def run(t: Tensor, xs: list[Arr]) -> Arr:
         x0, x1 = glu_halves(t, xs)
         return act(x0) * x1
@@ -377,14 +382,14 @@ def mul_mat(t: Tensor, xs: list[Arr]) -> Arr:
     if a_t.dtype in ("f16", "bf16") and b_t.dtype != a_t.dtype:
         b = rounded(b, a_t.dtype)
     a = expand_batch(a, b_t.ne[2], b_t.ne[3])
-    return np.matmul(b.astype(np.float64), np.swapaxes(a, -1, -2).astype(np.float64)).astype(np.float32)
+    return f32(np.matmul(b.astype(np.float64), np.swapaxes(a, -1, -2).astype(np.float64)))
 
 
 @reference(Op.OUT_PROD)
 def out_prod(t: Tensor, xs: list[Arr]) -> Arr:
     a = expand_batch(f32(xs[0]), t.ne[2], t.ne[3]).astype(np.float64)  # [.., k, m]
     b = f32(xs[1]).astype(np.float64)  # [.., k, p]
-    return np.matmul(np.swapaxes(b, -1, -2), a).astype(np.float32)
+    return f32(np.matmul(np.swapaxes(b, -1, -2), a))
 
 
 # ---------------------------------------------------------------------------- layout II
@@ -402,7 +407,7 @@ def wrap_index(t: Tensor, d: int) -> Arr:
     """Circular PAD: the source index (i − lp) mod ne of every output index i along ggml dim d."""
     src = t.srcs[0]
     assert src is not None
-    return (np.arange(t.ne[d]) - t.params[f"lp{d}"]) % src.ne[d]
+    return (np.arange(t.ne[d]) - int(t.params[f"lp{d}"])) % src.ne[d]
 
 
 @reference(Op.PAD)
@@ -426,7 +431,7 @@ def get_rows(t: Tensor, xs: list[Arr]) -> Arr:
         a = f32(a)
     i3 = np.arange(t.ne[3])[:, None, None]
     i2 = np.arange(t.ne[2])[None, :, None]
-    return a[i3, i2, idx]
+    return np.asarray(a[i3, i2, idx])
 
 
 @reference(Op.SET_ROWS)
@@ -470,7 +475,7 @@ def set_(t: Tensor, xs: list[Arr]) -> Arr:
 @reference(Op.SOFT_MAX_BACK)
 def soft_max_back(t: Tensor, xs: list[Arr]) -> Arr:
     dy, y = f32(xs[0]), f32(xs[1])
-    dot = (y.astype(np.float64) * dy).sum(axis=-1, keepdims=True).astype(np.float32)
+    dot = f32((y.astype(np.float64) * dy).sum(axis=-1, keepdims=True))
     return (dy - dot) * y * np.float32(t.params["scale"])
 
 
@@ -485,9 +490,9 @@ def silu_back(t: Tensor, xs: list[Arr]) -> Arr:
 def rms_norm_back(t: Tensor, xs: list[Arr]) -> Arr:
     dz, x = f32(xs[0]), f32(xs[1])
     n, eps = x.shape[-1], np.float32(t.params["eps"])
-    sum_xx = (x.astype(np.float64) ** 2).sum(axis=-1, keepdims=True).astype(np.float32)
-    sum_xdz = (x.astype(np.float64) * dz).sum(axis=-1, keepdims=True).astype(np.float32)
-    rrms = np.float32(1.0) / np.sqrt(sum_xx / np.float32(n) + eps)
+    sum_xx = f32((x.astype(np.float64) ** 2).sum(axis=-1, keepdims=True))
+    sum_xdz = f32((x.astype(np.float64) * dz).sum(axis=-1, keepdims=True))
+    rrms = f32(np.float32(1.0) / np.sqrt(sum_xx / np.float32(n) + eps))
     return (dz + x * (-sum_xdz / (sum_xx + eps * np.float32(n)))) * rrms
 
 
@@ -509,36 +514,35 @@ def repeat_back_shape(t: Tensor) -> list[int]:
 @reference(Op.REPEAT_BACK)
 def repeat_back(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0]).astype(np.float64).reshape(repeat_back_shape(t))
-    return x.sum(axis=(0, 2, 4, 6)).astype(np.float32)
+    return f32(x.sum(axis=(0, 2, 4, 6)))
 
 
 # ---------------------------------------------------------------------------- norms, reductions
 @reference(Op.NORM)
 def norm(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0]).astype(np.float64)
-    mean = x.mean(axis=-1, keepdims=True)
-    c = (x - mean).astype(np.float32)
-    var = (c.astype(np.float64) ** 2).mean(axis=-1, keepdims=True)
-    return c * (np.float32(1.0) / np.sqrt(var.astype(np.float32) + np.float32(t.params["eps"])))
+    c = f32(x - x.mean(axis=-1, keepdims=True))
+    var = f32((c.astype(np.float64) ** 2).mean(axis=-1, keepdims=True))
+    return c * f32(np.float32(1.0) / np.sqrt(var + np.float32(t.params["eps"])))
 
 
 @reference(Op.RMS_NORM)
 def rms_norm(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0])
-    ms = (x.astype(np.float64) ** 2).mean(axis=-1, keepdims=True).astype(np.float32)
-    return x * (np.float32(1.0) / np.sqrt(ms + np.float32(t.params["eps"])))
+    ms = f32((x.astype(np.float64) ** 2).mean(axis=-1, keepdims=True))
+    return x * f32(np.float32(1.0) / np.sqrt(ms + np.float32(t.params["eps"])))
 
 
 @reference(Op.L2_NORM)
 def l2_norm(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0])
-    s = np.sqrt((x.astype(np.float64) ** 2).sum(axis=-1, keepdims=True)).astype(np.float32)
+    s = f32(np.sqrt((x.astype(np.float64) ** 2).sum(axis=-1, keepdims=True)))
     return x * (np.float32(1.0) / np.maximum(s, np.float32(t.params["eps"])))
 
 
 @reference(Op.SUM_ROWS)
 def sum_rows(t: Tensor, xs: list[Arr]) -> Arr:
-    return f32(xs[0]).astype(np.float64).sum(axis=-1, keepdims=True).astype(np.float32)
+    return f32(f32(xs[0]).astype(np.float64).sum(axis=-1, keepdims=True))
 
 
 @reference(Op.SUM)
@@ -548,14 +552,14 @@ def sum_all(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.MEAN)
 def mean(t: Tensor, xs: list[Arr]) -> Arr:
-    s = f32(xs[0]).astype(np.float64).sum(axis=-1, keepdims=True).astype(np.float32)
+    s = f32(f32(xs[0]).astype(np.float64).sum(axis=-1, keepdims=True))
     return s / np.float32(xs[0].shape[-1])
 
 
 @reference(Op.ARGMAX)
 def argmax(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0])[0, 0]  # [rows, ne0]; ties: ggml keeps the last maximum
-    return (x.shape[-1] - 1 - np.argmax(x[:, ::-1], axis=-1)).astype(np.int32)
+    x = f32(xs[0][0, 0])  # [rows, ne0]; ties: ggml keeps the last maximum
+    return np.asarray(x.shape[-1] - 1 - np.argmax(x[:, ::-1], axis=-1), dtype=np.int32)
 
 
 @reference(Op.CUMSUM)
@@ -639,7 +643,7 @@ def mul_mat_id(t: Tensor, xs: list[Arr]) -> Arr:
 # ---------------------------------------------------------------------------- softmax / attention
 def diag_mask(t: Tensor) -> Arr:
     """DIAG_MASK_INF: True where column i > n_past + row j ([ne1, ne0])."""
-    return np.arange(t.ne[0])[None, :] > t.params["n_past"] + np.arange(t.ne[1])[:, None]
+    return np.arange(t.ne[0])[None, :] > int(t.params["n_past"]) + np.arange(t.ne[1])[:, None]
 
 
 def arange_values(t: Tensor) -> Arr:
@@ -656,7 +660,7 @@ def timestep_freqs(t: Tensor) -> Arr:
     """TIMESTEP_EMBEDDING: f_j = exp(−ln(max_period)·j/half) in f32, j < half."""
     half = t.params["dim"] // 2
     j = np.arange(half, dtype=np.float32)
-    return np.exp(np.float32(-math.log(t.params["max_period"])) * j / np.float32(half)).astype(np.float32)
+    return f32(np.exp(np.float32(-math.log(t.params["max_period"])) * j / np.float32(half)))
 
 
 @reference(Op.TIMESTEP_EMBEDDING)
@@ -670,7 +674,8 @@ def timestep_embedding(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.OPT_STEP_SGD)
 def opt_step_sgd(t: Tensor, xs: list[Arr]) -> Arr:
-    lr, wd = f32(xs[2]).reshape(-1)[:2]
+    sgd = f32(xs[2]).reshape(-1)
+    lr, wd = np.float32(sgd[0]), np.float32(sgd[1])
     return f32(xs[0]) * (np.float32(1.0) - lr * wd) - lr * f32(xs[1])
 
 
@@ -693,8 +698,8 @@ def diag_mask_inf(t: Tensor, xs: list[Arr]) -> Arr:
 @reference(Op.CROSS_ENTROPY_LOSS_BACK)
 def cross_entropy_loss_back(t: Tensor, xs: list[Arr]) -> Arr:
     logits, labels = f32(xs[1]), f32(xs[2])
-    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    soft = e / e.sum(axis=-1, keepdims=True)
+    e = f32(np.exp(logits - logits.max(axis=-1, keepdims=True)))
+    soft = e / f32(e.sum(axis=-1, keepdims=True))
     rows = math.prod(t.ne[1:])
     return (soft - labels) * np.float32(f32(xs[0]).reshape(-1)[0] / np.float32(rows))
 
@@ -735,7 +740,7 @@ def softmax_rows(w: Arr, sinks: Arr | None) -> Arr:
         total = e.sum(axis=-1, keepdims=True)
         if sinks is not None:
             total = total + np.exp(s - mx)
-        return (e / total).astype(np.float32)
+        return f32(e / total)
 
 
 @reference(Op.SOFT_MAX)
@@ -869,7 +874,7 @@ def rope_theta(p: dict[str, Any], n_pairs: int, ne2: int, pos: Arr) -> Arr:
         base = pos.reshape(4, ne2).T[:, rope_sections(p, n_pairs)]  # [ne2, pairs]
     else:
         base = np.repeat(pos[:, None], n_pairs, axis=1)
-    return (base * mult[None, :]).astype(np.float32)
+    return f32(base * mult[None, :])
 
 
 @reference(Op.ROPE, Op.ROPE_BACK)
@@ -1002,7 +1007,7 @@ def _direct_conv(t: Tensor, x: Arr, w: Arr, n: int) -> Arr:
     cols = gather_windows(rounded(x, a.dtype) if a.dtype == "f16" else x, idx, 0.0, n)  # [N, IC, *out, *ks]
     k = cols.reshape(cols.shape[0], cols.shape[1], int(np.prod(out)), -1).astype(np.float64)
     y = np.einsum("ncpk,ock->nop", k, w.reshape(w.shape[0], w.shape[1], -1).astype(np.float64))
-    return y.reshape(x.shape[0], w.shape[0], *out).astype(np.float32)
+    return f32(y.reshape(x.shape[0], w.shape[0], *out))
 
 
 @reference(Op.CONV_2D)
@@ -1016,7 +1021,7 @@ def conv_2d_dw(t: Tensor, xs: list[Arr]) -> Arr:
     idx, _ = window_index(sizes, ks, s, p, d, out)
     cols = gather_windows(f32(xs[1]), idx, 0.0, 2)  # [N, C, OH, OW, KH, KW]
     w = f32(xs[0])[:, 0]  # [C, KH, KW]
-    return np.einsum("ncyxhw,chw->ncyx", cols.astype(np.float64), w.astype(np.float64)).astype(np.float32)
+    return f32(np.einsum("ncyxhw,chw->ncyx", cols.astype(np.float64), w.astype(np.float64)))
 
 
 @reference(Op.CONV_3D)
@@ -1027,7 +1032,7 @@ def conv_3d(t: Tensor, xs: list[Arr]) -> Arr:
     return _direct_conv(t, x, w, 3).reshape(tuple(reversed(t.ne)))
 
 
-def im2col_3d_index(t: Tensor) -> Arr:
+def im2col_3d_index(t: Tensor) -> npt.NDArray[np.int64]:
     """Flat indices into b's [b.ne[3], D, H, W] elements (+1 zero slot) of every IM2COL_3D output
     element; N = b.ne[3] // IC batches (ggml's floor: trailing channels beyond N·IC are unused)."""
     a, b = t.srcs[0], t.srcs[1]
@@ -1152,8 +1157,8 @@ def pool(t: Tensor, xs: list[Arr]) -> Arr:
     win = gather_windows(f32(xs[0]), idx, -_FLT_MAX if is_max else 0.0, n)
     axes = tuple(range(win.ndim - n, win.ndim))
     if is_max:
-        return win.max(axis=axes)
-    return (win.astype(np.float64).sum(axis=axes) / pool_divisor(t, valid, n)).astype(np.float32)
+        return f32(win.max(axis=axes))
+    return f32(win.astype(np.float64).sum(axis=axes) / pool_divisor(t, valid, n))
 
 
 def _cubic_weights(d: np.float32) -> list[np.float32]:
@@ -1225,7 +1230,7 @@ def upscale(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0])[upscale_batch_index(t.ne[3], a.ne[3])][:, upscale_batch_index(t.ne[2], a.ne[2])]
     w0 = upscale_weights(t.ne[0], a.ne[0], t.params["mode"]).astype(np.float64)
     w1 = upscale_weights(t.ne[1], a.ne[1], t.params["mode"]).astype(np.float64)
-    return np.einsum("yj,abji,xi->abyx", w1, x.astype(np.float64), w0).astype(np.float32)
+    return f32(np.einsum("yj,abji,xi->abyx", w1, x.astype(np.float64), w0))
 
 
 @reference(Op.SSM_CONV)

@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ovkit.catalogue.verdicts import Unexpressible, build_case
-from ovkit.ops.policy import OpInfo, Revision, check_op
+from ovkit.ir import OpInfo
+from ovkit.ops.policy import Revision, check_op
 from ovkit.ops.verdicts import SHIPPED, Verdict, read_verdicts
 from ovkit.upstream import cases
 from ovkit.upstream.build import UpstreamBuild, require

@@ -12,15 +12,24 @@ compares three things with ovkit's tables:
   ``is_op_supported_case`` whose block still returns something) with ``ovkit.ops.policy.GATES``.
 
 Exit code 0 when nothing differs, 1 when something does, 2 when the source cannot be read.
+
+``scripts/install-upstream`` keeps the backend sources of the llama-cpp-python sdist it builds
+(:func:`keep_sources`, found again by :func:`kept_sources`), and :data:`KNOWN_DELTAS` records, per
+kept revision, each difference from ovkit's tables that was looked at and why it stays: a test
+checks that the installed revision drifts by exactly those.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import shutil
+import sys
 import tarfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 BACKEND_DIR = "ggml/src/ggml-openvino/"
 FILES = {
@@ -211,3 +220,135 @@ def compare(source: BackendSource, revision: str | None = None) -> DriftReport:
 def drift(path: str | Path, revision: str | None = None) -> DriftReport:
     """:func:`compare` of the backend in ``path``."""
     return compare(read_source(path), revision)
+
+
+# -- the sources scripts/install-upstream keeps -------------------------------------------------
+#: Where the install script keeps the backend sources of the sdists it builds, one directory per
+#: ``<package>-<version>`` holding ``ggml/src/ggml-openvino/`` and :data:`ORIGIN_FILE`;
+#: ``$OVKIT_UPSTREAM_SOURCES`` overrides the directory holding them.
+SOURCES_ENV = "OVKIT_UPSTREAM_SOURCES"
+SOURCES_SUBDIR = Path("share", "ovkit", "sources")
+#: The file naming the sdist the kept sources came from and its sha256.
+ORIGIN_FILE = "ORIGIN"
+
+
+def kept_sources(package: str, version: str) -> Path:
+    """The directory the install script keeps ``package`` ``version``'s backend sources in (it
+    may not exist: :func:`read_source` then says so)."""
+    override = os.environ.get(SOURCES_ENV)
+    root = Path(override) if override else Path(sys.prefix) / SOURCES_SUBDIR
+    return root / f"{package}-{version}"
+
+
+def keep_sources(sdist: str | Path, dest: str | Path) -> Path:
+    """Copy the ``ggml/src/ggml-openvino/`` tree of ``sdist`` (only it: about 1 MB of a 75 MB
+    archive) to ``dest/ggml/src/ggml-openvino/``, with :data:`ORIGIN_FILE` naming the archive
+    and its sha256; ``dest`` is replaced whole, so a half-written copy never stays."""
+    src, out = Path(sdist), Path(dest)
+    with tarfile.open(src) as tar:
+        members = [m for m in tar.getmembers() if m.isfile()]
+        extra = sorted((m.name for m in members if m.name.endswith(BACKEND_DIR + FILES["extra"])), key=len)
+        if not extra:
+            raise SourceError(f"{src}: the archive holds no {BACKEND_DIR}{FILES['extra']}")
+        base = extra[0][: -len(FILES["extra"])]
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        for m in members:
+            if not m.name.startswith(base):
+                continue
+            rel = PurePosixPath(m.name[len(base) :])
+            if rel.is_absolute() or ".." in rel.parts:
+                raise SourceError(f"{src}: member {m.name!r} points outside {BACKEND_DIR}")
+            handle = tar.extractfile(m)
+            if handle is None:
+                continue
+            target = tmp / BACKEND_DIR / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(handle.read())
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()
+    (tmp / ORIGIN_FILE).write_text(f"{src.name}\nsha256 {digest}\n", encoding="utf-8")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+# -- decided differences -------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class KnownDelta:
+    """A difference between one backend revision and ovkit's tables, looked at and kept."""
+
+    table: str  #: the compared table: ``variables``, ``registered ops`` or ``ops with per-op gates``
+    name: str  #: as the report names it (``GGML_OPENVINO_MOE_OP``, ``GGML_OP_ROLL``, ``SCALE``)
+    in_source: bool  #: True: only the source has it; False: only ovkit's tables have it
+    reason: str
+
+
+_FORK_VARIABLE = (
+    "read by Intel's fork (ravi9/llama.cpp ggml-openvino-extra.cpp env_var_names[]); ovkit's "
+    "variable table follows the newest list, a superset of this revision's"
+)
+_NEWER_OP = (
+    "registered after revision N (aee56b3ab), the upstream state ovkit's policy follows; ovkit "
+    "refuses it as not registered"
+)
+#: Per kept revision (``<package>-<version>``, as :func:`kept_sources` names it): its differences
+#: from ovkit's tables (the policy revision :func:`compare` picks, N), each with its reason.
+KNOWN_DELTAS: dict[str, tuple[KnownDelta, ...]] = {
+    "llama-cpp-python-0.3.36": (
+        KnownDelta("variables", "GGML_OPENVINO_COMPILED_MODEL_CACHE_ONLY", False, _FORK_VARIABLE),
+        KnownDelta("variables", "GGML_OPENVINO_FULL_GRAPH_KEY", False, _FORK_VARIABLE),
+        KnownDelta("variables", "GGML_OPENVINO_MOE_OP", False, _FORK_VARIABLE),
+        KnownDelta(
+            "variables",
+            "GGML_OPENVINO_NPU_PROPERTIES",
+            False,
+            "modelled by ovkit (appended last to the NPU class's compile properties); this revision "
+            "does not read it",
+        ),
+        KnownDelta(
+            "registered ops", "GGML_GLU_OP_GEGLU_QUICK", True, f"{_NEWER_OP} (its own translation runs it)"
+        ),
+        KnownDelta(
+            "registered ops",
+            "GGML_GLU_OP_SWIGLU_CLAMP",
+            True,
+            f"{_NEWER_OP}; ovkit's IR has no SWIGLU_CLAMP (ggml-python 0.0.45's ggml, the oracle, predates it)",
+        ),
+        KnownDelta("registered ops", "GGML_OP_POOL_2D", True, f"{_NEWER_OP} (its own translation runs it)"),
+        KnownDelta("registered ops", "GGML_OP_ROLL", True, f"{_NEWER_OP} (its own translation runs it)"),
+        KnownDelta(
+            "registered ops", "GGML_UNARY_OP_RELU", True, f"{_NEWER_OP} (its own translation runs it)"
+        ),
+        KnownDelta(
+            "ops with per-op gates",
+            "POOL_2D",
+            True,
+            "the gate of an op registered after N (GPU: padding with a kernel under 3 is refused)",
+        ),
+        KnownDelta(
+            "ops with per-op gates",
+            "SCALE",
+            True,
+            "a bf16 SCALE result is refused after N; N's SCALE has no per-op gate",
+        ),
+    ),
+}
+
+
+def unexplained(report: DriftReport, known: Sequence[KnownDelta]) -> list[str]:
+    """What ``report`` shows beyond ``known`` and what ``known`` lists that the report no longer
+    shows (a delta that went away must leave the table too); empty when the two match."""
+    seen = {
+        (d.what.split(" (")[0], name, side)
+        for d in report.differences
+        for side, names in ((True, d.only_source), (False, d.only_ovkit))
+        for name in names
+    }
+    listed = {(k.table, k.name, k.in_source) for k in known}
+    where = {True: "in the source, not in ovkit", False: "in ovkit, not in the source"}
+    new = [f"{t}: {n} ({where[s]}) is not in the known deltas" for t, n, s in sorted(seen - listed)]
+    gone = [
+        f"{t}: {n} ({where[s]}) is a known delta the source no longer shows"
+        for t, n, s in sorted(listed - seen)
+    ]
+    return new + gone

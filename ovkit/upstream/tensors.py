@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ovkit.catalogue.verdicts import Unexpressible, build_case
-from ovkit.ops.policy import OpInfo
+from ovkit.ir import OpInfo
 
 
 class Unbuildable(Exception):
