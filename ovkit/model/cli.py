@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ovkit.model.bench import PRECISIONS
 from ovkit.report import format_duration, format_rate
 
 COMPARE_CHOICES = ("llama.cpp", "upstream")
@@ -31,6 +32,12 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare", choices=COMPARE_CHOICES, help="compare logits with llama.cpp")
     p.add_argument("--ctx-size", type=int, default=0, help="KV cache cells (default: prompt + n, >= 256)")
     p.add_argument("--flash-attn", choices=("on", "off"), default="on", help="as llama.cpp -fa")
+    p.add_argument(
+        "--precision",
+        choices=tuple(PRECISIONS),
+        default="exact",
+        help="exact (f32), device (its default) or ggml (f32 with llama.cpp CPU's q8 activations)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -92,7 +99,9 @@ def cli(args: argparse.Namespace) -> int:
     n_ctx = args.ctx_size or max(256, len(prompt) + args.n_predict)
     fa = args.flash_attn == "on"
     try:
-        model = Model(args.file, device=args.device, core=core, n_ctx=n_ctx, flash_attn=fa)
+        model = Model(
+            args.file, device=args.device, core=core, n_ctx=n_ctx, flash_attn=fa, precision=args.precision
+        )
         gen = model.generate(prompt, args.n_predict)
     except (ModelError, ValueError) as exc:
         raise UsageError(str(exc)) from None
