@@ -28,7 +28,6 @@ from ovkit.gguf import GGUFModel, read_gguf
 from ovkit.ir import UnsupportedOpError
 from ovkit.memory import format_bytes
 from ovkit.model.arch import HParams, ModelError
-from ovkit.ops.ggml_numerics import with_ggml_numerics
 from ovkit.model.program import (
     F16_BYTES,
     DecoderOut,
@@ -39,6 +38,7 @@ from ovkit.model.program import (
     input_specs,
     n_kv_for,
 )
+from ovkit.ops.ggml_numerics import with_ggml_numerics
 from ovkit.report import Report, Reported, format_duration, format_rate
 
 DEFAULT_N_UBATCH = 512  # llama.cpp's default micro-batch
