@@ -191,3 +191,23 @@ def test_ggml_precision_matches_llama_cpp_matmuls(runs: Any) -> None:
         first, first_exact = ggml["nmse_per_position"][0], exact["nmse_per_position"][0]
         assert first <= GGML_FIRST_MAX_NMSE, (ggml["text"], ggml["nmse_per_position"])
         assert first < first_exact, (ggml["text"], first, first_exact)
+
+
+#: Gemma-3-270M fed its BOS alone: every matmul of the model (Q5_0, Q4_K, Q6_K, Q8_0 and F32
+#: weights) with llama.cpp's q8 activations, attention over one key.  Measured: ggml 6e-14 (equal
+#: up to f32 summation order), exact f32 5.6e-4.
+GGML_ONE_TOKEN_MAX_NMSE = 1e-10
+
+
+@pytest.mark.slow
+def test_ggml_precision_reproduces_gemma_on_one_token() -> None:
+    """precision="ggml" on one token equals llama.cpp CPU to f32 rounding; exact f32 does not."""
+    path = _real("gemma3-270m")
+    bos = [2]
+    theirs = run_reference(path, bos, [], n_ctx=64).prompt_logits[0]
+    got = {
+        precision: Model(path, n_ctx=64, no_requant=True, precision=precision).eval(bos)[0]
+        for precision in ("ggml", "exact")
+    }
+    assert oracle.nmse(got["ggml"], theirs) <= GGML_ONE_TOKEN_MAX_NMSE
+    assert oracle.nmse(got["exact"], theirs) > 1e3 * GGML_ONE_TOKEN_MAX_NMSE
