@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ovkit.model.bench import PRECISIONS
 from ovkit.report import format_duration, format_rate
 
 COMPARE_CHOICES = ("llama.cpp", "upstream")
@@ -42,6 +43,12 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare", choices=COMPARE_CHOICES, help="compare logits with llama.cpp")
     p.add_argument("--ctx-size", type=int, default=0, help="KV cache cells (default: prompt + n, >= 256)")
     p.add_argument("--flash-attn", choices=("on", "off"), default="on", help="as llama.cpp -fa")
+    p.add_argument(
+        "--precision",
+        choices=tuple(PRECISIONS),
+        default="exact",
+        help="exact (f32), device (its default) or ggml (f32 with llama.cpp CPU's q8 activations)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -129,7 +136,9 @@ def cli(args: argparse.Namespace) -> int:
         raise UsageError(f"--prompt needs llama-cpp-python's tokenizer ({exc})") from None
     n_ctx = args.ctx_size or max(256, len(prompt) + args.n_predict)
     try:
-        model = Model(gguf, device=args.device, core=core, n_ctx=n_ctx, flash_attn=fa)
+        model = Model(
+            gguf, device=args.device, core=core, n_ctx=n_ctx, flash_attn=fa, precision=args.precision
+        )
         gen = model.generate(prompt, args.n_predict, stop=stop, all_logits=bool(args.compare))
     except (ModelError, ValueError) as exc:
         raise UsageError(str(exc)) from None

@@ -42,6 +42,7 @@ from ovkit.model.program import (
     input_specs,
     n_kv_for,
 )
+from ovkit.ops.ggml_numerics import with_ggml_numerics
 from ovkit.report import Report, Reported, format_duration, format_rate
 
 DEFAULT_N_UBATCH = 512  # llama.cpp's default micro-batch
@@ -52,8 +53,9 @@ KV_MODES = ("host", "variables")
 
 #: ``precision=`` -> the OpenVINO inference precision compiled with: "exact" is f32 (the default,
 #: for comparisons); "device" is the device's default, as the real backend compiles (bf16 on CPUs
-#: with AMX or avx512_bf16).
-PRECISIONS: dict[str, str | None] = {"exact": "f32", "device": None}
+#: with AMX or avx512_bf16); "ggml" is f32 with llama.cpp CPU's matmul numerics: activations meeting
+#: a quantized weight are quantized to its q8 dot type first (ovkit.ops.ggml_numerics).
+PRECISIONS: dict[str, str | None] = {"exact": "f32", "device": None, "ggml": "f32"}
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -206,6 +208,13 @@ class Model(Reported):
             else value
             for name, value in model_weights(self.gguf)
         }
+        if precision == "ggml":  # the GGUF's own type picks the dot type (Q5_0 runs as Q8_0 blocks)
+            self.weights = {
+                name: with_ggml_numerics(w, self.gguf.tensors[name].type)
+                if isinstance(w, quant.QuantizedWeight)
+                else w
+                for name, w in self.weights.items()
+            }
         quantized = [w for w in self.weights.values() if isinstance(w, quant.QuantizedWeight)]
         self._configs = {
             n: run_config_from(
@@ -325,7 +334,8 @@ class Model(Reported):
     def effective_precision(self) -> str:
         """The inference precision the compiled sessions run (asked for or the device's default)."""
         used = sorted({str(s.effective.inference_precision) for s in self.sessions()})
-        return ", ".join(used) or str(PRECISIONS[self.precision] or "device default")
+        used_s = ", ".join(used) or str(PRECISIONS[self.precision] or "device default")
+        return f"{used_s}, ggml matmul numerics" if self.precision == "ggml" else used_s
 
     def eval(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
         """Feed ``tokens`` after what the cache holds; logits of every fed position (n, n_vocab),

@@ -858,6 +858,10 @@ def _mul_mat_id(t: Tensor, xs: list[Out]) -> Out:
     xb = f32(xs[1])
     if as_t.dtype in ("f16", "bf16") and b_t.dtype != as_t.dtype:
         xb = rounded(xb, as_t.dtype)
+    if as_t.is_leaf and as_t.is_quantized:  # precision="ggml": the experts' q8 activations
+        from ovkit.ops.ggml_numerics import mul_mat_id_activations
+
+        xb = mul_mat_id_activations(as_t.value, xb)
     ids = ops.reshape(xs[2], i64([n_tok, n_used]), False)
     picked = ops.gather(w, ids, i64(0))  # [T, U, N, K]
     xb = ops.reshape(xb, i64([n_tok, b1, k]), False)

@@ -1,0 +1,213 @@
+"""precision="ggml": llama.cpp CPU's quantized-matmul numerics (q8 activations), op by op and on
+the real models, against ggml (ggml-python) and llama.cpp (llama-cpp-python, CPU build).
+
+The op tests compare one quantized MUL_MAT per weight type with ggml's own kernels; the model tests
+run both fetched real models (python -m ovkit.model.fetch) on three prompts, 24 greedy steps, the
+same fed tokens on both sides, with precision="ggml" and with the default exact f32.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ovkit import oracle, quant
+from ovkit.model import Model
+from ovkit.model.cli import compare
+from ovkit.model.reference import run_reference, tokenize
+from ovkit.ops import ggml_numerics
+
+# ------------------------------------------------------------------------------------- one op
+#: The weight types of the real models and the rest of upstream's types, with host-decoded Q5_0,
+#: Q2_K, Q3_K: every dot type (q8_0, q8_1, q8_K) is met.
+OP_TYPES = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K", "mxfp4", "q2_K", "q3_K")
+#: ggml's per-block integer sums and ours (f32 products of the same q8 values) differ only in f32
+#: rounding: measured NMSE 1e-14..3e-13 on these shapes, where f32 activations give 3e-5..6e-5
+#: and a single q8 value rounded the other way ~1e-9.
+OP_MAX_NMSE = 1e-12
+
+
+def _ov_mul_mat(weight: quant.QuantizedWeight, x: np.ndarray) -> np.ndarray:
+    """``weight.ov_mul_mat(x)`` compiled alone on the CPU in f32."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    p = ops.parameter(list(x.shape), np.float32)
+    model = ov.Model([ops.result(weight.ov_mul_mat(p.output(0)))], [p])
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    return np.asarray(compiled(x)[0])
+
+
+@pytest.mark.parametrize("qtype", OP_TYPES)
+def test_quantized_mul_mat_matches_ggml_kernels(qtype: str) -> None:
+    """A quantized MUL_MAT with ggml's numerics equals ggml's own kernels to f32 rounding; with
+    exact f32 activations it is off by the activations' q8 rounding (so the test can fail)."""
+    rng = np.random.default_rng(23)
+    rows, k, n = 48, 1024, 5
+    w = rng.standard_normal((rows, k)).astype(np.float32) + 0.5  # a mean: q4_1/q5_1 use their min
+    x = (rng.standard_normal((n, k)) * 3 + 1).astype(np.float32)
+    x[0, :32] = 0.0  # an all-zero activation block (d = 0)
+    x[1, 5] = -np.abs(x[1, :256]).max() - 1  # a negative value of largest magnitude (q8_K's sign)
+    base = quant.quantize(qtype, w)
+    theirs = oracle.ggml_mul_mat_quant(qtype, w, x).reshape(n, rows)
+    ours = _ov_mul_mat(ggml_numerics.with_ggml_numerics(base, qtype), x)
+    exact = _ov_mul_mat(base, x)
+    assert oracle.nmse(ours, theirs) <= OP_MAX_NMSE, ggml_numerics.vec_dot_type(qtype)
+    assert oracle.nmse(exact, theirs) > 1e3 * OP_MAX_NMSE
+
+
+@pytest.mark.parametrize("qtype", ["q4_1", "q5_1"])
+def test_q8_1_min_term_uses_the_stored_f16_sum(qtype: str) -> None:
+    """q8_1's ``s`` is stored in f16 and multiplies the weights' mins: reproducing it takes the
+    error from ~4e-11 (exact d·Σq) to f32 rounding."""
+    rng = np.random.default_rng(5)
+    rows, k, n = 32, 4096, 3
+    w = (rng.standard_normal((rows, k)) + 2).astype(np.float32)
+    x = (rng.standard_normal((n, k)) + 1).astype(np.float32)
+    base = quant.quantize(qtype, w)
+    theirs = oracle.ggml_mul_mat_quant(qtype, w, x).reshape(n, rows)
+    ours = _ov_mul_mat(ggml_numerics.with_ggml_numerics(base, qtype), x)
+    assert oracle.nmse(ours, theirs) <= OP_MAX_NMSE
+
+
+def test_ggml_numerics_are_their_own_compiled_graph() -> None:
+    """The weight's digest (the compile cache key) tells ggml numerics from exact ones, and the
+    dot type follows the GGUF's type (Q5_0 repacked to Q8_0 blocks still uses q8_0)."""
+    w = quant.quantize("q4_1", np.ones((8, 64), np.float32))
+    g = ggml_numerics.with_ggml_numerics(w, "q4_1")
+    assert g.digest != w.digest and g.dot_type == "q8_1"
+    assert ggml_numerics.vec_dot_type("Q4_K") == "q8_K" and ggml_numerics.vec_dot_type("q5_0") == "q8_0"
+    import pickle
+
+    back = pickle.loads(pickle.dumps(g))
+    assert isinstance(back, ggml_numerics.GgmlNumericsWeight) and back.digest == g.digest
+
+
+def test_unknown_precision_is_refused(tmp_path: Path) -> None:
+    from ovkit.model import synthetic
+    from ovkit.model.arch import ModelError
+
+    path = synthetic("llama", tmp_path / "m.gguf", weight_type="q8_0", n_embd=64, n_ff=128)
+    with pytest.raises(ModelError, match="precision 'ggml8' is not one of exact, device, ggml"):
+        Model(path, precision="ggml8")
+
+
+# ------------------------------------------------------------------------------ real models
+REAL = ("smollm2-135m", "gemma3-270m")
+#: Three prompts; each is fed as its first PROMPT_TOKENS ids (one prefill shape: two compiles per
+#: model and precision).  The second parts exact f32 from llama.cpp at a near-tie (issue 23).
+PROMPTS = (
+    "The capital of France is a city where",
+    "Once upon a time, in a small village by the sea,",
+    "def fibonacci(n):\n    if n < 2:\n        return n",
+)
+PROMPT_TOKENS = 8
+N_DECODE = 24
+#: precision="ggml" at the first prompt position, against llama.cpp CPU.  There attention has one
+#: key (softmax 1, the output is that V row in both), so on SmolLM2 (llama: matmuls, RMS norms,
+#: SiLU) only the matmul numerics differ: measured 3e-6..2e-5 where exact f32 gives 6e-4.  Later
+#: positions are limited by attention's own rounding (docs/model.md, Precision), which
+#: precision="ggml" does not reproduce yet.  Gemma-3-270M is not asserted: at its BOS position
+#: ggml measured 1.6e-4, so something besides the matmuls (not found yet) differs there too.
+GGML_FIRST_MAX_NMSE = 1e-4
+#: exact f32 against llama.cpp CPU: the q8 rounding of every quantized matmul's activations,
+#: compounded over the layers (issue 23 measured up to 4.85e-2 on SmolLM2).
+EXACT_MAX_NMSE = 5e-2
+#: A near-tie: llama.cpp's logit of its own pick exceeds its logit of ovkit's pick by less than
+#: NEAR_TIE_RMS × the RMS difference of the two logit vectors at that position.  That RMS is the
+#: noise the two computations put on each logit; the margin is a difference of two such logits,
+#: whose noise is ~√2 × RMS, so 3 × RMS is about two of its standard deviations.
+NEAR_TIE_RMS = 3.0
+
+
+def near_tie(ours: np.ndarray, theirs: np.ndarray) -> bool:
+    """Whether the greedy picks of two logit vectors differ only at a near-tie (NEAR_TIE_RMS)."""
+    a, b = int(ours.argmax()), int(theirs.argmax())
+    rms = float(np.sqrt(np.mean((ours.astype(np.float64) - theirs) ** 2)))
+    return float(theirs[b]) - float(theirs[a]) < NEAR_TIE_RMS * rms
+
+
+def _real(name: str) -> Path:
+    """A fetched real model, or a failure that says how to fetch it (never a skip)."""
+    from ovkit.model.fetch import MissingModelError, real_model
+
+    try:
+        return real_model(name)
+    except MissingModelError as exc:
+        missing = str(exc)
+    pytest.fail(missing, pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def runs() -> Any:
+    """``runs(name, precision)``: per prompt, compare() of ovkit against llama.cpp CPU on ovkit's
+    greedy tokens, plus the first decode step where the greedy picks part (None: never)."""
+    done: dict[tuple[str, str], list[dict[str, Any]]] = {}
+
+    def run(name: str, precision: str) -> list[dict[str, Any]]:
+        if (name, precision) in done:
+            return done[(name, precision)]
+        path = _real(name)
+        model = Model(path, n_ctx=64, no_requant=True, precision=precision)
+        out = []
+        for text in PROMPTS:
+            prompt = tokenize(path, text)
+            assert len(prompt) >= PROMPT_TOKENS, (text, prompt)
+            prompt = prompt[:PROMPT_TOKENS]
+            gen = model.generate(prompt, N_DECODE)
+            ref = run_reference(path, prompt, gen.tokens, n_ctx=64)
+            c = compare(gen, ref)
+            ours = np.concatenate([gen.prompt_logits[-1:], gen.decode_logits])
+            theirs = np.concatenate([ref.prompt_logits[-1:], ref.decode_logits])
+            parted = [i for i in range(len(ours)) if ours[i].argmax() != theirs[i].argmax()]
+            c["first_parting"] = parted[0] if parted else None
+            c["near_tie"] = near_tie(ours[parted[0]], theirs[parted[0]]) if parted else None
+            c["text"] = text
+            out.append(c)
+        done[(name, precision)] = out
+        return out
+
+    return run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", REAL)
+def test_exact_precision_parts_only_at_near_ties(runs: Any, name: str) -> None:
+    """Default exact f32: logit NMSE per position <= 5e-2, and where the greedy picks first part,
+    llama.cpp's own top two are a near-tie."""
+    for c in runs(name, "exact"):
+        assert c["max_nmse"] <= EXACT_MAX_NMSE, (c["text"], c["nmse_per_position"])
+        assert c["first_parting"] is None or c["near_tie"], (c["text"], c["first_parting"])
+
+
+@pytest.mark.slow
+def test_ggml_precision_matches_llama_cpp_matmuls(runs: Any) -> None:
+    """precision="ggml" on SmolLM2 at the first prompt position (matmul numerics alone): within
+    GGML_FIRST_MAX_NMSE of llama.cpp and closer than exact f32 on every prompt."""
+    for ggml, exact in zip(runs("smollm2-135m", "ggml"), runs("smollm2-135m", "exact"), strict=True):
+        first, first_exact = ggml["nmse_per_position"][0], exact["nmse_per_position"][0]
+        assert first <= GGML_FIRST_MAX_NMSE, (ggml["text"], ggml["nmse_per_position"])
+        assert first < first_exact, (ggml["text"], first, first_exact)
+
+
+#: Gemma-3-270M fed its BOS alone: every matmul of the model (Q5_0, Q4_K, Q6_K, Q8_0 and F32
+#: weights) with llama.cpp's q8 activations, attention over one key.  Measured: ggml 6e-14 (equal
+#: up to f32 summation order), exact f32 5.6e-4.
+GGML_ONE_TOKEN_MAX_NMSE = 1e-10
+
+
+@pytest.mark.slow
+def test_ggml_precision_reproduces_gemma_on_one_token() -> None:
+    """precision="ggml" on one token equals llama.cpp CPU to f32 rounding; exact f32 does not."""
+    path = _real("gemma3-270m")
+    bos = [2]
+    theirs = run_reference(path, bos, [], n_ctx=64).prompt_logits[0]
+    got = {
+        precision: Model(path, n_ctx=64, no_requant=True, precision=precision).eval(bos)[0]
+        for precision in ("ggml", "exact")
+    }
+    assert oracle.nmse(got["ggml"], theirs) <= GGML_ONE_TOKEN_MAX_NMSE
+    assert oracle.nmse(got["exact"], theirs) > 1e3 * GGML_ONE_TOKEN_MAX_NMSE
