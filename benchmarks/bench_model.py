@@ -22,8 +22,9 @@ import tempfile
 from pathlib import Path
 
 from ovkit.model import Model
-from ovkit.model.bench import PRECISIONS, BenchReport, BenchSettings, bench
+from ovkit.model.bench import BenchReport, BenchSettings, bench
 from ovkit.model.fetch import MODELS, MissingModelError, real_model
+from ovkit.model.precision import PRECISIONS
 from ovkit.model.synthetic import synthetic
 
 SIZES = {"n_embd": 1024, "n_layer": 8, "n_ff": 2816, "n_head": 16, "n_head_kv": 4, "n_vocab": 32000}

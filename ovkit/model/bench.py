@@ -26,13 +26,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ovkit.model.precision import PRECISIONS
+
 #: The sides ``--against`` can name besides ovkit, and how each runs llama.cpp.
 AGAINST = {"llama.cpp": False, "upstream": True}  # name -> llama-cpp-python's OpenVINO build?
 
-#: ``precision`` choices of ovkit's side: the OpenVINO inference precision each compiles with
-#: (None: the device's default, which the real backend uses too; "ggml": f32 with llama.cpp CPU's
-#: q8 activations in quantized matmuls, as ovkit.model.runner.PRECISIONS says).
-PRECISIONS: dict[str, str | None] = {"exact": "f32", "device": None, "ggml": "f32"}
 
 #: A side's process of one repetition is at most this long (a hung child is killed).
 CHILD_TIMEOUT_S = 1800.0

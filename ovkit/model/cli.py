@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ovkit.model.bench import PRECISIONS
+from ovkit.model.precision import PRECISIONS
 from ovkit.report import format_duration, format_rate
 
 COMPARE_CHOICES = ("llama.cpp", "upstream")

@@ -32,6 +32,7 @@ from ovkit.gguf import GGUFModel, read_gguf
 from ovkit.ir import UnsupportedOpError
 from ovkit.memory import format_bytes
 from ovkit.model.arch import HParams, ModelError
+from ovkit.model.precision import PRECISIONS
 from ovkit.model.program import (
     F16_BYTES,
     DecoderOut,
@@ -50,12 +51,6 @@ SHOWN_TOKENS = 24  # generated ids a Generation's repr lists before eliding the 
 
 #: ``kv=``: where the KV cache lives (see the module docstring).
 KV_MODES = ("host", "variables")
-
-#: ``precision=`` -> the OpenVINO inference precision compiled with: "exact" is f32 (the default,
-#: for comparisons); "device" is the device's default, as the real backend compiles (bf16 on CPUs
-#: with AMX or avx512_bf16); "ggml" is f32 with llama.cpp CPU's matmul numerics: activations meeting
-#: a quantized weight are quantized to its q8 dot type first (ovkit.ops.ggml_numerics).
-PRECISIONS: dict[str, str | None] = {"exact": "f32", "device": None, "ggml": "f32"}
 
 
 @dataclass(frozen=True, slots=True, repr=False)
