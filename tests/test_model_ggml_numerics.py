@@ -157,7 +157,7 @@ def runs() -> Any:
             prompt = tokenize(path, text)
             assert len(prompt) >= PROMPT_TOKENS, (text, prompt)
             prompt = prompt[:PROMPT_TOKENS]
-            gen = model.generate(prompt, N_DECODE)
+            gen = model.generate(prompt, N_DECODE, all_logits=True)  # position 0 is asserted
             ref = run_reference(path, prompt, gen.tokens, n_ctx=64)
             c = compare(gen, ref)
             ours = np.concatenate([gen.prompt_logits[-1:], gen.decode_logits])
