@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from model_helpers import real_model
 
 from ovkit import oracle
 from ovkit.model import ARCHS, Model, synthetic
@@ -375,17 +376,6 @@ def test_q5_0_weights_run_as_stored(model_file: Callable[..., Path]) -> None:
 
 
 # ----------------------------------------------------------------------------------- real models
-def _real(name: str) -> Path:
-    """A fetched real model, or a failure that says how to fetch it (never a skip)."""
-    from ovkit.model.fetch import MissingModelError, real_model
-
-    try:
-        return real_model(name)
-    except MissingModelError as exc:
-        missing = str(exc)
-    pytest.fail(missing, pytrace=False)
-
-
 REAL_PROMPT = "The capital of France is a city where"
 REAL_DECODE = 16
 
@@ -403,7 +393,7 @@ def _real_against_llama_cpp(name: str) -> dict[str, object]:
     """A fetched real model, weights as stored, against llama.cpp CPU on the same fed tokens."""
     from ovkit.model.reference import tokenize
 
-    path = _real(name)
+    path = real_model(name)
     prompt = tokenize(path, REAL_PROMPT)
     assert len(prompt) >= 6, prompt
     gen = Model(path, n_ctx=64, no_requant=True).generate(prompt, REAL_DECODE, all_logits=True)

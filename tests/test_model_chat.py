@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from model_helpers import real_model
 
 from ovkit.cli import main
 from ovkit.gguf import read_gguf
@@ -104,17 +105,6 @@ def model_file(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     return make
 
 
-def _real(name: str) -> Path:
-    """A fetched real model, or a failure that says how to fetch it (never a skip)."""
-    from ovkit.model.fetch import MissingModelError, real_model
-
-    try:
-        return real_model(name)
-    except MissingModelError as exc:
-        missing = str(exc)
-    pytest.fail(missing, pytrace=False)
-
-
 def _vocab_only_gguf(path: Path, specials: list[str], **ids: int) -> Path:
     """A GGUF llama.cpp loads with ``vocab_only``: llama hparams, an SPM vocabulary of
     ``<unk> <s> </s>``, ``specials`` (control tokens), the bytes and a few pieces; no tensors."""
@@ -163,7 +153,7 @@ def test_eog_ids_follow_llama_cpps_rule(tmp_path: Path, case: str) -> None:
 
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
 def test_eog_ids_of_real_models_are_llama_cpps(name: str) -> None:
-    path = _real(name)
+    path = real_model(name)
     eog = ch.eog_ids(path)
     assert eog == reference.eog_tokens(path)
     tokens = read_gguf(path).metadata["tokenizer.ggml.tokens"]
@@ -189,7 +179,7 @@ def test_generate_stops_at_a_stop_id_without_feeding_it(model_file: Callable[...
 def test_smollm2_chat_prompt_is_llama_cpps() -> None:
     """The GGUF's own chatml template, rendered by ovkit, gives llama.cpp's text (its built-in
     chatml format) and ids; without a system message the template adds SmolLM's own."""
-    path = _real("smollm2-135m")
+    path = real_model("smollm2-135m")
     template = ch.chat_template(path)
     ours = ch.format_chat(path, CONVERSATION)
     theirs = reference.apply_chat_template(template, CONVERSATION)
@@ -205,7 +195,7 @@ def test_gemma3_chat_prompt_is_llama_cpps() -> None:
     """Gemma 3's template (``<start_of_turn>``, the system message merged into the first user
     turn, ``<bos>`` written by the template): llama.cpp's built-in gemma format and its ids, BOS
     once (llama.cpp adds it, so the template's own ``<bos>`` text is dropped as llama.cpp does)."""
-    path = _real("gemma3-270m")
+    path = real_model("gemma3-270m")
     ours = ch.format_chat(path, CONVERSATION, template=GEMMA3_TEMPLATE)
     theirs = reference.apply_chat_template(GEMMA3_TEMPLATE, CONVERSATION)
     assert ours.text == "<bos>" + theirs
@@ -326,12 +316,12 @@ def test_bad_real_files_are_one_line_naming_the_file(
     """A truncated SmolLM2 (its metadata whole, its tensors cut) and Gemma-3-270M, whose GGUF has
     no chat template."""
     cut = tmp_path / "SmolLM2-cut.gguf"
-    with _real("smollm2-135m").open("rb") as f:
+    with real_model("smollm2-135m").open("rb") as f:
         cut.write_bytes(f.read(3_000_000))
     for flag in ("--chat", "--prompt"):
         err = _error_line(capsys, str(cut), flag, "hi")
         assert f"{cut}: tensor 'token_embd.weight'" in err and "truncated or corrupt" in err
-    gemma = _real("gemma3-270m")
+    gemma = real_model("gemma3-270m")
     err = _error_line(capsys, str(gemma), "--chat", "hi")
     assert f"{gemma}: the model has no chat template" in err
 
@@ -340,7 +330,7 @@ def test_bad_real_files_are_one_line_naming_the_file(
 def test_chat_on_smollm2_stops_at_im_end(capsys: pytest.CaptureFixture[str]) -> None:
     """SmolLM2-135M-Instruct answers a short question and stops at ``<|im_end|>`` (id 2) long
     before -n runs out; the answer is the text before it (compiles the model: ~1-2 min)."""
-    path = _real("smollm2-135m")
+    path = real_model("smollm2-135m")
     n = 48
     assert (
         main(["run-model", str(path), "--chat", "What is the capital of France?", "-n", str(n), "--json"])

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from model_helpers import real_model
 
 from ovkit.model import program
 from ovkit.model.compare import DEFAULT_THRESHOLD, Capture, _failure, compare_model
@@ -61,21 +62,11 @@ def test_a_wrong_op_is_named_as_the_first_divergent_node(tiny: Path, monkeypatch
     assert "<- first past" in str(r).split("norm-1")[1].splitlines()[0]
 
 
-def _smollm2() -> Path:
-    from ovkit.model.fetch import MissingModelError, real_model
-
-    try:
-        return real_model("smollm2-135m")
-    except MissingModelError as exc:
-        missing = str(exc)
-    pytest.fail(missing, pytrace=False)
-
-
 @pytest.mark.slow
 def test_smollm2_nodes_stay_within_llama_cpp_rounding() -> None:
     """The real SmolLM2 (30 layers, Q4_1): every matched node of ovkit's exact-f32 graph stays
     within the threshold of llama.cpp CPU's q8-activation rounding (measured 1e-5..6e-3)."""
-    r = compare_model(_smollm2(), [1, 504, 3575, 282, 4649, 314], n_ctx=256)
+    r = compare_model(real_model("smollm2-135m"), [1, 504, 3575, 282, 4649, 314], n_ctx=256)
     assert len(r.nodes) > 300
     assert [n.name for n in r.nodes[-2:]] == ["result_norm", "result_output"]
     worst = max(r.nodes, key=lambda n: n.of("ovkit"))
@@ -88,7 +79,7 @@ def test_smollm2_upstream_fa_off_names_the_failing_node_and_writes_its_case(tmp_
     """The real backend with flash attention off fails on SmolLM2 (n_ctx 512): compare-model names
     the transposed-V store (SET_ROWS fed by ``Vcur-0 (reshaped) (reshaped)``), writes it as a
     test-backend-ops case and ``ovkit test-ops --upstream`` runs that case three ways."""
-    model = _smollm2()
+    model = real_model("smollm2-135m")
     case = tmp_path / "case.csv"
     proc = subprocess.run(
         [sys.executable, "-m", "ovkit", "compare-model", str(model), "--tokens", "1,504,3575,282,4649,314",
@@ -167,7 +158,7 @@ def test_smollm2_upstream_fa_on_diverges_and_says_whether_precision_explains_it(
     f32 rerun is in the table as its own column)."""
     from ovkit.model.compare import F32_RERUN
 
-    r = compare_model(_smollm2(), [1, 504, 3575, 282, 4649, 314], against="upstream")
+    r = compare_model(real_model("smollm2-135m"), [1, 504, 3575, 282, 4649, 314], against="upstream")
     first = r.first_divergent("upstream")
     assert first is not None, r
     assert r.nodes.index(first) < 40, r  # within the first layers, not accumulated rounding at the end

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from model_helpers import real_model
 
 from ovkit import oracle, quant
 from ovkit.model import Model
@@ -130,17 +131,6 @@ def near_tie(ours: np.ndarray, theirs: np.ndarray) -> bool:
     return float(theirs[b]) - float(theirs[a]) < NEAR_TIE_RMS * rms
 
 
-def _real(name: str) -> Path:
-    """A fetched real model, or a failure that says how to fetch it (never a skip)."""
-    from ovkit.model.fetch import MissingModelError, real_model
-
-    try:
-        return real_model(name)
-    except MissingModelError as exc:
-        missing = str(exc)
-    pytest.fail(missing, pytrace=False)
-
-
 @pytest.fixture(scope="module")
 def runs() -> Any:
     """``runs(name, precision)``: per prompt, compare() of ovkit against llama.cpp CPU on ovkit's
@@ -150,7 +140,7 @@ def runs() -> Any:
     def run(name: str, precision: str) -> list[dict[str, Any]]:
         if (name, precision) in done:
             return done[(name, precision)]
-        path = _real(name)
+        path = real_model(name)
         model = Model(path, n_ctx=64, no_requant=True, precision=precision)
         out = []
         for text in PROMPTS:
@@ -202,7 +192,7 @@ GGML_ONE_TOKEN_MAX_NMSE = 1e-10
 @pytest.mark.slow
 def test_ggml_precision_reproduces_gemma_on_one_token() -> None:
     """precision="ggml" on one token equals llama.cpp CPU to f32 rounding; exact f32 does not."""
-    path = _real("gemma3-270m")
+    path = real_model("gemma3-270m")
     bos = [2]
     theirs = run_reference(path, bos, [], n_ctx=64).prompt_logits[0]
     got = {

@@ -11,21 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from model_helpers import real_model
 
 from ovkit import quant
 from ovkit.model import Model, footprint, synthetic
 from ovkit.model import placement as pl
 from ovkit.simulate import SimulatedCore
-
-
-def _real(name: str) -> Path:
-    from ovkit.model.fetch import MissingModelError, real_model
-
-    try:
-        return real_model(name)
-    except MissingModelError as exc:
-        missing = str(exc)
-    pytest.fail(missing, pytrace=False)
 
 
 @pytest.mark.parametrize(
@@ -76,7 +67,7 @@ def test_placement_runs_agrees_with_a_real_model_on_every_device(
 ) -> None:
     from ovkit.gguf import read_gguf
 
-    path = read_gguf(_real(name) if name == "smollm2-135m" else _models(tmp_path_factory)[name])
+    path = read_gguf(real_model(name) if name == "smollm2-135m" else _models(tmp_path_factory)[name])
     probe = Model(path, n_ctx=32, core=core, device="CPU")
     nodes = pl.node_table(probe, pl.targets(core), n_prompt=4)
     runs = pl.summary(nodes, raw=True).groupby("device")["ovkit_runs"].all()
