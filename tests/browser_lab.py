@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,6 +91,7 @@ def jupyter_lab(root: Path, home: Path, kernel_env: dict[str, str] | None = None
         sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
         "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
         "--IdentityProvider.token=", "--ServerApp.password=",
+        "--ServerApp.disable_check_xsrf=True",  # shutdown_kernels' DELETE has no browser cookie
         f"--ServerApp.root_dir={root}", "--LabApp.news_url=",
     ]  # fmt: skip
     log = open(home / "server.log", "wb")  # noqa: SIM115 (closed in the finally below)
@@ -148,8 +150,11 @@ def shutdown_kernels(lab: str) -> None:
         kernels = json.load(resp)
     for k in kernels:
         req = urllib.request.Request(f"{lab}/api/kernels/{k['id']}", method="DELETE")
-        with contextlib.suppress(OSError):
+        try:
             urllib.request.urlopen(req, timeout=30).close()
+        except urllib.error.HTTPError as exc:  # gone meanwhile is fine; a refusal (403) is not
+            if exc.code != 404:
+                raise
 
 
 def page_errors(page: Any) -> list[str]:
