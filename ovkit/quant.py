@@ -752,6 +752,11 @@ class QuantizedWeight:
             out = ops.reshape(out, ops.constant(np.array(self.shape, np.int64)), False)
         return out.output(0)
 
+    def expert_activations(self, b: Any) -> Any:
+        """The activations MUL_MAT_ID multiplies these expert weights with: ``b`` as it is (a
+        weight computing with ggml's numerics quantizes them first)."""
+        return b
+
     def ov_mul_mat(self, b: Any) -> Any:
         """``b @ W.T`` for an f32 Output ``b`` [..., n, k]: f32 Output [..., n, rows] (ggml mul_mat)."""
         ops = _ops()

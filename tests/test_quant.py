@@ -613,7 +613,7 @@ def test_written_blocks_read_back_as_ggml_writes_them(qtype: str, rng: np.random
     import openvino.opset13 as ops
 
     from ovkit.ir import round_to
-    from ovkit.ops.translate import rounded
+    from ovkit.ops.rounding import rounded
 
     x = round_to("bf16", rng.uniform(-150, 150, (64, 256)).astype(np.float32))
     dst = oracle.quantize(qtype, np.zeros_like(x))

@@ -77,7 +77,7 @@ def _c(v: float) -> Any:
 
 def _f16(x: Any) -> Any:
     """f32 Output rounded to f16 values (ggml's ``GGML_CPU_FP32_TO_FP16``: round to nearest even)."""
-    from ovkit.ops.translate import rounded
+    from ovkit.ops.rounding import rounded
 
     return rounded(x, "f16")
 
@@ -194,6 +194,11 @@ class GgmlNumericsWeight(QuantizedWeight):
         delta = ops.subtract(act.stored_sums, act.sums)
         return ops.add(out, ops.matmul(delta, ops.constant(bias), False, True)).output(0)
 
+    def expert_activations(self, b: Any) -> Any:
+        """MUL_MAT_ID's activations quantized to the experts' dot type.  (The q8_1 min term's f16
+        ``s`` is not reproduced here: the experts' product is one MatMul.)"""
+        return quantize_activations(b, self.dot_type).values
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (with_ggml_numerics, (QuantizedWeight.__reduce__(self)[1], self.source_type))
 
@@ -205,12 +210,3 @@ def with_ggml_numerics(weight: Any, source_type: str = "") -> GgmlNumericsWeight
     return GgmlNumericsWeight(
         weight.qtype, weight.shape, weight.raw, weight.name, weight.form, weight.requant, source_type
     )
-
-
-def mul_mat_id_activations(weight: Any, b: Any) -> Any:
-    """MUL_MAT_ID's activations: quantized to the experts' dot type when the expert weights ask
-    for ggml's numerics (a :class:`GgmlNumericsWeight`), else ``b`` unchanged.  (The q8_1 min
-    term's f16 ``s`` is not reproduced here: the experts' product is one MatMul.)"""
-    if not isinstance(weight, GgmlNumericsWeight):
-        return b
-    return quantize_activations(b, weight.dot_type).values

@@ -53,6 +53,7 @@ from ovkit.ops.reference import (
     upscale_weights,
     wrap_index,
 )
+from ovkit.ops.rounding import rounded
 
 Out = Any  # an openvino Output/Node
 TranslateFn = Callable[[Tensor, list[Any]], Any]
@@ -102,32 +103,6 @@ def to_type(x: Out, dtype: str) -> Out:
     if dtype in ("f16", "bf16") and out.get_element_type() == ov.Type.f32:
         x = rounded(x, dtype)  # survives the plugin folding Convert(f32→f16→f32) pairs away
     return ops.convert(x, target)
-
-
-#: Veltkamp splitting constants 2^(24 - p) + 1 for p significant bits (f16: 11, bf16: 8).
-_SPLIT = {"f16": 2.0**13 + 1.0, "bf16": 2.0**16 + 1.0}
-
-
-def rounded(x: Out, dtype: str) -> Out:
-    """``x`` (f32) rounded to ``dtype``'s precision, kept in f32 (ggml's intermediate f16 stores).
-
-    A Convert pair would be folded away by the CPU plugin, so the rounding is arithmetic
-    (Veltkamp splitting: round-to-nearest to the type's significant bits); f16 subnormals
-    (|x| < 2^-14) round on the fixed 2^-24 grid.
-    """
-    if dtype == "f32":
-        return x
-    c = const(_SPLIT[dtype])
-    big = ops.greater(ops.abs(x), const(2.0**100))  # split a scaled copy: c·x must not overflow
-    xs = ops.select(big, ops.multiply(x, const(2.0**-64)), x)
-    t = ops.multiply(xs, c)
-    hi = ops.subtract(t, ops.subtract(t, xs))
-    hi = ops.select(big, ops.multiply(hi, const(2.0**64)), hi)
-    hi = ops.select(ops.is_finite(x), hi, x)  # ±inf/nan pass through
-    if dtype != "f16":
-        return hi
-    sub = ops.divide(ops.round(ops.multiply(x, const(2.0**24)), "half_to_even"), const(2.0**24))
-    return ops.select(ops.less(ops.abs(x), const(2.0**-14)), sub, hi)
 
 
 def reshape4(x: Out, ne: Sequence[int]) -> Out:
@@ -859,9 +834,7 @@ def _mul_mat_id(t: Tensor, xs: list[Out]) -> Out:
     if as_t.dtype in ("f16", "bf16") and b_t.dtype != as_t.dtype:
         xb = rounded(xb, as_t.dtype)
     if as_t.is_leaf and as_t.is_quantized:  # precision="ggml": the experts' q8 activations
-        from ovkit.ops.ggml_numerics import mul_mat_id_activations
-
-        xb = mul_mat_id_activations(as_t.value, xb)
+        xb = as_t.value.expert_activations(xb)
     ids = ops.reshape(xs[2], i64([n_tok, n_used]), False)
     picked = ops.gather(w, ids, i64(0))  # [T, U, N, K]
     xb = ops.reshape(xb, i64([n_tok, b1, k]), False)
