@@ -10,7 +10,9 @@ ovkit's ES module bundled in the package.  Screenshots go to ``test-artifacts/``
 from __future__ import annotations
 
 import json
+import re
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from ovkit.widgets.op_explorer import ggml_reference_available
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 MIB = 2**20
+WIDGETS = f"{PANEL} .jupyter-widgets"  # what the widgets drew (their saved pictures are not inside)
 DASHBOARD_CELLS = [
     "import ovkit\n"
     'core = ovkit.SimulatedCore("laptop")\n'
@@ -49,6 +52,20 @@ DASHBOARD_CELLS = [
     "ovkit.resolve_device(core)\n"
     'ovkit.resolve_device(core, {"GGML_OPENVINO_DEVICE": "gpu"})\n'
     'print("logged")',
+]
+
+
+# Live views (and a selector) that keep running while the notebook is saved; it is reopened
+# after its kernel is gone.
+SAVED_CELLS = [
+    "import ovkit\n"
+    "from ovkit.widgets import DeviceSelector, DeviceTable\n"
+    'core = ovkit.SimulatedCore("laptop")\n'
+    f'core.allocate("GPU", {300 * MIB})\n'
+    "board = ovkit.dashboard(core, interval=0.5)\n"
+    "board",
+    "DeviceTable(core, interval=0.5)",
+    'DeviceSelector(core, env={"GGML_OPENVINO_DEVICE": "GPU"})',
 ]
 
 
@@ -73,6 +90,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
     root = tmp_path_factory.mktemp("lab")
     (root / "dashboard.ipynb").write_text(json.dumps(_notebook(DASHBOARD_CELLS)))
+    (root / "saved.ipynb").write_text(json.dumps(_notebook(SAVED_CELLS)))
     with jupyter_lab(root, tmp_path_factory.mktemp("jupyter-home")) as url:
         yield url
 
@@ -97,7 +115,7 @@ def _save(page_or_locator: Any, name: str, **kw: Any) -> bytes:
 def _selected(page: Any) -> list[str]:
     return [
         el.get_attribute("data-device") or ""
-        for el in page.locator(f"{PANEL} .ovkit-live table.ovkit-devtable tr.ovkit-selected").all()
+        for el in page.locator(f"{WIDGETS} .ovkit-live table.ovkit-devtable tr.ovkit-selected").all()
     ]
 
 
@@ -110,7 +128,7 @@ def test_dashboard_in_jupyterlab(lab: str, page: Any) -> None:
 
 
 def _history_svg(page: Any, device: str) -> tuple[str, str]:
-    svg = page.locator(f'{PANEL} svg.ovkit-history-svg[data-device="{device}"]')
+    svg = page.locator(f'{WIDGETS} svg.ovkit-history-svg[data-device="{device}"]')
     return svg.get_attribute("data-top") or "", svg.evaluate("e => e.outerHTML")
 
 
@@ -118,18 +136,18 @@ def _check_dashboard(lab: str, page: Any) -> None:
     open_and_run_all(page, f"{lab}/lab/tree/dashboard.ipynb")
     assert page_errors(page) == []
     # the table drawn by the browser, one row per simulated device, the simulation named
-    rows = page.locator(f"{PANEL} .ovkit-live table.ovkit-devtable tr.ovkit-row")
+    rows = page.locator(f"{WIDGETS} .ovkit-live table.ovkit-devtable tr.ovkit-row")
     rows.first.wait_for()
     assert [r.get_attribute("data-device") for r in rows.all()] == ["CPU", "GPU", "NPU"]
-    assert page.locator(f"{PANEL} .ovkit-live .ovkit-tag-sim").count() == 3
-    assert "SIMULATED device set" in page.locator(f"{PANEL} .ovkit-sim-banner").first.inner_text()
+    assert page.locator(f"{WIDGETS} .ovkit-live .ovkit-tag-sim").count() == 3
+    assert "SIMULATED device set" in page.locator(f"{WIDGETS} .ovkit-sim-banner").first.inner_text()
     assert _selected(page) == ["CPU"]
     # the simulated CPU row says it is simulated, and its free moves with the 512 MiB (and the
     # climb) allocated on the iGPU, which shares host RAM: below the profile's 24,576 MiB
-    cpu = page.locator(f'{PANEL} .ovkit-live tr.ovkit-row[data-device="CPU"]').inner_text()
+    cpu = page.locator(f'{WIDGETS} .ovkit-live tr.ovkit-row[data-device="CPU"]').inner_text()
     assert "31,623" in cpu and "simulated host RAM − MemAvailable" in cpu and "24,576" not in cpu, cpu
     # both tables fit a 1,000 px output area
-    live_table = page.locator(f"{PANEL} .ovkit-live table.ovkit-devtable")
+    live_table = page.locator(f"{WIDGETS} .ovkit-live table.ovkit-devtable")
     styled = page.locator(f"{PANEL} .jp-OutputArea-output table", has_text="SIMULATED device set 'laptop'")
     for name, table in (("live-table.png", live_table), ("device-table.png", styled)):
         width = table.evaluate("e => e.getBoundingClientRect().width")
@@ -143,7 +161,7 @@ def _check_dashboard(lab: str, page: Any) -> None:
     _save(logged, "log-lines.png")
     assert page.locator(f'{PANEL} [data-mime-type="application/vnd.jupyter.stderr"]').count() == 0
     # the live time series: the SVG changes between ticks, its axis range stays put
-    page.locator(f'{PANEL} svg.ovkit-history-svg[data-device="GPU"] polyline').wait_for()
+    page.locator(f'{WIDGETS} svg.ovkit-history-svg[data-device="GPU"] polyline').wait_for()
     top, first = _history_svg(page, "GPU")
     assert float(top) == 600 * MIB  # 512 MiB + headroom, drawn in MiB
     deadline = time.monotonic() + 30
@@ -153,19 +171,19 @@ def _check_dashboard(lab: str, page: Any) -> None:
         top2, second = _history_svg(page, "GPU")
         assert top2 == top, "the axis moved for a small change"
     assert second != first, "the time series did not change while the dashboard was live"
-    _save(page.locator(f"{PANEL} .ovkit-live").first, "dashboard-live.png")
+    _save(page.locator(f"{WIDGETS} .ovkit-live").first, "dashboard-live.png")
     # choose GPU in the selector: the kernel sets the variable and the highlight moves
-    page.locator(f"{PANEL} .ovkit-selector select").select_option("GPU")
-    page.wait_for_selector(f'{PANEL} .ovkit-live tr.ovkit-selected[data-device="GPU"]')
+    page.locator(f"{WIDGETS} .ovkit-selector select").select_option("GPU")
+    page.wait_for_selector(f'{WIDGETS} .ovkit-live tr.ovkit-selected[data-device="GPU"]')
     assert _selected(page) == ["GPU"]
     # a near miss typed into the text box: the fallback warning, a hint, CPU highlighted
-    box = page.locator(f"{PANEL} .ovkit-selector input[type=text]")
+    box = page.locator(f"{WIDGETS} .ovkit-selector input[type=text]")
     box.fill("gpu")
     box.press("Enter")
-    page.wait_for_selector(f'{PANEL} .ovkit-live tr.ovkit-selected[data-device="CPU"]')
-    status = page.locator(f"{PANEL} .ovkit-selector").inner_text()
+    page.wait_for_selector(f'{WIDGETS} .ovkit-live tr.ovkit-selected[data-device="CPU"]')
+    status = page.locator(f"{WIDGETS} .ovkit-selector").inner_text()
     assert "device gpu is not available, fallback to CPU" in status and "case-sensitive" in status
-    _save(page.locator(f"{PANEL} .ovkit-selector"), "selector-fallback.png")
+    _save(page.locator(f"{WIDGETS} .ovkit-selector"), "selector-fallback.png")
     # pause: the series stands still; resume: it moves again
     toggle = page.locator(f"{PANEL} .ovkit-dashboard .ovkit-refresh-controls button").first
     toggle.click()
@@ -186,15 +204,91 @@ def _check_dashboard(lab: str, page: Any) -> None:
     chart = page.locator(f"{PANEL} img.ovkit-op-chart")
     assert not chart.is_visible()
     reference = "ggml" if ggml_reference_available() else "numpy"  # ggml whenever it works here
-    assert page.locator(f"{PANEL} .ovkit-op-explorer select").nth(2).input_value() == reference
-    page.locator(f"{PANEL} .ovkit-op-explorer button", has_text="Run on every device").click()
-    results = page.locator(f"{PANEL} .ovkit-op-explorer table.ovkit-op-results tbody tr")
+    assert page.locator(f"{WIDGETS} .ovkit-op-explorer select").nth(2).input_value() == reference
+    page.locator(f"{WIDGETS} .ovkit-op-explorer button", has_text="Run on every device").click()
+    results = page.locator(f"{WIDGETS} .ovkit-op-explorer table.ovkit-op-results tbody tr")
     deadline = time.monotonic() + 60
     while results.count() < 3 and time.monotonic() < deadline:
         time.sleep(0.5)
     texts = results.all_inner_texts()
     assert len(texts) == 3 and all("OK" in t for t in texts), texts
-    assert "every device ran on this host's CPU" in page.locator(f"{PANEL} .ovkit-op-explorer").inner_text()
+    assert "every device ran on this host's CPU" in page.locator(f"{WIDGETS} .ovkit-op-explorer").inner_text()
     chart.wait_for(state="visible")
-    _save(page.locator(f"{PANEL} .ovkit-op-explorer"), "op-explorer.png")
+    _save(page.locator(f"{WIDGETS} .ovkit-op-explorer"), "op-explorer.png")
     assert page_errors(page) == []
+
+
+def _contents(lab: str, name: str, content: bool = True) -> dict[str, Any]:
+    """The server's model of a file (with its content unless ``content=False``)."""
+    with urllib.request.urlopen(f"{lab}/api/contents/{name}?content={int(content)}", timeout=30) as resp:
+        return dict(json.load(resp))
+
+
+def _saved_outputs(lab: str, name: str) -> list[str]:
+    """The HTML of every saved picture in the notebook as the server stored it."""
+    nb = _contents(lab, name)["content"]
+    return [
+        "".join(out["data"]["text/html"])
+        for cell in nb["cells"]
+        for out in cell.get("outputs", [])
+        if "ovkit-saved" in "".join(out.get("data", {}).get("text/html", ""))
+    ]
+
+
+def test_saved_notebook_reopens_with_the_drawn_state(lab: str, page: Any) -> None:
+    """Saved while its live views run, closed, reopened without their kernel: each shows the
+    state the browser last drew, and no widget error."""
+    try:
+        open_and_run_all(page, f"{lab}/lab/tree/saved.ipynb")
+        assert page_errors(page) == []
+        live_rows = page.locator(f"{WIDGETS} .ovkit-live tr.ovkit-row")
+        live_rows.first.wait_for()
+        # while the widgets are drawn their saved pictures stay hidden
+        saved = page.locator(f"{PANEL} .ovkit-saved")
+        assert saved.count() == 3 and not any(s.is_visible() for s in saved.all())
+        # what the browser drew goes back to the kernel (every 2 s) and into the saved pictures
+        drawn_copies = page.locator(f"{PANEL} .ovkit-saved .ovkit-live")
+        deadline = time.monotonic() + 60
+        while drawn_copies.count() < 2:
+            assert time.monotonic() < deadline, "no drawn copy reached the saved pictures in 60 s"
+            time.sleep(0.5)
+        before = _contents(lab, "saved.ipynb", content=False)["last_modified"]
+        page.locator(f"{PANEL} .jp-Cell").first.click()
+        page.keyboard.press("Control+s")
+        deadline = time.monotonic() + 30
+        while _contents(lab, "saved.ipynb", content=False)["last_modified"] == before:
+            assert time.monotonic() < deadline, "the notebook was not saved within 30 s"
+            time.sleep(0.5)
+        _save(page, "saved-live.png", full_page=True)
+    finally:
+        shutdown_kernels(lab)
+    pictures = _saved_outputs(lab, "saved.ipynb")
+    assert len(pictures) == 3, pictures
+    board, table, selector = pictures
+    for drawn in (board, table):  # what the browser drew: its live table with the three devices
+        assert re.search(r'<div class="[^"]*\bovkit-live\b[^"]*" data-seq="\d+"', drawn), drawn[:500]
+        assert re.findall(r'<tr class="ovkit-row[^"]*" data-device="(\w+)"', drawn) == ["CPU", "GPU", "NPU"]
+    assert "ovkit-history-svg" in board and "300" in board
+    assert "GGML_OPENVINO_DEVICE" in selector and "GPU" in selector
+
+    page.goto(f"{lab}/lab/tree/saved.ipynb?reset")
+    page.wait_for_selector(f"{PANEL} .jp-Notebook .jp-Cell")
+    shown = page.locator(f"{PANEL} .ovkit-saved")
+    shown.first.wait_for(state="visible")
+    time.sleep(5.0)  # the widget manager asks the new kernel for the models (it has none)
+    assert [s.is_visible() for s in shown.all()] == [True, True, True]
+    devices = shown.first.locator("tr.ovkit-row")
+    assert [r.get_attribute("data-device") for r in devices.all()] == ["CPU", "GPU", "NPU"]
+    assert shown.first.locator("svg.ovkit-history-svg").count() >= 1
+    assert "its kernel is gone" in shown.first.inner_text()
+    assert page_errors(page) == []
+    # the widget outputs wait for or miss a model no kernel holds: either way they are hidden
+    outputs = page.locator(f"{PANEL} .jp-OutputArea-output").evaluate_all(
+        "es => es.map(e => [e.textContent, e.checkVisibility()])"
+    )
+    widget_outputs = [(text, seen) for text, seen in outputs if "ovkit-saved" not in text]
+    assert len(widget_outputs) == 3, outputs
+    for text, seen in widget_outputs:
+        assert text in ("Loading widget...", "Error displaying widget: model not found") and not seen
+    _save(page, "saved-reopened.png", full_page=True)
+    shutdown_kernels(lab)

@@ -54,7 +54,11 @@ HOSTILE = Profile(
 
 ES_MODULE = Path(ovkit.__file__).parent / "widgets" / "static" / "memory_view.js"
 # the DOM calls that parse a string as markup or code
-JS_MARKUP_SINKS = re.compile(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function")
+# Markup a script parses: writing innerHTML/outerHTML (reading outerHTML serializes the drawn DOM,
+# escaped, for the saved picture), insertAdjacentHTML, document.write, eval, new Function.
+JS_MARKUP_SINKS = re.compile(
+    r"(?:innerHTML|outerHTML)\s*\+?=(?!=)|insertAdjacentHTML|document\.write|\beval\(|new Function"
+)
 
 
 class Parsed(HTMLParser):

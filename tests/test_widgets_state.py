@@ -2,8 +2,9 @@
 
 Headless: the controls' button and status line follow ``refresher.pause()/resume()/stop()``
 (not only clicks); in a real kernel (nbclient), a stopped view's output is replaced by its last
-drawn picture, so the notebook saved without widget state (JupyterLab's default) and reopened
-holds that picture and no widget view that would read "Error displaying widget: model not found".
+drawn picture, and a running one is followed by its saved picture, so the notebook saved without
+widget state (JupyterLab's default) and reopened holds those pictures (the browser test checks
+that they are what a reopened notebook shows, not "Error displaying widget: model not found").
 """
 
 from __future__ import annotations
@@ -84,8 +85,9 @@ def test_a_stopped_view_reopens_as_its_last_drawn_state(tmp_path: Path) -> None:
     nb = nbformat.read(_run_and_save(tmp_path), as_version=4)  # reopened: no kernel, no models
     assert "widgets" not in nb.metadata
     assert nb.cells[2].outputs[0].text == "stopped\n"
-    (charts,) = [o for o in nb.cells[0].outputs if "data" in o]
+    charts, emptied = [o for o in nb.cells[0].outputs if "data" in o]
     assert WIDGET_VIEW not in charts.data  # nothing left that needs a widget model
+    assert emptied.data == {"text/html": ""}  # its saved picture moved into the widget's place
     plain = charts.data["text/plain"]
     assert plain.startswith("charts stopped; the last state drawn (")
     assert re.search(
@@ -95,7 +97,9 @@ def test_a_stopped_view_reopens_as_its_last_drawn_state(tmp_path: Path) -> None:
     page = charts.data["text/html"]
     assert "charts stopped; the last state drawn" in page and "data:image/png;base64," in page
     assert charts.data["image/png"]
-    (table,) = [o for o in nb.cells[1].outputs if "data" in o]
-    assert WIDGET_VIEW in table.data  # a view still live stays the widget, its fallbacks beside
+    table, saved = [o for o in nb.cells[1].outputs if "data" in o]
+    assert WIDGET_VIEW in table.data  # a view still live stays the widget, its saved picture next
+    assert "ovkit-saved" in saved.data["text/html"] and 'data-device="NPU"' in saved.data["text/html"]
+    assert saved.data["text/plain"].startswith("saved picture of this DeviceTable, as drawn at ")
     html, _ = nbconvert.HTMLExporter().from_notebook_node(nb)
     assert "charts stopped; the last state drawn" in html and "data:image/png;base64," in html

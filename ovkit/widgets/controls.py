@@ -1,25 +1,24 @@
 """Refresh controls: a pause/resume toggle, an interval box and a status line for a ``Refresher``.
 
 The controls show the refresher's state as it is (``live``, ``paused``, ``stopped``): a stopped
-view disables them, and a view that was displayed is replaced in the notebook by its last drawn
-picture (the static HTML/PNG), so the saved notebook shows that state when reopened.
+view disables them and leaves its last drawn picture in the widget's place.  A running view keeps
+its saved picture (:mod:`ovkit.widgets.saved`) at what the browser last drew, so a notebook saved
+while it runs reopens showing that state.
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import time
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import ipywidgets as widgets
 
-from ovkit.widgets._html import FallbackReprMixin, esc
+from ovkit.widgets._html import esc
 from ovkit.widgets._refresh import MIN_INTERVAL_S, Refresher, claim
 from ovkit.widgets.data import DeviceRow, LiveModel, MemoryHistory, Snapshot, error_text, take_snapshot
-from ovkit.widgets.live import PANELS, MemoryView
+from ovkit.widgets.live import PANELS, STATIC, MemoryView
+from ovkit.widgets.saved import SavedPictureMixin
 
 
 def close_parts(owner: widgets.Widget, *names: str) -> None:
@@ -110,7 +109,7 @@ class RefreshControls(widgets.HBox):
         self.status.value = f"<small>{esc(text)}</small>"
 
 
-class LiveView(FallbackReprMixin, widgets.VBox):
+class LiveView(SavedPictureMixin, widgets.VBox):
     """Base of a view fed by its own refresh thread: ``refresh()`` takes a snapshot and the
     browser-drawn ``view`` shows it; the controls sit above unless ``auto_refresh=False``; the
     first tick runs at once.  A live view replaces the one of its kind the same cell made."""
@@ -131,7 +130,7 @@ class LiveView(FallbackReprMixin, widgets.VBox):
         self.core = core
         self.env = env
         self.error: str | None = None
-        self.view = MemoryView(self.panels, LiveModel(history))
+        self.view = MemoryView(self.panels, LiveModel(history), on_drawn=self.save_picture)
         self.refresher = Refresher(
             self.refresh,
             interval,
@@ -139,7 +138,6 @@ class LiveView(FallbackReprMixin, widgets.VBox):
             on_state=self._on_state,
             name=f"ovkit-{self.kind}-{id(self):x}",
         )
-        self._display_ids: list[str] = []
         self._last_drawn = ""
         self.controls = RefreshControls(self.refresher)
         super().__init__([self.controls, self.view] if auto_refresh else [self.view], **kwargs)
@@ -193,38 +191,16 @@ class LiveView(FallbackReprMixin, widgets.VBox):
         if state == "stopped":
             self.freeze()
 
-    def _ipython_display_(self, **kwargs: Any) -> None:
-        """Display the live view under a display id, so :meth:`freeze` can replace it later."""
-        from IPython.display import display
-
-        display_id = uuid.uuid4().hex
-        self._display_ids.append(display_id)
-        display(self._repr_mimebundle_(), raw=True, display_id=display_id)
-
-    def static_bundle(self) -> dict[str, Any]:
-        """The last drawn state without the widget: text, HTML and (charts) the PNG, captioned."""
-        caption = f"{self.kind} stopped; the last state drawn ({self._last_drawn or 'never drawn'}):"
-        bundle = {
-            "text/plain": f"{caption}\n{self._fallback_text()}",
-            "text/html": f"<div class='ovkit-frozen'><small>{esc(caption)}</small>{self._fallback_html()}</div>",
-        }
-        to_png = getattr(self, "to_png", None)
-        if callable(to_png):
-            bundle["image/png"] = base64.b64encode(to_png()).decode("ascii")
-        return bundle
-
     def freeze(self) -> None:
-        """Replace every output this view was displayed in by :meth:`static_bundle` (a stopped
-        view, or one about to close): the page and a saved notebook keep the last drawn state
-        and need no widget model to show it."""
-        if not self._display_ids:
-            return
-        from IPython.display import update_display
+        """Put the last drawn state in place of every output showing this view (done on stop)."""
+        self.retire(f"{self.kind} stopped; the last state drawn ({self._last_drawn or 'never drawn'}):")
 
-        bundle = self.static_bundle()
-        for display_id in self._display_ids:
-            with contextlib.suppress(Exception):  # no kernel to send to (a plain script)
-                update_display(bundle, raw=True, display_id=display_id)
+    def saved_html(self) -> str:
+        """What the browser last drew (``MemoryView.drawn_html``), else the HTML fallback."""
+        return self.view.drawn_html or self._fallback_html()
+
+    def _saved_style(self) -> str:
+        return (STATIC / "memory_view.css").read_text()
 
     def _show_error_text(self, text: str) -> None:
         self.error = text

@@ -124,6 +124,13 @@ class Dashboard(LiveView):
             parts.append(png_img(self.to_png(), "memory charts"))
         return "<div>" + "".join(parts) + "</div>"
 
+    def saved_html(self) -> str:
+        """The selector's state, what the browser last drew, and the busy panel."""
+        if not self.view.drawn_html:
+            return self._fallback_html()
+        parts = [self.selector._fallback_html(), self.view.drawn_html, render_busy_html(self.busy)]
+        return "<div>" + "".join(parts) + "</div>"
+
     def _fallback_text(self) -> str:
         parts = [
             self.selector._fallback_text(),

@@ -7,6 +7,7 @@ a device query and one small message instead of a matplotlib redraw.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from ovkit.widgets.data import LiveModel, Snapshot
 
 STATIC = Path(__file__).parent / "static"
 PANELS: tuple[str, ...] = ("table", "bars", "breakdown", "history")
+MAX_DRAWN_CHARS = 2_000_000  # a drawn copy larger than this is not kept (a few devices: ~50 kB)
 
 
 def check_panels(panels: Any) -> list[str]:
@@ -38,9 +40,28 @@ class MemoryView(anywidget.AnyWidget):
     tick = traitlets.Dict(help="the figures of the latest refresh (numbers only)").tag(sync=True)
     history = traitlets.Bytes(b"", help="float64 rows: epoch seconds, used bytes per device").tag(sync=True)
 
-    def __init__(self, panels: Any = PANELS, model: LiveModel | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        panels: Any = PANELS,
+        model: LiveModel | None = None,
+        on_drawn: Callable[[], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(panels=check_panels(panels), **kwargs)
         self.model = model if model is not None else LiveModel()
+        self.drawn_html = ""  # what a browser last drew (its outerHTML), for the saved picture
+        self._on_drawn = on_drawn
+        self.on_msg(self._on_custom_msg)
+
+    def _on_custom_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        """The browser sends what it drew (throttled); keep it and tell the owner."""
+        if not isinstance(content, dict) or content.get("kind") != "drawn":
+            return
+        html = content.get("html")
+        if isinstance(html, str) and 0 < len(html) <= MAX_DRAWN_CHARS:
+            self.drawn_html = html
+            if self._on_drawn is not None:
+                self._on_drawn()
 
     def show(self, snapshot: Snapshot) -> None:
         """Send ``snapshot``'s figures to the browser (one message; meta only when it changed)."""

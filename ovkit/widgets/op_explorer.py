@@ -21,10 +21,11 @@ import ipywidgets as widgets
 from ovkit.devices import device_class, physical_device_ids
 from ovkit.ir import Op
 from ovkit.runtime import is_simulated
-from ovkit.widgets._html import STYLE, FallbackReprMixin, error_box, esc, html_table, png_img
+from ovkit.widgets._html import STYLE, error_box, esc, html_table, png_img
 from ovkit.widgets.charts import figure_png
 from ovkit.widgets.controls import close_parts
 from ovkit.widgets.data import error_text
+from ovkit.widgets.saved import SavedPictureMixin
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -290,7 +291,7 @@ def render_verdicts_html(verdicts: Sequence[tuple[str, bool, str]]) -> str:
 
 
 # -- widget -------------------------------------------------------------------------------
-class OpExplorer(FallbackReprMixin, widgets.VBox):
+class OpExplorer(SavedPictureMixin, widgets.VBox):
     """Choose an op and case, edit shapes/dtype, pick devices; check the policy, run, compare."""
 
     def __init__(
@@ -486,16 +487,18 @@ class OpExplorer(FallbackReprMixin, widgets.VBox):
             self.verdict_html.value = error_box(self.error)
         else:
             self.verdict_html.value = render_verdicts_html(self.verdicts)
+        self.save_picture()
 
     def _render_runs(self) -> None:
         if self.error:
             self.result_html.value = error_box(self.error)
-            return
-        self.result_html.value = render_runs_html(self.runs)
-        if self.runs and self.case is not None:
+        else:
+            self.result_html.value = render_runs_html(self.runs)
+        if not self.error and self.runs and self.case is not None:
             self._png = runs_png(runs_frame(self.runs), self.case.name[:60])
             self.chart.value = self._png
             self.chart.layout.display = ""
+        self.save_picture()
 
     def to_frame(self) -> pd.DataFrame:
         return runs_frame(self.runs)

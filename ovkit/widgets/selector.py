@@ -13,9 +13,10 @@ from ovkit.devices import physical_device_ids
 from ovkit.layouts import DEFAULT_LAYOUT, LAYOUTS
 from ovkit.notebook_log import SEVERITIES
 from ovkit.selection import ENV_DEVICE, Selection, resolve_device
-from ovkit.widgets._html import FallbackReprMixin, error_box, esc
+from ovkit.widgets._html import error_box, esc
 from ovkit.widgets.controls import close_parts
 from ovkit.widgets.data import error_text
+from ovkit.widgets.saved import SavedPictureMixin
 
 UNSET = "(unset)"
 
@@ -93,7 +94,7 @@ def render_state_text(state: SelectorState) -> str:
     return "\n".join(lines)
 
 
-class DeviceSelector(FallbackReprMixin, widgets.VBox):
+class DeviceSelector(SavedPictureMixin, widgets.VBox):
     """A dropdown of the devices plus a free-text box; choosing sets the variable and re-resolves."""
 
     def __init__(
@@ -161,6 +162,7 @@ class DeviceSelector(FallbackReprMixin, widgets.VBox):
         self.status.value = render_state_html(state)
         for callback in self._callbacks:
             callback(state)
+        self.save_picture()
         return state
 
     def _on_dropdown(self, change: dict[str, Any]) -> None:

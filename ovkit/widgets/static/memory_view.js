@@ -286,12 +286,26 @@ function buildHistory(root, meta, model) {
   };
 }
 
+// What the view drew goes back to the kernel, at most every SAVE_EVERY_MS and once after the
+// last change, as the notebook's saved picture of this view (ovkit/widgets/saved.py).
+const SAVE_EVERY_MS = 2000;
+
 const BUILDERS = { table: buildTable, bars: buildBars, breakdown: buildBreakdown, history: buildHistory };
 
 function render({ model, el: host }) {
   host.classList.add("ovkit-live");
   let updaters = [];
   let pending = false;
+  let lastSaved = 0;
+  let saveTimer = null;
+  const save = () => {
+    saveTimer = null;
+    lastSaved = Date.now();
+    model.send({ kind: "drawn", html: host.outerHTML });
+  };
+  const scheduleSave = () => {
+    if (saveTimer === null) saveTimer = setTimeout(save, Math.max(0, lastSaved + SAVE_EVERY_MS - Date.now()));
+  };
   const build = () => {
     host.replaceChildren();
     const meta = model.get("meta");
@@ -313,6 +327,7 @@ function render({ model, el: host }) {
     if (!tick.devices) return;
     for (const u of updaters) u(tick);
     host.setAttribute("data-seq", String(tick.seq));
+    scheduleSave();
   };
   const schedule = () => {
     if (!pending) {
@@ -328,6 +343,7 @@ function render({ model, el: host }) {
     model.off("change:meta", build);
     model.off("change:panels", build);
     model.off("change:tick", schedule);
+    if (saveTimer !== null) clearTimeout(saveTimer);
   };
 }
 

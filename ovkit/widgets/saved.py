@@ -1,0 +1,105 @@
+"""The saved picture: every ovkit widget is displayed with a plain-HTML copy of what it shows.
+
+JupyterLab saves a widget's output as a reference to a widget model that only its kernel holds
+(unless the user turned on "save widget state"), so a notebook reopened after its kernel is gone
+shows "Error displaying widget: model not found" there.  ovkit displays each widget followed by
+an ordinary HTML output, its *saved picture*, that the kernel keeps current with
+``update_display`` (a live view's copy is what the browser drew, sent back by ``MemoryView``).
+CSS inside the copy hides the copy while the widget is drawn, and hides the widget output when
+it is not drawn (a reopened notebook, a restarted kernel), so the page shows one of the two.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import time
+import uuid
+from typing import Any
+
+import ipywidgets as widgets
+
+from ovkit.widgets._html import FallbackReprMixin, esc
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+SAVED_CLASS = "ovkit-saved"
+
+# The widget output is the one right before its saved picture.  It is drawn when its renderer holds
+# a widget view (a child with the class jupyter-widgets); before that it says "Loading widget...",
+# and without a model "Error displaying widget: model not found" (text, no child).
+_CHILD = ".jp-OutputArea-child"
+_DRAWN = ":has(> .jp-OutputArea-output > .jupyter-widgets)"
+SAVED_CSS = (
+    f"{_CHILD}{_DRAWN} + {_CHILD}:has(.{SAVED_CLASS}) {{display: none;}}\n"
+    f"{_CHILD}:not({_DRAWN}):has(+ {_CHILD} .{SAVED_CLASS}) {{display: none;}}\n"
+    f".{SAVED_CLASS} > .ovkit-saved-caption {{color: var(--jp-ui-font-color2, #616161);}}\n"
+)
+
+
+class SavedPictureMixin(FallbackReprMixin):
+    """Displays the widget, then its saved picture, each under a display id: :meth:`save_picture`
+    brings the picture up to date, :meth:`retire` puts it in the widget's place for good."""
+
+    _shown: list[tuple[str, str]]  # (widget output, saved picture) display ids, per display
+
+    def saved_html(self) -> str:
+        """The picture to save: the widget's HTML fallback (live views: what the browser drew)."""
+        return self._fallback_html()
+
+    def _saved_style(self) -> str:
+        """CSS the saved picture needs when no widget of its kind is drawn on the page."""
+        return ""
+
+    def _picture(self, caption: str, saved: bool = True) -> dict[str, Any]:
+        css = (SAVED_CSS if saved else "") + self._saved_style()
+        return {
+            "text/plain": f"{caption}\n{self._fallback_text()}",
+            "text/html": (
+                f"<div class='{SAVED_CLASS if saved else 'ovkit-frozen'}'><style>{css}</style>"
+                f"<small class='ovkit-saved-caption'>{esc(caption)}</small>{self.saved_html()}</div>"
+            ),
+        }
+
+    def _ipython_display_(self, **kwargs: Any) -> None:
+        from IPython.display import display
+
+        widget = widgets.Widget._repr_mimebundle_(self)
+        if not widget or WIDGET_MIME not in widget:
+            display(self._repr_mimebundle_(), raw=True)  # no widget front end: the fallback only
+            return
+        ids = (uuid.uuid4().hex, uuid.uuid4().hex)
+        self._shown = [*getattr(self, "_shown", []), ids]
+        note = f"{type(self).__name__}: a live widget; the output after it is its saved picture"
+        display({WIDGET_MIME: widget[WIDGET_MIME], "text/plain": note}, raw=True, display_id=ids[0])
+        display(self._saved_bundle(), raw=True, display_id=ids[1])
+
+    def _saved_bundle(self) -> dict[str, Any]:
+        return self._picture(
+            f"saved picture of this {type(self).__name__}, as drawn at {time.strftime('%H:%M:%S')}; "
+            "its kernel is gone: run the cell again for the live widget"
+        )
+
+    def _update(self, index: int, bundle: dict[str, Any]) -> None:
+        from IPython.display import update_display
+
+        for ids in getattr(self, "_shown", []):
+            with contextlib.suppress(Exception):  # no kernel to send to (a plain script)
+                update_display(bundle, raw=True, display_id=ids[index])
+
+    def save_picture(self) -> None:
+        """Bring every saved picture of this widget up to date (:meth:`saved_html`)."""
+        if getattr(self, "_shown", None):
+            self._update(1, self._saved_bundle())
+
+    def retire(self, caption: str) -> None:
+        """Replace each displayed widget by its picture under ``caption`` (with a PNG where the
+        widget has one) and empty its saved picture: the page and the saved notebook keep that
+        state and need no widget model to show it."""
+        if not getattr(self, "_shown", None):
+            return
+        bundle = self._picture(caption, saved=False)
+        to_png = getattr(self, "to_png", None)
+        if callable(to_png):
+            bundle["image/png"] = base64.b64encode(to_png()).decode("ascii")
+        self._update(0, bundle)
+        self._update(1, {"text/html": ""})
