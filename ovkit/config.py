@@ -55,6 +55,8 @@ MODELLED_BY: dict[str, str] = {
     "NPU_COMPILE_CONFIG": "ovkit.engine: NPU_COMPILATION_MODE_PARAMS in the NPU class's compile properties",
     "NPU_PROPERTIES": "ovkit.engine: passed to the NPU class's compile, after everything else",
     "LOG_UNSUPPORTED_OPS": "ovkit.selection.Backend.supports_op: each rejection logged as the backend logs it",
+    "MANUAL_GQA_ATTN": "ovkit.ops.translate: FLASH_ATTN_EXT as the backend's 5-D MatMul/Softmax (on; "
+    "unset on GPU) or SDPA (0); unset off GPU, ovkit's grouped MatMul/Softmax form",
     "REQUANT_KQUANT": "ovkit.quant.requant_decision: each choice's target (Q4_0_128, Q4_0_64, Q4_1_64, "
     "native) for the runner, placement and footprint alike",
 }
@@ -267,6 +269,14 @@ class OvkitConfig:
     def manual_gqa(self, device_class: str) -> bool:
         """MANUAL_GQA_ATTN when set, else on for the GPU class."""
         return self.manual_gqa_attn if self.manual_gqa_attn is not None else device_class == "GPU"
+
+    def attention_manual_gqa(self, device_class: str) -> bool | None:
+        """MANUAL_GQA_ATTN as ovkit's FLASH_ATTN_EXT translation takes it: when set, its value (on:
+        the backend's manual form; off: SDPA); unset, on for the GPU class and None elsewhere
+        (ovkit's own grouped MatMul/Softmax form, where the backend takes SDPA)."""
+        if self.manual_gqa_attn is not None:
+            return self.manual_gqa_attn
+        return True if device_class == "GPU" else None
 
     def effective(self, device_class: str) -> dict[str, bool]:
         """The class-dependent switches as the backend resolves them on ``device_class``."""

@@ -220,7 +220,8 @@ def test_the_table_holds_every_variable_of_the_newest_list_in_its_order() -> Non
     assert str(status["NPU_PROPERTIES"]).startswith("modelled: ovkit.engine")
     assert str(status["LOG_UNSUPPORTED_OPS"]).startswith("modelled: ovkit.selection")
     assert str(status["REQUANT_KQUANT"]).startswith("modelled: ovkit.quant.requant_decision")
-    for name in ("DISABLE_KV_SLICE", "MANUAL_GQA_ATTN", "FORCE_STATIC"):
+    assert str(status["MANUAL_GQA_ATTN"]).startswith("modelled: ovkit.ops.translate")
+    for name in ("DISABLE_KV_SLICE", "FORCE_STATIC"):
         assert status[name] == "reported only"  # parsed and shown, not yet modelled
 
 
@@ -358,6 +359,10 @@ def test_ovkit_config_with_every_variable_set(
     )
     assert "'0' -> False" in body["MOE_OP"] and "'GPU.1' -> GPU.1" in body["DEVICE"]
     assert "modelled: NPU: KEY=VALUE" in body["NPU_PROPERTIES"]
+    assert (
+        "'0' -> False" in body["MANUAL_GQA_ATTN"]
+        and "modelled: MatMul/Softmax GQA" in body["MANUAL_GQA_ATTN"]
+    )
     assert lines[-4:-1] == [  # MANUAL_GQA_ATTN=0, MOE_OP=0, MEMORY_OPTIMIZE=1, RELEASE_WEIGHTS=1
         "on the CPU class: STATEFUL_EXECUTION=on, MANUAL_GQA_ATTN=off, RELEASE_WEIGHTS=on, REDUCE_COMPILE_MEM=on, MOE_OP=off",
         "on the GPU class: STATEFUL_EXECUTION=on, MANUAL_GQA_ATTN=off, RELEASE_WEIGHTS=on, REDUCE_COMPILE_MEM=on, MOE_OP=off",
