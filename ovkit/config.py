@@ -55,6 +55,8 @@ MODELLED_BY: dict[str, str] = {
     "NPU_COMPILE_CONFIG": "ovkit.engine: NPU_COMPILATION_MODE_PARAMS in the NPU class's compile properties",
     "NPU_PROPERTIES": "ovkit.engine: passed to the NPU class's compile, after everything else",
     "LOG_UNSUPPORTED_OPS": "ovkit.selection.Backend.supports_op: each rejection logged as the backend logs it",
+    "DISABLE_KV_SLICE": "ovkit.model: the host KV cache fed whole (n_ctx rows, sliced in the graph), "
+    "not as its n_kv-row view",
     "MANUAL_GQA_ATTN": "ovkit.ops.translate: FLASH_ATTN_EXT as the backend's 5-D MatMul/Softmax (on; "
     "unset on GPU) or SDPA (0); unset off GPU, ovkit's grouped MatMul/Softmax form",
     "REQUANT_KQUANT": "ovkit.quant.requant_decision: each choice's target (Q4_0_128, Q4_0_64, Q4_1_64, "

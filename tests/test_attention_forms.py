@@ -1,9 +1,11 @@
-"""GGML_OPENVINO_MANUAL_GQA_ATTN in FLASH_ATTN_EXT's translation (issue 19, item 2).
+"""MANUAL_GQA_ATTN and DISABLE_KV_SLICE: attention as the backend builds it (issue 19, item 2).
 
 The backend (openvino/op/flash_attn_ext.cpp) translates grouped-query attention with MatMul/Softmax
-on 5-D Q/K/V when the flag is on (the default on GPU) and with ScaledDotProductAttention when it is
-off; ovkit's own form (flag unset off GPU) groups the query heads with 4-D MatMuls.  Each form must
-give ggml's values; the OpenVINO model must hold the form's ops.
+on 5-D Q/K/V when GGML_OPENVINO_MANUAL_GQA_ATTN is on (the default on GPU) and with
+ScaledDotProductAttention when it is off; ovkit's own form (flag unset off GPU) groups the query
+heads with 4-D MatMuls.  Each form must give ggml's values; the OpenVINO model must hold the form's
+ops.  GGML_OPENVINO_DISABLE_KV_SLICE turns off feeding the KV cache as its first n_kv rows
+(``try_make_kv_sliced_tensor`` in utils.cpp).
 """
 
 from __future__ import annotations
@@ -175,3 +177,33 @@ def test_a_models_logits_are_the_same_in_every_form(
         assert plans and all(p.manual_gqa is (raw is None) for p in plans)
         types = {n.get_type_name() for n in plans[0].factory().get_ordered_ops()}
         assert ("ScaledDotProductAttention" in types) is (raw == "0")
+
+
+def test_disable_kv_slice_feeds_the_whole_cache(
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GGML_OPENVINO_DISABLE_KV_SLICE: the cache inputs keep all n_ctx rows (the attention reads
+    its n_kv rows inside the graph) instead of the n_kv-row view; the logits do not change."""
+    from ovkit.model import Model, synthetic
+
+    path = synthetic("llama", tmp_path / "kv.gguf", weight_type="q8_0")  # type: ignore[operator]
+    tokens = [1, 5, 9, 3]
+    rows = {}
+    logits = {}
+    for raw in (None, "1"):
+        if raw is None:
+            monkeypatch.delenv("GGML_OPENVINO_DISABLE_KV_SLICE", raising=False)
+        else:
+            monkeypatch.setenv("GGML_OPENVINO_DISABLE_KV_SLICE", raw)
+        model = Model(path, n_ctx=512, device="CPU")
+        logits[raw] = model.eval(tokens)
+        (bucket,) = model._buckets.values()
+        params = {
+            p.get_friendly_name(): p.get_partial_shape()
+            for p in bucket.session.plan.factory().get_parameters()
+        }
+        rows[raw] = {params[n][-2].get_length() for n in bucket.caches}
+        assert {len(c) for c in bucket.caches.values()} == rows[raw]
+    n_kv = model.shape(len(tokens), 0).n_kv
+    assert rows == {None: {n_kv}, "1": {512}} and n_kv < 512
+    assert oracle.nmse(logits["1"], logits[None]) < 1e-12

@@ -221,8 +221,8 @@ def test_the_table_holds_every_variable_of_the_newest_list_in_its_order() -> Non
     assert str(status["LOG_UNSUPPORTED_OPS"]).startswith("modelled: ovkit.selection")
     assert str(status["REQUANT_KQUANT"]).startswith("modelled: ovkit.quant.requant_decision")
     assert str(status["MANUAL_GQA_ATTN"]).startswith("modelled: ovkit.ops.translate")
-    for name in ("DISABLE_KV_SLICE", "FORCE_STATIC"):
-        assert status[name] == "reported only"  # parsed and shown, not yet modelled
+    assert str(status["DISABLE_KV_SLICE"]).startswith("modelled: ovkit.model")
+    assert status["FORCE_STATIC"] == "reported only"  # parsed and shown, not modelled
 
 
 def test_every_variable_set_parses_to_its_value() -> None:
@@ -359,6 +359,7 @@ def test_ovkit_config_with_every_variable_set(
     )
     assert "'0' -> False" in body["MOE_OP"] and "'GPU.1' -> GPU.1" in body["DEVICE"]
     assert "modelled: NPU: KEY=VALUE" in body["NPU_PROPERTIES"]
+    assert "'1' -> True" in body["DISABLE_KV_SLICE"] and "modelled: turn off" in body["DISABLE_KV_SLICE"]
     assert (
         "'0' -> False" in body["MANUAL_GQA_ATTN"]
         and "modelled: MatMul/Softmax GQA" in body["MANUAL_GQA_ATTN"]
