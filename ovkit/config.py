@@ -55,6 +55,12 @@ MODELLED_BY: dict[str, str] = {
     "NPU_COMPILE_CONFIG": "ovkit.engine: NPU_COMPILATION_MODE_PARAMS in the NPU class's compile properties",
     "NPU_PROPERTIES": "ovkit.engine: passed to the NPU class's compile, after everything else",
     "LOG_UNSUPPORTED_OPS": "ovkit.selection.Backend.supports_op: each rejection logged as the backend logs it",
+    "DISABLE_KV_SLICE": "ovkit.model: the host KV cache fed whole (n_ctx rows, sliced in the graph), "
+    "not as its n_kv-row view",
+    "MANUAL_GQA_ATTN": "ovkit.ops.translate: FLASH_ATTN_EXT as the backend's 5-D MatMul/Softmax (on; "
+    "unset on GPU) or SDPA (0); unset off GPU, ovkit's grouped MatMul/Softmax form",
+    "REQUANT_KQUANT": "ovkit.quant.requant_decision: each choice's target (Q4_0_128, Q4_0_64, Q4_1_64, "
+    "native) for the runner, placement and footprint alike",
 }
 
 
@@ -81,6 +87,22 @@ class EnvVar:
 
 def _flag(name: str, meaning: str, default: str = "0 (off)") -> EnvVar:
     return EnvVar(name, Kind.TOGGLE, meaning, default)
+
+
+class FromEnv(enum.Enum):
+    """Marks an argument that defaults to the environment, read on every call as the backend does."""
+
+    FROM_ENV = "from the environment"
+
+
+FROM_ENV = FromEnv.FROM_ENV
+
+
+def requant_kquant_env(env: Mapping[str, str] | None = None) -> str | None:
+    """GGML_OPENVINO_REQUANT_KQUANT as the backend reads it for every weight (``strcmp`` against
+    its words): the raw text, None when unset or empty.  A word it does not know matches none of
+    its rules, so it acts as unset (``ovkit config`` reports it as an error)."""
+    return (os.environ if env is None else env).get(PREFIX + "REQUANT_KQUANT") or None
 
 
 REQUANT_KQUANT_CHOICES = ("q4_sym128", "q4_sym128_all", "q4_asym64", "q4_asym64_all", "native")
@@ -134,7 +156,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "REQUANT_KQUANT",
         Kind.CHOICE,
         "requantize K-quants to 4 bits (q4_<sym|asym><group>[_all]) or keep them (native)",
-        "unset: Q5_K/Q6_K -> Q8_0_C",
+        "unset: Q5_K/Q6_K -> Q8_0_C (GPU: 3-D Q5_1/Q8_0 experts -> Q4_0_64)",
         REQUANT_KQUANT_CHOICES,
     ),
     _flag("DISABLE_KV_STATE_RELAYOUT", "stateful: keep the KV state in ggml's layout"),
@@ -249,6 +271,14 @@ class OvkitConfig:
     def manual_gqa(self, device_class: str) -> bool:
         """MANUAL_GQA_ATTN when set, else on for the GPU class."""
         return self.manual_gqa_attn if self.manual_gqa_attn is not None else device_class == "GPU"
+
+    def attention_manual_gqa(self, device_class: str) -> bool | None:
+        """MANUAL_GQA_ATTN as ovkit's FLASH_ATTN_EXT translation takes it: when set, its value (on:
+        the backend's manual form; off: SDPA); unset, on for the GPU class and None elsewhere
+        (ovkit's own grouped MatMul/Softmax form, where the backend takes SDPA)."""
+        if self.manual_gqa_attn is not None:
+            return self.manual_gqa_attn
+        return True if device_class == "GPU" else None
 
     def effective(self, device_class: str) -> dict[str, bool]:
         """The class-dependent switches as the backend resolves them on ``device_class``."""

@@ -219,8 +219,10 @@ def test_the_table_holds_every_variable_of_the_newest_list_in_its_order() -> Non
     status = {r["variable"].removeprefix("GGML_OPENVINO_"): r["ovkit"] for r in rows}
     assert str(status["NPU_PROPERTIES"]).startswith("modelled: ovkit.engine")
     assert str(status["LOG_UNSUPPORTED_OPS"]).startswith("modelled: ovkit.selection")
-    for name in ("DISABLE_KV_SLICE", "MANUAL_GQA_ATTN", "REQUANT_KQUANT", "FORCE_STATIC"):
-        assert status[name] == "reported only"  # parsed and shown, not yet modelled
+    assert str(status["REQUANT_KQUANT"]).startswith("modelled: ovkit.quant.requant_decision")
+    assert str(status["MANUAL_GQA_ATTN"]).startswith("modelled: ovkit.ops.translate")
+    assert str(status["DISABLE_KV_SLICE"]).startswith("modelled: ovkit.model")
+    assert status["FORCE_STATIC"] == "reported only"  # parsed and shown, not modelled
 
 
 def test_every_variable_set_parses_to_its_value() -> None:
@@ -278,7 +280,7 @@ def test_unknown_names_warn_with_the_closest_known_one(name: str, suggestion: st
             "REQUANT_KQUANT",
             "q4_sym129",
             "GGML_OPENVINO_REQUANT_KQUANT='q4_sym129' is not one of q4_sym128, q4_sym128_all, q4_asym64, "
-            "q4_asym64_all, native (the backend would silently keep its default: unset: Q5_K/Q6_K -> Q8_0_C); "
+            "q4_asym64_all, native (the backend would silently keep its default: unset: Q5_K/Q6_K -> Q8_0_C (GPU: 3-D Q5_1/Q8_0 experts -> Q4_0_64)); "
             "did you mean 'q4_sym128'?",
         ),
         (
@@ -353,10 +355,15 @@ def test_ovkit_config_with_every_variable_set(
     assert list(body) == NEWEST
     assert (
         "'q4_asym64_all' -> q4_asym64_all" in body["REQUANT_KQUANT"]
-        and "reported only:" in body["REQUANT_KQUANT"]
+        and "modelled: requantize K-quants" in body["REQUANT_KQUANT"]
     )
     assert "'0' -> False" in body["MOE_OP"] and "'GPU.1' -> GPU.1" in body["DEVICE"]
     assert "modelled: NPU: KEY=VALUE" in body["NPU_PROPERTIES"]
+    assert "'1' -> True" in body["DISABLE_KV_SLICE"] and "modelled: turn off" in body["DISABLE_KV_SLICE"]
+    assert (
+        "'0' -> False" in body["MANUAL_GQA_ATTN"]
+        and "modelled: MatMul/Softmax GQA" in body["MANUAL_GQA_ATTN"]
+    )
     assert lines[-4:-1] == [  # MANUAL_GQA_ATTN=0, MOE_OP=0, MEMORY_OPTIMIZE=1, RELEASE_WEIGHTS=1
         "on the CPU class: STATEFUL_EXECUTION=on, MANUAL_GQA_ATTN=off, RELEASE_WEIGHTS=on, REDUCE_COMPILE_MEM=on, MOE_OP=off",
         "on the GPU class: STATEFUL_EXECUTION=on, MANUAL_GQA_ATTN=off, RELEASE_WEIGHTS=on, REDUCE_COMPILE_MEM=on, MOE_OP=off",
@@ -385,7 +392,7 @@ def test_ovkit_config_with_a_typo_and_bad_values(
         "ovkit: warning: GGML_OPENVINO_PROFILING='yes' is read as 0 (off): not a clean integer",
         "ovkit: warning: GGML_OPENVINO_DEVCE is not a variable the backend reads; did you mean GGML_OPENVINO_DEVICE?",
         "ovkit: error: GGML_OPENVINO_REQUANT_KQUANT='q4' is not one of q4_sym128, q4_sym128_all, q4_asym64, "
-        "q4_asym64_all, native (the backend would silently keep its default: unset: Q5_K/Q6_K -> Q8_0_C)",
+        "q4_asym64_all, native (the backend would silently keep its default: unset: Q5_K/Q6_K -> Q8_0_C (GPU: 3-D Q5_1/Q8_0 experts -> Q4_0_64))",
     ]
     assert "GGML_OPENVINO_DEVICE" in out and "(default CPU)" in out  # the table is still printed
     assert "on the GPU class: STATEFUL_EXECUTION=off, MANUAL_GQA_ATTN=on, RELEASE_WEIGHTS=off" in out

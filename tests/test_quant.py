@@ -168,7 +168,15 @@ def test_no_requant_keeps_native() -> None:
 
 def test_requant_table_is_data() -> None:
     df = quant.requant_table()
-    assert list(df.columns) == ["tensor", "device_class", "types", "target", "note"]
+    assert list(df.columns) == [
+        "tensor",
+        "device_class",
+        "types",
+        "target",
+        "requant_kquant",
+        "experts_only",
+        "note",
+    ]
     assert len(df) == len(quant.REQUANT_RULES)
     assert set(df["device_class"]) == {"CPU", "GPU", "NPU"}
 

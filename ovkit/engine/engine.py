@@ -627,7 +627,10 @@ class Engine:
         if plan is None:
             dev = device or self._device or self.selected_device()
             run = plan_run_config(config, graph, [*outs, *extra], dev)
-            plan = GraphPlan(graph, outs, dev, run, extra_outputs=extra, names=names, wide=wide)
+            gqa = self._config.attention_manual_gqa(str(device_class(dev)))
+            plan = GraphPlan(
+                graph, outs, dev, run, extra_outputs=extra, names=names, wide=wide, manual_gqa=gqa
+            )
             plan.require_supported()
             if len(plans) >= MAX_PLANS_PER_GRAPH:
                 plans.clear()

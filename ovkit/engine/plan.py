@@ -86,8 +86,12 @@ class GraphPlan:
         extra_outputs: Sequence[Tensor] = (),
         names: Sequence[str] | None = None,
         wide: Iterable[str] = (),
+        manual_gqa: bool | None = None,
     ) -> None:
         self.graph = graph
+        # GGML_OPENVINO_MANUAL_GQA_ATTN as resolved for the device: FLASH_ATTN_EXT's form
+        # (ovkit.ops.translate.attention_form); part of the structure key, as of upstream's cache key
+        self.manual_gqa = manual_gqa
         self.outputs = tuple(outputs)  # strong refs: ids in the plan key stay valid
         self.extra_outputs = tuple(extra_outputs)
         self.every = [*self.outputs, *self.extra_outputs]  # what the model computes
@@ -106,6 +110,8 @@ class GraphPlan:
         self.structure = graph_structure_key(graph, self.every)
         if self.wide:
             self.structure += "+wide:" + ",".join(sorted(self.wide))
+        if manual_gqa is not None:
+            self.structure += f"+manual_gqa:{int(manual_gqa)}"
         self._out_specs = [
             (tuple(o.shape), None if o.dtype == "bf16" else np.dtype(NUMPY_DTYPE.get(o.dtype, np.float32)))
             for o in self.outputs
@@ -119,9 +125,10 @@ class GraphPlan:
 
     def factory(self) -> Any:
         """Build the OpenVINO model (called on a compile miss only); outputs get stable names."""
-        from ovkit.ops.translate import build_model
+        from ovkit.ops.translate import build_model, manual_gqa_attention
 
-        model = build_model(self.graph, self.every, self.leaves)
+        with manual_gqa_attention(self.manual_gqa):
+            model = build_model(self.graph, self.every, self.leaves)
         if self.wide:
             _widen_parameters(model, self.wide)
         for port, name in zip(model.outputs, self.output_names, strict=True):

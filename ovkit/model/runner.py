@@ -181,6 +181,7 @@ class Model(Reported):
         self.device = device or engine.selected_device()
         self.device_class = str(device_class(self.device))
         config = read_config()
+        self.kv_slice_disabled = config.disable_kv_slice
         self.n_ubatch = (
             config.prefill_chunk_size if self.device_class == DeviceClass.NPU else max(1, n_ubatch)
         )
@@ -236,8 +237,10 @@ class Model(Reported):
 
     def _cache_rows(self, shape: GraphShape) -> int:
         """The rows of a bucket's cache inputs: with the host cache and flash attention, the
-        ``n_kv`` rows the graph reads (a view of the host cache), else the whole ``n_ctx``."""
-        return shape.n_kv if self.kv == "host" and shape.flash_attn else shape.n_ctx
+        ``n_kv`` rows the graph reads (a view of the host cache, the backend's KV slice), else
+        (or with GGML_OPENVINO_DISABLE_KV_SLICE) the whole ``n_ctx``, sliced inside the graph."""
+        sliced = self.kv == "host" and shape.flash_attn and not self.kv_slice_disabled
+        return shape.n_kv if sliced else shape.n_ctx
 
     def build(self, shape: GraphShape) -> tuple[Any, DecoderOut]:
         """A fresh ovkit ``Graph`` of the model for ``shape`` and its outputs."""

@@ -9,8 +9,10 @@ CPU backend does, so the numbers follow ggml (not upstream's f16 shortcuts, see 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -894,37 +896,51 @@ def _soft_max(t: Tensor, xs: list[Out]) -> Out:
     return ops.select(nan_row, const(np.nan), _softmax_with_sinks(w, sinks, t.ne, 1))
 
 
-@translator(Op.FLASH_ATTN_EXT)
-def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
+#: FLASH_ATTN_EXT's forms (``openvino/op/flash_attn_ext.cpp`` of the backend): ``grouped``:
+#: ovkit's own MatMul/Softmax, Q heads grouped per KV head ([B, H_kv, r·n_q, D]); ``manual``:
+#: GGML_OPENVINO_MANUAL_GQA_ATTN on, the backend's MatMul/Softmax on 5-D Q [B, H_kv, r, n_q, D]
+#: against K/V [B, H_kv, 1, n_kv, D] broadcast over r; ``sdpa``: the flag off, K/V broadcast to the
+#: H heads and OpenVINO's ScaledDotProductAttention.  The values are ggml's in every form.
+ATTENTION_FORMS = ("grouped", "manual", "sdpa")
+_attention_flag: contextvars.ContextVar[bool | None] = contextvars.ContextVar("manual_gqa", default=None)
+
+
+def attention_form(manual_gqa: bool | None, n_head: int, n_head_kv: int, plain: bool) -> str:
+    """The form of one FLASH_ATTN_EXT: ``manual_gqa`` is GGML_OPENVINO_MANUAL_GQA_ATTN as resolved
+    for the device (None: ovkit's own form); the backend takes the manual form only for grouped
+    queries (r > 1, H_kv > 1), else SDPA.  ``plain``: no sinks, softcap or ALiBi — the backend's
+    policy refuses the others, and SDPA has none of them, so they keep ovkit's form."""
+    if manual_gqa is None or not plain:
+        return "grouped"
+    return "manual" if manual_gqa and n_head_kv > 1 and n_head > n_head_kv else "sdpa"
+
+
+@contextlib.contextmanager
+def manual_gqa_attention(flag: bool | None) -> Iterator[None]:
+    """Translate FLASH_ATTN_EXT with MANUAL_GQA_ATTN ``flag`` (None: ovkit's grouped form)."""
+    token = _attention_flag.set(flag)
+    try:
+        yield
+    finally:
+        _attention_flag.reset(token)
+
+
+def _attention_probs(t: Tensor, xs: list[Out], s: Out) -> Out:
+    """ggml's softmax of the raw scores ``s`` [B, H, n_q, n_kv]: scale, softcap, mask (ALiBi), sinks;
+    a row whose scores (and sink) are all -inf gives 0, not NaN."""
     q_t, k_t = t.srcs[0], t.srcs[1]
     assert q_t is not None and k_t is not None
-    q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
-    if k_t.dtype in ("f16", "bf16"):
-        q = rounded(q, k_t.dtype)
-    v_t = t.srcs[2]
-    assert v_t is not None
-    # batch dim 3: repeat-interleave K/V; heads (dim 2): group the q heads of each KV head
-    # (h = kv_h·r + j) instead of broadcasting K/V — the CPU plugin miscomputes a broadcast-GQA
-    # MatMul/Softmax/MatMul chain for r = 4.
-    k = expand_batch(k, k_t.ne, (k_t.ne[0], k_t.ne[1], k_t.ne[2], q_t.ne[3]))
-    v = expand_batch(v, v_t.ne, (v_t.ne[0], v_t.ne[1], v_t.ne[2], q_t.ne[3]))
-    n_b, n_h, n_q, n_kv, h_kv = q_t.ne[3], q_t.ne[2], q_t.ne[1], k_t.ne[1], k_t.ne[2]
-    r = n_h // h_kv
-    q = ops.reshape(q, i64([n_b, h_kv, r * n_q, q_t.ne[0]]), False)
+    n_h = q_t.ne[2]
     scale = t.params["scale"]
     softcap = t.params["logit_softcap"]
     if softcap != 0:
         scale = scale / softcap
-    s = ops.matmul(q, k, False, True)  # [B, H_kv, r·n_q, n_kv]
-    s = ops.multiply(ops.reshape(s, i64([n_b, n_h, n_q, n_kv]), False), const(scale))
+    s = ops.multiply(s, const(scale))
     if softcap != 0:
         s = ops.multiply(ops.tanh(s), const(softcap))
     mask_t = t.srcs[3]
     if mask_t is not None:
-        m = _mask_value(mask_t, xs[3], q_t.ne[1], q_t.ne[2], q_t.ne[3])
-        if t.params["max_bias"] > 0:
-            m = ops.multiply(m, _alibi(q_t.ne[2], t.params["max_bias"]))
-        s = ops.add(s, m)
+        s = ops.add(s, _fa_mask(t, xs[3]))
     ne_s = (k_t.ne[1], q_t.ne[1], q_t.ne[2], q_t.ne[3])
     sinks = xs[4] if len(xs) > 4 else None
     if sinks is None:
@@ -939,10 +955,80 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
     )
     live = ops.greater(row_max, const(np.finfo(np.float32).min))  # CPU ReduceMax of all -inf: -FLT_MAX
     p = _softmax_with_sinks(ops.select(live, s, const(0.0)), sinks, ne_s, 1)
-    p = ops.multiply(p, ops.convert(live, ov.Type.f32))
-    p = ops.reshape(p, i64([n_b, h_kv, r * n_q, n_kv]), False)
-    out = ops.reshape(ops.matmul(p, v, False, False), i64([n_b, n_h, n_q, v_t.ne[0]]), False)
+    return ops.multiply(p, ops.convert(live, ov.Type.f32))
+
+
+def _fa_mask(t: Tensor, mask: Out) -> Out:
+    """The mask rows of the queries, per head with ALiBi, as f32 [B|1, H|1, n_q, n_kv]."""
+    q_t, mask_t = t.srcs[0], t.srcs[3]
+    assert q_t is not None and mask_t is not None
+    m = _mask_value(mask_t, mask, q_t.ne[1], q_t.ne[2], q_t.ne[3])
+    if t.params["max_bias"] > 0:
+        m = ops.multiply(m, _alibi(q_t.ne[2], t.params["max_bias"]))
+    return m
+
+
+@translator(Op.FLASH_ATTN_EXT)
+def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
+    q_t, k_t, v_t = t.srcs[0], t.srcs[1], t.srcs[2]
+    assert q_t is not None and k_t is not None and v_t is not None
+    q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
+    if k_t.dtype in ("f16", "bf16"):
+        q = rounded(q, k_t.dtype)
+    # batch dim 3: repeat-interleave K/V (the query head h reads KV head h // r in every form)
+    k = expand_batch(k, k_t.ne, (k_t.ne[0], k_t.ne[1], k_t.ne[2], q_t.ne[3]))
+    v = expand_batch(v, v_t.ne, (v_t.ne[0], v_t.ne[1], v_t.ne[2], q_t.ne[3]))
+    n_b, n_h, n_q, n_kv, h_kv = q_t.ne[3], q_t.ne[2], q_t.ne[1], k_t.ne[1], k_t.ne[2]
+    r = n_h // h_kv
+    sinks = xs[4] if len(xs) > 4 else None
+    plain = sinks is None and t.params["logit_softcap"] == 0 and t.params["max_bias"] <= 0
+    form = attention_form(_attention_flag.get(), n_h, h_kv, plain)
+    if form == "sdpa":
+        out = _sdpa(t, xs, q, k, v)
+    elif form == "manual":
+        # the backend's manual GQA: 5-D, the MatMuls broadcast K/V over the r query heads
+        q5 = ops.reshape(q, i64([n_b, h_kv, r, n_q, q_t.ne[0]]), False)
+        k5 = ops.reshape(k, i64([n_b, h_kv, 1, n_kv, k_t.ne[0]]), False)
+        v5 = ops.reshape(v, i64([n_b, h_kv, 1, n_kv, v_t.ne[0]]), False)
+        s = ops.reshape(ops.matmul(q5, k5, False, True), i64([n_b, n_h, n_q, n_kv]), False)
+        p = ops.reshape(_attention_probs(t, xs, s), i64([n_b, h_kv, r, n_q, n_kv]), False)
+        out = ops.reshape(ops.matmul(p, v5, False, False), i64([n_b, n_h, n_q, v_t.ne[0]]), False)
+    else:
+        # heads (dim 2): group the q heads of each KV head (h = kv_h·r + j) instead of broadcasting
+        # K/V — the CPU plugin miscomputes a broadcast-GQA MatMul/Softmax/MatMul chain for r = 4.
+        q = ops.reshape(q, i64([n_b, h_kv, r * n_q, q_t.ne[0]]), False)
+        s = ops.reshape(ops.matmul(q, k, False, True), i64([n_b, n_h, n_q, n_kv]), False)
+        p = ops.reshape(_attention_probs(t, xs, s), i64([n_b, h_kv, r * n_q, n_kv]), False)
+        out = ops.reshape(ops.matmul(p, v, False, False), i64([n_b, n_h, n_q, v_t.ne[0]]), False)
     return ops.transpose(out, i64([0, 2, 1, 3]))  # ne [Dv, H, n_q, B]
+
+
+def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
+    """The backend's SDPA path: K/V broadcast to the query heads (its ``tile_kv``), then
+    ScaledDotProductAttention with the mask; a fully masked row gives ggml's 0 (SDPA: NaN)."""
+    q_t, k_t = t.srcs[0], t.srcs[1]
+    assert q_t is not None and k_t is not None
+    n_h, h_kv = q_t.ne[2], k_t.ne[2]
+    if n_h > h_kv > 1:
+        shape = i64([1, 1, n_h // h_kv, 1, 1])
+        k, v = (
+            ops.reshape(
+                ops.broadcast(ops.unsqueeze(x, i64(2)), shape, broadcast_spec="BIDIRECTIONAL"),
+                i64([0, n_h, -1, d]),
+                True,
+            )
+            for x, d in ((k, k_t.ne[0]), (v, t.srcs[2].ne[0]))  # type: ignore[union-attr]
+        )
+    scale = const(np.float32(t.params["scale"]))
+    if t.srcs[3] is None:
+        out = ops.scaled_dot_product_attention(q, k, v, None, scale, False)
+        # an identity Select: the CPU plugin fuses SDPA with the Transpose/Reshape after it and
+        # then miscomputes an f16-rounded Q when n_q equals the head count (OpenVINO 2026.4.1)
+        return ops.select(ops.is_nan(out), const(np.nan), out)
+    m = _fa_mask(t, xs[3])
+    live = ops.greater(ops.reduce_max(m, i64([3]), True), const(np.finfo(np.float32).min))
+    out = ops.scaled_dot_product_attention(q, k, v, ops.select(live, m, const(0.0)), scale, False)
+    return ops.select(live, out, const(0.0))
 
 
 # ---------------------------------------------------------------------------- rope
