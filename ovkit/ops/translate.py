@@ -899,10 +899,15 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
     q_t, k_t = t.srcs[0], t.srcs[1]
     assert q_t is not None and k_t is not None
     q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
-    if k_t.dtype in ("f16", "bf16"):
-        q = rounded(q, k_t.dtype)
     v_t = t.srcs[2]
     assert v_t is not None
+    ggml_path = None
+    if t.params.get("numerics") == "ggml":  # precision="ggml": ovkit.ops.ggml_numerics.mark
+        from ovkit.ops import ggml_numerics
+
+        ggml_path = ggml_numerics.flash_attn_path(q_t.ne[1], k_t.dtype, v_t.dtype)
+    if k_t.dtype in ("f16", "bf16") and ggml_path != "tiled":
+        q = rounded(q, k_t.dtype)
     # batch dim 3: repeat-interleave K/V; heads (dim 2): group the q heads of each KV head
     # (h = kv_h·r + j) instead of broadcasting K/V — the CPU plugin miscomputes a broadcast-GQA
     # MatMul/Softmax/MatMul chain for r = 4.
@@ -915,7 +920,10 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
     softcap = t.params["logit_softcap"]
     if softcap != 0:
         scale = scale / softcap
-    s = ops.matmul(q, k, False, True)  # [B, H_kv, r·n_q, n_kv]
+    if ggml_path == "f16" and k_t.dtype == "f16" and q_t.ne[0] % 32 == 0:
+        s = ggml_numerics.dot_f16_scores(q, k)  # ggml_vec_dot_f16's summation order
+    else:
+        s = ops.matmul(q, k, False, True)  # [B, H_kv, r·n_q, n_kv]
     s = ops.multiply(ops.reshape(s, i64([n_b, n_h, n_q, n_kv]), False), const(scale))
     if softcap != 0:
         s = ops.multiply(ops.tanh(s), const(softcap))
@@ -927,6 +935,12 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
         s = ops.add(s, m)
     ne_s = (k_t.ne[1], q_t.ne[1], q_t.ne[2], q_t.ne[3])
     sinks = xs[4] if len(xs) > 4 else None
+    if ggml_path == "f16":  # llama.cpp CPU's f16 V·softmax accumulator (precision="ggml")
+        grouped = ops.reshape(s, i64([n_b, h_kv, r * n_q, n_kv]), False)
+        row_sinks = None if sinks is None else ggml_numerics.grouped_sinks(f32(sinks), h_kv, r, n_q)
+        out = ggml_numerics.flash_attn_f16_accumulated(grouped, v, row_sinks)
+        out = ops.reshape(out, i64([n_b, n_h, n_q, v_t.ne[0]]), False)
+        return ops.transpose(out, i64([0, 2, 1, 3]))
     if sinks is None:
         # a -inf sink column adds exp(-inf) = 0 to every denominator: the numbers are unchanged, and
         # the Concat keeps the CPU plugin from tokenizing the chain into its MHA snippet, which
