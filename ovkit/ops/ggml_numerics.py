@@ -13,6 +13,11 @@ term is reproduced as ggml stores it: ``m_w·s_a`` with ``s_a = f16(d_a·Σq_a)`
 
 Float weights need nothing here: ovkit's f16/bf16 MUL_MAT already rounds the activations to the
 weight's type (their vec_dot type), and f32 weights meet f32 activations, as in ggml.
+
+Flash attention (FLASH_ATTN_EXT nodes marked by :func:`mark`) follows ggml's CPU kernel: for fewer
+than 64 query rows, Q·K in ``ggml_vec_dot_f16``'s summation order and V·softmax accumulated in f16
+key by key (an OpenVINO Loop, :func:`flash_attn_f16_accumulated`) with C's correctly rounded
+``expf`` (:func:`exp_f32`); equal to ggml's kernel bit for bit.
 """
 
 from __future__ import annotations
@@ -126,6 +131,7 @@ def _output(x: Any) -> Any:
 def _leading(x: Any) -> Any:
     """The shape of ``x`` without its last axis (an i64 Output)."""
     ops = _ops()
+    x = _output(x)
     shape = ops.shape_of(x)
     rank = x.get_partial_shape().rank.get_length()
     return ops.gather(shape, ops.constant(np.arange(rank - 1, dtype=np.int64)), ops.constant(np.int64(0)))
@@ -336,65 +342,99 @@ def dot_f16_scores(q: Any, k: Any) -> Any:
     return ops.reshape(total, out_shape, False).output(0)
 
 
+def _running_max(s: Any, n: int) -> Any:
+    """The running maximum of ``s`` [..., n] along its last axis (Hillis-Steele: log2(n) steps)."""
+    ops = _ops()
+    step = 1
+    while step < n:
+        pad = ops.broadcast(_c(-np.inf), _shape_with_last(s, step))
+        shifted = ops.concat([pad, _last_slice(s, 0, n - step)], -1)
+        s = ops.maximum(s, shifted)
+        step *= 2
+    return s
+
+
+def _shape_with_last(x: Any, n: int) -> Any:
+    return _ops().concat([_leading(x), _ops().constant(np.array([n], np.int64))], 0)
+
+
+def _last_slice(x: Any, start: int, stop: int) -> Any:
+    ops = _ops()
+    i64 = lambda v: ops.constant(np.array([v], np.int64))  # noqa: E731
+    return ops.slice(x, i64(start), i64(stop), i64(1), i64(-1))
+
+
 def flash_attn_f16_accumulated(scores: Any, v: Any, sinks: Any = None) -> Any:
-    """ggml's one-query-at-a-time flash attention with an f16 V, as an OpenVINO Loop over the keys.
+    """ggml's one-query-at-a-time flash attention with an f16 V: the f16 accumulation as an
+    OpenVINO Loop over the keys.
 
     ``scores`` [B, G, R, n_kv]: Q·K scaled, soft-capped and masked (``-inf`` where masked) in f32;
     ``v`` [B, G, n_kv, Dv]: V's f16 values in f32; ``sinks``: None or per-row sink logits
     broadcastable to [B, G, R, 1].  Per key in order, as ggml: a masked key is skipped; a new
-    maximum ``M`` rescales the f16 accumulator by ``expf(M_old − M)`` (rounded to f16, ggml's
-    ``ggml_vec_scale_f16``); then ``acc = f16(fma(v, expf(s − M), acc))`` (``ggml_vec_mad_f16``)
-    and ``S = S·ms + vs`` in f32.  After the keys the accumulator is widened to f32, the sink joins
-    ``M`` and ``S``, and the row is multiplied by ``1/S`` (0 for a row with every key masked).
-    Returns [B, G, R, Dv] (f32)."""
+    maximum ``M`` rescales the f16 accumulator by ``ms = expf(M_old − M)`` (rounded to f16,
+    ``ggml_vec_scale_f16``); then ``acc = f16(fma(v, vs, acc))`` with ``vs = expf(s − M)``
+    (``ggml_vec_mad_f16``) and ``S = S·ms + vs`` in f32.  ``M`` before and after each key is the
+    running maximum, so ``ms`` and ``vs`` are computed for all keys at once (``ms`` is exactly 1
+    and ``vs`` exactly 0 where ggml does not scale or skips the key, which leaves the accumulator as
+    it is); only the roundings run in the Loop.  After the keys the accumulator is widened to f32,
+    the sink joins ``M`` and ``S``, and the row is multiplied by ``1/S`` (0 for a row with every key
+    masked).  Returns [B, G, R, Dv] (f32)."""
     import openvino as ov
 
     ops = _ops()
     scores, v = _output(scores), _output(v)
     s_shape, v_shape = scores.get_partial_shape(), v.get_partial_shape()
+    n_kv = s_shape[3].get_length()
+    m_after = _running_max(scores, n_kv)
+    m_before = ops.concat(
+        [ops.broadcast(_c(-np.inf), _shape_with_last(scores, 1)), _last_slice(m_after, 0, n_kv - 1)], -1
+    )
+    unset = ops.equal(m_after, _c(-np.inf))  # no key yet: the accumulator is 0 whatever ms is
+    skip = ops.equal(scores, _c(-np.inf))
+    ms_all = exp_f32(ops.select(unset, _c(0.0), ops.subtract(m_before, m_after)))
+    vs_all = ops.select(skip, _c(0.0), exp_f32(ops.select(skip, _c(0.0), ops.subtract(scores, m_after))))
+    vs_hi_all, vs_lo_all = _split(vs_all)
+
     row_shape = ov.PartialShape([s_shape[0], s_shape[1], s_shape[2], 1])
     acc_shape = ov.PartialShape([s_shape[0], s_shape[1], s_shape[2], v_shape[3]])
-    m_in = ops.parameter(row_shape, np.float32, name="M")
     s_in = ops.parameter(row_shape, np.float32, name="S")
     a_in = ops.parameter(acc_shape, np.float32, name="acc")
-    score = ops.parameter(row_shape, np.float32, name="score")
+    ms, vs, vs_hi, vs_lo = (
+        ops.parameter(row_shape, np.float32, name=n) for n in ("ms", "vs", "vs_hi", "vs_lo")
+    )
     v_row = ops.parameter(ov.PartialShape([v_shape[0], v_shape[1], 1, v_shape[3]]), np.float32, name="v")
-    new_max = ops.greater(score, m_in)
-    skip = ops.equal(score, _c(-np.inf))
-    # new maximum: ms = expf(M_old - s), vs = 1; else ms = 1, vs = expf(s - M).  One exp of the
-    # non-positive difference serves both; a skipped key's is replaced by 0 (no NaN from -inf - -inf)
-    diff = ops.select(new_max, ops.subtract(m_in, score), ops.subtract(score, m_in))
-    e = exp_f32(ops.select(skip, _c(0.0), diff))
-    ms = ops.select(new_max, e, _c(1.0))
-    vs = ops.select(new_max, _c(1.0), e)
-    scaled = ops.select(new_max, _f16(_mul(a_in, ms)), a_in)
-    a_out = ops.select(skip, a_in, _fma_f16(scaled, v_row, vs))
-    s_out = ops.select(skip, s_in, ops.add(_mul(s_in, ms), vs))
-    m_out = ops.select(new_max, score, m_in)
-    results = [ops.result(x) for x in (ops.constant(True), m_out, s_out, a_out)]
-    body = ov.Model(results, [m_in, s_in, a_in, score, v_row], "flash_attn_f16_keys")
+    scaled = _f16(_mul(a_in, ms))
+    # f16(fma(v, vs, acc)): v has 11 significant bits, so v·vs_hi and v·vs_lo are exact and the
+    # product's rounding error is (v·vs_hi − p) + v·vs_lo (Dekker)
+    p = _mul(v_row, vs)
+    err = ops.add(ops.subtract(ops.multiply(v_row, vs_hi), p), ops.multiply(v_row, vs_lo))
+    total, e = _two_sum(scaled, p)
+    a_out = _f16(ops.add(total, ops.add(e, err)))
+    s_out = ops.add(_mul(s_in, ms), vs)
+    results = [ops.result(x) for x in (ops.constant(True), s_out, a_out)]
+    body = ov.Model(results, [s_in, a_in, ms, vs, vs_hi, vs_lo, v_row], "flash_attn_f16_keys")
 
-    n_kv = ops.gather(ops.shape_of(scores), ops.constant(np.int64(3)), ops.constant(np.int64(0)))
-    loop = ops.loop(n_kv, ops.constant(True))
+    loop = ops.loop(ops.constant(np.int64(n_kv)), ops.constant(True))
     loop.set_function(body)
     loop.set_special_body_ports([-1, 0])
-    rows = ops.concat([_leading(scores), ops.constant(np.array([1], np.int64))], 0)
+    rows = _shape_with_last(scores, 1)
     dv = ops.gather(ops.shape_of(v), ops.constant(np.array([3], np.int64)), ops.constant(np.int64(0)))
-    accs = ops.concat([_leading(scores), dv], 0)
-    loop.set_merged_input(m_in, ops.broadcast(_c(-np.inf), rows).output(0), m_out.output(0))
     loop.set_merged_input(s_in, ops.broadcast(_c(0.0), rows).output(0), s_out.output(0))
-    loop.set_merged_input(a_in, ops.broadcast(_c(0.0), accs).output(0), a_out.output(0))
-    loop.set_sliced_input(score, scores, 0, 1, 1, -1, 3)
+    loop.set_merged_input(
+        a_in, ops.broadcast(_c(0.0), ops.concat([_leading(scores), dv], 0)).output(0), a_out.output(0)
+    )
+    for param, value in ((ms, ms_all), (vs, vs_all), (vs_hi, vs_hi_all), (vs_lo, vs_lo_all)):
+        loop.set_sliced_input(param, _output(value), 0, 1, 1, -1, 3)
     loop.set_sliced_input(v_row, v, 0, 1, 1, -1, 2)
-    m = loop.get_iter_value(m_out.output(0), -1)
     s = loop.get_iter_value(s_out.output(0), -1)
     a = loop.get_iter_value(a_out.output(0), -1)
+    m = _last_slice(m_after, n_kv - 1, n_kv)
     if sinks is not None:  # ggml: after the f16 accumulator is widened, in f32
         sink_max = ops.greater(sinks, m)
-        ms = ops.select(sink_max, ops.exp(ops.subtract(m, sinks)), _c(1.0))
-        vs = ops.select(sink_max, _c(1.0), ops.exp(ops.subtract(sinks, m)))
-        a = ops.multiply(a, ms)
-        s = ops.add(_mul(s, ms), vs)
+        sink_ms = ops.select(sink_max, ops.exp(ops.subtract(m, sinks)), _c(1.0))
+        sink_vs = ops.select(sink_max, _c(1.0), ops.exp(ops.subtract(sinks, m)))
+        a = ops.multiply(a, sink_ms)
+        s = ops.add(_mul(s, sink_ms), sink_vs)
     inv = ops.select(ops.equal(s, _c(0.0)), _c(0.0), ops.divide(_c(1.0), s))
     return ops.multiply(a, inv).output(0)
 
