@@ -360,7 +360,10 @@ def _shape_with_last(x: Any, n: int) -> Any:
 
 def _last_slice(x: Any, start: int, stop: int) -> Any:
     ops = _ops()
-    i64 = lambda v: ops.constant(np.array([v], np.int64))  # noqa: E731
+
+    def i64(v: int) -> Any:
+        return ops.constant(np.array([v], np.int64))
+
     return ops.slice(x, i64(start), i64(stop), i64(1), i64(-1))
 
 
