@@ -43,6 +43,7 @@ from ovkit.model.program import (
     input_specs,
     n_kv_for,
 )
+from ovkit.ops.ggml_numerics import mark as mark_ggml_numerics
 from ovkit.ops.ggml_numerics import with_ggml_numerics
 from ovkit.report import Report, Reported, format_duration, format_rate
 
@@ -251,6 +252,8 @@ class Model(Reported):
         for name, (shp, dtype) in input_specs(self.hp, shape, cache_rows=self._cache_rows(shape)).items():
             leaves[name] = g.input(name, shp, dtype)
         out = decoder_program(self.hp, shape)(g, leaves)
+        if self.precision == "ggml":  # llama.cpp CPU's attention numerics too
+            mark_ggml_numerics(g)
         return g, out
 
     def _bucket(self, shape: GraphShape) -> _Bucket:

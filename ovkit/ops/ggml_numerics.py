@@ -13,6 +13,11 @@ term is reproduced as ggml stores it: ``m_w·s_a`` with ``s_a = f16(d_a·Σq_a)`
 
 Float weights need nothing here: ovkit's f16/bf16 MUL_MAT already rounds the activations to the
 weight's type (their vec_dot type), and f32 weights meet f32 activations, as in ggml.
+
+Flash attention (FLASH_ATTN_EXT nodes marked by :func:`mark`) follows ggml's CPU kernel: for fewer
+than 64 query rows, Q·K in ``ggml_vec_dot_f16``'s summation order and V·softmax accumulated in f16
+key by key (an OpenVINO Loop, :func:`flash_attn_f16_accumulated`) with C's correctly rounded
+``expf`` (:func:`exp_f32`); equal to ggml's kernel bit for bit.
 """
 
 from __future__ import annotations
@@ -118,9 +123,15 @@ def _q8_0(x: Any, with_sums: bool) -> QuantizedActivations:
     return QuantizedActivations(values, sums, stored)
 
 
+def _output(x: Any) -> Any:
+    """An OpenVINO Output of ``x`` (a Node's first output, or ``x`` itself)."""
+    return x.output(0) if hasattr(x, "output") else x
+
+
 def _leading(x: Any) -> Any:
     """The shape of ``x`` without its last axis (an i64 Output)."""
     ops = _ops()
+    x = _output(x)
     shape = ops.shape_of(x)
     rank = x.get_partial_shape().rank.get_length()
     return ops.gather(shape, ops.constant(np.arange(rank - 1, dtype=np.int64)), ops.constant(np.int64(0)))
@@ -210,3 +221,256 @@ def with_ggml_numerics(weight: Any, source_type: str = "") -> GgmlNumericsWeight
     return GgmlNumericsWeight(
         weight.qtype, weight.shape, weight.raw, weight.name, weight.form, weight.requant, source_type
     )
+
+
+# ------------------------------------------------------------------------------- attention
+#: ggml's CPU FLASH_ATTN_EXT takes its tiled f32 path (Q kept in f32, K/V widened to f32, V·softmax
+#: summed in f32) for ``GGML_FA_TILE_Q`` or more query rows per head; fewer rows run one query at a
+#: time (``ggml_compute_forward_flash_attn_ext_f16_one_chunk``): Q rounded to K's type for the dot
+#: and, for an f16 V, V·softmax accumulated in f16 with one rounding per key.
+FA_TILE_Q = 64
+
+#: ``ggml_vec_dot_f16`` on x86 AVX/AVX2 (GGML_F16_STEP, GGML_F16_EPR): four 8-lane f32
+#: accumulators, element ``i`` in accumulator ``(i // 8) % 4``, lane ``i % 8``.
+_DOT_STEP, _DOT_LANES = 32, 8
+
+
+def _mul(a: Any, b: Any) -> Any:
+    """``a·b`` rounded to f32 on its own (never fused into a following add as one FMA)."""
+    return quant._ov_mul(a, b)
+
+
+def _two_sum(a: Any, b: Any) -> tuple[Any, Any]:
+    """Knuth's TwoSum: ``s = fl(a + b)`` and its exact rounding error."""
+    ops = _ops()
+    s = ops.add(a, b)
+    bb = ops.subtract(s, a)
+    return s, ops.add(ops.subtract(a, ops.subtract(s, bb)), ops.subtract(b, bb))
+
+
+def _split(a: Any) -> tuple[Any, Any]:
+    """Veltkamp's split of an f32 into two halves of 12 significant bits (products are exact)."""
+    ops = _ops()
+    t = _mul(a, _c(4097.0))
+    hi = ops.subtract(t, ops.subtract(t, a))
+    return hi, ops.subtract(a, hi)
+
+
+def _product_error(a: Any, b: Any, p: Any) -> Any:
+    """Dekker's exact error ``a·b − p`` of the f32 product ``p = fl(a·b)``."""
+    ops = _ops()
+    ah, al = _split(a)
+    bh, bl = _split(b)
+    err = ops.add(ops.add(ops.subtract(ops.multiply(ah, bh), p), ops.multiply(ah, bl)), ops.multiply(al, bh))
+    return ops.add(err, ops.multiply(al, bl))
+
+
+#: exp on [-87, 0] as exp(a)·exp(b): ``a`` on a 2^-8 grid from a table of (hi, lo) f32 pairs,
+#: |b| <= 2^-9 by its Taylor series in double-f32 arithmetic: within ~2^-45 of exp(x), so the final
+#: rounding gives the correctly rounded f32 (glibc's expf, which ggml calls, is correctly rounded
+#: in all but ~0.06% of arguments; OpenVINO's CPU Exp differs from it in the last bit in about
+#: half of them).  Below -87 the result is under 2^-125 and OpenVINO's own Exp is used.
+_EXP_GRID, _EXP_MIN = 256, -87.0
+
+
+def _exp_table() -> tuple[np.ndarray, np.ndarray]:
+    # scaled by 2^64 so that the error terms of the smallest values stay normal floats
+    t = np.exp(-np.arange(int(-_EXP_MIN * _EXP_GRID) + 1, dtype=np.float64) / _EXP_GRID) * 2.0**64
+    hi = t.astype(np.float32)
+    return hi, (t - hi).astype(np.float32)
+
+
+def exp_f32(x: Any) -> Any:
+    """``expf(x)`` for ``x <= 0`` (f32 Output), correctly rounded but for rare hard cases."""
+    ops = _ops()
+    xc = ops.maximum(x, _c(_EXP_MIN))
+    idx = ops.round(ops.multiply(xc, _c(-float(_EXP_GRID))), "half_to_even")  # exact: 2^8 scaling
+    b = ops.add(xc, ops.multiply(idx, _c(1.0 / _EXP_GRID)))  # x - a, exact
+    i = ops.convert(idx, "i32")
+    hi_t, lo_t = _exp_table()
+    th = ops.gather(ops.constant(hi_t), i, ops.constant(np.int64(0)))
+    tl = ops.gather(ops.constant(lo_t), i, ops.constant(np.int64(0)))
+    p = _mul(b, b)
+    rest = ops.add(
+        ops.add(ops.multiply(_product_error(b, b, p), _c(0.5)), _mul(_mul(b, p), _c(1.0 / 6.0))),
+        _mul(_mul(p, p), _c(1.0 / 24.0)),
+    )
+    s1, e1 = _two_sum(b, ops.multiply(p, _c(0.5)))  # exp(b) - 1 = s1 + (e1 + rest)
+    lo1 = ops.add(e1, rest)
+    ph = _mul(th, s1)
+    r1, r2 = _two_sum(th, ph)
+    corr = ops.add(ops.add(ops.add(r2, _product_error(th, s1, ph)), _mul(th, lo1)), ops.add(tl, _mul(tl, s1)))
+    y = ops.multiply(ops.add(r1, corr), _c(2.0**-64))  # exact: the result is a normal float
+    return ops.select(ops.less(x, _c(_EXP_MIN)), ops.exp(x), y)
+
+
+def _fma_f16(acc: Any, v: Any, w: Any) -> Any:
+    """``f16(fma(v, w, acc))`` (ggml_vec_mad_f16 on x86 with FMA: one f32 rounding, then f16)
+    for an f16-valued ``v``: the product's exact error joins the sum before the f32 rounding."""
+    ops = _ops()
+    p = _mul(v, w)
+    s, e = _two_sum(acc, p)
+    return _f16(ops.add(s, ops.add(e, _product_error(v, w, p))))
+
+
+def dot_f16_scores(q: Any, k: Any) -> Any:
+    """Q·K as ``ggml_vec_dot_f16`` sums it on x86: ``q`` [B, G, R, D] and ``k`` [B, G, n_kv, D]
+    with f16 values in f32, D a multiple of 32; returns [B, G, R, n_kv].  Products of f16 values
+    are exact in f32; they are added in ggml's order (per lane and accumulator over the 32-element
+    steps, then accumulators 0+2, 1+3, their sum, the two 4-lane halves, and pairwise)."""
+    ops = _ops()
+    q, k = _output(q), _output(k)
+    d = q.get_partial_shape()[3].get_length()
+    steps = d // _DOT_STEP
+    prod = ops.multiply(
+        ops.unsqueeze(q, ops.constant(np.int64(3))), ops.unsqueeze(k, ops.constant(np.int64(2)))
+    )
+    lead = ops.gather(
+        ops.shape_of(prod), ops.constant(np.arange(4, dtype=np.int64)), ops.constant(np.int64(0))
+    )
+    shape = ops.concat([lead, ops.constant(np.array([steps, 4, _DOT_LANES], np.int64))], 0)
+    parts = ops.split(ops.reshape(prod, shape, False), ops.constant(np.int64(4)), steps).outputs()
+    acc = parts[0]
+    for part in parts[1:]:
+        acc = ops.add(acc, part)
+    a = ops.split(acc, ops.constant(np.int64(5)), 4).outputs()  # [.., 1, 1, 8] each
+    x = ops.add(ops.add(a[0], a[2]), ops.add(a[1], a[3]))
+    h = ops.split(x, ops.constant(np.int64(6)), 2).outputs()  # two 4-lane halves
+    t = ops.split(ops.add(h[0], h[1]), ops.constant(np.int64(6)), 4).outputs()
+    total = ops.add(ops.add(t[0], t[1]), ops.add(t[2], t[3]))  # [B, G, R, n_kv, 1, 1, 1]
+    out_shape = ops.concat([lead], 0)
+    return ops.reshape(total, out_shape, False).output(0)
+
+
+def _running_max(s: Any, n: int) -> Any:
+    """The running maximum of ``s`` [..., n] along its last axis (Hillis-Steele: log2(n) steps)."""
+    ops = _ops()
+    step = 1
+    while step < n:
+        pad = ops.broadcast(_c(-np.inf), _shape_with_last(s, step))
+        shifted = ops.concat([pad, _last_slice(s, 0, n - step)], -1)
+        s = ops.maximum(s, shifted)
+        step *= 2
+    return s
+
+
+def _shape_with_last(x: Any, n: int) -> Any:
+    return _ops().concat([_leading(x), _ops().constant(np.array([n], np.int64))], 0)
+
+
+def _last_slice(x: Any, start: int, stop: int) -> Any:
+    ops = _ops()
+
+    def i64(v: int) -> Any:
+        return ops.constant(np.array([v], np.int64))
+
+    return ops.slice(x, i64(start), i64(stop), i64(1), i64(-1))
+
+
+def flash_attn_f16_accumulated(scores: Any, v: Any, sinks: Any = None) -> Any:
+    """ggml's one-query-at-a-time flash attention with an f16 V: the f16 accumulation as an
+    OpenVINO Loop over the keys.
+
+    ``scores`` [B, G, R, n_kv]: Q·K scaled, soft-capped and masked (``-inf`` where masked) in f32;
+    ``v`` [B, G, n_kv, Dv]: V's f16 values in f32; ``sinks``: None or per-row sink logits
+    broadcastable to [B, G, R, 1].  Per key in order, as ggml: a masked key is skipped; a new
+    maximum ``M`` rescales the f16 accumulator by ``ms = expf(M_old − M)`` (rounded to f16,
+    ``ggml_vec_scale_f16``); then ``acc = f16(fma(v, vs, acc))`` with ``vs = expf(s − M)``
+    (``ggml_vec_mad_f16``) and ``S = S·ms + vs`` in f32.  ``M`` before and after each key is the
+    running maximum, so ``ms`` and ``vs`` are computed for all keys at once (``ms`` is exactly 1
+    and ``vs`` exactly 0 where ggml does not scale or skips the key, which leaves the accumulator as
+    it is); only the roundings run in the Loop.  After the keys the accumulator is widened to f32,
+    the sink joins ``M`` and ``S``, and the row is multiplied by ``1/S`` (0 for a row with every key
+    masked).  Returns [B, G, R, Dv] (f32)."""
+    import openvino as ov
+
+    ops = _ops()
+    scores, v = _output(scores), _output(v)
+    s_shape, v_shape = scores.get_partial_shape(), v.get_partial_shape()
+    n_kv = s_shape[3].get_length()
+    m_after = _running_max(scores, n_kv)
+    m_before = ops.concat(
+        [ops.broadcast(_c(-np.inf), _shape_with_last(scores, 1)), _last_slice(m_after, 0, n_kv - 1)], -1
+    )
+    unset = ops.equal(m_after, _c(-np.inf))  # no key yet: the accumulator is 0 whatever ms is
+    skip = ops.equal(scores, _c(-np.inf))
+    ms_all = exp_f32(ops.select(unset, _c(0.0), ops.subtract(m_before, m_after)))
+    vs_all = ops.select(skip, _c(0.0), exp_f32(ops.select(skip, _c(0.0), ops.subtract(scores, m_after))))
+    vs_hi_all, vs_lo_all = _split(vs_all)
+
+    row_shape = ov.PartialShape([s_shape[0], s_shape[1], s_shape[2], 1])
+    acc_shape = ov.PartialShape([s_shape[0], s_shape[1], s_shape[2], v_shape[3]])
+    s_in = ops.parameter(row_shape, np.float32, name="S")
+    a_in = ops.parameter(acc_shape, np.float32, name="acc")
+    ms, vs, vs_hi, vs_lo = (
+        ops.parameter(row_shape, np.float32, name=n) for n in ("ms", "vs", "vs_hi", "vs_lo")
+    )
+    v_row = ops.parameter(ov.PartialShape([v_shape[0], v_shape[1], 1, v_shape[3]]), np.float32, name="v")
+    scaled = _f16(_mul(a_in, ms))
+    # f16(fma(v, vs, acc)): v has 11 significant bits, so v·vs_hi and v·vs_lo are exact and the
+    # product's rounding error is (v·vs_hi − p) + v·vs_lo (Dekker)
+    p = _mul(v_row, vs)
+    err = ops.add(ops.subtract(ops.multiply(v_row, vs_hi), p), ops.multiply(v_row, vs_lo))
+    total, e = _two_sum(scaled, p)
+    a_out = _f16(ops.add(total, ops.add(e, err)))
+    s_out = ops.add(_mul(s_in, ms), vs)
+    results = [ops.result(x) for x in (ops.constant(True), s_out, a_out)]
+    body = ov.Model(results, [s_in, a_in, ms, vs, vs_hi, vs_lo, v_row], "flash_attn_f16_keys")
+
+    loop = ops.loop(ops.constant(np.int64(n_kv)), ops.constant(True))
+    loop.set_function(body)
+    loop.set_special_body_ports([-1, 0])
+    rows = _shape_with_last(scores, 1)
+    dv = ops.gather(ops.shape_of(v), ops.constant(np.array([3], np.int64)), ops.constant(np.int64(0)))
+    loop.set_merged_input(s_in, ops.broadcast(_c(0.0), rows).output(0), s_out.output(0))
+    loop.set_merged_input(
+        a_in, ops.broadcast(_c(0.0), ops.concat([_leading(scores), dv], 0)).output(0), a_out.output(0)
+    )
+    for param, value in ((ms, ms_all), (vs, vs_all), (vs_hi, vs_hi_all), (vs_lo, vs_lo_all)):
+        loop.set_sliced_input(param, _output(value), 0, 1, 1, -1, 3)
+    loop.set_sliced_input(v_row, v, 0, 1, 1, -1, 2)
+    s = loop.get_iter_value(s_out.output(0), -1)
+    a = loop.get_iter_value(a_out.output(0), -1)
+    m = _last_slice(m_after, n_kv - 1, n_kv)
+    if sinks is not None:  # ggml: after the f16 accumulator is widened, in f32
+        sink_max = ops.greater(sinks, m)
+        sink_ms = ops.select(sink_max, ops.exp(ops.subtract(m, sinks)), _c(1.0))
+        sink_vs = ops.select(sink_max, _c(1.0), ops.exp(ops.subtract(sinks, m)))
+        a = ops.multiply(a, sink_ms)
+        s = ops.add(_mul(s, sink_ms), sink_vs)
+    inv = ops.select(ops.equal(s, _c(0.0)), _c(0.0), ops.divide(_c(1.0), s))
+    return ops.multiply(a, inv).output(0)
+
+
+def flash_attn_path(n_q: int, k_type: str, v_type: str) -> str:
+    """Which of ggml's CPU flash-attention paths runs ``n_q`` query rows per head: "tiled" (f32
+    throughout, Q not rounded), "f16" (the one-query path with an f16 V accumulator) or "f32" (the
+    one-query path with any other V: ovkit's f32 attention with Q rounded to K's type)."""
+    if n_q >= FA_TILE_Q and k_type == v_type and k_type in ("f16", "f32"):
+        return "tiled"
+    return "f16" if v_type == "f16" else "f32"
+
+
+def grouped_sinks(sinks: Any, h_kv: int, r: int, n_q: int) -> Any:
+    """Per-head sink logits [n_head] laid out as the grouped rows of :func:`flash_attn_f16_accumulated`
+    ([1, h_kv, r·n_q, 1]; head ``h = kv_head·r + j``, row ``j·n_q + i``)."""
+    ops = _ops()
+    per_head = ops.reshape(sinks, ops.constant(np.array([1, h_kv, r, 1], np.int64)), False)
+    rows = ops.broadcast(per_head, ops.constant(np.array([1, h_kv, r, n_q], np.int64)))
+    return ops.reshape(rows, ops.constant(np.array([1, h_kv, r * n_q, 1], np.int64)), False)
+
+
+#: The node param that asks the translation for llama.cpp CPU's numerics (value "ggml").  A param,
+#: not a global switch: it is part of the graph's structure key, so a marked graph compiles on its own.
+PARAM = "numerics"
+
+
+def mark(graph: Any) -> None:
+    """precision="ggml": mark ``graph``'s FLASH_ATTN_EXT nodes for llama.cpp CPU's attention
+    numerics (:func:`flash_attn_path`)."""
+    from ovkit.ir import Op
+
+    for t in graph.nodes:
+        if t.op is Op.FLASH_ATTN_EXT:
+            t.params[PARAM] = "ggml"
+    graph._edited()

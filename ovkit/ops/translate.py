@@ -925,12 +925,8 @@ def manual_gqa_attention(flag: bool | None) -> Iterator[None]:
         _attention_flag.reset(token)
 
 
-def _attention_probs(t: Tensor, xs: list[Out], s: Out) -> Out:
-    """ggml's softmax of the raw scores ``s`` [B, H, n_q, n_kv]: scale, softcap, mask (ALiBi), sinks;
-    a row whose scores (and sink) are all -inf gives 0, not NaN."""
-    q_t, k_t = t.srcs[0], t.srcs[1]
-    assert q_t is not None and k_t is not None
-    n_h = q_t.ne[2]
+def _attention_scores(t: Tensor, xs: list[Out], s: Out) -> Out:
+    """ggml's scores from the raw ones ``s`` [B, H, n_q, n_kv]: scale, softcap, mask (ALiBi)."""
     scale = t.params["scale"]
     softcap = t.params["logit_softcap"]
     if softcap != 0:
@@ -938,9 +934,18 @@ def _attention_probs(t: Tensor, xs: list[Out], s: Out) -> Out:
     s = ops.multiply(s, const(scale))
     if softcap != 0:
         s = ops.multiply(ops.tanh(s), const(softcap))
-    mask_t = t.srcs[3]
-    if mask_t is not None:
+    if t.srcs[3] is not None:
         s = ops.add(s, _fa_mask(t, xs[3]))
+    return s
+
+
+def _attention_probs(t: Tensor, xs: list[Out], s: Out) -> Out:
+    """ggml's softmax of the raw scores ``s`` [B, H, n_q, n_kv]: scale, softcap, mask (ALiBi), sinks;
+    a row whose scores (and sink) are all -inf gives 0, not NaN."""
+    q_t, k_t = t.srcs[0], t.srcs[1]
+    assert q_t is not None and k_t is not None
+    n_h = q_t.ne[2]
+    s = _attention_scores(t, xs, s)
     ne_s = (k_t.ne[1], q_t.ne[1], q_t.ne[2], q_t.ne[3])
     sinks = xs[4] if len(xs) > 4 else None
     if sinks is None:
@@ -973,7 +978,12 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
     q_t, k_t, v_t = t.srcs[0], t.srcs[1], t.srcs[2]
     assert q_t is not None and k_t is not None and v_t is not None
     q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
-    if k_t.dtype in ("f16", "bf16"):
+    ggml_path = None
+    if t.params.get("numerics") == "ggml":  # precision="ggml": ovkit.ops.ggml_numerics.mark
+        from ovkit.ops import ggml_numerics
+
+        ggml_path = ggml_numerics.flash_attn_path(q_t.ne[1], k_t.dtype, v_t.dtype)
+    if k_t.dtype in ("f16", "bf16") and ggml_path != "tiled":  # ggml's tiled path keeps Q f32
         q = rounded(q, k_t.dtype)
     # batch dim 3: repeat-interleave K/V (the query head h reads KV head h // r in every form)
     k = expand_batch(k, k_t.ne, (k_t.ne[0], k_t.ne[1], k_t.ne[2], q_t.ne[3]))
@@ -982,7 +992,9 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
     r = n_h // h_kv
     sinks = xs[4] if len(xs) > 4 else None
     plain = sinks is None and t.params["logit_softcap"] == 0 and t.params["max_bias"] <= 0
-    form = attention_form(_attention_flag.get(), n_h, h_kv, plain)
+    form = attention_form(None if ggml_path else _attention_flag.get(), n_h, h_kv, plain)
+    if ggml_path == "f16":
+        return _flash_attn_ggml_f16(t, xs, ops.reshape(q, i64([n_b, h_kv, r * n_q, q_t.ne[0]]), False), k, v)
     if form == "sdpa":
         out = _sdpa(t, xs, q, k, v)
     elif form == "manual":
@@ -1001,6 +1013,28 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
         p = ops.reshape(_attention_probs(t, xs, s), i64([n_b, h_kv, r * n_q, n_kv]), False)
         out = ops.reshape(ops.matmul(p, v, False, False), i64([n_b, n_h, n_q, v_t.ne[0]]), False)
     return ops.transpose(out, i64([0, 2, 1, 3]))  # ne [Dv, H, n_q, B]
+
+
+def _flash_attn_ggml_f16(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
+    """llama.cpp CPU's one-query flash attention (precision="ggml"): Q·K in ggml_vec_dot_f16's
+    order, V·softmax accumulated in f16 key by key; ``q`` grouped [B, H_kv, r·n_q, D]."""
+    from ovkit.ops import ggml_numerics
+
+    q_t, k_t, v_t = t.srcs[0], t.srcs[1], t.srcs[2]
+    assert q_t is not None and k_t is not None and v_t is not None
+    n_b, n_h, n_q, n_kv, h_kv = q_t.ne[3], q_t.ne[2], q_t.ne[1], k_t.ne[1], k_t.ne[2]
+    r = n_h // h_kv
+    if k_t.dtype == "f16" and q_t.ne[0] % 32 == 0:
+        s = ggml_numerics.dot_f16_scores(q, k)  # ggml_vec_dot_f16's summation order
+    else:
+        s = ops.matmul(q, k, False, True)  # [B, H_kv, r·n_q, n_kv]
+    s = _attention_scores(t, xs, ops.reshape(s, i64([n_b, n_h, n_q, n_kv]), False))
+    sinks = xs[4] if len(xs) > 4 else None
+    grouped = ops.reshape(s, i64([n_b, h_kv, r * n_q, n_kv]), False)
+    row_sinks = None if sinks is None else ggml_numerics.grouped_sinks(f32(sinks), h_kv, r, n_q)
+    out = ggml_numerics.flash_attn_f16_accumulated(grouped, v, row_sinks)
+    out = ops.reshape(out, i64([n_b, n_h, n_q, v_t.ne[0]]), False)
+    return ops.transpose(out, i64([0, 2, 1, 3]))
 
 
 def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
