@@ -781,9 +781,11 @@ class Express:
         # at first an object no fed value is
         self.fed: tuple[tuple[Any, ...], list[np.ndarray]] = ((object(),), [])
         # OpenVINO's copies are the results as they are when every output's static shape and
-        # dtype are the ones plan.results gives (else plan.results reshapes or widens them).
+        # dtype are the ones plan.results gives (else plan.results reshapes, converts, or rounds
+        # a bf16 tensor's values, whatever the port's type).
         self.direct = all(
-            port.is_static
+            t.dtype != "bf16"
+            and port.is_static
             and port.shape == tuple(t.shape)
             and port.dtype == np.dtype(NUMPY_DTYPE.get(t.dtype, np.float32))
             for port, t in zip(compiled.runner.returned, plan.outputs, strict=True)
@@ -922,8 +924,10 @@ def compute_graph(
         if results is not None:
             return results
     plan = engine.plan(graph, outputs, device, config)
+    again = plan.hot is not None  # the plan ran before: a repeated call, worth recording
     results = engine.run_plan(plan, inputs)
-    if config is None or isinstance(config, RunConfig):  # a dict may change between calls
+    # (a graph computed once records nothing; a dict config may change between calls)
+    if again and (config is None or isinstance(config, RunConfig)):
         made = engine.express(plan, outputs, device, config)
         if made is not None:
             graph.derived[tag] = made
