@@ -918,7 +918,7 @@ def compute_graph(
     if out is not None:
         return engine.run_plan(engine.plan(graph, outputs, device, config), inputs, out=out)
     tag = engine.express_tag
-    express = graph.derived.get(tag)
+    express: Express | None = graph.derived.get(tag)
     if express is not None:
         results = express.run(engine, graph, outputs, inputs, device, config)
         if results is not None:
