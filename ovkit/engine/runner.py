@@ -258,7 +258,8 @@ class Runner:
         lock = graph.lock
         lock.acquire()  # (cheaper than a with block; released in the finally clause)
         try:
-            if not all(map(operator.is_, values, bound)):  # the inputs of a plain runner: in order
+            # (a plain runner's inputs are all fed, in order: ``bound`` lines up with ``values``)
+            if len(values) != len(bound) or not all(map(operator.is_, values, bound)):
                 for port, value in zip(self._free, values, strict=True):
                     if value is not bound[port.index]:
                         self._bind(port, value)
