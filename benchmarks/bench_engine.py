@@ -5,7 +5,8 @@ measured in the same run against its baseline, interleaved so both see the same 
 
 1. ``Graph.compute`` of a compiled graph vs the same OpenVINO model driven directly (Parameters
    bound once with shared tensors, then ``infer()``): 8x8 add and 512x512 matmul.
-   Targets: <= 1.10x on the matmul, <= 15 us added per call on the tiny graph.
+   Targets: <= 1.10x on the matmul, <= 15 us added per call on the tiny graph (median of the
+   per-round differences, with their quartiles; the load average is printed before and after).
 2. A cache hit vs a cold compile of the same structure (a hit must not compile).
 3. A transformer block (RMS norm, Q/K/V mul_mat, ROPE, flash attention over a KV cache, SwiGLU
    FFN): tokens/s for prefill and for one-token decode with a stateful KV cache (OpenVINO
@@ -16,6 +17,7 @@ measured in the same run against its baseline, interleaved so both see the same 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -56,13 +58,22 @@ def interleaved(
 
 def paired(
     samples: dict[str, list[float]], ours: str = "ovkit", base: str = "raw"
-) -> tuple[float, float, float, float]:
-    """(median ours, median base, median of per-round ratios, median of per-round differences):
-    ratios of neighbouring blocks cancel slow periods that hit both sides."""
+) -> tuple[float, float, float, float, tuple[float, float]]:
+    """(median ours, median base, median of per-round ratios, median of per-round differences,
+    their spread: the quartiles of the per-round differences): ratios of neighbouring blocks
+    cancel slow periods that hit both sides."""
     a, b = samples[ours], samples[base]
     ratio = statistics.median(x / y for x, y in zip(a, b, strict=True))
-    added = statistics.median(x - y for x, y in zip(a, b, strict=True))
-    return statistics.median(a), statistics.median(b), ratio, added
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    q1, _, q3 = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else (diffs[0],) * 3
+    return statistics.median(a), statistics.median(b), ratio, statistics.median(diffs), (q1, q3)
+
+
+def load_average() -> str:
+    """The machine's load average (1, 5, 15 min) and its core count: figures taken under a
+    load near the core count or above are inflated (the machine is shared)."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,6 +88,7 @@ def steady_state(quick: bool) -> dict[str, float]:
 
     out: dict[str, float] = {}
     rng = np.random.default_rng(0)
+    print(f"steady state: {load_average()} (before)", flush=True)
 
     # None = Graph.compute's default (f32; one thread for tiny graphs): the raw side compiles the
     # same model with the configuration the engine resolved, read back from the engine.
@@ -125,10 +137,11 @@ def steady_state(quick: bool) -> dict[str, float]:
                 interleaved(fns, max(10, rounds // 10), per_round * 10, clock=time.process_time)
             ),
         }
-        for clock_name, (ours, raw, ratio, added) in clocks.items():
+        for clock_name, (ours, raw, ratio, added, (q1, q3)) in clocks.items():
             line = (
                 f"compute {label} ({clock_name}) {ours * 1e6:10.2f} us vs raw OpenVINO infer {raw * 1e6:10.2f} us"
                 f"  paired ratio {ratio:5.2f}x, added {added * 1e6:8.2f} us/call"
+                f" (quartiles {q1 * 1e6:.2f}..{q3 * 1e6:.2f})"
             )
             if kind == "mul_mat":
                 line += f"  (target <= 1.10x: {'met' if ratio <= 1.10 else 'NOT met'})"
@@ -137,6 +150,7 @@ def steady_state(quick: bool) -> dict[str, float]:
             print(line, flush=True)
             out[f"{label} {clock_name} ratio"] = ratio
             out[f"{label} {clock_name} added_us"] = added * 1e6
+    print(f"steady state: {load_average()} (after)", flush=True)
     return out
 
 

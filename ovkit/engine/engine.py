@@ -4,14 +4,16 @@ and the graph entry points through them (``compute_graph``, ``Graph.compute``'s 
 
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 import os
 import threading
 import time
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,7 @@ import numpy as np
 
 from ovkit.config import ENV_VARS, OvkitConfig, OvkitConfigWarning, read_config
 from ovkit.devices import DeviceClass, device_class
+from ovkit.dtypes import NUMPY_DTYPE
 from ovkit.escape import html_text
 from ovkit.ir import GraphIR, Tensor
 from ovkit.runtime import get_core, is_simulated
@@ -113,16 +116,25 @@ class _Counters:
 # ---------------------------------------------------------------------------------------------
 # The engine.
 # ---------------------------------------------------------------------------------------------
+_ENGINE_SERIALS = itertools.count()
 _ENV_DATA: dict[Any, Any] | None = getattr(os.environ, "_data", None)
 _ENV_KEYS: tuple[Any, ...] = (
     tuple(os.environ.encodekey(n) for n in ENGINE_ENV) if _ENV_DATA is not None else ENGINE_ENV
 )
 
 
-def _env_snapshot() -> tuple[Any, ...]:
-    """The engine's variables, cheaply: CPython's ``os.environ`` keeps its encoded data in ``_data``,
-    which is read directly (a few hundred ns) because this runs on every call."""
-    data = _ENV_DATA if _ENV_DATA is not None else os.environ
+# Up to this many variables in the whole environment, the engine keeps a copy of it and compares
+# that first (one C-level dict comparison, about a third of the cost per entry of the lookups of
+# its own variables); a larger environment is not copied.
+ENV_COPY_MAX = 3 * len(ENGINE_ENV)
+
+
+def _env_snapshot(data: Mapping[Any, Any] | None = None) -> tuple[Any, ...]:
+    """The engine's variables in ``data`` (default: the environment), cheaply: CPython's
+    ``os.environ`` keeps its encoded data in ``_data``, which is read directly because this runs
+    on every call."""
+    if data is None:
+        data = _ENV_DATA if _ENV_DATA is not None else os.environ
     return tuple(map(data.get, _ENV_KEYS))
 
 
@@ -191,6 +203,7 @@ class Engine:
         self._lock = threading.RLock()
         self._counters = _Counters()
         self._snapshot: tuple[Any, ...] | None = None
+        self._env_seen: dict[Any, Any] | None = None  # the environment at the last check (a copy)
         self._fast: dict[tuple[Any, ...], CacheKey] = {}
         # Graph plans live on their graphs (``Engine.plan``); the epoch, bumped when the
         # configuration changes or the cache is cleared, retires the ones made before.
@@ -209,6 +222,9 @@ class Engine:
         self.last_runner: Runner | None = None
         self.last_hit = False
         self._pending_times: dict[str, float] = {}  # conversion/compile times not yet logged
+        # Its Express in ``graph.derived``: a serial, never reused (an id is, once an engine is
+        # gone), in a str (hashed once).
+        self.express_tag = f"{EXPRESS_TAG}:{next(_ENGINE_SERIALS)}"
 
     def __repr__(self) -> str:
         c = self._counters
@@ -227,11 +243,19 @@ class Engine:
             self._snapshot = ()
             self._config = read_config(self._fixed_env)
         else:
-            snap = _env_snapshot()
+            data = _ENV_DATA
+            if data is not None and data == self._env_seen:
+                return  # the whole environment is as it was at the last check
+            # The copy first, the engine's variables read from it: a change made meanwhile by
+            # another thread differs from the copy and is seen by the next call.
+            seen = dict(data) if data is not None and len(data) <= ENV_COPY_MAX else None
+            snap = _env_snapshot(seen)
             if snap == self._snapshot:
+                self._env_seen = seen
                 return
             self._snapshot = snap
             self._config = read_config()
+            self._env_seen = seen
         _check_cache_dir(self._config)
         self._device = None
         self._fast.clear()
@@ -657,6 +681,25 @@ class Engine:
         plan.hot = None if self._config.disable_cache else (self._generation, weakref.ref(compiled))
         return compiled
 
+    def express(
+        self, plan: GraphPlan, outputs: Sequence[Tensor], device: str | None, config: RunConfig | None
+    ) -> Express | None:
+        """The steady-state path of a ``compute_graph`` call that just ran ``plan``, or None when
+        its compiled model must go the general way on every call (see :class:`Express`)."""
+        hot = plan.hot
+        compiled = hot[1]() if hot is not None and hot[0] == self._generation else None
+        cfg = self._config
+        if (
+            compiled is None
+            or cfg.profiling
+            or cfg.memory_optimize
+            or cfg.release_weights_explicit
+            or plan.extra_outputs
+            or not compiled.runner.plain
+        ):
+            return None
+        return Express(plan, outputs, device, config, compiled, self._generation)
+
     def run_plan(
         self, plan: GraphPlan, inputs: Mapping[str, Any], *, out: Sequence[np.ndarray] | None = None
     ) -> list[np.ndarray]:
@@ -672,6 +715,146 @@ class Engine:
         outputs = plan.results(runner.run(plan.feed(inputs)))
         self.log_profile(time.perf_counter() - t0, runner.last_infer_seconds)
         return outputs
+
+
+# ---------------------------------------------------------------------------------------------
+# The steady-state path of ``compute_graph``.
+# ---------------------------------------------------------------------------------------------
+def _no_inputs(inputs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The fed arrays of a graph without inputs."""
+    return ()
+
+
+EXPRESS_TAG = "ovkit.engine.express"  # with the engine's serial: its entry in ``graph.derived``
+
+
+class Express:
+    """The last ``compute_graph`` call of a graph on one engine, made runnable again with the
+    fewest checks: the same outputs (by identity), device and config object, an unedited graph
+    and an engine whose cache and configuration did not change since (its generation).
+
+    Anything else (and ``out=``, profiling, weight release on hits, a disabled cache, states, bf16
+    outputs) takes the general path, which records a new one.  Fed arrays that are the very
+    objects of the last call reuse their Parameter views; any other feed goes through the plan
+    (same checks, same errors).  It lives on the graph (``graph.derived``) and holds the compiled
+    model only weakly, like the plan it wraps."""
+
+    __slots__ = (
+        "config",
+        "count",
+        "device",
+        "direct",
+        "fed",
+        "generation",
+        "key",
+        "nodes",
+        "outputs",
+        "pick",
+        "plan",
+        "runner",
+        "version",
+    )
+
+    def __init__(
+        self,
+        plan: GraphPlan,
+        outputs: Sequence[Tensor],
+        device: str | None,
+        config: RunConfig | None,
+        compiled: CompiledGraph,
+        generation: int,
+    ) -> None:
+        self.plan = plan
+        self.outputs = tuple(outputs)
+        self.device = device
+        self.config = config
+        self.version = plan.graph.version
+        self.nodes = len(plan.graph.nodes)
+        self.generation = generation
+        self.key = compiled.key
+        self.runner = weakref.ref(compiled.runner)
+        names = plan.input_names
+        self.count = len(names)
+        # The fed arrays in input order, as one tuple: a getter of one name gives the bare value,
+        # of that name twice a tuple like the others (``count`` is checked separately).
+        self.pick: Callable[[Mapping[str, Any]], tuple[Any, ...]] = (
+            operator.itemgetter(*names, *names[:1] * (len(names) == 1)) if names else _no_inputs
+        )
+        # (the arrays fed last, their Parameter views): one attribute, swapped whole by threads;
+        # at first an object no fed value is
+        self.fed: tuple[tuple[Any, ...], list[np.ndarray]] = ((object(),), [])
+        # OpenVINO's copies are the results as they are when every output's static shape and
+        # dtype are the ones plan.results gives (else plan.results reshapes, converts, or rounds
+        # a bf16 tensor's values, whatever the port's type).
+        self.direct = all(
+            t.dtype != "bf16"
+            and port.is_static
+            and port.shape == tuple(t.shape)
+            and port.dtype == np.dtype(NUMPY_DTYPE.get(t.dtype, np.float32))
+            for port, t in zip(compiled.runner.returned, plan.outputs, strict=True)
+        )
+
+    def run(
+        self,
+        engine: Engine,
+        graph: GraphIR,
+        outputs: Sequence[Tensor],
+        inputs: Mapping[str, Any],
+        device: str | None,
+        config: Any,
+    ) -> list[np.ndarray] | None:
+        """The outputs, or None when this call is not the recorded one (the caller then takes
+        the general path).  ``engine`` is the one whose ``express_tag`` found it.  Counts the hit
+        and refreshes the LRU before the fed arrays are checked, as the general path does."""
+        data = _ENV_DATA
+        if data is None or data != engine._env_seen:  # Engine._refresh's first test, inline
+            engine._refresh()
+        mine = self.outputs
+        if (
+            engine._generation != self.generation
+            or graph.version != self.version
+            or len(graph.nodes) != self.nodes
+            or config is not self.config
+            or device != self.device
+            or len(outputs) != len(mine)
+            or (outputs[0] is not mine[0] if len(mine) == 1 else not all(map(operator.is_, outputs, mine)))
+        ):
+            return None
+        runner = self.runner()
+        if runner is None:
+            return None
+        try:
+            engine._entries.move_to_end(self.key)
+        except KeyError:  # evicted by another thread meanwhile
+            return None
+        lock = engine._lock
+        lock.acquire()
+        engine._counters.hits += 1
+        lock.release()
+        engine.last_hit = True
+        engine.last_runner = runner
+        fed = self.fed
+        try:
+            values: tuple[Any, ...] | None = self.pick(inputs)
+        except LookupError:  # a missing input: the plan names it
+            values = None
+        if values is not None and len(inputs) == self.count and all(map(operator.is_, values, fed[0])):
+            views = fed[1]
+        else:  # other arrays (or a bad feed: the plan raises the general path's error)
+            views = self.plan.feed(inputs)
+            if values is not None and self._zero_copy(values, views):
+                self.fed = (values, views)
+        raw = runner.infer_copies(views)
+        return raw if self.direct else self.plan.results(raw)
+
+    def _zero_copy(self, values: tuple[Any, ...], views: list[np.ndarray]) -> bool:
+        """True when every view is the fed array itself, reshaped (the plan's fast path): only
+        then may the next call with the same arrays reuse them.  A converted copy may not: an
+        in-place edit of the caller's array must reach the next run."""
+        return all(
+            slot.last[0] is value and slot.last[1] is view
+            for slot, value, view in zip(self.plan.slots, values, views, strict=False)
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -734,8 +917,24 @@ def compute_graph(
     Plans are keyed by the outputs' identities, the graph's node count and its edit version, so
     an in-place edit after a compute (``set_name``, ``*_add_sinks``, ``*_set_prec``) is seen.
     """
-    engine = get_engine(core)
-    return engine.run_plan(engine.plan(graph, outputs, device, config), inputs, out=out)
+    engine = _DEFAULT_ENGINE[0] if core is None and _DEFAULT_ENGINE else get_engine(core)
+    if out is not None:
+        return engine.run_plan(engine.plan(graph, outputs, device, config), inputs, out=out)
+    tag = engine.express_tag
+    express: Express | None = graph.derived.get(tag)
+    if express is not None:
+        results = express.run(engine, graph, outputs, inputs, device, config)
+        if results is not None:
+            return results
+    plan = engine.plan(graph, outputs, device, config)
+    again = plan.hot is not None  # the plan ran before: a repeated call, worth recording
+    results = engine.run_plan(plan, inputs)
+    # (a graph computed once records nothing; a dict config may change between calls)
+    if again and (config is None or isinstance(config, RunConfig)):
+        made = engine.express(plan, outputs, device, config)
+        if made is not None:
+            graph.derived[tag] = made
+    return results
 
 
 def graph_session(

@@ -3,9 +3,11 @@ profiling."""
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -90,6 +92,10 @@ def _tensor_to_numpy(tensor: Any, ov_type: str) -> np.ndarray:
     if ov_type == "bf16":
         return bf16_bits_to_f32(np.asarray(tensor.data).view(np.uint16)).reshape(tuple(tensor.shape))
     return np.array(tensor.data, copy=True)
+
+
+# The inputs argument of OpenVINO's infer(): every input is bound beforehand (never mutated).
+_NO_INPUTS: dict[Any, Any] = {}
 
 
 class Runner:
@@ -229,6 +235,47 @@ class Runner:
             return [values[p.index] for p in self._returned]
 
     __call__ = run
+
+    @property
+    def returned(self) -> list[PortSpec]:
+        """The outputs ``run`` returns, in order (state outputs are not returned)."""
+        return list(self._returned)
+
+    @property
+    def plain(self) -> bool:
+        """True when ``run`` needs no state handling and no bf16 widening: ``infer_copies`` may
+        stand in for it."""
+        return not self.graph.states and self._direct
+
+    def infer_copies(self, values: Sequence[Any]) -> list[np.ndarray]:
+        """``run(values)`` of a ``plain`` runner with one value per input, in input order: bind
+        the values that are not the objects bound last, infer, return copies of the outputs.
+
+        The steady-state path of ``Graph.compute``: the same work as ``run`` without its branches
+        for mappings, states, ``out=`` and views."""
+        graph = self.graph
+        bound = self._bound
+        lock = graph.lock
+        lock.acquire()  # (cheaper than a with block; released in the finally clause)
+        try:
+            # (a plain runner's inputs are all fed, in order: ``bound`` lines up with ``values``)
+            if len(values) != len(bound) or not all(map(operator.is_, values, bound)):
+                for port, value in zip(self._free, values, strict=True):
+                    if value is not bound[port.index]:
+                        self._bind(port, value)
+            if self._out_keep:
+                self._restore_outputs()
+            t0 = perf_counter()
+            try:
+                result = self._infer(self.request, _NO_INPUTS, False, True)
+            except RuntimeError as exc:
+                raise EngineError(f"inference failed on {graph.device}: {exc}") from exc
+            self.last_infer_seconds = perf_counter() - t0
+            self.runs += 1
+            graph.runs += 1
+        finally:
+            lock.release()
+        return list(result.values())
 
     def _bind_outputs(self, out: Sequence[np.ndarray]) -> None:
         import openvino as ov
