@@ -16,6 +16,8 @@ arrays: every fed position, or the last one only (``last_only``; ``generate`` un
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import time
 from collections.abc import Collection, Sequence
@@ -32,6 +34,7 @@ from ovkit.gguf import GGUFModel, read_gguf
 from ovkit.ir import UnsupportedOpError
 from ovkit.memory import format_bytes
 from ovkit.model.arch import HParams, ModelError
+from ovkit.model.dynamic import DynamicShapeError, symbolic_model
 from ovkit.model.precision import PRECISIONS
 from ovkit.model.program import (
     F16_BYTES,
@@ -46,11 +49,23 @@ from ovkit.model.program import (
 from ovkit.ops.ggml_numerics import with_ggml_numerics
 from ovkit.report import Report, Reported, format_duration, format_rate
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_N_UBATCH = 512  # llama.cpp's default micro-batch
+DEFAULT_SHAPES = "dynamic"  # docs/model.md, "Memory per model and per bucket"
 SHOWN_TOKENS = 24  # generated ids a Generation's repr lists before eliding the rest
 
 #: ``kv=``: where the KV cache lives (see the module docstring).
 KV_MODES = ("host", "variables")
+#: ``shapes=``: how many models are compiled.  "dynamic": one model whose ``n_tokens`` is a
+#: dynamic dimension (``ovkit.model.dynamic``), shared by every prefill chunk and decode step;
+#: "split": that model for prefills and one static ``n_tokens = 1`` model for decode (compiled with
+#: the decode's own hints); "buckets": one static model per shape bucket ``(n_tokens, n_kv)``, as
+#: llama.cpp's graphs are (the NPU class and ``kv="variables"`` always).  The first two read the
+#: whole ``n_ctx`` cache (``n_kv = n_ctx``, the unused cells masked); docs/model.md compares them.
+SHAPE_MODES = ("dynamic", "split", "buckets")
+#: The token counts the dynamic model is built at to find ``n_tokens`` in its numbers.
+DYNAMIC_BUILDS = (5, 7)
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -129,6 +144,29 @@ class KvWrite:
     index_input: str
 
 
+class _Compiled:
+    """A compiled model the runner feeds itself (``shapes="dynamic"``/``"split"``): its inputs
+    are reshaped to the 4-D Parameters; a session-like face for ``sessions()`` and the profile."""
+
+    def __init__(self, graph: Any, dynamic: bool) -> None:
+        self.runner = graph.new_runner()
+        self.dynamic = dynamic
+        self.last_n_tokens = 0
+
+    @property
+    def effective(self) -> Any:
+        return self.runner.graph.effective
+
+    def compute(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        inputs = {k: v if v.ndim == 4 else v.reshape((1,) * (4 - v.ndim) + v.shape) for k, v in feed.items()}
+        self.last_n_tokens = int(feed["inp_tokens"].size)
+        out: list[np.ndarray] = self.runner.run(inputs)
+        return out
+
+    def profile(self) -> Any:
+        return self.runner.profile()
+
+
 @dataclass
 class _Bucket:
     shape: GraphShape
@@ -158,6 +196,7 @@ class Model(Reported):
         no_requant: bool = False,
         precision: str = "exact",
         n_threads: int | None = None,
+        shapes: str | None = None,
     ) -> None:
         self.gguf = path if isinstance(path, GGUFModel) else read_gguf(path)
         embd = self.gguf.tensors.get("token_embd.weight")
@@ -173,6 +212,8 @@ class Model(Reported):
             raise ModelError(f"kv {kv!r} is not one of {', '.join(KV_MODES)}")
         if precision not in PRECISIONS:
             raise ModelError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+        if shapes is not None and shapes not in SHAPE_MODES:
+            raise ModelError(f"shapes {shapes!r} is not one of {', '.join(SHAPE_MODES)}")
         self.n_ctx = n_ctx
         self.precision = precision
         self.flash_attn = flash_attn
@@ -186,6 +227,13 @@ class Model(Reported):
         )
         self.stateful = stateful
         self.kv = kv
+        static_only = kv != "host" or self.device_class == DeviceClass.NPU or n_ctx < max(DYNAMIC_BUILDS)
+        if shapes not in (None, "buckets") and static_only:
+            raise ModelError(
+                f"shapes={shapes!r} needs kv='host', a device other than the NPU class and "
+                f"n_ctx >= {max(DYNAMIC_BUILDS)} (got kv={kv!r}, {self.device}, n_ctx={n_ctx})"
+            )
+        self.shapes = "buckets" if static_only else shapes or DEFAULT_SHAPES
         # kv="host": the cache itself, shared by every bucket: llama.cpp's f16 K/V values, held
         # as f32 on the CPU class (its graphs compute in f32: read as they are, no conversion per
         # step; twice the bytes), as f16 elsewhere
@@ -230,9 +278,8 @@ class Model(Reported):
         end = start + n_tokens
         if end > self.n_ctx:
             raise ModelError(f"positions up to {end - 1} do not fit n_ctx={self.n_ctx}")
-        return GraphShape(
-            n_tokens, n_kv_for(self.n_ctx, end), self.n_ctx, n_outputs or n_tokens, self.flash_attn
-        )
+        n_kv = n_kv_for(self.n_ctx, end) if self.shapes == "buckets" else self.n_ctx
+        return GraphShape(n_tokens, n_kv, self.n_ctx, n_outputs or n_tokens, self.flash_attn)
 
     def _cache_rows(self, shape: GraphShape) -> int:
         """The rows of a bucket's cache inputs: with the host cache and flash attention, the
@@ -250,7 +297,75 @@ class Model(Reported):
         out = decoder_program(self.hp, shape)(g, leaves)
         return g, out
 
+    def _model_key(self, shape: GraphShape) -> GraphShape:
+        """The compiled model ``shape`` runs on: its own bucket, or (``shapes="dynamic"`` /
+        ``"split"``) the dynamic model's key, built at ``DYNAMIC_BUILDS[0]`` tokens (its outputs:
+        the last position's, or every one), or the static decode model of ``"split"``."""
+        if self.shapes == "buckets" or (self.shapes == "split" and shape.n_tokens == 1):
+            return shape
+        n = DYNAMIC_BUILDS[0]
+        return GraphShape(n, shape.n_kv, shape.n_ctx, 1 if shape.n_outputs == 1 else n, shape.flash_attn)
+
+    def _outputs(self, b: _Bucket) -> list[Any]:
+        """kv="host": the logits and the rows each SET_ROWS writes (stored by ``eval``)."""
+        outputs = [b.out.logits]
+        for name in cache_names(self.hp.n_layer):
+            nxt = b.out.caches[name]
+            outputs.append(nxt.srcs[1])
+            b.writes += (KvWrite(name, nxt.ne[0], nxt.srcs[2].name),)
+            b.caches[name] = self._kv[name].reshape(1, 1, *self._kv[name].shape)  # no copy, bound once
+        return outputs
+
+    def _compile(self, shape: GraphShape) -> _Bucket:
+        """``shapes="dynamic"``/``"split"``: compile the model of ``shape`` (a ``_model_key``)."""
+        g, out = self.build(shape)
+        b = _Bucket(shape, g, out)
+        engine = get_engine(self.core)
+        names = cache_names(self.hp.n_layer)
+        config = self._configs[min(shape.n_tokens, 2)]
+        plan = engine.plan(g, self._outputs(b), self.device, config, wide=names if self._kv_wide else ())
+        dynamic = shape.n_tokens != 1
+        factory = plan.factory
+        try:
+            plan.require_supported()
+            if dynamic:  # translated now: a graph it cannot make dynamic keeps its buckets
+                n2 = DYNAMIC_BUILDS[1]
+                other = GraphShape(
+                    n2, shape.n_kv, shape.n_ctx, 1 if shape.n_outputs == 1 else n2, shape.flash_attn
+                )
+                g2, out2 = self.build(other)
+                plan2 = engine.plan(
+                    g2, self._outputs(_Bucket(other, g2, out2)), self.device, config, wide=sorted(plan.wide)
+                )
+                model = symbolic_model(plan.factory(), plan2.factory(), shape.n_tokens, n2, "inp_tokens")
+                del g2, out2, plan2
+
+                def factory() -> Any:
+                    return model
+
+            graph = engine.compiled(
+                ("ovkit.model.dynamic", dynamic, plan.structure), factory, self.device, plan.run
+            )
+        except UnsupportedOpError as exc:
+            raise ModelError(f"{exc}. ovkit runs the whole graph on {self.device}") from exc
+        b.session = _Compiled(graph, dynamic)
+        return b
+
     def _bucket(self, shape: GraphShape) -> _Bucket:
+        shape = self._model_key(shape)
+        if self.shapes != "buckets":
+            found = self._buckets.get(shape)
+            if found is None:
+                try:
+                    found = self._buckets[shape] = self._compile(shape)
+                except DynamicShapeError as exc:  # e.g. MoE routing: static buckets from here on
+                    logger.info(
+                        "%s: n_tokens cannot be dynamic (%s); one model per shape bucket", self.gguf.path, exc
+                    )
+                    self.shapes = "buckets"
+                    self._buckets.clear()
+                    return self._bucket(dataclasses.replace(shape, n_kv=self.n_ctx))
+            return found
         b = self._buckets.get(shape)
         if b is None:
             g, out = self.build(shape)
