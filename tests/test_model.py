@@ -470,3 +470,20 @@ def test_compare_lines_up_a_last_only_prefill_with_llama_cpps_last_position() ->
     c = compare(gen, ref)
     assert c["max_nmse"] == 0.0 and len(c["nmse_per_position"]) == 3
     assert c["greedy_agree"] == c["greedy_total"] == 3
+
+
+@pytest.mark.parametrize("name", ["gemma3-270m", "smollm2-135m"])
+def test_real_model_runs_on_one_compiled_model_with_the_buckets_tokens(name: str) -> None:
+    """The default (``shapes="dynamic"``) runs a real model's prefill and 24 greedy steps on one
+    compiled model and picks the same tokens as one static model per shape bucket, the logits
+    within rounding of them."""
+    from ovkit.model.reference import tokenize
+
+    path = real_model(name)
+    prompt = tokenize(path, REAL_PROMPT)
+    ours = Model(path, n_ctx=64)
+    gen = ours.generate(prompt, 24)
+    static = Model(path, n_ctx=64, shapes="buckets").generate(prompt, 24)
+    assert gen.tokens == static.tokens
+    assert _nmse(gen.decode_logits, static.decode_logits) < 1e-6
+    assert len(ours.sessions()) == 1
