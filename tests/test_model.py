@@ -289,19 +289,19 @@ def _nmse(ours: np.ndarray, theirs: np.ndarray) -> float:
 
 @pytest.mark.parametrize("shapes", ["dynamic", "split"])
 def test_one_compiled_model_serves_every_prompt_length(model_file: Callable[..., Path], shapes: str) -> None:
-    """Prompts of 1, 3, 16 and 40 tokens and their decode steps run on one compiled model
-    (``"split"``: two, the decode's own), with the greedy tokens and logits of one static model
-    per shape bucket; memory then stays flat in the prompt lengths a session sees."""
+    """Prompts of 1, 3, 16, 40 and 270 tokens (n_kv 256 and 300) and their decode steps run on one
+    compiled model (``"split"``: two, the decode's own), with the greedy tokens and logits of one
+    static model per shape bucket; memory then stays flat in the prompt lengths a session sees."""
     path = model_file("llama", "q8_0")
-    ours, static = Model(path, n_ctx=64, shapes=shapes), Model(path, n_ctx=64, shapes="buckets")
-    prompt = (PROMPT * 3)[:40]
-    for n in (1, 3, 16, 40):
+    ours, static = Model(path, n_ctx=300, shapes=shapes), Model(path, n_ctx=300, shapes="buckets")
+    prompt = (PROMPT * 17)[:270]
+    for n in (1, 3, 16, 40, 270):
         a, b = ours.generate(prompt[:n], 6), static.generate(prompt[:n], 6)
         assert a.tokens == b.tokens, n
         assert _nmse(a.prompt_logits, b.prompt_logits) < 1e-9, n
         assert _nmse(a.decode_logits, b.decode_logits) < 1e-9, n
     assert len(ours.sessions()) == (1 if shapes == "dynamic" else 2)
-    assert len(static.sessions()) >= 4  # one per prompt length at least
+    assert len(static.sessions()) >= 6  # one per prompt length and n_kv at least
     every = ours.generate(prompt[:16], 2, all_logits=True)  # every position's logits: its own model
     assert every.prompt_logits.shape == (16, ours.hp.n_vocab)
     assert _nmse(every.prompt_logits, static.generate(prompt[:16], 2, all_logits=True).prompt_logits) < 1e-9

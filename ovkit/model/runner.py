@@ -16,11 +16,10 @@ arrays: every fed position, or the last one only (``last_only``; ``generate`` un
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +33,7 @@ from ovkit.gguf import GGUFModel, read_gguf
 from ovkit.ir import UnsupportedOpError
 from ovkit.memory import format_bytes
 from ovkit.model.arch import HParams, ModelError
-from ovkit.model.dynamic import DynamicShapeError, symbolic_model
+from ovkit.model.dynamic import DynamicShapeError, Symbol, symbolic_model
 from ovkit.model.precision import PRECISIONS
 from ovkit.model.program import (
     F16_BYTES,
@@ -64,8 +63,9 @@ KV_MODES = ("host", "variables")
 #: llama.cpp's graphs are (the NPU class and ``kv="variables"`` always).  The first two read the
 #: whole ``n_ctx`` cache (``n_kv = n_ctx``, the unused cells masked); docs/model.md compares them.
 SHAPE_MODES = ("dynamic", "split", "buckets")
-#: The token counts the dynamic model is built at to find ``n_tokens`` in its numbers.
-DYNAMIC_BUILDS = (5, 7)
+#: The token counts and cache cells a dynamic model is built at to find the symbols in its numbers.
+DYNAMIC_TOKENS = (5, 7)
+DYNAMIC_KV = (9, 13)
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -171,7 +171,7 @@ class _Compiled:
 class _Bucket:
     shape: GraphShape
     graph: Any
-    out: DecoderOut
+    out: Any  # DecoderOut; None once a shapes="dynamic"/"split" model is compiled
     session: Any = None
     writes: tuple[KvWrite, ...] = ()
     caches: dict[str, np.ndarray] = field(default_factory=dict)  # kv="host": its views of the cache
@@ -227,11 +227,11 @@ class Model(Reported):
         )
         self.stateful = stateful
         self.kv = kv
-        static_only = kv != "host" or self.device_class == DeviceClass.NPU or n_ctx < max(DYNAMIC_BUILDS)
+        static_only = kv != "host" or self.device_class == DeviceClass.NPU or n_ctx < max(DYNAMIC_KV)
         if shapes not in (None, "buckets") and static_only:
             raise ModelError(
                 f"shapes={shapes!r} needs kv='host', a device other than the NPU class and "
-                f"n_ctx >= {max(DYNAMIC_BUILDS)} (got kv={kv!r}, {self.device}, n_ctx={n_ctx})"
+                f"n_ctx >= {max(DYNAMIC_KV)} (got kv={kv!r}, {self.device}, n_ctx={n_ctx})"
             )
         self.shapes = "buckets" if static_only else shapes or DEFAULT_SHAPES
         # kv="host": the cache itself, shared by every bucket: llama.cpp's f16 K/V values, held
@@ -245,19 +245,7 @@ class Model(Reported):
             else {}
         )
         self.no_requant = no_requant
-        self.weights = {
-            name: value.apply_policy(self.device_class, no_requant=no_requant)
-            if isinstance(value, quant.QuantizedWeight)
-            else value
-            for name, value in model_weights(self.gguf)
-        }
-        if precision == "ggml":  # the GGUF's own type picks the dot type (Q5_0 runs as Q8_0 blocks)
-            self.weights = {
-                name: with_ggml_numerics(w, self.gguf.tensors[name].type)
-                if isinstance(w, quant.QuantizedWeight)
-                else w
-                for name, w in self.weights.items()
-            }
+        self._weights: dict[str, Any] | None = None
         quantized = [w for w in self.weights.values() if isinstance(w, quant.QuantizedWeight)]
         self._configs = {
             n: run_config_from(
@@ -269,8 +257,31 @@ class Model(Reported):
             for n in (1, 2)
         }
         self._buckets: dict[GraphShape, _Bucket] = {}
+        self._views: dict[int, dict[str, np.ndarray]] = {}  # rows -> a dynamic model's cache inputs
         self._kv_owner: _Bucket | None = None
         self.n_past = 0
+
+    @property
+    def weights(self) -> dict[str, Any]:
+        """Every tensor as a graph constant, the device's policy applied: read from the GGUF when a
+        graph is built, and released once a ``shapes="dynamic"``/``"split"`` model is compiled
+        (the compiled model holds its own copy; the decoded host copy is ~4x a 4-bit file)."""
+        if self._weights is None:
+            weights = {
+                name: value.apply_policy(self.device_class, no_requant=self.no_requant)
+                if isinstance(value, quant.QuantizedWeight)
+                else value
+                for name, value in model_weights(self.gguf)
+            }
+            if self.precision == "ggml":  # the GGUF's own type picks the dot type (Q5_0: Q8_0 blocks)
+                weights = {
+                    name: with_ggml_numerics(w, self.gguf.tensors[name].type)
+                    if isinstance(w, quant.QuantizedWeight)
+                    else w
+                    for name, w in weights.items()
+                }
+            self._weights = weights
+        return self._weights
 
     # -- graphs ---------------------------------------------------------------------------------
     def shape(self, n_tokens: int, start: int, n_outputs: int | None = None) -> GraphShape:
@@ -278,8 +289,9 @@ class Model(Reported):
         end = start + n_tokens
         if end > self.n_ctx:
             raise ModelError(f"positions up to {end - 1} do not fit n_ctx={self.n_ctx}")
-        n_kv = n_kv_for(self.n_ctx, end) if self.shapes == "buckets" else self.n_ctx
-        return GraphShape(n_tokens, n_kv, self.n_ctx, n_outputs or n_tokens, self.flash_attn)
+        return GraphShape(
+            n_tokens, n_kv_for(self.n_ctx, end), self.n_ctx, n_outputs or n_tokens, self.flash_attn
+        )
 
     def _cache_rows(self, shape: GraphShape) -> int:
         """The rows of a bucket's cache inputs: with the host cache and flash attention, the
@@ -299,12 +311,13 @@ class Model(Reported):
 
     def _model_key(self, shape: GraphShape) -> GraphShape:
         """The compiled model ``shape`` runs on: its own bucket, or (``shapes="dynamic"`` /
-        ``"split"``) the dynamic model's key, built at ``DYNAMIC_BUILDS[0]`` tokens (its outputs:
-        the last position's, or every one), or the static decode model of ``"split"``."""
-        if self.shapes == "buckets" or (self.shapes == "split" and shape.n_tokens == 1):
+        ``"split"``) the key of a dynamic model, the shape it is first built at
+        (``DYNAMIC_TOKENS[0]`` tokens or, for the decode model of ``"split"``, one; its outputs:
+        the last position's, or every one; ``DYNAMIC_KV[0]`` cells)."""
+        if self.shapes == "buckets":
             return shape
-        n = DYNAMIC_BUILDS[0]
-        return GraphShape(n, shape.n_kv, shape.n_ctx, 1 if shape.n_outputs == 1 else n, shape.flash_attn)
+        n = 1 if self.shapes == "split" and shape.n_tokens == 1 else DYNAMIC_TOKENS[0]
+        return GraphShape(n, DYNAMIC_KV[0], shape.n_ctx, 1 if shape.n_outputs == 1 else n, shape.flash_attn)
 
     def _outputs(self, b: _Bucket) -> list[Any]:
         """kv="host": the logits and the rows each SET_ROWS writes (stored by ``eval``)."""
@@ -313,46 +326,63 @@ class Model(Reported):
             nxt = b.out.caches[name]
             outputs.append(nxt.srcs[1])
             b.writes += (KvWrite(name, nxt.ne[0], nxt.srcs[2].name),)
-            b.caches[name] = self._kv[name].reshape(1, 1, *self._kv[name].shape)  # no copy, bound once
+            b.caches[name] = self._kv[name][: self._cache_rows(b.shape)]  # no copy
         return outputs
 
-    def _compile(self, shape: GraphShape) -> _Bucket:
-        """``shapes="dynamic"``/``"split"``: compile the model of ``shape`` (a ``_model_key``)."""
-        g, out = self.build(shape)
-        b = _Bucket(shape, g, out)
+    def _cache_views(self, shape: GraphShape) -> dict[str, np.ndarray]:
+        """A dynamic model's cache inputs for ``shape``: 4-D views of the host cache's first rows,
+        the same objects for every step with the same ``n_kv`` (bound once, read in place)."""
+        rows = self._cache_rows(shape)
+        views = self._views.get(rows)
+        if views is None:
+            views = self._views[rows] = {
+                n: c[:rows].reshape(1, 1, rows, c.shape[1]) for n, c in self._kv.items()
+            }
+        return views
+
+    def _compile(self, key: GraphShape) -> _Bucket:
+        """``shapes="dynamic"``/``"split"``: compile the model of ``key`` (a ``_model_key``) with
+        ``n_kv`` and, unless it is split's decode model, ``n_tokens`` dynamic."""
         engine = get_engine(self.core)
-        names = cache_names(self.hp.n_layer)
-        config = self._configs[min(shape.n_tokens, 2)]
-        plan = engine.plan(g, self._outputs(b), self.device, config, wide=names if self._kv_wide else ())
-        dynamic = shape.n_tokens != 1
-        factory = plan.factory
+        config = self._configs[min(key.n_tokens, 2)]
+        wide = cache_names(self.hp.n_layer) if self._kv_wide else []
+        kept: list[_Bucket] = []
+        symbols = [Symbol("n_kv", "attn_inp_kq_mask", -1, DYNAMIC_KV)]
+        if key.n_tokens != 1:
+            symbols.insert(0, Symbol("n_tokens", "inp_tokens", -1, DYNAMIC_TOKENS))
+
+        def translate(sizes: Mapping[str, int]) -> Any:
+            n = sizes.get("n_tokens", 1)
+            shape = GraphShape(n, sizes["n_kv"], key.n_ctx, 1 if key.n_outputs == 1 else n, key.flash_attn)
+            g, out = self.build(shape)
+            b = _Bucket(shape, g, out)
+            plan = engine.plan(g, self._outputs(b), self.device, config, wide=wide)
+            if not kept:  # the first build: the one rewritten and compiled
+                plan.require_supported()
+                b.session = plan
+                kept.append(b)
+            return plan.factory()
+
         try:
-            plan.require_supported()
-            if dynamic:  # translated now: a graph it cannot make dynamic keeps its buckets
-                n2 = DYNAMIC_BUILDS[1]
-                other = GraphShape(
-                    n2, shape.n_kv, shape.n_ctx, 1 if shape.n_outputs == 1 else n2, shape.flash_attn
-                )
-                g2, out2 = self.build(other)
-                plan2 = engine.plan(
-                    g2, self._outputs(_Bucket(other, g2, out2)), self.device, config, wide=sorted(plan.wide)
-                )
-                model = symbolic_model(plan.factory(), plan2.factory(), shape.n_tokens, n2, "inp_tokens")
-                del g2, out2, plan2
-
-                def factory() -> Any:
-                    return model
-
+            model = symbolic_model(translate, symbols)
+            b = kept[0]
             graph = engine.compiled(
-                ("ovkit.model.dynamic", dynamic, plan.structure), factory, self.device, plan.run
+                ("ovkit.model.dynamic", tuple(s.name for s in symbols), b.session.structure),
+                lambda: model,
+                self.device,
+                b.session.run,
             )
         except UnsupportedOpError as exc:
             raise ModelError(f"{exc}. ovkit runs the whole graph on {self.device}") from exc
-        b.session = _Compiled(graph, dynamic)
+        b.shape = key
+        b.session = _Compiled(graph, key.n_tokens != 1)
+        b.graph = b.out = None  # the graph's constants hold the host weights: released below
+        b.caches = {}
+        self._weights = None
         return b
 
-    def _bucket(self, shape: GraphShape) -> _Bucket:
-        shape = self._model_key(shape)
+    def _bucket(self, wanted: GraphShape) -> _Bucket:
+        shape = self._model_key(wanted)
         if self.shapes != "buckets":
             found = self._buckets.get(shape)
             if found is None:
@@ -360,11 +390,13 @@ class Model(Reported):
                     found = self._buckets[shape] = self._compile(shape)
                 except DynamicShapeError as exc:  # e.g. MoE routing: static buckets from here on
                     logger.info(
-                        "%s: n_tokens cannot be dynamic (%s); one model per shape bucket", self.gguf.path, exc
+                        "%s: the shapes cannot be dynamic (%s); one model per shape bucket",
+                        self.gguf.path,
+                        exc,
                     )
                     self.shapes = "buckets"
                     self._buckets.clear()
-                    return self._bucket(dataclasses.replace(shape, n_kv=self.n_ctx))
+                    return self._bucket(wanted)
             return found
         b = self._buckets.get(shape)
         if b is None:
@@ -466,7 +498,8 @@ class Model(Reported):
             self._take_kv(b)
             feed = causal_inputs(self.hp, shape, chunk, self.n_past)
             # the same view objects every call: bound once, read in place (ovkit.engine)
-            logits, *rows = b.session.compute({**feed, **b.caches} if b.caches else feed)
+            caches = self._cache_views(shape) if isinstance(b.session, _Compiled) else b.caches
+            logits, *rows = b.session.compute({**feed, **caches} if caches else feed)
             for w, r in zip(b.writes, rows, strict=True):  # SET_ROWS on the host: the new rows only
                 rows_f16 = r.reshape(-1, w.row_len).astype(np.float16)  # the f16 store, as ggml rounds
                 self._kv[w.cache].reshape(-1, w.row_len)[feed[w.index_input]] = rows_f16
