@@ -1,9 +1,12 @@
 """Run a GGUF model: prefill N tokens, then greedy-decode M tokens, the KV cache on the device.
 
 ``Model(path, device=...)`` reads the GGUF, applies the device's requantization policy to the
-weights (they stay quantized), and builds the graph of ``ovkit.model.program`` once per shape
-bucket (``n_tokens``, ``n_kv``): one compiled model and one ``ovkit.engine.graph_session`` per
-bucket.  The KV cache (``kv="host"``, the default) is one set of f16 host arrays shared by every
+weights (they stay quantized), and builds the graph of ``ovkit.model.program``: by default
+(``shapes="split"``) one compiled model with ``n_tokens`` and ``n_kv`` dynamic for every prefill
+chunk and one with ``n_kv`` dynamic for the decode steps (``ovkit.model.dynamic``), so memory does
+not grow with the shape buckets a run meets; ``shapes="buckets"`` builds one compiled model and
+one ``ovkit.engine.graph_session`` per shape bucket (``n_tokens``, ``n_kv``), as llama.cpp's
+static graphs are.  The KV cache (``kv="host"``, the default) is one set of f16 host arrays shared by every
 bucket, bound to each graph's cache inputs without a copy; a graph returns only the rows its
 SET_ROWS write and the runner stores them in place, so a step never copies the whole cache.
 ``kv="variables"`` keeps the cache in OpenVINO variables per bucket (ReadValue/Assign; a host
@@ -51,17 +54,17 @@ from ovkit.report import Report, Reported, format_duration, format_rate
 logger = logging.getLogger(__name__)
 
 DEFAULT_N_UBATCH = 512  # llama.cpp's default micro-batch
-DEFAULT_SHAPES = "dynamic"  # docs/model.md, "Memory per model and per bucket"
+DEFAULT_SHAPES = "split"  # docs/model.md, "Memory per model and per bucket": flat memory, decode -6 %
 SHOWN_TOKENS = 24  # generated ids a Generation's repr lists before eliding the rest
 
 #: ``kv=``: where the KV cache lives (see the module docstring).
 KV_MODES = ("host", "variables")
-#: ``shapes=``: how many models are compiled.  "dynamic": one model whose ``n_tokens`` is a
-#: dynamic dimension (``ovkit.model.dynamic``), shared by every prefill chunk and decode step;
-#: "split": that model for prefills and one static ``n_tokens = 1`` model for decode (compiled with
-#: the decode's own hints); "buckets": one static model per shape bucket ``(n_tokens, n_kv)``, as
-#: llama.cpp's graphs are (the NPU class and ``kv="variables"`` always).  The first two read the
-#: whole ``n_ctx`` cache (``n_kv = n_ctx``, the unused cells masked); docs/model.md compares them.
+#: ``shapes=``: how many models are compiled.  "dynamic": one model whose ``n_tokens`` and ``n_kv``
+#: are dynamic dimensions (``ovkit.model.dynamic``), shared by every prefill chunk and decode step;
+#: "split": that model for prefills and one ``n_tokens = 1`` model (``n_kv`` dynamic) for decode,
+#: compiled with the decode's own hints; "buckets": one static model per shape bucket
+#: ``(n_tokens, n_kv)``, as llama.cpp's graphs are (the NPU class and ``kv="variables"`` always).
+#: docs/model.md ("Memory per model and per bucket") has the memory and speed of each.
 SHAPE_MODES = ("dynamic", "split", "buckets")
 #: The token counts and cache cells a dynamic model is built at to find the symbols in its numbers.
 DYNAMIC_TOKENS = (5, 7)
@@ -144,6 +147,22 @@ class KvWrite:
     index_input: str
 
 
+def _release_host_memory() -> None:
+    """Give the decoded weights and the translated models back to the system after a compile:
+    they sit in reference cycles (graph <-> tensors) until a collection, and glibc keeps freed
+    heap pages until trimmed (SmolLM2: 1,060 -> 625 MiB, docs/model.md "Memory")."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    libc = ctypes.util.find_library("c")
+    if libc:
+        trim = getattr(ctypes.CDLL(libc), "malloc_trim", None)
+        if trim is not None:  # glibc only
+            trim(0)
+
+
 class _Compiled:
     """A compiled model the runner feeds itself (``shapes="dynamic"``/``"split"``): its inputs
     are reshaped to the 4-D Parameters; a session-like face for ``sessions()`` and the profile."""
@@ -151,7 +170,7 @@ class _Compiled:
     def __init__(self, graph: Any, dynamic: bool) -> None:
         self.runner = graph.new_runner()
         self.dynamic = dynamic
-        self.last_n_tokens = 0
+        self.last_n_tokens = self.last_n_kv = 0
 
     @property
     def effective(self) -> Any:
@@ -159,7 +178,8 @@ class _Compiled:
 
     def compute(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         inputs = {k: v if v.ndim == 4 else v.reshape((1,) * (4 - v.ndim) + v.shape) for k, v in feed.items()}
-        self.last_n_tokens = int(feed["inp_tokens"].size)
+        self.last_n_tokens = int(feed["inp_tokens"].size)  # what the profile shows
+        self.last_n_kv = int(feed["attn_inp_kq_mask"].shape[-1])
         out: list[np.ndarray] = self.runner.run(inputs)
         return out
 
@@ -388,6 +408,7 @@ class Model(Reported):
             if found is None:
                 try:
                     found = self._buckets[shape] = self._compile(shape)
+                    _release_host_memory()  # the translated models are garbage once compiled
                 except DynamicShapeError as exc:  # e.g. MoE routing: static buckets from here on
                     logger.info(
                         "%s: the shapes cannot be dynamic (%s); one model per shape bucket",
