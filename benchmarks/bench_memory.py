@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="the 4-layer synthetic model only")
     p.add_argument("--real", default="", help="comma-separated fetched models (ovkit.model.fetch names)")
-    p.add_argument("--shapes", default="dynamic,buckets", help="comma-separated Model(shapes=) modes")
+    p.add_argument("--shapes", default="split,dynamic,buckets", help="comma-separated Model(shapes=) modes")
     p.add_argument(
         "--ttft", action="store_true", help="time to the first token, cold and with the model cache"
     )
