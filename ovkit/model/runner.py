@@ -253,7 +253,9 @@ class Model(Reported):
                 f"shapes={shapes!r} needs kv='host', a device other than the NPU class and "
                 f"n_ctx >= {max(DYNAMIC_KV)} (got kv={kv!r}, {self.device}, n_ctx={n_ctx})"
             )
-        self.shapes = "buckets" if static_only else shapes or DEFAULT_SHAPES
+        # precision="ggml" reproduces llama.cpp's numbers: its static graphs, unless asked
+        default = "buckets" if precision == "ggml" else DEFAULT_SHAPES
+        self.shapes = "buckets" if static_only else shapes or default
         # kv="host": the cache itself, shared by every bucket: llama.cpp's f16 K/V values, held
         # as f32 on the CPU class (its graphs compute in f32: read as they are, no conversion per
         # step; twice the bytes), as f16 elsewhere
