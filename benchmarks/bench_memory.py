@@ -1,12 +1,18 @@
-"""Peak RSS of a ``Model`` per model size and per compiled shape bucket (issue 22's memory item).
+"""Peak RSS of a ``Model`` per model size and per shape bucket, and the time to the first token.
 
-Each model runs in a fresh process (``python benchmarks/bench_memory.py``; ``--quick``: the 4-layer
-synthetic model only; ``--real smollm2-135m,gemma3-270m``: the fetched real models instead of the
-synthetic llama): RSS after reading the GGUF and building ``Model``, then after compiling and
-running each of three shape buckets (an 8-token prefill, the decode step, a decode step at
-n_kv 512), and the process's peak RSS; each as MiB and as a multiple of the GGUF file.  The
+Each model runs in a fresh process per ``Model(shapes=)`` mode (``python benchmarks/bench_memory.py``;
+``--quick``: the 4-layer synthetic model only; ``--real smollm2-135m,gemma3-270m``: the fetched
+real models instead of the synthetic llama; ``--shapes dynamic,split,buckets``: the modes): RSS
+after reading the GGUF and building ``Model``, then after running each of four shape buckets (an
+8-token prefill, the decode step, a decode step at n_kv 512, a 101-token prefill), the number of
+compiled models, and the process's peak RSS; each as MiB and as a multiple of the GGUF file.  The
 target: peak <= 2x the file + KV cache + compute buffers, flat in the number of buckets.  RSS does
-not depend on the machine's load, so the figures hold on a busy machine (the times do not).
+not depend on the machine's load, so those figures hold on a busy machine (the times do not).
+
+``--ttft``: the wall time from a fresh process's start to the first token of an 8-token prompt
+(reading the GGUF, building, compiling, the prefill), cold and on a second start with OpenVINO's
+model cache (``GGML_OPENVINO_CACHE_DIR``, a fresh directory the first start fills), and the real
+backend's cold figure (llama-cpp-python's OpenVINO build) next to them.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 MIB = 2**20
@@ -33,15 +40,18 @@ def _rss() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
-def measure(path: str) -> dict[str, object]:
-    """In this process: RSS at each step of loading ``path`` and compiling three buckets."""
+def measure(path: str, shapes: str) -> dict[str, object]:
+    """In this process: RSS at each step of loading ``path`` and running four shape buckets."""
+    import psutil
+
     from ovkit.model import Model
 
     steps: list[tuple[str, int]] = [("start", _rss())]
-    model = Model(path, n_ctx=N_CTX, n_threads=2)
+    model = Model(path, n_ctx=N_CTX, n_threads=2, shapes=shapes)
     steps.append(("Model()", _rss()))
-    prompt = [1 + (i * 7919) % (model.hp.n_vocab - 1) for i in range(8)]
-    model.eval(prompt, last_only=True)  # bucket 1: the 8-token prefill
+    prompt = [1 + (i * 7919) % (model.hp.n_vocab - 1) for i in range(101)]
+    model.eval(prompt[:8], last_only=True)  # bucket 1: the 8-token prefill
+    ttft = time.time() - psutil.Process().create_time()  # from the process's start
     steps.append(("1 bucket (prefill 8)", _rss()))
     model.eval([3], last_only=True)  # bucket 2: decode, n_kv 256
     steps.append(("2 buckets (+ decode)", _rss()))
@@ -49,22 +59,35 @@ def measure(path: str) -> dict[str, object]:
     model.n_past = 300  # bucket 3: decode at position 300, n_kv 512 (the cache is zeros: fine)
     model.eval([3], last_only=True)
     steps.append(("3 buckets (+ decode n_kv 512)", _rss()))
+    model.reset()
+    model.eval(prompt, last_only=True)  # bucket 4: a 101-token prefill
+    steps.append(("4 buckets (+ prefill 101)", _rss()))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    return {"file": os.path.getsize(path), "steps": steps, "peak": peak, "buckets": len(model.sessions())}
+    return {
+        "file": os.path.getsize(path),
+        "steps": steps,
+        "peak": peak,
+        "models": len(model.sessions()),
+        "ttft": ttft,
+    }
 
 
-def run_child(path: str) -> dict[str, object]:
-    """``measure(path)`` in a fresh interpreter (peak RSS is per process)."""
+def run_child(path: str, shapes: str, env: dict[str, str] | None = None) -> dict[str, object]:
+    """``measure(path, shapes)`` in a fresh interpreter (peak RSS and the start are per process)."""
     out = subprocess.run(
-        [sys.executable, __file__, "--child", path], check=True, capture_output=True, text=True
+        [sys.executable, __file__, "--child", path, "--shapes", shapes],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
     ).stdout
     result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
     return result
 
 
-def show(name: str, r: dict[str, object]) -> None:
+def show(name: str, shapes: str, r: dict[str, object]) -> None:
     file = int(r["file"])  # type: ignore[call-overload]
-    print(f"{name}: GGUF {file / MIB:,.0f} MiB")
+    print(f"{name}: GGUF {file / MIB:,.0f} MiB, shapes={shapes}: {r['models']} compiled model(s) at the end")
     base = None
     for label, rss in r["steps"]:  # type: ignore[attr-defined]
         base = rss if base is None else base
@@ -76,20 +99,64 @@ def show(name: str, r: dict[str, object]) -> None:
     print(f"  {'peak':<32} RSS {peak / MIB:8,.0f} MiB   ({(peak - base) / file:5.1f}x the file above start)")  # type: ignore[operator]
 
 
+def upstream_first_token(path: str) -> float:
+    """The real backend's wall time from a fresh process's start to the first token (8 tokens)."""
+    from ovkit.model.reference import upstream_env
+
+    code = (
+        f"import llama_cpp; llm = llama_cpp.Llama({path!r}, n_ctx={N_CTX}, n_gpu_layers=-1, n_threads=2, "
+        "flash_attn=True, verbose=False); llm.eval([1, 2, 3, 4, 5, 6, 7, 8])"
+    )
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, env=upstream_env())
+    return time.perf_counter() - t0
+
+
+def first_token(name: str, path: str, shapes: str) -> None:
+    """Cold and second-start (model cache) time to the first token, and the real backend's cold."""
+    with tempfile.TemporaryDirectory(prefix="ovkit-model-cache-") as cache:
+        env = {**os.environ, "GGML_OPENVINO_CACHE_DIR": cache}
+        cold = run_child(path, shapes)
+        first = run_child(path, shapes, env)  # fills the cache
+        second = run_child(path, shapes, env)
+    try:
+        upstream = f"{upstream_first_token(path):6.1f} s"
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        upstream = f"failed ({str(exc).splitlines()[0]})"
+    print(
+        f"{name}, shapes={shapes}: time to first token (fresh process, 8-token prompt): "
+        f"cold {cold['ttft']:.1f} s, first start with a model cache {first['ttft']:.1f} s, "
+        f"second start {second['ttft']:.1f} s; real backend cold {upstream}"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="the 4-layer synthetic model only")
     p.add_argument("--real", default="", help="comma-separated fetched models (ovkit.model.fetch names)")
+    p.add_argument("--shapes", default="split,dynamic,buckets", help="comma-separated Model(shapes=) modes")
+    p.add_argument(
+        "--ttft", action="store_true", help="time to the first token, cold and with the model cache"
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    modes = [m.strip() for m in args.shapes.split(",") if m.strip()]
     if args.child:
-        print(json.dumps(measure(args.child)))
+        print(json.dumps(measure(args.child, modes[0])))
         return
+
+    def each(name: str, path: str) -> None:
+        for mode in modes:
+            show(name, mode, run_child(path, mode))
+        if args.ttft:
+            for mode in modes:
+                first_token(name, path, mode)
+
     if args.real:
         from ovkit.model.fetch import real_model
 
         for name in args.real.split(","):
-            show(name, run_child(str(real_model(name.strip()))))
+            each(name, str(real_model(name.strip())))
         return
     from ovkit.model.synthetic import synthetic
 
@@ -98,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
             path = synthetic(
                 "llama", Path(d) / f"llama-{n_layer}.gguf", weight_type="q4_0", n_layer=n_layer, **SYNTHETIC
             )  # type: ignore[arg-type]
-            show(f"synthetic llama Q4_0, {n_layer} layers", run_child(str(path)))
+            each(f"synthetic llama Q4_0, {n_layer} layers", str(path))
 
 
 if __name__ == "__main__":

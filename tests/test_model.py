@@ -283,6 +283,30 @@ def test_decode_memory_is_flat(model_file: Callable[..., Path]) -> None:
     assert proc.memory_info().rss - before < 5 * 2**20
 
 
+def _nmse(ours: np.ndarray, theirs: np.ndarray) -> float:
+    return float(np.sum((ours - theirs) ** 2) / np.sum(theirs.astype(np.float64) ** 2))
+
+
+@pytest.mark.parametrize("shapes", ["dynamic", "split"])
+def test_one_compiled_model_serves_every_prompt_length(model_file: Callable[..., Path], shapes: str) -> None:
+    """Prompts of 1, 3, 16, 40 and 270 tokens (n_kv 256 and 300) and their decode steps run on one
+    compiled model (``"split"``: two, the decode's own), with the greedy tokens and logits of one
+    static model per shape bucket; memory then stays flat in the prompt lengths a session sees."""
+    path = model_file("llama", "q8_0")
+    ours, static = Model(path, n_ctx=300, shapes=shapes), Model(path, n_ctx=300, shapes="buckets")
+    prompt = (PROMPT * 17)[:270]
+    for n in (1, 3, 16, 40, 270):
+        a, b = ours.generate(prompt[:n], 6), static.generate(prompt[:n], 6)
+        assert a.tokens == b.tokens, n
+        assert _nmse(a.prompt_logits, b.prompt_logits) < 1e-9, n
+        assert _nmse(a.decode_logits, b.decode_logits) < 1e-9, n
+    assert len(ours.sessions()) == (1 if shapes == "dynamic" else 2)
+    assert len(static.sessions()) >= 6  # one per prompt length and n_kv at least
+    every = ours.generate(prompt[:16], 2, all_logits=True)  # every position's logits: its own model
+    assert every.prompt_logits.shape == (16, ours.hp.n_vocab)
+    assert _nmse(every.prompt_logits, static.generate(prompt[:16], 2, all_logits=True).prompt_logits) < 1e-9
+
+
 # ---------------------------------------------------------------------------------------- gemma3
 GEMMA3 = {  # 3 layers: sliding (window 4), full, sliding; 4/1 heads of 32 (n_embd_q 128 != n_embd)
     "n_embd": 64, "n_layer": 3, "n_head": 4, "n_head_kv": 1, "head_dim": 32, "n_ff": 128,
@@ -446,3 +470,20 @@ def test_compare_lines_up_a_last_only_prefill_with_llama_cpps_last_position() ->
     c = compare(gen, ref)
     assert c["max_nmse"] == 0.0 and len(c["nmse_per_position"]) == 3
     assert c["greedy_agree"] == c["greedy_total"] == 3
+
+
+@pytest.mark.parametrize("name", ["gemma3-270m", "smollm2-135m"])
+def test_real_model_runs_on_two_compiled_models_with_the_buckets_tokens(name: str) -> None:
+    """The default (``shapes="split"``) runs a real model's prefill and 24 greedy steps on two
+    compiled models (the prefill's, the decode's) and picks the same tokens as one static model
+    per shape bucket, the logits within rounding of them."""
+    from ovkit.model.reference import tokenize
+
+    path = real_model(name)
+    prompt = tokenize(path, REAL_PROMPT)
+    ours = Model(path, n_ctx=64)
+    gen = ours.generate(prompt, 24)
+    static = Model(path, n_ctx=64, shapes="buckets").generate(prompt, 24)
+    assert gen.tokens == static.tokens
+    assert _nmse(gen.decode_logits, static.decode_logits) < 1e-6
+    assert len(ours.sessions()) == 2

@@ -52,6 +52,7 @@ class BenchSettings:
     flash_attn: bool = True
     precision: str = "exact"
     against: tuple[str, ...] = ("llama.cpp",)
+    shapes: str | None = None  # ovkit's compiled models (``Model(shapes=)``; None: its default)
 
     def __post_init__(self) -> None:
         if not self.path.is_file():
@@ -245,6 +246,7 @@ def run_ovkit(
         flash_attn=s.flash_attn,
         precision=s.precision,
         n_threads=s.threads,
+        shapes=s.shapes,
     )
 
     def pp() -> None:
@@ -345,6 +347,9 @@ def add_cli_args(p: Any) -> None:
         "--against", default="llama.cpp", help=f"comma-separated baselines: {', '.join(AGAINST)} (or none)"
     )
     p.add_argument("-o", "--output", choices=("md", "csv", "json"), default="md", help="output format")
+    p.add_argument(
+        "--shapes", choices=("dynamic", "split", "buckets"), help="ovkit's compiled models (Model(shapes=))"
+    )
 
 
 def cli(args: Any) -> int:
@@ -359,6 +364,7 @@ def cli(args: Any) -> int:
             args.fa == "on",
             args.precision,
             against,
+            args.shapes,
         )
         report = bench(s, progress=lambda msg: print(f"ovkit bench: {msg}", file=sys.stderr, flush=True))
     except (ValueError, RuntimeError) as exc:  # BenchError, ModelError, a broken GGUF

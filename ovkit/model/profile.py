@@ -62,11 +62,14 @@ def op_times(model: Any) -> pd.DataFrame:
         labels = op_labels(b.session.runner.graph.compiled)
         prof = prof[prof["status"] == "EXECUTED"].copy()
         prof["ggml_op"] = prof["node"].map(labels).fillna(OTHER)
-        graph = "decode" if b.shape.n_tokens == 1 else "prefill"
+        # a dynamic model (Model(shapes="dynamic")): the shape of its last run
+        n_tokens = getattr(b.session, "last_n_tokens", b.shape.n_tokens)
+        n_kv = getattr(b.session, "last_n_kv", b.shape.n_kv)
+        graph = "decode" if n_tokens == 1 else "prefill"
         grp = prof.groupby("ggml_op", as_index=False).agg(
             time_us=("real_time_us", "sum"), nodes=("node", "count")
         )
-        grp.insert(0, "graph", f"{graph} n_tokens={b.shape.n_tokens} n_kv={b.shape.n_kv}")
+        grp.insert(0, "graph", f"{graph} n_tokens={n_tokens} n_kv={n_kv}")
         grp["share"] = grp["time_us"] / max(grp["time_us"].sum(), 1e-9)
         frames.append(grp.sort_values("time_us", ascending=False))
     if not frames:

@@ -1,9 +1,12 @@
 """Run a GGUF model: prefill N tokens, then greedy-decode M tokens, the KV cache on the device.
 
 ``Model(path, device=...)`` reads the GGUF, applies the device's requantization policy to the
-weights (they stay quantized), and builds the graph of ``ovkit.model.program`` once per shape
-bucket (``n_tokens``, ``n_kv``): one compiled model and one ``ovkit.engine.graph_session`` per
-bucket.  The KV cache (``kv="host"``, the default) is one set of f16 host arrays shared by every
+weights (they stay quantized), and builds the graph of ``ovkit.model.program``: by default
+(``shapes="split"``) one compiled model with ``n_tokens`` and ``n_kv`` dynamic for every prefill
+chunk and one with ``n_kv`` dynamic for the decode steps (``ovkit.model.dynamic``), so memory does
+not grow with the shape buckets a run meets; ``shapes="buckets"`` builds one compiled model and
+one ``ovkit.engine.graph_session`` per shape bucket (``n_tokens``, ``n_kv``), as llama.cpp's
+static graphs are.  The KV cache (``kv="host"``, the default) is one set of f16 host arrays shared by every
 bucket, bound to each graph's cache inputs without a copy; a graph returns only the rows its
 SET_ROWS write and the runner stores them in place, so a step never copies the whole cache.
 ``kv="variables"`` keeps the cache in OpenVINO variables per bucket (ReadValue/Assign; a host
@@ -16,9 +19,10 @@ arrays: every fed position, or the last one only (``last_only``; ``generate`` un
 
 from __future__ import annotations
 
+import logging
 import os
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +36,7 @@ from ovkit.gguf import GGUFModel, read_gguf
 from ovkit.ir import UnsupportedOpError
 from ovkit.memory import format_bytes
 from ovkit.model.arch import HParams, ModelError
+from ovkit.model.dynamic import DynamicShapeError, Symbol, symbolic_model
 from ovkit.model.precision import PRECISIONS
 from ovkit.model.program import (
     F16_BYTES,
@@ -47,11 +52,24 @@ from ovkit.ops.ggml_numerics import mark as mark_ggml_numerics
 from ovkit.ops.ggml_numerics import with_ggml_numerics
 from ovkit.report import Report, Reported, format_duration, format_rate
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_N_UBATCH = 512  # llama.cpp's default micro-batch
+DEFAULT_SHAPES = "split"  # docs/model.md, "Memory per model and per bucket": flat memory, decode -6 %
 SHOWN_TOKENS = 24  # generated ids a Generation's repr lists before eliding the rest
 
 #: ``kv=``: where the KV cache lives (see the module docstring).
 KV_MODES = ("host", "variables")
+#: ``shapes=``: how many models are compiled.  "dynamic": one model whose ``n_tokens`` and ``n_kv``
+#: are dynamic dimensions (``ovkit.model.dynamic``), shared by every prefill chunk and decode step;
+#: "split": that model for prefills and one ``n_tokens = 1`` model (``n_kv`` dynamic) for decode,
+#: compiled with the decode's own hints; "buckets": one static model per shape bucket
+#: ``(n_tokens, n_kv)``, as llama.cpp's graphs are (the NPU class and ``kv="variables"`` always).
+#: docs/model.md ("Memory per model and per bucket") has the memory and speed of each.
+SHAPE_MODES = ("dynamic", "split", "buckets")
+#: The token counts and cache cells a dynamic model is built at to find the symbols in its numbers.
+DYNAMIC_TOKENS = (5, 7)
+DYNAMIC_KV = (9, 13)
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -130,11 +148,51 @@ class KvWrite:
     index_input: str
 
 
+def _release_host_memory() -> None:
+    """Give the decoded weights and the translated models back to the system after a compile:
+    they sit in reference cycles (graph <-> tensors) until a collection, and glibc keeps freed
+    heap pages until trimmed (SmolLM2: 1,060 -> 625 MiB, docs/model.md "Memory")."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    libc = ctypes.util.find_library("c")
+    if libc:
+        trim = getattr(ctypes.CDLL(libc), "malloc_trim", None)
+        if trim is not None:  # glibc only
+            trim(0)
+
+
+class _Compiled:
+    """A compiled model the runner feeds itself (``shapes="dynamic"``/``"split"``): its inputs
+    are reshaped to the 4-D Parameters; a session-like face for ``sessions()`` and the profile."""
+
+    def __init__(self, graph: Any, dynamic: bool) -> None:
+        self.runner = graph.new_runner()
+        self.dynamic = dynamic
+        self.last_n_tokens = self.last_n_kv = 0
+
+    @property
+    def effective(self) -> Any:
+        return self.runner.graph.effective
+
+    def compute(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        inputs = {k: v if v.ndim == 4 else v.reshape((1,) * (4 - v.ndim) + v.shape) for k, v in feed.items()}
+        self.last_n_tokens = int(feed["inp_tokens"].size)  # what the profile shows
+        self.last_n_kv = int(feed["attn_inp_kq_mask"].shape[-1])
+        out: list[np.ndarray] = self.runner.run(inputs)
+        return out
+
+    def profile(self) -> Any:
+        return self.runner.profile()
+
+
 @dataclass
 class _Bucket:
     shape: GraphShape
     graph: Any
-    out: DecoderOut
+    out: Any  # DecoderOut; None once a shapes="dynamic"/"split" model is compiled
     session: Any = None
     writes: tuple[KvWrite, ...] = ()
     caches: dict[str, np.ndarray] = field(default_factory=dict)  # kv="host": its views of the cache
@@ -159,6 +217,7 @@ class Model(Reported):
         no_requant: bool = False,
         precision: str = "exact",
         n_threads: int | None = None,
+        shapes: str | None = None,
     ) -> None:
         self.gguf = path if isinstance(path, GGUFModel) else read_gguf(path)
         embd = self.gguf.tensors.get("token_embd.weight")
@@ -174,6 +233,8 @@ class Model(Reported):
             raise ModelError(f"kv {kv!r} is not one of {', '.join(KV_MODES)}")
         if precision not in PRECISIONS:
             raise ModelError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+        if shapes is not None and shapes not in SHAPE_MODES:
+            raise ModelError(f"shapes {shapes!r} is not one of {', '.join(SHAPE_MODES)}")
         self.n_ctx = n_ctx
         self.precision = precision
         self.flash_attn = flash_attn
@@ -188,6 +249,15 @@ class Model(Reported):
         )
         self.stateful = stateful
         self.kv = kv
+        static_only = kv != "host" or self.device_class == DeviceClass.NPU or n_ctx < max(DYNAMIC_KV)
+        if shapes not in (None, "buckets") and static_only:
+            raise ModelError(
+                f"shapes={shapes!r} needs kv='host', a device other than the NPU class and "
+                f"n_ctx >= {max(DYNAMIC_KV)} (got kv={kv!r}, {self.device}, n_ctx={n_ctx})"
+            )
+        # precision="ggml" reproduces llama.cpp's numbers: its static graphs, unless asked
+        default = "buckets" if precision == "ggml" else DEFAULT_SHAPES
+        self.shapes = "buckets" if static_only else shapes or default
         # kv="host": the cache itself, shared by every bucket: llama.cpp's f16 K/V values, held
         # as f32 on the CPU class (its graphs compute in f32: read as they are, no conversion per
         # step; twice the bytes), as f16 elsewhere
@@ -199,19 +269,7 @@ class Model(Reported):
             else {}
         )
         self.no_requant = no_requant
-        self.weights = {
-            name: value.apply_policy(self.device_class, no_requant=no_requant)
-            if isinstance(value, quant.QuantizedWeight)
-            else value
-            for name, value in model_weights(self.gguf)
-        }
-        if precision == "ggml":  # the GGUF's own type picks the dot type (Q5_0 runs as Q8_0 blocks)
-            self.weights = {
-                name: with_ggml_numerics(w, self.gguf.tensors[name].type)
-                if isinstance(w, quant.QuantizedWeight)
-                else w
-                for name, w in self.weights.items()
-            }
+        self._weights: dict[str, Any] | None = None
         quantized = [w for w in self.weights.values() if isinstance(w, quant.QuantizedWeight)]
         self._configs = {
             n: run_config_from(
@@ -223,8 +281,31 @@ class Model(Reported):
             for n in (1, 2)
         }
         self._buckets: dict[GraphShape, _Bucket] = {}
+        self._views: dict[int, dict[str, np.ndarray]] = {}  # rows -> a dynamic model's cache inputs
         self._kv_owner: _Bucket | None = None
         self.n_past = 0
+
+    @property
+    def weights(self) -> dict[str, Any]:
+        """Every tensor as a graph constant, the device's policy applied: read from the GGUF when a
+        graph is built, and released once a ``shapes="dynamic"``/``"split"`` model is compiled
+        (the compiled model holds its own copy; the decoded host copy is ~4x a 4-bit file)."""
+        if self._weights is None:
+            weights = {
+                name: value.apply_policy(self.device_class, no_requant=self.no_requant)
+                if isinstance(value, quant.QuantizedWeight)
+                else value
+                for name, value in model_weights(self.gguf)
+            }
+            if self.precision == "ggml":  # the GGUF's own type picks the dot type (Q5_0: Q8_0 blocks)
+                weights = {
+                    name: with_ggml_numerics(w, self.gguf.tensors[name].type)
+                    if isinstance(w, quant.QuantizedWeight)
+                    else w
+                    for name, w in weights.items()
+                }
+            self._weights = weights
+        return self._weights
 
     # -- graphs ---------------------------------------------------------------------------------
     def shape(self, n_tokens: int, start: int, n_outputs: int | None = None) -> GraphShape:
@@ -256,7 +337,96 @@ class Model(Reported):
             mark_ggml_numerics(g)
         return g, out
 
-    def _bucket(self, shape: GraphShape) -> _Bucket:
+    def _model_key(self, shape: GraphShape) -> GraphShape:
+        """The compiled model ``shape`` runs on: its own bucket, or (``shapes="dynamic"`` /
+        ``"split"``) the key of a dynamic model, the shape it is first built at
+        (``DYNAMIC_TOKENS[0]`` tokens or, for the decode model of ``"split"``, one; its outputs:
+        the last position's, or every one; ``DYNAMIC_KV[0]`` cells)."""
+        if self.shapes == "buckets":
+            return shape
+        n = 1 if self.shapes == "split" and shape.n_tokens == 1 else DYNAMIC_TOKENS[0]
+        return GraphShape(n, DYNAMIC_KV[0], shape.n_ctx, 1 if shape.n_outputs == 1 else n, shape.flash_attn)
+
+    def _outputs(self, b: _Bucket) -> list[Any]:
+        """kv="host": the logits and the rows each SET_ROWS writes (stored by ``eval``)."""
+        outputs = [b.out.logits]
+        for name in cache_names(self.hp.n_layer):
+            nxt = b.out.caches[name]
+            outputs.append(nxt.srcs[1])
+            b.writes += (KvWrite(name, nxt.ne[0], nxt.srcs[2].name),)
+            b.caches[name] = self._kv[name][: self._cache_rows(b.shape)]  # no copy
+        return outputs
+
+    def _cache_views(self, shape: GraphShape) -> dict[str, np.ndarray]:
+        """A dynamic model's cache inputs for ``shape``: 4-D views of the host cache's first rows,
+        the same objects for every step with the same ``n_kv`` (bound once, read in place)."""
+        rows = self._cache_rows(shape)
+        views = self._views.get(rows)
+        if views is None:
+            views = self._views[rows] = {
+                n: c[:rows].reshape(1, 1, rows, c.shape[1]) for n, c in self._kv.items()
+            }
+        return views
+
+    def _compile(self, key: GraphShape) -> _Bucket:
+        """``shapes="dynamic"``/``"split"``: compile the model of ``key`` (a ``_model_key``) with
+        ``n_kv`` and, unless it is split's decode model, ``n_tokens`` dynamic."""
+        engine = get_engine(self.core)
+        config = self._configs[min(key.n_tokens, 2)]
+        wide = cache_names(self.hp.n_layer) if self._kv_wide else []
+        kept: list[_Bucket] = []
+        symbols = [Symbol("n_kv", "attn_inp_kq_mask", -1, DYNAMIC_KV)]
+        if key.n_tokens != 1:
+            symbols.insert(0, Symbol("n_tokens", "inp_tokens", -1, DYNAMIC_TOKENS))
+
+        def translate(sizes: Mapping[str, int]) -> Any:
+            n = sizes.get("n_tokens", 1)
+            shape = GraphShape(n, sizes["n_kv"], key.n_ctx, 1 if key.n_outputs == 1 else n, key.flash_attn)
+            g, out = self.build(shape)
+            b = _Bucket(shape, g, out)
+            plan = engine.plan(g, self._outputs(b), self.device, config, wide=wide)
+            if not kept:  # the first build: the one rewritten and compiled
+                plan.require_supported()
+                b.session = plan
+                kept.append(b)
+            return plan.factory()
+
+        try:
+            model = symbolic_model(translate, symbols)
+            b = kept[0]
+            graph = engine.compiled(
+                ("ovkit.model.dynamic", tuple(s.name for s in symbols), b.session.structure),
+                lambda: model,
+                self.device,
+                b.session.run,
+            )
+        except UnsupportedOpError as exc:
+            raise ModelError(f"{exc}. ovkit runs the whole graph on {self.device}") from exc
+        b.shape = key
+        b.session = _Compiled(graph, key.n_tokens != 1)
+        b.graph = b.out = None  # the graph's constants hold the host weights: released below
+        b.caches = {}
+        self._weights = None
+        return b
+
+    def _bucket(self, wanted: GraphShape) -> _Bucket:
+        shape = self._model_key(wanted)
+        if self.shapes != "buckets":
+            found = self._buckets.get(shape)
+            if found is None:
+                try:
+                    found = self._buckets[shape] = self._compile(shape)
+                    _release_host_memory()  # the translated models are garbage once compiled
+                except DynamicShapeError as exc:  # e.g. MoE routing: static buckets from here on
+                    logger.info(
+                        "%s: the shapes cannot be dynamic (%s); one model per shape bucket",
+                        self.gguf.path,
+                        exc,
+                    )
+                    self.shapes = "buckets"
+                    self._buckets.clear()
+                    return self._bucket(wanted)
+            return found
         b = self._buckets.get(shape)
         if b is None:
             g, out = self.build(shape)
@@ -357,7 +527,8 @@ class Model(Reported):
             self._take_kv(b)
             feed = causal_inputs(self.hp, shape, chunk, self.n_past)
             # the same view objects every call: bound once, read in place (ovkit.engine)
-            logits, *rows = b.session.compute({**feed, **b.caches} if b.caches else feed)
+            caches = self._cache_views(shape) if isinstance(b.session, _Compiled) else b.caches
+            logits, *rows = b.session.compute({**feed, **caches} if caches else feed)
             for w, r in zip(b.writes, rows, strict=True):  # SET_ROWS on the host: the new rows only
                 rows_f16 = r.reshape(-1, w.row_len).astype(np.float16)  # the f16 store, as ggml rounds
                 self._kv[w.cache].reshape(-1, w.row_len)[feed[w.index_input]] = rows_f16
