@@ -474,16 +474,16 @@ def test_compare_lines_up_a_last_only_prefill_with_llama_cpps_last_position() ->
 
 @pytest.mark.parametrize("name", ["gemma3-270m", "smollm2-135m"])
 def test_real_model_runs_on_two_compiled_models_with_the_buckets_tokens(name: str) -> None:
-    """The default (``shapes="split"``) runs a real model's prefill and 24 greedy steps on two
-    compiled models (the prefill's, the decode's) and picks the same tokens as one static model
-    per shape bucket, the logits within rounding of them."""
+    """``shapes="split"`` runs a real model's prefill and 24 greedy steps on two compiled models
+    (the prefill's, the decode's) and picks the same tokens as one static model per shape bucket
+    (the default), the logits within rounding of them."""
     from ovkit.model.reference import tokenize
 
     path = real_model(name)
     prompt = tokenize(path, REAL_PROMPT)
-    ours = Model(path, n_ctx=64)
+    ours = Model(path, n_ctx=64, shapes="split")
     gen = ours.generate(prompt, 24)
-    static = Model(path, n_ctx=64, shapes="buckets").generate(prompt, 24)
+    static = Model(path, n_ctx=64).generate(prompt, 24)
     assert gen.tokens == static.tokens
     assert _nmse(gen.decode_logits, static.decode_logits) < 1e-6
     assert len(ours.sessions()) == 2
