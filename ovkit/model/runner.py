@@ -506,7 +506,9 @@ class Model(Reported):
         """The inference precision the compiled sessions run (asked for or the device's default)."""
         used = sorted({str(s.effective.inference_precision) for s in self.sessions()})
         used_s = ", ".join(used) or str(PRECISIONS[self.precision] or "device default")
-        return f"{used_s}, ggml matmul numerics" if self.precision == "ggml" else used_s
+        return (
+            f"{used_s}, ggml CPU numerics (q8 matmuls, f16 attention)" if self.precision == "ggml" else used_s
+        )
 
     def eval(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
         """Feed ``tokens`` after what the cache holds; logits of every fed position (n, n_vocab),
