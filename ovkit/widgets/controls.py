@@ -17,7 +17,7 @@ import ipywidgets as widgets
 from ovkit.widgets._html import esc
 from ovkit.widgets._refresh import MIN_INTERVAL_S, Refresher, claim
 from ovkit.widgets.data import DeviceRow, LiveModel, MemoryHistory, Snapshot, error_text, take_snapshot
-from ovkit.widgets.live import PANELS, STATIC, MemoryView
+from ovkit.widgets.live import PANELS, MemoryView
 from ovkit.widgets.saved import SavedPictureMixin
 
 
@@ -200,7 +200,7 @@ class LiveView(SavedPictureMixin, widgets.VBox):
         return self.view.drawn_html or self._fallback_html()
 
     def _saved_style(self) -> str:
-        return (STATIC / "memory_view.css").read_text()
+        return str(self.view._css)  # the view's stylesheet, as anywidget loaded it
 
     def _show_error_text(self, text: str) -> None:
         self.error = text
