@@ -467,7 +467,7 @@ def _worker(policy: str, device: str, threads: int) -> Child:
     from ovkit.native import sigill_hint_for
 
     # no gdb backtrace on a ggml abort: the debugger would hold the pipe open
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), GGML_NO_BACKTRACE="1", **{THREADS_ENV: str(threads)})
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), **{THREADS_ENV: str(threads)})
     hint = partial(sigill_hint_for, "ggml-python-openvino")
     return Child([*WORKER_COMMAND, policy, device], env=env, sigill_hint=hint)
 
