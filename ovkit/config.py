@@ -50,8 +50,9 @@ MODELLED_BY: dict[str, str] = {
     "MEMORY_OPTIMIZE": "ovkit.engine, ovkit.weight_release: turns on REDUCE_COMPILE_MEM and, on GPU, RELEASE_WEIGHTS",
     "RELEASE_WEIGHTS": "ovkit.weight_release: host weight pages released after the first cache hit",
     "PROFILING": "ovkit.engine: per-graph timings",
-    "COMPILED_MODEL_CACHE_DIR": "ovkit.engine: OpenVINO's model cache there when CACHE_DIR is unset "
-    "(a run report's loaded_from_cache and compile time show a cached run)",
+    "COMPILED_MODEL_CACHE_DIR": "ovkit.engine.blob_cache: compiled models exported there, keyed by the "
+    "graph's digest, and imported by the next process without translation or compile (CACHE_DIR is "
+    "then not used; a run report's loaded_from_cache shows a cached run)",
     "NPU_COMPILE_CONFIG": "ovkit.engine: NPU_COMPILATION_MODE_PARAMS in the NPU class's compile properties",
     "NPU_PROPERTIES": "ovkit.engine: passed to the NPU class's compile, after everything else",
     "LOG_UNSUPPORTED_OPS": "ovkit.selection.Backend.supports_op: each rejection logged as the backend logs it",

@@ -525,6 +525,26 @@ class QuantizedWeight:
         return requantize(native.dequantize(), self.requant)
 
     @property
+    def scale_group(self) -> int:
+        """Elements per scale of the constant (``decoded.group``) without decoding the blocks: the
+        requant target's groups, a row for host-decoded types and per-row Q8_0_C, else the type's."""
+        if self.requant in REQUANT_GROUPED:
+            return REQUANT_GROUPED[self.requant][0]
+        if self.spec.host_decoded or self.requant is RequantTarget.Q8_0_C:
+            return self.k
+        return self.spec.group
+
+    def may_be_int8(self) -> bool:
+        """False when :attr:`container` is surely not i8/u8, told without decoding the blocks."""
+        if self.requant in REQUANT_CONTAINER:
+            return REQUANT_CONTAINER[self.requant] in _NO_DYNQ_CONTAINERS
+        if self.spec.host_decoded:
+            return False
+        if self.spec.name == "mxfp4":
+            return self.form == "fast"
+        return self.spec.container_bits == 8
+
+    @property
     def symmetric(self) -> bool:
         return self.decoded.bias is None
 
@@ -1153,10 +1173,12 @@ def compile_hints(weights: Sequence[QuantizedWeight], n_tokens: int = 1) -> dict
     faster there.  Batches (n > 1) and 4-bit or mixed models keep the default, which is up to
     2x faster for them, except Q6_K-only batches, which get 16-element activation groups.
     """
-    containers = {w.container for w in weights}
-    if n_tokens == 1 and containers and containers <= _NO_DYNQ_CONTAINERS:
+    # Told from the types first: a model with a 4-bit weight is settled without decoding a block
+    # (Model() then reads no weight; the compiled-model cache may never need them).
+    eight_bit = n_tokens == 1 and bool(weights) and all(w.may_be_int8() for w in weights)
+    if eight_bit and {w.container for w in weights} <= _NO_DYNQ_CONTAINERS:
         return {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
-    groups = {w.decoded.group for w in weights}
+    groups = {w.scale_group for w in weights}
     if n_tokens > 1 and groups == {16}:
         # Q6_K's 16-element scale groups: int8 activations in 16-groups halve the n=8 time
         return {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 16}

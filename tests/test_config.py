@@ -403,30 +403,65 @@ def test_ovkit_config_with_a_typo_and_bad_values(
     assert payload["unknown"] and payload["errors"] and len(payload["variables"]) == len(NEWEST)
 
 
-def test_compiled_model_cache_dir_is_openvinos_model_cache(tmp_path) -> None:
-    """The first run compiles and writes the cache; a new engine's run loads it from there."""
+def test_compiled_model_cache_dir_imports_blobs_without_building(tmp_path) -> None:
+    """The first engine compiles and exports the blob and manifest; a new engine imports it
+    without calling the model factory (no translation), as the backend's blob cache does."""
     import numpy as np
     from openvino import Model
     from openvino import opset13 as ops
 
     from ovkit.engine import Engine
+    from ovkit.engine.keys import model_structure_key
     from ovkit.engine.run_config import DEFAULT_RUN_CONFIG, compile_properties
 
     blobs = tmp_path / "blobs"
     env = {"GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR": str(blobs)}
-    assert compile_properties(DEFAULT_RUN_CONFIG, "CPU", read_config(env))["CACHE_DIR"] == str(blobs)
+    # as in the backend, OpenVINO's own cache dir is off while the blob cache is on
     both = read_config(env | {"GGML_OPENVINO_CACHE_DIR": str(tmp_path)})
-    assert compile_properties(DEFAULT_RUN_CONFIG, "CPU", both)["CACHE_DIR"] == str(tmp_path)
+    assert "CACHE_DIR" not in compile_properties(DEFAULT_RUN_CONFIG, "CPU", both)
+
+    built = []
 
     def model() -> Model:
+        built.append(1)
         a = ops.parameter([16, 16], np.float32, name="a")
         y = ops.multiply(a, a)
-        y.output(0).get_tensor().set_names({"y"})  # named: the cache key must not change per build
+        y.output(0).get_tensor().set_names({"y"})
         return Model([y], [a], "square16")
 
+    digest = model_structure_key(model())
     x = np.full((16, 16), 3, np.float32)
-    first = Engine(env=env).run_report("square16", model, [x])
-    assert first.effective.loaded_from_cache is False and any(blobs.iterdir())
-    again = Engine(env=env).run_report("square16", model, [x])
-    assert again.effective.loaded_from_cache is True
+    first = Engine(env=env).run_report(digest, model, [x])
+    assert first.effective.loaded_from_cache is False
+    assert sorted(p.suffix for p in blobs.iterdir()) == [".blob", ".manifest"]
+    built.clear()
+    again = Engine(env=env).run_report(digest, model, [x])
+    assert again.effective.loaded_from_cache is True and built == []
     assert (again.outputs[0] == 9).all()
+    # a structure that is a bare name is not content-addressed: never exported under it
+    Engine(env=env).run_report("square16", model, [x])
+    assert len(list(blobs.iterdir())) == 2
+
+
+def test_compiled_model_cache_dir_survives_a_broken_blob(tmp_path, caplog) -> None:
+    """A blob that cannot be imported is reported and compiled again, never half-used."""
+    import numpy as np
+    from openvino import Model
+    from openvino import opset13 as ops
+
+    from ovkit.engine import Engine
+    from ovkit.engine.keys import model_structure_key
+
+    def model() -> Model:
+        a = ops.parameter([4], np.float32, name="a")
+        return Model([ops.add(a, a)], [a], "double")
+
+    env = {"GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR": str(tmp_path)}
+    digest = model_structure_key(model())
+    Engine(env=env).run_report(digest, model, [np.ones(4, np.float32)])
+    (blob,) = tmp_path.glob("*.blob")
+    blob.write_bytes(b"not a blob")
+    with caplog.at_level("WARNING", logger="ovkit"):
+        out = Engine(env=env).run_report(digest, model, [np.ones(4, np.float32)])
+    assert "model cache import failed" in caplog.text
+    assert out.effective.loaded_from_cache is False and (out.outputs[0] == 2).all()

@@ -487,3 +487,49 @@ def test_real_model_runs_on_two_compiled_models_with_the_buckets_tokens(name: st
     assert gen.tokens == static.tokens
     assert _nmse(gen.decode_logits, static.decode_logits) < 1e-6
     assert len(ours.sessions()) == 2
+
+
+# ----------------------------------------------------------------------------- second start
+_SECOND_START = """
+import json, logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+from ovkit.model import Model
+m = Model(sys.argv[1], n_ctx=64)
+g = m.generate([1, 17, 42, 99, 7, 300], 3)
+decoded = [n for n, w in m.weights.items() if "decoded" in getattr(w, "__dict__", {})]
+print(json.dumps({"tokens": g.tokens, "logits": g.prompt_logits.tolist(), "decoded": decoded}))
+"""
+
+
+@pytest.mark.parametrize("wtype", ["q4_0", "q8_0"])
+def test_second_start_imports_compiled_models_without_decoding_weights(
+    model_file: Callable[..., Path], wtype: str, tmp_path: Path
+) -> None:
+    """With GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR, a second process imports every compiled model
+    (no translation, no compile) and decodes no weight, with the first process's tokens and logits
+    (q8_0: the model's 8-bit weights are decoded once for the compile hints, then only there)."""
+    import os
+    import subprocess
+    import sys
+
+    path = model_file("llama", wtype)
+    env = {**os.environ, "GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR": str(tmp_path / "blobs")}
+
+    def start() -> tuple[dict[str, object], str]:
+        proc = subprocess.run(
+            [sys.executable, "-c", _SECOND_START, str(path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return json.loads(proc.stdout.splitlines()[-1]), proc.stderr
+
+    first, first_log = start()
+    assert "model cache WROTE" in first_log and "model cache HIT" not in first_log
+    second, second_log = start()
+    assert "model cache HIT" in second_log and "model cache WROTE" not in second_log
+    assert second["tokens"] == first["tokens"] and second["logits"] == first["logits"]
+    if wtype == "q4_0":
+        assert first["decoded"] and second["decoded"] == []

@@ -665,3 +665,26 @@ def test_writing_other_quantized_types_is_refused_by_name(rng: np.random.Generat
     dst = g.constant(quant.quantize("q4_K", rng.uniform(-1, 1, (2, 256)).astype(np.float32)))
     with pytest.raises(GraphError, match=r"CPY: operand b: expected type in \{f32, .*q8_0\}, given q4_K"):
         g.cpy(g.input("x", (2, 256)), dst)
+
+
+def test_scale_group_and_hints_are_told_without_decoding() -> None:
+    """``scale_group`` is the decoded group for every type and requant target; compile hints of a
+    model with a 4-bit weight decode nothing (Model() reads no weight before its first compile)."""
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((8, 512)).astype(np.float32)
+    for qtype in sorted(quant.KNOWN_TYPES):
+        base = quant.quantize(qtype, w)
+        for target in (quant.RequantTarget.NATIVE, *quant.REQUANT_CONTAINER):
+            try:
+                weight = base.with_requant(target)
+                group = weight.decoded.group
+            except quant.QuantError:
+                continue
+            assert weight.scale_group == group, (qtype, target)
+            assert weight.may_be_int8() or weight.container not in ("i8", "u8"), (qtype, target)
+    fresh = [quant.quantize(t, w) for t in ("q4_0", "q8_0", "q6_K")]
+    fresh = [quant.QuantizedWeight(q.qtype, q.shape, q.raw, q.name) for q in fresh]
+    assert quant.compile_hints(fresh, 1) == {} and quant.compile_hints(fresh, 8) == {}
+    assert not any("decoded" in vars(q) for q in fresh)
+    eight = [quant.QuantizedWeight(q.qtype, q.shape, q.raw, q.name) for q in fresh[1:]]
+    assert quant.compile_hints(eight, 1) == {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}

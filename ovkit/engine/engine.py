@@ -14,7 +14,7 @@ import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,6 +28,8 @@ from ovkit.runtime import get_core, is_simulated
 
 if TYPE_CHECKING:
     import pandas as pd
+from ovkit.engine.blob_cache import BlobCache
+from ovkit.engine.blob_cache import Entry as BlobEntry
 from ovkit.engine.errors import EngineError, InputError, ProfilingOffError
 from ovkit.engine.keys import CacheKey, model_structure_key
 from ovkit.engine.model import ModelFactory, apply_dynamic, make_stateful, model_from, state_specs
@@ -222,6 +224,7 @@ class Engine:
         self.last_runner: Runner | None = None
         self.last_hit = False
         self._pending_times: dict[str, float] = {}  # conversion/compile times not yet logged
+        self._blobs: BlobCache | None = None
         # Its Express in ``graph.derived``: a serial, never reused (an id is, once an engine is
         # gone), in a str (hashed once).
         self.express_tag = f"{EXPRESS_TAG}:{next(_ENGINE_SERIALS)}"
@@ -440,6 +443,16 @@ class Engine:
 
             weight_release.on_cache_hit(device, cfg)
 
+    def _blob_cache(self) -> BlobCache | None:
+        """``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``'s blob cache (None: unset, or a simulated
+        core, whose compiled models cannot be exported)."""
+        path = self._config.compiled_model_cache_dir
+        if not path or is_simulated(self.core):
+            return None
+        if self._blobs is None or str(self._blobs.directory) != path:
+            self._blobs = BlobCache(path)
+        return self._blobs
+
     def _make_key(
         self,
         structure: Hashable,
@@ -474,6 +487,27 @@ class Engine:
         states: dict[str, str],
         dynamic: dict[str, tuple[int, ...]],
     ) -> CompiledGraph:
+        blobs = self._blob_cache()
+        fingerprint = blobs.fingerprint(key) if blobs is not None else None
+        if blobs is not None and fingerprint is not None:
+            t0 = time.perf_counter()
+            found = blobs.load(self.core, fingerprint, key.device, props)
+            if found is not None:
+                compiled, entry = found
+                self._pending_times = {"Model cache import time": time.perf_counter() - t0}
+                graph = CompiledGraph(
+                    key,
+                    compiled,
+                    self.core,
+                    run_config=run,
+                    states=states,
+                    stateful=key.stateful,
+                    variables=entry.variables,
+                    state_specs=entry.state_specs,
+                    compile_seconds=0.0,
+                )
+                graph.effective = replace(graph.effective, loaded_from_cache=True)
+                return graph
         t_conv = time.perf_counter()
         model = model_from(factory())
         apply_dynamic(model, dynamic)
@@ -490,6 +524,8 @@ class Engine:
         self._counters.compiles += 1
         self._counters.compile_seconds += seconds
         self._pending_times["Graph compile time"] = seconds
+        if blobs is not None and fingerprint is not None:
+            blobs.store(compiled, fingerprint, BlobEntry(variables, specs))
         return CompiledGraph(
             key,
             compiled,

@@ -145,16 +145,15 @@ def naive_run_config(first_op: str | None, base: RunConfig = DEFAULT_RUN_CONFIG)
 
 
 def compile_properties(run: RunConfig, dev_class: str, config: OvkitConfig) -> dict[str, Any]:
-    """Everything passed to ``compile_model``: the run hints, the upstream cache-dir mapping
-    (``COMPILED_MODEL_CACHE_DIR`` as OpenVINO's model cache when ``CACHE_DIR`` is unset) and, for
-    the NPU class, the NPU variables' properties."""
+    """Everything passed to ``compile_model``: the run hints, ``GGML_OPENVINO_CACHE_DIR`` as
+    OpenVINO's model cache (unless ``COMPILED_MODEL_CACHE_DIR``'s blob cache is on: as in the
+    backend, a blob compiled with a cache dir cannot be imported again) and, for the NPU class,
+    the NPU variables' properties."""
     props = run.properties()
-    if config.cache_dir:
+    if config.cache_dir and not config.compiled_model_cache_dir:
         key = PROP_NPUW_CACHE_DIR if dev_class == DeviceClass.NPU else PROP_CACHE_DIR
         props[key] = config.cache_dir
         props[PROP_CACHE_MODE] = CACHE_MODE_UPSTREAM
-    elif config.compiled_model_cache_dir:  # the backend's blob cache, as OpenVINO's model cache
-        props[PROP_CACHE_DIR] = config.compiled_model_cache_dir
     if dev_class == DeviceClass.NPU:  # NPU_COMPILE_CONFIG, then NPU_PROPERTIES, as the backend adds them
         props |= config.npu_compile_properties()
     return props
