@@ -10,8 +10,9 @@ target: peak <= 2x the file + KV cache + compute buffers, flat in the number of 
 not depend on the machine's load, so those figures hold on a busy machine (the times do not).
 
 ``--ttft``: the wall time from a fresh process's start to the first token of an 8-token prompt
-(reading the GGUF, building, compiling, the prefill), cold and on a second start with OpenVINO's
-model cache (``GGML_OPENVINO_CACHE_DIR``, a fresh directory the first start fills), and the real
+(reading the GGUF, building, compiling, the prefill), cold and on a second start with each cache
+(OpenVINO's model cache, ``GGML_OPENVINO_CACHE_DIR``, and the backend's blob cache,
+``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``; a fresh directory the first start fills), and the real
 backend's cold figure (llama-cpp-python's OpenVINO build) next to them.
 """
 
@@ -113,21 +114,27 @@ def upstream_first_token(path: str) -> float:
 
 
 def first_token(name: str, path: str, shapes: str) -> None:
-    """Cold and second-start (model cache) time to the first token, and the real backend's cold."""
-    with tempfile.TemporaryDirectory(prefix="ovkit-model-cache-") as cache:
-        env = {**os.environ, "GGML_OPENVINO_CACHE_DIR": cache}
-        cold = run_child(path, shapes)
-        first = run_child(path, shapes, env)  # fills the cache
-        second = run_child(path, shapes, env)
+    """Cold and second-start time to the first token with each cache (OpenVINO's model cache,
+    ``GGML_OPENVINO_CACHE_DIR``, and the backend's blob cache,
+    ``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``), and the real backend's cold."""
+    cold = run_child(path, shapes)
+    starts = []
+    for variable in ("GGML_OPENVINO_CACHE_DIR", "GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR"):
+        with tempfile.TemporaryDirectory(prefix="ovkit-model-cache-") as cache:
+            env = {**os.environ, variable: cache}
+            first = run_child(path, shapes, env)  # fills the cache
+            second = run_child(path, shapes, env)
+        starts.append(f"{variable}: first start {first['ttft']:.1f} s, second start {second['ttft']:.1f} s")
     try:
-        upstream = f"{upstream_first_token(path):6.1f} s"
+        upstream = f"{upstream_first_token(path):.1f} s"
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         upstream = f"failed ({str(exc).splitlines()[0]})"
     print(
-        f"{name}, shapes={shapes}: time to first token (fresh process, 8-token prompt): "
-        f"cold {cold['ttft']:.1f} s, first start with a model cache {first['ttft']:.1f} s, "
-        f"second start {second['ttft']:.1f} s; real backend cold {upstream}"
+        f"{name}, shapes={shapes}: time to first token (fresh process, 8-token prompt), load "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}: cold {cold['ttft']:.1f} s; real backend cold {upstream}"
     )
+    for line in starts:
+        print(f"  {line}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,7 +19,9 @@ translation); ``Graph.compute`` is a convenience that calls ``compute_graph``.
 Environment (read as the backend reads it, re-read only when one of ``ENGINE_ENV`` changes):
 ``GGML_OPENVINO_CACHE_DIR`` → OpenVINO ``CACHE_DIR`` + ``CACHE_MODE=OPTIMIZE_SIZE``
 (``NPUW_CACHE_DIR`` on the NPU class); ``GGML_OPENVINO_DISABLE_CACHE`` → compile on every call,
-store nothing; ``GGML_OPENVINO_STATEFUL_EXECUTION`` → state inputs become OpenVINO variables
+store nothing; ``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR`` → compiled models exported there and
+imported by later processes without translation (:mod:`ovkit.engine.blob_cache`);
+``GGML_OPENVINO_STATEFUL_EXECUTION`` → state inputs become OpenVINO variables
 (ReadValue/Assign, via OpenVINO's MakeStateful, as upstream), forced off for the NPU class;
 ``GGML_OPENVINO_PROFILING`` → upstream's per-graph timing lines on the ``ovkit`` logger.
 ``OVKIT_ENGINE_CACHE_SIZE`` (ovkit's own) sets the LRU size (default 64).

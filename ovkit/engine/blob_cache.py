@@ -14,6 +14,7 @@ runner needs that only the translated model knew (state variables and state inpu
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -41,10 +42,21 @@ def _content_addressed(structure: Hashable) -> bool:
     return _DIGEST.search(repr(structure)) is not None
 
 
+@functools.cache
 def _openvino_build() -> str:
     import openvino as ov
 
     return str(ov.get_version())
+
+
+@functools.cache
+def _ovkit_build() -> str:
+    """A digest of ovkit's own sources: a blob translated by other code is never imported."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +84,8 @@ class BlobCache:
             self.usable = False
 
     def fingerprint(self, key: CacheKey) -> str | None:
-        """The full fingerprint of ``key`` (None: the structure is a name, not a digest)."""
+        """The full fingerprint of ``key`` and of the code that translated it (None: the
+        structure is a name, not a digest)."""
         if not self.usable or not _content_addressed(key.structure):
             return None
         fields = (
@@ -83,6 +96,7 @@ class BlobCache:
             key.states,
             key.dynamic,
             _openvino_build(),
+            _ovkit_build(),
         )
         return hashlib.sha256(repr(fields).encode()).hexdigest()
 
