@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -85,12 +86,14 @@ def test_csv_and_json_carry_every_row() -> None:
 
 @pytest.mark.slow
 def test_every_side_runs_every_test_the_same_number_of_times(tiny: Path) -> None:
-    report = bench(BenchSettings(tiny, n_prompt=16, n_gen=4, reps=2, against=("llama.cpp",)))
+    report = bench(BenchSettings(tiny, n_prompt=16, n_gen=4, reps=2, against=("llama.cpp", "upstream")))
     got = {(r.side, r.test): r for r in report.results}
-    assert set(got) == {(side, t) for side in ("ovkit", "llama.cpp") for t in ("pp16", "tg4")}
+    assert set(got) == {(side, t) for side in ("ovkit", "llama.cpp", "upstream") for t in ("pp16", "tg4")}
     for r in got.values():
         assert not r.error and len(r.times_s) == 2 and all(t > 0 for t in r.times_s)
     assert got[("ovkit", "pp16")].precision == "f32"
+    # the real backend's precision as OpenVINO names it, not the repr of an openvino.Type
+    assert re.fullmatch(r"OpenVINO CPU default \((f32|bf16|f16)\)", str(got[("upstream", "pp16")].precision))
     assert len(report.load_before) == 3 and report.model_bytes == tiny.stat().st_size
 
 

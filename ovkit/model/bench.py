@@ -412,7 +412,8 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
     if upstream:
         import openvino as ov
 
-        precision = f"OpenVINO CPU default ({ov.Core().get_property('CPU', 'INFERENCE_PRECISION_HINT')})"
+        hint = ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")  # an openvino.Type
+        precision = f"OpenVINO CPU default ({hint.to_string() if hasattr(hint, 'to_string') else hint})"
     return {"times": times, "precision": precision}
 
 
