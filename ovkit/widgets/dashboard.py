@@ -114,22 +114,18 @@ class Dashboard(LiveView):
     def _simulated(self) -> bool:
         return bool(self.snapshot and self.snapshot.simulated)
 
-    def _fallback_html(self) -> str:
-        parts = [
-            self.selector._fallback_html(),
-            render_table_html(self.rows, simulated=self._simulated(), error=self.error),
-            render_busy_html(self.busy),
-        ]
-        if "history" in self.panels:
-            parts.append(png_img(self.to_png(), "memory charts"))
+    def _fallback_html(self, drawn: str = "") -> str:
+        """Selector, view (``drawn``: what the browser last drew of it, else rendered here) and busy panel."""
+        if not drawn:
+            drawn = render_table_html(self.rows, simulated=self._simulated(), error=self.error)
+            if "history" in self.panels:
+                drawn += png_img(self.to_png(), "memory charts")
+        parts = [self.selector._fallback_html(), drawn, render_busy_html(self.busy)]
         return "<div>" + "".join(parts) + "</div>"
 
     def saved_html(self) -> str:
         """The selector's state, what the browser last drew, and the busy panel."""
-        if not self.view.drawn_html:
-            return self._fallback_html()
-        parts = [self.selector._fallback_html(), self.view.drawn_html, render_busy_html(self.busy)]
-        return "<div>" + "".join(parts) + "</div>"
+        return self._fallback_html(self.view.drawn_html)
 
     def _fallback_text(self) -> str:
         parts = [
