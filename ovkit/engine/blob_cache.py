@@ -60,7 +60,7 @@ def _ovkit_build() -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
+class BlobEntry:
     """What an imported blob brings back besides the compiled model."""
 
     variables: dict[str, str]
@@ -109,7 +109,7 @@ class BlobCache:
 
     def load(
         self, core: Any, fingerprint: str, device: str, props: Mapping[str, Any]
-    ) -> tuple[Any, Entry] | None:
+    ) -> tuple[Any, BlobEntry] | None:
         """The imported compiled model and its entry, or None (a miss or a blob that fails)."""
         blob, manifest = self._paths(fingerprint)
         try:
@@ -121,7 +121,7 @@ class BlobCache:
             return None
         try:
             extra = json.loads(text[len(head) :].removeprefix("entry "))
-            entry = Entry(
+            entry = BlobEntry(
                 dict(extra["variables"]),
                 {k: PortSpec(**{**v, "shape": tuple(v["shape"])}) for k, v in extra["state_specs"].items()},
             )
@@ -134,7 +134,7 @@ class BlobCache:
         logger.info("ggml-openvino: model cache HIT %s", blob)
         return compiled, entry
 
-    def store(self, compiled: Any, fingerprint: str, entry: Entry) -> None:
+    def store(self, compiled: Any, fingerprint: str, entry: BlobEntry) -> None:
         """Export ``compiled`` (atomic: ``.tmp`` files renamed, blob first, then manifest)."""
         blob, manifest = self._paths(fingerprint)
         extra = {

@@ -28,8 +28,7 @@ from ovkit.runtime import get_core, is_simulated
 
 if TYPE_CHECKING:
     import pandas as pd
-from ovkit.engine.blob_cache import BlobCache
-from ovkit.engine.blob_cache import Entry as BlobEntry
+from ovkit.engine.blob_cache import BlobCache, BlobEntry
 from ovkit.engine.errors import EngineError, InputError, ProfilingOffError
 from ovkit.engine.keys import CacheKey, model_structure_key
 from ovkit.engine.model import ModelFactory, apply_dynamic, make_stateful, model_from, state_specs
@@ -489,25 +488,42 @@ class Engine:
     ) -> CompiledGraph:
         blobs = self._blob_cache()
         fingerprint = blobs.fingerprint(key) if blobs is not None else None
+        found = None
         if blobs is not None and fingerprint is not None:
             t0 = time.perf_counter()
             found = blobs.load(self.core, fingerprint, key.device, props)
-            if found is not None:
-                compiled, entry = found
-                self._pending_times = {"Model cache import time": time.perf_counter() - t0}
-                graph = CompiledGraph(
-                    key,
-                    compiled,
-                    self.core,
-                    run_config=run,
-                    states=states,
-                    stateful=key.stateful,
-                    variables=entry.variables,
-                    state_specs=entry.state_specs,
-                    compile_seconds=0.0,
-                )
-                graph.effective = replace(graph.effective, loaded_from_cache=True)
-                return graph
+            self._pending_times = {"Model cache import time": time.perf_counter() - t0}
+        if found is not None:
+            (compiled, entry), seconds = found, 0.0
+        else:
+            compiled, entry, seconds = self._compile_model(key, factory, props, states, dynamic)
+            if blobs is not None and fingerprint is not None:
+                blobs.store(compiled, fingerprint, entry)
+        graph = CompiledGraph(
+            key,
+            compiled,
+            self.core,
+            run_config=run,
+            states=states,
+            stateful=key.stateful,
+            variables=entry.variables,
+            state_specs=entry.state_specs,
+            compile_seconds=seconds,
+        )
+        if found is not None:  # an imported blob reports itself as loaded from a cache
+            graph.effective = replace(graph.effective, loaded_from_cache=True)
+        return graph
+
+    def _compile_model(
+        self,
+        key: CacheKey,
+        factory: ModelFactory,
+        props: dict[str, Any],
+        states: dict[str, str],
+        dynamic: dict[str, tuple[int, ...]],
+    ) -> tuple[Any, BlobEntry, float]:
+        """Build the model, make its states variables when stateful, compile it: the compiled
+        model, its state entry and the compile seconds."""
         t_conv = time.perf_counter()
         model = model_from(factory())
         apply_dynamic(model, dynamic)
@@ -524,19 +540,7 @@ class Engine:
         self._counters.compiles += 1
         self._counters.compile_seconds += seconds
         self._pending_times["Graph compile time"] = seconds
-        if blobs is not None and fingerprint is not None:
-            blobs.store(compiled, fingerprint, BlobEntry(variables, specs))
-        return CompiledGraph(
-            key,
-            compiled,
-            self.core,
-            run_config=run,
-            states=states,
-            stateful=key.stateful,
-            variables=variables,
-            state_specs=specs,
-            compile_seconds=seconds,
-        )
+        return compiled, BlobEntry(variables, specs), seconds
 
     # -- running ----------------------------------------------------------------------------
     def run(
