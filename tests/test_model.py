@@ -533,3 +533,28 @@ def test_second_start_imports_compiled_models_without_decoding_weights(
     assert second["tokens"] == first["tokens"] and second["logits"] == first["logits"]
     if wtype == "q4_0":
         assert first["decoded"] and second["decoded"] == []
+
+
+def test_a_models_compiled_graphs_leave_the_engine_with_it(model_file: Callable[..., Path]) -> None:
+    """The engine's cache does not keep a dropped model's compiled graphs (hundreds of MiB each
+    for a real model) until 64 newer ones push them out; close() releases them at once and the
+    model still runs, from position 0."""
+    import gc
+
+    from ovkit.engine import get_engine
+
+    path = model_file("llama", "q4_0")
+    engine = get_engine()
+    before = {id(g) for g in engine.entries()}
+    model = Model(path, n_ctx=64)
+    first = model.generate(PROMPT[:6], 3)
+    mine = [g for g in engine.entries() if id(g) not in before]
+    assert mine
+    del model
+    gc.collect()
+    assert not any(g in engine.entries() for g in mine)
+    again = Model(path, n_ctx=64)
+    assert again.generate(PROMPT[:6], 3).tokens == first.tokens
+    again.close()
+    assert not any(id(g) not in before for g in engine.entries())
+    assert again.generate(PROMPT[:6], 3).tokens == first.tokens

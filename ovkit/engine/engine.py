@@ -333,6 +333,17 @@ class Engine:
             self._generation += 1
             self.last_runner = None  # it would keep the last compiled model (and its memory) alive
 
+    def discard(self, graphs: Iterable[CompiledGraph]) -> None:
+        """Drop these compiled graphs from the cache: their owner (e.g. a ``Model``) is gone, and
+        the LRU would otherwise keep their memory until 64 newer graphs push them out."""
+        keys = {g.key for g in graphs}
+        with self._lock:
+            for key in keys:
+                if self._entries.pop(key, None) is not None:
+                    self._generation += 1
+            if self.last_runner is not None and self.last_runner.graph.key in keys:
+                self.last_runner = None
+
     def reset_stats(self) -> None:
         with self._lock:
             self._counters = _Counters()

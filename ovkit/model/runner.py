@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import weakref
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,6 +191,12 @@ class _Compiled:
         return self.runner.profile()
 
 
+def _discard_compiled(engine: Any, buckets: dict[GraphShape, _Bucket]) -> None:
+    """Drop the compiled graphs of ``buckets`` from ``engine``'s cache, and the buckets."""
+    engine.discard(b.session.runner.graph for b in buckets.values() if b.session is not None)
+    buckets.clear()
+
+
 @dataclass
 class _Bucket:
     shape: GraphShape
@@ -281,6 +288,10 @@ class Model(Reported):
             for n in (1, 2)
         }
         self._buckets: dict[GraphShape, _Bucket] = {}
+        # the engine's cache would keep this model's compiled graphs (hundreds of MiB each for a
+        # real model) after the model is gone: they leave with it, or with close()
+        self._finalizer = weakref.finalize(self, _discard_compiled, engine, self._buckets)
+        self._engine = engine
         self._views: dict[int, dict[str, np.ndarray]] = {}  # rows -> a dynamic model's cache inputs
         self._kv_owner: _Bucket | None = None
         self.n_past = 0
@@ -495,6 +506,13 @@ class Model(Reported):
         self._kv_owner = b
 
     # -- running --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the compiled models now (they are released when the model is collected, too).
+        The model still runs afterwards from position 0, compiling again what it needs."""
+        self._finalizer()
+        self.reset()
+        self._finalizer = weakref.finalize(self, _discard_compiled, self._engine, self._buckets)
+
     def reset(self) -> None:
         """Forget the KV cache (the next eval starts at position 0)."""
         self.n_past = 0
