@@ -1,7 +1,8 @@
 """Per-op time of one decode step (or of the prefill) of a real model (OpenVINO's own per-node
 counters, which a busy machine slows but does not reorder): ``python benchmarks/profile_decode.py
-[--kv host|variables] [--model smollm2-135m] [--n-ctx 512] [--prompt 126] [--graph prefill]``.
-The share column is what to compare."""
+[--kv host|variables] [--model smollm2-135m] [--n-ctx 512] [--prompt 126] [--graph prefill]
+[--node-types]``.  The share column is what to compare; ``--node-types`` splits each ggml op by
+the OpenVINO node types and kernels that run it."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n-ctx", type=int, default=512)
     p.add_argument("--prompt", type=int, default=126, help="prompt tokens before the decode steps")
     p.add_argument("--graph", choices=("decode", "prefill"), default="decode", help="the graph to show")
+    p.add_argument("--node-types", action="store_true", help="per OpenVINO node type and kernel too")
     args = p.parse_args(argv)
     model = Model(real_model(args.model), n_ctx=args.n_ctx, profiling=True, n_threads=2, kv=args.kv)
     model.generate([1 + (i * 7919) % (model.hp.n_vocab - 1) for i in range(args.prompt)], 4)
@@ -33,6 +35,32 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"  {row['ggml_op']:<16} {row['time_us'] / 1e3:8.2f} ms  {int(row['nodes']):5d} nodes  {row['share']:6.1%}"
         )
+    if args.node_types:
+        node_types(model, args.graph)
+
+
+def node_types(model: object, graph: str) -> None:
+    """The graph's time per (ggml op, OpenVINO node type, kernel), largest first."""
+    from ovkit.model import profile
+
+    for b in model._buckets.values():  # type: ignore[attr-defined]
+        if b.session is None or (b.shape.n_tokens == 1) != (graph == "decode"):
+            continue
+        prof = b.session.profile()
+        prof = prof[prof["status"] == "EXECUTED"].copy()
+        prof["ggml_op"] = (
+            prof["node"].map(profile.op_labels(b.session.runner.graph.compiled)).fillna(profile.OTHER)
+        )
+        rows = prof.groupby(["ggml_op", "type", "exec_type"], as_index=False).agg(
+            time_us=("real_time_us", "sum"), nodes=("node", "count")
+        )
+        print(f"{graph} n_tokens={b.shape.n_tokens} n_kv={b.shape.n_kv}, per node type:")
+        for _, row in rows.sort_values("time_us", ascending=False).head(20).iterrows():
+            per = row["time_us"] / row["nodes"]
+            print(
+                f"  {row['ggml_op']:<16} {row['type']:<26} {row['exec_type']:<18} {row['time_us'] / 1e3:8.2f} ms "
+                f"{int(row['nodes']):5d} nodes  {per:7.1f} µs each"
+            )
 
 
 if __name__ == "__main__":
