@@ -34,9 +34,6 @@ logger = logging.getLogger("ovkit")
 #: such as "square16" is not, and two processes could mean different graphs by it.
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
-#: Compile properties that do not change the compiled model and are not passed on import.
-_NOT_KEYED = ("CACHE_DIR", "CACHE_MODE", "NPUW_CACHE_DIR")
-
 
 def _content_addressed(structure: Hashable) -> bool:
     return _DIGEST.search(repr(structure)) is not None
@@ -91,7 +88,7 @@ class BlobCache:
         fields = (
             repr(key.structure),
             key.device,
-            tuple(p for p in key.properties if p[0] not in _NOT_KEYED),
+            key.properties,  # never OpenVINO's own cache dir: compile_properties leaves it out here
             key.stateful,
             key.states,
             key.dynamic,
@@ -125,7 +122,7 @@ class BlobCache:
                 dict(extra["variables"]),
                 {k: PortSpec(**{**v, "shape": tuple(v["shape"])}) for k, v in extra["state_specs"].items()},
             )
-            compiled = core.import_model(blob.read_bytes(), device, _import_props(props))
+            compiled = core.import_model(blob.read_bytes(), device, dict(props))
         except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
             logger.warning(
                 "ggml-openvino: model cache import failed (%s), recompiling", str(exc).splitlines()[0]
@@ -155,9 +152,3 @@ class BlobCache:
             logger.warning("ggml-openvino: model cache export failed: %s", str(exc).splitlines()[0])
             return
         logger.info("ggml-openvino: model cache WROTE %s", blob)
-
-
-def _import_props(props: Mapping[str, Any]) -> dict[str, Any]:
-    """The compile properties an import takes: the model cache's own are left out (a blob
-    compiled with ``CACHE_DIR`` cannot be imported again)."""
-    return {k: v for k, v in props.items() if k not in _NOT_KEYED}

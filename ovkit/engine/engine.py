@@ -503,9 +503,9 @@ class Engine:
         if blobs is not None and fingerprint is not None:
             t0 = time.perf_counter()
             found = blobs.load(self.core, fingerprint, key.device, props)
-            self._pending_times = {"Model cache import time": time.perf_counter() - t0}
         if found is not None:
             (compiled, entry), seconds = found, 0.0
+            self._pending_times = {"Model cache import time": time.perf_counter() - t0}
         else:
             compiled, entry, seconds = self._compile_model(key, factory, props, states, dynamic)
             if blobs is not None and fingerprint is not None:
