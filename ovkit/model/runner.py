@@ -290,8 +290,7 @@ class Model(Reported):
         self._buckets: dict[GraphShape, _Bucket] = {}
         # the engine's cache would keep this model's compiled graphs (hundreds of MiB each for a
         # real model) after the model is gone: they leave with it, or with close()
-        self._finalizer = weakref.finalize(self, _discard_compiled, engine, self._buckets)
-        self._engine = engine
+        weakref.finalize(self, _discard_compiled, engine, self._buckets)
         self._views: dict[int, dict[str, np.ndarray]] = {}  # rows -> a dynamic model's cache inputs
         self._kv_owner: _Bucket | None = None
         self.n_past = 0
@@ -509,9 +508,8 @@ class Model(Reported):
     def close(self) -> None:
         """Release the compiled models now (they are released when the model is collected, too).
         The model still runs afterwards from position 0, compiling again what it needs."""
-        self._finalizer()
+        _discard_compiled(get_engine(self.core), self._buckets)
         self.reset()
-        self._finalizer = weakref.finalize(self, _discard_compiled, self._engine, self._buckets)
 
     def reset(self) -> None:
         """Forget the KV cache (the next eval starts at position 0)."""
