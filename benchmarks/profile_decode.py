@@ -23,43 +23,27 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     model = Model(real_model(args.model), n_ctx=args.n_ctx, profiling=True, n_threads=2, kv=args.kv)
     model.generate([1 + (i * 7919) % (model.hp.n_vocab - 1) for i in range(args.prompt)], 4)
-    t = profile.op_times(model)
+    t = profile.op_times(model, node_types=args.node_types)
     t = t[t["graph"].str.startswith(args.graph)]
-    total = t["time_us"].sum()
+    by_op = t.groupby("ggml_op", as_index=False)[["time_us", "nodes"]].sum()
+    by_op = by_op.sort_values("time_us", ascending=False)
+    total = by_op["time_us"].sum()
     print(
         f"{args.model}, kv={args.kv}, n_ctx {args.n_ctx}, {args.prompt}-token prompt: "
         f"{'one decode step' if args.graph == 'decode' else 'the prefill'}, "
-        f"{total / 1e3:.1f} ms summed over {int(t['nodes'].sum())} nodes"
+        f"{total / 1e3:.1f} ms summed over {int(by_op['nodes'].sum())} nodes"
     )
-    for _, row in t.iterrows():
+    for _, row in by_op.iterrows():
         print(
-            f"  {row['ggml_op']:<16} {row['time_us'] / 1e3:8.2f} ms  {int(row['nodes']):5d} nodes  {row['share']:6.1%}"
+            f"  {row['ggml_op']:<16} {row['time_us'] / 1e3:8.2f} ms  {int(row['nodes']):5d} nodes  "
+            f"{row['time_us'] / max(total, 1e-9):6.1%}"
         )
     if args.node_types:
-        node_types(model, args.graph)
-
-
-def node_types(model: object, graph: str) -> None:
-    """The graph's time per (ggml op, OpenVINO node type, kernel), largest first."""
-    from ovkit.model import profile
-
-    for b in model._buckets.values():  # type: ignore[attr-defined]
-        if b.session is None or (b.shape.n_tokens == 1) != (graph == "decode"):
-            continue
-        prof = b.session.profile()
-        prof = prof[prof["status"] == "EXECUTED"].copy()
-        prof["ggml_op"] = (
-            prof["node"].map(profile.op_labels(b.session.runner.graph.compiled)).fillna(profile.OTHER)
-        )
-        rows = prof.groupby(["ggml_op", "type", "exec_type"], as_index=False).agg(
-            time_us=("real_time_us", "sum"), nodes=("node", "count")
-        )
-        print(f"{graph} n_tokens={b.shape.n_tokens} n_kv={b.shape.n_kv}, per node type:")
-        for _, row in rows.sort_values("time_us", ascending=False).head(20).iterrows():
-            per = row["time_us"] / row["nodes"]
+        print("per OpenVINO node type and kernel:")
+        for _, row in t.sort_values("time_us", ascending=False).head(20).iterrows():
             print(
                 f"  {row['ggml_op']:<16} {row['type']:<26} {row['exec_type']:<18} {row['time_us'] / 1e3:8.2f} ms "
-                f"{int(row['nodes']):5d} nodes  {per:7.1f} µs each"
+                f"{int(row['nodes']):5d} nodes  {row['time_us'] / row['nodes']:7.1f} µs each"
             )
 
 

@@ -49,9 +49,11 @@ def op_labels(compiled: Any) -> dict[str, str]:
     return labels
 
 
-def op_times(model: Any) -> pd.DataFrame:
+def op_times(model: Any, *, node_types: bool = False) -> pd.DataFrame:
     """Per graph (prefill chunk / decode bucket) and ggml op: summed µs of the last run of each
-    bucket, node count and share of the graph's time.  The model must run with ``profiling=True``."""
+    bucket, node count and share of the graph's time.  The model must run with ``profiling=True``.
+    ``node_types``: split each ggml op further by OpenVINO node type and kernel (``type``,
+    ``exec_type``), which shows what the plugin made of it."""
     import pandas as pd
 
     frames = []
@@ -66,9 +68,8 @@ def op_times(model: Any) -> pd.DataFrame:
         n_tokens = getattr(b.session, "last_n_tokens", b.shape.n_tokens)
         n_kv = getattr(b.session, "last_n_kv", b.shape.n_kv)
         graph = "decode" if n_tokens == 1 else "prefill"
-        grp = prof.groupby("ggml_op", as_index=False).agg(
-            time_us=("real_time_us", "sum"), nodes=("node", "count")
-        )
+        keys = ["ggml_op", "type", "exec_type"] if node_types else ["ggml_op"]
+        grp = prof.groupby(keys, as_index=False).agg(time_us=("real_time_us", "sum"), nodes=("node", "count"))
         grp.insert(0, "graph", f"{graph} n_tokens={n_tokens} n_kv={n_kv}")
         grp["share"] = grp["time_us"] / max(grp["time_us"].sum(), 1e-9)
         frames.append(grp.sort_values("time_us", ascending=False))
