@@ -230,6 +230,11 @@ def test_per_op_profile(model_file: Callable[..., Path]) -> None:
     for _, grp in t.groupby("graph"):
         assert abs(grp["share"].sum() - 1) < 1e-6
         assert grp.iloc[0]["ggml_op"] != profile.OTHER
+    # split by OpenVINO node type: the same nodes, a matmul among them
+    by_type = profile.op_times(model, node_types=True)
+    assert "FullyConnected" in set(by_type.loc[by_type["ggml_op"] == "MUL_MAT", "type"])
+    per_op = by_type.groupby(["graph", "ggml_op"])["nodes"].sum()
+    assert per_op.to_dict() == t.set_index(["graph", "ggml_op"])["nodes"].to_dict()
 
 
 def test_kv_cache_write_costs_little(model_file: Callable[..., Path]) -> None:
