@@ -409,11 +409,10 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
         run(test, n)  # warm-up
         times[test] = [_timed(partial(run, test, n)) for _ in range(request["reps"])]
     precision = None
-    if upstream:
-        import openvino as ov
+    if upstream:  # what the backend's own OpenVINO core computes in, read in this child
+        from ovkit.model.compare import backend_precision
 
-        hint = ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")  # an openvino.Type
-        precision = f"OpenVINO CPU default ({hint.to_string() if hasattr(hint, 'to_string') else hint})"
+        precision = f"OpenVINO CPU default ({backend_precision()})"
     return {"times": times, "precision": precision}
 
 

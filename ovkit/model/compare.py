@@ -382,7 +382,7 @@ def _serve(request: dict[str, Any]) -> None:
     ]
 
     upstream = bool(request["upstream"])
-    precision = _backend_precision(request.get("ov_precision")) if upstream else ""
+    precision = backend_precision(request.get("ov_precision")) if upstream else ""
     L.llama_backend_init()
     mp = L.llama_model_default_params()
     mp.n_gpu_layers = -1 if upstream else 0
@@ -448,7 +448,7 @@ def _serve(request: dict[str, Any]) -> None:
     L.llama_model_free(model)
 
 
-def _backend_precision(wanted: str | None) -> str:
+def backend_precision(wanted: str | None = None) -> str:
     """Set (``wanted``) and read the CPU inference precision of the real backend's own OpenVINO
     core, in the child.  The backend compiles every graph with one process-wide ``ov::Core``
     (``ov_singleton_core()``) and passes no precision hint, so that core's CPU property is what
