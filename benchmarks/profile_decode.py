@@ -1,5 +1,5 @@
 """Per-op time of one decode step (or of the prefill) of a real model (OpenVINO's own per-node
-counters, which a busy machine slows but does not reorder): ``python benchmarks/profile_decode.py
+counters of a second, warmed-up run, which a busy machine slows but does not reorder): ``python benchmarks/profile_decode.py
 [--kv host|variables] [--model smollm2-135m] [--n-ctx 512] [--prompt 126] [--graph prefill]
 [--node-types]``.  The share column is what to compare; ``--node-types`` splits each ggml op by
 the OpenVINO node types and kernels that run it."""
@@ -22,7 +22,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--node-types", action="store_true", help="per OpenVINO node type and kernel too")
     args = p.parse_args(argv)
     model = Model(real_model(args.model), n_ctx=args.n_ctx, profiling=True, n_threads=2, kv=args.kv)
-    model.generate([1 + (i * 7919) % (model.hp.n_vocab - 1) for i in range(args.prompt)], 4)
+    prompt = [1 + (i * 7919) % (model.hp.n_vocab - 1) for i in range(args.prompt)]
+    model.generate(prompt, 4)  # compiles and warms up every bucket
+    model.reset()
+    model.generate(prompt, 4)  # the profiled run: each bucket's counters hold its last run
     t = profile.op_times(model, node_types=args.node_types)
     t = t[t["graph"].str.startswith(args.graph)]
     by_op = t.groupby("ggml_op", as_index=False)[["time_us", "nodes"]].sum()
