@@ -1,6 +1,6 @@
 """Per-op time of one decode step (or of the prefill) of a real model (OpenVINO's own per-node
-counters of a second, warmed-up run, which a busy machine slows but does not reorder): ``python benchmarks/profile_decode.py
-[--kv host|variables] [--model smollm2-135m] [--n-ctx 512] [--prompt 126] [--graph prefill]
+counters of a second, warmed-up run, which a busy machine slows but does not reorder):
+``python benchmarks/profile_decode.py [--kv host|variables] [--model smollm2-135m] [--n-ctx 512] [--prompt 126] [--graph prefill]
 [--node-types]``.  The share column is what to compare; ``--node-types`` splits each ggml op by
 the OpenVINO node types and kernels that run it."""
 
@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> None:
     model.generate(prompt, 4)  # compiles and warms up every bucket
     model.reset()
     model.generate(prompt, 4)  # the profiled run: each bucket's counters hold its last run
-    t = profile.op_times(model, node_types=args.node_types)
+    # without --node-types the call older trees have too (the script can profile any commit)
+    t = profile.op_times(model, node_types=True) if args.node_types else profile.op_times(model)
     t = t[t["graph"].str.startswith(args.graph)]
     by_op = t.groupby("ggml_op", as_index=False)[["time_us", "nodes"]].sum()
     by_op = by_op.sort_values("time_us", ascending=False)
