@@ -1,7 +1,7 @@
 """Per-op time of one decode step (or of the prefill) of a real model (OpenVINO's own per-node
 counters of a second, warmed-up run, which a busy machine slows but does not reorder):
-``python benchmarks/profile_decode.py [--kv host|variables] [--model smollm2-135m] [--n-ctx 512] [--prompt 126] [--graph prefill]
-[--node-types]``.  The share column is what to compare; ``--node-types`` splits each ggml op by
+``python benchmarks/profile_decode.py [--kv host|variables] [--model smollm2-135m] [--n-ctx 512]
+[--prompt 126] [--graph prefill] [--node-types]``.  The share column is what to compare; ``--node-types`` splits each ggml op by
 the OpenVINO node types and kernels that run it."""
 
 from __future__ import annotations
