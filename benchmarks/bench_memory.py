@@ -2,7 +2,8 @@
 
 Each model runs in a fresh process per ``Model(shapes=)`` mode (``python benchmarks/bench_memory.py``;
 ``--quick``: the 4-layer synthetic model only; ``--real smollm2-135m,gemma3-270m``: the fetched
-real models instead of the synthetic llama; ``--shapes dynamic,split,buckets``: the modes): RSS
+real models instead of the synthetic llama; ``--shapes dynamic,split,buckets``: the modes;
+``--precision device``: ``Model(precision=)``): RSS
 after reading the GGUF and building ``Model``, then after running each of four shape buckets (an
 8-token prefill, the decode step, a decode step at n_kv 512, a 101-token prefill), the number of
 compiled models, and the process's peak RSS; each as MiB and as a multiple of the GGUF file.  The
@@ -41,14 +42,14 @@ def _rss() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
-def measure(path: str, shapes: str) -> dict[str, object]:
+def measure(path: str, shapes: str, precision: str = "exact") -> dict[str, object]:
     """In this process: RSS at each step of loading ``path`` and running four shape buckets."""
     import psutil
 
     from ovkit.model import Model
 
     steps: list[tuple[str, int]] = [("start", _rss())]
-    model = Model(path, n_ctx=N_CTX, n_threads=2, shapes=shapes)
+    model = Model(path, n_ctx=N_CTX, n_threads=2, shapes=shapes, precision=precision)
     steps.append(("Model()", _rss()))
     prompt = [1 + (i * 7919) % (model.hp.n_vocab - 1) for i in range(101)]
     model.eval(prompt[:8], last_only=True)  # bucket 1: the 8-token prefill
@@ -73,10 +74,13 @@ def measure(path: str, shapes: str) -> dict[str, object]:
     }
 
 
-def run_child(path: str, shapes: str, env: dict[str, str] | None = None) -> dict[str, object]:
-    """``measure(path, shapes)`` in a fresh interpreter (peak RSS and the start are per process)."""
+def run_child(
+    path: str, shapes: str, env: dict[str, str] | None = None, precision: str = "exact"
+) -> dict[str, object]:
+    """``measure(path, shapes, precision)`` in a fresh interpreter (peak RSS and the start are per
+    process)."""
     out = subprocess.run(
-        [sys.executable, __file__, "--child", path, "--shapes", shapes],
+        [sys.executable, __file__, "--child", path, "--shapes", shapes, "--precision", precision],
         check=True,
         capture_output=True,
         text=True,
@@ -86,9 +90,12 @@ def run_child(path: str, shapes: str, env: dict[str, str] | None = None) -> dict
     return result
 
 
-def show(name: str, shapes: str, r: dict[str, object]) -> None:
+def show(name: str, shapes: str, r: dict[str, object], precision: str = "exact") -> None:
     file = int(r["file"])  # type: ignore[call-overload]
-    print(f"{name}: GGUF {file / MIB:,.0f} MiB, shapes={shapes}: {r['models']} compiled model(s) at the end")
+    print(
+        f"{name}: GGUF {file / MIB:,.0f} MiB, shapes={shapes}, precision={precision}: "
+        f"{r['models']} compiled model(s) at the end"
+    )
     base = None
     for label, rss in r["steps"]:  # type: ignore[attr-defined]
         base = rss if base is None else base
@@ -145,16 +152,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--ttft", action="store_true", help="time to the first token, cold and with the model cache"
     )
+    p.add_argument("--precision", default="exact", help="Model(precision=): exact, device or ggml")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     modes = [m.strip() for m in args.shapes.split(",") if m.strip()]
     if args.child:
-        print(json.dumps(measure(args.child, modes[0])))
+        print(json.dumps(measure(args.child, modes[0], args.precision)))
         return
 
     def each(name: str, path: str) -> None:
         for mode in modes:
-            show(name, mode, run_child(path, mode))
+            show(name, mode, run_child(path, mode, precision=args.precision), args.precision)
         if args.ttft:
             for mode in modes:
                 first_token(name, path, mode)
