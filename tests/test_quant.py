@@ -84,7 +84,7 @@ def _runtime_layers(qw: quant.QuantizedWeight, n: int) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("qtype", ["q4_1", "q5_1", "q4_K", "q5_K", "q2_K"])
+@pytest.mark.parametrize("qtype", ["q4_1", "q5_1", "q4_K", "q5_K"])
 def test_zero_point_form_is_one_fully_connected_with_ggml_values(
     qtype: str, weights: np.ndarray, rng: np.random.Generator
 ) -> None:
