@@ -1,12 +1,16 @@
 """Per-op time of one decode step (or of the prefill) of a real model (OpenVINO's own per-node
 counters of a second, warmed-up run, which a busy machine slows but does not reorder):
 ``python benchmarks/profile_decode.py [--kv host|variables] [--model smollm2-135m] [--n-ctx 512]
-[--prompt 126] [--graph prefill] [--node-types]``.  The share column is what to compare; ``--node-types`` splits each ggml op by
+[--prompt 126] [--graph prefill] [--node-types] [--precision device]``; a decode profile also
+prints the step's wall time (``Model.eval``), which the nodes' own times do not cover.  The share column is what to compare; ``--node-types`` splits each ggml op by
 the OpenVINO node types and kernels that run it."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
+import time
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -20,12 +24,27 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--prompt", type=int, default=126, help="prompt tokens before the decode steps")
     p.add_argument("--graph", choices=("decode", "prefill"), default="decode", help="the graph to show")
     p.add_argument("--node-types", action="store_true", help="per OpenVINO node type and kernel too")
+    p.add_argument("--precision", default="exact", help="Model(precision=): exact, device or ggml")
+    p.add_argument("--steps", type=int, default=10, help="decode steps timed for the wall time")
     args = p.parse_args(argv)
-    model = Model(real_model(args.model), n_ctx=args.n_ctx, profiling=True, n_threads=2, kv=args.kv)
+    model = Model(
+        real_model(args.model),
+        n_ctx=args.n_ctx,
+        profiling=True,
+        n_threads=2,
+        kv=args.kv,
+        precision=args.precision,
+    )
     prompt = [1 + (i * 7919) % (model.hp.n_vocab - 1) for i in range(args.prompt)]
     model.generate(prompt, 4)  # compiles and warms up every bucket
     model.reset()
     model.generate(prompt, 4)  # the profiled run: each bucket's counters hold its last run
+    walls = []
+    if args.graph == "decode":  # the decode step's wall time, beside what its nodes sum to
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            model.eval([prompt[0]], last_only=True)
+            walls.append(time.perf_counter() - t0)
     # without --node-types the call older trees have too (the script can profile any commit)
     t = profile.op_times(model, node_types=True) if args.node_types else profile.op_times(model)
     t = t[t["graph"].str.startswith(args.graph)]
@@ -35,8 +54,14 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"{args.model}, kv={args.kv}, n_ctx {args.n_ctx}, {args.prompt}-token prompt: "
         f"{'one decode step' if args.graph == 'decode' else 'the prefill'}, "
-        f"{total / 1e3:.1f} ms summed over {int(by_op['nodes'].sum())} nodes"
+        f"{total / 1e3:.1f} ms summed over {int(by_op['nodes'].sum())} nodes, precision={args.precision}"
     )
+    if walls:
+        print(
+            f"  wall time per decode step (Model.eval, {len(walls)} steps): median "
+            f"{statistics.median(walls) * 1e3:.1f} ms, min {min(walls) * 1e3:.1f}, max {max(walls) * 1e3:.1f}; "
+            f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+        )
     for _, row in by_op.iterrows():
         print(
             f"  {row['ggml_op']:<16} {row['time_us'] / 1e3:8.2f} ms  {int(row['nodes']):5d} nodes  "
