@@ -17,7 +17,7 @@ from ovkit import Graph, oracle
 from ovkit.engine import GRAPH_RUN_CONFIG, get_engine, run_model
 from ovkit.ir import from_model_output
 from ovkit.ops.feed import prepare_feed
-from ovkit.ops.translate import attention_form, manual_gqa_attention, model_inputs
+from ovkit.ops.translate import SDPA_MIN_QUERIES, attention_form, manual_gqa_attention, model_inputs
 from ovkit.simulate import SimulatedCore
 
 ENV = "GGML_OPENVINO_MANUAL_GQA_ATTN"
@@ -105,6 +105,28 @@ def test_each_form_has_its_ops_and_ggmls_values(
         )[0],
     )
     assert oracle.nmse(got, ref) < 1e-10
+
+
+@pytest.mark.parametrize("rows", [SDPA_MIN_QUERIES - 1, SDPA_MIN_QUERIES])
+def test_ovkits_own_form_takes_sdpa_for_long_prefills(rows: int) -> None:
+    """Flag unset: from SDPA_MIN_QUERIES query rows on (a long prefill) OpenVINO's fused SDPA,
+    below it the grouped MatMuls (cheaper for a decode step); ggml's values either way, a fully
+    masked row included."""
+    n_kv = 160
+    mask = np.where(np.arange(n_kv)[None, :] > np.arange(rows)[:, None] + 32, -np.inf, 0).astype(np.float16)
+    mask[5] = -np.inf
+    q, k, v = _f(1, 8, rows, 32), _f(1, 2, n_kv, 32, dtype=_H16), _f(1, 2, n_kv, 32, dtype=_H16)
+    g, out, arrays = _graph(q, k, v, mask)
+    with manual_gqa_attention(None):
+        model, names = g.to_model([out])
+    assert ("ScaledDotProductAttention" in {t for t, _ in _ops(model)}) is (rows >= SDPA_MIN_QUERIES)
+    raw = run_model(
+        model, model_inputs(g, names, prepare_feed(g, [out], arrays)), "CPU", run_config=GRAPH_RUN_CONFIG
+    )
+    got = from_model_output(out, raw[0])
+    expected = oracle.ggml_call("flash_attn_ext", q, k, v, mask, 0.25, 0.0, 0.0)
+    assert not np.isnan(got).any() and not got.reshape(rows, 8, 32)[5].any()  # a fully masked row: 0
+    assert oracle.nmse(got, expected) < oracle.max_nmse("flash_attn_ext")
 
 
 def test_ops_the_backend_refuses_keep_ovkits_form() -> None:

@@ -905,13 +905,22 @@ ATTENTION_FORMS = ("grouped", "manual", "sdpa")
 _attention_flag: contextvars.ContextVar[bool | None] = contextvars.ContextVar("manual_gqa", default=None)
 
 
-def attention_form(manual_gqa: bool | None, n_head: int, n_head_kv: int, plain: bool) -> str:
+#: ovkit's own form takes SDPA from this many query rows on: the CPU plugin's fused kernel halves
+#: a long prefill's attention (SmolLM2, 512 rows: 291 -> 159 ms), is even at 64 rows, and at 16
+#: rows or one (decode) costs 3x the grouped MatMuls (its K/V broadcast to every query head)
+SDPA_MIN_QUERIES = 128
+
+
+def attention_form(manual_gqa: bool | None, n_head: int, n_head_kv: int, plain: bool, n_q: int = 1) -> str:
     """The form of one FLASH_ATTN_EXT: ``manual_gqa`` is GGML_OPENVINO_MANUAL_GQA_ATTN as resolved
-    for the device (None: ovkit's own form); the backend takes the manual form only for grouped
-    queries (r > 1, H_kv > 1), else SDPA.  ``plain``: no sinks, softcap or ALiBi — the backend's
-    policy refuses the others, and SDPA has none of them, so they keep ovkit's form."""
-    if manual_gqa is None or not plain:
+    for the device (None: ovkit's own form, SDPA for ``n_q`` >= SDPA_MIN_QUERIES query rows, else
+    grouped); the backend takes the manual form only for grouped queries (r > 1, H_kv > 1), else
+    SDPA.  ``plain``: no sinks, softcap or ALiBi — the backend's policy refuses the others, and
+    SDPA has none of them, so they keep ovkit's form."""
+    if not plain:
         return "grouped"
+    if manual_gqa is None:
+        return "sdpa" if n_q >= SDPA_MIN_QUERIES else "grouped"
     return "manual" if manual_gqa and n_head_kv > 1 and n_head > n_head_kv else "sdpa"
 
 
@@ -992,7 +1001,8 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
     r = n_h // h_kv
     sinks = xs[4] if len(xs) > 4 else None
     plain = sinks is None and t.params["logit_softcap"] == 0 and t.params["max_bias"] <= 0
-    form = attention_form(None if ggml_path else _attention_flag.get(), n_h, h_kv, plain)
+    # precision="ggml" keeps the grouped MatMuls (its tiled path: ggml's f32 attention)
+    form = "grouped" if ggml_path else attention_form(_attention_flag.get(), n_h, h_kv, plain, n_q)
     if ggml_path == "f16":
         return _flash_attn_ggml_f16(t, xs, ops.reshape(q, i64([n_b, h_kv, r * n_q, q_t.ne[0]]), False), k, v)
     if form == "sdpa":
