@@ -49,14 +49,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 QK_K = 256
-#: How a weight's blocks become an OpenVINO decompression subgraph.  ``fast``: ggml's values bit
-#: for bit (asymmetric types as a signed container plus a separate bias term); ``zero_point``: the
-#: asymmetric types as one compressed FullyConnected with an f32 zero point ``-bias/scale`` (ggml's
-#: values to f32 rounding, one node instead of four; every other weight as ``fast``); ``upstream``
-#: and ``upstream_bias``: the real backend's own forms (f16 scales, integer or f16 zero points).
-Form = Literal["fast", "zero_point", "upstream", "upstream_bias"]
-FORMS: tuple[str, ...] = ("fast", "zero_point", "upstream", "upstream_bias")
-_OWN_FORMS = ("fast", "zero_point")  # ovkit's forms: ggml's values (bit for bit, or to f32 rounding)
+Form = Literal["fast", "upstream", "upstream_bias"]
+FORMS: tuple[str, ...] = ("fast", "upstream", "upstream_bias")
 
 
 class QuantError(ValueError):
@@ -487,7 +481,7 @@ class QuantizedWeight:
         object.__setattr__(self, "shape", checked_shape(spec, self.shape, what))
         if self.form not in FORMS:
             raise QuantError(f"unknown decompression form {self.form!r}; expected one of {FORMS}")
-        if spec.host_decoded and self.form not in _OWN_FORMS:
+        if spec.host_decoded and self.form != "fast":
             raise QuantError(
                 f"{spec.name} {what}: form {self.form!r} does not exist (upstream refuses {spec.name} "
                 "weights); expected 'fast' (the host-decoded constant)"
@@ -547,7 +541,7 @@ class QuantizedWeight:
         if self.spec.host_decoded:
             return False
         if self.spec.name == "mxfp4":
-            return self.form in _OWN_FORMS
+            return self.form == "fast"
         return self.spec.container_bits == 8
 
     @property
@@ -600,7 +594,7 @@ class QuantizedWeight:
         if spec.name == "mxfp4":
             # fast: the exact integers 2*e2m1 in i8 (decompressing kernel, ~25% faster at n=1
             # than f4e2m1, which has no int8 path); upstream: the raw e2m1 codes
-            return "i8" if self.form in _OWN_FORMS else "f4e2m1"
+            return "i8" if self.form == "fast" else "f4e2m1"
         sign = "i" if spec.symmetric or self._offset else "u"
         return f"{sign}{spec.container_bits}"
 
@@ -630,28 +624,6 @@ class QuantizedWeight:
         return packed_constant(self._grouped(q), et)
 
     @cached_property
-    def _zero_point_f32(self) -> np.ndarray | None:
-        """The ``zero_point`` form's f32 zero points ``-bias/scale`` [rows, k/G]; None where the
-        weight keeps the fast form: symmetric, requantized or host-decoded blocks, values that
-        are not finite, or a group whose zero scale sits beside a bias (no zero point gives it)."""
-        dec = self.decoded
-        if self.form != "zero_point" or self.requant is not RequantTarget.NATIVE or self.spec.host_decoded:
-            return None
-        if dec.bias is None:
-            return None
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            zero = np.where(dec.scale != 0, -dec.bias / dec.scale, np.float32(0)).astype(np.float32)
-        finite = np.isfinite(zero).all() and np.isfinite(dec.scale).all() and np.isfinite(dec.bias).all()
-        if not finite or np.any((dec.scale == 0) & (dec.bias != 0)):
-            return None
-        return zero
-
-    @property
-    def _fast(self) -> bool:
-        """Built as the ``fast`` form (the ``zero_point`` form falls back to it where it has none)."""
-        return self.form == "fast" or (self.form == "zero_point" and self._zero_point_f32 is None)
-
-    @cached_property
     def _offset(self) -> int:
         """Fast form of the asymmetric types: q - 8 (4-bit) or q - 16 (5-bit) in a signed container.
 
@@ -661,7 +633,7 @@ class QuantizedWeight:
         own arithmetic.  Weights with NaN or inf values are the f32 constant (:attr:`_host_f32`).
         """
         spec, dec = self.spec, self.decoded
-        if not self._fast or self.requant is not RequantTarget.NATIVE or dec.bias is None:
+        if self.form != "fast" or self.requant is not RequantTarget.NATIVE or dec.bias is None:
             return 0
         if self._host_f32:
             return 0
@@ -683,7 +655,7 @@ class QuantizedWeight:
         on every CPU.  A compressed FullyConnected quantizes the activations to int8 on CPUs with
         VNNI, and its integer sums times an inf scale are ±inf or NaN where the product is not."""
         dec = self.decoded
-        if not self._fast or self.requant is not RequantTarget.NATIVE or self.spec.host_decoded:
+        if self.form != "fast" or self.requant is not RequantTarget.NATIVE or self.spec.host_decoded:
             return False
         qmax = max(int(dec.q.max(initial=0)), -int(dec.q.min(initial=0)))
         with np.errstate(over="ignore", invalid="ignore"):
@@ -707,7 +679,7 @@ class QuantizedWeight:
         """The fast form's MXFP4 groups whose scale is an f32 subnormal (exponent byte 0 or 1),
         [rows, k/32] bool; None when there are none (every other weight)."""
         exponent = self.decoded.exponent
-        if not self._fast or self.requant is not RequantTarget.NATIVE or exponent is None:
+        if self.form != "fast" or self.requant is not RequantTarget.NATIVE or exponent is None:
             return None
         tiny = exponent < 2
         return tiny if tiny.any() else None
@@ -742,9 +714,9 @@ class QuantizedWeight:
         Upstream forms: ``round(-bias/scale)`` clamped to the unsigned container.
         """
         dec, spec = self.decoded, self.spec
-        if dec.bias is None or self._host_f32 or self._zero_point_f32 is not None:
-            return None  # the f32 constant or the f32 zero point holds the bias already
-        if self._fast:
+        if dec.bias is None or self._host_f32:  # the f32 constant holds the bias already
+            return None
+        if self.form == "fast":
             offset = self._offset
             z = np.full(dec.scale.shape, offset, np.uint8)
             resid = dec.bias + dec.scale * np.float32(offset) if offset else dec.bias
@@ -774,11 +746,6 @@ class QuantizedWeight:
         if not upstream and self._host_f32:
             return ops.constant(self._grouped(dec.dequantize()))
         w = self._weight_const()
-        if self._zero_point_f32 is not None:  # one FullyConnected: (q - z)·scale, all in f32
-            zero = ops.constant(self._zero_point_f32[:, :, None])
-            return ops.multiply(
-                ops.subtract(ops.convert(w, "f32"), zero), ops.constant(dec.scale[:, :, None])
-            )
         if not upstream:
             # ggml's numbers: the scale exactly (requantized scales as upstream rounds them)
             return _decompress(w, dec.scale[:, :, None], exact=self.requant is RequantTarget.NATIVE)
@@ -811,7 +778,7 @@ class QuantizedWeight:
     def to_ov_node(self) -> Any:
         """The decompression subgraph: f32 output of the numpy ``shape`` (for get_rows and fallback)."""
         ops = _ops()
-        upstream = not self._fast and self._zero_point_f32 is None
+        upstream = self.form != "fast"
         node = self._scaled(upstream=upstream)
         zps = self._zero_points
         if not upstream and zps is not None:

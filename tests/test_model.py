@@ -237,34 +237,6 @@ def test_per_op_profile(model_file: Callable[..., Path]) -> None:
     assert per_op.to_dict() == t.set_index(["graph", "ggml_op"])["nodes"].to_dict()
 
 
-@pytest.mark.parametrize("wtype", ["q4_1", "q4_K"])
-def test_device_precision_runs_asymmetric_weights_as_one_matmul_each(
-    model_file: Callable[..., Path], wtype: str
-) -> None:
-    """precision="device" gives each Q4_1/Q4_K weight one compressed FullyConnected (an f32 zero
-    point), where exact needs a second one for the bias term: fewer nodes, the same greedy tokens,
-    logits to f32 rounding when the device computes in f32 (its default on a CPU without bf16)."""
-    from ovkit.model import profile
-
-    path = model_file("llama", wtype)
-    runs = {}
-    for precision in ("exact", "device"):
-        model = Model(path, n_ctx=64, profiling=True, precision=precision)
-        gen = model.generate(PROMPT[:8], 6, all_logits=True)
-        by_type = profile.op_times(model, node_types=True)
-        fcs = by_type[(by_type["ggml_op"] == "MUL_MAT") & by_type["type"].str.startswith("FullyConnected")]
-        runs[precision] = (gen, int(fcs["nodes"].sum()), model.effective_precision())
-    (exact, exact_fcs, _), (device, device_fcs, used) = runs["exact"], runs["device"]
-    assert device_fcs < exact_fcs
-    mul_mats_per_graph = 7 * 2 + 1  # per layer Q, K, V, out, gate, up, down; the output head
-    assert device_fcs == mul_mats_per_graph * len(by_type["graph"].unique())
-    assert device.tokens == exact.tokens
-    # f32: each product to f32 rounding (a single matmul at 2e-13), compounded over the layers
-    bound = 1e-7 if used == "f32" else 5e-2  # bf16 on CPUs with AMX or avx512_bf16
-    assert _nmse(device.prompt_logits, exact.prompt_logits) < bound, used
-    assert _nmse(device.decode_logits, exact.decode_logits) < bound, used
-
-
 def test_kv_cache_write_costs_little(model_file: Callable[..., Path]) -> None:
     """A decode step writes one row per KV cache tensor: SET_ROWS, with the nodes OpenVINO adds
     around the cache (conversions, state copies), stays under 5 % of the step even with a 2,048-cell

@@ -72,55 +72,6 @@ def test_upstream_rounded_zero_points_lose_accuracy(
     assert fast_err < MUL_MAT_NMSE < up_err
 
 
-def _runtime_layers(qw: quant.QuantizedWeight, n: int) -> list[str]:
-    """The CPU plugin's runtime layer types for ``x @ qw.T`` with ``n`` rows of activations."""
-    import openvino as ov
-    import openvino.opset13 as ops
-
-    p = ops.parameter([n, qw.k], ov.Type.f32)
-    compiled = ov.Core().compile_model(ov.Model([qw.ov_mul_mat(p.output(0))], [p]), "CPU", NO_DYNAMIC_QUANT)
-    return [
-        op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()
-    ]
-
-
-@pytest.mark.parametrize("qtype", ["q4_1", "q5_1", "q4_K", "q5_K"])
-def test_zero_point_form_is_one_fully_connected_with_ggml_values(
-    qtype: str, weights: np.ndarray, rng: np.random.Generator
-) -> None:
-    """precision="device"'s form: an asymmetric weight as one compressed FullyConnected with an
-    f32 zero point (the fast form needs a second one for the bias), ggml's values to f32 rounding."""
-    qw = quant.quantize(qtype, weights)
-    zp = qw.with_form("zero_point")
-    exact = qw.dequantize().astype(np.float64)
-    x = rng.standard_normal((5, weights.shape[1])).astype(np.float32)
-    got = _compiled(zp, "mul_mat", x, NO_DYNAMIC_QUANT)
-    assert oracle.nmse(got, x.astype(np.float64) @ exact.T) < EXACT_NMSE
-    rows = np.array([0, 7, 47, 7], np.int32)
-    assert oracle.nmse(_compiled(zp, "get_rows", rows), exact[rows]) < 1e-12
-    assert _runtime_layers(zp, 1).count("FullyConnected") == 1
-    assert _runtime_layers(qw, 1).count("FullyConnected") == 2
-    assert zp.digest != qw.digest  # its own compiled graph
-
-
-def test_zero_point_form_keeps_the_fast_form_where_no_zero_point_exists(weights: np.ndarray) -> None:
-    """A Q4_1 block of one repeated value has scale 0 beside its bias: no zero point gives it,
-    so that weight keeps the fast form and ggml's values bit for bit (symmetric types too)."""
-    w = weights.copy()
-    w[3, 64:96] = 0.7  # one constant 32-element block: d = 0, m = 0.7
-    qw = quant.quantize("q4_1", w)
-    assert np.any((qw.decoded.scale == 0) & (qw.decoded.bias != 0))
-    zp = qw.with_form("zero_point")
-    rows = np.array([3, 0], np.int32)
-    np.testing.assert_array_equal(_compiled(zp, "get_rows", rows), qw.dequantize()[rows])
-    assert zp.container == qw.container == "i4"
-    sym = quant.quantize("q4_0", weights)
-    assert sym.with_form("zero_point").container == "i4"
-    np.testing.assert_array_equal(
-        _compiled(sym.with_form("zero_point"), "get_rows", rows), sym.dequantize()[rows]
-    )
-
-
 def _run_ov(qw: quant.QuantizedWeight, x: np.ndarray) -> np.ndarray:
     import openvino as ov
     import openvino.opset13 as ops

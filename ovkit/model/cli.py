@@ -47,10 +47,7 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
         "--precision",
         choices=tuple(PRECISIONS),
         default="exact",
-        help=(
-            "exact (f32), device (its default precision; asymmetric weights as one zero-point "
-            "matmul each) or ggml (f32 with llama.cpp CPU's q8 activations)"
-        ),
+        help="exact (f32), device (its default) or ggml (f32 with llama.cpp CPU's q8 activations)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 

@@ -38,7 +38,7 @@ from ovkit.ir import UnsupportedOpError
 from ovkit.memory import format_bytes
 from ovkit.model.arch import HParams, ModelError
 from ovkit.model.dynamic import DynamicShapeError, Symbol, symbolic_model
-from ovkit.model.precision import PRECISIONS, WEIGHT_FORMS
+from ovkit.model.precision import PRECISIONS
 from ovkit.model.program import (
     F16_BYTES,
     DecoderOut,
@@ -301,9 +301,8 @@ class Model(Reported):
         graph is built, and released once a ``shapes="dynamic"``/``"split"`` model is compiled
         (the compiled model holds its own copy; the decoded host copy is ~4x a 4-bit file)."""
         if self._weights is None:
-            form = WEIGHT_FORMS[self.precision]
             weights = {
-                name: value.apply_policy(self.device_class, no_requant=self.no_requant).with_form(form)
+                name: value.apply_policy(self.device_class, no_requant=self.no_requant)
                 if isinstance(value, quant.QuantizedWeight)
                 else value
                 for name, value in model_weights(self.gguf)
