@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable, Sequence
 
 
-def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
-    """Median wall time of ``fn()`` over ``repeat`` runs after ``warmup`` runs."""
+def seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> list[float]:
+    """Wall times of ``repeat`` runs of ``fn()`` after ``warmup`` untimed ones."""
     for _ in range(warmup):
         fn()
     times = []
@@ -17,7 +17,12 @@ def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> fl
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return times
+
+
+def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
+    """Median wall time of ``fn()`` over ``repeat`` runs after ``warmup`` runs."""
+    return statistics.median(seconds(fn, repeat, warmup))
 
 
 def process_seconds(argv: Sequence[str], repeat: int) -> list[float]:

@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _util import seconds
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": 2}
 PREFILL_TARGET, DECODE_TARGET = 4.0, 1.5  # the speed issue's factors over llama.cpp CPU
@@ -37,15 +37,9 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def _timed(run: Callable[[], object], reps: int, warmup: int = 2) -> tuple[float, float, float]:
-    """Median, min and max seconds of ``reps`` calls after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
+def _timed(run: Callable[[], object], reps: int) -> tuple[float, float, float]:
+    """Median, min and max seconds of ``reps`` calls after two untimed ones."""
+    times = seconds(run, reps, warmup=2)
     return statistics.median(times), min(times), max(times)
 
 
@@ -112,7 +106,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("-p", type=int, default=512, help="prompt tokens (llama-bench's pp)")
     p.add_argument("-n", type=int, default=128, help="generated tokens (llama-bench's tg)")
     p.add_argument("-r", type=int, default=3, help="repetitions")
-    p.add_argument("--precision", default="exact", help="ovkit's weight form: exact or device")
+    p.add_argument(
+        "--precision", default="exact", help="the Model(precision=) whose weights are built: exact or device"
+    )
     args = p.parse_args(argv)
     path = Path(real_model(args.model))
     print(f"{args.model}: load average before {_load()}")
