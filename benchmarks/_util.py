@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as every benchmark prints them beside its figures."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> list[float]:

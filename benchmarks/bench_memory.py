@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _util import load_average
+
 MIB = 2**20
 #: The synthetic llama of issue 22 (Q4_0, n_embd 1024) at 4, 8 and 16 layers.
 SYNTHETIC = {"n_embd": 1024, "n_ff": 2816, "n_head": 16, "n_head_kv": 4, "n_vocab": 32000}
@@ -138,7 +140,7 @@ def first_token(name: str, path: str, shapes: str) -> None:
         upstream = f"failed ({str(exc).splitlines()[0]})"
     print(
         f"{name}, shapes={shapes}: time to first token (fresh process, 8-token prompt), load "
-        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}: cold {cold['ttft']:.1f} s; real backend cold {upstream}"
+        f"{load_average()}: cold {cold['ttft']:.1f} s; real backend cold {upstream}"
     )
     for line in starts:
         print(f"  {line}")

@@ -13,9 +13,9 @@ meets that bound.
 from __future__ import annotations
 
 import argparse
-import os
 
 import numpy as np
+from _util import load_average
 
 #: the prompts of tests/test_model_ggml_numerics.py, 8 tokens each there too
 PROMPTS = (
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--models", default="smollm2-135m,gemma3-270m")
     p.add_argument("-n", type=int, default=8, help="greedy tokens fed after the prompt")
     args = p.parse_args(argv)
-    print("load average before: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(f"load average before: {load_average()}")
     for name in args.models.split(","):
         path = real_model(name)
         for text in PROMPTS:
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
                 + f"; max {max(per):.1e}, {over}/{len(per)} positions above 1e-5; greedy "
                 + ("equal" if batch.tokens == single.tokens else "differs")
             )
-    print("load average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(f"load average after: {load_average()}")
 
 
 if __name__ == "__main__":

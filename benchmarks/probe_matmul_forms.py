@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _util import load_average
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "NUM_STREAMS": 1}
 
@@ -165,12 +166,12 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=5)
     args = p.parse_args(argv)
-    print("load average before: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(f"load average before: {load_average()}")
     q4_1_forms(args.reps)
     bias_term_forms(args.reps)
     i4_chain(args.reps)
     blob_import(args.reps)
-    print("load average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(f"load average after: {load_average()}")
 
 
 if __name__ == "__main__":

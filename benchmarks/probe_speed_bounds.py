@@ -20,21 +20,16 @@ of ``1 / (1.5 x tg)``, compared with the time of the matmuls alone.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _util import seconds
+from _util import load_average, seconds
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": 2}
 PREFILL_TARGET, DECODE_TARGET = 4.0, 1.5  # the speed issue's factors over llama.cpp CPU
-
-
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _timed(run: Callable[[], object], reps: int) -> tuple[float, float, float]:
@@ -111,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = p.parse_args(argv)
     path = Path(real_model(args.model))
-    print(f"{args.model}: load average before {_load()}")
+    print(f"{args.model}: load average before {load_average()}")
 
     s = BenchSettings(path, n_prompt=args.p, n_gen=args.n, reps=args.r, threads=2)
     llama = {r.test: r for r in run_llama(s, "llama.cpp", s.tokens(49_000))}
@@ -151,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"{allowed * 1e3:.1f} ms per whole step; the matmuls alone take {med / allowed:.2f}x that "
                 f"({'reachable' if med <= allowed else 'out of reach'} with these kernels)"
             )
-    print(f"load average after {_load()}")
+    print(f"load average after {load_average()}")
 
 
 if __name__ == "__main__":

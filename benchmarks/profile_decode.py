@@ -8,9 +8,10 @@ the OpenVINO node types and kernels that run it."""
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
+
+from _util import load_average
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"  wall time per decode step (Model.eval, {len(walls)} steps): median "
             f"{statistics.median(walls) * 1e3:.1f} ms, min {min(walls) * 1e3:.1f}, max {max(walls) * 1e3:.1f}; "
-            f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+            f"load average {load_average()}"
         )
     for _, row in by_op.iterrows():
         print(
