@@ -26,12 +26,8 @@ PROMPTS = (
 PROMPT_TOKENS = 8
 
 
-def _nmse(a: np.ndarray, b: np.ndarray) -> float:
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    return float(np.sum((a64 - b64) ** 2) / np.sum(b64**2))
-
-
 def main(argv: list[str] | None = None) -> None:
+    from ovkit import oracle
     from ovkit.model.fetch import real_model
     from ovkit.model.reference import run_reference, tokenize
 
@@ -44,7 +40,6 @@ def main(argv: list[str] | None = None) -> None:
         path = real_model(name)
         for text in PROMPTS:
             prompt = tokenize(path, text)[:PROMPT_TOKENS]
-            batch = run_reference(path, prompt, [], n_ctx=64)
             fed: list[int] = []
             for _ in range(args.n):  # llama.cpp's own greedy tokens, fed to both runs
                 batch = run_reference(path, prompt, fed, n_ctx=64)
@@ -53,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
             single = run_reference(path, prompt, fed, n_ctx=64, n_batch=1)
             a = np.concatenate([batch.prompt_logits, batch.decode_logits])
             b = np.concatenate([single.prompt_logits, single.decode_logits])
-            per = [_nmse(b[i], a[i]) for i in range(len(a))]
+            per = [oracle.nmse(a[i], b[i]) for i in range(len(a))]
             over = sum(x > 1e-5 for x in per)
             print(
                 f"{name} {text!r}: batch vs one at a time, NMSE per position "
