@@ -2,8 +2,9 @@
 counters of a second, warmed-up run, which a busy machine slows but does not reorder):
 ``python benchmarks/profile_decode.py [--kv host|variables] [--model smollm2-135m] [--n-ctx 512]
 [--prompt 126] [--graph prefill] [--node-types] [--precision device]``; a decode profile also
-prints the step's wall time (``Model.eval``), which the nodes' own times do not cover.  The share column is what to compare; ``--node-types`` splits each ggml op by
-the OpenVINO node types and kernels that run it."""
+prints the step's wall time (``Model.eval``), which the nodes' own times do not cover.  The share
+column is what to compare; ``--node-types`` splits each ggml op by the OpenVINO node types and
+kernels that run it."""
 
 from __future__ import annotations
 
