@@ -4,7 +4,8 @@ The backend (openvino/op/flash_attn_ext.cpp) translates grouped-query attention 
 on 5-D Q/K/V when GGML_OPENVINO_MANUAL_GQA_ATTN is on (the default on GPU) and with
 ScaledDotProductAttention when it is off; ovkit's own form (flag unset off GPU) groups the query
 heads with 4-D MatMuls, and takes SDPA too from SDPA_MIN_QUERIES query rows on (long prefills).
-Each form must give ggml's values; the OpenVINO model must hold the form's ops.  GGML_OPENVINO_DISABLE_KV_SLICE turns off feeding the KV cache as its first n_kv rows
+Each form must give ggml's values; the OpenVINO model must hold the form's ops.
+GGML_OPENVINO_DISABLE_KV_SLICE turns off feeding the KV cache as its first n_kv rows
 (``try_make_kv_sliced_tensor`` in utils.cpp).
 """
 
