@@ -6,14 +6,16 @@ printed before and after).
 Measured in one run, 2 threads everywhere:
 
 * llama.cpp CPU's pp and tg (the side ``ovkit bench`` runs: ``ovkit.model.bench.run_llama``);
-* OpenVINO's f32 matmul rate here: one 2048x2048x2048 f32 MatMul on the CPU plugin, GFLOP/s;
+* OpenVINO's matmul rate here: one 2048x2048x2048 MatMul on the CPU plugin, GFLOP/s, in f32
+  (``--precision exact``) or the device's default precision (``device``: bf16 on CPUs with
+  avx512_bf16 or AMX), as the matmuls below;
 * the model's weight matmuls alone: every ``blk.*`` weight of the GGUF as ovkit builds it for the
   precision (its compressed constant, ``QuantizedWeight.ov_mul_mat``) applied to p tokens (the
   prefill) and to 1 token (a decode step), plus the output head on one token, in one compiled
   model without attention, norms or anything else between them.
 
 Then the bounds: the prefill target (4x llama.cpp's pp) needs the matmuls' flops at a rate that
-is compared with OpenVINO's f32 rate; the decode target (1.5x llama.cpp's tg) allows a whole step
+is compared with OpenVINO's matmul rate; the decode target (1.5x llama.cpp's tg) allows a whole step
 of ``1 / (1.5 x tg)``, compared with the time of the matmuls alone.
 """
 
@@ -28,7 +30,9 @@ from typing import Any
 import numpy as np
 from _util import load_average, seconds
 
-CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": 2}
+THREADS = {"NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": 2}
+#: compile properties per --precision: f32, or the device's default (no hint), as Model compiles
+CONFIGS = {"exact": {**THREADS, "INFERENCE_PRECISION_HINT": "f32"}, "device": THREADS}
 PREFILL_TARGET, DECODE_TARGET = 4.0, 1.5  # the speed issue's factors over llama.cpp CPU
 
 
@@ -38,14 +42,15 @@ def _timed(run: Callable[[], object], reps: int) -> tuple[float, float, float]:
     return statistics.median(times), min(times), max(times)
 
 
-def f32_matmul_rate(reps: int, size: int = 2048) -> float:
-    """GFLOP/s of one ``size``-cubed f32 MatMul on the CPU plugin (its best f32 kernel here)."""
+def matmul_rate(reps: int, config: dict[str, Any], size: int = 2048) -> float:
+    """GFLOP/s of one ``size``-cubed f32 MatMul compiled with ``config`` on the CPU plugin (its
+    best kernel here for that precision)."""
     import openvino as ov
     import openvino.opset13 as ops
 
     a = ops.parameter([size, size], ov.Type.f32)
     b = ops.constant(np.random.default_rng(0).standard_normal((size, size)).astype(np.float32))
-    compiled = ov.Core().compile_model(ov.Model([ops.matmul(a, b, False, True)], [a]), "CPU", CONFIG)
+    compiled = ov.Core().compile_model(ov.Model([ops.matmul(a, b, False, True)], [a]), "CPU", config)
     request = compiled.create_infer_request()  # one request, as the matmuls' own timing uses
     x = np.random.default_rng(1).standard_normal((size, size)).astype(np.float32)
     median, _, _ = _timed(lambda: request.infer({0: x}), reps)
@@ -53,7 +58,7 @@ def f32_matmul_rate(reps: int, size: int = 2048) -> float:
 
 
 def matmuls_only(
-    weights: dict[str, Any], head: Any, n_tokens: int
+    weights: dict[str, Any], head: Any, n_tokens: int, config: dict[str, Any]
 ) -> tuple[Any, dict[int, np.ndarray], float]:
     """One compiled model of every ``blk.*`` weight's matmul over ``n_tokens`` rows and the output
     head over one row; its feeds by input width, and its flops per call."""
@@ -83,7 +88,7 @@ def matmuls_only(
             apply(w, n_tokens)
     apply(head, 1)
     model = ov.Model([ops.concat([ops.unsqueeze(s, 0) for s in sums], 0)], list(params.values()))
-    compiled = ov.Core().compile_model(model, "CPU", CONFIG)
+    compiled = ov.Core().compile_model(model, "CPU", config)
     rng = np.random.default_rng(2)
     feeds = {
         i: rng.standard_normal(tuple(p.get_partial_shape().to_shape())).astype(np.float32)
@@ -103,7 +108,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("-n", type=int, default=128, help="generated tokens (llama-bench's tg)")
     p.add_argument("-r", type=int, default=3, help="repetitions")
     p.add_argument(
-        "--precision", default="exact", help="the Model(precision=) whose weights are built: exact or device"
+        "--precision",
+        default="exact",
+        choices=sorted(CONFIGS),
+        help="the Model(precision=) whose weights are built and the precision everything is compiled in",
     )
     args = p.parse_args(argv)
     path = Path(real_model(args.model))
@@ -118,14 +126,20 @@ def main(argv: list[str] | None = None) -> None:
         f"  llama.cpp CPU: pp{args.p} {pp.mean:.1f} ± {pp.std:.1f} tok/s, tg{args.n} {tg.mean:.1f} ± {tg.std:.1f} tok/s"
     )
 
-    rate = f32_matmul_rate(args.r)
-    print(f"  OpenVINO's f32 MatMul (2048 cubed, 2 threads): {rate:.0f} GFLOP/s")
+    import openvino as ov
+
+    config = CONFIGS[args.precision]
+    ran = (
+        "f32" if args.precision == "exact" else str(ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT"))
+    )
+    rate = matmul_rate(args.r, config)
+    print(f"  OpenVINO's MatMul in {ran} (2048 cubed, 2 threads): {rate:.0f} GFLOP/s")
 
     model = Model(path, precision=args.precision)
     weights = model.weights
     head = weights.get("output.weight", weights["token_embd.weight"])
     for n_tokens, label in ((args.p, "prefill"), (1, "decode step")):
-        compiled, feeds, flops = matmuls_only(weights, head, n_tokens)
+        compiled, feeds, flops = matmuls_only(weights, head, n_tokens, config)
         request = compiled.create_infer_request()
         med, lo, hi = _timed(lambda request=request, feeds=feeds: request.infer(feeds), args.r)
         print(
@@ -136,9 +150,9 @@ def main(argv: list[str] | None = None) -> None:
             need_rate = flops / n_tokens * PREFILL_TARGET * pp.mean / 1e9
             print(
                 f"    prefill target {PREFILL_TARGET:g}x llama.cpp = {PREFILL_TARGET * pp.mean:.0f} tok/s needs the "
-                f"matmuls alone at {need_rate:.0f} GFLOP/s: {need_rate / rate:.2f}x OpenVINO's f32 MatMul rate, "
+                f"matmuls alone at {need_rate:.0f} GFLOP/s: {need_rate / rate:.2f}x OpenVINO's MatMul rate, "
                 f"the matmuls alone take {med * PREFILL_TARGET * pp.mean / n_tokens:.2f}x the whole prefill's time "
-                f"({'reachable' if need_rate <= rate else 'out of reach'} in f32 on this CPU)"
+                f"({'reachable' if need_rate <= rate else 'out of reach'} in {ran} on this CPU)"
             )
         else:
             allowed = 1 / (DECODE_TARGET * tg.mean)
