@@ -10,6 +10,7 @@ name)`` and ``compile_model(model, device, config)``).
 from __future__ import annotations
 
 import functools
+from collections.abc import MutableMapping
 from typing import Any
 
 
@@ -38,3 +39,14 @@ def get_core(core: Any | None = None) -> Any:
 def is_simulated(core: Any) -> bool:
     """True for ovkit's simulated device set."""
     return bool(getattr(core, "simulated", False))
+
+
+def exact_on_cpu(props: MutableMapping[str, Any]) -> None:
+    """CPU plugin properties asking f32 made exact: dynamic quantization off (unless set).  On
+    CPUs with VNNI or AMX the plugin quantizes the activations meeting a compressed weight to int8
+    in groups of 32 even at f32 precision (a Q4_1 matmul: NMSE 3e-5 against exact f32, 2e-13
+    without), so ovkit's f32 would not be f32 there (docs/quant.md, "What differs between CPUs")."""
+    precision = props.get("INFERENCE_PRECISION_HINT", "")  # text, or an openvino.Type
+    name = precision.get_type_name() if hasattr(precision, "get_type_name") else str(precision)
+    if name == "f32":
+        props.setdefault("DYNAMIC_QUANTIZATION_GROUP_SIZE", 0)

@@ -18,6 +18,7 @@ from ovkit.engine import (
     RunConfig,
     compile_properties,
     model_structure_key,
+    run_config_from,
 )
 
 
@@ -272,6 +273,23 @@ def test_cache_dir_maps_like_upstream(tmp_path) -> None:
     again = Engine(env={"GGML_OPENVINO_CACHE_DIR": str(tmp_path)})
     report = again.run_report("add32", lambda: add_model(32), [a, a])
     assert report.effective.loaded_from_cache is True
+
+
+def test_f32_runs_turn_the_cpu_plugins_activation_quantization_off() -> None:
+    """An f32 run on the CPU class asks for exact activations (no int8 dynamic quantization, which
+    VNNI/AMX CPUs apply to compressed weights at f32 too); the device default and other device
+    classes are left alone, and a run's own setting wins."""
+    cfg = read_config({})
+    assert compile_properties(RunConfig(inference_precision="f32"), "CPU", cfg) == {
+        "INFERENCE_PRECISION_HINT": "f32",
+        "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0,
+    }
+    assert compile_properties(RunConfig(), "CPU", cfg) == {}
+    assert compile_properties(RunConfig(inference_precision="f32"), "GPU", cfg) == {
+        "INFERENCE_PRECISION_HINT": "f32"
+    }
+    own = run_config_from({"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 32})
+    assert compile_properties(own, "CPU", cfg)["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == "32"
 
 
 def test_dynamic_dims_serve_many_lengths(engine: Engine) -> None:

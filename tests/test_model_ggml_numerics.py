@@ -35,13 +35,18 @@ OP_MAX_NMSE = 1e-12
 
 
 def _ov_mul_mat(weight: quant.QuantizedWeight, x: np.ndarray) -> np.ndarray:
-    """``weight.ov_mul_mat(x)`` compiled alone on the CPU in f32."""
+    """``weight.ov_mul_mat(x)`` compiled alone on the CPU in f32, as ovkit compiles f32 (exact
+    activations on every CPU kind)."""
     import openvino as ov
     import openvino.opset13 as ops
 
+    from ovkit.runtime import exact_on_cpu
+
     p = ops.parameter(list(x.shape), np.float32)
     model = ov.Model([ops.result(weight.ov_mul_mat(p.output(0)))], [p])
-    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    props: dict[str, object] = {"INFERENCE_PRECISION_HINT": "f32"}
+    exact_on_cpu(props)
+    compiled = ov.Core().compile_model(model, "CPU", props)
     return np.asarray(compiled(x)[0])
 
 

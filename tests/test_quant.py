@@ -58,6 +58,20 @@ def test_mul_mat_matches_ggml_on_cpu(
     assert oracle.nmse(out.reshape(expected.shape), expected) < MUL_MAT_NMSE
 
 
+@pytest.mark.parametrize("n", [1, 8])
+@pytest.mark.parametrize("qtype", quant.QUANT_TYPES)
+def test_f32_mul_mat_is_exact_on_every_cpu(qtype: str, n: int, weights: np.ndarray) -> None:
+    """Graph.compute's f32 is exact f32 on every CPU kind: on CPUs with VNNI or AMX the plugin's
+    default would quantize the activations meeting a compressed weight to int8 (NMSE ~3e-5)."""
+    qw = quant.quantize(qtype, weights)
+    # its own generator: the module's is shared, and its draws feed the tests that follow
+    x = np.random.default_rng(n).standard_normal((n, weights.shape[1])).astype(np.float32)
+    g = Graph()
+    out = g.compute(g.mul_mat(g.constant(qw), g.input("x", x.shape)), {"x": x}, device="CPU")
+    exact = _exact_product(x, qw.dequantize())
+    assert oracle.nmse(out.reshape(exact.shape), exact) < EXACT_NMSE
+
+
 @pytest.mark.parametrize("qtype", ["q4_1", "q4_K", "q5_1", "q5_K"])
 def test_upstream_rounded_zero_points_lose_accuracy(
     qtype: str, weights: np.ndarray, rng: np.random.Generator

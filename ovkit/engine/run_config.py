@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ovkit.config import OvkitConfig
 from ovkit.devices import DeviceClass
 from ovkit.dtypes import OPENVINO_SHORT
+from ovkit.runtime import exact_on_cpu
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -148,8 +149,10 @@ def compile_properties(run: RunConfig, dev_class: str, config: OvkitConfig) -> d
     """Everything passed to ``compile_model``: the run hints, ``GGML_OPENVINO_CACHE_DIR`` as
     OpenVINO's model cache (unless ``COMPILED_MODEL_CACHE_DIR``'s blob cache is on: as in the
     backend, a blob compiled with a cache dir cannot be imported again) and, for the NPU class,
-    the NPU variables' properties."""
+    the NPU variables' properties; on the CPU class, f32 made exact (``exact_on_cpu``)."""
     props = run.properties()
+    if dev_class == DeviceClass.CPU:
+        exact_on_cpu(props)
     if config.cache_dir and not config.compiled_model_cache_dir:
         key = PROP_NPUW_CACHE_DIR if dev_class == DeviceClass.NPU else PROP_CACHE_DIR
         props[key] = config.cache_dir

@@ -277,10 +277,12 @@ class Model(Reported):
         )
         self.no_requant = no_requant
         self._weights: dict[str, Any] | None = None
+        # the weights' compile hints tune the CPU plugin's activation quantization: only for the
+        # device's own precision ("exact" and "ggml" compute in f32 with exact activations)
         quantized = [w for w in self.weights.values() if isinstance(w, quant.QuantizedWeight)]
         self._configs = {
             n: run_config_from(
-                quant.compile_hints(quantized, n),
+                quant.compile_hints(quantized, n) if precision == "device" else {},
                 RunConfig(
                     inference_precision=PRECISIONS[precision], profiling=profiling, num_threads=n_threads
                 ),

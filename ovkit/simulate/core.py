@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ovkit.runtime import exact_on_cpu
 from ovkit.simulate.profiles import PROFILES, Failure, Profile
 
 
@@ -132,6 +133,7 @@ class SimulatedCore:
         cpu_config = {
             k: v for k, v in (config or {}).items() if not str(k).startswith(("NPU", "NPUW", "GPU"))
         }
+        exact_on_cpu(cpu_config)  # the real CPU computes: f32 asked is exact f32 there too
         compiled = real.compile_model(model, "CPU", cpu_config)
         nbytes = _constant_bytes(model)
         if nbytes:
