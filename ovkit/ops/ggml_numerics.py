@@ -15,7 +15,8 @@ Float weights need nothing here: ovkit's f16/bf16 MUL_MAT already rounds the act
 weight's type (their vec_dot type), and f32 weights meet f32 activations, as in ggml.
 
 Flash attention (FLASH_ATTN_EXT nodes marked by :func:`mark`) follows ggml's CPU kernel: for fewer
-than 64 query rows, Q·K in ``ggml_vec_dot_f16``'s summation order and V·softmax accumulated in f16
+than 64 query rows, Q·K in ``ggml_vec_dot_f16``'s summation order (AVX2's or AVX-512's, as a
+native build on this CPU has it) and V·softmax accumulated in f16
 key by key (an OpenVINO Loop, :func:`flash_attn_f16_accumulated`) with C's correctly rounded
 ``expf`` (:func:`exp_f32`); equal to ggml's kernel bit for bit.
 """
@@ -23,7 +24,7 @@ key by key (an OpenVINO Loop, :func:`flash_attn_f16_accumulated`) with C's corre
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 
 import numpy as np
@@ -230,9 +231,29 @@ def with_ggml_numerics(weight: Any, source_type: str = "") -> GgmlNumericsWeight
 #: and, for an f16 V, V·softmax accumulated in f16 with one rounding per key.
 FA_TILE_Q = 64
 
-#: ``ggml_vec_dot_f16`` on x86 AVX/AVX2 (GGML_F16_STEP, GGML_F16_EPR): four 8-lane f32
-#: accumulators, element ``i`` in accumulator ``(i // 8) % 4``, lane ``i % 8``.
-_DOT_STEP, _DOT_LANES = 32, 8
+#: ``ggml_vec_dot_f16`` on x86 (GGML_F16_STEP = 4 accumulators x GGML_F16_EPR lanes): element
+#: ``i`` of a step goes to accumulator ``(i // lanes) % 4``, lane ``i % lanes``; 8 lanes with
+#: AVX/AVX2, 16 where ggml is built with AVX-512 (``-march=native`` on a CPU with avx512f, as
+#: scripts/install-upstream builds it), whose lanes are then summed in another order.
+DOT_LANES_AVX2, DOT_LANES_AVX512 = 8, 16
+
+
+@cache
+def _cpu_flags() -> frozenset[str]:
+    """The x86 feature flags of this CPU (Linux's /proc/cpuinfo; empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def dot_lanes() -> int:
+    """The f32 lanes of ggml_vec_dot_f16's accumulators in a native build on this CPU."""
+    return DOT_LANES_AVX512 if "avx512f" in _cpu_flags() else DOT_LANES_AVX2
 
 
 def _mul(a: Any, b: Any) -> Any:
@@ -313,31 +334,42 @@ def _fma_f16(acc: Any, v: Any, w: Any) -> Any:
     return _f16(ops.add(s, ops.add(e, _product_error(v, w, p))))
 
 
-def dot_f16_scores(q: Any, k: Any) -> Any:
+def dot_f16_scores(q: Any, k: Any, lanes: int | None = None) -> Any:
     """Q·K as ``ggml_vec_dot_f16`` sums it on x86: ``q`` [B, G, R, D] and ``k`` [B, G, n_kv, D]
-    with f16 values in f32, D a multiple of 32; returns [B, G, R, n_kv].  Products of f16 values
-    are exact in f32; they are added in ggml's order (per lane and accumulator over the 32-element
-    steps, then accumulators 0+2, 1+3, their sum, the two 4-lane halves, and pairwise)."""
+    with f16 values in f32, D a multiple of ``4·lanes`` (``dot_lanes()``); returns [B, G, R, n_kv].
+    Products of f16 values are exact in f32; they are added in ggml's order: per lane and
+    accumulator over the steps, then accumulators 0+2 and 1+3, their sum, then the lanes (AVX2's
+    REDUCE: the 4-lane halves, then hadd twice; AVX-512's ``_mm512_reduce_add_ps`` as GCC has it:
+    the 8-lane halves, the 4-lane halves, lanes 0+2 and 1+3, their sum)."""
     ops = _ops()
+    lanes = dot_lanes() if lanes is None else lanes
     q, k = _output(q), _output(k)
     d = q.get_partial_shape()[3].get_length()
-    steps = d // _DOT_STEP
+    steps = d // (4 * lanes)
     prod = ops.multiply(
         ops.unsqueeze(q, ops.constant(np.int64(3))), ops.unsqueeze(k, ops.constant(np.int64(2)))
     )
     lead = ops.gather(
         ops.shape_of(prod), ops.constant(np.arange(4, dtype=np.int64)), ops.constant(np.int64(0))
     )
-    shape = ops.concat([lead, ops.constant(np.array([steps, 4, _DOT_LANES], np.int64))], 0)
+    shape = ops.concat([lead, ops.constant(np.array([steps, 4, lanes], np.int64))], 0)
     parts = ops.split(ops.reshape(prod, shape, False), ops.constant(np.int64(4)), steps).outputs()
     acc = parts[0]
     for part in parts[1:]:
         acc = ops.add(acc, part)
-    a = ops.split(acc, ops.constant(np.int64(5)), 4).outputs()  # [.., 1, 1, 8] each
+    a = ops.split(acc, ops.constant(np.int64(5)), 4).outputs()  # [.., 1, 1, lanes] each
     x = ops.add(ops.add(a[0], a[2]), ops.add(a[1], a[3]))
-    h = ops.split(x, ops.constant(np.int64(6)), 2).outputs()  # two 4-lane halves
-    t = ops.split(ops.add(h[0], h[1]), ops.constant(np.int64(6)), 4).outputs()
-    total = ops.add(ops.add(t[0], t[1]), ops.add(t[2], t[3]))  # [B, G, R, n_kv, 1, 1, 1]
+
+    def halves(v: Any) -> Any:  # lane i + lane i + n/2
+        h = ops.split(v, ops.constant(np.int64(6)), 2).outputs()
+        return ops.add(h[0], h[1])
+
+    if lanes == DOT_LANES_AVX512:
+        t = ops.split(halves(halves(x)), ops.constant(np.int64(6)), 4).outputs()
+        total = ops.add(ops.add(t[0], t[2]), ops.add(t[1], t[3]))
+    else:
+        t = ops.split(halves(x), ops.constant(np.int64(6)), 4).outputs()
+        total = ops.add(ops.add(t[0], t[1]), ops.add(t[2], t[3]))  # [B, G, R, n_kv, 1, 1, 1]
     out_shape = ops.concat([lead], 0)
     return ops.reshape(total, out_shape, False).output(0)
 

@@ -1034,7 +1034,7 @@ def _flash_attn_ggml_f16(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Ou
     assert q_t is not None and k_t is not None and v_t is not None
     n_b, n_h, n_q, n_kv, h_kv = q_t.ne[3], q_t.ne[2], q_t.ne[1], k_t.ne[1], k_t.ne[2]
     r = n_h // h_kv
-    if k_t.dtype == "f16" and q_t.ne[0] % 32 == 0:
+    if k_t.dtype == "f16" and q_t.ne[0] % (4 * ggml_numerics.dot_lanes()) == 0:
         s = ggml_numerics.dot_f16_scores(q, k)  # ggml_vec_dot_f16's summation order
     else:
         s = ops.matmul(q, k, False, True)  # [B, H_kv, r·n_q, n_kv]
