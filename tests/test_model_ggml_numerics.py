@@ -303,25 +303,58 @@ def test_ggml_precision_reproduces_gemma_on_one_token() -> None:
     assert oracle.nmse(got["exact"], theirs) > 1e3 * GGML_ONE_TOKEN_MAX_NMSE
 
 
-#: SmolLM2's first layer with precision="ggml", every prompt position, against llama.cpp CPU's own
-#: nodes: the matmuls with q8 activations and flash attention as ggml computes it leave f32
-#: summation order only (measured 6e-14..4e-13; with ovkit's f32 attention attn_out-0 was 7e-7
-#: and ffn_up-0 2.7e-5 from the positions after the first).
+#: SmolLM2's first layer with precision="ggml", against llama.cpp CPU's own nodes: the matmuls with
+#: q8 activations and flash attention as ggml computes it leave f32 summation order only (measured
+#: 6e-14..4e-13; with ovkit's f32 attention attn_out-0 was 7e-7 and ffn_up-0 2.7e-5 from the
+#: positions after the first).  Where an activation row entering a matmul is not bitwise llama.cpp's
+#: (OpenVINO's RMS kernel sums in its own order, so a norm's scale can be an ulp off) one of its q8
+#: values can round the other way: on an AMD EPYC with AVX-512, attn_norm-0 at position 4 of this
+#: prompt flipped one q8 value (Qcur-0 there 2e-7, attention from there on 2e-6..8e-6), on the
+#: AVX2 machines none did.  The nodes are asserted at the positions before such a flip.
 GGML_LAYER0_MAX_NMSE = 1e-11
 LAYER0 = ("attn_out-0", "ffn_inp-0", "ffn_gate-0", "ffn_up-0", "ffn_out-0", "l_out-0")
+#: Positions before the first flip needed: attention over more than one key is then exercised.
+MIN_CLEAN_POSITIONS = 2
+
+
+def q8_flipped(ours: np.ndarray, theirs: np.ndarray) -> bool:
+    """Whether two activation rows quantize to different q8_0/q8_1 blocks (32 values; ``d =
+    f16(amax/127)``, ``q = round(x·127/amax)``, the AVX kernels' multiplier)."""
+    out = []
+    for row in (ours, theirs):
+        blocks = row.astype(np.float32).reshape(-1, 32)
+        amax = np.abs(blocks).max(axis=1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(amax > 0, np.rint(blocks * (np.float32(127) / amax)), 0)
+        out.append((q, (amax / np.float32(127)).astype(np.float16)))
+    return not all(np.array_equal(a, b) for a, b in zip(out[0], out[1], strict=True))
 
 
 @pytest.mark.slow
 def test_ggml_precision_reproduces_llama_cpp_attention_node_by_node() -> None:
     """compare-model's node capture on SmolLM2, eight prompt tokens in one batch with flash
     attention: with precision="ggml" the first layer's nodes after attention equal llama.cpp CPU's
-    to f32 rounding at every position."""
+    to f32 rounding at every position before a q8 rounding flip (at least two of them)."""
     from ovkit.model.compare import _llama_keyed, run_llama, run_ovkit
 
     path = real_model("smollm2-135m")
     toks = tokenize(path, PROMPTS[1])[:PROMPT_TOKENS]
     ref = _llama_keyed(run_llama(path, toks, n_ctx=64))
     ours, _ = run_ovkit(path, toks, n_ctx=64, precision="ggml")
+
+    def rows(name: str) -> tuple[np.ndarray, np.ndarray]:
+        return ours[(name, 0)][1].reshape(PROMPT_TOKENS, -1), ref[(name, 0)][2].reshape(PROMPT_TOKENS, -1)
+
+    attn_in, ffn_in = rows("attn_norm-0"), rows("ffn_norm-0")
+    # attention mixes the positions: a flip in Q/K/V's input reaches every later position; the
+    # feed-forward nodes of a position need its own ffn_norm row unflipped too
+    first = next((p for p in range(PROMPT_TOKENS) if q8_flipped(attn_in[0][p], attn_in[1][p])), PROMPT_TOKENS)
+    assert first >= MIN_CLEAN_POSITIONS, first
     for name in LAYER0:
-        theirs = ref[(name, 0)][2]
-        assert oracle.nmse(ours[(name, 0)][1], theirs) <= GGML_LAYER0_MAX_NMSE, name
+        got, theirs = rows(name)
+        for p in range(first):
+            if name.startswith(("ffn_gate", "ffn_up", "ffn_out", "l_out")) and q8_flipped(
+                ffn_in[0][p], ffn_in[1][p]
+            ):
+                continue
+            assert oracle.nmse(got[p], theirs[p]) <= GGML_LAYER0_MAX_NMSE, (name, p, first)
