@@ -159,15 +159,19 @@ class Child:
         except OSError:  # already dead: its stdin is a broken pipe
             raise ChildCrashed(self.death()) from None
         deadline = time.monotonic() + timeout
-        # poll, never block: a dead child's pipe can stay open (inherited by a grandchild)
-        while not select.select([self._replies], [], [], 0.5)[0]:
-            if self.proc.poll() is not None:
-                raise ChildCrashed(self.death())
-            if time.monotonic() > deadline:
+        # poll, never block: a dead child's pipe can stay open (inherited by a grandchild); never
+        # past the deadline either (a reply that comes later is a timeout, however soon after)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 self.proc.kill()
                 self.proc.wait()
                 self._died = death(self.proc.returncode, self.stderr_tail())
                 raise ChildTimedOut(timeout)
+            if select.select([self._replies], [], [], min(0.5, remaining))[0]:
+                break
+            if self.proc.poll() is not None:
+                raise ChildCrashed(self.death())
         line = self._replies.readline()
         if not line:
             raise ChildCrashed(self.death())

@@ -118,6 +118,16 @@ def test_a_child_that_hangs_is_killed_after_its_time() -> None:
         assert not c.alive
 
 
+def test_an_answer_after_the_deadline_is_a_timeout() -> None:
+    """A reply that comes after the time given is a timeout, however soon after (the wait once
+    polled in half-second steps and took a reply up to 0.5 s late)."""
+    slow = "import time\nfrom ovkit.child import serve\nserve(lambda line: time.sleep(0.3) or 'late')\n"
+    with child.Child([sys.executable, "-c", slow]) as c:
+        with pytest.raises(child.ChildTimedOut, match="no answer within 0.1 s"):
+            c.ask("x", 0.1)
+        assert not c.alive
+
+
 # ------------------------------------------------------------------------------ the callers
 @pytest.mark.parametrize(
     ("upstream", "name"), [(False, "llama-cpp-python-cpu"), (True, "llama-cpp-python-openvino")]
