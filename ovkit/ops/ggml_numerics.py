@@ -239,21 +239,11 @@ DOT_LANES_AVX2, DOT_LANES_AVX512 = 8, 16
 
 
 @cache
-def _cpu_flags() -> frozenset[str]:
-    """The x86 feature flags of this CPU (Linux's /proc/cpuinfo; empty elsewhere)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
 def dot_lanes() -> int:
     """The f32 lanes of ggml_vec_dot_f16's accumulators in a native build on this CPU."""
-    return DOT_LANES_AVX512 if "avx512f" in _cpu_flags() else DOT_LANES_AVX2
+    from ovkit.native import cpu_flags
+
+    return DOT_LANES_AVX512 if "avx512f" in cpu_flags() else DOT_LANES_AVX2
 
 
 def _mul(a: Any, b: Any) -> Any:
