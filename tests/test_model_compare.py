@@ -109,16 +109,25 @@ def test_smollm2_upstream_fa_off_names_the_failing_node_and_writes_its_case(tmp_
 def test_real_backend_node_by_node_and_its_f32_rerun(tiny: Path) -> None:
     """The real backend on the synthetic llama, captured node by node through llama.cpp's
     scheduler callback, and once more with its OpenVINO CPU precision set to f32: both columns
-    are in the table, the rerun reports f32, and in f32 no node passes the threshold (nor in the default precision: f32 on this AVX2 machine)."""
+    are in the table, the rerun reports f32 and no node past the threshold.  Where the CPU's
+    default is f32 (AVX2 CPUs) every node is within 1e-6 in both.  Where it is bf16 the backend
+    did not take the core's f32 (an AMD EPYC with avx512_bf16: the same logits bit for bit, every
+    node 1e-5 off): the rerun then says it had no effect, and the nodes show the bf16 rounding."""
     from ovkit.model.compare import F32_RERUN
 
     r = compare_model(tiny, TOKENS, n_ctx=256, against="upstream", f32_rerun=True)
     assert r.sides == ("upstream", F32_RERUN), r
-    assert dict(r.precision)[F32_RERUN].endswith("f32")
+    assert dict(r.precision)[F32_RERUN].startswith("OpenVINO CPU set to f32")
     names = [n.name for n in r.nodes]
     assert "attn_norm-0" in names and "l_out-1" in names and names[-1] == "result_output"
     assert r.first_divergent(F32_RERUN) is None, r
-    assert max(n.of("upstream") for n in r.nodes) < 1e-6, r  # the piecewise capture reads true values
+    worst = {side: max(n.of(side) for n in r.nodes) for side in r.sides}
+    if dict(r.precision)["upstream"].endswith("f32"):
+        assert max(worst.values()) < 1e-6, r  # the piecewise capture reads true values
+    elif "no effect" in dict(r.precision)[F32_RERUN]:
+        assert worst[F32_RERUN] == worst["upstream"] > 1e-6, r
+    else:
+        assert worst[F32_RERUN] < 1e-6 < worst["upstream"], r
     assert F32_RERUN in str(r)
 
 

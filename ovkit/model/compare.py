@@ -460,6 +460,8 @@ def backend_precision(wanted: str | None = None) -> str:
 
     import openvino
 
+    from ovkit.runtime import exact_on_cpu
+
     backend = ctypes.CDLL(str(Path(os.environ["LLAMA_CPP_LIB_PATH"]) / "libggml-openvino.so"))
     singleton = backend._Z17ov_singleton_corev  # ov::Core& ov_singleton_core()
     singleton.restype = ctypes.c_void_p
@@ -472,16 +474,25 @@ def backend_precision(wanted: str | None = None) -> str:
 
     key = b"INFERENCE_PRECISION_HINT"
     if wanted:
-        value = ctypes.c_char_p(wanted.encode())
-        props = (Property * 1)(Property(key, ctypes.cast(value, ctypes.c_void_p)))
+        # f32 made exact as ovkit compiles it (ovkit.runtime.exact_on_cpu): without it the CPU
+        # plugin still quantizes activations to int8 on CPUs with VNNI or AMX
+        wanted_props: dict[str, object] = {"INFERENCE_PRECISION_HINT": wanted}
+        exact_on_cpu(wanted_props)
+        values = [ctypes.c_char_p(str(v).encode()) for v in wanted_props.values()]
+        props = (Property * len(values))(
+            *(
+                Property(k.encode(), ctypes.cast(v, ctypes.c_void_p))
+                for k, v in zip(wanted_props, values, strict=True)
+            )
+        )
         capi.ov_core_set_properties.argtypes = [
             ctypes.c_void_p,
             ctypes.c_char_p,
             ctypes.c_size_t,
             ctypes.c_void_p,
         ]
-        if capi.ov_core_set_properties(core, b"CPU", 1, props) != 0:
-            raise SystemExit(f"OpenVINO refused INFERENCE_PRECISION_HINT={wanted!r} for the CPU")
+        if capi.ov_core_set_properties(core, b"CPU", len(values), props) != 0:
+            raise SystemExit(f"OpenVINO refused {wanted_props} for the CPU")
     out = ctypes.c_char_p()
     capi.ov_core_get_property.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p]
     capi.ov_core_get_property(core, b"CPU", key, ctypes.byref(out))
@@ -676,6 +687,7 @@ def compare_model(
     precision: list[tuple[str, str]] = []
     logits_nmse: list[tuple[str, float]] = []
     logits: np.ndarray | None
+    side_logits: dict[str, np.ndarray] = {}
     for side in sides:
         if side == "ovkit":
             values, logits = run_ovkit(
@@ -697,6 +709,8 @@ def compare_model(
             values = {k: (ne, v) for k, (ne, _, v) in _llama_keyed(cap).items()}
             logits = cap.logits
         side_values[side] = values
+        if logits is not None:
+            side_logits[side] = logits
         if base.logits is not None and logits is not None and logits.size == base.logits.size:
             logits_nmse.append((side, float(nmse(logits, base.logits))))
     rows = _diffs(ref_values, side_values)
@@ -711,7 +725,11 @@ def compare_model(
         cap = run_llama(path, toks, upstream=True, flash_attn=flash_attn, n_ctx=n_ctx, ov_precision="f32")
         if cap.logits is not None:
             side_values[F32_RERUN] = {k: (ne, v) for k, (ne, _, v) in _llama_keyed(cap).items()}
-            precision.append((F32_RERUN, f"OpenVINO CPU set to {cap.precision}"))
+            # the backend may not take the core's precision (on an AMD EPYC with avx512_bf16 it
+            # computed the same logits bit for bit at f32, bf16 and its default): say so
+            same = "upstream" in side_logits and np.array_equal(cap.logits, side_logits["upstream"])
+            no_effect = ", no effect: its logits equal the default run's bit for bit" if same else ""
+            precision.append((F32_RERUN, f"OpenVINO CPU set to {cap.precision}{no_effect}"))
             if base.logits is not None and cap.logits.size == base.logits.size:
                 logits_nmse.append((F32_RERUN, float(nmse(cap.logits, base.logits))))
             result = ModelComparison(
