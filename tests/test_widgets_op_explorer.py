@@ -106,11 +106,13 @@ def test_real_backend_row_beside_ovkit(explorer) -> None:
     real = frame.loc[REAL_BACKEND]
     assert real["status"] == "OK" and real["reference"] == "ggml" and real["nmse"] <= real["max_nmse"]
     assert REAL_BACKEND in explorer.result_html.get_state()["value"]
-    explorer.dtype_dropdown.value = "bf16"  # the edit reaches the real backend: it rounds bf16 otherwise
+    explorer.dtype_dropdown.value = "bf16"  # the edit reaches the real backend's row, judged
     explorer.run()
     real = explorer.to_frame().loc[REAL_BACKEND]
-    assert real["status"] == "FAIL" and real["nmse"] > real["max_nmse"]
-    assert f"run {REAL_BACKEND}: FAIL NMSE" in str(explorer)
+    # by its own bf16 arithmetic: rounded otherwise than ggml on AVX2 CPUs (FAIL), ggml's on an
+    # AMD EPYC with avx512_bf16 (OK, NMSE 0)
+    assert real["status"] == ("OK" if real["nmse"] <= real["max_nmse"] else "FAIL"), real
+    assert "ADD(type=bf16" in str(explorer) and f"run {REAL_BACKEND}: {real['status']} NMSE" in str(explorer)
 
 
 def test_without_the_real_backend_the_option_names_the_script(monkeypatch) -> None:
