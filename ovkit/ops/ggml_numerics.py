@@ -324,7 +324,7 @@ def _fma_f16(acc: Any, v: Any, w: Any) -> Any:
     return _f16(ops.add(s, ops.add(e, _product_error(v, w, p))))
 
 
-def dot_f16_scores(q: Any, k: Any, lanes: int | None = None) -> Any:
+def dot_f16_scores(q: Any, k: Any) -> Any:
     """Q·K as ``ggml_vec_dot_f16`` sums it on x86: ``q`` [B, G, R, D] and ``k`` [B, G, n_kv, D]
     with f16 values in f32, D a multiple of ``4·lanes`` (``dot_lanes()``); returns [B, G, R, n_kv].
     Products of f16 values are exact in f32; they are added in ggml's order: per lane and
@@ -332,7 +332,7 @@ def dot_f16_scores(q: Any, k: Any, lanes: int | None = None) -> Any:
     REDUCE: the 4-lane halves, then hadd twice; AVX-512's ``_mm512_reduce_add_ps`` as GCC has it:
     the 8-lane halves, the 4-lane halves, lanes 0+2 and 1+3, their sum)."""
     ops = _ops()
-    lanes = dot_lanes() if lanes is None else lanes
+    lanes = dot_lanes()
     q, k = _output(q), _output(k)
     d = q.get_partial_shape()[3].get_length()
     steps = d // (4 * lanes)
