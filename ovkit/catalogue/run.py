@@ -176,15 +176,11 @@ def _compile(model: Any, device: str, core: Any, threads: int | None) -> Any:
     """``model`` compiled for exact f32 (as ggml's CPU backend) on ``threads`` inference threads
     (None: the device's), outside the engine's cache (every case is a different graph: the cache
     would only hash constants and hold memory)."""
-    from ovkit.devices import DeviceClass
     from ovkit.devices import device_class as class_of
     from ovkit.engine import EngineError, RunConfig, get_engine
-    from ovkit.runtime import exact_on_cpu
 
     # (a simulated device compiles on the real CPU and makes f32 exact there itself)
-    props = RunConfig(inference_precision="f32", num_threads=threads).properties()
-    if class_of(device) == DeviceClass.CPU:
-        exact_on_cpu(props)
+    props = RunConfig(inference_precision="f32", num_threads=threads).properties(class_of(device))
     try:
         return get_engine(core).core.compile_model(model, device, props)
     except RuntimeError as exc:

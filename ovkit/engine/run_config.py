@@ -83,8 +83,9 @@ class RunConfig:
         _check_choice("performance_hint", self.performance_hint, PERFORMANCE_HINTS)
         _check_choice("execution_mode", self.execution_mode, EXECUTION_MODES)
 
-    def properties(self) -> dict[str, Any]:
-        """The OpenVINO compile properties this configuration asks for."""
+    def properties(self, dev_class: str | None = None) -> dict[str, Any]:
+        """The OpenVINO compile properties this configuration asks for; for the CPU class an f32
+        run's are made exact (``ovkit.runtime.exact_on_cpu``)."""
         props: dict[str, Any] = {}
         if self.inference_precision is not None:
             props[PROP_PRECISION] = PRECISIONS[self.inference_precision]
@@ -97,6 +98,8 @@ class RunConfig:
         if self.num_threads is not None:
             props[PROP_THREADS] = self.num_threads
         props.update(dict(self.extra))
+        if dev_class == DeviceClass.CPU:
+            exact_on_cpu(props)
         return props
 
 
@@ -149,10 +152,8 @@ def compile_properties(run: RunConfig, dev_class: str, config: OvkitConfig) -> d
     """Everything passed to ``compile_model``: the run hints, ``GGML_OPENVINO_CACHE_DIR`` as
     OpenVINO's model cache (unless ``COMPILED_MODEL_CACHE_DIR``'s blob cache is on: as in the
     backend, a blob compiled with a cache dir cannot be imported again) and, for the NPU class,
-    the NPU variables' properties; on the CPU class, f32 made exact (``exact_on_cpu``)."""
-    props = run.properties()
-    if dev_class == DeviceClass.CPU:
-        exact_on_cpu(props)
+    the NPU variables' properties."""
+    props = run.properties(dev_class)
     if config.cache_dir and not config.compiled_model_cache_dir:
         key = PROP_NPUW_CACHE_DIR if dev_class == DeviceClass.NPU else PROP_CACHE_DIR
         props[key] = config.cache_dir
