@@ -478,12 +478,9 @@ def backend_precision(wanted: str | None = None) -> str:
         # plugin still quantizes activations to int8 on CPUs with VNNI or AMX
         wanted_props: dict[str, object] = {"INFERENCE_PRECISION_HINT": wanted}
         exact_on_cpu(wanted_props)
-        values = [ctypes.c_char_p(str(v).encode()) for v in wanted_props.values()]
+        values = {k: ctypes.c_char_p(str(v).encode()) for k, v in wanted_props.items()}  # kept alive
         props = (Property * len(values))(
-            *(
-                Property(k.encode(), ctypes.cast(v, ctypes.c_void_p))
-                for k, v in zip(wanted_props, values, strict=True)
-            )
+            *(Property(k.encode(), ctypes.cast(v, ctypes.c_void_p)) for k, v in values.items())
         )
         capi.ov_core_set_properties.argtypes = [
             ctypes.c_void_p,
@@ -687,7 +684,7 @@ def compare_model(
     precision: list[tuple[str, str]] = []
     logits_nmse: list[tuple[str, float]] = []
     logits: np.ndarray | None
-    side_logits: dict[str, np.ndarray] = {}
+    upstream_logits: np.ndarray | None = None
     for side in sides:
         if side == "ovkit":
             values, logits = run_ovkit(
@@ -709,8 +706,8 @@ def compare_model(
             values = {k: (ne, v) for k, (ne, _, v) in _llama_keyed(cap).items()}
             logits = cap.logits
         side_values[side] = values
-        if logits is not None:
-            side_logits[side] = logits
+        if side == "upstream":
+            upstream_logits = logits
         if base.logits is not None and logits is not None and logits.size == base.logits.size:
             logits_nmse.append((side, float(nmse(logits, base.logits))))
     rows = _diffs(ref_values, side_values)
@@ -727,7 +724,7 @@ def compare_model(
             side_values[F32_RERUN] = {k: (ne, v) for k, (ne, _, v) in _llama_keyed(cap).items()}
             # the backend may not take the core's precision (on an AMD EPYC with avx512_bf16 it
             # computed the same logits bit for bit at f32, bf16 and its default): say so
-            same = "upstream" in side_logits and np.array_equal(cap.logits, side_logits["upstream"])
+            same = upstream_logits is not None and np.array_equal(cap.logits, upstream_logits)
             no_effect = ", no effect: its logits equal the default run's bit for bit" if same else ""
             precision.append((F32_RERUN, f"OpenVINO CPU set to {cap.precision}{no_effect}"))
             if base.logits is not None and cap.logits.size == base.logits.size:
