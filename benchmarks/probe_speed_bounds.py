@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 from _util import load_average, seconds
 
-THREADS = {"NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": 2}
-#: compile properties per --precision, as Model compiles: exact f32 (int8 activations off, which
-#: VNNI/AMX CPUs apply at f32 too), or the device's default (no hint)
+from ovkit.engine import RunConfig
+
+#: compile properties per --precision, as Model compiles: exact f32, or the device's default
 CONFIGS: dict[str, dict[str, Any]] = {
-    "exact": {**THREADS, "INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0},
-    "device": THREADS,
+    name: {"NUM_STREAMS": 1, **RunConfig(inference_precision=hint, num_threads=2).properties("CPU")}
+    for name, hint in (("exact", "f32"), ("device", None))
 }
 PREFILL_TARGET, DECODE_TARGET = 4.0, 1.5  # the speed issue's factors over llama.cpp CPU
 
@@ -134,7 +134,9 @@ def main(argv: list[str] | None = None) -> None:
 
     config = CONFIGS[args.precision]
     ran = (
-        "f32" if args.precision == "exact" else str(ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT"))
+        "f32"
+        if args.precision == "exact"
+        else ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
     )
     rate = matmul_rate(args.r, config)
     print(f"  OpenVINO's MatMul in {ran} (2048 cubed, 2 threads): {rate:.0f} GFLOP/s")
