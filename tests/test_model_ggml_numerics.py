@@ -40,13 +40,11 @@ def _ov_mul_mat(weight: quant.QuantizedWeight, x: np.ndarray) -> np.ndarray:
     import openvino as ov
     import openvino.opset13 as ops
 
-    from ovkit.runtime import exact_on_cpu
+    from ovkit.engine import RunConfig
 
     p = ops.parameter(list(x.shape), np.float32)
     model = ov.Model([ops.result(weight.ov_mul_mat(p.output(0)))], [p])
-    props: dict[str, object] = {"INFERENCE_PRECISION_HINT": "f32"}
-    exact_on_cpu(props)
-    compiled = ov.Core().compile_model(model, "CPU", props)
+    compiled = ov.Core().compile_model(model, "CPU", RunConfig(inference_precision="f32").properties("CPU"))
     return np.asarray(compiled(x)[0])
 
 
