@@ -552,8 +552,9 @@ def run_ovkit(
             continue
         named.append((node_key(t.name, seen), t))
     feed = causal_inputs(model.hp, shape, np.asarray(tokens), 0)
+    rows = model._cache_rows(shape)  # the rows the graph's cache inputs have (n_kv with FA)
     for name in cache_names(model.hp.n_layer):
-        feed[name] = np.zeros((n_ctx, model.hp.n_embd_kv), np.float16)
+        feed[name] = np.zeros((rows, model.hp.n_embd_kv), np.float16)
     results = compute_graph(
         g, [out.logits, *(t for _, t in named)], feed, model.device, core=model.core,
         config=model._configs[min(n, 2)],
