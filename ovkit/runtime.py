@@ -41,6 +41,14 @@ def is_simulated(core: Any) -> bool:
     return bool(getattr(core, "simulated", False))
 
 
+def default_precision(core: Any, device: str) -> str:
+    """The inference precision ``device`` compiles in when none is asked ("f32", "bf16", "f16"):
+    its own property, or for a simulated device the real CPU's, where it compiles."""
+    real, name = (default_core(), "CPU") if is_simulated(core) else (core, device)
+    value = real.get_property(name, "INFERENCE_PRECISION_HINT")  # an openvino.Type
+    return str(value.get_type_name() if hasattr(value, "get_type_name") else value)
+
+
 def exact_on_cpu(props: MutableMapping[str, Any]) -> None:
     """CPU plugin properties asking f32 made exact: dynamic quantization off (unless set).  On
     CPUs with VNNI or AMX the plugin quantizes the activations meeting a compressed weight to int8

@@ -52,6 +52,7 @@ from ovkit.model.program import (
 from ovkit.ops.ggml_numerics import mark as mark_ggml_numerics
 from ovkit.ops.ggml_numerics import with_ggml_numerics
 from ovkit.report import Report, Reported, format_duration, format_rate
+from ovkit.runtime import default_precision
 
 logger = logging.getLogger(__name__)
 
@@ -265,6 +266,18 @@ class Model(Reported):
                 f"n_ctx >= {max(DYNAMIC_KV)} (got kv={kv!r}, {self.device}, n_ctx={n_ctx})"
             )
         self.shapes = "buckets" if static_only else shapes or DEFAULT_SHAPES
+        if self.shapes != "buckets" and self._computes_bf16(engine):
+            # OpenVINO 2026.4's CPU plugin miscomputes the attention of a graph whose n_kv is
+            # dynamic in bf16 (its Q·K MatMul: logits NMSE 0.06-1 against f32, where the same graph
+            # static is 1e-4): such a run would be silently wrong, so it takes the static buckets
+            logger.warning(
+                "%s: shapes=%r computes wrong attention in bf16 on the CPU (precision=%r here); "
+                "running one static model per shape bucket instead",
+                self.gguf.path.name,
+                self.shapes,
+                precision,
+            )
+            self.shapes = "buckets"
         # kv="host": the cache itself, shared by every bucket: llama.cpp's f16 K/V values, held
         # as f32 on the CPU class (its graphs compute in f32: read as they are, no conversion per
         # step; twice the bytes), as f16 elsewhere
@@ -296,6 +309,13 @@ class Model(Reported):
         self._views: dict[int, dict[str, np.ndarray]] = {}  # rows -> a dynamic model's cache inputs
         self._kv_owner: _Bucket | None = None
         self.n_past = 0
+
+    def _computes_bf16(self, engine: Any) -> bool:
+        """True when the CPU plugin computes this model in bf16: ``precision="device"`` on a CPU
+        whose default is bf16 (AMX or avx512_bf16)."""
+        if self.device_class != DeviceClass.CPU or PRECISIONS[self.precision] is not None:
+            return False
+        return default_precision(engine.core, self.device) == "bf16"
 
     @property
     def weights(self) -> dict[str, Any]:
