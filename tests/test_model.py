@@ -301,7 +301,8 @@ def test_one_compiled_model_serves_every_prompt_length(model_file: Callable[...,
     compiled model (``"split"``: two, the decode's own), with the greedy tokens and logits of one
     static model per shape bucket; memory then stays flat in the prompt lengths a session sees."""
     path = model_file("llama", "q8_0")
-    ours, static = Model(path, n_ctx=300, shapes=shapes), Model(path, n_ctx=300, shapes="buckets")
+    ours = Model(path, n_ctx=300, shapes=shapes)
+    static = Model(path, n_ctx=300, shapes="buckets", max_buckets=99)
     prompt = (PROMPT * 17)[:270]
     for n in (1, 3, 16, 40, 270):
         a, b = ours.generate(prompt[:n], 6), static.generate(prompt[:n], 6)
@@ -313,6 +314,45 @@ def test_one_compiled_model_serves_every_prompt_length(model_file: Callable[...,
     every = ours.generate(prompt[:16], 2, all_logits=True)  # every position's logits: its own model
     assert every.prompt_logits.shape == (16, ours.hp.n_vocab)
     assert _nmse(every.prompt_logits, static.generate(prompt[:16], 2, all_logits=True).prompt_logits) < 1e-9
+
+
+def test_prompts_of_many_lengths_share_a_few_compiled_models(model_file: Callable[..., Path]) -> None:
+    """Static buckets run a prefill chunk padded to the next of ``PREFILL_SIZES``: prompts of 9 to
+    16 tokens share one compiled prefill model, their logits those of the exact lengths (one
+    dynamic model computes each length as it is), and the padding leaves no row in the cache."""
+    from ovkit.model.runner import PREFILL_SIZES
+
+    path = model_file("llama", "q8_0")
+    ours, exact = Model(path, n_ctx=300), Model(path, n_ctx=300, shapes="dynamic")
+    assert 16 in PREFILL_SIZES and 8 in PREFILL_SIZES
+    for n in range(9, 17):
+        a = ours.generate((PROMPT * 2)[:n], 3, all_logits=True)
+        b = exact.generate((PROMPT * 2)[:n], 3, all_logits=True)
+        assert a.tokens == b.tokens, n
+        assert a.prompt_logits.shape == (n, ours.hp.n_vocab)
+        assert _nmse(a.prompt_logits, b.prompt_logits) < 1e-9, n
+        assert _nmse(a.decode_logits, b.decode_logits) < 1e-9, n
+        k0 = ours._kv["cache_k_l0"]
+        assert np.count_nonzero(np.abs(k0).sum(axis=1)) == n + len(a.tokens), n  # prompt + fed picks
+    prefill = [s for s in ours._buckets if s.n_tokens > 1]
+    assert {s.n_tokens for s in prefill} == {16}, prefill
+
+
+@pytest.mark.parametrize("kv", ["host", "variables"])
+def test_compiled_models_beyond_max_buckets_are_released(model_file: Callable[..., Path], kv: str) -> None:
+    """With ``max_buckets=1`` every new shape releases the last compiled model (memory stays at one
+    model however many shapes a session meets), and the run is the same: the same greedy tokens
+    and logits as a model keeping them all (with ``kv="variables"`` the cache moves along)."""
+    path = model_file("llama", "q8_0")
+    few, every = Model(path, n_ctx=600, kv=kv, max_buckets=1), Model(path, n_ctx=600, kv=kv)
+    for prompt in (PROMPT[:3], PROMPT * 20, PROMPT[:5]):  # n_kv 256 and 512: 5 shapes in all
+        a, b = few.generate(prompt, 3, all_logits=True), every.generate(prompt, 3, all_logits=True)
+        assert a.tokens == b.tokens
+        assert _nmse(a.prompt_logits, b.prompt_logits) == 0 and _nmse(a.decode_logits, b.decode_logits) == 0
+        assert len(few.sessions()) == 1
+    assert len(every.sessions()) >= 4
+    with pytest.raises(ModelError, match="max_buckets=0"):
+        Model(path, max_buckets=0)
 
 
 @pytest.mark.parametrize("shapes", ["dynamic", "split"])

@@ -71,6 +71,13 @@ KV_MODES = ("host", "variables")
 #: ``(n_tokens, n_kv)``, as llama.cpp's graphs are (the NPU class and ``kv="variables"`` always).
 #: docs/model.md ("Memory per model and per bucket") has the memory and speed of each.
 SHAPE_MODES = ("dynamic", "split", "buckets")
+#: Prefill chunk lengths the static buckets are compiled for: a chunk of ``n`` tokens runs in the
+#: model of the smallest size >= n (padded after its last token, the padding's logits and cache
+#: rows dropped), so prompts of many lengths share a few compiled models (each is hundreds of MiB
+#: and seconds of compile for a real model); at most 2x the tokens below 128, 1.5x above.
+PREFILL_SIZES = (8, 16, 32, 64, 128, 192, 256, 384, 512)
+#: Compiled models a Model keeps (``max_buckets``): the least recently used beyond it is released.
+MAX_BUCKETS = 4
 #: The token counts and cache cells a dynamic model is built at to find the symbols in its numbers.
 DYNAMIC_TOKENS = (5, 7)
 DYNAMIC_KV = (9, 13)
@@ -228,6 +235,7 @@ class Model(Reported):
         precision: str = "exact",
         n_threads: int | None = None,
         shapes: str | None = None,
+        max_buckets: int = MAX_BUCKETS,
     ) -> None:
         self.gguf = path if isinstance(path, GGUFModel) else read_gguf(path)
         embd = self.gguf.tensors.get("token_embd.weight")
@@ -243,6 +251,9 @@ class Model(Reported):
             raise ModelError(f"kv {kv!r} is not one of {', '.join(KV_MODES)}")
         if precision not in PRECISIONS:
             raise ModelError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+        if max_buckets < 1:
+            raise ModelError(f"max_buckets={max_buckets} must be >= 1")
+        self.max_buckets = max_buckets
         if shapes is not None and shapes not in SHAPE_MODES:
             raise ModelError(f"shapes {shapes!r} is not one of {', '.join(SHAPE_MODES)}")
         self.n_ctx = n_ctx
@@ -443,6 +454,8 @@ class Model(Reported):
 
     def _bucket(self, wanted: GraphShape) -> _Bucket:
         shape = self._model_key(wanted)
+        if shape in self._buckets:  # the most recently used last (``_evict``)
+            self._buckets[shape] = self._buckets.pop(shape)
         if self.shapes != "buckets":
             found = self._buckets.get(shape)
             if found is None:
@@ -501,16 +514,36 @@ class Model(Reported):
         one only) and ``n_predict`` decode steps use."""
         outputs = 1 if last_only else None
         shapes = [
-            self.shape(min(self.n_ubatch, n_prompt - i), i, outputs)
+            self.shape(self.run_length(min(self.n_ubatch, n_prompt - i), i), i, outputs)
             for i in range(0, n_prompt, self.n_ubatch)
         ]
         shapes += [self.shape(1, n_prompt + i) for i in range(n_predict)]
         return list(dict.fromkeys(shapes))
 
+    def run_length(self, n_tokens: int, start: int) -> int:
+        """The tokens a chunk of ``n_tokens`` at position ``start`` runs as: with static buckets,
+        padded to the next of ``PREFILL_SIZES`` when that fits the micro-batch and the cache (the
+        padding sits after the chunk, where causal attention keeps it from the real tokens)."""
+        if n_tokens == 1 or self.shapes != "buckets" or self.device_class == DeviceClass.NPU:
+            return n_tokens
+        size = next((s for s in PREFILL_SIZES if s >= n_tokens), n_tokens)
+        return size if size <= self.n_ubatch and start + size <= self.n_ctx else n_tokens
+
     def prepare(self, n_prompt: int, n_predict: int, *, last_only: bool = False) -> None:
         """Build and compile every bucket a run will use (so timed runs do not compile)."""
         for shape in self.buckets_for(n_prompt, n_predict, last_only=last_only):
             self._bucket(shape)
+
+    def _evict(self, keep: _Bucket) -> None:
+        """Release the least recently used compiled models beyond ``max_buckets`` (never ``keep``,
+        the one about to run, which with kv="variables" holds the cache)."""
+        live = [k for k, b in self._buckets.items() if b.session is not None and b is not keep]
+        excess = len(live) + 1 - self.max_buckets
+        if excess <= 0:
+            return
+        dropped = {k: self._buckets.pop(k) for k in live[:excess]}  # oldest use first
+        _discard_compiled(get_engine(self.core), dropped)
+        _release_host_memory()
 
     def _take_kv(self, b: _Bucket) -> None:
         """kv="variables": move the KV cache into ``b``'s session (a copy when the bucket changes)."""
@@ -562,17 +595,23 @@ class Model(Reported):
         outs = []
         for i in range(0, toks.size, self.n_ubatch):
             chunk = toks[i : i + self.n_ubatch]
-            shape = self.shape(chunk.size, self.n_past, 1 if last_only else None)
+            n = chunk.size
+            size = self.run_length(n, self.n_past)
+            run = np.concatenate([chunk, np.full(size - n, chunk[-1])]) if size > n else chunk
+            shape = self.shape(size, self.n_past, 1 if last_only else None)
             b = self._bucket(shape)
             self._take_kv(b)
-            feed = causal_inputs(self.hp, shape, chunk, self.n_past)
+            self._evict(keep=b)
+            feed = causal_inputs(self.hp, shape, run, self.n_past, out_ids=[n - 1] if last_only else None)
             # the same view objects every call: bound once, read in place (ovkit.engine)
             caches = self._cache_views(shape) if isinstance(b.session, _Compiled) else b.caches
             logits, *rows = b.session.compute({**feed, **caches} if caches else feed)
             for w, r in zip(b.writes, rows, strict=True):  # SET_ROWS on the host: the new rows only
-                rows_f16 = r.reshape(-1, w.row_len).astype(np.float16)  # the f16 store, as ggml rounds
-                self._kv[w.cache].reshape(-1, w.row_len)[feed[w.index_input]] = rows_f16
-            outs.append(np.asarray(logits).reshape(-1, self.hp.n_vocab))
+                index = feed[w.index_input]
+                real = index.size * n // size  # the chunk's own rows come first; padding's dropped
+                rows_f16 = r.reshape(-1, w.row_len)[:real].astype(np.float16)  # the f16 store, as ggml rounds
+                self._kv[w.cache].reshape(-1, w.row_len)[index[:real]] = rows_f16
+            outs.append(np.asarray(logits).reshape(-1, self.hp.n_vocab)[: 1 if last_only else n])
             self.n_past += chunk.size
         return outs[-1] if last_only else np.concatenate(outs, axis=0)
 
