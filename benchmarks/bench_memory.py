@@ -4,8 +4,9 @@ Each model runs in a fresh process per ``Model(shapes=)`` mode (``python benchma
 ``--quick``: the 4-layer synthetic model only; ``--real smollm2-135m,gemma3-270m``: the fetched
 real models instead of the synthetic llama; ``--shapes dynamic,split,buckets``: the modes;
 ``--precision device``: ``Model(precision=)``): RSS
-after reading the GGUF and building ``Model``, then after running each of four shape buckets (an
-8-token prefill, the decode step, a decode step at n_kv 512, a 101-token prefill), the number of
+after reading the GGUF and building ``Model``, then after running each of six shape buckets (an
+8-token prefill, the decode step, a decode step at n_kv 512, prefills of 101, 200 and 300 tokens:
+with static buckets the last two pass ``Model``'s ``max_buckets``, 4), the number of
 compiled models, and the process's peak RSS; each as MiB and as a multiple of the GGUF file.  The
 target: peak <= 2x the file + KV cache + compute buffers, flat in the number of buckets.  RSS does
 not depend on the machine's load, so those figures hold on a busy machine (the times do not).
@@ -53,7 +54,8 @@ def measure(path: str, shapes: str, precision: str = "exact") -> dict[str, objec
     steps: list[tuple[str, int]] = [("start", _rss())]
     model = Model(path, n_ctx=N_CTX, n_threads=2, shapes=shapes, precision=precision)
     steps.append(("Model()", _rss()))
-    prompt = [1 + (i * 7919) % (model.hp.n_vocab - 1) for i in range(101)]
+    long = [1 + (i * 7919) % (model.hp.n_vocab - 1) for i in range(300)]
+    prompt = long[:101]
     model.eval(prompt[:8], last_only=True)  # bucket 1: the 8-token prefill
     ttft = time.time() - psutil.Process().create_time()  # from the process's start
     steps.append(("1 bucket (prefill 8)", _rss()))
@@ -66,6 +68,10 @@ def measure(path: str, shapes: str, precision: str = "exact") -> dict[str, objec
     model.reset()
     model.eval(prompt, last_only=True)  # bucket 4: a 101-token prefill
     steps.append(("4 buckets (+ prefill 101)", _rss()))
+    for n in (200, 300):  # buckets 5 and 6: longer prompts (static buckets keep at most max_buckets)
+        model.reset()
+        model.eval(long[:n], last_only=True)
+        steps.append((f"{len(steps) - 1} buckets (+ prefill {n})", _rss()))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     return {
         "file": os.path.getsize(path),
