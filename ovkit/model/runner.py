@@ -459,6 +459,7 @@ class Model(Reported):
         if self.shapes != "buckets":
             found = self._buckets.get(shape)
             if found is None:
+                self._evict(keep=self._kv_owner, limit=self.max_buckets - 1)  # room before compiling
                 try:
                     found = self._buckets[shape] = self._compile(shape)
                     _release_host_memory()  # the translated models are garbage once compiled
@@ -478,6 +479,7 @@ class Model(Reported):
             b = _Bucket(shape, g, out)
             self._buckets[shape] = b
         if b.session is None:
+            self._evict(keep=self._kv_owner, limit=self.max_buckets - 1)  # room before compiling
             outputs, states = [b.out.logits], {}
             for name in cache_names(self.hp.n_layer):
                 nxt = b.out.caches[name]
@@ -534,11 +536,11 @@ class Model(Reported):
         for shape in self.buckets_for(n_prompt, n_predict, last_only=last_only):
             self._bucket(shape)
 
-    def _evict(self, keep: _Bucket) -> None:
-        """Release the least recently used compiled models beyond ``max_buckets`` (never ``keep``,
-        the one about to run, which with kv="variables" holds the cache)."""
+    def _evict(self, keep: _Bucket | None, limit: int) -> None:
+        """Release the least recently used compiled models until at most ``limit`` are left besides
+        ``keep`` (the one about to run, or with kv="variables" the one holding the cache)."""
         live = [k for k, b in self._buckets.items() if b.session is not None and b is not keep]
-        excess = len(live) + 1 - self.max_buckets
+        excess = len(live) - limit
         if excess <= 0:
             return
         dropped = {k: self._buckets.pop(k) for k in live[:excess]}  # oldest use first
@@ -601,7 +603,7 @@ class Model(Reported):
             shape = self.shape(size, self.n_past, 1 if last_only else None)
             b = self._bucket(shape)
             self._take_kv(b)
-            self._evict(keep=b)
+            self._evict(keep=b, limit=self.max_buckets - 1)
             feed = causal_inputs(self.hp, shape, run, self.n_past, out_ids=[n - 1] if last_only else None)
             # the same view objects every call: bound once, read in place (ovkit.engine)
             caches = self._cache_views(shape) if isinstance(b.session, _Compiled) else b.caches
