@@ -130,14 +130,10 @@ def main(argv: list[str] | None = None) -> None:
         f"  llama.cpp CPU: pp{args.p} {pp.mean:.1f} ± {pp.std:.1f} tok/s, tg{args.n} {tg.mean:.1f} ± {tg.std:.1f} tok/s"
     )
 
-    import openvino as ov
+    from ovkit.runtime import default_core, default_precision
 
     config = CONFIGS[args.precision]
-    ran = (
-        "f32"
-        if args.precision == "exact"
-        else ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
-    )
+    ran = "f32" if args.precision == "exact" else default_precision(default_core(), "CPU")
     rate = matmul_rate(args.r, config)
     print(f"  OpenVINO's MatMul in {ran} (2048 cubed, 2 threads): {rate:.0f} GFLOP/s")
 

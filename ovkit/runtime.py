@@ -41,12 +41,16 @@ def is_simulated(core: Any) -> bool:
     return bool(getattr(core, "simulated", False))
 
 
+def _precision_name(value: Any) -> str:
+    """An inference precision as text ("f32"): properties give an ``openvino.Type`` or text."""
+    return str(value.get_type_name() if hasattr(value, "get_type_name") else value)
+
+
 def default_precision(core: Any, device: str) -> str:
     """The inference precision ``device`` compiles in when none is asked ("f32", "bf16", "f16"):
     its own property, or for a simulated device the real CPU's, where it compiles."""
     real, name = (default_core(), "CPU") if is_simulated(core) else (core, device)
-    value = real.get_property(name, "INFERENCE_PRECISION_HINT")  # an openvino.Type
-    return str(value.get_type_name() if hasattr(value, "get_type_name") else value)
+    return _precision_name(real.get_property(name, "INFERENCE_PRECISION_HINT"))
 
 
 def exact_on_cpu(props: MutableMapping[str, Any]) -> None:
@@ -54,7 +58,5 @@ def exact_on_cpu(props: MutableMapping[str, Any]) -> None:
     CPUs with VNNI or AMX the plugin quantizes the activations meeting a compressed weight to int8
     in groups of 32 even at f32 precision (a Q4_1 matmul: NMSE 3e-5 against exact f32, 2e-13
     without), so ovkit's f32 would not be f32 there (docs/quant.md, "What differs between CPUs")."""
-    precision = props.get("INFERENCE_PRECISION_HINT", "")  # text, or an openvino.Type
-    name = precision.get_type_name() if hasattr(precision, "get_type_name") else str(precision)
-    if name == "f32":
+    if _precision_name(props.get("INFERENCE_PRECISION_HINT", "")) == "f32":
         props.setdefault("DYNAMIC_QUANTIZATION_GROUP_SIZE", 0)
