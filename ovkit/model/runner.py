@@ -454,12 +454,14 @@ class Model(Reported):
 
     def _bucket(self, wanted: GraphShape) -> _Bucket:
         shape = self._model_key(wanted)
-        if shape in self._buckets:  # the most recently used last (``_evict``)
-            self._buckets[shape] = self._buckets.pop(shape)
+        known = self._buckets.pop(shape, None)
+        if known is not None:
+            self._buckets[shape] = known  # the most recently used last (``_evict``)
+        if known is None or known.session is None:  # room before compiling
+            self._evict(keep=self._kv_owner, limit=self.max_buckets - 1)
         if self.shapes != "buckets":
             found = self._buckets.get(shape)
             if found is None:
-                self._evict(keep=self._kv_owner, limit=self.max_buckets - 1)  # room before compiling
                 try:
                     found = self._buckets[shape] = self._compile(shape)
                     _release_host_memory()  # the translated models are garbage once compiled
@@ -479,7 +481,6 @@ class Model(Reported):
             b = _Bucket(shape, g, out)
             self._buckets[shape] = b
         if b.session is None:
-            self._evict(keep=self._kv_owner, limit=self.max_buckets - 1)  # room before compiling
             outputs, states = [b.out.logits], {}
             for name in cache_names(self.hp.n_layer):
                 nxt = b.out.caches[name]
@@ -538,7 +539,7 @@ class Model(Reported):
 
     def _evict(self, keep: _Bucket | None, limit: int) -> None:
         """Release the least recently used compiled models until at most ``limit`` are left besides
-        ``keep`` (the one about to run, or with kv="variables" the one holding the cache)."""
+        ``keep`` (with kv="variables" the one holding the cache)."""
         live = [k for k, b in self._buckets.items() if b.session is not None and b is not keep]
         excess = len(live) - limit
         if excess <= 0:
@@ -560,6 +561,7 @@ class Model(Reported):
             else:
                 b.session.set_state(name, owner.session.state(name))
         self._kv_owner = b
+        self._evict(keep=b, limit=self.max_buckets - 1)  # the previous owner was kept for the copy
 
     # -- running --------------------------------------------------------------------------------
     def close(self) -> None:
@@ -603,7 +605,6 @@ class Model(Reported):
             shape = self.shape(size, self.n_past, 1 if last_only else None)
             b = self._bucket(shape)
             self._take_kv(b)
-            self._evict(keep=b, limit=self.max_buckets - 1)
             feed = causal_inputs(self.hp, shape, run, self.n_past, out_ids=[n - 1] if last_only else None)
             # the same view objects every call: bound once, read in place (ovkit.engine)
             caches = self._cache_views(shape) if isinstance(b.session, _Compiled) else b.caches
