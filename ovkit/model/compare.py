@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ovkit.dtypes import NUMPY_DTYPE
 from ovkit.report import Report, Reported
 
 #: Sides a comparison can run against llama.cpp's CPU build (the CLI's ``--against``).
@@ -552,9 +553,10 @@ def run_ovkit(
             continue
         named.append((node_key(t.name, seen), t))
     feed = causal_inputs(model.hp, shape, np.asarray(tokens), 0)
-    rows = model._cache_rows(shape)  # the rows the graph's cache inputs have (n_kv with FA)
-    for name in cache_names(model.hp.n_layer):
-        feed[name] = np.zeros((rows, model.hp.n_embd_kv), np.float16)
+    caches = set(cache_names(model.hp.n_layer))
+    for t in g.inputs_of([out.logits]):  # an empty cache, of the rows the graph's inputs have
+        if t.name in caches:
+            feed[t.name] = np.zeros(t.shape, NUMPY_DTYPE[t.dtype])
     results = compute_graph(
         g, [out.logits, *(t for _, t in named)], feed, model.device, core=model.core,
         config=model._configs[min(n, 2)],
