@@ -89,6 +89,34 @@ def three_ways(program: Program, data: dict[str, np.ndarray]) -> tuple[np.ndarra
     return want, [run_translation(g, out, data), np.asarray(g.compute(out, data, mode="reference"))]
 
 
+# ------------------------------------------------------------------------ f16 rounding inside a graph
+#: f32 values whose f16 rounding is an edge: ties to even among normals and on the subnormal grid,
+#: the largest finite f16 and what rounds past it to inf, the normal/subnormal border, inf, NaN.
+F16_EDGES = np.array(
+    [
+        0.0, -0.0, 1 + 2**-11, 1 + 3 * 2**-11, -(1 + 2**-11), 2**-14, 2**-14 * (1 - 2**-12),
+        2**-25, 3 * 2**-25, 5 * 2**-25, -(3 * 2**-25), 2**-26, 65504.0, 65519.99, 65520.0,
+        -65520.0, 70000.0, 1e6, 1e38, 3e38, np.inf, -np.inf, np.nan,
+    ],
+    dtype=np.float32,
+)  # fmt: skip
+
+
+def test_f16_store_inside_a_graph_rounds_as_ggml_overflow_to_inf() -> None:
+    """An f32 → f16 → f32 copy chain: the f16 stays inside the graph (the plugin computes it as
+    rounding arithmetic in f32), so its edges are ovkit's own: each value must be ggml's,
+    bit for bit, 70000 included (it was 70016, a finite value f16 cannot hold)."""
+    rng = np.random.default_rng(11)
+    spread = rng.standard_normal(4096) * 10.0 ** rng.integers(-9, 6, 4096)
+    x = np.concatenate([F16_EDGES, spread.astype(np.float32)]).astype(np.float32)
+    data = {"x": x, "h": np.zeros(x.size, np.float16), "y": np.zeros(x.size, np.float32)}
+    want, got = three_ways(lambda b, t: b.cpy(b.cpy(t["x"], t["h"]), t["y"]), data)
+    edges = want[: F16_EDGES.size]
+    assert np.isinf(edges).sum() == 8 and np.isnan(edges).sum() == 1  # the edges reached ggml
+    for way, g in zip(("device", "reference"), got, strict=True):
+        np.testing.assert_array_equal(g.view(np.uint32), want.view(np.uint32), err_msg=way)
+
+
 # ------------------------------------------------------------------------------- soft_max with a NaN
 def _rows_with_nan(shape: tuple[int, ...]) -> np.ndarray:
     """Logits whose rows hold a NaN first, in the middle, last, beside -inf and beside +inf, and
