@@ -586,3 +586,35 @@ def test_thread_hint_only_on_the_cpu_class() -> None:
             threads,
             precision,
         ), dev
+
+
+def repeated_constants_model(n: int = 40) -> ov.Model:
+    """``n`` steps of reshape and add, each with its own copies of the same shape and scalar,
+    plus two equal weight-sized constants (distinct nodes that must stay distinct)."""
+    x = ops.parameter([8, 64], np.float32, name="x")
+    y = x.output(0)
+    for i in range(n):
+        shape = [64, 8] if i % 2 == 0 else [8, 64]
+        y = ops.add(
+            ops.reshape(y, ops.constant(np.array(shape, np.int64)), False), ops.constant(np.float32(0.5))
+        ).output(0)
+    w = np.full((64, 64), 0.01, np.float32)
+    y = ops.add(ops.matmul(y, ops.constant(w), False, False), ops.matmul(y, ops.constant(w), False, False))
+    y.output(0).get_tensor().set_names({"y"})
+    return ov.Model([y], [x], "repeated")
+
+
+def test_engine_compiles_repeated_small_constants_as_one_node_each() -> None:
+    from ovkit.engine.model import share_constants
+
+    def constants(m: ov.Model) -> int:
+        return sum(op.get_type_name() == "Constant" for op in m.get_ordered_ops())
+
+    model = repeated_constants_model()
+    before = constants(model)  # 2 shapes and a scalar per step, 2 weights
+    assert share_constants(model) == before - 5 and constants(model) == 5  # the weights stay two
+    x = np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)
+    want = x + 0.5 * 40
+    want = 2 * (want @ np.full((64, 64), 0.01, np.float32))
+    got = Engine(env={}).run("repeated", repeated_constants_model, {"x": x}, device="CPU")[0]
+    np.testing.assert_allclose(got, want, rtol=1e-2)  # the CPU's default precision may be bf16

@@ -31,7 +31,14 @@ if TYPE_CHECKING:
 from ovkit.engine.blob_cache import BlobCache, BlobEntry
 from ovkit.engine.errors import EngineError, InputError, ProfilingOffError
 from ovkit.engine.keys import CacheKey, model_structure_key
-from ovkit.engine.model import ModelFactory, apply_dynamic, make_stateful, model_from, state_specs
+from ovkit.engine.model import (
+    ModelFactory,
+    apply_dynamic,
+    make_stateful,
+    model_from,
+    share_constants,
+    state_specs,
+)
 from ovkit.engine.plan import (
     MAX_PLANS_PER_GRAPH,
     PLAN_TAG,
@@ -537,6 +544,7 @@ class Engine:
         model, its state entry and the compile seconds."""
         t_conv = time.perf_counter()
         model = model_from(factory())
+        share_constants(model)
         apply_dynamic(model, dynamic)
         specs = state_specs(model, states)
         variables = make_stateful(model, states) if key.stateful else {}

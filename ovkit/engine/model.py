@@ -1,5 +1,5 @@
 """The OpenVINO model the engine compiles: its ports, and what is done to it before compiling
-(dynamic dimensions, the stateful transformation)."""
+(identical small constants shared, dynamic dimensions, the stateful transformation)."""
 
 from __future__ import annotations
 
@@ -79,6 +79,31 @@ def model_from(factory_result: Any) -> Any:
     """The model a factory returned: ``Graph.to_model`` gives (model, input names), plain
     factories the model."""
     return factory_result[0] if isinstance(factory_result, tuple) else factory_result
+
+
+#: Constants up to this many bytes are shared by value (shapes, axes, scalars; never weights).
+SHARED_CONSTANT_BYTES = 256
+
+
+def share_constants(model: Any) -> int:
+    """Make identical small constants one node each; returns how many were merged.
+
+    Translators make a fresh constant per use (a model's decode graph: thousands, about a hundred
+    distinct), and the CPU plugin's compile time and memory grow with the node count.
+    """
+    first: dict[tuple[str, tuple[int, ...], bytes], Any] = {}
+    merged = 0
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "Constant" or op.get_byte_size() > SHARED_CONSTANT_BYTES:
+            continue
+        out = op.output(0)
+        key = (out.get_element_type().get_type_name(), tuple(out.get_shape()), op.get_data().tobytes())
+        kept = first.setdefault(key, op)
+        if kept is not op:
+            for target in list(out.get_target_inputs()):
+                target.replace_source_output(kept.output(0))
+            merged += 1
+    return merged
 
 
 def apply_dynamic(model: Any, dynamic: Mapping[str, tuple[int, ...]]) -> None:
