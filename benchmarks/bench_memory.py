@@ -15,7 +15,8 @@ not depend on the machine's load, so those figures hold on a busy machine (the t
 (reading the GGUF, building, compiling, the prefill), cold and on a second start with each cache
 (OpenVINO's model cache, ``GGML_OPENVINO_CACHE_DIR``, and the backend's blob cache,
 ``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``; a fresh directory the first start fills), and the real
-backend's cold figure (llama-cpp-python's OpenVINO build) next to them.
+backend's cold figure (llama-cpp-python's OpenVINO build) next to them; each three times, the
+median and the range printed (a single start varies by a second or more on a shared machine).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -128,25 +130,37 @@ def upstream_first_token(path: str) -> float:
     return time.perf_counter() - t0
 
 
-def first_token(name: str, path: str, shapes: str) -> None:
+def spread(values: list[float]) -> str:
+    """Median and range of a few timings, as ``6.1 s [5.9-6.4]``."""
+    return f"{statistics.median(values):.1f} s [{min(values):.1f}-{max(values):.1f}]"
+
+
+def first_token(name: str, path: str, shapes: str, repeat: int = 3) -> None:
     """Cold and second-start time to the first token with each cache (OpenVINO's model cache,
     ``GGML_OPENVINO_CACHE_DIR``, and the backend's blob cache,
-    ``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``), and the real backend's cold."""
-    cold = run_child(path, shapes)
+    ``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``), and the real backend's cold: each ``repeat``
+    times, ovkit's and the backend's cold starts interleaved so both see the same load."""
+    cold: list[float] = []
+    upstream: list[float] = []
+    failed = ""
+    for _ in range(repeat):
+        cold.append(float(run_child(path, shapes)["ttft"]))  # type: ignore[arg-type]
+        if not failed:
+            try:
+                upstream.append(upstream_first_token(path))
+            except (RuntimeError, subprocess.CalledProcessError) as exc:
+                failed = f"failed ({str(exc).splitlines()[0]})"
     starts = []
     for variable in ("GGML_OPENVINO_CACHE_DIR", "GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR"):
         with tempfile.TemporaryDirectory(prefix="ovkit-model-cache-") as cache:
             env = {**os.environ, variable: cache}
             first = run_child(path, shapes, env)  # fills the cache
-            second = run_child(path, shapes, env)
-        starts.append(f"{variable}: first start {first['ttft']:.1f} s, second start {second['ttft']:.1f} s")
-    try:
-        upstream = f"{upstream_first_token(path):.1f} s"
-    except (RuntimeError, subprocess.CalledProcessError) as exc:
-        upstream = f"failed ({str(exc).splitlines()[0]})"
+            second = [float(run_child(path, shapes, env)["ttft"]) for _ in range(repeat)]  # type: ignore[arg-type]
+        starts.append(f"{variable}: first start {first['ttft']:.1f} s, second start {spread(second)}")
     print(
-        f"{name}, shapes={shapes}: time to first token (fresh process, 8-token prompt), load "
-        f"{load_average()}: cold {cold['ttft']:.1f} s; real backend cold {upstream}"
+        f"{name}, shapes={shapes}: time to first token (fresh process, 8-token prompt; median "
+        f"[range] of {repeat}), load {load_average()}: cold {spread(cold)}; real backend cold "
+        f"{failed or spread(upstream)}"
     )
     for line in starts:
         print(f"  {line}")
