@@ -6,8 +6,9 @@ real models instead of the synthetic llama; ``--shapes dynamic,split,buckets``: 
 ``--precision device``: ``Model(precision=)``): RSS
 after reading the GGUF and building ``Model``, then after running each of six shape buckets (an
 8-token prefill, the decode step, a decode step at n_kv 512, prefills of 101, 200 and 300 tokens:
-with static buckets the last two pass ``Model``'s ``max_buckets``, 4), the number of
-compiled models, and the process's peak RSS; each as MiB and as a multiple of the GGUF file.  The
+with static buckets the last two pass ``Model``'s ``max_buckets``, 4) with the seconds OpenVINO
+spent compiling for each, the number of compiled models, and the process's peak RSS; each RSS as
+MiB and as a multiple of the GGUF file.  The
 target: peak <= 2x the file + KV cache + compute buffers, flat in the number of buckets.  RSS does
 not depend on the machine's load, so those figures hold on a busy machine (the times do not).
 
@@ -51,29 +52,40 @@ def measure(path: str, shapes: str, precision: str = "exact") -> dict[str, objec
     """In this process: RSS at each step of loading ``path`` and running four shape buckets."""
     import psutil
 
+    from ovkit.engine import get_engine
     from ovkit.model import Model
 
-    steps: list[tuple[str, int]] = [("start", _rss())]
+    steps: list[tuple[str, int, float]] = [("start", _rss(), 0.0)]
     model = Model(path, n_ctx=N_CTX, n_threads=2, shapes=shapes, precision=precision)
-    steps.append(("Model()", _rss()))
+    engine = get_engine(model.core)
+    compiled = engine.stats().compile_seconds
+
+    def step(label: str) -> None:
+        """RSS now and the seconds OpenVINO spent compiling since the last step."""
+        nonlocal compiled
+        total = engine.stats().compile_seconds
+        steps.append((label, _rss(), total - compiled))
+        compiled = total
+
+    step("Model()")
     long = [1 + (i * 7919) % (model.hp.n_vocab - 1) for i in range(300)]
     prompt = long[:101]
     model.eval(prompt[:8], last_only=True)  # bucket 1: the 8-token prefill
     ttft = time.time() - psutil.Process().create_time()  # from the process's start
-    steps.append(("1 bucket (prefill 8)", _rss()))
+    step("1 bucket (prefill 8)")
     model.eval([3], last_only=True)  # bucket 2: decode, n_kv 256
-    steps.append(("2 buckets (+ decode)", _rss()))
+    step("2 buckets (+ decode)")
     model.reset()
     model.n_past = 300  # bucket 3: decode at position 300, n_kv 512 (the cache is zeros: fine)
     model.eval([3], last_only=True)
-    steps.append(("3 buckets (+ decode n_kv 512)", _rss()))
+    step("3 buckets (+ decode n_kv 512)")
     model.reset()
     model.eval(prompt, last_only=True)  # bucket 4: a 101-token prefill
-    steps.append(("4 buckets (+ prefill 101)", _rss()))
+    step("4 buckets (+ prefill 101)")
     for n in (200, 300):  # buckets 5 and 6: longer prompts (static buckets keep at most max_buckets)
         model.reset()
         model.eval(long[:n], last_only=True)
-        steps.append((f"{len(steps) - 1} buckets (+ prefill {n})", _rss()))
+        step(f"{len(steps) - 1} buckets (+ prefill {n})")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     return {
         "file": os.path.getsize(path),
@@ -107,11 +119,12 @@ def show(name: str, shapes: str, r: dict[str, object], precision: str = "exact")
         f"{r['models']} compiled model(s) at the end"
     )
     base = None
-    for label, rss in r["steps"]:  # type: ignore[attr-defined]
+    for label, rss, compile_s in r["steps"]:  # type: ignore[attr-defined]
         base = rss if base is None else base
+        compiled = f"  compile {compile_s:4.1f} s" if compile_s else ""
         print(
             f"  {label:<32} RSS {rss / MIB:8,.0f} MiB   above start {(rss - base) / MIB:8,.0f} MiB"
-            f"  ({(rss - base) / file:5.1f}x the file)"
+            f"  ({(rss - base) / file:5.1f}x the file){compiled}"
         )
     peak = int(r["peak"])  # type: ignore[call-overload]
     print(f"  {'peak':<32} RSS {peak / MIB:8,.0f} MiB   ({(peak - base) / file:5.1f}x the file above start)")  # type: ignore[operator]
