@@ -7,6 +7,7 @@ n_embd 512 (their rows need multiples of 256; 256 itself is a rejected GET_ROWS 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -353,6 +354,24 @@ def test_compiled_models_beyond_max_buckets_are_released(model_file: Callable[..
     assert len(every.sessions()) >= 4
     with pytest.raises(ModelError, match="max_buckets=0"):
         Model(path, max_buckets=0)
+
+
+def test_a_run_needing_more_than_max_buckets_compiles_each_shape_once(
+    model_file: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``generate`` compiles before its timed part, but with fewer ``max_buckets`` than the run's
+    shapes that would release the prefill model before the run reaches it: it is compiled once,
+    the decode model when the run gets there, and a warning says so."""
+    from ovkit.engine import get_engine
+
+    model = Model(model_file("llama", "q8_0"), n_ctx=300, max_buckets=1)
+    engine = get_engine(model.core)
+    before = engine.stats().compiles
+    with caplog.at_level(logging.WARNING, logger="ovkit.model.runner"):
+        got = model.generate(PROMPT[:5], 3)
+    assert engine.stats().compiles - before == 2  # the prefill, then the decode step; was 4
+    assert "needs 2 compiled models, max_buckets=1: 1 of them compile during the run" in caplog.text
+    assert got.tokens == Model(model_file("llama", "q8_0"), n_ctx=300).generate(PROMPT[:5], 3).tokens
 
 
 @pytest.mark.parametrize("shapes", ["dynamic", "split"])

@@ -533,9 +533,26 @@ class Model(Reported):
         return size if size <= self.n_ubatch and start + size <= self.n_ctx else n_tokens
 
     def prepare(self, n_prompt: int, n_predict: int, *, last_only: bool = False) -> None:
-        """Build and compile every bucket a run will use (so timed runs do not compile)."""
-        for shape in self.buckets_for(n_prompt, n_predict, last_only=last_only):
-            self._bucket(shape)
+        """Build and compile every bucket a run will use (so timed runs do not compile).  A run
+        needing more compiled models than ``max_buckets`` gets its first ``max_buckets`` ones:
+        compiling the rest now would release those again before the run reaches them."""
+        shapes = self.buckets_for(n_prompt, n_predict, last_only=last_only)
+        models = list(dict.fromkeys(self._model_key(s) for s in shapes))
+        if len(models) > self.max_buckets:
+            logger.warning(
+                "%s: a run of %d prompt tokens and %d steps needs %d compiled models, max_buckets=%d: "
+                "%d of them compile during the run (a larger max_buckets keeps them all)",
+                self.gguf.path,
+                n_prompt,
+                n_predict,
+                len(models),
+                self.max_buckets,
+                len(models) - self.max_buckets,
+            )
+        first = set(models[: self.max_buckets])
+        for shape in shapes:
+            if self._model_key(shape) in first:
+                self._bucket(shape)
 
     def _evict(self, keep: _Bucket | None, limit: int) -> None:
         """Release the least recently used compiled models until at most ``limit`` are left besides
