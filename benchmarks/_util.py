@@ -26,6 +26,11 @@ def seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> list[floa
     return times
 
 
+def spread(values: Sequence[float], digits: int = 1) -> str:
+    """Median and range of a few timings in seconds, as ``6.1 s [5.9-6.4]``."""
+    return f"{statistics.median(values):.{digits}f} s [{min(values):.{digits}f}-{max(values):.{digits}f}]"
+
+
 def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
     """Median wall time of ``fn()`` over ``repeat`` runs after ``warmup`` runs."""
     return statistics.median(seconds(fn, repeat, warmup))

@@ -26,14 +26,13 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _util import load_average
+from _util import load_average, spread
 
 MIB = 2**20
 #: The synthetic llama of issue 22 (Q4_0, n_embd 1024) at 4, 8 and 16 layers.
@@ -141,11 +140,6 @@ def upstream_first_token(path: str) -> float:
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, env=upstream_env())
     return time.perf_counter() - t0
-
-
-def spread(values: list[float]) -> str:
-    """Median and range of a few timings, as ``6.1 s [5.9-6.4]``."""
-    return f"{statistics.median(values):.1f} s [{min(values):.1f}-{max(values):.1f}]"
 
 
 def first_token(name: str, path: str, shapes: str, repeat: int = 3) -> None:

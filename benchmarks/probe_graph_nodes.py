@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _util import load_average
+from _util import load_average, seconds, spread
 
 
 def counts(model: Any) -> collections.Counter[str]:
@@ -40,11 +40,12 @@ def decode_model(name: str) -> Any:
     from ovkit.engine import get_engine
     from ovkit.model import Model
     from ovkit.model.fetch import real_model
+    from ovkit.model.runner import _Bucket
 
     m = Model(str(real_model(name)), n_ctx=768, n_threads=2)
-    g, out = m.build(m.shape(1, 8))
-    outputs = [out.logits] + [out.caches[n].srcs[1] for n in out.caches]
-    return get_engine(m.core).plan(g, outputs, m.device, m._configs[1]).factory()
+    shape = m.shape(1, 8)
+    bucket = _Bucket(shape, *m.build(shape))
+    return get_engine(m.core).plan(bucket.graph, m._outputs(bucket), m.device, m._configs[1]).factory()
 
 
 def backend_model(name: str, into: Path) -> Path:
@@ -76,23 +77,16 @@ def compile_child(xml: str, snippets: bool) -> dict[str, float]:
         props["SNIPPETS_MODE"] = "DISABLE"
     t0 = time.perf_counter()
     compiled = core.compile_model(model, "CPU", props)
-    seconds = time.perf_counter() - t0
+    compile_s = time.perf_counter() - t0
     rss = psutil.Process().memory_info().rss / 2**20  # not the peak: a fork inherits the parent's
     if any(port.get_partial_shape().is_dynamic for port in compiled.inputs):  # the backend's
-        return {"compile": seconds, "rss_mib": rss, "step_ms": math.nan}
+        return {"compile": compile_s, "rss_mib": rss, "step_ms": math.nan}
     request = compiled.create_infer_request()
     for port in compiled.inputs:
         zeros = np.zeros(list(port.get_shape()), port.get_element_type().to_dtype())
         request.set_tensor(port, ov.Tensor(zeros))
-    for _ in range(10):
-        request.infer()
-    steps = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(50):
-            request.infer()
-        steps.append((time.perf_counter() - t0) / 50)
-    return {"compile": seconds, "rss_mib": rss, "step_ms": statistics.median(steps) * 1e3}
+    runs = seconds(lambda: [request.infer() for _ in range(50)], repeat=5)  # after a warm-up 50
+    return {"compile": compile_s, "rss_mib": rss, "step_ms": statistics.median(runs) / 50 * 1e3}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -142,9 +136,8 @@ def main(argv: list[str] | None = None) -> None:
             f"compile with Model's properties (exact f32), {args.repeat} fresh processes each, load {load_average()}:"
         )
         for label, rs in runs.items():
-            c = [r["compile"] for r in rs]
             print(
-                f"  {label:<22} compile {statistics.median(c):4.2f} s [{min(c):.2f}-{max(c):.2f}]"
+                f"  {label:<22} compile {spread([r['compile'] for r in rs], 2)}"
                 f"  RSS {statistics.median(r['rss_mib'] for r in rs):5.0f} MiB"
                 f"  decode step {statistics.median(r['step_ms'] for r in rs):5.2f} ms"
             )
