@@ -537,7 +537,8 @@ class Model(Reported):
         needing more compiled models than ``max_buckets`` gets its first ``max_buckets`` ones:
         compiling the rest now would release those again before the run reaches them."""
         shapes = self.buckets_for(n_prompt, n_predict, last_only=last_only)
-        models = list(dict.fromkeys(self._model_key(s) for s in shapes))
+        keys = [self._model_key(s) for s in shapes]
+        models = list(dict.fromkeys(keys))
         if len(models) > self.max_buckets:
             logger.warning(
                 "%s: a run of %d prompt tokens and %d steps needs %d compiled models, max_buckets=%d: "
@@ -550,8 +551,8 @@ class Model(Reported):
                 len(models) - self.max_buckets,
             )
         first = set(models[: self.max_buckets])
-        for shape in shapes:
-            if self._model_key(shape) in first:
+        for shape, key in zip(shapes, keys, strict=True):
+            if key in first:
                 self._bucket(shape)
 
     def _evict(self, keep: _Bucket | None, limit: int) -> None:
