@@ -36,6 +36,7 @@ from ovkit.engine import RunConfig, get_engine, graph_session, run_config_from
 from ovkit.gguf import GGUFModel, read_gguf
 from ovkit.ir import UnsupportedOpError
 from ovkit.memory import format_bytes
+from ovkit.model import lean
 from ovkit.model.arch import HParams, ModelError
 from ovkit.model.dynamic import DynamicShapeError, Symbol, symbolic_model
 from ovkit.model.precision import PRECISIONS
@@ -57,20 +58,23 @@ from ovkit.runtime import default_precision
 logger = logging.getLogger(__name__)
 
 DEFAULT_N_UBATCH = 512  # llama.cpp's default micro-batch
-# docs/model.md, "Memory per model and per bucket": on a quiet machine "split" ran SmolLM2's prefill
-# and decode at 0.78x the static buckets (flat memory); decode speed wins the default.
-DEFAULT_SHAPES = "buckets"
+# "lean" where it applies (the CPU class, kv="host", precision "exact" or "device", no MoE, no
+# per-op profile): one compiled model straight from the file's blocks (ovkit.model.lean); the
+# ggml-graph forms otherwise, "buckets" by default.
+DEFAULT_SHAPES = "lean"
 SHOWN_TOKENS = 24  # generated ids a Generation's repr lists before eliding the rest
 
 #: ``kv=``: where the KV cache lives (see the module docstring).
 KV_MODES = ("host", "variables")
-#: ``shapes=``: how many models are compiled.  "dynamic": one model whose ``n_tokens`` and ``n_kv``
+#: ``shapes=``: how many models are compiled.  "lean": one model built from the GGUF's blocks
+#: directly (``ovkit.model.lean``: compressed weights held once, the KV cache in OpenVINO state,
+#: every length dynamic); the others compile ovkit's ggml graph: "dynamic": one model whose ``n_tokens`` and ``n_kv``
 #: are dynamic dimensions (``ovkit.model.dynamic``), shared by every prefill chunk and decode step;
 #: "split": that model for prefills and one ``n_tokens = 1`` model (``n_kv`` dynamic) for decode,
 #: compiled with the decode's own hints; "buckets": one static model per shape bucket
 #: ``(n_tokens, n_kv)``, as llama.cpp's graphs are (the NPU class and ``kv="variables"`` always).
 #: docs/model.md ("Memory per model and per bucket") has the memory and speed of each.
-SHAPE_MODES = ("dynamic", "split", "buckets")
+SHAPE_MODES = ("lean", "dynamic", "split", "buckets")
 #: Prefill chunk lengths the static buckets are compiled for: a chunk of ``n`` tokens runs in the
 #: model of the smallest size >= n (padded after its last token, the padding's logits and cache
 #: rows dropped), so prompts of many lengths share a few compiled models (each is hundreds of MiB
@@ -270,13 +274,60 @@ class Model(Reported):
         )
         self.stateful = stateful
         self.kv = kv
-        static_only = kv != "host" or self.device_class == DeviceClass.NPU or n_ctx < max(DYNAMIC_KV)
+        self.profiling = profiling
+        self.n_threads = n_threads
+        lean_ok = (
+            self.device_class == DeviceClass.CPU
+            and kv == "host"
+            and precision != "ggml"
+            and not profiling
+            and not self.hp.spec.moe
+        )
+        if shapes == "lean" and not lean_ok:
+            raise ModelError(
+                f"shapes='lean' needs the CPU class, kv='host', precision 'exact' or 'device', no per-op "
+                f"profiling and no MoE layers (got {self.device}, kv={kv!r}, precision={precision!r}, "
+                f"profiling={profiling}, {self.hp.arch})"
+            )
+        if shapes in (None, "lean") and lean_ok:
+            self.shapes = "lean"
+            self._check_fits(n_ctx)
+        else:
+            self._init_graph_forms(shapes if shapes != "lean" else None, engine)
+        self._lean: Any = None  # the compiled lean session (ovkit.model.lean), built on first use
+        self.spill_dir = config.spill_dir
+        # kv="host": the cache itself, shared by every bucket: llama.cpp's f16 K/V values, held
+        # as f32 on the CPU class (its graphs compute in f32: read as they are, no conversion per
+        # step; twice the bytes), as f16 elsewhere; "lean" keeps it in OpenVINO state instead
+        self._kv_wide = kv == "host" and self.device_class == DeviceClass.CPU
+        kv_dtype = np.float32 if self._kv_wide else np.float16
+        self._kv: dict[str, np.ndarray] = (
+            {n: np.zeros((n_ctx, self.hp.n_embd_kv), kv_dtype) for n in cache_names(self.hp.n_layer)}
+            if kv == "host" and self.shapes != "lean"
+            else {}
+        )
+        self.no_requant = no_requant
+        self._weights: dict[str, Any] | None = None
+        self._run_configs: dict[int, RunConfig] | None = None
+        self._buckets: dict[GraphShape, _Bucket] = {}
+        # the engine's cache would keep this model's compiled graphs (hundreds of MiB each for a
+        # real model) after the model is gone: they leave with it, or with close()
+        weakref.finalize(self, _discard_compiled, engine, self._buckets)
+        self._views: dict[int, dict[str, np.ndarray]] = {}  # rows -> a dynamic model's cache inputs
+        self._kv_owner: _Bucket | None = None
+        self.n_past = 0
+
+    def _init_graph_forms(self, shapes: str | None, engine: Any) -> None:
+        """Choose among the ggml-graph forms ("buckets", "split", "dynamic")."""
+        static_only = (
+            self.kv != "host" or self.device_class == DeviceClass.NPU or self.n_ctx < max(DYNAMIC_KV)
+        )
         if shapes not in (None, "buckets") and static_only:
             raise ModelError(
                 f"shapes={shapes!r} needs kv='host', a device other than the NPU class and "
-                f"n_ctx >= {max(DYNAMIC_KV)} (got kv={kv!r}, {self.device}, n_ctx={n_ctx})"
+                f"n_ctx >= {max(DYNAMIC_KV)} (got kv={self.kv!r}, {self.device}, n_ctx={self.n_ctx})"
             )
-        self.shapes = "buckets" if static_only else shapes or DEFAULT_SHAPES
+        self.shapes = "buckets" if static_only else shapes or "buckets"
         if self.shapes != "buckets" and self._computes_bf16(engine):
             # OpenVINO 2026.4's CPU plugin miscomputes the attention of a graph whose n_kv is
             # dynamic in bf16 (its Q·K MatMul: logits NMSE 0.06-1 against f32, where the same graph
@@ -286,40 +337,59 @@ class Model(Reported):
                 "running one static model per shape bucket instead",
                 self.gguf.path.name,
                 self.shapes,
-                precision,
+                self.precision,
             )
             self.shapes = "buckets"
-        # kv="host": the cache itself, shared by every bucket: llama.cpp's f16 K/V values, held
-        # as f32 on the CPU class (its graphs compute in f32: read as they are, no conversion per
-        # step; twice the bytes), as f16 elsewhere
-        self._kv_wide = kv == "host" and self.device_class == DeviceClass.CPU
-        kv_dtype = np.float32 if self._kv_wide else np.float16
-        self._kv: dict[str, np.ndarray] = (
-            {n: np.zeros((n_ctx, self.hp.n_embd_kv), kv_dtype) for n in cache_names(self.hp.n_layer)}
-            if kv == "host"
-            else {}
-        )
-        self.no_requant = no_requant
-        self._weights: dict[str, Any] | None = None
-        # the weights' compile hints tune the CPU plugin's activation quantization: only for the
-        # device's own precision ("exact" and "ggml" compute in f32 with exact activations)
-        quantized = [w for w in self.weights.values() if isinstance(w, quant.QuantizedWeight)]
-        self._configs = {
-            n: run_config_from(
-                quant.compile_hints(quantized, n) if precision == "device" else {},
-                RunConfig(
-                    inference_precision=PRECISIONS[precision], profiling=profiling, num_threads=n_threads
-                ),
+
+    def _check_fits(self, n_ctx: int) -> None:
+        """Refuse up front a model whose load would not fit the host's available memory."""
+        need = lean.predicted_peak(self.gguf, self.hp, n_ctx)
+        have = lean.available_memory()
+        if have and need > have:
+            raise ModelError(
+                f"{self.gguf.path.name} needs about {format_bytes(need)} at its peak (weights "
+                f"{format_bytes(need - lean.kv_bytes(self.hp, n_ctx) - lean.BASE_BYTES)}, KV cache at "
+                f"n_ctx={n_ctx:,} {format_bytes(lean.kv_bytes(self.hp, n_ctx))}), but only "
+                f"{format_bytes(have)} is available: not loaded"
             )
-            for n in (1, 2)
-        }
-        self._buckets: dict[GraphShape, _Bucket] = {}
-        # the engine's cache would keep this model's compiled graphs (hundreds of MiB each for a
-        # real model) after the model is gone: they leave with it, or with close()
-        weakref.finalize(self, _discard_compiled, engine, self._buckets)
-        self._views: dict[int, dict[str, np.ndarray]] = {}  # rows -> a dynamic model's cache inputs
-        self._kv_owner: _Bucket | None = None
-        self.n_past = 0
+
+    @property
+    def _configs(self) -> dict[int, RunConfig]:
+        """The graph forms' compile configurations (prefill, decode): the weights' compile hints
+        tune the CPU plugin's activation quantization, only at the device's own precision."""
+        if self._run_configs is None:
+            quantized = (
+                [w for w in self.weights.values() if isinstance(w, quant.QuantizedWeight)]
+                if self.precision == "device"
+                else []
+            )
+            self._run_configs = {
+                n: run_config_from(
+                    quant.compile_hints(quantized, n) if self.precision == "device" else {},
+                    RunConfig(
+                        inference_precision=PRECISIONS[self.precision],
+                        profiling=self.profiling,
+                        num_threads=self.n_threads,
+                    ),
+                )
+                for n in (1, 2)
+            }
+        return self._run_configs
+
+    def _lean_session(self) -> Any:
+        """The lean model's session, compiled on first use."""
+        if self._lean is None:
+            session, _ = lean.compile_lean(
+                self.gguf,
+                self.hp,
+                get_engine(self.core).core,
+                self.device,
+                exact=self.precision == "exact",
+                n_threads=self.n_threads,
+                spill_dir=self.spill_dir,
+            )
+            self._lean = session
+        return self._lean
 
     def _computes_bf16(self, engine: Any) -> bool:
         """True when the CPU plugin computes this model in bf16: ``precision="device"`` on a CPU
@@ -536,6 +606,11 @@ class Model(Reported):
         """Build and compile every bucket a run will use (so timed runs do not compile).  A run
         needing more compiled models than ``max_buckets`` gets its first ``max_buckets`` ones:
         compiling the rest now would release those again before the run reaches them."""
+        if self.shapes == "lean":
+            if n_prompt + n_predict > self.n_ctx:
+                raise ModelError(f"{n_prompt} prompt + {n_predict} new tokens exceed n_ctx={self.n_ctx}")
+            self._lean_session()
+            return
         shapes = self.buckets_for(n_prompt, n_predict, last_only=last_only)
         keys = [self._model_key(s) for s in shapes]
         models = list(dict.fromkeys(keys))
@@ -586,6 +661,7 @@ class Model(Reported):
         """Release the compiled models now (they are released when the model is collected, too).
         The model still runs afterwards from position 0, compiling again what it needs."""
         _discard_compiled(get_engine(self.core), self._buckets)
+        self._lean = None
         self.reset()
 
     def reset(self) -> None:
@@ -594,10 +670,15 @@ class Model(Reported):
         self._kv_owner = None
         for cache in self._kv.values():
             cache.fill(0)
+        if self._lean is not None:
+            self._lean.reset()
 
     def effective_precision(self) -> str:
         """The inference precision the compiled sessions run (asked for or the device's default)."""
-        used = sorted({str(s.effective.inference_precision) for s in self.sessions()})
+        if self.shapes == "lean":
+            used = [self._lean.inference_precision] if self._lean is not None else []
+        else:
+            used = sorted({str(s.effective.inference_precision) for s in self.sessions()})
         used_s = ", ".join(used) or str(PRECISIONS[self.precision] or "device default")
         return (
             f"{used_s}, ggml CPU numerics (q8 matmuls, f16 attention)" if self.precision == "ggml" else used_s
@@ -614,6 +695,8 @@ class Model(Reported):
             raise ModelError(f"token id {int(bad[0])} is outside the vocabulary 0..{self.hp.n_vocab - 1}")
         if self.n_past + toks.size > self.n_ctx:
             raise ModelError(f"{self.n_past} cached + {toks.size} new tokens exceed n_ctx={self.n_ctx}")
+        if self.shapes == "lean":
+            return self._eval_lean(toks, last_only)
         outs = []
         for i in range(0, toks.size, self.n_ubatch):
             chunk = toks[i : i + self.n_ubatch]
@@ -633,6 +716,23 @@ class Model(Reported):
                 rows_f16 = r.reshape(-1, w.row_len)[:real].astype(np.float16)  # the f16 store, as ggml rounds
                 self._kv[w.cache].reshape(-1, w.row_len)[index[:real]] = rows_f16
             outs.append(np.asarray(logits).reshape(-1, self.hp.n_vocab)[: 1 if last_only else n])
+            self.n_past += chunk.size
+        return outs[-1] if last_only else np.concatenate(outs, axis=0)
+
+    def _eval_lean(self, toks: np.ndarray, last_only: bool) -> np.ndarray:
+        """``eval`` on the lean model: chunks of ``n_ubatch`` tokens, logits of the rows asked."""
+        session = self._lean_session()
+        if session.n_past != self.n_past:  # a reset elsewhere (close, a new generate)
+            session.reset()
+            if self.n_past:
+                raise ModelError("the lean model's cache was released: reset() and feed the tokens again")
+        outs = []
+        for i in range(0, toks.size, self.n_ubatch):
+            chunk = toks[i : i + self.n_ubatch]
+            ids = np.array([chunk.size - 1]) if last_only else np.arange(chunk.size)
+            if last_only and i + self.n_ubatch < toks.size:
+                ids = np.array([chunk.size - 1])  # only the last chunk's row is kept
+            outs.append(session.run(chunk, ids).reshape(-1, self.hp.n_vocab))
             self.n_past += chunk.size
         return outs[-1] if last_only else np.concatenate(outs, axis=0)
 
@@ -700,10 +800,16 @@ class Model(Reported):
             ),
             ("device", self.device),
             ("context", f"n_ctx {self.n_ctx:,}, KV cache {format_bytes(kv)} (f16), {self.n_past:,} cached"),
-            ("compiled shape buckets", f"{len(self.sessions())}"),
+            (
+                ("compiled model", "one, lean: dynamic shapes, KV cache in OpenVINO state")
+                if self.shapes == "lean"
+                else ("compiled shape buckets", f"{len(self.sessions())}")
+            ),
         )
         return Report(f"Model {self.gguf.path.name}", ("", ""), rows)
 
     def sessions(self) -> list[Any]:
-        """The live sessions, one per shape bucket used so far."""
+        """The live sessions, one per shape bucket used so far (the lean model: its one session)."""
+        if self.shapes == "lean":
+            return [self._lean] if self._lean is not None else []
         return [b.session for b in self._buckets.values() if b.session is not None]

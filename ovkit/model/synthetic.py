@@ -113,6 +113,76 @@ def _stored(name: str, values: np.ndarray, wtype: str) -> Any:
     return quant.quantize(wtype, values, name)
 
 
+#: Random raw blocks: (bytes per block, weights per block, offsets of f16 scale fields and the
+#: spread of the stored integers) per type.  The scales are set so a row's values have about the
+#: spread of a trained model's (1/sqrt(fan-in)); every other byte is random.
+_BLOCKS: dict[str, tuple[tuple[int, ...], float]] = {
+    "q4_0": ((0,), 4.6),
+    "q4_1": ((0,), 4.6),
+    "q5_0": ((0,), 9.2),
+    "q8_0": ((0,), 74.0),
+    "q4_K": ((0, 2), 4.6 * 31),
+    "q5_K": ((0, 2), 9.2 * 31),
+    "q6_K": ((208,), 18.5 * 64),
+}
+
+
+def _random_rows(wtype: str, rows: int, k: int, std: float, rng: np.random.Generator) -> np.ndarray:
+    """``rows`` rows of ``k`` weights as random blocks of ``wtype`` (f32/f16: random values)."""
+    if wtype in ("f32", "f16"):
+        return (std * rng.standard_normal((rows, k))).astype(wtype)
+    if wtype not in _BLOCKS:
+        raise ModelError(
+            f"random_blocks: no random block form for {wtype} (expected one of {sorted(_BLOCKS)})"
+        )
+    spec = quant.quant_spec(wtype)
+    if k % spec.block:
+        raise ModelError(f"rows of {k} values cannot be stored as {wtype} (blocks of {spec.block})")
+    offsets, spread = _BLOCKS[wtype]
+    n = rows * (k // spec.block)
+    blocks = np.frombuffer(bytearray(rng.bytes(n * spec.type_size)), np.uint8).reshape(n, spec.type_size)
+    d = np.full((blocks.shape[0], 1), std / spread, np.float16).view(np.uint8)
+    for off in offsets:
+        blocks[:, off : off + 2] = d
+    return blocks.reshape(rows, -1)
+
+
+def _stream_random_blocks(
+    w: Any, shapes: dict[str, tuple[int, ...]], wtype: str, rng: np.random.Generator
+) -> None:
+    """Write every tensor of ``shapes`` with ``w`` one at a time (2-d: random ``wtype`` blocks)."""
+    import gguf
+
+    def tensor(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        if len(shape) == 1:
+            return _random(name, shape, rng)
+        std = 1.0 if name in ("token_embd.weight", "output.weight") else 1.0 / np.sqrt(shape[-1])
+        rows = int(np.prod(shape[:-1]))
+        return _random_rows(wtype, rows, shape[-1], std, rng)
+
+    for name, shape in shapes.items():
+        if len(shape) == 1 or wtype == "f32":
+            w.add_tensor_info(name, shape, np.dtype(np.float32), 4 * int(np.prod(shape)))
+        elif wtype == "f16":
+            w.add_tensor_info(name, shape, np.dtype(np.float16), 2 * int(np.prod(shape)))
+        else:
+            spec = quant.quant_spec(wtype)
+            row = shape[-1] // spec.block * spec.type_size  # the writer takes the shape in bytes
+            w.add_tensor_info(
+                name,
+                (*shape[:-1], row),
+                np.dtype(np.uint8),
+                int(np.prod(shape[:-1])) * row,
+                raw_dtype=gguf.GGMLQuantizationType(spec.ggml_type),
+            )
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for name, shape in shapes.items():
+        w.write_tensor_data(tensor(name, shape))
+    w.close()
+
+
 def synthetic(
     arch: str,
     path: str | os.PathLike[str],
@@ -139,12 +209,15 @@ def synthetic(
     seed: int = 0,
     tokenizer: bool = True,
     chat_template: str | None = None,
+    random_blocks: bool = False,
 ) -> Path:
     """Write a random-weight ``arch`` model to ``path`` (``weight_type``: f32, f16 or a quant type;
     ``n_expert``, ``n_expert_used``, ``n_ff_exp``: the experts of a MoE architecture;
     ``head_dim``: written as key/value length when it is not n_embd / n_head; ``sliding_window``,
     ``sliding_window_pattern``, ``rope_freq_base_swa``: gemma3's interleaved sliding window;
-    ``tokenizer=False``: no tokenizer metadata; ``chat_template``: a ``tokenizer.chat_template``)."""
+    ``tokenizer=False``: no tokenizer metadata; ``chat_template``: a ``tokenizer.chat_template``;
+    ``random_blocks``: 2-d weights are random blocks of the type, written one tensor at a time, so
+    a model of any size (a 13 B shape is 7 GB) is written in seconds without being held in memory)."""
     spec = arch_spec(arch)
     moe = spec.moe
     if weight_type not in WEIGHT_TYPES:
@@ -214,6 +287,9 @@ def synthetic(
         w.add_add_bos_token(True)
     if chat_template is not None:
         w.add_chat_template(chat_template)
+    if random_blocks:
+        _stream_random_blocks(w, tensor_shapes(hp, tied_output), weight_type, rng)
+        return p
     finish_gguf(
         w,
         {

@@ -1,0 +1,557 @@
+"""A GGUF decoder as one compiled OpenVINO model, built straight from the file's blocks.
+
+The weights go tensor by tensor from the file into the compressed forms the CPU plugin runs as
+FullyConnected with decompression (4-bit and 8-bit integers with f16 or f32 scales per ggml block,
+a zero point where the block type has a minimum), read with ``pread`` so no page of the file stays
+mapped; no decoded host copy is kept.  The KV cache lives in OpenVINO state (ReadValue/Assign
+around ScaledDotProductAttention, the stateful form the CPU plugin fuses, GenAI's and the real
+backend's), and ``n_tokens`` and the cached length are dynamic, so one compiled model serves every
+prompt length and context.  Once compiled, the translated ``ov.Model`` and the weight arrays are
+released: the plugin holds its own packed copy.
+
+The nodes carry llama.cpp's tensor names (``attn_norm-0``, ``Qcur-0``, ``ffn_out-0``,
+``result_output``) as friendly names, so OpenVINO's profile reads in ggml's terms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ovkit import quant
+from ovkit.gguf import GGUFModel, TensorInfo
+from ovkit.model.arch import ROPE_TYPE_NEOX, HParams, ModelError
+from ovkit.model.program import output_weight_name
+
+#: How each block type is held on the device: its integer container, and whether it has a
+#: per-block minimum (a zero point ``-min/scale`` then, in f32).  Other types are decoded to f16.
+CONTAINERS: dict[str, str] = {
+    "q4_0": "i4",
+    "q8_0": "i8",
+    "q6_K": "i8",
+    "q4_1": "u4",
+    "q4_K": "u4",
+    "q5_1": "u8",
+    "q5_K": "u8",
+}
+#: The integer offset that turns a symmetric type's stored values into signed ones is applied
+#: on decoding (``quant.decode_blocks``: q4_0 ``q - 8``, q6_K ``q - 32``), so no zero point is needed.
+PLAIN = {"f32": np.float32, "f16": np.float16}
+#: Input names (llama.cpp's where it has one).
+TOKENS, POSITIONS, OUT_IDS, BEAM = "inp_tokens", "inp_pos", "out_ids", "beam_idx"
+LOGITS = "result_output"
+
+
+def _ops() -> Any:
+    import openvino.opset13 as ops
+
+    return ops
+
+
+def _ov() -> Any:
+    import openvino as ov
+
+    return ov
+
+
+def read_tensor(gguf: GGUFModel, info: TensorInfo) -> np.ndarray:
+    """The tensor's bytes, read from the file (not the mapping: its pages would count as ours)."""
+    out = np.empty(info.nbytes, np.uint8)
+    with open(gguf.path, "rb", buffering=0) as fh:
+        view = out.data
+        done = 0
+        while done < info.nbytes:
+            n = os.preadv(fh.fileno(), [view[done:]], info.offset + done)
+            if n <= 0:
+                raise ModelError(
+                    f"{gguf.path}: tensor {info.name!r} is cut short at byte {info.offset + done}"
+                )
+            done += n
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class WeightStats:
+    """What the weights take once converted: bytes held for the device, and the tensors decoded
+    to f16 because no compressed form exists for their type."""
+
+    device_bytes: int
+    decoded: tuple[str, ...]
+
+
+def device_bytes(info: TensorInfo) -> int:
+    """Bytes a tensor takes in its device form (before the plugin's own packing)."""
+    n = int(np.prod(info.shape))
+    if info.type in CONTAINERS:
+        spec = quant.quant_spec(info.type)
+        bits = 4 if CONTAINERS[info.type].endswith("4") else 8
+        groups = n // spec.group
+        zp = 4 if not spec.symmetric else 0
+        scale = 2 if info.type in ("q4_0", "q8_0", "q4_1") else 4
+        return n * bits // 8 + groups * (scale + zp)
+    if info.type in PLAIN:
+        return info.nbytes
+    return 2 * n  # decoded to f16
+
+
+class WeightFile:
+    """The converted weights in an unlinked file, each array mapped from it.
+
+    The CPU plugin packs its own copy of every compressed weight on the first run; the pages it
+    read ours from are then given back (``release``: ``MADV_DONTNEED``), so the weights are held
+    once.  A page touched again (an embedding row) is read back from the file, never zeroed, so
+    releasing is always safe.  ``directory``: ``GGML_OPENVINO_SPILL_DIR`` or the temp directory."""
+
+    def __init__(self, directory: str | None = None) -> None:
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="ovkit-weights-", dir=directory)
+        os.unlink(path)  # the space is freed with the last mapping
+        self.fd = fd
+        self.size = 0
+        self.maps: list[Any] = []
+
+    def put(self, array: np.ndarray) -> np.ndarray:
+        """``array``'s bytes (u8) appended to the file, returned as a read-only mapped view."""
+        import mmap
+
+        data = np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
+        offset = -(-self.size // mmap.ALLOCATIONGRANULARITY) * mmap.ALLOCATIONGRANULARITY
+        done = 0
+        while done < data.nbytes:
+            done += os.pwrite(self.fd, data[done:], offset + done)
+        self.size = offset + data.nbytes
+        mm = mmap.mmap(self.fd, data.nbytes, access=mmap.ACCESS_READ, offset=offset)
+        self.maps.append(mm)
+        return np.frombuffer(mm, np.uint8)
+
+    def release(self) -> None:
+        """Drop the mapped pages from memory (the file keeps them)."""
+        import mmap
+
+        for mm in self.maps:
+            mm.madvise(mmap.MADV_DONTNEED)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def _pack4(q: np.ndarray) -> np.ndarray:
+    """4-bit values (the low nibble of each byte) packed two per byte, element 2i in the low nibble."""
+    v = (q.astype(np.uint8, copy=False) & 0x0F).reshape(-1)
+    return v[0::2] | (v[1::2] << 4)
+
+
+class _Weights:
+    """Builds each weight's decompression subgraph once, from the file."""
+
+    def __init__(self, gguf: GGUFModel, exact: bool, store: WeightFile) -> None:
+        self.gguf = gguf
+        self.exact = exact
+        self.store = store
+        self.decoded: list[str] = []
+        self._cache: dict[tuple[str, str], Any] = {}
+
+    def info(self, name: str) -> TensorInfo:
+        try:
+            return self.gguf.tensors[name]
+        except KeyError:
+            raise ModelError(f"{self.gguf.path}: no tensor {name!r}") from None
+
+    def constant(self, values: np.ndarray, element_type: str | None = None) -> Any:
+        """A Constant sharing the weight file's copy of ``values`` (``element_type``: a packed
+        4-bit type, ``values`` then holding its bytes)."""
+        ov = _ov()
+        et = getattr(ov.Type, element_type) if element_type else ov.Type(values.dtype)
+        shape = values.shape if element_type is None else values.shape[:-1] + (values.shape[-1] * 2,)
+        view = self.store.put(values)
+        return ov.op.Constant(ov.Tensor(view, ov.Shape(list(shape)), et), shared_memory=True)
+
+    def plain(self, name: str) -> Any:
+        """A small tensor (norms, biases) as an f32 Constant."""
+        key = (name, "plain")
+        if key not in self._cache:
+            info = self.info(name)
+            raw = read_tensor(self.gguf, info)
+            if info.type in PLAIN:
+                arr = raw.view(PLAIN[info.type]).astype(np.float32)
+            elif info.type == "bf16":
+                arr = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+            else:
+                arr = quant.decode_blocks(info.type, raw, info.shape).dequantize()
+            self._cache[key] = _ops().constant(arr.reshape(info.shape))
+        return self._cache[key]
+
+    def _parts(self, name: str) -> tuple[Any, Any, Any | None, int]:
+        """A 2-d weight's integer Constant [rows, groups, group], its scale [rows, groups, 1] and
+        zero point (or None), and the group size; (Constant f16/f32 [rows, k], None, None, k) when
+        the type has no compressed form."""
+        info = self.info(name)
+        rows, k = int(np.prod(info.shape[:-1])), info.shape[-1]
+        raw = read_tensor(self.gguf, info)
+        if info.type in PLAIN or info.type == "bf16":
+            arr = raw.view(np.uint16) if info.type == "bf16" else raw.view(PLAIN[info.type])
+            if info.type == "bf16":
+                arr = (arr.astype(np.uint32) << 16).view(np.float32)
+            keep = np.float32 if self.exact and info.type != "f16" else np.float16
+            return self.constant(arr.reshape(rows, k).astype(keep, copy=False)), None, None, k
+        if info.type in quant.REPACKS:  # Q5_0: losslessly Q8_0 blocks
+            qtype, blocks = quant.repack_blocks(info.type, raw)
+            dec = quant.decode_blocks(qtype, blocks, (rows, k))
+            container = "i8"
+        elif info.type in CONTAINERS:
+            dec = quant.decode_blocks(info.type, raw, (rows, k))
+            container = CONTAINERS[info.type]
+        else:
+            self.decoded.append(name)
+            values = quant.decode_blocks(info.type, raw, (rows, k)).dequantize()
+            return self.constant(values.astype(np.float16)), None, None, k
+        del raw
+        g = dec.group
+        if container.endswith("4"):
+            weight = self.constant(_pack4(dec.q).reshape(rows, k // g, g // 2), container)
+        else:
+            weight = self.constant(
+                dec.q.astype(np.int8 if container == "i8" else np.uint8).reshape(rows, k // g, g)
+            )
+        scale = dec.scale.reshape(rows, k // g, 1)
+        zp = None
+        if dec.bias is not None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                zp_v = np.where(scale != 0, -dec.bias.reshape(scale.shape) / scale, 0.0).astype(np.float32)
+            zp = self.constant(zp_v)
+        s16 = scale.astype(np.float16)
+        exact_f16 = zp is None and np.array_equal(s16.astype(np.float32), scale) and np.isfinite(s16).all()
+        scale_c = self.constant(s16 if exact_f16 else scale.astype(np.float32))
+        return weight, scale_c, zp, g
+
+    def matrix(self, name: str) -> Any:
+        """``name`` [rows, k] as an f32 value: the decompression chain the plugin folds into a
+        FullyConnected (Convert, Subtract zero point, Multiply scale, Reshape)."""
+        key = (name, "matrix")
+        if key not in self._cache:
+            ops = _ops()
+            weight, scale, zp, g = self._parts(name)
+            if scale is None:
+                out = weight if weight.get_element_type() == _ov().Type.f32 else ops.convert(weight, "f32")
+            else:
+                dt = scale.get_element_type()
+                w = ops.convert(weight, dt)
+                if zp is not None:
+                    w = ops.subtract(w, zp)
+                w = ops.multiply(w, scale)
+                rows, groups = weight.get_shape()[0], weight.get_shape()[1]
+                w = ops.reshape(w, ops.constant(np.array([rows, groups * g], np.int64)), False)
+                out = w if dt == _ov().Type.f32 else ops.convert(w, "f32")
+            _named(out, name)
+            self._cache[key] = out
+        return self._cache[key]
+
+    def rows(self, name: str, ids: Any) -> Any:
+        """Rows ``ids`` of ``name`` as f32 (the embedding): the weight's chain, then a Gather."""
+        ops = _ops()
+        return ops.gather(self.matrix(name), ids, ops.constant(np.int64(0)))
+
+
+def _i64(values: Any) -> Any:
+    return _ops().constant(np.asarray(values, np.int64))
+
+
+def _rms_norm(x: Any, w: Any, eps: float, name: str) -> Any:
+    ops = _ops()
+    mean = ops.reduce_mean(ops.multiply(x, x), _i64([-1]), True)
+    return _named(
+        ops.multiply(ops.divide(x, ops.sqrt(ops.add(mean, ops.constant(np.float32(eps))))), w), name
+    )
+
+
+def _named(node: Any, name: str) -> Any:
+    """``node`` (a Node or an Output) with llama.cpp's tensor name as its friendly name."""
+    (node.get_node() if hasattr(node, "get_node") else node).set_friendly_name(name)
+    return node
+
+
+def _rope(x: Any, cos: Any, sin: Any, mode: int, head_dim: int) -> Any:
+    """ggml's rope of ``x`` [1, T, H, D] with ``cos``/``sin`` [1, T, 1, D/2]: adjacent pairs
+    (mode 0, llama) or the two halves of a head (NEOX, qwen and gemma) rotate."""
+    ops = _ops()
+    half = head_dim // 2
+    if mode == ROPE_TYPE_NEOX:
+        a, b = ops.split(x, _i64(-1), 2).outputs()
+        return ops.concat(
+            [
+                ops.subtract(ops.multiply(a, cos), ops.multiply(b, sin)),
+                ops.add(ops.multiply(a, sin), ops.multiply(b, cos)),
+            ],
+            -1,
+        )
+    pairs = ops.reshape(x, _i64([0, 0, 0, half, 2]), True)
+    a, b = ops.split(pairs, _i64(-1), 2).outputs()
+    c, s = ops.unsqueeze(cos, _i64(-1)), ops.unsqueeze(sin, _i64(-1))
+    out = ops.concat(
+        [
+            ops.subtract(ops.multiply(a, c), ops.multiply(b, s)),
+            ops.add(ops.multiply(a, s), ops.multiply(b, c)),
+        ],
+        -1,
+    )
+    return ops.reshape(out, _i64([0, 0, 0, head_dim]), True)
+
+
+def _inv_freq(hp: HParams, base: float, scale: float, factors: np.ndarray | None) -> np.ndarray:
+    """θ per pair for position 1, as ggml computes it (f32, θ_i = θ_{i-1}·base^(-2/n_dims))."""
+    half = hp.head_dim // 2
+    step = np.float32(base) ** np.float32(-2.0 / hp.head_dim)
+    theta = np.empty(half, np.float32)
+    t = np.float32(1.0)
+    for i in range(half):
+        theta[i] = t
+        t = np.float32(t * step)
+    theta *= np.float32(scale)
+    if factors is not None:
+        theta /= factors[:half].astype(np.float32)
+    return theta
+
+
+def build(gguf: GGUFModel, hp: HParams, store: WeightFile, *, exact: bool = True) -> tuple[Any, WeightStats]:
+    """The whole decoder as one stateful ``ov.Model``: inputs ``inp_tokens`` [1, T] and
+    ``inp_pos`` [1, T] (positions continue the cache), ``out_ids`` [N] (the rows whose logits come
+    back); output ``result_output`` [N, n_vocab]; one K and one V state per layer."""
+    ov, ops = _ov(), _ops()
+    spec = hp.spec
+    if spec.moe:
+        raise ModelError(f"{hp.arch}: mixture-of-experts layers have no lean form (use shapes='buckets')")
+    W = _Weights(gguf, exact, store)
+    tokens = ops.parameter([1, -1], ov.Type.i64, name=TOKENS)
+    positions = ops.parameter([1, -1], ov.Type.i64, name=POSITIONS)
+    out_ids = ops.parameter([-1], ov.Type.i64, name=OUT_IDS)
+    # the plugin fuses ReadValue -> Gather(beam) -> Concat -> SDPA (and the Assign) into one node
+    # that keeps the cache in place: the Gather must be there, with the one sequence's index 0
+    beam = ops.parameter([-1], ov.Type.i32, name=BEAM)
+    for p, n in ((tokens, TOKENS), (positions, POSITIONS), (out_ids, OUT_IDS), (beam, BEAM)):
+        p.output(0).get_tensor().set_names({n})
+
+    x = _named(W.rows("token_embd.weight", ops.reshape(tokens, _i64([-1]), False)), "inp_embd")  # [T, E]
+    if spec.embd_scale:
+        x = _named(ops.multiply(x, ops.constant(np.sqrt(np.float32(hp.n_embd)))), "inp_scaled")
+    pos_f = ops.convert(ops.reshape(positions, _i64([-1, 1]), False), "f32")  # [T, 1]
+    # the causal mask [1, 1, T, S] from the positions: the cache holds positions 0..S-1 in order
+    q_pos = ops.reshape(positions, _i64([-1, 1]), False)
+    n_cells = ops.add(ops.reduce_max(positions, _i64([0, 1]), False), _i64(1))  # the cache after this step
+    cells = ops.unsqueeze(ops.range(_i64(0), n_cells, _i64(1), "i64"), _i64(0))  # [1, S]
+    freqs = gguf.tensors.get("rope_freqs.weight")
+    factors = read_tensor(gguf, freqs).view(np.float32) if freqs is not None else None
+    ropes: dict[tuple[float, float], tuple[Any, Any]] = {}
+    sinks: list[Any] = []
+    hd, n_h, n_kv = hp.head_dim, hp.n_head, hp.n_head_kv
+    r = n_h // n_kv
+    kq_scale = 1.0 if spec.q_scale else hp.attn_scale
+    masks: dict[bool, Any] = {}
+    for il in range(hp.n_layer):
+        p = f"blk.{il}."
+        inp_sa = x
+        cur = _rms_norm(x, W.plain(p + "attn_norm.weight"), hp.rms_eps, f"attn_norm-{il}")
+        qkv = []
+        for part, heads in (("q", n_h), ("k", n_kv), ("v", n_kv)):
+            t = ops.matmul(cur, W.matrix(f"{p}attn_{part}.weight"), False, True)
+            if spec.qkv_bias:
+                t = ops.add(t, W.plain(f"{p}attn_{part}.bias"))
+            t = _named(t, f"{part.upper()}cur-{il}")
+            qkv.append(ops.reshape(t, _i64([1, -1, heads, hd]), False))  # [1, T, H, D]
+        q, k, v = qkv
+        if spec.qk_norm:
+            q = _rms_norm(q, W.plain(p + "attn_q_norm.weight"), hp.rms_eps, f"Qcur_normed-{il}")
+            k = _rms_norm(k, W.plain(p + "attn_k_norm.weight"), hp.rms_eps, f"Kcur_normed-{il}")
+        base_scale = hp.rope_base_scale(il)
+        if base_scale not in ropes:
+            theta = ops.multiply(pos_f, ops.constant(_inv_freq(hp, *base_scale, factors)[None, :]))
+            theta = ops.reshape(theta, _i64([1, -1, 1, hd // 2]), False)
+            ropes[base_scale] = (ops.cos(theta), ops.sin(theta))
+        cos, sin = ropes[base_scale]
+        q = _named(_rope(q, cos, sin, spec.rope_type, hd), f"Qcur-{il}")
+        k = _named(_rope(k, cos, sin, spec.rope_type, hd), f"Kcur-{il}")
+        if spec.q_scale:
+            q = ops.multiply(q, ops.constant(np.float32(hp.attn_scale)))
+        q, k, v = (ops.transpose(t, _i64([0, 2, 1, 3])) for t in (q, k, v))  # [1, H, T, D]
+        both = []
+        for kind, new in (("k", k), ("v", v)):
+            info = ov.op.util.VariableInfo()
+            info.data_shape = ov.PartialShape([1, n_kv, -1, hd])
+            info.data_type = ov.Type.f32
+            info.variable_id = f"cache_{kind}_l{il}"
+            var = ov.op.util.Variable(info)
+            empty = ops.constant(np.zeros((1, n_kv, 0, hd), np.float32))
+            past = ops.gather(ops.read_value(empty, var), beam, _i64(0))
+            full = ops.concat([past, new], 2)
+            sinks.append(ops.assign(full, var))
+            both.append(full)
+        k_all, v_all = both
+        swa = hp.is_swa(il)
+        if swa not in masks:
+            seen = ops.less_equal(cells, q_pos)  # [T, S]
+            if swa:
+                seen = ops.logical_and(seen, ops.less(ops.subtract(q_pos, cells), _i64(hp.n_swa)))
+            m = ops.select(seen, ops.constant(np.float32(0)), ops.constant(np.float32(-np.inf)))
+            masks[swa] = ops.unsqueeze(m, _i64([0, 1]))
+        if r > 1:  # each KV head serves r query heads
+            k_all, v_all = (
+                ops.reshape(
+                    ops.broadcast(
+                        ops.unsqueeze(t, _i64(2)), _i64([1, n_kv, r, 1, 1]), broadcast_spec="BIDIRECTIONAL"
+                    ),
+                    _i64([1, n_h, -1, hd]),
+                    False,
+                )
+                for t in (k_all, v_all)
+            )
+        att = ops.scaled_dot_product_attention(
+            q, k_all, v_all, masks[swa], ops.constant(np.float32(kq_scale)), causal=False
+        )
+        att = ops.reshape(ops.transpose(att, _i64([0, 2, 1, 3])), _i64([-1, n_h * hd]), False)
+        cur = _named(att, f"kqv_out-{il}")
+        cur = ops.matmul(cur, W.matrix(p + "attn_output.weight"), False, True)
+        if spec.names_attn_out:
+            _named(cur, f"attn_out-{il}")
+        if spec.post_norms:
+            cur = _rms_norm(
+                cur, W.plain(p + "post_attention_norm.weight"), hp.rms_eps, f"attn_post_norm-{il}"
+            )
+        ffn_inp = _named(ops.add(cur, inp_sa), f"{'sa_out' if spec.post_norms else 'ffn_inp'}-{il}")
+        cur = _rms_norm(ffn_inp, W.plain(p + "ffn_norm.weight"), hp.rms_eps, f"ffn_norm-{il}")
+        up = _named(ops.matmul(cur, W.matrix(p + "ffn_up.weight"), False, True), f"ffn_up-{il}")
+        gate = _named(ops.matmul(cur, W.matrix(p + "ffn_gate.weight"), False, True), f"ffn_gate-{il}")
+        if spec.ffn_act == "gelu":
+            act = _named(ops.multiply(ops.gelu(gate, "tanh"), up), f"ffn_geglu-{il}")
+        else:
+            act = _named(ops.multiply(ops.swish(gate), up), f"ffn_swiglu-{il}")
+        cur = _named(ops.matmul(act, W.matrix(p + "ffn_down.weight"), False, True), f"ffn_out-{il}")
+        if spec.post_norms:
+            cur = _rms_norm(cur, W.plain(p + "post_ffw_norm.weight"), hp.rms_eps, f"ffn_post_norm-{il}")
+        x = _named(ops.add(cur, ffn_inp), f"l_out-{il}")
+    x = ops.gather(x, out_ids, _i64(0))
+    cur = _rms_norm(x, W.plain("output_norm.weight"), hp.rms_eps, "result_norm")
+    logits = ops.matmul(cur, W.matrix(output_weight_name(gguf.tensors)), False, True)
+    cap = hp.final_logit_softcapping
+    if cap:
+        logits = ops.multiply(
+            ops.tanh(ops.multiply(logits, ops.constant(np.float32(1.0 / cap)))), ops.constant(np.float32(cap))
+        )
+    logits = _named(logits, LOGITS)
+    result = ops.result(logits)
+    result.output(0).get_tensor().set_names({LOGITS})
+    model = ov.Model([result], sinks, [tokens, positions, out_ids, beam], f"ovkit-lean-{hp.arch}")
+    stats = WeightStats(sum(device_bytes(t) for t in gguf.tensors.values()), tuple(W.decoded))
+    return model, stats
+
+
+def compile_properties(exact: bool, n_threads: int | None) -> dict[str, Any]:
+    """CPU properties: f16 KV cache as llama.cpp keeps it; ``exact``: f32 arithmetic and no
+    dynamic quantization of activations (the device's own precision otherwise)."""
+    props: dict[str, Any] = {"KV_CACHE_PRECISION": "f16", "PERFORMANCE_HINT": "LATENCY"}
+    if exact:
+        props |= {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+    if n_threads:
+        props["INFERENCE_NUM_THREADS"] = str(n_threads)
+    return props
+
+
+#: What a process holds besides the weights and the cache, once a model ran (the Python
+#: interpreter, OpenVINO's libraries, numpy and pandas): measured on SmolLM2 and the 1.1 B shape
+#: (``benchmarks/bench_scale.py``), about 300 MiB; the peak adds the weights a second time.
+BASE_BYTES = 400 << 20
+
+
+def kv_bytes(hp: HParams, n_ctx: int) -> int:
+    """The KV cache at ``n_ctx`` cells, f16 as llama.cpp keeps it (the plugin's KV_CACHE_PRECISION)."""
+    return 2 * hp.n_layer * n_ctx * hp.n_embd_kv * 2
+
+
+def predicted_peak(gguf: GGUFModel, hp: HParams, n_ctx: int) -> int:
+    """Peak RSS of loading and running: the weights twice (the mapped file pages the plugin reads
+    and its packed copy, until the first are released), the KV cache and the process itself."""
+    return 2 * sum(device_bytes(t) for t in gguf.tensors.values()) + kv_bytes(hp, n_ctx) + BASE_BYTES
+
+
+def available_memory() -> int:
+    """The host's ``MemAvailable`` in bytes (0 when it cannot be read)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class LeanSession:
+    """One infer request of a compiled lean model: feeds tokens after what its state holds
+    (``store``: the weight file the compiled model's constants are mapped from, kept with it)."""
+
+    def __init__(self, compiled: Any, store: WeightFile | None = None) -> None:
+        self.compiled = compiled
+        self.store = store
+        self.request = compiled.create_infer_request()
+        self.n_past = 0
+
+    def reset(self) -> None:
+        self.request.reset_state()
+        self.n_past = 0
+
+    def run(self, tokens: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
+        """Logits [len(out_ids), n_vocab] of ``tokens`` fed at positions ``n_past..``."""
+        n = tokens.size
+        pos = np.arange(self.n_past, self.n_past + n, dtype=np.int64)
+        self.request.infer(
+            {
+                TOKENS: tokens.reshape(1, n).astype(np.int64),
+                POSITIONS: pos.reshape(1, n),
+                OUT_IDS: np.asarray(out_ids, np.int64),
+                BEAM: np.zeros(1, np.int32),
+            }
+        )
+        self.n_past += n
+        return np.array(self.request.get_tensor(LOGITS).data)
+
+    @property
+    def inference_precision(self) -> str:
+        return str(self.compiled.get_property("INFERENCE_PRECISION_HINT").to_string())
+
+    def profile(self) -> list[Any]:
+        return list(self.request.profiling_info)
+
+
+def compile_lean(
+    gguf: GGUFModel,
+    hp: HParams,
+    core: Any,
+    device: str,
+    *,
+    exact: bool,
+    n_threads: int | None = None,
+    profiling: bool = False,
+    spill_dir: str | None = None,
+) -> tuple[LeanSession, WeightStats]:
+    """Build, compile and warm the lean model: after one prefill and one decode step (the plugin
+    packs its weights on the first of each) the mapped weight pages are released."""
+    import gc
+
+    store = WeightFile(spill_dir)
+    model, stats = build(gguf, hp, store, exact=exact)
+    props = compile_properties(exact, n_threads)
+    if profiling:
+        props["PERF_COUNT"] = True
+    compiled = core.compile_model(model, device, props)
+    del model
+    gc.collect()
+    session = LeanSession(compiled, store)
+    session.run(np.array([1, 1], np.int64), np.array([1], np.int64))
+    session.run(np.array([1], np.int64), np.array([0], np.int64))
+    session.reset()
+    store.release()
+    return session, stats
