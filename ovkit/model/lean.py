@@ -150,9 +150,13 @@ def _pack4(q: np.ndarray) -> np.ndarray:
 class _Weights:
     """Builds each weight's decompression subgraph once, from the file."""
 
-    def __init__(self, gguf: GGUFModel, exact: bool, store: WeightFile) -> None:
+    def __init__(
+        self, gguf: GGUFModel, exact: bool, store: WeightFile, device_class: str, no_requant: bool
+    ) -> None:
         self.gguf = gguf
         self.exact = exact
+        self.device_class = device_class
+        self.no_requant = no_requant
         self.store = store
         self.decoded: list[str] = []
         self._cache: dict[tuple[str, str], Any] = {}
@@ -200,6 +204,9 @@ class _Weights:
                 arr = (arr.astype(np.uint32) << 16).view(np.float32)
             keep = np.float32 if self.exact and info.type != "f16" else np.float16
             return self.constant(arr.reshape(rows, k).astype(keep, copy=False)), None, None, k
+        target = quant.requant_type(
+            name, self.device_class, info.type, no_requant=self.no_requant, shape=info.shape
+        )
         if info.type in quant.REPACKS:  # Q5_0: losslessly Q8_0 blocks
             qtype, blocks = quant.repack_blocks(info.type, raw)
             dec = quant.decode_blocks(qtype, blocks, (rows, k))
@@ -211,6 +218,11 @@ class _Weights:
             self.decoded.append(name)
             values = quant.decode_blocks(info.type, raw, (rows, k)).dequantize()
             return self.constant(values.astype(np.float16)), None, None, k
+        if target is quant.RequantTarget.F16:
+            return self.constant(dec.dequantize().astype(np.float16)), None, None, k
+        if target in quant.REQUANT_CONTAINER:  # the device's policy, as the backend applies it
+            dec = quant.requantize(dec.dequantize(), target)
+            container = quant.REQUANT_CONTAINER[target]
         del raw
         g = dec.group
         if container.endswith("4"):
@@ -318,7 +330,15 @@ def _inv_freq(hp: HParams, base: float, scale: float, factors: np.ndarray | None
     return theta
 
 
-def build(gguf: GGUFModel, hp: HParams, store: WeightFile, *, exact: bool = True) -> tuple[Any, WeightStats]:
+def build(
+    gguf: GGUFModel,
+    hp: HParams,
+    store: WeightFile,
+    *,
+    exact: bool = True,
+    device_class: str = "CPU",
+    no_requant: bool = False,
+) -> tuple[Any, WeightStats]:
     """The whole decoder as one stateful ``ov.Model``: inputs ``inp_tokens`` [1, T] and
     ``inp_pos`` [1, T] (positions continue the cache), ``out_ids`` [N] (the rows whose logits come
     back); output ``result_output`` [N, n_vocab]; one K and one V state per layer."""
@@ -326,7 +346,7 @@ def build(gguf: GGUFModel, hp: HParams, store: WeightFile, *, exact: bool = True
     spec = hp.spec
     if spec.moe:
         raise ModelError(f"{hp.arch}: mixture-of-experts layers have no lean form (use shapes='buckets')")
-    W = _Weights(gguf, exact, store)
+    W = _Weights(gguf, exact, store, device_class, no_requant)
     tokens = ops.parameter([1, -1], ov.Type.i64, name=TOKENS)
     positions = ops.parameter([1, -1], ov.Type.i64, name=POSITIONS)
     out_ids = ops.parameter([-1], ov.Type.i64, name=OUT_IDS)
@@ -533,6 +553,7 @@ def compile_lean(
     device: str,
     *,
     exact: bool,
+    no_requant: bool = False,
     n_threads: int | None = None,
     profiling: bool = False,
     spill_dir: str | None = None,
@@ -542,7 +563,7 @@ def compile_lean(
     import gc
 
     store = WeightFile(spill_dir)
-    model, stats = build(gguf, hp, store, exact=exact)
+    model, stats = build(gguf, hp, store, exact=exact, device_class="CPU", no_requant=no_requant)
     props = compile_properties(exact, n_threads)
     if profiling:
         props["PERF_COUNT"] = True

@@ -385,6 +385,7 @@ class Model(Reported):
                 get_engine(self.core).core,
                 self.device,
                 exact=self.precision == "exact",
+                no_requant=self.no_requant,
                 n_threads=self.n_threads,
                 spill_dir=self.spill_dir,
             )
