@@ -22,7 +22,7 @@ import os
 import re
 import stat
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 PREFIX = "GGML_OPENVINO_"
@@ -299,8 +299,8 @@ class ConfigIssue:
 class ConfigError(ValueError):
     """Strict checking: every ``GGML_OPENVINO_*`` problem at once (``problems``, also the message)."""
 
-    def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = tuple(problems)
+    def __init__(self, *problems: str) -> None:
+        self.problems = problems
         super().__init__("; ".join(self.problems))
 
 
@@ -580,7 +580,7 @@ def read_config(
         **values,  # type: ignore[arg-type]
     )
     if strict and config.problems:
-        raise ConfigError(config.problems)
+        raise ConfigError(*config.problems)
     if warn:
         for problem in config.problems:
             # Issued from this one line, so Python's default filter shows each message once per
