@@ -151,32 +151,51 @@ def _test_ops(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
 
 
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    _add_json_arg(p)
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail (exit 1) when a value reads otherwise than written or a name is unknown, listing each",
+    )
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     """Every variable the backend reads: type, default, value as parsed, what it changes and
-    whether ovkit models it; unknown ``GGML_OPENVINO_*`` names warn, unusable values fail (exit 2)."""
-    from ovkit.config import read_config
+    whether ovkit models it.  A value read otherwise than written, or an unknown name, is a
+    warning (exit 0), with ``--strict`` an error (exit 1); either way each is listed."""
+    from ovkit.config import read_config, readable, shown
 
-    config = read_config(strict=False)
+    config = read_config(warn=not args.strict)
     rows = config.as_rows()
     if args.json:
-        payload = {"variables": rows, "errors": list(config.errors), "unknown": list(config.unknown)}
+        payload = {"variables": rows, "problems": list(config.problems), "unknown": list(config.unknown)}
         print(json.dumps(payload, indent=2, default=str))
     else:
         print(f"{'variable':44} {'type':16} {'value':28} ovkit: what it changes")
         for row in rows:
-            value = (
-                f"(default {row['default']})" if row["raw"] is None else f"{row['raw']!r} -> {row['value']}"
-            )
+            raw = row["raw"]  # raw and parsed value escaped and cut: no stray value floods the table
+            text = f"(default {row['default']})" if raw is None else f"{shown(str(raw), 24)} -> "
+            text += "" if raw is None else readable(str(row["value"]), 24)
             status = "modelled" if str(row["ovkit"]).startswith("modelled") else "reported only"
-            print(f"{row['variable']:44} {str(row['type'])[:16]:16} {value:28} {status}: {row['changes']}")
+            flag = "!" if row["problem"] else " "
+            print(
+                f"{row['variable']:44} {str(row['type'])[:16]:16} {text:28}{flag}{status}: {row['changes']}"
+            )
         for cls in ("CPU", "GPU", "NPU"):
             on = ", ".join(f"{k}={'on' if v else 'off'}" for k, v in config.effective(cls).items())
             print(f"on the {cls} class: {on}")
         if npu := config.npu_compile_properties():
-            print(f"NPU compile properties from the environment: {npu}")
-    for error in config.errors:
-        print(f"ovkit: error: {error}", file=sys.stderr)
-    return 2 if config.errors else 0
+            print(f"NPU compile properties from the environment: {readable(str(npu), 200)}")
+        if config.issues:
+            print(
+                f"! marks a value read otherwise than written ({len(config.issues)}; each is listed on stderr)"
+            )
+    if args.strict:
+        for problem in config.problems:
+            print(f"ovkit: error: {problem}", file=sys.stderr)
+        return 1 if config.problems else 0
+    return 0
 
 
 def _module_command(
@@ -208,7 +227,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "config": Command(
         "every GGML_OPENVINO_* variable: type, default, parsed value, modelled or reported",
-        _add_json_arg,
+        _add_config_args,
         cmd_config,
     ),
     "gguf": Command(

@@ -3,10 +3,15 @@
 The backend reads integers with C ``atoi`` (leading integer, else 0) and tests toggles as
 ``!= 0``; an empty string counts as unset.  Out-of-range numbers read as glibc's ``atoi`` reads
 them on 64-bit Linux: ``(int) strtol(s, NULL, 10)``, so the value saturates at the ``long`` range
-and then keeps its low 32 bits (``999999999999999999999`` is -1, ``2147483648`` is -2**31).  ovkit accepts every value exactly as C would read it,
-and warns (``OvkitConfigWarning``) whenever the raw text is not what a person meant to write:
-``"yes"`` (read as 0, so *off*), ``"1x"`` (read as 1), ``"-1"`` (read as on, although the docs say
-negative values disable), as the backend reads them.
+and then keeps its low 32 bits (``999999999999999999999`` is -1, ``2147483648`` is -2**31).
+
+No value stops a command: ovkit does with each value what the backend does (reads it as C reads
+it, skips an entry, falls back to the default) and, when that is not what the text says, warns
+once per variable (``OvkitConfigWarning``) naming the variable, the value and that reading:
+``"yes"`` (read as 0, so *off*), ``"1x"`` (read as 1), ``"-1"`` (on, although the docs say
+negative values disable), an unknown ``REQUANT_KQUANT`` word (read as unset), a directory variable
+naming a file (not used).  ``read_config(strict=True)`` and ``ovkit config --strict`` turn those
+warnings into one ``ConfigError`` listing them all.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import difflib
 import enum
 import os
 import re
+import stat
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,7 +30,8 @@ DEFAULT_PREFILL_CHUNK_SIZE = 256
 
 
 class OvkitConfigWarning(UserWarning):
-    """A ``GGML_OPENVINO_*`` value that C reads silently, but probably not as intended."""
+    """A ``GGML_OPENVINO_*`` value the backend reads otherwise than it is written (and ovkit with
+    it), or a ``GGML_OPENVINO_*`` name the backend does not read."""
 
 
 class Kind(enum.Enum):
@@ -75,6 +82,7 @@ class EnvVar:
     default: str = "unset"
     choices: tuple[str, ...] = ()
     read_upstream: bool = True
+    unusable: str = ""  #: a directory variable: what the backend does when it cannot use the path
 
     @property
     def env_name(self) -> str:
@@ -102,7 +110,7 @@ FROM_ENV = FromEnv.FROM_ENV
 def requant_kquant_env(env: Mapping[str, str] | None = None) -> str | None:
     """GGML_OPENVINO_REQUANT_KQUANT as the backend reads it for every weight (``strcmp`` against
     its words): the raw text, None when unset or empty.  A word it does not know matches none of
-    its rules, so it acts as unset (``ovkit config`` reports it as an error)."""
+    its rules, so it acts as unset (``read_config`` warns)."""
     return (os.environ if env is None else env).get(PREFIX + "REQUANT_KQUANT") or None
 
 
@@ -113,10 +121,27 @@ REQUANT_KQUANT_CHOICES = ("q4_sym128", "q4_sym128_all", "q4_asym64", "q4_asym64_
 # and the rest of llama.cpp master's list are all in it.
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("DEVICE", Kind.STRING, "OpenVINO device to run on (exact id)", "CPU"),
-    EnvVar("CACHE_DIR", Kind.STRING, "OpenVINO CACHE_DIR for compiled models (NPUW_CACHE_DIR on NPU)"),
-    EnvVar("SPILL_DIR", Kind.PATH, "back the weight buffers with an unlinked file there (Linux)"),
+    EnvVar(
+        "CACHE_DIR",
+        Kind.PATH,
+        "OpenVINO CACHE_DIR for compiled models (NPUW_CACHE_DIR on NPU)",
+        unusable="OpenVINO cannot cache there (its compile fails, or caches nothing, where the "
+        "directory cannot be made); ovkit compiles without it",
+    ),
+    EnvVar(
+        "SPILL_DIR",
+        Kind.PATH,
+        "back the weight buffers with an unlinked file there (Linux)",
+        unusable="the backend's mkstemp there fails, so its weight buffers fail to allocate; ovkit "
+        "does not model SPILL_DIR",
+    ),
     EnvVar("DEBUG_NODE", Kind.LIST, "comma-separated tensor names added as extra outputs"),
-    EnvVar("COMPILED_MODEL_CACHE_DIR", Kind.PATH, "the backend's own blob cache of compiled models"),
+    EnvVar(
+        "COMPILED_MODEL_CACHE_DIR",
+        Kind.PATH,
+        "the backend's own blob cache of compiled models",
+        unusable="the backend cannot create it and disables its model cache, and so does ovkit",
+    ),
     _flag(
         "COMPILED_MODEL_CACHE_ONLY",
         "weight buffers as untouched virtual memory: run from the blob cache only",
@@ -165,18 +190,43 @@ ENV_VARS: tuple[EnvVar, ...] = (
 )
 ENV_BY_NAME: dict[str, EnvVar] = {v.env_name: v for v in ENV_VARS}
 
+# C's atoi: the "C" locale's white space, a sign, ASCII digits only.  Python's int() would also
+# take "١٢" (Arabic-Indic) or "𝟏𝟐" (mathematical digits), "1_0" and Unicode spaces; atoi reads 0.
 _CLEAN_INT = re.compile(r"[+-]?[0-9]+")
-_ATOI = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
-
+_ATOI = re.compile(r"[ \t\n\v\f\r]*([+-]?)0*([0-9]+)")
 
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1  # C long on LP64 (x86_64 Linux)
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+NAME_MAX, PATH_MAX = 255, 4096  # Linux: bytes in one path component, in a whole path
+GGML_MAX_NAME = 64  # bytes in a ggml tensor name, with its terminating NUL
+SHOWN_CHARS = 120  # how much of a value a message quotes
+
+
+def shown(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` quoted for a message: non-printable characters escaped (``repr``); past ``limit``
+    characters only its start and end (a path's file name stays), with its full length said, so a
+    stray value cannot flood or garble a terminal."""
+    if len(text) <= limit:
+        return repr(text)
+    tail = limit // 3
+    return f"{text[: limit - tail]!r}...{text[-tail:]!r} ({len(text):,} characters)"
+
+
+def readable(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` as is when it is short and printable, else :func:`shown`'s quoted form."""
+    return text if len(text) <= limit and text.isprintable() else shown(text, limit)
 
 
 def _leading_integer(text: str) -> int:
-    """The integer ``strtol`` would parse with unlimited range: white space, sign, digits, else 0."""
+    """The integer ``strtol`` would parse with unlimited range: white space, sign, digits, else 0.
+    Past 20 digits the exact number no longer matters (it saturates), and int() of more than
+    4,300 digits would raise."""
     m = _ATOI.match(text)
-    return int(m.group(1)) if m else 0
+    if not m:
+        return 0
+    sign, digits = m.groups()
+    magnitude = int(digits) if len(digits) <= 20 else 10**20
+    return -magnitude if sign == "-" else magnitude
 
 
 def _as_c_int(n: int) -> int:
@@ -200,20 +250,58 @@ def _range_note(text: str) -> str:
     return f"outside C int range: {how}atoi keeps its low 32 bits"
 
 
+def directory_problem(path: str) -> str | None:
+    """Why ``path`` cannot be (or be made) a directory, or None when it can; it only looks
+    (``stat``), never creates.  Relative paths count from the working directory, as in C."""
+    try:
+        encoded = os.fsencode(path)
+    except UnicodeEncodeError:
+        return "cannot be encoded as a file name"
+    if len(encoded) >= PATH_MAX:
+        return f"is longer than the {PATH_MAX - 1}-byte path limit"
+    if any(len(part) > NAME_MAX for part in encoded.split(b"/")):
+        return f"has a name longer than the {NAME_MAX}-byte limit"
+    probe = encoded
+    while True:  # the path itself, else its nearest existing parent, must be a directory
+        try:
+            mode = os.stat(probe).st_mode
+        except FileNotFoundError:
+            parent = os.path.dirname(probe.rstrip(b"/"))
+            if not parent or parent == probe:
+                return None  # nothing of it exists yet: created under the working directory
+            probe = parent
+            continue
+        except NotADirectoryError:
+            return "has a file where a parent directory should be"
+        except OSError as exc:
+            return f"cannot be reached ({exc.strerror})"
+        if stat.S_ISDIR(mode):
+            return None
+        what = "a file" if stat.S_ISREG(mode) else "a special file"
+        if probe == encoded:
+            return f"is not a directory (it names {what})"
+        return f"cannot be created: {shown(os.fsdecode(probe))} is {what}"
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigIssue:
-    """A value accepted as C reads it, with the interpretation spelled out."""
+    """A value the backend reads otherwise than it is written: ``interpretation`` says what it
+    does with it (``is read as 0 (off): ...``, ``... is skipped``), and ovkit does the same."""
 
     variable: str
     raw: str
     interpretation: str
 
     def __str__(self) -> str:
-        return f"{self.variable}={self.raw!r} is read as {self.interpretation}"
+        return f"{self.variable}={shown(self.raw)} {self.interpretation}"
 
 
 class ConfigError(ValueError):
-    """``GGML_OPENVINO_*`` values the backend cannot use as meant; the message names each one."""
+    """Strict checking: every ``GGML_OPENVINO_*`` problem at once (``problems``, also the message)."""
+
+    def __init__(self, *problems: str) -> None:
+        self.problems = problems
+        super().__init__("; ".join(self.problems))
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,9 +343,14 @@ class OvkitConfig:
     disable_kv_state_relayout: bool = False
     full_graph_key: bool = False
     raw: Mapping[str, str] = field(default_factory=dict)
-    issues: tuple[ConfigIssue, ...] = ()
-    errors: tuple[str, ...] = ()
+    issues: tuple[ConfigIssue, ...] = ()  #: at most one per variable
     unknown: tuple[str, ...] = ()  #: set GGML_OPENVINO_* names the backend does not read
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """Every warning of this reading, in order: values read otherwise than written, then
+        unknown names (what strict checking refuses)."""
+        return (*map(str, self.issues), *self.unknown)
 
     def release_weights(self, device_class: str) -> bool:
         """RELEASE_WEIGHTS as set, else MEMORY_OPTIMIZE on the GPU class (upstream: device ``GPU``)."""
@@ -303,9 +396,11 @@ class OvkitConfig:
         return props | dict(self.npu_properties)
 
     def as_rows(self) -> list[dict[str, object]]:
-        """One row per variable: name, type, default, raw and parsed value, what it changes, and
-        whether ovkit models it or only reports it."""
+        """One row per variable: name, type, default, raw and parsed value, how the value is read
+        when that is not what it says (``problem``), what it changes, and whether ovkit models it
+        or only reports it."""
         rows: list[dict[str, object]] = []
+        problem = {issue.variable: str(issue) for issue in self.issues}
         for var in ENV_VARS:
             value = getattr(self, _FIELD_FOR[var.name])
             rows.append(
@@ -315,6 +410,7 @@ class OvkitConfig:
                     "default": var.default,
                     "raw": self.raw.get(var.env_name),
                     "value": value,
+                    "problem": problem.get(var.env_name),
                     "changes": var.meaning,
                     "ovkit": f"modelled: {var.modelled}" if var.modelled else "reported only",
                 }
@@ -328,73 +424,98 @@ _FIELD_FOR = {v.name: v.name.lower() for v in ENV_VARS} | {
 }
 
 
-def _toggle(var: EnvVar, raw: str, issues: list[ConfigIssue], errors: list[str]) -> bool:
-    value = atoi(raw)
+# A parser returns the value as the backend uses it and, when that is not what the text says,
+# how it reads the text (the predicate of a ConfigIssue), else None.
+_Parsed = tuple[object, str | None]
+
+
+def _toggle(var: EnvVar, text: str) -> _Parsed:
+    value = atoi(text)
     on = value > 0 if var.kind is Kind.TRISTATE else value != 0
-    state = "on" if on else "off"
-    if note := _range_note(raw):
-        issues.append(ConfigIssue(var.env_name, raw, f"{value} ({state}): {note}"))
-    elif not _CLEAN_INT.fullmatch(raw):
-        issues.append(ConfigIssue(var.env_name, raw, f"{value} ({state}): not a clean integer"))
-    elif value < 0:
+    read = f"is read as {value} ({'on' if on else 'off'})"
+    if note := _range_note(text):
+        return on, f"{read}: {note}"
+    if not _CLEAN_INT.fullmatch(text):
+        return on, f"{read}: not a clean integer"
+    if value < 0:
         why = "negative values disable" if var.kind is Kind.TRISTATE else "atoi != 0 enables"
-        issues.append(ConfigIssue(var.env_name, raw, f"{value} ({state}): {why}"))
-    return on
+        return on, f"{read}: {why}"
+    return on, None
 
 
-def _int(var: EnvVar, text: str, issues: list[ConfigIssue], errors: list[str]) -> int:
+def _int(var: EnvVar, text: str) -> _Parsed:
     n = atoi(text)
     note = _range_note(text)
     if n <= 0:
         why = f" ({note})" if note else ""
-        issues.append(ConfigIssue(var.env_name, text, f"{n}{why}, so the default 256"))
-        return DEFAULT_PREFILL_CHUNK_SIZE
+        return DEFAULT_PREFILL_CHUNK_SIZE, f"is read as {n}{why}, so the default {DEFAULT_PREFILL_CHUNK_SIZE}"
     if note:
-        issues.append(ConfigIssue(var.env_name, text, f"{n}: {note}"))
-    elif not _CLEAN_INT.fullmatch(text):
-        issues.append(ConfigIssue(var.env_name, text, f"{n}: not a clean integer"))
-    return n
+        return n, f"is read as {n}: {note}"
+    if not _CLEAN_INT.fullmatch(text):
+        return n, f"is read as {n}: not a clean integer"
+    return n, None
 
 
-def _path(var: EnvVar, text: str, issues: list[ConfigIssue], errors: list[str]) -> str:
-    if os.path.exists(text) and not os.path.isdir(text):
-        errors.append(f"{var.env_name}={text!r} names a file, not a directory")
-    return text
+def _path(var: EnvVar, text: str) -> _Parsed:
+    """A directory: one that cannot be is not used (``var.unusable`` says what the backend does
+    instead); white space around it is kept, as C keeps it, with a warning."""
+    if problem := directory_problem(text):
+        return None, f"{problem}: {var.unusable}"
+    if text != text.strip():
+        return text, "is used as written, white space and all (a directory of that name)"
+    return text, None
 
 
-def _pairs(
-    var: EnvVar, text: str, issues: list[ConfigIssue], errors: list[str]
-) -> tuple[tuple[str, str], ...]:
-    """``KEY=VALUE,...``; the backend skips an entry without ``=`` or with an empty key: an error here."""
-    pairs = []
+def _list(var: EnvVar, text: str) -> _Parsed:
+    """DEBUG_NODE: split at commas as ``std::getline`` splits (nothing trimmed); a name no ggml
+    tensor can have (empty, white space around it, too long) is skipped, as the backend skips a
+    name it does not find."""
+    names = text.split(",")
+    if names[-1] == "":
+        names.pop()  # getline yields no empty last piece after a trailing comma
+    bad = [n for n in names if not n or n != n.strip() or len(n.encode(errors="replace")) >= GGML_MAX_NAME]
+    kept = tuple(n for n in names if n not in bad)
+    if not bad:
+        return kept, None
+    what = ", ".join(shown(n, 20) for n in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+    some = ("name", "it") if len(bad) == 1 else ("names", "them")
+    return kept, (
+        f"has the {some[0]} {what}, which no ggml tensor has (names are 1 to {GGML_MAX_NAME - 1} bytes, "
+        f"no white space around them): the backend skips {some[1]}, and so does ovkit"
+    )
+
+
+def _pairs(var: EnvVar, text: str) -> _Parsed:
+    """``KEY=VALUE,...``; the backend skips an entry without ``=`` or with an empty key."""
+    pairs, bad = [], []
     for entry in text.split(","):
         key, eq, value = entry.partition("=")
-        if not eq or not key:
-            errors.append(
-                f"{var.env_name}={text!r}: entry {entry!r} is not KEY=VALUE (the backend would skip it)"
-            )
-            continue
-        pairs.append((key, value))
-    return tuple(pairs)
+        if eq and key:
+            pairs.append((key, value))
+        else:
+            bad.append(entry)
+    if not bad:
+        return tuple(pairs), None
+    what = ", ".join(shown(e, 20) for e in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+    some = ("entry", "it") if len(bad) == 1 else ("entries", "them")
+    return tuple(pairs), f"has {some[0]} {what} not KEY=VALUE: the backend skips {some[1]}, and so does ovkit"
 
 
-def _choice(var: EnvVar, text: str, issues: list[ConfigIssue], errors: list[str]) -> str:
-    if text not in var.choices:
-        close = difflib.get_close_matches(text, var.choices, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        errors.append(
-            f"{var.env_name}={text!r} is not one of {', '.join(var.choices)} (the backend would "
-            f"silently keep its default: {var.default}){hint}"
-        )
-    return text
+def _choice(var: EnvVar, text: str) -> _Parsed:
+    if text in var.choices:
+        return text, None
+    close = difflib.get_close_matches(text[:100], var.choices, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return None, (
+        f"is not one of {', '.join(var.choices)}: the backend matches none of its words and acts as "
+        f"if it were unset, and so does ovkit{hint}"
+    )
 
 
-_Parser = Callable[[EnvVar, str, list[ConfigIssue], list[str]], object]
-# How each kind's text becomes a value; issues are read-as-C notes (warnings), errors are not usable.
-PARSERS: dict[Kind, _Parser] = {
-    Kind.STRING: lambda _var, text, _i, _e: text,
+PARSERS: dict[Kind, Callable[[EnvVar, str], _Parsed]] = {
+    Kind.STRING: lambda _var, text: (text, None),
     Kind.PATH: _path,
-    Kind.LIST: lambda _var, text, _i, _e: tuple(n.strip() for n in text.split(",") if n.strip()),
+    Kind.LIST: _list,
     Kind.PAIRS: _pairs,
     Kind.CHOICE: _choice,
     Kind.INT: _int,
@@ -403,51 +524,66 @@ PARSERS: dict[Kind, _Parser] = {
 }
 
 
+def _parse(var: EnvVar, given: str) -> tuple[bool, object, str | None]:
+    """``(set, value, note)`` of one value, read as C reads it: a C string ends at its first NUL
+    (``os.environ`` cannot hold one, a mapping passed in can), and an empty one is unset."""
+    text, nul, _ = given.partition("\0")
+    if not text:
+        return False, None, "is read as unset: a C string ends at its NUL byte, leaving it empty"
+    value, note = PARSERS[var.kind](var, text)
+    if nul:
+        cut = f"a C string ends at its NUL byte, so the backend sees {shown(text)}"
+        note = f"{note}; {cut}" if note else f"is read as {shown(text)}: {cut}"
+    return True, value, note
+
+
 def unknown_names(env: Mapping[str, str]) -> list[str]:
     """Each set ``GGML_OPENVINO_*`` name the backend does not read, with the closest known one."""
     notes = []
     for name in sorted(n for n in env if n.startswith(PREFIX) and n not in ENV_BY_NAME):
         # compared without the shared prefix, which would make every name look alike
-        close = difflib.get_close_matches(name.removeprefix(PREFIX), [v.name for v in ENV_VARS], n=1)
+        close = difflib.get_close_matches(name.removeprefix(PREFIX)[:100], [v.name for v in ENV_VARS], n=1)
         hint = f"; did you mean {PREFIX}{close[0]}?" if close else " (ovkit config lists the ones it reads)"
-        notes.append(f"{name} is not a variable the backend reads{hint}")
+        notes.append(f"{readable(name)} is not a variable the backend reads{hint}")
     return notes
 
 
 def read_config(
-    env: Mapping[str, str] | None = None, *, warn: bool = True, strict: bool = True
+    env: Mapping[str, str] | None = None, *, warn: bool = True, strict: bool = False
 ) -> OvkitConfig:
     """Parse every ``GGML_OPENVINO_*`` variable from ``env`` (default ``os.environ``).
 
-    Values C reads differently than meant warn (``OvkitConfigWarning``), as do unknown
-    ``GGML_OPENVINO_*`` names (with the closest known one); values the backend cannot use (a
-    REQUANT_KQUANT that is not one of its words, an NPU_PROPERTIES entry that is not KEY=VALUE,
-    a directory variable naming a file) raise ``ConfigError``, or with ``strict=False`` are kept
-    in ``errors``."""
+    Every value is taken as the backend takes it; one that reads otherwise than it is written,
+    and each unknown ``GGML_OPENVINO_*`` name (with the closest known one), gives one
+    ``OvkitConfigWarning`` (kept in ``issues`` and ``unknown``).  ``strict=True`` raises one
+    ``ConfigError`` listing all of them instead."""
     source = os.environ if env is None else env
     raw = {v.env_name: source[v.env_name] for v in ENV_VARS if source.get(v.env_name, "") != ""}
     issues: list[ConfigIssue] = []
-    errors: list[str] = []
     values: dict[str, object] = {}
     for var in ENV_VARS:
-        text = raw.get(var.env_name)
-        if text is not None:
-            values[_FIELD_FOR[var.name]] = PARSERS[var.kind](var, text, issues, errors)
+        if (given := raw.get(var.env_name)) is None:
+            continue
+        is_set, value, note = _parse(var, given)
+        if is_set:
+            values[_FIELD_FOR[var.name]] = value
+        if note:
+            issues.append(ConfigIssue(var.env_name, given, note))
     if "device_requested" in values:
         values["device"] = values["device_requested"]
     if "reduce_compile_mem" not in values:
         values["reduce_compile_mem"] = values.get("memory_optimize", False)
-    unknown = unknown_names(source)
     config = OvkitConfig(
         raw=raw,
         issues=tuple(issues),
-        errors=tuple(errors),
-        unknown=tuple(unknown),
+        unknown=tuple(unknown_names(source)),
         **values,  # type: ignore[arg-type]
     )
+    if strict and config.problems:
+        raise ConfigError(*config.problems)
     if warn:
-        for note in [*map(str, issues), *unknown]:
-            warnings.warn(note, OvkitConfigWarning, stacklevel=2)
-    if strict and errors:
-        raise ConfigError("; ".join(errors))
+        for problem in config.problems:
+            # Issued from this one line, so Python's default filter shows each message once per
+            # process, however many times a command reads the configuration.
+            warnings.warn(problem, OvkitConfigWarning, stacklevel=1)
     return config

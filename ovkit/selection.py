@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ovkit.config import OvkitConfig, read_config
+from ovkit.config import OvkitConfig, read_config, readable, shown
 from ovkit.devices import DeviceClass, device_class, is_virtual
 from ovkit.layouts import DEFAULT_LAYOUT, get_layout, resolve_for
 from ovkit.report import Report, Reported
@@ -58,25 +58,32 @@ class Selection(Reported):
 
     @property
     def messages(self) -> list[str]:
-        """The lines upstream writes to stderr, in order."""
-        lines = [FALLBACK_WARNING.format(self.requested)] if self.fell_back else []
+        """The lines upstream writes to stderr, in order (a long or unprintable requested value
+        quoted and cut, see ``fallback_message``)."""
+        lines = [fallback_message(self.requested or DEFAULT_DEVICE)] if self.fell_back else []
         return lines + [USING_DEVICE.format(self.device)]
 
     def report(self) -> Report:
         if self.requested is None:
             why = f"{ENV_DEVICE} unset: the default"
         elif self.fell_back:
-            why = f"{ENV_DEVICE}={self.requested!r} is not available: fell back"
+            why = f"{ENV_DEVICE}={shown(self.requested)} is not available: fell back"
         else:
-            why = f"{ENV_DEVICE}={self.requested!r}"
+            why = f"{ENV_DEVICE}={shown(self.requested)}"
         rows = [("device", f"{self.device} ({self.device_class})"), ("because", why)]
         rows.append(("available", ", ".join(self.available) or "none"))
         if self.hint:
             rows.append(("hint", self.hint))
-        settings = [f"{k}={v}" for k, v in sorted(self.config.raw.items()) if k != ENV_DEVICE]
+        settings = [f"{k}={readable(v)}" for k, v in sorted(self.config.raw.items()) if k != ENV_DEVICE]
         rows.append(("other settings", ", ".join(settings) or "none set (defaults)"))
         rows += [("note", str(issue)) for issue in self.config.issues]
         return Report(f"selected device: {self.device}", ("", ""), tuple(rows))
+
+
+def fallback_message(requested: str) -> str:
+    """Upstream's fallback line for ``requested``, byte for byte when the value is short and
+    printable; otherwise quoted, escaped and cut, so a stray value cannot flood the terminal."""
+    return FALLBACK_WARNING.format(readable(requested))
 
 
 def near_miss_hint(requested: str, available: list[str]) -> str | None:
@@ -123,7 +130,7 @@ def resolve_device(
     )
     if log:
         if fell_back:
-            logger.warning(FALLBACK_WARNING.format(wanted))
+            logger.warning(fallback_message(wanted))
             if hint:
                 logger.info("hint: %s", hint)
         logger.info(USING_DEVICE.format(selection.device))

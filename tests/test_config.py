@@ -99,8 +99,19 @@ def test_stateful_is_forced_off_on_npu() -> None:
 
 
 def test_strings_and_lists() -> None:
-    cfg, _ = parse(DEVICE="GPU.1", CACHE_DIR="/tmp/c", DEBUG_NODE="a, b,,c")
+    cfg, warned = parse(DEVICE="GPU.1", CACHE_DIR="/tmp/c", DEBUG_NODE="a,b,c,")
     assert cfg.device == "GPU.1" and cfg.cache_dir == "/tmp/c" and cfg.debug_node == ("a", "b", "c")
+    assert warned == []
+
+
+def test_debug_node_names_are_split_as_getline_splits_them() -> None:
+    """The backend looks each piece up as written (nothing trimmed): ' b' and '' match no tensor."""
+    cfg, warned = parse(DEBUG_NODE="a, b,,c")
+    assert cfg.debug_node == ("a", "c")
+    assert warned == [
+        "GGML_OPENVINO_DEBUG_NODE='a, b,,c' has the names ' b', '', which no ggml tensor has (names are "
+        "1 to 63 bytes, no white space around them): the backend skips them, and so does ovkit"
+    ]
 
 
 def test_config_is_immutable_and_tabulates_every_variable() -> None:
@@ -197,7 +208,7 @@ EVERY = {
     "DEVICE": "GPU.1",
     "CACHE_DIR": "/tmp/ov-cache",
     "SPILL_DIR": "/tmp",
-    "DEBUG_NODE": "attn_out-0, ffn_out-0",
+    "DEBUG_NODE": "attn_out-0,ffn_out-0",
     "COMPILED_MODEL_CACHE_DIR": "/tmp/ov-blobs",
     "COMPILED_MODEL_CACHE_ONLY": "1",
     "NPU_COMPILE_CONFIG": "optimization-level=2",
@@ -280,35 +291,49 @@ def test_unknown_names_warn_with_the_closest_known_one(name: str, suggestion: st
             "REQUANT_KQUANT",
             "q4_sym129",
             "GGML_OPENVINO_REQUANT_KQUANT='q4_sym129' is not one of q4_sym128, q4_sym128_all, q4_asym64, "
-            "q4_asym64_all, native (the backend would silently keep its default: unset: Q5_K/Q6_K -> Q8_0_C (GPU: 3-D Q5_1/Q8_0 experts -> Q4_0_64)); "
-            "did you mean 'q4_sym128'?",
+            "q4_asym64_all, native: the backend matches none of its words and acts as if it were unset, "
+            "and so does ovkit; did you mean 'q4_sym128'?",
         ),
         (
             "NPU_PROPERTIES",
             "NPU_TURBO=YES,NPUW_DQ",
-            "GGML_OPENVINO_NPU_PROPERTIES='NPU_TURBO=YES,NPUW_DQ': entry 'NPUW_DQ' is not KEY=VALUE "
-            "(the backend would skip it)",
+            "GGML_OPENVINO_NPU_PROPERTIES='NPU_TURBO=YES,NPUW_DQ' has entry 'NPUW_DQ' not KEY=VALUE: the "
+            "backend skips it, and so does ovkit",
         ),
         (
             "NPU_PROPERTIES",
             "=YES",
-            "GGML_OPENVINO_NPU_PROPERTIES='=YES': entry '=YES' is not KEY=VALUE (the backend would skip it)",
+            "GGML_OPENVINO_NPU_PROPERTIES='=YES' has entry '=YES' not KEY=VALUE: the backend skips it, and "
+            "so does ovkit",
         ),
     ],
 )
-def test_bad_values_are_clear_errors(name: str, value: str, message: str) -> None:
+def test_unusable_values_warn_and_are_taken_as_the_backend_takes_them(
+    name: str, value: str, message: str
+) -> None:
+    cfg, warned = parse(**{name: value})
+    assert warned == [message]
+    assert cfg.requant_kquant is None  # an unknown word acts as unset
+    assert cfg.npu_properties == ((("NPU_TURBO", "YES"),) if value.startswith("NPU_TURBO") else ())
     with pytest.raises(ConfigError) as raised:
-        read_config({f"GGML_OPENVINO_{name}": value})
-    assert str(raised.value) == message
-    assert read_config({f"GGML_OPENVINO_{name}": value}, strict=False).errors == (message,)
+        read_config({f"GGML_OPENVINO_{name}": value}, strict=True)
+    assert str(raised.value) == message and raised.value.problems == (message,)
 
 
-def test_a_directory_variable_naming_a_file_is_an_error(tmp_path) -> None:
+def test_a_directory_variable_naming_a_file_is_not_used(tmp_path) -> None:
     f = tmp_path / "blob"
     f.write_text("")
-    with pytest.raises(ConfigError, match=r"GGML_OPENVINO_SPILL_DIR='.*blob' names a file, not a directory"):
-        read_config({"GGML_OPENVINO_SPILL_DIR": str(f)})
-    assert read_config({"GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR": str(tmp_path / "new")}).errors == ()
+    cfg, warned = parse(SPILL_DIR=str(f), COMPILED_MODEL_CACHE_DIR=str(f / "sub"))
+    assert cfg.spill_dir is None and cfg.compiled_model_cache_dir is None
+    assert warned == [
+        f"GGML_OPENVINO_SPILL_DIR={str(f)!r} is not a directory (it names a file): the backend's mkstemp "
+        "there fails, so its weight buffers fail to allocate; ovkit does not model SPILL_DIR",
+        f"GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR={str(f / 'sub')!r} has a file where a parent directory "
+        "should be: the backend cannot create it and disables its model cache, and so does ovkit",
+    ]
+    new, warned = parse(COMPILED_MODEL_CACHE_DIR=str(tmp_path / "new" / "dir"))
+    assert new.compiled_model_cache_dir == str(tmp_path / "new" / "dir") and warned == []
+    assert not (tmp_path / "new").exists()  # reading looks, it never creates
 
 
 def test_log_unsupported_ops_prints_each_rejection_as_the_backend_does(
@@ -378,29 +403,36 @@ def test_ovkit_config_with_every_variable_set(
 def test_ovkit_config_with_a_typo_and_bad_values(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = _ovkit_config(
-        monkeypatch,
-        capsys,
-        {
-            "GGML_OPENVINO_DEVCE": "GPU",
-            "GGML_OPENVINO_REQUANT_KQUANT": "q4",
-            "GGML_OPENVINO_PROFILING": "yes",
-        },
-    )
-    assert code == 2
-    assert err.splitlines() == [
-        "ovkit: warning: GGML_OPENVINO_PROFILING='yes' is read as 0 (off): not a clean integer",
-        "ovkit: warning: GGML_OPENVINO_DEVCE is not a variable the backend reads; did you mean GGML_OPENVINO_DEVICE?",
-        "ovkit: error: GGML_OPENVINO_REQUANT_KQUANT='q4' is not one of q4_sym128, q4_sym128_all, q4_asym64, "
-        "q4_asym64_all, native (the backend would silently keep its default: unset: Q5_K/Q6_K -> Q8_0_C (GPU: 3-D Q5_1/Q8_0 experts -> Q4_0_64))",
+    env = {
+        "GGML_OPENVINO_DEVCE": "GPU",
+        "GGML_OPENVINO_REQUANT_KQUANT": "q4",
+        "GGML_OPENVINO_PROFILING": "yes",
+    }
+    problems = [
+        "GGML_OPENVINO_PROFILING='yes' is read as 0 (off): not a clean integer",
+        "GGML_OPENVINO_REQUANT_KQUANT='q4' is not one of q4_sym128, q4_sym128_all, q4_asym64, "
+        "q4_asym64_all, native: the backend matches none of its words and acts as if it were unset, "
+        "and so does ovkit",
+        "GGML_OPENVINO_DEVCE is not a variable the backend reads; did you mean GGML_OPENVINO_DEVICE?",
     ]
+    code, out, err = _ovkit_config(monkeypatch, capsys, env)
+    assert code == 0
+    assert err.splitlines() == [f"ovkit: warning: {p}" for p in problems]
     assert "GGML_OPENVINO_DEVICE" in out and "(default CPU)" in out  # the table is still printed
     assert "on the GPU class: STATEFUL_EXECUTION=off, MANUAL_GQA_ATTN=on, RELEASE_WEIGHTS=off" in out
+    rows = {line.split()[0]: line for line in out.splitlines()}
+    assert (
+        "'yes' -> False" in rows["GGML_OPENVINO_PROFILING"]
+        and "'q4' -> None" in rows["GGML_OPENVINO_REQUANT_KQUANT"]
+    )
+    assert "!" in rows["GGML_OPENVINO_PROFILING"] and "!" not in rows["GGML_OPENVINO_DEVICE"]
     from ovkit.cli import main
 
-    assert main(["config", "--json"]) == 2
+    assert main(["config", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert payload["unknown"] and payload["errors"] and len(payload["variables"]) == len(NEWEST)
+    assert payload["problems"] == problems and len(payload["variables"]) == len(NEWEST)
+    assert main(["config", "--strict"]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"ovkit: error: {p}" for p in problems]
 
 
 def test_compiled_model_cache_dir_imports_blobs_without_building(tmp_path) -> None:
