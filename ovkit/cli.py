@@ -242,7 +242,7 @@ COMMANDS: dict[str, Command] = {
         *_module_command("ovkit.model.compare"),
     ),
     "bench": Command(
-        "llama-bench's pp/tg table: ovkit against llama.cpp CPU and the real backend, one run",
+        "llama-bench's pp/tg table and each process's memory: ovkit against llama.cpp CPU, the real backend and OpenVINO GenAI",
         *_module_command("ovkit.model.bench"),
     ),
     "test-ops": Command(

@@ -1,11 +1,15 @@
 """``ovkit bench``: llama-bench's prompt-processing (pp) and text-generation (tg) table for ovkit,
-llama.cpp's CPU build and the real OpenVINO backend, measured in one run with the same settings.
+llama.cpp's CPU build, the real OpenVINO backend and OpenVINO GenAI's own GGUF path, measured in
+one run with the same settings.
 
-Each side loads the model once, runs one untimed warm-up of every test, then ``reps`` timed
-repetitions; a repetition starts from an empty KV cache as llama-bench's does: pp feeds
-``n_prompt`` tokens in one batch (only the last position's logits are read), tg feeds ``n_gen``
-tokens one at a time.  Tokens are fixed pseudo-random ids, the same on every side.  Figures are
-tok/s per repetition, then mean ± sample standard deviation.  llama.cpp's worker threads
+Every side runs in its own fresh process (one at a time: they would compete for the cores): it
+loads the model, runs one untimed warm-up of every test, then ``reps`` timed repetitions; a
+repetition starts from an empty KV cache as llama-bench's does: pp feeds ``n_prompt`` tokens in one
+batch (only the last position's logits are read), tg feeds ``n_gen`` tokens one at a time.  Tokens
+are fixed pseudo-random ids, the same on every side.  Figures are tok/s per repetition, then mean ±
+sample standard deviation; beside them each process's peak RSS (the kernel's high-water mark), its
+RSS right after the first token, its cold start (process start to first token) and the greedy
+tokens it picks from the same prompt, compared with llama.cpp's.  llama.cpp's worker threads
 spin-wait, so figures taken beside other work are meaningless: the machine's load average is
 recorded before and after, and a report taken on a busy machine says so.
 """
@@ -27,9 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from ovkit.model.precision import PRECISIONS
+from ovkit.model.runner import SHAPE_MODES
 
-#: The sides ``--against`` can name besides ovkit, and how each runs llama.cpp.
-AGAINST = {"llama.cpp": False, "upstream": True}  # name -> llama-cpp-python's OpenVINO build?
+#: The sides ``--against`` can name besides ovkit: llama.cpp's CPU build and the real backend
+#: (llama-cpp-python, its OpenVINO build for "upstream"), and OpenVINO GenAI's GGUF reader.
+AGAINST = ("llama.cpp", "upstream", "genai")
+#: Greedy tokens every side picks after the pp prompt (at most), compared with llama.cpp's.
+N_CHECK = 16
 
 
 #: A side's process of one repetition is at most this long (a hung child is killed).
@@ -115,6 +123,18 @@ def load_limits(threads: int, cores: int | None = None) -> tuple[float, float]:
 
 
 @dataclass(frozen=True, slots=True)
+class SideRun:
+    """One side's process: its memory and start, and the greedy tokens it picked."""
+
+    side: str
+    peak_rss: int = 0  # bytes: the process's high-water mark
+    rss_first: int = 0  # bytes: right after the first token
+    cold_s: float = float("nan")  # process start to the first token
+    greedy: tuple[int, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class BenchReport:
     """Every side's results with the machine's load average around them."""
 
@@ -125,6 +145,34 @@ class BenchReport:
     cores: int
     model_bytes: int
     notes: tuple[str, ...] = field(default=())
+    runs: tuple[SideRun, ...] = field(default=())
+
+    def greedy_agreement(self, side: str) -> str:
+        """``side``'s greedy tokens against llama.cpp's: agreeing prefix / length ("" when either
+        is missing)."""
+        got = {r.side: r.greedy for r in self.runs if r.greedy}
+        if side not in got or "llama.cpp" not in got:
+            return ""
+        ours, ref = got[side], got["llama.cpp"]
+        same = next(
+            (i for i, (a, b) in enumerate(zip(ours, ref, strict=False)) if a != b), min(len(ours), len(ref))
+        )
+        return f"{same}/{len(ref)}"
+
+    def memory_rows(self) -> list[dict[str, Any]]:
+        mib = 2**20
+        return [
+            {
+                "side": r.side,
+                "peak RSS MiB": r.peak_rss / mib,
+                "x file": r.peak_rss / self.model_bytes if self.model_bytes else float("nan"),
+                "RSS after 1st token MiB": r.rss_first / mib,
+                "cold start s": r.cold_s,
+                "greedy vs llama.cpp": self.greedy_agreement(r.side),
+                "error": r.error,
+            }
+            for r in self.runs
+        ]
 
     def warnings(self) -> list[str]:
         """Why these figures may not mean anything (a busy machine, a side that failed)."""
@@ -189,6 +237,21 @@ class BenchReport:
                 q = self.ratio(test, "ovkit", base)
                 if q is not None:
                     lines.append(f"\novkit / {base} {test}: {q:.2f}x")
+        if self.runs:
+            lines += [
+                "",
+                "| side | peak RSS | × file | RSS after 1st token | cold start | greedy vs llama.cpp |",
+                "| --- | ---: | ---: | ---: | ---: | ---: |",
+            ]
+            for m in self.memory_rows():
+                if m["error"]:
+                    lines.append(f"| {m['side']} | failed: {m['error']} | | | | |")
+                    continue
+                lines.append(
+                    f"| {m['side']} | {m['peak RSS MiB']:,.0f} MiB | {m['x file']:.2f} | "
+                    f"{m['RSS after 1st token MiB']:,.0f} MiB | {m['cold start s']:.1f} s | "
+                    f"{m['greedy vs llama.cpp']} |"
+                )
         lines += [f"\nwarning: {w}" for w in self.warnings()]
         lines += [f"\nnote: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -210,6 +273,7 @@ class BenchReport:
                 "cores": self.cores,
                 "model_bytes": self.model_bytes,
                 "results": self.rows(),
+                "processes": self.memory_rows(),
                 "times_s": {f"{r.side} {r.test}": r.times_s for r in self.results},
                 "warnings": self.warnings(),
                 "notes": list(self.notes),
@@ -234,79 +298,66 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def run_ovkit(
-    s: BenchSettings, tokens: Sequence[int], progress: Callable[[str], None] = lambda _: None
-) -> list[BenchResult]:
-    """ovkit's side, in this process: compile outside the timed runs, one warm-up, ``reps`` runs."""
-    from ovkit.model.runner import Model
-
-    model = Model(
-        s.path,
-        n_ctx=max(s.n_prompt, s.n_gen) + 1,
-        flash_attn=s.flash_attn,
-        precision=s.precision,
-        n_threads=s.threads,
-        shapes=s.shapes,
-    )
-
-    def pp() -> None:
-        model.reset()
-        model.eval(tokens[: s.n_prompt], last_only=True)
-
-    def tg() -> None:
-        model.reset()
-        for t in tokens[: s.n_gen]:
-            model.eval([t])
-
-    out = []
-    for test, n in s.tests():
-        fn = pp if test.startswith("pp") else tg
-        progress(f"ovkit {test}: compile and warm up")
-        fn()
-        times = []
-        for i in range(s.reps):
-            progress(f"ovkit {test}: repetition {i + 1}/{s.reps}")
-            times.append(_timed(fn))
-        out.append(BenchResult("ovkit", test, n, model.effective_precision(), tuple(times)))
-    return out
+def _precision_name(s: BenchSettings, side: str) -> str:
+    return {
+        "ovkit": s.precision,
+        "llama.cpp": "ggml CPU kernels",
+        "upstream": "OpenVINO CPU default",
+        "genai": "OpenVINO CPU default",
+    }[side]
 
 
-def run_llama(s: BenchSettings, side: str, tokens: Sequence[int]) -> list[BenchResult]:
-    """llama.cpp's side (``side`` in :data:`AGAINST`) in a child process, crash-isolated."""
+def run_side(
+    s: BenchSettings, side: str, tokens: Sequence[int], progress: Callable[[str], None] = lambda _: None
+) -> tuple[list[BenchResult], SideRun]:
+    """One side in its own fresh process (crash-isolated, killed after ``CHILD_TIMEOUT_S``)."""
     from ovkit import child
     from ovkit.model.reference import llama_sigill_hint, upstream_env
 
-    upstream = AGAINST[side]
-    precision = "OpenVINO CPU default" if upstream else "ggml CPU kernels"
+    precision = _precision_name(s, side)
     request = {
+        "side": side,
         "path": str(s.path),
         "tests": s.tests(),
         "tokens": list(tokens),
         "reps": s.reps,
         "threads": s.threads,
         "flash_attn": s.flash_attn,
-        "upstream": upstream,
+        "precision": s.precision,
+        "shapes": s.shapes,
+        "n_check": N_CHECK,
     }
+
+    def failed(error: str) -> tuple[list[BenchResult], SideRun]:
+        return [BenchResult(side, t, n, precision, error=error) for t, n in s.tests()], SideRun(
+            side, error=error
+        )
+
     try:
-        env = upstream_env() if upstream else dict(os.environ)
+        env = upstream_env() if side == "upstream" else dict(os.environ)
     except RuntimeError as exc:
-        return [BenchResult(side, t, n, precision, error=str(exc).splitlines()[0]) for t, n in s.tests()]
+        return failed(str(exc).splitlines()[0])
+    progress(f"{side}: load, warm up and {s.reps} repetitions in a fresh process")
     with tempfile.TemporaryDirectory(prefix="ovkit-bench-") as tmp:
         req = Path(tmp) / "request.json"
-        req.write_text(json.dumps(request))
+        req.write_text(json.dumps({**request, "spawned_at": time.time()}))
         try:
             stdout = child.run(
                 [sys.executable, "-m", "ovkit.model.bench", str(req)],
                 env=env,
                 timeout=CHILD_TIMEOUT_S,
-                sigill_hint=lambda: llama_sigill_hint(upstream),
+                sigill_hint=lambda: llama_sigill_hint(side == "upstream"),
             )
         except child.ChildError as exc:  # crashed (the signal named, SIGILL explained) or timed out
-            return [BenchResult(side, t, n, precision, error=f"{side} failed: {exc}") for t, n in s.tests()]
+            return failed(f"{side} failed: {str(exc).splitlines()[0]}")
     got = json.loads(stdout.strip().splitlines()[-1])
-    return [
+    if got.get("error"):
+        return failed(got["error"])
+    results = [
         BenchResult(side, t, n, got["precision"] or precision, tuple(got["times"][t])) for t, n in s.tests()
     ]
+    run = SideRun(side, got["peak_rss"], got["rss_first"], got["cold_s"], tuple(got["greedy"]))
+    return results, run
 
 
 def n_vocab_of(path: Path) -> int:
@@ -319,17 +370,22 @@ def n_vocab_of(path: Path) -> int:
 
 
 def bench(s: BenchSettings, progress: Callable[[str], None] = lambda _: None) -> BenchReport:
-    """Every side of ``s`` in turn (one side at a time: they would compete for the cores)."""
+    """Every side of ``s`` in turn, each in its own fresh process."""
     cores = os.cpu_count() or 1
     tokens = s.tokens(n_vocab_of(s.path))  # the same fed ids on every side
     before = os.getloadavg()
-    results = run_ovkit(s, tokens, progress)
-    for side in s.against:
-        progress(f"{side}: load, warm up and {s.reps} repetitions")
-        results += run_llama(s, side, tokens)
+    results: list[BenchResult] = []
+    runs: list[SideRun] = []
+    for side in ("ovkit", *s.against):
+        got, run = run_side(s, side, tokens, progress)
+        results += got
+        runs.append(run)
     after = os.getloadavg()
-    notes = ("ovkit reads only the last position's logits in pp, as llama-bench does",)
-    return BenchReport(s, tuple(results), before, after, cores, s.path.stat().st_size, notes)
+    notes = (
+        "ovkit reads only the last position's logits in pp, as llama-bench does",
+        "peak RSS is each process's high-water mark (VmHWM); cold start: process start to first token",
+    )
+    return BenchReport(s, tuple(results), before, after, cores, s.path.stat().st_size, notes, tuple(runs))
 
 
 # -- the command line -----------------------------------------------------------------------------
@@ -347,9 +403,7 @@ def add_cli_args(p: Any) -> None:
         "--against", default="llama.cpp", help=f"comma-separated baselines: {', '.join(AGAINST)} (or none)"
     )
     p.add_argument("-o", "--output", choices=("md", "csv", "json"), default="md", help="output format")
-    p.add_argument(
-        "--shapes", choices=("dynamic", "split", "buckets"), help="ovkit's compiled models (Model(shapes=))"
-    )
+    p.add_argument("--shapes", choices=SHAPE_MODES, help="ovkit's compiled models (Model(shapes=))")
 
 
 def cli(args: Any) -> int:
@@ -374,46 +428,178 @@ def cli(args: Any) -> int:
     return 0
 
 
-# -- the child: llama-cpp-python, CPU or OpenVINO build ------------------------------------------
+# -- the child: one side's process --------------------------------------------------------------
+
+
+def _rss() -> int:
+    """This process's resident set now, in bytes."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _peak_rss() -> int:
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+class _Side:
+    """What every side's child does, over three operations its runtime provides."""
+
+    precision: str | None = None
+
+    def prefill(self, toks: Sequence[int]) -> None:  # from an empty cache, last logits only
+        raise NotImplementedError
+
+    def decode(self, toks: Sequence[int]) -> None:  # from an empty cache, one token at a time
+        raise NotImplementedError
+
+    def greedy(self, prompt: Sequence[int], n: int) -> list[int]:
+        raise NotImplementedError
+
+
+class _Ovkit(_Side):
+    def __init__(self, r: dict[str, Any]) -> None:
+        from ovkit.model.runner import Model
+
+        n = max(n for _, n in r["tests"])
+        self.model = Model(
+            r["path"],
+            n_ctx=n + r["n_check"] + 1,
+            flash_attn=r["flash_attn"],
+            precision=r["precision"],
+            n_threads=r["threads"],
+            shapes=r["shapes"],
+        )
+
+    def prefill(self, toks: Sequence[int]) -> None:
+        self.model.reset()
+        self.model.eval(toks, last_only=True)
+        self.precision = self.model.effective_precision()
+
+    def decode(self, toks: Sequence[int]) -> None:
+        self.model.reset()
+        for t in toks:
+            self.model.eval([t], last_only=True)
+
+    def greedy(self, prompt: Sequence[int], n: int) -> list[int]:
+        return list(self.model.generate(prompt, n).tokens)
+
+
+class _Llama(_Side):
+    def __init__(self, r: dict[str, Any], upstream: bool) -> None:
+        import llama_cpp
+
+        n_ctx = max(n for _, n in r["tests"]) + r["n_check"] + 1
+        self.llm = llama_cpp.Llama(
+            r["path"],
+            n_ctx=n_ctx,
+            n_batch=n_ctx,
+            n_ubatch=n_ctx,
+            n_threads=r["threads"],
+            n_threads_batch=r["threads"],
+            n_gpu_layers=-1 if upstream else 0,
+            flash_attn=bool(r["flash_attn"]),
+            logits_all=False,
+            verbose=False,
+        )
+        if upstream:  # what the backend's own OpenVINO core computes in, read in this child
+            from ovkit.model.compare import backend_precision
+
+            self.precision = f"OpenVINO CPU default ({backend_precision()})"
+
+    def prefill(self, toks: Sequence[int]) -> None:
+        self.llm.reset()  # the next eval removes every cached position (a fresh KV cache)
+        self.llm.eval(list(toks))
+
+    def decode(self, toks: Sequence[int]) -> None:
+        self.llm.reset()
+        for t in toks:
+            self.llm.eval([t])
+
+    def greedy(self, prompt: Sequence[int], n: int) -> list[int]:
+        import numpy as np
+
+        self.llm.reset()
+        self.llm.eval(list(prompt))
+        out: list[int] = []
+        for _ in range(n):
+            out.append(int(np.argmax(self.llm.scores[self.llm.n_tokens - 1])))
+            self.llm.eval([out[-1]])
+        return out
+
+
+class _GenAI(_Side):
+    """OpenVINO GenAI's LLMPipeline on the ``.gguf`` itself, fed token ids (no tokenizer pass).
+    Each call is a new conversation; GenAI reuses a cached prefix only in chat mode, which is off."""
+
+    def __init__(self, r: dict[str, Any]) -> None:
+        import openvino_genai as genai
+
+        self.genai = genai
+        self.pipe = genai.LLMPipeline(r["path"], "CPU", INFERENCE_NUM_THREADS=r["threads"])
+        self.precision = "OpenVINO CPU default (GenAI)"
+
+    def _generate(self, prompt: Sequence[int], n: int) -> Any:
+        import numpy as np
+        import openvino as ov
+
+        config = self.genai.GenerationConfig()
+        config.max_new_tokens = n
+        config.min_new_tokens = n
+        config.do_sample = False
+        config.ignore_eos = True
+        ids = ov.Tensor(np.asarray([list(prompt)], np.int64))
+        return self.pipe.generate(ids, config)
+
+    def prefill(self, toks: Sequence[int]) -> None:
+        self._generate(toks, 1)  # the prompt and one sampled token: its time is the prefill's
+
+    def decode(self, toks: Sequence[int]) -> None:
+        # GenAI decodes its own picks: the same count of steps after a one-token prompt
+        self._generate(toks[:1], len(toks))
+
+    def greedy(self, prompt: Sequence[int], n: int) -> list[int]:
+        return [int(t) for t in self._generate(prompt, n).tokens[0]]
 
 
 def _serve(request: dict[str, Any]) -> dict[str, Any]:
-    import llama_cpp
-
-    upstream = bool(request["upstream"])
-    n_ctx = max(n for _, n in request["tests"]) + 1
-    llm = llama_cpp.Llama(
-        request["path"],
-        n_ctx=n_ctx,
-        n_batch=n_ctx,
-        n_ubatch=n_ctx,
-        n_threads=request["threads"],
-        n_threads_batch=request["threads"],
-        n_gpu_layers=-1 if upstream else 0,
-        flash_attn=bool(request["flash_attn"]),
-        logits_all=False,
-        verbose=False,
-    )
+    side = request["side"]
+    try:
+        runner: _Side = (
+            _Ovkit(request)
+            if side == "ovkit"
+            else _GenAI(request)
+            if side == "genai"
+            else _Llama(request, side == "upstream")
+        )
+    except ImportError as exc:
+        return {"error": f"{side} is not installed here ({exc}); bash .ci/test installs every side"}
+    except Exception as exc:  # the runtime refuses the file (GenAI: Q5_0; the backend: Gemma-3)
+        return {"error": f"{side} cannot load {Path(request['path']).name}: {str(exc).splitlines()[0][:300]}"}
     toks = request["tokens"]
-
-    def run(test: str, n: int) -> None:
-        llm.reset()  # the next eval removes every cached position (a fresh KV cache)
-        if test.startswith("pp"):
-            llm.eval(toks[:n])
-        else:
-            for t in toks[:n]:
-                llm.eval([t])
-
     times: dict[str, list[float]] = {}
+    first: tuple[float, int] | None = None
     for test, n in request["tests"]:
-        run(test, n)  # warm-up
-        times[test] = [_timed(partial(run, test, n)) for _ in range(request["reps"])]
-    precision = None
-    if upstream:  # what the backend's own OpenVINO core computes in, read in this child
-        from ovkit.model.compare import backend_precision
-
-        precision = f"OpenVINO CPU default ({backend_precision()})"
-    return {"times": times, "precision": precision}
+        fn = partial(runner.prefill if test.startswith("pp") else runner.decode, toks[:n])
+        fn()  # warm-up; the first one gives the first token
+        if first is None:
+            first = (time.time(), _rss())
+        times[test] = [_timed(fn) for _ in range(request["reps"])]
+    n_prompt = next((n for t, n in request["tests"] if t.startswith("pp")), 16)
+    greedy = runner.greedy(toks[:n_prompt], request["n_check"])
+    assert first is not None
+    return {
+        "times": times,
+        "precision": runner.precision,
+        "peak_rss": _peak_rss(),
+        "rss_first": first[1],
+        "cold_s": first[0] - request["spawned_at"],
+        "greedy": greedy,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -147,6 +147,21 @@ def _random_rows(wtype: str, rows: int, k: int, std: float, rng: np.random.Gener
     return blocks.reshape(rows, -1)
 
 
+#: ``weight_type="q4_K_M"`` with ``random_blocks``: llama.cpp's Q4_K_M mix, simplified: Q6_K for
+#: the output head, the V projections and the FFN down projections, Q4_K elsewhere; Q4_0 for a
+#: tensor whose rows are not a multiple of the K-quants' 256 (llama.cpp falls back likewise).
+MIXES = {"q4_K_M": ("q4_K", ("output.weight", "attn_v.weight", "ffn_down.weight"), "q6_K")}
+
+
+def mix_type(wtype: str, name: str, k: int) -> str:
+    """The type tensor ``name`` (rows of ``k``) is stored in for ``wtype`` (a type or a mix)."""
+    if wtype not in MIXES:
+        return wtype
+    base, heavy_names, heavy = MIXES[wtype]
+    t = heavy if name.endswith(heavy_names) else base
+    return t if k % quant.quant_spec(t).block == 0 else "q4_0"
+
+
 def _stream_random_blocks(
     w: Any, shapes: dict[str, tuple[int, ...]], wtype: str, rng: np.random.Generator
 ) -> None:
@@ -158,15 +173,16 @@ def _stream_random_blocks(
             return _random(name, shape, rng)
         std = 1.0 if name in ("token_embd.weight", "output.weight") else 1.0 / np.sqrt(shape[-1])
         rows = int(np.prod(shape[:-1]))
-        return _random_rows(wtype, rows, shape[-1], std, rng)
+        return _random_rows(mix_type(wtype, name, shape[-1]), rows, shape[-1], std, rng)
 
     for name, shape in shapes.items():
-        if len(shape) == 1 or wtype == "f32":
+        wt = mix_type(wtype, name, shape[-1])
+        if len(shape) == 1 or wt == "f32":
             w.add_tensor_info(name, shape, np.dtype(np.float32), 4 * int(np.prod(shape)))
-        elif wtype == "f16":
+        elif wt == "f16":
             w.add_tensor_info(name, shape, np.dtype(np.float16), 2 * int(np.prod(shape)))
         else:
-            spec = quant.quant_spec(wtype)
+            spec = quant.quant_spec(wt)
             row = shape[-1] // spec.block * spec.type_size  # the writer takes the shape in bytes
             w.add_tensor_info(
                 name,
@@ -220,7 +236,7 @@ def synthetic(
     a model of any size (a 13 B shape is 7 GB) is written in seconds without being held in memory)."""
     spec = arch_spec(arch)
     moe = spec.moe
-    if weight_type not in WEIGHT_TYPES:
+    if weight_type not in WEIGHT_TYPES and not (random_blocks and weight_type in MIXES):
         raise ModelError(f"weight_type={weight_type!r} is not valid (expected one of {WEIGHT_TYPES})")
     if head_dim is None and n_embd % n_head:
         raise ModelError(f"n_embd={n_embd} must be a multiple of n_head={n_head}")
