@@ -44,9 +44,12 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 #: A manifest is a few KiB (a line per state input); anything larger is not one ovkit wrote.
 MANIFEST_MAX_BYTES = 1 << 20
-#: The blob's digest: sha256 ran at ~900 MiB/s here (OpenSSL uses the CPU's SHA extensions, which
-#: x86 CPUs since Zen and Ice Lake have) against ~300-500 MiB/s for blake2b, so a blob of a few
-#: hundred MiB costs a few tenths of a second on import, next to seconds of compile it saves.
+#: The backend's warning for an entry it does not import (here the reason names the file).
+_IMPORT_FAILED = "ggml-openvino: model cache import failed (%s), recompiling"
+#: The manifest line describing the blob.  sha256 ran at ~900 MiB/s here (OpenSSL uses the CPU's
+#: SHA extensions, which x86 CPUs since Zen and Ice Lake have) against ~300-500 MiB/s for
+#: blake2b, so a blob of a few hundred MiB costs a few tenths of a second on import, next to the
+#: seconds of compile it saves.
 _BLOB_LINE = re.compile(r"blob_sha256 ([0-9a-f]{64}) ([0-9]+)\n")
 
 
@@ -160,7 +163,7 @@ class BlobCache:
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:  # also UnicodeDecodeError
-            self._warn_once(manifest, "ggml-openvino: model cache entry skipped (%s), recompiling", exc)
+            self._warn_once(manifest, _IMPORT_FAILED, exc)
             return None
         head = self._manifest_head(fingerprint)
         if not text.startswith(head):
@@ -181,14 +184,12 @@ class BlobCache:
         except FileNotFoundError:
             return None  # the manifest of a blob removed since: a miss
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            self._warn_once(blob, "ggml-openvino: model cache entry skipped (%s), recompiling", exc)
+            self._warn_once(blob, _IMPORT_FAILED, exc)
             return None
         try:
             compiled = core.import_model(data, device, dict(props))
         except (RuntimeError, ValueError, TypeError) as exc:
-            self._warn_once(
-                blob, "ggml-openvino: model cache import failed (%s), recompiling", str(exc).splitlines()[0]
-            )
+            self._warn_once(blob, _IMPORT_FAILED, f"{blob}: {str(exc).splitlines()[0]}")
             return None
         logger.info("ggml-openvino: model cache HIT %s", blob)
         return compiled, entry
