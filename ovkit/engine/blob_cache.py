@@ -9,7 +9,11 @@ every weight's bytes), so a new process skips translation and compile alike.
 Files, as the backend writes them: ``<dir>/<16 hex>.blob`` and ``<dir>/<16 hex>.manifest``,
 written to ``.tmp`` files and renamed (blob first, then manifest); a hit needs both and a manifest
 that matches the full fingerprint and OpenVINO's build.  The manifest also carries what the
-runner needs that only the translated model knew (state variables and state input specs).
+runner needs that only the translated model knew (state variables and state input specs), and
+the blob's size and sha256: a blob that does not match them (swapped, truncated, corrupted) is
+never imported but compiled again and replaced, with one warning naming the file.  Only regular
+files are read (a FIFO, a directory or a device in place of an entry is skipped the same way),
+and a manifest at most ``MANIFEST_MAX_BYTES``.
 """
 
 from __future__ import annotations
@@ -20,23 +24,58 @@ import json
 import logging
 import os
 import re
+import secrets
+import stat
 from collections.abc import Hashable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ovkit.engine.keys import CacheKey
+from ovkit.engine.keys import PROCESS_LOCAL, CacheKey
 from ovkit.engine.model import PortSpec
 
 logger = logging.getLogger("ovkit")
 
 #: A structure key is content-addressed when it holds a sha256 digest (keys.py); a bare name
-#: such as "square16" is not, and two processes could mean different graphs by it.
+#: such as "square16" is not, nor a key marked ``PROCESS_LOCAL``: two processes could mean
+#: different graphs by it.
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
+#: A manifest is a few KiB (a line per state input); anything larger is not one ovkit wrote.
+MANIFEST_MAX_BYTES = 1 << 20
+#: The backend's warning for an entry it does not import (here the reason names the file).
+_IMPORT_FAILED = "ggml-openvino: model cache import failed (%s), recompiling"
+#: The manifest line describing the blob.  sha256 ran at ~900 MiB/s here (OpenSSL uses the CPU's
+#: SHA extensions, which x86 CPUs since Zen and Ice Lake have) against ~300-500 MiB/s for
+#: blake2b, so a blob of a few hundred MiB costs a few tenths of a second on import, next to the
+#: seconds of compile it saves.
+_BLOB_LINE = re.compile(r"blob_sha256 ([0-9a-f]{64}) ([0-9]+)\n")
+
+
 def _content_addressed(structure: Hashable) -> bool:
-    return _DIGEST.search(repr(structure)) is not None
+    text = repr(structure)
+    return PROCESS_LOCAL not in text and _DIGEST.search(text) is not None
+
+
+def _read_regular(path: Path, limit: int | None = None, size: int | None = None) -> bytes:
+    """The bytes of ``path`` if it is a regular file (a symlink to one is followed) of at most
+    ``limit`` or exactly ``size`` bytes, else ``ValueError`` (a FIFO, a directory or a device is
+    refused before anything is read; opened non-blocking, a FIFO cannot hang the open either)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path} is not a regular file ({stat.filemode(st.st_mode)})")
+        if size is not None and st.st_size != size:
+            raise ValueError(f"{path} has {st.st_size} bytes, its manifest says {size}")
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read() if limit is None else f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if limit is not None and len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit} bytes")
+    return data
 
 
 @functools.cache
@@ -70,6 +109,7 @@ class BlobCache:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         self.usable = True
+        self._warned: set[Path] = set()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -104,51 +144,88 @@ class BlobCache:
     def _manifest_head(self, fingerprint: str) -> str:
         return f"fingerprint {fingerprint}\nov_version {_openvino_build()}\n"
 
+    def _warn_once(self, path: Path, message: str, *args: object) -> None:
+        """A warning about ``path``, once until an entry is written there again (a bad entry
+        that cannot be replaced, e.g. a directory, would otherwise warn on every compile)."""
+        if path not in self._warned:
+            self._warned.add(path)
+            logger.warning(message, *args)
+
     def load(
         self, core: Any, fingerprint: str, device: str, props: Mapping[str, Any]
     ) -> tuple[Any, BlobEntry] | None:
-        """The imported compiled model and its entry, or None (a miss or a blob that fails)."""
+        """The imported compiled model and its entry, or None: a miss, or an entry that is not
+        sound (not regular files, a blob its manifest does not describe, an import that fails),
+        which is reported once and compiled again."""
         blob, manifest = self._paths(fingerprint)
         try:
-            text = manifest.read_text()
-        except OSError:
+            text = _read_regular(manifest, limit=MANIFEST_MAX_BYTES).decode()
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:  # also UnicodeDecodeError
+            self._warn_once(manifest, _IMPORT_FAILED, exc)
             return None
         head = self._manifest_head(fingerprint)
         if not text.startswith(head):
-            return None
+            return None  # another fingerprint or OpenVINO build: a miss, replaced by this one
+        described = _BLOB_LINE.match(text, len(head))
         try:
-            extra = json.loads(text[len(head) :].removeprefix("entry "))
+            if described is None:
+                raise ValueError(f"{manifest} does not give the blob's size and sha256")
+            extra = json.loads(text[described.end() :].removeprefix("entry "))
             entry = BlobEntry(
                 dict(extra["variables"]),
                 {k: PortSpec(**{**v, "shape": tuple(v["shape"])}) for k, v in extra["state_specs"].items()},
             )
-            compiled = core.import_model(blob.read_bytes(), device, dict(props))
-        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
-            logger.warning(
-                "ggml-openvino: model cache import failed (%s), recompiling", str(exc).splitlines()[0]
-            )
+            data = _read_regular(blob, size=int(described[2]))
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != described[1]:
+                raise ValueError(f"{blob} has sha256 {digest[:16]}…, its manifest says {described[1][:16]}…")
+        except FileNotFoundError:
+            return None  # the manifest of a blob removed since: a miss
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._warn_once(blob, _IMPORT_FAILED, exc)
+            return None
+        try:
+            compiled = core.import_model(data, device, dict(props))
+        except (RuntimeError, ValueError, TypeError) as exc:
+            self._warn_once(blob, _IMPORT_FAILED, f"{blob}: {str(exc).splitlines()[0]}")
             return None
         logger.info("ggml-openvino: model cache HIT %s", blob)
         return compiled, entry
 
     def store(self, compiled: Any, fingerprint: str, entry: BlobEntry) -> None:
-        """Export ``compiled`` (atomic: ``.tmp`` files renamed, blob first, then manifest)."""
+        """Export ``compiled`` (atomic: fresh ``.tmp`` files renamed, blob first, then manifest;
+        an entry that was there, sound or not, is replaced)."""
         blob, manifest = self._paths(fingerprint)
         extra = {
             "variables": entry.variables,
             "state_specs": {k: asdict(v) for k, v in entry.state_specs.items()},
         }
+        path = blob
         try:
             exported = compiled.export_model()  # a BytesIO in OpenVINO's Python API
             data = exported.getvalue() if hasattr(exported, "getvalue") else bytes(exported)
-            for path, content in (
-                (blob, data),
-                (manifest, (self._manifest_head(fingerprint) + "entry " + json.dumps(extra)).encode()),
-            ):
-                tmp = path.with_name(path.name + ".tmp")
-                tmp.write_bytes(content)
-                os.replace(tmp, path)
+            described = f"blob_sha256 {hashlib.sha256(data).hexdigest()} {len(data)}\n"
+            text = self._manifest_head(fingerprint) + described + "entry " + json.dumps(extra)
+            for path, content in ((blob, data), (manifest, text.encode())):
+                _replace(path, content)
         except (OSError, RuntimeError) as exc:
-            logger.warning("ggml-openvino: model cache export failed: %s", str(exc).splitlines()[0])
+            self._warn_once(path, "ggml-openvino: model cache export failed: %s", str(exc).splitlines()[0])
             return
+        self._warned.difference_update((blob, manifest))
         logger.info("ggml-openvino: model cache WROTE %s", blob)
+
+
+def _replace(path: Path, content: bytes) -> None:
+    """Write ``path`` atomically: a temporary file of its own, created exclusively (never one
+    that is there, which could be a FIFO; permissions as the umask gives), renamed over it."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        with open(fd, "wb") as f:
+            f.write(content)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -70,6 +70,11 @@ def model_structure_key(model: Any) -> str:
     return h.hexdigest()
 
 
+#: Marks a structure key that holds a value known by its identity only (``_value_digest``): it is
+#: valid in this process, never on disk, where another process's object may have the same id.
+PROCESS_LOCAL = "process-local:"
+
+
 def _value_digest(value: Any) -> str:
     """Bytes of a constant (numpy array or quantized weight) for the structure key."""
     if value is None:
@@ -85,7 +90,7 @@ def _value_digest(value: Any) -> str:
             return hashlib.sha256(bytes(raw)).hexdigest() + ":" + str(getattr(value, "form", ""))
         if isinstance(raw, np.ndarray):
             return hashlib.sha256(np.ascontiguousarray(raw).tobytes()).hexdigest()
-    return f"object:{id(value)}"  # unknown value type: equal only to itself
+    return f"{PROCESS_LOCAL}{id(value)}"  # unknown value type: equal only to itself
 
 
 def graph_structure_key(graph: GraphIR, outputs: Sequence[Tensor]) -> str:
@@ -94,6 +99,7 @@ def graph_structure_key(graph: GraphIR, outputs: Sequence[Tensor]) -> str:
     nodes = graph.topo(list(outputs))
     pos = {t.id: i for i, t in enumerate(nodes)}
     h = hashlib.sha256()
+    local = False
     for t in nodes:
         srcs = tuple(-1 if s is None else pos[s.id] for s in t.srcs)
         view, after = (-1 if d is None else pos[d.id] for d in (t.view_src, t.after))
@@ -104,6 +110,8 @@ def graph_structure_key(graph: GraphIR, outputs: Sequence[Tensor]) -> str:
             repr((t.op, t.sub_op, t.ne, t.nb, t.dtype, t.view_offs, params, edges, t.is_input, name)).encode()
         )
         if t.value is not None:
-            h.update(_value_digest(t.value).encode())
+            digest = _value_digest(t.value)
+            local |= digest.startswith(PROCESS_LOCAL)
+            h.update(digest.encode())
     h.update(repr([pos[o.id] for o in outputs]).encode())
-    return h.hexdigest()
+    return PROCESS_LOCAL + h.hexdigest() if local else h.hexdigest()

@@ -19,13 +19,15 @@ arrays: every fed position, or the last one only (``last_only``; ``generate`` un
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import threading
 import time
 import weakref
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -219,9 +221,26 @@ class _Bucket:
     caches: dict[str, np.ndarray] = field(default_factory=dict)  # kv="host": its views of the cache
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _serialized(method: Callable[Concatenate[Model, _P], _R]) -> Callable[Concatenate[Model, _P], _R]:
+    """``method`` under the model's lock: calls from several threads run one at a time (the KV
+    cache, ``n_past`` and the buckets are one state), each whole (a generate resets, then evals)."""
+
+    @functools.wraps(method)
+    def locked(self: Model, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 class Model(Reported):
     """A GGUF decoder model compiled for one device (see the module docstring); shown as a table
-    of its shape, sizes and device (the attributes keep the raw values)."""
+    of its shape, sizes and device (the attributes keep the raw values).  Its running methods are
+    serialized: from several threads they run one at a time, each whole."""
 
     def __init__(
         self,
@@ -316,6 +335,7 @@ class Model(Reported):
         self._views: dict[int, dict[str, np.ndarray]] = {}  # rows -> a dynamic model's cache inputs
         self._kv_owner: _Bucket | None = None
         self.n_past = 0
+        self._lock = threading.RLock()  # see _serialized
 
     def _init_graph_forms(self, shapes: str | None, engine: Any) -> None:
         """Choose among the ggml-graph forms ("buckets", "split", "dynamic")."""
@@ -603,6 +623,7 @@ class Model(Reported):
         size = next((s for s in PREFILL_SIZES if s >= n_tokens), n_tokens)
         return size if size <= self.n_ubatch and start + size <= self.n_ctx else n_tokens
 
+    @_serialized
     def prepare(self, n_prompt: int, n_predict: int, *, last_only: bool = False) -> None:
         """Build and compile every bucket a run will use (so timed runs do not compile).  A run
         needing more compiled models than ``max_buckets`` gets its first ``max_buckets`` ones:
@@ -658,6 +679,7 @@ class Model(Reported):
         self._evict(keep=b, limit=self.max_buckets - 1)  # the previous owner was kept for the copy
 
     # -- running --------------------------------------------------------------------------------
+    @_serialized
     def close(self) -> None:
         """Release the compiled models now (they are released when the model is collected, too).
         The model still runs afterwards from position 0, compiling again what it needs."""
@@ -665,6 +687,7 @@ class Model(Reported):
         self._lean = None
         self.reset()
 
+    @_serialized
     def reset(self) -> None:
         """Forget the KV cache (the next eval starts at position 0)."""
         self.n_past = 0
@@ -685,6 +708,7 @@ class Model(Reported):
             f"{used_s}, ggml CPU numerics (q8 matmuls, f16 attention)" if self.precision == "ggml" else used_s
         )
 
+    @_serialized
     def eval(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
         """Feed ``tokens`` after what the cache holds; logits of every fed position (n, n_vocab),
         or of the last one only (1, n_vocab) with ``last_only`` (what sampling needs)."""
@@ -737,6 +761,7 @@ class Model(Reported):
             self.n_past += chunk.size
         return outs[-1] if last_only else np.concatenate(outs, axis=0)
 
+    @_serialized
     def generate(
         self,
         prompt: Sequence[int],
