@@ -49,11 +49,16 @@ GIB = 2**30
 
 
 def model_file(name: str, wtype: str, directory: Path) -> Path:
-    """The GGUF of ``name``: a fetched real model, or a random-weight llama written once."""
+    """The GGUF of ``name``: a fetched real model, or a random-weight llama written once, with
+    SmolLM2's GPT-2 tokenizer (49,152 tokens) when it is fetched: GenAI's reader needs a BPE one."""
     if name in REAL:
         return real_model(REAL[name])
     n_embd, n_layer, n_head, n_head_kv, n_ff = SHAPES[name]
-    path = directory / f"llama-{name}-{wtype}.gguf"
+    try:
+        tokenizer: Path | None = real_model(REAL["smollm2"])
+    except MissingModelError:
+        tokenizer = None
+    path = directory / f"llama-{name}-{wtype}{'-bpe' if tokenizer else ''}.gguf"
     if not path.exists():
         print(f"writing {path.name} ...", file=sys.stderr, flush=True)
         synthetic(
@@ -67,6 +72,7 @@ def model_file(name: str, wtype: str, directory: Path) -> Path:
             n_vocab=32000,
             weight_type=wtype,
             random_blocks=True,
+            tokenizer_from=tokenizer,
         )
     return path
 

@@ -473,6 +473,7 @@ class _Ovkit(_Side):
             precision=r["precision"],
             n_threads=r["threads"],
             shapes=r["shapes"],
+            no_requant=True,  # the file's own blocks, as llama.cpp and GenAI run them
         )
 
     def prefill(self, toks: Sequence[int]) -> None:

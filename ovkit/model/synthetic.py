@@ -113,6 +113,22 @@ def _stored(name: str, values: np.ndarray, wtype: str) -> Any:
     return quant.quantize(wtype, values, name)
 
 
+#: ``general.file_type`` of a model whose 2-d weights are all one type (llama_ftype's values).
+FILE_TYPES = {
+    "f32": 0,
+    "f16": 1,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q8_0": 7,
+    "q5_0": 8,
+    "q5_1": 9,
+    "q6_K": 18,
+    "q4_K": 15,
+    "q4_K_M": 15,
+    "q5_K": 17,
+    "mxfp4": 38,
+}
+
 #: Random raw blocks: (bytes per block, weights per block, offsets of f16 scale fields and the
 #: spread of the stored integers) per type.  The scales are set so a row's values have about the
 #: spread of a trained model's (1/sqrt(fan-in)); every other byte is random.
@@ -199,6 +215,36 @@ def _stream_random_blocks(
     w.close()
 
 
+#: The tokenizer keys ``tokenizer_from`` copies, with the writer method of each.
+_TOKENIZER_KEYS = {
+    "tokenizer.ggml.model": "add_tokenizer_model",
+    "tokenizer.ggml.pre": "add_tokenizer_pre",
+    "tokenizer.ggml.tokens": "add_token_list",
+    "tokenizer.ggml.token_type": "add_token_types",
+    "tokenizer.ggml.merges": "add_token_merges",
+    "tokenizer.ggml.bos_token_id": "add_bos_token_id",
+    "tokenizer.ggml.eos_token_id": "add_eos_token_id",
+    "tokenizer.ggml.unknown_token_id": "add_unk_token_id",
+    "tokenizer.ggml.padding_token_id": "add_pad_token_id",
+    "tokenizer.ggml.add_bos_token": "add_add_bos_token",
+    "tokenizer.chat_template": "add_chat_template",
+}
+
+
+def _tokenizer_of(path: str | os.PathLike[str]) -> dict[str, Any]:
+    from ovkit.gguf import read_gguf
+
+    md = read_gguf(path).metadata
+    if "tokenizer.ggml.tokens" not in md:
+        raise ModelError(f"{path}: has no tokenizer to borrow (no tokenizer.ggml.tokens)")
+    return {k: md[k] for k in _TOKENIZER_KEYS if k in md}
+
+
+def _add_tokenizer(w: Any, keys: dict[str, Any]) -> None:
+    for key, value in keys.items():
+        getattr(w, _TOKENIZER_KEYS[key])(value)
+
+
 def synthetic(
     arch: str,
     path: str | os.PathLike[str],
@@ -226,6 +272,7 @@ def synthetic(
     tokenizer: bool = True,
     chat_template: str | None = None,
     random_blocks: bool = False,
+    tokenizer_from: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Write a random-weight ``arch`` model to ``path`` (``weight_type``: f32, f16 or a quant type;
     ``n_expert``, ``n_expert_used``, ``n_ff_exp``: the experts of a MoE architecture;
@@ -233,9 +280,14 @@ def synthetic(
     ``sliding_window_pattern``, ``rope_freq_base_swa``: gemma3's interleaved sliding window;
     ``tokenizer=False``: no tokenizer metadata; ``chat_template``: a ``tokenizer.chat_template``;
     ``random_blocks``: 2-d weights are random blocks of the type, written one tensor at a time, so
-    a model of any size (a 13 B shape is 7 GB) is written in seconds without being held in memory)."""
+    a model of any size (a 13 B shape is 7 GB) is written in seconds without being held in memory;
+    ``tokenizer_from``: another GGUF whose tokenizer (and so vocabulary size) the model takes, e.g. a
+    real model's GPT-2 BPE one, which OpenVINO GenAI's GGUF reader needs)."""
     spec = arch_spec(arch)
     moe = spec.moe
+    borrowed = _tokenizer_of(tokenizer_from) if tokenizer_from is not None else None
+    if borrowed is not None:
+        n_vocab = len(borrowed["tokenizer.ggml.tokens"])
     if weight_type not in WEIGHT_TYPES and not (random_blocks and weight_type in MIXES):
         raise ModelError(f"weight_type={weight_type!r} is not valid (expected one of {WEIGHT_TYPES})")
     if head_dim is None and n_embd % n_head:
@@ -267,6 +319,9 @@ def synthetic(
     p = Path(path)
     w = gguf.GGUFWriter(p, arch)
     w.add_name(f"ovkit synthetic {arch} {weight_type}")
+    file_type = FILE_TYPES.get(weight_type)
+    if file_type is not None:  # llama.cpp's general.file_type (GenAI's reader needs it)
+        w.add_file_type(file_type)
     w.add_context_length(n_ctx_train)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_layer)
@@ -292,7 +347,9 @@ def synthetic(
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(rope_scaling_factor)
     w.add_vocab_size(n_vocab)
-    if tokenizer:
+    if borrowed is not None:
+        _add_tokenizer(w, borrowed)
+    elif tokenizer:
         w.add_tokenizer_model("llama")
         w.add_token_list(pieces)
         w.add_token_scores(scores)
