@@ -522,13 +522,18 @@ class _Llama(_Side):
             self.llm.eval([t])
 
     def greedy(self, prompt: Sequence[int], n: int) -> list[int]:
+        import llama_cpp
         import numpy as np
+
+        def last_pick() -> int:  # the last position's logits (``scores`` holds them only with logits_all)
+            ptr = llama_cpp.llama_get_logits_ith(self.llm._ctx.ctx, -1)
+            return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(self.llm.n_vocab(),))))
 
         self.llm.reset()
         self.llm.eval(list(prompt))
         out: list[int] = []
         for _ in range(n):
-            out.append(int(np.argmax(self.llm.scores[self.llm.n_tokens - 1])))
+            out.append(last_pick())
             self.llm.eval([out[-1]])
         return out
 
