@@ -24,9 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ovkit.model.precision import PRECISIONS
+
+if TYPE_CHECKING:
+    from ovkit.model.limits import ContextLimit
 
 #: The sides ``--against`` can name besides ovkit, and how each runs llama.cpp.
 AGAINST = {"llama.cpp": False, "upstream": True}  # name -> llama-cpp-python's OpenVINO build?
@@ -34,6 +37,8 @@ AGAINST = {"llama.cpp": False, "upstream": True}  # name -> llama-cpp-python's O
 
 #: A side's process of one repetition is at most this long (a hung child is killed).
 CHILD_TIMEOUT_S = 1800.0
+#: The most threads a side may use: ggml's ``GGML_MAX_N_THREADS``.
+MAX_THREADS = 512
 
 
 class BenchError(ValueError):
@@ -65,6 +70,8 @@ class BenchSettings:
         ):
             if value < low:
                 raise BenchError(f"{name}={value} must be >= {low}")
+        if self.threads > MAX_THREADS:
+            raise BenchError(f"threads={self.threads} is more than ggml's {MAX_THREADS} (GGML_MAX_N_THREADS)")
         if self.n_prompt == 0 and self.n_gen == 0:
             raise BenchError("nothing to measure: n_prompt and n_gen are both 0")
         if self.precision not in PRECISIONS:
@@ -234,15 +241,27 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
+def context_size(s: BenchSettings, limit: ContextLimit) -> int:
+    """The KV cache positions of a run: the longer test's tokens and one more, within ``limit``
+    (the model's context and the machine's memory); a :class:`BenchError` naming ``-p`` or ``-n``
+    when a test's tokens pass it, checked before any token is made or model compiled."""
+    for flag, name, n in (("-p", "n_prompt", s.n_prompt), ("-n", "n_gen", s.n_gen)):
+        if n > limit.positions:
+            raise BenchError(f"{name}={n} ({flag}) is more than {limit.describe()}")
+    return min(max(s.n_prompt, s.n_gen) + 1, limit.positions)
+
+
 def run_ovkit(
     s: BenchSettings, tokens: Sequence[int], progress: Callable[[str], None] = lambda _: None
 ) -> list[BenchResult]:
     """ovkit's side, in this process: compile outside the timed runs, one warm-up, ``reps`` runs."""
+    from ovkit.gguf import read_gguf
+    from ovkit.model.limits import context_limit, model_hparams
     from ovkit.model.runner import Model
 
     model = Model(
         s.path,
-        n_ctx=max(s.n_prompt, s.n_gen) + 1,
+        n_ctx=context_size(s, context_limit(model_hparams(read_gguf(s.path)))),
         flash_attn=s.flash_attn,
         precision=s.precision,
         n_threads=s.threads,
@@ -309,19 +328,15 @@ def run_llama(s: BenchSettings, side: str, tokens: Sequence[int]) -> list[BenchR
     ]
 
 
-def n_vocab_of(path: Path) -> int:
-    from ovkit.gguf import read_gguf
-
-    embd = read_gguf(path).tensors.get("token_embd.weight")
-    if embd is None:
-        raise BenchError(f"{path}: no token_embd.weight tensor, not a decoder model")
-    return int(embd.shape[0])
-
-
 def bench(s: BenchSettings, progress: Callable[[str], None] = lambda _: None) -> BenchReport:
     """Every side of ``s`` in turn (one side at a time: they would compete for the cores)."""
+    from ovkit.gguf import read_gguf
+    from ovkit.model.limits import context_limit, model_hparams
+
     cores = os.cpu_count() or 1
-    tokens = s.tokens(n_vocab_of(s.path))  # the same fed ids on every side
+    hp = model_hparams(read_gguf(s.path))  # a ModelError (not a decoder model) names the file
+    context_size(s, context_limit(hp))  # the sizes, before the tokens are made
+    tokens = s.tokens(hp.n_vocab)  # the same fed ids on every side
     before = os.getloadavg()
     results = run_ovkit(s, tokens, progress)
     for side in s.against:
