@@ -505,13 +505,15 @@ def cli(args: Any) -> int:
 def backend_ops_rows(args: Any) -> list[Any]:
     """The test-backend-ops rows ``--cases``, ``-o`` and ``--sample`` pick."""
     from ovkit.catalogue import run as catalogue
-    from ovkit.usage import UsageError
+    from ovkit.usage import UsageError, check_count
 
     if args.mode != "test":
         raise UsageError("--catalogue test-backend-ops runs mode test only")
+    if args.sample is not None:
+        check_count("--sample", args.sample, low=1)
     try:
         rows = catalogue.read_rows(args.cases)
-    except (FileNotFoundError, ValueError) as exc:
+    except ValueError as exc:  # FileReadError (not a regular UTF-8 file ...) or not a case list
         raise UsageError(str(exc)) from None
     if args.op:
         wanted = {o.upper() for o in args.op}
@@ -527,10 +529,9 @@ def backend_ops_rows(args: Any) -> list[Any]:
 def _backend_ops_cli(args: Any) -> int:
     """``ovkit test-ops --catalogue test-backend-ops``: test-backend-ops' own case list."""
     from ovkit.catalogue import run as catalogue
-    from ovkit.usage import UsageError
+    from ovkit.usage import check_count
 
-    if args.workers < 0:
-        raise UsageError(f"--workers {args.workers}: expected 0 or more")
+    check_count("--workers", args.workers)
     rows = backend_ops_rows(args)
     device = args.device or "CPU"
     progress = False if args.no_progress else None

@@ -4,10 +4,11 @@ modules, which sit below ``ovkit.cli``)."""
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
-__all__ = ["SIMULATED_NOTICE", "UsageError", "make_core"]
+__all__ = ["SIMULATED_NOTICE", "UsageError", "check_count", "check_positive", "make_core"]
 
 SIMULATED_NOTICE = (
     "ovkit: SIMULATED device set {!r} (ovkit.simulate): not this machine's devices; "
@@ -17,6 +18,26 @@ SIMULATED_NOTICE = (
 
 class UsageError(Exception):
     """A bad argument or simulation profile: printed as one line, exit code 2."""
+
+
+def check_count(flag: str, value: int, *, low: int = 0, high: int | None = None, bound: str = "") -> int:
+    """``value`` of ``flag`` when ``low <= value`` (and ``value <= high``), else a
+    :class:`UsageError` naming the value and the bound (``bound`` says what ``high`` is: the
+    model's context, the machine's memory ...).  Every command checks its sizes with it before
+    any work, so a huge or negative count is one line, never a traceback or a hang."""
+    if value < low:
+        raise UsageError(f"{flag} {value}: expected {low} or more")
+    if high is not None and value > high:
+        raise UsageError(f"{flag} {value} is more than {high:,}" + (f", {bound}" if bound else ""))
+    return value
+
+
+def check_positive(flag: str, value: float) -> float:
+    """``value`` of ``flag`` when it is a finite number > 0 (a threshold, a bound), else a
+    :class:`UsageError` (``nan`` compares false with everything: it would pass every test)."""
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{flag} {value}: expected a finite number > 0")
+    return value
 
 
 def make_core(simulate: str | None) -> Any:

@@ -307,7 +307,7 @@ def test_bad_input_is_one_line_naming_the_file(
     err = _error_line(
         capsys, str(model_file()), "--chat", "hi", "--chat-template-file", str(tmp_path / "none.jinja")
     )
-    assert f"{tmp_path / 'none.jinja'}: cannot read the chat template" in err
+    assert f"{tmp_path / 'none.jinja'}: no such file (expected a Jinja chat template)" in err
 
 
 def test_bad_real_files_are_one_line_naming_the_file(

@@ -52,6 +52,8 @@ Policy = Literal["upstream", "none"]
 CASE_TIMEOUT_S = 600.0
 #: The shipped half of test-backend-ops' catalogue (op name, parameters, upstream's verdict).
 SHIPPED = verdicts.SHIPPED
+#: The largest case list read (the shipped half of test-backend-ops' catalogue is 1.2 MiB).
+MAX_CASE_LIST_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,24 +96,27 @@ def known_limit(op: str, params: str) -> str | None:
 def read_rows(path: str | Path | None = None) -> list[Row]:
     """A case list: CSV with ``op_name`` and ``op_params`` columns (``.gz`` read too); the
     shipped half of test-backend-ops' catalogue by default.  Any other column (the shipped file's
-    ``supported``) is ignored: the backend's verdict is always ovkit's copy of its policy."""
+    ``supported``) is ignored: the backend's verdict is always ovkit's copy of its policy.  Only a
+    regular UTF-8 file of at most :data:`MAX_CASE_LIST_BYTES` is read (``ovkit.files``)."""
     import csv
-    import gzip
+    import io
+
+    from ovkit.files import read_text
 
     p = Path(path) if path is not None else SHIPPED
-    if not p.exists():
-        raise FileNotFoundError(
-            f"case list {str(p)!r} does not exist (expected a CSV with columns op_name,op_params)"
-        )
-    with gzip.open(p, "rt", newline="") if p.suffix == ".gz" else open(p, newline="") as f:
-        reader = csv.DictReader(f)
+    what = "a case list CSV with columns op_name,op_params"
+    text = read_text(p, max_bytes=MAX_CASE_LIST_BYTES, what=what)
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
         missing = [c for c in ("op_name", "op_params") if c not in (reader.fieldnames or ())]
         if missing:
             raise ValueError(
                 f"case list {str(p)!r}: column {missing[0]!r} missing (expected columns op_name,op_params; "
                 f"found {', '.join(reader.fieldnames or ()) or 'none'})"
             )
-        return [Row(r["op_name"].strip(), r["op_params"].strip()) for r in reader]
+        return [Row((r["op_name"] or "").strip(), (r["op_params"] or "").strip()) for r in reader]
+    except csv.Error as exc:  # a field past csv's limit, a NUL: not a case list
+        raise ValueError(f"case list {str(p)!r}: not a CSV case list ({exc}; expected {what})") from None
 
 
 def stratified(rows: Sequence[Row], n: int, seed: int = 0, per_op: int = 3) -> list[Row]:

@@ -28,10 +28,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ovkit.model.precision import PRECISIONS
 from ovkit.model.runner import SHAPE_MODES
+
+if TYPE_CHECKING:
+    from ovkit.model.limits import ContextLimit
 
 #: The sides ``--against`` can name besides ovkit: llama.cpp's CPU build and the real backend
 #: (llama-cpp-python, its OpenVINO build for "upstream"), and OpenVINO GenAI's GGUF reader.
@@ -42,6 +45,8 @@ N_CHECK = 16
 
 #: A side's process of one repetition is at most this long (a hung child is killed).
 CHILD_TIMEOUT_S = 1800.0
+#: The most threads a side may use: ggml's ``GGML_MAX_N_THREADS``.
+MAX_THREADS = 512
 
 
 class BenchError(ValueError):
@@ -73,6 +78,8 @@ class BenchSettings:
         ):
             if value < low:
                 raise BenchError(f"{name}={value} must be >= {low}")
+        if self.threads > MAX_THREADS:
+            raise BenchError(f"threads={self.threads} is more than ggml's {MAX_THREADS} (GGML_MAX_N_THREADS)")
         if self.n_prompt == 0 and self.n_gen == 0:
             raise BenchError("nothing to measure: n_prompt and n_gen are both 0")
         if self.precision not in PRECISIONS:
@@ -307,8 +314,22 @@ def _precision_name(s: BenchSettings, side: str) -> str:
     }[side]
 
 
+def context_size(s: BenchSettings, limit: ContextLimit) -> int:
+    """The KV cache positions of a run: the longer test's tokens and one more, within ``limit``
+    (the model's context and the machine's memory); a :class:`BenchError` naming ``-p`` or ``-n``
+    when a test's tokens pass it, checked before any token is made or model compiled."""
+    for flag, name, n in (("-p", "n_prompt", s.n_prompt), ("-n", "n_gen", s.n_gen)):
+        if n > limit.positions:
+            raise BenchError(f"{name}={n} ({flag}) is more than {limit.describe()}")
+    return min(max(s.n_prompt, s.n_gen) + 1, limit.positions)
+
+
 def run_side(
-    s: BenchSettings, side: str, tokens: Sequence[int], progress: Callable[[str], None] = lambda _: None
+    s: BenchSettings,
+    side: str,
+    tokens: Sequence[int],
+    n_ctx: int,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> tuple[list[BenchResult], SideRun]:
     """One side in its own fresh process (crash-isolated, killed after ``CHILD_TIMEOUT_S``)."""
     from ovkit import child
@@ -317,6 +338,7 @@ def run_side(
     precision = _precision_name(s, side)
     request = {
         "side": side,
+        "n_ctx": n_ctx,
         "path": str(s.path),
         "tests": s.tests(),
         "tokens": list(tokens),
@@ -360,24 +382,22 @@ def run_side(
     return results, run
 
 
-def n_vocab_of(path: Path) -> int:
-    from ovkit.gguf import read_gguf
-
-    embd = read_gguf(path).tensors.get("token_embd.weight")
-    if embd is None:
-        raise BenchError(f"{path}: no token_embd.weight tensor, not a decoder model")
-    return int(embd.shape[0])
-
-
 def bench(s: BenchSettings, progress: Callable[[str], None] = lambda _: None) -> BenchReport:
     """Every side of ``s`` in turn, each in its own fresh process."""
+    from ovkit.gguf import read_gguf
+    from ovkit.model.limits import context_limit, model_hparams
+
     cores = os.cpu_count() or 1
-    tokens = s.tokens(n_vocab_of(s.path))  # the same fed ids on every side
+    hp = model_hparams(read_gguf(s.path))  # a ModelError (not a decoder model) names the file
+    limit = context_limit(hp)
+    context_size(s, limit)  # the sizes, before the tokens are made
+    n_ctx = min(max(s.n_prompt, s.n_gen) + N_CHECK + 1, limit.positions)
+    tokens = s.tokens(hp.n_vocab)  # the same fed ids on every side
     before = os.getloadavg()
     results: list[BenchResult] = []
     runs: list[SideRun] = []
     for side in ("ovkit", *s.against):
-        got, run = run_side(s, side, tokens, progress)
+        got, run = run_side(s, side, tokens, n_ctx, progress)
         results += got
         runs.append(run)
     after = os.getloadavg()
@@ -465,10 +485,9 @@ class _Ovkit(_Side):
     def __init__(self, r: dict[str, Any]) -> None:
         from ovkit.model.runner import Model
 
-        n = max(n for _, n in r["tests"])
         self.model = Model(
             r["path"],
-            n_ctx=n + r["n_check"] + 1,
+            n_ctx=r["n_ctx"],
             flash_attn=r["flash_attn"],
             precision=r["precision"],
             n_threads=r["threads"],
@@ -494,7 +513,7 @@ class _Llama(_Side):
     def __init__(self, r: dict[str, Any], upstream: bool) -> None:
         import llama_cpp
 
-        n_ctx = max(n for _, n in r["tests"]) + r["n_check"] + 1
+        n_ctx = r["n_ctx"]
         self.llm = llama_cpp.Llama(
             r["path"],
             n_ctx=n_ctx,
@@ -596,7 +615,8 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
             first = (time.time(), _rss())
         times[test] = [_timed(fn) for _ in range(request["reps"])]
     n_prompt = next((n for t, n in request["tests"] if t.startswith("pp")), 16)
-    greedy = runner.greedy(toks[:n_prompt], request["n_check"])
+    n_prompt = min(n_prompt, request["n_ctx"] - 1)
+    greedy = runner.greedy(toks[:n_prompt], min(request["n_check"], request["n_ctx"] - n_prompt))
     assert first is not None
     return {
         "times": times,

@@ -1,26 +1,28 @@
 """Chat with a GGUF model: its own chat template, rendered sandboxed, and llama.cpp's stop tokens.
 
-A chat template is Jinja code that came inside the model file, so it is rendered only in Jinja2's
-``ImmutableSandboxedEnvironment`` (llama-cpp-python once rendered it unsandboxed and a GGUF could
-run shell commands: CVE-2024-34359) with what templates written for HF transformers expect:
-``messages``, ``add_generation_prompt``, ``bos_token``, ``eos_token``, ``raise_exception`` and
-``strftime_now``.  The rendered text is tokenized by llama.cpp with special tokens parsed and a
-leading BOS text dropped when llama.cpp adds BOS itself (BOS once, as llama.cpp's chat code does).
+A chat template is Jinja code that came inside the model file (or a file the user names), so it
+is rendered by :mod:`ovkit.template`: in Jinja2's ``ImmutableSandboxedEnvironment``, in a child
+process bounded in time, memory and output size, with what templates written for HF transformers
+expect: ``messages``, ``add_generation_prompt``, ``bos_token``, ``eos_token``, ``raise_exception``
+and ``strftime_now``.  The rendered text is tokenized by llama.cpp with special tokens parsed and
+a leading BOS text dropped when llama.cpp adds BOS itself (BOS once, as llama.cpp's chat code
+does); its tokens are checked against the model's training context (in :func:`chat`, against the
+model's ``n_ctx``) before anything is compiled.
 Generation stops at the end-of-generation ids llama.cpp's vocabulary marks (:func:`eog_ids`).
 Every failure is a :class:`ChatError`: one line naming the file and what is wrong.
 """
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from ovkit.gguf import GGUFModel, read_gguf
 from ovkit.model.arch import ModelError
+from ovkit.model.limits import check_count
 from ovkit.model.runner import Generation, Model
 
 TEMPLATE_KEY = "tokenizer.chat_template"
@@ -196,21 +198,13 @@ def chat_template(model: str | os.PathLike[str] | GGUFModel) -> str:
     return template
 
 
-def _raise_exception(message: str) -> None:
-    raise _TemplateRefused(message)
-
-
-class _TemplateRefused(Exception):
-    """The template's own ``raise_exception`` (it refused the messages)."""
-
-
 def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
 def render(
     template: str,
-    messages: Sequence[Mapping[str, Any]],
+    messages: str | Sequence[Mapping[str, Any]],
     *,
     bos_token: str = "",
     eos_token: str = "",
@@ -218,58 +212,38 @@ def render(
     source: str = "chat template",
 ) -> str:
     """``template`` rendered for ``messages`` in Jinja2's immutable sandbox (as HF transformers
-    renders chat templates: blocks trimmed, loop controls, ``tojson``); any failure, a reach for
-    Python internals included, is a one-line :class:`ChatError` starting with ``source``."""
-    import json
+    renders chat templates: blocks trimmed, loop controls, ``tojson``), within the time, memory
+    and output bounds of :mod:`ovkit.template`; any failure, a reach for Python internals or a
+    bound passed included, is a one-line :class:`ChatError` starting with ``source``."""
+    from ovkit import template as jinja
 
-    import jinja2
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
-
-    class Sandbox(ImmutableSandboxedEnvironment):
-        def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
-            # the stock sandbox returns an undefined that only fails when used ({{ x.__class__ }}
-            # renders ""); a template that reaches for internals at all is refused
-            raise SecurityError(f"{attribute!r} of a {type(obj).__name__} object")
-
-    env = Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False, sort_keys=False: json.dumps(
-        x, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys
-    )
-    env.globals.update(
-        raise_exception=_raise_exception,
-        strftime_now=lambda fmt: datetime.now().strftime(fmt),
-    )
+    variables = {
+        "messages": as_messages(messages),
+        "add_generation_prompt": add_generation_prompt,
+        "bos_token": bos_token,
+        "eos_token": eos_token,
+    }
     try:
-        return env.from_string(template).render(
-            messages=[dict(m) for m in messages],
-            add_generation_prompt=add_generation_prompt,
-            bos_token=bos_token,
-            eos_token=eos_token,
-        )
-    except SecurityError as exc:
-        raise ChatError(
-            f"{source}: the chat template tried to access an unsafe attribute ({_one_line(exc)}); "
-            "the sandbox refused it"
-        ) from None
-    except jinja2.TemplateSyntaxError as exc:
-        raise ChatError(
-            f"{source}: the chat template is not valid Jinja (line {exc.lineno}: {_one_line(exc.message)})"
-        ) from None
-    except _TemplateRefused as exc:
-        raise ChatError(f"{source}: the chat template refused the messages: {_one_line(exc)}") from None
-    except Exception as exc:  # a template is arbitrary code: any error it raises is the template's
-        raise ChatError(
-            f"{source}: the chat template failed ({type(exc).__name__}: {_one_line(exc)})"
-        ) from None
+        return jinja.render(template, variables)
+    except jinja.TemplateError as exc:
+        raise ChatError(f"{source}: {exc}") from None
 
 
 def as_messages(messages: str | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """A question becomes one user message; a message list is checked for role and content."""
     if isinstance(messages, str):
         return [{"role": "user", "content": messages}]
+    if not isinstance(messages, Sequence):
+        raise ChatError(
+            f"messages: expected a question or a list of messages, got a {type(messages).__name__}"
+        )
     out = []
     for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise ChatError(
+                f"message {i} is a {type(m).__name__} ({_one_line(repr(m))[:80]}), expected a mapping "
+                "with a 'role' string and a 'content'"
+            )
         if not isinstance(m.get("role"), str) or "content" not in m:
             raise ChatError(f"message {i} needs a 'role' string and a 'content' (got {dict(m)!r})")
         out.append(dict(m))
@@ -302,15 +276,27 @@ def format_chat(
         tokens = reference.tokenize(gguf.path, text, chat=True)
     except (reference.LlamaCppError, ModuleNotFoundError) as exc:
         raise ChatError(f"{source}: llama.cpp's tokenizer failed: {_one_line(exc)}") from None
+    key = f"{gguf.architecture}.context_length"
+    n_ctx_train = gguf.metadata.get(key)
+    if isinstance(n_ctx_train, numbers.Integral) and 0 < int(n_ctx_train) < len(tokens):
+        raise ChatError(
+            f"{source}: the formatted prompt is {len(tokens):,} tokens, more than the model's training "
+            f"context of {n_ctx_train:,} ({key})"
+        )
     return ChatPrompt(text, tuple(tokens))
 
 
 def read_template_file(path: str | os.PathLike[str]) -> str:
-    """A chat template from a file (``--chat-template-file``), as text."""
+    """A chat template from a file (``--chat-template-file``), as text: a regular UTF-8 file of
+    at most ``ovkit.template.MAX_TEMPLATE_CHARS`` bytes (a directory, a device or a FIFO is a
+    one-line :class:`ChatError`, never a hang)."""
+    from ovkit.files import FileReadError, read_text
+    from ovkit.template import MAX_TEMPLATE_CHARS
+
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ChatError(f"{path}: cannot read the chat template ({_one_line(exc)})") from None
+        return read_text(path, max_bytes=MAX_TEMPLATE_CHARS, what="a Jinja chat template")
+    except FileReadError as exc:
+        raise ChatError(str(exc)) from None
 
 
 def chat(
@@ -324,7 +310,13 @@ def chat(
     until an end-of-generation id or ``n_predict`` tokens, and detokenize the answer."""
     from ovkit.model import reference
 
+    n_predict = check_count("n_predict", n_predict)
     prompt = format_chat(model.gguf, messages, template=template)
+    if len(prompt.tokens) + n_predict > model.n_ctx:
+        raise ChatError(
+            f"{model.gguf.path}: the formatted prompt is {len(prompt.tokens):,} tokens; with n_predict="
+            f"{n_predict} it needs {len(prompt.tokens) + n_predict:,} positions, more than n_ctx={model.n_ctx}"
+        )
     gen = model.generate(prompt.tokens, n_predict, stop=eog_ids(model.gguf))
     answer = gen.tokens[:-1] if gen.stopped else gen.tokens
     text = reference.detokenize(model.gguf.path, answer) if answer else ""

@@ -14,12 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ovkit.model.precision import PRECISIONS
 from ovkit.report import format_duration, format_rate
+
+if TYPE_CHECKING:
+    from ovkit.model.limits import ContextLimit
 
 COMPARE_CHOICES = ("llama.cpp", "upstream")
 
@@ -67,6 +70,26 @@ def parse_tokens(text: str) -> list[int]:
     return out
 
 
+def context_size(n_prompt: int, n_predict: int, ctx_size: int, limit: ContextLimit) -> int:
+    """The KV cache positions of a run: ``--ctx-size``, else the prompt and ``-n`` (at least 256,
+    within the limit); a :class:`UsageError` naming the value when they do not fit."""
+    from ovkit.usage import UsageError, check_count
+
+    if ctx_size:
+        check_count("--ctx-size", ctx_size, high=limit.positions, bound=limit.reason)
+        bound = f"--ctx-size {ctx_size} less the prompt's {n_prompt:,} tokens"
+    else:
+        bound = f"the context limit of {limit.describe()}, less the prompt's {n_prompt:,} tokens"
+    room = ctx_size or limit.positions
+    if n_prompt > room:
+        raise UsageError(
+            f"the prompt is {n_prompt:,} tokens, more than "
+            + (f"--ctx-size {ctx_size}" if ctx_size else limit.describe())
+        )
+    check_count("-n", n_predict, high=room - n_prompt, bound=bound)
+    return ctx_size or min(max(256, n_prompt + n_predict), limit.positions)
+
+
 def compare(gen: Any, ref: Any) -> dict[str, Any]:
     """NMSE of ovkit's logits against the reference's per position, and the greedy agreement."""
     from ovkit.oracle import nmse
@@ -93,26 +116,23 @@ def compare(gen: Any, ref: Any) -> dict[str, Any]:
 def cli(args: argparse.Namespace) -> int:
     from ovkit.gguf import read_gguf
     from ovkit.model import chat, reference
-    from ovkit.model.arch import ModelError, arch_spec
+    from ovkit.model.arch import ModelError
+    from ovkit.model.limits import context_limit, model_hparams, token_ids
     from ovkit.model.runner import Model
-    from ovkit.usage import UsageError, make_core
+    from ovkit.usage import UsageError, check_count, make_core
 
     core = make_core(args.simulate)
-    if args.n_predict < 0:
-        raise UsageError(f"-n {args.n_predict}: expected a number of tokens >= 0")
+    check_count("-n", args.n_predict)
+    check_count("--ctx-size", args.ctx_size)
     if args.chat_template_file is not None and args.chat is None:
         raise UsageError("--chat-template-file goes with --chat")
     fa = args.flash_attn == "on"
-    # the file, its architecture, tokenizer and template are checked before anything is compiled
-    # or run (the tensors when the model is built, still before it runs)
+    # the file, its architecture, sizes, tokenizer and template are checked before anything is
+    # compiled or run (the tensors when the model is built, still before it runs)
     try:
         gguf = read_gguf(args.file)
-        if gguf.architecture is None:
-            raise ModelError("GGUF metadata has no general.architecture")
-        arch_spec(gguf.architecture)
-    except ModelError as exc:
-        raise UsageError(f"{args.file}: {exc}") from None
-    except ValueError as exc:  # GGUFError: names the file already
+        hp = model_hparams(gguf)
+    except ValueError as exc:  # ModelError, GGUFError: name the file already
         raise UsageError(str(exc)) from None
     stop: frozenset[int] = frozenset()
     try:
@@ -128,13 +148,14 @@ def cli(args: argparse.Namespace) -> int:
             prompt = reference.tokenize(args.file, args.prompt)
         else:
             prompt = parse_tokens(args.tokens)
-    except ValueError as exc:  # ChatError (a ModelError) or a bad --tokens
+        token_ids(prompt, hp.n_vocab)
+    except ValueError as exc:  # ChatError (a ModelError), a bad --tokens or an id past the vocabulary
         raise UsageError(str(exc)) from None
     except reference.LlamaCppError as exc:
         raise UsageError(f"--prompt needs llama-cpp-python's tokenizer: {exc}") from None
     except ModuleNotFoundError as exc:
         raise UsageError(f"--prompt needs llama-cpp-python's tokenizer ({exc})") from None
-    n_ctx = args.ctx_size or max(256, len(prompt) + args.n_predict)
+    n_ctx = context_size(len(prompt), args.n_predict, args.ctx_size, context_limit(hp, core))
     try:
         model = Model(
             gguf, device=args.device, core=core, n_ctx=n_ctx, flash_attn=fa, precision=args.precision

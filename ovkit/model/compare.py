@@ -658,16 +658,27 @@ def compare_model(
     ``f32_rerun``: run the real backend once more with its OpenVINO CPU precision set to f32 (the
     side :data:`F32_RERUN`); by default only when it diverged while running in another precision.
     ``no_requant=False``: ovkit's side with the backend's requantization (see :func:`run_ovkit`)."""
+    from ovkit.gguf import read_gguf
     from ovkit.model.arch import ModelError
+    from ovkit.model.limits import check_count, check_n_ctx, model_hparams, token_ids
     from ovkit.oracle import nmse
 
     if against not in AGAINST:
         raise ModelError(f"against={against!r} is not one of {', '.join(AGAINST)}")
-    if n_predict < 0:
-        raise ModelError(f"n_predict={n_predict} must be >= 0")
-    toks = [int(t) for t in tokens]
+    if not (math.isfinite(threshold) and threshold > 0):
+        raise ModelError(f"threshold={threshold} must be a finite NMSE > 0")
+    n_predict = check_count("n_predict", n_predict)
+    # the ids, the context and the batch checked against the model before llama.cpp runs
+    hp = model_hparams(read_gguf(path))
+    toks = token_ids(tokens, hp.n_vocab).tolist()
     if not toks:
         raise ModelError("compare_model: no tokens given")
+    n_ctx = check_n_ctx(hp, n_ctx, core)
+    if len(toks) + n_predict > n_ctx:
+        raise ModelError(
+            f"{len(toks)} tokens and n_predict={n_predict} make a batch of {len(toks) + n_predict}, "
+            f"more than n_ctx={n_ctx}"
+        )
     if n_predict:
         from ovkit.model.reference import run_reference
 
@@ -675,8 +686,6 @@ def compare_model(
         for _ in range(n_predict):  # greedy continuations, fed as part of the batch
             toks.append(int(ref.tokens[-1]))
             ref = run_reference(path, toks, [], n_ctx=n_ctx, flash_attn=flash_attn)
-    if len(toks) > n_ctx:
-        raise ModelError(f"{len(toks)} tokens exceed n_ctx={n_ctx}")
     base = run_llama(path, toks, flash_attn=flash_attn, n_ctx=n_ctx)
     if base.code != 0:
         raise CompareError(f"llama.cpp's CPU build failed on {path} (llama_decode {base.code})")
@@ -799,8 +808,11 @@ def cli(args: Any) -> int:
     from ovkit.model import reference
     from ovkit.model.arch import ModelError
     from ovkit.model.cli import parse_tokens
-    from ovkit.usage import UsageError
+    from ovkit.usage import UsageError, check_count, check_positive
 
+    check_count("-n", args.n_predict)
+    check_count("--ctx-size", args.ctx_size, low=1)
+    check_positive("--threshold", args.threshold)
     if not Path(args.file).is_file():
         raise UsageError(f"{args.file}: no such file")
     try:
@@ -815,7 +827,8 @@ def cli(args: Any) -> int:
             f32_rerun=True if args.f32_rerun else None, no_requant=not args.requant,
         )  # fmt: skip
     except (ValueError, ModelError, CompareError, reference.LlamaCppError) as exc:
-        raise UsageError(f"{args.file}: {exc}") from None
+        said = str(exc)  # a GGUF or model error names the file already
+        raise UsageError(said if said.startswith(str(args.file)) else f"{args.file}: {said}") from None
     written = []
     for f in result.failures:
         out = Path(args.case_out or f"{Path(args.file).stem}.failing-node.csv")

@@ -39,8 +39,9 @@ from ovkit.gguf import GGUFModel, read_gguf
 from ovkit.ir import UnsupportedOpError
 from ovkit.memory import format_bytes
 from ovkit.model import lean
-from ovkit.model.arch import HParams, ModelError
+from ovkit.model.arch import ModelError
 from ovkit.model.dynamic import DynamicShapeError, Symbol, symbolic_model
+from ovkit.model.limits import check_count, check_n_ctx, model_hparams, token_ids
 from ovkit.model.precision import PRECISIONS
 from ovkit.model.program import (
     F16_BYTES,
@@ -261,15 +262,8 @@ class Model(Reported):
         max_buckets: int = MAX_BUCKETS,
     ) -> None:
         self.gguf = path if isinstance(path, GGUFModel) else read_gguf(path)
-        embd = self.gguf.tensors.get("token_embd.weight")
-        if embd is None:
-            raise ModelError(f"{self.gguf.path}: no token_embd.weight tensor")
-        try:
-            self.hp = HParams.from_metadata(self.gguf.metadata, n_vocab=embd.shape[0])
-        except ModelError as exc:  # name the file: the metadata alone does not
-            raise ModelError(f"{self.gguf.path}: {exc}") from None
-        if n_ctx < 1:
-            raise ModelError(f"n_ctx={n_ctx} must be >= 1")
+        self.hp = model_hparams(self.gguf)
+        n_ctx = check_n_ctx(self.hp, n_ctx, core)  # the model's context and this machine's memory
         if kv not in KV_MODES:
             raise ModelError(f"kv {kv!r} is not one of {', '.join(KV_MODES)}")
         if precision not in PRECISIONS:
@@ -712,12 +706,9 @@ class Model(Reported):
     def eval(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
         """Feed ``tokens`` after what the cache holds; logits of every fed position (n, n_vocab),
         or of the last one only (1, n_vocab) with ``last_only`` (what sampling needs)."""
-        toks = np.asarray(list(tokens), dtype=np.int64)
+        toks = token_ids(tokens, self.hp.n_vocab)
         if toks.size == 0:
             raise ModelError("eval: no tokens given")
-        bad = toks[(toks < 0) | (toks >= self.hp.n_vocab)]
-        if bad.size:
-            raise ModelError(f"token id {int(bad[0])} is outside the vocabulary 0..{self.hp.n_vocab - 1}")
         if self.n_past + toks.size > self.n_ctx:
             raise ModelError(f"{self.n_past} cached + {toks.size} new tokens exceed n_ctx={self.n_ctx}")
         if self.shapes == "lean":
@@ -776,8 +767,18 @@ class Model(Reported):
         early at the first generated id in it, kept last in ``tokens`` and not fed, as llama.cpp
         stops at end-of-generation ids).  The prefill computes the last prompt position's logits
         only, unless ``all_logits`` asks for every one."""
-        if n_predict < 0:
-            raise ModelError(f"n_predict={n_predict} must be >= 0")
+        # every size and id checked before anything is compiled
+        n_predict = check_count("n_predict", n_predict)
+        n_prompt = token_ids(prompt, self.hp.n_vocab).size
+        if n_prompt == 0:
+            raise ModelError("generate: no prompt tokens given")
+        if n_prompt + n_predict > self.n_ctx:
+            raise ModelError(
+                f"a prompt of {n_prompt} tokens and n_predict={n_predict} need {n_prompt + n_predict} "
+                f"positions, more than n_ctx={self.n_ctx}"
+            )
+        if forced is not None and token_ids(forced, self.hp.n_vocab).size < n_predict:
+            raise ModelError(f"forced has {len(forced)} ids for n_predict={n_predict}")
         self.reset()
         t0 = time.perf_counter()
         self.prepare(len(prompt), n_predict, last_only=not all_logits)
