@@ -141,6 +141,32 @@ class WeightFile:
             os.close(self.fd)
 
 
+def _q4_0_parts(raw: np.ndarray, rows: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_0 blocks (f16 d, 16 bytes: element j in the low nibble of byte j, j + 16 in its high
+    nibble, stored as q + 8) as OpenVINO's packed i4 [rows, k/32, 16] (element 2i in the low nibble
+    of byte i; ``q ^ 8`` is ``q - 8`` in 4-bit two's complement) and the scales [rows, k/32, 1]."""
+    blocks = raw.reshape(-1, 18)
+    qs = blocks[:, 2:]
+    lo, hi = qs & 0x0F, qs >> 4
+    packed = np.concatenate([lo[:, 0::2] | (lo[:, 1::2] << 4), hi[:, 0::2] | (hi[:, 1::2] << 4)], axis=1)
+    packed ^= 0x88
+    d = np.ascontiguousarray(blocks[:, :2]).view(np.float16)
+    return packed.reshape(rows, k // 32, 16), d.reshape(rows, k // 32, 1)
+
+
+def _q8_0_parts(raw: np.ndarray, rows: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Q8_0 blocks (f16 d, 32 int8) as i8 [rows, k/32, 32] and the scales [rows, k/32, 1]."""
+    blocks = raw.reshape(-1, 34)
+    q = np.ascontiguousarray(blocks[:, 2:]).view(np.int8)
+    d = np.ascontiguousarray(blocks[:, :2]).view(np.float16)
+    return q.reshape(rows, k // 32, 32), d.reshape(rows, k // 32, 1)
+
+
+#: Block types read straight into their device form (the common ones; the rest go through
+#: ``quant.decode_blocks``): type -> (parts, container).
+FAST = {"q4_0": (_q4_0_parts, "i4"), "q8_0": (_q8_0_parts, "i8")}
+
+
 def _pack4(q: np.ndarray) -> np.ndarray:
     """4-bit values (the low nibble of each byte) packed two per byte, element 2i in the low nibble."""
     v = (q.astype(np.uint8, copy=False) & 0x0F).reshape(-1)
@@ -207,6 +233,11 @@ class _Weights:
         target = quant.requant_type(
             name, self.device_class, info.type, no_requant=self.no_requant, shape=info.shape
         )
+        if info.type in FAST and target is quant.RequantTarget.NATIVE and k % 32 == 0:
+            parts, container = FAST[info.type]
+            q, d = parts(raw, rows, k)
+            scale = self.constant(d) if np.isfinite(d).all() else self.constant(d.astype(np.float32))
+            return self.constant(q, container if container == "i4" else None), scale, None, 32
         if info.type in quant.REPACKS:  # Q5_0: losslessly Q8_0 blocks
             qtype, blocks = quant.repack_blocks(info.type, raw)
             dec = quant.decode_blocks(qtype, blocks, (rows, k))
