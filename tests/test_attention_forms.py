@@ -218,7 +218,7 @@ def test_disable_kv_slice_feeds_the_whole_cache(
             monkeypatch.delenv("GGML_OPENVINO_DISABLE_KV_SLICE", raising=False)
         else:
             monkeypatch.setenv("GGML_OPENVINO_DISABLE_KV_SLICE", raw)
-        model = Model(path, n_ctx=512, device="CPU")
+        model = Model(path, n_ctx=512, device="CPU", shapes="buckets")
         logits[raw] = model.eval(tokens)
         (bucket,) = model._buckets.values()
         params = {

@@ -324,7 +324,7 @@ def test_prompts_of_many_lengths_share_a_few_compiled_models(model_file: Callabl
     from ovkit.model.runner import PREFILL_SIZES
 
     path = model_file("llama", "q8_0")
-    ours, exact = Model(path, n_ctx=300), Model(path, n_ctx=300, shapes="dynamic")
+    ours, exact = Model(path, n_ctx=300, shapes="buckets"), Model(path, n_ctx=300, shapes="dynamic")
     assert 16 in PREFILL_SIZES and 8 in PREFILL_SIZES
     for n in range(9, 17):
         a = ours.generate((PROMPT * 2)[:n], 3, all_logits=True)
@@ -345,7 +345,8 @@ def test_compiled_models_beyond_max_buckets_are_released(model_file: Callable[..
     model however many shapes a session meets), and the run is the same: the same greedy tokens
     and logits as a model keeping them all (with ``kv="variables"`` the cache moves along)."""
     path = model_file("llama", "q8_0")
-    few, every = Model(path, n_ctx=600, kv=kv, max_buckets=1), Model(path, n_ctx=600, kv=kv)
+    few = Model(path, n_ctx=600, kv=kv, max_buckets=1, shapes="buckets")
+    every = Model(path, n_ctx=600, kv=kv, shapes="buckets")
     for prompt in (PROMPT[:3], PROMPT * 20, PROMPT[:5]):  # n_kv 256 and 512: 5 shapes in all
         a, b = few.generate(prompt, 3, all_logits=True), every.generate(prompt, 3, all_logits=True)
         assert a.tokens == b.tokens
@@ -364,7 +365,7 @@ def test_a_run_needing_more_than_max_buckets_compiles_each_shape_once(
     the decode model when the run gets there, and a warning says so."""
     from ovkit.engine import get_engine
 
-    model = Model(model_file("llama", "q8_0"), n_ctx=300, max_buckets=1)
+    model = Model(model_file("llama", "q8_0"), n_ctx=300, max_buckets=1, shapes="buckets")
     engine = get_engine(model.core)
     before = engine.stats().compiles
     with caplog.at_level(logging.WARNING, logger="ovkit.model.runner"):

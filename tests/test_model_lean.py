@@ -1,0 +1,108 @@
+"""The lean form of ``Model`` (``ovkit.model.lean``): one compiled model built from the GGUF's blocks,
+weights held once, the KV cache in OpenVINO state; checked against the ggml-graph form and
+llama.cpp (the model tests in ``test_model.py`` run it too: it is ``Model``'s default on the CPU)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ovkit.model import Model, lean, synthetic
+from ovkit.model.arch import ModelError
+
+PROMPT = [1, 17, 42, 99, 7, 300, 256, 12, 480, 33, 5, 71, 250, 140, 9, 401]
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    made: dict[tuple[object, ...], Path] = {}
+
+    def make(arch: str, wtype: str, **kw: object) -> Path:
+        key = (arch, wtype, tuple(sorted(kw.items())))
+        if key not in made:
+            sizes = {"n_embd": 64, "n_ff": 128, **kw}
+            path = tmp_path_factory.mktemp("lean") / f"{arch}-{wtype}.gguf"
+            made[key] = synthetic(arch, path, weight_type=wtype, **sizes)  # type: ignore[arg-type]
+        return made[key]
+
+    return make
+
+
+def _nmse(ours: np.ndarray, theirs: np.ndarray) -> float:
+    return float(np.sum((ours - theirs) ** 2) / np.sum(theirs.astype(np.float64) ** 2))
+
+
+@pytest.mark.parametrize(
+    ("arch", "wtype"), [("llama", "q8_0"), ("qwen2", "q4_0"), ("qwen3", "q4_1"), ("gemma3", "f16")]
+)
+def test_one_lean_model_serves_every_length_as_the_graph_form_does(
+    model_file: Callable[..., Path], arch: str, wtype: str
+) -> None:
+    """Prompts of 1, 5, 16 and 70 tokens and their decode steps: one compiled model, the greedy
+    tokens and logits of the ggml-graph form's static buckets (f32, f16 KV cache in both)."""
+    kw = {"sliding_window": 4, "sliding_window_pattern": 2} if arch == "gemma3" else {}
+    path = model_file(arch, wtype, **kw)
+    ours, graph = Model(path, n_ctx=128), Model(path, n_ctx=128, shapes="buckets", max_buckets=99)
+    assert ours.shapes == "lean"
+    prompt = (PROMPT * 5)[:70]
+    for n in (1, 5, 16, 70):
+        a = ours.generate(prompt[:n], 5, all_logits=True)
+        b = graph.generate(prompt[:n], 5, all_logits=True)
+        assert a.tokens == b.tokens, n
+        assert _nmse(a.prompt_logits, b.prompt_logits) < 1e-6, n
+        assert _nmse(a.decode_logits, b.decode_logits) < 1e-6, n
+    assert len(ours.sessions()) == 1 and len(graph.sessions()) > 1
+
+
+def test_released_weight_pages_are_read_again_from_the_file(model_file: Callable[..., Path]) -> None:
+    """The weight file's mapped pages are given back after the first token (the plugin has packed
+    its copy; bench_scale.py measures what that saves); any page the model reads later (an
+    embedding row, a weight the plugin uses in place) comes back from the file, so releasing them
+    again between runs never changes an answer."""
+    path = model_file("llama", "q8_0", n_embd=256, n_ff=512, n_vocab=4096)
+    model = Model(path, n_ctx=64)
+    first = model.generate(PROMPT, 4, all_logits=True)
+    (session,) = model.sessions()
+    assert session.store is not None and session.store.maps
+    session.store.release()
+    again = model.generate(PROMPT, 4, all_logits=True)
+    assert again.tokens == first.tokens
+    assert np.array_equal(again.prompt_logits, first.prompt_logits)
+
+
+def test_device_precision_stays_close_to_exact_past_the_sdpa_threshold(
+    model_file: Callable[..., Path],
+) -> None:
+    """``precision="device"`` (bf16 on CPUs with AMX or avx512_bf16) with dynamic shapes and a
+    200-token prompt: every row within bf16's error of exact f32 (the graph form's manual
+    attention was wrong here at a dynamic n_kv, so it fell back to static buckets)."""
+    path = model_file("llama", "q8_0")
+    exact, device = Model(path, n_ctx=256, precision="exact"), Model(path, n_ctx=256, precision="device")
+    prompt = (PROMPT * 13)[:200]
+    want, got = exact.eval(prompt), device.eval(prompt)
+    assert max(_nmse(got[i], want[i]) for i in range(len(prompt))) < 1e-3
+    for t in (5, 9):
+        assert _nmse(device.eval([t])[0], exact.eval([t])[0]) < 1e-3
+
+
+def test_a_model_that_will_not_fit_is_refused_before_loading(
+    model_file: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With less memory available than the load's predicted peak, ``Model`` says so up front with
+    both figures, before any weight is read."""
+    path = model_file("llama", "q8_0")
+    monkeypatch.setattr(lean, "available_memory", lambda: 64 * 2**20)
+    with pytest.raises(ModelError, match=r"needs about .* at its peak .* but only 64\.0 MiB is available"):
+        Model(path, n_ctx=64)
+
+
+def test_the_cache_is_bounded_by_n_ctx(model_file: Callable[..., Path]) -> None:
+    """The cache grows in OpenVINO state, but never past ``n_ctx``: the next token is refused."""
+    model = Model(model_file("llama", "q8_0"), n_ctx=20)
+    model.eval(PROMPT)
+    model.eval([1, 2, 3, 4])
+    with pytest.raises(ModelError, match="exceed n_ctx=20"):
+        model.eval([5])
