@@ -23,6 +23,7 @@ prompt_text = "The capital of France is"  # plain continuation for a model witho
 n_predict = 16
 n_ctx = 256
 compare_text = "Once upon a time, in a small village by the sea,"  # fed to every side
+runtimes = "llama.cpp,upstream,genai"  # the runtimes ovkit is measured beside in section 6
 
 # %% tags=["setup"]
 # %matplotlib inline
@@ -161,6 +162,28 @@ if smol and notebook.optional("backend", "the real backend's failure without fla
         print(f"  as a single-op case: {f.case_line}")
         cmd = [sys.executable, "-m", "ovkit", *f.command(case).split()[1:]]
         print(subprocess.run(cmd, capture_output=True, text=True).stdout)
+
+# %% [markdown]
+# ## 6. Which OpenVINO path to use: every runtime on the same file
+#
+# ovkit's lean model (one compiled model built from the GGUF's blocks), llama.cpp's CPU build,
+# the real backend and OpenVINO GenAI's own GGUF reader (`openvino_genai.LLMPipeline("m.gguf")`),
+# each in its own fresh process on SmolLM2: its peak memory, its memory after the first token,
+# prefill and decode speed, and whether its greedy tokens are llama.cpp's. A short run (32 prompt
+# tokens, 8 generated, one repetition): `ovkit bench FILE --against llama.cpp,upstream,genai`
+# measures properly, and `benchmarks/bench_scale.py` does so up to 13 B shapes.
+
+# %% tags=["runtimes"]
+from ovkit.model.bench import BenchSettings, bench, plot_sides
+
+if smol:
+    sides = tuple(s for s in runtimes.split(",") if s)
+    report = bench(BenchSettings(smol, 32, 8, 1, 2, True, "device", sides))
+    display(report.frame().round(2))
+    plot_sides(report)
+    plt.show()
+    for w in report.warnings():
+        print(f"note: {w}")
 
 # %% tags=["summary"]
 print(

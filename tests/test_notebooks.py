@@ -669,3 +669,14 @@ def test_08_real_models_fit_placement_answers_nodes_and_the_failing_node(
     failure = text(nb, "failure")
     assert "SET_ROWS 'cache_v_l0" in failure and "as a single-op case: SET_ROWS," in failure
     assert "1/1 verdicts agree" in failure  # the case runs three ways through ovkit test-ops
+
+
+def test_08_every_runtime_side_by_side(executed: Callable[[str], Any]) -> None:
+    """Section 6: ovkit, llama.cpp, the real backend and GenAI on SmolLM2, each in its own
+    process: a row per side with its memory and speeds, the chart drawn."""
+    nb = executed("08-real-models")
+    table = html(nb, "runtimes")
+    for side in ("ovkit", "llama.cpp", "upstream", "genai"):
+        assert f"<th>{side}</th>" in table, side
+    assert "peak RSS MiB" in table and "decode tok/s" in table and "greedy vs llama.cpp" in table
+    assert pngs(nb, "runtimes")

@@ -263,6 +263,28 @@ class BenchReport:
         lines += [f"\nnote: {n}" for n in self.notes]
         return "\n".join(lines)
 
+    def sides(self) -> list[dict[str, Any]]:
+        """One row per side: its speeds, memory, start and greedy agreement (what ``frame`` and
+        ``plot_sides`` show)."""
+        speed = {(r.side, r.test[:2]): r.mean for r in self.results if r.times_s}
+        precision = {r.side: r.precision for r in self.results}
+        return [
+            {
+                "side": m["side"],
+                "precision": precision.get(m["side"], ""),
+                "prefill tok/s": speed.get((m["side"], "pp"), float("nan")),
+                "decode tok/s": speed.get((m["side"], "tg"), float("nan")),
+                **{k: v for k, v in m.items() if k != "side"},
+            }
+            for m in self.memory_rows()
+        ]
+
+    def frame(self) -> Any:
+        """:meth:`sides` as a pandas DataFrame indexed by side."""
+        import pandas as pd
+
+        return pd.DataFrame(self.sides()).set_index("side")
+
     def to_csv(self) -> str:
         buf = io.StringIO()
         rows = self.rows()
@@ -297,6 +319,34 @@ class BenchReport:
         if output not in formats:
             raise BenchError(f"output format {output!r} is not one of {', '.join(formats)}")
         return formats[output]()
+
+
+def plot_sides(report: BenchReport, axes: Any = None) -> Any:
+    """Peak RSS (with the RSS after the first token) and decode tok/s per side, side by side; a
+    side that did not run is drawn as an empty slot with its name marked failed."""
+    import matplotlib.pyplot as plt
+
+    rows = report.sides()
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    mem, speed = axes
+    names = [r["side"] + (" (failed)" if r["error"] else "") for r in rows]
+    xs = range(len(rows))
+    mem.bar(xs, [r["peak RSS MiB"] for r in rows], color="#8fb3d9", label="peak")
+    mem.bar(
+        xs, [r["RSS after 1st token MiB"] for r in rows], width=0.5, color="#2b5d8f", label="after 1st token"
+    )
+    mem.axhline(report.model_bytes / 2**20, color="k", lw=1, ls="--", label="GGUF file")
+    mem.set(ylabel="RSS (MiB)", title="memory of each process")
+    speed.bar(xs, [r["decode tok/s"] for r in rows], color="#d9a066")
+    speed.set(ylabel="decode tok/s", title="decode speed")
+    for ax in axes:
+        ax.set_xticks(list(xs), names, rotation=15)
+        ax.grid(axis="y", alpha=0.3)
+    mem.legend(fontsize=8)
+    load = report.load_before[0]
+    axes[0].figure.suptitle(f"{report.settings.path.name}, load average {load:.2f}", fontsize=9)
+    return axes
 
 
 def _timed(fn: Callable[[], object]) -> float:
