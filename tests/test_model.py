@@ -578,7 +578,7 @@ _SECOND_START = """
 import json, logging, sys
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 from ovkit.model import Model
-m = Model(sys.argv[1], n_ctx=64)
+m = Model(sys.argv[1], n_ctx=64, shapes="buckets")
 g = m.generate([1, 17, 42, 99, 7, 300], 3)
 decoded = [n for n, w in m.weights.items() if "decoded" in getattr(w, "__dict__", {})]
 print(json.dumps({"tokens": g.tokens, "logits": g.prompt_logits.tolist(), "decoded": decoded}))
@@ -589,7 +589,7 @@ print(json.dumps({"tokens": g.tokens, "logits": g.prompt_logits.tolist(), "decod
 def test_second_start_imports_compiled_models_without_decoding_weights(
     model_file: Callable[..., Path], wtype: str, tmp_path: Path
 ) -> None:
-    """With GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR, a second process imports every compiled model
+    """With GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR, a second process imports every compiled graph-form model
     (no translation, no compile) and decodes no weight, with the first process's tokens and logits
     (q8_0: the model's 8-bit weights are decoded once for the compile hints, then only there)."""
     import os
@@ -630,14 +630,14 @@ def test_a_models_compiled_graphs_leave_the_engine_with_it(model_file: Callable[
     path = model_file("llama", "q4_0")
     engine = get_engine()
     before = {id(g) for g in engine.entries()}
-    model = Model(path, n_ctx=64)
+    model = Model(path, n_ctx=64, shapes="buckets")
     first = model.generate(PROMPT[:6], 3)
     mine = [g for g in engine.entries() if id(g) not in before]
     assert mine
     del model
     gc.collect()
     assert not any(g in engine.entries() for g in mine)
-    again = Model(path, n_ctx=64)
+    again = Model(path, n_ctx=64, shapes="buckets")
     assert again.generate(PROMPT[:6], 3).tokens == first.tokens
     again.close()
     assert not any(id(g) not in before for g in engine.entries())
