@@ -330,7 +330,9 @@ ENTRIES: tuple[OpEntry, ...] = (
         Op.FLASH_ATTN_EXT,
         ("flash_attn_ext", "flash_attn_ext_add_sinks", "flash_attn_ext_set_prec"),
         "q [D, n_q, H, B], k/v [D(v), n_kv, H_kv, B], mask, scale, max_bias, logit_softcap, sinks",
-        "MatMul(q, kᵀ)·scale [softcap·tanh] + slope·mask → Softmax (with sinks) → MatMul(·, v) → Transpose to [Dv, H, n_q, B]; f32 throughout, q rounded to k's type as ggml's CPU does",
+        "MatMul(q, kᵀ)·scale [softcap·tanh] + slope·mask → Softmax (with sinks) → MatMul(·, v) → Transpose to [Dv, H, n_q, B], "
+        "Q heads grouped per KV head; from 128 query rows (no sinks, softcap or ALiBi) KV broadcast + ScaledDotProductAttention, "
+        "fully masked rows zeroed after an identity Select on IsNaN; f32 throughout, q rounded to k's type as ggml's CPU does",
         "Q/mask/scale converted to f16, KV broadcast for GQA + v13::ScaledDotProductAttention (or manual 5-D GQA), Transpose + Convert f32 (op/flash_attn_ext.cpp)",
         "Upstream computes in f16 (ovkit computes ggml's f32 result; ggml's CPU itself accumulates V·softmax in f16 "
         "when V is f16, ≈2e-7 NMSE from ovkit, inside test-backend-ops' 5e-4). Rejected: sinks; max_bias>0; logit_softcap≠0; Q/K/V not each PERMUTE←VIEW←base; gemma3n pattern with scale==1.",

@@ -964,12 +964,18 @@ def _attention_probs(t: Tensor, xs: list[Out], s: Out) -> Out:
         sinks = const(np.full(n_h, -np.inf, dtype=np.float32))
     # ggml: a row whose scores (and sink) are all -inf has S = 0 and outputs 0, not NaN. Such rows
     # are made finite before the softmax and zeroed after (a NaN would survive a fused Select).
-    row_max = ops.maximum(
-        ops.reduce_max(s, i64([3]), True), ops.reshape(f32(sinks), i64([1, n_h, 1, 1]), False)
+    live = ops.logical_or(
+        _live_rows(s), ops.greater(ops.reshape(f32(sinks), i64([1, n_h, 1, 1]), False), const(-np.inf))
     )
-    live = ops.greater(row_max, const(np.finfo(np.float32).min))  # CPU ReduceMax of all -inf: -FLT_MAX
     p = _softmax_with_sinks(ops.select(live, s, const(0.0)), sinks, ne_s, 1)
     return ops.multiply(p, ops.convert(live, ov.Type.f32))
+
+
+def _live_rows(x: Out) -> Out:
+    """The rows of ``x`` [.., n] with a value above -inf (keepdims), exact in every inference
+    precision: a ReduceMax against a lowest-finite sentinel is not (in bf16 the sentinel rounds
+    to -inf while ReduceMax of an all -inf row gives bf16's lowest finite value)."""
+    return ops.reduce_logical_or(ops.greater(x, const(-np.inf)), i64([3]), True)
 
 
 def _fa_mask(t: Tensor, mask: Out) -> Out:
@@ -1064,15 +1070,20 @@ def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
             for x, d in ((k, k_t.ne[0]), (v, t.srcs[2].ne[0]))  # type: ignore[union-attr]
         )
     scale = const(np.float32(t.params["scale"]))
-    if t.srcs[3] is None:
+    live = None
+    if t.srcs[3] is not None:
+        m = _fa_mask(t, xs[3])
+        live = _live_rows(m)
+        out = ops.scaled_dot_product_attention(q, k, v, ops.select(live, m, const(0.0)), scale, False)
+    else:
         out = ops.scaled_dot_product_attention(q, k, v, None, scale, False)
-        # an identity Select: the CPU plugin fuses SDPA with the Transpose/Reshape after it and
-        # then miscomputes an f16-rounded Q when n_q equals the head count (OpenVINO 2026.4.1)
-        return ops.select(ops.is_nan(out), const(np.nan), out)
-    m = _fa_mask(t, xs[3])
-    live = ops.greater(ops.reduce_max(m, i64([3]), True), const(np.finfo(np.float32).min))
-    out = ops.scaled_dot_product_attention(q, k, v, ops.select(live, m, const(0.0)), scale, False)
-    return ops.select(live, out, const(0.0))
+    # IsNaN has no snippet kernel, so this identity Select keeps every op after it out of the CPU
+    # plugin's MHA snippet (what SDPA becomes on AVX-512 CPUs), which in OpenVINO 2026.4.1
+    # miscomputes an element-wise op fused after it whose operand is one value per query row (the
+    # zeroing Select below) from head size 128 on in f32, and the Transpose/Reshape after it for
+    # an f16-rounded Q with n_q equal to the head count
+    out = ops.select(ops.is_nan(out), const(np.nan), out)
+    return out if live is None else ops.select(live, out, const(0.0))
 
 
 # ---------------------------------------------------------------------------- rope
