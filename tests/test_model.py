@@ -103,15 +103,17 @@ def test_flash_attention_off_matches_llama_cpp_fa_off(model_file: Callable[..., 
 
 
 @pytest.mark.slow
-def test_head_size_128_long_prompt_matches_llama_cpp(model_file: Callable[..., Path]) -> None:
+@pytest.mark.parametrize("shapes", ["lean", "buckets"])
+def test_head_size_128_long_prompt_matches_llama_cpp(model_file: Callable[..., Path], shapes: str) -> None:
     """Head size 128 (n_embd 512, 4 heads, 2 KV heads) and a 200-token prompt, past the query
     count from which ovkit's attention takes SDPA: every prompt position within 1e-5 of llama.cpp
-    (on AVX-512 the CPU plugin once gave NMSE 0.4 to 1 from position 1 on)."""
+    (on AVX-512 the CPU plugin once gave NMSE 0.4 to 1 from position 1 on), in the lean form's
+    fused attention and in the graph form's FLASH_ATTN_EXT."""
     n_prompt = 200
     assert n_prompt >= SDPA_MIN_QUERIES
     path = model_file("llama", "f32", n_embd=512, n_head=4, n_head_kv=2)
     prompt = np.random.default_rng(35).integers(0, 512, n_prompt).tolist()
-    gen = Model(path, n_ctx=512).generate(prompt, 1, all_logits=True)
+    gen = Model(path, n_ctx=512, shapes=shapes).generate(prompt, 1, all_logits=True)
     ref = run_reference(path, prompt, gen.tokens, n_ctx=512)
     c = compare(gen, ref)
     assert len(c["nmse_per_position"]) == n_prompt + 1
