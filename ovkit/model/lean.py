@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -589,8 +590,8 @@ def compile_lean(
     profiling: bool = False,
     spill_dir: str | None = None,
 ) -> tuple[LeanSession, WeightStats]:
-    """Build, compile and warm the lean model: after one prefill and one decode step (the plugin
-    packs its weights on the first of each) the mapped weight pages are released."""
+    """Build, compile and warm the lean model: one prefill and one decode step (the plugin packs
+    its weights on the first of each), the mapped weight pages released all along."""
     import gc
 
     store = WeightFile(spill_dir)
@@ -598,12 +599,42 @@ def compile_lean(
     props = compile_properties(exact, n_threads)
     if profiling:
         props["PERF_COUNT"] = True
-    compiled = core.compile_model(model, device, props)
-    del model
-    gc.collect()
-    session = LeanSession(compiled, store)
-    session.run(np.array([1, 1], np.int64), np.array([1], np.int64))
-    session.run(np.array([1], np.int64), np.array([0], np.int64))
-    session.reset()
-    store.release()
+    with releasing(store):
+        compiled = core.compile_model(model, device, props)
+        del model
+        gc.collect()
+        session = LeanSession(compiled, store)
+        session.run(np.array([1, 1], np.int64), np.array([1], np.int64))
+        session.run(np.array([1], np.int64), np.array([0], np.int64))
+        session.reset()
     return session, stats
+
+
+#: How often ``releasing`` gives the mapped weight pages back while the plugin packs its copy.
+RELEASE_EVERY_S = 0.05
+
+
+@contextlib.contextmanager
+def releasing(store: WeightFile) -> Iterator[None]:
+    """Give ``store``'s pages back every ``RELEASE_EVERY_S`` while the block runs, and once after.
+
+    The plugin reads each weight once to pack its own copy; without this every page it read
+    would stay resident until the end, and the load's peak would hold the weights twice.  A page
+    given back while the plugin still reads it is read again from the file (correct, a little
+    slower), so the peak is the packed copy and the pages of the last few weights."""
+    import threading
+
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(RELEASE_EVERY_S):
+            store.release()
+
+    worker = threading.Thread(target=loop, name="ovkit-lean-release", daemon=True)
+    worker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        worker.join()
+        store.release()
