@@ -18,12 +18,13 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ovkit import quant
 from ovkit.gguf import GGUFModel, TensorInfo
+from ovkit.model import lean_cache
 from ovkit.model.arch import ROPE_TYPE_NEOX, HParams, ModelError
 from ovkit.model.program import output_weight_name
 
@@ -540,13 +541,24 @@ def available_memory() -> int:
     return 0
 
 
+class Releasable(Protocol):
+    """Memory a compiled model was made from (``WeightFile``, ``lean_cache.MappedBlob``): its pages
+    can be given back once the plugin has packed its own copy."""
+
+    def release(self) -> None: ...
+
+
 class LeanSession:
     """One infer request of a compiled lean model: feeds tokens after what its state holds
-    (``store``: the weight file the compiled model's constants are mapped from, kept with it)."""
+    (``store``: the weight file or the cached blob the compiled model was made from, kept with
+    it; ``loaded_from_cache``: imported from ``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``)."""
 
-    def __init__(self, compiled: Any, store: WeightFile | None = None) -> None:
+    def __init__(
+        self, compiled: Any, store: Releasable | None = None, *, loaded_from_cache: bool = False
+    ) -> None:
         self.compiled = compiled
         self.store = store
+        self.loaded_from_cache = loaded_from_cache
         self.request = compiled.create_infer_request()
         self.n_past = 0
 
@@ -588,22 +600,47 @@ def compile_lean(
     n_threads: int | None = None,
     profiling: bool = False,
     spill_dir: str | None = None,
+    cache_dir: str | None = None,
 ) -> tuple[LeanSession, WeightStats]:
     """Build, compile and warm the lean model: after one prefill and one decode step (the plugin
-    packs its weights on the first of each) the mapped weight pages are released."""
+    packs its weights on the first of each) the mapped weight pages are released.  ``cache_dir``
+    (``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``): imported from there when an entry for this file
+    and these settings is, else exported there once warm (``ovkit.model.lean_cache``)."""
     import gc
 
-    store = WeightFile(spill_dir)
-    model, stats = build(gguf, hp, store, exact=exact, device_class="CPU", no_requant=no_requant)
     props = compile_properties(exact, n_threads)
     if profiling:
         props["PERF_COUNT"] = True
+    cache = None
+    if cache_dir:
+        key = lean_cache.lean_key(
+            gguf, core, device, exact=exact, no_requant=no_requant, n_threads=n_threads, profiling=profiling
+        )
+        cache = lean_cache.LeanCache(cache_dir, key)
+        hit = cache.load(core, device, props)
+        if hit is not None:
+            session = LeanSession(hit.compiled, hit.blob, loaded_from_cache=True)
+            _warm(session)
+            stats = WeightStats(int(hit.extra["device_bytes"]), tuple(hit.extra["decoded"]))
+            return session, stats
+    store = WeightFile(spill_dir)
+    model, stats = build(gguf, hp, store, exact=exact, device_class="CPU", no_requant=no_requant)
     compiled = core.compile_model(model, device, props)
     del model
     gc.collect()
     session = LeanSession(compiled, store)
+    _warm(session)
+    if cache is not None:  # the export reads the weight pages again: released after it
+        cache.store(compiled, {"device_bytes": stats.device_bytes, "decoded": list(stats.decoded)})
+        store.release()
+    return session, stats
+
+
+def _warm(session: LeanSession) -> None:
+    """One prefill and one decode step (the plugin packs its weights on the first of each), then
+    the pages the model was made from are given back."""
     session.run(np.array([1, 1], np.int64), np.array([1], np.int64))
     session.run(np.array([1], np.int64), np.array([0], np.int64))
     session.reset()
-    store.release()
-    return session, stats
+    if session.store is not None:
+        session.store.release()
