@@ -9,6 +9,9 @@ backend's), and ``n_tokens`` and the cached length are dynamic, so one compiled 
 prompt length and context.  Once compiled, the translated ``ov.Model`` and the weight arrays are
 released: the plugin holds its own packed copy.
 
+With ``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR`` set, the compiled model is exported once warm and a
+later start imports it instead of building and compiling (``ovkit.model.lean_cache``).
+
 The nodes carry llama.cpp's tensor names (``attn_norm-0``, ``Qcur-0``, ``ffn_out-0``,
 ``result_output``) as friendly names, so OpenVINO's profile reads in ggml's terms.
 """
