@@ -103,12 +103,13 @@ def test_a_second_start_imports_the_lean_model_with_the_same_answers(
         assert second[part] == first[part], part
 
 
-@pytest.mark.parametrize("damage", ["swapped entry", "swapped blob", "flipped", "fifo manifest"])
+@pytest.mark.timeout(300)  # a FIFO read would block forever: fail instead
+@pytest.mark.parametrize("damage", ["swapped entry", "swapped blob", "flipped", "fifo manifest", "fifo blob"])
 def test_a_bad_entry_is_compiled_again_with_one_warning(
     models: tuple[Path, Path], blobs: Path, caplog: pytest.LogCaptureFixture, damage: str
 ) -> None:
     """Model B's entry (or its blob alone) copied over model A's, 600 bytes of A's weights flipped
-    in its blob, or a FIFO in place of its manifest: A answers with its own logits, compiled (not
+    in its blob, or a FIFO in place of its manifest or blob: A answers with its own logits, compiled (not
     imported), warns once naming the file, and the entry is sound again afterwards."""
     a, b = models
     want, imported = run(a)
@@ -140,9 +141,9 @@ def test_a_bad_entry_is_compiled_again_with_one_warning(
         data[mid : mid + 600] = bytes(x ^ 0xFF for x in data[mid : mid + 600])
         blob_a.write_bytes(bytes(data))
     else:
-        manifest_a.unlink()
-        os.mkfifo(manifest_a)
-        named = manifest_a
+        named = manifest_a if damage == "fifo manifest" else blob_a
+        named.unlink()
+        os.mkfifo(named)
     with caplog.at_level(logging.WARNING, logger="ovkit"):
         logits, imported = run(a)
     assert not imported
@@ -169,3 +170,25 @@ def test_another_setting_is_another_entry(models: tuple[Path, Path], blobs: Path
         logits, imported = run(a, precision)
         assert imported, precision
         np.testing.assert_array_equal(logits, want)
+
+
+def test_an_imported_models_released_pages_are_read_again_from_the_blob(
+    models: tuple[Path, Path], blobs: Path
+) -> None:
+    """The imported model keeps the blob mapped and its pages are given back after the warm-up;
+    any page the plugin reads later (weights it uses in place) comes back from the file, so
+    releasing them again between runs never changes an answer."""
+    from ovkit.model.lean_cache import MappedBlob
+
+    a, _ = models
+    want, _ = run(a)
+    model = Model(a, n_ctx=64)
+    first = model.generate(PROMPT, 4, all_logits=True)
+    (session,) = model.sessions()
+    assert session.loaded_from_cache and isinstance(session.store, MappedBlob)
+    np.testing.assert_array_equal(first.prompt_logits, want)
+    session.store.release()
+    again = model.generate(PROMPT, 4, all_logits=True)
+    assert again.tokens == first.tokens
+    np.testing.assert_array_equal(again.prompt_logits, first.prompt_logits)
+    np.testing.assert_array_equal(again.decode_logits, first.decode_logits)
