@@ -44,8 +44,6 @@ logger = logging.getLogger("ovkit")
 
 #: The entry's layout; a change makes every older entry a miss.
 FORMAT = 1
-#: The header bytes hashed into the key at most (a GGUF's metadata is a few MiB: its vocabulary).
-HEADER_MAX_BYTES = 256 << 20
 _IMPORT_FAILED = "ovkit: lean model cache entry %s not imported (%s), recompiling"
 #: Paths already warned about in this process (until an entry is written there again): an entry
 #: that cannot be replaced (a directory in its place) would otherwise warn on every start.
@@ -59,12 +57,13 @@ def _warn_once(path: Path, message: str, *args: object) -> None:
 
 
 def _header_sha256(gguf: GGUFModel) -> str:
-    """sha256 of the file up to its first tensor's data (read, not mapped: no page stays ours)."""
+    """sha256 of the file up to its first tensor's data: metadata and tensor table, a few MiB
+    (read, not mapped: no page stays ours)."""
     end = min((t.offset for t in gguf.tensors.values()), default=gguf.file_size)
     h = hashlib.sha256()
     with open(gguf.path, "rb", buffering=0) as fh:
         done = 0
-        while done < min(end, HEADER_MAX_BYTES):
+        while done < end:
             chunk = fh.read(min(1 << 20, end - done))
             if not chunk:
                 break
@@ -174,10 +173,7 @@ class LeanCache:
     def _read_manifest(self) -> tuple[int, str, dict[str, Any]]:
         """The blob's size and sha256 and the extra values, from a manifest holding this key
         (else ``ValueError``, or the ``OSError`` of reading it)."""
-        try:
-            manifest = json.loads(read_regular(self.manifest, limit=MANIFEST_MAX_BYTES))
-        except UnicodeDecodeError as exc:  # a ValueError, but its text is the codec's alone
-            raise ValueError(f"not text: {exc.reason} at byte {exc.start}") from None
+        manifest = json.loads(read_regular(self.manifest, limit=MANIFEST_MAX_BYTES))  # or a ValueError
         if not isinstance(manifest, dict) or manifest.get("key") != self.key:
             raise ValueError("it is the entry of another model or setting")
         size, digest, extra = manifest.get("blob_size"), manifest.get("blob_sha256"), manifest.get("extra")
