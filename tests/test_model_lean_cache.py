@@ -27,10 +27,11 @@ PROMPT = [1, 17, 42, 99, 7, 300]
 def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Two tiny random-weight llama models of the same shapes (different seeds), Q8_0 blocks."""
     d = tmp_path_factory.mktemp("lean-models")
-    return tuple(  # type: ignore[return-value]
-        synthetic("llama", d / f"{name}.gguf", seed=seed, weight_type="q8_0", n_embd=64, n_ff=128)
-        for name, seed in (("a", 0), ("b", 1))
-    )
+
+    def make(name: str, seed: int) -> Path:
+        return synthetic("llama", d / f"{name}.gguf", seed=seed, weight_type="q8_0", n_embd=64, n_ff=128)
+
+    return make("a", 0), make("b", 1)
 
 
 @pytest.fixture()
