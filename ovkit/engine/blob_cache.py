@@ -58,9 +58,9 @@ def _content_addressed(structure: Hashable) -> bool:
     return PROCESS_LOCAL not in text and _DIGEST.search(text) is not None
 
 
-def _read_regular(path: Path, limit: int | None = None, size: int | None = None) -> bytes:
-    """The bytes of ``path`` if it is a regular file (a symlink to one is followed) of at most
-    ``limit`` or exactly ``size`` bytes, else ``ValueError`` (a FIFO, a directory or a device is
+def open_regular(path: Path, size: int | None = None) -> int:
+    """A read-only descriptor of ``path`` if it is a regular file (a symlink to one is followed)
+    of exactly ``size`` bytes when given, else ``ValueError`` (a FIFO, a directory or a device is
     refused before anything is read; opened non-blocking, a FIFO cannot hang the open either)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -69,6 +69,17 @@ def _read_regular(path: Path, limit: int | None = None, size: int | None = None)
             raise ValueError(f"{path} is not a regular file ({stat.filemode(st.st_mode)})")
         if size is not None and st.st_size != size:
             raise ValueError(f"{path} has {st.st_size} bytes, its manifest says {size}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: Path, limit: int | None = None, size: int | None = None) -> bytes:
+    """The bytes of ``path`` if it is a regular file (``open_regular``) of at most ``limit`` or
+    exactly ``size`` bytes, else ``ValueError``."""
+    fd = open_regular(path, size)
+    try:
         with open(fd, "rb", closefd=False) as f:
             data = f.read() if limit is None else f.read(limit + 1)
     finally:
@@ -79,14 +90,14 @@ def _read_regular(path: Path, limit: int | None = None, size: int | None = None)
 
 
 @functools.cache
-def _openvino_build() -> str:
+def openvino_build() -> str:
     import openvino as ov
 
     return str(ov.get_version())
 
 
 @functools.cache
-def _ovkit_build() -> str:
+def ovkit_build() -> str:
     """A digest of ovkit's own sources: a blob translated by other code is never imported."""
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
@@ -132,8 +143,8 @@ class BlobCache:
             key.stateful,
             key.states,
             key.dynamic,
-            _openvino_build(),
-            _ovkit_build(),
+            openvino_build(),
+            ovkit_build(),
         )
         return hashlib.sha256(repr(fields).encode()).hexdigest()
 
@@ -142,7 +153,7 @@ class BlobCache:
         return stem.with_suffix(".blob"), stem.with_suffix(".manifest")
 
     def _manifest_head(self, fingerprint: str) -> str:
-        return f"fingerprint {fingerprint}\nov_version {_openvino_build()}\n"
+        return f"fingerprint {fingerprint}\nov_version {openvino_build()}\n"
 
     def _warn_once(self, path: Path, message: str, *args: object) -> None:
         """A warning about ``path``, once until an entry is written there again (a bad entry
@@ -159,7 +170,7 @@ class BlobCache:
         which is reported once and compiled again."""
         blob, manifest = self._paths(fingerprint)
         try:
-            text = _read_regular(manifest, limit=MANIFEST_MAX_BYTES).decode()
+            text = read_regular(manifest, limit=MANIFEST_MAX_BYTES).decode()
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:  # also UnicodeDecodeError
@@ -177,7 +188,7 @@ class BlobCache:
                 dict(extra["variables"]),
                 {k: PortSpec(**{**v, "shape": tuple(v["shape"])}) for k, v in extra["state_specs"].items()},
             )
-            data = _read_regular(blob, size=int(described[2]))
+            data = read_regular(blob, size=int(described[2]))
             digest = hashlib.sha256(data).hexdigest()
             if digest != described[1]:
                 raise ValueError(f"{blob} has sha256 {digest[:16]}…, its manifest says {described[1][:16]}…")
@@ -209,7 +220,7 @@ class BlobCache:
             described = f"blob_sha256 {hashlib.sha256(data).hexdigest()} {len(data)}\n"
             text = self._manifest_head(fingerprint) + described + "entry " + json.dumps(extra)
             for path, content in ((blob, data), (manifest, text.encode())):
-                _replace(path, content)
+                replace_file(path, content)
         except (OSError, RuntimeError) as exc:
             self._warn_once(path, "ggml-openvino: model cache export failed: %s", str(exc).splitlines()[0])
             return
@@ -217,7 +228,7 @@ class BlobCache:
         logger.info("ggml-openvino: model cache WROTE %s", blob)
 
 
-def _replace(path: Path, content: bytes) -> None:
+def replace_file(path: Path, content: bytes | memoryview) -> None:
     """Write ``path`` atomically: a temporary file of its own, created exclusively (never one
     that is there, which could be a FIFO; permissions as the umask gives), renamed over it."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")

@@ -9,6 +9,9 @@ backend's), and ``n_tokens`` and the cached length are dynamic, so one compiled 
 prompt length and context.  Once compiled, the translated ``ov.Model`` and the weight arrays are
 released: the plugin holds its own packed copy.
 
+With ``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR`` set, the compiled model is exported once warm and a
+later start imports it instead of building and compiling (``ovkit.model.lean_cache``).
+
 The nodes carry llama.cpp's tensor names (``attn_norm-0``, ``Qcur-0``, ``ffn_out-0``,
 ``result_output``) as friendly names, so OpenVINO's profile reads in ggml's terms.
 """
@@ -19,12 +22,13 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ovkit import quant
 from ovkit.gguf import GGUFModel, TensorInfo
+from ovkit.model import lean_cache
 from ovkit.model.arch import ROPE_TYPE_NEOX, HParams, ModelError
 from ovkit.model.program import output_weight_name
 
@@ -541,13 +545,24 @@ def available_memory() -> int:
     return 0
 
 
+class Releasable(Protocol):
+    """Memory a compiled model was made from (``WeightFile``, ``lean_cache.MappedBlob``): its pages
+    can be given back once the plugin has packed its own copy."""
+
+    def release(self) -> None: ...
+
+
 class LeanSession:
     """One infer request of a compiled lean model: feeds tokens after what its state holds
-    (``store``: the weight file the compiled model's constants are mapped from, kept with it)."""
+    (``store``: the weight file or the cached blob the compiled model was made from, kept with
+    it; ``loaded_from_cache``: imported from ``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``)."""
 
-    def __init__(self, compiled: Any, store: WeightFile | None = None) -> None:
+    def __init__(
+        self, compiled: Any, store: Releasable | None = None, *, loaded_from_cache: bool = False
+    ) -> None:
         self.compiled = compiled
         self.store = store
+        self.loaded_from_cache = loaded_from_cache
         self.request = compiled.create_infer_request()
         self.n_past = 0
 
@@ -589,25 +604,48 @@ def compile_lean(
     n_threads: int | None = None,
     profiling: bool = False,
     spill_dir: str | None = None,
+    cache_dir: str | None = None,
 ) -> tuple[LeanSession, WeightStats]:
     """Build, compile and warm the lean model: one prefill and one decode step (the plugin packs
-    its weights on the first of each), the mapped weight pages released all along."""
+    its weights on the first of each), the mapped weight pages released all along.  ``cache_dir``
+    (``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``): imported from there when an entry for this file
+    and these settings is, else exported there once warm (``ovkit.model.lean_cache``)."""
     import gc
 
-    store = WeightFile(spill_dir)
-    model, stats = build(gguf, hp, store, exact=exact, device_class="CPU", no_requant=no_requant)
     props = compile_properties(exact, n_threads)
     if profiling:
         props["PERF_COUNT"] = True
+    cache = None
+    if cache_dir:
+        key = lean_cache.lean_key(
+            gguf, core, device, exact=exact, no_requant=no_requant, n_threads=n_threads, profiling=profiling
+        )
+        cache = lean_cache.LeanCache(cache_dir, key)
+        hit = cache.load(core, device, props)
+        if hit is not None:
+            session = LeanSession(hit.compiled, hit.blob, loaded_from_cache=True)
+            with releasing(hit.blob):
+                _warm(session)
+            stats = WeightStats(int(hit.extra["device_bytes"]), tuple(hit.extra["decoded"]))
+            return session, stats
+    store = WeightFile(spill_dir)
+    model, stats = build(gguf, hp, store, exact=exact, device_class="CPU", no_requant=no_requant)
     with releasing(store):
         compiled = core.compile_model(model, device, props)
         del model
         gc.collect()
         session = LeanSession(compiled, store)
-        session.run(np.array([1, 1], np.int64), np.array([1], np.int64))
-        session.run(np.array([1], np.int64), np.array([0], np.int64))
-        session.reset()
+        _warm(session)
+        if cache is not None:  # the export reads the weight pages again
+            cache.store(compiled, {"device_bytes": stats.device_bytes, "decoded": list(stats.decoded)})
     return session, stats
+
+
+def _warm(session: LeanSession) -> None:
+    """One prefill and one decode step: the plugin packs its weights on the first of each."""
+    session.run(np.array([1, 1], np.int64), np.array([1], np.int64))
+    session.run(np.array([1], np.int64), np.array([0], np.int64))
+    session.reset()
 
 
 #: How often ``releasing`` gives the mapped weight pages back while the plugin packs its copy.
@@ -615,7 +653,7 @@ RELEASE_EVERY_S = 0.05
 
 
 @contextlib.contextmanager
-def releasing(store: WeightFile) -> Iterator[None]:
+def releasing(store: Releasable) -> Iterator[None]:
     """Give ``store``'s pages back every ``RELEASE_EVERY_S`` while the block runs, and once after.
 
     The plugin reads each weight once to pack its own copy; without this every page it read

@@ -56,7 +56,7 @@ from ovkit.model.program import (
 from ovkit.ops.ggml_numerics import mark as mark_ggml_numerics
 from ovkit.ops.ggml_numerics import with_ggml_numerics
 from ovkit.report import Report, Reported, format_duration, format_rate
-from ovkit.runtime import default_precision
+from ovkit.runtime import default_precision, is_simulated
 
 logger = logging.getLogger(__name__)
 
@@ -309,6 +309,7 @@ class Model(Reported):
             self._init_graph_forms(shapes if shapes != "lean" else None, engine)
         self._lean: Any = None  # the compiled lean session (ovkit.model.lean), built on first use
         self.spill_dir = config.spill_dir
+        self.compiled_model_cache_dir = config.compiled_model_cache_dir  # the lean model's entries
         # kv="host": the cache itself, shared by every bucket: llama.cpp's f16 K/V values, held
         # as f32 on the CPU class (its graphs compute in f32: read as they are, no conversion per
         # step; twice the bytes), as f16 elsewhere; "lean" keeps it in OpenVINO state instead
@@ -393,15 +394,18 @@ class Model(Reported):
     def _lean_session(self) -> Any:
         """The lean model's session, compiled on first use."""
         if self._lean is None:
+            core = get_engine(self.core).core
             session, _ = lean.compile_lean(
                 self.gguf,
                 self.hp,
-                get_engine(self.core).core,
+                core,
                 self.device,
                 exact=self.precision == "exact",
                 no_requant=self.no_requant,
                 n_threads=self.n_threads,
                 spill_dir=self.spill_dir,
+                # a simulated core's compiled models cannot be exported, as in the engine
+                cache_dir=None if is_simulated(core) else self.compiled_model_cache_dir,
             )
             self._lean = session
         return self._lean
@@ -814,6 +818,9 @@ class Model(Reported):
     def report(self) -> Report:
         hp = self.hp
         kv = 2 * hp.n_layer * self.n_ctx * hp.n_embd_kv * F16_BYTES
+        imported = (
+            ", imported from the compiled-model cache" if self._lean and self._lean.loaded_from_cache else ""
+        )
         rows = (
             ("architecture", hp.arch),
             ("layers", f"{hp.n_layer:,}"),
@@ -828,7 +835,7 @@ class Model(Reported):
             ("device", self.device),
             ("context", f"n_ctx {self.n_ctx:,}, KV cache {format_bytes(kv)} (f16), {self.n_past:,} cached"),
             (
-                ("compiled model", "one, lean: dynamic shapes, KV cache in OpenVINO state")
+                ("compiled model", f"one, lean: dynamic shapes, KV cache in OpenVINO state{imported}")
                 if self.shapes == "lean"
                 else ("compiled shape buckets", f"{len(self.sessions())}")
             ),
