@@ -27,6 +27,8 @@ qtype = "q4_0"  # type of the attention and FFN weights
 down_qtype = "q6_K"  # ffn_down and the output head, as llama.cpp's mixed quantizations do
 n_tokens = 4
 seed = 0
+check_profile = "laptop"  # the simulated machine ovkit check answers for
+check_ctx = 65536  # -c for the Llama-3.2-3B-shaped header (its KV cache: 112 KiB per cell)
 
 # %% tags=["setup"]
 # %matplotlib inline
@@ -142,6 +144,37 @@ layer = notebook.layer_matmul_table(model, 0, x, dev, core)
 layer.style.format(escape="html").format_index(escape="html").format(
     "{:.2e}", subset=[c for c in layer.columns if c.startswith("NMSE")]
 )
+
+# %% [markdown]
+# ## 5. Will it run, and what will it take? (`ovkit check`)
+#
+# `ovkit.check` (the command line: `ovkit check FILE -c N [--device D | --simulate P]`) answers
+# from the header and tensor table alone, as the real backend would run the file: per device a
+# verdict (runs / runs with nodes left to ggml's CPU / fails, when and why, the upstream issue it
+# matches), the memory by part (host RAM and device memory apart, the KV cache sized as llama.cpp
+# pads it), and the largest single buffer against the GPU's `GPU_DEVICE_MAX_ALLOC_MEM_SIZE`.
+# The file here has Llama-3.2-3B's tensor table and no weights (a sparse file: the header is
+# all the check reads), checked on a simulated laptop whose iGPU allocates at most 4 GiB at once.
+
+# %% tags=["check"]
+from ovkit.model.synthetic import synthetic
+
+shape_3b = dict(
+    n_embd=3072, n_layer=28, n_head=24, n_head_kv=8, n_ff=8192, n_vocab=128256, n_ctx_train=131072
+)
+big = synthetic("llama", workdir / "llama-3b-shape.gguf", weight_type="q4_0", tied_output=True,
+                header_only=True, **shape_3b)  # fmt: skip
+checked = ovkit.check(big, check_ctx, simulate=check_profile)
+display(checked)
+checked.plot()
+
+# %% [markdown]
+# The same file at a context whose KV cache fits one buffer, and the GPU's verdict at each:
+
+# %% tags=["check-fits"]
+for n_ctx in (check_ctx, 16384):
+    gpu = ovkit.check(big, n_ctx, simulate=check_profile, device="GPU").device("GPU")
+    print(f"-c {n_ctx}: GPU {gpu.summary()}")
 
 # %% [markdown]
 # ## Result

@@ -52,6 +52,7 @@ _LAZY: dict[str, str] = {
     "GraphError": "ovkit.graph",
     "UnsupportedOpError": "ovkit.graph",
     "op_coverage_table": "ovkit.ops.table",
+    "check": "ovkit.preflight",
 }
 
 
@@ -62,6 +63,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers and editors (the runtime 
     from ovkit.gguf import read_gguf
     from ovkit.graph import Graph, GraphError, UnsupportedOpError
     from ovkit.ops.table import op_coverage_table
+    from ovkit.preflight import check
     from ovkit.quant import QuantizedWeight
     from ovkit.simulate import SimulatedCore
     from ovkit.widgets.dashboard import dashboard
@@ -84,6 +86,7 @@ __all__ = [
     "allocation_history",
     "Backend",
     "buffers",
+    "check",
     "current_allocations",
     "dashboard",
     "Device",

@@ -233,6 +233,10 @@ COMMANDS: dict[str, Command] = {
     "gguf": Command(
         "a GGUF file's tensors and whether its weights fit each device", *_module_command("ovkit.gguf")
     ),
+    "check": Command(
+        "will a GGUF run on each device as the real backend runs it, and what will it take (header only)",
+        *_module_command("ovkit.preflight"),
+    ),
     "run-model": Command(
         "run a GGUF model: prefill + greedy decode, tokens/s, --compare with llama.cpp",
         *_module_command("ovkit.model.cli"),

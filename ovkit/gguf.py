@@ -603,7 +603,10 @@ def cli(args: Any) -> int:
             f"  not backend weight types (skipped by constants()): {', '.join(unsupported[:5])}"
             + (f" and {len(unsupported) - 5} more" if len(unsupported) > 5 else "")
         )
-    print("Fit check (weights after the requantization policy vs free memory):")
+    print(
+        "Fit check (weights after the requantization policy vs free memory; what the backend takes "
+        f"at a context, KV cache and compiled model included: ovkit check {model.path.name} -c N):"
+    )
     rows = fit.to_dict("records")
     labels = [f"{r['device']}{' (SIMULATED)' if r['simulated'] else ''}" for r in rows]
     width = max([len("device"), *map(len, labels)])

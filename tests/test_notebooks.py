@@ -595,6 +595,17 @@ def test_06_fit_check_per_device(executed: Callable[[str], Any]) -> None:
 
 
 @pytest.mark.slow
+def test_06_check_names_the_gpu_cap_and_draws_the_memory(executed: Callable[[str], Any]) -> None:
+    nb = executed("06-gguf")
+    table = text(nb, "check") + html(nb, "check")
+    assert "fails at context creation" in table and "7,516,192,768" in table and "#29124 (open)" in table
+    assert len(pngs(nb, "check")) == 1
+    fits = text(nb, "check-fits").splitlines()
+    assert fits[0].startswith("-c 65536: GPU fails at context creation")
+    assert fits[1] == "-c 16384: GPU runs"
+
+
+@pytest.mark.slow
 def test_06_layer_matmuls_from_quantized_blocks(executed: Callable[[str], Any]) -> None:
     result = text(executed("06-gguf"), "result")
     m = re.search(r"(\d+) quantized matmuls, worst NMSE vs dequantized ([\d.e+-]+)", result)

@@ -34,25 +34,10 @@ def kv_cache_bytes(model: Model, n_ctx: int | None = None) -> int:
 
 def compute_buffer_bytes(model: Model, n_tokens: int | None = None) -> int:
     """Peak bytes of live intermediates of the graph for ``n_tokens`` (default: one ubatch)."""
+    from ovkit.model.header import live_peak_bytes
+
     n = min(n_tokens or model.n_ubatch, model.n_ctx)
-    g, out = model.build(model.shape(n, 0))
-    nodes = g.topo(out.tensors())
-    last_use: dict[int, int] = {}
-    for i, t in enumerate(nodes):
-        for s in t.srcs:
-            if s is not None:
-                last_use[s.base.id] = i
-    live, peak = 0, 0
-    sizes: dict[int, int] = {}
-    for i, t in enumerate(nodes):
-        if not t.is_leaf and not t.is_view and t.op not in ("RESHAPE", "SET_ROWS"):
-            sizes[t.id] = t.nbytes
-            live += t.nbytes
-            peak = max(peak, live)
-        for s in t.srcs:
-            if s is not None and last_use.get(s.base.id) == i and s.base.id in sizes:
-                live -= sizes.pop(s.base.id)
-    return peak
+    return live_peak_bytes(*model.build(model.shape(n, 0)))
 
 
 def refused_weights(model: Model, device_class: str) -> list[quant.RequantDecision]:

@@ -179,9 +179,14 @@ def mix_type(wtype: str, name: str, k: int) -> str:
 
 
 def _stream_random_blocks(
-    w: Any, shapes: dict[str, tuple[int, ...]], wtype: str, rng: np.random.Generator
+    w: Any,
+    shapes: dict[str, tuple[int, ...]],
+    wtype: str,
+    rng: np.random.Generator,
+    header_only: bool = False,
 ) -> None:
-    """Write every tensor of ``shapes`` with ``w`` one at a time (2-d: random ``wtype`` blocks)."""
+    """Write every tensor of ``shapes`` with ``w`` one at a time (2-d: random ``wtype`` blocks);
+    ``header_only``: the tensor table alone, the data a hole of its size (the file is sparse)."""
     import gguf
 
     def tensor(name: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -210,8 +215,14 @@ def _stream_random_blocks(
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    for name, shape in shapes.items():
-        w.write_tensor_data(tensor(name, shape))
+    if header_only:
+        fout = w.fout[0]
+        pad = w.data_alignment
+        data = sum(gguf.GGUFWriter.ggml_pad(ti.nbytes, pad) for ti in w.tensors[0].values())
+        fout.truncate(gguf.GGUFWriter.ggml_pad(fout.tell(), pad) + data)
+    else:
+        for name, shape in shapes.items():
+            w.write_tensor_data(tensor(name, shape))
     w.close()
 
 
@@ -273,6 +284,7 @@ def synthetic(
     chat_template: str | None = None,
     random_blocks: bool = False,
     tokenizer_from: str | os.PathLike[str] | None = None,
+    header_only: bool = False,
 ) -> Path:
     """Write a random-weight ``arch`` model to ``path`` (``weight_type``: f32, f16 or a quant type;
     ``n_expert``, ``n_expert_used``, ``n_ff_exp``: the experts of a MoE architecture;
@@ -282,12 +294,15 @@ def synthetic(
     ``random_blocks``: 2-d weights are random blocks of the type, written one tensor at a time, so
     a model of any size (a 13 B shape is 7 GB) is written in seconds without being held in memory;
     ``tokenizer_from``: another GGUF whose tokenizer (and so vocabulary size) the model takes, e.g. a
-    real model's GPT-2 BPE one, which OpenVINO GenAI's GGUF reader needs)."""
+    real model's GPT-2 BPE one, which OpenVINO GenAI's GGUF reader needs; ``header_only``: the
+    metadata and tensor table alone, the tensor data a hole of its size (a sparse file, any size on
+    no disk, for tools that read the header, such as ``ovkit check``))."""
     spec = arch_spec(arch)
     moe = spec.moe
     borrowed = _tokenizer_of(tokenizer_from) if tokenizer_from is not None else None
     if borrowed is not None:
         n_vocab = len(borrowed["tokenizer.ggml.tokens"])
+    random_blocks = random_blocks or header_only  # the table of the streamed writer, no data
     if weight_type not in WEIGHT_TYPES and not (random_blocks and weight_type in MIXES):
         raise ModelError(f"weight_type={weight_type!r} is not valid (expected one of {WEIGHT_TYPES})")
     if head_dim is None and n_embd % n_head:
@@ -361,7 +376,7 @@ def synthetic(
     if chat_template is not None:
         w.add_chat_template(chat_template)
     if random_blocks:
-        _stream_random_blocks(w, tensor_shapes(hp, tied_output), weight_type, rng)
+        _stream_random_blocks(w, tensor_shapes(hp, tied_output), weight_type, rng, header_only)
         return p
     finish_gguf(
         w,

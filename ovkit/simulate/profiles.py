@@ -12,6 +12,9 @@ from typing import Any
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
+#: ``GPU_DEVICE_MAX_ALLOC_MEM_SIZE`` (OpenCL's ``CL_DEVICE_MAX_MEM_ALLOC_SIZE``) as Intel's integrated
+#: GPUs report it: 4 GiB less 8 KiB, the largest single buffer they allocate.
+IGPU_MAX_ALLOC = 4_294_959_104
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +60,9 @@ def _gpu(full_name: str, total: int, stats: Mapping[str, int], *, dgpu: bool = F
         "DEVICE_TYPE": "discrete" if dgpu else "integrated",
         "GPU_DEVICE_TOTAL_MEM_SIZE": total,
         "GPU_MEMORY_STATISTICS": dict(stats),
-        # Present on real GPUs and deliberately never used for memory (upstream reads GPU memory elsewhere).
-        "GPU_DEVICE_MAX_ALLOC_MEM_SIZE": total // 2,
+        # The largest single allocation: never used for memory (upstream reads GPU memory elsewhere),
+        # but a buffer above it cannot be allocated (ovkit check's limit).
+        "GPU_DEVICE_MAX_ALLOC_MEM_SIZE": total // 2 if dgpu else IGPU_MAX_ALLOC,
         "GPU_EXECUTION_UNITS_COUNT": 512 if dgpu else 64,
         "GPU_UARCH_VERSION": "20.4.4",
         "OPTIMIZATION_CAPABILITIES": ["FP32", "FP16", "INT8", "BIN", "EXPORT_IMPORT"],

@@ -1,5 +1,5 @@
 """``ovkit.dashboard()``: selector, the live panels (table, bars, allocations, time series), how
-busy each device is (``ovkit.utilisation``), op explorer."""
+busy each device is (``ovkit.utilisation``), the fit view (``ovkit check``), op explorer."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ovkit.widgets.charts import chart_title, figure_png, static_figure
 from ovkit.widgets.controls import LiveView, close_parts
 from ovkit.widgets.data import Snapshot, error_text, rows_frame
 from ovkit.widgets.device_table import render_table_html, render_table_text
+from ovkit.widgets.fit import FitView
 from ovkit.widgets.live import PANELS
 from ovkit.widgets.selector import DeviceSelector, SelectorState
 
@@ -50,22 +51,17 @@ class Dashboard(LiveView):
             self.panels = ("table",)
         super().__init__(core=core, env=env, interval=interval, auto_refresh=auto_refresh, **kwargs)
         self.explorer = _make_explorer(core, self.quiet) if op_explorer else None
+        self.fit = FitView(core)  # will a GGUF run on these devices, and what will it take
         self.selector = DeviceSelector(core, env=env, on_change=self._on_select)
         title = "ovkit dashboard" + (" — SIMULATED devices" if getattr(core, "simulated", False) else "")
         self.title = widgets.HTML(value=f"<h3>{esc(title)}</h3>")
-        self.accordion: widgets.Accordion | None = None
-        children: list[widgets.Widget] = [
-            self.title,
-            self.controls,
-            self.selector,
-            self.view,
-            self.busy_panel,
-        ]
+        sections: list[tuple[str, widgets.Widget]] = [("Will it run here? (ovkit check)", self.fit)]
         if self.explorer is not None:
-            self.accordion = widgets.Accordion(children=[self.explorer])
-            self.accordion.set_title(0, "Op explorer")
-            children.append(self.accordion)
-        self.children = children
+            sections.append(("Op explorer", self.explorer))
+        self.accordion = widgets.Accordion(children=[w for _, w in sections])
+        for i, (name, _) in enumerate(sections):
+            self.accordion.set_title(i, name)
+        self.children = [self.title, self.controls, self.selector, self.view, self.busy_panel, self.accordion]
 
     def update(self, snapshot: Snapshot) -> None:
         with self._lock:
@@ -137,7 +133,9 @@ class Dashboard(LiveView):
 
     def close(self) -> None:
         """Stop the refresh thread and close every part."""
-        close_parts(self, "controls", "view", "selector", "explorer", "accordion", "title", "busy_panel")
+        close_parts(
+            self, "controls", "view", "selector", "explorer", "fit", "accordion", "title", "busy_panel"
+        )
         super().close()
 
 

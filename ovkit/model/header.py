@@ -1,0 +1,103 @@
+"""A model's graph from its GGUF header alone: every weight a leaf of its shape and type, no data.
+
+``ovkit check`` asks which nodes the backend leaves to ggml's CPU and how large llama.cpp's compute
+buffer gets, for files far larger than memory; building the graph needs only each tensor's name,
+shape and type.  :class:`HeaderWeight` stands in for a weight (``Graph.constant`` takes any object
+with ``shape``, ``dtype`` and ``to_ov_node``) and refuses to be decoded, so nothing here can read
+a weight's bytes.  The live-bytes walk is ggml's graph allocator in outline: each non-view result
+is allocated when computed and freed after its last consumer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ovkit.gguf import GGUFModel
+from ovkit.model.arch import HParams, ModelError
+from ovkit.model.program import DecoderOut, GraphShape, decoder_program, input_specs
+
+
+class HeaderOnlyError(RuntimeError):
+    """Something asked for a weight's values while working from a header alone."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderWeight:
+    """A weight known by its name, numpy-order shape and ggml type only."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_ov_node(self) -> Any:
+        raise HeaderOnlyError(f"{self.name}: built from the GGUF header alone; it has no values")
+
+    def dequantize(self) -> Any:
+        raise HeaderOnlyError(f"{self.name}: built from the GGUF header alone; it has no values")
+
+
+def header_hparams(gguf: GGUFModel) -> HParams:
+    """The model's hyper-parameters as llama.cpp reads them (``ModelError`` naming the file)."""
+    embd = gguf.tensors.get("token_embd.weight")
+    if embd is None:
+        raise ModelError(f"{gguf.path}: no token_embd.weight tensor")
+    try:
+        return HParams.from_metadata(gguf.metadata, n_vocab=embd.shape[0])
+    except ModelError as exc:
+        raise ModelError(f"{gguf.path}: {exc}") from None
+
+
+def header_graph(gguf: GGUFModel, hp: HParams, shape: GraphShape) -> tuple[Any, DecoderOut]:
+    """The decoder graph for ``shape`` over header-only weights and the graph inputs llama.cpp
+    gives it (the caches at their full ``n_ctx`` rows)."""
+    from ovkit.graph import Graph
+
+    g = Graph()
+    leaves: dict[str, Any] = {
+        name: g.constant(HeaderWeight(name, info.shape, info.type), name)
+        for name, info in gguf.tensors.items()
+    }
+    for name, (shp, dtype) in input_specs(hp, shape).items():
+        leaves[name] = g.input(name, shp, dtype)
+    return g, decoder_program(hp, shape)(g, leaves)
+
+
+def op_nodes(g: Any, out: DecoderOut) -> list[Any]:
+    """The graph's op nodes in build order (leaves left out)."""
+    return [t for t in g.topo(out.tensors()) if not t.is_leaf]
+
+
+#: ops whose result shares its source's memory in ggml (views) or writes into it (SET_ROWS into the
+#: KV cache): they take no room in the compute buffer
+NO_ALLOCATION = frozenset({"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE", "SET_ROWS"})
+
+
+def live_peak_bytes(g: Any, out: DecoderOut, inputs: Sequence[str] = ()) -> int:
+    """Peak bytes of live intermediates while the graph runs in order, plus the named inputs
+    (held for the whole run), as ggml's allocator sizes a compute buffer."""
+    nodes = g.topo(out.tensors())
+    last_use: dict[int, int] = {}
+    for i, t in enumerate(nodes):
+        for s in t.srcs:
+            if s is not None:
+                last_use[s.base.id] = i
+    held = sum(t.nbytes for t in nodes if t.is_leaf and t.name in set(inputs))
+    live, peak = 0, 0
+    sizes: dict[int, int] = {}
+    for i, t in enumerate(nodes):
+        if not t.is_leaf and t.op not in NO_ALLOCATION:
+            sizes[t.id] = t.nbytes
+            live += t.nbytes
+            peak = max(peak, live)
+        for s in t.srcs:
+            if s is not None and last_use.get(s.base.id) == i and s.base.id in sizes:
+                live -= sizes.pop(s.base.id)
+    return held + peak
+
+
+def graph_inputs(hp: HParams, shape: GraphShape) -> Mapping[str, tuple[tuple[int, ...], str]]:
+    """The graph's inputs that live in the compute buffer (tokens, positions, indices, masks):
+    every input but the KV caches, which have a buffer of their own."""
+    return {k: v for k, v in input_specs(hp, shape).items() if not k.startswith("cache_")}
