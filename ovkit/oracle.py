@@ -60,7 +60,10 @@ def _import_ggml() -> ModuleType | None:
         return None
 
 
-_ggml_mod = _import_ggml()
+#: ggml-python once asked for (:func:`_g`): importing it loads ggml's and OpenVINO's libraries, so
+#: that happens on first use, not when ovkit.oracle (which ovkit.quant imports) is imported
+_UNLOADED = ModuleType("ggml, not loaded yet")
+_ggml_mod: ModuleType | None = _UNLOADED
 
 __all__ = [
     "as_bf16",
@@ -105,15 +108,23 @@ class GgmlUnavailableError(ImportError):
     """ggml-python is not installed; install ``ggml-python`` (the ``test`` extra)."""
 
 
+def _loaded() -> ModuleType | None:
+    global _ggml_mod
+    if _ggml_mod is _UNLOADED:
+        _ggml_mod = _import_ggml()
+    return _ggml_mod
+
+
 def ggml_available() -> bool:
     """True when ggml-python (real ggml CPU build) can be imported."""
-    return _ggml_mod is not None
+    return _loaded() is not None
 
 
 def _g() -> ModuleType:
-    if _ggml_mod is None:
+    mod = _loaded()
+    if mod is None:
         raise GgmlUnavailableError("ovkit.oracle needs ggml-python: pip install ggml-python")
-    return _ggml_mod
+    return mod
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ import pytest
 
 from ovkit import oracle
 
-# after ovkit.oracle: ggml-python links libopenvino, which the openvino module loads first
+# ggml-python links libopenvino, which the openvino module loads first
+importlib.import_module("openvino")
 ggml = importlib.import_module("ggml")
 
 RNG = np.random.default_rng(1234)
