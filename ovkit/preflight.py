@@ -397,6 +397,21 @@ def largest_weight(gguf: GGUFModel, dev_class: str) -> tuple[str, int]:
     return best
 
 
+def largest_buffer(
+    parts: Sequence[Part], gguf: GGUFModel, dev_class: str, *, own_memory: bool
+) -> tuple[str, int]:
+    """The largest single allocation: on a GPU or NPU, the largest constant of the compiled model
+    or a KV buffer in device memory; on the CPU, the largest of ggml's buffers (the weights, each
+    KV cache and the compute buffer are one buffer each)."""
+    if own_memory:
+        device_kv = [(p.name, p.bytes) for p in parts if p.where == DEVICE and p.name.startswith("KV cache")]
+        return max([largest_weight(gguf, dev_class), *device_kv], key=lambda x: x[1])
+    buffers = [
+        (p.name, p.bytes) for p in parts if p.name.startswith(("weight buffer", "KV cache", "compute"))
+    ]
+    return max(buffers, key=lambda x: x[1], default=("", 0))
+
+
 def mapped_tensors(gguf: GGUFModel) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(kept in the mapped file, also copied to the backend)``: llama.cpp keeps the input layer
     (``token_embd``) on the CPU; a tied output head is that tensor again, duplicated into the
@@ -661,41 +676,37 @@ def check_device(
     device_at = {s: sum(p.bytes for p in parts if p.where == DEVICE and p.alive(s)) for s in STAGES}
     kv_on_device = any(p.where == DEVICE and p.name.startswith("KV cache") for p in parts)
     policy = cls if cls in ("CPU", "GPU", "NPU") else "CPU"
-    largest = max(sizes.kv_buffers, key=lambda x: x[1]) if kv_on_device else largest_weight(gguf, policy)
+    largest = largest_buffer(parts, gguf, policy, own_memory=cls in ("GPU", "NPU"))
     failures = [_abort(a, found) for a in aborts]
     refused = refused_weights(gguf, cls)
     if refused:
         more = f" (and {len(refused) - 1} more weights)" if len(refused) > 1 else ""
         failures.append(_Failure(Stage.LOAD, refused[0] + more))
-    if max_alloc is not None:
-        if kv_on_device and backend.key in SPLITS_KV_BUFFER:
+    if max_alloc is not None and kv_on_device:
+        kv_name, kv_bytes = max(sizes.kv_buffers, key=lambda x: x[1])
+        split = backend.key in SPLITS_KV_BUFFER
+        if split:
             notes.append(
                 f"#29124 reports the {max_alloc:,}-byte cap as the buffer type's max size, so ggml splits "
                 f"the KV cache into buffers under it (one layer's K or V: {sizes.kv_tensor_bytes:,} bytes)"
             )
-            largest = ("KV cache, one layer's K", sizes.kv_tensor_bytes)
-        if kv_on_device and largest[1] > max_alloc:
+            kv_name, kv_bytes = "KV cache's largest tensor (one layer's K)", sizes.kv_tensor_bytes
+            largest = max(largest_weight(gguf, policy), (kv_name, kv_bytes), key=lambda x: x[1])
+        if kv_bytes > max_alloc:
             failures.append(
                 _Failure(
                     Stage.CONTEXT,
-                    f"the {largest[0]} is one {largest[1]:,}-byte buffer, above {MAX_ALLOC_PROPERTY} "
-                    f"({max_alloc:,} bytes): 'Exceeded max size of memory object allocation', "
-                    "unable to create context",
+                    f"the {kv_name} is one {kv_bytes:,}-byte buffer, above {MAX_ALLOC_PROPERTY} ({max_alloc:,} "
+                    "bytes): 'Exceeded max size of memory object allocation', unable to create context",
                     "#29087, #20661",
-                    ""
-                    if backend.key in SPLITS_KV_BUFFER
-                    else "#29124 (open): ggml then splits the KV buffer",
+                    "" if split else "#29124 (open): ggml then splits the KV buffer",
                 )
             )
-        name, size = largest_weight(gguf, "GPU")
+    if max_alloc is not None:
+        name, size = largest_weight(gguf, policy)
         if size > max_alloc:
-            failures.append(
-                _Failure(
-                    Stage.DECODE,
-                    f"weight {name} is one {size:,}-byte constant, above {MAX_ALLOC_PROPERTY} ({max_alloc:,} bytes)",
-                    "#20661",
-                )
-            )
+            why = f"weight {name} is one {size:,}-byte constant, above {MAX_ALLOC_PROPERTY} ({max_alloc:,} bytes)"
+            failures.append(_Failure(Stage.DECODE, why, "#20661"))
     for stage in STAGES:  # memory, stage by stage: where it first runs out
         on_device = device_at[stage]
         need = host_at[stage] + (on_device if shares else 0)
