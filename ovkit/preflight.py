@@ -35,7 +35,7 @@ import enum
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -257,7 +257,7 @@ class Preflight(Reported):
             "verdict",
             "host peak",
             "host free",
-            "device",
+            "device mem",
             "device free",
             "largest buffer",
             "why",
@@ -617,6 +617,13 @@ def fallbacks(graphs: Sequence[Sequence[Any]], dev: str) -> tuple[Fallback, ...]
     return tuple(Fallback(op, n, reason) for (op, reason), n in sorted(found.items()))
 
 
+def switched_on(config: OvkitConfig) -> frozenset[str]:
+    """The ``GGML_OPENVINO_*`` toggles that are on, as the backend parses them (``atoi != 0``)."""
+    return frozenset(
+        f"GGML_OPENVINO_{f.name.upper()}" for f in fields(config) if getattr(config, f.name) is True
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Failure:
     stage: Stage
@@ -656,7 +663,7 @@ def check_device(
     shares = cls != "GPU" or shares_host_ram(core, d.name)  # CPU, OTHER, NPU, an integrated GPU
     dev_free = None if cls in ("CPU", "OTHER") else d.live.free_bytes
     found = fallbacks(graphs, d.name)
-    toggles = {k for k, v in config.raw.items() if v.strip() not in ("", "0")}
+    toggles = switched_on(config)
     aborts = [
         a
         for a in KNOWN_ABORTS
@@ -825,7 +832,7 @@ def check(
         chunk = config.prefill_chunk_size if any(d.name == "NPU" for d in devices) else 0
         sizes, graphs = model_sizes(gguf, hp, cells, n_ubatch, flash_attn, chunk)
     else:
-        toggles = set(config.raw)
+        toggles = switched_on(config)
         unsized = [
             d.name
             for d in devices
