@@ -3,7 +3,7 @@ check's own time and memory.
 
 For each model and context (SmolLM2 as fetched by ``python -m ovkit.model.fetch``; random-weight
 llama files of TinyLlama's 1.1 B and Llama-3.2-3B's shapes in Q4_0, written by
-``ovkit.model.synthetic`` once into ``$OVKIT_BENCH_DIR`` (default ``~/.cache/ovkit/bench``); each at
+``ovkit.model.synthetic(random_blocks=True)`` once into ``$OVKIT_BENCH_DIR`` (default ``~/.cache/ovkit/bench``); each at
 ``-c 512`` and ``-c 4096``) a fresh process imports the OpenVINO build of llama-cpp-python
 (``scripts/install-upstream``), loads the model on ``OPENVINO0`` (every layer), creates the context,
 decodes a prompt of one micro-batch (512 tokens, ``-c 512``: 504) and ``--gen`` (8) single tokens,
@@ -123,7 +123,7 @@ def model_path(name: str) -> Path:
     path = bench_dir() / f"llama-{name}-q4_0.gguf"
     if not path.exists():
         tmp = path.with_suffix(".tmp")
-        synthetic("llama", tmp, weight_type="q4_0", **SHAPES[name])  # type: ignore[arg-type]
+        synthetic("llama", tmp, weight_type="q4_0", random_blocks=True, **SHAPES[name])  # type: ignore[arg-type]
         tmp.rename(path)
     return path
 

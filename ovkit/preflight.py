@@ -249,8 +249,8 @@ class Preflight(Reported):
         )
         if self.ovkit_model_bytes is not None:
             notes.append(
-                f"ovkit's own Model (not the backend) would take about {format_bytes(self.ovkit_model_bytes)} "
-                "of host RAM (ovkit.preflight.ovkit_model_bytes)"
+                f"ovkit's own Model (its lean form on the CPU, not the backend) would take about "
+                f"{format_bytes(self.ovkit_model_bytes)} of host RAM at its peak (ovkit.preflight.ovkit_model_bytes)"
             )
         columns = (
             "device",
@@ -468,13 +468,13 @@ def backend_memory(
     return tuple(p for p in parts if p.bytes > 0)
 
 
-def ovkit_model_bytes(file_bytes: int, kv_bytes: int) -> int:
-    """ovkit's own ``Model`` (default shape buckets, host KV cache): predicted peak host RAM.
+def ovkit_model_bytes(gguf: GGUFModel, hp: HParams, n_ctx: int) -> int:
+    """ovkit's own ``Model`` (its lean form on the CPU): predicted peak host RAM, the figure
+    ``Model`` itself checks against ``MemAvailable`` before loading
+    (``ovkit.model.lean.predicted_peak``).  The one place to change when that model changes."""
+    from ovkit.model.lean import predicted_peak
 
-    From ``benchmarks/bench_memory.py`` (docs/model.md): with four compiled buckets SmolLM2
-    (94 MiB file) peaks at 2,386 MiB and Gemma-3-270M (241 MiB) at 4,286 MiB: about 65 MiB of
-    interpreter plus 17-25x the file.  The lean-``Model`` work changes this: update it here."""
-    return 65 * MIB + 20 * file_bytes + 2 * kv_bytes
+    return predicted_peak(gguf, hp, n_ctx)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -861,7 +861,6 @@ def check(
         )
         for d in devices
     )  # fmt: skip
-    kv = sum(b for _, b in sizes.kv_buffers) if sizes else 0
     simulated = simulate or (core.profile.name if getattr(core, "simulated", False) else None)
     notes: tuple[str, ...] = ()
     if not n_req and cells > LONG_CONTEXT:
@@ -872,7 +871,7 @@ def check(
     return Preflight(
         gguf.path, arch, gguf.file_size, n_req, cells, n_ctx_train, min(n_ubatch, cells),
         sizes.n_prompt if sizes else 0, flash_attn, version, checks, names,
-        ovkit_model_bytes(gguf.file_size, kv) if sizes else None, simulated, notes,
+        ovkit_model_bytes(gguf, hp, cells) if hp else None, simulated, notes,
     )  # fmt: skip
 
 
