@@ -337,3 +337,15 @@ def test_a_header_only_file_has_the_full_files_tensor_table(tmp_path: Path) -> N
     header = ovkit.read_gguf(synthetic("llama", tmp_path / "header.gguf", header_only=True, **kw))
     assert header.tensors == full.tensors and header.file_size == full.file_size
     assert (tmp_path / "header.gguf").stat().st_blocks * 512 < full.file_size // 4  # a hole
+
+
+def test_a_weight_the_npu_cannot_requantize_fails_at_load(tmp_path: Path) -> None:
+    """SmolLM2's width, 576, is not a whole number of the NPU's 4-bit groups of 128."""
+    path = synthetic(
+        "llama", tmp_path / "w576.gguf", n_embd=576, n_head=9, n_head_kv=3, n_ff=1536, weight_type="q4_0",
+        header_only=True,
+    )  # fmt: skip
+    r = ovkit.check(path, 2048, simulate="laptop")
+    npu = r.device("NPU")
+    assert npu.verdict is Verdict.FAILS and npu.stage is Stage.LOAD and "multiple of 128" in npu.why
+    assert r.device("CPU").verdict is Verdict.RUNS
