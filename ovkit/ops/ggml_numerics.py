@@ -363,13 +363,13 @@ def exp_f32(x: Any) -> Any:
     return ops.select(ops.less(x, _c(_EXP_MIN)), ops.exp(x), y)
 
 
-def _fma_f16(acc: Any, v: Any, w: Any) -> Any:
-    """``f16(fma(v, w, acc))`` (ggml_vec_mad_f16 on x86 with FMA: one f32 rounding, then f16)
-    for an f16-valued ``v``: the product's exact error joins the sum before the f32 rounding."""
+def _fma(a: Any, b: Any, c: Any) -> Any:
+    """``a·b + c`` rounded to f32 once: C's ``x*y + z``, which GCC contracts to an FMA in ggml's
+    native builds (ggml's ``S = S*ms + vs``); the product's exact error joins the sum first."""
     ops = _ops()
-    p = _mul(v, w)
-    s, e = _two_sum(acc, p)
-    return _f16(ops.add(s, ops.add(e, _product_error(v, w, p))))
+    p = _mul(a, b)
+    s, e = _two_sum(c, p)
+    return ops.add(s, ops.add(e, _product_error(a, b, p)))
 
 
 def _f16_add(a: Any, b: Any) -> Any:
@@ -498,7 +498,7 @@ def flash_attn_f16_accumulated(scores: Any, v: Any, kernels: F16Kernels, sinks: 
     broadcastable to [B, G, R, 1].  Per key in order, as ggml: a masked key is skipped; a new
     maximum ``M`` rescales the f16 accumulator by ``ms = expf(M_old − M)`` (rounded to f16,
     ``ggml_vec_scale_f16``); then ``acc = f16(fma(v, vs, acc))`` with ``vs = expf(s − M)``
-    (``ggml_vec_mad_f16``) and ``S = S·ms + vs`` in f32; where ``kernels.vec_f16`` (the first
+    (``ggml_vec_mad_f16``) and ``S = fma(S, ms, vs)`` in f32; where ``kernels.vec_f16`` (the first
     ``Dv − Dv % F16_STEP`` columns) ``f16(acc·f16(ms))`` and ``f16(v·f16(vs) + acc)``, one f16
     rounding each.  ``M`` before and after each key is the
     running maximum, so ``ms`` and ``vs`` are computed for all keys at once (``ms`` is exactly 1
@@ -549,7 +549,7 @@ def flash_attn_f16_accumulated(scores: Any, v: Any, kernels: F16Kernels, sinks: 
         ms16, vs16 = key_input("ms16", _f16(ms_all)), key_input("vs16", _f16(vs_all))
         a16 = _f16_add(_f16(ops.multiply(a_in, ms16)), ops.multiply(v_row, vs16))
         a_out = a16 if n_f16 == dv else ops.select(ops.constant(np.arange(dv) < n_f16), a16, a_out)
-    s_out = ops.add(_mul(s_in, ms), vs)
+    s_out = _fma(s_in, ms, vs)
     results = [ops.result(x) for x in (ops.constant(True), s_out, a_out)]
     params = [s_in, a_in, *(param for param, _ in per_key.values()), v_row]
     body = ov.Model(results, params, "flash_attn_f16_keys")
@@ -572,7 +572,7 @@ def flash_attn_f16_accumulated(scores: Any, v: Any, kernels: F16Kernels, sinks: 
         sink_ms = ops.select(sink_max, ops.exp(ops.subtract(m, sinks)), _c(1.0))
         sink_vs = ops.select(sink_max, _c(1.0), ops.exp(ops.subtract(sinks, m)))
         a = ops.multiply(a, sink_ms)
-        s = ops.add(_mul(s, sink_ms), sink_vs)
+        s = _fma(s, sink_ms, sink_vs)
     inv = ops.select(ops.equal(s, _c(0.0)), _c(0.0), ops.divide(_c(1.0), s))
     return ops.multiply(a, inv).output(0)
 
