@@ -166,6 +166,27 @@ def test_flash_attention_matches_ggml_kernels(shape: tuple[int, int, int, int, i
     assert oracle.nmse(exact, theirs) > 1e3 * FA_MAX_NMSE
 
 
+def test_f16_kernels_follow_the_builds_isa(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attention numerics follow what the build compiled for: AVX2 and AVX-512 widen f16 to
+    f32, AVX512-FP16 computes V·softmax in f16 (and, in ggml-python's older ggml, Q·K too)."""
+    from ovkit import native
+
+    pick = ggml_numerics.f16_kernels.__wrapped__  # uncached
+    for isa, name in (
+        ({"avx2"}, "avx2"),
+        ({"avx2", "avx512f", "avx512_bf16"}, "avx512"),
+        ({"avx2", "avx512f", "avx512_fp16"}, "avx512fp16"),
+    ):
+        monkeypatch.setattr(native, "build_isa", lambda build, isa=isa: frozenset(isa))
+        assert pick("llama-cpp-python-cpu").name == name
+    assert pick("ggml-python-openvino", True) == ggml_numerics.kernels_named("avx512fp16-f16dot")
+    monkeypatch.setattr(native, "build_isa", lambda build: frozenset({"avx2", "avx512f"}))
+    with pytest.raises(ValueError, match="ggml-python-openvino accumulates its f16 dot in f16 but"):
+        pick("ggml-python-openvino", True)
+    with pytest.raises(ValueError, match="unknown ggml f16 kernels 'avx3'; expected one of avx2, "):
+        ggml_numerics.kernels_named("avx3")
+
+
 #: ggml numerics against ggml's FLASH_ATTN_EXT: f32 rounding of the last steps at most (measured
 #: 0 to 5.6e-14); one f16 value of the accumulator rounded the other way is ~1e-9.
 FA_MAX_NMSE = 1e-12
