@@ -15,10 +15,11 @@ Float weights need nothing here: ovkit's f16/bf16 MUL_MAT already rounds the act
 weight's type (their vec_dot type), and f32 weights meet f32 activations, as in ggml.
 
 Flash attention (FLASH_ATTN_EXT nodes marked by :func:`mark`) follows ggml's CPU kernel: for fewer
-than 64 query rows, Q·K in ``ggml_vec_dot_f16``'s summation order (AVX2's or AVX-512's, as a
-native build on this CPU has it) and V·softmax accumulated in f16
-key by key (an OpenVINO Loop, :func:`flash_attn_f16_accumulated`) with C's correctly rounded
-``expf`` (:func:`exp_f32`); equal to ggml's kernel bit for bit.
+than 64 query rows, Q·K in ``ggml_vec_dot_f16``'s summation order and V·softmax accumulated in
+f16 key by key (an OpenVINO Loop, :func:`flash_attn_f16_accumulated`) with C's correctly rounded
+``expf`` (:func:`exp_f32`), each rounded as the build's x86 kernels round (:class:`F16Kernels`:
+AVX2, AVX-512, AVX512-FP16, picked by the ISA the llama.cpp reference was built for); equal to
+ggml's kernel bit for bit.
 """
 
 from __future__ import annotations
