@@ -430,7 +430,6 @@ def dot_f16_scores(q: Any, k: Any, kernels: F16Kernels) -> Any:
     lead = ops.gather(
         ops.shape_of(prod), ops.constant(np.arange(4, dtype=np.int64)), ops.constant(np.int64(0))
     )
-    terms = [] if n_simd == d else [_last_slice(prod, n_simd, d)]  # leftovers: [..., n_kv, d - n_simd]
     if n_simd:
         steps = n_simd // (4 * lanes)
         simd = prod if n_simd == d else _last_slice(prod, 0, n_simd)
@@ -456,13 +455,15 @@ def dot_f16_scores(q: Any, k: Any, kernels: F16Kernels) -> Any:
         else:
             t = ops.split(halves(x), ops.constant(np.int64(6)), 4).outputs()
             total = ops.add(ops.add(t[0], t[1]), ops.add(t[2], t[3]))  # [B, G, R, n_kv, 1, 1, 1]
-        if not terms:
+        if n_simd == d:
             return ops.reshape(total, lead, False).output(0)
-        terms.insert(
-            0, ops.reshape(total, ops.concat([lead, ops.constant(np.array([1], np.int64))], 0), False)
-        )
-    tail = terms[0] if len(terms) == 1 else ops.concat(terms, -1)
-    return ops.reshape(_sum_rounded_once(tail, 1 + d - n_simd if n_simd else d), lead, False).output(0)
+    # the leftovers, after the whole steps' sum (ggml's REDUCE gives 0.0 where there is no step)
+    tail = _last_slice(prod, n_simd, d)
+    if n_simd:
+        one = ops.concat([lead, ops.constant(np.array([1], np.int64))], 0)
+        tail = ops.concat([ops.reshape(total, one, False), tail], -1)
+    n_tail = d - n_simd + (1 if n_simd else 0)
+    return ops.reshape(_sum_rounded_once(tail, n_tail), lead, False).output(0)
 
 
 def _running_max(s: Any, n: int) -> Any:
