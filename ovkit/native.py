@@ -39,6 +39,20 @@ BUILD_NAMES = ("llama-cpp-python-cpu", "ggml-python-openvino", "llama-cpp-python
 ISA_FAMILIES = ("amx_tile", "amx_int8", "amx_bf16", "avx512_fp16", "avx512_bf16", "avx512_vnni", "avx512f")
 
 
+#: The GCC flag that turns each ISA family off: an ``-mno-*`` in a build's flags wins over its
+#: ``-march=native`` (``-mno-avx512f`` and ``-mno-avx2`` take every AVX-512 family with them).
+ISA_OFF_FLAGS = {
+    "amx_tile": "-mno-amx-tile",
+    "amx_int8": "-mno-amx-int8",
+    "amx_bf16": "-mno-amx-bf16",
+    "avx512_fp16": "-mno-avx512fp16",
+    "avx512_bf16": "-mno-avx512bf16",
+    "avx512_vnni": "-mno-avx512vnni",
+    "avx512f": "-mno-avx512f",
+    "avx2": "-mno-avx2",
+}
+
+
 def native_cflags() -> str:
     """The extra compiler flags for a native build: ``$OVKIT_NATIVE_CFLAGS`` or :data:`NATIVE_CFLAGS`."""
     return os.environ.get(NATIVE_CFLAGS_ENV, NATIVE_CFLAGS)
@@ -92,6 +106,23 @@ def read_build_stamp(name: str) -> BuildStamp | None:
         return BuildStamp(**{**data, "cpu_flags": tuple(data["cpu_flags"])})
     except (OSError, ValueError, TypeError, KeyError):
         return None
+
+
+def build_isa(name: str) -> frozenset[str]:
+    """The ISA families (:data:`ISA_FAMILIES` and avx2) native build ``name`` compiled code for:
+    its recorded build host's less those its flags turn off; unrecorded, what a native build here
+    with :func:`native_cflags` would have.  (A ``-march=native`` compiler knows them all: GCC 12+.)"""
+    if name not in BUILD_NAMES:
+        raise ValueError(f"unknown build name {name!r}; expected one of {', '.join(BUILD_NAMES)}")
+    stamp = read_build_stamp(name)
+    if stamp is None:
+        host, cflags = frozenset(f for f in cpu_flags() if f in ISA_OFF_FLAGS), native_cflags()
+    else:
+        host, cflags = frozenset(stamp.cpu_flags), stamp.cflags
+    off = {isa for isa, flag in ISA_OFF_FLAGS.items() if flag in cflags.split()}
+    if off & {"avx512f", "avx2"}:
+        off |= {isa for isa in host if isa.startswith("avx512")}
+    return host - off
 
 
 def sigill_hint(stamp: BuildStamp | None, host_flags: frozenset[str] | None = None) -> str:

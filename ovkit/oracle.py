@@ -641,6 +641,26 @@ def ggml_mul_mat_quant(
     return ggml_call("mul_mat", quantize(qtype, weight), np.asarray(x, dtype=np.float32), n_threads=n_threads)
 
 
+@functools.cache
+def ggml_dot_f16_in_f16() -> bool:
+    """Whether ggml-python's CPU ``ggml_vec_dot_f16`` accumulates in f16 (older ggml built with
+    AVX512-FP16) rather than f32; probed once through a one-query FLASH_ATTN_EXT.
+
+    Q·K of ones with ``[2048, 1, ..., 1]`` (128 wide: one AVX512-FP16 step) is 2175 in f32 and
+    2174 in f16 (2048 + 1 ties to 2048); with scale 1/2048 and a second key of Q·K 0, the row is
+    V₀'s 1 times ``1/(1 + exp(−Q·K/2048))``: 0.74307 or 0.74298."""
+    d = 128
+    q = np.ones((1, 1, 1, d), np.float32)
+    k = np.zeros((1, 1, 2, d), np.float16)
+    k[0, 0, 0] = 1.0
+    k[0, 0, 0, 0] = 2048.0
+    v = np.zeros((1, 1, 2, d), np.float16)
+    v[0, 0, 0] = 1.0
+    out = float(ggml_call("flash_attn_ext", q, k, v, None, 1.0 / 2048, 0.0, 0.0).reshape(-1)[0])
+    f32, f16 = (1.0 / (1.0 + np.exp(-dot / 2048)) for dot in (2175.0, 2174.0))
+    return abs(out - f16) < abs(out - f32)
+
+
 def ggml_get_rows_quant(
     qtype: str, table: np.ndarray, rows: np.ndarray, *, n_threads: int = DEFAULT_N_THREADS
 ) -> np.ndarray:

@@ -103,9 +103,12 @@ def test_unknown_precision_is_refused(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------- attention
-def _flash_attn(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, ggml: bool) -> np.ndarray:
-    """One FLASH_ATTN_EXT (scale 1/8) on the CPU in f32, marked for ggml's numerics or not.  The
-    policy's Q/K/V permute rule is about llama.cpp's graphs, so the translation runs directly."""
+def _flash_attn(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, ggml: ggml_numerics.F16Kernels | None
+) -> np.ndarray:
+    """One FLASH_ATTN_EXT (scale 1/8) on the CPU in f32, marked for ggml's numerics with the
+    ``ggml`` kernels or not.  The policy's Q/K/V permute rule is about llama.cpp's graphs, so the
+    translation runs directly."""
     from ovkit.engine import GRAPH_RUN_CONFIG, run_model
     from ovkit.graph import Graph
     from ovkit.ir import from_model_output
@@ -117,7 +120,7 @@ def _flash_attn(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, g
     ins = {n: g.input(n, a.shape, "f32" if a.dtype == np.float32 else "f16") for n, a in feed.items()}
     out = g.flash_attn_ext(ins["q"], ins["k"], ins["v"], ins["m"], 0.125, 0.0, 0.0)
     if ggml:
-        ggml_numerics.mark(g)
+        ggml_numerics.mark(g, ggml)
     model, names = g.to_model([out])
     raw = run_model(
         model, model_inputs(g, names, prepare_feed(g, [out], feed)), "CPU", run_config=GRAPH_RUN_CONFIG
@@ -126,16 +129,26 @@ def _flash_attn(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, g
 
 
 #: (heads, KV heads, query rows, keys, head size): SmolLM2's prefill and decode shapes (9/3 heads
-#: of 64), Gemma-3-270M's (4/1 heads of 256), and 70 query rows (ggml's tiled f32 path).
-FA_SHAPES = ((9, 3, 8, 40, 64), (9, 3, 1, 64, 64), (4, 1, 8, 30, 256), (4, 2, 70, 80, 32))
+#: of 64), Gemma-3-270M's (4/1 heads of 256), 192 wide heads (with AVX512-FP16: 128 columns in
+#: f16 arithmetic, 64 in f32; 64 leftovers of the dot in double), and 70 query rows (ggml's tiled
+#: f32 path).
+FA_SHAPES = ((9, 3, 8, 40, 64), (9, 3, 1, 64, 64), (4, 1, 8, 30, 256), (4, 2, 8, 20, 192), (4, 2, 70, 80, 32))
+
+
+def oracle_kernels() -> ggml_numerics.F16Kernels:
+    """The f16 kernels of ggml-python's build (the oracle's ggml): its ISA and, probed, whether its
+    ggml_vec_dot_f16 accumulates in f16 (ggml-python 0.0.45's ggml 0.15 does with AVX512-FP16,
+    where llama.cpp's newer ggml sums in f32)."""
+    return ggml_numerics.f16_kernels("ggml-python-openvino", oracle.ggml_dot_f16_in_f16())
 
 
 @pytest.mark.parametrize("shape", FA_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_flash_attention_matches_ggml_kernels(shape: tuple[int, int, int, int, int]) -> None:
-    """FLASH_ATTN_EXT with f16 K/V and ggml's numerics equals ggml's CPU kernel to the last bits:
-    under 64 query rows Q is rounded to f16, Q·K summed in ggml_vec_dot_f16's order and V·softmax
-    accumulated in f16 key by key (measured: bitwise equal, or 3e-16); from 64 rows ggml's tiled
-    path is f32 (5.6e-14).  ovkit's exact f32 attention is 2e-8..1.2e-6 off."""
+    """FLASH_ATTN_EXT with f16 K/V and ggml's numerics (the oracle build's kernels) equals ggml's
+    CPU kernel to the last bits: under 64 query rows Q is rounded to f16, Q·K summed in
+    ggml_vec_dot_f16's order and V·softmax accumulated in f16 key by key (measured: bitwise equal,
+    also with AVX512-FP16's f16 arithmetic); from 64 rows ggml's tiled path is f32 (5.7e-14).
+    ovkit's exact f32 attention is 2e-8..1.6e-6 off."""
     h, h_kv, n_q, n_kv, d = shape
     rng = np.random.default_rng(16)
     q = rng.standard_normal((1, h, n_q, d)).astype(np.float32)
@@ -147,14 +160,36 @@ def test_flash_attention_matches_ggml_kernels(shape: tuple[int, int, int, int, i
     mask[:, 3] = -np.inf
     mask[min(1, n_q - 1), :] = -np.inf if n_q > 1 else 0.0
     theirs = oracle.ggml_call("flash_attn_ext", q, k, v, mask, 0.125, 0.0, 0.0)
-    ours = _flash_attn(q, k, v, mask, ggml=True).reshape(theirs.shape)
-    exact = _flash_attn(q, k, v, mask, ggml=False).reshape(theirs.shape)
+    ours = _flash_attn(q, k, v, mask, ggml=oracle_kernels()).reshape(theirs.shape)
+    exact = _flash_attn(q, k, v, mask, ggml=None).reshape(theirs.shape)
     assert oracle.nmse(ours, theirs) <= FA_MAX_NMSE
     assert oracle.nmse(exact, theirs) > 1e3 * FA_MAX_NMSE
 
 
+def test_f16_kernels_follow_the_builds_isa(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attention numerics follow what the build compiled for: AVX2 and AVX-512 widen f16 to
+    f32, AVX512-FP16 computes V·softmax in f16 (and, in ggml-python's older ggml, Q·K too)."""
+    from ovkit import native
+
+    pick = ggml_numerics.f16_kernels.__wrapped__  # uncached
+    for isa, name in (
+        ({"avx2"}, "avx2"),
+        ({"avx2", "avx512f", "avx512_bf16"}, "avx512"),
+        ({"avx2", "avx512f", "avx512_fp16"}, "avx512fp16"),
+    ):
+        monkeypatch.setattr(native, "build_isa", lambda build, isa=isa: frozenset(isa))
+        assert pick("llama-cpp-python-cpu").name == name
+    assert pick("ggml-python-openvino", True) == ggml_numerics.kernels_named("avx512fp16-f16dot")
+    monkeypatch.setattr(native, "build_isa", lambda build: frozenset({"avx2", "avx512f"}))
+    with pytest.raises(ValueError, match="ggml-python-openvino accumulates its f16 dot in f16 but"):
+        pick("ggml-python-openvino", True)
+    with pytest.raises(ValueError, match="unknown ggml f16 kernels 'avx3'; expected one of avx2, "):
+        ggml_numerics.kernels_named("avx3")
+
+
 #: ggml numerics against ggml's FLASH_ATTN_EXT: f32 rounding of the last steps at most (measured
-#: 0 to 5.6e-14); one f16 value of the accumulator rounded the other way is ~1e-9.
+#: 0 to 5.7e-14); one f16 value of the accumulator rounded the other way is ~1e-9, the AVX-512
+#: kernels against AVX512-FP16's 2e-10 (64-wide heads) to 1.3e-6 (256).
 FA_MAX_NMSE = 1e-12
 
 

@@ -6,6 +6,7 @@ every build is ``-march=native`` minus AMX and says so in its record.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -71,3 +72,29 @@ def test_no_installed_cpu_kernel_holds_an_amx_instruction(name: str) -> None:
         assert asm.returncode == 0, asm.stderr
         hits = AMX_MNEMONICS.findall(asm.stdout)
         assert not hits, f"{lib} holds AMX instructions: {sorted(set(hits))}"
+
+
+def _stamp(tmp_path: Path, name: str, cflags: str, isa: tuple[str, ...]) -> None:
+    (tmp_path / f"{name}.json").write_text(
+        json.dumps({"name": name, "version": "0", "cflags": cflags, "machine": "x86_64", "cpu_flags": isa})
+    )
+
+
+def test_build_isa_is_the_build_hosts_less_what_its_flags_turn_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ggml compiled for decides its kernels (ggml_numerics.f16_kernels): the recorded build
+    host's ISA, less an -mno-* of the build's flags (-mno-avx512f takes every AVX-512 family)."""
+    monkeypatch.setattr(native, "build_stamp_dir", lambda: tmp_path)
+    host = ("amx_tile", "avx2", "avx512_bf16", "avx512_fp16", "avx512f")
+    _stamp(tmp_path, "llama-cpp-python-cpu", native.NATIVE_CFLAGS, host)
+    assert native.build_isa("llama-cpp-python-cpu") == {"avx2", "avx512_bf16", "avx512_fp16", "avx512f"}
+    _stamp(tmp_path, "ggml-python-openvino", f"{native.NATIVE_CFLAGS} -mno-avx512fp16", host)
+    assert native.build_isa("ggml-python-openvino") == {"avx2", "avx512_bf16", "avx512f"}
+    _stamp(tmp_path, "ggml-python-openvino", "-mno-avx512f", host)
+    assert native.build_isa("ggml-python-openvino") == {"amx_tile", "avx2"}
+    # not recorded: what a native build here with the default flags would have
+    here = {f for f in native.cpu_flags() if f in native.ISA_OFF_FLAGS} - {"amx_tile", "amx_int8", "amx_bf16"}
+    assert native.build_isa("llama-cpp-python-openvino") == here
+    with pytest.raises(ValueError, match="unknown build name 'llama'; expected one of llama-cpp-python-cpu"):
+        native.build_isa("llama")

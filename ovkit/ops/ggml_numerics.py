@@ -15,10 +15,11 @@ Float weights need nothing here: ovkit's f16/bf16 MUL_MAT already rounds the act
 weight's type (their vec_dot type), and f32 weights meet f32 activations, as in ggml.
 
 Flash attention (FLASH_ATTN_EXT nodes marked by :func:`mark`) follows ggml's CPU kernel: for fewer
-than 64 query rows, Q·K in ``ggml_vec_dot_f16``'s summation order (AVX2's or AVX-512's, as a
-native build on this CPU has it) and V·softmax accumulated in f16
-key by key (an OpenVINO Loop, :func:`flash_attn_f16_accumulated`) with C's correctly rounded
-``expf`` (:func:`exp_f32`); equal to ggml's kernel bit for bit.
+than 64 query rows, Q·K in ``ggml_vec_dot_f16``'s summation order and V·softmax accumulated in
+f16 key by key (an OpenVINO Loop, :func:`flash_attn_f16_accumulated`) with C's correctly rounded
+``expf`` (:func:`exp_f32`), each rounded as the build's x86 kernels round (:class:`F16Kernels`:
+AVX2, AVX-512, AVX512-FP16, picked by the ISA the llama.cpp reference was built for); equal to
+ggml's kernel bit for bit.
 """
 
 from __future__ import annotations
@@ -231,19 +232,67 @@ def with_ggml_numerics(weight: Any, source_type: str = "") -> GgmlNumericsWeight
 #: and, for an f16 V, V·softmax accumulated in f16 with one rounding per key.
 FA_TILE_Q = 64
 
-#: ``ggml_vec_dot_f16`` on x86 (GGML_F16_STEP = 4 accumulators x GGML_F16_EPR lanes): element
-#: ``i`` of a step goes to accumulator ``(i // lanes) % 4``, lane ``i % lanes``; 8 lanes with
-#: AVX/AVX2, 16 where ggml is built with AVX-512 (``-march=native`` on a CPU with avx512f, as
-#: scripts/install-upstream builds it), whose lanes are then summed in another order.
-DOT_LANES_AVX2, DOT_LANES_AVX512 = 8, 16
+
+@dataclass(frozen=True, slots=True)
+class F16Kernels:
+    """How one ggml build's x86 f16 vector kernels round (simd-mappings.h's F16 macros, vec.h).
+
+    ``ggml_vec_dot_f16`` keeps four accumulators of ``dot_lanes`` lanes: element ``i`` of a step
+    of ``4·dot_lanes`` goes to accumulator ``(i // lanes) % 4``, lane ``i % lanes``; they are
+    f32 (products of f16 values are exact there) or, with ``dot_f16``, f16 (AVX512-FP16's
+    ``vfmadd231ph``, one f16 rounding per product); the leftovers past the last whole step are
+    added in double.  ``vec_f16``: ``ggml_vec_mad_f16`` / ``ggml_vec_scale_f16`` compute in f16
+    on their first ``n − n % F16_STEP`` elements (the multiplier rounded to f16 first), in f32
+    with one f16 store per element elsewhere."""
+
+    name: str
+    dot_lanes: int
+    dot_f16: bool
+    vec_f16: bool
+
+
+#: GGML_F16_STEP where ggml computes in f16 (AVX512-FP16: four registers of 32 f16 lanes).
+F16_STEP = 128
+
+#: The x86 builds ggml_numerics reproduces, by name (the name is the node param
+#: :data:`KERNELS_PARAM`): AVX2 and AVX-512 widen f16 to f32; AVX512-FP16 builds compute V·softmax
+#: in f16, and their dot in f32 (llama-cpp-python 0.3.36's ggml: the ``GGML_F16_DOT_*`` macros)
+#: or, in older ggml (ggml-python 0.0.45's ggml 0.15), in f16 too.
+KERNELS: dict[str, F16Kernels] = {
+    k.name: k
+    for k in (
+        F16Kernels("avx2", 8, dot_f16=False, vec_f16=False),
+        F16Kernels("avx512", 16, dot_f16=False, vec_f16=False),
+        F16Kernels("avx512fp16", 16, dot_f16=False, vec_f16=True),
+        F16Kernels("avx512fp16-f16dot", 32, dot_f16=True, vec_f16=True),
+    )
+}
+
+#: The native build whose kernels precision="ggml" reproduces: the llama.cpp CPU reference.
+REFERENCE_BUILD = "llama-cpp-python-cpu"
 
 
 @cache
-def dot_lanes() -> int:
-    """The f32 lanes of ggml_vec_dot_f16's accumulators in a native build on this CPU."""
-    from ovkit.native import cpu_flags
+def f16_kernels(build: str = REFERENCE_BUILD, f16_dot: bool = False) -> F16Kernels:
+    """The f16 kernels of native build ``build`` (``ovkit.native.build_isa``: the ISA its recorded
+    flags compiled for, or a native build's on this CPU).  ``f16_dot``: the build's ggml is one
+    that accumulates ggml_vec_dot_f16 in f16 with AVX512-FP16 (``ovkit.oracle.ggml_dot_f16_in_f16``
+    probes ggml-python's)."""
+    from ovkit.native import build_isa
 
-    return DOT_LANES_AVX512 if "avx512f" in cpu_flags() else DOT_LANES_AVX2
+    isa = build_isa(build)
+    if "avx512_fp16" in isa:
+        return KERNELS["avx512fp16-f16dot" if f16_dot else "avx512fp16"]
+    if f16_dot:
+        raise ValueError(f"{build} accumulates its f16 dot in f16 but was not built with avx512_fp16")
+    return KERNELS["avx512" if "avx512f" in isa else "avx2"]
+
+
+def kernels_named(name: str) -> F16Kernels:
+    """The :data:`KERNELS` entry ``name`` (a marked node's :data:`KERNELS_PARAM`)."""
+    if name not in KERNELS:
+        raise ValueError(f"unknown ggml f16 kernels {name!r}; expected one of {', '.join(KERNELS)}")
+    return KERNELS[name]
 
 
 def _mul(a: Any, b: Any) -> Any:
@@ -315,53 +364,106 @@ def exp_f32(x: Any) -> Any:
     return ops.select(ops.less(x, _c(_EXP_MIN)), ops.exp(x), y)
 
 
-def _fma_f16(acc: Any, v: Any, w: Any) -> Any:
-    """``f16(fma(v, w, acc))`` (ggml_vec_mad_f16 on x86 with FMA: one f32 rounding, then f16)
-    for an f16-valued ``v``: the product's exact error joins the sum before the f32 rounding."""
+def _fma(a: Any, b: Any, c: Any) -> Any:
+    """``a·b + c`` rounded to f32 once: C's ``x*y + z``, which GCC contracts to an FMA in ggml's
+    native builds (ggml's ``S = S*ms + vs``); the product's exact error joins the sum first."""
     ops = _ops()
-    p = _mul(v, w)
-    s, e = _two_sum(acc, p)
-    return _f16(ops.add(s, ops.add(e, _product_error(v, w, p))))
+    p = _mul(a, b)
+    s, e = _two_sum(c, p)
+    return ops.add(s, ops.add(e, _product_error(a, b, p)))
 
 
-def dot_f16_scores(q: Any, k: Any) -> Any:
-    """Q·K as ``ggml_vec_dot_f16`` sums it on x86: ``q`` [B, G, R, D] and ``k`` [B, G, n_kv, D]
-    with f16 values in f32, D a multiple of ``4·lanes`` (``dot_lanes()``); returns [B, G, R, n_kv].
-    Products of f16 values are exact in f32; they are added in ggml's order: per lane and
-    accumulator over the steps, then accumulators 0+2 and 1+3, their sum, then the lanes (AVX2's
-    REDUCE: the 4-lane halves, then hadd twice; AVX-512's ``_mm512_reduce_add_ps`` as GCC has it:
-    the 8-lane halves, the 4-lane halves, lanes 0+2 and 1+3, their sum)."""
+def _f16_add(a: Any, b: Any) -> Any:
+    """``f16(a + b)`` rounded once, as AVX512-FP16's ``vaddph`` / ``vfmadd231ph`` round, for
+    ``a + b`` exact as an f32 sum and its error (f16 values, exact products of two): rounding the
+    f32 sum ``s`` to f16 errs only where ``s`` lies halfway between two f16 values; there the
+    error's sign picks the side."""
     ops = _ops()
-    lanes = dot_lanes()
+    s, e = _two_sum(a, b)
+    r = _f16(s)
+    other = ops.subtract(ops.add(s, s), r)  # exact: the other f16 neighbour where s is halfway
+    halfway = ops.logical_and(
+        ops.logical_and(ops.not_equal(r, s), ops.equal(_f16(other), other)), ops.is_finite(r)
+    )
+    toward = ops.select(ops.greater(other, r), ops.greater(e, _c(0.0)), ops.less(e, _c(0.0)))
+    return ops.select(ops.logical_and(halfway, toward), other, r)
+
+
+def _sum_rounded_once(x: Any, n: int) -> Any:
+    """``x``'s ``n`` values on its last axis summed and rounded to f32 once (size 1 left), as
+    ggml adds a dot's leftover products in double (exactly, for products of f16 values):
+    pairwise double-f32 sums with TwoSum."""
+    ops = _ops()
+    hi, lo = x, None
+    while n > 1:
+        if n % 2:
+            zero = ops.broadcast(_c(0.0), _shape_with_last(hi, 1))
+            hi = ops.concat([hi, zero], -1)
+            lo = None if lo is None else ops.concat([lo, zero], -1)
+            n += 1
+        half = n // 2
+        s, e = _two_sum(_last_slice(hi, 0, half), _last_slice(hi, half, n))
+        if lo is not None:
+            e = ops.add(ops.add(_last_slice(lo, 0, half), _last_slice(lo, half, n)), e)
+        hi, lo = _two_sum(s, e)
+        n = half
+    return hi
+
+
+def dot_f16_scores(q: Any, k: Any, kernels: F16Kernels) -> Any:
+    """Q·K as ``ggml_vec_dot_f16`` sums it on x86 with ``kernels``: ``q`` [B, G, R, D] and ``k``
+    [B, G, n_kv, D] with f16 values in f32; returns [B, G, R, n_kv].  Products of f16 values are
+    exact in f32; the whole steps are added in ggml's order: per lane and accumulator over the
+    steps, then accumulators 0+2 and 1+3, their sum, then the lanes (AVX2's REDUCE: the 4-lane
+    halves, then hadd twice; AVX-512's ``_mm512_reduce_add_ps`` as GCC has it: the 8-lane
+    halves, the 4-lane halves, lanes 0+2 and 1+3, their sum; AVX512-FP16's f16
+    ``_mm512_reduce_add_ph``: halves down to one lane); the leftover products join in double."""
+    ops = _ops()
+    lanes = kernels.dot_lanes
+    add = _f16_add if kernels.dot_f16 else ops.add
     q, k = _output(q), _output(k)
     d = q.get_partial_shape()[3].get_length()
-    steps = d // (4 * lanes)
+    n_simd = d - d % (4 * lanes)
     prod = ops.multiply(
         ops.unsqueeze(q, ops.constant(np.int64(3))), ops.unsqueeze(k, ops.constant(np.int64(2)))
-    )
+    )  # [B, G, R, n_kv, D]
     lead = ops.gather(
         ops.shape_of(prod), ops.constant(np.arange(4, dtype=np.int64)), ops.constant(np.int64(0))
     )
-    shape = ops.concat([lead, ops.constant(np.array([steps, 4, lanes], np.int64))], 0)
-    parts = ops.split(ops.reshape(prod, shape, False), ops.constant(np.int64(4)), steps).outputs()
-    acc = parts[0]
-    for part in parts[1:]:
-        acc = ops.add(acc, part)
-    a = ops.split(acc, ops.constant(np.int64(5)), 4).outputs()  # [.., 1, 1, lanes] each
-    x = ops.add(ops.add(a[0], a[2]), ops.add(a[1], a[3]))
+    if n_simd:
+        steps = n_simd // (4 * lanes)
+        simd = prod if n_simd == d else _last_slice(prod, 0, n_simd)
+        shape = ops.concat([lead, ops.constant(np.array([steps, 4, lanes], np.int64))], 0)
+        parts = ops.split(ops.reshape(simd, shape, False), ops.constant(np.int64(4)), steps).outputs()
+        acc = _f16(parts[0]) if kernels.dot_f16 else parts[0]
+        for part in parts[1:]:
+            acc = add(acc, part)
+        a = ops.split(acc, ops.constant(np.int64(5)), 4).outputs()  # [.., 1, 1, lanes] each
+        x = add(add(a[0], a[2]), add(a[1], a[3]))
 
-    def halves(v: Any) -> Any:  # lane i + lane i + n/2
-        h = ops.split(v, ops.constant(np.int64(6)), 2).outputs()
-        return ops.add(h[0], h[1])
+        def halves(v: Any) -> Any:  # lane i + lane i + n/2
+            h = ops.split(v, ops.constant(np.int64(6)), 2).outputs()
+            return add(h[0], h[1])
 
-    if lanes == DOT_LANES_AVX512:
-        t = ops.split(halves(halves(x)), ops.constant(np.int64(6)), 4).outputs()
-        total = ops.add(ops.add(t[0], t[2]), ops.add(t[1], t[3]))
-    else:
-        t = ops.split(halves(x), ops.constant(np.int64(6)), 4).outputs()
-        total = ops.add(ops.add(t[0], t[1]), ops.add(t[2], t[3]))  # [B, G, R, n_kv, 1, 1, 1]
-    out_shape = ops.concat([lead], 0)
-    return ops.reshape(total, out_shape, False).output(0)
+        if kernels.dot_f16:
+            for _ in range(lanes.bit_length() - 1):
+                x = halves(x)
+            total = x
+        elif lanes == 16:
+            t = ops.split(halves(halves(x)), ops.constant(np.int64(6)), 4).outputs()
+            total = ops.add(ops.add(t[0], t[2]), ops.add(t[1], t[3]))
+        else:
+            t = ops.split(halves(x), ops.constant(np.int64(6)), 4).outputs()
+            total = ops.add(ops.add(t[0], t[1]), ops.add(t[2], t[3]))  # [B, G, R, n_kv, 1, 1, 1]
+        if n_simd == d:
+            return ops.reshape(total, lead, False).output(0)
+    # the leftovers, after the whole steps' sum (ggml's REDUCE gives 0.0 where there is no step)
+    tail = _last_slice(prod, n_simd, d)
+    if n_simd:
+        one = ops.concat([lead, ops.constant(np.array([1], np.int64))], 0)
+        tail = ops.concat([ops.reshape(total, one, False), tail], -1)
+    n_tail = d - n_simd + (1 if n_simd else 0)
+    return ops.reshape(_sum_rounded_once(tail, n_tail), lead, False).output(0)
 
 
 def _running_max(s: Any, n: int) -> Any:
@@ -389,16 +491,18 @@ def _last_slice(x: Any, start: int, stop: int) -> Any:
     return ops.slice(x, i64(start), i64(stop), i64(1), i64(-1))
 
 
-def flash_attn_f16_accumulated(scores: Any, v: Any, sinks: Any = None) -> Any:
+def flash_attn_f16_accumulated(scores: Any, v: Any, kernels: F16Kernels, sinks: Any = None) -> Any:
     """ggml's one-query-at-a-time flash attention with an f16 V: the f16 accumulation as an
-    OpenVINO Loop over the keys.
+    OpenVINO Loop over the keys, rounded as ``kernels`` round it.
 
     ``scores`` [B, G, R, n_kv]: Q·K scaled, soft-capped and masked (``-inf`` where masked) in f32;
     ``v`` [B, G, n_kv, Dv]: V's f16 values in f32; ``sinks``: None or per-row sink logits
     broadcastable to [B, G, R, 1].  Per key in order, as ggml: a masked key is skipped; a new
     maximum ``M`` rescales the f16 accumulator by ``ms = expf(M_old − M)`` (rounded to f16,
     ``ggml_vec_scale_f16``); then ``acc = f16(fma(v, vs, acc))`` with ``vs = expf(s − M)``
-    (``ggml_vec_mad_f16``) and ``S = S·ms + vs`` in f32.  ``M`` before and after each key is the
+    (``ggml_vec_mad_f16``) and ``S = fma(S, ms, vs)`` in f32; where ``kernels.vec_f16`` (the first
+    ``Dv − Dv % F16_STEP`` columns) ``f16(acc·f16(ms))`` and ``f16(v·f16(vs) + acc)``, one f16
+    rounding each.  ``M`` before and after each key is the
     running maximum, so ``ms`` and ``vs`` are computed for all keys at once (``ms`` is exactly 1
     and ``vs`` exactly 0 where ggml does not scale or skips the key, which leaves the accumulator as
     it is); only the roundings run in the Loop.  After the keys the accumulator is widened to f32,
@@ -418,37 +522,48 @@ def flash_attn_f16_accumulated(scores: Any, v: Any, sinks: Any = None) -> Any:
     skip = ops.equal(scores, _c(-np.inf))
     ms_all = exp_f32(ops.select(unset, _c(0.0), ops.subtract(m_before, m_after)))
     vs_all = ops.select(skip, _c(0.0), exp_f32(ops.select(skip, _c(0.0), ops.subtract(scores, m_after))))
-    vs_hi_all, vs_lo_all = _split(vs_all)
+    dv = v_shape[3].get_length()
+    n_f16 = dv - dv % F16_STEP if kernels.vec_f16 else 0
 
     row_shape = ov.PartialShape([s_shape[0], s_shape[1], s_shape[2], 1])
     acc_shape = ov.PartialShape([s_shape[0], s_shape[1], s_shape[2], v_shape[3]])
     s_in = ops.parameter(row_shape, np.float32, name="S")
     a_in = ops.parameter(acc_shape, np.float32, name="acc")
-    ms, vs, vs_hi, vs_lo = (
-        ops.parameter(row_shape, np.float32, name=n) for n in ("ms", "vs", "vs_hi", "vs_lo")
-    )
     v_row = ops.parameter(ov.PartialShape([v_shape[0], v_shape[1], 1, v_shape[3]]), np.float32, name="v")
-    scaled = _f16(_mul(a_in, ms))
-    # f16(fma(v, vs, acc)): v has 11 significant bits, so v·vs_hi and v·vs_lo are exact and the
-    # product's rounding error is (v·vs_hi − p) + v·vs_lo (Dekker)
-    p = _mul(v_row, vs)
-    err = ops.add(ops.subtract(ops.multiply(v_row, vs_hi), p), ops.multiply(v_row, vs_lo))
-    total, e = _two_sum(scaled, p)
-    a_out = _f16(ops.add(total, ops.add(e, err)))
-    s_out = ops.add(_mul(s_in, ms), vs)
+    per_key: dict[str, tuple[Any, Any]] = {}  # body Parameter and its values for all keys, by name
+
+    def key_input(name: str, values: Any) -> Any:
+        per_key[name] = (ops.parameter(row_shape, np.float32, name=name), values)
+        return per_key[name][0]
+
+    ms, vs = key_input("ms", ms_all), key_input("vs", vs_all)
+    if n_f16 < dv:
+        vs_hi_all, vs_lo_all = _split(vs_all)
+        vs_hi, vs_lo = key_input("vs_hi", vs_hi_all), key_input("vs_lo", vs_lo_all)
+        scaled = _f16(_mul(a_in, ms))
+        # f16(fma(v, vs, acc)): v has 11 significant bits, so v·vs_hi and v·vs_lo are exact and
+        # the product's rounding error is (v·vs_hi − p) + v·vs_lo (Dekker)
+        p = _mul(v_row, vs)
+        err = ops.add(ops.subtract(ops.multiply(v_row, vs_hi), p), ops.multiply(v_row, vs_lo))
+        total, e = _two_sum(scaled, p)
+        a_out = _f16(ops.add(total, ops.add(e, err)))
+    if n_f16:  # f16 arithmetic on f16 operands: the products are exact in f32
+        ms16, vs16 = key_input("ms16", _f16(ms_all)), key_input("vs16", _f16(vs_all))
+        a16 = _f16_add(_f16(ops.multiply(a_in, ms16)), ops.multiply(v_row, vs16))
+        a_out = a16 if n_f16 == dv else ops.select(ops.constant(np.arange(dv) < n_f16), a16, a_out)
+    s_out = _fma(s_in, ms, vs)
     results = [ops.result(x) for x in (ops.constant(True), s_out, a_out)]
-    body = ov.Model(results, [s_in, a_in, ms, vs, vs_hi, vs_lo, v_row], "flash_attn_f16_keys")
+    params = [s_in, a_in, *(param for param, _ in per_key.values()), v_row]
+    body = ov.Model(results, params, "flash_attn_f16_keys")
 
     loop = ops.loop(ops.constant(np.int64(n_kv)), ops.constant(True))
     loop.set_function(body)
     loop.set_special_body_ports([-1, 0])
     rows = _shape_with_last(scores, 1)
-    dv = ops.gather(ops.shape_of(v), ops.constant(np.array([3], np.int64)), ops.constant(np.int64(0)))
+    acc_dims = ops.concat([_leading(scores), ops.constant(np.array([dv], np.int64))], 0)
     loop.set_merged_input(s_in, ops.broadcast(_c(0.0), rows).output(0), s_out.output(0))
-    loop.set_merged_input(
-        a_in, ops.broadcast(_c(0.0), ops.concat([_leading(scores), dv], 0)).output(0), a_out.output(0)
-    )
-    for param, value in ((ms, ms_all), (vs, vs_all), (vs_hi, vs_hi_all), (vs_lo, vs_lo_all)):
+    loop.set_merged_input(a_in, ops.broadcast(_c(0.0), acc_dims).output(0), a_out.output(0))
+    for param, value in per_key.values():
         loop.set_sliced_input(param, _output(value), 0, 1, 1, -1, 3)
     loop.set_sliced_input(v_row, v, 0, 1, 1, -1, 2)
     s = loop.get_iter_value(s_out.output(0), -1)
@@ -459,7 +574,7 @@ def flash_attn_f16_accumulated(scores: Any, v: Any, sinks: Any = None) -> Any:
         sink_ms = ops.select(sink_max, ops.exp(ops.subtract(m, sinks)), _c(1.0))
         sink_vs = ops.select(sink_max, _c(1.0), ops.exp(ops.subtract(sinks, m)))
         a = ops.multiply(a, sink_ms)
-        s = ops.add(_mul(s, sink_ms), sink_vs)
+        s = _fma(s, sink_ms, sink_vs)
     inv = ops.select(ops.equal(s, _c(0.0)), _c(0.0), ops.divide(_c(1.0), s))
     return ops.multiply(a, inv).output(0)
 
@@ -482,17 +597,22 @@ def grouped_sinks(sinks: Any, h_kv: int, r: int, n_q: int) -> Any:
     return ops.reshape(rows, ops.constant(np.array([1, h_kv, r * n_q, 1], np.int64)), False)
 
 
-#: The node param that asks the translation for llama.cpp CPU's numerics (value "ggml").  A param,
-#: not a global switch: it is part of the graph's structure key, so a marked graph compiles on its own.
+#: The node params that ask the translation for llama.cpp CPU's numerics: :data:`PARAM` "ggml",
+#: :data:`KERNELS_PARAM` the name of the build's :class:`F16Kernels`.  Params, not a global
+#: switch: they are part of the graph's structure key, so a marked graph compiles on its own.
 PARAM = "numerics"
+KERNELS_PARAM = "ggml_kernels"
 
 
-def mark(graph: Any) -> None:
+def mark(graph: Any, kernels: F16Kernels | None = None) -> None:
     """precision="ggml": mark ``graph``'s FLASH_ATTN_EXT nodes for llama.cpp CPU's attention
-    numerics (:func:`flash_attn_path`)."""
+    numerics (:func:`flash_attn_path`) with ``kernels`` (default: the reference build's,
+    :func:`f16_kernels`)."""
     from ovkit.ir import Op
 
+    name = (kernels or f16_kernels()).name
     for t in graph.nodes:
         if t.op is Op.FLASH_ATTN_EXT:
             t.params[PARAM] = "ggml"
+            t.params[KERNELS_PARAM] = name
     graph._edited()

@@ -1040,15 +1040,15 @@ def _flash_attn_ggml_f16(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Ou
     assert q_t is not None and k_t is not None and v_t is not None
     n_b, n_h, n_q, n_kv, h_kv = q_t.ne[3], q_t.ne[2], q_t.ne[1], k_t.ne[1], k_t.ne[2]
     r = n_h // h_kv
-    if k_t.dtype == "f16" and q_t.ne[0] % (4 * ggml_numerics.dot_lanes()) == 0:
-        s = ggml_numerics.dot_f16_scores(q, k)  # ggml_vec_dot_f16's summation order
-    else:
-        s = ops.matmul(q, k, False, True)  # [B, H_kv, r·n_q, n_kv]
+    kernels = ggml_numerics.kernels_named(t.params[ggml_numerics.KERNELS_PARAM])
+    # [B, H_kv, r·n_q, n_kv]; an f16 K: in ggml_vec_dot_f16's summation order
+    f16_k = k_t.dtype == "f16"
+    s = ggml_numerics.dot_f16_scores(q, k, kernels) if f16_k else ops.matmul(q, k, False, True)
     s = _attention_scores(t, xs, ops.reshape(s, i64([n_b, n_h, n_q, n_kv]), False))
     sinks = xs[4] if len(xs) > 4 else None
     grouped = ops.reshape(s, i64([n_b, h_kv, r * n_q, n_kv]), False)
     row_sinks = None if sinks is None else ggml_numerics.grouped_sinks(f32(sinks), h_kv, r, n_q)
-    out = ggml_numerics.flash_attn_f16_accumulated(grouped, v, row_sinks)
+    out = ggml_numerics.flash_attn_f16_accumulated(grouped, v, kernels, row_sinks)
     out = ops.reshape(out, i64([n_b, n_h, n_q, v_t.ne[0]]), False)
     return ops.transpose(out, i64([0, 2, 1, 3]))
 
