@@ -39,8 +39,11 @@ if TYPE_CHECKING:
 #: The sides ``--against`` can name besides ovkit: llama.cpp's CPU build and the real backend
 #: (llama-cpp-python, its OpenVINO build for "upstream"), and OpenVINO GenAI's GGUF reader.
 AGAINST = ("llama.cpp", "upstream", "genai")
-#: Greedy tokens every side picks after the pp prompt (at most), compared with llama.cpp's.
+#: Greedy tokens every side picks after the same prompt, compared with llama.cpp's.
 N_CHECK = 16
+#: That prompt, in llama.cpp's tokens of the model (the pp test's pseudo-random ids when it has no
+#: tokenizer): natural text, whose next tokens a trained model does not pick from near-ties.
+GREEDY_TEXT = "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is"
 
 
 #: A side's process of one repetition is at most this long (a hung child is killed).
@@ -380,6 +383,7 @@ def run_side(
     tokens: Sequence[int],
     n_ctx: int,
     progress: Callable[[str], None] = lambda _: None,
+    greedy_prompt: Sequence[int] = (),
 ) -> tuple[list[BenchResult], SideRun]:
     """One side in its own fresh process (crash-isolated, killed after ``CHILD_TIMEOUT_S``)."""
     from ovkit import child
@@ -398,6 +402,7 @@ def run_side(
         "precision": s.precision,
         "shapes": s.shapes,
         "n_check": N_CHECK,
+        "greedy_prompt": list(greedy_prompt),
     }
 
     def failed(error: str) -> tuple[list[BenchResult], SideRun]:
@@ -432,6 +437,18 @@ def run_side(
     return results, run
 
 
+def _greedy_prompt(path: Path, n_ctx: int) -> list[int]:
+    """:data:`GREEDY_TEXT` in llama.cpp's tokens of the model; empty when llama.cpp is not here or
+    the model has no tokenizer (each side then takes the pp test's ids)."""
+    from ovkit.model.reference import tokenize
+
+    try:
+        ids = tokenize(path, GREEDY_TEXT)
+    except Exception:  # llama.cpp missing, or no vocabulary: the fallback says so in the report
+        return []
+    return ids if 0 < len(ids) <= n_ctx - N_CHECK else []
+
+
 def bench(s: BenchSettings, progress: Callable[[str], None] = lambda _: None) -> BenchReport:
     """Every side of ``s`` in turn, each in its own fresh process."""
     from ovkit.gguf import read_gguf
@@ -446,8 +463,9 @@ def bench(s: BenchSettings, progress: Callable[[str], None] = lambda _: None) ->
     before = os.getloadavg()
     results: list[BenchResult] = []
     runs: list[SideRun] = []
+    greedy_prompt = _greedy_prompt(s.path, n_ctx)
     for side in ("ovkit", *s.against):
-        got, run = run_side(s, side, tokens, n_ctx, progress)
+        got, run = run_side(s, side, tokens, n_ctx, progress, greedy_prompt)
         results += got
         runs.append(run)
     after = os.getloadavg()
@@ -665,8 +683,8 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
             first = (time.time(), _rss())
         times[test] = [_timed(fn) for _ in range(request["reps"])]
     n_prompt = next((n for t, n in request["tests"] if t.startswith("pp")), 16)
-    n_prompt = min(n_prompt, request["n_ctx"] - 1)
-    greedy = runner.greedy(toks[:n_prompt], min(request["n_check"], request["n_ctx"] - n_prompt))
+    prompt = request["greedy_prompt"] or toks[: min(n_prompt, request["n_ctx"] - 1)]
+    greedy = runner.greedy(prompt, min(request["n_check"], request["n_ctx"] - len(prompt)))
     assert first is not None
     return {
         "times": times,
