@@ -34,8 +34,10 @@ import openvino as ov
 from IPython.display import display
 
 import ovkit
-from ovkit import notebook
+from ovkit import notebook, notebook_log
 from ovkit.devices import physical_device_ids
+
+notebook_log.install()  # ovkit's log lines as outputs of the cell, warnings marked
 
 core = ovkit.SimulatedCore(profile) if profile else ov.Core()
 print("OpenVINO", ov.get_version())

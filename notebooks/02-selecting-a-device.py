@@ -31,10 +31,11 @@ import pandas as pd
 from IPython.display import display
 
 import ovkit
-from ovkit import notebook
+from ovkit import notebook, notebook_log
 
-# In a notebook ovkit shows its log lines (upstream's own wording) as outputs of the cell:
+# Asked once, ovkit shows its log lines (upstream's own wording) as outputs of the cell:
 # routine lines quiet, the fallback warning and hints standing out.
+notebook_log.install()
 sim = ovkit.SimulatedCore(profile)
 print("this machine:", ovkit.resolve_device(env={}, log=False).available)
 print(f"simulated {profile}:", sim.available_devices)

@@ -39,9 +39,11 @@ import pandas as pd
 from IPython.display import display
 
 import ovkit
-from ovkit import engine, notebook, oracle
+from ovkit import engine, notebook, notebook_log, oracle
 from ovkit.blocks import CACHE_NAMES, BlockConfig, block_inputs, block_weights, transformer_block
 from ovkit.graph import Graph, GraphError, UnsupportedOpError
+
+notebook_log.install()  # ovkit's log lines as outputs of the cell, warnings marked
 
 core = ovkit.SimulatedCore(profile) if profile else ov.Core()
 env = {"GGML_OPENVINO_DEVICE": device} if device else None

@@ -40,9 +40,11 @@ import openvino as ov
 from IPython.display import display
 
 import ovkit
-from ovkit import buffers, engine, notebook, quant
+from ovkit import buffers, engine, notebook, notebook_log, quant
 from ovkit.graph import Graph
 from ovkit.memory import MIB
+
+notebook_log.install()  # ovkit's log lines as outputs of the cell, warnings marked
 
 core = ovkit.SimulatedCore(profile) if profile else ov.Core()
 env = {"GGML_OPENVINO_DEVICE": device}

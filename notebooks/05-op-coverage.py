@@ -35,11 +35,13 @@ import pandas as pd
 from IPython.display import display
 
 import ovkit
-from ovkit import notebook, oracle, testops
+from ovkit import notebook, notebook_log, oracle, testops
 from ovkit.catalogue import curated
 from ovkit.catalogue.result import Result
 from ovkit.devices import device_class, physical_device_ids
 from ovkit.ops import policy
+
+notebook_log.install()  # ovkit's log lines as outputs of the cell, warnings marked
 
 sim = ovkit.SimulatedCore(profile)
 targets = {"CPU": (None, device)}  # device class -> (core, device id); GPU and NPU from the profile

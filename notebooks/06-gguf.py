@@ -42,7 +42,9 @@ from IPython.display import display
 
 import ovkit
 from ovkit import gguf as ovgguf
-from ovkit import notebook
+from ovkit import notebook, notebook_log
+
+notebook_log.install()  # ovkit's log lines as outputs of the cell, warnings marked
 
 core = ovkit.SimulatedCore(profile) if profile else ov.Core()
 dev = ovkit.resolve_device(core, env={"GGML_OPENVINO_DEVICE": device}, log=False).device

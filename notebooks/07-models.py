@@ -36,11 +36,13 @@ import pandas as pd
 from IPython.display import display
 
 import ovkit
-from ovkit import notebook
+from ovkit import notebook, notebook_log
 from ovkit.model import Model, footprint, placement, synthetic
 from ovkit.model import profile as op_profile
 from ovkit.model.cli import compare
 from ovkit.model.reference import run_reference
+
+notebook_log.install()  # ovkit's log lines as outputs of the cell, warnings marked
 
 sim = ovkit.SimulatedCore(profile)
 workdir = Path(tempfile.mkdtemp(prefix="ovkit-models-"))

@@ -7,24 +7,19 @@ and widgets load on first use so that ``ovkit list-devices`` stays as fast as Op
 from __future__ import annotations
 
 import importlib
-import os
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ovkit.config import OvkitConfig, OvkitConfigWarning, read_config
 from ovkit.devices import Device, DeviceClass, device_table, format_device_list, list_devices
 from ovkit.memory import MemoryReport, read_memory
-from ovkit.notebook_log import install_if_in_kernel
 from ovkit.selection import Backend, Selection, resolve_device, using_device
 
 __version__ = "0.1.0"
 
-# A failed GGML_ASSERT makes ggml fork a child that prints a backtrace (gdb, else
-# backtrace_symbols) and wait for it. When two of ggml's worker threads assert at once, that child
-# can deadlock on a lock held at fork time and the asserting process hangs instead of dying: ovkit
-# runs ggml in child processes precisely so that such aborts end them, so it turns the backtrace
-# off for every ggml it loads or starts, unless the user set the variable themselves.
-os.environ.setdefault("GGML_NO_BACKTRACE", "1")
-install_if_in_kernel()  # in a Jupyter kernel: ovkit's log lines as styled outputs, not stderr blocks
+# A library adds no handler but this one: where ovkit's log lines go is the application's choice
+# (``ovkit.notebook_log.install()`` in a notebook; the CLI writes them to stderr).
+logging.getLogger("ovkit").addHandler(logging.NullHandler())
 
 
 # Heavier parts, imported lazily: attribute name -> module.

@@ -28,6 +28,12 @@ from typing import IO
 #: The environment variable naming the file descriptor a :class:`Child` reads replies from.
 REPLY_FD_ENV = "OVKIT_CHILD_FD"
 
+#: Set to 1 in every child's environment unless the caller's has it: a failed GGML_ASSERT makes
+#: ggml fork a child that prints a backtrace (gdb, else backtrace_symbols) and wait for it; when
+#: two of ggml's threads assert at once, that child can deadlock on a lock held at fork time and
+#: the asserting process hangs instead of dying, while a child is started precisely to die.
+NO_BACKTRACE_ENV = "GGML_NO_BACKTRACE"
+
 #: How much of the end of a child's stderr a :class:`Death` keeps.
 STDERR_TAIL_BYTES = 8192
 
@@ -80,6 +86,12 @@ class Death:
         return lines[-1] if lines else ""
 
 
+def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a child starts with: ``env`` (default: this process's) and ggml's
+    backtrace off unless ``env`` sets :data:`NO_BACKTRACE_ENV` itself."""
+    return {NO_BACKTRACE_ENV: "1", **(os.environ if env is None else env)}
+
+
 def death(returncode: int, stderr: str = "", sigill_hint: SigillHint | None = None) -> Death:
     """The :class:`Death` of a child that ended with ``returncode`` (the hint asked only for SIGILL)."""
     hint = sigill_hint() if sigill_hint is not None and returncode == -signal.SIGILL else ""
@@ -129,7 +141,7 @@ class Child:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=self._log,
-                env={**(os.environ if env is None else env), REPLY_FD_ENV: str(write_fd)},
+                env={**child_env(env), REPLY_FD_ENV: str(write_fd)},
                 pass_fds=(write_fd,),
             )
         except BaseException:  # no child (a missing interpreter ...): nothing left open
@@ -231,7 +243,7 @@ def run(
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=None if env is None else dict(env),
+            env=child_env(env),
         )
     except subprocess.TimeoutExpired:
         raise ChildTimedOut(timeout or 0.0) from None

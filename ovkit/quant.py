@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ovkit import oracle
 from ovkit.config import FROM_ENV, FromEnv, requant_kquant_env
 from ovkit.dtypes import QUANT_TYPES, WRITABLE_QUANT_TYPES, ggml_type
 
@@ -871,6 +870,8 @@ def from_blocks(
 
 def quantize(qtype: str, array: np.ndarray, name: str = "", form: Form = "fast") -> QuantizedWeight:
     """Quantize an f32 array with ggml's own ``ggml_quantize_chunk`` (via ovkit.oracle) or gguf."""
+    from ovkit import oracle  # here: loading ggml-python is a cost only quantizing pays
+
     spec = quant_spec(qtype)
     x = np.ascontiguousarray(array, dtype=np.float32)
     try:

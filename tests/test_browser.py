@@ -38,6 +38,7 @@ MIB = 2**20
 WIDGETS = f"{PANEL} .jupyter-widgets"  # what the widgets drew (their saved pictures are not inside)
 DASHBOARD_CELLS = [
     "import ovkit\n"
+    "ovkit.notebook_log.install()\n"
     'core = ovkit.SimulatedCore("laptop")\n'
     f'core.allocate("GPU", {512 * MIB})\n'
     "board = ovkit.dashboard(core, interval=0.5)\n"

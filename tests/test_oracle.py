@@ -326,7 +326,7 @@ def test_quantized_results_are_decoded() -> None:
 
 
 def test_without_ggml_python_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(oracle, "_ggml_mod", None)
+    monkeypatch.setattr(oracle, "load_ggml", lambda: None)
     assert not oracle.ggml_available()
     with pytest.raises(oracle.GgmlUnavailableError, match="pip install ggml-python"):
         oracle.ggml_call("add", rand(3), rand(3))

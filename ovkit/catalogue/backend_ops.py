@@ -1074,7 +1074,7 @@ def ggml_has_builder(op_name: str) -> bool:
     """Whether the oracle's ggml has the op's builder function (``ggml_<op>``)."""
     from ovkit import oracle
 
-    return oracle.ggml_available() and hasattr(oracle._g(), f"ggml_{op_name.lower()}")
+    return oracle.ggml_available() and hasattr(oracle.ggml_module(), f"ggml_{op_name.lower()}")
 
 
 def ggml_has_type(dtype: str) -> bool:

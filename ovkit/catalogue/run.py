@@ -473,7 +473,7 @@ def _worker(policy: str, device: str, threads: int) -> Child:
     """A worker child answering rows (a SIGILL names ggml-python's build: the oracle it runs)."""
     from ovkit.native import sigill_hint_for
 
-    # GGML_NO_BACKTRACE comes with os.environ (ovkit/__init__.py): a ggml abort ends the worker
+    # ovkit.child adds GGML_NO_BACKTRACE=1: a ggml abort ends the worker at once
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), **{THREADS_ENV: str(threads)})
     hint = partial(sigill_hint_for, "ggml-python-openvino")
     return Child([*WORKER_COMMAND, policy, device], env=env, sigill_hint=hint)
