@@ -85,15 +85,16 @@ print("hint:", s.hint)
 # ## 3. Switching explicitly
 #
 # Exploring several devices means switching the selection on purpose:
-# `ovkit.using_device(name)` sets `GGML_OPENVINO_DEVICE` for a block and re-resolves; the
-# variable is restored afterwards.
+# `ovkit.using_device(name)` gives a block the selection `GGML_OPENVINO_DEVICE=name` makes;
+# what runs in the block takes its `device`. The process environment is left alone, so the
+# dashboard's refresh (another thread) keeps showing the variable's own device.
 
 # %% tags=["using-device"]
 before = os.environ.get("GGML_OPENVINO_DEVICE")
 for name in ovkit.devices.physical_device_ids(sim):
-    with ovkit.using_device(name, sim) as s:
+    with ovkit.using_device(name, core=sim) as s:
         print(f"{name:8} -> selected {s.device:6} class {s.device_class}")
-print("restored:", os.environ.get("GGML_OPENVINO_DEVICE") == before)
+print("environment unchanged:", os.environ.get("GGML_OPENVINO_DEVICE") == before)
 
 # %% [markdown]
 # ## 4. The selector widget
@@ -140,9 +141,9 @@ for name, decision in decisions[gpu].items():
     print(f"selected {gpu}, asked {name:6} -> {decision.supported}: {decision.reason}")
 
 # %% [markdown]
-# For running ops this means: a graph runs on the selected device. To try another device,
-# switch the selection explicitly; `compute` without a `device` follows it, and the compiled
-# graphs are cached per device.
+# For running ops this means: a graph runs on the selected device (`compute` without a
+# `device`). To try another device, take the selection `using_device` makes and pass its device
+# on; the compiled graphs are cached per device.
 
 # %% tags=["running"]
 import numpy as np
@@ -154,8 +155,9 @@ g = Graph()
 a = g.input("a", (2, 8))
 y = g.gelu(a)
 for name in gpu_ids or ["CPU"]:
-    with ovkit.using_device(name, sim) as s:
-        out = g.compute(y, {"a": np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8)}, core=sim)
+    with ovkit.using_device(name, core=sim) as s:
+        feed = {"a": np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8)}
+        out = g.compute(y, feed, device=s.device, core=sim)
         print(f"selected {s.device}: gelu ran, result {out.shape}")
 display(engine.get_engine(sim).table()[["device", "inputs", "runs"]])
 

@@ -138,17 +138,12 @@ def resolve_device(
 
 
 @contextlib.contextmanager
-def using_device(name: str, core: Any = None) -> Iterator[Selection]:
-    """Set ``GGML_OPENVINO_DEVICE`` for the duration of the block and yield the resolution."""
-    old = os.environ.get(ENV_DEVICE)
-    os.environ[ENV_DEVICE] = name
-    try:
-        yield resolve_device(core)
-    finally:
-        if old is None:
-            os.environ.pop(ENV_DEVICE, None)
-        else:
-            os.environ[ENV_DEVICE] = old
+def using_device(name: str, *, core: Any = None) -> Iterator[Selection]:
+    """For a block, the selection ``GGML_OPENVINO_DEVICE=name`` makes (the other variables read
+    from ``os.environ``): pass its ``device`` to what runs in the block.  The process environment
+    is left as it is, so other threads (the dashboard's refresh, another cell's work) never see a
+    device they did not ask for."""
+    yield resolve_device(core, {**os.environ, ENV_DEVICE: name})
 
 
 class Backend:

@@ -70,14 +70,18 @@ def test_reads_the_process_environment_by_default(monkeypatch: pytest.MonkeyPatc
     assert resolve_device(SimulatedCore("laptop")).device == "NPU"
 
 
-def test_using_device_sets_and_restores_the_variable() -> None:
+def test_using_device_selects_for_a_block_and_leaves_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The block gets its selection; the process (other threads) keeps its own variable."""
+    monkeypatch.setenv("GGML_OPENVINO_DEVICE", "NPU")
+    monkeypatch.setenv("GGML_OPENVINO_LOG_UNSUPPORTED_OPS", "1")
     core = SimulatedCore("laptop")
-    with using_device("GPU", core) as sel:
-        assert sel.device == "GPU" and os.environ["GGML_OPENVINO_DEVICE"] == "GPU"
-        with using_device("NPU", core) as inner:
-            assert inner.device == "NPU"
-        assert os.environ["GGML_OPENVINO_DEVICE"] == "GPU"
-    assert "GGML_OPENVINO_DEVICE" not in os.environ
+    with using_device("GPU", core=core) as sel:
+        assert sel.device == "GPU" and sel.config.log_unsupported_ops  # the other settings kept
+        assert os.environ["GGML_OPENVINO_DEVICE"] == "NPU"
+        assert resolve_device(core).device == "NPU"
+        with using_device("gpu", core=core) as inner:
+            assert inner.device == "CPU" and inner.fell_back and inner.hint
+    assert os.environ["GGML_OPENVINO_DEVICE"] == "NPU"
 
 
 def test_backend_supports_no_op_on_a_device_that_is_not_selected() -> None:
