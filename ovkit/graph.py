@@ -1831,9 +1831,14 @@ class Graph(GraphIR):
         return graph_decisions(self, outputs, device_class)
 
     def to_model(
-        self, outputs: Tensor | Sequence[Tensor], inputs: Sequence[str] | None = None
+        self,
+        outputs: Tensor | Sequence[Tensor],
+        inputs: Sequence[str] | None = None,
+        *,
+        manual_gqa: bool | None = None,
     ) -> tuple[Any, list[str]]:
-        """The OpenVINO model computing ``outputs`` and the names of its Parameters (in order)."""
+        """The OpenVINO model computing ``outputs`` and the names of its Parameters (in order);
+        ``manual_gqa`` picks FLASH_ATTN_EXT's form (``ovkit.ops.translate.attention_form``)."""
         from ovkit.ops.translate import build_model
 
         outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
@@ -1844,7 +1849,7 @@ class Graph(GraphIR):
             if missing:
                 raise GraphError(f"to_model: inputs {missing} are needed but not listed in {list(inputs)}")
             leaves.sort(key=lambda t: order[t.name])
-        return build_model(self, outs, leaves), [t.name for t in leaves]
+        return build_model(self, outs, leaves, manual_gqa=manual_gqa), [t.name for t in leaves]
 
     def compute(
         self,

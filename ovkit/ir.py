@@ -587,6 +587,13 @@ class Tensor(_OpKind):
         self.graph._edited()
         return self
 
+    def set_param(self, key: str, value: Any) -> Tensor:
+        """Set one op param after creation (a translation mark, such as precision="ggml"'s): what
+        was derived from the graph before (policy decisions, plans) is derived again."""
+        self.params[key] = value
+        self.graph._edited()
+        return self
+
     def op_info(self) -> OpInfo:
         """This node as an :class:`OpInfo` (sources and view source included).
 

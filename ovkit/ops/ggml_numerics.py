@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ovkit import quant
+from ovkit.ir import GraphIR, Op
 from ovkit.quant import QuantError, QuantizedWeight, RequantTarget
 
 #: ggml's ``type_traits_cpu[type].vec_dot_type`` (ggml-cpu.c) for every quantized weight type:
@@ -604,15 +605,12 @@ PARAM = "numerics"
 KERNELS_PARAM = "ggml_kernels"
 
 
-def mark(graph: Any, kernels: F16Kernels | None = None) -> None:
+def mark(graph: GraphIR, kernels: F16Kernels | None = None) -> None:
     """precision="ggml": mark ``graph``'s FLASH_ATTN_EXT nodes for llama.cpp CPU's attention
     numerics (:func:`flash_attn_path`) with ``kernels`` (default: the reference build's,
     :func:`f16_kernels`)."""
-    from ovkit.ir import Op
-
     name = (kernels or f16_kernels()).name
     for t in graph.nodes:
         if t.op is Op.FLASH_ATTN_EXT:
-            t.params[PARAM] = "ggml"
-            t.params[KERNELS_PARAM] = name
-    graph._edited()
+            t.set_param(PARAM, "ggml")
+            t.set_param(KERNELS_PARAM, name)
