@@ -35,7 +35,7 @@ import numpy as np
 from ovkit import quant, weight_release
 from ovkit.config import read_config
 from ovkit.devices import DeviceClass, device_class
-from ovkit.dtypes import STORAGE_DTYPE
+from ovkit.dtypes import STORAGE_DTYPE, align_up
 from ovkit.memory import SIZE_MAX
 from ovkit.runtime import get_core, is_simulated
 
@@ -162,12 +162,8 @@ def tensor_alloc_size(shape: Sequence[int], dtype: str) -> int:
     weights = n * spec.container_bits // 8
     scales = groups * 2
     zp = 0 if spec.symmetric else groups
-    layout = sum(_align(s, HOST_ALIGNMENT) for s in (weights, scales, zp))
+    layout = sum(align_up(s, HOST_ALIGNMENT) for s in (weights, scales, zp))
     return max(nbytes, layout)
-
-
-def _align(n: int, a: int) -> int:
-    return (n + a - 1) // a * a
 
 
 # ------------------------------------------------------------------------------------------------
@@ -492,7 +488,7 @@ class Buffer:
         shape_t = tuple(int(s) for s in shape)
         nbytes = tensor_nbytes(shape_t, dtype)
         alloc = self.buffer_type.get_alloc_size(shape_t, dtype)
-        off = _align(self._next, self.buffer_type.alignment) if offset is None else int(offset)
+        off = align_up(self._next, self.buffer_type.alignment) if offset is None else int(offset)
         if off < 0 or off % self.buffer_type.alignment:
             raise BufferUsageError(
                 f"tensor {name!r}: offset {off} is not a multiple of {self.buffer_type.alignment}"

@@ -202,6 +202,12 @@ def layout(dtype: str) -> tuple[int, int]:
     return (t.block, t.size) if t is not None else (1, 1)
 
 
+def align_up(n: int, alignment: int) -> int:
+    """``n`` rounded up to a multiple of ``alignment`` (ggml's ``GGML_PAD``): buffer offsets, the
+    GGUF data section."""
+    return (n + alignment - 1) // alignment * alignment
+
+
 def contiguous_nb(dtype: str, ne: Iterable[int]) -> tuple[int, int, int, int]:
     """ggml's byte strides of a contiguous tensor of ``dtype`` and ``ne`` (ggml order)."""
     blck, tsize = layout(dtype)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ovkit import quant
-from ovkit.dtypes import STORAGE_DTYPE, UnknownTypeError, type_by_id
+from ovkit.dtypes import STORAGE_DTYPE, UnknownTypeError, align_up, type_by_id
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -143,7 +143,7 @@ class GGUFModel:
 
         infos = [t for t in self.tensors.values() if t.supported]
         bt = buffers.host_buffer_type(device) if host else buffers.buffer_type(device)
-        size = sum(buffers._align(bt.get_alloc_size(t.shape, t.type), bt.alignment) for t in infos)
+        size = sum(align_up(bt.get_alloc_size(t.shape, t.type), bt.alignment) for t in infos)
         buf = bt.alloc_buffer(size, buffers.Usage.WEIGHTS, core=core)
         placed = {}
         try:
@@ -426,10 +426,6 @@ def _tensor_info(cur: _Cursor, i: int) -> _RawInfo:
     return _RawInfo(name, ggml_type, ne, nbytes, offset)
 
 
-def _pad(n: int, alignment: int) -> int:
-    return (n + alignment - 1) // alignment * alignment
-
-
 def _check_layout(cur: _Cursor, infos: list[_RawInfo], data_start: int, alignment: int) -> None:
     """Tensors packed in table order, each padded to the alignment, all inside the file (as ggml)."""
     expected = 0
@@ -453,7 +449,7 @@ def _check_layout(cur: _Cursor, infos: list[_RawInfo], data_start: int, alignmen
                 f"tensor {t.name!r} has data offset {t.offset}, expected {expected} {after}tensors are "
                 f"stored in table order, each padded to {alignment} bytes"
             )
-        expected = _pad(t.offset + t.nbytes, alignment)
+        expected = align_up(t.offset + t.nbytes, alignment)
         prev = t
 
 
@@ -493,7 +489,7 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
             raise cur.fail(f"duplicate tensor name {info.name!r}")
         names.add(info.name)
         infos.append(info)
-    data_start = _pad(cur.pos, alignment)
+    data_start = align_up(cur.pos, alignment)
     _check_layout(cur, infos, data_start, alignment)
     tensors: dict[str, TensorInfo] = {}
     for t in infos:

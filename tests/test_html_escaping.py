@@ -159,15 +159,15 @@ def test_live_table_and_charts_fallbacks(core: SimulatedCore) -> None:
     table = DeviceTable(core, auto_refresh=False)
     charts = AllocationCharts(core, auto_refresh=False)
     try:
-        page = inert(table._fallback_html())
+        page = inert(table.fallback_html())
         assert page.visible.count(NAME) == 2 and DEVICE_ID in page.visible and ERROR in page.visible
         assert DEVICE_ID in page.attribute_values()  # data-device
         assert any(ERROR in v for v in page.attribute_values())  # the rule's title
         table._show_error_text(ERROR)  # a failed refresh, shown in the status line and the view
-        assert ERROR in inert(table._fallback_html()).visible
+        assert ERROR in inert(table.fallback_html()).visible
         assert ERROR in inert(table.controls.status.value).visible
         charts._show_error_text(ERROR)
-        assert ERROR in inert(charts._fallback_html()).visible
+        assert ERROR in inert(charts.fallback_html()).visible
     finally:
         table.close()
         charts.close()
@@ -261,7 +261,7 @@ def test_chromium_draws_the_text_and_runs_nothing(core: SimulatedCore) -> None:
     styled = ovkit.device_table(core).to_html()
     table = DeviceTable(core, auto_refresh=False)
     try:
-        fallback = table._fallback_html()
+        fallback = table.fallback_html()
         payload = json.loads(json.dumps({"meta": table.view.meta, "tick": table.view.tick}))
     finally:
         table.close()

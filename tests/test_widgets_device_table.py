@@ -17,7 +17,7 @@ from ovkit.widgets.device_table import render_table_html
 
 
 def _html(table: DeviceTable) -> str:
-    return table._fallback_html()  # the browser draws the same rows from ``table.view``
+    return table.fallback_html()  # the browser draws the same rows from ``table.view``
 
 
 def _selected_rows(html: str) -> list[str]:

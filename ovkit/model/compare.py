@@ -559,7 +559,7 @@ def run_ovkit(
             feed[t.name] = np.zeros(t.shape, NUMPY_DTYPE[t.dtype])
     results = compute_graph(
         g, [out.logits, *(t for _, t in named)], feed, model.device, core=model.core,
-        config=model._configs[min(n, 2)],
+        config=model.run_config(n),
     )  # fmt: skip
     values = {
         key: (tuple(t.ne), np.asarray(v, np.float32).ravel())

@@ -179,7 +179,7 @@ def _serve(request: dict[str, Any]) -> dict[str, np.ndarray]:
         return {"text": np.frombuffer(_chat_format(llama_cpp, request), np.uint8)}
     if op in ("tokenize", "detokenize", "eog"):
         llm = llama_cpp.Llama(request["path"], vocab_only=True, verbose=False)
-        vocab = llm._model.vocab
+        vocab = llama_cpp.llama_model_get_vocab(llm.model)
         if op == "tokenize":
             text = request["text"].encode()
             if request.get("chat"):

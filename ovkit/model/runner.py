@@ -504,7 +504,7 @@ class Model(Reported):
         """``shapes="dynamic"``/``"split"``: compile the model of ``key`` (a ``_model_key``) with
         ``n_kv`` and, unless it is split's decode model, ``n_tokens`` dynamic."""
         engine = get_engine(self.core)
-        config = self._configs[min(key.n_tokens, 2)]
+        config = self.run_config(key.n_tokens)
         wide = cache_names(self.hp.n_layer) if self._kv_wide else []
         kept: list[_Bucket] = []
         symbols = [Symbol("n_kv", "attn_inp_kq_mask", -1, DYNAMIC_KV)]
@@ -589,7 +589,7 @@ class Model(Reported):
                     states,
                     self.device,
                     core=self.core,
-                    config=self._configs[min(shape.n_tokens, 2)],
+                    config=self.run_config(shape.n_tokens),
                     stateful=self.stateful,
                     wide=list(b.caches) if self._kv_wide else (),
                 )
@@ -846,4 +846,12 @@ class Model(Reported):
         """The live sessions, one per shape bucket used so far (the lean model: its one session)."""
         if self.shapes == "lean":
             return [self._lean] if self._lean is not None else []
-        return [b.session for b in self._buckets.values() if b.session is not None]
+        return [session for _, session in self.shaped_sessions()]
+
+    def shaped_sessions(self) -> list[tuple[GraphShape, Any]]:
+        """(shape bucket, live session) of each shape bucket used so far."""
+        return [(b.shape, b.session) for b in self._buckets.values() if b.session is not None]
+
+    def run_config(self, n_tokens: int) -> RunConfig:
+        """The run configuration of a graph of ``n_tokens`` rows (decode's, or prefill's)."""
+        return self._configs[min(n_tokens, 2)]

@@ -164,13 +164,13 @@ class AllocationCharts(LiveView):
         """The panels as a static PNG (matplotlib, same axes as the live view)."""
         return figure_png(static_figure(self.model, chart_title(self.model)))
 
-    def _fallback_html(self) -> str:
+    def fallback_html(self) -> str:
         parts = [png_img(self.to_png(), "allocation charts")]
         if self.error:
             parts.insert(0, error_box(self.error))
         return "<div>" + "".join(parts) + "</div>"
 
-    def _fallback_text(self) -> str:
+    def fallback_text(self) -> str:
         lines = [f"Allocation charts ({chart_title(self.model)})"]
         if self.error:
             lines.append(f"error: {self.error}")

@@ -17,7 +17,7 @@ import ipywidgets as widgets
 from ovkit.widgets._html import esc
 from ovkit.widgets._refresh import MIN_INTERVAL_S, Refresher, claim
 from ovkit.widgets.data import DeviceRow, LiveModel, MemoryHistory, Snapshot, error_text, take_snapshot
-from ovkit.widgets.live import PANELS, MemoryView
+from ovkit.widgets.live import PANELS, STYLESHEET, MemoryView
 from ovkit.widgets.saved import SavedPictureMixin
 
 
@@ -197,10 +197,10 @@ class LiveView(SavedPictureMixin, widgets.VBox):
 
     def saved_html(self) -> str:
         """What the browser last drew (``MemoryView.drawn_html``), else the HTML fallback."""
-        return self.view.drawn_html or self._fallback_html()
+        return self.view.drawn_html or self.fallback_html()
 
     def _saved_style(self) -> str:
-        return str(self.view._css)  # the view's stylesheet, as anywidget loaded it
+        return STYLESHEET.read_text(encoding="utf-8")  # the view's stylesheet
 
     def _show_error_text(self, text: str) -> None:
         self.error = text

@@ -110,22 +110,22 @@ class Dashboard(LiveView):
     def _simulated(self) -> bool:
         return bool(self.snapshot and self.snapshot.simulated)
 
-    def _fallback_html(self, drawn: str = "") -> str:
+    def fallback_html(self, drawn: str = "") -> str:
         """Selector, view (``drawn``: what the browser last drew of it, else rendered here) and busy panel."""
         if not drawn:
             drawn = render_table_html(self.rows, simulated=self._simulated(), error=self.error)
             if "history" in self.panels:
                 drawn += png_img(self.to_png(), "memory charts")
-        parts = [self.selector._fallback_html(), drawn, render_busy_html(self.busy)]
+        parts = [self.selector.fallback_html(), drawn, render_busy_html(self.busy)]
         return "<div>" + "".join(parts) + "</div>"
 
     def saved_html(self) -> str:
         """The selector's state, what the browser last drew, and the busy panel."""
-        return self._fallback_html(self.view.drawn_html)
+        return self.fallback_html(self.view.drawn_html)
 
-    def _fallback_text(self) -> str:
+    def fallback_text(self) -> str:
         parts = [
-            self.selector._fallback_text(),
+            self.selector.fallback_text(),
             render_table_text(self.rows, simulated=self._simulated(), error=self.error),
             render_busy_text(self.busy),
         ]

@@ -136,8 +136,8 @@ class DeviceTable(LiveView):
     def _simulated(self) -> bool:
         return bool(self.snapshot and self.snapshot.simulated)
 
-    def _fallback_html(self) -> str:
+    def fallback_html(self) -> str:
         return render_table_html(self.rows, simulated=self._simulated(), error=self.error)
 
-    def _fallback_text(self) -> str:
+    def fallback_text(self) -> str:
         return render_table_text(self.rows, simulated=self._simulated(), error=self.error)

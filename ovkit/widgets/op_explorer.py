@@ -503,7 +503,7 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
     def to_frame(self) -> pd.DataFrame:
         return runs_frame(self.runs)
 
-    def _fallback_html(self) -> str:
+    def fallback_html(self) -> str:
         parts = [f"<b>{esc(self.case.name if self.case else '')}</b>", render_verdicts_html(self.verdicts)]
         if self.runs:
             parts += [render_runs_html(self.runs), png_img(self._png, "time per run by device")]
@@ -511,7 +511,7 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
             parts.append(error_box(self.error))
         return "<div>" + "".join(parts) + "</div>"
 
-    def _fallback_text(self) -> str:
+    def fallback_text(self) -> str:
         lines = [f"Op explorer: {self.case.name if self.case else '(no case)'}"]
         lines += [f"  {d}: supported" if ok else f"  {d}: not supported - {r}" for d, ok, r in self.verdicts]
         for r in self.runs:

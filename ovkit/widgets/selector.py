@@ -173,10 +173,10 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
         if not self._syncing and change["new"]:
             self.select(change["new"])
 
-    def _fallback_html(self) -> str:
+    def fallback_html(self) -> str:
         return render_state_html(self.state)
 
-    def _fallback_text(self) -> str:
+    def fallback_text(self) -> str:
         return render_state_text(self.state)
 
     def close(self) -> None:
