@@ -67,7 +67,7 @@ rows = []
 for value in tries:
     row = {"GGML_OPENVINO_DEVICE": repr(value)}
     for machine, c in [(profile, sim), ("laptop", laptop)]:
-        s = ovkit.resolve_device(c, env={"GGML_OPENVINO_DEVICE": value}, log=False)
+        s = ovkit.resolve_device(env={"GGML_OPENVINO_DEVICE": value}, log=False, core=c)
         row[f"{machine}: selected"] = s.device + (" (fallback)" if s.fell_back else "")
         row[f"{machine}: hint"] = s.hint or ""
     rows.append(row)
@@ -77,7 +77,7 @@ with pd.option_context("display.max_colwidth", 80):
 
 # %% tags=["gpu-on-workstation"]
 # The warning line as the backend logs it, then the hint ovkit adds (INFO level):
-s = ovkit.resolve_device(sim, env={"GGML_OPENVINO_DEVICE": "GPU"})
+s = ovkit.resolve_device(env={"GGML_OPENVINO_DEVICE": "GPU"}, core=sim)
 print("messages:", s.messages)
 print("hint:", s.hint)
 
@@ -108,8 +108,8 @@ print("environment unchanged:", os.environ.get("GGML_OPENVINO_DEVICE") == before
 from ovkit.widgets import DeviceSelector, DeviceTable
 
 saved = os.environ.get("GGML_OPENVINO_DEVICE")
-sim_table = DeviceTable(sim, auto_refresh=False)
-selector = DeviceSelector(sim, on_change=lambda state: sim_table.refresh())
+sim_table = DeviceTable(auto_refresh=False, core=sim)
+selector = DeviceSelector(on_change=lambda state: sim_table.refresh(), core=sim)
 display(selector, sim_table)
 
 # %% tags=["selector-steps"]
@@ -134,7 +134,7 @@ from ovkit.ops.policy import OpInfo
 table = OpInfo.leaf("bf16", (64, 32), name="token_embd")  # ggml ne order: 32 rows of 64
 rows = OpInfo.leaf("i32", (4,), name="inp_tokens")
 get_rows = OpInfo("GET_ROWS", "f32", (64, 4), srcs=(table, rows))
-matrix, decisions = notebook.supports_op_matrix(sim, get_rows)
+matrix, decisions = notebook.supports_op_matrix(get_rows, core=sim)
 display(matrix)
 gpu = next((n for n in reversed(matrix.columns) if n.startswith("GPU")), matrix.columns[-1])
 for name, decision in decisions[gpu].items():
@@ -168,7 +168,7 @@ display(engine.get_engine(sim).table()[["device", "inputs", "runs"]])
 
 # %% tags=["result"]
 for value in tries:
-    s = ovkit.resolve_device(sim, env={"GGML_OPENVINO_DEVICE": value}, log=False)
+    s = ovkit.resolve_device(env={"GGML_OPENVINO_DEVICE": value}, log=False, core=sim)
     print(f"{value!r:10} -> {s.device}" + (" (fallback)" if s.fell_back else ""))
 # The selector changed this kernel's environment; put it back as it was.
 ovkit.widgets.selector.set_device_env(saved)

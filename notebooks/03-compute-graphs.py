@@ -47,7 +47,7 @@ notebook_log.install()  # ovkit's log lines as outputs of the cell, warnings mar
 
 core = ovkit.SimulatedCore(profile) if profile else ov.Core()
 env = {"GGML_OPENVINO_DEVICE": device} if device else None
-dev = ovkit.resolve_device(core, env=env, log=False).device
+dev = ovkit.resolve_device(env=env, log=False, core=core).device
 rng = np.random.default_rng(seed)
 print("running on", dev, f"(simulated {profile}, computed on this CPU)" if profile else "")
 

@@ -66,7 +66,7 @@ model
 # memory. The simulated laptop's devices are labelled SIMULATED.
 
 # %% tags=["fit"]
-footprint.fit(model, sim)  # .frame (or raw=True) holds the bytes
+footprint.fit(model, core=sim)  # .frame (or raw=True) holds the bytes
 
 # %% [markdown]
 # ## 2. Placement: what runs on each device, what falls back
@@ -172,4 +172,4 @@ display(
 # %% tags=["real-model"]
 if notebook.optional("model", "a real model's fit and run", real_model):
     real = Model(real_model, n_ctx=n_ctx)
-    display(real, footprint.fit(real, sim), real.generate(prompt[:8], 8))
+    display(real, footprint.fit(real, core=sim), real.generate(prompt[:8], 8))

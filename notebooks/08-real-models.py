@@ -63,7 +63,7 @@ for n, p in paths.items():
 # %% tags=["fit"]
 for n, m in loaded.items():
     print(n)
-    display(footprint.fit(m, sim))
+    display(footprint.fit(m, core=sim))
 
 # %% [markdown]
 # ## 2. Placement: which nodes run where

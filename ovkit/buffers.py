@@ -37,7 +37,8 @@ from ovkit.config import read_config
 from ovkit.devices import DeviceClass, device_class
 from ovkit.dtypes import STORAGE_DTYPE, align_up
 from ovkit.memory import SIZE_MAX
-from ovkit.runtime import get_core, is_simulated
+from ovkit.runtime import Core, get_core
+from ovkit.simulate import SimulatedCore
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -89,7 +90,12 @@ class BufferType:
         return tensor_alloc_size(shape, dtype)
 
     def alloc_buffer(
-        self, size: int, usage: Usage | str = Usage.ANY, *, core: Any = None, remote: bool | None = None
+        self,
+        size: int,
+        usage: Usage | str = Usage.ANY,
+        *,
+        core: Core | None = None,
+        remote: bool | None = None,
     ) -> Buffer:
         """Allocate a buffer of ``size`` bytes (0 allocates nothing); see :class:`Buffer`."""
         return Buffer(self, size, Usage(usage), core=core, remote=remote)
@@ -250,7 +256,7 @@ class RemoteStorage:
     remote = True
     device_side = True
 
-    def __init__(self, size: int, device: str, core: Any) -> None:
+    def __init__(self, size: int, device: str, *, core: Core) -> None:
         import openvino as ov
 
         self._size = int(size)
@@ -392,7 +398,7 @@ class Buffer:
         size: int,
         usage: Usage = Usage.ANY,
         *,
-        core: Any = None,
+        core: Core | None = None,
         remote: bool | None = None,
     ) -> None:
         if not is_ovkit_buffer_type(buffer_type):
@@ -407,7 +413,7 @@ class Buffer:
         self.buffer_type = buffer_type
         self.usage = Usage(usage)
         self._core = core
-        self.storage: Storage = self._make_storage(int(size), core, remote)
+        self.storage: Storage = self._make_storage(int(size), core=core, remote=remote)
         self._tensors: dict[str, PlacedTensor] = {}
         self._extras: dict[int, TensorExtra] = {}  # id(base PlacedTensor) -> owned extra
         self._next = 0
@@ -419,7 +425,7 @@ class Buffer:
         TRACKER.record_alloc(self)
         self._finalizer = weakref.finalize(self, _finalize, self.storage, self._extras, self.id)
 
-    def _make_storage(self, size: int, core: Any, remote: bool | None) -> Storage:
+    def _make_storage(self, size: int, *, core: Core | None, remote: bool | None) -> Storage:
         gpu = device_class(self.buffer_type.device) is DeviceClass.GPU
         want_remote = (
             remote
@@ -431,7 +437,7 @@ class Buffer:
                 f"remote storage is for the GPU class only, not {self.buffer_type.device!r}"
             )
         if want_remote and size:
-            if core is not None and is_simulated(core):
+            if isinstance(core, SimulatedCore):
                 # counted as the simulated GPU's usm_device, as the plugin counts a USM tensor
                 dev = self.buffer_type.device
                 core.allocate(dev, size, "usm_device")
@@ -439,7 +445,7 @@ class Buffer:
                                    on_free=functools.partial(core.release, dev, size, "usm_device"))  # fmt: skip
             if core is None:
                 core = get_core()
-            return RemoteStorage(size, self.buffer_type.device, core)
+            return RemoteStorage(size, self.buffer_type.device, core=core)
         return HostStorage(size)
 
     # -- storage-backed fields (never cached here) ---------------------------------------------
@@ -525,7 +531,7 @@ class Buffer:
                 "the KV cache must be the first tensor placed in its buffer (upstream asserts this)"
             )
         old = self.storage
-        new = self._make_storage(old.size, self._core, remote=True)
+        new = self._make_storage(old.size, core=self._core, remote=True)
         self.storage = new
         if isinstance(new, HostStorage):
             new.data[:] = old.data
@@ -717,7 +723,7 @@ def _finalize(storage: Storage, extras: dict[int, TensorExtra], buffer_id: int) 
 
 
 def alloc_buffer(
-    device: str, size: int, usage: Usage | str = Usage.ANY, *, host: bool = False, core: Any = None
+    device: str, size: int, usage: Usage | str = Usage.ANY, *, host: bool = False, core: Core | None = None
 ) -> Buffer:
     """Allocate ``size`` bytes in ``device``'s device (or, ``host=True``, host) buffer type."""
     bt = host_buffer_type(device) if host else buffer_type(device)

@@ -21,6 +21,7 @@ import numpy as np
 
 from ovkit import quant
 from ovkit.dtypes import STORAGE_DTYPE, UnknownTypeError, align_up, type_by_id
+from ovkit.runtime import Core
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -132,7 +133,7 @@ class GGUFModel:
             raise KeyError(f"{self.path}: no tensor {name!r} (it has {len(self.tensors)} tensors)") from None
 
     def load_into_buffer(
-        self, device: str = "CPU", *, host: bool = True, core: Any = None, register: bool = True
+        self, device: str = "CPU", *, host: bool = True, core: Core | None = None, register: bool = True
     ) -> tuple[Any, dict[str, Any]]:
         """Allocate one WEIGHTS buffer on ``device`` and set every supported tensor into it.
 
@@ -169,7 +170,7 @@ class GGUFModel:
                 total += t.nbytes
         return total
 
-    def fit_check(self, core: Any = None) -> pd.DataFrame:
+    def fit_check(self, core: Core | None = None) -> pd.DataFrame:
         """Per device: the bytes the weights need after the policy vs the device's free memory
         (``Device.live``: the figure the device table and charts show; unknown stays unknown);
         ``fits`` is False and ``refused`` says why when the device cannot build a weight."""
@@ -178,7 +179,7 @@ class GGUFModel:
         from ovkit.devices import list_devices
 
         rows = []
-        for d in list_devices(core):
+        for d in list_devices(core=core):
             need = self.weight_bytes(str(d.device_class))
             free = d.live.free_bytes  # the free figure of the table and charts; None = unknown
             # a weight the device cannot build (quant.requant_decision, as Model and placement)

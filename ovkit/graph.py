@@ -33,6 +33,7 @@ from ovkit.ir import (
 from ovkit.ops.bounds import check_constant, check_feed, fed_index_nodes
 from ovkit.ops.feed import prepare_feed
 from ovkit.ops.table import GLU_BUILT, UNARY_BUILT
+from ovkit.runtime import Core
 
 if TYPE_CHECKING:
     from ovkit.ops.policy import SupportDecision
@@ -1858,7 +1859,7 @@ class Graph(GraphIR):
         device: str | None = None,
         mode: Mode = "device",
         *,
-        core: Any = None,
+        core: Core | None = None,
         config: Any = None,
     ) -> Any:
         """Run the graph: a numpy array per output (one array when ``outputs`` is one Tensor).

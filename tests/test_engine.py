@@ -231,7 +231,7 @@ def test_two_sessions_have_independent_state(engine: Engine) -> None:
 def test_stateful_follows_environment_and_is_off_on_npu() -> None:
     from ovkit.simulate import SimulatedCore
 
-    engine = Engine(SimulatedCore("laptop"), env={"GGML_OPENVINO_STATEFUL_EXECUTION": "1"})
+    engine = Engine(env={"GGML_OPENVINO_STATEFUL_EXECUTION": "1"}, core=SimulatedCore("laptop"))
     on_cpu = engine.session("kv", kv_model, states={"cache": "cache_out"})
     on_npu = engine.session("kv", kv_model, "NPU", states={"cache": "cache_out"})
     assert on_cpu.graph.stateful and not on_npu.graph.stateful
@@ -244,7 +244,7 @@ def test_stateful_follows_environment_and_is_off_on_npu() -> None:
 def test_simulated_core_runs_and_labels(engine: Engine) -> None:
     from ovkit.simulate import SimulatedCore
 
-    sim = Engine(SimulatedCore("laptop"), env={})
+    sim = Engine(env={}, core=SimulatedCore("laptop"))
     a = np.ones((8, 8), np.float32)
     report = sim.run_report("add8", add_model, [a, a], "GPU")
     np.testing.assert_array_equal(report.outputs[0], 2 * a)

@@ -4,6 +4,7 @@ private names."""
 from __future__ import annotations
 
 import ast
+import io
 import json
 import os
 import subprocess
@@ -128,3 +129,52 @@ KNOWN_PRIVATE_REACH = {
 def test_no_module_reads_another_modules_private_names() -> None:
     found = {hit for path in sorted((ROOT / "ovkit").rglob("*.py")) for hit in _private_reach(path)}
     assert found == KNOWN_PRIVATE_REACH
+
+
+def test_openvino_and_the_simulated_core_are_both_cores() -> None:
+    """``ovkit.runtime.Core`` is what ovkit asks of a core; both kinds answer it, called the way
+    ovkit calls them (positional device and config)."""
+    import numpy as np
+    import openvino as ov
+    import openvino.opset16 as ops
+
+    from ovkit.runtime import Core
+    from ovkit.simulate import SimulatedCore
+
+    x = ops.parameter([2], ov.Type.f32, name="x")
+    model = ov.Model([ops.result(ops.multiply(x, x))], [x], "square")
+    for core in (ov.Core(), SimulatedCore("laptop")):
+        assert isinstance(core, Core)
+        assert "CPU" in core.available_devices
+        assert isinstance(core.get_property("CPU", "FULL_DEVICE_NAME"), str)
+        compiled = core.compile_model(model, "CPU", {})
+        blob = io.BytesIO()
+        compiled.export_model(blob)
+        again = core.import_model(blob.getvalue(), "CPU", {})
+        assert again({"x": np.array([3.0, 4.0], np.float32)})[0].tolist() == [9.0, 16.0]
+    assert not isinstance(object(), Core)
+
+
+def _core_parameters(path: Path) -> list[tuple[str, str, bool, bool]]:
+    """(where, annotation, keyword-only, sole parameter) of every parameter called ``core``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        positional = [a for a in node.args.posonlyargs + node.args.args if a.arg not in ("self", "cls")]
+        params = positional + node.args.kwonlyargs
+        for arg in params:
+            if arg.arg == "core":
+                where = f"{path.relative_to(ROOT).as_posix()}:{node.lineno} {node.name}"
+                note = ast.unparse(arg.annotation) if arg.annotation else "none"
+                found.append((where, note, arg in node.args.kwonlyargs, len(params) == 1))
+    return found
+
+
+def test_every_core_parameter_is_a_typed_keyword() -> None:
+    """``core`` is an ``ovkit.runtime.Core`` (or None: the process-wide one) and passed as
+    ``core=``, except where it is a function's only parameter (``get_engine(core)``)."""
+    params = [p for path in sorted((ROOT / "ovkit").rglob("*.py")) for p in _core_parameters(path)]
+    assert len(params) > 60
+    assert [w for w, note, _, _ in params if note not in ("Core", "Core | None")] == []
+    assert [w for w, _, keyword, sole in params if not (keyword or sole)] == []

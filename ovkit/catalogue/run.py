@@ -43,6 +43,7 @@ from ovkit.catalogue.case import (
 from ovkit.catalogue.result import STATUSES, Result, Status, error_line, judge
 from ovkit.child import Child, ChildCrashed, ChildTimedOut, serve
 from ovkit.ops import verdicts
+from ovkit.runtime import Core
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -177,7 +178,7 @@ class _Ready:
     expected: np.ndarray
 
 
-def _compile(model: Any, device: str, core: Any, threads: int | None) -> Any:
+def _compile(model: Any, device: str, threads: int | None, *, core: Core | None) -> Any:
     """``model`` compiled for exact f32 (as ggml's CPU backend) on ``threads`` inference threads
     (None: the device's), outside the engine's cache (every case is a different graph: the cache
     would only hash constants and hold memory)."""
@@ -194,7 +195,7 @@ def _compile(model: Any, device: str, core: Any, threads: int | None) -> Any:
 
 
 def _infer(
-    ready: Sequence[_Ready], device: str, core: Any, threads: int | None
+    ready: Sequence[_Ready], device: str, threads: int | None, *, core: Core | None
 ) -> list[np.ndarray | Exception]:
     """Each case's OpenVINO output, or the exception that stopped it.  Several cases are merged
     into one model (their subgraphs stay apart, the outputs are bit for bit the ones of separate
@@ -208,12 +209,14 @@ def _infer(
             [x for r in ready for x in r.model.get_results()],
             [p for r in ready for p in r.model.get_parameters()],
         )  # fmt: skip
-        request = _compile(model, device, core, threads).create_infer_request()
+        request = _compile(model, device, threads, core=core).create_infer_request()
         request.infer([a for r in ready for a in r.inputs])
         return [np.asarray(from_model_output(r.out, request.get_output_tensor(i).data.copy()))
                 for i, r in enumerate(ready)]  # fmt: skip
     except Exception as exc:  # one case spoils a batch: each on its own says which
-        return [exc] if len(ready) == 1 else [x for r in ready for x in _infer([r], device, core, threads)]
+        return (
+            [exc] if len(ready) == 1 else [x for r in ready for x in _infer([r], device, threads, core=core)]
+        )
 
 
 class _NoOracle(Exception):
@@ -245,7 +248,14 @@ def _ggml_result(case: Case, leaves: Mapping[str, Any], threads: int | None) -> 
 
 
 def _prepare(
-    case: Case, policy: Policy, device: str, core: Any, accepted: bool, reason: str, threads: int | None
+    case: Case,
+    policy: Policy,
+    device: str,
+    accepted: bool,
+    reason: str,
+    threads: int | None,
+    *,
+    core: Core | None,
 ) -> Result | _Ready:
     """Everything of :func:`run_case` but the OpenVINO inference: the verdict when it comes
     earlier (not translatable, not supported, no oracle, the engine's own run for
@@ -318,8 +328,8 @@ def run_case(
     case: Case,
     policy: Policy = "upstream",
     device: str = "CPU",
-    core: Any = None,
     *,
+    core: Core | None = None,
     accepted: bool = True,
     reason: str = "",
     threads: int | None = None,
@@ -327,30 +337,30 @@ def run_case(
     """Build both graphs, run ovkit on ``device`` and ggml's CPU backend, compare.  ``accepted``
     and ``reason``: the backend's verdict (``policy="upstream"`` runs only accepted cases);
     ``threads``: threads of each side (None: OpenVINO's default, ggml's 2)."""
-    r = _prepare(case, policy, device, core, accepted, reason, threads)
+    r = _prepare(case, policy, device, accepted, reason, threads, core=core)
     if isinstance(r, Result):
         return r
-    return _judged(r.case, r.base, _infer([r], device, core, threads)[0], r.expected)
+    return _judged(r.case, r.base, _infer([r], device, threads, core=core)[0], r.expected)
 
 
 def run_row(
     row: Row,
     policy: Policy = "upstream",
     device: str = "CPU",
-    core: Any = None,
     *,
+    core: Core | None = None,
     threads: int | None = None,
 ) -> Result:
     """:func:`run_case` of one case list row, timed; rows no builder knows are ``no case``."""
-    return run_rows([row], policy, device, core, threads=threads)[0]
+    return run_rows([row], policy, device, threads=threads, core=core)[0]
 
 
 def run_rows(
     rows: Sequence[Row],
     policy: Policy = "upstream",
     device: str = "CPU",
-    core: Any = None,
     *,
+    core: Core | None = None,
     threads: int | None = None,
 ) -> list[Result]:
     """:func:`run_row` of each row, the OpenVINO inferences of those that get that far merged into
@@ -369,11 +379,13 @@ def run_rows(
         except backend_ops.NoCase as exc:
             done.append(Result(row.op, row.name, "no case", str(exc), device=device, accepted=accepted))
         else:
-            done.append(_prepare(case, policy, device, core, accepted, reason, threads))
+            done.append(_prepare(case, policy, device, accepted, reason, threads, core=core))
         seconds.append(time.perf_counter() - t0)
     ready = [r for r in done if isinstance(r, _Ready)]
     t0 = time.perf_counter()
-    actual = dict(zip(map(id, ready), _infer(ready, device, core, threads), strict=True)) if ready else {}
+    actual = (
+        dict(zip(map(id, ready), _infer(ready, device, threads, core=core), strict=True)) if ready else {}
+    )
     share = (time.perf_counter() - t0) / max(1, len(ready))
     out = []
     for r, s in zip(done, seconds, strict=True):

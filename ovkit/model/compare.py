@@ -43,6 +43,7 @@ import numpy as np
 
 from ovkit.dtypes import NUMPY_DTYPE
 from ovkit.report import Report, Reported
+from ovkit.runtime import Core
 
 #: Sides a comparison can run against llama.cpp's CPU build (the CLI's ``--against``).
 AGAINST: dict[str, tuple[str, ...]] = {
@@ -522,7 +523,7 @@ def run_ovkit(
     flash_attn: bool = True,
     n_ctx: int = 512,
     device: str | None = None,
-    core: Any = None,
+    core: Core | None = None,
     precision: str = "exact",
     no_requant: bool = True,
 ) -> tuple[dict[tuple[str, int], tuple[tuple[int, ...], np.ndarray]], np.ndarray]:
@@ -648,7 +649,7 @@ def compare_model(
     n_ctx: int = 512,
     threshold: float = DEFAULT_THRESHOLD,
     device: str | None = None,
-    core: Any = None,
+    core: Core | None = None,
     f32_rerun: bool | None = None,
     no_requant: bool = True,
 ) -> ModelComparison:

@@ -56,7 +56,7 @@ from ovkit.model.program import (
 from ovkit.ops.ggml_numerics import mark as mark_ggml_numerics
 from ovkit.ops.ggml_numerics import with_ggml_numerics
 from ovkit.report import Report, Reported, format_duration, format_rate
-from ovkit.runtime import default_precision, is_simulated
+from ovkit.runtime import Core, default_precision, is_simulated
 
 logger = logging.getLogger(__name__)
 
@@ -248,7 +248,7 @@ class Model(Reported):
         path: str | os.PathLike[str] | GGUFModel,
         *,
         device: str | None = None,
-        core: Any = None,
+        core: Core | None = None,
         n_ctx: int = 512,
         flash_attn: bool = True,
         n_ubatch: int = DEFAULT_N_UBATCH,
@@ -415,7 +415,7 @@ class Model(Reported):
         whose default is bf16 (AMX or avx512_bf16)."""
         if self.device_class != DeviceClass.CPU or PRECISIONS[self.precision] is not None:
             return False
-        return default_precision(engine.core, self.device) == "bf16"
+        return default_precision(self.device, core=engine.core) == "bf16"
 
     @property
     def weights(self) -> dict[str, Any]:

@@ -226,7 +226,7 @@ def build_model(
     """The ``openvino.Model`` computing ``outputs``; Parameters in the order of ``leaves``.
     ``manual_gqa``: GGML_OPENVINO_MANUAL_GQA_ATTN as resolved for the device, which picks
     FLASH_ATTN_EXT's form (:func:`attention_form`; None: ovkit's own)."""
-    translators = {
+    translators: dict[Op, TranslateFn] = {
         **TRANSLATORS,
         Op.FLASH_ATTN_EXT: functools.partial(_flash_attn_ext, manual_gqa=manual_gqa),
     }
@@ -983,7 +983,6 @@ def _fa_mask(t: Tensor, mask: Out) -> Out:
     return m
 
 
-@translator(Op.FLASH_ATTN_EXT)
 def _flash_attn_ext(t: Tensor, xs: list[Out], manual_gqa: bool | None = None) -> Out:
     """ggml's attention in the form :func:`attention_form` picks (``manual_gqa``: see there)."""
     q_t, k_t, v_t = t.srcs[0], t.srcs[1], t.srcs[2]
@@ -1025,6 +1024,9 @@ def _flash_attn_ext(t: Tensor, xs: list[Out], manual_gqa: bool | None = None) ->
         p = ops.reshape(_attention_probs(t, xs, s), i64([n_b, h_kv, r * n_q, n_kv]), False)
         out = ops.reshape(ops.matmul(p, v, False, False), i64([n_b, n_h, n_q, v_t.ne[0]]), False)
     return ops.transpose(out, i64([0, 2, 1, 3]))  # ne [Dv, H, n_q, B]
+
+
+translator(Op.FLASH_ATTN_EXT)(_flash_attn_ext)  # build_model passes manual_gqa
 
 
 def _flash_attn_ggml_f16(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:

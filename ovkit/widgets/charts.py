@@ -10,6 +10,7 @@ import io
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ovkit.runtime import Core
 from ovkit.widgets._html import error_box, png_img
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
 from ovkit.widgets.axes import Axis, fit_axis, format_bytes, unit_for
@@ -140,8 +141,8 @@ class AllocationCharts(LiveView):
 
     def __init__(
         self,
-        core: Any = None,
         *,
+        core: Core | None = None,
         interval: float = DEFAULT_INTERVAL_S,
         auto_refresh: bool = True,
         history: MemoryHistory | None = None,

@@ -14,6 +14,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from ovkit.runtime import Core
 from ovkit.widgets._html import esc
 from ovkit.widgets._refresh import MIN_INTERVAL_S, Refresher, claim
 from ovkit.widgets.data import DeviceRow, LiveModel, MemoryHistory, Snapshot, error_text, take_snapshot
@@ -120,7 +121,7 @@ class LiveView(SavedPictureMixin, widgets.VBox):
     def __init__(
         self,
         *,
-        core: Any,
+        core: Core | None,
         env: Mapping[str, str] | None,
         interval: float,
         auto_refresh: bool,
@@ -165,7 +166,7 @@ class LiveView(SavedPictureMixin, widgets.VBox):
 
     def refresh(self) -> None:
         """Read the devices now and update the view in place."""
-        self.update(take_snapshot(self.core, self.env))
+        self.update(take_snapshot(self.env, core=self.core))
 
     def update(self, snapshot: Snapshot) -> None:
         """Show ``snapshot``; a failed one keeps the last figures and shows the error."""

@@ -20,7 +20,7 @@ import ipywidgets as widgets
 
 from ovkit.devices import device_class, physical_device_ids
 from ovkit.ir import Op
-from ovkit.runtime import is_simulated
+from ovkit.runtime import Core, is_simulated
 from ovkit.widgets._html import STYLE, error_box, esc, html_table, png_img
 from ovkit.widgets.charts import figure_png
 from ovkit.widgets.controls import close_parts
@@ -123,8 +123,8 @@ def policy_verdicts(case: Case, devices: Iterable[str]) -> list[tuple[str, bool,
 def explore(
     case: Case,
     devices: Iterable[str],
-    core: Any = None,
     *,
+    core: Core | None = None,
     reference: str = "numpy",
     time_it: bool = True,
     min_seconds: float = 0.05,
@@ -135,10 +135,10 @@ def explore(
     simulated = is_simulated(core)
     runs = []
     for dev in devices:
-        result = run_case(case, dev, core, reference=reference)
+        result = run_case(case, dev, reference=reference, core=core)
         us = None
         if time_it and result.status == "OK":
-            perf = perf_case(case, dev, core, min_seconds=min_seconds, max_runs=200)
+            perf = perf_case(case, dev, min_seconds=min_seconds, max_runs=200, core=core)
             us = perf.us_per_run
         runs.append(
             OpRun(
@@ -296,8 +296,8 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
 
     def __init__(
         self,
-        core: Any = None,
         *,
+        core: Core | None = None,
         op: str | None = None,
         quiet: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
         **kwargs: Any,
@@ -390,7 +390,7 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
         from ovkit.selection import resolve_device
 
         try:
-            dev = resolve_device(self.core, log=False).device
+            dev = resolve_device(log=False, core=self.core).device
         except Exception:
             return devices[0]
         return dev if dev in devices else devices[0]
@@ -466,7 +466,10 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
                 self.case = self.current_case()
                 with self.quiet():
                     self.runs = explore(
-                        self.case, devices, self.core, reference=self.reference_dropdown.value
+                        self.case,
+                        devices,
+                        reference=self.reference_dropdown.value,
+                        core=self.core,
                     )
                     if self.real_backend_check.value and not self.real_backend_missing:
                         self.runs.append(real_backend_run(*self._edits()))
