@@ -36,6 +36,7 @@ from ovkit import quant, weight_release
 from ovkit.config import read_config
 from ovkit.devices import DeviceClass, device_class
 from ovkit.dtypes import STORAGE_DTYPE, align_up
+from ovkit.errors import OvkitError
 from ovkit.memory import SIZE_MAX
 from ovkit.runtime import Core, get_core
 from ovkit.simulate import SimulatedCore
@@ -51,7 +52,7 @@ HOST_SUFFIX = "_HOST"
 PLAIN_DTYPES: dict[str, np.dtype[Any]] = {**STORAGE_DTYPE, "u8": np.dtype(np.uint8)}
 
 
-class BufferUsageError(RuntimeError):
+class BufferUsageError(OvkitError, RuntimeError):
     """Misuse of a buffer: out-of-range placement, use after free, foreign tensors."""
 
 

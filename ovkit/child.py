@@ -8,8 +8,8 @@ is reported the same way everywhere: :class:`ChildCrashed` carrying a :class:`De
 name, the child's last words on stderr and, for SIGILL, the caller's hint about the native library
 and how to rebuild it), and :class:`ChildTimedOut` for a child killed after its time ran out.
 
-This module imports nothing of ovkit: a caller that knows which native library its child runs
-passes a ``sigill_hint`` callable rather than this module looking the build up.
+This module imports nothing of ovkit but the error base: a caller that knows which native library
+its child runs passes a ``sigill_hint`` callable rather than this module looking the build up.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
+
+from ovkit.errors import OvkitError
 
 #: The environment variable naming the file descriptor a :class:`Child` reads replies from.
 REPLY_FD_ENV = "OVKIT_CHILD_FD"
@@ -98,7 +100,7 @@ def death(returncode: int, stderr: str = "", sigill_hint: SigillHint | None = No
     return Death(returncode, stderr[-STDERR_TAIL_BYTES:], hint)
 
 
-class ChildError(RuntimeError):
+class ChildError(OvkitError, RuntimeError):
     """A child process gave no answer: it died or ran out of time."""
 
 

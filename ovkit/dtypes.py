@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ovkit.errors import OvkitError
+
 
 @dataclass(frozen=True, slots=True)
 class GgmlType:
@@ -156,7 +158,7 @@ OPENVINO_SHORT: dict[str, str] = {
 }
 
 
-class UnknownTypeError(ValueError):
+class UnknownTypeError(OvkitError, ValueError):
     """A type name or id that is no ggml type ovkit knows."""
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from ovkit import quant
 from ovkit.dtypes import STORAGE_DTYPE, UnknownTypeError, align_up, type_by_id
+from ovkit.errors import OvkitError
 from ovkit.runtime import Core
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 PLAIN_TYPES = STORAGE_DTYPE  #: numpy dtype of each plain type's raw bytes (bf16: uint16 bits)
 
 
-class GGUFError(ValueError):
+class GGUFError(OvkitError, ValueError):
     """A GGUF file that cannot be read as one (names the file and the problem)."""
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ovkit.dtypes import NUMPY_DTYPE, TYPE_SIZE, bf16_round, contiguous_nb, layout, norm_type
+from ovkit.errors import OvkitError
 
 
 class Op(enum.StrEnum):
@@ -275,7 +276,7 @@ class RopeType(enum.IntEnum):
     IMROPE = 40
 
 
-class GraphError(ValueError):
+class GraphError(OvkitError, ValueError):
     """A shape, type or parameter ggml would reject, raised when the op is built."""
 
 
@@ -284,7 +285,7 @@ class TranslationGapError(GraphError):
     result (harnesses report it as ``not translatable``, not as a FAIL)."""
 
 
-class UnsupportedOpError(RuntimeError):
+class UnsupportedOpError(OvkitError, RuntimeError):
     """The selected device's support policy rejects an op of the graph."""
 
     def __init__(self, tensor: Tensor, reason: str, device: str) -> None:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ovkit.errors import OvkitError
 from ovkit.memory import SIZE_MAX, host_memory, read_property, shares_host_ram
 from ovkit.runtime import Core, get_core
 
@@ -41,11 +42,11 @@ FORK_ABORT = (
 )
 
 
-class UnknownLayoutError(ValueError):
+class UnknownLayoutError(OvkitError, ValueError):
     """A layout name that is not one of :data:`LAYOUTS`."""
 
 
-class BackendAbort(RuntimeError):
+class BackendAbort(OvkitError, RuntimeError):
     """The backend would stop the process here (``GGML_ABORT``); the message is its own."""
 
 

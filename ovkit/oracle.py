@@ -49,6 +49,7 @@ import numpy as np
 from ovkit import dtypes
 from ovkit.child import NO_BACKTRACE_ENV
 from ovkit.dtypes import QUANT_TYPES, STORAGE_DTYPE, STORAGE_TYPE_OF_NUMPY, find_type, type_names
+from ovkit.errors import OvkitError
 
 __all__ = [
     "as_bf16",
@@ -90,7 +91,7 @@ __all__ = [
 DEFAULT_N_THREADS = 2
 
 
-class GgmlUnavailableError(ImportError):
+class GgmlUnavailableError(OvkitError, ImportError):
     """ggml-python is not installed; install ``ggml-python`` (the ``test`` extra)."""
 
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from ovkit.config import FROM_ENV, FromEnv, requant_kquant_env
 from ovkit.dtypes import QUANT_TYPES, WRITABLE_QUANT_TYPES, ggml_type
+from ovkit.errors import OvkitError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,7 +53,7 @@ Form = Literal["fast", "upstream", "upstream_bias"]
 FORMS: tuple[str, ...] = ("fast", "upstream", "upstream_bias")
 
 
-class QuantError(ValueError):
+class QuantError(OvkitError, ValueError):
     """Raw blocks that do not hold the declared quantized tensor, or an unknown type/form."""
 
 

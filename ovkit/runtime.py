@@ -12,6 +12,8 @@ import functools
 from collections.abc import MutableMapping
 from typing import Any, Protocol, runtime_checkable
 
+from ovkit.errors import OvkitError
+
 
 @runtime_checkable
 class Core(Protocol):
@@ -34,7 +36,7 @@ class Core(Protocol):
         """The device's remote context (remote tensors in device memory)."""
 
 
-class RuntimeUnavailableError(RuntimeError):
+class RuntimeUnavailableError(OvkitError, RuntimeError):
     """OpenVINO could not be imported or its Core could not start."""
 
 

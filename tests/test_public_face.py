@@ -178,3 +178,31 @@ def test_every_core_parameter_is_a_typed_keyword() -> None:
     assert len(params) > 60
     assert [w for w, note, _, _ in params if note not in ("Core", "Core | None")] == []
     assert [w for w, _, keyword, sole in params if not (keyword or sole)] == []
+
+
+def test_every_ovkit_exception_is_an_ovkit_error_and_keeps_its_kind() -> None:
+    """``except ovkit.OvkitError`` catches whatever ovkit raises; ``except ValueError`` still
+    catches bad input (each keeps its standard base)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from ovkit.errors import OvkitError
+
+    found = {}
+    for info in pkgutil.walk_packages(ovkit.__path__, "ovkit."):
+        if info.name == "ovkit.__main__":
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            own = inspect.isclass(value) and value.__module__ == info.name
+            if own and issubclass(value, BaseException) and not issubclass(value, Warning):
+                found[f"{info.name}.{name}"] = value
+    assert len(found) >= 30
+    assert [name for name, cls in found.items() if not issubclass(cls, OvkitError)] == []
+    from ovkit.graph import GraphError
+    from ovkit.oracle import GgmlUnavailableError
+    from ovkit.runtime import RuntimeUnavailableError
+
+    assert issubclass(GraphError, ValueError) and issubclass(GgmlUnavailableError, ImportError)
+    assert issubclass(RuntimeUnavailableError, RuntimeError) and ovkit.OvkitError is OvkitError

@@ -17,6 +17,7 @@ from typing import Any
 
 from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf
 from ovkit.dtypes import layout
+from ovkit.errors import OvkitError
 from ovkit.ir import pad_ne
 from ovkit.ops.table import LISTS
 from ovkit.ops.verdicts import parse_params
@@ -27,7 +28,7 @@ U150 = Init("uniform", -150.0, 150.0)
 POS_09 = Init("uniform", 0.9, 1.1)
 
 
-class NoCase(LookupError):
+class NoCase(OvkitError, LookupError):
     """No builder for this test case (the message names it)."""
 
 

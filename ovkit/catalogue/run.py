@@ -42,6 +42,7 @@ from ovkit.catalogue.case import (
 )
 from ovkit.catalogue.result import STATUSES, Result, Status, error_line, judge
 from ovkit.child import Child, ChildCrashed, ChildTimedOut, serve
+from ovkit.errors import OvkitError
 from ovkit.ops import verdicts
 from ovkit.runtime import Core
 
@@ -219,7 +220,7 @@ def _infer(
         )
 
 
-class _NoOracle(Exception):
+class _NoOracle(OvkitError):
     """ggml's CPU backend (the installed ggml-python) does not support a node of the case."""
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from ovkit.catalogue import backend_ops
 from ovkit.catalogue.case import Case, ovkit_graph
+from ovkit.errors import OvkitError
 from ovkit.ir import GGML_SRC_ORDER, IN_PLACE_WRITES, GraphError, Op, OpInfo
 from ovkit.ops.policy import Revision, SupportDecision, check_op
 from ovkit.ops.verdicts import CSV_REVISION, Verdict, leaf, parse_params
@@ -37,7 +38,7 @@ NEWER_GGML_OPS = frozenset({"DSV4_HC_PRE", "DSV4_HC_POST", "DSV4_HC_COMB", "LIGH
 GGML_OPS: frozenset[str] = frozenset(o for o in Op if not o.sub_op and o not in NO_CASE_OPS) | NEWER_GGML_OPS
 
 
-class Unexpressible(Exception):
+class Unexpressible(OvkitError):
     """The case's graph cannot be rebuilt; the message is the reason."""
 
 

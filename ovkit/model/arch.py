@@ -16,11 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ovkit.errors import OvkitError
+
 ROPE_TYPE_NORM = 0  # llama: adjacent pairs rotate
 ROPE_TYPE_NEOX = 2  # qwen*: the two halves of a head rotate
 
 
-class ModelError(ValueError):
+class ModelError(OvkitError, ValueError):
     """A GGUF model ovkit cannot build (unknown architecture, missing tensor, bad hparams)."""
 
 

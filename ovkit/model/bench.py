@@ -30,6 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ovkit.errors import OvkitError
 from ovkit.model.precision import PRECISIONS
 from ovkit.model.runner import SHAPE_MODES
 
@@ -49,7 +50,7 @@ CHILD_TIMEOUT_S = 1800.0
 MAX_THREADS = 512
 
 
-class BenchError(ValueError):
+class BenchError(OvkitError, ValueError):
     """Bad settings for a benchmark (the message names the value and what was expected)."""
 
 

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ovkit.dtypes import NUMPY_DTYPE
+from ovkit.errors import OvkitError
 from ovkit.report import Report, Reported
 from ovkit.runtime import Core
 
@@ -89,7 +90,7 @@ DEFAULT_THREADS = 2
 F32_RERUN = "upstream@f32"
 
 
-class CompareError(RuntimeError):
+class CompareError(OvkitError, RuntimeError):
     """A side of the comparison could not run at all (the message says which and why)."""
 
 

@@ -23,10 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from ovkit.errors import OvkitError
+
 DEFAULT_THREADS = 2
 
 
-class LlamaCppError(RuntimeError):
+class LlamaCppError(OvkitError, RuntimeError):
     """llama.cpp failed or crashed in its subprocess (the signal or exit code and the stderr tail in
     the message)."""
 

@@ -21,11 +21,12 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ovkit.errors import OvkitError
 from ovkit.runtime import Core, exact_on_cpu
 from ovkit.simulate.profiles import PROFILES, Failure, Profile
 
 
-class UnknownProfileError(ValueError):
+class UnknownProfileError(OvkitError, ValueError):
     """A simulation profile name that is not shipped."""
 
 
