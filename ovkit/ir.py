@@ -276,6 +276,19 @@ class RopeType(enum.IntEnum):
     IMROPE = 40
 
 
+# ggml's other enums as module constants (ggml's C spelling, for code ported from C).
+GGML_SORT_ORDER_ASC = 0
+GGML_SORT_ORDER_DESC = 1
+GGML_PREC_DEFAULT = 0
+GGML_PREC_F32 = 10  # ggml_prec: accumulate in f32 (ggml_mul_mat_set_prec, *_set_prec)
+GGML_OP_POOL_MAX = 0
+GGML_OP_POOL_AVG = 1
+GGML_SCALE_MODE_BILINEAR = 1
+GGML_SCALE_MODE_BICUBIC = 2
+GGML_SCALE_FLAG_ALIGN_CORNERS = 1 << 8
+GGML_SCALE_FLAG_ANTIALIAS = 1 << 9
+
+
 class GraphError(OvkitError, ValueError):
     """A shape, type or parameter ggml would reject, raised when the op is built."""
 

@@ -1307,10 +1307,6 @@ REQUANT_RULES: tuple[RequantRule, ...] = (
 )
 
 
-#: Elements per scale of the NPU's i4 requantization (upstream's ``weights_per_block = 128``).
-Q4_0_128_GROUP = REQUANT_GROUPED[RequantTarget.Q4_0_128][0]
-
-
 def requant_refusal(target: RequantTarget, qtype: str, shape: Sequence[int], what: str = "weight") -> str:
     """Why a device cannot build a ``qtype`` weight of ``shape`` requantized to ``target`` ("" if it can).
 

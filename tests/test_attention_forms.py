@@ -90,7 +90,7 @@ def test_each_form_has_its_ops_and_ggmls_values(
         matmul_ranks = {r for t, r in ops if t == "MatMul"}
         assert matmul_ranks == ({5} if form == "manual" else {4}), ops
     raw = run_model(
-        model, model_inputs(g, names, prepare_feed(g, [out], arrays)), "CPU", run_config=GRAPH_RUN_CONFIG
+        model, model_inputs(names, prepare_feed(g, [out], arrays)), "CPU", run_config=GRAPH_RUN_CONFIG
     )
     got = from_model_output(out, raw[0])
     expected = oracle.ggml_call("flash_attn_ext", q, k, v, mask, 0.25, 0.0, 0.0)
@@ -101,7 +101,7 @@ def test_each_form_has_its_ops_and_ggmls_values(
     ref = from_model_output(
         out,
         run_model(
-            base, model_inputs(g, names, prepare_feed(g, [out], arrays)), "CPU", run_config=GRAPH_RUN_CONFIG
+            base, model_inputs(names, prepare_feed(g, [out], arrays)), "CPU", run_config=GRAPH_RUN_CONFIG
         )[0],
     )
     assert oracle.nmse(got, ref) < 1e-10
@@ -120,7 +120,7 @@ def test_ovkits_own_form_takes_sdpa_for_long_prefills(rows: int) -> None:
     model, names = g.to_model([out])
     assert ("ScaledDotProductAttention" in {t for t, _ in _ops(model)}) is (rows >= SDPA_MIN_QUERIES)
     raw = run_model(
-        model, model_inputs(g, names, prepare_feed(g, [out], arrays)), "CPU", run_config=GRAPH_RUN_CONFIG
+        model, model_inputs(names, prepare_feed(g, [out], arrays)), "CPU", run_config=GRAPH_RUN_CONFIG
     )
     got = from_model_output(out, raw[0])
     expected = oracle.ggml_call("flash_attn_ext", q, k, v, mask, 0.25, 0.0, 0.0)

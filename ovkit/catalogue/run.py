@@ -309,7 +309,7 @@ def _prepare(
             return Result(**base, status="FAIL", detail=error_line(exc))
         return _judged(case, base, actual, expected)
     try:
-        return _Ready(case, base, model, model_inputs(g, names, prepare_feed(g, [out], feed)), out, expected)
+        return _Ready(case, base, model, model_inputs(names, prepare_feed(g, [out], feed)), out, expected)
     except Exception as exc:
         return Result(**base, status="FAIL", detail=error_line(exc))
 

@@ -21,9 +21,9 @@ from typing import Any
 from ovkit.catalogue import backend_ops
 from ovkit.catalogue.case import Case, ovkit_graph
 from ovkit.errors import OvkitError
-from ovkit.ir import GGML_SRC_ORDER, IN_PLACE_WRITES, GraphError, Op, OpInfo
+from ovkit.ir import GGML_SRC_ORDER, IN_PLACE_WRITES, GraphError, Op, OpInfo, pad_ne
 from ovkit.ops.policy import Revision, SupportDecision, check_op
-from ovkit.ops.verdicts import CSV_REVISION, Verdict, leaf, parse_params
+from ovkit.ops.verdicts import CSV_REVISION, Verdict, parse_params
 from ovkit.quant import QuantError
 
 #: ggml ops no test-backend-ops case is named after: a leaf, the sub-op parents (a unary or GLU
@@ -58,7 +58,7 @@ def _stand_in(case: Case, params: dict[str, Any]) -> OpInfo:
     (CPY, SET_ROWS), else the case's ``type`` (f32 when it names none: the matmul family); the
     leaves, in the builder's argument order, go in ggml's source order."""
     op, sub_op = _output_op(case.op)
-    srcs = tuple(leaf(lf.dtype, lf.ne, lf.name) for lf in case.leaves)
+    srcs = tuple(OpInfo(Op.NONE, lf.dtype, pad_ne(lf.ne), name=lf.name) for lf in case.leaves)
     dst = [s.dtype for s in srcs if s.name in _DESTINATIONS]
     dtype = dst[0] if op in IN_PLACE_WRITES and dst else str(params.get("type", "f32"))
     ne = srcs[0].ne

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -279,7 +279,7 @@ def _name_nodes(out: Out, label: str, named: set[str]) -> None:
         stack.extend(i.get_source_output().get_node() for i in node.inputs())
 
 
-def model_inputs(graph: Graph, names: Sequence[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+def model_inputs(names: Sequence[str], feed: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """The arrays to feed the model's Parameters, in order (bf16 as f32)."""
     return [np.ascontiguousarray(feed[n]) for n in names]
 
