@@ -146,7 +146,7 @@ def test_graph_has_llama_cpp_names(model_file: Callable[..., Path]) -> None:
 
 def test_block_program_runs_on_ovkit_and_ggml() -> None:
     """The decoder layer is one program: ovkit's Graph and real ggml give the same output."""
-    from ovkit.blocks import BlockConfig, block_inputs, block_leaves, block_program, block_weights
+    from ovkit.decoder_layer import BlockConfig, block_inputs, block_leaves, block_program, block_weights
     from ovkit.graph import Graph
 
     cfg = BlockConfig(d=64, heads=4, kv_heads=2, head_dim=16, ff=128, ctx=16)

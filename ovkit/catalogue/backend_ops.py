@@ -20,7 +20,7 @@ from ovkit.dtypes import layout
 from ovkit.errors import OvkitError
 from ovkit.ir import pad_ne
 from ovkit.ops.table import LISTS
-from ovkit.ops.verdicts import parse_params
+from ovkit.ops.verdict_csv import parse_params
 
 CaseBuilder = Callable[[str, str, dict[str, Any]], Case]
 

@@ -43,7 +43,7 @@ from ovkit.catalogue.case import (
 from ovkit.catalogue.result import STATUSES, Result, Status, error_line, judge
 from ovkit.child import Child, ChildCrashed, ChildTimedOut, serve
 from ovkit.errors import OvkitError
-from ovkit.ops import verdicts
+from ovkit.ops import verdict_csv
 from ovkit.runtime import Core
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ Policy = Literal["upstream", "none"]
 #: A case taking longer than this in a worker process is stopped and reported as a FAIL.
 CASE_TIMEOUT_S = 600.0
 #: The shipped half of test-backend-ops' catalogue (op name, parameters, upstream's verdict).
-SHIPPED = verdicts.SHIPPED
+SHIPPED = verdict_csv.SHIPPED
 #: The largest case list read (the shipped half of test-backend-ops' catalogue is 1.2 MiB).
 MAX_CASE_LIST_BYTES = 64 << 20
 
@@ -162,7 +162,7 @@ def upstream_verdict(row: Row, device_class: str = "CPU") -> tuple[bool, str]:
         info = build_case(row.op, row.params)
     except Unexpressible as exc:
         return False, f"unexpressible: {exc}"
-    d = check_op(info, device_class, upstream_exact=True, revision=verdicts.CSV_REVISION)
+    d = check_op(info, device_class, upstream_exact=True, revision=verdict_csv.CSV_REVISION)
     return d.supported, d.reason
 
 
@@ -692,7 +692,7 @@ def main(
 
     stream = out or sys.stdout
     print(f"Testing {device} (test-backend-ops catalogue, {len(rows)} cases, policy {policy})", file=stream)
-    print(f"  the backend's verdict: ovkit's copy of its supports_op (revision {verdicts.CSV_REVISION}),"
+    print(f"  the backend's verdict: ovkit's copy of its supports_op (revision {verdict_csv.CSV_REVISION}),"
           " not a column of the case list", file=stream)  # fmt: skip
     got: dict[int, Result] = {}
     for i, r in _indexed(list(rows), policy, device, workers, isolate, progress):

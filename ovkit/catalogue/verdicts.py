@@ -1,6 +1,6 @@
 """Upstream ``supports_op`` verdicts (test-backend-ops ``support`` mode) replayed against the policy.
 
-The shipped verdicts (:data:`ovkit.ops.verdicts.SHIPPED`) hold, per test-backend-ops case, the op
+The shipped verdicts (:data:`ovkit.ops.verdict_csv.SHIPPED`) hold, per test-backend-ops case, the op
 name, its parameters and the real backend's verdict.  In ``support`` mode test-backend-ops asks
 ``supports_op`` about the case's *output* node only, so each row is asked about as the
 :class:`~ovkit.ir.OpInfo` of the output node of its runnable case's graph
@@ -23,7 +23,7 @@ from ovkit.catalogue.case import Case, ovkit_graph
 from ovkit.errors import OvkitError
 from ovkit.ir import GGML_SRC_ORDER, IN_PLACE_WRITES, GraphError, Op, OpInfo, pad_ne
 from ovkit.ops.policy import Revision, SupportDecision, check_op
-from ovkit.ops.verdicts import CSV_REVISION, Verdict, parse_params
+from ovkit.ops.verdict_csv import CSV_REVISION, Verdict, parse_params
 from ovkit.quant import QuantError
 
 #: ggml ops no test-backend-ops case is named after: a leaf, the sub-op parents (a unary or GLU

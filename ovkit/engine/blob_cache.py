@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ovkit.engine.keys import PROCESS_LOCAL, CacheKey
-from ovkit.engine.model import PortSpec
+from ovkit.engine.ov_model import PortSpec
 from ovkit.runtime import Core
 
 logger = logging.getLogger("ovkit")

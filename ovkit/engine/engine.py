@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 from ovkit.engine.blob_cache import BlobCache, BlobEntry
 from ovkit.engine.errors import EngineError, InputError, ProfilingOffError
 from ovkit.engine.keys import CacheKey, model_structure_key
-from ovkit.engine.model import (
+from ovkit.engine.ov_model import (
     ModelFactory,
     apply_dynamic,
     make_stateful,

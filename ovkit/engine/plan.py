@@ -23,7 +23,7 @@ from ovkit.ops.policy import graph_decisions
 if TYPE_CHECKING:
     import pandas as pd
 from ovkit.engine.keys import graph_structure_key
-from ovkit.engine.model import dims
+from ovkit.engine.ov_model import dims
 from ovkit.engine.run_config import (
     DEFAULT_RUN_CONFIG,
     GRAPH_RUN_CONFIG,

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from ovkit.engine.keys import CacheKey
 from ovkit.engine.errors import EngineError, InputError, ProfilingOffError
-from ovkit.engine.model import PortSpec, port_specs
+from ovkit.engine.ov_model import PortSpec, port_specs
 from ovkit.engine.run_config import EffectiveConfig, RunConfig
 
 
