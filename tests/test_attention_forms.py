@@ -140,10 +140,9 @@ def _run_form(
     """``out`` computed in ovkit's own ``form`` (SDPA or grouped MatMuls, whatever the rows)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(translate, "SDPA_MIN_QUERIES", 1 if form == "sdpa" else 1 << 62)
-        with manual_gqa_attention(None):
-            model, names = g.to_model([out])
+        model, names = g.to_model([out])
     assert ("ScaledDotProductAttention" in {t for t, _ in _ops(model)}) is (form == "sdpa")
-    raw = run_model(model, model_inputs(g, names, prepare_feed(g, [out], arrays)), "CPU", run_config=config)
+    raw = run_model(model, model_inputs(names, prepare_feed(g, [out], arrays)), "CPU", run_config=config)
     return from_model_output(out, raw[0])
 
 

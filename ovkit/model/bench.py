@@ -596,7 +596,7 @@ class _Llama(_Side):
         import numpy as np
 
         def last_pick() -> int:  # the last position's logits (``scores`` holds them only with logits_all)
-            ptr = llama_cpp.llama_get_logits_ith(self.llm._ctx.ctx, -1)
+            ptr = llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
             return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(self.llm.n_vocab(),))))
 
         self.llm.reset()

@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ovkit.errors import OvkitError
 from ovkit.gguf import GGUFModel, read_gguf
 from ovkit.model.arch import ModelError
 from ovkit.model.limits import check_count

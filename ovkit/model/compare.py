@@ -675,7 +675,7 @@ def compare_model(
     toks = token_ids(tokens, hp.n_vocab).tolist()
     if not toks:
         raise ModelError("compare_model: no tokens given")
-    n_ctx = check_n_ctx(hp, n_ctx, core)
+    n_ctx = check_n_ctx(hp, n_ctx, core=core)
     if len(toks) + n_predict > n_ctx:
         raise ModelError(
             f"{len(toks)} tokens and n_predict={n_predict} make a batch of {len(toks) + n_predict}, "

@@ -263,7 +263,7 @@ class Model(Reported):
     ) -> None:
         self.gguf = path if isinstance(path, GGUFModel) else read_gguf(path)
         self.hp = model_hparams(self.gguf)
-        n_ctx = check_n_ctx(self.hp, n_ctx, core)  # the model's context and this machine's memory
+        n_ctx = check_n_ctx(self.hp, n_ctx, core=core)  # the model's context and this machine's memory
         if kv not in KV_MODES:
             raise ModelError(f"kv {kv!r} is not one of {', '.join(KV_MODES)}")
         if precision not in PRECISIONS:
@@ -398,7 +398,6 @@ class Model(Reported):
             session, _ = lean.compile_lean(
                 self.gguf,
                 self.hp,
-                core,
                 self.device,
                 exact=self.precision == "exact",
                 no_requant=self.no_requant,
@@ -406,6 +405,7 @@ class Model(Reported):
                 spill_dir=self.spill_dir,
                 # a simulated core's compiled models cannot be exported, as in the engine
                 cache_dir=None if is_simulated(core) else self.compiled_model_cache_dir,
+                core=core,
             )
             self._lean = session
         return self._lean
