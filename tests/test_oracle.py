@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 
 from ovkit import oracle
 
-# ggml-python links libopenvino, which the openvino module loads first
-importlib.import_module("openvino")
-ggml = importlib.import_module("ggml")
+ggml = oracle.ggml_module()  # ggml-python, loaded by the oracle (after openvino, which it links)
 
 RNG = np.random.default_rng(1234)
 
