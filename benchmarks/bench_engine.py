@@ -191,7 +191,7 @@ def cache_hit_vs_cold(quick: bool) -> dict[str, float]:
 # 3. transformer block
 # ---------------------------------------------------------------------------------------------
 def transformer(quick: bool) -> dict[str, float]:
-    from ovkit.blocks import CACHE_NAMES, BlockConfig, block_inputs, block_weights, transformer_block
+    from ovkit.decoder_layer import CACHE_NAMES, BlockConfig, block_inputs, block_weights, transformer_block
     from ovkit.engine import graph_session
 
     cfg = BlockConfig()  # d=512, 8 query / 4 KV heads of 64, ff=1408, ctx=256

@@ -81,9 +81,7 @@ class GgmlMatmul:
     """``ggml_mul_mat`` of the raw blocks on ggml's CPU backend (graph built and inputs set once)."""
 
     def __init__(self, qtype: str, raw: bytes, m: int, k: int, x: np.ndarray, threads: int) -> None:
-        import ggml
-
-        g = self.g = ggml
+        g = self.g = oracle.ggml_module()
         tid = oracle.type_id(qtype)
         n = x.shape[0]
         params = g.ggml_init_params(

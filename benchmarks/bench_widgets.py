@@ -54,9 +54,9 @@ def cpu_per_call(fn, n):
 """
 
 CPU_PER_TICK = """
-board = ovkit.dashboard(core, auto_refresh=False, op_explorer=False)
+board = ovkit.dashboard(auto_refresh=False, op_explorer=False, core=core)
 _tick = cpu_per_call(board.refresh, {n})
-_query = cpu_per_call(lambda: ovkit.list_devices(core), {n})
+_query = cpu_per_call(lambda: ovkit.list_devices(core=core), {n})
 _png = cpu_per_call(board.to_png, 5)
 board.close()
 """
@@ -64,7 +64,10 @@ board.close()
 SCENARIOS: dict[str, tuple[str, str]] = {
     # name -> (code that starts the refresh, code that stops it)
     "idle": ("live = None", "None"),
-    "dashboard @10 Hz": ("live = ovkit.dashboard(core, interval=0.1, op_explorer=False)", "live.close()"),
+    "dashboard @10 Hz": (
+        "live = ovkit.dashboard(interval=0.1, op_explorer=False, core=core)",
+        "live.close()",
+    ),
 }
 
 

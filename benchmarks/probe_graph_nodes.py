@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     import openvino as ov
 
-    from ovkit.engine.model import share_constants
+    from ovkit.engine.ov_model import share_constants
 
     with tempfile.TemporaryDirectory(prefix="ovkit-nodes-") as d:
         model = decode_model(args.model)

@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     from ovkit.runtime import default_core, default_precision
 
     config = CONFIGS[args.precision]
-    ran = "f32" if args.precision == "exact" else default_precision(default_core(), "CPU")
+    ran = "f32" if args.precision == "exact" else default_precision("CPU", core=default_core())
     rate = matmul_rate(args.r, config)
     print(f"  OpenVINO's MatMul in {ran} (2048 cubed, 2 threads): {rate:.0f} GFLOP/s")
 

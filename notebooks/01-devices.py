@@ -34,8 +34,10 @@ import openvino as ov
 from IPython.display import display
 
 import ovkit
-from ovkit import notebook
+from ovkit import notebook, notebook_log
 from ovkit.devices import physical_device_ids
+
+notebook_log.install()  # ovkit's log lines as outputs of the cell, warnings marked
 
 core = ovkit.SimulatedCore(profile) if profile else ov.Core()
 print("OpenVINO", ov.get_version())
@@ -62,9 +64,9 @@ print("listed (physical, sorted):", physical_device_ids(core))
 # total as the backend does on Linux). `device_table(raw=True)` gives every byte column.
 
 # %% tags=["device-table"]
-devices = ovkit.list_devices(core)
-selection = ovkit.resolve_device(core, env={"GGML_OPENVINO_DEVICE": device}, log=False)
-display(ovkit.device_table(core, devices))  # hover a rule or description for the full text
+devices = ovkit.list_devices(core=core)
+selection = ovkit.resolve_device(env={"GGML_OPENVINO_DEVICE": device}, log=False, core=core)
+display(ovkit.device_table(devices, core=core))  # hover a rule or description for the full text
 print("selected device:", selection.device)
 
 # %% [markdown]
@@ -99,10 +101,10 @@ notebook.memory_report(devices)
 machines = {"this machine" if not profile else f"simulated {profile}": devices}
 for name in compare_profiles:
     sim = ovkit.SimulatedCore(name)
-    machines[f"simulated {name}"] = ovkit.list_devices(sim)
+    machines[f"simulated {name}"] = ovkit.list_devices(core=sim)
     print(f"--- {name}: {sim.profile.summary}")
     print("available_devices:", sim.available_devices)
-    display(ovkit.device_table(sim, machines[f"simulated {name}"]))
+    display(ovkit.device_table(machines[f"simulated {name}"], core=sim))
 
 # %% [markdown]
 # The same live used and free per device, one panel per machine on one shared axis. The
@@ -122,7 +124,7 @@ notebook.memory_chart(machines)
 # %% tags=["error-profiles"]
 for name in ["gpu-memory-error", "gpu-overcommit"]:
     sim = ovkit.SimulatedCore(name)
-    sim_devices = ovkit.list_devices(sim)
+    sim_devices = ovkit.list_devices(core=sim)
     print(f"--- simulated {name}")
     print(ovkit.format_device_list(sim_devices))
     display(notebook.memory_report(sim_devices, title=f"memory on the simulated {name}"))
@@ -141,7 +143,7 @@ for sim in [profile, *compare_profiles]:
     args = cmd + (["--simulate", sim] if sim else [])
     env = {**os.environ, "GGML_OPENVINO_DEVICE": device}
     run = subprocess.run(args, capture_output=True, text=True, env=env)
-    expected = ovkit.format_device_list(ovkit.list_devices(ovkit.SimulatedCore(sim) if sim else None))
+    expected = ovkit.format_device_list(ovkit.list_devices(core=ovkit.SimulatedCore(sim) if sim else None))
     print(f"$ ovkit list-devices{' --simulate ' + sim if sim else ''}   (stderr: {run.stderr.strip()!r})")
     print(run.stdout, end="")
     print(f"identical to format_device_list: {run.stdout == expected + chr(10)}")
@@ -158,10 +160,10 @@ for sim in [profile, *compare_profiles]:
 from ovkit.widgets import DeviceTable
 
 live = DeviceTable(
-    core,
     interval=live_interval_s,
     auto_refresh=live_refresh,
     env={"GGML_OPENVINO_DEVICE": device},
+    core=core,
 )
 display(live)
 
@@ -181,7 +183,10 @@ display(live)
 import time
 
 dash = ovkit.dashboard(
-    core, interval=live_interval_s, auto_refresh=live_refresh, env={"GGML_OPENVINO_DEVICE": device}
+    interval=live_interval_s,
+    auto_refresh=live_refresh,
+    env={"GGML_OPENVINO_DEVICE": device},
+    core=core,
 )
 display(dash)
 
@@ -206,7 +211,7 @@ from ovkit import upstream
 
 if notebook.optional("backend", "the installed backend's own device list"):
     installed = upstream.list_devices()
-    prd = ovkit.list_devices(ovkit.SimulatedCore(compare_profiles[0])) if compare_profiles else devices
+    prd = ovkit.list_devices(core=ovkit.SimulatedCore(compare_profiles[0])) if compare_profiles else devices
     print("installed backend, as llama-bench --list-devices prints it:")
     print(upstream.format_list_devices(installed))
     print(

@@ -31,10 +31,11 @@ import pandas as pd
 from IPython.display import display
 
 import ovkit
-from ovkit import notebook
+from ovkit import notebook, notebook_log
 
-# In a notebook ovkit shows its log lines (upstream's own wording) as outputs of the cell:
+# Asked once, ovkit shows its log lines (upstream's own wording) as outputs of the cell:
 # routine lines quiet, the fallback warning and hints standing out.
+notebook_log.install()
 sim = ovkit.SimulatedCore(profile)
 print("this machine:", ovkit.resolve_device(env={}, log=False).available)
 print(f"simulated {profile}:", sim.available_devices)
@@ -66,7 +67,7 @@ rows = []
 for value in tries:
     row = {"GGML_OPENVINO_DEVICE": repr(value)}
     for machine, c in [(profile, sim), ("laptop", laptop)]:
-        s = ovkit.resolve_device(c, env={"GGML_OPENVINO_DEVICE": value}, log=False)
+        s = ovkit.resolve_device(env={"GGML_OPENVINO_DEVICE": value}, log=False, core=c)
         row[f"{machine}: selected"] = s.device + (" (fallback)" if s.fell_back else "")
         row[f"{machine}: hint"] = s.hint or ""
     rows.append(row)
@@ -76,7 +77,7 @@ with pd.option_context("display.max_colwidth", 80):
 
 # %% tags=["gpu-on-workstation"]
 # The warning line as the backend logs it, then the hint ovkit adds (INFO level):
-s = ovkit.resolve_device(sim, env={"GGML_OPENVINO_DEVICE": "GPU"})
+s = ovkit.resolve_device(env={"GGML_OPENVINO_DEVICE": "GPU"}, core=sim)
 print("messages:", s.messages)
 print("hint:", s.hint)
 
@@ -84,15 +85,16 @@ print("hint:", s.hint)
 # ## 3. Switching explicitly
 #
 # Exploring several devices means switching the selection on purpose:
-# `ovkit.using_device(name)` sets `GGML_OPENVINO_DEVICE` for a block and re-resolves; the
-# variable is restored afterwards.
+# `ovkit.using_device(name)` gives a block the selection `GGML_OPENVINO_DEVICE=name` makes;
+# what runs in the block takes its `device`. The process environment is left alone, so the
+# dashboard's refresh (another thread) keeps showing the variable's own device.
 
 # %% tags=["using-device"]
 before = os.environ.get("GGML_OPENVINO_DEVICE")
 for name in ovkit.devices.physical_device_ids(sim):
-    with ovkit.using_device(name, sim) as s:
+    with ovkit.using_device(name, core=sim) as s:
         print(f"{name:8} -> selected {s.device:6} class {s.device_class}")
-print("restored:", os.environ.get("GGML_OPENVINO_DEVICE") == before)
+print("environment unchanged:", os.environ.get("GGML_OPENVINO_DEVICE") == before)
 
 # %% [markdown]
 # ## 4. The selector widget
@@ -106,8 +108,8 @@ print("restored:", os.environ.get("GGML_OPENVINO_DEVICE") == before)
 from ovkit.widgets import DeviceSelector, DeviceTable
 
 saved = os.environ.get("GGML_OPENVINO_DEVICE")
-sim_table = DeviceTable(sim, auto_refresh=False)
-selector = DeviceSelector(sim, on_change=lambda state: sim_table.refresh())
+sim_table = DeviceTable(auto_refresh=False, core=sim)
+selector = DeviceSelector(on_change=lambda state: sim_table.refresh(), core=sim)
 display(selector, sim_table)
 
 # %% tags=["selector-steps"]
@@ -132,16 +134,16 @@ from ovkit.ops.policy import OpInfo
 table = OpInfo.leaf("bf16", (64, 32), name="token_embd")  # ggml ne order: 32 rows of 64
 rows = OpInfo.leaf("i32", (4,), name="inp_tokens")
 get_rows = OpInfo("GET_ROWS", "f32", (64, 4), srcs=(table, rows))
-matrix, decisions = notebook.supports_op_matrix(sim, get_rows)
+matrix, decisions = notebook.supports_op_matrix(get_rows, core=sim)
 display(matrix)
 gpu = next((n for n in reversed(matrix.columns) if n.startswith("GPU")), matrix.columns[-1])
 for name, decision in decisions[gpu].items():
     print(f"selected {gpu}, asked {name:6} -> {decision.supported}: {decision.reason}")
 
 # %% [markdown]
-# For running ops this means: a graph runs on the selected device. To try another device,
-# switch the selection explicitly; `compute` without a `device` follows it, and the compiled
-# graphs are cached per device.
+# For running ops this means: a graph runs on the selected device (`compute` without a
+# `device`). To try another device, take the selection `using_device` makes and pass its device
+# on; the compiled graphs are cached per device.
 
 # %% tags=["running"]
 import numpy as np
@@ -153,8 +155,9 @@ g = Graph()
 a = g.input("a", (2, 8))
 y = g.gelu(a)
 for name in gpu_ids or ["CPU"]:
-    with ovkit.using_device(name, sim) as s:
-        out = g.compute(y, {"a": np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8)}, core=sim)
+    with ovkit.using_device(name, core=sim) as s:
+        feed = {"a": np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8)}
+        out = g.compute(y, feed, device=s.device, core=sim)
         print(f"selected {s.device}: gelu ran, result {out.shape}")
 display(engine.get_engine(sim).table()[["device", "inputs", "runs"]])
 
@@ -165,7 +168,7 @@ display(engine.get_engine(sim).table()[["device", "inputs", "runs"]])
 
 # %% tags=["result"]
 for value in tries:
-    s = ovkit.resolve_device(sim, env={"GGML_OPENVINO_DEVICE": value}, log=False)
+    s = ovkit.resolve_device(env={"GGML_OPENVINO_DEVICE": value}, log=False, core=sim)
     print(f"{value!r:10} -> {s.device}" + (" (fallback)" if s.fell_back else ""))
 # The selector changed this kernel's environment; put it back as it was.
 ovkit.widgets.selector.set_device_env(saved)

@@ -39,13 +39,15 @@ import pandas as pd
 from IPython.display import display
 
 import ovkit
-from ovkit import engine, notebook, oracle
-from ovkit.blocks import CACHE_NAMES, BlockConfig, block_inputs, block_weights, transformer_block
+from ovkit import engine, notebook, notebook_log, oracle
+from ovkit.decoder_layer import CACHE_NAMES, BlockConfig, block_inputs, block_weights, transformer_block
 from ovkit.graph import Graph, GraphError, UnsupportedOpError
+
+notebook_log.install()  # ovkit's log lines as outputs of the cell, warnings marked
 
 core = ovkit.SimulatedCore(profile) if profile else ov.Core()
 env = {"GGML_OPENVINO_DEVICE": device} if device else None
-dev = ovkit.resolve_device(core, env=env, log=False).device
+dev = ovkit.resolve_device(env=env, log=False, core=core).device
 rng = np.random.default_rng(seed)
 print("running on", dev, f"(simulated {profile}, computed on this CPU)" if profile else "")
 
@@ -172,7 +174,7 @@ prof.chart()
 # %% [markdown]
 # ## 6. A transformer block with a stateful KV cache
 #
-# `ovkit.blocks.transformer_block` builds one decoder layer as llama.cpp does: RMS norm,
+# `ovkit.decoder_layer.transformer_block` builds one decoder layer as llama.cpp does: RMS norm,
 # Q/K/V projections, ROPE (NEOX), the new K/V rows written into an f16 cache with `set_rows`,
 # flash attention over the whole cache with a causal mask (grouped-query: `n_heads` query
 # heads share `n_kv_heads` K/V heads), the output projection, and a SwiGLU feed-forward, each

@@ -40,13 +40,15 @@ import openvino as ov
 from IPython.display import display
 
 import ovkit
-from ovkit import buffers, engine, notebook, quant
+from ovkit import buffers, engine, notebook, notebook_log, quant
 from ovkit.graph import Graph
 from ovkit.memory import MIB
 
+notebook_log.install()  # ovkit's log lines as outputs of the cell, warnings marked
+
 core = ovkit.SimulatedCore(profile) if profile else ov.Core()
 env = {"GGML_OPENVINO_DEVICE": device}
-dev = ovkit.resolve_device(core, env=env, log=False).device
+dev = ovkit.resolve_device(env=env, log=False, core=core).device
 rng = np.random.default_rng(seed)
 print("graphs run on", dev, f"of the simulated {profile}" if profile else "of this machine")
 
@@ -98,11 +100,11 @@ display(
 # %% tags=["live-charts"]
 from ovkit.widgets import AllocationCharts
 
-charts = AllocationCharts(core, interval=live_interval_s, env=env)
+charts = AllocationCharts(interval=live_interval_s, env=env, core=core)
 display(charts)
 
 # %% tags=["run-graphs"]
-steps = notebook.MemorySteps(core, dev)  # device used memory and process RSS at each step
+steps = notebook.MemorySteps(dev, core=core)  # device used memory and process RSS at each step
 steps.record("start")
 for layer in range(n_layers):
     g = Graph()
@@ -143,7 +145,7 @@ steps.chart(buffers.allocation_history())
 w = rng.standard_normal((quant_rows, quant_k)).astype(np.float32)
 x = rng.standard_normal((4, quant_k)).astype(np.float32)
 types = notebook.quantizable(quant.QUANT_TYPES, "those types' rows")
-qtable = notebook.quantized_matmul_table(w, x, dev, core, types)
+qtable = notebook.quantized_matmul_table(w, x, dev, types, core=core)
 errors = [c for c in qtable.columns if "NMSE" in c or "error" in c]
 qtable.style.format({c: "{:.2e}" for c in errors} | {"bits/weight": "{:.2f}"}, escape="html")
 

@@ -35,11 +35,13 @@ import pandas as pd
 from IPython.display import display
 
 import ovkit
-from ovkit import notebook, oracle, testops
+from ovkit import notebook, notebook_log, oracle, testops
 from ovkit.catalogue import curated
 from ovkit.catalogue.result import Result
 from ovkit.devices import device_class, physical_device_ids
 from ovkit.ops import policy
+
+notebook_log.install()  # ovkit's log lines as outputs of the cell, warnings marked
 
 sim = ovkit.SimulatedCore(profile)
 targets = {"CPU": (None, device)}  # device class -> (core, device id); GPU and NPU from the profile
@@ -179,7 +181,7 @@ perf_cases = notebook.perf_cases_within(
     testops.select(testops.build_perf_catalogue(), ops), perf_max_mib, perf_max_gflop
 )
 perf = notebook.perf_table(
-    testops.perf_case(c, dev0, core0, min_seconds=0.05, max_runs=50) for c in perf_cases
+    testops.perf_case(c, dev0, min_seconds=0.05, max_runs=50, core=core0) for c in perf_cases
 )
 perf.style.format({"µs/run": "{:,.1f}", "GFLOPS": "{:,.2f}", "GB/s": "{:,.2f}"}, na_rep="-", escape="html")
 

@@ -42,10 +42,12 @@ from IPython.display import display
 
 import ovkit
 from ovkit import gguf as ovgguf
-from ovkit import notebook
+from ovkit import notebook, notebook_log
+
+notebook_log.install()  # ovkit's log lines as outputs of the cell, warnings marked
 
 core = ovkit.SimulatedCore(profile) if profile else ov.Core()
-dev = ovkit.resolve_device(core, env={"GGML_OPENVINO_DEVICE": device}, log=False).device
+dev = ovkit.resolve_device(env={"GGML_OPENVINO_DEVICE": device}, log=False, core=core).device
 rng = np.random.default_rng(seed)
 workdir = Path(tempfile.mkdtemp(prefix="ovkit-gguf-"))
 print("layer runs on", dev, "| files in", workdir)
@@ -139,7 +141,7 @@ for cls in ("CPU", "GPU", "NPU"):
 
 # %% tags=["layer"]
 x = rng.standard_normal((n_tokens, n_embd)).astype(np.float32)
-layer = notebook.layer_matmul_table(model, 0, x, dev, core)
+layer = notebook.layer_matmul_table(model, 0, x, dev, core=core)
 # the row names come from the GGUF file: escaped, like every string cell
 layer.style.format(escape="html").format_index(escape="html").format(
     "{:.2e}", subset=[c for c in layer.columns if c.startswith("NMSE")]

@@ -36,11 +36,13 @@ import pandas as pd
 from IPython.display import display
 
 import ovkit
-from ovkit import notebook
+from ovkit import notebook, notebook_log
 from ovkit.model import Model, footprint, placement, synthetic
 from ovkit.model import profile as op_profile
 from ovkit.model.cli import compare
 from ovkit.model.reference import run_reference
+
+notebook_log.install()  # ovkit's log lines as outputs of the cell, warnings marked
 
 sim = ovkit.SimulatedCore(profile)
 workdir = Path(tempfile.mkdtemp(prefix="ovkit-models-"))
@@ -64,7 +66,7 @@ model
 # memory. The simulated laptop's devices are labelled SIMULATED.
 
 # %% tags=["fit"]
-footprint.fit(model, sim)  # .frame (or raw=True) holds the bytes
+footprint.fit(model, core=sim)  # .frame (or raw=True) holds the bytes
 
 # %% [markdown]
 # ## 2. Placement: what runs on each device, what falls back
@@ -170,4 +172,4 @@ display(
 # %% tags=["real-model"]
 if notebook.optional("model", "a real model's fit and run", real_model):
     real = Model(real_model, n_ctx=n_ctx)
-    display(real, footprint.fit(real, sim), real.generate(prompt[:8], 8))
+    display(real, footprint.fit(real, core=sim), real.generate(prompt[:8], 8))

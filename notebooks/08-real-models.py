@@ -36,11 +36,13 @@ import matplotlib.pyplot as plt
 from IPython.display import display
 
 import ovkit
-from ovkit import notebook
+from ovkit import notebook, notebook_log
 from ovkit.model import Model, footprint, placement, reference
 from ovkit.model import chat as chat_mod
 from ovkit.model.compare import compare_model
 from ovkit.model.fetch import real_model
+
+notebook_log.install()  # ovkit's log lines as outputs of the cell, warnings marked
 
 sim = ovkit.SimulatedCore(profile)
 workdir = Path(tempfile.mkdtemp(prefix="ovkit-real-models-"))
@@ -61,7 +63,7 @@ for n, p in paths.items():
 # %% tags=["fit"]
 for n, m in loaded.items():
     print(n)
-    display(footprint.fit(m, sim))
+    display(footprint.fit(m, core=sim))
 
 # %% [markdown]
 # ## 2. Placement: which nodes run where

@@ -35,9 +35,11 @@ import numpy as np
 from ovkit import quant, weight_release
 from ovkit.config import read_config
 from ovkit.devices import DeviceClass, device_class
-from ovkit.dtypes import STORAGE_DTYPE
+from ovkit.dtypes import STORAGE_DTYPE, align_up
+from ovkit.errors import OvkitError
 from ovkit.memory import SIZE_MAX
-from ovkit.runtime import get_core, is_simulated
+from ovkit.runtime import Core, get_core
+from ovkit.simulate import SimulatedCore
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,7 +52,7 @@ HOST_SUFFIX = "_HOST"
 PLAIN_DTYPES: dict[str, np.dtype[Any]] = {**STORAGE_DTYPE, "u8": np.dtype(np.uint8)}
 
 
-class BufferUsageError(RuntimeError):
+class BufferUsageError(OvkitError, RuntimeError):
     """Misuse of a buffer: out-of-range placement, use after free, foreign tensors."""
 
 
@@ -89,7 +91,12 @@ class BufferType:
         return tensor_alloc_size(shape, dtype)
 
     def alloc_buffer(
-        self, size: int, usage: Usage | str = Usage.ANY, *, core: Any = None, remote: bool | None = None
+        self,
+        size: int,
+        usage: Usage | str = Usage.ANY,
+        *,
+        core: Core | None = None,
+        remote: bool | None = None,
     ) -> Buffer:
         """Allocate a buffer of ``size`` bytes (0 allocates nothing); see :class:`Buffer`."""
         return Buffer(self, size, Usage(usage), core=core, remote=remote)
@@ -162,12 +169,8 @@ def tensor_alloc_size(shape: Sequence[int], dtype: str) -> int:
     weights = n * spec.container_bits // 8
     scales = groups * 2
     zp = 0 if spec.symmetric else groups
-    layout = sum(_align(s, HOST_ALIGNMENT) for s in (weights, scales, zp))
+    layout = sum(align_up(s, HOST_ALIGNMENT) for s in (weights, scales, zp))
     return max(nbytes, layout)
-
-
-def _align(n: int, a: int) -> int:
-    return (n + a - 1) // a * a
 
 
 # ------------------------------------------------------------------------------------------------
@@ -254,7 +257,7 @@ class RemoteStorage:
     remote = True
     device_side = True
 
-    def __init__(self, size: int, device: str, core: Any) -> None:
+    def __init__(self, size: int, device: str, *, core: Core) -> None:
         import openvino as ov
 
         self._size = int(size)
@@ -396,7 +399,7 @@ class Buffer:
         size: int,
         usage: Usage = Usage.ANY,
         *,
-        core: Any = None,
+        core: Core | None = None,
         remote: bool | None = None,
     ) -> None:
         if not is_ovkit_buffer_type(buffer_type):
@@ -411,7 +414,7 @@ class Buffer:
         self.buffer_type = buffer_type
         self.usage = Usage(usage)
         self._core = core
-        self.storage: Storage = self._make_storage(int(size), core, remote)
+        self.storage: Storage = self._make_storage(int(size), core=core, remote=remote)
         self._tensors: dict[str, PlacedTensor] = {}
         self._extras: dict[int, TensorExtra] = {}  # id(base PlacedTensor) -> owned extra
         self._next = 0
@@ -423,7 +426,7 @@ class Buffer:
         TRACKER.record_alloc(self)
         self._finalizer = weakref.finalize(self, _finalize, self.storage, self._extras, self.id)
 
-    def _make_storage(self, size: int, core: Any, remote: bool | None) -> Storage:
+    def _make_storage(self, size: int, *, core: Core | None, remote: bool | None) -> Storage:
         gpu = device_class(self.buffer_type.device) is DeviceClass.GPU
         want_remote = (
             remote
@@ -435,7 +438,7 @@ class Buffer:
                 f"remote storage is for the GPU class only, not {self.buffer_type.device!r}"
             )
         if want_remote and size:
-            if core is not None and is_simulated(core):
+            if isinstance(core, SimulatedCore):
                 # counted as the simulated GPU's usm_device, as the plugin counts a USM tensor
                 dev = self.buffer_type.device
                 core.allocate(dev, size, "usm_device")
@@ -443,7 +446,7 @@ class Buffer:
                                    on_free=functools.partial(core.release, dev, size, "usm_device"))  # fmt: skip
             if core is None:
                 core = get_core()
-            return RemoteStorage(size, self.buffer_type.device, core)
+            return RemoteStorage(size, self.buffer_type.device, core=core)
         return HostStorage(size)
 
     # -- storage-backed fields (never cached here) ---------------------------------------------
@@ -492,7 +495,7 @@ class Buffer:
         shape_t = tuple(int(s) for s in shape)
         nbytes = tensor_nbytes(shape_t, dtype)
         alloc = self.buffer_type.get_alloc_size(shape_t, dtype)
-        off = _align(self._next, self.buffer_type.alignment) if offset is None else int(offset)
+        off = align_up(self._next, self.buffer_type.alignment) if offset is None else int(offset)
         if off < 0 or off % self.buffer_type.alignment:
             raise BufferUsageError(
                 f"tensor {name!r}: offset {off} is not a multiple of {self.buffer_type.alignment}"
@@ -529,7 +532,7 @@ class Buffer:
                 "the KV cache must be the first tensor placed in its buffer (upstream asserts this)"
             )
         old = self.storage
-        new = self._make_storage(old.size, self._core, remote=True)
+        new = self._make_storage(old.size, core=self._core, remote=True)
         self.storage = new
         if isinstance(new, HostStorage):
             new.data[:] = old.data
@@ -721,7 +724,7 @@ def _finalize(storage: Storage, extras: dict[int, TensorExtra], buffer_id: int) 
 
 
 def alloc_buffer(
-    device: str, size: int, usage: Usage | str = Usage.ANY, *, host: bool = False, core: Any = None
+    device: str, size: int, usage: Usage | str = Usage.ANY, *, host: bool = False, core: Core | None = None
 ) -> Buffer:
     """Allocate ``size`` bytes in ``device``'s device (or, ``host=True``, host) buffer type."""
     bt = host_buffer_type(device) if host else buffer_type(device)

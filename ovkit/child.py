@@ -8,8 +8,8 @@ is reported the same way everywhere: :class:`ChildCrashed` carrying a :class:`De
 name, the child's last words on stderr and, for SIGILL, the caller's hint about the native library
 and how to rebuild it), and :class:`ChildTimedOut` for a child killed after its time ran out.
 
-This module imports nothing of ovkit: a caller that knows which native library its child runs
-passes a ``sigill_hint`` callable rather than this module looking the build up.
+This module imports nothing of ovkit but the error base: a caller that knows which native library
+its child runs passes a ``sigill_hint`` callable rather than this module looking the build up.
 """
 
 from __future__ import annotations
@@ -25,8 +25,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
+from ovkit.errors import OvkitError
+
 #: The environment variable naming the file descriptor a :class:`Child` reads replies from.
 REPLY_FD_ENV = "OVKIT_CHILD_FD"
+
+#: Set to 1 in every child's environment unless the caller's has it: a failed GGML_ASSERT makes
+#: ggml fork a child that prints a backtrace (gdb, else backtrace_symbols) and wait for it; when
+#: two of ggml's threads assert at once, that child can deadlock on a lock held at fork time and
+#: the asserting process hangs instead of dying, while a child is started precisely to die.
+NO_BACKTRACE_ENV = "GGML_NO_BACKTRACE"
 
 #: How much of the end of a child's stderr a :class:`Death` keeps.
 STDERR_TAIL_BYTES = 8192
@@ -80,13 +88,19 @@ class Death:
         return lines[-1] if lines else ""
 
 
+def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a child starts with: ``env`` (default: this process's) and ggml's
+    backtrace off unless ``env`` sets :data:`NO_BACKTRACE_ENV` itself."""
+    return {NO_BACKTRACE_ENV: "1", **(os.environ if env is None else env)}
+
+
 def death(returncode: int, stderr: str = "", sigill_hint: SigillHint | None = None) -> Death:
     """The :class:`Death` of a child that ended with ``returncode`` (the hint asked only for SIGILL)."""
     hint = sigill_hint() if sigill_hint is not None and returncode == -signal.SIGILL else ""
     return Death(returncode, stderr[-STDERR_TAIL_BYTES:], hint)
 
 
-class ChildError(RuntimeError):
+class ChildError(OvkitError, RuntimeError):
     """A child process gave no answer: it died or ran out of time."""
 
 
@@ -129,7 +143,7 @@ class Child:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=self._log,
-                env={**(os.environ if env is None else env), REPLY_FD_ENV: str(write_fd)},
+                env={**child_env(env), REPLY_FD_ENV: str(write_fd)},
                 pass_fds=(write_fd,),
             )
         except BaseException:  # no child (a missing interpreter ...): nothing left open
@@ -231,7 +245,7 @@ def run(
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=None if env is None else dict(env),
+            env=child_env(env),
         )
     except subprocess.TimeoutExpired:
         raise ChildTimedOut(timeout or 0.0) from None

@@ -83,10 +83,10 @@ def cmd_list_devices(args: argparse.Namespace) -> int:
 
     core = make_core(args.simulate)
     try:
-        selection = resolve_device(core, layout=args.layout)
+        selection = resolve_device(layout=args.layout, core=core)
     except BackendAbort as exc:  # the fork stops here, listing the devices to choose from
         raise UsageError(str(exc)) from None
-    devices = list_devices(core, args.layout)
+    devices = list_devices(args.layout, core=core)
     if args.json:
         payload = {
             "layout": args.layout,

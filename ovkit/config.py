@@ -25,6 +25,8 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from ovkit.errors import OvkitError
+
 PREFIX = "GGML_OPENVINO_"
 DEFAULT_PREFILL_CHUNK_SIZE = 256
 
@@ -297,7 +299,7 @@ class ConfigIssue:
         return f"{self.variable}={shown(self.raw)} {self.interpretation}"
 
 
-class ConfigError(ValueError):
+class ConfigError(OvkitError, ValueError):
     """Strict checking: every ``GGML_OPENVINO_*`` problem at once (``problems``, also the message)."""
 
     def __init__(self, *problems: str) -> None:

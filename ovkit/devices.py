@@ -18,7 +18,7 @@ from ovkit import layouts
 from ovkit.escape import css_string, html_text
 from ovkit.layouts import VIRTUAL_PREFIXES
 from ovkit.memory import MIB, LiveFigures, MemoryReport, live_figures, read_memory, read_property
-from ovkit.runtime import get_core, is_simulated
+from ovkit.runtime import Core, get_core, is_simulated
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -122,32 +122,32 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def physical_device_ids(core: Any = None) -> list[str]:
+def physical_device_ids(core: Core | None = None) -> list[str]:
     """``available_devices`` without virtual ids, sorted lexicographically."""
     ids: Iterable[str] = get_core(core).available_devices
     return sorted({d for d in ids if not is_virtual(d)})
 
 
-def _describe(core: Any, name: str, cls: DeviceClass, props: dict[str, Any]) -> tuple[str, str | None]:
-    full, err = read_property(core, name, "FULL_DEVICE_NAME")
+def _describe(name: str, cls: DeviceClass, props: dict[str, Any], *, core: Core) -> tuple[str, str | None]:
+    full, err = read_property(name, "FULL_DEVICE_NAME", core=core)
     if err or not isinstance(full, str) or not full:
         return name, err or f"FULL_DEVICE_NAME returned {full!r}"
     props["FULL_DEVICE_NAME"] = full
     if cls is DeviceClass.NPU:
-        arch, err = read_property(core, name, "DEVICE_ARCHITECTURE")
+        arch, err = read_property(name, "DEVICE_ARCHITECTURE", core=core)
         if not err and arch not in (None, ""):
             props["DEVICE_ARCHITECTURE"] = arch
             return f"{full} (NPU {arch})", None
     return full, None
 
 
-def describe_device(name: str, core: Any = None) -> Device:
+def describe_device(name: str, *, core: Core | None = None) -> Device:
     """Read one device's description and memory; property failures become fallbacks."""
     core = get_core(core)
     cls = device_class(name)
     props: dict[str, Any] = {}
-    description, description_error = _describe(core, name, cls, props)
-    mem: MemoryReport = read_memory(core, name, cls, props)
+    description, description_error = _describe(name, cls, props, core=core)
+    mem: MemoryReport = read_memory(name, cls, props, core=core)
     return Device(
         name=name,
         description=description,
@@ -169,7 +169,7 @@ def describe_device(name: str, core: Any = None) -> Device:
 
 
 def list_devices(
-    core: Any = None, layout: str = "seed", env: Mapping[str, str] | None = None
+    layout: str = "seed", env: Mapping[str, str] | None = None, *, core: Core | None = None
 ) -> list[Device]:
     """The ggml devices the backend registers in ``layout`` (``ovkit.layouts.LAYOUTS``): by
     default the seed's, every physical OpenVINO device sorted by id, with description and memory.
@@ -178,18 +178,18 @@ def list_devices(
     chosen = layouts.get_layout(layout)
     core = get_core(core)
     requested = (os.environ if env is None else env).get(ENV_DEVICE) or None
-    selected = layouts.resolve_for(chosen, core, requested).device
-    return layout_devices(core, chosen, selected)
+    selected = layouts.resolve_for(chosen, requested, core=core).device
+    return layout_devices(chosen, selected, core=core)
 
 
-def layout_devices(core: Any, layout: layouts.Layout, selected: str) -> list[Device]:
+def layout_devices(layout: layouts.Layout, selected: str, *, core: Core | None = None) -> list[Device]:
     """The ggml devices ``layout`` registers on ``core`` when ``selected`` is the OpenVINO device:
     each entry of its tables applied to the seed's reading of the device."""
     core = get_core(core)
     ids = layouts.ENTRIES[layout.entries](list(core.available_devices), selected)
     devices = []
     for index, ov_id in enumerate(ids):
-        seen = describe_device(ov_id, core)  # the seed's reading: description, properties, memory
+        seen = describe_device(ov_id, core=core)  # the seed's reading: description, properties, memory
         mem = layouts.MEMORY[layout.memory](core, ov_id, seen)
         devices.append(
             replace(
@@ -272,7 +272,7 @@ def layout_note(devices: Sequence[Device]) -> str:
     return "; ".join(f"layout: {k} ({layouts.LAYOUTS[k].title})" for k in keys)
 
 
-def _caption(devices: Sequence[Device], core: Any) -> str:
+def _caption(devices: Sequence[Device], *, core: Core | None) -> str:
     if any(d.simulated for d in devices):
         profile = getattr(getattr(core, "profile", None), "name", None)
         name = f" '{profile}'" if profile else ""
@@ -284,25 +284,33 @@ def _caption(devices: Sequence[Device], core: Any) -> str:
 
 @overload
 def device_table(
-    core: Any = None,
     devices: Iterable[Device] | None = None,
     *,
+    core: Core | None = None,
     raw: Literal[False] = False,
     layout: str = ...,
 ) -> Styler: ...
 @overload
 def device_table(
-    core: Any = None, devices: Iterable[Device] | None = None, *, raw: Literal[True], layout: str = ...
+    devices: Iterable[Device] | None = None,
+    *,
+    core: Core | None = None,
+    raw: Literal[True],
+    layout: str = ...,
 ) -> pd.DataFrame: ...
 def device_table(
-    core: Any = None, devices: Iterable[Device] | None = None, *, raw: bool = False, layout: str = "seed"
+    devices: Iterable[Device] | None = None,
+    *,
+    core: Core | None = None,
+    raw: bool = False,
+    layout: str = "seed",
 ) -> Styler | pd.DataFrame:
     """The devices as a compact styled table (MiB, usage bars, the memory rule per row, fits
     1,000 px; the caption names the layout), or with ``raw=True`` as a DataFrame with every byte
     column and error.  ``layout`` picks the listing when ``devices`` is not given."""
     import pandas as pd
 
-    listed = list(list_devices(core, layout) if devices is None else devices)
+    listed = list(list_devices(layout, core=core) if devices is None else devices)
     if raw:
         return pd.DataFrame([_raw_row(d) for d in listed]).set_index("name") if listed else pd.DataFrame()
     frame = pd.DataFrame(
@@ -331,7 +339,7 @@ def device_table(
         .format_index(escape="html", axis="columns")
         .bar(subset=["usage"], vmin=0.0, vmax=1.0, color="#4c9be8", height=60, width=100)
         .set_properties(subset=["class", "description", "rule"], **{"text-align": "left"})
-        .set_caption(html_text(_caption(listed, core)))
+        .set_caption(html_text(_caption(listed, core=core)))
         .set_table_styles(TABLE_STYLES)
         .hide(names=True, axis="index")
         .set_tooltips(tips)

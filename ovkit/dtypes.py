@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ovkit.errors import OvkitError
+
 
 @dataclass(frozen=True, slots=True)
 class GgmlType:
@@ -156,7 +158,7 @@ OPENVINO_SHORT: dict[str, str] = {
 }
 
 
-class UnknownTypeError(ValueError):
+class UnknownTypeError(OvkitError, ValueError):
     """A type name or id that is no ggml type ovkit knows."""
 
 
@@ -200,6 +202,12 @@ def layout(dtype: str) -> tuple[int, int]:
     """(elements per block, bytes per block) of ``dtype``; (1, 1) for an unknown name."""
     t = find_type(dtype)
     return (t.block, t.size) if t is not None else (1, 1)
+
+
+def align_up(n: int, alignment: int) -> int:
+    """``n`` rounded up to a multiple of ``alignment`` (ggml's ``GGML_PAD``): buffer offsets, the
+    GGUF data section."""
+    return (n + alignment - 1) // alignment * alignment
 
 
 def contiguous_nb(dtype: str, ne: Iterable[int]) -> tuple[int, int, int, int]:

@@ -16,6 +16,8 @@ import os
 import stat
 from pathlib import Path
 
+from ovkit.errors import OvkitError
+
 MIB = 1 << 20
 
 #: File kinds named in the error for what is not a regular file.
@@ -28,7 +30,7 @@ _KINDS = (
 )
 
 
-class FileReadError(ValueError):
+class FileReadError(OvkitError, ValueError):
     """A file that cannot be read as asked: missing, not a regular file, too large or not text
     (one line naming the file and what was expected)."""
 

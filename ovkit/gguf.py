@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ovkit import quant
-from ovkit.dtypes import STORAGE_DTYPE, UnknownTypeError, type_by_id
+from ovkit.dtypes import STORAGE_DTYPE, UnknownTypeError, align_up, type_by_id
+from ovkit.errors import OvkitError
+from ovkit.runtime import Core
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 PLAIN_TYPES = STORAGE_DTYPE  #: numpy dtype of each plain type's raw bytes (bf16: uint16 bits)
 
 
-class GGUFError(ValueError):
+class GGUFError(OvkitError, ValueError):
     """A GGUF file that cannot be read as one (names the file and the problem)."""
 
 
@@ -132,7 +134,7 @@ class GGUFModel:
             raise KeyError(f"{self.path}: no tensor {name!r} (it has {len(self.tensors)} tensors)") from None
 
     def load_into_buffer(
-        self, device: str = "CPU", *, host: bool = True, core: Any = None, register: bool = True
+        self, device: str = "CPU", *, host: bool = True, core: Core | None = None, register: bool = True
     ) -> tuple[Any, dict[str, Any]]:
         """Allocate one WEIGHTS buffer on ``device`` and set every supported tensor into it.
 
@@ -143,7 +145,7 @@ class GGUFModel:
 
         infos = [t for t in self.tensors.values() if t.supported]
         bt = buffers.host_buffer_type(device) if host else buffers.buffer_type(device)
-        size = sum(buffers._align(bt.get_alloc_size(t.shape, t.type), bt.alignment) for t in infos)
+        size = sum(align_up(bt.get_alloc_size(t.shape, t.type), bt.alignment) for t in infos)
         buf = bt.alloc_buffer(size, buffers.Usage.WEIGHTS, core=core)
         placed = {}
         try:
@@ -169,7 +171,7 @@ class GGUFModel:
                 total += t.nbytes
         return total
 
-    def fit_check(self, core: Any = None) -> pd.DataFrame:
+    def fit_check(self, core: Core | None = None) -> pd.DataFrame:
         """Per device: the bytes the weights need after the policy vs the device's free memory
         (``Device.live``: the figure the device table and charts show; unknown stays unknown);
         ``fits`` is False and ``refused`` says why when the device cannot build a weight."""
@@ -178,7 +180,7 @@ class GGUFModel:
         from ovkit.devices import list_devices
 
         rows = []
-        for d in list_devices(core):
+        for d in list_devices(core=core):
             need = self.weight_bytes(str(d.device_class))
             free = d.live.free_bytes  # the free figure of the table and charts; None = unknown
             # a weight the device cannot build (quant.requant_decision, as Model and placement)
@@ -426,10 +428,6 @@ def _tensor_info(cur: _Cursor, i: int) -> _RawInfo:
     return _RawInfo(name, ggml_type, ne, nbytes, offset)
 
 
-def _pad(n: int, alignment: int) -> int:
-    return (n + alignment - 1) // alignment * alignment
-
-
 def _check_layout(cur: _Cursor, infos: list[_RawInfo], data_start: int, alignment: int) -> None:
     """Tensors packed in table order, each padded to the alignment, all inside the file (as ggml)."""
     expected = 0
@@ -453,7 +451,7 @@ def _check_layout(cur: _Cursor, infos: list[_RawInfo], data_start: int, alignmen
                 f"tensor {t.name!r} has data offset {t.offset}, expected {expected} {after}tensors are "
                 f"stored in table order, each padded to {alignment} bytes"
             )
-        expected = _pad(t.offset + t.nbytes, alignment)
+        expected = align_up(t.offset + t.nbytes, alignment)
         prev = t
 
 
@@ -493,7 +491,7 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
             raise cur.fail(f"duplicate tensor name {info.name!r}")
         names.add(info.name)
         infos.append(info)
-    data_start = _pad(cur.pos, alignment)
+    data_start = align_up(cur.pos, alignment)
     _check_layout(cur, infos, data_start, alignment)
     tensors: dict[str, TensorInfo] = {}
     for t in infos:

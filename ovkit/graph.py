@@ -19,6 +19,15 @@ import numpy as np
 from ovkit.dtypes import DTYPES, FLOAT_TYPES, TYPE_OF_NUMPY, WRITABLE_QUANT_TYPES, contiguous_nb, layout
 from ovkit.engine import compute_graph
 from ovkit.ir import (
+    GGML_OP_POOL_AVG,
+    GGML_OP_POOL_MAX,
+    GGML_PREC_DEFAULT,
+    GGML_SCALE_FLAG_ALIGN_CORNERS,
+    GGML_SCALE_FLAG_ANTIALIAS,
+    GGML_SCALE_MODE_BICUBIC,
+    GGML_SCALE_MODE_BILINEAR,
+    GGML_SORT_ORDER_ASC,
+    GGML_SORT_ORDER_DESC,
     IN_PLACE_WRITES,
     GraphError,
     GraphIR,
@@ -33,36 +42,13 @@ from ovkit.ir import (
 from ovkit.ops.bounds import check_constant, check_feed, fed_index_nodes
 from ovkit.ops.feed import prepare_feed
 from ovkit.ops.table import GLU_BUILT, UNARY_BUILT
+from ovkit.runtime import Core
 
 if TYPE_CHECKING:
     from ovkit.ops.policy import SupportDecision
 
 __all__ = ["Graph", "GraphError", "Mode", "Tensor", "UnsupportedOpError"]
 
-# ggml enums mirrored as module constants (ggml's C spelling, for code ported from C).
-GGML_ROPE_TYPE_NORMAL = RopeType.NORMAL
-GGML_ROPE_TYPE_NEOX = RopeType.NEOX
-GGML_ROPE_TYPE_MROPE = RopeType.MROPE
-GGML_ROPE_TYPE_VISION = RopeType.VISION
-GGML_ROPE_TYPE_IMROPE = RopeType.IMROPE
-GGML_SORT_ORDER_ASC = 0
-GGML_SORT_ORDER_DESC = 1
-GGML_TRI_TYPE_UPPER_DIAG = 0
-GGML_TRI_TYPE_UPPER = 1
-GGML_TRI_TYPE_LOWER_DIAG = 2
-GGML_TRI_TYPE_LOWER = 3
-GGML_PREC_DEFAULT = 0
-GGML_PREC_F32 = 10
-GGML_OP_POOL_MAX = 0
-GGML_OP_POOL_AVG = 1
-GGML_SCALE_MODE_NEAREST = 0
-GGML_SCALE_MODE_BILINEAR = 1
-GGML_SCALE_MODE_BICUBIC = 2
-GGML_SCALE_FLAG_ALIGN_CORNERS = 1 << 8
-GGML_SCALE_FLAG_ANTIALIAS = 1 << 9
-#: the unary and GLU sub-ops this builder can build and run (derived from the op table).
-BUILT_UNARY: tuple[Op, ...] = UNARY_BUILT
-BUILT_GLU: tuple[Op, ...] = GLU_BUILT
 #: unary ops whose ggml CPU kernels exist for f32/f16 only (bf16 aborts at compute time).
 UNARY_TYPES: dict[Op, tuple[str, ...]] = {
     op: ("f32", "f16") for op in (Op.GELU, Op.SILU, Op.GELU_QUICK, Op.GELU_ERF)
@@ -275,7 +261,7 @@ class Graph(GraphIR):
 
     def unary(self, a: Tensor, op: int | str) -> Tensor:
         """``ggml_unary``: one of ggml's unary ops (enum value or name)."""
-        code = self._sub_op(Op.UNARY, op, BUILT_UNARY)
+        code = self._sub_op(Op.UNARY, op, UNARY_BUILT)
         self._check_tensor(Op.UNARY, "a", a)
         self._check_types(Op.UNARY, "a", a, UNARY_TYPES.get(code, FLOAT_TYPES))
         return self._new(Op.UNARY, a.ne, a.dtype, (a,), {"op": code.enum_value}, sub_op=code.sub_op)
@@ -411,7 +397,7 @@ class Graph(GraphIR):
     # ------------------------------------------------------------------ GLU
     def glu(self, a: Tensor, op: int | str, swapped: bool = False) -> Tensor:
         """``ggml_glu``: split a's rows in halves; act(first) * second (halves exchanged if swapped)."""
-        code = self._sub_op(Op.GLU, op, BUILT_GLU)
+        code = self._sub_op(Op.GLU, op, GLU_BUILT)
         self._check_tensor(Op.GLU, "a", a)
         self._check_types(Op.GLU, "a", a, ("f32", "f16"))
         ne = (a.ne[0] // 2, a.ne[1], a.ne[2], a.ne[3])
@@ -420,7 +406,7 @@ class Graph(GraphIR):
 
     def glu_split(self, a: Tensor, b: Tensor, op: int | str) -> Tensor:
         """``ggml_glu_split``: act(a) * b."""
-        return self._glu2(self._sub_op(Op.GLU, op, BUILT_GLU), a, b, {})
+        return self._glu2(self._sub_op(Op.GLU, op, GLU_BUILT), a, b, {})
 
     @staticmethod
     def _sub_op(parent: Op, op: int | str | Op, built: Sequence[Op]) -> Op:
@@ -1107,7 +1093,7 @@ class Graph(GraphIR):
         beta_slow: float,
     ) -> Tensor:
         """``ggml_rope_ext``: rotary embedding of the first n_dims of each row; b = i32 positions."""
-        if mode & GGML_ROPE_TYPE_MROPE:
+        if mode & RopeType.MROPE:
             raise self._err(
                 Op.ROPE, "mode", "NORMAL (0) or NEOX (2); use rope_multi for MROPE/IMROPE/VISION", str(mode)
             )
@@ -1148,7 +1134,7 @@ class Graph(GraphIR):
         beta_slow: float,
     ) -> Tensor:
         """``ggml_rope_multi``: multi-section rope (MROPE 8, VISION 24, IMROPE 40); b has 4 planes."""
-        if not mode & GGML_ROPE_TYPE_MROPE:
+        if not mode & RopeType.MROPE:
             raise self._err(Op.ROPE, "mode", "MROPE (8), VISION (24) or IMROPE (40)", str(mode))
         secs = tuple(int(s) for s in sections) + (0,) * (4 - len(sections))
         return self._rope(
@@ -1258,23 +1244,23 @@ class Graph(GraphIR):
         self._check_types(op, "b", b, ("i32",))
         if b.ne[1] != 1 or b.ne[2] != 1 or b.ne[3] != 1:
             raise self._err(op, "b", "a 1-D position vector", f"ne {ne_str(b.ne)}")
-        planes = 4 if mode & GGML_ROPE_TYPE_MROPE else 1
+        planes = 4 if mode & RopeType.MROPE else 1
         if b.ne[0] != planes * a.ne[2]:
             raise self._err(
                 op, "b", f"ne[0] == {planes}·a.ne[2] = {planes * a.ne[2]} positions", f"ne {ne_str(b.ne)}"
             )
         if n_dims > a.ne[0] or n_dims < 0:
             raise self._err(op, "n_dims", f"0 <= n_dims <= a.ne[0] = {a.ne[0]}", str(n_dims))
-        if mode == GGML_ROPE_TYPE_VISION and a.ne[0] != 2 * n_dims:
+        if mode == RopeType.VISION and a.ne[0] != 2 * n_dims:
             raise self._err(
                 op, "n_dims", f"a.ne[0] / 2 = {a.ne[0] // 2} for VISION (pairs i, i + n_dims)", str(n_dims)
             )
-        if mode & GGML_ROPE_TYPE_MROPE and sum(sections) <= 0:
+        if mode & RopeType.MROPE and sum(sections) <= 0:
             raise self._err(op, "sections", "at least one non-empty section", str(list(sections)))
         if c is not None:
             self._check_tensor(op, "c", c)
             self._check_types(op, "c", c, ("f32",))
-            pairs = a.ne[0] // 2 if mode == GGML_ROPE_TYPE_VISION else n_dims // 2
+            pairs = a.ne[0] // 2 if mode == RopeType.VISION else n_dims // 2
             if c.ne[0] < pairs:
                 raise self._err(
                     op, "c", f"ne[0] >= {pairs} freq factors (one per rotated pair)", f"ne {ne_str(c.ne)}"
@@ -1831,9 +1817,14 @@ class Graph(GraphIR):
         return graph_decisions(self, outputs, device_class)
 
     def to_model(
-        self, outputs: Tensor | Sequence[Tensor], inputs: Sequence[str] | None = None
+        self,
+        outputs: Tensor | Sequence[Tensor],
+        inputs: Sequence[str] | None = None,
+        *,
+        manual_gqa: bool | None = None,
     ) -> tuple[Any, list[str]]:
-        """The OpenVINO model computing ``outputs`` and the names of its Parameters (in order)."""
+        """The OpenVINO model computing ``outputs`` and the names of its Parameters (in order);
+        ``manual_gqa`` picks FLASH_ATTN_EXT's form (``ovkit.ops.translate.attention_form``)."""
         from ovkit.ops.translate import build_model
 
         outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
@@ -1844,7 +1835,7 @@ class Graph(GraphIR):
             if missing:
                 raise GraphError(f"to_model: inputs {missing} are needed but not listed in {list(inputs)}")
             leaves.sort(key=lambda t: order[t.name])
-        return build_model(self, outs, leaves), [t.name for t in leaves]
+        return build_model(self, outs, leaves, manual_gqa=manual_gqa), [t.name for t in leaves]
 
     def compute(
         self,
@@ -1853,7 +1844,7 @@ class Graph(GraphIR):
         device: str | None = None,
         mode: Mode = "device",
         *,
-        core: Any = None,
+        core: Core | None = None,
         config: Any = None,
     ) -> Any:
         """Run the graph: a numpy array per output (one array when ``outputs`` is one Tensor).

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ovkit.dtypes import NUMPY_DTYPE, TYPE_SIZE, bf16_round, contiguous_nb, layout, norm_type
+from ovkit.errors import OvkitError
 
 
 class Op(enum.StrEnum):
@@ -275,7 +276,20 @@ class RopeType(enum.IntEnum):
     IMROPE = 40
 
 
-class GraphError(ValueError):
+# ggml's other enums as module constants (ggml's C spelling, for code ported from C).
+GGML_SORT_ORDER_ASC = 0
+GGML_SORT_ORDER_DESC = 1
+GGML_PREC_DEFAULT = 0
+GGML_PREC_F32 = 10  # ggml_prec: accumulate in f32 (ggml_mul_mat_set_prec, *_set_prec)
+GGML_OP_POOL_MAX = 0
+GGML_OP_POOL_AVG = 1
+GGML_SCALE_MODE_BILINEAR = 1
+GGML_SCALE_MODE_BICUBIC = 2
+GGML_SCALE_FLAG_ALIGN_CORNERS = 1 << 8
+GGML_SCALE_FLAG_ANTIALIAS = 1 << 9
+
+
+class GraphError(OvkitError, ValueError):
     """A shape, type or parameter ggml would reject, raised when the op is built."""
 
 
@@ -284,7 +298,7 @@ class TranslationGapError(GraphError):
     result (harnesses report it as ``not translatable``, not as a FAIL)."""
 
 
-class UnsupportedOpError(RuntimeError):
+class UnsupportedOpError(OvkitError, RuntimeError):
     """The selected device's support policy rejects an op of the graph."""
 
     def __init__(self, tensor: Tensor, reason: str, device: str) -> None:
@@ -584,6 +598,13 @@ class Tensor(_OpKind):
         if self.is_input:
             self.graph._rename_input(self, name)
         self.name = name
+        self.graph._edited()
+        return self
+
+    def set_param(self, key: str, value: Any) -> Tensor:
+        """Set one op param after creation (a translation mark, such as precision="ggml"'s): what
+        was derived from the graph before (policy decisions, plans) is derived again."""
+        self.params[key] = value
         self.graph._edited()
         return self
 

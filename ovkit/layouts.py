@@ -27,8 +27,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ovkit.errors import OvkitError
 from ovkit.memory import SIZE_MAX, host_memory, read_property, shares_host_ram
-from ovkit.runtime import get_core
+from ovkit.runtime import Core, get_core
 
 DEFAULT_LAYOUT = "seed"
 VIRTUAL_PREFIXES: tuple[str, ...] = ("AUTO", "MULTI", "HETERO", "BATCH")  # the seed's filter
@@ -41,11 +42,11 @@ FORK_ABORT = (
 )
 
 
-class UnknownLayoutError(ValueError):
+class UnknownLayoutError(OvkitError, ValueError):
     """A layout name that is not one of :data:`LAYOUTS`."""
 
 
-class BackendAbort(RuntimeError):
+class BackendAbort(OvkitError, RuntimeError):
     """The backend would stop the process here (``GGML_ABORT``); the message is its own."""
 
 
@@ -130,13 +131,13 @@ def resolve(
 
 
 # -- descriptions -------------------------------------------------------------------------------
-def ov_description(core: Any, ov_id: str) -> str:
+def ov_description(ov_id: str, *, core: Core) -> str:
     """``ggml_openvino_get_device_description``: FULL_DEVICE_NAME (+ `` (NPU <arch>)``), else the id."""
-    full, err = read_property(core, ov_id, "FULL_DEVICE_NAME")
+    full, err = read_property(ov_id, "FULL_DEVICE_NAME", core=core)
     if err or not isinstance(full, str):
         return ov_id
     if ov_id.startswith("NPU"):
-        arch, err = read_property(core, ov_id, "DEVICE_ARCHITECTURE")
+        arch, err = read_property(ov_id, "DEVICE_ARCHITECTURE", core=core)
         if not err and isinstance(arch, str) and arch:
             return f"{full} (NPU {arch})"
     return full
@@ -146,11 +147,11 @@ NAMES: dict[str, Callable[[int, str], str]] = {
     "exact OpenVINO id": lambda _i, ov_id: ov_id,
     "OPENVINO<index>": lambda i, _ov_id: f"OPENVINO{i}",
 }
-DESCRIPTIONS: dict[str, Callable[[Any, str, str, Any], str]] = {
+DESCRIPTIONS: dict[str, Callable[[Core, str, str, Any], str]] = {
     "FULL_DEVICE_NAME": lambda _core, _ov_id, _sel, seen: seen.description,
     "OpenVINO version": lambda _core, _ov_id, _sel, _seen: OPENVINO_RUNTIME_DESCRIPTION,
     "GGML_OPENVINO_DEVICE=<id> - FULL_DEVICE_NAME": lambda core, ov_id, sel, _seen: (
-        f"GGML_OPENVINO_DEVICE={ov_id}{' (selected)' if ov_id == sel else ''} - {ov_description(core, ov_id)}"
+        f"GGML_OPENVINO_DEVICE={ov_id}{' (selected)' if ov_id == sel else ''} - {ov_description(ov_id, core=core)}"
     ),
 }
 TYPES: dict[str, Callable[[str, str], str]] = {
@@ -183,41 +184,41 @@ def _byte_count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _host(core: Any, formula: str) -> Memory:
+def _host(formula: str, *, core: Core) -> Memory:
     host = host_memory(core)
     return Memory(host.total_bytes, host.total_bytes, 0, formula, host_available=host.available_bytes)
 
 
-def _fork_used(core: Any, ov_id: str) -> tuple[int | None, dict[str, int]]:
+def _fork_used(ov_id: str, *, core: Core) -> tuple[int | None, dict[str, int]]:
     if ov_id.startswith("GPU"):
-        stats, err = read_property(core, ov_id, "GPU_MEMORY_STATISTICS")
+        stats, err = read_property(ov_id, "GPU_MEMORY_STATISTICS", core=core)
         if err or not isinstance(stats, Mapping):
             return None, {}
         counted = {str(k): v for k, v in stats.items() if str(k) not in GPU_HOST_STATISTICS}
         counted = {k: v for k, v in counted.items() if _byte_count(v) is not None}
         return sum(counted.values()), counted
-    value, err = read_property(core, ov_id, "NPU_DEVICE_ALLOC_MEM_SIZE")
+    value, err = read_property(ov_id, "NPU_DEVICE_ALLOC_MEM_SIZE", core=core)
     return (None if err else _byte_count(value)), {}
 
 
 _FORK_TOTAL = {"GPU": "GPU_DEVICE_TOTAL_MEM_SIZE", "NPU": "NPU_DEVICE_TOTAL_MEM_SIZE"}
 
 
-def _fork_memory(core: Any, ov_id: str) -> Memory:
+def _fork_memory(ov_id: str, *, core: Core) -> Memory:
     """The fork's ``get_memory``: the plugin's counters when total > 0 and used are readable,
     else host RAM (free = total); an iGPU's or NPU's free is then capped at MemAvailable."""
     prop = next((p for prefix, p in _FORK_TOTAL.items() if ov_id.startswith(prefix)), None)
     total = None
     if prop is not None:
-        value, err = read_property(core, ov_id, prop)
+        value, err = read_property(ov_id, prop, core=core)
         total = None if err else _byte_count(value)
-    used, breakdown = _fork_used(core, ov_id) if total else (None, {})
+    used, breakdown = _fork_used(ov_id, core=core) if total else (None, {})
     if total and used is not None:
         free = 0 if used >= total else total - used
         mem = Memory(total, free, used, f"{prop} - this process's OpenVINO allocations", breakdown=breakdown)
     else:
-        mem = _host(core, "host RAM (free = total), as for the CPU or a plugin without memory counters")
-    if shares_host_ram(core, ov_id):
+        mem = _host("host RAM (free = total), as for the CPU or a plugin without memory counters", core=core)
+    if shares_host_ram(ov_id, core=core):
         available = host_memory(core).available_bytes
         capped = min(mem.free, available if available else SIZE_MAX)
         if capped != mem.free:
@@ -226,17 +227,19 @@ def _fork_memory(core: Any, ov_id: str) -> Memory:
     return mem
 
 
-def _seed_memory(_core: Any, _ov_id: str, seen: Any) -> Memory:
+def _seed_memory(_core: Core, _ov_id: str, seen: Any) -> Memory:
     """The seed's rules are the ones ``devices.describe_device`` already applied to ``seen``."""
     return Memory(seen.total_bytes, seen.free_bytes, seen.used_bytes, seen.memory_formula,
                   seen.host_available_bytes, seen.memory_breakdown, seen.memory_error)  # fmt: skip
 
 
-MEMORY: dict[str, Callable[[Any, str, Any], Memory]] = {
+MEMORY: dict[str, Callable[[Core, str, Any], Memory]] = {
     "per device class (0/0 when a property fails)": _seed_memory,
-    "host RAM": lambda core, _ov_id, _seen: _host(core, "host RAM whatever the device (Linux: free = total)"),
+    "host RAM": lambda core, _ov_id, _seen: _host(
+        "host RAM whatever the device (Linux: free = total)", core=core
+    ),
     "plugin counters, else host RAM; iGPU/NPU free capped at MemAvailable": (
-        lambda core, ov_id, _seen: _fork_memory(core, ov_id)
+        lambda core, ov_id, _seen: _fork_memory(ov_id, core=core)
     ),
 }
 
@@ -300,9 +303,9 @@ def get_layout(name: str) -> Layout:
         ) from None
 
 
-def resolve_for(layout: Layout, core: Any, requested: str | None) -> Resolved:
+def resolve_for(layout: Layout, requested: str | None, *, core: Core | None = None) -> Resolved:
     """``layout``'s selection on ``core`` for the requested device (None = unset)."""
     core = get_core(core)
     return resolve(
-        layout.selection, list(core.available_devices), requested, lambda d: ov_description(core, d)
+        layout.selection, list(core.available_devices), requested, lambda d: ov_description(d, core=core)
     )

@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ovkit.runtime import Core
+
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 
@@ -103,7 +105,7 @@ class MemoryReport:
         return self.free_bytes // MIB
 
 
-def host_memory(core: Any = None) -> HostMemory:
+def host_memory(core: Core | None = None) -> HostMemory:
     """Host RAM; a simulated core supplies its own (``host_memory()``)."""
     provider = getattr(core, "host_memory", None)
     if callable(provider):
@@ -123,7 +125,7 @@ def host_memory(core: Any = None) -> HostMemory:
     return HostMemory(total, available)
 
 
-def read_property(core: Any, device: str, name: str) -> tuple[Any, str | None]:
+def read_property(device: str, name: str, *, core: Core) -> tuple[Any, str | None]:
     """``core.get_property`` that never raises: ``(value, None)`` or ``(None, reason)``."""
     try:
         return core.get_property(device, name), None
@@ -131,13 +133,13 @@ def read_property(core: Any, device: str, name: str) -> tuple[Any, str | None]:
         return None, f"{name}: {exc}".strip()
 
 
-def shares_host_ram(core: Any, device: str) -> bool:
+def shares_host_ram(device: str, *, core: Core) -> bool:
     """An NPU, or a GPU whose ``DEVICE_TYPE`` is integrated: both allocate from host RAM."""
     if device.startswith("NPU"):
         return True
     if not device.startswith("GPU"):
         return False
-    kind, err = read_property(core, device, "DEVICE_TYPE")
+    kind, err = read_property(device, "DEVICE_TYPE", core=core)
     return not err and str(kind).rsplit(".", 1)[-1].upper() == "INTEGRATED"
 
 
@@ -157,7 +159,7 @@ def _failed(rule: MemoryRule, reason: str) -> MemoryReport:
 
 
 def read_memory(
-    core: Any, device: str, device_class: str, props: dict[str, Any] | None = None
+    device: str, device_class: str, props: dict[str, Any] | None = None, *, core: Core
 ) -> MemoryReport:
     """Memory of ``device`` by its class rule; raw property values are stored into ``props``."""
     props = {} if props is None else props
@@ -171,7 +173,7 @@ def read_memory(
         return MemoryReport(
             host.total_bytes, host.total_bytes, 0, rule.formula, host_available_bytes=host.available_bytes
         )
-    raw_total, err = read_property(core, device, rule.total_property)
+    raw_total, err = read_property(device, rule.total_property, core=core)
     if err:
         return _failed(rule, err)
     props[rule.total_property] = raw_total
@@ -179,7 +181,7 @@ def read_memory(
     if err or total is None:
         return _failed(rule, err or "")
     assert rule.used_property is not None
-    raw_used, err = read_property(core, device, rule.used_property)
+    raw_used, err = read_property(device, rule.used_property, core=core)
     if err:
         return _failed(rule, err)
     props[rule.used_property] = raw_used
@@ -199,7 +201,7 @@ def read_memory(
             return _failed(rule, err or "")
         used = n
     free = max(0, total - used)
-    shared = host_memory(core).available_bytes if shares_host_ram(core, device) else None
+    shared = host_memory(core).available_bytes if shares_host_ram(device, core=core) else None
     return MemoryReport(
         total,
         free,

@@ -18,6 +18,7 @@ from ovkit.devices import Device, physical_device_ids
 from ovkit.escape import html_attr, html_text
 from ovkit.memory import BYTE_UNITS, format_bytes
 from ovkit.report import Report, Reported, format_duration
+from ovkit.runtime import Core
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -216,7 +217,7 @@ def memory_chart(machines: Mapping[str, Sequence[Device]]) -> Figure:
 
 
 # -- buffers -----------------------------------------------------------------------------------
-def buffer_types_report(core: Any = None) -> Report:
+def buffer_types_report(core: Core | None = None) -> Report:
     """Both buffer types of every physical device: kind, alignment and maximum size."""
     rows = []
     for name in physical_device_ids(core):
@@ -276,7 +277,7 @@ class NodeProfile(Reported):
 class MemorySteps(Reported):
     """A device's used memory and this process's RSS, recorded at named steps of a notebook."""
 
-    def __init__(self, core: Any, device: str) -> None:
+    def __init__(self, device: str, *, core: Core | None = None) -> None:
         self.core, self.device = core, device
         self.steps: list[tuple[str, int, int]] = []  # (step, device used bytes, process RSS bytes)
 
@@ -285,7 +286,7 @@ class MemorySteps(Reported):
 
         from ovkit.devices import list_devices
 
-        used = next(d.used_bytes for d in list_devices(self.core) if d.name == self.device)
+        used = next(d.used_bytes for d in list_devices(core=self.core) if d.name == self.device)
         self.steps.append((step, used, psutil.Process().memory_info().rss))
 
     def used(self, step: str) -> int:
@@ -323,7 +324,7 @@ class MemorySteps(Reported):
 
 # -- quantized weights ---------------------------------------------------------------------------
 def quantized_matmul_table(
-    w: Any, x: Any, device: str, core: Any = None, types: Sequence[str] | None = None
+    w: Any, x: Any, device: str, types: Sequence[str] | None = None, *, core: Core | None = None
 ) -> pd.DataFrame:
     """``x @ W.T`` on ``device`` for ``w`` in each quantized type (default: every one): size, bits
     per weight, and NMSE against the dequantized weights (and against ggml's quantized kernels
@@ -688,7 +689,9 @@ def fit_table(model: Any, machines: Mapping[str, Any]) -> Report:
     return Report(f"does {model.path.name} fit?", columns, tuple(rows))
 
 
-def layer_matmul_table(model: Any, layer: int, x: Any, device: str, core: Any = None) -> pd.DataFrame:
+def layer_matmul_table(
+    model: Any, layer: int, x: Any, device: str, *, core: Core | None = None
+) -> pd.DataFrame:
     """One layer's seven matmuls run from their quantized blocks on ``device``: NMSE against the
     dequantized weights (``ffn_down`` after SwiGLU, as the layer computes it) and against ggml."""
     import numpy as np
@@ -724,7 +727,9 @@ def layer_matmul_table(model: Any, layer: int, x: Any, device: str, core: Any = 
 
 
 # -- device selection ----------------------------------------------------------------------------
-def supports_op_matrix(core: Any, op: Any) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]]:
+def supports_op_matrix(
+    op: Any, *, core: Core | None = None
+) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]]:
     """``supports_op`` of every device for ``op`` with each device selected in turn: the yes/no
     matrix (rows: the selection) and every decision with its reason."""
     import pandas as pd
@@ -734,7 +739,9 @@ def supports_op_matrix(core: Any, op: Any) -> tuple[pd.DataFrame, dict[str, dict
     physical = physical_device_ids(core)
     decisions = {}
     for selected in physical:
-        backend = Backend(resolve_device(core, env={"GGML_OPENVINO_DEVICE": selected}, log=False), core)
+        backend = Backend(
+            resolve_device(env={"GGML_OPENVINO_DEVICE": selected}, log=False, core=core), core=core
+        )
         decisions[selected] = {name: backend.supports_op(name, op) for name in physical}
     matrix = pd.DataFrame(
         {f"selected {s}": {n: "yes" if d else "no" for n, d in row.items()} for s, row in decisions.items()}

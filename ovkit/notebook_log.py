@@ -3,12 +3,12 @@ warnings that stand out (instead of every line as a pink stderr block).
 
 Each record becomes a display output with ``text/html`` (inline styles on JupyterLab's theme
 variables, so nbconvert's HTML keeps the look) and ``text/plain`` (text exporters, papermill).
+A notebook opts in with :func:`install`; importing ovkit routes no log line anywhere.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import dataclass
 
 from ovkit.escape import html_text
@@ -80,15 +80,6 @@ class NotebookLogHandler(logging.Handler):
             self.handleError(record)
 
 
-def in_kernel() -> bool:
-    """True inside a Jupyter kernel (not plain IPython, not a script)."""
-    shell = sys.modules.get("IPython")
-    if shell is None:
-        return False
-    ip = shell.get_ipython()
-    return ip is not None and getattr(ip, "kernel", None) is not None
-
-
 def install(logger: str = LOGGER) -> NotebookLogHandler:
     """Route ``logger``'s records to the notebook (replacing its stream handlers); idempotent."""
     log = logging.getLogger(logger)
@@ -102,9 +93,3 @@ def install(logger: str = LOGGER) -> NotebookLogHandler:
     log.setLevel(min(log.level or logging.INFO, logging.INFO))
     log.propagate = False
     return handler
-
-
-def install_if_in_kernel() -> None:
-    """What ``import ovkit`` does: in a Jupyter kernel, ovkit's log lines go to the notebook."""
-    if in_kernel():
-        install()

@@ -36,6 +36,7 @@ import functools
 import importlib
 import inspect
 import itertools
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -46,24 +47,9 @@ from typing import Any
 import numpy as np
 
 from ovkit import dtypes
+from ovkit.child import NO_BACKTRACE_ENV
 from ovkit.dtypes import QUANT_TYPES, STORAGE_DTYPE, STORAGE_TYPE_OF_NUMPY, find_type, type_names
-
-
-def _import_ggml() -> ModuleType | None:
-    """ggml-python when installed (scripts/install-upstream builds it), else None."""
-    # ggml-python built with the OpenVINO backend links libopenvino: the openvino module
-    # loads it, so it must come first.
-    importlib.import_module("openvino")
-    try:
-        return importlib.import_module("ggml")
-    except ImportError:  # pragma: no cover - exercised only without ggml-python
-        return None
-
-
-#: ggml-python once asked for (:func:`_g`): importing it loads ggml's and OpenVINO's libraries, so
-#: that happens on first use, not when ovkit.oracle (which ovkit.quant imports) is imported
-_UNLOADED = ModuleType("ggml, not loaded yet")
-_ggml_mod: ModuleType | None = _UNLOADED
+from ovkit.errors import OvkitError
 
 __all__ = [
     "as_bf16",
@@ -80,6 +66,7 @@ __all__ = [
     "ggml_call",
     "ggml_compute",
     "ggml_get_rows_quant",
+    "ggml_module",
     "ggml_mul_mat_quant",
     "ggml_program",
     "program_session",
@@ -104,27 +91,39 @@ __all__ = [
 DEFAULT_N_THREADS = 2
 
 
-class GgmlUnavailableError(ImportError):
+class GgmlUnavailableError(OvkitError, ImportError):
     """ggml-python is not installed; install ``ggml-python`` (the ``test`` extra)."""
 
 
-def _loaded() -> ModuleType | None:
-    global _ggml_mod
-    if _ggml_mod is _UNLOADED:
-        _ggml_mod = _import_ggml()
-    return _ggml_mod
+@functools.cache
+def load_ggml() -> ModuleType | None:
+    """ggml-python, imported on first use (scripts/install-upstream builds it), else None."""
+    # ggml-python built with the OpenVINO backend links libopenvino: the openvino module loads it,
+    # so it must come first.
+    importlib.import_module("openvino")
+    try:
+        ggml = importlib.import_module("ggml")
+    except ImportError:  # pragma: no cover - exercised only without ggml-python
+        return None
+    # A failed GGML_ASSERT makes ggml fork a child that prints a backtrace (gdb, else
+    # backtrace_symbols) and wait for it; when two of ggml's threads assert at once, that child can
+    # deadlock on a lock held at fork time and the process hangs instead of dying.  ggml reads the
+    # variable when it aborts, so it is set here, where ggml is loaded (unless the user set it).
+    os.environ.setdefault(NO_BACKTRACE_ENV, "1")
+    return ggml
 
 
 def ggml_available() -> bool:
-    """True when ggml-python (real ggml CPU build) can be imported."""
-    return _loaded() is not None
+    """True when ggml-python (real ggml CPU build) can be imported (loads it on the first call)."""
+    return load_ggml() is not None
 
 
-def _g() -> ModuleType:
-    mod = _loaded()
-    if mod is None:
+def ggml_module() -> ModuleType:
+    """ggml-python's module (loaded on first use); :class:`GgmlUnavailableError` without it."""
+    ggml = load_ggml()
+    if ggml is None:
         raise GgmlUnavailableError("ovkit.oracle needs ggml-python: pip install ggml-python")
-    return mod
+    return ggml
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,26 +137,26 @@ _STORAGE = STORAGE_DTYPE
 def type_id(dtype: str) -> int:
     """ggml's enum value for an ovkit dtype / quant type name (case-insensitive, e.g. ``q4_K``)."""
     t = find_type(dtype)
-    if t is None and hasattr(_g(), "GGML_TYPE_" + dtype.upper()):  # any other type ggml knows
-        return int(getattr(_g(), "GGML_TYPE_" + dtype.upper()))
+    if t is None and hasattr(ggml_module(), "GGML_TYPE_" + dtype.upper()):  # any other type ggml knows
+        return int(getattr(ggml_module(), "GGML_TYPE_" + dtype.upper()))
     if t is None:
         raise ValueError(f"unknown ggml type {dtype!r}; expected one of {type_names()}")
-    return int(getattr(_g(), t.enum_name))
+    return int(getattr(ggml_module(), t.enum_name))
 
 
 def _type_name(tid: int) -> str:
-    name = _g().ggml_type_name(tid)
+    name = ggml_module().ggml_type_name(tid)
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def block_size(dtype: str) -> int:
     """Elements per ggml block (1 for plain types, 32 for q4_0, 256 for K-quants)."""
-    return int(_g().ggml_blck_size(type_id(dtype)))
+    return int(ggml_module().ggml_blck_size(type_id(dtype)))
 
 
 def type_size(dtype: str) -> int:
     """Bytes per ggml block of ``dtype``."""
-    return int(_g().ggml_type_size(type_id(dtype)))
+    return int(ggml_module().ggml_type_size(type_id(dtype)))
 
 
 def bf16_round(x: np.ndarray) -> np.ndarray:
@@ -203,7 +202,7 @@ class QuantArray:
 
 def quantize_blocks(qtype: str, array: np.ndarray) -> bytes:
     """Quantize ``array`` (rows along the last axis) into raw ggml blocks with ggml_quantize_chunk."""
-    g = _g()
+    g = ggml_module()
     tid = type_id(qtype)
     if not g.ggml_is_quantized(tid):
         raise ValueError(f"quantize_blocks: {qtype!r} is not a quantized type; expected one of {QUANT_TYPES}")
@@ -240,7 +239,7 @@ def quantize(qtype: str, array: np.ndarray) -> QuantArray:
 
 def dequantize(qtype: str, data: bytes, shape: Sequence[int]) -> np.ndarray:
     """Decode raw ggml blocks into f32 with ggml's own ``to_float`` (numpy order ``shape``)."""
-    g = _g()
+    g = ggml_module()
     tid = type_id(qtype)
     n = int(np.prod(shape)) if len(shape) else 1
     n_per_row = int(shape[-1]) if len(shape) else 1
@@ -437,7 +436,7 @@ def _ne(shape: tuple[int, ...]) -> list[int]:
 
 def _read_tensor(t: Any) -> np.ndarray:
     """Copy a (possibly non-contiguous) ggml tensor into numpy (numpy order; bf16/quant → f32)."""
-    g = _g()
+    g = ggml_module()
     c = t.contents
     tid = int(c.type)
     n_dims = int(g.ggml_n_dims(t))
@@ -491,7 +490,7 @@ class _Session:
     def __init__(
         self, build: Builder, inputs: Sequence[InputLike | None], n_threads: int, backend: Any = None
     ) -> None:
-        g = _g()
+        g = ggml_module()
         self.g = g
         n_tensors = 64 + 8 * len(inputs)
         params = g.ggml_init_params(
@@ -616,7 +615,7 @@ def ggml_call(op: str, *args: Any, n_threads: int = DEFAULT_N_THREADS) -> np.nda
     Arguments are in the ggml builder's order (and ovkit Graph's). Dtype names
     (``"f16"``) become ggml type enums; int lists (rope sections) become C arrays.
     """
-    g = _g()
+    g = ggml_module()
     fn = getattr(g, "ggml_" + op, None)
     if fn is None:
         raise ValueError(f"ggml has no builder ggml_{op}")
@@ -682,7 +681,7 @@ _ENUM_ARGS: dict[str, str] = {"glu": "GGML_GLU_OP_", "glu_split": "GGML_GLU_OP_"
 def _takes_ctx(name: str) -> bool:
     """Whether ggml builder ``ggml_<name>`` takes the context first (``soft_max_add_sinks`` does not)."""
     try:
-        params = list(inspect.signature(getattr(_g(), "ggml_" + name)).parameters)
+        params = list(inspect.signature(getattr(ggml_module(), "ggml_" + name)).parameters)
     except (TypeError, ValueError):
         return True
     return bool(params) and params[0] == "ctx"
@@ -708,7 +707,7 @@ class GgmlTensor:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        n = int(_g().ggml_n_dims(self.ptr))
+        n = int(ggml_module().ggml_n_dims(self.ptr))
         return tuple(reversed(self.ne[:n]))
 
     @property
@@ -717,13 +716,13 @@ class GgmlTensor:
 
     def set_name(self, name: str) -> GgmlTensor:
         """``ggml_set_name``, chainable like ``ovkit.graph.Tensor.set_name``."""
-        _g().ggml_set_name(self.ptr, name.encode())
+        ggml_module().ggml_set_name(self.ptr, name.encode())
         return self
 
     @property
     def op(self) -> str:
         """ggml's op name (``MUL_MAT``, ``UNARY``, ``NONE`` for a leaf)."""
-        name = _g().ggml_op_name(int(self.ptr.contents.op))
+        name = ggml_module().ggml_op_name(int(self.ptr.contents.op))
         return name.decode() if isinstance(name, bytes) else str(name)
 
     def __repr__(self) -> str:
@@ -761,7 +760,7 @@ class GgmlBuilder:
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name.startswith("_"):
             raise AttributeError(name)
-        g = _g()
+        g = ggml_module()
         fn = getattr(g, "ggml_" + name, None)
         if fn is None:
             raise AttributeError(f"ggml has no builder ggml_{name} (GgmlBuilder.{name})")

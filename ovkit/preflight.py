@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from ovkit import quant
 from ovkit.config import OvkitConfig, read_config
 from ovkit.devices import device_class, is_virtual, list_devices
+from ovkit.errors import OvkitError
 from ovkit.gguf import GGUFError, GGUFModel, read_gguf
 from ovkit.memory import format_bytes, host_memory, read_property, shares_host_ram
 from ovkit.model.arch import ARCHS, HParams, ModelError
@@ -57,7 +58,9 @@ from ovkit.preflight_known import (
     Stage,
 )
 from ovkit.report import Report, Reported
+from ovkit.runtime import Core, get_core
 from ovkit.selection import ENV_DEVICE, resolve_device
+from ovkit.simulate import SimulatedCore, UnknownProfileError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -72,7 +75,7 @@ LONG_CONTEXT = 8192  #: above this, a context left unset is named as the likely 
 HOST, DEVICE = "host", "device"
 
 
-class PreflightError(ValueError):
+class PreflightError(OvkitError, ValueError):
     """A file or setting the pre-flight cannot answer for (one line naming the value and what was
     expected)."""
 
@@ -481,9 +484,9 @@ def ovkit_model_bytes(gguf: GGUFModel, hp: HParams, n_ctx: int) -> int:
 # Names
 
 
-def naming(requested: str | None, core: Any) -> Naming:
+def naming(requested: str | None, *, core: Core | None) -> Naming:
     """What the backend does with ``GGML_OPENVINO_DEVICE=requested`` on ``core``'s devices."""
-    sel = resolve_device(core, env={} if requested is None else {ENV_DEVICE: requested}, log=False)
+    sel = resolve_device({} if requested is None else {ENV_DEVICE: requested}, log=False, core=core)
     physical = sorted(d for d in sel.available if not is_virtual(d))
     lines: list[str] = []
     if not requested:
@@ -645,8 +648,8 @@ def check_device(
     sizes: ModelSizes | None,
     graphs: Sequence[Sequence[Any]],
     d: Any,
-    core: Any,
     *,
+    core: Core,
     backend: BackendVersion,
     flash_attn: bool,
     unset: bool,
@@ -658,9 +661,9 @@ def check_device(
     arch = str(gguf.architecture)
     max_alloc = None
     if cls == "GPU":
-        value, err = read_property(core, d.name, MAX_ALLOC_PROPERTY)
+        value, err = read_property(d.name, MAX_ALLOC_PROPERTY, core=core)
         max_alloc = int(value) if err is None and value is not None else None
-    shares = cls != "GPU" or shares_host_ram(core, d.name)  # CPU, OTHER, NPU, an integrated GPU
+    shares = cls != "GPU" or shares_host_ram(d.name, core=core)  # CPU, OTHER, NPU, an integrated GPU
     dev_free = None if cls in ("CPU", "OTHER") else d.live.free_bytes
     found = fallbacks(graphs, d.name)
     toggles = switched_on(config)
@@ -774,7 +777,7 @@ def check(
     n_ctx: int | None = None,
     *,
     device: str | None = None,
-    core: Any = None,
+    core: Core | None = None,
     simulate: str | None = None,
     n_ubatch: int = DEFAULT_N_UBATCH,
     flash_attn: bool = True,
@@ -794,12 +797,11 @@ def check(
     if isinstance(n_ubatch, bool) or not isinstance(n_ubatch, int) or n_ubatch < 1:
         raise PreflightError(f"-ub {n_ubatch!r}: expected a whole number of tokens >= 1")
     if simulate is not None:
-        from ovkit.simulate import SimulatedCore, UnknownProfileError
-
         try:
             core = SimulatedCore(simulate)
         except UnknownProfileError as exc:
             raise PreflightError(str(exc)) from None
+    core = get_core(core)
     gguf = read_header(path)
     arch = gguf.architecture
     if arch is None:
@@ -821,10 +823,10 @@ def check(
     cells = padded_ctx(n_req, n_ctx_train)
     if cells > MAX_N_CTX:
         raise PreflightError(f"{gguf.path}: a context of {cells:,} cells: llama.cpp holds it in a uint32")
-    devices = list_devices(core)
+    devices = list_devices(core=core)
     names = None
     if device is not None:
-        names = naming(device, core)
+        names = naming(device, core=core)
         devices = [d for d in devices if d.name == names.device]
     sizes: ModelSizes | None = None
     graphs: tuple[list[Any], ...] = ()
@@ -856,12 +858,12 @@ def check(
     host_free = host_memory(core).available_bytes
     checks = tuple(
         check_device(
-            gguf, sizes, graphs, d, core, backend=version, flash_attn=flash_attn, unset=not n_req,
+            gguf, sizes, graphs, d, core=core, backend=version, flash_attn=flash_attn, unset=not n_req,
             host_free=host_free, config=config,
         )
         for d in devices
     )  # fmt: skip
-    simulated = simulate or (core.profile.name if getattr(core, "simulated", False) else None)
+    simulated = simulate or (core.profile.name if isinstance(core, SimulatedCore) else None)
     notes: tuple[str, ...] = ()
     if not n_req and cells > LONG_CONTEXT:
         notes = (

@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ovkit import oracle
 from ovkit.config import FROM_ENV, FromEnv, requant_kquant_env
 from ovkit.dtypes import QUANT_TYPES, WRITABLE_QUANT_TYPES, ggml_type
+from ovkit.errors import OvkitError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,7 +53,7 @@ Form = Literal["fast", "upstream", "upstream_bias"]
 FORMS: tuple[str, ...] = ("fast", "upstream", "upstream_bias")
 
 
-class QuantError(ValueError):
+class QuantError(OvkitError, ValueError):
     """Raw blocks that do not hold the declared quantized tensor, or an unknown type/form."""
 
 
@@ -871,6 +871,8 @@ def from_blocks(
 
 def quantize(qtype: str, array: np.ndarray, name: str = "", form: Form = "fast") -> QuantizedWeight:
     """Quantize an f32 array with ggml's own ``ggml_quantize_chunk`` (via ovkit.oracle) or gguf."""
+    from ovkit import oracle  # here: loading ggml-python is a cost only quantizing pays
+
     spec = quant_spec(qtype)
     x = np.ascontiguousarray(array, dtype=np.float32)
     try:
@@ -989,14 +991,14 @@ def _f16_round(v: np.ndarray) -> np.ndarray:
         return v.astype(np.float16).astype(np.float32)
 
 
-def _ov_mul(a: Any, b: Any) -> Any:
+def ov_mul_rn(a: Any, b: Any) -> Any:
     """``a·b`` rounded to f32 before whatever adds it: the Minimum keeps the CPU plugin from
     fusing the product and a following Add into one FMA (one rounding where C has two)."""
     ops = _ops()
     return ops.minimum(ops.multiply(a, b), ops.constant(np.finfo(np.float32).max))
 
 
-def _ov_div_rn(num: Any, den: Any) -> Any:
+def ov_div_rn(num: Any, den: Any) -> Any:
     """``num / den`` correctly rounded to f32, as C's division is: the CPU plugin's Divide can be
     an ulp off (a reciprocal), so the quotient and its two neighbours are compared by their exact
     residual ``num - den·q`` (Dekker's product with Veltkamp splits; finite, normal operands;
@@ -1007,7 +1009,7 @@ def _ov_div_rn(num: Any, den: Any) -> Any:
         return ops.constant(np.float32(v))
 
     def split(a: Any) -> tuple[Any, Any]:
-        t = _ov_mul(a, c(4097.0))
+        t = ov_mul_rn(a, c(4097.0))
         hi = ops.subtract(t, ops.subtract(t, a))
         return hi, ops.subtract(a, hi)
 
@@ -1022,16 +1024,16 @@ def _ov_div_rn(num: Any, den: Any) -> Any:
         return ops.gather(v, ops.constant(np.array([0], np.int64)), ops.constant(np.int64(-1)))
 
     def residual(q: Any) -> Any:  # |num - den·q|, the product's rounding error included
-        p = _ov_mul(den, q)
+        p = ov_mul_rn(den, q)
         qh, ql = split(q)
         err = ops.add(
-            ops.add(ops.add(ops.subtract(_ov_mul(dh, qh), p), _ov_mul(dh, ql)), _ov_mul(dl, qh)),
-            _ov_mul(dl, ql),
+            ops.add(ops.add(ops.subtract(ov_mul_rn(dh, qh), p), ov_mul_rn(dh, ql)), ov_mul_rn(dl, qh)),
+            ov_mul_rn(dl, ql),
         )
         return cut(ops.abs(ops.subtract(ops.subtract(num, p), err)))
 
     q0 = ops.divide(num, den)
-    step = _ov_mul(ops.abs(q0), c(1.25 * 2.0**-24))  # 0.625 to 1.25 ulp: the next float
+    step = ov_mul_rn(ops.abs(q0), c(1.25 * 2.0**-24))  # 0.625 to 1.25 ulp: the next float
     best, best_r = q0, residual(q0)
     for q in (ops.add(q0, step), ops.subtract(q0, step)):
         r = residual(q)
@@ -1050,7 +1052,7 @@ def ov_round_trip(x: Any, qtype: str, f16_round: Callable[[Any], Any]) -> Any:
         return ops.constant(np.float32(v))
 
     def safe_div(num: float, den: Any) -> Any:  # den != 0 ? num/den : 0
-        return ops.select(ops.not_equal(den, c(0.0)), _ov_div_rn(c(num), den), c(0.0))
+        return ops.select(ops.not_equal(den, c(0.0)), ov_div_rn(c(num), den), c(0.0))
 
     b = ops.reshape(x, ops.constant(np.array([-1, 32], np.int64)), False)
     axis = ops.constant(np.array([1], np.int64))
@@ -1064,18 +1066,18 @@ def ov_round_trip(x: Any, qtype: str, f16_round: Callable[[Any], Any]) -> Any:
         )
         at = ops.reduce_min(first, axis, True)
         d = ops.multiply(ops.gather_elements(b, at, 1), c(-1.0 / rt.offset))  # exact: 2^-k
-        q = ops.floor(ops.add(_ov_mul(b, safe_div(1.0, d)), c(rt.offset + 0.5)))
+        q = ops.floor(ops.add(ov_mul_rn(b, safe_div(1.0, d)), c(rt.offset + 0.5)))
         q = ops.minimum(q, c(rt.levels))
         out = ops.multiply(ops.subtract(q, c(rt.offset)), f16_round(d))
     elif rt.levels == 127:
         amax = ops.reduce_max(ops.abs(b), axis, True)
         q = ops.round(ops.multiply(b, safe_div(127.0, amax)), "half_to_even")
-        out = ops.multiply(q, f16_round(_ov_div_rn(amax, c(127.0))))
+        out = ops.multiply(q, f16_round(ov_div_rn(amax, c(127.0))))
     else:
         lo, hi = ops.reduce_min(b, axis, True), ops.reduce_max(b, axis, True)
-        d = _ov_div_rn(ops.subtract(hi, lo), c(rt.levels))
-        q = ops.floor(ops.add(_ov_mul(ops.subtract(b, lo), safe_div(1.0, d)), c(0.5)))
-        out = ops.add(_ov_mul(ops.minimum(q, c(rt.levels)), f16_round(d)), f16_round(lo))
+        d = ov_div_rn(ops.subtract(hi, lo), c(rt.levels))
+        q = ops.floor(ops.add(ov_mul_rn(ops.subtract(b, lo), safe_div(1.0, d)), c(0.5)))
+        out = ops.add(ov_mul_rn(ops.minimum(q, c(rt.levels)), f16_round(d)), f16_round(lo))
     return ops.reshape(out, ops.shape_of(x), False)
 
 
@@ -1303,10 +1305,6 @@ REQUANT_RULES: tuple[RequantRule, ...] = (
     ),
     *(RequantRule("*", d, _OTHER, RequantTarget.NATIVE, "native extraction") for d in _CPU_GPU),
 )
-
-
-#: Elements per scale of the NPU's i4 requantization (upstream's ``weights_per_block = 128``).
-Q4_0_128_GROUP = REQUANT_GROUPED[RequantTarget.Q4_0_128][0]
 
 
 def requant_refusal(target: RequantTarget, qtype: str, shape: Sequence[int], what: str = "weight") -> str:

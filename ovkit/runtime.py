@@ -2,24 +2,46 @@
 
 Upstream keeps one ``ov::Core`` singleton per process; ovkit does the same, so that memory
 statistics are read through the Core that compiled the models (another Core sees none of them).
-Every function that queries devices takes an optional ``core``: a real ``openvino.Core`` or a
-``ovkit.simulate.SimulatedCore`` (anything with ``available_devices``, ``get_property(device,
-name)`` and ``compile_model(model, device, config)``).
+Every function that queries devices takes an optional keyword ``core``: a real ``openvino.Core``
+or an ``ovkit.simulate.SimulatedCore``, anything that is a :class:`Core`.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
+
+from ovkit.errors import OvkitError
 
 
-class RuntimeUnavailableError(RuntimeError):
+@runtime_checkable
+class Core(Protocol):
+    """What ovkit asks of an OpenVINO Core (``openvino.Core`` and ``SimulatedCore`` are ones)."""
+
+    @property
+    def available_devices(self) -> list[str]:
+        """The device ids, ``CPU``, ``GPU.0`` ..."""
+
+    def get_property(self, device_name: str, name: str, /) -> Any:
+        """One property of one device (raises when the device or the property is not there)."""
+
+    def compile_model(self, model: Any, device_name: str, config: dict[str, Any] | None = None, /) -> Any:
+        """``model`` (an ``openvino.Model``) compiled for ``device_name`` with ``config``."""
+
+    def import_model(self, model_stream: bytes, device_name: str, config: dict[str, Any], /) -> Any:
+        """A compiled model exported before (the compiled-model cache), for ``device_name``."""
+
+    def get_default_context(self, device_name: str, /) -> Any:
+        """The device's remote context (remote tensors in device memory)."""
+
+
+class RuntimeUnavailableError(OvkitError, RuntimeError):
     """OpenVINO could not be imported or its Core could not start."""
 
 
 @functools.cache
-def default_core() -> Any:
+def default_core() -> Core:
     """The process-wide ``openvino.Core`` (created on first use)."""
     try:
         import openvino as ov
@@ -31,13 +53,13 @@ def default_core() -> Any:
         raise RuntimeUnavailableError(f"cannot start the OpenVINO runtime: {exc}") from exc
 
 
-def get_core(core: Any | None = None) -> Any:
+def get_core(core: Core | None = None) -> Core:
     """``core`` if given, else the process-wide Core."""
     return default_core() if core is None else core
 
 
-def is_simulated(core: Any) -> bool:
-    """True for ovkit's simulated device set."""
+def is_simulated(core: Core | None) -> bool:
+    """True for ovkit's simulated device set (None, the process-wide Core, is real)."""
     return bool(getattr(core, "simulated", False))
 
 
@@ -46,7 +68,7 @@ def _precision_name(value: Any) -> str:
     return str(value.get_type_name() if hasattr(value, "get_type_name") else value)
 
 
-def default_precision(core: Any, device: str) -> str:
+def default_precision(device: str, *, core: Core) -> str:
     """The inference precision ``device`` compiles in when none is asked ("f32", "bf16", "f16"):
     its own property, or for a simulated device the real CPU's, where it compiles."""
     real, name = (default_core(), "CPU") if is_simulated(core) else (core, device)

@@ -24,7 +24,7 @@ from ovkit.config import OvkitConfig, read_config, readable, shown
 from ovkit.devices import DeviceClass, device_class, is_virtual
 from ovkit.layouts import DEFAULT_LAYOUT, get_layout, resolve_for
 from ovkit.report import Report, Reported
-from ovkit.runtime import get_core
+from ovkit.runtime import Core, get_core
 
 if TYPE_CHECKING:
     from ovkit.ops.policy import SupportDecision
@@ -106,7 +106,11 @@ def near_miss_hint(requested: str, available: list[str]) -> str | None:
 
 
 def resolve_device(
-    core: Any = None, env: Mapping[str, str] | None = None, *, log: bool = True, layout: str = DEFAULT_LAYOUT
+    env: Mapping[str, str] | None = None,
+    *,
+    core: Core | None = None,
+    log: bool = True,
+    layout: str = DEFAULT_LAYOUT,
 ) -> Selection:
     """Resolve ``GGML_OPENVINO_DEVICE`` (from ``env``, default ``os.environ``) on ``core`` by the
     selection rule of ``layout`` (``ovkit.layouts.LAYOUTS``): seed and master fall back to CPU,
@@ -116,7 +120,7 @@ def resolve_device(
     available = list(core.available_devices)
     requested = config.device_requested
     wanted = requested or DEFAULT_DEVICE
-    resolved = resolve_for(get_layout(layout), core, requested)
+    resolved = resolve_for(get_layout(layout), requested, core=core)
     fell_back = resolved.fell_back
     hint = near_miss_hint(wanted, available) if fell_back else None
     selection = Selection(
@@ -138,30 +142,29 @@ def resolve_device(
 
 
 @contextlib.contextmanager
-def using_device(name: str, core: Any = None) -> Iterator[Selection]:
-    """Set ``GGML_OPENVINO_DEVICE`` for the duration of the block and yield the resolution."""
-    old = os.environ.get(ENV_DEVICE)
-    os.environ[ENV_DEVICE] = name
-    try:
-        yield resolve_device(core)
-    finally:
-        if old is None:
-            os.environ.pop(ENV_DEVICE, None)
-        else:
-            os.environ[ENV_DEVICE] = old
+def using_device(name: str, *, core: Core | None = None) -> Iterator[Selection]:
+    """For a block, the selection ``GGML_OPENVINO_DEVICE=name`` makes (the other variables read
+    from ``os.environ``): pass its ``device`` to what runs in the block.  The process environment
+    is left as it is, so other threads (the dashboard's refresh, another cell's work) never see a
+    device they did not ask for."""
+    yield resolve_device({**os.environ, ENV_DEVICE: name}, core=core)
 
 
 class Backend:
     """Execution bound to the one selected device: other devices support no op (the backend drives one device)."""
 
-    def __init__(self, selection: Selection, core: Any = None, *, upstream_exact: bool = False) -> None:
+    def __init__(
+        self, selection: Selection, *, core: Core | None = None, upstream_exact: bool = False
+    ) -> None:
         self.selection = selection
         self.core = get_core(core)
         self.upstream_exact = upstream_exact
 
     @classmethod
-    def from_env(cls, core: Any = None, env: Mapping[str, str] | None = None, **kw: Any) -> Backend:
-        return cls(resolve_device(core, env), core, **kw)
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, core: Core | None = None, **kw: Any
+    ) -> Backend:
+        return cls(resolve_device(env, core=core), core=core, **kw)
 
     @property
     def device(self) -> str:

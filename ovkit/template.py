@@ -27,6 +27,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ovkit.errors import OvkitError
+
 #: The longest template rendered, in characters (real chat templates are tens of KiB).
 MAX_TEMPLATE_CHARS = 1 << 20
 #: The longest output, in characters: the prompt of a conversation, a million characters is
@@ -42,7 +44,7 @@ START_TIMEOUT_S = 60.0
 _READY = "ready"
 
 
-class TemplateError(ValueError):
+class TemplateError(OvkitError, ValueError):
     """A template that cannot be rendered: invalid, refused by the sandbox or by itself, failing,
     or past a bound (one line saying which)."""
 
@@ -112,7 +114,7 @@ def _sandbox() -> Any:
     return env
 
 
-class _Refused(Exception):
+class _Refused(OvkitError):
     """The template's own ``raise_exception`` (it refused the messages)."""
 
 

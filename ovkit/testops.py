@@ -30,6 +30,7 @@ import numpy as np
 from ovkit.catalogue import curated
 from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs
 from ovkit.catalogue.result import Result, error_line, first_line, judge
+from ovkit.runtime import Core
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -96,7 +97,7 @@ def select(cases: Iterable[Case], ops: Sequence[str] | str | None) -> list[Case]
     return picked
 
 
-def _resolve(device: str | None, core: Any) -> str:
+def _resolve(device: str | None, *, core: Core | None) -> str:
     if device is not None:
         return device
     from ovkit.engine import get_engine
@@ -147,7 +148,7 @@ def _run_config(g: Any, out: Any, hints: str) -> Any:
     return naive_run_config(first, DEFAULT_RUN_CONFIG)
 
 
-def _effective_precision(core: Any) -> str:
+def _effective_precision(core: Core | None) -> str:
     from ovkit.engine import get_engine
 
     runner = get_engine(core).last_runner
@@ -155,7 +156,7 @@ def _effective_precision(core: Any) -> str:
 
 
 def run_case(
-    c: Case, device: str, core: Any = None, reference: str = "numpy", hints: str = "exact"
+    c: Case, device: str, reference: str = "numpy", hints: str = "exact", *, core: Core | None = None
 ) -> Result:
     """Build, check the policy, run on ``device``, compare with the reference."""
     from ovkit import oracle
@@ -188,8 +189,8 @@ def run_case(
 def perf_case(
     c: Case,
     device: str,
-    core: Any = None,
     *,
+    core: Core | None = None,
     min_seconds: float = 0.2,
     max_runs: int = 200,
     hints: str = "exact",
@@ -237,9 +238,9 @@ def iter_results(
     mode: str = "test",
     ops: Sequence[str] | str | None = None,
     device: str | None = None,
-    core: Any = None,
     reference: Reference = "auto",
     *,
+    core: Core | None = None,
     progress: bool | None = None,
     cases: Sequence[Case] | None = None,
     hints: str = "exact",
@@ -254,7 +255,7 @@ def iter_results(
         raise ValueError(f"mode={mode!r} is not valid (expected 'test' or 'perf')")
     if hints not in HINTS:
         raise ValueError(f"hints={hints!r} is not valid (expected one of: {', '.join(HINTS)})")
-    dev = _resolve(device, core)
+    dev = _resolve(device, core=core)
     pool = cases if cases is not None else build_catalogue(case_set, mode)
     picked = select(pool, ops)
     ref = _reference_kind(reference) if mode == "test" else ""
@@ -268,9 +269,9 @@ def iter_results(
     )
     for c in bar:
         if mode == "test":
-            yield run_case(c, dev, core, ref, hints=hints)
+            yield run_case(c, dev, ref, hints=hints, core=core)
         else:
-            yield perf_case(c, dev, core, hints=hints, vs_ggml=vs_ggml)
+            yield perf_case(c, dev, hints=hints, vs_ggml=vs_ggml, core=core)
 
 
 def summarize(results: Sequence[Result], mode: str, device: str, reference: str) -> Summary:
@@ -293,16 +294,23 @@ def _frame(results: Sequence[Result]) -> pd.DataFrame:
 def test_ops(
     ops: Sequence[str] | str | None = None,
     device: str | None = None,
-    core: Any = None,
     reference: Reference = "auto",
     *,
+    core: Core | None = None,
     progress: bool | None = None,
     hints: str = "exact",
     case_set: str | None = None,
 ) -> pd.DataFrame:
     """``mode test`` as a DataFrame (one row per case: op, case, status, detail, err, max_err, ...)."""
     results = iter_results(
-        "test", ops, device, core, reference, progress=progress, hints=hints, case_set=case_set
+        "test",
+        ops,
+        device,
+        reference,
+        progress=progress,
+        hints=hints,
+        case_set=case_set,
+        core=core,
     )
     return _frame(list(results))
 
@@ -314,8 +322,8 @@ test_ops.__test__ = False  # type: ignore[attr-defined]
 def perf_ops(
     ops: Sequence[str] | str | None = None,
     device: str | None = None,
-    core: Any = None,
     *,
+    core: Core | None = None,
     progress: bool | None = None,
     hints: str = "exact",
     vs_ggml: bool = False,
@@ -323,7 +331,7 @@ def perf_ops(
     """``mode perf`` as a DataFrame (us_per_run, gflops or gbps per case; ggml_us_per_run with
     ``vs_ggml=True``: ggml's own CPU backend timed on the same case)."""
     return _frame(
-        list(iter_results("perf", ops, device, core, progress=progress, hints=hints, vs_ggml=vs_ggml))
+        list(iter_results("perf", ops, device, progress=progress, hints=hints, vs_ggml=vs_ggml, core=core))
     )
 
 
@@ -348,9 +356,9 @@ def main(
     mode: str = "test",
     ops: Sequence[str] | str | None = None,
     device: str | None = None,
-    core: Any = None,
     reference: Reference = "auto",
     *,
+    core: Core | None = None,
     as_json: bool = False,
     progress: bool | None = None,
     out: Any = None,
@@ -366,33 +374,33 @@ def main(
     from tqdm import tqdm
 
     stream = out or sys.stdout
-    dev = _resolve(device, core)
+    dev = _resolve(device, core=core)
     ref = _reference_kind(reference) if mode == "test" else ""
     results: list[Result] = []
-    from ovkit.runtime import is_simulated
+    from ovkit.simulate import SimulatedCore
 
-    simulated = core is not None and is_simulated(core)
+    simulated = isinstance(core, SimulatedCore)
     label = (
         f"{dev} [SIMULATED {core.profile.name}: policy of the {dev} class, runs on the CPU]"
-        if simulated
+        if isinstance(core, SimulatedCore)
         else dev
     )
     if not as_json:
         hint_text = "" if hints == "exact" else f", {hints} hints"
         print(f"Testing {label} (mode {mode}{', reference ' + ref if ref else ''}{hint_text})", file=stream)
     source = (
-        _isolated_results(mode, ops, dev, core, ref or "numpy", progress, hints, case_set)
+        _isolated_results(mode, ops, dev, ref or "numpy", progress, hints, case_set, core=core)
         if isolate
         else iter_results(
             mode,
             ops,
             dev,
-            core,
             reference,
             progress=progress,
             hints=hints,
             vs_ggml=vs_ggml,
             case_set=case_set,
+            core=core,
         )
     )
     for r in source:
@@ -491,7 +499,6 @@ def cli(args: Any) -> int:
         args.mode,
         args.op,
         args.device,
-        core,
         args.reference,
         as_json=args.json,
         progress=progress,
@@ -499,6 +506,7 @@ def cli(args: Any) -> int:
         hints=args.hints,
         vs_ggml=args.vs_ggml,
         case_set=args.set,
+        core=core,
     )
 
 
@@ -544,11 +552,12 @@ def _isolated_results(
     mode: str,
     ops: Sequence[str] | str | None,
     device: str,
-    core: Any,
     reference: str,
     progress: bool | None,
     hints: str = "exact",
     case_set: str | None = None,
+    *,
+    core: Core | None,
 ) -> Iterator[Result]:
     """One child process per op (``python -m ovkit test-ops ... --json``); crashes become FAILs."""
     from tqdm import tqdm

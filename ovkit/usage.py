@@ -8,6 +8,8 @@ import math
 import sys
 from typing import Any
 
+from ovkit.errors import OvkitError
+
 __all__ = ["SIMULATED_NOTICE", "UsageError", "check_count", "check_positive", "make_core"]
 
 SIMULATED_NOTICE = (
@@ -16,7 +18,7 @@ SIMULATED_NOTICE = (
 )
 
 
-class UsageError(Exception):
+class UsageError(OvkitError):
     """A bad argument or simulation profile: printed as one line, exit code 2."""
 
 

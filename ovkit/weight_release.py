@@ -33,6 +33,7 @@ from typing import Any
 
 from ovkit.config import OvkitConfig, read_config
 from ovkit.devices import device_class
+from ovkit.errors import OvkitError
 from ovkit.memory import MIB
 
 logger = logging.getLogger("ovkit.weight_release")
@@ -54,7 +55,7 @@ NEW_MODEL_MESSAGE = (
 LOG_FORMAT = "ggml_openvino_release_weight_buffers: released %zu MB of host weight buffers (%zu buffers)"
 
 
-class WeightsReleasedError(RuntimeError):
+class WeightsReleasedError(OvkitError, RuntimeError):
     """A recompile or a new model after the host weight pages were given back to the OS."""
 
 

@@ -17,5 +17,5 @@ def run_translation(g: Any, out: Any, data: dict[str, np.ndarray], device: str =
     model, names = g.to_model([out])
     feed = prepare_feed(g, [out], data)
     return from_model_output(
-        out, run_model(model, model_inputs(g, names, feed), device, run_config=GRAPH_RUN_CONFIG)[0]
+        out, run_model(model, model_inputs(names, feed), device, run_config=GRAPH_RUN_CONFIG)[0]
     )

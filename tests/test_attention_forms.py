@@ -19,7 +19,7 @@ from ovkit.engine import GRAPH_RUN_CONFIG, RunConfig, get_engine, run_model
 from ovkit.ir import from_model_output
 from ovkit.ops import translate
 from ovkit.ops.feed import prepare_feed
-from ovkit.ops.translate import SDPA_MIN_QUERIES, attention_form, manual_gqa_attention, model_inputs
+from ovkit.ops.translate import SDPA_MIN_QUERIES, attention_form, model_inputs
 from ovkit.simulate import SimulatedCore
 
 ENV = "GGML_OPENVINO_MANUAL_GQA_ATTN"
@@ -79,8 +79,7 @@ def test_each_form_has_its_ops_and_ggmls_values(
     case: str, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, flag: bool | None
 ) -> None:
     g, out, arrays = _graph(q, k, v, mask)
-    with manual_gqa_attention(flag):
-        model, names = g.to_model([out])
+    model, names = g.to_model([out], manual_gqa=flag)
     ops = _ops(model)
     types = {t for t, _ in ops}
     form = _expected_form(flag, q, k)
@@ -91,19 +90,18 @@ def test_each_form_has_its_ops_and_ggmls_values(
         matmul_ranks = {r for t, r in ops if t == "MatMul"}
         assert matmul_ranks == ({5} if form == "manual" else {4}), ops
     raw = run_model(
-        model, model_inputs(g, names, prepare_feed(g, [out], arrays)), "CPU", run_config=GRAPH_RUN_CONFIG
+        model, model_inputs(names, prepare_feed(g, [out], arrays)), "CPU", run_config=GRAPH_RUN_CONFIG
     )
     got = from_model_output(out, raw[0])
     expected = oracle.ggml_call("flash_attn_ext", q, k, v, mask, 0.25, 0.0, 0.0)
     assert not np.isnan(got).any()
     assert oracle.nmse(got, expected) < oracle.max_nmse("flash_attn_ext"), case
     # the same values as ovkit's own form
-    with manual_gqa_attention(None):
-        base, _ = g.to_model([out])
+    base, _ = g.to_model([out])
     ref = from_model_output(
         out,
         run_model(
-            base, model_inputs(g, names, prepare_feed(g, [out], arrays)), "CPU", run_config=GRAPH_RUN_CONFIG
+            base, model_inputs(names, prepare_feed(g, [out], arrays)), "CPU", run_config=GRAPH_RUN_CONFIG
         )[0],
     )
     assert oracle.nmse(got, ref) < 1e-10
@@ -119,11 +117,10 @@ def test_ovkits_own_form_takes_sdpa_for_long_prefills(rows: int) -> None:
     mask[5] = -np.inf
     q, k, v = _f(1, 8, rows, 32), _f(1, 2, n_kv, 32, dtype=_H16), _f(1, 2, n_kv, 32, dtype=_H16)
     g, out, arrays = _graph(q, k, v, mask)
-    with manual_gqa_attention(None):
-        model, names = g.to_model([out])
+    model, names = g.to_model([out])
     assert ("ScaledDotProductAttention" in {t for t, _ in _ops(model)}) is (rows >= SDPA_MIN_QUERIES)
     raw = run_model(
-        model, model_inputs(g, names, prepare_feed(g, [out], arrays)), "CPU", run_config=GRAPH_RUN_CONFIG
+        model, model_inputs(names, prepare_feed(g, [out], arrays)), "CPU", run_config=GRAPH_RUN_CONFIG
     )
     got = from_model_output(out, raw[0])
     expected = oracle.ggml_call("flash_attn_ext", q, k, v, mask, 0.25, 0.0, 0.0)
@@ -143,10 +140,9 @@ def _run_form(
     """``out`` computed in ovkit's own ``form`` (SDPA or grouped MatMuls, whatever the rows)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(translate, "SDPA_MIN_QUERIES", 1 if form == "sdpa" else 1 << 62)
-        with manual_gqa_attention(None):
-            model, names = g.to_model([out])
+        model, names = g.to_model([out])
     assert ("ScaledDotProductAttention" in {t for t, _ in _ops(model)}) is (form == "sdpa")
-    raw = run_model(model, model_inputs(g, names, prepare_feed(g, [out], arrays)), "CPU", run_config=config)
+    raw = run_model(model, model_inputs(names, prepare_feed(g, [out], arrays)), "CPU", run_config=config)
     return from_model_output(out, raw[0])
 
 
@@ -195,8 +191,7 @@ def test_ops_the_backend_refuses_keep_ovkits_form() -> None:
     assert attention_form(True, 8, 2, plain=False) == "grouped"
     g, out, _ = _graph(*CASES[0][1:])
     g.flash_attn_ext_add_sinks(out, g.input("sinks", (8,), "f32"))
-    with manual_gqa_attention(False):
-        model, _ = g.to_model([out])
+    model, _ = g.to_model([out], manual_gqa=False)
     assert "ScaledDotProductAttention" not in {t for t, _ in _ops(model)}
 
 

@@ -38,9 +38,11 @@ MIB = 2**20
 WIDGETS = f"{PANEL} .jupyter-widgets"  # what the widgets drew (their saved pictures are not inside)
 DASHBOARD_CELLS = [
     "import ovkit\n"
+    "from ovkit import notebook_log\n"
+    "notebook_log.install()\n"
     'core = ovkit.SimulatedCore("laptop")\n'
     f'core.allocate("GPU", {512 * MIB})\n'
-    "board = ovkit.dashboard(core, interval=0.5)\n"
+    "board = ovkit.dashboard(interval=0.5, core=core)\n"
     "board",
     # a slow, small climb on the GPU: the series moves, its axis (0..600 MiB) does not
     "import threading, time\n"
@@ -48,9 +50,9 @@ DASHBOARD_CELLS = [
     "    for _ in range(2000):\n"
     f'        core.allocate("GPU", {MIB // 4}); time.sleep(0.25)\n'
     "threading.Thread(target=climb, daemon=True).start()",
-    "ovkit.device_table(core)",
-    "ovkit.resolve_device(core)\n"
-    'ovkit.resolve_device(core, {"GGML_OPENVINO_DEVICE": "gpu"})\n'
+    "ovkit.device_table(core=core)",
+    "ovkit.resolve_device(core=core)\n"
+    'ovkit.resolve_device({"GGML_OPENVINO_DEVICE": "gpu"}, core=core)\n'
     'print("logged")',
 ]
 
@@ -62,10 +64,10 @@ SAVED_CELLS = [
     "from ovkit.widgets import DeviceSelector, DeviceTable\n"
     'core = ovkit.SimulatedCore("laptop")\n'
     f'core.allocate("GPU", {300 * MIB})\n'
-    "board = ovkit.dashboard(core, interval=0.5)\n"
+    "board = ovkit.dashboard(interval=0.5, core=core)\n"
     "board",
-    "DeviceTable(core, interval=0.5)",
-    'DeviceSelector(core, env={"GGML_OPENVINO_DEVICE": "GPU"})',
+    "DeviceTable(interval=0.5, core=core)",
+    'DeviceSelector(env={"GGML_OPENVINO_DEVICE": "GPU"}, core=core)',
 ]
 
 

@@ -18,7 +18,7 @@ import pytest
 from ovkit import oracle
 from ovkit.catalogue import backend_ops, run
 from ovkit.catalogue.case import draw, ggml_structure, index_set_err
-from ovkit.ops.verdicts import parse_params
+from ovkit.ops.verdict_csv import parse_params
 
 Expected = tuple[tuple[int, ...], str, tuple[str, ...]]
 

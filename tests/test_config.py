@@ -345,8 +345,10 @@ def test_log_unsupported_ops_prints_each_rejection_as_the_backend_does(
 
     op = OpInfo("LOG", "f32", (4, 1, 1, 1), name="logits")
     core = SimulatedCore("laptop")
-    quiet = Backend(resolve_device(core, {}, log=False), core)
-    loud = Backend(resolve_device(core, {"GGML_OPENVINO_LOG_UNSUPPORTED_OPS": "1"}, log=False), core)
+    quiet = Backend(resolve_device({}, log=False, core=core), core=core)
+    loud = Backend(
+        resolve_device({"GGML_OPENVINO_LOG_UNSUPPORTED_OPS": "1"}, log=False, core=core), core=core
+    )
     with caplog.at_level(logging.INFO, logger="ovkit"):
         assert not quiet.supports_op("CPU", op)
         assert caplog.messages == []

@@ -18,7 +18,7 @@ SEED_LAPTOP = """Available devices:
 # -- the real OpenVINO runtime on this machine ---------------------------------------------
 def test_real_cpu_row_uses_full_device_name_and_system_ram() -> None:
     core = ov.Core()
-    devices = list_devices(core)
+    devices = list_devices(core=core)
     cpu = next(d for d in devices if d.name == "CPU")
     assert cpu.description == core.get_property("CPU", "FULL_DEVICE_NAME")
     ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -43,35 +43,36 @@ def test_real_device_table_has_one_row_per_device() -> None:
 
 # -- the simulated profiles ------------------------------------------------------------------
 def test_laptop_reproduces_the_seed_output_exactly() -> None:
-    assert format_device_list(list_devices(SimulatedCore("laptop"))) == SEED_LAPTOP
+    assert format_device_list(list_devices(core=SimulatedCore("laptop"))) == SEED_LAPTOP
 
 
 def test_virtual_devices_are_dropped_and_the_rest_sorted() -> None:
     core = SimulatedCore("laptop")
     assert core.available_devices[0] == "AUTO"  # the profile lists them unsorted, virtual ones included
-    assert [d.name for d in list_devices(core)] == ["CPU", "GPU", "NPU"]
+    assert [d.name for d in list_devices(core=core)] == ["CPU", "GPU", "NPU"]
     ws = SimulatedCore("workstation")
-    assert [d.name for d in list_devices(ws)] == ["CPU", "GPU.0", "GPU.1"]  # BATCH dropped too
+    assert [d.name for d in list_devices(core=ws)] == ["CPU", "GPU.0", "GPU.1"]  # BATCH dropped too
 
 
 def test_npu_description_gets_the_architecture_suffix_unless_unreadable() -> None:
     core = SimulatedCore("laptop")
     assert (
-        next(d for d in list_devices(core) if d.name == "NPU").description == "Intel(R) AI Boost (NPU 4000)"
+        next(d for d in list_devices(core=core) if d.name == "NPU").description
+        == "Intel(R) AI Boost (NPU 4000)"
     )
     core.set_property_value("NPU", "DEVICE_ARCHITECTURE", Failure("no arch"))
-    assert next(d for d in list_devices(core) if d.name == "NPU").description == "Intel(R) AI Boost"
+    assert next(d for d in list_devices(core=core) if d.name == "NPU").description == "Intel(R) AI Boost"
 
 
 def test_description_falls_back_to_the_id_with_the_reason_kept() -> None:
-    npu = next(d for d in list_devices(SimulatedCore("npu-name-error")) if d.name == "NPU")
+    npu = next(d for d in list_devices(core=SimulatedCore("npu-name-error")) if d.name == "NPU")
     assert npu.description == "NPU"
     assert "Unsupported configuration key: FULL_DEVICE_NAME" in npu.description_error
     assert npu.list_line() == "  NPU: NPU (31623 MiB, 31623 MiB free)"
 
 
 def test_gpu_memory_is_total_minus_the_sum_of_memory_statistics() -> None:
-    gpu1 = next(d for d in list_devices(SimulatedCore("workstation")) if d.name == "GPU.1")
+    gpu1 = next(d for d in list_devices(core=SimulatedCore("workstation")) if d.name == "GPU.1")
     assert gpu1.device_class is DeviceClass.GPU  # class by prefix: GPU.1 is a GPU
     assert gpu1.total_bytes == 16 * 1024 * MIB
     assert gpu1.used_bytes == (64 + 1536) * MIB  # usm_host counts too: "sum all values"
@@ -86,9 +87,9 @@ def test_gpu_memory_is_total_minus_the_sum_of_memory_statistics() -> None:
 
 def test_gpu_max_alloc_size_is_never_used() -> None:
     core = SimulatedCore("laptop")
-    before = next(d for d in list_devices(core) if d.name == "GPU")
+    before = next(d for d in list_devices(core=core) if d.name == "GPU")
     core.set_property_value("GPU", "GPU_DEVICE_MAX_ALLOC_MEM_SIZE", 1)
-    after = next(d for d in list_devices(core) if d.name == "GPU")
+    after = next(d for d in list_devices(core=core) if d.name == "GPU")
     assert (before.total_bytes, before.free_bytes) == (after.total_bytes, after.free_bytes)
     assert "GPU_DEVICE_MAX_ALLOC_MEM_SIZE" not in after.properties
 
@@ -96,12 +97,12 @@ def test_gpu_max_alloc_size_is_never_used() -> None:
 def test_npu_memory_is_total_minus_alloc() -> None:
     core = SimulatedCore("laptop")
     core.set_property_value("NPU", "NPU_DEVICE_ALLOC_MEM_SIZE", 1000 * MIB)
-    npu = next(d for d in list_devices(core) if d.name == "NPU")
+    npu = next(d for d in list_devices(core=core) if d.name == "NPU")
     assert npu.free_bytes == npu.total_bytes - 1000 * MIB and npu.used_bytes == 1000 * MIB
 
 
 def test_failed_memory_property_gives_zero_zero_with_the_reason() -> None:
-    gpu = next(d for d in list_devices(SimulatedCore("gpu-memory-error")) if d.name == "GPU")
+    gpu = next(d for d in list_devices(core=SimulatedCore("gpu-memory-error")) if d.name == "GPU")
     assert (gpu.total_bytes, gpu.free_bytes) == (0, 0)
     assert (
         "GPU_DEVICE_TOTAL_MEM_SIZE" in gpu.memory_error and "no supported devices found" in gpu.memory_error
@@ -123,19 +124,19 @@ def test_failed_memory_property_gives_zero_zero_with_the_reason() -> None:
 def test_malformed_memory_properties_fall_back_to_zero(prop: str, value: object, reason: str) -> None:
     core = SimulatedCore("laptop")
     core.set_property_value("GPU", prop, value)
-    gpu = next(d for d in list_devices(core) if d.name == "GPU")
+    gpu = next(d for d in list_devices(core=core) if d.name == "GPU")
     assert (gpu.total_bytes, gpu.free_bytes) == (0, 0) and reason in gpu.memory_error
 
 
 def test_missing_property_is_a_kept_reason_too() -> None:
     core = SimulatedCore("laptop")
     core._props["NPU"].pop("NPU_DEVICE_ALLOC_MEM_SIZE")
-    npu = next(d for d in list_devices(core) if d.name == "NPU")
+    npu = next(d for d in list_devices(core=core) if d.name == "NPU")
     assert (npu.total_bytes, npu.free_bytes) == (0, 0) and "NPU_DEVICE_ALLOC_MEM_SIZE" in npu.memory_error
 
 
 def test_allocations_beyond_total_clamp_free_to_zero() -> None:
-    devices = {d.name: d for d in list_devices(SimulatedCore("gpu-overcommit"))}
+    devices = {d.name: d for d in list_devices(core=SimulatedCore("gpu-overcommit"))}
     assert devices["GPU"].free_bytes == 0 and devices["GPU"].memory_clamped
     assert devices["GPU"].used_bytes == 10 * 1024 * MIB > devices["GPU"].total_bytes
     assert devices["NPU"].free_bytes == 0 and devices["NPU"].memory_clamped
@@ -154,7 +155,7 @@ def test_other_class_is_listed_with_zero_memory() -> None:
         host_total_bytes=8 * 1024 * MIB,
         host_available_bytes=4 * 1024 * MIB,
     )
-    devices = list_devices(SimulatedCore(profile))
+    devices = list_devices(core=SimulatedCore(profile))
     assert [d.name for d in devices] == ["CPU", "FPGA"]
     fpga = devices[1]
     assert fpga.device_class is DeviceClass.OTHER and (fpga.total_bytes, fpga.free_bytes) == (0, 0)
@@ -168,7 +169,7 @@ def test_empty_device_list_prints_none() -> None:
 
 def test_simulated_table_is_labelled_and_json_ready() -> None:
     core = SimulatedCore("laptop")
-    table = device_table(core, raw=True)
+    table = device_table(raw=True, core=core)
     assert table["simulated"].all() and list(table.index) == ["CPU", "GPU", "NPU"]
-    d = list_devices(core)[1].to_dict()
+    d = list_devices(core=core)[1].to_dict()
     assert d["simulated"] is True and d["device_class"] == "GPU" and d["total_mib"] == 29276

@@ -231,7 +231,7 @@ def test_two_sessions_have_independent_state(engine: Engine) -> None:
 def test_stateful_follows_environment_and_is_off_on_npu() -> None:
     from ovkit.simulate import SimulatedCore
 
-    engine = Engine(SimulatedCore("laptop"), env={"GGML_OPENVINO_STATEFUL_EXECUTION": "1"})
+    engine = Engine(env={"GGML_OPENVINO_STATEFUL_EXECUTION": "1"}, core=SimulatedCore("laptop"))
     on_cpu = engine.session("kv", kv_model, states={"cache": "cache_out"})
     on_npu = engine.session("kv", kv_model, "NPU", states={"cache": "cache_out"})
     assert on_cpu.graph.stateful and not on_npu.graph.stateful
@@ -244,7 +244,7 @@ def test_stateful_follows_environment_and_is_off_on_npu() -> None:
 def test_simulated_core_runs_and_labels(engine: Engine) -> None:
     from ovkit.simulate import SimulatedCore
 
-    sim = Engine(SimulatedCore("laptop"), env={})
+    sim = Engine(env={}, core=SimulatedCore("laptop"))
     a = np.ones((8, 8), np.float32)
     report = sim.run_report("add8", add_model, [a, a], "GPU")
     np.testing.assert_array_equal(report.outputs[0], 2 * a)
@@ -418,7 +418,7 @@ def test_profiling_env_logs_upstream_timing_lines(caplog: pytest.LogCaptureFixtu
 @pytest.mark.parametrize("stateful", [True, False])
 def test_transformer_decode_with_kv_cache_equals_full_recompute(stateful: bool) -> None:
     """Prefill 5 tokens, then decode the 6th from the cached K/V: same as running all 6 at once."""
-    from ovkit.blocks import CACHE_NAMES, BlockConfig, block_inputs, block_weights, transformer_block
+    from ovkit.decoder_layer import CACHE_NAMES, BlockConfig, block_inputs, block_weights, transformer_block
     from ovkit.engine import graph_session
 
     cfg = BlockConfig(d=64, heads=4, kv_heads=2, head_dim=16, ff=128, ctx=16)
@@ -605,7 +605,7 @@ def repeated_constants_model(n: int = 40) -> ov.Model:
 
 
 def test_engine_compiles_repeated_small_constants_as_one_node_each() -> None:
-    from ovkit.engine.model import share_constants
+    from ovkit.engine.ov_model import share_constants
 
     def constants(m: ov.Model) -> int:
         return sum(op.get_type_name() == "Constant" for op in m.get_ordered_ops())

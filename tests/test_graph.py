@@ -474,7 +474,7 @@ def _run_case(build: object, arrays: list[np.ndarray]) -> tuple[np.ndarray, np.n
     except UnsupportedOpError:
         model, names = g.to_model([out])
         raw = run_model(
-            model, model_inputs(g, names, prepare_feed(g, [out], feed)), "CPU", run_config=GRAPH_RUN_CONFIG
+            model, model_inputs(names, prepare_feed(g, [out], feed)), "CPU", run_config=GRAPH_RUN_CONFIG
         )
         dev = from_model_output(out, raw[0])
     return dev, ref

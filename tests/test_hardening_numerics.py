@@ -36,7 +36,7 @@ EDGE_BITS = np.array(
 
 def ggml_bf16_bits(u: np.ndarray) -> np.ndarray:
     """ggml's own conversion (``ggml_fp32_to_bf16_row``) of the float32 bit patterns ``u``."""
-    ggml = oracle._g()  # ggml-python, loaded by the oracle (after openvino)
+    ggml = oracle.ggml_module()  # ggml-python, loaded by the oracle (after openvino)
     src = np.ascontiguousarray(u, dtype=np.uint32).view(np.float32)
     out = np.zeros(src.size, np.uint16)
     ggml.ggml_fp32_to_bf16_row(

@@ -131,7 +131,7 @@ def core() -> SimulatedCore:
 
 # -- the styled table of ovkit.device_table() ------------------------------------------------
 def test_device_table_shows_markup_as_text(core: SimulatedCore) -> None:
-    styler = ovkit.device_table(core)
+    styler = ovkit.device_table(core=core)
     page = inert(styler.to_html())
     assert page.visible.count(NAME) == 2  # both descriptions, newline and all
     assert DEVICE_ID in page.visible  # the row header
@@ -146,7 +146,7 @@ def test_device_table_shows_markup_as_text(core: SimulatedCore) -> None:
 
 
 def test_device_table_raw_frame_escapes_too(core: SimulatedCore) -> None:
-    frame = ovkit.device_table(core, raw=True)
+    frame = ovkit.device_table(raw=True, core=core)
     assert frame.loc["CPU", "description"] == NAME  # the data keeps the original string
     inert(frame._repr_html_())  # what a cell shows (long strings cut)
     page = inert(frame.to_html())
@@ -156,18 +156,18 @@ def test_device_table_raw_frame_escapes_too(core: SimulatedCore) -> None:
 
 # -- widgets' HTML fallbacks, notebook helpers and log lines ---------------------------------
 def test_live_table_and_charts_fallbacks(core: SimulatedCore) -> None:
-    table = DeviceTable(core, auto_refresh=False)
-    charts = AllocationCharts(core, auto_refresh=False)
+    table = DeviceTable(auto_refresh=False, core=core)
+    charts = AllocationCharts(auto_refresh=False, core=core)
     try:
-        page = inert(table._fallback_html())
+        page = inert(table.fallback_html())
         assert page.visible.count(NAME) == 2 and DEVICE_ID in page.visible and ERROR in page.visible
         assert DEVICE_ID in page.attribute_values()  # data-device
         assert any(ERROR in v for v in page.attribute_values())  # the rule's title
         table._show_error_text(ERROR)  # a failed refresh, shown in the status line and the view
-        assert ERROR in inert(table._fallback_html()).visible
+        assert ERROR in inert(table.fallback_html()).visible
         assert ERROR in inert(table.controls.status.value).visible
         charts._show_error_text(ERROR)
-        assert ERROR in inert(charts._fallback_html()).visible
+        assert ERROR in inert(charts.fallback_html()).visible
     finally:
         table.close()
         charts.close()
@@ -175,8 +175,8 @@ def test_live_table_and_charts_fallbacks(core: SimulatedCore) -> None:
 
 def test_selector_and_dashboard_fallbacks(core: SimulatedCore) -> None:
     env = {ENV_DEVICE: NAME}  # a typed value: the resolution names it and falls back
-    selector = DeviceSelector(core, env=env)
-    board = ovkit.dashboard(core, auto_refresh=False, op_explorer=False, env=env)
+    selector = DeviceSelector(env=env, core=core)
+    board = ovkit.dashboard(auto_refresh=False, op_explorer=False, env=env, core=core)
     try:
         assert repr(NAME) in inert(selector.status.value).visible
         page = inert(board._repr_mimebundle_()["text/html"])
@@ -199,7 +199,7 @@ def test_op_explorer_results() -> None:
 
 
 def test_notebook_report_and_log_lines(core: SimulatedCore) -> None:
-    page = inert(memory_report(ovkit.list_devices(core), title=PROFILE_NAME)._repr_html_())
+    page = inert(memory_report(ovkit.list_devices(core=core), title=PROFILE_NAME)._repr_html_())
     assert PROFILE_NAME in page.visible and DEVICE_ID in page.visible and ERROR in page.visible
     record = logging.LogRecord("ovkit", logging.WARNING, __file__, 1, "device %s: %s", (NAME, ERROR), None)
     assert f"device {NAME}: {ERROR}" in inert(render(record)["text/html"]).visible
@@ -207,7 +207,7 @@ def test_notebook_report_and_log_lines(core: SimulatedCore) -> None:
 
 # -- the browser-drawn views: raw text in the payload, DOM text APIs in the module -----------
 def test_live_view_payload_carries_the_text_and_the_module_never_parses_it(core: SimulatedCore) -> None:
-    table = DeviceTable(core, auto_refresh=False)
+    table = DeviceTable(auto_refresh=False, core=core)
     try:
         devices = table.view.meta["devices"]
         # raw, not escaped: the module shows it with textContent (escaping here would show "&lt;")
@@ -258,10 +258,10 @@ def test_chromium_draws_the_text_and_runs_nothing(core: SimulatedCore) -> None:
 
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
-    styled = ovkit.device_table(core).to_html()
-    table = DeviceTable(core, auto_refresh=False)
+    styled = ovkit.device_table(core=core).to_html()
+    table = DeviceTable(auto_refresh=False, core=core)
     try:
-        fallback = table._fallback_html()
+        fallback = table.fallback_html()
         payload = json.loads(json.dumps({"meta": table.view.meta, "tick": table.view.tick}))
     finally:
         table.close()

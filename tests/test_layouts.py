@@ -49,7 +49,7 @@ WORKSTATION = {
 
 
 def listing(core: object, layout: str, env: dict[str, str] | None = None) -> list[str]:
-    text = format_device_list(list_devices(core, layout, env or {}))
+    text = format_device_list(list_devices(layout, env or {}, core=core))
     assert text.splitlines()[0] == "Available devices:"
     return text.splitlines()[1:]
 
@@ -64,18 +64,20 @@ def test_each_layout_lists_the_simulated_profiles_as_its_code_does(
 
 def test_seed_stays_the_default_layout() -> None:
     core = SimulatedCore("laptop")
-    assert format_device_list(ovkit.list_devices(core)) == format_device_list(list_devices(core, "seed"))
-    assert [d.layout for d in ovkit.list_devices(core)] == ["seed"] * 3
+    assert format_device_list(ovkit.list_devices(core=core)) == format_device_list(
+        list_devices("seed", core=core)
+    )
+    assert [d.layout for d in ovkit.list_devices(core=core)] == ["seed"] * 3
 
 
 def test_real_cpu_in_each_layout() -> None:
     ram = host_memory().total_bytes // MIB
-    cpu = next(d for d in list_devices(None, "seed", {}) if d.name == "CPU")
+    cpu = next(d for d in list_devices("seed", {}) if d.name == "CPU")
     full_name = cpu.description
     assert cpu.total_mib == ram
     assert listing(None, "master")[0] == f"  OPENVINO0: OpenVINO Runtime ({ram} MiB, {ram} MiB free)"
     fork = listing(None, "fork")
-    index = [d.name for d in list_devices(None, "seed", {})].index("CPU")
+    index = [d.name for d in list_devices("seed", {})].index("CPU")
     assert fork[index] == (
         f"  OPENVINO{index}: GGML_OPENVINO_DEVICE=CPU (selected) - {full_name} ({ram} MiB, {ram} MiB free)"
     )
@@ -86,7 +88,7 @@ def test_master_layout_matches_what_the_installed_backend_reports() -> None:
     from ovkit.upstream import devices as upstream
 
     real = upstream.list_devices()
-    ours = list_devices(None, "master", {})
+    ours = list_devices("master", {})
     assert format_device_list(ours) == upstream.format_list_devices(real)
     ov = next(d for d in real if d.registry == "OPENVINO")
     assert (ours[0].name, ours[0].description, ours[0].ggml_type) == (ov.name, ov.description, ov.type)
@@ -107,9 +109,9 @@ def test_fork_aborts_on_an_unknown_device_naming_the_available_ones(requested: s
     )
     env = {"GGML_OPENVINO_DEVICE": requested}
     with pytest.raises(BackendAbort) as listed:
-        list_devices(core, "fork", env)
+        list_devices("fork", env, core=core)
     with pytest.raises(BackendAbort) as resolved:
-        resolve_device(core, env, layout="fork", log=False)
+        resolve_device(env, layout="fork", log=False, core=core)
     assert str(listed.value) == str(resolved.value) == expected
 
 
@@ -119,7 +121,7 @@ def test_seed_and_master_fall_back_where_the_fork_aborts(caplog: pytest.LogCaptu
     for layout in ("seed", "master"):
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="ovkit"):
-            sel = resolve_device(core, env, layout=layout)
+            sel = resolve_device(env, layout=layout, core=core)
         assert (sel.device, sel.fell_back, sel.layout) == ("CPU", True, layout)
         assert caplog.messages[0] == "GGML OpenVINO Backend: device GPU is not available, fallback to CPU"
     assert listing(core, "master", env) == WORKSTATION["master"]  # host RAM, whatever is selected
@@ -132,7 +134,7 @@ def test_seed_and_master_fall_back_where_the_fork_aborts(caplog: pytest.LogCaptu
 
 def test_fork_marks_the_selected_device_and_registers_the_others_for_discovery() -> None:
     core = SimulatedCore("workstation")
-    devices = list_devices(core, "fork", {"GGML_OPENVINO_DEVICE": "GPU.1"})
+    devices = list_devices("fork", {"GGML_OPENVINO_DEVICE": "GPU.1"}, core=core)
     assert [(d.name, d.ov_id, d.ggml_type) for d in devices] == [
         ("OPENVINO0", "BATCH", "IGPU"),
         ("OPENVINO1", "CPU", "IGPU"),
@@ -143,7 +145,10 @@ def test_fork_marks_the_selected_device_and_registers_the_others_for_discovery()
         devices[3].description
         == "GGML_OPENVINO_DEVICE=GPU.1 (selected) - Intel(R) Arc(TM) A770 Graphics (dGPU)"
     )
-    assert resolve_device(core, {"GGML_OPENVINO_DEVICE": "GPU.1"}, layout="fork", log=False).device == "GPU.1"
+    assert (
+        resolve_device({"GGML_OPENVINO_DEVICE": "GPU.1"}, layout="fork", log=False, core=core).device
+        == "GPU.1"
+    )
 
 
 def test_fork_without_a_cpu_selects_the_first_device_when_unset() -> None:
@@ -151,16 +156,16 @@ def test_fork_without_a_cpu_selects_the_first_device_when_unset() -> None:
     core = SimulatedCore(
         Profile("gpu-only", "one GPU", (DeviceProfile("GPU", gpu.properties),), 8 << 30, 6 << 30)
     )
-    assert resolve_device(core, {}, layout="fork", log=False).device == "GPU"
+    assert resolve_device({}, layout="fork", log=False, core=core).device == "GPU"
     assert (
-        resolve_device(core, {}, layout="seed", log=False).device == "CPU"
+        resolve_device({}, layout="seed", log=False, core=core).device == "CPU"
     )  # upstream's "CPU", listed or not
 
 
 def test_fork_reports_host_ram_where_the_seed_reports_zero() -> None:
     core = SimulatedCore("gpu-memory-error")
-    seed = {d.ov_id: d for d in list_devices(core, "seed", {})}
-    fork = {d.ov_id: d for d in list_devices(core, "fork", {})}
+    seed = {d.ov_id: d for d in list_devices("seed", {}, core=core)}
+    fork = {d.ov_id: d for d in list_devices("fork", {}, core=core)}
     assert (seed["GPU"].total_bytes, seed["GPU"].free_bytes) == (0, 0) and seed["GPU"].memory_error
     host = PROFILES["gpu-memory-error"]
     assert fork["GPU"].total_bytes == host.host_total_bytes
@@ -170,7 +175,7 @@ def test_fork_reports_host_ram_where_the_seed_reports_zero() -> None:
 
 def test_fork_clamps_overcommitted_devices_without_host_usm() -> None:
     core = SimulatedCore("gpu-overcommit")
-    fork = {d.ov_id: d for d in list_devices(core, "fork", {})}
+    fork = {d.ov_id: d for d in list_devices("fork", {}, core=core)}
     # cl_mem 2 GiB + usm_device 5 GiB (usm_host not counted) on an 8 GiB GPU: 1 GiB free
     assert (fork["GPU"].used_bytes, fork["GPU"].free_bytes) == (7 << 30, 1 << 30)
     assert (fork["NPU"].free_bytes, fork["NPU"].total_bytes) == (0, 4 << 30)
@@ -207,18 +212,18 @@ def test_unknown_layout_is_named() -> None:
     with pytest.raises(
         UnknownLayoutError, match="unknown device layout 'forked'; expected one of seed, master, fork"
     ):
-        list_devices(SimulatedCore("laptop"), "forked")
+        list_devices("forked", core=SimulatedCore("laptop"))
 
 
 def test_device_table_and_selector_say_which_layout_they_show() -> None:
     pytest.importorskip("pandas")
     core = SimulatedCore("laptop")
-    html = device_table(core, layout="fork").to_html()
+    html = device_table(layout="fork", core=core).to_html()
     assert "— layout: fork (Intel's fork: OPENVINO&lt;i&gt; per OpenVINO device" in html  # escaped as text
-    assert "layout: seed (list-devices PRD" in device_table(core).to_html()
-    raw = device_table(core, raw=True, layout="master")
+    assert "layout: seed (list-devices PRD" in device_table(core=core).to_html()
+    raw = device_table(raw=True, layout="master", core=core)
     assert list(raw.index) == ["OPENVINO0"] and raw.loc["OPENVINO0", "layout"] == "master"
     from ovkit.widgets.selector import render_state_text, selector_state
 
-    text = render_state_text(selector_state(resolve_device(core, {}, log=False, layout="master")))
+    text = render_state_text(selector_state(resolve_device({}, log=False, layout="master", core=core)))
     assert "(master layout: an unknown device means fallback to CPU with a warning)" in text

@@ -146,7 +146,7 @@ def test_graph_has_llama_cpp_names(model_file: Callable[..., Path]) -> None:
 
 def test_block_program_runs_on_ovkit_and_ggml() -> None:
     """The decoder layer is one program: ovkit's Graph and real ggml give the same output."""
-    from ovkit.blocks import BlockConfig, block_inputs, block_leaves, block_program, block_weights
+    from ovkit.decoder_layer import BlockConfig, block_inputs, block_leaves, block_program, block_weights
     from ovkit.graph import Graph
 
     cfg = BlockConfig(d=64, heads=4, kv_heads=2, head_dim=16, ff=128, ctx=16)
@@ -232,7 +232,7 @@ def test_fit_per_device(model_file: Callable[..., Path]) -> None:
 
     model = Model(model_file("llama", "q8_0", n_embd=128, n_ff=256), n_ctx=128)  # NPU: groups of 128
     hp = model.hp
-    f = footprint.fit(model, SimulatedCore("laptop"), raw=True)
+    f = footprint.fit(model, raw=True, core=SimulatedCore("laptop"))
     assert list(f["device"]) == ["CPU (SIMULATED)", "GPU (SIMULATED)", "NPU (SIMULATED)"]
     assert (f["kv_cache_bytes"] == 2 * hp.n_layer * 128 * hp.n_embd_kv * 2).all()
     npu = f[f["class"] == "NPU"].iloc[0]

@@ -123,7 +123,7 @@ def _flash_attn(
         ggml_numerics.mark(g, ggml)
     model, names = g.to_model([out])
     raw = run_model(
-        model, model_inputs(g, names, prepare_feed(g, [out], feed)), "CPU", run_config=GRAPH_RUN_CONFIG
+        model, model_inputs(names, prepare_feed(g, [out], feed)), "CPU", run_config=GRAPH_RUN_CONFIG
     )
     return np.asarray(from_model_output(out, raw[0]))
 

@@ -71,7 +71,7 @@ def test_placement_runs_agrees_with_a_real_model_on_every_device(
     probe = Model(path, n_ctx=32, core=core, device="CPU")
     nodes = pl.node_table(probe, pl.targets(core), n_prompt=4)
     runs = pl.summary(nodes, raw=True).groupby("device")["ovkit_runs"].all()
-    fit = footprint.fit(probe, core, raw=True).set_index("device")
+    fit = footprint.fit(probe, raw=True, core=core).set_index("device")
     weights_fit = path.fit_check(core).set_index("device")  # the GGUF-only fit check agrees
     refused = pl.fallbacks(nodes, raw=True)
     seen = {}

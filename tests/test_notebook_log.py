@@ -42,10 +42,3 @@ def test_install_replaces_stream_handlers_once(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr("IPython.display.display", lambda obj, raw: shown.append(obj))
     log.warning("GGML OpenVINO Backend: device X is not available, fallback to CPU")
     assert shown[0]["text/plain"].startswith("warning: GGML OpenVINO Backend")
-
-
-def test_plain_python_keeps_the_default_logging() -> None:
-    assert not notebook_log.in_kernel()  # pytest is no Jupyter kernel: nothing was installed
-    assert not any(
-        isinstance(h, notebook_log.NotebookLogHandler) for h in logging.getLogger("ovkit").handlers
-    )

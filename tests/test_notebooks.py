@@ -314,7 +314,7 @@ def test_02_selection_rules(executed: Callable[[str], Any]) -> None:
     near = html(nb, "near-misses")
     assert "device ids are case-sensitive: use 'GPU'" in near
     assert "this machine lists numbered devices: use 'GPU.0' or 'GPU.1'" in near
-    assert "restored: True" in text(nb, "using-device")
+    assert "environment unchanged: True" in text(nb, "using-device")
 
 
 @pytest.mark.slow

@@ -127,7 +127,7 @@ def test_optional_names_what_is_skipped_and_why(
 ) -> None:
     from ovkit import notebook, oracle
 
-    monkeypatch.setattr(oracle, "_ggml_mod", None)  # as without ggml-python
+    monkeypatch.setattr(oracle, "load_ggml", lambda: None)  # as without ggml-python
     assert notebook.optional("ggml", "the ggml answer") is False
     assert capsys.readouterr().out == (
         "skipped: the ggml answer (ggml-python (ggml itself) is not installed; run scripts/install-upstream)\n"
@@ -146,7 +146,7 @@ def test_quantizable_keeps_what_gguf_can_quantize(
 ) -> None:
     from ovkit import notebook, oracle
 
-    monkeypatch.setattr(oracle, "_ggml_mod", None)
+    monkeypatch.setattr(oracle, "load_ggml", lambda: None)
     notebook.can_quantize.cache_clear()
     try:
         assert notebook.quantizable(["q4_0", "q8_0", "q4_K"], "the K rows") == ["q4_0", "q8_0"]

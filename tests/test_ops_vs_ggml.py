@@ -43,7 +43,7 @@ def _run_unchecked(g: Any, out: Any, data: dict[str, Any]) -> np.ndarray:
 
     model, names = g.to_model([out])
     feed = prepare_feed(g, [out], data)
-    raw = run_model(model, model_inputs(g, names, feed), DEVICE, run_config=GRAPH_RUN_CONFIG)
+    raw = run_model(model, model_inputs(names, feed), DEVICE, run_config=GRAPH_RUN_CONFIG)
     return from_model_output(out, raw[0])
 
 

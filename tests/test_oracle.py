@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 
 from ovkit import oracle
 
-# ggml-python links libopenvino, which the openvino module loads first
-importlib.import_module("openvino")
-ggml = importlib.import_module("ggml")
+ggml = oracle.ggml_module()  # ggml-python, loaded by the oracle (after openvino, which it links)
 
 RNG = np.random.default_rng(1234)
 
@@ -326,7 +322,7 @@ def test_quantized_results_are_decoded() -> None:
 
 
 def test_without_ggml_python_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(oracle, "_ggml_mod", None)
+    monkeypatch.setattr(oracle, "load_ggml", lambda: None)
     assert not oracle.ggml_available()
     with pytest.raises(oracle.GgmlUnavailableError, match="pip install ggml-python"):
         oracle.ggml_call("add", rand(3), rand(3))

@@ -15,17 +15,19 @@ import ovkit
 INIT = Path(ovkit.__file__)
 
 
-def test_dir_lists_graph_and_every_public_lazy_name() -> None:
-    names = dir(ovkit)
-    assert "Graph" in names and "get_engine" in names
-    assert set(ovkit.__all__) <= set(names)
-    assert set(ovkit._LAZY) <= set(names)
+def test_dir_is_the_public_names_and_the_headline_classes_are_there() -> None:
+    """``dir(ovkit)`` is ``__all__``: no stray imports (``os``, ``Any``), no submodules beside the
+    classes; the model runner and the error base at the top level."""
+    assert dir(ovkit) == sorted(ovkit.__all__)
+    assert {"Graph", "get_engine", "Model", "OvkitError", "SimulatedCore"} <= set(dir(ovkit))
+    assert not {"os", "Any", "TYPE_CHECKING", "importlib", "engine", "graph", "widgets"} & set(dir(ovkit))
 
 
 def test_every_public_name_resolves() -> None:
     for name in ovkit.__all__:
         assert getattr(ovkit, name) is not None, name
     assert ovkit.Graph is __import__("ovkit.graph", fromlist=["Graph"]).Graph
+    assert ovkit.Model is __import__("ovkit.model", fromlist=["Model"]).Model
 
 
 def test_type_checkers_see_every_lazy_name() -> None:
@@ -42,7 +44,10 @@ def test_type_checkers_see_every_lazy_name() -> None:
 
 def test_importing_ovkit_loads_neither_the_engine_nor_openvino_graph_code() -> None:
     """Lazy means lazy: ``import ovkit`` stays light (``ovkit list-devices`` starts fast)."""
-    code = "import sys, ovkit; print(sorted(m for m in ('ovkit.engine', 'ovkit.graph', 'ovkit.ops.translate') if m in sys.modules))"
+    code = (
+        "import sys, ovkit; print(sorted(m for m in ('ovkit.engine', 'ovkit.graph', 'ovkit.model', "
+        "'ovkit.ops.translate') if m in sys.modules))"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=INIT.parents[1]
     )

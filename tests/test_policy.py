@@ -11,15 +11,54 @@ from dataclasses import dataclass
 
 import pytest
 
+from ovkit.dtypes import DTYPES
+from ovkit.graph import Graph, Tensor
+from ovkit.ir import Op, pad_ne
 from ovkit.ops import policy as P
 from ovkit.ops.policy import OpInfo, Revision, check_op
-from ovkit.ops.verdicts import leaf, node, permute, transpose, view
 
 N, V, P_REV = Revision.N, Revision.V, Revision.P
 
+# The records the policy reads, laid out as ggml lays them out: leaves and views are built by the
+# graph builder (its view, permute and transpose), an op node directly as an OpInfo (the policy
+# must see nodes the builder itself would refuse).
+Src = Tensor | OpInfo
 
-def L(*ne: int, t: str = "f32", name: str = "") -> OpInfo:
-    return leaf(t, ne, name)
+
+def L(*ne: int, t: str = "f32", name: str = "") -> Src:
+    """A leaf of ggml shape ``ne`` (a builder input; a quantized one as a bare record)."""
+    if t not in DTYPES:
+        return OpInfo(Op.NONE, t, pad_ne(ne), name=name)
+    return Graph().new_tensor(t, tuple(reversed(ne)), name)
+
+
+def view(t: Tensor, ne, nb=None, offset: int = 0) -> Tensor:
+    """``ggml_view_4d`` (``nb`` 1..3 default: ``t``'s own)."""
+    nb1, nb2, nb3 = nb if nb is not None else t.strides[1:]
+    return t.graph.view_4d(t, *pad_ne(ne), nb1, nb2, nb3, offset)
+
+
+def permute(t: Tensor, axes) -> Tensor:
+    return t.graph.permute(t, *axes)
+
+
+def transpose(t: Tensor) -> Tensor:
+    return t.graph.transpose(t)
+
+
+def _info(x: Src | None) -> OpInfo | None:
+    return x.op_info() if isinstance(x, Tensor) else x
+
+
+def node(opname: str, dtype: str, ne, srcs, *, sub_op=None, name="out", inplace_of=None, **params) -> OpInfo:
+    """An op node; ``inplace_of`` makes it a view of that tensor (ggml ``*_inplace``)."""
+    infos = tuple(_info(x) for x in srcs)
+    if inplace_of is None:
+        return OpInfo(opname, dtype, pad_ne(ne), infos, sub_op=sub_op, params=params, name=name)
+    dst = _info(inplace_of)
+    base = dst.view_src if dst.view_src is not None else dst
+    return OpInfo(opname, dtype, pad_ne(ne), infos, sub_op=sub_op, params=params, name=name,
+                  nb=dst.strides, view_src=base, view_offs=dst.view_offs)  # fmt: skip
 
 
 def op(name: str, t: str, ne, *srcs, **kw) -> OpInfo:
@@ -286,9 +325,15 @@ def case_for(table_key: str, key: str, rev: Revision) -> Case:  # noqa: C901 - a
         return Case(op("SOFT_MAX", "f32", a.ne, a, L(8, 4, t="f16")), op("SOFT_MAX", "f32", a.ne, a, L(8, 4, t="f16"), L(2)),
                     "sinks (src2) present")  # fmt: skip
     if key == "flash_attn.gemma3n":
-        q = fa_input(_rope(L(64, 8, 4)))
-        k = fa_input(_rope(L(64, 8, 4)))
-        v_bad = fa_input(op("RMS_NORM", "f32", (64, 8, 4), L(64, 8, 4)))
+        g = Graph()
+        pos = g.new_tensor("i32", (4,))
+
+        def rope() -> Tensor:
+            x = g.new_tensor("f32", (4, 8, 64))
+            return g.rope_ext(x, pos, None, 64, 0, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
+
+        q, k = fa_input(rope()), fa_input(rope())
+        v_bad = fa_input(g.rms_norm(g.new_tensor("f32", (4, 8, 64)), 1e-6))
         v_ok = fa_input(L(64, 8, 4))
         return Case(_fa(q, k, v_ok, scale=1.0), _fa(q, k, v_bad, scale=1.0),
                     "scale=1 with q=ROPE, k=ROPE, v=RMS_NORM")  # fmt: skip
@@ -417,7 +462,7 @@ def test_upstream_exact_gpu_string_is_fixed_for_gpu_dot_n() -> None:
 
 def test_bad_input_is_named() -> None:
     with pytest.raises(ValueError, match="ADD needs src1, which is absent"):
-        check_op(OpInfo("ADD", "f32", (4,), (L(4),)), "CPU")
+        check_op(OpInfo("ADD", "f32", (4,), (_info(L(4)),)), "CPU")
     with pytest.raises(ValueError, match="1 to 4 entries"):
         OpInfo("ADD", "f32", (1, 2, 3, 4, 5))
     with pytest.raises(TypeError, match="OpInfo or a graph Tensor"):
@@ -428,7 +473,9 @@ def test_bad_input_is_named() -> None:
 
 def test_cpy_view_overrunning_its_buffer_is_rejected() -> None:
     buf = L(128, 4, 3)
-    d = check_op(_cpy(L(128, 4, 2), view(buf, (128, 4, 2), offset=4096)), "CPU")
+    base = _info(buf)  # the builder refuses such a view: the record is made by hand
+    overrun = OpInfo(Op.VIEW, "f32", (128, 4, 2, 1), (base,), nb=base.strides, view_src=base, view_offs=4096)
+    d = check_op(_cpy(L(128, 4, 2), overrun), "CPU")
     assert d.gate == "cpy.view_fit" and "view of 4096 B at offset 4096 overruns its 6144 B buffer" in d.reason
     assert check_op(_cpy(L(128, 4, 2), view(buf, (128, 4, 2), offset=2048)), "CPU").supported
 

@@ -15,7 +15,7 @@ import pytest
 
 from ovkit.catalogue.verdicts import build_case, replay
 from ovkit.ops.policy import GATES, GLOBAL_GATES, Revision, check_op
-from ovkit.ops.verdicts import CSV_REVISION, SHIPPED, parse_params, read_verdicts
+from ovkit.ops.verdict_csv import CSV_REVISION, SHIPPED, parse_params, read_verdicts
 
 # A gzip copy of shared/data/upstream-support-verdicts.csv ships with the package, so it is read where
 # the shared tree is absent; test_the_shipped_copy_is_the_shared_file keeps the two identical.
@@ -70,7 +70,7 @@ def test_policy_agrees_with_every_expressible_row(agreement, record_property):
 
 
 def test_unknown_cases_are_counted_with_a_reason_not_dropped():
-    from ovkit.ops.verdicts import Verdict
+    from ovkit.ops.verdict_csv import Verdict
 
     rows = [Verdict("FANCY_NEW_FUSION", "type=f32,ne=[4,4,1,1]", False), Verdict("ADD", "type=f32", True)]
     result = replay(rows)

@@ -318,7 +318,7 @@ def test_ovkit_check_is_exported() -> None:
 def test_the_dashboard_fit_view_checks_a_file(llama3b: Path, tmp_path: Path) -> None:
     from ovkit.simulate import SimulatedCore
 
-    d = ovkit.dashboard(SimulatedCore("laptop"), auto_refresh=False, op_explorer=False)
+    d = ovkit.dashboard(core=SimulatedCore("laptop"), auto_refresh=False, op_explorer=False)
     try:
         assert d.accordion is not None and d.accordion.get_title(0).startswith("Will it run here?")
         d.fit.path.value, d.fit.n_ctx.value = str(llama3b), 65536

@@ -67,14 +67,14 @@ def test_generation_shows_times_and_speeds_and_keeps_the_seconds() -> None:
 
 
 def test_fit_in_units_by_magnitude_raw_bytes_kept(model: Model) -> None:
-    fit = footprint.fit(model, SimulatedCore("laptop"))
+    fit = footprint.fit(model, core=SimulatedCore("laptop"))
     assert isinstance(fit, FrameReport)
     text, page = _both(fit)
     rows = [line for line in text.splitlines() if "(SIMULATED)" in line]
     assert len(rows) == 3 and all(re.search(r"KiB .* GiB +yes +yes +[\d.,]+ GiB$", r) for r in rows), text
     assert not re.search(r"\d{5,}", text)  # no byte counts
     assert "weight" in page and "<td style='text-align: left'>yes</td>" in page
-    raw = footprint.fit(model, SimulatedCore("laptop"), raw=True)
+    raw = footprint.fit(model, raw=True, core=SimulatedCore("laptop"))
     assert raw.equals(fit.frame) and raw["kv_cache_bytes"].iloc[0] == 2 * 2 * 128 * 64 * 2
 
 

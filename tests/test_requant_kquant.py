@@ -240,7 +240,7 @@ def test_footprint_placement_and_runner_agree_per_choice(
     probe = Model(g, n_ctx=32, core=core, device="CPU")
     nodes = pl.node_table(probe, pl.targets(core), n_prompt=4)
     placed = nodes[nodes["graph"] == "decode"].groupby("device")["weight_bytes"].sum()
-    fit = footprint.fit(probe, core, raw=True).set_index("device")["weight_bytes"]
+    fit = footprint.fit(probe, raw=True, core=core).set_index("device")["weight_bytes"]
     for target in pl.targets(core):
         expected = _expected_bytes(g, target.device_class, choice)
         assert placed[target.label] == fit[target.label] == g.weight_bytes(target.device_class) == expected

@@ -14,7 +14,7 @@ def resolve(profile: str, value: str | None, caplog: pytest.LogCaptureFixture):
     env = {} if value is None else {"GGML_OPENVINO_DEVICE": value}
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="ovkit"):
-        sel = resolve_device(SimulatedCore(profile), env)
+        sel = resolve_device(env, core=SimulatedCore(profile))
     return sel, [r.getMessage() for r in caplog.records]
 
 
@@ -67,22 +67,26 @@ def test_numbered_gpu_is_selected_and_classed_as_gpu(caplog: pytest.LogCaptureFi
 
 def test_reads_the_process_environment_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GGML_OPENVINO_DEVICE", "NPU")
-    assert resolve_device(SimulatedCore("laptop")).device == "NPU"
+    assert resolve_device(core=SimulatedCore("laptop")).device == "NPU"
 
 
-def test_using_device_sets_and_restores_the_variable() -> None:
+def test_using_device_selects_for_a_block_and_leaves_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The block gets its selection; the process (other threads) keeps its own variable."""
+    monkeypatch.setenv("GGML_OPENVINO_DEVICE", "NPU")
+    monkeypatch.setenv("GGML_OPENVINO_LOG_UNSUPPORTED_OPS", "1")
     core = SimulatedCore("laptop")
-    with using_device("GPU", core) as sel:
-        assert sel.device == "GPU" and os.environ["GGML_OPENVINO_DEVICE"] == "GPU"
-        with using_device("NPU", core) as inner:
-            assert inner.device == "NPU"
-        assert os.environ["GGML_OPENVINO_DEVICE"] == "GPU"
-    assert "GGML_OPENVINO_DEVICE" not in os.environ
+    with using_device("GPU", core=core) as sel:
+        assert sel.device == "GPU" and sel.config.log_unsupported_ops  # the other settings kept
+        assert os.environ["GGML_OPENVINO_DEVICE"] == "NPU"
+        assert resolve_device(core=core).device == "NPU"
+        with using_device("gpu", core=core) as inner:
+            assert inner.device == "CPU" and inner.fell_back and inner.hint
+    assert os.environ["GGML_OPENVINO_DEVICE"] == "NPU"
 
 
 def test_backend_supports_no_op_on_a_device_that_is_not_selected() -> None:
     core = SimulatedCore("laptop")
-    backend = Backend.from_env(core, {"GGML_OPENVINO_DEVICE": "GPU"})
+    backend = Backend.from_env({"GGML_OPENVINO_DEVICE": "GPU"}, core=core)
     for other in ("CPU", "NPU"):
         decision = backend.supports_op(other, object())
         assert not decision

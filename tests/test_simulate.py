@@ -20,14 +20,14 @@ def _model(n: int = 256) -> ov.Model:
 
 
 def _used(core: SimulatedCore, name: str) -> int:
-    return next(d for d in list_devices(core) if d.name == name).used_bytes
+    return next(d for d in list_devices(core=core) if d.name == name).used_bytes
 
 
 def test_every_profile_is_labelled_and_lists_cpu() -> None:
     for name in PROFILES:
         core = SimulatedCore(name)
         assert core.simulated and "CPU" in core.available_devices
-        assert all(d.simulated for d in list_devices(core))
+        assert all(d.simulated for d in list_devices(core=core))
 
 
 def test_unknown_profile_names_the_known_ones() -> None:
@@ -98,7 +98,7 @@ def test_a_model_freed_while_the_core_is_busy_does_not_deadlock() -> None:
 
 # -- figures that move with what they measure, or say they are simulated (issue 21, item 5) -------
 def _live(core: SimulatedCore, name: str) -> tuple[int, int, int, str, str]:
-    d = next(d for d in list_devices(core) if d.name == name)
+    d = next(d for d in list_devices(core=core) if d.name == name)
     live = d.live
     assert live.total_bytes is not None and live.used_bytes is not None and live.free_bytes is not None
     return live.total_bytes, live.used_bytes, live.free_bytes, live.rule.label, live.explain()
@@ -134,7 +134,10 @@ def test_an_igpu_and_npu_never_show_more_free_than_the_host_has() -> None:
     )
     del compiled
     # the list line keeps the backend's own figure (free = total - allocations)
-    assert "(29276 MiB, 29276 MiB free)" in next(d for d in list_devices(core) if d.name == "GPU").list_line()
+    assert (
+        "(29276 MiB, 29276 MiB free)"
+        in next(d for d in list_devices(core=core) if d.name == "GPU").list_line()
+    )
 
 
 def test_a_discrete_gpu_is_not_capped_by_host_ram() -> None:

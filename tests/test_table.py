@@ -126,7 +126,6 @@ def _test_op_entries():
 
 
 def test_an_op_registered_in_the_table_flows_into_every_derived_list() -> None:
-    from ovkit import graph
     from ovkit.catalogue import backend_ops, curated
     from ovkit.ops import table
 
@@ -138,7 +137,6 @@ def test_an_op_registered_in_the_table_flows_into_every_derived_list() -> None:
     assert after.unary_cases == (*before.unary_cases, "TEST_ACT")
     assert after.glu_built == before.glu_built and after.glu_cases == before.glu_cases
     # ... and the modules that need a list take the table's, so they gain the op too
-    assert graph.BUILT_UNARY is table.UNARY_BUILT and graph.BUILT_GLU is table.GLU_BUILT
     assert backend_ops.UNARY is table.LISTS.unary_cases and backend_ops.GLU is table.LISTS.glu_cases
     assert all(backend_ops.BUILDERS[name] is backend_ops.BUILDERS["GELU"] for name in backend_ops.UNARY)
     assert {

@@ -166,7 +166,7 @@ def test_absent_sources_say_not_available_here(tmp_path: Path) -> None:
 
 def test_simulated_devices_are_labelled_and_not_measured() -> None:
     meter = ut.UtilisationMeter()
-    busy = {b.device: b for b in meter.sample(list_devices(SimulatedCore("laptop")))}
+    busy = {b.device: b for b in meter.sample(list_devices(core=SimulatedCore("laptop")))}
     for name in ("GPU", "NPU"):
         assert busy[name].share is None and busy[name].simulated
         assert busy[name].text == "simulated: not measured" and "no busy counter" in busy[name].source

@@ -138,7 +138,7 @@ def test_engine_first_cache_hit_releases_and_recompile_raises(monkeypatch: pytes
     model = ov.Model(
         [ops.matmul(x, ops.convert(ops.constant(t.numpy(), shared_memory=True), "f32"), False, True)], [x]
     )
-    engine = Engine(ov.Core())
+    engine = Engine(core=ov.Core())
     xv = np.random.default_rng(2).standard_normal((1, 1024)).astype(np.float32)
     # keyed by structure like upstream's cgraph fingerprint (the weights are read by pointer, so
     # their bytes are not part of the key: after the release they read as zeros)

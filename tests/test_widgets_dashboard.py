@@ -25,7 +25,7 @@ def _highlighted(d: Dashboard) -> list[str]:
 
 
 def test_selector_moves_the_highlight(restore_env) -> None:
-    d = ovkit.dashboard(SimulatedCore("laptop"), auto_refresh=False, op_explorer=False)
+    d = ovkit.dashboard(auto_refresh=False, op_explorer=False, core=SimulatedCore("laptop"))
     assert isinstance(d, Dashboard)
     assert _highlighted(d) == ["CPU"]
     d.selector.dropdown.value = "GPU"
@@ -40,7 +40,7 @@ def test_selector_moves_the_highlight(restore_env) -> None:
 def test_one_thread_feeds_table_and_charts_and_stops_on_close(restore_env) -> None:
     core = SimulatedCore(FOUR_DEVICES, activity=True)
     before = thread_names()
-    d = ovkit.dashboard(core, interval=0.05, op_explorer=False)
+    d = ovkit.dashboard(interval=0.05, op_explorer=False, core=core)
     new = thread_names() - before
     assert new == {d.refresher.thread.name}  # the parts do not run threads of their own
     wait_for(lambda: len(d.history) >= 3, what="samples")
@@ -52,7 +52,7 @@ def test_one_thread_feeds_table_and_charts_and_stops_on_close(restore_env) -> No
 
 
 def test_dashboard_fallbacks(restore_env) -> None:
-    d = ovkit.dashboard(SimulatedCore("laptop"), auto_refresh=False, op_explorer=False)
+    d = ovkit.dashboard(auto_refresh=False, op_explorer=False, core=SimulatedCore("laptop"))
     text = str(d)
     assert "GGML_OPENVINO_DEVICE = (unset) -> CPU" in text
     assert "*  CPU (sim)" in text and "SIMULATED device set" in text
@@ -62,7 +62,7 @@ def test_dashboard_fallbacks(restore_env) -> None:
 
 
 def test_dashboard_with_op_explorer_follows_the_selection(restore_env) -> None:
-    d = ovkit.dashboard(SimulatedCore("laptop"), auto_refresh=False)
+    d = ovkit.dashboard(auto_refresh=False, core=SimulatedCore("laptop"))
     assert d.explorer is not None
     assert d.explorer.device_select.value == ("CPU",)
     d.selector.dropdown.value = "NPU"
@@ -72,7 +72,7 @@ def test_dashboard_with_op_explorer_follows_the_selection(restore_env) -> None:
 
 
 def test_op_runs_pause_the_live_refresh(restore_env) -> None:
-    d = ovkit.dashboard(SimulatedCore("laptop"), interval=0.05)
+    d = ovkit.dashboard(interval=0.05, core=SimulatedCore("laptop"))
     seen = []
     with d.quiet():
         seen.append(d.refresher.paused)
@@ -88,7 +88,7 @@ def test_close_releases_every_widget_model(restore_env) -> None:
     from ipywidgets.widgets.widget import _instances
 
     before = set(_instances)
-    d = ovkit.dashboard(SimulatedCore("laptop"), auto_refresh=False)
+    d = ovkit.dashboard(auto_refresh=False, core=SimulatedCore("laptop"))
     d.explorer.op_dropdown.value = "ADD"  # replaces the shape boxes
     assert len(set(_instances) - before) > 50
     d.close()
@@ -105,7 +105,7 @@ def test_cpu_utilisation_moves_in_the_dashboard_while_a_model_runs(restore_env, 
 
     model = Model(synthetic("llama", tmp_path / "m.gguf"), n_ctx=64)
     model.generate([1, 2, 3], 1)  # compiled before the measurement
-    d = ovkit.dashboard(SimulatedCore("laptop"), auto_refresh=False, op_explorer=False)
+    d = ovkit.dashboard(auto_refresh=False, op_explorer=False, core=SimulatedCore("laptop"))
     time.sleep(0.3)
     d.refresh()
     quiet = next(b for b in d.busy if b.device == "CPU").detail["this process"]

@@ -17,7 +17,7 @@ from ovkit.widgets.device_table import render_table_html
 
 
 def _html(table: DeviceTable) -> str:
-    return table._fallback_html()  # the browser draws the same rows from ``table.view``
+    return table.fallback_html()  # the browser draws the same rows from ``table.view``
 
 
 def _selected_rows(html: str) -> list[str]:
@@ -80,7 +80,9 @@ def test_runtime_strings_are_escaped_and_errors_inline(table) -> None:
 
 
 def test_render_escapes_device_names() -> None:
-    rows = [dataclasses.replace(r, name='"><x>') for r in device_rows(take_snapshot(SimulatedCore("laptop")))]
+    rows = [
+        dataclasses.replace(r, name='"><x>') for r in device_rows(take_snapshot(core=SimulatedCore("laptop")))
+    ]
     html = render_table_html(rows)
     assert '"><x>' not in html and 'data-device="&quot;&gt;&lt;x&gt;"' in html
 
@@ -146,11 +148,11 @@ def test_interval_control(table) -> None:
     with pytest.raises(ValueError, match=r"refresh interval -1 s: expected a finite number >= 0.02"):
         t.refresher.interval = -1
     with pytest.raises(ValueError, match="not a number"):
-        DeviceTable(SimulatedCore("laptop"), interval="often", auto_refresh=False)  # type: ignore[arg-type]
+        DeviceTable(interval="often", auto_refresh=False, core=SimulatedCore("laptop"))  # type: ignore[arg-type]
 
 
 def test_close_stops_the_thread(table) -> None:
-    t = DeviceTable(SimulatedCore("laptop"), interval=0.02)
+    t = DeviceTable(interval=0.02, core=SimulatedCore("laptop"))
     thread = t.refresher.thread
     assert thread is not None and thread.is_alive() and thread.name in thread_names()
     t.close()
@@ -184,7 +186,7 @@ def test_real_cpu_device_of_this_machine(table) -> None:
 def test_stop_all_ends_threads_of_widgets_never_closed() -> None:
     from ovkit.widgets import live_refreshers, stop_all
 
-    t = DeviceTable(SimulatedCore("laptop"), interval=0.05)
+    t = DeviceTable(interval=0.05, core=SimulatedCore("laptop"))
     assert t.refresher in live_refreshers()
     assert stop_all() >= 1
     assert not t.refresher.alive and t.refresher not in live_refreshers()

@@ -48,12 +48,12 @@ def test_the_same_memory_figure_in_table_bars_chart_and_fit_check(charts, gguf_f
     core = SimulatedCore(FOUR_DEVICES)
     core.allocate("GPU.0", 300 * MIB)
     expected = {
-        d.name: (d.live.total_bytes, d.live.used_bytes, d.live.free_bytes) for d in list_devices(core)
+        d.name: (d.live.total_bytes, d.live.used_bytes, d.live.free_bytes) for d in list_devices(core=core)
     }
     assert expected["CPU"] == (32 * GIB, 12 * GIB, 20 * GIB)  # host RAM − MemAvailable, not "0 used"
     assert expected["GPU.0"] == (8 * GIB, 300 * MIB, 8 * GIB - 300 * MIB)
 
-    styled = ovkit.device_table(core).data  # the compact table (MiB)
+    styled = ovkit.device_table(core=core).data  # the compact table (MiB)
     table = {
         n: (r["total MiB"] * MIB, r["used MiB"] * MIB, r["free MiB"] * MIB) for n, r in styled.iterrows()
     }
@@ -76,9 +76,9 @@ def test_the_same_memory_figure_in_table_bars_chart_and_fit_check(charts, gguf_f
 
 def test_a_failed_property_is_unknown_with_its_reason_never_zero_used(charts, gguf_file: Path) -> None:
     core = SimulatedCore("gpu-memory-error")
-    gpu = next(d for d in list_devices(core) if d.name == "GPU")
+    gpu = next(d for d in list_devices(core=core) if d.name == "GPU")
     assert gpu.live.used_bytes is None and "no supported devices found" in gpu.live.explain()
-    styled = ovkit.device_table(core)
+    styled = ovkit.device_table(core=core)
     assert math.isnan(styled.data.loc["GPU", "used MiB"])
     assert styled.data.loc["GPU", "rule"].startswith("unknown: GPU_DEVICE_TOTAL_MEM_SIZE")
     assert "unknown" in styled.to_html()
@@ -87,7 +87,7 @@ def test_a_failed_property_is_unknown_with_its_reason_never_zero_used(charts, gg
     assert math.isnan(_history_rows(c.view)[-1, 2])  # the series has a gap, not a 0
     fit = og.read_gguf(gguf_file).fit_check(core).set_index("device")
     assert fit.loc["GPU", "fits"] is None and math.isnan(fit.loc["GPU", "free_bytes"])
-    t = DeviceTable(core, auto_refresh=False)
+    t = DeviceTable(auto_refresh=False, core=core)
     assert "GPU (sim)  GPU    unknown" in str(t)
     t.close()
 
@@ -108,13 +108,13 @@ def test_only_numbers_cross_the_comm_per_tick(charts) -> None:
 
 def test_device_table_is_compact_with_simulated_first_and_raw_on_request() -> None:
     core = SimulatedCore("workstation")
-    styled = ovkit.device_table(core)
+    styled = ovkit.device_table(core=core)
     assert list(styled.data.columns)[0] == "simulated"
     html = styled.to_html()
     assert "SIMULATED device set 'workstation'" in html
     assert "65,536" in html and "host RAM − MemAvailable" in html  # MiB with separators, the rule
     assert "total_bytes" not in html
-    raw = ovkit.device_table(core, raw=True)
+    raw = ovkit.device_table(raw=True, core=core)
     assert raw.loc["GPU.1", "used_bytes"] == 1600 * MIB and raw.loc["CPU", "live_free_bytes"] == 52 * GIB
 
 
@@ -190,7 +190,7 @@ def _live_threads(prefix: str) -> list[threading.Thread]:
 
 def test_five_recreated_dashboards_leave_one_live_refresh_thread() -> None:
     core = SimulatedCore("laptop", activity=True)
-    boards = [ovkit.dashboard(core, interval=0.05, op_explorer=False) for _ in range(5)]
+    boards = [ovkit.dashboard(interval=0.05, op_explorer=False, core=core) for _ in range(5)]
     try:
         assert len(_live_threads("ovkit-dashboard")) == 1
         assert [b.refresher.alive for b in boards] == [False] * 4 + [True]
@@ -207,12 +207,12 @@ def test_views_of_other_cells_stay_live_and_a_rerun_cell_replaces_its_own(monkey
     core = SimulatedCore("laptop")
     cell = ["cell-a"]
     monkeypatch.setattr(_refresh, "current_cell", lambda: cell[0])
-    a = ovkit.dashboard(core, interval=0.05, op_explorer=False)
+    a = ovkit.dashboard(interval=0.05, op_explorer=False, core=core)
     cell[0] = "cell-b"
-    b = ovkit.dashboard(core, interval=0.05, op_explorer=False)
-    table_b = DeviceTable(core, interval=0.05)  # another kind in the same cell
+    b = ovkit.dashboard(interval=0.05, op_explorer=False, core=core)
+    table_b = DeviceTable(interval=0.05, core=core)  # another kind in the same cell
     cell[0] = "cell-a"  # the user re-runs the first cell
-    a2 = ovkit.dashboard(core, interval=0.05, op_explorer=False)
+    a2 = ovkit.dashboard(interval=0.05, op_explorer=False, core=core)
     try:
         assert [v.refresher.alive for v in (a, b, table_b, a2)] == [False, True, True, True]
     finally:

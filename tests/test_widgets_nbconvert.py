@@ -11,14 +11,16 @@ pytestmark = [pytest.mark.slow]
 
 CELLS = [
     "import ovkit\n"
+    "from ovkit import notebook_log\n"
+    "notebook_log.install()\n"
     "from ovkit.widgets import DeviceTable\n"
     'core = ovkit.SimulatedCore("laptop")\n'
-    "table = DeviceTable(core, auto_refresh=False)\n"
+    "table = DeviceTable(auto_refresh=False, core=core)\n"
     "table",
     "print(table)",
-    "board = ovkit.dashboard(core, auto_refresh=False, op_explorer=False)\nboard",
+    "board = ovkit.dashboard(auto_refresh=False, op_explorer=False, core=core)\nboard",
     "board.close(); table.close()",
-    'sel = ovkit.resolve_device(core, {"GGML_OPENVINO_DEVICE": "gpu"})',
+    'sel = ovkit.resolve_device({"GGML_OPENVINO_DEVICE": "gpu"}, core=core)',
 ]
 
 

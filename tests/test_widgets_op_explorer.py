@@ -20,7 +20,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture
 def explorer():
-    e = OpExplorer(SimulatedCore("laptop"))
+    e = OpExplorer(core=SimulatedCore("laptop"))
     yield e
     e.close()
 
@@ -84,7 +84,7 @@ def test_bad_shape_is_shown_not_raised(explorer) -> None:
 
 def test_explore_function_reports_unsupported_devices() -> None:
     exp = op_catalogue()["UNARY.EXP"][0]
-    runs = explore(exp, ["CPU", "GPU"], SimulatedCore("laptop"), time_it=False)
+    runs = explore(exp, ["CPU", "GPU"], time_it=False, core=SimulatedCore("laptop"))
     assert [r.status for r in runs] == ["not supported", "not supported"]
     assert all("EXP" in r.detail for r in runs)
     assert policy_verdicts(exp, ["NPU"])[0][1] is False
@@ -119,7 +119,7 @@ def test_without_the_real_backend_the_option_names_the_script(monkeypatch) -> No
     from ovkit.upstream import build
 
     monkeypatch.setattr(build, "ggml_python_build", lambda: None)
-    e = OpExplorer(SimulatedCore("laptop"))
+    e = OpExplorer(core=SimulatedCore("laptop"))
     try:
         assert e.real_backend_check.disabled
         assert "scripts/install-upstream" in e.real_backend_note.value

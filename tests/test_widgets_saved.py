@@ -59,7 +59,7 @@ def test_a_malformed_message_changes_nothing(table, content) -> None:
 
 
 def test_the_dashboards_picture_keeps_the_selection_and_busy_figures() -> None:
-    board = dashboard(SimulatedCore("laptop"), auto_refresh=False, op_explorer=False)
+    board = dashboard(auto_refresh=False, op_explorer=False, core=SimulatedCore("laptop"))
     try:
         _send(board.view, {"kind": "drawn", "html": DRAWN})
         html = board.saved_html()

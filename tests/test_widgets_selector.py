@@ -20,7 +20,7 @@ def restore_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_lists_physical_devices_and_shows_the_default(restore_env) -> None:
-    s = DeviceSelector(SimulatedCore("laptop"))
+    s = DeviceSelector(core=SimulatedCore("laptop"))
     assert list(s.dropdown.get_state()["_options_labels"]) == [UNSET, "CPU", "GPU", "NPU"]
     assert s.state.device == "CPU" and s.state.requested is None
     assert "resolves to <b" in s.status.value and ">CPU</b>" in s.status.value
@@ -29,7 +29,7 @@ def test_lists_physical_devices_and_shows_the_default(restore_env) -> None:
 
 def test_choosing_a_device_sets_the_variable_for_the_kernel(restore_env) -> None:
     seen = []
-    s = DeviceSelector(SimulatedCore("laptop"), on_change=seen.append)
+    s = DeviceSelector(on_change=seen.append, core=SimulatedCore("laptop"))
     s.dropdown.value = "GPU"  # as the user picks it
     assert os.environ[ENV_DEVICE] == "GPU"
     assert s.state.device == "GPU" and not s.state.fell_back
@@ -41,7 +41,7 @@ def test_choosing_a_device_sets_the_variable_for_the_kernel(restore_env) -> None
 
 
 def test_typed_near_miss_falls_back_with_warning_and_hint(restore_env) -> None:
-    s = DeviceSelector(SimulatedCore("workstation"))
+    s = DeviceSelector(core=SimulatedCore("workstation"))
     s.text.value = "gpu"
     assert os.environ[ENV_DEVICE] == "gpu"
     assert s.state.device == "CPU" and s.state.fell_back
@@ -55,7 +55,7 @@ def test_typed_near_miss_falls_back_with_warning_and_hint(restore_env) -> None:
 
 
 def test_follows_a_variable_set_elsewhere(restore_env) -> None:
-    s = DeviceSelector(SimulatedCore("laptop"))
+    s = DeviceSelector(core=SimulatedCore("laptop"))
     os.environ[ENV_DEVICE] = "NPU"
     s.sync()
     assert s.dropdown.value == "NPU" and s.state.device == "NPU"
@@ -64,7 +64,7 @@ def test_follows_a_variable_set_elsewhere(restore_env) -> None:
 
 def test_private_environment_mapping_leaves_the_process_alone(restore_env) -> None:
     env: dict[str, str] = {}
-    s = DeviceSelector(SimulatedCore("laptop"), env=env)
+    s = DeviceSelector(env=env, core=SimulatedCore("laptop"))
     s.select("NPU")
     assert env == {ENV_DEVICE: "NPU"} and ENV_DEVICE not in os.environ
     assert s.state.device == "NPU"
@@ -72,7 +72,7 @@ def test_private_environment_mapping_leaves_the_process_alone(restore_env) -> No
 
 
 def test_fallbacks_without_a_widget_front_end(restore_env) -> None:
-    s = DeviceSelector(SimulatedCore("laptop"))
+    s = DeviceSelector(core=SimulatedCore("laptop"))
     s.select("<GPU>")
     bundle = s._repr_mimebundle_()
     assert "&lt;GPU&gt;" in bundle["text/html"] and "<GPU>" not in bundle["text/html"]

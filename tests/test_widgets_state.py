@@ -65,9 +65,9 @@ CELLS = [
     "import ovkit\n"
     "from ovkit.widgets import AllocationCharts, DeviceTable\n"
     'core = ovkit.SimulatedCore("laptop")\n'
-    "charts = AllocationCharts(core, interval=0.2)\n"
+    "charts = AllocationCharts(interval=0.2, core=core)\n"
     "charts",
-    "table = DeviceTable(core)\ntable",
+    "table = DeviceTable(core=core)\ntable",
     "charts.refresher.stop()\nprint(charts.refresher.state)",
 ]
 

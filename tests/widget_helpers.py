@@ -29,7 +29,7 @@ def made_and_closed(cls: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
     made: list[Any] = []
 
     def make(core: Any, **kw: Any) -> Any:
-        made.append(cls(core, **kw))
+        made.append(cls(core=core, **kw))
         return made[-1]
 
     yield make

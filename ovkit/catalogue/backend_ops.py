@@ -17,9 +17,10 @@ from typing import Any
 
 from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf
 from ovkit.dtypes import layout
+from ovkit.errors import OvkitError
 from ovkit.ir import pad_ne
 from ovkit.ops.table import LISTS
-from ovkit.ops.verdicts import parse_params
+from ovkit.ops.verdict_csv import parse_params
 
 CaseBuilder = Callable[[str, str, dict[str, Any]], Case]
 
@@ -27,7 +28,7 @@ U150 = Init("uniform", -150.0, 150.0)
 POS_09 = Init("uniform", 0.9, 1.1)
 
 
-class NoCase(LookupError):
+class NoCase(OvkitError, LookupError):
     """No builder for this test case (the message names it)."""
 
 
@@ -1074,7 +1075,7 @@ def ggml_has_builder(op_name: str) -> bool:
     """Whether the oracle's ggml has the op's builder function (``ggml_<op>``)."""
     from ovkit import oracle
 
-    return oracle.ggml_available() and hasattr(oracle._g(), f"ggml_{op_name.lower()}")
+    return oracle.ggml_available() and hasattr(oracle.ggml_module(), f"ggml_{op_name.lower()}")
 
 
 def ggml_has_type(dtype: str) -> bool:

@@ -272,7 +272,7 @@ def ggml_structure(case: Case) -> Structure:
 
     from ovkit import oracle
 
-    g = oracle._g()
+    g = oracle.ggml_module()
     params = g.ggml_init_params(mem_size=g.ggml_tensor_overhead() * 256 + g.ggml_graph_overhead(),
                                 mem_buffer=None, no_alloc=True)  # fmt: skip
     ctx = g.ggml_init(params)

@@ -42,7 +42,9 @@ from ovkit.catalogue.case import (
 )
 from ovkit.catalogue.result import STATUSES, Result, Status, error_line, judge
 from ovkit.child import Child, ChildCrashed, ChildTimedOut, serve
-from ovkit.ops import verdicts
+from ovkit.errors import OvkitError
+from ovkit.ops import verdict_csv
+from ovkit.runtime import Core
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,7 +53,7 @@ Policy = Literal["upstream", "none"]
 #: A case taking longer than this in a worker process is stopped and reported as a FAIL.
 CASE_TIMEOUT_S = 600.0
 #: The shipped half of test-backend-ops' catalogue (op name, parameters, upstream's verdict).
-SHIPPED = verdicts.SHIPPED
+SHIPPED = verdict_csv.SHIPPED
 #: The largest case list read (the shipped half of test-backend-ops' catalogue is 1.2 MiB).
 MAX_CASE_LIST_BYTES = 64 << 20
 
@@ -160,7 +162,7 @@ def upstream_verdict(row: Row, device_class: str = "CPU") -> tuple[bool, str]:
         info = build_case(row.op, row.params)
     except Unexpressible as exc:
         return False, f"unexpressible: {exc}"
-    d = check_op(info, device_class, upstream_exact=True, revision=verdicts.CSV_REVISION)
+    d = check_op(info, device_class, upstream_exact=True, revision=verdict_csv.CSV_REVISION)
     return d.supported, d.reason
 
 
@@ -177,7 +179,7 @@ class _Ready:
     expected: np.ndarray
 
 
-def _compile(model: Any, device: str, core: Any, threads: int | None) -> Any:
+def _compile(model: Any, device: str, threads: int | None, *, core: Core | None) -> Any:
     """``model`` compiled for exact f32 (as ggml's CPU backend) on ``threads`` inference threads
     (None: the device's), outside the engine's cache (every case is a different graph: the cache
     would only hash constants and hold memory)."""
@@ -194,7 +196,7 @@ def _compile(model: Any, device: str, core: Any, threads: int | None) -> Any:
 
 
 def _infer(
-    ready: Sequence[_Ready], device: str, core: Any, threads: int | None
+    ready: Sequence[_Ready], device: str, threads: int | None, *, core: Core | None
 ) -> list[np.ndarray | Exception]:
     """Each case's OpenVINO output, or the exception that stopped it.  Several cases are merged
     into one model (their subgraphs stay apart, the outputs are bit for bit the ones of separate
@@ -208,15 +210,17 @@ def _infer(
             [x for r in ready for x in r.model.get_results()],
             [p for r in ready for p in r.model.get_parameters()],
         )  # fmt: skip
-        request = _compile(model, device, core, threads).create_infer_request()
+        request = _compile(model, device, threads, core=core).create_infer_request()
         request.infer([a for r in ready for a in r.inputs])
         return [np.asarray(from_model_output(r.out, request.get_output_tensor(i).data.copy()))
                 for i, r in enumerate(ready)]  # fmt: skip
     except Exception as exc:  # one case spoils a batch: each on its own says which
-        return [exc] if len(ready) == 1 else [x for r in ready for x in _infer([r], device, core, threads)]
+        return (
+            [exc] if len(ready) == 1 else [x for r in ready for x in _infer([r], device, threads, core=core)]
+        )
 
 
-class _NoOracle(Exception):
+class _NoOracle(OvkitError):
     """ggml's CPU backend (the installed ggml-python) does not support a node of the case."""
 
 
@@ -245,7 +249,14 @@ def _ggml_result(case: Case, leaves: Mapping[str, Any], threads: int | None) -> 
 
 
 def _prepare(
-    case: Case, policy: Policy, device: str, core: Any, accepted: bool, reason: str, threads: int | None
+    case: Case,
+    policy: Policy,
+    device: str,
+    accepted: bool,
+    reason: str,
+    threads: int | None,
+    *,
+    core: Core | None,
 ) -> Result | _Ready:
     """Everything of :func:`run_case` but the OpenVINO inference: the verdict when it comes
     earlier (not translatable, not supported, no oracle, the engine's own run for
@@ -298,7 +309,7 @@ def _prepare(
             return Result(**base, status="FAIL", detail=error_line(exc))
         return _judged(case, base, actual, expected)
     try:
-        return _Ready(case, base, model, model_inputs(g, names, prepare_feed(g, [out], feed)), out, expected)
+        return _Ready(case, base, model, model_inputs(names, prepare_feed(g, [out], feed)), out, expected)
     except Exception as exc:
         return Result(**base, status="FAIL", detail=error_line(exc))
 
@@ -318,8 +329,8 @@ def run_case(
     case: Case,
     policy: Policy = "upstream",
     device: str = "CPU",
-    core: Any = None,
     *,
+    core: Core | None = None,
     accepted: bool = True,
     reason: str = "",
     threads: int | None = None,
@@ -327,30 +338,30 @@ def run_case(
     """Build both graphs, run ovkit on ``device`` and ggml's CPU backend, compare.  ``accepted``
     and ``reason``: the backend's verdict (``policy="upstream"`` runs only accepted cases);
     ``threads``: threads of each side (None: OpenVINO's default, ggml's 2)."""
-    r = _prepare(case, policy, device, core, accepted, reason, threads)
+    r = _prepare(case, policy, device, accepted, reason, threads, core=core)
     if isinstance(r, Result):
         return r
-    return _judged(r.case, r.base, _infer([r], device, core, threads)[0], r.expected)
+    return _judged(r.case, r.base, _infer([r], device, threads, core=core)[0], r.expected)
 
 
 def run_row(
     row: Row,
     policy: Policy = "upstream",
     device: str = "CPU",
-    core: Any = None,
     *,
+    core: Core | None = None,
     threads: int | None = None,
 ) -> Result:
     """:func:`run_case` of one case list row, timed; rows no builder knows are ``no case``."""
-    return run_rows([row], policy, device, core, threads=threads)[0]
+    return run_rows([row], policy, device, threads=threads, core=core)[0]
 
 
 def run_rows(
     rows: Sequence[Row],
     policy: Policy = "upstream",
     device: str = "CPU",
-    core: Any = None,
     *,
+    core: Core | None = None,
     threads: int | None = None,
 ) -> list[Result]:
     """:func:`run_row` of each row, the OpenVINO inferences of those that get that far merged into
@@ -369,11 +380,13 @@ def run_rows(
         except backend_ops.NoCase as exc:
             done.append(Result(row.op, row.name, "no case", str(exc), device=device, accepted=accepted))
         else:
-            done.append(_prepare(case, policy, device, core, accepted, reason, threads))
+            done.append(_prepare(case, policy, device, accepted, reason, threads, core=core))
         seconds.append(time.perf_counter() - t0)
     ready = [r for r in done if isinstance(r, _Ready)]
     t0 = time.perf_counter()
-    actual = dict(zip(map(id, ready), _infer(ready, device, core, threads), strict=True)) if ready else {}
+    actual = (
+        dict(zip(map(id, ready), _infer(ready, device, threads, core=core), strict=True)) if ready else {}
+    )
     share = (time.perf_counter() - t0) / max(1, len(ready))
     out = []
     for r, s in zip(done, seconds, strict=True):
@@ -473,7 +486,7 @@ def _worker(policy: str, device: str, threads: int) -> Child:
     """A worker child answering rows (a SIGILL names ggml-python's build: the oracle it runs)."""
     from ovkit.native import sigill_hint_for
 
-    # GGML_NO_BACKTRACE comes with os.environ (ovkit/__init__.py): a ggml abort ends the worker
+    # ovkit.child adds GGML_NO_BACKTRACE=1: a ggml abort ends the worker at once
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), **{THREADS_ENV: str(threads)})
     hint = partial(sigill_hint_for, "ggml-python-openvino")
     return Child([*WORKER_COMMAND, policy, device], env=env, sigill_hint=hint)
@@ -679,7 +692,7 @@ def main(
 
     stream = out or sys.stdout
     print(f"Testing {device} (test-backend-ops catalogue, {len(rows)} cases, policy {policy})", file=stream)
-    print(f"  the backend's verdict: ovkit's copy of its supports_op (revision {verdicts.CSV_REVISION}),"
+    print(f"  the backend's verdict: ovkit's copy of its supports_op (revision {verdict_csv.CSV_REVISION}),"
           " not a column of the case list", file=stream)  # fmt: skip
     got: dict[int, Result] = {}
     for i, r in _indexed(list(rows), policy, device, workers, isolate, progress):

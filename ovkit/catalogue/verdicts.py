@@ -1,6 +1,6 @@
 """Upstream ``supports_op`` verdicts (test-backend-ops ``support`` mode) replayed against the policy.
 
-The shipped verdicts (:data:`ovkit.ops.verdicts.SHIPPED`) hold, per test-backend-ops case, the op
+The shipped verdicts (:data:`ovkit.ops.verdict_csv.SHIPPED`) hold, per test-backend-ops case, the op
 name, its parameters and the real backend's verdict.  In ``support`` mode test-backend-ops asks
 ``supports_op`` about the case's *output* node only, so each row is asked about as the
 :class:`~ovkit.ir.OpInfo` of the output node of its runnable case's graph
@@ -20,9 +20,10 @@ from typing import Any
 
 from ovkit.catalogue import backend_ops
 from ovkit.catalogue.case import Case, ovkit_graph
-from ovkit.ir import GGML_SRC_ORDER, IN_PLACE_WRITES, GraphError, Op, OpInfo
+from ovkit.errors import OvkitError
+from ovkit.ir import GGML_SRC_ORDER, IN_PLACE_WRITES, GraphError, Op, OpInfo, pad_ne
 from ovkit.ops.policy import Revision, SupportDecision, check_op
-from ovkit.ops.verdicts import CSV_REVISION, Verdict, leaf, parse_params
+from ovkit.ops.verdict_csv import CSV_REVISION, Verdict, parse_params
 from ovkit.quant import QuantError
 
 #: ggml ops no test-backend-ops case is named after: a leaf, the sub-op parents (a unary or GLU
@@ -37,7 +38,7 @@ NEWER_GGML_OPS = frozenset({"DSV4_HC_PRE", "DSV4_HC_POST", "DSV4_HC_COMB", "LIGH
 GGML_OPS: frozenset[str] = frozenset(o for o in Op if not o.sub_op and o not in NO_CASE_OPS) | NEWER_GGML_OPS
 
 
-class Unexpressible(Exception):
+class Unexpressible(OvkitError):
     """The case's graph cannot be rebuilt; the message is the reason."""
 
 
@@ -57,7 +58,7 @@ def _stand_in(case: Case, params: dict[str, Any]) -> OpInfo:
     (CPY, SET_ROWS), else the case's ``type`` (f32 when it names none: the matmul family); the
     leaves, in the builder's argument order, go in ggml's source order."""
     op, sub_op = _output_op(case.op)
-    srcs = tuple(leaf(lf.dtype, lf.ne, lf.name) for lf in case.leaves)
+    srcs = tuple(OpInfo(Op.NONE, lf.dtype, pad_ne(lf.ne), name=lf.name) for lf in case.leaves)
     dst = [s.dtype for s in srcs if s.name in _DESTINATIONS]
     dtype = dst[0] if op in IN_PLACE_WRITES and dst else str(params.get("type", "f32"))
     ne = srcs[0].ne

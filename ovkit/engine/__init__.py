@@ -54,7 +54,7 @@ from ovkit.engine.errors import (
     ProfilingOffError,
 )
 from ovkit.engine.keys import CacheKey, graph_structure_key, model_structure_key
-from ovkit.engine.model import ModelFactory, PortSpec
+from ovkit.engine.ov_model import ModelFactory, PortSpec
 from ovkit.engine.plan import (
     MAX_PLANS_PER_GRAPH,
     GraphPlan,

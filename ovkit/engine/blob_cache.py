@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from ovkit.engine.keys import PROCESS_LOCAL, CacheKey
-from ovkit.engine.model import PortSpec
+from ovkit.engine.ov_model import PortSpec
+from ovkit.runtime import Core
 
 logger = logging.getLogger("ovkit")
 
@@ -163,7 +164,7 @@ class BlobCache:
             logger.warning(message, *args)
 
     def load(
-        self, core: Any, fingerprint: str, device: str, props: Mapping[str, Any]
+        self, fingerprint: str, device: str, props: Mapping[str, Any], *, core: Core
     ) -> tuple[Any, BlobEntry] | None:
         """The imported compiled model and its entry, or None: a miss, or an entry that is not
         sound (not regular files, a blob its manifest does not describe, an import that fails),

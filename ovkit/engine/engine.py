@@ -24,14 +24,14 @@ from ovkit.devices import DeviceClass, device_class
 from ovkit.dtypes import NUMPY_DTYPE
 from ovkit.escape import html_text
 from ovkit.ir import GraphIR, Tensor
-from ovkit.runtime import get_core, is_simulated
+from ovkit.runtime import Core, get_core, is_simulated
 
 if TYPE_CHECKING:
     import pandas as pd
 from ovkit.engine.blob_cache import BlobCache, BlobEntry
 from ovkit.engine.errors import EngineError, InputError, ProfilingOffError
 from ovkit.engine.keys import CacheKey, model_structure_key
-from ovkit.engine.model import (
+from ovkit.engine.ov_model import (
     ModelFactory,
     apply_dynamic,
     make_stateful,
@@ -197,8 +197,8 @@ class Engine:
 
     def __init__(
         self,
-        core: Any = None,
         *,
+        core: Core | None = None,
         maxsize: int | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
@@ -303,7 +303,7 @@ class Engine:
         if self._device is None:
             from ovkit.selection import FALLBACK_WARNING, resolve_device
 
-            selection = resolve_device(self.core, self._fixed_env, log=False)
+            selection = resolve_device(self._fixed_env, log=False, core=self.core)
             if selection.fell_back:  # once per value: the resolution is kept until it changes
                 logger.warning(FALLBACK_WARNING.format(selection.requested or selection.device))
                 if selection.hint:
@@ -509,7 +509,7 @@ class Engine:
         found = None
         if blobs is not None and fingerprint is not None:
             t0 = time.perf_counter()
-            found = blobs.load(self.core, fingerprint, key.device, props)
+            found = blobs.load(fingerprint, key.device, props, core=self.core)
         if found is not None:
             (compiled, entry), seconds = found, 0.0
             self._pending_times = {"Model cache import time": time.perf_counter() - t0}
@@ -520,7 +520,7 @@ class Engine:
         graph = CompiledGraph(
             key,
             compiled,
-            self.core,
+            core=self.core,
             run_config=run,
             states=states,
             stateful=key.stateful,
@@ -924,7 +924,7 @@ _DEFAULT_ENGINE: list[Engine] = []  # the engine of the process-wide Core, once 
 _ENGINES_LOCK = threading.Lock()
 
 
-def get_engine(core: Any = None) -> Engine:
+def get_engine(core: Core | None = None) -> Engine:
     """The process-wide engine for ``core`` (default: the process-wide OpenVINO Core)."""
     if core is None and _DEFAULT_ENGINE:
         return _DEFAULT_ENGINE[0]
@@ -934,7 +934,7 @@ def get_engine(core: Any = None) -> Engine:
         with _ENGINES_LOCK:
             engine = _ENGINES.get(id(real))
             if engine is None:
-                engine = Engine(real)
+                engine = Engine(core=real)
                 _ENGINES[id(real)] = engine
     if core is None and not _DEFAULT_ENGINE:
         _DEFAULT_ENGINE.append(engine)
@@ -945,9 +945,9 @@ def run_model(
     model: Any,
     inputs: Mapping[str, Any] | Sequence[Any],
     device: str | None = None,
-    core: Any = None,
     run_config: RunConfig | None = None,
     *,
+    core: Core | None = None,
     config: Mapping[str, Any] | None = None,
 ) -> list[np.ndarray]:
     """Run an ``openvino.Model`` through the process-wide engine of ``core``; ``config`` takes raw
@@ -962,7 +962,7 @@ def compute_graph(
     inputs: Mapping[str, Any],
     device: str | None = None,
     *,
-    core: Any = None,
+    core: Core | None = None,
     config: Mapping[str, Any] | RunConfig | None = None,
     out: Sequence[np.ndarray] | None = None,
 ) -> list[np.ndarray]:
@@ -1002,7 +1002,7 @@ def graph_session(
     states: Mapping[str, Any],
     device: str | None = None,
     *,
-    core: Any = None,
+    core: Core | None = None,
     config: Mapping[str, Any] | RunConfig | None = None,
     stateful: bool | None = None,
     wide: Sequence[str] = (),

@@ -23,7 +23,7 @@ from ovkit.ops.policy import graph_decisions
 if TYPE_CHECKING:
     import pandas as pd
 from ovkit.engine.keys import graph_structure_key
-from ovkit.engine.model import dims
+from ovkit.engine.ov_model import dims
 from ovkit.engine.run_config import (
     DEFAULT_RUN_CONFIG,
     GRAPH_RUN_CONFIG,
@@ -125,10 +125,9 @@ class GraphPlan:
 
     def factory(self) -> Any:
         """Build the OpenVINO model (called on a compile miss only); outputs get stable names."""
-        from ovkit.ops.translate import build_model, manual_gqa_attention
+        from ovkit.ops.translate import build_model
 
-        with manual_gqa_attention(self.manual_gqa):
-            model = build_model(self.graph, self.every, self.leaves)
+        model = build_model(self.graph, self.every, self.leaves, manual_gqa=self.manual_gqa)
         if self.wide:
             _widen_parameters(model, self.wide)
         for port, name in zip(model.outputs, self.output_names, strict=True):

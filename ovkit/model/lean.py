@@ -28,9 +28,11 @@ import numpy as np
 
 from ovkit import quant
 from ovkit.gguf import GGUFModel, TensorInfo
+from ovkit.ir import RopeType
 from ovkit.model import lean_cache
-from ovkit.model.arch import ROPE_TYPE_NEOX, HParams, ModelError
+from ovkit.model.arch import HParams, ModelError
 from ovkit.model.program import output_weight_name
+from ovkit.runtime import Core
 
 #: How each block type is held on the device: its integer container, and whether it has a
 #: per-block minimum (a zero point ``-min/scale`` then, in f32).  Other types are decoded to f16.
@@ -329,7 +331,7 @@ def _rope(x: Any, cos: Any, sin: Any, mode: int, head_dim: int) -> Any:
     (mode 0, llama) or the two halves of a head (NEOX, qwen and gemma) rotate."""
     ops = _ops()
     half = head_dim // 2
-    if mode == ROPE_TYPE_NEOX:
+    if mode == RopeType.NEOX:
         a, b = ops.split(x, _i64(-1), 2).outputs()
         return ops.concat(
             [
@@ -596,9 +598,9 @@ class LeanSession:
 def compile_lean(
     gguf: GGUFModel,
     hp: HParams,
-    core: Any,
     device: str,
     *,
+    core: Core,
     exact: bool,
     no_requant: bool = False,
     n_threads: int | None = None,
@@ -618,10 +620,16 @@ def compile_lean(
     cache = None
     if cache_dir:
         key = lean_cache.lean_key(
-            gguf, core, device, exact=exact, no_requant=no_requant, n_threads=n_threads, profiling=profiling
+            gguf,
+            device,
+            core=core,
+            exact=exact,
+            no_requant=no_requant,
+            n_threads=n_threads,
+            profiling=profiling,
         )
         cache = lean_cache.LeanCache(cache_dir, key)
-        hit = cache.load(core, device, props)
+        hit = cache.load(device, props, core=core)
         if hit is not None:
             session = LeanSession(hit.compiled, hit.blob, loaded_from_cache=True)
             with releasing(hit.blob):

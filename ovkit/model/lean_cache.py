@@ -39,6 +39,7 @@ from ovkit.engine.blob_cache import (
     replace_file,
 )
 from ovkit.gguf import GGUFModel
+from ovkit.runtime import Core
 
 logger = logging.getLogger("ovkit")
 
@@ -74,9 +75,9 @@ def _header_sha256(gguf: GGUFModel) -> str:
 
 def lean_key(
     gguf: GGUFModel,
-    core: Any,
     device: str,
     *,
+    core: Core,
     exact: bool,
     no_requant: bool,
     n_threads: int | None,
@@ -132,7 +133,7 @@ class LeanCache:
         stem = Path(directory) / f"lean-{digest[:16]}"
         self.blob, self.manifest = stem.with_suffix(".blob"), stem.with_suffix(".manifest")
 
-    def load(self, core: Any, device: str, props: dict[str, Any]) -> Hit | None:
+    def load(self, device: str, props: dict[str, Any], *, core: Core) -> Hit | None:
         """The imported entry, or None: a miss, or an entry that is not sound (reported once,
         naming the file)."""
         import openvino as ov

@@ -28,6 +28,7 @@ from ovkit.gguf import GGUFModel
 from ovkit.memory import format_bytes, host_memory
 from ovkit.model.arch import HParams, ModelError
 from ovkit.model.program import cache_names
+from ovkit.runtime import Core
 
 #: The bytes of one cached K or V value as counted against memory: f32, the CPU class's cache.
 KV_VALUE_BYTES = 4
@@ -62,7 +63,7 @@ def kv_bytes_per_position(hp: HParams) -> int:
     return len(cache_names(hp.n_layer)) * hp.n_embd_kv * KV_VALUE_BYTES
 
 
-def context_limit(hp: HParams, core: Any = None) -> ContextLimit:
+def context_limit(hp: HParams, *, core: Core | None = None) -> ContextLimit:
     """The smaller of the model's training context and the positions whose KV cache fits the
     host's available memory (``core``: a simulated one has its own host memory)."""
     per = kv_bytes_per_position(hp)
@@ -87,11 +88,11 @@ def check_count(name: str, value: Any, low: int = 0) -> int:
     return int(value)
 
 
-def check_n_ctx(hp: HParams, n_ctx: Any, core: Any = None) -> int:
+def check_n_ctx(hp: HParams, n_ctx: Any, *, core: Core | None = None) -> int:
     """``n_ctx`` when it is an integer from 1 to :func:`context_limit`, else a :class:`ModelError`
     naming it and the bound."""
     n = check_count("n_ctx", n_ctx, low=1)
-    limit = context_limit(hp, core)
+    limit = context_limit(hp, core=core)
     if n > limit.positions:
         raise ModelError(f"n_ctx={n} is more than {limit.describe()}")
     return n

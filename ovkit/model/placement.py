@@ -21,6 +21,7 @@ import numpy as np
 from ovkit import quant
 from ovkit.model.program import GraphShape, causal_inputs, decoder_program, input_specs
 from ovkit.report import FrameReport
+from ovkit.runtime import Core
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -102,11 +103,11 @@ class Target:
         return f"{self.name} (SIMULATED)" if self.simulated else self.name
 
 
-def targets(core: Any = None) -> list[Target]:
+def targets(core: Core | None = None) -> list[Target]:
     """The devices of ``core`` (a real Core, a SimulatedCore, or None for the default)."""
     from ovkit.devices import list_devices
 
-    return [Target(d.name, str(d.device_class), bool(d.simulated)) for d in list_devices(core)]
+    return [Target(d.name, str(d.device_class), bool(d.simulated)) for d in list_devices(core=core)]
 
 
 def node_table(

@@ -22,13 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from ovkit.ir import GGML_PREC_F32, GGML_SORT_ORDER_DESC
 from ovkit.model.arch import HParams
 
-GGML_PREC_F32 = 10  # ggml_prec: attention accumulates in f32 (ggml_prec_set_acc / *_set_prec)
 KV_PAD = 256  # llama_kv_cache::get_padding: n_kv grows in steps of 256 cells
 F16_BYTES = 2  # the KV cache holds f16
 F16_TINY = 6.103515625e-5  # the smallest normal f16: llama.cpp clamps the MoE weight sums to it
-GGML_SORT_ORDER_DESC = 1
 SWA_MASK = "attn_inp_kq_mask_swa"
 #: The gated FFN's GLU by activation: builder method and the name llama.cpp's build_ffn gives it.
 FFN_GLU: dict[str, tuple[str, str]] = {

@@ -23,10 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from ovkit.errors import OvkitError
+
 DEFAULT_THREADS = 2
 
 
-class LlamaCppError(RuntimeError):
+class LlamaCppError(OvkitError, RuntimeError):
     """llama.cpp failed or crashed in its subprocess (the signal or exit code and the stderr tail in
     the message)."""
 
@@ -179,7 +181,7 @@ def _serve(request: dict[str, Any]) -> dict[str, np.ndarray]:
         return {"text": np.frombuffer(_chat_format(llama_cpp, request), np.uint8)}
     if op in ("tokenize", "detokenize", "eog"):
         llm = llama_cpp.Llama(request["path"], vocab_only=True, verbose=False)
-        vocab = llm._model.vocab
+        vocab = llama_cpp.llama_model_get_vocab(llm.model)
         if op == "tokenize":
             text = request["text"].encode()
             if request.get("chat"):

@@ -56,7 +56,7 @@ from ovkit.model.program import (
 from ovkit.ops.ggml_numerics import mark as mark_ggml_numerics
 from ovkit.ops.ggml_numerics import with_ggml_numerics
 from ovkit.report import Report, Reported, format_duration, format_rate
-from ovkit.runtime import default_precision, is_simulated
+from ovkit.runtime import Core, default_precision, is_simulated
 
 logger = logging.getLogger(__name__)
 
@@ -248,7 +248,7 @@ class Model(Reported):
         path: str | os.PathLike[str] | GGUFModel,
         *,
         device: str | None = None,
-        core: Any = None,
+        core: Core | None = None,
         n_ctx: int = 512,
         flash_attn: bool = True,
         n_ubatch: int = DEFAULT_N_UBATCH,
@@ -263,7 +263,7 @@ class Model(Reported):
     ) -> None:
         self.gguf = path if isinstance(path, GGUFModel) else read_gguf(path)
         self.hp = model_hparams(self.gguf)
-        n_ctx = check_n_ctx(self.hp, n_ctx, core)  # the model's context and this machine's memory
+        n_ctx = check_n_ctx(self.hp, n_ctx, core=core)  # the model's context and this machine's memory
         if kv not in KV_MODES:
             raise ModelError(f"kv {kv!r} is not one of {', '.join(KV_MODES)}")
         if precision not in PRECISIONS:
@@ -398,7 +398,6 @@ class Model(Reported):
             session, _ = lean.compile_lean(
                 self.gguf,
                 self.hp,
-                core,
                 self.device,
                 exact=self.precision == "exact",
                 no_requant=self.no_requant,
@@ -406,6 +405,7 @@ class Model(Reported):
                 spill_dir=self.spill_dir,
                 # a simulated core's compiled models cannot be exported, as in the engine
                 cache_dir=None if is_simulated(core) else self.compiled_model_cache_dir,
+                core=core,
             )
             self._lean = session
         return self._lean
@@ -415,7 +415,7 @@ class Model(Reported):
         whose default is bf16 (AMX or avx512_bf16)."""
         if self.device_class != DeviceClass.CPU or PRECISIONS[self.precision] is not None:
             return False
-        return default_precision(engine.core, self.device) == "bf16"
+        return default_precision(self.device, core=engine.core) == "bf16"
 
     @property
     def weights(self) -> dict[str, Any]:
@@ -504,7 +504,7 @@ class Model(Reported):
         """``shapes="dynamic"``/``"split"``: compile the model of ``key`` (a ``_model_key``) with
         ``n_kv`` and, unless it is split's decode model, ``n_tokens`` dynamic."""
         engine = get_engine(self.core)
-        config = self._configs[min(key.n_tokens, 2)]
+        config = self.run_config(key.n_tokens)
         wide = cache_names(self.hp.n_layer) if self._kv_wide else []
         kept: list[_Bucket] = []
         symbols = [Symbol("n_kv", "attn_inp_kq_mask", -1, DYNAMIC_KV)]
@@ -589,7 +589,7 @@ class Model(Reported):
                     states,
                     self.device,
                     core=self.core,
-                    config=self._configs[min(shape.n_tokens, 2)],
+                    config=self.run_config(shape.n_tokens),
                     stateful=self.stateful,
                     wide=list(b.caches) if self._kv_wide else (),
                 )
@@ -846,4 +846,12 @@ class Model(Reported):
         """The live sessions, one per shape bucket used so far (the lean model: its one session)."""
         if self.shapes == "lean":
             return [self._lean] if self._lean is not None else []
-        return [b.session for b in self._buckets.values() if b.session is not None]
+        return [session for _, session in self.shaped_sessions()]
+
+    def shaped_sessions(self) -> list[tuple[GraphShape, Any]]:
+        """(shape bucket, live session) of each shape bucket used so far."""
+        return [(b.shape, b.session) for b in self._buckets.values() if b.session is not None]
+
+    def run_config(self, n_tokens: int) -> RunConfig:
+        """The run configuration of a graph of ``n_tokens`` rows (decode's, or prefill's)."""
+        return self._configs[min(n_tokens, 2)]

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from ovkit import quant
-from ovkit.quant import QuantError, QuantizedWeight, RequantTarget
+from ovkit.ir import GraphIR, Op
+from ovkit.quant import QuantError, QuantizedWeight, RequantTarget, ov_div_rn, ov_mul_rn
 
 #: ggml's ``type_traits_cpu[type].vec_dot_type`` (ggml-cpu.c) for every quantized weight type:
 #: the format the activations are quantized to before the integer dot product.
@@ -112,9 +113,9 @@ def _q8_0(x: Any, with_sums: bool) -> QuantizedActivations:
     axis = ops.constant(np.array([1], np.int64))
     amax = ops.reduce_max(ops.abs(b), axis, True)
     nonzero = ops.not_equal(amax, _c(0.0))
-    inv = ops.select(nonzero, quant._ov_div_rn(_c(127.0), amax), _c(0.0))
+    inv = ops.select(nonzero, ov_div_rn(_c(127.0), amax), _c(0.0))
     q = ops.round(ops.multiply(b, inv), "half_to_even")
-    d = quant._ov_div_rn(amax, _c(127.0))
+    d = ov_div_rn(amax, _c(127.0))
     values = ops.reshape(ops.multiply(q, _f16(d)), ops.shape_of(x), False)
     if not with_sums:
         return QuantizedActivations(values)
@@ -156,9 +157,9 @@ def _q8_k(x: Any) -> QuantizedActivations:
     )
     signed = ops.gather_elements(b, ops.reduce_min(first, axis, True), 1)
     nonzero = ops.not_equal(amax, _c(0.0))
-    iscale = quant._ov_div_rn(_c(-127.0), ops.select(nonzero, signed, _c(1.0)))
+    iscale = ov_div_rn(_c(-127.0), ops.select(nonzero, signed, _c(1.0)))
     q = ops.minimum(ops.round(ops.multiply(b, iscale), "half_to_even"), _c(127.0))
-    d = quant._ov_div_rn(_c(1.0), iscale)
+    d = ov_div_rn(_c(1.0), iscale)
     values = ops.select(nonzero, ops.multiply(q, d), _c(0.0))
     return QuantizedActivations(ops.reshape(values, ops.shape_of(x), False))
 
@@ -295,11 +296,6 @@ def kernels_named(name: str) -> F16Kernels:
     return KERNELS[name]
 
 
-def _mul(a: Any, b: Any) -> Any:
-    """``a·b`` rounded to f32 on its own (never fused into a following add as one FMA)."""
-    return quant._ov_mul(a, b)
-
-
 def _two_sum(a: Any, b: Any) -> tuple[Any, Any]:
     """Knuth's TwoSum: ``s = fl(a + b)`` and its exact rounding error."""
     ops = _ops()
@@ -311,7 +307,7 @@ def _two_sum(a: Any, b: Any) -> tuple[Any, Any]:
 def _split(a: Any) -> tuple[Any, Any]:
     """Veltkamp's split of an f32 into two halves of 12 significant bits (products are exact)."""
     ops = _ops()
-    t = _mul(a, _c(4097.0))
+    t = ov_mul_rn(a, _c(4097.0))
     hi = ops.subtract(t, ops.subtract(t, a))
     return hi, ops.subtract(a, hi)
 
@@ -350,16 +346,18 @@ def exp_f32(x: Any) -> Any:
     hi_t, lo_t = _exp_table()
     th = ops.gather(ops.constant(hi_t), i, ops.constant(np.int64(0)))
     tl = ops.gather(ops.constant(lo_t), i, ops.constant(np.int64(0)))
-    p = _mul(b, b)
+    p = ov_mul_rn(b, b)
     rest = ops.add(
-        ops.add(ops.multiply(_product_error(b, b, p), _c(0.5)), _mul(_mul(b, p), _c(1.0 / 6.0))),
-        _mul(_mul(p, p), _c(1.0 / 24.0)),
+        ops.add(ops.multiply(_product_error(b, b, p), _c(0.5)), ov_mul_rn(ov_mul_rn(b, p), _c(1.0 / 6.0))),
+        ov_mul_rn(ov_mul_rn(p, p), _c(1.0 / 24.0)),
     )
     s1, e1 = _two_sum(b, ops.multiply(p, _c(0.5)))  # exp(b) - 1 = s1 + (e1 + rest)
     lo1 = ops.add(e1, rest)
-    ph = _mul(th, s1)
+    ph = ov_mul_rn(th, s1)
     r1, r2 = _two_sum(th, ph)
-    corr = ops.add(ops.add(ops.add(r2, _product_error(th, s1, ph)), _mul(th, lo1)), ops.add(tl, _mul(tl, s1)))
+    corr = ops.add(
+        ops.add(ops.add(r2, _product_error(th, s1, ph)), ov_mul_rn(th, lo1)), ops.add(tl, ov_mul_rn(tl, s1))
+    )
     y = ops.multiply(ops.add(r1, corr), _c(2.0**-64))  # exact: the result is a normal float
     return ops.select(ops.less(x, _c(_EXP_MIN)), ops.exp(x), y)
 
@@ -368,7 +366,7 @@ def _fma(a: Any, b: Any, c: Any) -> Any:
     """``a·b + c`` rounded to f32 once: C's ``x*y + z``, which GCC contracts to an FMA in ggml's
     native builds (ggml's ``S = S*ms + vs``); the product's exact error joins the sum first."""
     ops = _ops()
-    p = _mul(a, b)
+    p = ov_mul_rn(a, b)
     s, e = _two_sum(c, p)
     return ops.add(s, ops.add(e, _product_error(a, b, p)))
 
@@ -540,10 +538,10 @@ def flash_attn_f16_accumulated(scores: Any, v: Any, kernels: F16Kernels, sinks: 
     if n_f16 < dv:
         vs_hi_all, vs_lo_all = _split(vs_all)
         vs_hi, vs_lo = key_input("vs_hi", vs_hi_all), key_input("vs_lo", vs_lo_all)
-        scaled = _f16(_mul(a_in, ms))
+        scaled = _f16(ov_mul_rn(a_in, ms))
         # f16(fma(v, vs, acc)): v has 11 significant bits, so v·vs_hi and v·vs_lo are exact and
         # the product's rounding error is (v·vs_hi − p) + v·vs_lo (Dekker)
-        p = _mul(v_row, vs)
+        p = ov_mul_rn(v_row, vs)
         err = ops.add(ops.subtract(ops.multiply(v_row, vs_hi), p), ops.multiply(v_row, vs_lo))
         total, e = _two_sum(scaled, p)
         a_out = _f16(ops.add(total, ops.add(e, err)))
@@ -604,15 +602,12 @@ PARAM = "numerics"
 KERNELS_PARAM = "ggml_kernels"
 
 
-def mark(graph: Any, kernels: F16Kernels | None = None) -> None:
+def mark(graph: GraphIR, kernels: F16Kernels | None = None) -> None:
     """precision="ggml": mark ``graph``'s FLASH_ATTN_EXT nodes for llama.cpp CPU's attention
     numerics (:func:`flash_attn_path`) with ``kernels`` (default: the reference build's,
     :func:`f16_kernels`)."""
-    from ovkit.ir import Op
-
     name = (kernels or f16_kernels()).name
     for t in graph.nodes:
         if t.op is Op.FLASH_ATTN_EXT:
-            t.params[PARAM] = "ggml"
-            t.params[KERNELS_PARAM] = name
-    graph._edited()
+            t.set_param(PARAM, "ggml")
+            t.set_param(KERNELS_PARAM, name)

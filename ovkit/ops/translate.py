@@ -9,10 +9,9 @@ CPU backend does, so the numbers follow ggml (not upstream's f16 shortcuts, see 
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
+import functools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -221,8 +220,16 @@ def _strided_plan(t: Tensor) -> tuple[int, list[int], list[int], list[int]] | No
     return t.ne[desc[0]] * stride[desc[0]], block, keep, order
 
 
-def build_model(graph: Graph, outputs: Sequence[Tensor], leaves: Sequence[Tensor]) -> Any:
-    """The ``openvino.Model`` computing ``outputs``; Parameters in the order of ``leaves``."""
+def build_model(
+    graph: Graph, outputs: Sequence[Tensor], leaves: Sequence[Tensor], *, manual_gqa: bool | None = None
+) -> Any:
+    """The ``openvino.Model`` computing ``outputs``; Parameters in the order of ``leaves``.
+    ``manual_gqa``: GGML_OPENVINO_MANUAL_GQA_ATTN as resolved for the device, which picks
+    FLASH_ATTN_EXT's form (:func:`attention_form`; None: ovkit's own)."""
+    translators: dict[Op, TranslateFn] = {
+        **TRANSLATORS,
+        Op.FLASH_ATTN_EXT: functools.partial(_flash_attn_ext, manual_gqa=manual_gqa),
+    }
     bound: dict[int, Out] = {}  # the Parameters of the input leaves
     params = []
     for inp in leaves:
@@ -237,7 +244,7 @@ def build_model(graph: Graph, outputs: Sequence[Tensor], leaves: Sequence[Tensor
         return bound[t.id] if t.id in bound else leaf_value(t)
 
     def node(t: Tensor, xs: list[Any]) -> Out:
-        fn = TRANSLATORS.get(t.op_key)
+        fn = translators.get(t.op_key)
         if fn is None:
             raise TranslationGapError(f"{t.describe()}: no OpenVINO translation for {t.op_key}")
         out = to_type(empty(t) if 0 in t.ne else fn(t, xs), t.dtype)
@@ -272,7 +279,7 @@ def _name_nodes(out: Out, label: str, named: set[str]) -> None:
         stack.extend(i.get_source_output().get_node() for i in node.inputs())
 
 
-def model_inputs(graph: Graph, names: Sequence[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+def model_inputs(names: Sequence[str], feed: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """The arrays to feed the model's Parameters, in order (bf16 as f32)."""
     return [np.ascontiguousarray(feed[n]) for n in names]
 
@@ -896,13 +903,11 @@ def _soft_max(t: Tensor, xs: list[Out]) -> Out:
     return ops.select(nan_row, const(np.nan), _softmax_with_sinks(w, sinks, t.ne, 1))
 
 
-#: FLASH_ATTN_EXT's forms (``openvino/op/flash_attn_ext.cpp`` of the backend): ``grouped``:
-#: ovkit's own MatMul/Softmax, Q heads grouped per KV head ([B, H_kv, r·n_q, D]); ``manual``:
-#: GGML_OPENVINO_MANUAL_GQA_ATTN on, the backend's MatMul/Softmax on 5-D Q [B, H_kv, r, n_q, D]
-#: against K/V [B, H_kv, 1, n_kv, D] broadcast over r; ``sdpa``: the flag off, K/V broadcast to the
-#: H heads and OpenVINO's ScaledDotProductAttention.  The values are ggml's in every form.
-ATTENTION_FORMS = ("grouped", "manual", "sdpa")
-_attention_flag: contextvars.ContextVar[bool | None] = contextvars.ContextVar("manual_gqa", default=None)
+# FLASH_ATTN_EXT's forms (``openvino/op/flash_attn_ext.cpp`` of the backend): ``grouped``:
+# ovkit's own MatMul/Softmax, Q heads grouped per KV head ([B, H_kv, r·n_q, D]); ``manual``:
+# GGML_OPENVINO_MANUAL_GQA_ATTN on, the backend's MatMul/Softmax on 5-D Q [B, H_kv, r, n_q, D]
+# against K/V [B, H_kv, 1, n_kv, D] broadcast over r; ``sdpa``: the flag off, K/V broadcast to the
+# H heads and OpenVINO's ScaledDotProductAttention.  The values are ggml's in every form.
 
 
 #: ovkit's own form takes SDPA from this many query rows on: the CPU plugin's fused kernel halves
@@ -922,16 +927,6 @@ def attention_form(manual_gqa: bool | None, n_head: int, n_head_kv: int, plain: 
     if manual_gqa is None:
         return "sdpa" if n_q >= SDPA_MIN_QUERIES else "grouped"
     return "manual" if manual_gqa and n_head_kv > 1 and n_head > n_head_kv else "sdpa"
-
-
-@contextlib.contextmanager
-def manual_gqa_attention(flag: bool | None) -> Iterator[None]:
-    """Translate FLASH_ATTN_EXT with MANUAL_GQA_ATTN ``flag`` (None: ovkit's grouped form)."""
-    token = _attention_flag.set(flag)
-    try:
-        yield
-    finally:
-        _attention_flag.reset(token)
 
 
 def _attention_scores(t: Tensor, xs: list[Out], s: Out) -> Out:
@@ -988,8 +983,8 @@ def _fa_mask(t: Tensor, mask: Out) -> Out:
     return m
 
 
-@translator(Op.FLASH_ATTN_EXT)
-def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
+def _flash_attn_ext(t: Tensor, xs: list[Out], manual_gqa: bool | None = None) -> Out:
+    """ggml's attention in the form :func:`attention_form` picks (``manual_gqa``: see there)."""
     q_t, k_t, v_t = t.srcs[0], t.srcs[1], t.srcs[2]
     assert q_t is not None and k_t is not None and v_t is not None
     q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
@@ -1008,7 +1003,7 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
     sinks = xs[4] if len(xs) > 4 else None
     plain = sinks is None and t.params["logit_softcap"] == 0 and t.params["max_bias"] <= 0
     # precision="ggml" keeps the grouped MatMuls (its tiled path: ggml's f32 attention)
-    form = "grouped" if ggml_path else attention_form(_attention_flag.get(), n_h, h_kv, plain, n_q)
+    form = "grouped" if ggml_path else attention_form(manual_gqa, n_h, h_kv, plain, n_q)
     if ggml_path == "f16":
         return _flash_attn_ggml_f16(t, xs, ops.reshape(q, i64([n_b, h_kv, r * n_q, q_t.ne[0]]), False), k, v)
     if form == "sdpa":
@@ -1029,6 +1024,9 @@ def _flash_attn_ext(t: Tensor, xs: list[Out]) -> Out:
         p = ops.reshape(_attention_probs(t, xs, s), i64([n_b, h_kv, r * n_q, n_kv]), False)
         out = ops.reshape(ops.matmul(p, v, False, False), i64([n_b, n_h, n_q, v_t.ne[0]]), False)
     return ops.transpose(out, i64([0, 2, 1, 3]))  # ne [Dv, H, n_q, B]
+
+
+translator(Op.FLASH_ATTN_EXT)(_flash_attn_ext)  # build_model passes manual_gqa
 
 
 def _flash_attn_ggml_f16(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:

@@ -21,11 +21,12 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ovkit.runtime import exact_on_cpu
+from ovkit.errors import OvkitError
+from ovkit.runtime import Core, exact_on_cpu
 from ovkit.simulate.profiles import PROFILES, Failure, Profile
 
 
-class UnknownProfileError(ValueError):
+class UnknownProfileError(OvkitError, ValueError):
     """A simulation profile name that is not shipped."""
 
 
@@ -53,7 +54,7 @@ class SimulatedCore:
         *,
         activity: bool = False,
         clock: Callable[[], float] = time.monotonic,
-        real_core: Any = None,
+        real_core: Core | None = None,
     ) -> None:
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         self._props: dict[str, dict[str, Any]] = {

@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(format_list_devices(list_devices()))
             return 0
-        from ovkit.ops.verdicts import read_verdicts
+        from ovkit.ops.verdict_csv import read_verdicts
         from ovkit.upstream import agreement
 
         rows = read_verdicts(args.verdicts) if args.verdicts else None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ovkit.catalogue.verdicts import Unexpressible, build_case
 from ovkit.ir import OpInfo
 from ovkit.ops.policy import Revision, check_op
-from ovkit.ops.verdicts import SHIPPED, Verdict, read_verdicts
+from ovkit.ops.verdict_csv import SHIPPED, Verdict, read_verdicts
 from ovkit.upstream import cases
 from ovkit.upstream.build import UpstreamBuild, require
 from ovkit.upstream.isolate import Isolated

@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ovkit.errors import OvkitError
 from ovkit.native import INSTALL_SCRIPT
 from ovkit.ops.policy import Revision
 
@@ -45,7 +46,7 @@ FEATURE_MARKERS: dict[str, bytes] = {
 }
 
 
-class UpstreamUnavailableError(RuntimeError):
+class UpstreamUnavailableError(OvkitError, RuntimeError):
     """The real backend is not installed (or not in the flavour a feature needs)."""
 
 

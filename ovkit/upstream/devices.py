@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from ovkit.errors import OvkitError
 from ovkit.memory import MIB
 from ovkit.upstream.isolate import Isolated, call_once
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from ovkit.devices import Device
 
 
-class UpstreamCallError(RuntimeError):
+class UpstreamCallError(OvkitError, RuntimeError):
     """A call into the real backend crashed or failed; the message names the signal or error."""
 
 

@@ -31,6 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from ovkit.errors import OvkitError
+
 BACKEND_DIR = "ggml/src/ggml-openvino/"
 FILES = {
     "extra": "ggml-openvino-extra.cpp",
@@ -46,7 +48,7 @@ _CASE_FN = re.compile(r"^[^\n;]*\bis_op_(?:un)?supported_case\s*\([^)]*\)\s*\{",
 _CASE = re.compile(r"case\s+GGML_OP_([A-Z0-9_]+)\s*:")
 
 
-class SourceError(ValueError):
+class SourceError(OvkitError, ValueError):
     """The path holds no readable ggml-openvino backend (the message says what was looked for)."""
 
 

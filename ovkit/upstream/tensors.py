@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from ovkit.catalogue.verdicts import Unexpressible, build_case
+from ovkit.errors import OvkitError
 from ovkit.ir import OpInfo
 
 
-class Unbuildable(Exception):
+class Unbuildable(OvkitError):
     """The case cannot be built with the installed ggml (unknown op or type); the reason says why."""
 
 

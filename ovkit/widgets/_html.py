@@ -74,20 +74,22 @@ def error_box(message: str) -> str:
 class FallbackReprMixin:
     """Adds text/html and text/plain to a widget's mime bundle, for print/nbconvert/non-widget UIs."""
 
-    def _fallback_html(self) -> str:
+    def fallback_html(self) -> str:
+        """The widget as HTML, for a page without the widget front end."""
         raise NotImplementedError
 
-    def _fallback_text(self) -> str:
+    def fallback_text(self) -> str:
+        """The widget as plain text (``print``, text exporters)."""
         raise NotImplementedError
 
     def _repr_html_(self) -> str:
-        return self._fallback_html()
+        return self.fallback_html()
 
     def __str__(self) -> str:
-        return self._fallback_text()
+        return self.fallback_text()
 
     def __repr__(self) -> str:
-        return self._fallback_text()
+        return self.fallback_text()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         bundle: dict[str, Any] = {}
@@ -97,8 +99,8 @@ class FallbackReprMixin:
                 bundle.update(parent)
         except Exception:  # no widget front end (or a test harness that forbids it)
             pass
-        bundle["text/plain"] = self._fallback_text()
-        bundle["text/html"] = self._fallback_html()
+        bundle["text/plain"] = self.fallback_text()
+        bundle["text/html"] = self.fallback_html()
         to_png = getattr(self, "to_png", None)
         if callable(to_png):  # a static image for nbconvert/papermill outputs
             bundle["image/png"] = base64.b64encode(to_png()).decode("ascii")

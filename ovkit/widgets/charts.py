@@ -10,6 +10,7 @@ import io
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ovkit.runtime import Core
 from ovkit.widgets._html import error_box, png_img
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
 from ovkit.widgets.axes import Axis, fit_axis, format_bytes, unit_for
@@ -140,8 +141,8 @@ class AllocationCharts(LiveView):
 
     def __init__(
         self,
-        core: Any = None,
         *,
+        core: Core | None = None,
         interval: float = DEFAULT_INTERVAL_S,
         auto_refresh: bool = True,
         history: MemoryHistory | None = None,
@@ -164,13 +165,13 @@ class AllocationCharts(LiveView):
         """The panels as a static PNG (matplotlib, same axes as the live view)."""
         return figure_png(static_figure(self.model, chart_title(self.model)))
 
-    def _fallback_html(self) -> str:
+    def fallback_html(self) -> str:
         parts = [png_img(self.to_png(), "allocation charts")]
         if self.error:
             parts.insert(0, error_box(self.error))
         return "<div>" + "".join(parts) + "</div>"
 
-    def _fallback_text(self) -> str:
+    def fallback_text(self) -> str:
         lines = [f"Allocation charts ({chart_title(self.model)})"]
         if self.error:
             lines.append(f"error: {self.error}")

@@ -14,10 +14,11 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from ovkit.runtime import Core
 from ovkit.widgets._html import esc
 from ovkit.widgets._refresh import MIN_INTERVAL_S, Refresher, claim
 from ovkit.widgets.data import DeviceRow, LiveModel, MemoryHistory, Snapshot, error_text, take_snapshot
-from ovkit.widgets.live import PANELS, MemoryView
+from ovkit.widgets.live import PANELS, STYLESHEET, MemoryView
 from ovkit.widgets.saved import SavedPictureMixin
 
 
@@ -120,7 +121,7 @@ class LiveView(SavedPictureMixin, widgets.VBox):
     def __init__(
         self,
         *,
-        core: Any,
+        core: Core | None,
         env: Mapping[str, str] | None,
         interval: float,
         auto_refresh: bool,
@@ -165,7 +166,7 @@ class LiveView(SavedPictureMixin, widgets.VBox):
 
     def refresh(self) -> None:
         """Read the devices now and update the view in place."""
-        self.update(take_snapshot(self.core, self.env))
+        self.update(take_snapshot(self.env, core=self.core))
 
     def update(self, snapshot: Snapshot) -> None:
         """Show ``snapshot``; a failed one keeps the last figures and shows the error."""
@@ -197,10 +198,10 @@ class LiveView(SavedPictureMixin, widgets.VBox):
 
     def saved_html(self) -> str:
         """What the browser last drew (``MemoryView.drawn_html``), else the HTML fallback."""
-        return self.view.drawn_html or self._fallback_html()
+        return self.view.drawn_html or self.fallback_html()
 
     def _saved_style(self) -> str:
-        return str(self.view._css)  # the view's stylesheet, as anywidget loaded it
+        return STYLESHEET.read_text(encoding="utf-8")  # the view's stylesheet
 
     def _show_error_text(self, text: str) -> None:
         self.error = text

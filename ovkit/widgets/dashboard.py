@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
+from ovkit.runtime import Core
 from ovkit.utilisation import Busy, UtilisationMeter, busy_frame
 from ovkit.widgets._html import STYLE, esc, html_table, png_img, usage_bar
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
@@ -34,8 +35,8 @@ class Dashboard(LiveView):
 
     def __init__(
         self,
-        core: Any = None,
         *,
+        core: Core | None = None,
         interval: float = DEFAULT_INTERVAL_S,
         auto_refresh: bool = True,
         charts: bool = True,
@@ -50,9 +51,9 @@ class Dashboard(LiveView):
         if not charts:
             self.panels = ("table",)
         super().__init__(core=core, env=env, interval=interval, auto_refresh=auto_refresh, **kwargs)
-        self.explorer = _make_explorer(core, self.quiet) if op_explorer else None
-        self.fit = FitView(core)  # will a GGUF run on these devices, and what will it take
-        self.selector = DeviceSelector(core, env=env, on_change=self._on_select)
+        self.explorer = _make_explorer(self.quiet, core=core) if op_explorer else None
+        self.fit = FitView(core=core)  # will a GGUF run on these devices, and what will it take
+        self.selector = DeviceSelector(env=env, on_change=self._on_select, core=core)
         title = "ovkit dashboard" + (" — SIMULATED devices" if getattr(core, "simulated", False) else "")
         self.title = widgets.HTML(value=f"<h3>{esc(title)}</h3>")
         sections: list[tuple[str, widgets.Widget]] = [("Will it run here? (ovkit check)", self.fit)]
@@ -110,22 +111,22 @@ class Dashboard(LiveView):
     def _simulated(self) -> bool:
         return bool(self.snapshot and self.snapshot.simulated)
 
-    def _fallback_html(self, drawn: str = "") -> str:
+    def fallback_html(self, drawn: str = "") -> str:
         """Selector, view (``drawn``: what the browser last drew of it, else rendered here) and busy panel."""
         if not drawn:
             drawn = render_table_html(self.rows, simulated=self._simulated(), error=self.error)
             if "history" in self.panels:
                 drawn += png_img(self.to_png(), "memory charts")
-        parts = [self.selector._fallback_html(), drawn, render_busy_html(self.busy)]
+        parts = [self.selector.fallback_html(), drawn, render_busy_html(self.busy)]
         return "<div>" + "".join(parts) + "</div>"
 
     def saved_html(self) -> str:
         """The selector's state, what the browser last drew, and the busy panel."""
-        return self._fallback_html(self.view.drawn_html)
+        return self.fallback_html(self.view.drawn_html)
 
-    def _fallback_text(self) -> str:
+    def fallback_text(self) -> str:
         parts = [
-            self.selector._fallback_text(),
+            self.selector.fallback_text(),
             render_table_text(self.rows, simulated=self._simulated(), error=self.error),
             render_busy_text(self.busy),
         ]
@@ -161,21 +162,23 @@ def render_busy_text(busy: list[Busy]) -> str:
     return "\n".join(lines)
 
 
-def _make_explorer(core: Any, quiet: Callable[[], AbstractContextManager[Any]]) -> widgets.Widget | None:
+def _make_explorer(
+    quiet: Callable[[], AbstractContextManager[Any]], *, core: Core | None
+) -> widgets.Widget | None:
     """The op explorer when the op catalogue is installed; None otherwise (the dashboard omits it)."""
     try:
         from ovkit.widgets.op_explorer import OpExplorer
     except ImportError:
         return None
     try:
-        return OpExplorer(core, quiet=quiet)
+        return OpExplorer(quiet=quiet, core=core)
     except Exception as exc:
         return widgets.HTML(
             value=f'<span class="ovkit-error">op explorer unavailable: {esc(error_text(exc))}</span>'
         )
 
 
-def dashboard(core: Any = None, *, interval: float = DEFAULT_INTERVAL_S, **kwargs: Any) -> Dashboard:
+def dashboard(*, core: Core | None = None, interval: float = DEFAULT_INTERVAL_S, **kwargs: Any) -> Dashboard:
     """The ovkit dashboard for ``core`` (default: this machine's OpenVINO devices); re-running the
     cell replaces the dashboard it showed before (its refresh thread stops)."""
-    return Dashboard(core, interval=interval, **kwargs)
+    return Dashboard(core=core, interval=interval, **kwargs)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ovkit.devices import Device, DeviceClass, list_devices
 from ovkit.memory import QUANTITIES, process_rss_bytes
-from ovkit.runtime import get_core, is_simulated
+from ovkit.runtime import Core, get_core, is_simulated
 from ovkit.selection import Selection, resolve_device
 from ovkit.widgets.axes import UNITS, Axis, next_axis, unit_for
 
@@ -48,13 +48,13 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def take_snapshot(core: Any = None, env: Mapping[str, str] | None = None) -> Snapshot:
+def take_snapshot(env: Mapping[str, str] | None = None, *, core: Core | None = None) -> Snapshot:
     """Read every device and resolve ``GGML_OPENVINO_DEVICE``; failures are kept, not raised."""
     now = time.time()
     try:
         core = get_core(core)
-        devices = tuple(list_devices(core))
-        selection = resolve_device(core, env, log=False)
+        devices = tuple(list_devices(core=core))
+        selection = resolve_device(env, log=False, core=core)
         rss = process_rss_bytes()
     except Exception as exc:
         return Snapshot(now, (), None, simulated=is_simulated(core), error=error_text(exc))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ovkit.layouts import LAYOUTS
 from ovkit.memory import MIB
+from ovkit.runtime import Core
 from ovkit.widgets._html import STYLE, error_box, esc, usage_bar
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
 from ovkit.widgets.controls import LiveView
@@ -116,8 +117,8 @@ class DeviceTable(LiveView):
 
     def __init__(
         self,
-        core: Any = None,
         *,
+        core: Core | None = None,
         interval: float = DEFAULT_INTERVAL_S,
         auto_refresh: bool = True,
         env: Mapping[str, str] | None = None,
@@ -136,8 +137,8 @@ class DeviceTable(LiveView):
     def _simulated(self) -> bool:
         return bool(self.snapshot and self.snapshot.simulated)
 
-    def _fallback_html(self) -> str:
+    def fallback_html(self) -> str:
         return render_table_html(self.rows, simulated=self._simulated(), error=self.error)
 
-    def _fallback_text(self) -> str:
+    def fallback_text(self) -> str:
         return render_table_text(self.rows, simulated=self._simulated(), error=self.error)

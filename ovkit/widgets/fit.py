@@ -7,6 +7,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from ovkit.runtime import Core
 from ovkit.widgets._html import STYLE, FallbackReprMixin, error_box, esc, png_img
 from ovkit.widgets.charts import figure_png
 
@@ -19,7 +20,7 @@ def render_check_html(result: Any) -> str:
 class FitView(FallbackReprMixin, widgets.VBox):
     """Path, ``-c`` (0: the training context) and a button; the answer below."""
 
-    def __init__(self, core: Any = None, path: str = "", n_ctx: int = 4096, **kwargs: Any) -> None:
+    def __init__(self, path: str = "", n_ctx: int = 4096, *, core: Core | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.core = core
         self.result: Any = None

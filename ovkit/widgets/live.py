@@ -17,6 +17,8 @@ import traitlets
 from ovkit.widgets.data import LiveModel, Snapshot
 
 STATIC = Path(__file__).parent / "static"
+#: The stylesheet of :class:`MemoryView` (the saved pictures of the live views embed it).
+STYLESHEET = STATIC / "memory_view.css"
 PANELS: tuple[str, ...] = ("table", "bars", "breakdown", "history")
 MAX_DRAWN_CHARS = 2_000_000  # a drawn copy larger than this is not kept (a few devices: ~50 kB)
 
@@ -34,7 +36,7 @@ class MemoryView(anywidget.AnyWidget):
     """The device table, memory bars, allocation breakdown and time series, drawn by the browser."""
 
     _esm = STATIC / "memory_view.js"
-    _css = STATIC / "memory_view.css"
+    _css = STYLESHEET
     panels = traitlets.List(traitlets.Unicode(), help="which panels to draw, in order").tag(sync=True)
     meta = traitlets.Dict(help="device names, rules and units (changes with the device set)").tag(sync=True)
     tick = traitlets.Dict(help="the figures of the latest refresh (numbers only)").tag(sync=True)

@@ -20,7 +20,7 @@ import ipywidgets as widgets
 
 from ovkit.devices import device_class, physical_device_ids
 from ovkit.ir import Op
-from ovkit.runtime import is_simulated
+from ovkit.runtime import Core, is_simulated
 from ovkit.widgets._html import STYLE, error_box, esc, html_table, png_img
 from ovkit.widgets.charts import figure_png
 from ovkit.widgets.controls import close_parts
@@ -123,8 +123,8 @@ def policy_verdicts(case: Case, devices: Iterable[str]) -> list[tuple[str, bool,
 def explore(
     case: Case,
     devices: Iterable[str],
-    core: Any = None,
     *,
+    core: Core | None = None,
     reference: str = "numpy",
     time_it: bool = True,
     min_seconds: float = 0.05,
@@ -135,10 +135,10 @@ def explore(
     simulated = is_simulated(core)
     runs = []
     for dev in devices:
-        result = run_case(case, dev, core, reference=reference)
+        result = run_case(case, dev, reference=reference, core=core)
         us = None
         if time_it and result.status == "OK":
-            perf = perf_case(case, dev, core, min_seconds=min_seconds, max_runs=200)
+            perf = perf_case(case, dev, min_seconds=min_seconds, max_runs=200, core=core)
             us = perf.us_per_run
         runs.append(
             OpRun(
@@ -296,8 +296,8 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
 
     def __init__(
         self,
-        core: Any = None,
         *,
+        core: Core | None = None,
         op: str | None = None,
         quiet: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
         **kwargs: Any,
@@ -390,7 +390,7 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
         from ovkit.selection import resolve_device
 
         try:
-            dev = resolve_device(self.core, log=False).device
+            dev = resolve_device(log=False, core=self.core).device
         except Exception:
             return devices[0]
         return dev if dev in devices else devices[0]
@@ -466,7 +466,10 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
                 self.case = self.current_case()
                 with self.quiet():
                     self.runs = explore(
-                        self.case, devices, self.core, reference=self.reference_dropdown.value
+                        self.case,
+                        devices,
+                        reference=self.reference_dropdown.value,
+                        core=self.core,
                     )
                     if self.real_backend_check.value and not self.real_backend_missing:
                         self.runs.append(real_backend_run(*self._edits()))
@@ -503,7 +506,7 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
     def to_frame(self) -> pd.DataFrame:
         return runs_frame(self.runs)
 
-    def _fallback_html(self) -> str:
+    def fallback_html(self) -> str:
         parts = [f"<b>{esc(self.case.name if self.case else '')}</b>", render_verdicts_html(self.verdicts)]
         if self.runs:
             parts += [render_runs_html(self.runs), png_img(self._png, "time per run by device")]
@@ -511,7 +514,7 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
             parts.append(error_box(self.error))
         return "<div>" + "".join(parts) + "</div>"
 
-    def _fallback_text(self) -> str:
+    def fallback_text(self) -> str:
         lines = [f"Op explorer: {self.case.name if self.case else '(no case)'}"]
         lines += [f"  {d}: supported" if ok else f"  {d}: not supported - {r}" for d, ok, r in self.verdicts]
         for r in self.runs:

@@ -44,7 +44,7 @@ class SavedPictureMixin(FallbackReprMixin):
 
     def saved_html(self) -> str:
         """The picture to save: the widget's HTML fallback (live views: what the browser drew)."""
-        return self._fallback_html()
+        return self.fallback_html()
 
     def _saved_style(self) -> str:
         """CSS the saved picture needs when no widget of its kind is drawn on the page."""
@@ -53,7 +53,7 @@ class SavedPictureMixin(FallbackReprMixin):
     def _picture(self, caption: str, saved: bool = True) -> dict[str, Any]:
         css = (SAVED_CSS if saved else "") + self._saved_style()
         return {
-            "text/plain": f"{caption}\n{self._fallback_text()}",
+            "text/plain": f"{caption}\n{self.fallback_text()}",
             "text/html": (
                 f"<div class='{SAVED_CLASS if saved else 'ovkit-frozen'}'><style>{css}</style>"
                 f"<small class='ovkit-saved-caption'>{esc(caption)}</small>{self.saved_html()}</div>"

@@ -12,6 +12,7 @@ import ipywidgets as widgets
 from ovkit.devices import physical_device_ids
 from ovkit.layouts import DEFAULT_LAYOUT, LAYOUTS
 from ovkit.notebook_log import SEVERITIES
+from ovkit.runtime import Core
 from ovkit.selection import ENV_DEVICE, Selection, resolve_device
 from ovkit.widgets._html import error_box, esc
 from ovkit.widgets.controls import close_parts
@@ -99,8 +100,8 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
 
     def __init__(
         self,
-        core: Any = None,
         *,
+        core: Core | None = None,
         env: MutableMapping[str, str] | None = None,
         on_change: Callable[[SelectorState], None] | None = None,
         **kwargs: Any,
@@ -143,7 +144,7 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
     def sync(self) -> SelectorState:
         """Re-read the variable, resolve it, and update the controls and the status line."""
         try:
-            state = selector_state(resolve_device(self.core, self._current_env(), log=False))
+            state = selector_state(resolve_device(self._current_env(), log=False, core=self.core))
         except Exception as exc:
             current = self._current_env().get(ENV_DEVICE) or None
             state = SelectorState(current, None, False, (), None, error=error_text(exc))
@@ -173,10 +174,10 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
         if not self._syncing and change["new"]:
             self.select(change["new"])
 
-    def _fallback_html(self) -> str:
+    def fallback_html(self) -> str:
         return render_state_html(self.state)
 
-    def _fallback_text(self) -> str:
+    def fallback_text(self) -> str:
         return render_state_text(self.state)
 
     def close(self) -> None:

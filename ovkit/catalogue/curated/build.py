@@ -9,8 +9,7 @@ from typing import Any
 
 from ovkit import oracle
 from ovkit.catalogue.case import POSITIVE, UNIFORM, Case, Init, Leaf, Program
-from ovkit.graph import GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC
-from ovkit.ir import Op, RopeType, pad_ne
+from ovkit.ir import GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC, Op, pad_ne
 from ovkit.ops import table
 
 TEST_OPS, GGML, PERF = "test-ops", "ggml", "perf"
@@ -128,7 +127,6 @@ def rope_program(mode: int, n_dims: int = 64) -> Program:
 # ---------------------------------------------------------------------------------------------
 # The comparison against ggml: ne written innermost first, as test-backend-ops does.
 # ---------------------------------------------------------------------------------------------
-NORMAL, NEOX, IMROPE = RopeType.NORMAL, RopeType.NEOX, RopeType.IMROPE
 ASC, DESC = GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC
 SWIGLU, GEGLU = Op.SWIGLU.enum_value, Op.GEGLU.enum_value  # ggml_glu_op values
 

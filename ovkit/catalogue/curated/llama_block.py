@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from ovkit.catalogue.case import Case, Init, Leaf, Program
-from ovkit.catalogue.curated.build import NEOX, f, leaf_of, vs
+from ovkit.catalogue.curated.build import f, leaf_of, vs
+from ovkit.ir import RopeType
 
 # --- whole-block chains: a llama-style layer over an f16 KV cache (as llama.cpp builds it) -----
 
@@ -50,8 +51,8 @@ def block(
         q = b.reshape_3d(b.mul_mat(t["wq"], h), hd, heads, n_tok)
         k = b.reshape_3d(b.mul_mat(t["wk"], h), hd, kv_heads, n_tok)
         v = b.mul_mat(t["wv"], h)
-        q = b.rope_ext(q, t["pos"], None, hd, NEOX, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
-        k = b.rope_ext(k, t["pos"], None, hd, NEOX, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
+        q = b.rope_ext(q, t["pos"], None, hd, RopeType.NEOX, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
+        k = b.rope_ext(k, t["pos"], None, hd, RopeType.NEOX, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
         ck = b.set_rows(t["cache_k"], b.reshape_2d(k, kv_dim, n_tok), t["kv_idx"])
         cv = b.set_rows(t["cache_v"], v, t["kv_idx"])
         kk = b.permute(b.view_3d(ck, hd, kv_heads, ctx, hd * 2, kv_dim * 2, 0), 0, 2, 1, 3)

@@ -17,9 +17,6 @@ from ovkit.catalogue.curated.build import (
     ASC,
     DESC,
     GEGLU,
-    IMROPE,
-    NEOX,
-    NORMAL,
     SWIGLU,
     bound,
     f,
@@ -29,6 +26,7 @@ from ovkit.catalogue.curated.build import (
     vs,
 )
 from ovkit.catalogue.curated.llama_block import add_cases as llama_block_cases
+from ovkit.ir import RopeType
 
 # --- binary elementwise: ADD SUB MUL DIV (test_bin_bcast) ---------------------------------------
 
@@ -943,14 +941,16 @@ def _rope_in(ne: tuple[int, ...], dtype: str = "f32", ff: int = 0, planes: int =
 
 def _imrope(n_dims: int, sections: list[int], fs: float = 1.0, ef: float = 0.0, af: float = 1.0) -> Program:
     def program(b: Any, t: Mapping[str, Any]) -> Any:
-        return b.rope_multi(t["a"], t["p"], None, n_dims, sections, IMROPE, 0, 10000.0, fs, ef, af, 32.0, 1.0)
+        return b.rope_multi(
+            t["a"], t["p"], None, n_dims, sections, RopeType.IMROPE, 0, 10000.0, fs, ef, af, 32.0, 1.0
+        )
 
     return program
 
 
 def _rope_cases(out: list[Case]) -> None:
     """ROPE: NORMAL, NEOX (rope_ext) and IMROPE (rope_multi)."""
-    for _mname, _mode in (("normal", NORMAL), ("neox", NEOX)):
+    for _mname, _mode in (("normal", RopeType.NORMAL), ("neox", RopeType.NEOX)):
         vs(out, f"rope-{_mname}-full", "rope_ext", _rope_in((32, 4, 5, 1)), _rope_ext(32, _mode))
         vs(out, f"rope-{_mname}-partial", "rope_ext", _rope_in((32, 4, 5, 1)), _rope_ext(16, _mode))
         vs(out, f"rope-{_mname}-f16", "rope_ext", _rope_in((32, 4, 5, 1), dtype="f16"), _rope_ext(32, _mode))
@@ -1005,7 +1005,7 @@ def _rope_cases(out: list[Case]) -> None:
             t["p"],
             None,
             10,
-            NORMAL,
+            RopeType.NORMAL,
             0,
             10000.0,
             1.0,
@@ -1043,7 +1043,7 @@ def _rope_cases(out: list[Case]) -> None:
         "rope_multi",
         {**_rope_in((32, 4, 5, 1), planes=4), "ff": f(16, lo=0.9, hi=1.1)},
         lambda b, t: b.rope_multi(
-            t["a"], t["p"], t["ff"], 32, [6, 5, 5, 0], IMROPE, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0
+            t["a"], t["p"], t["ff"], 32, [6, 5, 5, 0], RopeType.IMROPE, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0
         ),
         rejected="imrope",
     )
@@ -1363,13 +1363,13 @@ def _model_sized_cases(out: list[Case]) -> None:
         {"a": f(2 * 2816, 8, lo=-150.0, hi=150.0)},
         lambda b, t: b.glu(t["a"], SWIGLU, False),
     )
-    vs(out, "rope-neox-llama-shape", "rope_ext", _rope_in((128, 32, 48, 1)), _rope_ext(128, NEOX))
+    vs(out, "rope-neox-llama-shape", "rope_ext", _rope_in((128, 32, 48, 1)), _rope_ext(128, RopeType.NEOX))
     vs(
         out,
         "rope-normal-llama-shape-yarn",
         "rope_ext",
         _rope_in((128, 8, 48, 1)),
-        _rope_ext(128, NORMAL, **_YARN),
+        _rope_ext(128, RopeType.NORMAL, **_YARN),
     )
     _ins, _prog = _fa(128, 128, 8, 4, 512, 16, True, "f16")
     vs(out, "fa-large-gqa4", "flash_attn_ext", _ins, _prog)

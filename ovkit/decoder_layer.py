@@ -1,4 +1,4 @@
-"""One llama decoder layer over a KV cache, for engine tests and benchmarks: ``ovkit.model``'s layer.
+"""One llama decoder layer (a transformer block) over a KV cache, for engine tests and benchmarks.
 
 The layer is ``ovkit.model.program.decoder_layer`` (the graph llama.cpp builds, written once over
 the builder API), so :func:`block_program` runs on an ovkit ``Graph`` and on real ggml
