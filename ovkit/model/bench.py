@@ -628,13 +628,19 @@ class _Llama(_Side):
 
 class _GenAI(_Side):
     """OpenVINO GenAI's LLMPipeline on the ``.gguf`` itself, fed token ids (no tokenizer pass).
-    Each call is a new conversation; GenAI reuses a cached prefix only in chat mode, which is off."""
+    Each call is a new conversation, with prefix caching off."""
 
     def __init__(self, r: dict[str, Any]) -> None:
         import openvino_genai as genai
 
         self.genai = genai
-        self.pipe = genai.LLMPipeline(r["path"], "CPU", INFERENCE_NUM_THREADS=r["threads"])
+        # LLMPipeline's default scheduler caches prompt prefixes across calls: every repetition of
+        # the same prompt after the first would skip its prefill
+        scheduler = genai.SchedulerConfig()
+        scheduler.enable_prefix_caching = False
+        self.pipe = genai.LLMPipeline(
+            r["path"], "CPU", scheduler_config=scheduler, INFERENCE_NUM_THREADS=r["threads"]
+        )
         self.precision = "OpenVINO CPU default (GenAI)"
 
     def _generate(self, prompt: Sequence[int], n: int) -> Any:
