@@ -536,15 +536,10 @@ def predicted_peak(gguf: GGUFModel, hp: HParams, n_ctx: int) -> int:
 
 
 def available_memory() -> int:
-    """The host's ``MemAvailable`` in bytes (0 when it cannot be read)."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    """The host's available memory in bytes (``MemAvailable`` on Linux: ``ovkit.memory``)."""
+    from ovkit.memory import host_memory
+
+    return host_memory().available_bytes
 
 
 class Releasable(Protocol):
