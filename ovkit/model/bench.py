@@ -530,9 +530,13 @@ def _rss() -> int:
 
 
 def _peak_rss() -> int:
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    """This process's peak resident set in bytes: ``VmHWM``, the high-water mark of this process
+    image (``ru_maxrss`` would keep the forking parent's across exec)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 class _Side:
