@@ -744,11 +744,12 @@ ADD_AN_OP: tuple[tuple[str, str], ...] = (
     ),
     (
         "`ovkit/ops/reference.py`",
-        "the numpy reference: `REFERENCES[Op.X]` (sub-ops: `UNARY_FNS` / `GLU_ACTIVATIONS`)",
+        "the numpy reference: `REFERENCES[Op.X]` (an element-wise, unary or GLU op: its formula, "
+        "once for both backends, in `ovkit/ops/formulas.py`)",
     ),
     (
         "`ovkit/ops/translate.py`",
-        "the opset16 translation: `TRANSLATORS[Op.X]` (sub-ops: `UNARY_FNS` / `GLU_ACTIVATIONS`)",
+        "the opset16 translation: `TRANSLATORS[Op.X]` (an element-wise op: its formula)",
     ),
     (
         "`ovkit/ops/table.py`",
