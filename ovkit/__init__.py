@@ -37,7 +37,7 @@ _LAZY: dict[str, str] = {
     "GraphError": "ovkit.graph",
     "graph_session": "ovkit.engine",
     "Model": "ovkit.model",
-    "op_coverage_table": "ovkit.ops.table",
+    "op_coverage_table": "ovkit.ops.coverage",
     "QuantizedWeight": "ovkit.quant",
     "read_gguf": "ovkit.gguf",
     "RunConfig": "ovkit.engine",
@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers and editors (the runtime 
     from ovkit.gguf import read_gguf
     from ovkit.graph import Graph, GraphError, UnsupportedOpError
     from ovkit.model import Model
-    from ovkit.ops.table import op_coverage_table
+    from ovkit.ops.coverage import op_coverage_table
     from ovkit.preflight import check
     from ovkit.quant import QuantizedWeight
     from ovkit.simulate import SimulatedCore

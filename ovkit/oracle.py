@@ -58,7 +58,6 @@ __all__ = [
     "block_size",
     "compare",
     "Comparison",
-    "DEFAULT_MAX_NMSE",
     "dequantize",
     "ggml_available",
     "ggml_benchmark",
@@ -73,16 +72,12 @@ __all__ = [
     "GgmlBuilder",
     "GgmlTensor",
     "GgmlUnavailableError",
-    "MAX_NMSE",
-    "max_nmse",
     "nmse",
     "QUANT_TYPES",
     "QuantArray",
     "quantize",
     "quantize_blocks",
     "same_ne",
-    "Threshold",
-    "threshold_table",
     "type_id",
     "type_size",
     "Typed",
@@ -327,57 +322,6 @@ def compare(actual: np.ndarray, expected: np.ndarray, max_err: float = 1e-7) -> 
     if err > max_err:  # NaN (inf - inf) compares False, as in test-backend-ops
         return Comparison(False, err, max_err, f"NMSE {err:.3e} > {max_err:.1e}")
     return Comparison(True, err, max_err)
-
-
-@dataclass(frozen=True, slots=True)
-class Threshold:
-    """A per-op NMSE threshold and why it differs from test-backend-ops' default 1e-7."""
-
-    max_nmse: float
-    reason: str
-
-
-#: test-backend-ops' default ``max_nmse_err``.
-DEFAULT_MAX_NMSE = 1e-7
-
-#: Per-op overrides keyed by builder name. Values are test-backend-ops' own ``max_nmse_err``
-#: (tests/test-backend-ops.cpp); every op not listed uses the default 1e-7 there too (ROPE,
-#: GLU, unary, norms, get_rows, set_rows for float types, concat, im2col, pad, ...).
-MAX_NMSE: dict[str, Threshold] = {
-    "mul_mat": Threshold(
-        5e-4, "test_mul_mat: 5e-4 (dot products accumulate in different orders; quantized src1)"
-    ),
-    "mul_mat_id": Threshold(5e-4, "test_mul_mat_id: 5e-4 (as mul_mat)"),
-    "flash_attn_ext": Threshold(
-        5e-4, "test_flash_attn_ext: 5e-4 (ggml's CPU kernel rounds Q/K/V through f16)"
-    ),
-    "soft_max_ext": Threshold(
-        1e-6, "test_soft_max: 1e-6 (the 1024-wide ALiBi case measured 1.03e-7 upstream)"
-    ),
-    "soft_max": Threshold(1e-6, "test_soft_max: 1e-6 (as soft_max_ext)"),
-    "cpy": Threshold(1e-6, "test_cpy: 1e-6 between float types (0 when src and dst types match)"),
-}
-
-
-def max_nmse(op: str) -> float:
-    """NMSE threshold for builder ``op``: its :data:`MAX_NMSE` entry, else test-backend-ops' 1e-7."""
-    thr = MAX_NMSE.get(op)
-    return thr.max_nmse if thr is not None else DEFAULT_MAX_NMSE
-
-
-def threshold_table() -> Any:
-    """The NMSE thresholds as a DataFrame (op, max_nmse, reason), the default first."""
-    import pandas as pd
-
-    rows = [
-        {
-            "op": "(default)",
-            "max_nmse": DEFAULT_MAX_NMSE,
-            "reason": "test-backend-ops test_case::max_nmse_err",
-        }
-    ]
-    rows += [{"op": op, "max_nmse": t.max_nmse, "reason": t.reason} for op, t in MAX_NMSE.items()]
-    return pd.DataFrame(rows, columns=["op", "max_nmse", "reason"])
 
 
 def same_ne(shape_a: Sequence[int], shape_b: Sequence[int]) -> bool:

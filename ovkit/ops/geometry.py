@@ -87,7 +87,9 @@ def timestep_freqs(t: Tensor) -> Arr:
     """TIMESTEP_EMBEDDING: f_j = exp(−ln(max_period)·j/half) in f32, j < half."""
     half = t.params["dim"] // 2
     j = np.arange(half, dtype=np.float32)
-    return np.asarray(np.exp(np.float32(-math.log(t.params["max_period"])) * j / np.float32(half)), np.float32)
+    return np.asarray(
+        np.exp(np.float32(-math.log(t.params["max_period"])) * j / np.float32(half)), np.float32
+    )
 
 
 def alibi_slopes(n_head: int, max_bias: float) -> Arr:

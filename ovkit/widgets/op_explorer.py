@@ -259,10 +259,11 @@ def render_runs_html(runs: Sequence[OpRun]) -> str:
 def op_info_html(op: str) -> str:
     """What the catalogue (``ovkit.ops.table``) says about ``op``: translations, notes, gates."""
     try:
+        from ovkit.ops.coverage import entry_gates
         from ovkit.ops.table import TABLE
     except ImportError:
         return ""
-    entry = TABLE.get(op.replace(":", "."))
+    entry = TABLE.get(op.replace(":", "."))  # type: ignore[call-overload]
     if entry is None:
         return ""
     rows = [
@@ -273,7 +274,7 @@ def op_info_html(op: str) -> str:
     ]
     if entry.notes:
         rows.append(("notes", entry.notes))
-    for gate in entry.gates():
+    for gate in entry_gates(entry):
         cls = getattr(gate, "device_class", None)
         rows.append((f"gate{f' ({cls})' if cls else ''}", getattr(gate, "description", str(gate))))
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)

@@ -7,7 +7,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ovkit import oracle
 from ovkit.catalogue.case import POSITIVE, UNIFORM, Case, Init, Leaf, Program
 from ovkit.ir import GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC, Op, pad_ne
 from ovkit.ops import table
@@ -71,7 +70,7 @@ def case(
 ) -> Case:
     """A case of op key ``op`` whose error bound is builder ``builder``'s threshold."""
     return Case(
-        str(op), label(inputs, **params), tuple(inputs), program, oracle.max_nmse(builder), flops=flops
+        str(op), label(inputs, **params), tuple(inputs), program, table.max_nmse(builder), flops=flops
     )
 
 
@@ -160,7 +159,7 @@ def vs(
     # the variant: what the id says beyond the builder, or the builder when the op has several
     variant = id.removeprefix(builder).lstrip("-_") or (builder if op.lower() != builder else "")
     params = label(leaves, **({"v": variant} if variant else {}))
-    bound = max_nmse if max_nmse is not None else oracle.max_nmse(builder)
+    bound = max_nmse if max_nmse is not None else table.max_nmse(builder)
     out.append(Case(op, params, leaves, program, bound, why=why, rejected=rejected or ""))
 
 
