@@ -266,7 +266,7 @@ for name, build in (("DIAG_MASK_ZERO", lambda g, a: g.diag_mask_zero(a, 2)), ("U
     row = op_coverage_table().set_index("op").loc[name]
     out[name] = {"ref": ref.tolist(), "dev": dev.tolist(), "policy": policy.check_op(y, "GPU").supported,
                  "row": [bool(row[k]) for k in ("registered", "translated", "reference")]}
-out["derived"] = ["SOFTSIGN" in backend_ops.BUILDERS]
+out["derived"] = ["SOFTSIGN" in backend_ops.BUILDERS, "UNARY.SOFTSIGN" in {c.op for c in curated.cases("test-ops")}]
 print(json.dumps(out))
 """
 
@@ -275,7 +275,7 @@ def test_an_op_written_in_the_add_an_op_places_only_runs_everywhere(tmp_path: Pa
     """docs/ops.md's "Adding an op", by behaviour: a copy of the package with two ops written in the
     places ADD_AN_OP names (at most four each) builds them, runs them in the numpy reference and on
     the CPU through their translation and the policy, lists them in the coverage table, and derives
-    the sub-op's test-backend-ops case builder."""
+    the sub-op's test-backend-ops case builder and its test-ops case."""
     import json
     import os
     import shutil
@@ -318,4 +318,4 @@ def test_an_op_written_in_the_add_an_op_places_only_runs_everywhere(tmp_path: Pa
             got[name]["dev"], want, atol=1e-6
         )
         assert got[name]["policy"] and got[name]["row"] == [True, True, True], name
-    assert got["derived"] == [True]
+    assert got["derived"] == [True, True]
