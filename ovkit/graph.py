@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from ovkit.dtypes import DTYPES, FLOAT_TYPES, TYPE_OF_NUMPY, WRITABLE_QUANT_TYPES, contiguous_nb, layout
-from ovkit.engine import compute_graph
+from ovkit.engine import GRAPH_RUN_CONFIG, compute_graph, run_config_from, run_model
 from ovkit.ir import (
     GGML_OP_POOL_AVG,
     GGML_OP_POOL_MAX,
@@ -35,6 +35,7 @@ from ovkit.ir import (
     RopeType,
     Tensor,
     UnsupportedOpError,
+    from_model_output,
     ne4,
     ne_str,
     round_to,
@@ -1763,6 +1764,17 @@ class Graph(GraphIR):
             leaves.sort(key=lambda t: order[t.name])
         return build_model(self, outs, leaves, manual_gqa=manual_gqa), [t.name for t in leaves]
 
+    def translation(
+        self, outputs: Tensor | Sequence[Tensor], inputs: Mapping[str, Any]
+    ) -> tuple[Any, list[np.ndarray]]:
+        """``outputs``' OpenVINO model (:meth:`to_model`) and the arrays ``inputs`` feed its
+        Parameters, in order: the translation as it is, no support policy asked."""
+        from ovkit.ops.translate import model_inputs
+
+        outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+        model, names = self.to_model(outs)
+        return model, model_inputs(names, prepare_feed(self, outs, inputs))
+
     def compute(
         self,
         outputs: Tensor | Sequence[Tensor],
@@ -1772,6 +1784,7 @@ class Graph(GraphIR):
         *,
         core: Core | None = None,
         config: Any = None,
+        policy: bool = True,
     ) -> Any:
         """Run the graph: a numpy array per output (one array when ``outputs`` is one Tensor).
 
@@ -1781,8 +1794,9 @@ class Graph(GraphIR):
         ``mode="device"`` runs on ``device`` (default: the selected device, ``GGML_OPENVINO_DEVICE``)
         through the engine (``ovkit.engine.compute_graph``: compile cache, reused request); every
         op is first checked against that device's support policy (:class:`UnsupportedOpError` on
-        rejection). ``mode="reference"`` runs ovkit's numpy reference of ggml's semantics instead
-        (no policy check).
+        rejection), unless ``policy=False``: then the translation runs as it is (what a rejected
+        op would compute).  ``mode="reference"`` runs ovkit's numpy reference of ggml's semantics
+        instead (no policy check).
         """
         single = isinstance(outputs, Tensor)
         outs: list[Tensor] = [outputs] if isinstance(outputs, Tensor) else list(outputs)
@@ -1799,6 +1813,10 @@ class Graph(GraphIR):
             from ovkit.ops.reference import evaluate
 
             results = evaluate(self, outs, prepare_feed(self, outs, inputs or {}))
+        elif mode == "device" and not policy:
+            model, arrays = self.translation(outs, inputs or {})
+            raw = run_model(model, arrays, device, run_config_from(config, GRAPH_RUN_CONFIG), core=core)
+            results = [from_model_output(o, r) for o, r in zip(outs, raw, strict=True)]
         elif mode == "device":
             results = compute_graph(self, outs, inputs or {}, device, core=core, config=config)
         else:
