@@ -13,7 +13,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ovkit.config import OvkitConfig, OvkitConfigWarning, read_config
-from ovkit.devices import Device, DeviceClass, device_table, format_device_list, list_devices
+from ovkit.devices import Device, DeviceClass, format_device_list, list_devices
+from ovkit.devices_view import device_table
 from ovkit.errors import OvkitError
 from ovkit.memory import MemoryReport, read_memory
 from ovkit.selection import Backend, Selection, resolve_device, using_device
