@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ovkit import oracle
+from ovkit.oracle import loader
 
 ggml = oracle.ggml_module()  # ggml-python, loaded by the oracle (after openvino, which it links)
 
@@ -313,8 +314,21 @@ def test_quantized_results_are_decoded() -> None:
     np.testing.assert_allclose(got, oracle.quantize("q8_0", x).dequantize(), atol=1e-6)
 
 
+def test_importing_the_oracle_loads_no_ggml() -> None:
+    """ggml-python (and its libggml) loads on first use: importing the oracle, or ovkit.quant which
+    imports it, leaves it out of the process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ovkit.oracle, ovkit.quant; print('ggml' in sys.modules, ovkit.oracle.ggml_available())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]
+
+
 def test_without_ggml_python_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(oracle, "load_ggml", lambda: None)
+    monkeypatch.setattr(loader, "load_ggml", lambda: None)
     assert not oracle.ggml_available()
     with pytest.raises(oracle.GgmlUnavailableError, match="pip install ggml-python"):
         oracle.ggml_call("add", rand(3), rand(3))
