@@ -105,8 +105,8 @@ def render_markdown() -> str:
         "",
         "## Adding an op",
         "",
-        "An op of the `ovkit.ir.Op` enum (a transcription of ggml.h: every ggml op is a member) is written "
-        "in at most four places:",
+        "An op of the `ovkit.ir.Op` enum (a transcription of ggml.h: every ggml op is a member; one ggml.h "
+        "adds later gets its member there first) is written in at most four places:",
         "",
         *[f"{i}. {place}: {what}" for i, (place, what) in enumerate(ADD_AN_OP, 1)],
         "",
