@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
@@ -239,8 +239,3 @@ def rope_args(
     """rope_ext's arguments after (a, pos, freq_factors): n_dims, mode, n_ctx_orig, freq_base 10000,
     freq_scale, ext_factor, attn_factor, beta_fast 32, beta_slow 1."""
     return (n_dims, mode, n_ctx_orig, 10000.0, fs, ef, af, 32.0, 1.0)
-
-
-def bound(fn: Callable[..., Any], *args: Any) -> Program:
-    """``fn(builder, leaves, *args)`` as a program: binds a loop's values."""
-    return lambda b, t: fn(b, t, *args)
