@@ -258,6 +258,7 @@ def transformer(quick: bool) -> dict[str, float]:
 def versus_ggml(quick: bool) -> dict[str, float]:
     from ovkit import oracle
     from ovkit.graph import Graph
+    from ovkit.ops.table import max_nmse
 
     if not oracle.ggml_available():
         print("ovkit vs ggml: skipped (ggml-python is not installed)", flush=True)
@@ -282,7 +283,7 @@ def versus_ggml(quick: bool) -> dict[str, float]:
         y = program(g, leaves)
         ours = g.compute(y, feed)
         theirs = oracle.ggml_program(program, feed)
-        verdict = oracle.compare(ours, np.asarray(theirs), oracle.max_nmse(label.split()[0]))
+        verdict = oracle.compare(ours, np.asarray(theirs), max_nmse(label.split()[0]))
         samples_ov, samples_ggml = [], []
         for _ in range(3):  # alternating blocks; each runtime's idle threads settle in between
             g.compute(y, feed)  # warm

@@ -13,7 +13,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ovkit.config import OvkitConfig, OvkitConfigWarning, read_config
-from ovkit.devices import Device, DeviceClass, device_table, format_device_list, list_devices
+from ovkit.devices import Device, DeviceClass, format_device_list, list_devices
+from ovkit.devices_view import device_table
 from ovkit.errors import OvkitError
 from ovkit.memory import MemoryReport, read_memory
 from ovkit.selection import Backend, Selection, resolve_device, using_device
@@ -37,7 +38,7 @@ _LAZY: dict[str, str] = {
     "GraphError": "ovkit.graph",
     "graph_session": "ovkit.engine",
     "Model": "ovkit.model",
-    "op_coverage_table": "ovkit.ops.table",
+    "op_coverage_table": "ovkit.ops.coverage",
     "QuantizedWeight": "ovkit.quant",
     "read_gguf": "ovkit.gguf",
     "RunConfig": "ovkit.engine",
@@ -52,7 +53,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers and editors (the runtime 
     from ovkit.gguf import read_gguf
     from ovkit.graph import Graph, GraphError, UnsupportedOpError
     from ovkit.model import Model
-    from ovkit.ops.table import op_coverage_table
+    from ovkit.ops.coverage import op_coverage_table
     from ovkit.preflight import check
     from ovkit.quant import QuantizedWeight
     from ovkit.simulate import SimulatedCore

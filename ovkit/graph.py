@@ -11,13 +11,13 @@ layout and the traversals are :mod:`ovkit.ir`'s.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from ovkit.dtypes import DTYPES, FLOAT_TYPES, TYPE_OF_NUMPY, WRITABLE_QUANT_TYPES, contiguous_nb, layout
-from ovkit.engine import compute_graph
+from ovkit.engine import GRAPH_RUN_CONFIG, compute_graph, run_config_from, run_model
 from ovkit.ir import (
     GGML_OP_POOL_AVG,
     GGML_OP_POOL_MAX,
@@ -35,13 +35,14 @@ from ovkit.ir import (
     RopeType,
     Tensor,
     UnsupportedOpError,
+    from_model_output,
     ne4,
     ne_str,
     round_to,
 )
 from ovkit.ops.bounds import check_constant, check_feed, fed_index_nodes
 from ovkit.ops.feed import prepare_feed
-from ovkit.ops.table import GLU_BUILT, UNARY_BUILT
+from ovkit.ops.table import ENTRIES, GENERIC_BUILDERS, GLU_BUILT, UNARY_BUILT, OpEntry
 from ovkit.runtime import Core
 
 if TYPE_CHECKING:
@@ -281,73 +282,44 @@ class Graph(GraphIR):
                   "alpha_p": float(softplus(alpha_p)), "beta": float(b), "eps": float(np.float32(eps))}  # fmt: skip
         return self._new(Op.UNARY, a.ne, a.dtype, (a,), params, sub_op=Op.XIELU.sub_op)
 
-    def gelu(self, a: Tensor) -> Tensor:
-        """``ggml_gelu`` (tanh approximation, as ggml)."""
-        return self.unary(a, Op.GELU)
+    if TYPE_CHECKING:  # made from the op table (_sub_op_builders, below): the signatures IDEs see
 
-    def sigmoid(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.SIGMOID)
-
-    def silu(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.SILU)
-
-    def softplus(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.SOFTPLUS)
-
-    def tanh(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.TANH)
-
-    def exp(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.EXP)
-
-    def neg(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.NEG)
-
-    def abs(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.ABS)
-
-    def sgn(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.SGN)
-
-    def step(self, a: Tensor) -> Tensor:
-        """``ggml_step``: 1 where a > 0, else 0."""
-        return self.unary(a, Op.STEP)
-
-    def elu(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.ELU)
-
-    def relu(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.RELU)
-
-    def gelu_quick(self, a: Tensor) -> Tensor:
-        """``ggml_gelu_quick``: x·σ(1.702·x), through ggml's f16 table as its CPU backend does."""
-        return self.unary(a, Op.GELU_QUICK)
-
-    def gelu_erf(self, a: Tensor) -> Tensor:
-        """``ggml_gelu_erf``: 0.5·x·(1 + erf(x/√2))."""
-        return self.unary(a, Op.GELU_ERF)
-
-    def hardswish(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.HARDSWISH)
-
-    def hardsigmoid(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.HARDSIGMOID)
-
-    def expm1(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.EXPM1)
-
-    def floor(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.FLOOR)
-
-    def ceil(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.CEIL)
-
-    def round(self, a: Tensor) -> Tensor:
-        """``ggml_round``: C ``roundf`` (halves away from zero)."""
-        return self.unary(a, Op.ROUND)
-
-    def trunc(self, a: Tensor) -> Tensor:
-        return self.unary(a, Op.TRUNC)
+        def gelu(self, a: Tensor) -> Tensor: ...
+        def sigmoid(self, a: Tensor) -> Tensor: ...
+        def silu(self, a: Tensor) -> Tensor: ...
+        def softplus(self, a: Tensor) -> Tensor: ...
+        def tanh(self, a: Tensor) -> Tensor: ...
+        def exp(self, a: Tensor) -> Tensor: ...
+        def neg(self, a: Tensor) -> Tensor: ...
+        def abs(self, a: Tensor) -> Tensor: ...
+        def sgn(self, a: Tensor) -> Tensor: ...
+        def step(self, a: Tensor) -> Tensor: ...
+        def elu(self, a: Tensor) -> Tensor: ...
+        def relu(self, a: Tensor) -> Tensor: ...
+        def gelu_quick(self, a: Tensor) -> Tensor: ...
+        def gelu_erf(self, a: Tensor) -> Tensor: ...
+        def hardswish(self, a: Tensor) -> Tensor: ...
+        def hardsigmoid(self, a: Tensor) -> Tensor: ...
+        def expm1(self, a: Tensor) -> Tensor: ...
+        def floor(self, a: Tensor) -> Tensor: ...
+        def ceil(self, a: Tensor) -> Tensor: ...
+        def round(self, a: Tensor) -> Tensor: ...
+        def trunc(self, a: Tensor) -> Tensor: ...
+        def swiglu(self, a: Tensor) -> Tensor: ...
+        def swiglu_swapped(self, a: Tensor) -> Tensor: ...
+        def swiglu_split(self, a: Tensor, b: Tensor) -> Tensor: ...
+        def geglu(self, a: Tensor) -> Tensor: ...
+        def geglu_swapped(self, a: Tensor) -> Tensor: ...
+        def geglu_split(self, a: Tensor, b: Tensor) -> Tensor: ...
+        def reglu(self, a: Tensor) -> Tensor: ...
+        def reglu_swapped(self, a: Tensor) -> Tensor: ...
+        def reglu_split(self, a: Tensor, b: Tensor) -> Tensor: ...
+        def geglu_erf(self, a: Tensor) -> Tensor: ...
+        def geglu_erf_swapped(self, a: Tensor) -> Tensor: ...
+        def geglu_erf_split(self, a: Tensor, b: Tensor) -> Tensor: ...
+        def geglu_quick(self, a: Tensor) -> Tensor: ...
+        def geglu_quick_swapped(self, a: Tensor) -> Tensor: ...
+        def geglu_quick_split(self, a: Tensor, b: Tensor) -> Tensor: ...
 
     def leaky_relu(self, a: Tensor, negative_slope: float, inplace: bool) -> Tensor:
         """``ggml_leaky_relu``: a where a > 0, else negative_slope·a (``inplace`` changes nothing here)."""
@@ -428,51 +400,6 @@ class Graph(GraphIR):
             raise self._err(Op.GLU, "b", f"ne {ne_str(a.ne)} (same shape as a)", f"ne {ne_str(b.ne)}")
         params = {"op": code.enum_value, "swapped": False, **extra}
         return self._new(Op.GLU, a.ne, a.dtype, (a, b), params, sub_op=code.sub_op)
-
-    def swiglu(self, a: Tensor) -> Tensor:
-        return self.glu(a, Op.SWIGLU, False)
-
-    def swiglu_swapped(self, a: Tensor) -> Tensor:
-        return self.glu(a, Op.SWIGLU, True)
-
-    def swiglu_split(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._glu2(Op.SWIGLU, a, b, {})
-
-    def geglu(self, a: Tensor) -> Tensor:
-        return self.glu(a, Op.GEGLU, False)
-
-    def geglu_swapped(self, a: Tensor) -> Tensor:
-        return self.glu(a, Op.GEGLU, True)
-
-    def geglu_split(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._glu2(Op.GEGLU, a, b, {})
-
-    def reglu(self, a: Tensor) -> Tensor:
-        return self.glu(a, Op.REGLU, False)
-
-    def reglu_swapped(self, a: Tensor) -> Tensor:
-        return self.glu(a, Op.REGLU, True)
-
-    def reglu_split(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._glu2(Op.REGLU, a, b, {})
-
-    def geglu_erf(self, a: Tensor) -> Tensor:
-        return self.glu(a, Op.GEGLU_ERF, False)
-
-    def geglu_erf_swapped(self, a: Tensor) -> Tensor:
-        return self.glu(a, Op.GEGLU_ERF, True)
-
-    def geglu_erf_split(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._glu2(Op.GEGLU_ERF, a, b, {})
-
-    def geglu_quick(self, a: Tensor) -> Tensor:
-        return self.glu(a, Op.GEGLU_QUICK, False)
-
-    def geglu_quick_swapped(self, a: Tensor) -> Tensor:
-        return self.glu(a, Op.GEGLU_QUICK, True)
-
-    def geglu_quick_split(self, a: Tensor, b: Tensor) -> Tensor:
-        return self._glu2(Op.GEGLU_QUICK, a, b, {})
 
     def swiglu_oai(self, a: Tensor, b: Tensor, alpha: float, limit: float) -> Tensor:
         """``ggml_swiglu_oai``: x=min(a,limit); x·σ(alpha·x)·(clamp(b,-limit,limit)+1) (f32 only)."""
@@ -1837,6 +1764,17 @@ class Graph(GraphIR):
             leaves.sort(key=lambda t: order[t.name])
         return build_model(self, outs, leaves, manual_gqa=manual_gqa), [t.name for t in leaves]
 
+    def translation(
+        self, outputs: Tensor | Sequence[Tensor], inputs: Mapping[str, Any]
+    ) -> tuple[Any, list[np.ndarray]]:
+        """``outputs``' OpenVINO model (:meth:`to_model`) and the arrays ``inputs`` feed its
+        Parameters, in order: the translation as it is, no support policy asked."""
+        from ovkit.ops.translate import model_inputs
+
+        outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+        model, names = self.to_model(outs)
+        return model, model_inputs(names, prepare_feed(self, outs, inputs))
+
     def compute(
         self,
         outputs: Tensor | Sequence[Tensor],
@@ -1846,6 +1784,7 @@ class Graph(GraphIR):
         *,
         core: Core | None = None,
         config: Any = None,
+        policy: bool = True,
     ) -> Any:
         """Run the graph: a numpy array per output (one array when ``outputs`` is one Tensor).
 
@@ -1855,8 +1794,9 @@ class Graph(GraphIR):
         ``mode="device"`` runs on ``device`` (default: the selected device, ``GGML_OPENVINO_DEVICE``)
         through the engine (``ovkit.engine.compute_graph``: compile cache, reused request); every
         op is first checked against that device's support policy (:class:`UnsupportedOpError` on
-        rejection). ``mode="reference"`` runs ovkit's numpy reference of ggml's semantics instead
-        (no policy check).
+        rejection), unless ``policy=False``: then the translation runs as it is (what a rejected
+        op would compute).  ``mode="reference"`` runs ovkit's numpy reference of ggml's semantics
+        instead (no policy check).
         """
         single = isinstance(outputs, Tensor)
         outs: list[Tensor] = [outputs] if isinstance(outputs, Tensor) else list(outputs)
@@ -1873,8 +1813,49 @@ class Graph(GraphIR):
             from ovkit.ops.reference import evaluate
 
             results = evaluate(self, outs, prepare_feed(self, outs, inputs or {}))
+        elif mode == "device" and not policy:
+            model, arrays = self.translation(outs, inputs or {})
+            raw = run_model(model, arrays, device, run_config_from(config, GRAPH_RUN_CONFIG), core=core)
+            results = [from_model_output(o, r) for o, r in zip(outs, raw, strict=True)]
         elif mode == "device":
             results = compute_graph(self, outs, inputs or {}, device, core=core, config=config)
         else:
             raise GraphError(f"compute: mode: expected 'device' or 'reference', given {mode!r}")
         return results[0] if single else results
+
+
+def _unary_builder(op: Op) -> Callable[[Graph, Tensor], Tensor]:
+    return lambda self, a: self.unary(a, op)
+
+
+def _glu_builder(op: Op, swapped: bool) -> Callable[[Graph, Tensor], Tensor]:
+    return lambda self, a: self.glu(a, op, swapped)
+
+
+def _glu_split_builder(op: Op) -> Callable[[Graph, Tensor, Tensor], Tensor]:
+    return lambda self, a, b: self._glu2(op, a, b, {})
+
+
+def _sub_op_builders(entry: OpEntry) -> dict[str, Callable[..., Tensor]]:
+    """The named builders of a unary or GLU sub-op the generic ``unary``/``glu`` build: ``gelu(a)``,
+    ``swiglu(a)``, ``swiglu_swapped(a)``, ``swiglu_split(a, b)``, ggml's one-line wrappers."""
+    op, made = entry.key, {}
+    if "unary" not in entry.builders and "glu" not in entry.builders:
+        return {}
+    for name in (b for b in entry.builders if b not in GENERIC_BUILDERS):
+        fn: Callable[..., Tensor]
+        if op.kind == "unary":
+            fn = _unary_builder(op)
+        elif name.endswith("_split"):
+            fn = _glu_split_builder(op)
+        else:
+            fn = _glu_builder(op, name.endswith("_swapped"))
+        fn.__name__ = fn.__qualname__ = name
+        fn.__doc__ = f"``ggml_{name}``: the {op.label} sub-op ({entry.openvino})."
+        made[name] = fn
+    return made
+
+
+for _entry in ENTRIES:
+    for _name, _fn in _sub_op_builders(_entry).items():
+        setattr(Graph, _name, _fn)

@@ -29,16 +29,13 @@ import numpy as np
 
 from ovkit.catalogue import curated
 from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs
-from ovkit.catalogue.result import Result, error_line, first_line, judge
+from ovkit.catalogue.result import Result, error_line
+from ovkit.catalogue.run import HINTS, effective_precision, hints_config, policy_rejection, run_case
 from ovkit.runtime import Core
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: Compile hints for the cases: ``exact`` = f32 inference precision (ovkit's default, ggml's
-#: numbers); ``upstream`` = upstream's naive path: EXECUTION_MODE PERFORMANCE when the
-#: first node is MUL_MAT, else ACCURACY, no precision hint (bf16 MatMuls on CPUs with bf16).
-HINTS: tuple[str, ...] = ("exact", "upstream")
 Reference = Literal["auto", "ggml", "numpy"]
 
 
@@ -119,73 +116,6 @@ def _reference_kind(reference: Reference) -> str:
     return "ggml" if oracle.ggml_available() else "numpy"
 
 
-def _prepare(c: Case) -> tuple[dict[str, Any], Any, Any, dict[str, np.ndarray]]:
-    """The case's leaves as ggml takes them, its ovkit graph, output and feed (quantized leaves
-    are constants holding the same blocks as ggml's)."""
-    leaves = ggml_inputs(c, draw_all(c))
-    g, out, feed = build_ovkit(c, leaves)
-    return leaves, g, out, feed
-
-
-def policy_rejection(g: Any, out: Any, device: str) -> str | None:
-    """The first rejection's reason for ``device``, or None when every op is supported."""
-    from ovkit.devices import device_class
-
-    for t, decision in g.check_support([out], str(device_class(device))):
-        if not decision.supported:
-            return decision.reason or f"{t.describe()} rejected"
-    return None
-
-
-def _run_config(g: Any, out: Any, hints: str) -> Any:
-    from ovkit.engine import DEFAULT_RUN_CONFIG, naive_run_config
-
-    if hints not in HINTS:
-        raise ValueError(f"hints={hints!r} is not valid (expected one of: {', '.join(HINTS)})")
-    if hints == "exact":
-        return None  # Graph.compute's own default: f32 (one thread for tiny graphs)
-    first = next((t.op for t in g.topo([out]) if not t.is_leaf), None)
-    return naive_run_config(first, DEFAULT_RUN_CONFIG)
-
-
-def _effective_precision(core: Core | None) -> str:
-    from ovkit.engine import get_engine
-
-    runner = get_engine(core).last_runner
-    return (runner.graph.effective.inference_precision or "") if runner is not None else ""
-
-
-def run_case(
-    c: Case, device: str, reference: str = "numpy", hints: str = "exact", *, core: Core | None = None
-) -> Result:
-    """Build, check the policy, run on ``device``, compare with the reference."""
-    from ovkit import oracle
-    from ovkit.engine import compute_graph
-
-    base: dict[str, Any] = {"op": c.op, "case": c.name, "device": device}
-    try:
-        leaves, g, out, feed = _prepare(c)
-    except Exception as exc:  # the builder rejected the case: a catalogue or graph bug
-        return Result(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
-    reason = policy_rejection(g, out, device)
-    if reason is not None:
-        return Result(**base, status="not supported", detail=reason)
-    try:
-        actual = compute_graph(g, [out], feed, device, core=core, config=_run_config(g, out, hints))[0]
-        base["precision"] = _effective_precision(core)
-    except Exception as exc:
-        return Result(**base, status="FAIL", detail=error_line(exc))
-    ref = reference
-    try:
-        if ref == "ggml":
-            expected = oracle.ggml_program(c.program, leaves)
-        else:
-            expected = g.compute(out, feed, mode="reference")
-    except Exception as exc:
-        return Result(**base, status="FAIL", detail=f"reference ({ref}) failed: {first_line(exc)}")
-    return judge(c, actual, expected, **base, reference=ref)
-
-
 def perf_case(
     c: Case,
     device: str,
@@ -202,17 +132,18 @@ def perf_case(
 
     base: dict[str, Any] = {"op": c.op, "case": c.name, "device": device}
     try:
-        leaves, g, out, feed = _prepare(c)
+        leaves = ggml_inputs(c, draw_all(c))
+        g, out, feed = build_ovkit(c, leaves)
     except Exception as exc:
         return Result(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
     reason = policy_rejection(g, out, device)
     if reason is not None:
         return Result(**base, status="not supported", detail=reason)
-    cfg = _run_config(g, out, hints)
+    cfg = hints_config(g, out, hints)
     try:
         result = compute_graph(g, [out], feed, device, core=core, config=cfg)[0]  # compile + warm up
         compute_graph(g, [out], feed, device, core=core, config=cfg)
-        base["precision"] = _effective_precision(core)
+        base["precision"] = effective_precision(core)
         times: list[float] = []
         start = time.perf_counter()
         while len(times) < 3 or (time.perf_counter() - start < min_seconds and len(times) < max_runs):
@@ -269,7 +200,7 @@ def iter_results(
     )
     for c in bar:
         if mode == "test":
-            yield run_case(c, dev, ref, hints=hints, core=core)
+            yield run_case(c, dev, reference=ref, hints=hints, core=core)  # type: ignore[arg-type]
         else:
             yield perf_case(c, dev, hints=hints, vs_ggml=vs_ggml, core=core)
 

@@ -5,7 +5,8 @@ import os
 import openvino as ov
 import pytest
 
-from ovkit.devices import DeviceClass, device_class, device_table, format_device_list, list_devices
+from ovkit.devices import DeviceClass, device_class, format_device_list, list_devices
+from ovkit.devices_view import device_table
 from ovkit.memory import MIB, host_memory
 from ovkit.simulate import DeviceProfile, Failure, Profile, SimulatedCore
 

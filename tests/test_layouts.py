@@ -10,7 +10,8 @@ import pytest
 
 import ovkit
 from ovkit.cli import main
-from ovkit.devices import device_table, format_device_list, list_devices
+from ovkit.devices import format_device_list, list_devices
+from ovkit.devices_view import device_table
 from ovkit.layouts import LAYOUTS, BackendAbort, OnUnknown, UnknownLayoutError
 from ovkit.memory import MIB, host_memory
 from ovkit.selection import resolve_device

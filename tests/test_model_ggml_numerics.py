@@ -109,11 +109,7 @@ def _flash_attn(
     """One FLASH_ATTN_EXT (scale 1/8) on the CPU in f32, marked for ggml's numerics with the
     ``ggml`` kernels or not.  The policy's Q/K/V permute rule is about llama.cpp's graphs, so the
     translation runs directly."""
-    from ovkit.engine import GRAPH_RUN_CONFIG, run_model
     from ovkit.graph import Graph
-    from ovkit.ir import from_model_output
-    from ovkit.ops.feed import prepare_feed
-    from ovkit.ops.translate import model_inputs
 
     g = Graph()
     feed = {"q": q, "k": k, "v": v, "m": mask}
@@ -121,11 +117,7 @@ def _flash_attn(
     out = g.flash_attn_ext(ins["q"], ins["k"], ins["v"], ins["m"], 0.125, 0.0, 0.0)
     if ggml:
         ggml_numerics.mark(g, ggml)
-    model, names = g.to_model([out])
-    raw = run_model(
-        model, model_inputs(names, prepare_feed(g, [out], feed)), "CPU", run_config=GRAPH_RUN_CONFIG
-    )
-    return np.asarray(from_model_output(out, raw[0]))
+    return np.asarray(g.compute(out, feed, device="CPU", policy=False))
 
 
 #: (heads, KV heads, query rows, keys, head size): SmolLM2's prefill and decode shapes (9/3 heads

@@ -125,9 +125,10 @@ def test_runs_to_the_end_and_announces_each_skip(plain: Callable[[str], Any], pa
 def test_optional_names_what_is_skipped_and_why(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ovkit import notebook, oracle
+    from ovkit import notebook
+    from ovkit.oracle import loader
 
-    monkeypatch.setattr(oracle, "load_ggml", lambda: None)  # as without ggml-python
+    monkeypatch.setattr(loader, "load_ggml", lambda: None)  # as without ggml-python
     assert notebook.optional("ggml", "the ggml answer") is False
     assert capsys.readouterr().out == (
         "skipped: the ggml answer (ggml-python (ggml itself) is not installed; run scripts/install-upstream)\n"
@@ -144,9 +145,10 @@ def test_optional_names_what_is_skipped_and_why(
 def test_quantizable_keeps_what_gguf_can_quantize(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ovkit import notebook, oracle
+    from ovkit import notebook
+    from ovkit.oracle import loader
 
-    monkeypatch.setattr(oracle, "load_ggml", lambda: None)
+    monkeypatch.setattr(loader, "load_ggml", lambda: None)
     notebook.can_quantize.cache_clear()
     try:
         assert notebook.quantizable(["q4_0", "q8_0", "q4_K"], "the K rows") == ["q4_0", "q8_0"]

@@ -4,7 +4,7 @@ Each case is ONE program written against the builder API. It runs twice:
 ``program(Graph(), leaves)`` → ``Graph.compute`` on OpenVINO's CPU device, and
 ``program(GgmlBuilder, leaves)`` → real ggml (ggml-python) on ggml's CPU backend. The results are
 compared with test-backend-ops' check (NaN/inf rules, then NMSE ≤ the op's threshold, 1e-7 unless
-:data:`ovkit.oracle.MAX_NMSE` or the case documents otherwise).
+:attr:`ovkit.ops.table.OpEntry.max_nmse` or the case documents otherwise).
 
 The cases are the curated catalogue's ``ggml`` set (:mod:`ovkit.catalogue.curated`, also run by
 ``ovkit test-ops --set ggml``): shapes in ggml's ``ne`` order (innermost first), as in
@@ -20,8 +20,6 @@ catalogue's numpy reference (``compute(mode="reference")``) against ggml.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 
@@ -29,22 +27,10 @@ from ovkit import oracle
 from ovkit.catalogue import curated
 from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs
 from ovkit.graph import UnsupportedOpError
+from ovkit.ops.table import max_nmse
 
 DEVICE = "CPU"
 CASES = curated.cases(curated.GGML)
-
-
-def _run_unchecked(g: Any, out: Any, data: dict[str, Any]) -> np.ndarray:
-    """The OpenVINO translation on the CPU device without the support-policy check."""
-    from ovkit.engine import GRAPH_RUN_CONFIG, run_model
-    from ovkit.ir import from_model_output
-    from ovkit.ops.feed import prepare_feed
-    from ovkit.ops.translate import model_inputs
-
-    model, names = g.to_model([out])
-    feed = prepare_feed(g, [out], data)
-    raw = run_model(model, model_inputs(names, feed), DEVICE, run_config=GRAPH_RUN_CONFIG)
-    return from_model_output(out, raw[0])
 
 
 def _assert_matches(case: Case, got: np.ndarray, want: np.ndarray) -> None:
@@ -62,7 +48,7 @@ def test_op_matches_ggml(case: Case) -> None:
     try:
         got = np.asarray(g.compute(out, feed, device=DEVICE))
     except UnsupportedOpError as exc:
-        got, rejection = _run_unchecked(g, out, feed), exc.reason
+        got, rejection = g.compute(out, feed, device=DEVICE, policy=False), exc.reason
     if not case.rejected:
         assert rejection is None, f"{case.name}: the CPU policy rejected this case: {rejection}"
     else:
@@ -150,9 +136,6 @@ def test_case_names_are_unique() -> None:
 
 
 def test_overrides_are_documented() -> None:
-    thresholds: dict[str, set[float]] = {}
-    for builder, op in curated.BUILDER_OP.items():
-        thresholds.setdefault(op, set()).add(oracle.max_nmse(builder))
     for c in CASES:
-        if c.max_err not in thresholds[c.op]:
+        if c.max_err != max_nmse(c.op):
             assert c.why, f"{c.name}: a threshold override needs its reason"

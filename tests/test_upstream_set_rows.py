@@ -16,7 +16,7 @@ def test_set_rows_verdicts_of_the_real_backend_match_the_policy() -> None:
         Row("SET_ROWS", "type_src=f32,type_dst=q4_0,type_idx=i64,ne=[32,5,3,1],nr23=[1,1],r=1,v=0"),
     ]
     with isolate.Isolated() as worker:
-        results = [ops.run_row(r, worker, Revision.P) for r in rows]
+        results = [ops.three_way_row(r, worker, Revision.P) for r in rows]
     assert [r.upstream_supported for r in results] == [True, False], [r.line() for r in results]
     assert [r.ovkit_supported for r in results] == [True, False], [r.line() for r in results]
     assert all(r.agrees for r in results), [r.line() for r in results]

@@ -19,7 +19,7 @@ from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf
 from ovkit.dtypes import layout
 from ovkit.errors import OvkitError
 from ovkit.ir import pad_ne
-from ovkit.ops.table import LISTS
+from ovkit.ops.table import LISTS, max_nmse
 from ovkit.ops.verdict_csv import parse_params
 
 CaseBuilder = Callable[[str, str, dict[str, Any]], Case]
@@ -585,7 +585,7 @@ def _mul_mat(op: str, params: str, p: dict[str, Any]) -> Case:
             out = b.add(out, _named(b.mul_mat(a, bb), "out2"))
         return out
 
-    return Case(op, params, leaves, program, max_err=5e-4, flops=2 * m * n * k * ne_b[2] * ne_b[3],
+    return Case(op, params, leaves, program, max_err=max_nmse("MUL_MAT"), flops=2 * m * n * k * ne_b[2] * ne_b[3],
                 ggml_f32=_widened_b(ta, tb))  # fmt: skip
 
 
@@ -620,7 +620,9 @@ def _mul_mat_id(op: str, params: str, p: dict[str, Any]) -> Case:
             ids = _named(b.view_2d(ids, n_used, n, ids.nb[1], 0), "view_of_ids")
         return _named(b.mul_mat_id(x["as"], x["b"], ids), "out")
 
-    return Case(op, params, leaves, program, max_err=5e-4, ggml_f32=_widened_b(p["type_a"], p["type_b"]))
+    return Case(
+        op, params, leaves, program, max_err=max_nmse(op), ggml_f32=_widened_b(p["type_a"], p["type_b"])
+    )
 
 
 def _out_prod(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -644,7 +646,7 @@ def _out_prod(op: str, params: str, p: dict[str, Any]) -> Case:
     ta = p["type_a"]
     wide_a = ta == "f16" or (ta not in ("f32", "bf16") and list(nr[:2]) != [1, 1])
     widened = (("a",) if wide_a else ()) + (("b",) if p["type_b"] != "f32" else ())
-    return Case(op, params, leaves, program, max_err=5e-4, ggml_f32=widened)
+    return Case(op, params, leaves, program, max_err=max_nmse(op), ggml_f32=widened)
 
 
 def _soft_max(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -663,7 +665,7 @@ def _soft_max(op: str, params: str, p: dict[str, Any]) -> Case:
         b.soft_max_add_sinks(out, x.get("sinks"))
         return _named(out, "out")
 
-    return Case(op, params, tuple(leaves), program, max_err=1e-6)
+    return Case(op, params, tuple(leaves), program, max_err=max_nmse(op))
 
 
 def _rope(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -800,7 +802,7 @@ def _flash_attn(op: str, params: str, p: dict[str, Any]) -> Case:
         return _named(out, "out")
 
     flops = 2 * nh * nr2 * nb * (hsk + hsv) * kv * nr3
-    return Case(op, params, tuple(leaves), program, max_err=5e-4, flops=flops)
+    return Case(op, params, tuple(leaves), program, max_err=max_nmse(op), flops=flops)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -849,7 +851,7 @@ def _conv_2d(op: str, params: str, p: dict[str, Any]) -> Case:
             ker = b.permute(b.cont(b.permute(ker, 2, 3, 1, 0)), 3, 2, 0, 1)
         return _named(b.conv_2d_direct(ker, inp, *args), "out")
 
-    return Case(op, params, leaves, program, max_err=5e-4)
+    return Case(op, params, leaves, program, max_err=max_nmse(op))
 
 
 def _conv_2d_dw(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -880,7 +882,7 @@ def _conv_3d(op: str, params: str, p: dict[str, Any]) -> Case:
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         return _named(b.conv_3d_direct(x["kernel"], x["input"], *args, ic, n, oc), "out")
 
-    return Case(op, params, leaves, program, max_err=5e-4)
+    return Case(op, params, leaves, program, max_err=max_nmse(op))
 
 
 def _conv_transpose_2d(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -889,7 +891,7 @@ def _conv_transpose_2d(op: str, params: str, p: dict[str, Any]) -> Case:
         Leaf("kernel", pad_ne(p["ne_kernel"]), p["kernel_type"]),
     )
     stride = int(p["stride"])
-    return Case(op, params, leaves, max_err=5e-4,
+    return Case(op, params, leaves, max_err=max_nmse(op),
                 program=lambda b, x: _named(b.conv_transpose_2d_p0(x["kernel"], x["input"], stride), "out"))  # fmt: skip
 
 
@@ -962,7 +964,7 @@ def _solve_tri(op: str, params: str, p: dict[str, Any]) -> Case:
         Leaf("b", pad_ne(p["ne_rhs"]), p["type"]),
     )
     return Case(op, params, leaves,
-                lambda b, x: _named(b.solve_tri(x["a"], x["b"], True, True, False), "out"), max_err=1e-6)  # fmt: skip
+                lambda b, x: _named(b.solve_tri(x["a"], x["b"], True, True, False), "out"), max_err=max_nmse(op))  # fmt: skip
 
 
 BUILDERS: dict[str, CaseBuilder] = {

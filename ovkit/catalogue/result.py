@@ -77,7 +77,7 @@ class Result:
 
 
 def _nmse(actual: np.ndarray, expected: np.ndarray) -> float:
-    from ovkit.oracle import nmse
+    from ovkit.nmse import nmse
 
     return float(nmse(actual, expected))
 
@@ -119,15 +119,15 @@ def judge(case: Case, actual: Any, expected: Any, against: str = "reference", /,
     ggml tensor first, then the case's own error (:func:`error_kind`) within ``case.max_err``.
     ``fields``: the :class:`Result`'s other fields (device, reference, precision, accepted; op and
     case are the case's own)."""
-    from ovkit import oracle
+    from ovkit.nmse import compare, same_ne
 
     a, e = np.asarray(actual), np.asarray(expected)
     base: dict[str, Any] = {**fields, "op": case.op, "case": case.name, "max_err": case.max_err}
     kind = error_kind(case)
-    if not oracle.same_ne(a.shape, e.shape):
+    if not same_ne(a.shape, e.shape):
         return Result(**base, status="FAIL", detail=f"shape {a.shape} vs {against} {e.shape}")
     if kind.nan_inf_checks:  # test-backend-ops' NaN and inf checks, then the NMSE
-        verdict = oracle.compare(a, e, case.max_err)
+        verdict = compare(a, e, case.max_err)
         ok, err, why = verdict.ok, verdict.err, verdict.reason
     else:
         err = kind.measure(a, e)

@@ -166,9 +166,47 @@ def upstream_verdict(row: Row, device_class: str = "CPU") -> tuple[bool, str]:
     return d.supported, d.reason
 
 
+#: Compile hints of a policy-checked run: ``exact`` = f32 inference precision (ovkit's default,
+#: ggml's numbers); ``upstream`` = upstream's naive path: EXECUTION_MODE PERFORMANCE when the
+#: first node is MUL_MAT, else ACCURACY, no precision hint (bf16 MatMuls on CPUs with bf16).
+HINTS: tuple[str, ...] = ("exact", "upstream")
+Reference = Literal["ggml", "numpy"]
+
+
+def hints_config(g: Any, out: Any, hints: str) -> Any:
+    """The run config of ``hints`` for ``out``'s graph (None: ``Graph.compute``'s own, exact f32)."""
+    from ovkit.engine import DEFAULT_RUN_CONFIG, naive_run_config
+
+    if hints not in HINTS:
+        raise ValueError(f"hints={hints!r} is not valid (expected one of: {', '.join(HINTS)})")
+    if hints == "exact":
+        return None
+    first = next((t.op for t in g.topo([out]) if not t.is_leaf), None)
+    return naive_run_config(first, DEFAULT_RUN_CONFIG)
+
+
+def policy_rejection(g: Any, out: Any, device: str) -> str | None:
+    """The first rejection's reason of ovkit's policy for ``device``'s class, or None when every op
+    of ``out``'s graph is supported."""
+    from ovkit.devices import device_class
+
+    for t, decision in g.check_support([out], str(device_class(device))):
+        if not decision.supported:
+            return decision.reason or f"{t.describe()} rejected"
+    return None
+
+
+def effective_precision(core: Core | None) -> str:
+    """The inference precision the device reported for the engine's last run."""
+    from ovkit.engine import get_engine
+
+    runner = get_engine(core).last_runner
+    return (runner.graph.effective.inference_precision or "") if runner is not None else ""
+
+
 @dataclass(frozen=True, slots=True)
 class _Ready:
-    """A case built on both sides and computed by ggml, waiting for its OpenVINO inference:
+    """A case built on both sides with its reference computed, waiting for its OpenVINO inference:
     its model, the model's input arrays (in Parameter order) and the graph output they give."""
 
     case: Case
@@ -250,24 +288,23 @@ def _ggml_result(case: Case, leaves: Mapping[str, Any], threads: int | None) -> 
 
 def _prepare(
     case: Case,
-    policy: Policy,
     device: str,
-    accepted: bool,
-    reason: str,
+    policy: Policy,
+    reference: Reference,
+    hints: str,
     threads: int | None,
+    verdict: tuple[bool, str] | None,
     *,
     core: Core | None,
 ) -> Result | _Ready:
-    """Everything of :func:`run_case` but the OpenVINO inference: the verdict when it comes
-    earlier (not translatable, not supported, no oracle, the engine's own run for
+    """Everything of :func:`run_case` but an unchecked run's inference: the verdict when it comes
+    earlier (not translatable, not supported, no reference, the engine's own run for
     ``policy="upstream"``), else the case ready to infer."""
     from ovkit.engine import compute_graph
     from ovkit.ir import GraphError, UnsupportedOpError
-    from ovkit.ops.feed import prepare_feed
-    from ovkit.ops.translate import model_inputs
     from ovkit.quant import KNOWN_TYPES
 
-    base: dict[str, Any] = {"op": case.op, "case": case.name, "device": device, "accepted": accepted}
+    base: dict[str, Any] = {"op": case.op, "case": case.name, "device": device, "reference": reference}
     known = {q.lower() for q in KNOWN_TYPES}
     for leaf in case.leaves:
         if leaf.quantized and leaf.dtype.lower() not in known:
@@ -287,61 +324,67 @@ def _prepare(
         return Result(**base, status="FAIL", detail=f"build: {error_line(exc)}")
     if gap is not None:
         return Result(**base, status="not translatable", detail=gap)
-    if policy == "upstream" and not accepted:
-        return Result(**base, status="not supported", detail=reason)
+    if verdict is None:  # ovkit's own policy for the device's class
+        reason = policy_rejection(g, out, device)
+        verdict = (reason is None, reason or "")
+    base["accepted"] = verdict[0]
+    if policy == "upstream" and not verdict[0]:
+        return Result(**base, status="not supported", detail=verdict[1])
     try:
-        model, names = g.to_model([out])
+        model, inputs = (None, []) if policy == "upstream" else g.translation(out, feed)
     except Exception as exc:
         status: Status = "not translatable" if _ovkit_gap(exc) else "FAIL"
         return Result(**base, status=status, detail=error_line(exc))
     try:
-        expected = _ggml_result(case, oracle_inputs(case, ggml_leaves), threads)
+        if reference == "ggml":
+            expected = _ggml_result(case, oracle_inputs(case, ggml_leaves), threads)
+        else:
+            expected = np.asarray(g.compute(out, feed, mode="reference"))
     except _NoOracle as exc:
         return Result(**base, status="no case", detail=str(exc))
     except Exception as exc:
-        return Result(**base, status="FAIL", detail=f"ggml: {error_line(exc)}")
+        return Result(**base, status="FAIL", detail=f"reference ({reference}): {error_line(exc)}")
     if policy == "upstream":  # accepted: the engine's own path (its policy check of every node)
         try:
-            actual = np.asarray(compute_graph(g, [out], feed, device, core=core)[0])
+            actual = compute_graph(g, [out], feed, device, core=core, config=hints_config(g, out, hints))[0]
         except UnsupportedOpError as exc:  # a node it refuses, as test-backend-ops' test mode asks
             return Result(**base, status="not supported", detail=f"(every node asked) {exc}")
         except Exception as exc:
             return Result(**base, status="FAIL", detail=error_line(exc))
-        return _judged(case, base, actual, expected)
-    try:
-        return _Ready(case, base, model, model_inputs(names, prepare_feed(g, [out], feed)), out, expected)
-    except Exception as exc:
-        return Result(**base, status="FAIL", detail=error_line(exc))
+        base["precision"] = effective_precision(core)
+        return _judged(_Ready(case, base, model, inputs, out, expected), np.asarray(actual))
+    return _Ready(case, base, model, inputs, out, expected)
 
 
-def _judged(case: Case, base: dict[str, Any], actual: np.ndarray | Exception, expected: np.ndarray) -> Result:
-    """The verdict on ovkit's output (or the exception that stopped it) against ggml's."""
+def _judged(r: _Ready, actual: np.ndarray | Exception) -> Result:
+    """The verdict on ovkit's output (or the exception that stopped it) against the reference."""
     if isinstance(actual, Exception):
-        return Result(**base, status="FAIL", detail=error_line(actual))
-    r = judge(case, actual, expected, "ggml", **base)
-    limit = known_limit(case.op, case.params) if r.status == "FAIL" else None
+        return Result(**r.base, status="FAIL", detail=error_line(actual))
+    got = judge(r.case, actual, r.expected, r.base["reference"], **r.base)
+    limit = known_limit(r.case.op, r.case.params) if got.status == "FAIL" else None
     if limit is not None:
-        return replace(r, status="known limit", detail=f"{limit} ({r.detail})")
-    return r
+        return replace(got, status="known limit", detail=f"{limit} ({got.detail})")
+    return got
 
 
 def run_case(
     case: Case,
-    policy: Policy = "upstream",
     device: str = "CPU",
     *,
     core: Core | None = None,
-    accepted: bool = True,
-    reason: str = "",
+    policy: Policy = "upstream",
+    reference: Reference = "ggml",
+    hints: str = "exact",
     threads: int | None = None,
+    verdict: tuple[bool, str] | None = None,
 ) -> Result:
-    """Build both graphs, run ovkit on ``device`` and ggml's CPU backend, compare.  ``accepted``
-    and ``reason``: the backend's verdict (``policy="upstream"`` runs only accepted cases);
-    ``threads``: threads of each side (None: OpenVINO's default, ggml's 2)."""
-    r = _prepare(case, policy, device, accepted, reason, threads, core=core)
-    if isinstance(r, Result):
-        return r
-    return _judged(r.case, r.base, _infer([r], device, threads, core=core)[0], r.expected)
+    """One case: build ovkit's graph, ask the support policy (``policy="upstream"``: the backend's
+    ``verdict`` when given, else ovkit's own for ``device``'s class, then every node as the
+    engine runs it; ``"none"``: every case ovkit can translate), run it on ``device`` (``hints``:
+    the compile hints of a checked run) and compare with ``reference`` (ggml's CPU backend, or
+    ovkit's numpy reference).  ``threads``: threads of each side (None: OpenVINO's default, ggml's 2)."""
+    r = _prepare(case, device, policy, reference, hints, threads, verdict, core=core)
+    return r if isinstance(r, Result) else _judged(r, _infer([r], device, threads, core=core)[0])
 
 
 def run_row(
@@ -352,7 +395,8 @@ def run_row(
     core: Core | None = None,
     threads: int | None = None,
 ) -> Result:
-    """:func:`run_case` of one case list row, timed; rows no builder knows are ``no case``."""
+    """:func:`run_case` of one case list row (the backend's verdict of it), timed; rows no builder
+    knows are ``no case``."""
     return run_rows([row], policy, device, threads=threads, core=core)[0]
 
 
@@ -380,7 +424,9 @@ def run_rows(
         except backend_ops.NoCase as exc:
             done.append(Result(row.op, row.name, "no case", str(exc), device=device, accepted=accepted))
         else:
-            done.append(_prepare(case, policy, device, accepted, reason, threads, core=core))
+            done.append(
+                _prepare(case, device, policy, "ggml", "exact", threads, (accepted, reason), core=core)
+            )
         seconds.append(time.perf_counter() - t0)
     ready = [r for r in done if isinstance(r, _Ready)]
     t0 = time.perf_counter()
@@ -391,7 +437,7 @@ def run_rows(
     out = []
     for r, s in zip(done, seconds, strict=True):
         if isinstance(r, _Ready):
-            r, s = _judged(r.case, r.base, actual[id(r)], r.expected), s + share
+            r, s = _judged(r, actual[id(r)]), s + share
         out.append(replace(r, seconds=round(s, 4)))
     return out
 

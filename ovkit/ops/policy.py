@@ -28,8 +28,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ovkit.dtypes import is_quantized
+from ovkit.dtypes import DTYPES, QUANT_TYPES, is_quantized
 from ovkit.ir import Op, OpInfo, RopeType
+from ovkit.ops.table import ENTRIES, TABLE
 
 if TYPE_CHECKING:
     from ovkit.ir import GraphIR, Tensor
@@ -89,49 +90,23 @@ class SupportDecision:
 
 
 # ----------------------------------------------------------------------------------------------
-# Registered op tables (upstream's op_table.cpp)
+# Registered op tables (upstream's op_table.cpp): the catalogue's ``registered`` entries
 
-#: ggml ops with a registered translator in revision N (39).  NONE is always supported.
-REGISTERED_OPS_N: tuple[str, ...] = (
-    Op.ADD, Op.ADD1, Op.ADD_ID, Op.CONCAT, Op.CONT, Op.DIV, Op.FILL, Op.GET_ROWS, Op.IM2COL, Op.MUL,
-    Op.MUL_MAT, Op.MUL_MAT_ID, Op.PERMUTE, Op.RESHAPE, Op.RMS_NORM, Op.NORM, Op.L2_NORM, Op.SUM_ROWS,
-    Op.ROPE, Op.SCALE, Op.SQR, Op.SQRT, Op.SOFT_MAX, Op.ARGSORT, Op.SUB, Op.TRANSPOSE, Op.VIEW,
-    Op.SET_ROWS, Op.CPY, Op.FLASH_ATTN_EXT, Op.CLAMP, Op.PAD, Op.SSM_CONV, Op.GATED_DELTA_NET,
-    Op.REPEAT, Op.CUMSUM, Op.DIAG, Op.TRI, Op.SET,
-)  # fmt: skip
-REGISTERED_UNARY_N: tuple[str, ...] = ("GELU", "SIGMOID", "SILU", "SOFTPLUS", "TANH", "EXP", "NEG")
-REGISTERED_GLU_N: tuple[str, ...] = ("SWIGLU", "SWIGLU_OAI", "GEGLU")
-#: Ops with a translator that is not registered, and why.
-NOT_REGISTERED: dict[str, str] = {
-    Op.SOLVE_TRI: "translator exists (op/solve_tri.cpp, Loop-based) but is commented out: "
-    "'solve_tri has accuracy issues on GPU'",
-}
-#: Revision V lacks the ops that N added.
-_ADDED_IN_N = frozenset({Op.FILL, Op.SQR, Op.SQRT, Op.CUMSUM, Op.DIAG, Op.TRI, Op.SET})
-_UNARY_ADDED_IN_N = frozenset({"SIGMOID", "EXP", "NEG"})
-
-REGISTERED: dict[Revision, tuple[frozenset[str], frozenset[str], frozenset[str]]] = {
-    Revision.N: (
-        frozenset(REGISTERED_OPS_N) | {Op.NONE},
-        frozenset(REGISTERED_UNARY_N),
-        frozenset(REGISTERED_GLU_N),
-    ),
-    Revision.V: (
-        (frozenset(REGISTERED_OPS_N) - _ADDED_IN_N) | {Op.NONE},
-        frozenset(REGISTERED_UNARY_N) - _UNARY_ADDED_IN_N,
-        frozenset(REGISTERED_GLU_N),
-    ),
-    Revision.P: (
-        (frozenset(REGISTERED_OPS_N) - _ADDED_IN_N) | {"NONE"},
-        frozenset(REGISTERED_UNARY_N) - _UNARY_ADDED_IN_N,
-        frozenset(REGISTERED_GLU_N) - {"SWIGLU_OAI"},
-    ),
-}
-
-#: The allowed tensor types (a global gate of supports_op).  Revision V lacks MXFP4.
-ALLOWED_TYPES_N = frozenset(
-    {"f32", "f16", "bf16", "i64", "i32", "q4_0", "q4_1", "q4_k", "q5_1", "q5_k", "q8_0", "q6_k", "mxfp4"}
+#: The ops, unary and GLU sub-ops registered in revision N (NONE, a leaf, is always supported).
+REGISTERED_N: frozenset[Op] = frozenset(e.key for e in ENTRIES if e.registered) | {Op.NONE}
+#: What revision N registers that the older V and P do not.
+_ADDED_IN_N = frozenset(
+    {Op.FILL, Op.SQR, Op.SQRT, Op.CUMSUM, Op.DIAG, Op.TRI, Op.SET, Op.SIGMOID, Op.EXP, Op.NEG}
 )
+REGISTERED: dict[Revision, frozenset[Op]] = {
+    Revision.N: REGISTERED_N,
+    Revision.V: REGISTERED_N - _ADDED_IN_N,
+    Revision.P: REGISTERED_N - _ADDED_IN_N - {Op.SWIGLU_OAI},
+}
+
+#: The allowed tensor types (a global gate of supports_op): the plain types and the quantized
+#: types upstream extracts.  Revisions V and P lack MXFP4.
+ALLOWED_TYPES_N = frozenset(DTYPES) | {q.lower() for q in QUANT_TYPES}
 ALLOWED_TYPES: dict[Revision, frozenset[str]] = {
     Revision.N: ALLOWED_TYPES_N,
     Revision.V: ALLOWED_TYPES_N - {"mxfp4"},
@@ -161,17 +136,17 @@ def _srcs(op: OpInfo) -> list[tuple[int, OpInfo]]:
 
 
 def _membership(revision: Revision) -> Check:
-    ops, unary, glu = REGISTERED[revision]
+    registered = REGISTERED[revision]
 
     def check(op: OpInfo) -> str | None:
-        if op.op == Op.UNARY:
-            return None if op.sub_op in unary else f"unary op {op.sub_op} is not registered"
-        if op.op == Op.GLU:
-            return None if op.sub_op in glu else f"GLU op {op.sub_op} is not registered"
-        if op.op in ops:
+        if op.op in (Op.UNARY, Op.GLU):
+            if Op.sub_op_named(Op(op.op), op.sub_op or "") in registered:
+                return None
+            return f"{'unary' if op.op == Op.UNARY else 'GLU'} op {op.sub_op} is not registered"
+        if op.op in registered:
             return None
-        why = NOT_REGISTERED.get(op.op)
-        return f"op {op.op} is not registered" + (f" ({why})" if why else "")
+        entry = TABLE.get(Op(op.op)) if op.op in Op.__members__ else None  # a newer ggml's op: no entry
+        return f"op {op.op} is not registered" + (f" ({entry.reason})" if entry is not None else "")
 
     return check
 
@@ -268,7 +243,7 @@ _N = frozenset({Revision.N})
 _V = frozenset({Revision.V, Revision.P})  #: V's gates; P shares all but the few marked _V_ONLY
 _V_ONLY = frozenset({Revision.V})
 _P = frozenset({Revision.P})
-_GLU_KEYS = frozenset(f"GLU.{g}" for g in REGISTERED_GLU_N)
+_GLU_KEYS = frozenset(o for o in REGISTERED_N if o.kind == "glu")
 
 GLOBAL_GATES: tuple[Gate, ...] = (
     Gate("global.membership", "the op must have a registered translator (op_table.cpp)",
@@ -618,13 +593,11 @@ _BINARY = (
     Gate("binary.broadcast", "each dim must match or be 1 in one operand", _binary_incompatible),
 )
 
-#: Per-op gates keyed by ggml op name; unary/GLU sub-ops are keyed ``"UNARY.EXP"``, ``"GLU.SWIGLU"``.
-GATES: dict[str, tuple[Gate, ...]] = {
-    Op.NONE: (),
+#: Per-op gates by op-table key (an op without restrictions has none listed).
+GATES: dict[Op, tuple[Gate, ...]] = {
     Op.ADD: _BINARY,
     Op.SUB: _BINARY,
     Op.MUL: _BINARY,
-    Op.ADD1: (),
     Op.ADD_ID: (
         Gate("add_id.types", "output, src0 and src1 must be f32 and ids i32", _add_id_types),
     ),
@@ -639,9 +612,6 @@ GATES: dict[str, tuple[Gate, ...]] = {
         Gate("div.ffn_moe_weights_norm", "MoE weight normalisation stays on CPU",
              _name_prefix("ffn_moe_weights_norm"), quirk=True, revisions=_V),
     ),
-    Op.SCALE: (),
-    Op.SQR: (),
-    Op.SQRT: (),
     Op.CLAMP: (
         Gate("clamp.ffn_moe_weights_sum_clamped", "MoE weight clamp stays on CPU",
              _name_prefix("ffn_moe_weights_sum_clamped"), quirk=True, revisions=_V),
@@ -651,7 +621,6 @@ GATES: dict[str, tuple[Gate, ...]] = {
         Gate("concat.gpu_bf16_view", "no bf16 CONCAT with a VIEW input",
              _concat_gpu_bf16_view, device_class="GPU", revisions=_N),
     ),
-    Op.CONT: (),
     Op.RESHAPE: (
         Gate("reshape.ffn_norm_exps", "name must not start with 'ffn_norm_exps'",
              _name_prefix("ffn_norm_exps"), quirk=True, note="llama.cpp graph-name quirk"),
@@ -722,16 +691,11 @@ GATES: dict[str, tuple[Gate, ...]] = {
              _when(lambda op: op.name.startswith(("ffn_moe_gate_up", "ffn_moe_down")),
                    lambda op: f"tensor name {op.name!r}"), quirk=True, revisions=_V),
     ),
-    Op.NORM: (),
-    Op.RMS_NORM: (),
-    Op.L2_NORM: (),
     Op.SUM_ROWS: (
         Gate("sum_rows.permute", "src0 must not be PERMUTE", _src_is(0, Op.PERMUTE)),
         Gate("sum_rows.ffn_moe_weights_sum", "MoE weight sum stays on CPU",
              _name_prefix("ffn_moe_weights_sum"), quirk=True, revisions=_V),
     ),
-    Op.CUMSUM: (),
-    Op.ARGSORT: (),
     Op.SOFT_MAX: (
         Gate("soft_max.sinks", "sinks (src2) are not supported",
              _when(lambda op: op.src(2) is not None, lambda op: "sinks (src2) present"), revisions=_V),
@@ -760,8 +724,6 @@ GATES: dict[str, tuple[Gate, ...]] = {
         Gate("rope.imrope", "IMROPE needs no freq_factors, freq_scale=1, ext_factor=0, attn_factor=1",
              _rope_imrope),
     ),
-    Op.IM2COL: (),
-    Op.PAD: (),
     Op.REPEAT: (
         Gate("repeat.gpu_bf16", "output must not be bf16", _out_type(_BF16, "output type"),
              device_class="GPU", revisions=_N),
@@ -778,19 +740,6 @@ GATES: dict[str, tuple[Gate, ...]] = {
         Gate("gdn.snapshots", "K (state snapshots, op_params[0]) must be <= 1", _param_gt("K", 1, 1),
              revisions=_N),
     ),
-    Op.DIAG: (),
-    Op.TRI: (),
-    Op.FILL: (),
-    Op.GELU: (),
-    Op.SIGMOID: (),
-    Op.SILU: (),
-    Op.SOFTPLUS: (),
-    Op.TANH: (),
-    Op.EXP: (),
-    Op.NEG: (),
-    Op.SWIGLU: (),
-    Op.SWIGLU_OAI: (),
-    Op.GEGLU: (),
 }  # fmt: skip
 
 #: Device-class names the policy knows (gates apply per class, not per exact device id).
@@ -809,7 +758,10 @@ def _device_class(device: str) -> str:
 def gates_for(op: str, sub_op: str | None = None) -> tuple[Gate, ...]:
     """The per-op gates of ``op`` (``"UNARY"``/``"GLU"`` with ``sub_op``)."""
     key = f"{op.upper()}.{sub_op.upper()}" if sub_op else op.upper()
-    return GATES.get(key, ())
+    try:
+        return GATES.get(Op(key), ())
+    except ValueError:  # not an op at all: no gates of its own
+        return ()
 
 
 def op_gates(key: str) -> tuple[Gate, ...]:
@@ -817,7 +769,7 @@ def op_gates(key: str) -> tuple[Gate, ...]:
     the op-specific global gates (EXP f32, GLU odd ne0, view inputs) then ``GATES[key]``.
     The gates every op passes (membership, types, quantized 3-D, MSA) are in :data:`GLOBAL_GATES`."""
     k = key.upper()
-    return tuple(g for g in GLOBAL_GATES if k in g.ops) + GATES.get(k, ())
+    return tuple(g for g in GLOBAL_GATES if k in g.ops) + gates_for(k)
 
 
 def _as_opinfo(op: Any) -> OpInfo:
@@ -923,10 +875,16 @@ def render_markdown() -> str:
         "  `ovkit.catalogue.verdicts.replay()` replays that CSV: every expressible row agrees",
         "  (`pytest tests/test_policy_upstream_csv.py -s`).",
         "",
-        f"Registered ops (N, {len(REGISTERED_OPS_N)}): " + ", ".join(REGISTERED_OPS_N) + ".",
-        f"Unary (N, {len(REGISTERED_UNARY_N)}): " + ", ".join(REGISTERED_UNARY_N) + ".",
-        f"GLU ({len(REGISTERED_GLU_N)}): " + ", ".join(REGISTERED_GLU_N) + ".",
-        "Not registered: " + "; ".join(f"{k} ({v})" for k, v in NOT_REGISTERED.items()) + ".",
+        *(
+            f"{what} (N, {len(keys)}): " + ", ".join(keys) + "."
+            for what, keys in (
+                ("Registered ops", [e.key.value for e in ENTRIES if e.registered and e.kind == "op"]),
+                ("Unary", [str(e.key.sub_op) for e in ENTRIES if e.registered and e.kind == "unary"]),
+                ("GLU", [str(e.key.sub_op) for e in ENTRIES if e.registered and e.kind == "glu"]),
+            )
+        ),
+        "Not registered: "
+        + f"SOLVE_TRI ({TABLE[Op.SOLVE_TRI].reason}); every op the catalogue lists unregistered.",
         "Allowed types (N): " + ", ".join(sorted(ALLOWED_TYPES_N)) + ".",
         "",
         "| op | gate | rule (rejected when it does not hold) | device class | quirk | revisions |",

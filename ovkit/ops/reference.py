@@ -9,32 +9,45 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ovkit.dtypes import NUMPY_DTYPE
-from ovkit.ir import GraphError, Op, RopeType, Tensor, ggml_index_map, interpret, round_to
-from ovkit.ir import GraphIR as Graph
+from ovkit.ir import GraphError, GraphIR, Op, RopeType, Tensor, ggml_index_map, interpret, round_to
+from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, register_in
+from ovkit.ops.geometry import (
+    alibi_slopes,
+    arange_values,
+    ax,
+    col2im_1d_columns,
+    col2im_1d_index,
+    conv_geometry,
+    diag_mask,
+    im2col_3d_index,
+    im2col_geometry,
+    pool_divisor,
+    pool_geometry,
+    repeat_back_shape,
+    rope_pairs,
+    rope_sections,
+    rope_tables,
+    set_index,
+    timestep_freqs,
+    top_k_order,
+    tri_mask,
+    upscale_batch_index,
+    upscale_weights,
+    window_index,
+    wrap_index,
+)
 
 Arr = np.ndarray
 #: an f32 array: what every reference computes in (its arithmetic keeps the element type)
 F32 = npt.NDArray[np.float32]
 ReferenceFn = Callable[[Tensor, list[Any]], Arr]
 REFERENCES: dict[Op, ReferenceFn] = {}
-Fn = TypeVar("Fn")
-
-
-def register_in(table: dict[Op, Fn], keys: tuple[Op, ...]) -> Callable[[Fn], Fn]:
-    """A decorator storing its function in ``table`` under each of the op-table ``keys``."""
-
-    def deco(fn: Fn) -> Fn:
-        for k in keys:
-            table[k] = fn
-        return fn
-
-    return deco
 
 
 def reference(*keys: Op) -> Callable[[ReferenceFn], ReferenceFn]:
@@ -54,11 +67,6 @@ def rounded(x: npt.ArrayLike, dtype: str) -> F32:
     return f32(round_to(dtype, x))
 
 
-def ax(dim: int) -> int:
-    """Axis of ggml dim ``dim`` in a 4-D value (numpy or OpenVINO order ``[ne3, ne2, ne1, ne0]``)."""
-    return 3 - dim
-
-
 def leaf_value(t: Tensor) -> Arr:
     if hasattr(t.value, "dequantize") and not isinstance(t.value, np.ndarray):
         return f32(t.value.dequantize()).reshape(tuple(reversed(t.ne)))
@@ -70,7 +78,7 @@ def view_value(t: Tensor, base: Arr) -> Arr:
     return base.reshape(-1)[ggml_index_map(t)]
 
 
-def evaluate(graph: Graph, outputs: Sequence[Tensor], feed: dict[str, Arr]) -> list[Arr]:
+def evaluate(graph: GraphIR, outputs: Sequence[Tensor], feed: dict[str, Arr]) -> list[Arr]:
     """Run ``outputs`` with the numpy references; arrays in each output's numpy shape and dtype."""
 
     def leaf(t: Tensor) -> Arr:
@@ -103,124 +111,8 @@ def repeat_to(x: Arr, big: Sequence[int]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- elementwise
-def _binary(fn: Callable[[Arr, Arr], Arr]) -> ReferenceFn:
-    def ref(t: Tensor, xs: list[Arr]) -> Arr:
-        return fn(f32(xs[0]), repeat_to(f32(xs[1]), t.ne))
-
-    return ref
-
-
-reference(Op.ADD)(_binary(np.add))
-reference(Op.SUB)(_binary(np.subtract))
-reference(Op.MUL)(_binary(np.multiply))
-reference(Op.DIV)(_binary(np.divide))
-
-
-@reference(Op.ADD1)
-def add1(t: Tensor, xs: list[Arr]) -> Arr:
-    return f32(xs[0]) + f32(xs[1]).reshape(1, 1, 1, 1)
-
-
-@reference(Op.ADD_ID)
-def add_id(t: Tensor, xs: list[Arr]) -> Arr:
-    a, b, ids = f32(xs[0]), f32(xs[1]), np.asarray(xs[2], dtype=np.int64)
-    # a [1, n_tok, n_used, ne0]; b [.., .., n_expert, ne0]; ids [1, 1, n_tok, n_used]
-    bias = b.reshape(-1, b.shape[-1])
-    return a + bias[ids.reshape(ids.shape[-2], ids.shape[-1])][None]
-
-
-@reference(Op.SCALE)
-def scale(t: Tensor, xs: list[Arr]) -> Arr:
-    return f32(xs[0]) * np.float32(t.params["s"]) + np.float32(t.params["b"])
-
-
-@reference(Op.SQR)
-def sqr(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0])
-    return x * x
-
-
-@reference(Op.SQRT)
-def sqrt(t: Tensor, xs: list[Arr]) -> Arr:
-    with np.errstate(invalid="ignore"):
-        return np.sqrt(f32(xs[0]))
-
-
-@reference(Op.CLAMP)
-def clamp(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.minimum(np.maximum(f32(xs[0]), np.float32(t.params["min"])), np.float32(t.params["max"]))
-
-
-@reference(Op.FILL)
-def fill(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.full(tuple(reversed(t.ne)), t.params["c"], dtype=np.float32)
-
-
-def gelu_tanh(x: Arr) -> F32:
-    x = f32(x)
-    c = np.float32(math.sqrt(2.0 / math.pi))
-    # f32(): numpy's stubs type a scalar times an f32 array as f64
-    return f32(
-        np.float32(0.5)
-        * x
-        * (np.float32(1.0) + np.tanh(c * x * (np.float32(1.0) + np.float32(0.044715) * x * x)))
-    )
-
-
-def ggml_gelu(x: Arr) -> F32:
-    """ggml's CPU GELU: the f16 lookup table (GGML_GELU_FP16) indexed by f16(x); ±10 cut-offs."""
-    x = f32(x)
-    table = rounded(gelu_tanh(rounded(x, "f16")), "f16")
-    return np.where(x <= -10.0, np.float32(0.0), np.where(x >= 10.0, x, table))
-
-
-def sigmoid(x: Arr) -> F32:
-    with np.errstate(over="ignore"):
-        return np.float32(1.0) / (np.float32(1.0) + np.exp(-f32(x)))
-
-
-def silu(x: Arr) -> F32:
-    return f32(x) * sigmoid(x)
-
-
-def softplus(x: Arr) -> F32:
-    x = f32(x)
-    with np.errstate(over="ignore"):
-        return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))).astype(np.float32))
-
-
-def _exp(x: Arr) -> F32:
-    with np.errstate(over="ignore"):
-        return np.exp(f32(x))
-
-
-_erf = np.frompyfunc(math.erf, 1, 1)
-
-
-def gelu_erf(x: Arr) -> F32:
-    """ggml's GELU_ERF: 0.5·x·(1 + erf(x/√2)) in f32."""
-    x = f32(x)
-    erf = np.asarray(_erf(x.astype(np.float64) * (1.0 / math.sqrt(2.0))), dtype=np.float32)
-    return np.float32(0.5) * x * (np.float32(1.0) + erf)
-
-
-def ggml_gelu_quick(x: Arr) -> F32:
-    """ggml's CPU GELU_QUICK: the f16 table (GGML_GELU_QUICK_FP16) of x·σ(1.702·x), indexed by f16(x)."""
-    xh = rounded(f32(x), "f16")
-    with np.errstate(over="ignore"):
-        table = xh * (np.float32(1.0) / (np.float32(1.0) + np.exp(np.float32(-1.702) * xh)))
-    return rounded(table, "f16")
-
-
-def _hardsigmoid(x: Arr) -> F32:
-    return f32(
-        np.minimum(np.float32(1.0), np.maximum(np.float32(0.0), (f32(x) + np.float32(3.0)) / np.float32(6.0)))
-    )
-
-
-def _log(x: Arr) -> F32:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.log(f32(x))
+def _sigmoid(x: F32) -> F32:
+    return np.float32(1.0) / (np.float32(1.0) + np.exp(-x))
 
 
 def _round_half_away(x: F32) -> F32:
@@ -229,113 +121,92 @@ def _round_half_away(x: F32) -> F32:
     return np.where(np.abs(x - t) >= 0.5, t + np.sign(x), t)
 
 
-def _elu(x: Arr) -> F32:
-    x = f32(x)
-    with np.errstate(over="ignore"):
-        return np.where(x > 0, x, np.expm1(np.minimum(x, 0)))
+_erf = np.frompyfunc(math.erf, 1, 1)
+_PRIMS: dict[str, Callable[[F32], Any]] = {
+    "neg": np.negative, "abs": np.abs, "sign": np.sign, "floor": np.floor, "ceil": np.ceil,
+    "trunc": np.trunc, "round_away": _round_half_away, "sqrt": np.sqrt, "exp": np.exp,
+    "expm1": np.expm1, "log": np.log, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
+    "sigmoid": _sigmoid, "erf": lambda x: _erf(x.astype(np.float64)),  # C's erff, from f64
+}  # fmt: skip
 
 
-UNARY_FNS: dict[str, Callable[[Arr], F32]] = {
-    "GELU": ggml_gelu,
-    "SIGMOID": sigmoid,
-    "SILU": silu,
-    "SOFTPLUS": softplus,
-    "TANH": lambda x: np.tanh(f32(x)),
-    "EXP": _exp,
-    "NEG": lambda x: -f32(x),
-    # not registered upstream
-    "ABS": lambda x: np.abs(f32(x)),
-    "SGN": lambda x: np.sign(f32(x)),
-    "STEP": lambda x: (f32(x) > 0).astype(np.float32),
-    "ELU": _elu,
-    "RELU": lambda x: np.maximum(f32(x), np.float32(0.0)),
-    "GELU_QUICK": ggml_gelu_quick,
-    "GELU_ERF": gelu_erf,
-    "HARDSWISH": lambda x: f32(x) * _hardsigmoid(x),
-    "HARDSIGMOID": _hardsigmoid,
-    "EXPM1": lambda x: _exp(x) - np.float32(1.0),
-    "FLOOR": lambda x: np.floor(f32(x)),
-    "CEIL": lambda x: np.ceil(f32(x)),
-    "ROUND": lambda x: _round_half_away(f32(x)),
-    "TRUNC": lambda x: np.trunc(f32(x)),
-}
-#: elementwise ops that are not unary sub-ops in ggml (their own GGML_OP_*).
-ELEMENTWISE_FNS: dict[Op, Callable[[Arr], F32]] = {
-    Op.SIN: lambda x: np.sin(f32(x)),
-    Op.COS: lambda x: np.cos(f32(x)),
-    Op.LOG: _log,
-}
+def _v(x: Arr | Num) -> Any:
+    return np.float32(x) if isinstance(x, float | int) else x
 
 
-@reference(Op.XIELU)
-def xielu(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0])
-    an, ap, beta, eps = (np.float32(t.params[k]) for k in ("alpha_n", "alpha_p", "beta", "eps"))
-    neg = (np.expm1(np.minimum(x, eps)) - x) * an + beta * x
-    return np.where(x > 0, ap * x * x + beta * x, neg)
+class NumpyOps:
+    """:class:`~ovkit.ops.formulas.ArrayOps` over f32 numpy arrays (IEEE results, no warnings)."""
+
+    def f32(self, x: Arr) -> F32:
+        return f32(x)
+
+    def add(self, a: Arr | Num, b: Arr | Num) -> F32:
+        return f32(np.add(_v(a), _v(b)))
+
+    def sub(self, a: Arr | Num, b: Arr | Num) -> F32:
+        return f32(np.subtract(_v(a), _v(b)))
+
+    def mul(self, a: Arr | Num, b: Arr | Num) -> F32:
+        return f32(np.multiply(_v(a), _v(b)))
+
+    def div(self, a: Arr | Num, b: Arr | Num) -> F32:
+        return f32(np.divide(_v(a), _v(b)))
+
+    def maximum(self, a: Arr | Num, b: Arr | Num) -> F32:
+        return f32(np.maximum(_v(a), _v(b)))
+
+    def minimum(self, a: Arr | Num, b: Arr | Num) -> F32:
+        return f32(np.minimum(_v(a), _v(b)))
+
+    def gt(self, a: Arr, b: Num) -> Arr:
+        return np.asarray(a > np.float32(b))
+
+    def ge(self, a: Arr, b: Num) -> Arr:
+        return np.asarray(a >= np.float32(b))
+
+    def le(self, a: Arr, b: Num) -> Arr:
+        return np.asarray(a <= np.float32(b))
+
+    def where(self, cond: Arr, a: Arr | Num, b: Arr | Num) -> F32:
+        return f32(np.where(cond, _v(a), _v(b)))
+
+    def unary(self, name: Prim, x: Arr) -> F32:
+        return f32(_PRIMS[name](f32(x)))
+
+    def rounded(self, x: Arr, dtype: str) -> F32:
+        return rounded(x, dtype)
+
+    def repeat(self, x: Arr, small: Sequence[int], big: Sequence[int]) -> Arr:
+        return repeat_to(x, big)
+
+    def head(self, x: Arr, start: int, stop: int) -> Arr:
+        return x[..., start:stop]
+
+    def full(self, ne: Sequence[int], value: float) -> F32:
+        return np.full(tuple(reversed(ne)), value, dtype=np.float32)
 
 
-def _unary_reference(fn: Callable[[Arr], Arr]) -> ReferenceFn:
-    return lambda t, xs: fn(xs[0])
+NUMPY = NumpyOps()
 
 
-for _name, _fn in UNARY_FNS.items():
-    reference(Op[_name])(_unary_reference(_fn))
-for _name, _fn in ELEMENTWISE_FNS.items():
-    reference(_name)(_unary_reference(_fn))
+def _numpy_formula(fn: Formula) -> ReferenceFn:
+    def ref(t: Tensor, xs: list[Any]) -> Arr:
+        with np.errstate(all="ignore"):  # ggml's IEEE results: inf, nan, -0 as they come
+            return np.asarray(fn(NUMPY, t, xs))
+
+    return ref
 
 
-@reference(Op.LEAKY_RELU)
-def leaky_relu(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0])
-    return np.where(x > 0, x, np.float32(t.params["negative_slope"]) * x)
+for _op, _fn in FORMULAS.items():
+    reference(_op)(_numpy_formula(_fn))
 
 
-def glu_halves(t: Tensor, xs: list[Arr]) -> tuple[F32, F32]:
-    a = f32(xs[0])
-    if xs[1] is not None:
-        return a, f32(xs[1])
-    nc = t.ne[0]
-    first, second = a[..., :nc], a[..., nc : 2 * nc]
-    return (second, first) if t.params.get("swapped") else (first, second)
-
-
-#: The GLU sub-ops of the form ``activation(x0) · x1``, by their activation.
-GLU_ACTIVATIONS: dict[Op, Callable[[Arr], F32]] = {
-    Op.SWIGLU: silu,
-    Op.GEGLU: ggml_gelu,
-    Op.GEGLU_ERF: gelu_erf,
-    Op.GEGLU_QUICK: ggml_gelu_quick,
-}
-
-
-def _glu_reference(act: Callable[[Arr], F32]) -> ReferenceFn:
-    def run(t: Tensor, xs: list[Arr]) -> Arr:
-        x0, x1 = glu_halves(t, xs)
-        return act(x0) * x1
-
-    return run
-
-
-for _op, _act in GLU_ACTIVATIONS.items():
-    reference(_op)(_glu_reference(_act))
-
-
-@reference(Op.REGLU)
-def reglu(t: Tensor, xs: list[Arr]) -> Arr:
-    x0, x1 = glu_halves(t, xs)
-    return np.where(x0 > 0, x0 * x1, np.float32(0.0))
-
-
-@reference(Op.SWIGLU_OAI)
-def swiglu_oai(t: Tensor, xs: list[Arr]) -> Arr:
-    x0, x1 = glu_halves(t, xs)
-    alpha, limit = np.float32(t.params["alpha"]), np.float32(t.params["limit"])
-    x = np.minimum(x0, limit)
-    y = np.clip(x1, -limit, limit)
-    with np.errstate(over="ignore"):
-        glu = x / (np.float32(1.0) + np.exp(-alpha * x))
-    return glu * (y + np.float32(1.0))
+@reference(Op.ADD_ID)
+def add_id(t: Tensor, xs: list[Arr]) -> Arr:
+    a, b, ids = f32(xs[0]), f32(xs[1]), np.asarray(xs[2], dtype=np.int64)
+    # a [1, n_tok, n_used, ne0]; b [.., .., n_expert, ne0]; ids [1, 1, n_tok, n_used]
+    bias = b.reshape(-1, b.shape[-1])
+    return a + bias[ids.reshape(ids.shape[-2], ids.shape[-1])][None]
 
 
 # ---------------------------------------------------------------------------- layout
@@ -403,13 +274,6 @@ def repeat(t: Tensor, xs: list[Arr]) -> Arr:
     return repeat_to(np.asarray(xs[0]), t.ne)
 
 
-def wrap_index(t: Tensor, d: int) -> Arr:
-    """Circular PAD: the source index (i − lp) mod ne of every output index i along ggml dim d."""
-    src = t.srcs[0]
-    assert src is not None
-    return (np.arange(t.ne[d]) - int(t.params[f"lp{d}"])) % src.ne[d]
-
-
 @reference(Op.PAD)
 def pad(t: Tensor, xs: list[Arr]) -> Arr:
     p = t.params
@@ -449,20 +313,6 @@ def set_rows(t: Tensor, xs: list[Arr]) -> Arr:
     return dst
 
 
-def set_index(t: Tensor) -> Arr:
-    """SET/ACC: the flat element index in a of each element of b (b.ne at nb1..nb3 from offset)."""
-    b_t = t.srcs[1]
-    assert b_t is not None
-    p = t.params
-    es = t.type_size
-    idx = np.full((1, 1, 1, 1), p["offset"] // es, dtype=np.int64)
-    for d, nb in enumerate((es, p["nb1"], p["nb2"], p["nb3"])):
-        shape = [1, 1, 1, 1]
-        shape[3 - d] = b_t.ne[d]
-        idx = idx + (np.arange(b_t.ne[d], dtype=np.int64) * (nb // es)).reshape(shape)
-    return idx.reshape(-1)
-
-
 @reference(Op.SET, Op.ACC)
 def set_(t: Tensor, xs: list[Arr]) -> Arr:
     idx = set_index(t)
@@ -477,13 +327,6 @@ def soft_max_back(t: Tensor, xs: list[Arr]) -> Arr:
     dy, y = f32(xs[0]), f32(xs[1])
     dot = f32((y.astype(np.float64) * dy).sum(axis=-1, keepdims=True))
     return (dy - dot) * y * np.float32(t.params["scale"])
-
-
-@reference(Op.SILU_BACK)
-def silu_back(t: Tensor, xs: list[Arr]) -> Arr:
-    dy, x = f32(xs[0]), f32(xs[1])
-    s = sigmoid(x)
-    return dy * s * (np.float32(1.0) + x * (np.float32(1.0) - s))
 
 
 @reference(Op.RMS_NORM_BACK)
@@ -502,13 +345,6 @@ def get_rows_back(t: Tensor, xs: list[Arr]) -> Arr:
     ids = np.asarray(xs[1]).reshape(-1)
     np.add.at(out, ids, f32(xs[0])[0, 0, : ids.size].astype(np.float64))  # row i of a goes to row ids[i]
     return out.astype(np.float32)
-
-
-def repeat_back_shape(t: Tensor) -> list[int]:
-    """REPEAT_BACK: a's value reshaped [r3, n3, r2, n2, r1, n1, r0, n0] (repeat index outermost)."""
-    a = t.srcs[0]
-    assert a is not None
-    return [v for d in (3, 2, 1, 0) for v in (a.ne[d] // t.ne[d], t.ne[d])]
 
 
 @reference(Op.REPEAT_BACK)
@@ -574,14 +410,6 @@ def argsort(t: Tensor, xs: list[Arr]) -> Arr:
     return np.argsort(key, axis=-1, kind="stable").astype(np.int32)
 
 
-def top_k_order(k: int) -> Arr:
-    """Positions of the sorted (descending) top-k in ggml's CPU output: the first two exchanged."""
-    order = np.arange(k)
-    if k > 1:
-        order[[0, 1]] = [1, 0]
-    return order
-
-
 @reference(Op.TOP_K)
 def top_k(t: Tensor, xs: list[Arr]) -> Arr:
     k = t.params["k"]
@@ -599,21 +427,6 @@ def roll(t: Tensor, xs: list[Arr]) -> Arr:
 def diag(t: Tensor, xs: list[Arr]) -> Arr:
     n = t.ne[0]
     return np.asarray(xs[0]) * np.eye(n, dtype=np.float32)
-
-
-#: ggml_tri_type → keep(col i0, row i1)
-TRI_KEEP: dict[int, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    0: lambda c, r: c >= r,  # UPPER_DIAG
-    1: lambda c, r: c > r,  # UPPER
-    2: lambda c, r: c <= r,  # LOWER_DIAG
-    3: lambda c, r: c < r,  # LOWER
-}
-
-
-def tri_mask(type_: int, n: int) -> np.ndarray:
-    cols = np.arange(n)[None, :]
-    rows = np.arange(n)[:, None]
-    return TRI_KEEP[type_](cols, rows)
 
 
 @reference(Op.TRI)
@@ -641,26 +454,11 @@ def mul_mat_id(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- softmax / attention
-def diag_mask(t: Tensor) -> Arr:
-    """DIAG_MASK_INF: True where column i > n_past + row j ([ne1, ne0])."""
-    return np.arange(t.ne[0])[None, :] > int(t.params["n_past"]) + np.arange(t.ne[1])[:, None]
-
-
-def arange_values(t: Tensor) -> Arr:
-    """ARANGE: start + i·step in f32, as ggml's CPU loop."""
-    return np.float32(t.params["start"]) + np.arange(t.ne[0], dtype=np.float32) * np.float32(t.params["step"])
 
 
 @reference(Op.ARANGE)
 def arange(t: Tensor, xs: list[Arr]) -> Arr:
     return arange_values(t)
-
-
-def timestep_freqs(t: Tensor) -> Arr:
-    """TIMESTEP_EMBEDDING: f_j = exp(−ln(max_period)·j/half) in f32, j < half."""
-    half = t.params["dim"] // 2
-    j = np.arange(half, dtype=np.float32)
-    return f32(np.exp(np.float32(-math.log(t.params["max_period"])) * j / np.float32(half)))
 
 
 @reference(Op.TIMESTEP_EMBEDDING)
@@ -702,21 +500,6 @@ def cross_entropy_loss_back(t: Tensor, xs: list[Arr]) -> Arr:
     soft = e / f32(e.sum(axis=-1, keepdims=True))
     rows = math.prod(t.ne[1:])
     return (soft - labels) * np.float32(f32(xs[0]).reshape(-1)[0] / np.float32(rows))
-
-
-def alibi_slopes(n_head: int, max_bias: float) -> Arr:
-    """ggml's ALiBi slope per head (1 when max_bias == 0)."""
-    if max_bias <= 0:
-        return np.ones(n_head, dtype=np.float32)
-    n_head_log2 = 1 << int(math.floor(math.log2(n_head)))
-    m0 = np.float32(2.0 ** (-max_bias / n_head_log2))
-    m1 = np.float32(2.0 ** (-(max_bias / 2.0) / n_head_log2))
-    h = np.arange(n_head)
-    return np.where(
-        h < n_head_log2,
-        np.power(m0, h + 1, dtype=np.float32),
-        np.power(m1, 2 * (h - n_head_log2) + 1, dtype=np.float32),
-    ).astype(np.float32)
 
 
 def _mask_for(mask: Arr | None, rows: int, big: Sequence[int]) -> Arr | None:
@@ -788,82 +571,6 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- rope
-def rope_corr_dims(
-    n_dims: int, n_ctx_orig: int, freq_base: float, beta_fast: float, beta_slow: float
-) -> tuple[float, float]:
-    """``ggml_rope_yarn_corr_dims`` (IEEE semantics: n_ctx_orig = 0 gives -inf, as in C)."""
-
-    def corr_dim(n_rot: float) -> float:
-        den = n_rot * 2 * math.pi
-        ratio = n_ctx_orig / den if den else math.copysign(math.inf, n_ctx_orig) if n_ctx_orig else math.nan
-        log_ratio = math.log(ratio) if ratio > 0 else -math.inf
-        return n_dims * log_ratio / (2 * math.log(freq_base))
-
-    start = corr_dim(beta_fast)
-    end = corr_dim(beta_slow)
-    start = math.floor(start) if math.isfinite(start) else start
-    end = math.ceil(end) if math.isfinite(end) else end
-    return max(0.0, float(start)), min(float(n_dims - 1), float(end))
-
-
-def rope_pairs(p: dict[str, Any], ne0: int) -> int:
-    """Rotated pairs: n_dims/2, or ne0/2 for VISION (pairs (i, i + n_dims) over the whole row)."""
-    return ne0 // 2 if p["mode"] == RopeType.VISION else p["n_dims"] // 2
-
-
-def rope_tables(p: dict[str, Any], n_dims: int, n_pairs: int | None = None) -> dict[str, Any]:
-    """Per rotated pair i: the theta multiplier θ_scale^e (e = i, or the index within its section
-    for VISION, whose sections restart theta), the YaRN ramp mix and mscale."""
-    n_pairs = n_dims // 2 if n_pairs is None else n_pairs
-    theta_scale = np.float32(p["freq_base"]) ** np.float32(-2.0 / n_dims)
-    powers = np.empty(max(n_pairs, 1), dtype=np.float32)
-    acc = np.float32(1.0)
-    for i in range(len(powers)):
-        powers[i] = acc  # ggml multiplies theta by theta_scale once per pair, in f32
-        acc = np.float32(acc * theta_scale)
-    exponent = np.arange(n_pairs)
-    if p["mode"] == RopeType.VISION:
-        secs = p["sections"]
-        starts = np.array([0, secs[0], secs[0] + secs[1], secs[0] + secs[1] + secs[2]])
-        sector = exponent % sum(secs)
-        exponent = sector - starts[rope_sections(p, n_pairs)]
-    mult = powers[exponent]
-    ext = float(p["ext_factor"])
-    mscale = float(p["attn_factor"])
-    ramp = np.zeros(n_pairs, dtype=np.float32)
-    if ext != 0.0:
-        low, high = rope_corr_dims(n_dims, p["n_ctx_orig"], p["freq_base"], p["beta_fast"], p["beta_slow"])
-        y = (np.arange(n_pairs) - low) / max(0.001, high - low)
-        ramp = ((1 - np.minimum(1, np.maximum(0, y))) * ext).astype(np.float32)
-        mscale *= 1.0 + 0.1 * math.log(1.0 / p["freq_scale"])
-    return {"mult": mult, "ramp": ramp, "mscale": np.float32(mscale)}
-
-
-def rope_sections(p: dict[str, Any], n_pairs: int) -> Arr:
-    """Which position plane (0 t, 1 h, 2 w, 3 e) each rotated pair uses (multi-section rope)."""
-    secs = p["sections"]
-    sect_dims = sum(secs)
-    is_imrope = p["mode"] == 40
-    sel = np.zeros(n_pairs, dtype=np.int64)
-    sec_w = secs[0] + secs[1]
-    for i in range(n_pairs):
-        sector = i % sect_dims
-        if is_imrope:
-            if sector % 3 == 1 and sector < 3 * secs[1]:
-                sel[i] = 1
-            elif sector % 3 == 2 and sector < 3 * secs[2]:
-                sel[i] = 2
-            elif sector % 3 == 0 and sector < 3 * secs[0]:
-                sel[i] = 0
-            else:
-                sel[i] = 3
-        elif secs[0] <= sector < sec_w:
-            sel[i] = 1
-        elif sec_w <= sector < sec_w + secs[2]:
-            sel[i] = 2
-        elif sector >= sec_w + secs[2]:
-            sel[i] = 3
-    return sel
 
 
 def rope_theta(p: dict[str, Any], n_pairs: int, ne2: int, pos: Arr) -> Arr:
@@ -913,25 +620,6 @@ def rope(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- conv-like
-def im2col_geometry(t: Tensor) -> tuple[Arr, int]:
-    """IM2COL's window indices into each input plane (:func:`window_index`, [OH, OW, KH, KW] or
-    [OW, KW]) and the spatial rank: tap (ky, kx) of output (oy, ox) reads (oy·s1 + ky·d1 − p1,
-    ox·s0 + kx·d0 − p0), zero outside the input, as ggml's CPU im2col (any dilation sign)."""
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
-    p = t.params
-    if p["is_2D"]:
-        idx, _ = window_index(
-            [b.ne[1], b.ne[0]],
-            [a.ne[1], a.ne[0]],
-            [p["s1"], p["s0"]],
-            [p["p1"], p["p0"]],
-            [p["d1"], p["d0"]],
-            [t.ne[2], t.ne[1]],
-        )
-        return idx, 2
-    idx, _ = window_index([b.ne[0]], [a.ne[0]], [p["s0"]], [p["p0"]], [p["d0"]], [t.ne[1]])
-    return idx, 1
 
 
 @reference(Op.IM2COL)
@@ -943,59 +631,12 @@ def im2col(t: Tensor, xs: list[Arr]) -> Arr:
     return np.transpose(cols, order).reshape(tuple(reversed(t.ne)))
 
 
-def window_index(
-    sizes: Sequence[int],
-    ks: Sequence[int],
-    s: Sequence[int],
-    p: Sequence[int],
-    d: Sequence[int],
-    out: Sequence[int],
-) -> tuple[Arr, Arr]:
-    """Flat indices into a spatial block of ``sizes`` (numpy order, outer first) for every output
-    position and kernel tap, shape [*out, *ks]: tap k of output o reads o·s + k·d − p per dim, as
-    ggml's direct convolutions and pools do; taps outside the block index the extra slot
-    ``prod(sizes)`` (a zero or fill value appended by the caller). Also the validity mask."""
-    n = len(sizes)
-    flat = np.zeros([*out, *ks], dtype=np.int64)
-    valid = np.ones([*out, *ks], dtype=bool)
-    stride = 1
-    for i in reversed(range(n)):
-        shape_o = [1] * (2 * n)
-        shape_o[i] = out[i]
-        shape_k = [1] * (2 * n)
-        shape_k[n + i] = ks[i]
-        pos = np.arange(out[i]).reshape(shape_o) * s[i] + np.arange(ks[i]).reshape(shape_k) * d[i] - p[i]
-        valid &= (pos >= 0) & (pos < sizes[i])
-        flat += pos * stride
-        stride *= sizes[i]
-    return np.where(valid, flat, stride), valid
-
-
 def gather_windows(x: Arr, idx: Arr, fill: float, n_spatial: int) -> Arr:
     """x [..., *sizes] → [..., *idx.shape]: the windows of :func:`window_index`, ``fill`` outside."""
     lead = x.shape[: x.ndim - n_spatial]
     rows = x.reshape(*lead, -1)
     ext = np.concatenate([rows, np.full((*lead, 1), fill, dtype=rows.dtype)], axis=-1)
     return ext[..., idx]
-
-
-def conv_geometry(
-    t: Tensor, n: int
-) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
-    """(input sizes, kernel sizes, strides, pads, dilations, output sizes) of an n-D direct conv
-    node, numpy order (outer first)."""
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
-    p = t.params
-    dims = list(reversed(range(n)))  # ggml dim n-1 .. 0
-    return (
-        [b.ne[i] for i in dims],
-        [a.ne[i] for i in dims],
-        [p[f"s{i}"] for i in dims],
-        [p[f"p{i}"] for i in dims],
-        [p[f"d{i}"] for i in dims],
-        [t.ne[i] for i in dims],
-    )
 
 
 def _direct_conv(t: Tensor, x: Arr, w: Arr, n: int) -> Arr:
@@ -1032,53 +673,10 @@ def conv_3d(t: Tensor, xs: list[Arr]) -> Arr:
     return _direct_conv(t, x, w, 3).reshape(tuple(reversed(t.ne)))
 
 
-def im2col_3d_index(t: Tensor) -> npt.NDArray[np.int64]:
-    """Flat indices into b's [b.ne[3], D, H, W] elements (+1 zero slot) of every IM2COL_3D output
-    element; N = b.ne[3] // IC batches (ggml's floor: trailing channels beyond N·IC are unused)."""
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
-    ic = t.params["IC"]
-    n = b.ne[3] // ic
-    sizes = [b.ne[2], b.ne[1], b.ne[0]]
-    ks = [a.ne[2], a.ne[1], a.ne[0]]
-    p = t.params
-    out = [t.ne[3] // n, t.ne[2], t.ne[1]]
-    idx, valid = window_index(
-        sizes, ks, [p["s2"], p["s1"], p["s0"]], [p["p2"], p["p1"], p["p0"]], [p["d2"], p["d1"], p["d0"]], out
-    )  # [OD, OH, OW, KD, KH, KW]
-    block = int(np.prod(sizes))
-    plane = (np.arange(n)[:, None] * ic + np.arange(ic)[None, :]) * block  # [N, IC]
-    full = (
-        idx[None, :, :, :, None] + plane[:, None, None, None, :, None, None, None]
-    )  # [N, OD, OH, OW, IC, KD, KH, KW]
-    full = np.where(valid[None, :, :, :, None], full, b.ne[3] * block)  # the zero slot
-    return full.reshape(tuple(reversed(t.ne)))
-
-
 @reference(Op.IM2COL_3D)
 def im2col_3d(t: Tensor, xs: list[Arr]) -> Arr:
     flat = np.concatenate([f32(xs[1]).reshape(-1), np.zeros(1, np.float32)])
     return flat[im2col_3d_index(t)]
-
-
-def col2im_1d_index(t: Tensor) -> Arr:
-    """COL2IM_1D: the output time i·s0 + k − p0 of every column element [OC, T_in·K] (dropped
-    taps outside the output: the extra slot T_out)."""
-    a = t.srcs[0]
-    assert a is not None
-    p, oc, t_out = t.params, t.params["oc"], t.ne[0]
-    k = a.ne[0] // oc
-    tgt = np.arange(a.ne[1])[:, None] * p["s0"] + np.arange(k)[None, :] - p["p0"]  # [T_in, K]
-    tgt = np.where((tgt >= 0) & (tgt < t_out), tgt, t_out)
-    return np.broadcast_to(tgt.reshape(1, -1), (oc, tgt.size))
-
-
-def col2im_1d_columns(t: Tensor) -> tuple[int, int, int]:
-    """COL2IM_1D's columns as (T_in, OC, K)."""
-    a = t.srcs[0]
-    assert a is not None
-    oc = t.params["oc"]
-    return a.ne[1], oc, a.ne[0] // oc
 
 
 @reference(Op.COL2IM_1D)
@@ -1123,33 +721,6 @@ def conv_transpose_2d(t: Tensor, xs: list[Arr]) -> Arr:
 _FLT_MAX = float(np.finfo(np.float32).max)
 
 
-def pool_geometry(t: Tensor) -> tuple[Arr, Arr, int]:
-    """(window indices, validity, spatial rank) of a POOL_1D/POOL_2D node (numpy order)."""
-    a = t.srcs[0]
-    assert a is not None
-    p = t.params
-    if t.op == Op.POOL_1D:
-        return (*window_index([a.ne[0]], [p["k0"]], [p["s0"]], [p["p0"]], [1], [t.ne[0]]), 1)
-    idx, valid = window_index(
-        [a.ne[1], a.ne[0]],
-        [p["k1"], p["k0"]],
-        [p["s1"], p["s0"]],
-        [p["p1"], p["p0"]],
-        [1, 1],
-        [t.ne[1], t.ne[0]],
-    )
-    return idx, valid, 2
-
-
-def pool_divisor(t: Tensor, valid: Arr, n: int) -> Arr:
-    """AVG divisors per output: POOL_1D the in-bounds taps (0 → result 0), POOL_2D k0·k1."""
-    axes = tuple(range(valid.ndim - n, valid.ndim))
-    if t.op == Op.POOL_1D:
-        count = valid.sum(axis=axes).astype(np.float32)
-        return np.where(count > 0, count, np.float32(np.inf))
-    return np.full(valid.shape[:-n], np.float32(t.params["k0"] * t.params["k1"]))
-
-
 @reference(Op.POOL_1D, Op.POOL_2D)
 def pool(t: Tensor, xs: list[Arr]) -> Arr:
     idx, valid, n = pool_geometry(t)
@@ -1159,68 +730,6 @@ def pool(t: Tensor, xs: list[Arr]) -> Arr:
     if is_max:
         return f32(win.max(axis=axes))
     return f32(win.astype(np.float64).sum(axis=axes) / pool_divisor(t, valid, n))
-
-
-def _cubic_weights(d: np.float32) -> list[np.float32]:
-    """ggml's bicubic convolution weights (alpha −0.75, as PyTorch) of taps −1..2 at offset d."""
-    a = np.float32(-0.75)
-
-    def w1(x: np.float32) -> np.float32:
-        return np.float32(((a + 2) * x - (a + 3)) * x * x + 1)
-
-    def w2(x: np.float32) -> np.float32:
-        return np.float32(((a * x - 5 * a) * x + 8 * a) * x - 4 * a)
-
-    one, two = np.float32(1.0), np.float32(2.0)
-    return [w2(d + one), w1(d), w1(one - d), w2(two - d)]
-
-
-def upscale_weights(n_out: int, n_in: int, mode: int) -> Arr:
-    """The [n_out, n_in] resampling matrix ggml's CPU upscale applies along dim 0 or 1 (its f32
-    arithmetic; the 2-D kernels are products of these, antialias normalised per axis)."""
-    base, align = mode & 0xFF, bool(mode & 256)
-    sf = np.float32(n_out) / np.float32(n_in)
-    po = np.float32(0.5)
-    if align:
-        po = np.float32(0.0)
-        if n_out > 1 and n_in > 1:
-            sf = np.float32(n_out - 1) / np.float32(n_in - 1)
-    w = np.zeros((n_out, n_in), dtype=np.float64)
-    for i in range(n_out):
-        fi = np.float32(i)
-        if base == 0:
-            w[i, int(fi / sf)] = 1.0
-        elif base == 1 and mode & 512:
-            x = (fi + po) / sf
-            support = max(np.float32(1.0), np.float32(1.0) / sf)
-            inv = np.float32(1.0) / support
-            lo, hi = max(int(x - support + po), 0), min(int(x + support + po), n_in)
-            taps = {
-                sx: max(np.float32(1.0) - abs((np.float32(sx) - x + po) * inv), np.float32(0.0))
-                for sx in range(lo, hi)
-            }
-            total = sum(float(v) for v in taps.values())
-            for sx, v in taps.items():
-                w[i, sx] = float(v) / total if total > 0 else 0.0
-        elif base == 1:
-            x = (fi + po) / sf - po
-            x0 = int(np.floor(x))
-            c0, c1 = min(max(x0, 0), n_in - 1), min(max(x0 + 1, 0), n_in - 1)
-            dx = min(max(x - np.float32(c0), np.float32(0.0)), np.float32(1.0))
-            w[i, c0] += 1.0 - float(dx)
-            w[i, c1] += float(dx)
-        else:
-            x = (fi + po) / sf - po
-            x0 = int(np.floor(x))
-            for k, wk in zip(range(-1, 3), _cubic_weights(np.float32(x - np.float32(x0))), strict=True):
-                w[i, min(max(x0 + k, 0), n_in - 1)] += float(wk)
-    return w.astype(np.float32)
-
-
-def upscale_batch_index(n_out: int, n_in: int) -> Arr:
-    """Dims 2, 3: output i reads input int(i / (n_out / n_in)) (f32 division, as ggml)."""
-    sf = np.float32(n_out) / np.float32(n_in)
-    return np.array([int(np.float32(i) / sf) for i in range(n_out)], dtype=np.int64)
 
 
 @reference(Op.UPSCALE)

@@ -19,17 +19,9 @@ import openvino as ov
 import openvino.opset16 as ops
 
 from ovkit.dtypes import DTYPES, ggml_type
-from ovkit.ir import GraphIR as Graph
-from ovkit.ir import (
-    Op,
-    RopeType,
-    Tensor,
-    TranslationGapError,
-    ggml_index_map,
-    interpret,
-    round_to,
-)
-from ovkit.ops.reference import (
+from ovkit.ir import GraphIR, Op, RopeType, Tensor, TranslationGapError, ggml_index_map, interpret, round_to
+from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, register_in
+from ovkit.ops.geometry import (
     alibi_slopes,
     arange_values,
     ax,
@@ -41,7 +33,6 @@ from ovkit.ops.reference import (
     im2col_geometry,
     pool_divisor,
     pool_geometry,
-    register_in,
     repeat_back_shape,
     rope_pairs,
     rope_sections,
@@ -221,7 +212,7 @@ def _strided_plan(t: Tensor) -> tuple[int, list[int], list[int], list[int]] | No
 
 
 def build_model(
-    graph: Graph, outputs: Sequence[Tensor], leaves: Sequence[Tensor], *, manual_gqa: bool | None = None
+    graph: GraphIR, outputs: Sequence[Tensor], leaves: Sequence[Tensor], *, manual_gqa: bool | None = None
 ) -> Any:
     """The ``openvino.Model`` computing ``outputs``; Parameters in the order of ``leaves``.
     ``manual_gqa``: GGML_OPENVINO_MANUAL_GQA_ATTN as resolved for the device, which picks
@@ -285,24 +276,87 @@ def model_inputs(names: Sequence[str], feed: Mapping[str, np.ndarray]) -> list[n
 
 
 # ---------------------------------------------------------------------------- elementwise
-def _binary(fn: Callable[[Out, Out], Out]) -> TranslateFn:
-    def tr(t: Tensor, xs: list[Out]) -> Out:
-        a, b = t.srcs[0], t.srcs[1]
-        assert a is not None and b is not None
-        return fn(f32(xs[0]), broadcast_repeat(f32(xs[1]), b.ne, a.ne))
-
-    return tr
+def exp_f32(x: Out) -> Out:
+    """exp(x) finite up to f32's limit (x ≤ 88.72): the CPU plugin's Exp saturates to +inf from
+    x ≈ 88.38, so large arguments go through exp(x/2)²."""
+    half = ops.exp(ops.multiply(x, const(0.5)))
+    return ops.select(ops.greater(x, const(80.0)), ops.multiply(half, half), ops.exp(x))
 
 
-translator(Op.ADD)(_binary(ops.add))
-translator(Op.SUB)(_binary(ops.subtract))
-translator(Op.MUL)(_binary(ops.multiply))
-translator(Op.DIV)(_binary(ops.divide))
+_PRIMS: dict[str, Callable[[Out], Out]] = {
+    "neg": ops.negative, "abs": ops.abs, "sign": ops.sign, "floor": ops.floor, "ceil": ops.ceiling,
+    "trunc": lambda x: ops.select(ops.less(x, const(0.0)), ops.ceiling(x), ops.floor(x)),
+    "round_away": lambda x: ops.round(x, "half_away_from_zero"), "sqrt": ops.sqrt, "exp": exp_f32,
+    "expm1": lambda x: ops.subtract(exp_f32(x), const(1.0)), "log": ops.log, "sin": ops.sin,
+    "cos": ops.cos, "tanh": ops.tanh, "sigmoid": ops.sigmoid, "erf": ops.erf,
+}  # fmt: skip
 
 
-@translator(Op.ADD1)
-def _add1(t: Tensor, xs: list[Out]) -> Out:
-    return ops.add(f32(xs[0]), ops.reshape(f32(xs[1]), i64([1, 1, 1, 1]), False))
+def _v(x: Out | Num) -> Out:
+    return const(x) if isinstance(x, float | int) else x
+
+
+class OpenVinoOps:
+    """:class:`~ovkit.ops.formulas.ArrayOps` over opset16 nodes (f32)."""
+
+    def f32(self, x: Out) -> Out:
+        return f32(x)
+
+    def add(self, a: Out | Num, b: Out | Num) -> Out:
+        return ops.add(_v(a), _v(b))
+
+    def sub(self, a: Out | Num, b: Out | Num) -> Out:
+        return ops.subtract(_v(a), _v(b))
+
+    def mul(self, a: Out | Num, b: Out | Num) -> Out:
+        return ops.multiply(_v(a), _v(b))
+
+    def div(self, a: Out | Num, b: Out | Num) -> Out:
+        return ops.divide(_v(a), _v(b))
+
+    def maximum(self, a: Out | Num, b: Out | Num) -> Out:
+        return ops.maximum(_v(a), _v(b))
+
+    def minimum(self, a: Out | Num, b: Out | Num) -> Out:
+        return ops.minimum(_v(a), _v(b))
+
+    def gt(self, a: Out, b: Num) -> Out:
+        return ops.greater(a, const(b))
+
+    def ge(self, a: Out, b: Num) -> Out:
+        return ops.greater_equal(a, const(b))
+
+    def le(self, a: Out, b: Num) -> Out:
+        return ops.less_equal(a, const(b))
+
+    def where(self, cond: Out, a: Out | Num, b: Out | Num) -> Out:
+        return ops.select(cond, _v(a), _v(b))
+
+    def unary(self, name: Prim, x: Out) -> Out:
+        return _PRIMS[name](x)
+
+    def rounded(self, x: Out, dtype: str) -> Out:
+        return rounded(x, dtype)
+
+    def repeat(self, x: Out, small: Sequence[int], big: Sequence[int]) -> Out:
+        return broadcast_repeat(x, small, big)
+
+    def head(self, x: Out, start: int, stop: int) -> Out:
+        return slice_dim(x, 0, start, stop)
+
+    def full(self, ne: Sequence[int], value: float) -> Out:
+        return ops.broadcast(const(value), i64(list(reversed(ne))))
+
+
+OPENVINO = OpenVinoOps()
+
+
+def _ov_formula(fn: Formula) -> TranslateFn:
+    return lambda t, xs: fn(OPENVINO, t, xs)
+
+
+for _op, _fn in FORMULAS.items():
+    translator(_op)(_ov_formula(_fn))
 
 
 @translator(Op.ADD_ID)
@@ -314,195 +368,6 @@ def _add_id(t: Tensor, xs: list[Out]) -> Out:
     ids2 = ops.reshape(ids, i64([t.ne[2], t.ne[1]]), False)  # [n_tokens, n_used]
     picked = ops.gather(bias, ids2, i64(0))  # [n_tokens, n_used, ne0]
     return ops.add(a, ops.reshape(picked, i64([1, t.ne[2], t.ne[1], t.ne[0]]), False))
-
-
-@translator(Op.SCALE)
-def _scale(t: Tensor, xs: list[Out]) -> Out:
-    y = ops.multiply(f32(xs[0]), const(t.params["s"]))
-    return ops.add(y, const(t.params["b"])) if t.params["b"] != 0.0 else y
-
-
-@translator(Op.SQR)
-def _sqr(t: Tensor, xs: list[Out]) -> Out:
-    x = f32(xs[0])
-    return ops.multiply(x, x)
-
-
-@translator(Op.SQRT)
-def _sqrt(t: Tensor, xs: list[Out]) -> Out:
-    return ops.sqrt(f32(xs[0]))
-
-
-@translator(Op.CLAMP)
-def _clamp(t: Tensor, xs: list[Out]) -> Out:
-    return ops.minimum(ops.maximum(f32(xs[0]), const(t.params["min"])), const(t.params["max"]))
-
-
-@translator(Op.FILL)
-def _fill(t: Tensor, xs: list[Out]) -> Out:
-    return ops.broadcast(const(t.params["c"]), i64(list(reversed(t.ne))))
-
-
-def gelu_tanh(x: Out) -> Out:
-    """ggml's GELU: 0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²)))."""
-    inner = ops.multiply(
-        ops.multiply(x, const(math.sqrt(2.0 / math.pi))),
-        ops.add(const(1.0), ops.multiply(const(0.044715), ops.multiply(x, x))),
-    )
-    return ops.multiply(ops.multiply(const(0.5), x), ops.add(const(1.0), ops.tanh(inner)))
-
-
-def ggml_gelu(x: Out) -> Out:
-    """ggml CPU GELU (GGML_GELU_FP16): tanh-GELU of f16(x), stored as f16; x ≤ -10 → 0, x ≥ 10 → x."""
-    xh = rounded(x, "f16")
-    table = rounded(gelu_tanh(xh), "f16")
-    low = ops.less_equal(x, const(-10.0))
-    high = ops.greater_equal(x, const(10.0))
-    return ops.select(low, const(0.0), ops.select(high, x, table))
-
-
-def silu(x: Out) -> Out:
-    return ops.multiply(x, ops.sigmoid(x))
-
-
-def softplus(x: Out) -> Out:
-    """ggml: x > 20 ? x : log(1 + exp(x))."""
-    return ops.select(ops.greater(x, const(20.0)), x, ops.log(ops.add(const(1.0), ops.exp(x))))
-
-
-def exp_f32(x: Out) -> Out:
-    """exp(x) finite up to f32's limit (x ≤ 88.72): the CPU plugin's Exp saturates to +inf from
-    x ≈ 88.38, so large arguments go through exp(x/2)²."""
-    half = ops.exp(ops.multiply(x, const(0.5)))
-    return ops.select(ops.greater(x, const(80.0)), ops.multiply(half, half), ops.exp(x))
-
-
-def gelu_erf(x: Out) -> Out:
-    """0.5·x·(1 + erf(x/√2))."""
-    erf = ops.erf(ops.multiply(x, const(1.0 / math.sqrt(2.0))))
-    return ops.multiply(ops.multiply(const(0.5), x), ops.add(const(1.0), erf))
-
-
-def ggml_gelu_quick(x: Out) -> Out:
-    """ggml CPU GELU_QUICK (GGML_GELU_QUICK_FP16): x·σ(1.702·x) of f16(x), stored as f16."""
-    xh = rounded(x, "f16")
-    return rounded(ops.multiply(xh, ops.sigmoid(ops.multiply(xh, const(1.702)))), "f16")
-
-
-def _hardsigmoid(x: Out) -> Out:
-    return ops.minimum(ops.maximum(ops.divide(ops.add(x, const(3.0)), const(6.0)), const(0.0)), const(1.0))
-
-
-def _positive(x: Out) -> Out:
-    return ops.greater(x, const(0.0))
-
-
-def _expm1(x: Out) -> Out:
-    return ops.subtract(exp_f32(x), const(1.0))
-
-
-def _trunc(x: Out) -> Out:
-    return ops.select(ops.less(x, const(0.0)), ops.ceiling(x), ops.floor(x))
-
-
-UNARY_FNS: dict[str, Callable[[Out], Out]] = {
-    "GELU": ggml_gelu,
-    "SIGMOID": ops.sigmoid,
-    "SILU": silu,
-    "SOFTPLUS": softplus,
-    "TANH": ops.tanh,
-    "EXP": exp_f32,
-    "NEG": ops.negative,
-    # not registered upstream
-    "ABS": ops.abs,
-    "SGN": ops.sign,
-    "STEP": lambda x: ops.convert(_positive(x), ov.Type.f32),
-    "ELU": lambda x: ops.select(_positive(x), x, _expm1(ops.minimum(x, const(0.0)))),
-    "RELU": ops.relu,
-    "GELU_QUICK": ggml_gelu_quick,
-    "GELU_ERF": gelu_erf,
-    "HARDSWISH": lambda x: ops.multiply(x, _hardsigmoid(x)),
-    "HARDSIGMOID": _hardsigmoid,
-    "EXPM1": _expm1,
-    "FLOOR": ops.floor,
-    "CEIL": ops.ceiling,
-    "ROUND": lambda x: ops.round(x, "half_away_from_zero"),
-    "TRUNC": _trunc,
-}
-#: elementwise ops that are their own GGML_OP_* (not unary sub-ops).
-ELEMENTWISE_FNS: dict[Op, Callable[[Out], Out]] = {Op.SIN: ops.sin, Op.COS: ops.cos, Op.LOG: ops.log}
-
-
-@translator(Op.XIELU)
-def _xielu(t: Tensor, xs: list[Out]) -> Out:
-    x = f32(xs[0])
-    an, ap, beta, eps = (const(np.float32(t.params[k])) for k in ("alpha_n", "alpha_p", "beta", "eps"))
-    bx = ops.multiply(beta, x)
-    pos = ops.add(ops.multiply(ops.multiply(ap, x), x), bx)
-    neg = ops.add(ops.multiply(ops.subtract(_expm1(ops.minimum(x, eps)), x), an), bx)
-    return ops.select(_positive(x), pos, neg)
-
-
-def _unary_translator(fn: Callable[[Out], Out]) -> TranslateFn:
-    return lambda t, xs: fn(f32(xs[0]))
-
-
-for _name, _fn in UNARY_FNS.items():
-    translator(Op[_name])(_unary_translator(_fn))
-for _name, _fn in ELEMENTWISE_FNS.items():
-    translator(_name)(_unary_translator(_fn))
-
-
-@translator(Op.LEAKY_RELU)
-def _leaky_relu(t: Tensor, xs: list[Out]) -> Out:
-    x = f32(xs[0])
-    return ops.select(_positive(x), x, ops.multiply(x, const(t.params["negative_slope"])))
-
-
-def _glu_halves(t: Tensor, xs: list[Out]) -> tuple[Out, Out]:
-    a = f32(xs[0])
-    if xs[1] is not None:
-        return a, f32(xs[1])
-    nc = t.ne[0]
-    first, second = slice_dim(a, 0, 0, nc), slice_dim(a, 0, nc, 2 * nc)
-    return (second, first) if t.params.get("swapped") else (first, second)
-
-
-#: The GLU sub-ops of the form ``activation(x0) · x1``, by their activation.
-GLU_ACTIVATIONS: dict[Op, Callable[[Out], Out]] = {
-    Op.SWIGLU: silu,
-    Op.GEGLU: ggml_gelu,
-    Op.GEGLU_ERF: gelu_erf,
-    Op.GEGLU_QUICK: ggml_gelu_quick,
-}
-
-
-def _glu_translator(act: Callable[[Out], Out]) -> TranslateFn:
-    def run(t: Tensor, xs: list[Out]) -> Out:
-        x0, x1 = _glu_halves(t, xs)
-        return ops.multiply(act(x0), x1)
-
-    return run
-
-
-for _op, _act in GLU_ACTIVATIONS.items():
-    translator(_op)(_glu_translator(_act))
-
-
-@translator(Op.REGLU)
-def _reglu(t: Tensor, xs: list[Out]) -> Out:
-    x0, x1 = _glu_halves(t, xs)
-    return ops.select(_positive(x0), ops.multiply(x0, x1), const(0.0))
-
-
-@translator(Op.SWIGLU_OAI)
-def _swiglu_oai(t: Tensor, xs: list[Out]) -> Out:
-    x0, x1 = _glu_halves(t, xs)
-    alpha, limit = t.params["alpha"], t.params["limit"]
-    x = ops.minimum(x0, const(limit))
-    y = ops.minimum(ops.maximum(x1, const(-limit)), const(limit))
-    glu = ops.divide(x, ops.add(const(1.0), ops.exp(ops.multiply(const(-alpha), x))))
-    return ops.multiply(glu, ops.add(y, const(1.0)))
 
 
 # ---------------------------------------------------------------------------- layout
@@ -694,15 +559,6 @@ def _soft_max_back(t: Tensor, xs: list[Out]) -> Out:
     dy, y = f32(xs[0]), f32(xs[1])
     dot = ops.reduce_sum(ops.multiply(y, dy), i64([3]), True)
     return ops.multiply(ops.multiply(ops.subtract(dy, dot), y), const(t.params["scale"]))
-
-
-@translator(Op.SILU_BACK)
-def _silu_back(t: Tensor, xs: list[Out]) -> Out:
-    dy, x = f32(xs[0]), f32(xs[1])
-    s = ops.sigmoid(x)
-    return ops.multiply(
-        ops.multiply(dy, s), ops.add(const(1.0), ops.multiply(x, ops.subtract(const(1.0), s)))
-    )
 
 
 @translator(Op.RMS_NORM_BACK)

@@ -28,10 +28,10 @@ def _small_graph(g: Any, x: Mapping[str, Any]) -> Any:
 #: Cases that are not in the catalogue: the benchmark's small graph.
 EXTRA_CASES: tuple[Case, ...] = (
     curated.case(
-        "GRAPH:MLP",
-        [curated.inp("x", (4, 256)), curated.inp("norm", (256,)), curated.inp("w", (256, 256))],
-        _small_graph,
         "mul_mat",
+        {"x": curated.f(256, 4), "norm": curated.f(256), "w": curated.f(256, 256)},
+        op="GRAPH:MLP",
+        program=_small_graph,
     ),
 )
 

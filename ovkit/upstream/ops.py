@@ -90,14 +90,14 @@ def graph_verdict(g: Any, out: Any, revision: Revision, device_class: str = DEVI
     return True, ""
 
 
-def run_case(
+def three_way_case(
     c: Case, worker: Isolated, revision: Revision, *, varied: Mapping[str, Any] | None = None
 ) -> ThreeWay:
     """One case three ways (the real backend's part in ``worker``'s child process); ``varied``:
     the ``shapes``/``dtype`` :func:`cases.vary` applied to the catalogue case ``c`` came from."""
-    from ovkit import testops
+    from ovkit.catalogue.run import run_case
 
-    ours = testops.run_case(c, "CPU", reference="ggml")
+    ours = run_case(c, "CPU", reference="ggml")
     supported, rule = policy_verdict(c, revision)
     limit = c.max_err
     base: dict[str, Any] = {
@@ -134,7 +134,7 @@ def _upstream_side(base: dict[str, Any], out: Outcome, worker: Isolated, detail:
                     upstream_rejects=rejects, detail=detail)  # fmt: skip
 
 
-def run_row(row: Row, worker: Isolated, revision: Revision) -> ThreeWay:
+def three_way_row(row: Row, worker: Isolated, revision: Revision) -> ThreeWay:
     """One test-backend-ops catalogue row three ways: ovkit (every case it can translate, as
     ``--policy none``), the real backend in ``worker``'s child, both against ggml's CPU backend;
     ovkit's policy at ``revision`` on every op node of the case's graph."""
@@ -166,7 +166,7 @@ def run_row(row: Row, worker: Isolated, revision: Revision) -> ThreeWay:
 
 
 def iter_catalogue_three_way(rows: Sequence[Row], *, progress: bool | None = None) -> Iterator[ThreeWay]:
-    """test-backend-ops catalogue rows three ways (:func:`run_row`), a progress bar on stderr."""
+    """test-backend-ops catalogue rows three ways (:func:`three_way_row`), a progress bar on stderr."""
     from tqdm import tqdm
 
     revision = require().revision or Revision.N
@@ -174,7 +174,7 @@ def iter_catalogue_three_way(rows: Sequence[Row], *, progress: bool | None = Non
         bar = tqdm(rows, desc="test-backend-ops --upstream", unit="case", file=sys.stderr, leave=False,
                    disable=not progress if progress is not None else None)  # fmt: skip
         for r in bar:
-            yield run_row(r, worker, revision)
+            yield three_way_row(r, worker, revision)
 
 
 def run_varied(
@@ -186,7 +186,7 @@ def run_varied(
     varied = {"shapes": {k: list(v) for k, v in (shapes or {}).items()}, "dtype": dtype}
     c = cases.vary(cases.find_case(name), shapes, dtype)
     with Isolated() as worker:
-        return run_case(c, worker, revision, varied=varied)
+        return three_way_case(c, worker, revision, varied=varied)
 
 
 def iter_three_way(
@@ -202,7 +202,7 @@ def iter_three_way(
         bar = tqdm(pool, desc="test-ops --upstream", unit="case", file=sys.stderr, leave=False,
                    disable=not progress if progress is not None else None)  # fmt: skip
         for c in bar:
-            yield run_case(c, worker, revision)
+            yield three_way_case(c, worker, revision)
 
 
 def three_way(picked: Sequence[Case] | None = None, **kw: Any) -> pd.DataFrame:

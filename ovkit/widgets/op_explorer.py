@@ -110,7 +110,7 @@ class OpRun:
 def policy_verdicts(case: Case, devices: Iterable[str]) -> list[tuple[str, bool, str]]:
     """``(device, supported, reason)`` for each device (by its class), without running anything."""
     from ovkit.catalogue.case import ovkit_graph
-    from ovkit.testops import policy_rejection
+    from ovkit.catalogue.run import policy_rejection
 
     g, out = ovkit_graph(case)
     verdicts = []
@@ -130,12 +130,13 @@ def explore(
     min_seconds: float = 0.05,
 ) -> list[OpRun]:
     """Run ``case`` on every device of ``devices``: verdict, NMSE vs ``reference``, µs per run."""
-    from ovkit.testops import perf_case, run_case
+    from ovkit.catalogue.run import run_case
+    from ovkit.testops import perf_case
 
     simulated = is_simulated(core)
     runs = []
     for dev in devices:
-        result = run_case(case, dev, reference=reference, core=core)
+        result = run_case(case, dev, reference=reference, core=core)  # type: ignore[arg-type]
         us = None
         if time_it and result.status == "OK":
             perf = perf_case(case, dev, min_seconds=min_seconds, max_runs=200, core=core)
@@ -259,10 +260,11 @@ def render_runs_html(runs: Sequence[OpRun]) -> str:
 def op_info_html(op: str) -> str:
     """What the catalogue (``ovkit.ops.table``) says about ``op``: translations, notes, gates."""
     try:
+        from ovkit.ops.coverage import entry_gates
         from ovkit.ops.table import TABLE
     except ImportError:
         return ""
-    entry = TABLE.get(op.replace(":", "."))
+    entry = TABLE.get(op.replace(":", "."))  # type: ignore[call-overload]
     if entry is None:
         return ""
     rows = [
@@ -273,7 +275,7 @@ def op_info_html(op: str) -> str:
     ]
     if entry.notes:
         rows.append(("notes", entry.notes))
-    for gate in entry.gates():
+    for gate in entry_gates(entry):
         cls = getattr(gate, "device_class", None)
         rows.append((f"gate{f' ({cls})' if cls else ''}", getattr(gate, "description", str(gate))))
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)

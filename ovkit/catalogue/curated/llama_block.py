@@ -71,8 +71,9 @@ def block(
 _WHOLE = "test-backend-ops test_llama/test_falcon: 2e-3 for whole-model graphs (errors compound)"
 
 
-def add_cases(out: list[Case]) -> None:
+def cases() -> list[Case]:
     """The llama blocks: prefill and decode, f32 and quantized weights."""
+    out = []
     for _cid, _kw in {
         "llama-block-prefill": {"n_tok": 5},
         "llama-block-decode": {"n_tok": 1},
@@ -87,4 +88,5 @@ def add_cases(out: list[Case]) -> None:
         },
     }.items():
         _ins, _prog = block(**_kw)  # type: ignore[arg-type]
-        vs(out, _cid, "llama_block", _ins, _prog, max_nmse=2e-3, why=_WHOLE)
+        out.append(vs(_cid, "llama_block", _ins, program=_prog, max_nmse=2e-3, why=_WHOLE))
+    return out

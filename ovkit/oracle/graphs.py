@@ -1,402 +1,32 @@
-"""Real-ggml oracle: compute any catalogue op with ggml's own CPU backend (via ggml-python).
+"""Running ggml graphs on ggml's own CPU backend: one builder by name (:func:`ggml_call`), any
+graph (:func:`ggml_compute`), or a *program* written with ``ovkit.Graph``'s method names on
+:class:`GgmlBuilder` (:func:`ggml_program`), so the same program runs on ovkit and on ggml;
+:func:`ggml_benchmark` times a graph.  Shapes follow ggml-python's ``from_numpy``/``to_numpy``
+(numpy shape ``(ne1, ne0)`` is ggml ``ne = [ne0, ne1]``); dimension arguments keep ggml's order.
 
-Why: ovkit's ops must reproduce ggml's numbers. This module runs the very same
-builder functions (``ggml_add``, ``ggml_rope_ext``, ...) on ggml's CPU backend from numpy inputs,
-so tests and benchmarks can compare ovkit's OpenVINO results against ggml itself.
-
-Shapes follow ggml-python's ``from_numpy``/``to_numpy``: numpy shape ``(ne1, ne0)`` is ggml
-``ne = [ne0, ne1]``. Dimension arguments of builders (``concat`` dim, ``permute`` axes, view
-``ne``/``nb``/offset) stay in ggml's convention (dim 0 = innermost), exactly as in ggml.
-
-Ways in:
-
-* :func:`ggml_call` -- one builder by name, arguments in the builder's order:
-  ``ggml_call("rope_ext", x, pos, None, 64, 2, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)``.
-* :func:`ggml_compute` -- any ggml graph: ``ggml_compute(lambda ctx, a: ggml.ggml_cont(ctx,
-  ggml.ggml_permute(ctx, a, 1, 0, 2, 3)), x)``; this is how tests express non-contiguous
-  inputs (views, permutes, transposes) to an op.
-* :func:`ggml_program` -- a *program* written with ovkit ``Graph``'s method names,
-  ``program(builder, leaves)``: the same function runs on ovkit (``program(Graph(), ...)``) and
-  on ggml (:class:`GgmlBuilder`), which is how tests/test_ops_vs_ggml.py compares every op.
-* :func:`ggml_benchmark` / :func:`ggml_benchmark_program` -- the same graph run N times on
-  ggml's CPU backend, median seconds (2 threads by default), for ovkit-vs-ggml benchmarks.
-
-Caveat: ggml validates with ``GGML_ASSERT``, which aborts the whole process. Build the ovkit
-side first (its ``GraphError`` checks run at build time) or pass only shapes ggml accepts.
-
-Inputs are numpy arrays (f32, f16, i32, i64; float64 is converted to f32), :class:`Typed`
-(e.g. :func:`as_bf16`) or :class:`QuantArray` (raw ggml blocks from :func:`quantize`).
-``ggml-python`` is optional: import this module freely and ask :func:`ggml_available`.
+ggml validates with ``GGML_ASSERT``, which aborts the whole process: build the ovkit side first
+(its ``GraphError`` checks run at build time) or pass only shapes ggml accepts.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import importlib
 import inspect
 import itertools
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from types import ModuleType
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ovkit import dtypes
-from ovkit.child import NO_BACKTRACE_ENV
-from ovkit.dtypes import QUANT_TYPES, STORAGE_DTYPE, STORAGE_TYPE_OF_NUMPY, find_type, type_names
-from ovkit.errors import OvkitError
-
-__all__ = [
-    "as_bf16",
-    "BenchResult",
-    "bf16_round",
-    "block_size",
-    "compare",
-    "Comparison",
-    "DEFAULT_MAX_NMSE",
-    "dequantize",
-    "ggml_available",
-    "ggml_benchmark",
-    "ggml_benchmark_program",
-    "ggml_call",
-    "ggml_compute",
-    "ggml_get_rows_quant",
-    "ggml_module",
-    "ggml_mul_mat_quant",
-    "ggml_program",
-    "program_session",
-    "GgmlBuilder",
-    "GgmlTensor",
-    "GgmlUnavailableError",
-    "MAX_NMSE",
-    "max_nmse",
-    "nmse",
-    "QUANT_TYPES",
-    "QuantArray",
-    "quantize",
-    "quantize_blocks",
-    "same_ne",
-    "Threshold",
-    "threshold_table",
-    "type_id",
-    "type_size",
-    "Typed",
-]
+from ovkit.dtypes import STORAGE_DTYPE, STORAGE_TYPE_OF_NUMPY, find_type
+from ovkit.oracle.loader import QuantArray, Typed, dequantize, ggml_module, quantize, type_id, type_name
 
 DEFAULT_N_THREADS = 2
-
-
-class GgmlUnavailableError(OvkitError, ImportError):
-    """ggml-python is not installed; install ``ggml-python`` (the ``test`` extra)."""
-
-
-@functools.cache
-def load_ggml() -> ModuleType | None:
-    """ggml-python, imported on first use (scripts/install-upstream builds it), else None."""
-    # ggml-python built with the OpenVINO backend links libopenvino: the openvino module loads it,
-    # so it must come first.
-    importlib.import_module("openvino")
-    try:
-        ggml = importlib.import_module("ggml")
-    except ImportError:  # pragma: no cover - exercised only without ggml-python
-        return None
-    # A failed GGML_ASSERT makes ggml fork a child that prints a backtrace (gdb, else
-    # backtrace_symbols) and wait for it; when two of ggml's threads assert at once, that child can
-    # deadlock on a lock held at fork time and the process hangs instead of dying.  ggml reads the
-    # variable when it aborts, so it is set here, where ggml is loaded (unless the user set it).
-    os.environ.setdefault(NO_BACKTRACE_ENV, "1")
-    return ggml
-
-
-def ggml_available() -> bool:
-    """True when ggml-python (real ggml CPU build) can be imported (loads it on the first call)."""
-    return load_ggml() is not None
-
-
-def ggml_module() -> ModuleType:
-    """ggml-python's module (loaded on first use); :class:`GgmlUnavailableError` without it."""
-    ggml = load_ggml()
-    if ggml is None:
-        raise GgmlUnavailableError("ovkit.oracle needs ggml-python: pip install ggml-python")
-    return ggml
-
-
-# --------------------------------------------------------------------------------------------
-# Types
-# --------------------------------------------------------------------------------------------
-
-_NUMPY_TYPES = STORAGE_TYPE_OF_NUMPY
-_STORAGE = STORAGE_DTYPE
-
-
-def type_id(dtype: str) -> int:
-    """ggml's enum value for an ovkit dtype / quant type name (case-insensitive, e.g. ``q4_K``)."""
-    t = find_type(dtype)
-    if t is None and hasattr(ggml_module(), "GGML_TYPE_" + dtype.upper()):  # any other type ggml knows
-        return int(getattr(ggml_module(), "GGML_TYPE_" + dtype.upper()))
-    if t is None:
-        raise ValueError(f"unknown ggml type {dtype!r}; expected one of {type_names()}")
-    return int(getattr(ggml_module(), t.enum_name))
-
-
-def _type_name(tid: int) -> str:
-    name = ggml_module().ggml_type_name(tid)
-    return name.decode() if isinstance(name, bytes) else str(name)
-
-
-def block_size(dtype: str) -> int:
-    """Elements per ggml block (1 for plain types, 32 for q4_0, 256 for K-quants)."""
-    return int(ggml_module().ggml_blck_size(type_id(dtype)))
-
-
-def type_size(dtype: str) -> int:
-    """Bytes per ggml block of ``dtype``."""
-    return int(ggml_module().ggml_type_size(type_id(dtype)))
-
-
-def bf16_round(x: np.ndarray) -> np.ndarray:
-    """Round f32 values to bf16 precision as ggml_fp32_to_bf16 does (NaN kept NaN), as f32."""
-    return dtypes.bf16_round(x)
-
-
-@dataclass(frozen=True, slots=True)
-class Typed:
-    """A numpy array to be stored in ggml as ``dtype`` (e.g. f32 values stored as bf16)."""
-
-    array: np.ndarray
-    dtype: str
-
-    def __post_init__(self) -> None:
-        if self.dtype not in _STORAGE:
-            raise ValueError(
-                f"Typed: dtype {self.dtype!r} is not a plain type; expected one of {sorted(_STORAGE)}"
-            )
-
-
-def as_bf16(x: np.ndarray) -> Typed:
-    """Mark an f32 array to be stored as bf16 in ggml."""
-    return Typed(np.asarray(x, dtype=np.float32), "bf16")
-
-
-@dataclass(frozen=True, slots=True)
-class QuantArray:
-    """Raw ggml blocks of a quantized tensor; ``shape`` in numpy order (last axis = ne0 = rows)."""
-
-    qtype: str
-    shape: tuple[int, ...]
-    data: bytes = field(repr=False)
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.data)
-
-    def dequantize(self) -> np.ndarray:
-        """The f32 values ggml decodes from these blocks."""
-        return dequantize(self.qtype, self.data, self.shape)
-
-
-def quantize_blocks(qtype: str, array: np.ndarray) -> bytes:
-    """Quantize ``array`` (rows along the last axis) into raw ggml blocks with ggml_quantize_chunk."""
-    g = ggml_module()
-    tid = type_id(qtype)
-    if not g.ggml_is_quantized(tid):
-        raise ValueError(f"quantize_blocks: {qtype!r} is not a quantized type; expected one of {QUANT_TYPES}")
-    x = np.ascontiguousarray(array, dtype=np.float32)
-    if x.ndim == 0:
-        raise ValueError("quantize_blocks: expected an array with at least one axis, got a scalar")
-    n_per_row = int(x.shape[-1])
-    blck = int(g.ggml_blck_size(tid))
-    if n_per_row % blck != 0:
-        raise ValueError(
-            f"quantize_blocks: row length {n_per_row} (last axis of shape {x.shape}) is not a multiple "
-            f"of the {qtype} block size {blck}"
-        )
-    nrows = int(x.size // n_per_row) if n_per_row else 0
-    row_bytes = int(g.ggml_row_size(tid, n_per_row))
-    out = (ctypes.c_uint8 * max(1, row_bytes * nrows))()
-    src = x.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-    # the IQ1/IQ2 types cannot quantize without an importance matrix: test-backend-ops' dummy one
-    ones = np.ones(n_per_row, np.float32)
-    im = (
-        ones.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) if g.ggml_quantize_requires_imatrix(tid) else None
-    )
-    written = g.ggml_quantize_chunk(tid, src, ctypes.cast(out, ctypes.c_void_p), 0, nrows, n_per_row, im)
-    if written != row_bytes * nrows:
-        raise RuntimeError(f"ggml_quantize_chunk wrote {written} bytes, expected {row_bytes * nrows}")
-    return bytes(out)[: row_bytes * nrows]
-
-
-def quantize(qtype: str, array: np.ndarray) -> QuantArray:
-    """Quantize an f32 array into a :class:`QuantArray` (usable as a ggml input)."""
-    x = np.asarray(array, dtype=np.float32)
-    return QuantArray(qtype, tuple(int(s) for s in x.shape), quantize_blocks(qtype, x))
-
-
-def dequantize(qtype: str, data: bytes, shape: Sequence[int]) -> np.ndarray:
-    """Decode raw ggml blocks into f32 with ggml's own ``to_float`` (numpy order ``shape``)."""
-    g = ggml_module()
-    tid = type_id(qtype)
-    n = int(np.prod(shape)) if len(shape) else 1
-    n_per_row = int(shape[-1]) if len(shape) else 1
-    blck = int(g.ggml_blck_size(tid))
-    expected = int(g.ggml_row_size(tid, n_per_row)) * (n // max(1, n_per_row))
-    if n_per_row % blck != 0 or len(data) != expected:
-        raise ValueError(
-            f"dequantize: {len(data)} bytes do not hold a {qtype} tensor of shape {tuple(shape)} "
-            f"(expected {expected} bytes, rows a multiple of {blck})"
-        )
-    out = np.empty(n, dtype=np.float32)
-    buf = (ctypes.c_uint8 * max(1, len(data))).from_buffer_copy(data if data else b"\0")
-    to_float = g.ggml_get_type_traits(tid).contents.to_float
-    to_float(
-        ctypes.cast(buf, ctypes.c_void_p),
-        out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
-        n,
-    )
-    return out.reshape(tuple(shape))
-
-
-# --------------------------------------------------------------------------------------------
-# Error measure (test-backend-ops)
-# --------------------------------------------------------------------------------------------
-
-
-def nmse(actual: np.ndarray, expected: np.ndarray) -> float:
-    """Normalized mean squared error exactly as test-backend-ops: mse(a, b) / mse(a, 0).
-
-    ``actual`` is the backend under test (test-backend-ops' ``f1``), ``expected`` ggml's CPU
-    result (``f2``): the denominator is the power of ``actual``. As in the C loop, differences
-    and squares are f32, accumulated sequentially in f64, and divided with IEEE semantics (an
-    all-zero ``actual`` gives inf or NaN, which ``compare`` treats as the C code does).
-    """
-    a = np.asarray(actual).astype(np.float32).ravel()
-    b = np.asarray(expected).astype(np.float32).ravel()
-    if a.size != b.size:
-        raise ValueError(f"nmse: element counts differ: actual {a.size} vs expected {b.size}")
-    if a.size == 0:
-        return float("nan")
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        d = a - b
-        num = np.cumsum((d * d).astype(np.float64))[-1]  # cumsum: the C loop's sequential order
-        den = np.cumsum((a * a).astype(np.float64))[-1]
-        return float(np.float64(num) / np.float64(den))
-
-
-_FLT_MAX = float(np.finfo(np.float32).max)
-
-
-@dataclass(frozen=True, slots=True)
-class Comparison:
-    """The verdict of :func:`compare`: ok, the NMSE, the threshold, and why it failed."""
-
-    ok: bool
-    err: float
-    max_err: float
-    reason: str = ""
-
-    def __str__(self) -> str:
-        state = "OK" if self.ok else f"FAIL ({self.reason})"
-        return f"NMSE = {self.err:.3e} (max {self.max_err:.1e}) {state}"
-
-
-def compare(actual: np.ndarray, expected: np.ndarray, max_err: float = 1e-7) -> Comparison:
-    """test-backend-ops' per-node check: NaN → fail; inf (or ±FLT_MAX) must match in sign on both
-    sides; then NMSE must not exceed ``max_err`` (a NaN NMSE from matching infs passes, as in C)."""
-    a = np.asarray(actual).astype(np.float32).ravel()
-    b = np.asarray(expected).astype(np.float32).ravel()
-    if a.size != b.size:
-        return Comparison(False, float("inf"), max_err, f"element counts differ: {a.size} vs {b.size}")
-    nan = np.isnan(a) | np.isnan(b)
-    if nan.any():
-        i = int(np.argmax(nan))
-        return Comparison(False, float("nan"), max_err, f"NaN at index {i} (actual={a[i]}, expected={b[i]})")
-    inf_a = np.isinf(a) | (np.abs(a) == _FLT_MAX)
-    inf_b = np.isinf(b) | (np.abs(b) == _FLT_MAX)
-    bad = (inf_a != inf_b) | (inf_a & inf_b & (np.signbit(a) != np.signbit(b)))
-    if bad.any():
-        i = int(np.argmax(bad))
-        return Comparison(
-            False, float("inf"), max_err, f"inf mismatch at index {i} (actual={a[i]}, expected={b[i]})"
-        )
-    err = nmse(a, b)
-    if err > max_err:  # NaN (inf - inf) compares False, as in test-backend-ops
-        return Comparison(False, err, max_err, f"NMSE {err:.3e} > {max_err:.1e}")
-    return Comparison(True, err, max_err)
-
-
-@dataclass(frozen=True, slots=True)
-class Threshold:
-    """A per-op NMSE threshold and why it differs from test-backend-ops' default 1e-7."""
-
-    max_nmse: float
-    reason: str
-
-
-#: test-backend-ops' default ``max_nmse_err``.
-DEFAULT_MAX_NMSE = 1e-7
-
-#: Per-op overrides keyed by builder name. Values are test-backend-ops' own ``max_nmse_err``
-#: (tests/test-backend-ops.cpp); every op not listed uses the default 1e-7 there too (ROPE,
-#: GLU, unary, norms, get_rows, set_rows for float types, concat, im2col, pad, ...).
-MAX_NMSE: dict[str, Threshold] = {
-    "mul_mat": Threshold(
-        5e-4, "test_mul_mat: 5e-4 (dot products accumulate in different orders; quantized src1)"
-    ),
-    "mul_mat_id": Threshold(5e-4, "test_mul_mat_id: 5e-4 (as mul_mat)"),
-    "flash_attn_ext": Threshold(
-        5e-4, "test_flash_attn_ext: 5e-4 (ggml's CPU kernel rounds Q/K/V through f16)"
-    ),
-    "soft_max_ext": Threshold(
-        1e-6, "test_soft_max: 1e-6 (the 1024-wide ALiBi case measured 1.03e-7 upstream)"
-    ),
-    "soft_max": Threshold(1e-6, "test_soft_max: 1e-6 (as soft_max_ext)"),
-    "cpy": Threshold(1e-6, "test_cpy: 1e-6 between float types (0 when src and dst types match)"),
-}
-
-
-def max_nmse(op: str) -> float:
-    """NMSE threshold for builder ``op``: its :data:`MAX_NMSE` entry, else test-backend-ops' 1e-7."""
-    thr = MAX_NMSE.get(op)
-    return thr.max_nmse if thr is not None else DEFAULT_MAX_NMSE
-
-
-def threshold_table() -> Any:
-    """The NMSE thresholds as a DataFrame (op, max_nmse, reason), the default first."""
-    import pandas as pd
-
-    rows = [
-        {
-            "op": "(default)",
-            "max_nmse": DEFAULT_MAX_NMSE,
-            "reason": "test-backend-ops test_case::max_nmse_err",
-        }
-    ]
-    rows += [{"op": op, "max_nmse": t.max_nmse, "reason": t.reason} for op, t in MAX_NMSE.items()]
-    return pd.DataFrame(rows, columns=["op", "max_nmse", "reason"])
-
-
-def same_ne(shape_a: Sequence[int], shape_b: Sequence[int]) -> bool:
-    """True when two numpy-order shapes are the same ggml tensor (trailing ggml dims of 1 ignored)."""
-
-    def ne(s: Sequence[int]) -> tuple[int, ...]:
-        r = list(reversed([int(v) for v in s]))
-        while len(r) < 4:
-            r.append(1)
-        while len(r) > 4 and r[-1] == 1:
-            r.pop()
-        return tuple(r)
-
-    return ne(shape_a) == ne(shape_b)
-
-
-# --------------------------------------------------------------------------------------------
-# Running ggml graphs
-# --------------------------------------------------------------------------------------------
 
 InputLike = np.ndarray | Typed | QuantArray
 Builder = Callable[..., Any]
@@ -411,17 +41,17 @@ def _spec(x: InputLike) -> tuple[str, tuple[int, ...], bytes]:
         if x.dtype == "bf16":
             raw = dtypes.f32_to_bf16_bits(arr.astype(np.float32))
         else:
-            raw = np.ascontiguousarray(arr.astype(_STORAGE[x.dtype]))
+            raw = np.ascontiguousarray(arr.astype(STORAGE_DTYPE[x.dtype]))
         return x.dtype, tuple(arr.shape), raw.tobytes()
     if isinstance(x, np.ndarray | np.generic | float | int | list):
         arr = np.asarray(x)
         if arr.dtype == np.float64:
             arr = arr.astype(np.float32)
-        dt = _NUMPY_TYPES.get(arr.dtype)
+        dt = STORAGE_TYPE_OF_NUMPY.get(arr.dtype)
         if dt is None:
             raise TypeError(
                 f"ggml input of numpy dtype {arr.dtype} is not supported; expected one of "
-                f"{[str(d) for d in _NUMPY_TYPES]} (or Typed/QuantArray)"
+                f"{[str(d) for d in STORAGE_TYPE_OF_NUMPY]} (or Typed/QuantArray)"
             )
         return dt, tuple(arr.shape), np.ascontiguousarray(arr).tobytes()
     raise TypeError(f"ggml input must be a numpy array, Typed or QuantArray, got {type(x).__name__}")
@@ -442,24 +72,24 @@ def _read_tensor(t: Any) -> np.ndarray:
     n_dims = int(g.ggml_n_dims(t))
     ne = [int(c.ne[i]) for i in range(4)]
     nb = [int(c.nb[i]) for i in range(4)]
-    name = _type_name(tid)
+    name = type_name(tid)
     if 0 in ne:  # an empty tensor: nothing to read (ggml_n_dims would drop its zero dims)
-        return np.zeros(tuple(reversed(ne)), _STORAGE.get(name, np.float32))
+        return np.zeros(tuple(reversed(ne)), STORAGE_DTYPE.get(name, np.float32))
     data = g.ggml_get_data(t)
     if data is None:
         raise RuntimeError("ggml result tensor has no data")
-    if name in _STORAGE:
+    if name in STORAGE_DTYPE:
         # byte span covered by the tensor
         span = max(sum((ne[i] - 1) * nb[i] for i in range(4)) + nb[0], nb[0])
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(data))
-        itemsize = np.dtype(_STORAGE[name]).itemsize
+        itemsize = np.dtype(STORAGE_DTYPE[name]).itemsize
         view = np.lib.stride_tricks.as_strided(
             raw.view(np.uint8),
             shape=tuple(reversed(ne)) + (itemsize,),
             strides=tuple(reversed(nb)) + (1,),
         )
         # a real copy (ascontiguousarray would alias the ggml buffer, which is freed right after)
-        arr = np.array(view, order="C", copy=True).view(_STORAGE[name]).reshape(tuple(reversed(ne)))
+        arr = np.array(view, order="C", copy=True).view(STORAGE_DTYPE[name]).reshape(tuple(reversed(ne)))
         if name == "bf16":
             arr = dtypes.bf16_bits_to_f32(arr)
     elif g.ggml_is_quantized(tid):
@@ -483,7 +113,7 @@ class Scheduled:
     first: list[Any]
 
 
-class _Session:
+class Session:
     """One ggml context + backend (ggml's CPU backend unless ``backend`` is given; a given one is
     borrowed, not freed) with inputs uploaded and a built graph."""
 
@@ -587,7 +217,7 @@ def ggml_compute(
     or a list of tensors. Results are copied out in numpy order; f16 stays f16, bf16 and
     quantized results are decoded to f32, non-contiguous results are gathered.
     """
-    s = _Session(build, inputs, n_threads)
+    s = Session(build, inputs, n_threads)
     try:
         s.run()
         res = s.results()
@@ -640,6 +270,15 @@ def ggml_mul_mat_quant(
     return ggml_call("mul_mat", quantize(qtype, weight), np.asarray(x, dtype=np.float32), n_threads=n_threads)
 
 
+def ggml_get_rows_quant(
+    qtype: str, table: np.ndarray, rows: np.ndarray, *, n_threads: int = DEFAULT_N_THREADS
+) -> np.ndarray:
+    """``ggml_get_rows(quantize(table), rows)``: ggml dequantizes the selected rows to f32."""
+    return ggml_call(
+        "get_rows", quantize(qtype, table), np.asarray(rows, dtype=np.int32), n_threads=n_threads
+    )
+
+
 @functools.cache
 def ggml_dot_f16_in_f16() -> bool:
     """Whether ggml-python's CPU ``ggml_vec_dot_f16`` accumulates in f16 (older ggml built with
@@ -658,15 +297,6 @@ def ggml_dot_f16_in_f16() -> bool:
     out = float(ggml_call("flash_attn_ext", q, k, v, None, 1.0 / 2048, 0.0, 0.0).reshape(-1)[0])
     f32, f16 = (1.0 / (1.0 + np.exp(-dot / 2048)) for dot in (2175.0, 2174.0))
     return abs(out - f16) < abs(out - f32)
-
-
-def ggml_get_rows_quant(
-    qtype: str, table: np.ndarray, rows: np.ndarray, *, n_threads: int = DEFAULT_N_THREADS
-) -> np.ndarray:
-    """``ggml_get_rows(quantize(table), rows)``: ggml dequantizes the selected rows to f32."""
-    return ggml_call(
-        "get_rows", quantize(qtype, table), np.asarray(rows, dtype=np.int32), n_threads=n_threads
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -712,7 +342,7 @@ class GgmlTensor:
 
     @property
     def dtype(self) -> str:
-        return _type_name(int(self.ptr.contents.type))
+        return type_name(int(self.ptr.contents.type))
 
     def set_name(self, name: str) -> GgmlTensor:
         """``ggml_set_name``, chainable like ``ovkit.graph.Tensor.set_name``."""
@@ -805,13 +435,13 @@ def _program_builder(program: Program, names: Sequence[str], *, on_cpu: bool = T
 
 def program_session(
     program: Program, inputs: dict[str, InputLike], *, backend: Any = None, n_threads: int = DEFAULT_N_THREADS
-) -> _Session:
+) -> Session:
     """``program``'s ggml graph built and its inputs uploaded on ``backend`` (a ``ggml_backend_t``,
     e.g. the real OpenVINO backend; default ggml's CPU backend on ``n_threads``), not yet computed:
     the caller asks ``supports_op`` about ``tensors()``, then ``run()``, ``results()`` and ``close()``."""
     names = list(inputs)
     build = _program_builder(program, names, on_cpu=backend is None)
-    return _Session(build, [inputs[n] for n in names], n_threads, backend=backend)
+    return Session(build, [inputs[n] for n in names], n_threads, backend=backend)
 
 
 def ggml_program(
@@ -849,7 +479,7 @@ def ggml_benchmark(
     """Build the graph once, run it ``warmup`` + ``n_runs`` times on ggml's CPU backend, time each run."""
     if n_runs < 1:
         raise ValueError(f"ggml_benchmark: n_runs must be >= 1, got {n_runs}")
-    s = _Session(build, inputs, n_threads)
+    s = Session(build, inputs, n_threads)
     try:
         for _ in range(warmup):
             s.run()

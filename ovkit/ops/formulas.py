@@ -1,0 +1,272 @@
+"""The element-wise ops written once: every unary, GLU and element-wise formula over an array
+namespace (:class:`ArrayOps`) that the numpy reference fills with f32 numpy arrays and the
+OpenVINO translation with opset16 nodes.  What differs per backend (OpenVINO's Exp saturating
+early, numpy's erf in f64, how a smaller operand is repeated) lives in its namespace, never in a
+formula; the formulas follow ggml's CPU kernels (``ggml-cpu/vec.h``, ``unary-ops.cpp``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol, TypeVar
+
+from ovkit.ir import Op, Tensor
+
+V = TypeVar("V")
+Fn = TypeVar("Fn")
+Num = float | int
+#: The one-operand primitives every namespace provides (:meth:`ArrayOps.unary`).
+Prim = Literal[
+    "neg", "abs", "sign", "floor", "ceil", "trunc", "round_away", "sqrt", "exp", "expm1", "log",
+    "sin", "cos", "tanh", "sigmoid", "erf",
+]  # fmt: skip
+
+
+class ArrayOps(Protocol[V]):
+    """The operations the formulas use (f32 values; a Python number stands for a constant)."""
+
+    def f32(self, x: V) -> V: ...
+    def add(self, a: V | Num, b: V | Num) -> V: ...
+    def sub(self, a: V | Num, b: V | Num) -> V: ...
+    def mul(self, a: V | Num, b: V | Num) -> V: ...
+    def div(self, a: V | Num, b: V | Num) -> V: ...
+    def maximum(self, a: V | Num, b: V | Num) -> V: ...
+    def minimum(self, a: V | Num, b: V | Num) -> V: ...
+    def gt(self, a: V, b: Num) -> V: ...
+    def ge(self, a: V, b: Num) -> V: ...
+    def le(self, a: V, b: Num) -> V: ...
+    def where(self, cond: V, a: V | Num, b: V | Num) -> V: ...
+    def unary(self, name: Prim, x: V) -> V:
+        """The primitive ``name`` applied to ``x`` (``round_away``: C's roundf)."""
+        ...
+
+    def rounded(self, x: V, dtype: str) -> V:
+        """``x`` stored as ``dtype`` (f16, bf16) and read back as f32."""
+        ...
+
+    def repeat(self, x: V, small: Sequence[int], big: Sequence[int]) -> V:
+        """ggml's binary-op repeat of ``x`` (ne ``small``) to the ne ``big``."""
+        ...
+
+    def head(self, x: V, start: int, stop: int) -> V:
+        """Elements ``start:stop`` of dim 0 (the innermost)."""
+        ...
+
+    def full(self, ne: Sequence[int], value: float) -> V: ...
+
+
+#: ``formula(ns, node, source values) -> value``: one op's computation on either backend.
+Formula = Callable[[Any, Tensor, list[Any]], Any]
+#: The ops written once here, by op-table key; the interpreters register each for themselves.
+FORMULAS: dict[Op, Formula] = {}
+
+
+def register_in(table: dict[Op, Fn], keys: tuple[Op, ...]) -> Callable[[Fn], Fn]:
+    """A decorator storing its function in ``table`` under each of the op-table ``keys``."""
+
+    def deco(fn: Fn) -> Fn:
+        for k in keys:
+            table[k] = fn
+        return fn
+
+    return deco
+
+
+def formula(*keys: Op) -> Callable[[Formula], Formula]:
+    return register_in(FORMULAS, keys)
+
+
+# ---------------------------------------------------------------------------- activations
+def gelu_tanh(n: ArrayOps[V], x: V) -> V:
+    """0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x·x))), in ggml's order."""
+    inner = n.mul(n.mul(math.sqrt(2.0 / math.pi), x), n.add(1.0, n.mul(n.mul(0.044715, x), x)))
+    return n.mul(n.mul(0.5, x), n.add(1.0, n.unary("tanh", inner)))
+
+
+def gelu(n: ArrayOps[V], x: V) -> V:
+    """ggml's CPU GELU: the f16 table (GGML_GELU_FP16) of tanh-GELU indexed by f16(x); x ≤ -10
+    gives 0 and x ≥ 10 gives x."""
+    table = n.rounded(gelu_tanh(n, n.rounded(x, "f16")), "f16")
+    return n.where(n.le(x, -10.0), 0.0, n.where(n.ge(x, 10.0), x, table))
+
+
+def gelu_quick(n: ArrayOps[V], x: V) -> V:
+    """ggml's CPU GELU_QUICK: the f16 table (GGML_GELU_QUICK_FP16) of x·σ(1.702·x) at f16(x)."""
+    xh = n.rounded(x, "f16")
+    return n.rounded(n.mul(xh, n.unary("sigmoid", n.mul(xh, 1.702))), "f16")
+
+
+def gelu_erf(n: ArrayOps[V], x: V) -> V:
+    """0.5·x·(1 + erf(x/√2))."""
+    return n.mul(n.mul(0.5, x), n.add(1.0, n.unary("erf", n.mul(x, 1.0 / math.sqrt(2.0)))))
+
+
+def silu(n: ArrayOps[V], x: V) -> V:
+    return n.mul(x, n.unary("sigmoid", x))
+
+
+def hardsigmoid(n: ArrayOps[V], x: V) -> V:
+    return n.minimum(1.0, n.maximum(0.0, n.div(n.add(x, 3.0), 6.0)))
+
+
+def _prim(name: Prim) -> Callable[[ArrayOps[Any], Any], Any]:
+    return lambda n, x: n.unary(name, x)
+
+
+#: The unary sub-ops (and the element-wise ops SIN, COS, LOG) as functions of one f32 value.
+ACTIVATIONS: dict[Op, Callable[[ArrayOps[Any], Any], Any]] = {
+    Op.GELU: gelu,
+    Op.SIGMOID: _prim("sigmoid"),
+    Op.SILU: silu,
+    Op.SOFTPLUS: lambda n, x: n.where(
+        n.gt(x, 20.0), x, n.unary("log", n.add(1.0, n.unary("exp", n.minimum(x, 20.0))))
+    ),
+    Op.TANH: _prim("tanh"),
+    Op.EXP: _prim("exp"),
+    Op.NEG: _prim("neg"),
+    Op.ABS: _prim("abs"),
+    Op.SGN: _prim("sign"),
+    Op.STEP: lambda n, x: n.where(n.gt(x, 0.0), 1.0, 0.0),
+    Op.ELU: lambda n, x: n.where(n.gt(x, 0.0), x, n.unary("expm1", n.minimum(x, 0.0))),
+    Op.RELU: lambda n, x: n.maximum(x, 0.0),
+    Op.GELU_QUICK: gelu_quick,
+    Op.GELU_ERF: gelu_erf,
+    Op.HARDSWISH: lambda n, x: n.mul(x, hardsigmoid(n, x)),
+    Op.HARDSIGMOID: hardsigmoid,
+    Op.EXPM1: lambda n, x: n.sub(n.unary("exp", x), 1.0),  # ggml's op_expm1: expf(x) - 1
+    Op.FLOOR: _prim("floor"),
+    Op.CEIL: _prim("ceil"),
+    Op.ROUND: _prim("round_away"),  # C roundf: halves away from zero
+    Op.TRUNC: _prim("trunc"),
+    Op.SIN: _prim("sin"),
+    Op.COS: _prim("cos"),
+    Op.LOG: _prim("log"),
+}
+
+
+def _activation(act: Callable[[ArrayOps[Any], Any], Any]) -> Formula:
+    return lambda n, t, xs: act(n, n.f32(xs[0]))
+
+
+for _op, _act in ACTIVATIONS.items():
+    formula(_op)(_activation(_act))
+
+
+@formula(Op.XIELU)
+def xielu(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    x = n.f32(xs[0])
+    an, ap, beta, eps = (float(t.params[k]) for k in ("alpha_n", "alpha_p", "beta", "eps"))
+    bx = n.mul(beta, x)
+    pos = n.add(n.mul(n.mul(ap, x), x), bx)
+    neg = n.add(n.mul(n.sub(n.unary("expm1", n.minimum(x, eps)), x), an), bx)
+    return n.where(n.gt(x, 0.0), pos, neg)
+
+
+@formula(Op.LEAKY_RELU)
+def leaky_relu(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    x = n.f32(xs[0])
+    return n.where(n.gt(x, 0.0), x, n.mul(float(t.params["negative_slope"]), x))
+
+
+# ---------------------------------------------------------------------------- GLU
+def glu_halves(n: ArrayOps[V], t: Tensor, xs: list[V]) -> tuple[V, V]:
+    """(x0, x1): the two operands of a split GLU, or the two halves of each row of a (exchanged
+    when ``swapped``)."""
+    a = n.f32(xs[0])
+    if xs[1] is not None:
+        return a, n.f32(xs[1])
+    nc = t.ne[0]
+    first, second = n.head(a, 0, nc), n.head(a, nc, 2 * nc)
+    return (second, first) if t.params.get("swapped") else (first, second)
+
+
+#: The GLU sub-ops of the form ``activation(x0) · x1``, by their activation.
+GLU_ACTIVATIONS: dict[Op, Callable[[ArrayOps[Any], Any], Any]] = {
+    Op.SWIGLU: silu,
+    Op.GEGLU: gelu,
+    Op.GEGLU_ERF: gelu_erf,
+    Op.GEGLU_QUICK: gelu_quick,
+}
+
+
+def _glu(act: Callable[[ArrayOps[Any], Any], Any]) -> Formula:
+    def run(n: ArrayOps[Any], t: Tensor, xs: list[Any]) -> Any:
+        x0, x1 = glu_halves(n, t, xs)
+        return n.mul(act(n, x0), x1)
+
+    return run
+
+
+for _op, _act in GLU_ACTIVATIONS.items():
+    formula(_op)(_glu(_act))
+
+
+@formula(Op.REGLU)
+def reglu(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    x0, x1 = glu_halves(n, t, xs)
+    return n.where(n.gt(x0, 0.0), n.mul(x0, x1), 0.0)
+
+
+@formula(Op.SWIGLU_OAI)
+def swiglu_oai(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    x0, x1 = glu_halves(n, t, xs)
+    alpha, limit = float(t.params["alpha"]), float(t.params["limit"])
+    x = n.minimum(x0, limit)
+    y = n.minimum(n.maximum(x1, -limit), limit)
+    glu = n.div(x, n.add(1.0, n.unary("exp", n.mul(-alpha, x))))
+    return n.mul(glu, n.add(y, 1.0))
+
+
+# ---------------------------------------------------------------------------- element-wise ops
+def _binary(name: str) -> Formula:
+    def run(n: ArrayOps[Any], t: Tensor, xs: list[Any]) -> Any:
+        a, b = t.srcs[0], t.srcs[1]
+        assert a is not None and b is not None
+        fn: Callable[[Any, Any], Any] = getattr(n, name)
+        return fn(n.f32(xs[0]), n.repeat(n.f32(xs[1]), b.ne, a.ne))
+
+    return run
+
+
+for _op, _name in ((Op.ADD, "add"), (Op.SUB, "sub"), (Op.MUL, "mul"), (Op.DIV, "div")):
+    formula(_op)(_binary(_name))
+
+
+@formula(Op.ADD1)
+def add1(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    return n.add(n.f32(xs[0]), n.f32(xs[1]))  # b has one element: broadcast
+
+
+@formula(Op.SCALE)
+def scale(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    y = n.mul(n.f32(xs[0]), float(t.params["s"]))
+    return n.add(y, float(t.params["b"])) if t.params["b"] != 0.0 else y
+
+
+@formula(Op.SQR)
+def sqr(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    x = n.f32(xs[0])
+    return n.mul(x, x)
+
+
+@formula(Op.SQRT)
+def sqrt(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    return n.unary("sqrt", n.f32(xs[0]))
+
+
+@formula(Op.CLAMP)
+def clamp(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    return n.minimum(n.maximum(n.f32(xs[0]), float(t.params["min"])), float(t.params["max"]))
+
+
+@formula(Op.FILL)
+def fill(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    return n.full(t.ne, float(t.params["c"]))
+
+
+@formula(Op.SILU_BACK)
+def silu_back(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    dy, x = n.f32(xs[0]), n.f32(xs[1])
+    s = n.unary("sigmoid", x)
+    return n.mul(n.mul(dy, s), n.add(1.0, n.mul(x, n.sub(1.0, s))))
