@@ -136,12 +136,15 @@ def ovkit_ops(revision: str) -> frozenset[str]:
     """The op_table keys ovkit's policy registers in ``revision`` (NONE has no table entry)."""
     from ovkit.ops.policy import REGISTERED, Revision
 
-    ops, unary, glu = REGISTERED[Revision(revision)]
-    return frozenset(
-        {f"GGML_OP_{o}" for o in ops if o != "NONE"}
-        | {f"GGML_UNARY_OP_{u}" for u in unary}
-        | {f"GGML_GLU_OP_{g}" for g in glu}
-    )
+    prefixes = {"UNARY": "GGML_UNARY_OP_", "GLU": "GGML_GLU_OP_"}  # sub-ops are "UNARY.GELU"
+    keys = set()
+    for op in REGISTERED[Revision(revision)]:
+        group, _, sub = str(op).partition(".")
+        if sub:
+            keys.add(prefixes[group] + sub)
+        elif op != "NONE":
+            keys.add(f"GGML_OP_{op}")
+    return frozenset(keys)
 
 
 def ovkit_gated_ops(revision: str) -> frozenset[str]:
