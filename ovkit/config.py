@@ -136,7 +136,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
         Kind.PATH,
         "back the weight buffers with an unlinked file there (Linux)",
         unusable="the backend's mkstemp there fails, so its weight buffers fail to allocate; ovkit "
-        "does not model SPILL_DIR",
+        "keeps its weight file in the temp directory",
     ),
     EnvVar("DEBUG_NODE", Kind.LIST, "comma-separated tensor names added as extra outputs"),
     EnvVar(

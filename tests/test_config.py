@@ -327,7 +327,8 @@ def test_a_directory_variable_naming_a_file_is_not_used(tmp_path) -> None:
     assert cfg.spill_dir is None and cfg.compiled_model_cache_dir is None
     assert warned == [
         f"GGML_OPENVINO_SPILL_DIR={str(f)!r} is not a directory (it names a file): the backend's mkstemp "
-        "there fails, so its weight buffers fail to allocate; ovkit does not model SPILL_DIR",
+        "there fails, so its weight buffers fail to allocate; ovkit keeps its weight file in the temp "
+        "directory",
         f"GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR={str(f / 'sub')!r} has a file where a parent directory "
         "should be: the backend cannot create it and disables its model cache, and so does ovkit",
     ]

@@ -4,6 +4,9 @@ llama.cpp (the model tests in ``test_model.py`` run it too: it is ``Model``'s de
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -106,3 +109,25 @@ def test_the_cache_is_bounded_by_n_ctx(model_file: Callable[..., Path]) -> None:
     model.eval([1, 2, 3, 4])
     with pytest.raises(ModelError, match="exceed n_ctx=20"):
         model.eval([5])
+
+
+@pytest.mark.parametrize("where", ["missing/sub", "a-file"])
+def test_the_weight_file_goes_where_spill_dir_says_or_to_the_temp_directory(
+    model_file: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """``GGML_OPENVINO_SPILL_DIR`` naming a directory not made yet gets it made and the weight file
+    put there; one naming a file (the configuration warns) leaves the weights in the temp
+    directory: either way the model loads and answers as without it."""
+    path = model_file("llama", "q8_0")
+    plain = Model(path, n_ctx=32).generate(PROMPT, 3).tokens
+    spill = tmp_path / where
+    if where == "a-file":
+        spill.write_text("")
+    monkeypatch.setenv("GGML_OPENVINO_SPILL_DIR", str(spill))
+    with pytest.warns() if where == "a-file" else contextlib.nullcontext():
+        model = Model(path, n_ctx=32)
+    assert model.generate(PROMPT, 3).tokens == plain
+    (session,) = model.sessions()
+    assert session.store is not None
+    held_in = os.path.dirname(os.readlink(f"/proc/self/fd/{session.store.fd}"))
+    assert held_in == (str(spill) if where != "a-file" else tempfile.gettempdir())

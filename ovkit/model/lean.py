@@ -111,12 +111,20 @@ class WeightFile:
     The CPU plugin packs its own copy of every compressed weight on the first run; the pages it
     read ours from are then given back (``release``: ``MADV_DONTNEED``), so the weights are held
     once.  A page touched again (an embedding row) is read back from the file, never zeroed, so
-    releasing is always safe.  ``directory``: ``GGML_OPENVINO_SPILL_DIR`` or the temp directory."""
+    releasing is always safe.  ``directory``: ``GGML_OPENVINO_SPILL_DIR`` (made if missing) or,
+    where no file can be made there, the temp directory: the configuration has already warned of
+    a path that cannot be a directory, and a spill file is never a reason to refuse a model."""
 
     def __init__(self, directory: str | None = None) -> None:
         import tempfile
 
-        fd, path = tempfile.mkstemp(prefix="ovkit-weights-", dir=directory)
+        self.fd = -1
+        try:
+            if directory:
+                os.makedirs(directory, exist_ok=True)
+            fd, path = tempfile.mkstemp(prefix="ovkit-weights-", dir=directory)
+        except OSError:
+            fd, path = tempfile.mkstemp(prefix="ovkit-weights-")
         os.unlink(path)  # the space is freed with the last mapping
         self.fd = fd
         self.size = 0
@@ -144,8 +152,9 @@ class WeightFile:
             mm.madvise(mmap.MADV_DONTNEED)
 
     def __del__(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
 
 
 def _q4_0_parts(raw: np.ndarray, rows: int, k: int) -> tuple[np.ndarray, np.ndarray]:
