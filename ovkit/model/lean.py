@@ -193,9 +193,16 @@ class _Weights:
     """Builds each weight's decompression subgraph once, from the file."""
 
     def __init__(
-        self, gguf: GGUFModel, exact: bool, store: WeightFile, device_class: str, no_requant: bool
+        self,
+        gguf: GGUFModel,
+        exact: bool,
+        store: WeightFile,
+        device_class: str,
+        no_requant: bool,
+        row_orders: dict[str, np.ndarray],
     ) -> None:
         self.gguf = gguf
+        self.row_orders = row_orders  #: tensor name -> the order its rows are read in
         self.exact = exact
         self.device_class = device_class
         self.no_requant = no_requant
@@ -218,12 +225,20 @@ class _Weights:
         view = self.store.put(values)
         return ov.op.Constant(ov.Tensor(view, ov.Shape(list(shape)), et), shared_memory=True)
 
+    def read(self, info: TensorInfo) -> np.ndarray:
+        """The tensor's bytes with its rows (elements of a 1-d tensor) in ``row_orders``' order."""
+        raw = read_tensor(self.gguf, info)
+        order = self.row_orders.get(info.name)
+        if order is None:
+            return raw
+        return raw.reshape(len(order), -1)[order].reshape(-1)
+
     def plain(self, name: str) -> Any:
         """A small tensor (norms, biases) as an f32 Constant."""
         key = (name, "plain")
         if key not in self._cache:
             info = self.info(name)
-            raw = read_tensor(self.gguf, info)
+            raw = self.read(info)
             if info.type in PLAIN:
                 arr = raw.view(PLAIN[info.type]).astype(np.float32)
             elif info.type == "bf16":
@@ -239,7 +254,7 @@ class _Weights:
         the type has no compressed form."""
         info = self.info(name)
         rows, k = int(np.prod(info.shape[:-1])), info.shape[-1]
-        raw = read_tensor(self.gguf, info)
+        raw = self.read(info)
         if info.type in PLAIN or info.type == "bf16":
             arr = raw.view(np.uint16) if info.type == "bf16" else raw.view(PLAIN[info.type])
             if info.type == "bf16":
@@ -335,31 +350,23 @@ def _named(node: Any, name: str) -> Any:
     return node
 
 
-def _rope(x: Any, cos: Any, sin: Any, mode: int, head_dim: int) -> Any:
-    """ggml's rope of ``x`` [1, T, H, D] with ``cos``/``sin`` [1, T, 1, D/2]: adjacent pairs
-    (mode 0, llama) or the two halves of a head (NEOX, qwen and gemma) rotate."""
+def _rope(x: Any, cos: Any, sin: Any, head_dim: int) -> Any:
+    """ggml's NEOX rope of ``x`` [1, T, H, D], the two halves of a head rotating, with ``cos`` and
+    ``sin`` [1, T, 1, D] (each angle twice): ``x·cos + [-x₂, x₁]·sin``, the form the CPU plugin
+    fuses into one RoPE node.  llama's adjacent pairs (mode 0) take this form too: ``build``
+    reads the Q and K weights' rows pair-halves first (``rope_row_order``)."""
     ops = _ops()
-    half = head_dim // 2
-    if mode == RopeType.NEOX:
-        a, b = ops.split(x, _i64(-1), 2).outputs()
-        return ops.concat(
-            [
-                ops.subtract(ops.multiply(a, cos), ops.multiply(b, sin)),
-                ops.add(ops.multiply(a, sin), ops.multiply(b, cos)),
-            ],
-            -1,
-        )
-    pairs = ops.reshape(x, _i64([0, 0, 0, half, 2]), True)
-    a, b = ops.split(pairs, _i64(-1), 2).outputs()
-    c, s = ops.unsqueeze(cos, _i64(-1)), ops.unsqueeze(sin, _i64(-1))
-    out = ops.concat(
-        [
-            ops.subtract(ops.multiply(a, c), ops.multiply(b, s)),
-            ops.add(ops.multiply(a, s), ops.multiply(b, c)),
-        ],
-        -1,
-    )
-    return ops.reshape(out, _i64([0, 0, 0, head_dim]), True)
+    x1, x2 = ops.variadic_split(x, _i64(3), _i64([head_dim // 2, head_dim // 2])).outputs()
+    half_turn = ops.concat([ops.multiply(x2, ops.constant(np.float32(-1))), x1], -1)
+    return ops.add(ops.multiply(x, cos), ops.multiply(half_turn, sin))
+
+
+def rope_row_order(n_heads: int, head_dim: int) -> np.ndarray:
+    """Rows of a Q or K weight reordered, head by head, so that the pairs ggml's mode-0 rope turns
+    (dims 2i, 2i+1) become the NEOX halves (i, i + D/2).  Q and K are reordered alike, so Q·Kᵀ and
+    the attention are unchanged; only Q and K themselves are held in the other order."""
+    within = np.concatenate([np.arange(0, head_dim, 2), np.arange(1, head_dim, 2)])
+    return (np.arange(n_heads)[:, None] * head_dim + within[None, :]).reshape(-1)
 
 
 def _inv_freq(hp: HParams, base: float, scale: float, factors: np.ndarray | None) -> np.ndarray:
@@ -393,7 +400,15 @@ def build(
     spec = hp.spec
     if spec.moe:
         raise ModelError(f"{hp.arch}: mixture-of-experts layers have no lean form (use shapes='buckets')")
-    W = _Weights(gguf, exact, store, device_class, no_requant)
+    hd, n_h, n_kv = hp.head_dim, hp.n_head, hp.n_head_kv
+    row_orders: dict[str, np.ndarray] = {}
+    if spec.rope_type != RopeType.NEOX:
+        for il in range(hp.n_layer):
+            for part, heads in (("q", n_h), ("k", n_kv)):
+                row_orders[f"blk.{il}.attn_{part}.weight"] = rope_row_order(heads, hd)
+                row_orders[f"blk.{il}.attn_{part}.bias"] = rope_row_order(heads, hd)
+                row_orders[f"blk.{il}.attn_{part}_norm.weight"] = rope_row_order(1, hd)
+    W = _Weights(gguf, exact, store, device_class, no_requant, row_orders)
     tokens = ops.parameter([1, -1], ov.Type.i64, name=TOKENS)
     positions = ops.parameter([1, -1], ov.Type.i64, name=POSITIONS)
     out_ids = ops.parameter([-1], ov.Type.i64, name=OUT_IDS)
@@ -415,7 +430,6 @@ def build(
     factors = read_tensor(gguf, freqs).view(np.float32) if freqs is not None else None
     ropes: dict[tuple[float, float], tuple[Any, Any]] = {}
     sinks: list[Any] = []
-    hd, n_h, n_kv = hp.head_dim, hp.n_head, hp.n_head_kv
     r = n_h // n_kv
     kq_scale = 1.0 if spec.q_scale else hp.attn_scale
     masks: dict[bool, Any] = {}
@@ -436,12 +450,13 @@ def build(
             k = _rms_norm(k, W.plain(p + "attn_k_norm.weight"), hp.rms_eps, f"Kcur_normed-{il}")
         base_scale = hp.rope_base_scale(il)
         if base_scale not in ropes:
-            theta = ops.multiply(pos_f, ops.constant(_inv_freq(hp, *base_scale, factors)[None, :]))
-            theta = ops.reshape(theta, _i64([1, -1, 1, hd // 2]), False)
+            inv_freq = _inv_freq(hp, *base_scale, factors)
+            theta = ops.multiply(pos_f, ops.constant(np.concatenate([inv_freq, inv_freq])[None, :]))
+            theta = ops.reshape(theta, _i64([1, -1, 1, hd]), False)
             ropes[base_scale] = (ops.cos(theta), ops.sin(theta))
         cos, sin = ropes[base_scale]
-        q = _named(_rope(q, cos, sin, spec.rope_type, hd), f"Qcur-{il}")
-        k = _named(_rope(k, cos, sin, spec.rope_type, hd), f"Kcur-{il}")
+        q = _named(_rope(q, cos, sin, hd), f"Qcur-{il}")
+        k = _named(_rope(k, cos, sin, hd), f"Kcur-{il}")
         if spec.q_scale:
             q = ops.multiply(q, ops.constant(np.float32(hp.attn_scale)))
         q, k, v = (ops.transpose(t, _i64([0, 2, 1, 3])) for t in (q, k, v))  # [1, H, T, D]
