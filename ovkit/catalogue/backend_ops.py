@@ -87,37 +87,26 @@ def _unary(op: str, params: str, p: dict[str, Any]) -> Case:
     return Case(op, params, (Leaf("a", big, t, init),), program)
 
 
-#: GLU ops built by test_glu / test_glu_split (SWIGLU_OAI has its own builder): the GLU sub-ops
-#: whose catalogue entry lists ``glu`` (derived from the op table).
+#: GLU ops built by test_glu / test_glu_split: the GLU sub-ops whose catalogue entry lists ``glu``
+#: (derived from the op table); SWIGLU_OAI (test_swiglu_oai) is built by the same builder.
 GLU: tuple[str, ...] = LISTS.glu_cases
 
 
 def _glu(op: str, params: str, p: dict[str, Any]) -> Case:
     t, ne, v = p["type"], _ne_of(p, "ne_a"), int(p.get("v", 0))
     big = (ne[0] * 3, ne[1], ne[2], ne[3]) if v & 1 else ne
-    split = bool(p.get("split"))
-    leaves = (Leaf("a", big, t, U150), Leaf("b", big, t, U150)) if split else (Leaf("a", big, t, U150),)
+    two = op == "SWIGLU_OAI" or bool(p.get("split"))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         a = _named(_view_like(b, x["a"], ne), "view_of_a") if v & 1 else x["a"]
-        if not split:
+        if not two:
             return _named(b.glu(a, op, bool(p.get("swapped", 0))), "out")
         bb = _view_like(b, x["b"], ne) if v & 1 else x["b"]
+        if op == "SWIGLU_OAI":
+            return _named(b.swiglu_oai(a, bb, float(p["alpha"]), float(p["limit"])), "out")
         return _named(b.glu_split(a, bb, op), "out")
 
-    return Case(op, params, leaves, program)
-
-
-def _swiglu_oai(op: str, params: str, p: dict[str, Any]) -> Case:
-    t, ne, v = p["type"], _ne_of(p, "ne_a"), int(p.get("v", 0))
-    big = (ne[0] * 3, ne[1], ne[2], ne[3]) if v & 1 else ne
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        a = _named(_view_like(b, x["a"], ne), "view_of_a") if v & 1 else x["a"]
-        bb = _view_like(b, x["b"], ne) if v & 1 else x["b"]
-        return _named(b.swiglu_oai(a, bb, float(p["alpha"]), float(p["limit"])), "out")
-
-    return Case(op, params, (Leaf("a", big, t, U150), Leaf("b", big, t, U150)), program)
+    return Case(op, params, (Leaf("a", big, t, U150), Leaf("b", big, t, U150))[: 1 + two], program)
 
 
 def _bin(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -145,13 +134,7 @@ def _bin(op: str, params: str, p: dict[str, Any]) -> Case:
             out = getattr(b, fn)(out, src)
         return _named(out, "out")
 
-    err = (
-        1e-6
-        if (op == "ADD" and nf > 1 and t == "f16")
-        else 1e-4
-        if (op == "ADD" and nf > 1 and t == "bf16")
-        else 1e-7
-    )
+    err = {"f16": 1e-6, "bf16": 1e-4}.get(t, 1e-7) if op == "ADD" and nf > 1 else 1e-7
     return Case(op, params, tuple(leaves), program, max_err=err)
 
 
@@ -172,14 +155,24 @@ def _add_id(op: str, params: str, p: dict[str, Any]) -> Case:
     return Case(op, params, leaves, program)
 
 
-def _simple(fn: str, init: Init = UNIFORM) -> CaseBuilder:
-    """``out = ggml_<fn>(a)`` on one leaf of ``type``/``ne``, values drawn as ``init``."""
+def _one(fn: str, *args: Any, init: Init = UNIFORM, **case: Any) -> CaseBuilder:
+    """``out = ggml_<fn>(a, *args)`` on one leaf of ``type``/``ne`` (or ``ne_a``), values drawn as
+    ``init``; an argument made by :func:`_i` / :func:`_f` reads that row parameter."""
 
     def build(op: str, params: str, p: dict[str, Any]) -> Case:
+        vals = [a(p) if callable(a) else a for a in args]
         leaf = Leaf("a", _ne_of(p, "ne", "ne_a"), p.get("type", "f32"), init)
-        return Case(op, params, (leaf,), lambda b, x: _named(getattr(b, fn)(x["a"]), "out"))
+        return Case(op, params, (leaf,), lambda b, x: _named(getattr(b, fn)(x["a"], *vals), "out"), **case)
 
     return build
+
+
+def _i(key: str) -> Callable[[dict[str, Any]], int]:
+    return lambda p: int(p[key])
+
+
+def _f(key: str) -> Callable[[dict[str, Any]], float]:
+    return lambda p: float(p[key])
 
 
 def _scale(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -190,12 +183,6 @@ def _scale(op: str, params: str, p: dict[str, Any]) -> Case:
         return _named(fn(x["a"], s, bias), "out")
 
     return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), program)
-
-
-def _leaky_relu(op: str, params: str, p: dict[str, Any]) -> Case:
-    slope = float(p["negative_slope"])
-    return Case(op, params, (Leaf("a", _ne_of(p, "ne_a"), p["type"]),),
-                lambda b, x: _named(b.leaky_relu(x["a"], slope, False), "out"))  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -432,12 +419,6 @@ def _back(fn: str, init: Init = UNIFORM, *args: str) -> CaseBuilder:
     return build
 
 
-def _diag_mask_inf(op: str, params: str, p: dict[str, Any]) -> Case:
-    n_past = int(p["n_past"])
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),),
-                lambda b, x: _named(b.diag_mask_inf(x["a"], n_past), "out"))  # fmt: skip
-
-
 def _pad_reflect_1d(op: str, params: str, p: dict[str, Any]) -> Case:
     p0, p1 = int(p["pad_0"]), int(p["pad_1"])
     leaf = Leaf("a", pad_ne(p["ne_a"][:2]), p["type"])  # test_pad_reflect_1d: a 2-D tensor of ne_a[0:2]
@@ -447,18 +428,6 @@ def _pad_reflect_1d(op: str, params: str, p: dict[str, Any]) -> Case:
 def _arange(op: str, params: str, p: dict[str, Any]) -> Case:
     args = [float(p[k]) for k in ("start", "stop", "step")]
     return Case(op, params, (), lambda b, x: _named(b.arange(*args), "out"))
-
-
-def _timestep_embedding(op: str, params: str, p: dict[str, Any]) -> Case:
-    dim, period = int(p["dim"]), int(p["max_period"])
-    return Case(op, params, (Leaf("a", pad_ne(p["ne_a"]), p["type"]),),
-                lambda b, x: _named(b.timestep_embedding(x["a"], dim, period), "out"))  # fmt: skip
-
-
-def _xielu(op: str, params: str, p: dict[str, Any]) -> Case:
-    # test_xielu: alpha_n = 4, alpha_p = 20, beta = 0.5, eps = 1e-7, inputs in [-1, 1]
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),),
-                lambda b, x: _named(b.xielu(x["a"], 4.0, 20.0, 0.5, 1e-7), "out"))  # fmt: skip
 
 
 def _opt_step_sgd(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -536,23 +505,12 @@ def _sum(op: str, params: str, p: dict[str, Any]) -> Case:
     return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("uniform", -0.9, 1.1)),), program)
 
 
-def _argsort(op: str, params: str, p: dict[str, Any]) -> Case:
-    order = int(p["order"])
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("distinct")),),
-                lambda b, x: _named(b.argsort(x["a"], order), "out"))  # fmt: skip
-
-
 def _top_k(op: str, params: str, p: dict[str, Any]) -> Case:
     k = int(p["k"])
     if int(p.get("ties", 0)):
         raise NoCase("TOP_K with ties: its err() compares the source values of the picked indices")
     return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("distinct")),),
                 lambda b, x: _named(b.top_k(x["a"], k), "out"), max_err=0.0, err="index_set")  # fmt: skip
-
-
-def _argmax(op: str, params: str, p: dict[str, Any]) -> Case:
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("distinct")),),
-                lambda b, x: _named(b.argmax(x["a"]), "out"), max_err=0.0)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -626,14 +584,8 @@ def _mul_mat_id(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _out_prod(op: str, params: str, p: dict[str, Any]) -> Case:
-    m, n, k, bs, nr, tr = (
-        int(p["m"]),
-        int(p["n"]),
-        int(p["k"]),
-        pad_ne(p["bs"]),
-        pad_ne(p["nr"]),
-        int(p["trans_b"]),
-    )
+    m, n, k, tr = (int(p[x]) for x in ("m", "n", "k", "trans_b"))
+    bs, nr = pad_ne(p["bs"]), pad_ne(p["nr"])
     b_ne = (k, n, bs[0] * nr[0], bs[1] * nr[1]) if tr else (n, k, bs[0] * nr[0], bs[1] * nr[1])
     leaves = (Leaf("a", (m, k, bs[0], bs[1]), p["type_a"]), Leaf("b", b_ne, p["type_b"]))
 
@@ -693,19 +645,10 @@ def _rope(op: str, params: str, p: dict[str, Any]) -> Case:
         elif v == 2:
             a = _named(_view_like(b, a, ne, ne[0] * a.nb[0]), "view_of_a")
         back = "_back" if op == "ROPE_BACK" else ""
-        inpl = "_inplace" if inplace else ""
-        if is_mrope:
-            sections = [n_dims // 4] * 4 if is_vision else [n_dims // 3, n_dims // 3, n_dims // 3, 0]
-            if is_vision:
-                sections = [n_dims // 4, n_dims // 4, 0, 0]
-            nd = n_dims // 2 if is_vision else n_dims
-            out = getattr(b, f"rope_multi{back}{inpl}")(
-                a, x["pos"], x.get("freq"), nd, sections, mode, 0, 10000.0, fs, ef, af, 1.0, 1.0
-            )
-        else:
-            out = getattr(b, f"rope_ext{back}{inpl}")(
-                a, x["pos"], x.get("freq"), n_dims, mode, 0, 10000.0, fs, ef, af, 1.0, 1.0
-            )
+        fn = f"rope_{'multi' if is_mrope else 'ext'}{back}{'_inplace' if inplace else ''}"
+        sections = [n_dims // 4, n_dims // 4, 0, 0] if is_vision else [n_dims // 3] * 3 + [0]
+        dims = (n_dims // 2 if is_vision else n_dims, *([sections] if is_mrope else []))
+        out = getattr(b, fn)(a, x["pos"], x.get("freq"), *dims, mode, 0, 10000.0, fs, ef, af, 1.0, 1.0)
         return _named(out, "out")
 
     return Case(op, params, tuple(leaves), program)
@@ -809,11 +752,19 @@ def _flash_attn(op: str, params: str, p: dict[str, Any]) -> Case:
 # convolution family
 
 
+def _in_ker(p: dict[str, Any], t_input: str, t_kernel: str) -> tuple[Leaf, Leaf]:
+    """The ``input`` and ``kernel`` leaves of a convolution case (``ne_input``, ``ne_kernel``)."""
+    return Leaf("input", pad_ne(p["ne_input"]), t_input), Leaf("kernel", pad_ne(p["ne_kernel"]), t_kernel)
+
+
+def _cwhn(b: Any, inp: Any, ker: Any) -> tuple[Any, Any]:
+    """test_conv_2d's ``cwhn``: input and kernel made channels-innermost, then permuted back."""
+    inp = b.permute(b.cont(b.permute(inp, 1, 2, 0, 3)), 2, 0, 1, 3)
+    return inp, b.permute(b.cont(b.permute(ker, 2, 3, 1, 0)), 3, 2, 0, 1)
+
+
 def _im2col(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (
-        Leaf("input", pad_ne(p["ne_input"]), p["type_input"]),
-        Leaf("kernel", pad_ne(p["ne_kernel"]), p["type_kernel"]),
-    )
+    leaves = _in_ker(p, p["type_input"], p["type_kernel"])
     args = [p[k] for k in ("s0", "s1", "p0", "p1", "d0", "d1")]
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
@@ -824,7 +775,7 @@ def _im2col(op: str, params: str, p: dict[str, Any]) -> Case:
 
 def _im2col_3d(op: str, params: str, p: dict[str, Any]) -> Case:
     ne, v = pad_ne(p["ne_input"]), int(p.get("v", 0))
-    leaves = (Leaf("input", ne, p["type_input"]), Leaf("kernel", pad_ne(p["ne_kernel"]), p["type_kernel"]))
+    leaves = _in_ker(p, p["type_input"], p["type_kernel"])
     args = [int(p[k]) for k in ("IC", "s0", "s1", "s2", "p0", "p1", "p2", "d0", "d1", "d2")]
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
@@ -837,35 +788,23 @@ def _im2col_3d(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _conv_2d(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (
-        Leaf("input", pad_ne(p["ne_input"]), "f32"),
-        Leaf("kernel", pad_ne(p["ne_kernel"]), p["type_kernel"]),
-    )
+    leaves = _in_ker(p, "f32", p["type_kernel"])
     args = [int(p[k]) for k in ("stride0", "stride1", "padding0", "padding1", "dilation0", "dilation1")]
     cwhn = int(p.get("cwhn", 0))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
-        inp, ker = x["input"], x["kernel"]
-        if cwhn:
-            inp = b.permute(b.cont(b.permute(inp, 1, 2, 0, 3)), 2, 0, 1, 3)
-            ker = b.permute(b.cont(b.permute(ker, 2, 3, 1, 0)), 3, 2, 0, 1)
+        inp, ker = _cwhn(b, x["input"], x["kernel"]) if cwhn else (x["input"], x["kernel"])
         return _named(b.conv_2d_direct(ker, inp, *args), "out")
 
     return Case(op, params, leaves, program, max_err=max_nmse(op))
 
 
 def _conv_2d_dw(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (
-        Leaf("input", pad_ne(p["ne_input"]), "f32"),
-        Leaf("kernel", pad_ne(p["ne_kernel"]), p["type_kernel"]),
-    )
+    leaves = _in_ker(p, "f32", p["type_kernel"])
     s, pad, d, cwhn = int(p["stride"]), int(p["padding"]), int(p["dilation"]), int(p.get("cwhn", 0))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
-        inp, ker = x["input"], x["kernel"]
-        if cwhn:
-            inp = b.permute(b.cont(b.permute(inp, 1, 2, 0, 3)), 2, 0, 1, 3)
-            ker = b.permute(b.cont(b.permute(ker, 2, 3, 1, 0)), 3, 2, 0, 1)
+        inp, ker = _cwhn(b, x["input"], x["kernel"]) if cwhn else (x["input"], x["kernel"])
         return _named(b.conv_2d_dw_direct(ker, inp, s, s, pad, pad, d, d), "out")
 
     # the installed ggml's CPU conv_2d_dw reads an f16 kernel as if it were f32 (wrong values)
@@ -886,10 +825,7 @@ def _conv_3d(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _conv_transpose_2d(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (
-        Leaf("input", pad_ne(p["ne_input"]), "f32"),
-        Leaf("kernel", pad_ne(p["ne_kernel"]), p["kernel_type"]),
-    )
+    leaves = _in_ker(p, "f32", p["kernel_type"])
     stride = int(p["stride"])
     return Case(op, params, leaves, max_err=max_nmse(op),
                 program=lambda b, x: _named(b.conv_transpose_2d_p0(x["kernel"], x["input"], stride), "out"))  # fmt: skip
@@ -917,7 +853,7 @@ def _col2im_1d(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _conv_transpose_1d(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (Leaf("input", pad_ne(p["ne_input"]), "f32"), Leaf("kernel", pad_ne(p["ne_kernel"]), "f32"))
+    leaves = _in_ker(p, "f32", "f32")
     s0, p0, d0 = int(p["s0"]), int(p["p0"]), int(p["d0"])
     return Case(op, params, leaves,
                 lambda b, x: _named(b.conv_transpose_1d(x["kernel"], x["input"], s0, p0, d0), "out"))  # fmt: skip
@@ -925,32 +861,6 @@ def _conv_transpose_1d(op: str, params: str, p: dict[str, Any]) -> Case:
 
 # ----------------------------------------------------------------------------------------------
 # misc
-
-
-def _tri(op: str, params: str, p: dict[str, Any]) -> Case:
-    tt = int(p["tri_type"])
-    return Case(
-        op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), lambda b, x: _named(b.tri(x["a"], tt), "out")
-    )
-
-
-def _fill(op: str, params: str, p: dict[str, Any]) -> Case:
-    c = float(p["c"])
-    return Case(
-        op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), lambda b, x: _named(b.fill(x["a"], c), "out")
-    )
-
-
-def _diag(op: str, params: str, p: dict[str, Any]) -> Case:
-    return Case(
-        op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), lambda b, x: _named(b.diag(x["a"]), "out")
-    )
-
-
-def _clamp(op: str, params: str, p: dict[str, Any]) -> Case:
-    lo, hi = float(p["min"]), float(p["max"])
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),),
-                lambda b, x: _named(b.clamp(x["a"], lo, hi), "out"))  # fmt: skip
 
 
 def _ssm_conv(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -970,22 +880,22 @@ def _solve_tri(op: str, params: str, p: dict[str, Any]) -> Case:
 BUILDERS: dict[str, CaseBuilder] = {
     **{u: _unary for u in UNARY},
     **{g: _glu for g in GLU},
-    "SWIGLU_OAI": _swiglu_oai,
+    "SWIGLU_OAI": _glu,
     **{o: _bin for o in ("ADD", "SUB", "MUL", "DIV")},
     "ADD_ID": _add_id,
     "SCALE": _scale,
-    "SQR": _simple("sqr"),
-    "SQRT": _simple("sqrt", Init("uniform", 50.0, 100.0)),
-    "LOG": _simple("log", POS_09),
-    "SIN": _simple("sin", Init("uniform", -6.5, 6.5)),
-    "COS": _simple("cos", Init("uniform", -6.5, 6.5)),
-    "MEAN": _simple("mean", Init("uniform", -0.9, 1.1)),
-    "CUMSUM": _simple("cumsum"),
-    "LEAKY_RELU": _leaky_relu,
-    "CLAMP": _clamp,
-    "FILL": _fill,
-    "TRI": _tri,
-    "DIAG": _diag,
+    "SQR": _one("sqr"),
+    "SQRT": _one("sqrt", init=Init("uniform", 50.0, 100.0)),
+    "LOG": _one("log", init=POS_09),
+    "SIN": _one("sin", init=Init("uniform", -6.5, 6.5)),
+    "COS": _one("cos", init=Init("uniform", -6.5, 6.5)),
+    "MEAN": _one("mean", init=Init("uniform", -0.9, 1.1)),
+    "CUMSUM": _one("cumsum"),
+    "LEAKY_RELU": _one("leaky_relu", _f("negative_slope"), False),
+    "CLAMP": _one("clamp", _f("min"), _f("max")),
+    "FILL": _one("fill", _f("c")),
+    "TRI": _one("tri", _i("tri_type")),
+    "DIAG": _one("diag"),
     "GET_ROWS": _get_rows,
     "SET_ROWS": _set_rows,
     "CPY": _cpy,
@@ -999,11 +909,11 @@ BUILDERS: dict[str, CaseBuilder] = {
     "GATED_DELTA_NET": _gated_delta_net,
     "UPSCALE": _upscale,
     "CROSS_ENTROPY_LOSS_BACK": _cross_entropy_loss_back,
-    "DIAG_MASK_INF": _diag_mask_inf,
+    "DIAG_MASK_INF": _one("diag_mask_inf", _i("n_past")),
     "OPT_STEP_SGD": _opt_step_sgd,
     "ARANGE": _arange,
-    "XIELU": _xielu,
-    "TIMESTEP_EMBEDDING": _timestep_embedding,
+    "XIELU": _one("xielu", 4.0, 20.0, 0.5, 1e-7),  # test_xielu: alpha_n, alpha_p, beta, eps
+    "TIMESTEP_EMBEDDING": _one("timestep_embedding", _i("dim"), _i("max_period")),
     "COUNT_EQUAL": _count_equal,
     "PAD_REFLECT_1D": _pad_reflect_1d,
     "CONT": _cont,
@@ -1015,9 +925,9 @@ BUILDERS: dict[str, CaseBuilder] = {
     "L2_NORM": _norm("l2_norm"),
     "SUM_ROWS": _sum_rows,
     "SUM": _sum,
-    "ARGSORT": _argsort,
+    "ARGSORT": _one("argsort", _i("order"), init=Init("distinct")),
     "TOP_K": _top_k,
-    "ARGMAX": _argmax,
+    "ARGMAX": _one("argmax", init=Init("distinct"), max_err=0.0),
     "MUL_MAT": _mul_mat,
     "MUL_MAT_ID": _mul_mat_id,
     "MUL_MAT_HADAMARD": _mul_mat_hadamard,
