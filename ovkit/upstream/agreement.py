@@ -1,16 +1,9 @@
 """Live policy agreement: the installed backend's ``supports_op`` against ``ovkit.ops.policy``.
 
-Two sets of cases, every one ovkit can build as a ggml graph:
-
-- the ``test-ops`` catalogue: every tensor of the case's ggml graph is asked (as test-backend-ops
-  does before it computes), against ovkit's policy on every node of the same program;
-- the test-backend-ops rows of ``upstream-support-verdicts.csv.gz``: the output node, rebuilt as a
-  ggml tensor from ovkit's node record (:mod:`ovkit.upstream.tensors`), as test-backend-ops'
-  ``support`` mode asks.
-
-ovkit answers at the installed build's revision with the quirks on (the real backend has them).
-Every difference is listed with the rule behind it: the gate that rejects on ovkit's side, or,
-when only the real backend rejects, the gate of another revision that would (or "no rule").
+Asked about every tensor of each ``test-ops`` case's ggml graph, and about the output node of each
+row of the shipped test-backend-ops verdicts (rebuilt by :mod:`ovkit.upstream.tensors`), at the
+installed build's revision with the quirks on.  Each difference names the rule behind it: ovkit's
+rejecting gate, or when only the backend rejects, another revision's gate that would (or none).
 """
 
 from __future__ import annotations

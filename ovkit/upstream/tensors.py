@@ -1,10 +1,6 @@
-"""A policy :class:`~ovkit.ops.policy.OpInfo` rebuilt as real ggml tensors (no data), for asking
-the real backend's ``supports_op`` about test-backend-ops cases ovkit knows only as node records.
-
-Each node becomes a ``ggml_tensor`` in a ``no_alloc`` context with its type, ``ne``, ``nb``,
-op, sources, view source/offset, name and ``op_params`` packed as ggml's builders pack them
-(:data:`OP_PARAMS`, slot by slot).  Only the parameters the policy records are packed, which are
-the ones ``supports_op`` reads.
+"""A policy :class:`~ovkit.ir.OpInfo` rebuilt as real ggml tensors (``no_alloc``, no data), with the
+``op_params`` ``supports_op`` reads packed as ggml's builders pack them, to ask the real backend
+about test-backend-ops cases ovkit knows only as node records.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The child side of :mod:`ovkit.upstream.isolate`: the only code that calls the real backend.
-
-Run as ``python -m ovkit.upstream.worker``: reads one JSON request per line from stdin and writes
-one JSON reply per line on the private pipe of :func:`ovkit.child.serve` (stdout is pointed at
-stderr first, so whatever the backend or OpenVINO print never corrupts a reply).  Requests name a
-command (:data:`HANDLERS`); an exception becomes ``{"error": ...}``, a crash ends the process (the
-parent reports it).
+"""The child side of :mod:`ovkit.upstream.isolate`, the only code that calls the real backend:
+``python -m ovkit.upstream.worker`` answers JSON requests naming a command (:data:`HANDLERS`) on
+:func:`ovkit.child.serve`'s private pipe; an exception becomes ``{"error": ...}``.
 """
 
 from __future__ import annotations
@@ -103,17 +99,11 @@ def _devices(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
         free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
         g.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
         kind = int(g.ggml_backend_dev_type(dev))
-        out.append(
-            {
-                "index": i,
-                "name": _text(g.ggml_backend_dev_name(dev)),
-                "description": _text(g.ggml_backend_dev_description(dev)),
-                "memory_free": int(free.value),
-                "memory_total": int(total.value),
-                "type": DEVICE_TYPES[kind] if kind < len(DEVICE_TYPES) else str(kind),
-                "registry": _text(g.ggml_backend_reg_name(g.ggml_backend_dev_backend_reg(dev))),
-            }
-        )
+        out.append({"index": i, "name": _text(g.ggml_backend_dev_name(dev)),
+                    "description": _text(g.ggml_backend_dev_description(dev)),
+                    "memory_free": int(free.value), "memory_total": int(total.value),
+                    "type": DEVICE_TYPES[kind] if kind < len(DEVICE_TYPES) else str(kind),
+                    "registry": _text(g.ggml_backend_reg_name(g.ggml_backend_dev_backend_reg(dev)))})  # fmt: skip
     return {"devices": out}
 
 
@@ -122,19 +112,9 @@ def _crash(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     return {"supported": be.supports(None)}
 
 
-def _case_session(be: Backend, name: str) -> tuple[Any, Any, dict[str, Any], Any]:
-    from ovkit import oracle
-    from ovkit.upstream import cases
-
-    c = cases.find_case(name)
-    inputs = cases.ggml_inputs(c)
-    return c, oracle.program_session(c.program, inputs, backend=be.backend), inputs, oracle
-
-
 def _three_way_reply(be: Backend, case: Case, inputs: dict[str, Any], compute: bool) -> dict[str, Any]:
-    """supports_op per tensor of the case's graph, then (if all are supported) the computed output
-    judged against ggml's CPU backend on the same inputs (:func:`ovkit.catalogue.result.judge`:
-    ``status``, ``nmse`` the case's own error, None when the shapes differ)."""
+    """supports_op per tensor of the case's graph, then (all supported) the output judged against
+    ggml's CPU backend (``status``, ``nmse``: the case's own error, None when the shapes differ)."""
     from ovkit import oracle
     from ovkit.catalogue.result import judge
 
@@ -178,7 +158,11 @@ def _catalogue_case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
 
 def _bench(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     """Seconds per compute of a case on the real backend (graph built once, run repeatedly)."""
-    _c, session, _inputs, _oracle = _case_session(be, req["name"])
+    from ovkit import oracle
+    from ovkit.upstream import cases
+
+    c = cases.find_case(req["name"])
+    session = oracle.program_session(c.program, cases.ggml_inputs(c), backend=be.backend)
     try:
         for _ in range(int(req.get("warmup", 1))):
             session.run()
