@@ -1,11 +1,9 @@
 """test-backend-ops' own cases, executable: ``(op_name, op_params)`` -> :class:`~ovkit.catalogue.case.Case`.
 
-Each builder mirrors the ``build_graph`` of the matching ``test_*`` struct in llama.cpp's
-``tests/test-backend-ops.cpp`` (leaves, views, permutes, tensor names), its
-``initialize_tensors`` (value ranges, row ids, masks, distinct values) and its error bound
-(``max_nmse_err`` or the op's own ``err``).  Parameters missing from a row take the struct's
-constructor defaults.  Programs call builder methods by ggml's names, so the same case runs on
-``ovkit.Graph`` and on ggml; an op ovkit has no builder or translation for is *not translatable*.
+Each builder mirrors the matching ``test_*`` struct of llama.cpp's ``tests/test-backend-ops.cpp``:
+its ``build_graph`` (leaves, views, permutes, names), ``initialize_tensors`` and error bound;
+missing parameters take the struct's defaults.  Programs call builder methods by ggml's names, so
+a case runs on ``ovkit.Graph`` and on ggml alike.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""One op case as data: its leaves (ggml ``ne``, type, how values are drawn), the program that
-builds its graph, and how its result is judged.
-
-The program is written once against the builder API ``ovkit.Graph`` shares with
-``ovkit.oracle.GgmlBuilder`` (ggml's own functions), so the same case builds the ovkit graph and
-the ggml graph.  Values are drawn the way ``tests/test-backend-ops.cpp`` initialises each op's
-tensors (``initialize_tensors``), from a seed derived from the case's name, so a case is the same
-on every run and in every worker process.
+"""One op case as data: its leaves (ggml ``ne``, type, value draw), one program written against the
+builder API ``ovkit.Graph`` shares with ``oracle.GgmlBuilder`` (so it builds both graphs), and how
+its result is judged.  Values are drawn as test-backend-ops' ``initialize_tensors`` does, from a
+seed of the case's name: the same in every run and process.
 """
 
 from __future__ import annotations
@@ -34,17 +30,7 @@ PLAIN_TYPES: dict[str, Any] = {
 
 @dataclass(frozen=True, slots=True)
 class Init:
-    """How a leaf's values are drawn (test-backend-ops' per-op ``initialize_tensors``).
-
-    kinds: ``uniform`` in [lo, hi]; ``rows`` row ids in [0, n) (get_rows); ``set_rows`` per
-    (i1, i2) a shuffled subset of range(n) (no duplicate targets); ``experts`` each row a shuffle
-    of ``i % n`` (mul_mat_id / add_id ids); ``distinct`` each row a shuffle of 0..ne0-1 (argsort,
-    top_k: no ties); ``kq_mask`` f16 mask with random -inf/0 blocks of 128x64 (flash attention);
-    ``causal_mask`` uniform in [lo, hi], -inf above the causal diagonal (``ne0`` keys, ``ne1``
-    queries, the last query sees every key); ``padded_mask`` causal with query rows 1 and 3 fully
-    masked (padding); ``pos`` positions 0, 1, ... (rope); ``tril`` lower-triangular (solve_tri);
-    ``zero``.
-    """
+    """How a leaf's values are drawn (test-backend-ops' ``initialize_tensors``; kinds: :func:`draw`)."""
 
     kind: str = "uniform"
     lo: float = -1.0
@@ -79,17 +65,11 @@ class Leaf:
 
 @dataclass(frozen=True, slots=True)
 class Case:
-    """One executable case: the op and parameters in test-backend-ops notation, the leaves, the
-    program and the error check (``err``: ``nmse`` or ``index_set``; ``max_err`` its bound).
-
-    ``ggml_f32`` names leaves the installed ggml gets as f32 tensors of the same values (see
-    :func:`oracle_inputs`): its CPU kernel asserts f32 there, or lacks the broadcast, which later
-    ggml computes from the widened operand itself.
-
-    ``flops`` and ``nbytes`` are the work a perf run reports (GFLOPS when ``flops``, else GB/s
-    over ``nbytes`` or every input and the output); ``tags`` the curated sets the case is in;
-    ``rejected`` a fragment of the reason the upstream CPU policy gives when it rejects the case;
-    ``why`` the reason for a ``max_err`` other than the op's own threshold."""
+    """One executable case: op and parameters in test-backend-ops notation, leaves, program, error
+    check (``err``: ``nmse`` or ``index_set``, bound ``max_err``, ``why`` when not the op's own).
+    ``ggml_f32``: leaves the installed ggml gets as f32 (:func:`oracle_inputs`); ``flops`` /
+    ``nbytes``: a perf run's work; ``tags``: its curated sets; ``rejected``: a fragment of the
+    upstream CPU policy's reason when it rejects the case."""
 
     op: str
     params: str
@@ -118,7 +98,11 @@ def _rows(shape: tuple[int, ...]) -> int:
 
 
 def draw(leaf: Leaf, rng: np.random.Generator) -> np.ndarray:
-    """The leaf's values as a numpy array of its numpy shape (quantized types: f32 values)."""
+    """The leaf's values in its numpy shape (quantized types: f32 values).  Kinds: ``uniform`` in
+    [lo, hi]; ``rows`` ids in [0, n); ``set_rows`` distinct targets; ``experts`` rows shuffling
+    ``i % n``; ``hadamard``; ``distinct`` rows shuffling 0..ne0-1 (no ties); ``kq_mask`` random
+    -inf/0 blocks of 128x64; ``causal_mask`` / ``padded_mask`` (query rows 1 and 3 all -inf);
+    ``pos`` 0, 1, ...; ``tril``; ``zero``."""
     shape, init = leaf.shape, leaf.init
     k = init.kind
     if k == "uniform":
@@ -171,8 +155,7 @@ def draw_all(case: Case) -> dict[str, np.ndarray]:
 
 
 def ggml_inputs(case: Case, values: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """The values as ggml leaves: bf16 marked, quantized types as ggml's own blocks (gguf's
-    quantizer, the same blocks, when ggml-python is not installed)."""
+    """The values as ggml leaves: bf16 marked, quantized types as ggml's blocks (or gguf's, the same)."""
     from ovkit import oracle, quant
 
     out: dict[str, Any] = {}
@@ -192,8 +175,7 @@ def ggml_inputs(case: Case, values: Mapping[str, np.ndarray]) -> dict[str, Any]:
 
 
 def oracle_inputs(case: Case, ggml_leaves: Mapping[str, Any]) -> dict[str, Any]:
-    """The leaves the oracle's ggml computes the case from: ``ggml_leaves`` with the ``ggml_f32``
-    leaves as f32 arrays of the same values (quantized: the values ggml decodes from the blocks)."""
+    """``ggml_leaves`` with the ``ggml_f32`` leaves as f32 arrays of the same (decoded) values."""
     from ovkit import oracle
 
     out = dict(ggml_leaves)
@@ -245,8 +227,8 @@ def ovkit_graph(case: Case) -> tuple[Any, Any]:
 
 
 def index_set_err(actual: np.ndarray, expected: np.ndarray) -> float:
-    """test_top_k's ``err`` (no ties): the multiset distance of the two index lists over the whole
-    output (order free, ``jdst``: unmatched counts / 2n), plus any non-integer part."""
+    """test_top_k's ``err``: the multiset distance of the two index lists (unmatched / 2n), order
+    free, plus any non-integer part."""
     from collections import Counter
 
     a = np.asarray(actual, np.float64).ravel()

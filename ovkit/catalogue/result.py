@@ -1,6 +1,5 @@
-"""The verdict of one op case, whichever harness ran it: ``ovkit test-ops`` (mode test or perf)
-or the test-backend-ops catalogue runner, the one judge that decides it (:func:`judge`), and the
-line test-backend-ops prints for it."""
+"""The verdict of one op case, whichever harness ran it, the one judge that decides it
+(:func:`judge`), and the line test-backend-ops prints for it."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The catalogue at a glance: op × status counts and their heatmap.
-
-Statuses, as a person reads them: ``upstream-accepted`` (the backend accepts the case and ovkit
-passes it), ``ovkit-only`` (the backend refuses it, ovkit runs and passes it), ``not supported``
-(refused and not run, ``policy="upstream"``), ``not translatable`` (ovkit has no builder or
-translation yet), ``FAIL``, ``known limit`` (a failure ovkit lists with its reason) and
-``no case`` (no case builder, or the installed ggml cannot compute it).
+"""The catalogue at a glance: op x status counts and their heatmap (passing cases split into
+``upstream-accepted`` and ``ovkit-only``: those the backend refuses).
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""What the curated case sets are written with: a case is one row, its leaves by ggml ``ne``
-(innermost first, as test-backend-ops writes them) and its program a builder call on them
-(:class:`Call`), its op and NMSE threshold from the op table."""
+"""What the curated sets are written with: leaves by ggml ``ne``, a program as a builder call on
+them (:class:`Call`), op and NMSE threshold from the op table."""
 
 from __future__ import annotations
 
