@@ -47,16 +47,11 @@ def build_perf_catalogue() -> list[Case]:
     return build_catalogue(mode="perf")
 
 
-# ---------------------------------------------------------------------------------------------
-# Running.
-# ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Summary:
     """Totals of a run."""
 
     device: str
-    mode: str
-    reference: str
     passed: int
     failed: int
     unsupported: int
@@ -66,11 +61,8 @@ class Summary:
         return self.failed == 0
 
     def lines(self) -> list[str]:
-        ran = self.passed + self.failed
-        return [
-            f"  {self.passed}/{ran} tests passed, {self.unsupported} not supported",
-            f"  Backend {self.device}: {'OK' if self.ok else 'FAIL'}",
-        ]
+        return [f"  {self.passed}/{self.passed + self.failed} tests passed, {self.unsupported} not supported",
+                f"  Backend {self.device}: {'OK' if self.ok else 'FAIL'}"]  # fmt: skip
 
 
 def select(cases: Iterable[Case], ops: Sequence[str] | str | None) -> list[Case]:
@@ -186,15 +178,10 @@ def iter_results(
             yield perf_case(c, dev, hints=hints, vs_ggml=vs_ggml, core=core)
 
 
-def summarize(results: Sequence[Result], mode: str, device: str, reference: str) -> Summary:
-    return Summary(
-        device=device,
-        mode=mode,
-        reference=reference,
-        passed=sum(r.status == "OK" for r in results),
-        failed=sum(r.status == "FAIL" for r in results),
-        unsupported=sum(r.status == "not supported" for r in results),
-    )
+def summarize(results: Sequence[Result], mode: str, device: str, reference: str = "") -> Summary:
+    """The totals of ``results`` (``mode`` and ``reference`` are the run's, shown by :func:`main`)."""
+    n = {s: sum(r.status == s for r in results) for s in ("OK", "FAIL", "not supported")}
+    return Summary(device, n["OK"], n["FAIL"], n["not supported"])
 
 
 def _frame(results: Sequence[Result]) -> pd.DataFrame:

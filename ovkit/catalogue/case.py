@@ -6,6 +6,7 @@ seed of the case's name: the same in every run and process.
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -190,40 +191,36 @@ def oracle_inputs(case: Case, ggml_leaves: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def build_ovkit(case: Case, ggml_leaves: Mapping[str, Any]) -> tuple[Any, Any, dict[str, np.ndarray]]:
-    """The case's ovkit ``Graph``, its output and the feed (quantized leaves become constants
-    holding ggml's blocks, so both sides see the same weights)."""
-    from ovkit.graph import Graph
-    from ovkit.quant import from_blocks
-
-    g = Graph()
-    leaves: dict[str, Any] = {}
-    feed: dict[str, np.ndarray] = {}
-    for leaf in case.leaves:
-        v = ggml_leaves[leaf.name]
-        if leaf.quantized:
-            leaves[leaf.name] = g.constant(from_blocks(leaf.dtype, v.data, v.shape, leaf.name))
-        else:
-            leaves[leaf.name] = g.input(leaf.name, leaf.shape, leaf.dtype)
-            feed[leaf.name] = np.asarray(getattr(v, "array", v))
-    return g, case.program(g, leaves), feed
-
-
-def ovkit_graph(case: Case) -> tuple[Any, Any]:
-    """The case's ovkit ``Graph`` and output without values (quantized weights all-zero blocks):
-    enough to ask which ops ovkit translates."""
+def build_ovkit(
+    case: Case, ggml_leaves: Mapping[str, Any] | None = None
+) -> tuple[Any, Any, dict[str, np.ndarray]]:
+    """The case's ovkit ``Graph``, its output and the feed; quantized leaves become constants of
+    ggml's blocks, so both sides see the same weights (without ``ggml_leaves``: all-zero blocks and
+    no feed, enough to ask which ops ovkit translates)."""
     from ovkit.graph import Graph
     from ovkit.quant import from_blocks, row_bytes
 
     g = Graph()
     leaves: dict[str, Any] = {}
+    feed: dict[str, np.ndarray] = {}
     for leaf in case.leaves:
-        if leaf.quantized:
-            raw = bytes(row_bytes(leaf.dtype, leaf.ne[0]) * leaf.ne[1] * leaf.ne[2] * leaf.ne[3])
+        v = None if ggml_leaves is None else ggml_leaves[leaf.name]
+        if leaf.quantized:  # ggml's blocks (all-zero without values)
+            raw = (
+                v.data if v is not None else bytes(row_bytes(leaf.dtype, leaf.ne[0]) * math.prod(leaf.ne[1:]))
+            )
             leaves[leaf.name] = g.constant(from_blocks(leaf.dtype, raw, leaf.shape, leaf.name))
         else:
             leaves[leaf.name] = g.input(leaf.name, leaf.shape, leaf.dtype)
-    return g, case.program(g, leaves)
+            if v is not None:
+                feed[leaf.name] = np.asarray(getattr(v, "array", v))
+    return g, case.program(g, leaves), feed
+
+
+def ovkit_graph(case: Case) -> tuple[Any, Any]:
+    """The case's ovkit ``Graph`` and output without values (:func:`build_ovkit` without leaves)."""
+    g, out, _ = build_ovkit(case)
+    return g, out
 
 
 def index_set_err(actual: np.ndarray, expected: np.ndarray) -> float:

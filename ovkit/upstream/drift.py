@@ -65,13 +65,18 @@ def _read_tree(root: Path) -> dict[str, str]:
     }
 
 
+def _sdist_base(path: Path, names: Iterable[str]) -> str:
+    """The member prefix of the backend directory in an sdist (the shallowest one)."""
+    extra = sorted((n for n in names if n.endswith(BACKEND_DIR + FILES["extra"])), key=len)
+    if not extra:
+        raise SourceError(f"{path}: the archive holds no {BACKEND_DIR}{FILES['extra']}")
+    return extra[0][: -len(FILES["extra"])]
+
+
 def _read_sdist(path: Path) -> dict[str, str]:
     with tarfile.open(path) as tar:
         members = {m.name: m for m in tar.getmembers() if BACKEND_DIR in m.name and m.isfile()}
-        extra = sorted((n for n in members if n.endswith(BACKEND_DIR + FILES["extra"])), key=len)
-        if not extra:
-            raise SourceError(f"{path}: the archive holds no {BACKEND_DIR}{FILES['extra']}")
-        base = extra[0][: -len(FILES["extra"])]
+        base = _sdist_base(path, members)
         texts = {}
         for key, name in FILES.items():
             member = members.get(base + name)
@@ -241,10 +246,7 @@ def keep_sources(sdist: str | Path, dest: str | Path) -> Path:
     src, out = Path(sdist), Path(dest)
     with tarfile.open(src) as tar:
         members = [m for m in tar.getmembers() if m.isfile()]
-        extra = sorted((m.name for m in members if m.name.endswith(BACKEND_DIR + FILES["extra"])), key=len)
-        if not extra:
-            raise SourceError(f"{src}: the archive holds no {BACKEND_DIR}{FILES['extra']}")
-        base = extra[0][: -len(FILES["extra"])]
+        base = _sdist_base(src, (m.name for m in members))
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         for m in members:

@@ -3,6 +3,7 @@ them (:class:`Call`), op and NMSE threshold from the op table."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
@@ -42,13 +43,7 @@ def label(leaves: Sequence[Leaf], **params: Any) -> str:
 
 def split_params(params: str) -> list[str]:
     """A parameter string's ``key=value`` parts (commas inside ``[...]`` kept)."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(params):
-        depth += {"[": 1, "]": -1}.get(ch, 0)
-        if ch == "," and depth == 0:
-            parts.append(params[start:i])
-            start = i + 1
-    return [*parts, params[start:]] if params else parts
+    return re.findall(r"(?:[^,\[]|\[[^\]]*\])+", params)
 
 
 def param(c: Case, key: str) -> str:
