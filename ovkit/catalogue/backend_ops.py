@@ -9,11 +9,12 @@ a case runs on ``ovkit.Graph`` and on ggml alike.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
-from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf
+from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf, Program
 from ovkit.dtypes import layout
 from ovkit.errors import OvkitError
 from ovkit.ir import pad_ne
@@ -39,10 +40,24 @@ def _named(t: Any, name: str) -> Any:
     return t
 
 
+def _case(op: str, params: str, leaves: Sequence[Leaf], program: Program, **kw: Any) -> Case:
+    """The case of ``program`` with its output named ``out``, as test-backend-ops names it."""
+    return Case(op, params, tuple(leaves), partial(_named_out, program), **kw)
+
+
+def _named_out(program: Program, b: Any, x: Mapping[str, Any]) -> Any:
+    return _named(program(b, x), "out")
+
+
 def _view_like(b: Any, t: Any, ne: Any, offset: int = 0) -> Any:
     """ggml_view_4d(t, ne, t->nb[1], t->nb[2], t->nb[3], offset)."""
     nb = t.nb
     return b.view_4d(t, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], offset)
+
+
+def _permuted(b: Any, t: Any, perm: Sequence[int], name: str) -> Any:
+    """``ggml_permute(t, perm)`` named ``name``, or ``t`` when ``perm`` is all zeros (no permute)."""
+    return _named(b.permute(t, *perm), name) if any(perm) else t
 
 
 def _widened_b(ta: str, tb: str) -> tuple[str, ...]:
@@ -72,7 +87,7 @@ def _unary(op: str, params: str, p: dict[str, Any]) -> Case:
     if "ne_a" not in p:  # test_floor & co: ggml_floor(a) on a plain tensor
         ne = _ne_of(p, "ne")
         init = Init("uniform", -10.0, 10.0)
-        return Case(op, params, (Leaf("a", ne, t, init),), lambda b, x: _named(b.unary(x["a"], op), "out"))
+        return _case(op, params, (Leaf("a", ne, t, init),), lambda b, x: b.unary(x["a"], op))
     ne, v = _ne_of(p, "ne_a"), int(p.get("v", 0))
     lo = -10.0 if t == "f16" and op in ("EXP", "EXPM1") else -150.0
     init = Init("uniform", lo, -lo)
@@ -80,9 +95,9 @@ def _unary(op: str, params: str, p: dict[str, Any]) -> Case:
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         a = _named(_view_like(b, x["a"], ne), "view_of_a") if v & 1 else x["a"]
-        return _named(b.unary(a, op), "out")
+        return b.unary(a, op)
 
-    return Case(op, params, (Leaf("a", big, t, init),), program)
+    return _case(op, params, (Leaf("a", big, t, init),), program)
 
 
 #: GLU ops built by test_glu / test_glu_split: the GLU sub-ops whose catalogue entry lists ``glu``
@@ -98,13 +113,13 @@ def _glu(op: str, params: str, p: dict[str, Any]) -> Case:
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         a = _named(_view_like(b, x["a"], ne), "view_of_a") if v & 1 else x["a"]
         if not two:
-            return _named(b.glu(a, op, bool(p.get("swapped", 0))), "out")
+            return b.glu(a, op, bool(p.get("swapped", 0)))
         bb = _view_like(b, x["b"], ne) if v & 1 else x["b"]
         if op == "SWIGLU_OAI":
-            return _named(b.swiglu_oai(a, bb, float(p["alpha"]), float(p["limit"])), "out")
-        return _named(b.glu_split(a, bb, op), "out")
+            return b.swiglu_oai(a, bb, float(p["alpha"]), float(p["limit"]))
+        return b.glu_split(a, bb, op)
 
-    return Case(op, params, (Leaf("a", big, t, U150), Leaf("b", big, t, U150))[: 1 + two], program)
+    return _case(op, params, (Leaf("a", big, t, U150), Leaf("b", big, t, U150))[: 1 + two], program)
 
 
 def _bin(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -130,10 +145,10 @@ def _bin(op: str, params: str, p: dict[str, Any]) -> Case:
             else:
                 src = x[f"b{i}"]
             out = getattr(b, fn)(out, src)
-        return _named(out, "out")
+        return out
 
     err = {"f16": 1e-6, "bf16": 1e-4}.get(t, 1e-7) if op == "ADD" and nf > 1 else 1e-7
-    return Case(op, params, tuple(leaves), program, max_err=err)
+    return _case(op, params, tuple(leaves), program, max_err=err)
 
 
 def _add_id(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -148,9 +163,9 @@ def _add_id(op: str, params: str, p: dict[str, Any]) -> Case:
         ids = x["ids"]
         if n_used != n_exp:
             ids = _named(b.view_2d(ids, n_used, n_tok, ids.nb[1], 0), "view_of_ids")
-        return _named(b.add_id(x["a"], x["b"], ids), "out")
+        return b.add_id(x["a"], x["b"], ids)
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
 def _one(fn: str, *args: Any, init: Init = UNIFORM, **case: Any) -> CaseBuilder:
@@ -160,7 +175,7 @@ def _one(fn: str, *args: Any, init: Init = UNIFORM, **case: Any) -> CaseBuilder:
     def build(op: str, params: str, p: dict[str, Any]) -> Case:
         vals = [a(p) if callable(a) else a for a in args]
         leaf = Leaf("a", _ne_of(p, "ne", "ne_a"), p.get("type", "f32"), init)
-        return Case(op, params, (leaf,), lambda b, x: _named(getattr(b, fn)(x["a"], *vals), "out"), **case)
+        return _case(op, params, (leaf,), lambda b, x: getattr(b, fn)(x["a"], *vals), **case)
 
     return build
 
@@ -174,13 +189,11 @@ def _f(key: str) -> Callable[[dict[str, Any]], float]:
 
 
 def _scale(op: str, params: str, p: dict[str, Any]) -> Case:
-    s, bias, inplace = float(p["scale"]), float(p.get("bias", 0.0)), int(p.get("inplace", 0))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        fn = b.scale_bias_inplace if inplace else b.scale_bias
-        return _named(fn(x["a"], s, bias), "out")
-
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), program)
+    s, bias = float(p["scale"]), float(p.get("bias", 0.0))
+    fn = "scale_bias_inplace" if int(p.get("inplace", 0)) else "scale_bias"
+    return _case(
+        op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), lambda b, x: getattr(b, fn)(x["a"], s, bias)
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -200,9 +213,9 @@ def _get_rows(op: str, params: str, p: dict[str, Any]) -> Case:
             rows = _named(
                 b.view_3d(rows, r // 2, be1, be2, rows.nb[1], rows.nb[2], rows.nb[0]), "view_of_rows"
             )
-        return _named(b.get_rows(x["in"], rows), "out")
+        return b.get_rows(x["in"], rows)
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
 def _set_rows(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -219,14 +232,14 @@ def _set_rows(op: str, params: str, p: dict[str, Any]) -> Case:
         if v:
             src = _view_like(b, src, (ne[0], r // 2, ne[2] * n2, ne[3] * n3))
             idx = _named(b.view_3d(idx, r // 2, ne[2], ne[3], idx.nb[1], idx.nb[2], 0), "view_of_rows")
-        return _named(b.set_rows(x["dst"], src, idx), "out")
+        return b.set_rows(x["dst"], src, idx)
 
     err = 1e-7
     if t_dst in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"):
         bits = {"q8_0": 8, "q5_0": 5, "q5_1": 5}.get(t_dst, 4)
         err = (2.0 / 2**bits) ** 2 / (0.25 * math.prod(ne))  # one quantum off, as the source estimates
     # the installed ggml asserts an f32 src (GGML_ASSERT(b->type == GGML_TYPE_F32))
-    return Case(op, params, leaves, program, max_err=err, ggml_f32=("src",) if t_src != "f32" else ())
+    return _case(op, params, leaves, program, max_err=err, ggml_f32=("src",) if t_src != "f32" else ())
 
 
 def _cpy(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -256,23 +269,19 @@ def _cpy(op: str, params: str, p: dict[str, Any]) -> Case:
             dst = x["dst"]
             if sum(pd):
                 dst = _named(b.permute(dst, *pd), "dst_permuted")
-        return _named(b.cpy(src, dst), "out")
+        return b.cpy(src, dst)
 
     err = 0.0 if ts == td else 1e-6
     if td in ("q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1", "q8_0"):
         bits = {"q8_0": 8, "q5_0": 5, "q5_1": 5}.get(td, 4)
         err = (1.0 / 8.0 * 150.0 * 2.0**-bits * 16) ** 2 / (150.0 * 150.0 * 0.25 * math.prod(ne))
-    return Case(op, params, tuple(leaves), program, max_err=err)
+    return _case(op, params, tuple(leaves), program, max_err=err)
 
 
 def _dup(op: str, params: str, p: dict[str, Any]) -> Case:
     perm = pad_ne(p.get("permute", [0] * 4))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        src = _named(b.permute(x["src"], *perm), "src_permuted") if sum(perm) else x["src"]
-        return _named(b.dup(src), "out")
-
-    return Case(op, params, (Leaf("src", pad_ne(p["ne"]), p["type"]),), program)
+    return _case(op, params, (Leaf("src", pad_ne(p["ne"]), p["type"]),),
+                 lambda b, x: b.dup(_permuted(b, x["src"], perm, "src_permuted")))  # fmt: skip
 
 
 def _set(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -284,9 +293,9 @@ def _set(op: str, params: str, p: dict[str, Any]) -> Case:
         src, dst = x["src"], x["dst"]
         offset = sum((ne_dst[i] - ne[i]) // 2 * dst.nb[i] for i in range(dim))
         fn = b.set_inplace if int(p.get("inplace", 0)) else b.set
-        return _named(fn(dst, src, src.nb[1], src.nb[2], src.nb[3], offset), "out")
+        return fn(dst, src, src.nb[1], src.nb[2], src.nb[3], offset)
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
 def _acc(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -298,9 +307,9 @@ def _acc(op: str, params: str, p: dict[str, Any]) -> Case:
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         a = x["a"]
         bb = _named(_view_like(b, x["b_pad"], ne_b, x["b_pad"].nb[1]), "b") if padded else x["b"]
-        return _named(b.acc(a, bb, a.nb[1], a.nb[2], a.nb[3], 0), "out")
+        return b.acc(a, bb, a.nb[1], a.nb[2], a.nb[3], 0)
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
 def _repeat_back(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -312,15 +321,15 @@ def _repeat_back(op: str, params: str, p: dict[str, Any]) -> Case:
         src = x["src"]
         if v:  # halve every repeated dim
             src = _view_like(b, src, [big[i] if nr[i] == 1 else big[i] // 2 for i in range(4)])
-        return _named(b.repeat_back(src, x["target"]), "out")
+        return b.repeat_back(src, x["target"])
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
 def _roll(op: str, params: str, p: dict[str, Any]) -> Case:
     shifts = [int(p[k]) for k in ("shift0", "shift1", "shift3", "shift4")]  # test_roll's names
-    return Case(op, params, (Leaf("a", (10, 5, 4, 3), "f32"),),
-                lambda b, x: _named(b.roll(x["a"], *shifts), "out"))  # fmt: skip
+    return _case(op, params, (Leaf("a", (10, 5, 4, 3), "f32"),),
+                lambda b, x: b.roll(x["a"], *shifts))  # fmt: skip
 
 
 def _cont(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -334,16 +343,16 @@ def _cont(op: str, params: str, p: dict[str, Any]) -> Case:
             d = _named(_view_like(b, s, (ne[0], 1, ne[2], ne[3]), s.nb[0] * (ne[1] - 1)), "src_view_slice")
         else:
             d = _named(b.transpose(s), "src_transposed")
-        return _named(b.cont(d), "out")
+        return b.cont(d)
 
-    return Case(op, params, (Leaf("src", ne, p["type"]),), program)
+    return _case(op, params, (Leaf("src", ne, p["type"]),), program)
 
 
 def _repeat(op: str, params: str, p: dict[str, Any]) -> Case:
     t, ne, nr = p["type"], pad_ne(p["ne"]), pad_ne(p["nr"])
     target = tuple(ne[i] * nr[i] for i in range(4))
     leaves = (Leaf("dst", target, t), Leaf("src", ne, t))  # type: ignore[arg-type]
-    return Case(op, params, leaves, lambda b, x: _named(b.repeat(x["src"], x["dst"]), "out"))
+    return _case(op, params, leaves, lambda b, x: b.repeat(x["src"], x["dst"]))
 
 
 def _concat(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -356,9 +365,9 @@ def _concat(op: str, params: str, p: dict[str, Any]) -> Case:
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         a = _named(_view_like(b, x["a"], ne_a), "view_of_a") if v & 1 else x["a"]
         bb = _named(_view_like(b, x["b"], ne_b), "view_of_b") if v & 2 else x["b"]
-        return _named(b.concat(a, bb, dim), "out")
+        return b.concat(a, bb, dim)
 
-    return Case(op, params, (Leaf("a", big_a, t), Leaf("b", big_b, t)), program)
+    return _case(op, params, (Leaf("a", big_a, t), Leaf("b", big_b, t)), program)
 
 
 def _pad(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -369,16 +378,16 @@ def _pad(op: str, params: str, p: dict[str, Any]) -> Case:
         a = x["a"]
         if "lp0" not in p:
             fn = b.pad_circular if circ else b.pad
-            return _named(fn(a, p["pad_0"], p["pad_1"], 0, 0), "out")
+            return fn(a, p["pad_0"], p["pad_1"], 0, 0)
         if p.get("tfrm") == 1:
             a = _named(_view_like(b, a, [(n + 1) // 2 for n in ne]), "view of a")
         elif p.get("tfrm") == 2:
             a = _named(b.permute(a, 2, 1, 0, 3), "permuted a")
         pads = [p[f"{s}{i}"] for i in range(4) for s in ("lp", "rp")]
         fn = b.pad_ext_circular if circ else b.pad_ext
-        return _named(fn(a, *pads), "out")
+        return fn(a, *pads)
 
-    return Case(op, params, (Leaf("a", ne, t),), program)
+    return _case(op, params, (Leaf("a", ne, t),), program)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -398,9 +407,9 @@ def _norm(fn: str, init: Init = UNIFORM) -> CaseBuilder:
             if v:
                 a = _named(_view_like(b, a, [n // 2 for n in a.ne]), "view of a")
             f = getattr(b, fn + ("_inplace" if inplace else ""))
-            return _named(f(a, eps), "out")
+            return f(a, eps)
 
-        return Case(op, params, (Leaf("a", leaf_ne, t, init),), program)
+        return _case(op, params, (Leaf("a", leaf_ne, t, init),), program)
 
     return build
 
@@ -411,8 +420,8 @@ def _back(fn: str, init: Init = UNIFORM, *args: str) -> CaseBuilder:
     def build(op: str, params: str, p: dict[str, Any]) -> Case:
         t, ne = p["type"], pad_ne(p["ne"])
         vals = [float(p[k]) for k in args]
-        return Case(op, params, (Leaf("a", ne, t, init), Leaf("b", ne, t, init)),
-                    lambda b, x: _named(getattr(b, fn)(x["a"], x["b"], *vals), "out"))  # fmt: skip
+        return _case(op, params, (Leaf("a", ne, t, init), Leaf("b", ne, t, init)),
+                    lambda b, x: getattr(b, fn)(x["a"], x["b"], *vals))  # fmt: skip
 
     return build
 
@@ -420,12 +429,12 @@ def _back(fn: str, init: Init = UNIFORM, *args: str) -> CaseBuilder:
 def _pad_reflect_1d(op: str, params: str, p: dict[str, Any]) -> Case:
     p0, p1 = int(p["pad_0"]), int(p["pad_1"])
     leaf = Leaf("a", pad_ne(p["ne_a"][:2]), p["type"])  # test_pad_reflect_1d: a 2-D tensor of ne_a[0:2]
-    return Case(op, params, (leaf,), lambda b, x: _named(b.pad_reflect_1d(x["a"], p0, p1), "out"))
+    return _case(op, params, (leaf,), lambda b, x: b.pad_reflect_1d(x["a"], p0, p1))
 
 
 def _arange(op: str, params: str, p: dict[str, Any]) -> Case:
     args = [float(p[k]) for k in ("start", "stop", "step")]
-    return Case(op, params, (), lambda b, x: _named(b.arange(*args), "out"))
+    return _case(op, params, (), lambda b, x: b.arange(*args))
 
 
 def _opt_step_sgd(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -434,31 +443,24 @@ def _opt_step_sgd(op: str, params: str, p: dict[str, Any]) -> Case:
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         b.set_param(x["a"])  # ggml_opt_step_sgd asserts a trained tensor
-        return _named(b.opt_step_sgd(x["a"], x["grad"], x["sgd_params"]), "out")
+        return b.opt_step_sgd(x["a"], x["grad"], x["sgd_params"])
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
 def _count_equal(op: str, params: str, p: dict[str, Any]) -> Case:
     t, ne = p["type"], pad_ne(p["ne"])
     leaves = (Leaf("a", ne, t, Init("distinct")), Leaf("b", ne, t, Init("distinct")))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        am, bm = _named(b.argmax(x["a"]), "a_argmax"), _named(b.argmax(x["b"]), "b_argmax")
-        return _named(b.count_equal(am, bm), "out")
-
-    return Case(op, params, leaves, program, max_err=0.0)
+    return _case(op, params, leaves, lambda b, x: b.count_equal(
+        _named(b.argmax(x["a"]), "a_argmax"), _named(b.argmax(x["b"]), "b_argmax")), max_err=0.0)  # fmt: skip
 
 
 def _cross_entropy_loss_back(op: str, params: str, p: dict[str, Any]) -> Case:
     t, ne = p["type"], pad_ne(p["ne"])
     leaves = (Leaf("grad", (1, 1, 1, 1), "f32"), Leaf("logits", ne, t), Leaf("labels", ne, t))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        labels = _named(b.soft_max(x["labels"]), "labels_normalized")  # labels adding up to 1
-        return _named(b.cross_entropy_loss_back(x["grad"], x["logits"], labels), "out")
-
-    return Case(op, params, leaves, program)
+    # labels adding up to 1
+    return _case(op, params, leaves, lambda b, x: b.cross_entropy_loss_back(
+        x["grad"], x["logits"], _named(b.soft_max(x["labels"]), "labels_normalized")))  # fmt: skip
 
 
 def _get_rows_back(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -473,9 +475,9 @@ def _get_rows_back(op: str, params: str, p: dict[str, Any]) -> Case:
         rows = x["rows"]
         if v:
             rows = _named(b.view_2d(rows, r // 2, nb, rows.nb[1], 0), "view_of_rows")
-        return _named(b.get_rows_back(x["grad"], rows, x["in_forward"]), "out")
+        return b.get_rows_back(x["grad"], rows, x["in_forward"])
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
 def _sum_rows(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -488,27 +490,24 @@ def _sum_rows(op: str, params: str, p: dict[str, Any]) -> Case:
             a = b.view_4d(a, ne[0], ne[1], ne[2] // 2, ne[3] - 1, nb[1], nb[2] * 2, nb[3], nb[3])
         if perm:
             a = b.permute(a, 0, 2, 3, 1)
-        return _named(b.sum_rows(a), "out")
+        return b.sum_rows(a)
 
-    return Case(op, params, (Leaf("a", ne, p["type"]),), program)
+    return _case(op, params, (Leaf("a", ne, p["type"]),), program)
 
 
 def _sum(op: str, params: str, p: dict[str, Any]) -> Case:
     perm = pad_ne(p.get("permute", [0, 1, 2, 3]))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        a = b.permute(x["a"], *perm) if list(perm) != [0, 1, 2, 3] else x["a"]
-        return _named(b.sum(a), "out")
-
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("uniform", -0.9, 1.1)),), program)
+    leaf = Leaf("a", pad_ne(p["ne"]), p["type"], Init("uniform", -0.9, 1.1))
+    identity = list(perm) == [0, 1, 2, 3]
+    return _case(op, params, (leaf,), lambda b, x: b.sum(x["a"] if identity else b.permute(x["a"], *perm)))
 
 
 def _top_k(op: str, params: str, p: dict[str, Any]) -> Case:
     k = int(p["k"])
     if int(p.get("ties", 0)):
         raise NoCase("TOP_K with ties: its err() compares the source values of the picked indices")
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("distinct")),),
-                lambda b, x: _named(b.top_k(x["a"], k), "out"), max_err=0.0, err="index_set")  # fmt: skip
+    return _case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("distinct")),),
+                lambda b, x: b.top_k(x["a"], k), max_err=0.0, err="index_set")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -574,9 +573,9 @@ def _mul_mat_id(op: str, params: str, p: dict[str, Any]) -> Case:
         ids = x["ids"]
         if n_used != n_mats:
             ids = _named(b.view_2d(ids, n_used, n, ids.nb[1], 0), "view_of_ids")
-        return _named(b.mul_mat_id(x["as"], x["b"], ids), "out")
+        return b.mul_mat_id(x["as"], x["b"], ids)
 
-    return Case(
+    return _case(
         op, params, leaves, program, max_err=max_nmse(op), ggml_f32=_widened_b(p["type_a"], p["type_b"])
     )
 
@@ -589,14 +588,14 @@ def _out_prod(op: str, params: str, p: dict[str, Any]) -> Case:
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         bb = b.transpose(x["b"]) if tr else x["b"]
-        return _named(b.out_prod(x["a"], bb), "out")
+        return b.out_prod(x["a"], bb)
 
     # the installed ggml's CPU out_prod asserts an f32 b, has no f16 a kernel and broadcasts only
     # an f32 a (a quantized a must match b's batch dims)
     ta = p["type_a"]
     wide_a = ta == "f16" or (ta not in ("f32", "bf16") and list(nr[:2]) != [1, 1])
     widened = (("a",) if wide_a else ()) + (("b",) if p["type_b"] != "f32" else ())
-    return Case(op, params, leaves, program, max_err=max_nmse(op), ggml_f32=widened)
+    return _case(op, params, leaves, program, max_err=max_nmse(op), ggml_f32=widened)
 
 
 def _soft_max(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -613,9 +612,9 @@ def _soft_max(op: str, params: str, p: dict[str, Any]) -> Case:
         fn = b.soft_max_ext_inplace if inplace else b.soft_max_ext
         out = fn(x["a"], x.get("mask"), scale, max_bias)
         b.soft_max_add_sinks(out, x.get("sinks"))
-        return _named(out, "out")
+        return out
 
-    return Case(op, params, tuple(leaves), program, max_err=max_nmse(op))
+    return _case(op, params, tuple(leaves), program, max_err=max_nmse(op))
 
 
 def _rope(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -647,9 +646,9 @@ def _rope(op: str, params: str, p: dict[str, Any]) -> Case:
         sections = [n_dims // 4, n_dims // 4, 0, 0] if is_vision else [n_dims // 3] * 3 + [0]
         dims = (n_dims // 2 if is_vision else n_dims, *([sections] if is_mrope else []))
         out = getattr(b, fn)(a, x["pos"], x.get("freq"), *dims, mode, 0, 10000.0, fs, ef, af, 1.0, 1.0)
-        return _named(out, "out")
+        return out
 
-    return Case(op, params, tuple(leaves), program)
+    return _case(op, params, tuple(leaves), program)
 
 
 def _gated_delta_net(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -671,9 +670,9 @@ def _gated_delta_net(op: str, params: str, p: dict[str, Any]) -> Case:
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         q, k, v = (b.permute(x[n], 0, 2, 1, 3) if perm else x[n] for n in ("q", "k", "v"))
         q, k = b.l2_norm(q, 1e-6), b.l2_norm(k, 1e-6)  # as qwen35 / kimi-linear feed it
-        return _named(b.gated_delta_net(q, k, v, x["g"], x["beta"], x["state"], k_snap), "out")
+        return b.gated_delta_net(q, k, v, x["g"], x["beta"], x["state"], k_snap)
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
 #: ggml_scale_mode names as test-backend-ops prints them.
@@ -687,12 +686,12 @@ def _upscale(op: str, params: str, p: dict[str, Any]) -> Case:
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         a = x["a"]
         if "ne_tgt" in p:  # test_interpolate
-            return _named(b.interpolate(a, *pad_ne(p["ne_tgt"]), mode), "out")
+            return b.interpolate(a, *pad_ne(p["ne_tgt"]), mode)
         if int(p.get("transpose", 0)):
             a = _named(b.transpose(a), "a_transposed")
-        return _named(b.upscale(a, int(p["scale_factor"]), mode), "out")
+        return b.upscale(a, int(p["scale_factor"]), mode)
 
-    return Case(op, params, (Leaf("a", ne, t),), program)
+    return _case(op, params, (Leaf("a", ne, t),), program)
 
 
 def _pad_blck(n: int, dtype: str) -> int:
@@ -740,10 +739,10 @@ def _flash_attn(op: str, params: str, p: dict[str, Any]) -> Case:
         out = b.flash_attn_ext(_named(q, "q"), _named(k, "k"), _named(v, "v"), x.get("m"),
                                1.0 / math.sqrt(int(p["hsk"])), float(p["max_bias"]), float(p["logit_softcap"]))  # fmt: skip
         b.flash_attn_ext_add_sinks(out, x.get("s"))
-        return _named(out, "out")
+        return out
 
     flops = 2 * nh * nr2 * nb * (hsk + hsv) * kv * nr3
-    return Case(op, params, tuple(leaves), program, max_err=max_nmse(op), flops=flops)
+    return _case(op, params, tuple(leaves), program, max_err=max_nmse(op), flops=flops)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -755,20 +754,18 @@ def _in_ker(p: dict[str, Any], t_input: str, t_kernel: str) -> tuple[Leaf, Leaf]
     return Leaf("input", pad_ne(p["ne_input"]), t_input), Leaf("kernel", pad_ne(p["ne_kernel"]), t_kernel)
 
 
-def _cwhn(b: Any, inp: Any, ker: Any) -> tuple[Any, Any]:
-    """test_conv_2d's ``cwhn``: input and kernel made channels-innermost, then permuted back."""
-    inp = b.permute(b.cont(b.permute(inp, 1, 2, 0, 3)), 2, 0, 1, 3)
-    return inp, b.permute(b.cont(b.permute(ker, 2, 3, 1, 0)), 3, 2, 0, 1)
+def _cwhn(b: Any, x: Mapping[str, Any], cwhn: int) -> tuple[Any, Any]:
+    """Kernel and input; with test_conv_2d's ``cwhn``, made channels-innermost, then permuted back."""
+    if not cwhn:
+        return x["kernel"], x["input"]
+    inp = b.permute(b.cont(b.permute(x["input"], 1, 2, 0, 3)), 2, 0, 1, 3)  # input first, as upstream
+    return b.permute(b.cont(b.permute(x["kernel"], 2, 3, 1, 0)), 3, 2, 0, 1), inp
 
 
 def _im2col(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = _in_ker(p, p["type_input"], p["type_kernel"])
     args = [p[k] for k in ("s0", "s1", "p0", "p1", "d0", "d1")]
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        return _named(b.im2col(x["kernel"], x["input"], *args, bool(p["is_2D"]), p["dst_type"]), "out")
-
-    return Case(op, params, leaves, program)
+    return _case(op, params, _in_ker(p, p["type_input"], p["type_kernel"]),
+                 lambda b, x: b.im2col(x["kernel"], x["input"], *args, bool(p["is_2D"]), p["dst_type"]))  # fmt: skip
 
 
 def _im2col_3d(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -780,33 +777,24 @@ def _im2col_3d(op: str, params: str, p: dict[str, Any]) -> Case:
         inp = x["input"]
         if v:
             inp = _named(_view_like(b, inp, [n - 2 for n in ne]), "view_of_input")
-        return _named(b.im2col_3d(x["kernel"], inp, *args, p["dst_type"]), "out")
+        return b.im2col_3d(x["kernel"], inp, *args, p["dst_type"])
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
 def _conv_2d(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = _in_ker(p, "f32", p["type_kernel"])
     args = [int(p[k]) for k in ("stride0", "stride1", "padding0", "padding1", "dilation0", "dilation1")]
     cwhn = int(p.get("cwhn", 0))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        inp, ker = _cwhn(b, x["input"], x["kernel"]) if cwhn else (x["input"], x["kernel"])
-        return _named(b.conv_2d_direct(ker, inp, *args), "out")
-
-    return Case(op, params, leaves, program, max_err=max_nmse(op))
+    return _case(op, params, _in_ker(p, "f32", p["type_kernel"]),
+                 lambda b, x: b.conv_2d_direct(*_cwhn(b, x, cwhn), *args), max_err=max_nmse(op))  # fmt: skip
 
 
 def _conv_2d_dw(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = _in_ker(p, "f32", p["type_kernel"])
     s, pad, d, cwhn = int(p["stride"]), int(p["padding"]), int(p["dilation"]), int(p.get("cwhn", 0))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        inp, ker = _cwhn(b, x["input"], x["kernel"]) if cwhn else (x["input"], x["kernel"])
-        return _named(b.conv_2d_dw_direct(ker, inp, s, s, pad, pad, d, d), "out")
-
     # the installed ggml's CPU conv_2d_dw reads an f16 kernel as if it were f32 (wrong values)
-    return Case(op, params, leaves, program, ggml_f32=("kernel",) if p["type_kernel"] != "f32" else ())
+    return _case(op, params, _in_ker(p, "f32", p["type_kernel"]),
+                 lambda b, x: b.conv_2d_dw_direct(*_cwhn(b, x, cwhn), s, s, pad, pad, d, d),
+                 ggml_f32=("kernel",) if p["type_kernel"] != "f32" else ())  # fmt: skip
 
 
 def _conv_3d(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -815,18 +803,15 @@ def _conv_3d(op: str, params: str, p: dict[str, Any]) -> Case:
     ne_k = (int(p["KW"]), int(p["KH"]), int(p["KD"]), ic * oc)
     leaves = (Leaf("input", ne_in, "f32"), Leaf("kernel", ne_k, p["type_kernel"]))
     args = [int(p[k]) for k in ("s0", "s1", "s2", "p0", "p1", "p2", "d0", "d1", "d2")]
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        return _named(b.conv_3d_direct(x["kernel"], x["input"], *args, ic, n, oc), "out")
-
-    return Case(op, params, leaves, program, max_err=max_nmse(op))
+    return _case(op, params, leaves, lambda b, x: b.conv_3d_direct(x["kernel"], x["input"], *args, ic, n, oc),
+                 max_err=max_nmse(op))  # fmt: skip
 
 
 def _conv_transpose_2d(op: str, params: str, p: dict[str, Any]) -> Case:
     leaves = _in_ker(p, "f32", p["kernel_type"])
     stride = int(p["stride"])
-    return Case(op, params, leaves, max_err=max_nmse(op),
-                program=lambda b, x: _named(b.conv_transpose_2d_p0(x["kernel"], x["input"], stride), "out"))  # fmt: skip
+    return _case(op, params, leaves, max_err=max_nmse(op),
+                program=lambda b, x: b.conv_transpose_2d_p0(x["kernel"], x["input"], stride))  # fmt: skip
 
 
 def _pool(dims: int) -> CaseBuilder:
@@ -836,9 +821,9 @@ def _pool(dims: int) -> CaseBuilder:
         args = [int(p[k]) for k in keys]
 
         def program(b: Any, x: Mapping[str, Any]) -> Any:
-            return _named(getattr(b, f"pool_{dims}d")(x["input"], kind, *args), "out")
+            return getattr(b, f"pool_{dims}d")(x["input"], kind, *args)
 
-        return Case(op, params, (Leaf("input", pad_ne(p["ne_input"]), p["type_input"]),), program)
+        return _case(op, params, (Leaf("input", pad_ne(p["ne_input"]), p["type_input"]),), program)
 
     return build
 
@@ -846,15 +831,15 @@ def _pool(dims: int) -> CaseBuilder:
 def _col2im_1d(op: str, params: str, p: dict[str, Any]) -> Case:
     t, k, oc, s0, p0 = p["type"], int(p["K"]), int(p["OC"]), int(p["s0"]), int(p["p0"])
     leaves = (Leaf("cols", pad_ne((k * oc, int(p["T_in"]))), t),)
-    return Case(op, params, leaves, lambda b, x: _named(b.col2im_1d(x["cols"], s0, oc, p0), "out"),
+    return _case(op, params, leaves, lambda b, x: b.col2im_1d(x["cols"], s0, oc, p0),
                 max_err=1e-7 if t == "f32" else 5e-4)  # fmt: skip
 
 
 def _conv_transpose_1d(op: str, params: str, p: dict[str, Any]) -> Case:
     leaves = _in_ker(p, "f32", "f32")
     s0, p0, d0 = int(p["s0"]), int(p["p0"]), int(p["d0"])
-    return Case(op, params, leaves,
-                lambda b, x: _named(b.conv_transpose_1d(x["kernel"], x["input"], s0, p0, d0), "out"))  # fmt: skip
+    return _case(op, params, leaves,
+                lambda b, x: b.conv_transpose_1d(x["kernel"], x["input"], s0, p0, d0))  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -863,7 +848,7 @@ def _conv_transpose_1d(op: str, params: str, p: dict[str, Any]) -> Case:
 
 def _ssm_conv(op: str, params: str, p: dict[str, Any]) -> Case:
     leaves = (Leaf("a", pad_ne(p["ne_a"]), p["type"]), Leaf("b", pad_ne(p["ne_b"]), p["type"]))
-    return Case(op, params, leaves, lambda b, x: _named(b.ssm_conv(x["a"], x["b"]), "out"))
+    return _case(op, params, leaves, lambda b, x: b.ssm_conv(x["a"], x["b"]))
 
 
 def _solve_tri(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -871,8 +856,8 @@ def _solve_tri(op: str, params: str, p: dict[str, Any]) -> Case:
         Leaf("a", pad_ne(p["ne_lhs"]), p["type"], Init("tril")),
         Leaf("b", pad_ne(p["ne_rhs"]), p["type"]),
     )
-    return Case(op, params, leaves,
-                lambda b, x: _named(b.solve_tri(x["a"], x["b"], True, True, False), "out"), max_err=max_nmse(op))  # fmt: skip
+    return _case(op, params, leaves,
+                lambda b, x: b.solve_tri(x["a"], x["b"], True, True, False), max_err=max_nmse(op))  # fmt: skip
 
 
 BUILDERS: dict[str, CaseBuilder] = {
