@@ -28,25 +28,8 @@ from ovkit.upstream.isolate import Isolated, Outcome
 from ovkit.upstream.ops import ThreeWay, iter_three_way, three_way
 
 __all__ = [
-    "INSTALL_SCRIPT",
-    "Agreement",
-    "Difference",
-    "Isolated",
-    "LibraryBuild",
-    "Outcome",
-    "ThreeWay",
-    "UpstreamBuild",
-    "UpstreamCallError",
-    "UpstreamDevice",
-    "UpstreamUnavailableError",
-    "agreement",
-    "cases",
-    "compare_lists",
-    "detect",
-    "device_frame",
-    "format_list_devices",
-    "iter_three_way",
-    "list_devices",
-    "llama_openvino_env",
-    "three_way",
-]
+    "INSTALL_SCRIPT", "Agreement", "Difference", "Isolated", "LibraryBuild", "Outcome", "ThreeWay",
+    "UpstreamBuild", "UpstreamCallError", "UpstreamDevice", "UpstreamUnavailableError", "agreement",
+    "cases", "compare_lists", "detect", "device_frame", "format_list_devices", "iter_three_way",
+    "list_devices", "llama_openvino_env", "three_way"
+]  # fmt: skip

@@ -36,10 +36,8 @@ class Backend:
         self.g = ggml
         self.dev = ggml.ggml_backend_dev_by_name(DEVICE_NAME.encode())
         if not self.dev:
-            names = [
-                _text(ggml.ggml_backend_dev_name(ggml.ggml_backend_dev_get(i)))
-                for i in range(ggml.ggml_backend_dev_count())
-            ]
+            n = ggml.ggml_backend_dev_count()
+            names = [_text(ggml.ggml_backend_dev_name(ggml.ggml_backend_dev_get(i))) for i in range(n)]
             raise RuntimeError(f"ggml has no device {DEVICE_NAME} (devices: {names})")
         self._backend: Any = None
 
@@ -55,20 +53,10 @@ class Backend:
     def supports(self, tensor: Any) -> bool:
         return bool(self.g.ggml_backend_dev_supports_op(self.dev, tensor))
 
-    def op_label(self, tensor: Any) -> str:
-        return _text(self.g.ggml_op_desc(tensor))
-
     def verdicts(self, tensors: Any) -> list[dict[str, Any]]:
         """``supports_op`` of each tensor, with its op, name and shape (ggml order)."""
-        return [
-            {
-                "op": self.op_label(t),
-                "name": _text(t.contents.name),
-                "ne": [int(x) for x in t.contents.ne],
-                "supported": self.supports(t),
-            }
-            for t in tensors
-        ]
+        return [{"op": _text(self.g.ggml_op_desc(t)), "name": _text(t.contents.name),
+                 "ne": [int(x) for x in t.contents.ne], "supported": self.supports(t)} for t in tensors]  # fmt: skip
 
 
 def _text(b: bytes | str | None) -> str:

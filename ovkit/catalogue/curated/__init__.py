@@ -27,21 +27,9 @@ from ovkit.catalogue.curated.build import (
 )
 
 __all__ = [
-    "BUILDER_OP",
-    "GGML",
-    "INDEX_KINDS",
-    "PERF",
-    "SETS",
-    "TEST_OPS",
-    "case",
-    "cases",
-    "f",
-    "find",
-    "label",
-    "param",
-    "relabel",
-    "split_params",
-]
+    "BUILDER_OP", "GGML", "INDEX_KINDS", "PERF", "SETS", "TEST_OPS", "case", "cases", "f", "find", "label",
+    "param", "relabel", "split_params"
+]  # fmt: skip
 
 
 def _tagged(tag: str, cs: Sequence[Case]) -> list[Case]:
