@@ -96,16 +96,8 @@ def _reference_kind(reference: Reference) -> str:
     return "ggml" if oracle.ggml_available() else "numpy"
 
 
-def perf_case(
-    c: Case,
-    device: str,
-    *,
-    core: Core | None = None,
-    min_seconds: float = 0.2,
-    max_runs: int = 200,
-    hints: str = "exact",
-    vs_ggml: bool = False,
-) -> Result:
+def perf_case(c: Case, device: str, *, core: Core | None = None, min_seconds: float = 0.2,
+              max_runs: int = 200, hints: str = "exact", vs_ggml: bool = False) -> Result:  # fmt: skip
     """Median time per steady-state run (compile excluded) and GFLOPS or GB/s."""
     from ovkit import oracle
     from ovkit.engine import compute_graph
@@ -145,19 +137,11 @@ def perf_case(
     return Result(**base, status="OK", us_per_run=seconds * 1e6, gbps=moved / seconds / 1e9)
 
 
-def iter_results(
-    mode: str = "test",
-    ops: Sequence[str] | str | None = None,
-    device: str | None = None,
-    reference: Reference = "auto",
-    *,
-    core: Core | None = None,
-    progress: bool | None = None,
-    cases: Sequence[Case] | None = None,
-    hints: str = "exact",
-    vs_ggml: bool = False,
-    case_set: str | None = None,
-) -> Iterator[Result]:
+def iter_results(mode: str = "test", ops: Sequence[str] | str | None = None,
+                 device: str | None = None, reference: Reference = "auto", *,
+                 core: Core | None = None, progress: bool | None = None,
+                 cases: Sequence[Case] | None = None, hints: str = "exact",
+                 vs_ggml: bool = False, case_set: str | None = None) -> Iterator[Result]:  # fmt: skip
     """One result per case of ``cases`` (else the curated ``case_set``), a tqdm bar on stderr."""
     from tqdm import tqdm
 
@@ -190,16 +174,10 @@ def _frame(results: Sequence[Result]) -> pd.DataFrame:
     return pd.DataFrame([asdict(r) for r in results])
 
 
-def test_ops(
-    ops: Sequence[str] | str | None = None,
-    device: str | None = None,
-    reference: Reference = "auto",
-    *,
-    core: Core | None = None,
-    progress: bool | None = None,
-    hints: str = "exact",
-    case_set: str | None = None,
-) -> pd.DataFrame:
+def test_ops(ops: Sequence[str] | str | None = None, device: str | None = None,
+             reference: Reference = "auto", *, core: Core | None = None,
+             progress: bool | None = None, hints: str = "exact",
+             case_set: str | None = None) -> pd.DataFrame:  # fmt: skip
     """``mode test`` as a DataFrame (one row per case: op, case, status, detail, err, max_err, ...)."""
     return _frame(list(iter_results("test", ops, device, reference, core=core, progress=progress,
                                     hints=hints, case_set=case_set)))  # fmt: skip
@@ -209,15 +187,9 @@ def test_ops(
 test_ops.__test__ = False  # type: ignore[attr-defined]
 
 
-def perf_ops(
-    ops: Sequence[str] | str | None = None,
-    device: str | None = None,
-    *,
-    core: Core | None = None,
-    progress: bool | None = None,
-    hints: str = "exact",
-    vs_ggml: bool = False,
-) -> pd.DataFrame:
+def perf_ops(ops: Sequence[str] | str | None = None, device: str | None = None, *,
+             core: Core | None = None, progress: bool | None = None, hints: str = "exact",
+             vs_ggml: bool = False) -> pd.DataFrame:  # fmt: skip
     """``mode perf`` as a DataFrame (us_per_run, gflops or gbps per case; ggml_us_per_run with
     ``vs_ggml=True``: ggml's own CPU backend timed on the same case)."""
     return _frame(
@@ -234,21 +206,10 @@ def catalogue_table(mode: str = "test", case_set: str | None = None) -> pd.DataF
     return pd.DataFrame(rows, columns=["op", "case", "inputs"])
 
 
-def main(
-    mode: str = "test",
-    ops: Sequence[str] | str | None = None,
-    device: str | None = None,
-    reference: Reference = "auto",
-    *,
-    core: Core | None = None,
-    as_json: bool = False,
-    progress: bool | None = None,
-    out: Any = None,
-    isolate: bool = False,
-    hints: str = "exact",
-    vs_ggml: bool = False,
-    case_set: str | None = None,
-) -> int:
+def main(mode: str = "test", ops: Sequence[str] | str | None = None, device: str | None = None,
+         reference: Reference = "auto", *, core: Core | None = None, as_json: bool = False,
+         progress: bool | None = None, out: Any = None, isolate: bool = False,
+         hints: str = "exact", vs_ggml: bool = False, case_set: str | None = None) -> int:  # fmt: skip
     """The CLI body: a line per case and the totals (or JSON); 1 on any failure.  ``isolate``: one
     process per op, so a crash inside OpenVINO becomes FAIL lines instead of killing the run."""
     from tqdm import tqdm
@@ -373,17 +334,9 @@ def _backend_ops_cli(args: Any) -> int:
                           progress=False if args.no_progress else None)  # fmt: skip
 
 
-def _isolated_results(
-    mode: str,
-    ops: Sequence[str] | str | None,
-    device: str,
-    reference: str,
-    progress: bool | None,
-    hints: str = "exact",
-    case_set: str | None = None,
-    *,
-    core: Core | None,
-) -> Iterator[Result]:
+def _isolated_results(mode: str, ops: Sequence[str] | str | None, device: str, reference: str,
+                      progress: bool | None, hints: str = "exact", case_set: str | None = None,
+                      *, core: Core | None) -> Iterator[Result]:  # fmt: skip
     """One child process per op (``python -m ovkit test-ops ... --json``); crashes become FAILs."""
     from tqdm import tqdm
 

@@ -257,17 +257,9 @@ def _ggml_result(case: Case, leaves: Mapping[str, Any], threads: int | None) -> 
         s.close()
 
 
-def _prepare(
-    case: Case,
-    device: str,
-    policy: Policy,
-    reference: Reference,
-    hints: str,
-    threads: int | None,
-    verdict: tuple[bool, str] | None,
-    *,
-    core: Core | None,
-) -> Result | _Ready:
+def _prepare(case: Case, device: str, policy: Policy, reference: Reference, hints: str,
+             threads: int | None, verdict: tuple[bool, str] | None, *,
+             core: Core | None) -> Result | _Ready:  # fmt: skip
     """:func:`run_case` up to the inference: the verdict when it comes earlier, else the case ready."""
     from ovkit.engine import compute_graph
     from ovkit.ir import GraphError, UnsupportedOpError
@@ -336,17 +328,9 @@ def _judged(r: _Ready, actual: np.ndarray | Exception) -> Result:
     return got
 
 
-def run_case(
-    case: Case,
-    device: str = "CPU",
-    *,
-    core: Core | None = None,
-    policy: Policy = "upstream",
-    reference: Reference = "ggml",
-    hints: str = "exact",
-    threads: int | None = None,
-    verdict: tuple[bool, str] | None = None,
-) -> Result:
+def run_case(case: Case, device: str = "CPU", *, core: Core | None = None,
+             policy: Policy = "upstream", reference: Reference = "ggml", hints: str = "exact",
+             threads: int | None = None, verdict: tuple[bool, str] | None = None) -> Result:  # fmt: skip
     """One case: ovkit's graph, the support policy (``"upstream"``: ``verdict`` or ovkit's own for
     ``device``'s class, then every node; ``"none"``: run what translates), a run on ``device`` and
     the comparison with ``reference``; ``threads`` per side (None: the defaults)."""
@@ -354,26 +338,14 @@ def run_case(
     return r if isinstance(r, Result) else _judged(r, _infer([r], device, threads, core=core)[0])
 
 
-def run_row(
-    row: Row,
-    policy: Policy = "upstream",
-    device: str = "CPU",
-    *,
-    core: Core | None = None,
-    threads: int | None = None,
-) -> Result:
+def run_row(row: Row, policy: Policy = "upstream", device: str = "CPU", *,
+            core: Core | None = None, threads: int | None = None) -> Result:  # fmt: skip
     """:func:`run_case` of one case list row (with the backend's verdict), timed."""
     return run_rows([row], policy, device, threads=threads, core=core)[0]
 
 
-def run_rows(
-    rows: Sequence[Row],
-    policy: Policy = "upstream",
-    device: str = "CPU",
-    *,
-    core: Core | None = None,
-    threads: int | None = None,
-) -> list[Result]:
+def run_rows(rows: Sequence[Row], policy: Policy = "upstream", device: str = "CPU", *,
+             core: Core | None = None, threads: int | None = None) -> list[Result]:  # fmt: skip
     """:func:`run_row` of each row, their inferences merged into one compile (shared in ``seconds``)."""
     from ovkit.devices import device_class
 
@@ -646,15 +618,8 @@ def frame(results: Iterable[Result]) -> pd.DataFrame:
     return pd.DataFrame([asdict(r) for r in results], columns=[*Result.__dataclass_fields__])
 
 
-def run(
-    rows: Iterable[Row] | None = None,
-    policy: Policy = "upstream",
-    device: str = "CPU",
-    *,
-    workers: int = 0,
-    isolate: bool = False,
-    progress: bool | None = None,
-) -> pd.DataFrame:
+def run(rows: Iterable[Row] | None = None, policy: Policy = "upstream", device: str = "CPU", *,
+        workers: int = 0, isolate: bool = False, progress: bool | None = None) -> pd.DataFrame:  # fmt: skip
     """The catalogue as a DataFrame, one row per case in the rows' order."""
     todo = read_rows() if rows is None else list(rows)
     got = dict(_indexed(todo, policy, device, workers, isolate, progress))
@@ -671,16 +636,9 @@ def per_op(results: pd.DataFrame) -> pd.DataFrame:
     return t.sort_values("rows", ascending=False)
 
 
-def main(
-    rows: Sequence[Row],
-    policy: Policy = "upstream",
-    device: str = "CPU",
-    *,
-    workers: int = 0,
-    isolate: bool = False,
-    progress: bool | None = None,
-    out: Any = None,
-) -> int:
+def main(rows: Sequence[Row], policy: Policy = "upstream", device: str = "CPU", *,
+         workers: int = 0, isolate: bool = False, progress: bool | None = None,
+         out: Any = None) -> int:  # fmt: skip
     """``ovkit test-ops --catalogue test-backend-ops``: a line per case, totals per op; 1 on a FAIL."""
     from tqdm import tqdm
 

@@ -176,13 +176,8 @@ def by_op(agreement: Agreement) -> Any:
     return out.sort_values("rows", ascending=False)
 
 
-def replay(
-    verdicts: Iterable[Verdict],
-    device_class: str = "CPU",
-    *,
-    upstream_exact: bool = True,
-    revision: Revision | str = CSV_REVISION,
-) -> Agreement:
+def replay(verdicts: Iterable[Verdict], device_class: str = "CPU", *,
+           upstream_exact: bool = True, revision: Revision | str = CSV_REVISION) -> Agreement:  # fmt: skip
     """Ask the policy about every verdict's case and compare."""
     out = Agreement()
     for v in verdicts:

@@ -159,13 +159,8 @@ def _rows(result: Agreement, worker: Isolated, verdicts: Sequence[Verdict], prog
             )
 
 
-def agreement(
-    verdicts: Iterable[Verdict] | None = None,
-    *,
-    catalogue: bool = True,
-    revision: Revision | None = None,
-    progress: bool | None = None,
-) -> Agreement:
+def agreement(verdicts: Iterable[Verdict] | None = None, *, catalogue: bool = True,
+              revision: Revision | None = None, progress: bool | None = None) -> Agreement:  # fmt: skip
     """Ask the installed backend about every buildable case and compare with the policy."""
     build = require()
     rows = list(read_verdicts(DEFAULT_VERDICTS) if verdicts is None else verdicts)

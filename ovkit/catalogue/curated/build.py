@@ -138,18 +138,9 @@ def P(src: Any, *axes: int) -> Call:  # noqa: N802
     return Call("permute", (src, *axes))
 
 
-def case(
-    builder: str,
-    leaves: Mapping[str, Leaf],
-    *args: Any,
-    op: str | None = None,
-    program: Program | None = None,
-    flops: int = 0,
-    max_nmse: float | None = None,
-    why: str = "",
-    rejected: str | None = None,
-    **params: Any,
-) -> Case:
+def case(builder: str, leaves: Mapping[str, Leaf], *args: Any, op: str | None = None,
+         program: Program | None = None, flops: int = 0, max_nmse: float | None = None,
+         why: str = "", rejected: str | None = None, **params: Any) -> Case:  # fmt: skip
     """One case: ``builder(*args)`` on ``leaves`` (or ``program``), named as test-backend-ops names
     a case (``params`` after the leaves); its op is the builder's (unless ``op``), its threshold
     the builder's op's (unless ``max_nmse``, with ``why``); ``rejected``: a fragment of the reason
@@ -161,16 +152,9 @@ def case(
     return Case(key, label(named, **params), named, run, bound, flops=flops, why=why, rejected=rejected or "")
 
 
-def vs(
-    id: str,
-    builder: str,
-    leaves: Mapping[str, Leaf],
-    *args: Any,
-    program: Program | None = None,
-    max_nmse: float | None = None,
-    why: str = "",
-    rejected: str | None = None,
-) -> Case:
+def vs(id: str, builder: str, leaves: Mapping[str, Leaf], *args: Any,
+       program: Program | None = None, max_nmse: float | None = None, why: str = "",
+       rejected: str | None = None) -> Case:  # fmt: skip
     """A case of the comparison set against ggml: ``id`` names its variant (``add-src0-view``),
     shown as ``v=`` after the leaves (the builder when the op has several builders)."""
     op = BUILDER_OP[builder]

@@ -16,15 +16,8 @@ from ovkit.ir import RopeType
 # --- whole-block chains: a llama-style layer over an f16 KV cache (as llama.cpp builds it) -----
 
 
-def block(
-    n_tok: int,
-    ctx: int = 32,
-    d: int = 64,
-    heads: int = 4,
-    kv_heads: int = 2,
-    ff: int = 96,
-    wtype: str = "f32",
-) -> tuple[dict[str, Leaf], Program]:
+def block(n_tok: int, ctx: int = 32, d: int = 64, heads: int = 4, kv_heads: int = 2,
+          ff: int = 96, wtype: str = "f32") -> tuple[dict[str, Leaf], Program]:  # fmt: skip
     hd, kv_dim = d // heads, d // heads * kv_heads
     scale = 1.0 / float(np.sqrt(d))
     ins = {

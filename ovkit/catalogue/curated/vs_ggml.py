@@ -302,12 +302,8 @@ def _sm(mask: bool, scale: float, max_bias: float, sinks: bool) -> Program:
     return program
 
 
-def _sm_inputs(
-    mask: str | None,
-    sinks: bool,
-    ne: tuple[int, int, int, int] = (16, 5, 4, 3),
-    nr23: tuple[int, int] = (1, 1),
-) -> dict[str, Leaf]:
+def _sm_inputs(mask: str | None, sinks: bool, ne: tuple[int, int, int, int] = (16, 5, 4, 3),
+               nr23: tuple[int, int] = (1, 1)) -> dict[str, Leaf]:  # fmt: skip
     ins = {"a": f(ne[0], ne[1], ne[2] * nr23[0], ne[3] * nr23[1])}
     if mask:
         ins["m"] = f(*ne, dtype=mask)
