@@ -22,7 +22,7 @@ import numpy as np
 from ovkit.catalogue import curated
 from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs
 from ovkit.catalogue.result import Result, error_line
-from ovkit.catalogue.run import HINTS, effective_precision, hints_config, policy_rejection, run_case
+from ovkit.catalogue.run import HINTS, effective_precision, frame, hints_config, policy_rejection, run_case
 from ovkit.runtime import Core
 
 if TYPE_CHECKING:
@@ -168,18 +168,12 @@ def summarize(results: Sequence[Result], mode: str, device: str, reference: str 
     return Summary(device, n["OK"], n["FAIL"], n["not supported"])
 
 
-def _frame(results: Sequence[Result]) -> pd.DataFrame:
-    import pandas as pd
-
-    return pd.DataFrame([asdict(r) for r in results])
-
-
 def test_ops(ops: Sequence[str] | str | None = None, device: str | None = None,
              reference: Reference = "auto", *, core: Core | None = None,
              progress: bool | None = None, hints: str = "exact",
              case_set: str | None = None) -> pd.DataFrame:  # fmt: skip
     """``mode test`` as a DataFrame (one row per case: op, case, status, detail, err, max_err, ...)."""
-    return _frame(list(iter_results("test", ops, device, reference, core=core, progress=progress,
+    return frame(list(iter_results("test", ops, device, reference, core=core, progress=progress,
                                     hints=hints, case_set=case_set)))  # fmt: skip
 
 
@@ -192,7 +186,7 @@ def perf_ops(ops: Sequence[str] | str | None = None, device: str | None = None, 
              vs_ggml: bool = False) -> pd.DataFrame:  # fmt: skip
     """``mode perf`` as a DataFrame (us_per_run, gflops or gbps per case; ggml_us_per_run with
     ``vs_ggml=True``: ggml's own CPU backend timed on the same case)."""
-    return _frame(
+    return frame(
         list(iter_results("perf", ops, device, progress=progress, hints=hints, vs_ggml=vs_ggml, core=core))
     )
 
