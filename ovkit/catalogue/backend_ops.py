@@ -764,8 +764,9 @@ def _cwhn(b: Any, x: Mapping[str, Any], cwhn: int) -> tuple[Any, Any]:
 
 def _im2col(op: str, params: str, p: dict[str, Any]) -> Case:
     args = [p[k] for k in ("s0", "s1", "p0", "p1", "d0", "d1")]
+    is_2d, dst = bool(p["is_2D"]), p["dst_type"]
     return _case(op, params, _in_ker(p, p["type_input"], p["type_kernel"]),
-                 lambda b, x: b.im2col(x["kernel"], x["input"], *args, bool(p["is_2D"]), p["dst_type"]))  # fmt: skip
+                 lambda b, x: b.im2col(x["kernel"], x["input"], *args, is_2d, dst))  # fmt: skip
 
 
 def _im2col_3d(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -861,79 +862,40 @@ def _solve_tri(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 BUILDERS: dict[str, CaseBuilder] = {
-    **{u: _unary for u in UNARY},
-    **{g: _glu for g in GLU},
-    "SWIGLU_OAI": _glu,
-    **{o: _bin for o in ("ADD", "SUB", "MUL", "DIV")},
-    "ADD_ID": _add_id,
-    "SCALE": _scale,
-    "SQR": _one("sqr"),
-    "SQRT": _one("sqrt", init=Init("uniform", 50.0, 100.0)),
-    "LOG": _one("log", init=POS_09),
-    "SIN": _one("sin", init=Init("uniform", -6.5, 6.5)),
-    "COS": _one("cos", init=Init("uniform", -6.5, 6.5)),
-    "MEAN": _one("mean", init=Init("uniform", -0.9, 1.1)),
-    "CUMSUM": _one("cumsum"),
-    "LEAKY_RELU": _one("leaky_relu", _f("negative_slope"), False),
-    "CLAMP": _one("clamp", _f("min"), _f("max")),
-    "FILL": _one("fill", _f("c")),
-    "TRI": _one("tri", _i("tri_type")),
-    "DIAG": _one("diag"),
-    "GET_ROWS": _get_rows,
-    "SET_ROWS": _set_rows,
-    "CPY": _cpy,
-    "DUP": _dup,
-    "SET": _set,
-    "ACC": _acc,
-    "REPEAT_BACK": _repeat_back,
-    "GET_ROWS_BACK": _get_rows_back,
-    "SOFT_MAX_BACK": _back("soft_max_ext_back", UNIFORM, "scale", "max_bias"),
-    "RMS_NORM_BACK": _back("rms_norm_back", Init("uniform", -10.0, 10.0), "eps"),
-    "GATED_DELTA_NET": _gated_delta_net,
-    "UPSCALE": _upscale,
-    "CROSS_ENTROPY_LOSS_BACK": _cross_entropy_loss_back,
-    "DIAG_MASK_INF": _one("diag_mask_inf", _i("n_past")),
-    "OPT_STEP_SGD": _opt_step_sgd,
-    "ARANGE": _arange,
+    # elementwise
+    **{u: _unary for u in UNARY}, **{g: _glu for g in GLU}, "SWIGLU_OAI": _glu,
+    **{o: _bin for o in ("ADD", "SUB", "MUL", "DIV")}, "ADD_ID": _add_id, "SCALE": _scale, "SQR": _one("sqr"),
+    "SQRT": _one("sqrt", init=Init("uniform", 50.0, 100.0)), "LOG": _one("log", init=POS_09),
+    "SIN": _one("sin", init=Init("uniform", -6.5, 6.5)), "COS": _one("cos", init=Init("uniform", -6.5, 6.5)),
+    "LEAKY_RELU": _one("leaky_relu", _f("negative_slope"), False), "FILL": _one("fill", _f("c")),
+    "CLAMP": _one("clamp", _f("min"), _f("max")), "TRI": _one("tri", _i("tri_type")), "DIAG": _one("diag"),
+    "DIAG_MASK_INF": _one("diag_mask_inf", _i("n_past")), "ARANGE": _arange,
     "XIELU": _one("xielu", 4.0, 20.0, 0.5, 1e-7),  # test_xielu: alpha_n, alpha_p, beta, eps
     "TIMESTEP_EMBEDDING": _one("timestep_embedding", _i("dim"), _i("max_period")),
-    "COUNT_EQUAL": _count_equal,
-    "PAD_REFLECT_1D": _pad_reflect_1d,
-    "CONT": _cont,
-    "REPEAT": _repeat,
-    "CONCAT": _concat,
-    "PAD": _pad,
-    "NORM": _norm("norm"),
-    "RMS_NORM": _norm("rms_norm", Init("uniform", -10.0, 10.0)),
-    "L2_NORM": _norm("l2_norm"),
-    "SUM_ROWS": _sum_rows,
-    "SUM": _sum,
-    "ARGSORT": _one("argsort", _i("order"), init=Init("distinct")),
-    "TOP_K": _top_k,
-    "ARGMAX": _one("argmax", init=Init("distinct"), max_err=0.0),
-    "MUL_MAT": _mul_mat,
-    "MUL_MAT_ID": _mul_mat_id,
-    "MUL_MAT_HADAMARD": _mul_mat_hadamard,
-    "ROLL": _roll,
-    "SILU_BACK": _back("silu_back"),
-    "OUT_PROD": _out_prod,
-    "SOFT_MAX": _soft_max,
-    "ROPE": _rope,
-    "ROPE_BACK": _rope,
-    "FLASH_ATTN_EXT": _flash_attn,
-    "IM2COL": _im2col,
-    "IM2COL_3D": _im2col_3d,
-    "CONV_2D": _conv_2d,
-    "CONV_2D_DW": _conv_2d_dw,
-    "CONV_3D": _conv_3d,
-    "CONV_TRANSPOSE_2D": _conv_transpose_2d,
-    "POOL_1D": _pool(1),
-    "POOL_2D": _pool(2),
-    "CONV_TRANSPOSE_1D": _conv_transpose_1d,
-    "COL2IM_1D": _col2im_1d,
-    "SSM_CONV": _ssm_conv,
+    # data movement
+    "GET_ROWS": _get_rows, "SET_ROWS": _set_rows, "CPY": _cpy, "DUP": _dup, "SET": _set, "ACC": _acc,
+    "CONT": _cont, "REPEAT": _repeat, "REPEAT_BACK": _repeat_back, "CONCAT": _concat, "PAD": _pad,
+    "PAD_REFLECT_1D": _pad_reflect_1d, "ROLL": _roll, "UPSCALE": _upscale,
+    # reductions, norms, backward ops
+    "NORM": _norm("norm"), "L2_NORM": _norm("l2_norm"),
+    "RMS_NORM": _norm("rms_norm", Init("uniform", -10.0, 10.0)), "CUMSUM": _one("cumsum"),
+    "MEAN": _one("mean", init=Init("uniform", -0.9, 1.1)), "SUM_ROWS": _sum_rows,
+    "SUM": _sum, "ARGSORT": _one("argsort", _i("order"), init=Init("distinct")), "TOP_K": _top_k,
+    "ARGMAX": _one("argmax", init=Init("distinct"), max_err=0.0), "COUNT_EQUAL": _count_equal,
+    "GET_ROWS_BACK": _get_rows_back, "SILU_BACK": _back("silu_back"),
+    "SOFT_MAX_BACK": _back("soft_max_ext_back", UNIFORM, "scale", "max_bias"),
+    "RMS_NORM_BACK": _back("rms_norm_back", Init("uniform", -10.0, 10.0), "eps"),
+    "CROSS_ENTROPY_LOSS_BACK": _cross_entropy_loss_back, "OPT_STEP_SGD": _opt_step_sgd,
+    # matrices, attention, rope, softmax, recurrent
+    "MUL_MAT": _mul_mat, "MUL_MAT_ID": _mul_mat_id, "MUL_MAT_HADAMARD": _mul_mat_hadamard,
+    "OUT_PROD": _out_prod, "SOFT_MAX": _soft_max, "ROPE": _rope, "ROPE_BACK": _rope,
+    "FLASH_ATTN_EXT": _flash_attn, "GATED_DELTA_NET": _gated_delta_net, "SSM_CONV": _ssm_conv,
     "SOLVE_TRI": _solve_tri,
-}
+    # convolution family
+    "IM2COL": _im2col, "IM2COL_3D": _im2col_3d, "CONV_2D": _conv_2d, "CONV_2D_DW": _conv_2d_dw,
+    "CONV_3D": _conv_3d, "CONV_TRANSPOSE_1D": _conv_transpose_1d, "CONV_TRANSPOSE_2D": _conv_transpose_2d,
+    "POOL_1D": _pool(1), "POOL_2D": _pool(2), "COL2IM_1D": _col2im_1d,
+}  # fmt: skip
 
 
 def case_of(op_name: str, op_params: str, params: dict[str, Any] | None = None) -> Case:
