@@ -52,6 +52,8 @@ class Summary:
     """Totals of a run."""
 
     device: str
+    mode: str
+    reference: str
     passed: int
     failed: int
     unsupported: int
@@ -162,10 +164,10 @@ def iter_results(mode: str = "test", ops: Sequence[str] | str | None = None,
             yield perf_case(c, dev, hints=hints, vs_ggml=vs_ggml, core=core)
 
 
-def summarize(results: Sequence[Result], mode: str, device: str, reference: str = "") -> Summary:
-    """The totals of ``results`` (``mode`` and ``reference`` are the run's, shown by :func:`main`)."""
+def summarize(results: Sequence[Result], mode: str, device: str, reference: str) -> Summary:
+    """The totals of a run's ``results``."""
     n = {s: sum(r.status == s for r in results) for s in ("OK", "FAIL", "not supported")}
-    return Summary(device, n["OK"], n["FAIL"], n["not supported"])
+    return Summary(device, mode, reference, n["OK"], n["FAIL"], n["not supported"])
 
 
 def test_ops(ops: Sequence[str] | str | None = None, device: str | None = None,

@@ -43,6 +43,8 @@ MAX_CASE_LIST_BYTES = 64 << 20
 
 @dataclass(frozen=True, slots=True)
 class Row:
+    """One case list row: test-backend-ops' op name and parameters."""
+
     op: str
     params: str
 
