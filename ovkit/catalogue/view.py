@@ -38,16 +38,11 @@ def coverage(results: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
     if "status" in results:
-        cats = [category(s, bool(a)) for s, a in zip(results["status"], results["accepted"], strict=True)]
-    else:
-        cats = [
-            category("OK", bool(a))
-            if ok
-            else ("no case" if str(why).startswith("no case") else "not translatable")
-            for ok, a, why in zip(
-                results["translatable"], results["accepted"], results["reason"], strict=True
-            )
-        ]
+        statuses = list(results["status"])
+    else:  # a classification: translatable counts as passing, the rest is "no case" or not translatable
+        statuses = ["OK" if ok else "no case" if str(why).startswith("no case") else "not translatable"
+                    for ok, why in zip(results["translatable"], results["reason"], strict=True)]  # fmt: skip
+    cats = [category(s, bool(a)) for s, a in zip(statuses, results["accepted"], strict=True)]
     t = pd.crosstab(results["op"], pd.Series(cats, index=results.index, name="status"))
     t = t.reindex(columns=list(CATEGORIES), fill_value=0)
     return t.loc[t.sum(axis=1).sort_values(ascending=False).index]
