@@ -60,6 +60,13 @@ def _permuted(b: Any, t: Any, perm: Sequence[int], name: str) -> Any:
     return _named(b.permute(t, *perm), name) if any(perm) else t
 
 
+def _view(b: Any, t: Any, ne: Any, on: int, name: str = "") -> Any:
+    """``t`` viewed as ``ne`` with its own strides (:func:`_view_like`, named ``name``) when ``on``."""
+    if not on:
+        return t
+    return _named(_view_like(b, t, ne), name) if name else _view_like(b, t, ne)
+
+
 def _widened_b(ta: str, tb: str) -> tuple[str, ...]:
     """The installed ggml's CPU matmul converts src1 to src0's vec_dot type only from f32 (f16 /
     bf16 a: also its own type); other b types reach its ggml as f32 of the same values."""
@@ -93,11 +100,8 @@ def _unary(op: str, params: str, p: dict[str, Any]) -> Case:
     init = Init("uniform", lo, -lo)
     big = (ne[0] * 3, ne[1] * 2, ne[2] * 5, ne[3] * 4) if v & 1 else ne
 
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        a = _named(_view_like(b, x["a"], ne), "view_of_a") if v & 1 else x["a"]
-        return b.unary(a, op)
-
-    return _case(op, params, (Leaf("a", big, t, init),), program)
+    return _case(op, params, (Leaf("a", big, t, init),),
+                 lambda b, x: b.unary(_view(b, x["a"], ne, v & 1, "view_of_a"), op))  # fmt: skip
 
 
 #: GLU ops built by test_glu / test_glu_split: the GLU sub-ops whose catalogue entry lists ``glu``
@@ -315,15 +319,9 @@ def _acc(op: str, params: str, p: dict[str, Any]) -> Case:
 def _repeat_back(op: str, params: str, p: dict[str, Any]) -> Case:
     t, ne, nr, v = p["type"], pad_ne(p["ne"]), pad_ne(p["nr"]), int(p.get("v", 0))
     big = tuple(ne[i] * nr[i] for i in range(4))
-    leaves = (Leaf("src", pad_ne(big), t), Leaf("target", ne, t))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        src = x["src"]
-        if v:  # halve every repeated dim
-            src = _view_like(b, src, [big[i] if nr[i] == 1 else big[i] // 2 for i in range(4)])
-        return b.repeat_back(src, x["target"])
-
-    return _case(op, params, leaves, program)
+    half = [big[i] if nr[i] == 1 else big[i] // 2 for i in range(4)]  # v: every repeated dim halved
+    return _case(op, params, (Leaf("src", pad_ne(big), t), Leaf("target", ne, t)),
+                 lambda b, x: b.repeat_back(_view(b, x["src"], half, v), x["target"]))  # fmt: skip
 
 
 def _roll(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -362,12 +360,8 @@ def _concat(op: str, params: str, p: dict[str, Any]) -> Case:
     big_a = (ne_a[0] * 2, ne_a[1] * 4, ne_a[2] * 3, ne_a[3]) if v & 1 else ne_a
     big_b = (ne_b[0] * 3, ne_b[1] * 2, ne_b[2] * 4, ne_b[3]) if v & 2 else pad_ne(ne_b)
 
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        a = _named(_view_like(b, x["a"], ne_a), "view_of_a") if v & 1 else x["a"]
-        bb = _named(_view_like(b, x["b"], ne_b), "view_of_b") if v & 2 else x["b"]
-        return b.concat(a, bb, dim)
-
-    return _case(op, params, (Leaf("a", big_a, t), Leaf("b", big_b, t)), program)
+    return _case(op, params, (Leaf("a", big_a, t), Leaf("b", big_b, t)), lambda b, x: b.concat(
+        _view(b, x["a"], ne_a, v & 1, "view_of_a"), _view(b, x["b"], ne_b, v & 2, "view_of_b"), dim))  # fmt: skip
 
 
 def _pad(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -774,13 +768,9 @@ def _im2col_3d(op: str, params: str, p: dict[str, Any]) -> Case:
     leaves = _in_ker(p, p["type_input"], p["type_kernel"])
     args = [int(p[k]) for k in ("IC", "s0", "s1", "s2", "p0", "p1", "p2", "d0", "d1", "d2")]
 
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        inp = x["input"]
-        if v:
-            inp = _named(_view_like(b, inp, [n - 2 for n in ne]), "view_of_input")
-        return b.im2col_3d(x["kernel"], inp, *args, p["dst_type"])
-
-    return _case(op, params, leaves, program)
+    small, dst = [n - 2 for n in ne], p["dst_type"]
+    return _case(op, params, leaves, lambda b, x: b.im2col_3d(
+        x["kernel"], _view(b, x["input"], small, v, "view_of_input"), *args, dst))  # fmt: skip
 
 
 def _conv_2d(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -820,11 +810,8 @@ def _pool(dims: int) -> CaseBuilder:
         kind = 0 if p["pool_type"] == "max" else 1  # GGML_OP_POOL_MAX = 0, AVG = 1
         keys = ("k0", "s0", "p0") if dims == 1 else ("k0", "k1", "s0", "s1", "p0", "p1")
         args = [int(p[k]) for k in keys]
-
-        def program(b: Any, x: Mapping[str, Any]) -> Any:
-            return getattr(b, f"pool_{dims}d")(x["input"], kind, *args)
-
-        return _case(op, params, (Leaf("input", pad_ne(p["ne_input"]), p["type_input"]),), program)
+        return _case(op, params, (Leaf("input", pad_ne(p["ne_input"]), p["type_input"]),),
+                     lambda b, x: getattr(b, f"pool_{dims}d")(x["input"], kind, *args))  # fmt: skip
 
     return build
 
