@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from ovkit.catalogue.verdicts import Unexpressible, build_case
 from ovkit.ir import OpInfo
@@ -23,11 +23,6 @@ from ovkit.upstream.build import UpstreamBuild, require
 from ovkit.upstream.isolate import Isolated
 from ovkit.upstream.ops import DEVICE_CLASS, policy_verdict
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-#: The shipped test-backend-ops verdicts (package data, installed with ovkit).
-DEFAULT_VERDICTS = SHIPPED
 #: Rows per child request (a crash re-asks that chunk's rows one at a time).
 CHUNK = 256
 
@@ -79,11 +74,6 @@ class Agreement:
                        f" — rule {d.rule}{': ' + d.detail if d.detail else ''}")  # fmt: skip
         out.append(f"  agreement: {self.percent:.2f} % of {self.total} cases")
         return out
-
-    def to_frame(self) -> pd.DataFrame:
-        import pandas as pd
-
-        return pd.DataFrame([asdict(d) for d in self.differences], columns=list(Difference.__slots__))
 
 
 def other_rule(info: OpInfo, revision: Revision) -> str:
@@ -163,7 +153,7 @@ def agreement(verdicts: Iterable[Verdict] | None = None, *, catalogue: bool = Tr
               revision: Revision | None = None, progress: bool | None = None) -> Agreement:  # fmt: skip
     """Ask the installed backend about every buildable case and compare with the policy."""
     build = require()
-    rows = list(read_verdicts(DEFAULT_VERDICTS) if verdicts is None else verdicts)
+    rows = list(read_verdicts(SHIPPED) if verdicts is None else verdicts)
     result = Agreement(build, revision or build.revision or Revision.N)
     with Isolated() as worker:
         if catalogue:
