@@ -1,17 +1,9 @@
 """``ovkit test-ops``: a harness in the spirit of llama.cpp's ``test-backend-ops``.
 
-``mode test`` builds every catalogue case as an ovkit :class:`~ovkit.graph.Graph`, asks the
-device's support policy first (unsupported cases are listed with the policy's reason and not
-run), runs the supported ones on the selected device through the engine, and compares with the
-reference: real ggml (``ovkit.oracle``, via ggml-python) when it is installed, ovkit's numpy
-reference of ggml's semantics otherwise.  The verdict is test-backend-ops' (NaN/inf checks, then
-NMSE against the op's threshold).  ``mode perf`` times larger cases and reports time per run and
-GFLOPS (matrix/attention ops) or GB/s (memory-bound ops).
-
-The cases are the curated table's (:mod:`ovkit.catalogue.curated`): data with one *program*
-written against the builder API ``Graph`` shares with ``oracle.GgmlBuilder``, so the very same
-code builds the ovkit graph and the ggml graph, and inputs drawn by :func:`~ovkit.catalogue.case.draw`
-from a seed of the case's name.
+``mode test`` runs each curated case (:mod:`ovkit.catalogue.curated`) the device's policy accepts
+through the engine and judges it against ggml (``ovkit.oracle``) or, without ggml-python, ovkit's
+numpy reference; rejected cases are listed with the policy's reason.  ``mode perf`` times larger
+cases (time per run, GFLOPS or GB/s).
 """
 
 from __future__ import annotations
@@ -30,7 +22,7 @@ import numpy as np
 from ovkit.catalogue import curated
 from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs
 from ovkit.catalogue.result import Result, error_line
-from ovkit.catalogue.run import HINTS, effective_precision, hints_config, policy_rejection, run_case
+from ovkit.catalogue.run import HINTS, effective_precision, frame, hints_config, policy_rejection, run_case
 from ovkit.runtime import Core
 
 if TYPE_CHECKING:
@@ -44,8 +36,7 @@ DEFAULT_SET: dict[str, str] = {"test": curated.TEST_OPS, "perf": curated.PERF}
 
 
 def build_catalogue(case_set: str | None = None, mode: str = "test") -> list[Case]:
-    """The curated cases of ``case_set`` (by default the set ``mode`` runs: ``test-ops``' own,
-    or ``perf``); ``ggml`` is the comparison set of the tests against ggml."""
+    """The curated cases of ``case_set`` (by default the set ``mode`` runs)."""
     if mode not in DEFAULT_SET:
         raise ValueError(f"mode={mode!r} is not valid (expected 'test' or 'perf')")
     return list(curated.cases(case_set or DEFAULT_SET[mode]))
@@ -56,9 +47,6 @@ def build_perf_catalogue() -> list[Case]:
     return build_catalogue(mode="perf")
 
 
-# ---------------------------------------------------------------------------------------------
-# Running.
-# ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Summary:
     """Totals of a run."""
@@ -75,23 +63,17 @@ class Summary:
         return self.failed == 0
 
     def lines(self) -> list[str]:
-        ran = self.passed + self.failed
-        return [
-            f"  {self.passed}/{ran} tests passed, {self.unsupported} not supported",
-            f"  Backend {self.device}: {'OK' if self.ok else 'FAIL'}",
-        ]
+        return [f"  {self.passed}/{self.passed + self.failed} tests passed, {self.unsupported} not supported",
+                f"  Backend {self.device}: {'OK' if self.ok else 'FAIL'}"]  # fmt: skip
 
 
 def select(cases: Iterable[Case], ops: Sequence[str] | str | None) -> list[Case]:
-    """Cases whose op key (``"UNARY.GELU"``), its op (``"UNARY"``) or its sub-op (``"GELU"``)
-    matches ``ops`` (case-insensitive; ``UNARY:GELU`` is read as ``UNARY.GELU``)."""
+    """Cases whose op key (``"UNARY.GELU"``), op (``"UNARY"``) or sub-op (``"GELU"``) is in ``ops``
+    (case-insensitive; ``UNARY:GELU`` reads as ``UNARY.GELU``)."""
     if ops is None:
         return list(cases)
     wanted = {o.upper().replace(":", ".") for o in ([ops] if isinstance(ops, str) else ops)}
-    picked = [
-        c for c in cases if c.op in wanted or c.op.split(".")[0] in wanted or c.op.split(".")[-1] in wanted
-    ]
-    return picked
+    return [c for c in cases if wanted & {c.op, c.op.split(".")[0], c.op.split(".")[-1]}]
 
 
 def _resolve(device: str | None, *, core: Core | None) -> str:
@@ -116,16 +98,8 @@ def _reference_kind(reference: Reference) -> str:
     return "ggml" if oracle.ggml_available() else "numpy"
 
 
-def perf_case(
-    c: Case,
-    device: str,
-    *,
-    core: Core | None = None,
-    min_seconds: float = 0.2,
-    max_runs: int = 200,
-    hints: str = "exact",
-    vs_ggml: bool = False,
-) -> Result:
+def perf_case(c: Case, device: str, *, core: Core | None = None, min_seconds: float = 0.2,
+              max_runs: int = 200, hints: str = "exact", vs_ggml: bool = False) -> Result:  # fmt: skip
     """Median time per steady-state run (compile excluded) and GFLOPS or GB/s."""
     from ovkit import oracle
     from ovkit.engine import compute_graph
@@ -165,21 +139,12 @@ def perf_case(
     return Result(**base, status="OK", us_per_run=seconds * 1e6, gbps=moved / seconds / 1e9)
 
 
-def iter_results(
-    mode: str = "test",
-    ops: Sequence[str] | str | None = None,
-    device: str | None = None,
-    reference: Reference = "auto",
-    *,
-    core: Core | None = None,
-    progress: bool | None = None,
-    cases: Sequence[Case] | None = None,
-    hints: str = "exact",
-    vs_ggml: bool = False,
-    case_set: str | None = None,
-) -> Iterator[Result]:
-    """Run the (filtered) catalogue, yielding one result per case, with a tqdm bar on stderr:
-    ``cases``, else the curated set ``case_set`` (by default the mode's own)."""
+def iter_results(mode: str = "test", ops: Sequence[str] | str | None = None,
+                 device: str | None = None, reference: Reference = "auto", *,
+                 core: Core | None = None, progress: bool | None = None,
+                 cases: Sequence[Case] | None = None, hints: str = "exact",
+                 vs_ggml: bool = False, case_set: str | None = None) -> Iterator[Result]:  # fmt: skip
+    """One result per case of ``cases`` (else the curated ``case_set``), a tqdm bar on stderr."""
     from tqdm import tqdm
 
     if mode not in ("test", "perf"):
@@ -190,14 +155,8 @@ def iter_results(
     pool = cases if cases is not None else build_catalogue(case_set, mode)
     picked = select(pool, ops)
     ref = _reference_kind(reference) if mode == "test" else ""
-    bar = tqdm(
-        picked,
-        desc=f"test-ops {mode} {dev}",
-        unit="case",
-        file=sys.stderr,
-        leave=False,
-        disable=not progress if progress is not None else None,
-    )
+    bar = tqdm(picked, desc=f"test-ops {mode} {dev}", unit="case", file=sys.stderr, leave=False,
+               disable=not progress if progress is not None else None)  # fmt: skip
     for c in bar:
         if mode == "test":
             yield run_case(c, dev, reference=ref, hints=hints, core=core)  # type: ignore[arg-type]
@@ -206,62 +165,30 @@ def iter_results(
 
 
 def summarize(results: Sequence[Result], mode: str, device: str, reference: str) -> Summary:
-    return Summary(
-        device=device,
-        mode=mode,
-        reference=reference,
-        passed=sum(r.status == "OK" for r in results),
-        failed=sum(r.status == "FAIL" for r in results),
-        unsupported=sum(r.status == "not supported" for r in results),
-    )
+    """The totals of a run's ``results``."""
+    n = {s: sum(r.status == s for r in results) for s in ("OK", "FAIL", "not supported")}
+    return Summary(device, mode, reference, n["OK"], n["FAIL"], n["not supported"])
 
 
-def _frame(results: Sequence[Result]) -> pd.DataFrame:
-    import pandas as pd
-
-    return pd.DataFrame([asdict(r) for r in results])
-
-
-def test_ops(
-    ops: Sequence[str] | str | None = None,
-    device: str | None = None,
-    reference: Reference = "auto",
-    *,
-    core: Core | None = None,
-    progress: bool | None = None,
-    hints: str = "exact",
-    case_set: str | None = None,
-) -> pd.DataFrame:
+def test_ops(ops: Sequence[str] | str | None = None, device: str | None = None,
+             reference: Reference = "auto", *, core: Core | None = None,
+             progress: bool | None = None, hints: str = "exact",
+             case_set: str | None = None) -> pd.DataFrame:  # fmt: skip
     """``mode test`` as a DataFrame (one row per case: op, case, status, detail, err, max_err, ...)."""
-    results = iter_results(
-        "test",
-        ops,
-        device,
-        reference,
-        progress=progress,
-        hints=hints,
-        case_set=case_set,
-        core=core,
-    )
-    return _frame(list(results))
+    return frame(list(iter_results("test", ops, device, reference, core=core, progress=progress,
+                                    hints=hints, case_set=case_set)))  # fmt: skip
 
 
 # Not a pytest test despite its name.
 test_ops.__test__ = False  # type: ignore[attr-defined]
 
 
-def perf_ops(
-    ops: Sequence[str] | str | None = None,
-    device: str | None = None,
-    *,
-    core: Core | None = None,
-    progress: bool | None = None,
-    hints: str = "exact",
-    vs_ggml: bool = False,
-) -> pd.DataFrame:
+def perf_ops(ops: Sequence[str] | str | None = None, device: str | None = None, *,
+             core: Core | None = None, progress: bool | None = None, hints: str = "exact",
+             vs_ggml: bool = False) -> pd.DataFrame:  # fmt: skip
     """``mode perf`` as a DataFrame (us_per_run, gflops or gbps per case; ggml_us_per_run with
     ``vs_ggml=True``: ggml's own CPU backend timed on the same case)."""
-    return _frame(
+    return frame(
         list(iter_results("perf", ops, device, progress=progress, hints=hints, vs_ggml=vs_ggml, core=core))
     )
 
@@ -270,93 +197,50 @@ def catalogue_table(mode: str = "test", case_set: str | None = None) -> pd.DataF
     """The cases themselves (op, case label, inputs as ``name:type[ne]``) without running anything."""
     import pandas as pd
 
-    cases = build_catalogue(case_set, mode)
-    return pd.DataFrame(
-        [
-            {
-                "op": c.op,
-                "case": c.name,
-                "inputs": ", ".join(f"{lf.name}:{lf.dtype}{list(lf.ne)}" for lf in c.leaves),
-            }
-            for c in cases
-        ]
-    )
+    rows = [(c.op, c.name, ", ".join(f"{lf.name}:{lf.dtype}{list(lf.ne)}" for lf in c.leaves))
+            for c in build_catalogue(case_set, mode)]  # fmt: skip
+    return pd.DataFrame(rows, columns=["op", "case", "inputs"])
 
 
-def main(
-    mode: str = "test",
-    ops: Sequence[str] | str | None = None,
-    device: str | None = None,
-    reference: Reference = "auto",
-    *,
-    core: Core | None = None,
-    as_json: bool = False,
-    progress: bool | None = None,
-    out: Any = None,
-    isolate: bool = False,
-    hints: str = "exact",
-    vs_ggml: bool = False,
-    case_set: str | None = None,
-) -> int:
-    """The CLI body: print one line per case and the totals (or JSON); 1 on any failure.
-
-    ``isolate=True`` runs each op in its own process, so a crash inside OpenVINO (a segfault in
-    one translation) becomes FAIL lines for that op instead of killing the whole run."""
+def main(mode: str = "test", ops: Sequence[str] | str | None = None, device: str | None = None,
+         reference: Reference = "auto", *, core: Core | None = None, as_json: bool = False,
+         progress: bool | None = None, out: Any = None, isolate: bool = False,
+         hints: str = "exact", vs_ggml: bool = False, case_set: str | None = None) -> int:  # fmt: skip
+    """The CLI body: a line per case and the totals (or JSON); 1 on any failure.  ``isolate``: one
+    process per op, so a crash inside OpenVINO becomes FAIL lines instead of killing the run."""
     from tqdm import tqdm
+
+    from ovkit.simulate import SimulatedCore
 
     stream = out or sys.stdout
     dev = _resolve(device, core=core)
     ref = _reference_kind(reference) if mode == "test" else ""
-    results: list[Result] = []
-    from ovkit.simulate import SimulatedCore
-
     simulated = isinstance(core, SimulatedCore)
-    label = (
-        f"{dev} [SIMULATED {core.profile.name}: policy of the {dev} class, runs on the CPU]"
-        if isinstance(core, SimulatedCore)
-        else dev
-    )
     if not as_json:
+        label = dev
+        if isinstance(core, SimulatedCore):
+            label += f" [SIMULATED {core.profile.name}: policy of the {dev} class, runs on the CPU]"
         hint_text = "" if hints == "exact" else f", {hints} hints"
         print(f"Testing {label} (mode {mode}{', reference ' + ref if ref else ''}{hint_text})", file=stream)
     source = (
         _isolated_results(mode, ops, dev, ref or "numpy", progress, hints, case_set, core=core)
         if isolate
-        else iter_results(
-            mode,
-            ops,
-            dev,
-            reference,
-            progress=progress,
-            hints=hints,
-            vs_ggml=vs_ggml,
-            case_set=case_set,
-            core=core,
-        )
-    )
+        else iter_results(mode, ops, dev, reference, progress=progress, hints=hints, vs_ggml=vs_ggml,
+                          case_set=case_set, core=core)
+    )  # fmt: skip
+    results: list[Result] = []
     for r in source:
         results.append(r)
         if not as_json:
             tqdm.write(r.line(), file=stream)
     summary = summarize(results, mode, dev, ref)
     if as_json:
-        payload = {
-            "device": dev,
-            "simulated": simulated,
-            "mode": mode,
-            "hints": hints,
-            "reference": ref,
-            "summary": {
-                "passed": summary.passed,
-                "failed": summary.failed,
-                "not_supported": summary.unsupported,
-            },
-            "cases": [asdict(r) for r in results],
-        }
+        counts = {"passed": summary.passed, "failed": summary.failed, "not_supported": summary.unsupported}
+        payload = {"device": dev, "simulated": simulated, "mode": mode, "hints": hints, "reference": ref,
+                   "summary": counts, "cases": [asdict(r) for r in results]}  # fmt: skip
         print(json.dumps(payload, indent=2), file=stream)
     else:
-        for line in summary.lines():
-            print(line, file=stream)
+        print("\n".join(summary.lines()), file=stream)
     return 0 if summary.ok else 1
 
 
@@ -365,48 +249,28 @@ def main(
 # ---------------------------------------------------------------------------------------------
 def add_cli_args(p: Any) -> None:
     """Arguments of ``ovkit test-ops`` (test-backend-ops' ``[mode] [-o op] [-b backend]``)."""
-    p.add_argument("mode", nargs="?", default="test", choices=("test", "perf"), help="test (default) or perf")
-    p.add_argument(
-        "-o", "--op", action="append", metavar="OP", help="only this op (repeatable), e.g. MUL_MAT, GELU"
-    )
-    p.add_argument("-b", "--device", metavar="DEVICE", help="device id (default: GGML_OPENVINO_DEVICE)")
-    p.add_argument(
-        "--reference", choices=("auto", "ggml", "numpy"), default="auto", help="reference (default auto)"
-    )
-    p.add_argument("--simulate", metavar="PROFILE", help="use a simulated device set (e.g. laptop)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("--isolate", action="store_true", help="one process per op: a crash becomes FAIL lines")
-    p.add_argument("--vs-ggml", action="store_true", help="perf: also time ggml's CPU backend on each case")
-    p.add_argument(
-        "--set",
-        choices=curated.SETS,
-        help="the curated set to run (default: test-ops in mode test, perf in mode perf; "
-        "ggml: the comparison set of the tests against ggml)",
-    )
-    p.add_argument(
-        "--catalogue",
-        choices=("ovkit", "test-backend-ops"),
-        default="ovkit",
-        help="ovkit's own cases (default) or test-backend-ops' catalogue (the shipped half, or --cases)",
-    )
-    p.add_argument("--cases", metavar="FILE", help="test-backend-ops: a case list CSV (op_name,op_params)")
-    p.add_argument(
-        "--policy",
-        choices=("upstream", "none"),
-        default="upstream",
-        help="test-backend-ops: upstream = only what the backend accepts (default); none = every case",
-    )
-    p.add_argument("--workers", type=int, default=2, metavar="N", help="test-backend-ops: worker processes")
-    p.add_argument(
-        "--sample", type=int, metavar="N", help="test-backend-ops: a stratified sample of about N rows"
-    )
-    p.add_argument(
-        "--hints",
-        choices=HINTS,
-        default="exact",
-        help="exact: f32 inference precision (default); upstream: the naive path's execution-mode hint",
-    )
+    add = p.add_argument
+    add("mode", nargs="?", default="test", choices=("test", "perf"), help="test (default) or perf")
+    add("-o", "--op", action="append", metavar="OP", help="only this op (repeatable), e.g. MUL_MAT, GELU")
+    add("-b", "--device", metavar="DEVICE", help="device id (default: GGML_OPENVINO_DEVICE)")
+    add("--reference", choices=("auto", "ggml", "numpy"), default="auto", help="reference (default auto)")
+    add("--simulate", metavar="PROFILE", help="use a simulated device set (e.g. laptop)")
+    add("--json", action="store_true", help="print JSON instead of text")
+    add("--no-progress", action="store_true", help="no progress bar on stderr")
+    add("--isolate", action="store_true", help="one process per op: a crash becomes FAIL lines")
+    add("--vs-ggml", action="store_true", help="perf: also time ggml's CPU backend on each case")
+    add("--set", choices=curated.SETS, help="the curated set to run (default: test-ops in mode test, perf "
+        "in mode perf; ggml: the comparison set of the tests against ggml)")  # fmt: skip
+    add("--catalogue", choices=("ovkit", "test-backend-ops"), default="ovkit", help="ovkit's own cases "
+        "(default) or test-backend-ops' catalogue (the shipped half, or --cases)")  # fmt: skip
+    add("--cases", metavar="FILE", help="test-backend-ops: a case list CSV (op_name,op_params)")
+    add("--policy", choices=("upstream", "none"), default="upstream", help="test-backend-ops: upstream = "
+        "only what the backend accepts (default); none = every case")  # fmt: skip
+    add("--workers", type=int, default=2, metavar="N",
+        help="test-backend-ops: worker processes (0: in this process; at most twice the cores)")  # fmt: skip
+    add("--sample", type=int, metavar="N", help="test-backend-ops: a stratified sample of about N rows")
+    add("--hints", choices=HINTS, default="exact", help="exact: f32 inference precision (default); "
+        "upstream: the naive path's execution-mode hint")  # fmt: skip
 
 
 def cli(args: Any) -> int:
@@ -421,24 +285,13 @@ def cli(args: Any) -> int:
             f"device {args.device!r} is not available (expected one of: {', '.join(core.available_devices)})"
         )
     known = {c.op for c in curated.cases()}
-    keys = {str(k) for k in known} | {k.split(".")[0] for k in known} | {k.split(".")[-1] for k in known}
+    keys = known | {k.split(".")[0] for k in known} | {k.split(".")[-1] for k in known}
     unknown = [o for o in args.op or [] if o.upper().replace(":", ".") not in keys]
     if unknown:
         raise UsageError(f"unknown op {unknown[0]!r} (expected one of: {', '.join(sorted(keys))})")
-    progress = False if args.no_progress else None
-    return main(
-        args.mode,
-        args.op,
-        args.device,
-        args.reference,
-        as_json=args.json,
-        progress=progress,
-        isolate=args.isolate,
-        hints=args.hints,
-        vs_ggml=args.vs_ggml,
-        case_set=args.set,
-        core=core,
-    )
+    return main(args.mode, args.op, args.device, args.reference, as_json=args.json, isolate=args.isolate,
+                progress=False if args.no_progress else None, hints=args.hints, vs_ggml=args.vs_ggml,
+                case_set=args.set, core=core)  # fmt: skip
 
 
 def backend_ops_rows(args: Any) -> list[Any]:
@@ -460,36 +313,26 @@ def backend_ops_rows(args: Any) -> list[Any]:
         if unknown:
             raise UsageError(f"unknown op {unknown[0]!r} in this case list")
         rows = [r for r in rows if r.op in wanted]
-    if args.sample:
-        rows = catalogue.stratified(rows, args.sample)
-    return rows
+    return catalogue.stratified(rows, args.sample) if args.sample else rows
 
 
 def _backend_ops_cli(args: Any) -> int:
     """``ovkit test-ops --catalogue test-backend-ops``: test-backend-ops' own case list."""
     from ovkit.catalogue import run as catalogue
-    from ovkit.usage import check_count
+    from ovkit.usage import UsageError
 
-    check_count("--workers", args.workers)
+    try:
+        catalogue.check_workers(args.workers, "--workers ")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     rows = backend_ops_rows(args)
-    device = args.device or "CPU"
-    progress = False if args.no_progress else None
-    return catalogue.main(
-        rows, args.policy, device, workers=args.workers, isolate=args.isolate, progress=progress
-    )
+    return catalogue.main(rows, args.policy, args.device or "CPU", workers=args.workers, isolate=args.isolate,
+                          progress=False if args.no_progress else None)  # fmt: skip
 
 
-def _isolated_results(
-    mode: str,
-    ops: Sequence[str] | str | None,
-    device: str,
-    reference: str,
-    progress: bool | None,
-    hints: str = "exact",
-    case_set: str | None = None,
-    *,
-    core: Core | None,
-) -> Iterator[Result]:
+def _isolated_results(mode: str, ops: Sequence[str] | str | None, device: str, reference: str,
+                      progress: bool | None, hints: str = "exact", case_set: str | None = None,
+                      *, core: Core | None) -> Iterator[Result]:  # fmt: skip
     """One child process per op (``python -m ovkit test-ops ... --json``); crashes become FAILs."""
     from tqdm import tqdm
 
@@ -498,33 +341,15 @@ def _isolated_results(
 
     picked = select(build_catalogue(case_set, mode), ops)
     keys = list(dict.fromkeys(c.op for c in picked))
-    base = [
-        sys.executable,
-        "-m",
-        "ovkit",
-        "test-ops",
-        mode,
-        "--json",
-        "--no-progress",
-        "-b",
-        device,
-        "--hints",
-        hints,
-        *(["--set", case_set] if case_set else []),
-    ]
+    base = [sys.executable, "-m", "ovkit", "test-ops", mode, "--json", "--no-progress", "-b", device,
+            "--hints", hints, *(["--set", case_set] if case_set else [])]  # fmt: skip
     if mode == "test":
         base += ["--reference", reference]
     profile = getattr(getattr(core, "profile", None), "name", None)
     if profile:
         base += ["--simulate", profile]
-    bar = tqdm(
-        keys,
-        desc=f"test-ops {mode} {device} (isolated)",
-        unit="op",
-        file=sys.stderr,
-        leave=False,
-        disable=not progress if progress is not None else None,
-    )
+    bar = tqdm(keys, desc=f"test-ops {mode} {device} (isolated)", unit="op", file=sys.stderr, leave=False,
+               disable=not progress if progress is not None else None)  # fmt: skip
     hint = partial(sigill_hint_for, "ggml-python-openvino")  # the oracle: ggml-python's ggml
     for key in bar:
         try:
@@ -537,6 +362,4 @@ def _isolated_results(
         else:
             yield from (Result(**row) for row in payload["cases"])
             continue
-        for c in picked:
-            if c.op == key:
-                yield Result(op=c.op, case=c.name, status="FAIL", detail=detail, device=device)
+        yield from (Result(c.op, c.name, "FAIL", detail, device=device) for c in picked if c.op == key)

@@ -128,6 +128,19 @@ def test_bad_case_lists_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "unknown op 'NOPE'" in capsys.readouterr().err
 
 
+def test_worker_count_is_bounded_by_the_cores(capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    top = 2 * (os.cpu_count() or 1)
+    for n in (top + 1, 100_000, -1):
+        assert main(["test-ops", "--catalogue", "test-backend-ops", "--workers", str(n)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"ovkit: error: --workers {n}: expected 0 (in this process) to {top} (twice the "
+                       f"{top // 2} cores)"], err  # fmt: skip
+    with pytest.raises(ValueError, match=f"workers={top + 1}: expected 0"):
+        run.run([], workers=top + 1)
+
+
 def test_stratified_sample_keeps_every_op() -> None:
     rows = run.read_rows()
     sample = run.stratified(rows, 2000)

@@ -10,6 +10,7 @@ size, flash attention's [hsv, heads, batch, nr3], ...).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,8 +18,44 @@ import pytest
 
 from ovkit import oracle
 from ovkit.catalogue import backend_ops, run
-from ovkit.catalogue.case import draw, ggml_structure, index_set_err
+from ovkit.catalogue.case import Case, draw, index_set_err
 from ovkit.ops.verdict_csv import parse_params
+
+
+@dataclass(frozen=True, slots=True)
+class Structure:
+    """A built ggml graph as test-backend-ops would see it: output ne and type, op of every node."""
+
+    ne: tuple[int, int, int, int]
+    dtype: str
+    nodes: tuple[str, ...]
+
+
+def ggml_structure(case: Case) -> Structure:
+    """Build (not run) the case's graph with ggml itself and describe it."""
+    import ctypes
+
+    g = oracle.ggml_module()
+    params = g.ggml_init_params(mem_size=g.ggml_tensor_overhead() * 256 + g.ggml_graph_overhead(),
+                                mem_buffer=None, no_alloc=True)  # fmt: skip
+    ctx = g.ggml_init(params)
+    try:
+        leaves = {}
+        for leaf in case.leaves:
+            ne = (ctypes.c_int64 * 4)(*leaf.ne)
+            # ggml_f32 leaves as the oracle gets them (its ggml_set_rows asserts an f32 src at build)
+            dtype = "f32" if leaf.name in case.ggml_f32 else leaf.dtype
+            t = g.ggml_new_tensor(ctx, oracle.type_id(dtype), 4, ne)
+            g.ggml_set_name(t, leaf.name.encode())
+            leaves[leaf.name] = oracle.GgmlTensor(t)
+        out = case.program(oracle.GgmlBuilder(ctx), leaves)
+        gf = g.ggml_new_graph(ctx)
+        g.ggml_build_forward_expand(gf, out.ptr)
+        nodes = tuple(oracle.GgmlTensor(g.ggml_graph_node(gf, i)).op for i in range(g.ggml_graph_n_nodes(gf)))
+        return Structure(out.ne, out.dtype, nodes)
+    finally:
+        g.ggml_free(ctx)
+
 
 Expected = tuple[tuple[int, ...], str, tuple[str, ...]]
 

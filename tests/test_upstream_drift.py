@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import tarfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,17 +16,99 @@ from ovkit.upstream.__main__ import main
 from ovkit.upstream.build import llama_openvino_build, llama_openvino_dir
 from ovkit.upstream.drift import (
     BACKEND_DIR,
-    KNOWN_DELTAS,
     ORIGIN_FILE,
-    KnownDelta,
+    DriftReport,
     SourceError,
     drift,
     keep_sources,
     kept_sources,
     ovkit_gated_ops,
     ovkit_ops,
-    unexplained,
 )
+
+
+# The differences between each kept backend revision and ovkit's tables that were looked at and
+# kept, each with its reason: the installed revision must drift by exactly these.
+@dataclass(frozen=True, slots=True)
+class KnownDelta:
+    """A difference between one backend revision and ovkit's tables, looked at and kept."""
+
+    table: str  #: the compared table: ``variables``, ``registered ops`` or ``ops with per-op gates``
+    name: str  #: as the report names it (``GGML_OPENVINO_MOE_OP``, ``GGML_OP_ROLL``, ``SCALE``)
+    in_source: bool  #: True: only the source has it; False: only ovkit's tables have it
+    reason: str
+
+
+_FORK_VARIABLE = (
+    "read by Intel's fork (ravi9/llama.cpp ggml-openvino-extra.cpp env_var_names[]); ovkit's "
+    "variable table follows the newest list, a superset of this revision's"
+)
+_NEWER_OP = (
+    "registered after revision N (aee56b3ab), the upstream state ovkit's policy follows; ovkit "
+    "refuses it as not registered"
+)
+#: Per kept revision (``<package>-<version>``, as ``kept_sources`` names it): its differences
+#: from ovkit's tables (the policy revision ``compare`` picks, N), each with its reason.
+KNOWN_DELTAS: dict[str, tuple[KnownDelta, ...]] = {
+    "llama-cpp-python-0.3.36": (
+        KnownDelta("variables", "GGML_OPENVINO_COMPILED_MODEL_CACHE_ONLY", False, _FORK_VARIABLE),
+        KnownDelta("variables", "GGML_OPENVINO_FULL_GRAPH_KEY", False, _FORK_VARIABLE),
+        KnownDelta("variables", "GGML_OPENVINO_MOE_OP", False, _FORK_VARIABLE),
+        KnownDelta(
+            "variables",
+            "GGML_OPENVINO_NPU_PROPERTIES",
+            False,
+            "modelled by ovkit (appended last to the NPU class's compile properties); this revision "
+            "does not read it",
+        ),
+        KnownDelta(
+            "registered ops", "GGML_GLU_OP_GEGLU_QUICK", True, f"{_NEWER_OP} (its own translation runs it)"
+        ),
+        KnownDelta(
+            "registered ops",
+            "GGML_GLU_OP_SWIGLU_CLAMP",
+            True,
+            f"{_NEWER_OP}; ovkit's IR has no SWIGLU_CLAMP (ggml-python 0.0.45's ggml, the oracle, predates it)",
+        ),
+        KnownDelta("registered ops", "GGML_OP_POOL_2D", True, f"{_NEWER_OP} (its own translation runs it)"),
+        KnownDelta("registered ops", "GGML_OP_ROLL", True, f"{_NEWER_OP} (its own translation runs it)"),
+        KnownDelta(
+            "registered ops", "GGML_UNARY_OP_RELU", True, f"{_NEWER_OP} (its own translation runs it)"
+        ),
+        KnownDelta(
+            "ops with per-op gates",
+            "POOL_2D",
+            True,
+            "the gate of an op registered after N (GPU: padding with a kernel under 3 is refused)",
+        ),
+        KnownDelta(
+            "ops with per-op gates",
+            "SCALE",
+            True,
+            "a bf16 SCALE result is refused after N; N's SCALE has no per-op gate",
+        ),
+    )
+}
+
+
+def unexplained(report: DriftReport, known: Sequence[KnownDelta]) -> list[str]:
+    """What ``report`` shows beyond ``known`` and what ``known`` lists that the report no longer
+    shows (a delta that went away must leave the table too); empty when the two match."""
+    seen = {
+        (d.what.split(" (")[0], name, side)
+        for d in report.differences
+        for side, names in ((True, d.only_source), (False, d.only_ovkit))
+        for name in names
+    }
+    listed = {(k.table, k.name, k.in_source) for k in known}
+    where = {True: "in the source, not in ovkit", False: "in ovkit, not in the source"}
+    new = [f"{t}: {n} ({where[s]}) is not in the known deltas" for t, n, s in sorted(seen - listed)]
+    gone = [
+        f"{t}: {n} ({where[s]}) is a known delta the source no longer shows"
+        for t, n, s in sorted(listed - seen)
+    ]
+    return new + gone
+
 
 BACKEND = Path("vendor/llama.cpp/ggml/src/ggml-openvino")
 

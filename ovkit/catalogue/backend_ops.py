@@ -1,21 +1,20 @@
 """test-backend-ops' own cases, executable: ``(op_name, op_params)`` -> :class:`~ovkit.catalogue.case.Case`.
 
-Each builder mirrors the ``build_graph`` of the matching ``test_*`` struct in llama.cpp's
-``tests/test-backend-ops.cpp`` (leaves, views, permutes, tensor names), its
-``initialize_tensors`` (value ranges, row ids, masks, distinct values) and its error bound
-(``max_nmse_err`` or the op's own ``err``).  Parameters missing from a row take the struct's
-constructor defaults.  Programs call builder methods by ggml's names, so the same case runs on
-``ovkit.Graph`` and on ggml; an op ovkit has no builder or translation for is *not translatable*.
+Each builder mirrors the matching ``test_*`` struct of llama.cpp's ``tests/test-backend-ops.cpp``:
+its ``build_graph`` (leaves, views, permutes, names), ``initialize_tensors`` and error bound;
+missing parameters take the struct's defaults.  Programs call builder methods by ggml's names, so
+a case runs on ``ovkit.Graph`` and on ggml alike.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
-from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf
+from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf, Program
 from ovkit.dtypes import layout
 from ovkit.errors import OvkitError
 from ovkit.ir import pad_ne
@@ -41,10 +40,31 @@ def _named(t: Any, name: str) -> Any:
     return t
 
 
+def _case(op: str, params: str, leaves: Sequence[Leaf], program: Program, **kw: Any) -> Case:
+    """The case of ``program`` with its output named ``out``, as test-backend-ops names it."""
+    return Case(op, params, tuple(leaves), partial(_named_out, program), **kw)
+
+
+def _named_out(program: Program, b: Any, x: Mapping[str, Any]) -> Any:
+    return _named(program(b, x), "out")
+
+
 def _view_like(b: Any, t: Any, ne: Any, offset: int = 0) -> Any:
     """ggml_view_4d(t, ne, t->nb[1], t->nb[2], t->nb[3], offset)."""
     nb = t.nb
     return b.view_4d(t, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], offset)
+
+
+def _permuted(b: Any, t: Any, perm: Sequence[int], name: str) -> Any:
+    """``ggml_permute(t, perm)`` named ``name``, or ``t`` when ``perm`` is all zeros (no permute)."""
+    return _named(b.permute(t, *perm), name) if any(perm) else t
+
+
+def _view(b: Any, t: Any, ne: Any, on: int, name: str = "") -> Any:
+    """``t`` viewed as ``ne`` with its own strides (:func:`_view_like`, named ``name``) when ``on``."""
+    if not on:
+        return t
+    return _named(_view_like(b, t, ne), name) if name else _view_like(b, t, ne)
 
 
 def _widened_b(ta: str, tb: str) -> tuple[str, ...]:
@@ -74,50 +94,36 @@ def _unary(op: str, params: str, p: dict[str, Any]) -> Case:
     if "ne_a" not in p:  # test_floor & co: ggml_floor(a) on a plain tensor
         ne = _ne_of(p, "ne")
         init = Init("uniform", -10.0, 10.0)
-        return Case(op, params, (Leaf("a", ne, t, init),), lambda b, x: _named(b.unary(x["a"], op), "out"))
+        return _case(op, params, (Leaf("a", ne, t, init),), lambda b, x: b.unary(x["a"], op))
     ne, v = _ne_of(p, "ne_a"), int(p.get("v", 0))
     lo = -10.0 if t == "f16" and op in ("EXP", "EXPM1") else -150.0
     init = Init("uniform", lo, -lo)
     big = (ne[0] * 3, ne[1] * 2, ne[2] * 5, ne[3] * 4) if v & 1 else ne
 
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        a = _named(_view_like(b, x["a"], ne), "view_of_a") if v & 1 else x["a"]
-        return _named(b.unary(a, op), "out")
-
-    return Case(op, params, (Leaf("a", big, t, init),), program)
+    return _case(op, params, (Leaf("a", big, t, init),),
+                 lambda b, x: b.unary(_view(b, x["a"], ne, v & 1, "view_of_a"), op))  # fmt: skip
 
 
-#: GLU ops built by test_glu / test_glu_split (SWIGLU_OAI has its own builder): the GLU sub-ops
-#: whose catalogue entry lists ``glu`` (derived from the op table).
+#: GLU ops built by test_glu / test_glu_split: the GLU sub-ops whose catalogue entry lists ``glu``
+#: (derived from the op table); SWIGLU_OAI (test_swiglu_oai) is built by the same builder.
 GLU: tuple[str, ...] = LISTS.glu_cases
 
 
 def _glu(op: str, params: str, p: dict[str, Any]) -> Case:
     t, ne, v = p["type"], _ne_of(p, "ne_a"), int(p.get("v", 0))
     big = (ne[0] * 3, ne[1], ne[2], ne[3]) if v & 1 else ne
-    split = bool(p.get("split"))
-    leaves = (Leaf("a", big, t, U150), Leaf("b", big, t, U150)) if split else (Leaf("a", big, t, U150),)
+    two = op == "SWIGLU_OAI" or bool(p.get("split"))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         a = _named(_view_like(b, x["a"], ne), "view_of_a") if v & 1 else x["a"]
-        if not split:
-            return _named(b.glu(a, op, bool(p.get("swapped", 0))), "out")
+        if not two:
+            return b.glu(a, op, bool(p.get("swapped", 0)))
         bb = _view_like(b, x["b"], ne) if v & 1 else x["b"]
-        return _named(b.glu_split(a, bb, op), "out")
+        if op == "SWIGLU_OAI":
+            return b.swiglu_oai(a, bb, float(p["alpha"]), float(p["limit"]))
+        return b.glu_split(a, bb, op)
 
-    return Case(op, params, leaves, program)
-
-
-def _swiglu_oai(op: str, params: str, p: dict[str, Any]) -> Case:
-    t, ne, v = p["type"], _ne_of(p, "ne_a"), int(p.get("v", 0))
-    big = (ne[0] * 3, ne[1], ne[2], ne[3]) if v & 1 else ne
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        a = _named(_view_like(b, x["a"], ne), "view_of_a") if v & 1 else x["a"]
-        bb = _view_like(b, x["b"], ne) if v & 1 else x["b"]
-        return _named(b.swiglu_oai(a, bb, float(p["alpha"]), float(p["limit"])), "out")
-
-    return Case(op, params, (Leaf("a", big, t, U150), Leaf("b", big, t, U150)), program)
+    return _case(op, params, (Leaf("a", big, t, U150), Leaf("b", big, t, U150))[: 1 + two], program)
 
 
 def _bin(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -143,16 +149,10 @@ def _bin(op: str, params: str, p: dict[str, Any]) -> Case:
             else:
                 src = x[f"b{i}"]
             out = getattr(b, fn)(out, src)
-        return _named(out, "out")
+        return out
 
-    err = (
-        1e-6
-        if (op == "ADD" and nf > 1 and t == "f16")
-        else 1e-4
-        if (op == "ADD" and nf > 1 and t == "bf16")
-        else 1e-7
-    )
-    return Case(op, params, tuple(leaves), program, max_err=err)
+    err = {"f16": 1e-6, "bf16": 1e-4}.get(t, 1e-7) if op == "ADD" and nf > 1 else 1e-7
+    return _case(op, params, tuple(leaves), program, max_err=err)
 
 
 def _add_id(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -167,35 +167,37 @@ def _add_id(op: str, params: str, p: dict[str, Any]) -> Case:
         ids = x["ids"]
         if n_used != n_exp:
             ids = _named(b.view_2d(ids, n_used, n_tok, ids.nb[1], 0), "view_of_ids")
-        return _named(b.add_id(x["a"], x["b"], ids), "out")
+        return b.add_id(x["a"], x["b"], ids)
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
-def _simple(fn: str, init: Init = UNIFORM) -> CaseBuilder:
-    """``out = ggml_<fn>(a)`` on one leaf of ``type``/``ne``, values drawn as ``init``."""
+def _one(fn: str, *args: Any, init: Init = UNIFORM, **case: Any) -> CaseBuilder:
+    """``out = ggml_<fn>(a, *args)`` on one leaf of ``type``/``ne`` (or ``ne_a``), values drawn as
+    ``init``; an argument made by :func:`_i` / :func:`_f` reads that row parameter."""
 
     def build(op: str, params: str, p: dict[str, Any]) -> Case:
+        vals = [a(p) if callable(a) else a for a in args]
         leaf = Leaf("a", _ne_of(p, "ne", "ne_a"), p.get("type", "f32"), init)
-        return Case(op, params, (leaf,), lambda b, x: _named(getattr(b, fn)(x["a"]), "out"))
+        return _case(op, params, (leaf,), lambda b, x: getattr(b, fn)(x["a"], *vals), **case)
 
     return build
 
 
+def _i(key: str) -> Callable[[dict[str, Any]], int]:
+    return lambda p: int(p[key])
+
+
+def _f(key: str) -> Callable[[dict[str, Any]], float]:
+    return lambda p: float(p[key])
+
+
 def _scale(op: str, params: str, p: dict[str, Any]) -> Case:
-    s, bias, inplace = float(p["scale"]), float(p.get("bias", 0.0)), int(p.get("inplace", 0))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        fn = b.scale_bias_inplace if inplace else b.scale_bias
-        return _named(fn(x["a"], s, bias), "out")
-
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), program)
-
-
-def _leaky_relu(op: str, params: str, p: dict[str, Any]) -> Case:
-    slope = float(p["negative_slope"])
-    return Case(op, params, (Leaf("a", _ne_of(p, "ne_a"), p["type"]),),
-                lambda b, x: _named(b.leaky_relu(x["a"], slope, False), "out"))  # fmt: skip
+    s, bias = float(p["scale"]), float(p.get("bias", 0.0))
+    fn = "scale_bias_inplace" if int(p.get("inplace", 0)) else "scale_bias"
+    return _case(
+        op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), lambda b, x: getattr(b, fn)(x["a"], s, bias)
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -215,9 +217,9 @@ def _get_rows(op: str, params: str, p: dict[str, Any]) -> Case:
             rows = _named(
                 b.view_3d(rows, r // 2, be1, be2, rows.nb[1], rows.nb[2], rows.nb[0]), "view_of_rows"
             )
-        return _named(b.get_rows(x["in"], rows), "out")
+        return b.get_rows(x["in"], rows)
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
 def _set_rows(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -234,14 +236,14 @@ def _set_rows(op: str, params: str, p: dict[str, Any]) -> Case:
         if v:
             src = _view_like(b, src, (ne[0], r // 2, ne[2] * n2, ne[3] * n3))
             idx = _named(b.view_3d(idx, r // 2, ne[2], ne[3], idx.nb[1], idx.nb[2], 0), "view_of_rows")
-        return _named(b.set_rows(x["dst"], src, idx), "out")
+        return b.set_rows(x["dst"], src, idx)
 
     err = 1e-7
     if t_dst in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"):
         bits = {"q8_0": 8, "q5_0": 5, "q5_1": 5}.get(t_dst, 4)
         err = (2.0 / 2**bits) ** 2 / (0.25 * math.prod(ne))  # one quantum off, as the source estimates
     # the installed ggml asserts an f32 src (GGML_ASSERT(b->type == GGML_TYPE_F32))
-    return Case(op, params, leaves, program, max_err=err, ggml_f32=("src",) if t_src != "f32" else ())
+    return _case(op, params, leaves, program, max_err=err, ggml_f32=("src",) if t_src != "f32" else ())
 
 
 def _cpy(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -271,23 +273,19 @@ def _cpy(op: str, params: str, p: dict[str, Any]) -> Case:
             dst = x["dst"]
             if sum(pd):
                 dst = _named(b.permute(dst, *pd), "dst_permuted")
-        return _named(b.cpy(src, dst), "out")
+        return b.cpy(src, dst)
 
     err = 0.0 if ts == td else 1e-6
     if td in ("q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1", "q8_0"):
         bits = {"q8_0": 8, "q5_0": 5, "q5_1": 5}.get(td, 4)
         err = (1.0 / 8.0 * 150.0 * 2.0**-bits * 16) ** 2 / (150.0 * 150.0 * 0.25 * math.prod(ne))
-    return Case(op, params, tuple(leaves), program, max_err=err)
+    return _case(op, params, tuple(leaves), program, max_err=err)
 
 
 def _dup(op: str, params: str, p: dict[str, Any]) -> Case:
     perm = pad_ne(p.get("permute", [0] * 4))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        src = _named(b.permute(x["src"], *perm), "src_permuted") if sum(perm) else x["src"]
-        return _named(b.dup(src), "out")
-
-    return Case(op, params, (Leaf("src", pad_ne(p["ne"]), p["type"]),), program)
+    return _case(op, params, (Leaf("src", pad_ne(p["ne"]), p["type"]),),
+                 lambda b, x: b.dup(_permuted(b, x["src"], perm, "src_permuted")))  # fmt: skip
 
 
 def _set(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -299,9 +297,9 @@ def _set(op: str, params: str, p: dict[str, Any]) -> Case:
         src, dst = x["src"], x["dst"]
         offset = sum((ne_dst[i] - ne[i]) // 2 * dst.nb[i] for i in range(dim))
         fn = b.set_inplace if int(p.get("inplace", 0)) else b.set
-        return _named(fn(dst, src, src.nb[1], src.nb[2], src.nb[3], offset), "out")
+        return fn(dst, src, src.nb[1], src.nb[2], src.nb[3], offset)
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
 def _acc(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -313,29 +311,23 @@ def _acc(op: str, params: str, p: dict[str, Any]) -> Case:
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         a = x["a"]
         bb = _named(_view_like(b, x["b_pad"], ne_b, x["b_pad"].nb[1]), "b") if padded else x["b"]
-        return _named(b.acc(a, bb, a.nb[1], a.nb[2], a.nb[3], 0), "out")
+        return b.acc(a, bb, a.nb[1], a.nb[2], a.nb[3], 0)
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
 def _repeat_back(op: str, params: str, p: dict[str, Any]) -> Case:
     t, ne, nr, v = p["type"], pad_ne(p["ne"]), pad_ne(p["nr"]), int(p.get("v", 0))
     big = tuple(ne[i] * nr[i] for i in range(4))
-    leaves = (Leaf("src", pad_ne(big), t), Leaf("target", ne, t))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        src = x["src"]
-        if v:  # halve every repeated dim
-            src = _view_like(b, src, [big[i] if nr[i] == 1 else big[i] // 2 for i in range(4)])
-        return _named(b.repeat_back(src, x["target"]), "out")
-
-    return Case(op, params, leaves, program)
+    half = [big[i] if nr[i] == 1 else big[i] // 2 for i in range(4)]  # v: every repeated dim halved
+    return _case(op, params, (Leaf("src", pad_ne(big), t), Leaf("target", ne, t)),
+                 lambda b, x: b.repeat_back(_view(b, x["src"], half, v), x["target"]))  # fmt: skip
 
 
 def _roll(op: str, params: str, p: dict[str, Any]) -> Case:
     shifts = [int(p[k]) for k in ("shift0", "shift1", "shift3", "shift4")]  # test_roll's names
-    return Case(op, params, (Leaf("a", (10, 5, 4, 3), "f32"),),
-                lambda b, x: _named(b.roll(x["a"], *shifts), "out"))  # fmt: skip
+    return _case(op, params, (Leaf("a", (10, 5, 4, 3), "f32"),),
+                lambda b, x: b.roll(x["a"], *shifts))  # fmt: skip
 
 
 def _cont(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -349,16 +341,16 @@ def _cont(op: str, params: str, p: dict[str, Any]) -> Case:
             d = _named(_view_like(b, s, (ne[0], 1, ne[2], ne[3]), s.nb[0] * (ne[1] - 1)), "src_view_slice")
         else:
             d = _named(b.transpose(s), "src_transposed")
-        return _named(b.cont(d), "out")
+        return b.cont(d)
 
-    return Case(op, params, (Leaf("src", ne, p["type"]),), program)
+    return _case(op, params, (Leaf("src", ne, p["type"]),), program)
 
 
 def _repeat(op: str, params: str, p: dict[str, Any]) -> Case:
     t, ne, nr = p["type"], pad_ne(p["ne"]), pad_ne(p["nr"])
     target = tuple(ne[i] * nr[i] for i in range(4))
     leaves = (Leaf("dst", target, t), Leaf("src", ne, t))  # type: ignore[arg-type]
-    return Case(op, params, leaves, lambda b, x: _named(b.repeat(x["src"], x["dst"]), "out"))
+    return _case(op, params, leaves, lambda b, x: b.repeat(x["src"], x["dst"]))
 
 
 def _concat(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -368,12 +360,8 @@ def _concat(op: str, params: str, p: dict[str, Any]) -> Case:
     big_a = (ne_a[0] * 2, ne_a[1] * 4, ne_a[2] * 3, ne_a[3]) if v & 1 else ne_a
     big_b = (ne_b[0] * 3, ne_b[1] * 2, ne_b[2] * 4, ne_b[3]) if v & 2 else pad_ne(ne_b)
 
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        a = _named(_view_like(b, x["a"], ne_a), "view_of_a") if v & 1 else x["a"]
-        bb = _named(_view_like(b, x["b"], ne_b), "view_of_b") if v & 2 else x["b"]
-        return _named(b.concat(a, bb, dim), "out")
-
-    return Case(op, params, (Leaf("a", big_a, t), Leaf("b", big_b, t)), program)
+    return _case(op, params, (Leaf("a", big_a, t), Leaf("b", big_b, t)), lambda b, x: b.concat(
+        _view(b, x["a"], ne_a, v & 1, "view_of_a"), _view(b, x["b"], ne_b, v & 2, "view_of_b"), dim))  # fmt: skip
 
 
 def _pad(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -384,16 +372,16 @@ def _pad(op: str, params: str, p: dict[str, Any]) -> Case:
         a = x["a"]
         if "lp0" not in p:
             fn = b.pad_circular if circ else b.pad
-            return _named(fn(a, p["pad_0"], p["pad_1"], 0, 0), "out")
+            return fn(a, p["pad_0"], p["pad_1"], 0, 0)
         if p.get("tfrm") == 1:
             a = _named(_view_like(b, a, [(n + 1) // 2 for n in ne]), "view of a")
         elif p.get("tfrm") == 2:
             a = _named(b.permute(a, 2, 1, 0, 3), "permuted a")
         pads = [p[f"{s}{i}"] for i in range(4) for s in ("lp", "rp")]
         fn = b.pad_ext_circular if circ else b.pad_ext
-        return _named(fn(a, *pads), "out")
+        return fn(a, *pads)
 
-    return Case(op, params, (Leaf("a", ne, t),), program)
+    return _case(op, params, (Leaf("a", ne, t),), program)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -413,9 +401,9 @@ def _norm(fn: str, init: Init = UNIFORM) -> CaseBuilder:
             if v:
                 a = _named(_view_like(b, a, [n // 2 for n in a.ne]), "view of a")
             f = getattr(b, fn + ("_inplace" if inplace else ""))
-            return _named(f(a, eps), "out")
+            return f(a, eps)
 
-        return Case(op, params, (Leaf("a", leaf_ne, t, init),), program)
+        return _case(op, params, (Leaf("a", leaf_ne, t, init),), program)
 
     return build
 
@@ -426,39 +414,21 @@ def _back(fn: str, init: Init = UNIFORM, *args: str) -> CaseBuilder:
     def build(op: str, params: str, p: dict[str, Any]) -> Case:
         t, ne = p["type"], pad_ne(p["ne"])
         vals = [float(p[k]) for k in args]
-        return Case(op, params, (Leaf("a", ne, t, init), Leaf("b", ne, t, init)),
-                    lambda b, x: _named(getattr(b, fn)(x["a"], x["b"], *vals), "out"))  # fmt: skip
+        return _case(op, params, (Leaf("a", ne, t, init), Leaf("b", ne, t, init)),
+                    lambda b, x: getattr(b, fn)(x["a"], x["b"], *vals))  # fmt: skip
 
     return build
-
-
-def _diag_mask_inf(op: str, params: str, p: dict[str, Any]) -> Case:
-    n_past = int(p["n_past"])
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),),
-                lambda b, x: _named(b.diag_mask_inf(x["a"], n_past), "out"))  # fmt: skip
 
 
 def _pad_reflect_1d(op: str, params: str, p: dict[str, Any]) -> Case:
     p0, p1 = int(p["pad_0"]), int(p["pad_1"])
     leaf = Leaf("a", pad_ne(p["ne_a"][:2]), p["type"])  # test_pad_reflect_1d: a 2-D tensor of ne_a[0:2]
-    return Case(op, params, (leaf,), lambda b, x: _named(b.pad_reflect_1d(x["a"], p0, p1), "out"))
+    return _case(op, params, (leaf,), lambda b, x: b.pad_reflect_1d(x["a"], p0, p1))
 
 
 def _arange(op: str, params: str, p: dict[str, Any]) -> Case:
     args = [float(p[k]) for k in ("start", "stop", "step")]
-    return Case(op, params, (), lambda b, x: _named(b.arange(*args), "out"))
-
-
-def _timestep_embedding(op: str, params: str, p: dict[str, Any]) -> Case:
-    dim, period = int(p["dim"]), int(p["max_period"])
-    return Case(op, params, (Leaf("a", pad_ne(p["ne_a"]), p["type"]),),
-                lambda b, x: _named(b.timestep_embedding(x["a"], dim, period), "out"))  # fmt: skip
-
-
-def _xielu(op: str, params: str, p: dict[str, Any]) -> Case:
-    # test_xielu: alpha_n = 4, alpha_p = 20, beta = 0.5, eps = 1e-7, inputs in [-1, 1]
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),),
-                lambda b, x: _named(b.xielu(x["a"], 4.0, 20.0, 0.5, 1e-7), "out"))  # fmt: skip
+    return _case(op, params, (), lambda b, x: b.arange(*args))
 
 
 def _opt_step_sgd(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -467,31 +437,24 @@ def _opt_step_sgd(op: str, params: str, p: dict[str, Any]) -> Case:
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         b.set_param(x["a"])  # ggml_opt_step_sgd asserts a trained tensor
-        return _named(b.opt_step_sgd(x["a"], x["grad"], x["sgd_params"]), "out")
+        return b.opt_step_sgd(x["a"], x["grad"], x["sgd_params"])
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
 def _count_equal(op: str, params: str, p: dict[str, Any]) -> Case:
     t, ne = p["type"], pad_ne(p["ne"])
     leaves = (Leaf("a", ne, t, Init("distinct")), Leaf("b", ne, t, Init("distinct")))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        am, bm = _named(b.argmax(x["a"]), "a_argmax"), _named(b.argmax(x["b"]), "b_argmax")
-        return _named(b.count_equal(am, bm), "out")
-
-    return Case(op, params, leaves, program, max_err=0.0)
+    return _case(op, params, leaves, lambda b, x: b.count_equal(
+        _named(b.argmax(x["a"]), "a_argmax"), _named(b.argmax(x["b"]), "b_argmax")), max_err=0.0)  # fmt: skip
 
 
 def _cross_entropy_loss_back(op: str, params: str, p: dict[str, Any]) -> Case:
     t, ne = p["type"], pad_ne(p["ne"])
     leaves = (Leaf("grad", (1, 1, 1, 1), "f32"), Leaf("logits", ne, t), Leaf("labels", ne, t))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        labels = _named(b.soft_max(x["labels"]), "labels_normalized")  # labels adding up to 1
-        return _named(b.cross_entropy_loss_back(x["grad"], x["logits"], labels), "out")
-
-    return Case(op, params, leaves, program)
+    # labels adding up to 1
+    return _case(op, params, leaves, lambda b, x: b.cross_entropy_loss_back(
+        x["grad"], x["logits"], _named(b.soft_max(x["labels"]), "labels_normalized")))  # fmt: skip
 
 
 def _get_rows_back(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -506,9 +469,9 @@ def _get_rows_back(op: str, params: str, p: dict[str, Any]) -> Case:
         rows = x["rows"]
         if v:
             rows = _named(b.view_2d(rows, r // 2, nb, rows.nb[1], 0), "view_of_rows")
-        return _named(b.get_rows_back(x["grad"], rows, x["in_forward"]), "out")
+        return b.get_rows_back(x["grad"], rows, x["in_forward"])
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
 def _sum_rows(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -521,38 +484,24 @@ def _sum_rows(op: str, params: str, p: dict[str, Any]) -> Case:
             a = b.view_4d(a, ne[0], ne[1], ne[2] // 2, ne[3] - 1, nb[1], nb[2] * 2, nb[3], nb[3])
         if perm:
             a = b.permute(a, 0, 2, 3, 1)
-        return _named(b.sum_rows(a), "out")
+        return b.sum_rows(a)
 
-    return Case(op, params, (Leaf("a", ne, p["type"]),), program)
+    return _case(op, params, (Leaf("a", ne, p["type"]),), program)
 
 
 def _sum(op: str, params: str, p: dict[str, Any]) -> Case:
     perm = pad_ne(p.get("permute", [0, 1, 2, 3]))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        a = b.permute(x["a"], *perm) if list(perm) != [0, 1, 2, 3] else x["a"]
-        return _named(b.sum(a), "out")
-
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("uniform", -0.9, 1.1)),), program)
-
-
-def _argsort(op: str, params: str, p: dict[str, Any]) -> Case:
-    order = int(p["order"])
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("distinct")),),
-                lambda b, x: _named(b.argsort(x["a"], order), "out"))  # fmt: skip
+    leaf = Leaf("a", pad_ne(p["ne"]), p["type"], Init("uniform", -0.9, 1.1))
+    identity = list(perm) == [0, 1, 2, 3]
+    return _case(op, params, (leaf,), lambda b, x: b.sum(x["a"] if identity else b.permute(x["a"], *perm)))
 
 
 def _top_k(op: str, params: str, p: dict[str, Any]) -> Case:
     k = int(p["k"])
     if int(p.get("ties", 0)):
         raise NoCase("TOP_K with ties: its err() compares the source values of the picked indices")
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("distinct")),),
-                lambda b, x: _named(b.top_k(x["a"], k), "out"), max_err=0.0, err="index_set")  # fmt: skip
-
-
-def _argmax(op: str, params: str, p: dict[str, Any]) -> Case:
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("distinct")),),
-                lambda b, x: _named(b.argmax(x["a"]), "out"), max_err=0.0)  # fmt: skip
+    return _case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"], Init("distinct")),),
+                lambda b, x: b.top_k(x["a"], k), max_err=0.0, err="index_set")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -618,35 +567,29 @@ def _mul_mat_id(op: str, params: str, p: dict[str, Any]) -> Case:
         ids = x["ids"]
         if n_used != n_mats:
             ids = _named(b.view_2d(ids, n_used, n, ids.nb[1], 0), "view_of_ids")
-        return _named(b.mul_mat_id(x["as"], x["b"], ids), "out")
+        return b.mul_mat_id(x["as"], x["b"], ids)
 
-    return Case(
+    return _case(
         op, params, leaves, program, max_err=max_nmse(op), ggml_f32=_widened_b(p["type_a"], p["type_b"])
     )
 
 
 def _out_prod(op: str, params: str, p: dict[str, Any]) -> Case:
-    m, n, k, bs, nr, tr = (
-        int(p["m"]),
-        int(p["n"]),
-        int(p["k"]),
-        pad_ne(p["bs"]),
-        pad_ne(p["nr"]),
-        int(p["trans_b"]),
-    )
+    m, n, k, tr = (int(p[x]) for x in ("m", "n", "k", "trans_b"))
+    bs, nr = pad_ne(p["bs"]), pad_ne(p["nr"])
     b_ne = (k, n, bs[0] * nr[0], bs[1] * nr[1]) if tr else (n, k, bs[0] * nr[0], bs[1] * nr[1])
     leaves = (Leaf("a", (m, k, bs[0], bs[1]), p["type_a"]), Leaf("b", b_ne, p["type_b"]))
 
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         bb = b.transpose(x["b"]) if tr else x["b"]
-        return _named(b.out_prod(x["a"], bb), "out")
+        return b.out_prod(x["a"], bb)
 
     # the installed ggml's CPU out_prod asserts an f32 b, has no f16 a kernel and broadcasts only
     # an f32 a (a quantized a must match b's batch dims)
     ta = p["type_a"]
     wide_a = ta == "f16" or (ta not in ("f32", "bf16") and list(nr[:2]) != [1, 1])
     widened = (("a",) if wide_a else ()) + (("b",) if p["type_b"] != "f32" else ())
-    return Case(op, params, leaves, program, max_err=max_nmse(op), ggml_f32=widened)
+    return _case(op, params, leaves, program, max_err=max_nmse(op), ggml_f32=widened)
 
 
 def _soft_max(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -663,9 +606,9 @@ def _soft_max(op: str, params: str, p: dict[str, Any]) -> Case:
         fn = b.soft_max_ext_inplace if inplace else b.soft_max_ext
         out = fn(x["a"], x.get("mask"), scale, max_bias)
         b.soft_max_add_sinks(out, x.get("sinks"))
-        return _named(out, "out")
+        return out
 
-    return Case(op, params, tuple(leaves), program, max_err=max_nmse(op))
+    return _case(op, params, tuple(leaves), program, max_err=max_nmse(op))
 
 
 def _rope(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -693,22 +636,13 @@ def _rope(op: str, params: str, p: dict[str, Any]) -> Case:
         elif v == 2:
             a = _named(_view_like(b, a, ne, ne[0] * a.nb[0]), "view_of_a")
         back = "_back" if op == "ROPE_BACK" else ""
-        inpl = "_inplace" if inplace else ""
-        if is_mrope:
-            sections = [n_dims // 4] * 4 if is_vision else [n_dims // 3, n_dims // 3, n_dims // 3, 0]
-            if is_vision:
-                sections = [n_dims // 4, n_dims // 4, 0, 0]
-            nd = n_dims // 2 if is_vision else n_dims
-            out = getattr(b, f"rope_multi{back}{inpl}")(
-                a, x["pos"], x.get("freq"), nd, sections, mode, 0, 10000.0, fs, ef, af, 1.0, 1.0
-            )
-        else:
-            out = getattr(b, f"rope_ext{back}{inpl}")(
-                a, x["pos"], x.get("freq"), n_dims, mode, 0, 10000.0, fs, ef, af, 1.0, 1.0
-            )
-        return _named(out, "out")
+        fn = f"rope_{'multi' if is_mrope else 'ext'}{back}{'_inplace' if inplace else ''}"
+        sections = [n_dims // 4, n_dims // 4, 0, 0] if is_vision else [n_dims // 3] * 3 + [0]
+        dims = (n_dims // 2 if is_vision else n_dims, *([sections] if is_mrope else []))
+        out = getattr(b, fn)(a, x["pos"], x.get("freq"), *dims, mode, 0, 10000.0, fs, ef, af, 1.0, 1.0)
+        return out
 
-    return Case(op, params, tuple(leaves), program)
+    return _case(op, params, tuple(leaves), program)
 
 
 def _gated_delta_net(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -730,9 +664,9 @@ def _gated_delta_net(op: str, params: str, p: dict[str, Any]) -> Case:
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         q, k, v = (b.permute(x[n], 0, 2, 1, 3) if perm else x[n] for n in ("q", "k", "v"))
         q, k = b.l2_norm(q, 1e-6), b.l2_norm(k, 1e-6)  # as qwen35 / kimi-linear feed it
-        return _named(b.gated_delta_net(q, k, v, x["g"], x["beta"], x["state"], k_snap), "out")
+        return b.gated_delta_net(q, k, v, x["g"], x["beta"], x["state"], k_snap)
 
-    return Case(op, params, leaves, program)
+    return _case(op, params, leaves, program)
 
 
 #: ggml_scale_mode names as test-backend-ops prints them.
@@ -746,12 +680,12 @@ def _upscale(op: str, params: str, p: dict[str, Any]) -> Case:
     def program(b: Any, x: Mapping[str, Any]) -> Any:
         a = x["a"]
         if "ne_tgt" in p:  # test_interpolate
-            return _named(b.interpolate(a, *pad_ne(p["ne_tgt"]), mode), "out")
+            return b.interpolate(a, *pad_ne(p["ne_tgt"]), mode)
         if int(p.get("transpose", 0)):
             a = _named(b.transpose(a), "a_transposed")
-        return _named(b.upscale(a, int(p["scale_factor"]), mode), "out")
+        return b.upscale(a, int(p["scale_factor"]), mode)
 
-    return Case(op, params, (Leaf("a", ne, t),), program)
+    return _case(op, params, (Leaf("a", ne, t),), program)
 
 
 def _pad_blck(n: int, dtype: str) -> int:
@@ -799,77 +733,59 @@ def _flash_attn(op: str, params: str, p: dict[str, Any]) -> Case:
         out = b.flash_attn_ext(_named(q, "q"), _named(k, "k"), _named(v, "v"), x.get("m"),
                                1.0 / math.sqrt(int(p["hsk"])), float(p["max_bias"]), float(p["logit_softcap"]))  # fmt: skip
         b.flash_attn_ext_add_sinks(out, x.get("s"))
-        return _named(out, "out")
+        return out
 
     flops = 2 * nh * nr2 * nb * (hsk + hsv) * kv * nr3
-    return Case(op, params, tuple(leaves), program, max_err=max_nmse(op), flops=flops)
+    return _case(op, params, tuple(leaves), program, max_err=max_nmse(op), flops=flops)
 
 
 # ----------------------------------------------------------------------------------------------
 # convolution family
 
 
+def _in_ker(p: dict[str, Any], t_input: str, t_kernel: str) -> tuple[Leaf, Leaf]:
+    """The ``input`` and ``kernel`` leaves of a convolution case (``ne_input``, ``ne_kernel``)."""
+    return Leaf("input", pad_ne(p["ne_input"]), t_input), Leaf("kernel", pad_ne(p["ne_kernel"]), t_kernel)
+
+
+def _cwhn(b: Any, x: Mapping[str, Any], cwhn: int) -> tuple[Any, Any]:
+    """Kernel and input; with test_conv_2d's ``cwhn``, made channels-innermost, then permuted back."""
+    if not cwhn:
+        return x["kernel"], x["input"]
+    inp = b.permute(b.cont(b.permute(x["input"], 1, 2, 0, 3)), 2, 0, 1, 3)  # input first, as upstream
+    return b.permute(b.cont(b.permute(x["kernel"], 2, 3, 1, 0)), 3, 2, 0, 1), inp
+
+
 def _im2col(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (
-        Leaf("input", pad_ne(p["ne_input"]), p["type_input"]),
-        Leaf("kernel", pad_ne(p["ne_kernel"]), p["type_kernel"]),
-    )
     args = [p[k] for k in ("s0", "s1", "p0", "p1", "d0", "d1")]
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        return _named(b.im2col(x["kernel"], x["input"], *args, bool(p["is_2D"]), p["dst_type"]), "out")
-
-    return Case(op, params, leaves, program)
+    is_2d, dst = bool(p["is_2D"]), p["dst_type"]
+    return _case(op, params, _in_ker(p, p["type_input"], p["type_kernel"]),
+                 lambda b, x: b.im2col(x["kernel"], x["input"], *args, is_2d, dst))  # fmt: skip
 
 
 def _im2col_3d(op: str, params: str, p: dict[str, Any]) -> Case:
     ne, v = pad_ne(p["ne_input"]), int(p.get("v", 0))
-    leaves = (Leaf("input", ne, p["type_input"]), Leaf("kernel", pad_ne(p["ne_kernel"]), p["type_kernel"]))
+    leaves = _in_ker(p, p["type_input"], p["type_kernel"])
     args = [int(p[k]) for k in ("IC", "s0", "s1", "s2", "p0", "p1", "p2", "d0", "d1", "d2")]
 
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        inp = x["input"]
-        if v:
-            inp = _named(_view_like(b, inp, [n - 2 for n in ne]), "view_of_input")
-        return _named(b.im2col_3d(x["kernel"], inp, *args, p["dst_type"]), "out")
-
-    return Case(op, params, leaves, program)
+    small, dst = [n - 2 for n in ne], p["dst_type"]
+    return _case(op, params, leaves, lambda b, x: b.im2col_3d(
+        x["kernel"], _view(b, x["input"], small, v, "view_of_input"), *args, dst))  # fmt: skip
 
 
 def _conv_2d(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (
-        Leaf("input", pad_ne(p["ne_input"]), "f32"),
-        Leaf("kernel", pad_ne(p["ne_kernel"]), p["type_kernel"]),
-    )
     args = [int(p[k]) for k in ("stride0", "stride1", "padding0", "padding1", "dilation0", "dilation1")]
     cwhn = int(p.get("cwhn", 0))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        inp, ker = x["input"], x["kernel"]
-        if cwhn:
-            inp = b.permute(b.cont(b.permute(inp, 1, 2, 0, 3)), 2, 0, 1, 3)
-            ker = b.permute(b.cont(b.permute(ker, 2, 3, 1, 0)), 3, 2, 0, 1)
-        return _named(b.conv_2d_direct(ker, inp, *args), "out")
-
-    return Case(op, params, leaves, program, max_err=max_nmse(op))
+    return _case(op, params, _in_ker(p, "f32", p["type_kernel"]),
+                 lambda b, x: b.conv_2d_direct(*_cwhn(b, x, cwhn), *args), max_err=max_nmse(op))  # fmt: skip
 
 
 def _conv_2d_dw(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (
-        Leaf("input", pad_ne(p["ne_input"]), "f32"),
-        Leaf("kernel", pad_ne(p["ne_kernel"]), p["type_kernel"]),
-    )
     s, pad, d, cwhn = int(p["stride"]), int(p["padding"]), int(p["dilation"]), int(p.get("cwhn", 0))
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        inp, ker = x["input"], x["kernel"]
-        if cwhn:
-            inp = b.permute(b.cont(b.permute(inp, 1, 2, 0, 3)), 2, 0, 1, 3)
-            ker = b.permute(b.cont(b.permute(ker, 2, 3, 1, 0)), 3, 2, 0, 1)
-        return _named(b.conv_2d_dw_direct(ker, inp, s, s, pad, pad, d, d), "out")
-
     # the installed ggml's CPU conv_2d_dw reads an f16 kernel as if it were f32 (wrong values)
-    return Case(op, params, leaves, program, ggml_f32=("kernel",) if p["type_kernel"] != "f32" else ())
+    return _case(op, params, _in_ker(p, "f32", p["type_kernel"]),
+                 lambda b, x: b.conv_2d_dw_direct(*_cwhn(b, x, cwhn), s, s, pad, pad, d, d),
+                 ggml_f32=("kernel",) if p["type_kernel"] != "f32" else ())  # fmt: skip
 
 
 def _conv_3d(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -878,21 +794,15 @@ def _conv_3d(op: str, params: str, p: dict[str, Any]) -> Case:
     ne_k = (int(p["KW"]), int(p["KH"]), int(p["KD"]), ic * oc)
     leaves = (Leaf("input", ne_in, "f32"), Leaf("kernel", ne_k, p["type_kernel"]))
     args = [int(p[k]) for k in ("s0", "s1", "s2", "p0", "p1", "p2", "d0", "d1", "d2")]
-
-    def program(b: Any, x: Mapping[str, Any]) -> Any:
-        return _named(b.conv_3d_direct(x["kernel"], x["input"], *args, ic, n, oc), "out")
-
-    return Case(op, params, leaves, program, max_err=max_nmse(op))
+    return _case(op, params, leaves, lambda b, x: b.conv_3d_direct(x["kernel"], x["input"], *args, ic, n, oc),
+                 max_err=max_nmse(op))  # fmt: skip
 
 
 def _conv_transpose_2d(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (
-        Leaf("input", pad_ne(p["ne_input"]), "f32"),
-        Leaf("kernel", pad_ne(p["ne_kernel"]), p["kernel_type"]),
-    )
+    leaves = _in_ker(p, "f32", p["kernel_type"])
     stride = int(p["stride"])
-    return Case(op, params, leaves, max_err=max_nmse(op),
-                program=lambda b, x: _named(b.conv_transpose_2d_p0(x["kernel"], x["input"], stride), "out"))  # fmt: skip
+    return _case(op, params, leaves, max_err=max_nmse(op),
+                program=lambda b, x: b.conv_transpose_2d_p0(x["kernel"], x["input"], stride))  # fmt: skip
 
 
 def _pool(dims: int) -> CaseBuilder:
@@ -900,11 +810,8 @@ def _pool(dims: int) -> CaseBuilder:
         kind = 0 if p["pool_type"] == "max" else 1  # GGML_OP_POOL_MAX = 0, AVG = 1
         keys = ("k0", "s0", "p0") if dims == 1 else ("k0", "k1", "s0", "s1", "p0", "p1")
         args = [int(p[k]) for k in keys]
-
-        def program(b: Any, x: Mapping[str, Any]) -> Any:
-            return _named(getattr(b, f"pool_{dims}d")(x["input"], kind, *args), "out")
-
-        return Case(op, params, (Leaf("input", pad_ne(p["ne_input"]), p["type_input"]),), program)
+        return _case(op, params, (Leaf("input", pad_ne(p["ne_input"]), p["type_input"]),),
+                     lambda b, x: getattr(b, f"pool_{dims}d")(x["input"], kind, *args))  # fmt: skip
 
     return build
 
@@ -912,50 +819,24 @@ def _pool(dims: int) -> CaseBuilder:
 def _col2im_1d(op: str, params: str, p: dict[str, Any]) -> Case:
     t, k, oc, s0, p0 = p["type"], int(p["K"]), int(p["OC"]), int(p["s0"]), int(p["p0"])
     leaves = (Leaf("cols", pad_ne((k * oc, int(p["T_in"]))), t),)
-    return Case(op, params, leaves, lambda b, x: _named(b.col2im_1d(x["cols"], s0, oc, p0), "out"),
+    return _case(op, params, leaves, lambda b, x: b.col2im_1d(x["cols"], s0, oc, p0),
                 max_err=1e-7 if t == "f32" else 5e-4)  # fmt: skip
 
 
 def _conv_transpose_1d(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (Leaf("input", pad_ne(p["ne_input"]), "f32"), Leaf("kernel", pad_ne(p["ne_kernel"]), "f32"))
+    leaves = _in_ker(p, "f32", "f32")
     s0, p0, d0 = int(p["s0"]), int(p["p0"]), int(p["d0"])
-    return Case(op, params, leaves,
-                lambda b, x: _named(b.conv_transpose_1d(x["kernel"], x["input"], s0, p0, d0), "out"))  # fmt: skip
+    return _case(op, params, leaves,
+                lambda b, x: b.conv_transpose_1d(x["kernel"], x["input"], s0, p0, d0))  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
 # misc
 
 
-def _tri(op: str, params: str, p: dict[str, Any]) -> Case:
-    tt = int(p["tri_type"])
-    return Case(
-        op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), lambda b, x: _named(b.tri(x["a"], tt), "out")
-    )
-
-
-def _fill(op: str, params: str, p: dict[str, Any]) -> Case:
-    c = float(p["c"])
-    return Case(
-        op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), lambda b, x: _named(b.fill(x["a"], c), "out")
-    )
-
-
-def _diag(op: str, params: str, p: dict[str, Any]) -> Case:
-    return Case(
-        op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), lambda b, x: _named(b.diag(x["a"]), "out")
-    )
-
-
-def _clamp(op: str, params: str, p: dict[str, Any]) -> Case:
-    lo, hi = float(p["min"]), float(p["max"])
-    return Case(op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),),
-                lambda b, x: _named(b.clamp(x["a"], lo, hi), "out"))  # fmt: skip
-
-
 def _ssm_conv(op: str, params: str, p: dict[str, Any]) -> Case:
     leaves = (Leaf("a", pad_ne(p["ne_a"]), p["type"]), Leaf("b", pad_ne(p["ne_b"]), p["type"]))
-    return Case(op, params, leaves, lambda b, x: _named(b.ssm_conv(x["a"], x["b"]), "out"))
+    return _case(op, params, leaves, lambda b, x: b.ssm_conv(x["a"], x["b"]))
 
 
 def _solve_tri(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -963,84 +844,45 @@ def _solve_tri(op: str, params: str, p: dict[str, Any]) -> Case:
         Leaf("a", pad_ne(p["ne_lhs"]), p["type"], Init("tril")),
         Leaf("b", pad_ne(p["ne_rhs"]), p["type"]),
     )
-    return Case(op, params, leaves,
-                lambda b, x: _named(b.solve_tri(x["a"], x["b"], True, True, False), "out"), max_err=max_nmse(op))  # fmt: skip
+    return _case(op, params, leaves,
+                lambda b, x: b.solve_tri(x["a"], x["b"], True, True, False), max_err=max_nmse(op))  # fmt: skip
 
 
 BUILDERS: dict[str, CaseBuilder] = {
-    **{u: _unary for u in UNARY},
-    **{g: _glu for g in GLU},
-    "SWIGLU_OAI": _swiglu_oai,
-    **{o: _bin for o in ("ADD", "SUB", "MUL", "DIV")},
-    "ADD_ID": _add_id,
-    "SCALE": _scale,
-    "SQR": _simple("sqr"),
-    "SQRT": _simple("sqrt", Init("uniform", 50.0, 100.0)),
-    "LOG": _simple("log", POS_09),
-    "SIN": _simple("sin", Init("uniform", -6.5, 6.5)),
-    "COS": _simple("cos", Init("uniform", -6.5, 6.5)),
-    "MEAN": _simple("mean", Init("uniform", -0.9, 1.1)),
-    "CUMSUM": _simple("cumsum"),
-    "LEAKY_RELU": _leaky_relu,
-    "CLAMP": _clamp,
-    "FILL": _fill,
-    "TRI": _tri,
-    "DIAG": _diag,
-    "GET_ROWS": _get_rows,
-    "SET_ROWS": _set_rows,
-    "CPY": _cpy,
-    "DUP": _dup,
-    "SET": _set,
-    "ACC": _acc,
-    "REPEAT_BACK": _repeat_back,
-    "GET_ROWS_BACK": _get_rows_back,
+    # elementwise
+    **{u: _unary for u in UNARY}, **{g: _glu for g in GLU}, "SWIGLU_OAI": _glu,
+    **{o: _bin for o in ("ADD", "SUB", "MUL", "DIV")}, "ADD_ID": _add_id, "SCALE": _scale, "SQR": _one("sqr"),
+    "SQRT": _one("sqrt", init=Init("uniform", 50.0, 100.0)), "LOG": _one("log", init=POS_09),
+    "SIN": _one("sin", init=Init("uniform", -6.5, 6.5)), "COS": _one("cos", init=Init("uniform", -6.5, 6.5)),
+    "LEAKY_RELU": _one("leaky_relu", _f("negative_slope"), False), "FILL": _one("fill", _f("c")),
+    "CLAMP": _one("clamp", _f("min"), _f("max")), "TRI": _one("tri", _i("tri_type")), "DIAG": _one("diag"),
+    "DIAG_MASK_INF": _one("diag_mask_inf", _i("n_past")), "ARANGE": _arange,
+    "XIELU": _one("xielu", 4.0, 20.0, 0.5, 1e-7),  # test_xielu: alpha_n, alpha_p, beta, eps
+    "TIMESTEP_EMBEDDING": _one("timestep_embedding", _i("dim"), _i("max_period")),
+    # data movement
+    "GET_ROWS": _get_rows, "SET_ROWS": _set_rows, "CPY": _cpy, "DUP": _dup, "SET": _set, "ACC": _acc,
+    "CONT": _cont, "REPEAT": _repeat, "REPEAT_BACK": _repeat_back, "CONCAT": _concat, "PAD": _pad,
+    "PAD_REFLECT_1D": _pad_reflect_1d, "ROLL": _roll, "UPSCALE": _upscale,
+    # reductions, norms, backward ops
+    "NORM": _norm("norm"), "L2_NORM": _norm("l2_norm"),
+    "RMS_NORM": _norm("rms_norm", Init("uniform", -10.0, 10.0)), "CUMSUM": _one("cumsum"),
+    "MEAN": _one("mean", init=Init("uniform", -0.9, 1.1)), "SUM_ROWS": _sum_rows,
+    "SUM": _sum, "ARGSORT": _one("argsort", _i("order"), init=Init("distinct")), "TOP_K": _top_k,
+    "ARGMAX": _one("argmax", init=Init("distinct"), max_err=0.0), "COUNT_EQUAL": _count_equal,
+    "GET_ROWS_BACK": _get_rows_back, "SILU_BACK": _back("silu_back"),
     "SOFT_MAX_BACK": _back("soft_max_ext_back", UNIFORM, "scale", "max_bias"),
     "RMS_NORM_BACK": _back("rms_norm_back", Init("uniform", -10.0, 10.0), "eps"),
-    "GATED_DELTA_NET": _gated_delta_net,
-    "UPSCALE": _upscale,
-    "CROSS_ENTROPY_LOSS_BACK": _cross_entropy_loss_back,
-    "DIAG_MASK_INF": _diag_mask_inf,
-    "OPT_STEP_SGD": _opt_step_sgd,
-    "ARANGE": _arange,
-    "XIELU": _xielu,
-    "TIMESTEP_EMBEDDING": _timestep_embedding,
-    "COUNT_EQUAL": _count_equal,
-    "PAD_REFLECT_1D": _pad_reflect_1d,
-    "CONT": _cont,
-    "REPEAT": _repeat,
-    "CONCAT": _concat,
-    "PAD": _pad,
-    "NORM": _norm("norm"),
-    "RMS_NORM": _norm("rms_norm", Init("uniform", -10.0, 10.0)),
-    "L2_NORM": _norm("l2_norm"),
-    "SUM_ROWS": _sum_rows,
-    "SUM": _sum,
-    "ARGSORT": _argsort,
-    "TOP_K": _top_k,
-    "ARGMAX": _argmax,
-    "MUL_MAT": _mul_mat,
-    "MUL_MAT_ID": _mul_mat_id,
-    "MUL_MAT_HADAMARD": _mul_mat_hadamard,
-    "ROLL": _roll,
-    "SILU_BACK": _back("silu_back"),
-    "OUT_PROD": _out_prod,
-    "SOFT_MAX": _soft_max,
-    "ROPE": _rope,
-    "ROPE_BACK": _rope,
-    "FLASH_ATTN_EXT": _flash_attn,
-    "IM2COL": _im2col,
-    "IM2COL_3D": _im2col_3d,
-    "CONV_2D": _conv_2d,
-    "CONV_2D_DW": _conv_2d_dw,
-    "CONV_3D": _conv_3d,
-    "CONV_TRANSPOSE_2D": _conv_transpose_2d,
-    "POOL_1D": _pool(1),
-    "POOL_2D": _pool(2),
-    "CONV_TRANSPOSE_1D": _conv_transpose_1d,
-    "COL2IM_1D": _col2im_1d,
-    "SSM_CONV": _ssm_conv,
+    "CROSS_ENTROPY_LOSS_BACK": _cross_entropy_loss_back, "OPT_STEP_SGD": _opt_step_sgd,
+    # matrices, attention, rope, softmax, recurrent
+    "MUL_MAT": _mul_mat, "MUL_MAT_ID": _mul_mat_id, "MUL_MAT_HADAMARD": _mul_mat_hadamard,
+    "OUT_PROD": _out_prod, "SOFT_MAX": _soft_max, "ROPE": _rope, "ROPE_BACK": _rope,
+    "FLASH_ATTN_EXT": _flash_attn, "GATED_DELTA_NET": _gated_delta_net, "SSM_CONV": _ssm_conv,
     "SOLVE_TRI": _solve_tri,
-}
+    # convolution family
+    "IM2COL": _im2col, "IM2COL_3D": _im2col_3d, "CONV_2D": _conv_2d, "CONV_2D_DW": _conv_2d_dw,
+    "CONV_3D": _conv_3d, "CONV_TRANSPOSE_1D": _conv_transpose_1d, "CONV_TRANSPOSE_2D": _conv_transpose_2d,
+    "POOL_1D": _pool(1), "POOL_2D": _pool(2), "COL2IM_1D": _col2im_1d,
+}  # fmt: skip
 
 
 def case_of(op_name: str, op_params: str, params: dict[str, Any] | None = None) -> Case:

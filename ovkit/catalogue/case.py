@@ -1,15 +1,12 @@
-"""One op case as data: its leaves (ggml ``ne``, type, how values are drawn), the program that
-builds its graph, and how its result is judged.
-
-The program is written once against the builder API ``ovkit.Graph`` shares with
-``ovkit.oracle.GgmlBuilder`` (ggml's own functions), so the same case builds the ovkit graph and
-the ggml graph.  Values are drawn the way ``tests/test-backend-ops.cpp`` initialises each op's
-tensors (``initialize_tensors``), from a seed derived from the case's name, so a case is the same
-on every run and in every worker process.
+"""One op case as data: its leaves (ggml ``ne``, type, value draw), one program written against the
+builder API ``ovkit.Graph`` shares with ``oracle.GgmlBuilder`` (so it builds both graphs), and how
+its result is judged.  Values are drawn as test-backend-ops' ``initialize_tensors`` does, from a
+seed of the case's name: the same in every run and process.
 """
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,17 +31,7 @@ PLAIN_TYPES: dict[str, Any] = {
 
 @dataclass(frozen=True, slots=True)
 class Init:
-    """How a leaf's values are drawn (test-backend-ops' per-op ``initialize_tensors``).
-
-    kinds: ``uniform`` in [lo, hi]; ``rows`` row ids in [0, n) (get_rows); ``set_rows`` per
-    (i1, i2) a shuffled subset of range(n) (no duplicate targets); ``experts`` each row a shuffle
-    of ``i % n`` (mul_mat_id / add_id ids); ``distinct`` each row a shuffle of 0..ne0-1 (argsort,
-    top_k: no ties); ``kq_mask`` f16 mask with random -inf/0 blocks of 128x64 (flash attention);
-    ``causal_mask`` uniform in [lo, hi], -inf above the causal diagonal (``ne0`` keys, ``ne1``
-    queries, the last query sees every key); ``padded_mask`` causal with query rows 1 and 3 fully
-    masked (padding); ``pos`` positions 0, 1, ... (rope); ``tril`` lower-triangular (solve_tri);
-    ``zero``.
-    """
+    """How a leaf's values are drawn (test-backend-ops' ``initialize_tensors``; kinds: :func:`draw`)."""
 
     kind: str = "uniform"
     lo: float = -1.0
@@ -79,17 +66,11 @@ class Leaf:
 
 @dataclass(frozen=True, slots=True)
 class Case:
-    """One executable case: the op and parameters in test-backend-ops notation, the leaves, the
-    program and the error check (``err``: ``nmse`` or ``index_set``; ``max_err`` its bound).
-
-    ``ggml_f32`` names leaves the installed ggml gets as f32 tensors of the same values (see
-    :func:`oracle_inputs`): its CPU kernel asserts f32 there, or lacks the broadcast, which later
-    ggml computes from the widened operand itself.
-
-    ``flops`` and ``nbytes`` are the work a perf run reports (GFLOPS when ``flops``, else GB/s
-    over ``nbytes`` or every input and the output); ``tags`` the curated sets the case is in;
-    ``rejected`` a fragment of the reason the upstream CPU policy gives when it rejects the case;
-    ``why`` the reason for a ``max_err`` other than the op's own threshold."""
+    """One executable case: op and parameters in test-backend-ops notation, leaves, program, error
+    check (``err``: ``nmse`` or ``index_set``, bound ``max_err``, ``why`` when not the op's own).
+    ``ggml_f32``: leaves the installed ggml gets as f32 (:func:`oracle_inputs`); ``flops`` /
+    ``nbytes``: a perf run's work; ``tags``: its curated sets; ``rejected``: a fragment of the
+    upstream CPU policy's reason when it rejects the case."""
 
     op: str
     params: str
@@ -118,7 +99,11 @@ def _rows(shape: tuple[int, ...]) -> int:
 
 
 def draw(leaf: Leaf, rng: np.random.Generator) -> np.ndarray:
-    """The leaf's values as a numpy array of its numpy shape (quantized types: f32 values)."""
+    """The leaf's values in its numpy shape (quantized types: f32 values).  Kinds: ``uniform`` in
+    [lo, hi]; ``rows`` ids in [0, n); ``set_rows`` distinct targets; ``experts`` rows shuffling
+    ``i % n``; ``hadamard``; ``distinct`` rows shuffling 0..ne0-1 (no ties); ``kq_mask`` random
+    -inf/0 blocks of 128x64; ``causal_mask`` / ``padded_mask`` (query rows 1 and 3 all -inf);
+    ``pos`` 0, 1, ...; ``tril``; ``zero``."""
     shape, init = leaf.shape, leaf.init
     k = init.kind
     if k == "uniform":
@@ -171,8 +156,7 @@ def draw_all(case: Case) -> dict[str, np.ndarray]:
 
 
 def ggml_inputs(case: Case, values: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """The values as ggml leaves: bf16 marked, quantized types as ggml's own blocks (gguf's
-    quantizer, the same blocks, when ggml-python is not installed)."""
+    """The values as ggml leaves: bf16 marked, quantized types as ggml's blocks (or gguf's, the same)."""
     from ovkit import oracle, quant
 
     out: dict[str, Any] = {}
@@ -192,8 +176,7 @@ def ggml_inputs(case: Case, values: Mapping[str, np.ndarray]) -> dict[str, Any]:
 
 
 def oracle_inputs(case: Case, ggml_leaves: Mapping[str, Any]) -> dict[str, Any]:
-    """The leaves the oracle's ggml computes the case from: ``ggml_leaves`` with the ``ggml_f32``
-    leaves as f32 arrays of the same values (quantized: the values ggml decodes from the blocks)."""
+    """``ggml_leaves`` with the ``ggml_f32`` leaves as f32 arrays of the same (decoded) values."""
     from ovkit import oracle
 
     out = dict(ggml_leaves)
@@ -208,45 +191,41 @@ def oracle_inputs(case: Case, ggml_leaves: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def build_ovkit(case: Case, ggml_leaves: Mapping[str, Any]) -> tuple[Any, Any, dict[str, np.ndarray]]:
-    """The case's ovkit ``Graph``, its output and the feed (quantized leaves become constants
-    holding ggml's blocks, so both sides see the same weights)."""
-    from ovkit.graph import Graph
-    from ovkit.quant import from_blocks
-
-    g = Graph()
-    leaves: dict[str, Any] = {}
-    feed: dict[str, np.ndarray] = {}
-    for leaf in case.leaves:
-        v = ggml_leaves[leaf.name]
-        if leaf.quantized:
-            leaves[leaf.name] = g.constant(from_blocks(leaf.dtype, v.data, v.shape, leaf.name))
-        else:
-            leaves[leaf.name] = g.input(leaf.name, leaf.shape, leaf.dtype)
-            feed[leaf.name] = np.asarray(getattr(v, "array", v))
-    return g, case.program(g, leaves), feed
-
-
-def ovkit_graph(case: Case) -> tuple[Any, Any]:
-    """The case's ovkit ``Graph`` and output without values (quantized weights all-zero blocks):
-    enough to ask which ops ovkit translates."""
+def build_ovkit(
+    case: Case, ggml_leaves: Mapping[str, Any] | None = None
+) -> tuple[Any, Any, dict[str, np.ndarray]]:
+    """The case's ovkit ``Graph``, its output and the feed; quantized leaves become constants of
+    ggml's blocks, so both sides see the same weights (without ``ggml_leaves``: all-zero blocks and
+    no feed, enough to ask which ops ovkit translates)."""
     from ovkit.graph import Graph
     from ovkit.quant import from_blocks, row_bytes
 
     g = Graph()
     leaves: dict[str, Any] = {}
+    feed: dict[str, np.ndarray] = {}
     for leaf in case.leaves:
-        if leaf.quantized:
-            raw = bytes(row_bytes(leaf.dtype, leaf.ne[0]) * leaf.ne[1] * leaf.ne[2] * leaf.ne[3])
+        v = None if ggml_leaves is None else ggml_leaves[leaf.name]
+        if leaf.quantized:  # ggml's blocks (all-zero without values)
+            raw = (
+                v.data if v is not None else bytes(row_bytes(leaf.dtype, leaf.ne[0]) * math.prod(leaf.ne[1:]))
+            )
             leaves[leaf.name] = g.constant(from_blocks(leaf.dtype, raw, leaf.shape, leaf.name))
         else:
             leaves[leaf.name] = g.input(leaf.name, leaf.shape, leaf.dtype)
-    return g, case.program(g, leaves)
+            if v is not None:
+                feed[leaf.name] = np.asarray(getattr(v, "array", v))
+    return g, case.program(g, leaves), feed
+
+
+def ovkit_graph(case: Case) -> tuple[Any, Any]:
+    """The case's ovkit ``Graph`` and output without values (:func:`build_ovkit` without leaves)."""
+    g, out, _ = build_ovkit(case)
+    return g, out
 
 
 def index_set_err(actual: np.ndarray, expected: np.ndarray) -> float:
-    """test_top_k's ``err`` (no ties): the multiset distance of the two index lists over the whole
-    output (order free, ``jdst``: unmatched counts / 2n), plus any non-integer part."""
+    """test_top_k's ``err``: the multiset distance of the two index lists (unmatched / 2n), order
+    free, plus any non-integer part."""
     from collections import Counter
 
     a = np.asarray(actual, np.float64).ravel()
@@ -255,40 +234,3 @@ def index_set_err(actual: np.ndarray, expected: np.ndarray) -> float:
     ca, cb = Counter(a.astype(np.int64).tolist()), Counter(b.astype(np.int64).tolist())
     unmatched = sum(abs(ca[x] - cb[x]) for x in ca) + sum(n for x, n in cb.items() if x not in ca)
     return diff + (unmatched / (2 * a.size) if a.size else 0.0)
-
-
-@dataclass(frozen=True, slots=True)
-class Structure:
-    """A built ggml graph as test-backend-ops would see it: output ne and type, op of every node."""
-
-    ne: tuple[int, int, int, int]
-    dtype: str
-    nodes: tuple[str, ...]
-
-
-def ggml_structure(case: Case) -> Structure:
-    """Build (not run) the case's graph with ggml itself and describe it."""
-    import ctypes
-
-    from ovkit import oracle
-
-    g = oracle.ggml_module()
-    params = g.ggml_init_params(mem_size=g.ggml_tensor_overhead() * 256 + g.ggml_graph_overhead(),
-                                mem_buffer=None, no_alloc=True)  # fmt: skip
-    ctx = g.ggml_init(params)
-    try:
-        leaves = {}
-        for leaf in case.leaves:
-            ne = (ctypes.c_int64 * 4)(*leaf.ne)
-            # ggml_f32 leaves as the oracle gets them (its ggml_set_rows asserts an f32 src at build)
-            dtype = "f32" if leaf.name in case.ggml_f32 else leaf.dtype
-            t = g.ggml_new_tensor(ctx, oracle.type_id(dtype), 4, ne)
-            g.ggml_set_name(t, leaf.name.encode())
-            leaves[leaf.name] = oracle.GgmlTensor(t)
-        out = case.program(oracle.GgmlBuilder(ctx), leaves)
-        gf = g.ggml_new_graph(ctx)
-        g.ggml_build_forward_expand(gf, out.ptr)
-        nodes = tuple(oracle.GgmlTensor(g.ggml_graph_node(gf, i)).op for i in range(g.ggml_graph_n_nodes(gf)))
-        return Structure(out.ne, out.dtype, nodes)
-    finally:
-        g.ggml_free(ctx)

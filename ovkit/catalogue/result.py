@@ -1,10 +1,8 @@
-"""The verdict of one op case, whichever harness ran it: ``ovkit test-ops`` (mode test or perf)
-or the test-backend-ops catalogue runner, the one judge that decides it (:func:`judge`), and the
-line test-backend-ops prints for it."""
+"""The verdict of one op case, whichever harness ran it, the one judge that decides it
+(:func:`judge`), and the line test-backend-ops prints for it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -17,15 +15,10 @@ Status = Literal["OK", "FAIL", "known limit", "not supported", "not translatable
 STATUSES: tuple[Status, ...] = ("OK", "FAIL", "known limit", "not supported", "not translatable", "no case")
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of an error's message (OpenVINO's often span many lines)."""
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else ""
-
-
 def error_line(exc: BaseException) -> str:
-    """``Type: first line``: an error as one result line shows it."""
-    return f"{type(exc).__name__}: {first_line(exc)}"
+    """``Type: first line``: an error as one result line shows it (OpenVINO's span many lines)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +57,9 @@ class Result:
             rate = (
                 f"{self.gflops:10.2f} GFLOPS" if self.gflops is not None else f"{self.gbps or 0.0:10.2f} GB/s"
             )
-            vs = (
-                f"   ggml CPU {self.ggml_us_per_run:10.2f} us/run ({self.us_per_run / self.ggml_us_per_run:5.2f}x)"
-                if self.ggml_us_per_run
-                else ""
-            )
+            vs = ""
+            if self.ggml_us_per_run:
+                vs = f"   ggml CPU {self.ggml_us_per_run:10.2f} us/run ({self.us_per_run / self.ggml_us_per_run:5.2f}x)"
             return f"  {self.case:70s} {self.us_per_run:12.2f} us/run {rate}{vs}"
         if self.err is None or not self.reference:
             return f"  {self.case}: OK"
@@ -76,61 +67,30 @@ class Result:
         return f"  {self.case}: OK (NMSE {self.err:.2e} <= {self.max_err:.0e}, ref {self.reference}{prec})"
 
 
-def _nmse(actual: np.ndarray, expected: np.ndarray) -> float:
-    from ovkit.nmse import nmse
-
-    return float(nmse(actual, expected))
-
-
-def _index_set(actual: np.ndarray, expected: np.ndarray) -> float:
-    from ovkit.catalogue.case import index_set_err
-
-    return index_set_err(actual, expected)
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorKind:
-    """How a case's output is measured against the reference, and whether test-backend-ops'
-    NaN and inf checks come first (they do for NMSE; TOP_K's index sets have neither)."""
-
-    measure: Callable[[np.ndarray, np.ndarray], float]
-    nan_inf_checks: bool
-
-
-#: The error kinds a case names in its ``err``: NMSE, or test_top_k's index-set distance.
-ERROR_KINDS: dict[str, ErrorKind] = {
-    "nmse": ErrorKind(_nmse, nan_inf_checks=True),
-    "index_set": ErrorKind(_index_set, nan_inf_checks=False),
-}
-
-
-def error_kind(case: Case) -> ErrorKind:
-    """The :data:`ERROR_KINDS` entry ``case.err`` names."""
-    try:
-        return ERROR_KINDS[case.err]
-    except KeyError:
-        raise ValueError(
-            f"case {case.name}: error kind {case.err!r} is not known (expected one of {', '.join(ERROR_KINDS)})"
-        ) from None
+#: The error kinds a case names in its ``err``: NMSE (after test-backend-ops' NaN and inf checks) or
+#: test_top_k's index-set distance (:func:`~ovkit.catalogue.case.index_set_err`).
+ERROR_KINDS: tuple[str, ...] = ("nmse", "index_set")
 
 
 def judge(case: Case, actual: Any, expected: Any, against: str = "reference", /, **fields: Any) -> Result:
-    """The verdict on ``actual`` against ``expected`` (``against`` names it in messages): the same
-    ggml tensor first, then the case's own error (:func:`error_kind`) within ``case.max_err``.
-    ``fields``: the :class:`Result`'s other fields (device, reference, precision, accepted; op and
-    case are the case's own)."""
+    """The verdict on ``actual`` against ``expected`` (``against`` names it): the same ggml tensor,
+    then the case's own error within ``case.max_err``; ``fields``: the :class:`Result`'s others."""
+    from ovkit.catalogue.case import index_set_err
     from ovkit.nmse import compare, same_ne
 
+    if case.err not in ERROR_KINDS:
+        raise ValueError(
+            f"case {case.name}: error kind {case.err!r} is not known (expected one of {', '.join(ERROR_KINDS)})"
+        )
     a, e = np.asarray(actual), np.asarray(expected)
     base: dict[str, Any] = {**fields, "op": case.op, "case": case.name, "max_err": case.max_err}
-    kind = error_kind(case)
     if not same_ne(a.shape, e.shape):
         return Result(**base, status="FAIL", detail=f"shape {a.shape} vs {against} {e.shape}")
-    if kind.nan_inf_checks:  # test-backend-ops' NaN and inf checks, then the NMSE
+    if case.err == "nmse":
         verdict = compare(a, e, case.max_err)
         ok, err, why = verdict.ok, verdict.err, verdict.reason
     else:
-        err = kind.measure(a, e)
+        err = index_set_err(a, e)
         ok = err <= case.max_err
         why = "" if ok else f"ERR = {err:.9f} > {case.max_err:.9f}"
     return Result(**base, status="OK" if ok else "FAIL", detail=why, err=err)

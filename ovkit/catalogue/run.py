@@ -1,18 +1,10 @@
 """Run catalogue cases: the support policy first, then ovkit's graph on the device against ggml.
 
-Per case, as test-backend-ops prints it: ``OK``, ``FAIL`` with the error, ``not supported [device]``
-with the policy's reason, ``known limit`` (a failure listed in :data:`KNOWN_LIMITS` with its
-reason), ``not translatable`` (ovkit has no builder or OpenVINO translation for an op of the case:
-a gap of ovkit, not a wrong result) or ``no case`` (no case builder, or the installed ggml cannot
-build or compute it).  ``policy="upstream"`` asks the backend's support policy about every op
-node of the case's graph first, as test-backend-ops' test mode asks ``supports_op``;
-``policy="none"`` runs every case ovkit can translate.
-
-Cases run in worker processes (``workers``), one thread each per core, the costliest first and
-the small ones in batches whose OpenVINO compiles are merged into one; a native crash (an abort
-inside ggml or OpenVINO) costs only its case, reported as a FAIL with the abort's message, and the
-worker is replaced.  Only the output node is compared (test-backend-ops compares every node it
-can).
+Per case, as test-backend-ops prints it: ``OK``, ``FAIL``, ``not supported [device]`` (the policy's
+reason), ``known limit`` (:data:`KNOWN_LIMITS`), ``not translatable`` (a gap of ovkit, not a wrong
+result) or ``no case`` (no builder, or the installed ggml cannot build or compute it).  Cases run
+in worker processes, costliest first, small ones batched into one compile; a native crash costs
+only its case.  Only the output node is compared.
 """
 
 from __future__ import annotations
@@ -32,14 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import numpy as np
 
 from ovkit.catalogue import backend_ops
-from ovkit.catalogue.case import (
-    Case,
-    build_ovkit,
-    draw_all,
-    ggml_inputs,
-    oracle_inputs,
-    ovkit_graph,
-)
+from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs, oracle_inputs, ovkit_graph
 from ovkit.catalogue.result import STATUSES, Result, Status, error_line, judge
 from ovkit.child import Child, ChildCrashed, ChildTimedOut, serve
 from ovkit.errors import OvkitError
@@ -52,8 +37,6 @@ if TYPE_CHECKING:
 Policy = Literal["upstream", "none"]
 #: A case taking longer than this in a worker process is stopped and reported as a FAIL.
 CASE_TIMEOUT_S = 600.0
-#: The shipped half of test-backend-ops' catalogue (op name, parameters, upstream's verdict).
-SHIPPED = verdict_csv.SHIPPED
 #: The largest case list read (the shipped half of test-backend-ops' catalogue is 1.2 MiB).
 MAX_CASE_LIST_BYTES = 64 << 20
 
@@ -72,9 +55,8 @@ class Row:
 
 @dataclass(frozen=True, slots=True)
 class KnownLimit:
-    """Rows ovkit translates but does not claim to pass: op, a regular expression the row's
-    parameters match, and why.  A failing row on this list is reported as ``known limit`` (not a
-    FAIL); a passing one is OK."""
+    """Rows ovkit translates but does not claim to pass (op, a regex of the parameters, why): a
+    failing row on this list is a ``known limit``, not a FAIL."""
 
     op: str
     params: str
@@ -96,16 +78,14 @@ def known_limit(op: str, params: str) -> str | None:
 
 
 def read_rows(path: str | Path | None = None) -> list[Row]:
-    """A case list: CSV with ``op_name`` and ``op_params`` columns (``.gz`` read too); the
-    shipped half of test-backend-ops' catalogue by default.  Any other column (the shipped file's
-    ``supported``) is ignored: the backend's verdict is always ovkit's copy of its policy.  Only a
-    regular UTF-8 file of at most :data:`MAX_CASE_LIST_BYTES` is read (``ovkit.files``)."""
+    """A case list CSV (``op_name``, ``op_params``; other columns ignored), by default the shipped
+    half of test-backend-ops' catalogue; only a regular UTF-8 file up to :data:`MAX_CASE_LIST_BYTES`."""
     import csv
     import io
 
     from ovkit.files import read_text
 
-    p = Path(path) if path is not None else SHIPPED
+    p = Path(path) if path is not None else verdict_csv.SHIPPED
     what = "a case list CSV with columns op_name,op_params"
     text = read_text(p, max_bytes=MAX_CASE_LIST_BYTES, what=what)
     reader = csv.DictReader(io.StringIO(text, newline=""))
@@ -142,8 +122,7 @@ def stratified(rows: Sequence[Row], n: int, seed: int = 0, per_op: int = 3) -> l
 
 
 def _ovkit_gap(exc: BaseException) -> bool:
-    """An ovkit gap, not a wrong result: a builder method or tensor attribute ovkit's graph lacks,
-    or a node ovkit has no OpenVINO translation for."""
+    """An ovkit gap (a builder method or tensor attribute it lacks, a node it cannot translate)."""
     from ovkit.ir import GraphIR, Tensor, TranslationGapError
 
     if isinstance(exc, AttributeError):
@@ -152,9 +131,8 @@ def _ovkit_gap(exc: BaseException) -> bool:
 
 
 def upstream_verdict(row: Row, device_class: str = "CPU") -> tuple[bool, str]:
-    """What the backend's ``supports_op`` answers for the case's output node (test-backend-ops'
-    ``support`` mode, test-name quirks included, at the revision that produced the shipped
-    verdicts), with the reason of a rejection."""
+    """The backend's ``supports_op`` on the case's output node (test-backend-ops' ``support`` mode,
+    at the shipped verdicts' revision), with the reason of a rejection."""
     from ovkit.catalogue.verdicts import Unexpressible, build_case
     from ovkit.ops.policy import check_op
 
@@ -186,8 +164,7 @@ def hints_config(g: Any, out: Any, hints: str) -> Any:
 
 
 def policy_rejection(g: Any, out: Any, device: str) -> str | None:
-    """The first rejection's reason of ovkit's policy for ``device``'s class, or None when every op
-    of ``out``'s graph is supported."""
+    """The first rejection's reason of ovkit's policy for ``device``'s class on ``out``'s graph, or None."""
     from ovkit.devices import device_class
 
     for t, decision in g.check_support([out], str(device_class(device))):
@@ -206,8 +183,7 @@ def effective_precision(core: Core | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Ready:
-    """A case built on both sides with its reference computed, waiting for its OpenVINO inference:
-    its model, the model's input arrays (in Parameter order) and the graph output they give."""
+    """A case with its reference computed, waiting for its OpenVINO inference (model, inputs)."""
 
     case: Case
     base: dict[str, Any]
@@ -218,9 +194,8 @@ class _Ready:
 
 
 def _compile(model: Any, device: str, threads: int | None, *, core: Core | None) -> Any:
-    """``model`` compiled for exact f32 (as ggml's CPU backend) on ``threads`` inference threads
-    (None: the device's), outside the engine's cache (every case is a different graph: the cache
-    would only hash constants and hold memory)."""
+    """``model`` compiled for exact f32 on ``threads`` threads, outside the engine's cache (every
+    case is a different graph)."""
     from ovkit.devices import device_class as class_of
     from ovkit.engine import EngineError, RunConfig, get_engine
 
@@ -236,9 +211,8 @@ def _compile(model: Any, device: str, threads: int | None, *, core: Core | None)
 def _infer(
     ready: Sequence[_Ready], device: str, threads: int | None, *, core: Core | None
 ) -> list[np.ndarray | Exception]:
-    """Each case's OpenVINO output, or the exception that stopped it.  Several cases are merged
-    into one model (their subgraphs stay apart, the outputs are bit for bit the ones of separate
-    compiles) and compiled once: a compile costs about half as much per case that way."""
+    """Each case's OpenVINO output or exception, the cases merged into one model compiled once
+    (their subgraphs stay apart: a compile costs about half as much per case)."""
     import openvino as ov
 
     from ovkit.ir import from_model_output
@@ -263,9 +237,8 @@ class _NoOracle(OvkitError):
 
 
 def _ggml_result(case: Case, leaves: Mapping[str, Any], threads: int | None) -> np.ndarray:
-    """The case computed by ggml's CPU backend, after asking it ``supports_op`` about every node
-    as test-backend-ops does (the installed ggml may lack a kernel the catalogue's revision has;
-    computing such a node aborts the process)."""
+    """The case on ggml's CPU backend, asked ``supports_op`` on every node first (computing a node
+    the installed ggml lacks a kernel for aborts the process)."""
     from ovkit import oracle
 
     n_threads = threads if threads is not None else oracle.DEFAULT_N_THREADS
@@ -286,20 +259,10 @@ def _ggml_result(case: Case, leaves: Mapping[str, Any], threads: int | None) -> 
         s.close()
 
 
-def _prepare(
-    case: Case,
-    device: str,
-    policy: Policy,
-    reference: Reference,
-    hints: str,
-    threads: int | None,
-    verdict: tuple[bool, str] | None,
-    *,
-    core: Core | None,
-) -> Result | _Ready:
-    """Everything of :func:`run_case` but an unchecked run's inference: the verdict when it comes
-    earlier (not translatable, not supported, no reference, the engine's own run for
-    ``policy="upstream"``), else the case ready to infer."""
+def _prepare(case: Case, device: str, policy: Policy, reference: Reference, hints: str,
+             threads: int | None, verdict: tuple[bool, str] | None, *,
+             core: Core | None) -> Result | _Ready:  # fmt: skip
+    """:func:`run_case` up to the inference: the verdict when it comes earlier, else the case ready."""
     from ovkit.engine import compute_graph
     from ovkit.ir import GraphError, UnsupportedOpError
     from ovkit.quant import KNOWN_TYPES
@@ -367,51 +330,25 @@ def _judged(r: _Ready, actual: np.ndarray | Exception) -> Result:
     return got
 
 
-def run_case(
-    case: Case,
-    device: str = "CPU",
-    *,
-    core: Core | None = None,
-    policy: Policy = "upstream",
-    reference: Reference = "ggml",
-    hints: str = "exact",
-    threads: int | None = None,
-    verdict: tuple[bool, str] | None = None,
-) -> Result:
-    """One case: build ovkit's graph, ask the support policy (``policy="upstream"``: the backend's
-    ``verdict`` when given, else ovkit's own for ``device``'s class, then every node as the
-    engine runs it; ``"none"``: every case ovkit can translate), run it on ``device`` (``hints``:
-    the compile hints of a checked run) and compare with ``reference`` (ggml's CPU backend, or
-    ovkit's numpy reference).  ``threads``: threads of each side (None: OpenVINO's default, ggml's 2)."""
+def run_case(case: Case, device: str = "CPU", *, core: Core | None = None,
+             policy: Policy = "upstream", reference: Reference = "ggml", hints: str = "exact",
+             threads: int | None = None, verdict: tuple[bool, str] | None = None) -> Result:  # fmt: skip
+    """One case: ovkit's graph, the support policy (``"upstream"``: ``verdict`` or ovkit's own for
+    ``device``'s class, then every node; ``"none"``: run what translates), a run on ``device`` and
+    the comparison with ``reference``; ``threads`` per side (None: the defaults)."""
     r = _prepare(case, device, policy, reference, hints, threads, verdict, core=core)
     return r if isinstance(r, Result) else _judged(r, _infer([r], device, threads, core=core)[0])
 
 
-def run_row(
-    row: Row,
-    policy: Policy = "upstream",
-    device: str = "CPU",
-    *,
-    core: Core | None = None,
-    threads: int | None = None,
-) -> Result:
-    """:func:`run_case` of one case list row (the backend's verdict of it), timed; rows no builder
-    knows are ``no case``."""
+def run_row(row: Row, policy: Policy = "upstream", device: str = "CPU", *,
+            core: Core | None = None, threads: int | None = None) -> Result:  # fmt: skip
+    """:func:`run_case` of one case list row (with the backend's verdict), timed."""
     return run_rows([row], policy, device, threads=threads, core=core)[0]
 
 
-def run_rows(
-    rows: Sequence[Row],
-    policy: Policy = "upstream",
-    device: str = "CPU",
-    *,
-    core: Core | None = None,
-    threads: int | None = None,
-) -> list[Result]:
-    """:func:`run_row` of each row, the OpenVINO inferences of those that get that far merged into
-    one compile (each row's ``seconds``: its own work and its share of that compile)."""
-    from dataclasses import replace
-
+def run_rows(rows: Sequence[Row], policy: Policy = "upstream", device: str = "CPU", *,
+             core: Core | None = None, threads: int | None = None) -> list[Result]:  # fmt: skip
+    """:func:`run_row` of each row, their inferences merged into one compile (shared in ``seconds``)."""
     from ovkit.devices import device_class
 
     done: list[Result | _Ready] = []
@@ -454,8 +391,7 @@ def _untranslated_node(g: Any, out: Any) -> str | None:
 
 
 def translatable(row: Row) -> tuple[bool, str]:
-    """Whether ovkit can build the row's graph and has an OpenVINO translation for every op node
-    (without running it), with the reason when not; ``no case`` rows are not translatable."""
+    """Whether ovkit builds and translates the row's graph (without running it), else why not."""
     try:
         gap = _untranslated_node(*ovkit_graph(backend_ops.build(row.op, row.params)))
     except backend_ops.NoCase as exc:
@@ -468,8 +404,7 @@ def translatable(row: Row) -> tuple[bool, str]:
 def coverage_rows(
     rows: Sequence[Row], device_class: str = "CPU", progress: bool | None = None
 ) -> pd.DataFrame:
-    """Every row classified without running it: the backend's verdict and ovkit's translation
-    (op, case, accepted, translatable, reason): the catalogue view over the whole list."""
+    """Every row classified without running it: the backend's verdict and ovkit's translation."""
     import pandas as pd
     from tqdm import tqdm
 
@@ -499,8 +434,7 @@ def _answer(line: str, policy: str, device: str, threads: int | None) -> str:
 
 
 def _worker_main() -> None:
-    """``python -m ovkit.catalogue.run POLICY DEVICE``: answer each JSON list of rows with a JSON
-    list of results (:func:`ovkit.child.serve`'s protocol)."""
+    """``python -m ovkit.catalogue.run POLICY DEVICE``: JSON lists of rows in, of results out."""
     policy, device = sys.argv[1], sys.argv[2]
     threads = int(os.environ.get(THREADS_ENV, "0")) or None
     serve(lambda line: _answer(line, policy, device, threads))
@@ -511,14 +445,22 @@ WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "ovkit.catalogue.run")
 
 
 def threads_per_worker(workers: int) -> int:
-    """Threads each worker's ggml and OpenVINO use: the cores shared out (parallelism comes from
-    the processes; more threads than cores would only wait for each other)."""
+    """Threads each worker's ggml and OpenVINO use: the cores shared out among the workers."""
     return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
+def check_workers(workers: int, flag: str = "workers=") -> int:
+    """``workers`` when 0 (run in this process) up to twice the cores, else a ValueError naming it."""
+    cores = os.cpu_count() or 1
+    if not 0 <= workers <= 2 * cores:
+        raise ValueError(
+            f"{flag}{workers}: expected 0 (in this process) to {2 * cores} (twice the {cores} cores)"
+        )
+    return workers
+
+
 def _abort_message(text: str) -> str:
-    """The line a crashed worker wrote last (a native assert's own words, its source file's
-    directory cut: ``ggml.c:7717: GGML_ASSERT(imatrix != NULL) failed``)."""
+    """A crashed worker's last line (``ggml.c:7717: GGML_ASSERT(imatrix != NULL) failed``)."""
     lines = [x.strip() for x in text.splitlines() if x.strip()]
     if not lines:
         return ""
@@ -539,8 +481,7 @@ def _worker(policy: str, device: str, threads: int) -> Child:
 
 
 def _ask(worker: Child, rows: Sequence[Row], timeout: float) -> list[dict[str, Any]] | str:
-    """The worker's answers about ``rows``, or why it gave none: the signal or exit code and its
-    last words (``timeout`` when it ran out of time)."""
+    """The worker's answers about ``rows``, or why it gave none (its death and last words)."""
     try:
         return cast(
             list[dict[str, Any]],
@@ -583,10 +524,9 @@ BATCH_MAX_COST = 1 << 22
 def _pooled(
     rows: Sequence[Row], policy: str, device: str, workers: int, timeout: float
 ) -> Iterator[tuple[int, Result]]:
-    """(index, result) as worker processes finish them; the costliest rows go first (alone), so
-    no worker is left with a long case while the others idle at the end, the small ones in
-    batches of :data:`BATCH_ROWS`; the first worker takes the :data:`GRID_TYPES` rows before any
-    other.  A crashed batch is asked again row by row, so the crash is pinned on its row."""
+    """(index, result) as the workers finish them: the costliest rows first (alone), small ones in
+    batches, the :data:`GRID_TYPES` rows to the first worker; a crashed batch is asked again row
+    by row, so the crash is pinned on its row."""
     threads = threads_per_worker(workers)
     started = [_worker(policy, device, threads) for _ in range(workers)]  # they start while we sort
     costs = [cost(r) for r in rows]
@@ -662,8 +602,7 @@ def _indexed(
 
     if policy not in ("upstream", "none"):
         raise ValueError(f"policy={policy!r} is not valid (expected 'upstream' or 'none')")
-    if workers < 0:
-        raise ValueError(f"workers={workers} is not valid (expected 0 or more)")
+    check_workers(workers)
     source: Iterable[tuple[int, Result]]
     if workers or isolate:
         source = _pooled(rows, policy, device, max(1, workers), CASE_TIMEOUT_S)
@@ -674,21 +613,6 @@ def _indexed(
     yield from bar
 
 
-def iter_results(
-    rows: Iterable[Row],
-    policy: Policy = "upstream",
-    device: str = "CPU",
-    *,
-    workers: int = 0,
-    isolate: bool = False,
-    progress: bool | None = None,
-) -> Iterator[Result]:
-    """Results as they come (with workers: costliest rows first), with a tqdm bar on stderr.
-    ``workers=0`` runs in this process; ``isolate`` (or ``workers > 0``) in child processes."""
-    for _, r in _indexed(list(rows), policy, device, workers, isolate, progress):
-        yield r
-
-
 def frame(results: Iterable[Result]) -> pd.DataFrame:
     """Results as a DataFrame, one row per case, columns the :class:`Result` fields."""
     import pandas as pd
@@ -696,17 +620,9 @@ def frame(results: Iterable[Result]) -> pd.DataFrame:
     return pd.DataFrame([asdict(r) for r in results], columns=[*Result.__dataclass_fields__])
 
 
-def run(
-    rows: Iterable[Row] | None = None,
-    policy: Policy = "upstream",
-    device: str = "CPU",
-    *,
-    workers: int = 0,
-    isolate: bool = False,
-    progress: bool | None = None,
-) -> pd.DataFrame:
-    """The catalogue as a DataFrame in the rows' order: one row per case (op, case, status,
-    detail, err, max_err, device, accepted, seconds)."""
+def run(rows: Iterable[Row] | None = None, policy: Policy = "upstream", device: str = "CPU", *,
+        workers: int = 0, isolate: bool = False, progress: bool | None = None) -> pd.DataFrame:  # fmt: skip
+    """The catalogue as a DataFrame, one row per case in the rows' order."""
     todo = read_rows() if rows is None else list(rows)
     got = dict(_indexed(todo, policy, device, workers, isolate, progress))
     return frame(got[i] for i in range(len(todo)))
@@ -722,18 +638,10 @@ def per_op(results: pd.DataFrame) -> pd.DataFrame:
     return t.sort_values("rows", ascending=False)
 
 
-def main(
-    rows: Sequence[Row],
-    policy: Policy = "upstream",
-    device: str = "CPU",
-    *,
-    workers: int = 0,
-    isolate: bool = False,
-    progress: bool | None = None,
-    out: Any = None,
-) -> int:
-    """``ovkit test-ops --catalogue test-backend-ops``: one line per case as it finishes, totals
-    per op, then the summary; 1 on any FAIL."""
+def main(rows: Sequence[Row], policy: Policy = "upstream", device: str = "CPU", *,
+         workers: int = 0, isolate: bool = False, progress: bool | None = None,
+         out: Any = None) -> int:  # fmt: skip
+    """``ovkit test-ops --catalogue test-backend-ops``: a line per case, totals per op; 1 on a FAIL."""
     from tqdm import tqdm
 
     stream = out or sys.stdout

@@ -1,14 +1,8 @@
 """Upstream ``supports_op`` verdicts (test-backend-ops ``support`` mode) replayed against the policy.
 
-The shipped verdicts (:data:`ovkit.ops.verdict_csv.SHIPPED`) hold, per test-backend-ops case, the op
-name, its parameters and the real backend's verdict.  In ``support`` mode test-backend-ops asks
-``supports_op`` about the case's *output* node only, so each row is asked about as the
-:class:`~ovkit.ir.OpInfo` of the output node of its runnable case's graph
-(:mod:`ovkit.catalogue.backend_ops`, the one transcription of test-backend-ops' cases): tensor
-names, views, permutes and in-place views as that case builds them.
-
-Cases whose graph is not known (test cases that are not in the reference test-backend-ops source)
-are *unexpressible*: they are counted with a reason, never dropped silently.
+Each row of the shipped verdicts is asked about as the :class:`~ovkit.ir.OpInfo` of the output
+node of its runnable case's graph (:mod:`ovkit.catalogue.backend_ops`); rows whose graph is not
+known are *unexpressible*, counted with a reason, never dropped.
 """
 
 from __future__ import annotations
@@ -182,13 +176,8 @@ def by_op(agreement: Agreement) -> Any:
     return out.sort_values("rows", ascending=False)
 
 
-def replay(
-    verdicts: Iterable[Verdict],
-    device_class: str = "CPU",
-    *,
-    upstream_exact: bool = True,
-    revision: Revision | str = CSV_REVISION,
-) -> Agreement:
+def replay(verdicts: Iterable[Verdict], device_class: str = "CPU", *,
+           upstream_exact: bool = True, revision: Revision | str = CSV_REVISION) -> Agreement:  # fmt: skip
     """Ask the policy about every verdict's case and compare."""
     out = Agreement()
     for v in verdicts:
@@ -202,12 +191,4 @@ def replay(
     return out
 
 
-__all__ = [
-    "GGML_OPS",
-    "Agreement",
-    "CaseResult",
-    "Unexpressible",
-    "build_case",
-    "by_op",
-    "replay",
-]
+__all__ = ["GGML_OPS", "Agreement", "CaseResult", "Unexpressible", "build_case", "by_op", "replay"]

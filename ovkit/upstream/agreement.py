@@ -1,16 +1,9 @@
 """Live policy agreement: the installed backend's ``supports_op`` against ``ovkit.ops.policy``.
 
-Two sets of cases, every one ovkit can build as a ggml graph:
-
-- the ``test-ops`` catalogue: every tensor of the case's ggml graph is asked (as test-backend-ops
-  does before it computes), against ovkit's policy on every node of the same program;
-- the test-backend-ops rows of ``upstream-support-verdicts.csv.gz``: the output node, rebuilt as a
-  ggml tensor from ovkit's node record (:mod:`ovkit.upstream.tensors`), as test-backend-ops'
-  ``support`` mode asks.
-
-ovkit answers at the installed build's revision with the quirks on (the real backend has them).
-Every difference is listed with the rule behind it: the gate that rejects on ovkit's side, or,
-when only the real backend rejects, the gate of another revision that would (or "no rule").
+Asked about every tensor of each ``test-ops`` case's ggml graph, and about the output node of each
+row of the shipped test-backend-ops verdicts (rebuilt by :mod:`ovkit.upstream.tensors`), at the
+installed build's revision with the quirks on.  Each difference names the rule behind it: ovkit's
+rejecting gate, or when only the backend rejects, another revision's gate that would (or none).
 """
 
 from __future__ import annotations
@@ -18,8 +11,8 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from ovkit.catalogue.verdicts import Unexpressible, build_case
 from ovkit.ir import OpInfo
@@ -30,11 +23,6 @@ from ovkit.upstream.build import UpstreamBuild, require
 from ovkit.upstream.isolate import Isolated
 from ovkit.upstream.ops import DEVICE_CLASS, policy_verdict
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-#: The shipped test-backend-ops verdicts (package data, installed with ovkit).
-DEFAULT_VERDICTS = SHIPPED
 #: Rows per child request (a crash re-asks that chunk's rows one at a time).
 CHUNK = 256
 
@@ -86,11 +74,6 @@ class Agreement:
                        f" — rule {d.rule}{': ' + d.detail if d.detail else ''}")  # fmt: skip
         out.append(f"  agreement: {self.percent:.2f} % of {self.total} cases")
         return out
-
-    def to_frame(self) -> pd.DataFrame:
-        import pandas as pd
-
-        return pd.DataFrame([asdict(d) for d in self.differences], columns=list(Difference.__slots__))
 
 
 def other_rule(info: OpInfo, revision: Revision) -> str:
@@ -166,16 +149,11 @@ def _rows(result: Agreement, worker: Isolated, verdicts: Sequence[Verdict], prog
             )
 
 
-def agreement(
-    verdicts: Iterable[Verdict] | None = None,
-    *,
-    catalogue: bool = True,
-    revision: Revision | None = None,
-    progress: bool | None = None,
-) -> Agreement:
+def agreement(verdicts: Iterable[Verdict] | None = None, *, catalogue: bool = True,
+              revision: Revision | None = None, progress: bool | None = None) -> Agreement:  # fmt: skip
     """Ask the installed backend about every buildable case and compare with the policy."""
     build = require()
-    rows = list(read_verdicts(DEFAULT_VERDICTS) if verdicts is None else verdicts)
+    rows = list(read_verdicts(SHIPPED) if verdicts is None else verdicts)
     result = Agreement(build, revision or build.revision or Revision.N)
     with Isolated() as worker:
         if catalogue:

@@ -1,19 +1,10 @@
 """Which real llama.cpp OpenVINO backend is installed, read from the files alone (nothing loaded).
 
-Two builds can sit next to ovkit, both put there by ``scripts/install-upstream``:
-
-- **ggml-python built with ``-DGGML_OPENVINO=ON``**: its ``ggml/lib/`` holds
-  ``libggml-openvino.so`` next to ggml's CPU backend.  ovkit drives the backend through it
-  (devices, ``supports_op``, graph compute) in a child process.
-- **llama-cpp-python built with the backend**, installed apart from the environment's CPU-only
-  ``llama_cpp`` (which stays llama.cpp's CPU reference): ``<prefix>/share/ovkit/llama-openvino``
-  holds a complete ``llama_cpp`` package; a child process with that directory first on
-  ``PYTHONPATH`` (and ``LLAMA_CPP_LIB_PATH`` at its ``llama_cpp/lib``) runs whole models on it.
-
-Nothing here imports ggml or llama_cpp into this process (:func:`llama_openvino_devices` asks a
-child): a broken or missing build is reported, never raised at import time.  Features are read as the strings the backend's code embeds (the environment
-variables it reads), so "has the model cache" means the library reads
-``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``.
+``scripts/install-upstream`` puts two builds next to ovkit: ggml-python with
+``libggml-openvino.so`` in its ``ggml/lib/`` (driven in a child process), and a complete OpenVINO
+``llama_cpp`` package under ``<prefix>/share/ovkit/llama-openvino`` (run by a child with it first
+on ``PYTHONPATH``; the environment's own ``llama_cpp`` stays the CPU reference).  Features are the
+strings the library embeds (the environment variables it reads).
 """
 
 from __future__ import annotations

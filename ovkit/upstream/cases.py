@@ -1,9 +1,6 @@
-"""The cases ovkit runs side by side with the real backend, found by name in both processes.
-
-A case is a curated catalogue case (one program that builds both the ovkit graph and the ggml
-graph); the child process rebuilds the catalogue and looks the case up by its name, and both
-sides draw the inputs from the seed of its name, so ovkit, the real backend and ggml's CPU backend
-see identical values.  :data:`EXTRA_CASES` adds the benchmark's small graph.
+"""The cases ovkit runs side by side with the real backend: the ``test-ops`` set of the curated
+catalogue and the benchmark's small graph, found by name in both processes (inputs drawn from the
+seed of the name, so every side sees the same values).
 """
 
 from __future__ import annotations

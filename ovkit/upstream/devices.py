@@ -1,9 +1,5 @@
-"""The devices the installed backend registers, exactly as ``ggml_backend_dev_*`` reports them.
-
-Read in a child process (:mod:`ovkit.upstream.isolate`).  :func:`format_list_devices` prints
-what ``llama-bench --list-devices`` prints with this build: llama.cpp's
-``common_print_available_devices`` skips devices of type CPU and writes each other one as
-``  <name>: <description> (<total> MiB, <free> MiB free)`` with floor division by 1 MiB.
+"""The devices the installed backend registers, as ``ggml_backend_dev_*`` reports them (read in a
+child process), and the text ``llama-bench --list-devices`` prints for them.
 """
 
 from __future__ import annotations

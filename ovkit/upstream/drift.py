@@ -1,22 +1,11 @@
 """What a backend source tree has that ovkit's tables do not, and the other way round.
 
-``python -m ovkit.upstream drift SOURCE`` reads a llama.cpp checkout (or any directory holding
-``ggml/src/ggml-openvino``) or an sdist that vendors one (``llama_cpp_python-*.tar.gz``) and
-compares three things with ovkit's tables:
-
-- the variables the backend reads (``env_var_names[]`` in ``ggml-openvino-extra.cpp``) with
-  ``ovkit.config.ENV_VARS``;
-- the registered ops (the ``{"GGML_OP_...", translator}`` entries of ``openvino/op_table.cpp``,
-  commented-out ones excluded) with ``ovkit.ops.policy.REGISTERED`` of the closest revision;
-- the ops with a per-op gate (a ``case GGML_OP_...:`` of ``is_op_unsupported_case`` /
-  ``is_op_supported_case`` whose block still returns something) with ``ovkit.ops.policy.GATES``.
-
-Exit code 0 when nothing differs, 1 when something does, 2 when the source cannot be read.
-
-``scripts/install-upstream`` keeps the backend sources of the llama-cpp-python sdist it builds
-(:func:`keep_sources`, found again by :func:`kept_sources`), and :data:`KNOWN_DELTAS` records, per
-kept revision, each difference from ovkit's tables that was looked at and why it stays: a test
-checks that the installed revision drifts by exactly those.
+``python -m ovkit.upstream drift SOURCE`` reads a llama.cpp checkout or an sdist vendoring one and
+compares the variables it reads (``env_var_names[]``) with ``ovkit.config.ENV_VARS``, its
+registered ops (``openvino/op_table.cpp``) and its ops with a per-op gate (``is_op_(un)supported_case``)
+with the policy's tables of the closest revision.  Exit code 0: no drift, 1: drift, 2: unreadable.
+``scripts/install-upstream`` keeps the sources of the sdist it builds (:func:`keep_sources`,
+:func:`kept_sources`); the tests check that they drift by exactly the decided deltas.
 """
 
 from __future__ import annotations
@@ -27,7 +16,7 @@ import re
 import shutil
 import sys
 import tarfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -76,13 +65,18 @@ def _read_tree(root: Path) -> dict[str, str]:
     }
 
 
+def _sdist_base(path: Path, names: Iterable[str]) -> str:
+    """The member prefix of the backend directory in an sdist (the shallowest one)."""
+    extra = sorted((n for n in names if n.endswith(BACKEND_DIR + FILES["extra"])), key=len)
+    if not extra:
+        raise SourceError(f"{path}: the archive holds no {BACKEND_DIR}{FILES['extra']}")
+    return extra[0][: -len(FILES["extra"])]
+
+
 def _read_sdist(path: Path) -> dict[str, str]:
     with tarfile.open(path) as tar:
         members = {m.name: m for m in tar.getmembers() if BACKEND_DIR in m.name and m.isfile()}
-        extra = sorted((n for n in members if n.endswith(BACKEND_DIR + FILES["extra"])), key=len)
-        if not extra:
-            raise SourceError(f"{path}: the archive holds no {BACKEND_DIR}{FILES['extra']}")
-        base = extra[0][: -len(FILES["extra"])]
+        base = _sdist_base(path, members)
         texts = {}
         for key, name in FILES.items():
             member = members.get(base + name)
@@ -252,10 +246,7 @@ def keep_sources(sdist: str | Path, dest: str | Path) -> Path:
     src, out = Path(sdist), Path(dest)
     with tarfile.open(src) as tar:
         members = [m for m in tar.getmembers() if m.isfile()]
-        extra = sorted((m.name for m in members if m.name.endswith(BACKEND_DIR + FILES["extra"])), key=len)
-        if not extra:
-            raise SourceError(f"{src}: the archive holds no {BACKEND_DIR}{FILES['extra']}")
-        base = extra[0][: -len(FILES["extra"])]
+        base = _sdist_base(src, (m.name for m in members))
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         for m in members:
@@ -275,85 +266,3 @@ def keep_sources(sdist: str | Path, dest: str | Path) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
-
-
-# -- decided differences -------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class KnownDelta:
-    """A difference between one backend revision and ovkit's tables, looked at and kept."""
-
-    table: str  #: the compared table: ``variables``, ``registered ops`` or ``ops with per-op gates``
-    name: str  #: as the report names it (``GGML_OPENVINO_MOE_OP``, ``GGML_OP_ROLL``, ``SCALE``)
-    in_source: bool  #: True: only the source has it; False: only ovkit's tables have it
-    reason: str
-
-
-_FORK_VARIABLE = (
-    "read by Intel's fork (ravi9/llama.cpp ggml-openvino-extra.cpp env_var_names[]); ovkit's "
-    "variable table follows the newest list, a superset of this revision's"
-)
-_NEWER_OP = (
-    "registered after revision N (aee56b3ab), the upstream state ovkit's policy follows; ovkit "
-    "refuses it as not registered"
-)
-#: Per kept revision (``<package>-<version>``, as :func:`kept_sources` names it): its differences
-#: from ovkit's tables (the policy revision :func:`compare` picks, N), each with its reason.
-KNOWN_DELTAS: dict[str, tuple[KnownDelta, ...]] = {
-    "llama-cpp-python-0.3.36": (
-        KnownDelta("variables", "GGML_OPENVINO_COMPILED_MODEL_CACHE_ONLY", False, _FORK_VARIABLE),
-        KnownDelta("variables", "GGML_OPENVINO_FULL_GRAPH_KEY", False, _FORK_VARIABLE),
-        KnownDelta("variables", "GGML_OPENVINO_MOE_OP", False, _FORK_VARIABLE),
-        KnownDelta(
-            "variables",
-            "GGML_OPENVINO_NPU_PROPERTIES",
-            False,
-            "modelled by ovkit (appended last to the NPU class's compile properties); this revision "
-            "does not read it",
-        ),
-        KnownDelta(
-            "registered ops", "GGML_GLU_OP_GEGLU_QUICK", True, f"{_NEWER_OP} (its own translation runs it)"
-        ),
-        KnownDelta(
-            "registered ops",
-            "GGML_GLU_OP_SWIGLU_CLAMP",
-            True,
-            f"{_NEWER_OP}; ovkit's IR has no SWIGLU_CLAMP (ggml-python 0.0.45's ggml, the oracle, predates it)",
-        ),
-        KnownDelta("registered ops", "GGML_OP_POOL_2D", True, f"{_NEWER_OP} (its own translation runs it)"),
-        KnownDelta("registered ops", "GGML_OP_ROLL", True, f"{_NEWER_OP} (its own translation runs it)"),
-        KnownDelta(
-            "registered ops", "GGML_UNARY_OP_RELU", True, f"{_NEWER_OP} (its own translation runs it)"
-        ),
-        KnownDelta(
-            "ops with per-op gates",
-            "POOL_2D",
-            True,
-            "the gate of an op registered after N (GPU: padding with a kernel under 3 is refused)",
-        ),
-        KnownDelta(
-            "ops with per-op gates",
-            "SCALE",
-            True,
-            "a bf16 SCALE result is refused after N; N's SCALE has no per-op gate",
-        ),
-    ),
-}
-
-
-def unexplained(report: DriftReport, known: Sequence[KnownDelta]) -> list[str]:
-    """What ``report`` shows beyond ``known`` and what ``known`` lists that the report no longer
-    shows (a delta that went away must leave the table too); empty when the two match."""
-    seen = {
-        (d.what.split(" (")[0], name, side)
-        for d in report.differences
-        for side, names in ((True, d.only_source), (False, d.only_ovkit))
-        for name in names
-    }
-    listed = {(k.table, k.name, k.in_source) for k in known}
-    where = {True: "in the source, not in ovkit", False: "in ovkit, not in the source"}
-    new = [f"{t}: {n} ({where[s]}) is not in the known deltas" for t, n, s in sorted(seen - listed)]
-    gone = [
-        f"{t}: {n} ({where[s]}) is a known delta the source no longer shows"
-        for t, n, s in sorted(listed - seen)
-    ]
-    return new + gone

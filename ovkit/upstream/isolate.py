@@ -1,12 +1,9 @@
-"""Calls into the real backend, each in a child process: a crash there never takes the caller down.
+"""Calls into the real backend, each in a child process: a crash never takes the caller down.
 
-The backend dereferences null pointers and aborts on asserts, which would kill a Jupyter kernel.
-:class:`Isolated` keeps one child (``python -m ovkit.upstream.worker``) and sends it one request
-at a time as a JSON line through :class:`ovkit.child.Child`; the child answers on a private pipe
-(the backend's own prints go to stderr).  When the child dies, the request in flight becomes an
-:class:`Outcome` with status ``CRASH`` and the signal's name (``SIGSEGV``; for SIGILL, which
-instruction set of ggml-python's build it most likely was and how to rebuild); a request that
-runs past its timeout is killed and becomes ``TIMEOUT``.  The next request starts a fresh child, so later requests still run.
+:class:`Isolated` keeps one child (``python -m ovkit.upstream.worker``) and sends it one JSON
+request at a time; a child that dies turns the request into an :class:`Outcome` ``CRASH`` with the
+signal (for SIGILL, a hint about ggml-python's build), one past its timeout into ``TIMEOUT``, and
+the next request starts a fresh child.
 """
 
 from __future__ import annotations
@@ -45,12 +42,7 @@ class Outcome:
 
 
 class Isolated:
-    """One worker child at a time; :meth:`call` sends a request and waits for its answer.
-
-    Use it as a context manager (or call :meth:`close`): the child is stopped and its pipes
-    closed.  ``env`` adds variables to the child's environment (``GGML_OPENVINO_DEVICE`` ...).
-    A child that dies of SIGILL is reported with the hint about ggml-python's build.
-    """
+    """One worker child at a time (a context manager); ``env`` adds to the child's environment."""
 
     def __init__(self, env: dict[str, str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         require()

@@ -1,21 +1,18 @@
 """Every catalogue case three ways: ovkit on OpenVINO, the real backend, ggml's CPU backend.
 
-One program builds the ovkit graph and the ggml graph (:mod:`ovkit.upstream.cases`).  ovkit's side
-is ``ovkit test-ops`` itself (its status and NMSE against ggml); the real backend's side runs in
-a child process: ``supports_op`` on every tensor of the ggml graph (as test-backend-ops asks),
-then, when all are supported, ``ggml_backend_graph_compute`` on ``OPENVINO0`` and the NMSE
-against ggml's CPU backend on the same inputs.  The verdicts are compared with ovkit's policy at
-the installed build's revision (quirks included: the real backend has them), so a disagreement is
-a policy difference, named by its rule.
+ovkit's side is ``ovkit test-ops``' run; the real backend's, in a child process, is
+``supports_op`` on every tensor of the same program's ggml graph, then, when all are supported,
+the compute on ``OPENVINO0``, both judged against ggml's CPU backend.  The verdicts are compared
+with ovkit's policy at the installed build's revision, so a disagreement names a policy rule.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ovkit.ops.policy import Revision, check_op
 from ovkit.upstream import cases
@@ -28,6 +25,7 @@ if TYPE_CHECKING:
     from ovkit.catalogue.case import Case
     from ovkit.catalogue.run import Row
 
+T = TypeVar("T")
 #: The device class the installed backend runs on here (GGML_OPENVINO_DEVICE unset: CPU).
 DEVICE_CLASS = "CPU"
 
@@ -93,25 +91,16 @@ def graph_verdict(g: Any, out: Any, revision: Revision, device_class: str = DEVI
 def three_way_case(
     c: Case, worker: Isolated, revision: Revision, *, varied: Mapping[str, Any] | None = None
 ) -> ThreeWay:
-    """One case three ways (the real backend's part in ``worker``'s child process); ``varied``:
-    the ``shapes``/``dtype`` :func:`cases.vary` applied to the catalogue case ``c`` came from."""
+    """One case three ways (the real backend in ``worker``'s child); ``varied``: the
+    ``shapes``/``dtype`` :func:`cases.vary` applied to the catalogue case ``c`` came from."""
     from ovkit.catalogue.run import run_case
 
     ours = run_case(c, "CPU", reference="ggml")
     supported, rule = policy_verdict(c, revision)
-    limit = c.max_err
-    base: dict[str, Any] = {
-        "op": c.op,
-        "case": c.name,
-        "max_nmse": limit,
-        "ovkit_status": ours.status,
-        "ovkit_nmse": ours.err,
-        "ovkit_supported": supported,
-        "ovkit_rule": rule,
-    }
-    detail = ours.detail if ours.status == "FAIL" else ""
+    base = {"op": c.op, "case": c.name, "max_nmse": c.max_err, "ovkit_status": ours.status, "ovkit_nmse": ours.err,
+            "ovkit_supported": supported, "ovkit_rule": rule}  # fmt: skip
     out = worker.call({"cmd": "case", "name": c.name, **(varied or {})})
-    return _upstream_side(base, out, worker, detail)
+    return _upstream_side(base, out, worker, ours.detail if ours.status == "FAIL" else "")
 
 
 def _upstream_side(base: dict[str, Any], out: Outcome, worker: Isolated, detail: str) -> ThreeWay:
@@ -135,9 +124,8 @@ def _upstream_side(base: dict[str, Any], out: Outcome, worker: Isolated, detail:
 
 
 def three_way_row(row: Row, worker: Isolated, revision: Revision) -> ThreeWay:
-    """One test-backend-ops catalogue row three ways: ovkit (every case it can translate, as
-    ``--policy none``), the real backend in ``worker``'s child, both against ggml's CPU backend;
-    ovkit's policy at ``revision`` on every op node of the case's graph."""
+    """One test-backend-ops catalogue row three ways: ovkit (as ``--policy none``) and the real
+    backend, both against ggml's CPU backend; ovkit's policy at ``revision`` on every op node."""
     from ovkit.catalogue import backend_ops
     from ovkit.catalogue import run as catalogue
     from ovkit.catalogue.case import ovkit_graph
@@ -165,16 +153,30 @@ def three_way_row(row: Row, worker: Isolated, revision: Revision) -> ThreeWay:
     return _upstream_side(base, out, worker, detail)
 
 
-def iter_catalogue_three_way(rows: Sequence[Row], *, progress: bool | None = None) -> Iterator[ThreeWay]:
-    """test-backend-ops catalogue rows three ways (:func:`three_way_row`), a progress bar on stderr."""
+def _each(items: Sequence[T], run: Callable[[T, Isolated, Revision], ThreeWay], desc: str,
+          progress: bool | None) -> Iterator[ThreeWay]:  # fmt: skip
+    """``run`` of each item in one isolated child, a progress bar on stderr."""
     from tqdm import tqdm
 
     revision = require().revision or Revision.N
     with Isolated() as worker:
-        bar = tqdm(rows, desc="test-backend-ops --upstream", unit="case", file=sys.stderr, leave=False,
-                   disable=not progress if progress is not None else None)  # fmt: skip
-        for r in bar:
-            yield three_way_row(r, worker, revision)
+        for x in tqdm(items, desc=desc, unit="case", file=sys.stderr, leave=False,
+                      disable=not progress if progress is not None else None):  # fmt: skip
+            yield run(x, worker, revision)
+
+
+def iter_catalogue_three_way(rows: Sequence[Row], *, progress: bool | None = None) -> Iterator[ThreeWay]:
+    """test-backend-ops catalogue rows three ways (:func:`three_way_row`)."""
+    return _each(rows, three_way_row, "test-backend-ops --upstream", progress)
+
+
+def iter_three_way(
+    picked: Sequence[Case] | None = None, *, progress: bool | None = None
+) -> Iterator[ThreeWay]:
+    """``picked`` (default: the whole catalogue) three ways (:func:`three_way_case`)."""
+    return _each(
+        list(cases.catalogue() if picked is None else picked), three_way_case, "test-ops --upstream", progress
+    )
 
 
 def run_varied(
@@ -187,22 +189,6 @@ def run_varied(
     c = cases.vary(cases.find_case(name), shapes, dtype)
     with Isolated() as worker:
         return three_way_case(c, worker, revision, varied=varied)
-
-
-def iter_three_way(
-    picked: Sequence[Case] | None = None, *, progress: bool | None = None
-) -> Iterator[ThreeWay]:
-    """Run ``picked`` (default: the whole catalogue) three ways, with a progress bar on stderr."""
-    from tqdm import tqdm
-
-    build = require()
-    revision = build.revision or Revision.N
-    pool = list(cases.catalogue() if picked is None else picked)
-    with Isolated() as worker:
-        bar = tqdm(pool, desc="test-ops --upstream", unit="case", file=sys.stderr, leave=False,
-                   disable=not progress if progress is not None else None)  # fmt: skip
-        for c in bar:
-            yield three_way_case(c, worker, revision)
 
 
 def three_way(picked: Sequence[Case] | None = None, **kw: Any) -> pd.DataFrame:
@@ -256,12 +242,8 @@ def cli(args: Any) -> int:
         if not args.json:
             tqdm.write(r.line(), file=sys.stdout)
     if args.json:
-        print(
-            json.dumps(
-                {"revision": build.revision, "cases": [{**asdict(r), "agrees": r.agrees} for r in results]},
-                indent=2,
-            )
-        )
+        cases_ = [{**asdict(r), "agrees": r.agrees} for r in results]
+        print(json.dumps({"revision": build.revision, "cases": cases_}, indent=2))
     else:
         print("\n".join(summary_lines(results, build.revision)))
     asked = [r for r in results if r.upstream_status != "no case"]

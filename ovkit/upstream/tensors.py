@@ -1,10 +1,6 @@
-"""A policy :class:`~ovkit.ops.policy.OpInfo` rebuilt as real ggml tensors (no data), for asking
-the real backend's ``supports_op`` about test-backend-ops cases ovkit knows only as node records.
-
-Each node becomes a ``ggml_tensor`` in a ``no_alloc`` context with its type, ``ne``, ``nb``,
-op, sources, view source/offset, name and ``op_params`` packed as ggml's builders pack them
-(:data:`OP_PARAMS`, slot by slot).  Only the parameters the policy records are packed, which are
-the ones ``supports_op`` reads.
+"""A policy :class:`~ovkit.ir.OpInfo` rebuilt as real ggml tensors (``no_alloc``, no data), with the
+``op_params`` ``supports_op`` reads packed as ggml's builders pack them, to ask the real backend
+about test-backend-ops cases ovkit knows only as node records.
 """
 
 from __future__ import annotations
@@ -27,17 +23,9 @@ class Unbuildable(OvkitError):
 #: op -> (param key, op_params slot, "i" int32 / "f" float32, default): ggml's builder layouts.
 OP_PARAMS: dict[str, tuple[tuple[str, int, str, float], ...]] = {
     "GLU": (("swapped", 1, "i", 0), ("alpha", 2, "f", 1.702), ("limit", 3, "f", 7.0)),
-    "ROPE": (
-        ("n_dims", 1, "i", 0),
-        ("mode", 2, "i", 0),
-        ("n_ctx_orig", 4, "i", 0),
-        ("freq_base", 5, "f", 10000.0),
-        ("freq_scale", 6, "f", 1.0),
-        ("ext_factor", 7, "f", 0.0),
-        ("attn_factor", 8, "f", 1.0),
-        ("beta_fast", 9, "f", 32.0),
-        ("beta_slow", 10, "f", 1.0),
-    ),
+    "ROPE": (("n_dims", 1, "i", 0), ("mode", 2, "i", 0), ("n_ctx_orig", 4, "i", 0),
+             ("freq_base", 5, "f", 10000.0), ("freq_scale", 6, "f", 1.0), ("ext_factor", 7, "f", 0.0),
+             ("attn_factor", 8, "f", 1.0), ("beta_fast", 9, "f", 32.0), ("beta_slow", 10, "f", 1.0)),
     "SOFT_MAX": (("scale", 0, "f", 1.0), ("max_bias", 1, "f", 0.0)),
     "FLASH_ATTN_EXT": (("scale", 0, "f", 1.0), ("max_bias", 1, "f", 0.0), ("logit_softcap", 2, "f", 0.0)),
     "SET": (("nb1", 0, "i", 0), ("nb2", 1, "i", 0), ("nb3", 2, "i", 0), ("offset", 3, "i", 0)),
@@ -50,7 +38,7 @@ OP_PARAMS: dict[str, tuple[tuple[str, int, str, float], ...]] = {
     "L2_NORM": (("eps", 0, "f", 0.0),),
     "FILL": (("c", 0, "f", 0.0),),
     "TRI": (("tri_type", 0, "i", 0),),
-}
+}  # fmt: skip
 #: Where the sub-op enum goes, and its enum prefix in ggml.
 SUB_OP_ENUM = {"UNARY": "GGML_UNARY_OP_", "GLU": "GGML_GLU_OP_"}
 

@@ -1,10 +1,6 @@
-"""The child side of :mod:`ovkit.upstream.isolate`: the only code that calls the real backend.
-
-Run as ``python -m ovkit.upstream.worker``: reads one JSON request per line from stdin and writes
-one JSON reply per line on the private pipe of :func:`ovkit.child.serve` (stdout is pointed at
-stderr first, so whatever the backend or OpenVINO print never corrupts a reply).  Requests name a
-command (:data:`HANDLERS`); an exception becomes ``{"error": ...}``, a crash ends the process (the
-parent reports it).
+"""The child side of :mod:`ovkit.upstream.isolate`, the only code that calls the real backend:
+``python -m ovkit.upstream.worker`` answers JSON requests naming a command (:data:`HANDLERS`) on
+:func:`ovkit.child.serve`'s private pipe; an exception becomes ``{"error": ...}``.
 """
 
 from __future__ import annotations
@@ -40,10 +36,8 @@ class Backend:
         self.g = ggml
         self.dev = ggml.ggml_backend_dev_by_name(DEVICE_NAME.encode())
         if not self.dev:
-            names = [
-                _text(ggml.ggml_backend_dev_name(ggml.ggml_backend_dev_get(i)))
-                for i in range(ggml.ggml_backend_dev_count())
-            ]
+            n = ggml.ggml_backend_dev_count()
+            names = [_text(ggml.ggml_backend_dev_name(ggml.ggml_backend_dev_get(i))) for i in range(n)]
             raise RuntimeError(f"ggml has no device {DEVICE_NAME} (devices: {names})")
         self._backend: Any = None
 
@@ -59,20 +53,10 @@ class Backend:
     def supports(self, tensor: Any) -> bool:
         return bool(self.g.ggml_backend_dev_supports_op(self.dev, tensor))
 
-    def op_label(self, tensor: Any) -> str:
-        return _text(self.g.ggml_op_desc(tensor))
-
     def verdicts(self, tensors: Any) -> list[dict[str, Any]]:
         """``supports_op`` of each tensor, with its op, name and shape (ggml order)."""
-        return [
-            {
-                "op": self.op_label(t),
-                "name": _text(t.contents.name),
-                "ne": [int(x) for x in t.contents.ne],
-                "supported": self.supports(t),
-            }
-            for t in tensors
-        ]
+        return [{"op": _text(self.g.ggml_op_desc(t)), "name": _text(t.contents.name),
+                 "ne": [int(x) for x in t.contents.ne], "supported": self.supports(t)} for t in tensors]  # fmt: skip
 
 
 def _text(b: bytes | str | None) -> str:
@@ -103,17 +87,11 @@ def _devices(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
         free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
         g.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
         kind = int(g.ggml_backend_dev_type(dev))
-        out.append(
-            {
-                "index": i,
-                "name": _text(g.ggml_backend_dev_name(dev)),
-                "description": _text(g.ggml_backend_dev_description(dev)),
-                "memory_free": int(free.value),
-                "memory_total": int(total.value),
-                "type": DEVICE_TYPES[kind] if kind < len(DEVICE_TYPES) else str(kind),
-                "registry": _text(g.ggml_backend_reg_name(g.ggml_backend_dev_backend_reg(dev))),
-            }
-        )
+        out.append({"index": i, "name": _text(g.ggml_backend_dev_name(dev)),
+                    "description": _text(g.ggml_backend_dev_description(dev)),
+                    "memory_free": int(free.value), "memory_total": int(total.value),
+                    "type": DEVICE_TYPES[kind] if kind < len(DEVICE_TYPES) else str(kind),
+                    "registry": _text(g.ggml_backend_reg_name(g.ggml_backend_dev_backend_reg(dev)))})  # fmt: skip
     return {"devices": out}
 
 
@@ -122,19 +100,9 @@ def _crash(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     return {"supported": be.supports(None)}
 
 
-def _case_session(be: Backend, name: str) -> tuple[Any, Any, dict[str, Any], Any]:
-    from ovkit import oracle
-    from ovkit.upstream import cases
-
-    c = cases.find_case(name)
-    inputs = cases.ggml_inputs(c)
-    return c, oracle.program_session(c.program, inputs, backend=be.backend), inputs, oracle
-
-
 def _three_way_reply(be: Backend, case: Case, inputs: dict[str, Any], compute: bool) -> dict[str, Any]:
-    """supports_op per tensor of the case's graph, then (if all are supported) the computed output
-    judged against ggml's CPU backend on the same inputs (:func:`ovkit.catalogue.result.judge`:
-    ``status``, ``nmse`` the case's own error, None when the shapes differ)."""
+    """supports_op per tensor of the case's graph, then (all supported) the output judged against
+    ggml's CPU backend (``status``, ``nmse``: the case's own error, None when the shapes differ)."""
     from ovkit import oracle
     from ovkit.catalogue.result import judge
 
@@ -178,7 +146,11 @@ def _catalogue_case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
 
 def _bench(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     """Seconds per compute of a case on the real backend (graph built once, run repeatedly)."""
-    _c, session, _inputs, _oracle = _case_session(be, req["name"])
+    from ovkit import oracle
+    from ovkit.upstream import cases
+
+    c = cases.find_case(req["name"])
+    session = oracle.program_session(c.program, cases.ggml_inputs(c), backend=be.backend)
     try:
         for _ in range(int(req.get("warmup", 1))):
             session.run()

@@ -1,22 +1,7 @@
-"""The curated op cases as one table: ``ovkit test-ops``' own set, the comparison set against
-ggml and the perf set, each case written once and tagged with the sets it belongs to.
-
-A case is a :class:`~ovkit.catalogue.case.Case`: its leaves (ggml ``ne``, type, how the values
-are drawn), one program written against the builder API ``Graph`` shares with
-``oracle.GgmlBuilder``, and its error bound (the op's test-backend-ops threshold unless the case
-says why not).  Names are test-backend-ops': ``OP(type=...,ne_a=[...],...)``; a case of the ggml
-comparison set carries its variant as ``v=`` (``ADD(type=f32,...,v=src0-view)``).
-
-- ``test-ops`` (:mod:`.testops`): small cases, one or a few per op and parameter (``ovkit
-  test-ops``' default).
-- ``ggml`` (:mod:`.vs_ggml`, :mod:`.llama_block`): the wider comparison of every op against
-  ggml's CPU backend: layouts, views, types, value ranges, model-sized shapes and whole llama
-  blocks; cases the upstream CPU policy rejects name a fragment of its reason (``rejected``), and
-  their translation is checked anyway.
-- ``perf`` (:mod:`.perf`): model-sized cases for ``ovkit test-ops perf`` (time per run, GFLOPS or
-  GB/s).
-
-Each set is built on demand, the first time a case is asked for (nothing is built at import).
+"""The curated op cases as one table, each case written once and tagged with its sets: ``test-ops``
+(:mod:`.testops`, small cases per op and parameter), ``ggml`` (:mod:`.vs_ggml`,
+:mod:`.llama_block`: the wider comparison against ggml's CPU backend) and ``perf`` (:mod:`.perf`).
+Names are test-backend-ops' (``OP(type=...,ne_a=[...],...)``); nothing is built at import.
 """
 
 from __future__ import annotations
@@ -42,21 +27,9 @@ from ovkit.catalogue.curated.build import (
 )
 
 __all__ = [
-    "BUILDER_OP",
-    "GGML",
-    "INDEX_KINDS",
-    "PERF",
-    "SETS",
-    "TEST_OPS",
-    "case",
-    "cases",
-    "f",
-    "find",
-    "label",
-    "param",
-    "relabel",
-    "split_params",
-]
+    "BUILDER_OP", "GGML", "INDEX_KINDS", "PERF", "SETS", "TEST_OPS", "case", "cases", "f", "find", "label",
+    "param", "relabel", "split_params"
+]  # fmt: skip
 
 
 def _tagged(tag: str, cs: Sequence[Case]) -> list[Case]:

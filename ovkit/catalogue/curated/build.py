@@ -1,9 +1,9 @@
-"""What the curated case sets are written with: a case is one row, its leaves by ggml ``ne``
-(innermost first, as test-backend-ops writes them) and its program a builder call on them
-(:class:`Call`), its op and NMSE threshold from the op table."""
+"""What the curated sets are written with: leaves by ggml ``ne``, a program as a builder call on
+them (:class:`Call`), op and NMSE threshold from the op table."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
@@ -43,13 +43,7 @@ def label(leaves: Sequence[Leaf], **params: Any) -> str:
 
 def split_params(params: str) -> list[str]:
     """A parameter string's ``key=value`` parts (commas inside ``[...]`` kept)."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(params):
-        depth += {"[": 1, "]": -1}.get(ch, 0)
-        if ch == "," and depth == 0:
-            parts.append(params[start:i])
-            start = i + 1
-    return [*parts, params[start:]] if params else parts
+    return re.findall(r"(?:[^,\[]|\[[^\]]*\])+", params)
 
 
 def param(c: Case, key: str) -> str:
@@ -144,18 +138,9 @@ def P(src: Any, *axes: int) -> Call:  # noqa: N802
     return Call("permute", (src, *axes))
 
 
-def case(
-    builder: str,
-    leaves: Mapping[str, Leaf],
-    *args: Any,
-    op: str | None = None,
-    program: Program | None = None,
-    flops: int = 0,
-    max_nmse: float | None = None,
-    why: str = "",
-    rejected: str | None = None,
-    **params: Any,
-) -> Case:
+def case(builder: str, leaves: Mapping[str, Leaf], *args: Any, op: str | None = None,
+         program: Program | None = None, flops: int = 0, max_nmse: float | None = None,
+         why: str = "", rejected: str | None = None, **params: Any) -> Case:  # fmt: skip
     """One case: ``builder(*args)`` on ``leaves`` (or ``program``), named as test-backend-ops names
     a case (``params`` after the leaves); its op is the builder's (unless ``op``), its threshold
     the builder's op's (unless ``max_nmse``, with ``why``); ``rejected``: a fragment of the reason
@@ -167,16 +152,9 @@ def case(
     return Case(key, label(named, **params), named, run, bound, flops=flops, why=why, rejected=rejected or "")
 
 
-def vs(
-    id: str,
-    builder: str,
-    leaves: Mapping[str, Leaf],
-    *args: Any,
-    program: Program | None = None,
-    max_nmse: float | None = None,
-    why: str = "",
-    rejected: str | None = None,
-) -> Case:
+def vs(id: str, builder: str, leaves: Mapping[str, Leaf], *args: Any,
+       program: Program | None = None, max_nmse: float | None = None, why: str = "",
+       rejected: str | None = None) -> Case:  # fmt: skip
     """A case of the comparison set against ggml: ``id`` names its variant (``add-src0-view``),
     shown as ``v=`` after the leaves (the builder when the op has several builders)."""
     op = BUILDER_OP[builder]

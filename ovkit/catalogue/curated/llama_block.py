@@ -16,15 +16,8 @@ from ovkit.ir import RopeType
 # --- whole-block chains: a llama-style layer over an f16 KV cache (as llama.cpp builds it) -----
 
 
-def block(
-    n_tok: int,
-    ctx: int = 32,
-    d: int = 64,
-    heads: int = 4,
-    kv_heads: int = 2,
-    ff: int = 96,
-    wtype: str = "f32",
-) -> tuple[dict[str, Leaf], Program]:
+def block(n_tok: int, ctx: int = 32, d: int = 64, heads: int = 4, kv_heads: int = 2,
+          ff: int = 96, wtype: str = "f32") -> tuple[dict[str, Leaf], Program]:  # fmt: skip
     hd, kv_dim = d // heads, d // heads * kv_heads
     scale = 1.0 / float(np.sqrt(d))
     ins = {
@@ -73,8 +66,7 @@ _WHOLE = "test-backend-ops test_llama/test_falcon: 2e-3 for whole-model graphs (
 
 def cases() -> list[Case]:
     """The llama blocks: prefill and decode, f32 and quantized weights."""
-    out = []
-    for _cid, _kw in {
+    shapes: dict[str, dict[str, Any]] = {
         "llama-block-prefill": {"n_tok": 5},
         "llama-block-decode": {"n_tok": 1},
         "llama-block-prefill-q4_0": {"n_tok": 5, "wtype": "q4_0"},
@@ -86,7 +78,9 @@ def cases() -> list[Case]:
             "ff": 256,
             "wtype": "q4_K",
         },
-    }.items():
-        _ins, _prog = block(**_kw)  # type: ignore[arg-type]
-        out.append(vs(_cid, "llama_block", _ins, program=_prog, max_nmse=2e-3, why=_WHOLE))
+    }
+    out = []
+    for cid, kw in shapes.items():
+        ins, program = block(**kw)
+        out.append(vs(cid, "llama_block", ins, program=program, max_nmse=2e-3, why=_WHOLE))
     return out

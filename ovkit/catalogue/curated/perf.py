@@ -26,14 +26,9 @@ def cases() -> list[Case]:
             nbytes=2 * 512 * 256 * 4 + 512 * 4,  # rows read + written, and the indices
         ),
         case("cpy", {"a": f(4096, 512), "b": f(4096, 512, dtype="f16")}, "a", "b"),
-        case(
-            "rope_ext",
-            {"a": f(hd, heads, n_tok), "pos": leaf_of((n_tok,), "i32", Init("pos"))},
-            *("a", "pos", None, *rope_args(hd, 2)),
-            n_dims=hd,
-            mode=2,
-        ),
-    ]
+        case("rope_ext", {"a": f(hd, heads, n_tok), "pos": leaf_of((n_tok,), "i32", Init("pos"))},
+             *("a", "pos", None, *rope_args(hd, 2)), n_dims=hd, mode=2),
+    ]  # fmt: skip
     for m, k, n in ((4096, 4096, 1), (4096, 4096, 32), (512, 512, 512), (4096, 4096, 512)):
         cases.append(case("mul_mat", {"a": f(k, m), "b": f(k, n)}, "a", "b", flops=2 * m * k * n))
     for qtype in ("q4_0", "q8_0", "q4_K", "f16"):

@@ -1,9 +1,7 @@
-"""The comparison set against ggml: every op against ggml's CPU backend in layouts, views, types,
-value ranges, model-sized shapes and whole llama blocks, ``ne`` written innermost first as
-test-backend-ops does.  One row per case: ``vs(id, builder, leaves, *args)`` calls ``builder``
-on the leaves (:class:`~.build.Call`, :class:`~.build.View` and :func:`~.build.P` make its
-operands); a case the upstream CPU policy rejects names a fragment of its reason (``rejected``),
-and its translation is checked anyway.  Built on demand by :func:`cases`."""
+"""The comparison set against ggml's CPU backend: every op in layouts, views, types, value ranges
+and model-sized shapes, one ``vs(id, builder, leaves, *args)`` row per case (``ne`` innermost
+first); a case the upstream CPU policy rejects names a fragment of its reason (``rejected``).
+"""
 
 from __future__ import annotations
 
@@ -13,18 +11,7 @@ from typing import Any, TypedDict, Unpack
 import numpy as np
 
 from ovkit.catalogue.case import Case, Init, Leaf, Program
-from ovkit.catalogue.curated.build import (
-    C,
-    P,
-    Range,
-    V,
-    f,
-    fa_program,
-    ints,
-    leaf_of,
-    rope_args,
-    vs,
-)
+from ovkit.catalogue.curated.build import C, P, Range, V, f, fa_program, ints, leaf_of, rope_args, vs
 from ovkit.catalogue.curated.llama_block import cases as llama_block_cases
 from ovkit.dtypes import QUANT_TYPES
 from ovkit.ir import GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC, Op, RopeType
@@ -44,38 +31,17 @@ def _binary_cases() -> list[Case]:
         out += [
             vs(f"{op}-bcast-row", op, {"a": f(10, 5, 4, 3, **r), "b": f(10, 1, 1, 1, **r)}, "a", "b"),
             # ggml tiles b; upstream ADD/SUB/MUL broadcast only dims of size 1
-            vs(
-                f"{op}-bcast-tile",
-                op,
-                {"a": f(20, 10, 8, 6, **r), "b": f(10, 5, 4, 3, **r)},
-                "a",
-                "b",
-                rejected=None if op == "div" else "neither is 1",
-            ),  # fmt: skip
+            vs(f"{op}-bcast-tile", op, {"a": f(20, 10, 8, 6, **r), "b": f(10, 5, 4, 3, **r)}, "a", "b",
+               rejected=None if op == "div" else "neither is 1"),  # fmt: skip
             vs(f"{op}-bcast-col", op, {"a": f(16, 5, 4, 3, **r), "b": f(1, 5, 4, 1, **r)}, "a", "b"),
-            vs(
-                f"{op}-f16-b-f32",
-                op,
-                {"a": f(10, 5, 4, 3, dtype="f16", **r), "b": f(10, 5, 1, 1, **r)},
-                "a",
-                "b",
-            ),
+            vs(f"{op}-f16-b-f32", op, {"a": f(10, 5, 4, 3, dtype="f16", **r), "b": f(10, 5, 1, 1, **r)},
+               "a", "b"),
             # a non-contiguous view: the first half of each row of a wider tensor
-            vs(
-                f"{op}-src0-view",
-                op,
-                {"a": f(20, 5, 4, 3, **r), "b": f(10, 5, 4, 3, **r)},
-                V("a", 10, 5, 4, 3),
-                "b",
-            ),
-            vs(
-                f"{op}-src0-permuted",
-                op,
-                {"a": f(10, 4, 5, 3, **r), "b": f(10, 5, 1, 3, **r)},
-                P("a", 0, 2, 1, 3),
-                "b",
-            ),
-        ]
+            vs(f"{op}-src0-view", op, {"a": f(20, 5, 4, 3, **r), "b": f(10, 5, 4, 3, **r)},
+               V("a", 10, 5, 4, 3), "b"),
+            vs(f"{op}-src0-permuted", op, {"a": f(10, 4, 5, 3, **r), "b": f(10, 5, 1, 3, **r)},
+               P("a", 0, 2, 1, 3), "b"),
+        ]  # fmt: skip
     return out
 
 
@@ -86,17 +52,11 @@ def _scalar_cases() -> list[Case]:
         vs("add1-f32", "add1", {"a": f(10, 5, 4, 3), "b": f(1)}, "a", "b"),
         vs("add1-f16", "add1", {"a": f(10, 5, 4, 3, dtype="f16"), "b": f(1, dtype="f16")}, "a", "b"),
         vs("add_id-all-experts", "add_id", {"a": f(32, 8, 5), "b": f(32, 8), "ids": ids}, "a", "b", "ids"),
-        vs(
-            "add_id-ids-view",
-            "add_id",
-            {"a": f(32, 4, 5), "b": f(32, 8), "ids": ids},
-            "a",
-            "b",
-            V("ids", 4, 5),
-        ),
+        vs("add_id-ids-view", "add_id", {"a": f(32, 4, 5), "b": f(32, 8), "ids": ids}, "a", "b",
+           V("ids", 4, 5)),
         vs("scale", "scale", {"a": f(10, 10, 10, 10)}, "a", 2.0),
         vs("scale_bias", "scale_bias", {"a": f(10, 10, 10, 10)}, "a", 0.75, -1.5),
-    ]
+    ]  # fmt: skip
     for dt in ("f32", "f16"):
         out += [
             vs(f"sqr-{dt}", "sqr", {"a": f(10, 5, 4, 3, dtype=dt)}, "a"),
@@ -141,22 +101,14 @@ def _glu_cases() -> list[Case]:
             out += [
                 vs(f"{name}-swapped{int(sw)}", name, {"a": wide}, program=C("glu", "a", sub, sw)),
                 vs(f"{name}-swapped{int(sw)}-view", name, {"a": wide3}, program=C("glu", view, sub, sw)),
-                vs(
-                    f"{name}-swapped{int(sw)}-f16",
-                    name,
-                    {"a": f(128, 2, 2, 2, dtype="f16", lo=-10.0, hi=10.0)},
-                    program=C("glu", "a", sub, sw),
-                ),  # fmt: skip
-            ]
+                vs(f"{name}-swapped{int(sw)}-f16", name,
+                   {"a": f(128, 2, 2, 2, dtype="f16", lo=-10.0, hi=10.0)}, program=C("glu", "a", sub, sw)),  # fmt: skip
+            ]  # fmt: skip
         out += [
             vs(f"{name}_split", name, {"a": wide, "b": wide}, program=C(f"{name}_split", "a", "b")),
-            vs(
-                f"{name}_split-view",
-                name,
-                {"a": wide3, "b": wide3},
-                program=C(f"{name}_split", view, V("b", 128, 2, 2, 2)),
-            ),  # fmt: skip
-        ]
+            vs(f"{name}_split-view", name, {"a": wide3, "b": wide3},
+               program=C(f"{name}_split", view, V("b", 128, 2, 2, 2))),  # fmt: skip
+        ]  # fmt: skip
     narrow = f(128, 2, 2, 2, lo=-10.0, hi=10.0)
     return [
         *out,
@@ -174,86 +126,41 @@ def _layout_cases() -> list[Case]:
     wide = WIDE
     out += [
         # a slice of each row: 10 of a 10x10 plane's rows, from element 9 on
-        vs(
-            "cont-view-slice-bf16",
-            "cont",
-            {"a": f(10, 10, 10, 1, dtype="bf16")},
-            V("a", 10, 1, 10, 1, offset=18),
-        ),
+        vs("cont-view-slice-bf16", "cont", {"a": f(10, 10, 10, 1, dtype="bf16")},
+           V("a", 10, 1, 10, 1, offset=18)),
         vs("cont-permute-4d", "cont", {"a": f(6, 5, 4, 3)}, P("a", 2, 0, 3, 1)),
         vs("cont-view-slice", "cont", {"a": f(10, 10, 10, 1)}, V("a", 10, 1, 10, 1, offset=36)),
         vs("cont_2d-of-permute", "cont", {"a": f(8, 4, 6)}, program=C("cont_2d", P("a", 0, 2, 1, 3), 32, 6)),
-        vs(
-            "cpy-f32-f16",
-            "cpy",
-            {"a": f(10, 10, 10, 1, **wide), "d": f(10, 10, 10, 1, dtype="f16")},
-            "a",
-            "d",
-        ),
-        vs(
-            "cpy-f16-f32",
-            "cpy",
-            {"a": f(10, 10, 10, 1, dtype="f16", **wide), "d": f(10, 10, 10, 1)},
-            "a",
-            "d",
-        ),
-        vs(
-            "cpy-f32-permuted-src",
-            "cpy",
-            {"a": f(10, 8, 6, 1, **wide), "d": f(10, 6, 8, 1)},
-            P("a", 0, 2, 1, 3),
-            "d",
-            max_nmse=0.0,
-            why="test_cpy: 0 when src and dst types match",
-        ),  # fmt: skip
-        vs(
-            "cpy-f32-f16-transposed-src",
-            "cpy",
-            {"a": f(12, 7, **wide), "d": f(7, 12, dtype="f16")},
-            C("transpose", "a"),
-            "d",
-        ),  # fmt: skip
+        vs("cpy-f32-f16", "cpy", {"a": f(10, 10, 10, 1, **wide), "d": f(10, 10, 10, 1, dtype="f16")},
+           "a", "d"),
+        vs("cpy-f16-f32", "cpy", {"a": f(10, 10, 10, 1, dtype="f16", **wide), "d": f(10, 10, 10, 1)},
+           "a", "d"),
+        vs("cpy-f32-permuted-src", "cpy", {"a": f(10, 8, 6, 1, **wide), "d": f(10, 6, 8, 1)},
+           P("a", 0, 2, 1, 3), "d", max_nmse=0.0, why="test_cpy: 0 when src and dst types match"),  # fmt: skip
+        vs("cpy-f32-f16-transposed-src", "cpy", {"a": f(12, 7, **wide), "d": f(7, 12, dtype="f16")},
+           C("transpose", "a"), "d"),  # fmt: skip
         vs("reshape_2d", "reshape_2d", {"a": f(10, 5, 4, 3)}, "a", 50, 12),
-        vs(
-            "reshape_4d-then-add",
-            "reshape_4d",
-            {"a": f(60, 4), "b": f(5, 3, 4, 4)},
-            program=C("add", C("reshape_4d", "a", 5, 3, 4, 4), "b"),
-        ),  # fmt: skip
-        vs(
-            "reshape-of-cont-permute",
-            "reshape_3d",
-            {"a": f(4, 6, 5)},
-            C("cont", P("a", 1, 0, 2, 3)),
-            12,
-            2,
-            5,
-        ),
+        vs("reshape_4d-then-add", "reshape_4d", {"a": f(60, 4), "b": f(5, 3, 4, 4)},
+           program=C("add", C("reshape_4d", "a", 5, 3, 4, 4), "b")),  # fmt: skip
+        vs("reshape-of-cont-permute", "reshape_3d", {"a": f(4, 6, 5)}, C("cont", P("a", 1, 0, 2, 3)), 12,
+           2, 5),
         vs("view_1d-offset", "view_1d", {"a": f(10, 5, 4)}, "a", 37, 4 * 11),
         vs("view_2d-rows", "view_2d", {"a": f(10, 8)}, "a", 6, 3, 40, 40 * 2 + 8),  # nb1 40: f32 rows of 10
         vs(
             "view_3d-strided", "view_3d", {"a": f(8, 6, 4)}, "a", 4, 3, 2, 32 * 2, 192 * 2, 4
         ),  # every 2nd row, plane
-        vs(
-            "view_4d-then-mul",
-            "view_4d",
-            {"a": f(20, 5, 4, 3), "b": f(10, 5, 4, 3)},
-            program=C("mul", V("a", 10, 5, 4, 3, offset=40), "b"),
-        ),  # fmt: skip
-    ]
+        vs("view_4d-then-mul", "view_4d", {"a": f(20, 5, 4, 3), "b": f(10, 5, 4, 3)},
+           program=C("mul", V("a", 10, 5, 4, 3, offset=40), "b")),  # fmt: skip
+    ]  # fmt: skip
     out += [vs(f"permute-{''.join(map(str, axes))}", "permute", {"a": f(6, 5, 4, 3)}, "a", *axes)
             for axes in ((1, 0, 2, 3), (0, 2, 1, 3), (2, 0, 1, 3), (3, 2, 1, 0))]  # fmt: skip
     return [
         *out,
         vs("permute-f16", "permute", {"a": f(6, 5, 4, 3, dtype="f16")}, "a", 0, 2, 1, 3),
         vs("transpose", "transpose", {"a": f(7, 5, 3)}, "a"),
-        vs(
-            "transpose-f16-then-cont",
-            "transpose",
-            {"a": f(7, 5, dtype="f16")},
-            program=C("cont", C("transpose", "a")),
-        ),
-    ]
+        vs("transpose-f16-then-cont", "transpose", {"a": f(7, 5, dtype="f16")},
+           program=C("cont", C("transpose", "a"))),
+    ]  # fmt: skip
 
 
 def _concat(
@@ -275,15 +182,9 @@ def _concat_cases() -> list[Case]:
         *(_concat(dim, 0, "f32") for dim in range(4)),
         *(_concat(1, v, "f32") for v in (1, 2, 3)),
         _concat(2, 0, "f16"),
-        vs(
-            "concat-dim0-i32",
-            "concat",
-            {"a": ints(10, 5, 5, 5, high=1000), "b": ints(3, 5, 5, 5, high=1000)},
-            "a",
-            "b",
-            0,
-        ),
-    ]
+        vs("concat-dim0-i32", "concat", {"a": ints(10, 5, 5, 5, high=1000), "b": ints(3, 5, 5, 5,
+           high=1000)}, "a", "b", 0),
+    ]  # fmt: skip
 
 
 def _rows_cases() -> list[Case]:
@@ -381,18 +282,14 @@ def _norm_cases() -> list[Case]:
         vs("l2_norm-noncontig-rows", "l2_norm", {"a": f(6, 64, 4, 2)}, P("a", 1, 0, 2, 3), 1e-12),
         vs("sum_rows", "sum_rows", {"a": f(10, 5, 4, 3)}, "a"),
         # every 2nd plane of the first two batches of a's [10, 5, 4, 3] f32 (nb 40, 200, 800), from batch 1
-        vs(
-            "sum_rows-slice-view",
-            "sum_rows",
-            {"a": f(10, 5, 4, 3)},
-            C("view_4d", "a", 10, 5, 2, 2, 40, 400, 800, 800),
-        ),
+        vs("sum_rows-slice-view", "sum_rows", {"a": f(10, 5, 4, 3)},
+           C("view_4d", "a", 10, 5, 2, 2, 40, 400, 800, 800)),
         vs("cumsum", "cumsum", {"a": f(10, 5, 4, 3)}, "a"),
         vs("cumsum-long", "cumsum", {"a": f(200, 3)}, "a"),
         vs("argsort-asc", "argsort", {"a": leaf_of((16, 10, 4, 2), "f32", distinct)}, "a", ASC),
         vs("argsort-odd-width", "argsort", {"a": leaf_of((13, 7), "f32", distinct)}, "a", DESC),
         vs("argsort-desc", "argsort", {"a": leaf_of((16, 10, 4, 2), "f32", distinct)}, "a", DESC),
-    ]
+    ]  # fmt: skip
 
 
 def _sm(mask: bool, scale: float, max_bias: float, sinks: bool) -> Program:
@@ -405,12 +302,8 @@ def _sm(mask: bool, scale: float, max_bias: float, sinks: bool) -> Program:
     return program
 
 
-def _sm_inputs(
-    mask: str | None,
-    sinks: bool,
-    ne: tuple[int, int, int, int] = (16, 5, 4, 3),
-    nr23: tuple[int, int] = (1, 1),
-) -> dict[str, Leaf]:
+def _sm_inputs(mask: str | None, sinks: bool, ne: tuple[int, int, int, int] = (16, 5, 4, 3),
+               nr23: tuple[int, int] = (1, 1)) -> dict[str, Leaf]:  # fmt: skip
     ins = {"a": f(ne[0], ne[1], ne[2] * nr23[0], ne[3] * nr23[1])}
     if mask:
         ins["m"] = f(*ne, dtype=mask)
@@ -428,24 +321,16 @@ def _soft_max_cases() -> list[Case]:
         vs("soft_max_ext-scale", sm, _sm_inputs(None, False), program=_sm(False, 0.1, 0.0, False)),
         vs("soft_max_ext-mask-f32", sm, _sm_inputs("f32", False), program=_sm(True, 1.0, 0.0, False)),
         vs("soft_max_ext-mask-f16-scale", sm, _sm_inputs("f16", False), program=_sm(True, 0.1, 0.0, False)),
-        vs(
-            "soft_max_ext-mask-bcast",
-            sm,
-            _sm_inputs("f32", False, nr23=(2, 3)),
-            program=_sm(True, 0.5, 0.0, False),
-        ),
+        vs("soft_max_ext-mask-bcast", sm, _sm_inputs("f32", False, nr23=(2, 3)),
+           program=_sm(True, 0.5, 0.0, False)),
         vs("soft_max_ext-alibi", sm, _sm_inputs("f32", False), program=_sm(True, 1.0, 8.0, False)),
-        vs(
-            "soft_max_ext-alibi-f16-mask",
-            sm,
-            _sm_inputs("f16", False, ne=(32, 4, 12, 1)),
-            program=_sm(True, 0.25, 8.0, False),
-        ),  # fmt: skip
+        vs("soft_max_ext-alibi-f16-mask", sm, _sm_inputs("f16", False, ne=(32, 4, 12, 1)),
+           program=_sm(True, 0.25, 8.0, False)),  # fmt: skip
         vs("soft_max_ext-sinks", sm, _sm_inputs(None, True), program=_sm(False, 1.0, 0.0, True)),
         vs("soft_max_ext-mask-sinks", sm, _sm_inputs("f16", True), program=_sm(True, 0.1, 0.0, True)),
         vs("soft_max_ext-alibi-sinks", sm, _sm_inputs("f32", True), program=_sm(True, 1.0, 8.0, True)),
         vs("soft_max_ext-causal-mask", sm, causal, program=_sm(True, 0.125, 0.0, False)),
-    ]
+    ]  # fmt: skip
 
 
 def _fa(
@@ -521,54 +406,30 @@ def _rope_cases() -> list[Case]:
             vs(f"rope-{name}-partial", "rope_ext", small, *_rope(16, mode)),
             vs(f"rope-{name}-f16", "rope_ext", _rope_in((32, 4, 5, 1), dtype="f16"), *_rope(32, mode)),
             vs(f"rope-{name}-yarn", "rope_ext", _rope_in((64, 2, 7, 1)), *_rope(64, mode, **_YARN)),
-            vs(
-                f"rope-{name}-freq-factors",
-                "rope_ext",
-                _rope_in((32, 4, 5, 1), ff=16),
-                *_rope(32, mode, "ff"),
-            ),
+            vs(f"rope-{name}-freq-factors", "rope_ext", _rope_in((32, 4, 5, 1), ff=16),
+               *_rope(32, mode, "ff")),
             vs(f"rope-{name}-scaled", "rope_ext", _rope_in((16, 3, 6, 2)), *_rope(16, mode, fs=0.25)),
             # Q sliced out of a fused QKV projection (non-contiguous rows; qkv rows of 96 f32: nb1 384)
-            vs(
-                f"rope-{name}-qkv-view",
-                "rope_ext",
-                {"qkv": f(96, 5), "p": ints(5, high=512)},
-                C("view_3d", "qkv", 16, 2, 5, 16 * 4, 384, 0),
-                *_rope(16, mode)[1:],
-            ),  # fmt: skip
-        ]
+            vs(f"rope-{name}-qkv-view", "rope_ext", {"qkv": f(96, 5), "p": ints(5, high=512)},
+               C("view_3d", "qkv", 16, 2, 5, 16 * 4, 384, 0), *_rope(16, mode)[1:]),  # fmt: skip
+        ]  # fmt: skip
     planes = _rope_in((32, 4, 5, 1), planes=4)
     return [
         *out,
         vs("rope-imrope-full", "rope_multi", planes, *_multi(32, [6, 5, 5, 0])),
         vs("rope-imrope-partial", "rope_multi", _rope_in((32, 2, 6, 1), planes=4), *_multi(16, [3, 3, 2, 0])),
-        vs(
-            "rope-imrope-f16",
-            "rope_multi",
-            _rope_in((32, 4, 5, 1), dtype="f16", planes=4),
-            *_multi(32, [6, 5, 5, 0]),
-        ),
+        vs("rope-imrope-f16", "rope_multi", _rope_in((32, 4, 5, 1), dtype="f16", planes=4),
+           *_multi(32, [6, 5, 5, 0])),
         # test-backend-ops' v=1: a strided view; upstream only takes views with view_src ne[1] == ne[2]
-        vs(
-            "rope-normal-strided-view",
-            "rope_ext",
-            {"a": f(20, 20, 15, 1), "p": ints(5, high=512)},
-            V("a", 10, 5, 5, 1),
-            *_rope(10, RopeType.NORMAL)[1:],
-            rejected="view_src",
-        ),  # fmt: skip
+        vs("rope-normal-strided-view", "rope_ext", {"a": f(20, 20, 15, 1), "p": ints(5, high=512)},
+           V("a", 10, 5, 5, 1), *_rope(10, RopeType.NORMAL)[1:], rejected="view_src"),  # fmt: skip
         # MROPE (8) and VISION (24) are not registered upstream: rejected, yet ggml's numbers must hold
         vs("rope-mrope", "rope_multi", planes, *_multi(32, [5, 5, 6, 0], 8), rejected="mode"),
         vs("rope-vision", "rope_multi", planes, *_multi(16, [8, 8, 0, 0], 24), rejected="mode"),
-        vs(
-            "rope-imrope-freq-factors",
-            "rope_multi",
-            {**planes, "ff": f(16, lo=0.9, hi=1.1)},
-            *_multi(32, [6, 5, 5, 0], ff="ff"),
-            rejected="imrope",
-        ),  # fmt: skip
+        vs("rope-imrope-freq-factors", "rope_multi", {**planes, "ff": f(16, lo=0.9, hi=1.1)},
+           *_multi(32, [6, 5, 5, 0], ff="ff"), rejected="imrope"),  # fmt: skip
         vs("rope-imrope-yarn", "rope_multi", planes, *_multi(32, [6, 5, 5, 0], **_YARN), rejected="imrope"),
-    ]
+    ]  # fmt: skip
 
 
 def _gdn(hc: int, hs: int, nt: int, ns: int, vr: int) -> dict[str, Leaf]:
