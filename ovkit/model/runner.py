@@ -3,10 +3,8 @@
 ``Model(path, device=...)`` reads the GGUF, applies the device's requantization policy to the
 weights (they stay quantized), and builds the graph of ``ovkit.model.program``: by default
 (``shapes="buckets"``) one compiled model and one ``ovkit.engine.graph_session`` per shape bucket
-(``n_tokens``, ``n_kv``), as llama.cpp's static graphs are; ``shapes="split"`` compiles one model
-with ``n_tokens`` and ``n_kv`` dynamic for every prefill chunk and one with ``n_kv`` dynamic for
-the decode steps (``ovkit.model.dynamic``), so memory does not grow with the shape buckets a run
-meets, at about 0.78x the speed.  The KV cache (``kv="host"``, the default) is one set of f16 host arrays shared by every
+(``n_tokens``, ``n_kv``), as llama.cpp's static graphs are (``shapes="lean"``, the CPU default:
+one compiled model from the file's blocks, ``ovkit.model.lean``).  The KV cache (``kv="host"``, the default) is one set of f16 host arrays shared by every
 bucket, bound to each graph's cache inputs without a copy; a graph returns only the rows its
 SET_ROWS write and the runner stores them in place, so a step never copies the whole cache.
 ``kv="variables"`` keeps the cache in OpenVINO variables per bucket (ReadValue/Assign; a host
@@ -25,7 +23,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -40,7 +38,6 @@ from ovkit.ir import UnsupportedOpError
 from ovkit.memory import format_bytes
 from ovkit.model import lean
 from ovkit.model.arch import ModelError
-from ovkit.model.dynamic import DynamicShapeError, Symbol, symbolic_model
 from ovkit.model.limits import check_count, check_n_ctx, model_hparams, token_ids
 from ovkit.model.precision import PRECISIONS
 from ovkit.model.program import (
@@ -56,7 +53,7 @@ from ovkit.model.program import (
 from ovkit.ops.ggml_numerics import mark as mark_ggml_numerics
 from ovkit.ops.ggml_numerics import with_ggml_numerics
 from ovkit.report import Report, Reported, format_duration, format_rate
-from ovkit.runtime import Core, default_precision, is_simulated
+from ovkit.runtime import Core, is_simulated
 
 logger = logging.getLogger(__name__)
 
@@ -71,13 +68,9 @@ SHOWN_TOKENS = 24  # generated ids a Generation's repr lists before eliding the 
 KV_MODES = ("host", "variables")
 #: ``shapes=``: how many models are compiled.  "lean": one model built from the GGUF's blocks
 #: directly (``ovkit.model.lean``: compressed weights held once, the KV cache in OpenVINO state,
-#: every length dynamic); the others compile ovkit's ggml graph: "dynamic": one model whose ``n_tokens`` and ``n_kv``
-#: are dynamic dimensions (``ovkit.model.dynamic``), shared by every prefill chunk and decode step;
-#: "split": that model for prefills and one ``n_tokens = 1`` model (``n_kv`` dynamic) for decode,
-#: compiled with the decode's own hints; "buckets": one static model per shape bucket
-#: ``(n_tokens, n_kv)``, as llama.cpp's graphs are (the NPU class and ``kv="variables"`` always).
-#: docs/model.md ("Memory per model and per bucket") has the memory and speed of each.
-SHAPE_MODES = ("lean", "dynamic", "split", "buckets")
+#: every length dynamic); "buckets": ovkit's ggml graph, one static model per shape bucket
+#: ``(n_tokens, n_kv)``, as llama.cpp's graphs are (wherever "lean" does not apply).
+SHAPE_MODES = ("lean", "buckets")
 #: Prefill chunk lengths the static buckets are compiled for: a chunk of ``n`` tokens runs in the
 #: model of the smallest size >= n (padded after its last token, the padding's logits and cache
 #: rows dropped), so prompts of many lengths share a few compiled models (each is hundreds of MiB
@@ -85,9 +78,6 @@ SHAPE_MODES = ("lean", "dynamic", "split", "buckets")
 PREFILL_SIZES = (8, 16, 32, 64, 128, 192, 256, 384, 512)
 #: Compiled models a Model keeps (``max_buckets``): the least recently used beyond it is released.
 MAX_BUCKETS = 4
-#: The token counts and cache cells a dynamic model is built at to find the symbols in its numbers.
-DYNAMIC_TOKENS = (5, 7)
-DYNAMIC_KV = (9, 13)
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -182,30 +172,6 @@ def _release_host_memory() -> None:
             trim(0)
 
 
-class _Compiled:
-    """A compiled model the runner feeds itself (``shapes="dynamic"``/``"split"``): its inputs
-    are reshaped to the 4-D Parameters; a session-like face for ``sessions()`` and the profile."""
-
-    def __init__(self, graph: Any, dynamic: bool) -> None:
-        self.runner = graph.new_runner()
-        self.dynamic = dynamic
-        self.last_n_tokens = self.last_n_kv = 0
-
-    @property
-    def effective(self) -> Any:
-        return self.runner.graph.effective
-
-    def compute(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-        inputs = {k: v if v.ndim == 4 else v.reshape((1,) * (4 - v.ndim) + v.shape) for k, v in feed.items()}
-        self.last_n_tokens = int(feed["inp_tokens"].size)  # what the profile shows
-        self.last_n_kv = int(feed["attn_inp_kq_mask"].shape[-1])
-        out: list[np.ndarray] = self.runner.run(inputs)
-        return out
-
-    def profile(self) -> Any:
-        return self.runner.profile()
-
-
 def _discard_compiled(engine: Any, buckets: dict[GraphShape, _Bucket]) -> None:
     """Drop the compiled graphs of ``buckets`` from ``engine``'s cache, and the buckets."""
     engine.discard(b.session.runner.graph for b in buckets.values() if b.session is not None)
@@ -216,7 +182,7 @@ def _discard_compiled(engine: Any, buckets: dict[GraphShape, _Bucket]) -> None:
 class _Bucket:
     shape: GraphShape
     graph: Any
-    out: Any  # DecoderOut; None once a shapes="dynamic"/"split" model is compiled
+    out: DecoderOut
     session: Any = None
     writes: tuple[KvWrite, ...] = ()
     caches: dict[str, np.ndarray] = field(default_factory=dict)  # kv="host": its views of the cache
@@ -306,7 +272,7 @@ class Model(Reported):
             self.shapes = "lean"
             self._check_fits(n_ctx)
         else:
-            self._init_graph_forms(shapes if shapes != "lean" else None, engine)
+            self.shapes = "buckets"
         self._lean: Any = None  # the compiled lean session (ovkit.model.lean), built on first use
         self.spill_dir = config.spill_dir
         self.compiled_model_cache_dir = config.compiled_model_cache_dir  # the lean model's entries
@@ -327,34 +293,9 @@ class Model(Reported):
         # the engine's cache would keep this model's compiled graphs (hundreds of MiB each for a
         # real model) after the model is gone: they leave with it, or with close()
         weakref.finalize(self, _discard_compiled, engine, self._buckets)
-        self._views: dict[int, dict[str, np.ndarray]] = {}  # rows -> a dynamic model's cache inputs
         self._kv_owner: _Bucket | None = None
         self.n_past = 0
         self._lock = threading.RLock()  # see _serialized
-
-    def _init_graph_forms(self, shapes: str | None, engine: Any) -> None:
-        """Choose among the ggml-graph forms ("buckets", "split", "dynamic")."""
-        static_only = (
-            self.kv != "host" or self.device_class == DeviceClass.NPU or self.n_ctx < max(DYNAMIC_KV)
-        )
-        if shapes not in (None, "buckets") and static_only:
-            raise ModelError(
-                f"shapes={shapes!r} needs kv='host', a device other than the NPU class and "
-                f"n_ctx >= {max(DYNAMIC_KV)} (got kv={self.kv!r}, {self.device}, n_ctx={self.n_ctx})"
-            )
-        self.shapes = "buckets" if static_only else shapes or "buckets"
-        if self.shapes != "buckets" and self._computes_bf16(engine):
-            # OpenVINO 2026.4's CPU plugin miscomputes the attention of a graph whose n_kv is
-            # dynamic in bf16 (its Q·K MatMul: logits NMSE 0.06-1 against f32, where the same graph
-            # static is 1e-4): such a run would be silently wrong, so it takes the static buckets
-            logger.warning(
-                "%s: shapes=%r computes wrong attention in bf16 on the CPU (precision=%r here); "
-                "running one static model per shape bucket instead",
-                self.gguf.path.name,
-                self.shapes,
-                self.precision,
-            )
-            self.shapes = "buckets"
 
     def _check_fits(self, n_ctx: int) -> None:
         """Refuse up front a model whose load would not fit the host's available memory."""
@@ -410,18 +351,10 @@ class Model(Reported):
             self._lean = session
         return self._lean
 
-    def _computes_bf16(self, engine: Any) -> bool:
-        """True when the CPU plugin computes this model in bf16: ``precision="device"`` on a CPU
-        whose default is bf16 (AMX or avx512_bf16)."""
-        if self.device_class != DeviceClass.CPU or PRECISIONS[self.precision] is not None:
-            return False
-        return default_precision(self.device, core=engine.core) == "bf16"
-
     @property
     def weights(self) -> dict[str, Any]:
         """Every tensor as a graph constant, the device's policy applied: read from the GGUF when a
-        graph is built, and released once a ``shapes="dynamic"``/``"split"`` model is compiled
-        (the compiled model holds its own copy; the decoded host copy is ~4x a 4-bit file)."""
+        graph is built (the decoded host copy is ~4x a 4-bit file)."""
         if self._weights is None:
             weights = {
                 name: value.apply_policy(self.device_class, no_requant=self.no_requant)
@@ -469,101 +402,12 @@ class Model(Reported):
             mark_ggml_numerics(g)
         return g, out
 
-    def _model_key(self, shape: GraphShape) -> GraphShape:
-        """The compiled model ``shape`` runs on: its own bucket, or (``shapes="dynamic"`` /
-        ``"split"``) the key of a dynamic model, the shape it is first built at
-        (``DYNAMIC_TOKENS[0]`` tokens or, for the decode model of ``"split"``, one; its outputs:
-        the last position's, or every one; ``DYNAMIC_KV[0]`` cells)."""
-        if self.shapes == "buckets":
-            return shape
-        n = 1 if self.shapes == "split" and shape.n_tokens == 1 else DYNAMIC_TOKENS[0]
-        return GraphShape(n, DYNAMIC_KV[0], shape.n_ctx, 1 if shape.n_outputs == 1 else n, shape.flash_attn)
-
-    def _outputs(self, b: _Bucket) -> list[Any]:
-        """kv="host": the logits and the rows each SET_ROWS writes (stored by ``eval``)."""
-        outputs = [b.out.logits]
-        for name in cache_names(self.hp.n_layer):
-            nxt = b.out.caches[name]
-            outputs.append(nxt.srcs[1])
-            b.writes += (KvWrite(name, nxt.ne[0], nxt.srcs[2].name),)
-            b.caches[name] = self._kv[name][: self._cache_rows(b.shape)]  # no copy
-        return outputs
-
-    def _cache_views(self, shape: GraphShape) -> dict[str, np.ndarray]:
-        """A dynamic model's cache inputs for ``shape``: 4-D views of the host cache's first rows,
-        the same objects for every step with the same ``n_kv`` (bound once, read in place)."""
-        rows = self._cache_rows(shape)
-        views = self._views.get(rows)
-        if views is None:
-            views = self._views[rows] = {
-                n: c[:rows].reshape(1, 1, rows, c.shape[1]) for n, c in self._kv.items()
-            }
-        return views
-
-    def _compile(self, key: GraphShape) -> _Bucket:
-        """``shapes="dynamic"``/``"split"``: compile the model of ``key`` (a ``_model_key``) with
-        ``n_kv`` and, unless it is split's decode model, ``n_tokens`` dynamic."""
-        engine = get_engine(self.core)
-        config = self.run_config(key.n_tokens)
-        wide = cache_names(self.hp.n_layer) if self._kv_wide else []
-        kept: list[_Bucket] = []
-        symbols = [Symbol("n_kv", "attn_inp_kq_mask", -1, DYNAMIC_KV)]
-        if key.n_tokens != 1:
-            symbols.insert(0, Symbol("n_tokens", "inp_tokens", -1, DYNAMIC_TOKENS))
-
-        def translate(sizes: Mapping[str, int]) -> Any:
-            n = sizes.get("n_tokens", 1)
-            shape = GraphShape(n, sizes["n_kv"], key.n_ctx, 1 if key.n_outputs == 1 else n, key.flash_attn)
-            g, out = self.build(shape)
-            b = _Bucket(shape, g, out)
-            plan = engine.plan(g, self._outputs(b), self.device, config, wide=wide)
-            if not kept:  # the first build: the one rewritten and compiled
-                plan.require_supported()
-                b.session = plan
-                kept.append(b)
-            return plan.factory()
-
-        try:
-            model = symbolic_model(translate, symbols)
-            b = kept[0]
-            graph = engine.compiled(
-                ("ovkit.model.dynamic", tuple(s.name for s in symbols), b.session.structure),
-                lambda: model,
-                self.device,
-                b.session.run,
-            )
-        except UnsupportedOpError as exc:
-            raise ModelError(f"{exc}. ovkit runs the whole graph on {self.device}") from exc
-        b.shape = key
-        b.session = _Compiled(graph, key.n_tokens != 1)
-        b.graph = b.out = None  # the graph's constants hold the host weights: released below
-        b.caches = {}
-        self._weights = None
-        return b
-
-    def _bucket(self, wanted: GraphShape) -> _Bucket:
-        shape = self._model_key(wanted)
+    def _bucket(self, shape: GraphShape) -> _Bucket:
         known = self._buckets.pop(shape, None)
         if known is not None:
             self._buckets[shape] = known  # the most recently used last (``_evict``)
         if known is None or known.session is None:  # room before compiling
             self._evict(keep=self._kv_owner, limit=self.max_buckets - 1)
-        if self.shapes != "buckets":
-            found = self._buckets.get(shape)
-            if found is None:
-                try:
-                    found = self._buckets[shape] = self._compile(shape)
-                    _release_host_memory()  # the translated models are garbage once compiled
-                except DynamicShapeError as exc:  # e.g. MoE routing: static buckets from here on
-                    logger.info(
-                        "%s: the shapes cannot be dynamic (%s); one model per shape bucket",
-                        self.gguf.path,
-                        exc,
-                    )
-                    self.shapes = "buckets"
-                    self._buckets.clear()
-                    return self._bucket(wanted)
-            return found
         b = self._buckets.get(shape)
         if b is None:
             g, out = self.build(shape)
@@ -632,23 +476,19 @@ class Model(Reported):
             self._lean_session()
             return
         shapes = self.buckets_for(n_prompt, n_predict, last_only=last_only)
-        keys = [self._model_key(s) for s in shapes]
-        models = list(dict.fromkeys(keys))
-        if len(models) > self.max_buckets:
+        if len(shapes) > self.max_buckets:
             logger.warning(
                 "%s: a run of %d prompt tokens and %d steps needs %d compiled models, max_buckets=%d: "
                 "%d of them compile during the run (a larger max_buckets keeps them all)",
                 self.gguf.path,
                 n_prompt,
                 n_predict,
-                len(models),
+                len(shapes),
                 self.max_buckets,
-                len(models) - self.max_buckets,
+                len(shapes) - self.max_buckets,
             )
-        first = set(models[: self.max_buckets])
-        for shape, key in zip(shapes, keys, strict=True):
-            if key in first:
-                self._bucket(shape)
+        for shape in shapes[: self.max_buckets]:
+            self._bucket(shape)
 
     def _evict(self, keep: _Bucket | None, limit: int) -> None:
         """Release the least recently used compiled models until at most ``limit`` are left besides
@@ -728,8 +568,7 @@ class Model(Reported):
             self._take_kv(b)
             feed = causal_inputs(self.hp, shape, run, self.n_past, out_ids=[n - 1] if last_only else None)
             # the same view objects every call: bound once, read in place (ovkit.engine)
-            caches = self._cache_views(shape) if isinstance(b.session, _Compiled) else b.caches
-            logits, *rows = b.session.compute({**feed, **caches} if caches else feed)
+            logits, *rows = b.session.compute({**feed, **b.caches} if b.caches else feed)
             for w, r in zip(b.writes, rows, strict=True):  # SET_ROWS on the host: the new rows only
                 index = feed[w.index_input]
                 real = index.size * n // size  # the chunk's own rows come first; padding's dropped
