@@ -80,12 +80,11 @@ def model_file(name: str, wtype: str, directory: Path) -> Path:
 def kv_bytes(report: BenchReport) -> int:
     """The f16 KV cache the run's context needs (what the memory targets add to the file)."""
     from ovkit.gguf import read_gguf
-    from ovkit.model.arch import HParams
+    from ovkit.model.footprint import kv_bytes as model_kv_bytes
+    from ovkit.model.limits import model_hparams
 
-    g = read_gguf(report.settings.path)
-    hp = HParams.from_metadata(g.metadata, n_vocab=g.tensors["token_embd.weight"].shape[0])
-    n_ctx = report.settings.n_prompt + report.settings.n_gen + 17
-    return 2 * hp.n_layer * n_ctx * hp.n_embd_kv * 2
+    hp = model_hparams(read_gguf(report.settings.path))
+    return model_kv_bytes(hp, report.settings.n_prompt + report.settings.n_gen + 17)
 
 
 def verdicts(name: str, report: BenchReport) -> list[str]:

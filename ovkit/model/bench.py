@@ -35,7 +35,7 @@ from ovkit.model.precision import PRECISIONS
 from ovkit.model.runner import SHAPE_MODES
 
 if TYPE_CHECKING:
-    from ovkit.model.limits import ContextLimit
+    from ovkit.model.footprint import ContextLimit
 
 #: The sides ``--against`` can name besides ovkit: llama.cpp's CPU build and the real backend
 #: (llama-cpp-python, its OpenVINO build for "upstream"), and OpenVINO GenAI's GGUF reader.
@@ -453,7 +453,8 @@ def _greedy_prompt(path: Path, n_ctx: int) -> list[int]:
 def bench(s: BenchSettings, progress: Callable[[str], None] = lambda _: None) -> BenchReport:
     """Every side of ``s`` in turn, each in its own fresh process."""
     from ovkit.gguf import read_gguf
-    from ovkit.model.limits import context_limit, model_hparams
+    from ovkit.model.footprint import context_limit
+    from ovkit.model.limits import model_hparams
 
     cores = os.cpu_count() or 1
     hp = model_hparams(read_gguf(s.path))  # a ModelError (not a decoder model) names the file

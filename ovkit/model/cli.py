@@ -22,7 +22,7 @@ from ovkit.model.precision import PRECISIONS
 from ovkit.report import format_duration, format_rate
 
 if TYPE_CHECKING:
-    from ovkit.model.limits import ContextLimit
+    from ovkit.model.footprint import ContextLimit
 
 COMPARE_CHOICES = ("llama.cpp", "upstream")
 
@@ -117,7 +117,8 @@ def cli(args: argparse.Namespace) -> int:
     from ovkit.gguf import read_gguf
     from ovkit.model import chat, reference
     from ovkit.model.arch import ModelError
-    from ovkit.model.limits import context_limit, model_hparams, token_ids
+    from ovkit.model.footprint import context_limit
+    from ovkit.model.limits import model_hparams, token_ids
     from ovkit.model.runner import Model
     from ovkit.usage import UsageError, check_count, make_core
 

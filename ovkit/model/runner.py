@@ -38,10 +38,10 @@ from ovkit.ir import UnsupportedOpError
 from ovkit.memory import format_bytes
 from ovkit.model import lean
 from ovkit.model.arch import ModelError
+from ovkit.model.footprint import check_fits, kv_bytes
 from ovkit.model.limits import check_count, check_n_ctx, model_hparams, token_ids
 from ovkit.model.precision import PRECISIONS
 from ovkit.model.program import (
-    F16_BYTES,
     DecoderOut,
     GraphShape,
     cache_names,
@@ -270,7 +270,7 @@ class Model(Reported):
             )
         if shapes in (None, "lean") and lean_ok:
             self.shapes = "lean"
-            self._check_fits(n_ctx)
+            check_fits(self.gguf, self.hp, n_ctx)
         else:
             self.shapes = "buckets"
         self._lean: Any = None  # the compiled lean session (ovkit.model.lean), built on first use
@@ -296,18 +296,6 @@ class Model(Reported):
         self._kv_owner: _Bucket | None = None
         self.n_past = 0
         self._lock = threading.RLock()  # see _serialized
-
-    def _check_fits(self, n_ctx: int) -> None:
-        """Refuse up front a model whose load would not fit the host's available memory."""
-        need = lean.predicted_peak(self.gguf, self.hp, n_ctx)
-        have = lean.available_memory()
-        if have and need > have:
-            raise ModelError(
-                f"{self.gguf.path.name} needs about {format_bytes(need)} at its peak (weights "
-                f"{format_bytes(need - lean.kv_bytes(self.hp, n_ctx) - lean.BASE_BYTES)}, KV cache at "
-                f"n_ctx={n_ctx:,} {format_bytes(lean.kv_bytes(self.hp, n_ctx))}), but only "
-                f"{format_bytes(have)} is available: not loaded"
-            )
 
     @property
     def _configs(self) -> dict[int, RunConfig]:
@@ -656,7 +644,7 @@ class Model(Reported):
 
     def report(self) -> Report:
         hp = self.hp
-        kv = 2 * hp.n_layer * self.n_ctx * hp.n_embd_kv * F16_BYTES
+        kv = kv_bytes(hp, self.n_ctx)
         imported = (
             ", imported from the compiled-model cache" if self._lean and self._lean.loaded_from_cache else ""
         )
