@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from model_helpers import real_model
+from model_helpers import fresh_start, real_model
 
 from ovkit import oracle
 from ovkit.model import ARCHS, Model, synthetic
@@ -558,27 +558,10 @@ def test_second_start_imports_compiled_models_without_decoding_weights(
     """With GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR, a second process imports every compiled graph-form model
     (no translation, no compile) and decodes no weight, with the first process's tokens and logits
     (q8_0: the model's 8-bit weights are decoded once for the compile hints, then only there)."""
-    import os
-    import subprocess
-    import sys
-
     path = model_file("llama", wtype)
-    env = {**os.environ, "GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR": str(tmp_path / "blobs")}
-
-    def start() -> tuple[dict[str, object], str]:
-        proc = subprocess.run(
-            [sys.executable, "-c", _SECOND_START, str(path)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        return json.loads(proc.stdout.splitlines()[-1]), proc.stderr
-
-    first, first_log = start()
+    first, first_log = fresh_start(_SECOND_START, path, tmp_path / "blobs")
     assert "model cache WROTE" in first_log and "model cache HIT" not in first_log
-    second, second_log = start()
+    second, second_log = fresh_start(_SECOND_START, path, tmp_path / "blobs")
     assert "model cache HIT" in second_log and "model cache WROTE" not in second_log
     assert second["tokens"] == first["tokens"] and second["logits"] == first["logits"]
     if wtype == "q4_0":
