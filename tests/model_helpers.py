@@ -28,11 +28,13 @@ def real_model(name: str) -> Path:
     pytest.fail(missing, pytrace=False)
 
 
-def fresh_start(script: str, path: Path, cache_dir: Path) -> tuple[dict[str, Any], str]:
+def fresh_start(script: str, path: Path, cache_dir: Path | None) -> tuple[dict[str, Any], str]:
     """``script`` run on ``path`` in a new interpreter with ``cache_dir`` as
-    GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR (a first or second start): the JSON of its last line
-    of output, and its log."""
-    env = {**os.environ, "GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR": str(cache_dir)}
+    GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR (a first or second start; None: no cache): the JSON of
+    its last line of output, and its log."""
+    env = dict(os.environ)
+    if cache_dir is not None:
+        env["GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR"] = str(cache_dir)
     proc = subprocess.run(
         [sys.executable, "-c", script, str(path)], env=env, capture_output=True, text=True, timeout=600
     )
