@@ -181,12 +181,7 @@ def cli(args: argparse.Namespace) -> int:
         result["stopped"] = gen.stopped
     if args.compare:
         ref = reference.run_reference(
-            args.file,
-            prompt,
-            gen.tokens,
-            n_ctx=n_ctx,
-            flash_attn=fa,
-            upstream=args.compare == "upstream",
+            args.file, prompt, gen.tokens, n_ctx=n_ctx, flash_attn=fa, upstream=args.compare == "upstream"
         )
         result["compare"] = {"against": args.compare, **compare(gen, ref)}
     if args.json:

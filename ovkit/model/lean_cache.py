@@ -1,20 +1,13 @@
 """``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR`` for the lean model: a second start imports it.
 
-The lean model is built from the GGUF's blocks, so its key is the file itself (real path, size,
-mtime, inode, a sha256 of its header: metadata and tensor table) and every setting that changes
-the compiled model (``exact``, ``no_requant``, the device and its CPU, the threads, profiling),
-with OpenVINO's build, a digest of ovkit's sources and ``FORMAT``.  Files:
-``<dir>/lean-<16 hex>.blob`` (``CompiledModel.export_model``, streamed to the file: the blob is
-never held whole in memory) and ``<dir>/lean-<16 hex>.manifest`` (JSON: the full key, the blob's
-size and sha256, the weight stats), written to temporary files and renamed, blob first.  An entry whose manifest holds another key, whose blob is not the one it
-describes (swapped, truncated, bit-flipped) or that is not regular files is never imported: the
-model is compiled again and the entry replaced, with one warning naming the file.
-
-On a hit the blob is mapped read-only and imported from the mapping; the plugin packs its own copy
-of the weights on the first prefill and decode, and the mapped pages are then given back
-(``MappedBlob.release``), so the weights are held once as with a fresh compile.  The mapping stays
-with the session (pages read again come back from the file: an entry is only ever replaced by a
-rename, which leaves the mapped file as it was).
+The key is the file itself (real path, size, mtime, inode, sha256 of its header) and every setting
+that changes the compiled model, with OpenVINO's build, a digest of ovkit's sources and ``FORMAT``.
+An entry is ``lean-<16 hex>.blob`` (``export_model``, streamed to the file) and ``.manifest`` (the
+key, the blob's size and sha256, the weight stats), each written to a temporary file and renamed,
+blob first.  An entry that is not the one its manifest describes, or not regular files, is never
+imported: the model is compiled again and the entry replaced, with one warning naming the file.
+On a hit the blob is mapped read-only and imported from the mapping, whose pages are given back
+once the plugin has packed its own copy (``MappedBlob.release``): the weights are held once.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""The sizes a model and this machine allow, checked before any work: context positions and ids.
+"""The sizes a model allows, checked before any work: context positions, counts and token ids.
 
-``n_ctx`` (the positions the KV cache holds) has two bounds, and the smaller one counts:
-
-- **the model's**: its training context (``<arch>.context_length``).  llama.cpp only warns past
-  it ("possible training context overflow"); ovkit refuses, because its rope has no context
-  extension (no YaRN), so positions past it are ones the model never saw, and because a context
-  that large is far more often a runaway (a chat template's output, a mistyped ``-n``) than an
-  intent: refused, it costs one line instead of thousands of compiled models.
-- **the machine's**: the KV cache's bytes against the host's available memory
-  (``ovkit.model.footprint.context_limit``): numpy would fail to allocate it, or the OOM killer
-  end the run once the cache is written.  Weights and compiled models need memory on top.
-
-Token ids must be integers (a float is refused, never truncated) within the vocabulary.
+``n_ctx`` is bounded by the model's training context (llama.cpp only warns past it; ovkit refuses:
+its rope has no context extension, and such a context is more often a runaway than an intent) and
+by the machine's memory for the KV cache (``ovkit.model.footprint.context_limit``).  Token ids
+must be integers (a float is refused, never truncated) within the vocabulary.
 """
 
 from __future__ import annotations

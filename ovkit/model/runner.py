@@ -1,18 +1,14 @@
 """Run a GGUF model: prefill N tokens, then greedy-decode M tokens, the KV cache on the device.
 
-``Model(path, device=...)`` reads the GGUF, applies the device's requantization policy to the
-weights (they stay quantized), and builds the graph of ``ovkit.model.program``: by default
-(``shapes="buckets"``) one compiled model and one ``ovkit.engine.graph_session`` per shape bucket
-(``n_tokens``, ``n_kv``), as llama.cpp's static graphs are (``shapes="lean"``, the CPU default:
-one compiled model from the file's blocks, ``ovkit.model.lean``).  The KV cache (``kv="host"``, the default) is one set of f16 host arrays shared by every
-bucket, bound to each graph's cache inputs without a copy; a graph returns only the rows its
-SET_ROWS write and the runner stores them in place, so a step never copies the whole cache.
-``kv="variables"`` keeps the cache in OpenVINO variables per bucket (ReadValue/Assign; a host
-round trip on the NPU class, everywhere with ``stateful=False``), as upstream's stateful execution
-does: every step then converts and copies each layer's whole cache (docs/model.md has the
-profiles).  Prefill runs in chunks of ``n_ubatch`` tokens (the NPU class: of
-``GGML_OPENVINO_PREFILL_CHUNK_SIZE``, the backend's static prefill).  Logits come back as numpy
-arrays: every fed position, or the last one only (``last_only``; ``generate`` unless asked).
+``Model(path)`` on the CPU compiles one model straight from the file's blocks (``shapes="lean"``,
+``ovkit.model.lean``).  Elsewhere, or with ``shapes="buckets"``, it builds the graph of
+``ovkit.model.program`` (the device's requantization policy applied, weights kept quantized), one
+compiled model and ``ovkit.engine.graph_session`` per shape bucket (``n_tokens``, ``n_kv``) as
+llama.cpp's static graphs are.  Their KV cache (``kv="host"``) is one set of host arrays bound to
+every bucket's cache inputs without a copy, a graph returning only the rows its SET_ROWS write;
+``kv="variables"`` keeps it in OpenVINO variables per bucket, as upstream's stateful execution
+does.  Prefill runs in chunks of ``n_ubatch`` tokens (the NPU class: of
+``GGML_OPENVINO_PREFILL_CHUNK_SIZE``); logits come back for every fed position or the last only.
 """
 
 from __future__ import annotations
@@ -58,10 +54,6 @@ from ovkit.runtime import Core, is_simulated
 logger = logging.getLogger(__name__)
 
 DEFAULT_N_UBATCH = 512  # llama.cpp's default micro-batch
-# "lean" where it applies (the CPU class, kv="host", precision "exact" or "device", no MoE, no
-# per-op profile): one compiled model straight from the file's blocks (ovkit.model.lean); the
-# ggml-graph forms otherwise, "buckets" by default.
-DEFAULT_SHAPES = "lean"
 SHOWN_TOKENS = 24  # generated ids a Generation's repr lists before eliding the rest
 
 #: ``kv=``: where the KV cache lives (see the module docstring).
@@ -106,24 +98,15 @@ class Generation(Reported):
     def report(self) -> Report:
         shown = " ".join(map(str, self.tokens[:SHOWN_TOKENS]))
         more = f" … (+{len(self.tokens) - SHOWN_TOKENS})" if len(self.tokens) > SHOWN_TOKENS else ""
+        rows = (
+            ("prefill", f"{len(self.prompt):,}", format_duration(self.prefill_s), format_rate(self.prefill_tok_s)),
+            ("decode", f"{len(self.decode_logits):,}", format_duration(self.decode_s), format_rate(self.decode_tok_s)),
+            ("compile", "", format_duration(self.compile_s), "not counted in the speeds"),
+        )  # fmt: skip
         return Report(
             f"generation: {len(self.prompt)} prompt tokens, {len(self.tokens)} generated",
             ("phase", "tokens", "time", "speed"),
-            (
-                (
-                    "prefill",
-                    f"{len(self.prompt):,}",
-                    format_duration(self.prefill_s),
-                    format_rate(self.prefill_tok_s),
-                ),
-                (
-                    "decode",
-                    f"{len(self.decode_logits):,}",
-                    format_duration(self.decode_s),
-                    format_rate(self.decode_tok_s),
-                ),
-                ("compile", "", format_duration(self.compile_s), "not counted in the speeds"),
-            ),
+            rows,
             (f"generated ids: {shown}{more}",),
         )
 
@@ -287,8 +270,6 @@ class Model(Reported):
             else {}
         )
         self.no_requant = no_requant
-        self._weights: dict[str, Any] | None = None
-        self._run_configs: dict[int, RunConfig] | None = None
         self._buckets: dict[GraphShape, _Bucket] = {}
         # the engine's cache would keep this model's compiled graphs (hundreds of MiB each for a
         # real model) after the model is gone: they leave with it, or with close()
@@ -297,28 +278,20 @@ class Model(Reported):
         self.n_past = 0
         self._lock = threading.RLock()  # see _serialized
 
-    @property
+    @functools.cached_property
     def _configs(self) -> dict[int, RunConfig]:
-        """The graph forms' compile configurations (prefill, decode): the weights' compile hints
+        """The graph form's compile configurations (prefill, decode): the weights' compile hints
         tune the CPU plugin's activation quantization, only at the device's own precision."""
-        if self._run_configs is None:
-            quantized = (
-                [w for w in self.weights.values() if isinstance(w, quant.QuantizedWeight)]
-                if self.precision == "device"
-                else []
-            )
-            self._run_configs = {
-                n: run_config_from(
-                    quant.compile_hints(quantized, n) if self.precision == "device" else {},
-                    RunConfig(
-                        inference_precision=PRECISIONS[self.precision],
-                        profiling=self.profiling,
-                        num_threads=self.n_threads,
-                    ),
-                )
-                for n in (1, 2)
-            }
-        return self._run_configs
+        device = self.precision == "device"
+        quantized = (
+            [w for w in self.weights.values() if isinstance(w, quant.QuantizedWeight)] if device else []
+        )
+        base = RunConfig(
+            inference_precision=PRECISIONS[self.precision],
+            profiling=self.profiling,
+            num_threads=self.n_threads,
+        )
+        return {n: run_config_from(quant.compile_hints(quantized, n) if device else {}, base) for n in (1, 2)}
 
     def _lean_session(self) -> Any:
         """The lean model's session, compiled on first use."""
@@ -339,26 +312,18 @@ class Model(Reported):
             self._lean = session
         return self._lean
 
-    @property
+    @functools.cached_property
     def weights(self) -> dict[str, Any]:
         """Every tensor as a graph constant, the device's policy applied: read from the GGUF when a
-        graph is built (the decoded host copy is ~4x a 4-bit file)."""
-        if self._weights is None:
-            weights = {
-                name: value.apply_policy(self.device_class, no_requant=self.no_requant)
-                if isinstance(value, quant.QuantizedWeight)
-                else value
-                for name, value in model_weights(self.gguf)
-            }
-            if self.precision == "ggml":  # the GGUF's own type picks the dot type (Q5_0: Q8_0 blocks)
-                weights = {
-                    name: with_ggml_numerics(w, self.gguf.tensors[name].type)
-                    if isinstance(w, quant.QuantizedWeight)
-                    else w
-                    for name, w in weights.items()
-                }
-            self._weights = weights
-        return self._weights
+        graph is first built (the decoded host copy is ~4x a 4-bit file)."""
+        weights = {}
+        for name, w in model_weights(self.gguf):
+            if isinstance(w, quant.QuantizedWeight):
+                w = w.apply_policy(self.device_class, no_requant=self.no_requant)
+            if self.precision == "ggml" and isinstance(w, quant.QuantizedWeight):
+                w = with_ggml_numerics(w, self.gguf.tensors[name].type)  # the GGUF's type picks the dot
+            weights[name] = w
+        return weights
 
     # -- graphs ---------------------------------------------------------------------------------
     def shape(self, n_tokens: int, start: int, n_outputs: int | None = None) -> GraphShape:
