@@ -42,9 +42,9 @@ def fresh_start(script: str, path: Path, cache_dir: Path | None) -> tuple[dict[s
     return json.loads(proc.stdout.splitlines()[-1]), proc.stderr
 
 
-def cache_entry(blobs: Path, before: Collection[Path] = (), pattern: str = "*.blob") -> Path:
+def cache_entry(blobs: Path, before: Collection[Path] = ()) -> Path:
     """The one blob of the compiled-model cache written besides ``before``."""
-    (blob,) = set(blobs.glob(pattern)) - set(before)
+    (blob,) = set(blobs.glob("*.blob")) - set(before)
     return blob
 
 
