@@ -190,32 +190,22 @@ class ModelComparison(Reported):
             f"{len(self.tokens)} fed tokens, flash attention {'on' if self.flash_attn else 'off'}; "
             f"NMSE of each side against llama.cpp's CPU build, in its graph order (ggml ne)"
         ]
+        ran, logits = dict(self.precision), dict(self.logits_nmse)
         for s in self.sides:
             f = firsts[s]
-            prec = dict(self.precision).get(s, "")
-            notes.append(
-                f"{s}{' (' + prec + ')' if prec else ''}: "
-                + (
-                    f"first divergent node {f.name} ({f.op}, NMSE {f.of(s):.2e})"
-                    if f
-                    else "no node past the threshold"
-                )
-                + (f"; logits NMSE {dict(self.logits_nmse)[s]:.2e}" if s in dict(self.logits_nmse) else "")
+            found = (
+                f"first divergent node {f.name} ({f.op}, NMSE {f.of(s):.2e})"
+                if f
+                else "no node past the threshold"
             )
-        for s in self.sides:
-            ran = dict(self.precision).get(s, "")
-            if (
-                s == "upstream"
-                and firsts[s] is not None
-                and F32_RERUN not in self.sides
-                and ran.endswith("f32")
-            ):
-                notes.append(f"{s} ran in f32 already: its precision does not explain the divergence")
-        if "upstream" in firsts and F32_RERUN in firsts:
-            before, after = firsts["upstream"], firsts[F32_RERUN]
-            verdict = "removes it" if before is not None and after is None else "does not remove it"
-            if before is not None:
+            on_logits = f"; logits NMSE {logits[s]:.2e}" if s in logits else ""
+            notes.append(f"{s}{f' ({ran[s]})' if ran.get(s) else ''}: {found}{on_logits}")
+        if firsts.get("upstream") is not None:
+            if F32_RERUN in firsts:
+                verdict = "removes it" if firsts[F32_RERUN] is None else "does not remove it"
                 notes.append(f"the f32 rerun of the real backend {verdict}")
+            elif ran.get("upstream", "").endswith("f32"):
+                notes.append("upstream ran in f32 already: its precision does not explain the divergence")
         for fl in self.failures:
             how = (
                 f"its log names {fl.node_op} {fl.node!r}; {fl.failing_op} {fl.failing_node!r}, which "
