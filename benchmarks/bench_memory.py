@@ -2,7 +2,7 @@
 
 Each model runs in a fresh process per ``Model(shapes=)`` mode (``python benchmarks/bench_memory.py``;
 ``--quick``: the 4-layer synthetic model only; ``--real smollm2-135m,gemma3-270m``: the fetched
-real models instead of the synthetic llama; ``--shapes dynamic,split,buckets``: the modes;
+real models instead of the synthetic llama; ``--shapes lean,buckets``: the modes;
 ``--precision device``: ``Model(precision=)``): RSS
 after reading the GGUF and building ``Model``, then after running each of six shape buckets (an
 8-token prefill, the decode step, a decode step at n_kv 512, prefills of 101, 200 and 300 tokens:
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="the 4-layer synthetic model only")
     p.add_argument("--real", default="", help="comma-separated fetched models (ovkit.model.fetch names)")
-    p.add_argument("--shapes", default="split,dynamic,buckets", help="comma-separated Model(shapes=) modes")
+    p.add_argument("--shapes", default="lean,buckets", help="comma-separated Model(shapes=) modes")
     p.add_argument(
         "--ttft", action="store_true", help="time to the first token, cold and with the model cache"
     )

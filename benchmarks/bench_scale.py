@@ -22,6 +22,7 @@ import os
 import platform
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from ovkit.model.bench import BenchReport, BenchSettings, bench
@@ -77,15 +78,36 @@ def model_file(name: str, wtype: str, directory: Path) -> Path:
     return path
 
 
+def add_model_args(ap: argparse.ArgumentParser, models: str) -> None:
+    """The options every scale benchmark shares: which models, their weight type, repetitions and
+    where the synthetic files are kept."""
+    ap.add_argument("--models", default=models, help=f"of {', '.join([*REAL, *SHAPES])}")
+    ap.add_argument("--types", default="q4_0", help="weight type of the synthetic models: q4_0 or q4_K_M")
+    ap.add_argument("-r", "--repetitions", type=int, default=3)
+    ap.add_argument(
+        "--dir", type=Path, default=Path(tempfile.gettempdir()) / "ovkit-scale", help="model files"
+    )
+
+
+def model_files(args: argparse.Namespace) -> Iterator[tuple[str, Path]]:
+    """(name, GGUF) of each of ``--models``, written when missing; a real model not fetched is
+    reported as skipped."""
+    args.dir.mkdir(parents=True, exist_ok=True)
+    for name in args.models.split(","):
+        try:
+            yield name, model_file(name, args.types, args.dir)
+        except MissingModelError as exc:
+            print(f"{name}: skipped: {exc}")
+
+
 def kv_bytes(report: BenchReport) -> int:
     """The f16 KV cache the run's context needs (what the memory targets add to the file)."""
     from ovkit.gguf import read_gguf
-    from ovkit.model.arch import HParams
+    from ovkit.model.footprint import kv_bytes as model_kv_bytes
+    from ovkit.model.limits import model_hparams
 
-    g = read_gguf(report.settings.path)
-    hp = HParams.from_metadata(g.metadata, n_vocab=g.tensors["token_embd.weight"].shape[0])
-    n_ctx = report.settings.n_prompt + report.settings.n_gen + 17
-    return 2 * hp.n_layer * n_ctx * hp.n_embd_kv * 2
+    hp = model_hparams(read_gguf(report.settings.path))
+    return model_kv_bytes(hp, report.settings.n_prompt + report.settings.n_gen + 17)
 
 
 def verdicts(name: str, report: BenchReport) -> list[str]:
@@ -171,28 +193,17 @@ def plot(rows: list[tuple[str, BenchReport]], path: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="smollm2,1.1b,3b,7b,13b", help=f"of {', '.join([*REAL, *SHAPES])}")
-    ap.add_argument("--types", default="q4_0", help="weight type of the synthetic models: q4_0 or q4_K_M")
+    add_model_args(ap, "smollm2,1.1b,3b,7b,13b")
     ap.add_argument("--against", default="llama.cpp,upstream,genai")
     ap.add_argument(
         "--precision", default="device", help="ovkit's precision (device: the CPU's own, bf16 here)"
     )
-    ap.add_argument("-r", "--repetitions", type=int, default=3)
-    ap.add_argument(
-        "--dir", type=Path, default=Path(tempfile.gettempdir()) / "ovkit-scale", help="model files"
-    )
     ap.add_argument("--plot", type=Path, help="draw RSS and tok/s against model size into this PNG")
     args = ap.parse_args()
-    args.dir.mkdir(parents=True, exist_ok=True)
     against = tuple(a for a in args.against.split(",") if a)
     rows: list[tuple[str, BenchReport]] = []
     missed = 0
-    for name in args.models.split(","):
-        try:
-            path = model_file(name, args.types, args.dir)
-        except MissingModelError as exc:
-            print(f"{name}: skipped: {exc}")
-            continue
+    for name, path in model_files(args):
         n_prompt, n_gen = TOKENS[name]
         sides = tuple(a for a in against if not (a == "upstream" and name in ("7b", "13b")))
         settings = BenchSettings(path, n_prompt, n_gen, args.repetitions, 2, True, args.precision, sides)

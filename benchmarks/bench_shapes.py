@@ -1,7 +1,7 @@
 """Prefill and decode speed per ``Model(shapes=)`` mode, interleaved in one process.
 
 ``python benchmarks/bench_shapes.py [--real smollm2-135m] [-p 128] [-n 32] [-r 3]
-[--shapes dynamic,split,buckets]``: every mode's model is compiled first, then each repetition
+[--shapes lean,buckets]``: every mode's model is compiled first, then each repetition
 times pp (a fresh cache, the prompt, the last position's logits) and tg (``n`` decode steps after
 a 16-token prompt) on every mode in turn, so the modes share the machine's load and their ratios
 mean something on a busy machine (the absolute tok/s do not; the load average is printed).
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("-p", type=int, default=128, help="prompt tokens of pp")
     p.add_argument("-n", type=int, default=32, help="decode steps of tg")
     p.add_argument("-r", type=int, default=3, help="repetitions")
-    p.add_argument("--shapes", default="dynamic,split,buckets", help="comma-separated modes")
+    p.add_argument("--shapes", default="lean,buckets", help="comma-separated modes")
     args = p.parse_args(argv)
     from ovkit.model import Model
 

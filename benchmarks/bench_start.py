@@ -26,11 +26,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from _util import load_average, spread
-from bench_scale import REAL, SHAPES, model_file
+from bench_scale import add_model_args, model_files
 
 from ovkit.gguf import read_gguf
 from ovkit.model.bench import BenchSettings, run_side
-from ovkit.model.fetch import MissingModelError
 from ovkit.model.limits import model_hparams
 
 CACHE_VAR = "GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR"
@@ -107,27 +106,16 @@ def measure(name: str, path: Path, args: argparse.Namespace) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="smollm2", help=f"of {', '.join([*REAL, *SHAPES])}")
-    ap.add_argument("--types", default="q4_0", help="weight type of the synthetic models: q4_0 or q4_K_M")
+    add_model_args(ap, "smollm2")
     ap.add_argument("--precision", default="device", help="ovkit's precision (device: the CPU's own)")
     ap.add_argument("--prompt", type=int, default=8, help="prompt tokens before the first token")
     ap.add_argument("-t", "--threads", type=int, default=2)
-    ap.add_argument("-r", "--repetitions", type=int, default=3)
-    ap.add_argument(
-        "--dir", type=Path, default=Path(tempfile.gettempdir()) / "ovkit-scale", help="model files"
-    )
     args = ap.parse_args()
-    args.dir.mkdir(parents=True, exist_ok=True)
     import openvino as ov
 
     cpu = ov.Core().get_property("CPU", "FULL_DEVICE_NAME")
     print(f"{cpu} ({platform.machine()}, {os.cpu_count()} cores); load average {load_average()}")
-    for name in args.models.split(","):
-        try:
-            path = model_file(name, args.types, args.dir)
-        except MissingModelError as exc:
-            print(f"{name}: skipped: {exc}")
-            continue
+    for name, path in model_files(args):
         print("\n".join(measure(name, path, args)), flush=True)
     print(f"load average after: {load_average()}")
     return 0

@@ -474,8 +474,8 @@ def backend_memory(
 def ovkit_model_bytes(gguf: GGUFModel, hp: HParams, n_ctx: int) -> int:
     """ovkit's own ``Model`` (its lean form on the CPU): predicted peak host RAM, the figure
     ``Model`` itself checks against ``MemAvailable`` before loading
-    (``ovkit.model.lean.predicted_peak``).  The one place to change when that model changes."""
-    from ovkit.model.lean import predicted_peak
+    (``ovkit.model.footprint.predicted_peak``).  The one place to change when that model changes."""
+    from ovkit.model.footprint import predicted_peak
 
     return predicted_peak(gguf, hp, n_ctx)
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
 import pytest
+from model_helpers import cache_entry as entry
+from model_helpers import cache_warnings
 
 from ovkit.model import Model
 from ovkit.model.synthetic import synthetic
@@ -29,13 +30,6 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return synthetic("llama", d / "a.gguf", seed=0), synthetic("llama", d / "b.gguf", seed=1)
 
 
-@pytest.fixture()
-def blobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    directory = tmp_path / "blobs"
-    monkeypatch.setenv("GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR", str(directory))
-    return directory
-
-
 def run(path: Path, core: object = None) -> tuple[np.ndarray, bool]:
     """The prompt's logits and whether the compiled model was imported from the blob cache (on
     a fresh Core, or on ``core``, whose engine then looks at the blob cache again)."""
@@ -47,20 +41,6 @@ def run(path: Path, core: object = None) -> tuple[np.ndarray, bool]:
     imported = bool(session.effective.loaded_from_cache)
     model.close()
     return logits, imported
-
-
-def entry(blobs: Path, before: Collection[Path] = ()) -> Path:
-    """The one blob written besides ``before``."""
-    (blob,) = set(blobs.glob("*.blob")) - set(before)
-    return blob
-
-
-def cache_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [
-        r.getMessage()
-        for r in caplog.records
-        if r.levelno >= logging.WARNING and "model cache" in r.getMessage()
-    ]
 
 
 def test_a_blob_swapped_for_another_models_is_compiled_again(

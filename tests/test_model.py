@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from model_helpers import real_model
+from model_helpers import fresh_start, real_model
 
 from ovkit import oracle
 from ovkit.model import ARCHS, Model, synthetic
@@ -316,43 +316,22 @@ def _nmse(ours: np.ndarray, theirs: np.ndarray) -> float:
     return float(np.sum((ours - theirs) ** 2) / np.sum(theirs.astype(np.float64) ** 2))
 
 
-@pytest.mark.parametrize("shapes", ["dynamic", "split"])
-def test_one_compiled_model_serves_every_prompt_length(model_file: Callable[..., Path], shapes: str) -> None:
-    """Prompts of 1, 3, 16, 40 and 270 tokens (n_kv 256 and 300) and their decode steps run on one
-    compiled model (``"split"``: two, the decode's own), with the greedy tokens and logits of one
-    static model per shape bucket; memory then stays flat in the prompt lengths a session sees."""
-    path = model_file("llama", "q8_0")
-    ours = Model(path, n_ctx=300, shapes=shapes)
-    static = Model(path, n_ctx=300, shapes="buckets", max_buckets=99)
-    prompt = (PROMPT * 17)[:270]
-    for n in (1, 3, 16, 40, 270):
-        a, b = ours.generate(prompt[:n], 6), static.generate(prompt[:n], 6)
-        assert a.tokens == b.tokens, n
-        assert _nmse(a.prompt_logits, b.prompt_logits) < 1e-9, n
-        assert _nmse(a.decode_logits, b.decode_logits) < 1e-9, n
-    assert len(ours.sessions()) == (1 if shapes == "dynamic" else 2)
-    assert len(static.sessions()) >= 6  # one per prompt length and n_kv at least
-    every = ours.generate(prompt[:16], 2, all_logits=True)  # every position's logits: its own model
-    assert every.prompt_logits.shape == (16, ours.hp.n_vocab)
-    assert _nmse(every.prompt_logits, static.generate(prompt[:16], 2, all_logits=True).prompt_logits) < 1e-9
-
-
 def test_prompts_of_many_lengths_share_a_few_compiled_models(model_file: Callable[..., Path]) -> None:
     """Static buckets run a prefill chunk padded to the next of ``PREFILL_SIZES``: prompts of 9 to
-    16 tokens share one compiled prefill model, their logits those of the exact lengths (one
-    dynamic model computes each length as it is), and the padding leaves no row in the cache."""
+    16 tokens share one compiled prefill model, their logits those of the exact lengths (the lean
+    model computes each length as it is), and the padding leaves no row in the cache."""
     from ovkit.model.runner import PREFILL_SIZES
 
     path = model_file("llama", "q8_0")
-    ours, exact = Model(path, n_ctx=300, shapes="buckets"), Model(path, n_ctx=300, shapes="dynamic")
+    ours, exact = Model(path, n_ctx=300, shapes="buckets"), Model(path, n_ctx=300)
     assert 16 in PREFILL_SIZES and 8 in PREFILL_SIZES
     for n in range(9, 17):
         a = ours.generate((PROMPT * 2)[:n], 3, all_logits=True)
         b = exact.generate((PROMPT * 2)[:n], 3, all_logits=True)
         assert a.tokens == b.tokens, n
         assert a.prompt_logits.shape == (n, ours.hp.n_vocab)
-        assert _nmse(a.prompt_logits, b.prompt_logits) < 1e-9, n
-        assert _nmse(a.decode_logits, b.decode_logits) < 1e-9, n
+        assert _nmse(a.prompt_logits, b.prompt_logits) < 1e-6, n
+        assert _nmse(a.decode_logits, b.decode_logits) < 1e-6, n
         k0 = ours._kv["cache_k_l0"]
         assert np.count_nonzero(np.abs(k0).sum(axis=1)) == n + len(a.tokens), n  # prompt + fed picks
     prefill = [s for s in ours._buckets if s.n_tokens > 1]
@@ -393,22 +372,6 @@ def test_a_run_needing_more_than_max_buckets_compiles_each_shape_once(
     assert engine.stats().compiles - before == 2  # the prefill, then the decode step; was 4
     assert "needs 2 compiled models, max_buckets=1: 1 of them compile during the run" in caplog.text
     assert got.tokens == Model(model_file("llama", "q8_0"), n_ctx=300).generate(PROMPT[:5], 3).tokens
-
-
-@pytest.mark.parametrize("shapes", ["dynamic", "split"])
-def test_device_precision_with_dynamic_shapes_stays_close_to_f32(
-    model_file: Callable[..., Path], shapes: str
-) -> None:
-    """``precision="device"`` with dynamic shapes: on a CPU computing bf16 by default the plugin's
-    dynamic-``n_kv`` attention was wrong (logits NMSE 0.06-1 against f32), so such a model runs
-    static buckets; every logit row, prompt and decode, stays within bf16's error of exact f32."""
-    path = model_file("llama", "q8_0")
-    exact = Model(path, n_ctx=300, precision="exact")
-    ours = Model(path, n_ctx=300, precision="device", shapes=shapes)
-    for step in (PROMPT[:12], [5], [9]):
-        want, got = exact.eval(step), ours.eval(step)
-        for row in range(len(step)):
-            assert _nmse(got[row], want[row]) < 1e-3, (step, row)
 
 
 # ---------------------------------------------------------------------------------------- gemma3
@@ -576,23 +539,6 @@ def test_compare_lines_up_a_last_only_prefill_with_llama_cpps_last_position() ->
     assert c["greedy_agree"] == c["greedy_total"] == 3
 
 
-@pytest.mark.parametrize("name", ["gemma3-270m", "smollm2-135m"])
-def test_real_model_runs_on_two_compiled_models_with_the_buckets_tokens(name: str) -> None:
-    """``shapes="split"`` runs a real model's prefill and 24 greedy steps on two compiled models
-    (the prefill's, the decode's) and picks the same tokens as one static model per shape bucket
-    (the default), the logits within rounding of them."""
-    from ovkit.model.reference import tokenize
-
-    path = real_model(name)
-    prompt = tokenize(path, REAL_PROMPT)
-    ours = Model(path, n_ctx=64, shapes="split")
-    gen = ours.generate(prompt, 24)
-    static = Model(path, n_ctx=64).generate(prompt, 24)
-    assert gen.tokens == static.tokens
-    assert _nmse(gen.decode_logits, static.decode_logits) < 1e-6
-    assert len(ours.sessions()) == 2
-
-
 # ----------------------------------------------------------------------------- second start
 _SECOND_START = """
 import json, logging, sys
@@ -612,27 +558,10 @@ def test_second_start_imports_compiled_models_without_decoding_weights(
     """With GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR, a second process imports every compiled graph-form model
     (no translation, no compile) and decodes no weight, with the first process's tokens and logits
     (q8_0: the model's 8-bit weights are decoded once for the compile hints, then only there)."""
-    import os
-    import subprocess
-    import sys
-
     path = model_file("llama", wtype)
-    env = {**os.environ, "GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR": str(tmp_path / "blobs")}
-
-    def start() -> tuple[dict[str, object], str]:
-        proc = subprocess.run(
-            [sys.executable, "-c", _SECOND_START, str(path)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        return json.loads(proc.stdout.splitlines()[-1]), proc.stderr
-
-    first, first_log = start()
+    first, first_log = fresh_start(_SECOND_START, path, tmp_path / "blobs")
     assert "model cache WROTE" in first_log and "model cache HIT" not in first_log
-    second, second_log = start()
+    second, second_log = fresh_start(_SECOND_START, path, tmp_path / "blobs")
     assert "model cache HIT" in second_log and "model cache WROTE" not in second_log
     assert second["tokens"] == first["tokens"] and second["logits"] == first["logits"]
     if wtype == "q4_0":

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ovkit.model import Model, lean, synthetic
+from ovkit.model import Model, footprint, synthetic
 from ovkit.model.arch import ModelError
 
 PROMPT = [1, 17, 42, 99, 7, 300, 256, 12, 480, 33, 5, 71, 250, 140, 9, 401]
@@ -97,7 +97,7 @@ def test_a_model_that_will_not_fit_is_refused_before_loading(
     """With less memory available than the load's predicted peak, ``Model`` says so up front with
     both figures, before any weight is read."""
     path = model_file("llama", "q8_0")
-    monkeypatch.setattr(lean, "available_memory", lambda: 64 * 2**20)
+    monkeypatch.setattr(footprint, "available_memory", lambda core=None: 64 * 2**20)
     with pytest.raises(ModelError, match=r"needs about .* at its peak .* but only 64\.0 MiB is available"):
         Model(path, n_ctx=64)
 

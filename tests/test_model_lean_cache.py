@@ -5,17 +5,15 @@ another setting is another entry."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
-from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
 import pytest
+from model_helpers import cache_entry as entry
+from model_helpers import cache_warnings, fresh_start, real_model
 
 from ovkit.model import Model
 from ovkit.model.synthetic import synthetic
@@ -34,13 +32,6 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return make("a", 0), make("b", 1)
 
 
-@pytest.fixture()
-def blobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    directory = tmp_path / "blobs"
-    monkeypatch.setenv("GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR", str(directory))
-    return directory
-
-
 def run(path: Path, precision: str = "exact") -> tuple[np.ndarray, bool]:
     """The prompt's logits from a new lean ``Model``, and whether it was imported from the cache."""
     model = Model(path, n_ctx=64, precision=precision)
@@ -48,20 +39,6 @@ def run(path: Path, precision: str = "exact") -> tuple[np.ndarray, bool]:
     logits = model.eval(PROMPT)
     (session,) = model.sessions()
     return logits, session.loaded_from_cache
-
-
-def entry(blobs: Path, before: Collection[Path] = ()) -> Path:
-    """The one blob written besides ``before``."""
-    (blob,) = set(blobs.glob("lean-*.blob")) - set(before)
-    return blob
-
-
-def cache_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [
-        r.getMessage()
-        for r in caplog.records
-        if r.levelno >= logging.WARNING and "model cache" in r.getMessage()
-    ]
 
 
 _START = """
@@ -81,27 +58,33 @@ def test_a_second_start_imports_the_lean_model_with_the_same_answers(
 ) -> None:
     """A second process with the same cache directory imports the compiled lean model (no build,
     no compile) and generates the first process's tokens with its logits bit for bit."""
-    env = {**os.environ, "GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR": str(tmp_path / "blobs")}
-
-    def start() -> tuple[dict[str, object], str]:
-        proc = subprocess.run(
-            [sys.executable, "-c", _START, str(models[0])],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        return json.loads(proc.stdout.splitlines()[-1]), proc.stderr
-
-    first, first_log = start()
+    first, first_log = fresh_start(_START, models[0], tmp_path / "blobs")
     assert first["shapes"] == "lean" and first["imported"] is False
     assert "lean model cache WROTE" in first_log and "lean model cache HIT" not in first_log
-    second, second_log = start()
+    second, second_log = fresh_start(_START, models[0], tmp_path / "blobs")
     assert second["imported"] is True
     assert "lean model cache HIT" in second_log and "lean model cache WROTE" not in second_log
     for part in ("tokens", "prompt", "decode"):
         assert second[part] == first[part], part
+
+
+_PEAK = """
+import json, sys
+from ovkit.model import Model
+Model(sys.argv[1], n_ctx=64).generate([1, 17, 42, 99], 2)
+hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM")).split()[1]
+print(json.dumps({"peak": int(hwm) * 1024}))
+"""
+
+
+def test_a_first_start_writes_the_blob_without_holding_it_in_memory(tmp_path: Path) -> None:
+    """Exporting SmolLM2's compiled model (a 130 MiB blob) streams it to the file: the first start
+    filling the cache peaks no higher than a start without one (it was 84 MiB higher)."""
+    path = real_model("smollm2-135m")
+    without, _ = fresh_start(_PEAK, path, None)
+    first, _ = fresh_start(_PEAK, path, tmp_path / "blobs")
+    (blob,) = (tmp_path / "blobs").glob("*.blob")
+    assert first["peak"] - without["peak"] < blob.stat().st_size // 8, (first, without)
 
 
 @pytest.mark.timeout(300)  # a FIFO read would block forever: fail instead

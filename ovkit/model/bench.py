@@ -1,17 +1,11 @@
 """``ovkit bench``: llama-bench's prompt-processing (pp) and text-generation (tg) table for ovkit,
-llama.cpp's CPU build, the real OpenVINO backend and OpenVINO GenAI's own GGUF path, measured in
-one run with the same settings.
+llama.cpp's CPU build, the real OpenVINO backend and OpenVINO GenAI's own GGUF path, in one run.
 
-Every side runs in its own fresh process (one at a time: they would compete for the cores): it
-loads the model, runs one untimed warm-up of every test, then ``reps`` timed repetitions; a
-repetition starts from an empty KV cache as llama-bench's does: pp feeds ``n_prompt`` tokens in one
-batch (only the last position's logits are read), tg feeds ``n_gen`` tokens one at a time.  Tokens
-are fixed pseudo-random ids, the same on every side.  Figures are tok/s per repetition, then mean ±
-sample standard deviation; beside them each process's peak RSS (the kernel's high-water mark), its
-RSS right after the first token, its cold start (process start to first token) and the greedy
-tokens it picks from the same prompt, compared with llama.cpp's.  llama.cpp's worker threads
-spin-wait, so figures taken beside other work are meaningless: the machine's load average is
-recorded before and after, and a report taken on a busy machine says so.
+Every side runs in its own fresh process, one at a time: one untimed warm-up of every test, then
+``reps`` timed repetitions from an empty KV cache as llama-bench's (pp: ``n_prompt`` fixed
+pseudo-random ids in one batch, the last logits read; tg: ``n_gen`` ids one at a time), and beside
+the tok/s its peak RSS, RSS after the first token, cold start and greedy tokens against llama.cpp's.
+llama.cpp's threads spin-wait, so the load average is recorded and a busy machine reported.
 """
 
 from __future__ import annotations
@@ -35,7 +29,7 @@ from ovkit.model.precision import PRECISIONS
 from ovkit.model.runner import SHAPE_MODES
 
 if TYPE_CHECKING:
-    from ovkit.model.limits import ContextLimit
+    from ovkit.model.footprint import ContextLimit
 
 #: The sides ``--against`` can name besides ovkit: llama.cpp's CPU build and the real backend
 #: (llama-cpp-python, its OpenVINO build for "upstream"), and OpenVINO GenAI's GGUF reader.
@@ -359,23 +353,20 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def _precision_name(s: BenchSettings, side: str) -> str:
-    return {
-        "ovkit": s.precision,
-        "llama.cpp": "ggml CPU kernels",
-        "upstream": "OpenVINO CPU default",
-        "genai": "OpenVINO CPU default",
-    }[side]
+#: What each baseline computes in, until its child says more precisely.
+BASELINE_PRECISION = {
+    "llama.cpp": "ggml CPU kernels",
+    "upstream": "OpenVINO CPU default",
+    "genai": "OpenVINO CPU default",
+}
 
 
-def context_size(s: BenchSettings, limit: ContextLimit) -> int:
-    """The KV cache positions of a run: the longer test's tokens and one more, within ``limit``
-    (the model's context and the machine's memory); a :class:`BenchError` naming ``-p`` or ``-n``
-    when a test's tokens pass it, checked before any token is made or model compiled."""
+def check_sizes(s: BenchSettings, limit: ContextLimit) -> None:
+    """A :class:`BenchError` naming ``-p`` or ``-n`` when a test's tokens pass ``limit`` (the
+    model's context and the machine's memory), checked before any token is made or model compiled."""
     for flag, name, n in (("-p", "n_prompt", s.n_prompt), ("-n", "n_gen", s.n_gen)):
         if n > limit.positions:
             raise BenchError(f"{name}={n} ({flag}) is more than {limit.describe()}")
-    return min(max(s.n_prompt, s.n_gen) + 1, limit.positions)
 
 
 def run_side(
@@ -390,7 +381,7 @@ def run_side(
     from ovkit import child
     from ovkit.model.reference import llama_sigill_hint, upstream_env
 
-    precision = _precision_name(s, side)
+    precision = s.precision if side == "ovkit" else BASELINE_PRECISION[side]
     request = {
         "side": side,
         "n_ctx": n_ctx,
@@ -453,12 +444,13 @@ def _greedy_prompt(path: Path, n_ctx: int) -> list[int]:
 def bench(s: BenchSettings, progress: Callable[[str], None] = lambda _: None) -> BenchReport:
     """Every side of ``s`` in turn, each in its own fresh process."""
     from ovkit.gguf import read_gguf
-    from ovkit.model.limits import context_limit, model_hparams
+    from ovkit.model.footprint import context_limit
+    from ovkit.model.limits import model_hparams
 
     cores = os.cpu_count() or 1
     hp = model_hparams(read_gguf(s.path))  # a ModelError (not a decoder model) names the file
     limit = context_limit(hp)
-    context_size(s, limit)  # the sizes, before the tokens are made
+    check_sizes(s, limit)
     n_ctx = min(max(s.n_prompt, s.n_gen) + N_CHECK + 1, limit.positions)
     tokens = s.tokens(hp.n_vocab)  # the same fed ids on every side
     before = os.getloadavg()
@@ -499,16 +491,9 @@ def cli(args: Any) -> int:
     against = tuple(a for a in args.against.split(",") if a and a != "none")
     try:
         s = BenchSettings(
-            args.file,
-            args.n_prompt,
-            args.n_gen,
-            args.repetitions,
-            args.threads,
-            args.fa == "on",
-            args.precision,
-            against,
-            args.shapes,
-        )
+            args.file, args.n_prompt, args.n_gen, args.repetitions, args.threads, args.fa == "on",
+            args.precision, against, args.shapes,
+        )  # fmt: skip
         report = bench(s, progress=lambda msg: print(f"ovkit bench: {msg}", file=sys.stderr, flush=True))
     except (ValueError, RuntimeError) as exc:  # BenchError, ModelError, a broken GGUF
         print(f"ovkit bench: error: {str(exc).splitlines()[0]}", file=sys.stderr)
@@ -520,23 +505,11 @@ def cli(args: Any) -> int:
 # -- the child: one side's process --------------------------------------------------------------
 
 
-def _rss() -> int:
-    """This process's resident set now, in bytes."""
+def _status_bytes(key: str) -> int:
+    """A size of this process from /proc/self/status in bytes: ``VmRSS`` now, ``VmHWM`` its peak
+    (the high-water mark of this process image: ``ru_maxrss`` would keep the forking parent's)."""
     with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def _peak_rss() -> int:
-    """This process's peak resident set in bytes: ``VmHWM``, the high-water mark of this process
-    image (``ru_maxrss`` would keep the forking parent's across exec)."""
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+        return next((int(line.split()[1]) * 1024 for line in fh if line.startswith(f"{key}:")), 0)
 
 
 class _Side:
@@ -673,13 +646,9 @@ class _GenAI(_Side):
 def _serve(request: dict[str, Any]) -> dict[str, Any]:
     side = request["side"]
     try:
-        runner: _Side = (
-            _Ovkit(request)
-            if side == "ovkit"
-            else _GenAI(request)
-            if side == "genai"
-            else _Llama(request, side == "upstream")
-        )
+        runner: _Side = {"ovkit": _Ovkit, "genai": _GenAI}.get(
+            side, partial(_Llama, upstream=side == "upstream")
+        )(request)
     except ImportError as exc:
         return {"error": f"{side} is not installed here ({exc}); bash .ci/test installs every side"}
     except Exception as exc:  # the runtime refuses the file (GenAI: Q5_0; the backend: Gemma-3)
@@ -691,7 +660,7 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
         fn = partial(runner.prefill if test.startswith("pp") else runner.decode, toks[:n])
         fn()  # warm-up; the first one gives the first token
         if first is None:
-            first = (time.time(), _rss())
+            first = (time.time(), _status_bytes("VmRSS"))
         times[test] = [_timed(fn) for _ in range(request["reps"])]
     n_prompt = next((n for t, n in request["tests"] if t.startswith("pp")), 16)
     prompt = request["greedy_prompt"] or toks[: min(n_prompt, request["n_ctx"] - 1)]
@@ -700,7 +669,7 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
     return {
         "times": times,
         "precision": runner.precision,
-        "peak_rss": _peak_rss(),
+        "peak_rss": _status_bytes("VmHWM"),
         "rss_first": first[1],
         "cold_s": first[0] - request["spawned_at"],
         "greedy": greedy,

@@ -31,45 +31,17 @@ DEFAULT_N_PREDICT = 256
 #: llama.cpp's default BOS and EOS ids per ``tokenizer.ggml.model`` (None: no such token), used when
 #: the GGUF has no ``tokenizer.ggml.{bos,eos}_token_id``; "no_vocab"/"none" have no tokens at all.
 DEFAULT_BOS_EOS: dict[str, tuple[int | None, int | None]] = {
-    "llama": (1, 2),
-    "bert": (101, None),
-    "gpt2": (11, 11),
-    "hybriddna": (11, 11),
-    "whitespace": (11, 11),
-    "t5": (None, 1),
-    "rwkv": (None, None),
-    "test": (None, None),
-    "plamo2": (1, 2),
-    "gemma4": (None, None),
-}
+    "llama": (1, 2), "bert": (101, None), "gpt2": (11, 11), "hybriddna": (11, 11), "whitespace": (11, 11),
+    "t5": (None, 1), "rwkv": (None, None), "test": (None, None), "plamo2": (1, 2), "gemma4": (None, None),
+}  # fmt: skip
 
 #: Token texts llama.cpp's vocabulary loader marks as end of generation, whatever the GGUF says.
-EOG_TEXTS = frozenset(
-    {
-        "<|eot_id|>",
-        "<|im_end|>",
-        "<|end|>",
-        "<|return|>",
-        "<|call|>",
-        "<|flush|>",
-        "<|calls|>",
-        "<end_of_turn>",
-        "<|endoftext|>",
-        "</s>",
-        "<|eom_id|>",
-        "<EOT>",
-        "_<EOT>",
-        "[EOT]",
-        "[EOS]",
-        "<|end_of_text|>",
-        "<end_of_utterance>",
-        "<eos>",
-        "<turn|>",
-        "<|tool_response>",
-        "<｜end▁of▁sentence｜>",
-        "[e~[",
-    }
-)
+EOG_TEXTS = frozenset({
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<｜end▁of▁sentence｜>", "[e~[",
+})  # fmt: skip
 
 #: The special ids that also end generation: GGUF key suffix -> the texts llama.cpp looks for when
 #: the key is absent (the EOT and EOM texts are all in EOG_TEXTS already, so only FIM needs them).

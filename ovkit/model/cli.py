@@ -22,7 +22,7 @@ from ovkit.model.precision import PRECISIONS
 from ovkit.report import format_duration, format_rate
 
 if TYPE_CHECKING:
-    from ovkit.model.limits import ContextLimit
+    from ovkit.model.footprint import ContextLimit
 
 COMPARE_CHOICES = ("llama.cpp", "upstream")
 
@@ -117,7 +117,8 @@ def cli(args: argparse.Namespace) -> int:
     from ovkit.gguf import read_gguf
     from ovkit.model import chat, reference
     from ovkit.model.arch import ModelError
-    from ovkit.model.limits import context_limit, model_hparams, token_ids
+    from ovkit.model.footprint import context_limit
+    from ovkit.model.limits import model_hparams, token_ids
     from ovkit.model.runner import Model
     from ovkit.usage import UsageError, check_count, make_core
 
@@ -180,12 +181,7 @@ def cli(args: argparse.Namespace) -> int:
         result["stopped"] = gen.stopped
     if args.compare:
         ref = reference.run_reference(
-            args.file,
-            prompt,
-            gen.tokens,
-            n_ctx=n_ctx,
-            flash_attn=fa,
-            upstream=args.compare == "upstream",
+            args.file, prompt, gen.tokens, n_ctx=n_ctx, flash_attn=fa, upstream=args.compare == "upstream"
         )
         result["compare"] = {"against": args.compare, **compare(gen, ref)}
     if args.json:

@@ -1,26 +1,14 @@
 """Node by node: ovkit, llama.cpp's CPU build and the real backend on the same fed tokens.
 
-:func:`compare_model` evaluates one batch of tokens (the prompt, plus ``n`` greedy continuations
-llama.cpp's CPU build picks) from an empty cache on every side and captures the output of each
-named node of that batch:
-
-- **llama.cpp** (CPU build, and the real backend: llama-cpp-python's OpenVINO build) in a child
-  process (:mod:`ovkit.child`): ``llama_context_params.cb_eval`` is ggml's scheduler callback; asked
-  about each node (``ask=True``) it says which it wants, and the scheduler then computes the graph
-  in pieces that end at those nodes and shows each one (``ask=False``), read with
-  ``ggml_backend_tensor_get`` (the tensor may sit in a device buffer).  The real backend compiles
-  each piece as a graph of its own and cannot start a piece at a reshape of the previous piece's
-  output (it mistakes the input's shape), so on every side a node is asked for only when the node
-  after it is not a view; a first pass without captures gives the node list and the real status.
-- **ovkit**: the model's graph (:mod:`ovkit.model.program`, llama.cpp's names) for the same batch,
-  run once with every named node as an extra output; the normal generation path is not touched.
-
-Nodes are matched by (name, occurrence) among the computed f32 nodes: llama.cpp gives the same
-name to a matmul and the rope after it (``Qcur-0``).  Values are compared flat in ggml's memory order (ne[0] fastest),
-which is numpy's C order of ovkit's outputs.  When the real backend fails (``llama_decode`` < 0)
-its log names the node; :class:`BackendFailure` rebuilds the node that throws as a single-op case
-(test-backend-ops notation) that ``ovkit test-ops --upstream --catalogue test-backend-ops
---cases FILE`` runs three ways.
+:func:`compare_model` evaluates one batch (the prompt, plus ``n`` greedy continuations of
+llama.cpp's CPU build) from an empty cache on every side and captures each named node's output.
+llama.cpp's sides run in a child process (:mod:`ovkit.child`) whose ``cb_eval`` scheduler callback
+asks for the wanted nodes and reads them with ``ggml_backend_tensor_get``; a node is asked for
+only when the node after it is not a view (the real backend cannot start a graph piece at a
+reshape of the previous piece's output).  ovkit runs its graph once with every named node as an
+extra output.  Nodes are matched by (name, occurrence) among computed f32 nodes and compared flat
+in ggml's memory order.  When the real backend fails, :class:`BackendFailure` rebuilds the node
+that throws as a single-op case for ``ovkit test-ops --upstream --cases FILE``.
 
 ``python -m ovkit.model.compare REQUEST.json`` is the child side.
 """
@@ -61,22 +49,11 @@ VIEW_OPS = frozenset({"RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE", "NONE"})
 #: ggml added (``Kcur-0 (view)``, ``node_12``) are not the graph's own.
 NAMED = re.compile(r"[A-Za-z_]+(-\d+)?")
 
-#: The first node "diverges" when its NMSE against llama.cpp CPU passes this bound.
-#:
-#: Why 1e-2: the bound is set by the noise of llama.cpp CPU's own arithmetic, which the other
-#: sides do not share.  Its kernels round every activation that meets a quantized weight to
-#: 8 bits per block of 32 (q8_0 / q8_1 / q8_K) before an integer dot product, and attention
-#: rounds Q (and, without flash attention, KQ) to f16 for the f16 KV cache.  One 8-bit rounding
-#: has an error uniform in ±d/2, d = max|x|/127: an NMSE of (2.5/127)²/12 ≈ 3e-5 when the block
-#: maximum is 2.5 standard deviations, more on heavy-tailed activations, and a matmul passes on the
-#: error of its input plus its own.  Exact-f32 ops (add, mul, norms, rope, softmax, GLU) add
-#: ~1e-14 of their own and pass their input's error on.  Measured on SmolLM2-135M (30 layers,
-#: Q4_1, 6 tokens): ovkit's exact-f32 nodes sit at 1e-5..6e-3 (the matmuls highest, the residual
-#: stream ``l_out-*`` below 3e-4, not growing with depth).  1e-2 is above every rounding-only node
-#: measured and below the subtlest graph error tried (a norm epsilon of 1 instead of 1e-6: 5.2e-2
-#: at that node; a swapped operand or a wrong mask: 1e-1 and more).  A side that rounds more (bf16: 8 mantissa bits, ~1e-5 per
-#: rounding, compounded over every op) shows as NMSE growing along the graph rather than as one
-#: node; ``threshold=`` (``--threshold``) sets another bound.
+#: The first node "diverges" when its NMSE against llama.cpp CPU passes this bound: above the
+#: noise of llama.cpp CPU's own roundings (8-bit activations per block of 32 before every
+#: quantized matmul, f16 Q for attention; ovkit's exact-f32 nodes sit at 1e-5..6e-3 on SmolLM2),
+#: below the subtlest graph error tried (a norm epsilon of 1 instead of 1e-6: 5.2e-2; a swapped
+#: operand or a wrong mask: 1e-1 and more).  docs/model.md has the derivation.
 DEFAULT_THRESHOLD = 1e-2
 
 #: The log line of the real backend naming a node it could not translate.
@@ -213,32 +190,22 @@ class ModelComparison(Reported):
             f"{len(self.tokens)} fed tokens, flash attention {'on' if self.flash_attn else 'off'}; "
             f"NMSE of each side against llama.cpp's CPU build, in its graph order (ggml ne)"
         ]
+        ran, logits = dict(self.precision), dict(self.logits_nmse)
         for s in self.sides:
             f = firsts[s]
-            prec = dict(self.precision).get(s, "")
-            notes.append(
-                f"{s}{' (' + prec + ')' if prec else ''}: "
-                + (
-                    f"first divergent node {f.name} ({f.op}, NMSE {f.of(s):.2e})"
-                    if f
-                    else "no node past the threshold"
-                )
-                + (f"; logits NMSE {dict(self.logits_nmse)[s]:.2e}" if s in dict(self.logits_nmse) else "")
+            found = (
+                f"first divergent node {f.name} ({f.op}, NMSE {f.of(s):.2e})"
+                if f
+                else "no node past the threshold"
             )
-        for s in self.sides:
-            ran = dict(self.precision).get(s, "")
-            if (
-                s == "upstream"
-                and firsts[s] is not None
-                and F32_RERUN not in self.sides
-                and ran.endswith("f32")
-            ):
-                notes.append(f"{s} ran in f32 already: its precision does not explain the divergence")
-        if "upstream" in firsts and F32_RERUN in firsts:
-            before, after = firsts["upstream"], firsts[F32_RERUN]
-            verdict = "removes it" if before is not None and after is None else "does not remove it"
-            if before is not None:
+            on_logits = f"; logits NMSE {logits[s]:.2e}" if s in logits else ""
+            notes.append(f"{s}{f' ({ran[s]})' if ran.get(s) else ''}: {found}{on_logits}")
+        if firsts.get("upstream") is not None:
+            if F32_RERUN in firsts:
+                verdict = "removes it" if firsts[F32_RERUN] is None else "does not remove it"
                 notes.append(f"the f32 rerun of the real backend {verdict}")
+            elif ran.get("upstream", "").endswith("f32"):
+                notes.append("upstream ran in f32 already: its precision does not explain the divergence")
         for fl in self.failures:
             how = (
                 f"its log names {fl.node_op} {fl.node!r}; {fl.failing_op} {fl.failing_node!r}, which "
@@ -537,14 +504,9 @@ def run_ovkit(
     from ovkit.model.runner import Model
 
     model = Model(
-        path,
-        device=device,
-        core=core,
-        n_ctx=n_ctx,
-        flash_attn=flash_attn,
-        precision=precision,
+        path, device=device, core=core, n_ctx=n_ctx, flash_attn=flash_attn, precision=precision,
         no_requant=no_requant,
-    )
+    )  # fmt: skip
     n = len(tokens)
     shape = model.shape(n, 0)
     g, out = model.build(shape)
@@ -724,11 +686,14 @@ def compare_model(
             upstream_logits = logits
         if base.logits is not None and logits is not None and logits.size == base.logits.size:
             logits_nmse.append((side, float(nmse(logits, base.logits))))
-    rows = _diffs(ref_values, side_values)
-    result = ModelComparison(
-        str(path), tuple(toks), flash_attn, tuple(side_values), rows, threshold, tuple(failures),
-        tuple(precision), tuple(logits_nmse),
-    )  # fmt: skip
+
+    def comparison() -> ModelComparison:
+        return ModelComparison(
+            str(path), tuple(toks), flash_attn, tuple(side_values), _diffs(ref_values, side_values),
+            threshold, tuple(failures), tuple(precision), tuple(logits_nmse),
+        )  # fmt: skip
+
+    result = comparison()
     ran_in = dict(precision).get("upstream", "")
     diverged = "upstream" in side_values and result.first_divergent("upstream") is not None
     if f32_rerun or (f32_rerun is None and diverged and not ran_in.endswith("f32")):
@@ -743,10 +708,7 @@ def compare_model(
             precision.append((F32_RERUN, f"OpenVINO CPU set to {cap.precision}{no_effect}"))
             if base.logits is not None and cap.logits.size == base.logits.size:
                 logits_nmse.append((F32_RERUN, float(nmse(cap.logits, base.logits))))
-            result = ModelComparison(
-                str(path), tuple(toks), flash_attn, tuple(side_values), _diffs(ref_values, side_values),
-                threshold, tuple(failures), tuple(precision), tuple(logits_nmse),
-            )  # fmt: skip
+            result = comparison()
     return result
 
 

@@ -1,23 +1,26 @@
-"""Memory a model needs on each device: weights after the requant policy, KV cache, compute buffer.
+"""Memory a model needs: the one place for its rules (``Model``, ``fit`` and the pre-flight use them).
 
-* weights: every GGUF tensor as the device class's requantization policy stores it
-  (``GGUFModel.weight_bytes``);
-* KV cache: ``2 · n_layer · n_ctx · n_embd_kv`` f16 values (llama.cpp's default cache type);
-* compute buffer: the peak of live intermediate tensors of the prefill graph in topological order
-  (each non-view result allocated when computed, freed after its last consumer), as ggml's
-  graph allocator reuses memory.
-
-``fit`` compares the sum with each device's free memory (simulated devices say so), and says
-whether the device can build every weight at all (``runs``, the same requant decision ``Model``
-and placement use); it shows the figures by magnitude, ``.frame`` (or ``raw=True``) holds the bytes.
+* KV cache: ``2 · n_layer · n_ctx · n_embd_kv`` values (:func:`kv_bytes`), f16 as llama.cpp keeps it;
+* the lean form's peak (:func:`predicted_peak`), which ``Model()`` checks before loading
+  (:func:`check_fits`), and the positions whose cache fits the host (:func:`context_limit`);
+* per device (:func:`fit`): weights after its requantization policy (``GGUFModel.weight_bytes``),
+  the KV cache and the compute buffer (the peak of live intermediates of the prefill graph in
+  topological order, as ggml's graph allocator reuses memory), against its free memory; ``runs``
+  says whether the device can build every weight at all (the requant decision ``Model`` and
+  placement use).  Shown by magnitude, ``.frame`` (or ``raw=True``) holds the bytes.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, overload
 
 from ovkit import quant
-from ovkit.model.program import F16_BYTES
+from ovkit.gguf import GGUFModel
+from ovkit.memory import format_bytes, host_memory
+from ovkit.model.arch import HParams, ModelError
+from ovkit.model.lean import device_bytes
+from ovkit.model.program import F16_BYTES, cache_names
 from ovkit.report import FrameReport
 from ovkit.runtime import Core
 
@@ -26,11 +29,73 @@ if TYPE_CHECKING:
 
     from ovkit.model.runner import Model
 
+#: The bytes of one cached value as the context limit counts it: f32, the graph form's host cache
+#: on the CPU class (the other forms and devices hold f16: half).
+KV_VALUE_BYTES = 4
+#: What a process holds besides the weights and the cache, once a model ran (the Python
+#: interpreter, OpenVINO's libraries, numpy and pandas): measured on SmolLM2 and the 1.1 B shape
+#: (``benchmarks/bench_scale.py``), about 300 MiB; the peak adds the weights a second time.
+BASE_BYTES = 400 << 20
+
+
+def kv_bytes(hp: HParams, n_ctx: int, value_bytes: int = F16_BYTES) -> int:
+    """The K and V caches of every layer at ``n_ctx`` cells of ``value_bytes`` each."""
+    return len(cache_names(hp.n_layer)) * n_ctx * hp.n_embd_kv * value_bytes
+
+
+def available_memory(core: Core | None = None) -> int:
+    """The host's available memory in bytes (``MemAvailable``; ``core``: a simulated host's)."""
+    return host_memory(core).available_bytes
+
+
+def predicted_peak(gguf: GGUFModel, hp: HParams, n_ctx: int) -> int:
+    """Peak RSS of loading and running the lean form: the weights twice (the mapped file pages the
+    plugin reads and its packed copy, until the first are released), the KV cache and the process."""
+    return 2 * sum(device_bytes(t) for t in gguf.tensors.values()) + kv_bytes(hp, n_ctx) + BASE_BYTES
+
+
+def check_fits(gguf: GGUFModel, hp: HParams, n_ctx: int) -> None:
+    """Refuse up front a lean model whose load would not fit the host's available memory."""
+    need, kv = predicted_peak(gguf, hp, n_ctx), kv_bytes(hp, n_ctx)
+    have = available_memory()
+    if have and need > have:
+        raise ModelError(
+            f"{gguf.path.name} needs about {format_bytes(need)} at its peak (weights "
+            f"{format_bytes(need - kv - BASE_BYTES)}, KV cache at n_ctx={n_ctx:,} {format_bytes(kv)}), "
+            f"but only {format_bytes(have)} is available: not loaded"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ContextLimit:
+    """The most positions a model's context may hold on this machine, and what sets that."""
+
+    positions: int
+    reason: str  #: "the model's training context (llama.context_length)", or the memory it takes
+
+    def describe(self) -> str:
+        """``4,096, the model's training context (llama.context_length)``."""
+        return f"{self.positions:,}, {self.reason}"
+
+
+def context_limit(hp: HParams, *, core: Core | None = None) -> ContextLimit:
+    """The smaller of the model's training context and the positions whose KV cache (at
+    :data:`KV_VALUE_BYTES`) fits the host's available memory (``core``: a simulated host's)."""
+    per = kv_bytes(hp, 1, KV_VALUE_BYTES)
+    available = available_memory(core)
+    by_memory = ContextLimit(
+        available // per,
+        f"the positions whose KV cache ({format_bytes(per)} each, at f32) fits the "
+        f"{format_bytes(available)} of available memory",
+    )
+    if hp.n_ctx_train < 1 or by_memory.positions < hp.n_ctx_train:
+        return by_memory
+    return ContextLimit(hp.n_ctx_train, f"the model's training context ({hp.arch}.context_length)")
+
 
 def kv_cache_bytes(model: Model, n_ctx: int | None = None) -> int:
     """Bytes of the K and V caches of every layer at ``n_ctx`` cells (f16)."""
-    hp = model.hp
-    return 2 * hp.n_layer * (n_ctx or model.n_ctx) * hp.n_embd_kv * F16_BYTES
+    return kv_bytes(model.hp, n_ctx or model.n_ctx)
 
 
 def compute_buffer_bytes(model: Model, n_tokens: int | None = None) -> int:

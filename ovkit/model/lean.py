@@ -558,30 +558,6 @@ def compile_properties(exact: bool, n_threads: int | None) -> dict[str, Any]:
     return props
 
 
-#: What a process holds besides the weights and the cache, once a model ran (the Python
-#: interpreter, OpenVINO's libraries, numpy and pandas): measured on SmolLM2 and the 1.1 B shape
-#: (``benchmarks/bench_scale.py``), about 300 MiB; the peak adds the weights a second time.
-BASE_BYTES = 400 << 20
-
-
-def kv_bytes(hp: HParams, n_ctx: int) -> int:
-    """The KV cache at ``n_ctx`` cells, f16 as llama.cpp keeps it (the plugin's KV_CACHE_PRECISION)."""
-    return 2 * hp.n_layer * n_ctx * hp.n_embd_kv * 2
-
-
-def predicted_peak(gguf: GGUFModel, hp: HParams, n_ctx: int) -> int:
-    """Peak RSS of loading and running: the weights twice (the mapped file pages the plugin reads
-    and its packed copy, until the first are released), the KV cache and the process itself."""
-    return 2 * sum(device_bytes(t) for t in gguf.tensors.values()) + kv_bytes(hp, n_ctx) + BASE_BYTES
-
-
-def available_memory() -> int:
-    """The host's available memory in bytes (``MemAvailable`` on Linux: ``ovkit.memory``)."""
-    from ovkit.memory import host_memory
-
-    return host_memory().available_bytes
-
-
 class Releasable(Protocol):
     """Memory a compiled model was made from (``WeightFile``, ``lean_cache.MappedBlob``): its pages
     can be given back once the plugin has packed its own copy."""

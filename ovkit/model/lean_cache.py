@@ -1,29 +1,24 @@
 """``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR`` for the lean model: a second start imports it.
 
-The lean model is built from the GGUF's blocks, so its key is the file itself (real path, size,
-mtime, inode, a sha256 of its header: metadata and tensor table) and every setting that changes
-the compiled model (``exact``, ``no_requant``, the device and its CPU, the threads, profiling),
-with OpenVINO's build, a digest of ovkit's sources and ``FORMAT``.  Files:
-``<dir>/lean-<16 hex>.blob`` (``CompiledModel.export_model``) and ``<dir>/lean-<16 hex>.manifest``
-(JSON: the full key, the blob's size and sha256, the weight stats), written to temporary files and
-renamed, blob first.  An entry whose manifest holds another key, whose blob is not the one it
-describes (swapped, truncated, bit-flipped) or that is not regular files is never imported: the
-model is compiled again and the entry replaced, with one warning naming the file.
-
-On a hit the blob is mapped read-only and imported from the mapping; the plugin packs its own copy
-of the weights on the first prefill and decode, and the mapped pages are then given back
-(``MappedBlob.release``), so the weights are held once as with a fresh compile.  The mapping stays
-with the session (pages read again come back from the file: an entry is only ever replaced by a
-rename, which leaves the mapped file as it was).
+The key is the file itself (real path, size, mtime, inode, sha256 of its header) and every setting
+that changes the compiled model, with OpenVINO's build, a digest of ovkit's sources and ``FORMAT``.
+An entry is ``lean-<16 hex>.blob`` (``export_model``, streamed to the file) and ``.manifest`` (the
+key, the blob's size and sha256, the weight stats), each written to a temporary file and renamed,
+blob first.  An entry that is not the one its manifest describes, or not regular files, is never
+imported: the model is compiled again and the entry replaced, with one warning naming the file.
+On a hit the blob is mapped read-only and imported from the mapping, whose pages are given back
+once the plugin has packed its own copy (``MappedBlob.release``): the weights are held once.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import mmap
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,6 +96,47 @@ def lean_key(
         "openvino": openvino_build(),
         "ovkit": ovkit_build(),
     }
+
+
+class _FileStream(io.BytesIO):
+    """A ``BytesIO`` in name only (``export_model`` takes nothing else): each chunk the plugin
+    writes, and each seek, goes to ``file``."""
+
+    def __init__(self, file: io.BufferedRandom) -> None:
+        super().__init__()
+        self.file = file
+
+    def write(self, chunk: Any) -> int:
+        return self.file.write(chunk)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.file.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.file.tell()
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+def export_blob(compiled: Any, path: Path) -> tuple[int, str]:
+    """Export ``compiled`` to ``path`` through a temporary file of its own (created exclusively,
+    renamed over it); its size and sha256, hashed from the file once written (the plugin seeks
+    back to finish its header)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        with open(fd, "w+b") as f:
+            compiled.export_model(_FileStream(f))
+            f.flush()
+            size = f.seek(0, os.SEEK_END)
+            f.seek(0)
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return size, digest
 
 
 class MappedBlob:
@@ -187,15 +223,8 @@ class LeanCache:
         path = self.blob
         try:
             self.blob.parent.mkdir(parents=True, exist_ok=True)
-            data = compiled.export_model().getbuffer()  # a BytesIO's own bytes, not a copy
-            manifest = {
-                "key": self.key,
-                "blob_size": data.nbytes,
-                "blob_sha256": hashlib.sha256(data).hexdigest(),
-                "extra": extra,
-            }
-            replace_file(self.blob, data)
-            data.release()
+            size, digest = export_blob(compiled, self.blob)
+            manifest = {"key": self.key, "blob_size": size, "blob_sha256": digest, "extra": extra}
             path = self.manifest
             replace_file(self.manifest, json.dumps(manifest, sort_keys=True).encode())
         except (OSError, RuntimeError) as exc:

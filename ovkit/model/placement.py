@@ -111,11 +111,7 @@ def targets(core: Core | None = None) -> list[Target]:
 
 
 def node_table(
-    model: Model,
-    devices: Sequence[Target],
-    *,
-    n_prompt: int = 16,
-    live: LiveSupport | None = None,
+    model: Model, devices: Sequence[Target], *, n_prompt: int = 16, live: LiveSupport | None = None
 ) -> pd.DataFrame:
     """One row per (graph, node, device): op, name, shape, verdict, reason, FLOPs, weight bytes."""
     import pandas as pd

@@ -64,9 +64,7 @@ def op_times(model: Any, *, node_types: bool = False) -> pd.DataFrame:
         labels = op_labels(session.runner.graph.compiled)
         prof = prof[prof["status"] == "EXECUTED"].copy()
         prof["ggml_op"] = prof["node"].map(labels).fillna(OTHER)
-        # a dynamic model (Model(shapes="dynamic")): the shape of its last run
-        n_tokens = getattr(session, "last_n_tokens", shape.n_tokens)
-        n_kv = getattr(session, "last_n_kv", shape.n_kv)
+        n_tokens, n_kv = shape.n_tokens, shape.n_kv
         graph = "decode" if n_tokens == 1 else "prefill"
         keys = ["ggml_op", "type", "exec_type"] if node_types else ["ggml_op"]
         grp = prof.groupby(keys, as_index=False).agg(time_us=("real_time_us", "sum"), nodes=("node", "count"))

@@ -1,20 +1,14 @@
 """Run a GGUF model: prefill N tokens, then greedy-decode M tokens, the KV cache on the device.
 
-``Model(path, device=...)`` reads the GGUF, applies the device's requantization policy to the
-weights (they stay quantized), and builds the graph of ``ovkit.model.program``: by default
-(``shapes="buckets"``) one compiled model and one ``ovkit.engine.graph_session`` per shape bucket
-(``n_tokens``, ``n_kv``), as llama.cpp's static graphs are; ``shapes="split"`` compiles one model
-with ``n_tokens`` and ``n_kv`` dynamic for every prefill chunk and one with ``n_kv`` dynamic for
-the decode steps (``ovkit.model.dynamic``), so memory does not grow with the shape buckets a run
-meets, at about 0.78x the speed.  The KV cache (``kv="host"``, the default) is one set of f16 host arrays shared by every
-bucket, bound to each graph's cache inputs without a copy; a graph returns only the rows its
-SET_ROWS write and the runner stores them in place, so a step never copies the whole cache.
-``kv="variables"`` keeps the cache in OpenVINO variables per bucket (ReadValue/Assign; a host
-round trip on the NPU class, everywhere with ``stateful=False``), as upstream's stateful execution
-does: every step then converts and copies each layer's whole cache (docs/model.md has the
-profiles).  Prefill runs in chunks of ``n_ubatch`` tokens (the NPU class: of
-``GGML_OPENVINO_PREFILL_CHUNK_SIZE``, the backend's static prefill).  Logits come back as numpy
-arrays: every fed position, or the last one only (``last_only``; ``generate`` unless asked).
+``Model(path)`` on the CPU compiles one model straight from the file's blocks (``shapes="lean"``,
+``ovkit.model.lean``).  Elsewhere, or with ``shapes="buckets"``, it builds the graph of
+``ovkit.model.program`` (the device's requantization policy applied, weights kept quantized), one
+compiled model and ``ovkit.engine.graph_session`` per shape bucket (``n_tokens``, ``n_kv``) as
+llama.cpp's static graphs are.  Their KV cache (``kv="host"``) is one set of host arrays bound to
+every bucket's cache inputs without a copy, a graph returning only the rows its SET_ROWS write;
+``kv="variables"`` keeps it in OpenVINO variables per bucket, as upstream's stateful execution
+does.  Prefill runs in chunks of ``n_ubatch`` tokens (the NPU class: of
+``GGML_OPENVINO_PREFILL_CHUNK_SIZE``); logits come back for every fed position or the last only.
 """
 
 from __future__ import annotations
@@ -25,7 +19,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -40,11 +34,10 @@ from ovkit.ir import UnsupportedOpError
 from ovkit.memory import format_bytes
 from ovkit.model import lean
 from ovkit.model.arch import ModelError
-from ovkit.model.dynamic import DynamicShapeError, Symbol, symbolic_model
+from ovkit.model.footprint import check_fits, kv_bytes
 from ovkit.model.limits import check_count, check_n_ctx, model_hparams, token_ids
 from ovkit.model.precision import PRECISIONS
 from ovkit.model.program import (
-    F16_BYTES,
     DecoderOut,
     GraphShape,
     cache_names,
@@ -56,28 +49,20 @@ from ovkit.model.program import (
 from ovkit.ops.ggml_numerics import mark as mark_ggml_numerics
 from ovkit.ops.ggml_numerics import with_ggml_numerics
 from ovkit.report import Report, Reported, format_duration, format_rate
-from ovkit.runtime import Core, default_precision, is_simulated
+from ovkit.runtime import Core, is_simulated
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_N_UBATCH = 512  # llama.cpp's default micro-batch
-# "lean" where it applies (the CPU class, kv="host", precision "exact" or "device", no MoE, no
-# per-op profile): one compiled model straight from the file's blocks (ovkit.model.lean); the
-# ggml-graph forms otherwise, "buckets" by default.
-DEFAULT_SHAPES = "lean"
 SHOWN_TOKENS = 24  # generated ids a Generation's repr lists before eliding the rest
 
 #: ``kv=``: where the KV cache lives (see the module docstring).
 KV_MODES = ("host", "variables")
 #: ``shapes=``: how many models are compiled.  "lean": one model built from the GGUF's blocks
 #: directly (``ovkit.model.lean``: compressed weights held once, the KV cache in OpenVINO state,
-#: every length dynamic); the others compile ovkit's ggml graph: "dynamic": one model whose ``n_tokens`` and ``n_kv``
-#: are dynamic dimensions (``ovkit.model.dynamic``), shared by every prefill chunk and decode step;
-#: "split": that model for prefills and one ``n_tokens = 1`` model (``n_kv`` dynamic) for decode,
-#: compiled with the decode's own hints; "buckets": one static model per shape bucket
-#: ``(n_tokens, n_kv)``, as llama.cpp's graphs are (the NPU class and ``kv="variables"`` always).
-#: docs/model.md ("Memory per model and per bucket") has the memory and speed of each.
-SHAPE_MODES = ("lean", "dynamic", "split", "buckets")
+#: every length dynamic); "buckets": ovkit's ggml graph, one static model per shape bucket
+#: ``(n_tokens, n_kv)``, as llama.cpp's graphs are (wherever "lean" does not apply).
+SHAPE_MODES = ("lean", "buckets")
 #: Prefill chunk lengths the static buckets are compiled for: a chunk of ``n`` tokens runs in the
 #: model of the smallest size >= n (padded after its last token, the padding's logits and cache
 #: rows dropped), so prompts of many lengths share a few compiled models (each is hundreds of MiB
@@ -85,9 +70,6 @@ SHAPE_MODES = ("lean", "dynamic", "split", "buckets")
 PREFILL_SIZES = (8, 16, 32, 64, 128, 192, 256, 384, 512)
 #: Compiled models a Model keeps (``max_buckets``): the least recently used beyond it is released.
 MAX_BUCKETS = 4
-#: The token counts and cache cells a dynamic model is built at to find the symbols in its numbers.
-DYNAMIC_TOKENS = (5, 7)
-DYNAMIC_KV = (9, 13)
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -116,24 +98,15 @@ class Generation(Reported):
     def report(self) -> Report:
         shown = " ".join(map(str, self.tokens[:SHOWN_TOKENS]))
         more = f" … (+{len(self.tokens) - SHOWN_TOKENS})" if len(self.tokens) > SHOWN_TOKENS else ""
+        rows = (
+            ("prefill", f"{len(self.prompt):,}", format_duration(self.prefill_s), format_rate(self.prefill_tok_s)),
+            ("decode", f"{len(self.decode_logits):,}", format_duration(self.decode_s), format_rate(self.decode_tok_s)),
+            ("compile", "", format_duration(self.compile_s), "not counted in the speeds"),
+        )  # fmt: skip
         return Report(
             f"generation: {len(self.prompt)} prompt tokens, {len(self.tokens)} generated",
             ("phase", "tokens", "time", "speed"),
-            (
-                (
-                    "prefill",
-                    f"{len(self.prompt):,}",
-                    format_duration(self.prefill_s),
-                    format_rate(self.prefill_tok_s),
-                ),
-                (
-                    "decode",
-                    f"{len(self.decode_logits):,}",
-                    format_duration(self.decode_s),
-                    format_rate(self.decode_tok_s),
-                ),
-                ("compile", "", format_duration(self.compile_s), "not counted in the speeds"),
-            ),
+            rows,
             (f"generated ids: {shown}{more}",),
         )
 
@@ -182,30 +155,6 @@ def _release_host_memory() -> None:
             trim(0)
 
 
-class _Compiled:
-    """A compiled model the runner feeds itself (``shapes="dynamic"``/``"split"``): its inputs
-    are reshaped to the 4-D Parameters; a session-like face for ``sessions()`` and the profile."""
-
-    def __init__(self, graph: Any, dynamic: bool) -> None:
-        self.runner = graph.new_runner()
-        self.dynamic = dynamic
-        self.last_n_tokens = self.last_n_kv = 0
-
-    @property
-    def effective(self) -> Any:
-        return self.runner.graph.effective
-
-    def compute(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-        inputs = {k: v if v.ndim == 4 else v.reshape((1,) * (4 - v.ndim) + v.shape) for k, v in feed.items()}
-        self.last_n_tokens = int(feed["inp_tokens"].size)  # what the profile shows
-        self.last_n_kv = int(feed["attn_inp_kq_mask"].shape[-1])
-        out: list[np.ndarray] = self.runner.run(inputs)
-        return out
-
-    def profile(self) -> Any:
-        return self.runner.profile()
-
-
 def _discard_compiled(engine: Any, buckets: dict[GraphShape, _Bucket]) -> None:
     """Drop the compiled graphs of ``buckets`` from ``engine``'s cache, and the buckets."""
     engine.discard(b.session.runner.graph for b in buckets.values() if b.session is not None)
@@ -216,7 +165,7 @@ def _discard_compiled(engine: Any, buckets: dict[GraphShape, _Bucket]) -> None:
 class _Bucket:
     shape: GraphShape
     graph: Any
-    out: Any  # DecoderOut; None once a shapes="dynamic"/"split" model is compiled
+    out: DecoderOut
     session: Any = None
     writes: tuple[KvWrite, ...] = ()
     caches: dict[str, np.ndarray] = field(default_factory=dict)  # kv="host": its views of the cache
@@ -304,9 +253,9 @@ class Model(Reported):
             )
         if shapes in (None, "lean") and lean_ok:
             self.shapes = "lean"
-            self._check_fits(n_ctx)
+            check_fits(self.gguf, self.hp, n_ctx)
         else:
-            self._init_graph_forms(shapes if shapes != "lean" else None, engine)
+            self.shapes = "buckets"
         self._lean: Any = None  # the compiled lean session (ovkit.model.lean), built on first use
         self.spill_dir = config.spill_dir
         self.compiled_model_cache_dir = config.compiled_model_cache_dir  # the lean model's entries
@@ -321,75 +270,28 @@ class Model(Reported):
             else {}
         )
         self.no_requant = no_requant
-        self._weights: dict[str, Any] | None = None
-        self._run_configs: dict[int, RunConfig] | None = None
         self._buckets: dict[GraphShape, _Bucket] = {}
         # the engine's cache would keep this model's compiled graphs (hundreds of MiB each for a
         # real model) after the model is gone: they leave with it, or with close()
         weakref.finalize(self, _discard_compiled, engine, self._buckets)
-        self._views: dict[int, dict[str, np.ndarray]] = {}  # rows -> a dynamic model's cache inputs
         self._kv_owner: _Bucket | None = None
         self.n_past = 0
         self._lock = threading.RLock()  # see _serialized
 
-    def _init_graph_forms(self, shapes: str | None, engine: Any) -> None:
-        """Choose among the ggml-graph forms ("buckets", "split", "dynamic")."""
-        static_only = (
-            self.kv != "host" or self.device_class == DeviceClass.NPU or self.n_ctx < max(DYNAMIC_KV)
-        )
-        if shapes not in (None, "buckets") and static_only:
-            raise ModelError(
-                f"shapes={shapes!r} needs kv='host', a device other than the NPU class and "
-                f"n_ctx >= {max(DYNAMIC_KV)} (got kv={self.kv!r}, {self.device}, n_ctx={self.n_ctx})"
-            )
-        self.shapes = "buckets" if static_only else shapes or "buckets"
-        if self.shapes != "buckets" and self._computes_bf16(engine):
-            # OpenVINO 2026.4's CPU plugin miscomputes the attention of a graph whose n_kv is
-            # dynamic in bf16 (its Q·K MatMul: logits NMSE 0.06-1 against f32, where the same graph
-            # static is 1e-4): such a run would be silently wrong, so it takes the static buckets
-            logger.warning(
-                "%s: shapes=%r computes wrong attention in bf16 on the CPU (precision=%r here); "
-                "running one static model per shape bucket instead",
-                self.gguf.path.name,
-                self.shapes,
-                self.precision,
-            )
-            self.shapes = "buckets"
-
-    def _check_fits(self, n_ctx: int) -> None:
-        """Refuse up front a model whose load would not fit the host's available memory."""
-        need = lean.predicted_peak(self.gguf, self.hp, n_ctx)
-        have = lean.available_memory()
-        if have and need > have:
-            raise ModelError(
-                f"{self.gguf.path.name} needs about {format_bytes(need)} at its peak (weights "
-                f"{format_bytes(need - lean.kv_bytes(self.hp, n_ctx) - lean.BASE_BYTES)}, KV cache at "
-                f"n_ctx={n_ctx:,} {format_bytes(lean.kv_bytes(self.hp, n_ctx))}), but only "
-                f"{format_bytes(have)} is available: not loaded"
-            )
-
-    @property
+    @functools.cached_property
     def _configs(self) -> dict[int, RunConfig]:
-        """The graph forms' compile configurations (prefill, decode): the weights' compile hints
+        """The graph form's compile configurations (prefill, decode): the weights' compile hints
         tune the CPU plugin's activation quantization, only at the device's own precision."""
-        if self._run_configs is None:
-            quantized = (
-                [w for w in self.weights.values() if isinstance(w, quant.QuantizedWeight)]
-                if self.precision == "device"
-                else []
-            )
-            self._run_configs = {
-                n: run_config_from(
-                    quant.compile_hints(quantized, n) if self.precision == "device" else {},
-                    RunConfig(
-                        inference_precision=PRECISIONS[self.precision],
-                        profiling=self.profiling,
-                        num_threads=self.n_threads,
-                    ),
-                )
-                for n in (1, 2)
-            }
-        return self._run_configs
+        device = self.precision == "device"
+        quantized = (
+            [w for w in self.weights.values() if isinstance(w, quant.QuantizedWeight)] if device else []
+        )
+        base = RunConfig(
+            inference_precision=PRECISIONS[self.precision],
+            profiling=self.profiling,
+            num_threads=self.n_threads,
+        )
+        return {n: run_config_from(quant.compile_hints(quantized, n) if device else {}, base) for n in (1, 2)}
 
     def _lean_session(self) -> Any:
         """The lean model's session, compiled on first use."""
@@ -410,34 +312,18 @@ class Model(Reported):
             self._lean = session
         return self._lean
 
-    def _computes_bf16(self, engine: Any) -> bool:
-        """True when the CPU plugin computes this model in bf16: ``precision="device"`` on a CPU
-        whose default is bf16 (AMX or avx512_bf16)."""
-        if self.device_class != DeviceClass.CPU or PRECISIONS[self.precision] is not None:
-            return False
-        return default_precision(self.device, core=engine.core) == "bf16"
-
-    @property
+    @functools.cached_property
     def weights(self) -> dict[str, Any]:
         """Every tensor as a graph constant, the device's policy applied: read from the GGUF when a
-        graph is built, and released once a ``shapes="dynamic"``/``"split"`` model is compiled
-        (the compiled model holds its own copy; the decoded host copy is ~4x a 4-bit file)."""
-        if self._weights is None:
-            weights = {
-                name: value.apply_policy(self.device_class, no_requant=self.no_requant)
-                if isinstance(value, quant.QuantizedWeight)
-                else value
-                for name, value in model_weights(self.gguf)
-            }
-            if self.precision == "ggml":  # the GGUF's own type picks the dot type (Q5_0: Q8_0 blocks)
-                weights = {
-                    name: with_ggml_numerics(w, self.gguf.tensors[name].type)
-                    if isinstance(w, quant.QuantizedWeight)
-                    else w
-                    for name, w in weights.items()
-                }
-            self._weights = weights
-        return self._weights
+        graph is first built (the decoded host copy is ~4x a 4-bit file)."""
+        weights = {}
+        for name, w in model_weights(self.gguf):
+            if isinstance(w, quant.QuantizedWeight):
+                w = w.apply_policy(self.device_class, no_requant=self.no_requant)
+            if self.precision == "ggml" and isinstance(w, quant.QuantizedWeight):
+                w = with_ggml_numerics(w, self.gguf.tensors[name].type)  # the GGUF's type picks the dot
+            weights[name] = w
+        return weights
 
     # -- graphs ---------------------------------------------------------------------------------
     def shape(self, n_tokens: int, start: int, n_outputs: int | None = None) -> GraphShape:
@@ -469,101 +355,12 @@ class Model(Reported):
             mark_ggml_numerics(g)
         return g, out
 
-    def _model_key(self, shape: GraphShape) -> GraphShape:
-        """The compiled model ``shape`` runs on: its own bucket, or (``shapes="dynamic"`` /
-        ``"split"``) the key of a dynamic model, the shape it is first built at
-        (``DYNAMIC_TOKENS[0]`` tokens or, for the decode model of ``"split"``, one; its outputs:
-        the last position's, or every one; ``DYNAMIC_KV[0]`` cells)."""
-        if self.shapes == "buckets":
-            return shape
-        n = 1 if self.shapes == "split" and shape.n_tokens == 1 else DYNAMIC_TOKENS[0]
-        return GraphShape(n, DYNAMIC_KV[0], shape.n_ctx, 1 if shape.n_outputs == 1 else n, shape.flash_attn)
-
-    def _outputs(self, b: _Bucket) -> list[Any]:
-        """kv="host": the logits and the rows each SET_ROWS writes (stored by ``eval``)."""
-        outputs = [b.out.logits]
-        for name in cache_names(self.hp.n_layer):
-            nxt = b.out.caches[name]
-            outputs.append(nxt.srcs[1])
-            b.writes += (KvWrite(name, nxt.ne[0], nxt.srcs[2].name),)
-            b.caches[name] = self._kv[name][: self._cache_rows(b.shape)]  # no copy
-        return outputs
-
-    def _cache_views(self, shape: GraphShape) -> dict[str, np.ndarray]:
-        """A dynamic model's cache inputs for ``shape``: 4-D views of the host cache's first rows,
-        the same objects for every step with the same ``n_kv`` (bound once, read in place)."""
-        rows = self._cache_rows(shape)
-        views = self._views.get(rows)
-        if views is None:
-            views = self._views[rows] = {
-                n: c[:rows].reshape(1, 1, rows, c.shape[1]) for n, c in self._kv.items()
-            }
-        return views
-
-    def _compile(self, key: GraphShape) -> _Bucket:
-        """``shapes="dynamic"``/``"split"``: compile the model of ``key`` (a ``_model_key``) with
-        ``n_kv`` and, unless it is split's decode model, ``n_tokens`` dynamic."""
-        engine = get_engine(self.core)
-        config = self.run_config(key.n_tokens)
-        wide = cache_names(self.hp.n_layer) if self._kv_wide else []
-        kept: list[_Bucket] = []
-        symbols = [Symbol("n_kv", "attn_inp_kq_mask", -1, DYNAMIC_KV)]
-        if key.n_tokens != 1:
-            symbols.insert(0, Symbol("n_tokens", "inp_tokens", -1, DYNAMIC_TOKENS))
-
-        def translate(sizes: Mapping[str, int]) -> Any:
-            n = sizes.get("n_tokens", 1)
-            shape = GraphShape(n, sizes["n_kv"], key.n_ctx, 1 if key.n_outputs == 1 else n, key.flash_attn)
-            g, out = self.build(shape)
-            b = _Bucket(shape, g, out)
-            plan = engine.plan(g, self._outputs(b), self.device, config, wide=wide)
-            if not kept:  # the first build: the one rewritten and compiled
-                plan.require_supported()
-                b.session = plan
-                kept.append(b)
-            return plan.factory()
-
-        try:
-            model = symbolic_model(translate, symbols)
-            b = kept[0]
-            graph = engine.compiled(
-                ("ovkit.model.dynamic", tuple(s.name for s in symbols), b.session.structure),
-                lambda: model,
-                self.device,
-                b.session.run,
-            )
-        except UnsupportedOpError as exc:
-            raise ModelError(f"{exc}. ovkit runs the whole graph on {self.device}") from exc
-        b.shape = key
-        b.session = _Compiled(graph, key.n_tokens != 1)
-        b.graph = b.out = None  # the graph's constants hold the host weights: released below
-        b.caches = {}
-        self._weights = None
-        return b
-
-    def _bucket(self, wanted: GraphShape) -> _Bucket:
-        shape = self._model_key(wanted)
+    def _bucket(self, shape: GraphShape) -> _Bucket:
         known = self._buckets.pop(shape, None)
         if known is not None:
             self._buckets[shape] = known  # the most recently used last (``_evict``)
         if known is None or known.session is None:  # room before compiling
             self._evict(keep=self._kv_owner, limit=self.max_buckets - 1)
-        if self.shapes != "buckets":
-            found = self._buckets.get(shape)
-            if found is None:
-                try:
-                    found = self._buckets[shape] = self._compile(shape)
-                    _release_host_memory()  # the translated models are garbage once compiled
-                except DynamicShapeError as exc:  # e.g. MoE routing: static buckets from here on
-                    logger.info(
-                        "%s: the shapes cannot be dynamic (%s); one model per shape bucket",
-                        self.gguf.path,
-                        exc,
-                    )
-                    self.shapes = "buckets"
-                    self._buckets.clear()
-                    return self._bucket(wanted)
-            return found
         b = self._buckets.get(shape)
         if b is None:
             g, out = self.build(shape)
@@ -632,23 +429,19 @@ class Model(Reported):
             self._lean_session()
             return
         shapes = self.buckets_for(n_prompt, n_predict, last_only=last_only)
-        keys = [self._model_key(s) for s in shapes]
-        models = list(dict.fromkeys(keys))
-        if len(models) > self.max_buckets:
+        if len(shapes) > self.max_buckets:
             logger.warning(
                 "%s: a run of %d prompt tokens and %d steps needs %d compiled models, max_buckets=%d: "
                 "%d of them compile during the run (a larger max_buckets keeps them all)",
                 self.gguf.path,
                 n_prompt,
                 n_predict,
-                len(models),
+                len(shapes),
                 self.max_buckets,
-                len(models) - self.max_buckets,
+                len(shapes) - self.max_buckets,
             )
-        first = set(models[: self.max_buckets])
-        for shape, key in zip(shapes, keys, strict=True):
-            if key in first:
-                self._bucket(shape)
+        for shape in shapes[: self.max_buckets]:
+            self._bucket(shape)
 
     def _evict(self, keep: _Bucket | None, limit: int) -> None:
         """Release the least recently used compiled models until at most ``limit`` are left besides
@@ -728,8 +521,7 @@ class Model(Reported):
             self._take_kv(b)
             feed = causal_inputs(self.hp, shape, run, self.n_past, out_ids=[n - 1] if last_only else None)
             # the same view objects every call: bound once, read in place (ovkit.engine)
-            caches = self._cache_views(shape) if isinstance(b.session, _Compiled) else b.caches
-            logits, *rows = b.session.compute({**feed, **caches} if caches else feed)
+            logits, *rows = b.session.compute({**feed, **b.caches} if b.caches else feed)
             for w, r in zip(b.writes, rows, strict=True):  # SET_ROWS on the host: the new rows only
                 index = feed[w.index_input]
                 real = index.size * n // size  # the chunk's own rows come first; padding's dropped
@@ -817,7 +609,7 @@ class Model(Reported):
 
     def report(self) -> Report:
         hp = self.hp
-        kv = 2 * hp.n_layer * self.n_ctx * hp.n_embd_kv * F16_BYTES
+        kv = kv_bytes(hp, self.n_ctx)
         imported = (
             ", imported from the compiled-model cache" if self._lean and self._lean.loaded_from_cache else ""
         )

@@ -115,32 +115,17 @@ def _stored(name: str, values: np.ndarray, wtype: str) -> Any:
 
 #: ``general.file_type`` of a model whose 2-d weights are all one type (llama_ftype's values).
 FILE_TYPES = {
-    "f32": 0,
-    "f16": 1,
-    "q4_0": 2,
-    "q4_1": 3,
-    "q8_0": 7,
-    "q5_0": 8,
-    "q5_1": 9,
-    "q6_K": 18,
-    "q4_K": 15,
-    "q4_K_M": 15,
-    "q5_K": 17,
-    "mxfp4": 38,
-}
+    "f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q6_K": 18, "q4_K": 15,
+    "q4_K_M": 15, "q5_K": 17, "mxfp4": 38,
+}  # fmt: skip
 
 #: Random raw blocks: (bytes per block, weights per block, offsets of f16 scale fields and the
 #: spread of the stored integers) per type.  The scales are set so a row's values have about the
 #: spread of a trained model's (1/sqrt(fan-in)); every other byte is random.
 _BLOCKS: dict[str, tuple[tuple[int, ...], float]] = {
-    "q4_0": ((0,), 4.6),
-    "q4_1": ((0,), 4.6),
-    "q5_0": ((0,), 9.2),
-    "q8_0": ((0,), 74.0),
-    "q4_K": ((0, 2), 4.6 * 31),
-    "q5_K": ((0, 2), 9.2 * 31),
-    "q6_K": ((208,), 18.5 * 64),
-}
+    "q4_0": ((0,), 4.6), "q4_1": ((0,), 4.6), "q5_0": ((0,), 9.2), "q8_0": ((0,), 74.0),
+    "q4_K": ((0, 2), 4.6 * 31), "q5_K": ((0, 2), 9.2 * 31), "q6_K": ((208,), 18.5 * 64),
+}  # fmt: skip
 
 
 def _random_rows(wtype: str, rows: int, k: int, std: float, rng: np.random.Generator) -> np.ndarray:
