@@ -14,6 +14,13 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def peak_rss() -> int:
+    """This process's peak RSS in bytes: ``VmHWM``, the high-water mark of this process image
+    (``ru_maxrss`` survives exec on Linux, so a child would report its forking parent's)."""
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM:"))
+
+
 def seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> list[float]:
     """Wall times of ``repeat`` runs of ``fn()`` after ``warmup`` untimed ones."""
     for _ in range(warmup):

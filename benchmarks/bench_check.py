@@ -161,7 +161,8 @@ def header_only() -> None:
             "import resource, sys, time\nt0 = time.perf_counter()\nimport ovkit\n"
             "r = ovkit.check(sys.argv[1], 4096)\n"
             "u = resource.getrusage(resource.RUSAGE_SELF)\n"
-            "print(time.perf_counter() - t0, u.ru_utime + u.ru_stime, u.ru_maxrss * 1024)"
+            "hwm = next(int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM:'))\n"
+            "print(time.perf_counter() - t0, u.ru_utime + u.ru_stime, hwm * 1024)"
         )
         size = path.stat().st_size / 2**30
         print(f"13 B-shaped header-only file ({size:.1f} GiB as the table claims), load {load_average()}:")

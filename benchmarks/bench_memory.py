@@ -25,14 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _util import load_average, spread
+from _util import load_average, peak_rss, spread
 
 MIB = 2**20
 #: The synthetic llama of issue 22 (Q4_0, n_embd 1024) at 4, 8 and 16 layers.
@@ -85,7 +84,7 @@ def measure(path: str, shapes: str, precision: str = "exact") -> dict[str, objec
         model.reset()
         model.eval(long[:n], last_only=True)
         step(f"{len(steps) - 1} buckets (+ prefill {n})")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    peak = peak_rss()
     return {
         "file": os.path.getsize(path),
         "steps": steps,
