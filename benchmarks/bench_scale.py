@@ -110,6 +110,17 @@ def kv_bytes(report: BenchReport) -> int:
     return model_kv_bytes(hp, report.settings.n_prompt + report.settings.n_gen + 17)
 
 
+def predicted_peak(report: BenchReport) -> int:
+    """What ``Model`` predicts (and refuses on) for this file and the run's context."""
+    from ovkit.gguf import read_gguf
+    from ovkit.model.footprint import predicted_peak as model_predicted_peak
+    from ovkit.model.limits import model_hparams
+
+    gguf = read_gguf(report.settings.path)
+    n_ctx = report.settings.n_prompt + report.settings.n_gen + 17
+    return model_predicted_peak(gguf, model_hparams(gguf), n_ctx)
+
+
 def verdicts(name: str, report: BenchReport) -> list[str]:
     """Each of issue 32's targets this report can judge, with its factor."""
     out = []
@@ -134,6 +145,9 @@ def verdicts(name: str, report: BenchReport) -> list[str]:
             ours.rss_first,
             1.3 * report.model_bytes + kv_bytes(report) + GIB // 2,
         )
+        ratio = predicted_peak(report) / ours.peak_rss  # never below the peak, not far above it
+        verdict = "met" if 1.0 <= ratio <= 1.25 else "MISSED"
+        out.append(f"  {name}: Model's predicted peak / measured {ratio:.2f}x in 1.0-1.25x: {verdict}")
     genai = runs.get("genai")
     if ours and genai:
         for kind, target in (("tg", 1.2), ("pp", 1.0)):

@@ -48,10 +48,18 @@ def available_memory(core: Core | None = None) -> int:
     return host_memory(core).available_bytes
 
 
+#: Peak RSS of a lean load per byte of weights in their device form: the plugin's packed copy
+#: (1x) and the mapped pages it reads from, given back every 50 ms (``lean.releasing``), of which
+#: at most 0.39x were measured at once (1.1 B-13 B shapes; ``benchmarks/bench_scale.py`` prints
+#: this prediction beside each measured peak).
+PEAK_PER_WEIGHT_BYTE = 1.5
+
+
 def predicted_peak(gguf: GGUFModel, hp: HParams, n_ctx: int) -> int:
-    """Peak RSS of loading and running the lean form: the weights twice (the mapped file pages the
-    plugin reads and its packed copy, until the first are released), the KV cache and the process."""
-    return 2 * sum(device_bytes(t) for t in gguf.tensors.values()) + kv_bytes(hp, n_ctx) + BASE_BYTES
+    """Peak RSS of loading and running the lean form: the weights ``PEAK_PER_WEIGHT_BYTE`` times,
+    the KV cache and the process."""
+    weights = sum(device_bytes(t) for t in gguf.tensors.values())
+    return int(PEAK_PER_WEIGHT_BYTE * weights) + kv_bytes(hp, n_ctx) + BASE_BYTES
 
 
 def check_fits(gguf: GGUFModel, hp: HParams, n_ctx: int) -> None:
