@@ -1,32 +1,12 @@
 """Will it run here, and what will it take?  A pre-flight of a GGUF file on every device, from its
-header and tensor table alone, as llama.cpp's OpenVINO backend would run it.
+header and tensor table alone (no weight is read), as llama.cpp's OpenVINO backend would run it.
 
-``check(path, n_ctx)`` memory-maps the file and reads no weight.  Per device it gives a verdict:
-
-* **runs**;
-* **runs with fallback**: nodes the backend's ``supports_op`` rejects run on ggml's CPU (which ops,
-  the op policy's reason, ``ovkit.ops.policy``, on the prefill and decode graphs built from the
-  header, ``ovkit.model.header``);
-* **fails**: when (load, context creation, first decode), why, the upstream issue it matches and
-  the change that lifts it.  The sources: memory (host RAM and device memory against free
-  memory, stage by stage), the largest single buffer against the GPU's
-  ``GPU_DEVICE_MAX_ALLOC_MEM_SIZE``, weights the device's requantization cannot build, and the
-  known aborts (``ovkit.preflight_known``: features that fail on given backend versions).
-
-The memory model (:func:`backend_memory`) follows the backend's allocations part by part, each in
-host RAM or device memory from the stage it is made: the mapped file while loading, the weight
-buffer (every weight as the device's requantization policy extracts it, the f32 scratch of the
-largest requantized weight), the KV cache (llama.cpp pads the context to 256 cells; on the ``GPU``
-device it is one buffer of device memory), llama.cpp's compute buffers, the compiled model and its
-activations.  The constants (:data:`RUNTIME_BYTES` and the ones after it) were measured on the real
-backend (llama-cpp-python 0.3.36 built with ``-DGGML_OPENVINO=ON``) on this project's CPU:
-``benchmarks/bench_check.py`` prints predicted against measured peak RSS, docs/preflight.md has
-the table.  GPU and NPU figures place the same parts by the backend's rules; they are modelled,
-not measured (no such device here).
-
-``GGML_OPENVINO_DEVICE`` values are resolved as the backend resolves them (an exact,
-case-sensitive member of the available devices, else CPU with a warning) and :func:`naming` says
-what the backend then does, which is not always what the user meant.
+Per device the verdict is **runs**, **runs with fallback** (nodes ``supports_op`` leaves to ggml's
+CPU, with the policy's reason) or **fails** (when, why, the upstream issue and what lifts it): from
+memory stage by stage (:func:`backend_memory`), the largest buffer against the GPU's
+``GPU_DEVICE_MAX_ALLOC_MEM_SIZE``, weights the device cannot requantize and the known aborts
+(``ovkit.preflight_known``).  The memory constants were measured on the real backend on a CPU
+(``benchmarks/bench_check.py``, docs/preflight.md); GPU and NPU parts are placed by its rules.
 """
 
 from __future__ import annotations
@@ -348,6 +328,11 @@ def kv_buffers(hp: HParams, n_ctx: int, n_ubatch: int) -> tuple[tuple[str, int],
 STREAMED_TARGETS = frozenset({quant.RequantTarget.Q8_0_C, quant.RequantTarget.F16})
 
 
+def policy_class(dev_class: str) -> str:
+    """The requantization policy a device class follows (OTHER follows the CPU's)."""
+    return dev_class if dev_class in ("CPU", "GPU", "NPU") else "CPU"
+
+
 def _requant(t: Any, dev_class: str) -> quant.RequantDecision | None:
     return quant.requant_decision(t.name, dev_class, t.type, t.shape) if t.type in quant.QUANT_SPECS else None
 
@@ -356,12 +341,8 @@ def weight_buffer_bytes(gguf: GGUFModel, dev_class: str, skip: Sequence[str] = (
     """The backend's weight buffer on ``dev_class``: each tensor's allocation is its bytes in the
     file or, when larger, its layout after the requantization policy (three 64-byte aligned
     sections: weights, scales, zero points)."""
-    total = 0
-    for t in gguf.tensors.values():
-        if t.name not in skip:
-            decision = _requant(t, dev_class)
-            total += max(t.nbytes, decision.nbytes + 3 * 64) if decision else t.nbytes
-    return total
+    sizes = ((t.nbytes, _requant(t, dev_class)) for t in gguf.tensors.values() if t.name not in skip)
+    return sum(max(n, d.nbytes + 3 * 64) if d else n for n, d in sizes)
 
 
 def requant_scratch_bytes(gguf: GGUFModel, dev_class: str, skip: Sequence[str], streamed: bool) -> int:
@@ -391,13 +372,11 @@ def refused_weights(gguf: GGUFModel, dev_class: str) -> list[str]:
 
 def largest_weight(gguf: GGUFModel, dev_class: str) -> tuple[str, int]:
     """The largest single weight after the policy: one constant of the compiled model."""
-    best = ("", 0)
-    for t in gguf.tensors.values():
-        decision = _requant(t, dev_class)
-        size = max(t.nbytes, decision.nbytes) if decision else t.nbytes
-        if size > best[1]:
-            best = (t.name, size)
-    return best
+    sizes = (
+        (t.name, max(t.nbytes, d.nbytes) if (d := _requant(t, dev_class)) else t.nbytes)
+        for t in gguf.tensors.values()
+    )
+    return max(sizes, key=lambda x: x[1], default=("", 0))
 
 
 def largest_buffer(
@@ -433,7 +412,7 @@ def backend_memory(
     ("NPU memory is too small even for kvcache").  Stateful execution keeps it on the host too."""
     config = config or read_config({})
     cls = str(device_class(dev))
-    policy = cls if cls in ("CPU", "GPU", "NPU") else "CPU"
+    policy = policy_class(cls)
     mapped, duplicated = mapped_tensors(gguf)
     skip = tuple(n for n in mapped if n not in duplicated)
     mapped_bytes = sum(gguf.tensors[n].nbytes for n in mapped if n in gguf.tensors)
@@ -620,11 +599,17 @@ def fallbacks(graphs: Sequence[Sequence[Any]], dev: str) -> tuple[Fallback, ...]
     return tuple(Fallback(op, n, reason) for (op, reason), n in sorted(found.items()))
 
 
-def switched_on(config: OvkitConfig) -> frozenset[str]:
-    """The ``GGML_OPENVINO_*`` toggles that are on, as the backend parses them (``atoi != 0``)."""
-    return frozenset(
-        f"GGML_OPENVINO_{f.name.upper()}" for f in fields(config) if getattr(config, f.name) is True
-    )
+def known_aborts(
+    arch: str, cls: str, backend: str, config: OvkitConfig, *, flash_attn: bool, split: bool
+) -> list[KnownAbort]:
+    """The known aborts matching this model on this device class; the toggles are the
+    ``GGML_OPENVINO_*`` ones that are on, as the backend parses them (``atoi != 0``)."""
+    on = {f"GGML_OPENVINO_{f.name.upper()}" for f in fields(config) if getattr(config, f.name) is True}
+    return [
+        a
+        for a in KNOWN_ABORTS
+        if a.matches(arch, cls, backend, flash_attn=flash_attn, split=split, toggles=on)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -666,15 +651,10 @@ def check_device(
     shares = cls != "GPU" or shares_host_ram(d.name, core=core)  # CPU, OTHER, NPU, an integrated GPU
     dev_free = None if cls in ("CPU", "OTHER") else d.live.free_bytes
     found = fallbacks(graphs, d.name)
-    toggles = switched_on(config)
-    aborts = [
-        a
-        for a in KNOWN_ABORTS
-        if a.matches(arch, cls, backend.key, flash_attn=flash_attn, split=bool(found), toggles=toggles)
-    ]
+    aborts = known_aborts(arch, cls, backend.key, config, flash_attn=flash_attn, split=bool(found))
     notes = [f"evidence: {a.evidence}" for a in aborts]
     if sizes is None:  # an architecture ovkit has no graph for: only its known aborts speak
-        weights = weight_buffer_bytes(gguf, cls if cls in ("CPU", "GPU", "NPU") else "CPU")
+        weights = weight_buffer_bytes(gguf, policy_class(cls))
         f = _abort(aborts[0])
         only: tuple[Part, ...] = (Part("weight buffer", HOST, Stage.LOAD, weights),)
         return DeviceCheck(
@@ -685,7 +665,7 @@ def check_device(
     host_at = {s: sum(p.bytes for p in parts if p.where == HOST and p.alive(s)) for s in STAGES}
     device_at = {s: sum(p.bytes for p in parts if p.where == DEVICE and p.alive(s)) for s in STAGES}
     kv_on_device = any(p.where == DEVICE and p.name.startswith("KV cache") for p in parts)
-    policy = cls if cls in ("CPU", "GPU", "NPU") else "CPU"
+    policy = policy_class(cls)
     largest = largest_buffer(parts, gguf, policy, own_memory=cls in ("GPU", "NPU"))
     failures = [_abort(a, found) for a in aborts]
     refused = refused_weights(gguf, cls)
@@ -833,24 +813,12 @@ def check(
     if hp is not None:
         chunk = config.prefill_chunk_size if any(d.name == "NPU" for d in devices) else 0
         sizes, graphs = model_sizes(gguf, hp, cells, n_ubatch, flash_attn, chunk)
-    else:
-        toggles = switched_on(config)
-        unsized = [
-            d.name
+    else:  # only its known aborts can answer: every device must have one
+        aborts = [
+            known_aborts(arch, str(d.device_class), version.key, config, flash_attn=flash_attn, split=False)
             for d in devices
-            if not any(
-                a.matches(
-                    arch,
-                    str(d.device_class),
-                    version.key,
-                    flash_attn=flash_attn,
-                    split=False,
-                    toggles=toggles,
-                )
-                for a in KNOWN_ABORTS
-            )
         ]
-        if unsized or not devices:
+        if not all(aborts) or not devices:
             raise PreflightError(
                 f"{gguf.path}: architecture {arch!r} is not one ovkit can size on backend {version.key} "
                 f"(expected one of {', '.join(sorted(ARCHS))})"
