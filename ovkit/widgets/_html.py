@@ -1,8 +1,5 @@
-"""Small HTML pieces shared by the widgets; every runtime string goes through ``esc``.
-
-The escaping itself lives in :mod:`ovkit.escape` (one place for every layer); ``esc`` is its
-attribute escape, which is right both between tags and in a quoted attribute value.
-"""
+"""Small HTML pieces shared by the widgets; every runtime string goes through ``esc``
+(:func:`ovkit.escape.html_attr`, right both between tags and in a quoted attribute value)."""
 
 from __future__ import annotations
 
@@ -10,7 +7,7 @@ import base64
 from collections.abc import Iterable
 from typing import Any
 
-from ovkit.escape import html_attr
+from ovkit.escape import html_attr as esc
 
 # Usage colours as data (gpuwidget's info/warning/danger at 50/80 %).
 USAGE_COLOURS: tuple[tuple[float, str], ...] = ((0.8, "#d9534f"), (0.5, "#f0ad4e"), (0.0, "#5cb85c"))
@@ -30,11 +27,6 @@ STYLE = f"""<style>
 .ovkit-error {{color: #a94442; font-family: monospace; white-space: pre-wrap;}}
 .ovkit-warn {{color: #8a6d3b;}}
 </style>"""
-
-
-def esc(value: Any) -> str:
-    """``value`` as HTML text or a quoted attribute value (:func:`ovkit.escape.html_attr`)."""
-    return html_attr(value)
 
 
 def usage_colour(fraction: float) -> str:
@@ -67,7 +59,7 @@ def png_img(png: bytes, alt: str) -> str:
     return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}"/>'
 
 
-def error_box(message: str) -> str:
+def error_box(message: object) -> str:
     return f'<div class="ovkit-error">{esc(message)}</div>'
 
 

@@ -7,15 +7,12 @@ from ``LiveModel``) as a static PNG for nbconvert/papermill outputs and ``to_png
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ovkit.runtime import Core
 from ovkit.widgets._html import error_box, png_img
-from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
 from ovkit.widgets.axes import Axis, fit_axis, format_bytes, unit_for
 from ovkit.widgets.controls import LiveView
-from ovkit.widgets.data import RSS_ROW, LiveModel, MemoryHistory
+from ovkit.widgets.data import RSS_ROW, LiveModel
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -138,20 +135,6 @@ class AllocationCharts(LiveView):
 
     kind = "charts"
     panels = ("bars", "breakdown", "history")
-
-    def __init__(
-        self,
-        *,
-        core: Core | None = None,
-        interval: float = DEFAULT_INTERVAL_S,
-        auto_refresh: bool = True,
-        history: MemoryHistory | None = None,
-        env: Mapping[str, str] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            core=core, env=env, interval=interval, auto_refresh=auto_refresh, history=history, **kwargs
-        )
 
     def frames(self) -> dict[str, pd.DataFrame]:
         """The figures the panels draw: memory bars, allocations by type, the history (bytes)."""

@@ -17,7 +17,7 @@ from ovkit.widgets._html import STYLE, esc, html_table, png_img, usage_bar
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
 from ovkit.widgets.charts import chart_title, figure_png, static_figure
 from ovkit.widgets.controls import LiveView, close_parts
-from ovkit.widgets.data import Snapshot, error_text, rows_frame
+from ovkit.widgets.data import Snapshot, error_text
 from ovkit.widgets.device_table import render_table_html, render_table_text
 from ovkit.widgets.fit import FitView
 from ovkit.widgets.live import PANELS
@@ -71,10 +71,6 @@ class Dashboard(LiveView):
                 self.busy = self.meter.sample(snapshot.devices)
                 self.busy_panel.value = render_busy_html(self.busy)
 
-    def to_frame(self) -> pd.DataFrame:
-        """The device rows currently shown (bytes; None = unknown)."""
-        return rows_frame(self.rows)
-
     def busy_text(self) -> str:
         """The busy panel as text: one line per device (figure, parts, source)."""
         return render_busy_text(self.busy)
@@ -108,9 +104,6 @@ class Dashboard(LiveView):
         if select is not None and state.device in select.options:
             select.value = (state.device,)  # the explorer runs where the backend would
 
-    def _simulated(self) -> bool:
-        return bool(self.snapshot and self.snapshot.simulated)
-
     def fallback_html(self, drawn: str = "") -> str:
         """Selector, view (``drawn``: what the browser last drew of it, else rendered here) and busy panel."""
         if not drawn:
@@ -134,9 +127,7 @@ class Dashboard(LiveView):
 
     def close(self) -> None:
         """Stop the refresh thread and close every part."""
-        close_parts(
-            self, "controls", "view", "selector", "explorer", "fit", "accordion", "title", "busy_panel"
-        )
+        close_parts(self)
         super().close()
 
 

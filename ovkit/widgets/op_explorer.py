@@ -530,10 +530,5 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
         return "\n".join(lines)
 
     def close(self) -> None:
-        close_parts(
-            self,
-            "op_dropdown", "case_dropdown", "dtype_dropdown", "shape_texts", "device_select",
-            "reference_dropdown", "real_backend_check", "real_backend_note", "check_button", "run_button", "run_all_button",
-            "verdict_html", "info_html", "result_html", "chart", "shape_note", "shape_box", "top_row", "button_row",
-        )  # fmt: skip
+        close_parts(self)
         super().close()

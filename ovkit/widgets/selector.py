@@ -181,5 +181,5 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
         return render_state_text(self.state)
 
     def close(self) -> None:
-        close_parts(self, "dropdown", "text", "status", "row")
+        close_parts(self)
         super().close()
