@@ -1,19 +1,7 @@
-"""Memory per device class, by the rules upstream's device listing uses, and the one set of
-names, units and rules every view (table, bars, charts, fit check) uses for them.
-
-- CPU: host RAM. total = physical RAM; the list line mirrors the backend (Linux: free = total);
-  live views also get ``MemAvailable`` as ``host_available_bytes``.
-- GPU: total = ``GPU_DEVICE_TOTAL_MEM_SIZE``; used = sum of ``GPU_MEMORY_STATISTICS``.
-- NPU: total = ``NPU_DEVICE_TOTAL_MEM_SIZE``; used = ``NPU_DEVICE_ALLOC_MEM_SIZE``.
-- free = max(0, total - used).  A required property that is missing or raises gives 0/0 and the
-  reason is kept.  ``GPU_DEVICE_MAX_ALLOC_MEM_SIZE`` is never used.
-- An NPU or an integrated GPU allocates from host RAM: the live views cap its free at the host's
-  ``MemAvailable`` (the list line keeps the backend's figure).
-
-The quantities (``QUANTITIES``): the backend's ``--list-devices`` total and free, the host's
-available memory (``MemAvailable``), this process's OpenVINO allocations by type, and this
-process's RSS.  Live views show :func:`live_figures` of a device: total, used and free by one
-named rule per class, or "unknown" with the reason when a property failed (never 0 used).
+"""Memory per device class, by the rules upstream's device listing uses (:data:`MEMORY_RULES`:
+CPU host RAM, GPU ``GPU_DEVICE_TOTAL_MEM_SIZE`` less ``GPU_MEMORY_STATISTICS``, NPU its TOTAL less
+ALLOC; a property that fails gives 0/0 with the reason), and the live figures every view (table,
+bars, charts, fit check) shows (:func:`live_figures`: one named rule per class, or "unknown").
 """
 
 from __future__ import annotations
@@ -95,14 +83,6 @@ class MemoryReport:
     host_available_bytes: int | None = None
     #: MemAvailable of the host whose RAM this device allocates from (an iGPU or NPU), else None
     shared_host_available_bytes: int | None = None
-
-    @property
-    def total_mib(self) -> int:
-        return self.total_bytes // MIB
-
-    @property
-    def free_mib(self) -> int:
-        return self.free_bytes // MIB
 
 
 def host_memory(core: Core | None = None) -> HostMemory:
@@ -213,38 +193,13 @@ def read_memory(
     )
 
 
-# -- the one memory story: named quantities and the live rule per device class -------------------
-@dataclass(frozen=True, slots=True)
-class Quantity:
-    """One memory figure ovkit reads, with the name every view uses for it."""
-
-    key: str
-    label: str
-    source: str
-
-
-QUANTITIES: dict[str, Quantity] = {
-    q.key: q
-    for q in (
-        Quantity("list_total", "--list-devices total", "the backend's total (the rule of the device class)"),
-        Quantity("list_free", "--list-devices free", "the backend's free (CPU on Linux: = total)"),
-        Quantity("host_available", "host available", "/proc/meminfo MemAvailable (all processes)"),
-        Quantity(
-            "ov_allocations",
-            "OpenVINO allocations",
-            "this process's OpenVINO allocations: GPU_MEMORY_STATISTICS by type, NPU_DEVICE_ALLOC_MEM_SIZE",
-        ),
-        Quantity("process_rss", "process RSS", "resident memory of this Python process"),
-    )
-}
-
-
+# -- the live rule per device class ---------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class LiveRule:
     """How the live views derive used and free for one device class (short label + tooltip)."""
 
     label: str
-    used: str  # in the words of QUANTITIES
+    used: str
     free: str
     note: str = ""
 
@@ -347,5 +302,5 @@ def _process(pid: int) -> Any:
 
 
 def process_rss_bytes() -> int:
-    """This process's resident set size (``QUANTITIES['process_rss']``)."""
+    """This process's resident set size."""
     return int(_process(os.getpid()).memory_info().rss)

@@ -1,20 +1,10 @@
 """How busy each device is, from the counters the system exposes (memory says how full, not how busy).
 
-Each source reads monotonic counters at one moment; the share busy over an interval is the change
-of the busy counter over the change of the elapsed one, between two readings:
-
-- CPU: ``/proc/stat``'s aggregate line (all processes: jiffies not idle or iowait over all
-  jiffies) and ``/proc/self/stat`` (this process: utime + stime over wall time × CPUs).
-- Intel GPUs (``i915``, ``xe``): the DRM clients' ``/proc/<pid>/fdinfo/<fd>`` of every process
-  that has a ``/dev/dri`` file open (i915: ``drm-engine-<class>: <ns> ns`` over wall time; xe:
-  ``drm-cycles-<class>`` over ``drm-total-cycles-<class>``), each divided by the class's
-  ``drm-engine-capacity-<class>``, clients counted once by ``drm-client-id``; the device's
-  share is its busiest engine class.
-- Intel NPU (``intel_vpu``): ``/sys/class/accel/accel*/device/npu_busy_time_us`` over wall time.
-
-Every reader takes the filesystem root (tests hand it a fixture tree) and answers "not available
-here" with the reason when its files are absent.  A simulated GPU or NPU has no counter and says
-so; a simulated machine's CPU row is this machine's CPU, where the simulated devices run.
+A share busy is the change of a busy counter over the change of an elapsed one between two
+readings: the CPU from ``/proc/stat`` and ``/proc/self/stat``; Intel GPUs (i915, xe) from their DRM
+clients' fdinfo (the busiest engine class, over its capacity); the Intel NPU from
+``npu_busy_time_us``.  Readers take the filesystem root (tests hand them a fixture tree) and say
+"not available here" and why when their files are absent; simulated devices have no counter.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ovkit.devices import Device, DeviceClass, list_devices
-from ovkit.memory import QUANTITIES, process_rss_bytes
+from ovkit.memory import process_rss_bytes
 from ovkit.runtime import Core, get_core, is_simulated
 from ovkit.selection import Selection, resolve_device
 from ovkit.widgets.axes import UNITS, Axis, next_axis, unit_for
@@ -276,7 +276,6 @@ class LiveModel:
             "rss_label": RSS_ROW,
             "units": [list(u) for u in UNITS],
             "simulated": bool(snap and snap.simulated),
-            "quantities": {k: q.label for k, q in QUANTITIES.items()},
         }
 
     # -- the same figures for static images and tests ---------------------------------------
