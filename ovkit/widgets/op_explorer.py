@@ -1,7 +1,6 @@
 """Op explorer: pick a catalogue case, change shapes and dtype, see the policy, run, compare, time.
 
-The cases are ``ovkit test-ops``' set of the curated catalogue (``ovkit.catalogue.curated``): each one is an op
-key, typed inputs and a builder program, so the explorer runs exactly what test-ops runs.  On a
+The cases are ``ovkit test-ops``' own, so the explorer runs exactly what test-ops runs; on a
 simulated core every device compiles and runs on the real CPU.
 """
 
@@ -113,11 +112,7 @@ def policy_verdicts(case: Case, devices: Iterable[str]) -> list[tuple[str, bool,
     from ovkit.catalogue.run import policy_rejection
 
     g, out = ovkit_graph(case)
-    verdicts = []
-    for dev in devices:
-        reason = policy_rejection(g, out, dev)
-        verdicts.append((dev, reason is None, reason or ""))
-    return verdicts
+    return [(dev, (reason := policy_rejection(g, out, dev)) is None, reason or "") for dev in devices]
 
 
 def explore(
@@ -133,28 +128,19 @@ def explore(
     from ovkit.catalogue.run import run_case
     from ovkit.testops import perf_case
 
-    simulated = is_simulated(core)
     runs = []
     for dev in devices:
-        result = run_case(case, dev, reference=reference, core=core)  # type: ignore[arg-type]
-        us = None
-        if time_it and result.status == "OK":
-            perf = perf_case(case, dev, min_seconds=min_seconds, max_runs=200, core=core)
-            us = perf.us_per_run
-        runs.append(
-            OpRun(
-                device=dev,
-                device_class=str(device_class(dev)),
-                simulated=simulated,
-                supported=result.status != "not supported",
-                status=result.status,
-                detail=result.detail,
-                nmse=result.err,
-                max_nmse=result.max_err,
-                reference=result.reference,
-                us_per_run=us,
-            )
+        r = run_case(case, dev, reference=reference, core=core)  # type: ignore[arg-type]
+        timed = time_it and r.status == "OK"
+        us = (
+            perf_case(case, dev, min_seconds=min_seconds, max_runs=200, core=core).us_per_run
+            if timed
+            else None
         )
+        runs.append(
+            OpRun(dev, str(device_class(dev)), is_simulated(core), r.status != "not supported", r.status, r.detail,
+                  r.err, r.max_err, r.reference, us)
+        )  # fmt: skip
     return runs
 
 
@@ -180,17 +166,19 @@ def real_backend_run(base: Case, shapes: Mapping[str, Sequence[int]], dtype: str
     from ovkit.upstream.ops import run_varied
 
     r = run_varied(base.name, shapes, dtype)
-    rejected = f"rejects {r.upstream_rejects}" if r.upstream_rejects else ""
+    detail = "; ".join(
+        x for x in (f"rejects {r.upstream_rejects}" if r.upstream_rejects else "", r.detail) if x
+    )
     return OpRun(
-        device=REAL_BACKEND,
-        device_class="CPU",
-        simulated=False,
-        supported=bool(r.upstream_supported),
-        status=r.upstream_status,
-        detail="; ".join(x for x in (rejected, r.detail) if x),
-        nmse=r.upstream_nmse,
-        max_nmse=r.max_nmse,
-        reference="ggml",
+        REAL_BACKEND,
+        "CPU",
+        False,
+        bool(r.upstream_supported),
+        r.upstream_status,
+        detail,
+        r.upstream_nmse,
+        r.max_nmse,
+        "ggml",
     )
 
 
@@ -334,11 +322,9 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
         self.reference_dropdown = widgets.Dropdown(options=refs, description="Reference")
         self.real_backend_missing = real_backend_status()
         self.real_backend_check = widgets.Checkbox(
-            value=False,
-            description="also the real backend (OPENVINO0)",
-            disabled=bool(self.real_backend_missing),
+            False, description="also the real backend (OPENVINO0)", disabled=bool(self.real_backend_missing),
             style={"description_width": "initial"},
-        )
+        )  # fmt: skip
         self.real_backend_note = widgets.HTML(
             f"<small>&#9888; real backend unavailable: {esc(self.real_backend_missing)}</small>"
             if self.real_backend_missing
@@ -413,13 +399,11 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
                 w.close()
         self.shape_texts = {
             i.name: widgets.Text(
-                value=", ".join(str(d) for d in numpy_shape(i)),
-                description=f"{i.name} ({i.dtype}) numpy shape",
-                continuous_update=False,
-                style={"description_width": "initial"},
+                ", ".join(str(d) for d in numpy_shape(i)), description=f"{i.name} ({i.dtype}) numpy shape",
+                continuous_update=False, style={"description_width": "initial"},
             )
             for i in base.leaves
-        }
+        }  # fmt: skip
         for text in self.shape_texts.values():
             text.observe(lambda _: self.check(), names="value")
         self.shape_box.children = list(self.shape_texts.values())
@@ -468,10 +452,7 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
                 self.case = self.current_case()
                 with self.quiet():
                     self.runs = explore(
-                        self.case,
-                        devices,
-                        reference=self.reference_dropdown.value,
-                        core=self.core,
+                        self.case, devices, reference=self.reference_dropdown.value, core=self.core
                     )
                     if self.real_backend_check.value and not self.real_backend_missing:
                         self.runs.append(real_backend_run(*self._edits()))
@@ -488,17 +469,11 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
 
     # -- view -----------------------------------------------------------------------------
     def _render_verdicts(self) -> None:
-        if self.error:
-            self.verdict_html.value = error_box(self.error)
-        else:
-            self.verdict_html.value = render_verdicts_html(self.verdicts)
+        self.verdict_html.value = error_box(self.error) if self.error else render_verdicts_html(self.verdicts)
         self.save_picture()
 
     def _render_runs(self) -> None:
-        if self.error:
-            self.result_html.value = error_box(self.error)
-        else:
-            self.result_html.value = render_runs_html(self.runs)
+        self.result_html.value = error_box(self.error) if self.error else render_runs_html(self.runs)
         if not self.error and self.runs and self.case is not None:
             self._png = runs_png(runs_frame(self.runs), self.case.name[:60])
             self.chart.value = self._png
