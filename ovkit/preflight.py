@@ -12,6 +12,7 @@ memory stage by stage (:func:`backend_memory`), the largest buffer against the G
 from __future__ import annotations
 
 import enum
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -87,6 +88,11 @@ class Part:
         return i == j or (i < j and not self.transient)
 
 
+def bytes_at(parts: Sequence[Part], where: str, stage: Stage) -> int:
+    """What the parts in ``where`` (HOST or DEVICE) hold at ``stage``."""
+    return sum(p.bytes for p in parts if p.where == where and p.alive(stage))
+
+
 @dataclass(frozen=True, slots=True)
 class Fallback:
     """Nodes of one op the backend leaves to ggml's CPU, with the policy's reason."""
@@ -134,7 +140,7 @@ class DeviceCheck(Reported):
         return f"{self.device} (SIMULATED)" if self.simulated else self.device
 
     def host_bytes_at(self, stage: Stage) -> int:
-        return sum(p.bytes for p in self.parts if p.where == HOST and p.alive(stage))
+        return bytes_at(self.parts, HOST, stage)
 
     def summary(self) -> str:
         """The verdict in one line."""
@@ -249,19 +255,7 @@ class Preflight(Reported):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: every field, stages and verdicts as their names, bytes as integers."""
-
-        def clean(v: Any) -> Any:
-            if isinstance(v, enum.Enum):
-                return v.value
-            if isinstance(v, Path):
-                return str(v)
-            if isinstance(v, Mapping):
-                return {k: clean(x) for k, x in v.items()}
-            if isinstance(v, list | tuple):
-                return [clean(x) for x in v]
-            return v
-
-        out: dict[str, Any] = clean(asdict(self))
+        out: dict[str, Any] = json.loads(json.dumps(asdict(self), default=str))  # the enums are str
         for d, src in zip(out["devices"], self.devices, strict=True):
             d["summary"] = src.summary()
         return out
@@ -662,8 +656,7 @@ def check_device(
             weights, 0, host_free, dev_free, ("", 0), max_alloc, (), tuple(notes),
         )  # fmt: skip
     parts = backend_memory(sizes, gguf, d.name, config)
-    host_at = {s: sum(p.bytes for p in parts if p.where == HOST and p.alive(s)) for s in STAGES}
-    device_at = {s: sum(p.bytes for p in parts if p.where == DEVICE and p.alive(s)) for s in STAGES}
+    host_at, device_at = ({s: bytes_at(parts, where, s) for s in STAGES} for where in (HOST, DEVICE))
     kv_on_device = any(p.where == DEVICE and p.name.startswith("KV cache") for p in parts)
     policy = policy_class(cls)
     largest = largest_buffer(parts, gguf, policy, own_memory=cls in ("GPU", "NPU"))
@@ -683,15 +676,12 @@ def check_device(
             kv_name, kv_bytes = "KV cache's largest tensor (one layer's K)", sizes.kv_tensor_bytes
             largest = max(largest_weight(gguf, policy), (kv_name, kv_bytes), key=lambda x: x[1])
         if kv_bytes > max_alloc:
-            failures.append(
-                _Failure(
-                    Stage.CONTEXT,
-                    f"the {kv_name} is one {kv_bytes:,}-byte buffer, above {MAX_ALLOC_PROPERTY} ({max_alloc:,} "
-                    "bytes): 'Exceeded max size of memory object allocation', unable to create context",
-                    "#29087, #20661",
-                    "" if split else "#29124 (open): ggml then splits the KV buffer",
-                )
+            why = (
+                f"the {kv_name} is one {kv_bytes:,}-byte buffer, above {MAX_ALLOC_PROPERTY} ({max_alloc:,} "
+                "bytes): 'Exceeded max size of memory object allocation', unable to create context"
             )
+            lifted = "" if split else "#29124 (open): ggml then splits the KV buffer"
+            failures.append(_Failure(Stage.CONTEXT, why, "#29087, #20661", lifted))
     if max_alloc is not None:
         name, size = largest_weight(gguf, policy)
         if size > max_alloc:
@@ -702,22 +692,12 @@ def check_device(
         need = host_at[stage] + (on_device if shares else 0)
         if host_free is not None and need > host_free:
             carved = " (its device memory is host RAM)" if shares and on_device else ""
-            failures.append(
-                _Failure(
-                    stage,
-                    f"needs {format_bytes(need)} of host RAM{carved}, {format_bytes(host_free)} available",
-                    "#22712, #23939",
-                )
-            )
+            why = f"needs {format_bytes(need)} of host RAM{carved}, {format_bytes(host_free)} available"
+            failures.append(_Failure(stage, why, "#22712, #23939"))
             break
         if dev_free is not None and on_device > dev_free:
-            failures.append(
-                _Failure(
-                    stage,
-                    f"needs {format_bytes(on_device)} of device memory, {format_bytes(dev_free)} free",
-                    "#23939",
-                )
-            )
+            why = f"needs {format_bytes(on_device)} of device memory, {format_bytes(dev_free)} free"
+            failures.append(_Failure(stage, why, "#23939"))
             break
     if d.name == "NPU":
         notes += _npu_notes(sizes, config.prefill_chunk_size, unset)
@@ -965,7 +945,6 @@ def add_cli_args(p: Any) -> None:
 
 def cli(args: Any) -> int:
     """``ovkit check FILE``: the verdict table (exit 0 whatever the verdicts: they are the answer)."""
-    import json
     import sys
 
     from ovkit.usage import SIMULATED_NOTICE
