@@ -1,10 +1,6 @@
-"""Device discovery: one entry per physical OpenVINO device, as ``--list-devices`` shows them.
-
-Rules: ids starting with AUTO, MULTI, HETERO or BATCH are virtual and dropped;
-the rest are sorted lexicographically; the name is the exact id; the class is decided by prefix
-(``GPU.1`` is a GPU); the description is ``FULL_DEVICE_NAME`` (+ `` (NPU <arch>)`` for the NPU
-class), or the id when the name cannot be read.
-"""
+"""Device discovery: one entry per physical OpenVINO device, as ``--list-devices`` shows them: the
+virtual ids (AUTO, MULTI, HETERO, BATCH) dropped, sorted, named by the exact id, classed by prefix,
+described by ``FULL_DEVICE_NAME`` (+ `` (NPU <arch>)``), or the id when that cannot be read."""
 
 from __future__ import annotations
 

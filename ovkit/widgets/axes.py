@@ -1,10 +1,6 @@
-"""Axis ranges and units for the live charts, as plain data (the browser only draws them).
-
-An axis grows at once when the data needs more room (with headroom) and shrinks only after the
-data has stayed well below its top for a while (hysteresis), so a small change never rescales a
-chart and a one-bar panel does not always look full.  Units go by magnitude: a device with a few
-GiB is drawn in MiB, a 32 GiB host in GiB.
-"""
+"""Axis ranges and units for the live charts, as plain data (the browser only draws them): an axis
+grows at once and shrinks only after the data stayed well below its top for a while (hysteresis);
+units go by magnitude (a few GiB in MiB, 32 GiB in GiB)."""
 
 from __future__ import annotations
 

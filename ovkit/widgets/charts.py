@@ -1,8 +1,5 @@
-"""Allocation charts: memory bars, allocations by type and the time series, live in the browser.
-
-The live panels are drawn by ``MemoryView``; matplotlib draws the same figures (the same axes,
-from ``LiveModel``) as a static PNG for nbconvert/papermill outputs and ``to_png()``.
-"""
+"""Allocation charts: memory bars, allocations by type and the time series, live in the browser
+(``MemoryView``); matplotlib draws the same figures on the same axes as a static PNG."""
 
 from __future__ import annotations
 

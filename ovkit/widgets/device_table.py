@@ -1,8 +1,5 @@
 """Live device table: one row per device, memory with a usage bar, the selected device highlighted.
-
-The browser draws it (``MemoryView``'s table panel); the HTML and text below are the fallbacks for
-nbconvert, ``print`` and front ends without widgets, with the same figures and rules.
-"""
+The browser draws it; the HTML and text below are its fallbacks (nbconvert, ``print``)."""
 
 from __future__ import annotations
 
