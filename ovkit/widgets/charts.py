@@ -156,10 +156,10 @@ class AllocationCharts(LiveView):
         if self.error:
             lines.append(f"error: {self.error}")
         lines.append("[memory per device]")
-        for r in self.model.rows:
-            lines.append(
-                f"  {r.name}: {format_bytes(r.used_bytes)} used of {format_bytes(r.total_bytes)} ({r.rule})"
-            )
+        lines += [
+            f"  {r.name}: {format_bytes(r.used_bytes)} used of {format_bytes(r.total_bytes)} ({r.rule})"
+            for r in self.model.rows
+        ]
         lines.append("[this process: allocations by type, and RSS]")
         for row, kind, nbytes in self.model.breakdown_frame().itertuples(index=False, name=None):
             lines.append(f"  {row} · {'process RSS' if kind == 'rss' else kind}: {format_bytes(nbytes)}")

@@ -71,11 +71,7 @@ class RefreshControls(widgets.HBox):
     def __init__(self, refresher: Refresher, **kwargs: Any) -> None:
         self.refresher = refresher
         self.pause_button = widgets.ToggleButton(
-            value=refresher.paused,
-            description="Paused" if refresher.paused else "Pause",
-            icon="play" if refresher.paused else "pause",
-            tooltip="pause or resume the live refresh",
-            layout=widgets.Layout(width="100px"),
+            tooltip="pause or resume the live refresh", layout=widgets.Layout(width="100px")
         )
         self.interval_box = widgets.BoundedFloatText(
             value=refresher.interval,
@@ -90,6 +86,7 @@ class RefreshControls(widgets.HBox):
         self.interval_box.observe(self._on_interval, names="value")
         super().__init__([self.pause_button, self.interval_box, self.status], **kwargs)
         self.add_class("ovkit-refresh-controls")
+        self.show_state(refresher.state)
 
     def _on_pause(self, change: dict[str, Any]) -> None:
         if change["new"]:

@@ -37,14 +37,8 @@ class SelectorState:
 
 def selector_state(selection: Selection) -> SelectorState:
     """The selector's view of one resolution."""
-    return SelectorState(
-        requested=selection.requested,
-        device=selection.device,
-        fell_back=selection.fell_back,
-        messages=tuple(selection.messages),
-        hint=selection.hint,
-        layout=selection.layout,
-    )
+    s = selection
+    return SelectorState(s.requested, s.device, s.fell_back, tuple(s.messages), s.hint, layout=s.layout)
 
 
 def layout_line(state: SelectorState) -> str:
