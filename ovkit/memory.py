@@ -123,19 +123,19 @@ def shares_host_ram(device: str, *, core: Core) -> bool:
     return not err and str(kind).rsplit(".", 1)[-1].upper() == "INTEGRATED"
 
 
-def _as_bytes(name: str, value: Any) -> tuple[int | None, str | None]:
+class _Unreadable(Exception):
+    """A property that failed or returned no byte count (its message is the reason kept)."""
+
+
+def _as_bytes(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         try:
             value = int(str(value))
         except ValueError:
-            return None, f"{name} returned {value!r}, expected a byte count"
+            raise _Unreadable(f"{name} returned {value!r}, expected a byte count") from None
     if value < 0:
-        return None, f"{name} returned {value}, expected a byte count >= 0"
-    return value, None
-
-
-def _failed(rule: MemoryRule, reason: str) -> MemoryReport:
-    return MemoryReport(0, 0, 0, rule.formula, error=reason)
+        raise _Unreadable(f"{name} returned {value}, expected a byte count >= 0")
+    return value
 
 
 def read_memory(
@@ -148,49 +148,34 @@ def read_memory(
         return MemoryReport(
             0, 0, 0, "no memory rule", error=f"no memory rule for device class {device_class}"
         )
-    if rule.total_property is None:
+    if rule.total_property is None or rule.used_property is None:
         host = host_memory(core)
         return MemoryReport(
             host.total_bytes, host.total_bytes, 0, rule.formula, host_available_bytes=host.available_bytes
         )
-    raw_total, err = read_property(device, rule.total_property, core=core)
-    if err:
-        return _failed(rule, err)
-    props[rule.total_property] = raw_total
-    total, err = _as_bytes(rule.total_property, raw_total)
-    if err or total is None:
-        return _failed(rule, err or "")
-    assert rule.used_property is not None
-    raw_used, err = read_property(device, rule.used_property, core=core)
-    if err:
-        return _failed(rule, err)
-    props[rule.used_property] = raw_used
-    breakdown: dict[str, int] = {}
-    if rule.used_is_map:
-        if not isinstance(raw_used, Mapping):
-            return _failed(rule, f"{rule.used_property} returned {raw_used!r}, expected a map")
-        for key, value in raw_used.items():
-            n, err = _as_bytes(f"{rule.used_property}[{key}]", value)
-            if err or n is None:
-                return _failed(rule, err or "")
-            breakdown[str(key)] = n
-        used = sum(breakdown.values())
-    else:
-        n, err = _as_bytes(rule.used_property, raw_used)
-        if err or n is None:
-            return _failed(rule, err or "")
-        used = n
-    free = max(0, total - used)
+
+    def read(name: str) -> Any:
+        value, err = read_property(device, name, core=core)
+        if err:
+            raise _Unreadable(err)
+        props[name] = value
+        return value
+
+    try:
+        total = _as_bytes(rule.total_property, read(rule.total_property))
+        raw_used = read(rule.used_property)
+        if rule.used_is_map and not isinstance(raw_used, Mapping):
+            raise _Unreadable(f"{rule.used_property} returned {raw_used!r}, expected a map")
+        items = raw_used.items() if rule.used_is_map else ()
+        breakdown = {str(k): _as_bytes(f"{rule.used_property}[{k}]", v) for k, v in items}
+        used = sum(breakdown.values()) if rule.used_is_map else _as_bytes(rule.used_property, raw_used)
+    except _Unreadable as exc:
+        return MemoryReport(0, 0, 0, rule.formula, error=str(exc))
     shared = host_memory(core).available_bytes if shares_host_ram(device, core=core) else None
     return MemoryReport(
-        total,
-        free,
-        used,
-        rule.formula,
-        clamped=used > total,
-        breakdown=breakdown,
+        total, max(0, total - used), used, rule.formula, clamped=used > total, breakdown=breakdown,
         shared_host_available_bytes=shared,
-    )
+    )  # fmt: skip
 
 
 # -- the live rule per device class ---------------------------------------------------------------
