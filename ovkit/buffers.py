@@ -451,10 +451,7 @@ class Buffer:
             raise BufferUsageError(
                 f"tensor {name!r} ({alloc} bytes at offset {off}) does not fit in buffer {self.id} of {self.size} bytes"
             )
-        if name in self._tensors:
-            raise BufferUsageError(f"tensor {name!r} is already placed in buffer {self.id}")
-        t = PlacedTensor(name, shape_t, dtype, off, nbytes, self)
-        self._tensors[name] = t
+        t = self._add(PlacedTensor(name, shape_t, dtype, off, nbytes, self))
         self._next = max(self._next, off + alloc)
         if dtype in PLAIN_DTYPES and not self.is_remote:
             self.set_extra(t, TensorExtra(ExtraKind.TENSOR, ov_tensor=self._ov_view(t)))
@@ -509,10 +506,12 @@ class Buffer:
             raise BufferUsageError(
                 f"view {name!r}: {nbytes} bytes at offset {offset} exceed source {src.name!r} ({src.nbytes} bytes)"
             )
-        if name in self._tensors:
-            raise BufferUsageError(f"tensor {name!r} is already placed in buffer {self.id}")
-        t = PlacedTensor(name, shape_t, dt, src.offset + offset, nbytes, self, view_src=src)
-        self._tensors[name] = t
+        return self._add(PlacedTensor(name, shape_t, dt, src.offset + offset, nbytes, self, view_src=src))
+
+    def _add(self, t: PlacedTensor) -> PlacedTensor:
+        if t.name in self._tensors:
+            raise BufferUsageError(f"tensor {t.name!r} is already placed in buffer {self.id}")
+        self._tensors[t.name] = t
         return t
 
     def tensor(self, name: str) -> PlacedTensor:
@@ -583,20 +582,20 @@ class Buffer:
             raw = self.storage.data[t.offset : t.offset + t.nbytes].copy()
         return raw.view(PLAIN_DTYPES[t.dtype]).reshape(t.shape) if t.dtype in PLAIN_DTYPES else raw
 
-    def _remote_copy_in(self, offset: int, raw: np.ndarray) -> None:  # pragma: no cover - needs a GPU
+    def _remote_host_copy(self) -> Any:  # pragma: no cover - needs a GPU
         import openvino as ov
 
         host = ov.Tensor(ov.Type.u8, ov.Shape([self.size]))
         self.storage.ov_tensor.copy_to(host)
+        return host
+
+    def _remote_copy_in(self, offset: int, raw: np.ndarray) -> None:  # pragma: no cover - needs a GPU
+        host = self._remote_host_copy()
         np.asarray(host.data)[offset : offset + raw.size] = raw
         host.copy_to(self.storage.ov_tensor)
 
     def _remote_copy_out(self, offset: int, n: int) -> np.ndarray:  # pragma: no cover - needs a GPU
-        import openvino as ov
-
-        host = ov.Tensor(ov.Type.u8, ov.Shape([self.size]))
-        self.storage.ov_tensor.copy_to(host)
-        return np.asarray(host.data)[offset : offset + n].copy()
+        return np.asarray(self._remote_host_copy().data)[offset : offset + n].copy()
 
     def clear(self, value: int = 0) -> None:
         """``memset`` the whole buffer."""
