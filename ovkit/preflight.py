@@ -170,6 +170,9 @@ class DeviceCheck(Reported):
         return Report(f"{self.label}: {self.verdict}", ("", ""), tuple(rows), self.notes)
 
 
+REPORT_COLUMNS = ("device", "verdict", "host peak", "host free", "device mem", "device free", "largest buffer", "why")  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True, repr=False)
 class Preflight(Reported):
     """Every device's verdict for one file at one context."""
@@ -202,19 +205,11 @@ class Preflight(Reported):
         for d in self.devices:
             name, size = d.largest_buffer
             cap = f" / cap {format_bytes(d.max_alloc_bytes)}" if d.max_alloc_bytes else ""
+            host = [format_bytes(n) for n in (d.host_peak_bytes, d.host_free_bytes)]
             own = d.device_class != "CPU"
-            rows.append(
-                (
-                    d.label,
-                    str(d.verdict),
-                    format_bytes(d.host_peak_bytes),
-                    format_bytes(d.host_free_bytes),
-                    format_bytes(d.device_bytes) if own else "–",
-                    format_bytes(d.device_free_bytes) if own else "–",
-                    f"{format_bytes(size)} ({name}){cap}",
-                    "" if d.verdict is Verdict.RUNS else d.summary(),
-                )
-            )
+            dev = [format_bytes(n) if own else "–" for n in (d.device_bytes, d.device_free_bytes)]
+            why = "" if d.verdict is Verdict.RUNS else d.summary()
+            rows.append((d.label, str(d.verdict), *host, *dev, f"{format_bytes(size)} ({name}){cap}", why))
         ctx = (
             f"-c {self.n_ctx_requested:,}"
             if self.n_ctx_requested
@@ -241,17 +236,7 @@ class Preflight(Reported):
                 f"ovkit's own Model (its lean form on the CPU, not the backend) would take about "
                 f"{format_bytes(self.ovkit_model_bytes)} of host RAM at its peak (ovkit.preflight.ovkit_model_bytes)"
             )
-        columns = (
-            "device",
-            "verdict",
-            "host peak",
-            "host free",
-            "device mem",
-            "device free",
-            "largest buffer",
-            "why",
-        )
-        return Report(title, columns, tuple(rows), tuple(notes))
+        return Report(title, REPORT_COLUMNS, tuple(rows), tuple(notes))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: every field, stages and verdicts as their names, bytes as integers."""
@@ -838,22 +823,22 @@ def memory_frame(result: Preflight) -> pd.DataFrame:
     for d in result.devices:
         peak = max(STAGES, key=d.host_bytes_at)
         for p in d.parts:
-            if p.where == DEVICE and d.device_class == "CPU":
-                continue
-            rows.append(
-                {
-                    "device": d.label,
-                    "where": p.where,
-                    "part": p.name,
-                    "stage": str(p.stage),
-                    "bytes": p.bytes if p.where == DEVICE or p.alive(peak) else 0,
-                    "free_bytes": d.host_free_bytes if p.where == HOST else d.device_free_bytes,
-                    "largest_buffer_bytes": d.largest_buffer[1],
-                    "max_alloc_bytes": d.max_alloc_bytes,
-                    "verdict": str(d.verdict),
-                }
-            )
-    return pd.DataFrame(rows)
+            if p.where == HOST or d.device_class != "CPU":
+                free = d.host_free_bytes if p.where == HOST else d.device_free_bytes
+                held = p.bytes if p.where == DEVICE or p.alive(peak) else 0
+                rows.append((d.label, p.where, p.name, str(p.stage), held, free, d.largest_buffer[1],
+                             d.max_alloc_bytes, str(d.verdict)))  # fmt: skip
+    columns = [
+        "device",
+        "where",
+        "part",
+        "stage",
+        "bytes",
+        "free_bytes",
+        "largest_buffer_bytes",
+        "max_alloc_bytes",
+    ]
+    return pd.DataFrame(rows, columns=[*columns, "verdict"])
 
 
 PART_COLOURS = {
