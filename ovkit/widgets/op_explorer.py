@@ -335,42 +335,26 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
         self.run_all_button = widgets.Button(
             description="Run on every device", icon="forward", layout=widgets.Layout(width="auto")
         )
-        self.verdict_html = widgets.HTML()
-        self.info_html = widgets.HTML()
-        self.result_html = widgets.HTML()
+        self.verdict_html, self.info_html, self.result_html, self.shape_note = map(widgets.HTML, [""] * 4)
         # hidden until the first run: an empty Image shows a broken-image icon
         self.chart = widgets.Image(format="png", layout=widgets.Layout(width="480px", display="none"))
         self.chart.add_class("ovkit-op-chart")
-        self.shape_note = widgets.HTML()
         self.op_dropdown.observe(self._on_op, names="value")
         self.case_dropdown.observe(self._on_case, names="value")
-        self.dtype_dropdown.observe(lambda _: self.check(), names="value")
-        self.device_select.observe(lambda _: self.check(), names="value")
+        for control in (self.dtype_dropdown, self.device_select):
+            control.observe(lambda _: self.check(), names="value")
         self.check_button.on_click(lambda _: self.check())
         self.run_button.on_click(lambda _: self.run())
         self.run_all_button.on_click(lambda _: self.run_all())
         self.top_row = widgets.HBox([self.op_dropdown, self.dtype_dropdown, self.reference_dropdown])
         self.button_row = widgets.HBox([self.check_button, self.run_button, self.run_all_button])
-        super().__init__(
-            [
-                self.top_row,
-                self.case_dropdown,
-                self.info_html,
-                self.shape_box,
-                self.shape_note,
-                self.device_select,
-                widgets.HBox([self.real_backend_check, self.real_backend_note]),
-                self.button_row,
-                self.verdict_html,
-                self.result_html,
-                self.chart,
-            ],
-            **kwargs,
-        )
+        real = widgets.HBox([self.real_backend_check, self.real_backend_note])
+        rows = [self.top_row, self.case_dropdown, self.info_html, self.shape_box, self.shape_note]
+        rows += [self.device_select, real, self.button_row, self.verdict_html, self.result_html, self.chart]
+        super().__init__(rows, **kwargs)
         self.add_class("ovkit-op-explorer")
         if devices:
-            selected = self._selected_device(devices)
-            self.device_select.value = (selected,)
+            self.device_select.value = (self._selected_device(devices),)
         self._on_op({"new": self.op_dropdown.value})
 
     # -- state ----------------------------------------------------------------------------
