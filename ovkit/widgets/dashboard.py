@@ -56,12 +56,9 @@ class Dashboard(LiveView):
         self.selector = DeviceSelector(env=env, on_change=self._on_select, core=core)
         title = "ovkit dashboard" + (" — SIMULATED devices" if getattr(core, "simulated", False) else "")
         self.title = widgets.HTML(value=f"<h3>{esc(title)}</h3>")
-        sections: list[tuple[str, widgets.Widget]] = [("Will it run here? (ovkit check)", self.fit)]
-        if self.explorer is not None:
-            sections.append(("Op explorer", self.explorer))
-        self.accordion = widgets.Accordion(children=[w for _, w in sections])
-        for i, (name, _) in enumerate(sections):
-            self.accordion.set_title(i, name)
+        sections = {"Will it run here? (ovkit check)": self.fit, "Op explorer": self.explorer}
+        shown = {name: w for name, w in sections.items() if w is not None}
+        self.accordion = widgets.Accordion(children=list(shown.values()), titles=tuple(shown))
         self.children = [self.title, self.controls, self.selector, self.view, self.busy_panel, self.accordion]
 
     def update(self, snapshot: Snapshot) -> None:
