@@ -122,7 +122,6 @@ def explore(
     core: Core | None = None,
     reference: str = "numpy",
     time_it: bool = True,
-    min_seconds: float = 0.05,
 ) -> list[OpRun]:
     """Run ``case`` on every device of ``devices``: verdict, NMSE vs ``reference``, µs per run."""
     from ovkit.catalogue.run import run_case
@@ -132,11 +131,7 @@ def explore(
     for dev in devices:
         r = run_case(case, dev, reference=reference, core=core)  # type: ignore[arg-type]
         timed = time_it and r.status == "OK"
-        us = (
-            perf_case(case, dev, min_seconds=min_seconds, max_runs=200, core=core).us_per_run
-            if timed
-            else None
-        )
+        us = perf_case(case, dev, min_seconds=0.05, max_runs=200, core=core).us_per_run if timed else None
         runs.append(
             OpRun(dev, str(device_class(dev)), is_simulated(core), r.status != "not supported", r.status, r.detail,
                   r.err, r.max_err, r.reference, us)
