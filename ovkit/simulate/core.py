@@ -50,7 +50,6 @@ class SimulatedCore:
         *,
         activity: bool = False,
         clock: Callable[[], float] = time.monotonic,
-        real_core: Core | None = None,
     ) -> None:
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         self._props: dict[str, dict[str, Any]] = {
@@ -63,7 +62,7 @@ class SimulatedCore:
         self._activity = activity
         self._clock = clock
         self._t0 = clock()
-        self._real_core = real_core
+        self._real_core: Core | None = None
         self._host_used = 0  # bytes ovkit holds on the simulated CPU and on devices sharing host RAM
         self._shares_host = {
             d.id
