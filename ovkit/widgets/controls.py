@@ -44,13 +44,9 @@ def close_parts(owner: widgets.Widget) -> None:
         seen.add(id(w))
         values = [getattr(w, key, None) for key in w.keys] + (list(vars(w).values()) if w is owner else [])
         for value in values:
-            parts = (
-                value.values()
-                if isinstance(value, dict)
-                else value
-                if isinstance(value, tuple | list)
-                else (value,)
-            )
+            if isinstance(value, dict):  # parts by name (the explorer's shape boxes)
+                value = list(value.values())
+            parts = value if isinstance(value, tuple | list) else (value,)
             stack += [v for v in parts if isinstance(v, widgets.Widget)]
         if w is not owner and w.comm is not None:
             w.close()
