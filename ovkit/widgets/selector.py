@@ -102,7 +102,7 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
     ) -> None:
         self.core = core
         self.env = env
-        self._callbacks: list[Callable[[SelectorState], None]] = [on_change] if on_change else []
+        self._on_change = on_change
         self._syncing = False
         self.state: SelectorState = SelectorState(None, None, False, (), None)  # sync() sets it
         try:
@@ -122,10 +122,6 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
         super().__init__([self.row, self.status], **kwargs)
         self.add_class("ovkit-selector")
         self.sync()
-
-    def on_change(self, callback: Callable[[SelectorState], None]) -> None:
-        """Call ``callback(state)`` after every selection."""
-        self._callbacks.append(callback)
 
     def _current_env(self) -> MutableMapping[str, str]:
         return os.environ if self.env is None else self.env
@@ -155,8 +151,8 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
         finally:
             self._syncing = False
         self.status.value = render_state_html(state)
-        for callback in self._callbacks:
-            callback(state)
+        if self._on_change is not None:
+            self._on_change(state)
         self.save_picture()
         return state
 
