@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ovkit.errors import OvkitError
 from ovkit.runtime import Core
 
 MIB = 1024 * 1024
@@ -123,7 +124,7 @@ def shares_host_ram(device: str, *, core: Core) -> bool:
     return not err and str(kind).rsplit(".", 1)[-1].upper() == "INTEGRATED"
 
 
-class _Unreadable(Exception):
+class _Unreadable(OvkitError):
     """A property that failed or returned no byte count (its message is the reason kept)."""
 
 
