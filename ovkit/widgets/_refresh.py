@@ -205,10 +205,8 @@ def _on_post_run_cell(*_: Any) -> None:
 
 def watch_cells() -> None:
     """Follow IPython's cell executions (once per process), for ``cell_grace_left``."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return
+    from IPython import get_ipython  # ipywidgets' own dependency
+
     ip = get_ipython()
     if ip is None or _on_pre_run_cell in ip.events.callbacks.get("pre_run_cell", []):
         return
@@ -247,10 +245,8 @@ _CLAIMS_LOCK = threading.Lock()
 
 def current_cell() -> str | None:
     """The id of the notebook cell being executed (JupyterLab sends it), or None outside one."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return None
+    from IPython import get_ipython
+
     kernel = getattr(get_ipython(), "kernel", None)
     if kernel is None:
         return None

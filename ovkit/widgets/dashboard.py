@@ -150,14 +150,10 @@ def render_busy_text(busy: list[Busy]) -> str:
     return "\n".join(lines)
 
 
-def _make_explorer(
-    quiet: Callable[[], AbstractContextManager[Any]], *, core: Core | None
-) -> widgets.Widget | None:
-    """The op explorer when the op catalogue is installed; None otherwise (the dashboard omits it)."""
-    try:
-        from ovkit.widgets.op_explorer import OpExplorer
-    except ImportError:
-        return None
+def _make_explorer(quiet: Callable[[], AbstractContextManager[Any]], *, core: Core | None) -> widgets.Widget:
+    """The op explorer (imported on use: the op catalogue is heavy), or why it could not be built."""
+    from ovkit.widgets.op_explorer import OpExplorer
+
     try:
         return OpExplorer(quiet=quiet, core=core)
     except Exception as exc:

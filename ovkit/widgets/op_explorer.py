@@ -242,11 +242,9 @@ def render_runs_html(runs: Sequence[OpRun]) -> str:
 
 def op_info_html(op: str) -> str:
     """What the catalogue (``ovkit.ops.table``) says about ``op``: translations, notes, gates."""
-    try:
-        from ovkit.ops.coverage import entry_gates
-        from ovkit.ops.table import TABLE
-    except ImportError:
-        return ""
+    from ovkit.ops.coverage import entry_gates
+    from ovkit.ops.table import TABLE
+
     entry = TABLE.get(op.replace(":", "."))  # type: ignore[call-overload]
     if entry is None:
         return ""
