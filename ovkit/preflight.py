@@ -373,14 +373,6 @@ def largest_buffer(
     return max(buffers, key=lambda x: x[1], default=("", 0))
 
 
-def mapped_tensors(gguf: GGUFModel) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(kept in the mapped file, also copied to the backend)``: llama.cpp keeps the input layer
-    (``token_embd``) on the CPU; a tied output head is that tensor again, duplicated into the
-    output layer's buffer."""
-    tied = "output.weight" not in gguf.tensors
-    return ("token_embd.weight",), (("token_embd.weight",) if tied else ())
-
-
 def backend_memory(
     sizes: ModelSizes, gguf: GGUFModel, dev: str, config: OvkitConfig | None = None
 ) -> tuple[Part, ...]:
@@ -392,9 +384,11 @@ def backend_memory(
     config = config or read_config({})
     cls = str(device_class(dev))
     policy = policy_class(cls)
-    mapped, duplicated = mapped_tensors(gguf)
-    skip = tuple(n for n in mapped if n not in duplicated)
-    mapped_bytes = sum(gguf.tensors[n].nbytes for n in mapped if n in gguf.tensors)
+    # llama.cpp keeps the input layer (token_embd) in the mapped file; a tied output head is that
+    # tensor again, copied into the output layer's buffer
+    embd = gguf.tensors.get("token_embd.weight")
+    skip = () if "output.weight" not in gguf.tensors else ("token_embd.weight",)
+    mapped_bytes = embd.nbytes if embd is not None else 0
     weights = weight_buffer_bytes(gguf, policy, skip)
     scratch = requant_scratch_bytes(gguf, policy, skip, streamed=config.reduce_compile_mem)
     kv_on_device = dev == "GPU" and not config.stateful(cls)
