@@ -29,16 +29,13 @@ STYLE = f"""<style>
 </style>"""
 
 
-def usage_colour(fraction: float) -> str:
-    return next(colour for limit, colour in USAGE_COLOURS if fraction >= limit)
-
-
 def usage_bar(fraction: float, title: str = "") -> str:
     """A CSS bar filled to ``fraction`` (0..1)."""
     pct = max(0.0, min(1.0, fraction)) * 100
+    colour = next(c for limit, c in USAGE_COLOURS if fraction >= limit)
     return (
-        f'<span class="ovkit-bar" title="{esc(title)}"><div style="width:{pct:.1f}%;'
-        f'background:{usage_colour(fraction)}"></div></span>'
+        f'<span class="ovkit-bar" title="{esc(title)}">'
+        f'<div style="width:{pct:.1f}%;background:{colour}"></div></span>'
     )
 
 
