@@ -1,24 +1,15 @@
 """Buffer types, buffers with one storage owner, tensor extras, and allocation tracking.
 
-Mirrors upstream's buffer types:
-
-- Per device two buffer types: ``<device>`` (device kind) and ``<device>_HOST`` (host kind).  The
-  kind is explicit metadata, never inferred from the name; names are stable strings stored in the
-  type; alignment 32; maximum size ``SIZE_MAX``.  A registry answers whether a buffer type is
-  ovkit's and of which kind (:func:`is_ovkit_buffer_type`, :func:`buffer_type_kind`).
-- A :class:`Buffer` owns exactly one storage: :class:`HostStorage` (zero-filled, page-aligned —
-  so 64-byte aligned — anonymous ``mmap`` memory seen as numpy) or :class:`RemoteStorage` (an
-  OpenVINO remote tensor of the GPU class; on a *simulated* GPU it is host memory and says so).
-  ``data``/``size``/``ov_tensor`` are read through the storage, never cached in the buffer.
-- Tensors are placed at offsets; views share their source's extra; extras are owned by the buffer
-  (replacing one releases the old one exactly once) and are released with it.
-- Every allocation and release is recorded: :func:`current_allocations` and
-  :func:`allocation_history` return DataFrames (the data the allocation charts draw).
+As upstream: per device a ``<device>`` (device kind) and a ``<device>_HOST`` (host kind) buffer
+type, the kind explicit metadata.  A :class:`Buffer` owns one storage (zero-filled anonymous
+``mmap`` host memory, or a GPU remote tensor) and the extras of the tensors placed in it; every
+allocation and release is recorded (:func:`current_allocations`, :func:`allocation_history`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import functools
 import itertools
@@ -102,50 +93,36 @@ class BufferType:
         return Buffer(self, size, Usage(usage), core=core, remote=remote)
 
 
-class _Registry:
-    """Process-wide registry of ovkit buffer types, created once per device and kind."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._types: dict[tuple[str, BufferKind], BufferType] = {}
-
-    def get(self, device: str, kind: BufferKind) -> BufferType:
-        if not isinstance(device, str) or not device:
-            raise ValueError(f"buffer type: expected a device id such as 'CPU' or 'GPU.1', got {device!r}")
-        with self._lock:
-            bt = self._types.get((device, kind))
-            if bt is None:
-                name = device + (HOST_SUFFIX if kind is BufferKind.HOST else "")
-                bt = BufferType(name, device, kind)
-                self._types[(device, kind)] = bt
-            return bt
-
-    def owns(self, obj: object) -> bool:
-        with self._lock:
-            return any(obj is bt for bt in self._types.values())
+_TYPES: dict[tuple[str, BufferKind], BufferType] = {}  # the process's buffer types, one per device and kind
+_TYPES_LOCK = threading.Lock()
 
 
-_REGISTRY = _Registry()
+def _buffer_type(device: str, kind: BufferKind) -> BufferType:
+    if not isinstance(device, str) or not device:
+        raise ValueError(f"buffer type: expected a device id such as 'CPU' or 'GPU.1', got {device!r}")
+    with _TYPES_LOCK:
+        name = device + (HOST_SUFFIX if kind is BufferKind.HOST else "")
+        return _TYPES.setdefault((device, kind), BufferType(name, device, kind))
 
 
 def buffer_type(device: str) -> BufferType:
     """The device buffer type of ``device`` (named exactly ``device``); the same object every call."""
-    return _REGISTRY.get(device, BufferKind.DEVICE)
+    return _buffer_type(device, BufferKind.DEVICE)
 
 
 def host_buffer_type(device: str) -> BufferType:
     """The host buffer type of ``device`` (named ``<device>_HOST``); the same object every call."""
-    return _REGISTRY.get(device, BufferKind.HOST)
+    return _buffer_type(device, BufferKind.HOST)
 
 
 def is_ovkit_buffer_type(obj: object) -> bool:
-    """True only for buffer types created by this registry (a look-alike with the same name is not)."""
-    return _REGISTRY.owns(obj)
+    """True only for buffer types created here (a look-alike with the same name is not)."""
+    return isinstance(obj, BufferType) and _TYPES.get((obj.device, obj.kind)) is obj
 
 
 def buffer_type_kind(obj: object) -> BufferKind | None:
     """The kind of an ovkit buffer type (read from its metadata), or None for anything else."""
-    return obj.kind if isinstance(obj, BufferType) and _REGISTRY.owns(obj) else None
+    return obj.kind if isinstance(obj, BufferType) and is_ovkit_buffer_type(obj) else None
 
 
 def tensor_nbytes(shape: Sequence[int], dtype: str) -> int:
@@ -173,11 +150,7 @@ def tensor_alloc_size(shape: Sequence[int], dtype: str) -> int:
     return max(nbytes, layout)
 
 
-# ------------------------------------------------------------------------------------------------
-# Storage
-# ------------------------------------------------------------------------------------------------
-
-
+# -- storage ---------------------------------------------------------------------------------------
 class HostStorage:
     """Zero-filled host memory from a private anonymous mmap (page-aligned, so 64-byte aligned)."""
 
@@ -191,23 +164,20 @@ class HostStorage:
         device_side: bool = False,
         on_free: Callable[[], None] | None = None,
     ) -> None:
-        self._size = int(size)
+        self.size = int(size)
         self.note = note
         self.device_side = device_side  # stands in for device memory (a simulated GPU)
         self._on_free = on_free  # called once when freed (a simulated device gives the bytes back)
-        # private anonymous mapping: MADV_DONTNEED really frees its pages (a shared one would not)
+        # private anonymous mapping: MADV_DONTNEED really frees its pages (a shared one would not);
+        # weight release madvises it
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-        self._mmap: mmap.mmap | None = mmap.mmap(-1, self._size, flags=flags) if self._size else None
+        self.mmap: mmap.mmap | None = mmap.mmap(-1, self.size, flags=flags) if self.size else None
         self._array: np.ndarray | None = (
-            np.frombuffer(self._mmap, dtype=np.uint8) if self._mmap is not None else np.zeros(0, np.uint8)
+            np.frombuffer(self.mmap, dtype=np.uint8) if self.mmap is not None else np.zeros(0, np.uint8)
         )
         self._ov_tensor: Any = None
-        if self._size and self.address % HOST_ALIGNMENT:
+        if self.size and self.address % HOST_ALIGNMENT:
             raise BufferUsageError(f"host buffer is not aligned to {HOST_ALIGNMENT} bytes")
-
-    @property
-    def size(self) -> int:
-        return self._size
 
     @property
     def data(self) -> np.ndarray:
@@ -217,7 +187,7 @@ class HostStorage:
 
     @property
     def address(self) -> int:
-        return int(self.data.ctypes.data) if self._size else 0
+        return int(self.data.ctypes.data) if self.size else 0
 
     @property
     def ov_tensor(self) -> Any:
@@ -228,11 +198,6 @@ class HostStorage:
             self._ov_tensor = ov.Tensor(self.data, shared_memory=True)
         return self._ov_tensor
 
-    @property
-    def mmap(self) -> mmap.mmap | None:
-        """The backing anonymous mapping (weight release madvises it)."""
-        return self._mmap
-
     def free(self) -> None:
         """Drop the tensor and the array, then unmap (deferred to GC if someone holds a view)."""
         self._ov_tensor = None
@@ -240,11 +205,11 @@ class HostStorage:
         on_free, self._on_free = self._on_free, None
         if on_free is not None:
             on_free()
-        if self._mmap is not None:
+        if self.mmap is not None:
             # a caller still holding a numpy view defers the unmap until that view goes
             with contextlib.suppress(BufferError):
-                self._mmap.close()
-            self._mmap = None
+                self.mmap.close()
+            self.mmap = None
 
     @property
     def freed(self) -> bool:
@@ -254,38 +219,27 @@ class HostStorage:
 class RemoteStorage:
     """A device-side remote tensor from the device's OpenVINO remote context (GPU class only)."""
 
-    remote = True
-    device_side = True
+    remote = device_side = True
+    address = 0
+    mmap = None
 
     def __init__(self, size: int, device: str, *, core: Core) -> None:
         import openvino as ov
 
-        self._size = int(size)
+        self.size = int(size)
         self.note = f"remote tensor on {device}"
         context = core.get_default_context(device)
-        self._tensor: Any = context.create_tensor(ov.Type.u8, ov.Shape([max(1, self._size)]), {})
-
-    @property
-    def size(self) -> int:
-        return self._size
+        self._tensor: Any = context.create_tensor(ov.Type.u8, ov.Shape([max(1, self.size)]), {})
 
     @property
     def data(self) -> np.ndarray:
         raise BufferUsageError("a remote (device) buffer has no host data; use get_tensor/set_tensor")
 
     @property
-    def address(self) -> int:
-        return 0
-
-    @property
     def ov_tensor(self) -> Any:
         if self._tensor is None:
             raise BufferUsageError("storage used after it was freed")
         return self._tensor
-
-    @property
-    def mmap(self) -> None:
-        return None
 
     def free(self) -> None:
         self._tensor = None
@@ -298,11 +252,7 @@ class RemoteStorage:
 Storage = HostStorage | RemoteStorage
 
 
-# ------------------------------------------------------------------------------------------------
-# Extras and placed tensors
-# ------------------------------------------------------------------------------------------------
-
-
+# -- extras and placed tensors ---------------------------------------------------------------------
 class ExtraKind(enum.StrEnum):
     """Upstream's extra buffer types."""
 
@@ -383,10 +333,7 @@ class PlacedTensor:
         return raw
 
 
-# ------------------------------------------------------------------------------------------------
-# Buffers
-# ------------------------------------------------------------------------------------------------
-
+# -- buffers ---------------------------------------------------------------------------------------
 _IDS = itertools.count(1)
 
 
@@ -504,10 +451,7 @@ class Buffer:
             raise BufferUsageError(
                 f"tensor {name!r} ({alloc} bytes at offset {off}) does not fit in buffer {self.id} of {self.size} bytes"
             )
-        if name in self._tensors:
-            raise BufferUsageError(f"tensor {name!r} is already placed in buffer {self.id}")
-        t = PlacedTensor(name, shape_t, dtype, off, nbytes, self)
-        self._tensors[name] = t
+        t = self._add(PlacedTensor(name, shape_t, dtype, off, nbytes, self))
         self._next = max(self._next, off + alloc)
         if dtype in PLAIN_DTYPES and not self.is_remote:
             self.set_extra(t, TensorExtra(ExtraKind.TENSOR, ov_tensor=self._ov_view(t)))
@@ -562,10 +506,12 @@ class Buffer:
             raise BufferUsageError(
                 f"view {name!r}: {nbytes} bytes at offset {offset} exceed source {src.name!r} ({src.nbytes} bytes)"
             )
-        if name in self._tensors:
-            raise BufferUsageError(f"tensor {name!r} is already placed in buffer {self.id}")
-        t = PlacedTensor(name, shape_t, dt, src.offset + offset, nbytes, self, view_src=src)
-        self._tensors[name] = t
+        return self._add(PlacedTensor(name, shape_t, dt, src.offset + offset, nbytes, self, view_src=src))
+
+    def _add(self, t: PlacedTensor) -> PlacedTensor:
+        if t.name in self._tensors:
+            raise BufferUsageError(f"tensor {t.name!r} is already placed in buffer {self.id}")
+        self._tensors[t.name] = t
         return t
 
     def tensor(self, name: str) -> PlacedTensor:
@@ -636,20 +582,20 @@ class Buffer:
             raw = self.storage.data[t.offset : t.offset + t.nbytes].copy()
         return raw.view(PLAIN_DTYPES[t.dtype]).reshape(t.shape) if t.dtype in PLAIN_DTYPES else raw
 
-    def _remote_copy_in(self, offset: int, raw: np.ndarray) -> None:  # pragma: no cover - needs a GPU
+    def _remote_host_copy(self) -> Any:  # pragma: no cover - needs a GPU
         import openvino as ov
 
         host = ov.Tensor(ov.Type.u8, ov.Shape([self.size]))
         self.storage.ov_tensor.copy_to(host)
+        return host
+
+    def _remote_copy_in(self, offset: int, raw: np.ndarray) -> None:  # pragma: no cover - needs a GPU
+        host = self._remote_host_copy()
         np.asarray(host.data)[offset : offset + raw.size] = raw
         host.copy_to(self.storage.ov_tensor)
 
     def _remote_copy_out(self, offset: int, n: int) -> np.ndarray:  # pragma: no cover - needs a GPU
-        import openvino as ov
-
-        host = ov.Tensor(ov.Type.u8, ov.Shape([self.size]))
-        self.storage.ov_tensor.copy_to(host)
-        return np.asarray(host.data)[offset : offset + n].copy()
+        return np.asarray(self._remote_host_copy().data)[offset : offset + n].copy()
 
     def clear(self, value: int = 0) -> None:
         """``memset`` the whole buffer."""
@@ -731,11 +677,7 @@ def alloc_buffer(
     return bt.alloc_buffer(size, usage, core=core)
 
 
-# ------------------------------------------------------------------------------------------------
-# Allocation tracking
-# ------------------------------------------------------------------------------------------------
-
-
+# -- allocation tracking ---------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class AllocationEvent:
     """One allocation or release: when, which buffer, where, for what, how many bytes."""
@@ -761,13 +703,14 @@ class AllocationTracker:
         self.clock = time.time
 
     def record_alloc(self, buf: Buffer) -> None:
+        bt = buf.buffer_type
         ev = AllocationEvent(
             self.clock(),
             "alloc",
             buf.id,
-            buf.buffer_type.device,
-            buf.buffer_type.name,
-            str(buf.buffer_type.kind),
+            bt.device,
+            bt.name,
+            str(bt.kind),
             str(buf.usage),
             buf.size,
             buf.storage.note,
@@ -779,21 +722,8 @@ class AllocationTracker:
     def record_free(self, buffer_id: int) -> None:
         with self._lock:
             ev = self._live.pop(buffer_id, None)
-            if ev is None:
-                return
-            self._history.append(
-                AllocationEvent(
-                    self.clock(),
-                    "free",
-                    ev.buffer_id,
-                    ev.device,
-                    ev.buffer_type,
-                    ev.kind,
-                    ev.usage,
-                    ev.bytes,
-                    ev.storage,
-                )
-            )
+            if ev is not None:
+                self._history.append(dataclasses.replace(ev, time=self.clock(), event="free"))
 
     def live(self) -> list[AllocationEvent]:
         with self._lock:

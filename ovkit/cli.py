@@ -1,9 +1,8 @@
 """``ovkit`` on the command line: ``list-devices`` (also ``--list-devices``) and friends.
 
-Selection lines go to stderr exactly as the backend writes them; the device list goes to stdout,
-byte-for-byte in llama.cpp's ``--list-devices`` format.  This path never imports pandas,
-matplotlib or ipywidgets.  Exit codes: 0 ok, 1 a command's checks failed, 2 bad usage or a
-broken runtime.
+The device list goes to stdout byte-for-byte as llama.cpp's ``--list-devices``, selection lines to
+stderr; this path never imports pandas, matplotlib or ipywidgets.  Exit codes: 0 ok, 1 a command's
+checks failed, 2 bad usage or a broken runtime.
 """
 
 from __future__ import annotations
@@ -50,15 +49,11 @@ def _add_json_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-def _add_core_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--simulate", metavar="PROFILE", help="use a simulated device set (e.g. laptop)")
-    _add_json_arg(p)
-
-
 def _add_list_devices_args(p: argparse.ArgumentParser) -> None:
     from ovkit.layouts import DEFAULT_LAYOUT, LAYOUTS
 
-    _add_core_args(p)
+    p.add_argument("--simulate", metavar="PROFILE", help="use a simulated device set (e.g. laptop)")
+    _add_json_arg(p)
     p.add_argument(
         "--layout",
         choices=list(LAYOUTS),
@@ -121,11 +116,8 @@ def _upstream_list_devices(args: argparse.Namespace) -> int:
     if args.json:
         from dataclasses import asdict
 
-        print(
-            json.dumps(
-                {"upstream": build.detect().describe(), "devices": [asdict(d) for d in found]}, indent=2
-            )
-        )
+        payload = {"upstream": build.detect().describe(), "devices": [asdict(d) for d in found]}
+        print(json.dumps(payload, indent=2))
     else:
         print(devices.format_list_devices(found))
     return 0

@@ -1,10 +1,6 @@
-"""Device discovery: one entry per physical OpenVINO device, as ``--list-devices`` shows them.
-
-Rules: ids starting with AUTO, MULTI, HETERO or BATCH are virtual and dropped;
-the rest are sorted lexicographically; the name is the exact id; the class is decided by prefix
-(``GPU.1`` is a GPU); the description is ``FULL_DEVICE_NAME`` (+ `` (NPU <arch>)`` for the NPU
-class), or the id when the name cannot be read.
-"""
+"""Device discovery: one entry per physical OpenVINO device, as ``--list-devices`` shows them: the
+virtual ids (AUTO, MULTI, HETERO, BATCH) dropped, sorted, named by the exact id, classed by prefix,
+described by ``FULL_DEVICE_NAME`` (+ `` (NPU <arch>)``), or the id when that cannot be read."""
 
 from __future__ import annotations
 
@@ -143,23 +139,10 @@ def describe_device(name: str, *, core: Core | None = None) -> Device:
     description, description_error = _describe(name, cls, props, core=core)
     mem: MemoryReport = read_memory(name, cls, props, core=core)
     return Device(
-        name=name,
-        description=description,
-        device_class=cls,
-        total_bytes=mem.total_bytes,
-        free_bytes=mem.free_bytes,
-        used_bytes=mem.used_bytes,
-        memory_error=mem.error,
-        description_error=description_error,
-        memory_formula=mem.formula,
-        memory_clamped=mem.clamped,
-        memory_breakdown=mem.breakdown,
-        host_available_bytes=mem.host_available_bytes,
-        shared_host_available_bytes=mem.shared_host_available_bytes,
-        properties=props,
-        simulated=is_simulated(core),
-        ov_id=name,
-    )
+        name, description, cls, mem.total_bytes, mem.free_bytes, mem.used_bytes, mem.error, description_error,
+        mem.formula, mem.clamped, mem.breakdown, mem.host_available_bytes, mem.shared_host_available_bytes,
+        props, is_simulated(core), ov_id=name,
+    )  # fmt: skip
 
 
 def list_devices(

@@ -1,23 +1,8 @@
 """The three device layouts users meet, as data: how each lists devices and selects one.
 
-- ``seed``: the list-devices PRD (``shared/seeds/list-devices-prd.txt``), ovkit's default: one
-  entry per physical OpenVINO device named by its exact id, memory per device class
-  (``memory.MEMORY_RULES``, 0/0 when a property fails), an unknown ``GGML_OPENVINO_DEVICE``
-  falls back to CPU.
-- ``master``: ggml-org/llama.cpp master (``ggml/src/ggml-openvino/ggml-openvino.cpp``): one ggml
-  device ``OPENVINO0`` described as ``ov::get_openvino_version().description``, host RAM whatever
-  device is selected (Linux: free = total), type GPU; unknown device: warning, then CPU.  This
-  is what the backend installed here (ggml-python / llama-cpp-python) registers.
-- ``fork``: Intel's fork ravi9/llama.cpp (``ggml-openvino.cpp`` and ``ggml-openvino-extra.cpp``):
-  one ggml device ``OPENVINO<i>`` per OpenVINO device (AUTO/MULTI/HETERO dropped, sorted,
-  de-duplicated, ``CPU`` when none is left), described as ``GGML_OPENVINO_DEVICE=<id>[ (selected)]
-  - <FULL_DEVICE_NAME>``; GPU/NPU memory from the plugin's counters (host USM excluded), host RAM
-  otherwise, free capped at MemAvailable for an iGPU or NPU; the selected device is of type GPU,
-  the others IGPU (discovery only); an unknown ``GGML_OPENVINO_DEVICE`` aborts naming the
-  available devices, and an unset one picks CPU, else the first device.
-
-Each rule is one entry of a table below and :data:`LAYOUTS` combines them;
-``ovkit.devices.layout_devices`` builds the device records from them.
+``seed`` (ovkit's default, the list-devices PRD), ``master`` (llama.cpp master: one device
+``OPENVINO0``, host RAM) and ``fork`` (Intel's fork: ``OPENVINO<i>`` per device, an unknown device
+aborts).  Each rule is an entry of a table below; ``ovkit.devices.layout_devices`` applies them.
 """
 
 from __future__ import annotations
@@ -72,15 +57,12 @@ class Layout:
 
     key: str
     title: str
-    follows: str  # the code this layout is byte-exact to
     entries: str  # key of ENTRIES: which OpenVINO ids become ggml devices
     naming: str  # key of NAMES
     description: str  # key of DESCRIPTIONS
     memory: str  # key of MEMORY
     ggml_type: str  # key of TYPES
     selection: SelectionRule
-    memory_text: str
-    type_text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,43 +233,32 @@ LAYOUTS: dict[str, Layout] = {
         Layout(
             "seed",
             "list-devices PRD: one device per OpenVINO device, named by its id",
-            "shared/seeds/list-devices-prd.txt (ovkit's default)",
             entries="each physical device",
             naming="exact OpenVINO id",
             description="FULL_DEVICE_NAME",
             memory="per device class (0/0 when a property fails)",
             ggml_type="GPU",
             selection=SelectionRule("physical", "CPU", OnUnknown.FALLBACK),
-            memory_text="CPU host RAM (free = total); GPU TOTAL_MEM_SIZE - sum(MEMORY_STATISTICS); "
-            "NPU TOTAL_MEM_SIZE - ALLOC_MEM_SIZE; 0/0 when a property fails",
-            type_text="GPU (every device listed)",
         ),
         Layout(
             "master",
             "llama.cpp master: one device OPENVINO0 for the selected OpenVINO device",
-            "ggml-org/llama.cpp ggml/src/ggml-openvino/ggml-openvino.cpp (get_device_count() = 1)",
             entries="the selected device only",
             naming="OPENVINO<index>",
             description="OpenVINO version",
             memory="host RAM",
             ggml_type="GPU",
             selection=SelectionRule("available_devices", "CPU", OnUnknown.FALLBACK),
-            memory_text="host RAM whatever the device (Linux: free = total)",
-            type_text="GPU",
         ),
         Layout(
             "fork",
             "Intel's fork: OPENVINO<i> per OpenVINO device, selection by GGML_OPENVINO_DEVICE only",
-            "ravi9/llama.cpp ggml/src/ggml-openvino/ggml-openvino.cpp + ggml-openvino-extra.cpp",
             entries="each enumerated device",
             naming="OPENVINO<index>",
             description="GGML_OPENVINO_DEVICE=<id> - FULL_DEVICE_NAME",
             memory="plugin counters, else host RAM; iGPU/NPU free capped at MemAvailable",
             ggml_type="GPU if selected, else IGPU",
             selection=SelectionRule("fork_enumerated", "CPU if listed, else the first", OnUnknown.ABORT),
-            memory_text="GPU TOTAL_MEM_SIZE - MEMORY_STATISTICS without usm_host/usm_shared; NPU "
-            "TOTAL_MEM_SIZE - ALLOC_MEM_SIZE; else host RAM (free = total); iGPU/NPU free <= MemAvailable",
-            type_text="GPU for the selected device, IGPU for the others (discovery only)",
         ),
     )
 }

@@ -1,19 +1,7 @@
-"""Memory per device class, by the rules upstream's device listing uses, and the one set of
-names, units and rules every view (table, bars, charts, fit check) uses for them.
-
-- CPU: host RAM. total = physical RAM; the list line mirrors the backend (Linux: free = total);
-  live views also get ``MemAvailable`` as ``host_available_bytes``.
-- GPU: total = ``GPU_DEVICE_TOTAL_MEM_SIZE``; used = sum of ``GPU_MEMORY_STATISTICS``.
-- NPU: total = ``NPU_DEVICE_TOTAL_MEM_SIZE``; used = ``NPU_DEVICE_ALLOC_MEM_SIZE``.
-- free = max(0, total - used).  A required property that is missing or raises gives 0/0 and the
-  reason is kept.  ``GPU_DEVICE_MAX_ALLOC_MEM_SIZE`` is never used.
-- An NPU or an integrated GPU allocates from host RAM: the live views cap its free at the host's
-  ``MemAvailable`` (the list line keeps the backend's figure).
-
-The quantities (``QUANTITIES``): the backend's ``--list-devices`` total and free, the host's
-available memory (``MemAvailable``), this process's OpenVINO allocations by type, and this
-process's RSS.  Live views show :func:`live_figures` of a device: total, used and free by one
-named rule per class, or "unknown" with the reason when a property failed (never 0 used).
+"""Memory per device class, by the rules upstream's device listing uses (:data:`MEMORY_RULES`:
+CPU host RAM, GPU ``GPU_DEVICE_TOTAL_MEM_SIZE`` less ``GPU_MEMORY_STATISTICS``, NPU its TOTAL less
+ALLOC; a property that fails gives 0/0 with the reason), and the live figures every view (table,
+bars, charts, fit check) shows (:func:`live_figures`: one named rule per class, or "unknown").
 """
 
 from __future__ import annotations
@@ -25,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ovkit.errors import OvkitError
 from ovkit.runtime import Core
 
 MIB = 1024 * 1024
@@ -96,14 +85,6 @@ class MemoryReport:
     #: MemAvailable of the host whose RAM this device allocates from (an iGPU or NPU), else None
     shared_host_available_bytes: int | None = None
 
-    @property
-    def total_mib(self) -> int:
-        return self.total_bytes // MIB
-
-    @property
-    def free_mib(self) -> int:
-        return self.free_bytes // MIB
-
 
 def host_memory(core: Core | None = None) -> HostMemory:
     """Host RAM; a simulated core supplies its own (``host_memory()``)."""
@@ -143,19 +124,19 @@ def shares_host_ram(device: str, *, core: Core) -> bool:
     return not err and str(kind).rsplit(".", 1)[-1].upper() == "INTEGRATED"
 
 
-def _as_bytes(name: str, value: Any) -> tuple[int | None, str | None]:
+class _Unreadable(OvkitError):
+    """A property that failed or returned no byte count (its message is the reason kept)."""
+
+
+def _as_bytes(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         try:
             value = int(str(value))
         except ValueError:
-            return None, f"{name} returned {value!r}, expected a byte count"
+            raise _Unreadable(f"{name} returned {value!r}, expected a byte count") from None
     if value < 0:
-        return None, f"{name} returned {value}, expected a byte count >= 0"
-    return value, None
-
-
-def _failed(rule: MemoryRule, reason: str) -> MemoryReport:
-    return MemoryReport(0, 0, 0, rule.formula, error=reason)
+        raise _Unreadable(f"{name} returned {value}, expected a byte count >= 0")
+    return value
 
 
 def read_memory(
@@ -168,83 +149,43 @@ def read_memory(
         return MemoryReport(
             0, 0, 0, "no memory rule", error=f"no memory rule for device class {device_class}"
         )
-    if rule.total_property is None:
+    if rule.total_property is None or rule.used_property is None:
         host = host_memory(core)
         return MemoryReport(
             host.total_bytes, host.total_bytes, 0, rule.formula, host_available_bytes=host.available_bytes
         )
-    raw_total, err = read_property(device, rule.total_property, core=core)
-    if err:
-        return _failed(rule, err)
-    props[rule.total_property] = raw_total
-    total, err = _as_bytes(rule.total_property, raw_total)
-    if err or total is None:
-        return _failed(rule, err or "")
-    assert rule.used_property is not None
-    raw_used, err = read_property(device, rule.used_property, core=core)
-    if err:
-        return _failed(rule, err)
-    props[rule.used_property] = raw_used
-    breakdown: dict[str, int] = {}
-    if rule.used_is_map:
-        if not isinstance(raw_used, Mapping):
-            return _failed(rule, f"{rule.used_property} returned {raw_used!r}, expected a map")
-        for key, value in raw_used.items():
-            n, err = _as_bytes(f"{rule.used_property}[{key}]", value)
-            if err or n is None:
-                return _failed(rule, err or "")
-            breakdown[str(key)] = n
-        used = sum(breakdown.values())
-    else:
-        n, err = _as_bytes(rule.used_property, raw_used)
-        if err or n is None:
-            return _failed(rule, err or "")
-        used = n
-    free = max(0, total - used)
+
+    def read(name: str) -> Any:
+        value, err = read_property(device, name, core=core)
+        if err:
+            raise _Unreadable(err)
+        props[name] = value
+        return value
+
+    try:
+        total = _as_bytes(rule.total_property, read(rule.total_property))
+        raw_used = read(rule.used_property)
+        if rule.used_is_map and not isinstance(raw_used, Mapping):
+            raise _Unreadable(f"{rule.used_property} returned {raw_used!r}, expected a map")
+        items = raw_used.items() if rule.used_is_map else ()
+        breakdown = {str(k): _as_bytes(f"{rule.used_property}[{k}]", v) for k, v in items}
+        used = sum(breakdown.values()) if rule.used_is_map else _as_bytes(rule.used_property, raw_used)
+    except _Unreadable as exc:
+        return MemoryReport(0, 0, 0, rule.formula, error=str(exc))
     shared = host_memory(core).available_bytes if shares_host_ram(device, core=core) else None
     return MemoryReport(
-        total,
-        free,
-        used,
-        rule.formula,
-        clamped=used > total,
-        breakdown=breakdown,
+        total, max(0, total - used), used, rule.formula, clamped=used > total, breakdown=breakdown,
         shared_host_available_bytes=shared,
-    )
+    )  # fmt: skip
 
 
-# -- the one memory story: named quantities and the live rule per device class -------------------
-@dataclass(frozen=True, slots=True)
-class Quantity:
-    """One memory figure ovkit reads, with the name every view uses for it."""
-
-    key: str
-    label: str
-    source: str
-
-
-QUANTITIES: dict[str, Quantity] = {
-    q.key: q
-    for q in (
-        Quantity("list_total", "--list-devices total", "the backend's total (the rule of the device class)"),
-        Quantity("list_free", "--list-devices free", "the backend's free (CPU on Linux: = total)"),
-        Quantity("host_available", "host available", "/proc/meminfo MemAvailable (all processes)"),
-        Quantity(
-            "ov_allocations",
-            "OpenVINO allocations",
-            "this process's OpenVINO allocations: GPU_MEMORY_STATISTICS by type, NPU_DEVICE_ALLOC_MEM_SIZE",
-        ),
-        Quantity("process_rss", "process RSS", "resident memory of this Python process"),
-    )
-}
-
-
+# -- the live rule per device class ---------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class LiveRule:
     """How the live views derive used and free for one device class (short label + tooltip)."""
 
     label: str
-    used: str  # in the words of QUANTITIES
+    used: str
     free: str
     note: str = ""
 
@@ -347,5 +288,5 @@ def _process(pid: int) -> Any:
 
 
 def process_rss_bytes() -> int:
-    """This process's resident set size (``QUANTITIES['process_rss']``)."""
+    """This process's resident set size."""
     return int(_process(os.getpid()).memory_info().rss)

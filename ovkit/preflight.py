@@ -1,37 +1,18 @@
 """Will it run here, and what will it take?  A pre-flight of a GGUF file on every device, from its
-header and tensor table alone, as llama.cpp's OpenVINO backend would run it.
+header and tensor table alone (no weight is read), as llama.cpp's OpenVINO backend would run it.
 
-``check(path, n_ctx)`` memory-maps the file and reads no weight.  Per device it gives a verdict:
-
-* **runs**;
-* **runs with fallback**: nodes the backend's ``supports_op`` rejects run on ggml's CPU (which ops,
-  the op policy's reason, ``ovkit.ops.policy``, on the prefill and decode graphs built from the
-  header, ``ovkit.model.header``);
-* **fails**: when (load, context creation, first decode), why, the upstream issue it matches and
-  the change that lifts it.  The sources: memory (host RAM and device memory against free
-  memory, stage by stage), the largest single buffer against the GPU's
-  ``GPU_DEVICE_MAX_ALLOC_MEM_SIZE``, weights the device's requantization cannot build, and the
-  known aborts (``ovkit.preflight_known``: features that fail on given backend versions).
-
-The memory model (:func:`backend_memory`) follows the backend's allocations part by part, each in
-host RAM or device memory from the stage it is made: the mapped file while loading, the weight
-buffer (every weight as the device's requantization policy extracts it, the f32 scratch of the
-largest requantized weight), the KV cache (llama.cpp pads the context to 256 cells; on the ``GPU``
-device it is one buffer of device memory), llama.cpp's compute buffers, the compiled model and its
-activations.  The constants (:data:`RUNTIME_BYTES` and the ones after it) were measured on the real
-backend (llama-cpp-python 0.3.36 built with ``-DGGML_OPENVINO=ON``) on this project's CPU:
-``benchmarks/bench_check.py`` prints predicted against measured peak RSS, docs/preflight.md has
-the table.  GPU and NPU figures place the same parts by the backend's rules; they are modelled,
-not measured (no such device here).
-
-``GGML_OPENVINO_DEVICE`` values are resolved as the backend resolves them (an exact,
-case-sensitive member of the available devices, else CPU with a warning) and :func:`naming` says
-what the backend then does, which is not always what the user meant.
+Per device the verdict is **runs**, **runs with fallback** (nodes ``supports_op`` leaves to ggml's
+CPU, with the policy's reason) or **fails** (when, why, the upstream issue and what lifts it): from
+memory stage by stage (:func:`backend_memory`), the largest buffer against the GPU's
+``GPU_DEVICE_MAX_ALLOC_MEM_SIZE``, weights the device cannot requantize and the known aborts
+(``ovkit.preflight_known``).  The memory constants were measured on the real backend on a CPU
+(``benchmarks/bench_check.py``, docs/preflight.md); GPU and NPU parts are placed by its rules.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -107,6 +88,11 @@ class Part:
         return i == j or (i < j and not self.transient)
 
 
+def bytes_at(parts: Sequence[Part], where: str, stage: Stage) -> int:
+    """What the parts in ``where`` (HOST or DEVICE) hold at ``stage``."""
+    return sum(p.bytes for p in parts if p.where == where and p.alive(stage))
+
+
 @dataclass(frozen=True, slots=True)
 class Fallback:
     """Nodes of one op the backend leaves to ggml's CPU, with the policy's reason."""
@@ -154,7 +140,7 @@ class DeviceCheck(Reported):
         return f"{self.device} (SIMULATED)" if self.simulated else self.device
 
     def host_bytes_at(self, stage: Stage) -> int:
-        return sum(p.bytes for p in self.parts if p.where == HOST and p.alive(stage))
+        return bytes_at(self.parts, HOST, stage)
 
     def summary(self) -> str:
         """The verdict in one line."""
@@ -182,6 +168,9 @@ class DeviceCheck(Reported):
         rows.append(("largest buffer", f"{name}: {size:,} bytes{cap}"))
         rows += [("left to ggml's CPU", f"{f.nodes} {f.op}: {f.reason}") for f in self.fallbacks]
         return Report(f"{self.label}: {self.verdict}", ("", ""), tuple(rows), self.notes)
+
+
+REPORT_COLUMNS = ("device", "verdict", "host peak", "host free", "device mem", "device free", "largest buffer", "why")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -216,19 +205,11 @@ class Preflight(Reported):
         for d in self.devices:
             name, size = d.largest_buffer
             cap = f" / cap {format_bytes(d.max_alloc_bytes)}" if d.max_alloc_bytes else ""
+            host = [format_bytes(n) for n in (d.host_peak_bytes, d.host_free_bytes)]
             own = d.device_class != "CPU"
-            rows.append(
-                (
-                    d.label,
-                    str(d.verdict),
-                    format_bytes(d.host_peak_bytes),
-                    format_bytes(d.host_free_bytes),
-                    format_bytes(d.device_bytes) if own else "–",
-                    format_bytes(d.device_free_bytes) if own else "–",
-                    f"{format_bytes(size)} ({name}){cap}",
-                    "" if d.verdict is Verdict.RUNS else d.summary(),
-                )
-            )
+            dev = [format_bytes(n) if own else "–" for n in (d.device_bytes, d.device_free_bytes)]
+            why = "" if d.verdict is Verdict.RUNS else d.summary()
+            rows.append((d.label, str(d.verdict), *host, *dev, f"{format_bytes(size)} ({name}){cap}", why))
         ctx = (
             f"-c {self.n_ctx_requested:,}"
             if self.n_ctx_requested
@@ -255,33 +236,11 @@ class Preflight(Reported):
                 f"ovkit's own Model (its lean form on the CPU, not the backend) would take about "
                 f"{format_bytes(self.ovkit_model_bytes)} of host RAM at its peak (ovkit.preflight.ovkit_model_bytes)"
             )
-        columns = (
-            "device",
-            "verdict",
-            "host peak",
-            "host free",
-            "device mem",
-            "device free",
-            "largest buffer",
-            "why",
-        )
-        return Report(title, columns, tuple(rows), tuple(notes))
+        return Report(title, REPORT_COLUMNS, tuple(rows), tuple(notes))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: every field, stages and verdicts as their names, bytes as integers."""
-
-        def clean(v: Any) -> Any:
-            if isinstance(v, enum.Enum):
-                return v.value
-            if isinstance(v, Path):
-                return str(v)
-            if isinstance(v, Mapping):
-                return {k: clean(x) for k, x in v.items()}
-            if isinstance(v, list | tuple):
-                return [clean(x) for x in v]
-            return v
-
-        out: dict[str, Any] = clean(asdict(self))
+        out: dict[str, Any] = json.loads(json.dumps(asdict(self), default=str))  # the enums are str
         for d, src in zip(out["devices"], self.devices, strict=True):
             d["summary"] = src.summary()
         return out
@@ -348,6 +307,11 @@ def kv_buffers(hp: HParams, n_ctx: int, n_ubatch: int) -> tuple[tuple[str, int],
 STREAMED_TARGETS = frozenset({quant.RequantTarget.Q8_0_C, quant.RequantTarget.F16})
 
 
+def policy_class(dev_class: str) -> str:
+    """The requantization policy a device class follows (OTHER follows the CPU's)."""
+    return dev_class if dev_class in ("CPU", "GPU", "NPU") else "CPU"
+
+
 def _requant(t: Any, dev_class: str) -> quant.RequantDecision | None:
     return quant.requant_decision(t.name, dev_class, t.type, t.shape) if t.type in quant.QUANT_SPECS else None
 
@@ -356,12 +320,8 @@ def weight_buffer_bytes(gguf: GGUFModel, dev_class: str, skip: Sequence[str] = (
     """The backend's weight buffer on ``dev_class``: each tensor's allocation is its bytes in the
     file or, when larger, its layout after the requantization policy (three 64-byte aligned
     sections: weights, scales, zero points)."""
-    total = 0
-    for t in gguf.tensors.values():
-        if t.name not in skip:
-            decision = _requant(t, dev_class)
-            total += max(t.nbytes, decision.nbytes + 3 * 64) if decision else t.nbytes
-    return total
+    sizes = ((t.nbytes, _requant(t, dev_class)) for t in gguf.tensors.values() if t.name not in skip)
+    return sum(max(n, d.nbytes + 3 * 64) if d else n for n, d in sizes)
 
 
 def requant_scratch_bytes(gguf: GGUFModel, dev_class: str, skip: Sequence[str], streamed: bool) -> int:
@@ -391,13 +351,11 @@ def refused_weights(gguf: GGUFModel, dev_class: str) -> list[str]:
 
 def largest_weight(gguf: GGUFModel, dev_class: str) -> tuple[str, int]:
     """The largest single weight after the policy: one constant of the compiled model."""
-    best = ("", 0)
-    for t in gguf.tensors.values():
-        decision = _requant(t, dev_class)
-        size = max(t.nbytes, decision.nbytes) if decision else t.nbytes
-        if size > best[1]:
-            best = (t.name, size)
-    return best
+    sizes = (
+        (t.name, max(t.nbytes, d.nbytes) if (d := _requant(t, dev_class)) else t.nbytes)
+        for t in gguf.tensors.values()
+    )
+    return max(sizes, key=lambda x: x[1], default=("", 0))
 
 
 def largest_buffer(
@@ -415,14 +373,6 @@ def largest_buffer(
     return max(buffers, key=lambda x: x[1], default=("", 0))
 
 
-def mapped_tensors(gguf: GGUFModel) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(kept in the mapped file, also copied to the backend)``: llama.cpp keeps the input layer
-    (``token_embd``) on the CPU; a tied output head is that tensor again, duplicated into the
-    output layer's buffer."""
-    tied = "output.weight" not in gguf.tensors
-    return ("token_embd.weight",), (("token_embd.weight",) if tied else ())
-
-
 def backend_memory(
     sizes: ModelSizes, gguf: GGUFModel, dev: str, config: OvkitConfig | None = None
 ) -> tuple[Part, ...]:
@@ -433,10 +383,12 @@ def backend_memory(
     ("NPU memory is too small even for kvcache").  Stateful execution keeps it on the host too."""
     config = config or read_config({})
     cls = str(device_class(dev))
-    policy = cls if cls in ("CPU", "GPU", "NPU") else "CPU"
-    mapped, duplicated = mapped_tensors(gguf)
-    skip = tuple(n for n in mapped if n not in duplicated)
-    mapped_bytes = sum(gguf.tensors[n].nbytes for n in mapped if n in gguf.tensors)
+    policy = policy_class(cls)
+    # llama.cpp keeps the input layer (token_embd) in the mapped file; a tied output head is that
+    # tensor again, copied into the output layer's buffer
+    embd = gguf.tensors.get("token_embd.weight")
+    skip = () if "output.weight" not in gguf.tensors else ("token_embd.weight",)
+    mapped_bytes = embd.nbytes if embd is not None else 0
     weights = weight_buffer_bytes(gguf, policy, skip)
     scratch = requant_scratch_bytes(gguf, policy, skip, streamed=config.reduce_compile_mem)
     kv_on_device = dev == "GPU" and not config.stateful(cls)
@@ -620,11 +572,17 @@ def fallbacks(graphs: Sequence[Sequence[Any]], dev: str) -> tuple[Fallback, ...]
     return tuple(Fallback(op, n, reason) for (op, reason), n in sorted(found.items()))
 
 
-def switched_on(config: OvkitConfig) -> frozenset[str]:
-    """The ``GGML_OPENVINO_*`` toggles that are on, as the backend parses them (``atoi != 0``)."""
-    return frozenset(
-        f"GGML_OPENVINO_{f.name.upper()}" for f in fields(config) if getattr(config, f.name) is True
-    )
+def known_aborts(
+    arch: str, cls: str, backend: str, config: OvkitConfig, *, flash_attn: bool, split: bool
+) -> list[KnownAbort]:
+    """The known aborts matching this model on this device class; the toggles are the
+    ``GGML_OPENVINO_*`` ones that are on, as the backend parses them (``atoi != 0``)."""
+    on = {f"GGML_OPENVINO_{f.name.upper()}" for f in fields(config) if getattr(config, f.name) is True}
+    return [
+        a
+        for a in KNOWN_ABORTS
+        if a.matches(arch, cls, backend, flash_attn=flash_attn, split=split, toggles=on)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -666,15 +624,10 @@ def check_device(
     shares = cls != "GPU" or shares_host_ram(d.name, core=core)  # CPU, OTHER, NPU, an integrated GPU
     dev_free = None if cls in ("CPU", "OTHER") else d.live.free_bytes
     found = fallbacks(graphs, d.name)
-    toggles = switched_on(config)
-    aborts = [
-        a
-        for a in KNOWN_ABORTS
-        if a.matches(arch, cls, backend.key, flash_attn=flash_attn, split=bool(found), toggles=toggles)
-    ]
+    aborts = known_aborts(arch, cls, backend.key, config, flash_attn=flash_attn, split=bool(found))
     notes = [f"evidence: {a.evidence}" for a in aborts]
     if sizes is None:  # an architecture ovkit has no graph for: only its known aborts speak
-        weights = weight_buffer_bytes(gguf, cls if cls in ("CPU", "GPU", "NPU") else "CPU")
+        weights = weight_buffer_bytes(gguf, policy_class(cls))
         f = _abort(aborts[0])
         only: tuple[Part, ...] = (Part("weight buffer", HOST, Stage.LOAD, weights),)
         return DeviceCheck(
@@ -682,10 +635,9 @@ def check_device(
             weights, 0, host_free, dev_free, ("", 0), max_alloc, (), tuple(notes),
         )  # fmt: skip
     parts = backend_memory(sizes, gguf, d.name, config)
-    host_at = {s: sum(p.bytes for p in parts if p.where == HOST and p.alive(s)) for s in STAGES}
-    device_at = {s: sum(p.bytes for p in parts if p.where == DEVICE and p.alive(s)) for s in STAGES}
+    host_at, device_at = ({s: bytes_at(parts, where, s) for s in STAGES} for where in (HOST, DEVICE))
     kv_on_device = any(p.where == DEVICE and p.name.startswith("KV cache") for p in parts)
-    policy = cls if cls in ("CPU", "GPU", "NPU") else "CPU"
+    policy = policy_class(cls)
     largest = largest_buffer(parts, gguf, policy, own_memory=cls in ("GPU", "NPU"))
     failures = [_abort(a, found) for a in aborts]
     refused = refused_weights(gguf, cls)
@@ -703,15 +655,12 @@ def check_device(
             kv_name, kv_bytes = "KV cache's largest tensor (one layer's K)", sizes.kv_tensor_bytes
             largest = max(largest_weight(gguf, policy), (kv_name, kv_bytes), key=lambda x: x[1])
         if kv_bytes > max_alloc:
-            failures.append(
-                _Failure(
-                    Stage.CONTEXT,
-                    f"the {kv_name} is one {kv_bytes:,}-byte buffer, above {MAX_ALLOC_PROPERTY} ({max_alloc:,} "
-                    "bytes): 'Exceeded max size of memory object allocation', unable to create context",
-                    "#29087, #20661",
-                    "" if split else "#29124 (open): ggml then splits the KV buffer",
-                )
+            why = (
+                f"the {kv_name} is one {kv_bytes:,}-byte buffer, above {MAX_ALLOC_PROPERTY} ({max_alloc:,} "
+                "bytes): 'Exceeded max size of memory object allocation', unable to create context"
             )
+            lifted = "" if split else "#29124 (open): ggml then splits the KV buffer"
+            failures.append(_Failure(Stage.CONTEXT, why, "#29087, #20661", lifted))
     if max_alloc is not None:
         name, size = largest_weight(gguf, policy)
         if size > max_alloc:
@@ -722,22 +671,12 @@ def check_device(
         need = host_at[stage] + (on_device if shares else 0)
         if host_free is not None and need > host_free:
             carved = " (its device memory is host RAM)" if shares and on_device else ""
-            failures.append(
-                _Failure(
-                    stage,
-                    f"needs {format_bytes(need)} of host RAM{carved}, {format_bytes(host_free)} available",
-                    "#22712, #23939",
-                )
-            )
+            why = f"needs {format_bytes(need)} of host RAM{carved}, {format_bytes(host_free)} available"
+            failures.append(_Failure(stage, why, "#22712, #23939"))
             break
         if dev_free is not None and on_device > dev_free:
-            failures.append(
-                _Failure(
-                    stage,
-                    f"needs {format_bytes(on_device)} of device memory, {format_bytes(dev_free)} free",
-                    "#23939",
-                )
-            )
+            why = f"needs {format_bytes(on_device)} of device memory, {format_bytes(dev_free)} free"
+            failures.append(_Failure(stage, why, "#23939"))
             break
     if d.name == "NPU":
         notes += _npu_notes(sizes, config.prefill_chunk_size, unset)
@@ -833,24 +772,12 @@ def check(
     if hp is not None:
         chunk = config.prefill_chunk_size if any(d.name == "NPU" for d in devices) else 0
         sizes, graphs = model_sizes(gguf, hp, cells, n_ubatch, flash_attn, chunk)
-    else:
-        toggles = switched_on(config)
-        unsized = [
-            d.name
+    else:  # only its known aborts can answer: every device must have one
+        aborts = [
+            known_aborts(arch, str(d.device_class), version.key, config, flash_attn=flash_attn, split=False)
             for d in devices
-            if not any(
-                a.matches(
-                    arch,
-                    str(d.device_class),
-                    version.key,
-                    flash_attn=flash_attn,
-                    split=False,
-                    toggles=toggles,
-                )
-                for a in KNOWN_ABORTS
-            )
         ]
-        if unsized or not devices:
+        if not all(aborts) or not devices:
             raise PreflightError(
                 f"{gguf.path}: architecture {arch!r} is not one ovkit can size on backend {version.key} "
                 f"(expected one of {', '.join(sorted(ARCHS))})"
@@ -890,22 +817,22 @@ def memory_frame(result: Preflight) -> pd.DataFrame:
     for d in result.devices:
         peak = max(STAGES, key=d.host_bytes_at)
         for p in d.parts:
-            if p.where == DEVICE and d.device_class == "CPU":
-                continue
-            rows.append(
-                {
-                    "device": d.label,
-                    "where": p.where,
-                    "part": p.name,
-                    "stage": str(p.stage),
-                    "bytes": p.bytes if p.where == DEVICE or p.alive(peak) else 0,
-                    "free_bytes": d.host_free_bytes if p.where == HOST else d.device_free_bytes,
-                    "largest_buffer_bytes": d.largest_buffer[1],
-                    "max_alloc_bytes": d.max_alloc_bytes,
-                    "verdict": str(d.verdict),
-                }
-            )
-    return pd.DataFrame(rows)
+            if p.where == HOST or d.device_class != "CPU":
+                free = d.host_free_bytes if p.where == HOST else d.device_free_bytes
+                held = p.bytes if p.where == DEVICE or p.alive(peak) else 0
+                rows.append((d.label, p.where, p.name, str(p.stage), held, free, d.largest_buffer[1],
+                             d.max_alloc_bytes, str(d.verdict)))  # fmt: skip
+    columns = [
+        "device",
+        "where",
+        "part",
+        "stage",
+        "bytes",
+        "free_bytes",
+        "largest_buffer_bytes",
+        "max_alloc_bytes",
+    ]
+    return pd.DataFrame(rows, columns=[*columns, "verdict"])
 
 
 PART_COLOURS = {
@@ -997,7 +924,6 @@ def add_cli_args(p: Any) -> None:
 
 def cli(args: Any) -> int:
     """``ovkit check FILE``: the verdict table (exit 0 whatever the verdicts: they are the answer)."""
-    import json
     import sys
 
     from ovkit.usage import SIMULATED_NOTICE

@@ -60,12 +60,6 @@ DEFAULT_BACKEND = "0c1e570"
 SPLITS_KV_BUFFER = frozenset({"pr29124"})  #: versions whose GPU buffer type reports the cap
 
 
-def versions_from(key: str) -> frozenset[str]:
-    """``key`` and every later version."""
-    keys = list(BACKENDS)
-    return frozenset(keys[keys.index(key) :])
-
-
 def versions_before(key: str) -> frozenset[str]:
     keys = list(BACKENDS)
     return frozenset(keys[: keys.index(key)])
@@ -73,34 +67,11 @@ def versions_before(key: str) -> frozenset[str]:
 
 #: llama.cpp's recurrent and hybrid architectures (``llm_arch_is_recurrent``/``_is_hybrid`` at
 #: 0c1e570): their state caches (``cache_r``/``cache_s``) are written by CPY.
-RECURRENT_ARCHS: frozenset[str] = frozenset(
-    [
-        "mamba",
-        "mamba2",
-        "rwkv6",
-        "rwkv6qwen2",
-        "rwkv7",
-        "arwkv7",
-        "jamba",
-        "falcon-h1",
-        "plamo2",
-        "granitehybrid",
-        "lfm2",
-        "lfm2moe",
-        "nemotron_h",
-        "nemotron_h_moe",
-        "qwen3next",
-        "kimi-linear",
-        "bailingmoe3",
-        "kimi-k3",
-        "glm5-next",
-        "qwen35",
-        "qwen35moe",
-        "qwen4exp",
-        "deepseek4",
-        "minimax-01",
-    ]
-)
+RECURRENT_ARCHS: frozenset[str] = frozenset({
+    "mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7", "jamba", "falcon-h1", "plamo2",
+    "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe", "qwen3next", "kimi-linear",
+    "bailingmoe3", "kimi-k3", "glm5-next", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "minimax-01",
+})  # fmt: skip
 QWEN35 = frozenset({"qwen35", "qwen35moe"})
 CPY_ABORT = (
     "pre-allocated tensor (cache_r_l0 (view) (copy of )) in a buffer (OPENVINO0) that cannot run "

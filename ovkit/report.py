@@ -1,10 +1,6 @@
-"""Readable results: small tables of formatted strings, shown as text and HTML.
-
-:class:`Report` is what a notebook cell or a terminal displays; :class:`Reported` gives a record a
-text and HTML repr through its ``report()`` while its fields keep the raw numbers;
-:class:`FrameReport` wraps a DataFrame of raw numbers (``.frame``) and formats each column by its
-kind (bytes by magnitude, shares as percentages, times in µs/ms/s).  It sits below every layer of
-ovkit so models, selection and notebooks share one format.
+"""Readable results: small tables of formatted strings, shown as text and HTML (:class:`Report`),
+the records that display through one (:class:`Reported`), and a DataFrame shown with each column
+formatted by its kind (:class:`FrameReport`).  Below every layer, so all share one format.
 """
 
 from __future__ import annotations
@@ -40,21 +36,13 @@ def format_rate(per_second: float, unit: str = "tok/s") -> str:
     return f"{per_second:,.1f} {unit}" if math.isfinite(per_second) else f"– {unit}"
 
 
-def _count(v: Any) -> str:
-    return f"{int(v):,}"
-
-
-def _yes_no(v: Any) -> str:
-    return "yes" if bool(v) else "no"
-
-
 #: How a column kind is shown; FrameReport's ``kinds`` name one per formatted column.
 FORMATS: dict[str, Callable[[Any], str]] = {
     "bytes": format_bytes,
     "share": format_share,
     "seconds": format_duration,
-    "count": _count,
-    "bool": _yes_no,
+    "count": lambda v: f"{int(v):,}",
+    "bool": lambda v: "yes" if v else "no",
 }
 
 

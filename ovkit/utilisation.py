@@ -1,20 +1,10 @@
 """How busy each device is, from the counters the system exposes (memory says how full, not how busy).
 
-Each source reads monotonic counters at one moment; the share busy over an interval is the change
-of the busy counter over the change of the elapsed one, between two readings:
-
-- CPU: ``/proc/stat``'s aggregate line (all processes: jiffies not idle or iowait over all
-  jiffies) and ``/proc/self/stat`` (this process: utime + stime over wall time × CPUs).
-- Intel GPUs (``i915``, ``xe``): the DRM clients' ``/proc/<pid>/fdinfo/<fd>`` of every process
-  that has a ``/dev/dri`` file open (i915: ``drm-engine-<class>: <ns> ns`` over wall time; xe:
-  ``drm-cycles-<class>`` over ``drm-total-cycles-<class>``), each divided by the class's
-  ``drm-engine-capacity-<class>``, clients counted once by ``drm-client-id``; the device's
-  share is its busiest engine class.
-- Intel NPU (``intel_vpu``): ``/sys/class/accel/accel*/device/npu_busy_time_us`` over wall time.
-
-Every reader takes the filesystem root (tests hand it a fixture tree) and answers "not available
-here" with the reason when its files are absent.  A simulated GPU or NPU has no counter and says
-so; a simulated machine's CPU row is this machine's CPU, where the simulated devices run.
+A share busy is the change of a busy counter over the change of an elapsed one between two
+readings: the CPU from ``/proc/stat`` and ``/proc/self/stat``; Intel GPUs (i915, xe) from their DRM
+clients' fdinfo (the busiest engine class, over its capacity); the Intel NPU from
+``npu_busy_time_us``.  Readers take the filesystem root (tests hand them a fixture tree) and say
+"not available here" and why when their files are absent; simulated devices have no counter.
 """
 
 from __future__ import annotations
@@ -235,6 +225,10 @@ class Busy:
 
 
 NOT_MEASURED_SIMULATED = "simulated device: no busy counter (its graphs run on this machine's CPU)"
+NO_SOURCE = {
+    "GPU": "no Intel GPU bound to i915/xe in /sys/class/drm",
+    "NPU": "no intel_vpu device in /sys/class/accel",
+}
 
 
 class UtilisationMeter:
@@ -260,31 +254,21 @@ class UtilisationMeter:
         readings.update({f"gpu:{p}": r for p, r in gpus.items()})
         npus = read_npu(self.root, self.clock()) if "NPU" in real_classes or not devices else []
         readings.update({f"npu:{i}": r for i, r in enumerate(npus)})
-        gpu_keys = sorted(k for k in readings if k.startswith("gpu:"))
-        npu_keys = sorted(k for k in readings if k.startswith("npu:"))
+        # the real GPUs and NPUs, in device order, pair with the sources in PCI / accel order
+        keys = {c: iter(sorted(k for k in readings if k.startswith(c.lower() + ":"))) for c in ("GPU", "NPU")}
+        n_gpu_keys = sum(k.startswith("gpu:") for k in readings)
+        n_gpus = sum(str(d.device_class) == "GPU" and not d.simulated for d in devices)
+        paired = "" if n_gpus == n_gpu_keys == 1 else " (paired with the DRM cards in PCI order)"
         out = []
-        n_gpu = n_npu = 0
-        real_gpus = [d for d in devices if str(d.device_class) == "GPU" and not d.simulated]
         for d in devices:
             cls = str(d.device_class)
             if cls == "CPU":
                 out.append(self._busy_cpu(d, readings["cpu"]))
             elif d.simulated:
                 out.append(Busy(d.name, None, NOT_MEASURED_SIMULATED, simulated=True))
-            elif cls == "GPU":
-                key = gpu_keys[n_gpu] if n_gpu < len(gpu_keys) else None
-                n_gpu += 1
-                why = "no Intel GPU bound to i915/xe in /sys/class/drm"
-                paired = (
-                    ""
-                    if len(real_gpus) == len(gpu_keys) == 1
-                    else " (paired with the DRM cards in PCI order)"
-                )
-                out.append(self._busy(d.name, key, readings, why, paired))
-            elif cls == "NPU":
-                key = npu_keys[n_npu] if n_npu < len(npu_keys) else None
-                n_npu += 1
-                out.append(self._busy(d.name, key, readings, "no intel_vpu device in /sys/class/accel", ""))
+            elif cls in keys:
+                why, note = NO_SOURCE[cls], paired if cls == "GPU" else ""
+                out.append(self._busy(d.name, next(keys[cls], None), readings, why, note))
             else:
                 out.append(Busy(d.name, None, f"not available here: no busy counter for class {cls}"))
         self._prev = readings
@@ -317,16 +301,6 @@ def busy_frame(busy: Sequence[Busy]) -> Any:
     """The readings as a DataFrame indexed by device: share (0..1 or None), detail, source."""
     import pandas as pd
 
-    return pd.DataFrame(
-        [
-            {
-                "share": b.share,
-                "shown": b.text,
-                "detail": b.detail_text,
-                "source": b.source,
-                "simulated": b.simulated,
-            }
-            for b in busy
-        ],
-        index=pd.Index([b.device for b in busy], name="device"),
-    )
+    rows = [(b.share, b.text, b.detail_text, b.source, b.simulated) for b in busy]
+    columns = ["share", "shown", "detail", "source", "simulated"]
+    return pd.DataFrame(rows, columns=columns, index=pd.Index([b.device for b in busy], name="device"))

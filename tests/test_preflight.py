@@ -323,10 +323,12 @@ def test_the_dashboard_fit_view_checks_a_file(llama3b: Path, tmp_path: Path) -> 
     d = ovkit.dashboard(core=SimulatedCore("laptop"), auto_refresh=False, op_explorer=False)
     try:
         assert d.accordion is not None and d.accordion.get_title(0).startswith("Will it run here?")
+        assert str(d.fit) == "ovkit check: no file checked yet" and "no file" in d.fit._repr_html_()
         d.fit.path.value, d.fit.n_ctx.value = str(llama3b), 65536
         result = d.fit.run()
         assert result.device("GPU").stage is Stage.CONTEXT
         assert "7,516,192,768" in d.fit.out.value and "<img" in d.fit.out.value
+        assert str(d.fit).startswith("ovkit check llama") and d.fit._repr_html_() == d.fit.out.value
         d.fit.path.value = str(tmp_path / "missing.gguf")
         assert d.fit.run() is None and "no such file" in d.fit.out.value
     finally:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from ovkit.memory import format_bytes
 from ovkit.notebook.experiments import (
-    ReleaseDemo,
     layer_matmul_table,
     perf_cases_within,
     quantized_matmul_table,
@@ -14,10 +13,8 @@ from ovkit.notebook.experiments import (
     tiny_llama_tensors,
     weight_release_demo,
 )
-from ovkit.notebook.probes import OPTIONAL_PARTS, can_quantize, optional, present, quantizable
+from ovkit.notebook.probes import can_quantize, optional, present, quantizable
 from ovkit.notebook.views import (
-    COVERAGE_CATEGORIES,
-    COVERAGE_COLOURS,
     OP_FAMILIES,
     Collapsed,
     MemorySteps,
@@ -34,19 +31,14 @@ from ovkit.notebook.views import (
     perf_chart,
     perf_table,
     requant_chart,
-    type_bucket,
 )
 from ovkit.report import Report, format_duration
 
 __all__ = [
-    "COVERAGE_CATEGORIES",
-    "COVERAGE_COLOURS",
     "Collapsed",
     "MemorySteps",
     "NodeProfile",
-    "OPTIONAL_PARTS",
     "OP_FAMILIES",
-    "ReleaseDemo",
     "Report",
     "buffer_types_report",
     "byte_scale",
@@ -71,6 +63,5 @@ __all__ = [
     "requant_chart",
     "supports_op_matrix",
     "tiny_llama_tensors",
-    "type_bucket",
     "weight_release_demo",
 ]

@@ -63,15 +63,10 @@ class ReleaseDemo:
         return self.rss_before - self.rss_after
 
     def __str__(self) -> str:
-        return "\n".join(
-            [
-                self.message,
-                f"resident memory {format_bytes(self.rss_before)} -> {format_bytes(self.rss_after)}: "
-                f"{format_bytes(self.rss_drop)} back to the OS",
-                f"host copy reads as zeros now: {self.zeros_after}",
-                f"results unchanged: {self.results_unchanged}",
-                f"recompile refused: {self.recompile_error}",
-            ]
+        rss = f"{format_bytes(self.rss_before)} -> {format_bytes(self.rss_after)}: {format_bytes(self.rss_drop)}"
+        return (
+            f"{self.message}\nresident memory {rss} back to the OS\nhost copy reads as zeros now: "
+            f"{self.zeros_after}\nresults unchanged: {self.results_unchanged}\nrecompile refused: {self.recompile_error}"
         )
 
     def __repr__(self) -> str:

@@ -55,9 +55,7 @@ def _real_models_missing(names: str | None) -> str | None:
             real_model(name)
         except MissingModelError:
             missing.append(name)
-    if not missing:
-        return None
-    return f"{', '.join(missing)} not fetched; run `{FETCH_COMMAND}`"
+    return f"{', '.join(missing)} not fetched; run `{FETCH_COMMAND}`" if missing else None
 
 
 #: The parts a walkthrough can do without: each gives why it is missing (None: present).
@@ -70,16 +68,16 @@ OPTIONAL_PARTS = {
 }
 
 
-def present(part: str, path: str | None = None) -> bool:
-    """True when ``part`` (a key of :data:`OPTIONAL_PARTS`) is here; says nothing either way."""
-    return _missing(part, path) is None
-
-
 def _missing(part: str, path: str | None) -> str | None:
     check = OPTIONAL_PARTS.get(part)
     if check is None:
         raise ValueError(f"unknown optional part {part!r}; expected one of {', '.join(OPTIONAL_PARTS)}")
     return check(path)
+
+
+def present(part: str, path: str | None = None) -> bool:
+    """True when ``part`` (a key of :data:`OPTIONAL_PARTS`) is here; says nothing either way."""
+    return _missing(part, path) is None
 
 
 def optional(part: str, skipped: str, path: str | None = None) -> bool:

@@ -1,9 +1,5 @@
-"""Presentation for the walkthrough notebooks: formatted tables and labelled charts.
-
-Each returns something a cell can simply display: a :class:`Report` (HTML in JupyterLab, aligned
-text in a terminal or papermill output) or a matplotlib ``Figure``.  Figures are formatted by
-magnitude (``16.0 MiB``, ``812 µs``), never as raw floats or byte counts.
-"""
+"""Presentation for the walkthrough notebooks: each returns what a cell simply displays, a
+:class:`Report` or a matplotlib ``Figure``, with figures formatted by magnitude (``16.0 MiB``)."""
 
 from __future__ import annotations
 
@@ -45,16 +41,9 @@ def memory_report(devices: Iterable[Device], title: str = "memory per device") -
     rows, notes = [], []
     for d in devices:
         live = d.live
+        figures = [format_bytes(n) for n in (d.total_bytes, d.free_bytes, live.used_bytes, live.free_bytes)]
         rows.append(
-            (
-                d.name,
-                str(d.device_class),
-                format_bytes(d.total_bytes),
-                format_bytes(d.free_bytes),
-                format_bytes(live.used_bytes),
-                format_bytes(live.free_bytes),
-                live.rule.label if live.known else "unknown (see below)",
-            )
+            (d.name, str(d.device_class), *figures, live.rule.label if live.known else "unknown (see below)")
         )
         notes.append(f"{d.name}: {live.explain()}")
         if d.memory_breakdown:
@@ -105,12 +94,11 @@ def memory_chart(machines: Mapping[str, Sequence[Device]]) -> Figure:
 # -- buffers -----------------------------------------------------------------------------------
 def buffer_types_report(core: Core | None = None) -> Report:
     """Both buffer types of every physical device: kind, alignment and maximum size."""
-    rows = []
-    for name in physical_device_ids(core):
-        for bt in (buffer_type(name), host_buffer_type(name)):
-            rows.append(
-                (bt.name, bt.device, str(bt.kind), format_bytes(bt.alignment), format_bytes(bt.max_size))
-            )
+    rows = [
+        (bt.name, bt.device, str(bt.kind), format_bytes(bt.alignment), format_bytes(bt.max_size))
+        for name in physical_device_ids(core)
+        for bt in (buffer_type(name), host_buffer_type(name))
+    ]
     return Report("buffer types", ("buffer type", "device", "kind", "alignment", "max size"), tuple(rows))
 
 
@@ -376,19 +364,15 @@ def perf_table(rows: Iterable[Any]) -> pd.DataFrame:
     """``testops.perf_case`` results as a table: time per run, and GFLOPS or GB/s."""
     import pandas as pd
 
-    return pd.DataFrame(
-        [
-            {
-                "op": r.op,
-                "case": r.case,
-                "status": r.status,
-                "µs/run": r.us_per_run,
-                "GFLOPS": r.gflops,
-                "GB/s": r.gbps,
-            }
-            for r in rows
-        ]
-    )
+    names = {
+        "op": "op",
+        "case": "case",
+        "status": "status",
+        "us_per_run": "µs/run",
+        "gflops": "GFLOPS",
+        "gbps": "GB/s",
+    }
+    return pd.DataFrame([{shown: getattr(r, attr) for attr, shown in names.items()} for r in rows])
 
 
 def perf_chart(perf: pd.DataFrame, device: str) -> Figure:

@@ -1,13 +1,9 @@
 """``SimulatedCore``: a Core-shaped object that answers OpenVINO's own property names from a profile.
 
-GPU and NPU hardware is absent on development and CI machines; this is how their paths are shown
-and tested.  It is a *simulation* and says so (``simulated = True``, shown in every table).
-Models "compiled" for any simulated device really compile and run on the local CPU, and while a
-model compiled for a simulated GPU/NPU is alive its constant bytes count as that device's
-allocations, so memory views move while graphs run; device buffers ovkit allocates on a
-simulated GPU count the same way (:meth:`SimulatedCore.allocate`).  The host RAM is the
-profile's fixed figure less what ovkit allocated on the simulated CPU and on the devices that
-share host RAM (an integrated GPU, the NPU): only that part of it moves.
+It shows and tests the GPU and NPU paths without their hardware, and says so (``simulated``).
+Models compiled for any simulated device run on the local CPU; while alive, their constants (and
+device buffers ovkit allocates there) count as that device's allocations, and those on the
+CPU, an integrated GPU or the NPU come out of the profile's host RAM.
 """
 
 from __future__ import annotations
@@ -54,7 +50,6 @@ class SimulatedCore:
         *,
         activity: bool = False,
         clock: Callable[[], float] = time.monotonic,
-        real_core: Core | None = None,
     ) -> None:
         self.profile = get_profile(profile) if isinstance(profile, str) else profile
         self._props: dict[str, dict[str, Any]] = {
@@ -67,8 +62,7 @@ class SimulatedCore:
         self._activity = activity
         self._clock = clock
         self._t0 = clock()
-        self._real_core = real_core
-        self._core_props: dict[str, Any] = {}
+        self._real_core: Core | None = None
         self._host_used = 0  # bytes ovkit holds on the simulated CPU and on devices sharing host RAM
         self._shares_host = {
             d.id
@@ -84,10 +78,8 @@ class SimulatedCore:
     def available_devices(self) -> list[str]:
         return [d.id for d in self.profile.devices]
 
-    def get_property(self, device_name: str, property: Any = None) -> Any:  # noqa: A002
-        """``get_property(device, name)``, or a Core-level ``get_property(name)``."""
-        if property is None:
-            return self._core_props.get(str(device_name), "")
+    def get_property(self, device_name: str, property: Any) -> Any:  # noqa: A002
+        """``get_property(device, name)``."""
         name = str(property)
         with self._lock:
             self._apply_pending()
@@ -105,16 +97,6 @@ class SimulatedCore:
         if self._activity:
             value = self._with_activity(device_name, name, value)
         return value
-
-    def set_property(self, *args: Any) -> None:
-        """Core-level ``set_property({...})`` or per-device ``set_property(device, {...})``."""
-        if len(args) == 1 and isinstance(args[0], Mapping):
-            self._core_props.update({str(k): v for k, v in args[0].items()})
-
-    def get_versions(self, device_name: str) -> dict[str, str]:
-        if device_name not in self._props:
-            raise _not_registered(device_name)
-        return {device_name: f"simulated {self.profile.name} device"}
 
     def host_memory(self) -> tuple[int, int]:
         """Host RAM of the simulated machine: (total, available), available being the profile's

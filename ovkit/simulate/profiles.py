@@ -1,8 +1,5 @@
-"""Simulated device sets as plain data.  Every value is what OpenVINO would return.
-
-A property whose value is a ``Failure`` raises ``RuntimeError`` with that message when read, the way
-OpenVINO's plugins do on machines where the hardware or driver is missing.
-"""
+"""Simulated device sets as plain data, every value what OpenVINO would return; a ``Failure``
+raises ``RuntimeError`` when read, as plugins do where the hardware or driver is missing."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""ovkit widgets: live views drawn in the browser (``MemoryView``, an anywidget) over plain data
-functions (``ovkit.widgets.data``, ``ovkit.widgets.axes``).
-
-Every widget also renders as HTML, text and (charts) a PNG, so ``print``, nbconvert and front ends
-without widget support still show the data.
-"""
+"""ovkit widgets: live views drawn in the browser over plain data (``ovkit.widgets.data``); every
+widget also renders as HTML, text and (charts) a PNG, for ``print``, nbconvert and other front ends."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Small HTML pieces shared by the widgets; every runtime string goes through ``esc``.
-
-The escaping itself lives in :mod:`ovkit.escape` (one place for every layer); ``esc`` is its
-attribute escape, which is right both between tags and in a quoted attribute value.
-"""
+"""Small HTML pieces shared by the widgets; every runtime string goes through ``esc``
+(:func:`ovkit.escape.html_attr`, right both between tags and in a quoted attribute value)."""
 
 from __future__ import annotations
 
@@ -10,7 +7,7 @@ import base64
 from collections.abc import Iterable
 from typing import Any
 
-from ovkit.escape import html_attr
+from ovkit.escape import html_attr as esc
 
 # Usage colours as data (gpuwidget's info/warning/danger at 50/80 %).
 USAGE_COLOURS: tuple[tuple[float, str], ...] = ((0.8, "#d9534f"), (0.5, "#f0ad4e"), (0.0, "#5cb85c"))
@@ -32,21 +29,13 @@ STYLE = f"""<style>
 </style>"""
 
 
-def esc(value: Any) -> str:
-    """``value`` as HTML text or a quoted attribute value (:func:`ovkit.escape.html_attr`)."""
-    return html_attr(value)
-
-
-def usage_colour(fraction: float) -> str:
-    return next(colour for limit, colour in USAGE_COLOURS if fraction >= limit)
-
-
 def usage_bar(fraction: float, title: str = "") -> str:
     """A CSS bar filled to ``fraction`` (0..1)."""
     pct = max(0.0, min(1.0, fraction)) * 100
+    colour = next(c for limit, c in USAGE_COLOURS if fraction >= limit)
     return (
-        f'<span class="ovkit-bar" title="{esc(title)}"><div style="width:{pct:.1f}%;'
-        f'background:{usage_colour(fraction)}"></div></span>'
+        f'<span class="ovkit-bar" title="{esc(title)}">'
+        f'<div style="width:{pct:.1f}%;background:{colour}"></div></span>'
     )
 
 
@@ -67,7 +56,7 @@ def png_img(png: bytes, alt: str) -> str:
     return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}"/>'
 
 
-def error_box(message: str) -> str:
+def error_box(message: object) -> str:
     return f'<div class="ovkit-error">{esc(message)}</div>'
 
 

@@ -1,16 +1,8 @@
 """A background refresher: calls a function every ``interval`` seconds on a daemon thread.
 
-The design follows rich's ``_RefreshThread`` and gpuwidget's tracker: one daemon thread, an
-``Event`` to stop it and another to wake it when the interval changes; the work runs outside the
-kernel's thread, so cells keep executing while a view refreshes.  A failing refresh never raises
-into the kernel: the exception goes to ``on_error`` (widgets show it) and the loop keeps going.
-
-``state`` is what a view shows of the thread (``live``, ``paused``, ``stopped``, ``not started``);
-``on_state`` hears every change, so a view never says "live" once its thread is gone.
-
-Lifecycle: a bound-method ``fn`` is held weakly and a finalizer stops the thread when its owner
-goes, so no thread outlives its widget; ``claim`` keeps one live view per (kind, notebook cell),
-so re-running a cell replaces its old view and stops the old thread.
+A failing refresh never raises into the kernel (the error goes to ``on_error``); ``on_state`` hears
+every state change.  A bound-method ``fn`` is held weakly, so no thread outlives its widget, and
+``claim`` keeps one live view per (kind, notebook cell): re-running a cell replaces its old view.
 """
 
 from __future__ import annotations
@@ -73,8 +65,6 @@ class Refresher:
         self._kick = False
         self._thread: threading.Thread | None = None
         self.ticks = 0
-        self.errors = 0
-        self.last_error: BaseException | None = None
         self.last_duration_s = 0.0
 
     # -- state ----------------------------------------------------------------------------
@@ -167,8 +157,6 @@ class Refresher:
         try:
             fn()
         except Exception as exc:  # a refresh must never raise into the kernel
-            self.errors += 1
-            self.last_error = exc
             on_error = self._on_error()
             if on_error is not None:
                 # the error display itself may fail: keep the loop alive anyway
@@ -178,7 +166,6 @@ class Refresher:
         finally:
             self.ticks += 1
             self.last_duration_s = time.perf_counter() - start
-        self.last_error = None
         return True
 
     def _run(self) -> None:
@@ -218,10 +205,8 @@ def _on_post_run_cell(*_: Any) -> None:
 
 def watch_cells() -> None:
     """Follow IPython's cell executions (once per process), for ``cell_grace_left``."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return
+    from IPython import get_ipython  # ipywidgets' own dependency
+
     ip = get_ipython()
     if ip is None or _on_pre_run_cell in ip.events.callbacks.get("pre_run_cell", []):
         return
@@ -260,10 +245,8 @@ _CLAIMS_LOCK = threading.Lock()
 
 def current_cell() -> str | None:
     """The id of the notebook cell being executed (JupyterLab sends it), or None outside one."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return None
+    from IPython import get_ipython
+
     kernel = getattr(get_ipython(), "kernel", None)
     if kernel is None:
         return None

@@ -1,10 +1,6 @@
-"""Axis ranges and units for the live charts, as plain data (the browser only draws them).
-
-An axis grows at once when the data needs more room (with headroom) and shrinks only after the
-data has stayed well below its top for a while (hysteresis), so a small change never rescales a
-chart and a one-bar panel does not always look full.  Units go by magnitude: a device with a few
-GiB is drawn in MiB, a 32 GiB host in GiB.
-"""
+"""Axis ranges and units for the live charts, as plain data (the browser only draws them): an axis
+grows at once and shrinks only after the data stayed well below its top for a while (hysteresis);
+units go by magnitude (a few GiB in MiB, 32 GiB in GiB)."""
 
 from __future__ import annotations
 
@@ -91,22 +87,15 @@ def fit_axis(needed: float) -> Axis:
     return Axis(math.ceil(needed / step - 1e-9) * step, step, unit, scale)
 
 
-def next_axis(
-    data_max: float,
-    previous: Axis | None,
-    *,
-    headroom: float = HEADROOM,
-    shrink_below: float = SHRINK_BELOW,
-    shrink_after: int = SHRINK_AFTER,
-) -> Axis:
+def next_axis(data_max: float, previous: Axis | None) -> Axis:
     """The axis for ``data_max`` bytes given the one shown before: grow at once, shrink late."""
     if not math.isfinite(data_max) or data_max < 0:
         data_max = 0.0
-    wanted = data_max * (1 + headroom)
+    wanted = data_max * (1 + HEADROOM)
     if previous is None or data_max > previous.top:
         return fit_axis(wanted)
-    if data_max >= previous.top * shrink_below:
+    if data_max >= previous.top * SHRINK_BELOW:
         return previous if previous.low_updates == 0 else dataclasses.replace(previous, low_updates=0)
-    if previous.low_updates + 1 >= shrink_after:
+    if previous.low_updates + 1 >= SHRINK_AFTER:
         return fit_axis(wanted)
     return dataclasses.replace(previous, low_updates=previous.low_updates + 1)

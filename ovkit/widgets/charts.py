@@ -1,21 +1,15 @@
-"""Allocation charts: memory bars, allocations by type and the time series, live in the browser.
-
-The live panels are drawn by ``MemoryView``; matplotlib draws the same figures (the same axes,
-from ``LiveModel``) as a static PNG for nbconvert/papermill outputs and ``to_png()``.
-"""
+"""Allocation charts: memory bars, allocations by type and the time series, live in the browser
+(``MemoryView``); matplotlib draws the same figures on the same axes as a static PNG."""
 
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ovkit.runtime import Core
 from ovkit.widgets._html import error_box, png_img
-from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
 from ovkit.widgets.axes import Axis, fit_axis, format_bytes, unit_for
 from ovkit.widgets.controls import LiveView
-from ovkit.widgets.data import RSS_ROW, LiveModel, MemoryHistory
+from ovkit.widgets.data import RSS_ROW, LiveModel
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -139,20 +133,6 @@ class AllocationCharts(LiveView):
     kind = "charts"
     panels = ("bars", "breakdown", "history")
 
-    def __init__(
-        self,
-        *,
-        core: Core | None = None,
-        interval: float = DEFAULT_INTERVAL_S,
-        auto_refresh: bool = True,
-        history: MemoryHistory | None = None,
-        env: Mapping[str, str] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            core=core, env=env, interval=interval, auto_refresh=auto_refresh, history=history, **kwargs
-        )
-
     def frames(self) -> dict[str, pd.DataFrame]:
         """The figures the panels draw: memory bars, allocations by type, the history (bytes)."""
         return {
@@ -176,10 +156,10 @@ class AllocationCharts(LiveView):
         if self.error:
             lines.append(f"error: {self.error}")
         lines.append("[memory per device]")
-        for r in self.model.rows:
-            lines.append(
-                f"  {r.name}: {format_bytes(r.used_bytes)} used of {format_bytes(r.total_bytes)} ({r.rule})"
-            )
+        lines += [
+            f"  {r.name}: {format_bytes(r.used_bytes)} used of {format_bytes(r.total_bytes)} ({r.rule})"
+            for r in self.model.rows
+        ]
         lines.append("[this process: allocations by type, and RSS]")
         for row, kind, nbytes in self.model.breakdown_frame().itertuples(index=False, name=None):
             lines.append(f"  {row} · {'process RSS' if kind == 'rss' else kind}: {format_bytes(nbytes)}")

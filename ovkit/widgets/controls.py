@@ -1,49 +1,53 @@
-"""Refresh controls: a pause/resume toggle, an interval box and a status line for a ``Refresher``.
-
-The controls show the refresher's state as it is (``live``, ``paused``, ``stopped``): a stopped
-view disables them and leaves its last drawn picture in the widget's place.  A running view keeps
-its saved picture (:mod:`ovkit.widgets.saved`) at what the browser last drew, so a notebook saved
-while it runs reopens showing that state.
-"""
+"""Refresh controls (pause/resume, interval, status line) and ``LiveView``, the base of the views
+fed by their own refresh thread.  A stopped view leaves its last drawn picture in its place."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
 from ovkit.runtime import Core
 from ovkit.widgets._html import esc
-from ovkit.widgets._refresh import MIN_INTERVAL_S, Refresher, claim
-from ovkit.widgets.data import DeviceRow, LiveModel, MemoryHistory, Snapshot, error_text, take_snapshot
+from ovkit.widgets._refresh import DEFAULT_INTERVAL_S, MIN_INTERVAL_S, Refresher, claim
+from ovkit.widgets.data import (
+    DeviceRow,
+    LiveModel,
+    MemoryHistory,
+    Snapshot,
+    error_text,
+    rows_frame,
+    take_snapshot,
+)
 from ovkit.widgets.live import PANELS, STYLESHEET, MemoryView
 from ovkit.widgets.saved import SavedPictureMixin
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def close_parts(owner: widgets.Widget, *names: str) -> None:
-    """Stop ``owner.refresher``, then close the named parts and every widget under ``owner``
-    (children, layouts, styles), but not ``owner`` itself.  Parts may be missing: __init__ may
-    have failed early, and ipywidgets calls close() again from ``__del__``."""
+
+def close_parts(owner: widgets.Widget) -> None:
+    """Stop ``owner.refresher``, then close every widget ``owner`` holds in an attribute and every
+    widget under those (children, layouts, styles), but not ``owner`` itself.  It may run twice:
+    ipywidgets calls close() again from ``__del__``."""
     refresher = getattr(owner, "refresher", None)
     if refresher is not None:
         refresher.stop()
-    roots: list[Any] = [owner]
-    for name in names:
-        part = getattr(owner, name, None)
-        roots += list(part.values()) if isinstance(part, dict) else [part]
     seen: set[int] = set()
-    stack = [w for w in roots if isinstance(w, widgets.Widget)]
+    stack: list[Any] = [owner]
     while stack:
         w = stack.pop()
         if id(w) in seen:
             continue
         seen.add(id(w))
-        for key in w.keys:
-            value = getattr(w, key, None)
-            values = value if isinstance(value, tuple | list) else (value,)
-            stack += [v for v in values if isinstance(v, widgets.Widget)]
+        values = [getattr(w, key, None) for key in w.keys] + (list(vars(w).values()) if w is owner else [])
+        for value in values:
+            if isinstance(value, dict):  # parts by name (the explorer's shape boxes)
+                value = list(value.values())
+            parts = value if isinstance(value, tuple | list) else (value,)
+            stack += [v for v in parts if isinstance(v, widgets.Widget)]
         if w is not owner and w.comm is not None:
             w.close()
 
@@ -63,11 +67,7 @@ class RefreshControls(widgets.HBox):
     def __init__(self, refresher: Refresher, **kwargs: Any) -> None:
         self.refresher = refresher
         self.pause_button = widgets.ToggleButton(
-            value=refresher.paused,
-            description="Paused" if refresher.paused else "Pause",
-            icon="play" if refresher.paused else "pause",
-            tooltip="pause or resume the live refresh",
-            layout=widgets.Layout(width="100px"),
+            tooltip="pause or resume the live refresh", layout=widgets.Layout(width="100px")
         )
         self.interval_box = widgets.BoundedFloatText(
             value=refresher.interval,
@@ -82,6 +82,7 @@ class RefreshControls(widgets.HBox):
         self.interval_box.observe(self._on_interval, names="value")
         super().__init__([self.pause_button, self.interval_box, self.status], **kwargs)
         self.add_class("ovkit-refresh-controls")
+        self.show_state(refresher.state)
 
     def _on_pause(self, change: dict[str, Any]) -> None:
         if change["new"]:
@@ -121,10 +122,10 @@ class LiveView(SavedPictureMixin, widgets.VBox):
     def __init__(
         self,
         *,
-        core: Core | None,
-        env: Mapping[str, str] | None,
-        interval: float,
-        auto_refresh: bool,
+        core: Core | None = None,
+        env: Mapping[str, str] | None = None,
+        interval: float = DEFAULT_INTERVAL_S,
+        auto_refresh: bool = True,
         history: MemoryHistory | None = None,
         **kwargs: Any,
     ) -> None:
@@ -163,6 +164,13 @@ class LiveView(SavedPictureMixin, widgets.VBox):
     @property
     def snapshot(self) -> Snapshot | None:
         return self.view.model.snapshot
+
+    def _simulated(self) -> bool:
+        return bool(self.snapshot and self.snapshot.simulated)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The device rows currently shown (bytes; None = unknown)."""
+        return rows_frame(self.rows)
 
     def refresh(self) -> None:
         """Read the devices now and update the view in place."""
@@ -213,5 +221,5 @@ class LiveView(SavedPictureMixin, widgets.VBox):
 
     def close(self) -> None:
         """Stop the refresh thread, then close the widgets."""
-        close_parts(self, "controls", "view")
+        close_parts(self)
         super().close()

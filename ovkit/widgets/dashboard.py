@@ -17,7 +17,7 @@ from ovkit.widgets._html import STYLE, esc, html_table, png_img, usage_bar
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
 from ovkit.widgets.charts import chart_title, figure_png, static_figure
 from ovkit.widgets.controls import LiveView, close_parts
-from ovkit.widgets.data import Snapshot, error_text, rows_frame
+from ovkit.widgets.data import Snapshot, error_text
 from ovkit.widgets.device_table import render_table_html, render_table_text
 from ovkit.widgets.fit import FitView
 from ovkit.widgets.live import PANELS
@@ -56,12 +56,9 @@ class Dashboard(LiveView):
         self.selector = DeviceSelector(env=env, on_change=self._on_select, core=core)
         title = "ovkit dashboard" + (" — SIMULATED devices" if getattr(core, "simulated", False) else "")
         self.title = widgets.HTML(value=f"<h3>{esc(title)}</h3>")
-        sections: list[tuple[str, widgets.Widget]] = [("Will it run here? (ovkit check)", self.fit)]
-        if self.explorer is not None:
-            sections.append(("Op explorer", self.explorer))
-        self.accordion = widgets.Accordion(children=[w for _, w in sections])
-        for i, (name, _) in enumerate(sections):
-            self.accordion.set_title(i, name)
+        sections = {"Will it run here? (ovkit check)": self.fit, "Op explorer": self.explorer}
+        shown = {name: w for name, w in sections.items() if w is not None}
+        self.accordion = widgets.Accordion(children=list(shown.values()), titles=tuple(shown))
         self.children = [self.title, self.controls, self.selector, self.view, self.busy_panel, self.accordion]
 
     def update(self, snapshot: Snapshot) -> None:
@@ -70,10 +67,6 @@ class Dashboard(LiveView):
             if snapshot.error is None:
                 self.busy = self.meter.sample(snapshot.devices)
                 self.busy_panel.value = render_busy_html(self.busy)
-
-    def to_frame(self) -> pd.DataFrame:
-        """The device rows currently shown (bytes; None = unknown)."""
-        return rows_frame(self.rows)
 
     def busy_text(self) -> str:
         """The busy panel as text: one line per device (figure, parts, source)."""
@@ -108,9 +101,6 @@ class Dashboard(LiveView):
         if select is not None and state.device in select.options:
             select.value = (state.device,)  # the explorer runs where the backend would
 
-    def _simulated(self) -> bool:
-        return bool(self.snapshot and self.snapshot.simulated)
-
     def fallback_html(self, drawn: str = "") -> str:
         """Selector, view (``drawn``: what the browser last drew of it, else rendered here) and busy panel."""
         if not drawn:
@@ -134,9 +124,7 @@ class Dashboard(LiveView):
 
     def close(self) -> None:
         """Stop the refresh thread and close every part."""
-        close_parts(
-            self, "controls", "view", "selector", "explorer", "fit", "accordion", "title", "busy_panel"
-        )
+        close_parts(self)
         super().close()
 
 
@@ -162,14 +150,10 @@ def render_busy_text(busy: list[Busy]) -> str:
     return "\n".join(lines)
 
 
-def _make_explorer(
-    quiet: Callable[[], AbstractContextManager[Any]], *, core: Core | None
-) -> widgets.Widget | None:
-    """The op explorer when the op catalogue is installed; None otherwise (the dashboard omits it)."""
-    try:
-        from ovkit.widgets.op_explorer import OpExplorer
-    except ImportError:
-        return None
+def _make_explorer(quiet: Callable[[], AbstractContextManager[Any]], *, core: Core | None) -> widgets.Widget:
+    """The op explorer (imported on use: the op catalogue is heavy), or why it could not be built."""
+    from ovkit.widgets.op_explorer import OpExplorer
+
     try:
         return OpExplorer(quiet=quiet, core=core)
     except Exception as exc:

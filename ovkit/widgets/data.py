@@ -1,9 +1,8 @@
 """The data behind the live views, as plain records and numbers (testable without a browser).
 
-Every figure comes from ``Device.live`` (``ovkit.memory.LIVE_RULES``), so the table, the bars, the
-charts and ``GGUFModel.fit_check`` show the same bytes.  ``LiveModel`` turns snapshots into what
-crosses the comm: a ``meta`` dict (names, rules; sent when the device set changes) and a
-``tick`` dict of numbers, plus the history buffer as raw float64 bytes.
+Every figure comes from ``Device.live``, so the table, the bars, the charts and the fit check agree.
+``LiveModel`` turns snapshots into what crosses the comm: ``meta`` (names, rules; sent when the
+device set changes), a ``tick`` of numbers, and the history as raw float64 bytes.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ovkit.devices import Device, DeviceClass, list_devices
-from ovkit.memory import QUANTITIES, process_rss_bytes
+from ovkit.memory import process_rss_bytes
 from ovkit.runtime import Core, get_core, is_simulated
 from ovkit.selection import Selection, resolve_device
 from ovkit.widgets.axes import UNITS, Axis, next_axis, unit_for
@@ -82,21 +81,12 @@ class DeviceRow:
 
 def device_row(device: Device, selected: str | None) -> DeviceRow:
     """The table row for one device."""
-    live = device.live
+    live, d = device.live, device
+    errors = tuple(e for e in (d.memory_error, d.description_error) if e)
     return DeviceRow(
-        name=device.name,
-        device_class=str(device.device_class),
-        description=device.description,
-        total_bytes=live.total_bytes,
-        used_bytes=live.used_bytes,
-        free_bytes=live.free_bytes,
-        usage=live.usage,
-        rule=live.rule.label,
-        explain=live.explain(),
-        selected=device.name == selected,
-        simulated=device.simulated,
-        errors=tuple(e for e in (device.memory_error, device.description_error) if e),
-    )
+        d.name, str(d.device_class), d.description, live.total_bytes, live.used_bytes, live.free_bytes,
+        live.usage, live.rule.label, live.explain(), d.name == selected, d.simulated, errors,
+    )  # fmt: skip
 
 
 def device_rows(snapshot: Snapshot) -> list[DeviceRow]:
@@ -108,24 +98,11 @@ def rows_frame(rows: Sequence[DeviceRow]) -> pd.DataFrame:
     """Table rows as a DataFrame indexed by device name (bytes; None = unknown)."""
     import pandas as pd
 
-    columns = ["simulated", "class", "description", "total_bytes", "used_bytes", "free_bytes", "usage"]
+    columns = ["simulated", "device_class", "description", "total_bytes", "used_bytes", "free_bytes", "usage"]
     columns += ["rule", "selected", "errors"]
-    records = [
-        {
-            "simulated": r.simulated,
-            "class": r.device_class,
-            "description": r.description,
-            "total_bytes": r.total_bytes,
-            "used_bytes": r.used_bytes,
-            "free_bytes": r.free_bytes,
-            "usage": r.usage,
-            "rule": r.rule,
-            "selected": r.selected,
-            "errors": "; ".join(r.errors),
-        }
-        for r in rows
-    ]
-    return pd.DataFrame(records, columns=columns, index=pd.Index([r.name for r in rows], name="device"))
+    records = [{c: getattr(r, c) for c in columns} | {"errors": "; ".join(r.errors)} for r in rows]
+    frame = pd.DataFrame(records, columns=columns, index=pd.Index([r.name for r in rows], name="device"))
+    return frame.rename(columns={"device_class": "class"})
 
 
 # -- allocations by type ------------------------------------------------------------------
@@ -205,6 +182,9 @@ def history_window(span_s: float) -> int:
     return next((w for w in WINDOWS_S if w >= span_s), WINDOWS_S[-1])
 
 
+META_FIELDS = ("name", "description", "simulated", "rule", "explain")  #: sent once per device set
+
+
 class LiveModel:
     """Turns snapshots into the live views' payload, keeping the history and the axes' state."""
 
@@ -261,22 +241,13 @@ class LiveModel:
         snap = self.snapshot
         return {
             "devices": [
-                {
-                    "name": r.name,
-                    "cls": r.device_class,
-                    "description": r.description,
-                    "simulated": r.simulated,
-                    "rule": r.rule,
-                    "explain": r.explain,
-                    "errors": list(r.errors),
-                }
+                {k: getattr(r, k) for k in META_FIELDS} | {"cls": r.device_class, "errors": list(r.errors)}
                 for r in self.rows
             ],
             "kinds": list(self.kinds),
             "rss_label": RSS_ROW,
             "units": [list(u) for u in UNITS],
             "simulated": bool(snap and snap.simulated),
-            "quantities": {k: q.label for k, q in QUANTITIES.items()},
         }
 
     # -- the same figures for static images and tests ---------------------------------------

@@ -1,24 +1,18 @@
 """Live device table: one row per device, memory with a usage bar, the selected device highlighted.
-
-The browser draws it (``MemoryView``'s table panel); the HTML and text below are the fallbacks for
-nbconvert, ``print`` and front ends without widgets, with the same figures and rules.
-"""
+The browser draws it; the HTML and text below are its fallbacks (nbconvert, ``print``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ovkit.layouts import LAYOUTS
 from ovkit.memory import MIB
-from ovkit.runtime import Core
 from ovkit.widgets._html import STYLE, error_box, esc, usage_bar
-from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
 from ovkit.widgets.controls import LiveView
-from ovkit.widgets.data import DeviceRow, rows_frame
+from ovkit.widgets.data import DeviceRow
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
 COLUMNS: tuple[str, ...] = (
     "Device", "Class", "Description", "Total MiB", "Used MiB", "Free MiB", "Usage", "Rule",
@@ -115,27 +109,9 @@ class DeviceTable(LiveView):
     kind = "device-table"
     panels = ("table",)
 
-    def __init__(
-        self,
-        *,
-        core: Core | None = None,
-        interval: float = DEFAULT_INTERVAL_S,
-        auto_refresh: bool = True,
-        env: Mapping[str, str] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(core=core, env=env, interval=interval, auto_refresh=auto_refresh, **kwargs)
-
-    def to_frame(self) -> pd.DataFrame:
-        """The rows currently shown, as a DataFrame (bytes; None = unknown)."""
-        return rows_frame(self.rows)
-
     @property
     def selected(self) -> str | None:
         return next((r.name for r in self.rows if r.selected), None)
-
-    def _simulated(self) -> bool:
-        return bool(self.snapshot and self.snapshot.simulated)
 
     def fallback_html(self) -> str:
         return render_table_html(self.rows, simulated=self._simulated(), error=self.error)

@@ -44,8 +44,8 @@ class FitView(FallbackReprMixin, widgets.VBox):
         self.out.value = render_check_html(self.result)
         return self.result
 
-    def _fallback_html(self) -> str:
+    def fallback_html(self) -> str:
         return self.out.value or f"<p>{esc('ovkit check: no file checked yet')}</p>"
 
-    def _fallback_text(self) -> str:
+    def fallback_text(self) -> str:
         return str(self.result.report()) if self.result is not None else "ovkit check: no file checked yet"

@@ -1,9 +1,6 @@
 """``MemoryView``: the browser-drawn live panels (an anywidget; the ES module ships in the package).
-
-Only numbers cross the comm (``tick``; the history as raw float64 bytes); names and rules go in
-``meta`` when the device set changes.  The browser draws the SVG, so a refresh costs the kernel
-a device query and one small message instead of a matplotlib redraw.
-"""
+Only numbers cross the comm on a refresh (``tick``, the history as float64 bytes); names and rules
+go in ``meta`` when the device set changes, so a refresh costs one small message."""
 
 from __future__ import annotations
 

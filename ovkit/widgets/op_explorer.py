@@ -1,7 +1,6 @@
 """Op explorer: pick a catalogue case, change shapes and dtype, see the policy, run, compare, time.
 
-The cases are ``ovkit test-ops``' set of the curated catalogue (``ovkit.catalogue.curated``): each one is an op
-key, typed inputs and a builder program, so the explorer runs exactly what test-ops runs.  On a
+The cases are ``ovkit test-ops``' own, so the explorer runs exactly what test-ops runs; on a
 simulated core every device compiles and runs on the real CPU.
 """
 
@@ -113,11 +112,7 @@ def policy_verdicts(case: Case, devices: Iterable[str]) -> list[tuple[str, bool,
     from ovkit.catalogue.run import policy_rejection
 
     g, out = ovkit_graph(case)
-    verdicts = []
-    for dev in devices:
-        reason = policy_rejection(g, out, dev)
-        verdicts.append((dev, reason is None, reason or ""))
-    return verdicts
+    return [(dev, (reason := policy_rejection(g, out, dev)) is None, reason or "") for dev in devices]
 
 
 def explore(
@@ -127,34 +122,20 @@ def explore(
     core: Core | None = None,
     reference: str = "numpy",
     time_it: bool = True,
-    min_seconds: float = 0.05,
 ) -> list[OpRun]:
     """Run ``case`` on every device of ``devices``: verdict, NMSE vs ``reference``, µs per run."""
     from ovkit.catalogue.run import run_case
     from ovkit.testops import perf_case
 
-    simulated = is_simulated(core)
     runs = []
     for dev in devices:
-        result = run_case(case, dev, reference=reference, core=core)  # type: ignore[arg-type]
-        us = None
-        if time_it and result.status == "OK":
-            perf = perf_case(case, dev, min_seconds=min_seconds, max_runs=200, core=core)
-            us = perf.us_per_run
+        r = run_case(case, dev, reference=reference, core=core)  # type: ignore[arg-type]
+        timed = time_it and r.status == "OK"
+        us = perf_case(case, dev, min_seconds=0.05, max_runs=200, core=core).us_per_run if timed else None
         runs.append(
-            OpRun(
-                device=dev,
-                device_class=str(device_class(dev)),
-                simulated=simulated,
-                supported=result.status != "not supported",
-                status=result.status,
-                detail=result.detail,
-                nmse=result.err,
-                max_nmse=result.max_err,
-                reference=result.reference,
-                us_per_run=us,
-            )
-        )
+            OpRun(dev, str(device_class(dev)), is_simulated(core), r.status != "not supported", r.status, r.detail,
+                  r.err, r.max_err, r.reference, us)
+        )  # fmt: skip
     return runs
 
 
@@ -180,17 +161,19 @@ def real_backend_run(base: Case, shapes: Mapping[str, Sequence[int]], dtype: str
     from ovkit.upstream.ops import run_varied
 
     r = run_varied(base.name, shapes, dtype)
-    rejected = f"rejects {r.upstream_rejects}" if r.upstream_rejects else ""
+    detail = "; ".join(
+        x for x in (f"rejects {r.upstream_rejects}" if r.upstream_rejects else "", r.detail) if x
+    )
     return OpRun(
-        device=REAL_BACKEND,
-        device_class="CPU",
-        simulated=False,
-        supported=bool(r.upstream_supported),
-        status=r.upstream_status,
-        detail="; ".join(x for x in (rejected, r.detail) if x),
-        nmse=r.upstream_nmse,
-        max_nmse=r.max_nmse,
-        reference="ggml",
+        REAL_BACKEND,
+        "CPU",
+        False,
+        bool(r.upstream_supported),
+        r.upstream_status,
+        detail,
+        r.upstream_nmse,
+        r.max_nmse,
+        "ggml",
     )
 
 
@@ -259,11 +242,9 @@ def render_runs_html(runs: Sequence[OpRun]) -> str:
 
 def op_info_html(op: str) -> str:
     """What the catalogue (``ovkit.ops.table``) says about ``op``: translations, notes, gates."""
-    try:
-        from ovkit.ops.coverage import entry_gates
-        from ovkit.ops.table import TABLE
-    except ImportError:
-        return ""
+    from ovkit.ops.coverage import entry_gates
+    from ovkit.ops.table import TABLE
+
     entry = TABLE.get(op.replace(":", "."))  # type: ignore[call-overload]
     if entry is None:
         return ""
@@ -334,11 +315,9 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
         self.reference_dropdown = widgets.Dropdown(options=refs, description="Reference")
         self.real_backend_missing = real_backend_status()
         self.real_backend_check = widgets.Checkbox(
-            value=False,
-            description="also the real backend (OPENVINO0)",
-            disabled=bool(self.real_backend_missing),
+            False, description="also the real backend (OPENVINO0)", disabled=bool(self.real_backend_missing),
             style={"description_width": "initial"},
-        )
+        )  # fmt: skip
         self.real_backend_note = widgets.HTML(
             f"<small>&#9888; real backend unavailable: {esc(self.real_backend_missing)}</small>"
             if self.real_backend_missing
@@ -349,42 +328,26 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
         self.run_all_button = widgets.Button(
             description="Run on every device", icon="forward", layout=widgets.Layout(width="auto")
         )
-        self.verdict_html = widgets.HTML()
-        self.info_html = widgets.HTML()
-        self.result_html = widgets.HTML()
+        self.verdict_html, self.info_html, self.result_html, self.shape_note = map(widgets.HTML, [""] * 4)
         # hidden until the first run: an empty Image shows a broken-image icon
         self.chart = widgets.Image(format="png", layout=widgets.Layout(width="480px", display="none"))
         self.chart.add_class("ovkit-op-chart")
-        self.shape_note = widgets.HTML()
         self.op_dropdown.observe(self._on_op, names="value")
         self.case_dropdown.observe(self._on_case, names="value")
-        self.dtype_dropdown.observe(lambda _: self.check(), names="value")
-        self.device_select.observe(lambda _: self.check(), names="value")
+        for control in (self.dtype_dropdown, self.device_select):
+            control.observe(lambda _: self.check(), names="value")
         self.check_button.on_click(lambda _: self.check())
         self.run_button.on_click(lambda _: self.run())
         self.run_all_button.on_click(lambda _: self.run_all())
         self.top_row = widgets.HBox([self.op_dropdown, self.dtype_dropdown, self.reference_dropdown])
         self.button_row = widgets.HBox([self.check_button, self.run_button, self.run_all_button])
-        super().__init__(
-            [
-                self.top_row,
-                self.case_dropdown,
-                self.info_html,
-                self.shape_box,
-                self.shape_note,
-                self.device_select,
-                widgets.HBox([self.real_backend_check, self.real_backend_note]),
-                self.button_row,
-                self.verdict_html,
-                self.result_html,
-                self.chart,
-            ],
-            **kwargs,
-        )
+        real = widgets.HBox([self.real_backend_check, self.real_backend_note])
+        rows = [self.top_row, self.case_dropdown, self.info_html, self.shape_box, self.shape_note]
+        rows += [self.device_select, real, self.button_row, self.verdict_html, self.result_html, self.chart]
+        super().__init__(rows, **kwargs)
         self.add_class("ovkit-op-explorer")
         if devices:
-            selected = self._selected_device(devices)
-            self.device_select.value = (selected,)
+            self.device_select.value = (self._selected_device(devices),)
         self._on_op({"new": self.op_dropdown.value})
 
     # -- state ----------------------------------------------------------------------------
@@ -413,13 +376,11 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
                 w.close()
         self.shape_texts = {
             i.name: widgets.Text(
-                value=", ".join(str(d) for d in numpy_shape(i)),
-                description=f"{i.name} ({i.dtype}) numpy shape",
-                continuous_update=False,
-                style={"description_width": "initial"},
+                ", ".join(str(d) for d in numpy_shape(i)), description=f"{i.name} ({i.dtype}) numpy shape",
+                continuous_update=False, style={"description_width": "initial"},
             )
             for i in base.leaves
-        }
+        }  # fmt: skip
         for text in self.shape_texts.values():
             text.observe(lambda _: self.check(), names="value")
         self.shape_box.children = list(self.shape_texts.values())
@@ -468,10 +429,7 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
                 self.case = self.current_case()
                 with self.quiet():
                     self.runs = explore(
-                        self.case,
-                        devices,
-                        reference=self.reference_dropdown.value,
-                        core=self.core,
+                        self.case, devices, reference=self.reference_dropdown.value, core=self.core
                     )
                     if self.real_backend_check.value and not self.real_backend_missing:
                         self.runs.append(real_backend_run(*self._edits()))
@@ -488,17 +446,11 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
 
     # -- view -----------------------------------------------------------------------------
     def _render_verdicts(self) -> None:
-        if self.error:
-            self.verdict_html.value = error_box(self.error)
-        else:
-            self.verdict_html.value = render_verdicts_html(self.verdicts)
+        self.verdict_html.value = error_box(self.error) if self.error else render_verdicts_html(self.verdicts)
         self.save_picture()
 
     def _render_runs(self) -> None:
-        if self.error:
-            self.result_html.value = error_box(self.error)
-        else:
-            self.result_html.value = render_runs_html(self.runs)
+        self.result_html.value = error_box(self.error) if self.error else render_runs_html(self.runs)
         if not self.error and self.runs and self.case is not None:
             self._png = runs_png(runs_frame(self.runs), self.case.name[:60])
             self.chart.value = self._png
@@ -530,10 +482,5 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
         return "\n".join(lines)
 
     def close(self) -> None:
-        close_parts(
-            self,
-            "op_dropdown", "case_dropdown", "dtype_dropdown", "shape_texts", "device_select",
-            "reference_dropdown", "real_backend_check", "real_backend_note", "check_button", "run_button", "run_all_button",
-            "verdict_html", "info_html", "result_html", "chart", "shape_note", "shape_box", "top_row", "button_row",
-        )  # fmt: skip
+        close_parts(self)
         super().close()

@@ -1,12 +1,9 @@
 """The saved picture: every ovkit widget is displayed with a plain-HTML copy of what it shows.
 
-JupyterLab saves a widget's output as a reference to a widget model that only its kernel holds
-(unless the user turned on "save widget state"), so a notebook reopened after its kernel is gone
-shows "Error displaying widget: model not found" there.  ovkit displays each widget followed by
-an ordinary HTML output, its *saved picture*, that the kernel keeps current with
-``update_display`` (a live view's copy is what the browser drew, sent back by ``MemoryView``).
-CSS inside the copy hides the copy while the widget is drawn, and hides the widget output when
-it is not drawn (a reopened notebook, a restarted kernel), so the page shows one of the two.
+A saved notebook keeps a widget only as a reference to a model its kernel held ("model not found"
+once reopened), so ovkit follows each widget with an HTML output the kernel keeps current
+(``update_display``).  CSS in the copy shows exactly one of the two: the widget when drawn, else
+the copy.
 """
 
 from __future__ import annotations

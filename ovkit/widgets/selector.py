@@ -37,14 +37,8 @@ class SelectorState:
 
 def selector_state(selection: Selection) -> SelectorState:
     """The selector's view of one resolution."""
-    return SelectorState(
-        requested=selection.requested,
-        device=selection.device,
-        fell_back=selection.fell_back,
-        messages=tuple(selection.messages),
-        hint=selection.hint,
-        layout=selection.layout,
-    )
+    s = selection
+    return SelectorState(s.requested, s.device, s.fell_back, tuple(s.messages), s.hint, layout=s.layout)
 
 
 def layout_line(state: SelectorState) -> str:
@@ -108,7 +102,7 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
     ) -> None:
         self.core = core
         self.env = env
-        self._callbacks: list[Callable[[SelectorState], None]] = [on_change] if on_change else []
+        self._on_change = on_change
         self._syncing = False
         self.state: SelectorState = SelectorState(None, None, False, (), None)  # sync() sets it
         try:
@@ -128,10 +122,6 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
         super().__init__([self.row, self.status], **kwargs)
         self.add_class("ovkit-selector")
         self.sync()
-
-    def on_change(self, callback: Callable[[SelectorState], None]) -> None:
-        """Call ``callback(state)`` after every selection."""
-        self._callbacks.append(callback)
 
     def _current_env(self) -> MutableMapping[str, str]:
         return os.environ if self.env is None else self.env
@@ -161,8 +151,8 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
         finally:
             self._syncing = False
         self.status.value = render_state_html(state)
-        for callback in self._callbacks:
-            callback(state)
+        if self._on_change is not None:
+            self._on_change(state)
         self.save_picture()
         return state
 
@@ -181,5 +171,5 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
         return render_state_text(self.state)
 
     def close(self) -> None:
-        close_parts(self, "dropdown", "text", "status", "row")
+        close_parts(self)
         super().close()
