@@ -13,7 +13,8 @@ import pytest
 from model_helpers import real_model
 
 from ovkit.model import program
-from ovkit.model.compare import DEFAULT_THRESHOLD, Capture, _failure, compare_model
+from ovkit.model.compare import DEFAULT_THRESHOLD, Capture, compare_model
+from ovkit.model.compare.diff import backend_failure
 from ovkit.model.synthetic import synthetic
 
 TOKENS = [1, 7, 42, 99, 3, 250]
@@ -149,14 +150,14 @@ def test_a_node_named_in_the_backend_log_is_traced_to_the_node_that_threw() -> N
         "Node ScatterUpdate_2357 of type ScatterUpdate",
         "llama_decode: failed to decode, ret = -3",
     ])  # fmt: skip
-    f = _failure("upstream", Capture(V_STORE_NODES, {}, -3, None, log, "f32"))
+    f = backend_failure("upstream", Capture(V_STORE_NODES, {}, -3, None, log, "f32"))
     assert (f.node, f.node_op) == ("Vcur-0 (reshaped) (reshaped)", "RESHAPE")
     assert (f.failing_node, f.failing_op) == ("cache_v_l0 (reshaped) (view)", "SET_ROWS")
     assert f.ov_node == "ScatterUpdate_2357 (ScatterUpdate)"
     assert f.case_params == "type_src=f32,type_dst=f16,type_idx=i64,ne=[1,98304,1,1],nr23=[1,1],r=1152,v=0"
     assert f.found_by == "log"
     # without the log line, the exception's ScatterUpdate leads to the same store (SET_ROWS)
-    g = _failure("upstream", Capture(V_STORE_NODES, {}, -3, None, log.split("\n", 1)[1], "f32"))
+    g = backend_failure("upstream", Capture(V_STORE_NODES, {}, -3, None, log.split("\n", 1)[1], "f32"))
     assert (g.found_by, g.failing_node, g.node) == ("exception", f.failing_node, f.node)
 
 

@@ -369,11 +369,11 @@ def test_ggml_precision_reproduces_llama_cpp_attention_node_by_node() -> None:
     """compare-model's node capture on SmolLM2, eight prompt tokens in one batch with flash
     attention: with precision="ggml" the first layer's nodes after attention equal llama.cpp CPU's
     to f32 rounding at every position before a q8 rounding flip (at least two of them)."""
-    from ovkit.model.compare import _llama_keyed, run_llama, run_ovkit
+    from ovkit.model.compare.diff import llama_keyed, run_llama, run_ovkit
 
     path = real_model("smollm2-135m")
     toks = tokenize(path, PROMPTS[1])[:PROMPT_TOKENS]
-    ref = _llama_keyed(run_llama(path, toks, n_ctx=64))
+    ref = llama_keyed(run_llama(path, toks, n_ctx=64))
     ours, _ = run_ovkit(path, toks, n_ctx=64, precision="ggml")
 
     def rows(name: str) -> tuple[np.ndarray, np.ndarray]:

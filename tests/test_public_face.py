@@ -120,9 +120,9 @@ KNOWN_PRIVATE_REACH = {
     # the engine's per-call snapshot of its variables (issue 34, item 4 removes it)
     "ovkit/engine/engine.py: os.environ._data",
     # llama-cpp-python's handle on the libggml it loaded: the same library, not a second copy
-    "ovkit/model/compare.py: from llama_cpp import _ggml",
+    "ovkit/model/compare/llama_side.py: from llama_cpp import _ggml",
     # a C++ function's mangled symbol (ov_singleton_core()), looked up in the backend's library
-    "ovkit/model/compare.py: backend._Z17ov_singleton_corev",
+    "ovkit/model/compare/llama_side.py: backend._Z17ov_singleton_corev",
 }
 
 
