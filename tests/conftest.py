@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 
 import pytest
 
 
+def _reload_engines() -> None:
+    """Engines read the environment when made: the process-wide ones read it again (none exist
+    before ``ovkit.engine`` is imported)."""
+    engine = sys.modules.get("ovkit.engine")
+    if engine is not None:
+        engine.reload_engines()
+
+
 @pytest.fixture(autouse=True)
-def _clean_ggml_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _clean_ggml_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in list(os.environ):
         if name.startswith("GGML_OPENVINO_"):
             monkeypatch.delenv(name)
+    _reload_engines()
+    yield
+    monkeypatch.undo()  # the test's own changes too, before the engines read the environment
+    _reload_engines()
