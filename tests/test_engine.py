@@ -91,6 +91,7 @@ def test_lru_evicts_least_recently_used() -> None:
 
 def test_cache_size_from_environment() -> None:
     assert Engine(env={}).maxsize == 64
+    assert Engine(env={"OVKIT_ENGINE_CACHE_SIZE": "3"}).maxsize == 3  # the mapping given, not os.environ
     with pytest.raises(ValueError, match="maxsize=0"):
         Engine(env={}, maxsize=0)
 

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 from ovkit.engine.cache import CacheStats
 from ovkit.engine.engine import (
-    DEFAULT_CACHE_SIZE,
-    ENV_CACHE_SIZE,
     Engine,
     RunReport,
     compute_graph,
@@ -32,35 +30,12 @@ from ovkit.engine.engine import (
     reload_engines,
     run_model,
 )
-from ovkit.engine.errors import (
-    EngineError,
-    InputError,
-    ProfilingOffError,
-)
-from ovkit.engine.keys import CacheKey, graph_structure_key, model_structure_key
-from ovkit.engine.ov_model import ModelFactory, PortSpec
-from ovkit.engine.plan import (
-    MAX_PLANS_PER_GRAPH,
-    GraphPlan,
-    GraphSession,
-    InputSlot,
-)
+from ovkit.engine.errors import EngineError, InputError, ProfilingOffError
+from ovkit.engine.keys import CacheKey, model_structure_key
+from ovkit.engine.plan import GraphPlan, GraphSession
 from ovkit.engine.run_config import (
-    CACHE_MODE_UPSTREAM,
     DEFAULT_RUN_CONFIG,
-    EXECUTION_MODES,
     GRAPH_RUN_CONFIG,
-    GRAPH_TINY_RUN_CONFIG,
-    PERFORMANCE_HINTS,
-    PRECISIONS,
-    PROP_CACHE_DIR,
-    PROP_CACHE_MODE,
-    PROP_EXECUTION,
-    PROP_NPUW_CACHE_DIR,
-    PROP_PERFORMANCE,
-    PROP_PRECISION,
-    PROP_PROFILING,
-    PROP_THREADS,
     TINY_ELEMENTS,
     EffectiveConfig,
     RunConfig,
@@ -71,36 +46,17 @@ from ovkit.engine.run_config import (
 from ovkit.engine.runner import CompiledGraph, Runner, Session
 
 __all__ = [
-    "CACHE_MODE_UPSTREAM",
     "CacheKey",
     "CacheStats",
     "CompiledGraph",
-    "DEFAULT_CACHE_SIZE",
     "DEFAULT_RUN_CONFIG",
-    "ENV_CACHE_SIZE",
-    "EXECUTION_MODES",
     "EffectiveConfig",
     "Engine",
     "EngineError",
     "GRAPH_RUN_CONFIG",
-    "GRAPH_TINY_RUN_CONFIG",
     "GraphPlan",
     "GraphSession",
     "InputError",
-    "InputSlot",
-    "MAX_PLANS_PER_GRAPH",
-    "ModelFactory",
-    "PERFORMANCE_HINTS",
-    "PRECISIONS",
-    "PROP_CACHE_DIR",
-    "PROP_CACHE_MODE",
-    "PROP_EXECUTION",
-    "PROP_NPUW_CACHE_DIR",
-    "PROP_PERFORMANCE",
-    "PROP_PRECISION",
-    "PROP_PROFILING",
-    "PROP_THREADS",
-    "PortSpec",
     "ProfilingOffError",
     "RunConfig",
     "RunReport",
@@ -111,7 +67,6 @@ __all__ = [
     "compute_graph",
     "get_engine",
     "graph_session",
-    "graph_structure_key",
     "logger",
     "model_structure_key",
     "naive_run_config",

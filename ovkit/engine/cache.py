@@ -40,13 +40,6 @@ class CacheStats:
     def _repr_html_(self) -> str:
         return f"<code>{html_text(self)}</code>"
 
-    def as_dict(self) -> dict[str, object]:
-        return {
-            **{name: getattr(self, name) for name in self.__slots__},
-            "compile_seconds": round(self.compile_seconds, 6),
-            "hit_rate": round(self.hit_rate, 4),
-        }
-
 
 class CompiledCache:
     """Compiled graphs by key, least recently used first, with hit/miss/eviction/compile counts.

@@ -55,7 +55,7 @@ logger = logging.getLogger("ovkit")
 
 ENV_CACHE_SIZE = "OVKIT_ENGINE_CACHE_SIZE"
 DEFAULT_CACHE_SIZE = 64
-_SERIALS = itertools.count()  # engines' plan tags: an id may be reused once an engine is gone
+_PLAN_TAGS = itertools.count()  # one per engine and reload (an engine's id may be reused)
 
 
 def cache_size(env: Mapping[str, str], default: int = DEFAULT_CACHE_SIZE) -> int:
@@ -110,8 +110,6 @@ class Engine:
         self._explicit_size = maxsize
         self._lock = threading.RLock()
         self._cache = CompiledCache(maxsize or DEFAULT_CACHE_SIZE)
-        self._serial = next(_SERIALS)
-        self._epoch = 0  # bumped by reload() and clear(): retires the graph plans made before
         self._keys: dict[tuple[Any, ...], CacheKey] = {}  # the arguments of compiled() -> key
         # run_model: id -> (weak reference to the model, input shapes, structure key); weak, so
         # that a model the caller drops is not kept alive with its constants.
@@ -146,11 +144,8 @@ class Engine:
             self._device: str | None = None
             self._keys.clear()
             self._cache.resize(size)
-            self._retire_plans()
-
-    def _retire_plans(self) -> None:
-        self._epoch += 1
-        self._plan_tag = f"{PLAN_TAG}:{self._serial}:{self._epoch}"
+            # in every plan's key: the plans made before this reading are not reused
+            self._plan_tag = f"{PLAN_TAG}:{next(_PLAN_TAGS)}"
 
     @property
     def maxsize(self) -> int:
@@ -192,7 +187,6 @@ class Engine:
         """Drop every compiled graph (counters are kept; see ``reset_stats``)."""
         with self._lock:
             self._cache.entries.clear()
-            self._retire_plans()
             self.last_runner = None  # it would keep the last compiled model (and its memory) alive
 
     def discard(self, graphs: Iterable[CompiledGraph]) -> None:
@@ -455,7 +449,7 @@ class Engine:
         takes its plans, constants and last inputs with it.  The key holds the output identities
         (the plan holds the outputs, so the ids stay valid), the graph's node count and edit
         version (an in-place edit such as ``soft_max_add_sinks`` makes a new plan), and this
-        engine's plan tag (plans made before a reload or clear are not reused).
+        engine's plan tag (plans made before a reload are not reused).
         """
         outs = tuple(outputs)
         ids = id(outs[0]) if len(outs) == 1 and not extra else (tuple(map(id, outs)), tuple(map(id, extra)))
