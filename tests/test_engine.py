@@ -96,6 +96,18 @@ def test_cache_size_from_environment() -> None:
         Engine(env={}, maxsize=0)
 
 
+def test_a_long_unavailable_device_falls_back_with_the_value_cut(caplog: pytest.LogCaptureFixture) -> None:
+    from ovkit.simulate import SimulatedCore
+
+    engine = Engine(env={"GGML_OPENVINO_DEVICE": "GPU" + "x" * 5000}, core=SimulatedCore("laptop"))
+    with caplog.at_level("WARNING", logger="ovkit"):
+        assert engine.selected_device() == "CPU"
+        assert engine.selected_device() == "CPU"  # resolved once: one line
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("GGML OpenVINO Backend: device 'GPUxxx") and line.endswith(", fallback to CPU")
+    assert len(line) < 300
+
+
 def test_disable_cache_compiles_every_call() -> None:
     engine = Engine(env={"GGML_OPENVINO_DISABLE_CACHE": "1"})
     a = np.ones((8, 8), np.float32)

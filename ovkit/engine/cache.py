@@ -62,14 +62,6 @@ class CompiledCache:
             self.hits += 1
         return entry
 
-    def holds(self, compiled: CompiledGraph) -> bool:
-        """True (a hit, made most recent) when ``compiled`` itself is still cached."""
-        if self.entries.get(compiled.key) is not compiled:
-            return False
-        self.entries.move_to_end(compiled.key)
-        self.hits += 1
-        return True
-
     def put(self, entry: CompiledGraph) -> None:
         self.entries[entry.key] = entry
         self.resize(self.maxsize)

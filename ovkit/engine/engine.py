@@ -115,7 +115,6 @@ class Engine:
         # that a model the caller drops is not kept alive with its constants.
         self._model_keys: dict[int, tuple[weakref.ref[Any], tuple[str, ...], str]] = {}
         self._pending_times: dict[str, float] = {}  # conversion/compile times not yet logged
-        self._blobs: BlobCache | None = None
         self.last_runner: Runner | None = None
         self.last_hit = False
         self.reload()
@@ -143,6 +142,7 @@ class Engine:
             self._release_on_hit = bool(config.memory_optimize or config.release_weights_explicit)
             self._device: str | None = None
             self._keys.clear()
+            self._blobs: BlobCache | None = None
             self._cache.resize(size)
             # in every plan's key: the plans made before this reading are not reused
             self._plan_tag = f"{PLAN_TAG}:{next(_PLAN_TAGS)}"
@@ -296,7 +296,7 @@ class Engine:
         path = self.config.compiled_model_cache_dir
         if not path or is_simulated(self.core):
             return None
-        if self._blobs is None or str(self._blobs.directory) != path:
+        if self._blobs is None:  # made on the first compile, not before: it makes the directory
             self._blobs = BlobCache(path)
         return self._blobs
 
@@ -479,21 +479,19 @@ class Engine:
         return plan
 
     def compiled_for(self, plan: GraphPlan) -> CompiledGraph:
-        """The compiled model of ``plan``: the one it used last while it is still cached (no key
-        lookup), else from the cache or compiled now."""
-        hot = plan.hot
-        compiled = hot() if hot is not None else None
-        if compiled is not None:
+        """The compiled model of ``plan``: by the cache key it had last (no key to make), else
+        from the cache or compiled now."""
+        if plan.cache_key is not None:
             with self._lock:
-                held = self._cache.holds(compiled)
-            if held:
+                compiled = self._cache.get(plan.cache_key)
+            if compiled is not None:
                 self.last_hit = True
                 if self._release_on_hit:
                     self._release_weights(plan.device)
                 return compiled
         compiled = self.compiled(plan.structure, plan.factory, plan.device, plan.run)
-        # weak: a plan must not keep an evicted or cleared model (and its device memory) alive
-        plan.hot = weakref.ref(compiled)
+        # (with the cache off, plans made since the reload that turned it off never look there)
+        plan.cache_key = None if self.config.disable_cache else compiled.key
         return compiled
 
     def run_plan(
@@ -526,12 +524,14 @@ def get_engine(core: Core | None = None) -> Engine:
     if core is None and _DEFAULT_ENGINE:
         return _DEFAULT_ENGINE[0]
     real = get_core(core)
-    with _ENGINES_LOCK:
-        engine = _ENGINES.get(id(real))
-        if engine is None:
-            engine = _ENGINES[id(real)] = Engine(core=real)
-        if core is None and not _DEFAULT_ENGINE:
-            _DEFAULT_ENGINE.append(engine)
+    engine = _ENGINES.get(id(real))
+    if engine is None or (core is None and not _DEFAULT_ENGINE):
+        with _ENGINES_LOCK:
+            engine = _ENGINES.get(id(real))
+            if engine is None:
+                engine = _ENGINES[id(real)] = Engine(core=real)
+            if core is None and not _DEFAULT_ENGINE:
+                _DEFAULT_ENGINE.append(engine)
     return engine
 
 

@@ -8,7 +8,6 @@ It never calls back into the builder above it."""
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +21,7 @@ from ovkit.ops.policy import graph_decisions
 
 if TYPE_CHECKING:
     import pandas as pd
-from ovkit.engine.keys import graph_structure_key
+from ovkit.engine.keys import CacheKey, graph_structure_key
 from ovkit.engine.ov_model import dims
 from ovkit.engine.run_config import (
     DEFAULT_RUN_CONFIG,
@@ -33,7 +32,7 @@ from ovkit.engine.run_config import (
     RunConfig,
     run_config_from,
 )
-from ovkit.engine.runner import CompiledGraph, Runner
+from ovkit.engine.runner import Runner
 
 
 class InputSlot:
@@ -107,8 +106,7 @@ class GraphPlan:
         self.input_names = [t.name for t in self.leaves]
         self.known = input_names(graph)
         self.output_names = list(names) if names else [f"output{i}" for i in range(len(self.outputs))]
-        # the compiled graph it ran on last (the engine checks it is still cached)
-        self.hot: weakref.ref[CompiledGraph] | None = None
+        self.cache_key: CacheKey | None = None  # of the compiled graph it ran on last
         self.structure = graph_structure_key(graph, self.every)
         if self.wide:
             self.structure += "+wide:" + ",".join(sorted(self.wide))
