@@ -289,10 +289,9 @@ class Runner:
         raise EngineError(f"state variable {var_id!r} not found in the infer request")
 
     def _capture_host_state(self) -> None:
-        by_out = {out: inp for inp, out in self.graph.states.items()}
         for out_name, port in self._state_out.items():
             value = _tensor_to_numpy(self.request.get_output_tensor(port.index), port.ov_type)
-            self._host_state[by_out[out_name]] = value
+            self._host_state[self._state_in[out_name]] = value
 
     def state(self, name: str) -> np.ndarray:
         """A copy of the current value of state ``name`` (e.g. a KV cache)."""
