@@ -273,7 +273,7 @@ def test_cache_dir_naming_a_file_warns(monkeypatch: pytest.MonkeyPatch, tmp_path
     not_a_dir.write_bytes(b"x")
     monkeypatch.setenv("GGML_OPENVINO_CACHE_DIR", str(not_a_dir))
     with pytest.warns(OvkitConfigWarning, match="is not a directory"):
-        Engine().config  # noqa: B018 - reading the configuration is what warns
+        Engine()  # an engine reads its configuration when made: that warns
 
 
 def test_invalid_engine_cache_size_warns_and_falls_back_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
