@@ -19,10 +19,14 @@ def _reload_engines() -> None:
 
 @pytest.fixture(autouse=True)
 def _clean_ggml_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith("GGML_OPENVINO_"):
-            monkeypatch.delenv(name)
-    _reload_engines()
+    removed = [name for name in os.environ if name.startswith("GGML_OPENVINO_")]
+    for name in removed:
+        monkeypatch.delenv(name)
+    if removed:
+        _reload_engines()
+    before = dict(os.environ)
     yield
+    changed = dict(os.environ) != before
     monkeypatch.undo()  # the test's own changes too, before the engines read the environment
-    _reload_engines()
+    if changed:
+        _reload_engines()
