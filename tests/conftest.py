@@ -3,16 +3,34 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 
+def _reload_engines() -> None:
+    """Engines read the environment when made: the process-wide ones read it again (none exist
+    before ``ovkit.engine`` is imported)."""
+    engine = sys.modules.get("ovkit.engine")
+    if engine is not None:
+        engine.reload_engines()
+
+
 @pytest.fixture(autouse=True)
-def _clean_ggml_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("GGML_OPENVINO_"):
-            monkeypatch.delenv(name)
+def _clean_ggml_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    removed = [name for name in os.environ if name.startswith("GGML_OPENVINO_")]
+    for name in removed:
+        monkeypatch.delenv(name)
+    if removed:
+        _reload_engines()
+    before = dict(os.environ)
+    yield
+    changed = dict(os.environ) != before
+    monkeypatch.undo()  # the test's own changes too, before the engines read the environment
+    if changed:
+        _reload_engines()
 
 
 @pytest.fixture()
@@ -20,4 +38,5 @@ def blobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR (not made yet) for this test."""
     directory = tmp_path / "blobs"
     monkeypatch.setenv("GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR", str(directory))
+    _reload_engines()
     return directory

@@ -250,6 +250,7 @@ def test_a_models_logits_are_the_same_in_every_form(
     for raw in (None, "0"):  # unset: on for the GPU class; 0: SDPA
         if raw is not None:
             monkeypatch.setenv(ENV, raw)
+            get_engine(core).reload()
         model = Model(path, n_ctx=32, core=core, device="GPU")
         gpu = model.eval(tokens)
         assert oracle.nmse(gpu, cpu) < 1e-10, raw

@@ -91,8 +91,21 @@ def test_lru_evicts_least_recently_used() -> None:
 
 def test_cache_size_from_environment() -> None:
     assert Engine(env={}).maxsize == 64
+    assert Engine(env={"OVKIT_ENGINE_CACHE_SIZE": "3"}).maxsize == 3  # the mapping given, not os.environ
     with pytest.raises(ValueError, match="maxsize=0"):
         Engine(env={}, maxsize=0)
+
+
+def test_a_long_unavailable_device_falls_back_with_the_value_cut(caplog: pytest.LogCaptureFixture) -> None:
+    from ovkit.simulate import SimulatedCore
+
+    engine = Engine(env={"GGML_OPENVINO_DEVICE": "GPU" + "x" * 5000}, core=SimulatedCore("laptop"))
+    with caplog.at_level("WARNING", logger="ovkit"):
+        assert engine.selected_device() == "CPU"
+        assert engine.selected_device() == "CPU"  # resolved once: one line
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("GGML OpenVINO Backend: device 'GPUxxx") and line.endswith(", fallback to CPU")
+    assert len(line) < 300
 
 
 def test_disable_cache_compiles_every_call() -> None:

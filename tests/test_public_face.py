@@ -117,8 +117,6 @@ def _private_reach(path: Path) -> list[str]:
 
 #: Private names of other packages that ovkit reads, each for a reason; nothing of ovkit's own.
 KNOWN_PRIVATE_REACH = {
-    # the engine's per-call snapshot of its variables (issue 34, item 4 removes it)
-    "ovkit/engine/engine.py: os.environ._data",
     # llama-cpp-python's handle on the libggml it loaded: the same library, not a second copy
     "ovkit/model/compare/llama_side.py: from llama_cpp import _ggml",
     # a C++ function's mangled symbol (ov_singleton_core()), looked up in the backend's library

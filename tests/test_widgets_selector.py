@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from ovkit.engine import get_engine
 from ovkit.selection import ENV_DEVICE
 from ovkit.simulate import SimulatedCore
 from ovkit.widgets import DeviceSelector
@@ -29,9 +30,12 @@ def test_lists_physical_devices_and_shows_the_default(restore_env) -> None:
 
 def test_choosing_a_device_sets_the_variable_for_the_kernel(restore_env) -> None:
     seen = []
-    s = DeviceSelector(on_change=seen.append, core=SimulatedCore("laptop"))
+    core = SimulatedCore("laptop")
+    s = DeviceSelector(on_change=seen.append, core=core)
+    assert get_engine(core).selected_device() == "CPU"
     s.dropdown.value = "GPU"  # as the user picks it
     assert os.environ[ENV_DEVICE] == "GPU"
+    assert get_engine(core).selected_device() == "GPU"  # what Graph.compute runs on from now
     assert s.state.device == "GPU" and not s.state.fell_back
     assert seen[-1].device == "GPU"
     s.dropdown.value = UNSET

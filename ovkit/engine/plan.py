@@ -8,8 +8,7 @@ It never calls back into the builder above it."""
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +21,7 @@ from ovkit.ops.policy import graph_decisions
 
 if TYPE_CHECKING:
     import pandas as pd
-from ovkit.engine.keys import graph_structure_key
+from ovkit.engine.keys import CacheKey, graph_structure_key
 from ovkit.engine.ov_model import dims
 from ovkit.engine.run_config import (
     DEFAULT_RUN_CONFIG,
@@ -33,7 +32,7 @@ from ovkit.engine.run_config import (
     RunConfig,
     run_config_from,
 )
-from ovkit.engine.runner import CompiledGraph, Runner
+from ovkit.engine.runner import Runner
 
 
 class InputSlot:
@@ -48,14 +47,16 @@ class InputSlot:
         self.dtype = np.dtype(np.float32 if wide else NUMPY_DTYPE[leaf.dtype])
         self.shape: tuple[int, ...] = tuple(leaf.shape)
         self.param_shape: tuple[int, ...] = tuple(reversed(leaf.ne))
-        # (caller's array, its Parameter view): one attribute, so threads swap it atomically
-        self.last: tuple[Any, Any] = (None, None)
+        # (caller's array, its Parameter view): one attribute, so threads swap it atomically; at
+        # first an object no caller feeds
+        self.last: tuple[Any, Any] = (object(), None)
         # Other numpy shapes of the same ggml tensor (e.g. (1, 512) for ne [512, 1, 1, 1]),
         # learnt when the feed checks (ovkit.ops.feed) accepted them.
         self.alt_shapes: set[tuple[int, ...]] = set()
 
-    def convert(self, value: Any) -> np.ndarray | None:
-        """The Parameter view of ``value`` (same memory when possible); None → slow path."""
+    def convert(self, value: Any) -> np.ndarray:
+        """The Parameter view of ``value`` (same memory); LookupError when it needs the checks
+        and conversion of ``ovkit.ops.feed``."""
         last = self.last
         if value is last[0]:
             view: np.ndarray = last[1]
@@ -67,7 +68,7 @@ class InputSlot:
             or self.gdtype == "bf16"
             or not value.flags.c_contiguous
         ):
-            return None
+            raise LookupError(self.name)
         view = value.reshape(self.param_shape)
         self.last = (value, view)
         return view
@@ -105,8 +106,7 @@ class GraphPlan:
         self.input_names = [t.name for t in self.leaves]
         self.known = input_names(graph)
         self.output_names = list(names) if names else [f"output{i}" for i in range(len(self.outputs))]
-        # (engine generation, weak reference to the compiled graph)
-        self.hot: tuple[int, weakref.ref[CompiledGraph]] | None = None
+        self.cache_key: CacheKey | None = None  # of the compiled graph it ran on last
         self.structure = graph_structure_key(graph, self.every)
         if self.wide:
             self.structure += "+wide:" + ",".join(sorted(self.wide))
@@ -146,28 +146,20 @@ class GraphPlan:
             model.validate_nodes_and_infer_types()
         return model
 
-    def feed(self, inputs: Mapping[str, Any], skip: Iterable[str] = ()) -> list[np.ndarray]:
+    def feed(self, inputs: Mapping[str, Any], skip: Collection[str] = ()) -> list[np.ndarray]:
         """The Parameter values in order (``skip``: state inputs the session feeds itself).
 
         The fast path takes arrays that already are the Parameter's values; anything else goes
         through ``ovkit.ops.feed``, which converts it or raises the error naming it."""
-        out: list[np.ndarray] = []
-        skipped = set(skip)
         try:
-            for slot in self.slots:
-                if slot.name in skipped:
-                    continue
-                view = slot.convert(inputs[slot.name])
-                if view is None:
-                    raise LookupError(slot.name)
-                out.append(view)
+            out = [s.convert(inputs[s.name]) for s in self.slots if s.name not in skip]
         except LookupError:
-            zeros = {s.name: np.zeros(s.shape, s.dtype) for s in self.slots if s.name in skipped}
+            zeros = {s.name: np.zeros(s.shape, s.dtype) for s in self.slots if s.name in skip}
             prepared = prepare_feed(self.graph, self.every, {**zeros, **inputs})
             for s in self.slots:  # accepted: remember the spelling of each shape for the fast path
                 if s.name in inputs and len(s.alt_shapes) < 8:
                     s.alt_shapes.add(tuple(np.shape(inputs[s.name])))
-            return [prepared[s.name] for s in self.slots if s.name not in skipped]
+            return [prepared[s.name] for s in self.slots if s.name not in skip]
         if len(inputs) > len(out):
             check_input_names(self.known, inputs)
         return out

@@ -3,7 +3,7 @@ effective values read back from a compiled model."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------------------------------
 # Hints: the allowed values are data, validated before anything is compiled.
 # ---------------------------------------------------------------------------------------------
-PRECISIONS: dict[str, str] = {"f32": "f32", "f16": "f16", "bf16": "bf16"}
+PRECISIONS: tuple[str, ...] = ("f32", "f16", "bf16")
 PERFORMANCE_HINTS: tuple[str, ...] = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 EXECUTION_MODES: tuple[str, ...] = ("ACCURACY", "PERFORMANCE")
 
@@ -35,13 +35,9 @@ PROP_CACHE_MODE = "CACHE_MODE"
 CACHE_MODE_UPSTREAM = "OPTIMIZE_SIZE"
 
 
-def _check_choice(what: str, value: str | None, allowed: Iterable[str]) -> None:
-    allowed = tuple(allowed)
+def _check_choice(what: str, value: str | None, allowed: tuple[str, ...]) -> None:
     if value is not None and value not in allowed:
         raise ValueError(f"{what}={value!r} is not valid (expected one of: {', '.join(allowed)})")
-
-
-_RUN_HASHES: dict[int, tuple[Any, int]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,27 +51,6 @@ class RunConfig:
     num_threads: int | None = None  # INFERENCE_NUM_THREADS (1 avoids thread wake-ups on tiny graphs)
     extra: tuple[tuple[str, str], ...] = ()  # any other OpenVINO compile property, as text
 
-    def __hash__(self) -> int:  # plans are looked up by config on every call: hash once
-        h = _RUN_HASHES.get(id(self))
-        if h is None or h[0] is not self:
-            h = (
-                self,
-                hash(
-                    (
-                        self.inference_precision,
-                        self.performance_hint,
-                        self.execution_mode,
-                        self.profiling,
-                        self.num_threads,
-                        self.extra,
-                    )
-                ),
-            )
-            if len(_RUN_HASHES) > 256:
-                _RUN_HASHES.clear()
-            _RUN_HASHES[id(self)] = h
-        return h[1]
-
     def __post_init__(self) -> None:
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads={self.num_threads} is not valid (expected >= 1, or None)")
@@ -88,7 +63,7 @@ class RunConfig:
         run's are made exact (``ovkit.runtime.exact_on_cpu``)."""
         props: dict[str, Any] = {}
         if self.inference_precision is not None:
-            props[PROP_PRECISION] = PRECISIONS[self.inference_precision]
+            props[PROP_PRECISION] = self.inference_precision
         if self.performance_hint is not None:
             props[PROP_PERFORMANCE] = self.performance_hint
         if self.execution_mode is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import operator
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -182,9 +181,10 @@ class Runner:
             if len(inputs) != len(free):
                 raise InputError(f"expected {len(free)} inputs ({[p.name for p in free]}), got {len(inputs)}")
             bound = self._bound
-            for port, value in zip(free, inputs, strict=True):
-                if value is not bound[port.index]:  # same object: already bound (zero-copy)
-                    self._bind(port, value)
+            if len(free) != len(bound) or not all(map(operator.is_, inputs, bound)):
+                for port, value in zip(free, inputs, strict=True):
+                    if value is not bound[port.index]:  # the same object is bound already (zero-copy)
+                        self._bind(port, value)
             for name, value in self._host_state.items():
                 self._bind(self._by_name[name], value)
 
@@ -205,77 +205,36 @@ class Runner:
                 self._bind_outputs(out)
             elif self._out_keep:
                 self._restore_outputs()
-            t0 = time.perf_counter()
             direct = copy and self._direct and out is None
+            t0 = perf_counter()
             try:
                 # OpenVINO's own infer(): with share_outputs=False it returns fresh copies of
                 # every output (one copy, made in C++), in output order.
-                result = self._infer(self.request, {}, not direct, True)
+                result = self._infer(self.request, _NO_INPUTS, not direct, True)
             except RuntimeError as exc:
                 raise EngineError(f"inference failed on {self.graph.device}: {exc}") from exc
-            self.last_infer_seconds = time.perf_counter() - t0
+            self.last_infer_seconds = perf_counter() - t0
             self.runs += 1
             self.graph.runs += 1
-            if out is not None:
+            if not direct:  # out=, live views (copy=False), or bf16 outputs to widen
                 if self._state_out:
                     self._capture_host_state()
-                return list(out)
-            if not direct:  # live views (copy=False), or bf16 outputs to widen
+                if out is not None:
+                    return list(out)
                 req = self.request
-                if self._state_out:
-                    self._capture_host_state()
                 if copy:
                     return [
                         _tensor_to_numpy(req.get_output_tensor(p.index), p.ov_type) for p in self._returned
                     ]
                 return [req.get_output_tensor(p.index).data for p in self._returned]
             values = list(result.values())
+            if not self._state_out:  # the common case: every output is returned
+                return values
             for name, port in self._state_out.items():
                 self._host_state[self._state_in[name]] = values[port.index]
             return [values[p.index] for p in self._returned]
 
     __call__ = run
-
-    @property
-    def returned(self) -> list[PortSpec]:
-        """The outputs ``run`` returns, in order (state outputs are not returned)."""
-        return list(self._returned)
-
-    @property
-    def plain(self) -> bool:
-        """True when ``run`` needs no state handling and no bf16 widening: ``infer_copies`` may
-        stand in for it."""
-        return not self.graph.states and self._direct
-
-    def infer_copies(self, values: Sequence[Any]) -> list[np.ndarray]:
-        """``run(values)`` of a ``plain`` runner with one value per input, in input order: bind
-        the values that are not the objects bound last, infer, return copies of the outputs.
-
-        The steady-state path of ``Graph.compute``: the same work as ``run`` without its branches
-        for mappings, states, ``out=`` and views."""
-        graph = self.graph
-        bound = self._bound
-        lock = graph.lock
-        lock.acquire()  # (cheaper than a with block; released in the finally clause)
-        try:
-            # (a plain runner's inputs are all fed, in order: ``bound`` lines up with ``values``)
-            if len(values) != len(bound) or not all(map(operator.is_, values, bound)):
-                for port, value in zip(self._free, values, strict=True):
-                    if value is not bound[port.index]:
-                        self._bind(port, value)
-            if self._out_keep:
-                self._restore_outputs()
-            t0 = perf_counter()
-            try:
-                result = self._infer(self.request, _NO_INPUTS, False, True)
-            except RuntimeError as exc:
-                raise EngineError(f"inference failed on {graph.device}: {exc}") from exc
-            self.last_infer_seconds = perf_counter() - t0
-            self.runs += 1
-            graph.runs += 1
-        finally:
-            lock.release()
-        return list(result.values())
 
     def _bind_outputs(self, out: Sequence[np.ndarray]) -> None:
         import openvino as ov
@@ -330,10 +289,9 @@ class Runner:
         raise EngineError(f"state variable {var_id!r} not found in the infer request")
 
     def _capture_host_state(self) -> None:
-        by_out = {out: inp for inp, out in self.graph.states.items()}
         for out_name, port in self._state_out.items():
             value = _tensor_to_numpy(self.request.get_output_tensor(port.index), port.ov_type)
-            self._host_state[by_out[out_name]] = value
+            self._host_state[self._state_in[out_name]] = value
 
     def state(self, name: str) -> np.ndarray:
         """A copy of the current value of state ``name`` (e.g. a KV cache)."""

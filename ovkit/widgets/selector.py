@@ -47,12 +47,17 @@ def layout_line(state: SelectorState) -> str:
 
 
 def set_device_env(value: str | None, env: MutableMapping[str, str] | None = None) -> None:
-    """Set (or, for None/empty, unset) ``GGML_OPENVINO_DEVICE`` in ``env`` (default: this process)."""
+    """Set (or, for None/empty, unset) ``GGML_OPENVINO_DEVICE`` in ``env`` (default: this process,
+    whose engines then read their configuration again)."""
     target = os.environ if env is None else env
     if value:
         target[ENV_DEVICE] = value
     else:
         target.pop(ENV_DEVICE, None)
+    if env is None:
+        from ovkit.engine import reload_engines
+
+        reload_engines()
 
 
 def render_state_html(state: SelectorState) -> str:

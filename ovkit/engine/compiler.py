@@ -1,0 +1,89 @@
+"""A cache miss: the compiled graph of a key, imported from the blob cache or built and compiled."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from time import perf_counter
+from typing import Any
+
+from ovkit.engine.blob_cache import BlobCache, BlobEntry
+from ovkit.engine.errors import EngineError
+from ovkit.engine.keys import CacheKey
+from ovkit.engine.ov_model import (
+    ModelFactory,
+    apply_dynamic,
+    make_stateful,
+    model_from,
+    share_constants,
+    state_specs,
+)
+from ovkit.engine.run_config import RunConfig
+from ovkit.engine.runner import CompiledGraph
+from ovkit.runtime import Core
+
+logger = logging.getLogger("ovkit")
+
+COMPILE_TIME = "Graph compile time"  # upstream's profiling line of a compile
+
+
+def compile_graph(
+    key: CacheKey,
+    factory: ModelFactory,
+    run: RunConfig,
+    props: Mapping[str, Any],
+    blobs: BlobCache | None,
+    *,
+    core: Core,
+) -> tuple[CompiledGraph, dict[str, float]]:
+    """The compiled graph of ``key`` and the times upstream's profiling logs for it: imported
+    from ``blobs`` (``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``) when it holds it, else built by
+    ``factory`` (constants shared, dynamic axes, states made variables when stateful), compiled
+    and stored there."""
+    states = dict(key.states)
+    fingerprint = blobs.fingerprint(key) if blobs is not None else None
+    t0 = perf_counter()
+    found = None
+    if blobs is not None and fingerprint is not None:
+        found = blobs.load(fingerprint, key.device, props, core=core)
+    if found is not None:
+        compiled, entry = found
+        times = {"Model cache import time": perf_counter() - t0}
+    else:
+        model = model_from(factory())
+        share_constants(model)
+        apply_dynamic(model, dict(key.dynamic))
+        specs = state_specs(model, states)
+        variables = make_stateful(model, states) if key.stateful else {}
+        t1 = perf_counter()
+        try:
+            compiled = core.compile_model(model, key.device, dict(props))
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()
+            raise EngineError(f"compile_model failed on {key.device}: {first[-1] if first else exc}") from exc
+        times = {"Graph conversion time": t1 - t0, COMPILE_TIME: perf_counter() - t1}
+        entry = BlobEntry(variables, specs)
+        if blobs is not None and fingerprint is not None:
+            blobs.store(compiled, fingerprint, entry)
+    graph = CompiledGraph(
+        key,
+        compiled,
+        core=core,
+        run_config=run,
+        states=states,
+        stateful=key.stateful,
+        variables=entry.variables,
+        state_specs=entry.state_specs,
+        compile_seconds=times.get(COMPILE_TIME, 0.0),
+    )
+    if found is not None:  # an imported blob reports itself as loaded from a cache
+        graph.effective = replace(graph.effective, loaded_from_cache=True)
+    return graph, times
+
+
+def log_profile(times: Mapping[str, float]) -> None:
+    """Upstream's ``GGML_OPENVINO_PROFILING`` block: one line per time, in milliseconds."""
+    lines = ["GGML OpenVINO Backend: "]
+    lines += [f"  - {name}: {seconds * 1e3:.3f} ms" for name, seconds in times.items()]
+    logger.info("\n".join(lines))
