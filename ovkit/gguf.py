@@ -13,7 +13,7 @@ import math
 import os
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,17 +66,7 @@ class GGUFModel:
         """One row per tensor: name, type, shape (numpy order), bytes, offset, supported."""
         import pandas as pd
 
-        rows = [
-            {
-                "name": t.name,
-                "type": t.type,
-                "shape": t.shape,
-                "bytes": t.nbytes,
-                "offset": t.offset,
-                "supported": t.supported,
-            }
-            for t in self.tensors.values()
-        ]
+        rows = [astuple(t) for t in self.tensors.values()]
         return pd.DataFrame(rows, columns=["name", "type", "shape", "bytes", "offset", "supported"])
 
     def metadata_table(self) -> pd.DataFrame:
@@ -514,17 +504,12 @@ def write_gguf(
 
     p = Path(path)
     w = gguf.GGUFWriter(p, arch)
+    adders = ((str, w.add_string), (bool, w.add_bool), (int, w.add_uint32), (float, w.add_float32))
     for k, v in (metadata or {}).items():
-        if isinstance(v, str):
-            w.add_string(k, v)
-        elif isinstance(v, bool):
-            w.add_bool(k, v)
-        elif isinstance(v, int):
-            w.add_uint32(k, v)
-        elif isinstance(v, float):
-            w.add_float32(k, v)
-        else:
+        add = next((fn for kind, fn in adders if isinstance(v, kind)), None)
+        if add is None:
             raise TypeError(f"write_gguf: metadata {k!r} has unsupported type {type(v).__name__}")
+        add(k, v)
     finish_gguf(w, tensors)
     return p
 

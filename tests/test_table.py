@@ -224,7 +224,7 @@ NEW_OPS: tuple[tuple[str, str, str, bool], ...] = (
         "@reference(Op.DIAG_MASK_INF)",
         "@reference(Op.DIAG_MASK_ZERO)\n"
         "def diag_mask_zero(t: Tensor, xs: list[Arr]) -> Arr:\n"
-        "    return np.where(diag_mask(t), np.float32(0.0), f32(xs[0]))\n\n\n",
+        "    return np.where(geometry.diag_mask(t), np.float32(0.0), f32(xs[0]))\n\n\n",
         True,
     ),
     (
@@ -232,7 +232,7 @@ NEW_OPS: tuple[tuple[str, str, str, bool], ...] = (
         "@translator(Op.DIAG_MASK_INF)",
         "@translator(Op.DIAG_MASK_ZERO)\n"
         "def _diag_mask_zero(t: Tensor, xs: list[Out]) -> Out:\n"
-        "    return ops.select(const(diag_mask(t), np.bool_), const(0.0), f32(xs[0]))\n\n\n",
+        "    return ops.select(const(geometry.diag_mask(t), np.bool_), const(0.0), f32(xs[0]))\n\n\n",
         True,
     ),
     ("ir.py", '    TRUNC = "UNARY.TRUNC"\n', '    SOFTSIGN = "UNARY.SOFTSIGN"\n', False),

@@ -16,32 +16,8 @@ import numpy.typing as npt
 
 from ovkit.dtypes import NUMPY_DTYPE
 from ovkit.ir import GraphError, GraphIR, Op, RopeType, Tensor, ggml_index_map, interpret, round_to
+from ovkit.ops import geometry
 from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, register_in
-from ovkit.ops.geometry import (
-    alibi_slopes,
-    arange_values,
-    ax,
-    col2im_1d_columns,
-    col2im_1d_index,
-    conv_geometry,
-    diag_mask,
-    im2col_3d_index,
-    im2col_geometry,
-    pool_divisor,
-    pool_geometry,
-    repeat_back_shape,
-    rope_pairs,
-    rope_sections,
-    rope_tables,
-    set_index,
-    timestep_freqs,
-    top_k_order,
-    tri_mask,
-    upscale_batch_index,
-    upscale_weights,
-    window_index,
-    wrap_index,
-)
 
 Arr = np.ndarray
 #: an f32 array: what every reference computes in (its arithmetic keeps the element type)
@@ -266,7 +242,7 @@ def out_prod(t: Tensor, xs: list[Arr]) -> Arr:
 # ---------------------------------------------------------------------------- layout II
 @reference(Op.CONCAT)
 def concat(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.concatenate([np.asarray(xs[0]), np.asarray(xs[1])], axis=ax(t.params["dim"]))
+    return np.concatenate([np.asarray(xs[0]), np.asarray(xs[1])], axis=geometry.ax(t.params["dim"]))
 
 
 @reference(Op.REPEAT)
@@ -280,7 +256,7 @@ def pad(t: Tensor, xs: list[Arr]) -> Arr:
     if p["circular"]:
         out = f32(xs[0])
         for d in range(4):
-            out = np.take(out, wrap_index(t, d), axis=3 - d)
+            out = np.take(out, geometry.wrap_index(t, d), axis=3 - d)
         return out
     widths = [(p[f"lp{d}"], p[f"rp{d}"]) for d in (3, 2, 1, 0)]
     return np.pad(f32(xs[0]), widths)
@@ -315,7 +291,7 @@ def set_rows(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.SET, Op.ACC)
 def set_(t: Tensor, xs: list[Arr]) -> Arr:
-    idx = set_index(t)
+    idx = geometry.set_index(t)
     flat = np.array(xs[0], copy=True).reshape(-1)
     b = np.asarray(xs[1]).reshape(-1)
     flat[idx] = flat[idx] + b if t.op == Op.ACC else b
@@ -349,7 +325,7 @@ def get_rows_back(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.REPEAT_BACK)
 def repeat_back(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0]).astype(np.float64).reshape(repeat_back_shape(t))
+    x = f32(xs[0]).astype(np.float64).reshape(geometry.repeat_back_shape(t))
     return f32(x.sum(axis=(0, 2, 4, 6)))
 
 
@@ -414,7 +390,7 @@ def argsort(t: Tensor, xs: list[Arr]) -> Arr:
 def top_k(t: Tensor, xs: list[Arr]) -> Arr:
     k = t.params["k"]
     idx = np.argsort(-f32(xs[0]), axis=-1, kind="stable")[..., :k]
-    return idx[..., top_k_order(k)].astype(np.int32)
+    return idx[..., geometry.top_k_order(k)].astype(np.int32)
 
 
 @reference(Op.ROLL)
@@ -431,7 +407,7 @@ def diag(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.TRI)
 def tri(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.where(tri_mask(t.params["type"], t.ne[0]), f32(xs[0]), np.float32(0.0))
+    return np.where(geometry.tri_mask(t.params["type"], t.ne[0]), f32(xs[0]), np.float32(0.0))
 
 
 # ---------------------------------------------------------------------------- mul_mat_id
@@ -458,12 +434,12 @@ def mul_mat_id(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.ARANGE)
 def arange(t: Tensor, xs: list[Arr]) -> Arr:
-    return arange_values(t)
+    return geometry.arange_values(t)
 
 
 @reference(Op.TIMESTEP_EMBEDDING)
 def timestep_embedding(t: Tensor, xs: list[Arr]) -> Arr:
-    arg = f32(xs[0]).reshape(-1, 1) * timestep_freqs(t)[None, :]
+    arg = f32(xs[0]).reshape(-1, 1) * geometry.timestep_freqs(t)[None, :]
     out = np.zeros((arg.shape[0], t.ne[0]), np.float32)
     half = arg.shape[1]
     out[:, :half], out[:, half : 2 * half] = np.cos(arg), np.sin(arg)
@@ -490,7 +466,7 @@ def pad_reflect_1d(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.DIAG_MASK_INF)
 def diag_mask_inf(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.where(diag_mask(t), np.float32(-np.inf), f32(xs[0]))
+    return np.where(geometry.diag_mask(t), np.float32(-np.inf), f32(xs[0]))
 
 
 @reference(Op.CROSS_ENTROPY_LOSS_BACK)
@@ -530,7 +506,7 @@ def softmax_rows(w: Arr, sinks: Arr | None) -> Arr:
 def soft_max(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0])
     mask = _mask_for(xs[1], t.ne[1], t.ne)
-    slope = alibi_slopes(t.ne[2], t.params["max_bias"]).reshape(1, -1, 1, 1)
+    slope = geometry.alibi_slopes(t.ne[2], t.params["max_bias"]).reshape(1, -1, 1, 1)
     w = x * np.float32(t.params["scale"])
     if mask is not None:
         w = w + slope * mask
@@ -558,7 +534,7 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
         s = softcap * np.tanh(s)
     mask = _mask_for(xs[3], n_q, (0, 0, q_t.ne[2], q_t.ne[3]))
     if mask is not None:
-        slope = alibi_slopes(n_head, t.params["max_bias"]).reshape(1, -1, 1, 1)
+        slope = geometry.alibi_slopes(n_head, t.params["max_bias"]).reshape(1, -1, 1, 1)
         s = s + slope * mask
     sinks = f32(xs[4]).reshape(-1) if len(xs) > 4 and xs[4] is not None else None
     p = softmax_rows(s, sinks)
@@ -575,10 +551,10 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
 
 def rope_theta(p: dict[str, Any], n_pairs: int, ne2: int, pos: Arr) -> Arr:
     """Extrapolated theta base per (position row i2, pair i): pos · multiplier_i."""
-    mult = rope_tables(p, p["n_dims"], n_pairs)["mult"]
+    mult = geometry.rope_tables(p, p["n_dims"], n_pairs)["mult"]
     pos = np.asarray(pos).reshape(-1).astype(np.float32)
     if p["mode"] & 8:
-        base = pos.reshape(4, ne2).T[:, rope_sections(p, n_pairs)]  # [ne2, pairs]
+        base = pos.reshape(4, ne2).T[:, geometry.rope_sections(p, n_pairs)]  # [ne2, pairs]
     else:
         base = np.repeat(pos[:, None], n_pairs, axis=1)
     return f32(base * mult[None, :])
@@ -589,10 +565,10 @@ def rope(t: Tensor, xs: list[Arr]) -> Arr:
     p = t.params
     x = f32(xs[0])
     n_dims = p["n_dims"]
-    n_pairs = rope_pairs(p, t.ne[0])
+    n_pairs = geometry.rope_pairs(p, t.ne[0])
     if n_pairs == 0:  # n_dims 0: ggml rotates nothing and copies the row
         return x
-    tables = rope_tables(p, n_dims, n_pairs)
+    tables = geometry.rope_tables(p, n_dims, n_pairs)
     theta_ex = rope_theta(p, n_pairs, t.ne[2], xs[1])
     if xs[2] is not None:
         theta_ex = theta_ex / f32(xs[2]).reshape(-1)[:n_pairs][None, :]
@@ -624,7 +600,7 @@ def rope(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.IM2COL)
 def im2col(t: Tensor, xs: list[Arr]) -> Arr:
-    idx, n = im2col_geometry(t)
+    idx, n = geometry.im2col_geometry(t)
     x = f32(xs[1])  # 2-D: [N, IC, IH, IW]; 1-D: [1, N, IC, IW]
     cols = gather_windows(x, idx, 0.0, n)  # [N, IC, OH, OW, KH, KW] / [1, N, IC, OW, KW]
     order = (0, 2, 3, 1, 4, 5) if n == 2 else (0, 1, 3, 2, 4)
@@ -643,8 +619,8 @@ def _direct_conv(t: Tensor, x: Arr, w: Arr, n: int) -> Arr:
     """x [N, IC, *sizes], w [OC, IC, *ks] → [N, OC, *out]; an f16 kernel sees f16 input taps."""
     a = t.srcs[0]
     assert a is not None
-    sizes, ks, s, p, d, out = conv_geometry(t, n)
-    idx, _ = window_index(sizes, ks, s, p, d, out)
+    sizes, ks, s, p, d, out = geometry.conv_geometry(t, n)
+    idx, _ = geometry.window_index(sizes, ks, s, p, d, out)
     cols = gather_windows(rounded(x, a.dtype) if a.dtype == "f16" else x, idx, 0.0, n)  # [N, IC, *out, *ks]
     k = cols.reshape(cols.shape[0], cols.shape[1], int(np.prod(out)), -1).astype(np.float64)
     y = np.einsum("ncpk,ock->nop", k, w.reshape(w.shape[0], w.shape[1], -1).astype(np.float64))
@@ -658,8 +634,8 @@ def conv_2d(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.CONV_2D_DW)
 def conv_2d_dw(t: Tensor, xs: list[Arr]) -> Arr:
-    sizes, ks, s, p, d, out = conv_geometry(t, 2)
-    idx, _ = window_index(sizes, ks, s, p, d, out)
+    sizes, ks, s, p, d, out = geometry.conv_geometry(t, 2)
+    idx, _ = geometry.window_index(sizes, ks, s, p, d, out)
     cols = gather_windows(f32(xs[1]), idx, 0.0, 2)  # [N, C, OH, OW, KH, KW]
     w = f32(xs[0])[:, 0]  # [C, KH, KW]
     return f32(np.einsum("ncyxhw,chw->ncyx", cols.astype(np.float64), w.astype(np.float64)))
@@ -676,15 +652,15 @@ def conv_3d(t: Tensor, xs: list[Arr]) -> Arr:
 @reference(Op.IM2COL_3D)
 def im2col_3d(t: Tensor, xs: list[Arr]) -> Arr:
     flat = np.concatenate([f32(xs[1]).reshape(-1), np.zeros(1, np.float32)])
-    return flat[im2col_3d_index(t)]
+    return flat[geometry.im2col_3d_index(t)]
 
 
 @reference(Op.COL2IM_1D)
 def col2im_1d(t: Tensor, xs: list[Arr]) -> Arr:
-    t_in, oc, k = col2im_1d_columns(t)
+    t_in, oc, k = geometry.col2im_1d_columns(t)
     cols = f32(xs[0]).reshape(t_in, oc, k).transpose(1, 0, 2).reshape(oc, t_in * k)
     out = np.zeros((oc, t.ne[0] + 1), np.float32)  # f32 accumulation, as ggml's CPU
-    np.add.at(out, (np.arange(oc)[:, None], col2im_1d_index(t)), cols)
+    np.add.at(out, (np.arange(oc)[:, None], geometry.col2im_1d_index(t)), cols)
     return out[:, : t.ne[0]]
 
 
@@ -723,22 +699,24 @@ _FLT_MAX = float(np.finfo(np.float32).max)
 
 @reference(Op.POOL_1D, Op.POOL_2D)
 def pool(t: Tensor, xs: list[Arr]) -> Arr:
-    idx, valid, n = pool_geometry(t)
+    idx, valid, n = geometry.pool_geometry(t)
     is_max = t.params["op"] == 0
     win = gather_windows(f32(xs[0]), idx, -_FLT_MAX if is_max else 0.0, n)
     axes = tuple(range(win.ndim - n, win.ndim))
     if is_max:
         return f32(win.max(axis=axes))
-    return f32(win.astype(np.float64).sum(axis=axes) / pool_divisor(t, valid, n))
+    return f32(win.astype(np.float64).sum(axis=axes) / geometry.pool_divisor(t, valid, n))
 
 
 @reference(Op.UPSCALE)
 def upscale(t: Tensor, xs: list[Arr]) -> Arr:
     a = t.srcs[0]
     assert a is not None
-    x = f32(xs[0])[upscale_batch_index(t.ne[3], a.ne[3])][:, upscale_batch_index(t.ne[2], a.ne[2])]
-    w0 = upscale_weights(t.ne[0], a.ne[0], t.params["mode"]).astype(np.float64)
-    w1 = upscale_weights(t.ne[1], a.ne[1], t.params["mode"]).astype(np.float64)
+    x = f32(xs[0])[geometry.upscale_batch_index(t.ne[3], a.ne[3])][
+        :, geometry.upscale_batch_index(t.ne[2], a.ne[2])
+    ]
+    w0 = geometry.upscale_weights(t.ne[0], a.ne[0], t.params["mode"]).astype(np.float64)
+    w1 = geometry.upscale_weights(t.ne[1], a.ne[1], t.params["mode"]).astype(np.float64)
     return f32(np.einsum("yj,abji,xi->abyx", w1, x.astype(np.float64), w0))
 
 

@@ -20,31 +20,8 @@ import openvino.opset16 as ops
 
 from ovkit.dtypes import DTYPES, ggml_type
 from ovkit.ir import GraphIR, Op, RopeType, Tensor, TranslationGapError, ggml_index_map, interpret, round_to
+from ovkit.ops import geometry
 from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, register_in
-from ovkit.ops.geometry import (
-    alibi_slopes,
-    arange_values,
-    ax,
-    col2im_1d_columns,
-    col2im_1d_index,
-    conv_geometry,
-    diag_mask,
-    im2col_3d_index,
-    im2col_geometry,
-    pool_divisor,
-    pool_geometry,
-    repeat_back_shape,
-    rope_pairs,
-    rope_sections,
-    rope_tables,
-    set_index,
-    timestep_freqs,
-    top_k_order,
-    tri_mask,
-    upscale_batch_index,
-    upscale_weights,
-    wrap_index,
-)
 from ovkit.ops.rounding import rounded
 
 Out = Any  # an openvino Output/Node
@@ -102,7 +79,7 @@ def reshape4(x: Out, ne: Sequence[int]) -> Out:
 
 
 def slice_dim(x: Out, dim: int, start: int, stop: int, step: int = 1) -> Out:
-    return ops.slice(x, i64([start]), i64([stop]), i64([step]), i64([ax(dim)]))
+    return ops.slice(x, i64([start]), i64([stop]), i64([step]), i64([geometry.ax(dim)]))
 
 
 def tile_to(x: Out, small: Sequence[int], big: Sequence[int]) -> Out:
@@ -396,10 +373,6 @@ def written_quantized(x: Out, qtype: str) -> Out:
 
 
 # ---------------------------------------------------------------------------- matmul
-def _weight_f32(src: Tensor, x: Out) -> Out:
-    return f32(x)
-
-
 @translator(Op.MUL_MAT)
 def _mul_mat(t: Tensor, xs: list[Out]) -> Out:
     a, b = t.srcs[0], t.srcs[1]
@@ -409,7 +382,7 @@ def _mul_mat(t: Tensor, xs: list[Out]) -> Out:
     if fused is not None and a.ne[2] == 1 and a.ne[3] == 1:
         # the quantized weight builds the matmul form the CPU plugin keeps compressed
         return reshape4(fused(output_of(xb)), t.ne)
-    wa = _weight_f32(a, xs[0])
+    wa = f32(xs[0])
     if a.dtype in ("f16", "bf16") and b.dtype != a.dtype:
         xb = rounded(xb, a.dtype)  # ggml converts src1 to src0's vec_dot type
     wa = expand_batch(wa, a.ne, (a.ne[0], a.ne[1], b.ne[2], b.ne[3]))
@@ -427,7 +400,7 @@ def _out_prod(t: Tensor, xs: list[Out]) -> Out:
 # ---------------------------------------------------------------------------- layout II
 @translator(Op.CONCAT)
 def _concat(t: Tensor, xs: list[Out]) -> Out:
-    return ops.concat([to_type(xs[0], t.dtype), to_type(xs[1], t.dtype)], ax(t.params["dim"]))
+    return ops.concat([to_type(xs[0], t.dtype), to_type(xs[1], t.dtype)], geometry.ax(t.params["dim"]))
 
 
 @translator(Op.REPEAT)
@@ -443,7 +416,7 @@ def _pad(t: Tensor, xs: list[Out]) -> Out:
     if p["circular"]:
         out = f32(xs[0])
         for d in range(4):
-            out = ops.gather(out, const(wrap_index(t, d), np.int64), i64(3 - d))
+            out = ops.gather(out, const(geometry.wrap_index(t, d), np.int64), i64(3 - d))
         return out
     begin = [p["lp3"], p["lp2"], p["lp1"], p["lp0"]]
     end = [p["rp3"], p["rp2"], p["rp1"], p["rp0"]]
@@ -500,7 +473,7 @@ def _set_rows(t: Tensor, xs: list[Out]) -> Out:
 def _set(t: Tensor, xs: list[Out]) -> Out:
     b = t.srcs[1]
     assert b is not None
-    idx = const(set_index(t).reshape(-1, 1), np.int64)
+    idx = const(geometry.set_index(t).reshape(-1, 1), np.int64)
     flat = ops.reshape(xs[0], i64([t.nelements]), False)
     upd = ops.reshape(to_type(xs[1], t.dtype), i64([b.nelements]), False)
     if t.op == Op.ACC:
@@ -510,12 +483,14 @@ def _set(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.ARANGE)
 def _arange(t: Tensor, xs: list[Out]) -> Out:
-    return const(arange_values(t))
+    return const(geometry.arange_values(t))
 
 
 @translator(Op.TIMESTEP_EMBEDDING)
 def _timestep_embedding(t: Tensor, xs: list[Out]) -> Out:
-    arg = ops.multiply(ops.reshape(f32(xs[0]), i64([-1, 1]), False), const(timestep_freqs(t)[None, :]))
+    arg = ops.multiply(
+        ops.reshape(f32(xs[0]), i64([-1, 1]), False), const(geometry.timestep_freqs(t)[None, :])
+    )
     parts = [ops.cos(arg), ops.sin(arg)]
     if t.ne[0] % 2:  # an odd dim ends in a zero column
         parts.append(ops.multiply(ops.gather(arg, i64([0]), i64(1)), const(0.0)))
@@ -544,7 +519,7 @@ def _pad_reflect_1d(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.DIAG_MASK_INF)
 def _diag_mask_inf(t: Tensor, xs: list[Out]) -> Out:
-    return ops.select(const(diag_mask(t), np.bool_), const(-np.inf), f32(xs[0]))
+    return ops.select(const(geometry.diag_mask(t), np.bool_), const(-np.inf), f32(xs[0]))
 
 
 @translator(Op.CROSS_ENTROPY_LOSS_BACK)
@@ -584,7 +559,7 @@ def _get_rows_back(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.REPEAT_BACK)
 def _repeat_back(t: Tensor, xs: list[Out]) -> Out:
-    x = ops.reshape(f32(xs[0]), i64(repeat_back_shape(t)), False)
+    x = ops.reshape(f32(xs[0]), i64(geometry.repeat_back_shape(t)), False)
     return reshape4(ops.reduce_sum(x, i64([0, 2, 4, 6]), False), t.ne)
 
 
@@ -665,7 +640,7 @@ def _top_k(t: Tensor, xs: list[Out]) -> Out:
     k = t.params["k"]
     n = t.srcs[0].ne[0] if t.srcs[0] is not None else k
     idx = _sorted_indices(xs[0], n, k, "max")
-    return ops.gather(idx, const(top_k_order(k), np.int64), i64(3)) if k > 1 else idx
+    return ops.gather(idx, const(geometry.top_k_order(k), np.int64), i64(3)) if k > 1 else idx
 
 
 @translator(Op.ROLL)
@@ -683,7 +658,7 @@ def _diag(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.TRI)
 def _tri(t: Tensor, xs: list[Out]) -> Out:
-    mask = tri_mask(t.params["type"], t.ne[0]).astype(np.float32).reshape(1, 1, t.ne[1], t.ne[0])
+    mask = geometry.tri_mask(t.params["type"], t.ne[0]).astype(np.float32).reshape(1, 1, t.ne[1], t.ne[0])
     return ops.multiply(f32(xs[0]), const(mask))
 
 
@@ -712,7 +687,7 @@ def _mul_mat_id(t: Tensor, xs: list[Out]) -> Out:
 
 # ---------------------------------------------------------------------------- softmax / attention
 def _alibi(n_head: int, max_bias: float) -> Out:
-    return const(alibi_slopes(n_head, max_bias).reshape(1, n_head, 1, 1))
+    return const(geometry.alibi_slopes(n_head, max_bias).reshape(1, n_head, 1, 1))
 
 
 def _mask_value(mask_t: Tensor, mask: Out, rows: int, big2: int, big3: int) -> Out:
@@ -945,14 +920,14 @@ def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
 def _rope(t: Tensor, xs: list[Out]) -> Out:
     p = t.params
     n_dims = p["n_dims"]
-    pairs = rope_pairs(p, t.ne[0])
+    pairs = geometry.rope_pairs(p, t.ne[0])
     if pairs == 0:  # n_dims 0: ggml rotates nothing and copies the row
         return f32(xs[0])
-    tables = rope_tables(p, n_dims, pairs)
+    tables = geometry.rope_tables(p, n_dims, pairs)
     pos = ops.convert(ops.reshape(xs[1], i64([-1]), False), ov.Type.f32)
     if p["mode"] & 8:
         planes = ops.transpose(ops.reshape(pos, i64([4, t.ne[2]]), False), i64([1, 0]))  # [ne2, 4]
-        base = ops.gather(planes, const(rope_sections(p, pairs), np.int64), i64(1))  # [ne2, pairs]
+        base = ops.gather(planes, const(geometry.rope_sections(p, pairs), np.int64), i64(1))  # [ne2, pairs]
     else:
         base = ops.reshape(pos, i64([t.ne[2], 1]), False)
     theta_ex = ops.multiply(base, const(tables["mult"].reshape(1, pairs)))
@@ -1018,7 +993,7 @@ def _rope_swapped(t: Tensor, x: Out, cos: Out, sin: Out, pairs: int, neox: bool)
 def _im2col(t: Tensor, xs: list[Out]) -> Out:
     b_t = t.srcs[1]
     assert b_t is not None
-    idx, n = im2col_geometry(t)
+    idx, n = geometry.im2col_geometry(t)
     lead = [b_t.ne[3], b_t.ne[2]] if n == 2 else [b_t.ne[2], b_t.ne[1]]
     planes = ops.reshape(f32(xs[1]), i64([*lead, -1]), False)
     zero = ops.broadcast(const(0.0), i64([*lead, 1]))
@@ -1053,7 +1028,7 @@ def _conv_input(
 def _direct_conv(t: Tensor, x: Out, w: Out, n: int) -> Out:
     a = t.srcs[0]
     assert a is not None
-    sizes, ks, s, p, d, out = conv_geometry(t, n)
+    sizes, ks, s, p, d, out = geometry.conv_geometry(t, n)
     if a.dtype == "f16":
         x = rounded(x, "f16")  # ggml's CPU stores the input taps as f16 for an f16 kernel
     xp = _conv_input(x, sizes, ks, s, p, d, out)
@@ -1067,7 +1042,7 @@ def _conv_2d(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.CONV_2D_DW)
 def _conv_2d_dw(t: Tensor, xs: list[Out]) -> Out:
-    sizes, ks, s, p, d, out = conv_geometry(t, 2)
+    sizes, ks, s, p, d, out = geometry.conv_geometry(t, 2)
     w = ops.reshape(f32(xs[0]), i64([t.ne[2], 1, 1, ks[0], ks[1]]), False)
     xp = _conv_input(f32(xs[1]), sizes, ks, s, p, d, out)
     return ops.group_convolution(xp, w, s, [0, 0], [0, 0], d)
@@ -1086,16 +1061,18 @@ def _conv_3d(t: Tensor, xs: list[Out]) -> Out:
 @translator(Op.IM2COL_3D)
 def _im2col_3d(t: Tensor, xs: list[Out]) -> Out:
     flat = ops.concat([ops.reshape(f32(xs[1]), i64([-1]), False), const([0.0])], 0)
-    return reshape4(ops.gather(flat, const(im2col_3d_index(t), np.int64), i64(0)), t.ne)
+    return reshape4(ops.gather(flat, const(geometry.im2col_3d_index(t), np.int64), i64(0)), t.ne)
 
 
 @translator(Op.COL2IM_1D)
 def _col2im_1d(t: Tensor, xs: list[Out]) -> Out:
-    t_in, oc, k = col2im_1d_columns(t)
+    t_in, oc, k = geometry.col2im_1d_columns(t)
     cols = ops.reshape(f32(xs[0]), i64([t_in, oc, k]), False)
     cols = ops.reshape(ops.transpose(cols, i64([1, 0, 2])), i64([oc, t_in * k]), False)
     zeros = const(np.zeros((oc, t.ne[0] + 1), np.float32))
-    out = ops.scatter_elements_update(zeros, const(col2im_1d_index(t), np.int64), cols, i64(1), "sum")
+    out = ops.scatter_elements_update(
+        zeros, const(geometry.col2im_1d_index(t), np.int64), cols, i64(1), "sum"
+    )
     return reshape4(ops.slice(out, i64([0, 0]), i64([oc, t.ne[0]]), i64([1, 1])), t.ne)
 
 
@@ -1130,26 +1107,20 @@ def _conv_transpose_2d(t: Tensor, xs: list[Out]) -> Out:
 def _pool(t: Tensor, xs: list[Out]) -> Out:
     a = t.srcs[0]
     assert a is not None
-    idx, valid, n = pool_geometry(t)
+    idx, valid, n = geometry.pool_geometry(t)
     plane = a.ne[0] * (a.ne[1] if n == 2 else 1)
     rows = a.nelements // plane
     is_max = t.params["op"] == 0
     x = ops.reshape(f32(xs[0]), i64([rows, plane]), False)
     fill = ops.broadcast(const(-np.finfo(np.float32).max if is_max else 0.0), i64([rows, 1]))
     win = ops.gather(ops.concat([x, fill], 1), const(idx, np.int64), i64(1))  # [rows, *out, *ks]
-    axes = i64(
-        list(
-            range(
-                win.get_output_partial_shape(0).rank.get_length() - n,
-                win.get_output_partial_shape(0).rank.get_length(),
-            )
-        )
-    )
+    rank = win.get_output_partial_shape(0).rank.get_length()
+    axes = i64(list(range(rank - n, rank)))
     if is_max:
         return reshape4(ops.reduce_max(win, axes, False), t.ne)
     # each tap weighted by 1/divisor before the sum: the CPU plugin miscomputes ReduceSum followed
     # by a Multiply/Divide with a per-output constant (it fuses it along the wrong axis)
-    inv = np.float32(1.0) / pool_divisor(t, valid, n)
+    inv = np.float32(1.0) / geometry.pool_divisor(t, valid, n)
     weights = np.broadcast_to(inv.reshape(inv.shape + (1,) * n), valid.shape)
     return reshape4(ops.reduce_sum(ops.multiply(win, const(weights)), axes, False), t.ne)
 
@@ -1161,9 +1132,9 @@ def _upscale(t: Tensor, xs: list[Out]) -> Out:
     x = f32(xs[0])
     for axis, d in ((0, 3), (1, 2)):  # batch dims: nearest index
         if t.ne[d] != a.ne[d]:
-            x = ops.gather(x, const(upscale_batch_index(t.ne[d], a.ne[d]), np.int64), i64(axis))
-    w0 = const(upscale_weights(t.ne[0], a.ne[0], t.params["mode"]))  # [ne0, a.ne0]
-    w1 = const(upscale_weights(t.ne[1], a.ne[1], t.params["mode"]))  # [ne1, a.ne1]
+            x = ops.gather(x, const(geometry.upscale_batch_index(t.ne[d], a.ne[d]), np.int64), i64(axis))
+    w0 = const(geometry.upscale_weights(t.ne[0], a.ne[0], t.params["mode"]))  # [ne0, a.ne0]
+    w1 = const(geometry.upscale_weights(t.ne[1], a.ne[1], t.params["mode"]))  # [ne1, a.ne1]
     return ops.matmul(w1, ops.matmul(x, w0, False, True), False, False)
 
 
