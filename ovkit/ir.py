@@ -574,10 +574,6 @@ class Tensor(_OpKind):
         """``ggml_is_transposed``: nb[0] > nb[1]."""
         return self.nb[0] > self.nb[1]
 
-    def is_permuted(self) -> bool:
-        """``ggml_is_permuted``: strides not in increasing order."""
-        return self.nb[0] > self.nb[1] or self.nb[1] > self.nb[2] or self.nb[2] > self.nb[3]
-
     @property
     def base(self) -> Tensor:
         """The tensor that owns this tensor's memory (itself when not a view)."""

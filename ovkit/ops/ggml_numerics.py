@@ -31,38 +31,17 @@ from typing import Any
 import numpy as np
 
 from ovkit import quant
+from ovkit.dtypes import ggml_type
 from ovkit.ir import GraphIR, Op
 from ovkit.quant import QuantError, QuantizedWeight, RequantTarget, ov_div_rn, ov_mul_rn
 
 #: ggml's ``type_traits_cpu[type].vec_dot_type`` (ggml-cpu.c) for every quantized weight type:
-#: the format the activations are quantized to before the integer dot product.
+#: the format the activations are quantized to before the integer dot product (q8_1 for the
+#: types with a min, q8_K for the 256-element super-blocks, else q8_0).
 VEC_DOT_TYPES: dict[str, str] = {
-    "q4_0": "q8_0",
-    "q4_1": "q8_1",
-    "q5_0": "q8_0",
-    "q5_1": "q8_1",
-    "q8_0": "q8_0",
-    "mxfp4": "q8_0",
-    "nvfp4": "q8_0",
-    "iq4_nl": "q8_0",
-    "q1_0": "q8_0",
-    "q2_K": "q8_K",
-    "q3_K": "q8_K",
-    "q4_K": "q8_K",
-    "q5_K": "q8_K",
-    "q6_K": "q8_K",
-    "iq2_xxs": "q8_K",
-    "iq2_xs": "q8_K",
-    "iq3_xxs": "q8_K",
-    "iq3_s": "q8_K",
-    "iq2_s": "q8_K",
-    "iq1_s": "q8_K",
-    "iq1_m": "q8_K",
-    "iq4_xs": "q8_K",
-    "tq1_0": "q8_K",
-    "tq2_0": "q8_K",
+    t: "q8_1" if t in ("q4_1", "q5_1") else "q8_K" if ggml_type(t).block == quant.QK_K else "q8_0"
+    for t in quant.KNOWN_TYPES
 }
-assert set(VEC_DOT_TYPES) == set(quant.KNOWN_TYPES), "every type ovkit decodes has its dot type"
 
 #: Elements per activation block of each dot type.
 DOT_BLOCK: dict[str, int] = {"q8_0": 32, "q8_1": 32, "q8_K": quant.QK_K}

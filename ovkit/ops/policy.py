@@ -1,24 +1,10 @@
 """The op-support policy of the upstream ggml-openvino backend, as data: global gates, per-op gates, registered op tables.
 
 ``check_op(op, device_class)`` answers what upstream's ``ggml_backend_openvino_device_supports_op``
-answers, with a human-readable reason for every rejection.  The policy is a list of gate records
-(:class:`Gate`): the global gates (:data:`GLOBAL_GATES`: op membership, the 13 allowed types, the
-quantized-3-D rule, ...) run first, in upstream's order, then the per-op gates (:data:`GATES`).
-
-Deliberate differences from upstream, recorded here:
-
-- Device restrictions apply to the device *class*: a gate upstream writes as
-  ``device == "GPU"`` applies to ``GPU.0`` and ``GPU.1`` as well.
-- Gates keyed to test-backend-ops tensor names or shapes (``a``/``b``, ``selected_experts``, the
-  CPY test shapes) or to llama.cpp graph names (``msa_*``, ``ffn_norm_exps``, ``ffn_moe_*``) are
-  *quirks* (``Gate.quirk``): recorded, but applied only with ``upstream_exact=True``.
-- Upstream changed over time.  :class:`Revision` names the states the policy can reproduce:
-  ``N`` (upstream aee56b3ab, the default) and ``V`` (the older
-  state that produced the shipped ``ovkit/data/upstream-support-verdicts.csv.gz``; its gates are those of the
-  upstream ``ggml-openvino.cpp`` stored in the code index at 013991d8, which matches the spec's
-  description of M, the mirror's master 5735e10c4).  A gate lists the revisions it belongs to.
-- Upstream has no NPU-only ``supports_op`` rejection; NPU differences are translation-level
-  (static shapes, the GEGLU clamp) and live in the op table.
+answers, with a human-readable reason for every rejection: the global gates (:data:`GLOBAL_GATES`)
+run first, in upstream's order, then the op's own (:data:`GATES`).  The deliberate differences
+from upstream (device classes, quirks, the revisions N, V and P) are listed by
+:func:`render_markdown`, which writes ``docs/policy.md``.
 """
 
 from __future__ import annotations
@@ -295,6 +281,13 @@ def _src_is(i: int, kind: str) -> Check:
     return _when(lambda op: op.src(i) is not None and _s(op, i).op == kind, lambda op: f"src{i} is {kind}")
 
 
+def _src_present(i: int, detail: str) -> Check:
+    return _when(lambda op: op.src(i) is not None, lambda op: detail)
+
+
+_src0_bf16 = _when(lambda op: _s(op, 0).type == "bf16", lambda op: "src0 is bf16")
+
+
 def _out_type(types: frozenset[str], what: str) -> Check:
     return _when(lambda op: op.type in types, lambda op: f"{what} {op.dtype}")
 
@@ -428,13 +421,7 @@ def _cpy_view_fit_v(op: OpInfo) -> str | None:
 
 def _mul_mat_ab(op: OpInfo) -> str | None:
     a, b = _s(op, 0), _s(op, 1)
-    if (
-        is_quantized(a.dtype)
-        and a.name == "a"
-        and b.name == "b"
-        and a.ne[:2] == (256, 1)
-        and b.ne[:2] == (256, 64)
-    ):
+    if is_quantized(a.dtype) and (a.name, b.name, a.ne[:2], b.ne[:2]) == ("a", "b", (256, 1), (256, 64)):
         return f"quantized src0 'a' ne={_ne(a)} with src1 'b' ne={_ne(b)} (a test-backend-ops case)"
     return None
 
@@ -479,10 +466,6 @@ def _mmid_tmp(op: OpInfo) -> str | None:
     return None
 
 
-def _mmid_gpu_bf16(op: OpInfo) -> str | None:
-    return "src0 is bf16" if _s(op, 0).type == "bf16" else None
-
-
 def _fa_pattern(op: OpInfo) -> str | None:
     for i, nm in enumerate("QKV"):
         s = op.src(i)
@@ -497,10 +480,6 @@ def _fa_pattern(op: OpInfo) -> str | None:
     return None
 
 
-def _fa_is_pattern(op: OpInfo) -> bool:
-    return _fa_pattern(op) is None
-
-
 def _base(op: OpInfo, i: int) -> OpInfo | None:
     s = op.src(i)
     v = s.src(0) if s is not None else None
@@ -509,23 +488,12 @@ def _base(op: OpInfo, i: int) -> OpInfo | None:
 
 def _fa_gemma3n(op: OpInfo) -> str | None:
     scale = float(op.param("scale", 1.0))
-    if abs(scale - 1.0) >= 1e-6 or not _fa_is_pattern(op):
+    if abs(scale - 1.0) >= 1e-6 or _fa_pattern(op) is not None:
         return None
-    q, k, v = _base(op, 0), _base(op, 1), _base(op, 2)
-    if (
-        q is not None
-        and q.op == Op.ROPE
-        and k is not None
-        and k.op == Op.ROPE
-        and v is not None
-        and v.op == Op.RMS_NORM
-    ):
+    bases = [_base(op, i) for i in range(3)]
+    if [None if b is None else b.op for b in bases] == [Op.ROPE, Op.ROPE, Op.RMS_NORM]:
         return "scale=1 with q=ROPE, k=ROPE, v=RMS_NORM (gemma3n direct attention)"
     return None
-
-
-def _fa_sinks(op: OpInfo) -> str | None:
-    return "sinks (src4) present" if op.src(4) is not None else None
 
 
 def _param_gt(key: str, limit: float, default: float) -> Check:
@@ -639,8 +607,7 @@ GATES: dict[Op, tuple[Gate, ...]] = {
     Op.GET_ROWS: (
         Gate("rows.ne3", "output ne[3] must be 1", _rows_ne3),
         Gate("get_rows.gpu_bf16", "src0 must not be bf16",
-             _when(lambda op: _s(op, 0).type == "bf16", lambda op: "src0 is bf16"),
-             device_class="GPU", revisions=_N),
+             _src0_bf16, device_class="GPU", revisions=_N),
         Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K/Q4_1/Q5_1",
              _get_rows_256(frozenset({"q4_k", "q5_k", "q4_1", "q5_1"})), revisions=_N),
         Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K", _get_rows_256(frozenset({"q4_k", "q5_k"})),
@@ -682,7 +649,7 @@ GATES: dict[Op, tuple[Gate, ...]] = {
     Op.MUL_MAT_ID: (
         Gate("mul_mat_id.single_expert", "src0 needs more than one expert (ne[2] > 1)",
              _mmid_single_expert, revisions=_N),
-        Gate("mul_mat_id.gpu_bf16", "src0 must not be bf16", _mmid_gpu_bf16,
+        Gate("mul_mat_id.gpu_bf16", "src0 must not be bf16", _src0_bf16,
              device_class="GPU", revisions=_N),
         Gate("mul_mat_id.gpu_tmp", "the expert temporary must fit in 1 GiB", _mmid_tmp,
              device_class="GPU", revisions=_N),
@@ -698,7 +665,7 @@ GATES: dict[Op, tuple[Gate, ...]] = {
     ),
     Op.SOFT_MAX: (
         Gate("soft_max.sinks", "sinks (src2) are not supported",
-             _when(lambda op: op.src(2) is not None, lambda op: "sinks (src2) present"), revisions=_V),
+             _src_present(2, "sinks (src2) present"), revisions=_V),
         Gate("soft_max.ffn_moe_probs", "MoE routing softmax stays on CPU", _name_prefix("ffn_moe_probs"),
              quirk=True, revisions=_V),
         Gate("soft_max.ffn_moe_weights_reshape", "a softmax of a RESHAPE of 'ffn_moe_weights*' stays on CPU",
@@ -708,7 +675,7 @@ GATES: dict[Op, tuple[Gate, ...]] = {
     Op.FLASH_ATTN_EXT: (
         Gate("flash_attn.gemma3n", "gemma3n direct attention (scale 1, q/k=ROPE, v=RMS_NORM) stays on CPU",
              _fa_gemma3n, quirk=True, note="accuracy drift; restricted to scale==1"),
-        Gate("flash_attn.sinks", "sinks (src4) are not supported", _fa_sinks),
+        Gate("flash_attn.sinks", "sinks (src4) are not supported", _src_present(4, "sinks (src4) present")),
         Gate("flash_attn.pattern", "Q, K and V must each be PERMUTE<-VIEW<-base tensor", _fa_pattern),
         Gate("flash_attn.max_bias", "max_bias must be 0", _param_gt("max_bias", 0.0, 0.0)),
         Gate("flash_attn.logit_softcap", "logit_softcap must be 0", _param_ne("logit_softcap", 0.0, 0.0)),

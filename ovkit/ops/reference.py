@@ -161,6 +161,15 @@ class NumpyOps:
     def full(self, ne: Sequence[int], value: float) -> F32:
         return np.full(tuple(reversed(ne)), value, dtype=np.float32)
 
+    def const(self, value: Arr) -> Arr:
+        return value
+
+    def sum_rows(self, x: Arr) -> F32:  # accumulated in f64, as ggml's ggml_float
+        return f32(f32(x).astype(np.float64).sum(axis=-1, keepdims=True))
+
+    def mean_rows(self, x: Arr) -> F32:
+        return f32(f32(x).astype(np.float64).mean(axis=-1, keepdims=True))
+
 
 NUMPY = NumpyOps()
 
@@ -298,23 +307,6 @@ def set_(t: Tensor, xs: list[Arr]) -> Arr:
     return flat.reshape(tuple(reversed(t.ne)))
 
 
-@reference(Op.SOFT_MAX_BACK)
-def soft_max_back(t: Tensor, xs: list[Arr]) -> Arr:
-    dy, y = f32(xs[0]), f32(xs[1])
-    dot = f32((y.astype(np.float64) * dy).sum(axis=-1, keepdims=True))
-    return (dy - dot) * y * np.float32(t.params["scale"])
-
-
-@reference(Op.RMS_NORM_BACK)
-def rms_norm_back(t: Tensor, xs: list[Arr]) -> Arr:
-    dz, x = f32(xs[0]), f32(xs[1])
-    n, eps = x.shape[-1], np.float32(t.params["eps"])
-    sum_xx = f32((x.astype(np.float64) ** 2).sum(axis=-1, keepdims=True))
-    sum_xdz = f32((x.astype(np.float64) * dz).sum(axis=-1, keepdims=True))
-    rrms = f32(np.float32(1.0) / np.sqrt(sum_xx / np.float32(n) + eps))
-    return (dz + x * (-sum_xdz / (sum_xx + eps * np.float32(n)))) * rrms
-
-
 @reference(Op.GET_ROWS_BACK)
 def get_rows_back(t: Tensor, xs: list[Arr]) -> Arr:
     out = np.zeros((t.ne[1], t.ne[0]), dtype=np.float64)
@@ -330,42 +322,11 @@ def repeat_back(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- norms, reductions
-@reference(Op.NORM)
-def norm(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0]).astype(np.float64)
-    c = f32(x - x.mean(axis=-1, keepdims=True))
-    var = f32((c.astype(np.float64) ** 2).mean(axis=-1, keepdims=True))
-    return c * f32(np.float32(1.0) / np.sqrt(var + np.float32(t.params["eps"])))
-
-
-@reference(Op.RMS_NORM)
-def rms_norm(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0])
-    ms = f32((x.astype(np.float64) ** 2).mean(axis=-1, keepdims=True))
-    return x * f32(np.float32(1.0) / np.sqrt(ms + np.float32(t.params["eps"])))
-
-
-@reference(Op.L2_NORM)
-def l2_norm(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0])
-    s = f32(np.sqrt((x.astype(np.float64) ** 2).sum(axis=-1, keepdims=True)))
-    return x * (np.float32(1.0) / np.maximum(s, np.float32(t.params["eps"])))
-
-
-@reference(Op.SUM_ROWS)
-def sum_rows(t: Tensor, xs: list[Arr]) -> Arr:
-    return f32(f32(xs[0]).astype(np.float64).sum(axis=-1, keepdims=True))
 
 
 @reference(Op.SUM)
 def sum_all(t: Tensor, xs: list[Arr]) -> Arr:
     return np.full((1, 1, 1, 1), f32(xs[0]).astype(np.float64).sum(), dtype=np.float32)
-
-
-@reference(Op.MEAN)
-def mean(t: Tensor, xs: list[Arr]) -> Arr:
-    s = f32(f32(xs[0]).astype(np.float64).sum(axis=-1, keepdims=True))
-    return s / np.float32(xs[0].shape[-1])
 
 
 @reference(Op.ARGMAX)
@@ -399,17 +360,6 @@ def roll(t: Tensor, xs: list[Arr]) -> Arr:
     return np.roll(np.asarray(xs[0]), [shifts[3], shifts[2], shifts[1], shifts[0]], axis=(0, 1, 2, 3))
 
 
-@reference(Op.DIAG)
-def diag(t: Tensor, xs: list[Arr]) -> Arr:
-    n = t.ne[0]
-    return np.asarray(xs[0]) * np.eye(n, dtype=np.float32)
-
-
-@reference(Op.TRI)
-def tri(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.where(geometry.tri_mask(t.params["type"], t.ne[0]), f32(xs[0]), np.float32(0.0))
-
-
 # ---------------------------------------------------------------------------- mul_mat_id
 @reference(Op.MUL_MAT_ID)
 def mul_mat_id(t: Tensor, xs: list[Arr]) -> Arr:
@@ -430,11 +380,6 @@ def mul_mat_id(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- softmax / attention
-
-
-@reference(Op.ARANGE)
-def arange(t: Tensor, xs: list[Arr]) -> Arr:
-    return geometry.arange_values(t)
 
 
 @reference(Op.TIMESTEP_EMBEDDING)
@@ -462,11 +407,6 @@ def count_equal(t: Tensor, xs: list[Arr]) -> Arr:
 def pad_reflect_1d(t: Tensor, xs: list[Arr]) -> Arr:
     widths = [(0, 0)] * 3 + [(t.params["p0"], t.params["p1"])]
     return np.pad(f32(xs[0]), widths, mode="reflect")
-
-
-@reference(Op.DIAG_MASK_INF)
-def diag_mask_inf(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.where(geometry.diag_mask(t), np.float32(-np.inf), f32(xs[0]))
 
 
 @reference(Op.CROSS_ENTROPY_LOSS_BACK)

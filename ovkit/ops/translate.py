@@ -324,6 +324,15 @@ class OpenVinoOps:
     def full(self, ne: Sequence[int], value: float) -> Out:
         return ops.broadcast(const(value), i64(list(reversed(ne))))
 
+    def const(self, value: np.ndarray) -> Out:
+        return ops.constant(value)
+
+    def sum_rows(self, x: Out) -> Out:
+        return ops.reduce_sum(x, i64([3]), True)
+
+    def mean_rows(self, x: Out) -> Out:
+        return ops.reduce_mean(x, i64([3]), True)
+
 
 OPENVINO = OpenVinoOps()
 
@@ -481,11 +490,6 @@ def _set(t: Tensor, xs: list[Out]) -> Out:
     return reshape4(ops.scatter_nd_update(flat, idx, upd), t.ne)
 
 
-@translator(Op.ARANGE)
-def _arange(t: Tensor, xs: list[Out]) -> Out:
-    return const(geometry.arange_values(t))
-
-
 @translator(Op.TIMESTEP_EMBEDDING)
 def _timestep_embedding(t: Tensor, xs: list[Out]) -> Out:
     arg = ops.multiply(
@@ -517,34 +521,11 @@ def _pad_reflect_1d(t: Tensor, xs: list[Out]) -> Out:
     return ops.pad(f32(xs[0]), i64([0, 0, 0, p["p0"]]), i64([0, 0, 0, p["p1"]]), "reflect")
 
 
-@translator(Op.DIAG_MASK_INF)
-def _diag_mask_inf(t: Tensor, xs: list[Out]) -> Out:
-    return ops.select(const(geometry.diag_mask(t), np.bool_), const(-np.inf), f32(xs[0]))
-
-
 @translator(Op.CROSS_ENTROPY_LOSS_BACK)
 def _cross_entropy_loss_back(t: Tensor, xs: list[Out]) -> Out:
     logits, labels = f32(xs[1]), f32(xs[2])
     scale = ops.divide(ops.reshape(f32(xs[0]), i64([1]), False), const(np.float32(math.prod(t.ne[1:]))))
     return ops.multiply(ops.subtract(ops.softmax(logits, -1), labels), scale)
-
-
-@translator(Op.SOFT_MAX_BACK)
-def _soft_max_back(t: Tensor, xs: list[Out]) -> Out:
-    dy, y = f32(xs[0]), f32(xs[1])
-    dot = ops.reduce_sum(ops.multiply(y, dy), i64([3]), True)
-    return ops.multiply(ops.multiply(ops.subtract(dy, dot), y), const(t.params["scale"]))
-
-
-@translator(Op.RMS_NORM_BACK)
-def _rms_norm_back(t: Tensor, xs: list[Out]) -> Out:
-    dz, x = f32(xs[0]), f32(xs[1])
-    n, eps = float(t.ne[0]), t.params["eps"]
-    sum_xx = ops.reduce_sum(ops.multiply(x, x), i64([3]), True)
-    sum_xdz = ops.reduce_sum(ops.multiply(x, dz), i64([3]), True)
-    rrms = ops.divide(const(1.0), ops.sqrt(ops.add(ops.divide(sum_xx, const(n)), const(eps))))
-    scale_x = ops.divide(ops.negative(sum_xdz), ops.add(sum_xx, const(eps * n)))
-    return ops.multiply(ops.add(dz, ops.multiply(x, scale_x)), rrms)
 
 
 @translator(Op.GET_ROWS_BACK)
@@ -563,46 +544,10 @@ def _repeat_back(t: Tensor, xs: list[Out]) -> Out:
     return reshape4(ops.reduce_sum(x, i64([0, 2, 4, 6]), False), t.ne)
 
 
-# ---------------------------------------------------------------------------- norms, reductions
-def _mean_last(x: Out) -> Out:
-    return ops.reduce_mean(x, i64([3]), True)
-
-
-@translator(Op.NORM)
-def _norm(t: Tensor, xs: list[Out]) -> Out:
-    x = f32(xs[0])
-    centered = ops.subtract(x, _mean_last(x))
-    var = _mean_last(ops.multiply(centered, centered))
-    return ops.divide(centered, ops.sqrt(ops.add(var, const(t.params["eps"]))))
-
-
-@translator(Op.RMS_NORM)
-def _rms_norm(t: Tensor, xs: list[Out]) -> Out:
-    x = f32(xs[0])
-    ms = _mean_last(ops.multiply(x, x))
-    return ops.multiply(x, ops.divide(const(1.0), ops.sqrt(ops.add(ms, const(t.params["eps"])))))
-
-
-@translator(Op.L2_NORM)
-def _l2_norm(t: Tensor, xs: list[Out]) -> Out:
-    x = f32(xs[0])
-    norm = ops.sqrt(ops.reduce_sum(ops.multiply(x, x), i64([3]), True))
-    return ops.multiply(x, ops.divide(const(1.0), ops.maximum(norm, const(t.params["eps"]))))
-
-
-@translator(Op.SUM_ROWS)
-def _sum_rows(t: Tensor, xs: list[Out]) -> Out:
-    return ops.reduce_sum(f32(xs[0]), i64([3]), True)
-
-
+# ---------------------------------------------------------------------------- reductions
 @translator(Op.SUM)
 def _sum(t: Tensor, xs: list[Out]) -> Out:
     return ops.reduce_sum(f32(xs[0]), i64([0, 1, 2, 3]), True)
-
-
-@translator(Op.MEAN)
-def _mean(t: Tensor, xs: list[Out]) -> Out:
-    return _mean_last(f32(xs[0]))
 
 
 @translator(Op.ARGMAX)
@@ -647,19 +592,6 @@ def _top_k(t: Tensor, xs: list[Out]) -> Out:
 def _roll(t: Tensor, xs: list[Out]) -> Out:
     shifts = [t.params[f"shift{d}"] for d in (3, 2, 1, 0)]
     return ops.roll(xs[0], i64(shifts), i64([0, 1, 2, 3]))
-
-
-@translator(Op.DIAG)
-def _diag(t: Tensor, xs: list[Out]) -> Out:
-    n = t.ne[0]
-    eye = const(np.eye(n, dtype=np.float32).reshape(1, 1, n, n))
-    return ops.multiply(f32(xs[0]), eye)  # [.., 1, n] broadcast over rows
-
-
-@translator(Op.TRI)
-def _tri(t: Tensor, xs: list[Out]) -> Out:
-    mask = geometry.tri_mask(t.params["type"], t.ne[0]).astype(np.float32).reshape(1, 1, t.ne[1], t.ne[0])
-    return ops.multiply(f32(xs[0]), const(mask))
 
 
 # ---------------------------------------------------------------------------- mul_mat_id

@@ -18,7 +18,7 @@ Inputs are numpy arrays (f32, f16, i32, i64; float64 is converted to f32), :clas
 
 from __future__ import annotations
 
-from ovkit.dtypes import QUANT_TYPES
+from ovkit.dtypes import QUANT_TYPES, bf16_round
 from ovkit.nmse import Comparison, compare, nmse, same_ne
 from ovkit.oracle.graphs import (
     DEFAULT_N_THREADS,
@@ -41,7 +41,6 @@ from ovkit.oracle.loader import (
     QuantArray,
     Typed,
     as_bf16,
-    bf16_round,
     block_size,
     dequantize,
     ggml_available,
