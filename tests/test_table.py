@@ -206,7 +206,7 @@ def test_every_op_is_in_every_place_the_add_an_op_checklist_names() -> None:
 NEW_OPS: tuple[tuple[str, str, str, bool], ...] = (
     (
         "ops/table.py",
-        "    OpEntry(\n        Op.SOLVE_TRI,",
+        "    OpEntry(Op.SOLVE_TRI,",
         '    OpEntry(Op.DIAG_MASK_ZERO, ("diag_mask_zero",), "a, n_past", "Select(mask, 0, a)", "none"),\n'
         '    OpEntry(Op.SOFTSIGN, ("softsign", "unary"), "a", "x / (1 + |x|)", "none"),\n',
         True,
