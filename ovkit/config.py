@@ -84,7 +84,6 @@ class EnvVar:
     meaning: str
     default: str = "unset"
     choices: tuple[str, ...] = ()
-    read_upstream: bool = True
     unusable: str = ""  #: a directory variable: what the backend does when it cannot use the path
 
     @property
@@ -160,9 +159,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     _flag("DEBUG_OUTPUT", "print first/min/max/mean of every output"),
     _flag("FORCE_STATIC", "take the static (NPU-shape) compute path on any device"),
     _flag("PRINT_CGRAPH_TENSOR_ADDRESS", "print the tensor address map once"),
-    EnvVar(
-        "ENABLE_CACHE", Kind.TOGGLE, "listed upstream but read nowhere (dead)", "0 (off)", read_upstream=False
-    ),
+    _flag("ENABLE_CACHE", "listed upstream but read nowhere (dead)"),
     _flag("DISABLE_CACHE", "turn off the in-process compiled-graph cache"),
     _flag("DISABLE_KV_SLICE", "turn off slicing of KV inputs to attention_size"),
     _flag("ENABLE_FALLBACK", "split-graph detection"),
@@ -469,6 +466,12 @@ def _path(var: EnvVar, text: str) -> _Parsed:
     return text, None
 
 
+def _listed(bad: list[str], one: tuple[str, str], many: tuple[str, str]) -> tuple[str, tuple[str, str]]:
+    """The first three skipped items quoted (and how many more), and the words naming one or many."""
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    return ", ".join(shown(x, 20) for x in bad[:3]) + more, one if len(bad) == 1 else many
+
+
 def _list(var: EnvVar, text: str) -> _Parsed:
     """DEBUG_NODE: split at commas as ``std::getline`` splits (nothing trimmed); a name no ggml
     tensor can have (empty, white space around it, too long) is skipped, as the backend skips a
@@ -480,8 +483,7 @@ def _list(var: EnvVar, text: str) -> _Parsed:
     kept = tuple(n for n in names if n not in bad)
     if not bad:
         return kept, None
-    what = ", ".join(shown(n, 20) for n in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
-    some = ("name", "it") if len(bad) == 1 else ("names", "them")
+    what, some = _listed(bad, ("name", "it"), ("names", "them"))
     return kept, (
         f"has the {some[0]} {what}, which no ggml tensor has (names are 1 to {GGML_MAX_NAME - 1} bytes, "
         f"no white space around them): the backend skips {some[1]}, and so does ovkit"
@@ -499,8 +501,7 @@ def _pairs(var: EnvVar, text: str) -> _Parsed:
             bad.append(entry)
     if not bad:
         return tuple(pairs), None
-    what = ", ".join(shown(e, 20) for e in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
-    some = ("entry", "it") if len(bad) == 1 else ("entries", "them")
+    what, some = _listed(bad, ("entry", "it"), ("entries", "them"))
     return tuple(pairs), f"has {some[0]} {what} not KEY=VALUE: the backend skips {some[1]}, and so does ovkit"
 
 
