@@ -19,13 +19,11 @@ Inputs are numpy arrays (f32, f16, i32, i64; float64 is converted to f32), :clas
 from __future__ import annotations
 
 from ovkit.dtypes import QUANT_TYPES, bf16_round
-from ovkit.nmse import Comparison, compare, nmse, same_ne
+from ovkit.nmse import compare, nmse, same_ne
 from ovkit.oracle.graphs import (
     DEFAULT_N_THREADS,
-    BenchResult,
     GgmlBuilder,
     GgmlTensor,
-    Session,
     ggml_benchmark,
     ggml_benchmark_program,
     ggml_call,
@@ -49,20 +47,16 @@ from ovkit.oracle.loader import (
     quantize,
     quantize_blocks,
     type_id,
-    type_name,
     type_size,
 )
 
 __all__ = [
     "DEFAULT_N_THREADS",
     "QUANT_TYPES",
-    "BenchResult",
-    "Comparison",
     "GgmlBuilder",
     "GgmlTensor",
     "GgmlUnavailableError",
     "QuantArray",
-    "Session",
     "Typed",
     "as_bf16",
     "bf16_round",
@@ -86,6 +80,5 @@ __all__ = [
     "quantize_blocks",
     "same_ne",
     "type_id",
-    "type_name",
     "type_size",
 ]

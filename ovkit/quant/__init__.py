@@ -11,89 +11,66 @@ round trips of quantized writes (:data:`ROUND_TRIPS`).
 
 from __future__ import annotations
 
-from ovkit.dtypes import QUANT_TYPES, WRITABLE_QUANT_TYPES
-from ovkit.quant.decode import REPACKS, Decoded, decode_blocks, reference_dequantize, repack_blocks
+from ovkit.dtypes import QUANT_TYPES
+from ovkit.quant.decode import REPACKS, decode_blocks, reference_dequantize, repack_blocks
 from ovkit.quant.requant import (
     REQUANT_CONTAINER,
-    REQUANT_GROUPED,
     REQUANT_RULES,
     RequantDecision,
-    RequantRule,
     RequantTarget,
     requant_bytes,
     requant_decision,
-    requant_refusal,
     requant_table,
     requant_type,
     requantize,
 )
-from ovkit.quant.round_trip import ROUND_TRIPS, RoundTrip, ov_div_rn, ov_mul_rn, ov_round_trip, round_trip
+from ovkit.quant.round_trip import ROUND_TRIPS, ov_div_rn, ov_mul_rn, ov_round_trip, round_trip
 from ovkit.quant.specs import (
     FORMS,
-    HOST_SPECS,
     HOST_TYPES,
     KNOWN_TYPES,
     QK_K,
     QUANT_SPECS,
     Form,
     QuantError,
-    QuantSpec,
-    checked_shape,
-    n_rows,
     quant_spec,
     row_bytes,
 )
 from ovkit.quant.weight import (
-    NO_DYNQ_CONTAINERS,
-    TINY_SHIFT,
     QuantizedWeight,
     compile_hints,
     from_blocks,
-    packed_constant,
     quantize,
 )
 
 __all__ = [
-    "Decoded",
     "FORMS",
     "Form",
-    "HOST_SPECS",
     "HOST_TYPES",
     "KNOWN_TYPES",
-    "NO_DYNQ_CONTAINERS",
     "QK_K",
     "QUANT_SPECS",
     "QUANT_TYPES",
     "QuantError",
-    "QuantSpec",
     "QuantizedWeight",
     "REPACKS",
     "REQUANT_CONTAINER",
-    "REQUANT_GROUPED",
     "REQUANT_RULES",
     "ROUND_TRIPS",
     "RequantDecision",
-    "RequantRule",
     "RequantTarget",
-    "RoundTrip",
-    "TINY_SHIFT",
-    "WRITABLE_QUANT_TYPES",
-    "checked_shape",
     "compile_hints",
     "decode_blocks",
     "from_blocks",
-    "n_rows",
     "ov_div_rn",
     "ov_mul_rn",
     "ov_round_trip",
-    "packed_constant",
     "quant_spec",
     "quantize",
     "reference_dequantize",
     "repack_blocks",
     "requant_bytes",
     "requant_decision",
-    "requant_refusal",
     "requant_table",
     "requant_type",
     "requantize",
