@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 import struct
-from collections.abc import Iterator
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,43 +109,11 @@ class GGUFModel:
         except quant.QuantError as exc:
             raise GGUFError(f"{self.path}: tensor {name!r} cannot be a constant: {exc}") from None
 
-    def constants(
-        self, form: quant.Form = "fast"
-    ) -> Iterator[tuple[str, quant.QuantizedWeight | np.ndarray]]:
-        for name, info in self.tensors.items():
-            if info.supported:
-                yield name, self.constant(name, form)
-
     def _info(self, name: str) -> TensorInfo:
         try:
             return self.tensors[name]
         except KeyError:
             raise KeyError(f"{self.path}: no tensor {name!r} (it has {len(self.tensors)} tensors)") from None
-
-    def load_into_buffer(
-        self, device: str = "CPU", *, host: bool = True, core: Core | None = None, register: bool = True
-    ) -> tuple[Any, dict[str, Any]]:
-        """Allocate one WEIGHTS buffer on ``device`` and set every supported tensor into it.
-
-        Returns ``(buffer, {name: PlacedTensor})``; each tensor's extra holds its weight (quantized
-        ones a QuantizedWeight).  The buffer shows up in the allocation tracking.
-        """
-        from ovkit import buffers
-
-        infos = [t for t in self.tensors.values() if t.supported]
-        bt = buffers.host_buffer_type(device) if host else buffers.buffer_type(device)
-        size = sum(align_up(bt.get_alloc_size(t.shape, t.type), bt.alignment) for t in infos)
-        buf = bt.alloc_buffer(size, buffers.Usage.WEIGHTS, core=core)
-        placed = {}
-        try:
-            for t in infos:
-                p = buf.place(t.name, t.shape, t.type)
-                buf.set_weight(p, self.raw(t.name), register=register)
-                placed[t.name] = p
-        except BaseException:
-            buf.free()
-            raise
-        return buf, placed
 
     # -- fit check -------------------------------------------------------------------------------
     def weight_bytes(self, device_class: str, *, no_requant: bool = False) -> int:
@@ -583,7 +550,7 @@ def cli(args: Any) -> int:
     unsupported = [t.name for t in model.tensors.values() if not t.supported]
     if unsupported:
         print(
-            f"  not backend weight types (skipped by constants()): {', '.join(unsupported[:5])}"
+            f"  not backend weight types (no constants): {', '.join(unsupported[:5])}"
             + (f" and {len(unsupported) - 5} more" if len(unsupported) > 5 else "")
         )
     print(
