@@ -10,7 +10,8 @@ from upstream (device classes, quirks, the revisions N, V and P) are listed by
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -107,14 +108,78 @@ def _ne(t: OpInfo | None) -> str:
     return "absent" if t is None else "[" + ",".join(str(x) for x in t.ne) + "]"
 
 
+def _when(cond: Callable[[OpInfo], bool], detail: Callable[[OpInfo], str | None]) -> Check:
+    """A check rejecting (with ``detail``) where ``cond`` holds."""
+    return lambda op: detail(op) if cond(op) else None
+
+
+def _s(op: OpInfo, i: int) -> OpInfo:
+    s = op.src(i)
+    if s is None:
+        raise ValueError(f"{op.label} needs src{i}, which is absent")
+    return s
+
+
 def _srcs(op: OpInfo) -> list[tuple[int, OpInfo]]:
     """The present sources up to the first absent one (upstream loops break at NULL)."""
-    out = []
-    for i, s in enumerate(op.srcs):
-        if s is None:
-            break
-        out.append((i, s))
-    return out
+    present = itertools.takewhile(lambda s: s is not None, op.srcs)
+    return list(enumerate(s for s in present if s is not None))
+
+
+def _has_view_input(op: OpInfo) -> str | None:
+    return next((f"src{i} is a VIEW" for i, s in _srcs(op) if s.is_view), None)
+
+
+def _first(details: Iterable[str | None]) -> str | None:
+    return next((d for d in details if d is not None), None)
+
+
+def _rms_norm_noncontig_view(op: OpInfo) -> str | None:
+    bad = (i for i, s in _srcs(op) if s.is_view and not s.is_contiguous)
+    return _first(f"src{i} is a non-contiguous VIEW" for i in bad) if op.op == Op.RMS_NORM else None
+
+
+def _binary_incompatible(op: OpInfo) -> str | None:
+    a, b = _s(op, 0), _s(op, 1)
+    bad = (i for i in range(4) if a.ne[i] != b.ne[i] and a.ne[i] != 1 and b.ne[i] != 1)
+    return _first(f"src0 ne={_ne(a)} vs src1 ne={_ne(b)} differ in dim {i} and neither is 1" for i in bad)
+
+
+def _set_strides(op: OpInfo) -> str | None:
+    nb = _s(op, 0).strides
+    bad = ((j, op.param(f"nb{j}", nb[j])) for j in (1, 2, 3))
+    return _first(f"nb{j}={v} differs from src0 nb[{j}]={nb[j]}" for j, v in bad if v != nb[j])
+
+
+def _cpy_bf16(op: OpInfo) -> str | None:
+    return _first(f"src{i} is bf16" for i in (0, 1) if (s := op.src(i)) is not None and s.type == "bf16")
+
+
+CPY_TEST_SHAPES = ((3, 4, 3, 2), (1, 4, 3, 2), (2, 4, 3, 2))
+# fmt: off
+_exp_f32 = _when(lambda op: op.op == Op.UNARY and op.sub_op == "EXP" and op.type == "f32",
+                 lambda op: "EXP with f32 output")
+_glu_view = _when(lambda op: op.op == Op.GLU, _has_view_input)
+_l2_norm_view = _when(lambda op: op.op == Op.L2_NORM, _has_view_input)
+_div_broadcast = _when(lambda op: _s(op, 0).ne != _s(op, 1).ne,
+                       lambda op: f"src0 ne={_ne(_s(op, 0))} and src1 ne={_ne(_s(op, 1))} need a broadcast")
+_concat_gpu_bf16_view = _when(lambda op: op.type == "bf16" and _has_view_input(op) is not None,
+                              lambda op: f"bf16 output and {_has_view_input(op)}")
+_rows_ne3 = _when(lambda op: op.ne[3] != 1, lambda op: f"output ne[3]={op.ne[3]}")
+_cpy_quant_dst = _when(lambda op: is_quantized(op.dtype), lambda op: f"destination type {op.dtype} is quantized")
+_cpy_count = _when(lambda op: _s(op, 0).nelements != op.nelements,
+                   lambda op: f"src0 has {_s(op, 0).nelements} elements, destination {op.nelements}")
+_cpy_shapes = _when(lambda op: op.ne in CPY_TEST_SHAPES,
+                    lambda op: f"ne={_ne(op)} is a test-backend-ops non-contiguous CPY shape")
+_mul_mat_ne3 = _when(lambda op: _s(op, 0).ne[3] not in (_s(op, 1).ne[3], 1) and _s(op, 1).ne[3] != 1,
+                     lambda op: f"src0 ne[3]={_s(op, 0).ne[3]} and src1 ne[3]={_s(op, 1).ne[3]} do not broadcast")
+_mul_mat_both_views = _when(lambda op: _s(op, 0).is_view and _s(op, 1).is_view,
+                            lambda op: "src0 and src1 are both VIEW")
+_mmid_single_expert = _when(lambda op: _s(op, 0).ne[2] <= 1,
+                            lambda op: f"src0 ne[2]={_s(op, 0).ne[2]} (a single expert)")
+_gdn_kda = _when(lambda op: _s(op, 3).ne[0] != 1,
+                 lambda op: f"g (src3) ne[0]={_s(op, 3).ne[0]} (per-key 'kda' gating)")
+# fmt: on
 
 
 # ----------------------------------------------------------------------------------------------
@@ -169,40 +234,10 @@ def _quant_3d(mul_mat_id_exception: bool) -> Check:
     return check
 
 
-def _exp_f32(op: OpInfo) -> str | None:
-    if op.op == Op.UNARY and op.sub_op == "EXP" and op.type == "f32":
-        return "EXP with f32 output"
-    return None
-
-
 def _glu_odd(op: OpInfo) -> str | None:
     s0 = op.src(0)
     if op.op == Op.GLU and op.src(1) is None and s0 is not None and s0.ne[0] % 2 != 0:
         return f"single-input GLU with src0 ne[0]={s0.ne[0]} (odd)"
-    return None
-
-
-def _has_view_input(op: OpInfo) -> str | None:
-    for i, s in _srcs(op):
-        if s.is_view:
-            return f"src{i} is a VIEW"
-    return None
-
-
-def _glu_view(op: OpInfo) -> str | None:
-    return _has_view_input(op) if op.op == Op.GLU else None
-
-
-def _l2_norm_view(op: OpInfo) -> str | None:
-    return _has_view_input(op) if op.op == Op.L2_NORM else None
-
-
-def _rms_norm_noncontig_view(op: OpInfo) -> str | None:
-    if op.op != Op.RMS_NORM:
-        return None
-    for i, s in _srcs(op):
-        if s.is_view and not s.is_contiguous:
-            return f"src{i} is a non-contiguous VIEW"
     return None
 
 
@@ -263,20 +298,6 @@ GLOBAL_GATES: tuple[Gate, ...] = (
 # Per-op gates
 
 
-def _when(cond: Callable[[OpInfo], bool], detail: Callable[[OpInfo], str]) -> Check:
-    def check(op: OpInfo) -> str | None:
-        return detail(op) if cond(op) else None
-
-    return check
-
-
-def _s(op: OpInfo, i: int) -> OpInfo:
-    s = op.src(i)
-    if s is None:
-        raise ValueError(f"{op.label} needs src{i}, which is absent")
-    return s
-
-
 def _src_is(i: int, kind: str) -> Check:
     return _when(lambda op: op.src(i) is not None and _s(op, i).op == kind, lambda op: f"src{i} is {kind}")
 
@@ -300,25 +321,10 @@ def _name_is(name: str) -> Check:
     return _when(lambda op: op.name == name, lambda op: f"tensor name {op.name!r}")
 
 
-def _binary_incompatible(op: OpInfo) -> str | None:
-    a, b = _s(op, 0), _s(op, 1)
-    for i in range(4):
-        if a.ne[i] != b.ne[i] and a.ne[i] != 1 and b.ne[i] != 1:
-            return f"src0 ne={_ne(a)} vs src1 ne={_ne(b)} differ in dim {i} and neither is 1"
-    return None
-
-
 def _div_per_channel(op: OpInfo) -> str | None:
     b = _s(op, 1)
     if b.ne[1:] == (1, 1, 1) and b.ne[0] == op.ne[0]:
         return f"src1 ne={_ne(b)} is a per-channel vector of the output's ne[0]={op.ne[0]}"
-    return None
-
-
-def _div_broadcast(op: OpInfo) -> str | None:
-    a, b = _s(op, 0), _s(op, 1)
-    if a.ne != b.ne:
-        return f"src0 ne={_ne(a)} and src1 ne={_ne(b)} need a broadcast"
     return None
 
 
@@ -341,18 +347,6 @@ def _add_id_types(op: OpInfo) -> str | None:
     return None
 
 
-def _concat_gpu_bf16_view(op: OpInfo) -> str | None:
-    if op.type == "bf16":
-        v = _has_view_input(op)
-        if v:
-            return f"bf16 output and {v}"
-    return None
-
-
-def _rows_ne3(op: OpInfo) -> str | None:
-    return f"output ne[3]={op.ne[3]}" if op.ne[3] != 1 else None
-
-
 def _get_rows_256(types: frozenset[str]) -> Check:
     def check(op: OpInfo) -> str | None:
         s0 = _s(op, 0)
@@ -361,44 +355,6 @@ def _get_rows_256(types: frozenset[str]) -> Check:
         return None
 
     return check
-
-
-def _set_strides(op: OpInfo) -> str | None:
-    s0 = _s(op, 0)
-    nb = s0.strides
-    for k, j in (("nb1", 1), ("nb2", 2), ("nb3", 3)):
-        v = op.param(k, nb[j])
-        if v != nb[j]:
-            return f"{k}={v} differs from src0 nb[{j}]={nb[j]}"
-    return None
-
-
-def _cpy_bf16(op: OpInfo) -> str | None:
-    for i in (0, 1):
-        s = op.src(i)
-        if s is not None and s.type == "bf16":
-            return f"src{i} is bf16"
-    return None
-
-
-def _cpy_quant_dst(op: OpInfo) -> str | None:
-    return f"destination type {op.dtype} is quantized" if is_quantized(op.dtype) else None
-
-
-def _cpy_count(op: OpInfo) -> str | None:
-    s0 = _s(op, 0)
-    if s0.nelements != op.nelements:
-        return f"src0 has {s0.nelements} elements, destination {op.nelements}"
-    return None
-
-
-CPY_TEST_SHAPES = ((3, 4, 3, 2), (1, 4, 3, 2), (2, 4, 3, 2))
-
-
-def _cpy_shapes(op: OpInfo) -> str | None:
-    return (
-        f"ne={_ne(op)} is a test-backend-ops non-contiguous CPY shape" if op.ne in CPY_TEST_SHAPES else None
-    )
 
 
 def _cpy_view_fit_n(op: OpInfo) -> str | None:
@@ -426,17 +382,6 @@ def _mul_mat_ab(op: OpInfo) -> str | None:
     return None
 
 
-def _mul_mat_ne3(op: OpInfo) -> str | None:
-    a, b = _s(op, 0), _s(op, 1)
-    if a.ne[3] != b.ne[3] and a.ne[3] != 1 and b.ne[3] != 1:
-        return f"src0 ne[3]={a.ne[3]} and src1 ne[3]={b.ne[3]} do not broadcast"
-    return None
-
-
-def _mul_mat_both_views(op: OpInfo) -> str | None:
-    return "src0 and src1 are both VIEW" if _s(op, 0).is_view and _s(op, 1).is_view else None
-
-
 def _chain(t: OpInfo | None, *ops: str) -> bool:
     for kind in ops:
         if t is None or t.op != kind:
@@ -449,11 +394,6 @@ def _mul_mat_gpu_kq(op: OpInfo) -> str | None:
     if _s(op, 1).op == Op.SOFT_MAX and _chain(op.src(0), Op.CONT, Op.TRANSPOSE, Op.PERMUTE):
         return "src1 is SOFT_MAX and src0 is CONT<-TRANSPOSE<-PERMUTE"
     return None
-
-
-def _mmid_single_expert(op: OpInfo) -> str | None:
-    s0 = _s(op, 0)
-    return f"src0 ne[2]={s0.ne[2]} (a single expert)" if s0.ne[2] <= 1 else None
 
 
 def _mmid_tmp(op: OpInfo) -> str | None:
@@ -543,11 +483,6 @@ def _rope_imrope(op: OpInfo) -> str | None:
         if v != want:
             return f"IMROPE with {key}={v} (needs {want})"
     return None
-
-
-def _gdn_kda(op: OpInfo) -> str | None:
-    s3 = _s(op, 3)
-    return f"g (src3) ne[0]={s3.ne[0]} (per-key 'kda' gating)" if s3.ne[0] != 1 else None
 
 
 def _always(detail: str) -> Check:
