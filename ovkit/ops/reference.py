@@ -110,38 +110,24 @@ def _v(x: Arr | Num) -> Any:
     return np.float32(x) if isinstance(x, float | int) else x
 
 
+def _binary(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Arr | Num, Arr | Num], F32]:
+    return lambda self, a, b: f32(fn(_v(a), _v(b)))
+
+
+def _compare(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Arr, Num], Arr]:
+    return lambda self, a, b: np.asarray(fn(a, np.float32(b)))
+
+
 class NumpyOps:
     """:class:`~ovkit.ops.formulas.ArrayOps` over f32 numpy arrays (IEEE results, no warnings)."""
 
     def f32(self, x: Arr) -> F32:
         return f32(x)
 
-    def add(self, a: Arr | Num, b: Arr | Num) -> F32:
-        return f32(np.add(_v(a), _v(b)))
-
-    def sub(self, a: Arr | Num, b: Arr | Num) -> F32:
-        return f32(np.subtract(_v(a), _v(b)))
-
-    def mul(self, a: Arr | Num, b: Arr | Num) -> F32:
-        return f32(np.multiply(_v(a), _v(b)))
-
-    def div(self, a: Arr | Num, b: Arr | Num) -> F32:
-        return f32(np.divide(_v(a), _v(b)))
-
-    def maximum(self, a: Arr | Num, b: Arr | Num) -> F32:
-        return f32(np.maximum(_v(a), _v(b)))
-
-    def minimum(self, a: Arr | Num, b: Arr | Num) -> F32:
-        return f32(np.minimum(_v(a), _v(b)))
-
-    def gt(self, a: Arr, b: Num) -> Arr:
-        return np.asarray(a > np.float32(b))
-
-    def ge(self, a: Arr, b: Num) -> Arr:
-        return np.asarray(a >= np.float32(b))
-
-    def le(self, a: Arr, b: Num) -> Arr:
-        return np.asarray(a <= np.float32(b))
+    add, sub, mul, div, maximum, minimum = (
+        _binary(f) for f in (np.add, np.subtract, np.multiply, np.divide, np.maximum, np.minimum)
+    )
+    gt, ge, le = (_compare(f) for f in (np.greater, np.greater_equal, np.less_equal))
 
     def where(self, cond: Arr, a: Arr | Num, b: Arr | Num) -> F32:
         return f32(np.where(cond, _v(a), _v(b)))

@@ -273,38 +273,20 @@ def _v(x: Out | Num) -> Out:
     return const(x) if isinstance(x, float | int) else x
 
 
+def _binary(fn: Callable[[Out, Out], Out]) -> Callable[[Any, Out | Num, Out | Num], Out]:
+    return lambda self, a, b: fn(_v(a), _v(b))
+
+
 class OpenVinoOps:
     """:class:`~ovkit.ops.formulas.ArrayOps` over opset16 nodes (f32)."""
 
     def f32(self, x: Out) -> Out:
         return f32(x)
 
-    def add(self, a: Out | Num, b: Out | Num) -> Out:
-        return ops.add(_v(a), _v(b))
-
-    def sub(self, a: Out | Num, b: Out | Num) -> Out:
-        return ops.subtract(_v(a), _v(b))
-
-    def mul(self, a: Out | Num, b: Out | Num) -> Out:
-        return ops.multiply(_v(a), _v(b))
-
-    def div(self, a: Out | Num, b: Out | Num) -> Out:
-        return ops.divide(_v(a), _v(b))
-
-    def maximum(self, a: Out | Num, b: Out | Num) -> Out:
-        return ops.maximum(_v(a), _v(b))
-
-    def minimum(self, a: Out | Num, b: Out | Num) -> Out:
-        return ops.minimum(_v(a), _v(b))
-
-    def gt(self, a: Out, b: Num) -> Out:
-        return ops.greater(a, const(b))
-
-    def ge(self, a: Out, b: Num) -> Out:
-        return ops.greater_equal(a, const(b))
-
-    def le(self, a: Out, b: Num) -> Out:
-        return ops.less_equal(a, const(b))
+    add, sub, mul, div, maximum, minimum = (
+        _binary(f) for f in (ops.add, ops.subtract, ops.multiply, ops.divide, ops.maximum, ops.minimum)
+    )
+    gt, ge, le = (_binary(f) for f in (ops.greater, ops.greater_equal, ops.less_equal))
 
     def where(self, cond: Out, a: Out | Num, b: Out | Num) -> Out:
         return ops.select(cond, _v(a), _v(b))
