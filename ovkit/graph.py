@@ -77,6 +77,10 @@ class Graph(GraphIR):
     def _err(op: str, operand: str, expected: str, given: str) -> GraphError:
         return GraphError(f"{op}: operand {operand}: expected {expected}, given {given}")
 
+    def _ne_err(self, op: str, operand: str, expected: str, t: Tensor) -> GraphError:
+        """``_err`` for a shape: ``t``'s ne is what was given."""
+        return self._err(op, operand, expected, f"ne {ne_str(t.ne)}")
+
     def _check_types(self, op: str, operand: str, t: Tensor, allowed: Sequence[str]) -> None:
         if t.dtype not in allowed:
             raise self._err(op, operand, "type in {" + ", ".join(allowed) + "}", t.dtype)
@@ -205,7 +209,7 @@ class Graph(GraphIR):
         self._check_tensor(Op.ADD1, "a", a, FLOAT_TYPES)
         self._check_tensor(Op.ADD1, "b", b, FLOAT_TYPES)
         if b.nelements != 1:
-            raise self._err(Op.ADD1, "b", "a scalar (1 element)", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(Op.ADD1, "b", "a scalar (1 element)", b)
         return self._new(Op.ADD1, a.ne, a.dtype, (a, b))
 
     def add_id(self, a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
@@ -217,11 +221,9 @@ class Graph(GraphIR):
         self._check_types(op, "b", b, ("f32",))
         self._check_types(op, "ids", ids, ("i32",))
         if a.ne[0] != b.ne[0]:
-            raise self._err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", b)
         if a.ne[1] != ids.ne[0] or a.ne[2] != ids.ne[1]:
-            raise self._err(
-                op, "ids", f"ne[0:2] == a.ne[1:3] = [{a.ne[1]}, {a.ne[2]}]", f"ne {ne_str(ids.ne)}"
-            )
+            raise self._ne_err(op, "ids", f"ne[0:2] == a.ne[1:3] = [{a.ne[1]}, {a.ne[2]}]", ids)
         return self._indexed(self._new(op, a.ne, a.dtype, (a, b, ids)))
 
     # ------------------------------------------------------------------ elementwise unary-like
@@ -347,7 +349,7 @@ class Graph(GraphIR):
         """``ggml_argmax``: i32 index of each row's maximum (the last one on ties); a is a matrix."""
         self._check_tensor(Op.ARGMAX, "a", a, ("f32",))
         if a.ne[2] != 1 or a.ne[3] != 1:
-            raise self._err(Op.ARGMAX, "a", "a matrix (ne[2] == ne[3] == 1)", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(Op.ARGMAX, "a", "a matrix (ne[2] == ne[3] == 1)", a)
         return self._new(Op.ARGMAX, (a.ne[1], 1, 1, 1), "i32", (a,))
 
     def count_equal(self, a: Tensor, b: Tensor) -> Tensor:
@@ -388,7 +390,7 @@ class Graph(GraphIR):
         if b.dtype != a.dtype:
             raise self._err(Op.GLU, "b", f"type {a.dtype} (same as a)", b.dtype)
         if b.ne != a.ne:
-            raise self._err(Op.GLU, "b", f"ne {ne_str(a.ne)} (same shape as a)", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(Op.GLU, "b", f"ne {ne_str(a.ne)} (same shape as a)", b)
         params = {"op": code.enum_value, "swapped": False, **extra}
         return self._new(Op.GLU, a.ne, a.dtype, (a, b), params, sub_op=code.sub_op)
 
@@ -592,9 +594,7 @@ class Graph(GraphIR):
             )
         for d in range(4):
             if d != dim and a.ne[d] != b.ne[d]:
-                raise self._err(
-                    Op.CONCAT, "b", f"ne[{d}] == {a.ne[d]} (a's, all dims but {dim})", f"ne {ne_str(b.ne)}"
-                )
+                raise self._ne_err(Op.CONCAT, "b", f"ne[{d}] == {a.ne[d]} (a's, all dims but {dim})", b)
         ne = list(a.ne)
         ne[dim] += b.ne[dim]
         return self._new(Op.CONCAT, ne, a.dtype, (a, b), {"dim": int(dim)})
@@ -652,11 +652,8 @@ class Graph(GraphIR):
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b, ("i32",))
         if a.ne[2] != b.ne[1] or a.ne[3] != b.ne[2] or b.ne[3] != 1:
-            raise self._err(
-                op,
-                "b",
-                f"ne[1] == a.ne[2] = {a.ne[2]}, ne[2] == a.ne[3] = {a.ne[3]}, ne[3] == 1",
-                f"ne {ne_str(b.ne)}",
+            raise self._ne_err(
+                op, "b", f"ne[1] == a.ne[2] = {a.ne[2]}, ne[2] == a.ne[3] = {a.ne[3]}, ne[3] == 1", b
             )
         dtype = "i32" if a.dtype == "i32" else "f32"
         return self._indexed(self._new(op, (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), dtype, (a, b)))
@@ -670,13 +667,13 @@ class Graph(GraphIR):
         self._check_types(op, "c", c, ("i64", "i32"))
         self._check_types(op, "a", a, FLOAT_TYPES + ("i32",) + WRITABLE_QUANT_TYPES)
         if a.ne[0] != b.ne[0] or a.ne[2] != b.ne[2] or a.ne[3] != b.ne[3]:
-            raise self._err(op, "b", f"ne[0], ne[2], ne[3] equal to a's {ne_str(a.ne)}", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"ne[0], ne[2], ne[3] equal to a's {ne_str(a.ne)}", b)
         if b.ne[1] != c.ne[0] or b.ne[2] % c.ne[1] or b.ne[3] % c.ne[2] or c.ne[3] != 1:
-            raise self._err(
+            raise self._ne_err(
                 op,
                 "c",
                 f"ne[0] == b.ne[1] = {b.ne[1]}, b.ne[2] % ne[1] == 0, b.ne[3] % ne[2] == 0, ne[3] == 1",
-                f"ne {ne_str(c.ne)}",
+                c,
             )
         return self._indexed(self._new(op, a.ne, a.dtype, (a, b, c)))
 
@@ -762,11 +759,9 @@ class Graph(GraphIR):
             self._check_types(op, "a", a, FLOAT_TYPES)
         self._check_types(op, "b", b, FLOAT_TYPES)
         if a.ne[0] != b.ne[0]:
-            raise self._err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", b)
         if b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
-            raise self._err(
-                op, "b", f"ne[2], ne[3] multiples of a's ({a.ne[2]}, {a.ne[3]})", f"ne {ne_str(b.ne)}"
-            )
+            raise self._ne_err(op, "b", f"ne[2], ne[3] multiples of a's ({a.ne[2]}, {a.ne[3]})", b)
         if a.is_transposed():
             raise self._err(op, "a", "a non-transposed tensor (nb[0] <= nb[1]); use cont", f"nb {list(a.nb)}")
         return self._new(op, (a.ne[1], b.ne[1], b.ne[2], b.ne[3]), "f32", (a, b), {"prec": GGML_PREC_DEFAULT})
@@ -791,17 +786,17 @@ class Graph(GraphIR):
             self._check_types(op, "as", as_, FLOAT_TYPES)
         self._check_types(op, "b", b, FLOAT_TYPES)
         if as_.ne[3] != 1:
-            raise self._err(op, "as", "a 3-D tensor (ne[3] == 1)", f"ne {ne_str(as_.ne)}")
+            raise self._ne_err(op, "as", "a 3-D tensor (ne[3] == 1)", as_)
         if b.ne[3] != 1:
-            raise self._err(op, "b", "a 3-D tensor (ne[3] == 1)", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", "a 3-D tensor (ne[3] == 1)", b)
         if ids.ne[2] != 1 or ids.ne[3] != 1:
-            raise self._err(op, "ids", "a 2-D tensor", f"ne {ne_str(ids.ne)}")
+            raise self._ne_err(op, "ids", "a 2-D tensor", ids)
         if ids.ne[1] != b.ne[2]:
-            raise self._err(op, "ids", f"ne[1] == b.ne[2] = {b.ne[2]} (tokens)", f"ne {ne_str(ids.ne)}")
+            raise self._ne_err(op, "ids", f"ne[1] == b.ne[2] = {b.ne[2]} (tokens)", ids)
         if as_.ne[0] != b.ne[0]:
-            raise self._err(op, "b", f"ne[0] == as.ne[0] = {as_.ne[0]}", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"ne[0] == as.ne[0] = {as_.ne[0]}", b)
         if ids.ne[0] % b.ne[1]:
-            raise self._err(op, "b", f"ne[1] dividing ids.ne[0] = {ids.ne[0]}", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"ne[1] dividing ids.ne[0] = {ids.ne[0]}", b)
         return self._indexed(self._new(op, (as_.ne[1], ids.ne[0], b.ne[2], 1), "f32", (as_, b, ids)))
 
     def out_prod(self, a: Tensor, b: Tensor) -> Tensor:
@@ -814,9 +809,7 @@ class Graph(GraphIR):
             self._check_types(op, "a", a, ("f32", "f16"))
         self._check_types(op, "b", b, FLOAT_TYPES)
         if a.ne[1] != b.ne[1] or b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
-            raise self._err(
-                op, "b", f"ne[1] == a.ne[1] = {a.ne[1]}, ne[2], ne[3] multiples of a's", f"ne {ne_str(b.ne)}"
-            )
+            raise self._ne_err(op, "b", f"ne[1] == a.ne[1] = {a.ne[1]}, ne[2], ne[3] multiples of a's", b)
         if not a.is_quantized and a.is_transposed():
             raise self._err(op, "a", "a non-transposed tensor (nb[0] <= nb[1])", f"nb {list(a.nb)}")
         return self._new(op, (a.ne[0], b.ne[0], b.ne[2], b.ne[3]), "f32", (a, b))
@@ -892,11 +885,11 @@ class Graph(GraphIR):
             if not mask.is_contiguous:
                 raise self._err(op, "mask", "a contiguous tensor", f"nb {list(mask.nb)}")
             if mask.ne[0] != a.ne[0] or mask.ne[1] < a.ne[1] or a.ne[2] % mask.ne[2] or a.ne[3] % mask.ne[3]:
-                raise self._err(
+                raise self._ne_err(
                     op,
                     "mask",
                     f"ne[0] == {a.ne[0]}, ne[1] >= {a.ne[1]}, ne[2] | {a.ne[2]}, ne[3] | {a.ne[3]}",
-                    f"ne {ne_str(mask.ne)}",
+                    mask,
                 )
         if max_bias > 0 and mask is None:
             raise self._err(op, "mask", "a mask when max_bias > 0 (ALiBi)", "None")
@@ -916,7 +909,7 @@ class Graph(GraphIR):
         if sinks is not None:
             self._check_tensor(op, "sinks", sinks, ("f32",))
             if sinks.nelements != heads or sinks.ne[0] != heads:
-                raise self._err(op, "sinks", f"ne[0] == {heads} (one per head)", f"ne {ne_str(sinks.ne)}")
+                raise self._ne_err(op, "sinks", f"ne[0] == {heads} (one per head)", sinks)
         srcs[slot] = sinks
         a.srcs = tuple(srcs)
         self._edited()
@@ -940,23 +933,21 @@ class Graph(GraphIR):
         # ggml's CPU kernel reads q as f32 whatever its type (an f16 q gives garbage there)
         self._check_types(op, "q", q, ("f32",))
         if k.ne[0] != q.ne[0]:
-            raise self._err(op, "k", f"ne[0] == q.ne[0] = {q.ne[0]}", f"ne {ne_str(k.ne)}")
+            raise self._ne_err(op, "k", f"ne[0] == q.ne[0] = {q.ne[0]}", k)
         if q.ne[2] % k.ne[2] or q.ne[3] % k.ne[3]:
-            raise self._err(
-                op, "k", f"ne[2], ne[3] dividing q's ({q.ne[2]}, {q.ne[3]})", f"ne {ne_str(k.ne)}"
-            )
+            raise self._ne_err(op, "k", f"ne[2], ne[3] dividing q's ({q.ne[2]}, {q.ne[3]})", k)
         if v.ne[1] != k.ne[1] or v.ne[2] != k.ne[2] or v.ne[3] != k.ne[3]:
-            raise self._err(op, "v", f"ne[1:4] == k's {list(k.ne[1:])}", f"ne {ne_str(v.ne)}")
+            raise self._ne_err(op, "v", f"ne[1:4] == k's {list(k.ne[1:])}", v)
         if mask is not None:
             self._check_tensor(op, "mask", mask, ("f16",))
             if not mask.is_contiguous:
                 raise self._err(op, "mask", "a contiguous tensor", f"nb {list(mask.nb)}")
             if mask.ne[0] != k.ne[1] or mask.ne[1] < q.ne[1] or q.ne[2] % mask.ne[2] or q.ne[3] % mask.ne[3]:
-                raise self._err(
+                raise self._ne_err(
                     op,
                     "mask",
                     f"ne[0] == n_kv = {k.ne[1]}, ne[1] >= n_q = {q.ne[1]}, ne[2] | {q.ne[2]}, ne[3] | {q.ne[3]}",
-                    f"ne {ne_str(mask.ne)}",
+                    mask,
                 )
         if max_bias > 0 and mask is None:
             raise self._err(op, "mask", "a mask when max_bias > 0 (ALiBi)", "None")
@@ -1055,12 +1046,10 @@ class Graph(GraphIR):
         self._check_tensor(op, "a", a, ("f32", "f16"))
         self._check_tensor(op, "b", b, ("i32",))
         if b.ne[1] != 1 or b.ne[2] != 1 or b.ne[3] != 1:
-            raise self._err(op, "b", "a 1-D position vector", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", "a 1-D position vector", b)
         planes = 4 if mode & RopeType.MROPE else 1
         if b.ne[0] != planes * a.ne[2]:
-            raise self._err(
-                op, "b", f"ne[0] == {planes}·a.ne[2] = {planes * a.ne[2]} positions", f"ne {ne_str(b.ne)}"
-            )
+            raise self._ne_err(op, "b", f"ne[0] == {planes}·a.ne[2] = {planes * a.ne[2]} positions", b)
         if n_dims > a.ne[0] or n_dims < 0:
             raise self._err(op, "n_dims", f"0 <= n_dims <= a.ne[0] = {a.ne[0]}", str(n_dims))
         if mode == RopeType.VISION and a.ne[0] != 2 * n_dims:
@@ -1073,9 +1062,7 @@ class Graph(GraphIR):
             self._check_tensor(op, "c", c, ("f32",))
             pairs = a.ne[0] // 2 if mode == RopeType.VISION else n_dims // 2
             if c.ne[0] < pairs:
-                raise self._err(
-                    op, "c", f"ne[0] >= {pairs} freq factors (one per rotated pair)", f"ne {ne_str(c.ne)}"
-                )
+                raise self._ne_err(op, "c", f"ne[0] >= {pairs} freq factors (one per rotated pair)", c)
         names = ("freq_base", "freq_scale", "ext_factor", "attn_factor", "beta_fast", "beta_slow")
         params = {"n_dims": int(n_dims), "mode": int(mode), "n_ctx_orig": int(rest[0]), "sections": sections}
         params.update((k, float(v)) for k, v in zip(names, rest[1:], strict=True))
@@ -1106,17 +1093,15 @@ class Graph(GraphIR):
             raise self._err(op, "a", "an f16 kernel for an f16 dst_type (ggml's CPU im2col)", a.dtype)
         if is_2D:
             if a.ne[2] != b.ne[2]:
-                raise self._err(op, "b", f"ne[2] == a.ne[2] = {a.ne[2]} channels", f"ne {ne_str(b.ne)}")
+                raise self._ne_err(op, "b", f"ne[2] == a.ne[2] = {a.ne[2]} channels", b)
         elif b.ne[1] != a.ne[1] or b.ne[3] != 1:
-            raise self._err(
-                op, "b", f"ne[1] == a.ne[1] = {a.ne[1]} channels, ne[3] == 1", f"ne {ne_str(b.ne)}"
-            )
+            raise self._ne_err(op, "b", f"ne[1] == a.ne[1] = {a.ne[1]} channels, ne[3] == 1", b)
         # ggml divides by the strides (s1 only for 2-D); any dilation sign is accepted, as in ggml
         self._conv_params(op, s0=s0, **({"s1": s1} if is_2D else {}))
         oh = conv_output_size(b.ne[1], a.ne[1], s1, p1, d1) if is_2D else 0
         ow = conv_output_size(b.ne[0], a.ne[0], s0, p0, d0)
         if (is_2D and oh <= 0) or ow <= 0:
-            raise self._err(op, "b", "an input at least as large as the dilated kernel", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", "an input at least as large as the dilated kernel", b)
         ne = (a.ne[2] * a.ne[1] * a.ne[0], ow, oh, b.ne[3]) if is_2D else (a.ne[1] * a.ne[0], ow, b.ne[2], 1)
         params = {"s0": s0, "s1": s1, "p0": p0, "p1": p1, "d0": d0, "d1": d1, "is_2D": bool(is_2D)}
         return self._new(op, ne, dt, (a, b), params)
@@ -1159,7 +1144,7 @@ class Graph(GraphIR):
         self._same_shape_back(op, b, c)
         self._check_tensor(op, "a", a, ("f32",))
         if a.nelements != 1:
-            raise self._err(op, "a", "a scalar loss gradient (1 element)", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(op, "a", "a scalar loss gradient (1 element)", a)
         return self._new(op, b.ne, "f32", (a, b, c))
 
     def arange(self, start: float, stop: float, step: float) -> Tensor:
@@ -1177,7 +1162,7 @@ class Graph(GraphIR):
         op = Op.TIMESTEP_EMBEDDING
         self._check_tensor(op, "a", a, ("f32",))
         if a.ne[1:] != (1, 1, 1) or dim < 1 or max_period < 1:
-            raise self._err(op, "a", "a vector of timesteps, dim >= 1, max_period >= 1", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(op, "a", "a vector of timesteps, dim >= 1, max_period >= 1", a)
         return self._new(
             op, (dim, a.ne[0], 1, 1), "f32", (a,), {"dim": int(dim), "max_period": int(max_period)}
         )
@@ -1194,7 +1179,7 @@ class Graph(GraphIR):
         self._same_shape_back(op, a, grad)
         self._check_tensor(op, "params", params, ("f32",))
         if params.nelements != 2:
-            raise self._err(op, "params", "2 values [learning rate, weight decay]", f"ne {ne_str(params.ne)}")
+            raise self._ne_err(op, "params", "2 values [learning rate, weight decay]", params)
         return self._new(op, a.ne, a.dtype, (a, grad, params))
 
     def _same_shape_back(self, op: Op, a: Tensor, b: Tensor, types: Sequence[str] = ("f32",)) -> None:
@@ -1203,7 +1188,7 @@ class Graph(GraphIR):
         if b.dtype != a.dtype:
             raise self._err(op, "b", f"type {a.dtype} (as a)", b.dtype)
         if b.ne != a.ne:
-            raise self._err(op, "b", f"ne {ne_str(a.ne)} (as a)", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"ne {ne_str(a.ne)} (as a)", b)
 
     def soft_max_ext_back(self, a: Tensor, b: Tensor, scale: float, max_bias: float) -> Tensor:
         """``ggml_soft_max_ext_back``: a = dy, b = the softmax output y → scale·y·(dy − Σ y·dy)."""
@@ -1231,11 +1216,9 @@ class Graph(GraphIR):
         self._check_types(op, "a", a, ("f32", "f16"))
         self._check_types(op, "b", b, ("i32",))
         if a.ne[2] != 1 or a.ne[3] != 1 or c.ne[2] != 1 or c.ne[3] != 1 or a.ne[0] != c.ne[0]:
-            raise self._err(
-                op, "c", f"matrices a, c with c.ne[0] == a.ne[0] = {a.ne[0]}", f"ne {ne_str(c.ne)}"
-            )
+            raise self._ne_err(op, "c", f"matrices a, c with c.ne[0] == a.ne[0] = {a.ne[0]}", c)
         if b.ne[1:] != (1, 1, 1) or b.ne[0] > a.ne[1]:  # ggml reads the first b.ne[0] rows of a
-            raise self._err(op, "b", f"a vector of at most a.ne[1] = {a.ne[1]} row ids", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"a vector of at most a.ne[1] = {a.ne[1]} row ids", b)
         return self._indexed(self._new(op, (c.ne[0], c.ne[1], 1, 1), "f32", (a, b)))  # c: shape only, as ggml
 
     def repeat_back(self, a: Tensor, b: Tensor) -> Tensor:
@@ -1279,7 +1262,7 @@ class Graph(GraphIR):
         self._check_tensor(op, "b", b, ("f32",))
         p = self._conv_params(op, s0=s0, s1=s1, p0=p0, p1=p1, d0=d0, d1=d1)
         if a.ne[2] != b.ne[2]:
-            raise self._err(op, "b", f"ne[2] == a.ne[2] = {a.ne[2]} channels", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"ne[2] == a.ne[2] = {a.ne[2]} channels", b)
         ow, oh = self._conv_out(op, a, b, (s0, s1), (p0, p1), (d0, d1))
         return self._new(op, (ow, oh, a.ne[3], b.ne[3]), b.dtype, (a, b), p)
 
@@ -1300,9 +1283,7 @@ class Graph(GraphIR):
         self._check_tensor(op, "b", b, ("f32",))
         p = self._conv_params(op, s0=stride0, s1=stride1, p0=pad0, p1=pad1, d0=dilation0, d1=dilation1)
         if a.ne[2] != 1 or a.ne[3] != b.ne[2]:
-            raise self._err(
-                op, "a", f"ne[2] == 1, ne[3] == b.ne[2] = {b.ne[2]} channels", f"ne {ne_str(a.ne)}"
-            )
+            raise self._ne_err(op, "a", f"ne[2] == 1, ne[3] == b.ne[2] = {b.ne[2]} channels", a)
         ow, oh = self._conv_out(op, a, b, (stride0, stride1), (pad0, pad1), (dilation0, dilation1))
         return self._new(op, (ow, oh, b.ne[2], b.ne[3]), b.dtype, (a, b), p)
 
@@ -1330,9 +1311,9 @@ class Graph(GraphIR):
         self._check_tensor(op, "b", b, ("f32",))
         p = self._conv_params(op, s0=s0, s1=s1, s2=s2, p0=p0, p1=p1, p2=p2, d0=d0, d1=d1, d2=d2)
         if c < 1 or n < 1 or oc < 1 or a.ne[3] != c * oc:
-            raise self._err(op, "a", f"ne[3] == c·oc = {c}·{oc}", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(op, "a", f"ne[3] == c·oc = {c}·{oc}", a)
         if b.ne[3] != c * n:
-            raise self._err(op, "b", f"ne[3] == c·n = {c}·{n}", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"ne[3] == c·n = {c}·{n}", b)
         out = self._conv_out(op, a, b, (s0, s1, s2), (p0, p1, p2), (d0, d1, d2))
         return self._new(op, (*out, oc * n), "f32", (a, b), {**p, "c": int(c), "n": int(n), "oc": int(oc)})
 
@@ -1374,9 +1355,7 @@ class Graph(GraphIR):
         self._check_tensor(op, "a", a, FLOAT_TYPES)
         self._conv_params(op, s0=s0)
         if oc < 1 or a.ne[0] % oc or a.ne[2] != 1 or a.ne[3] != 1:
-            raise self._err(
-                op, "a", f"a matrix [T_in, OC·K] with ne[0] a multiple of OC = {oc}", f"ne {ne_str(a.ne)}"
-            )
+            raise self._ne_err(op, "a", f"a matrix [T_in, OC·K] with ne[0] a multiple of OC = {oc}", a)
         t_out = (a.ne[1] - 1) * s0 + a.ne[0] // oc - 2 * p0
         if p0 < 0 or t_out < 1:
             raise self._err(op, "p0", f"0 <= p0 with a positive output length, here {t_out}", str(p0))
@@ -1393,11 +1372,9 @@ class Graph(GraphIR):
                 op, "p0/d0", "p0 == 0 and d0 == 1 (ggml implements no other)", f"p0 {p0}, d0 {d0}"
             )
         if b.ne[2] != 1 or b.ne[3] != 1:
-            raise self._err(op, "b", "a matrix [IC, L]", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", "a matrix [IC, L]", b)
         if a.ne[2] != b.ne[1] or a.ne[3] != 1:
-            raise self._err(
-                op, "a", f"ne[2] == b.ne[1] = {b.ne[1]} channels, ne[3] == 1", f"ne {ne_str(a.ne)}"
-            )
+            raise self._ne_err(op, "a", f"ne[2] == b.ne[1] = {b.ne[1]} channels, ne[3] == 1", a)
         ne = ((b.ne[0] - 1) * s0 + a.ne[0], a.ne[1], 1, 1)
         return self._new(op, ne, "f32", (a, b), {"s0": int(s0), "p0": 0, "d0": 1})
 
@@ -1409,7 +1386,7 @@ class Graph(GraphIR):
         self._check_tensor(op, "b", b, ("f32",))
         self._conv_params(op, stride=stride)
         if a.ne[3] != b.ne[2]:
-            raise self._err(op, "a", f"ne[3] == b.ne[2] = {b.ne[2]} channels", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(op, "a", f"ne[3] == b.ne[2] = {b.ne[2]} channels", a)
         ne = ((b.ne[0] - 1) * stride + a.ne[0], (b.ne[1] - 1) * stride + a.ne[1], a.ne[2], b.ne[3])
         return self._new(op, ne, "f32", (a, b), {"stride": int(stride)})
 
@@ -1422,7 +1399,7 @@ class Graph(GraphIR):
         params = {"op": int(op), **self._conv_params(name, k0=k0, s0=s0, p0=p0)}
         ow = int((a.ne[0] + 2 * p0 - k0) / s0) + 1
         if ow <= 0:
-            raise self._err(name, "a", f"ne[0] + 2·p0 >= k0 = {k0}", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(name, "a", f"ne[0] + 2·p0 >= k0 = {k0}", a)
         return self._new(name, (ow, a.ne[1], a.ne[2], a.ne[3]), "f32", (a,), params)
 
     def pool_2d(self, a: Tensor, op: int, k0: int, k1: int, s0: int, s1: int, p0: float, p1: float) -> Tensor:
@@ -1436,9 +1413,7 @@ class Graph(GraphIR):
         ow = int((a.ne[0] + 2 * p0 - k0) / s0) + 1
         oh = int((a.ne[1] + 2 * p1 - k1) / s1) + 1
         if ow <= 0 or oh <= 0:
-            raise self._err(
-                name, "a", f"ne[0:2] + 2·p at least the kernel ({k0}, {k1})", f"ne {ne_str(a.ne)}"
-            )
+            raise self._ne_err(name, "a", f"ne[0:2] + 2·p at least the kernel ({k0}, {k1})", a)
         return self._new(name, (ow, oh, a.ne[2], a.ne[3]), "f32", (a,), params)
 
     def ssm_conv(self, sx: Tensor, c: Tensor) -> Tensor:
@@ -1450,11 +1425,8 @@ class Graph(GraphIR):
         d_inner = c.ne[1]
         n_t = sx.ne[0] - d_conv + 1
         if sx.ne[0] != d_conv - 1 + n_t or sx.ne[1] != d_inner or n_t < 0 or c.ne[2] != 1 or c.ne[3] != 1:
-            raise self._err(
-                op,
-                "sx",
-                f"ne[1] == c.ne[1] = {d_inner}, ne[0] >= d_conv - 1 = {d_conv - 1}",
-                f"ne {ne_str(sx.ne)}",
+            raise self._ne_err(
+                op, "sx", f"ne[1] == c.ne[1] = {d_inner}, ne[0] >= d_conv - 1 = {d_conv - 1}", sx
             )
         return self._new(op, (d_inner, n_t, sx.ne[2], 1), "f32", (sx, c))
 
@@ -1475,17 +1447,15 @@ class Graph(GraphIR):
         s_k, h_k, n_tokens, n_seqs = q.ne
         s_v, h_v = v.ne[0], v.ne[1]
         if k.ne != q.ne:
-            raise self._err(op, "k", f"ne {ne_str(q.ne)} (as q)", f"ne {ne_str(k.ne)}")
+            raise self._ne_err(op, "k", f"ne {ne_str(q.ne)} (as q)", k)
         if s_v != s_k or v.ne[2] != n_tokens or v.ne[3] != n_seqs or h_v % h_k:
-            raise self._err(
-                op, "v", f"ne [{s_k}, a multiple of {h_k}, {n_tokens}, {n_seqs}]", f"ne {ne_str(v.ne)}"
-            )
+            raise self._ne_err(op, "v", f"ne [{s_k}, a multiple of {h_k}, {n_tokens}, {n_seqs}]", v)
         if g.ne[0] not in (1, s_v) or g.ne[1:] != v.ne[1:]:
-            raise self._err(op, "g", f"ne [1 or {s_v}, {h_v}, {n_tokens}, {n_seqs}]", f"ne {ne_str(g.ne)}")
+            raise self._ne_err(op, "g", f"ne [1 or {s_v}, {h_v}, {n_tokens}, {n_seqs}]", g)
         if beta.ne != (1, h_v, n_tokens, n_seqs):
-            raise self._err(op, "beta", f"ne [1, {h_v}, {n_tokens}, {n_seqs}]", f"ne {ne_str(beta.ne)}")
+            raise self._ne_err(op, "beta", f"ne [1, {h_v}, {n_tokens}, {n_seqs}]", beta)
         if state.ne != (s_v, s_v, h_v, n_seqs):
-            raise self._err(op, "state", f"ne [{s_v}, {s_v}, {h_v}, {n_seqs}]", f"ne {ne_str(state.ne)}")
+            raise self._ne_err(op, "state", f"ne [{s_v}, {s_v}, {h_v}, {n_seqs}]", state)
         if K < 1:
             raise self._err(op, "K", "K >= 1 state snapshots", str(K))
         ne = (s_v * h_v, n_tokens * n_seqs + K * s_v * n_seqs, 1, 1)
@@ -1500,11 +1470,9 @@ class Graph(GraphIR):
         self._check_tensor(op, "a", a, ("f32",))
         self._check_tensor(op, "b", b, ("f32",))
         if a.ne[0] != a.ne[1]:
-            raise self._err(op, "a", "square matrices (ne[0] == ne[1])", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(op, "a", "square matrices (ne[0] == ne[1])", a)
         if a.ne[1] != b.ne[1] or a.ne[2:] != b.ne[2:]:
-            raise self._err(
-                op, "b", f"ne[1] == {a.ne[1]} rows and batch dims {list(a.ne[2:])}", f"ne {ne_str(b.ne)}"
-            )
+            raise self._ne_err(op, "b", f"ne[1] == {a.ne[1]} rows and batch dims {list(a.ne[2:])}", b)
         if not left:
             raise self._err(op, "left", "True (ggml implements A·x = B only)", str(left))
         params = {"left": bool(left), "lower": bool(lower), "uni": bool(uni)}
@@ -1515,7 +1483,7 @@ class Graph(GraphIR):
         """``ggml_diag``: a row vector [.., 1, n] → diagonal matrix [.., n, n]."""
         self._check_tensor(Op.DIAG, "a", a, ("f32",))
         if a.ne[1] != 1:
-            raise self._err(Op.DIAG, "a", "ne[1] == 1 (a row vector per matrix)", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(Op.DIAG, "a", "ne[1] == 1 (a row vector per matrix)", a)
         return self._new(Op.DIAG, (a.ne[0], a.ne[0], a.ne[2], a.ne[3]), a.dtype, (a,))
 
     def tri(self, a: Tensor, type_: int) -> Tensor:
@@ -1524,7 +1492,7 @@ class Graph(GraphIR):
         if type_ not in (0, 1, 2, 3):
             raise self._err(Op.TRI, "type", "0..3 (ggml_tri_type)", str(type_))
         if a.ne[0] != a.ne[1]:
-            raise self._err(Op.TRI, "a", "square matrices (ne[0] == ne[1])", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(Op.TRI, "a", "square matrices (ne[0] == ne[1])", a)
         return self._new(Op.TRI, a.ne, a.dtype, (a,), {"type": int(type_)})
 
     def __repr__(self) -> str:
