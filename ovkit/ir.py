@@ -570,6 +570,13 @@ class Tensor(_OpKind):
             return tuple(b // tsize for b in self.nb)
         return (1, *(b // tsize * blck for b in self.nb[1:]))
 
+    def operand(self, i: int) -> Tensor:
+        """Source ``i``, which the op requires (GraphError naming the node if it is absent)."""
+        s = self.srcs[i] if i < len(self.srcs) else None
+        if s is None:
+            raise GraphError(f"{self.describe()}: operand src[{i}] is absent")
+        return s
+
     def is_transposed(self) -> bool:
         """``ggml_is_transposed``: nb[0] > nb[1]."""
         return self.nb[0] > self.nb[1]

@@ -230,8 +230,7 @@ def swiglu_oai(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
 # ---------------------------------------------------------------------------- element-wise ops
 def _binary(name: str) -> Formula:
     def run(n: ArrayOps[Any], t: Tensor, xs: list[Any]) -> Any:
-        a, b = t.srcs[0], t.srcs[1]
-        assert a is not None and b is not None
+        a, b = t.operand(0), t.operand(1)
         fn: Callable[[Any, Any], Any] = getattr(n, name)
         return fn(n.f32(xs[0]), n.repeat(n.f32(xs[1]), b.ne, a.ne))
 
@@ -310,8 +309,7 @@ def sum_rows(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
 
 @formula(Op.MEAN)
 def mean(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     return n.div(n.sum_rows(n.f32(xs[0])), float(a.ne[0]))
 
 

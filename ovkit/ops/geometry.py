@@ -24,15 +24,13 @@ def ax(dim: int) -> int:
 
 def wrap_index(t: Tensor, d: int) -> Arr:
     """Circular PAD: the source index (i − lp) mod ne of every output index i along ggml dim d."""
-    src = t.srcs[0]
-    assert src is not None
+    src = t.operand(0)
     return (np.arange(t.ne[d]) - int(t.params[f"lp{d}"])) % src.ne[d]
 
 
 def set_index(t: Tensor) -> Arr:
     """SET/ACC: the flat element index in a of each element of b (b.ne at nb1..nb3 from offset)."""
-    b_t = t.srcs[1]
-    assert b_t is not None
+    b_t = t.operand(1)
     p = t.params
     es = t.type_size
     idx = np.full((1, 1, 1, 1), p["offset"] // es, dtype=np.int64)
@@ -45,8 +43,7 @@ def set_index(t: Tensor) -> Arr:
 
 def repeat_back_shape(t: Tensor) -> list[int]:
     """REPEAT_BACK: a's value reshaped [r3, n3, r2, n2, r1, n1, r0, n0] (repeat index outermost)."""
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     return [v for d in (3, 2, 1, 0) for v in (a.ne[d] // t.ne[d], t.ne[d])]
 
 
@@ -189,8 +186,7 @@ def im2col_geometry(t: Tensor) -> tuple[Arr, int]:
     """IM2COL's window indices into each input plane (:func:`window_index`, [OH, OW, KH, KW] or
     [OW, KW]) and the spatial rank: tap (ky, kx) of output (oy, ox) reads (oy·s1 + ky·d1 − p1,
     ox·s0 + kx·d0 − p0), zero outside the input, as ggml's CPU im2col (any dilation sign)."""
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     p = t.params
     if p["is_2D"]:
         idx, _ = window_index(
@@ -239,8 +235,7 @@ def conv_geometry(
 ) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
     """(input sizes, kernel sizes, strides, pads, dilations, output sizes) of an n-D direct conv
     node, numpy order (outer first)."""
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     p = t.params
     dims = list(reversed(range(n)))  # ggml dim n-1 .. 0
     return (
@@ -256,8 +251,7 @@ def conv_geometry(
 def im2col_3d_index(t: Tensor) -> npt.NDArray[np.int64]:
     """Flat indices into b's [b.ne[3], D, H, W] elements (+1 zero slot) of every IM2COL_3D output
     element; N = b.ne[3] // IC batches (ggml's floor: trailing channels beyond N·IC are unused)."""
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     ic = t.params["IC"]
     n = b.ne[3] // ic
     sizes = [b.ne[2], b.ne[1], b.ne[0]]
@@ -279,8 +273,7 @@ def im2col_3d_index(t: Tensor) -> npt.NDArray[np.int64]:
 def col2im_1d_index(t: Tensor) -> Arr:
     """COL2IM_1D: the output time i·s0 + k − p0 of every column element [OC, T_in·K] (dropped
     taps outside the output: the extra slot T_out)."""
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     p, oc, t_out = t.params, t.params["oc"], t.ne[0]
     k = a.ne[0] // oc
     tgt = np.arange(a.ne[1])[:, None] * p["s0"] + np.arange(k)[None, :] - p["p0"]  # [T_in, K]
@@ -290,16 +283,14 @@ def col2im_1d_index(t: Tensor) -> Arr:
 
 def col2im_1d_columns(t: Tensor) -> tuple[int, int, int]:
     """COL2IM_1D's columns as (T_in, OC, K)."""
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     oc = t.params["oc"]
     return a.ne[1], oc, a.ne[0] // oc
 
 
 def pool_geometry(t: Tensor) -> tuple[Arr, Arr, int]:
     """(window indices, validity, spatial rank) of a POOL_1D/POOL_2D node (numpy order)."""
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     p = t.params
     if t.op == Op.POOL_1D:
         return (*window_index([a.ne[0]], [p["k0"]], [p["s0"]], [p["p0"]], [1], [t.ne[0]]), 1)

@@ -191,8 +191,7 @@ def cpy(t: Tensor, xs: list[Arr]) -> Arr:
     x = np.asarray(xs[0])
     if t.dtype in ("i32", "i64") and x.dtype.kind == "f":
         x = np.trunc(f32(x)).astype(NUMPY_DTYPE[t.dtype])
-    src = t.srcs[0]
-    assert src is not None
+    src = t.operand(0)
     # a plain result is stored by the caller; same-type quantized copies move ggml's blocks
     keep = t.dtype in NUMPY_DTYPE or src.dtype == t.dtype
     return (x if keep else stored(t.dtype, x)).reshape(tuple(reversed(t.ne)))
@@ -217,8 +216,7 @@ def expand_batch(x: Arr, ne_big2: int, ne_big3: int) -> Arr:
 
 @reference(Op.MUL_MAT)
 def mul_mat(t: Tensor, xs: list[Arr]) -> Arr:
-    a_t, b_t = t.srcs[0], t.srcs[1]
-    assert a_t is not None and b_t is not None
+    a_t, b_t = t.operand(0), t.operand(1)
     a = f32(xs[0])
     b = f32(xs[1])
     if a_t.dtype in ("f16", "bf16") and b_t.dtype != a_t.dtype:
@@ -274,8 +272,7 @@ def set_rows(t: Tensor, xs: list[Arr]) -> Arr:
     """a with row c[i1, i2 % c.ne1, i3 % c.ne2] of batch (i2, i3) replaced by b's row (i1, i2, i3)."""
     dst = np.array(xs[0], copy=True)
     b, c = f32(xs[1]), np.asarray(xs[2])
-    c_t = t.srcs[2]
-    assert c_t is not None
+    c_t = t.operand(2)
     n3, n2, n1 = b.shape[0], b.shape[1], b.shape[2]
     i3 = np.arange(n3)[:, None, None]
     i2 = np.arange(n2)[None, :, None]
@@ -349,8 +346,7 @@ def roll(t: Tensor, xs: list[Arr]) -> Arr:
 # ---------------------------------------------------------------------------- mul_mat_id
 @reference(Op.MUL_MAT_ID)
 def mul_mat_id(t: Tensor, xs: list[Arr]) -> Arr:
-    as_t, b_t = t.srcs[0], t.srcs[1]
-    assert as_t is not None and b_t is not None
+    as_t, b_t = t.operand(0), t.operand(1)
     w = f32(xs[0])[0]  # [E, N, K]
     b = f32(xs[1])[0]  # [T, B1, K]
     if as_t.dtype in ("f16", "bf16") and b_t.dtype != as_t.dtype:
@@ -442,8 +438,7 @@ def soft_max(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.FLASH_ATTN_EXT)
 def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
-    q_t, k_t, v_t = t.srcs[0], t.srcs[1], t.srcs[2]
-    assert q_t is not None and k_t is not None and v_t is not None
+    q_t, k_t = t.operand(0), t.operand(1)
     q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
     if k_t.dtype in ("f16", "bf16"):
         q = rounded(q, k_t.dtype)  # ggml converts Q to K's vec_dot type
@@ -543,8 +538,7 @@ def gather_windows(x: Arr, idx: Arr, fill: float, n_spatial: int) -> Arr:
 
 def _direct_conv(t: Tensor, x: Arr, w: Arr, n: int) -> Arr:
     """x [N, IC, *sizes], w [OC, IC, *ks] → [N, OC, *out]; an f16 kernel sees f16 input taps."""
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     sizes, ks, s, p, d, out = geometry.conv_geometry(t, n)
     idx, _ = geometry.window_index(sizes, ks, s, p, d, out)
     cols = gather_windows(rounded(x, a.dtype) if a.dtype == "f16" else x, idx, 0.0, n)  # [N, IC, *out, *ks]
@@ -592,8 +586,7 @@ def col2im_1d(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.CONV_TRANSPOSE_1D)
 def conv_transpose_1d(t: Tensor, xs: list[Arr]) -> Arr:
-    a_t = t.srcs[0]
-    assert a_t is not None
+    a_t = t.operand(0)
     w = f32(xs[0])[0].astype(np.float64)  # [IC, OC, K]
     x = rounded(f32(xs[1])[0, 0], a_t.dtype) if a_t.dtype == "f16" else f32(xs[1])[0, 0]  # [IC, L]
     s0, length, k = t.params["s0"], x.shape[1], w.shape[2]
@@ -606,8 +599,7 @@ def conv_transpose_1d(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.CONV_TRANSPOSE_2D)
 def conv_transpose_2d(t: Tensor, xs: list[Arr]) -> Arr:
-    a_t = t.srcs[0]
-    assert a_t is not None
+    a_t = t.operand(0)
     w = f32(xs[0]).astype(np.float64)  # [IC, OC, KH, KW]
     x = rounded(f32(xs[1]), a_t.dtype) if a_t.dtype == "f16" else f32(xs[1])  # [N, IC, H, W]
     st = t.params["stride"]
@@ -636,8 +628,7 @@ def pool(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.UPSCALE)
 def upscale(t: Tensor, xs: list[Arr]) -> Arr:
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     x = f32(xs[0])[geometry.upscale_batch_index(t.ne[3], a.ne[3])][
         :, geometry.upscale_batch_index(t.ne[2], a.ne[2])
     ]
@@ -662,8 +653,7 @@ def ssm_conv(t: Tensor, xs: list[Arr]) -> Arr:
 def gated_delta_net(t: Tensor, xs: list[Arr]) -> Arr:
     """Per token: S ← exp(g)·S; δ = (v − Sᵀk)·β; S ← S + k⊗δ; o = (Sᵀq)/√S_v (value head h reads
     key head h % H_k). State memory: state[s, h, j, i] = S[i][j]."""
-    q_t, v_t, g_t = t.srcs[0], t.srcs[2], t.srcs[3]
-    assert q_t is not None and v_t is not None and g_t is not None
+    q_t, v_t = t.operand(0), t.operand(2)
     q, k, v, g, beta, state = (f32(x) for x in xs)
     s_v, h_v, n_tokens, n_seqs = v_t.ne
     h_k = q_t.ne[1]

@@ -330,8 +330,7 @@ for _op, _fn in FORMULAS.items():
 @translator(Op.ADD_ID)
 def _add_id(t: Tensor, xs: list[Out]) -> Out:
     a, b, ids = xs
-    b_t = t.srcs[1]
-    assert b_t is not None
+    b_t = t.operand(1)
     bias = ops.reshape(b, i64([b_t.ne[1], b_t.ne[0]]), False)  # [n_expert, ne0]
     ids2 = ops.reshape(ids, i64([t.ne[2], t.ne[1]]), False)  # [n_tokens, n_used]
     picked = ops.gather(bias, ids2, i64(0))  # [n_tokens, n_used, ne0]
@@ -347,8 +346,7 @@ def _cont(t: Tensor, xs: list[Out]) -> Out:
 @translator(Op.CPY)
 def _cpy(t: Tensor, xs: list[Out]) -> Out:
     x = xs[0]
-    src = t.srcs[0]
-    assert src is not None
+    src = t.operand(0)
     if t.dtype in ("i32", "i64") and src.dtype in ("f32", "f16", "bf16"):
         x = ops.convert(f32(x), OV_TYPE[t.dtype])  # truncation toward zero, as a C cast
     if t.is_quantized and src.dtype != t.dtype:  # same type: ggml copies the blocks
@@ -366,8 +364,7 @@ def written_quantized(x: Out, qtype: str) -> Out:
 # ---------------------------------------------------------------------------- matmul
 @translator(Op.MUL_MAT)
 def _mul_mat(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     xb = f32(xs[1])
     fused = getattr(a.value, "ov_mul_mat", None) if a.is_leaf and a.is_quantized else None
     if fused is not None and a.ne[2] == 1 and a.ne[3] == 1:
@@ -382,8 +379,7 @@ def _mul_mat(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.OUT_PROD)
 def _out_prod(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     wa = expand_batch(f32(xs[0]), a.ne, (a.ne[0], a.ne[1], b.ne[2], b.ne[3]))
     return ops.matmul(f32(xs[1]), wa, True, False)  # bᵀ [p, k] @ a [k, m]
 
@@ -396,8 +392,7 @@ def _concat(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.REPEAT)
 def _repeat(t: Tensor, xs: list[Out]) -> Out:
-    src = t.srcs[0]
-    assert src is not None
+    src = t.operand(0)
     return tile_to(xs[0], src.ne, t.ne)
 
 
@@ -417,8 +412,7 @@ def _pad(t: Tensor, xs: list[Out]) -> Out:
 # ---------------------------------------------------------------------------- rows
 @translator(Op.GET_ROWS)
 def _get_rows(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     gather_rows = getattr(a.value, "ov_get_rows", None) if a.is_leaf and a.is_quantized else None
     if gather_rows is not None and a.ne[2] == 1 and a.ne[3] == 1:
         # the quantized weight gathers from its compressed table (never folded to f32)
@@ -436,8 +430,7 @@ def _get_rows(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.SET_ROWS)
 def _set_rows(t: Tensor, xs: list[Out]) -> Out:
-    b, c = t.srcs[1], t.srcs[2]
-    assert b is not None and c is not None
+    b, c = t.operand(1), t.operand(2)
     dst = xs[0]
     if 0 in b.ne:  # no rows to set
         return dst
@@ -462,8 +455,7 @@ def _set_rows(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.SET, Op.ACC)
 def _set(t: Tensor, xs: list[Out]) -> Out:
-    b = t.srcs[1]
-    assert b is not None
+    b = t.operand(1)
     idx = const(geometry.set_index(t).reshape(-1, 1), np.int64)
     flat = ops.reshape(xs[0], i64([t.nelements]), False)
     upd = ops.reshape(to_type(xs[1], t.dtype), i64([b.nelements]), False)
@@ -512,8 +504,7 @@ def _cross_entropy_loss_back(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.GET_ROWS_BACK)
 def _get_rows_back(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     rows = slice_dim(ops.reshape(f32(xs[0]), i64([1, 1, a.ne[1], a.ne[0]]), False), 1, 0, b.ne[0])
     rows = ops.reshape(rows, i64([b.ne[0], a.ne[0]]), False)  # ggml reads the first b.ne[0] rows
     onehot = ops.one_hot(ops.reshape(xs[1], i64([-1]), False), i64(t.ne[1]), const(1.0), const(0.0), -1)
@@ -534,7 +525,7 @@ def _sum(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.ARGMAX)
 def _argmax(t: Tensor, xs: list[Out]) -> Out:
-    n = t.srcs[0].ne[0] if t.srcs[0] is not None else 0
+    n = t.operand(0).ne[0]
     rev = ops.slice(f32(xs[0]), i64([-1]), i64([-(n + 1)]), i64([-1]), i64([3]))  # ties: the last max
     idx = ops.topk(rev, i64(1), 3, "max", "value", "i32", stable=True).output(1)
     return reshape4(ops.subtract(const(n - 1, np.int32), idx), t.ne)
@@ -565,7 +556,7 @@ def _argsort(t: Tensor, xs: list[Out]) -> Out:
 @translator(Op.TOP_K)
 def _top_k(t: Tensor, xs: list[Out]) -> Out:
     k = t.params["k"]
-    n = t.srcs[0].ne[0] if t.srcs[0] is not None else k
+    n = t.operand(0).ne[0]
     idx = _sorted_indices(xs[0], n, k, "max")
     return ops.gather(idx, const(geometry.top_k_order(k), np.int64), i64(3)) if k > 1 else idx
 
@@ -579,8 +570,7 @@ def _roll(t: Tensor, xs: list[Out]) -> Out:
 # ---------------------------------------------------------------------------- mul_mat_id
 @translator(Op.MUL_MAT_ID)
 def _mul_mat_id(t: Tensor, xs: list[Out]) -> Out:
-    as_t, b_t = t.srcs[0], t.srcs[1]
-    assert as_t is not None and b_t is not None
+    as_t, b_t = t.operand(0), t.operand(1)
     n_exp, rows, k = as_t.ne[2], as_t.ne[1], as_t.ne[0]
     n_tok, n_used, b1 = t.ne[2], t.ne[1], b_t.ne[1]
     w = ops.reshape(f32(xs[0]), i64([n_exp, rows, k]), False)
@@ -691,8 +681,7 @@ def _attention_scores(t: Tensor, xs: list[Out], s: Out) -> Out:
 def _attention_probs(t: Tensor, xs: list[Out], s: Out) -> Out:
     """ggml's softmax of the raw scores ``s`` [B, H, n_q, n_kv]: scale, softcap, mask (ALiBi), sinks;
     a row whose scores (and sink) are all -inf gives 0, not NaN."""
-    q_t, k_t = t.srcs[0], t.srcs[1]
-    assert q_t is not None and k_t is not None
+    q_t, k_t = t.operand(0), t.operand(1)
     n_h = q_t.ne[2]
     s = _attention_scores(t, xs, s)
     ne_s = (k_t.ne[1], q_t.ne[1], q_t.ne[2], q_t.ne[3])
@@ -720,8 +709,7 @@ def _live_rows(x: Out) -> Out:
 
 def _fa_mask(t: Tensor, mask: Out) -> Out:
     """The mask rows of the queries, per head with ALiBi, as f32 [B|1, H|1, n_q, n_kv]."""
-    q_t, mask_t = t.srcs[0], t.srcs[3]
-    assert q_t is not None and mask_t is not None
+    q_t, mask_t = t.operand(0), t.operand(3)
     m = _mask_value(mask_t, mask, q_t.ne[1], q_t.ne[2], q_t.ne[3])
     if t.params["max_bias"] > 0:
         m = ops.multiply(m, _alibi(q_t.ne[2], t.params["max_bias"]))
@@ -730,8 +718,7 @@ def _fa_mask(t: Tensor, mask: Out) -> Out:
 
 def _flash_attn_ext(t: Tensor, xs: list[Out], manual_gqa: bool | None = None) -> Out:
     """ggml's attention in the form :func:`attention_form` picks (``manual_gqa``: see there)."""
-    q_t, k_t, v_t = t.srcs[0], t.srcs[1], t.srcs[2]
-    assert q_t is not None and k_t is not None and v_t is not None
+    q_t, k_t, v_t = t.operand(0), t.operand(1), t.operand(2)
     q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
     ggml_path = None
     if t.params.get("numerics") == "ggml":  # precision="ggml": ovkit.ops.ggml_numerics.mark
@@ -779,8 +766,7 @@ def _flash_attn_ggml_f16(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Ou
     order, V·softmax accumulated in f16 key by key; ``q`` grouped [B, H_kv, r·n_q, D]."""
     from ovkit.ops import ggml_numerics
 
-    q_t, k_t, v_t = t.srcs[0], t.srcs[1], t.srcs[2]
-    assert q_t is not None and k_t is not None and v_t is not None
+    q_t, k_t, v_t = t.operand(0), t.operand(1), t.operand(2)
     n_b, n_h, n_q, n_kv, h_kv = q_t.ne[3], q_t.ne[2], q_t.ne[1], k_t.ne[1], k_t.ne[2]
     r = n_h // h_kv
     kernels = ggml_numerics.kernels_named(t.params[ggml_numerics.KERNELS_PARAM])
@@ -799,8 +785,7 @@ def _flash_attn_ggml_f16(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Ou
 def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
     """The backend's SDPA path: K/V broadcast to the query heads (its ``tile_kv``), then
     ScaledDotProductAttention with the mask; a fully masked row gives ggml's 0 (SDPA: NaN)."""
-    q_t, k_t = t.srcs[0], t.srcs[1]
-    assert q_t is not None and k_t is not None
+    q_t, k_t = t.operand(0), t.operand(1)
     n_h, h_kv = q_t.ne[2], k_t.ne[2]
     if n_h > h_kv > 1:
         shape = i64([1, 1, n_h // h_kv, 1, 1])
@@ -810,7 +795,7 @@ def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
                 i64([0, n_h, -1, d]),
                 True,
             )
-            for x, d in ((k, k_t.ne[0]), (v, t.srcs[2].ne[0]))  # type: ignore[union-attr]
+            for x, d in ((k, k_t.ne[0]), (v, t.operand(2).ne[0]))
         )
     scale = const(np.float32(t.params["scale"]))
     live = None
@@ -905,8 +890,7 @@ def _rope_swapped(t: Tensor, x: Out, cos: Out, sin: Out, pairs: int, neox: bool)
 # ---------------------------------------------------------------------------- conv-like
 @translator(Op.IM2COL)
 def _im2col(t: Tensor, xs: list[Out]) -> Out:
-    b_t = t.srcs[1]
-    assert b_t is not None
+    b_t = t.operand(1)
     idx, n = geometry.im2col_geometry(t)
     lead = [b_t.ne[3], b_t.ne[2]] if n == 2 else [b_t.ne[2], b_t.ne[1]]
     planes = ops.reshape(f32(xs[1]), i64([*lead, -1]), False)
@@ -940,8 +924,7 @@ def _conv_input(
 
 
 def _direct_conv(t: Tensor, x: Out, w: Out, n: int) -> Out:
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     sizes, ks, s, p, d, out = geometry.conv_geometry(t, n)
     if a.dtype == "f16":
         x = rounded(x, "f16")  # ggml's CPU stores the input taps as f16 for an f16 kernel
@@ -964,8 +947,7 @@ def _conv_2d_dw(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.CONV_3D)
 def _conv_3d(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     c, n, oc = t.params["c"], t.params["n"], t.params["oc"]
     x = ops.reshape(f32(xs[1]), i64([n, c, b.ne[2], b.ne[1], b.ne[0]]), False)
     w = ops.reshape(f32(xs[0]), i64([oc, c, a.ne[2], a.ne[1], a.ne[0]]), False)
@@ -992,8 +974,7 @@ def _col2im_1d(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.CONV_TRANSPOSE_1D)
 def _conv_transpose_1d(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     x = ops.reshape(f32(xs[1]), i64([1, b.ne[1], b.ne[0]]), False)
     if a.dtype == "f16":
         x = rounded(x, "f16")  # ggml's CPU converts the input to f16 for an f16 kernel
@@ -1006,8 +987,7 @@ def _conv_transpose_1d(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.CONV_TRANSPOSE_2D)
 def _conv_transpose_2d(t: Tensor, xs: list[Out]) -> Out:
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     x = f32(xs[1])
     if a.dtype == "f16":
         x = rounded(x, "f16")
@@ -1019,8 +999,7 @@ def _conv_transpose_2d(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.POOL_1D, Op.POOL_2D)
 def _pool(t: Tensor, xs: list[Out]) -> Out:
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     idx, valid, n = geometry.pool_geometry(t)
     plane = a.ne[0] * (a.ne[1] if n == 2 else 1)
     rows = a.nelements // plane
@@ -1041,8 +1020,7 @@ def _pool(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.UPSCALE)
 def _upscale(t: Tensor, xs: list[Out]) -> Out:
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     x = f32(xs[0])
     for axis, d in ((0, 3), (1, 2)):  # batch dims: nearest index
         if t.ne[d] != a.ne[d]:
@@ -1054,8 +1032,7 @@ def _upscale(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.SSM_CONV)
 def _ssm_conv(t: Tensor, xs: list[Out]) -> Out:
-    c_t = t.srcs[1]
-    assert c_t is not None
+    c_t = t.operand(1)
     d_conv, d_inner = c_t.ne[0], c_t.ne[1]
     n_t, n_s = t.ne[1], t.ne[2]
     sx = ops.reshape(f32(xs[0]), i64([n_s, d_inner, -1]), False)
@@ -1070,8 +1047,7 @@ def _ssm_conv(t: Tensor, xs: list[Out]) -> Out:
 @translator(Op.GATED_DELTA_NET)
 def _gated_delta_net(t: Tensor, xs: list[Out]) -> Out:
     """The recurrence unrolled over tokens (static n_tokens), all heads and sequences at once."""
-    q_t, v_t, g_t = t.srcs[0], t.srcs[2], t.srcs[3]
-    assert q_t is not None and v_t is not None and g_t is not None
+    q_t, v_t, g_t = t.operand(0), t.operand(2), t.operand(3)
     s_v, h_v, n_tokens, n_seqs = v_t.ne
     h_k = q_t.ne[1]
     kk = t.params["K"]
