@@ -157,49 +157,22 @@ def rope_tables(p: dict[str, Any], n_dims: int, n_pairs: int | None = None) -> d
 
 def rope_sections(p: dict[str, Any], n_pairs: int) -> Arr:
     """Which position plane (0 t, 1 h, 2 w, 3 e) each rotated pair uses (multi-section rope)."""
-    secs = p["sections"]
-    sect_dims = sum(secs)
-    is_imrope = p["mode"] == 40
-    sel = np.zeros(n_pairs, dtype=np.int64)
-    sec_w = secs[0] + secs[1]
-    for i in range(n_pairs):
-        sector = i % sect_dims
-        if is_imrope:
-            if sector % 3 == 1 and sector < 3 * secs[1]:
-                sel[i] = 1
-            elif sector % 3 == 2 and sector < 3 * secs[2]:
-                sel[i] = 2
-            elif sector % 3 == 0 and sector < 3 * secs[0]:
-                sel[i] = 0
-            else:
-                sel[i] = 3
-        elif secs[0] <= sector < sec_w:
-            sel[i] = 1
-        elif sec_w <= sector < sec_w + secs[2]:
-            sel[i] = 2
-        elif sector >= sec_w + secs[2]:
-            sel[i] = 3
-    return sel
+    secs = np.asarray(p["sections"], dtype=np.int64)
+    sector = np.arange(n_pairs) % secs.sum()
+    if p["mode"] == RopeType.IMROPE:  # interleaved: t, h, w by sector % 3, each up to 3·its size
+        plane = sector % 3  # 0 t, 1 h, 2 w
+        return np.where(sector < 3 * secs[plane], plane, 3)
+    return np.asarray(np.searchsorted(np.cumsum(secs), sector, side="right"))
 
 
 def im2col_geometry(t: Tensor) -> tuple[Arr, int]:
     """IM2COL's window indices into each input plane (:func:`window_index`, [OH, OW, KH, KW] or
     [OW, KW]) and the spatial rank: tap (ky, kx) of output (oy, ox) reads (oy·s1 + ky·d1 − p1,
     ox·s0 + kx·d0 − p0), zero outside the input, as ggml's CPU im2col (any dilation sign)."""
-    a, b = t.operand(0), t.operand(1)
-    p = t.params
-    if p["is_2D"]:
-        idx, _ = window_index(
-            [b.ne[1], b.ne[0]],
-            [a.ne[1], a.ne[0]],
-            [p["s1"], p["s0"]],
-            [p["p1"], p["p0"]],
-            [p["d1"], p["d0"]],
-            [t.ne[2], t.ne[1]],
-        )
-        return idx, 2
-    idx, _ = window_index([b.ne[0]], [a.ne[0]], [p["s0"]], [p["p0"]], [p["d0"]], [t.ne[1]])
-    return idx, 1
+    n = 2 if t.params["is_2D"] else 1
+    sizes, ks, s, p, d, _ = conv_geometry(t, n)
+    out = [t.ne[i + 1] for i in reversed(range(n))]  # im2col's output rows start at ne[1]
+    return window_index(sizes, ks, s, p, d, out)[0], n
 
 
 def window_index(
@@ -231,19 +204,19 @@ def window_index(
 
 
 def conv_geometry(
-    t: Tensor, n: int
+    t: Tensor, n: int, kernel: str = ""
 ) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
     """(input sizes, kernel sizes, strides, pads, dilations, output sizes) of an n-D direct conv
-    node, numpy order (outer first)."""
-    a, b = t.operand(0), t.operand(1)
-    p = t.params
-    dims = list(reversed(range(n)))  # ggml dim n-1 .. 0
+    node, numpy order (outer first); ``kernel``: the param prefix of the kernel sizes ("k" for
+    pools, whose input is src0 and dilation 1), else src0's shape over src1."""
+    p, dims = t.params, list(reversed(range(n)))  # ggml dim n-1 .. 0
+    x, w = (t.operand(0), None) if kernel else (t.operand(1), t.operand(0))
     return (
-        [b.ne[i] for i in dims],
-        [a.ne[i] for i in dims],
+        [x.ne[i] for i in dims],
+        [p[f"{kernel}{i}"] if w is None else w.ne[i] for i in dims],
         [p[f"s{i}"] for i in dims],
         [p[f"p{i}"] for i in dims],
-        [p[f"d{i}"] for i in dims],
+        [1 if kernel else p[f"d{i}"] for i in dims],
         [t.ne[i] for i in dims],
     )
 
@@ -290,19 +263,8 @@ def col2im_1d_columns(t: Tensor) -> tuple[int, int, int]:
 
 def pool_geometry(t: Tensor) -> tuple[Arr, Arr, int]:
     """(window indices, validity, spatial rank) of a POOL_1D/POOL_2D node (numpy order)."""
-    a = t.operand(0)
-    p = t.params
-    if t.op == Op.POOL_1D:
-        return (*window_index([a.ne[0]], [p["k0"]], [p["s0"]], [p["p0"]], [1], [t.ne[0]]), 1)
-    idx, valid = window_index(
-        [a.ne[1], a.ne[0]],
-        [p["k1"], p["k0"]],
-        [p["s1"], p["s0"]],
-        [p["p1"], p["p0"]],
-        [1, 1],
-        [t.ne[1], t.ne[0]],
-    )
-    return idx, valid, 2
+    n = 1 if t.op == Op.POOL_1D else 2
+    return (*window_index(*conv_geometry(t, n, "k")), n)
 
 
 def pool_divisor(t: Tensor, valid: Arr, n: int) -> Arr:
