@@ -815,21 +815,17 @@ class Graph(GraphIR):
         return self._new(op, (a.ne[0], b.ne[0], b.ne[2], b.ne[3]), "f32", (a, b))
 
     # ------------------------------------------------------------------ normalisation / reductions
-    def _norm(self, op: str, a: Tensor, eps: float) -> Tensor:
-        self._check_tensor(op, "a", a, ("f32",))
-        return self._new(op, a.ne, a.dtype, (a,), {"eps": float(eps)})
-
     def norm(self, a: Tensor, eps: float) -> Tensor:
         """``ggml_norm``: (x - mean) / sqrt(var + eps) along rows."""
-        return self._norm(Op.NORM, a, eps)
+        return self._float_unary(Op.NORM, a, {"eps": float(eps)}, ("f32",))
 
     def rms_norm(self, a: Tensor, eps: float) -> Tensor:
         """``ggml_rms_norm``: x / sqrt(mean(x²) + eps) along rows."""
-        return self._norm(Op.RMS_NORM, a, eps)
+        return self._float_unary(Op.RMS_NORM, a, {"eps": float(eps)}, ("f32",))
 
     def l2_norm(self, a: Tensor, eps: float) -> Tensor:
         """``ggml_l2_norm``: x / max(‖x‖, eps) along rows."""
-        return self._norm(Op.L2_NORM, a, eps)
+        return self._float_unary(Op.L2_NORM, a, {"eps": float(eps)}, ("f32",))
 
     def sum_rows(self, a: Tensor) -> Tensor:
         """``ggml_sum_rows``: row sums (ne0 → 1)."""
@@ -838,8 +834,7 @@ class Graph(GraphIR):
 
     def cumsum(self, a: Tensor) -> Tensor:
         """``ggml_cumsum``: inclusive prefix sums along rows."""
-        self._check_tensor(Op.CUMSUM, "a", a, ("f32",))
-        return self._new(Op.CUMSUM, a.ne, a.dtype, (a,))
+        return self._float_unary(Op.CUMSUM, a, None, ("f32",))
 
     def argsort(self, a: Tensor, order: int = GGML_SORT_ORDER_ASC) -> Tensor:
         """``ggml_argsort``: i32 indices sorting each row (0 = ASC, 1 = DESC)."""
@@ -869,8 +864,7 @@ class Graph(GraphIR):
     # ------------------------------------------------------------------ softmax / attention
     def diag_mask_inf(self, a: Tensor, n_past: int) -> Tensor:
         """``ggml_diag_mask_inf``: a with −inf where column i > n_past + row j (causal mask)."""
-        self._check_tensor(Op.DIAG_MASK_INF, "a", a, ("f32",))
-        return self._new(Op.DIAG_MASK_INF, a.ne, a.dtype, (a,), {"n_past": int(n_past)})
+        return self._float_unary(Op.DIAG_MASK_INF, a, {"n_past": int(n_past)}, ("f32",))
 
     def soft_max(self, a: Tensor) -> Tensor:
         """``ggml_soft_max``: softmax along rows."""
