@@ -1,17 +1,11 @@
 """Every ``GGML_OPENVINO_*`` environment variable, parsed once with the C backend's rules.
 
-The backend reads integers with C ``atoi`` (leading integer, else 0) and tests toggles as
-``!= 0``; an empty string counts as unset.  Out-of-range numbers read as glibc's ``atoi`` reads
-them on 64-bit Linux: ``(int) strtol(s, NULL, 10)``, so the value saturates at the ``long`` range
-and then keeps its low 32 bits (``999999999999999999999`` is -1, ``2147483648`` is -2**31).
-
-No value stops a command: ovkit does with each value what the backend does (reads it as C reads
-it, skips an entry, falls back to the default) and, when that is not what the text says, warns
-once per variable (``OvkitConfigWarning``) naming the variable, the value and that reading:
-``"yes"`` (read as 0, so *off*), ``"1x"`` (read as 1), ``"-1"`` (on, although the docs say
-negative values disable), an unknown ``REQUANT_KQUANT`` word (read as unset), a directory variable
-naming a file (not used).  ``read_config(strict=True)`` and ``ovkit config --strict`` turn those
-warnings into one ``ConfigError`` listing them all.
+The backend reads integers with glibc's ``atoi`` (``(int) strtol``: leading integer else 0,
+saturated to ``long`` then cut to 32 bits) and tests toggles as ``!= 0``; an empty string is
+unset.  No value stops a command: ovkit does with each value what the backend does and, when
+that is not what the text says (``"yes"`` read as 0, ``"1x"`` as 1, an unknown word, a directory
+naming a file), warns once per variable (``OvkitConfigWarning``); ``read_config(strict=True)``
+and ``ovkit config --strict`` raise one ``ConfigError`` listing them all instead.
 """
 
 from __future__ import annotations

@@ -27,12 +27,9 @@ from ovkit.errors import OvkitError
 class Op(enum.StrEnum):
     """One ggml op: the key of every op table (catalogue, policy, reference, translation).
 
-    Members are ggml's own names without prefix: ``Op.ADD`` is ``GGML_OP_ADD``. The sub-ops of
-    ``GGML_OP_UNARY`` and ``GGML_OP_GLU`` are members too, by their ggml name: ``Op.GELU`` is the
-    node (``GGML_OP_UNARY``, ``GGML_UNARY_OP_GELU``) and ``Op.SWIGLU`` is (``GGML_OP_GLU``,
-    ``GGML_GLU_OP_SWIGLU``); their string value is ``"UNARY.GELU"`` / ``"GLU.SWIGLU"``, so
-    ``Op.GELU.parent is Op.UNARY`` and ``Op.GELU.sub_op == "GELU"``. A node stores its ggml op
-    (``Tensor.op``, e.g. ``Op.UNARY``) and sub-op name; ``Tensor.op_key`` is the member here.
+    ``Op.ADD`` is ``GGML_OP_ADD``; the UNARY and GLU sub-ops are members too, valued
+    ``"UNARY.GELU"`` / ``"GLU.SWIGLU"`` (``Op.GELU.parent is Op.UNARY``, ``Op.GELU.sub_op ==
+    "GELU"``). A node stores its ggml op and sub-op name; ``Tensor.op_key`` is the member here.
     """
 
     # ggml_op, in ggml.h order (GGML_OP_NONE = 0 ...)
@@ -814,13 +811,9 @@ def interpret(
     view: Callable[[Tensor, dict[int, V]], V],
     node: Callable[[Tensor, list[Any]], V],
 ) -> dict[int, V]:
-    """One walk of the IR shared by the interpreters (numpy reference, OpenVINO translation).
-
-    Visits the nodes ``outputs`` need in build order: ``leaf(t)`` for leaves, ``view(t, values)``
-    for view ops (they read the value of their ``memory``), ``node(t, srcs)`` for the rest, where ``srcs``
-    holds each source's value (None for absent sources and for sources needed only for their shape).
-    Returns the values by node id.
-    """
+    """One walk of the IR shared by the interpreters (numpy reference, OpenVINO translation), in
+    build order: ``leaf(t)``, ``view(t, values)`` (views read their ``memory``'s value) or
+    ``node(t, srcs)`` (None for absent and shape-only sources); the values by node id."""
     values: dict[int, V] = {}
     for t in graph.value_nodes(outputs):
         if t.is_leaf:

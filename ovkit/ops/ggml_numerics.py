@@ -1,25 +1,14 @@
-"""``precision="ggml"``: a quantized matmul with llama.cpp's CPU numerics, as OpenVINO nodes.
+"""``precision="ggml"``: a quantized matmul and flash attention with llama.cpp's CPU numerics, as OpenVINO nodes.
 
-ggml's CPU backend does not multiply a quantized weight by f32 activations: it first quantizes
-each activation row to the weight type's dot type (``VEC_DOT_TYPES``: q8_0, q8_1 or q8_K blocks)
-and sums integer products per block, scaled by both blocks' scales.  Here the activations are
-quantized exactly as the x86 (AVX/AVX2) kernels of the vendored ggml do and decoded back to f32
-(``d·q``: exact in f32 for q8_0/q8_1, whose ``d`` is an f16 value, and one f32 rounding for q8_K,
-as ggml's own ``dequantize_row_q8_K``), then multiplied by the weight's exact values.  The sum
-of ``(d_a·q_a)·(d_w·q_w)`` is ggml's ``d_a·d_w·Σ q_a·q_w`` up to f32 rounding of the products and
-of the summation order, which is not bitwise but far below a logit NMSE of 1e-5.  The q8_1 min
-term is reproduced as ggml stores it: ``m_w·s_a`` with ``s_a = f16(d_a·Σq_a)`` (a correction
-``(s_a − d_a·Σq_a)·m_w`` is added to the exact-activation bias term).
-
-Float weights need nothing here: ovkit's f16/bf16 MUL_MAT already rounds the activations to the
-weight's type (their vec_dot type), and f32 weights meet f32 activations, as in ggml.
-
-Flash attention (FLASH_ATTN_EXT nodes marked by :func:`mark`) follows ggml's CPU kernel: for fewer
-than 64 query rows, Q·K in ``ggml_vec_dot_f16``'s summation order and V·softmax accumulated in
-f16 key by key (an OpenVINO Loop, :func:`flash_attn_f16_accumulated`) with C's correctly rounded
-``expf`` (:func:`exp_f32`), each rounded as the build's x86 kernels round (:class:`F16Kernels`:
-AVX2, AVX-512, AVX512-FP16, picked by the ISA the llama.cpp reference was built for); equal to
-ggml's kernel bit for bit.
+ggml's CPU first quantizes each activation row to the weight type's dot type (``VEC_DOT_TYPES``)
+and sums integer products per block.  Here the activations are quantized exactly as the vendored
+x86 kernels do, decoded back to f32 and multiplied by the weight's exact values: ggml's sums up
+to f32 rounding and summation order, far below a logit NMSE of 1e-5 (the q8_1 min term as ggml
+stores it).  Float weights need nothing here (MUL_MAT already rounds activations to the weight's
+type).  FLASH_ATTN_EXT nodes marked by :func:`mark` follow ggml's CPU kernel for fewer than 64
+query rows: Q·K in ``ggml_vec_dot_f16``'s order and V·softmax accumulated in f16 key by key with
+a correctly rounded ``expf``, each rounded as the build's x86 kernels (:class:`F16Kernels`) do,
+bit for bit.
 """
 
 from __future__ import annotations
