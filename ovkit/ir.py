@@ -416,41 +416,22 @@ class _OpKind:
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class OpInfo(_OpKind):
-    """One ggml node as the support policy sees it; constructible without a Graph.
+    """One ggml node as the support policy sees it (a stable contract, constructible without a
+    Graph; :meth:`Tensor.op_info` builds one from a graph node)."""
 
-    Fields (stable contract; :meth:`Tensor.op_info` builds one from a graph node):
-
-    - ``op``: ggml op name, upper case without prefix: ``"ADD"``, ``"UNARY"``, ``"GLU"``,
-      ``"NONE"`` (a leaf), ``"VIEW"``, ``"PERMUTE"``, ``"RESHAPE"``, ``"TRANSPOSE"`` ...
-    - ``dtype``: output type, a ggml type name (``"f32"``, ``"f16"``, ``"bf16"``, ``"i32"``,
-      ``"i64"``, ``"q4_0"``, ``"q4_K"``, ``"mxfp4"`` ...; case-insensitive).
-    - ``ne``: output shape in ggml order (innermost first), 4 entries.
-    - ``srcs``: the sources, in ggml ``src[i]`` order, each an ``OpInfo`` (its own ``op`` says
-      what produced it: a ``"PERMUTE"`` source is a permuted tensor), ``None`` for absent
-      optional sources (e.g. a FLASH_ATTN_EXT without mask but with sinks).
-    - ``sub_op``: the unary/GLU op (``"GELU"``, ``"SWIGLU"`` ...) for ``UNARY``/``GLU``, else None.
-    - ``params``: the op's parameters by ggml builder argument name. Keys the gates read:
-      GLU ``swapped``; ROPE ``n_dims``, ``mode``, ``freq_scale``, ``ext_factor``,
-      ``attn_factor``; FLASH_ATTN_EXT ``scale``, ``max_bias``, ``logit_softcap``; SOFT_MAX
-      ``scale``, ``max_bias``; SET ``nb1``, ``nb2``, ``nb3``, ``offset``; GATED_DELTA_NET ``K``
-      (state snapshots, op_params[0]); ARGSORT ``order``.  Missing keys take ggml's defaults.
-    - ``name``: the tensor name (only quirk gates read it).
-    - ``nb``: byte strides (ggml order); ``None`` means contiguous.
-    - ``view_src``: for views (VIEW/PERMUTE/TRANSPOSE/RESHAPE and in-place results) the tensor
-      whose memory this one views (ggml ``view_src``), else None.
-    - ``view_offs``: byte offset of a view into ``view_src`` (ggml ``view_offs``), 0 by default.
-    """
-
-    op: str
-    dtype: str
-    ne: tuple[int, int, int, int]
+    op: str  #: ggml op name, upper case without prefix: "ADD", "UNARY", "NONE" (a leaf), "VIEW"...
+    dtype: str  #: output type, a ggml type name ("f32", "q4_K", "mxfp4"...; case-insensitive)
+    ne: tuple[int, int, int, int]  #: output shape in ggml order (innermost first)
+    #: the sources in ggml ``src[i]`` order (each says what produced it: a "PERMUTE" source is a
+    #: permuted tensor), None for an absent optional source (a FLASH_ATTN_EXT without mask)
     srcs: tuple[OpInfo | None, ...] = ()
-    sub_op: str | None = None
+    sub_op: str | None = None  #: the UNARY/GLU op ("GELU", "SWIGLU"), else None
+    #: the op's parameters by ggml builder argument name (missing keys take ggml's defaults)
     params: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=True)
-    name: str = ""
-    nb: tuple[int, int, int, int] | None = None
-    view_src: OpInfo | None = None
-    view_offs: int = 0
+    name: str = ""  #: the tensor name (only quirk gates read it)
+    nb: tuple[int, int, int, int] | None = None  #: byte strides (ggml order); None: contiguous
+    view_src: OpInfo | None = None  #: the tensor whose memory a view (or in-place result) views
+    view_offs: int = 0  #: byte offset of a view into ``view_src``
 
     def __post_init__(self) -> None:
         ne = tuple(int(x) for x in self.ne)
