@@ -172,6 +172,24 @@ for _op, _fn in FORMULAS.items():
     reference(_op)(_numpy_formula(_fn))
 
 
+#: The references that are one numpy expression.
+ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
+    (Op.CONT, Op.DUP): lambda t, xs: np.asarray(xs[0]).reshape(tuple(reversed(t.ne))),
+    (Op.CONCAT,): lambda t, xs: np.concatenate(
+        [np.asarray(xs[0]), np.asarray(xs[1])], axis=geometry.ax(t.params["dim"])
+    ),
+    (Op.REPEAT,): lambda t, xs: repeat_to(np.asarray(xs[0]), t.ne),
+    (Op.SUM,): lambda t, xs: np.full((1, 1, 1, 1), f32(xs[0]).astype(np.float64).sum(), dtype=np.float32),
+    (Op.CUMSUM,): lambda t, xs: np.cumsum(f32(xs[0]), axis=-1, dtype=np.float32),
+    (Op.COUNT_EQUAL,): lambda t, xs: np.array(
+        [np.count_nonzero(np.asarray(xs[0]) == np.asarray(xs[1]))], np.int64
+    ),
+    (Op.CONV_2D,): lambda t, xs: _direct_conv(t, f32(xs[1]), f32(xs[0]), 2),
+}
+for _keys, _one in ONE_EXPRESSION.items():
+    reference(*_keys)(_one)
+
+
 @reference(Op.ADD_ID)
 def add_id(t: Tensor, xs: list[Arr]) -> Arr:
     a, b, ids = f32(xs[0]), f32(xs[1]), np.asarray(xs[2], dtype=np.int64)
@@ -181,11 +199,6 @@ def add_id(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- layout
-@reference(Op.CONT, Op.DUP)
-def cont(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.asarray(xs[0]).reshape(tuple(reversed(t.ne)))
-
-
 @reference(Op.CPY)
 def cpy(t: Tensor, xs: list[Arr]) -> Arr:
     x = np.asarray(xs[0])
@@ -233,16 +246,6 @@ def out_prod(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- layout II
-@reference(Op.CONCAT)
-def concat(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.concatenate([np.asarray(xs[0]), np.asarray(xs[1])], axis=geometry.ax(t.params["dim"]))
-
-
-@reference(Op.REPEAT)
-def repeat(t: Tensor, xs: list[Arr]) -> Arr:
-    return repeat_to(np.asarray(xs[0]), t.ne)
-
-
 @reference(Op.PAD)
 def pad(t: Tensor, xs: list[Arr]) -> Arr:
     p = t.params
@@ -307,20 +310,10 @@ def repeat_back(t: Tensor, xs: list[Arr]) -> Arr:
 # ---------------------------------------------------------------------------- norms, reductions
 
 
-@reference(Op.SUM)
-def sum_all(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.full((1, 1, 1, 1), f32(xs[0]).astype(np.float64).sum(), dtype=np.float32)
-
-
 @reference(Op.ARGMAX)
 def argmax(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0][0, 0])  # [rows, ne0]; ties: ggml keeps the last maximum
     return np.asarray(x.shape[-1] - 1 - np.argmax(x[:, ::-1], axis=-1), dtype=np.int32)
-
-
-@reference(Op.CUMSUM)
-def cumsum(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.cumsum(f32(xs[0]), axis=-1, dtype=np.float32)
 
 
 @reference(Op.ARGSORT)
@@ -378,11 +371,6 @@ def opt_step_sgd(t: Tensor, xs: list[Arr]) -> Arr:
     sgd = f32(xs[2]).reshape(-1)
     lr, wd = np.float32(sgd[0]), np.float32(sgd[1])
     return f32(xs[0]) * (np.float32(1.0) - lr * wd) - lr * f32(xs[1])
-
-
-@reference(Op.COUNT_EQUAL)
-def count_equal(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.array([np.count_nonzero(np.asarray(xs[0]) == np.asarray(xs[1]))], np.int64)
 
 
 @reference(Op.PAD_REFLECT_1D)
@@ -545,11 +533,6 @@ def _direct_conv(t: Tensor, x: Arr, w: Arr, n: int) -> Arr:
     k = cols.reshape(cols.shape[0], cols.shape[1], int(np.prod(out)), -1).astype(np.float64)
     y = np.einsum("ncpk,ock->nop", k, w.reshape(w.shape[0], w.shape[1], -1).astype(np.float64))
     return f32(y.reshape(x.shape[0], w.shape[0], *out))
-
-
-@reference(Op.CONV_2D)
-def conv_2d(t: Tensor, xs: list[Arr]) -> Arr:
-    return _direct_conv(t, f32(xs[1]), f32(xs[0]), 2)
 
 
 @reference(Op.CONV_2D_DW)

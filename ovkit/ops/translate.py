@@ -327,6 +327,23 @@ for _op, _fn in FORMULAS.items():
     translator(_op)(_ov_formula(_fn))
 
 
+#: The translations that are one opset16 expression.
+ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
+    (Op.CONT, Op.DUP): lambda t, xs: reshape4(xs[0], t.ne),
+    (Op.CONCAT,): lambda t, xs: ops.concat(
+        [to_type(xs[0], t.dtype), to_type(xs[1], t.dtype)], geometry.ax(t.params["dim"])
+    ),
+    (Op.SUM,): lambda t, xs: ops.reduce_sum(f32(xs[0]), i64([0, 1, 2, 3]), True),
+    (Op.CUMSUM,): lambda t, xs: ops.cum_sum(f32(xs[0]), i64(3)),
+    (Op.ARGSORT,): lambda t, xs: _sorted_indices(
+        xs[0], t.ne[0], t.ne[0], "min" if t.params["order"] == 0 else "max"
+    ),
+    (Op.CONV_2D,): lambda t, xs: _direct_conv(t, f32(xs[1]), f32(xs[0]), 2),
+}
+for _keys, _one in ONE_EXPRESSION.items():
+    translator(*_keys)(_one)
+
+
 @translator(Op.ADD_ID)
 def _add_id(t: Tensor, xs: list[Out]) -> Out:
     a, b, ids = xs
@@ -338,11 +355,6 @@ def _add_id(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- layout
-@translator(Op.CONT, Op.DUP)
-def _cont(t: Tensor, xs: list[Out]) -> Out:
-    return reshape4(xs[0], t.ne)
-
-
 @translator(Op.CPY)
 def _cpy(t: Tensor, xs: list[Out]) -> Out:
     x = xs[0]
@@ -385,11 +397,6 @@ def _out_prod(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- layout II
-@translator(Op.CONCAT)
-def _concat(t: Tensor, xs: list[Out]) -> Out:
-    return ops.concat([to_type(xs[0], t.dtype), to_type(xs[1], t.dtype)], geometry.ax(t.params["dim"]))
-
-
 @translator(Op.REPEAT)
 def _repeat(t: Tensor, xs: list[Out]) -> Out:
     src = t.operand(0)
@@ -518,22 +525,12 @@ def _repeat_back(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- reductions
-@translator(Op.SUM)
-def _sum(t: Tensor, xs: list[Out]) -> Out:
-    return ops.reduce_sum(f32(xs[0]), i64([0, 1, 2, 3]), True)
-
-
 @translator(Op.ARGMAX)
 def _argmax(t: Tensor, xs: list[Out]) -> Out:
     n = t.operand(0).ne[0]
     rev = ops.slice(f32(xs[0]), i64([-1]), i64([-(n + 1)]), i64([-1]), i64([3]))  # ties: the last max
     idx = ops.topk(rev, i64(1), 3, "max", "value", "i32", stable=True).output(1)
     return reshape4(ops.subtract(const(n - 1, np.int32), idx), t.ne)
-
-
-@translator(Op.CUMSUM)
-def _cumsum(t: Tensor, xs: list[Out]) -> Out:
-    return ops.cum_sum(f32(xs[0]), i64(3))
 
 
 #: Largest row length x k sorted stably: OpenVINO's CPU TopK sorts stably by bubble sort (n x k
@@ -546,11 +543,6 @@ def _sorted_indices(x: Out, n: int, k: int, mode: str) -> Out:
     """The indices of the ``k`` smallest (``min``) or largest values of each length-``n`` row, sorted."""
     stable = n * k <= STABLE_TOPK_WORK
     return ops.topk(f32(x), i64(k), 3, mode, "value", "i32", stable=stable).output(1)
-
-
-@translator(Op.ARGSORT)
-def _argsort(t: Tensor, xs: list[Out]) -> Out:
-    return _sorted_indices(xs[0], t.ne[0], t.ne[0], "min" if t.params["order"] == 0 else "max")
 
 
 @translator(Op.TOP_K)
@@ -930,11 +922,6 @@ def _direct_conv(t: Tensor, x: Out, w: Out, n: int) -> Out:
         x = rounded(x, "f16")  # ggml's CPU stores the input taps as f16 for an f16 kernel
     xp = _conv_input(x, sizes, ks, s, p, d, out)
     return ops.convolution(xp, w, s, [0] * n, [0] * n, d)
-
-
-@translator(Op.CONV_2D)
-def _conv_2d(t: Tensor, xs: list[Out]) -> Out:
-    return _direct_conv(t, f32(xs[1]), f32(xs[0]), 2)
 
 
 @translator(Op.CONV_2D_DW)
