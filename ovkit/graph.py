@@ -874,22 +874,33 @@ class Graph(GraphIR):
         """``ggml_soft_max_ext``: softmax(a·scale + mask·slope) along rows (ALiBi slope if max_bias>0)."""
         op = Op.SOFT_MAX
         self._check_tensor(op, "a", a, ("f32",))
-        if mask is not None:
-            self._check_tensor(op, "mask", mask, ("f16", "f32"))
-            if not mask.is_contiguous:
-                raise self._err(op, "mask", "a contiguous tensor", f"nb {list(mask.nb)}")
-            if mask.ne[0] != a.ne[0] or mask.ne[1] < a.ne[1] or a.ne[2] % mask.ne[2] or a.ne[3] % mask.ne[3]:
-                raise self._ne_err(
-                    op,
-                    "mask",
-                    f"ne[0] == {a.ne[0]}, ne[1] >= {a.ne[1]}, ne[2] | {a.ne[2]}, ne[3] | {a.ne[3]}",
-                    mask,
-                )
-        if max_bias > 0 and mask is None:
-            raise self._err(op, "mask", "a mask when max_bias > 0 (ALiBi)", "None")
+        self._check_mask(op, mask, ("f16", "f32"), max_bias, a.ne, f"{a.ne[0]}")
         return self._new(
             op, a.ne, a.dtype, (a, mask, None), {"scale": float(scale), "max_bias": float(max_bias)}
         )
+
+    def _check_mask(
+        self,
+        op: Op,
+        mask: Tensor | None,
+        types: Sequence[str],
+        max_bias: float,
+        ne: Sequence[int],
+        ne0: str,
+        q: str = "",
+    ) -> None:
+        """A softmax/attention mask: contiguous, ``ne0`` columns (``ne[0]``), at least the ``ne[1]``
+        rows and dividing ``ne[2]``, ``ne[3]``; required when ``max_bias`` > 0 (ALiBi)."""
+        if mask is None:
+            if max_bias > 0:
+                raise self._err(op, "mask", "a mask when max_bias > 0 (ALiBi)", "None")
+            return
+        self._check_tensor(op, "mask", mask, types)
+        if not mask.is_contiguous:
+            raise self._err(op, "mask", "a contiguous tensor", f"nb {list(mask.nb)}")
+        if mask.ne[0] != ne[0] or mask.ne[1] < ne[1] or ne[2] % mask.ne[2] or ne[3] % mask.ne[3]:
+            expected = f"ne[0] == {ne0}, ne[1] >= {q}{ne[1]}, ne[2] | {ne[2]}, ne[3] | {ne[3]}"
+            raise self._ne_err(op, "mask", expected, mask)
 
     def soft_max_add_sinks(self, a: Tensor, sinks: Tensor | None) -> None:
         """``ggml_soft_max_add_sinks``: attach per-head sink logits (f32, ne0 == a.ne[2]) to a SOFT_MAX."""
@@ -932,19 +943,7 @@ class Graph(GraphIR):
             raise self._ne_err(op, "k", f"ne[2], ne[3] dividing q's ({q.ne[2]}, {q.ne[3]})", k)
         if v.ne[1] != k.ne[1] or v.ne[2] != k.ne[2] or v.ne[3] != k.ne[3]:
             raise self._ne_err(op, "v", f"ne[1:4] == k's {list(k.ne[1:])}", v)
-        if mask is not None:
-            self._check_tensor(op, "mask", mask, ("f16",))
-            if not mask.is_contiguous:
-                raise self._err(op, "mask", "a contiguous tensor", f"nb {list(mask.nb)}")
-            if mask.ne[0] != k.ne[1] or mask.ne[1] < q.ne[1] or q.ne[2] % mask.ne[2] or q.ne[3] % mask.ne[3]:
-                raise self._ne_err(
-                    op,
-                    "mask",
-                    f"ne[0] == n_kv = {k.ne[1]}, ne[1] >= n_q = {q.ne[1]}, ne[2] | {q.ne[2]}, ne[3] | {q.ne[3]}",
-                    mask,
-                )
-        if max_bias > 0 and mask is None:
-            raise self._err(op, "mask", "a mask when max_bias > 0 (ALiBi)", "None")
+        self._check_mask(op, mask, ("f16",), max_bias, (k.ne[1], *q.ne[1:]), f"n_kv = {k.ne[1]}", "n_q = ")
         ne = (v.ne[0], q.ne[2], q.ne[1], q.ne[3])
         params = {
             "scale": float(scale),
