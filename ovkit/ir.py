@@ -616,17 +616,19 @@ class Tensor(_OpKind):
                     stack.extend([(t, True), (dst.base, False)])
                     continue
             srcs = [t.srcs[i] for i in GGML_SRC_ORDER[t.op]] if t.op in GGML_SRC_ORDER else t.srcs
+            info_srcs = tuple(cache[s.id] if s is not None else None for s in srcs)
+            info_view = cache[view_src.id] if view_src is not None else None
             cache[t.id] = OpInfo(
-                op=t.op.value,
-                dtype=t.dtype,
-                ne=t.ne,
-                srcs=tuple(cache[s.id] if s is not None else None for s in srcs),
-                sub_op=t.sub_op,
-                params=dict(t.params),
-                name=t.name,
-                nb=nb,
-                view_src=cache[view_src.id] if view_src is not None else None,
-                view_offs=view_offs,
+                t.op.value,
+                t.dtype,
+                t.ne,
+                info_srcs,
+                t.sub_op,
+                dict(t.params),
+                t.name,
+                nb,
+                info_view,
+                view_offs,
             )
         return cache[self.id]
 
@@ -701,16 +703,7 @@ class GraphIR:
                     "the read follows the write"
                 )
         _check_row_reads(code, srcs)
-        t = Tensor(
-            graph=self,
-            id=len(self.nodes),
-            op=code,
-            ne=ne4_,
-            dtype=dtype,
-            srcs=tuple(srcs),
-            params=dict(params or {}),
-            sub_op=sub_op,
-        )
+        t = Tensor(self, len(self.nodes), code, ne4_, dtype, tuple(srcs), dict(params or {}), sub_op)
         if view_of is not None:
             base = view_of.base
             t.view_src = base
