@@ -23,6 +23,7 @@ from ovkit import quant
 from ovkit.dtypes import ggml_type
 from ovkit.ir import GraphIR, Op
 from ovkit.quant import QuantError, QuantizedWeight, RequantTarget, ov_div_rn, ov_mul_rn
+from ovkit.quant.round_trip import ov_split
 
 #: ggml's ``type_traits_cpu[type].vec_dot_type`` (ggml-cpu.c) for every quantized weight type:
 #: the format the activations are quantized to before the integer dot product (q8_1 for the
@@ -272,19 +273,11 @@ def _two_sum(a: Any, b: Any) -> tuple[Any, Any]:
     return s, ops.add(ops.subtract(a, ops.subtract(s, bb)), ops.subtract(b, bb))
 
 
-def _split(a: Any) -> tuple[Any, Any]:
-    """Veltkamp's split of an f32 into two halves of 12 significant bits (products are exact)."""
-    ops = _ops()
-    t = ov_mul_rn(a, _c(4097.0))
-    hi = ops.subtract(t, ops.subtract(t, a))
-    return hi, ops.subtract(a, hi)
-
-
 def _product_error(a: Any, b: Any, p: Any) -> Any:
     """Dekker's exact error ``a·b − p`` of the f32 product ``p = fl(a·b)``."""
     ops = _ops()
-    ah, al = _split(a)
-    bh, bl = _split(b)
+    ah, al = ov_split(a)
+    bh, bl = ov_split(b)
     err = ops.add(ops.add(ops.subtract(ops.multiply(ah, bh), p), ops.multiply(ah, bl)), ops.multiply(al, bh))
     return ops.add(err, ops.multiply(al, bl))
 
@@ -504,7 +497,7 @@ def flash_attn_f16_accumulated(scores: Any, v: Any, kernels: F16Kernels, sinks: 
 
     ms, vs = key_input("ms", ms_all), key_input("vs", vs_all)
     if n_f16 < dv:
-        vs_hi_all, vs_lo_all = _split(vs_all)
+        vs_hi_all, vs_lo_all = ov_split(vs_all)
         vs_hi, vs_lo = key_input("vs_hi", vs_hi_all), key_input("vs_lo", vs_lo_all)
         scaled = _f16(ov_mul_rn(a_in, ms))
         # f16(fma(v, vs, acc)): v has 11 significant bits, so v·vs_hi and v·vs_lo are exact and
