@@ -1,6 +1,6 @@
-"""The ops written once: every unary, GLU and element-wise formula (and the row norms and sums) over an array
-namespace (:class:`ArrayOps`) that the numpy reference fills with f32 numpy arrays and the
-OpenVINO translation with opset16 nodes.  What differs per backend (OpenVINO's Exp saturating
+"""The ops written once: every unary, GLU and element-wise formula, the row norms and sums, over
+an array namespace (:class:`ArrayOps`) that the numpy reference fills with f32 numpy arrays and
+the OpenVINO translation with opset16 nodes.  What differs per backend (OpenVINO's Exp saturating
 early, numpy's erf in f64, how a smaller operand is repeated) lives in its namespace, never in a
 formula; the formulas follow ggml's CPU kernels (``ggml-cpu/vec.h``, ``unary-ops.cpp``).
 """
@@ -309,8 +309,7 @@ def sum_rows(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
 
 @formula(Op.MEAN)
 def mean(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
-    a = t.operand(0)
-    return n.div(n.sum_rows(n.f32(xs[0])), float(a.ne[0]))
+    return n.div(n.sum_rows(n.f32(xs[0])), float(t.operand(0).ne[0]))
 
 
 @formula(Op.NORM)
