@@ -201,26 +201,15 @@ class WeightReleaseRegistry:
 
 
 REGISTRY = WeightReleaseRegistry()
-
-
-def register_weight_buffer(buffer: Any) -> bool:
-    """Register a host Buffer holding weights with the process-global registry."""
-    return REGISTRY.register(buffer)
-
-
-def on_cache_hit(device: str, config: OvkitConfig | None = None) -> ReleaseResult | None:
-    """Engine hook: release on the first cache hit when enabled for ``device``."""
-    return REGISTRY.on_cache_hit(device, config)
-
-
-def before_compile(device: str | None = None) -> None:
-    """Engine hook: raise :class:`WeightsReleasedError` when weights were released."""
-    REGISTRY.before_compile(device)
+#: The process-global registry's hooks: buffers register their weights, the engine calls the
+#: release on a cache hit and the check before a compile, tests and notebooks reset it.
+register_weight_buffer, on_cache_hit, before_compile, reset = (
+    REGISTRY.register,
+    REGISTRY.on_cache_hit,
+    REGISTRY.before_compile,
+    REGISTRY.reset,
+)
 
 
 def is_released() -> bool:
     return REGISTRY.released
-
-
-def reset() -> None:
-    REGISTRY.reset()
