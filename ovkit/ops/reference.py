@@ -185,6 +185,12 @@ ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
         [np.count_nonzero(np.asarray(xs[0]) == np.asarray(xs[1]))], np.int64
     ),
     (Op.CONV_2D,): lambda t, xs: _direct_conv(t, f32(xs[1]), f32(xs[0]), 2),
+    (Op.ROLL,): lambda t, xs: np.roll(
+        np.asarray(xs[0]), [t.params[f"shift{d}"] for d in (3, 2, 1, 0)], (0, 1, 2, 3)
+    ),
+    (Op.PAD_REFLECT_1D,): lambda t, xs: np.pad(
+        f32(xs[0]), [(0, 0)] * 3 + [(t.params["p0"], t.params["p1"])], mode="reflect"
+    ),
 }
 for _keys, _one in ONE_EXPRESSION.items():
     reference(*_keys)(_one)
@@ -330,12 +336,6 @@ def top_k(t: Tensor, xs: list[Arr]) -> Arr:
     return idx[..., geometry.top_k_order(k)].astype(np.int32)
 
 
-@reference(Op.ROLL)
-def roll(t: Tensor, xs: list[Arr]) -> Arr:
-    shifts = [t.params[f"shift{d}"] for d in range(4)]
-    return np.roll(np.asarray(xs[0]), [shifts[3], shifts[2], shifts[1], shifts[0]], axis=(0, 1, 2, 3))
-
-
 # ---------------------------------------------------------------------------- mul_mat_id
 @reference(Op.MUL_MAT_ID)
 def mul_mat_id(t: Tensor, xs: list[Arr]) -> Arr:
@@ -371,12 +371,6 @@ def opt_step_sgd(t: Tensor, xs: list[Arr]) -> Arr:
     sgd = f32(xs[2]).reshape(-1)
     lr, wd = np.float32(sgd[0]), np.float32(sgd[1])
     return f32(xs[0]) * (np.float32(1.0) - lr * wd) - lr * f32(xs[1])
-
-
-@reference(Op.PAD_REFLECT_1D)
-def pad_reflect_1d(t: Tensor, xs: list[Arr]) -> Arr:
-    widths = [(0, 0)] * 3 + [(t.params["p0"], t.params["p1"])]
-    return np.pad(f32(xs[0]), widths, mode="reflect")
 
 
 @reference(Op.CROSS_ENTROPY_LOSS_BACK)

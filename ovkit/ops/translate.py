@@ -339,6 +339,16 @@ ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
         xs[0], t.ne[0], t.ne[0], "min" if t.params["order"] == 0 else "max"
     ),
     (Op.CONV_2D,): lambda t, xs: _direct_conv(t, f32(xs[1]), f32(xs[0]), 2),
+    (Op.REPEAT,): lambda t, xs: tile_to(xs[0], t.operand(0).ne, t.ne),
+    (Op.ROLL,): lambda t, xs: ops.roll(
+        xs[0], i64([t.params[f"shift{d}"] for d in (3, 2, 1, 0)]), i64([0, 1, 2, 3])
+    ),
+    (Op.PAD_REFLECT_1D,): lambda t, xs: ops.pad(
+        f32(xs[0]), i64([0, 0, 0, t.params["p0"]]), i64([0, 0, 0, t.params["p1"]]), "reflect"
+    ),
+    (Op.COUNT_EQUAL,): lambda t, xs: ops.reduce_sum(
+        ops.reshape(ops.convert(ops.equal(xs[0], xs[1]), ov.Type.i64), i64([-1]), False), i64([0]), True
+    ),
 }
 for _keys, _one in ONE_EXPRESSION.items():
     translator(*_keys)(_one)
@@ -397,12 +407,6 @@ def _out_prod(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- layout II
-@translator(Op.REPEAT)
-def _repeat(t: Tensor, xs: list[Out]) -> Out:
-    src = t.operand(0)
-    return tile_to(xs[0], src.ne, t.ne)
-
-
 @translator(Op.PAD)
 def _pad(t: Tensor, xs: list[Out]) -> Out:
     p = t.params
@@ -490,18 +494,6 @@ def _opt_step_sgd(t: Tensor, xs: list[Out]) -> Out:
     return ops.subtract(ops.multiply(f32(xs[0]), keep), ops.multiply(lr, f32(xs[1])))
 
 
-@translator(Op.COUNT_EQUAL)
-def _count_equal(t: Tensor, xs: list[Out]) -> Out:
-    eq = ops.convert(ops.equal(xs[0], xs[1]), ov.Type.i64)
-    return ops.reduce_sum(ops.reshape(eq, i64([-1]), False), i64([0]), True)
-
-
-@translator(Op.PAD_REFLECT_1D)
-def _pad_reflect_1d(t: Tensor, xs: list[Out]) -> Out:
-    p = t.params
-    return ops.pad(f32(xs[0]), i64([0, 0, 0, p["p0"]]), i64([0, 0, 0, p["p1"]]), "reflect")
-
-
 @translator(Op.CROSS_ENTROPY_LOSS_BACK)
 def _cross_entropy_loss_back(t: Tensor, xs: list[Out]) -> Out:
     logits, labels = f32(xs[1]), f32(xs[2])
@@ -551,12 +543,6 @@ def _top_k(t: Tensor, xs: list[Out]) -> Out:
     n = t.operand(0).ne[0]
     idx = _sorted_indices(xs[0], n, k, "max")
     return ops.gather(idx, const(geometry.top_k_order(k), np.int64), i64(3)) if k > 1 else idx
-
-
-@translator(Op.ROLL)
-def _roll(t: Tensor, xs: list[Out]) -> Out:
-    shifts = [t.params[f"shift{d}"] for d in (3, 2, 1, 0)]
-    return ops.roll(xs[0], i64(shifts), i64([0, 1, 2, 3]))
 
 
 # ---------------------------------------------------------------------------- mul_mat_id
