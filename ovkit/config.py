@@ -1,17 +1,11 @@
 """Every ``GGML_OPENVINO_*`` environment variable, parsed once with the C backend's rules.
 
-The backend reads integers with C ``atoi`` (leading integer, else 0) and tests toggles as
-``!= 0``; an empty string counts as unset.  Out-of-range numbers read as glibc's ``atoi`` reads
-them on 64-bit Linux: ``(int) strtol(s, NULL, 10)``, so the value saturates at the ``long`` range
-and then keeps its low 32 bits (``999999999999999999999`` is -1, ``2147483648`` is -2**31).
-
-No value stops a command: ovkit does with each value what the backend does (reads it as C reads
-it, skips an entry, falls back to the default) and, when that is not what the text says, warns
-once per variable (``OvkitConfigWarning``) naming the variable, the value and that reading:
-``"yes"`` (read as 0, so *off*), ``"1x"`` (read as 1), ``"-1"`` (on, although the docs say
-negative values disable), an unknown ``REQUANT_KQUANT`` word (read as unset), a directory variable
-naming a file (not used).  ``read_config(strict=True)`` and ``ovkit config --strict`` turn those
-warnings into one ``ConfigError`` listing them all.
+The backend reads integers with glibc's ``atoi`` (``(int) strtol``: leading integer else 0,
+saturated to ``long`` then cut to 32 bits) and tests toggles as ``!= 0``; an empty string is
+unset.  No value stops a command: ovkit does with each value what the backend does and, when
+that is not what the text says (``"yes"`` read as 0, ``"1x"`` as 1, an unknown word, a directory
+naming a file), warns once per variable (``OvkitConfigWarning``); ``read_config(strict=True)``
+and ``ovkit config --strict`` raise one ``ConfigError`` listing them all instead.
 """
 
 from __future__ import annotations
@@ -84,7 +78,6 @@ class EnvVar:
     meaning: str
     default: str = "unset"
     choices: tuple[str, ...] = ()
-    read_upstream: bool = True
     unusable: str = ""  #: a directory variable: what the backend does when it cannot use the path
 
     @property
@@ -160,9 +153,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     _flag("DEBUG_OUTPUT", "print first/min/max/mean of every output"),
     _flag("FORCE_STATIC", "take the static (NPU-shape) compute path on any device"),
     _flag("PRINT_CGRAPH_TENSOR_ADDRESS", "print the tensor address map once"),
-    EnvVar(
-        "ENABLE_CACHE", Kind.TOGGLE, "listed upstream but read nowhere (dead)", "0 (off)", read_upstream=False
-    ),
+    _flag("ENABLE_CACHE", "listed upstream but read nowhere (dead)"),
     _flag("DISABLE_CACHE", "turn off the in-process compiled-graph cache"),
     _flag("DISABLE_KV_SLICE", "turn off slicing of KV inputs to attention_size"),
     _flag("ENABLE_FALLBACK", "split-graph detection"),
@@ -469,6 +460,12 @@ def _path(var: EnvVar, text: str) -> _Parsed:
     return text, None
 
 
+def _listed(bad: list[str], one: tuple[str, str], many: tuple[str, str]) -> tuple[str, tuple[str, str]]:
+    """The first three skipped items quoted (and how many more), and the words naming one or many."""
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    return ", ".join(shown(x, 20) for x in bad[:3]) + more, one if len(bad) == 1 else many
+
+
 def _list(var: EnvVar, text: str) -> _Parsed:
     """DEBUG_NODE: split at commas as ``std::getline`` splits (nothing trimmed); a name no ggml
     tensor can have (empty, white space around it, too long) is skipped, as the backend skips a
@@ -480,8 +477,7 @@ def _list(var: EnvVar, text: str) -> _Parsed:
     kept = tuple(n for n in names if n not in bad)
     if not bad:
         return kept, None
-    what = ", ".join(shown(n, 20) for n in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
-    some = ("name", "it") if len(bad) == 1 else ("names", "them")
+    what, some = _listed(bad, ("name", "it"), ("names", "them"))
     return kept, (
         f"has the {some[0]} {what}, which no ggml tensor has (names are 1 to {GGML_MAX_NAME - 1} bytes, "
         f"no white space around them): the backend skips {some[1]}, and so does ovkit"
@@ -499,8 +495,7 @@ def _pairs(var: EnvVar, text: str) -> _Parsed:
             bad.append(entry)
     if not bad:
         return tuple(pairs), None
-    what = ", ".join(shown(e, 20) for e in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
-    some = ("entry", "it") if len(bad) == 1 else ("entries", "them")
+    what, some = _listed(bad, ("entry", "it"), ("entries", "them"))
     return tuple(pairs), f"has {some[0]} {what} not KEY=VALUE: the backend skips {some[1]}, and so does ovkit"
 
 

@@ -1,11 +1,8 @@
 """One llama decoder layer (a transformer block) over a KV cache, for engine tests and benchmarks.
 
-The layer is ``ovkit.model.program.decoder_layer`` (the graph llama.cpp builds, written once over
-the builder API), so :func:`block_program` runs on an ovkit ``Graph`` and on real ggml
-(``ovkit.oracle.ggml_program``) alike.  The input is the hidden state ``x`` instead of token ids;
-the KV cache is the two f16 tensors ``cache_k_l0``/``cache_v_l0`` written with SET_ROWS and read
-through views and a causal mask, as llama.cpp keeps it (flash attention on);
-``ovkit.engine.graph_session`` turns them into state.
+The layer is ``ovkit.model.program.decoder_layer`` over the builder API, so :func:`block_program`
+runs on an ovkit ``Graph`` and on real ggml alike; the input is the hidden state ``x``, the KV
+cache the f16 tensors ``cache_k_l0``/``cache_v_l0``, written with SET_ROWS and read through views.
 """
 
 from __future__ import annotations

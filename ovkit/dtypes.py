@@ -129,33 +129,17 @@ STORAGE_TYPE_OF_NUMPY: dict[np.dtype[Any], str] = {
 #: OpenVINO element type names (``Type.to_string()``) -> numpy dtype used to bind them; bf16 is
 #: fed from float32 arrays (rounded to nearest even) and read back as float32.
 OPENVINO_NUMPY: dict[str, np.dtype[Any]] = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "f64": np.dtype(np.float64),
-    "i64": np.dtype(np.int64),
-    "i32": np.dtype(np.int32),
-    "i16": np.dtype(np.int16),
-    "i8": np.dtype(np.int8),
-    "u64": np.dtype(np.uint64),
-    "u32": np.dtype(np.uint32),
-    "u16": np.dtype(np.uint16),
-    "u8": np.dtype(np.uint8),
-    "boolean": np.dtype(np.bool_),
-    "bf16": np.dtype(np.float32),
-}
+    "f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "f64": np.dtype(np.float64),
+    "i64": np.dtype(np.int64), "i32": np.dtype(np.int32), "i16": np.dtype(np.int16), "i8": np.dtype(np.int8),
+    "u64": np.dtype(np.uint64), "u32": np.dtype(np.uint32), "u16": np.dtype(np.uint16), "u8": np.dtype(np.uint8),
+    "boolean": np.dtype(np.bool_), "bf16": np.dtype(np.float32),
+}  # fmt: skip
 #: Short names of OpenVINO precision types as properties report them (``str(Type)`` spells
 #: ``float32``); ACCURACY mode reports an undefined hint: every op runs in the model's precision.
 OPENVINO_SHORT: dict[str, str] = {
-    "float32": "f32",
-    "float16": "f16",
-    "bfloat16": "bf16",
-    "float64": "f64",
-    "f32": "f32",
-    "f16": "f16",
-    "bf16": "bf16",
-    "dynamic": "model",
-    "undefined": "model",
-}
+    "float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "f32": "f32", "f16": "f16",
+    "bf16": "bf16", "dynamic": "model", "undefined": "model",
+}  # fmt: skip
 
 
 class UnknownTypeError(OvkitError, ValueError):

@@ -12,8 +12,7 @@ from __future__ import annotations
 import math
 import os
 import struct
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,17 +65,7 @@ class GGUFModel:
         """One row per tensor: name, type, shape (numpy order), bytes, offset, supported."""
         import pandas as pd
 
-        rows = [
-            {
-                "name": t.name,
-                "type": t.type,
-                "shape": t.shape,
-                "bytes": t.nbytes,
-                "offset": t.offset,
-                "supported": t.supported,
-            }
-            for t in self.tensors.values()
-        ]
+        rows = [astuple(t) for t in self.tensors.values()]
         return pd.DataFrame(rows, columns=["name", "type", "shape", "bytes", "offset", "supported"])
 
     def metadata_table(self) -> pd.DataFrame:
@@ -120,43 +109,11 @@ class GGUFModel:
         except quant.QuantError as exc:
             raise GGUFError(f"{self.path}: tensor {name!r} cannot be a constant: {exc}") from None
 
-    def constants(
-        self, form: quant.Form = "fast"
-    ) -> Iterator[tuple[str, quant.QuantizedWeight | np.ndarray]]:
-        for name, info in self.tensors.items():
-            if info.supported:
-                yield name, self.constant(name, form)
-
     def _info(self, name: str) -> TensorInfo:
         try:
             return self.tensors[name]
         except KeyError:
             raise KeyError(f"{self.path}: no tensor {name!r} (it has {len(self.tensors)} tensors)") from None
-
-    def load_into_buffer(
-        self, device: str = "CPU", *, host: bool = True, core: Core | None = None, register: bool = True
-    ) -> tuple[Any, dict[str, Any]]:
-        """Allocate one WEIGHTS buffer on ``device`` and set every supported tensor into it.
-
-        Returns ``(buffer, {name: PlacedTensor})``; each tensor's extra holds its weight (quantized
-        ones a QuantizedWeight).  The buffer shows up in the allocation tracking.
-        """
-        from ovkit import buffers
-
-        infos = [t for t in self.tensors.values() if t.supported]
-        bt = buffers.host_buffer_type(device) if host else buffers.buffer_type(device)
-        size = sum(align_up(bt.get_alloc_size(t.shape, t.type), bt.alignment) for t in infos)
-        buf = bt.alloc_buffer(size, buffers.Usage.WEIGHTS, core=core)
-        placed = {}
-        try:
-            for t in infos:
-                p = buf.place(t.name, t.shape, t.type)
-                buf.set_weight(p, self.raw(t.name), register=register)
-                placed[t.name] = p
-        except BaseException:
-            buf.free()
-            raise
-        return buf, placed
 
     # -- fit check -------------------------------------------------------------------------------
     def weight_bytes(self, device_class: str, *, no_requant: bool = False) -> int:
@@ -514,17 +471,12 @@ def write_gguf(
 
     p = Path(path)
     w = gguf.GGUFWriter(p, arch)
+    adders = ((str, w.add_string), (bool, w.add_bool), (int, w.add_uint32), (float, w.add_float32))
     for k, v in (metadata or {}).items():
-        if isinstance(v, str):
-            w.add_string(k, v)
-        elif isinstance(v, bool):
-            w.add_bool(k, v)
-        elif isinstance(v, int):
-            w.add_uint32(k, v)
-        elif isinstance(v, float):
-            w.add_float32(k, v)
-        else:
+        add = next((fn for kind, fn in adders if isinstance(v, kind)), None)
+        if add is None:
             raise TypeError(f"write_gguf: metadata {k!r} has unsupported type {type(v).__name__}")
+        add(k, v)
     finish_gguf(w, tensors)
     return p
 
@@ -598,7 +550,7 @@ def cli(args: Any) -> int:
     unsupported = [t.name for t in model.tensors.values() if not t.supported]
     if unsupported:
         print(
-            f"  not backend weight types (skipped by constants()): {', '.join(unsupported[:5])}"
+            f"  not backend weight types (no constants): {', '.join(unsupported[:5])}"
             + (f" and {len(unsupported) - 5} more" if len(unsupported) > 5 else "")
         )
     print(

@@ -77,17 +77,24 @@ class Graph(GraphIR):
     def _err(op: str, operand: str, expected: str, given: str) -> GraphError:
         return GraphError(f"{op}: operand {operand}: expected {expected}, given {given}")
 
+    def _ne_err(self, op: str, operand: str, expected: str, t: Tensor) -> GraphError:
+        """``_err`` for a shape: ``t``'s ne is what was given."""
+        return self._err(op, operand, expected, f"ne {ne_str(t.ne)}")
+
     def _check_types(self, op: str, operand: str, t: Tensor, allowed: Sequence[str]) -> None:
         if t.dtype not in allowed:
             raise self._err(op, operand, "type in {" + ", ".join(allowed) + "}", t.dtype)
 
-    def _check_tensor(self, op: str, operand: str, t: Any) -> Tensor:
+    def _check_tensor(self, op: str, operand: str, t: Any, types: Sequence[str] | None = None) -> Tensor:
+        """``t`` after checking it is a Tensor of this graph (and of one of ``types`` when given)."""
         if not isinstance(t, Tensor):
             raise GraphError(
                 f"{op}: operand {operand}: expected an ovkit.graph.Tensor, given {type(t).__name__}"
             )
         if t.graph is not self:
             raise GraphError(f"{op}: operand {operand} belongs to another Graph")
+        if types is not None:
+            self._check_types(op, operand, t, types)
         return t
 
     def _can_repeat(self, op: str, small: Tensor, big: Tensor, small_name: str, big_name: str) -> None:
@@ -174,9 +181,8 @@ class Graph(GraphIR):
 
     # ------------------------------------------------------------------ elementwise binary
     def _binary(self, op: str, a: Tensor, b: Tensor) -> Tensor:
-        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "a", a, FLOAT_TYPES)
         self._check_tensor(op, "b", b)
-        self._check_types(op, "a", a, FLOAT_TYPES)
         if b.dtype not in (a.dtype, "f32"):
             raise self._err(op, "b", f"type {a.dtype} or f32 (the type of a, or f32)", b.dtype)
         self._can_repeat(op, b, a, "b", "a")
@@ -200,12 +206,10 @@ class Graph(GraphIR):
 
     def add1(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_add1``: a + scalar b."""
-        self._check_tensor(Op.ADD1, "a", a)
-        self._check_tensor(Op.ADD1, "b", b)
-        self._check_types(Op.ADD1, "a", a, FLOAT_TYPES)
-        self._check_types(Op.ADD1, "b", b, FLOAT_TYPES)
+        self._check_tensor(Op.ADD1, "a", a, FLOAT_TYPES)
+        self._check_tensor(Op.ADD1, "b", b, FLOAT_TYPES)
         if b.nelements != 1:
-            raise self._err(Op.ADD1, "b", "a scalar (1 element)", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(Op.ADD1, "b", "a scalar (1 element)", b)
         return self._new(Op.ADD1, a.ne, a.dtype, (a, b))
 
     def add_id(self, a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
@@ -217,11 +221,9 @@ class Graph(GraphIR):
         self._check_types(op, "b", b, ("f32",))
         self._check_types(op, "ids", ids, ("i32",))
         if a.ne[0] != b.ne[0]:
-            raise self._err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", b)
         if a.ne[1] != ids.ne[0] or a.ne[2] != ids.ne[1]:
-            raise self._err(
-                op, "ids", f"ne[0:2] == a.ne[1:3] = [{a.ne[1]}, {a.ne[2]}]", f"ne {ne_str(ids.ne)}"
-            )
+            raise self._ne_err(op, "ids", f"ne[0:2] == a.ne[1:3] = [{a.ne[1]}, {a.ne[2]}]", ids)
         return self._indexed(self._new(op, a.ne, a.dtype, (a, b, ids)))
 
     # ------------------------------------------------------------------ elementwise unary-like
@@ -232,8 +234,7 @@ class Graph(GraphIR):
         params: Mapping[str, Any] | None = None,
         types: Sequence[str] = FLOAT_TYPES,
     ) -> Tensor:
-        self._check_tensor(op, "a", a)
-        self._check_types(op, "a", a, types)
+        self._check_tensor(op, "a", a, types)
         return self._new(op, a.ne, a.dtype, (a,), params)
 
     def scale(self, a: Tensor, s: float) -> Tensor:
@@ -263,15 +264,13 @@ class Graph(GraphIR):
     def unary(self, a: Tensor, op: int | str) -> Tensor:
         """``ggml_unary``: one of ggml's unary ops (enum value or name)."""
         code = self._sub_op(Op.UNARY, op, UNARY_BUILT)
-        self._check_tensor(Op.UNARY, "a", a)
-        self._check_types(Op.UNARY, "a", a, UNARY_TYPES.get(code, FLOAT_TYPES))
+        self._check_tensor(Op.UNARY, "a", a, UNARY_TYPES.get(code, FLOAT_TYPES))
         return self._new(Op.UNARY, a.ne, a.dtype, (a,), {"op": code.enum_value}, sub_op=code.sub_op)
 
     def xielu(self, a: Tensor, alpha_n: float, alpha_p: float, beta: float, eps: float) -> Tensor:
         """``ggml_xielu``: x > 0: α_p·x² + β·x, else (expm1(min(x, eps)) − x)·α_n + β·x, with ggml's
         α_n = β + softplus(alpha_n) and α_p = softplus(alpha_p) (f32, softplus(v > 20) = v)."""
-        self._check_tensor(Op.UNARY, "a", a)
-        self._check_types(Op.UNARY, "a", a, FLOAT_TYPES)
+        self._check_tensor(Op.UNARY, "a", a, FLOAT_TYPES)
 
         def softplus(v: float) -> np.float32:
             f = np.float32(v)
@@ -338,30 +337,26 @@ class Graph(GraphIR):
     # ------------------------------------------------------------------ whole-tensor / row reductions
     def sum(self, a: Tensor) -> Tensor:
         """``ggml_sum``: the sum of every element, a 1-element tensor of a's type."""
-        self._check_tensor(Op.SUM, "a", a)
-        self._check_types(Op.SUM, "a", a, FLOAT_TYPES)
+        self._check_tensor(Op.SUM, "a", a, FLOAT_TYPES)
         return self._new(Op.SUM, (1, 1, 1, 1), a.dtype, (a,))
 
     def mean(self, a: Tensor) -> Tensor:
         """``ggml_mean``: row means (ne0 → 1), f32."""
-        self._check_tensor(Op.MEAN, "a", a)
-        self._check_types(Op.MEAN, "a", a, ("f32",))
+        self._check_tensor(Op.MEAN, "a", a, ("f32",))
         return self._new(Op.MEAN, (1, a.ne[1], a.ne[2], a.ne[3]), "f32", (a,))
 
     def argmax(self, a: Tensor) -> Tensor:
         """``ggml_argmax``: i32 index of each row's maximum (the last one on ties); a is a matrix."""
-        self._check_tensor(Op.ARGMAX, "a", a)
-        self._check_types(Op.ARGMAX, "a", a, ("f32",))
+        self._check_tensor(Op.ARGMAX, "a", a, ("f32",))
         if a.ne[2] != 1 or a.ne[3] != 1:
-            raise self._err(Op.ARGMAX, "a", "a matrix (ne[2] == ne[3] == 1)", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(Op.ARGMAX, "a", "a matrix (ne[2] == ne[3] == 1)", a)
         return self._new(Op.ARGMAX, (a.ne[1], 1, 1, 1), "i32", (a,))
 
     def count_equal(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_count_equal``: the number of equal elements of two i32 tensors, as i64 [1]."""
         op = Op.COUNT_EQUAL
-        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "a", a, ("i32",))
         self._check_tensor(op, "b", b)
-        self._check_types(op, "a", a, ("i32",))
         if b.dtype != a.dtype or b.ne != a.ne:
             raise self._err(op, "b", f"{a.dtype} ne {ne_str(a.ne)} (as a)", f"{b.dtype} ne {ne_str(b.ne)}")
         return self._new(op, (1, 1, 1, 1), "i64", (a, b))
@@ -370,8 +365,7 @@ class Graph(GraphIR):
     def glu(self, a: Tensor, op: int | str, swapped: bool = False) -> Tensor:
         """``ggml_glu``: split a's rows in halves; act(first) * second (halves exchanged if swapped)."""
         code = self._sub_op(Op.GLU, op, GLU_BUILT)
-        self._check_tensor(Op.GLU, "a", a)
-        self._check_types(Op.GLU, "a", a, ("f32", "f16"))
+        self._check_tensor(Op.GLU, "a", a, ("f32", "f16"))
         ne = (a.ne[0] // 2, a.ne[1], a.ne[2], a.ne[3])
         params = {"op": code.enum_value, "swapped": bool(swapped)}
         return self._new(Op.GLU, ne, a.dtype, (a, None), params, sub_op=code.sub_op)
@@ -391,20 +385,18 @@ class Graph(GraphIR):
         return code
 
     def _glu2(self, code: Op, a: Tensor, b: Tensor, extra: Mapping[str, Any]) -> Tensor:
-        self._check_tensor(Op.GLU, "a", a)
+        self._check_tensor(Op.GLU, "a", a, ("f32", "f16"))
         self._check_tensor(Op.GLU, "b", b)
-        self._check_types(Op.GLU, "a", a, ("f32", "f16"))
         if b.dtype != a.dtype:
             raise self._err(Op.GLU, "b", f"type {a.dtype} (same as a)", b.dtype)
         if b.ne != a.ne:
-            raise self._err(Op.GLU, "b", f"ne {ne_str(a.ne)} (same shape as a)", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(Op.GLU, "b", f"ne {ne_str(a.ne)} (same shape as a)", b)
         params = {"op": code.enum_value, "swapped": False, **extra}
         return self._new(Op.GLU, a.ne, a.dtype, (a, b), params, sub_op=code.sub_op)
 
     def swiglu_oai(self, a: Tensor, b: Tensor, alpha: float, limit: float) -> Tensor:
         """``ggml_swiglu_oai``: x=min(a,limit); x·σ(alpha·x)·(clamp(b,-limit,limit)+1) (f32 only)."""
-        self._check_tensor(Op.GLU, "a", a)
-        self._check_types(Op.GLU, "a", a, ("f32",))
+        self._check_tensor(Op.GLU, "a", a, ("f32",))
         return self._glu2(Op.SWIGLU_OAI, a, b, {"alpha": float(alpha), "limit": float(limit)})
 
     # ------------------------------------------------------------------ layout ops
@@ -602,9 +594,7 @@ class Graph(GraphIR):
             )
         for d in range(4):
             if d != dim and a.ne[d] != b.ne[d]:
-                raise self._err(
-                    Op.CONCAT, "b", f"ne[{d}] == {a.ne[d]} (a's, all dims but {dim})", f"ne {ne_str(b.ne)}"
-                )
+                raise self._ne_err(Op.CONCAT, "b", f"ne[{d}] == {a.ne[d]} (a's, all dims but {dim})", b)
         ne = list(a.ne)
         ne[dim] += b.ne[dim]
         return self._new(Op.CONCAT, ne, a.dtype, (a, b), {"dim": int(dim)})
@@ -627,8 +617,7 @@ class Graph(GraphIR):
     def pad_reflect_1d(self, a: Tensor, p0: int, p1: int) -> Tensor:
         """``ggml_pad_reflect_1d``: dim 0 extended by its mirror image (edges not repeated)."""
         op = Op.PAD_REFLECT_1D
-        self._check_tensor(op, "a", a)
-        self._check_types(op, "a", a, ("f32",))
+        self._check_tensor(op, "a", a, ("f32",))
         if not (0 <= p0 < a.ne[0] and 0 <= p1 < a.ne[0]):
             raise self._err(op, "p0/p1", f"pads in [0, ne[0] = {a.ne[0]})", f"p0 {p0}, p1 {p1}")
         return self._new(op, (a.ne[0] + p0 + p1, *a.ne[1:]), a.dtype, (a,), {"p0": int(p0), "p1": int(p1)})
@@ -646,8 +635,7 @@ class Graph(GraphIR):
         return self._pad(a, (lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3), True)
 
     def _pad(self, a: Tensor, pads: tuple[int, ...], circular: bool) -> Tensor:
-        self._check_tensor(Op.PAD, "a", a)
-        self._check_types(Op.PAD, "a", a, ("f32",))
+        self._check_tensor(Op.PAD, "a", a, ("f32",))
         if any(p < 0 for p in pads):
             raise self._err(Op.PAD, "padding", "non-negative pads", str(list(pads)))
         ne = [a.ne[i] + pads[2 * i] + pads[2 * i + 1] for i in range(4)]
@@ -662,14 +650,10 @@ class Graph(GraphIR):
         """``ggml_get_rows``: rows of a picked by i32 indices b (out ne = [a.ne0, b.ne0, b.ne1, b.ne2])."""
         op = Op.GET_ROWS
         self._check_tensor(op, "a", a)
-        self._check_tensor(op, "b", b)
-        self._check_types(op, "b", b, ("i32",))
+        self._check_tensor(op, "b", b, ("i32",))
         if a.ne[2] != b.ne[1] or a.ne[3] != b.ne[2] or b.ne[3] != 1:
-            raise self._err(
-                op,
-                "b",
-                f"ne[1] == a.ne[2] = {a.ne[2]}, ne[2] == a.ne[3] = {a.ne[3]}, ne[3] == 1",
-                f"ne {ne_str(b.ne)}",
+            raise self._ne_err(
+                op, "b", f"ne[1] == a.ne[2] = {a.ne[2]}, ne[2] == a.ne[3] = {a.ne[3]}, ne[3] == 1", b
             )
         dtype = "i32" if a.dtype == "i32" else "f32"
         return self._indexed(self._new(op, (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), dtype, (a, b)))
@@ -683,13 +667,13 @@ class Graph(GraphIR):
         self._check_types(op, "c", c, ("i64", "i32"))
         self._check_types(op, "a", a, FLOAT_TYPES + ("i32",) + WRITABLE_QUANT_TYPES)
         if a.ne[0] != b.ne[0] or a.ne[2] != b.ne[2] or a.ne[3] != b.ne[3]:
-            raise self._err(op, "b", f"ne[0], ne[2], ne[3] equal to a's {ne_str(a.ne)}", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"ne[0], ne[2], ne[3] equal to a's {ne_str(a.ne)}", b)
         if b.ne[1] != c.ne[0] or b.ne[2] % c.ne[1] or b.ne[3] % c.ne[2] or c.ne[3] != 1:
-            raise self._err(
+            raise self._ne_err(
                 op,
                 "c",
                 f"ne[0] == b.ne[1] = {b.ne[1]}, b.ne[2] % ne[1] == 0, b.ne[3] % ne[2] == 0, ne[3] == 1",
-                f"ne {ne_str(c.ne)}",
+                c,
             )
         return self._indexed(self._new(op, a.ne, a.dtype, (a, b, c)))
 
@@ -733,9 +717,8 @@ class Graph(GraphIR):
     def _set_like(
         self, op: Op, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int, types: Sequence[str]
     ) -> Tensor:
-        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "a", a, types)
         self._check_tensor(op, "b", b)
-        self._check_types(op, "a", a, types)
         if b.dtype != a.dtype:
             raise self._err(op, "b", f"type {a.dtype} (as a)", b.dtype)
         if b.nelements > a.nelements:
@@ -776,11 +759,9 @@ class Graph(GraphIR):
             self._check_types(op, "a", a, FLOAT_TYPES)
         self._check_types(op, "b", b, FLOAT_TYPES)
         if a.ne[0] != b.ne[0]:
-            raise self._err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", b)
         if b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
-            raise self._err(
-                op, "b", f"ne[2], ne[3] multiples of a's ({a.ne[2]}, {a.ne[3]})", f"ne {ne_str(b.ne)}"
-            )
+            raise self._ne_err(op, "b", f"ne[2], ne[3] multiples of a's ({a.ne[2]}, {a.ne[3]})", b)
         if a.is_transposed():
             raise self._err(op, "a", "a non-transposed tensor (nb[0] <= nb[1]); use cont", f"nb {list(a.nb)}")
         return self._new(op, (a.ne[1], b.ne[1], b.ne[2], b.ne[3]), "f32", (a, b), {"prec": GGML_PREC_DEFAULT})
@@ -805,17 +786,17 @@ class Graph(GraphIR):
             self._check_types(op, "as", as_, FLOAT_TYPES)
         self._check_types(op, "b", b, FLOAT_TYPES)
         if as_.ne[3] != 1:
-            raise self._err(op, "as", "a 3-D tensor (ne[3] == 1)", f"ne {ne_str(as_.ne)}")
+            raise self._ne_err(op, "as", "a 3-D tensor (ne[3] == 1)", as_)
         if b.ne[3] != 1:
-            raise self._err(op, "b", "a 3-D tensor (ne[3] == 1)", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", "a 3-D tensor (ne[3] == 1)", b)
         if ids.ne[2] != 1 or ids.ne[3] != 1:
-            raise self._err(op, "ids", "a 2-D tensor", f"ne {ne_str(ids.ne)}")
+            raise self._ne_err(op, "ids", "a 2-D tensor", ids)
         if ids.ne[1] != b.ne[2]:
-            raise self._err(op, "ids", f"ne[1] == b.ne[2] = {b.ne[2]} (tokens)", f"ne {ne_str(ids.ne)}")
+            raise self._ne_err(op, "ids", f"ne[1] == b.ne[2] = {b.ne[2]} (tokens)", ids)
         if as_.ne[0] != b.ne[0]:
-            raise self._err(op, "b", f"ne[0] == as.ne[0] = {as_.ne[0]}", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"ne[0] == as.ne[0] = {as_.ne[0]}", b)
         if ids.ne[0] % b.ne[1]:
-            raise self._err(op, "b", f"ne[1] dividing ids.ne[0] = {ids.ne[0]}", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"ne[1] dividing ids.ne[0] = {ids.ne[0]}", b)
         return self._indexed(self._new(op, (as_.ne[1], ids.ne[0], b.ne[2], 1), "f32", (as_, b, ids)))
 
     def out_prod(self, a: Tensor, b: Tensor) -> Tensor:
@@ -828,47 +809,36 @@ class Graph(GraphIR):
             self._check_types(op, "a", a, ("f32", "f16"))
         self._check_types(op, "b", b, FLOAT_TYPES)
         if a.ne[1] != b.ne[1] or b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
-            raise self._err(
-                op, "b", f"ne[1] == a.ne[1] = {a.ne[1]}, ne[2], ne[3] multiples of a's", f"ne {ne_str(b.ne)}"
-            )
+            raise self._ne_err(op, "b", f"ne[1] == a.ne[1] = {a.ne[1]}, ne[2], ne[3] multiples of a's", b)
         if not a.is_quantized and a.is_transposed():
             raise self._err(op, "a", "a non-transposed tensor (nb[0] <= nb[1])", f"nb {list(a.nb)}")
         return self._new(op, (a.ne[0], b.ne[0], b.ne[2], b.ne[3]), "f32", (a, b))
 
     # ------------------------------------------------------------------ normalisation / reductions
-    def _norm(self, op: str, a: Tensor, eps: float) -> Tensor:
-        self._check_tensor(op, "a", a)
-        self._check_types(op, "a", a, ("f32",))
-        return self._new(op, a.ne, a.dtype, (a,), {"eps": float(eps)})
-
     def norm(self, a: Tensor, eps: float) -> Tensor:
         """``ggml_norm``: (x - mean) / sqrt(var + eps) along rows."""
-        return self._norm(Op.NORM, a, eps)
+        return self._float_unary(Op.NORM, a, {"eps": float(eps)}, ("f32",))
 
     def rms_norm(self, a: Tensor, eps: float) -> Tensor:
         """``ggml_rms_norm``: x / sqrt(mean(x²) + eps) along rows."""
-        return self._norm(Op.RMS_NORM, a, eps)
+        return self._float_unary(Op.RMS_NORM, a, {"eps": float(eps)}, ("f32",))
 
     def l2_norm(self, a: Tensor, eps: float) -> Tensor:
         """``ggml_l2_norm``: x / max(‖x‖, eps) along rows."""
-        return self._norm(Op.L2_NORM, a, eps)
+        return self._float_unary(Op.L2_NORM, a, {"eps": float(eps)}, ("f32",))
 
     def sum_rows(self, a: Tensor) -> Tensor:
         """``ggml_sum_rows``: row sums (ne0 → 1)."""
-        self._check_tensor(Op.SUM_ROWS, "a", a)
-        self._check_types(Op.SUM_ROWS, "a", a, ("f32",))
+        self._check_tensor(Op.SUM_ROWS, "a", a, ("f32",))
         return self._new(Op.SUM_ROWS, (1, a.ne[1], a.ne[2], a.ne[3]), a.dtype, (a,))
 
     def cumsum(self, a: Tensor) -> Tensor:
         """``ggml_cumsum``: inclusive prefix sums along rows."""
-        self._check_tensor(Op.CUMSUM, "a", a)
-        self._check_types(Op.CUMSUM, "a", a, ("f32",))
-        return self._new(Op.CUMSUM, a.ne, a.dtype, (a,))
+        return self._float_unary(Op.CUMSUM, a, None, ("f32",))
 
     def argsort(self, a: Tensor, order: int = GGML_SORT_ORDER_ASC) -> Tensor:
         """``ggml_argsort``: i32 indices sorting each row (0 = ASC, 1 = DESC)."""
-        self._check_tensor(Op.ARGSORT, "a", a)
-        self._check_types(Op.ARGSORT, "a", a, ("f32",))
+        self._check_tensor(Op.ARGSORT, "a", a, ("f32",))
         if order not in (GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC):
             raise self._err(Op.ARGSORT, "order", "0 (ASC) or 1 (DESC)", str(order))
         return self._new(Op.ARGSORT, a.ne, "i32", (a,), {"order": int(order)})
@@ -876,16 +846,14 @@ class Graph(GraphIR):
     def top_k(self, a: Tensor, k: int) -> Tensor:
         """``ggml_top_k``: i32 indices of each row's k largest values (order unspecified by ggml; ovkit
         gives ggml's CPU order: descending, the first two exchanged)."""
-        self._check_tensor(Op.TOP_K, "a", a)
-        self._check_types(Op.TOP_K, "a", a, ("f32",))
+        self._check_tensor(Op.TOP_K, "a", a, ("f32",))
         if not 1 <= k <= a.ne[0]:
             raise self._err(Op.TOP_K, "k", f"1 <= k <= a.ne[0] = {a.ne[0]}", str(k))
         return self._new(Op.TOP_K, (int(k), a.ne[1], a.ne[2], a.ne[3]), "i32", (a,), {"k": int(k)})
 
     def roll(self, a: Tensor, shift0: int, shift1: int, shift2: int, shift3: int) -> Tensor:
         """``ggml_roll``: elements shifted (with wrap-around) by shift_i along ggml dim i, as numpy.roll."""
-        self._check_tensor(Op.ROLL, "a", a)
-        self._check_types(Op.ROLL, "a", a, ("f32",))
+        self._check_tensor(Op.ROLL, "a", a, ("f32",))
         shifts = (shift0, shift1, shift2, shift3)
         for i, sh in enumerate(shifts):
             if abs(sh) >= a.ne[i]:
@@ -896,9 +864,7 @@ class Graph(GraphIR):
     # ------------------------------------------------------------------ softmax / attention
     def diag_mask_inf(self, a: Tensor, n_past: int) -> Tensor:
         """``ggml_diag_mask_inf``: a with −inf where column i > n_past + row j (causal mask)."""
-        self._check_tensor(Op.DIAG_MASK_INF, "a", a)
-        self._check_types(Op.DIAG_MASK_INF, "a", a, ("f32",))
-        return self._new(Op.DIAG_MASK_INF, a.ne, a.dtype, (a,), {"n_past": int(n_past)})
+        return self._float_unary(Op.DIAG_MASK_INF, a, {"n_past": int(n_past)}, ("f32",))
 
     def soft_max(self, a: Tensor) -> Tensor:
         """``ggml_soft_max``: softmax along rows."""
@@ -907,25 +873,34 @@ class Graph(GraphIR):
     def soft_max_ext(self, a: Tensor, mask: Tensor | None, scale: float, max_bias: float) -> Tensor:
         """``ggml_soft_max_ext``: softmax(a·scale + mask·slope) along rows (ALiBi slope if max_bias>0)."""
         op = Op.SOFT_MAX
-        self._check_tensor(op, "a", a)
-        self._check_types(op, "a", a, ("f32",))
-        if mask is not None:
-            self._check_tensor(op, "mask", mask)
-            self._check_types(op, "mask", mask, ("f16", "f32"))
-            if not mask.is_contiguous:
-                raise self._err(op, "mask", "a contiguous tensor", f"nb {list(mask.nb)}")
-            if mask.ne[0] != a.ne[0] or mask.ne[1] < a.ne[1] or a.ne[2] % mask.ne[2] or a.ne[3] % mask.ne[3]:
-                raise self._err(
-                    op,
-                    "mask",
-                    f"ne[0] == {a.ne[0]}, ne[1] >= {a.ne[1]}, ne[2] | {a.ne[2]}, ne[3] | {a.ne[3]}",
-                    f"ne {ne_str(mask.ne)}",
-                )
-        if max_bias > 0 and mask is None:
-            raise self._err(op, "mask", "a mask when max_bias > 0 (ALiBi)", "None")
+        self._check_tensor(op, "a", a, ("f32",))
+        self._check_mask(op, mask, ("f16", "f32"), max_bias, a.ne, f"{a.ne[0]}")
         return self._new(
             op, a.ne, a.dtype, (a, mask, None), {"scale": float(scale), "max_bias": float(max_bias)}
         )
+
+    def _check_mask(
+        self,
+        op: Op,
+        mask: Tensor | None,
+        types: Sequence[str],
+        max_bias: float,
+        ne: Sequence[int],
+        ne0: str,
+        q: str = "",
+    ) -> None:
+        """A softmax/attention mask: contiguous, ``ne0`` columns (``ne[0]``), at least the ``ne[1]``
+        rows and dividing ``ne[2]``, ``ne[3]``; required when ``max_bias`` > 0 (ALiBi)."""
+        if mask is None:
+            if max_bias > 0:
+                raise self._err(op, "mask", "a mask when max_bias > 0 (ALiBi)", "None")
+            return
+        self._check_tensor(op, "mask", mask, types)
+        if not mask.is_contiguous:
+            raise self._err(op, "mask", "a contiguous tensor", f"nb {list(mask.nb)}")
+        if mask.ne[0] != ne[0] or mask.ne[1] < ne[1] or ne[2] % mask.ne[2] or ne[3] % mask.ne[3]:
+            expected = f"ne[0] == {ne0}, ne[1] >= {q}{ne[1]}, ne[2] | {ne[2]}, ne[3] | {ne[3]}"
+            raise self._ne_err(op, "mask", expected, mask)
 
     def soft_max_add_sinks(self, a: Tensor, sinks: Tensor | None) -> None:
         """``ggml_soft_max_add_sinks``: attach per-head sink logits (f32, ne0 == a.ne[2]) to a SOFT_MAX."""
@@ -937,10 +912,9 @@ class Graph(GraphIR):
             raise self._err(op, "a", f"a {op} result", a.op)
         srcs = list(a.srcs) + [None] * (slot + 1 - len(a.srcs))
         if sinks is not None:
-            self._check_tensor(op, "sinks", sinks)
-            self._check_types(op, "sinks", sinks, ("f32",))
+            self._check_tensor(op, "sinks", sinks, ("f32",))
             if sinks.nelements != heads or sinks.ne[0] != heads:
-                raise self._err(op, "sinks", f"ne[0] == {heads} (one per head)", f"ne {ne_str(sinks.ne)}")
+                raise self._ne_err(op, "sinks", f"ne[0] == {heads} (one per head)", sinks)
         srcs[slot] = sinks
         a.srcs = tuple(srcs)
         self._edited()
@@ -964,27 +938,12 @@ class Graph(GraphIR):
         # ggml's CPU kernel reads q as f32 whatever its type (an f16 q gives garbage there)
         self._check_types(op, "q", q, ("f32",))
         if k.ne[0] != q.ne[0]:
-            raise self._err(op, "k", f"ne[0] == q.ne[0] = {q.ne[0]}", f"ne {ne_str(k.ne)}")
+            raise self._ne_err(op, "k", f"ne[0] == q.ne[0] = {q.ne[0]}", k)
         if q.ne[2] % k.ne[2] or q.ne[3] % k.ne[3]:
-            raise self._err(
-                op, "k", f"ne[2], ne[3] dividing q's ({q.ne[2]}, {q.ne[3]})", f"ne {ne_str(k.ne)}"
-            )
+            raise self._ne_err(op, "k", f"ne[2], ne[3] dividing q's ({q.ne[2]}, {q.ne[3]})", k)
         if v.ne[1] != k.ne[1] or v.ne[2] != k.ne[2] or v.ne[3] != k.ne[3]:
-            raise self._err(op, "v", f"ne[1:4] == k's {list(k.ne[1:])}", f"ne {ne_str(v.ne)}")
-        if mask is not None:
-            self._check_tensor(op, "mask", mask)
-            self._check_types(op, "mask", mask, ("f16",))
-            if not mask.is_contiguous:
-                raise self._err(op, "mask", "a contiguous tensor", f"nb {list(mask.nb)}")
-            if mask.ne[0] != k.ne[1] or mask.ne[1] < q.ne[1] or q.ne[2] % mask.ne[2] or q.ne[3] % mask.ne[3]:
-                raise self._err(
-                    op,
-                    "mask",
-                    f"ne[0] == n_kv = {k.ne[1]}, ne[1] >= n_q = {q.ne[1]}, ne[2] | {q.ne[2]}, ne[3] | {q.ne[3]}",
-                    f"ne {ne_str(mask.ne)}",
-                )
-        if max_bias > 0 and mask is None:
-            raise self._err(op, "mask", "a mask when max_bias > 0 (ALiBi)", "None")
+            raise self._ne_err(op, "v", f"ne[1:4] == k's {list(k.ne[1:])}", v)
+        self._check_mask(op, mask, ("f16",), max_bias, (k.ne[1], *q.ne[1:]), f"n_kv = {k.ne[1]}", "n_q = ")
         ne = (v.ne[0], q.ne[2], q.ne[1], q.ne[3])
         params = {
             "scale": float(scale),
@@ -1024,21 +983,8 @@ class Graph(GraphIR):
             raise self._err(
                 Op.ROPE, "mode", "NORMAL (0) or NEOX (2); use rope_multi for MROPE/IMROPE/VISION", str(mode)
             )
-        return self._rope(
-            a,
-            b,
-            c,
-            n_dims,
-            (0, 0, 0, 0),
-            mode,
-            n_ctx_orig,
-            freq_base,
-            freq_scale,
-            ext_factor,
-            attn_factor,
-            beta_fast,
-            beta_slow,
-        )
+        rest = (n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow)
+        return self._rope(a, b, c, n_dims, (0, 0, 0, 0), mode, rest)
 
     def rope(self, a: Tensor, b: Tensor, n_dims: int, mode: int) -> Tensor:
         """``ggml_rope``: rope_ext with ggml's defaults (base 10000, no scaling, no YaRN)."""
@@ -1063,88 +1009,19 @@ class Graph(GraphIR):
         """``ggml_rope_multi``: multi-section rope (MROPE 8, VISION 24, IMROPE 40); b has 4 planes."""
         if not mode & RopeType.MROPE:
             raise self._err(Op.ROPE, "mode", "MROPE (8), VISION (24) or IMROPE (40)", str(mode))
-        secs = tuple(int(s) for s in sections) + (0,) * (4 - len(sections))
-        return self._rope(
-            a,
-            b,
-            c,
-            n_dims,
-            secs[:4],
-            mode,
-            n_ctx_orig,
-            freq_base,
-            freq_scale,
-            ext_factor,
-            attn_factor,
-            beta_fast,
-            beta_slow,
-        )
+        secs = (*(int(s) for s in sections), 0, 0, 0, 0)[:4]
+        rest = (n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow)
+        return self._rope(a, b, c, n_dims, secs, mode, rest)
 
-    def rope_ext_back(
-        self,
-        a: Tensor,
-        b: Tensor,
-        c: Tensor | None,
-        n_dims: int,
-        mode: int,
-        n_ctx_orig: int,
-        freq_base: float,
-        freq_scale: float,
-        ext_factor: float,
-        attn_factor: float,
-        beta_fast: float,
-        beta_slow: float,
-    ) -> Tensor:
-        """``ggml_rope_ext_back``: the inverse rotation (rope_ext with sin negated; op ROPE_BACK)."""
-        t = self.rope_ext(
-            a,
-            b,
-            c,
-            n_dims,
-            mode,
-            n_ctx_orig,
-            freq_base,
-            freq_scale,
-            ext_factor,
-            attn_factor,
-            beta_fast,
-            beta_slow,
-        )
+    def rope_ext_back(self, *args: Any, **kwargs: Any) -> Tensor:
+        """``ggml_rope_ext_back`` (rope_ext's arguments): the inverse rotation, op ROPE_BACK."""
+        t = self.rope_ext(*args, **kwargs)
         t.op = Op.ROPE_BACK  # ggml builds the forward node and relabels it, exactly so
         return t
 
-    def rope_multi_back(
-        self,
-        a: Tensor,
-        b: Tensor,
-        c: Tensor | None,
-        n_dims: int,
-        sections: Sequence[int],
-        mode: int,
-        n_ctx_orig: int,
-        freq_base: float,
-        freq_scale: float,
-        ext_factor: float,
-        attn_factor: float,
-        beta_fast: float,
-        beta_slow: float,
-    ) -> Tensor:
-        """``ggml_rope_multi_back``: the inverse of rope_multi (op ROPE_BACK)."""
-        t = self.rope_multi(
-            a,
-            b,
-            c,
-            n_dims,
-            sections,
-            mode,
-            n_ctx_orig,
-            freq_base,
-            freq_scale,
-            ext_factor,
-            attn_factor,
-            beta_fast,
-            beta_slow,
-        )
+    def rope_multi_back(self, *args: Any, **kwargs: Any) -> Tensor:
+        """``ggml_rope_multi_back`` (rope_multi's arguments): the inverse of rope_multi, op ROPE_BACK."""
+        t = self.rope_multi(*args, **kwargs)
         t.op = Op.ROPE_BACK
         return t
 
@@ -1156,26 +1033,16 @@ class Graph(GraphIR):
         n_dims: int,
         sections: tuple[int, ...],
         mode: int,
-        n_ctx_orig: int,
-        freq_base: float,
-        freq_scale: float,
-        ext_factor: float,
-        attn_factor: float,
-        beta_fast: float,
-        beta_slow: float,
+        rest: tuple[float, ...],
     ) -> Tensor:
         op = Op.ROPE
-        self._check_tensor(op, "a", a)
-        self._check_tensor(op, "b", b)
-        self._check_types(op, "a", a, ("f32", "f16"))
-        self._check_types(op, "b", b, ("i32",))
+        self._check_tensor(op, "a", a, ("f32", "f16"))
+        self._check_tensor(op, "b", b, ("i32",))
         if b.ne[1] != 1 or b.ne[2] != 1 or b.ne[3] != 1:
-            raise self._err(op, "b", "a 1-D position vector", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", "a 1-D position vector", b)
         planes = 4 if mode & RopeType.MROPE else 1
         if b.ne[0] != planes * a.ne[2]:
-            raise self._err(
-                op, "b", f"ne[0] == {planes}·a.ne[2] = {planes * a.ne[2]} positions", f"ne {ne_str(b.ne)}"
-            )
+            raise self._ne_err(op, "b", f"ne[0] == {planes}·a.ne[2] = {planes * a.ne[2]} positions", b)
         if n_dims > a.ne[0] or n_dims < 0:
             raise self._err(op, "n_dims", f"0 <= n_dims <= a.ne[0] = {a.ne[0]}", str(n_dims))
         if mode == RopeType.VISION and a.ne[0] != 2 * n_dims:
@@ -1185,25 +1052,13 @@ class Graph(GraphIR):
         if mode & RopeType.MROPE and sum(sections) <= 0:
             raise self._err(op, "sections", "at least one non-empty section", str(list(sections)))
         if c is not None:
-            self._check_tensor(op, "c", c)
-            self._check_types(op, "c", c, ("f32",))
+            self._check_tensor(op, "c", c, ("f32",))
             pairs = a.ne[0] // 2 if mode == RopeType.VISION else n_dims // 2
             if c.ne[0] < pairs:
-                raise self._err(
-                    op, "c", f"ne[0] >= {pairs} freq factors (one per rotated pair)", f"ne {ne_str(c.ne)}"
-                )
-        params = {
-            "n_dims": int(n_dims),
-            "mode": int(mode),
-            "n_ctx_orig": int(n_ctx_orig),
-            "freq_base": float(freq_base),
-            "freq_scale": float(freq_scale),
-            "ext_factor": float(ext_factor),
-            "attn_factor": float(attn_factor),
-            "beta_fast": float(beta_fast),
-            "beta_slow": float(beta_slow),
-            "sections": tuple(sections),
-        }
+                raise self._ne_err(op, "c", f"ne[0] >= {pairs} freq factors (one per rotated pair)", c)
+        names = ("freq_base", "freq_scale", "ext_factor", "attn_factor", "beta_fast", "beta_slow")
+        params = {"n_dims": int(n_dims), "mode": int(mode), "n_ctx_orig": int(rest[0]), "sections": sections}
+        params.update((k, float(v)) for k, v in zip(names, rest[1:], strict=True))
         return self._new(op, a.ne, a.dtype, (a, b, c), params)
 
     # ------------------------------------------------------------------ conv-like
@@ -1223,8 +1078,7 @@ class Graph(GraphIR):
         """``ggml_im2col``: a = kernel [OC, IC, KH, KW], b = input [N, IC, IH, IW] (numpy order)."""
         op = Op.IM2COL
         self._check_tensor(op, "a", a)
-        self._check_tensor(op, "b", b)
-        self._check_types(op, "b", b, ("f32", "f16"))
+        self._check_tensor(op, "b", b, ("f32", "f16"))
         dt = {0: "f32", 1: "f16"}.get(dst_type, dst_type) if isinstance(dst_type, int) else dst_type
         if dt not in ("f32", "f16"):
             raise self._err(op, "dst_type", "f32 or f16", str(dst_type))
@@ -1232,17 +1086,15 @@ class Graph(GraphIR):
             raise self._err(op, "a", "an f16 kernel for an f16 dst_type (ggml's CPU im2col)", a.dtype)
         if is_2D:
             if a.ne[2] != b.ne[2]:
-                raise self._err(op, "b", f"ne[2] == a.ne[2] = {a.ne[2]} channels", f"ne {ne_str(b.ne)}")
+                raise self._ne_err(op, "b", f"ne[2] == a.ne[2] = {a.ne[2]} channels", b)
         elif b.ne[1] != a.ne[1] or b.ne[3] != 1:
-            raise self._err(
-                op, "b", f"ne[1] == a.ne[1] = {a.ne[1]} channels, ne[3] == 1", f"ne {ne_str(b.ne)}"
-            )
+            raise self._ne_err(op, "b", f"ne[1] == a.ne[1] = {a.ne[1]} channels, ne[3] == 1", b)
         # ggml divides by the strides (s1 only for 2-D); any dilation sign is accepted, as in ggml
         self._conv_params(op, s0=s0, **({"s1": s1} if is_2D else {}))
         oh = conv_output_size(b.ne[1], a.ne[1], s1, p1, d1) if is_2D else 0
         ow = conv_output_size(b.ne[0], a.ne[0], s0, p0, d0)
         if (is_2D and oh <= 0) or ow <= 0:
-            raise self._err(op, "b", "an input at least as large as the dilated kernel", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", "an input at least as large as the dilated kernel", b)
         ne = (a.ne[2] * a.ne[1] * a.ne[0], ow, oh, b.ne[3]) if is_2D else (a.ne[1] * a.ne[0], ow, b.ne[2], 1)
         params = {"s0": s0, "s1": s1, "p0": p0, "p1": p1, "d0": d0, "d1": d1, "is_2D": bool(is_2D)}
         return self._new(op, ne, dt, (a, b), params)
@@ -1262,8 +1114,7 @@ class Graph(GraphIR):
         """``ggml_interpolate``: resample to ne; mode NEAREST 0, BILINEAR 1, BICUBIC 2 on dims 0, 1
         (| ALIGN_CORNERS 256, | ANTIALIAS 512 for bilinear); dims 2, 3 by nearest index."""
         op = Op.UPSCALE
-        self._check_tensor(op, "a", a)
-        self._check_types(op, "a", a, ("f32",))
+        self._check_tensor(op, "a", a, ("f32",))
         base, flags = mode & 0xFF, mode & ~0xFF
         if base > GGML_SCALE_MODE_BICUBIC or flags & ~(
             GGML_SCALE_FLAG_ALIGN_CORNERS | GGML_SCALE_FLAG_ANTIALIAS
@@ -1284,10 +1135,9 @@ class Graph(GraphIR):
         (softmax(b) − c)·a / rows of b."""
         op = Op.CROSS_ENTROPY_LOSS_BACK
         self._same_shape_back(op, b, c)
-        self._check_tensor(op, "a", a)
-        self._check_types(op, "a", a, ("f32",))
+        self._check_tensor(op, "a", a, ("f32",))
         if a.nelements != 1:
-            raise self._err(op, "a", "a scalar loss gradient (1 element)", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(op, "a", "a scalar loss gradient (1 element)", a)
         return self._new(op, b.ne, "f32", (a, b, c))
 
     def arange(self, start: float, stop: float, step: float) -> Tensor:
@@ -1303,10 +1153,9 @@ class Graph(GraphIR):
         """``ggml_timestep_embedding``: per timestep t of a [N], [cos(t·f_j) | sin(t·f_j)] with
         f_j = max_period^(−j/half), half = dim // 2 (an odd dim ends in a 0)."""
         op = Op.TIMESTEP_EMBEDDING
-        self._check_tensor(op, "a", a)
-        self._check_types(op, "a", a, ("f32",))
+        self._check_tensor(op, "a", a, ("f32",))
         if a.ne[1:] != (1, 1, 1) or dim < 1 or max_period < 1:
-            raise self._err(op, "a", "a vector of timesteps, dim >= 1, max_period >= 1", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(op, "a", "a vector of timesteps, dim >= 1, max_period >= 1", a)
         return self._new(
             op, (dim, a.ne[0], 1, 1), "f32", (a,), {"dim": int(dim), "max_period": int(max_period)}
         )
@@ -1321,20 +1170,18 @@ class Graph(GraphIR):
         in place; ovkit returns the updated value)."""
         op = Op.OPT_STEP_SGD
         self._same_shape_back(op, a, grad)
-        self._check_tensor(op, "params", params)
-        self._check_types(op, "params", params, ("f32",))
+        self._check_tensor(op, "params", params, ("f32",))
         if params.nelements != 2:
-            raise self._err(op, "params", "2 values [learning rate, weight decay]", f"ne {ne_str(params.ne)}")
+            raise self._ne_err(op, "params", "2 values [learning rate, weight decay]", params)
         return self._new(op, a.ne, a.dtype, (a, grad, params))
 
     def _same_shape_back(self, op: Op, a: Tensor, b: Tensor, types: Sequence[str] = ("f32",)) -> None:
-        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "a", a, types)
         self._check_tensor(op, "b", b)
-        self._check_types(op, "a", a, types)
         if b.dtype != a.dtype:
             raise self._err(op, "b", f"type {a.dtype} (as a)", b.dtype)
         if b.ne != a.ne:
-            raise self._err(op, "b", f"ne {ne_str(a.ne)} (as a)", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"ne {ne_str(a.ne)} (as a)", b)
 
     def soft_max_ext_back(self, a: Tensor, b: Tensor, scale: float, max_bias: float) -> Tensor:
         """``ggml_soft_max_ext_back``: a = dy, b = the softmax output y → scale·y·(dy − Σ y·dy)."""
@@ -1362,31 +1209,33 @@ class Graph(GraphIR):
         self._check_types(op, "a", a, ("f32", "f16"))
         self._check_types(op, "b", b, ("i32",))
         if a.ne[2] != 1 or a.ne[3] != 1 or c.ne[2] != 1 or c.ne[3] != 1 or a.ne[0] != c.ne[0]:
-            raise self._err(
-                op, "c", f"matrices a, c with c.ne[0] == a.ne[0] = {a.ne[0]}", f"ne {ne_str(c.ne)}"
-            )
+            raise self._ne_err(op, "c", f"matrices a, c with c.ne[0] == a.ne[0] = {a.ne[0]}", c)
         if b.ne[1:] != (1, 1, 1) or b.ne[0] > a.ne[1]:  # ggml reads the first b.ne[0] rows of a
-            raise self._err(op, "b", f"a vector of at most a.ne[1] = {a.ne[1]} row ids", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", f"a vector of at most a.ne[1] = {a.ne[1]} row ids", b)
         return self._indexed(self._new(op, (c.ne[0], c.ne[1], 1, 1), "f32", (a, b)))  # c: shape only, as ggml
 
     def repeat_back(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_repeat_back``: a summed over its repetitions of b's shape (the inverse of repeat)."""
         op = Op.REPEAT_BACK
-        self._check_tensor(op, "a", a)
+        self._check_tensor(op, "a", a, ("f32",))
         self._check_tensor(op, "b", b)
-        self._check_types(op, "a", a, ("f32",))
         self._can_repeat(op, b, a, "b", "a")
         return self._new(op, b.ne, a.dtype, (a,))  # b gives the shape only, as in ggml
 
     # ------------------------------------------------------------------ convolutions, pooling
-    def _conv_params(self, op: str, **values: int) -> dict[str, int]:
+    def _conv_params(self, op: str, **values: float) -> dict[str, int]:
         """Stride/dilation arguments as ints, each at least 1 (ggml divides by the strides)."""
         for k, v in values.items():
             if k[0] in "sdk" and int(v) < 1:
                 raise self._err(op, k, f"{k} >= 1", str(v))
         return {k: int(v) for k, v in values.items()}
 
-    def _conv_out(self, op: str, b: Tensor, sizes: Sequence[int]) -> None:
+    def _conv_out(self, op: str, a: Tensor, b: Tensor, *spd: tuple[int, ...]) -> list[int]:
+        """Output sizes of kernel a over input b along dims 0.. (strides, pads, dilations per dim);
+        GraphError when the input is smaller than the dilated kernel."""
+        sizes = [
+            conv_output_size(b.ne[i], a.ne[i], s, p, d) for i, (s, p, d) in enumerate(zip(*spd, strict=True))
+        ]
         if any(n <= 0 for n in sizes):
             raise self._err(
                 op,
@@ -1394,6 +1243,7 @@ class Graph(GraphIR):
                 "an input at least as large as the dilated kernel",
                 f"ne {ne_str(b.ne)} → {list(sizes)}",
             )
+        return sizes
 
     def conv_2d_direct(
         self, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int
@@ -1401,16 +1251,12 @@ class Graph(GraphIR):
         """``ggml_conv_2d_direct``: a kernel [OC, IC, KH, KW], b input [N, IC, H, W] (numpy) →
         [N, OC, OH, OW]; an f16 kernel rounds the input patches to f16 as ggml's CPU does."""
         op = Op.CONV_2D
-        self._check_tensor(op, "a", a)
-        self._check_tensor(op, "b", b)
-        self._check_types(op, "a", a, ("f32", "f16"))
-        self._check_types(op, "b", b, ("f32",))
+        self._check_tensor(op, "a", a, ("f32", "f16"))
+        self._check_tensor(op, "b", b, ("f32",))
         p = self._conv_params(op, s0=s0, s1=s1, p0=p0, p1=p1, d0=d0, d1=d1)
         if a.ne[2] != b.ne[2]:
-            raise self._err(op, "b", f"ne[2] == a.ne[2] = {a.ne[2]} channels", f"ne {ne_str(b.ne)}")
-        ow = conv_output_size(b.ne[0], a.ne[0], s0, p0, d0)
-        oh = conv_output_size(b.ne[1], a.ne[1], s1, p1, d1)
-        self._conv_out(op, b, (ow, oh))
+            raise self._ne_err(op, "b", f"ne[2] == a.ne[2] = {a.ne[2]} channels", b)
+        ow, oh = self._conv_out(op, a, b, (s0, s1), (p0, p1), (d0, d1))
         return self._new(op, (ow, oh, a.ne[3], b.ne[3]), b.dtype, (a, b), p)
 
     def conv_2d_dw_direct(
@@ -1426,18 +1272,12 @@ class Graph(GraphIR):
     ) -> Tensor:
         """``ggml_conv_2d_dw_direct``: depthwise; a kernel [C, 1, KH, KW], b [N, C, H, W] (numpy)."""
         op = Op.CONV_2D_DW
-        self._check_tensor(op, "a", a)
-        self._check_tensor(op, "b", b)
-        self._check_types(op, "a", a, ("f32", "f16"))
-        self._check_types(op, "b", b, ("f32",))
+        self._check_tensor(op, "a", a, ("f32", "f16"))
+        self._check_tensor(op, "b", b, ("f32",))
         p = self._conv_params(op, s0=stride0, s1=stride1, p0=pad0, p1=pad1, d0=dilation0, d1=dilation1)
         if a.ne[2] != 1 or a.ne[3] != b.ne[2]:
-            raise self._err(
-                op, "a", f"ne[2] == 1, ne[3] == b.ne[2] = {b.ne[2]} channels", f"ne {ne_str(a.ne)}"
-            )
-        ow = conv_output_size(b.ne[0], a.ne[0], stride0, pad0, dilation0)
-        oh = conv_output_size(b.ne[1], a.ne[1], stride1, pad1, dilation1)
-        self._conv_out(op, b, (ow, oh))
+            raise self._ne_err(op, "a", f"ne[2] == 1, ne[3] == b.ne[2] = {b.ne[2]} channels", a)
+        ow, oh = self._conv_out(op, a, b, (stride0, stride1), (pad0, pad1), (dilation0, dilation1))
         return self._new(op, (ow, oh, b.ne[2], b.ne[3]), b.dtype, (a, b), p)
 
     def conv_3d_direct(
@@ -1460,20 +1300,14 @@ class Graph(GraphIR):
         """``ggml_conv_3d_direct``: a kernel [OC·IC, KD, KH, KW], b [N·IC, D, H, W] (numpy) →
         [N·OC, OD, OH, OW] (c = IC, n = N, oc = OC)."""
         op = Op.CONV_3D
-        self._check_tensor(op, "a", a)
-        self._check_tensor(op, "b", b)
-        self._check_types(op, "a", a, ("f32", "f16"))
-        self._check_types(op, "b", b, ("f32",))
+        self._check_tensor(op, "a", a, ("f32", "f16"))
+        self._check_tensor(op, "b", b, ("f32",))
         p = self._conv_params(op, s0=s0, s1=s1, s2=s2, p0=p0, p1=p1, p2=p2, d0=d0, d1=d1, d2=d2)
         if c < 1 or n < 1 or oc < 1 or a.ne[3] != c * oc:
-            raise self._err(op, "a", f"ne[3] == c·oc = {c}·{oc}", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(op, "a", f"ne[3] == c·oc = {c}·{oc}", a)
         if b.ne[3] != c * n:
-            raise self._err(op, "b", f"ne[3] == c·n = {c}·{n}", f"ne {ne_str(b.ne)}")
-        out = [
-            conv_output_size(b.ne[i], a.ne[i], (s0, s1, s2)[i], (p0, p1, p2)[i], (d0, d1, d2)[i])
-            for i in range(3)
-        ]
-        self._conv_out(op, b, out)
+            raise self._ne_err(op, "b", f"ne[3] == c·n = {c}·{n}", b)
+        out = self._conv_out(op, a, b, (s0, s1, s2), (p0, p1, p2), (d0, d1, d2))
         return self._new(op, (*out, oc * n), "f32", (a, b), {**p, "c": int(c), "n": int(n), "oc": int(oc)})
 
     def im2col_3d(
@@ -1496,19 +1330,14 @@ class Graph(GraphIR):
         columns [N·OD, OH, OW, IC·KD·KH·KW]."""
         op = Op.IM2COL_3D
         self._check_tensor(op, "a", a)
-        self._check_tensor(op, "b", b)
-        self._check_types(op, "b", b, ("f32",))
+        self._check_tensor(op, "b", b, ("f32",))
         dt = {0: "f32", 1: "f16"}.get(dst_type, dst_type) if isinstance(dst_type, int) else dst_type
         if dt not in ("f32", "f16"):
             raise self._err(op, "dst_type", "f32 or f16", str(dst_type))
         p = self._conv_params(op, s0=s0, s1=s1, s2=s2, p0=p0, p1=p1, p2=p2, d0=d0, d1=d1, d2=d2)
         if IC < 1:  # ggml takes N = b.ne[3] // IC batches (0 batches: an empty result)
             raise self._err(op, "IC", "a channel count >= 1", str(IC))
-        out = [
-            conv_output_size(b.ne[i], a.ne[i], (s0, s1, s2)[i], (p0, p1, p2)[i], (d0, d1, d2)[i])
-            for i in range(3)
-        ]
-        self._conv_out(op, b, out)
+        out = self._conv_out(op, a, b, (s0, s1, s2), (p0, p1, p2), (d0, d1, d2))
         ne = (a.ne[0] * a.ne[1] * a.ne[2] * IC, out[0], out[1], out[2] * (b.ne[3] // IC))
         return self._new(op, ne, dt, (a, b), {**p, "IC": int(IC)})
 
@@ -1516,13 +1345,10 @@ class Graph(GraphIR):
         """``ggml_col2im_1d``: columns a [T_in, OC·K] (numpy) scatter-added into a signal
         [OC, (T_in − 1)·s0 + K − 2·p0]: out[oc, t] = Σ a[i, oc·K + k] over i·s0 + k − p0 = t."""
         op = Op.COL2IM_1D
-        self._check_tensor(op, "a", a)
-        self._check_types(op, "a", a, FLOAT_TYPES)
+        self._check_tensor(op, "a", a, FLOAT_TYPES)
         self._conv_params(op, s0=s0)
         if oc < 1 or a.ne[0] % oc or a.ne[2] != 1 or a.ne[3] != 1:
-            raise self._err(
-                op, "a", f"a matrix [T_in, OC·K] with ne[0] a multiple of OC = {oc}", f"ne {ne_str(a.ne)}"
-            )
+            raise self._ne_err(op, "a", f"a matrix [T_in, OC·K] with ne[0] a multiple of OC = {oc}", a)
         t_out = (a.ne[1] - 1) * s0 + a.ne[0] // oc - 2 * p0
         if p0 < 0 or t_out < 1:
             raise self._err(op, "p0", f"0 <= p0 with a positive output length, here {t_out}", str(p0))
@@ -1531,21 +1357,17 @@ class Graph(GraphIR):
     def conv_transpose_1d(self, a: Tensor, b: Tensor, s0: int, p0: int, d0: int) -> Tensor:
         """``ggml_conv_transpose_1d``: a kernel [IC, OC, K], b input [IC, L] (numpy) → [OC, (L−1)·s0 + K]."""
         op = Op.CONV_TRANSPOSE_1D
-        self._check_tensor(op, "a", a)
-        self._check_tensor(op, "b", b)
-        self._check_types(op, "a", a, ("f32", "f16"))
-        self._check_types(op, "b", b, ("f32",))
+        self._check_tensor(op, "a", a, ("f32", "f16"))
+        self._check_tensor(op, "b", b, ("f32",))
         self._conv_params(op, s0=s0)
         if p0 != 0 or d0 != 1:
             raise self._err(
                 op, "p0/d0", "p0 == 0 and d0 == 1 (ggml implements no other)", f"p0 {p0}, d0 {d0}"
             )
         if b.ne[2] != 1 or b.ne[3] != 1:
-            raise self._err(op, "b", "a matrix [IC, L]", f"ne {ne_str(b.ne)}")
+            raise self._ne_err(op, "b", "a matrix [IC, L]", b)
         if a.ne[2] != b.ne[1] or a.ne[3] != 1:
-            raise self._err(
-                op, "a", f"ne[2] == b.ne[1] = {b.ne[1]} channels, ne[3] == 1", f"ne {ne_str(a.ne)}"
-            )
+            raise self._ne_err(op, "a", f"ne[2] == b.ne[1] = {b.ne[1]} channels, ne[3] == 1", a)
         ne = ((b.ne[0] - 1) * s0 + a.ne[0], a.ne[1], 1, 1)
         return self._new(op, ne, "f32", (a, b), {"s0": int(s0), "p0": 0, "d0": 1})
 
@@ -1553,72 +1375,51 @@ class Graph(GraphIR):
         """``ggml_conv_transpose_2d_p0``: a kernel [IC, OC, KH, KW], b [N, IC, H, W] (numpy) →
         [N, OC, (H−1)·stride + KH, (W−1)·stride + KW]."""
         op = Op.CONV_TRANSPOSE_2D
-        self._check_tensor(op, "a", a)
-        self._check_tensor(op, "b", b)
-        self._check_types(op, "a", a, ("f32", "f16"))
-        self._check_types(op, "b", b, ("f32",))
+        self._check_tensor(op, "a", a, ("f32", "f16"))
+        self._check_tensor(op, "b", b, ("f32",))
         self._conv_params(op, stride=stride)
         if a.ne[3] != b.ne[2]:
-            raise self._err(op, "a", f"ne[3] == b.ne[2] = {b.ne[2]} channels", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(op, "a", f"ne[3] == b.ne[2] = {b.ne[2]} channels", a)
         ne = ((b.ne[0] - 1) * stride + a.ne[0], (b.ne[1] - 1) * stride + a.ne[1], a.ne[2], b.ne[3])
         return self._new(op, ne, "f32", (a, b), {"stride": int(stride)})
 
     def pool_1d(self, a: Tensor, op: int, k0: int, s0: int, p0: int) -> Tensor:
         """``ggml_pool_1d``: max (0) or average (1, over the in-bounds taps) pooling along ne0."""
         name = Op.POOL_1D
-        self._check_tensor(name, "a", a)
-        self._check_types(name, "a", a, ("f32", "f16"))
+        self._check_tensor(name, "a", a, ("f32", "f16"))
         if op not in (GGML_OP_POOL_MAX, GGML_OP_POOL_AVG):
             raise self._err(name, "op", "0 (MAX) or 1 (AVG)", str(op))
-        self._conv_params(name, k0=k0, s0=s0)
+        params = {"op": int(op), **self._conv_params(name, k0=k0, s0=s0, p0=p0)}
         ow = int((a.ne[0] + 2 * p0 - k0) / s0) + 1
         if ow <= 0:
-            raise self._err(name, "a", f"ne[0] + 2·p0 >= k0 = {k0}", f"ne {ne_str(a.ne)}")
-        params = {"op": int(op), "k0": int(k0), "s0": int(s0), "p0": int(p0)}
+            raise self._ne_err(name, "a", f"ne[0] + 2·p0 >= k0 = {k0}", a)
         return self._new(name, (ow, a.ne[1], a.ne[2], a.ne[3]), "f32", (a,), params)
 
     def pool_2d(self, a: Tensor, op: int, k0: int, k1: int, s0: int, s1: int, p0: float, p1: float) -> Tensor:
         """``ggml_pool_2d``: max (0) or average (1, divided by k0·k1) pooling over ne0, ne1."""
         name = Op.POOL_2D
-        self._check_tensor(name, "a", a)
-        self._check_types(name, "a", a, ("f32", "f16"))
+        self._check_tensor(name, "a", a, ("f32", "f16"))
         if op not in (GGML_OP_POOL_MAX, GGML_OP_POOL_AVG):
             raise self._err(name, "op", "0 (MAX) or 1 (AVG)", str(op))
-        self._conv_params(name, k0=k0, k1=k1, s0=s0, s1=s1)
+        params = {"op": int(op), **self._conv_params(name, k0=k0, k1=k1, s0=s0, s1=s1, p0=p0, p1=p1)}
         # ggml computes the sizes in float and truncates; its kernel uses the int padding
         ow = int((a.ne[0] + 2 * p0 - k0) / s0) + 1
         oh = int((a.ne[1] + 2 * p1 - k1) / s1) + 1
         if ow <= 0 or oh <= 0:
-            raise self._err(
-                name, "a", f"ne[0:2] + 2·p at least the kernel ({k0}, {k1})", f"ne {ne_str(a.ne)}"
-            )
-        params = {
-            "op": int(op),
-            "k0": int(k0),
-            "k1": int(k1),
-            "s0": int(s0),
-            "s1": int(s1),
-            "p0": int(p0),
-            "p1": int(p1),
-        }
+            raise self._ne_err(name, "a", f"ne[0:2] + 2·p at least the kernel ({k0}, {k1})", a)
         return self._new(name, (ow, oh, a.ne[2], a.ne[3]), "f32", (a,), params)
 
     def ssm_conv(self, sx: Tensor, c: Tensor) -> Tensor:
         """``ggml_ssm_conv``: depthwise causal conv; sx [n_s, d_inner, d_conv-1+n_t], c [d_inner, d_conv]."""
         op = Op.SSM_CONV
-        self._check_tensor(op, "sx", sx)
-        self._check_tensor(op, "c", c)
-        self._check_types(op, "sx", sx, ("f32",))
-        self._check_types(op, "c", c, ("f32",))
+        self._check_tensor(op, "sx", sx, ("f32",))
+        self._check_tensor(op, "c", c, ("f32",))
         d_conv = c.ne[0]
         d_inner = c.ne[1]
         n_t = sx.ne[0] - d_conv + 1
         if sx.ne[0] != d_conv - 1 + n_t or sx.ne[1] != d_inner or n_t < 0 or c.ne[2] != 1 or c.ne[3] != 1:
-            raise self._err(
-                op,
-                "sx",
-                f"ne[1] == c.ne[1] = {d_inner}, ne[0] >= d_conv - 1 = {d_conv - 1}",
-                f"ne {ne_str(sx.ne)}",
+            raise self._ne_err(
+                op, "sx", f"ne[1] == c.ne[1] = {d_inner}, ne[0] >= d_conv - 1 = {d_conv - 1}", sx
             )
         return self._new(op, (d_inner, n_t, sx.ne[2], 1), "f32", (sx, c))
 
@@ -1633,27 +1434,21 @@ class Graph(GraphIR):
         K: int = 1,  # noqa: N803
     ) -> Tensor:
         """``ggml_gated_delta_net`` (see ovkit.ops.reference.gated_delta_net for the recurrence)."""
-        return self._gdn(q, k, v, g, beta, state, K)
-
-    def _gdn(self, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor, K: int) -> Tensor:  # noqa: N803
         op = Op.GATED_DELTA_NET
         for nm, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("state", state)):
-            self._check_tensor(op, nm, t)
-            self._check_types(op, nm, t, ("f32",))
+            self._check_tensor(op, nm, t, ("f32",))
         s_k, h_k, n_tokens, n_seqs = q.ne
         s_v, h_v = v.ne[0], v.ne[1]
         if k.ne != q.ne:
-            raise self._err(op, "k", f"ne {ne_str(q.ne)} (as q)", f"ne {ne_str(k.ne)}")
+            raise self._ne_err(op, "k", f"ne {ne_str(q.ne)} (as q)", k)
         if s_v != s_k or v.ne[2] != n_tokens or v.ne[3] != n_seqs or h_v % h_k:
-            raise self._err(
-                op, "v", f"ne [{s_k}, a multiple of {h_k}, {n_tokens}, {n_seqs}]", f"ne {ne_str(v.ne)}"
-            )
+            raise self._ne_err(op, "v", f"ne [{s_k}, a multiple of {h_k}, {n_tokens}, {n_seqs}]", v)
         if g.ne[0] not in (1, s_v) or g.ne[1:] != v.ne[1:]:
-            raise self._err(op, "g", f"ne [1 or {s_v}, {h_v}, {n_tokens}, {n_seqs}]", f"ne {ne_str(g.ne)}")
+            raise self._ne_err(op, "g", f"ne [1 or {s_v}, {h_v}, {n_tokens}, {n_seqs}]", g)
         if beta.ne != (1, h_v, n_tokens, n_seqs):
-            raise self._err(op, "beta", f"ne [1, {h_v}, {n_tokens}, {n_seqs}]", f"ne {ne_str(beta.ne)}")
+            raise self._ne_err(op, "beta", f"ne [1, {h_v}, {n_tokens}, {n_seqs}]", beta)
         if state.ne != (s_v, s_v, h_v, n_seqs):
-            raise self._err(op, "state", f"ne [{s_v}, {s_v}, {h_v}, {n_seqs}]", f"ne {ne_str(state.ne)}")
+            raise self._ne_err(op, "state", f"ne [{s_v}, {s_v}, {h_v}, {n_seqs}]", state)
         if K < 1:
             raise self._err(op, "K", "K >= 1 state snapshots", str(K))
         ne = (s_v * h_v, n_tokens * n_seqs + K * s_v * n_seqs, 1, 1)
@@ -1665,16 +1460,12 @@ class Graph(GraphIR):
         Not registered upstream (its translator is disabled), so only ``mode="reference"`` runs it.
         """
         op = Op.SOLVE_TRI
-        self._check_tensor(op, "a", a)
-        self._check_tensor(op, "b", b)
-        self._check_types(op, "a", a, ("f32",))
-        self._check_types(op, "b", b, ("f32",))
+        self._check_tensor(op, "a", a, ("f32",))
+        self._check_tensor(op, "b", b, ("f32",))
         if a.ne[0] != a.ne[1]:
-            raise self._err(op, "a", "square matrices (ne[0] == ne[1])", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(op, "a", "square matrices (ne[0] == ne[1])", a)
         if a.ne[1] != b.ne[1] or a.ne[2:] != b.ne[2:]:
-            raise self._err(
-                op, "b", f"ne[1] == {a.ne[1]} rows and batch dims {list(a.ne[2:])}", f"ne {ne_str(b.ne)}"
-            )
+            raise self._ne_err(op, "b", f"ne[1] == {a.ne[1]} rows and batch dims {list(a.ne[2:])}", b)
         if not left:
             raise self._err(op, "left", "True (ggml implements A·x = B only)", str(left))
         params = {"left": bool(left), "lower": bool(lower), "uni": bool(uni)}
@@ -1683,20 +1474,18 @@ class Graph(GraphIR):
     # ------------------------------------------------------------------ misc
     def diag(self, a: Tensor) -> Tensor:
         """``ggml_diag``: a row vector [.., 1, n] → diagonal matrix [.., n, n]."""
-        self._check_tensor(Op.DIAG, "a", a)
-        self._check_types(Op.DIAG, "a", a, ("f32",))
+        self._check_tensor(Op.DIAG, "a", a, ("f32",))
         if a.ne[1] != 1:
-            raise self._err(Op.DIAG, "a", "ne[1] == 1 (a row vector per matrix)", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(Op.DIAG, "a", "ne[1] == 1 (a row vector per matrix)", a)
         return self._new(Op.DIAG, (a.ne[0], a.ne[0], a.ne[2], a.ne[3]), a.dtype, (a,))
 
     def tri(self, a: Tensor, type_: int) -> Tensor:
         """``ggml_tri``: keep a triangle of square matrices (0 upper+diag, 1 upper, 2 lower+diag, 3 lower)."""
-        self._check_tensor(Op.TRI, "a", a)
-        self._check_types(Op.TRI, "a", a, ("f32",))
+        self._check_tensor(Op.TRI, "a", a, ("f32",))
         if type_ not in (0, 1, 2, 3):
             raise self._err(Op.TRI, "type", "0..3 (ggml_tri_type)", str(type_))
         if a.ne[0] != a.ne[1]:
-            raise self._err(Op.TRI, "a", "square matrices (ne[0] == ne[1])", f"ne {ne_str(a.ne)}")
+            raise self._ne_err(Op.TRI, "a", "square matrices (ne[0] == ne[1])", a)
         return self._new(Op.TRI, a.ne, a.dtype, (a,), {"type": int(type_)})
 
     def __repr__(self) -> str:

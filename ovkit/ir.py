@@ -27,12 +27,9 @@ from ovkit.errors import OvkitError
 class Op(enum.StrEnum):
     """One ggml op: the key of every op table (catalogue, policy, reference, translation).
 
-    Members are ggml's own names without prefix: ``Op.ADD`` is ``GGML_OP_ADD``. The sub-ops of
-    ``GGML_OP_UNARY`` and ``GGML_OP_GLU`` are members too, by their ggml name: ``Op.GELU`` is the
-    node (``GGML_OP_UNARY``, ``GGML_UNARY_OP_GELU``) and ``Op.SWIGLU`` is (``GGML_OP_GLU``,
-    ``GGML_GLU_OP_SWIGLU``); their string value is ``"UNARY.GELU"`` / ``"GLU.SWIGLU"``, so
-    ``Op.GELU.parent is Op.UNARY`` and ``Op.GELU.sub_op == "GELU"``. A node stores its ggml op
-    (``Tensor.op``, e.g. ``Op.UNARY``) and sub-op name; ``Tensor.op_key`` is the member here.
+    ``Op.ADD`` is ``GGML_OP_ADD``; the UNARY and GLU sub-ops are members too, valued
+    ``"UNARY.GELU"`` / ``"GLU.SWIGLU"`` (``Op.GELU.parent is Op.UNARY``, ``Op.GELU.sub_op ==
+    "GELU"``). A node stores its ggml op and sub-op name; ``Tensor.op_key`` is the member here.
     """
 
     # ggml_op, in ggml.h order (GGML_OP_NONE = 0 ...)
@@ -419,41 +416,22 @@ class _OpKind:
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class OpInfo(_OpKind):
-    """One ggml node as the support policy sees it; constructible without a Graph.
+    """One ggml node as the support policy sees it (a stable contract, constructible without a
+    Graph; :meth:`Tensor.op_info` builds one from a graph node)."""
 
-    Fields (stable contract; :meth:`Tensor.op_info` builds one from a graph node):
-
-    - ``op``: ggml op name, upper case without prefix: ``"ADD"``, ``"UNARY"``, ``"GLU"``,
-      ``"NONE"`` (a leaf), ``"VIEW"``, ``"PERMUTE"``, ``"RESHAPE"``, ``"TRANSPOSE"`` ...
-    - ``dtype``: output type, a ggml type name (``"f32"``, ``"f16"``, ``"bf16"``, ``"i32"``,
-      ``"i64"``, ``"q4_0"``, ``"q4_K"``, ``"mxfp4"`` ...; case-insensitive).
-    - ``ne``: output shape in ggml order (innermost first), 4 entries.
-    - ``srcs``: the sources, in ggml ``src[i]`` order, each an ``OpInfo`` (its own ``op`` says
-      what produced it: a ``"PERMUTE"`` source is a permuted tensor), ``None`` for absent
-      optional sources (e.g. a FLASH_ATTN_EXT without mask but with sinks).
-    - ``sub_op``: the unary/GLU op (``"GELU"``, ``"SWIGLU"`` ...) for ``UNARY``/``GLU``, else None.
-    - ``params``: the op's parameters by ggml builder argument name. Keys the gates read:
-      GLU ``swapped``; ROPE ``n_dims``, ``mode``, ``freq_scale``, ``ext_factor``,
-      ``attn_factor``; FLASH_ATTN_EXT ``scale``, ``max_bias``, ``logit_softcap``; SOFT_MAX
-      ``scale``, ``max_bias``; SET ``nb1``, ``nb2``, ``nb3``, ``offset``; GATED_DELTA_NET ``K``
-      (state snapshots, op_params[0]); ARGSORT ``order``.  Missing keys take ggml's defaults.
-    - ``name``: the tensor name (only quirk gates read it).
-    - ``nb``: byte strides (ggml order); ``None`` means contiguous.
-    - ``view_src``: for views (VIEW/PERMUTE/TRANSPOSE/RESHAPE and in-place results) the tensor
-      whose memory this one views (ggml ``view_src``), else None.
-    - ``view_offs``: byte offset of a view into ``view_src`` (ggml ``view_offs``), 0 by default.
-    """
-
-    op: str
-    dtype: str
-    ne: tuple[int, int, int, int]
+    op: str  #: ggml op name, upper case without prefix: "ADD", "UNARY", "NONE" (a leaf), "VIEW"...
+    dtype: str  #: output type, a ggml type name ("f32", "q4_K", "mxfp4"...; case-insensitive)
+    ne: tuple[int, int, int, int]  #: output shape in ggml order (innermost first)
+    #: the sources in ggml ``src[i]`` order (each says what produced it: a "PERMUTE" source is a
+    #: permuted tensor), None for an absent optional source (a FLASH_ATTN_EXT without mask)
     srcs: tuple[OpInfo | None, ...] = ()
-    sub_op: str | None = None
+    sub_op: str | None = None  #: the UNARY/GLU op ("GELU", "SWIGLU"), else None
+    #: the op's parameters by ggml builder argument name (missing keys take ggml's defaults)
     params: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=True)
-    name: str = ""
-    nb: tuple[int, int, int, int] | None = None
-    view_src: OpInfo | None = None
-    view_offs: int = 0
+    name: str = ""  #: the tensor name (only quirk gates read it)
+    nb: tuple[int, int, int, int] | None = None  #: byte strides (ggml order); None: contiguous
+    view_src: OpInfo | None = None  #: the tensor whose memory a view (or in-place result) views
+    view_offs: int = 0  #: byte offset of a view into ``view_src``
 
     def __post_init__(self) -> None:
         ne = tuple(int(x) for x in self.ne)
@@ -570,13 +548,16 @@ class Tensor(_OpKind):
             return tuple(b // tsize for b in self.nb)
         return (1, *(b // tsize * blck for b in self.nb[1:]))
 
+    def operand(self, i: int) -> Tensor:
+        """Source ``i``, which the op requires (GraphError naming the node if it is absent)."""
+        s = self.srcs[i] if i < len(self.srcs) else None
+        if s is None:
+            raise GraphError(f"{self.describe()}: operand src[{i}] is absent")
+        return s
+
     def is_transposed(self) -> bool:
         """``ggml_is_transposed``: nb[0] > nb[1]."""
         return self.nb[0] > self.nb[1]
-
-    def is_permuted(self) -> bool:
-        """``ggml_is_permuted``: strides not in increasing order."""
-        return self.nb[0] > self.nb[1] or self.nb[1] > self.nb[2] or self.nb[2] > self.nb[3]
 
     @property
     def base(self) -> Tensor:
@@ -635,17 +616,19 @@ class Tensor(_OpKind):
                     stack.extend([(t, True), (dst.base, False)])
                     continue
             srcs = [t.srcs[i] for i in GGML_SRC_ORDER[t.op]] if t.op in GGML_SRC_ORDER else t.srcs
+            info_srcs = tuple(cache[s.id] if s is not None else None for s in srcs)
+            info_view = cache[view_src.id] if view_src is not None else None
             cache[t.id] = OpInfo(
-                op=t.op.value,
-                dtype=t.dtype,
-                ne=t.ne,
-                srcs=tuple(cache[s.id] if s is not None else None for s in srcs),
-                sub_op=t.sub_op,
-                params=dict(t.params),
-                name=t.name,
-                nb=nb,
-                view_src=cache[view_src.id] if view_src is not None else None,
-                view_offs=view_offs,
+                t.op.value,
+                t.dtype,
+                t.ne,
+                info_srcs,
+                t.sub_op,
+                dict(t.params),
+                t.name,
+                nb,
+                info_view,
+                view_offs,
             )
         return cache[self.id]
 
@@ -720,16 +703,7 @@ class GraphIR:
                     "the read follows the write"
                 )
         _check_row_reads(code, srcs)
-        t = Tensor(
-            graph=self,
-            id=len(self.nodes),
-            op=code,
-            ne=ne4_,
-            dtype=dtype,
-            srcs=tuple(srcs),
-            params=dict(params or {}),
-            sub_op=sub_op,
-        )
+        t = Tensor(self, len(self.nodes), code, ne4_, dtype, tuple(srcs), dict(params or {}), sub_op)
         if view_of is not None:
             base = view_of.base
             t.view_src = base
@@ -811,13 +785,9 @@ def interpret(
     view: Callable[[Tensor, dict[int, V]], V],
     node: Callable[[Tensor, list[Any]], V],
 ) -> dict[int, V]:
-    """One walk of the IR shared by the interpreters (numpy reference, OpenVINO translation).
-
-    Visits the nodes ``outputs`` need in build order: ``leaf(t)`` for leaves, ``view(t, values)``
-    for view ops (they read the value of their ``memory``), ``node(t, srcs)`` for the rest, where ``srcs``
-    holds each source's value (None for absent sources and for sources needed only for their shape).
-    Returns the values by node id.
-    """
+    """One walk of the IR shared by the interpreters (numpy reference, OpenVINO translation), in
+    build order: ``leaf(t)``, ``view(t, values)`` (views read their ``memory``'s value) or
+    ``node(t, srcs)`` (None for absent and shape-only sources); the values by node id."""
     values: dict[int, V] = {}
     for t in graph.value_nodes(outputs):
         if t.is_leaf:

@@ -1,21 +1,11 @@
 """Host weight-buffer release (``GGML_OPENVINO_RELEASE_WEIGHTS`` / ``GGML_OPENVINO_MEMORY_OPTIMIZE``).
 
-Upstream's host-weight release, in its own module:
-
-- Host buffers holding weights are *registered*, keyed by the identity of their storage and held
-  weakly: a buffer dropped without ``free()`` leaves the registry when it is collected, so a new
-  buffer that the allocator places at the same address is a new entry (idempotent per storage).
-- On the **first cache hit** on a device where release is enabled (``OvkitConfig.release_weights``:
-  RELEASE_WEIGHTS when set, else MEMORY_OPTIMIZE on the GPU class) and the runtime holds its own
-  copy of the weights, every registered buffer is rounded *inward* to page boundaries and given
-  back to the OS with ``madvise(MADV_DONTNEED)``; upstream's INFO line is logged:
-  ``ggml_openvino_release_weight_buffers: released %zu MB of host weight buffers (%zu buffers)``.
-- Afterwards the compiled graphs are pinned: a recompile raises :class:`WeightsReleasedError`
-  with upstream's message, and so does registering another model's weights.
-
-Safety: the released pages read back as zeros.  On the GPU the compiled model lives in device
-memory.  On the CPU only weights the plugin *repacks* (e.g. ``FullyConnected`` weights) are
-copies; constants the plugin uses in place would turn to zeros — enable it there explicitly only.
+Host buffers holding weights are registered, held weakly per storage. On the first cache hit with
+release enabled (``OvkitConfig.release_weights``), every registered buffer is rounded inward to
+pages and given back with ``madvise(MADV_DONTNEED)``, logging upstream's INFO line; afterwards a
+recompile or another model's weights raise :class:`WeightsReleasedError` with upstream's message.
+The released pages read back as zeros: safe where the runtime holds its own copy of the weights
+(the GPU; on the CPU only repacked weights), so enable it on the CPU explicitly only.
 """
 
 from __future__ import annotations
@@ -73,13 +63,10 @@ class ReleaseResult:
 class _Entry:
     address: int
     size: int
-    mm: mmap.mmap | None  # a raw range's mapping (Python's mmap.madvise); storages give theirs
-    owner: weakref.ref[Any] | None  # the storage, weakly: a dropped buffer must not stay registered
+    owner: weakref.ref[Any]  # the storage, weakly: a dropped buffer must not stay registered
 
     def live_owner(self) -> Any:
-        """The storage when it still holds its pages, else None (raw ranges: the entry itself)."""
-        if self.owner is None:
-            return self
+        """The storage when it still holds its pages, else None."""
         owner = self.owner()
         return None if owner is None or getattr(owner, "freed", False) else owner
 
@@ -106,9 +93,8 @@ class WeightReleaseRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[tuple[str, int], _Entry] = {}
+        self._entries: dict[int, _Entry] = {}  # by id() of the storage
         self.released = False
-        self.released_on: str | None = None
         self.last: ReleaseResult | None = None
 
     # -- registration ----------------------------------------------------------------------------
@@ -125,24 +111,12 @@ class WeightReleaseRegistry:
             return False
         with self._lock:
             self._check_not_released()
-            key = ("storage", id(storage))
-            entry = self._entries.get(key)
+            entry = self._entries.get(id(storage))
             if entry is not None and entry.live_owner() is storage:
                 return False
             self._prune()
             # id() is unique only while the storage lives: a dead entry under the same key is replaced
-            self._entries[key] = _Entry(int(storage.address), size, None, weakref.ref(storage))
-            return True
-
-    def register_range(self, address: int, size: int, *, mm: mmap.mmap | None = None) -> bool:
-        """Register raw host memory ``[address, address+size)`` that the caller keeps alive
-        (idempotent per address)."""
-        with self._lock:
-            self._check_not_released()
-            key = ("range", int(address))
-            if key in self._entries:
-                return False
-            self._entries[key] = _Entry(int(address), int(size), mm, None)
+            self._entries[id(storage)] = _Entry(int(storage.address), size, weakref.ref(storage))
             return True
 
     def _check_not_released(self) -> None:
@@ -158,15 +132,9 @@ class WeightReleaseRegistry:
         """Forget a buffer (called when it is freed); unknown buffers are ignored."""
         storage = getattr(buffer, "storage", buffer)
         with self._lock:
-            entry = self._entries.get(("storage", id(storage)))
-            if entry is not None and entry.owner is not None and entry.owner() is storage:
-                del self._entries[("storage", id(storage))]
-
-    @property
-    def registered_bytes(self) -> int:
-        with self._lock:
-            self._prune()
-            return sum(e.size for e in self._entries.values())
+            entry = self._entries.get(id(storage))
+            if entry is not None and entry.owner() is storage:
+                del self._entries[id(storage)]
 
     @property
     def count(self) -> int:
@@ -203,7 +171,7 @@ class WeightReleaseRegistry:
                 owner = e.live_owner()
                 if owner is None:
                     continue  # the buffer was freed meanwhile: its pages are gone already
-                mm = e.mm if e.owner is None else owner.mmap
+                mm = owner.mmap
                 start, length = page_range(e.address, e.size)
                 if length == 0:
                     continue
@@ -219,7 +187,6 @@ class WeightReleaseRegistry:
                 total += length
                 count += 1
             self.released = True
-            self.released_on = device
             message = LOG_FORMAT.replace("%zu", "{}", 2).format(total // MIB, count)
             logger.info(message)
             self.last = ReleaseResult(total, count, message, device)
@@ -230,31 +197,19 @@ class WeightReleaseRegistry:
         with self._lock:
             self._entries.clear()
             self.released = False
-            self.released_on = None
             self.last = None
 
 
 REGISTRY = WeightReleaseRegistry()
-
-
-def register_weight_buffer(buffer: Any) -> bool:
-    """Register a host Buffer holding weights with the process-global registry."""
-    return REGISTRY.register(buffer)
-
-
-def on_cache_hit(device: str, config: OvkitConfig | None = None) -> ReleaseResult | None:
-    """Engine hook: release on the first cache hit when enabled for ``device``."""
-    return REGISTRY.on_cache_hit(device, config)
-
-
-def before_compile(device: str | None = None) -> None:
-    """Engine hook: raise :class:`WeightsReleasedError` when weights were released."""
-    REGISTRY.before_compile(device)
+#: The process-global registry's hooks: buffers register their weights, the engine calls the
+#: release on a cache hit and the check before a compile, tests and notebooks reset it.
+register_weight_buffer, on_cache_hit, before_compile, reset = (
+    REGISTRY.register,
+    REGISTRY.on_cache_hit,
+    REGISTRY.before_compile,
+    REGISTRY.reset,
+)
 
 
 def is_released() -> bool:
     return REGISTRY.released
-
-
-def reset() -> None:
-    REGISTRY.reset()

@@ -187,7 +187,7 @@ def test_quantized_mul_mat_and_get_rows(qtype: str) -> None:
     assert got.shape == (5, 8)
     assert oracle.nmse(got, x @ deq.T) < 5e-4
     rows = np.array([7, 0, 3], dtype=np.int32)
-    np.testing.assert_array_equal(oracle.ggml_get_rows_quant(qtype, w, rows), deq[rows])
+    np.testing.assert_array_equal(oracle.ggml_call("get_rows", oracle.quantize(qtype, w), rows), deq[rows])
 
 
 def test_nmse_is_test_backend_ops_formula() -> None:

@@ -206,7 +206,7 @@ def test_every_op_is_in_every_place_the_add_an_op_checklist_names() -> None:
 NEW_OPS: tuple[tuple[str, str, str, bool], ...] = (
     (
         "ops/table.py",
-        "    OpEntry(\n        Op.SOLVE_TRI,",
+        "    OpEntry(Op.SOLVE_TRI,",
         '    OpEntry(Op.DIAG_MASK_ZERO, ("diag_mask_zero",), "a, n_past", "Select(mask, 0, a)", "none"),\n'
         '    OpEntry(Op.SOFTSIGN, ("softsign", "unary"), "a", "x / (1 + |x|)", "none"),\n',
         True,
@@ -221,18 +221,18 @@ NEW_OPS: tuple[tuple[str, str, str, bool], ...] = (
     ),
     (
         "ops/reference.py",
-        "@reference(Op.DIAG_MASK_INF)",
+        "@reference(Op.CROSS_ENTROPY_LOSS_BACK)",
         "@reference(Op.DIAG_MASK_ZERO)\n"
         "def diag_mask_zero(t: Tensor, xs: list[Arr]) -> Arr:\n"
-        "    return np.where(diag_mask(t), np.float32(0.0), f32(xs[0]))\n\n\n",
+        "    return np.where(geometry.diag_mask(t), np.float32(0.0), f32(xs[0]))\n\n\n",
         True,
     ),
     (
         "ops/translate.py",
-        "@translator(Op.DIAG_MASK_INF)",
+        "@translator(Op.CROSS_ENTROPY_LOSS_BACK)",
         "@translator(Op.DIAG_MASK_ZERO)\n"
         "def _diag_mask_zero(t: Tensor, xs: list[Out]) -> Out:\n"
-        "    return ops.select(const(diag_mask(t), np.bool_), const(0.0), f32(xs[0]))\n\n\n",
+        "    return ops.select(const(geometry.diag_mask(t), np.bool_), const(0.0), f32(xs[0]))\n\n\n",
         True,
     ),
     ("ir.py", '    TRUNC = "UNARY.TRUNC"\n', '    SOFTSIGN = "UNARY.SOFTSIGN"\n', False),

@@ -1,6 +1,6 @@
-"""The element-wise ops written once: every unary, GLU and element-wise formula over an array
-namespace (:class:`ArrayOps`) that the numpy reference fills with f32 numpy arrays and the
-OpenVINO translation with opset16 nodes.  What differs per backend (OpenVINO's Exp saturating
+"""The ops written once: every unary, GLU and element-wise formula, the row norms and sums, over
+an array namespace (:class:`ArrayOps`) that the numpy reference fills with f32 numpy arrays and
+the OpenVINO translation with opset16 nodes.  What differs per backend (OpenVINO's Exp saturating
 early, numpy's erf in f64, how a smaller operand is repeated) lives in its namespace, never in a
 formula; the formulas follow ggml's CPU kernels (``ggml-cpu/vec.h``, ``unary-ops.cpp``).
 """
@@ -11,7 +11,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
+import numpy as np
+
 from ovkit.ir import Op, Tensor
+from ovkit.ops import geometry
 
 V = TypeVar("V")
 Fn = TypeVar("Fn")
@@ -54,6 +57,12 @@ class ArrayOps(Protocol[V]):
         ...
 
     def full(self, ne: Sequence[int], value: float) -> V: ...
+    def const(self, value: np.ndarray) -> V: ...
+    def sum_rows(self, x: V) -> V:
+        """Sums along dim 0 (the innermost), kept as a dim of 1 (numpy: accumulated in f64)."""
+        ...
+
+    def mean_rows(self, x: V) -> V: ...
 
 
 #: ``formula(ns, node, source values) -> value``: one op's computation on either backend.
@@ -221,8 +230,7 @@ def swiglu_oai(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
 # ---------------------------------------------------------------------------- element-wise ops
 def _binary(name: str) -> Formula:
     def run(n: ArrayOps[Any], t: Tensor, xs: list[Any]) -> Any:
-        a, b = t.srcs[0], t.srcs[1]
-        assert a is not None and b is not None
+        a, b = t.operand(0), t.operand(1)
         fn: Callable[[Any, Any], Any] = getattr(n, name)
         return fn(n.f32(xs[0]), n.repeat(n.f32(xs[1]), b.ne, a.ne))
 
@@ -270,3 +278,69 @@ def silu_back(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
     dy, x = n.f32(xs[0]), n.f32(xs[1])
     s = n.unary("sigmoid", x)
     return n.mul(n.mul(dy, s), n.add(1.0, n.mul(x, n.sub(1.0, s))))
+
+
+@formula(Op.ARANGE)
+def arange(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    return n.const(geometry.arange_values(t))
+
+
+@formula(Op.DIAG_MASK_INF)
+def diag_mask_inf(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    return n.where(n.const(geometry.diag_mask(t)), -math.inf, n.f32(xs[0]))
+
+
+@formula(Op.DIAG)
+def diag(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    """Row vector [.., 1, n] → diagonal matrices [.., n, n] (zeros off the diagonal, as ggml)."""
+    return n.where(n.const(np.eye(t.ne[0], dtype=bool)), n.f32(xs[0]), 0.0)
+
+
+@formula(Op.TRI)
+def tri(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    return n.where(n.const(geometry.tri_mask(t.params["type"], t.ne[0])), n.f32(xs[0]), 0.0)
+
+
+# ---------------------------------------------------------------------------- row norms and sums
+@formula(Op.SUM_ROWS)
+def sum_rows(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    return n.sum_rows(n.f32(xs[0]))
+
+
+@formula(Op.MEAN)
+def mean(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    return n.div(n.sum_rows(n.f32(xs[0])), float(t.operand(0).ne[0]))
+
+
+@formula(Op.NORM)
+def norm(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    x = n.f32(xs[0])
+    c = n.sub(x, n.mean_rows(x))
+    return n.mul(c, n.div(1.0, n.unary("sqrt", n.add(n.mean_rows(n.mul(c, c)), float(t.params["eps"])))))
+
+
+@formula(Op.RMS_NORM)
+def rms_norm(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    x = n.f32(xs[0])
+    return n.mul(x, n.div(1.0, n.unary("sqrt", n.add(n.mean_rows(n.mul(x, x)), float(t.params["eps"])))))
+
+
+@formula(Op.L2_NORM)
+def l2_norm(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    x = n.f32(xs[0])
+    return n.mul(x, n.div(1.0, n.maximum(n.unary("sqrt", n.sum_rows(n.mul(x, x))), float(t.params["eps"]))))
+
+
+@formula(Op.SOFT_MAX_BACK)
+def soft_max_back(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    dy, y = n.f32(xs[0]), n.f32(xs[1])
+    return n.mul(n.mul(n.sub(dy, n.sum_rows(n.mul(y, dy))), y), float(t.params["scale"]))
+
+
+@formula(Op.RMS_NORM_BACK)
+def rms_norm_back(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    dz, x = n.f32(xs[0]), n.f32(xs[1])
+    k, eps = float(t.ne[0]), float(t.params["eps"])
+    sum_xx, sum_xdz = n.sum_rows(n.mul(x, x)), n.sum_rows(n.mul(x, dz))
+    rrms = n.div(1.0, n.unary("sqrt", n.add(n.div(sum_xx, k), eps)))
+    return n.mul(n.add(dz, n.mul(x, n.div(n.unary("neg", sum_xdz), n.add(sum_xx, eps * k)))), rrms)

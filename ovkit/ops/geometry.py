@@ -24,15 +24,13 @@ def ax(dim: int) -> int:
 
 def wrap_index(t: Tensor, d: int) -> Arr:
     """Circular PAD: the source index (i − lp) mod ne of every output index i along ggml dim d."""
-    src = t.srcs[0]
-    assert src is not None
+    src = t.operand(0)
     return (np.arange(t.ne[d]) - int(t.params[f"lp{d}"])) % src.ne[d]
 
 
 def set_index(t: Tensor) -> Arr:
     """SET/ACC: the flat element index in a of each element of b (b.ne at nb1..nb3 from offset)."""
-    b_t = t.srcs[1]
-    assert b_t is not None
+    b_t = t.operand(1)
     p = t.params
     es = t.type_size
     idx = np.full((1, 1, 1, 1), p["offset"] // es, dtype=np.int64)
@@ -45,8 +43,7 @@ def set_index(t: Tensor) -> Arr:
 
 def repeat_back_shape(t: Tensor) -> list[int]:
     """REPEAT_BACK: a's value reshaped [r3, n3, r2, n2, r1, n1, r0, n0] (repeat index outermost)."""
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     return [v for d in (3, 2, 1, 0) for v in (a.ne[d] // t.ne[d], t.ne[d])]
 
 
@@ -160,50 +157,22 @@ def rope_tables(p: dict[str, Any], n_dims: int, n_pairs: int | None = None) -> d
 
 def rope_sections(p: dict[str, Any], n_pairs: int) -> Arr:
     """Which position plane (0 t, 1 h, 2 w, 3 e) each rotated pair uses (multi-section rope)."""
-    secs = p["sections"]
-    sect_dims = sum(secs)
-    is_imrope = p["mode"] == 40
-    sel = np.zeros(n_pairs, dtype=np.int64)
-    sec_w = secs[0] + secs[1]
-    for i in range(n_pairs):
-        sector = i % sect_dims
-        if is_imrope:
-            if sector % 3 == 1 and sector < 3 * secs[1]:
-                sel[i] = 1
-            elif sector % 3 == 2 and sector < 3 * secs[2]:
-                sel[i] = 2
-            elif sector % 3 == 0 and sector < 3 * secs[0]:
-                sel[i] = 0
-            else:
-                sel[i] = 3
-        elif secs[0] <= sector < sec_w:
-            sel[i] = 1
-        elif sec_w <= sector < sec_w + secs[2]:
-            sel[i] = 2
-        elif sector >= sec_w + secs[2]:
-            sel[i] = 3
-    return sel
+    secs = np.asarray(p["sections"], dtype=np.int64)
+    sector = np.arange(n_pairs) % secs.sum()
+    if p["mode"] == RopeType.IMROPE:  # interleaved: t, h, w by sector % 3, each up to 3·its size
+        plane = sector % 3  # 0 t, 1 h, 2 w
+        return np.where(sector < 3 * secs[plane], plane, 3)
+    return np.asarray(np.searchsorted(np.cumsum(secs), sector, side="right"))
 
 
 def im2col_geometry(t: Tensor) -> tuple[Arr, int]:
     """IM2COL's window indices into each input plane (:func:`window_index`, [OH, OW, KH, KW] or
     [OW, KW]) and the spatial rank: tap (ky, kx) of output (oy, ox) reads (oy·s1 + ky·d1 − p1,
     ox·s0 + kx·d0 − p0), zero outside the input, as ggml's CPU im2col (any dilation sign)."""
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
-    p = t.params
-    if p["is_2D"]:
-        idx, _ = window_index(
-            [b.ne[1], b.ne[0]],
-            [a.ne[1], a.ne[0]],
-            [p["s1"], p["s0"]],
-            [p["p1"], p["p0"]],
-            [p["d1"], p["d0"]],
-            [t.ne[2], t.ne[1]],
-        )
-        return idx, 2
-    idx, _ = window_index([b.ne[0]], [a.ne[0]], [p["s0"]], [p["p0"]], [p["d0"]], [t.ne[1]])
-    return idx, 1
+    n = 2 if t.params["is_2D"] else 1
+    sizes, ks, s, p, d, _ = conv_geometry(t, n)
+    out = [t.ne[i + 1] for i in reversed(range(n))]  # im2col's output rows start at ne[1]
+    return window_index(sizes, ks, s, p, d, out)[0], n
 
 
 def window_index(
@@ -235,20 +204,19 @@ def window_index(
 
 
 def conv_geometry(
-    t: Tensor, n: int
+    t: Tensor, n: int, kernel: str = ""
 ) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
     """(input sizes, kernel sizes, strides, pads, dilations, output sizes) of an n-D direct conv
-    node, numpy order (outer first)."""
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
-    p = t.params
-    dims = list(reversed(range(n)))  # ggml dim n-1 .. 0
+    node, numpy order (outer first); ``kernel``: the param prefix of the kernel sizes ("k" for
+    pools, whose input is src0 and dilation 1), else src0's shape over src1."""
+    p, dims = t.params, list(reversed(range(n)))  # ggml dim n-1 .. 0
+    x, w = (t.operand(0), None) if kernel else (t.operand(1), t.operand(0))
     return (
-        [b.ne[i] for i in dims],
-        [a.ne[i] for i in dims],
+        [x.ne[i] for i in dims],
+        [p[f"{kernel}{i}"] if w is None else w.ne[i] for i in dims],
         [p[f"s{i}"] for i in dims],
         [p[f"p{i}"] for i in dims],
-        [p[f"d{i}"] for i in dims],
+        [1 if kernel else p[f"d{i}"] for i in dims],
         [t.ne[i] for i in dims],
     )
 
@@ -256,8 +224,7 @@ def conv_geometry(
 def im2col_3d_index(t: Tensor) -> npt.NDArray[np.int64]:
     """Flat indices into b's [b.ne[3], D, H, W] elements (+1 zero slot) of every IM2COL_3D output
     element; N = b.ne[3] // IC batches (ggml's floor: trailing channels beyond N·IC are unused)."""
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     ic = t.params["IC"]
     n = b.ne[3] // ic
     sizes = [b.ne[2], b.ne[1], b.ne[0]]
@@ -279,8 +246,7 @@ def im2col_3d_index(t: Tensor) -> npt.NDArray[np.int64]:
 def col2im_1d_index(t: Tensor) -> Arr:
     """COL2IM_1D: the output time i·s0 + k − p0 of every column element [OC, T_in·K] (dropped
     taps outside the output: the extra slot T_out)."""
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     p, oc, t_out = t.params, t.params["oc"], t.ne[0]
     k = a.ne[0] // oc
     tgt = np.arange(a.ne[1])[:, None] * p["s0"] + np.arange(k)[None, :] - p["p0"]  # [T_in, K]
@@ -290,28 +256,15 @@ def col2im_1d_index(t: Tensor) -> Arr:
 
 def col2im_1d_columns(t: Tensor) -> tuple[int, int, int]:
     """COL2IM_1D's columns as (T_in, OC, K)."""
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     oc = t.params["oc"]
     return a.ne[1], oc, a.ne[0] // oc
 
 
 def pool_geometry(t: Tensor) -> tuple[Arr, Arr, int]:
     """(window indices, validity, spatial rank) of a POOL_1D/POOL_2D node (numpy order)."""
-    a = t.srcs[0]
-    assert a is not None
-    p = t.params
-    if t.op == Op.POOL_1D:
-        return (*window_index([a.ne[0]], [p["k0"]], [p["s0"]], [p["p0"]], [1], [t.ne[0]]), 1)
-    idx, valid = window_index(
-        [a.ne[1], a.ne[0]],
-        [p["k1"], p["k0"]],
-        [p["s1"], p["s0"]],
-        [p["p1"], p["p0"]],
-        [1, 1],
-        [t.ne[1], t.ne[0]],
-    )
-    return idx, valid, 2
+    n = 1 if t.op == Op.POOL_1D else 2
+    return (*window_index(*conv_geometry(t, n, "k")), n)
 
 
 def pool_divisor(t: Tensor, valid: Arr, n: int) -> Arr:

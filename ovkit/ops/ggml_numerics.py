@@ -1,25 +1,14 @@
-"""``precision="ggml"``: a quantized matmul with llama.cpp's CPU numerics, as OpenVINO nodes.
+"""``precision="ggml"``: a quantized matmul and flash attention with llama.cpp's CPU numerics, as OpenVINO nodes.
 
-ggml's CPU backend does not multiply a quantized weight by f32 activations: it first quantizes
-each activation row to the weight type's dot type (``VEC_DOT_TYPES``: q8_0, q8_1 or q8_K blocks)
-and sums integer products per block, scaled by both blocks' scales.  Here the activations are
-quantized exactly as the x86 (AVX/AVX2) kernels of the vendored ggml do and decoded back to f32
-(``d·q``: exact in f32 for q8_0/q8_1, whose ``d`` is an f16 value, and one f32 rounding for q8_K,
-as ggml's own ``dequantize_row_q8_K``), then multiplied by the weight's exact values.  The sum
-of ``(d_a·q_a)·(d_w·q_w)`` is ggml's ``d_a·d_w·Σ q_a·q_w`` up to f32 rounding of the products and
-of the summation order, which is not bitwise but far below a logit NMSE of 1e-5.  The q8_1 min
-term is reproduced as ggml stores it: ``m_w·s_a`` with ``s_a = f16(d_a·Σq_a)`` (a correction
-``(s_a − d_a·Σq_a)·m_w`` is added to the exact-activation bias term).
-
-Float weights need nothing here: ovkit's f16/bf16 MUL_MAT already rounds the activations to the
-weight's type (their vec_dot type), and f32 weights meet f32 activations, as in ggml.
-
-Flash attention (FLASH_ATTN_EXT nodes marked by :func:`mark`) follows ggml's CPU kernel: for fewer
-than 64 query rows, Q·K in ``ggml_vec_dot_f16``'s summation order and V·softmax accumulated in
-f16 key by key (an OpenVINO Loop, :func:`flash_attn_f16_accumulated`) with C's correctly rounded
-``expf`` (:func:`exp_f32`), each rounded as the build's x86 kernels round (:class:`F16Kernels`:
-AVX2, AVX-512, AVX512-FP16, picked by the ISA the llama.cpp reference was built for); equal to
-ggml's kernel bit for bit.
+ggml's CPU first quantizes each activation row to the weight type's dot type (``VEC_DOT_TYPES``)
+and sums integer products per block.  Here the activations are quantized exactly as the vendored
+x86 kernels do, decoded back to f32 and multiplied by the weight's exact values: ggml's sums up
+to f32 rounding and summation order, far below a logit NMSE of 1e-5 (the q8_1 min term as ggml
+stores it).  Float weights need nothing here (MUL_MAT already rounds activations to the weight's
+type).  FLASH_ATTN_EXT nodes marked by :func:`mark` follow ggml's CPU kernel for fewer than 64
+query rows: Q·K in ``ggml_vec_dot_f16``'s order and V·softmax accumulated in f16 key by key with
+a correctly rounded ``expf``, each rounded as the build's x86 kernels (:class:`F16Kernels`) do,
+bit for bit.
 """
 
 from __future__ import annotations
@@ -31,38 +20,18 @@ from typing import Any
 import numpy as np
 
 from ovkit import quant
+from ovkit.dtypes import ggml_type
 from ovkit.ir import GraphIR, Op
 from ovkit.quant import QuantError, QuantizedWeight, RequantTarget, ov_div_rn, ov_mul_rn
+from ovkit.quant.round_trip import ov_split
 
 #: ggml's ``type_traits_cpu[type].vec_dot_type`` (ggml-cpu.c) for every quantized weight type:
-#: the format the activations are quantized to before the integer dot product.
+#: the format the activations are quantized to before the integer dot product (q8_1 for the
+#: types with a min, q8_K for the 256-element super-blocks, else q8_0).
 VEC_DOT_TYPES: dict[str, str] = {
-    "q4_0": "q8_0",
-    "q4_1": "q8_1",
-    "q5_0": "q8_0",
-    "q5_1": "q8_1",
-    "q8_0": "q8_0",
-    "mxfp4": "q8_0",
-    "nvfp4": "q8_0",
-    "iq4_nl": "q8_0",
-    "q1_0": "q8_0",
-    "q2_K": "q8_K",
-    "q3_K": "q8_K",
-    "q4_K": "q8_K",
-    "q5_K": "q8_K",
-    "q6_K": "q8_K",
-    "iq2_xxs": "q8_K",
-    "iq2_xs": "q8_K",
-    "iq3_xxs": "q8_K",
-    "iq3_s": "q8_K",
-    "iq2_s": "q8_K",
-    "iq1_s": "q8_K",
-    "iq1_m": "q8_K",
-    "iq4_xs": "q8_K",
-    "tq1_0": "q8_K",
-    "tq2_0": "q8_K",
+    t: "q8_1" if t in ("q4_1", "q5_1") else "q8_K" if ggml_type(t).block == quant.QK_K else "q8_0"
+    for t in quant.KNOWN_TYPES
 }
-assert set(VEC_DOT_TYPES) == set(quant.KNOWN_TYPES), "every type ovkit decodes has its dot type"
 
 #: Elements per activation block of each dot type.
 DOT_BLOCK: dict[str, int] = {"q8_0": 32, "q8_1": 32, "q8_K": quant.QK_K}
@@ -304,19 +273,11 @@ def _two_sum(a: Any, b: Any) -> tuple[Any, Any]:
     return s, ops.add(ops.subtract(a, ops.subtract(s, bb)), ops.subtract(b, bb))
 
 
-def _split(a: Any) -> tuple[Any, Any]:
-    """Veltkamp's split of an f32 into two halves of 12 significant bits (products are exact)."""
-    ops = _ops()
-    t = ov_mul_rn(a, _c(4097.0))
-    hi = ops.subtract(t, ops.subtract(t, a))
-    return hi, ops.subtract(a, hi)
-
-
 def _product_error(a: Any, b: Any, p: Any) -> Any:
     """Dekker's exact error ``a·b − p`` of the f32 product ``p = fl(a·b)``."""
     ops = _ops()
-    ah, al = _split(a)
-    bh, bl = _split(b)
+    ah, al = ov_split(a)
+    bh, bl = ov_split(b)
     err = ops.add(ops.add(ops.subtract(ops.multiply(ah, bh), p), ops.multiply(ah, bl)), ops.multiply(al, bh))
     return ops.add(err, ops.multiply(al, bl))
 
@@ -536,7 +497,7 @@ def flash_attn_f16_accumulated(scores: Any, v: Any, kernels: F16Kernels, sinks: 
 
     ms, vs = key_input("ms", ms_all), key_input("vs", vs_all)
     if n_f16 < dv:
-        vs_hi_all, vs_lo_all = _split(vs_all)
+        vs_hi_all, vs_lo_all = ov_split(vs_all)
         vs_hi, vs_lo = key_input("vs_hi", vs_hi_all), key_input("vs_lo", vs_lo_all)
         scaled = _f16(ov_mul_rn(a_in, ms))
         # f16(fma(v, vs, acc)): v has 11 significant bits, so v·vs_hi and v·vs_lo are exact and

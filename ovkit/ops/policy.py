@@ -1,30 +1,17 @@
 """The op-support policy of the upstream ggml-openvino backend, as data: global gates, per-op gates, registered op tables.
 
 ``check_op(op, device_class)`` answers what upstream's ``ggml_backend_openvino_device_supports_op``
-answers, with a human-readable reason for every rejection.  The policy is a list of gate records
-(:class:`Gate`): the global gates (:data:`GLOBAL_GATES`: op membership, the 13 allowed types, the
-quantized-3-D rule, ...) run first, in upstream's order, then the per-op gates (:data:`GATES`).
-
-Deliberate differences from upstream, recorded here:
-
-- Device restrictions apply to the device *class*: a gate upstream writes as
-  ``device == "GPU"`` applies to ``GPU.0`` and ``GPU.1`` as well.
-- Gates keyed to test-backend-ops tensor names or shapes (``a``/``b``, ``selected_experts``, the
-  CPY test shapes) or to llama.cpp graph names (``msa_*``, ``ffn_norm_exps``, ``ffn_moe_*``) are
-  *quirks* (``Gate.quirk``): recorded, but applied only with ``upstream_exact=True``.
-- Upstream changed over time.  :class:`Revision` names the states the policy can reproduce:
-  ``N`` (upstream aee56b3ab, the default) and ``V`` (the older
-  state that produced the shipped ``ovkit/data/upstream-support-verdicts.csv.gz``; its gates are those of the
-  upstream ``ggml-openvino.cpp`` stored in the code index at 013991d8, which matches the spec's
-  description of M, the mirror's master 5735e10c4).  A gate lists the revisions it belongs to.
-- Upstream has no NPU-only ``supports_op`` rejection; NPU differences are translation-level
-  (static shapes, the GEGLU clamp) and live in the op table.
+answers, with a human-readable reason for every rejection: the global gates (:data:`GLOBAL_GATES`)
+run first, in upstream's order, then the op's own (:data:`GATES`).  The deliberate differences
+from upstream (device classes, quirks, the revisions N, V and P) are listed by
+:func:`render_markdown`, which writes ``docs/policy.md``.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -121,14 +108,78 @@ def _ne(t: OpInfo | None) -> str:
     return "absent" if t is None else "[" + ",".join(str(x) for x in t.ne) + "]"
 
 
+def _when(cond: Callable[[OpInfo], bool], detail: Callable[[OpInfo], str | None]) -> Check:
+    """A check rejecting (with ``detail``) where ``cond`` holds."""
+    return lambda op: detail(op) if cond(op) else None
+
+
+def _s(op: OpInfo, i: int) -> OpInfo:
+    s = op.src(i)
+    if s is None:
+        raise ValueError(f"{op.label} needs src{i}, which is absent")
+    return s
+
+
 def _srcs(op: OpInfo) -> list[tuple[int, OpInfo]]:
     """The present sources up to the first absent one (upstream loops break at NULL)."""
-    out = []
-    for i, s in enumerate(op.srcs):
-        if s is None:
-            break
-        out.append((i, s))
-    return out
+    present = itertools.takewhile(lambda s: s is not None, op.srcs)
+    return list(enumerate(s for s in present if s is not None))
+
+
+def _has_view_input(op: OpInfo) -> str | None:
+    return next((f"src{i} is a VIEW" for i, s in _srcs(op) if s.is_view), None)
+
+
+def _first(details: Iterable[str | None]) -> str | None:
+    return next((d for d in details if d is not None), None)
+
+
+def _rms_norm_noncontig_view(op: OpInfo) -> str | None:
+    bad = (i for i, s in _srcs(op) if s.is_view and not s.is_contiguous)
+    return _first(f"src{i} is a non-contiguous VIEW" for i in bad) if op.op == Op.RMS_NORM else None
+
+
+def _binary_incompatible(op: OpInfo) -> str | None:
+    a, b = _s(op, 0), _s(op, 1)
+    bad = (i for i in range(4) if a.ne[i] != b.ne[i] and a.ne[i] != 1 and b.ne[i] != 1)
+    return _first(f"src0 ne={_ne(a)} vs src1 ne={_ne(b)} differ in dim {i} and neither is 1" for i in bad)
+
+
+def _set_strides(op: OpInfo) -> str | None:
+    nb = _s(op, 0).strides
+    bad = ((j, op.param(f"nb{j}", nb[j])) for j in (1, 2, 3))
+    return _first(f"nb{j}={v} differs from src0 nb[{j}]={nb[j]}" for j, v in bad if v != nb[j])
+
+
+def _cpy_bf16(op: OpInfo) -> str | None:
+    return _first(f"src{i} is bf16" for i in (0, 1) if (s := op.src(i)) is not None and s.type == "bf16")
+
+
+CPY_TEST_SHAPES = ((3, 4, 3, 2), (1, 4, 3, 2), (2, 4, 3, 2))
+# fmt: off
+_exp_f32 = _when(lambda op: op.op == Op.UNARY and op.sub_op == "EXP" and op.type == "f32",
+                 lambda op: "EXP with f32 output")
+_glu_view = _when(lambda op: op.op == Op.GLU, _has_view_input)
+_l2_norm_view = _when(lambda op: op.op == Op.L2_NORM, _has_view_input)
+_div_broadcast = _when(lambda op: _s(op, 0).ne != _s(op, 1).ne,
+                       lambda op: f"src0 ne={_ne(_s(op, 0))} and src1 ne={_ne(_s(op, 1))} need a broadcast")
+_concat_gpu_bf16_view = _when(lambda op: op.type == "bf16" and _has_view_input(op) is not None,
+                              lambda op: f"bf16 output and {_has_view_input(op)}")
+_rows_ne3 = _when(lambda op: op.ne[3] != 1, lambda op: f"output ne[3]={op.ne[3]}")
+_cpy_quant_dst = _when(lambda op: is_quantized(op.dtype), lambda op: f"destination type {op.dtype} is quantized")
+_cpy_count = _when(lambda op: _s(op, 0).nelements != op.nelements,
+                   lambda op: f"src0 has {_s(op, 0).nelements} elements, destination {op.nelements}")
+_cpy_shapes = _when(lambda op: op.ne in CPY_TEST_SHAPES,
+                    lambda op: f"ne={_ne(op)} is a test-backend-ops non-contiguous CPY shape")
+_mul_mat_ne3 = _when(lambda op: _s(op, 0).ne[3] not in (_s(op, 1).ne[3], 1) and _s(op, 1).ne[3] != 1,
+                     lambda op: f"src0 ne[3]={_s(op, 0).ne[3]} and src1 ne[3]={_s(op, 1).ne[3]} do not broadcast")
+_mul_mat_both_views = _when(lambda op: _s(op, 0).is_view and _s(op, 1).is_view,
+                            lambda op: "src0 and src1 are both VIEW")
+_mmid_single_expert = _when(lambda op: _s(op, 0).ne[2] <= 1,
+                            lambda op: f"src0 ne[2]={_s(op, 0).ne[2]} (a single expert)")
+_gdn_kda = _when(lambda op: _s(op, 3).ne[0] != 1,
+                 lambda op: f"g (src3) ne[0]={_s(op, 3).ne[0]} (per-key 'kda' gating)")
+# fmt: on
 
 
 # ----------------------------------------------------------------------------------------------
@@ -183,40 +234,10 @@ def _quant_3d(mul_mat_id_exception: bool) -> Check:
     return check
 
 
-def _exp_f32(op: OpInfo) -> str | None:
-    if op.op == Op.UNARY and op.sub_op == "EXP" and op.type == "f32":
-        return "EXP with f32 output"
-    return None
-
-
 def _glu_odd(op: OpInfo) -> str | None:
     s0 = op.src(0)
     if op.op == Op.GLU and op.src(1) is None and s0 is not None and s0.ne[0] % 2 != 0:
         return f"single-input GLU with src0 ne[0]={s0.ne[0]} (odd)"
-    return None
-
-
-def _has_view_input(op: OpInfo) -> str | None:
-    for i, s in _srcs(op):
-        if s.is_view:
-            return f"src{i} is a VIEW"
-    return None
-
-
-def _glu_view(op: OpInfo) -> str | None:
-    return _has_view_input(op) if op.op == Op.GLU else None
-
-
-def _l2_norm_view(op: OpInfo) -> str | None:
-    return _has_view_input(op) if op.op == Op.L2_NORM else None
-
-
-def _rms_norm_noncontig_view(op: OpInfo) -> str | None:
-    if op.op != Op.RMS_NORM:
-        return None
-    for i, s in _srcs(op):
-        if s.is_view and not s.is_contiguous:
-            return f"src{i} is a non-contiguous VIEW"
     return None
 
 
@@ -277,22 +298,15 @@ GLOBAL_GATES: tuple[Gate, ...] = (
 # Per-op gates
 
 
-def _when(cond: Callable[[OpInfo], bool], detail: Callable[[OpInfo], str]) -> Check:
-    def check(op: OpInfo) -> str | None:
-        return detail(op) if cond(op) else None
-
-    return check
-
-
-def _s(op: OpInfo, i: int) -> OpInfo:
-    s = op.src(i)
-    if s is None:
-        raise ValueError(f"{op.label} needs src{i}, which is absent")
-    return s
-
-
 def _src_is(i: int, kind: str) -> Check:
     return _when(lambda op: op.src(i) is not None and _s(op, i).op == kind, lambda op: f"src{i} is {kind}")
+
+
+def _src_present(i: int, detail: str) -> Check:
+    return _when(lambda op: op.src(i) is not None, lambda op: detail)
+
+
+_src0_bf16 = _when(lambda op: _s(op, 0).type == "bf16", lambda op: "src0 is bf16")
 
 
 def _out_type(types: frozenset[str], what: str) -> Check:
@@ -307,25 +321,10 @@ def _name_is(name: str) -> Check:
     return _when(lambda op: op.name == name, lambda op: f"tensor name {op.name!r}")
 
 
-def _binary_incompatible(op: OpInfo) -> str | None:
-    a, b = _s(op, 0), _s(op, 1)
-    for i in range(4):
-        if a.ne[i] != b.ne[i] and a.ne[i] != 1 and b.ne[i] != 1:
-            return f"src0 ne={_ne(a)} vs src1 ne={_ne(b)} differ in dim {i} and neither is 1"
-    return None
-
-
 def _div_per_channel(op: OpInfo) -> str | None:
     b = _s(op, 1)
     if b.ne[1:] == (1, 1, 1) and b.ne[0] == op.ne[0]:
         return f"src1 ne={_ne(b)} is a per-channel vector of the output's ne[0]={op.ne[0]}"
-    return None
-
-
-def _div_broadcast(op: OpInfo) -> str | None:
-    a, b = _s(op, 0), _s(op, 1)
-    if a.ne != b.ne:
-        return f"src0 ne={_ne(a)} and src1 ne={_ne(b)} need a broadcast"
     return None
 
 
@@ -348,18 +347,6 @@ def _add_id_types(op: OpInfo) -> str | None:
     return None
 
 
-def _concat_gpu_bf16_view(op: OpInfo) -> str | None:
-    if op.type == "bf16":
-        v = _has_view_input(op)
-        if v:
-            return f"bf16 output and {v}"
-    return None
-
-
-def _rows_ne3(op: OpInfo) -> str | None:
-    return f"output ne[3]={op.ne[3]}" if op.ne[3] != 1 else None
-
-
 def _get_rows_256(types: frozenset[str]) -> Check:
     def check(op: OpInfo) -> str | None:
         s0 = _s(op, 0)
@@ -368,44 +355,6 @@ def _get_rows_256(types: frozenset[str]) -> Check:
         return None
 
     return check
-
-
-def _set_strides(op: OpInfo) -> str | None:
-    s0 = _s(op, 0)
-    nb = s0.strides
-    for k, j in (("nb1", 1), ("nb2", 2), ("nb3", 3)):
-        v = op.param(k, nb[j])
-        if v != nb[j]:
-            return f"{k}={v} differs from src0 nb[{j}]={nb[j]}"
-    return None
-
-
-def _cpy_bf16(op: OpInfo) -> str | None:
-    for i in (0, 1):
-        s = op.src(i)
-        if s is not None and s.type == "bf16":
-            return f"src{i} is bf16"
-    return None
-
-
-def _cpy_quant_dst(op: OpInfo) -> str | None:
-    return f"destination type {op.dtype} is quantized" if is_quantized(op.dtype) else None
-
-
-def _cpy_count(op: OpInfo) -> str | None:
-    s0 = _s(op, 0)
-    if s0.nelements != op.nelements:
-        return f"src0 has {s0.nelements} elements, destination {op.nelements}"
-    return None
-
-
-CPY_TEST_SHAPES = ((3, 4, 3, 2), (1, 4, 3, 2), (2, 4, 3, 2))
-
-
-def _cpy_shapes(op: OpInfo) -> str | None:
-    return (
-        f"ne={_ne(op)} is a test-backend-ops non-contiguous CPY shape" if op.ne in CPY_TEST_SHAPES else None
-    )
 
 
 def _cpy_view_fit_n(op: OpInfo) -> str | None:
@@ -428,26 +377,9 @@ def _cpy_view_fit_v(op: OpInfo) -> str | None:
 
 def _mul_mat_ab(op: OpInfo) -> str | None:
     a, b = _s(op, 0), _s(op, 1)
-    if (
-        is_quantized(a.dtype)
-        and a.name == "a"
-        and b.name == "b"
-        and a.ne[:2] == (256, 1)
-        and b.ne[:2] == (256, 64)
-    ):
+    if is_quantized(a.dtype) and (a.name, b.name, a.ne[:2], b.ne[:2]) == ("a", "b", (256, 1), (256, 64)):
         return f"quantized src0 'a' ne={_ne(a)} with src1 'b' ne={_ne(b)} (a test-backend-ops case)"
     return None
-
-
-def _mul_mat_ne3(op: OpInfo) -> str | None:
-    a, b = _s(op, 0), _s(op, 1)
-    if a.ne[3] != b.ne[3] and a.ne[3] != 1 and b.ne[3] != 1:
-        return f"src0 ne[3]={a.ne[3]} and src1 ne[3]={b.ne[3]} do not broadcast"
-    return None
-
-
-def _mul_mat_both_views(op: OpInfo) -> str | None:
-    return "src0 and src1 are both VIEW" if _s(op, 0).is_view and _s(op, 1).is_view else None
 
 
 def _chain(t: OpInfo | None, *ops: str) -> bool:
@@ -464,11 +396,6 @@ def _mul_mat_gpu_kq(op: OpInfo) -> str | None:
     return None
 
 
-def _mmid_single_expert(op: OpInfo) -> str | None:
-    s0 = _s(op, 0)
-    return f"src0 ne[2]={s0.ne[2]} (a single expert)" if s0.ne[2] <= 1 else None
-
-
 def _mmid_tmp(op: OpInfo) -> str | None:
     a, ids = _s(op, 0), op.src(2)
     if ids is None:
@@ -477,10 +404,6 @@ def _mmid_tmp(op: OpInfo) -> str | None:
     if nbytes > MUL_MAT_ID_TMP_LIMIT:
         return f"temporary of {nbytes} B (n_tokens*n_used*rows*k*4) exceeds 1 GiB"
     return None
-
-
-def _mmid_gpu_bf16(op: OpInfo) -> str | None:
-    return "src0 is bf16" if _s(op, 0).type == "bf16" else None
 
 
 def _fa_pattern(op: OpInfo) -> str | None:
@@ -497,10 +420,6 @@ def _fa_pattern(op: OpInfo) -> str | None:
     return None
 
 
-def _fa_is_pattern(op: OpInfo) -> bool:
-    return _fa_pattern(op) is None
-
-
 def _base(op: OpInfo, i: int) -> OpInfo | None:
     s = op.src(i)
     v = s.src(0) if s is not None else None
@@ -509,23 +428,12 @@ def _base(op: OpInfo, i: int) -> OpInfo | None:
 
 def _fa_gemma3n(op: OpInfo) -> str | None:
     scale = float(op.param("scale", 1.0))
-    if abs(scale - 1.0) >= 1e-6 or not _fa_is_pattern(op):
+    if abs(scale - 1.0) >= 1e-6 or _fa_pattern(op) is not None:
         return None
-    q, k, v = _base(op, 0), _base(op, 1), _base(op, 2)
-    if (
-        q is not None
-        and q.op == Op.ROPE
-        and k is not None
-        and k.op == Op.ROPE
-        and v is not None
-        and v.op == Op.RMS_NORM
-    ):
+    bases = [_base(op, i) for i in range(3)]
+    if [None if b is None else b.op for b in bases] == [Op.ROPE, Op.ROPE, Op.RMS_NORM]:
         return "scale=1 with q=ROPE, k=ROPE, v=RMS_NORM (gemma3n direct attention)"
     return None
-
-
-def _fa_sinks(op: OpInfo) -> str | None:
-    return "sinks (src4) present" if op.src(4) is not None else None
 
 
 def _param_gt(key: str, limit: float, default: float) -> Check:
@@ -575,11 +483,6 @@ def _rope_imrope(op: OpInfo) -> str | None:
         if v != want:
             return f"IMROPE with {key}={v} (needs {want})"
     return None
-
-
-def _gdn_kda(op: OpInfo) -> str | None:
-    s3 = _s(op, 3)
-    return f"g (src3) ne[0]={s3.ne[0]} (per-key 'kda' gating)" if s3.ne[0] != 1 else None
 
 
 def _always(detail: str) -> Check:
@@ -639,8 +542,7 @@ GATES: dict[Op, tuple[Gate, ...]] = {
     Op.GET_ROWS: (
         Gate("rows.ne3", "output ne[3] must be 1", _rows_ne3),
         Gate("get_rows.gpu_bf16", "src0 must not be bf16",
-             _when(lambda op: _s(op, 0).type == "bf16", lambda op: "src0 is bf16"),
-             device_class="GPU", revisions=_N),
+             _src0_bf16, device_class="GPU", revisions=_N),
         Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K/Q4_1/Q5_1",
              _get_rows_256(frozenset({"q4_k", "q5_k", "q4_1", "q5_1"})), revisions=_N),
         Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K", _get_rows_256(frozenset({"q4_k", "q5_k"})),
@@ -682,7 +584,7 @@ GATES: dict[Op, tuple[Gate, ...]] = {
     Op.MUL_MAT_ID: (
         Gate("mul_mat_id.single_expert", "src0 needs more than one expert (ne[2] > 1)",
              _mmid_single_expert, revisions=_N),
-        Gate("mul_mat_id.gpu_bf16", "src0 must not be bf16", _mmid_gpu_bf16,
+        Gate("mul_mat_id.gpu_bf16", "src0 must not be bf16", _src0_bf16,
              device_class="GPU", revisions=_N),
         Gate("mul_mat_id.gpu_tmp", "the expert temporary must fit in 1 GiB", _mmid_tmp,
              device_class="GPU", revisions=_N),
@@ -698,7 +600,7 @@ GATES: dict[Op, tuple[Gate, ...]] = {
     ),
     Op.SOFT_MAX: (
         Gate("soft_max.sinks", "sinks (src2) are not supported",
-             _when(lambda op: op.src(2) is not None, lambda op: "sinks (src2) present"), revisions=_V),
+             _src_present(2, "sinks (src2) present"), revisions=_V),
         Gate("soft_max.ffn_moe_probs", "MoE routing softmax stays on CPU", _name_prefix("ffn_moe_probs"),
              quirk=True, revisions=_V),
         Gate("soft_max.ffn_moe_weights_reshape", "a softmax of a RESHAPE of 'ffn_moe_weights*' stays on CPU",
@@ -708,7 +610,7 @@ GATES: dict[Op, tuple[Gate, ...]] = {
     Op.FLASH_ATTN_EXT: (
         Gate("flash_attn.gemma3n", "gemma3n direct attention (scale 1, q/k=ROPE, v=RMS_NORM) stays on CPU",
              _fa_gemma3n, quirk=True, note="accuracy drift; restricted to scale==1"),
-        Gate("flash_attn.sinks", "sinks (src4) are not supported", _fa_sinks),
+        Gate("flash_attn.sinks", "sinks (src4) are not supported", _src_present(4, "sinks (src4) present")),
         Gate("flash_attn.pattern", "Q, K and V must each be PERMUTE<-VIEW<-base tensor", _fa_pattern),
         Gate("flash_attn.max_bias", "max_bias must be 0", _param_gt("max_bias", 0.0, 0.0)),
         Gate("flash_attn.logit_softcap", "logit_softcap must be 0", _param_ne("logit_softcap", 0.0, 0.0)),

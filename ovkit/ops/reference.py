@@ -16,32 +16,8 @@ import numpy.typing as npt
 
 from ovkit.dtypes import NUMPY_DTYPE
 from ovkit.ir import GraphError, GraphIR, Op, RopeType, Tensor, ggml_index_map, interpret, round_to
+from ovkit.ops import geometry
 from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, register_in
-from ovkit.ops.geometry import (
-    alibi_slopes,
-    arange_values,
-    ax,
-    col2im_1d_columns,
-    col2im_1d_index,
-    conv_geometry,
-    diag_mask,
-    im2col_3d_index,
-    im2col_geometry,
-    pool_divisor,
-    pool_geometry,
-    repeat_back_shape,
-    rope_pairs,
-    rope_sections,
-    rope_tables,
-    set_index,
-    timestep_freqs,
-    top_k_order,
-    tri_mask,
-    upscale_batch_index,
-    upscale_weights,
-    window_index,
-    wrap_index,
-)
 
 Arr = np.ndarray
 #: an f32 array: what every reference computes in (its arithmetic keeps the element type)
@@ -134,38 +110,24 @@ def _v(x: Arr | Num) -> Any:
     return np.float32(x) if isinstance(x, float | int) else x
 
 
+def _binary(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Arr | Num, Arr | Num], F32]:
+    return lambda self, a, b: f32(fn(_v(a), _v(b)))
+
+
+def _compare(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Arr, Num], Arr]:
+    return lambda self, a, b: np.asarray(fn(a, np.float32(b)))
+
+
 class NumpyOps:
     """:class:`~ovkit.ops.formulas.ArrayOps` over f32 numpy arrays (IEEE results, no warnings)."""
 
     def f32(self, x: Arr) -> F32:
         return f32(x)
 
-    def add(self, a: Arr | Num, b: Arr | Num) -> F32:
-        return f32(np.add(_v(a), _v(b)))
-
-    def sub(self, a: Arr | Num, b: Arr | Num) -> F32:
-        return f32(np.subtract(_v(a), _v(b)))
-
-    def mul(self, a: Arr | Num, b: Arr | Num) -> F32:
-        return f32(np.multiply(_v(a), _v(b)))
-
-    def div(self, a: Arr | Num, b: Arr | Num) -> F32:
-        return f32(np.divide(_v(a), _v(b)))
-
-    def maximum(self, a: Arr | Num, b: Arr | Num) -> F32:
-        return f32(np.maximum(_v(a), _v(b)))
-
-    def minimum(self, a: Arr | Num, b: Arr | Num) -> F32:
-        return f32(np.minimum(_v(a), _v(b)))
-
-    def gt(self, a: Arr, b: Num) -> Arr:
-        return np.asarray(a > np.float32(b))
-
-    def ge(self, a: Arr, b: Num) -> Arr:
-        return np.asarray(a >= np.float32(b))
-
-    def le(self, a: Arr, b: Num) -> Arr:
-        return np.asarray(a <= np.float32(b))
+    add, sub, mul, div, maximum, minimum = (
+        _binary(f) for f in (np.add, np.subtract, np.multiply, np.divide, np.maximum, np.minimum)
+    )
+    gt, ge, le = (_compare(f) for f in (np.greater, np.greater_equal, np.less_equal))
 
     def where(self, cond: Arr, a: Arr | Num, b: Arr | Num) -> F32:
         return f32(np.where(cond, _v(a), _v(b)))
@@ -185,6 +147,15 @@ class NumpyOps:
     def full(self, ne: Sequence[int], value: float) -> F32:
         return np.full(tuple(reversed(ne)), value, dtype=np.float32)
 
+    def const(self, value: Arr) -> Arr:
+        return value
+
+    def sum_rows(self, x: Arr) -> F32:  # accumulated in f64, as ggml's ggml_float
+        return f32(f32(x).astype(np.float64).sum(axis=-1, keepdims=True))
+
+    def mean_rows(self, x: Arr) -> F32:
+        return f32(f32(x).astype(np.float64).mean(axis=-1, keepdims=True))
+
 
 NUMPY = NumpyOps()
 
@@ -201,6 +172,30 @@ for _op, _fn in FORMULAS.items():
     reference(_op)(_numpy_formula(_fn))
 
 
+#: The references that are one numpy expression.
+ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
+    (Op.CONT, Op.DUP): lambda t, xs: np.asarray(xs[0]).reshape(tuple(reversed(t.ne))),
+    (Op.CONCAT,): lambda t, xs: np.concatenate(
+        [np.asarray(xs[0]), np.asarray(xs[1])], axis=geometry.ax(t.params["dim"])
+    ),
+    (Op.REPEAT,): lambda t, xs: repeat_to(np.asarray(xs[0]), t.ne),
+    (Op.SUM,): lambda t, xs: np.full((1, 1, 1, 1), f32(xs[0]).astype(np.float64).sum(), dtype=np.float32),
+    (Op.CUMSUM,): lambda t, xs: np.cumsum(f32(xs[0]), axis=-1, dtype=np.float32),
+    (Op.COUNT_EQUAL,): lambda t, xs: np.array(
+        [np.count_nonzero(np.asarray(xs[0]) == np.asarray(xs[1]))], np.int64
+    ),
+    (Op.CONV_2D,): lambda t, xs: _direct_conv(t, f32(xs[1]), f32(xs[0]), 2),
+    (Op.ROLL,): lambda t, xs: np.roll(
+        np.asarray(xs[0]), [t.params[f"shift{d}"] for d in (3, 2, 1, 0)], (0, 1, 2, 3)
+    ),
+    (Op.PAD_REFLECT_1D,): lambda t, xs: np.pad(
+        f32(xs[0]), [(0, 0)] * 3 + [(t.params["p0"], t.params["p1"])], mode="reflect"
+    ),
+}
+for _keys, _one in ONE_EXPRESSION.items():
+    reference(*_keys)(_one)
+
+
 @reference(Op.ADD_ID)
 def add_id(t: Tensor, xs: list[Arr]) -> Arr:
     a, b, ids = f32(xs[0]), f32(xs[1]), np.asarray(xs[2], dtype=np.int64)
@@ -210,18 +205,12 @@ def add_id(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- layout
-@reference(Op.CONT, Op.DUP)
-def cont(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.asarray(xs[0]).reshape(tuple(reversed(t.ne)))
-
-
 @reference(Op.CPY)
 def cpy(t: Tensor, xs: list[Arr]) -> Arr:
     x = np.asarray(xs[0])
     if t.dtype in ("i32", "i64") and x.dtype.kind == "f":
         x = np.trunc(f32(x)).astype(NUMPY_DTYPE[t.dtype])
-    src = t.srcs[0]
-    assert src is not None
+    src = t.operand(0)
     # a plain result is stored by the caller; same-type quantized copies move ggml's blocks
     keep = t.dtype in NUMPY_DTYPE or src.dtype == t.dtype
     return (x if keep else stored(t.dtype, x)).reshape(tuple(reversed(t.ne)))
@@ -246,8 +235,7 @@ def expand_batch(x: Arr, ne_big2: int, ne_big3: int) -> Arr:
 
 @reference(Op.MUL_MAT)
 def mul_mat(t: Tensor, xs: list[Arr]) -> Arr:
-    a_t, b_t = t.srcs[0], t.srcs[1]
-    assert a_t is not None and b_t is not None
+    a_t, b_t = t.operand(0), t.operand(1)
     a = f32(xs[0])
     b = f32(xs[1])
     if a_t.dtype in ("f16", "bf16") and b_t.dtype != a_t.dtype:
@@ -264,23 +252,13 @@ def out_prod(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- layout II
-@reference(Op.CONCAT)
-def concat(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.concatenate([np.asarray(xs[0]), np.asarray(xs[1])], axis=ax(t.params["dim"]))
-
-
-@reference(Op.REPEAT)
-def repeat(t: Tensor, xs: list[Arr]) -> Arr:
-    return repeat_to(np.asarray(xs[0]), t.ne)
-
-
 @reference(Op.PAD)
 def pad(t: Tensor, xs: list[Arr]) -> Arr:
     p = t.params
     if p["circular"]:
         out = f32(xs[0])
         for d in range(4):
-            out = np.take(out, wrap_index(t, d), axis=3 - d)
+            out = np.take(out, geometry.wrap_index(t, d), axis=3 - d)
         return out
     widths = [(p[f"lp{d}"], p[f"rp{d}"]) for d in (3, 2, 1, 0)]
     return np.pad(f32(xs[0]), widths)
@@ -303,8 +281,7 @@ def set_rows(t: Tensor, xs: list[Arr]) -> Arr:
     """a with row c[i1, i2 % c.ne1, i3 % c.ne2] of batch (i2, i3) replaced by b's row (i1, i2, i3)."""
     dst = np.array(xs[0], copy=True)
     b, c = f32(xs[1]), np.asarray(xs[2])
-    c_t = t.srcs[2]
-    assert c_t is not None
+    c_t = t.operand(2)
     n3, n2, n1 = b.shape[0], b.shape[1], b.shape[2]
     i3 = np.arange(n3)[:, None, None]
     i2 = np.arange(n2)[None, :, None]
@@ -315,28 +292,11 @@ def set_rows(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.SET, Op.ACC)
 def set_(t: Tensor, xs: list[Arr]) -> Arr:
-    idx = set_index(t)
+    idx = geometry.set_index(t)
     flat = np.array(xs[0], copy=True).reshape(-1)
     b = np.asarray(xs[1]).reshape(-1)
     flat[idx] = flat[idx] + b if t.op == Op.ACC else b
     return flat.reshape(tuple(reversed(t.ne)))
-
-
-@reference(Op.SOFT_MAX_BACK)
-def soft_max_back(t: Tensor, xs: list[Arr]) -> Arr:
-    dy, y = f32(xs[0]), f32(xs[1])
-    dot = f32((y.astype(np.float64) * dy).sum(axis=-1, keepdims=True))
-    return (dy - dot) * y * np.float32(t.params["scale"])
-
-
-@reference(Op.RMS_NORM_BACK)
-def rms_norm_back(t: Tensor, xs: list[Arr]) -> Arr:
-    dz, x = f32(xs[0]), f32(xs[1])
-    n, eps = x.shape[-1], np.float32(t.params["eps"])
-    sum_xx = f32((x.astype(np.float64) ** 2).sum(axis=-1, keepdims=True))
-    sum_xdz = f32((x.astype(np.float64) * dz).sum(axis=-1, keepdims=True))
-    rrms = f32(np.float32(1.0) / np.sqrt(sum_xx / np.float32(n) + eps))
-    return (dz + x * (-sum_xdz / (sum_xx + eps * np.float32(n)))) * rrms
 
 
 @reference(Op.GET_ROWS_BACK)
@@ -349,58 +309,17 @@ def get_rows_back(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.REPEAT_BACK)
 def repeat_back(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0]).astype(np.float64).reshape(repeat_back_shape(t))
+    x = f32(xs[0]).astype(np.float64).reshape(geometry.repeat_back_shape(t))
     return f32(x.sum(axis=(0, 2, 4, 6)))
 
 
 # ---------------------------------------------------------------------------- norms, reductions
-@reference(Op.NORM)
-def norm(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0]).astype(np.float64)
-    c = f32(x - x.mean(axis=-1, keepdims=True))
-    var = f32((c.astype(np.float64) ** 2).mean(axis=-1, keepdims=True))
-    return c * f32(np.float32(1.0) / np.sqrt(var + np.float32(t.params["eps"])))
-
-
-@reference(Op.RMS_NORM)
-def rms_norm(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0])
-    ms = f32((x.astype(np.float64) ** 2).mean(axis=-1, keepdims=True))
-    return x * f32(np.float32(1.0) / np.sqrt(ms + np.float32(t.params["eps"])))
-
-
-@reference(Op.L2_NORM)
-def l2_norm(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0])
-    s = f32(np.sqrt((x.astype(np.float64) ** 2).sum(axis=-1, keepdims=True)))
-    return x * (np.float32(1.0) / np.maximum(s, np.float32(t.params["eps"])))
-
-
-@reference(Op.SUM_ROWS)
-def sum_rows(t: Tensor, xs: list[Arr]) -> Arr:
-    return f32(f32(xs[0]).astype(np.float64).sum(axis=-1, keepdims=True))
-
-
-@reference(Op.SUM)
-def sum_all(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.full((1, 1, 1, 1), f32(xs[0]).astype(np.float64).sum(), dtype=np.float32)
-
-
-@reference(Op.MEAN)
-def mean(t: Tensor, xs: list[Arr]) -> Arr:
-    s = f32(f32(xs[0]).astype(np.float64).sum(axis=-1, keepdims=True))
-    return s / np.float32(xs[0].shape[-1])
 
 
 @reference(Op.ARGMAX)
 def argmax(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0][0, 0])  # [rows, ne0]; ties: ggml keeps the last maximum
     return np.asarray(x.shape[-1] - 1 - np.argmax(x[:, ::-1], axis=-1), dtype=np.int32)
-
-
-@reference(Op.CUMSUM)
-def cumsum(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.cumsum(f32(xs[0]), axis=-1, dtype=np.float32)
 
 
 @reference(Op.ARGSORT)
@@ -414,31 +333,13 @@ def argsort(t: Tensor, xs: list[Arr]) -> Arr:
 def top_k(t: Tensor, xs: list[Arr]) -> Arr:
     k = t.params["k"]
     idx = np.argsort(-f32(xs[0]), axis=-1, kind="stable")[..., :k]
-    return idx[..., top_k_order(k)].astype(np.int32)
-
-
-@reference(Op.ROLL)
-def roll(t: Tensor, xs: list[Arr]) -> Arr:
-    shifts = [t.params[f"shift{d}"] for d in range(4)]
-    return np.roll(np.asarray(xs[0]), [shifts[3], shifts[2], shifts[1], shifts[0]], axis=(0, 1, 2, 3))
-
-
-@reference(Op.DIAG)
-def diag(t: Tensor, xs: list[Arr]) -> Arr:
-    n = t.ne[0]
-    return np.asarray(xs[0]) * np.eye(n, dtype=np.float32)
-
-
-@reference(Op.TRI)
-def tri(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.where(tri_mask(t.params["type"], t.ne[0]), f32(xs[0]), np.float32(0.0))
+    return idx[..., geometry.top_k_order(k)].astype(np.int32)
 
 
 # ---------------------------------------------------------------------------- mul_mat_id
 @reference(Op.MUL_MAT_ID)
 def mul_mat_id(t: Tensor, xs: list[Arr]) -> Arr:
-    as_t, b_t = t.srcs[0], t.srcs[1]
-    assert as_t is not None and b_t is not None
+    as_t, b_t = t.operand(0), t.operand(1)
     w = f32(xs[0])[0]  # [E, N, K]
     b = f32(xs[1])[0]  # [T, B1, K]
     if as_t.dtype in ("f16", "bf16") and b_t.dtype != as_t.dtype:
@@ -456,14 +357,9 @@ def mul_mat_id(t: Tensor, xs: list[Arr]) -> Arr:
 # ---------------------------------------------------------------------------- softmax / attention
 
 
-@reference(Op.ARANGE)
-def arange(t: Tensor, xs: list[Arr]) -> Arr:
-    return arange_values(t)
-
-
 @reference(Op.TIMESTEP_EMBEDDING)
 def timestep_embedding(t: Tensor, xs: list[Arr]) -> Arr:
-    arg = f32(xs[0]).reshape(-1, 1) * timestep_freqs(t)[None, :]
+    arg = f32(xs[0]).reshape(-1, 1) * geometry.timestep_freqs(t)[None, :]
     out = np.zeros((arg.shape[0], t.ne[0]), np.float32)
     half = arg.shape[1]
     out[:, :half], out[:, half : 2 * half] = np.cos(arg), np.sin(arg)
@@ -475,22 +371,6 @@ def opt_step_sgd(t: Tensor, xs: list[Arr]) -> Arr:
     sgd = f32(xs[2]).reshape(-1)
     lr, wd = np.float32(sgd[0]), np.float32(sgd[1])
     return f32(xs[0]) * (np.float32(1.0) - lr * wd) - lr * f32(xs[1])
-
-
-@reference(Op.COUNT_EQUAL)
-def count_equal(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.array([np.count_nonzero(np.asarray(xs[0]) == np.asarray(xs[1]))], np.int64)
-
-
-@reference(Op.PAD_REFLECT_1D)
-def pad_reflect_1d(t: Tensor, xs: list[Arr]) -> Arr:
-    widths = [(0, 0)] * 3 + [(t.params["p0"], t.params["p1"])]
-    return np.pad(f32(xs[0]), widths, mode="reflect")
-
-
-@reference(Op.DIAG_MASK_INF)
-def diag_mask_inf(t: Tensor, xs: list[Arr]) -> Arr:
-    return np.where(diag_mask(t), np.float32(-np.inf), f32(xs[0]))
 
 
 @reference(Op.CROSS_ENTROPY_LOSS_BACK)
@@ -530,7 +410,7 @@ def softmax_rows(w: Arr, sinks: Arr | None) -> Arr:
 def soft_max(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0])
     mask = _mask_for(xs[1], t.ne[1], t.ne)
-    slope = alibi_slopes(t.ne[2], t.params["max_bias"]).reshape(1, -1, 1, 1)
+    slope = geometry.alibi_slopes(t.ne[2], t.params["max_bias"]).reshape(1, -1, 1, 1)
     w = x * np.float32(t.params["scale"])
     if mask is not None:
         w = w + slope * mask
@@ -540,8 +420,7 @@ def soft_max(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.FLASH_ATTN_EXT)
 def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
-    q_t, k_t, v_t = t.srcs[0], t.srcs[1], t.srcs[2]
-    assert q_t is not None and k_t is not None and v_t is not None
+    q_t, k_t = t.operand(0), t.operand(1)
     q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
     if k_t.dtype in ("f16", "bf16"):
         q = rounded(q, k_t.dtype)  # ggml converts Q to K's vec_dot type
@@ -558,7 +437,7 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
         s = softcap * np.tanh(s)
     mask = _mask_for(xs[3], n_q, (0, 0, q_t.ne[2], q_t.ne[3]))
     if mask is not None:
-        slope = alibi_slopes(n_head, t.params["max_bias"]).reshape(1, -1, 1, 1)
+        slope = geometry.alibi_slopes(n_head, t.params["max_bias"]).reshape(1, -1, 1, 1)
         s = s + slope * mask
     sinks = f32(xs[4]).reshape(-1) if len(xs) > 4 and xs[4] is not None else None
     p = softmax_rows(s, sinks)
@@ -575,10 +454,10 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
 
 def rope_theta(p: dict[str, Any], n_pairs: int, ne2: int, pos: Arr) -> Arr:
     """Extrapolated theta base per (position row i2, pair i): pos · multiplier_i."""
-    mult = rope_tables(p, p["n_dims"], n_pairs)["mult"]
+    mult = geometry.rope_tables(p, p["n_dims"], n_pairs)["mult"]
     pos = np.asarray(pos).reshape(-1).astype(np.float32)
     if p["mode"] & 8:
-        base = pos.reshape(4, ne2).T[:, rope_sections(p, n_pairs)]  # [ne2, pairs]
+        base = pos.reshape(4, ne2).T[:, geometry.rope_sections(p, n_pairs)]  # [ne2, pairs]
     else:
         base = np.repeat(pos[:, None], n_pairs, axis=1)
     return f32(base * mult[None, :])
@@ -589,10 +468,10 @@ def rope(t: Tensor, xs: list[Arr]) -> Arr:
     p = t.params
     x = f32(xs[0])
     n_dims = p["n_dims"]
-    n_pairs = rope_pairs(p, t.ne[0])
+    n_pairs = geometry.rope_pairs(p, t.ne[0])
     if n_pairs == 0:  # n_dims 0: ggml rotates nothing and copies the row
         return x
-    tables = rope_tables(p, n_dims, n_pairs)
+    tables = geometry.rope_tables(p, n_dims, n_pairs)
     theta_ex = rope_theta(p, n_pairs, t.ne[2], xs[1])
     if xs[2] is not None:
         theta_ex = theta_ex / f32(xs[2]).reshape(-1)[:n_pairs][None, :]
@@ -624,7 +503,7 @@ def rope(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.IM2COL)
 def im2col(t: Tensor, xs: list[Arr]) -> Arr:
-    idx, n = im2col_geometry(t)
+    idx, n = geometry.im2col_geometry(t)
     x = f32(xs[1])  # 2-D: [N, IC, IH, IW]; 1-D: [1, N, IC, IW]
     cols = gather_windows(x, idx, 0.0, n)  # [N, IC, OH, OW, KH, KW] / [1, N, IC, OW, KW]
     order = (0, 2, 3, 1, 4, 5) if n == 2 else (0, 1, 3, 2, 4)
@@ -641,25 +520,19 @@ def gather_windows(x: Arr, idx: Arr, fill: float, n_spatial: int) -> Arr:
 
 def _direct_conv(t: Tensor, x: Arr, w: Arr, n: int) -> Arr:
     """x [N, IC, *sizes], w [OC, IC, *ks] → [N, OC, *out]; an f16 kernel sees f16 input taps."""
-    a = t.srcs[0]
-    assert a is not None
-    sizes, ks, s, p, d, out = conv_geometry(t, n)
-    idx, _ = window_index(sizes, ks, s, p, d, out)
+    a = t.operand(0)
+    sizes, ks, s, p, d, out = geometry.conv_geometry(t, n)
+    idx, _ = geometry.window_index(sizes, ks, s, p, d, out)
     cols = gather_windows(rounded(x, a.dtype) if a.dtype == "f16" else x, idx, 0.0, n)  # [N, IC, *out, *ks]
     k = cols.reshape(cols.shape[0], cols.shape[1], int(np.prod(out)), -1).astype(np.float64)
     y = np.einsum("ncpk,ock->nop", k, w.reshape(w.shape[0], w.shape[1], -1).astype(np.float64))
     return f32(y.reshape(x.shape[0], w.shape[0], *out))
 
 
-@reference(Op.CONV_2D)
-def conv_2d(t: Tensor, xs: list[Arr]) -> Arr:
-    return _direct_conv(t, f32(xs[1]), f32(xs[0]), 2)
-
-
 @reference(Op.CONV_2D_DW)
 def conv_2d_dw(t: Tensor, xs: list[Arr]) -> Arr:
-    sizes, ks, s, p, d, out = conv_geometry(t, 2)
-    idx, _ = window_index(sizes, ks, s, p, d, out)
+    sizes, ks, s, p, d, out = geometry.conv_geometry(t, 2)
+    idx, _ = geometry.window_index(sizes, ks, s, p, d, out)
     cols = gather_windows(f32(xs[1]), idx, 0.0, 2)  # [N, C, OH, OW, KH, KW]
     w = f32(xs[0])[:, 0]  # [C, KH, KW]
     return f32(np.einsum("ncyxhw,chw->ncyx", cols.astype(np.float64), w.astype(np.float64)))
@@ -676,22 +549,21 @@ def conv_3d(t: Tensor, xs: list[Arr]) -> Arr:
 @reference(Op.IM2COL_3D)
 def im2col_3d(t: Tensor, xs: list[Arr]) -> Arr:
     flat = np.concatenate([f32(xs[1]).reshape(-1), np.zeros(1, np.float32)])
-    return flat[im2col_3d_index(t)]
+    return flat[geometry.im2col_3d_index(t)]
 
 
 @reference(Op.COL2IM_1D)
 def col2im_1d(t: Tensor, xs: list[Arr]) -> Arr:
-    t_in, oc, k = col2im_1d_columns(t)
+    t_in, oc, k = geometry.col2im_1d_columns(t)
     cols = f32(xs[0]).reshape(t_in, oc, k).transpose(1, 0, 2).reshape(oc, t_in * k)
     out = np.zeros((oc, t.ne[0] + 1), np.float32)  # f32 accumulation, as ggml's CPU
-    np.add.at(out, (np.arange(oc)[:, None], col2im_1d_index(t)), cols)
+    np.add.at(out, (np.arange(oc)[:, None], geometry.col2im_1d_index(t)), cols)
     return out[:, : t.ne[0]]
 
 
 @reference(Op.CONV_TRANSPOSE_1D)
 def conv_transpose_1d(t: Tensor, xs: list[Arr]) -> Arr:
-    a_t = t.srcs[0]
-    assert a_t is not None
+    a_t = t.operand(0)
     w = f32(xs[0])[0].astype(np.float64)  # [IC, OC, K]
     x = rounded(f32(xs[1])[0, 0], a_t.dtype) if a_t.dtype == "f16" else f32(xs[1])[0, 0]  # [IC, L]
     s0, length, k = t.params["s0"], x.shape[1], w.shape[2]
@@ -704,8 +576,7 @@ def conv_transpose_1d(t: Tensor, xs: list[Arr]) -> Arr:
 
 @reference(Op.CONV_TRANSPOSE_2D)
 def conv_transpose_2d(t: Tensor, xs: list[Arr]) -> Arr:
-    a_t = t.srcs[0]
-    assert a_t is not None
+    a_t = t.operand(0)
     w = f32(xs[0]).astype(np.float64)  # [IC, OC, KH, KW]
     x = rounded(f32(xs[1]), a_t.dtype) if a_t.dtype == "f16" else f32(xs[1])  # [N, IC, H, W]
     st = t.params["stride"]
@@ -723,22 +594,23 @@ _FLT_MAX = float(np.finfo(np.float32).max)
 
 @reference(Op.POOL_1D, Op.POOL_2D)
 def pool(t: Tensor, xs: list[Arr]) -> Arr:
-    idx, valid, n = pool_geometry(t)
+    idx, valid, n = geometry.pool_geometry(t)
     is_max = t.params["op"] == 0
     win = gather_windows(f32(xs[0]), idx, -_FLT_MAX if is_max else 0.0, n)
     axes = tuple(range(win.ndim - n, win.ndim))
     if is_max:
         return f32(win.max(axis=axes))
-    return f32(win.astype(np.float64).sum(axis=axes) / pool_divisor(t, valid, n))
+    return f32(win.astype(np.float64).sum(axis=axes) / geometry.pool_divisor(t, valid, n))
 
 
 @reference(Op.UPSCALE)
 def upscale(t: Tensor, xs: list[Arr]) -> Arr:
-    a = t.srcs[0]
-    assert a is not None
-    x = f32(xs[0])[upscale_batch_index(t.ne[3], a.ne[3])][:, upscale_batch_index(t.ne[2], a.ne[2])]
-    w0 = upscale_weights(t.ne[0], a.ne[0], t.params["mode"]).astype(np.float64)
-    w1 = upscale_weights(t.ne[1], a.ne[1], t.params["mode"]).astype(np.float64)
+    a = t.operand(0)
+    x = f32(xs[0])[geometry.upscale_batch_index(t.ne[3], a.ne[3])][
+        :, geometry.upscale_batch_index(t.ne[2], a.ne[2])
+    ]
+    w0 = geometry.upscale_weights(t.ne[0], a.ne[0], t.params["mode"]).astype(np.float64)
+    w1 = geometry.upscale_weights(t.ne[1], a.ne[1], t.params["mode"]).astype(np.float64)
     return f32(np.einsum("yj,abji,xi->abyx", w1, x.astype(np.float64), w0))
 
 
@@ -758,8 +630,7 @@ def ssm_conv(t: Tensor, xs: list[Arr]) -> Arr:
 def gated_delta_net(t: Tensor, xs: list[Arr]) -> Arr:
     """Per token: S ← exp(g)·S; δ = (v − Sᵀk)·β; S ← S + k⊗δ; o = (Sᵀq)/√S_v (value head h reads
     key head h % H_k). State memory: state[s, h, j, i] = S[i][j]."""
-    q_t, v_t, g_t = t.srcs[0], t.srcs[2], t.srcs[3]
-    assert q_t is not None and v_t is not None and g_t is not None
+    q_t, v_t = t.operand(0), t.operand(2)
     q, k, v, g, beta, state = (f32(x) for x in xs)
     s_v, h_v, n_tokens, n_seqs = v_t.ne
     h_k = q_t.ne[1]

@@ -20,31 +20,8 @@ import openvino.opset16 as ops
 
 from ovkit.dtypes import DTYPES, ggml_type
 from ovkit.ir import GraphIR, Op, RopeType, Tensor, TranslationGapError, ggml_index_map, interpret, round_to
+from ovkit.ops import geometry
 from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, register_in
-from ovkit.ops.geometry import (
-    alibi_slopes,
-    arange_values,
-    ax,
-    col2im_1d_columns,
-    col2im_1d_index,
-    conv_geometry,
-    diag_mask,
-    im2col_3d_index,
-    im2col_geometry,
-    pool_divisor,
-    pool_geometry,
-    repeat_back_shape,
-    rope_pairs,
-    rope_sections,
-    rope_tables,
-    set_index,
-    timestep_freqs,
-    top_k_order,
-    tri_mask,
-    upscale_batch_index,
-    upscale_weights,
-    wrap_index,
-)
 from ovkit.ops.rounding import rounded
 
 Out = Any  # an openvino Output/Node
@@ -102,7 +79,7 @@ def reshape4(x: Out, ne: Sequence[int]) -> Out:
 
 
 def slice_dim(x: Out, dim: int, start: int, stop: int, step: int = 1) -> Out:
-    return ops.slice(x, i64([start]), i64([stop]), i64([step]), i64([ax(dim)]))
+    return ops.slice(x, i64([start]), i64([stop]), i64([step]), i64([geometry.ax(dim)]))
 
 
 def tile_to(x: Out, small: Sequence[int], big: Sequence[int]) -> Out:
@@ -296,38 +273,20 @@ def _v(x: Out | Num) -> Out:
     return const(x) if isinstance(x, float | int) else x
 
 
+def _binary(fn: Callable[[Out, Out], Out]) -> Callable[[Any, Out | Num, Out | Num], Out]:
+    return lambda self, a, b: fn(_v(a), _v(b))
+
+
 class OpenVinoOps:
     """:class:`~ovkit.ops.formulas.ArrayOps` over opset16 nodes (f32)."""
 
     def f32(self, x: Out) -> Out:
         return f32(x)
 
-    def add(self, a: Out | Num, b: Out | Num) -> Out:
-        return ops.add(_v(a), _v(b))
-
-    def sub(self, a: Out | Num, b: Out | Num) -> Out:
-        return ops.subtract(_v(a), _v(b))
-
-    def mul(self, a: Out | Num, b: Out | Num) -> Out:
-        return ops.multiply(_v(a), _v(b))
-
-    def div(self, a: Out | Num, b: Out | Num) -> Out:
-        return ops.divide(_v(a), _v(b))
-
-    def maximum(self, a: Out | Num, b: Out | Num) -> Out:
-        return ops.maximum(_v(a), _v(b))
-
-    def minimum(self, a: Out | Num, b: Out | Num) -> Out:
-        return ops.minimum(_v(a), _v(b))
-
-    def gt(self, a: Out, b: Num) -> Out:
-        return ops.greater(a, const(b))
-
-    def ge(self, a: Out, b: Num) -> Out:
-        return ops.greater_equal(a, const(b))
-
-    def le(self, a: Out, b: Num) -> Out:
-        return ops.less_equal(a, const(b))
+    add, sub, mul, div, maximum, minimum = (
+        _binary(f) for f in (ops.add, ops.subtract, ops.multiply, ops.divide, ops.maximum, ops.minimum)
+    )
+    gt, ge, le = (_binary(f) for f in (ops.greater, ops.greater_equal, ops.less_equal))
 
     def where(self, cond: Out, a: Out | Num, b: Out | Num) -> Out:
         return ops.select(cond, _v(a), _v(b))
@@ -347,6 +306,15 @@ class OpenVinoOps:
     def full(self, ne: Sequence[int], value: float) -> Out:
         return ops.broadcast(const(value), i64(list(reversed(ne))))
 
+    def const(self, value: np.ndarray) -> Out:
+        return ops.constant(value)
+
+    def sum_rows(self, x: Out) -> Out:
+        return ops.reduce_sum(x, i64([3]), True)
+
+    def mean_rows(self, x: Out) -> Out:
+        return ops.reduce_mean(x, i64([3]), True)
+
 
 OPENVINO = OpenVinoOps()
 
@@ -359,11 +327,37 @@ for _op, _fn in FORMULAS.items():
     translator(_op)(_ov_formula(_fn))
 
 
+#: The translations that are one opset16 expression.
+ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
+    (Op.CONT, Op.DUP): lambda t, xs: reshape4(xs[0], t.ne),
+    (Op.CONCAT,): lambda t, xs: ops.concat(
+        [to_type(xs[0], t.dtype), to_type(xs[1], t.dtype)], geometry.ax(t.params["dim"])
+    ),
+    (Op.SUM,): lambda t, xs: ops.reduce_sum(f32(xs[0]), i64([0, 1, 2, 3]), True),
+    (Op.CUMSUM,): lambda t, xs: ops.cum_sum(f32(xs[0]), i64(3)),
+    (Op.ARGSORT,): lambda t, xs: _sorted_indices(
+        xs[0], t.ne[0], t.ne[0], "min" if t.params["order"] == 0 else "max"
+    ),
+    (Op.CONV_2D,): lambda t, xs: _direct_conv(t, f32(xs[1]), f32(xs[0]), 2),
+    (Op.REPEAT,): lambda t, xs: tile_to(xs[0], t.operand(0).ne, t.ne),
+    (Op.ROLL,): lambda t, xs: ops.roll(
+        xs[0], i64([t.params[f"shift{d}"] for d in (3, 2, 1, 0)]), i64([0, 1, 2, 3])
+    ),
+    (Op.PAD_REFLECT_1D,): lambda t, xs: ops.pad(
+        f32(xs[0]), i64([0, 0, 0, t.params["p0"]]), i64([0, 0, 0, t.params["p1"]]), "reflect"
+    ),
+    (Op.COUNT_EQUAL,): lambda t, xs: ops.reduce_sum(
+        ops.reshape(ops.convert(ops.equal(xs[0], xs[1]), ov.Type.i64), i64([-1]), False), i64([0]), True
+    ),
+}
+for _keys, _one in ONE_EXPRESSION.items():
+    translator(*_keys)(_one)
+
+
 @translator(Op.ADD_ID)
 def _add_id(t: Tensor, xs: list[Out]) -> Out:
     a, b, ids = xs
-    b_t = t.srcs[1]
-    assert b_t is not None
+    b_t = t.operand(1)
     bias = ops.reshape(b, i64([b_t.ne[1], b_t.ne[0]]), False)  # [n_expert, ne0]
     ids2 = ops.reshape(ids, i64([t.ne[2], t.ne[1]]), False)  # [n_tokens, n_used]
     picked = ops.gather(bias, ids2, i64(0))  # [n_tokens, n_used, ne0]
@@ -371,16 +365,10 @@ def _add_id(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- layout
-@translator(Op.CONT, Op.DUP)
-def _cont(t: Tensor, xs: list[Out]) -> Out:
-    return reshape4(xs[0], t.ne)
-
-
 @translator(Op.CPY)
 def _cpy(t: Tensor, xs: list[Out]) -> Out:
     x = xs[0]
-    src = t.srcs[0]
-    assert src is not None
+    src = t.operand(0)
     if t.dtype in ("i32", "i64") and src.dtype in ("f32", "f16", "bf16"):
         x = ops.convert(f32(x), OV_TYPE[t.dtype])  # truncation toward zero, as a C cast
     if t.is_quantized and src.dtype != t.dtype:  # same type: ggml copies the blocks
@@ -396,20 +384,15 @@ def written_quantized(x: Out, qtype: str) -> Out:
 
 
 # ---------------------------------------------------------------------------- matmul
-def _weight_f32(src: Tensor, x: Out) -> Out:
-    return f32(x)
-
-
 @translator(Op.MUL_MAT)
 def _mul_mat(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     xb = f32(xs[1])
     fused = getattr(a.value, "ov_mul_mat", None) if a.is_leaf and a.is_quantized else None
     if fused is not None and a.ne[2] == 1 and a.ne[3] == 1:
         # the quantized weight builds the matmul form the CPU plugin keeps compressed
         return reshape4(fused(output_of(xb)), t.ne)
-    wa = _weight_f32(a, xs[0])
+    wa = f32(xs[0])
     if a.dtype in ("f16", "bf16") and b.dtype != a.dtype:
         xb = rounded(xb, a.dtype)  # ggml converts src1 to src0's vec_dot type
     wa = expand_batch(wa, a.ne, (a.ne[0], a.ne[1], b.ne[2], b.ne[3]))
@@ -418,32 +401,19 @@ def _mul_mat(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.OUT_PROD)
 def _out_prod(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     wa = expand_batch(f32(xs[0]), a.ne, (a.ne[0], a.ne[1], b.ne[2], b.ne[3]))
     return ops.matmul(f32(xs[1]), wa, True, False)  # bᵀ [p, k] @ a [k, m]
 
 
 # ---------------------------------------------------------------------------- layout II
-@translator(Op.CONCAT)
-def _concat(t: Tensor, xs: list[Out]) -> Out:
-    return ops.concat([to_type(xs[0], t.dtype), to_type(xs[1], t.dtype)], ax(t.params["dim"]))
-
-
-@translator(Op.REPEAT)
-def _repeat(t: Tensor, xs: list[Out]) -> Out:
-    src = t.srcs[0]
-    assert src is not None
-    return tile_to(xs[0], src.ne, t.ne)
-
-
 @translator(Op.PAD)
 def _pad(t: Tensor, xs: list[Out]) -> Out:
     p = t.params
     if p["circular"]:
         out = f32(xs[0])
         for d in range(4):
-            out = ops.gather(out, const(wrap_index(t, d), np.int64), i64(3 - d))
+            out = ops.gather(out, const(geometry.wrap_index(t, d), np.int64), i64(3 - d))
         return out
     begin = [p["lp3"], p["lp2"], p["lp1"], p["lp0"]]
     end = [p["rp3"], p["rp2"], p["rp1"], p["rp0"]]
@@ -453,8 +423,7 @@ def _pad(t: Tensor, xs: list[Out]) -> Out:
 # ---------------------------------------------------------------------------- rows
 @translator(Op.GET_ROWS)
 def _get_rows(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     gather_rows = getattr(a.value, "ov_get_rows", None) if a.is_leaf and a.is_quantized else None
     if gather_rows is not None and a.ne[2] == 1 and a.ne[3] == 1:
         # the quantized weight gathers from its compressed table (never folded to f32)
@@ -472,8 +441,7 @@ def _get_rows(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.SET_ROWS)
 def _set_rows(t: Tensor, xs: list[Out]) -> Out:
-    b, c = t.srcs[1], t.srcs[2]
-    assert b is not None and c is not None
+    b, c = t.operand(1), t.operand(2)
     dst = xs[0]
     if 0 in b.ne:  # no rows to set
         return dst
@@ -498,9 +466,8 @@ def _set_rows(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.SET, Op.ACC)
 def _set(t: Tensor, xs: list[Out]) -> Out:
-    b = t.srcs[1]
-    assert b is not None
-    idx = const(set_index(t).reshape(-1, 1), np.int64)
+    b = t.operand(1)
+    idx = const(geometry.set_index(t).reshape(-1, 1), np.int64)
     flat = ops.reshape(xs[0], i64([t.nelements]), False)
     upd = ops.reshape(to_type(xs[1], t.dtype), i64([b.nelements]), False)
     if t.op == Op.ACC:
@@ -508,14 +475,11 @@ def _set(t: Tensor, xs: list[Out]) -> Out:
     return reshape4(ops.scatter_nd_update(flat, idx, upd), t.ne)
 
 
-@translator(Op.ARANGE)
-def _arange(t: Tensor, xs: list[Out]) -> Out:
-    return const(arange_values(t))
-
-
 @translator(Op.TIMESTEP_EMBEDDING)
 def _timestep_embedding(t: Tensor, xs: list[Out]) -> Out:
-    arg = ops.multiply(ops.reshape(f32(xs[0]), i64([-1, 1]), False), const(timestep_freqs(t)[None, :]))
+    arg = ops.multiply(
+        ops.reshape(f32(xs[0]), i64([-1, 1]), False), const(geometry.timestep_freqs(t)[None, :])
+    )
     parts = [ops.cos(arg), ops.sin(arg)]
     if t.ne[0] % 2:  # an odd dim ends in a zero column
         parts.append(ops.multiply(ops.gather(arg, i64([0]), i64(1)), const(0.0)))
@@ -530,23 +494,6 @@ def _opt_step_sgd(t: Tensor, xs: list[Out]) -> Out:
     return ops.subtract(ops.multiply(f32(xs[0]), keep), ops.multiply(lr, f32(xs[1])))
 
 
-@translator(Op.COUNT_EQUAL)
-def _count_equal(t: Tensor, xs: list[Out]) -> Out:
-    eq = ops.convert(ops.equal(xs[0], xs[1]), ov.Type.i64)
-    return ops.reduce_sum(ops.reshape(eq, i64([-1]), False), i64([0]), True)
-
-
-@translator(Op.PAD_REFLECT_1D)
-def _pad_reflect_1d(t: Tensor, xs: list[Out]) -> Out:
-    p = t.params
-    return ops.pad(f32(xs[0]), i64([0, 0, 0, p["p0"]]), i64([0, 0, 0, p["p1"]]), "reflect")
-
-
-@translator(Op.DIAG_MASK_INF)
-def _diag_mask_inf(t: Tensor, xs: list[Out]) -> Out:
-    return ops.select(const(diag_mask(t), np.bool_), const(-np.inf), f32(xs[0]))
-
-
 @translator(Op.CROSS_ENTROPY_LOSS_BACK)
 def _cross_entropy_loss_back(t: Tensor, xs: list[Out]) -> Out:
     logits, labels = f32(xs[1]), f32(xs[2])
@@ -554,28 +501,9 @@ def _cross_entropy_loss_back(t: Tensor, xs: list[Out]) -> Out:
     return ops.multiply(ops.subtract(ops.softmax(logits, -1), labels), scale)
 
 
-@translator(Op.SOFT_MAX_BACK)
-def _soft_max_back(t: Tensor, xs: list[Out]) -> Out:
-    dy, y = f32(xs[0]), f32(xs[1])
-    dot = ops.reduce_sum(ops.multiply(y, dy), i64([3]), True)
-    return ops.multiply(ops.multiply(ops.subtract(dy, dot), y), const(t.params["scale"]))
-
-
-@translator(Op.RMS_NORM_BACK)
-def _rms_norm_back(t: Tensor, xs: list[Out]) -> Out:
-    dz, x = f32(xs[0]), f32(xs[1])
-    n, eps = float(t.ne[0]), t.params["eps"]
-    sum_xx = ops.reduce_sum(ops.multiply(x, x), i64([3]), True)
-    sum_xdz = ops.reduce_sum(ops.multiply(x, dz), i64([3]), True)
-    rrms = ops.divide(const(1.0), ops.sqrt(ops.add(ops.divide(sum_xx, const(n)), const(eps))))
-    scale_x = ops.divide(ops.negative(sum_xdz), ops.add(sum_xx, const(eps * n)))
-    return ops.multiply(ops.add(dz, ops.multiply(x, scale_x)), rrms)
-
-
 @translator(Op.GET_ROWS_BACK)
 def _get_rows_back(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     rows = slice_dim(ops.reshape(f32(xs[0]), i64([1, 1, a.ne[1], a.ne[0]]), False), 1, 0, b.ne[0])
     rows = ops.reshape(rows, i64([b.ne[0], a.ne[0]]), False)  # ggml reads the first b.ne[0] rows
     onehot = ops.one_hot(ops.reshape(xs[1], i64([-1]), False), i64(t.ne[1]), const(1.0), const(0.0), -1)
@@ -584,63 +512,17 @@ def _get_rows_back(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.REPEAT_BACK)
 def _repeat_back(t: Tensor, xs: list[Out]) -> Out:
-    x = ops.reshape(f32(xs[0]), i64(repeat_back_shape(t)), False)
+    x = ops.reshape(f32(xs[0]), i64(geometry.repeat_back_shape(t)), False)
     return reshape4(ops.reduce_sum(x, i64([0, 2, 4, 6]), False), t.ne)
 
 
-# ---------------------------------------------------------------------------- norms, reductions
-def _mean_last(x: Out) -> Out:
-    return ops.reduce_mean(x, i64([3]), True)
-
-
-@translator(Op.NORM)
-def _norm(t: Tensor, xs: list[Out]) -> Out:
-    x = f32(xs[0])
-    centered = ops.subtract(x, _mean_last(x))
-    var = _mean_last(ops.multiply(centered, centered))
-    return ops.divide(centered, ops.sqrt(ops.add(var, const(t.params["eps"]))))
-
-
-@translator(Op.RMS_NORM)
-def _rms_norm(t: Tensor, xs: list[Out]) -> Out:
-    x = f32(xs[0])
-    ms = _mean_last(ops.multiply(x, x))
-    return ops.multiply(x, ops.divide(const(1.0), ops.sqrt(ops.add(ms, const(t.params["eps"])))))
-
-
-@translator(Op.L2_NORM)
-def _l2_norm(t: Tensor, xs: list[Out]) -> Out:
-    x = f32(xs[0])
-    norm = ops.sqrt(ops.reduce_sum(ops.multiply(x, x), i64([3]), True))
-    return ops.multiply(x, ops.divide(const(1.0), ops.maximum(norm, const(t.params["eps"]))))
-
-
-@translator(Op.SUM_ROWS)
-def _sum_rows(t: Tensor, xs: list[Out]) -> Out:
-    return ops.reduce_sum(f32(xs[0]), i64([3]), True)
-
-
-@translator(Op.SUM)
-def _sum(t: Tensor, xs: list[Out]) -> Out:
-    return ops.reduce_sum(f32(xs[0]), i64([0, 1, 2, 3]), True)
-
-
-@translator(Op.MEAN)
-def _mean(t: Tensor, xs: list[Out]) -> Out:
-    return _mean_last(f32(xs[0]))
-
-
+# ---------------------------------------------------------------------------- reductions
 @translator(Op.ARGMAX)
 def _argmax(t: Tensor, xs: list[Out]) -> Out:
-    n = t.srcs[0].ne[0] if t.srcs[0] is not None else 0
+    n = t.operand(0).ne[0]
     rev = ops.slice(f32(xs[0]), i64([-1]), i64([-(n + 1)]), i64([-1]), i64([3]))  # ties: the last max
     idx = ops.topk(rev, i64(1), 3, "max", "value", "i32", stable=True).output(1)
     return reshape4(ops.subtract(const(n - 1, np.int32), idx), t.ne)
-
-
-@translator(Op.CUMSUM)
-def _cumsum(t: Tensor, xs: list[Out]) -> Out:
-    return ops.cum_sum(f32(xs[0]), i64(3))
 
 
 #: Largest row length x k sorted stably: OpenVINO's CPU TopK sorts stably by bubble sort (n x k
@@ -655,43 +537,18 @@ def _sorted_indices(x: Out, n: int, k: int, mode: str) -> Out:
     return ops.topk(f32(x), i64(k), 3, mode, "value", "i32", stable=stable).output(1)
 
 
-@translator(Op.ARGSORT)
-def _argsort(t: Tensor, xs: list[Out]) -> Out:
-    return _sorted_indices(xs[0], t.ne[0], t.ne[0], "min" if t.params["order"] == 0 else "max")
-
-
 @translator(Op.TOP_K)
 def _top_k(t: Tensor, xs: list[Out]) -> Out:
     k = t.params["k"]
-    n = t.srcs[0].ne[0] if t.srcs[0] is not None else k
+    n = t.operand(0).ne[0]
     idx = _sorted_indices(xs[0], n, k, "max")
-    return ops.gather(idx, const(top_k_order(k), np.int64), i64(3)) if k > 1 else idx
-
-
-@translator(Op.ROLL)
-def _roll(t: Tensor, xs: list[Out]) -> Out:
-    shifts = [t.params[f"shift{d}"] for d in (3, 2, 1, 0)]
-    return ops.roll(xs[0], i64(shifts), i64([0, 1, 2, 3]))
-
-
-@translator(Op.DIAG)
-def _diag(t: Tensor, xs: list[Out]) -> Out:
-    n = t.ne[0]
-    eye = const(np.eye(n, dtype=np.float32).reshape(1, 1, n, n))
-    return ops.multiply(f32(xs[0]), eye)  # [.., 1, n] broadcast over rows
-
-
-@translator(Op.TRI)
-def _tri(t: Tensor, xs: list[Out]) -> Out:
-    mask = tri_mask(t.params["type"], t.ne[0]).astype(np.float32).reshape(1, 1, t.ne[1], t.ne[0])
-    return ops.multiply(f32(xs[0]), const(mask))
+    return ops.gather(idx, const(geometry.top_k_order(k), np.int64), i64(3)) if k > 1 else idx
 
 
 # ---------------------------------------------------------------------------- mul_mat_id
 @translator(Op.MUL_MAT_ID)
 def _mul_mat_id(t: Tensor, xs: list[Out]) -> Out:
-    as_t, b_t = t.srcs[0], t.srcs[1]
-    assert as_t is not None and b_t is not None
+    as_t, b_t = t.operand(0), t.operand(1)
     n_exp, rows, k = as_t.ne[2], as_t.ne[1], as_t.ne[0]
     n_tok, n_used, b1 = t.ne[2], t.ne[1], b_t.ne[1]
     w = ops.reshape(f32(xs[0]), i64([n_exp, rows, k]), False)
@@ -712,7 +569,7 @@ def _mul_mat_id(t: Tensor, xs: list[Out]) -> Out:
 
 # ---------------------------------------------------------------------------- softmax / attention
 def _alibi(n_head: int, max_bias: float) -> Out:
-    return const(alibi_slopes(n_head, max_bias).reshape(1, n_head, 1, 1))
+    return const(geometry.alibi_slopes(n_head, max_bias).reshape(1, n_head, 1, 1))
 
 
 def _mask_value(mask_t: Tensor, mask: Out, rows: int, big2: int, big3: int) -> Out:
@@ -802,8 +659,7 @@ def _attention_scores(t: Tensor, xs: list[Out], s: Out) -> Out:
 def _attention_probs(t: Tensor, xs: list[Out], s: Out) -> Out:
     """ggml's softmax of the raw scores ``s`` [B, H, n_q, n_kv]: scale, softcap, mask (ALiBi), sinks;
     a row whose scores (and sink) are all -inf gives 0, not NaN."""
-    q_t, k_t = t.srcs[0], t.srcs[1]
-    assert q_t is not None and k_t is not None
+    q_t, k_t = t.operand(0), t.operand(1)
     n_h = q_t.ne[2]
     s = _attention_scores(t, xs, s)
     ne_s = (k_t.ne[1], q_t.ne[1], q_t.ne[2], q_t.ne[3])
@@ -831,8 +687,7 @@ def _live_rows(x: Out) -> Out:
 
 def _fa_mask(t: Tensor, mask: Out) -> Out:
     """The mask rows of the queries, per head with ALiBi, as f32 [B|1, H|1, n_q, n_kv]."""
-    q_t, mask_t = t.srcs[0], t.srcs[3]
-    assert q_t is not None and mask_t is not None
+    q_t, mask_t = t.operand(0), t.operand(3)
     m = _mask_value(mask_t, mask, q_t.ne[1], q_t.ne[2], q_t.ne[3])
     if t.params["max_bias"] > 0:
         m = ops.multiply(m, _alibi(q_t.ne[2], t.params["max_bias"]))
@@ -841,8 +696,7 @@ def _fa_mask(t: Tensor, mask: Out) -> Out:
 
 def _flash_attn_ext(t: Tensor, xs: list[Out], manual_gqa: bool | None = None) -> Out:
     """ggml's attention in the form :func:`attention_form` picks (``manual_gqa``: see there)."""
-    q_t, k_t, v_t = t.srcs[0], t.srcs[1], t.srcs[2]
-    assert q_t is not None and k_t is not None and v_t is not None
+    q_t, k_t, v_t = t.operand(0), t.operand(1), t.operand(2)
     q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
     ggml_path = None
     if t.params.get("numerics") == "ggml":  # precision="ggml": ovkit.ops.ggml_numerics.mark
@@ -890,8 +744,7 @@ def _flash_attn_ggml_f16(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Ou
     order, V·softmax accumulated in f16 key by key; ``q`` grouped [B, H_kv, r·n_q, D]."""
     from ovkit.ops import ggml_numerics
 
-    q_t, k_t, v_t = t.srcs[0], t.srcs[1], t.srcs[2]
-    assert q_t is not None and k_t is not None and v_t is not None
+    q_t, k_t, v_t = t.operand(0), t.operand(1), t.operand(2)
     n_b, n_h, n_q, n_kv, h_kv = q_t.ne[3], q_t.ne[2], q_t.ne[1], k_t.ne[1], k_t.ne[2]
     r = n_h // h_kv
     kernels = ggml_numerics.kernels_named(t.params[ggml_numerics.KERNELS_PARAM])
@@ -910,8 +763,7 @@ def _flash_attn_ggml_f16(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Ou
 def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
     """The backend's SDPA path: K/V broadcast to the query heads (its ``tile_kv``), then
     ScaledDotProductAttention with the mask; a fully masked row gives ggml's 0 (SDPA: NaN)."""
-    q_t, k_t = t.srcs[0], t.srcs[1]
-    assert q_t is not None and k_t is not None
+    q_t, k_t = t.operand(0), t.operand(1)
     n_h, h_kv = q_t.ne[2], k_t.ne[2]
     if n_h > h_kv > 1:
         shape = i64([1, 1, n_h // h_kv, 1, 1])
@@ -921,7 +773,7 @@ def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
                 i64([0, n_h, -1, d]),
                 True,
             )
-            for x, d in ((k, k_t.ne[0]), (v, t.srcs[2].ne[0]))  # type: ignore[union-attr]
+            for x, d in ((k, k_t.ne[0]), (v, t.operand(2).ne[0]))
         )
     scale = const(np.float32(t.params["scale"]))
     live = None
@@ -945,14 +797,14 @@ def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
 def _rope(t: Tensor, xs: list[Out]) -> Out:
     p = t.params
     n_dims = p["n_dims"]
-    pairs = rope_pairs(p, t.ne[0])
+    pairs = geometry.rope_pairs(p, t.ne[0])
     if pairs == 0:  # n_dims 0: ggml rotates nothing and copies the row
         return f32(xs[0])
-    tables = rope_tables(p, n_dims, pairs)
+    tables = geometry.rope_tables(p, n_dims, pairs)
     pos = ops.convert(ops.reshape(xs[1], i64([-1]), False), ov.Type.f32)
     if p["mode"] & 8:
         planes = ops.transpose(ops.reshape(pos, i64([4, t.ne[2]]), False), i64([1, 0]))  # [ne2, 4]
-        base = ops.gather(planes, const(rope_sections(p, pairs), np.int64), i64(1))  # [ne2, pairs]
+        base = ops.gather(planes, const(geometry.rope_sections(p, pairs), np.int64), i64(1))  # [ne2, pairs]
     else:
         base = ops.reshape(pos, i64([t.ne[2], 1]), False)
     theta_ex = ops.multiply(base, const(tables["mult"].reshape(1, pairs)))
@@ -1016,9 +868,8 @@ def _rope_swapped(t: Tensor, x: Out, cos: Out, sin: Out, pairs: int, neox: bool)
 # ---------------------------------------------------------------------------- conv-like
 @translator(Op.IM2COL)
 def _im2col(t: Tensor, xs: list[Out]) -> Out:
-    b_t = t.srcs[1]
-    assert b_t is not None
-    idx, n = im2col_geometry(t)
+    b_t = t.operand(1)
+    idx, n = geometry.im2col_geometry(t)
     lead = [b_t.ne[3], b_t.ne[2]] if n == 2 else [b_t.ne[2], b_t.ne[1]]
     planes = ops.reshape(f32(xs[1]), i64([*lead, -1]), False)
     zero = ops.broadcast(const(0.0), i64([*lead, 1]))
@@ -1051,23 +902,17 @@ def _conv_input(
 
 
 def _direct_conv(t: Tensor, x: Out, w: Out, n: int) -> Out:
-    a = t.srcs[0]
-    assert a is not None
-    sizes, ks, s, p, d, out = conv_geometry(t, n)
+    a = t.operand(0)
+    sizes, ks, s, p, d, out = geometry.conv_geometry(t, n)
     if a.dtype == "f16":
         x = rounded(x, "f16")  # ggml's CPU stores the input taps as f16 for an f16 kernel
     xp = _conv_input(x, sizes, ks, s, p, d, out)
     return ops.convolution(xp, w, s, [0] * n, [0] * n, d)
 
 
-@translator(Op.CONV_2D)
-def _conv_2d(t: Tensor, xs: list[Out]) -> Out:
-    return _direct_conv(t, f32(xs[1]), f32(xs[0]), 2)
-
-
 @translator(Op.CONV_2D_DW)
 def _conv_2d_dw(t: Tensor, xs: list[Out]) -> Out:
-    sizes, ks, s, p, d, out = conv_geometry(t, 2)
+    sizes, ks, s, p, d, out = geometry.conv_geometry(t, 2)
     w = ops.reshape(f32(xs[0]), i64([t.ne[2], 1, 1, ks[0], ks[1]]), False)
     xp = _conv_input(f32(xs[1]), sizes, ks, s, p, d, out)
     return ops.group_convolution(xp, w, s, [0, 0], [0, 0], d)
@@ -1075,8 +920,7 @@ def _conv_2d_dw(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.CONV_3D)
 def _conv_3d(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     c, n, oc = t.params["c"], t.params["n"], t.params["oc"]
     x = ops.reshape(f32(xs[1]), i64([n, c, b.ne[2], b.ne[1], b.ne[0]]), False)
     w = ops.reshape(f32(xs[0]), i64([oc, c, a.ne[2], a.ne[1], a.ne[0]]), False)
@@ -1086,23 +930,24 @@ def _conv_3d(t: Tensor, xs: list[Out]) -> Out:
 @translator(Op.IM2COL_3D)
 def _im2col_3d(t: Tensor, xs: list[Out]) -> Out:
     flat = ops.concat([ops.reshape(f32(xs[1]), i64([-1]), False), const([0.0])], 0)
-    return reshape4(ops.gather(flat, const(im2col_3d_index(t), np.int64), i64(0)), t.ne)
+    return reshape4(ops.gather(flat, const(geometry.im2col_3d_index(t), np.int64), i64(0)), t.ne)
 
 
 @translator(Op.COL2IM_1D)
 def _col2im_1d(t: Tensor, xs: list[Out]) -> Out:
-    t_in, oc, k = col2im_1d_columns(t)
+    t_in, oc, k = geometry.col2im_1d_columns(t)
     cols = ops.reshape(f32(xs[0]), i64([t_in, oc, k]), False)
     cols = ops.reshape(ops.transpose(cols, i64([1, 0, 2])), i64([oc, t_in * k]), False)
     zeros = const(np.zeros((oc, t.ne[0] + 1), np.float32))
-    out = ops.scatter_elements_update(zeros, const(col2im_1d_index(t), np.int64), cols, i64(1), "sum")
+    out = ops.scatter_elements_update(
+        zeros, const(geometry.col2im_1d_index(t), np.int64), cols, i64(1), "sum"
+    )
     return reshape4(ops.slice(out, i64([0, 0]), i64([oc, t.ne[0]]), i64([1, 1])), t.ne)
 
 
 @translator(Op.CONV_TRANSPOSE_1D)
 def _conv_transpose_1d(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.srcs[0], t.srcs[1]
-    assert a is not None and b is not None
+    a, b = t.operand(0), t.operand(1)
     x = ops.reshape(f32(xs[1]), i64([1, b.ne[1], b.ne[0]]), False)
     if a.dtype == "f16":
         x = rounded(x, "f16")  # ggml's CPU converts the input to f16 for an f16 kernel
@@ -1115,8 +960,7 @@ def _conv_transpose_1d(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.CONV_TRANSPOSE_2D)
 def _conv_transpose_2d(t: Tensor, xs: list[Out]) -> Out:
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     x = f32(xs[1])
     if a.dtype == "f16":
         x = rounded(x, "f16")
@@ -1128,49 +972,40 @@ def _conv_transpose_2d(t: Tensor, xs: list[Out]) -> Out:
 
 @translator(Op.POOL_1D, Op.POOL_2D)
 def _pool(t: Tensor, xs: list[Out]) -> Out:
-    a = t.srcs[0]
-    assert a is not None
-    idx, valid, n = pool_geometry(t)
+    a = t.operand(0)
+    idx, valid, n = geometry.pool_geometry(t)
     plane = a.ne[0] * (a.ne[1] if n == 2 else 1)
     rows = a.nelements // plane
     is_max = t.params["op"] == 0
     x = ops.reshape(f32(xs[0]), i64([rows, plane]), False)
     fill = ops.broadcast(const(-np.finfo(np.float32).max if is_max else 0.0), i64([rows, 1]))
     win = ops.gather(ops.concat([x, fill], 1), const(idx, np.int64), i64(1))  # [rows, *out, *ks]
-    axes = i64(
-        list(
-            range(
-                win.get_output_partial_shape(0).rank.get_length() - n,
-                win.get_output_partial_shape(0).rank.get_length(),
-            )
-        )
-    )
+    rank = win.get_output_partial_shape(0).rank.get_length()
+    axes = i64(list(range(rank - n, rank)))
     if is_max:
         return reshape4(ops.reduce_max(win, axes, False), t.ne)
     # each tap weighted by 1/divisor before the sum: the CPU plugin miscomputes ReduceSum followed
     # by a Multiply/Divide with a per-output constant (it fuses it along the wrong axis)
-    inv = np.float32(1.0) / pool_divisor(t, valid, n)
+    inv = np.float32(1.0) / geometry.pool_divisor(t, valid, n)
     weights = np.broadcast_to(inv.reshape(inv.shape + (1,) * n), valid.shape)
     return reshape4(ops.reduce_sum(ops.multiply(win, const(weights)), axes, False), t.ne)
 
 
 @translator(Op.UPSCALE)
 def _upscale(t: Tensor, xs: list[Out]) -> Out:
-    a = t.srcs[0]
-    assert a is not None
+    a = t.operand(0)
     x = f32(xs[0])
     for axis, d in ((0, 3), (1, 2)):  # batch dims: nearest index
         if t.ne[d] != a.ne[d]:
-            x = ops.gather(x, const(upscale_batch_index(t.ne[d], a.ne[d]), np.int64), i64(axis))
-    w0 = const(upscale_weights(t.ne[0], a.ne[0], t.params["mode"]))  # [ne0, a.ne0]
-    w1 = const(upscale_weights(t.ne[1], a.ne[1], t.params["mode"]))  # [ne1, a.ne1]
+            x = ops.gather(x, const(geometry.upscale_batch_index(t.ne[d], a.ne[d]), np.int64), i64(axis))
+    w0 = const(geometry.upscale_weights(t.ne[0], a.ne[0], t.params["mode"]))  # [ne0, a.ne0]
+    w1 = const(geometry.upscale_weights(t.ne[1], a.ne[1], t.params["mode"]))  # [ne1, a.ne1]
     return ops.matmul(w1, ops.matmul(x, w0, False, True), False, False)
 
 
 @translator(Op.SSM_CONV)
 def _ssm_conv(t: Tensor, xs: list[Out]) -> Out:
-    c_t = t.srcs[1]
-    assert c_t is not None
+    c_t = t.operand(1)
     d_conv, d_inner = c_t.ne[0], c_t.ne[1]
     n_t, n_s = t.ne[1], t.ne[2]
     sx = ops.reshape(f32(xs[0]), i64([n_s, d_inner, -1]), False)
@@ -1185,8 +1020,7 @@ def _ssm_conv(t: Tensor, xs: list[Out]) -> Out:
 @translator(Op.GATED_DELTA_NET)
 def _gated_delta_net(t: Tensor, xs: list[Out]) -> Out:
     """The recurrence unrolled over tokens (static n_tokens), all heads and sequences at once."""
-    q_t, v_t, g_t = t.srcs[0], t.srcs[2], t.srcs[3]
-    assert q_t is not None and v_t is not None and g_t is not None
+    q_t, v_t, g_t = t.operand(0), t.operand(2), t.operand(3)
     s_v, h_v, n_tokens, n_seqs = v_t.ne
     h_k = q_t.ne[1]
     kk = t.params["K"]

@@ -1,37 +1,25 @@
-"""Real-ggml oracle: compute any catalogue op with ggml's own CPU backend (via ggml-python).
+"""Real-ggml oracle: compute any catalogue op with ggml's own CPU backend (via ggml-python), so
+tests and benchmarks compare ovkit's results with ggml itself (judged by :mod:`ovkit.nmse`).
 
-Why: ovkit's ops must reproduce ggml's numbers.  The oracle runs the very same builder functions
-(``ggml_add``, ``ggml_rope_ext``, ...) on ggml's CPU backend from numpy inputs, so tests and
-benchmarks compare ovkit's OpenVINO results against ggml itself, judged as test-backend-ops
-judges (:mod:`ovkit.nmse`).
-
-- :mod:`.loader`: ggml-python loaded on first use (:func:`ggml_available` asks, nothing loads at
-  import), ggml's types, bf16 values (:class:`Typed`) and quantized blocks (:class:`QuantArray`,
-  :func:`quantize`, :func:`dequantize`).
-- :mod:`.graphs`: :func:`ggml_call` (one builder by name), :func:`ggml_compute` (any ggml graph),
-  :func:`ggml_program` (a program written with ``Graph``'s method names, on :class:`GgmlBuilder`),
-  :func:`program_session` (built, not run: ``supports_op`` first) and the benchmarks.
-
-Inputs are numpy arrays (f32, f16, i32, i64; float64 is converted to f32), :class:`Typed`
-(e.g. :func:`as_bf16`) or :class:`QuantArray` (raw ggml blocks from :func:`quantize`).
+:mod:`.loader` loads ggml-python on first use (nothing at import) and holds ggml's types, bf16
+values (:class:`Typed`) and quantized blocks (:class:`QuantArray`); :mod:`.graphs` runs one
+builder (:func:`ggml_call`), any graph (:func:`ggml_compute`) or a program written with
+``Graph``'s method names (:func:`ggml_program`, :func:`program_session`), and times them.
 """
 
 from __future__ import annotations
 
-from ovkit.dtypes import QUANT_TYPES
-from ovkit.nmse import Comparison, compare, nmse, same_ne
+from ovkit.dtypes import QUANT_TYPES, bf16_round
+from ovkit.nmse import compare, nmse, same_ne
 from ovkit.oracle.graphs import (
     DEFAULT_N_THREADS,
-    BenchResult,
     GgmlBuilder,
     GgmlTensor,
-    Session,
     ggml_benchmark,
     ggml_benchmark_program,
     ggml_call,
     ggml_compute,
     ggml_dot_f16_in_f16,
-    ggml_get_rows_quant,
     ggml_mul_mat_quant,
     ggml_program,
     program_session,
@@ -41,7 +29,6 @@ from ovkit.oracle.loader import (
     QuantArray,
     Typed,
     as_bf16,
-    bf16_round,
     block_size,
     dequantize,
     ggml_available,
@@ -50,20 +37,16 @@ from ovkit.oracle.loader import (
     quantize,
     quantize_blocks,
     type_id,
-    type_name,
     type_size,
 )
 
 __all__ = [
     "DEFAULT_N_THREADS",
     "QUANT_TYPES",
-    "BenchResult",
-    "Comparison",
     "GgmlBuilder",
     "GgmlTensor",
     "GgmlUnavailableError",
     "QuantArray",
-    "Session",
     "Typed",
     "as_bf16",
     "bf16_round",
@@ -76,7 +59,6 @@ __all__ = [
     "ggml_call",
     "ggml_compute",
     "ggml_dot_f16_in_f16",
-    "ggml_get_rows_quant",
     "ggml_module",
     "ggml_mul_mat_quant",
     "ggml_program",
@@ -87,6 +69,5 @@ __all__ = [
     "quantize_blocks",
     "same_ne",
     "type_id",
-    "type_name",
     "type_size",
 ]

@@ -270,15 +270,6 @@ def ggml_mul_mat_quant(
     return ggml_call("mul_mat", quantize(qtype, weight), np.asarray(x, dtype=np.float32), n_threads=n_threads)
 
 
-def ggml_get_rows_quant(
-    qtype: str, table: np.ndarray, rows: np.ndarray, *, n_threads: int = DEFAULT_N_THREADS
-) -> np.ndarray:
-    """``ggml_get_rows(quantize(table), rows)``: ggml dequantizes the selected rows to f32."""
-    return ggml_call(
-        "get_rows", quantize(qtype, table), np.asarray(rows, dtype=np.int32), n_threads=n_threads
-    )
-
-
 @functools.cache
 def ggml_dot_f16_in_f16() -> bool:
     """Whether ggml-python's CPU ``ggml_vec_dot_f16`` accumulates in f16 (older ggml built with

@@ -17,7 +17,6 @@ from types import ModuleType
 
 import numpy as np
 
-from ovkit import dtypes
 from ovkit.child import NO_BACKTRACE_ENV
 from ovkit.dtypes import QUANT_TYPES, STORAGE_DTYPE, find_type, type_names
 from ovkit.errors import OvkitError
@@ -82,11 +81,6 @@ def block_size(dtype: str) -> int:
 def type_size(dtype: str) -> int:
     """Bytes per ggml block of ``dtype``."""
     return int(ggml_module().ggml_type_size(type_id(dtype)))
-
-
-def bf16_round(x: np.ndarray) -> np.ndarray:
-    """Round f32 values to bf16 precision as ggml_fp32_to_bf16 does (NaN kept NaN), as f32."""
-    return dtypes.bf16_round(x)
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,82 +161,38 @@ _CPU_GPU = ("CPU", "GPU")
 #: (Intel's fork, whose variable list ``ovkit.config.ENV_VARS`` follows); llama-cpp-python
 #: 0.3.36's copy has no ``q4_asym64`` (without ``_all``) and reads it as unset.  The
 #: host-decoded types come first: supports_op's type gate refuses them before any rule.
+# fmt: off
 REQUANT_RULES: tuple[RequantRule, ...] = (
-    *(
-        RequantRule("*", d, HOST_TYPES, RequantTarget.UNSUPPORTED, "refused by supports_op's type gate")
-        for d in ("CPU", "GPU", "NPU")
-    ),
-    *(
-        RequantRule("token_embd.weight", d, ("*",), RequantTarget.Q8_0_C, "embeddings: per-row i8")
-        for d in _CPU_GPU
-    ),
+    *(RequantRule("*", d, HOST_TYPES, RequantTarget.UNSUPPORTED, "refused by supports_op's type gate")
+      for d in ("CPU", "GPU", "NPU")),
+    *(RequantRule("token_embd.weight", d, ("*",), RequantTarget.Q8_0_C, "embeddings: per-row i8") for d in _CPU_GPU),
     RequantRule("token_embd.weight", "NPU", ("q6_K",), RequantTarget.F16, "NPU embeddings from Q6_K: f16"),
     RequantRule("token_embd.weight", "NPU", ("*",), RequantTarget.Q8_0_C, "NPU embeddings: per-row i8"),
-    *(
-        RequantRule("output.weight", d, ("*",), RequantTarget.Q8_0_C, "output head: per-row i8")
-        for d in ("CPU", "GPU", "NPU")
-    ),
+    *(RequantRule("output.weight", d, ("*",), RequantTarget.Q8_0_C, "output head: per-row i8")
+      for d in ("CPU", "GPU", "NPU")),
     RequantRule("*", "NPU", _K56, RequantTarget.Q4_0_128, "NPU: i4 symmetric, G=128"),
     RequantRule("*", "NPU", _OTHER, RequantTarget.Q4_0_128, "NPU: i4 symmetric G=128 (even Q8_0)"),
-    *(
-        rule
-        for d in _CPU_GPU
-        for rule in (
-            RequantRule(
-                "*", d, ("q4_K",), RequantTarget.Q4_0_128, "REQUANT_KQUANT: Q4_K too", ("q4_sym128_all",)
-            ),
-            RequantRule(
-                "*", d, ("q4_K",), RequantTarget.Q4_1_64, "REQUANT_KQUANT: Q4_K too", ("q4_asym64_all",)
-            ),
-            RequantRule(
-                "*",
-                d,
-                _EXPERT_8BIT,
-                RequantTarget.Q4_0_64,
-                "REQUANT_KQUANT: 8-bit experts, G=64",
-                _SYM128,
-                True,
-            ),
-            RequantRule(
-                "*",
-                d,
-                _EXPERT_8BIT,
-                RequantTarget.Q4_1_64,
-                "REQUANT_KQUANT: 8-bit experts, G=64",
-                _ASYM64,
-                True,
-            ),
-        )
-    ),
-    RequantRule(
-        "*",
-        "GPU",
-        _EXPERT_8BIT,
-        RequantTarget.NATIVE,
-        "REQUANT_KQUANT=native: experts kept",
-        ("native",),
-        True,
-    ),
-    RequantRule(
-        "*",
-        "GPU",
-        _EXPERT_8BIT,
-        RequantTarget.Q4_0_64,
-        "GPU: 8-bit experts to i4 G=64 (the plugin's grouped 8-bit GatherMatmul is wrong)",
-        experts=True,
-    ),
-    *(
-        rule
-        for d in _CPU_GPU
-        for rule in (
-            RequantRule("*", d, _K56, RequantTarget.Q4_0_128, "REQUANT_KQUANT: i4 symmetric, G=128", _SYM128),
-            RequantRule("*", d, _K56, RequantTarget.Q4_1_64, "REQUANT_KQUANT: u4 asymmetric, G=64", _ASYM64),
-            RequantRule("*", d, _K56, RequantTarget.NATIVE, "REQUANT_KQUANT=native", ("native",)),
-            RequantRule("*", d, _K56, RequantTarget.Q8_0_C, "Q5_K/Q6_K: per-row i8 on CPU/GPU"),
-        )
-    ),
+    *(rule for d in _CPU_GPU for rule in (
+        RequantRule("*", d, ("q4_K",), RequantTarget.Q4_0_128, "REQUANT_KQUANT: Q4_K too", ("q4_sym128_all",)),
+        RequantRule("*", d, ("q4_K",), RequantTarget.Q4_1_64, "REQUANT_KQUANT: Q4_K too", ("q4_asym64_all",)),
+        RequantRule("*", d, _EXPERT_8BIT, RequantTarget.Q4_0_64, "REQUANT_KQUANT: 8-bit experts, G=64",
+                    _SYM128, True),
+        RequantRule("*", d, _EXPERT_8BIT, RequantTarget.Q4_1_64, "REQUANT_KQUANT: 8-bit experts, G=64",
+                    _ASYM64, True),
+    )),
+    RequantRule("*", "GPU", _EXPERT_8BIT, RequantTarget.NATIVE, "REQUANT_KQUANT=native: experts kept",
+                ("native",), True),
+    RequantRule("*", "GPU", _EXPERT_8BIT, RequantTarget.Q4_0_64,
+                "GPU: 8-bit experts to i4 G=64 (the plugin's grouped 8-bit GatherMatmul is wrong)", experts=True),
+    *(rule for d in _CPU_GPU for rule in (
+        RequantRule("*", d, _K56, RequantTarget.Q4_0_128, "REQUANT_KQUANT: i4 symmetric, G=128", _SYM128),
+        RequantRule("*", d, _K56, RequantTarget.Q4_1_64, "REQUANT_KQUANT: u4 asymmetric, G=64", _ASYM64),
+        RequantRule("*", d, _K56, RequantTarget.NATIVE, "REQUANT_KQUANT=native", ("native",)),
+        RequantRule("*", d, _K56, RequantTarget.Q8_0_C, "Q5_K/Q6_K: per-row i8 on CPU/GPU"),
+    )),
     *(RequantRule("*", d, _OTHER, RequantTarget.NATIVE, "native extraction") for d in _CPU_GPU),
 )
+# fmt: on
 
 
 def requant_refusal(target: RequantTarget, qtype: str, shape: Sequence[int], what: str = "weight") -> str:

@@ -89,6 +89,16 @@ def ov_mul_rn(a: Any, b: Any) -> Any:
     return ops.minimum(ops.multiply(a, b), ops.constant(np.finfo(np.float32).max))
 
 
+def ov_split(a: Any) -> tuple[Any, Any]:
+    """Veltkamp's split of an f32 Output into two halves of 12 significant bits (their products
+    are exact in f32)."""
+    import openvino.opset13 as ops
+
+    t = ov_mul_rn(a, ops.constant(np.float32(4097.0)))
+    hi = ops.subtract(t, ops.subtract(t, a))
+    return hi, ops.subtract(a, hi)
+
+
 def ov_div_rn(num: Any, den: Any) -> Any:
     """``num / den`` correctly rounded to f32, as C's division is: the CPU plugin's Divide can be
     an ulp off (a reciprocal), so the quotient and its two neighbours are compared by their exact
@@ -99,15 +109,10 @@ def ov_div_rn(num: Any, den: Any) -> Any:
     def c(v: float) -> Any:
         return ops.constant(np.float32(v))
 
-    def split(a: Any) -> tuple[Any, Any]:
-        t = ov_mul_rn(a, c(4097.0))
-        hi = ops.subtract(t, ops.subtract(t, a))
-        return hi, ops.subtract(a, hi)
-
     # den itself, but not a Constant: with a constant divisor the CPU plugin's fused snippet
     # kernel runs out of registers (max(min(n, d), d) is d for every ordered pair)
     den = ops.maximum(ops.minimum(num, den), den)
-    dh, dl = split(den)
+    dh, dl = ov_split(den)
 
     def cut(v: Any) -> Any:
         # a Gather of the last (size-1) axis ends a fused chain (one snippet kernel of the whole
@@ -116,7 +121,7 @@ def ov_div_rn(num: Any, den: Any) -> Any:
 
     def residual(q: Any) -> Any:  # |num - den·q|, the product's rounding error included
         p = ov_mul_rn(den, q)
-        qh, ql = split(q)
+        qh, ql = ov_split(q)
         err = ops.add(
             ops.add(ops.add(ops.subtract(ov_mul_rn(dh, qh), p), ov_mul_rn(dh, ql)), ov_mul_rn(dl, qh)),
             ov_mul_rn(dl, ql),

@@ -71,30 +71,16 @@ assert tuple(QUANT_SPECS) == QUANT_TYPES, "ovkit.dtypes.QUANT_TYPES lists the ty
 #: The quantized types upstream refuses (not in supports_op's type gate) that ovkit still runs:
 #: decoded on the host, bit for bit as ggml's ``to_float``, into a plain f32 (or exact f16)
 #: constant.  Group and bits are the block's (no integer extraction happens).
+# fmt: off
 HOST_SPECS: dict[str, QuantSpec] = {
-    s.name: s
-    for s in (
-        _spec(name, ggml_type(name).block, bits, True, "")
-        for name, bits in (
-            ("q5_0", 5),
-            ("q2_K", 2),
-            ("q3_K", 3),
-            ("iq2_xxs", 2),
-            ("iq2_xs", 2),
-            ("iq3_xxs", 3),
-            ("iq1_s", 1),
-            ("iq4_nl", 4),
-            ("iq3_s", 3),
-            ("iq2_s", 2),
-            ("iq4_xs", 4),
-            ("iq1_m", 1),
-            ("tq1_0", 2),
-            ("tq2_0", 2),
-            ("nvfp4", 4),
-            ("q1_0", 1),
-        )
+    name: _spec(name, ggml_type(name).block, bits, True, "")
+    for name, bits in (
+        ("q5_0", 5), ("q2_K", 2), ("q3_K", 3), ("iq2_xxs", 2), ("iq2_xs", 2), ("iq3_xxs", 3),
+        ("iq1_s", 1), ("iq4_nl", 4), ("iq3_s", 3), ("iq2_s", 2), ("iq4_xs", 4), ("iq1_m", 1),
+        ("tq1_0", 2), ("tq2_0", 2), ("nvfp4", 4), ("q1_0", 1),
     )
 }
+# fmt: on
 HOST_TYPES: tuple[str, ...] = tuple(HOST_SPECS)
 #: Every quantized type ovkit decodes: upstream's extracted types, then the host-decoded ones.
 KNOWN_TYPES: tuple[str, ...] = QUANT_TYPES + HOST_TYPES

@@ -1,5 +1,5 @@
 """A quantized ggml weight as OpenVINO constants: :class:`QuantizedWeight` and its decompression
-forms (``fast``, ``upstream``, ``upstream_bias``; the package's docstring describes them), the
+forms (``fast``, ``upstream``, ``upstream_bias``; ``docs/quant.md`` describes them), the
 compressed matmul and row gather, and the CPU compile hints that suit the weights."""
 
 from __future__ import annotations
