@@ -219,7 +219,7 @@ def main() -> int:
     missed = 0
     for name, path in model_files(args):
         n_prompt, n_gen = TOKENS[name]
-        sides = tuple(a for a in against if not (a == "upstream" and name in ("7b", "13b")))
+        sides = tuple(a for a in against if not (a == "upstream" and name == "13b"))
         settings = BenchSettings(path, n_prompt, n_gen, args.repetitions, 2, True, args.precision, sides)
         report = bench(settings, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
         print(f"\n## {name}\n\n{report.to_markdown()}\n", flush=True)
@@ -229,7 +229,9 @@ def main() -> int:
         rows.append((name, report))
     if args.plot and rows:
         plot(rows, args.plot)
-    print(f"\n{missed} target(s) missed; the real backend is not run at 7 B and 13 B (it takes ~3x the file)")
+    print(
+        f"\n{missed} target(s) missed; the real backend is not run at 13 B: ovkit check predicts 18.1 GiB for it"
+    )
     return 0
 
 
