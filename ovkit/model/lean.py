@@ -475,17 +475,19 @@ def build(
         k = _named(_rope(k, cos, sin, hd), f"Kcur-{il}")
         if spec.q_scale:
             q = ops.multiply(q, ops.constant(np.float32(hp.attn_scale)))
-        q, k, v = (ops.transpose(t, _i64([0, 2, 1, 3])) for t in (q, k, v))  # [1, H, T, D]
+        # the cache is kept [1, S, H_kv, D], as K and V come out of their projections; SDPA reads
+        # Q, K and V through one Transpose each to [1, H, T|S, D], which the plugin folds into its
+        # fused attention node (so none of them is copied)
         both = []
         for kind, new in (("k", k), ("v", v)):
             info = ov.op.util.VariableInfo()
-            info.data_shape = ov.PartialShape([1, n_kv, -1, hd])
+            info.data_shape = ov.PartialShape([1, -1, n_kv, hd])
             info.data_type = ov.Type.f32
             info.variable_id = f"cache_{kind}_l{il}"
             var = ov.op.util.Variable(info)
-            empty = ops.constant(np.zeros((1, n_kv, 0, hd), np.float32))
+            empty = ops.constant(np.zeros((1, 0, n_kv, hd), np.float32))
             past = ops.gather(ops.read_value(empty, var), beam, _i64(0))
-            full = ops.concat([past, new], 2)
+            full = ops.concat([past, new], 1)
             sinks.append(ops.assign(full, var))
             both.append(full)
         k_all, v_all = both
@@ -500,13 +502,14 @@ def build(
             k_all, v_all = (
                 ops.reshape(
                     ops.broadcast(
-                        ops.unsqueeze(t, _i64(2)), _i64([1, n_kv, r, 1, 1]), broadcast_spec="BIDIRECTIONAL"
+                        ops.unsqueeze(t, _i64(3)), _i64([1, 1, 1, r, 1]), broadcast_spec="BIDIRECTIONAL"
                     ),
-                    _i64([1, n_h, -1, hd]),
+                    _i64([1, -1, n_h, hd]),
                     False,
                 )
                 for t in (k_all, v_all)
             )
+        q, k_all, v_all = (ops.transpose(t, _i64([0, 2, 1, 3])) for t in (q, k_all, v_all))
         att = ops.scaled_dot_product_attention(
             q, k_all, v_all, masks[swa], ops.constant(np.float32(kq_scale)), causal=False
         )
