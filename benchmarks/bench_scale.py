@@ -145,9 +145,15 @@ def verdicts(name: str, report: BenchReport) -> list[str]:
             ours.rss_first,
             1.3 * report.model_bytes + kv_bytes(report) + GIB // 2,
         )
-        ratio = predicted_peak(report) / ours.peak_rss  # never below the peak, not far above it
-        verdict = "met" if 1.0 <= ratio <= 1.25 else "MISSED"
-        out.append(f"  {name}: Model's predicted peak / measured {ratio:.2f}x in 1.0-1.25x: {verdict}")
+        # the prediction Model refuses on: never below the peak, and above it by at most a quarter
+        # (or 0.5 GiB, the process's own share at the small sizes)
+        predicted = predicted_peak(report)
+        ok = ours.peak_rss <= predicted <= max(1.25 * ours.peak_rss, ours.peak_rss + GIB // 2)
+        out.append(
+            f"  {name}: Model's predicted peak {predicted / 2**20:,.0f} MiB = "
+            f"{predicted / ours.peak_rss:.2f}x the measured, within [1x, 1.25x or +0.5 GiB]: "
+            f"{'met' if ok else 'MISSED'}"
+        )
     genai = runs.get("genai")
     if ours and genai:
         for kind, target in (("tg", 1.2), ("pp", 1.0)):
