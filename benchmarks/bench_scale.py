@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -177,6 +176,16 @@ def verdicts(name: str, report: BenchReport) -> list[str]:
     return out
 
 
+def machine() -> str:
+    """The CPU as OpenVINO names it, with its default inference precision and OpenVINO's version."""
+    import openvino as ov
+
+    core = ov.Core()
+    name = core.get_property("CPU", "FULL_DEVICE_NAME")
+    precision = core.get_property("CPU", "INFERENCE_PRECISION_HINT").to_string()
+    return f"{name} (OpenVINO {ov.__version__.split('-')[0]}, CPU default {precision})"
+
+
 def plot(rows: list[tuple[str, BenchReport]], path: Path) -> None:
     """Peak RSS and decode tok/s against file size, one line per side."""
     import matplotlib
@@ -205,7 +214,7 @@ def plot(rows: list[tuple[str, BenchReport]], path: Path) -> None:
     for ax in (mem, speed):
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle(f"{platform.processor() or platform.machine()}, load {os.getloadavg()[0]:.2f}", fontsize=9)
+    fig.suptitle(f"{machine()}, 2 threads, load {os.getloadavg()[0]:.2f}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"plot: {path}")
@@ -221,6 +230,7 @@ def main() -> int:
     ap.add_argument("--plot", type=Path, help="draw RSS and tok/s against model size into this PNG")
     args = ap.parse_args()
     against = tuple(a for a in args.against.split(",") if a)
+    print(f"machine: {machine()}; load average {os.getloadavg()[0]:.2f}", flush=True)
     rows: list[tuple[str, BenchReport]] = []
     missed = 0
     for name, path in model_files(args):
