@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from ovkit import quant
 from ovkit.gguf import GGUFModel
@@ -27,7 +27,24 @@ from ovkit.runtime import Core
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ovkit.model.runner import Model
+
+class SizedModel(Protocol):
+    """What the per-device fit reads of an ``ovkit.model.Model`` (a Protocol: the memory rules sit
+    below the runner, which uses them)."""
+
+    @property
+    def hp(self) -> HParams: ...
+    @property
+    def gguf(self) -> GGUFModel: ...
+    @property
+    def n_ctx(self) -> int: ...
+    @property
+    def n_ubatch(self) -> int: ...
+    @property
+    def no_requant(self) -> bool: ...
+    def shape(self, n_tokens: int, n_past: int) -> Any: ...
+    def build(self, shape: Any) -> Any: ...
+
 
 #: The bytes of one cached value as the context limit counts it: f32, the graph form's host cache
 #: on the CPU class (the other forms and devices hold f16: half).
@@ -101,12 +118,12 @@ def context_limit(hp: HParams, *, core: Core | None = None) -> ContextLimit:
     return ContextLimit(hp.n_ctx_train, f"the model's training context ({hp.arch}.context_length)")
 
 
-def kv_cache_bytes(model: Model, n_ctx: int | None = None) -> int:
+def kv_cache_bytes(model: SizedModel, n_ctx: int | None = None) -> int:
     """Bytes of the K and V caches of every layer at ``n_ctx`` cells (f16)."""
     return kv_bytes(model.hp, n_ctx or model.n_ctx)
 
 
-def compute_buffer_bytes(model: Model, n_tokens: int | None = None) -> int:
+def compute_buffer_bytes(model: SizedModel, n_tokens: int | None = None) -> int:
     """Peak bytes of live intermediates of the graph for ``n_tokens`` (default: one ubatch)."""
     from ovkit.model.header import live_peak_bytes
 
@@ -114,7 +131,7 @@ def compute_buffer_bytes(model: Model, n_tokens: int | None = None) -> int:
     return live_peak_bytes(*model.build(model.shape(n, 0)))
 
 
-def refused_weights(model: Model, device_class: str) -> list[quant.RequantDecision]:
+def refused_weights(model: SizedModel, device_class: str) -> list[quant.RequantDecision]:
     """The model's weights ``device_class`` cannot build (``quant.requant_decision``: the rule
     ``Model`` raises by and placement marks nodes by)."""
     out = []
@@ -147,14 +164,14 @@ FIT_LABELS = {c: c.removesuffix("_bytes").replace("_", " ") for c in FIT_KINDS}
 
 @overload
 def fit(
-    model: Model, n_ctx: int | None = None, *, core: Core | None = None, raw: Literal[False] = False
+    model: SizedModel, n_ctx: int | None = None, *, core: Core | None = None, raw: Literal[False] = False
 ) -> FrameReport: ...
 @overload
 def fit(
-    model: Model, n_ctx: int | None = None, *, core: Core | None = None, raw: Literal[True]
+    model: SizedModel, n_ctx: int | None = None, *, core: Core | None = None, raw: Literal[True]
 ) -> pd.DataFrame: ...
 def fit(
-    model: Model, n_ctx: int | None = None, *, core: Core | None = None, raw: bool = False
+    model: SizedModel, n_ctx: int | None = None, *, core: Core | None = None, raw: bool = False
 ) -> FrameReport | pd.DataFrame:
     """Per device: weights (after its policy), KV cache, compute buffer, total, free, fits; a
     :class:`~ovkit.report.FrameReport` (figures by magnitude, ``.frame`` in bytes) or with
