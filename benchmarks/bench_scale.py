@@ -99,31 +99,24 @@ def model_files(args: argparse.Namespace) -> Iterator[tuple[str, Path]]:
             print(f"{name}: skipped: {exc}")
 
 
-def kv_bytes(report: BenchReport) -> int:
-    """The f16 KV cache the run's context needs (what the memory targets add to the file)."""
+def memory_rules(report: BenchReport) -> tuple[int, int]:
+    """The f16 KV cache the run's context needs (what the memory targets add to the file) and the
+    peak ``Model`` predicts (and refuses on) for this file and context: one header read."""
     from ovkit.gguf import read_gguf
-    from ovkit.model.footprint import kv_bytes as model_kv_bytes
-    from ovkit.model.limits import model_hparams
-
-    hp = model_hparams(read_gguf(report.settings.path))
-    return model_kv_bytes(hp, report.settings.n_prompt + report.settings.n_gen + 17)
-
-
-def predicted_peak(report: BenchReport) -> int:
-    """What ``Model`` predicts (and refuses on) for this file and the run's context."""
-    from ovkit.gguf import read_gguf
-    from ovkit.model.footprint import predicted_peak as model_predicted_peak
+    from ovkit.model import footprint
     from ovkit.model.limits import model_hparams
 
     gguf = read_gguf(report.settings.path)
+    hp = model_hparams(gguf)
     n_ctx = report.settings.n_prompt + report.settings.n_gen + 17
-    return model_predicted_peak(gguf, model_hparams(gguf), n_ctx)
+    return footprint.kv_bytes(hp, n_ctx), footprint.predicted_peak(gguf, hp, n_ctx)
 
 
 def verdicts(name: str, report: BenchReport) -> list[str]:
     """Each of issue 32's targets this report can judge, with its factor."""
     out = []
-    size = report.model_bytes + kv_bytes(report) + GIB // 2
+    kv, predicted = memory_rules(report)
+    size = report.model_bytes + kv + GIB // 2
     runs = {r.side: r for r in report.runs if not r.error}
     means = {(r.side, r.test[:2]): r.mean for r in report.results if r.times_s}
     ours = runs.get("ovkit")
@@ -142,11 +135,10 @@ def verdicts(name: str, report: BenchReport) -> list[str]:
         check(
             f"RSS after 1st token {ours.rss_first / 2**20:,.0f} MiB <= 1.3x file + KV + 0.5 GiB",
             ours.rss_first,
-            1.3 * report.model_bytes + kv_bytes(report) + GIB // 2,
+            1.3 * report.model_bytes + kv + GIB // 2,
         )
         # the prediction Model refuses on: never below the peak, and above it by at most a quarter
         # (or 0.5 GiB, the process's own share at the small sizes)
-        predicted = predicted_peak(report)
         ok = ours.peak_rss <= predicted <= max(1.25 * ours.peak_rss, ours.peak_rss + GIB // 2)
         out.append(
             f"  {name}: Model's predicted peak {predicted / 2**20:,.0f} MiB = "
@@ -229,7 +221,7 @@ def main() -> int:
     )
     ap.add_argument("--plot", type=Path, help="draw RSS and tok/s against model size into this PNG")
     args = ap.parse_args()
-    against = tuple(a for a in args.against.split(",") if a)
+    against = tuple(a for a in args.against.split(",") if a and a != "none")
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.2f}", flush=True)
     rows: list[tuple[str, BenchReport]] = []
     missed = 0
