@@ -7,6 +7,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 
 def load_average() -> str:
@@ -69,3 +70,21 @@ def report(
         line += f"  (target <= {target:.2f}x: {'met' if ratio <= target else 'NOT met'})"
     print(line, flush=True)
     return line
+
+
+def machine() -> str:
+    """The CPU as OpenVINO names it, its widest vector extensions, OpenVINO's version and the CPU's
+    default inference precision: what every figure depends on."""
+    import openvino as ov
+
+    core = ov.Core()
+    name = core.get_property("CPU", "FULL_DEVICE_NAME")
+    precision = core.get_property("CPU", "INFERENCE_PRECISION_HINT").to_string()
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split("flags")[1].split("\n")[0].split())
+    except (OSError, IndexError):
+        flags = set()
+    isa = [
+        f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_int8") if f in flags
+    ]
+    return f"{name} [{' '.join(isa) or 'flags unknown'}] (OpenVINO {ov.__version__.split('-')[0]}, CPU default {precision})"

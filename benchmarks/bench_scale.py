@@ -24,6 +24,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _util import machine  # noqa: E402
+
 from ovkit.model.bench import BenchReport, BenchSettings, bench
 from ovkit.model.fetch import MissingModelError, real_model
 from ovkit.model.synthetic import synthetic
@@ -166,16 +169,6 @@ def verdicts(name: str, report: BenchReport) -> list[str]:
             smaller=False,
         )
     return out
-
-
-def machine() -> str:
-    """The CPU as OpenVINO names it, with its default inference precision and OpenVINO's version."""
-    import openvino as ov
-
-    core = ov.Core()
-    name = core.get_property("CPU", "FULL_DEVICE_NAME")
-    precision = core.get_property("CPU", "INFERENCE_PRECISION_HINT").to_string()
-    return f"{name} (OpenVINO {ov.__version__.split('-')[0]}, CPU default {precision})"
 
 
 def plot(rows: list[tuple[str, BenchReport]], path: Path) -> None:

@@ -131,3 +131,28 @@ def test_the_weight_file_goes_where_spill_dir_says_or_to_the_temp_directory(
     assert session.store is not None
     held_in = os.path.dirname(os.readlink(f"/proc/self/fd/{session.store.fd}"))
     assert held_in == (str(spill) if where != "a-file" else tempfile.gettempdir())
+
+
+@pytest.mark.parametrize("wtype", ["q4_0", "q4_K_M", "q5_0"])
+def test_weights_converted_on_several_threads_are_the_same_bytes(tmp_path: Path, wtype: str) -> None:
+    """The conversion runs on every core ahead of the graph; every Constant of the model it builds
+    holds the bytes the one-thread conversion gives (mixed block types included)."""
+    from ovkit.gguf import read_gguf
+    from ovkit.model import lean
+    from ovkit.model.header import header_hparams
+
+    path = synthetic(
+        "llama", tmp_path / "m.gguf", weight_type=wtype, n_embd=64, n_ff=128, random_blocks=wtype == "q4_K_M"
+    )
+    gguf = read_gguf(path)
+    hp = header_hparams(gguf)
+
+    def constants(workers: int) -> list[bytes]:
+        store = lean.WeightFile()  # the Constants are views of its mapped file: kept till read
+        model, _ = lean.build(gguf, hp, store, workers=workers)
+        ops = [op for op in model.get_ordered_ops() if op.get_type_name() == "Constant"]
+        return [bytes(op.get_data().tobytes()) for op in ops]
+
+    one, three = constants(1), constants(3)
+    assert len(one) == len(three) > 20
+    assert one == three

@@ -51,6 +51,8 @@ PLAIN = {"f32": np.float32, "f16": np.float16}
 #: Input names (llama.cpp's where it has one).
 TOKENS, POSITIONS, OUT_IDS, BEAM = "inp_tokens", "inp_pos", "out_ids", "beam_idx"
 LOGITS = "result_output"
+#: Each layer's 2-d weights (``blk.N.<name>.weight``).
+MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_up", "ffn_gate", "ffn_down")
 
 
 def _ops() -> Any:
@@ -205,6 +207,21 @@ def _pack4(q: np.ndarray) -> np.ndarray:
     return v[0::2] | (v[1::2] << 4)
 
 
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """A 2-d weight converted to its device form: integer blocks [rows, groups, group] (``container``
+    "i4"/"u4": packed two per byte) or plain values [rows, k], the scale [rows, groups, 1] and zero
+    point (None where there are none), the group size, and whether it was decoded to f16 because
+    its type has no compressed form."""
+
+    weight: np.ndarray
+    container: str | None
+    scale: np.ndarray | None
+    zp: np.ndarray | None
+    group: int
+    decoded: bool = False
+
+
 class _Weights:
     """Builds each weight's decompression subgraph once, from the file."""
 
@@ -264,10 +281,8 @@ class _Weights:
             self._cache[key] = _ops().constant(arr.reshape(info.shape))
         return self._cache[key]
 
-    def _parts(self, name: str) -> tuple[Any, Any, Any | None, int]:
-        """A 2-d weight's integer Constant [rows, groups, group], its scale [rows, groups, 1] and
-        zero point (or None), and the group size; (Constant f16/f32 [rows, k], None, None, k) when
-        the type has no compressed form."""
+    def convert(self, name: str) -> Parts:
+        """A 2-d weight in its device form, as arrays (thread-safe: no Constant, no store)."""
         info = self.info(name)
         rows, k = int(np.prod(info.shape[:-1])), info.shape[-1]
         raw = self.read(info)
@@ -276,15 +291,15 @@ class _Weights:
             if info.type == "bf16":
                 arr = (arr.astype(np.uint32) << 16).view(np.float32)
             keep = np.float32 if self.exact and info.type != "f16" else np.float16
-            return self.constant(arr.reshape(rows, k).astype(keep, copy=False)), None, None, k
+            return Parts(arr.reshape(rows, k).astype(keep, copy=False), None, None, None, k)
         target = quant.requant_type(
             name, self.device_class, info.type, no_requant=self.no_requant, shape=info.shape
         )
         if info.type in FAST and target is quant.RequantTarget.NATIVE and k % 32 == 0:
-            parts, container = FAST[info.type]
-            q, d = parts(raw, rows, k)
-            scale = self.constant(d) if np.isfinite(d).all() else self.constant(d.astype(np.float32))
-            return self.constant(q, container if container == "i4" else None), scale, None, 32
+            fast, container = FAST[info.type]
+            q, d = fast(raw, rows, k)
+            scale = d if np.isfinite(d).all() else d.astype(np.float32)
+            return Parts(q, container if container == "i4" else None, scale, None, 32)
         if info.type in quant.REPACKS:  # Q5_0: losslessly Q8_0 blocks
             qtype, blocks = quant.repack_blocks(info.type, raw)
             dec = quant.decode_blocks(qtype, blocks, (rows, k))
@@ -293,32 +308,65 @@ class _Weights:
             dec = quant.decode_blocks(info.type, raw, (rows, k))
             container = CONTAINERS[info.type]
         else:
-            self.decoded.append(name)
             values = quant.decode_blocks(info.type, raw, (rows, k)).dequantize()
-            return self.constant(values.astype(np.float16)), None, None, k
+            return Parts(values.astype(np.float16), None, None, None, k, decoded=True)
         if target is quant.RequantTarget.F16:
-            return self.constant(dec.dequantize().astype(np.float16)), None, None, k
+            return Parts(dec.dequantize().astype(np.float16), None, None, None, k)
         if target in quant.REQUANT_CONTAINER:  # the device's policy, as the backend applies it
             dec = quant.requantize(dec.dequantize(), target)
             container = quant.REQUANT_CONTAINER[target]
         del raw
         g = dec.group
-        if container.endswith("4"):
-            weight = self.constant(_pack4(dec.q).reshape(rows, k // g, g // 2), container)
+        packed: str | None = container if container.endswith("4") else None
+        if packed:
+            weight = _pack4(dec.q).reshape(rows, k // g, g // 2)
         else:
-            weight = self.constant(
-                dec.q.astype(np.int8 if container == "i8" else np.uint8).reshape(rows, k // g, g)
-            )
+            weight = dec.q.astype(np.int8 if container == "i8" else np.uint8).reshape(rows, k // g, g)
         scale = dec.scale.reshape(rows, k // g, 1)
         zp = None
         if dec.bias is not None:
             with np.errstate(divide="ignore", invalid="ignore"):
-                zp_v = np.where(scale != 0, -dec.bias.reshape(scale.shape) / scale, 0.0).astype(np.float32)
-            zp = self.constant(zp_v)
+                zp = np.where(scale != 0, -dec.bias.reshape(scale.shape) / scale, 0.0).astype(np.float32)
         s16 = scale.astype(np.float16)
         exact_f16 = zp is None and np.array_equal(s16.astype(np.float32), scale) and np.isfinite(s16).all()
-        scale_c = self.constant(s16 if exact_f16 else scale.astype(np.float32))
-        return weight, scale_c, zp, g
+        return Parts(weight, packed, s16 if exact_f16 else scale.astype(np.float32), zp, g)
+
+    def prefetch(self, names: list[str], workers: int) -> None:
+        """Convert ``names`` on ``workers`` threads (numpy gives the GIL up while it converts), at
+        most two per thread ahead of the Constants made from them: the conversion is a sixth to a
+        quarter of a cold start, and single-threaded it left a core idle."""
+        from collections import deque
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="ovkit-convert")
+        pending: deque[tuple[str, Future[Parts]]] = deque()
+        try:
+            for name in names:
+                pending.append((name, pool.submit(self.convert, name)))
+                if len(pending) > 2 * workers:
+                    self._take(*pending.popleft())
+            while pending:
+                self._take(*pending.popleft())
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _take(self, name: str, future: Any) -> None:
+        self._cache[(name, "parts")] = self._constants(name, future.result())
+
+    def _constants(self, name: str, parts: Parts) -> tuple[Any, Any, Any | None, int]:
+        if parts.decoded:
+            self.decoded.append(name)
+        weight = self.constant(parts.weight, parts.container)
+        scale = None if parts.scale is None else self.constant(parts.scale)
+        zp = None if parts.zp is None else self.constant(parts.zp)
+        return weight, scale, zp, parts.group
+
+    def _parts(self, name: str) -> tuple[Any, Any, Any | None, int]:
+        """A 2-d weight's integer Constant [rows, groups, group], its scale [rows, groups, 1] and
+        zero point (or None), and the group size; (Constant f16/f32 [rows, k], None, None, k) when
+        the type has no compressed form."""
+        cached = self._cache.pop((name, "parts"), None)
+        return cached if cached is not None else self._constants(name, self.convert(name))
 
     def matrix(self, name: str) -> Any:
         """``name`` [rows, k] as an f32 value: the decompression chain the plugin folds into a
@@ -408,10 +456,12 @@ def build(
     exact: bool = True,
     device_class: str = "CPU",
     no_requant: bool = False,
+    workers: int | None = None,
 ) -> tuple[Any, WeightStats]:
     """The whole decoder as one stateful ``ov.Model``: inputs ``inp_tokens`` [1, T] and
     ``inp_pos`` [1, T] (positions continue the cache), ``out_ids`` [N] (the rows whose logits come
-    back); output ``result_output`` [N, n_vocab]; one K and one V state per layer."""
+    back); output ``result_output`` [N, n_vocab]; one K and one V state per layer.  ``workers``:
+    threads converting the weights (default: every core this process may run on)."""
     ov, ops = _ov(), _ops()
     spec = hp.spec
     if spec.moe:
@@ -425,6 +475,12 @@ def build(
                 row_orders[f"blk.{il}.attn_{part}.bias"] = rope_row_order(heads, hd)
                 row_orders[f"blk.{il}.attn_{part}_norm.weight"] = rope_row_order(1, hd)
     W = _Weights(gguf, exact, store, device_class, no_requant, row_orders)
+    # the 2-d weights the graph reads, converted ahead on every core, in file order
+    used = {"token_embd.weight", output_weight_name(gguf.tensors)} | {
+        f"blk.{il}.{part}.weight" for il in range(hp.n_layer) for part in MATRICES
+    }
+    infos = sorted((t for t in gguf.tensors.values() if t.name in used), key=lambda t: t.offset)
+    W.prefetch([t.name for t in infos], workers or len(os.sched_getaffinity(0)))
     tokens = ops.parameter([1, -1], ov.Type.i64, name=TOKENS)
     positions = ops.parameter([1, -1], ov.Type.i64, name=POSITIONS)
     out_ids = ops.parameter([-1], ov.Type.i64, name=OUT_IDS)
@@ -651,7 +707,9 @@ def compile_lean(
             stats = WeightStats(int(hit.extra["device_bytes"]), tuple(hit.extra["decoded"]))
             return session, stats
     store = WeightFile(spill_dir)
-    model, stats = build(gguf, hp, store, exact=exact, device_class="CPU", no_requant=no_requant)
+    model, stats = build(
+        gguf, hp, store, exact=exact, device_class="CPU", no_requant=no_requant, workers=n_threads
+    )
     with releasing(store):
         compiled = core.compile_model(model, device, props)
         del model
