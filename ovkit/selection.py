@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ovkit.config import OvkitConfig, read_config, readable, shown
-from ovkit.devices import DeviceClass, device_class, is_virtual
+from ovkit.devices import ENV_DEVICE, DeviceClass, device_class, is_virtual
 from ovkit.layouts import DEFAULT_LAYOUT, get_layout, resolve_for
 from ovkit.report import Report, Reported
 from ovkit.runtime import Core, get_core
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("ovkit")
 
-ENV_DEVICE = "GGML_OPENVINO_DEVICE"
 DEFAULT_DEVICE = "CPU"
 FALLBACK_WARNING = "GGML OpenVINO Backend: device {} is not available, fallback to CPU"
 USING_DEVICE = "OpenVINO: using device {}"
