@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ovkit.devices import Device, DeviceClass, list_devices
-from ovkit.memory import process_rss_bytes
+from ovkit.memory import UNITS, process_rss_bytes, unit_for
 from ovkit.runtime import Core, get_core, is_simulated
 from ovkit.selection import Selection, resolve_device
-from ovkit.widgets.axes import UNITS, Axis, next_axis, unit_for
+from ovkit.widgets.axes import Axis, next_axis
 
 if TYPE_CHECKING:
     import pandas as pd
