@@ -378,11 +378,6 @@ class OvkitConfig:
             "MOE_OP": self.moe_op and device_class == "GPU",
         }
 
-    @property
-    def profiling_level(self) -> int:
-        """PROFILING as the number the backend compares: >= 2 adds OpenVINO and queue profiling."""
-        return atoi(self.raw.get(PREFIX + "PROFILING", "0"))
-
     def npu_compile_properties(self) -> dict[str, str]:
         """What NPU_COMPILE_CONFIG and NPU_PROPERTIES add to the NPU class's compile config, in the
         backend's order (NPU_PROPERTIES last, so its keys override)."""
