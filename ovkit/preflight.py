@@ -15,6 +15,7 @@ import enum
 import json
 import math
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -189,7 +190,7 @@ class Preflight(Reported):
     backend: BackendVersion
     devices: tuple[DeviceCheck, ...]
     naming: Naming | None
-    ovkit_model_bytes: int | None  #: ovkit's own ``Model`` (host RAM), beside the backend's
+    ovkit_model_bytes: int | None  #: ovkit's own ``Model`` at its peak (host RAM), beside the backend's
     simulated: str | None = None
     notes: tuple[str, ...] = ()
 
@@ -234,7 +235,7 @@ class Preflight(Reported):
         if self.ovkit_model_bytes is not None:
             notes.append(
                 f"ovkit's own Model (its lean form on the CPU, not the backend) would take about "
-                f"{format_bytes(self.ovkit_model_bytes)} of host RAM at its peak (ovkit.preflight.ovkit_model_bytes)"
+                f"{format_bytes(self.ovkit_model_bytes)} of host RAM at its peak (ovkit.model.footprint.predicted_peak)"
             )
         return Report(title, REPORT_COLUMNS, tuple(rows), tuple(notes))
 
@@ -423,15 +424,6 @@ def backend_memory(
     return tuple(p for p in parts if p.bytes > 0)
 
 
-def ovkit_model_bytes(gguf: GGUFModel, hp: HParams, n_ctx: int) -> int:
-    """ovkit's own ``Model`` (its lean form on the CPU): predicted peak host RAM, the figure
-    ``Model`` itself checks against ``MemAvailable`` before loading
-    (``ovkit.model.footprint.predicted_peak``).  The one place to change when that model changes."""
-    from ovkit.model.footprint import predicted_peak
-
-    return predicted_peak(gguf, hp, n_ctx)
-
-
 # ----------------------------------------------------------------------------------------------
 # Names
 
@@ -560,15 +552,8 @@ def fallbacks(graphs: Sequence[Sequence[Any]], dev: str) -> tuple[Fallback, ...]
 
     cls = str(device_class(dev))
     gate_class = "OTHER" if cls == "GPU" and dev != "GPU" else cls
-    found: dict[tuple[str, str], int] = {}
-    for nodes in graphs:
-        for t in nodes:
-            if input_lookup(t):
-                continue
-            decision = check_op(t, gate_class)
-            if not decision.supported:
-                key = (str(t.op_key), decision.reason)
-                found[key] = found.get(key, 0) + 1
+    decisions = ((t, check_op(t, gate_class)) for nodes in graphs for t in nodes if not input_lookup(t))
+    found = Counter((str(t.op_key), d.reason) for t, d in decisions if not d.supported)
     return tuple(Fallback(op, n, reason) for (op, reason), n in sorted(found.items()))
 
 
@@ -750,6 +735,7 @@ def check(
     )
     hp: HParams | None = None
     if arch in ARCHS:
+        from ovkit.model.footprint import predicted_peak
         from ovkit.model.header import header_hparams
 
         try:
@@ -800,7 +786,7 @@ def check(
     return Preflight(
         gguf.path, arch, gguf.file_size, n_req, cells, n_ctx_train, min(n_ubatch, cells),
         sizes.n_prompt if sizes else 0, flash_attn, version, checks, names,
-        ovkit_model_bytes(gguf, hp, cells) if hp else None, simulated, notes,
+        predicted_peak(gguf, hp, cells) if hp else None, simulated, notes,
     )  # fmt: skip
 
 
