@@ -171,6 +171,21 @@ class DeviceCheck(Reported):
         return Report(f"{self.label}: {self.verdict}", ("", ""), tuple(rows), self.notes)
 
 
+PART_COLOURS = {
+    "runtime": "#9e9e9e",
+    "file pages": "#cfd8dc",
+    "input embeddings (mapped)": "#b0bec5",
+    "requantization scratch": "#ef9a9a",
+    "weight buffer": "#1976d2",
+    "KV cache staging": "#ffcc80",
+    "KV cache": "#f57c00",
+    "KV cache (sliding window)": "#ffa726",
+    "compute buffers": "#388e3c",
+    "compiled model": "#7b1fa2",
+    "activations": "#81c784",
+}
+
+
 REPORT_COLUMNS = ("device", "verdict", "host peak", "host free", "device mem", "device free", "largest buffer", "why")  # fmt: skip
 
 
@@ -247,12 +262,83 @@ class Preflight(Reported):
         return out
 
     def memory_frame(self) -> pd.DataFrame:
-        """The drawing's data (:func:`memory_frame`)."""
-        return memory_frame(self)
+        """One row per device, memory (host, device) and part: the bytes it holds at that memory's
+        peak, the memory's free figure, the device's largest single buffer and its cap."""
+        import pandas as pd
+
+        rows = []
+        for d in self.devices:
+            peak = max(STAGES, key=d.host_bytes_at)
+            for p in d.parts:
+                if p.where == HOST or d.device_class != "CPU":
+                    free = d.host_free_bytes if p.where == HOST else d.device_free_bytes
+                    held = p.bytes if p.where == DEVICE or p.alive(peak) else 0
+                    rows.append((d.label, p.where, p.name, str(p.stage), held, free, d.largest_buffer[1],
+                                 d.max_alloc_bytes, str(d.verdict)))  # fmt: skip
+        columns = [
+            "device",
+            "where",
+            "part",
+            "stage",
+            "bytes",
+            "free_bytes",
+            "largest_buffer_bytes",
+            "max_alloc_bytes",
+        ]
+        return pd.DataFrame(rows, columns=[*columns, "verdict"])
 
     def plot(self, ax: Any = None) -> Figure:
-        """Stacked memory per device by part against its free memory (:func:`plot_memory`)."""
-        return plot_memory(self, ax)
+        """One bar per device and memory (host RAM at its peak; device memory apart), stacked by part,
+        against that memory's free figure (black), with the device's largest single buffer (red,
+        dashed) and ``GPU_DEVICE_MAX_ALLOC_MEM_SIZE`` (red)."""
+        import pandas as pd
+        from matplotlib.figure import Figure
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+
+        frame = self.memory_frame()
+        bars = list(dict.fromkeys(zip(frame["device"], frame["where"], strict=True)))
+        if ax is None:
+            fig = Figure(figsize=(8, 1.2 + 0.5 * len(bars)))
+            ax = fig.add_subplot()
+        else:
+            fig = ax.figure
+        gib = 2**30
+        labels = []
+        for y, (device, where) in enumerate(bars):
+            sub = frame[(frame["device"] == device) & (frame["where"] == where)]
+            left = 0.0
+            for part, size in zip(sub["part"], sub["bytes"], strict=True):
+                ax.barh(y, size / gib, left=left, color=PART_COLOURS.get(part, "#607d8b"), edgecolor="white")
+                left += size / gib
+            first = sub.iloc[0]
+            marks = [(first["free_bytes"], {"color": "black", "lw": 2})]
+            if where == DEVICE or (device, DEVICE) not in bars:  # the device's own allocations
+                marks += [
+                    (first["largest_buffer_bytes"], {"color": "red", "ls": "--", "lw": 1}),
+                    (first["max_alloc_bytes"], {"color": "red", "lw": 1.5}),
+                ]
+            for x, style in marks:
+                if x is not None and not pd.isna(x):
+                    ax.plot([x / gib] * 2, [y - 0.45, y + 0.45], **style)
+            labels.append(f"{device} {where}\n{first['verdict']}")
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("GiB")
+        handles: list[Any] = [
+            Patch(color=c, label=p) for p, c in PART_COLOURS.items() if p in set(frame["part"])
+        ]
+        handles += [
+            Line2D([], [], color="black", lw=2, label="free"),
+            Line2D([], [], color="red", ls="--", label="largest buffer"),
+            Line2D([], [], color="red", lw=1.5, label=MAX_ALLOC_PROPERTY),
+        ]
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        ax.set_title(
+            f"{self.path.name} at {self.n_ctx:,} cells: memory by part against free memory", fontsize=9
+        )
+        fig.tight_layout()
+        return fig
 
 
 # ----------------------------------------------------------------------------------------------
@@ -788,104 +874,6 @@ def check(
         sizes.n_prompt if sizes else 0, flash_attn, version, checks, names,
         predicted_peak(gguf, hp, cells) if hp else None, simulated, notes,
     )  # fmt: skip
-
-
-# ----------------------------------------------------------------------------------------------
-# The drawing: a plain function returning data, and a thin view
-
-
-def memory_frame(result: Preflight) -> pd.DataFrame:
-    """One row per device, memory (host, device) and part: the bytes it holds at that memory's
-    peak, the memory's free figure, the device's largest single buffer and its cap."""
-    import pandas as pd
-
-    rows = []
-    for d in result.devices:
-        peak = max(STAGES, key=d.host_bytes_at)
-        for p in d.parts:
-            if p.where == HOST or d.device_class != "CPU":
-                free = d.host_free_bytes if p.where == HOST else d.device_free_bytes
-                held = p.bytes if p.where == DEVICE or p.alive(peak) else 0
-                rows.append((d.label, p.where, p.name, str(p.stage), held, free, d.largest_buffer[1],
-                             d.max_alloc_bytes, str(d.verdict)))  # fmt: skip
-    columns = [
-        "device",
-        "where",
-        "part",
-        "stage",
-        "bytes",
-        "free_bytes",
-        "largest_buffer_bytes",
-        "max_alloc_bytes",
-    ]
-    return pd.DataFrame(rows, columns=[*columns, "verdict"])
-
-
-PART_COLOURS = {
-    "runtime": "#9e9e9e",
-    "file pages": "#cfd8dc",
-    "input embeddings (mapped)": "#b0bec5",
-    "requantization scratch": "#ef9a9a",
-    "weight buffer": "#1976d2",
-    "KV cache staging": "#ffcc80",
-    "KV cache": "#f57c00",
-    "KV cache (sliding window)": "#ffa726",
-    "compute buffers": "#388e3c",
-    "compiled model": "#7b1fa2",
-    "activations": "#81c784",
-}
-
-
-def plot_memory(result: Preflight, ax: Any = None) -> Figure:
-    """One bar per device and memory (host RAM at its peak; device memory apart), stacked by part,
-    against that memory's free figure (black), with the device's largest single buffer (red,
-    dashed) and ``GPU_DEVICE_MAX_ALLOC_MEM_SIZE`` (red)."""
-    import pandas as pd
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    frame = memory_frame(result)
-    bars = list(dict.fromkeys(zip(frame["device"], frame["where"], strict=True)))
-    if ax is None:
-        fig = Figure(figsize=(8, 1.2 + 0.5 * len(bars)))
-        ax = fig.add_subplot()
-    else:
-        fig = ax.figure
-    gib = 2**30
-    labels = []
-    for y, (device, where) in enumerate(bars):
-        sub = frame[(frame["device"] == device) & (frame["where"] == where)]
-        left = 0.0
-        for part, size in zip(sub["part"], sub["bytes"], strict=True):
-            ax.barh(y, size / gib, left=left, color=PART_COLOURS.get(part, "#607d8b"), edgecolor="white")
-            left += size / gib
-        first = sub.iloc[0]
-        marks = [(first["free_bytes"], {"color": "black", "lw": 2})]
-        if where == DEVICE or (device, DEVICE) not in bars:  # the device's own allocations
-            marks += [
-                (first["largest_buffer_bytes"], {"color": "red", "ls": "--", "lw": 1}),
-                (first["max_alloc_bytes"], {"color": "red", "lw": 1.5}),
-            ]
-        for x, style in marks:
-            if x is not None and not pd.isna(x):
-                ax.plot([x / gib] * 2, [y - 0.45, y + 0.45], **style)
-        labels.append(f"{device} {where}\n{first['verdict']}")
-    ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("GiB")
-    handles: list[Any] = [Patch(color=c, label=p) for p, c in PART_COLOURS.items() if p in set(frame["part"])]
-    handles += [
-        Line2D([], [], color="black", lw=2, label="free"),
-        Line2D([], [], color="red", ls="--", label="largest buffer"),
-        Line2D([], [], color="red", lw=1.5, label=MAX_ALLOC_PROPERTY),
-    ]
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set_title(
-        f"{result.path.name} at {result.n_ctx:,} cells: memory by part against free memory", fontsize=9
-    )
-    fig.tight_layout()
-    return fig
 
 
 # ----------------------------------------------------------------------------------------------
