@@ -1,20 +1,16 @@
 """Escaping for each context a runtime string can land in: HTML text, an HTML attribute, a CSS
-string inside ``<style>``, JSON inside ``<script>``.  Device names, descriptions and errors come
-from plugins, drivers and profiles, so none is trusted markup (the live views' ES module writes
-text only through ``textContent`` and ``setAttribute``)."""
+string inside ``<style>``.  Device names, descriptions and errors come from plugins, drivers and
+profiles, so none is trusted markup (the live views' ES module writes text only through
+``textContent`` and ``setAttribute``)."""
 
 from __future__ import annotations
 
 import html
-import json
 import string
 from typing import Any
 
 # Characters a CSS string keeps as they are; every other one becomes a hex escape.
 _CSS_PLAIN = frozenset(string.ascii_letters + string.digits + " -_.,;:()%+=#!?@'/")
-
-# Characters that could end or change a <script> element (or a JS string) if left in JSON as they are.
-_SCRIPT_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
 def html_text(value: Any) -> str:
@@ -32,10 +28,3 @@ def css_string(value: Any) -> str:
     """The inside of a double-quoted CSS string (a tooltip's ``content: "…"``): every character
     but :data:`_CSS_PLAIN` becomes a hex escape, so no quote, newline or ``</style>`` gets through."""
     return "".join(c if c in _CSS_PLAIN else f"\\{ord(c):x} " for c in str(value))
-
-
-def script_json(value: Any) -> str:
-    """``value`` as JSON inside a ``<script>`` element, with :data:`_SCRIPT_ESCAPES` applied so no
-    ``</script>`` or ``<!--`` can end it (the value reads back the same in JSON and in JS)."""
-    text = json.dumps(value, ensure_ascii=False, allow_nan=False)
-    return "".join(_SCRIPT_ESCAPES.get(c, c) for c in text)
