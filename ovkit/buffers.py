@@ -1,10 +1,6 @@
-"""Buffer types, buffers with one storage owner, tensor extras, and allocation tracking.
-
-As upstream: per device a ``<device>`` (device kind) and a ``<device>_HOST`` (host kind) buffer
-type, the kind explicit metadata.  A :class:`Buffer` owns one storage (zero-filled anonymous
-``mmap`` host memory, or a GPU remote tensor) and the extras of the tensors placed in it; every
-allocation and release is recorded (:func:`current_allocations`, :func:`allocation_history`).
-"""
+"""Buffer types (per device a ``<device>`` and a ``<device>_HOST`` one, as upstream), buffers that own
+one storage (anonymous ``mmap`` host memory or a GPU remote tensor) and their tensors' extras, and
+the record of every allocation and release."""
 
 from __future__ import annotations
 
@@ -521,12 +517,8 @@ class Buffer:
     def set_weight(
         self, t: PlacedTensor, values: np.ndarray | bytes, *, register: bool = True
     ) -> TensorExtra:
-        """Upstream's weight path of set_tensor: copy the full tensor, attach a pre-built weight extra.
-
-        Quantized tensors get a QUANTIZED_WEIGHT extra holding an ``ovkit.quant.QuantizedWeight``
-        over the blocks; plain ones a WEIGHT extra holding the numpy view.  Host buffers with
-        usage WEIGHTS are registered for ``GGML_OPENVINO_RELEASE_WEIGHTS`` (``register=True``).
-        """
+        """Upstream's weight path of set_tensor: copy the tensor and attach a weight extra (a
+        ``QuantizedWeight`` or the numpy view); WEIGHTS host buffers are registered for release."""
         self._own(t)
         if t.is_view:
             raise BufferUsageError(f"set_weight {t.name!r}: views cannot hold weights")

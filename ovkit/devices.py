@@ -135,10 +135,8 @@ def describe_device(name: str, *, core: Core | None = None) -> Device:
 def list_devices(
     layout: str = "seed", env: Mapping[str, str] | None = None, *, core: Core | None = None
 ) -> list[Device]:
-    """The ggml devices the backend registers in ``layout`` (``ovkit.layouts.LAYOUTS``): by
-    default the seed's, every physical OpenVINO device sorted by id, with description and memory.
-    ``master`` and ``fork`` depend on the selected device (``GGML_OPENVINO_DEVICE`` in ``env``,
-    default ``os.environ``); the fork raises ``BackendAbort`` for an unknown one, as it aborts."""
+    """The ggml devices the backend registers in ``layout`` (``ovkit.layouts.LAYOUTS``), which may
+    depend on ``GGML_OPENVINO_DEVICE`` in ``env`` (default ``os.environ``)."""
     chosen = layouts.get_layout(layout)
     core = get_core(core)
     requested = (os.environ if env is None else env).get(ENV_DEVICE) or None

@@ -1,9 +1,5 @@
-"""The three device layouts users meet, as data: how each lists devices and selects one.
-
-``seed`` (ovkit's default, the list-devices PRD), ``master`` (llama.cpp master: one device
-``OPENVINO0``, host RAM) and ``fork`` (Intel's fork: ``OPENVINO<i>`` per device, an unknown device
-aborts).  Each rule is an entry of a table below; ``ovkit.devices.layout_devices`` applies them.
-"""
+"""The three device layouts users meet (``seed``, llama.cpp ``master``, Intel's ``fork``) as a table
+of rules: how each lists devices and selects one (``ovkit.devices.layout_devices`` applies them)."""
 
 from __future__ import annotations
 

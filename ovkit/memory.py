@@ -1,8 +1,5 @@
-"""Memory per device class, by the rules upstream's device listing uses (:data:`MEMORY_RULES`:
-CPU host RAM, GPU ``GPU_DEVICE_TOTAL_MEM_SIZE`` less ``GPU_MEMORY_STATISTICS``, NPU its TOTAL less
-ALLOC; a property that fails gives 0/0 with the reason), and the live figures every view (table,
-bars, charts, fit check) shows (:func:`live_figures`: one named rule per class, or "unknown").
-"""
+"""Memory per device class by the rules upstream's device listing uses (:data:`MEMORY_RULES`), and
+the live figures every view shows (:func:`live_figures`: one named rule per class, or "unknown")."""
 
 from __future__ import annotations
 
@@ -272,11 +269,8 @@ def live_figures(
     shared_host_available_bytes: int | None = None,
     simulated: bool = False,
 ) -> LiveFigures:
-    """The live figures of one device from what ``read_memory`` reported (see ``LIVE_RULES``).
-
-    Host RAM is the OS's figure (``MemAvailable``), not the backend's free = total; on a simulated
-    machine it says so (``SIMULATED_HOST_RULE``).  A device sharing host RAM has its free capped
-    at the host's ``MemAvailable`` (``SHARED_NOTE``)."""
+    """The live figures of one device from what ``read_memory`` reported: host RAM by
+    ``MemAvailable``, a device sharing host RAM capped there."""
     rule = LIVE_RULES.get(device_class)
     if error is not None or rule is None:
         return LiveFigures(None, None, None, UNKNOWN_RULE, error or f"no memory rule for {device_class}")

@@ -1,9 +1,5 @@
-"""The data behind the live views, as plain records and numbers (testable without a browser).
-
-Every figure comes from ``Device.live``, so the table, the bars, the charts and the fit check agree.
-``LiveModel`` turns snapshots into what crosses the comm: ``meta`` (names, rules; sent when the
-device set changes), a ``tick`` of numbers, and the history as raw float64 bytes.
-"""
+"""The data behind the live views, as plain records and numbers, every figure from ``Device.live``;
+``LiveModel`` turns snapshots into what crosses the comm (``meta``, a ``tick``, the history)."""
 
 from __future__ import annotations
 

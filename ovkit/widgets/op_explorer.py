@@ -1,8 +1,5 @@
-"""Op explorer: pick a catalogue case, change shapes and dtype, see the policy, run, compare, time.
-
-The cases are ``ovkit test-ops``' own, so the explorer runs exactly what test-ops runs; on a
-simulated core every device compiles and runs on the real CPU.
-"""
+"""Op explorer: pick one of ``ovkit test-ops``' cases, change shapes and dtype, see the policy, run,
+compare, time (on a simulated core every device runs on the real CPU)."""
 
 from __future__ import annotations
 
