@@ -1,13 +1,7 @@
-"""Will it run here, and what will it take?  A pre-flight of a GGUF file on every device, from its
-header and tensor table alone (no weight is read), as llama.cpp's OpenVINO backend would run it.
-
-Per device the verdict is **runs**, **runs with fallback** (nodes ``supports_op`` leaves to ggml's
-CPU, with the policy's reason) or **fails** (when, why, the upstream issue and what lifts it): from
-memory stage by stage (:func:`backend_memory`), the largest buffer against the GPU's
-``GPU_DEVICE_MAX_ALLOC_MEM_SIZE``, weights the device cannot requantize and the known aborts
-(``ovkit.preflight_known``).  The memory constants were measured on the real backend on a CPU
-(``benchmarks/bench_check.py``, docs/preflight.md); GPU and NPU parts are placed by its rules.
-"""
+"""Will it run here, and what will it take?  A pre-flight of a GGUF file on every device from its
+header alone, as llama.cpp's OpenVINO backend would run it: **runs**, **runs with fallback** or
+**fails** (when, why, the issue, what lifts it), from memory stage by stage, the GPU's max
+allocation, weights it cannot requantize and the known aborts (docs/preflight.md)."""
 
 from __future__ import annotations
 
@@ -596,12 +590,9 @@ def read_header(path: str | os.PathLike[str]) -> GGUFModel:
 def model_sizes(
     gguf: GGUFModel, hp: HParams, n_ctx: int, n_ubatch: int, flash_attn: bool, static_chunk: int = 0
 ) -> tuple[ModelSizes, tuple[list[Any], ...]]:
-    """Sizes from the header and the op nodes of the prefill and decode graphs (for placement).
-
-    The compute buffer is ggml's for llama.cpp's reserve graph (one micro-batch, every token an
-    output, every cell), plus the host's input rows and one output row.  With ``static_chunk``,
-    the NPU's static prefill model of that many tokens against every cell is sized too (its
-    intermediates and one layer's attention scores in f32)."""
+    """Sizes from the header, and the op nodes of the prefill and decode graphs (for placement): the
+    compute buffer is ggml's for llama.cpp's reserve graph plus the host's input and output rows;
+    with ``static_chunk``, the NPU's static prefill model is sized too."""
     from ovkit.model.header import graph_inputs, header_graph, live_peak_bytes, op_nodes
 
     n_ub = min(n_ubatch, n_ctx)
@@ -631,9 +622,8 @@ def input_lookup(t: Any) -> bool:
 
 
 def fallbacks(graphs: Sequence[Sequence[Any]], dev: str) -> tuple[Fallback, ...]:
-    """Nodes of the prefill and decode graphs the backend leaves to ggml's CPU on ``dev``.
-
-    The policy's device gates apply to ``GPU`` exactly, as the backend's do (``GPU.0`` misses them)."""
+    """Nodes of the prefill and decode graphs the backend leaves to ggml's CPU on ``dev`` (the
+    policy's device gates apply to ``GPU`` exactly, as the backend's do)."""
     from ovkit.ops.policy import check_op
 
     cls = str(device_class(dev))
@@ -794,14 +784,9 @@ def check(
     backend: str = DEFAULT_BACKEND,
     env: Mapping[str, str] | None = None,
 ) -> Preflight:
-    """Will ``path`` run on each device at ``-c n_ctx`` (None or 0: the training context, as
-    llama.cpp defaults), and what will it take?  From the header alone (nothing is decoded).
-
-    ``device``: a ``GGML_OPENVINO_DEVICE`` value: only the device the backend resolves it to is
-    checked, and the answer says what the backend does with the name.  ``core``/``simulate``: the
-    devices (a Core, or a simulated profile name such as ``laptop``).  ``backend``: the backend
-    version (``ovkit.preflight_known.BACKEND_VERSIONS``).  ``env``: other ``GGML_OPENVINO_*``
-    settings (the prefill chunk, stateful execution, ENABLE_FALLBACK, MEMORY_OPTIMIZE)."""
+    """Will ``path`` run on each device at ``-c n_ctx`` (None or 0: the training context), and what
+    will it take?  ``device``: a ``GGML_OPENVINO_DEVICE`` value, checked alone and explained;
+    ``backend``: a key of ``BACKENDS``; ``env``: other ``GGML_OPENVINO_*`` settings."""
     version = backend_version(backend)
     n_req = _n_ctx_arg(n_ctx)
     if isinstance(n_ubatch, bool) or not isinstance(n_ubatch, int) or n_ubatch < 1:
