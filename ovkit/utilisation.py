@@ -100,12 +100,8 @@ def intel_drm_cards(root: Path = ROOT) -> dict[str, str]:
 
 
 def _fdinfo(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
+    fields = (line.partition(":") for line in text.splitlines())
+    return {key.strip(): value.strip() for key, sep, value in fields if sep}
 
 
 def _number(value: str) -> float | None:
