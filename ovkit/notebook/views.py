@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ovkit.buffers import buffer_type, host_buffer_type
-from ovkit.devices import Device, physical_device_ids
+from ovkit.devices import Device, list_devices, physical_device_ids
 from ovkit.escape import html_attr, html_text
-from ovkit.memory import format_bytes, unit_for
+from ovkit.memory import format_bytes, process_rss_bytes, unit_for
 from ovkit.report import Report, Reported, format_duration
 from ovkit.runtime import Core
 
@@ -151,12 +151,8 @@ class MemorySteps(Reported):
         self.steps: list[tuple[str, int, int]] = []  # (step, device used bytes, process RSS bytes)
 
     def record(self, step: str) -> None:
-        import psutil
-
-        from ovkit.devices import list_devices
-
         used = next(d.used_bytes for d in list_devices(core=self.core) if d.name == self.device)
-        self.steps.append((step, used, psutil.Process().memory_info().rss))
+        self.steps.append((step, used, process_rss_bytes()))
 
     def used(self, step: str) -> int:
         return next(u for s, u, _ in self.steps if s == step)
