@@ -5,6 +5,7 @@ described by ``FULL_DEVICE_NAME`` (+ `` (NPU <arch>)``), or the id when that can
 from __future__ import annotations
 
 import enum
+import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -98,18 +99,8 @@ class Device:
         d["total_mib"] = self.total_mib
         d["free_mib"] = self.free_mib
         d["memory_breakdown"] = dict(self.memory_breakdown)
-        d["properties"] = {k: _jsonable(v) for k, v in self.properties.items()}
+        d["properties"] = json.loads(json.dumps(dict(self.properties), default=str))
         return d
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bool | int | float | str) or value is None:
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return str(value)
 
 
 def physical_device_ids(core: Core | None = None) -> list[str]:
