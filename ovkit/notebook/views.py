@@ -355,15 +355,9 @@ def perf_table(rows: Iterable[Any]) -> pd.DataFrame:
     """``testops.perf_case`` results as a table: time per run, and GFLOPS or GB/s."""
     import pandas as pd
 
-    names = {
-        "op": "op",
-        "case": "case",
-        "status": "status",
-        "us_per_run": "µs/run",
-        "gflops": "GFLOPS",
-        "gbps": "GB/s",
-    }
-    return pd.DataFrame([{shown: getattr(r, attr) for attr, shown in names.items()} for r in rows])
+    columns = ("op", "case", "status", "us_per_run", "gflops", "gbps")
+    frame = pd.DataFrame([{c: getattr(r, c) for c in columns} for r in rows], columns=list(columns))
+    return frame.rename(columns={"us_per_run": "µs/run", "gflops": "GFLOPS", "gbps": "GB/s"})
 
 
 def perf_chart(perf: pd.DataFrame, device: str) -> Figure:
