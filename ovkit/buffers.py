@@ -661,12 +661,11 @@ class AllocationTracker:
         self._lock = threading.Lock()
         self._live: dict[int, AllocationEvent] = {}
         self._history: list[AllocationEvent] = []
-        self.clock = time.time
 
     def record_alloc(self, buf: Buffer) -> None:
         bt = buf.buffer_type
         ev = AllocationEvent(
-            self.clock(),
+            time.time(),
             "alloc",
             buf.id,
             bt.device,
@@ -684,7 +683,7 @@ class AllocationTracker:
         with self._lock:
             ev = self._live.pop(buffer_id, None)
             if ev is not None:
-                self._history.append(dataclasses.replace(ev, time=self.clock(), event="free"))
+                self._history.append(dataclasses.replace(ev, time=time.time(), event="free"))
 
     def live(self) -> list[AllocationEvent]:
         with self._lock:
@@ -693,11 +692,6 @@ class AllocationTracker:
     def history(self) -> list[AllocationEvent]:
         with self._lock:
             return list(self._history)
-
-    def reset(self) -> None:
-        """Forget the history (live buffers stay live)."""
-        with self._lock:
-            self._history = list(self._live.values())
 
 
 TRACKER = AllocationTracker()
