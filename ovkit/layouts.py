@@ -117,11 +117,6 @@ def describe(ov_id: str, *, core: Core, props: dict[str, Any] | None = None) -> 
     return full, None
 
 
-def _fork_description(core: Core, ov_id: str, selected: str, _seen: Any) -> str:
-    mark = " (selected)" if ov_id == selected else ""
-    return f"GGML_OPENVINO_DEVICE={ov_id}{mark} - {describe(ov_id, core=core)[0]}"
-
-
 # -- memory -------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Memory:
@@ -222,7 +217,9 @@ LAYOUTS: dict[str, Layout] = {
             "Intel's fork: OPENVINO<i> per OpenVINO device, selection by GGML_OPENVINO_DEVICE only",
             entries=lambda ids, _sel: _fork_enumerate(ids),
             naming=lambda i, _ov_id: f"OPENVINO{i}",
-            description=_fork_description,
+            description=lambda core, ov_id, sel, _seen: (
+                f"GGML_OPENVINO_DEVICE={ov_id}{' (selected)' if ov_id == sel else ''} - {describe(ov_id, core=core)[0]}"
+            ),
             # plugin counters, else host RAM; iGPU/NPU free capped at MemAvailable
             memory=lambda core, ov_id, _seen: _fork_memory(ov_id, core=core),
             ggml_type=lambda ov_id, sel: "GPU" if ov_id == sel else "IGPU",
