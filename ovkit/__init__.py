@@ -1,10 +1,5 @@
-"""ovkit: explore OpenVINO devices the way llama.cpp's ggml-openvino backend sees them.
-
-The light core (devices, memory, selection, config) is imported eagerly; graphs, engine, buffers,
-models and widgets load on first use so that ``ovkit list-devices`` stays as fast as OpenVINO
-itself.  The top level holds classes and functions; a submodule is imported as one
-(``from ovkit import engine``).
-"""
+"""ovkit: explore OpenVINO devices the way llama.cpp's ggml-openvino backend sees them.  The light
+core is imported eagerly; the rest loads on first use, so ``ovkit list-devices`` stays fast."""
 
 from __future__ import annotations
 

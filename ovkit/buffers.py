@@ -1,10 +1,6 @@
-"""Buffer types, buffers with one storage owner, tensor extras, and allocation tracking.
-
-As upstream: per device a ``<device>`` (device kind) and a ``<device>_HOST`` (host kind) buffer
-type, the kind explicit metadata.  A :class:`Buffer` owns one storage (zero-filled anonymous
-``mmap`` host memory, or a GPU remote tensor) and the extras of the tensors placed in it; every
-allocation and release is recorded (:func:`current_allocations`, :func:`allocation_history`).
-"""
+"""Buffer types (per device a ``<device>`` and a ``<device>_HOST`` one, as upstream), buffers that own
+one storage (anonymous ``mmap`` host memory or a GPU remote tensor) and their tensors' extras, and
+the record of every allocation and release."""
 
 from __future__ import annotations
 
@@ -77,21 +73,6 @@ class BufferType:
     def is_host(self) -> bool:
         return self.kind is BufferKind.HOST
 
-    def get_alloc_size(self, shape: Sequence[int], dtype: str) -> int:
-        """Bytes a tensor needs here: ``nbytes``, or the extracted layout for quantized weights."""
-        return tensor_alloc_size(shape, dtype)
-
-    def alloc_buffer(
-        self,
-        size: int,
-        usage: Usage | str = Usage.ANY,
-        *,
-        core: Core | None = None,
-        remote: bool | None = None,
-    ) -> Buffer:
-        """Allocate a buffer of ``size`` bytes (0 allocates nothing); see :class:`Buffer`."""
-        return Buffer(self, size, Usage(usage), core=core, remote=remote)
-
 
 _TYPES: dict[tuple[str, BufferKind], BufferType] = {}  # the process's buffer types, one per device and kind
 _TYPES_LOCK = threading.Lock()
@@ -134,7 +115,7 @@ def tensor_nbytes(shape: Sequence[int], dtype: str) -> int:
     return rows * quant.row_bytes(spec.name, int(shape[-1]))
 
 
-def tensor_alloc_size(shape: Sequence[int], dtype: str) -> int:
+def alloc_size(shape: Sequence[int], dtype: str) -> int:
     """Allocation size: ``nbytes``, or for a quantized weight with at most 3 dims the extracted
     layout ``[weights | scales | zp]`` (64-byte aligned sections) when that is larger, as upstream sizes extracted weights."""
     nbytes = tensor_nbytes(shape, dtype)
@@ -261,40 +242,25 @@ class ExtraKind(enum.StrEnum):
     TENSOR = "tensor"
 
 
-_LIVE_EXTRAS = 0
-_EXTRAS_LOCK = threading.Lock()
-
-
 class TensorExtra:
     """Backend data attached to a tensor (an ov.Tensor over it, or a weight node); owned by a buffer."""
 
     def __init__(self, kind: ExtraKind, ov_tensor: Any = None, weight: Any = None) -> None:
-        global _LIVE_EXTRAS
         self.kind = ExtraKind(kind)
         self.ov_tensor = ov_tensor
         self.weight = weight
         self.released = False
-        with _EXTRAS_LOCK:
-            _LIVE_EXTRAS += 1
 
     def release(self) -> None:
         """Drop what the extra holds; a second release is an error (it would be a double free)."""
-        global _LIVE_EXTRAS
         if self.released:
             raise BufferUsageError(f"{self.kind} extra released twice")
         self.released = True
         self.ov_tensor = None
         self.weight = None
-        with _EXTRAS_LOCK:
-            _LIVE_EXTRAS -= 1
 
     def __repr__(self) -> str:
         return f"TensorExtra({self.kind}, released={self.released})"
-
-
-def live_extras() -> int:
-    """How many extras exist and have not been released (leak checks)."""
-    return _LIVE_EXTRAS
 
 
 @dataclass(eq=False, slots=True)
@@ -441,7 +407,7 @@ class Buffer:
         self._maybe_migrate_kv(name)
         shape_t = tuple(int(s) for s in shape)
         nbytes = tensor_nbytes(shape_t, dtype)
-        alloc = self.buffer_type.get_alloc_size(shape_t, dtype)
+        alloc = alloc_size(shape_t, dtype)
         off = align_up(self._next, self.buffer_type.alignment) if offset is None else int(offset)
         if off < 0 or off % self.buffer_type.alignment:
             raise BufferUsageError(
@@ -551,12 +517,8 @@ class Buffer:
     def set_weight(
         self, t: PlacedTensor, values: np.ndarray | bytes, *, register: bool = True
     ) -> TensorExtra:
-        """Upstream's weight path of set_tensor: copy the full tensor, attach a pre-built weight extra.
-
-        Quantized tensors get a QUANTIZED_WEIGHT extra holding an ``ovkit.quant.QuantizedWeight``
-        over the blocks; plain ones a WEIGHT extra holding the numpy view.  Host buffers with
-        usage WEIGHTS are registered for ``GGML_OPENVINO_RELEASE_WEIGHTS`` (``register=True``).
-        """
+        """Upstream's weight path of set_tensor: copy the tensor and attach a weight extra (a
+        ``QuantizedWeight`` or the numpy view); WEIGHTS host buffers are registered for release."""
         self._own(t)
         if t.is_view:
             raise BufferUsageError(f"set_weight {t.name!r}: views cannot hold weights")
@@ -673,8 +635,7 @@ def alloc_buffer(
     device: str, size: int, usage: Usage | str = Usage.ANY, *, host: bool = False, core: Core | None = None
 ) -> Buffer:
     """Allocate ``size`` bytes in ``device``'s device (or, ``host=True``, host) buffer type."""
-    bt = host_buffer_type(device) if host else buffer_type(device)
-    return bt.alloc_buffer(size, usage, core=core)
+    return Buffer(host_buffer_type(device) if host else buffer_type(device), size, Usage(usage), core=core)
 
 
 # -- allocation tracking ---------------------------------------------------------------------------
@@ -700,12 +661,11 @@ class AllocationTracker:
         self._lock = threading.Lock()
         self._live: dict[int, AllocationEvent] = {}
         self._history: list[AllocationEvent] = []
-        self.clock = time.time
 
     def record_alloc(self, buf: Buffer) -> None:
         bt = buf.buffer_type
         ev = AllocationEvent(
-            self.clock(),
+            time.time(),
             "alloc",
             buf.id,
             bt.device,
@@ -723,7 +683,7 @@ class AllocationTracker:
         with self._lock:
             ev = self._live.pop(buffer_id, None)
             if ev is not None:
-                self._history.append(dataclasses.replace(ev, time=self.clock(), event="free"))
+                self._history.append(dataclasses.replace(ev, time=time.time(), event="free"))
 
     def live(self) -> list[AllocationEvent]:
         with self._lock:
@@ -732,14 +692,6 @@ class AllocationTracker:
     def history(self) -> list[AllocationEvent]:
         with self._lock:
             return list(self._history)
-
-    def tracked_bytes(self, device: str | None = None) -> int:
-        return sum(e.bytes for e in self.live() if device is None or e.device == device)
-
-    def reset(self) -> None:
-        """Forget the history (live buffers stay live)."""
-        with self._lock:
-            self._history = list(self._live.values())
 
 
 TRACKER = AllocationTracker()
@@ -767,18 +719,3 @@ def allocation_history() -> pd.DataFrame:
         row["live_bytes"] = running[e.device]
         rows.append(row)
     return pd.DataFrame(rows, columns=["time", "event", *[c for c in _COLUMNS if c != "time"], "live_bytes"])
-
-
-def allocation_summary() -> pd.DataFrame:
-    """Live bytes per device and usage (the data of a stacked bar chart)."""
-    return (
-        current_allocations()
-        .groupby(["device", "usage"])
-        .agg(bytes=("bytes", "sum"), buffers=("buffer_id", "count"))
-        .reset_index()
-    )
-
-
-def tracked_bytes(device: str | None = None) -> int:
-    """Bytes in live ovkit buffers (all devices, or one)."""
-    return TRACKER.tracked_bytes(device)

@@ -1,9 +1,5 @@
-"""``ovkit`` on the command line: ``list-devices`` (also ``--list-devices``) and friends.
-
-The device list goes to stdout byte-for-byte as llama.cpp's ``--list-devices``, selection lines to
-stderr; this path never imports pandas, matplotlib or ipywidgets.  Exit codes: 0 ok, 1 a command's
-checks failed, 2 bad usage or a broken runtime.
-"""
+"""``ovkit`` on the command line: ``list-devices`` (byte-for-byte as llama.cpp's, without pandas,
+matplotlib or ipywidgets) and friends.  Exit codes: 0 ok, 1 checks failed, 2 bad usage or runtime."""
 
 from __future__ import annotations
 
@@ -153,9 +149,8 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    """Every variable the backend reads: type, default, value as parsed, what it changes and
-    whether ovkit models it.  A value read otherwise than written, or an unknown name, is a
-    warning (exit 0), with ``--strict`` an error (exit 1); either way each is listed."""
+    """Every variable the backend reads, as parsed; a value read otherwise than written or an
+    unknown name is a warning, with ``--strict`` an error (exit 1)."""
     from ovkit.config import read_config, readable, shown
 
     config = read_config(warn=not args.strict)

@@ -1,12 +1,6 @@
-"""Every ``GGML_OPENVINO_*`` environment variable, parsed once with the C backend's rules.
-
-The backend reads integers with glibc's ``atoi`` (``(int) strtol``: leading integer else 0,
-saturated to ``long`` then cut to 32 bits) and tests toggles as ``!= 0``; an empty string is
-unset.  No value stops a command: ovkit does with each value what the backend does and, when
-that is not what the text says (``"yes"`` read as 0, ``"1x"`` as 1, an unknown word, a directory
-naming a file), warns once per variable (``OvkitConfigWarning``); ``read_config(strict=True)``
-and ``ovkit config --strict`` raise one ``ConfigError`` listing them all instead.
-"""
+"""Every ``GGML_OPENVINO_*`` environment variable, parsed once with the C backend's rules (``atoi``,
+toggles ``!= 0``, empty is unset).  ovkit does with each value what the backend does and warns when
+that is not what the text says (``"yes"`` read as 0); ``strict=True`` raises instead."""
 
 from __future__ import annotations
 
@@ -378,11 +372,6 @@ class OvkitConfig:
             "MOE_OP": self.moe_op and device_class == "GPU",
         }
 
-    @property
-    def profiling_level(self) -> int:
-        """PROFILING as the number the backend compares: >= 2 adds OpenVINO and queue profiling."""
-        return atoi(self.raw.get(PREFIX + "PROFILING", "0"))
-
     def npu_compile_properties(self) -> dict[str, str]:
         """What NPU_COMPILE_CONFIG and NPU_PROPERTIES add to the NPU class's compile config, in the
         backend's order (NPU_PROPERTIES last, so its keys override)."""
@@ -390,9 +379,8 @@ class OvkitConfig:
         return props | dict(self.npu_properties)
 
     def as_rows(self) -> list[dict[str, object]]:
-        """One row per variable: name, type, default, raw and parsed value, how the value is read
-        when that is not what it says (``problem``), what it changes, and whether ovkit models it
-        or only reports it."""
+        """One row per variable: name, type, default, raw and parsed value, its problem, what it
+        changes, and whether ovkit models it."""
         rows: list[dict[str, object]] = []
         problem = {issue.variable: str(issue) for issue in self.issues}
         for var in ENV_VARS:
@@ -549,12 +537,8 @@ def unknown_names(env: Mapping[str, str]) -> list[str]:
 def read_config(
     env: Mapping[str, str] | None = None, *, warn: bool = True, strict: bool = False
 ) -> OvkitConfig:
-    """Parse every ``GGML_OPENVINO_*`` variable from ``env`` (default ``os.environ``).
-
-    Every value is taken as the backend takes it; one that reads otherwise than it is written,
-    and each unknown ``GGML_OPENVINO_*`` name (with the closest known one), gives one
-    ``OvkitConfigWarning`` (kept in ``issues`` and ``unknown``).  ``strict=True`` raises one
-    ``ConfigError`` listing all of them instead."""
+    """Parse every ``GGML_OPENVINO_*`` variable from ``env`` (default ``os.environ``): one
+    ``OvkitConfigWarning`` per problem, or with ``strict=True`` one ``ConfigError`` listing all."""
     source = os.environ if env is None else env
     raw = {v.env_name: source[v.env_name] for v in ENV_VARS if source.get(v.env_name, "") != ""}
     issues: list[ConfigIssue] = []

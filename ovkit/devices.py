@@ -5,6 +5,7 @@ described by ``FULL_DEVICE_NAME`` (+ `` (NPU <arch>)``), or the id when that can
 from __future__ import annotations
 
 import enum
+import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -12,7 +13,7 @@ from typing import Any
 
 from ovkit import layouts
 from ovkit.layouts import VIRTUAL_PREFIXES
-from ovkit.memory import MIB, LiveFigures, MemoryReport, live_figures, read_memory, read_property
+from ovkit.memory import MIB, LiveFigures, MemoryReport, live_figures, read_memory
 from ovkit.runtime import Core, get_core, is_simulated
 
 ENV_DEVICE = "GGML_OPENVINO_DEVICE"
@@ -98,18 +99,8 @@ class Device:
         d["total_mib"] = self.total_mib
         d["free_mib"] = self.free_mib
         d["memory_breakdown"] = dict(self.memory_breakdown)
-        d["properties"] = {k: _jsonable(v) for k, v in self.properties.items()}
+        d["properties"] = json.loads(json.dumps(dict(self.properties), default=str))
         return d
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bool | int | float | str) or value is None:
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return str(value)
 
 
 def physical_device_ids(core: Core | None = None) -> list[str]:
@@ -118,25 +109,12 @@ def physical_device_ids(core: Core | None = None) -> list[str]:
     return sorted({d for d in ids if not is_virtual(d)})
 
 
-def _describe(name: str, cls: DeviceClass, props: dict[str, Any], *, core: Core) -> tuple[str, str | None]:
-    full, err = read_property(name, "FULL_DEVICE_NAME", core=core)
-    if err or not isinstance(full, str) or not full:
-        return name, err or f"FULL_DEVICE_NAME returned {full!r}"
-    props["FULL_DEVICE_NAME"] = full
-    if cls is DeviceClass.NPU:
-        arch, err = read_property(name, "DEVICE_ARCHITECTURE", core=core)
-        if not err and arch not in (None, ""):
-            props["DEVICE_ARCHITECTURE"] = arch
-            return f"{full} (NPU {arch})", None
-    return full, None
-
-
 def describe_device(name: str, *, core: Core | None = None) -> Device:
     """Read one device's description and memory; property failures become fallbacks."""
     core = get_core(core)
     cls = device_class(name)
     props: dict[str, Any] = {}
-    description, description_error = _describe(name, cls, props, core=core)
+    description, description_error = layouts.describe(name, core=core, props=props)
     mem: MemoryReport = read_memory(name, cls, props, core=core)
     return Device(
         name, description, cls, mem.total_bytes, mem.free_bytes, mem.used_bytes, mem.error, description_error,
@@ -148,10 +126,8 @@ def describe_device(name: str, *, core: Core | None = None) -> Device:
 def list_devices(
     layout: str = "seed", env: Mapping[str, str] | None = None, *, core: Core | None = None
 ) -> list[Device]:
-    """The ggml devices the backend registers in ``layout`` (``ovkit.layouts.LAYOUTS``): by
-    default the seed's, every physical OpenVINO device sorted by id, with description and memory.
-    ``master`` and ``fork`` depend on the selected device (``GGML_OPENVINO_DEVICE`` in ``env``,
-    default ``os.environ``); the fork raises ``BackendAbort`` for an unknown one, as it aborts."""
+    """The ggml devices the backend registers in ``layout`` (``ovkit.layouts.LAYOUTS``), which may
+    depend on ``GGML_OPENVINO_DEVICE`` in ``env`` (default ``os.environ``)."""
     chosen = layouts.get_layout(layout)
     core = get_core(core)
     requested = (os.environ if env is None else env).get(ENV_DEVICE) or None
@@ -163,16 +139,16 @@ def layout_devices(layout: layouts.Layout, selected: str, *, core: Core | None =
     """The ggml devices ``layout`` registers on ``core`` when ``selected`` is the OpenVINO device:
     each entry of its tables applied to the seed's reading of the device."""
     core = get_core(core)
-    ids = layouts.ENTRIES[layout.entries](list(core.available_devices), selected)
+    ids = layout.entries(list(core.available_devices), selected)
     devices = []
     for index, ov_id in enumerate(ids):
         seen = describe_device(ov_id, core=core)  # the seed's reading: description, properties, memory
-        mem = layouts.MEMORY[layout.memory](core, ov_id, seen)
+        mem = layout.memory(core, ov_id, seen)
         devices.append(
             replace(
                 seen,
-                name=layouts.NAMES[layout.naming](index, ov_id),
-                description=layouts.DESCRIPTIONS[layout.description](core, ov_id, selected, seen),
+                name=layout.naming(index, ov_id),
+                description=layout.description(core, ov_id, selected, seen),
                 total_bytes=mem.total,
                 free_bytes=mem.free,
                 used_bytes=mem.used,
@@ -182,7 +158,7 @@ def layout_devices(layout: layouts.Layout, selected: str, *, core: Core | None =
                 memory_breakdown=dict(mem.breakdown or {}),
                 host_available_bytes=mem.host_available,
                 layout=layout.key,
-                ggml_type=layouts.TYPES[layout.ggml_type](ov_id, selected),
+                ggml_type=layout.ggml_type(ov_id, selected),
             )
         )
     return devices

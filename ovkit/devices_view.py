@@ -106,9 +106,8 @@ def device_table(
     raw: bool = False,
     layout: str = "seed",
 ) -> Styler | pd.DataFrame:
-    """The devices as a compact styled table (MiB, usage bars, the memory rule per row, fits
-    1,000 px; the caption names the layout), or with ``raw=True`` as a DataFrame with every byte
-    column and error.  ``layout`` picks the listing when ``devices`` is not given."""
+    """The devices (of ``layout`` when not given) as a compact styled table, or with ``raw=True`` as a
+    DataFrame with every byte column and error."""
     import pandas as pd
 
     listed = list(list_devices(layout, core=core) if devices is None else devices)

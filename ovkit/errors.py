@@ -1,9 +1,5 @@
-"""The base of every exception ovkit raises: ``except ovkit.OvkitError`` catches all of them.
-
-Each ovkit exception also keeps the standard base that says what kind of failure it is
-(``ValueError`` for bad input, ``RuntimeError`` for a failed run, ``ImportError`` for a missing
-part), so ``except ValueError`` keeps working.  This module is the floor: it imports nothing.
-"""
+"""The base of every exception ovkit raises; each also keeps its standard base (``ValueError``
+for bad input, ``RuntimeError`` for a failed run), so ``except ValueError`` keeps working."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""A file a user names, read safely: a regular file only, of bounded size.
-
-A chat template or a case list comes from a path the user typed: a directory would raise an
-``IsADirectoryError`` traceback, ``/dev/zero`` would be read until memory runs out, a FIFO would
-block the open forever.  The file is opened without blocking (a FIFO's open returns at once), its
-kind and size checked on the open descriptor (no race with a rename), and at most the bound read.
-This module imports nothing of ovkit.
-"""
+"""A file a user names, read safely: a regular file only, of bounded size (a directory, ``/dev/zero``
+or a FIFO is one clear error).  It is opened without blocking, checked on the open descriptor (no
+race with a rename), and at most the bound is read."""
 
 from __future__ import annotations
 
@@ -31,8 +26,7 @@ _KINDS = (
 
 
 class FileReadError(OvkitError, ValueError):
-    """A file that cannot be read as asked: missing, not a regular file, too large or not text
-    (one line naming the file and what was expected)."""
+    """A file that cannot be read as asked: missing, not a regular file, too large or not text."""
 
 
 def _size(n: int) -> str:
@@ -40,9 +34,8 @@ def _size(n: int) -> str:
 
 
 def read_bytes(path: str | os.PathLike[str], *, max_bytes: int, what: str) -> bytes:
-    """The bytes of the regular file ``path`` (a ``.gz`` one decompressed, within the same bound;
-    ``what`` names what it should hold, for errors); a :class:`FileReadError` when it is anything
-    else or larger than ``max_bytes``."""
+    """The bytes of the regular file ``path`` (``.gz`` decompressed) up to ``max_bytes``, else a
+    :class:`FileReadError` (``what`` names what it should hold)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:

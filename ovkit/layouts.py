@@ -1,9 +1,5 @@
-"""The three device layouts users meet, as data: how each lists devices and selects one.
-
-``seed`` (ovkit's default, the list-devices PRD), ``master`` (llama.cpp master: one device
-``OPENVINO0``, host RAM) and ``fork`` (Intel's fork: ``OPENVINO<i>`` per device, an unknown device
-aborts).  Each rule is an entry of a table below; ``ovkit.devices.layout_devices`` applies them.
-"""
+"""The three device layouts users meet (``seed``, llama.cpp ``master``, Intel's ``fork``) as a table
+of rules: how each lists devices and selects one (``ovkit.devices.layout_devices`` applies them)."""
 
 from __future__ import annotations
 
@@ -46,22 +42,22 @@ class OnUnknown(enum.StrEnum):
 class SelectionRule:
     """How ``GGML_OPENVINO_DEVICE`` picks the device: the candidates, the default, the miss."""
 
-    candidates: str  # key of CANDIDATES
-    default: str  # key of DEFAULTS
+    candidates: Callable[[Sequence[str]], list[str]]  #: the ids it accepts, from available_devices
+    default: Callable[[Sequence[str]], str]  #: the device when unset, from the candidates
     on_unknown: OnUnknown
 
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """One way the backend registers and describes its ggml devices."""
+    """One way the backend registers and describes its ggml devices (each field one rule)."""
 
     key: str
     title: str
-    entries: str  # key of ENTRIES: which OpenVINO ids become ggml devices
-    naming: str  # key of NAMES
-    description: str  # key of DESCRIPTIONS
-    memory: str  # key of MEMORY
-    ggml_type: str  # key of TYPES
+    entries: Callable[[Sequence[str], str], list[str]]  #: (ids, selected) -> ids that become devices
+    naming: Callable[[int, str], str]  #: (index, id) -> ggml device name
+    description: Callable[[Core, str, str, Any], str]  #: (core, id, selected, seed's Device)
+    memory: Callable[[Core, str, Any], Memory]  #: (core, id, seed's Device)
+    ggml_type: Callable[[str, str], str]  #: (id, selected) -> ggml_backend_dev_type
     selection: SelectionRule
 
 
@@ -79,21 +75,13 @@ def _without(prefixes: tuple[str, ...]) -> Callable[[Sequence[str]], list[str]]:
     return lambda ids: sorted({d for d in ids if not d.startswith(prefixes)})
 
 
+_physical = _without(VIRTUAL_PREFIXES)
+
+
 def _fork_enumerate(ids: Sequence[str]) -> list[str]:
     """``ov_enumerate_devices``: AUTO/MULTI/HETERO dropped, ``CPU`` if nothing is left, sorted, unique."""
     kept = _without(FORK_VIRTUAL_PREFIXES)(ids)
     return kept or ["CPU"]
-
-
-CANDIDATES: dict[str, Callable[[Sequence[str]], list[str]]] = {
-    "physical": _without(VIRTUAL_PREFIXES),
-    "available_devices": list,  # exact membership in OpenVINO's list, as upstream checks it
-    "fork_enumerated": _fork_enumerate,
-}
-DEFAULTS: dict[str, Callable[[Sequence[str]], str]] = {
-    "CPU": lambda _candidates: "CPU",
-    "CPU if listed, else the first": lambda c: "CPU" if "CPU" in c else c[0],
-}
 
 
 def resolve(
@@ -101,9 +89,9 @@ def resolve(
 ) -> Resolved:
     """Apply ``rule`` to ``requested`` (None = unset or empty); ``BackendAbort`` for the fork's miss.
     ``describe`` gives a device's description for the abort message."""
-    candidates = CANDIDATES[rule.candidates](available)
+    candidates = rule.candidates(available)
     if requested is None:
-        return Resolved(DEFAULTS[rule.default](candidates), False, tuple(candidates))
+        return Resolved(rule.default(candidates), False, tuple(candidates))
     if requested in candidates:
         return Resolved(requested, False, tuple(candidates))
     if rule.on_unknown is OnUnknown.ABORT:
@@ -113,38 +101,20 @@ def resolve(
 
 
 # -- descriptions -------------------------------------------------------------------------------
-def ov_description(ov_id: str, *, core: Core) -> str:
-    """``ggml_openvino_get_device_description``: FULL_DEVICE_NAME (+ `` (NPU <arch>)``), else the id."""
+def describe(ov_id: str, *, core: Core, props: dict[str, Any] | None = None) -> tuple[str, str | None]:
+    """``ggml_openvino_get_device_description``: FULL_DEVICE_NAME (+ `` (NPU <arch>)``), else the
+    id and why; the properties read are stored into ``props``."""
+    props = {} if props is None else props
     full, err = read_property(ov_id, "FULL_DEVICE_NAME", core=core)
-    if err or not isinstance(full, str):
-        return ov_id
+    if err or not isinstance(full, str) or not full:
+        return ov_id, err or f"FULL_DEVICE_NAME returned {full!r}"
+    props["FULL_DEVICE_NAME"] = full
     if ov_id.startswith("NPU"):
         arch, err = read_property(ov_id, "DEVICE_ARCHITECTURE", core=core)
         if not err and isinstance(arch, str) and arch:
-            return f"{full} (NPU {arch})"
-    return full
-
-
-NAMES: dict[str, Callable[[int, str], str]] = {
-    "exact OpenVINO id": lambda _i, ov_id: ov_id,
-    "OPENVINO<index>": lambda i, _ov_id: f"OPENVINO{i}",
-}
-DESCRIPTIONS: dict[str, Callable[[Core, str, str, Any], str]] = {
-    "FULL_DEVICE_NAME": lambda _core, _ov_id, _sel, seen: seen.description,
-    "OpenVINO version": lambda _core, _ov_id, _sel, _seen: OPENVINO_RUNTIME_DESCRIPTION,
-    "GGML_OPENVINO_DEVICE=<id> - FULL_DEVICE_NAME": lambda core, ov_id, sel, _seen: (
-        f"GGML_OPENVINO_DEVICE={ov_id}{' (selected)' if ov_id == sel else ''} - {ov_description(ov_id, core=core)}"
-    ),
-}
-TYPES: dict[str, Callable[[str, str], str]] = {
-    "GPU": lambda _ov_id, _sel: "GPU",
-    "GPU if selected, else IGPU": lambda ov_id, sel: "GPU" if ov_id == sel else "IGPU",
-}
-ENTRIES: dict[str, Callable[[Sequence[str], str], list[str]]] = {
-    "each physical device": lambda ids, _sel: CANDIDATES["physical"](ids),
-    "the selected device only": lambda _ids, sel: [sel],
-    "each enumerated device": lambda ids, _sel: _fork_enumerate(ids),
-}
+            props["DEVICE_ARCHITECTURE"] = arch
+            return f"{full} (NPU {arch})", None
+    return full, None
 
 
 # -- memory -------------------------------------------------------------------------------------
@@ -215,17 +185,6 @@ def _seed_memory(_core: Core, _ov_id: str, seen: Any) -> Memory:
                   seen.host_available_bytes, seen.memory_breakdown, seen.memory_error)  # fmt: skip
 
 
-MEMORY: dict[str, Callable[[Core, str, Any], Memory]] = {
-    "per device class (0/0 when a property fails)": _seed_memory,
-    "host RAM": lambda core, _ov_id, _seen: _host(
-        "host RAM whatever the device (Linux: free = total)", core=core
-    ),
-    "plugin counters, else host RAM; iGPU/NPU free capped at MemAvailable": (
-        lambda core, ov_id, _seen: _fork_memory(ov_id, core=core)
-    ),
-}
-
-
 # -- the table ----------------------------------------------------------------------------------
 LAYOUTS: dict[str, Layout] = {
     layout.key: layout
@@ -233,32 +192,40 @@ LAYOUTS: dict[str, Layout] = {
         Layout(
             "seed",
             "list-devices PRD: one device per OpenVINO device, named by its id",
-            entries="each physical device",
-            naming="exact OpenVINO id",
-            description="FULL_DEVICE_NAME",
-            memory="per device class (0/0 when a property fails)",
-            ggml_type="GPU",
-            selection=SelectionRule("physical", "CPU", OnUnknown.FALLBACK),
+            entries=lambda ids, _sel: _physical(ids),
+            naming=lambda _i, ov_id: ov_id,
+            description=lambda _core, _ov_id, _sel, seen: seen.description,  # FULL_DEVICE_NAME
+            memory=_seed_memory,  # per device class, 0/0 when a property fails
+            ggml_type=lambda _ov_id, _sel: "GPU",
+            selection=SelectionRule(_physical, lambda _c: "CPU", OnUnknown.FALLBACK),
         ),
         Layout(
             "master",
             "llama.cpp master: one device OPENVINO0 for the selected OpenVINO device",
-            entries="the selected device only",
-            naming="OPENVINO<index>",
-            description="OpenVINO version",
-            memory="host RAM",
-            ggml_type="GPU",
-            selection=SelectionRule("available_devices", "CPU", OnUnknown.FALLBACK),
+            entries=lambda _ids, sel: [sel],
+            naming=lambda i, _ov_id: f"OPENVINO{i}",
+            description=lambda _core, _ov_id, _sel, _seen: OPENVINO_RUNTIME_DESCRIPTION,
+            memory=lambda core, _ov_id, _seen: _host(
+                "host RAM whatever the device (Linux: free = total)", core=core
+            ),
+            ggml_type=lambda _ov_id, _sel: "GPU",
+            # exact membership in OpenVINO's list, as upstream checks it
+            selection=SelectionRule(list, lambda _c: "CPU", OnUnknown.FALLBACK),
         ),
         Layout(
             "fork",
             "Intel's fork: OPENVINO<i> per OpenVINO device, selection by GGML_OPENVINO_DEVICE only",
-            entries="each enumerated device",
-            naming="OPENVINO<index>",
-            description="GGML_OPENVINO_DEVICE=<id> - FULL_DEVICE_NAME",
-            memory="plugin counters, else host RAM; iGPU/NPU free capped at MemAvailable",
-            ggml_type="GPU if selected, else IGPU",
-            selection=SelectionRule("fork_enumerated", "CPU if listed, else the first", OnUnknown.ABORT),
+            entries=lambda ids, _sel: _fork_enumerate(ids),
+            naming=lambda i, _ov_id: f"OPENVINO{i}",
+            description=lambda core, ov_id, sel, _seen: (
+                f"GGML_OPENVINO_DEVICE={ov_id}{' (selected)' if ov_id == sel else ''} - {describe(ov_id, core=core)[0]}"
+            ),
+            # plugin counters, else host RAM; iGPU/NPU free capped at MemAvailable
+            memory=lambda core, ov_id, _seen: _fork_memory(ov_id, core=core),
+            ggml_type=lambda ov_id, sel: "GPU" if ov_id == sel else "IGPU",
+            selection=SelectionRule(
+                _fork_enumerate, lambda c: "CPU" if "CPU" in c else c[0], OnUnknown.ABORT
+            ),
         ),
     )
 }
@@ -278,5 +245,5 @@ def resolve_for(layout: Layout, requested: str | None, *, core: Core | None = No
     """``layout``'s selection on ``core`` for the requested device (None = unset)."""
     core = get_core(core)
     return resolve(
-        layout.selection, list(core.available_devices), requested, lambda d: ov_description(d, core=core)
+        layout.selection, list(core.available_devices), requested, lambda d: describe(d, core=core)[0]
     )

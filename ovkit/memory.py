@@ -1,8 +1,5 @@
-"""Memory per device class, by the rules upstream's device listing uses (:data:`MEMORY_RULES`:
-CPU host RAM, GPU ``GPU_DEVICE_TOTAL_MEM_SIZE`` less ``GPU_MEMORY_STATISTICS``, NPU its TOTAL less
-ALLOC; a property that fails gives 0/0 with the reason), and the live figures every view (table,
-bars, charts, fit check) shows (:func:`live_figures`: one named rule per class, or "unknown").
-"""
+"""Memory per device class by the rules upstream's device listing uses (:data:`MEMORY_RULES`), and
+the live figures every view shows (:func:`live_figures`: one named rule per class, or "unknown")."""
 
 from __future__ import annotations
 
@@ -20,19 +17,29 @@ MIB = 1024 * 1024
 GIB = 1024 * MIB
 
 SIZE_MAX = 2**64 - 1  #: C's SIZE_MAX on 64-bit hosts: "no limit" in ggml's buffer sizes
-BYTE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+#: (name, bytes per unit), smallest first
+UNITS: tuple[tuple[str, int], ...] = (
+    ("B", 1),
+    ("KiB", 1 << 10),
+    ("MiB", MIB),
+    ("GiB", GIB),
+    ("TiB", 1 << 40),
+)
 
 
-def format_bytes(n: float | None) -> str:
-    """``n`` bytes in the largest binary unit it reaches: ``512 B``, ``4.0 KiB``, ``1.6 GiB``."""
-    if n is None:
+def unit_for(nbytes: float) -> tuple[str, int]:
+    """The largest unit in which ``nbytes`` is at least 2 (1.5 GiB -> MiB, 6 GiB -> GiB): a chart's scale."""
+    return next((u for u in reversed(UNITS) if nbytes >= 2 * u[1]), UNITS[0])
+
+
+def format_bytes(n: float | None, unit: tuple[str, int] | None = None) -> str:
+    """``n`` bytes in ``unit`` (default: the largest it reaches): ``512 B``, ``4.0 KiB``, ``1.6 GiB``."""
+    if n is None or n != n:  # None or NaN
         return "unknown"
     if n >= SIZE_MAX:
         return "unlimited"
-    for unit, size in BYTE_UNITS:
-        if abs(n) >= size:
-            return f"{n / size:,.1f} {unit}"
-    return f"{n:,.0f} B"
+    name, size = unit or next((u for u in reversed(UNITS) if abs(n) >= u[1]), UNITS[0])
+    return f"{n:,.0f} B" if size == 1 else f"{n / size:,.1f} {name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,11 +269,8 @@ def live_figures(
     shared_host_available_bytes: int | None = None,
     simulated: bool = False,
 ) -> LiveFigures:
-    """The live figures of one device from what ``read_memory`` reported (see ``LIVE_RULES``).
-
-    Host RAM is the OS's figure (``MemAvailable``), not the backend's free = total; on a simulated
-    machine it says so (``SIMULATED_HOST_RULE``).  A device sharing host RAM has its free capped
-    at the host's ``MemAvailable`` (``SHARED_NOTE``)."""
+    """The live figures of one device from what ``read_memory`` reported: host RAM by
+    ``MemAvailable``, a device sharing host RAM capped there."""
     rule = LIVE_RULES.get(device_class)
     if error is not None or rule is None:
         return LiveFigures(None, None, None, UNKNOWN_RULE, error or f"no memory rule for {device_class}")

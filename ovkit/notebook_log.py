@@ -1,10 +1,6 @@
-"""ovkit's log lines in a notebook: routine lines as quiet info, the fallback warning and hints as
-warnings that stand out (instead of every line as a pink stderr block).
-
-Each record becomes a display output with ``text/html`` (inline styles on JupyterLab's theme
-variables, so nbconvert's HTML keeps the look) and ``text/plain`` (text exporters, papermill).
-A notebook opts in with :func:`install`; importing ovkit routes no log line anywhere.
-"""
+"""ovkit's log lines in a notebook (opt in with :func:`install`): routine lines as quiet info, the
+fallback warning and hints standing out, each a display output with inline-styled ``text/html``
+(nbconvert keeps the look) and ``text/plain``."""
 
 from __future__ import annotations
 

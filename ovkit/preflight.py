@@ -1,13 +1,7 @@
-"""Will it run here, and what will it take?  A pre-flight of a GGUF file on every device, from its
-header and tensor table alone (no weight is read), as llama.cpp's OpenVINO backend would run it.
-
-Per device the verdict is **runs**, **runs with fallback** (nodes ``supports_op`` leaves to ggml's
-CPU, with the policy's reason) or **fails** (when, why, the upstream issue and what lifts it): from
-memory stage by stage (:func:`backend_memory`), the largest buffer against the GPU's
-``GPU_DEVICE_MAX_ALLOC_MEM_SIZE``, weights the device cannot requantize and the known aborts
-(``ovkit.preflight_known``).  The memory constants were measured on the real backend on a CPU
-(``benchmarks/bench_check.py``, docs/preflight.md); GPU and NPU parts are placed by its rules.
-"""
+"""Will it run here, and what will it take?  A pre-flight of a GGUF file on every device from its
+header alone, as llama.cpp's OpenVINO backend would run it: **runs**, **runs with fallback** or
+**fails** (when, why, the issue, what lifts it), from memory stage by stage, the GPU's max
+allocation, weights it cannot requantize and the known aborts (docs/preflight.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +9,7 @@ import enum
 import json
 import math
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -170,6 +165,21 @@ class DeviceCheck(Reported):
         return Report(f"{self.label}: {self.verdict}", ("", ""), tuple(rows), self.notes)
 
 
+PART_COLOURS = {
+    "runtime": "#9e9e9e",
+    "file pages": "#cfd8dc",
+    "input embeddings (mapped)": "#b0bec5",
+    "requantization scratch": "#ef9a9a",
+    "weight buffer": "#1976d2",
+    "KV cache staging": "#ffcc80",
+    "KV cache": "#f57c00",
+    "KV cache (sliding window)": "#ffa726",
+    "compute buffers": "#388e3c",
+    "compiled model": "#7b1fa2",
+    "activations": "#81c784",
+}
+
+
 REPORT_COLUMNS = ("device", "verdict", "host peak", "host free", "device mem", "device free", "largest buffer", "why")  # fmt: skip
 
 
@@ -189,7 +199,7 @@ class Preflight(Reported):
     backend: BackendVersion
     devices: tuple[DeviceCheck, ...]
     naming: Naming | None
-    ovkit_model_bytes: int | None  #: ovkit's own ``Model`` (host RAM), beside the backend's
+    ovkit_model_bytes: int | None  #: ovkit's own ``Model`` at its peak (host RAM), beside the backend's
     simulated: str | None = None
     notes: tuple[str, ...] = ()
 
@@ -234,7 +244,7 @@ class Preflight(Reported):
         if self.ovkit_model_bytes is not None:
             notes.append(
                 f"ovkit's own Model (its lean form on the CPU, not the backend) would take about "
-                f"{format_bytes(self.ovkit_model_bytes)} of host RAM at its peak (ovkit.preflight.ovkit_model_bytes)"
+                f"{format_bytes(self.ovkit_model_bytes)} of host RAM at its peak (ovkit.model.footprint.predicted_peak)"
             )
         return Report(title, REPORT_COLUMNS, tuple(rows), tuple(notes))
 
@@ -246,12 +256,83 @@ class Preflight(Reported):
         return out
 
     def memory_frame(self) -> pd.DataFrame:
-        """The drawing's data (:func:`memory_frame`)."""
-        return memory_frame(self)
+        """One row per device, memory (host, device) and part: the bytes it holds at that memory's
+        peak, the memory's free figure, the device's largest single buffer and its cap."""
+        import pandas as pd
+
+        rows = []
+        for d in self.devices:
+            peak = max(STAGES, key=d.host_bytes_at)
+            for p in d.parts:
+                if p.where == HOST or d.device_class != "CPU":
+                    free = d.host_free_bytes if p.where == HOST else d.device_free_bytes
+                    held = p.bytes if p.where == DEVICE or p.alive(peak) else 0
+                    rows.append((d.label, p.where, p.name, str(p.stage), held, free, d.largest_buffer[1],
+                                 d.max_alloc_bytes, str(d.verdict)))  # fmt: skip
+        columns = [
+            "device",
+            "where",
+            "part",
+            "stage",
+            "bytes",
+            "free_bytes",
+            "largest_buffer_bytes",
+            "max_alloc_bytes",
+        ]
+        return pd.DataFrame(rows, columns=[*columns, "verdict"])
 
     def plot(self, ax: Any = None) -> Figure:
-        """Stacked memory per device by part against its free memory (:func:`plot_memory`)."""
-        return plot_memory(self, ax)
+        """One bar per device and memory (host RAM at its peak; device memory apart), stacked by part,
+        against that memory's free figure (black), with the device's largest single buffer (red,
+        dashed) and ``GPU_DEVICE_MAX_ALLOC_MEM_SIZE`` (red)."""
+        import pandas as pd
+        from matplotlib.figure import Figure
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+
+        frame = self.memory_frame()
+        bars = list(dict.fromkeys(zip(frame["device"], frame["where"], strict=True)))
+        if ax is None:
+            fig = Figure(figsize=(8, 1.2 + 0.5 * len(bars)))
+            ax = fig.add_subplot()
+        else:
+            fig = ax.figure
+        gib = 2**30
+        labels = []
+        for y, (device, where) in enumerate(bars):
+            sub = frame[(frame["device"] == device) & (frame["where"] == where)]
+            left = 0.0
+            for part, size in zip(sub["part"], sub["bytes"], strict=True):
+                ax.barh(y, size / gib, left=left, color=PART_COLOURS.get(part, "#607d8b"), edgecolor="white")
+                left += size / gib
+            first = sub.iloc[0]
+            marks = [(first["free_bytes"], {"color": "black", "lw": 2})]
+            if where == DEVICE or (device, DEVICE) not in bars:  # the device's own allocations
+                marks += [
+                    (first["largest_buffer_bytes"], {"color": "red", "ls": "--", "lw": 1}),
+                    (first["max_alloc_bytes"], {"color": "red", "lw": 1.5}),
+                ]
+            for x, style in marks:
+                if x is not None and not pd.isna(x):
+                    ax.plot([x / gib] * 2, [y - 0.45, y + 0.45], **style)
+            labels.append(f"{device} {where}\n{first['verdict']}")
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("GiB")
+        handles: list[Any] = [
+            Patch(color=c, label=p) for p, c in PART_COLOURS.items() if p in set(frame["part"])
+        ]
+        handles += [
+            Line2D([], [], color="black", lw=2, label="free"),
+            Line2D([], [], color="red", ls="--", label="largest buffer"),
+            Line2D([], [], color="red", lw=1.5, label=MAX_ALLOC_PROPERTY),
+        ]
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        ax.set_title(
+            f"{self.path.name} at {self.n_ctx:,} cells: memory by part against free memory", fontsize=9
+        )
+        fig.tight_layout()
+        return fig
 
 
 # ----------------------------------------------------------------------------------------------
@@ -423,15 +504,6 @@ def backend_memory(
     return tuple(p for p in parts if p.bytes > 0)
 
 
-def ovkit_model_bytes(gguf: GGUFModel, hp: HParams, n_ctx: int) -> int:
-    """ovkit's own ``Model`` (its lean form on the CPU): predicted peak host RAM, the figure
-    ``Model`` itself checks against ``MemAvailable`` before loading
-    (``ovkit.model.footprint.predicted_peak``).  The one place to change when that model changes."""
-    from ovkit.model.footprint import predicted_peak
-
-    return predicted_peak(gguf, hp, n_ctx)
-
-
 # ----------------------------------------------------------------------------------------------
 # Names
 
@@ -518,12 +590,9 @@ def read_header(path: str | os.PathLike[str]) -> GGUFModel:
 def model_sizes(
     gguf: GGUFModel, hp: HParams, n_ctx: int, n_ubatch: int, flash_attn: bool, static_chunk: int = 0
 ) -> tuple[ModelSizes, tuple[list[Any], ...]]:
-    """Sizes from the header and the op nodes of the prefill and decode graphs (for placement).
-
-    The compute buffer is ggml's for llama.cpp's reserve graph (one micro-batch, every token an
-    output, every cell), plus the host's input rows and one output row.  With ``static_chunk``,
-    the NPU's static prefill model of that many tokens against every cell is sized too (its
-    intermediates and one layer's attention scores in f32)."""
+    """Sizes from the header, and the op nodes of the prefill and decode graphs (for placement): the
+    compute buffer is ggml's for llama.cpp's reserve graph plus the host's input and output rows;
+    with ``static_chunk``, the NPU's static prefill model is sized too."""
     from ovkit.model.header import graph_inputs, header_graph, live_peak_bytes, op_nodes
 
     n_ub = min(n_ubatch, n_ctx)
@@ -553,22 +622,14 @@ def input_lookup(t: Any) -> bool:
 
 
 def fallbacks(graphs: Sequence[Sequence[Any]], dev: str) -> tuple[Fallback, ...]:
-    """Nodes of the prefill and decode graphs the backend leaves to ggml's CPU on ``dev``.
-
-    The policy's device gates apply to ``GPU`` exactly, as the backend's do (``GPU.0`` misses them)."""
+    """Nodes of the prefill and decode graphs the backend leaves to ggml's CPU on ``dev`` (the
+    policy's device gates apply to ``GPU`` exactly, as the backend's do)."""
     from ovkit.ops.policy import check_op
 
     cls = str(device_class(dev))
     gate_class = "OTHER" if cls == "GPU" and dev != "GPU" else cls
-    found: dict[tuple[str, str], int] = {}
-    for nodes in graphs:
-        for t in nodes:
-            if input_lookup(t):
-                continue
-            decision = check_op(t, gate_class)
-            if not decision.supported:
-                key = (str(t.op_key), decision.reason)
-                found[key] = found.get(key, 0) + 1
+    decisions = ((t, check_op(t, gate_class)) for nodes in graphs for t in nodes if not input_lookup(t))
+    found = Counter((str(t.op_key), d.reason) for t, d in decisions if not d.supported)
     return tuple(Fallback(op, n, reason) for (op, reason), n in sorted(found.items()))
 
 
@@ -723,14 +784,9 @@ def check(
     backend: str = DEFAULT_BACKEND,
     env: Mapping[str, str] | None = None,
 ) -> Preflight:
-    """Will ``path`` run on each device at ``-c n_ctx`` (None or 0: the training context, as
-    llama.cpp defaults), and what will it take?  From the header alone (nothing is decoded).
-
-    ``device``: a ``GGML_OPENVINO_DEVICE`` value: only the device the backend resolves it to is
-    checked, and the answer says what the backend does with the name.  ``core``/``simulate``: the
-    devices (a Core, or a simulated profile name such as ``laptop``).  ``backend``: the backend
-    version (``ovkit.preflight_known.BACKEND_VERSIONS``).  ``env``: other ``GGML_OPENVINO_*``
-    settings (the prefill chunk, stateful execution, ENABLE_FALLBACK, MEMORY_OPTIMIZE)."""
+    """Will ``path`` run on each device at ``-c n_ctx`` (None or 0: the training context), and what
+    will it take?  ``device``: a ``GGML_OPENVINO_DEVICE`` value, checked alone and explained;
+    ``backend``: a key of ``BACKENDS``; ``env``: other ``GGML_OPENVINO_*`` settings."""
     version = backend_version(backend)
     n_req = _n_ctx_arg(n_ctx)
     if isinstance(n_ubatch, bool) or not isinstance(n_ubatch, int) or n_ubatch < 1:
@@ -750,6 +806,7 @@ def check(
     )
     hp: HParams | None = None
     if arch in ARCHS:
+        from ovkit.model.footprint import predicted_peak
         from ovkit.model.header import header_hparams
 
         try:
@@ -800,106 +857,8 @@ def check(
     return Preflight(
         gguf.path, arch, gguf.file_size, n_req, cells, n_ctx_train, min(n_ubatch, cells),
         sizes.n_prompt if sizes else 0, flash_attn, version, checks, names,
-        ovkit_model_bytes(gguf, hp, cells) if hp else None, simulated, notes,
+        predicted_peak(gguf, hp, cells) if hp else None, simulated, notes,
     )  # fmt: skip
-
-
-# ----------------------------------------------------------------------------------------------
-# The drawing: a plain function returning data, and a thin view
-
-
-def memory_frame(result: Preflight) -> pd.DataFrame:
-    """One row per device, memory (host, device) and part: the bytes it holds at that memory's
-    peak, the memory's free figure, the device's largest single buffer and its cap."""
-    import pandas as pd
-
-    rows = []
-    for d in result.devices:
-        peak = max(STAGES, key=d.host_bytes_at)
-        for p in d.parts:
-            if p.where == HOST or d.device_class != "CPU":
-                free = d.host_free_bytes if p.where == HOST else d.device_free_bytes
-                held = p.bytes if p.where == DEVICE or p.alive(peak) else 0
-                rows.append((d.label, p.where, p.name, str(p.stage), held, free, d.largest_buffer[1],
-                             d.max_alloc_bytes, str(d.verdict)))  # fmt: skip
-    columns = [
-        "device",
-        "where",
-        "part",
-        "stage",
-        "bytes",
-        "free_bytes",
-        "largest_buffer_bytes",
-        "max_alloc_bytes",
-    ]
-    return pd.DataFrame(rows, columns=[*columns, "verdict"])
-
-
-PART_COLOURS = {
-    "runtime": "#9e9e9e",
-    "file pages": "#cfd8dc",
-    "input embeddings (mapped)": "#b0bec5",
-    "requantization scratch": "#ef9a9a",
-    "weight buffer": "#1976d2",
-    "KV cache staging": "#ffcc80",
-    "KV cache": "#f57c00",
-    "KV cache (sliding window)": "#ffa726",
-    "compute buffers": "#388e3c",
-    "compiled model": "#7b1fa2",
-    "activations": "#81c784",
-}
-
-
-def plot_memory(result: Preflight, ax: Any = None) -> Figure:
-    """One bar per device and memory (host RAM at its peak; device memory apart), stacked by part,
-    against that memory's free figure (black), with the device's largest single buffer (red,
-    dashed) and ``GPU_DEVICE_MAX_ALLOC_MEM_SIZE`` (red)."""
-    import pandas as pd
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    frame = memory_frame(result)
-    bars = list(dict.fromkeys(zip(frame["device"], frame["where"], strict=True)))
-    if ax is None:
-        fig = Figure(figsize=(8, 1.2 + 0.5 * len(bars)))
-        ax = fig.add_subplot()
-    else:
-        fig = ax.figure
-    gib = 2**30
-    labels = []
-    for y, (device, where) in enumerate(bars):
-        sub = frame[(frame["device"] == device) & (frame["where"] == where)]
-        left = 0.0
-        for part, size in zip(sub["part"], sub["bytes"], strict=True):
-            ax.barh(y, size / gib, left=left, color=PART_COLOURS.get(part, "#607d8b"), edgecolor="white")
-            left += size / gib
-        first = sub.iloc[0]
-        marks = [(first["free_bytes"], {"color": "black", "lw": 2})]
-        if where == DEVICE or (device, DEVICE) not in bars:  # the device's own allocations
-            marks += [
-                (first["largest_buffer_bytes"], {"color": "red", "ls": "--", "lw": 1}),
-                (first["max_alloc_bytes"], {"color": "red", "lw": 1.5}),
-            ]
-        for x, style in marks:
-            if x is not None and not pd.isna(x):
-                ax.plot([x / gib] * 2, [y - 0.45, y + 0.45], **style)
-        labels.append(f"{device} {where}\n{first['verdict']}")
-    ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("GiB")
-    handles: list[Any] = [Patch(color=c, label=p) for p, c in PART_COLOURS.items() if p in set(frame["part"])]
-    handles += [
-        Line2D([], [], color="black", lw=2, label="free"),
-        Line2D([], [], color="red", ls="--", label="largest buffer"),
-        Line2D([], [], color="red", lw=1.5, label=MAX_ALLOC_PROPERTY),
-    ]
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set_title(
-        f"{result.path.name} at {result.n_ctx:,} cells: memory by part against free memory", fontsize=9
-    )
-    fig.tight_layout()
-    return fig
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,12 +1,8 @@
 """What ``ovkit check`` knows fails, as data: the backend's versions in order, and the model features
 that abort on some of them, each with its evidence.
 
-A :class:`KnownAbort` matches a model (architecture, weight types, flash attention, whether its
-graph is split by nodes left to ggml's CPU) on a device class and a backend version; the verdict
-then names when it fails, the backend's own words, the issues, and the change that lifts it.
 Rows marked "measured here" were reproduced with the backend ``scripts/install-upstream`` builds
-(``benchmarks/bench_check.py``'s child, on this project's CPU); the others come from llama.cpp's
-issues and PRs.
+(``benchmarks/bench_check.py``); the others come from llama.cpp's issues and PRs.
 """
 
 from __future__ import annotations

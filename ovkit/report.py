@@ -1,7 +1,5 @@
-"""Readable results: small tables of formatted strings, shown as text and HTML (:class:`Report`),
-the records that display through one (:class:`Reported`), and a DataFrame shown with each column
-formatted by its kind (:class:`FrameReport`).  Below every layer, so all share one format.
-"""
+"""Readable results, one format for every layer: small tables of formatted strings as text and HTML
+(:class:`Report`), records displayed through one (:class:`Reported`), and :class:`FrameReport`."""
 
 from __future__ import annotations
 
@@ -105,11 +103,8 @@ class Reported:
 
 @dataclass(frozen=True, slots=True, repr=False)
 class FrameReport(Reported):
-    """A DataFrame of raw numbers (``frame``) shown with each column formatted by its kind.
-
-    ``kinds`` maps a column to a key of :data:`FORMATS`; ``labels`` renames columns for display;
-    ``hidden`` columns stay in ``frame`` only; ``empty`` is the sentence shown for no rows.
-    """
+    """A DataFrame of raw numbers shown with each column formatted by its kind (``kinds``: column ->
+    a key of :data:`FORMATS`); ``labels`` rename, ``hidden`` columns are not shown."""
 
     title: str
     frame: pd.DataFrame

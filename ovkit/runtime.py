@@ -1,10 +1,6 @@
-"""The process-wide OpenVINO ``Core``, and what ovkit needs of any Core-like object.
-
-Upstream keeps one ``ov::Core`` singleton per process; ovkit does the same, so that memory
-statistics are read through the Core that compiled the models (another Core sees none of them).
-Every function that queries devices takes an optional keyword ``core``: a real ``openvino.Core``
-or an ``ovkit.simulate.SimulatedCore``, anything that is a :class:`Core`.
-"""
+"""The process-wide OpenVINO ``Core`` (one per process, as upstream: memory statistics are only
+seen through the Core that compiled the models), and the :class:`Core` protocol every ``core=``
+argument takes (``openvino.Core`` or ``ovkit.simulate.SimulatedCore``)."""
 
 from __future__ import annotations
 
@@ -76,9 +72,7 @@ def default_precision(device: str, *, core: Core) -> str:
 
 
 def exact_on_cpu(props: MutableMapping[str, Any]) -> None:
-    """CPU plugin properties asking f32 made exact: dynamic quantization off (unless set).  On
-    CPUs with VNNI or AMX the plugin quantizes the activations meeting a compressed weight to int8
-    in groups of 32 even at f32 precision (a Q4_1 matmul: NMSE 3e-5 against exact f32, 2e-13
-    without), so ovkit's f32 would not be f32 there (docs/quant.md, "What differs between CPUs")."""
+    """CPU plugin properties asking f32 made exact: dynamic quantization off (unless set), which on
+    VNNI/AMX CPUs quantizes activations to int8 even at f32 (docs/quant.md)."""
     if _precision_name(props.get("INFERENCE_PRECISION_HINT", "")) == "f32":
         props.setdefault("DYNAMIC_QUANTIZATION_GROUP_SIZE", 0)

@@ -1,15 +1,6 @@
-"""Which device ``GGML_OPENVINO_DEVICE`` selects, exactly as upstream decides.
-
-Unset or empty means ``CPU``; any value that is not an exact, case-sensitive member of
-``available_devices`` logs ``GGML OpenVINO Backend: device <X> is not available, fallback to CPU``
-and selects ``CPU``; then ``OpenVINO: using device <X>`` is logged.  Beyond upstream, a near
-miss (wrong case, ``GPU`` where only ``GPU.0``/``GPU.1`` exist, a virtual device) carries a hint;
-the selection itself is never changed by a hint.
-
-Membership is checked against the *physical* ids (the listed devices).  A real OpenVINO runtime
-never lists AUTO/MULTI/HETERO/BATCH in ``available_devices``, so this equals upstream there; a
-simulated profile that lists them (to show the list filter) must not make them selectable.
-"""
+"""Which device ``GGML_OPENVINO_DEVICE`` selects, exactly as upstream decides (unset: ``CPU``; not an
+exact member of the physical ids: ``CPU`` with upstream's fallback line), logged as upstream logs
+it; beyond upstream, a near miss (wrong case, ``GPU`` for ``GPU.0``) carries a hint."""
 
 from __future__ import annotations
 
@@ -21,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ovkit.config import OvkitConfig, read_config, readable, shown
-from ovkit.devices import DeviceClass, device_class, is_virtual
+from ovkit.devices import ENV_DEVICE, DeviceClass, device_class, is_virtual
 from ovkit.layouts import DEFAULT_LAYOUT, get_layout, resolve_for
 from ovkit.report import Report, Reported
 from ovkit.runtime import Core, get_core
@@ -31,7 +22,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("ovkit")
 
-ENV_DEVICE = "GGML_OPENVINO_DEVICE"
 DEFAULT_DEVICE = "CPU"
 FALLBACK_WARNING = "GGML OpenVINO Backend: device {} is not available, fallback to CPU"
 USING_DEVICE = "OpenVINO: using device {}"
@@ -143,10 +133,8 @@ def resolve_device(
 
 @contextlib.contextmanager
 def using_device(name: str, *, core: Core | None = None) -> Iterator[Selection]:
-    """For a block, the selection ``GGML_OPENVINO_DEVICE=name`` makes (the other variables read
-    from ``os.environ``): pass its ``device`` to what runs in the block.  The process environment
-    is left as it is, so other threads (the dashboard's refresh, another cell's work) never see a
-    device they did not ask for."""
+    """For a block, the selection ``GGML_OPENVINO_DEVICE=name`` makes; ``os.environ`` is left as it
+    is, so other threads never see a device they did not ask for."""
     yield resolve_device({**os.environ, ENV_DEVICE: name}, core=core)
 
 
@@ -171,9 +159,8 @@ class Backend:
         return self.selection.device
 
     def supports_op(self, device_name: str, op: Any) -> SupportDecision:
-        """The op-support decision for ``op`` on ``device_name``; False off the selected device.
-        With ``GGML_OPENVINO_LOG_UNSUPPORTED_OPS`` set, each rejection is logged (WARNING) in
-        the backend's words: op name, op, type and the reason."""
+        """The op-support decision for ``op`` on ``device_name`` (False off the selected device),
+        each rejection logged as the backend logs it with ``GGML_OPENVINO_LOG_UNSUPPORTED_OPS``."""
         from ovkit.ops.policy import SupportDecision, check_op
 
         if device_name != self.selection.device:

@@ -5,16 +5,10 @@ rendered them unsandboxed and a GGUF could run shell commands: CVE-2024-34359), 
 templates written for HF transformers expect (``raise_exception``, ``strftime_now``, ``tojson``);
 a template that so much as reads a Python internal is refused.
 
-Bounds: the sandbox stops a reach outside it, not a template that runs forever or fills memory.
-Two nested ``range(100000)`` loops run 10^10 steps without calling anything; ``'x' * 10**10`` or
-``' '.ljust(10**10)`` allocates 10 GB in one C call.  Each in-process remedy misses a case: a
-loop counter or trace-based deadline sees Python steps but not a long C call, an output-size
-check sees text only once it exists, and no Python code can stop an allocation in progress.  So
-the template renders in a child process (:mod:`ovkit.child`), which bounds all three for certain:
-the parent kills it after :data:`RENDER_TIMEOUT_S`, its address space is capped at
-:data:`MAX_MEMORY_BYTES` beyond what the interpreter holds, and it stops once the output passes
-:data:`MAX_OUTPUT_CHARS`.  The price is a Python start per render (a few tenths of a second,
-not counted in the time bound), small beside generating the answer.  Every failure is a one-line
+Bounds: the sandbox does not stop a template that loops forever or allocates 10 GB in one C call
+(``'x' * 10**10``), and no in-process check can.  So it renders in a child process
+(:mod:`ovkit.child`): killed after :data:`RENDER_TIMEOUT_S`, its address space capped at
+:data:`MAX_MEMORY_BYTES`, stopped past :data:`MAX_OUTPUT_CHARS`.  Every failure is a one-line
 :class:`TemplateError`.
 
 ``python -m ovkit.template`` is the child side.
@@ -31,8 +25,7 @@ from ovkit.errors import OvkitError
 
 #: The longest template rendered, in characters (real chat templates are tens of KiB).
 MAX_TEMPLATE_CHARS = 1 << 20
-#: The longest output, in characters: the prompt of a conversation, a million characters is
-#: already past what the largest contexts hold (about 4 characters per token).
+#: The longest output, in characters (past what the largest contexts hold).
 MAX_OUTPUT_CHARS = 1_000_000
 #: Seconds a render may take once the child has started (real templates take milliseconds).
 RENDER_TIMEOUT_S = 3.0
@@ -45,8 +38,7 @@ _READY = "ready"
 
 
 class TemplateError(OvkitError, ValueError):
-    """A template that cannot be rendered: invalid, refused by the sandbox or by itself, failing,
-    or past a bound (one line saying which)."""
+    """A template that cannot be rendered: invalid, refused, failing, or past a bound."""
 
 
 def _one_line(text: object) -> str:

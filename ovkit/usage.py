@@ -1,6 +1,5 @@
-"""What command handlers share below the command line: the usage error and the Core a
-``--simulate`` flag names (the handlers of ``ovkit test-ops`` and ``ovkit gguf`` live with their
-modules, which sit below ``ovkit.cli``)."""
+"""What command handlers share below ``ovkit.cli``: the usage error, count checks and the Core a
+``--simulate`` flag names."""
 
 from __future__ import annotations
 
@@ -23,10 +22,8 @@ class UsageError(OvkitError):
 
 
 def check_count(flag: str, value: int, *, low: int = 0, high: int | None = None, bound: str = "") -> int:
-    """``value`` of ``flag`` when ``low <= value`` (and ``value <= high``), else a
-    :class:`UsageError` naming the value and the bound (``bound`` says what ``high`` is: the
-    model's context, the machine's memory ...).  Every command checks its sizes with it before
-    any work, so a huge or negative count is one line, never a traceback or a hang."""
+    """``value`` of ``flag`` when ``low <= value <= high``, else a :class:`UsageError` naming the
+    value and the bound (``bound`` says what ``high`` is), before any work is done."""
     if value < low:
         raise UsageError(f"{flag} {value}: expected {low} or more")
     if high is not None and value > high:

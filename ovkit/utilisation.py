@@ -1,11 +1,6 @@
-"""How busy each device is, from the counters the system exposes (memory says how full, not how busy).
-
-A share busy is the change of a busy counter over the change of an elapsed one between two
-readings: the CPU from ``/proc/stat`` and ``/proc/self/stat``; Intel GPUs (i915, xe) from their DRM
-clients' fdinfo (the busiest engine class, over its capacity); the Intel NPU from
-``npu_busy_time_us``.  Readers take the filesystem root (tests hand them a fixture tree) and say
-"not available here" and why when their files are absent; simulated devices have no counter.
-"""
+"""How busy each device is: the change of a busy counter over the change of an elapsed one between
+two readings (CPU: ``/proc/stat``; Intel GPUs: DRM fdinfo; Intel NPU: ``npu_busy_time_us``).
+Readers take the filesystem root and say "not available here" and why when their files are absent."""
 
 from __future__ import annotations
 
@@ -105,12 +100,8 @@ def intel_drm_cards(root: Path = ROOT) -> dict[str, str]:
 
 
 def _fdinfo(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
+    fields = (line.partition(":") for line in text.splitlines())
+    return {key.strip(): value.strip() for key, sep, value in fields if sep}
 
 
 def _number(value: str) -> float | None:
@@ -233,8 +224,7 @@ NO_SOURCE = {
 
 class UtilisationMeter:
     """Keeps the last reading of each source and turns the next one into a :class:`Busy` per
-    device; reads only the sources the devices need (one file for the CPU; the DRM scan only when
-    an Intel GPU is bound to i915/xe)."""
+    device, reading only the sources the devices need."""
 
     def __init__(self, root: Path | str = ROOT, clock: Callable[[], float] = time.monotonic) -> None:
         self.root = Path(root)

@@ -245,7 +245,7 @@ def test_every_variable_set_parses_to_its_value() -> None:
         ("NPU_COMPILATION_MODE_PARAMS", "optimization-level=1"),
     )
     assert cfg.requant_kquant == "q4_asym64_all" and cfg.prefill_chunk_size == 512
-    assert cfg.moe_op is False and cfg.manual_gqa_attn is False and cfg.profiling_level == 2
+    assert cfg.moe_op is False and cfg.manual_gqa_attn is False and cfg.profiling is True
     for flag in ("compiled_model_cache_only", "force_static", "log_unsupported_ops", "log_swa_layers",
                  "native_softplus", "disable_remote_outputs", "disable_kv_state_relayout", "full_graph_key"):  # fmt: skip
         assert getattr(cfg, flag) is True, flag

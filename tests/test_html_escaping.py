@@ -19,7 +19,7 @@ import pytest
 from widget_helpers import GIB
 
 import ovkit
-from ovkit.escape import css_string, html_attr, html_text, script_json
+from ovkit.escape import css_string, html_attr, html_text
 from ovkit.notebook import memory_report
 from ovkit.notebook_log import render
 from ovkit.selection import ENV_DEVICE
@@ -237,15 +237,6 @@ def test_html_escapes_read_back_as_the_text() -> None:
     text = html_text(NAME)
     assert inert(f"<p>{text}</p>").visible == NAME
     assert "'single'" in text  # quotes are plain text between tags
-
-
-def test_script_json_cannot_end_the_script_and_reads_back() -> None:
-    value = {"name": NAME, "error": ERROR, "sep": "\u2028\u2029", "comment": "<!-- x -->"}
-    text = script_json(value)
-    assert json.loads(text) == value
-    assert "<" not in text and ">" not in text and "\u2028" not in text
-    page = Parsed(f'<script type="application/json">{text}</script><p>after</p>')
-    assert [tag for tag, _ in page.elements] == ["script", "p"]
 
 
 # -- in a real browser: nothing runs, the text shows ------------------------------------------

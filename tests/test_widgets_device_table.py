@@ -164,7 +164,8 @@ def test_close_stops_the_thread(table) -> None:
 def test_text_and_html_fallbacks(table) -> None:
     t = table(SimulatedCore("laptop"), auto_refresh=False)
     text = str(t)
-    assert text.splitlines()[1].startswith("*  CPU (sim)")
+    caption, _header, first = text.splitlines()[:3]
+    assert caption.startswith("SIMULATED device set") and first.startswith("*  CPU (sim)")
     assert "GPU (sim)" in text and "29,276" in text and "(SIMULATED device set" in text
     assert repr(t) == text
     bundle = t._repr_mimebundle_()

@@ -17,9 +17,10 @@ from widget_helpers import FOUR_DEVICES, GIB, MIB, FlakyCore, made_and_closed, w
 import ovkit
 from ovkit import gguf as og
 from ovkit.devices import list_devices
+from ovkit.memory import format_bytes, unit_for
 from ovkit.simulate import SimulatedCore
 from ovkit.widgets import AllocationCharts, DeviceTable, Refresher, live_refreshers
-from ovkit.widgets.axes import Axis, fit_axis, format_bytes, next_axis, nice_step, unit_for
+from ovkit.widgets.axes import Axis, fit_axis, next_axis, nice_step
 from ovkit.widgets.live import MemoryView
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -123,7 +124,10 @@ def test_units_go_by_magnitude() -> None:
     assert unit_for(16 * MIB) == ("MiB", MIB)
     assert unit_for(1536 * MIB) == ("MiB", MIB)  # a small device stays in MiB
     assert unit_for(6 * GIB) == ("GiB", GIB)
-    assert format_bytes(1536 * MIB) == "1,536 MiB" and format_bytes(6.8 * GIB) == "6.8 GiB"
+    assert (
+        format_bytes(1536 * MIB, unit_for(1536 * MIB)) == "1,536.0 MiB"
+        and format_bytes(6.8 * GIB) == "6.8 GiB"
+    )
     assert format_bytes(None) == "unknown"
 
 

@@ -5,6 +5,7 @@ tables and labelled charts (:mod:`.views`) and the small experiments the walkthr
 from __future__ import annotations
 
 from ovkit.memory import format_bytes
+from ovkit.memory import unit_for as byte_scale
 from ovkit.notebook.experiments import (
     layer_matmul_table,
     perf_cases_within,
@@ -20,7 +21,6 @@ from ovkit.notebook.views import (
     MemorySteps,
     NodeProfile,
     buffer_types_report,
-    byte_scale,
     coverage_frame,
     coverage_heatmap,
     fit_table,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ovkit.devices import physical_device_ids
-from ovkit.memory import format_bytes
+from ovkit.memory import format_bytes, process_rss_bytes
 from ovkit.runtime import Core
 
 if TYPE_CHECKING:
@@ -79,7 +79,6 @@ def weight_release_demo(rows: int, k: int, seed: int = 0) -> ReleaseDemo:
     import numpy as np
     import openvino as ov
     import openvino.opset13 as ops
-    import psutil
 
     from ovkit import buffers, weight_release
     from ovkit.config import read_config
@@ -97,9 +96,9 @@ def weight_release_demo(rows: int, k: int, seed: int = 0) -> ReleaseDemo:
         request = default_core().compile_model(model, "CPU").create_infer_request()
         x = rng.standard_normal((1, k)).astype(np.float32)
         before = np.array(request.infer({0: x})[0])
-        rss_before = psutil.Process().memory_info().rss
+        rss_before = process_rss_bytes()
         released = weight_release.on_cache_hit("CPU", read_config({"GGML_OPENVINO_RELEASE_WEIGHTS": "1"}))
-        rss_after = psutil.Process().memory_info().rss
+        rss_after = process_rss_bytes()
         if released is None:
             raise RuntimeError("weight release found no registered host weights to release")
         unchanged = bool(np.array_equal(np.array(request.infer({0: x})[0]), before))

@@ -9,20 +9,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ovkit.buffers import buffer_type, host_buffer_type
-from ovkit.devices import Device, physical_device_ids
+from ovkit.devices import Device, list_devices, physical_device_ids
 from ovkit.escape import html_attr, html_text
-from ovkit.memory import BYTE_UNITS, format_bytes
+from ovkit.memory import format_bytes, process_rss_bytes, unit_for
 from ovkit.report import Report, Reported, format_duration
 from ovkit.runtime import Core
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
-
-
-def byte_scale(largest: float) -> tuple[str, int]:
-    """The unit (name, bytes) for a chart axis whose largest value is ``largest`` bytes."""
-    return next(((u, s) for u, s in BYTE_UNITS if largest >= 2 * s), ("B", 1))
 
 
 def _finished(fig: Figure) -> Figure:
@@ -72,7 +67,7 @@ def memory_chart(machines: Mapping[str, Sequence[Device]]) -> Figure:
     import matplotlib.pyplot as plt
 
     largest = max((d.total_bytes for devs in machines.values() for d in devs), default=0)
-    unit, size = byte_scale(largest)
+    unit, size = unit_for(largest)
     fig, axes = plt.subplots(1, len(machines), figsize=(4.2 * len(machines), 2.8), squeeze=False)
     for ax, (title, devs) in zip(axes[0], machines.items(), strict=True):
         names = [d.name for d in devs]
@@ -156,19 +151,15 @@ class MemorySteps(Reported):
         self.steps: list[tuple[str, int, int]] = []  # (step, device used bytes, process RSS bytes)
 
     def record(self, step: str) -> None:
-        import psutil
-
-        from ovkit.devices import list_devices
-
         used = next(d.used_bytes for d in list_devices(core=self.core) if d.name == self.device)
-        self.steps.append((step, used, psutil.Process().memory_info().rss))
+        self.steps.append((step, used, process_rss_bytes()))
 
     def used(self, step: str) -> int:
         return next(u for s, u, _ in self.steps if s == step)
 
     def report(self) -> Report:
-        (du, dsize) = byte_scale(max((u for _, u, _ in self.steps), default=0))
-        (ru, rsize) = byte_scale(max((r for _, _, r in self.steps), default=0))
+        (du, dsize) = unit_for(max((u for _, u, _ in self.steps), default=0))
+        (ru, rsize) = unit_for(max((r for _, _, r in self.steps), default=0))
         rows = tuple((s, f"{u / dsize:,.1f}", f"{r / rsize:,.1f}") for s, u, r in self.steps)
         columns = ("step", f"{self.device} used ({du})", f"process RSS ({ru})")
         return Report(f"memory at each step ({self.device}: the device's own figure)", columns, rows)
@@ -178,14 +169,14 @@ class MemorySteps(Reported):
         import matplotlib.pyplot as plt
 
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 2.8))
-        unit, size = byte_scale(max((u for _, u, _ in self.steps), default=0))
+        unit, size = unit_for(max((u for _, u, _ in self.steps), default=0))
         ax1.plot([s for s, _, _ in self.steps], [u / size for _, u, _ in self.steps], marker="o")
         ax1.set_title(f"{self.device}: used memory (device's own figure)", fontsize=10)
         ax1.set_ylabel(unit)
         ax1.set_ylim(bottom=0)
         ax1.tick_params(axis="x", labelrotation=30)
         if len(history):
-            unit, size = byte_scale(float(history["live_bytes"].max()))
+            unit, size = unit_for(float(history["live_bytes"].max()))
             for name, part in history.groupby("device"):
                 t = part["time"] - history["time"].min()
                 ax2.step(t, part["live_bytes"] / size, where="post", label=str(name))
@@ -217,7 +208,7 @@ def requant_chart(
         index=list(quant.QUANT_TYPES),
     )
     f32 = shape[0] * shape[1] * 4
-    unit, size = byte_scale(f32)
+    unit, size = unit_for(f32)
     fig, ax = plt.subplots(figsize=(7, 2.8))
     (need / size).plot.bar(ax=ax)
     ax.axhline(f32 / size, color="gray", ls="--", label="f32")
@@ -364,15 +355,9 @@ def perf_table(rows: Iterable[Any]) -> pd.DataFrame:
     """``testops.perf_case`` results as a table: time per run, and GFLOPS or GB/s."""
     import pandas as pd
 
-    names = {
-        "op": "op",
-        "case": "case",
-        "status": "status",
-        "us_per_run": "µs/run",
-        "gflops": "GFLOPS",
-        "gbps": "GB/s",
-    }
-    return pd.DataFrame([{shown: getattr(r, attr) for attr, shown in names.items()} for r in rows])
+    columns = ("op", "case", "status", "us_per_run", "gflops", "gbps")
+    frame = pd.DataFrame([{c: getattr(r, c) for c in columns} for r in rows], columns=list(columns))
+    return frame.rename(columns={"us_per_run": "µs/run", "gflops": "GFLOPS", "gbps": "GB/s"})
 
 
 def perf_chart(perf: pd.DataFrame, device: str) -> Figure:

@@ -1,10 +1,6 @@
-"""``SimulatedCore``: a Core-shaped object that answers OpenVINO's own property names from a profile.
-
-It shows and tests the GPU and NPU paths without their hardware, and says so (``simulated``).
-Models compiled for any simulated device run on the local CPU; while alive, their constants (and
-device buffers ovkit allocates there) count as that device's allocations, and those on the
-CPU, an integrated GPU or the NPU come out of the profile's host RAM.
-"""
+"""``SimulatedCore``: a Core-shaped object answering OpenVINO's property names from a profile.
+Models compiled for a simulated device run on the local CPU; while alive, their constants count
+as that device's allocations (and, on a device sharing host RAM, come out of the profile's)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ raises ``RuntimeError`` when read, as plugins do where the hardware or driver is
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 MIB = 1024 * 1024
@@ -38,7 +38,6 @@ class Profile:
     devices: tuple[DeviceProfile, ...]
     host_total_bytes: int
     host_available_bytes: int
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _cpu(full_name: str, arch: str = "intel64") -> dict[str, Any]:

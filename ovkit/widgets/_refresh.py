@@ -1,9 +1,6 @@
-"""A background refresher: calls a function every ``interval`` seconds on a daemon thread.
-
-A failing refresh never raises into the kernel (the error goes to ``on_error``); ``on_state`` hears
-every state change.  A bound-method ``fn`` is held weakly, so no thread outlives its widget, and
-``claim`` keeps one live view per (kind, notebook cell): re-running a cell replaces its old view.
-"""
+"""A background refresher calling a function every ``interval`` seconds on a daemon thread (errors
+to ``on_error``, never into the kernel; a bound method held weakly), and ``claim``: one live view
+per (kind, notebook cell)."""
 
 from __future__ import annotations
 

@@ -8,31 +8,14 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ovkit.memory import GIB, MIB
+from ovkit.memory import MIB, unit_for
 
-# (name, bytes per unit), smallest first.
-UNITS: tuple[tuple[str, int], ...] = (
-    ("B", 1),
-    ("KiB", 1024),
-    ("MiB", MIB),
-    ("GiB", GIB),
-    ("TiB", 1024 * GIB),
-)
 NICE_STEPS: tuple[float, ...] = (1.0, 2.0, 2.5, 5.0, 10.0)
 HEADROOM = 0.15  # the top sits this far above the data
 SHRINK_BELOW = 0.4  # data under this fraction of the top counts toward a shrink
 SHRINK_AFTER = 20  # ... for this many consecutive updates
 MIN_TOP = 4 * MIB  # an empty series still gets a 0..4 MiB axis
 TICKS = 4
-
-
-def unit_for(nbytes: float) -> tuple[str, int]:
-    """The largest unit in which ``nbytes`` is at least 2 (1.5 GiB -> MiB, 6 GiB -> GiB)."""
-    chosen = UNITS[0]
-    for unit in UNITS:
-        if nbytes >= 2 * unit[1]:
-            chosen = unit
-    return chosen
 
 
 def nice_step(raw: float) -> float:
@@ -42,15 +25,6 @@ def nice_step(raw: float) -> float:
     exp = math.floor(math.log10(raw))
     base = 10.0**exp
     return next(s * base for s in NICE_STEPS if s * base >= raw * (1 - 1e-12))
-
-
-def format_bytes(nbytes: float | None, unit: tuple[str, int] | None = None) -> str:
-    """``nbytes`` in ``unit`` (default: by magnitude), thousands separators; None -> "unknown"."""
-    if nbytes is None or (isinstance(nbytes, float) and math.isnan(nbytes)):
-        return "unknown"
-    name, scale = unit or unit_for(nbytes)
-    value = nbytes / scale
-    return f"{value:,.0f} {name}" if value >= 100 or scale == 1 else f"{value:,.1f} {name}"
 
 
 def tick_digits(step: float) -> int:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING
 
+from ovkit.memory import format_bytes, unit_for
 from ovkit.widgets._html import error_box, png_img
-from ovkit.widgets.axes import Axis, fit_axis, format_bytes, unit_for
+from ovkit.widgets.axes import Axis, fit_axis
 from ovkit.widgets.controls import LiveView
 from ovkit.widgets.data import RSS_ROW, LiveModel
 

@@ -29,9 +29,8 @@ if TYPE_CHECKING:
 
 
 def close_parts(owner: widgets.Widget) -> None:
-    """Stop ``owner.refresher``, then close every widget ``owner`` holds in an attribute and every
-    widget under those (children, layouts, styles), but not ``owner`` itself.  It may run twice:
-    ipywidgets calls close() again from ``__del__``."""
+    """Stop ``owner.refresher``, then close every widget held in ``owner``'s attributes and under
+    them, but not ``owner`` itself (it may run twice: ipywidgets calls close() from ``__del__``)."""
     refresher = getattr(owner, "refresher", None)
     if refresher is not None:
         refresher.stop()
@@ -112,9 +111,8 @@ class RefreshControls(widgets.HBox):
 
 
 class LiveView(SavedPictureMixin, widgets.VBox):
-    """Base of a view fed by its own refresh thread: ``refresh()`` takes a snapshot and the
-    browser-drawn ``view`` shows it; the controls sit above unless ``auto_refresh=False``; the
-    first tick runs at once.  A live view replaces the one of its kind the same cell made."""
+    """Base of a view fed by its own refresh thread (``refresh()``: a snapshot, shown by ``view``);
+    it replaces the live view of its kind the same cell made."""
 
     kind = "view"
     panels: tuple[str, ...] = PANELS

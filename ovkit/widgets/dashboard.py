@@ -16,7 +16,7 @@ from ovkit.utilisation import Busy, UtilisationMeter, busy_frame
 from ovkit.widgets._html import STYLE, esc, html_table, png_img, usage_bar
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
 from ovkit.widgets.charts import chart_title, figure_png, static_figure
-from ovkit.widgets.controls import LiveView, close_parts
+from ovkit.widgets.controls import LiveView
 from ovkit.widgets.data import Snapshot, error_text
 from ovkit.widgets.device_table import render_table_html, render_table_text
 from ovkit.widgets.fit import FitView
@@ -121,11 +121,6 @@ class Dashboard(LiveView):
             render_busy_text(self.busy),
         ]
         return "\n\n".join(parts)
-
-    def close(self) -> None:
-        """Stop the refresh thread and close every part."""
-        close_parts(self)
-        super().close()
 
 
 BUSY_TITLE = "busy over the last refresh interval"

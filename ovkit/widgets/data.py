@@ -1,9 +1,5 @@
-"""The data behind the live views, as plain records and numbers (testable without a browser).
-
-Every figure comes from ``Device.live``, so the table, the bars, the charts and the fit check agree.
-``LiveModel`` turns snapshots into what crosses the comm: ``meta`` (names, rules; sent when the
-device set changes), a ``tick`` of numbers, and the history as raw float64 bytes.
-"""
+"""The data behind the live views, as plain records and numbers, every figure from ``Device.live``;
+``LiveModel`` turns snapshots into what crosses the comm (``meta``, a ``tick``, the history)."""
 
 from __future__ import annotations
 
@@ -17,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ovkit.devices import Device, DeviceClass, list_devices
-from ovkit.memory import process_rss_bytes
+from ovkit.memory import UNITS, process_rss_bytes, unit_for
 from ovkit.runtime import Core, get_core, is_simulated
 from ovkit.selection import Selection, resolve_device
-from ovkit.widgets.axes import UNITS, Axis, next_axis, unit_for
+from ovkit.widgets.axes import Axis, next_axis
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -3,16 +3,12 @@ The browser draws it; the HTML and text below are its fallbacks (nbconvert, ``pr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ovkit.layouts import LAYOUTS
 from ovkit.memory import MIB
+from ovkit.report import Report
 from ovkit.widgets._html import STYLE, error_box, esc, usage_bar
 from ovkit.widgets.controls import LiveView
 from ovkit.widgets.data import DeviceRow
-
-if TYPE_CHECKING:
-    pass
 
 COLUMNS: tuple[str, ...] = (
     "Device", "Class", "Description", "Total MiB", "Used MiB", "Free MiB", "Usage", "Rule",
@@ -37,6 +33,11 @@ def _name_cell(row: DeviceRow) -> str:
     return f"{esc(row.name)}{tags}"
 
 
+def caption(simulated: bool) -> str:
+    what = "SIMULATED device set (ovkit.simulate)" if simulated else "OpenVINO devices"
+    return f"{what} — layout: seed ({LAYOUTS['seed'].title})"  # the live views list the seed's devices
+
+
 def render_table_html(rows: list[DeviceRow], *, simulated: bool = False, error: str | None = None) -> str:
     """The table as HTML: escaped runtime strings, a usage bar, selected row and errors inline."""
     head = "".join(f"<th>{esc(c)}</th>" for c in COLUMNS)
@@ -58,11 +59,9 @@ def render_table_html(rows: list[DeviceRow], *, simulated: bool = False, error: 
             )
     if not rows:
         body.append(f'<tr><td colspan="{len(COLUMNS)}"><i>(no devices)</i></td></tr>')
-    caption = "SIMULATED device set (ovkit.simulate)" if simulated else "OpenVINO devices"
-    caption += f" — layout: seed ({LAYOUTS['seed'].title})"  # the live views list the seed's devices
     parts = [
         STYLE,
-        f'<table class="ovkit-devtable"><caption style="text-align:left">{esc(caption)}</caption>',
+        f'<table class="ovkit-devtable"><caption style="text-align:left">{esc(caption(simulated))}</caption>',
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>",
     ]
     if error:
@@ -71,9 +70,9 @@ def render_table_html(rows: list[DeviceRow], *, simulated: bool = False, error: 
 
 
 def render_table_text(rows: list[DeviceRow], *, simulated: bool = False, error: str | None = None) -> str:
-    """The table as fixed-width text (``print`` and non-HTML front ends)."""
+    """The table as fixed-width text (``print`` and non-HTML front ends), under its caption."""
     header = ("", "Device", "Class", "Total MiB", "Used MiB", "Free MiB", "Usage", "Rule", "Description")
-    lines = [
+    lines = tuple(
         (
             "*" if r.selected else "",
             r.name + (" (sim)" if r.simulated else ""),
@@ -86,21 +85,13 @@ def render_table_text(rows: list[DeviceRow], *, simulated: bool = False, error: 
             r.description,
         )
         for r in rows
-    ]
-    widths = [
-        max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)
-    ]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [fmt.format(*header).rstrip()] + [fmt.format(*line).rstrip() for line in lines]
-    for r in rows:
-        out += [f"  ! {r.name}: {e}" for e in r.errors]
-    if not rows:
-        out.append("  (no devices)")
+    )
+    notes = [f"  ! {r.name}: {e}" for r in rows for e in r.errors] + ([] if rows else ["  (no devices)"])
     if simulated:
-        out.append("(SIMULATED device set; * = selected)")
+        notes.append("(SIMULATED device set; * = selected)")
     if error:
-        out.append(f"refresh error: {error}")
-    return "\n".join(out)
+        notes.append(f"refresh error: {error}")
+    return str(Report(caption(simulated), header, lines, tuple(notes)))
 
 
 class DeviceTable(LiveView):

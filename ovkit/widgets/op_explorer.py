@@ -1,8 +1,5 @@
-"""Op explorer: pick a catalogue case, change shapes and dtype, see the policy, run, compare, time.
-
-The cases are ``ovkit test-ops``' own, so the explorer runs exactly what test-ops runs; on a
-simulated core every device compiles and runs on the real CPU.
-"""
+"""Op explorer: pick one of ``ovkit test-ops``' cases, change shapes and dtype, see the policy, run,
+compare, time (on a simulated core every device runs on the real CPU)."""
 
 from __future__ import annotations
 
@@ -293,7 +290,6 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
         self.verdicts: list[tuple[str, bool, str]] = []
         self.error: str | None = None
         self._lock = threading.Lock()
-        self._png = b""
         try:
             devices = physical_device_ids(core)
         except Exception as exc:
@@ -388,7 +384,6 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
         self.result_html.value = ""
         self.chart.value = b""
         self.chart.layout.display = "none"
-        self._png = b""
         self.check()
 
     def _edits(self) -> tuple[Case, dict[str, tuple[int, ...]], str | None]:
@@ -452,8 +447,7 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
     def _render_runs(self) -> None:
         self.result_html.value = error_box(self.error) if self.error else render_runs_html(self.runs)
         if not self.error and self.runs and self.case is not None:
-            self._png = runs_png(runs_frame(self.runs), self.case.name[:60])
-            self.chart.value = self._png
+            self.chart.value = runs_png(runs_frame(self.runs), self.case.name[:60])
             self.chart.layout.display = ""
         self.save_picture()
 
@@ -463,7 +457,7 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
     def fallback_html(self) -> str:
         parts = [f"<b>{esc(self.case.name if self.case else '')}</b>", render_verdicts_html(self.verdicts)]
         if self.runs:
-            parts += [render_runs_html(self.runs), png_img(self._png, "time per run by device")]
+            parts += [render_runs_html(self.runs), png_img(self.chart.value, "time per run by device")]
         if self.error:
             parts.append(error_box(self.error))
         return "<div>" + "".join(parts) + "</div>"

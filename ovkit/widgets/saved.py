@@ -1,10 +1,6 @@
-"""The saved picture: every ovkit widget is displayed with a plain-HTML copy of what it shows.
-
-A saved notebook keeps a widget only as a reference to a model its kernel held ("model not found"
-once reopened), so ovkit follows each widget with an HTML output the kernel keeps current
-(``update_display``).  CSS in the copy shows exactly one of the two: the widget when drawn, else
-the copy.
-"""
+"""The saved picture: every ovkit widget is followed by a plain-HTML copy of what it shows, kept
+current (``update_display``), so a reopened notebook (no widget model) still shows it; CSS shows
+exactly one of the two."""
 
 from __future__ import annotations
 
@@ -89,9 +85,8 @@ class SavedPictureMixin(FallbackReprMixin):
             self._update(1, self._saved_bundle())
 
     def retire(self, caption: str) -> None:
-        """Replace each displayed widget by its picture under ``caption`` (with a PNG where the
-        widget has one) and empty its saved picture: the page and the saved notebook keep that
-        state and need no widget model to show it."""
+        """Replace each displayed widget by its picture under ``caption`` (and empty its saved
+        picture): the page and the saved notebook keep that state without a widget model."""
         if not getattr(self, "_shown", None):
             return
         bundle = self._picture(caption, saved=False)
