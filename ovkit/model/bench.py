@@ -1,11 +1,8 @@
 """``ovkit bench``: llama-bench's prompt-processing (pp) and text-generation (tg) table for ovkit,
-llama.cpp's CPU build, the real OpenVINO backend and OpenVINO GenAI's own GGUF path, in one run.
+llama.cpp's CPU build, the real OpenVINO backend and OpenVINO GenAI's GGUF path, in one run.
 
-Every side runs in its own fresh process, one at a time: one untimed warm-up of every test, then
-``reps`` timed repetitions from an empty KV cache as llama-bench's (pp: ``n_prompt`` fixed
-pseudo-random ids in one batch, the last logits read; tg: ``n_gen`` ids one at a time), and beside
-the tok/s its peak RSS, RSS after the first token, cold start and greedy tokens against llama.cpp's.
-llama.cpp's threads spin-wait, so the load average is recorded and a busy machine reported.
+Each side runs in a fresh process: a warm-up, then ``reps`` timed repetitions as llama-bench's,
+beside its peak RSS, cold start and greedy tokens against llama.cpp's; a busy machine is reported.
 """
 
 from __future__ import annotations
@@ -379,7 +376,7 @@ def run_side(
 ) -> tuple[list[BenchResult], SideRun]:
     """One side in its own fresh process (crash-isolated, killed after ``CHILD_TIMEOUT_S``)."""
     from ovkit import child
-    from ovkit.model.reference import llama_sigill_hint, upstream_env
+    from ovkit.model.reference import LlamaCppError, run_llama_child
 
     precision = s.precision if side == "ovkit" else BASELINE_PRECISION[side]
     request = {
@@ -395,6 +392,7 @@ def run_side(
         "shapes": s.shapes,
         "n_check": N_CHECK,
         "greedy_prompt": list(greedy_prompt),
+        "spawned_at": time.time(),
     }
 
     def failed(error: str) -> tuple[list[BenchResult], SideRun]:
@@ -402,23 +400,16 @@ def run_side(
             side, error=error
         )
 
-    try:
-        env = upstream_env() if side == "upstream" else dict(os.environ)
-    except RuntimeError as exc:
-        return failed(str(exc).splitlines()[0])
     progress(f"{side}: load, warm up and {s.reps} repetitions in a fresh process")
     with tempfile.TemporaryDirectory(prefix="ovkit-bench-") as tmp:
-        req = Path(tmp) / "request.json"
-        req.write_text(json.dumps({**request, "spawned_at": time.time()}))
         try:
-            stdout = child.run(
-                [sys.executable, "-m", "ovkit.model.bench", str(req)],
-                env=env,
-                timeout=CHILD_TIMEOUT_S,
-                sigill_hint=lambda: llama_sigill_hint(side == "upstream"),
+            stdout = run_llama_child(
+                "ovkit.model.bench", request, Path(tmp), upstream=side == "upstream", timeout=CHILD_TIMEOUT_S
             )
         except child.ChildError as exc:  # crashed (the signal named, SIGILL explained) or timed out
             return failed(f"{side} failed: {str(exc).splitlines()[0]}")
+        except LlamaCppError as exc:  # no OpenVINO build of llama-cpp-python here
+            return failed(str(exc).splitlines()[0])
     got = json.loads(stdout.strip().splitlines()[-1])
     if got.get("error"):
         return failed(got["error"])

@@ -1,12 +1,8 @@
 """llama.cpp itself as the reference: llama-cpp-python run in a subprocess.
 
-The subprocess keeps llama.cpp's ggml apart from ggml-python's (two ggml builds in one process
-clash) and keeps a crash inside llama.cpp from taking the caller down: it is reported as
-:class:`LlamaCppError` with the exit status and the end of its stderr.  The child imports the
-environment's ``llama_cpp`` (the CPU-only build); ``upstream=True`` runs the OpenVINO build that
-``scripts/install-upstream`` puts aside (``ovkit.upstream.build.llama_openvino_env``) instead.
-
-``python -m ovkit.model.reference REQUEST.json`` is the subprocess side.
+The subprocess keeps llama.cpp's ggml apart from ggml-python's and a crash from the caller (a
+:class:`LlamaCppError`); ``upstream=True`` runs the OpenVINO build ``scripts/install-upstream``
+puts aside.  ``python -m ovkit.model.reference REQUEST.json`` is the subprocess side.
 """
 
 from __future__ import annotations
@@ -73,27 +69,43 @@ def llama_sigill_hint(upstream: bool) -> str:
     return sigill_hint_for("llama-cpp-python-openvino" if upstream else "llama-cpp-python-cpu")
 
 
+def run_llama_child(
+    module: str, request: dict[str, Any], tmp: Path, *, upstream: bool, timeout: float, **env: str
+) -> str:
+    """``python -m module REQUEST.json`` (``request`` written in ``tmp``) on llama-cpp-python's CPU
+    build or, with ``upstream``, its OpenVINO one; its stdout (``child.ChildError`` when it dies)."""
+    from ovkit import child
+
+    req = tmp / "request.json"
+    req.write_text(json.dumps(request))
+    base = upstream_env() if upstream else dict(os.environ)
+    return child.run(
+        [sys.executable, "-m", module, str(req)],
+        env={**base, **env},
+        timeout=timeout,
+        sigill_hint=partial(llama_sigill_hint, upstream),
+    )
+
+
 def _run(request: dict[str, Any], upstream: bool, timeout: float) -> dict[str, Any]:
     from ovkit import child
 
     with tempfile.TemporaryDirectory(prefix="ovkit-llamacpp-") as tmp:
-        req = Path(tmp) / "request.json"
-        request = {**request, "out": str(Path(tmp) / "out.npz")}
-        req.write_text(json.dumps(request))
-        env = upstream_env() if upstream else dict(os.environ)
+        out = Path(tmp) / "out.npz"
         try:
-            child.run(
-                [sys.executable, "-m", "ovkit.model.reference", str(req)],
-                env=env,
+            run_llama_child(
+                "ovkit.model.reference",
+                {**request, "out": str(out)},
+                Path(tmp),
+                upstream=upstream,
                 timeout=timeout,
-                sigill_hint=partial(llama_sigill_hint, upstream),
             )
         except child.ChildTimedOut:
             raise LlamaCppError(f"llama.cpp did not finish within {timeout:.0f} s") from None
         except child.ChildCrashed as exc:
             tail = "\n".join(exc.death.lines()[-8:])
             raise LlamaCppError(f"llama.cpp subprocess failed ({exc.death.describe()}):\n{tail}") from None
-        with np.load(request["out"]) as data:
+        with np.load(out) as data:
             return {k: data[k] for k in data.files}
 
 
@@ -136,9 +148,8 @@ def run_reference(
 
 
 def tokenize(path: str | os.PathLike[str], text: str, *, chat: bool = False) -> list[int]:
-    """``text`` to ids with llama.cpp's tokenizer of the model (BOS added as the model asks).
-    ``chat=True``: a rendered chat prompt, special tokens like ``<|im_start|>`` parsed, and a
-    leading BOS text dropped when llama.cpp adds BOS itself (BOS once, as llama.cpp's chat does)."""
+    """``text`` to ids with llama.cpp's tokenizer of the model; ``chat=True``: special tokens parsed
+    and a leading BOS text dropped when llama.cpp adds BOS itself."""
     out = _run({"op": "tokenize", "path": str(path), "text": text, "chat": chat}, False, 120.0)
     return [int(t) for t in out["tokens"]]
 

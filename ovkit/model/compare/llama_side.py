@@ -10,7 +10,6 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +43,12 @@ def run_llama(
     ov_precision: str | None = None,
     timeout: float = 1800.0,
 ) -> Capture:
-    """llama.cpp (CPU build, or the real backend with ``upstream``) on ``tokens`` as one batch,
-    in a child process, the named nodes captured (``capture=False``: status and node list only);
-    ``ov_precision``: the real backend's OpenVINO CPU inference precision (default: the device's)."""
+    """llama.cpp (CPU build, or the real backend with ``upstream``) on ``tokens`` as one batch in a
+    child, the named nodes captured unless ``capture=False``; ``ov_precision``: the backend's CPU one."""
     from ovkit import child
-    from ovkit.model.reference import llama_sigill_hint, upstream_env
+    from ovkit.model.reference import run_llama_child
 
     with tempfile.TemporaryDirectory(prefix="ovkit-compare-") as tmp:
-        req = Path(tmp) / "request.json"
         request = {
             "path": str(path),
             "tokens": [int(t) for t in tokens],
@@ -63,22 +60,16 @@ def run_llama(
             "ov_precision": ov_precision,
             "dir": tmp,
         }
-        req.write_text(json.dumps(request))
-        env = upstream_env() if upstream else dict(os.environ)
-        if upstream and capture:
-            # the backend caches a compiled graph per graph *structure*: two pieces of the split
-            # graph with the same ops (layer 0's two RMS_NORMs) then share one compiled graph and
-            # the second reads the first one's input (measured: NMSE 0.4 from ffn_inp's norm on,
-            # while the uncaptured logits match); without the cache each piece compiles its own
-            env["GGML_OPENVINO_DISABLE_CACHE"] = "1"
+        # the backend caches a compiled graph per graph *structure*: two pieces of the split
+        # graph with the same ops (layer 0's two RMS_NORMs) then share one compiled graph and
+        # the second reads the first one's input (measured: NMSE 0.4 from ffn_inp's norm on,
+        # while the uncaptured logits match); without the cache each piece compiles its own
+        env = {"GGML_OPENVINO_DISABLE_CACHE": "1"} if upstream and capture else {}
         log = Path(tmp) / "log.txt"
         what = "the real backend" if upstream else "llama.cpp"
         try:
-            child.run(
-                [sys.executable, "-m", "ovkit.model.compare", str(req)],
-                env=env,
-                timeout=timeout,
-                sigill_hint=partial(llama_sigill_hint, upstream),
+            run_llama_child(
+                "ovkit.model.compare", request, Path(tmp), upstream=upstream, timeout=timeout, **env
             )
         except child.ChildTimedOut:
             raise CompareError(f"{what} did not finish within {timeout:.0f} s") from None
@@ -209,12 +200,9 @@ def serve(request: dict[str, Any]) -> None:
 
 
 def backend_precision(wanted: str | None = None) -> str:
-    """Set (``wanted``) and read the CPU inference precision of the real backend's own OpenVINO
-    core, in the child.  The backend compiles every graph with one process-wide ``ov::Core``
-    (``ov_singleton_core()``) and passes no precision hint, so that core's CPU property is what
-    its graphs run in: bf16 by default on CPUs with AMX or avx512_bf16, f32 elsewhere.  The core
-    is reached through OpenVINO's C API (``ov_core_t`` holds a ``shared_ptr<ov::Core>``: a pointer
-    and its control block, which ``set``/``get`` do not touch)."""
+    """Set (``wanted``) and read the CPU inference precision of the real backend's one OpenVINO
+    core (``ov_singleton_core()``, reached through OpenVINO's C API), in the child: what its graphs
+    run in, bf16 by default on CPUs with AMX or avx512_bf16."""
     import ctypes
     import glob
 
