@@ -807,10 +807,10 @@ def check(
     hp: HParams | None = None
     if arch in ARCHS:
         from ovkit.model.footprint import predicted_peak
-        from ovkit.model.header import header_hparams
+        from ovkit.model.limits import model_hparams
 
         try:
-            hp = header_hparams(gguf)
+            hp = model_hparams(gguf)
         except ModelError as exc:
             raise PreflightError(str(exc)) from None
     n_ctx_train = hp.n_ctx_train if hp else int(gguf.metadata.get(f"{arch}.context_length", 0) or 0)

@@ -1,11 +1,8 @@
 """A model's graph from its GGUF header alone: every weight a leaf of its shape and type, no data.
 
-``ovkit check`` asks which nodes the backend leaves to ggml's CPU and how large llama.cpp's compute
-buffer gets, for files far larger than memory; building the graph needs only each tensor's name,
-shape and type.  :class:`HeaderWeight` stands in for a weight (``Graph.constant`` takes any object
-with ``shape``, ``dtype`` and ``to_ov_node``) and refuses to be decoded, so nothing here can read
-a weight's bytes.  The live-bytes walk is ggml's graph allocator in outline: each non-view result
-is allocated when computed and freed after its last consumer.
+``ovkit check`` builds it for files far larger than memory: :class:`HeaderWeight` stands in for a
+weight and refuses to be decoded, and :func:`live_peak_bytes` sizes the compute buffer as ggml's
+graph allocator does.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ from typing import Any
 
 from ovkit.errors import OvkitError
 from ovkit.gguf import GGUFModel
-from ovkit.model.arch import HParams, ModelError
+from ovkit.model.arch import HParams
 from ovkit.model.program import DecoderOut, GraphShape, decoder_program, input_specs
 
 
@@ -37,17 +34,6 @@ class HeaderWeight:
 
     def dequantize(self) -> Any:
         raise HeaderOnlyError(f"{self.name}: built from the GGUF header alone; it has no values")
-
-
-def header_hparams(gguf: GGUFModel) -> HParams:
-    """The model's hyper-parameters as llama.cpp reads them (``ModelError`` naming the file)."""
-    embd = gguf.tensors.get("token_embd.weight")
-    if embd is None:
-        raise ModelError(f"{gguf.path}: no token_embd.weight tensor")
-    try:
-        return HParams.from_metadata(gguf.metadata, n_vocab=embd.shape[0])
-    except ModelError as exc:
-        raise ModelError(f"{gguf.path}: {exc}") from None
 
 
 def header_graph(gguf: GGUFModel, hp: HParams, shape: GraphShape) -> tuple[Any, DecoderOut]:
