@@ -1,16 +1,16 @@
 """Time per ggml op type, from OpenVINO's per-node counters of a model's prefill and decode runs.
 
-Every OpenVINO node made for a ggml node is named ``<OP> 'name'`` or ``<OP> #id``
-(``ovkit.ops.translate``).  In the compiled (runtime) graph a node keeps the names of the nodes
-fused into it (``originalLayersNames``); a node with no such name (a Parameter, a state
-variable, a conversion OpenVINO inserted) is charged to the first labelled node downstream of
-it.  Nodes that reach none are ``(OpenVINO)``.
+A runtime node carries the ``<OP> 'name'`` labels of the nodes fused into it
+(``originalLayersNames``); one with none is charged to the first labelled node downstream, else
+to ``(OpenVINO)``.
 """
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING, Any
+
+from ovkit.report import format_duration
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,10 +50,8 @@ def op_labels(compiled: Any) -> dict[str, str]:
 
 
 def op_times(model: Any, *, node_types: bool = False) -> pd.DataFrame:
-    """Per graph (prefill chunk / decode bucket) and ggml op: summed µs of the last run of each
-    bucket, node count and share of the graph's time.  The model must run with ``profiling=True``.
-    ``node_types``: split each ggml op further by OpenVINO node type and kernel (``type``,
-    ``exec_type``), which shows what the plugin made of it."""
+    """Per graph and ggml op of a ``profiling=True`` model: summed µs of each bucket's last run,
+    node count and share; ``node_types``: split by OpenVINO node type and kernel too."""
     import pandas as pd
 
     frames = []
@@ -76,14 +74,6 @@ def op_times(model: Any, *, node_types: bool = False) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _fmt_us(us: float) -> str:
-    if us >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if us >= 1e3:
-        return f"{us / 1e3:.2f} ms"
-    return f"{us:.0f} µs"
-
-
 def op_time_chart(times: pd.DataFrame) -> Any:
     """Horizontal bars per ggml op, one panel per graph; the axis unit (µs/ms/s) follows the
     panel's largest bar, each bar is labelled by its own magnitude."""
@@ -98,7 +88,7 @@ def op_time_chart(times: pd.DataFrame) -> Any:
         top = float(sub["time_us"].max())
         unit, div = ("s", 1e6) if top >= 1e6 else ("ms", 1e3) if top >= 1e3 else ("µs", 1.0)
         bars = a.barh(sub["ggml_op"], sub["time_us"] / div, color="#3b75af")
-        a.bar_label(bars, labels=[_fmt_us(v) for v in sub["time_us"]], padding=3, fontsize=8)
+        a.bar_label(bars, labels=[format_duration(v / 1e6) for v in sub["time_us"]], padding=3, fontsize=8)
         a.set_title(graph, fontsize=10)
         a.set_xlabel(f"time per run ({unit})")
         a.xaxis.set_major_locator(MaxNLocator(4))
