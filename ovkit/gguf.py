@@ -1,10 +1,8 @@
 """GGUF files: metadata, a tensor table, constants (quantized stay quantized), and a fit check.
 
-Reading is ovkit's own: the file is memory-mapped read-only, the header, metadata and tensor table
-are parsed with every count, length and offset checked against the bytes left before it is used
-(ggml's reader's rules), and tensor data is never copied until a constant is made.  Broken files
-become :class:`GGUFError` naming the file, the tensor or key, the bytes needed and the bytes there.
-Writing uses the ``gguf`` package's ``GGUFWriter``.
+Reading is ovkit's own over a read-only memory map, every count, length and offset checked
+before use (ggml's rules); a broken file is a :class:`GGUFError` naming the file, the tensor or
+key and the bytes.  Writing uses the ``gguf`` package's ``GGUFWriter``.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ovkit import quant
-from ovkit.dtypes import STORAGE_DTYPE, UnknownTypeError, align_up, type_by_id
+from ovkit.dtypes import STORAGE_DTYPE, UnknownTypeError, align_up, bf16_bits_to_f32, type_by_id
 from ovkit.errors import OvkitError
 from ovkit.runtime import Core
 
@@ -101,9 +99,7 @@ class GGUFModel:
         raw = self.raw(name)
         if info.type in PLAIN_TYPES:
             arr = raw.view(PLAIN_TYPES[info.type]).reshape(info.shape)
-            if info.type == "bf16":
-                arr = (arr.astype(np.uint32) << 16).view(np.float32)
-            return np.array(arr)
+            return bf16_bits_to_f32(arr) if info.type == "bf16" else np.array(arr)
         try:
             return quant.from_blocks(info.type, raw, info.shape, name=name, form=form)
         except quant.QuantError as exc:
@@ -130,8 +126,7 @@ class GGUFModel:
 
     def fit_check(self, core: Core | None = None) -> pd.DataFrame:
         """Per device: the bytes the weights need after the policy vs the device's free memory
-        (``Device.live``: the figure the device table and charts show; unknown stays unknown);
-        ``fits`` is False and ``refused`` says why when the device cannot build a weight."""
+        (unknown stays unknown); ``refused`` says why when the device cannot build a weight."""
         import pandas as pd
 
         from ovkit.devices import list_devices
@@ -183,9 +178,7 @@ def _short(v: Any) -> Any:
     return v
 
 
-# ------------------------------------------------------------------------------------------------
-# Reading: every count, length and offset is checked against the bytes left before it is used
-# ------------------------------------------------------------------------------------------------
+# -- reading: every count, length and offset checked against the bytes left before use ---------
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSIONS = (2, 3)  # what ggml's reader accepts (v1 is refused there too)
@@ -420,11 +413,8 @@ def _open_map(p: Path) -> memoryview:
 
 
 def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
-    """Open a GGUF file (metadata + tensor infos, data memory-mapped); GGUFError on broken files.
-
-    Counts, lengths and offsets are checked against the file size before anything is read or
-    allocated (Python ints: nothing wraps), with the rules ggml's own reader applies.
-    """
+    """Open a GGUF file (metadata + tensor infos, data memory-mapped), every count, length and
+    offset checked before use as ggml's reader does; GGUFError on broken files."""
     p = Path(path)
     if p.is_dir():
         raise GGUFError(f"{p}: is a directory, expected a GGUF file")
