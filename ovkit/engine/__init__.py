@@ -1,20 +1,7 @@
 """Compile once, run many: the execution engine behind ``Graph.compute`` (docs/engine.md).
 
-Upstream keeps one compiled graph per process and clears it on every miss; ovkit keeps a bounded
-LRU of compiled models keyed by graph *structure*, each with one reusable infer request.  Inputs
-are bound zero-copy when they are C-contiguous with the right dtype and kept alive by the
-request's ``Runner`` (OpenVINO's request does not keep Python tensors alive); outputs are copied
-out once by OpenVINO, or written into caller arrays with ``out=``.
-
-The configuration (``GGML_OPENVINO_*`` as the backend reads it, ``OVKIT_ENGINE_CACHE_SIZE``, the
-selected device) is read when an engine is made; ``Engine.reload()`` / ``reload_engines()`` read
-it again after ``os.environ`` changes.
-
-Modules: ``engine`` (the ``Engine``, the process-wide engines, ``compute_graph``,
-``graph_session``), ``cache`` (the LRU and its counters), ``compiler`` (a miss: blob cache or
-compile), ``plan`` (graph plans and sessions), ``runner`` (compiled graphs and their requests),
-``ov_model`` (ports, dynamic dims, states), ``keys``, ``blob_cache``, ``run_config``, ``errors``;
-this package re-exports their public names.
+A bounded LRU of compiled models keyed by graph *structure*, each with one reusable infer request,
+inputs bound zero-copy where they can be; this package re-exports its modules' public names.
 """
 
 from __future__ import annotations

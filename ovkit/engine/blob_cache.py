@@ -1,19 +1,10 @@
 """``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``: the backend's own cache of compiled models.
 
-OpenVINO's model cache (``CACHE_DIR``) keys a blob on the translated ``openvino.Model``, weights
-included, so a hit still needs every graph translated and every weight decoded.  The backend's
-blob cache instead keys on the ggml graph's fingerprint and imports the exported model without
-building it; ovkit keys on the graph's structure digest (:mod:`ovkit.engine.keys`: every node,
-every weight's bytes), so a new process skips translation and compile alike.
-
-Files, as the backend writes them: ``<dir>/<16 hex>.blob`` and ``<dir>/<16 hex>.manifest``,
-written to ``.tmp`` files and renamed (blob first, then manifest); a hit needs both and a manifest
-that matches the full fingerprint and OpenVINO's build.  The manifest also carries what the
-runner needs that only the translated model knew (state variables and state input specs), and
-the blob's size and sha256: a blob that does not match them (swapped, truncated, corrupted) is
-never imported but compiled again and replaced, with one warning naming the file.  Only regular
-files are read (a FIFO, a directory or a device in place of an entry is skipped the same way),
-and a manifest at most ``MANIFEST_MAX_BYTES``.
+Keyed on the graph's structure digest (every node and weight), an entry is imported without
+translating or compiling anything.  Files, as the backend writes them: ``<16 hex>.blob`` and
+``<16 hex>.manifest`` (renamed from ``.tmp``, blob first); the manifest holds the full fingerprint,
+OpenVINO's build, the state specs and the blob's size and sha256.  A mismatching or irregular
+entry is compiled again and replaced, with one warning naming the file.
 """
 
 from __future__ import annotations
@@ -47,10 +38,8 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 MANIFEST_MAX_BYTES = 1 << 20
 #: The backend's warning for an entry it does not import (here the reason names the file).
 _IMPORT_FAILED = "ggml-openvino: model cache import failed (%s), recompiling"
-#: The manifest line describing the blob.  sha256 ran at ~900 MiB/s here (OpenSSL uses the CPU's
-#: SHA extensions, which x86 CPUs since Zen and Ice Lake have) against ~300-500 MiB/s for
-#: blake2b, so a blob of a few hundred MiB costs a few tenths of a second on import, next to the
-#: seconds of compile it saves.
+#: The manifest line describing the blob (sha256: ~900 MiB/s with the CPU's SHA extensions, a
+#: few tenths of a second per import beside the seconds of compile it saves).
 _BLOB_LINE = re.compile(r"blob_sha256 ([0-9a-f]{64}) ([0-9]+)\n")
 
 
@@ -166,9 +155,8 @@ class BlobCache:
     def load(
         self, fingerprint: str, device: str, props: Mapping[str, Any], *, core: Core
     ) -> tuple[Any, BlobEntry] | None:
-        """The imported compiled model and its entry, or None: a miss, or an entry that is not
-        sound (not regular files, a blob its manifest does not describe, an import that fails),
-        which is reported once and compiled again."""
+        """The imported compiled model and its entry, or None: a miss, or an unsound entry (reported
+        once and compiled again)."""
         blob, manifest = self._paths(fingerprint)
         try:
             text = read_regular(manifest, limit=MANIFEST_MAX_BYTES).decode()

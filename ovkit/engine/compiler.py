@@ -37,10 +37,8 @@ def compile_graph(
     *,
     core: Core,
 ) -> tuple[CompiledGraph, dict[str, float]]:
-    """The compiled graph of ``key`` and the times upstream's profiling logs for it: imported
-    from ``blobs`` (``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``) when it holds it, else built by
-    ``factory`` (constants shared, dynamic axes, states made variables when stateful), compiled
-    and stored there."""
+    """The compiled graph of ``key`` and the times upstream's profiling logs: imported from
+    ``blobs`` when it holds it, else built by ``factory``, compiled and stored there."""
     states = dict(key.states)
     fingerprint = blobs.fingerprint(key) if blobs is not None else None
     t0 = perf_counter()

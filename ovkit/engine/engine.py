@@ -1,10 +1,6 @@
-"""The engine: a bounded LRU of compiled graphs per Core with its configuration, the process-wide
-engines, and the graph entry points through them (``compute_graph``, ``graph_session``).
-
-The configuration (``GGML_OPENVINO_*``, ``OVKIT_ENGINE_CACHE_SIZE``, the device selection) is
-read when an engine is made and fixed until ``Engine.reload()`` (or ``reload_engines()``) reads it
-again, as an HTTP client fixes its settings at construction: no call pays for watching
-``os.environ``, and a run never changes configuration half-way."""
+"""The engine: a bounded LRU of compiled graphs per Core, the process-wide engines, and the graph
+entry points through them (``compute_graph``, ``graph_session``).  The configuration is read at
+construction and by ``reload()`` only: no call watches ``os.environ``."""
 
 from __future__ import annotations
 
@@ -21,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ovkit import weight_release
 from ovkit.config import OvkitConfig, OvkitConfigWarning, read_config
 from ovkit.devices import DeviceClass, device_class
 from ovkit.ir import GraphIR, Tensor
@@ -91,10 +88,8 @@ class RunReport:
 
 
 class Engine:
-    """A bounded LRU of compiled graphs on one Core (real or simulated).
-
-    ``env``: the variables to read instead of ``os.environ``; either way they are read here and
-    by ``reload()`` only."""
+    """A bounded LRU of compiled graphs on one Core (real or simulated); ``env``: the variables to
+    read instead of ``os.environ`` (here and by ``reload()`` only)."""
 
     def __init__(
         self,
@@ -129,9 +124,8 @@ class Engine:
 
     # -- configuration ----------------------------------------------------------------------
     def reload(self) -> None:
-        """Read the configuration again: ``GGML_OPENVINO_*``, ``OVKIT_ENGINE_CACHE_SIZE`` and the
-        device ``GGML_OPENVINO_DEVICE`` selects (resolved on first use).  Compiled graphs stay
-        cached (a changed configuration gives other keys); graph plans are made again."""
+        """Read ``GGML_OPENVINO_*`` and ``OVKIT_ENGINE_CACHE_SIZE`` again; compiled graphs stay cached
+        (a changed configuration gives other keys), graph plans are made again."""
         source = dict(os.environ) if self._env is None else self._env
         config = read_config(source)
         size = self._explicit_size or cache_size(source)
@@ -164,8 +158,7 @@ class Engine:
             self._cache.resize(maxsize)
 
     def selected_device(self) -> str:
-        """The device ``GGML_OPENVINO_DEVICE`` selects on this engine's Core (resolved once per
-        reload; a fallback logs upstream's line, once)."""
+        """The device ``GGML_OPENVINO_DEVICE`` selects on this engine's Core (once per reload)."""
         device = self._device
         if device is None:
             from ovkit.selection import fallback_message, resolve_device
@@ -190,8 +183,7 @@ class Engine:
             self.last_runner = None  # it would keep the last compiled model (and its memory) alive
 
     def discard(self, graphs: Iterable[CompiledGraph]) -> None:
-        """Drop these compiled graphs from the cache: their owner (e.g. a ``Model``) is gone, and
-        the LRU would otherwise keep their memory until 64 newer graphs push them out."""
+        """Drop these compiled graphs from the cache (their owner, e.g. a ``Model``, is gone)."""
         keys = {g.key for g in graphs}
         with self._lock:
             self._cache.discard(keys)
@@ -237,12 +229,9 @@ class Engine:
         stateful: bool | None = None,
         dynamic: Mapping[str, Iterable[int]] | None = None,
     ) -> CompiledGraph:
-        """The compiled graph for ``structure`` on ``device``: from the cache, or compiled now.
-
-        ``factory()`` builds the ``openvino.Model`` (called on a miss only).  ``states`` maps a
-        state input name to the output holding its next value; ``stateful=None`` follows
-        ``GGML_OPENVINO_STATEFUL_EXECUTION`` (always off on the NPU class).
-        """
+        """The compiled graph for ``structure`` on ``device``, cached or compiled now from
+        ``factory()``.  ``states``: state input -> output holding its next value; ``stateful=None``
+        follows ``GGML_OPENVINO_STATEFUL_EXECUTION`` (off on the NPU class)."""
         cfg = self.config
         dev = device or self.selected_device()
         run = run_config or DEFAULT_RUN_CONFIG
@@ -265,15 +254,11 @@ class Engine:
             if not cfg.disable_cache and (entry := self._cache.get(key)) is not None:
                 self.last_hit = True
                 if self._release_on_hit:
-                    self._release_weights(dev)
+                    weight_release.on_cache_hit(dev, self.config)
                 return entry
             self._cache.misses += 1
             self.last_hit = False
-            from ovkit import weight_release
-
-            # Once host weights were released there is nothing left to compile
-            # from; WeightsReleasedError carries upstream's message and is not wrapped.
-            weight_release.before_compile(dev)
+            weight_release.before_compile(dev)  # released host weights: upstream's error
             props = compile_properties(run, device_class(dev), cfg)
             blobs = self._blob_cache()
             entry, self._pending_times = compile_graph(key, factory, run, props, blobs, core=self.core)
@@ -284,15 +269,8 @@ class Engine:
                 self._cache.put(entry)
             return entry
 
-    def _release_weights(self, device: str) -> None:
-        """GGML_OPENVINO_RELEASE_WEIGHTS: the first cache hit releases the host weights."""
-        from ovkit import weight_release
-
-        weight_release.on_cache_hit(device, self.config)
-
     def _blob_cache(self) -> BlobCache | None:
-        """``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``'s blob cache (None: unset, or a simulated
-        core, whose compiled models cannot be exported)."""
+        """``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``'s blob cache (None: unset, or a simulated core)."""
         path = self.config.compiled_model_cache_dir
         if not path or is_simulated(self.core):
             return None
@@ -347,8 +325,7 @@ class Engine:
         return outputs
 
     def _log_profile(self, t0: float, runner: Runner) -> None:
-        """GGML_OPENVINO_PROFILING: conversion and compile times of a miss, then the graph
-        inference time (since ``t0``) and OpenVINO's raw infer time."""
+        """GGML_OPENVINO_PROFILING: a miss's conversion and compile times, then the inference times."""
         times = {
             **self._pending_times,
             "Graph inference time": perf_counter() - t0,
@@ -398,11 +375,8 @@ class Engine:
         stateful: bool | None = None,
         dynamic: Mapping[str, Iterable[int]] | None = None,
     ) -> Session:
-        """A request of its own (own state, e.g. one KV cache per conversation).
-
-        The compiled model is shared through the cache; state inputs need not be passed to
-        ``run`` (they are variables when stateful, else fed back by the session).
-        """
+        """A request of its own state (e.g. one KV cache per conversation) on the cached compiled
+        model; state inputs are not passed to ``run``."""
         graph = self.compiled(
             structure, factory, device, run_config, states=states, stateful=stateful, dynamic=dynamic
         )
@@ -416,11 +390,8 @@ class Engine:
         run_config: RunConfig | None = None,
         **kw: Any,
     ) -> list[np.ndarray]:
-        """Run an ``openvino.Model`` (keyed by ``model_structure_key``; a clone is compiled).
-
-        The key is computed once per model object (and its input shapes), like upstream keys a
-        graph by identity: constants are not re-hashed on every call, and a model whose host
-        weights were released (GGML_OPENVINO_RELEASE_WEIGHTS) keeps hitting its compiled model."""
+        """Run an ``openvino.Model`` (a clone is compiled), keyed once per model object and input
+        shapes as upstream keys a graph by identity: constants are not hashed on every call."""
         shapes = tuple(str(p.get_partial_shape()) for p in model.inputs)
         cached = self._model_keys.get(id(model))
         if cached is None or cached[0]() is not model or cached[1] != shapes:
@@ -443,14 +414,8 @@ class Engine:
         wide: Sequence[str] = (),
     ) -> GraphPlan:
         """The plan of computing ``outputs`` (and state outputs ``extra``) of ``graph`` on
-        ``device``: policy check, structure key and input slots, made once and reused.
-
-        Plans live on the graph (``graph.derived``), never in the engine: a graph the caller drops
-        takes its plans, constants and last inputs with it.  The key holds the output identities
-        (the plan holds the outputs, so the ids stay valid), the graph's node count and edit
-        version (an in-place edit such as ``soft_max_add_sinks`` makes a new plan), and this
-        engine's plan tag (plans made before a reload are not reused).
-        """
+        ``device``, made once and kept on the graph (``graph.derived``), keyed by the outputs'
+        identities, the graph's size and edit version and this engine's reload."""
         outs = tuple(outputs)
         ids = id(outs[0]) if len(outs) == 1 and not extra else (tuple(map(id, outs)), tuple(map(id, extra)))
         key = (
@@ -479,15 +444,14 @@ class Engine:
         return plan
 
     def compiled_for(self, plan: GraphPlan) -> CompiledGraph:
-        """The compiled model of ``plan``: by the cache key it had last (no key to make), else
-        from the cache or compiled now."""
+        """The compiled model of ``plan``: by its last cache key, else cached or compiled now."""
         if plan.cache_key is not None:
             with self._lock:
                 compiled = self._cache.get(plan.cache_key)
             if compiled is not None:
                 self.last_hit = True
                 if self._release_on_hit:
-                    self._release_weights(plan.device)
+                    weight_release.on_cache_hit(plan.device, self.config)
                 return compiled
         compiled = self.compiled(plan.structure, plan.factory, plan.device, plan.run)
         # (with the cache off, plans made since the reload that turned it off never look there)
@@ -497,8 +461,7 @@ class Engine:
     def run_plan(
         self, plan: GraphPlan, inputs: Mapping[str, Any], *, out: Sequence[np.ndarray] | None = None
     ) -> list[np.ndarray]:
-        """Run ``plan`` once: bind ``inputs``, infer, convert the outputs (``out``: write into
-        these arrays instead, zero-copy)."""
+        """Run ``plan`` once; ``out``: arrays the outputs are written into, zero-copy."""
         runner = self.last_runner = self.compiled_for(plan).runner
         t0 = perf_counter()
         outputs = runner.run(plan.feed(inputs), out=out)
@@ -507,9 +470,7 @@ class Engine:
         return outputs if out is not None else plan.results(outputs)
 
 
-# ---------------------------------------------------------------------------------------------
-# Process-wide engines (one per Core).
-# ---------------------------------------------------------------------------------------------
+# -- process-wide engines (one per Core) --------------------------------------------------------
 _ENGINES: dict[int, Engine] = {}
 _DEFAULT_ENGINE: list[Engine] = []  # the engine of the process-wide Core, once made
 _ENGINES_LOCK = threading.Lock()
@@ -564,16 +525,8 @@ def compute_graph(
     config: Mapping[str, Any] | RunConfig | None = None,
     out: Sequence[np.ndarray] | None = None,
 ) -> list[np.ndarray]:
-    """``Graph.compute``'s device path: structure-keyed compile cache, reused request.
-
-    ``out``: arrays (one per output, the output Tensor's numpy shape and dtype) that OpenVINO
-    writes into directly instead of returning copies.
-
-    The policy check, the structure key and the OpenVINO model are computed once per
-    (outputs, device, config); every later call only binds, infers and converts the outputs.
-    Plans are keyed by the outputs' identities, the graph's node count and its edit version, so
-    an in-place edit after a compute (``set_name``, ``*_add_sinks``, ``*_set_prec``) is seen.
-    """
+    """``Graph.compute``'s device path through the plan of (outputs, device, config); ``out``:
+    arrays of the outputs' shapes and dtypes OpenVINO writes into instead of returning copies."""
     engine = _DEFAULT_ENGINE[0] if core is None and _DEFAULT_ENGINE else get_engine(core)
     return engine.run_plan(engine.plan(graph, outputs, device, config), inputs, out=out)
 
@@ -590,9 +543,8 @@ def graph_session(
     wide: Sequence[str] = (),
 ) -> GraphSession:
     """A stateful run of ``graph``: ``states`` maps a state input's name to the Tensor holding its
-    next value (e.g. ``{"cache_k": g.set_rows(cache_k, k_new, pos)}``).  ``stateful=None``
-    follows ``GGML_OPENVINO_STATEFUL_EXECUTION`` (forced off on the NPU class).  ``wide``: f16
-    inputs fed as f32 arrays holding f16 values (read without a conversion, see ``GraphPlan``)."""
+    next value (``{"cache_k": g.set_rows(cache_k, k_new, pos)}``); ``stateful`` as in
+    ``Engine.compiled``; ``wide``: f16 inputs fed as f32 arrays of f16 values."""
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     engine = get_engine(core)
     state_names = list(states)

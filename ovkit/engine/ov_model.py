@@ -13,9 +13,7 @@ from ovkit.dtypes import OPENVINO_NUMPY
 from ovkit.engine.errors import EngineError, InputError
 
 
-# ---------------------------------------------------------------------------------------------
-# Ports.
-# ---------------------------------------------------------------------------------------------
+# -- ports -------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class PortSpec:
     """One input or output of a compiled model: name, OpenVINO type, shape (-1 = dynamic)."""
@@ -69,9 +67,7 @@ def port_specs(ports: Sequence[Any], prefix: str) -> tuple[PortSpec, ...]:
     return tuple(specs)
 
 
-# ---------------------------------------------------------------------------------------------
-# Building the model to compile: dynamic dims, stateful transformation.
-# ---------------------------------------------------------------------------------------------
+# -- building the model to compile: dynamic dims, stateful transformation ----------------------
 ModelFactory = Callable[[], Any]
 
 
@@ -86,11 +82,8 @@ SHARED_CONSTANT_BYTES = 256
 
 
 def share_constants(model: Any) -> int:
-    """Make identical small constants one node each; returns how many were merged.
-
-    Translators make a fresh constant per use (a model's decode graph: thousands, about a hundred
-    distinct), and the CPU plugin's compile time and memory grow with the node count.
-    """
+    """Make identical small constants one node each (translators make one per use; compile time
+    grows with the node count); returns how many were merged."""
     first: dict[tuple[str, tuple[int, ...], bytes], Any] = {}
     merged = 0
     for op in model.get_ordered_ops():

@@ -1,10 +1,6 @@
-"""Graph plans: what one ``Graph.compute`` signature needs on every call after the first
-(policy verdict, structure key, input slots, output conversion), and stateful graph sessions.
-
-A plan reads the typed IR (:class:`ovkit.ir.GraphIR`) and calls the layers that own each step:
-the support policy (``ovkit.ops.policy``), the fed arrays' checks (``ovkit.ops.feed``) and the
-OpenVINO translation (``ovkit.ops.translate``, imported on a compile miss only: it loads OpenVINO).
-It never calls back into the builder above it."""
+"""Graph plans: what one ``Graph.compute`` signature needs on every call after the first (policy
+verdict, structure key, input slots, output conversion), and stateful graph sessions.
+"""
 
 from __future__ import annotations
 
@@ -147,10 +143,8 @@ class GraphPlan:
         return model
 
     def feed(self, inputs: Mapping[str, Any], skip: Collection[str] = ()) -> list[np.ndarray]:
-        """The Parameter values in order (``skip``: state inputs the session feeds itself).
-
-        The fast path takes arrays that already are the Parameter's values; anything else goes
-        through ``ovkit.ops.feed``, which converts it or raises the error naming it."""
+        """The Parameter values in order (``skip``: state inputs the session feeds itself); arrays that
+        are not the Parameter's values already go through ``ovkit.ops.feed``."""
         try:
             out = [s.convert(inputs[s.name]) for s in self.slots if s.name not in skip]
         except LookupError:

@@ -16,9 +16,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-# ---------------------------------------------------------------------------------------------
-# Hints: the allowed values are data, validated before anything is compiled.
-# ---------------------------------------------------------------------------------------------
+# -- Hints: the allowed values are data, validated before anything is compiled -----------------
 PRECISIONS: tuple[str, ...] = ("f32", "f16", "bf16")
 PERFORMANCE_HINTS: tuple[str, ...] = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 EXECUTION_MODES: tuple[str, ...] = ("ACCURACY", "PERFORMANCE")
@@ -125,9 +123,7 @@ def naive_run_config(first_op: str | None, base: RunConfig = DEFAULT_RUN_CONFIG)
 
 def compile_properties(run: RunConfig, dev_class: str, config: OvkitConfig) -> dict[str, Any]:
     """Everything passed to ``compile_model``: the run hints, ``GGML_OPENVINO_CACHE_DIR`` as
-    OpenVINO's model cache (unless ``COMPILED_MODEL_CACHE_DIR``'s blob cache is on: as in the
-    backend, a blob compiled with a cache dir cannot be imported again) and, for the NPU class,
-    the NPU variables' properties."""
+    OpenVINO's model cache (not beside the blob cache, as in the backend) and the NPU properties."""
     props = run.properties(dev_class)
     if config.cache_dir and not config.compiled_model_cache_dir:
         key = PROP_NPUW_CACHE_DIR if dev_class == DeviceClass.NPU else PROP_CACHE_DIR
@@ -138,9 +134,7 @@ def compile_properties(run: RunConfig, dev_class: str, config: OvkitConfig) -> d
     return props
 
 
-# ---------------------------------------------------------------------------------------------
-# Effective values, read back from the compiled model.
-# ---------------------------------------------------------------------------------------------
+# -- Effective values, read back from the compiled model ---------------------------------------
 def _as_text(value: Any) -> str:
     name = getattr(value, "name", None)  # enums (ExecutionMode.ACCURACY)
     if isinstance(name, str) and not hasattr(value, "get_type_name"):

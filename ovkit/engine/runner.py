@@ -23,9 +23,7 @@ from ovkit.engine.ov_model import PortSpec, port_specs
 from ovkit.engine.run_config import EffectiveConfig, RunConfig
 
 
-# ---------------------------------------------------------------------------------------------
-# Compiled graphs and their requests.
-# ---------------------------------------------------------------------------------------------
+# -- Compiled graphs and their requests --------------------------------------------------------
 class CompiledGraph:
     """One compiled model: its ports, effective configuration, compile time and shared request."""
 
@@ -196,9 +194,8 @@ class Runner:
         copy: bool = True,
         out: Sequence[np.ndarray] | None = None,
     ) -> list[np.ndarray]:
-        """Bind, infer, and return the outputs: copies; live views valid until the next run with
-        ``copy=False``; or, with ``out=``, the caller's own arrays, which OpenVINO writes into
-        directly (zero-copy output binding, as upstream binds ggml tensors)."""
+        """Bind, infer, and return the outputs: copies, live views until the next run
+        (``copy=False``), or with ``out=`` the caller's arrays, written by OpenVINO directly."""
         with self.graph.lock:
             self.bind(inputs)
             if out is not None:
