@@ -1,14 +1,9 @@
 """Run a GGUF model: prefill N tokens, then greedy-decode M tokens, the KV cache on the device.
 
-``Model(path)`` on the CPU compiles one model straight from the file's blocks (``shapes="lean"``,
-``ovkit.model.lean``).  Elsewhere, or with ``shapes="buckets"``, it builds the graph of
-``ovkit.model.program`` (the device's requantization policy applied, weights kept quantized), one
-compiled model and ``ovkit.engine.graph_session`` per shape bucket (``n_tokens``, ``n_kv``) as
-llama.cpp's static graphs are.  Their KV cache (``kv="host"``) is one set of host arrays bound to
-every bucket's cache inputs without a copy, a graph returning only the rows its SET_ROWS write;
-``kv="variables"`` keeps it in OpenVINO variables per bucket, as upstream's stateful execution
-does.  Prefill runs in chunks of ``n_ubatch`` tokens (the NPU class: of
-``GGML_OPENVINO_PREFILL_CHUNK_SIZE``); logits come back for every fed position or the last only.
+On the CPU one model compiled from the file's blocks (``shapes="lean"``, ``ovkit.model.lean``);
+elsewhere, or with ``shapes="buckets"``, the graph of ``ovkit.model.program`` compiled per shape
+bucket (``n_tokens``, ``n_kv``) as llama.cpp's static graphs are, the KV cache in host arrays
+(``kv="host"``) or in OpenVINO variables per bucket (``kv="variables"``).
 """
 
 from __future__ import annotations
@@ -58,15 +53,11 @@ SHOWN_TOKENS = 24  # generated ids a Generation's repr lists before eliding the 
 
 #: ``kv=``: where the KV cache lives (see the module docstring).
 KV_MODES = ("host", "variables")
-#: ``shapes=``: how many models are compiled.  "lean": one model built from the GGUF's blocks
-#: directly (``ovkit.model.lean``: compressed weights held once, the KV cache in OpenVINO state,
-#: every length dynamic); "buckets": ovkit's ggml graph, one static model per shape bucket
-#: ``(n_tokens, n_kv)``, as llama.cpp's graphs are (wherever "lean" does not apply).
+#: ``shapes=``: one dynamic model from the GGUF's blocks ("lean"), or one static model of
+#: ovkit's ggml graph per shape bucket ("buckets", wherever "lean" does not apply).
 SHAPE_MODES = ("lean", "buckets")
-#: Prefill chunk lengths the static buckets are compiled for: a chunk of ``n`` tokens runs in the
-#: model of the smallest size >= n (padded after its last token, the padding's logits and cache
-#: rows dropped), so prompts of many lengths share a few compiled models (each is hundreds of MiB
-#: and seconds of compile for a real model); at most 2x the tokens below 128, 1.5x above.
+#: Prefill chunk lengths the static buckets are compiled for: a chunk runs padded to the smallest
+#: size that holds it, so prompts of many lengths share a few compiled models.
 PREFILL_SIZES = (8, 16, 32, 64, 128, 192, 256, 384, 512)
 #: Compiled models a Model keeps (``max_buckets``): the least recently used beyond it is released.
 MAX_BUCKETS = 4
@@ -111,24 +102,6 @@ class Generation(Reported):
         )
 
 
-def model_weights(gguf: GGUFModel) -> list[tuple[str, Any]]:
-    """Every tensor as a graph constant, as stored; a type upstream refuses but that repacks
-    losslessly (``quant.REPACKS``: Q5_0 as Q8_0 blocks) is repacked, anything else is refused."""
-    out: list[tuple[str, Any]] = []
-    for name, info in gguf.tensors.items():
-        if info.supported:
-            out.append((name, gguf.constant(name)))
-        elif info.type in quant.REPACKS:
-            qtype, blocks = quant.repack_blocks(info.type, gguf.raw(name))
-            out.append((name, quant.from_blocks(qtype, blocks, info.shape, name=name)))
-        else:
-            raise ModelError(
-                f"{gguf.path}: tensor {name!r} is {info.type}, which ovkit does not run as a model weight "
-                f"(expected f32, f16, bf16, {', '.join(quant.QUANT_TYPES)} or {', '.join(quant.REPACKS)})"
-            )
-    return out
-
-
 @dataclass(frozen=True, slots=True)
 class KvWrite:
     """One SET_ROWS of the host KV cache: the graph output holding the written rows goes into
@@ -140,9 +113,8 @@ class KvWrite:
 
 
 def _release_host_memory() -> None:
-    """Give the decoded weights and the translated models back to the system after a compile:
-    they sit in reference cycles (graph <-> tensors) until a collection, and glibc keeps freed
-    heap pages until trimmed (SmolLM2: 1,060 -> 625 MiB, docs/model.md "Memory")."""
+    """Give the decoded weights and translated models (reference cycles until collected, heap
+    pages glibc keeps until trimmed) back to the system after a compile."""
     import ctypes
     import ctypes.util
     import gc
@@ -176,8 +148,8 @@ _R = TypeVar("_R")
 
 
 def _serialized(method: Callable[Concatenate[Model, _P], _R]) -> Callable[Concatenate[Model, _P], _R]:
-    """``method`` under the model's lock: calls from several threads run one at a time (the KV
-    cache, ``n_past`` and the buckets are one state), each whole (a generate resets, then evals)."""
+    """``method`` under the model's lock: calls from several threads run one at a time, each whole
+    (the KV cache, ``n_past`` and the buckets are one state)."""
 
     @functools.wraps(method)
     def locked(self: Model, *args: _P.args, **kwargs: _P.kwargs) -> _R:
@@ -188,9 +160,8 @@ def _serialized(method: Callable[Concatenate[Model, _P], _R]) -> Callable[Concat
 
 
 class Model(Reported):
-    """A GGUF decoder model compiled for one device (see the module docstring); shown as a table
-    of its shape, sizes and device (the attributes keep the raw values).  Its running methods are
-    serialized: from several threads they run one at a time, each whole."""
+    """A GGUF decoder model compiled for one device (see the module docstring), shown as a table
+    of its shape, sizes and device; its running methods are serialized."""
 
     def __init__(
         self,
@@ -259,9 +230,8 @@ class Model(Reported):
         self._lean: Any = None  # the compiled lean session (ovkit.model.lean), built on first use
         self.spill_dir = config.spill_dir
         self.compiled_model_cache_dir = config.compiled_model_cache_dir  # the lean model's entries
-        # kv="host": the cache itself, shared by every bucket: llama.cpp's f16 K/V values, held
-        # as f32 on the CPU class (its graphs compute in f32: read as they are, no conversion per
-        # step; twice the bytes), as f16 elsewhere; "lean" keeps it in OpenVINO state instead
+        # kv="host": one cache shared by every bucket, f16 values held as f32 on the CPU class
+        # (read by its f32 graphs without a conversion per step); "lean" keeps it in OpenVINO state
         self._kv_wide = kv == "host" and self.device_class == DeviceClass.CPU
         kv_dtype = np.float32 if self._kv_wide else np.float16
         self._kv: dict[str, np.ndarray] = (
@@ -271,8 +241,7 @@ class Model(Reported):
         )
         self.no_requant = no_requant
         self._buckets: dict[GraphShape, _Bucket] = {}
-        # the engine's cache would keep this model's compiled graphs (hundreds of MiB each for a
-        # real model) after the model is gone: they leave with it, or with close()
+        # the engine's cache would keep this model's compiled graphs after the model is gone
         weakref.finalize(self, _discard_compiled, engine, self._buckets)
         self._kv_owner: _Bucket | None = None
         self.n_past = 0
@@ -280,8 +249,8 @@ class Model(Reported):
 
     @functools.cached_property
     def _configs(self) -> dict[int, RunConfig]:
-        """The graph form's compile configurations (prefill, decode): the weights' compile hints
-        tune the CPU plugin's activation quantization, only at the device's own precision."""
+        """The buckets' compile configurations (decode: 1, prefill: 2), the weights' compile hints
+        applied at the device's own precision."""
         device = self.precision == "device"
         quantized = (
             [w for w in self.weights.values() if isinstance(w, quant.QuantizedWeight)] if device else []
@@ -314,10 +283,20 @@ class Model(Reported):
 
     @functools.cached_property
     def weights(self) -> dict[str, Any]:
-        """Every tensor as a graph constant, the device's policy applied: read from the GGUF when a
-        graph is first built (the decoded host copy is ~4x a 4-bit file)."""
+        """Every tensor as a graph constant, the device's policy applied (Q5_0 repacked losslessly
+        as Q8_0), read when a graph is first built."""
         weights = {}
-        for name, w in model_weights(self.gguf):
+        for name, info in self.gguf.tensors.items():
+            if info.supported:
+                w = self.gguf.constant(name)
+            elif info.type in quant.REPACKS:
+                qtype, blocks = quant.repack_blocks(info.type, self.gguf.raw(name))
+                w = quant.from_blocks(qtype, blocks, info.shape, name=name)
+            else:
+                raise ModelError(
+                    f"{self.gguf.path}: tensor {name!r} is {info.type}, which ovkit does not run as a model "
+                    f"weight (expected f32, f16, bf16, {', '.join(quant.QUANT_TYPES)} or {', '.join(quant.REPACKS)})"
+                )
             if isinstance(w, quant.QuantizedWeight):
                 w = w.apply_policy(self.device_class, no_requant=self.no_requant)
             if self.precision == "ggml" and isinstance(w, quant.QuantizedWeight):
@@ -336,9 +315,8 @@ class Model(Reported):
         )
 
     def _cache_rows(self, shape: GraphShape) -> int:
-        """The rows of a bucket's cache inputs: with the host cache and flash attention, the
-        ``n_kv`` rows the graph reads (a view of the host cache, the backend's KV slice), else
-        (or with GGML_OPENVINO_DISABLE_KV_SLICE) the whole ``n_ctx``, sliced inside the graph."""
+        """A bucket's cache input rows: the ``n_kv`` it reads (the backend's KV slice) with the host
+        cache and flash attention, unless GGML_OPENVINO_DISABLE_KV_SLICE; else ``n_ctx``."""
         sliced = self.kv == "host" and shape.flash_attn and not self.kv_slice_disabled
         return shape.n_kv if sliced else shape.n_ctx
 
@@ -410,9 +388,8 @@ class Model(Reported):
         return list(dict.fromkeys(shapes))
 
     def run_length(self, n_tokens: int, start: int) -> int:
-        """The tokens a chunk of ``n_tokens`` at position ``start`` runs as: with static buckets,
-        padded to the next of ``PREFILL_SIZES`` when that fits the micro-batch and the cache (the
-        padding sits after the chunk, where causal attention keeps it from the real tokens)."""
+        """The tokens a chunk at ``start`` runs as: with static buckets, padded (after the chunk, out
+        of the real tokens' causal view) to the next of ``PREFILL_SIZES`` that fits."""
         if n_tokens == 1 or self.shapes != "buckets" or self.device_class == DeviceClass.NPU:
             return n_tokens
         size = next((s for s in PREFILL_SIZES if s >= n_tokens), n_tokens)
@@ -420,9 +397,8 @@ class Model(Reported):
 
     @_serialized
     def prepare(self, n_prompt: int, n_predict: int, *, last_only: bool = False) -> None:
-        """Build and compile every bucket a run will use (so timed runs do not compile).  A run
-        needing more compiled models than ``max_buckets`` gets its first ``max_buckets`` ones:
-        compiling the rest now would release those again before the run reaches them."""
+        """Build and compile every bucket a run will use, so timed runs do not compile (the first
+        ``max_buckets`` of them: more would release those again)."""
         if self.shapes == "lean":
             if n_prompt + n_predict > self.n_ctx:
                 raise ModelError(f"{n_prompt} prompt + {n_predict} new tokens exceed n_ctx={self.n_ctx}")
@@ -472,8 +448,8 @@ class Model(Reported):
     # -- running --------------------------------------------------------------------------------
     @_serialized
     def close(self) -> None:
-        """Release the compiled models now (they are released when the model is collected, too).
-        The model still runs afterwards from position 0, compiling again what it needs."""
+        """Release the compiled models now (as when collected); it still runs afterwards, from
+        position 0."""
         _discard_compiled(get_engine(self.core), self._buckets)
         self._lean = None
         self.reset()
@@ -558,11 +534,9 @@ class Model(Reported):
         stop: Collection[int] = (),
         all_logits: bool = False,
     ) -> Generation:
-        """Prefill ``prompt`` then ``n_predict`` greedy decode steps (``forced``: feed these ids
-        instead of the greedy picks, for comparing logits position by position; ``stop``: end
-        early at the first generated id in it, kept last in ``tokens`` and not fed, as llama.cpp
-        stops at end-of-generation ids).  The prefill computes the last prompt position's logits
-        only, unless ``all_logits`` asks for every one."""
+        """Prefill ``prompt`` (the last position's logits, every one with ``all_logits``) then
+        ``n_predict`` greedy steps, feeding ``forced`` ids instead when given; ``stop``: end at
+        the first generated id in it, kept last in ``tokens``, as llama.cpp stops at end of generation."""
         # every size and id checked before anything is compiled
         n_predict = check_count("n_predict", n_predict)
         n_prompt = token_ids(prompt, self.hp.n_vocab).size
