@@ -1,11 +1,8 @@
 """Host weight-buffer release (``GGML_OPENVINO_RELEASE_WEIGHTS`` / ``GGML_OPENVINO_MEMORY_OPTIMIZE``).
 
-Host buffers holding weights are registered, held weakly per storage. On the first cache hit with
-release enabled (``OvkitConfig.release_weights``), every registered buffer is rounded inward to
-pages and given back with ``madvise(MADV_DONTNEED)``, logging upstream's INFO line; afterwards a
-recompile or another model's weights raise :class:`WeightsReleasedError` with upstream's message.
-The released pages read back as zeros: safe where the runtime holds its own copy of the weights
-(the GPU; on the CPU only repacked weights), so enable it on the CPU explicitly only.
+On the first cache hit with release on, every registered weight buffer's pages go back with
+``madvise(MADV_DONTNEED)`` (they read back as zeros: on the CPU enable it explicitly only); a later
+compile raises :class:`WeightsReleasedError` with upstream's message.
 """
 
 from __future__ import annotations
@@ -99,10 +96,8 @@ class WeightReleaseRegistry:
 
     # -- registration ----------------------------------------------------------------------------
     def register(self, buffer: Any) -> bool:
-        """Register an ovkit host Buffer holding weights (True if newly registered).
-
-        Raises :class:`WeightsReleasedError` when weights were already released (a new model).
-        """
+        """Register an ovkit host Buffer holding weights (True if newly registered); a
+        :class:`WeightsReleasedError` when weights were released already."""
         storage = getattr(buffer, "storage", buffer)
         if getattr(storage, "remote", False):
             return False  # remote (device) buffers have no host pages

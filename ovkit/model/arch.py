@@ -1,12 +1,5 @@
 """Architectures as data: what differs between ``llama``, ``qwen2``, ``qwen3``, ``qwen3moe`` and
-``gemma3``.
-
-llama.cpp's model files build one graph shape for all of them; the differences are which optional
-tensors a layer has (QKV biases, per-head q/k RMS norms, gemma3's norms after attention and FFN),
-whether the FFN is a mixture of experts (top-k routing over ``expert_count`` experts), its gate
-activation (SiLU or GELU-tanh), whether the embeddings are scaled by √n_embd and Q by the
-attention scale before attention, interleaved sliding-window attention, and the rope type.  An
-:class:`ArchSpec` row holds exactly those, and :class:`HParams` reads the sizes from GGUF metadata
+``gemma3`` (an :class:`ArchSpec` row each), and :class:`HParams`, the sizes read from GGUF metadata
 under the ``<arch>.`` keys llama.cpp reads.
 """
 

@@ -1,15 +1,9 @@
 """Chat with a GGUF model: its own chat template, rendered sandboxed, and llama.cpp's stop tokens.
 
-A chat template is Jinja code that came inside the model file (or a file the user names), so it
-is rendered by :mod:`ovkit.template`: in Jinja2's ``ImmutableSandboxedEnvironment``, in a child
-process bounded in time, memory and output size, with what templates written for HF transformers
-expect: ``messages``, ``add_generation_prompt``, ``bos_token``, ``eos_token``, ``raise_exception``
-and ``strftime_now``.  The rendered text is tokenized by llama.cpp with special tokens parsed and
-a leading BOS text dropped when llama.cpp adds BOS itself (BOS once, as llama.cpp's chat code
-does); its tokens are checked against the model's training context (in :func:`chat`, against the
-model's ``n_ctx``) before anything is compiled.
-Generation stops at the end-of-generation ids llama.cpp's vocabulary marks (:func:`eog_ids`).
-Every failure is a :class:`ChatError`: one line naming the file and what is wrong.
+The template (Jinja code from the model file or the user) is rendered by :mod:`ovkit.template`
+with the variables HF transformers' templates expect, tokenized by llama.cpp, checked against the
+context before anything compiles; generation stops at :func:`eog_ids`.  Every failure is a
+one-line :class:`ChatError` naming the file.
 """
 
 from __future__ import annotations
@@ -126,11 +120,8 @@ def special_token(gguf: GGUFModel, which: str) -> str:
 
 
 def eog_ids(model: str | os.PathLike[str] | GGUFModel) -> frozenset[int]:
-    """The ids that end generation, decided as llama.cpp's vocabulary loader does: EOS, EOT, EOM
-    and the FIM pad/repo/separator ids (from the GGUF, else found by their texts), every token
-    whose text is in :data:`EOG_TEXTS`, minus ``<|end|>`` next to gpt-oss's ``<|return|>`` and
-    ``<|call|>`` (or solar-open's ``<|calls|>``, ``<|flush|>``) and a normal ``</s>`` next to
-    ``<|tool_response>`` or ``<|plamo:eos|>``."""
+    """The ids that end generation, as llama.cpp's vocabulary loader decides: EOS, EOT, EOM, FIM
+    and :data:`EOG_TEXTS` tokens, less its exceptions for gpt-oss, solar-open and plamo."""
     gguf = _gguf(model)
     tokens = require_tokenizer(gguf)
     md, n = gguf.metadata, len(tokens)
@@ -183,10 +174,8 @@ def render(
     add_generation_prompt: bool = True,
     source: str = "chat template",
 ) -> str:
-    """``template`` rendered for ``messages`` in Jinja2's immutable sandbox (as HF transformers
-    renders chat templates: blocks trimmed, loop controls, ``tojson``), within the time, memory
-    and output bounds of :mod:`ovkit.template`; any failure, a reach for Python internals or a
-    bound passed included, is a one-line :class:`ChatError` starting with ``source``."""
+    """``template`` rendered for ``messages`` in Jinja2's immutable sandbox by HF transformers' rules,
+    within :mod:`ovkit.template`'s bounds; any failure is a one-line :class:`ChatError`."""
     from ovkit import template as jinja
 
     variables = {
@@ -259,9 +248,8 @@ def format_chat(
 
 
 def read_template_file(path: str | os.PathLike[str]) -> str:
-    """A chat template from a file (``--chat-template-file``), as text: a regular UTF-8 file of
-    at most ``ovkit.template.MAX_TEMPLATE_CHARS`` bytes (a directory, a device or a FIFO is a
-    one-line :class:`ChatError`, never a hang)."""
+    """A chat template from a regular UTF-8 file of at most ``MAX_TEMPLATE_CHARS`` bytes
+    (``--chat-template-file``); anything else is a one-line :class:`ChatError`, never a hang."""
     from ovkit.files import FileReadError, read_text
     from ovkit.template import MAX_TEMPLATE_CHARS
 

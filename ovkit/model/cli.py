@@ -1,12 +1,6 @@
-"""``ovkit run-model FILE.gguf (--tokens "1 5 9" | --prompt TEXT | --chat QUESTION) -n 32``: run, time, compare.
-
-``--chat`` formats the question with the GGUF's own chat template (``ovkit.model.chat``: rendered
-in Jinja2's sandbox) and stops at the model's end-of-generation ids, printing the answer.
-
-Prints prefill and decode tokens/s and the compile time (not counted in them); ``--compare llama.cpp`` runs the same prompt and the same fed
-tokens through llama.cpp's CPU backend (llama-cpp-python, in a subprocess) and prints the logit
-NMSE per position and the greedy agreement.  ``--json`` prints ``tokens``, ``prefill_tok_s``,
-``decode_tok_s``, ``compile_s`` (and the comparison).
+"""``ovkit run-model FILE.gguf (--tokens "1 5 9" | --prompt TEXT | --chat QUESTION) -n 32``: run
+and time a model (``--chat``: with the GGUF's chat template, stopping at end of generation) and,
+with ``--compare``, the logit NMSE per position and greedy agreement against llama.cpp.
 """
 
 from __future__ import annotations

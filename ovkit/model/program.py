@@ -1,16 +1,9 @@
 """The compute graph llama.cpp builds for a decoder model, written once over the builder API.
 
-``decoder_program(hp, shape)`` returns a *program* ``program(b, leaves)``: ``b`` is an ovkit
-``Graph`` or ovkit.oracle's ``GgmlBuilder`` (real ggml), ``leaves`` maps llama.cpp's tensor names
-(GGUF weights such as ``blk.0.attn_q.weight``, graph inputs such as ``inp_tokens``,
-``attn_inp_kq_mask``, ``cache_k_l0``) to leaf tensors.  The ops, their order and the names given
-to results (``attn_norm-0``, ``Qcur-0``, ``kq-0``, ``kqv_out-0``, ``ffn_out-0``, ``l_out-0``,
-``result_norm``, ``result_output``) follow llama.cpp's ``llm_graph_context`` (``build_norm``,
-``build_qkv``, ``build_attn``/``build_attn_mha``, ``build_ffn``), its architecture graphs
-(``src/models/*.cpp``, gemma3's sliding-window layers included) and ``llama_kv_cache``
-(``cpy_k``/``cpy_v`` as SET_ROWS, ``get_k``/``get_v`` as 4-d views; the V cache is transposed
-when flash attention is off, exactly as ``-fa off`` keeps it).  The backend's support rules key
-on these names and view patterns, so the placement of this graph is the backend's placement.
+``decoder_program(hp, shape)`` returns ``program(b, leaves)`` over an ovkit ``Graph`` or the
+oracle's ``GgmlBuilder``, ``leaves`` keyed by llama.cpp's tensor names.  Ops, order, result names
+and KV cache views follow llama.cpp's ``llm_graph_context`` and ``llama_kv_cache`` (the V cache
+transposed with ``-fa off``), so the backend's support rules place this graph as upstream's.
 """
 
 from __future__ import annotations
@@ -68,11 +61,8 @@ def cache_names(n_layer: int) -> list[str]:
 def input_specs(
     hp: HParams, shape: GraphShape, *, cache_rows: int | None = None
 ) -> dict[str, tuple[tuple[int, ...], str]]:
-    """The graph inputs (numpy shape, dtype) by llama.cpp's names, caches included.
-
-    ``cache_rows``: the cache inputs' rows, ``n_ctx`` unless given.  With flash attention the
-    graph reads and writes rows below ``n_kv`` only, so a cache input of ``n_kv`` rows (a view of
-    the first rows of the whole cache) computes the same and costs ``n_kv`` rows, not ``n_ctx``."""
+    """The graph inputs (numpy shape, dtype) by llama.cpp's names; ``cache_rows``: the caches' rows
+    (``n_ctx``, or with flash attention as few as the ``n_kv`` the graph reads)."""
     n, kv = shape.n_tokens, hp.n_embd_kv
     rows = shape.n_ctx if cache_rows is None else cache_rows
     if not (shape.n_kv <= rows <= shape.n_ctx and (shape.flash_attn or rows == shape.n_ctx)):
@@ -128,13 +118,8 @@ def attention(
     b: Any, hp: HParams, shape: GraphShape, il: int, q: Any, k: Any, v: Any, L: Mapping[str, Any]
 ) -> tuple[Any, dict[str, Any]]:
     """``build_attn`` over the KV cache: store K/V (SET_ROWS), view the cache, attend; ``kqv_out``.
-
-    A sliding-window layer (gemma3) uses the iSWA cache's SWA half: its own ``cache_k_l{il}`` /
-    ``cache_v_l{il}`` (full size, llama.cpp's default ``swa_full``) and the window's mask.  As in
-    llama.cpp, the stores are expanded into the graph first and K/V are views of the cache
-    tensors themselves (the backend's FLASH_ATTN_EXT rule wants PERMUTE <- VIEW <- the cache);
-    ovkit's Graph records the ordering as the views' ``after`` edge.
-    """
+    A sliding-window layer uses its own full-size cache and the window's mask; K/V are views of the
+    cache tensors after the stores, as the backend's FLASH_ATTN_EXT rule wants."""
     cb = _namer(b)
     hd, n, n_kv, n_ctx, kvd = hp.head_dim, shape.n_tokens, shape.n_kv, shape.n_ctx, hp.n_embd_kv
     ck_name, cv_name = f"cache_k_l{il}", f"cache_v_l{il}"

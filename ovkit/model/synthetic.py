@@ -1,10 +1,8 @@
 """Random-weight GGUF models that llama.cpp loads: any size, any ggml weight type, a real tokenizer.
 
-Tests, benchmarks and notebooks need models without downloads.  ``synthetic(arch, path, ...)``
-writes one with the ``gguf`` package's ``GGUFWriter``: the tensors llama.cpp's loader expects for
-the architecture (``ovkit.model.arch``), 2-d weights in the requested type (quantized by ggml's
-own quantizer through ``ovkit.quant``), norms and biases f32, and a SentencePiece-style vocabulary
-(control tokens, the 256 byte tokens, then word pieces) so text goes through llama.cpp's tokenizer.
+``synthetic(arch, path, ...)`` writes the tensors llama.cpp expects for the architecture (2-d
+weights in the requested type, quantized by ggml's own quantizer) and a SentencePiece-style
+vocabulary, so tests, benchmarks and notebooks need no downloads.
 """
 
 from __future__ import annotations
@@ -271,17 +269,11 @@ def synthetic(
     tokenizer_from: str | os.PathLike[str] | None = None,
     header_only: bool = False,
 ) -> Path:
-    """Write a random-weight ``arch`` model to ``path`` (``weight_type``: f32, f16 or a quant type;
-    ``n_expert``, ``n_expert_used``, ``n_ff_exp``: the experts of a MoE architecture;
-    ``head_dim``: written as key/value length when it is not n_embd / n_head; ``sliding_window``,
-    ``sliding_window_pattern``, ``rope_freq_base_swa``: gemma3's interleaved sliding window;
-    ``tokenizer=False``: no tokenizer metadata; ``chat_template``: a ``tokenizer.chat_template``;
-    ``random_blocks``: 2-d weights are random blocks of the type, written one tensor at a time, so
-    a model of any size (a 13 B shape is 7 GB) is written in seconds without being held in memory;
-    ``tokenizer_from``: another GGUF whose tokenizer (and so vocabulary size) the model takes, e.g. a
-    real model's GPT-2 BPE one, which OpenVINO GenAI's GGUF reader needs; ``header_only``: the
-    metadata and tensor table alone, the tensor data a hole of its size (a sparse file, any size on
-    no disk, for tools that read the header, such as ``ovkit check``))."""
+    """Write a random-weight ``arch`` model to ``path``: 2-d weights of ``weight_type``, MoE
+    experts (``n_expert*``, ``n_ff_exp``), gemma3's sliding window (``sliding_window*``,
+    ``rope_freq_base_swa``); ``random_blocks``: random blocks written one tensor at a time (any
+    size, in seconds); ``tokenizer_from``: another GGUF's tokenizer (e.g. GPT-2 BPE for GenAI);
+    ``header_only``: the tensor data a hole of its size (a sparse file, for header-only tools)."""
     spec = arch_spec(arch)
     moe = spec.moe
     borrowed = _tokenizer_of(tokenizer_from) if tokenizer_from is not None else None

@@ -1,12 +1,6 @@
 """Quantized ggml weights as OpenVINO constants: the types (:mod:`.specs`), block decoding
 (:mod:`.decode`), the weight and its decompression forms (:mod:`.weight`), requantization
-(:mod:`.requant`) and writing quantized tensors (:mod:`.round_trip`).
-
-A :class:`QuantizedWeight` decodes upstream's types once into integers, scales and biases that
-reproduce ggml's ``to_float`` exactly; the types upstream refuses (:data:`HOST_TYPES`) become
-plain host-decoded constants.  ``docs/quant.md`` describes the decompression forms (``"fast"``,
-``"upstream"``, ``"upstream_bias"``), the requantization policy (:data:`REQUANT_RULES`) and the
-round trips of quantized writes (:data:`ROUND_TRIPS`).
+(:mod:`.requant`) and quantized writes (:mod:`.round_trip`); ``docs/quant.md`` describes them.
 """
 
 from __future__ import annotations

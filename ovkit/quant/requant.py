@@ -100,12 +100,8 @@ REQUANT_GROUPED: dict[RequantTarget, tuple[int, Callable[..., Any]]] = {
 
 
 def requantize(values: np.ndarray, target: RequantTarget) -> Decoded:
-    """Upstream's requantization of f32 rows (``requantize_to_buffers`` in ggml-quants.cpp).
-
-    Q8_0_C: per row, d = amax/127, q = round(x/d) (i8).  Q4_0_128 / Q4_0_64 / Q4_1_64: the
-    grouped 4-bit quantizers of :data:`REQUANT_GROUPED`, scales rounded to f16 as upstream
-    stores them, so :meth:`Decoded.dequantize` gives the values the device holds.
-    """
+    """Upstream's requantization of f32 rows (``requantize_to_buffers``): Q8_0_C per row, or the
+    grouped 4-bit quantizers, scales rounded to f16 as the device holds them."""
     x = np.asarray(values, dtype=np.float32)
     rows, k = x.shape[0] if x.ndim > 1 else 1, x.shape[-1]
     x = x.reshape(rows, k)
@@ -196,14 +192,9 @@ REQUANT_RULES: tuple[RequantRule, ...] = (
 
 
 def requant_refusal(target: RequantTarget, qtype: str, shape: Sequence[int], what: str = "weight") -> str:
-    """Why a device cannot build a ``qtype`` weight of ``shape`` requantized to ``target`` ("" if it can).
-
-    UNSUPPORTED: upstream's type gate refuses the type.  The grouped 4-bit targets (Q4_0_128,
-    Q4_0_64, Q4_1_64) need each row (ggml ``ne0``, the last numpy axis) to be whole groups:
-    upstream sizes the scales ``ne0 // G`` per row, quantizes the flattened tensor in G-runs that
-    straddle rows, and its Reshape back to ``[rows, ne0]`` fails, so the weight does not load (no
-    smaller group, no per-channel fallback).
-    """
+    """Why a device cannot build a ``qtype`` weight of ``shape`` requantized to ``target`` ("" if
+    it can): upstream refuses the type, or a grouped 4-bit target's groups straddle rows (its
+    Reshape back to ``[rows, ne0]`` then fails)."""
     name = str(qtype)
     if target is RequantTarget.UNSUPPORTED:
         return (
@@ -251,9 +242,8 @@ def requant_decision(
     no_requant: bool = False,
     kquant: str | None | FromEnv = FROM_ENV,
 ) -> RequantDecision:
-    """The one decision placement, fit and the runner share: upstream's target for this weight
-    on ``device_class`` and, when the device cannot build it, the reason (``kquant``: the
-    REQUANT_KQUANT choice, by default the environment's, read on every call as upstream does)."""
+    """Upstream's target for this weight on ``device_class`` and, when the device cannot build it,
+    the reason: the one decision placement, fit and the runner share."""
     target = requant_type(tensor_name, device_class, qtype, no_requant=no_requant, shape=shape, kquant=kquant)
     dims = tuple(int(d) for d in shape)
     what = f"weight {tensor_name!r}" if tensor_name else "weight"
@@ -270,10 +260,8 @@ def requant_type(
     shape: Sequence[int] = (),
     kquant: str | None | FromEnv = FROM_ENV,
 ) -> RequantTarget:
-    """The policy's target for a quantized weight (``no_requant`` = upstream's ``use_bias``: native;
-    UNSUPPORTED for the host-decoded types on every device class).  ``shape`` (numpy order) tells
-    3-D MoE experts apart; ``kquant`` is the GGML_OPENVINO_REQUANT_KQUANT value (None: unset), by
-    default read from the environment as upstream reads it."""
+    """The policy's target for a quantized weight (native with ``no_requant``, upstream's
+    ``use_bias``); ``shape`` tells MoE experts apart, ``kquant`` is REQUANT_KQUANT (default: the env)."""
     spec = quant_spec(qtype)
     cls = str(device_class).upper()
     if cls not in ("CPU", "GPU", "NPU") or (no_requant and not spec.host_decoded):

@@ -103,11 +103,8 @@ def n_rows(shape: Sequence[int]) -> int:
 
 
 def checked_shape(spec: QuantSpec, shape: object, what: str = "tensor") -> tuple[int, ...]:
-    """``shape`` as a tuple of positive ints with rows a whole number of blocks, else QuantError.
-
-    Floats, bools, negative or zero sizes and an empty shape are refused by name: a quantized
-    tensor holds at least one block per row.
-    """
+    """``shape`` as a tuple of positive ints with rows a whole number of blocks, else a QuantError
+    naming the bad size."""
     label = f"{spec.name} {what}"
     if isinstance(shape, str | bytes) or not isinstance(shape, Sequence | np.ndarray):
         raise QuantError(f"{label}: shape must be a sequence of positive integers, got {shape!r}")

@@ -93,10 +93,8 @@ def _to_f32(node: Any) -> Any:
 
 @dataclass(frozen=True)
 class QuantizedWeight:
-    """A ggml-quantized weight (raw blocks + decoded view) usable as a graph constant.
-
-    ``shape`` is numpy order (``(rows, k)`` or ``(experts, rows, k)``); ``dtype`` ggml's type name.
-    """
+    """A ggml-quantized weight (raw blocks + decoded view) usable as a graph constant; ``shape``
+    in numpy order (``(rows, k)`` or ``(experts, rows, k)``)."""
 
     qtype: str
     shape: tuple[int, ...]
@@ -339,12 +337,8 @@ class QuantizedWeight:
 
     @cached_property
     def _zero_points(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """Integer zero points and the exact residual ``bias + scale * zp`` (None: symmetric).
-
-        Fast form: the zero point is the fixed container offset (8 or 16), so the Constant is a
-        plain signed integer tensor (no Subtract) and the whole bias moves into the residual.
-        Upstream forms: ``round(-bias/scale)`` clamped to the unsigned container.
-        """
+        """Integer zero points and the exact residual ``bias + scale * zp`` (None: symmetric): the fast
+        form's fixed offset (8 or 16), upstream's ``round(-bias/scale)`` in the unsigned container."""
         dec, spec = self.decoded, self.spec
         if dec.bias is None or self._host_f32:  # the f32 constant holds the bias already
             return None
@@ -445,12 +439,8 @@ class QuantizedWeight:
         return ops.add(main, self._bias_term(b)).output(0)
 
     def ov_get_rows(self, indices: Any) -> Any:
-        """Rows ``indices`` (integer Output, any shape) of the dequantized weight: f32 [..., k].
-
-        The CPU plugin gathers straight from the compressed weights when the decompression is
-        ``Convert → [Subtract] → Multiply``; the exact residual of the asymmetric types is gathered
-        separately ([n, k/32]) and added, so the table is never folded into f32.
-        """
+        """Rows ``indices`` (integer Output) of the dequantized weight, f32 [..., k], gathered from the
+        compressed table, the asymmetric types' exact residual gathered separately and added."""
         ops = _ops()
         axis = ops.constant(np.int64(0))
         zps = self._zero_points
@@ -524,14 +514,9 @@ NO_DYNQ_CONTAINERS = frozenset({"i8", "u8"})
 
 
 def compile_hints(weights: Sequence[QuantizedWeight], n_tokens: int = 1) -> dict[str, Any]:
-    """CPU compile properties that suit these quantized weights (docs/quant.md, finding 8).
-
-    For single-token graphs (``n_tokens == 1``) whose weights are all 8-bit containers (Q8_0,
-    Q5_1, Q5_K, Q6_K, MXFP4 fast form, Q8_0_C), dynamic quantization of activations is turned
-    off (``DYNAMIC_QUANTIZATION_GROUP_SIZE=0``): the plain decompressing kernel is about 25%
-    faster there.  Batches (n > 1) and 4-bit or mixed models keep the default, which is up to
-    2x faster for them, except Q6_K-only batches, which get 16-element activation groups.
-    """
+    """CPU compile properties that suit these weights (docs/quant.md, finding 8): single-token
+    graphs of only 8-bit containers run without activation dynamic quantization (~25% faster),
+    Q6_K-only batches with 16-element groups, everything else the default."""
     # Told from the types first: a model with a 4-bit weight is settled without decoding a block
     # (Model() then reads no weight; the compiled-model cache may never need them).
     eight_bit = n_tokens == 1 and bool(weights) and all(w.may_be_int8() for w in weights)

@@ -34,11 +34,8 @@ _OV_NODE = re.compile(r"Node (\S+) of type (\w+)")
 
 
 def node_key(name: str, seen: dict[str, int]) -> tuple[str, int]:
-    """(name, k): the k-th computed f32 node of that name in graph order (``seen`` counts).
-
-    Not keyed by op: the CPU build and the OpenVINO build of llama-cpp-python number ggml's ops
-    differently (the latter has ops of its own), and the k-th ``Qcur-0`` is the same node on
-    every side (the matmul, then the rope; the reshape between them is a view, not counted)."""
+    """(name, k): the k-th computed f32 node of that name in graph order (``seen`` counts); not
+    keyed by op, which the CPU and OpenVINO builds of llama-cpp-python number differently."""
     k = seen.get(name, 0)
     seen[name] = k + 1
     return name, k
@@ -55,10 +52,8 @@ def run_ovkit(
     precision: str = "exact",
     no_requant: bool = True,
 ) -> tuple[dict[tuple[str, int], tuple[tuple[int, ...], np.ndarray]], np.ndarray]:
-    """ovkit's model graph for ``tokens`` as one batch from an empty cache, with every named f32
-    computed node as an output: {(name, k): (ne, values in ggml order)} and the logits.
-    ``no_requant``: the weights as stored (default), as llama.cpp CPU has them; False applies
-    ovkit's copy of the backend's requantization (token_embd and the output head to per-row i8)."""
+    """ovkit's graph for ``tokens`` as one batch from an empty cache, every named f32 node an
+    output: {(name, k): (ne, values in ggml order)} and the logits (``no_requant``: as stored)."""
     from ovkit.engine import compute_graph
     from ovkit.model.program import cache_names, causal_inputs
     from ovkit.model.runner import Model
@@ -175,12 +170,9 @@ def compare_model(
     f32_rerun: bool | None = None,
     no_requant: bool = True,
 ) -> ModelComparison:
-    """Run ``tokens`` (plus ``n_predict`` greedy tokens llama.cpp CPU picks) as one batch on
-    llama.cpp CPU and on the ``against`` sides (:data:`AGAINST`), node by node.
-
-    ``f32_rerun``: run the real backend once more with its OpenVINO CPU precision set to f32 (the
-    side :data:`F32_RERUN`); by default only when it diverged while running in another precision.
-    ``no_requant=False``: ovkit's side with the backend's requantization (see :func:`run_ovkit`)."""
+    """Run ``tokens`` (plus ``n_predict`` greedy tokens of llama.cpp CPU) as one batch on llama.cpp
+    CPU and the ``against`` sides, node by node; ``f32_rerun``: the real backend again in f32 (by
+    default only when it diverged in another precision)."""
     from ovkit.gguf import read_gguf
     from ovkit.model.arch import ModelError
     from ovkit.model.limits import check_count, check_n_ctx, model_hparams, token_ids
