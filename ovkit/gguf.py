@@ -89,20 +89,22 @@ class GGUFModel:
         return np.frombuffer(self._data, np.uint8, count=info.nbytes, offset=info.offset)
 
     def constant(self, name: str, form: quant.Form = "fast") -> quant.QuantizedWeight | np.ndarray:
-        """A graph constant: a QuantizedWeight for quantized types, a numpy array otherwise."""
+        """A graph constant: a QuantizedWeight for quantized types (Q5_0 repacked losslessly as
+        Q8_0 blocks, ``quant.REPACKS``), a numpy array otherwise."""
         info = self._info(name)
-        if not info.supported:
+        if not info.supported and info.type not in quant.REPACKS:
             raise GGUFError(
                 f"Unexpected weight tensor type: {name} with type {info.type} "
-                f"(supported: f32, f16, bf16, {', '.join(quant.QUANT_TYPES)})"
+                f"(supported: f32, f16, bf16, {', '.join(quant.QUANT_TYPES)}; repacked: {', '.join(quant.REPACKS)})"
             )
         raw = self.raw(name)
         if info.type in PLAIN_TYPES:
             arr = raw.view(PLAIN_TYPES[info.type]).reshape(info.shape)
             return bf16_bits_to_f32(arr) if info.type == "bf16" else np.array(arr)
         try:
-            return quant.from_blocks(info.type, raw, info.shape, name=name, form=form)
-        except quant.QuantError as exc:
+            qtype, blocks = quant.repack_blocks(info.type, raw) if not info.supported else (info.type, raw)
+            return quant.from_blocks(qtype, blocks, info.shape, name=name, form=form)
+        except (quant.QuantError, ValueError) as exc:
             raise GGUFError(f"{self.path}: tensor {name!r} cannot be a constant: {exc}") from None
 
     def _info(self, name: str) -> TensorInfo:

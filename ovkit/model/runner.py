@@ -283,20 +283,11 @@ class Model(Reported):
 
     @functools.cached_property
     def weights(self) -> dict[str, Any]:
-        """Every tensor as a graph constant, the device's policy applied (Q5_0 repacked losslessly
-        as Q8_0), read when a graph is first built."""
+        """Every tensor as a graph constant, the device's policy applied, read when a graph is
+        first built."""
         weights = {}
-        for name, info in self.gguf.tensors.items():
-            if info.supported:
-                w = self.gguf.constant(name)
-            elif info.type in quant.REPACKS:
-                qtype, blocks = quant.repack_blocks(info.type, self.gguf.raw(name))
-                w = quant.from_blocks(qtype, blocks, info.shape, name=name)
-            else:
-                raise ModelError(
-                    f"{self.gguf.path}: tensor {name!r} is {info.type}, which ovkit does not run as a model "
-                    f"weight (expected f32, f16, bf16, {', '.join(quant.QUANT_TYPES)} or {', '.join(quant.REPACKS)})"
-                )
+        for name in self.gguf.tensors:
+            w = self.gguf.constant(name)
             if isinstance(w, quant.QuantizedWeight):
                 w = w.apply_policy(self.device_class, no_requant=self.no_requant)
             if self.precision == "ggml" and isinstance(w, quant.QuantizedWeight):
