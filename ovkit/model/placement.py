@@ -113,6 +113,7 @@ def node_table(
     """One row per (graph, node, device): op, name, shape, verdict, reason, FLOPs, weight bytes."""
     import pandas as pd
 
+    from ovkit.model.header import op_nodes
     from ovkit.ops.policy import check_op
 
     rows = []
@@ -121,7 +122,7 @@ def node_table(
         ("decode", model.shape(1, n_prompt), n_prompt),
     ):
         g, out = model.build(shape)
-        nodes = [t for t in g.topo(out.tensors()) if not t.is_leaf]
+        nodes = op_nodes(g, out)
         live_verdicts = pair_live(nodes, live(shape, start)) if live is not None else []
         for idx, t in enumerate(nodes):
             flops = node_flops(t)
@@ -160,10 +161,10 @@ def ggml_graph_program(
     (quantized blocks stay blocks), zeroed KV caches, and causal inputs for tokens at ``start..``."""
     from ovkit import oracle
     from ovkit.gguf import read_gguf
-    from ovkit.model.arch import HParams
+    from ovkit.model.limits import model_hparams
 
     gguf = read_gguf(path)
-    hp = HParams.from_metadata(gguf.metadata, n_vocab=gguf.tensors["token_embd.weight"].shape[0])
+    hp = model_hparams(gguf)
     gs = GraphShape(**shape)
     inputs: dict[str, Any] = {}
     for name, info in gguf.tensors.items():
