@@ -338,14 +338,13 @@ def test_prompts_of_many_lengths_share_a_few_compiled_models(model_file: Callabl
     assert {s.n_tokens for s in prefill} == {16}, prefill
 
 
-@pytest.mark.parametrize("kv", ["host", "variables"])
-def test_compiled_models_beyond_max_buckets_are_released(model_file: Callable[..., Path], kv: str) -> None:
+def test_compiled_models_beyond_max_buckets_are_released(model_file: Callable[..., Path]) -> None:
     """With ``max_buckets=1`` every new shape releases the last compiled model (memory stays at one
     model however many shapes a session meets), and the run is the same: the same greedy tokens
-    and logits as a model keeping them all (with ``kv="variables"`` the cache moves along)."""
+    and logits as a model keeping them all."""
     path = model_file("llama", "q8_0")
-    few = Model(path, n_ctx=600, kv=kv, max_buckets=1, shapes="buckets")
-    every = Model(path, n_ctx=600, kv=kv, shapes="buckets")
+    few = Model(path, n_ctx=600, max_buckets=1, shapes="buckets")
+    every = Model(path, n_ctx=600, shapes="buckets")
     for prompt in (PROMPT[:3], PROMPT * 20, PROMPT[:5]):  # n_kv 256 and 512: 5 shapes in all
         a, b = few.generate(prompt, 3, all_logits=True), every.generate(prompt, 3, all_logits=True)
         assert a.tokens == b.tokens

@@ -3,7 +3,7 @@
 On the CPU one model compiled from the file's blocks (``shapes="lean"``, ``ovkit.model.lean``);
 elsewhere, or with ``shapes="buckets"``, the graph of ``ovkit.model.program`` compiled per shape
 bucket (``n_tokens``, ``n_kv``) as llama.cpp's static graphs are, the KV cache in host arrays
-(``kv="host"``) or in OpenVINO variables per bucket (``kv="variables"``).
+bound to every bucket's cache inputs, each graph returning only the rows it writes.
 """
 
 from __future__ import annotations
@@ -51,8 +51,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_N_UBATCH = 512  # llama.cpp's default micro-batch
 SHOWN_TOKENS = 24  # generated ids a Generation's repr lists before eliding the rest
 
-#: ``kv=``: where the KV cache lives (see the module docstring).
-KV_MODES = ("host", "variables")
 #: ``shapes=``: one dynamic model from the GGUF's blocks ("lean"), or one static model of
 #: ovkit's ggml graph per shape bucket ("buckets", wherever "lean" does not apply).
 SHAPE_MODES = ("lean", "buckets")
@@ -140,7 +138,7 @@ class _Bucket:
     out: DecoderOut
     session: Any = None
     writes: tuple[KvWrite, ...] = ()
-    caches: dict[str, np.ndarray] = field(default_factory=dict)  # kv="host": its views of the cache
+    caches: dict[str, np.ndarray] = field(default_factory=dict)  # its views of the host cache
 
 
 _P = ParamSpec("_P")
@@ -172,8 +170,6 @@ class Model(Reported):
         n_ctx: int = 512,
         flash_attn: bool = True,
         n_ubatch: int = DEFAULT_N_UBATCH,
-        stateful: bool = True,
-        kv: str = "host",
         profiling: bool = False,
         no_requant: bool = False,
         precision: str = "exact",
@@ -184,8 +180,6 @@ class Model(Reported):
         self.gguf = path if isinstance(path, GGUFModel) else read_gguf(path)
         self.hp = model_hparams(self.gguf)
         n_ctx = check_n_ctx(self.hp, n_ctx, core=core)  # the model's context and this machine's memory
-        if kv not in KV_MODES:
-            raise ModelError(f"kv {kv!r} is not one of {', '.join(KV_MODES)}")
         if precision not in PRECISIONS:
             raise ModelError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
         if max_buckets < 1:
@@ -205,21 +199,18 @@ class Model(Reported):
         self.n_ubatch = (
             config.prefill_chunk_size if self.device_class == DeviceClass.NPU else max(1, n_ubatch)
         )
-        self.stateful = stateful
-        self.kv = kv
         self.profiling = profiling
         self.n_threads = n_threads
         lean_ok = (
             self.device_class == DeviceClass.CPU
-            and kv == "host"
             and precision != "ggml"
             and not profiling
             and not self.hp.spec.moe
         )
         if shapes == "lean" and not lean_ok:
             raise ModelError(
-                f"shapes='lean' needs the CPU class, kv='host', precision 'exact' or 'device', no per-op "
-                f"profiling and no MoE layers (got {self.device}, kv={kv!r}, precision={precision!r}, "
+                f"shapes='lean' needs the CPU class, precision 'exact' or 'device', no per-op "
+                f"profiling and no MoE layers (got {self.device}, precision={precision!r}, "
                 f"profiling={profiling}, {self.hp.arch})"
             )
         if shapes in (None, "lean") and lean_ok:
@@ -230,20 +221,19 @@ class Model(Reported):
         self._lean: Any = None  # the compiled lean session (ovkit.model.lean), built on first use
         self.spill_dir = config.spill_dir
         self.compiled_model_cache_dir = config.compiled_model_cache_dir  # the lean model's entries
-        # kv="host": one cache shared by every bucket, f16 values held as f32 on the CPU class
-        # (read by its f32 graphs without a conversion per step); "lean" keeps it in OpenVINO state
-        self._kv_wide = kv == "host" and self.device_class == DeviceClass.CPU
+        # one cache shared by every bucket, f16 values held as f32 on the CPU class (read by its
+        # f32 graphs without a conversion per step); "lean" keeps it in OpenVINO state instead
+        self._kv_wide = self.device_class == DeviceClass.CPU
         kv_dtype = np.float32 if self._kv_wide else np.float16
         self._kv: dict[str, np.ndarray] = (
             {n: np.zeros((n_ctx, self.hp.n_embd_kv), kv_dtype) for n in cache_names(self.hp.n_layer)}
-            if kv == "host" and self.shapes != "lean"
+            if self.shapes != "lean"
             else {}
         )
         self.no_requant = no_requant
         self._buckets: dict[GraphShape, _Bucket] = {}
         # the engine's cache would keep this model's compiled graphs after the model is gone
         weakref.finalize(self, _discard_compiled, engine, self._buckets)
-        self._kv_owner: _Bucket | None = None
         self.n_past = 0
         self._lock = threading.RLock()  # see _serialized
 
@@ -308,7 +298,7 @@ class Model(Reported):
     def _cache_rows(self, shape: GraphShape) -> int:
         """A bucket's cache input rows: the ``n_kv`` it reads (the backend's KV slice) with the host
         cache and flash attention, unless GGML_OPENVINO_DISABLE_KV_SLICE; else ``n_ctx``."""
-        sliced = self.kv == "host" and shape.flash_attn and not self.kv_slice_disabled
+        sliced = shape.flash_attn and not self.kv_slice_disabled
         return shape.n_kv if sliced else shape.n_ctx
 
     def build(self, shape: GraphShape) -> tuple[Any, DecoderOut]:
@@ -329,34 +319,28 @@ class Model(Reported):
         if known is not None:
             self._buckets[shape] = known  # the most recently used last (``_evict``)
         if known is None or known.session is None:  # room before compiling
-            self._evict(keep=self._kv_owner, limit=self.max_buckets - 1)
+            self._evict(limit=self.max_buckets - 1)
         b = self._buckets.get(shape)
         if b is None:
             g, out = self.build(shape)
             b = _Bucket(shape, g, out)
             self._buckets[shape] = b
         if b.session is None:
-            outputs, states = [b.out.logits], {}
-            for name in cache_names(self.hp.n_layer):
+            outputs = [b.out.logits]
+            for name in cache_names(self.hp.n_layer):  # the written rows only, stored by eval
                 nxt = b.out.caches[name]
-                if self.kv == "host":  # return the written rows only, stored by _store_rows
-                    rows, index = nxt.srcs[1], nxt.srcs[2]
-                    outputs.append(rows)
-                    b.writes += (KvWrite(name, nxt.ne[0], index.name),)
-                    b.caches[name] = self._kv[name][: self._cache_rows(shape)]  # no copy
-                    continue
-                if tuple(nxt.shape) != (self.n_ctx, self.hp.n_embd_kv):  # the transposed V cache
-                    nxt = b.graph.reshape_2d(nxt, self.hp.n_embd_kv, self.n_ctx)
-                states[name] = nxt
+                rows, index = nxt.srcs[1], nxt.srcs[2]
+                outputs.append(rows)
+                b.writes += (KvWrite(name, nxt.ne[0], index.name),)
+                b.caches[name] = self._kv[name][: self._cache_rows(shape)]  # no copy
             try:
                 b.session = graph_session(
                     b.graph,
                     outputs,
-                    states,
+                    {},
                     self.device,
                     core=self.core,
                     config=self.run_config(shape.n_tokens),
-                    stateful=self.stateful,
                     wide=list(b.caches) if self._kv_wide else (),
                 )
             except UnsupportedOpError as exc:
@@ -410,31 +394,15 @@ class Model(Reported):
         for shape in shapes[: self.max_buckets]:
             self._bucket(shape)
 
-    def _evict(self, keep: _Bucket | None, limit: int) -> None:
-        """Release the least recently used compiled models until at most ``limit`` are left besides
-        ``keep`` (with kv="variables" the one holding the cache)."""
-        live = [k for k, b in self._buckets.items() if b.session is not None and b is not keep]
+    def _evict(self, limit: int) -> None:
+        """Release the least recently used compiled models until at most ``limit`` are left."""
+        live = [k for k, b in self._buckets.items() if b.session is not None]
         excess = len(live) - limit
         if excess <= 0:
             return
         dropped = {k: self._buckets.pop(k) for k in live[:excess]}  # oldest use first
         _discard_compiled(get_engine(self.core), dropped)
         _release_host_memory()
-
-    def _take_kv(self, b: _Bucket) -> None:
-        """kv="variables": move the KV cache into ``b``'s session (a copy when the bucket changes)."""
-        if self.kv == "host":
-            return
-        owner = self._kv_owner
-        if owner is b:
-            return
-        for name in cache_names(self.hp.n_layer):
-            if owner is None:
-                b.session.reset_state(name)
-            else:
-                b.session.set_state(name, owner.session.state(name))
-        self._kv_owner = b
-        self._evict(keep=b, limit=self.max_buckets - 1)  # the previous owner was kept for the copy
 
     # -- running --------------------------------------------------------------------------------
     @_serialized
@@ -449,7 +417,6 @@ class Model(Reported):
     def reset(self) -> None:
         """Forget the KV cache (the next eval starts at position 0)."""
         self.n_past = 0
-        self._kv_owner = None
         for cache in self._kv.values():
             cache.fill(0)
         if self._lean is not None:
@@ -485,7 +452,6 @@ class Model(Reported):
             run = np.concatenate([chunk, np.full(size - n, chunk[-1])]) if size > n else chunk
             shape = self.shape(size, self.n_past, 1 if last_only else None)
             b = self._bucket(shape)
-            self._take_kv(b)
             feed = causal_inputs(self.hp, shape, run, self.n_past, out_ids=[n - 1] if last_only else None)
             # the same view objects every call: bound once, read in place (ovkit.engine)
             logits, *rows = b.session.compute({**feed, **b.caches} if b.caches else feed)
