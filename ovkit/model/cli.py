@@ -64,6 +64,27 @@ def parse_tokens(text: str) -> list[int]:
     return out
 
 
+def prompt_ids(gguf: Any, tokens: str | None, prompt: str | None) -> list[int]:
+    """``--tokens`` parsed, or ``--prompt`` tokenized by llama.cpp, within the vocabulary; a
+    :class:`UsageError` naming what is wrong."""
+    from ovkit.model import chat, reference
+    from ovkit.model.limits import model_hparams, token_ids
+    from ovkit.usage import UsageError
+
+    try:
+        if prompt is not None:
+            chat.require_tokenizer(gguf)
+            ids = reference.tokenize(gguf.path, prompt)
+        else:
+            ids = parse_tokens(tokens or "")
+        token_ids(ids, model_hparams(gguf).n_vocab)
+    except ValueError as exc:  # ChatError (a ModelError), a bad --tokens or an id past the vocabulary
+        raise UsageError(str(exc)) from None
+    except (reference.LlamaCppError, ModuleNotFoundError) as exc:
+        raise UsageError(f"--prompt needs llama-cpp-python's tokenizer: {exc}") from None
+    return ids
+
+
 def context_size(n_prompt: int, n_predict: int, ctx_size: int, limit: ContextLimit) -> int:
     """The KV cache positions of a run: ``--ctx-size``, else the prompt and ``-n`` (at least 256,
     within the limit); a :class:`UsageError` naming the value when they do not fit."""
@@ -130,26 +151,18 @@ def cli(args: argparse.Namespace) -> int:
     except ValueError as exc:  # ModelError, GGUFError: name the file already
         raise UsageError(str(exc)) from None
     stop: frozenset[int] = frozenset()
-    try:
-        if args.chat is not None:
+    if args.chat is None:
+        prompt = prompt_ids(gguf, args.tokens, args.prompt)
+    else:
+        try:
             template = (
                 None if args.chat_template_file is None else chat.read_template_file(args.chat_template_file)
             )
-            chat_prompt = chat.format_chat(gguf, args.chat, template=template)
-            prompt = list(chat_prompt.tokens)
+            prompt = list(chat.format_chat(gguf, args.chat, template=template).tokens)
             stop = chat.eog_ids(gguf)
-        elif args.prompt is not None:
-            chat.require_tokenizer(gguf)
-            prompt = reference.tokenize(args.file, args.prompt)
-        else:
-            prompt = parse_tokens(args.tokens)
-        token_ids(prompt, hp.n_vocab)
-    except ValueError as exc:  # ChatError (a ModelError), a bad --tokens or an id past the vocabulary
-        raise UsageError(str(exc)) from None
-    except reference.LlamaCppError as exc:
-        raise UsageError(f"--prompt needs llama-cpp-python's tokenizer: {exc}") from None
-    except ModuleNotFoundError as exc:
-        raise UsageError(f"--prompt needs llama-cpp-python's tokenizer ({exc})") from None
+            token_ids(prompt, hp.n_vocab)
+        except ValueError as exc:  # a ChatError, or an id past the vocabulary
+            raise UsageError(str(exc)) from None
     n_ctx = context_size(len(prompt), args.n_predict, args.ctx_size, context_limit(hp, core=core))
     try:
         model = Model(

@@ -47,22 +47,21 @@ def add_cli_args(p: Any) -> None:
 
 def cli(args: Any) -> int:
     """``ovkit compare-model``: the table (or JSON); a failing side's case file written."""
+    from ovkit.gguf import read_gguf
     from ovkit.model import reference
     from ovkit.model.arch import ModelError
-    from ovkit.model.cli import parse_tokens
+    from ovkit.model.cli import prompt_ids
     from ovkit.usage import UsageError, check_count, check_positive
 
     check_count("-n", args.n_predict)
     check_count("--ctx-size", args.ctx_size, low=1)
     check_positive("--threshold", args.threshold)
-    if not Path(args.file).is_file():
-        raise UsageError(f"{args.file}: no such file")
     try:
-        toks = (
-            parse_tokens(args.tokens)
-            if args.tokens is not None
-            else reference.tokenize(args.file, args.prompt)
-        )
+        gguf = read_gguf(args.file)
+    except ValueError as exc:  # names the file already
+        raise UsageError(str(exc)) from None
+    toks = prompt_ids(gguf, args.tokens, args.prompt)
+    try:
         result = compare_model(
             args.file, toks, n_predict=args.n_predict, against=args.against, flash_attn=args.fa == "on",
             n_ctx=args.ctx_size, threshold=args.threshold, device=args.device,

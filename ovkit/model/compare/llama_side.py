@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ovkit.model.compare.records import DEFAULT_THREADS, NAMED, VIEW_OPS, CompareError
+from ovkit.model.compare.records import NAMED, VIEW_OPS, CompareError
+from ovkit.model.reference import DEFAULT_THREADS, run_llama_child
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,6 @@ def run_llama(
     """llama.cpp (CPU build, or the real backend with ``upstream``) on ``tokens`` as one batch in a
     child, the named nodes captured unless ``capture=False``; ``ov_precision``: the backend's CPU one."""
     from ovkit import child
-    from ovkit.model.reference import run_llama_child
 
     with tempfile.TemporaryDirectory(prefix="ovkit-compare-") as tmp:
         request = {

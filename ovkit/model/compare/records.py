@@ -35,8 +35,6 @@ NAMED = re.compile(r"[A-Za-z_]+(-\d+)?")
 DEFAULT_THRESHOLD = 1e-2
 
 
-DEFAULT_THREADS = 2
-
 #: The side name of the real backend rerun with its OpenVINO CPU precision set to f32.
 F32_RERUN = "upstream@f32"
 
