@@ -53,11 +53,14 @@ def _dec_q4_1(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]
     return _nibbles32(b[:, 4:20]), _f16(b[:, 0:2]), _f16(b[:, 2:4])
 
 
+def _five_bits32(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    """32 5-bit values of Q5_0/Q5_1: ``qs``'s nibbles, bit j of the u32 ``qh`` element j's 5th bit."""
+    hi = ((np.ascontiguousarray(qh).view("<u4") >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
+    return _nibbles32(qs) | (hi << 4)
+
+
 def _dec_q5_1(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    qh = np.ascontiguousarray(b[:, 4:8]).view(np.uint32)  # [n, 1]
-    hi = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
-    q = _nibbles32(b[:, 8:24]) | (hi << 4)
-    return q, _f16(b[:, 0:2]), _f16(b[:, 2:4])
+    return _five_bits32(b[:, 4:8], b[:, 8:24]), _f16(b[:, 0:2]), _f16(b[:, 2:4])
 
 
 def _dec_q8_0(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -198,14 +201,10 @@ def repack_blocks(qtype: str, raw: bytes | np.ndarray | memoryview) -> tuple[str
     if qtype not in REPACKS:
         raise QuantError(f"{qtype} blocks have no lossless repack (expected one of {sorted(REPACKS)})")
     src = np.frombuffer(bytes(raw) if not isinstance(raw, np.ndarray) else raw.tobytes(), np.uint8)
-    blocks = src.reshape(-1, quant_spec("q5_0").type_size)  # d f16, qh u32 (bit j: high bit of j), qs[16]
-    qh = blocks[:, 2:6].copy().view("<u4")[:, 0]
-    qs = blocks[:, 6:22]
-    low = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int16)  # elements 0..15, 16..31
-    high = ((qh[:, None] >> np.arange(32, dtype=np.uint32)[None, :]) & 1).astype(np.int16) << 4
+    blocks = src.reshape(-1, quant_spec("q5_0").type_size)  # d f16, qh u32, qs[16]
     out = np.empty((blocks.shape[0], quant_spec("q8_0").type_size), np.uint8)
     out[:, :2] = blocks[:, :2]
-    out[:, 2:] = ((low | high) - 16).astype(np.int8).view(np.uint8)
+    out[:, 2:] = (_five_bits32(blocks[:, 2:6], blocks[:, 6:22]).astype(np.int8) - 16).view(np.uint8)
     return REPACKS[qtype], out.reshape(-1)
 
 
