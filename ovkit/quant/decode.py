@@ -34,6 +34,15 @@ class Decoded:
         return w.reshape(rows, k)
 
 
+def _bytes(raw: bytes | np.ndarray | memoryview) -> np.ndarray:
+    """Raw blocks as a flat uint8 array (a view where the memory allows)."""
+    return (
+        np.ascontiguousarray(raw).view(np.uint8).reshape(-1)
+        if isinstance(raw, np.ndarray)
+        else np.frombuffer(raw, np.uint8)
+    )
+
+
 def _f16(b: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(b).view(np.float16).astype(np.float32)
 
@@ -163,11 +172,7 @@ def decode_blocks(qtype: str, raw: bytes | np.ndarray | memoryview, shape: Seque
     k = shape[-1]
     rows = n_rows(shape)
     need = rows * row_bytes(spec.name, k)
-    buf = (
-        np.frombuffer(raw, dtype=np.uint8)
-        if not isinstance(raw, np.ndarray)
-        else raw.view(np.uint8).reshape(-1)
-    )
+    buf = _bytes(raw)
     if buf.size != need:
         raise QuantError(f"{spec.name} tensor of shape {shape} needs {need} bytes of blocks, got {buf.size}")
     blocks = buf.reshape(-1, spec.type_size)
@@ -200,8 +205,7 @@ def repack_blocks(qtype: str, raw: bytes | np.ndarray | memoryview) -> tuple[str
     """``(REPACKS[qtype], blocks)``: the same weights as blocks of the repacked type."""
     if qtype not in REPACKS:
         raise QuantError(f"{qtype} blocks have no lossless repack (expected one of {sorted(REPACKS)})")
-    src = np.frombuffer(bytes(raw) if not isinstance(raw, np.ndarray) else raw.tobytes(), np.uint8)
-    blocks = src.reshape(-1, quant_spec("q5_0").type_size)  # d f16, qh u32, qs[16]
+    blocks = _bytes(raw).reshape(-1, quant_spec("q5_0").type_size)  # d f16, qh u32, qs[16]
     out = np.empty((blocks.shape[0], quant_spec("q8_0").type_size), np.uint8)
     out[:, :2] = blocks[:, :2]
     out[:, 2:] = (_five_bits32(blocks[:, 2:6], blocks[:, 6:22]).astype(np.int8) - 16).view(np.uint8)
@@ -213,7 +217,7 @@ def reference_dequantize(qtype: str, raw: bytes | np.ndarray, shape: Sequence[in
     import gguf.quants as gq
 
     spec = quant_spec(qtype)
-    buf = np.frombuffer(bytes(raw) if not isinstance(raw, np.ndarray) else raw.tobytes(), np.uint8)
+    buf = _bytes(raw)
     rows = n_rows(shape)
     out = gq.dequantize(buf.reshape(rows, -1), gq.GGMLQuantizationType(spec.ggml_type))
     return np.asarray(out, dtype=np.float32).reshape(tuple(shape))
