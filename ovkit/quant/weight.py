@@ -4,7 +4,7 @@ compressed matmul and row gather, and the CPU compile hints that suit the weight
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -255,28 +255,24 @@ class QuantizedWeight:
 
     @cached_property
     def _offset(self) -> int:
-        """Fast form of the asymmetric types: q - 8 (4-bit) or q - 16 (5-bit) in a signed container.
-
-        Only where that algebra gives ggml's numbers bit for bit: ``(q-o)*s + (b + s*o)`` must equal
-        ``q*s + b`` in f32 for every weight.  A huge scale beside a small bias breaks it (``b + s*o``
-        rounds ``b`` away); such weights keep ``q`` unsigned and decompress as ``q*s + b``, ggml's
-        own arithmetic.  Weights with NaN or inf values are the f32 constant (:attr:`_host_f32`).
-        """
-        spec, dec = self.spec, self.decoded
-        if self.form != "fast" or self.requant is not RequantTarget.NATIVE or dec.bias is None:
+        """Fast form of the asymmetric types: q - 8 (4-bit) or q - 16 (5-bit) in a signed container,
+        only where ``(q-o)*s + (b + s*o)`` equals ``q*s + b`` in f32 for every weight (a huge scale
+        beside a small bias rounds ``b`` away: such weights keep ``q*s + b``, ggml's arithmetic)."""
+        dec = self.decoded
+        if (
+            self.form != "fast"
+            or self.requant is not RequantTarget.NATIVE
+            or dec.bias is None
+            or self._host_f32
+        ):
             return 0
-        if self._host_f32:
-            return 0
-        offset = 8 if spec.bits == 4 else 16
-        grouped, o = self._grouped(dec.q), np.float32(offset)
-        step = max(1, (1 << 20) // self.k)  # rows per check: bounded temporaries for big weights
+        offset = 8 if self.spec.bits == 4 else 16
+        o = np.float32(offset)
         with np.errstate(over="ignore", invalid="ignore"):
-            for r in range(0, self.rows, step):
-                q = grouped[r : r + step].astype(np.float32)
-                sc, b = dec.scale[r : r + step, :, None], dec.bias[r : r + step, :, None]
-                if not np.array_equal((q - o) * sc + (b + sc * o), q * sc + b):
-                    return 0
-        return offset
+            same = all(
+                np.array_equal((q - o) * sc + (b + sc * o), q * sc + b) for q, sc, b in self._row_runs()
+            )
+        return offset if same else 0
 
     @cached_property
     def _host_f32(self) -> bool:
@@ -294,15 +290,15 @@ class QuantizedWeight:
                 bound = bound + np.abs(dec.bias)
             if np.all(bound < np.finfo(np.float32).max / 2):  # NaN fails the comparison
                 return False
-            grouped = self._grouped(dec.q)
-            step = max(1, (1 << 20) // self.k)  # rows per check: bounded temporaries for big weights
-            for r in range(0, self.rows, step):
-                w = grouped[r : r + step].astype(np.float32) * dec.scale[r : r + step, :, None]
-                if dec.bias is not None:
-                    w = w + dec.bias[r : r + step, :, None]
-                if not np.isfinite(w).all():
-                    return True
-        return False
+            return not all(np.isfinite(q * sc + b).all() for q, sc, b in self._row_runs())
+
+    def _row_runs(self) -> Iterator[tuple[np.ndarray, np.ndarray, Any]]:
+        """(q as f32, scale, bias or 0) of the grouped weights in runs of rows (bounded temporaries)."""
+        dec, grouped = self.decoded, self._grouped(self.decoded.q)
+        step = max(1, (1 << 20) // self.k)
+        for r in range(0, self.rows, step):
+            bias = np.float32(0) if dec.bias is None else dec.bias[r : r + step, :, None]
+            yield grouped[r : r + step].astype(np.float32), dec.scale[r : r + step, :, None], bias
 
     @cached_property
     def _tiny(self) -> np.ndarray | None:
