@@ -139,13 +139,13 @@ def test_weights_converted_on_several_threads_are_the_same_bytes(tmp_path: Path,
     holds the bytes the one-thread conversion gives (mixed block types included)."""
     from ovkit.gguf import read_gguf
     from ovkit.model import lean
-    from ovkit.model.header import header_hparams
+    from ovkit.model.limits import model_hparams
 
     path = synthetic(
         "llama", tmp_path / "m.gguf", weight_type=wtype, n_embd=64, n_ff=128, random_blocks=wtype == "q4_K_M"
     )
     gguf = read_gguf(path)
-    hp = header_hparams(gguf)
+    hp = model_hparams(gguf)
 
     def constants(workers: int) -> list[bytes]:
         store = lean.WeightFile()  # the Constants are views of its mapped file: kept till read
