@@ -372,3 +372,17 @@ def test_every_metadata_type_reads_as_the_gguf_package_reads_it(tmp_path: Path) 
         if not key.startswith("GGUF."):
             assert f.contents() == ours.metadata[key], key
     np.testing.assert_array_equal(ours.constant("t"), np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+def test_a_q5_0_tensor_is_a_constant_of_its_lossless_q8_0_repack(tmp_path: Path) -> None:
+    """Upstream refuses Q5_0 weights; ``constant`` gives the same values as Q8_0 blocks, bit for
+    bit (it was a GGUFError before)."""
+    from ovkit.model import synthetic
+
+    m = og.read_gguf(synthetic("llama", tmp_path / "q5.gguf", weight_type="q5_0"))
+    info = m.tensors["blk.0.attn_q.weight"]
+    assert info.type == "q5_0" and not info.supported
+    got = m.constant(info.name)
+    assert isinstance(got, quant.QuantizedWeight) and got.qtype == "q8_0"
+    want = quant.reference_dequantize("q5_0", m.raw(info.name), info.shape)
+    assert np.array_equal(got.dequantize().view(np.uint32), want.view(np.uint32))
