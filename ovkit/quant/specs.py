@@ -97,7 +97,6 @@ def quant_spec(qtype: str) -> QuantSpec:
 
 
 def n_rows(shape: Sequence[int]) -> int:
-    """Rows of a numpy-order shape (every axis but the last)."""
     """Rows of a numpy ``shape`` (every axis but the last; 1 for a single row)."""
     return math.prod(int(d) for d in shape[:-1])
 
