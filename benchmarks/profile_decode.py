@@ -1,6 +1,6 @@
 """Per-op time of one decode step (or of the prefill) of a real model (OpenVINO's own per-node
 counters of a second, warmed-up run, which a busy machine slows but does not reorder):
-``python benchmarks/profile_decode.py [--kv host|variables] [--model smollm2-135m] [--n-ctx 512]
+``python benchmarks/profile_decode.py [--model smollm2-135m] [--n-ctx 512]
 [--prompt 126] [--graph prefill] [--node-types] [--precision device]``; a decode profile also
 prints the step's wall time (``Model.eval``), which the nodes' own times do not cover.  The share
 column is what to compare; ``--node-types`` splits each ggml op by the OpenVINO node types and
@@ -21,7 +21,6 @@ def main(argv: list[str] | None = None) -> None:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--kv", default="host", help="Model(kv=...): host (the default) or variables")
     p.add_argument("--n-ctx", type=int, default=512)
     p.add_argument("--prompt", type=int, default=126, help="prompt tokens before the decode steps")
     p.add_argument("--graph", choices=("decode", "prefill"), default="decode", help="the graph to show")
@@ -34,7 +33,6 @@ def main(argv: list[str] | None = None) -> None:
         n_ctx=args.n_ctx,
         profiling=True,
         n_threads=2,
-        kv=args.kv,
         precision=args.precision,
     )
     prompt = [1 + (i * 7919) % (model.hp.n_vocab - 1) for i in range(args.prompt)]
@@ -54,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     by_op = by_op.sort_values("time_us", ascending=False)
     total = by_op["time_us"].sum()
     print(
-        f"{args.model}, kv={args.kv}, n_ctx {args.n_ctx}, {args.prompt}-token prompt: "
+        f"{args.model}, n_ctx {args.n_ctx}, {args.prompt}-token prompt: "
         f"{'one decode step' if args.graph == 'decode' else 'the prefill'}, "
         f"{total / 1e3:.1f} ms summed over {int(by_op['nodes'].sum())} nodes, precision={args.precision}"
     )

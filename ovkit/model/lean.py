@@ -448,6 +448,27 @@ def _inv_freq(hp: HParams, base: float, scale: float, factors: np.ndarray | None
     return theta
 
 
+def rope_row_orders(hp: HParams) -> dict[str, np.ndarray]:
+    """The Q and K tensors' row orders that turn llama's adjacent rope pairs into halves (none
+    for NEOX-mode models, whose pairs are halves already)."""
+    orders: dict[str, np.ndarray] = {}
+    if hp.spec.rope_type != RopeType.NEOX:
+        for il in range(hp.n_layer):
+            for part, heads in (("q", hp.n_head), ("k", hp.n_head_kv)):
+                orders[f"blk.{il}.attn_{part}.weight"] = rope_row_order(heads, hp.head_dim)
+                orders[f"blk.{il}.attn_{part}.bias"] = rope_row_order(heads, hp.head_dim)
+                orders[f"blk.{il}.attn_{part}_norm.weight"] = rope_row_order(1, hp.head_dim)
+    return orders
+
+
+def matrix_names(gguf: GGUFModel, hp: HParams) -> list[str]:
+    """The 2-d weights the graph reads, in file order (read and converted ahead in that order)."""
+    used = {"token_embd.weight", output_weight_name(gguf.tensors)} | {
+        f"blk.{il}.{part}.weight" for il in range(hp.n_layer) for part in MATRICES
+    }
+    return [t.name for t in sorted(gguf.tensors.values(), key=lambda t: t.offset) if t.name in used]
+
+
 def build(
     gguf: GGUFModel,
     hp: HParams,
@@ -467,20 +488,8 @@ def build(
     if spec.moe:
         raise ModelError(f"{hp.arch}: mixture-of-experts layers have no lean form (use shapes='buckets')")
     hd, n_h, n_kv = hp.head_dim, hp.n_head, hp.n_head_kv
-    row_orders: dict[str, np.ndarray] = {}
-    if spec.rope_type != RopeType.NEOX:
-        for il in range(hp.n_layer):
-            for part, heads in (("q", n_h), ("k", n_kv)):
-                row_orders[f"blk.{il}.attn_{part}.weight"] = rope_row_order(heads, hd)
-                row_orders[f"blk.{il}.attn_{part}.bias"] = rope_row_order(heads, hd)
-                row_orders[f"blk.{il}.attn_{part}_norm.weight"] = rope_row_order(1, hd)
-    W = _Weights(gguf, exact, store, device_class, no_requant, row_orders)
-    # the 2-d weights the graph reads, converted ahead on every core, in file order
-    used = {"token_embd.weight", output_weight_name(gguf.tensors)} | {
-        f"blk.{il}.{part}.weight" for il in range(hp.n_layer) for part in MATRICES
-    }
-    infos = sorted((t for t in gguf.tensors.values() if t.name in used), key=lambda t: t.offset)
-    W.prefetch([t.name for t in infos], workers or len(os.sched_getaffinity(0)))
+    W = _Weights(gguf, exact, store, device_class, no_requant, rope_row_orders(hp))
+    W.prefetch(matrix_names(gguf, hp), workers or len(os.sched_getaffinity(0)))
     tokens = ops.parameter([1, -1], ov.Type.i64, name=TOKENS)
     positions = ops.parameter([1, -1], ov.Type.i64, name=POSITIONS)
     out_ids = ops.parameter([-1], ov.Type.i64, name=OUT_IDS)
