@@ -156,3 +156,24 @@ def test_weights_converted_on_several_threads_are_the_same_bytes(tmp_path: Path,
     one, three = constants(1), constants(3)
     assert len(one) == len(three) > 20
     assert one == three
+
+
+def test_a_model_alive_at_exit_closes_quietly(model_file: Callable[..., Path]) -> None:
+    """A script that keeps a lean session to the end (here reached from a patched function, so
+    it is freed while the modules are torn down) exits without an "Exception ignored" traceback."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, openvino as ov\n"
+        "from ovkit.gguf import read_gguf\n"
+        "from ovkit.model import lean\n"
+        "from ovkit.model.limits import model_hparams\n"
+        "orig = lean.compile_properties\n"
+        "lean.compile_properties = lambda exact, n: orig(exact, n)\n"
+        "g = read_gguf(sys.argv[1])\n"
+        "s, _ = lean.compile_lean(g, model_hparams(g), 'CPU', core=ov.Core(), exact=False)\n"
+    )
+    path = str(model_file("llama", "q4_0"))
+    out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, check=True)
+    assert "Exception ignored" not in out.stderr, out.stderr

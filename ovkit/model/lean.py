@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -129,6 +130,8 @@ class WeightFile:
             fd, path = tempfile.mkstemp(prefix="ovkit-weights-")
         os.unlink(path)  # the space is freed with the last mapping
         self.fd = fd
+        # closed with the object, or at exit (a __del__ then finds module globals gone)
+        weakref.finalize(self, os.close, fd)
         self.size = 0
         self.maps: list[Any] = []
 
@@ -153,10 +156,6 @@ class WeightFile:
         for mm in self.maps:
             mm.madvise(mmap.MADV_DONTNEED)
 
-    def __del__(self) -> None:
-        if self.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
 
 
 #: Blocks converted per step: the step's temporaries stay in the CPU's caches.
