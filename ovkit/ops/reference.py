@@ -156,6 +156,30 @@ class NumpyOps:
     def mean_rows(self, x: Arr) -> F32:
         return f32(f32(x).astype(np.float64).mean(axis=-1, keepdims=True))
 
+    def reduce(self, kind: str, x: Arr, axes: Sequence[int]) -> F32:
+        if kind == "max":
+            return f32(np.max(x, axis=tuple(axes), keepdims=True))
+        return f32(f32(x).astype(np.float64).sum(axis=tuple(axes), keepdims=True))
+
+    def reshape(self, x: Arr, shape: Sequence[int]) -> Arr:
+        return np.reshape(x, tuple(shape))
+
+    def transpose(self, x: Arr, order: Sequence[int]) -> Arr:
+        return np.transpose(x, tuple(order))
+
+    def concat(self, xs: Sequence[Arr], axis: int) -> Arr:
+        return np.concatenate([np.asarray(x) for x in xs], axis=axis)
+
+    def take(self, x: Arr, idx: Arr, axis: int) -> Arr:
+        return np.take(x, np.asarray(idx), axis=axis)
+
+    def matmul(self, a: Arr, b: Arr, ta: bool = False, tb: bool = False) -> F32:
+        a64, b64 = f32(a).astype(np.float64), f32(b).astype(np.float64)
+        return f32((np.swapaxes(a64, -1, -2) if ta else a64) @ (np.swapaxes(b64, -1, -2) if tb else b64))
+
+    def pad(self, x: Arr, begin: Sequence[int], end: Sequence[int], mode: str) -> F32:
+        return f32(np.pad(f32(x), list(zip(begin, end, strict=True)), mode=mode))  # type: ignore[call-overload]
+
 
 NUMPY = NumpyOps()
 
@@ -174,12 +198,7 @@ for _op, _fn in FORMULAS.items():
 
 #: The references that are one numpy expression.
 ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
-    (Op.CONT, Op.DUP): lambda t, xs: np.asarray(xs[0]).reshape(tuple(reversed(t.ne))),
-    (Op.CONCAT,): lambda t, xs: np.concatenate(
-        [np.asarray(xs[0]), np.asarray(xs[1])], axis=geometry.ax(t.params["dim"])
-    ),
     (Op.REPEAT,): lambda t, xs: repeat_to(np.asarray(xs[0]), t.ne),
-    (Op.SUM,): lambda t, xs: np.full((1, 1, 1, 1), f32(xs[0]).astype(np.float64).sum(), dtype=np.float32),
     (Op.CUMSUM,): lambda t, xs: np.cumsum(f32(xs[0]), axis=-1, dtype=np.float32),
     (Op.COUNT_EQUAL,): lambda t, xs: np.array(
         [np.count_nonzero(np.asarray(xs[0]) == np.asarray(xs[1]))], np.int64
@@ -188,20 +207,9 @@ ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
     (Op.ROLL,): lambda t, xs: np.roll(
         np.asarray(xs[0]), [t.params[f"shift{d}"] for d in (3, 2, 1, 0)], (0, 1, 2, 3)
     ),
-    (Op.PAD_REFLECT_1D,): lambda t, xs: np.pad(
-        f32(xs[0]), [(0, 0)] * 3 + [(t.params["p0"], t.params["p1"])], mode="reflect"
-    ),
 }
 for _keys, _one in ONE_EXPRESSION.items():
     reference(*_keys)(_one)
-
-
-@reference(Op.ADD_ID)
-def add_id(t: Tensor, xs: list[Arr]) -> Arr:
-    a, b, ids = f32(xs[0]), f32(xs[1]), np.asarray(xs[2], dtype=np.int64)
-    # a [1, n_tok, n_used, ne0]; b [.., .., n_expert, ne0]; ids [1, 1, n_tok, n_used]
-    bias = b.reshape(-1, b.shape[-1])
-    return a + bias[ids.reshape(ids.shape[-2], ids.shape[-1])][None]
 
 
 # ---------------------------------------------------------------------------- layout
@@ -252,18 +260,6 @@ def out_prod(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- layout II
-@reference(Op.PAD)
-def pad(t: Tensor, xs: list[Arr]) -> Arr:
-    p = t.params
-    if p["circular"]:
-        out = f32(xs[0])
-        for d in range(4):
-            out = np.take(out, geometry.wrap_index(t, d), axis=3 - d)
-        return out
-    widths = [(p[f"lp{d}"], p[f"rp{d}"]) for d in (3, 2, 1, 0)]
-    return np.pad(f32(xs[0]), widths)
-
-
 # ---------------------------------------------------------------------------- rows
 @reference(Op.GET_ROWS)
 def get_rows(t: Tensor, xs: list[Arr]) -> Arr:
@@ -305,12 +301,6 @@ def get_rows_back(t: Tensor, xs: list[Arr]) -> Arr:
     ids = np.asarray(xs[1]).reshape(-1)
     np.add.at(out, ids, f32(xs[0])[0, 0, : ids.size].astype(np.float64))  # row i of a goes to row ids[i]
     return out.astype(np.float32)
-
-
-@reference(Op.REPEAT_BACK)
-def repeat_back(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0]).astype(np.float64).reshape(geometry.repeat_back_shape(t))
-    return f32(x.sum(axis=(0, 2, 4, 6)))
 
 
 # ---------------------------------------------------------------------------- norms, reductions
@@ -355,31 +345,6 @@ def mul_mat_id(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- softmax / attention
-
-
-@reference(Op.TIMESTEP_EMBEDDING)
-def timestep_embedding(t: Tensor, xs: list[Arr]) -> Arr:
-    arg = f32(xs[0]).reshape(-1, 1) * geometry.timestep_freqs(t)[None, :]
-    out = np.zeros((arg.shape[0], t.ne[0]), np.float32)
-    half = arg.shape[1]
-    out[:, :half], out[:, half : 2 * half] = np.cos(arg), np.sin(arg)
-    return out
-
-
-@reference(Op.OPT_STEP_SGD)
-def opt_step_sgd(t: Tensor, xs: list[Arr]) -> Arr:
-    sgd = f32(xs[2]).reshape(-1)
-    lr, wd = np.float32(sgd[0]), np.float32(sgd[1])
-    return f32(xs[0]) * (np.float32(1.0) - lr * wd) - lr * f32(xs[1])
-
-
-@reference(Op.CROSS_ENTROPY_LOSS_BACK)
-def cross_entropy_loss_back(t: Tensor, xs: list[Arr]) -> Arr:
-    logits, labels = f32(xs[1]), f32(xs[2])
-    e = f32(np.exp(logits - logits.max(axis=-1, keepdims=True)))
-    soft = e / f32(e.sum(axis=-1, keepdims=True))
-    rows = math.prod(t.ne[1:])
-    return (soft - labels) * np.float32(f32(xs[0]).reshape(-1)[0] / np.float32(rows))
 
 
 def _mask_for(mask: Arr | None, rows: int, big: Sequence[int]) -> Arr | None:
@@ -501,15 +466,6 @@ def rope(t: Tensor, xs: list[Arr]) -> Arr:
 # ---------------------------------------------------------------------------- conv-like
 
 
-@reference(Op.IM2COL)
-def im2col(t: Tensor, xs: list[Arr]) -> Arr:
-    idx, n = geometry.im2col_geometry(t)
-    x = f32(xs[1])  # 2-D: [N, IC, IH, IW]; 1-D: [1, N, IC, IW]
-    cols = gather_windows(x, idx, 0.0, n)  # [N, IC, OH, OW, KH, KW] / [1, N, IC, OW, KW]
-    order = (0, 2, 3, 1, 4, 5) if n == 2 else (0, 1, 3, 2, 4)
-    return np.transpose(cols, order).reshape(tuple(reversed(t.ne)))
-
-
 def gather_windows(x: Arr, idx: Arr, fill: float, n_spatial: int) -> Arr:
     """x [..., *sizes] → [..., *idx.shape]: the windows of :func:`window_index`, ``fill`` outside."""
     lead = x.shape[: x.ndim - n_spatial]
@@ -544,12 +500,6 @@ def conv_3d(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[1]).reshape(n, c, *xs[1].shape[1:])
     w = f32(xs[0]).reshape(oc, c, *xs[0].shape[1:])
     return _direct_conv(t, x, w, 3).reshape(tuple(reversed(t.ne)))
-
-
-@reference(Op.IM2COL_3D)
-def im2col_3d(t: Tensor, xs: list[Arr]) -> Arr:
-    flat = np.concatenate([f32(xs[1]).reshape(-1), np.zeros(1, np.float32)])
-    return flat[geometry.im2col_3d_index(t)]
 
 
 @reference(Op.COL2IM_1D)
@@ -589,73 +539,7 @@ def conv_transpose_2d(t: Tensor, xs: list[Arr]) -> Arr:
     return out.astype(np.float32)
 
 
-_FLT_MAX = float(np.finfo(np.float32).max)
-
-
-@reference(Op.POOL_1D, Op.POOL_2D)
-def pool(t: Tensor, xs: list[Arr]) -> Arr:
-    idx, valid, n = geometry.pool_geometry(t)
-    is_max = t.params["op"] == 0
-    win = gather_windows(f32(xs[0]), idx, -_FLT_MAX if is_max else 0.0, n)
-    axes = tuple(range(win.ndim - n, win.ndim))
-    if is_max:
-        return f32(win.max(axis=axes))
-    return f32(win.astype(np.float64).sum(axis=axes) / geometry.pool_divisor(t, valid, n))
-
-
-@reference(Op.UPSCALE)
-def upscale(t: Tensor, xs: list[Arr]) -> Arr:
-    a = t.operand(0)
-    x = f32(xs[0])[geometry.upscale_batch_index(t.ne[3], a.ne[3])][
-        :, geometry.upscale_batch_index(t.ne[2], a.ne[2])
-    ]
-    w0 = geometry.upscale_weights(t.ne[0], a.ne[0], t.params["mode"]).astype(np.float64)
-    w1 = geometry.upscale_weights(t.ne[1], a.ne[1], t.params["mode"]).astype(np.float64)
-    return f32(np.einsum("yj,abji,xi->abyx", w1, x.astype(np.float64), w0))
-
-
-@reference(Op.SSM_CONV)
-def ssm_conv(t: Tensor, xs: list[Arr]) -> Arr:
-    sx = f32(xs[0])[0]  # [n_s, d_inner, ncs]
-    c = f32(xs[1])[0, 0]  # [d_inner, d_conv]
-    d_conv = c.shape[1]
-    n_t = t.ne[1]
-    win = np.stack([sx[:, :, i : i + n_t] for i in range(d_conv)], axis=-1)  # [n_s, d_inner, n_t, d_conv]
-    out = (win * c[None, :, None, :]).sum(axis=-1, dtype=np.float32)  # [n_s, d_inner, n_t]
-    return np.transpose(out, (0, 2, 1))[None]
-
-
 # ---------------------------------------------------------------------------- gated delta net
-@reference(Op.GATED_DELTA_NET)
-def gated_delta_net(t: Tensor, xs: list[Arr]) -> Arr:
-    """Per token: S ← exp(g)·S; δ = (v − Sᵀk)·β; S ← S + k⊗δ; o = (Sᵀq)/√S_v (value head h reads
-    key head h % H_k). State memory: state[s, h, j, i] = S[i][j]."""
-    q_t, v_t = t.operand(0), t.operand(2)
-    q, k, v, g, beta, state = (f32(x) for x in xs)
-    s_v, h_v, n_tokens, n_seqs = v_t.ne
-    h_k = q_t.ne[1]
-    kk = t.params["K"]
-    scale = np.float32(1.0 / math.sqrt(s_v))
-    att = np.zeros((n_seqs, n_tokens, h_v, s_v), dtype=np.float32)
-    snaps = np.zeros((kk, n_seqs, h_v, s_v, s_v), dtype=np.float32)
-    for s in range(n_seqs):
-        for h in range(h_v):
-            st = state[s, h].T.astype(np.float32).copy()  # S[i][j]
-            hk = h % h_k
-            for tok in range(n_tokens):
-                gate = np.exp(g[s, tok, h])  # [1] or [S_v] (per key channel i)
-                st = st * (gate[:, None] if gate.size > 1 else gate[0])
-                kv = k[s, tok, hk]
-                delta = (v[s, tok, h] - st.T @ kv) * beta[s, tok, h, 0]
-                st = st + np.outer(kv, delta)
-                att[s, tok, h] = (st.T @ q[s, tok, hk]) * scale
-                back = n_tokens - 1 - tok
-                if back < kk:
-                    snaps[back, s, h] = st.T
-    flat = np.concatenate([att.reshape(-1), snaps.reshape(-1)])
-    return flat.reshape(tuple(reversed(t.ne)))
-
-
 # ---------------------------------------------------------------------------- not registered upstream
 @reference(Op.SOLVE_TRI)
 def solve_tri(t: Tensor, xs: list[Arr]) -> Arr:
