@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 
-from ovkit.ir import Op, Tensor
+from ovkit.ir import Op, RopeType, Tensor
 from ovkit.ops import geometry
 
 V = TypeVar("V")
@@ -526,3 +526,60 @@ def gated_delta_net(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
         else:
             pieces.append(n.const(np.zeros(n_seqs * h_v * s_v * s_v, np.float32)))
     return n.reshape(n.concat(pieces, 0), dims(t.ne))
+
+
+# ---------------------------------------------------------------------------- rope
+@formula(Op.ROPE, Op.ROPE_BACK)
+def rope(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    """ggml's rotation of the first rotated pairs of each row (the rest copied), each pair as
+    ``x·cos + swap(x)·(∓sin)`` over a pair axis ([.., 2, pairs] NeoX halves, [.., pairs, 2]
+    adjacent pairs): ggml's products and sums without the strided slices and interleaving Concat
+    the CPU plugin runs with its reference kernels (a 512-token rope 4x slower)."""
+    p, x = t.params, n.f32(xs[0])
+    ne3, ne2, ne1, ne0 = t.ne[3], t.ne[2], t.ne[1], t.ne[0]
+    pairs = geometry.rope_pairs(p, ne0)
+    if pairs == 0:  # n_dims 0: ggml rotates nothing and copies the row
+        return x
+    tables = geometry.rope_tables(p, p["n_dims"], pairs)
+    pos = n.reshape(n.f32(xs[1]), [-1])
+    if p["mode"] & RopeType.MROPE:  # [ne2, pairs]: each pair's position plane
+        base = n.take(n.transpose(n.reshape(pos, [4, ne2]), [1, 0]), geometry.rope_sections(p, pairs), 1)
+    else:
+        base = n.reshape(pos, [ne2, 1])
+    theta_ex = n.mul(base, n.const(tables["mult"].reshape(1, pairs)))
+    if xs[2] is not None:  # freq factors
+        factors = n.head(n.reshape(n.f32(xs[2]), [1, 1, 1, -1]), 0, pairs)
+        theta_ex = n.div(theta_ex, n.reshape(factors, [1, pairs]))
+    theta = n.mul(theta_ex, float(p["freq_scale"]))
+    if p["ext_factor"] != 0.0:  # YaRN
+        ramp = n.const(tables["ramp"].reshape(1, pairs))
+        theta = n.add(n.mul(theta, n.sub(1.0, ramp)), n.mul(theta_ex, ramp))
+    neox = bool(p["mode"] & (RopeType.NEOX | RopeType.MROPE))
+    axis, grouped = (3, [ne3, ne2, ne1, 2, pairs]) if neox else (4, [ne3, ne2, ne1, pairs, 2])
+    table = [1, ne2, 1, 1, pairs] if neox else [1, ne2, 1, pairs, 1]
+    mscale = float(tables["mscale"])
+    cos = n.reshape(n.mul(n.unary("cos", theta), mscale), table)
+    sin = n.reshape(n.mul(n.unary("sin", theta), -mscale if t.op == Op.ROPE_BACK else mscale), table)
+    sign = n.const(np.array([-1.0, 1.0], np.float32).reshape((2, 1) if neox else (2,)))
+    end = 2 * pairs
+    x5 = n.reshape(x if end == ne0 else n.head(x, 0, end), grouped)
+    swapped = n.take(x5, np.array([1, 0]), axis)
+    out = n.reshape(n.add(n.mul(x5, cos), n.mul(swapped, n.mul(sin, sign))), [ne3, ne2, ne1, end])
+    return out if end == ne0 else n.concat([out, n.head(x, end, ne0)], 3)
+
+
+@formula(Op.MUL_MAT_ID)
+def mul_mat_id(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    """out[:, e, t] = as[ids[e, t]] @ b[:, e % b.ne1, t]; f16/bf16 experts see b rounded to their type."""
+    as_t, b_t = t.operand(0), t.operand(1)
+    n_tok, n_used, k = t.ne[2], t.ne[1], as_t.ne[0]
+    experts = n.reshape(n.f32(xs[0]), [as_t.ne[2], as_t.ne[1], k])
+    picked = n.take(experts, n.reshape(xs[2], [n_tok, n_used]), 0)  # [T, U, N, K]
+    xb = n.f32(xs[1])
+    if as_t.dtype in ("f16", "bf16") and b_t.dtype != as_t.dtype:
+        xb = n.rounded(xb, as_t.dtype)
+    xb = n.reshape(xb, [n_tok, b_t.ne[1], k])
+    if b_t.ne[1] != n_used:
+        xb = n.take(xb, np.arange(n_used) % b_t.ne[1], 1)  # slot e reads b row e % b1
+    out = n.matmul(n.reshape(xb, [n_tok, n_used, 1, k]), picked, tb=True)  # [T, U, 1, N]
+    return n.reshape(out, [1, n_tok, n_used, t.ne[0]])

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ovkit.dtypes import NUMPY_DTYPE
-from ovkit.ir import GraphError, GraphIR, Op, RopeType, Tensor, ggml_index_map, interpret, round_to
+from ovkit.ir import GraphError, GraphIR, Op, Tensor, ggml_index_map, interpret, round_to
 from ovkit.ops import geometry
 from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, register_in
 
@@ -259,7 +259,6 @@ def out_prod(t: Tensor, xs: list[Arr]) -> Arr:
     return f32(np.matmul(np.swapaxes(b, -1, -2), a))
 
 
-# ---------------------------------------------------------------------------- layout II
 # ---------------------------------------------------------------------------- rows
 @reference(Op.GET_ROWS)
 def get_rows(t: Tensor, xs: list[Arr]) -> Arr:
@@ -324,24 +323,6 @@ def top_k(t: Tensor, xs: list[Arr]) -> Arr:
     k = t.params["k"]
     idx = np.argsort(-f32(xs[0]), axis=-1, kind="stable")[..., :k]
     return idx[..., geometry.top_k_order(k)].astype(np.int32)
-
-
-# ---------------------------------------------------------------------------- mul_mat_id
-@reference(Op.MUL_MAT_ID)
-def mul_mat_id(t: Tensor, xs: list[Arr]) -> Arr:
-    as_t, b_t = t.operand(0), t.operand(1)
-    w = f32(xs[0])[0]  # [E, N, K]
-    b = f32(xs[1])[0]  # [T, B1, K]
-    if as_t.dtype in ("f16", "bf16") and b_t.dtype != as_t.dtype:
-        b = rounded(b, as_t.dtype)
-    ids = np.asarray(xs[2]).reshape(t.ne[2], t.ne[1])  # [T, U]
-    out = np.zeros((1, t.ne[2], t.ne[1], t.ne[0]), dtype=np.float32)
-    for tok in range(t.ne[2]):
-        for slot in range(t.ne[1]):
-            e = int(ids[tok, slot])
-            x = b[tok, slot % b.shape[1]].astype(np.float64)
-            out[0, tok, slot] = (w[e].astype(np.float64) @ x).astype(np.float32)
-    return out
 
 
 # ---------------------------------------------------------------------------- softmax / attention
@@ -412,55 +393,6 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
     p = np.where(row_max > -np.inf, p, np.float32(0.0))  # ggml: all -inf row → S = 0 → output 0
     out = np.matmul(p.astype(np.float64), v.astype(np.float64)).astype(np.float32)  # [B, H, n_q, Dv]
     return np.transpose(out, (0, 2, 1, 3))  # ne [Dv, H, n_q, B]
-
-
-# ---------------------------------------------------------------------------- rope
-
-
-def rope_theta(p: dict[str, Any], n_pairs: int, ne2: int, pos: Arr) -> Arr:
-    """Extrapolated theta base per (position row i2, pair i): pos · multiplier_i."""
-    mult = geometry.rope_tables(p, p["n_dims"], n_pairs)["mult"]
-    pos = np.asarray(pos).reshape(-1).astype(np.float32)
-    if p["mode"] & 8:
-        base = pos.reshape(4, ne2).T[:, geometry.rope_sections(p, n_pairs)]  # [ne2, pairs]
-    else:
-        base = np.repeat(pos[:, None], n_pairs, axis=1)
-    return f32(base * mult[None, :])
-
-
-@reference(Op.ROPE, Op.ROPE_BACK)
-def rope(t: Tensor, xs: list[Arr]) -> Arr:
-    p = t.params
-    x = f32(xs[0])
-    n_dims = p["n_dims"]
-    n_pairs = geometry.rope_pairs(p, t.ne[0])
-    if n_pairs == 0:  # n_dims 0: ggml rotates nothing and copies the row
-        return x
-    tables = geometry.rope_tables(p, n_dims, n_pairs)
-    theta_ex = rope_theta(p, n_pairs, t.ne[2], xs[1])
-    if xs[2] is not None:
-        theta_ex = theta_ex / f32(xs[2]).reshape(-1)[:n_pairs][None, :]
-    theta_in = np.float32(p["freq_scale"]) * theta_ex
-    ramp = tables["ramp"][None, :]
-    theta = theta_in * (1 - ramp) + theta_ex * ramp
-    cos = (np.cos(theta.astype(np.float64)) * tables["mscale"]).astype(np.float32)[None, :, None, :]
-    sin_sign = -1.0 if t.op == Op.ROPE_BACK else 1.0  # ROPE_BACK rotates the other way
-    sin = (np.sin(theta.astype(np.float64)) * tables["mscale"] * sin_sign).astype(np.float32)[
-        None, :, None, :
-    ]
-    out = x.copy()
-    if (
-        p["mode"] & RopeType.NEOX or p["mode"] & RopeType.MROPE
-    ):  # pairs (i, i + offset): NEOX/MROPE/IMROPE n_dims/2, VISION n_dims
-        off = n_dims if p["mode"] == RopeType.VISION else n_dims // 2
-        x0, x1 = x[..., :n_pairs], x[..., off : off + n_pairs]
-        out[..., :n_pairs] = x0 * cos - x1 * sin
-        out[..., off : off + n_pairs] = x0 * sin + x1 * cos
-    else:
-        x0, x1 = x[..., 0:n_dims:2], x[..., 1:n_dims:2]
-        out[..., 0:n_dims:2] = x0 * cos - x1 * sin
-        out[..., 1:n_dims:2] = x0 * sin + x1 * cos
-    return out
 
 
 # ---------------------------------------------------------------------------- conv-like
@@ -539,7 +471,6 @@ def conv_transpose_2d(t: Tensor, xs: list[Arr]) -> Arr:
     return out.astype(np.float32)
 
 
-# ---------------------------------------------------------------------------- gated delta net
 # ---------------------------------------------------------------------------- not registered upstream
 @reference(Op.SOLVE_TRI)
 def solve_tri(t: Tensor, xs: list[Arr]) -> Arr:

@@ -19,7 +19,7 @@ import openvino as ov
 import openvino.opset16 as ops
 
 from ovkit.dtypes import DTYPES, ggml_type
-from ovkit.ir import GraphIR, Op, RopeType, Tensor, TranslationGapError, ggml_index_map, interpret, round_to
+from ovkit.ir import GraphIR, Op, Tensor, TranslationGapError, ggml_index_map, interpret, round_to
 from ovkit.ops import geometry
 from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, register_in
 from ovkit.ops.rounding import rounded
@@ -409,7 +409,6 @@ def _out_prod(t: Tensor, xs: list[Out]) -> Out:
     return ops.matmul(f32(xs[1]), wa, True, False)  # bᵀ [p, k] @ a [k, m]
 
 
-# ---------------------------------------------------------------------------- layout II
 # ---------------------------------------------------------------------------- rows
 @translator(Op.GET_ROWS)
 def _get_rows(t: Tensor, xs: list[Out]) -> Out:
@@ -506,23 +505,10 @@ def _top_k(t: Tensor, xs: list[Out]) -> Out:
 # ---------------------------------------------------------------------------- mul_mat_id
 @translator(Op.MUL_MAT_ID)
 def _mul_mat_id(t: Tensor, xs: list[Out]) -> Out:
-    as_t, b_t = t.operand(0), t.operand(1)
-    n_exp, rows, k = as_t.ne[2], as_t.ne[1], as_t.ne[0]
-    n_tok, n_used, b1 = t.ne[2], t.ne[1], b_t.ne[1]
-    w = ops.reshape(f32(xs[0]), i64([n_exp, rows, k]), False)
-    xb = f32(xs[1])
-    if as_t.dtype in ("f16", "bf16") and b_t.dtype != as_t.dtype:
-        xb = rounded(xb, as_t.dtype)
+    as_t = t.operand(0)
     if as_t.is_leaf and as_t.is_quantized:  # precision="ggml": the experts' q8 activations
-        xb = as_t.value.expert_activations(xb)
-    ids = ops.reshape(xs[2], i64([n_tok, n_used]), False)
-    picked = ops.gather(w, ids, i64(0))  # [T, U, N, K]
-    xb = ops.reshape(xb, i64([n_tok, b1, k]), False)
-    if b1 != n_used:
-        xb = ops.tile(xb, i64([1, n_used // b1, 1]))  # slot e reads b row e % b1
-    xb = ops.reshape(xb, i64([n_tok, n_used, 1, k]), False)
-    out = ops.matmul(xb, picked, False, True)  # [T, U, 1, N]
-    return ops.reshape(out, i64([1, n_tok, n_used, rows]), False)
+        xs = [xs[0], as_t.value.expert_activations(f32(xs[1])), xs[2]]
+    return FORMULAS[Op.MUL_MAT_ID](OPENVINO, t, xs)
 
 
 # ---------------------------------------------------------------------------- softmax / attention
@@ -750,79 +736,6 @@ def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
     return out if live is None else ops.select(live, out, const(0.0))
 
 
-# ---------------------------------------------------------------------------- rope
-@translator(Op.ROPE, Op.ROPE_BACK)
-def _rope(t: Tensor, xs: list[Out]) -> Out:
-    p = t.params
-    n_dims = p["n_dims"]
-    pairs = geometry.rope_pairs(p, t.ne[0])
-    if pairs == 0:  # n_dims 0: ggml rotates nothing and copies the row
-        return f32(xs[0])
-    tables = geometry.rope_tables(p, n_dims, pairs)
-    pos = ops.convert(ops.reshape(xs[1], i64([-1]), False), ov.Type.f32)
-    if p["mode"] & 8:
-        planes = ops.transpose(ops.reshape(pos, i64([4, t.ne[2]]), False), i64([1, 0]))  # [ne2, 4]
-        base = ops.gather(planes, const(geometry.rope_sections(p, pairs), np.int64), i64(1))  # [ne2, pairs]
-    else:
-        base = ops.reshape(pos, i64([t.ne[2], 1]), False)
-    theta_ex = ops.multiply(base, const(tables["mult"].reshape(1, pairs)))
-    if xs[2] is not None:
-        ff = slice_dim(ops.reshape(f32(xs[2]), i64([1, 1, 1, -1]), False), 0, 0, pairs)
-        theta_ex = ops.divide(theta_ex, ops.reshape(ff, i64([1, pairs]), False))
-    theta = ops.multiply(theta_ex, const(p["freq_scale"]))
-    if p["ext_factor"] != 0.0:
-        ramp = const(tables["ramp"].reshape(1, pairs))
-        theta = ops.add(ops.multiply(theta, ops.subtract(const(1.0), ramp)), ops.multiply(theta_ex, ramp))
-    mscale = const(tables["mscale"])
-    sin_scale = const(-tables["mscale"] if t.op == Op.ROPE_BACK else tables["mscale"])  # ROPE_BACK: −sin
-    cos = ops.reshape(ops.multiply(ops.cos(theta), mscale), i64([1, t.ne[2], 1, pairs]), False)
-    sin = ops.reshape(ops.multiply(ops.sin(theta), sin_scale), i64([1, t.ne[2], 1, pairs]), False)
-    x = f32(xs[0])
-    ne0 = t.ne[0]
-    neox = bool(p["mode"] & 2 or p["mode"] & 8)  # pairs (i, i + off); else adjacent (2i, 2i + 1)
-    off = (n_dims if p["mode"] == RopeType.VISION else n_dims // 2) if neox else 1
-    if (off == pairs) if neox else (2 * pairs == n_dims):
-        return _rope_swapped(t, x, cos, sin, pairs, neox)
-    if neox:
-        x0, x1 = slice_dim(x, 0, 0, pairs), slice_dim(x, 0, off, off + pairs)
-        parts = [
-            ops.subtract(ops.multiply(x0, cos), ops.multiply(x1, sin)),
-            ops.add(ops.multiply(x0, sin), ops.multiply(x1, cos)),
-        ]
-        end = off + pairs
-    else:
-        x0, x1 = slice_dim(x, 0, 0, n_dims, 2), slice_dim(x, 0, 1, n_dims, 2)
-        r0 = ops.subtract(ops.multiply(x0, cos), ops.multiply(x1, sin))
-        r1 = ops.add(ops.multiply(x0, sin), ops.multiply(x1, cos))
-        pairs_out = ops.concat([ops.unsqueeze(r0, i64(4)), ops.unsqueeze(r1, i64(4))], 4)
-        parts = [ops.reshape(pairs_out, i64([t.ne[3], t.ne[2], t.ne[1], n_dims]), False)]
-        end = n_dims
-    if end < ne0:
-        parts.append(slice_dim(x, 0, end, ne0))
-    return ops.concat(parts, 3) if len(parts) > 1 else parts[0]
-
-
-def _rope_swapped(t: Tensor, x: Out, cos: Out, sin: Out, pairs: int, neox: bool) -> Out:
-    """The rotated pairs as ``x·cos + swap(x)·(∓sin)`` over a pair axis ([.., 2, pairs] NeoX
-    halves, [.., pairs, 2] adjacent pairs), the swap a Gather: the same products and sums as
-    ``x0·cos − x1·sin``, ``x0·sin + x1·cos``, without the strided slices and interleaving Concat
-    the CPU plugin runs with its reference kernels (a 512-token rope 4x slower)."""
-    ne3, ne2, ne1, ne0 = t.ne[3], t.ne[2], t.ne[1], t.ne[0]
-    end = 2 * pairs
-    head = x if end == ne0 else slice_dim(x, 0, 0, end)
-    axis = 3 if neox else 4
-    grouped = [ne3, ne2, ne1, 2, pairs] if neox else [ne3, ne2, ne1, pairs, 2]
-    xs5 = ops.reshape(head, i64(grouped), False)
-    swapped = ops.gather(xs5, i64([1, 0]), i64(axis))
-    sign = const(np.array([-1.0, 1.0], np.float32).reshape((2, 1) if neox else (2,)))
-    c5 = ops.unsqueeze(cos, i64(axis))
-    s5 = ops.multiply(ops.unsqueeze(sin, i64(axis)), sign)  # exact: a sign flip
-    out = ops.reshape(
-        ops.add(ops.multiply(xs5, c5), ops.multiply(swapped, s5)), i64([ne3, ne2, ne1, end]), False
-    )
-    return out if end == ne0 else ops.concat([out, slice_dim(x, 0, end, ne0)], 3)
-
-
 # ---------------------------------------------------------------------------- conv-like
 def _conv_input(
     x: Out,
@@ -908,6 +821,3 @@ def _conv_transpose_2d(t: Tensor, xs: list[Out]) -> Out:
     return ops.convolution_backprop_data(
         x, f32(xs[0]), [st, st], pads_begin=[0, 0], pads_end=[0, 0], dilations=[1, 1]
     )
-
-
-# ---------------------------------------------------------------------------- gated delta net
