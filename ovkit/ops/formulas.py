@@ -583,3 +583,19 @@ def mul_mat_id(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
         xb = n.take(xb, np.arange(n_used) % b_t.ne[1], 1)  # slot e reads b row e % b1
     out = n.matmul(n.reshape(xb, [n_tok, n_used, 1, k]), picked, tb=True)  # [T, U, 1, N]
     return n.reshape(out, [1, n_tok, n_used, t.ne[0]])
+
+
+# ---------------------------------------------------------------------------- softmax / attention
+def attention_mask(n: ArrayOps[V], t: Tensor, i: int, xs: list[V], rows: int, big: Sequence[int]) -> V | None:
+    """SOFT_MAX's or FLASH_ATTN_EXT's mask (source ``i``) as ggml adds it: rows 0..rows-1 in f32,
+    tiled over dims 2, 3 to ``big`` (ggml's i % ne), times each head's ALiBi slope; None without one."""
+    mask_t = t.srcs[i]
+    if mask_t is None:
+        return None
+    m = n.f32(xs[i])
+    if mask_t.ne[1] != rows:
+        m = n.take(m, np.arange(rows), 2)
+    m = n.repeat(m, (mask_t.ne[0], rows, *mask_t.ne[2:]), (mask_t.ne[0], rows, big[2], big[3]))
+    if t.params["max_bias"] <= 0:
+        return m
+    return n.mul(m, n.const(geometry.alibi_slopes(big[2], t.params["max_bias"]).reshape(1, -1, 1, 1)))

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from ovkit.dtypes import NUMPY_DTYPE
 from ovkit.ir import GraphError, GraphIR, Op, Tensor, ggml_index_map, interpret, round_to
 from ovkit.ops import geometry
-from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, register_in
+from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, attention_mask, register_in
 
 Arr = np.ndarray
 #: an f32 array: what every reference computes in (its arithmetic keeps the element type)
@@ -244,19 +244,13 @@ def expand_batch(x: Arr, ne_big2: int, ne_big3: int) -> Arr:
 @reference(Op.MUL_MAT)
 def mul_mat(t: Tensor, xs: list[Arr]) -> Arr:
     a_t, b_t = t.operand(0), t.operand(1)
-    a = f32(xs[0])
-    b = f32(xs[1])
-    if a_t.dtype in ("f16", "bf16") and b_t.dtype != a_t.dtype:
-        b = rounded(b, a_t.dtype)
-    a = expand_batch(a, b_t.ne[2], b_t.ne[3])
-    return f32(np.matmul(b.astype(np.float64), np.swapaxes(a, -1, -2).astype(np.float64)))
+    b = rounded(xs[1], a_t.dtype) if a_t.dtype in ("f16", "bf16") and b_t.dtype != a_t.dtype else xs[1]
+    return NUMPY.matmul(b, expand_batch(f32(xs[0]), b_t.ne[2], b_t.ne[3]), tb=True)
 
 
 @reference(Op.OUT_PROD)
 def out_prod(t: Tensor, xs: list[Arr]) -> Arr:
-    a = expand_batch(f32(xs[0]), t.ne[2], t.ne[3]).astype(np.float64)  # [.., k, m]
-    b = f32(xs[1]).astype(np.float64)  # [.., k, p]
-    return f32(np.matmul(np.swapaxes(b, -1, -2), a))
+    return NUMPY.matmul(xs[1], expand_batch(f32(xs[0]), t.ne[2], t.ne[3]), ta=True)  # bᵀ [p, k] @ a [k, m]
 
 
 # ---------------------------------------------------------------------------- rows
@@ -328,15 +322,6 @@ def top_k(t: Tensor, xs: list[Arr]) -> Arr:
 # ---------------------------------------------------------------------------- softmax / attention
 
 
-def _mask_for(mask: Arr | None, rows: int, big: Sequence[int]) -> Arr | None:
-    """The mask rows 0..rows-1, tiled over dims 2, 3 like ggml's i % ne indexing; f32."""
-    if mask is None:
-        return None
-    m = f32(mask)[:, :, :rows, :]
-    reps = (big[3] // m.shape[0], big[2] // m.shape[1], 1, 1)
-    return np.tile(m, reps)
-
-
 def softmax_rows(w: Arr, sinks: Arr | None) -> Arr:
     """Row softmax (f64 sums as ggml's ggml_float); ``sinks`` [heads] join the denominator."""
     w64 = w.astype(np.float64)
@@ -354,12 +339,10 @@ def softmax_rows(w: Arr, sinks: Arr | None) -> Arr:
 
 @reference(Op.SOFT_MAX)
 def soft_max(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0])
-    mask = _mask_for(xs[1], t.ne[1], t.ne)
-    slope = geometry.alibi_slopes(t.ne[2], t.params["max_bias"]).reshape(1, -1, 1, 1)
-    w = x * np.float32(t.params["scale"])
+    w = f32(xs[0]) * np.float32(t.params["scale"])
+    mask = attention_mask(NUMPY, t, 1, xs, t.ne[1], t.ne)
     if mask is not None:
-        w = w + slope * mask
+        w = w + mask
     sinks = f32(xs[2]).reshape(-1) if len(xs) > 2 and xs[2] is not None else None
     return softmax_rows(w, sinks)
 
@@ -370,29 +353,24 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
     q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
     if k_t.dtype in ("f16", "bf16"):
         q = rounded(q, k_t.dtype)  # ggml converts Q to K's vec_dot type
-    n_head, n_q = q_t.ne[2], q_t.ne[1]
-    rk2, rk3 = q_t.ne[2] // k_t.ne[2], q_t.ne[3] // k_t.ne[3]
-    k = np.repeat(np.repeat(k, rk3, axis=0), rk2, axis=1)
-    v = np.repeat(np.repeat(v, rk3, axis=0), rk2, axis=1)
+    k, v = expand_batch(k, q_t.ne[2], q_t.ne[3]), expand_batch(v, q_t.ne[2], q_t.ne[3])
     scale = np.float32(t.params["scale"])
     softcap = np.float32(t.params["logit_softcap"])
     if softcap != 0:
         scale = scale / softcap
-    s = np.matmul(q.astype(np.float64), np.swapaxes(k, -1, -2).astype(np.float64)).astype(np.float32) * scale
+    s = NUMPY.matmul(q, k, tb=True) * scale
     if softcap != 0:
         s = softcap * np.tanh(s)
-    mask = _mask_for(xs[3], n_q, (0, 0, q_t.ne[2], q_t.ne[3]))
+    mask = attention_mask(NUMPY, t, 3, xs, q_t.ne[1], q_t.ne)
     if mask is not None:
-        slope = geometry.alibi_slopes(n_head, t.params["max_bias"]).reshape(1, -1, 1, 1)
-        s = s + slope * mask
+        s = s + mask
     sinks = f32(xs[4]).reshape(-1) if len(xs) > 4 and xs[4] is not None else None
     p = softmax_rows(s, sinks)
     row_max = s.max(axis=-1, keepdims=True)
     if sinks is not None:
         row_max = np.maximum(row_max, sinks.reshape(1, -1, 1, 1))
     p = np.where(row_max > -np.inf, p, np.float32(0.0))  # ggml: all -inf row → S = 0 → output 0
-    out = np.matmul(p.astype(np.float64), v.astype(np.float64)).astype(np.float32)  # [B, H, n_q, Dv]
-    return np.transpose(out, (0, 2, 1, 3))  # ne [Dv, H, n_q, B]
+    return np.transpose(NUMPY.matmul(p, v), (0, 2, 1, 3))  # [B, H, n_q, Dv] → ne [Dv, H, n_q, B]
 
 
 # ---------------------------------------------------------------------------- conv-like

@@ -21,7 +21,7 @@ import openvino.opset16 as ops
 from ovkit.dtypes import DTYPES, ggml_type
 from ovkit.ir import GraphIR, Op, Tensor, TranslationGapError, ggml_index_map, interpret, round_to
 from ovkit.ops import geometry
-from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, register_in
+from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, attention_mask, register_in
 from ovkit.ops.rounding import rounded
 
 Out = Any  # an openvino Output/Node
@@ -512,19 +512,6 @@ def _mul_mat_id(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- softmax / attention
-def _alibi(n_head: int, max_bias: float) -> Out:
-    return const(geometry.alibi_slopes(n_head, max_bias).reshape(1, n_head, 1, 1))
-
-
-def _mask_value(mask_t: Tensor, mask: Out, rows: int, big2: int, big3: int) -> Out:
-    """Mask rows 0..rows-1 in f32, tiled over dims 2, 3 (ggml's i % ne broadcasting)."""
-    m = f32(mask)
-    if mask_t.ne[1] != rows:
-        m = slice_dim(m, 1, 0, rows)
-    ne = (mask_t.ne[0], rows, mask_t.ne[2], mask_t.ne[3])
-    return broadcast_repeat(m, ne, (mask_t.ne[0], rows, big2, big3))
-
-
 def _softmax_with_sinks(w: Out, sinks: Out | None, ne: Sequence[int], heads_dim: int) -> Out:
     """Softmax over the last axis; per-head ``sinks`` join the denominator as an extra column."""
     if sinks is None:
@@ -540,12 +527,9 @@ def _softmax_with_sinks(w: Out, sinks: Out | None, ne: Sequence[int], heads_dim:
 @translator(Op.SOFT_MAX)
 def _soft_max(t: Tensor, xs: list[Out]) -> Out:
     w = ops.multiply(f32(xs[0]), const(t.params["scale"]))
-    mask_t = t.srcs[1]
-    if mask_t is not None:
-        m = _mask_value(mask_t, xs[1], t.ne[1], t.ne[2], t.ne[3])
-        if t.params["max_bias"] > 0:
-            m = ops.multiply(m, _alibi(t.ne[2], t.params["max_bias"]))
-        w = ops.add(w, m)
+    mask = attention_mask(OPENVINO, t, 1, xs, t.ne[1], t.ne)
+    if mask is not None:
+        w = ops.add(w, mask)
     sinks = xs[2] if len(xs) > 2 else None
     # ggml: a row whose maximum is +inf computes exp(inf - inf) = NaN, and a NaN in a row (or its
     # sink) makes the row's sum NaN: the whole row is NaN. OpenVINO's Softmax keeps the NaN to its
@@ -595,9 +579,8 @@ def _attention_scores(t: Tensor, xs: list[Out], s: Out) -> Out:
     s = ops.multiply(s, const(scale))
     if softcap != 0:
         s = ops.multiply(ops.tanh(s), const(softcap))
-    if t.srcs[3] is not None:
-        s = ops.add(s, _fa_mask(t, xs[3]))
-    return s
+    mask = attention_mask(OPENVINO, t, 3, xs, t.operand(0).ne[1], t.operand(0).ne)
+    return s if mask is None else ops.add(s, mask)
 
 
 def _attention_probs(t: Tensor, xs: list[Out], s: Out) -> Out:
@@ -627,15 +610,6 @@ def _live_rows(x: Out) -> Out:
     precision: a ReduceMax against a lowest-finite sentinel is not (in bf16 the sentinel rounds
     to -inf while ReduceMax of an all -inf row gives bf16's lowest finite value)."""
     return ops.reduce_logical_or(ops.greater(x, const(-np.inf)), i64([3]), True)
-
-
-def _fa_mask(t: Tensor, mask: Out) -> Out:
-    """The mask rows of the queries, per head with ALiBi, as f32 [B|1, H|1, n_q, n_kv]."""
-    q_t, mask_t = t.operand(0), t.operand(3)
-    m = _mask_value(mask_t, mask, q_t.ne[1], q_t.ne[2], q_t.ne[3])
-    if t.params["max_bias"] > 0:
-        m = ops.multiply(m, _alibi(q_t.ne[2], t.params["max_bias"]))
-    return m
 
 
 def _flash_attn_ext(t: Tensor, xs: list[Out], manual_gqa: bool | None = None) -> Out:
@@ -721,8 +695,8 @@ def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
         )
     scale = const(np.float32(t.params["scale"]))
     live = None
-    if t.srcs[3] is not None:
-        m = _fa_mask(t, xs[3])
+    m = attention_mask(OPENVINO, t, 3, xs, q_t.ne[1], q_t.ne)
+    if m is not None:
         live = _live_rows(m)
         out = ops.scaled_dot_product_attention(q, k, v, ops.select(live, m, const(0.0)), scale, False)
     else:
