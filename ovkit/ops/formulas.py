@@ -1,6 +1,7 @@
-"""The ops written once: every unary, GLU and element-wise formula, the row norms and sums, over
-an array namespace (:class:`ArrayOps`) that the numpy reference fills with f32 numpy arrays and
-the OpenVINO translation with opset16 nodes.  What differs per backend (OpenVINO's Exp saturating
+"""The ops written once: every unary, GLU and element-wise formula, the row norms and sums and the
+ops made of gathers, reshapes, reductions and matmuls (windows, rope, MoE, the delta net), over an
+array namespace (:class:`ArrayOps`) that the numpy reference fills with f32 numpy arrays and the
+OpenVINO translation with opset16 nodes.  What differs per backend (OpenVINO's Exp saturating
 early, numpy's erf in f64, how a smaller operand is repeated) lives in its namespace, never in a
 formula; the formulas follow ggml's CPU kernels (``ggml-cpu/vec.h``, ``unary-ops.cpp``).
 """

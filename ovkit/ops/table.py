@@ -410,9 +410,9 @@ ADD_AN_OP: tuple[tuple[str, str], ...] = (
     ),
     (
         "`ovkit/ops/formulas.py` or `ovkit/ops/reference.py`",
-        "an element-wise, unary or GLU op, a row norm or sum: its formula, once for numpy and OpenVINO "
-        "(`@formula(Op.X)`, a sub-op's activation in `ACTIVATIONS`); any other op: its numpy reference "
-        "(`@reference(Op.X)`)",
+        "an op the array namespace `ArrayOps` expresses (element-wise, unary, GLU, norms, gathers, "
+        "windows): its formula, once for numpy and OpenVINO (`@formula(Op.X)`, a sub-op's activation in "
+        "`ACTIVATIONS`); any other op: its numpy reference (`@reference(Op.X)`)",
     ),
     (
         "`ovkit/ops/translate.py`",
