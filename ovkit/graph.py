@@ -1035,6 +1035,8 @@ class Graph(GraphIR):
             raise self._ne_err(op, "b", f"ne[0] == {planes}·a.ne[2] = {planes * a.ne[2]} positions", b)
         if n_dims > a.ne[0] or n_dims < 0:
             raise self._err(op, "n_dims", f"0 <= n_dims <= a.ne[0] = {a.ne[0]}", str(n_dims))
+        if n_dims % 2 and not mode & (RopeType.NEOX | RopeType.MROPE):  # ggml's pairs would cross n_dims
+            raise self._err(op, "n_dims", "an even n_dims for NORMAL mode (adjacent pairs)", str(n_dims))
         if mode == RopeType.VISION and a.ne[0] != 2 * n_dims:
             raise self._err(
                 op, "n_dims", f"a.ne[0] / 2 = {a.ne[0] // 2} for VISION (pairs i, i + n_dims)", str(n_dims)
