@@ -215,11 +215,9 @@ class Graph(GraphIR):
     def add_id(self, a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
         """``ggml_add_id``: out[:, i1, i2] = a[:, i1, i2] + b[:, ids[i1, i2]] (per-expert bias)."""
         op = Op.ADD_ID
-        for nm, t in (("a", a), ("b", b), ("ids", ids)):
-            self._check_tensor(op, nm, t)
-        self._check_types(op, "a", a, ("f32",))
-        self._check_types(op, "b", b, ("f32",))
-        self._check_types(op, "ids", ids, ("i32",))
+        self._check_tensor(op, "a", a, ("f32",))
+        self._check_tensor(op, "b", b, ("f32",))
+        self._check_tensor(op, "ids", ids, ("i32",))
         if a.ne[0] != b.ne[0]:
             raise self._ne_err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", b)
         if a.ne[1] != ids.ne[0] or a.ne[2] != ids.ne[1]:
@@ -661,11 +659,9 @@ class Graph(GraphIR):
     def set_rows(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
         """``ggml_set_rows``: a with rows c[i] replaced by b's rows i (result = a updated)."""
         op = Op.SET_ROWS
-        for nm, t in (("a", a), ("b", b), ("c", c)):
-            self._check_tensor(op, nm, t)
-        self._check_types(op, "b", b, FLOAT_TYPES)
-        self._check_types(op, "c", c, ("i64", "i32"))
-        self._check_types(op, "a", a, FLOAT_TYPES + ("i32",) + WRITABLE_QUANT_TYPES)
+        self._check_tensor(op, "b", b, FLOAT_TYPES)
+        self._check_tensor(op, "c", c, ("i64", "i32"))
+        self._check_tensor(op, "a", a, FLOAT_TYPES + ("i32",) + WRITABLE_QUANT_TYPES)
         if a.ne[0] != b.ne[0] or a.ne[2] != b.ne[2] or a.ne[3] != b.ne[3]:
             raise self._ne_err(op, "b", f"ne[0], ne[2], ne[3] equal to a's {ne_str(a.ne)}", b)
         if b.ne[1] != c.ne[0] or b.ne[2] % c.ne[1] or b.ne[3] % c.ne[2] or c.ne[3] != 1:
@@ -753,11 +749,9 @@ class Graph(GraphIR):
     def mul_mat(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_mul_mat``: out = b @ aᵀ per batch (ne = [a.ne1, b.ne1, b.ne2, b.ne3]); f32 result."""
         op = Op.MUL_MAT
-        self._check_tensor(op, "a", a)
-        self._check_tensor(op, "b", b)
-        if not a.is_quantized:
+        if not self._check_tensor(op, "a", a).is_quantized:
             self._check_types(op, "a", a, FLOAT_TYPES)
-        self._check_types(op, "b", b, FLOAT_TYPES)
+        self._check_tensor(op, "b", b, FLOAT_TYPES)
         if a.ne[0] != b.ne[0]:
             raise self._ne_err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", b)
         if b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
@@ -779,12 +773,10 @@ class Graph(GraphIR):
     def mul_mat_id(self, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
         """``ggml_mul_mat_id``: out[:, e, t] = as_[ids[e, t]] @ b[:, e % b.ne1, t] (MoE experts)."""
         op = Op.MUL_MAT_ID
-        for nm, t in (("as", as_), ("b", b), ("ids", ids)):
-            self._check_tensor(op, nm, t)
-        self._check_types(op, "ids", ids, ("i32",))
-        if not as_.is_quantized:
+        if not self._check_tensor(op, "as", as_).is_quantized:
             self._check_types(op, "as", as_, FLOAT_TYPES)
-        self._check_types(op, "b", b, FLOAT_TYPES)
+        self._check_tensor(op, "b", b, FLOAT_TYPES)
+        self._check_tensor(op, "ids", ids, ("i32",))
         if as_.ne[3] != 1:
             raise self._ne_err(op, "as", "a 3-D tensor (ne[3] == 1)", as_)
         if b.ne[3] != 1:
@@ -803,11 +795,9 @@ class Graph(GraphIR):
         """``ggml_out_prod``: out[.., i1, i0] = Σ_k a[.., k, i0]·b[.., k, i1] (numpy: bᵀ @ a per batch,
         a repeat-interleaved over b's batch dims); f32 result of ne [a.ne0, b.ne0, b.ne2, b.ne3]."""
         op = Op.OUT_PROD
-        self._check_tensor(op, "a", a)
-        self._check_tensor(op, "b", b)
-        if not a.is_quantized:
+        if not self._check_tensor(op, "a", a).is_quantized:
             self._check_types(op, "a", a, ("f32", "f16"))
-        self._check_types(op, "b", b, FLOAT_TYPES)
+        self._check_tensor(op, "b", b, FLOAT_TYPES)
         if a.ne[1] != b.ne[1] or b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
             raise self._ne_err(op, "b", f"ne[1] == a.ne[1] = {a.ne[1]}, ne[2], ne[3] multiples of a's", b)
         if not a.is_quantized and a.is_transposed():
@@ -1045,6 +1035,8 @@ class Graph(GraphIR):
             raise self._ne_err(op, "b", f"ne[0] == {planes}·a.ne[2] = {planes * a.ne[2]} positions", b)
         if n_dims > a.ne[0] or n_dims < 0:
             raise self._err(op, "n_dims", f"0 <= n_dims <= a.ne[0] = {a.ne[0]}", str(n_dims))
+        if n_dims % 2 and not mode & (RopeType.NEOX | RopeType.MROPE):  # ggml's pairs would cross n_dims
+            raise self._err(op, "n_dims", "an even n_dims for NORMAL mode (adjacent pairs)", str(n_dims))
         if mode == RopeType.VISION and a.ne[0] != 2 * n_dims:
             raise self._err(
                 op, "n_dims", f"a.ne[0] / 2 = {a.ne[0] // 2} for VISION (pairs i, i + n_dims)", str(n_dims)
@@ -1079,9 +1071,7 @@ class Graph(GraphIR):
         op = Op.IM2COL
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b, ("f32", "f16"))
-        dt = {0: "f32", 1: "f16"}.get(dst_type, dst_type) if isinstance(dst_type, int) else dst_type
-        if dt not in ("f32", "f16"):
-            raise self._err(op, "dst_type", "f32 or f16", str(dst_type))
+        dt = self._dst_type(op, dst_type)
         if dt == "f16" and a.dtype != "f16":
             raise self._err(op, "a", "an f16 kernel for an f16 dst_type (ggml's CPU im2col)", a.dtype)
         if is_2D:
@@ -1098,6 +1088,13 @@ class Graph(GraphIR):
         ne = (a.ne[2] * a.ne[1] * a.ne[0], ow, oh, b.ne[3]) if is_2D else (a.ne[1] * a.ne[0], ow, b.ne[2], 1)
         params = {"s0": s0, "s1": s1, "p0": p0, "p1": p1, "d0": d0, "d1": d1, "is_2D": bool(is_2D)}
         return self._new(op, ne, dt, (a, b), params)
+
+    def _dst_type(self, op: str, dst_type: str | int) -> str:
+        """An im2col ``dst_type``: a type name or ggml's enum value (0 f32, 1 f16)."""
+        dt = {0: "f32", 1: "f16"}.get(dst_type, dst_type) if isinstance(dst_type, int) else dst_type
+        if dt not in ("f32", "f16"):
+            raise self._err(op, "dst_type", "f32 or f16", str(dst_type))
+        return str(dt)
 
     # ------------------------------------------------------------------ resampling
     def upscale(self, a: Tensor, scale_factor: int, mode: int) -> Tensor:
@@ -1204,10 +1201,9 @@ class Graph(GraphIR):
     def get_rows_back(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
         """``ggml_get_rows_back``: rows of a (gradients) added into a zero [c.ne1, c.ne0] at rows b."""
         op = Op.GET_ROWS_BACK
-        for nm, t in (("a", a), ("b", b), ("c", c)):
-            self._check_tensor(op, nm, t)
-        self._check_types(op, "a", a, ("f32", "f16"))
-        self._check_types(op, "b", b, ("i32",))
+        self._check_tensor(op, "a", a, ("f32", "f16"))
+        self._check_tensor(op, "b", b, ("i32",))
+        self._check_tensor(op, "c", c)
         if a.ne[2] != 1 or a.ne[3] != 1 or c.ne[2] != 1 or c.ne[3] != 1 or a.ne[0] != c.ne[0]:
             raise self._ne_err(op, "c", f"matrices a, c with c.ne[0] == a.ne[0] = {a.ne[0]}", c)
         if b.ne[1:] != (1, 1, 1) or b.ne[0] > a.ne[1]:  # ggml reads the first b.ne[0] rows of a
@@ -1331,9 +1327,7 @@ class Graph(GraphIR):
         op = Op.IM2COL_3D
         self._check_tensor(op, "a", a)
         self._check_tensor(op, "b", b, ("f32",))
-        dt = {0: "f32", 1: "f16"}.get(dst_type, dst_type) if isinstance(dst_type, int) else dst_type
-        if dt not in ("f32", "f16"):
-            raise self._err(op, "dst_type", "f32 or f16", str(dst_type))
+        dt = self._dst_type(op, dst_type)
         p = self._conv_params(op, s0=s0, s1=s1, s2=s2, p0=p0, p1=p1, p2=p2, d0=d0, d1=d1, d2=d2)
         if IC < 1:  # ggml takes N = b.ne[3] // IC batches (0 batches: an empty result)
             raise self._err(op, "IC", "a channel count >= 1", str(IC))

@@ -520,6 +520,16 @@ def test_rope_ext_rejects_multi_section_modes_and_bad_positions() -> None:
         g.rope_ext(a, g.input("p5", (5,), "i32"), None, 32, 0, *_ROPE)
 
 
+def test_rope_ext_rejects_an_odd_n_dims_in_normal_mode_only() -> None:
+    """NORMAL mode rotates adjacent pairs (2i, 2i + 1): an odd n_dims would cut its last pair, so
+    the builder refuses it with a message; NEOX pairs (i, i + n_dims/2) take any n_dims."""
+    g = Graph()
+    a, p = g.input("a", (4, 5, 32)), g.input("p", (4,), "i32")
+    with pytest.raises(GraphError, match="ROPE: operand n_dims: expected an even n_dims for NORMAL mode"):
+        g.rope_ext(a, p, None, 15, 0, *_ROPE)
+    g.rope_ext(a, p, None, 15, 2, *_ROPE)
+
+
 def test_flash_attn_and_soft_max_mask_shapes_are_checked() -> None:
     g = Graph()
     q, k, v = g.input("q", (4, 5, 16)), g.input("k", (2, 12, 16), "f16"), g.input("v", (2, 12, 8), "f16")

@@ -221,7 +221,7 @@ NEW_OPS: tuple[tuple[str, str, str, bool], ...] = (
     ),
     (
         "ops/reference.py",
-        "@reference(Op.CROSS_ENTROPY_LOSS_BACK)",
+        "@reference(Op.GET_ROWS_BACK)",
         "@reference(Op.DIAG_MASK_ZERO)\n"
         "def diag_mask_zero(t: Tensor, xs: list[Arr]) -> Arr:\n"
         "    return np.where(geometry.diag_mask(t), np.float32(0.0), f32(xs[0]))\n\n\n",
@@ -229,7 +229,7 @@ NEW_OPS: tuple[tuple[str, str, str, bool], ...] = (
     ),
     (
         "ops/translate.py",
-        "@translator(Op.CROSS_ENTROPY_LOSS_BACK)",
+        "@translator(Op.GET_ROWS_BACK)",
         "@translator(Op.DIAG_MASK_ZERO)\n"
         "def _diag_mask_zero(t: Tensor, xs: list[Out]) -> Out:\n"
         "    return ops.select(const(geometry.diag_mask(t), np.bool_), const(0.0), f32(xs[0]))\n\n\n",

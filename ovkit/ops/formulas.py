@@ -1,6 +1,7 @@
-"""The ops written once: every unary, GLU and element-wise formula, the row norms and sums, over
-an array namespace (:class:`ArrayOps`) that the numpy reference fills with f32 numpy arrays and
-the OpenVINO translation with opset16 nodes.  What differs per backend (OpenVINO's Exp saturating
+"""The ops written once: every unary, GLU and element-wise formula, the row norms and sums and the
+ops made of gathers, reshapes, reductions and matmuls (windows, rope, MoE, the delta net), over an
+array namespace (:class:`ArrayOps`) that the numpy reference fills with f32 numpy arrays and the
+OpenVINO translation with opset16 nodes.  What differs per backend (OpenVINO's Exp saturating
 early, numpy's erf in f64, how a smaller operand is repeated) lives in its namespace, never in a
 formula; the formulas follow ggml's CPU kernels (``ggml-cpu/vec.h``, ``unary-ops.cpp``).
 """
@@ -13,7 +14,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 
-from ovkit.ir import Op, Tensor
+from ovkit.ir import Op, RopeType, Tensor
 from ovkit.ops import geometry
 
 V = TypeVar("V")
@@ -63,6 +64,24 @@ class ArrayOps(Protocol[V]):
         ...
 
     def mean_rows(self, x: V) -> V: ...
+    def reduce(self, kind: Literal["sum", "max"], x: V, axes: Sequence[int]) -> V:
+        """Sums (numpy: in f64) or maxima over ``axes``, kept as dims of 1."""
+        ...
+
+    def reshape(self, x: V, shape: Sequence[int]) -> V: ...
+    def transpose(self, x: V, order: Sequence[int]) -> V: ...
+    def concat(self, xs: Sequence[V], axis: int) -> V: ...
+    def take(self, x: V, idx: V | np.ndarray, axis: int) -> V:
+        """The elements at indices ``idx`` (constant or a value) along ``axis``, as numpy.take."""
+        ...
+
+    def matmul(self, a: V, b: V, ta: bool = False, tb: bool = False) -> V:
+        """``a @ b`` over the last two axes (transposed when ``ta``/``tb``; numpy: in f64)."""
+        ...
+
+    def pad(self, x: V, begin: Sequence[int], end: Sequence[int], mode: str) -> V:
+        """``x`` padded per axis (``mode`` "constant": zeros, or "reflect")."""
+        ...
 
 
 #: ``formula(ns, node, source values) -> value``: one op's computation on either backend.
@@ -344,3 +363,240 @@ def rms_norm_back(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
     sum_xx, sum_xdz = n.sum_rows(n.mul(x, x)), n.sum_rows(n.mul(x, dz))
     rrms = n.div(1.0, n.unary("sqrt", n.add(n.div(sum_xx, k), eps)))
     return n.mul(n.add(dz, n.mul(x, n.div(n.unary("neg", sum_xdz), n.add(sum_xx, eps * k)))), rrms)
+
+
+# ---------------------------------------------------------------------------- layout, gathers, windows
+def dims(ne: Sequence[int]) -> list[int]:
+    """The 4-D value shape (numpy order) of ggml ``ne``."""
+    return [int(d) for d in reversed(ne)]
+
+
+@formula(Op.CONT, Op.DUP)
+def cont(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    return n.reshape(xs[0], dims(t.ne))
+
+
+@formula(Op.CONCAT)
+def concat(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    return n.concat([xs[0], xs[1]], geometry.ax(t.params["dim"]))
+
+
+@formula(Op.SUM)
+def sum_all(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    return n.sum_rows(n.reshape(n.f32(xs[0]), [1, 1, 1, -1]))
+
+
+@formula(Op.PAD)
+def pad(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    p, x = t.params, n.f32(xs[0])
+    if not p["circular"]:
+        return n.pad(x, [p[f"lp{d}"] for d in (3, 2, 1, 0)], [p[f"rp{d}"] for d in (3, 2, 1, 0)], "constant")
+    for d in range(4):
+        x = n.take(x, geometry.wrap_index(t, d), geometry.ax(d))
+    return x
+
+
+@formula(Op.PAD_REFLECT_1D)
+def pad_reflect_1d(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    return n.pad(n.f32(xs[0]), [0, 0, 0, t.params["p0"]], [0, 0, 0, t.params["p1"]], "reflect")
+
+
+@formula(Op.ADD_ID)
+def add_id(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    bias = n.reshape(n.f32(xs[1]), [-1, t.ne[0]])  # [n_expert, ne0]
+    picked = n.take(bias, n.reshape(xs[2], [t.ne[2], t.ne[1]]), 0)  # [n_tokens, n_used, ne0]
+    return n.add(n.f32(xs[0]), n.reshape(picked, [1, t.ne[2], t.ne[1], t.ne[0]]))
+
+
+@formula(Op.REPEAT_BACK)
+def repeat_back(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    x = n.reshape(n.f32(xs[0]), geometry.repeat_back_shape(t))
+    return n.reshape(n.reduce("sum", x, [0, 2, 4, 6]), dims(t.ne))
+
+
+@formula(Op.TIMESTEP_EMBEDDING)
+def timestep_embedding(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    arg = n.mul(n.reshape(n.f32(xs[0]), [-1, 1]), n.const(geometry.timestep_freqs(t)[None, :]))
+    parts = [n.unary("cos", arg), n.unary("sin", arg)]
+    if t.ne[0] % 2:  # an odd dim ends in a zero column
+        parts.append(n.const(np.zeros((t.ne[1], 1), np.float32)))
+    return n.reshape(n.concat(parts, 1), dims(t.ne))
+
+
+@formula(Op.OPT_STEP_SGD)
+def opt_step_sgd(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    sgd = n.reshape(n.f32(xs[2]), [2])
+    lr, wd = n.take(sgd, np.array(0), 0), n.take(sgd, np.array(1), 0)
+    return n.sub(n.mul(n.f32(xs[0]), n.sub(1.0, n.mul(lr, wd))), n.mul(lr, n.f32(xs[1])))
+
+
+@formula(Op.CROSS_ENTROPY_LOSS_BACK)
+def cross_entropy_loss_back(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    logits = n.f32(xs[1])
+    e = n.unary("exp", n.sub(logits, n.reduce("max", logits, [3])))
+    scale = n.div(n.reshape(n.f32(xs[0]), [1]), float(math.prod(t.ne[1:])))
+    return n.mul(n.sub(n.div(e, n.sum_rows(e)), n.f32(xs[2])), scale)
+
+
+@formula(Op.IM2COL)
+def im2col(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    b = t.operand(1)
+    idx, k = geometry.im2col_geometry(t)
+    lead = [b.ne[3], b.ne[2]] if k == 2 else [b.ne[2], b.ne[1]]
+    planes = n.concat([n.reshape(n.f32(xs[1]), [*lead, -1]), n.const(np.zeros((*lead, 1), np.float32))], 2)
+    cols = n.take(planes, idx, 2)  # [N, IC, *out, *ks], the zero slot outside the input
+    return n.reshape(n.transpose(cols, [0, 2, 3, 1, 4, 5] if k == 2 else [0, 2, 1, 3]), dims(t.ne))
+
+
+@formula(Op.IM2COL_3D)
+def im2col_3d(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    flat = n.concat([n.reshape(n.f32(xs[1]), [-1]), n.const(np.zeros(1, np.float32))], 0)
+    return n.take(flat, geometry.im2col_3d_index(t), 0)
+
+
+@formula(Op.POOL_1D, Op.POOL_2D)
+def pool(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    a = t.operand(0)
+    idx, valid, k = geometry.pool_geometry(t)
+    plane = a.ne[0] * (a.ne[1] if k == 2 else 1)
+    is_max = t.params["op"] == 0
+    fill = np.full((a.nelements // plane, 1), -np.finfo(np.float32).max if is_max else 0.0, np.float32)
+    win = n.take(n.concat([n.reshape(n.f32(xs[0]), [-1, plane]), n.const(fill)], 1), idx, 1)
+    axes = list(range(1 + k, 1 + 2 * k))  # [rows, *out, *ks]
+    if is_max:
+        return n.reshape(n.reduce("max", win, axes), dims(t.ne))
+    # each tap weighted by 1/divisor before the sum: the CPU plugin miscomputes ReduceSum followed
+    # by a Multiply/Divide with a per-output constant (it fuses it along the wrong axis)
+    inv = np.float32(1.0) / geometry.pool_divisor(t, valid, k)
+    weights = np.broadcast_to(inv.reshape(inv.shape + (1,) * k), valid.shape)
+    return n.reshape(n.reduce("sum", n.mul(win, n.const(np.ascontiguousarray(weights))), axes), dims(t.ne))
+
+
+@formula(Op.UPSCALE)
+def upscale(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    a, mode = t.operand(0), t.params["mode"]
+    x = n.f32(xs[0])
+    for d in (3, 2):  # batch dims: nearest index
+        if t.ne[d] != a.ne[d]:
+            x = n.take(x, geometry.upscale_batch_index(t.ne[d], a.ne[d]), geometry.ax(d))
+    w0 = n.const(geometry.upscale_weights(t.ne[0], a.ne[0], mode))  # [ne0, a.ne0]
+    w1 = n.const(geometry.upscale_weights(t.ne[1], a.ne[1], mode))  # [ne1, a.ne1]
+    return n.matmul(w1, n.matmul(x, w0, tb=True))
+
+
+@formula(Op.SSM_CONV)
+def ssm_conv(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    d_conv, d_inner = t.operand(1).ne[0], t.operand(1).ne[1]
+    n_t, n_s = t.ne[1], t.ne[2]
+    sx = n.reshape(n.f32(xs[0]), [n_s, d_inner, -1])
+    win = n.take(sx, np.arange(n_t)[:, None] + np.arange(d_conv)[None, :], 2)  # [n_s, d_inner, n_t, d_conv]
+    out = n.reduce("sum", n.mul(win, n.reshape(n.f32(xs[1]), [1, d_inner, 1, d_conv])), [3])
+    return n.reshape(n.transpose(n.reshape(out, [n_s, d_inner, n_t]), [0, 2, 1]), dims(t.ne))
+
+
+# ---------------------------------------------------------------------------- gated delta net
+@formula(Op.GATED_DELTA_NET)
+def gated_delta_net(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    """Per token: S ← exp(g)·S; δ = (v − Sᵀk)·β; S ← S + k⊗δ; o = (Sᵀq)/√S_v (value head h reads
+    key head h % H_k), all heads and sequences at once. State memory: state[s, h, j, i] = S[i][j]."""
+    q_t, g_t = t.operand(0), t.operand(3)
+    s_v, h_v, n_tokens, n_seqs = t.operand(2).ne
+    kk = t.params["K"]
+    q, k, v, g, beta, state = (n.f32(x) for x in xs)
+    heads = np.arange(h_v) % q_t.ne[1]
+    q, k = n.take(q, heads, 2), n.take(k, heads, 2)
+    st = n.transpose(state, [0, 1, 3, 2])  # [S, H, i, j] = S[i][j]
+    outs, snaps = [], []
+    for tok in range(n_tokens):
+
+        def at(x: V, shape: list[int], tok: int = tok) -> V:
+            return n.reshape(n.take(x, np.array([tok]), 1), [n_seqs, h_v, *shape])
+
+        kt = at(k, [s_v, 1])
+        st = n.mul(st, n.unary("exp", at(g, [g_t.ne[0], 1])))  # per key channel i, or scalar
+        delta = n.mul(n.sub(at(v, [1, s_v]), n.reduce("sum", n.mul(st, kt), [2])), at(beta, [1, 1]))
+        st = n.add(st, n.mul(kt, delta))
+        o = n.reduce("sum", n.mul(st, at(q, [s_v, 1])), [2])  # Sᵀq: [S, H, 1, j]
+        outs.append(n.reshape(n.mul(o, 1.0 / math.sqrt(s_v)), [n_seqs, 1, h_v, s_v]))
+        if n_tokens - 1 - tok < kk:
+            snaps.append(st)
+    pieces = [n.reshape(n.concat(outs, 1), [-1])]
+    for back in range(kk):  # the last K states, newest first (zeros before the first token)
+        if back < len(snaps):
+            pieces.append(n.reshape(n.transpose(snaps[-1 - back], [0, 1, 3, 2]), [-1]))
+        else:
+            pieces.append(n.const(np.zeros(n_seqs * h_v * s_v * s_v, np.float32)))
+    return n.reshape(n.concat(pieces, 0), dims(t.ne))
+
+
+# ---------------------------------------------------------------------------- rope
+@formula(Op.ROPE, Op.ROPE_BACK)
+def rope(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    """ggml's rotation of the first rotated pairs of each row (the rest copied), each pair as
+    ``x·cos + swap(x)·(∓sin)`` over a pair axis ([.., 2, pairs] NeoX halves, [.., pairs, 2]
+    adjacent pairs): ggml's products and sums without the strided slices and interleaving Concat
+    the CPU plugin runs with its reference kernels (a 512-token rope 4x slower)."""
+    p, x = t.params, n.f32(xs[0])
+    ne3, ne2, ne1, ne0 = t.ne[3], t.ne[2], t.ne[1], t.ne[0]
+    pairs = geometry.rope_pairs(p, ne0)
+    if pairs == 0:  # n_dims 0: ggml rotates nothing and copies the row
+        return x
+    tables = geometry.rope_tables(p, p["n_dims"], pairs)
+    pos = n.reshape(n.f32(xs[1]), [-1])
+    if p["mode"] & RopeType.MROPE:  # [ne2, pairs]: each pair's position plane
+        base = n.take(n.transpose(n.reshape(pos, [4, ne2]), [1, 0]), geometry.rope_sections(p, pairs), 1)
+    else:
+        base = n.reshape(pos, [ne2, 1])
+    theta_ex = n.mul(base, n.const(tables["mult"].reshape(1, pairs)))
+    if xs[2] is not None:  # freq factors
+        factors = n.head(n.reshape(n.f32(xs[2]), [1, 1, 1, -1]), 0, pairs)
+        theta_ex = n.div(theta_ex, n.reshape(factors, [1, pairs]))
+    theta = n.mul(theta_ex, float(p["freq_scale"]))
+    if p["ext_factor"] != 0.0:  # YaRN
+        ramp = n.const(tables["ramp"].reshape(1, pairs))
+        theta = n.add(n.mul(theta, n.sub(1.0, ramp)), n.mul(theta_ex, ramp))
+    neox = bool(p["mode"] & (RopeType.NEOX | RopeType.MROPE))
+    axis, grouped = (3, [ne3, ne2, ne1, 2, pairs]) if neox else (4, [ne3, ne2, ne1, pairs, 2])
+    table = [1, ne2, 1, 1, pairs] if neox else [1, ne2, 1, pairs, 1]
+    mscale = float(tables["mscale"])
+    cos = n.reshape(n.mul(n.unary("cos", theta), mscale), table)
+    sin = n.reshape(n.mul(n.unary("sin", theta), -mscale if t.op == Op.ROPE_BACK else mscale), table)
+    sign = n.const(np.array([-1.0, 1.0], np.float32).reshape((2, 1) if neox else (2,)))
+    end = 2 * pairs
+    x5 = n.reshape(x if end == ne0 else n.head(x, 0, end), grouped)
+    swapped = n.take(x5, np.array([1, 0]), axis)
+    out = n.reshape(n.add(n.mul(x5, cos), n.mul(swapped, n.mul(sin, sign))), [ne3, ne2, ne1, end])
+    return out if end == ne0 else n.concat([out, n.head(x, end, ne0)], 3)
+
+
+@formula(Op.MUL_MAT_ID)
+def mul_mat_id(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    """out[:, e, t] = as[ids[e, t]] @ b[:, e % b.ne1, t]; f16/bf16 experts see b rounded to their type."""
+    as_t, b_t = t.operand(0), t.operand(1)
+    n_tok, n_used, k = t.ne[2], t.ne[1], as_t.ne[0]
+    experts = n.reshape(n.f32(xs[0]), [as_t.ne[2], as_t.ne[1], k])
+    picked = n.take(experts, n.reshape(xs[2], [n_tok, n_used]), 0)  # [T, U, N, K]
+    xb = n.f32(xs[1])
+    if as_t.dtype in ("f16", "bf16") and b_t.dtype != as_t.dtype:
+        xb = n.rounded(xb, as_t.dtype)
+    xb = n.reshape(xb, [n_tok, b_t.ne[1], k])
+    if b_t.ne[1] != n_used:
+        xb = n.take(xb, np.arange(n_used) % b_t.ne[1], 1)  # slot e reads b row e % b1
+    out = n.matmul(n.reshape(xb, [n_tok, n_used, 1, k]), picked, tb=True)  # [T, U, 1, N]
+    return n.reshape(out, [1, n_tok, n_used, t.ne[0]])
+
+
+# ---------------------------------------------------------------------------- softmax / attention
+def attention_mask(n: ArrayOps[V], t: Tensor, i: int, xs: list[V], rows: int, big: Sequence[int]) -> V | None:
+    """SOFT_MAX's or FLASH_ATTN_EXT's mask (source ``i``) as ggml adds it: rows 0..rows-1 in f32,
+    tiled over dims 2, 3 to ``big`` (ggml's i % ne), times each head's ALiBi slope; None without one."""
+    mask_t = t.srcs[i]
+    if mask_t is None:
+        return None
+    m = n.f32(xs[i])
+    if mask_t.ne[1] != rows:
+        m = n.take(m, np.arange(rows), 2)
+    m = n.repeat(m, (mask_t.ne[0], rows, *mask_t.ne[2:]), (mask_t.ne[0], rows, big[2], big[3]))
+    if t.params["max_bias"] <= 0:
+        return m
+    return n.mul(m, n.const(geometry.alibi_slopes(big[2], t.params["max_bias"]).reshape(1, -1, 1, 1)))

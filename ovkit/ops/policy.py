@@ -267,12 +267,8 @@ _P = frozenset({Revision.P})
 _GLU_KEYS = frozenset(o for o in REGISTERED_N if o.kind == "glu")
 
 GLOBAL_GATES: tuple[Gate, ...] = (
-    Gate("global.membership", "the op must have a registered translator (op_table.cpp)",
-         _membership(Revision.N), revisions=_N),
-    Gate("global.membership", "the op must have a registered translator (op_table.cpp)",
-         _membership(Revision.V), revisions=_V_ONLY),
-    Gate("global.membership", "the op must have a registered translator (op_table.cpp)",
-         _membership(Revision.P), revisions=_P),
+    *(Gate("global.membership", "the op must have a registered translator (op_table.cpp)",
+           _membership(r), revisions=frozenset({r})) for r in Revision),
     Gate("global.exp_f32", "UNARY EXP with an f32 output is rejected", _exp_f32, revisions=_N,
          ops=frozenset({Op.EXP}),
          note="test-backend-ops feeds x in [-150,150] and exp overflows"),
@@ -491,6 +487,15 @@ def _always(detail: str) -> Check:
 
 _F32F16 = frozenset({"f32", "f16"})
 _BF16 = frozenset({"bf16"})
+_ROWS = (
+    Gate("rows.ne3", "output ne[3] must be 1", _rows_ne3),
+    Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K/Q4_1/Q5_1",
+         _get_rows_256(frozenset({"q4_k", "q5_k", "q4_1", "q5_1"})), revisions=_N),
+    Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K", _get_rows_256(frozenset({"q4_k", "q5_k"})),
+         revisions=_V),
+    Gate("rows.ffn_moe_weights", "MoE routing-weight gather stays on CPU",
+         _name_prefix("ffn_moe_weights"), quirk=True, revisions=_V),
+)  # fmt: skip
 _BINARY = (
     Gate("binary.src1_permute", "src1 must not be PERMUTE", _src_is(1, Op.PERMUTE)),
     Gate("binary.broadcast", "each dim must match or be 1 in one operand", _binary_incompatible),
@@ -540,25 +545,10 @@ GATES: dict[Op, tuple[Gate, ...]] = {
     ),
     Op.TRANSPOSE: (Gate("transpose.bf16", "output must not be bf16", _out_type(_BF16, "output type")),),
     Op.GET_ROWS: (
-        Gate("rows.ne3", "output ne[3] must be 1", _rows_ne3),
-        Gate("get_rows.gpu_bf16", "src0 must not be bf16",
-             _src0_bf16, device_class="GPU", revisions=_N),
-        Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K/Q4_1/Q5_1",
-             _get_rows_256(frozenset({"q4_k", "q5_k", "q4_1", "q5_1"})), revisions=_N),
-        Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K", _get_rows_256(frozenset({"q4_k", "q5_k"})),
-             revisions=_V),
-        Gate("rows.ffn_moe_weights", "MoE routing-weight gather stays on CPU",
-             _name_prefix("ffn_moe_weights"), quirk=True, revisions=_V),
+        *_ROWS,
+        Gate("get_rows.gpu_bf16", "src0 must not be bf16", _src0_bf16, device_class="GPU", revisions=_N),
     ),
-    Op.SET_ROWS: (  # upstream shares the GET_ROWS case (except the GPU bf16 check)
-        Gate("rows.ne3", "output ne[3] must be 1", _rows_ne3),
-        Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K/Q4_1/Q5_1",
-             _get_rows_256(frozenset({"q4_k", "q5_k", "q4_1", "q5_1"})), revisions=_N),
-        Gate("rows.q256", "no ne[0]=256 rows of Q4_K/Q5_K", _get_rows_256(frozenset({"q4_k", "q5_k"})),
-             revisions=_V),
-        Gate("rows.ffn_moe_weights", "MoE routing-weight gather stays on CPU",
-             _name_prefix("ffn_moe_weights"), quirk=True, revisions=_V),
-    ),
+    Op.SET_ROWS: _ROWS,  # upstream shares the GET_ROWS case (except the GPU bf16 check)
     Op.SET: (Gate("set.strides", "nb1/nb2/nb3 must equal src0's strides", _set_strides),),
     Op.CPY: (
         Gate("cpy.bf16", "src0 and src1 must not be bf16", _cpy_bf16),

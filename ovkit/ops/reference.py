@@ -15,9 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ovkit.dtypes import NUMPY_DTYPE
-from ovkit.ir import GraphError, GraphIR, Op, RopeType, Tensor, ggml_index_map, interpret, round_to
+from ovkit.ir import GraphError, GraphIR, Op, Tensor, ggml_index_map, interpret, round_to
 from ovkit.ops import geometry
-from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, register_in
+from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, attention_mask, register_in
 
 Arr = np.ndarray
 #: an f32 array: what every reference computes in (its arithmetic keeps the element type)
@@ -156,6 +156,30 @@ class NumpyOps:
     def mean_rows(self, x: Arr) -> F32:
         return f32(f32(x).astype(np.float64).mean(axis=-1, keepdims=True))
 
+    def reduce(self, kind: str, x: Arr, axes: Sequence[int]) -> F32:
+        if kind == "max":
+            return f32(np.max(x, axis=tuple(axes), keepdims=True))
+        return f32(f32(x).astype(np.float64).sum(axis=tuple(axes), keepdims=True))
+
+    def reshape(self, x: Arr, shape: Sequence[int]) -> Arr:
+        return np.reshape(x, tuple(shape))
+
+    def transpose(self, x: Arr, order: Sequence[int]) -> Arr:
+        return np.transpose(x, tuple(order))
+
+    def concat(self, xs: Sequence[Arr], axis: int) -> Arr:
+        return np.concatenate([np.asarray(x) for x in xs], axis=axis)
+
+    def take(self, x: Arr, idx: Arr, axis: int) -> Arr:
+        return np.take(x, np.asarray(idx), axis=axis)
+
+    def matmul(self, a: Arr, b: Arr, ta: bool = False, tb: bool = False) -> F32:
+        a64, b64 = f32(a).astype(np.float64), f32(b).astype(np.float64)
+        return f32((np.swapaxes(a64, -1, -2) if ta else a64) @ (np.swapaxes(b64, -1, -2) if tb else b64))
+
+    def pad(self, x: Arr, begin: Sequence[int], end: Sequence[int], mode: str) -> F32:
+        return f32(np.pad(f32(x), list(zip(begin, end, strict=True)), mode=mode))  # type: ignore[call-overload]
+
 
 NUMPY = NumpyOps()
 
@@ -174,12 +198,7 @@ for _op, _fn in FORMULAS.items():
 
 #: The references that are one numpy expression.
 ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
-    (Op.CONT, Op.DUP): lambda t, xs: np.asarray(xs[0]).reshape(tuple(reversed(t.ne))),
-    (Op.CONCAT,): lambda t, xs: np.concatenate(
-        [np.asarray(xs[0]), np.asarray(xs[1])], axis=geometry.ax(t.params["dim"])
-    ),
     (Op.REPEAT,): lambda t, xs: repeat_to(np.asarray(xs[0]), t.ne),
-    (Op.SUM,): lambda t, xs: np.full((1, 1, 1, 1), f32(xs[0]).astype(np.float64).sum(), dtype=np.float32),
     (Op.CUMSUM,): lambda t, xs: np.cumsum(f32(xs[0]), axis=-1, dtype=np.float32),
     (Op.COUNT_EQUAL,): lambda t, xs: np.array(
         [np.count_nonzero(np.asarray(xs[0]) == np.asarray(xs[1]))], np.int64
@@ -188,20 +207,9 @@ ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
     (Op.ROLL,): lambda t, xs: np.roll(
         np.asarray(xs[0]), [t.params[f"shift{d}"] for d in (3, 2, 1, 0)], (0, 1, 2, 3)
     ),
-    (Op.PAD_REFLECT_1D,): lambda t, xs: np.pad(
-        f32(xs[0]), [(0, 0)] * 3 + [(t.params["p0"], t.params["p1"])], mode="reflect"
-    ),
 }
 for _keys, _one in ONE_EXPRESSION.items():
     reference(*_keys)(_one)
-
-
-@reference(Op.ADD_ID)
-def add_id(t: Tensor, xs: list[Arr]) -> Arr:
-    a, b, ids = f32(xs[0]), f32(xs[1]), np.asarray(xs[2], dtype=np.int64)
-    # a [1, n_tok, n_used, ne0]; b [.., .., n_expert, ne0]; ids [1, 1, n_tok, n_used]
-    bias = b.reshape(-1, b.shape[-1])
-    return a + bias[ids.reshape(ids.shape[-2], ids.shape[-1])][None]
 
 
 # ---------------------------------------------------------------------------- layout
@@ -236,32 +244,13 @@ def expand_batch(x: Arr, ne_big2: int, ne_big3: int) -> Arr:
 @reference(Op.MUL_MAT)
 def mul_mat(t: Tensor, xs: list[Arr]) -> Arr:
     a_t, b_t = t.operand(0), t.operand(1)
-    a = f32(xs[0])
-    b = f32(xs[1])
-    if a_t.dtype in ("f16", "bf16") and b_t.dtype != a_t.dtype:
-        b = rounded(b, a_t.dtype)
-    a = expand_batch(a, b_t.ne[2], b_t.ne[3])
-    return f32(np.matmul(b.astype(np.float64), np.swapaxes(a, -1, -2).astype(np.float64)))
+    b = rounded(xs[1], a_t.dtype) if a_t.dtype in ("f16", "bf16") and b_t.dtype != a_t.dtype else xs[1]
+    return NUMPY.matmul(b, expand_batch(f32(xs[0]), b_t.ne[2], b_t.ne[3]), tb=True)
 
 
 @reference(Op.OUT_PROD)
 def out_prod(t: Tensor, xs: list[Arr]) -> Arr:
-    a = expand_batch(f32(xs[0]), t.ne[2], t.ne[3]).astype(np.float64)  # [.., k, m]
-    b = f32(xs[1]).astype(np.float64)  # [.., k, p]
-    return f32(np.matmul(np.swapaxes(b, -1, -2), a))
-
-
-# ---------------------------------------------------------------------------- layout II
-@reference(Op.PAD)
-def pad(t: Tensor, xs: list[Arr]) -> Arr:
-    p = t.params
-    if p["circular"]:
-        out = f32(xs[0])
-        for d in range(4):
-            out = np.take(out, geometry.wrap_index(t, d), axis=3 - d)
-        return out
-    widths = [(p[f"lp{d}"], p[f"rp{d}"]) for d in (3, 2, 1, 0)]
-    return np.pad(f32(xs[0]), widths)
+    return NUMPY.matmul(xs[1], expand_batch(f32(xs[0]), t.ne[2], t.ne[3]), ta=True)  # bᵀ [p, k] @ a [k, m]
 
 
 # ---------------------------------------------------------------------------- rows
@@ -307,12 +296,6 @@ def get_rows_back(t: Tensor, xs: list[Arr]) -> Arr:
     return out.astype(np.float32)
 
 
-@reference(Op.REPEAT_BACK)
-def repeat_back(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0]).astype(np.float64).reshape(geometry.repeat_back_shape(t))
-    return f32(x.sum(axis=(0, 2, 4, 6)))
-
-
 # ---------------------------------------------------------------------------- norms, reductions
 
 
@@ -336,59 +319,7 @@ def top_k(t: Tensor, xs: list[Arr]) -> Arr:
     return idx[..., geometry.top_k_order(k)].astype(np.int32)
 
 
-# ---------------------------------------------------------------------------- mul_mat_id
-@reference(Op.MUL_MAT_ID)
-def mul_mat_id(t: Tensor, xs: list[Arr]) -> Arr:
-    as_t, b_t = t.operand(0), t.operand(1)
-    w = f32(xs[0])[0]  # [E, N, K]
-    b = f32(xs[1])[0]  # [T, B1, K]
-    if as_t.dtype in ("f16", "bf16") and b_t.dtype != as_t.dtype:
-        b = rounded(b, as_t.dtype)
-    ids = np.asarray(xs[2]).reshape(t.ne[2], t.ne[1])  # [T, U]
-    out = np.zeros((1, t.ne[2], t.ne[1], t.ne[0]), dtype=np.float32)
-    for tok in range(t.ne[2]):
-        for slot in range(t.ne[1]):
-            e = int(ids[tok, slot])
-            x = b[tok, slot % b.shape[1]].astype(np.float64)
-            out[0, tok, slot] = (w[e].astype(np.float64) @ x).astype(np.float32)
-    return out
-
-
 # ---------------------------------------------------------------------------- softmax / attention
-
-
-@reference(Op.TIMESTEP_EMBEDDING)
-def timestep_embedding(t: Tensor, xs: list[Arr]) -> Arr:
-    arg = f32(xs[0]).reshape(-1, 1) * geometry.timestep_freqs(t)[None, :]
-    out = np.zeros((arg.shape[0], t.ne[0]), np.float32)
-    half = arg.shape[1]
-    out[:, :half], out[:, half : 2 * half] = np.cos(arg), np.sin(arg)
-    return out
-
-
-@reference(Op.OPT_STEP_SGD)
-def opt_step_sgd(t: Tensor, xs: list[Arr]) -> Arr:
-    sgd = f32(xs[2]).reshape(-1)
-    lr, wd = np.float32(sgd[0]), np.float32(sgd[1])
-    return f32(xs[0]) * (np.float32(1.0) - lr * wd) - lr * f32(xs[1])
-
-
-@reference(Op.CROSS_ENTROPY_LOSS_BACK)
-def cross_entropy_loss_back(t: Tensor, xs: list[Arr]) -> Arr:
-    logits, labels = f32(xs[1]), f32(xs[2])
-    e = f32(np.exp(logits - logits.max(axis=-1, keepdims=True)))
-    soft = e / f32(e.sum(axis=-1, keepdims=True))
-    rows = math.prod(t.ne[1:])
-    return (soft - labels) * np.float32(f32(xs[0]).reshape(-1)[0] / np.float32(rows))
-
-
-def _mask_for(mask: Arr | None, rows: int, big: Sequence[int]) -> Arr | None:
-    """The mask rows 0..rows-1, tiled over dims 2, 3 like ggml's i % ne indexing; f32."""
-    if mask is None:
-        return None
-    m = f32(mask)[:, :, :rows, :]
-    reps = (big[3] // m.shape[0], big[2] // m.shape[1], 1, 1)
-    return np.tile(m, reps)
 
 
 def softmax_rows(w: Arr, sinks: Arr | None) -> Arr:
@@ -408,12 +339,10 @@ def softmax_rows(w: Arr, sinks: Arr | None) -> Arr:
 
 @reference(Op.SOFT_MAX)
 def soft_max(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0])
-    mask = _mask_for(xs[1], t.ne[1], t.ne)
-    slope = geometry.alibi_slopes(t.ne[2], t.params["max_bias"]).reshape(1, -1, 1, 1)
-    w = x * np.float32(t.params["scale"])
+    w = f32(xs[0]) * np.float32(t.params["scale"])
+    mask = attention_mask(NUMPY, t, 1, xs, t.ne[1], t.ne)
     if mask is not None:
-        w = w + slope * mask
+        w = w + mask
     sinks = f32(xs[2]).reshape(-1) if len(xs) > 2 and xs[2] is not None else None
     return softmax_rows(w, sinks)
 
@@ -424,90 +353,27 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
     q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
     if k_t.dtype in ("f16", "bf16"):
         q = rounded(q, k_t.dtype)  # ggml converts Q to K's vec_dot type
-    n_head, n_q = q_t.ne[2], q_t.ne[1]
-    rk2, rk3 = q_t.ne[2] // k_t.ne[2], q_t.ne[3] // k_t.ne[3]
-    k = np.repeat(np.repeat(k, rk3, axis=0), rk2, axis=1)
-    v = np.repeat(np.repeat(v, rk3, axis=0), rk2, axis=1)
+    k, v = expand_batch(k, q_t.ne[2], q_t.ne[3]), expand_batch(v, q_t.ne[2], q_t.ne[3])
     scale = np.float32(t.params["scale"])
     softcap = np.float32(t.params["logit_softcap"])
     if softcap != 0:
         scale = scale / softcap
-    s = np.matmul(q.astype(np.float64), np.swapaxes(k, -1, -2).astype(np.float64)).astype(np.float32) * scale
+    s = NUMPY.matmul(q, k, tb=True) * scale
     if softcap != 0:
         s = softcap * np.tanh(s)
-    mask = _mask_for(xs[3], n_q, (0, 0, q_t.ne[2], q_t.ne[3]))
+    mask = attention_mask(NUMPY, t, 3, xs, q_t.ne[1], q_t.ne)
     if mask is not None:
-        slope = geometry.alibi_slopes(n_head, t.params["max_bias"]).reshape(1, -1, 1, 1)
-        s = s + slope * mask
+        s = s + mask
     sinks = f32(xs[4]).reshape(-1) if len(xs) > 4 and xs[4] is not None else None
     p = softmax_rows(s, sinks)
     row_max = s.max(axis=-1, keepdims=True)
     if sinks is not None:
         row_max = np.maximum(row_max, sinks.reshape(1, -1, 1, 1))
     p = np.where(row_max > -np.inf, p, np.float32(0.0))  # ggml: all -inf row → S = 0 → output 0
-    out = np.matmul(p.astype(np.float64), v.astype(np.float64)).astype(np.float32)  # [B, H, n_q, Dv]
-    return np.transpose(out, (0, 2, 1, 3))  # ne [Dv, H, n_q, B]
-
-
-# ---------------------------------------------------------------------------- rope
-
-
-def rope_theta(p: dict[str, Any], n_pairs: int, ne2: int, pos: Arr) -> Arr:
-    """Extrapolated theta base per (position row i2, pair i): pos · multiplier_i."""
-    mult = geometry.rope_tables(p, p["n_dims"], n_pairs)["mult"]
-    pos = np.asarray(pos).reshape(-1).astype(np.float32)
-    if p["mode"] & 8:
-        base = pos.reshape(4, ne2).T[:, geometry.rope_sections(p, n_pairs)]  # [ne2, pairs]
-    else:
-        base = np.repeat(pos[:, None], n_pairs, axis=1)
-    return f32(base * mult[None, :])
-
-
-@reference(Op.ROPE, Op.ROPE_BACK)
-def rope(t: Tensor, xs: list[Arr]) -> Arr:
-    p = t.params
-    x = f32(xs[0])
-    n_dims = p["n_dims"]
-    n_pairs = geometry.rope_pairs(p, t.ne[0])
-    if n_pairs == 0:  # n_dims 0: ggml rotates nothing and copies the row
-        return x
-    tables = geometry.rope_tables(p, n_dims, n_pairs)
-    theta_ex = rope_theta(p, n_pairs, t.ne[2], xs[1])
-    if xs[2] is not None:
-        theta_ex = theta_ex / f32(xs[2]).reshape(-1)[:n_pairs][None, :]
-    theta_in = np.float32(p["freq_scale"]) * theta_ex
-    ramp = tables["ramp"][None, :]
-    theta = theta_in * (1 - ramp) + theta_ex * ramp
-    cos = (np.cos(theta.astype(np.float64)) * tables["mscale"]).astype(np.float32)[None, :, None, :]
-    sin_sign = -1.0 if t.op == Op.ROPE_BACK else 1.0  # ROPE_BACK rotates the other way
-    sin = (np.sin(theta.astype(np.float64)) * tables["mscale"] * sin_sign).astype(np.float32)[
-        None, :, None, :
-    ]
-    out = x.copy()
-    if (
-        p["mode"] & RopeType.NEOX or p["mode"] & RopeType.MROPE
-    ):  # pairs (i, i + offset): NEOX/MROPE/IMROPE n_dims/2, VISION n_dims
-        off = n_dims if p["mode"] == RopeType.VISION else n_dims // 2
-        x0, x1 = x[..., :n_pairs], x[..., off : off + n_pairs]
-        out[..., :n_pairs] = x0 * cos - x1 * sin
-        out[..., off : off + n_pairs] = x0 * sin + x1 * cos
-    else:
-        x0, x1 = x[..., 0:n_dims:2], x[..., 1:n_dims:2]
-        out[..., 0:n_dims:2] = x0 * cos - x1 * sin
-        out[..., 1:n_dims:2] = x0 * sin + x1 * cos
-    return out
+    return np.transpose(NUMPY.matmul(p, v), (0, 2, 1, 3))  # [B, H, n_q, Dv] → ne [Dv, H, n_q, B]
 
 
 # ---------------------------------------------------------------------------- conv-like
-
-
-@reference(Op.IM2COL)
-def im2col(t: Tensor, xs: list[Arr]) -> Arr:
-    idx, n = geometry.im2col_geometry(t)
-    x = f32(xs[1])  # 2-D: [N, IC, IH, IW]; 1-D: [1, N, IC, IW]
-    cols = gather_windows(x, idx, 0.0, n)  # [N, IC, OH, OW, KH, KW] / [1, N, IC, OW, KW]
-    order = (0, 2, 3, 1, 4, 5) if n == 2 else (0, 1, 3, 2, 4)
-    return np.transpose(cols, order).reshape(tuple(reversed(t.ne)))
 
 
 def gather_windows(x: Arr, idx: Arr, fill: float, n_spatial: int) -> Arr:
@@ -546,12 +412,6 @@ def conv_3d(t: Tensor, xs: list[Arr]) -> Arr:
     return _direct_conv(t, x, w, 3).reshape(tuple(reversed(t.ne)))
 
 
-@reference(Op.IM2COL_3D)
-def im2col_3d(t: Tensor, xs: list[Arr]) -> Arr:
-    flat = np.concatenate([f32(xs[1]).reshape(-1), np.zeros(1, np.float32)])
-    return flat[geometry.im2col_3d_index(t)]
-
-
 @reference(Op.COL2IM_1D)
 def col2im_1d(t: Tensor, xs: list[Arr]) -> Arr:
     t_in, oc, k = geometry.col2im_1d_columns(t)
@@ -587,73 +447,6 @@ def conv_transpose_2d(t: Tensor, xs: list[Arr]) -> Arr:
         for kx in range(w.shape[3]):
             out[:, :, ky : ky + (h - 1) * st + 1 : st, kx : kx + (wd - 1) * st + 1 : st] += taps[..., ky, kx]
     return out.astype(np.float32)
-
-
-_FLT_MAX = float(np.finfo(np.float32).max)
-
-
-@reference(Op.POOL_1D, Op.POOL_2D)
-def pool(t: Tensor, xs: list[Arr]) -> Arr:
-    idx, valid, n = geometry.pool_geometry(t)
-    is_max = t.params["op"] == 0
-    win = gather_windows(f32(xs[0]), idx, -_FLT_MAX if is_max else 0.0, n)
-    axes = tuple(range(win.ndim - n, win.ndim))
-    if is_max:
-        return f32(win.max(axis=axes))
-    return f32(win.astype(np.float64).sum(axis=axes) / geometry.pool_divisor(t, valid, n))
-
-
-@reference(Op.UPSCALE)
-def upscale(t: Tensor, xs: list[Arr]) -> Arr:
-    a = t.operand(0)
-    x = f32(xs[0])[geometry.upscale_batch_index(t.ne[3], a.ne[3])][
-        :, geometry.upscale_batch_index(t.ne[2], a.ne[2])
-    ]
-    w0 = geometry.upscale_weights(t.ne[0], a.ne[0], t.params["mode"]).astype(np.float64)
-    w1 = geometry.upscale_weights(t.ne[1], a.ne[1], t.params["mode"]).astype(np.float64)
-    return f32(np.einsum("yj,abji,xi->abyx", w1, x.astype(np.float64), w0))
-
-
-@reference(Op.SSM_CONV)
-def ssm_conv(t: Tensor, xs: list[Arr]) -> Arr:
-    sx = f32(xs[0])[0]  # [n_s, d_inner, ncs]
-    c = f32(xs[1])[0, 0]  # [d_inner, d_conv]
-    d_conv = c.shape[1]
-    n_t = t.ne[1]
-    win = np.stack([sx[:, :, i : i + n_t] for i in range(d_conv)], axis=-1)  # [n_s, d_inner, n_t, d_conv]
-    out = (win * c[None, :, None, :]).sum(axis=-1, dtype=np.float32)  # [n_s, d_inner, n_t]
-    return np.transpose(out, (0, 2, 1))[None]
-
-
-# ---------------------------------------------------------------------------- gated delta net
-@reference(Op.GATED_DELTA_NET)
-def gated_delta_net(t: Tensor, xs: list[Arr]) -> Arr:
-    """Per token: S ← exp(g)·S; δ = (v − Sᵀk)·β; S ← S + k⊗δ; o = (Sᵀq)/√S_v (value head h reads
-    key head h % H_k). State memory: state[s, h, j, i] = S[i][j]."""
-    q_t, v_t = t.operand(0), t.operand(2)
-    q, k, v, g, beta, state = (f32(x) for x in xs)
-    s_v, h_v, n_tokens, n_seqs = v_t.ne
-    h_k = q_t.ne[1]
-    kk = t.params["K"]
-    scale = np.float32(1.0 / math.sqrt(s_v))
-    att = np.zeros((n_seqs, n_tokens, h_v, s_v), dtype=np.float32)
-    snaps = np.zeros((kk, n_seqs, h_v, s_v, s_v), dtype=np.float32)
-    for s in range(n_seqs):
-        for h in range(h_v):
-            st = state[s, h].T.astype(np.float32).copy()  # S[i][j]
-            hk = h % h_k
-            for tok in range(n_tokens):
-                gate = np.exp(g[s, tok, h])  # [1] or [S_v] (per key channel i)
-                st = st * (gate[:, None] if gate.size > 1 else gate[0])
-                kv = k[s, tok, hk]
-                delta = (v[s, tok, h] - st.T @ kv) * beta[s, tok, h, 0]
-                st = st + np.outer(kv, delta)
-                att[s, tok, h] = (st.T @ q[s, tok, hk]) * scale
-                back = n_tokens - 1 - tok
-                if back < kk:
-                    snaps[back, s, h] = st.T
-    flat = np.concatenate([att.reshape(-1), snaps.reshape(-1)])
-    return flat.reshape(tuple(reversed(t.ne)))
 
 
 # ---------------------------------------------------------------------------- not registered upstream

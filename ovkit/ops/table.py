@@ -196,7 +196,7 @@ ENTRIES: tuple[OpEntry, ...] = (
     # ---------------------------------------------------------------- rope
     OpEntry(Op.ROPE, ("rope_ext", "rope_multi"),
             "b i32 positions (4 planes for rope_multi), c freq factors, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow, sections",
-            "cos/sin of pos·θ_i (YaRN ramp, freq factors) computed in-graph; NORMAL: interleaved pairs (strided Slice + Concat); NEOX/MROPE/IMROPE: halves; VISION: pairs (i, i+n_dims) with per-section theta; the tail beyond n_dims copied. ovkit also builds MROPE (8) and VISION (24), which upstream rejects",
+            "cos/sin of pos·θ_i (YaRN ramp, freq factors) computed in-graph; each pair as x·cos + swap(x)·(∓sin) over a pair axis (a Gather): NORMAL adjacent pairs, NEOX/MROPE/IMROPE halves, VISION pairs (i, i+n_dims) with per-section theta; the tail beyond n_dims copied. ovkit also builds MROPE (8) and VISION (24), which upstream rejects",
             "make_sin_cos per op; NORMAL: Flux-style Reshape+Split+Concat (GPU RoPE fusion); NEOX: VariadicSplit; IMROPE: 4 position planes (op/rope.cpp)",
             "Rejected: mode ∉ {0, 2, 40} (MROPE 8 and VISION 24); odd or out-of-range rope dims; output not f32/f16; a VIEW src0 with view_src.ne[1]≠ne[2]; IMROPE with freq factors, freq_scale≠1, ext_factor≠0 or attn_factor≠1."),
     # ---------------------------------------------------------------- conv-like, recurrent
@@ -410,9 +410,9 @@ ADD_AN_OP: tuple[tuple[str, str], ...] = (
     ),
     (
         "`ovkit/ops/formulas.py` or `ovkit/ops/reference.py`",
-        "an element-wise, unary or GLU op, a row norm or sum: its formula, once for numpy and OpenVINO "
-        "(`@formula(Op.X)`, a sub-op's activation in `ACTIVATIONS`); any other op: its numpy reference "
-        "(`@reference(Op.X)`)",
+        "an op the array namespace `ArrayOps` expresses (element-wise, unary, GLU, norms, gathers, "
+        "windows): its formula, once for numpy and OpenVINO (`@formula(Op.X)`, a sub-op's activation in "
+        "`ACTIVATIONS`); any other op: its numpy reference (`@reference(Op.X)`)",
     ),
     (
         "`ovkit/ops/translate.py`",

@@ -19,9 +19,9 @@ import openvino as ov
 import openvino.opset16 as ops
 
 from ovkit.dtypes import DTYPES, ggml_type
-from ovkit.ir import GraphIR, Op, RopeType, Tensor, TranslationGapError, ggml_index_map, interpret, round_to
+from ovkit.ir import GraphIR, Op, Tensor, TranslationGapError, ggml_index_map, interpret, round_to
 from ovkit.ops import geometry
-from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, register_in
+from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, attention_mask, register_in
 from ovkit.ops.rounding import rounded
 
 Out = Any  # an openvino Output/Node
@@ -315,6 +315,27 @@ class OpenVinoOps:
     def mean_rows(self, x: Out) -> Out:
         return ops.reduce_mean(x, i64([3]), True)
 
+    def reduce(self, kind: str, x: Out, axes: Sequence[int]) -> Out:
+        return (ops.reduce_max if kind == "max" else ops.reduce_sum)(x, i64(list(axes)), True)
+
+    def reshape(self, x: Out, shape: Sequence[int]) -> Out:
+        return ops.reshape(x, i64(list(shape)), False)
+
+    def transpose(self, x: Out, order: Sequence[int]) -> Out:
+        return ops.transpose(x, i64(list(order)))
+
+    def concat(self, xs: Sequence[Out], axis: int) -> Out:
+        return ops.concat(list(xs), axis)
+
+    def take(self, x: Out, idx: Out | np.ndarray, axis: int) -> Out:
+        return ops.gather(x, const(idx, np.int64) if isinstance(idx, np.ndarray) else idx, i64(axis))
+
+    def matmul(self, a: Out, b: Out, ta: bool = False, tb: bool = False) -> Out:
+        return ops.matmul(a, b, ta, tb)
+
+    def pad(self, x: Out, begin: Sequence[int], end: Sequence[int], mode: str) -> Out:
+        return ops.pad(x, i64(list(begin)), i64(list(end)), mode, const(0.0) if mode == "constant" else None)
+
 
 OPENVINO = OpenVinoOps()
 
@@ -329,11 +350,6 @@ for _op, _fn in FORMULAS.items():
 
 #: The translations that are one opset16 expression.
 ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
-    (Op.CONT, Op.DUP): lambda t, xs: reshape4(xs[0], t.ne),
-    (Op.CONCAT,): lambda t, xs: ops.concat(
-        [to_type(xs[0], t.dtype), to_type(xs[1], t.dtype)], geometry.ax(t.params["dim"])
-    ),
-    (Op.SUM,): lambda t, xs: ops.reduce_sum(f32(xs[0]), i64([0, 1, 2, 3]), True),
     (Op.CUMSUM,): lambda t, xs: ops.cum_sum(f32(xs[0]), i64(3)),
     (Op.ARGSORT,): lambda t, xs: _sorted_indices(
         xs[0], t.ne[0], t.ne[0], "min" if t.params["order"] == 0 else "max"
@@ -343,25 +359,12 @@ ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
     (Op.ROLL,): lambda t, xs: ops.roll(
         xs[0], i64([t.params[f"shift{d}"] for d in (3, 2, 1, 0)]), i64([0, 1, 2, 3])
     ),
-    (Op.PAD_REFLECT_1D,): lambda t, xs: ops.pad(
-        f32(xs[0]), i64([0, 0, 0, t.params["p0"]]), i64([0, 0, 0, t.params["p1"]]), "reflect"
-    ),
     (Op.COUNT_EQUAL,): lambda t, xs: ops.reduce_sum(
         ops.reshape(ops.convert(ops.equal(xs[0], xs[1]), ov.Type.i64), i64([-1]), False), i64([0]), True
     ),
 }
 for _keys, _one in ONE_EXPRESSION.items():
     translator(*_keys)(_one)
-
-
-@translator(Op.ADD_ID)
-def _add_id(t: Tensor, xs: list[Out]) -> Out:
-    a, b, ids = xs
-    b_t = t.operand(1)
-    bias = ops.reshape(b, i64([b_t.ne[1], b_t.ne[0]]), False)  # [n_expert, ne0]
-    ids2 = ops.reshape(ids, i64([t.ne[2], t.ne[1]]), False)  # [n_tokens, n_used]
-    picked = ops.gather(bias, ids2, i64(0))  # [n_tokens, n_used, ne0]
-    return ops.add(a, ops.reshape(picked, i64([1, t.ne[2], t.ne[1], t.ne[0]]), False))
 
 
 # ---------------------------------------------------------------------------- layout
@@ -404,20 +407,6 @@ def _out_prod(t: Tensor, xs: list[Out]) -> Out:
     a, b = t.operand(0), t.operand(1)
     wa = expand_batch(f32(xs[0]), a.ne, (a.ne[0], a.ne[1], b.ne[2], b.ne[3]))
     return ops.matmul(f32(xs[1]), wa, True, False)  # bᵀ [p, k] @ a [k, m]
-
-
-# ---------------------------------------------------------------------------- layout II
-@translator(Op.PAD)
-def _pad(t: Tensor, xs: list[Out]) -> Out:
-    p = t.params
-    if p["circular"]:
-        out = f32(xs[0])
-        for d in range(4):
-            out = ops.gather(out, const(geometry.wrap_index(t, d), np.int64), i64(3 - d))
-        return out
-    begin = [p["lp3"], p["lp2"], p["lp1"], p["lp0"]]
-    end = [p["rp3"], p["rp2"], p["rp1"], p["rp0"]]
-    return ops.pad(f32(xs[0]), i64(begin), i64(end), "constant", const(0.0))
 
 
 # ---------------------------------------------------------------------------- rows
@@ -475,32 +464,6 @@ def _set(t: Tensor, xs: list[Out]) -> Out:
     return reshape4(ops.scatter_nd_update(flat, idx, upd), t.ne)
 
 
-@translator(Op.TIMESTEP_EMBEDDING)
-def _timestep_embedding(t: Tensor, xs: list[Out]) -> Out:
-    arg = ops.multiply(
-        ops.reshape(f32(xs[0]), i64([-1, 1]), False), const(geometry.timestep_freqs(t)[None, :])
-    )
-    parts = [ops.cos(arg), ops.sin(arg)]
-    if t.ne[0] % 2:  # an odd dim ends in a zero column
-        parts.append(ops.multiply(ops.gather(arg, i64([0]), i64(1)), const(0.0)))
-    return reshape4(ops.concat(parts, 1), t.ne)
-
-
-@translator(Op.OPT_STEP_SGD)
-def _opt_step_sgd(t: Tensor, xs: list[Out]) -> Out:
-    p = ops.reshape(f32(xs[2]), i64([2]), False)
-    lr = ops.gather(p, i64(0), i64(0))
-    keep = ops.subtract(const(1.0), ops.multiply(lr, ops.gather(p, i64(1), i64(0))))
-    return ops.subtract(ops.multiply(f32(xs[0]), keep), ops.multiply(lr, f32(xs[1])))
-
-
-@translator(Op.CROSS_ENTROPY_LOSS_BACK)
-def _cross_entropy_loss_back(t: Tensor, xs: list[Out]) -> Out:
-    logits, labels = f32(xs[1]), f32(xs[2])
-    scale = ops.divide(ops.reshape(f32(xs[0]), i64([1]), False), const(np.float32(math.prod(t.ne[1:]))))
-    return ops.multiply(ops.subtract(ops.softmax(logits, -1), labels), scale)
-
-
 @translator(Op.GET_ROWS_BACK)
 def _get_rows_back(t: Tensor, xs: list[Out]) -> Out:
     a, b = t.operand(0), t.operand(1)
@@ -508,12 +471,6 @@ def _get_rows_back(t: Tensor, xs: list[Out]) -> Out:
     rows = ops.reshape(rows, i64([b.ne[0], a.ne[0]]), False)  # ggml reads the first b.ne[0] rows
     onehot = ops.one_hot(ops.reshape(xs[1], i64([-1]), False), i64(t.ne[1]), const(1.0), const(0.0), -1)
     return reshape4(ops.matmul(onehot, rows, True, False), t.ne)  # [rows of the result, ne0]
-
-
-@translator(Op.REPEAT_BACK)
-def _repeat_back(t: Tensor, xs: list[Out]) -> Out:
-    x = ops.reshape(f32(xs[0]), i64(geometry.repeat_back_shape(t)), False)
-    return reshape4(ops.reduce_sum(x, i64([0, 2, 4, 6]), False), t.ne)
 
 
 # ---------------------------------------------------------------------------- reductions
@@ -548,39 +505,13 @@ def _top_k(t: Tensor, xs: list[Out]) -> Out:
 # ---------------------------------------------------------------------------- mul_mat_id
 @translator(Op.MUL_MAT_ID)
 def _mul_mat_id(t: Tensor, xs: list[Out]) -> Out:
-    as_t, b_t = t.operand(0), t.operand(1)
-    n_exp, rows, k = as_t.ne[2], as_t.ne[1], as_t.ne[0]
-    n_tok, n_used, b1 = t.ne[2], t.ne[1], b_t.ne[1]
-    w = ops.reshape(f32(xs[0]), i64([n_exp, rows, k]), False)
-    xb = f32(xs[1])
-    if as_t.dtype in ("f16", "bf16") and b_t.dtype != as_t.dtype:
-        xb = rounded(xb, as_t.dtype)
+    as_t = t.operand(0)
     if as_t.is_leaf and as_t.is_quantized:  # precision="ggml": the experts' q8 activations
-        xb = as_t.value.expert_activations(xb)
-    ids = ops.reshape(xs[2], i64([n_tok, n_used]), False)
-    picked = ops.gather(w, ids, i64(0))  # [T, U, N, K]
-    xb = ops.reshape(xb, i64([n_tok, b1, k]), False)
-    if b1 != n_used:
-        xb = ops.tile(xb, i64([1, n_used // b1, 1]))  # slot e reads b row e % b1
-    xb = ops.reshape(xb, i64([n_tok, n_used, 1, k]), False)
-    out = ops.matmul(xb, picked, False, True)  # [T, U, 1, N]
-    return ops.reshape(out, i64([1, n_tok, n_used, rows]), False)
+        xs = [xs[0], as_t.value.expert_activations(f32(xs[1])), xs[2]]
+    return FORMULAS[Op.MUL_MAT_ID](OPENVINO, t, xs)
 
 
 # ---------------------------------------------------------------------------- softmax / attention
-def _alibi(n_head: int, max_bias: float) -> Out:
-    return const(geometry.alibi_slopes(n_head, max_bias).reshape(1, n_head, 1, 1))
-
-
-def _mask_value(mask_t: Tensor, mask: Out, rows: int, big2: int, big3: int) -> Out:
-    """Mask rows 0..rows-1 in f32, tiled over dims 2, 3 (ggml's i % ne broadcasting)."""
-    m = f32(mask)
-    if mask_t.ne[1] != rows:
-        m = slice_dim(m, 1, 0, rows)
-    ne = (mask_t.ne[0], rows, mask_t.ne[2], mask_t.ne[3])
-    return broadcast_repeat(m, ne, (mask_t.ne[0], rows, big2, big3))
-
-
 def _softmax_with_sinks(w: Out, sinks: Out | None, ne: Sequence[int], heads_dim: int) -> Out:
     """Softmax over the last axis; per-head ``sinks`` join the denominator as an extra column."""
     if sinks is None:
@@ -596,12 +527,9 @@ def _softmax_with_sinks(w: Out, sinks: Out | None, ne: Sequence[int], heads_dim:
 @translator(Op.SOFT_MAX)
 def _soft_max(t: Tensor, xs: list[Out]) -> Out:
     w = ops.multiply(f32(xs[0]), const(t.params["scale"]))
-    mask_t = t.srcs[1]
-    if mask_t is not None:
-        m = _mask_value(mask_t, xs[1], t.ne[1], t.ne[2], t.ne[3])
-        if t.params["max_bias"] > 0:
-            m = ops.multiply(m, _alibi(t.ne[2], t.params["max_bias"]))
-        w = ops.add(w, m)
+    mask = attention_mask(OPENVINO, t, 1, xs, t.ne[1], t.ne)
+    if mask is not None:
+        w = ops.add(w, mask)
     sinks = xs[2] if len(xs) > 2 else None
     # ggml: a row whose maximum is +inf computes exp(inf - inf) = NaN, and a NaN in a row (or its
     # sink) makes the row's sum NaN: the whole row is NaN. OpenVINO's Softmax keeps the NaN to its
@@ -651,9 +579,8 @@ def _attention_scores(t: Tensor, xs: list[Out], s: Out) -> Out:
     s = ops.multiply(s, const(scale))
     if softcap != 0:
         s = ops.multiply(ops.tanh(s), const(softcap))
-    if t.srcs[3] is not None:
-        s = ops.add(s, _fa_mask(t, xs[3]))
-    return s
+    mask = attention_mask(OPENVINO, t, 3, xs, t.operand(0).ne[1], t.operand(0).ne)
+    return s if mask is None else ops.add(s, mask)
 
 
 def _attention_probs(t: Tensor, xs: list[Out], s: Out) -> Out:
@@ -683,15 +610,6 @@ def _live_rows(x: Out) -> Out:
     precision: a ReduceMax against a lowest-finite sentinel is not (in bf16 the sentinel rounds
     to -inf while ReduceMax of an all -inf row gives bf16's lowest finite value)."""
     return ops.reduce_logical_or(ops.greater(x, const(-np.inf)), i64([3]), True)
-
-
-def _fa_mask(t: Tensor, mask: Out) -> Out:
-    """The mask rows of the queries, per head with ALiBi, as f32 [B|1, H|1, n_q, n_kv]."""
-    q_t, mask_t = t.operand(0), t.operand(3)
-    m = _mask_value(mask_t, mask, q_t.ne[1], q_t.ne[2], q_t.ne[3])
-    if t.params["max_bias"] > 0:
-        m = ops.multiply(m, _alibi(q_t.ne[2], t.params["max_bias"]))
-    return m
 
 
 def _flash_attn_ext(t: Tensor, xs: list[Out], manual_gqa: bool | None = None) -> Out:
@@ -777,8 +695,8 @@ def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
         )
     scale = const(np.float32(t.params["scale"]))
     live = None
-    if t.srcs[3] is not None:
-        m = _fa_mask(t, xs[3])
+    m = attention_mask(OPENVINO, t, 3, xs, q_t.ne[1], q_t.ne)
+    if m is not None:
         live = _live_rows(m)
         out = ops.scaled_dot_product_attention(q, k, v, ops.select(live, m, const(0.0)), scale, False)
     else:
@@ -792,92 +710,7 @@ def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
     return out if live is None else ops.select(live, out, const(0.0))
 
 
-# ---------------------------------------------------------------------------- rope
-@translator(Op.ROPE, Op.ROPE_BACK)
-def _rope(t: Tensor, xs: list[Out]) -> Out:
-    p = t.params
-    n_dims = p["n_dims"]
-    pairs = geometry.rope_pairs(p, t.ne[0])
-    if pairs == 0:  # n_dims 0: ggml rotates nothing and copies the row
-        return f32(xs[0])
-    tables = geometry.rope_tables(p, n_dims, pairs)
-    pos = ops.convert(ops.reshape(xs[1], i64([-1]), False), ov.Type.f32)
-    if p["mode"] & 8:
-        planes = ops.transpose(ops.reshape(pos, i64([4, t.ne[2]]), False), i64([1, 0]))  # [ne2, 4]
-        base = ops.gather(planes, const(geometry.rope_sections(p, pairs), np.int64), i64(1))  # [ne2, pairs]
-    else:
-        base = ops.reshape(pos, i64([t.ne[2], 1]), False)
-    theta_ex = ops.multiply(base, const(tables["mult"].reshape(1, pairs)))
-    if xs[2] is not None:
-        ff = slice_dim(ops.reshape(f32(xs[2]), i64([1, 1, 1, -1]), False), 0, 0, pairs)
-        theta_ex = ops.divide(theta_ex, ops.reshape(ff, i64([1, pairs]), False))
-    theta = ops.multiply(theta_ex, const(p["freq_scale"]))
-    if p["ext_factor"] != 0.0:
-        ramp = const(tables["ramp"].reshape(1, pairs))
-        theta = ops.add(ops.multiply(theta, ops.subtract(const(1.0), ramp)), ops.multiply(theta_ex, ramp))
-    mscale = const(tables["mscale"])
-    sin_scale = const(-tables["mscale"] if t.op == Op.ROPE_BACK else tables["mscale"])  # ROPE_BACK: −sin
-    cos = ops.reshape(ops.multiply(ops.cos(theta), mscale), i64([1, t.ne[2], 1, pairs]), False)
-    sin = ops.reshape(ops.multiply(ops.sin(theta), sin_scale), i64([1, t.ne[2], 1, pairs]), False)
-    x = f32(xs[0])
-    ne0 = t.ne[0]
-    neox = bool(p["mode"] & 2 or p["mode"] & 8)  # pairs (i, i + off); else adjacent (2i, 2i + 1)
-    off = (n_dims if p["mode"] == RopeType.VISION else n_dims // 2) if neox else 1
-    if (off == pairs) if neox else (2 * pairs == n_dims):
-        return _rope_swapped(t, x, cos, sin, pairs, neox)
-    if neox:
-        x0, x1 = slice_dim(x, 0, 0, pairs), slice_dim(x, 0, off, off + pairs)
-        parts = [
-            ops.subtract(ops.multiply(x0, cos), ops.multiply(x1, sin)),
-            ops.add(ops.multiply(x0, sin), ops.multiply(x1, cos)),
-        ]
-        end = off + pairs
-    else:
-        x0, x1 = slice_dim(x, 0, 0, n_dims, 2), slice_dim(x, 0, 1, n_dims, 2)
-        r0 = ops.subtract(ops.multiply(x0, cos), ops.multiply(x1, sin))
-        r1 = ops.add(ops.multiply(x0, sin), ops.multiply(x1, cos))
-        pairs_out = ops.concat([ops.unsqueeze(r0, i64(4)), ops.unsqueeze(r1, i64(4))], 4)
-        parts = [ops.reshape(pairs_out, i64([t.ne[3], t.ne[2], t.ne[1], n_dims]), False)]
-        end = n_dims
-    if end < ne0:
-        parts.append(slice_dim(x, 0, end, ne0))
-    return ops.concat(parts, 3) if len(parts) > 1 else parts[0]
-
-
-def _rope_swapped(t: Tensor, x: Out, cos: Out, sin: Out, pairs: int, neox: bool) -> Out:
-    """The rotated pairs as ``x·cos + swap(x)·(∓sin)`` over a pair axis ([.., 2, pairs] NeoX
-    halves, [.., pairs, 2] adjacent pairs), the swap a Gather: the same products and sums as
-    ``x0·cos − x1·sin``, ``x0·sin + x1·cos``, without the strided slices and interleaving Concat
-    the CPU plugin runs with its reference kernels (a 512-token rope 4x slower)."""
-    ne3, ne2, ne1, ne0 = t.ne[3], t.ne[2], t.ne[1], t.ne[0]
-    end = 2 * pairs
-    head = x if end == ne0 else slice_dim(x, 0, 0, end)
-    axis = 3 if neox else 4
-    grouped = [ne3, ne2, ne1, 2, pairs] if neox else [ne3, ne2, ne1, pairs, 2]
-    xs5 = ops.reshape(head, i64(grouped), False)
-    swapped = ops.gather(xs5, i64([1, 0]), i64(axis))
-    sign = const(np.array([-1.0, 1.0], np.float32).reshape((2, 1) if neox else (2,)))
-    c5 = ops.unsqueeze(cos, i64(axis))
-    s5 = ops.multiply(ops.unsqueeze(sin, i64(axis)), sign)  # exact: a sign flip
-    out = ops.reshape(
-        ops.add(ops.multiply(xs5, c5), ops.multiply(swapped, s5)), i64([ne3, ne2, ne1, end]), False
-    )
-    return out if end == ne0 else ops.concat([out, slice_dim(x, 0, end, ne0)], 3)
-
-
 # ---------------------------------------------------------------------------- conv-like
-@translator(Op.IM2COL)
-def _im2col(t: Tensor, xs: list[Out]) -> Out:
-    b_t = t.operand(1)
-    idx, n = geometry.im2col_geometry(t)
-    lead = [b_t.ne[3], b_t.ne[2]] if n == 2 else [b_t.ne[2], b_t.ne[1]]
-    planes = ops.reshape(f32(xs[1]), i64([*lead, -1]), False)
-    zero = ops.broadcast(const(0.0), i64([*lead, 1]))
-    cols = ops.gather(ops.concat([planes, zero], 2), const(idx, np.int64), i64(2))  # [N, IC, *out, *ks]
-    order = [0, 2, 3, 1, 4, 5] if n == 2 else [0, 2, 1, 3]
-    return reshape4(ops.transpose(cols, i64(order)), t.ne)
-
-
 def _conv_input(
     x: Out,
     sizes: Sequence[int],
@@ -927,12 +760,6 @@ def _conv_3d(t: Tensor, xs: list[Out]) -> Out:
     return reshape4(_direct_conv(t, x, w, 3), t.ne)
 
 
-@translator(Op.IM2COL_3D)
-def _im2col_3d(t: Tensor, xs: list[Out]) -> Out:
-    flat = ops.concat([ops.reshape(f32(xs[1]), i64([-1]), False), const([0.0])], 0)
-    return reshape4(ops.gather(flat, const(geometry.im2col_3d_index(t), np.int64), i64(0)), t.ne)
-
-
 @translator(Op.COL2IM_1D)
 def _col2im_1d(t: Tensor, xs: list[Out]) -> Out:
     t_in, oc, k = geometry.col2im_1d_columns(t)
@@ -968,98 +795,3 @@ def _conv_transpose_2d(t: Tensor, xs: list[Out]) -> Out:
     return ops.convolution_backprop_data(
         x, f32(xs[0]), [st, st], pads_begin=[0, 0], pads_end=[0, 0], dilations=[1, 1]
     )
-
-
-@translator(Op.POOL_1D, Op.POOL_2D)
-def _pool(t: Tensor, xs: list[Out]) -> Out:
-    a = t.operand(0)
-    idx, valid, n = geometry.pool_geometry(t)
-    plane = a.ne[0] * (a.ne[1] if n == 2 else 1)
-    rows = a.nelements // plane
-    is_max = t.params["op"] == 0
-    x = ops.reshape(f32(xs[0]), i64([rows, plane]), False)
-    fill = ops.broadcast(const(-np.finfo(np.float32).max if is_max else 0.0), i64([rows, 1]))
-    win = ops.gather(ops.concat([x, fill], 1), const(idx, np.int64), i64(1))  # [rows, *out, *ks]
-    rank = win.get_output_partial_shape(0).rank.get_length()
-    axes = i64(list(range(rank - n, rank)))
-    if is_max:
-        return reshape4(ops.reduce_max(win, axes, False), t.ne)
-    # each tap weighted by 1/divisor before the sum: the CPU plugin miscomputes ReduceSum followed
-    # by a Multiply/Divide with a per-output constant (it fuses it along the wrong axis)
-    inv = np.float32(1.0) / geometry.pool_divisor(t, valid, n)
-    weights = np.broadcast_to(inv.reshape(inv.shape + (1,) * n), valid.shape)
-    return reshape4(ops.reduce_sum(ops.multiply(win, const(weights)), axes, False), t.ne)
-
-
-@translator(Op.UPSCALE)
-def _upscale(t: Tensor, xs: list[Out]) -> Out:
-    a = t.operand(0)
-    x = f32(xs[0])
-    for axis, d in ((0, 3), (1, 2)):  # batch dims: nearest index
-        if t.ne[d] != a.ne[d]:
-            x = ops.gather(x, const(geometry.upscale_batch_index(t.ne[d], a.ne[d]), np.int64), i64(axis))
-    w0 = const(geometry.upscale_weights(t.ne[0], a.ne[0], t.params["mode"]))  # [ne0, a.ne0]
-    w1 = const(geometry.upscale_weights(t.ne[1], a.ne[1], t.params["mode"]))  # [ne1, a.ne1]
-    return ops.matmul(w1, ops.matmul(x, w0, False, True), False, False)
-
-
-@translator(Op.SSM_CONV)
-def _ssm_conv(t: Tensor, xs: list[Out]) -> Out:
-    c_t = t.operand(1)
-    d_conv, d_inner = c_t.ne[0], c_t.ne[1]
-    n_t, n_s = t.ne[1], t.ne[2]
-    sx = ops.reshape(f32(xs[0]), i64([n_s, d_inner, -1]), False)
-    win_idx = np.arange(n_t)[:, None] + np.arange(d_conv)[None, :]  # [n_t, d_conv]
-    win = ops.gather(sx, const(win_idx, np.int64), i64(2))  # [n_s, d_inner, n_t, d_conv]
-    c = ops.reshape(f32(xs[1]), i64([1, d_inner, 1, d_conv]), False)
-    out = ops.reduce_sum(ops.multiply(win, c), i64([3]), False)  # [n_s, d_inner, n_t]
-    return ops.reshape(ops.transpose(out, i64([0, 2, 1])), i64([1, n_s, n_t, d_inner]), False)
-
-
-# ---------------------------------------------------------------------------- gated delta net
-@translator(Op.GATED_DELTA_NET)
-def _gated_delta_net(t: Tensor, xs: list[Out]) -> Out:
-    """The recurrence unrolled over tokens (static n_tokens), all heads and sequences at once."""
-    q_t, v_t, g_t = t.operand(0), t.operand(2), t.operand(3)
-    s_v, h_v, n_tokens, n_seqs = v_t.ne
-    h_k = q_t.ne[1]
-    kk = t.params["K"]
-    rep = h_v // h_k
-    q, k, v, g, beta, state = (f32(x) for x in xs)
-    # key head for value head h is h % h_k: tile the key heads
-    if rep > 1:
-        q = ops.tile(q, i64([1, 1, rep, 1]))
-        k = ops.tile(k, i64([1, 1, rep, 1]))
-    st = ops.transpose(state, i64([0, 1, 3, 2]))  # [S, H, i, j] = S[i][j]
-    outs = []
-    snaps: list[Out] = []
-    scale = const(1.0 / math.sqrt(s_v))
-    for tok in range(n_tokens):
-
-        def at(x: Out, width: int, tok: int = tok) -> Out:
-            return ops.reshape(slice_dim(x, 2, tok, tok + 1), i64([n_seqs, h_v, width]), False)
-
-        qt, kt, vt = at(q, s_v), at(k, s_v), at(v, s_v)
-        gt = ops.exp(at(g, g_t.ne[0]))  # [S, H, 1|S_v]
-        bt = at(beta, 1)
-        decay = ops.unsqueeze(gt, i64(3))  # per key channel i (rows), or scalar
-        st = ops.multiply(st, decay)
-        kv = ops.unsqueeze(kt, i64(3))  # [S, H, i, 1]
-        sk = ops.reduce_sum(ops.multiply(st, kv), i64([2]), False)  # Sᵀk: [S, H, j]
-        delta = ops.multiply(ops.subtract(vt, sk), bt)
-        st = ops.add(st, ops.multiply(kv, ops.unsqueeze(delta, i64(2))))
-        o = ops.reduce_sum(ops.multiply(st, ops.unsqueeze(qt, i64(3))), i64([2]), False)
-        outs.append(ops.unsqueeze(ops.multiply(o, scale), i64(1)))  # [S, 1, H, j]
-        if n_tokens - 1 - tok < kk:
-            snaps.append(st)
-    att = ops.concat(outs, 1) if len(outs) > 1 else outs[0]  # [S, T, H, S_v]
-    pieces = [ops.reshape(att, i64([-1]), False)]
-    zero_snap = None
-    for back in range(kk):
-        if back < len(snaps):
-            snap = snaps[len(snaps) - 1 - back]
-            pieces.append(ops.reshape(ops.transpose(snap, i64([0, 1, 3, 2])), i64([-1]), False))
-        else:
-            zero_snap = zero_snap or const(np.zeros(n_seqs * h_v * s_v * s_v, dtype=np.float32))
-            pieces.append(zero_snap)
-    return reshape4(ops.concat(pieces, 0), t.ne)
