@@ -21,7 +21,7 @@ import numpy as np
 
 from ovkit.catalogue import curated
 from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs
-from ovkit.catalogue.result import Result, error_line
+from ovkit.catalogue.result import Result, error_line, progress_bar
 from ovkit.catalogue.run import HINTS, effective_precision, frame, hints_config, policy_rejection, run_case
 from ovkit.runtime import Core
 
@@ -145,7 +145,6 @@ def iter_results(mode: str = "test", ops: Sequence[str] | str | None = None,
                  cases: Sequence[Case] | None = None, hints: str = "exact",
                  vs_ggml: bool = False, case_set: str | None = None) -> Iterator[Result]:  # fmt: skip
     """One result per case of ``cases`` (else the curated ``case_set``), a tqdm bar on stderr."""
-    from tqdm import tqdm
 
     if mode not in ("test", "perf"):
         raise ValueError(f"mode={mode!r} is not valid (expected 'test' or 'perf')")
@@ -155,9 +154,7 @@ def iter_results(mode: str = "test", ops: Sequence[str] | str | None = None,
     pool = cases if cases is not None else build_catalogue(case_set, mode)
     picked = select(pool, ops)
     ref = _reference_kind(reference) if mode == "test" else ""
-    bar = tqdm(picked, desc=f"test-ops {mode} {dev}", unit="case", file=sys.stderr, leave=False,
-               disable=not progress if progress is not None else None)  # fmt: skip
-    for c in bar:
+    for c in progress_bar(picked, f"test-ops {mode} {dev}", progress):
         if mode == "test":
             yield run_case(c, dev, reference=ref, hints=hints, core=core)  # type: ignore[arg-type]
         else:
@@ -334,7 +331,6 @@ def _isolated_results(mode: str, ops: Sequence[str] | str | None, device: str, r
                       progress: bool | None, hints: str = "exact", case_set: str | None = None,
                       *, core: Core | None) -> Iterator[Result]:  # fmt: skip
     """One child process per op (``python -m ovkit test-ops ... --json``); crashes become FAILs."""
-    from tqdm import tqdm
 
     from ovkit import child
     from ovkit.native import sigill_hint_for
@@ -348,10 +344,8 @@ def _isolated_results(mode: str, ops: Sequence[str] | str | None, device: str, r
     profile = getattr(getattr(core, "profile", None), "name", None)
     if profile:
         base += ["--simulate", profile]
-    bar = tqdm(keys, desc=f"test-ops {mode} {device} (isolated)", unit="op", file=sys.stderr, leave=False,
-               disable=not progress if progress is not None else None)  # fmt: skip
     hint = partial(sigill_hint_for, "ggml-python-openvino")  # the oracle: ggml-python's ggml
-    for key in bar:
+    for key in progress_bar(keys, f"test-ops {mode} {device} (isolated)", progress, unit="op"):
         try:
             payload = json.loads(child.run([*base, "-o", key], ok=(0, 1), sigill_hint=hint))
         except child.ChildCrashed as exc:

@@ -25,7 +25,7 @@ import numpy as np
 
 from ovkit.catalogue import backend_ops
 from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs, oracle_inputs, ovkit_graph
-from ovkit.catalogue.result import STATUSES, Result, Status, error_line, judge
+from ovkit.catalogue.result import STATUSES, Result, Status, error_line, judge, progress_bar
 from ovkit.child import Child, ChildCrashed, ChildTimedOut, serve
 from ovkit.errors import OvkitError
 from ovkit.ops import verdict_csv
@@ -406,11 +406,9 @@ def coverage_rows(
 ) -> pd.DataFrame:
     """Every row classified without running it: the backend's verdict and ovkit's translation."""
     import pandas as pd
-    from tqdm import tqdm
 
     out = []
-    for r in tqdm(rows, desc="classifying", unit="case", file=sys.stderr, leave=False,
-                  disable=not progress if progress is not None else None):  # fmt: skip
+    for r in progress_bar(rows, "classifying", progress):
         accepted, why = upstream_verdict(r, device_class)
         ok, reason = translatable(r)
         out.append({"op": r.op, "case": r.name, "accepted": accepted, "translatable": ok,
@@ -598,8 +596,6 @@ def _pooled(
 def _indexed(
     rows: Sequence[Row], policy: Policy, device: str, workers: int, isolate: bool, progress: bool | None
 ) -> Iterator[tuple[int, Result]]:
-    from tqdm import tqdm
-
     if policy not in ("upstream", "none"):
         raise ValueError(f"policy={policy!r} is not valid (expected 'upstream' or 'none')")
     check_workers(workers)
@@ -608,9 +604,7 @@ def _indexed(
         source = _pooled(rows, policy, device, max(1, workers), CASE_TIMEOUT_S)
     else:
         source = ((i, run_row(r, policy, device)) for i, r in enumerate(rows))
-    bar = tqdm(source, total=len(rows), desc=f"test-backend-ops {device} (policy {policy})", unit="case",
-               file=sys.stderr, leave=False, disable=not progress if progress is not None else None)  # fmt: skip
-    yield from bar
+    yield from progress_bar(source, f"test-backend-ops {device} (policy {policy})", progress, total=len(rows))
 
 
 def frame(results: Iterable[Result]) -> pd.DataFrame:

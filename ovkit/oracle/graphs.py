@@ -1,7 +1,7 @@
 """Running ggml graphs on ggml's own CPU backend: one builder by name (:func:`ggml_call`), any
 graph (:func:`ggml_compute`), or a *program* written with ``ovkit.Graph``'s method names on
 :class:`GgmlBuilder` (:func:`ggml_program`), so the same program runs on ovkit and on ggml;
-:func:`ggml_benchmark` times a graph.  Shapes follow ggml-python's ``from_numpy``/``to_numpy``
+:func:`ggml_benchmark_program` times a program.  Shapes follow ggml-python's ``from_numpy``/``to_numpy``
 (numpy shape ``(ne1, ne0)`` is ggml ``ne = [ne0, ne1]``); dimension arguments keep ggml's order.
 
 ggml validates with ``GGML_ASSERT``, which aborts the whole process: build the ovkit side first
@@ -460,17 +460,20 @@ class BenchResult:
         return min(self.times_s)
 
 
-def ggml_benchmark(
-    build: Builder,
-    *inputs: InputLike | None,
+def ggml_benchmark_program(
+    program: Program,
+    inputs: dict[str, InputLike],
+    *,
     n_runs: int = 10,
     warmup: int = 1,
     n_threads: int = DEFAULT_N_THREADS,
+    backend: Any = None,
 ) -> BenchResult:
-    """Build the graph once, run it ``warmup`` + ``n_runs`` times on ggml's CPU backend, time each run."""
+    """``program``'s graph built once (:func:`program_session`), run ``warmup`` + ``n_runs`` times,
+    each run timed (compute only)."""
     if n_runs < 1:
-        raise ValueError(f"ggml_benchmark: n_runs must be >= 1, got {n_runs}")
-    s = Session(build, inputs, n_threads)
+        raise ValueError(f"ggml_benchmark_program: n_runs must be >= 1, got {n_runs}")
+    s = program_session(program, inputs, backend=backend, n_threads=n_threads)
     try:
         for _ in range(warmup):
             s.run()
@@ -482,22 +485,3 @@ def ggml_benchmark(
     finally:
         s.close()
     return BenchResult(statistics.median(times), tuple(times), n_threads)
-
-
-def ggml_benchmark_program(
-    program: Program,
-    inputs: dict[str, InputLike],
-    *,
-    n_runs: int = 10,
-    warmup: int = 1,
-    n_threads: int = DEFAULT_N_THREADS,
-) -> BenchResult:
-    """:func:`ggml_benchmark` for a Graph-style ``program`` (see :func:`ggml_program`)."""
-    names = list(inputs)
-    return ggml_benchmark(
-        _program_builder(program, names),
-        *[inputs[n] for n in names],
-        n_runs=n_runs,
-        warmup=warmup,
-        n_threads=n_threads,
-    )

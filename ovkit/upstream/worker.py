@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import statistics
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -150,18 +148,14 @@ def _bench(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     from ovkit.upstream import cases
 
     c = cases.find_case(req["name"])
-    session = oracle.program_session(c.program, cases.ggml_inputs(c), backend=be.backend)
-    try:
-        for _ in range(int(req.get("warmup", 1))):
-            session.run()
-        times = []
-        for _ in range(int(req["runs"])):
-            t0 = time.perf_counter()
-            session.run()
-            times.append(time.perf_counter() - t0)
-    finally:
-        session.close()
-    return {"median_s": statistics.median(times), "min_s": min(times), "runs": len(times)}
+    res = oracle.ggml_benchmark_program(
+        c.program,
+        cases.ggml_inputs(c),
+        n_runs=int(req["runs"]),
+        warmup=int(req.get("warmup", 1)),
+        backend=be.backend,
+    )
+    return {"median_s": res.median_s, "min_s": res.min_s, "runs": len(res.times_s)}
 
 
 def _support_rows(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
