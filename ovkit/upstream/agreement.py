@@ -1,10 +1,6 @@
-"""Live policy agreement: the installed backend's ``supports_op`` against ``ovkit.ops.policy``.
-
-Asked about every tensor of each ``test-ops`` case's ggml graph, and about the output node of each
-row of the shipped test-backend-ops verdicts (rebuilt by :mod:`ovkit.upstream.tensors`), at the
-installed build's revision with the quirks on.  Each difference names the rule behind it: ovkit's
-rejecting gate, or when only the backend rejects, another revision's gate that would (or none).
-"""
+"""Live policy agreement: the installed backend's ``supports_op`` on every ``test-ops`` case and
+every shipped verdict row against ``ovkit.ops.policy`` at its revision; each difference names
+ovkit's rejecting gate, or when only the backend rejects, another revision's that would."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""What a backend source tree has that ovkit's tables do not, and the other way round.
-
-``python -m ovkit.upstream drift SOURCE`` reads a llama.cpp checkout or an sdist vendoring one and
-compares the variables it reads (``env_var_names[]``) with ``ovkit.config.ENV_VARS``, its
-registered ops (``openvino/op_table.cpp``) and its ops with a per-op gate (``is_op_(un)supported_case``)
-with the policy's tables of the closest revision.  Exit code 0: no drift, 1: drift, 2: unreadable.
-``scripts/install-upstream`` keeps the sources of the sdist it builds (:func:`keep_sources`,
-:func:`kept_sources`); the tests check that they drift by exactly the decided deltas.
-"""
+"""What a backend source tree (checkout or sdist) has that ovkit's tables do not, and the other way
+round: its variables against ``ovkit.config.ENV_VARS``, its op table and per-op gates against the
+policy's closest revision (``python -m ovkit.upstream drift SOURCE``)."""
 
 from __future__ import annotations
 
@@ -222,9 +216,8 @@ def drift(path: str | Path, revision: str | None = None) -> DriftReport:
 
 
 # -- the sources scripts/install-upstream keeps -------------------------------------------------
-#: Where the install script keeps the backend sources of the sdists it builds, one directory per
-#: ``<package>-<version>`` holding ``ggml/src/ggml-openvino/`` and :data:`ORIGIN_FILE`;
-#: ``$OVKIT_UPSTREAM_SOURCES`` overrides the directory holding them.
+#: Where the install script keeps the backend sources of each sdist it builds (one directory per
+#: ``<package>-<version>``); ``$OVKIT_UPSTREAM_SOURCES`` overrides.
 SOURCES_ENV = "OVKIT_UPSTREAM_SOURCES"
 SOURCES_SUBDIR = Path("share", "ovkit", "sources")
 #: The file naming the sdist the kept sources came from and its sha256.
@@ -232,17 +225,15 @@ ORIGIN_FILE = "ORIGIN"
 
 
 def kept_sources(package: str, version: str) -> Path:
-    """The directory the install script keeps ``package`` ``version``'s backend sources in (it
-    may not exist: :func:`read_source` then says so)."""
+    """The directory the install script keeps ``package`` ``version``'s backend sources in."""
     override = os.environ.get(SOURCES_ENV)
     root = Path(override) if override else Path(sys.prefix) / SOURCES_SUBDIR
     return root / f"{package}-{version}"
 
 
 def keep_sources(sdist: str | Path, dest: str | Path) -> Path:
-    """Copy the ``ggml/src/ggml-openvino/`` tree of ``sdist`` (only it: about 1 MB of a 75 MB
-    archive) to ``dest/ggml/src/ggml-openvino/``, with :data:`ORIGIN_FILE` naming the archive
-    and its sha256; ``dest`` is replaced whole, so a half-written copy never stays."""
+    """Copy ``sdist``'s ``ggml/src/ggml-openvino/`` tree to ``dest`` (replaced whole), with
+    :data:`ORIGIN_FILE` naming the archive and its sha256."""
     src, out = Path(sdist), Path(dest)
     with tarfile.open(src) as tar:
         members = [m for m in tar.getmembers() if m.isfile()]

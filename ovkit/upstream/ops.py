@@ -1,10 +1,6 @@
-"""Every catalogue case three ways: ovkit on OpenVINO, the real backend, ggml's CPU backend.
-
-ovkit's side is ``ovkit test-ops``' run; the real backend's, in a child process, is
-``supports_op`` on every tensor of the same program's ggml graph, then, when all are supported,
-the compute on ``OPENVINO0``, both judged against ggml's CPU backend.  The verdicts are compared
-with ovkit's policy at the installed build's revision, so a disagreement names a policy rule.
-"""
+"""Every catalogue case three ways: ovkit on OpenVINO, the real backend (``supports_op`` on every
+tensor, then the compute on ``OPENVINO0``, in a child), both against ggml's CPU backend; the
+verdicts against ovkit's policy at the installed revision, so a disagreement names a rule."""
 
 from __future__ import annotations
 
@@ -201,9 +197,8 @@ def summary_lines(results: Sequence[ThreeWay], revision: Revision | None) -> lis
 
 
 def cli(args: Any) -> int:
-    """``ovkit test-ops --upstream [-o OP ...] [--json]`` (and ``--catalogue test-backend-ops``:
-    its rows, ``--cases``/``--sample`` as without ``--upstream``): one line per case, totals; exit 1
-    when a verdict disagrees or the real backend crashed."""
+    """``ovkit test-ops --upstream``: one line per case, totals; 1 when a verdict disagrees or the
+    real backend crashed."""
     from tqdm import tqdm
 
     from ovkit import testops

@@ -1,7 +1,5 @@
-"""A policy :class:`~ovkit.ir.OpInfo` rebuilt as real ggml tensors (``no_alloc``, no data), with the
-``op_params`` ``supports_op`` reads packed as ggml's builders pack them, to ask the real backend
-about test-backend-ops cases ovkit knows only as node records.
-"""
+"""A policy :class:`~ovkit.ir.OpInfo` rebuilt as real ggml tensors (no data, ``op_params`` packed as
+ggml's builders pack them), to ask the real backend about test-backend-ops rows."""
 
 from __future__ import annotations
 

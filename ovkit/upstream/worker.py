@@ -1,7 +1,5 @@
-"""The child side of :mod:`ovkit.upstream.isolate`, the only code that calls the real backend:
-``python -m ovkit.upstream.worker`` answers JSON requests naming a command (:data:`HANDLERS`) on
-:func:`ovkit.child.serve`'s private pipe; an exception becomes ``{"error": ...}``.
-"""
+"""The child side of :mod:`ovkit.upstream.isolate`, the only code that calls the real backend: JSON
+requests naming a command (:data:`HANDLERS`); an exception becomes ``{"error": ...}``."""
 
 from __future__ import annotations
 
@@ -132,9 +130,8 @@ def _case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _catalogue_case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
-    """A test-backend-ops catalogue case (``op``, ``params``) on the real backend, its leaves drawn
-    from the case's own seed as ``ovkit test-ops --catalogue test-backend-ops`` draws them, judged
-    by the case's own error (NMSE, or the index-set distance of TOP_K)."""
+    """A test-backend-ops catalogue case (``op``, ``params``) on the real backend, drawn and judged
+    as ``ovkit test-ops --catalogue test-backend-ops`` does."""
     from ovkit.catalogue import backend_ops
     from ovkit.catalogue.case import draw_all, ggml_inputs
 
@@ -173,8 +170,7 @@ def _support_rows(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _model_graph(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
-    """``supports_op`` per node of a GGUF model's graph for one shape bucket, built as a ggml
-    graph by the same program ovkit runs (the GGUF's own weight types, zeroed KV caches)."""
+    """``supports_op`` per node of a GGUF model's graph for one shape bucket (ovkit's own program)."""
     from ovkit import oracle
     from ovkit.model.placement import ggml_graph_program
 
