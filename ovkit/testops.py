@@ -1,10 +1,6 @@
-"""``ovkit test-ops``: a harness in the spirit of llama.cpp's ``test-backend-ops``.
-
-``mode test`` runs each curated case (:mod:`ovkit.catalogue.curated`) the device's policy accepts
-through the engine and judges it against ggml (``ovkit.oracle``) or, without ggml-python, ovkit's
-numpy reference; rejected cases are listed with the policy's reason.  ``mode perf`` times larger
-cases (time per run, GFLOPS or GB/s).
-"""
+"""``ovkit test-ops``, after llama.cpp's ``test-backend-ops``: ``mode test`` runs each curated case
+the device's policy accepts and judges it against ggml (or ovkit's numpy reference); ``mode perf``
+times larger cases."""
 
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ import numpy as np
 
 from ovkit.catalogue import curated
 from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs
-from ovkit.catalogue.result import Result, error_line, progress_bar
+from ovkit.catalogue.result import Result, echoed, error_line, progress_bar
 from ovkit.catalogue.run import HINTS, effective_precision, frame, hints_config, policy_rejection, run_case
 from ovkit.runtime import Core
 
@@ -68,12 +64,16 @@ class Summary:
 
 
 def select(cases: Iterable[Case], ops: Sequence[str] | str | None) -> list[Case]:
-    """Cases whose op key (``"UNARY.GELU"``), op (``"UNARY"``) or sub-op (``"GELU"``) is in ``ops``
-    (case-insensitive; ``UNARY:GELU`` reads as ``UNARY.GELU``)."""
+    """Cases whose op key (``UNARY.GELU`` or ``UNARY:GELU``), op or sub-op is in ``ops``."""
     if ops is None:
         return list(cases)
     wanted = {o.upper().replace(":", ".") for o in ([ops] if isinstance(ops, str) else ops)}
-    return [c for c in cases if wanted & {c.op, c.op.split(".")[0], c.op.split(".")[-1]}]
+    return [c for c in cases if wanted & op_keys(c)]
+
+
+def op_keys(c: Case) -> set[str]:
+    """What ``-o`` picks a case by: its op key, op and sub-op (``UNARY.GELU``, ``UNARY``, ``GELU``)."""
+    return {c.op, c.op.split(".")[0], c.op.split(".")[-1]}
 
 
 def _resolve(device: str | None, *, core: Core | None) -> str:
@@ -204,9 +204,7 @@ def main(mode: str = "test", ops: Sequence[str] | str | None = None, device: str
          progress: bool | None = None, out: Any = None, isolate: bool = False,
          hints: str = "exact", vs_ggml: bool = False, case_set: str | None = None) -> int:  # fmt: skip
     """The CLI body: a line per case and the totals (or JSON); 1 on any failure.  ``isolate``: one
-    process per op, so a crash inside OpenVINO becomes FAIL lines instead of killing the run."""
-    from tqdm import tqdm
-
+    process per op (a crash becomes FAIL lines)."""
     from ovkit.simulate import SimulatedCore
 
     stream = out or sys.stdout
@@ -225,11 +223,7 @@ def main(mode: str = "test", ops: Sequence[str] | str | None = None, device: str
         else iter_results(mode, ops, dev, reference, progress=progress, hints=hints, vs_ggml=vs_ggml,
                           case_set=case_set, core=core)
     )  # fmt: skip
-    results: list[Result] = []
-    for r in source:
-        results.append(r)
-        if not as_json:
-            tqdm.write(r.line(), file=stream)
+    results = echoed(source, stream, quiet=as_json)
     summary = summarize(results, mode, dev, ref)
     if as_json:
         counts = {"passed": summary.passed, "failed": summary.failed, "not_supported": summary.unsupported}
@@ -281,8 +275,7 @@ def cli(args: Any) -> int:
         raise UsageError(
             f"device {args.device!r} is not available (expected one of: {', '.join(core.available_devices)})"
         )
-    known = {c.op for c in curated.cases()}
-    keys = known | {k.split(".")[0] for k in known} | {k.split(".")[-1] for k in known}
+    keys = set().union(*(op_keys(c) for c in curated.cases()))
     unknown = [o for o in args.op or [] if o.upper().replace(":", ".") not in keys]
     if unknown:
         raise UsageError(f"unknown op {unknown[0]!r} (expected one of: {', '.join(sorted(keys))})")

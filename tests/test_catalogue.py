@@ -95,19 +95,6 @@ def test_a_case_list_without_verdicts_gets_the_policys(
     assert f"  ARGSORT({ARGSORT}): OK" in out and "not supported [CPU]" in out
 
 
-def test_a_known_limit_is_named_and_not_a_fail(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _fail_every_argsort(monkeypatch)
-    limit = run.KnownLimit("ARGSORT", r"ne=\[16,10,", "sorts ties differently")
-    monkeypatch.setattr(run, "KNOWN_LIMITS", (limit,))
-    code = _run_catalogue(_cases(tmp_path, [("ARGSORT", ARGSORT)]))
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert f"  ARGSORT({ARGSORT}): known limit sorts ties differently (NMSE" in out
-    assert "0 FAIL, 1 known limit" in out and "  Backend CPU: OK" in out
-
-
 def test_worker_processes_give_the_same_verdicts(tmp_path: Path) -> None:
     rows = [run.Row("ARGSORT", ARGSORT), run.Row("SET_ROWS", SET_ROWS_NE3), run.Row("CONV_3D_X", "a=1")]
     df = run.run(rows, policy="upstream", workers=2, progress=False).set_index("op")
@@ -194,8 +181,7 @@ CI_SAMPLE = 2000
 
 @pytest.mark.slow
 def test_a_stratified_sample_passes_every_case_ovkit_claims() -> None:
-    """No FAIL among the rows ovkit translates (what it does not claim is on ``run.KNOWN_LIMITS``
-    with the reason, reported as ``known limit``), and every row the backend accepts passes."""
+    """No FAIL among the rows ovkit translates, and every row the backend accepts passes."""
     rows = run.read_rows()
     df = run.run(run.stratified(rows, CI_SAMPLE), policy="none", workers=2, progress=False)
     assert len(df) >= CI_SAMPLE and set(df["op"]) == {r.op for r in rows}

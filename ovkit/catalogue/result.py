@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from ovkit.catalogue.case import Case
 
 T = TypeVar("T")
-Status = Literal["OK", "FAIL", "known limit", "not supported", "not translatable", "no case"]
-STATUSES: tuple[Status, ...] = ("OK", "FAIL", "known limit", "not supported", "not translatable", "no case")
+Status = Literal["OK", "FAIL", "not supported", "not translatable", "no case"]
+STATUSES: tuple[Status, ...] = ("OK", "FAIL", "not supported", "not translatable", "no case")
 
 
 def error_line(exc: BaseException) -> str:
@@ -32,6 +32,18 @@ def progress_bar(
 
     disable = None if progress is None else not progress
     return tqdm(items, desc=desc, unit=unit, file=sys.stderr, leave=False, disable=disable, **kw)
+
+
+def echoed(results: Iterable[T], stream: Any, quiet: bool = False) -> list[T]:
+    """``results`` as a list, each one's ``line()`` written to ``stream`` as it comes (above the bar)."""
+    from tqdm import tqdm
+
+    out = []
+    for r in results:
+        out.append(r)
+        if not quiet:
+            tqdm.write(r.line(), file=stream)  # type: ignore[attr-defined]
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,5 @@
-"""Upstream ``supports_op`` verdicts (test-backend-ops ``support`` mode) replayed against the policy.
-
-Each row of the shipped verdicts is asked about as the :class:`~ovkit.ir.OpInfo` of the output
-node of its runnable case's graph (:mod:`ovkit.catalogue.backend_ops`); rows whose graph is not
-known are *unexpressible*, counted with a reason, never dropped.
-"""
+"""Upstream ``supports_op`` verdicts replayed against the policy, each row as the output node of
+its runnable case's graph; rows whose graph is not known are *unexpressible*, counted with a reason."""
 
 from __future__ import annotations
 
@@ -46,11 +42,8 @@ def _output_op(op_name: str) -> tuple[str, str | None]:
 
 
 def _stand_in(case: Case, params: dict[str, Any]) -> OpInfo:
-    """A case ovkit's builder refuses (a type or parameter it has no translation for) as its
-    output op over its leaves: the type and membership gates, which decide such cases upstream,
-    see every type the case has.  The output has the destination's type for an in-place write
-    (CPY, SET_ROWS), else the case's ``type`` (f32 when it names none: the matmul family); the
-    leaves, in the builder's argument order, go in ggml's source order."""
+    """A case ovkit's builder refuses as its output op over its leaves, so the type and membership
+    gates that decide it upstream see every type (an in-place write's output: the destination's)."""
     op, sub_op = _output_op(case.op)
     srcs = tuple(OpInfo(Op.NONE, lf.dtype, pad_ne(lf.ne), name=lf.name) for lf in case.leaves)
     dst = [s.dtype for s in srcs if s.name in _DESTINATIONS]
@@ -161,8 +154,7 @@ class Agreement:
 
 
 def by_op(agreement: Agreement) -> Any:
-    """Per test-case op: rows, rows upstream supports, rows ovkit supports, rows agreeing, and the
-    gate that rejects most often (a DataFrame sorted by row count)."""
+    """Per op: rows, supported upstream and by ovkit, agreeing, and the most frequent rejecting gate."""
     df = agreement.to_frame()
     rejected = df[(df["gate"] != "") & df["ovkit"].notna()]
     top_gate = rejected.groupby("op_name")["gate"].agg(lambda g: g.value_counts().index[0])

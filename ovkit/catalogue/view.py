@@ -17,7 +17,6 @@ CATEGORIES = (
     "not supported",
     "not translatable",
     "FAIL",
-    "known limit",
     "no case",
 )
 
@@ -30,11 +29,8 @@ def category(status: str, accepted: bool) -> str:
 
 
 def coverage(results: pd.DataFrame) -> pd.DataFrame:
-    """Rows per op and category (columns in :data:`CATEGORIES` order), most rows first.
-
-    ``results``: a run (``status``, ``accepted``, from :func:`ovkit.catalogue.run.run`) or a
-    classification without running (``translatable``, ``accepted``, ``reason``, from
-    :func:`ovkit.catalogue.run.coverage_rows`; there a translatable case counts as passing)."""
+    """Rows per op and category, most rows first, of a run (:func:`ovkit.catalogue.run.run`) or a
+    classification (:func:`ovkit.catalogue.run.coverage_rows`: translatable counts as passing)."""
     import pandas as pd
 
     if "status" in results:
