@@ -1,10 +1,6 @@
-"""test-backend-ops' own cases, executable: ``(op_name, op_params)`` -> :class:`~ovkit.catalogue.case.Case`.
-
-Each builder mirrors the matching ``test_*`` struct of llama.cpp's ``tests/test-backend-ops.cpp``:
-its ``build_graph`` (leaves, views, permutes, names), ``initialize_tensors`` and error bound;
-missing parameters take the struct's defaults.  Programs call builder methods by ggml's names, so
-a case runs on ``ovkit.Graph`` and on ggml alike.
-"""
+"""test-backend-ops' own cases, executable: ``(op_name, op_params)`` -> :class:`~ovkit.catalogue.case.Case`,
+each builder mirroring the ``test_*`` struct of llama.cpp's ``tests/test-backend-ops.cpp`` (graph,
+value ranges, error bound; missing parameters take its defaults), runnable on ovkit and ggml alike."""
 
 from __future__ import annotations
 
@@ -53,11 +49,6 @@ def _view_like(b: Any, t: Any, ne: Any, offset: int = 0) -> Any:
     """ggml_view_4d(t, ne, t->nb[1], t->nb[2], t->nb[3], offset)."""
     nb = t.nb
     return b.view_4d(t, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], offset)
-
-
-def _permuted(b: Any, t: Any, perm: Sequence[int], name: str) -> Any:
-    """``ggml_permute(t, perm)`` named ``name``, or ``t`` when ``perm`` is all zeros (no permute)."""
-    return _named(b.permute(t, *perm), name) if any(perm) else t
 
 
 def _view(b: Any, t: Any, ne: Any, on: int, name: str = "") -> Any:
@@ -284,8 +275,12 @@ def _cpy(op: str, params: str, p: dict[str, Any]) -> Case:
 
 def _dup(op: str, params: str, p: dict[str, Any]) -> Case:
     perm = pad_ne(p.get("permute", [0] * 4))
-    return _case(op, params, (Leaf("src", pad_ne(p["ne"]), p["type"]),),
-                 lambda b, x: b.dup(_permuted(b, x["src"], perm, "src_permuted")))  # fmt: skip
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        src = _named(b.permute(x["src"], *perm), "src_permuted") if any(perm) else x["src"]  # zeros: none
+        return b.dup(src)
+
+    return _case(op, params, (Leaf("src", pad_ne(p["ne"]), p["type"]),), program)
 
 
 def _set(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -886,9 +881,8 @@ BUILDERS: dict[str, CaseBuilder] = {
 
 
 def case_of(op_name: str, op_params: str, params: dict[str, Any] | None = None) -> Case:
-    """The case of one test-backend-ops row, whatever the installed ggml (``params``: the parsed
-    ``op_params``); :class:`NoBuilder` when no builder knows it, KeyError naming a parameter the
-    builder needs and the row lacks."""
+    """The case of one test-backend-ops row, whatever the installed ggml; :class:`NoBuilder` when no
+    builder knows it, KeyError naming a parameter the row lacks."""
     builder = BUILDERS.get(op_name)
     if builder is None:
         raise NoBuilder(f"no case builder for {op_name}")

@@ -1,10 +1,5 @@
-"""Run catalogue cases: the support policy first, then ovkit's graph on the device against ggml.
-
-Per case: ``OK``, ``FAIL``, ``not supported [device]`` (the policy's reason), ``not translatable``
-(a gap of ovkit, not a wrong result) or ``no case`` (no builder, or the installed ggml cannot build
-or compute it).  Cases run in worker processes, costliest first, small ones batched into one
-compile; a native crash costs only its case.  Only the output node is compared.
-"""
+"""Run catalogue cases: the support policy first, then ovkit's graph on the device against ggml,
+in worker processes (costliest first, small ones batched into one compile; a crash costs its case)."""
 
 from __future__ import annotations
 
@@ -390,18 +385,16 @@ def coverage_rows(
 THREADS_ENV = "OVKIT_CATALOGUE_THREADS"
 
 
-def _answer(line: str, policy: str, device: str, threads: int | None) -> str:
-    """A worker's reply to one request: the JSON list of results of the JSON list of rows."""
-    rows = [Row(op, params) for op, params in json.loads(line)]
-    results = run_rows(rows, policy, device, threads=threads)  # type: ignore[arg-type]
-    return json.dumps([asdict(r) for r in results])
-
-
 def _worker_main() -> None:
     """``python -m ovkit.catalogue.run POLICY DEVICE``: JSON lists of rows in, of results out."""
     policy, device = sys.argv[1], sys.argv[2]
     threads = int(os.environ.get(THREADS_ENV, "0")) or None
-    serve(lambda line: _answer(line, policy, device, threads))
+
+    def answer(line: str) -> str:
+        rows = [Row(op, params) for op, params in json.loads(line)]
+        return json.dumps([asdict(r) for r in run_rows(rows, policy, device, threads=threads)])  # type: ignore[arg-type]
+
+    serve(answer)
 
 
 #: How a worker process starts (``python -m ovkit.catalogue.run POLICY DEVICE``).

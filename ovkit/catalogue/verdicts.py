@@ -133,40 +133,6 @@ class Agreement:
             lines.append(f"  unexpressible ({n}): {reason}")
         return "\n".join(lines)
 
-    def to_frame(self) -> Any:
-        """One row per case: op, params, upstream verdict, ovkit decision, reason."""
-        import pandas as pd
-
-        return pd.DataFrame(
-            [
-                {
-                    "op_name": r.verdict.op_name,
-                    "op_params": r.verdict.op_params,
-                    "upstream": r.verdict.supported,
-                    "ovkit": None if r.decision is None else r.decision.supported,
-                    "gate": "" if r.decision is None else r.decision.gate,
-                    "reason": r.unexpressible if r.decision is None else r.decision.reason,
-                    "agrees": r.agrees,
-                }
-                for r in self.results
-            ]
-        )
-
-
-def by_op(agreement: Agreement) -> Any:
-    """Per op: rows, supported upstream and by ovkit, agreeing, and the most frequent rejecting gate."""
-    df = agreement.to_frame()
-    rejected = df[(df["gate"] != "") & df["ovkit"].notna()]
-    top_gate = rejected.groupby("op_name")["gate"].agg(lambda g: g.value_counts().index[0])
-    out = df.groupby("op_name").agg(
-        rows=("agrees", "size"),
-        upstream_supported=("upstream", "sum"),
-        ovkit_supported=("ovkit", lambda x: int(sum(bool(v) for v in x if v is not None))),
-        agreeing=("agrees", "sum"),
-    )
-    out["main_rejecting_gate"] = top_gate.reindex(out.index).fillna("")
-    return out.sort_values("rows", ascending=False)
-
 
 def replay(verdicts: Iterable[Verdict], device_class: str = "CPU", *,
            upstream_exact: bool = True, revision: Revision | str = CSV_REVISION) -> Agreement:  # fmt: skip
@@ -183,4 +149,4 @@ def replay(verdicts: Iterable[Verdict], device_class: str = "CPU", *,
     return out
 
 
-__all__ = ["GGML_OPS", "Agreement", "CaseResult", "Unexpressible", "build_case", "by_op", "replay"]
+__all__ = ["GGML_OPS", "Agreement", "CaseResult", "Unexpressible", "build_case", "replay"]

@@ -142,9 +142,7 @@ def case(builder: str, leaves: Mapping[str, Leaf], *args: Any, op: str | None = 
          program: Program | None = None, flops: int = 0, max_nmse: float | None = None,
          why: str = "", rejected: str | None = None, **params: Any) -> Case:  # fmt: skip
     """One case: ``builder(*args)`` on ``leaves`` (or ``program``), named as test-backend-ops names
-    a case (``params`` after the leaves); its op is the builder's (unless ``op``), its threshold
-    the builder's op's (unless ``max_nmse``, with ``why``); ``rejected``: a fragment of the reason
-    the upstream CPU policy gives when it rejects the case."""
+    it; op and threshold the builder's unless given; ``rejected``: a fragment of upstream's reason."""
     named = tuple(replace(lf, name=n) for n, lf in leaves.items())
     key = op or BUILDER_OP[builder]
     bound = max_nmse if max_nmse is not None else table.max_nmse(builder)
