@@ -52,7 +52,7 @@ def test_cli_prints_a_line_per_case_and_totals_per_op(
     assert f"  ARGSORT({ARGSORT}): OK" in out
     line = next(x for x in out.splitlines() if x.startswith("  SET_ROWS("))
     assert "not supported [CPU]" in line and "ne[3]" in line  # the policy's reason
-    assert re.search(r"^ARGSORT\s+1\s+0\s+0\s+0\s+0\s+0\s+1\s+100\.0$", out, re.M), out  # totals per op
+    assert re.search(r"^ARGSORT\s+1\s+0\s+0\s+0\s+0\s+1\s+100\.0$", out, re.M), out  # totals per op
     assert "  Backend CPU: OK" in out
 
 
