@@ -10,6 +10,7 @@ import re
 import shutil
 import sys
 import tarfile
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -59,27 +60,6 @@ def _read_tree(root: Path) -> dict[str, str]:
     }
 
 
-def _sdist_base(path: Path, names: Iterable[str]) -> str:
-    """The member prefix of the backend directory in an sdist (the shallowest one)."""
-    extra = sorted((n for n in names if n.endswith(BACKEND_DIR + FILES["extra"])), key=len)
-    if not extra:
-        raise SourceError(f"{path}: the archive holds no {BACKEND_DIR}{FILES['extra']}")
-    return extra[0][: -len(FILES["extra"])]
-
-
-def _read_sdist(path: Path) -> dict[str, str]:
-    with tarfile.open(path) as tar:
-        members = {m.name: m for m in tar.getmembers() if BACKEND_DIR in m.name and m.isfile()}
-        base = _sdist_base(path, members)
-        texts = {}
-        for key, name in FILES.items():
-            member = members.get(base + name)
-            handle = tar.extractfile(member) if member is not None else None
-            if handle is not None:
-                texts[key] = handle.read().decode("utf-8")
-        return texts
-
-
 def _case_blocks(text: str) -> frozenset[str]:
     """Ops whose case in ``is_op_(un)supported_case`` has a ``return`` left after comments go."""
     gated: set[str] = set()
@@ -104,7 +84,8 @@ def read_source(path: str | Path) -> BackendSource:
     if p.is_dir():
         texts = _read_tree(p)
     elif p.is_file() and tarfile.is_tarfile(p):
-        texts = _read_sdist(p)
+        with tempfile.TemporaryDirectory() as tmp:
+            texts = _read_tree(keep_sources(p, Path(tmp, "src")))
     else:
         raise SourceError(f"{path}: not a directory or a source archive")
     texts = {k: _strip(v) for k, v in texts.items()}
@@ -237,7 +218,10 @@ def keep_sources(sdist: str | Path, dest: str | Path) -> Path:
     src, out = Path(sdist), Path(dest)
     with tarfile.open(src) as tar:
         members = [m for m in tar.getmembers() if m.isfile()]
-        base = _sdist_base(src, (m.name for m in members))
+        extra = sorted((m.name for m in members if m.name.endswith(BACKEND_DIR + FILES["extra"])), key=len)
+        if not extra:
+            raise SourceError(f"{src}: the archive holds no {BACKEND_DIR}{FILES['extra']}")
+        base = extra[0][: -len(FILES["extra"])]  # the shallowest backend directory
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         for m in members:
