@@ -235,9 +235,7 @@ def main(mode: str = "test", ops: Sequence[str] | str | None = None, device: str
     return 0 if summary.ok else 1
 
 
-# ---------------------------------------------------------------------------------------------
-# Command line (``ovkit test-ops``; registered in ovkit.cli.COMMANDS).
-# ---------------------------------------------------------------------------------------------
+# -- Command line (``ovkit test-ops``; registered in ovkit.cli.COMMANDS). --------------------------
 def add_cli_args(p: Any) -> None:
     """Arguments of ``ovkit test-ops`` (test-backend-ops' ``[mode] [-o op] [-b backend]``)."""
     add = p.add_argument

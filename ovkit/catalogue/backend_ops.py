@@ -71,8 +71,7 @@ def _ne_of(p: dict[str, Any], *keys: str) -> tuple[int, int, int, int]:
     raise KeyError(keys[0])
 
 
-# ----------------------------------------------------------------------------------------------
-# elementwise
+# -- elementwise -----------------------------------------------------------------------------------
 
 
 #: ggml unary ops built by test_unary (ne_a, v) and test_floor & co (ne), by ggml enum name: the
@@ -191,8 +190,7 @@ def _scale(op: str, params: str, p: dict[str, Any]) -> Case:
     )
 
 
-# ----------------------------------------------------------------------------------------------
-# data movement
+# -- data movement ---------------------------------------------------------------------------------
 
 
 def _get_rows(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -379,8 +377,7 @@ def _pad(op: str, params: str, p: dict[str, Any]) -> Case:
     return _case(op, params, (Leaf("a", ne, t),), program)
 
 
-# ----------------------------------------------------------------------------------------------
-# reductions, norms
+# -- reductions, norms -----------------------------------------------------------------------------
 
 
 def _norm(fn: str, init: Init = UNIFORM) -> CaseBuilder:
@@ -499,8 +496,7 @@ def _top_k(op: str, params: str, p: dict[str, Any]) -> Case:
                 lambda b, x: b.top_k(x["a"], k), max_err=0.0, err="index_set")  # fmt: skip
 
 
-# ----------------------------------------------------------------------------------------------
-# matrices, attention, rope, softmax
+# -- matrices, attention, rope, softmax ------------------------------------------------------------
 
 
 def _mul_mat(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -734,8 +730,7 @@ def _flash_attn(op: str, params: str, p: dict[str, Any]) -> Case:
     return _case(op, params, tuple(leaves), program, max_err=max_nmse(op), flops=flops)
 
 
-# ----------------------------------------------------------------------------------------------
-# convolution family
+# -- convolution family ----------------------------------------------------------------------------
 
 
 def _in_ker(p: dict[str, Any], t_input: str, t_kernel: str) -> tuple[Leaf, Leaf]:
@@ -825,8 +820,7 @@ def _conv_transpose_1d(op: str, params: str, p: dict[str, Any]) -> Case:
                 lambda b, x: b.conv_transpose_1d(x["kernel"], x["input"], s0, p0, d0))  # fmt: skip
 
 
-# ----------------------------------------------------------------------------------------------
-# misc
+# -- misc ------------------------------------------------------------------------------------------
 
 
 def _ssm_conv(op: str, params: str, p: dict[str, Any]) -> Case:

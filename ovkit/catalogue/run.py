@@ -86,8 +86,7 @@ def stratified(rows: Sequence[Row], n: int, seed: int = 0, per_op: int = 3) -> l
     return out
 
 
-# ----------------------------------------------------------------------------------------------
-# One case
+# -- One case --------------------------------------------------------------------------------------
 
 
 def _ovkit_gap(exc: BaseException) -> bool:
@@ -377,8 +376,7 @@ def coverage_rows(
     return pd.DataFrame(out, columns=["op", "case", "accepted", "translatable", "reason"])
 
 
-# ----------------------------------------------------------------------------------------------
-# Many cases: worker processes
+# -- Many cases: worker processes ------------------------------------------------------------------
 
 
 #: Environment variable telling a worker process how many threads each side may use.

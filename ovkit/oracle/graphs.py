@@ -262,9 +262,7 @@ def ggml_dot_f16_in_f16() -> bool:
     return abs(out - f16) < abs(out - f32)
 
 
-# --------------------------------------------------------------------------------------------
-# Graph-mirroring builder: one program, run by ovkit's Graph and by ggml
-# --------------------------------------------------------------------------------------------
+# -- Graph-mirroring builder: one program, run by ovkit's Graph and by ggml ------------------------
 
 # builder method -> the ggml enum family its string op arguments name (e.g. glu(a, "SWIGLU")).
 _ENUM_ARGS: dict[str, str] = {"glu": "GGML_GLU_OP_", "glu_split": "GGML_GLU_OP_", "unary": "GGML_UNARY_OP_"}

@@ -59,8 +59,7 @@ def _text(b: bytes | str | None) -> str:
     return b.decode(errors="replace") if isinstance(b, bytes) else str(b or "")
 
 
-# ----------------------------------------------------------------------------------------------
-# Handlers
+# -- Handlers --------------------------------------------------------------------------------------
 
 
 def _info(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:

@@ -62,9 +62,7 @@ def relabel(c: Case) -> Case:
     return replace(c, params=",".join([label(c.leaves), *rest]))
 
 
-# ---------------------------------------------------------------------------------------------
-# Leaves, by ggml ne
-# ---------------------------------------------------------------------------------------------
+# -- Leaves, by ggml ne ----------------------------------------------------------------------------
 class Range(TypedDict, total=False):
     """A value range of :func:`f` (``f(10, 4, **WIDE)``)."""
 
@@ -87,9 +85,7 @@ def leaf_of(ne: Sequence[int], dtype: str, init: Init = UNIFORM) -> Leaf:
     return Leaf("", pad_ne(ne), dtype, init)
 
 
-# ---------------------------------------------------------------------------------------------
-# Programs as data: builder calls on the leaves
-# ---------------------------------------------------------------------------------------------
+# -- Programs as data: builder calls on the leaves -------------------------------------------------
 def _value(a: Any, b: Any, leaves: Mapping[str, Any]) -> Any:
     if isinstance(a, Call | View):
         return a(b, leaves)
@@ -173,9 +169,7 @@ def sub_op_cases(unary: Mapping[str, Leaf], glu: Mapping[str, Leaf]) -> list[Cas
     ]
 
 
-# ---------------------------------------------------------------------------------------------
-# Attention and rope, as llama.cpp feeds them
-# ---------------------------------------------------------------------------------------------
+# -- Attention and rope, as llama.cpp feeds them ---------------------------------------------------
 def attention_inputs(n_q: int, n_kv: int, heads: int, kv_heads: int, hd: int) -> dict[str, Leaf]:
     """q/k/v stored token-major (ne [hd, heads, tokens]) and permuted to [hd, tokens, heads] as
     llama.cpp does; the mask f16 [n_kv, n_q]."""
