@@ -59,10 +59,14 @@ class Death:
         cause = signal_name(self.returncode)
         return f"{cause}, {self.hint}" if self.hint else cause
 
+    def lines(self) -> list[str]:
+        """The non-empty lines of the child's stderr tail, stripped."""
+        return [x.strip() for x in self.stderr.splitlines() if x.strip()]
+
     @property
     def last_line(self) -> str:
         """The last non-empty line the child wrote to stderr (``""`` when none)."""
-        lines = [x.strip() for x in self.stderr.splitlines() if x.strip()]
+        lines = self.lines()
         return lines[-1] if lines else ""
 
 
