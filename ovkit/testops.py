@@ -145,7 +145,6 @@ def iter_results(mode: str = "test", ops: Sequence[str] | str | None = None,
                  cases: Sequence[Case] | None = None, hints: str = "exact",
                  vs_ggml: bool = False, case_set: str | None = None) -> Iterator[Result]:  # fmt: skip
     """One result per case of ``cases`` (else the curated ``case_set``), a tqdm bar on stderr."""
-
     if mode not in ("test", "perf"):
         raise ValueError(f"mode={mode!r} is not valid (expected 'test' or 'perf')")
     if hints not in HINTS:
