@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ovkit.errors import OvkitError
 from ovkit.memory import MIB
@@ -38,25 +38,20 @@ class UpstreamDevice:
         return f"  {self.name}: {self.description} ({self.memory_total // MIB} MiB, {self.memory_free // MIB} MiB free)"
 
 
-def _ask(cmd: str, what: str, worker: Isolated | None) -> dict[str, Any]:
-    """The worker's reply to ``cmd`` (a fresh child without one), ``UpstreamCallError`` on a crash."""
-    out = worker.call({"cmd": cmd}) if worker is not None else call_once({"cmd": cmd})
-    if not out.ok:
-        raise UpstreamCallError(f"{what} failed: {out.status} {out.detail}")
-    return out.reply
-
-
 def list_devices(worker: Isolated | None = None) -> list[UpstreamDevice]:
-    """Every registered ggml device, in registration order."""
-    return [
-        UpstreamDevice(**d) for d in _ask("devices", "listing the real backend's devices", worker)["devices"]
-    ]
+    """Every registered ggml device, in registration order (``UpstreamCallError`` on a crash)."""
+    out = worker.call({"cmd": "devices"}) if worker is not None else call_once({"cmd": "devices"})
+    if not out.ok:
+        raise UpstreamCallError(f"listing the real backend's devices failed: {out.status} {out.detail}")
+    return [UpstreamDevice(**d) for d in out.reply["devices"]]
 
 
 def ggml_info(worker: Isolated | None = None) -> dict[str, str]:
     """The loaded ggml's ``ggml_version``, ``ggml_commit`` and backend ``registries``."""
-    reply = _ask("info", "reading the real backend's ggml version", worker)
-    return {**reply, "registries": ", ".join(reply["registries"])}
+    out = worker.call({"cmd": "info"}) if worker is not None else call_once({"cmd": "info"})
+    if not out.ok:
+        raise UpstreamCallError(f"reading the real backend's ggml version failed: {out.status} {out.detail}")
+    return {**out.reply, "registries": ", ".join(out.reply["registries"])}
 
 
 def format_list_devices(devices: Iterable[UpstreamDevice]) -> str:
