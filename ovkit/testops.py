@@ -17,7 +17,7 @@ import numpy as np
 
 from ovkit.catalogue import curated
 from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs
-from ovkit.catalogue.result import Result, echoed, error_line, progress_bar
+from ovkit.catalogue.result import Result, error_line, progress_bar
 from ovkit.catalogue.run import HINTS, effective_precision, frame, hints_config, policy_rejection, run_case
 from ovkit.runtime import Core
 
@@ -204,6 +204,8 @@ def main(mode: str = "test", ops: Sequence[str] | str | None = None, device: str
          hints: str = "exact", vs_ggml: bool = False, case_set: str | None = None) -> int:  # fmt: skip
     """The CLI body: a line per case and the totals (or JSON); 1 on any failure.  ``isolate``: one
     process per op (a crash becomes FAIL lines)."""
+    from tqdm import tqdm
+
     from ovkit.simulate import SimulatedCore
 
     stream = out or sys.stdout
@@ -222,7 +224,11 @@ def main(mode: str = "test", ops: Sequence[str] | str | None = None, device: str
         else iter_results(mode, ops, dev, reference, progress=progress, hints=hints, vs_ggml=vs_ggml,
                           case_set=case_set, core=core)
     )  # fmt: skip
-    results = echoed(source, stream, quiet=as_json)
+    results: list[Result] = []
+    for r in source:
+        results.append(r)
+        if not as_json:
+            tqdm.write(r.line(), file=stream)
     summary = summarize(results, mode, dev, ref)
     if as_json:
         counts = {"passed": summary.passed, "failed": summary.failed, "not_supported": summary.unsupported}

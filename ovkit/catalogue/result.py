@@ -34,18 +34,6 @@ def progress_bar(
     return tqdm(items, desc=desc, unit=unit, file=sys.stderr, leave=False, disable=disable, **kw)
 
 
-def echoed(results: Iterable[T], stream: Any, quiet: bool = False) -> list[T]:
-    """``results`` as a list, each one's ``line()`` written to ``stream`` as it comes (above the bar)."""
-    from tqdm import tqdm
-
-    out = []
-    for r in results:
-        out.append(r)
-        if not quiet:
-            tqdm.write(r.line(), file=stream)  # type: ignore[attr-defined]
-    return out
-
-
 @dataclass(frozen=True, slots=True)
 class Result:
     """One case's verdict: ``err`` against ``max_err`` (NMSE, or the op's own error), the policy's

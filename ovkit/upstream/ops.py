@@ -199,8 +199,9 @@ def summary_lines(results: Sequence[ThreeWay], revision: Revision | None) -> lis
 def cli(args: Any) -> int:
     """``ovkit test-ops --upstream``: one line per case, totals; 1 when a verdict disagrees or the
     real backend crashed."""
+    from tqdm import tqdm
+
     from ovkit import testops
-    from ovkit.catalogue.result import echoed
 
     build = require()
     progress = False if getattr(args, "no_progress", False) else None
@@ -215,7 +216,11 @@ def cli(args: Any) -> int:
         what = "the test-backend-ops catalogue" if backend_ops else "ovkit's catalogue"
         print(f"Testing OPENVINO0 (the real backend: {build.ggml.package} {build.ggml.version}, policy revision "
               f"{build.revision}) and ovkit on CPU, each against ggml's CPU backend ({what})")  # fmt: skip
-    results = echoed(source, sys.stdout, quiet=args.json)
+    results: list[ThreeWay] = []
+    for r in source:
+        results.append(r)
+        if not args.json:
+            tqdm.write(r.line(), file=sys.stdout)
     if args.json:
         print(json.dumps({"revision": build.revision, "cases": [r.record() for r in results]}, indent=2))
     else:
