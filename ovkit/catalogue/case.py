@@ -12,19 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from ovkit.dtypes import STORAGE_DTYPE
+
 #: ``program(builder, leaves) -> output tensor``: the case's graph on either builder.
 Program = Callable[[Any, Mapping[str, Any]], Any]
 
-#: Plain (non block-quantized) types and the numpy type their values are drawn in.
-PLAIN_TYPES: dict[str, Any] = {
-    "f32": np.float32,
-    "f16": np.float16,
-    "bf16": np.float32,
-    "i32": np.int32,
-    "i64": np.int64,
-    "i16": np.int16,
-    "i8": np.int8,
-}
+#: Plain (non block-quantized) types and the numpy type their values are drawn in (bf16: as f32).
+PLAIN_TYPES: dict[str, Any] = {**STORAGE_DTYPE, "bf16": np.float32}
 
 
 @dataclass(frozen=True, slots=True)
