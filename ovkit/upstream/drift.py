@@ -103,17 +103,10 @@ def read_source(path: str | Path) -> BackendSource:
 # -- ovkit's side -------------------------------------------------------------------------------
 def ovkit_ops(revision: str) -> frozenset[str]:
     """The op_table keys ovkit's policy registers in ``revision`` (NONE has no table entry)."""
+    from ovkit.ir import Op
     from ovkit.ops.policy import REGISTERED, Revision
 
-    prefixes = {"UNARY": "GGML_UNARY_OP_", "GLU": "GGML_GLU_OP_"}  # sub-ops are "UNARY.GELU"
-    keys = set()
-    for op in REGISTERED[Revision(revision)]:
-        group, _, sub = str(op).partition(".")
-        if sub:
-            keys.add(prefixes[group] + sub)
-        elif op != "NONE":
-            keys.add(f"GGML_OP_{op}")
-    return frozenset(keys)
+    return frozenset(op.ggml_name for op in REGISTERED[Revision(revision)] if op != Op.NONE)
 
 
 def ovkit_gated_ops(revision: str) -> frozenset[str]:
