@@ -86,19 +86,12 @@ class UpstreamBuild:
         return "\n".join(lines) or f"no real backend installed (run {INSTALL_SCRIPT})"
 
 
-def _features(lib: Path) -> tuple[str, ...]:
-    data = lib.read_bytes()
-    return tuple(k for k, marker in FEATURE_MARKERS.items() if marker in data)
-
-
-def _openvino_lib(lib_dir: Path) -> Path | None:
-    found = sorted(lib_dir.glob("libggml-openvino.so*"))
-    return found[0] if found else None
-
-
 def _library_build(package: str, version: str, lib_dir: Path) -> LibraryBuild:
-    lib = _openvino_lib(lib_dir)
-    return LibraryBuild(package, version, lib_dir, lib, _features(lib) if lib else ())
+    """The build in ``lib_dir``: its ``libggml-openvino.so`` (if any) and the features it embeds."""
+    found = sorted(lib_dir.glob("libggml-openvino.so*"))
+    data = found[0].read_bytes() if found else b""
+    features = tuple(k for k, marker in FEATURE_MARKERS.items() if marker in data)
+    return LibraryBuild(package, version, lib_dir, found[0] if found else None, features)
 
 
 def _environment_build(module: str, package: str) -> LibraryBuild | None:
