@@ -1,16 +1,6 @@
-"""Code that may kill its process runs in a child process: one way to start, ask and bury one.
-
-ggml aborts on its asserts, OpenVINO and the real backend can segfault, a native library built for
-another CPU dies of an illegal instruction: any of them would take a Jupyter kernel or a whole
-test run down.  Every isolating caller of ovkit (``test-ops --isolate``, the catalogue's workers,
-the real backend's worker, llama.cpp's reference) runs such code through this module, so a death
-is reported the same way everywhere: :class:`ChildCrashed` carrying a :class:`Death` (the signal's
-name, the child's last words on stderr and, for SIGILL, the caller's hint about the native library
-and how to rebuild it), and :class:`ChildTimedOut` for a child killed after its time ran out.
-
-This module imports nothing of ovkit but the error base: a caller that knows which native library
-its child runs passes a ``sigill_hint`` callable rather than this module looking the build up.
-"""
+"""Code that may kill its process (ggml's asserts, a segfault, an illegal instruction) runs in a
+child process: one way to start, ask and bury one, so every death reads the same
+(:class:`ChildCrashed` with a :class:`Death`, :class:`ChildTimedOut`).  Imports only the error base."""
 
 from __future__ import annotations
 
@@ -30,17 +20,14 @@ from ovkit.errors import OvkitError
 #: The environment variable naming the file descriptor a :class:`Child` reads replies from.
 REPLY_FD_ENV = "OVKIT_CHILD_FD"
 
-#: Set to 1 in every child's environment unless the caller's has it: a failed GGML_ASSERT makes
-#: ggml fork a child that prints a backtrace (gdb, else backtrace_symbols) and wait for it; when
-#: two of ggml's threads assert at once, that child can deadlock on a lock held at fork time and
-#: the asserting process hangs instead of dying, while a child is started precisely to die.
+#: Set to 1 in every child unless the caller sets it: ggml's backtrace child of a failed assert can
+#: deadlock on a lock held at fork time (two threads asserting), so the child would hang, not die.
 NO_BACKTRACE_ENV = "GGML_NO_BACKTRACE"
 
 #: How much of the end of a child's stderr a :class:`Death` keeps.
 STDERR_TAIL_BYTES = 8192
 
-#: Called only when a child died of SIGILL: which instruction set it most likely was and how to
-#: rebuild the native library the child ran.
+#: Called only for a child dead of SIGILL: which instruction set it likely was, how to rebuild.
 SigillHint = Callable[[], str]
 
 
@@ -56,8 +43,7 @@ def signal_name(returncode: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Death:
-    """How a child ended without answering: its return code, the end of its stderr and, for
-    SIGILL, the hint about the native library it ran."""
+    """How a child ended without answering."""
 
     returncode: int  #: negative: killed by that signal
     stderr: str = ""  #: the last :data:`STDERR_TAIL_BYTES` of what the child wrote on stderr
@@ -68,14 +54,10 @@ class Death:
         """The signal's name (``SIGILL``), or None when the child exited by itself."""
         return signal_name(self.returncode) if self.returncode < 0 else None
 
-    @property
-    def cause(self) -> str:
-        """``SIGSEGV``, ``signal 77`` or ``exit code 3``."""
-        return signal_name(self.returncode)
-
     def describe(self) -> str:
-        """The cause with the hint, when there is one: ``SIGILL, illegal instruction: ...``."""
-        return f"{self.cause}, {self.hint}" if self.hint else self.cause
+        """``SIGSEGV``, ``signal 77`` or ``exit code 3``, with the hint when there is one."""
+        cause = signal_name(self.returncode)
+        return f"{cause}, {self.hint}" if self.hint else cause
 
     def lines(self) -> list[str]:
         """The non-empty lines of the child's stderr tail, stripped."""
@@ -121,11 +103,8 @@ class ChildTimedOut(ChildError):
 
 
 class Child:
-    """One child process answering requests, one line each way, until it dies or is closed.
-
-    Requests go to the child's stdin; replies come back on a private pipe whose descriptor the
-    child finds in ``$OVKIT_CHILD_FD`` (:func:`reply_channel`), so whatever native code prints to
-    stdout never corrupts a reply.  stderr goes to a temporary file: the last words of a crash."""
+    """One child process answering requests, one line each way: requests on its stdin, replies on a
+    private pipe (:func:`reply_channel`: native prints never corrupt one), stderr kept in a file."""
 
     def __init__(
         self,
@@ -161,9 +140,8 @@ class Child:
         return self._died is None and self.proc.poll() is None
 
     def ask(self, request: str, timeout: float) -> str:
-        """Send one request line, return the reply line (without its newline).  Raises
-        :class:`ChildCrashed` when the child dies first, :class:`ChildTimedOut` (the child killed)
-        after ``timeout`` seconds."""
+        """The reply line to one request line; :class:`ChildCrashed` when the child dies first,
+        :class:`ChildTimedOut` (the child killed) after ``timeout`` seconds."""
         if self._died is not None:
             raise ChildCrashed(self._died)
         assert self.proc.stdin is not None
@@ -206,8 +184,7 @@ class Child:
         return self._died
 
     def close(self, timeout: float = 30.0) -> None:
-        """End the child (its stdin closed: end of requests; killed after ``timeout`` seconds)
-        and release its pipes and log."""
+        """End the child (stdin closed; killed after ``timeout`` seconds), release pipes and log."""
         for f in (self.proc.stdin, self._replies):
             try:
                 if f is not None:
@@ -236,9 +213,8 @@ def run(
     ok: Sequence[int] = (0,),
     sigill_hint: SigillHint | None = None,
 ) -> str:
-    """Run a child to its end and return its stdout.  Raises :class:`ChildCrashed` when it ends
-    with a return code not in ``ok`` (a signal, an error exit), :class:`ChildTimedOut` after
-    ``timeout`` seconds."""
+    """A child run to its end: its stdout; :class:`ChildCrashed` for a return code not in ``ok``,
+    :class:`ChildTimedOut` after ``timeout`` seconds."""
     try:
         proc = subprocess.run(
             list(argv),
@@ -255,8 +231,7 @@ def run(
 
 
 def reply_channel() -> IO[str]:
-    """The child side of :class:`Child`: the stream replies are written to (one line each).
-    stdout is pointed at stderr first, so native prints never land in a reply."""
+    """The child side of :class:`Child`: the reply stream (stdout pointed at stderr first)."""
     replies = os.fdopen(int(os.environ[REPLY_FD_ENV]), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -264,8 +239,7 @@ def reply_channel() -> IO[str]:
 
 
 def serve(answer: Callable[[str], str]) -> None:
-    """The child's loop: each non-blank request line on stdin answered by ``answer``, one line on
-    the reply channel (:func:`reply_channel`), until stdin ends."""
+    """The child's loop: each non-blank request line on stdin answered by ``answer``, one line."""
     out = reply_channel()
     for line in sys.stdin:
         if line.strip():

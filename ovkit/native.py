@@ -1,12 +1,6 @@
-"""The native builds ovkit compares with: their compiler flags, their records, and why one died
-of SIGILL.
-
-``scripts/install-upstream`` builds llama.cpp's CPU reference, ggml-python and llama-cpp-python
-with the OpenVINO backend, each ``-march=native`` plus :data:`NATIVE_CFLAGS`, and records each
-build here (``<prefix>/share/ovkit/builds/<name>.json``) so a crashed reference child can say which
-instruction set it most likely was and how to rebuild.  A platform module: every layer that
-starts a native child may use it, and it imports nothing of ovkit.
-"""
+"""The native builds of ``scripts/install-upstream`` (``-march=native`` plus :data:`NATIVE_CFLAGS`),
+recorded under ``<prefix>/share/ovkit/builds/`` so a child dead of SIGILL can say which instruction
+set it most likely was and how to rebuild.  A platform module: it imports nothing of ovkit."""
 
 from __future__ import annotations
 
@@ -20,27 +14,24 @@ from pathlib import Path
 #: The script that makes the native builds (named in every "not installed" or "rebuild" message).
 INSTALL_SCRIPT = "scripts/install-upstream"
 
-#: Compiler flags every native build of ``scripts/install-upstream`` adds to ggml's
-#: ``-march=native``.  ggml's AMX kernels (``tilezero``, ``tileloadd``) fault with SIGILL on CPUs
-#: and guests that list ``amx_tile`` but do not grant the process the XTILEDATA state; explicit
-#: ``-mno-*`` flags win over ``-march=native`` in GCC whatever their order, so the build keeps
-#: AVX-512 and VNNI and drops AMX only.  ``OVKIT_NATIVE_CFLAGS`` overrides (empty: pure native).
+#: Added to ``-march=native``: ggml's AMX kernels fault with SIGILL where the CPU lists ``amx_tile``
+#: but the process lacks the XTILEDATA state; ``-mno-*`` wins over ``-march=native`` in GCC, so
+#: AVX-512 and VNNI stay.  ``OVKIT_NATIVE_CFLAGS`` overrides (empty: pure native).
 NATIVE_CFLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 NATIVE_CFLAGS_ENV = "OVKIT_NATIVE_CFLAGS"
 
 #: Where the install script records how each native build was made (one JSON file per build).
 BUILD_STAMP_SUBDIR = Path("share", "ovkit", "builds")
 
-#: The three native builds the script makes: the environment's CPU-only llama.cpp reference,
-#: ggml-python with the backend, llama-cpp-python with the backend (installed apart).
+#: The script's three native builds: the CPU-only llama.cpp reference, ggml-python and
+#: llama-cpp-python with the backend.
 BUILD_NAMES = ("llama-cpp-python-cpu", "ggml-python-openvino", "llama-cpp-python-openvino")
 
 #: ISA families a SIGILL most likely comes from, by the /proc/cpuinfo flag that gates them.
 ISA_FAMILIES = ("amx_tile", "amx_int8", "amx_bf16", "avx512_fp16", "avx512_bf16", "avx512_vnni", "avx512f")
 
 
-#: The GCC flag that turns each ISA family off: an ``-mno-*`` in a build's flags wins over its
-#: ``-march=native`` (``-mno-avx512f`` and ``-mno-avx2`` take every AVX-512 family with them).
+#: The GCC flag that turns each ISA family off (``-mno-avx512f``/``-mno-avx2``: all of AVX-512).
 ISA_OFF_FLAGS = {
     "amx_tile": "-mno-amx-tile",
     "amx_int8": "-mno-amx-int8",
@@ -88,10 +79,16 @@ def build_stamp_dir() -> Path:
     return Path(sys.prefix) / BUILD_STAMP_SUBDIR
 
 
-def write_build_stamp(name: str, version: str, cflags: str) -> BuildStamp:
-    """Record a build made on this machine now (called by ``scripts/install-upstream``)."""
+def check_build_name(name: str) -> str:
+    """``name`` when one of :data:`BUILD_NAMES`, else a ValueError naming it."""
     if name not in BUILD_NAMES:
         raise ValueError(f"unknown build name {name!r}; expected one of {', '.join(BUILD_NAMES)}")
+    return name
+
+
+def write_build_stamp(name: str, version: str, cflags: str) -> BuildStamp:
+    """Record a build made on this machine now (called by ``scripts/install-upstream``)."""
+    check_build_name(name)
     isa = tuple(sorted(f for f in cpu_flags() if f in ISA_FAMILIES or f == "avx2"))
     stamp = BuildStamp(name, version, cflags, platform.machine(), isa)
     build_stamp_dir().mkdir(parents=True, exist_ok=True)
@@ -109,12 +106,9 @@ def read_build_stamp(name: str) -> BuildStamp | None:
 
 
 def build_isa(name: str) -> frozenset[str]:
-    """The ISA families (:data:`ISA_FAMILIES` and avx2) native build ``name`` compiled code for:
-    its recorded build host's less those its flags turn off; unrecorded, what a native build here
-    with :func:`native_cflags` would have.  (A ``-march=native`` compiler knows them all: GCC 12+.)"""
-    if name not in BUILD_NAMES:
-        raise ValueError(f"unknown build name {name!r}; expected one of {', '.join(BUILD_NAMES)}")
-    stamp = read_build_stamp(name)
+    """The ISA families native build ``name`` has code for: its recorded build host's less those its
+    flags turn off (unrecorded: what a native build here with :func:`native_cflags` would have)."""
+    stamp = read_build_stamp(check_build_name(name))
     if stamp is None:
         host, cflags = frozenset(f for f in cpu_flags() if f in ISA_OFF_FLAGS), native_cflags()
     else:
@@ -126,10 +120,8 @@ def build_isa(name: str) -> frozenset[str]:
 
 
 def sigill_hint(stamp: BuildStamp | None, host_flags: frozenset[str] | None = None) -> str:
-    """Why a native library most likely died of SIGILL here, and how to rebuild it.
-
-    An ISA the build host had and this CPU lacks comes first (a build moved between machines);
-    else AMX when the CPU lists it and the build did not exclude it (the XTILEDATA fault)."""
+    """Why a native library most likely died of SIGILL here and how to rebuild it: an ISA the build
+    host had and this CPU lacks first, else AMX when the CPU lists it and the build kept it."""
     host = cpu_flags() if host_flags is None else host_flags
     rebuild = f"rebuild with {INSTALL_SCRIPT} (it compiles with -march=native {NATIVE_CFLAGS})"
     if stamp is None:
@@ -154,11 +146,8 @@ def sigill_hint(stamp: BuildStamp | None, host_flags: frozenset[str] | None = No
 
 
 def sigill_hint_for(name: str) -> str:
-    """:func:`sigill_hint` for the native build ``name`` (one of :data:`BUILD_NAMES`) on this CPU:
-    what an isolated child running that library reports when it dies of SIGILL."""
-    if name not in BUILD_NAMES:
-        raise ValueError(f"unknown build name {name!r}; expected one of {', '.join(BUILD_NAMES)}")
-    return sigill_hint(read_build_stamp(name))
+    """:func:`sigill_hint` for the native build ``name`` on this CPU (what its child reports)."""
+    return sigill_hint(read_build_stamp(check_build_name(name)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,10 +1,6 @@
-"""``ovkit test-ops``: a harness in the spirit of llama.cpp's ``test-backend-ops``.
-
-``mode test`` runs each curated case (:mod:`ovkit.catalogue.curated`) the device's policy accepts
-through the engine and judges it against ggml (``ovkit.oracle``) or, without ggml-python, ovkit's
-numpy reference; rejected cases are listed with the policy's reason.  ``mode perf`` times larger
-cases (time per run, GFLOPS or GB/s).
-"""
+"""``ovkit test-ops``, after llama.cpp's ``test-backend-ops``: ``mode test`` runs each curated case
+the device's policy accepts and judges it against ggml (or ovkit's numpy reference); ``mode perf``
+times larger cases."""
 
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ import numpy as np
 
 from ovkit.catalogue import curated
 from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs
-from ovkit.catalogue.result import Result, error_line
+from ovkit.catalogue.result import Result, error_line, progress_bar
 from ovkit.catalogue.run import HINTS, effective_precision, frame, hints_config, policy_rejection, run_case
 from ovkit.runtime import Core
 
@@ -68,12 +64,16 @@ class Summary:
 
 
 def select(cases: Iterable[Case], ops: Sequence[str] | str | None) -> list[Case]:
-    """Cases whose op key (``"UNARY.GELU"``), op (``"UNARY"``) or sub-op (``"GELU"``) is in ``ops``
-    (case-insensitive; ``UNARY:GELU`` reads as ``UNARY.GELU``)."""
+    """Cases whose op key (``UNARY.GELU`` or ``UNARY:GELU``), op or sub-op is in ``ops``."""
     if ops is None:
         return list(cases)
     wanted = {o.upper().replace(":", ".") for o in ([ops] if isinstance(ops, str) else ops)}
-    return [c for c in cases if wanted & {c.op, c.op.split(".")[0], c.op.split(".")[-1]}]
+    return [c for c in cases if wanted & op_keys(c)]
+
+
+def op_keys(c: Case) -> set[str]:
+    """What ``-o`` picks a case by: its op key, op and sub-op (``UNARY.GELU``, ``UNARY``, ``GELU``)."""
+    return {c.op, c.op.split(".")[0], c.op.split(".")[-1]}
 
 
 def _resolve(device: str | None, *, core: Core | None) -> str:
@@ -145,8 +145,6 @@ def iter_results(mode: str = "test", ops: Sequence[str] | str | None = None,
                  cases: Sequence[Case] | None = None, hints: str = "exact",
                  vs_ggml: bool = False, case_set: str | None = None) -> Iterator[Result]:  # fmt: skip
     """One result per case of ``cases`` (else the curated ``case_set``), a tqdm bar on stderr."""
-    from tqdm import tqdm
-
     if mode not in ("test", "perf"):
         raise ValueError(f"mode={mode!r} is not valid (expected 'test' or 'perf')")
     if hints not in HINTS:
@@ -155,9 +153,7 @@ def iter_results(mode: str = "test", ops: Sequence[str] | str | None = None,
     pool = cases if cases is not None else build_catalogue(case_set, mode)
     picked = select(pool, ops)
     ref = _reference_kind(reference) if mode == "test" else ""
-    bar = tqdm(picked, desc=f"test-ops {mode} {dev}", unit="case", file=sys.stderr, leave=False,
-               disable=not progress if progress is not None else None)  # fmt: skip
-    for c in bar:
+    for c in progress_bar(picked, f"test-ops {mode} {dev}", progress):
         if mode == "test":
             yield run_case(c, dev, reference=ref, hints=hints, core=core)  # type: ignore[arg-type]
         else:
@@ -207,7 +203,7 @@ def main(mode: str = "test", ops: Sequence[str] | str | None = None, device: str
          progress: bool | None = None, out: Any = None, isolate: bool = False,
          hints: str = "exact", vs_ggml: bool = False, case_set: str | None = None) -> int:  # fmt: skip
     """The CLI body: a line per case and the totals (or JSON); 1 on any failure.  ``isolate``: one
-    process per op, so a crash inside OpenVINO becomes FAIL lines instead of killing the run."""
+    process per op (a crash becomes FAIL lines)."""
     from tqdm import tqdm
 
     from ovkit.simulate import SimulatedCore
@@ -244,9 +240,7 @@ def main(mode: str = "test", ops: Sequence[str] | str | None = None, device: str
     return 0 if summary.ok else 1
 
 
-# ---------------------------------------------------------------------------------------------
-# Command line (``ovkit test-ops``; registered in ovkit.cli.COMMANDS).
-# ---------------------------------------------------------------------------------------------
+# -- Command line (``ovkit test-ops``; registered in ovkit.cli.COMMANDS). --------------------------
 def add_cli_args(p: Any) -> None:
     """Arguments of ``ovkit test-ops`` (test-backend-ops' ``[mode] [-o op] [-b backend]``)."""
     add = p.add_argument
@@ -284,8 +278,7 @@ def cli(args: Any) -> int:
         raise UsageError(
             f"device {args.device!r} is not available (expected one of: {', '.join(core.available_devices)})"
         )
-    known = {c.op for c in curated.cases()}
-    keys = known | {k.split(".")[0] for k in known} | {k.split(".")[-1] for k in known}
+    keys = set().union(*(op_keys(c) for c in curated.cases()))
     unknown = [o for o in args.op or [] if o.upper().replace(":", ".") not in keys]
     if unknown:
         raise UsageError(f"unknown op {unknown[0]!r} (expected one of: {', '.join(sorted(keys))})")
@@ -334,7 +327,6 @@ def _isolated_results(mode: str, ops: Sequence[str] | str | None, device: str, r
                       progress: bool | None, hints: str = "exact", case_set: str | None = None,
                       *, core: Core | None) -> Iterator[Result]:  # fmt: skip
     """One child process per op (``python -m ovkit test-ops ... --json``); crashes become FAILs."""
-    from tqdm import tqdm
 
     from ovkit import child
     from ovkit.native import sigill_hint_for
@@ -348,10 +340,8 @@ def _isolated_results(mode: str, ops: Sequence[str] | str | None, device: str, r
     profile = getattr(getattr(core, "profile", None), "name", None)
     if profile:
         base += ["--simulate", profile]
-    bar = tqdm(keys, desc=f"test-ops {mode} {device} (isolated)", unit="op", file=sys.stderr, leave=False,
-               disable=not progress if progress is not None else None)  # fmt: skip
     hint = partial(sigill_hint_for, "ggml-python-openvino")  # the oracle: ggml-python's ggml
-    for key in bar:
+    for key in progress_bar(keys, f"test-ops {mode} {device} (isolated)", progress, unit="op"):
         try:
             payload = json.loads(child.run([*base, "-o", key], ok=(0, 1), sigill_hint=hint))
         except child.ChildCrashed as exc:

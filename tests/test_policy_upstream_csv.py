@@ -136,20 +136,6 @@ def test_newer_revision_differs_only_where_its_gates_differ(verdicts):
             assert r.decision.gate in rev_specific, (r.verdict, r.decision)
 
 
-def test_per_op_summary(agreement):
-    from ovkit.catalogue.verdicts import by_op
-
-    table = by_op(agreement)
-    assert table["rows"].sum() == 9747 and (table["rows"] == table["agreeing"]).all()
-    assert table.loc["FLASH_ATTN_EXT", "upstream_supported"] == 0
-    assert table.loc["FLASH_ATTN_EXT", "main_rejecting_gate"] in {
-        "flash_attn.pattern",
-        "flash_attn.sinks",
-        "global.types",
-    }
-    assert table.loc["MUL_MAT", "upstream_supported"] == table.loc["MUL_MAT", "ovkit_supported"] == 301
-
-
 FA = (
     "hsk=64,hsv=64,nh=4,nr23=[1,1],kv=512,nb=1,mask=1,sinks=0,max_bias=0.000000,"
     "logit_softcap=0.000000,prec=f32,type_K=f16,type_V=f16,permute=[0,2,1,3]"

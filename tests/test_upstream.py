@@ -146,7 +146,7 @@ def test_backend_ops_catalogue_runs_three_ways() -> None:
     from ovkit.catalogue import run as catalogue
 
     rows = catalogue.stratified([r for r in catalogue.read_rows() if r.op in SAMPLE_OPS], 40)
-    results = list(ops.iter_catalogue_three_way(rows, progress=False))
+    results = list(ops.iter_three_way(rows=rows, progress=False))
     assert len(results) == len(rows) >= 30 and len({r.op for r in results}) == len(SAMPLE_OPS)
     asked = [r for r in results if r.upstream_status != "no case"]
     accepted = [r for r in asked if r.upstream_supported]

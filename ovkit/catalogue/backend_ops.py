@@ -1,10 +1,6 @@
-"""test-backend-ops' own cases, executable: ``(op_name, op_params)`` -> :class:`~ovkit.catalogue.case.Case`.
-
-Each builder mirrors the matching ``test_*`` struct of llama.cpp's ``tests/test-backend-ops.cpp``:
-its ``build_graph`` (leaves, views, permutes, names), ``initialize_tensors`` and error bound;
-missing parameters take the struct's defaults.  Programs call builder methods by ggml's names, so
-a case runs on ``ovkit.Graph`` and on ggml alike.
-"""
+"""test-backend-ops' own cases, executable: ``(op_name, op_params)`` -> :class:`~ovkit.catalogue.case.Case`,
+each builder mirroring the ``test_*`` struct of llama.cpp's ``tests/test-backend-ops.cpp`` (graph,
+value ranges, error bound; missing parameters take its defaults), runnable on ovkit and ggml alike."""
 
 from __future__ import annotations
 
@@ -24,6 +20,7 @@ from ovkit.ops.verdict_csv import parse_params
 CaseBuilder = Callable[[str, str, dict[str, Any]], Case]
 
 U150 = Init("uniform", -150.0, 150.0)
+AB = ("a", "b")  # the two leaves of the backward ops
 POS_09 = Init("uniform", 0.9, 1.1)
 
 
@@ -55,11 +52,6 @@ def _view_like(b: Any, t: Any, ne: Any, offset: int = 0) -> Any:
     return b.view_4d(t, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], offset)
 
 
-def _permuted(b: Any, t: Any, perm: Sequence[int], name: str) -> Any:
-    """``ggml_permute(t, perm)`` named ``name``, or ``t`` when ``perm`` is all zeros (no permute)."""
-    return _named(b.permute(t, *perm), name) if any(perm) else t
-
-
 def _view(b: Any, t: Any, ne: Any, on: int, name: str = "") -> Any:
     """``t`` viewed as ``ne`` with its own strides (:func:`_view_like`, named ``name``) when ``on``."""
     if not on:
@@ -80,8 +72,7 @@ def _ne_of(p: dict[str, Any], *keys: str) -> tuple[int, int, int, int]:
     raise KeyError(keys[0])
 
 
-# ----------------------------------------------------------------------------------------------
-# elementwise
+# -- elementwise -----------------------------------------------------------------------------------
 
 
 #: ggml unary ops built by test_unary (ne_a, v) and test_floor & co (ne), by ggml enum name: the
@@ -172,14 +163,20 @@ def _add_id(op: str, params: str, p: dict[str, Any]) -> Case:
     return _case(op, params, leaves, program)
 
 
-def _one(fn: str, *args: Any, init: Init = UNIFORM, **case: Any) -> CaseBuilder:
-    """``out = ggml_<fn>(a, *args)`` on one leaf of ``type``/``ne`` (or ``ne_a``), values drawn as
+def _call(
+    fn: str, *args: Any, init: Init = UNIFORM, leaves: tuple[str, ...] = ("a",), **case: Any
+) -> CaseBuilder:
+    """``out = ggml_<fn>(*leaves, *args)``, the leaves of ``type``/``ne`` (or ``ne_a``) drawn as
     ``init``; an argument made by :func:`_i` / :func:`_f` reads that row parameter."""
 
     def build(op: str, params: str, p: dict[str, Any]) -> Case:
         vals = [a(p) if callable(a) else a for a in args]
-        leaf = Leaf("a", _ne_of(p, "ne", "ne_a"), p.get("type", "f32"), init)
-        return _case(op, params, (leaf,), lambda b, x: getattr(b, fn)(x["a"], *vals), **case)
+        ne, t = _ne_of(p, "ne", "ne_a"), p.get("type", "f32")
+
+        def program(b: Any, x: Mapping[str, Any]) -> Any:
+            return getattr(b, fn)(*(x[n] for n in leaves), *vals)
+
+        return _case(op, params, tuple(Leaf(n, ne, t, init) for n in leaves), program, **case)
 
     return build
 
@@ -200,8 +197,7 @@ def _scale(op: str, params: str, p: dict[str, Any]) -> Case:
     )
 
 
-# ----------------------------------------------------------------------------------------------
-# data movement
+# -- data movement ---------------------------------------------------------------------------------
 
 
 def _get_rows(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -284,8 +280,12 @@ def _cpy(op: str, params: str, p: dict[str, Any]) -> Case:
 
 def _dup(op: str, params: str, p: dict[str, Any]) -> Case:
     perm = pad_ne(p.get("permute", [0] * 4))
-    return _case(op, params, (Leaf("src", pad_ne(p["ne"]), p["type"]),),
-                 lambda b, x: b.dup(_permuted(b, x["src"], perm, "src_permuted")))  # fmt: skip
+
+    def program(b: Any, x: Mapping[str, Any]) -> Any:
+        src = _named(b.permute(x["src"], *perm), "src_permuted") if any(perm) else x["src"]  # zeros: none
+        return b.dup(src)
+
+    return _case(op, params, (Leaf("src", pad_ne(p["ne"]), p["type"]),), program)
 
 
 def _set(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -384,8 +384,7 @@ def _pad(op: str, params: str, p: dict[str, Any]) -> Case:
     return _case(op, params, (Leaf("a", ne, t),), program)
 
 
-# ----------------------------------------------------------------------------------------------
-# reductions, norms
+# -- reductions, norms -----------------------------------------------------------------------------
 
 
 def _norm(fn: str, init: Init = UNIFORM) -> CaseBuilder:
@@ -404,18 +403,6 @@ def _norm(fn: str, init: Init = UNIFORM) -> CaseBuilder:
             return f(a, eps)
 
         return _case(op, params, (Leaf("a", leaf_ne, t, init),), program)
-
-    return build
-
-
-def _back(fn: str, init: Init = UNIFORM, *args: str) -> CaseBuilder:
-    """``out = ggml_<fn>(a, b, *params)`` on two leaves of ``type``/``ne`` (the backward ops)."""
-
-    def build(op: str, params: str, p: dict[str, Any]) -> Case:
-        t, ne = p["type"], pad_ne(p["ne"])
-        vals = [float(p[k]) for k in args]
-        return _case(op, params, (Leaf("a", ne, t, init), Leaf("b", ne, t, init)),
-                    lambda b, x: getattr(b, fn)(x["a"], x["b"], *vals))  # fmt: skip
 
     return build
 
@@ -504,8 +491,7 @@ def _top_k(op: str, params: str, p: dict[str, Any]) -> Case:
                 lambda b, x: b.top_k(x["a"], k), max_err=0.0, err="index_set")  # fmt: skip
 
 
-# ----------------------------------------------------------------------------------------------
-# matrices, attention, rope, softmax
+# -- matrices, attention, rope, softmax ------------------------------------------------------------
 
 
 def _mul_mat(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -739,8 +725,7 @@ def _flash_attn(op: str, params: str, p: dict[str, Any]) -> Case:
     return _case(op, params, tuple(leaves), program, max_err=max_nmse(op), flops=flops)
 
 
-# ----------------------------------------------------------------------------------------------
-# convolution family
+# -- convolution family ----------------------------------------------------------------------------
 
 
 def _in_ker(p: dict[str, Any], t_input: str, t_kernel: str) -> tuple[Leaf, Leaf]:
@@ -830,8 +815,7 @@ def _conv_transpose_1d(op: str, params: str, p: dict[str, Any]) -> Case:
                 lambda b, x: b.conv_transpose_1d(x["kernel"], x["input"], s0, p0, d0))  # fmt: skip
 
 
-# ----------------------------------------------------------------------------------------------
-# misc
+# -- misc ------------------------------------------------------------------------------------------
 
 
 def _ssm_conv(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -851,27 +835,27 @@ def _solve_tri(op: str, params: str, p: dict[str, Any]) -> Case:
 BUILDERS: dict[str, CaseBuilder] = {
     # elementwise
     **{u: _unary for u in UNARY}, **{g: _glu for g in GLU}, "SWIGLU_OAI": _glu,
-    **{o: _bin for o in ("ADD", "SUB", "MUL", "DIV")}, "ADD_ID": _add_id, "SCALE": _scale, "SQR": _one("sqr"),
-    "SQRT": _one("sqrt", init=Init("uniform", 50.0, 100.0)), "LOG": _one("log", init=POS_09),
-    "SIN": _one("sin", init=Init("uniform", -6.5, 6.5)), "COS": _one("cos", init=Init("uniform", -6.5, 6.5)),
-    "LEAKY_RELU": _one("leaky_relu", _f("negative_slope"), False), "FILL": _one("fill", _f("c")),
-    "CLAMP": _one("clamp", _f("min"), _f("max")), "TRI": _one("tri", _i("tri_type")), "DIAG": _one("diag"),
-    "DIAG_MASK_INF": _one("diag_mask_inf", _i("n_past")), "ARANGE": _arange,
-    "XIELU": _one("xielu", 4.0, 20.0, 0.5, 1e-7),  # test_xielu: alpha_n, alpha_p, beta, eps
-    "TIMESTEP_EMBEDDING": _one("timestep_embedding", _i("dim"), _i("max_period")),
+    **{o: _bin for o in ("ADD", "SUB", "MUL", "DIV")}, "ADD_ID": _add_id, "SCALE": _scale, "SQR": _call("sqr"),
+    "SQRT": _call("sqrt", init=Init("uniform", 50.0, 100.0)), "LOG": _call("log", init=POS_09),
+    "SIN": _call("sin", init=Init("uniform", -6.5, 6.5)), "COS": _call("cos", init=Init("uniform", -6.5, 6.5)),
+    "LEAKY_RELU": _call("leaky_relu", _f("negative_slope"), False), "FILL": _call("fill", _f("c")),
+    "CLAMP": _call("clamp", _f("min"), _f("max")), "TRI": _call("tri", _i("tri_type")), "DIAG": _call("diag"),
+    "DIAG_MASK_INF": _call("diag_mask_inf", _i("n_past")), "ARANGE": _arange,
+    "XIELU": _call("xielu", 4.0, 20.0, 0.5, 1e-7),  # test_xielu: alpha_n, alpha_p, beta, eps
+    "TIMESTEP_EMBEDDING": _call("timestep_embedding", _i("dim"), _i("max_period")),
     # data movement
     "GET_ROWS": _get_rows, "SET_ROWS": _set_rows, "CPY": _cpy, "DUP": _dup, "SET": _set, "ACC": _acc,
     "CONT": _cont, "REPEAT": _repeat, "REPEAT_BACK": _repeat_back, "CONCAT": _concat, "PAD": _pad,
     "PAD_REFLECT_1D": _pad_reflect_1d, "ROLL": _roll, "UPSCALE": _upscale,
     # reductions, norms, backward ops
     "NORM": _norm("norm"), "L2_NORM": _norm("l2_norm"),
-    "RMS_NORM": _norm("rms_norm", Init("uniform", -10.0, 10.0)), "CUMSUM": _one("cumsum"),
-    "MEAN": _one("mean", init=Init("uniform", -0.9, 1.1)), "SUM_ROWS": _sum_rows,
-    "SUM": _sum, "ARGSORT": _one("argsort", _i("order"), init=Init("distinct")), "TOP_K": _top_k,
-    "ARGMAX": _one("argmax", init=Init("distinct"), max_err=0.0), "COUNT_EQUAL": _count_equal,
-    "GET_ROWS_BACK": _get_rows_back, "SILU_BACK": _back("silu_back"),
-    "SOFT_MAX_BACK": _back("soft_max_ext_back", UNIFORM, "scale", "max_bias"),
-    "RMS_NORM_BACK": _back("rms_norm_back", Init("uniform", -10.0, 10.0), "eps"),
+    "RMS_NORM": _norm("rms_norm", Init("uniform", -10.0, 10.0)), "CUMSUM": _call("cumsum"),
+    "MEAN": _call("mean", init=Init("uniform", -0.9, 1.1)), "SUM_ROWS": _sum_rows,
+    "SUM": _sum, "ARGSORT": _call("argsort", _i("order"), init=Init("distinct")), "TOP_K": _top_k,
+    "ARGMAX": _call("argmax", init=Init("distinct"), max_err=0.0), "COUNT_EQUAL": _count_equal,
+    "GET_ROWS_BACK": _get_rows_back, "SILU_BACK": _call("silu_back", leaves=AB),
+    "SOFT_MAX_BACK": _call("soft_max_ext_back", _f("scale"), _f("max_bias"), leaves=AB),
+    "RMS_NORM_BACK": _call("rms_norm_back", _f("eps"), init=Init("uniform", -10.0, 10.0), leaves=AB),
     "CROSS_ENTROPY_LOSS_BACK": _cross_entropy_loss_back, "OPT_STEP_SGD": _opt_step_sgd,
     # matrices, attention, rope, softmax, recurrent
     "MUL_MAT": _mul_mat, "MUL_MAT_ID": _mul_mat_id, "MUL_MAT_HADAMARD": _mul_mat_hadamard,
@@ -886,9 +870,8 @@ BUILDERS: dict[str, CaseBuilder] = {
 
 
 def case_of(op_name: str, op_params: str, params: dict[str, Any] | None = None) -> Case:
-    """The case of one test-backend-ops row, whatever the installed ggml (``params``: the parsed
-    ``op_params``); :class:`NoBuilder` when no builder knows it, KeyError naming a parameter the
-    builder needs and the row lacks."""
+    """The case of one test-backend-ops row, whatever the installed ggml; :class:`NoBuilder` when no
+    builder knows it, KeyError naming a parameter the row lacks."""
     builder = BUILDERS.get(op_name)
     if builder is None:
         raise NoBuilder(f"no case builder for {op_name}")

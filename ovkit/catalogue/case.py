@@ -1,8 +1,6 @@
-"""One op case as data: its leaves (ggml ``ne``, type, value draw), one program written against the
-builder API ``ovkit.Graph`` shares with ``oracle.GgmlBuilder`` (so it builds both graphs), and how
-its result is judged.  Values are drawn as test-backend-ops' ``initialize_tensors`` does, from a
-seed of the case's name: the same in every run and process.
-"""
+"""One op case as data: its leaves (ggml ``ne``, type, value draw), one program building both
+``ovkit.Graph`` and ``oracle.GgmlBuilder`` graphs, and how its result is judged; values are drawn
+from a seed of the case's name, the same in every process."""
 
 from __future__ import annotations
 
@@ -14,19 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from ovkit.dtypes import STORAGE_DTYPE
+
 #: ``program(builder, leaves) -> output tensor``: the case's graph on either builder.
 Program = Callable[[Any, Mapping[str, Any]], Any]
 
-#: Plain (non block-quantized) types and the numpy type their values are drawn in.
-PLAIN_TYPES: dict[str, Any] = {
-    "f32": np.float32,
-    "f16": np.float16,
-    "bf16": np.float32,
-    "i32": np.int32,
-    "i64": np.int64,
-    "i16": np.int16,
-    "i8": np.int8,
-}
+#: Plain (non block-quantized) types and the numpy type their values are drawn in (bf16: as f32).
+PLAIN_TYPES: dict[str, Any] = {**STORAGE_DTYPE, "bf16": np.float32}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +59,7 @@ class Leaf:
 @dataclass(frozen=True, slots=True)
 class Case:
     """One executable case: op and parameters in test-backend-ops notation, leaves, program, error
-    check (``err``: ``nmse`` or ``index_set``, bound ``max_err``, ``why`` when not the op's own).
-    ``ggml_f32``: leaves the installed ggml gets as f32 (:func:`oracle_inputs`); ``flops`` /
-    ``nbytes``: a perf run's work; ``tags``: its curated sets; ``rejected``: a fragment of the
-    upstream CPU policy's reason when it rejects the case."""
+    check (``err`` within ``max_err``); ``ggml_f32``: leaves the installed ggml gets as f32."""
 
     op: str
     params: str
@@ -99,13 +88,9 @@ def _rows(shape: tuple[int, ...]) -> int:
 
 
 def draw(leaf: Leaf, rng: np.random.Generator) -> np.ndarray:
-    """The leaf's values in its numpy shape (quantized types: f32 values).  Kinds: ``uniform`` in
-    [lo, hi]; ``rows`` ids in [0, n); ``set_rows`` distinct targets; ``experts`` rows shuffling
-    ``i % n``; ``hadamard``; ``distinct`` rows shuffling 0..ne0-1 (no ties); ``kq_mask`` random
-    -inf/0 blocks of 128x64; ``causal_mask`` / ``padded_mask`` (query rows 1 and 3 all -inf);
-    ``pos`` 0, 1, ...; ``tril``; ``zero``."""
+    """The leaf's values in its numpy shape, as its ``init`` kind draws them (quantized: f32)."""
     shape, init = leaf.shape, leaf.init
-    k = init.kind
+    k = init.kind  # the kinds are test-backend-ops' initialize_tensors draws
     if k == "uniform":
         a: np.ndarray = rng.uniform(init.lo, init.hi, shape)
     elif k == "zero":
@@ -194,9 +179,8 @@ def oracle_inputs(case: Case, ggml_leaves: Mapping[str, Any]) -> dict[str, Any]:
 def build_ovkit(
     case: Case, ggml_leaves: Mapping[str, Any] | None = None
 ) -> tuple[Any, Any, dict[str, np.ndarray]]:
-    """The case's ovkit ``Graph``, its output and the feed; quantized leaves become constants of
-    ggml's blocks, so both sides see the same weights (without ``ggml_leaves``: all-zero blocks and
-    no feed, enough to ask which ops ovkit translates)."""
+    """The case's ovkit ``Graph``, output and feed; quantized leaves are constants of ggml's blocks
+    (without ``ggml_leaves``: all-zero blocks and no feed, enough to ask what ovkit translates)."""
     from ovkit.graph import Graph
     from ovkit.quant import from_blocks, row_bytes
 
@@ -224,8 +208,8 @@ def ovkit_graph(case: Case) -> tuple[Any, Any]:
 
 
 def index_set_err(actual: np.ndarray, expected: np.ndarray) -> float:
-    """test_top_k's ``err``: the multiset distance of the two index lists (unmatched / 2n), order
-    free, plus any non-integer part."""
+    """test_top_k's ``err``: the multiset distance of the two index lists (unmatched / 2n) plus
+    any non-integer part."""
     from collections import Counter
 
     a = np.asarray(actual, np.float64).ravel()

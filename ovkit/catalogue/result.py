@@ -3,22 +3,35 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
 if TYPE_CHECKING:
     from ovkit.catalogue.case import Case
 
-Status = Literal["OK", "FAIL", "known limit", "not supported", "not translatable", "no case"]
-STATUSES: tuple[Status, ...] = ("OK", "FAIL", "known limit", "not supported", "not translatable", "no case")
+T = TypeVar("T")
+Status = Literal["OK", "FAIL", "not supported", "not translatable", "no case"]
+STATUSES: tuple[Status, ...] = ("OK", "FAIL", "not supported", "not translatable", "no case")
 
 
 def error_line(exc: BaseException) -> str:
     """``Type: first line``: an error as one result line shows it (OpenVINO's span many lines)."""
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def progress_bar(
+    items: Iterable[T], desc: str, progress: bool | None, unit: str = "case", **kw: Any
+) -> Iterable[T]:
+    """``items`` with a tqdm bar on stderr (``progress`` None: tqdm decides, off without a terminal)."""
+    from tqdm import tqdm
+
+    disable = None if progress is None else not progress
+    return tqdm(items, desc=desc, unit=unit, file=sys.stderr, leave=False, disable=disable, **kw)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,5 @@
-"""Run catalogue cases: the support policy first, then ovkit's graph on the device against ggml.
-
-Per case, as test-backend-ops prints it: ``OK``, ``FAIL``, ``not supported [device]`` (the policy's
-reason), ``known limit`` (:data:`KNOWN_LIMITS`), ``not translatable`` (a gap of ovkit, not a wrong
-result) or ``no case`` (no builder, or the installed ggml cannot build or compute it).  Cases run
-in worker processes, costliest first, small ones batched into one compile; a native crash costs
-only its case.  Only the output node is compared.
-"""
+"""Run catalogue cases: the support policy first, then ovkit's graph on the device against ggml,
+in worker processes (costliest first, small ones batched into one compile; a crash costs its case)."""
 
 from __future__ import annotations
 
@@ -25,7 +19,7 @@ import numpy as np
 
 from ovkit.catalogue import backend_ops
 from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs, oracle_inputs, ovkit_graph
-from ovkit.catalogue.result import STATUSES, Result, Status, error_line, judge
+from ovkit.catalogue.result import STATUSES, Result, Status, error_line, judge, progress_bar
 from ovkit.child import Child, ChildCrashed, ChildTimedOut, serve
 from ovkit.errors import OvkitError
 from ovkit.ops import verdict_csv
@@ -53,33 +47,9 @@ class Row:
         return f"{self.op}({self.params})"
 
 
-@dataclass(frozen=True, slots=True)
-class KnownLimit:
-    """Rows ovkit translates but does not claim to pass (op, a regex of the parameters, why): a
-    failing row on this list is a ``known limit``, not a FAIL."""
-
-    op: str
-    params: str
-    reason: str
-
-
-#: What ovkit does not claim, each with its reason (the rest of what it translates must pass).
-KNOWN_LIMITS: tuple[KnownLimit, ...] = ()
-
-
-def known_limit(op: str, params: str) -> str | None:
-    """The reason a row is a known limit of ovkit's, or None."""
-    import re
-
-    for k in KNOWN_LIMITS:
-        if k.op == op and re.search(k.params, params):
-            return k.reason
-    return None
-
-
 def read_rows(path: str | Path | None = None) -> list[Row]:
-    """A case list CSV (``op_name``, ``op_params``; other columns ignored), by default the shipped
-    half of test-backend-ops' catalogue; only a regular UTF-8 file up to :data:`MAX_CASE_LIST_BYTES`."""
+    """A case list CSV (``op_name``, ``op_params``), by default the shipped half of test-backend-ops'
+    catalogue."""
     import csv
     import io
 
@@ -102,8 +72,7 @@ def read_rows(path: str | Path | None = None) -> list[Row]:
 
 
 def stratified(rows: Sequence[Row], n: int, seed: int = 0, per_op: int = 3) -> list[Row]:
-    """About ``n`` rows with every op present: each op's share, at least ``per_op`` rows per op
-    (or all of its rows)."""
+    """About ``n`` rows, each op's share but at least ``per_op`` of its rows."""
     by_op: dict[str, list[Row]] = {}
     for r in rows:
         by_op.setdefault(r.op, []).append(r)
@@ -117,8 +86,7 @@ def stratified(rows: Sequence[Row], n: int, seed: int = 0, per_op: int = 3) -> l
     return out
 
 
-# ----------------------------------------------------------------------------------------------
-# One case
+# -- One case --------------------------------------------------------------------------------------
 
 
 def _ovkit_gap(exc: BaseException) -> bool:
@@ -131,8 +99,8 @@ def _ovkit_gap(exc: BaseException) -> bool:
 
 
 def upstream_verdict(row: Row, device_class: str = "CPU") -> tuple[bool, str]:
-    """The backend's ``supports_op`` on the case's output node (test-backend-ops' ``support`` mode,
-    at the shipped verdicts' revision), with the reason of a rejection."""
+    """The backend's ``supports_op`` on the case's output node (at the shipped verdicts' revision)
+    and the reason of a rejection."""
     from ovkit.catalogue.verdicts import Unexpressible, build_case
     from ovkit.ops.policy import check_op
 
@@ -144,9 +112,8 @@ def upstream_verdict(row: Row, device_class: str = "CPU") -> tuple[bool, str]:
     return d.supported, d.reason
 
 
-#: Compile hints of a policy-checked run: ``exact`` = f32 inference precision (ovkit's default,
-#: ggml's numbers); ``upstream`` = upstream's naive path: EXECUTION_MODE PERFORMANCE when the
-#: first node is MUL_MAT, else ACCURACY, no precision hint (bf16 MatMuls on CPUs with bf16).
+#: Compile hints of a run: ``exact`` = f32 inference precision (ggml's numbers); ``upstream`` =
+#: upstream's naive path (its execution-mode hint, no precision hint: bf16 MatMuls where there is bf16).
 HINTS: tuple[str, ...] = ("exact", "upstream")
 Reference = Literal["ggml", "numpy"]
 
@@ -194,8 +161,7 @@ class _Ready:
 
 
 def _compile(model: Any, device: str, threads: int | None, *, core: Core | None) -> Any:
-    """``model`` compiled for exact f32 on ``threads`` threads, outside the engine's cache (every
-    case is a different graph)."""
+    """``model`` compiled for exact f32 on ``threads`` threads, outside the engine's cache."""
     from ovkit.devices import device_class as class_of
     from ovkit.engine import EngineError, RunConfig, get_engine
 
@@ -211,8 +177,7 @@ def _compile(model: Any, device: str, threads: int | None, *, core: Core | None)
 def _infer(
     ready: Sequence[_Ready], device: str, threads: int | None, *, core: Core | None
 ) -> list[np.ndarray | Exception]:
-    """Each case's OpenVINO output or exception, the cases merged into one model compiled once
-    (their subgraphs stay apart: a compile costs about half as much per case)."""
+    """Each case's OpenVINO output or exception, the cases merged into one model compiled once."""
     import openvino as ov
 
     from ovkit.ir import from_model_output
@@ -237,8 +202,8 @@ class _NoOracle(OvkitError):
 
 
 def _ggml_result(case: Case, leaves: Mapping[str, Any], threads: int | None) -> np.ndarray:
-    """The case on ggml's CPU backend, asked ``supports_op`` on every node first (computing a node
-    the installed ggml lacks a kernel for aborts the process)."""
+    """The case on ggml's CPU backend, asked ``supports_op`` on every node first (a node without a
+    kernel would abort the process)."""
     from ovkit import oracle
 
     n_threads = threads if threads is not None else oracle.DEFAULT_N_THREADS
@@ -323,19 +288,14 @@ def _judged(r: _Ready, actual: np.ndarray | Exception) -> Result:
     """The verdict on ovkit's output (or the exception that stopped it) against the reference."""
     if isinstance(actual, Exception):
         return Result(**r.base, status="FAIL", detail=error_line(actual))
-    got = judge(r.case, actual, r.expected, r.base["reference"], **r.base)
-    limit = known_limit(r.case.op, r.case.params) if got.status == "FAIL" else None
-    if limit is not None:
-        return replace(got, status="known limit", detail=f"{limit} ({got.detail})")
-    return got
+    return judge(r.case, actual, r.expected, r.base["reference"], **r.base)
 
 
 def run_case(case: Case, device: str = "CPU", *, core: Core | None = None,
              policy: Policy = "upstream", reference: Reference = "ggml", hints: str = "exact",
              threads: int | None = None, verdict: tuple[bool, str] | None = None) -> Result:  # fmt: skip
     """One case: ovkit's graph, the support policy (``"upstream"``: ``verdict`` or ovkit's own for
-    ``device``'s class, then every node; ``"none"``: run what translates), a run on ``device`` and
-    the comparison with ``reference``; ``threads`` per side (None: the defaults)."""
+    ``device``'s class; ``"none"``: run what translates), a run on ``device``, the comparison."""
     r = _prepare(case, device, policy, reference, hints, threads, verdict, core=core)
     return r if isinstance(r, Result) else _judged(r, _infer([r], device, threads, core=core)[0])
 
@@ -406,11 +366,9 @@ def coverage_rows(
 ) -> pd.DataFrame:
     """Every row classified without running it: the backend's verdict and ovkit's translation."""
     import pandas as pd
-    from tqdm import tqdm
 
     out = []
-    for r in tqdm(rows, desc="classifying", unit="case", file=sys.stderr, leave=False,
-                  disable=not progress if progress is not None else None):  # fmt: skip
+    for r in progress_bar(rows, "classifying", progress):
         accepted, why = upstream_verdict(r, device_class)
         ok, reason = translatable(r)
         out.append({"op": r.op, "case": r.name, "accepted": accepted, "translatable": ok,
@@ -418,26 +376,23 @@ def coverage_rows(
     return pd.DataFrame(out, columns=["op", "case", "accepted", "translatable", "reason"])
 
 
-# ----------------------------------------------------------------------------------------------
-# Many cases: worker processes
+# -- Many cases: worker processes ------------------------------------------------------------------
 
 
 #: Environment variable telling a worker process how many threads each side may use.
 THREADS_ENV = "OVKIT_CATALOGUE_THREADS"
 
 
-def _answer(line: str, policy: str, device: str, threads: int | None) -> str:
-    """A worker's reply to one request: the JSON list of results of the JSON list of rows."""
-    rows = [Row(op, params) for op, params in json.loads(line)]
-    results = run_rows(rows, policy, device, threads=threads)  # type: ignore[arg-type]
-    return json.dumps([asdict(r) for r in results])
-
-
 def _worker_main() -> None:
     """``python -m ovkit.catalogue.run POLICY DEVICE``: JSON lists of rows in, of results out."""
     policy, device = sys.argv[1], sys.argv[2]
     threads = int(os.environ.get(THREADS_ENV, "0")) or None
-    serve(lambda line: _answer(line, policy, device, threads))
+
+    def answer(line: str) -> str:
+        rows = [Row(op, params) for op, params in json.loads(line)]
+        return json.dumps([asdict(r) for r in run_rows(rows, policy, device, threads=threads)])  # type: ignore[arg-type]
+
+    serve(answer)
 
 
 #: How a worker process starts (``python -m ovkit.catalogue.run POLICY DEVICE``).
@@ -524,9 +479,8 @@ BATCH_MAX_COST = 1 << 22
 def _pooled(
     rows: Sequence[Row], policy: str, device: str, workers: int, timeout: float
 ) -> Iterator[tuple[int, Result]]:
-    """(index, result) as the workers finish them: the costliest rows first (alone), small ones in
-    batches, the :data:`GRID_TYPES` rows to the first worker; a crashed batch is asked again row
-    by row, so the crash is pinned on its row."""
+    """(index, result) as the workers finish them: costliest rows first, small ones batched,
+    :data:`GRID_TYPES` rows to the first worker; a crashed batch is asked again row by row."""
     threads = threads_per_worker(workers)
     started = [_worker(policy, device, threads) for _ in range(workers)]  # they start while we sort
     costs = [cost(r) for r in rows]
@@ -598,8 +552,6 @@ def _pooled(
 def _indexed(
     rows: Sequence[Row], policy: Policy, device: str, workers: int, isolate: bool, progress: bool | None
 ) -> Iterator[tuple[int, Result]]:
-    from tqdm import tqdm
-
     if policy not in ("upstream", "none"):
         raise ValueError(f"policy={policy!r} is not valid (expected 'upstream' or 'none')")
     check_workers(workers)
@@ -608,9 +560,7 @@ def _indexed(
         source = _pooled(rows, policy, device, max(1, workers), CASE_TIMEOUT_S)
     else:
         source = ((i, run_row(r, policy, device)) for i, r in enumerate(rows))
-    bar = tqdm(source, total=len(rows), desc=f"test-backend-ops {device} (policy {policy})", unit="case",
-               file=sys.stderr, leave=False, disable=not progress if progress is not None else None)  # fmt: skip
-    yield from bar
+    yield from progress_bar(source, f"test-backend-ops {device} (policy {policy})", progress, total=len(rows))
 
 
 def frame(results: Iterable[Result]) -> pd.DataFrame:
@@ -657,7 +607,7 @@ def main(rows: Sequence[Row], policy: Policy = "upstream", device: str = "CPU", 
         print("\nTotals per op:", file=stream)
         print(per_op(df).to_string(), file=stream)
     counts = {s: int((df["status"] == s).sum()) for s in STATUSES}
-    ran = counts["OK"] + counts["FAIL"] + counts["known limit"]
+    ran = counts["OK"] + counts["FAIL"]
     others = ", ".join(f"{n} {s}" for s, n in counts.items() if s != "OK")
     print(f"\n  {counts['OK']}/{ran} tests passed; {others}", file=stream)
     print(f"  Backend {device}: {'FAIL' if counts['FAIL'] else 'OK'}", file=stream)

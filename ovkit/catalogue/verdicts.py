@@ -1,9 +1,5 @@
-"""Upstream ``supports_op`` verdicts (test-backend-ops ``support`` mode) replayed against the policy.
-
-Each row of the shipped verdicts is asked about as the :class:`~ovkit.ir.OpInfo` of the output
-node of its runnable case's graph (:mod:`ovkit.catalogue.backend_ops`); rows whose graph is not
-known are *unexpressible*, counted with a reason, never dropped.
-"""
+"""Upstream ``supports_op`` verdicts replayed against the policy, each row as the output node of
+its runnable case's graph; rows whose graph is not known are *unexpressible*, counted with a reason."""
 
 from __future__ import annotations
 
@@ -46,11 +42,8 @@ def _output_op(op_name: str) -> tuple[str, str | None]:
 
 
 def _stand_in(case: Case, params: dict[str, Any]) -> OpInfo:
-    """A case ovkit's builder refuses (a type or parameter it has no translation for) as its
-    output op over its leaves: the type and membership gates, which decide such cases upstream,
-    see every type the case has.  The output has the destination's type for an in-place write
-    (CPY, SET_ROWS), else the case's ``type`` (f32 when it names none: the matmul family); the
-    leaves, in the builder's argument order, go in ggml's source order."""
+    """A case ovkit's builder refuses as its output op over its leaves, so the type and membership
+    gates that decide it upstream see every type (an in-place write's output: the destination's)."""
     op, sub_op = _output_op(case.op)
     srcs = tuple(OpInfo(Op.NONE, lf.dtype, pad_ne(lf.ne), name=lf.name) for lf in case.leaves)
     dst = [s.dtype for s in srcs if s.name in _DESTINATIONS]
@@ -140,41 +133,6 @@ class Agreement:
             lines.append(f"  unexpressible ({n}): {reason}")
         return "\n".join(lines)
 
-    def to_frame(self) -> Any:
-        """One row per case: op, params, upstream verdict, ovkit decision, reason."""
-        import pandas as pd
-
-        return pd.DataFrame(
-            [
-                {
-                    "op_name": r.verdict.op_name,
-                    "op_params": r.verdict.op_params,
-                    "upstream": r.verdict.supported,
-                    "ovkit": None if r.decision is None else r.decision.supported,
-                    "gate": "" if r.decision is None else r.decision.gate,
-                    "reason": r.unexpressible if r.decision is None else r.decision.reason,
-                    "agrees": r.agrees,
-                }
-                for r in self.results
-            ]
-        )
-
-
-def by_op(agreement: Agreement) -> Any:
-    """Per test-case op: rows, rows upstream supports, rows ovkit supports, rows agreeing, and the
-    gate that rejects most often (a DataFrame sorted by row count)."""
-    df = agreement.to_frame()
-    rejected = df[(df["gate"] != "") & df["ovkit"].notna()]
-    top_gate = rejected.groupby("op_name")["gate"].agg(lambda g: g.value_counts().index[0])
-    out = df.groupby("op_name").agg(
-        rows=("agrees", "size"),
-        upstream_supported=("upstream", "sum"),
-        ovkit_supported=("ovkit", lambda x: int(sum(bool(v) for v in x if v is not None))),
-        agreeing=("agrees", "sum"),
-    )
-    out["main_rejecting_gate"] = top_gate.reindex(out.index).fillna("")
-    return out.sort_values("rows", ascending=False)
-
 
 def replay(verdicts: Iterable[Verdict], device_class: str = "CPU", *,
            upstream_exact: bool = True, revision: Revision | str = CSV_REVISION) -> Agreement:  # fmt: skip
@@ -191,4 +149,4 @@ def replay(verdicts: Iterable[Verdict], device_class: str = "CPU", *,
     return out
 
 
-__all__ = ["GGML_OPS", "Agreement", "CaseResult", "Unexpressible", "build_case", "by_op", "replay"]
+__all__ = ["GGML_OPS", "Agreement", "CaseResult", "Unexpressible", "build_case", "replay"]

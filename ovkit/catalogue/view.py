@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
-    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 CATEGORIES = (
@@ -17,7 +16,6 @@ CATEGORIES = (
     "not supported",
     "not translatable",
     "FAIL",
-    "known limit",
     "no case",
 )
 
@@ -30,11 +28,8 @@ def category(status: str, accepted: bool) -> str:
 
 
 def coverage(results: pd.DataFrame) -> pd.DataFrame:
-    """Rows per op and category (columns in :data:`CATEGORIES` order), most rows first.
-
-    ``results``: a run (``status``, ``accepted``, from :func:`ovkit.catalogue.run.run`) or a
-    classification without running (``translatable``, ``accepted``, ``reason``, from
-    :func:`ovkit.catalogue.run.coverage_rows`; there a translatable case counts as passing)."""
+    """Rows per op and category, most rows first, of a run (:func:`ovkit.catalogue.run.run`) or a
+    classification (:func:`ovkit.catalogue.run.coverage_rows`: translatable counts as passing)."""
     import pandas as pd
 
     if "status" in results:
@@ -48,11 +43,15 @@ def coverage(results: pd.DataFrame) -> pd.DataFrame:
     return t.loc[t.sum(axis=1).sort_values(ascending=False).index]
 
 
-def plot_coverage(ax: Axes, table: pd.DataFrame) -> None:
-    """Heatmap op × category: colour = share of the op's rows, text = row count."""
+def coverage_figure(table: pd.DataFrame) -> Figure:
+    """Heatmap op x category of a :func:`coverage` table sized to it: colour = share of the op's
+    rows, text = row count."""
     import numpy as np
     from matplotlib.colors import LinearSegmentedColormap
+    from matplotlib.figure import Figure
 
+    fig = Figure(figsize=(7.5, 0.9 + 0.13 * len(table)))
+    ax = fig.add_subplot()
     counts = table.to_numpy()
     share = counts / np.maximum(1, counts.sum(axis=1, keepdims=True))
     ax.imshow(share, cmap=LinearSegmentedColormap.from_list("share", ["#ffffff", "#1f4e99"]),
@@ -67,13 +66,5 @@ def plot_coverage(ax: Axes, table: pd.DataFrame) -> None:
     ax.xaxis.tick_top()
     ax.set_title("test-backend-ops catalogue: rows per op and status (colour: share of the op's rows)",
                  fontsize=8, pad=40)  # fmt: skip
-
-
-def coverage_figure(table: pd.DataFrame) -> Figure:
-    """:func:`plot_coverage` on a figure sized to the table (a cell shows it as its result)."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7.5, 0.9 + 0.13 * len(table)))
-    plot_coverage(fig.add_subplot(), table)
     fig.tight_layout()
     return fig

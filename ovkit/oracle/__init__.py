@@ -1,11 +1,5 @@
-"""Real-ggml oracle: compute any catalogue op with ggml's own CPU backend (via ggml-python), so
-tests and benchmarks compare ovkit's results with ggml itself (judged by :mod:`ovkit.nmse`).
-
-:mod:`.loader` loads ggml-python on first use (nothing at import) and holds ggml's types, bf16
-values (:class:`Typed`) and quantized blocks (:class:`QuantArray`); :mod:`.graphs` runs one
-builder (:func:`ggml_call`), any graph (:func:`ggml_compute`) or a program written with
-``Graph``'s method names (:func:`ggml_program`, :func:`program_session`), and times them.
-"""
+"""Real-ggml oracle: any op on ggml's own CPU backend (ggml-python, loaded on first use by
+:mod:`.loader`; graphs and programs run by :mod:`.graphs`), so ovkit is compared with ggml itself."""
 
 from __future__ import annotations
 
@@ -15,7 +9,6 @@ from ovkit.oracle.graphs import (
     DEFAULT_N_THREADS,
     GgmlBuilder,
     GgmlTensor,
-    ggml_benchmark,
     ggml_benchmark_program,
     ggml_call,
     ggml_compute,
@@ -54,7 +47,6 @@ __all__ = [
     "compare",
     "dequantize",
     "ggml_available",
-    "ggml_benchmark",
     "ggml_benchmark_program",
     "ggml_call",
     "ggml_compute",

@@ -1,12 +1,7 @@
-"""Running ggml graphs on ggml's own CPU backend: one builder by name (:func:`ggml_call`), any
-graph (:func:`ggml_compute`), or a *program* written with ``ovkit.Graph``'s method names on
-:class:`GgmlBuilder` (:func:`ggml_program`), so the same program runs on ovkit and on ggml;
-:func:`ggml_benchmark` times a graph.  Shapes follow ggml-python's ``from_numpy``/``to_numpy``
-(numpy shape ``(ne1, ne0)`` is ggml ``ne = [ne0, ne1]``); dimension arguments keep ggml's order.
-
-ggml validates with ``GGML_ASSERT``, which aborts the whole process: build the ovkit side first
-(its ``GraphError`` checks run at build time) or pass only shapes ggml accepts.
-"""
+"""Running ggml graphs on ggml's own CPU backend: one builder (:func:`ggml_call`), any graph
+(:func:`ggml_compute`), or a program written with ``ovkit.Graph``'s method names (:func:`ggml_program`),
+so one program runs on both.  Shapes are numpy order; ggml's asserts abort the process: build the
+ovkit side first (its ``GraphError`` checks run at build time)."""
 
 from __future__ import annotations
 
@@ -159,9 +154,7 @@ class Session:
             self.buffer = g.ggml_backend_alloc_ctx_tensors(self.ctx, self.backend)
             if not self.buffer:
                 raise RuntimeError("ggml_backend_alloc_ctx_tensors failed")
-            # Zero the whole buffer so results never depend on stale heap memory. Example:
-            # ggml_view_tensor(computed) records no graph edge (op NONE, no src), so its source
-            # is never computed unless something else needs it; reads then see zeros, not garbage.
+            # zeroed: a ggml_view_tensor of an uncomputed source then reads zeros, not stale memory
             g.ggml_backend_buffer_clear(self.buffer, 0)
             for t, sp in zip(tensors, specs, strict=True):
                 if t is None or sp is None:
@@ -211,12 +204,8 @@ class Session:
 def ggml_compute(
     build: Builder, *inputs: InputLike | None, n_threads: int = DEFAULT_N_THREADS
 ) -> np.ndarray | list[np.ndarray]:
-    """Run ``build(ctx, *tensors)`` (a ggml graph) on ggml's CPU backend and return numpy results.
-
-    Each input becomes a ggml leaf tensor (``None`` stays ``None``); ``build`` returns one tensor
-    or a list of tensors. Results are copied out in numpy order; f16 stays f16, bf16 and
-    quantized results are decoded to f32, non-contiguous results are gathered.
-    """
+    """``build(ctx, *tensors)`` on ggml's CPU backend, the inputs as leaves (``None`` stays NULL);
+    its one or many results in numpy (f16 stays f16, bf16 and quantized decode to f32)."""
     s = Session(build, inputs, n_threads)
     try:
         s.run()
@@ -235,30 +224,17 @@ def _convert_arg(a: Any) -> Any:
     return a
 
 
-def _is_input(a: Any) -> bool:
-    return isinstance(a, np.ndarray | Typed | QuantArray)
-
-
 def ggml_call(op: str, *args: Any, n_threads: int = DEFAULT_N_THREADS) -> np.ndarray:
-    """Compute ``ggml_<op>(ctx, *args)`` with real ggml; arrays become tensors, ``None`` stays NULL.
-
-    Arguments are in the ggml builder's order (and ovkit Graph's). Dtype names
-    (``"f16"``) become ggml type enums; int lists (rope sections) become C arrays.
-    """
-    g = ggml_module()
-    fn = getattr(g, "ggml_" + op, None)
-    if fn is None:
+    """``ggml_<op>(ctx, *args)`` computed by real ggml, arguments in the builder's order: arrays
+    become tensors, ``None`` stays NULL, the rest converts as :class:`GgmlBuilder` converts it."""
+    if not hasattr(ggml_module(), "ggml_" + op):
         raise ValueError(f"ggml has no builder ggml_{op}")
-    slots = [i for i, a in enumerate(args) if _is_input(a)]
-    inputs = [args[i] for i in slots]
+    inputs = {str(i): a for i, a in enumerate(args) if isinstance(a, np.ndarray | Typed | QuantArray)}
 
-    def build(ctx: Any, *tensors: Any) -> Any:
-        call = [_convert_arg(a) for a in args]
-        for i, t in zip(slots, tensors, strict=True):
-            call[i] = t
-        return fn(ctx, *call)
+    def program(b: GgmlBuilder, x: dict[str, Any]) -> Any:
+        return getattr(b, op)(*(x.get(str(i), a) for i, a in enumerate(args)))
 
-    out = ggml_compute(build, *inputs, n_threads=n_threads)
+    out = ggml_program(program, inputs, n_threads=n_threads)
     assert isinstance(out, np.ndarray)
     return out
 
@@ -273,11 +249,7 @@ def ggml_mul_mat_quant(
 @functools.cache
 def ggml_dot_f16_in_f16() -> bool:
     """Whether ggml-python's CPU ``ggml_vec_dot_f16`` accumulates in f16 (older ggml built with
-    AVX512-FP16) rather than f32; probed once through a one-query FLASH_ATTN_EXT.
-
-    Q·K of ones with ``[2048, 1, ..., 1]`` (128 wide: one AVX512-FP16 step) is 2175 in f32 and
-    2174 in f16 (2048 + 1 ties to 2048); with scale 1/2048 and a second key of Q·K 0, the row is
-    V₀'s 1 times ``1/(1 + exp(−Q·K/2048))``: 0.74307 or 0.74298."""
+    AVX512-FP16), probed once: a 128-wide Q·K of 2175 in f32 is 2174 in f16 (2048 + 1 ties to 2048)."""
     d = 128
     q = np.ones((1, 1, 1, d), np.float32)
     k = np.zeros((1, 1, 2, d), np.float16)
@@ -290,9 +262,7 @@ def ggml_dot_f16_in_f16() -> bool:
     return abs(out - f16) < abs(out - f32)
 
 
-# --------------------------------------------------------------------------------------------
-# Graph-mirroring builder: one program, run by ovkit's Graph and by ggml
-# --------------------------------------------------------------------------------------------
+# -- Graph-mirroring builder: one program, run by ovkit's Graph and by ggml ------------------------
 
 # builder method -> the ggml enum family its string op arguments name (e.g. glu(a, "SWIGLU")).
 _ENUM_ARGS: dict[str, str] = {"glu": "GGML_GLU_OP_", "glu_split": "GGML_GLU_OP_", "unary": "GGML_UNARY_OP_"}
@@ -357,15 +327,9 @@ _CONTIGUOUS_OPERANDS: dict[str, tuple[int, ...]] = {"conv_2d_direct": (0,), "con
 
 
 class GgmlBuilder:
-    """ggml's builder functions with ovkit ``Graph``'s method names, on one context.
-
-    ``b.add(x, y)`` calls ``ggml_add(ctx, x, y)``; tensors are :class:`GgmlTensor`; dtype names
-    become ggml type enums, int lists become C arrays (rope sections), GLU/unary op names become
-    their enums. Functions returning nothing (``soft_max_add_sinks``) return ``None``. Leaves are
-    made by :func:`ggml_program`, so a test can write one program for both implementations.
-    ``computing``: the graph will be computed here (see :data:`_CONTIGUOUS_OPERANDS`); off, the
-    graph is exactly the program's (as test-backend-ops builds it).
-    """
+    """ggml's builders with ``Graph``'s method names on one context (``b.add(x, y)`` is
+    ``ggml_add(ctx, x, y)``); type names, int lists and GLU/unary op names convert to ggml's.
+    ``computing``: computed here (:data:`_CONTIGUOUS_OPERANDS`); off, exactly the program's graph."""
 
     def __init__(self, ctx: Any, *, computing: bool = False) -> None:
         self.ctx = ctx
@@ -373,8 +337,7 @@ class GgmlBuilder:
         self.expanded: list[GgmlTensor] = []
 
     def build_forward_expand(self, t: GgmlTensor) -> GgmlTensor:
-        """``ggml_build_forward_expand(gf, t)``: the graph is made after the program, so ``t`` is
-        recorded and expanded first, in call order (llama.cpp's KV cache writes before the views)."""
+        """``ggml_build_forward_expand(gf, t)``: recorded, expanded first (KV cache writes before views)."""
         self.expanded.append(t)
         return t
 
@@ -427,9 +390,8 @@ def _program_builder(program: Program, names: Sequence[str], *, on_cpu: bool = T
 def program_session(
     program: Program, inputs: dict[str, InputLike], *, backend: Any = None, n_threads: int = DEFAULT_N_THREADS
 ) -> Session:
-    """``program``'s ggml graph built and its inputs uploaded on ``backend`` (a ``ggml_backend_t``,
-    e.g. the real OpenVINO backend; default ggml's CPU backend on ``n_threads``), not yet computed:
-    the caller asks ``supports_op`` about ``tensors()``, then ``run()``, ``results()`` and ``close()``."""
+    """``program``'s graph built with its inputs on ``backend`` (default: ggml's CPU backend), not
+    yet computed: ask ``supports_op`` of ``tensors()``, then ``run()``, ``results()``, ``close()``."""
     names = list(inputs)
     build = _program_builder(program, names, on_cpu=backend is None)
     return Session(build, [inputs[n] for n in names], n_threads, backend=backend)
@@ -438,11 +400,8 @@ def program_session(
 def ggml_program(
     program: Program, inputs: dict[str, InputLike], *, n_threads: int = DEFAULT_N_THREADS
 ) -> np.ndarray | list[np.ndarray]:
-    """Run ``program(builder, leaves)`` with real ggml; ``leaves`` maps each input name to its tensor.
-
-    The same ``program`` runs on ovkit with ``program(graph, {name: graph.input(...)})``: write a
-    case once (views, permutes and ``*_add_sinks`` included) and compare both results.
-    """
+    """``program(builder, leaves)`` computed by real ggml, ``leaves`` by input name (the same
+    program runs on ovkit with ``program(graph, {name: graph.input(...)})``)."""
     names = list(inputs)
     return ggml_compute(_program_builder(program, names), *[inputs[n] for n in names], n_threads=n_threads)
 
@@ -460,17 +419,20 @@ class BenchResult:
         return min(self.times_s)
 
 
-def ggml_benchmark(
-    build: Builder,
-    *inputs: InputLike | None,
+def ggml_benchmark_program(
+    program: Program,
+    inputs: dict[str, InputLike],
+    *,
     n_runs: int = 10,
     warmup: int = 1,
     n_threads: int = DEFAULT_N_THREADS,
+    backend: Any = None,
 ) -> BenchResult:
-    """Build the graph once, run it ``warmup`` + ``n_runs`` times on ggml's CPU backend, time each run."""
+    """``program``'s graph built once (:func:`program_session`), run ``warmup`` + ``n_runs`` times,
+    each run timed (compute only)."""
     if n_runs < 1:
-        raise ValueError(f"ggml_benchmark: n_runs must be >= 1, got {n_runs}")
-    s = Session(build, inputs, n_threads)
+        raise ValueError(f"ggml_benchmark_program: n_runs must be >= 1, got {n_runs}")
+    s = program_session(program, inputs, backend=backend, n_threads=n_threads)
     try:
         for _ in range(warmup):
             s.run()
@@ -482,22 +444,3 @@ def ggml_benchmark(
     finally:
         s.close()
     return BenchResult(statistics.median(times), tuple(times), n_threads)
-
-
-def ggml_benchmark_program(
-    program: Program,
-    inputs: dict[str, InputLike],
-    *,
-    n_runs: int = 10,
-    warmup: int = 1,
-    n_threads: int = DEFAULT_N_THREADS,
-) -> BenchResult:
-    """:func:`ggml_benchmark` for a Graph-style ``program`` (see :func:`ggml_program`)."""
-    names = list(inputs)
-    return ggml_benchmark(
-        _program_builder(program, names),
-        *[inputs[n] for n in names],
-        n_runs=n_runs,
-        warmup=warmup,
-        n_threads=n_threads,
-    )

@@ -1,9 +1,5 @@
-"""ggml-python, loaded on first use, and ggml's types: enums, sizes, bf16 and quantized blocks as
-ggml stores them (``ggml_quantize_chunk`` / ``to_float``).
-
-ggml-python is optional: import this module freely and ask :func:`ggml_available`; nothing of
-ggml is loaded until something needs it.
-"""
+"""ggml-python (optional, loaded on first use) and ggml's types: enums, sizes, bf16 and quantized
+blocks as ggml stores them (``ggml_quantize_chunk`` / ``to_float``)."""
 
 from __future__ import annotations
 
@@ -29,17 +25,12 @@ class GgmlUnavailableError(OvkitError, ImportError):
 @functools.cache
 def load_ggml() -> ModuleType | None:
     """ggml-python, imported on first use (scripts/install-upstream builds it), else None."""
-    # ggml-python built with the OpenVINO backend links libopenvino: the openvino module loads it,
-    # so it must come first.
-    importlib.import_module("openvino")
+    importlib.import_module("openvino")  # ggml-python's OpenVINO backend links libopenvino
     try:
         ggml = importlib.import_module("ggml")
     except ImportError:  # pragma: no cover - exercised only without ggml-python
         return None
-    # A failed GGML_ASSERT makes ggml fork a child that prints a backtrace (gdb, else
-    # backtrace_symbols) and wait for it; when two of ggml's threads assert at once, that child can
-    # deadlock on a lock held at fork time and the process hangs instead of dying.  ggml reads the
-    # variable when it aborts, so it is set here, where ggml is loaded (unless the user set it).
+    # ggml's backtrace child of a failed assert can deadlock (ovkit.child.NO_BACKTRACE_ENV)
     os.environ.setdefault(NO_BACKTRACE_ENV, "1")
     return ggml
 
@@ -172,9 +163,5 @@ def dequantize(qtype: str, data: bytes, shape: Sequence[int]) -> np.ndarray:
     out = np.empty(n, dtype=np.float32)
     buf = (ctypes.c_uint8 * max(1, len(data))).from_buffer_copy(data if data else b"\0")
     to_float = g.ggml_get_type_traits(tid).contents.to_float
-    to_float(
-        ctypes.cast(buf, ctypes.c_void_p),
-        out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
-        n,
-    )
+    to_float(ctypes.cast(buf, ctypes.c_void_p), out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), n)
     return out.reshape(tuple(shape))

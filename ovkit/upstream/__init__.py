@@ -1,8 +1,5 @@
-"""The real llama.cpp OpenVINO backend (ggml-openvino, built by ``scripts/install-upstream``) side
-by side with ovkit: its build (:func:`detect`), devices (:func:`list_devices`), each catalogue case
-three ways (:func:`three_way`) and its live ``supports_op`` against ovkit's policy
-(:func:`agreement`).  Every native call runs in a child process: a crash is reported, never fatal.
-"""
+"""The real llama.cpp OpenVINO backend side by side with ovkit: its build, devices, each catalogue
+case three ways and its live ``supports_op`` against ovkit's policy, every native call in a child."""
 
 from __future__ import annotations
 

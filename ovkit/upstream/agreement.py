@@ -1,19 +1,16 @@
-"""Live policy agreement: the installed backend's ``supports_op`` against ``ovkit.ops.policy``.
-
-Asked about every tensor of each ``test-ops`` case's ggml graph, and about the output node of each
-row of the shipped test-backend-ops verdicts (rebuilt by :mod:`ovkit.upstream.tensors`), at the
-installed build's revision with the quirks on.  Each difference names the rule behind it: ovkit's
-rejecting gate, or when only the backend rejects, another revision's gate that would (or none).
-"""
+"""Live policy agreement: the installed backend's ``supports_op`` on every ``test-ops`` case and
+every shipped verdict row against ``ovkit.ops.policy`` at its revision; each difference names
+ovkit's rejecting gate, or when only the backend rejects, another revision's that would."""
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ovkit.catalogue.case import ovkit_graph
+from ovkit.catalogue.result import progress_bar
 from ovkit.catalogue.verdicts import Unexpressible, build_case
 from ovkit.ir import OpInfo
 from ovkit.ops.policy import Revision, check_op
@@ -21,7 +18,7 @@ from ovkit.ops.verdict_csv import SHIPPED, Verdict, read_verdicts
 from ovkit.upstream import cases
 from ovkit.upstream.build import UpstreamBuild, require
 from ovkit.upstream.isolate import Isolated
-from ovkit.upstream.ops import DEVICE_CLASS, policy_verdict
+from ovkit.upstream.ops import DEVICE_CLASS, graph_verdict
 
 #: Rows per child request (a crash re-asks that chunk's rows one at a time).
 CHUNK = 256
@@ -88,11 +85,8 @@ def other_rule(info: OpInfo, revision: Revision) -> str:
 
 
 def _catalogue(result: Agreement, worker: Isolated, progress: bool | None) -> None:
-    from tqdm import tqdm
-
-    for c in tqdm(cases.catalogue(), desc="agreement: catalogue", unit="case", file=sys.stderr, leave=False,
-                  disable=not progress if progress is not None else None):  # fmt: skip
-        ours, rule = policy_verdict(c, result.revision)
+    for c in progress_bar(cases.catalogue(), "agreement: catalogue", progress):
+        ours, rule = graph_verdict(*ovkit_graph(c), result.revision)
         out = worker.call({"cmd": "case", "name": c.name, "compute": False})
         theirs = out.reply["supported"] if out.ok else None
         result.compared["catalogue"] += 1
@@ -118,12 +112,9 @@ def _ask_rows(worker: Isolated, rows: Sequence[Verdict]) -> list[dict[str, Any]]
 
 
 def _rows(result: Agreement, worker: Isolated, verdicts: Sequence[Verdict], progress: bool | None) -> None:
-    from tqdm import tqdm
-
     src = "test-backend-ops"
     chunks = [verdicts[i : i + CHUNK] for i in range(0, len(verdicts), CHUNK)]
-    for chunk in tqdm(chunks, desc="agreement: test-backend-ops", unit="chunk", file=sys.stderr, leave=False,
-                      disable=not progress if progress is not None else None):  # fmt: skip
+    for chunk in progress_bar(chunks, "agreement: test-backend-ops", progress, unit="chunk"):
         for v, answer in zip(chunk, _ask_rows(worker, chunk), strict=True):
             if "skip" in answer:
                 result.skipped[answer["skip"]] += 1

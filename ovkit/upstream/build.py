@@ -1,11 +1,6 @@
-"""Which real llama.cpp OpenVINO backend is installed, read from the files alone (nothing loaded).
-
-``scripts/install-upstream`` puts two builds next to ovkit: ggml-python with
-``libggml-openvino.so`` in its ``ggml/lib/`` (driven in a child process), and a complete OpenVINO
-``llama_cpp`` package under ``<prefix>/share/ovkit/llama-openvino`` (run by a child with it first
-on ``PYTHONPATH``; the environment's own ``llama_cpp`` stays the CPU reference).  Features are the
-strings the library embeds (the environment variables it reads).
-"""
+"""Which real llama.cpp OpenVINO backend is installed, read from the files alone: ggml-python with
+``libggml-openvino.so`` and the OpenVINO ``llama_cpp`` under ``<prefix>/share/ovkit/llama-openvino``
+(``scripts/install-upstream``); features are the strings the library embeds."""
 
 from __future__ import annotations
 
@@ -91,19 +86,12 @@ class UpstreamBuild:
         return "\n".join(lines) or f"no real backend installed (run {INSTALL_SCRIPT})"
 
 
-def _features(lib: Path) -> tuple[str, ...]:
-    data = lib.read_bytes()
-    return tuple(k for k, marker in FEATURE_MARKERS.items() if marker in data)
-
-
-def _openvino_lib(lib_dir: Path) -> Path | None:
-    found = sorted(lib_dir.glob("libggml-openvino.so*"))
-    return found[0] if found else None
-
-
 def _library_build(package: str, version: str, lib_dir: Path) -> LibraryBuild:
-    lib = _openvino_lib(lib_dir)
-    return LibraryBuild(package, version, lib_dir, lib, _features(lib) if lib else ())
+    """The build in ``lib_dir``: its ``libggml-openvino.so`` (if any) and the features it embeds."""
+    found = sorted(lib_dir.glob("libggml-openvino.so*"))
+    data = found[0].read_bytes() if found else b""
+    features = tuple(k for k, marker in FEATURE_MARKERS.items() if marker in data)
+    return LibraryBuild(package, version, lib_dir, found[0] if found else None, features)
 
 
 def _environment_build(module: str, package: str) -> LibraryBuild | None:
@@ -166,8 +154,7 @@ def detect() -> UpstreamBuild:
 
 
 def require() -> UpstreamBuild:
-    """:func:`detect`, raising :class:`UpstreamUnavailableError` naming the script when the
-    backend is missing or ggml-python is the CPU-only build."""
+    """:func:`detect`, or :class:`UpstreamUnavailableError` when the backend is missing."""
     found = detect()
     if found.ggml is None:
         raise UpstreamUnavailableError(
@@ -219,8 +206,8 @@ print(*[g.ggml_backend_dev_name(ctypes.c_void_p(g.ggml_backend_dev_get(i))).deco
 
 
 def llama_openvino_devices() -> tuple[Path, list[str]]:
-    """``(the llama_cpp package file, its ggml device names)`` as a child process with
-    :func:`llama_openvino_env` sees them (``OPENVINO0`` among them when the build is right)."""
+    """``(the llama_cpp package file, its ggml device names)`` as a child with
+    :func:`llama_openvino_env` sees them."""
     import subprocess
 
     out = subprocess.run(

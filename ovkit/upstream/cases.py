@@ -1,7 +1,5 @@
-"""The cases ovkit runs side by side with the real backend: the ``test-ops`` set of the curated
-catalogue and the benchmark's small graph, found by name in both processes (inputs drawn from the
-seed of the name, so every side sees the same values).
-"""
+"""The cases run side by side with the real backend: the curated ``test-ops`` set and the
+benchmark's small graph, found by name in both processes (inputs drawn from the name's seed)."""
 
 from __future__ import annotations
 

@@ -47,8 +47,7 @@ def list_devices(worker: Isolated | None = None) -> list[UpstreamDevice]:
 
 
 def ggml_info(worker: Isolated | None = None) -> dict[str, str]:
-    """The loaded ggml's own version and commit (``ggml_version``/``ggml_commit``) and its
-    backend registries, e.g. ``{"ggml_version": "0.15.3", "ggml_commit": "unknown", ...}``."""
+    """The loaded ggml's ``ggml_version``, ``ggml_commit`` and backend ``registries``."""
     out = worker.call({"cmd": "info"}) if worker is not None else call_once({"cmd": "info"})
     if not out.ok:
         raise UpstreamCallError(f"reading the real backend's ggml version failed: {out.status} {out.detail}")

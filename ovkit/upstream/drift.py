@@ -1,12 +1,6 @@
-"""What a backend source tree has that ovkit's tables do not, and the other way round.
-
-``python -m ovkit.upstream drift SOURCE`` reads a llama.cpp checkout or an sdist vendoring one and
-compares the variables it reads (``env_var_names[]``) with ``ovkit.config.ENV_VARS``, its
-registered ops (``openvino/op_table.cpp``) and its ops with a per-op gate (``is_op_(un)supported_case``)
-with the policy's tables of the closest revision.  Exit code 0: no drift, 1: drift, 2: unreadable.
-``scripts/install-upstream`` keeps the sources of the sdist it builds (:func:`keep_sources`,
-:func:`kept_sources`); the tests check that they drift by exactly the decided deltas.
-"""
+"""What a backend source tree (checkout or sdist) has that ovkit's tables do not, and the other way
+round: its variables against ``ovkit.config.ENV_VARS``, its op table and per-op gates against the
+policy's closest revision (``python -m ovkit.upstream drift SOURCE``)."""
 
 from __future__ import annotations
 
@@ -16,6 +10,7 @@ import re
 import shutil
 import sys
 import tarfile
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -65,27 +60,6 @@ def _read_tree(root: Path) -> dict[str, str]:
     }
 
 
-def _sdist_base(path: Path, names: Iterable[str]) -> str:
-    """The member prefix of the backend directory in an sdist (the shallowest one)."""
-    extra = sorted((n for n in names if n.endswith(BACKEND_DIR + FILES["extra"])), key=len)
-    if not extra:
-        raise SourceError(f"{path}: the archive holds no {BACKEND_DIR}{FILES['extra']}")
-    return extra[0][: -len(FILES["extra"])]
-
-
-def _read_sdist(path: Path) -> dict[str, str]:
-    with tarfile.open(path) as tar:
-        members = {m.name: m for m in tar.getmembers() if BACKEND_DIR in m.name and m.isfile()}
-        base = _sdist_base(path, members)
-        texts = {}
-        for key, name in FILES.items():
-            member = members.get(base + name)
-            handle = tar.extractfile(member) if member is not None else None
-            if handle is not None:
-                texts[key] = handle.read().decode("utf-8")
-        return texts
-
-
 def _case_blocks(text: str) -> frozenset[str]:
     """Ops whose case in ``is_op_(un)supported_case`` has a ``return`` left after comments go."""
     gated: set[str] = set()
@@ -110,7 +84,8 @@ def read_source(path: str | Path) -> BackendSource:
     if p.is_dir():
         texts = _read_tree(p)
     elif p.is_file() and tarfile.is_tarfile(p):
-        texts = _read_sdist(p)
+        with tempfile.TemporaryDirectory() as tmp:
+            texts = _read_tree(keep_sources(p, Path(tmp, "src")))
     else:
         raise SourceError(f"{path}: not a directory or a source archive")
     texts = {k: _strip(v) for k, v in texts.items()}
@@ -128,17 +103,10 @@ def read_source(path: str | Path) -> BackendSource:
 # -- ovkit's side -------------------------------------------------------------------------------
 def ovkit_ops(revision: str) -> frozenset[str]:
     """The op_table keys ovkit's policy registers in ``revision`` (NONE has no table entry)."""
+    from ovkit.ir import Op
     from ovkit.ops.policy import REGISTERED, Revision
 
-    prefixes = {"UNARY": "GGML_UNARY_OP_", "GLU": "GGML_GLU_OP_"}  # sub-ops are "UNARY.GELU"
-    keys = set()
-    for op in REGISTERED[Revision(revision)]:
-        group, _, sub = str(op).partition(".")
-        if sub:
-            keys.add(prefixes[group] + sub)
-        elif op != "NONE":
-            keys.add(f"GGML_OP_{op}")
-    return frozenset(keys)
+    return frozenset(op.ggml_name for op in REGISTERED[Revision(revision)] if op != Op.NONE)
 
 
 def ovkit_gated_ops(revision: str) -> frozenset[str]:
@@ -222,9 +190,8 @@ def drift(path: str | Path, revision: str | None = None) -> DriftReport:
 
 
 # -- the sources scripts/install-upstream keeps -------------------------------------------------
-#: Where the install script keeps the backend sources of the sdists it builds, one directory per
-#: ``<package>-<version>`` holding ``ggml/src/ggml-openvino/`` and :data:`ORIGIN_FILE`;
-#: ``$OVKIT_UPSTREAM_SOURCES`` overrides the directory holding them.
+#: Where the install script keeps the backend sources of each sdist it builds (one directory per
+#: ``<package>-<version>``); ``$OVKIT_UPSTREAM_SOURCES`` overrides.
 SOURCES_ENV = "OVKIT_UPSTREAM_SOURCES"
 SOURCES_SUBDIR = Path("share", "ovkit", "sources")
 #: The file naming the sdist the kept sources came from and its sha256.
@@ -232,21 +199,22 @@ ORIGIN_FILE = "ORIGIN"
 
 
 def kept_sources(package: str, version: str) -> Path:
-    """The directory the install script keeps ``package`` ``version``'s backend sources in (it
-    may not exist: :func:`read_source` then says so)."""
+    """The directory the install script keeps ``package`` ``version``'s backend sources in."""
     override = os.environ.get(SOURCES_ENV)
     root = Path(override) if override else Path(sys.prefix) / SOURCES_SUBDIR
     return root / f"{package}-{version}"
 
 
 def keep_sources(sdist: str | Path, dest: str | Path) -> Path:
-    """Copy the ``ggml/src/ggml-openvino/`` tree of ``sdist`` (only it: about 1 MB of a 75 MB
-    archive) to ``dest/ggml/src/ggml-openvino/``, with :data:`ORIGIN_FILE` naming the archive
-    and its sha256; ``dest`` is replaced whole, so a half-written copy never stays."""
+    """Copy ``sdist``'s ``ggml/src/ggml-openvino/`` tree to ``dest`` (replaced whole), with
+    :data:`ORIGIN_FILE` naming the archive and its sha256."""
     src, out = Path(sdist), Path(dest)
     with tarfile.open(src) as tar:
         members = [m for m in tar.getmembers() if m.isfile()]
-        base = _sdist_base(src, (m.name for m in members))
+        extra = sorted((m.name for m in members if m.name.endswith(BACKEND_DIR + FILES["extra"])), key=len)
+        if not extra:
+            raise SourceError(f"{src}: the archive holds no {BACKEND_DIR}{FILES['extra']}")
+        base = extra[0][: -len(FILES["extra"])]  # the shallowest backend directory
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         for m in members:

@@ -1,10 +1,5 @@
-"""Calls into the real backend, each in a child process: a crash never takes the caller down.
-
-:class:`Isolated` keeps one child (``python -m ovkit.upstream.worker``) and sends it one JSON
-request at a time; a child that dies turns the request into an :class:`Outcome` ``CRASH`` with the
-signal (for SIGILL, a hint about ggml-python's build), one past its timeout into ``TIMEOUT``, and
-the next request starts a fresh child.
-"""
+"""Calls into the real backend in a child process (``python -m ovkit.upstream.worker``), one JSON
+request at a time: a crash or timeout becomes an :class:`Outcome`, the next request a fresh child."""
 
 from __future__ import annotations
 

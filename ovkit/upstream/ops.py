@@ -1,18 +1,14 @@
-"""Every catalogue case three ways: ovkit on OpenVINO, the real backend, ggml's CPU backend.
-
-ovkit's side is ``ovkit test-ops``' run; the real backend's, in a child process, is
-``supports_op`` on every tensor of the same program's ggml graph, then, when all are supported,
-the compute on ``OPENVINO0``, both judged against ggml's CPU backend.  The verdicts are compared
-with ovkit's policy at the installed build's revision, so a disagreement names a policy rule.
-"""
+"""Every catalogue case three ways: ovkit on OpenVINO, the real backend (``supports_op`` on every
+tensor, then the compute on ``OPENVINO0``, in a child), both against ggml's CPU backend; the
+verdicts against ovkit's policy at the installed revision, so a disagreement names a rule."""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ovkit.ops.policy import Revision, check_op
 from ovkit.upstream import cases
@@ -25,7 +21,6 @@ if TYPE_CHECKING:
     from ovkit.catalogue.case import Case
     from ovkit.catalogue.run import Row
 
-T = TypeVar("T")
 #: The device class the installed backend runs on here (GGML_OPENVINO_DEVICE unset: CPU).
 DEVICE_CLASS = "CPU"
 
@@ -52,6 +47,10 @@ class ThreeWay:
         """The real backend's verdict equals ovkit's policy (False when it crashed)."""
         return self.upstream_supported is not None and self.upstream_supported == self.ovkit_supported
 
+    def record(self) -> dict[str, Any]:
+        """The fields and ``agrees``, as the JSON output and :func:`three_way` show them."""
+        return {**asdict(self), "agrees": self.agrees}
+
     def line(self) -> str:
         """``  CASE: upstream OK (NMSE 1.2e-14) | ovkit OK (NMSE 0.0e+00) | policy: supported, agrees``."""
 
@@ -67,14 +66,6 @@ class ThreeWay:
             f"  {self.case}: upstream {side(self.upstream_status, self.upstream_nmse)}"
             f" | ovkit {side(self.ovkit_status, self.ovkit_nmse)} | policy: {policy}, {verdict}{extra}"
         )
-
-
-def policy_verdict(c: Case, revision: Revision, device_class: str = DEVICE_CLASS) -> tuple[bool, str]:
-    """ovkit's policy on every op node of the case's graph: (supported, first rejecting gate)."""
-    from ovkit.catalogue.case import ovkit_graph
-
-    g, out = ovkit_graph(c)  # the policy reads shapes and types, not values
-    return graph_verdict(g, out, revision, device_class)
 
 
 def graph_verdict(g: Any, out: Any, revision: Revision, device_class: str = DEVICE_CLASS) -> tuple[bool, str]:
@@ -93,10 +84,11 @@ def three_way_case(
 ) -> ThreeWay:
     """One case three ways (the real backend in ``worker``'s child); ``varied``: the
     ``shapes``/``dtype`` :func:`cases.vary` applied to the catalogue case ``c`` came from."""
+    from ovkit.catalogue.case import ovkit_graph
     from ovkit.catalogue.run import run_case
 
     ours = run_case(c, "CPU", reference="ggml")
-    supported, rule = policy_verdict(c, revision)
+    supported, rule = graph_verdict(*ovkit_graph(c), revision)
     base = {"op": c.op, "case": c.name, "max_nmse": c.max_err, "ovkit_status": ours.status, "ovkit_nmse": ours.err,
             "ovkit_supported": supported, "ovkit_rule": rule}  # fmt: skip
     out = worker.call({"cmd": "case", "name": c.name, **(varied or {})})
@@ -153,30 +145,20 @@ def three_way_row(row: Row, worker: Isolated, revision: Revision) -> ThreeWay:
     return _upstream_side(base, out, worker, detail)
 
 
-def _each(items: Sequence[T], run: Callable[[T, Isolated, Revision], ThreeWay], desc: str,
-          progress: bool | None) -> Iterator[ThreeWay]:  # fmt: skip
-    """``run`` of each item in one isolated child, a progress bar on stderr."""
-    from tqdm import tqdm
+def iter_three_way(
+    picked: Sequence[Case] | None = None, *, rows: Sequence[Row] | None = None, progress: bool | None = None
+) -> Iterator[ThreeWay]:
+    """``picked`` (default: the whole catalogue; :func:`three_way_case`) or test-backend-ops
+    catalogue ``rows`` (:func:`three_way_row`) three ways, in one isolated child."""
+    from ovkit.catalogue.result import progress_bar
 
     revision = require().revision or Revision.N
+    items: Sequence[Any] = rows if rows is not None else list(cases.catalogue() if picked is None else picked)
+    run = three_way_row if rows is not None else three_way_case
+    desc = "test-backend-ops --upstream" if rows is not None else "test-ops --upstream"
     with Isolated() as worker:
-        for x in tqdm(items, desc=desc, unit="case", file=sys.stderr, leave=False,
-                      disable=not progress if progress is not None else None):  # fmt: skip
+        for x in progress_bar(items, desc, progress):
             yield run(x, worker, revision)
-
-
-def iter_catalogue_three_way(rows: Sequence[Row], *, progress: bool | None = None) -> Iterator[ThreeWay]:
-    """test-backend-ops catalogue rows three ways (:func:`three_way_row`)."""
-    return _each(rows, three_way_row, "test-backend-ops --upstream", progress)
-
-
-def iter_three_way(
-    picked: Sequence[Case] | None = None, *, progress: bool | None = None
-) -> Iterator[ThreeWay]:
-    """``picked`` (default: the whole catalogue) three ways (:func:`three_way_case`)."""
-    return _each(
-        list(cases.catalogue() if picked is None else picked), three_way_case, "test-ops --upstream", progress
-    )
 
 
 def run_varied(
@@ -195,8 +177,7 @@ def three_way(picked: Sequence[Case] | None = None, **kw: Any) -> pd.DataFrame:
     """:func:`iter_three_way` as a DataFrame (one row per case, plus ``agrees``)."""
     import pandas as pd
 
-    rows = [{**asdict(r), "agrees": r.agrees} for r in iter_three_way(picked, **kw)]
-    return pd.DataFrame(rows)
+    return pd.DataFrame([r.record() for r in iter_three_way(picked, **kw)])
 
 
 def summary_lines(results: Sequence[ThreeWay], revision: Revision | None) -> list[str]:
@@ -216,9 +197,8 @@ def summary_lines(results: Sequence[ThreeWay], revision: Revision | None) -> lis
 
 
 def cli(args: Any) -> int:
-    """``ovkit test-ops --upstream [-o OP ...] [--json]`` (and ``--catalogue test-backend-ops``:
-    its rows, ``--cases``/``--sample`` as without ``--upstream``): one line per case, totals; exit 1
-    when a verdict disagrees or the real backend crashed."""
+    """``ovkit test-ops --upstream``: one line per case, totals; 1 when a verdict disagrees or the
+    real backend crashed."""
     from tqdm import tqdm
 
     from ovkit import testops
@@ -227,23 +207,22 @@ def cli(args: Any) -> int:
     progress = False if getattr(args, "no_progress", False) else None
     backend_ops = getattr(args, "catalogue", "ovkit") == "test-backend-ops"
     source = (
-        iter_catalogue_three_way(testops.backend_ops_rows(args), progress=progress)
+        iter_three_way(rows=testops.backend_ops_rows(args), progress=progress)
         if backend_ops
         else iter_three_way(testops.select(cases.catalogue(), args.op), progress=progress)
     )
-    results: list[ThreeWay] = []
     if not args.json:
         assert build.ggml is not None
         what = "the test-backend-ops catalogue" if backend_ops else "ovkit's catalogue"
         print(f"Testing OPENVINO0 (the real backend: {build.ggml.package} {build.ggml.version}, policy revision "
               f"{build.revision}) and ovkit on CPU, each against ggml's CPU backend ({what})")  # fmt: skip
+    results: list[ThreeWay] = []
     for r in source:
         results.append(r)
         if not args.json:
             tqdm.write(r.line(), file=sys.stdout)
     if args.json:
-        cases_ = [{**asdict(r), "agrees": r.agrees} for r in results]
-        print(json.dumps({"revision": build.revision, "cases": cases_}, indent=2))
+        print(json.dumps({"revision": build.revision, "cases": [r.record() for r in results]}, indent=2))
     else:
         print("\n".join(summary_lines(results, build.revision)))
     asked = [r for r in results if r.upstream_status != "no case"]

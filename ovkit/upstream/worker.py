@@ -1,14 +1,10 @@
-"""The child side of :mod:`ovkit.upstream.isolate`, the only code that calls the real backend:
-``python -m ovkit.upstream.worker`` answers JSON requests naming a command (:data:`HANDLERS`) on
-:func:`ovkit.child.serve`'s private pipe; an exception becomes ``{"error": ...}``.
-"""
+"""The child side of :mod:`ovkit.upstream.isolate`, the only code that calls the real backend: JSON
+requests naming a command (:data:`HANDLERS`); an exception becomes ``{"error": ...}``."""
 
 from __future__ import annotations
 
 import ctypes
 import json
-import statistics
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -63,8 +59,7 @@ def _text(b: bytes | str | None) -> str:
     return b.decode(errors="replace") if isinstance(b, bytes) else str(b or "")
 
 
-# ----------------------------------------------------------------------------------------------
-# Handlers
+# -- Handlers --------------------------------------------------------------------------------------
 
 
 def _info(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
@@ -134,9 +129,8 @@ def _case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _catalogue_case(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
-    """A test-backend-ops catalogue case (``op``, ``params``) on the real backend, its leaves drawn
-    from the case's own seed as ``ovkit test-ops --catalogue test-backend-ops`` draws them, judged
-    by the case's own error (NMSE, or the index-set distance of TOP_K)."""
+    """A test-backend-ops catalogue case (``op``, ``params``) on the real backend, drawn and judged
+    as ``ovkit test-ops --catalogue test-backend-ops`` does."""
     from ovkit.catalogue import backend_ops
     from ovkit.catalogue.case import draw_all, ggml_inputs
 
@@ -150,18 +144,14 @@ def _bench(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
     from ovkit.upstream import cases
 
     c = cases.find_case(req["name"])
-    session = oracle.program_session(c.program, cases.ggml_inputs(c), backend=be.backend)
-    try:
-        for _ in range(int(req.get("warmup", 1))):
-            session.run()
-        times = []
-        for _ in range(int(req["runs"])):
-            t0 = time.perf_counter()
-            session.run()
-            times.append(time.perf_counter() - t0)
-    finally:
-        session.close()
-    return {"median_s": statistics.median(times), "min_s": min(times), "runs": len(times)}
+    res = oracle.ggml_benchmark_program(
+        c.program,
+        cases.ggml_inputs(c),
+        n_runs=int(req["runs"]),
+        warmup=int(req.get("warmup", 1)),
+        backend=be.backend,
+    )
+    return {"median_s": res.median_s, "min_s": res.min_s, "runs": len(res.times_s)}
 
 
 def _support_rows(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
@@ -179,8 +169,7 @@ def _support_rows(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _model_graph(be: Backend, req: Mapping[str, Any]) -> dict[str, Any]:
-    """``supports_op`` per node of a GGUF model's graph for one shape bucket, built as a ggml
-    graph by the same program ovkit runs (the GGUF's own weight types, zeroed KV caches)."""
+    """``supports_op`` per node of a GGUF model's graph for one shape bucket (ovkit's own program)."""
     from ovkit import oracle
     from ovkit.model.placement import ggml_graph_program
 

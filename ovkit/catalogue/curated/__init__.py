@@ -1,8 +1,6 @@
-"""The curated op cases as one table, each case written once and tagged with its sets: ``test-ops``
-(:mod:`.testops`, small cases per op and parameter), ``ggml`` (:mod:`.vs_ggml`,
-:mod:`.llama_block`: the wider comparison against ggml's CPU backend) and ``perf`` (:mod:`.perf`).
-Names are test-backend-ops' (``OP(type=...,ne_a=[...],...)``); nothing is built at import.
-"""
+"""The curated op cases as one table, each tagged with its sets: ``test-ops`` (:mod:`.testops`),
+``ggml`` (:mod:`.vs_ggml`, :mod:`.llama_block`) and ``perf`` (:mod:`.perf`), named as
+test-backend-ops names cases; nothing is built at import."""
 
 from __future__ import annotations
 

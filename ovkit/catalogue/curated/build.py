@@ -62,9 +62,7 @@ def relabel(c: Case) -> Case:
     return replace(c, params=",".join([label(c.leaves), *rest]))
 
 
-# ---------------------------------------------------------------------------------------------
-# Leaves, by ggml ne
-# ---------------------------------------------------------------------------------------------
+# -- Leaves, by ggml ne ----------------------------------------------------------------------------
 class Range(TypedDict, total=False):
     """A value range of :func:`f` (``f(10, 4, **WIDE)``)."""
 
@@ -87,9 +85,7 @@ def leaf_of(ne: Sequence[int], dtype: str, init: Init = UNIFORM) -> Leaf:
     return Leaf("", pad_ne(ne), dtype, init)
 
 
-# ---------------------------------------------------------------------------------------------
-# Programs as data: builder calls on the leaves
-# ---------------------------------------------------------------------------------------------
+# -- Programs as data: builder calls on the leaves -------------------------------------------------
 def _value(a: Any, b: Any, leaves: Mapping[str, Any]) -> Any:
     if isinstance(a, Call | View):
         return a(b, leaves)
@@ -142,9 +138,7 @@ def case(builder: str, leaves: Mapping[str, Leaf], *args: Any, op: str | None = 
          program: Program | None = None, flops: int = 0, max_nmse: float | None = None,
          why: str = "", rejected: str | None = None, **params: Any) -> Case:  # fmt: skip
     """One case: ``builder(*args)`` on ``leaves`` (or ``program``), named as test-backend-ops names
-    a case (``params`` after the leaves); its op is the builder's (unless ``op``), its threshold
-    the builder's op's (unless ``max_nmse``, with ``why``); ``rejected``: a fragment of the reason
-    the upstream CPU policy gives when it rejects the case."""
+    it; op and threshold the builder's unless given; ``rejected``: a fragment of upstream's reason."""
     named = tuple(replace(lf, name=n) for n, lf in leaves.items())
     key = op or BUILDER_OP[builder]
     bound = max_nmse if max_nmse is not None else table.max_nmse(builder)
@@ -175,9 +169,7 @@ def sub_op_cases(unary: Mapping[str, Leaf], glu: Mapping[str, Leaf]) -> list[Cas
     ]
 
 
-# ---------------------------------------------------------------------------------------------
-# Attention and rope, as llama.cpp feeds them
-# ---------------------------------------------------------------------------------------------
+# -- Attention and rope, as llama.cpp feeds them ---------------------------------------------------
 def attention_inputs(n_q: int, n_kv: int, heads: int, kv_heads: int, hd: int) -> dict[str, Leaf]:
     """q/k/v stored token-major (ne [hd, heads, tokens]) and permuted to [hd, tokens, heads] as
     llama.cpp does; the mask f16 [n_kv, n_q]."""

@@ -1,7 +1,5 @@
 """The comparison set against ggml's CPU backend: every op in layouts, views, types, value ranges
-and model-sized shapes, one ``vs(id, builder, leaves, *args)`` row per case (``ne`` innermost
-first); a case the upstream CPU policy rejects names a fragment of its reason (``rejected``).
-"""
+and model-sized shapes, one ``vs(id, builder, leaves, *args)`` row per case (``ne`` innermost first)."""
 
 from __future__ import annotations
 
@@ -245,9 +243,8 @@ def _mul_mat_cases() -> list[Case]:
 
 
 def _quantized_cases() -> list[Case]:
-    """Quantized weights (the upstream backend's 8 quantized types).  mul_mat: ggml quantizes the
-    activations too (q8 dot products), so test_mul_mat's 5e-4 applies; get_rows: ggml decodes the
-    blocks to f32, rows of 512 avoid the upstream ne[0]==256 gate."""
+    """Quantized weights (the upstream backend's 8 types); get_rows rows of 512 avoid upstream's
+    ne[0]==256 gate."""
     out = []
     for q in QUANT_TYPES:
         out += [
