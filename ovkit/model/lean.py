@@ -157,7 +157,6 @@ class WeightFile:
             mm.madvise(mmap.MADV_DONTNEED)
 
 
-
 #: Blocks converted per step: the step's temporaries stay in the CPU's caches.
 _STEP = 1 << 15
 
