@@ -1,6 +1,7 @@
 """Every walkthrough notebook, run top to bottom in JupyterLab in a real Chromium, twice: with
 every optional part this machine has, and as after a plain install (``plain_env``: no real
-backend, no ggml-python, no llama.cpp, no fetched model).
+backend, no ggml-python, no llama.cpp, no fetched model); 05 and 08 with smaller parameters
+(``BROWSER_PARAMETERS``).
 
 Each notebook must run with no error output, no widget that failed to render ("Error displaying
 widget") and no broken image, and its last cell must print its result.  The whole notebook is
