@@ -1,4 +1,5 @@
-"""Shared fixtures: a clean GGML_OPENVINO_* environment for every test, a compiled-model cache."""
+"""Shared fixtures: a clean GGML_OPENVINO_* environment for every test, a compiled-model cache;
+bytecode kept for the interpreters the suite starts."""
 
 from __future__ import annotations
 
@@ -8,6 +9,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+#: Where bytecode goes when PYTHONDONTWRITEBYTECODE is set (nothing is written beside the sources).
+PYCACHE = Path.home() / ".cache" / "ovkit" / "pycache"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep bytecode under PYCACHE instead of not at all: the suite starts hundreds of interpreters
+    (CLI runs, llama.cpp children, kernels, workers) that would each compile ovkit from source
+    again (measured: a quarter of the wall time of the CLI tests)."""
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
+        os.environ.setdefault("PYTHONPYCACHEPREFIX", str(PYCACHE))
+        sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
+        sys.dont_write_bytecode = False
 
 
 def _reload_engines() -> None:

@@ -1,6 +1,7 @@
 """Every walkthrough notebook, run top to bottom in JupyterLab in a real Chromium, twice: with
 every optional part this machine has, and as after a plain install (``plain_env``: no real
-backend, no ggml-python, no llama.cpp, no fetched model).
+backend, no ggml-python, no llama.cpp, no fetched model); 05 and 08 with smaller parameters
+(``BROWSER_PARAMETERS``).
 
 Each notebook must run with no error output, no widget that failed to render ("Error displaying
 widget") and no broken image, and its last cell must print its result.  The whole notebook is
@@ -10,11 +11,13 @@ at.  The JupyterLab server and the browser come from ``browser_lab``.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nbformat
+import papermill.iorw
+import papermill.parameterize
 import playwright.sync_api as playwright_sync
 import pytest
 from browser_lab import (
@@ -35,6 +38,21 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("0*.ipynb"))
 SCROLLER = f"{PANEL} .jp-WindowedPanel-outer"  # the notebook's scrolling element
 MAX_SCREENS = 40
+#: Smaller parameters for the two heaviest walkthroughs, injected as papermill does: the browser
+#: checks how every kind of output draws, which fewer ops and one model show as well.  The
+#: defaults run top to bottom (and their results are asserted) in tests/test_notebooks.py and
+#: tests/test_notebooks_plain.py.
+BROWSER_PARAMETERS: dict[str, dict[str, Any]] = {
+    "05-op-coverage": {
+        "ops": ["ADD", "MUL_MAT", "GET_ROWS"],
+        "upstream_ops": ["ADD", "MUL_MAT"],
+        "catalogue_ops": ["ADD", "SOFT_MAX"],
+        "catalogue_rows_per_op": 1,
+    },
+    "08-real-models": {"models": "smollm2-135m", "n_predict": 4, "runtimes": "llama.cpp"},
+}
+#: Resolves once the browser has drawn two frames: the scrolled-to outputs are painted then.
+PAINTED = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
 
 
 def _serve(tmp_path_factory: pytest.TempPathFactory, kernel_env: dict[str, str] | None) -> Iterator[str]:
@@ -42,7 +60,10 @@ def _serve(tmp_path_factory: pytest.TempPathFactory, kernel_env: dict[str, str] 
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
     root = tmp_path_factory.mktemp("lab-notebooks")
     for name in NOTEBOOKS:
-        shutil.copy(ROOT / "notebooks" / f"{name}.ipynb", root / f"{name}.ipynb")
+        nb = papermill.iorw.load_notebook_node(str(ROOT / "notebooks" / f"{name}.ipynb"))
+        if name in BROWSER_PARAMETERS:
+            nb = papermill.parameterize.parameterize_notebook(nb, BROWSER_PARAMETERS[name])
+        nbformat.write(nb, root / f"{name}.ipynb")
     with jupyter_lab(root, tmp_path_factory.mktemp("jupyter-home"), kernel_env) as url:
         yield url
 
@@ -97,7 +118,7 @@ def _save_screens(page: Any, name: str) -> list[Path]:
         if top <= last_top:  # could not scroll further: the end is saved
             break
         last_top = top
-        page.wait_for_timeout(300)  # let the outputs scrolled into view paint
+        page.evaluate(PAINTED)  # let the outputs scrolled into view paint
         path = ARTIFACTS / f"notebook-{name}-{i + 1:02d}.png"
         page.screenshot(path=str(path))
         saved.append(path)
