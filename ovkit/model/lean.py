@@ -613,12 +613,23 @@ def build(
     return model, stats
 
 
-def compile_properties(exact: bool, n_threads: int | None) -> dict[str, Any]:
+#: From this many bytes of weights the device precision is f32 activations quantized to int8 per
+#: 32 on the fly (the plugin's dynamic quantization, llama.cpp's own Q8_0 activations) instead of
+#: bf16: at one row the plugin reads 4-bit weights at 10.3-10.8 GB/s against 7.0 in bf16
+#: (``benchmarks/probe_gemv.py``), so decode is faster once the weights outgrow the caches; on
+#: smaller models bf16 prefills 2.5x faster on AMX and decodes as fast.
+DYNAMIC_INT8_FROM_BYTES = 512 << 20
+
+
+def compile_properties(exact: bool, n_threads: int | None, weight_bytes: int = 0) -> dict[str, Any]:
     """CPU properties: f16 KV cache as llama.cpp keeps it; ``exact``: f32 arithmetic and no
-    dynamic quantization of activations (the device's own precision otherwise)."""
+    dynamic quantization of activations; else the device's own precision, with int8 activations
+    for weights of ``DYNAMIC_INT8_FROM_BYTES`` or more."""
     props: dict[str, Any] = {"KV_CACHE_PRECISION": "f16", "PERFORMANCE_HINT": "LATENCY"}
     if exact:
         props |= {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+    elif weight_bytes >= DYNAMIC_INT8_FROM_BYTES:
+        props |= {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "32"}
     if n_threads:
         props["INFERENCE_NUM_THREADS"] = str(n_threads)
     return props
@@ -666,7 +677,10 @@ class LeanSession:
 
     @property
     def inference_precision(self) -> str:
-        return str(self.compiled.get_property("INFERENCE_PRECISION_HINT").to_string())
+        """The activations' precision, "+ int8 activations" where they are quantized on the fly."""
+        precision = str(self.compiled.get_property("INFERENCE_PRECISION_HINT").to_string())
+        dq = int(self.compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE"))
+        return f"{precision} + int8 activations per {dq}" if dq and precision == "f32" else precision
 
     def profile(self) -> list[Any]:
         return list(self.request.profiling_info)
@@ -691,7 +705,7 @@ def compile_lean(
     and these settings is, else exported there once warm (``ovkit.model.lean_cache``)."""
     import gc
 
-    props = compile_properties(exact, n_threads)
+    props = compile_properties(exact, n_threads, sum(device_bytes(t) for t in gguf.tensors.values()))
     if profiling:
         props["PERF_COUNT"] = True
     cache = None

@@ -39,7 +39,7 @@ from ovkit.runtime import Core
 logger = logging.getLogger("ovkit")
 
 #: The entry's layout; a change makes every older entry a miss.
-FORMAT = 1
+FORMAT = 2
 _IMPORT_FAILED = "ovkit: lean model cache entry %s not imported (%s), recompiling"
 #: Paths already warned about in this process (until an entry is written there again): an entry
 #: that cannot be replaced (a directory in its place) would otherwise warn on every start.
