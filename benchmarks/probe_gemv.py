@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _util import load_average, machine, spread  # noqa: E402
@@ -106,25 +107,23 @@ def run_openvino(form: str, layers: int, steps: int) -> dict[str, object]:
 def run_ggml(layers: int, steps: int) -> dict[str, object]:
     import numpy as np
 
-    from ovkit.oracle import QuantArray, ggml_benchmark, ggml_module
+    from ovkit.oracle import QuantArray, ggml_benchmark_program
 
-    g = ggml_module()
     rng = np.random.default_rng(0)
-    weights = []
-    for _ in range(layers):
+    inputs: dict[str, Any] = {"x": rng.standard_normal((1, K)).astype(np.float32)}
+    for i in range(layers):
         blocks = np.empty((N * K // 32, 18), np.uint8)
         blocks[:, :2] = np.full((len(blocks), 1), np.float16(0.01)).view(np.uint8)
         blocks[:, 2:] = rng.integers(0, 256, (len(blocks), 16), dtype=np.uint8)
-        weights.append(QuantArray("q4_0", (N, K), blocks.tobytes()))
-    x = rng.standard_normal((1, K)).astype(np.float32)
+        inputs[f"w{i}"] = QuantArray("q4_0", (N, K), blocks.tobytes())
 
-    def build(ctx: object, *tensors: object) -> object:
-        *ws, cur = tensors
-        for w in ws:
-            cur = g.ggml_view_1d(ctx, g.ggml_mul_mat(ctx, w, cur), K, 0)
+    def program(b: Any, t: dict[str, Any]) -> Any:
+        cur = t["x"]
+        for i in range(layers):
+            cur = b.view_1d(b.mul_mat(t[f"w{i}"], cur), K, 0)
         return cur
 
-    result = ggml_benchmark(build, *weights, x, n_runs=steps, warmup=3, n_threads=THREADS)
+    result = ggml_benchmark_program(program, inputs, n_runs=steps, warmup=3, n_threads=THREADS)
     return {
         "seconds": result.median_s,
         "bytes": layers * form_bytes("i4", 32),
