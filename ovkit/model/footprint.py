@@ -19,7 +19,7 @@ from ovkit import quant
 from ovkit.gguf import GGUFModel
 from ovkit.memory import format_bytes, host_memory
 from ovkit.model.arch import HParams, ModelError
-from ovkit.model.lean import device_bytes
+from ovkit.model.lean import model_device_bytes
 from ovkit.model.program import F16_BYTES, cache_names
 from ovkit.report import FrameReport
 from ovkit.runtime import Core
@@ -75,8 +75,7 @@ PEAK_PER_WEIGHT_BYTE = 1.5
 def predicted_peak(gguf: GGUFModel, hp: HParams, n_ctx: int) -> int:
     """Peak RSS of loading and running the lean form: the weights ``PEAK_PER_WEIGHT_BYTE`` times,
     the KV cache and the process."""
-    weights = sum(device_bytes(t) for t in gguf.tensors.values())
-    return int(PEAK_PER_WEIGHT_BYTE * weights) + kv_bytes(hp, n_ctx) + BASE_BYTES
+    return int(PEAK_PER_WEIGHT_BYTE * model_device_bytes(gguf)) + kv_bytes(hp, n_ctx) + BASE_BYTES
 
 
 def check_fits(gguf: GGUFModel, hp: HParams, n_ctx: int) -> None:

@@ -93,6 +93,11 @@ class WeightStats:
     decoded: tuple[str, ...]
 
 
+def model_device_bytes(gguf: GGUFModel) -> int:
+    """Bytes every tensor of the file takes in its device form."""
+    return sum(device_bytes(t) for t in gguf.tensors.values())
+
+
 def device_bytes(info: TensorInfo) -> int:
     """Bytes a tensor takes in its device form (before the plugin's own packing)."""
     n = int(np.prod(info.shape))
@@ -609,7 +614,7 @@ def build(
     result = ops.result(logits)
     result.output(0).get_tensor().set_names({LOGITS})
     model = ov.Model([result], sinks, [tokens, positions, out_ids, beam], f"ovkit-lean-{hp.arch}")
-    stats = WeightStats(sum(device_bytes(t) for t in gguf.tensors.values()), tuple(W.decoded))
+    stats = WeightStats(model_device_bytes(gguf), tuple(W.decoded))
     return model, stats
 
 
@@ -705,7 +710,7 @@ def compile_lean(
     and these settings is, else exported there once warm (``ovkit.model.lean_cache``)."""
     import gc
 
-    props = compile_properties(exact, n_threads, sum(device_bytes(t) for t in gguf.tensors.values()))
+    props = compile_properties(exact, n_threads, model_device_bytes(gguf))
     if profiling:
         props["PERF_COUNT"] = True
     cache = None
