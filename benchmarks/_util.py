@@ -8,6 +8,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def load_average() -> str:
@@ -88,3 +89,36 @@ def machine() -> str:
         f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_int8") if f in flags
     ]
     return f"{name} [{' '.join(isa) or 'flags unknown'}] (OpenVINO {ov.__version__.split('-')[0]}, CPU default {precision})"
+
+
+def fc_chain(
+    container: str, group: int, zero_point: bool, layers: int, n: int, k: int, rows: int = -1
+) -> Any:
+    """An ``ov.Model`` of ``layers`` FullyConnected layers with random compressed [n, k] weights as
+    the lean form writes them (``container`` i4/u4/i8 with an f16 scale per ``group``; u4 with a
+    zero point 8 where ``zero_point``), each output cut back to ``k`` for the next; input ``x``
+    [rows, k] (-1: dynamic)."""
+    import numpy as np
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    rng = np.random.default_rng(0)
+    x = ops.parameter([rows, k], ov.Type.f32, name="x")
+    cur = x
+    for _ in range(layers):
+        if container == "i8":
+            w = ops.constant(rng.integers(-128, 127, (n, k // group, group), dtype=np.int8))
+        else:
+            packed = rng.integers(0, 256, (n, k // group, group // 2), dtype=np.uint8)
+            tensor = ov.Tensor(packed, ov.Shape([n, k // group, group]), getattr(ov.Type, container))
+            w = ov.op.Constant(tensor, shared_memory=False)
+        wf = ops.convert(w, "f16")
+        if zero_point:
+            wf = ops.subtract(wf, ops.constant(np.float16(8)))
+        scale = (rng.random((n, k // group, 1), dtype=np.float32) * 0.01).astype(np.float16)
+        wf = ops.convert(
+            ops.reshape(ops.multiply(wf, ops.constant(scale)), ops.constant(np.array([n, k])), False), "f32"
+        )
+        y = ops.matmul(cur, wf, False, True)
+        cur = ops.slice(y, np.array([0]), np.array([k]), np.array([1]), np.array([1]))
+    return ov.Model([ops.result(cur)], [x])

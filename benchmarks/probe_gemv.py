@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _util import load_average, machine, spread  # noqa: E402
+from _util import fc_chain, load_average, machine, spread  # noqa: E402
 
 N, K = 11008, 4096
 THREADS = 2
@@ -61,30 +61,10 @@ def form_bytes(container: str, group: int) -> int:
 def run_openvino(form: str, layers: int, steps: int) -> dict[str, object]:
     import numpy as np
     import openvino as ov
-    import openvino.opset13 as ops
 
     container, group, zp, props = FORMS[form]
+    model = fc_chain(container, group, zp, layers, N, K, rows=1)
     rng = np.random.default_rng(0)
-    x = ops.parameter([1, K], ov.Type.f32, name="x")
-    cur = x
-    for _ in range(layers):
-        if container == "i8":
-            w = ops.constant(rng.integers(-128, 127, (N, K // group, group), dtype=np.int8))
-        else:
-            packed = rng.integers(0, 256, (N, K // group, group // 2), dtype=np.uint8)
-            w = ov.op.Constant(
-                ov.Tensor(packed, ov.Shape([N, K // group, group]), getattr(ov.Type, container)),
-                shared_memory=False,
-            )
-        wf = ops.convert(w, "f16")
-        if zp:
-            wf = ops.subtract(wf, ops.constant(np.float16(8)))
-        scale = (rng.random((N, K // group, 1), dtype=np.float32) * 0.01).astype(np.float16)
-        wf = ops.multiply(wf, ops.constant(scale))
-        wf = ops.convert(ops.reshape(wf, ops.constant(np.array([N, K])), False), "f32")
-        y = ops.matmul(cur, wf, False, True)
-        cur = ops.slice(y, np.array([0]), np.array([K]), np.array([1]), np.array([1]))
-    model = ov.Model([ops.result(cur)], [x])
     properties = {"INFERENCE_NUM_THREADS": str(THREADS), "PERFORMANCE_HINT": "LATENCY", **props}
     compiled = ov.Core().compile_model(model, "CPU", properties)
     del model

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _util import load_average, spread  # noqa: E402
+from _util import fc_chain, load_average, spread  # noqa: E402
 
 N, K = 8640, 3200  # an OpenLLaMA-3B FFN weight
 
@@ -29,26 +29,9 @@ def child(kind: str, layers: int) -> dict[str, float | str]:
     """Compile and time one stack of ``layers`` weights of ``kind`` (runs in its own process)."""
     import numpy as np
     import openvino as ov
-    import openvino.opset13 as ops
 
-    rng = np.random.default_rng(0)
-    x = ops.parameter([-1, K], ov.Type.f32, name="x")
-    cur = x
-    for _ in range(layers):
-        if kind == "i8":
-            w = ops.constant(rng.integers(-128, 127, (N, K // 32, 32), dtype=np.int8))
-        else:
-            packed = rng.integers(0, 256, (N, K // 32, 16), dtype=np.uint8)
-            et = ov.Type.i4 if kind == "i4" else ov.Type.u4
-            w = ov.op.Constant(ov.Tensor(packed, ov.Shape([N, K // 32, 32]), et), shared_memory=False)
-        wf = ops.convert(w, "f16")
-        if kind == "u4":
-            wf = ops.subtract(wf, ops.constant(np.float16(8)))
-        scale = ops.constant((rng.random((N, K // 32, 1), dtype=np.float32) * 0.01).astype(np.float16))
-        wf = ops.convert(ops.reshape(ops.multiply(wf, scale), ops.constant(np.array([N, K])), False), "f32")
-        y = ops.matmul(cur, wf, False, True)
-        cur = ops.slice(y, np.array([0]), np.array([K]), np.array([1]), np.array([1]))
-    compiled = ov.Core().compile_model(ov.Model([ops.result(cur)], [x]), "CPU", {"INFERENCE_NUM_THREADS": 2})
+    model = fc_chain(kind, 32, kind == "u4", layers, N, K)
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": 2})
     request = compiled.create_infer_request()
     out: dict[str, float | str] = {}
     for name, rows in (("first32", 32), ("first1", 1), ("steady32", 32)):
