@@ -166,17 +166,20 @@ def _add_id(op: str, params: str, p: dict[str, Any]) -> Case:
 def _call(
     fn: str, *args: Any, init: Init = UNIFORM, leaves: tuple[str, ...] = ("a",), **case: Any
 ) -> CaseBuilder:
-    """``out = ggml_<fn>(*leaves, *args)``, the leaves of ``type``/``ne`` (or ``ne_a``) drawn as
-    ``init``; an argument made by :func:`_i` / :func:`_f` reads that row parameter."""
+    """``out = ggml_<fn>(*leaves, *args)`` (``ggml_<fn>_inplace`` when ``inplace=1``), leaf ``n``
+    of ``type_n``/``ne_n`` (else ``type``/``ne``/``ne_a``) drawn as ``init``; an argument made by
+    :func:`_i` / :func:`_f` reads that row parameter."""
 
     def build(op: str, params: str, p: dict[str, Any]) -> Case:
         vals = [a(p) if callable(a) else a for a in args]
-        ne, t = _ne_of(p, "ne", "ne_a"), p.get("type", "f32")
+        name = fn + ("_inplace" if int(p.get("inplace", 0)) else "")
 
         def program(b: Any, x: Mapping[str, Any]) -> Any:
-            return getattr(b, fn)(*(x[n] for n in leaves), *vals)
+            return getattr(b, name)(*(x[n] for n in leaves), *vals)
 
-        return _case(op, params, tuple(Leaf(n, ne, t, init) for n in leaves), program, **case)
+        made = tuple(Leaf(n, _ne_of(p, f"ne_{n}", "ne", "ne_a"), p.get(f"type_{n}", p.get("type", "f32")), init)
+                     for n in leaves)  # fmt: skip
+        return _case(op, params, made, program, **case)
 
     return build
 
@@ -185,16 +188,8 @@ def _i(key: str) -> Callable[[dict[str, Any]], int]:
     return lambda p: int(p[key])
 
 
-def _f(key: str) -> Callable[[dict[str, Any]], float]:
-    return lambda p: float(p[key])
-
-
-def _scale(op: str, params: str, p: dict[str, Any]) -> Case:
-    s, bias = float(p["scale"]), float(p.get("bias", 0.0))
-    fn = "scale_bias_inplace" if int(p.get("inplace", 0)) else "scale_bias"
-    return _case(
-        op, params, (Leaf("a", pad_ne(p["ne"]), p["type"]),), lambda b, x: getattr(b, fn)(x["a"], s, bias)
-    )
+def _f(key: str, default: float | None = None) -> Callable[[dict[str, Any]], float]:
+    return lambda p: float(p[key] if default is None else p.get(key, default))
 
 
 # -- data movement ---------------------------------------------------------------------------------
@@ -411,11 +406,6 @@ def _pad_reflect_1d(op: str, params: str, p: dict[str, Any]) -> Case:
     p0, p1 = int(p["pad_0"]), int(p["pad_1"])
     leaf = Leaf("a", pad_ne(p["ne_a"][:2]), p["type"])  # test_pad_reflect_1d: a 2-D tensor of ne_a[0:2]
     return _case(op, params, (leaf,), lambda b, x: b.pad_reflect_1d(x["a"], p0, p1))
-
-
-def _arange(op: str, params: str, p: dict[str, Any]) -> Case:
-    args = [float(p[k]) for k in ("start", "stop", "step")]
-    return _case(op, params, (), lambda b, x: b.arange(*args))
 
 
 def _opt_step_sgd(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -790,15 +780,8 @@ def _conv_transpose_2d(op: str, params: str, p: dict[str, Any]) -> Case:
                 program=lambda b, x: b.conv_transpose_2d_p0(x["kernel"], x["input"], stride))  # fmt: skip
 
 
-def _pool(dims: int) -> CaseBuilder:
-    def build(op: str, params: str, p: dict[str, Any]) -> Case:
-        kind = 0 if p["pool_type"] == "max" else 1  # GGML_OP_POOL_MAX = 0, AVG = 1
-        keys = ("k0", "s0", "p0") if dims == 1 else ("k0", "k1", "s0", "s1", "p0", "p1")
-        args = [int(p[k]) for k in keys]
-        return _case(op, params, (Leaf("input", pad_ne(p["ne_input"]), p["type_input"]),),
-                     lambda b, x: getattr(b, f"pool_{dims}d")(x["input"], kind, *args))  # fmt: skip
-
-    return build
+def _pool_kind(p: dict[str, Any]) -> int:
+    return 0 if p["pool_type"] == "max" else 1  # GGML_OP_POOL_MAX = 0, AVG = 1
 
 
 def _col2im_1d(op: str, params: str, p: dict[str, Any]) -> Case:
@@ -818,11 +801,6 @@ def _conv_transpose_1d(op: str, params: str, p: dict[str, Any]) -> Case:
 # -- misc ------------------------------------------------------------------------------------------
 
 
-def _ssm_conv(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = (Leaf("a", pad_ne(p["ne_a"]), p["type"]), Leaf("b", pad_ne(p["ne_b"]), p["type"]))
-    return _case(op, params, leaves, lambda b, x: b.ssm_conv(x["a"], x["b"]))
-
-
 def _solve_tri(op: str, params: str, p: dict[str, Any]) -> Case:
     leaves = (
         Leaf("a", pad_ne(p["ne_lhs"]), p["type"], Init("tril")),
@@ -835,12 +813,13 @@ def _solve_tri(op: str, params: str, p: dict[str, Any]) -> Case:
 BUILDERS: dict[str, CaseBuilder] = {
     # elementwise
     **{u: _unary for u in UNARY}, **{g: _glu for g in GLU}, "SWIGLU_OAI": _glu,
-    **{o: _bin for o in ("ADD", "SUB", "MUL", "DIV")}, "ADD_ID": _add_id, "SCALE": _scale, "SQR": _call("sqr"),
+    **{o: _bin for o in ("ADD", "SUB", "MUL", "DIV")}, "ADD_ID": _add_id, "SQR": _call("sqr"),
     "SQRT": _call("sqrt", init=Init("uniform", 50.0, 100.0)), "LOG": _call("log", init=POS_09),
     "SIN": _call("sin", init=Init("uniform", -6.5, 6.5)), "COS": _call("cos", init=Init("uniform", -6.5, 6.5)),
     "LEAKY_RELU": _call("leaky_relu", _f("negative_slope"), False), "FILL": _call("fill", _f("c")),
     "CLAMP": _call("clamp", _f("min"), _f("max")), "TRI": _call("tri", _i("tri_type")), "DIAG": _call("diag"),
-    "DIAG_MASK_INF": _call("diag_mask_inf", _i("n_past")), "ARANGE": _arange,
+    "DIAG_MASK_INF": _call("diag_mask_inf", _i("n_past")),
+    "SCALE": _call("scale_bias", _f("scale"), _f("bias", 0.0)), "ARANGE": _call("arange", _f("start"), _f("stop"), _f("step"), leaves=()),
     "XIELU": _call("xielu", 4.0, 20.0, 0.5, 1e-7),  # test_xielu: alpha_n, alpha_p, beta, eps
     "TIMESTEP_EMBEDDING": _call("timestep_embedding", _i("dim"), _i("max_period")),
     # data movement
@@ -860,12 +839,13 @@ BUILDERS: dict[str, CaseBuilder] = {
     # matrices, attention, rope, softmax, recurrent
     "MUL_MAT": _mul_mat, "MUL_MAT_ID": _mul_mat_id, "MUL_MAT_HADAMARD": _mul_mat_hadamard,
     "OUT_PROD": _out_prod, "SOFT_MAX": _soft_max, "ROPE": _rope, "ROPE_BACK": _rope,
-    "FLASH_ATTN_EXT": _flash_attn, "GATED_DELTA_NET": _gated_delta_net, "SSM_CONV": _ssm_conv,
+    "FLASH_ATTN_EXT": _flash_attn, "GATED_DELTA_NET": _gated_delta_net, "SSM_CONV": _call("ssm_conv", leaves=AB),
     "SOLVE_TRI": _solve_tri,
     # convolution family
     "IM2COL": _im2col, "IM2COL_3D": _im2col_3d, "CONV_2D": _conv_2d, "CONV_2D_DW": _conv_2d_dw,
     "CONV_3D": _conv_3d, "CONV_TRANSPOSE_1D": _conv_transpose_1d, "CONV_TRANSPOSE_2D": _conv_transpose_2d,
-    "POOL_1D": _pool(1), "POOL_2D": _pool(2), "COL2IM_1D": _col2im_1d,
+    "POOL_1D": _call("pool_1d", _pool_kind, *map(_i, ("k0", "s0", "p0")), leaves=("input",)),
+    "POOL_2D": _call("pool_2d", _pool_kind, *map(_i, ("k0", "k1", "s0", "s1", "p0", "p1")), leaves=("input",)), "COL2IM_1D": _col2im_1d,
 }  # fmt: skip
 
 

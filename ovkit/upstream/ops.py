@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 from ovkit.ops.policy import Revision, check_op
 from ovkit.upstream import cases
 from ovkit.upstream.build import require
-from ovkit.upstream.isolate import Isolated, Outcome
+from ovkit.upstream.isolate import Isolated
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from ovkit.catalogue.case import Case
+    from ovkit.catalogue.result import Result
     from ovkit.catalogue.run import Row
 
 #: The device class the installed backend runs on here (GGML_OPENVINO_DEVICE unset: CPU).
@@ -84,19 +85,45 @@ def three_way_case(
 ) -> ThreeWay:
     """One case three ways (the real backend in ``worker``'s child); ``varied``: the
     ``shapes``/``dtype`` :func:`cases.vary` applied to the catalogue case ``c`` came from."""
-    from ovkit.catalogue.case import ovkit_graph
     from ovkit.catalogue.run import run_case
 
     ours = run_case(c, "CPU", reference="ggml")
-    supported, rule = graph_verdict(*ovkit_graph(c), revision)
+    return _three_way(c, ours, {"cmd": "case", "name": c.name, **(varied or {})}, worker, revision)
+
+
+def three_way_row(row: Row, worker: Isolated, revision: Revision) -> ThreeWay:
+    """One test-backend-ops catalogue row three ways: ovkit (as ``--policy none``) and the real
+    backend, both against ggml's CPU backend; ovkit's policy at ``revision`` on every op node."""
+    from ovkit.catalogue import backend_ops
+    from ovkit.catalogue import run as catalogue
+
+    ours = catalogue.run_row(row, policy="none")
+    try:
+        case = backend_ops.build(row.op, row.params)
+    except backend_ops.NoCase as exc:
+        return ThreeWay(row.op, row.name, 0.0, ours.status, ours.err, False, "no case", "no case", None, None,
+                        detail=str(exc))  # fmt: skip
+    request = {"cmd": "catalogue_case", "op": row.op, "params": row.params}
+    return _three_way(case, ours, request, worker, revision, row)
+
+
+def _three_way(c: Case, ours: Result, request: dict[str, Any], worker: Isolated, revision: Revision,
+               row: Row | None = None) -> ThreeWay:  # fmt: skip
+    """ovkit's result ``ours`` and policy on ``c`` beside the worker's answer to ``request``."""
+    from ovkit.catalogue.case import ovkit_graph
+    from ovkit.catalogue.run import upstream_verdict
+
+    try:
+        supported, rule = graph_verdict(*ovkit_graph(c), revision)
+    except Exception:  # ovkit cannot build a row's graph: the policy on the output node alone
+        if row is None:
+            raise
+        supported, reason = upstream_verdict(row, DEVICE_CLASS)
+        rule = "" if supported else reason
     base = {"op": c.op, "case": c.name, "max_nmse": c.max_err, "ovkit_status": ours.status, "ovkit_nmse": ours.err,
             "ovkit_supported": supported, "ovkit_rule": rule}  # fmt: skip
-    out = worker.call({"cmd": "case", "name": c.name, **(varied or {})})
-    return _upstream_side(base, out, worker, ours.detail if ours.status == "FAIL" else "")
-
-
-def _upstream_side(base: dict[str, Any], out: Outcome, worker: Isolated, detail: str) -> ThreeWay:
-    """The row from ovkit's side (``base``) and the worker's answer about the real backend."""
+    detail = ours.detail if ours.status in ("FAIL", "not translatable") else ""
+    out = worker.call(request)
     if not out.ok:
         return ThreeWay(**base, upstream_status=out.status, upstream_nmse=None, upstream_supported=None,
                         detail=f"{out.detail}{'; ' + detail if detail else ''}")  # fmt: skip
@@ -113,36 +140,6 @@ def _upstream_side(base: dict[str, Any], out: Outcome, worker: Isolated, detail:
         status = reply["status"]  # the judge's, in the worker: the case's own error and bound
     return ThreeWay(**base, upstream_status=status, upstream_nmse=nmse, upstream_supported=reply["supported"],
                     upstream_rejects=rejects, detail=detail)  # fmt: skip
-
-
-def three_way_row(row: Row, worker: Isolated, revision: Revision) -> ThreeWay:
-    """One test-backend-ops catalogue row three ways: ovkit (as ``--policy none``) and the real
-    backend, both against ggml's CPU backend; ovkit's policy at ``revision`` on every op node."""
-    from ovkit.catalogue import backend_ops
-    from ovkit.catalogue import run as catalogue
-    from ovkit.catalogue.case import ovkit_graph
-
-    ours = catalogue.run_row(row, policy="none")
-    base: dict[str, Any] = {
-        "op": row.op,
-        "case": row.name,
-        "ovkit_status": ours.status,
-        "ovkit_nmse": ours.err,
-    }
-    try:
-        case = backend_ops.build(row.op, row.params)
-    except backend_ops.NoCase as exc:
-        return ThreeWay(**base, max_nmse=0.0, ovkit_supported=False, ovkit_rule="no case", upstream_status="no case",
-                        upstream_nmse=None, upstream_supported=None, detail=str(exc))  # fmt: skip
-    try:
-        supported, rule = graph_verdict(*ovkit_graph(case), revision)
-    except Exception:  # ovkit cannot build the graph: the policy on the output node alone
-        supported, reason = catalogue.upstream_verdict(row, DEVICE_CLASS)
-        rule = "" if supported else reason
-    base.update(max_nmse=case.max_err, ovkit_supported=supported, ovkit_rule=rule)
-    detail = ours.detail if ours.status in ("FAIL", "not translatable") else ""
-    out = worker.call({"cmd": "catalogue_case", "op": row.op, "params": row.params})
-    return _upstream_side(base, out, worker, detail)
 
 
 def iter_three_way(

@@ -5,7 +5,6 @@ test-backend-ops names cases; nothing is built at import."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from dataclasses import replace
 
 from ovkit.catalogue.case import Case
@@ -30,22 +29,15 @@ __all__ = [
 ]  # fmt: skip
 
 
-def _tagged(tag: str, cs: Sequence[Case]) -> list[Case]:
-    return [replace(c, tags=c.tags | {tag}) for c in cs]
-
-
 @functools.cache
 def _table() -> tuple[Case, ...]:
     from ovkit.catalogue.curated import perf, testops, vs_ggml
 
-    rows = [
-        *_tagged(TEST_OPS, testops.cases()),
-        *_tagged(GGML, vs_ggml.cases()),
-        *_tagged(PERF, perf.cases()),
-    ]
     merged: dict[str, Case] = {}
-    for c in rows:  # a case in several sets is one row with their tags
-        merged[c.name] = replace(c, tags=merged[c.name].tags | c.tags) if c.name in merged else c
+    for tag, made in ((TEST_OPS, testops.cases()), (GGML, vs_ggml.cases()), (PERF, perf.cases())):
+        for c in made:  # a case in several sets is one row with their tags
+            old = merged[c.name].tags if c.name in merged else frozenset()
+            merged[c.name] = replace(c, tags=old | c.tags | {tag})
     return tuple(merged.values())
 
 
