@@ -13,7 +13,7 @@ import tarfile
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from ovkit.errors import OvkitError
 
@@ -209,26 +209,19 @@ def keep_sources(sdist: str | Path, dest: str | Path) -> Path:
     """Copy ``sdist``'s ``ggml/src/ggml-openvino/`` tree to ``dest`` (replaced whole), with
     :data:`ORIGIN_FILE` naming the archive and its sha256."""
     src, out = Path(sdist), Path(dest)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
     with tarfile.open(src) as tar:
         members = [m for m in tar.getmembers() if m.isfile()]
         extra = sorted((m.name for m in members if m.name.endswith(BACKEND_DIR + FILES["extra"])), key=len)
         if not extra:
             raise SourceError(f"{src}: the archive holds no {BACKEND_DIR}{FILES['extra']}")
         base = extra[0][: -len(FILES["extra"])]  # the shallowest backend directory
-        tmp = out.with_name(out.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        for m in members:
-            if not m.name.startswith(base):
-                continue
-            rel = PurePosixPath(m.name[len(base) :])
-            if rel.is_absolute() or ".." in rel.parts:
-                raise SourceError(f"{src}: member {m.name!r} points outside {BACKEND_DIR}")
-            handle = tar.extractfile(m)
-            if handle is None:
-                continue
-            target = tmp / BACKEND_DIR / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(handle.read())
+        kept = [m.replace(name=m.name[len(base) :]) for m in members if m.name.startswith(base)]
+        try:  # the data filter refuses a member that would land outside the directory
+            tar.extractall(tmp / BACKEND_DIR, kept, filter="data")
+        except tarfile.FilterError as exc:
+            raise SourceError(f"{src}: member {exc.tarinfo.name!r} points outside {BACKEND_DIR}") from None
     digest = hashlib.sha256(src.read_bytes()).hexdigest()
     (tmp / ORIGIN_FILE).write_text(f"{src.name}\nsha256 {digest}\n", encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)
