@@ -93,8 +93,6 @@ def draw(leaf: Leaf, rng: np.random.Generator) -> np.ndarray:
     k = init.kind  # the kinds are test-backend-ops' initialize_tensors draws
     if k == "uniform":
         a: np.ndarray = rng.uniform(init.lo, init.hi, shape)
-    elif k == "zero":
-        a = np.zeros(shape)
     elif k == "rows":
         a = rng.integers(0, max(1, init.n), shape)
     elif k == "set_rows":
