@@ -177,8 +177,8 @@ def _call(
         def program(b: Any, x: Mapping[str, Any]) -> Any:
             return getattr(b, name)(*(x[n] for n in leaves), *vals)
 
-        made = tuple(Leaf(n, _ne_of(p, f"ne_{n}", "ne", "ne_a"), p.get(f"type_{n}", p.get("type", "f32")), init)
-                     for n in leaves)  # fmt: skip
+        t = p.get("type", "f32")
+        made = tuple(Leaf(n, _ne_of(p, f"ne_{n}", "ne", "ne_a"), p.get(f"type_{n}", t), init) for n in leaves)
         return _case(op, params, made, program, **case)
 
     return build
@@ -819,7 +819,8 @@ BUILDERS: dict[str, CaseBuilder] = {
     "LEAKY_RELU": _call("leaky_relu", _f("negative_slope"), False), "FILL": _call("fill", _f("c")),
     "CLAMP": _call("clamp", _f("min"), _f("max")), "TRI": _call("tri", _i("tri_type")), "DIAG": _call("diag"),
     "DIAG_MASK_INF": _call("diag_mask_inf", _i("n_past")),
-    "SCALE": _call("scale_bias", _f("scale"), _f("bias", 0.0)), "ARANGE": _call("arange", _f("start"), _f("stop"), _f("step"), leaves=()),
+    "SCALE": _call("scale_bias", _f("scale"), _f("bias", 0.0)),
+    "ARANGE": _call("arange", _f("start"), _f("stop"), _f("step"), leaves=()),
     "XIELU": _call("xielu", 4.0, 20.0, 0.5, 1e-7),  # test_xielu: alpha_n, alpha_p, beta, eps
     "TIMESTEP_EMBEDDING": _call("timestep_embedding", _i("dim"), _i("max_period")),
     # data movement
@@ -845,7 +846,8 @@ BUILDERS: dict[str, CaseBuilder] = {
     "IM2COL": _im2col, "IM2COL_3D": _im2col_3d, "CONV_2D": _conv_2d, "CONV_2D_DW": _conv_2d_dw,
     "CONV_3D": _conv_3d, "CONV_TRANSPOSE_1D": _conv_transpose_1d, "CONV_TRANSPOSE_2D": _conv_transpose_2d,
     "POOL_1D": _call("pool_1d", _pool_kind, *map(_i, ("k0", "s0", "p0")), leaves=("input",)),
-    "POOL_2D": _call("pool_2d", _pool_kind, *map(_i, ("k0", "k1", "s0", "s1", "p0", "p1")), leaves=("input",)), "COL2IM_1D": _col2im_1d,
+    "POOL_2D": _call("pool_2d", _pool_kind, *map(_i, ("k0", "k1", "s0", "s1", "p0", "p1")), leaves=("input",)),
+    "COL2IM_1D": _col2im_1d,
 }  # fmt: skip
 
 

@@ -120,7 +120,7 @@ def _three_way(c: Case, ours: Result, request: dict[str, Any], worker: Isolated,
             raise
         supported, reason = upstream_verdict(row, DEVICE_CLASS)
         rule = "" if supported else reason
-    base = {"op": c.op, "case": c.name, "max_nmse": c.max_err, "ovkit_status": ours.status, "ovkit_nmse": ours.err,
+    base: dict[str, Any] = {"op": c.op, "case": c.name, "max_nmse": c.max_err, "ovkit_status": ours.status, "ovkit_nmse": ours.err,
             "ovkit_supported": supported, "ovkit_rule": rule}  # fmt: skip
     detail = ours.detail if ours.status in ("FAIL", "not translatable") else ""
     out = worker.call(request)

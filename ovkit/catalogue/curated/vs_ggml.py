@@ -4,7 +4,7 @@ and model-sized shapes, one ``vs(id, builder, leaves, *args)`` row per case (``n
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -359,8 +359,15 @@ def _flash_attn_cases() -> list[Case]:
     return out
 
 
-#: YaRN's rope parameters: freq_scale, ext_factor, attn_factor.
-_YARN = (1.4245, 0.7465, 1.4245)
+class Yarn(TypedDict, total=False):
+    """YaRN's rope parameters: freq_scale, ext_factor, attn_factor."""
+
+    fs: float
+    ef: float
+    af: float
+
+
+_YARN: Yarn = {"fs": 1.4245, "ef": 0.7465, "af": 1.4245}
 
 
 def _rope_in(ne: tuple[int, ...], dtype: str = "f32", ff: int = 0, planes: int = 1) -> dict[str, Leaf]:
@@ -370,16 +377,16 @@ def _rope_in(ne: tuple[int, ...], dtype: str = "f32", ff: int = 0, planes: int =
     return ins
 
 
-def _rope(n_dims: int, mode: int, ff: str | None = None, *yarn: float) -> tuple[Any, ...]:
+def _rope(n_dims: int, mode: int, ff: str | None = None, **yarn: Unpack[Yarn]) -> tuple[Any, ...]:
     """rope_ext's arguments on the leaves a, p (and ``ff``)."""
-    return ("a", "p", ff, *rope_args(n_dims, mode, *yarn))
+    return ("a", "p", ff, *rope_args(n_dims, mode, **yarn))
 
 
 def _multi(
-    n_dims: int, sections: list[int], mode: int = RopeType.IMROPE, ff: str | None = None, *yarn: float
+    n_dims: int, sections: list[int], mode: int = RopeType.IMROPE, ff: str | None = None, **yarn: Unpack[Yarn]
 ) -> tuple[Any, ...]:
     """rope_multi's arguments on the leaves a, p (and ``ff``)."""
-    return ("a", "p", ff, n_dims, sections, *rope_args(n_dims, mode, *yarn)[1:])
+    return ("a", "p", ff, n_dims, sections, *rope_args(n_dims, mode, **yarn)[1:])
 
 
 def _rope_cases() -> list[Case]:
@@ -390,10 +397,10 @@ def _rope_cases() -> list[Case]:
             vs(f"rope-{name}-full", "rope_ext", small, *_rope(32, mode)),
             vs(f"rope-{name}-partial", "rope_ext", small, *_rope(16, mode)),
             vs(f"rope-{name}-f16", "rope_ext", _rope_in((32, 4, 5, 1), dtype="f16"), *_rope(32, mode)),
-            vs(f"rope-{name}-yarn", "rope_ext", _rope_in((64, 2, 7, 1)), *_rope(64, mode, None, *_YARN)),
+            vs(f"rope-{name}-yarn", "rope_ext", _rope_in((64, 2, 7, 1)), *_rope(64, mode, **_YARN)),
             vs(f"rope-{name}-freq-factors", "rope_ext", _rope_in((32, 4, 5, 1), ff=16),
                *_rope(32, mode, "ff")),
-            vs(f"rope-{name}-scaled", "rope_ext", _rope_in((16, 3, 6, 2)), *_rope(16, mode, None, 0.25)),
+            vs(f"rope-{name}-scaled", "rope_ext", _rope_in((16, 3, 6, 2)), *_rope(16, mode, fs=0.25)),
             # Q sliced out of a fused QKV projection (non-contiguous rows; qkv rows of 96 f32: nb1 384)
             vs(f"rope-{name}-qkv-view", "rope_ext", {"qkv": f(96, 5), "p": ints(5, high=512)},
                C("view_3d", "qkv", 16, 2, 5, 16 * 4, 384, 0), *_rope(16, mode)[1:]),  # fmt: skip
@@ -413,7 +420,7 @@ def _rope_cases() -> list[Case]:
         vs("rope-vision", "rope_multi", planes, *_multi(16, [8, 8, 0, 0], 24), rejected="mode"),
         vs("rope-imrope-freq-factors", "rope_multi", {**planes, "ff": f(16, lo=0.9, hi=1.1)},
            *_multi(32, [6, 5, 5, 0], ff="ff"), rejected="imrope"),  # fmt: skip
-        vs("rope-imrope-yarn", "rope_multi", planes, *_multi(32, [6, 5, 5, 0], RopeType.IMROPE, None, *_YARN), rejected="imrope"),
+        vs("rope-imrope-yarn", "rope_multi", planes, *_multi(32, [6, 5, 5, 0], **_YARN), rejected="imrope"),
     ]  # fmt: skip
 
 
@@ -519,7 +526,7 @@ def _model_sized_cases() -> list[Case]:
         vs("gelu-large", "gelu", {"a": f(4096, 16, **WIDE)}, "a"),
         vs("swiglu-large", "swiglu", {"a": f(2 * 2816, 8, **WIDE)}, program=C("glu", "a", SWIGLU, False)),
         vs("rope-neox-llama-shape", "rope_ext", _rope_in((128, 32, 48, 1)), *_rope(128, RopeType.NEOX)),
-        vs("rope-normal-llama-shape-yarn", "rope_ext", _rope_in((128, 8, 48, 1)), *_rope(128, RopeType.NORMAL, None, *_YARN)),
+        vs("rope-normal-llama-shape-yarn", "rope_ext", _rope_in((128, 8, 48, 1)), *_rope(128, RopeType.NORMAL, **_YARN)),
         vs("fa-large-gqa4", "flash_attn_ext", fa, program=fa_prog),
         vs("cumsum-4096", "cumsum", {"a": f(4096, 4)}, "a"),
         vs("argsort-512", "argsort", {"a": leaf_of((512, 8), "f32", Init("distinct"))}, "a", DESC),
