@@ -20,13 +20,6 @@ CATEGORIES = (
 )
 
 
-def category(status: str, accepted: bool) -> str:
-    """A run result's category: a passing case is upstream-accepted or ovkit-only."""
-    if status == "OK":
-        return "upstream-accepted" if accepted else "ovkit-only"
-    return status
-
-
 def coverage(results: pd.DataFrame) -> pd.DataFrame:
     """Rows per op and category, most rows first, of a run (:func:`ovkit.catalogue.run.run`) or a
     classification (:func:`ovkit.catalogue.run.coverage_rows`: translatable counts as passing)."""
@@ -37,7 +30,11 @@ def coverage(results: pd.DataFrame) -> pd.DataFrame:
     else:  # a classification: translatable counts as passing, the rest is "no case" or not translatable
         statuses = ["OK" if ok else "no case" if str(why).startswith("no case") else "not translatable"
                     for ok, why in zip(results["translatable"], results["reason"], strict=True)]  # fmt: skip
-    cats = [category(s, bool(a)) for s, a in zip(statuses, results["accepted"], strict=True)]
+    # a passing case is upstream-accepted or ovkit-only
+    cats = [
+        s if s != "OK" else "upstream-accepted" if a else "ovkit-only"
+        for s, a in zip(statuses, results["accepted"], strict=True)
+    ]
     t = pd.crosstab(results["op"], pd.Series(cats, index=results.index, name="status"))
     t = t.reindex(columns=list(CATEGORIES), fill_value=0)
     return t.loc[t.sum(axis=1).sort_values(ascending=False).index]
