@@ -101,8 +101,9 @@ def three_way_row(row: Row, worker: Isolated, revision: Revision) -> ThreeWay:
     try:
         case = backend_ops.build(row.op, row.params)
     except backend_ops.NoCase as exc:
-        return ThreeWay(row.op, row.name, 0.0, ours.status, ours.err, False, "no case", "no case", None, None,
-                        detail=str(exc))  # fmt: skip
+        return ThreeWay(row.op, row.name, max_nmse=0.0, ovkit_status=ours.status, ovkit_nmse=ours.err,
+                        ovkit_supported=False, ovkit_rule="no case", upstream_status="no case",
+                        upstream_nmse=None, upstream_supported=None, detail=str(exc))  # fmt: skip
     request = {"cmd": "catalogue_case", "op": row.op, "params": row.params}
     return _three_way(case, ours, request, worker, revision, row)
 
@@ -120,8 +121,8 @@ def _three_way(c: Case, ours: Result, request: dict[str, Any], worker: Isolated,
             raise
         supported, reason = upstream_verdict(row, DEVICE_CLASS)
         rule = "" if supported else reason
-    base: dict[str, Any] = {"op": c.op, "case": c.name, "max_nmse": c.max_err, "ovkit_status": ours.status, "ovkit_nmse": ours.err,
-            "ovkit_supported": supported, "ovkit_rule": rule}  # fmt: skip
+    base: dict[str, Any] = {"op": c.op, "case": c.name, "max_nmse": c.max_err, "ovkit_status": ours.status,
+                            "ovkit_nmse": ours.err, "ovkit_supported": supported, "ovkit_rule": rule}  # fmt: skip
     detail = ours.detail if ours.status in ("FAIL", "not translatable") else ""
     out = worker.call(request)
     if not out.ok:
