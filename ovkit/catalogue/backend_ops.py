@@ -21,6 +21,7 @@ CaseBuilder = Callable[[str, str, dict[str, Any]], Case]
 
 U150 = Init("uniform", -150.0, 150.0)
 AB = ("a", "b")  # the two leaves of the backward ops
+IN_KER, KER_IN = ("input", "kernel"), ("kernel", "input")  # a convolution's leaves, its builders' order
 POS_09 = Init("uniform", 0.9, 1.1)
 
 
@@ -164,18 +165,23 @@ def _add_id(op: str, params: str, p: dict[str, Any]) -> Case:
 
 
 def _call(
-    fn: str, *args: Any, init: Init = UNIFORM, leaves: tuple[str, ...] = ("a",), **case: Any
+    fn: str,
+    *args: Any,
+    init: Init = UNIFORM,
+    leaves: tuple[str, ...] = ("a",),
+    order: Sequence[str] = (),
+    **case: Any,
 ) -> CaseBuilder:
-    """``out = ggml_<fn>(*leaves, *args)`` (``ggml_<fn>_inplace`` when ``inplace=1``), leaf ``n``
-    of ``type_n``/``ne_n`` (else ``type``/``ne``/``ne_a``) drawn as ``init``; an argument made by
-    :func:`_i` / :func:`_f` reads that row parameter."""
+    """``out = ggml_<fn>(*leaves in order, *args)`` (``ggml_<fn>_inplace`` when ``inplace=1``),
+    leaf ``n`` of ``type_n``/``ne_n`` (else ``type``/``ne``/``ne_a``) drawn as ``init``; a callable
+    argument (:func:`_i`, :func:`_f`) reads the row's parameters."""
 
     def build(op: str, params: str, p: dict[str, Any]) -> Case:
         vals = [a(p) if callable(a) else a for a in args]
         name = fn + ("_inplace" if int(p.get("inplace", 0)) else "")
 
         def program(b: Any, x: Mapping[str, Any]) -> Any:
-            return getattr(b, name)(*(x[n] for n in leaves), *vals)
+            return getattr(b, name)(*(x[n] for n in order or leaves), *vals)
 
         t = p.get("type", "f32")
         made = tuple(Leaf(n, _ne_of(p, f"ne_{n}", "ne", "ne_a"), p.get(f"type_{n}", t), init) for n in leaves)
@@ -731,13 +737,6 @@ def _cwhn(b: Any, x: Mapping[str, Any], cwhn: int) -> tuple[Any, Any]:
     return b.permute(b.cont(b.permute(x["kernel"], 2, 3, 1, 0)), 3, 2, 0, 1), inp
 
 
-def _im2col(op: str, params: str, p: dict[str, Any]) -> Case:
-    args = [p[k] for k in ("s0", "s1", "p0", "p1", "d0", "d1")]
-    is_2d, dst = bool(p["is_2D"]), p["dst_type"]
-    return _case(op, params, _in_ker(p, p["type_input"], p["type_kernel"]),
-                 lambda b, x: b.im2col(x["kernel"], x["input"], *args, is_2d, dst))  # fmt: skip
-
-
 def _im2col_3d(op: str, params: str, p: dict[str, Any]) -> Case:
     ne, v = pad_ne(p["ne_input"]), int(p.get("v", 0))
     leaves = _in_ker(p, p["type_input"], p["type_kernel"])
@@ -791,13 +790,6 @@ def _col2im_1d(op: str, params: str, p: dict[str, Any]) -> Case:
                 max_err=1e-7 if t == "f32" else 5e-4)  # fmt: skip
 
 
-def _conv_transpose_1d(op: str, params: str, p: dict[str, Any]) -> Case:
-    leaves = _in_ker(p, "f32", "f32")
-    s0, p0, d0 = int(p["s0"]), int(p["p0"]), int(p["d0"])
-    return _case(op, params, leaves,
-                lambda b, x: b.conv_transpose_1d(x["kernel"], x["input"], s0, p0, d0))  # fmt: skip
-
-
 # -- misc ------------------------------------------------------------------------------------------
 
 
@@ -843,8 +835,11 @@ BUILDERS: dict[str, CaseBuilder] = {
     "FLASH_ATTN_EXT": _flash_attn, "GATED_DELTA_NET": _gated_delta_net, "SSM_CONV": _call("ssm_conv", leaves=AB),
     "SOLVE_TRI": _solve_tri,
     # convolution family
-    "IM2COL": _im2col, "IM2COL_3D": _im2col_3d, "CONV_2D": _conv_2d, "CONV_2D_DW": _conv_2d_dw,
-    "CONV_3D": _conv_3d, "CONV_TRANSPOSE_1D": _conv_transpose_1d, "CONV_TRANSPOSE_2D": _conv_transpose_2d,
+    "IM2COL": _call("im2col", *map(_i, ("s0", "s1", "p0", "p1", "d0", "d1")), lambda p: bool(p["is_2D"]),
+                    lambda p: p["dst_type"], leaves=IN_KER, order=KER_IN),
+    "IM2COL_3D": _im2col_3d, "CONV_2D": _conv_2d, "CONV_2D_DW": _conv_2d_dw, "CONV_3D": _conv_3d,
+    "CONV_TRANSPOSE_1D": _call("conv_transpose_1d", *map(_i, ("s0", "p0", "d0")), leaves=IN_KER, order=KER_IN),
+    "CONV_TRANSPOSE_2D": _conv_transpose_2d,
     "POOL_1D": _call("pool_1d", _pool_kind, *map(_i, ("k0", "s0", "p0")), leaves=("input",)),
     "POOL_2D": _call("pool_2d", _pool_kind, *map(_i, ("k0", "k1", "s0", "s1", "p0", "p1")), leaves=("input",)),
     "COL2IM_1D": _col2im_1d,
