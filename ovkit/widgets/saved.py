@@ -29,6 +29,29 @@ SAVED_CSS = (
 )
 
 
+def close_parts(owner: widgets.Widget) -> None:
+    """Stop ``owner.refresher``, then close every widget held in ``owner``'s attributes and under
+    them, but not ``owner`` itself (it may run twice: ipywidgets calls close() from ``__del__``)."""
+    refresher = getattr(owner, "refresher", None)
+    if refresher is not None:
+        refresher.stop()
+    seen: set[int] = set()
+    stack: list[Any] = [owner]
+    while stack:
+        w = stack.pop()
+        if id(w) in seen:
+            continue
+        seen.add(id(w))
+        values = [getattr(w, key, None) for key in w.keys] + (list(vars(w).values()) if w is owner else [])
+        for value in values:
+            if isinstance(value, dict):  # parts by name (the explorer's shape boxes)
+                value = list(value.values())
+            parts = value if isinstance(value, tuple | list) else (value,)
+            stack += [v for v in parts if isinstance(v, widgets.Widget)]
+        if w is not owner and w.comm is not None:
+            w.close()
+
+
 class SavedPictureMixin(FallbackReprMixin):
     """Displays the widget, then its saved picture, each under a display id: :meth:`save_picture`
     brings the picture up to date, :meth:`retire` puts it in the widget's place for good."""
@@ -95,3 +118,8 @@ class SavedPictureMixin(FallbackReprMixin):
             bundle["image/png"] = base64.b64encode(to_png()).decode("ascii")
         self._update(0, bundle)
         self._update(1, {"text/html": ""})
+
+    def close(self) -> None:
+        """Stop the widget's refresh thread (if any), then close it and every widget it holds."""
+        close_parts(self)
+        super().close()  # type: ignore[misc]

@@ -15,7 +15,6 @@ from ovkit.notebook_log import SEVERITIES
 from ovkit.runtime import Core
 from ovkit.selection import ENV_DEVICE, Selection, resolve_device
 from ovkit.widgets._html import error_box, esc
-from ovkit.widgets.controls import close_parts
 from ovkit.widgets.data import error_text
 from ovkit.widgets.saved import SavedPictureMixin
 
@@ -174,7 +173,3 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
 
     def fallback_text(self) -> str:
         return render_state_text(self.state)
-
-    def close(self) -> None:
-        close_parts(self)
-        super().close()
