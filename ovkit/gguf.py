@@ -507,6 +507,7 @@ def cli(args: Any) -> int:
     import pandas as pd
 
     from ovkit.memory import format_bytes
+    from ovkit.report import Report
     from ovkit.usage import make_core
 
     try:
@@ -531,36 +532,32 @@ def cli(args: Any) -> int:
             )
         )
         return 0
-    print(
-        f"{model.path}: {len(model.tensors)} tensors, {format_bytes(model.total_bytes)} of tensor data "
-        f"(file {format_bytes(model.file_size)}), arch {model.architecture}"
-    )
     counts = table.groupby("type")["bytes"].agg(["count", "sum"]).sort_values("sum", ascending=False)
-    print(f"  {'type':8} {'tensors':>7} {'bytes':>10}")
-    for dtype, crow in counts.iterrows():
-        print(f"  {dtype!s:8} {int(crow['count']):7} {format_bytes(int(crow['sum'])):>10}")
     unsupported = [t.name for t in model.tensors.values() if not t.supported]
-    if unsupported:
-        print(
-            f"  not backend weight types (no constants): {', '.join(unsupported[:5])}"
-            + (f" and {len(unsupported) - 5} more" if len(unsupported) > 5 else "")
-        )
-    print(
-        "Fit check (weights after the requantization policy vs free memory; what the backend takes "
-        f"at a context, KV cache and compiled model included: ovkit check {model.path.name} -c N):"
+    more = f" and {len(unsupported) - 5} more" if len(unsupported) > 5 else ""
+    summary = Report(
+        f"{model.path}: {len(model.tensors)} tensors, {format_bytes(model.total_bytes)} of tensor data "
+        f"(file {format_bytes(model.file_size)}), arch {model.architecture}",
+        ("type", "tensors", "bytes"),
+        tuple((str(t), str(n), format_bytes(int(b))) for t, n, b in counts.itertuples()),
+        (f"not backend weight types (no constants): {', '.join(unsupported[:5])}{more}",)
+        if unsupported
+        else (),
     )
-    rows = fit.to_dict("records")
-    labels = [f"{r['device']}{' (SIMULATED)' if r['simulated'] else ''}" for r in rows]
-    width = max([len("device"), *map(len, labels)])
-    print(f"  {'device':{width}} {'needed':>10} {'free':>10} {'headroom':>10}  verdict")
-    for label, row in zip(labels, rows, strict=True):
+    rows = []
+    for row in fit.to_dict("records"):
         known = row["fits"] is not None and not pd.isna(row["free_bytes"])
         verdict = ("fits" if row["fits"] else "does NOT fit") if known else "unknown: free memory unreadable"
         if row["refused"]:
             verdict = f"does NOT run: {row['refused']}"
         free, headroom = (row["free_bytes"], row["headroom_bytes"]) if known else (None, None)
-        print(
-            f"  {label:{width}} {format_bytes(row['weight_bytes']):>10} {format_bytes(free):>10} "
-            f"{format_bytes(headroom):>10}  {verdict}"
+        label = f"{row['device']}{' (SIMULATED)' if row['simulated'] else ''}"
+        rows.append(
+            (label, format_bytes(row["weight_bytes"]), format_bytes(free), format_bytes(headroom), verdict)
         )
+    title = (
+        "Fit check (weights after the requantization policy vs free memory; what the backend takes "
+        f"at a context, KV cache and compiled model included: ovkit check {model.path.name} -c N):"
+    )
+    print(summary, Report(title, ("device", "needed", "free", "headroom", "verdict"), tuple(rows)), sep="\n")
     return 0
