@@ -113,13 +113,11 @@ class NodeProfile(Reported):
     def from_frame(cls, frame: pd.DataFrame, device: str) -> NodeProfile:
         """From ``Runner.profile()`` (columns ``node``, ``type``, ``real_time_us``)."""
         ran = frame[frame["real_time_us"] > 0]
-        groups: dict[str, tuple[set[str], float]] = {}
-        for node, kind, us in zip(ran["node"], ran["type"], ran["real_time_us"], strict=True):
-            label = _DEDUP_SUFFIX.sub("", str(node))
-            kinds, total = groups.get(label, (set(), 0.0))
-            groups[label] = (kinds | {str(kind)}, total + us * 1e-6)
-        nodes = sorted(((k, ", ".join(sorted(v[0])), v[1]) for k, v in groups.items()), key=lambda r: -r[2])
-        return cls(device, tuple(nodes), sum(n[2] for n in nodes))
+        by_node = ran.groupby(ran["node"].astype(str).str.replace(_DEDUP_SUFFIX, "", regex=True), sort=False)
+        kinds = by_node["type"].agg(lambda t: ", ".join(sorted(set(map(str, t))))).to_dict()
+        seconds = by_node["real_time_us"].sum().sort_values(ascending=False, kind="stable") * 1e-6
+        nodes = tuple((str(n), str(kinds[n]), float(s)) for n, s in seconds.items())
+        return cls(device, nodes, sum(n[2] for n in nodes))
 
     def report(self) -> Report:
         rows = tuple(

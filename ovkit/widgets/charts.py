@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING
+import itertools
+from typing import TYPE_CHECKING, Any
 
 from ovkit.memory import format_bytes, unit_for
 from ovkit.widgets._html import error_box, png_img
@@ -70,20 +71,16 @@ def plot_bars(ax: Axes, model: LiveModel) -> None:
 def plot_breakdown(ax: Axes, model: LiveModel) -> None:
     """This process's OpenVINO allocations by type per device, and its RSS, on one stable axis."""
     ax.set_title("This process: OpenVINO allocations by type, and RSS", fontsize=9, loc="left")
-    frame = model.breakdown_frame()
-    rows = list(dict.fromkeys(frame["row"])) or [RSS_ROW]
-    kinds = list(dict.fromkeys(frame["kind"]))
-    left = dict.fromkeys(rows, 0.0)
-    for j, kind in enumerate(kinds):
-        part = frame[frame["kind"] == kind]
-        label = "process RSS" if kind == "rss" else kind
-        for row, nbytes in zip(part["row"], part["bytes"], strict=True):
-            ax.barh(rows.index(row), nbytes, left=left[row], color=KIND_COLOURS[j % len(KIND_COLOURS)],
-                    label=label if row == part["row"].iloc[0] else None)  # fmt: skip
-            left[row] += float(nbytes)
-    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    frame = model.breakdown_frame().replace({"kind": {"rss": "process RSS"}})
+    kinds = not frame.empty
+    if not kinds:  # an empty row still shows where the figures will be
+        frame.loc[0] = (RSS_ROW, "process RSS", 0)
+    stacked = frame.pivot_table("bytes", "row", "kind", "sum", sort=False, fill_value=0)
+    stacked = stacked.reindex(columns=frame["kind"].unique())
+    colours: dict[Any, Any] = dict(zip(stacked.columns, itertools.cycle(KIND_COLOURS), strict=False))
+    stacked.plot.barh(stacked=True, ax=ax, color=colours, width=0.8, legend=False, ylabel="")
     ax.invert_yaxis()
-    _value_axis(ax, model.breakdown_axis or fit_axis(max(left.values(), default=0.0)), horizontal=True)
+    _value_axis(ax, model.breakdown_axis or fit_axis(stacked.sum(axis=1).max()), horizontal=True)
     ax.tick_params(labelsize=7)
     if kinds:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
