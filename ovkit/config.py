@@ -386,23 +386,20 @@ class OvkitConfig:
     def as_rows(self) -> list[dict[str, object]]:
         """One row per variable: name, type, default, raw and parsed value, its problem, what it
         changes, and whether ovkit models it."""
-        rows: list[dict[str, object]] = []
         problem = {issue.variable: str(issue) for issue in self.issues}
-        for var in ENV_VARS:
-            value = getattr(self, _FIELD_FOR[var.name])
-            rows.append(
-                {
-                    "variable": var.env_name,
-                    "type": var.kind.value + (f" ({'|'.join(var.choices)})" if var.choices else ""),
-                    "default": var.default,
-                    "raw": self.raw.get(var.env_name),
-                    "value": value,
-                    "problem": problem.get(var.env_name),
-                    "changes": var.meaning,
-                    "ovkit": f"modelled: {var.modelled}" if var.modelled else "reported only",
-                }
-            )
-        return rows
+        return [
+            {
+                "variable": var.env_name,
+                "type": var.kind.value + (f" ({'|'.join(var.choices)})" if var.choices else ""),
+                "default": var.default,
+                "raw": self.raw.get(var.env_name),
+                "value": getattr(self, _FIELD_FOR[var.name]),
+                "problem": problem.get(var.env_name),
+                "changes": var.meaning,
+                "ovkit": f"modelled: {var.modelled}" if var.modelled else "reported only",
+            }
+            for var in ENV_VARS
+        ]
 
 
 _FIELD_FOR = {v.name: v.name.lower() for v in ENV_VARS} | {

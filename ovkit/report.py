@@ -65,8 +65,7 @@ class Report:
         body = [*header, *(line(r) for r in self.rows)]
         return "\n".join([self.title, *body, *self.notes])
 
-    def __repr__(self) -> str:
-        return str(self)
+    __repr__ = __str__
 
     def _repr_html_(self) -> str:
         esc = html_text

@@ -69,8 +69,7 @@ class ReleaseDemo:
             f"{self.zeros_after}\nresults unchanged: {self.results_unchanged}\nrecompile refused: {self.recompile_error}"
         )
 
-    def __repr__(self) -> str:
-        return str(self)
+    __repr__ = __str__
 
 
 def weight_release_demo(rows: int, k: int, seed: int = 0) -> ReleaseDemo:

@@ -231,12 +231,9 @@ def type_bucket(types: str) -> str:
 
 
 def _coverage_category(statuses: Iterable[str]) -> int:
+    """The index of the case statuses' category in :data:`COVERAGE_CATEGORIES`."""
     s = set(statuses)
-    if "FAIL" in s:
-        return 3
-    if s == {"OK"}:
-        return 2
-    return 1 if "OK" in s else 0
+    return 3 if "FAIL" in s else 2 if s == {"OK"} else int("OK" in s)
 
 
 def coverage_frame(results: Mapping[str, pd.DataFrame], case_types: Mapping[str, str]) -> pd.DataFrame:

@@ -4,7 +4,6 @@ exactly one of the two."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import time
 import uuid
@@ -112,11 +111,7 @@ class SavedPictureMixin(FallbackReprMixin):
         picture): the page and the saved notebook keep that state without a widget model."""
         if not getattr(self, "_shown", None):
             return
-        bundle = self._picture(caption, saved=False)
-        to_png = getattr(self, "to_png", None)
-        if callable(to_png):
-            bundle["image/png"] = base64.b64encode(to_png()).decode("ascii")
-        self._update(0, bundle)
+        self._update(0, self._picture(caption, saved=False) | self.png_bundle())
         self._update(1, {"text/html": ""})
 
     def close(self) -> None:
