@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import struct
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,11 +29,6 @@ PLAIN_TYPES = STORAGE_DTYPE  #: numpy dtype of each plain type's raw bytes (bf16
 
 class GGUFError(OvkitError, ValueError):
     """A GGUF file that cannot be read as one (names the file and the problem)."""
-
-
-def type_name(ggml_type: Any) -> str:
-    """ggml's name of a type id: ``f32``, ``f16``, ``bf16``, ``q4_0``, ``q4_K``, ``mxfp4``..."""
-    return type_by_id(int(ggml_type)).name
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,16 +337,8 @@ def _metadata(cur: _Cursor, n_kv: int) -> tuple[dict[str, Any], int]:
     return metadata, alignment
 
 
-@dataclass(frozen=True, slots=True)
-class _RawInfo:
-    name: str
-    ggml_type: int
-    ne: tuple[int, ...]  # ggml order
-    nbytes: int
-    offset: int  # relative to the data section
-
-
-def _tensor_info(cur: _Cursor, i: int) -> _RawInfo:
+def _tensor_info(cur: _Cursor, i: int) -> TensorInfo:
+    """One tensor info, its offset still relative to the data section."""
     name = cur.string(f"the name of tensor {i}", max_bytes=MAX_NAME - 1)
     n_dims = cur.u32(f"the dimension count of tensor {name!r}")
     if n_dims > MAX_DIMS:
@@ -368,33 +355,33 @@ def _tensor_info(cur: _Cursor, i: int) -> _RawInfo:
         known = type_by_id(ggml_type)
     except UnknownTypeError as exc:
         raise cur.fail(f"tensor {name!r}: {exc}") from None
-    block, type_size = known.block, known.size
     row = ne[0] if ne else 1
-    if row % block:
+    if row % known.block:
         raise cur.fail(
-            f"tensor {name!r} ({type_name(ggml_type)}) has rows of {row} elements, "
-            f"not a multiple of its block size {block}"
+            f"tensor {name!r} ({known.name}) has rows of {row} elements, "
+            f"not a multiple of its block size {known.block}"
         )
-    nbytes = elements // block * type_size
     offset = cur.u64(f"the data offset of tensor {name!r}")
-    return _RawInfo(name, ggml_type, ne, nbytes, offset)
+    supported = known.name in ("f32", "f16", "bf16") or known.name in quant.QUANT_SPECS
+    nbytes = elements // known.block * known.size
+    return TensorInfo(name, known.name, tuple(reversed(ne)), nbytes, offset, supported)
 
 
-def _check_layout(cur: _Cursor, infos: list[_RawInfo], data_start: int, alignment: int) -> None:
+def _check_layout(cur: _Cursor, infos: list[TensorInfo], data_start: int, alignment: int) -> None:
     """Tensors packed in table order, each padded to the alignment, all inside the file (as ggml)."""
     expected = 0
-    prev: _RawInfo | None = None
+    prev: TensorInfo | None = None
     for t in infos:
         end = data_start + t.offset + t.nbytes
         if end > cur.size:
             raise GGUFError(
-                f"{cur.path}: tensor {t.name!r} ({type_name(t.ggml_type)}, ne {list(t.ne)}) needs "
+                f"{cur.path}: tensor {t.name!r} ({t.type}, ne {list(reversed(t.shape))}) needs "
                 f"{t.nbytes} bytes at file offset {data_start + t.offset}, up to byte {end}, but the "
                 f"file has {cur.size} bytes: it is truncated or corrupt"
             )
         if t.offset != expected:
             after = (
-                f"right after tensor {prev.name!r} ({type_name(prev.ggml_type)}, {prev.nbytes} bytes at "
+                f"right after tensor {prev.name!r} ({prev.type}, {prev.nbytes} bytes at "
                 f"offset {prev.offset}); "
                 if prev is not None
                 else ""
@@ -432,7 +419,7 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
     cur = _Cursor(p, _open_map(p))
     n_tensors, n_kv = _header(cur)
     metadata, alignment = _metadata(cur, n_kv)
-    infos: list[_RawInfo] = []
+    infos: list[TensorInfo] = []
     names: set[str] = set()
     for i in range(n_tensors):
         info = _tensor_info(cur, i)
@@ -442,12 +429,7 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
         infos.append(info)
     data_start = align_up(cur.pos, alignment)
     _check_layout(cur, infos, data_start, alignment)
-    tensors: dict[str, TensorInfo] = {}
-    for t in infos:
-        tname = type_name(t.ggml_type)
-        supported = tname in ("f32", "f16", "bf16") or tname in quant.QUANT_SPECS
-        shape = tuple(reversed(t.ne))
-        tensors[t.name] = TensorInfo(t.name, tname, shape, t.nbytes, data_start + t.offset, supported)
+    tensors = {t.name: replace(t, offset=data_start + t.offset) for t in infos}
     return GGUFModel(p, metadata, tensors, size, cur.data)
 
 
