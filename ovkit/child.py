@@ -4,6 +4,7 @@ child process: one way to start, ask and bury one, so every death reads the same
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -186,11 +187,9 @@ class Child:
     def close(self, timeout: float = 30.0) -> None:
         """End the child (stdin closed; killed after ``timeout`` seconds), release pipes and log."""
         for f in (self.proc.stdin, self._replies):
-            try:
+            with contextlib.suppress(OSError):  # a dead child's pipe
                 if f is not None:
                     f.close()
-            except OSError:  # a dead child's pipe
-                pass
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

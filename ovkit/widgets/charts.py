@@ -129,7 +129,7 @@ class AllocationCharts(LiveView):
     """The memory bars, allocations by type and time series, live (drawn by the browser)."""
 
     kind = "charts"
-    panels = ("bars", "breakdown", "history")
+    panels: tuple[str, ...] = ("bars", "breakdown", "history")
 
     def frames(self) -> dict[str, pd.DataFrame]:
         """The figures the panels draw: memory bars, allocations by type, the history (bytes)."""
