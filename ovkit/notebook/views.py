@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from ovkit.buffers import buffer_type, host_buffer_type
 from ovkit.devices import Device, list_devices, physical_device_ids
-from ovkit.escape import html_attr, html_text
+from ovkit.escape import html_text
 from ovkit.memory import format_bytes, process_rss_bytes, unit_for
-from ovkit.report import Report, Reported, format_duration
+from ovkit.report import Report, Reported, figure_png, format_duration, png_img
 from ovkit.runtime import Core
 
 if TYPE_CHECKING:
@@ -290,14 +290,8 @@ class Collapsed:
         self.title, self.content = title, content
 
     def _inner_html(self) -> str:
-        import base64
-        import io
-
         if hasattr(self.content, "savefig"):
-            buf = io.BytesIO()
-            self.content.savefig(buf, format="png", dpi=80, bbox_inches="tight")
-            data = base64.b64encode(buf.getvalue()).decode("ascii")
-            return f'<img alt="{html_attr(self.title)}" src="data:image/png;base64,{data}"/>'
+            return png_img(figure_png(self.content), self.title)
         to_html = getattr(self.content, "to_html", None)
         return str(to_html()) if callable(to_html) else f"<pre>{html_text(str(self.content))}</pre>"
 

@@ -48,14 +48,6 @@ def html_table(
     return f'<table class="{esc(css_class)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def png_img(png: bytes, alt: str) -> str:
-    """An inline ``<img>`` for a PNG (HTML fallbacks of the charts)."""
-    if not png:
-        return f"<p>{esc(alt)}: no image</p>"
-    data = base64.b64encode(png).decode("ascii")
-    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}"/>'
-
-
 def error_box(message: object) -> str:
     return f'<div class="ovkit-error">{esc(message)}</div>'
 

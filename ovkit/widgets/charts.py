@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import io
 import itertools
 from typing import TYPE_CHECKING, Any
 
 from ovkit.memory import format_bytes, unit_for
-from ovkit.widgets._html import error_box, png_img
+from ovkit.report import figure_png, png_img
+from ovkit.widgets._html import error_box
 from ovkit.widgets.axes import Axis, fit_axis
 from ovkit.widgets.controls import LiveView
 from ovkit.widgets.data import RSS_ROW, LiveModel
@@ -20,17 +20,6 @@ if TYPE_CHECKING:
 
 USED, FREE = "#1976d2", "#e0e0e0"
 KIND_COLOURS = ("#1976d2", "#388e3c", "#f57c00", "#90caf9", "#e57373", "#9e9e9e")
-
-
-def figure_png(fig: Figure) -> bytes:
-    """``fig`` as PNG bytes, drawn on an Agg canvas (no pyplot: safe off the main thread)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    if not isinstance(fig.canvas, FigureCanvasAgg):
-        FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
 
 
 def _value_axis(ax: Axes, axis: Axis, horizontal: bool) -> None:
@@ -165,4 +154,4 @@ class AllocationCharts(LiveView):
         return "\n".join(lines)
 
 
-__all__ = ["AllocationCharts", "figure_png", "static_figure"]
+__all__ = ["AllocationCharts", "static_figure"]

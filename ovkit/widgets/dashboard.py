@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
+from ovkit.report import png_img
 from ovkit.runtime import Core
 from ovkit.utilisation import Busy, UtilisationMeter, busy_frame
-from ovkit.widgets._html import STYLE, esc, html_table, png_img, usage_bar
+from ovkit.widgets._html import STYLE, esc, html_table, usage_bar
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
 from ovkit.widgets.charts import AllocationCharts
 from ovkit.widgets.data import Snapshot, error_text

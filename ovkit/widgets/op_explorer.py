@@ -16,9 +16,9 @@ import ipywidgets as widgets
 
 from ovkit.devices import device_class, physical_device_ids
 from ovkit.ir import Op
+from ovkit.report import figure_png, png_img
 from ovkit.runtime import Core, is_simulated
-from ovkit.widgets._html import STYLE, error_box, esc, html_table, png_img
-from ovkit.widgets.charts import figure_png
+from ovkit.widgets._html import STYLE, error_box, esc, html_table
 from ovkit.widgets.data import error_text
 from ovkit.widgets.saved import SavedPictureMixin
 
