@@ -67,8 +67,7 @@ class Death:
     @property
     def last_line(self) -> str:
         """The last non-empty line the child wrote to stderr (``""`` when none)."""
-        lines = self.lines()
-        return lines[-1] if lines else ""
+        return (self.lines() or [""])[-1]
 
 
 def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:

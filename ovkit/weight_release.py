@@ -167,13 +167,7 @@ class WeightReleaseRegistry:
 REGISTRY = WeightReleaseRegistry()
 #: The process-global registry's hooks: buffers register their weights, the engine calls the
 #: release on a cache hit and the check before a compile, tests and notebooks reset it.
-register_weight_buffer, on_cache_hit, before_compile, reset = (
-    REGISTRY.register,
-    REGISTRY.on_cache_hit,
-    REGISTRY.before_compile,
-    REGISTRY.reset,
-)
-
-
-def is_released() -> bool:
-    return REGISTRY.released
+register_weight_buffer = REGISTRY.register
+on_cache_hit = REGISTRY.on_cache_hit
+before_compile = REGISTRY.before_compile
+reset = REGISTRY.reset
