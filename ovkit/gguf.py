@@ -1,9 +1,6 @@
 """GGUF files: metadata, a tensor table, constants (quantized stay quantized), and a fit check.
-
-Reading is ovkit's own over a read-only memory map, every count, length and offset checked
-before use (ggml's rules); a broken file is a :class:`GGUFError` naming the file, the tensor or
-key and the bytes.  Writing uses the ``gguf`` package's ``GGUFWriter``.
-"""
+Read over a memory map, every count, length and offset checked first (a :class:`GGUFError` names
+the file, tensor or key and the bytes); written with the ``gguf`` package's ``GGUFWriter``."""
 
 from __future__ import annotations
 

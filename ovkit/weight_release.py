@@ -1,9 +1,6 @@
-"""Host weight-buffer release (``GGML_OPENVINO_RELEASE_WEIGHTS`` / ``GGML_OPENVINO_MEMORY_OPTIMIZE``).
-
-On the first cache hit with release on, every registered weight buffer's pages go back with
-``madvise(MADV_DONTNEED)`` (they read back as zeros: on the CPU enable it explicitly only); a later
-compile raises :class:`WeightsReleasedError` with upstream's message.
-"""
+"""Host weight-buffer release (``GGML_OPENVINO_RELEASE_WEIGHTS`` / ``GGML_OPENVINO_MEMORY_OPTIMIZE``):
+the first cache hit with release on gives every registered weight buffer's pages back (they read
+back as zeros); a later compile raises :class:`WeightsReleasedError` with upstream's message."""
 
 from __future__ import annotations
 

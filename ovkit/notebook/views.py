@@ -329,9 +329,8 @@ def coverage_heatmap(every: pd.DataFrame, by: str = "op") -> Figure:
     ax.set_yticks(range(len(grid.index)), grid.index, fontsize=font)
     ax.set_xticks(range(grid.shape[1]), [f"{c}\n{t}" for c, t in columns], fontsize=font)
     ax.xaxis.tick_top()
-    column_classes = [c for c, _ in columns]
-    for i in range(1, len(column_classes)):
-        if column_classes[i] != column_classes[i - 1]:
+    for i in range(1, len(columns)):
+        if columns[i][0] != columns[i - 1][0]:  # a line between two device classes
             ax.axvline(i - 0.5, color="black", lw=1.5)
     handles = [Patch(color=cmap(i), label=n) for i, n in enumerate(COVERAGE_CATEGORIES)]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
