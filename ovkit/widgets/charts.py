@@ -61,8 +61,8 @@ def plot_breakdown(ax: Axes, model: LiveModel) -> None:
     """This process's OpenVINO allocations by type per device, and its RSS, on one stable axis."""
     ax.set_title("This process: OpenVINO allocations by type, and RSS", fontsize=9, loc="left")
     frame = model.breakdown_frame().replace({"kind": {"rss": "process RSS"}})
-    kinds = not frame.empty
-    if not kinds:  # an empty row still shows where the figures will be
+    has_kinds = not frame.empty
+    if not has_kinds:  # an empty row still shows where the figures will be
         frame.loc[0] = (RSS_ROW, "process RSS", 0)
     stacked = frame.pivot_table("bytes", "row", "kind", "sum", sort=False, fill_value=0)
     stacked = stacked.reindex(columns=frame["kind"].unique())
@@ -71,7 +71,7 @@ def plot_breakdown(ax: Axes, model: LiveModel) -> None:
     ax.invert_yaxis()
     _value_axis(ax, model.breakdown_axis or fit_axis(stacked.sum(axis=1).max()), horizontal=True)
     ax.tick_params(labelsize=7)
-    if kinds:
+    if has_kinds:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
 
 
