@@ -4,6 +4,7 @@ child process: one way to start, ask and bury one, so every death reads the same
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -66,8 +67,7 @@ class Death:
     @property
     def last_line(self) -> str:
         """The last non-empty line the child wrote to stderr (``""`` when none)."""
-        lines = self.lines()
-        return lines[-1] if lines else ""
+        return (self.lines() or [""])[-1]
 
 
 def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -186,11 +186,9 @@ class Child:
     def close(self, timeout: float = 30.0) -> None:
         """End the child (stdin closed; killed after ``timeout`` seconds), release pipes and log."""
         for f in (self.proc.stdin, self._replies):
-            try:
+            with contextlib.suppress(OSError):  # a dead child's pipe
                 if f is not None:
                     f.close()
-            except OSError:  # a dead child's pipe
-                pass
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -238,6 +238,11 @@ def _range_note(text: str) -> str:
     return f"outside C int range: {how}atoi keeps its low 32 bits"
 
 
+def _number_note(text: str) -> str:
+    """Why ``text`` reads otherwise than written as an integer ('' when it is a clean C int)."""
+    return _range_note(text) or ("" if _CLEAN_INT.fullmatch(text) else "not a clean integer")
+
+
 def directory_problem(path: str) -> str | None:
     """Why ``path`` cannot be (or be made) a directory, or None when it can; it only looks
     (``stat``), never creates.  Relative paths count from the working directory, as in C."""
@@ -381,23 +386,20 @@ class OvkitConfig:
     def as_rows(self) -> list[dict[str, object]]:
         """One row per variable: name, type, default, raw and parsed value, its problem, what it
         changes, and whether ovkit models it."""
-        rows: list[dict[str, object]] = []
         problem = {issue.variable: str(issue) for issue in self.issues}
-        for var in ENV_VARS:
-            value = getattr(self, _FIELD_FOR[var.name])
-            rows.append(
-                {
-                    "variable": var.env_name,
-                    "type": var.kind.value + (f" ({'|'.join(var.choices)})" if var.choices else ""),
-                    "default": var.default,
-                    "raw": self.raw.get(var.env_name),
-                    "value": value,
-                    "problem": problem.get(var.env_name),
-                    "changes": var.meaning,
-                    "ovkit": f"modelled: {var.modelled}" if var.modelled else "reported only",
-                }
-            )
-        return rows
+        return [
+            {
+                "variable": var.env_name,
+                "type": var.kind.value + (f" ({'|'.join(var.choices)})" if var.choices else ""),
+                "default": var.default,
+                "raw": self.raw.get(var.env_name),
+                "value": getattr(self, _FIELD_FOR[var.name]),
+                "problem": problem.get(var.env_name),
+                "changes": var.meaning,
+                "ovkit": f"modelled: {var.modelled}" if var.modelled else "reported only",
+            }
+            for var in ENV_VARS
+        ]
 
 
 _FIELD_FOR = {v.name: v.name.lower() for v in ENV_VARS} | {
@@ -414,28 +416,19 @@ _Parsed = tuple[object, str | None]
 def _toggle(var: EnvVar, text: str) -> _Parsed:
     value = atoi(text)
     on = value > 0 if var.kind is Kind.TRISTATE else value != 0
-    read = f"is read as {value} ({'on' if on else 'off'})"
-    if note := _range_note(text):
-        return on, f"{read}: {note}"
-    if not _CLEAN_INT.fullmatch(text):
-        return on, f"{read}: not a clean integer"
-    if value < 0:
-        why = "negative values disable" if var.kind is Kind.TRISTATE else "atoi != 0 enables"
-        return on, f"{read}: {why}"
-    return on, None
+    note = _number_note(text)
+    if not note and value < 0:
+        note = "negative values disable" if var.kind is Kind.TRISTATE else "atoi != 0 enables"
+    return on, f"is read as {value} ({'on' if on else 'off'}): {note}" if note else None
 
 
 def _int(var: EnvVar, text: str) -> _Parsed:
     n = atoi(text)
-    note = _range_note(text)
     if n <= 0:
-        why = f" ({note})" if note else ""
+        why = f" ({note})" if (note := _range_note(text)) else ""
         return DEFAULT_PREFILL_CHUNK_SIZE, f"is read as {n}{why}, so the default {DEFAULT_PREFILL_CHUNK_SIZE}"
-    if note:
-        return n, f"is read as {n}: {note}"
-    if not _CLEAN_INT.fullmatch(text):
-        return n, f"is read as {n}: not a clean integer"
-    return n, None
+    note = _number_note(text)
+    return n, f"is read as {n}: {note}" if note else None
 
 
 def _path(var: EnvVar, text: str) -> _Parsed:

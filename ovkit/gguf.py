@@ -1,16 +1,13 @@
 """GGUF files: metadata, a tensor table, constants (quantized stay quantized), and a fit check.
-
-Reading is ovkit's own over a read-only memory map, every count, length and offset checked
-before use (ggml's rules); a broken file is a :class:`GGUFError` naming the file, the tensor or
-key and the bytes.  Writing uses the ``gguf`` package's ``GGUFWriter``.
-"""
+Read over a memory map, every count, length and offset checked first (a :class:`GGUFError` names
+the file, tensor or key and the bytes); written with the ``gguf`` package's ``GGUFWriter``."""
 
 from __future__ import annotations
 
 import math
 import os
 import struct
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,11 +26,6 @@ PLAIN_TYPES = STORAGE_DTYPE  #: numpy dtype of each plain type's raw bytes (bf16
 
 class GGUFError(OvkitError, ValueError):
     """A GGUF file that cannot be read as one (names the file and the problem)."""
-
-
-def type_name(ggml_type: Any) -> str:
-    """ggml's name of a type id: ``f32``, ``f16``, ``bf16``, ``q4_0``, ``q4_K``, ``mxfp4``..."""
-    return type_by_id(int(ggml_type)).name
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,16 +334,8 @@ def _metadata(cur: _Cursor, n_kv: int) -> tuple[dict[str, Any], int]:
     return metadata, alignment
 
 
-@dataclass(frozen=True, slots=True)
-class _RawInfo:
-    name: str
-    ggml_type: int
-    ne: tuple[int, ...]  # ggml order
-    nbytes: int
-    offset: int  # relative to the data section
-
-
-def _tensor_info(cur: _Cursor, i: int) -> _RawInfo:
+def _tensor_info(cur: _Cursor, i: int) -> TensorInfo:
+    """One tensor info, its offset still relative to the data section."""
     name = cur.string(f"the name of tensor {i}", max_bytes=MAX_NAME - 1)
     n_dims = cur.u32(f"the dimension count of tensor {name!r}")
     if n_dims > MAX_DIMS:
@@ -368,33 +352,33 @@ def _tensor_info(cur: _Cursor, i: int) -> _RawInfo:
         known = type_by_id(ggml_type)
     except UnknownTypeError as exc:
         raise cur.fail(f"tensor {name!r}: {exc}") from None
-    block, type_size = known.block, known.size
     row = ne[0] if ne else 1
-    if row % block:
+    if row % known.block:
         raise cur.fail(
-            f"tensor {name!r} ({type_name(ggml_type)}) has rows of {row} elements, "
-            f"not a multiple of its block size {block}"
+            f"tensor {name!r} ({known.name}) has rows of {row} elements, "
+            f"not a multiple of its block size {known.block}"
         )
-    nbytes = elements // block * type_size
     offset = cur.u64(f"the data offset of tensor {name!r}")
-    return _RawInfo(name, ggml_type, ne, nbytes, offset)
+    supported = known.name in ("f32", "f16", "bf16") or known.name in quant.QUANT_SPECS
+    nbytes = elements // known.block * known.size
+    return TensorInfo(name, known.name, tuple(reversed(ne)), nbytes, offset, supported)
 
 
-def _check_layout(cur: _Cursor, infos: list[_RawInfo], data_start: int, alignment: int) -> None:
+def _check_layout(cur: _Cursor, infos: list[TensorInfo], data_start: int, alignment: int) -> None:
     """Tensors packed in table order, each padded to the alignment, all inside the file (as ggml)."""
     expected = 0
-    prev: _RawInfo | None = None
+    prev: TensorInfo | None = None
     for t in infos:
         end = data_start + t.offset + t.nbytes
         if end > cur.size:
             raise GGUFError(
-                f"{cur.path}: tensor {t.name!r} ({type_name(t.ggml_type)}, ne {list(t.ne)}) needs "
+                f"{cur.path}: tensor {t.name!r} ({t.type}, ne {list(reversed(t.shape))}) needs "
                 f"{t.nbytes} bytes at file offset {data_start + t.offset}, up to byte {end}, but the "
                 f"file has {cur.size} bytes: it is truncated or corrupt"
             )
         if t.offset != expected:
             after = (
-                f"right after tensor {prev.name!r} ({type_name(prev.ggml_type)}, {prev.nbytes} bytes at "
+                f"right after tensor {prev.name!r} ({prev.type}, {prev.nbytes} bytes at "
                 f"offset {prev.offset}); "
                 if prev is not None
                 else ""
@@ -432,7 +416,7 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
     cur = _Cursor(p, _open_map(p))
     n_tensors, n_kv = _header(cur)
     metadata, alignment = _metadata(cur, n_kv)
-    infos: list[_RawInfo] = []
+    infos: list[TensorInfo] = []
     names: set[str] = set()
     for i in range(n_tensors):
         info = _tensor_info(cur, i)
@@ -442,12 +426,7 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
         infos.append(info)
     data_start = align_up(cur.pos, alignment)
     _check_layout(cur, infos, data_start, alignment)
-    tensors: dict[str, TensorInfo] = {}
-    for t in infos:
-        tname = type_name(t.ggml_type)
-        supported = tname in ("f32", "f16", "bf16") or tname in quant.QUANT_SPECS
-        shape = tuple(reversed(t.ne))
-        tensors[t.name] = TensorInfo(t.name, tname, shape, t.nbytes, data_start + t.offset, supported)
+    tensors = {t.name: replace(t, offset=data_start + t.offset) for t in infos}
     return GGUFModel(p, metadata, tensors, size, cur.data)
 
 
@@ -507,6 +486,7 @@ def cli(args: Any) -> int:
     import pandas as pd
 
     from ovkit.memory import format_bytes
+    from ovkit.report import Report
     from ovkit.usage import make_core
 
     try:
@@ -531,36 +511,32 @@ def cli(args: Any) -> int:
             )
         )
         return 0
-    print(
-        f"{model.path}: {len(model.tensors)} tensors, {format_bytes(model.total_bytes)} of tensor data "
-        f"(file {format_bytes(model.file_size)}), arch {model.architecture}"
-    )
     counts = table.groupby("type")["bytes"].agg(["count", "sum"]).sort_values("sum", ascending=False)
-    print(f"  {'type':8} {'tensors':>7} {'bytes':>10}")
-    for dtype, crow in counts.iterrows():
-        print(f"  {dtype!s:8} {int(crow['count']):7} {format_bytes(int(crow['sum'])):>10}")
     unsupported = [t.name for t in model.tensors.values() if not t.supported]
-    if unsupported:
-        print(
-            f"  not backend weight types (no constants): {', '.join(unsupported[:5])}"
-            + (f" and {len(unsupported) - 5} more" if len(unsupported) > 5 else "")
-        )
-    print(
-        "Fit check (weights after the requantization policy vs free memory; what the backend takes "
-        f"at a context, KV cache and compiled model included: ovkit check {model.path.name} -c N):"
+    more = f" and {len(unsupported) - 5} more" if len(unsupported) > 5 else ""
+    summary = Report(
+        f"{model.path}: {len(model.tensors)} tensors, {format_bytes(model.total_bytes)} of tensor data "
+        f"(file {format_bytes(model.file_size)}), arch {model.architecture}",
+        ("type", "tensors", "bytes"),
+        tuple((str(t), str(n), format_bytes(int(b))) for t, n, b in counts.itertuples()),
+        (f"not backend weight types (no constants): {', '.join(unsupported[:5])}{more}",)
+        if unsupported
+        else (),
     )
-    rows = fit.to_dict("records")
-    labels = [f"{r['device']}{' (SIMULATED)' if r['simulated'] else ''}" for r in rows]
-    width = max([len("device"), *map(len, labels)])
-    print(f"  {'device':{width}} {'needed':>10} {'free':>10} {'headroom':>10}  verdict")
-    for label, row in zip(labels, rows, strict=True):
+    rows = []
+    for row in fit.to_dict("records"):
         known = row["fits"] is not None and not pd.isna(row["free_bytes"])
         verdict = ("fits" if row["fits"] else "does NOT fit") if known else "unknown: free memory unreadable"
         if row["refused"]:
             verdict = f"does NOT run: {row['refused']}"
         free, headroom = (row["free_bytes"], row["headroom_bytes"]) if known else (None, None)
-        print(
-            f"  {label:{width}} {format_bytes(row['weight_bytes']):>10} {format_bytes(free):>10} "
-            f"{format_bytes(headroom):>10}  {verdict}"
+        label = f"{row['device']}{' (SIMULATED)' if row['simulated'] else ''}"
+        rows.append(
+            (label, format_bytes(row["weight_bytes"]), format_bytes(free), format_bytes(headroom), verdict)
         )
+    title = (
+        "Fit check (weights after the requantization policy vs free memory; what the backend takes "
+        f"at a context, KV cache and compiled model included: ovkit check {model.path.name} -c N):"
+    )
+    print(summary, Report(title, ("device", "needed", "free", "headroom", "verdict"), tuple(rows)), sep="\n")
     return 0

@@ -27,11 +27,8 @@ BUILD_STAMP_SUBDIR = Path("share", "ovkit", "builds")
 #: llama-cpp-python with the backend.
 BUILD_NAMES = ("llama-cpp-python-cpu", "ggml-python-openvino", "llama-cpp-python-openvino")
 
-#: ISA families a SIGILL most likely comes from, by the /proc/cpuinfo flag that gates them.
-ISA_FAMILIES = ("amx_tile", "amx_int8", "amx_bf16", "avx512_fp16", "avx512_bf16", "avx512_vnni", "avx512f")
-
-
-#: The GCC flag that turns each ISA family off (``-mno-avx512f``/``-mno-avx2``: all of AVX-512).
+#: The GCC flag that turns each ISA family (by its /proc/cpuinfo flag) off (``-mno-avx512f``/``-mno-avx2``:
+#: all of AVX-512).
 ISA_OFF_FLAGS = {
     "amx_tile": "-mno-amx-tile",
     "amx_int8": "-mno-amx-int8",
@@ -42,6 +39,8 @@ ISA_OFF_FLAGS = {
     "avx512f": "-mno-avx512f",
     "avx2": "-mno-avx2",
 }
+#: ISA families a SIGILL most likely comes from (all but AVX2).
+ISA_FAMILIES = tuple(f for f in ISA_OFF_FLAGS if f != "avx2")
 
 
 def native_cflags() -> str:
@@ -69,7 +68,7 @@ class BuildStamp:
     version: str
     cflags: str  #: the flags added to ggml's own (``-march=native`` ...)
     machine: str  #: ``platform.machine()`` of the build host
-    cpu_flags: tuple[str, ...]  #: the build host's ISA flags among :data:`ISA_FAMILIES` and avx2
+    cpu_flags: tuple[str, ...]  #: the build host's ISA flags among :data:`ISA_OFF_FLAGS`
 
     def describe(self) -> str:
         return f"{self.name} {self.version} built with -march=native {self.cflags or '(no extra flags)'}"
@@ -89,7 +88,7 @@ def check_build_name(name: str) -> str:
 def write_build_stamp(name: str, version: str, cflags: str) -> BuildStamp:
     """Record a build made on this machine now (called by ``scripts/install-upstream``)."""
     check_build_name(name)
-    isa = tuple(sorted(f for f in cpu_flags() if f in ISA_FAMILIES or f == "avx2"))
+    isa = tuple(sorted(f for f in cpu_flags() if f in ISA_OFF_FLAGS))
     stamp = BuildStamp(name, version, cflags, platform.machine(), isa)
     build_stamp_dir().mkdir(parents=True, exist_ok=True)
     (build_stamp_dir() / f"{name}.json").write_text(json.dumps(asdict(stamp), indent=1))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ovkit.escape import html_text
+from ovkit.escape import html_attr
 
 LOGGER = "ovkit"
 
@@ -51,17 +51,18 @@ def severity_of(record: logging.LogRecord) -> str:
     return "hint" if record.getMessage().startswith("hint:") else "info"
 
 
+def line_html(kind: str, message: str) -> str:
+    """One log line of severity ``kind`` (a key of :data:`SEVERITIES`) as styled, escaped HTML."""
+    sev = SEVERITIES[kind]
+    return f'<div class="ovkit-log ovkit-log-{kind}" style="{sev.style}">{sev.mark}{html_attr(message)}</div>'
+
+
 def render(record: logging.LogRecord) -> dict[str, str]:
     """The mime bundle of one record."""
-    kind = SEVERITIES[severity_of(record)]
-    message = record.getMessage()
-    text = message if kind.prefix and message.startswith(kind.prefix) else kind.prefix + message
-    body = html_text(message)
-    return {
-        "text/plain": text,
-        "text/html": f'<div class="ovkit-log ovkit-log-{severity_of(record)}" style="{kind.style}">'
-        f"{kind.mark}{body}</div>",
-    }
+    kind, message = severity_of(record), record.getMessage()
+    prefix = SEVERITIES[kind].prefix
+    text = message if prefix and message.startswith(prefix) else prefix + message
+    return {"text/plain": text, "text/html": line_html(kind, message)}
 
 
 class NotebookLogHandler(logging.Handler):

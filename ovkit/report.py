@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ovkit.escape import html_text
+from ovkit.escape import html_attr, html_text
 from ovkit.memory import format_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.figure import Figure
 
 TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6))
 
@@ -32,6 +35,26 @@ def format_share(fraction: float) -> str:
 def format_rate(per_second: float, unit: str = "tok/s") -> str:
     """A rate with separators: ``1,234.5 tok/s`` (``–`` when nothing was timed)."""
     return f"{per_second:,.1f} {unit}" if math.isfinite(per_second) else f"– {unit}"
+
+
+def figure_png(fig: Figure) -> bytes:
+    """``fig`` as PNG bytes, drawn on an Agg canvas (no pyplot: safe off the main thread)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    if not isinstance(fig.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def png_img(png: bytes, alt: str) -> str:
+    """An inline ``<img>`` for a PNG (a chart in an HTML result or fallback)."""
+    if not png:
+        return f"<p>{html_text(alt)}: no image</p>"
+    return (
+        f'<img alt="{html_attr(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}"/>'
+    )
 
 
 #: How a column kind is shown; FrameReport's ``kinds`` name one per formatted column.
@@ -65,8 +88,7 @@ class Report:
         body = [*header, *(line(r) for r in self.rows)]
         return "\n".join([self.title, *body, *self.notes])
 
-    def __repr__(self) -> str:
-        return str(self)
+    __repr__ = __str__
 
     def _repr_html_(self) -> str:
         esc = html_text

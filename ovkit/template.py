@@ -1,17 +1,10 @@
 """Chat templates, untrusted Jinja from a model file, rendered sandboxed and within bounds.
 
-Safety: only Jinja2's ``ImmutableSandboxedEnvironment`` renders a template (llama-cpp-python once
-rendered them unsandboxed and a GGUF could run shell commands: CVE-2024-34359), with the helpers
-templates written for HF transformers expect (``raise_exception``, ``strftime_now``, ``tojson``);
-a template that so much as reads a Python internal is refused.
-
-Bounds: the sandbox does not stop a template that loops forever or allocates 10 GB in one C call
-(``'x' * 10**10``), and no in-process check can.  So it renders in a child process
-(:mod:`ovkit.child`): killed after :data:`RENDER_TIMEOUT_S`, its address space capped at
-:data:`MAX_MEMORY_BYTES`, stopped past :data:`MAX_OUTPUT_CHARS`.  Every failure is a one-line
-:class:`TemplateError`.
-
-``python -m ovkit.template`` is the child side.
+Only Jinja2's ``ImmutableSandboxedEnvironment`` renders (an unsandboxed render let a GGUF run shell
+commands: CVE-2024-34359), refusing a template that reads a Python internal.  The sandbox cannot stop
+an endless loop or one huge allocation, so the render runs in a child process (:mod:`ovkit.child`,
+the ``python -m ovkit.template`` side) under a time, memory and output bound; every failure is a
+one-line :class:`TemplateError`.
 """
 
 from __future__ import annotations
@@ -52,8 +45,7 @@ def render(
     timeout: float = RENDER_TIMEOUT_S,
     max_chars: int = MAX_OUTPUT_CHARS,
 ) -> str:
-    """``template`` rendered with ``variables`` (JSON data) in the sandbox, in a child process
-    within the bounds (see the module docstring); a :class:`TemplateError` otherwise."""
+    """``template`` rendered with ``variables`` (JSON data) in the sandboxed child, within the bounds."""
     from ovkit import child
 
     if len(template) > MAX_TEMPLATE_CHARS:

@@ -1,18 +1,12 @@
-"""Host weight-buffer release (``GGML_OPENVINO_RELEASE_WEIGHTS`` / ``GGML_OPENVINO_MEMORY_OPTIMIZE``).
-
-On the first cache hit with release on, every registered weight buffer's pages go back with
-``madvise(MADV_DONTNEED)`` (they read back as zeros: on the CPU enable it explicitly only); a later
-compile raises :class:`WeightsReleasedError` with upstream's message.
-"""
+"""Host weight-buffer release (``GGML_OPENVINO_RELEASE_WEIGHTS`` / ``GGML_OPENVINO_MEMORY_OPTIMIZE``):
+the first cache hit with release on gives every registered weight buffer's pages back (they read
+back as zeros); a later compile raises :class:`WeightsReleasedError` with upstream's message."""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import mmap
 import os
-import sys
 import threading
 import weakref
 from dataclasses import dataclass
@@ -68,16 +62,6 @@ class _Entry:
         return None if owner is None or getattr(owner, "freed", False) else owner
 
 
-def _libc_madvise() -> Any:
-    if sys.platform == "win32":
-        return None
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    fn = libc.madvise
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
-
-
 def page_range(address: int, size: int, page: int = PAGE_SIZE) -> tuple[int, int]:
     """The page-aligned range inside ``[address, address+size)``: (start, length ≥ 0)."""
     start = (address + page - 1) // page * page
@@ -105,7 +89,8 @@ class WeightReleaseRegistry:
         if size == 0:
             return False
         with self._lock:
-            self._check_not_released()
+            if self.released:
+                raise WeightsReleasedError(NEW_MODEL_MESSAGE)
             entry = self._entries.get(id(storage))
             if entry is not None and entry.live_owner() is storage:
                 return False
@@ -113,10 +98,6 @@ class WeightReleaseRegistry:
             # id() is unique only while the storage lives: a dead entry under the same key is replaced
             self._entries[id(storage)] = _Entry(int(storage.address), size, weakref.ref(storage))
             return True
-
-    def _check_not_released(self) -> None:
-        if self.released:
-            raise WeightsReleasedError(NEW_MODEL_MESSAGE)
 
     def _prune(self) -> None:
         """Drop entries whose storage was freed (they hold no pages); caller holds the lock."""
@@ -138,13 +119,10 @@ class WeightReleaseRegistry:
             return len(self._entries)
 
     # -- hooks for the engine --------------------------------------------------------------------
-    def enabled(self, device: str, config: OvkitConfig | None = None) -> bool:
-        cfg = config if config is not None else read_config(warn=False)
-        return bool(cfg.release_weights(str(device_class(device))))
-
     def on_cache_hit(self, device: str, config: OvkitConfig | None = None) -> ReleaseResult | None:
         """Call on every cache hit: the first one with release enabled gives the pages back."""
-        if self.released or not self.enabled(device, config):
+        cfg = config if config is not None else read_config(warn=False)
+        if self.released or not cfg.release_weights(str(device_class(device))):
             return None
         return self.release(device)
 
@@ -159,26 +137,14 @@ class WeightReleaseRegistry:
         with self._lock:
             if self.released and self.last is not None:
                 return self.last
-            total = 0
-            count = 0
-            madvise = None
+            total = count = 0
             for e in self._entries.values():
                 owner = e.live_owner()
-                if owner is None:
-                    continue  # the buffer was freed meanwhile: its pages are gone already
-                mm = owner.mmap
                 start, length = page_range(e.address, e.size)
-                if length == 0:
+                # a buffer freed meanwhile has no pages left; upstream releases nothing on Windows
+                if owner is None or length == 0 or os.name == "nt":
                     continue
-                if os.name == "nt":  # pragma: no cover - upstream: nothing released on Windows
-                    continue
-                if mm is not None and start == e.address and not mm.closed:
-                    mm.madvise(MADV_DONTNEED, 0, length)
-                else:
-                    madvise = madvise or _libc_madvise()
-                    if madvise(start, length, MADV_DONTNEED) != 0:
-                        err = ctypes.get_errno()
-                        raise OSError(err, f"madvise(MADV_DONTNEED) failed: {os.strerror(err)}")
+                owner.mmap.madvise(MADV_DONTNEED, start - e.address, length)
                 total += length
                 count += 1
             self.released = True
@@ -198,13 +164,7 @@ class WeightReleaseRegistry:
 REGISTRY = WeightReleaseRegistry()
 #: The process-global registry's hooks: buffers register their weights, the engine calls the
 #: release on a cache hit and the check before a compile, tests and notebooks reset it.
-register_weight_buffer, on_cache_hit, before_compile, reset = (
-    REGISTRY.register,
-    REGISTRY.on_cache_hit,
-    REGISTRY.before_compile,
-    REGISTRY.reset,
-)
-
-
-def is_released() -> bool:
-    return REGISTRY.released
+register_weight_buffer = REGISTRY.register
+on_cache_hit = REGISTRY.on_cache_hit
+before_compile = REGISTRY.before_compile
+reset = REGISTRY.reset

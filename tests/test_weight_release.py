@@ -93,7 +93,7 @@ def test_memory_optimize_releases_on_gpu_class_only() -> None:
     buf.data[:] = 1
     weight_release.register_weight_buffer(buf)
     assert weight_release.on_cache_hit("CPU", config) is None
-    assert not weight_release.is_released()
+    assert not weight_release.REGISTRY.released
     result = weight_release.on_cache_hit("GPU.1", config)
     assert result is not None and result.released_bytes == 1 << 20
     buf.free()
@@ -144,9 +144,9 @@ def test_engine_first_cache_hit_releases_and_recompile_raises(monkeypatch: pytes
     # their bytes are not part of the key: after the release they read as zeros)
     key = ("ffn_up", (1, 1024))
     first = engine.run(key, model.clone, {"x": xv}, "CPU")[0]
-    assert not weight_release.is_released()
+    assert not weight_release.REGISTRY.released
     second = engine.run(key, model.clone, {"x": xv}, "CPU")[0]  # cache hit -> release
-    assert weight_release.is_released()
+    assert weight_release.REGISTRY.released
     assert not buf.data.any()
     np.testing.assert_array_equal(second, first)
     third = engine.run(key, model.clone, {"x": xv}, "CPU")[0]  # still served from the pinned cache

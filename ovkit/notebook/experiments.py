@@ -69,8 +69,7 @@ class ReleaseDemo:
             f"{self.zeros_after}\nresults unchanged: {self.results_unchanged}\nrecompile refused: {self.recompile_error}"
         )
 
-    def __repr__(self) -> str:
-        return str(self)
+    __repr__ = __str__
 
 
 def weight_release_demo(rows: int, k: int, seed: int = 0) -> ReleaseDemo:
@@ -181,11 +180,8 @@ def layer_matmul_table(
     outs = {k: g.mul_mat(c[k], xin) for k in w if k != "ffn_down"}
     outs["ffn_down"] = g.mul_mat(c["ffn_down"], g.swiglu_split(outs["ffn_gate"], outs["ffn_up"]))
     got = dict(zip(outs, g.compute(list(outs.values()), {"x": x}, device=device, core=core), strict=True))
-
-    def silu(z: Any) -> Any:
-        return z / (1 + np.exp(-z))
-
-    act = silu(got["ffn_gate"]) * got["ffn_up"]  # ffn_down's input, as the device computed it
+    # ffn_down's input, SwiGLU as the device computed it
+    act = got["ffn_gate"] / (1 + np.exp(-got["ffn_gate"])) * got["ffn_up"]
     rows = []
     for k in outs:
         src = act if k == "ffn_down" else x

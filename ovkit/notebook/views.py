@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from ovkit.buffers import buffer_type, host_buffer_type
 from ovkit.devices import Device, list_devices, physical_device_ids
-from ovkit.escape import html_attr, html_text
+from ovkit.escape import html_text
 from ovkit.memory import format_bytes, process_rss_bytes, unit_for
-from ovkit.report import Report, Reported, format_duration
+from ovkit.report import Report, Reported, figure_png, format_duration, png_img
 from ovkit.runtime import Core
 
 if TYPE_CHECKING:
@@ -113,13 +113,11 @@ class NodeProfile(Reported):
     def from_frame(cls, frame: pd.DataFrame, device: str) -> NodeProfile:
         """From ``Runner.profile()`` (columns ``node``, ``type``, ``real_time_us``)."""
         ran = frame[frame["real_time_us"] > 0]
-        groups: dict[str, tuple[set[str], float]] = {}
-        for node, kind, us in zip(ran["node"], ran["type"], ran["real_time_us"], strict=True):
-            label = _DEDUP_SUFFIX.sub("", str(node))
-            kinds, total = groups.get(label, (set(), 0.0))
-            groups[label] = (kinds | {str(kind)}, total + us * 1e-6)
-        nodes = sorted(((k, ", ".join(sorted(v[0])), v[1]) for k, v in groups.items()), key=lambda r: -r[2])
-        return cls(device, tuple(nodes), sum(n[2] for n in nodes))
+        by_node = ran.groupby(ran["node"].astype(str).str.replace(_DEDUP_SUFFIX, "", regex=True), sort=False)
+        kinds = by_node["type"].agg(lambda t: ", ".join(sorted(set(map(str, t))))).to_dict()
+        seconds = by_node["real_time_us"].sum().sort_values(ascending=False, kind="stable") * 1e-6
+        nodes = tuple((str(n), str(kinds[n]), float(s)) for n, s in seconds.items())
+        return cls(device, nodes, sum(n[2] for n in nodes))
 
     def report(self) -> Report:
         rows = tuple(
@@ -233,12 +231,9 @@ def type_bucket(types: str) -> str:
 
 
 def _coverage_category(statuses: Iterable[str]) -> int:
+    """The index of the case statuses' category in :data:`COVERAGE_CATEGORIES`."""
     s = set(statuses)
-    if "FAIL" in s:
-        return 3
-    if s == {"OK"}:
-        return 2
-    return 1 if "OK" in s else 0
+    return 3 if "FAIL" in s else 2 if s == {"OK"} else int("OK" in s)
 
 
 def coverage_frame(results: Mapping[str, pd.DataFrame], case_types: Mapping[str, str]) -> pd.DataFrame:
@@ -295,14 +290,8 @@ class Collapsed:
         self.title, self.content = title, content
 
     def _inner_html(self) -> str:
-        import base64
-        import io
-
         if hasattr(self.content, "savefig"):
-            buf = io.BytesIO()
-            self.content.savefig(buf, format="png", dpi=80, bbox_inches="tight")
-            data = base64.b64encode(buf.getvalue()).decode("ascii")
-            return f'<img alt="{html_attr(self.title)}" src="data:image/png;base64,{data}"/>'
+            return png_img(figure_png(self.content), self.title)
         to_html = getattr(self.content, "to_html", None)
         return str(to_html()) if callable(to_html) else f"<pre>{html_text(str(self.content))}</pre>"
 
@@ -340,9 +329,8 @@ def coverage_heatmap(every: pd.DataFrame, by: str = "op") -> Figure:
     ax.set_yticks(range(len(grid.index)), grid.index, fontsize=font)
     ax.set_xticks(range(grid.shape[1]), [f"{c}\n{t}" for c, t in columns], fontsize=font)
     ax.xaxis.tick_top()
-    column_classes = [c for c, _ in columns]
-    for i in range(1, len(column_classes)):
-        if column_classes[i] != column_classes[i - 1]:
+    for i in range(1, len(columns)):
+        if columns[i][0] != columns[i - 1][0]:  # a line between two device classes
             ax.axvline(i - 0.5, color="black", lw=1.5)
     handles = [Patch(color=cmap(i), label=n) for i, n in enumerate(COVERAGE_CATEGORIES)]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)

@@ -48,14 +48,6 @@ def html_table(
     return f'<table class="{esc(css_class)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def png_img(png: bytes, alt: str) -> str:
-    """An inline ``<img>`` for a PNG (HTML fallbacks of the charts)."""
-    if not png:
-        return f"<p>{esc(alt)}: no image</p>"
-    data = base64.b64encode(png).decode("ascii")
-    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}"/>'
-
-
 def error_box(message: object) -> str:
     return f'<div class="ovkit-error">{esc(message)}</div>'
 
@@ -81,16 +73,15 @@ class FallbackReprMixin:
         return self.fallback_text()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-        bundle: dict[str, Any] = {}
         try:
-            parent = super()._repr_mimebundle_(**kwargs)  # type: ignore[misc]
-            if parent:
-                bundle.update(parent)
+            bundle = dict(super()._repr_mimebundle_(**kwargs) or {})  # type: ignore[misc]
         except Exception:  # no widget front end (or a test harness that forbids it)
-            pass
+            bundle = {}
         bundle["text/plain"] = self.fallback_text()
         bundle["text/html"] = self.fallback_html()
+        return bundle | self.png_bundle()
+
+    def png_bundle(self) -> dict[str, str]:
+        """A chart's static image (``to_png``) for nbconvert/papermill outputs, else nothing."""
         to_png = getattr(self, "to_png", None)
-        if callable(to_png):  # a static image for nbconvert/papermill outputs
-            bundle["image/png"] = base64.b64encode(to_png()).decode("ascii")
-        return bundle
+        return {"image/png": base64.b64encode(to_png()).decode("ascii")} if callable(to_png) else {}

@@ -58,9 +58,9 @@ class Refresher:
         self._fn = _weak(fn)
         if inspect.ismethod(fn):
             weakref.finalize(fn.__self__, self._halt)
-        self._paused = False
+        self.paused = False
         self._kick = False
-        self._thread: threading.Thread | None = None
+        self.thread: threading.Thread | None = None  #: the refresh thread, once started
         self.ticks = 0
         self.last_duration_s = 0.0
 
@@ -75,17 +75,13 @@ class Refresher:
         self._wake.set()  # the new interval applies to the current wait
 
     @property
-    def paused(self) -> bool:
-        return self._paused
-
-    @property
     def state(self) -> str:
         """``stopped`` once stop() was asked, ``not started``, ``paused`` or ``live``."""
         if self._stop.is_set():
             return "stopped"
-        if self._thread is None:
+        if self.thread is None:
             return "not started"
-        return "paused" if self._paused else "live"
+        return "paused" if self.paused else "live"
 
     def _tell(self) -> None:
         on_state = self._on_state()
@@ -96,11 +92,7 @@ class Refresher:
     @property
     def alive(self) -> bool:
         """True while the background thread runs."""
-        return self._thread is not None and self._thread.is_alive()
-
-    @property
-    def thread(self) -> threading.Thread | None:
-        return self._thread
+        return self.thread is not None and self.thread.is_alive()
 
     # -- control --------------------------------------------------------------------------
     def start(self) -> Refresher:
@@ -110,18 +102,18 @@ class Refresher:
         if self._stop.is_set():
             raise RuntimeError(f"{self._name}: a stopped refresher cannot be restarted")
         watch_cells()
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-        self._thread.start()
+        self.thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self.thread.start()
         _LIVE.add(self)
         self._tell()
         return self
 
     def pause(self) -> None:
-        self._paused = True
+        self.paused = True
         self._tell()
 
     def resume(self) -> None:
-        self._paused = False
+        self.paused = False
         self._kick = True
         self._wake.set()
         self._tell()
@@ -138,7 +130,7 @@ class Refresher:
         self._stop.set()
         self._wake.set()
         _LIVE.discard(self)
-        thread = self._thread
+        thread = self.thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
         if not was_stopped:
@@ -175,7 +167,7 @@ class Refresher:
             self._wake.clear()
             if self._stop.is_set():
                 break
-            if self._paused:
+            if self.paused:
                 last = time.monotonic()
                 continue
             if not self._kick and time.monotonic() < last + self._interval:

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import io
-from typing import TYPE_CHECKING
+import itertools
+from typing import TYPE_CHECKING, Any
 
 from ovkit.memory import format_bytes, unit_for
-from ovkit.widgets._html import error_box, png_img
+from ovkit.report import figure_png, png_img
+from ovkit.widgets._html import error_box
 from ovkit.widgets.axes import Axis, fit_axis
 from ovkit.widgets.controls import LiveView
 from ovkit.widgets.data import RSS_ROW, LiveModel
@@ -19,17 +20,6 @@ if TYPE_CHECKING:
 
 USED, FREE = "#1976d2", "#e0e0e0"
 KIND_COLOURS = ("#1976d2", "#388e3c", "#f57c00", "#90caf9", "#e57373", "#9e9e9e")
-
-
-def figure_png(fig: Figure) -> bytes:
-    """``fig`` as PNG bytes, drawn on an Agg canvas (no pyplot: safe off the main thread)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    if not isinstance(fig.canvas, FigureCanvasAgg):
-        FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
 
 
 def _value_axis(ax: Axes, axis: Axis, horizontal: bool) -> None:
@@ -70,22 +60,18 @@ def plot_bars(ax: Axes, model: LiveModel) -> None:
 def plot_breakdown(ax: Axes, model: LiveModel) -> None:
     """This process's OpenVINO allocations by type per device, and its RSS, on one stable axis."""
     ax.set_title("This process: OpenVINO allocations by type, and RSS", fontsize=9, loc="left")
-    frame = model.breakdown_frame()
-    rows = list(dict.fromkeys(frame["row"])) or [RSS_ROW]
-    kinds = list(dict.fromkeys(frame["kind"]))
-    left = dict.fromkeys(rows, 0.0)
-    for j, kind in enumerate(kinds):
-        part = frame[frame["kind"] == kind]
-        label = "process RSS" if kind == "rss" else kind
-        for row, nbytes in zip(part["row"], part["bytes"], strict=True):
-            ax.barh(rows.index(row), nbytes, left=left[row], color=KIND_COLOURS[j % len(KIND_COLOURS)],
-                    label=label if row == part["row"].iloc[0] else None)  # fmt: skip
-            left[row] += float(nbytes)
-    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    frame = model.breakdown_frame().replace({"kind": {"rss": "process RSS"}})
+    has_kinds = not frame.empty
+    if not has_kinds:  # an empty row still shows where the figures will be
+        frame.loc[0] = (RSS_ROW, "process RSS", 0)
+    stacked = frame.pivot_table("bytes", "row", "kind", "sum", sort=False, fill_value=0)
+    stacked = stacked.reindex(columns=frame["kind"].unique())
+    colours: dict[Any, Any] = dict(zip(stacked.columns, itertools.cycle(KIND_COLOURS), strict=False))
+    stacked.plot.barh(stacked=True, ax=ax, color=colours, width=0.8, legend=False, ylabel="")
     ax.invert_yaxis()
-    _value_axis(ax, model.breakdown_axis or fit_axis(max(left.values(), default=0.0)), horizontal=True)
+    _value_axis(ax, model.breakdown_axis or fit_axis(stacked.sum(axis=1).max()), horizontal=True)
     ax.tick_params(labelsize=7)
-    if kinds:
+    if has_kinds:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
 
 
@@ -132,7 +118,7 @@ class AllocationCharts(LiveView):
     """The memory bars, allocations by type and time series, live (drawn by the browser)."""
 
     kind = "charts"
-    panels = ("bars", "breakdown", "history")
+    panels: tuple[str, ...] = ("bars", "breakdown", "history")
 
     def frames(self) -> dict[str, pd.DataFrame]:
         """The figures the panels draw: memory bars, allocations by type, the history (bytes)."""
@@ -168,4 +154,4 @@ class AllocationCharts(LiveView):
         return "\n".join(lines)
 
 
-__all__ = ["AllocationCharts", "figure_png", "static_figure"]
+__all__ = ["AllocationCharts", "static_figure"]

@@ -28,29 +28,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def close_parts(owner: widgets.Widget) -> None:
-    """Stop ``owner.refresher``, then close every widget held in ``owner``'s attributes and under
-    them, but not ``owner`` itself (it may run twice: ipywidgets calls close() from ``__del__``)."""
-    refresher = getattr(owner, "refresher", None)
-    if refresher is not None:
-        refresher.stop()
-    seen: set[int] = set()
-    stack: list[Any] = [owner]
-    while stack:
-        w = stack.pop()
-        if id(w) in seen:
-            continue
-        seen.add(id(w))
-        values = [getattr(w, key, None) for key in w.keys] + (list(vars(w).values()) if w is owner else [])
-        for value in values:
-            if isinstance(value, dict):  # parts by name (the explorer's shape boxes)
-                value = list(value.values())
-            parts = value if isinstance(value, tuple | list) else (value,)
-            stack += [v for v in parts if isinstance(v, widgets.Widget)]
-        if w is not owner and w.comm is not None:
-            w.close()
-
-
 #: The toggle's label and icon per refresher state.
 BUTTON_OF_STATE = {
     "live": ("Pause", "pause"),
@@ -216,8 +193,3 @@ class LiveView(SavedPictureMixin, widgets.VBox):
 
     def _show_error(self, exc: BaseException) -> None:
         self._show_error_text(f"refresh failed at {time.strftime('%H:%M:%S')}: {error_text(exc)}")
-
-    def close(self) -> None:
-        """Stop the refresh thread, then close the widgets."""
-        close_parts(self)
-        super().close()

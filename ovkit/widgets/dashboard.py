@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
+from ovkit.report import png_img
 from ovkit.runtime import Core
 from ovkit.utilisation import Busy, UtilisationMeter, busy_frame
-from ovkit.widgets._html import STYLE, esc, html_table, png_img, usage_bar
+from ovkit.widgets._html import STYLE, esc, html_table, usage_bar
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
-from ovkit.widgets.charts import chart_title, figure_png, static_figure
-from ovkit.widgets.controls import LiveView
+from ovkit.widgets.charts import AllocationCharts
 from ovkit.widgets.data import Snapshot, error_text
 from ovkit.widgets.device_table import render_table_html, render_table_text
 from ovkit.widgets.fit import FitView
@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-class Dashboard(LiveView):
-    """One refresh thread feeds every panel; the selector moves the table's highlight at once."""
+class Dashboard(AllocationCharts):
+    """One refresh thread feeds every panel (the charts' and the table); the selector moves the
+    table's highlight at once."""
 
     kind = "dashboard"
     panels = PANELS
@@ -75,10 +76,6 @@ class Dashboard(LiveView):
     def busy_frame(self) -> pd.DataFrame:
         """How busy each device was over the last refresh interval (share 0..1, None = no figure)."""
         return busy_frame(self.busy)
-
-    def to_png(self) -> bytes:
-        """The panels as a static PNG (matplotlib, the same axes as the live view)."""
-        return figure_png(static_figure(self.model, chart_title(self.model)))
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:

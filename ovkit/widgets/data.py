@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -125,12 +126,11 @@ class MemoryHistory:
             raise ValueError(f"history length {maxlen!r}: expected an integer of at least 2 samples")
         self.maxlen = maxlen
         self.devices: tuple[str, ...] = ()
-        self._buf = np.full((maxlen, 1), np.nan)
-        self._n = 0
+        self._rows: deque[list[float]] = deque(maxlen=maxlen)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return self._n
+        return len(self._rows)
 
     def record(self, snapshot: Snapshot) -> None:
         """Append one sample (a failed snapshot is skipped; a new device set starts afresh)."""
@@ -143,18 +143,13 @@ class MemoryHistory:
         with self._lock:
             if names != self.devices:
                 self.devices = names
-                self._buf = np.full((self.maxlen, 1 + len(names)), np.nan)
-                self._n = 0
-            if self._n == self.maxlen:
-                self._buf[:-1] = self._buf[1:]
-                self._n -= 1
-            self._buf[self._n] = row
-            self._n += 1
+                self._rows.clear()
+            self._rows.append(row)
 
     def array(self) -> np.ndarray:
         """``(n, 1 + devices)`` float64: epoch seconds, then used bytes per device."""
         with self._lock:
-            return self._buf[: self._n].copy()
+            return np.array(self._rows, dtype=float).reshape(len(self._rows), 1 + len(self.devices))
 
     def frame(self) -> pd.DataFrame:
         """Seconds since the first kept sample (index ``t_s``) x device -> used bytes."""

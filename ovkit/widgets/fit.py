@@ -7,9 +7,9 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from ovkit.report import figure_png, png_img
 from ovkit.runtime import Core
-from ovkit.widgets._html import STYLE, FallbackReprMixin, error_box, esc, png_img
-from ovkit.widgets.charts import figure_png
+from ovkit.widgets._html import STYLE, FallbackReprMixin, error_box, esc
 
 
 def render_check_html(result: Any) -> str:

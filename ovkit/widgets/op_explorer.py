@@ -16,16 +16,14 @@ import ipywidgets as widgets
 
 from ovkit.devices import device_class, physical_device_ids
 from ovkit.ir import Op
+from ovkit.report import figure_png, png_img
 from ovkit.runtime import Core, is_simulated
-from ovkit.widgets._html import STYLE, error_box, esc, html_table, png_img
-from ovkit.widgets.charts import figure_png
-from ovkit.widgets.controls import close_parts
+from ovkit.widgets._html import STYLE, error_box, esc, html_table
 from ovkit.widgets.data import error_text
 from ovkit.widgets.saved import SavedPictureMixin
 
 if TYPE_CHECKING:
     import pandas as pd
-    from matplotlib.axes import Axes
 
     from ovkit.catalogue.case import Case, Leaf
 
@@ -158,9 +156,7 @@ def real_backend_run(base: Case, shapes: Mapping[str, Sequence[int]], dtype: str
     from ovkit.upstream.ops import run_varied
 
     r = run_varied(base.name, shapes, dtype)
-    detail = "; ".join(
-        x for x in (f"rejects {r.upstream_rejects}" if r.upstream_rejects else "", r.detail) if x
-    )
+    detail = "; ".join(filter(None, (r.upstream_rejects and f"rejects {r.upstream_rejects}", r.detail)))
     return OpRun(
         REAL_BACKEND,
         "CPU",
@@ -182,35 +178,28 @@ def runs_frame(runs: Iterable[OpRun]) -> pd.DataFrame:
     return pd.DataFrame([dataclasses.asdict(r) for r in runs], columns=columns).set_index("device")
 
 
-def plot_runs(ax: Axes, frame: pd.DataFrame, title: str = "") -> None:
+def runs_png(frame: pd.DataFrame, title: str = "") -> bytes:
     """µs per run per device, coloured by verdict (unsupported / failed devices drawn at 0)."""
-    simulated = bool(len(frame)) and bool(frame["simulated"].any())
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4.8, 2.8), dpi=80)
+    fig.subplots_adjust(left=0.16, right=0.97, top=0.82, bottom=0.14)
+    ax = fig.add_subplot()
+    simulated = bool(frame["simulated"].any())
     ax.set_title(
         (title or "time per run by device")
         + ("\n(simulated: all ran on this host's CPU)" if simulated else ""),
         fontsize=9,
     )
-    if frame.empty:
-        ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
-        return
     labels = [f"{d} (sim)" if s else str(d) for d, s in zip(frame.index, frame["simulated"], strict=True)]
-    values = [0.0 if v is None or v != v else float(v) for v in frame["us_per_run"]]
-    colours = [STATUS_COLOURS.get(str(s), "#868e96") for s in frame["status"]]
-    bars = ax.bar(labels, values, color=colours)
+    values = frame["us_per_run"].astype(float).fillna(0.0)
+    bars = ax.bar(labels, values, color=[STATUS_COLOURS.get(str(s), "#868e96") for s in frame["status"]])
     for bar, status in zip(bars, frame["status"], strict=True):
         if status != "OK":
             ax.annotate(
                 str(status), (bar.get_x() + bar.get_width() / 2, 0), ha="center", va="bottom", fontsize=8
             )
     ax.set_ylabel("µs per run")
-
-
-def runs_png(frame: pd.DataFrame, title: str = "") -> bytes:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(4.8, 2.8), dpi=80)
-    fig.subplots_adjust(left=0.16, right=0.97, top=0.82, bottom=0.14)
-    plot_runs(fig.add_subplot(), frame, title)
     return figure_png(fig)
 
 
@@ -474,7 +463,3 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
         if self.error:
             lines.append(f"  error: {self.error}")
         return "\n".join(lines)
-
-    def close(self) -> None:
-        close_parts(self)
-        super().close()

@@ -4,7 +4,6 @@ exactly one of the two."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import time
 import uuid
@@ -27,6 +26,29 @@ SAVED_CSS = (
     f"{_CHILD}:not({_DRAWN}):has(+ {_CHILD} .{SAVED_CLASS}) {{display: none;}}\n"
     f".{SAVED_CLASS} > .ovkit-saved-caption {{color: var(--jp-ui-font-color2, #616161);}}\n"
 )
+
+
+def close_parts(owner: widgets.Widget) -> None:
+    """Stop ``owner.refresher``, then close every widget held in ``owner``'s attributes and under
+    them, but not ``owner`` itself (it may run twice: ipywidgets calls close() from ``__del__``)."""
+    refresher = getattr(owner, "refresher", None)
+    if refresher is not None:
+        refresher.stop()
+    seen: set[int] = set()
+    stack: list[Any] = [owner]
+    while stack:
+        w = stack.pop()
+        if id(w) in seen:
+            continue
+        seen.add(id(w))
+        values = [getattr(w, key, None) for key in w.keys] + (list(vars(w).values()) if w is owner else [])
+        for value in values:
+            if isinstance(value, dict):  # parts by name (the explorer's shape boxes)
+                value = list(value.values())
+            parts = value if isinstance(value, tuple | list) else (value,)
+            stack += [v for v in parts if isinstance(v, widgets.Widget)]
+        if w is not owner and w.comm is not None:
+            w.close()
 
 
 class SavedPictureMixin(FallbackReprMixin):
@@ -89,9 +111,10 @@ class SavedPictureMixin(FallbackReprMixin):
         picture): the page and the saved notebook keep that state without a widget model."""
         if not getattr(self, "_shown", None):
             return
-        bundle = self._picture(caption, saved=False)
-        to_png = getattr(self, "to_png", None)
-        if callable(to_png):
-            bundle["image/png"] = base64.b64encode(to_png()).decode("ascii")
-        self._update(0, bundle)
+        self._update(0, self._picture(caption, saved=False) | self.png_bundle())
         self._update(1, {"text/html": ""})
+
+    def close(self) -> None:
+        """Stop the widget's refresh thread (if any), then close it and every widget it holds."""
+        close_parts(self)
+        super().close()  # type: ignore[misc]

@@ -11,11 +11,10 @@ import ipywidgets as widgets
 
 from ovkit.devices import physical_device_ids
 from ovkit.layouts import DEFAULT_LAYOUT, LAYOUTS
-from ovkit.notebook_log import SEVERITIES
+from ovkit.notebook_log import line_html
 from ovkit.runtime import Core
 from ovkit.selection import ENV_DEVICE, Selection, resolve_device
 from ovkit.widgets._html import error_box, esc
-from ovkit.widgets.controls import close_parts
 from ovkit.widgets.data import error_text
 from ovkit.widgets.saved import SavedPictureMixin
 
@@ -72,11 +71,7 @@ def render_state_html(state: SelectorState) -> str:
     lines = [("warning" if "fallback" in line else "info", line) for line in state.messages]
     if state.hint:
         lines.insert(-1, ("hint", f"hint: {state.hint}"))
-    for kind, line in lines:
-        sev = SEVERITIES[kind]
-        parts.append(
-            f'<div class="ovkit-log ovkit-log-{kind}" style="{sev.style}">{sev.mark}{esc(line)}</div>'
-        )
+    parts += [line_html(kind, line) for kind, line in lines]
     parts.append(f'<div class="ovkit-layout"><small>{esc(layout_line(state))}</small></div>')
     return "<div>" + "".join(parts) + "</div>"
 
@@ -174,7 +169,3 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
 
     def fallback_text(self) -> str:
         return render_state_text(self.state)
-
-    def close(self) -> None:
-        close_parts(self)
-        super().close()
