@@ -702,20 +702,15 @@ def current_allocations() -> pd.DataFrame:
     """Live buffers, one row each: buffer_id, device, buffer_type, kind, usage, bytes, storage, time."""
     import pandas as pd
 
-    rows = [{c: getattr(e, c) for c in _COLUMNS} for e in TRACKER.live()]
-    return pd.DataFrame(rows, columns=_COLUMNS)
+    return pd.DataFrame(map(dataclasses.asdict, TRACKER.live()), columns=_COLUMNS)
 
 
 def allocation_history() -> pd.DataFrame:
     """Every allocation and release in order, with the running live bytes per device (``live_bytes``)."""
     import pandas as pd
 
-    rows = []
-    running: dict[str, int] = {}
-    for e in TRACKER.history():
-        running[e.device] = running.get(e.device, 0) + (e.bytes if e.event == "alloc" else -e.bytes)
-        row: dict[str, Any] = {c: getattr(e, c) for c in _COLUMNS}
-        row["event"] = e.event
-        row["live_bytes"] = running[e.device]
-        rows.append(row)
-    return pd.DataFrame(rows, columns=["time", "event", *[c for c in _COLUMNS if c != "time"], "live_bytes"])
+    columns = [f.name for f in dataclasses.fields(AllocationEvent)]
+    frame = pd.DataFrame(map(dataclasses.asdict, TRACKER.history()), columns=columns)
+    signed = frame["bytes"].where(frame["event"] == "alloc", -frame["bytes"])
+    frame["live_bytes"] = signed.groupby(frame["device"]).cumsum()
+    return frame

@@ -115,12 +115,25 @@ def describe_device(name: str, *, core: Core | None = None) -> Device:
     cls = device_class(name)
     props: dict[str, Any] = {}
     description, description_error = layouts.describe(name, core=core, props=props)
-    mem: MemoryReport = read_memory(name, cls, props, core=core)
-    return Device(
-        name, description, cls, mem.total_bytes, mem.free_bytes, mem.used_bytes, mem.error, description_error,
-        mem.formula, mem.clamped, mem.breakdown, mem.host_available_bytes, mem.shared_host_available_bytes,
-        props, is_simulated(core), ov_id=name,
-    )  # fmt: skip
+    mem = read_memory(name, cls, props, core=core)
+    seen = Device(name, description, cls, 0, 0, description_error=description_error, properties=props)
+    return with_memory(replace(seen, simulated=is_simulated(core), ov_id=name), mem)
+
+
+def with_memory(d: Device, mem: MemoryReport) -> Device:
+    """``d`` with the figures of a memory reading."""
+    return replace(
+        d,
+        total_bytes=mem.total_bytes,
+        free_bytes=mem.free_bytes,
+        used_bytes=mem.used_bytes,
+        memory_error=mem.error,
+        memory_formula=mem.formula,
+        memory_clamped=mem.clamped,
+        memory_breakdown=dict(mem.breakdown),
+        host_available_bytes=mem.host_available_bytes,
+        shared_host_available_bytes=mem.shared_host_available_bytes,
+    )
 
 
 def list_devices(
@@ -143,23 +156,12 @@ def layout_devices(layout: layouts.Layout, selected: str, *, core: Core | None =
     devices = []
     for index, ov_id in enumerate(ids):
         seen = describe_device(ov_id, core=core)  # the seed's reading: description, properties, memory
-        mem = layout.memory(core, ov_id, seen)
+        if layout.memory is not None:
+            seen = with_memory(seen, layout.memory(core, ov_id))
+        name, description = layout.naming(index, ov_id), layout.description(core, ov_id, selected, seen)
+        ggml_type = layout.ggml_type(ov_id, selected)
         devices.append(
-            replace(
-                seen,
-                name=layout.naming(index, ov_id),
-                description=layout.description(core, ov_id, selected, seen),
-                total_bytes=mem.total,
-                free_bytes=mem.free,
-                used_bytes=mem.used,
-                memory_error=mem.error,
-                memory_formula=mem.formula,
-                memory_clamped=mem.used > mem.total,
-                memory_breakdown=dict(mem.breakdown or {}),
-                host_available_bytes=mem.host_available,
-                layout=layout.key,
-                ggml_type=layout.ggml_type(ov_id, selected),
-            )
+            replace(seen, name=name, description=description, layout=layout.key, ggml_type=ggml_type)
         )
     return devices
 

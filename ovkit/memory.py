@@ -113,6 +113,14 @@ def host_memory(core: Core | None = None) -> HostMemory:
     return HostMemory(total, available)
 
 
+def host_ram_report(formula: str, *, core: Core | None) -> MemoryReport:
+    """Host RAM as a device's memory: free = total, as the backend reports it on Linux."""
+    host = host_memory(core)
+    return MemoryReport(
+        host.total_bytes, host.total_bytes, 0, formula, host_available_bytes=host.available_bytes
+    )
+
+
 def read_property(device: str, name: str, *, core: Core) -> tuple[Any, str | None]:
     """``core.get_property`` that never raises: ``(value, None)`` or ``(None, reason)``."""
     try:
@@ -157,10 +165,7 @@ def read_memory(
             0, 0, 0, "no memory rule", error=f"no memory rule for device class {device_class}"
         )
     if rule.total_property is None or rule.used_property is None:
-        host = host_memory(core)
-        return MemoryReport(
-            host.total_bytes, host.total_bytes, 0, rule.formula, host_available_bytes=host.available_bytes
-        )
+        return host_ram_report(rule.formula, core=core)
 
     def read(name: str) -> Any:
         value, err = read_property(device, name, core=core)
