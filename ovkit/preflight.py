@@ -165,7 +165,7 @@ class DeviceCheck(Reported):
         return Report(f"{self.label}: {self.verdict}", ("", ""), tuple(rows), self.notes)
 
 
-PART_COLOURS = {
+PART_COLOURS: dict[str, Any] = {
     "runtime": "#9e9e9e",
     "file pages": "#cfd8dc",
     "input embeddings (mapped)": "#b0bec5",
@@ -288,41 +288,31 @@ class Preflight(Reported):
         import pandas as pd
         from matplotlib.figure import Figure
         from matplotlib.lines import Line2D
-        from matplotlib.patches import Patch
 
-        frame = self.memory_frame()
-        bars = list(dict.fromkeys(zip(frame["device"], frame["where"], strict=True)))
-        if ax is None:
-            fig = Figure(figsize=(8, 1.2 + 0.5 * len(bars)))
-            ax = fig.add_subplot()
-        else:
-            fig = ax.figure
         gib = 2**30
-        labels = []
-        for y, (device, where) in enumerate(bars):
-            sub = frame[(frame["device"] == device) & (frame["where"] == where)]
-            left = 0.0
-            for part, size in zip(sub["part"], sub["bytes"], strict=True):
-                ax.barh(y, size / gib, left=left, color=PART_COLOURS.get(part, "#607d8b"), edgecolor="white")
-                left += size / gib
-            first = sub.iloc[0]
-            marks = [(first["free_bytes"], {"color": "black", "lw": 2})]
-            if where == DEVICE or (device, DEVICE) not in bars:  # the device's own allocations
+        frame = self.memory_frame()
+        frame["bar"] = frame["device"] + " " + frame["where"] + "\n" + frame["verdict"]
+        stacked = frame.pivot_table("bytes", "bar", "part", "sum", sort=False) / gib
+        stacked = stacked.reindex(columns=[p for p in PART_COLOURS if p in stacked]).fillna(0)
+        if ax is None:
+            ax = Figure(figsize=(8, 1.2 + 0.5 * len(stacked))).add_subplot()
+        stacked.plot.barh(stacked=True, ax=ax, color=PART_COLOURS, edgecolor="white", width=0.8)
+        firsts = frame.groupby("bar", sort=False).first()
+        with_device = set(frame.loc[frame["where"] == DEVICE, "device"])
+        for y, row in enumerate(firsts.itertuples()):
+            marks: list[tuple[Any, dict[str, Any]]] = [(row.free_bytes, {"color": "black", "lw": 2})]
+            if row.where == DEVICE or row.device not in with_device:  # the device's own allocations
                 marks += [
-                    (first["largest_buffer_bytes"], {"color": "red", "ls": "--", "lw": 1}),
-                    (first["max_alloc_bytes"], {"color": "red", "lw": 1.5}),
+                    (row.largest_buffer_bytes, {"color": "red", "ls": "--", "lw": 1}),
+                    (row.max_alloc_bytes, {"color": "red", "lw": 1.5}),
                 ]
             for x, style in marks:
-                if x is not None and not pd.isna(x):
+                if not pd.isna(x):
                     ax.plot([x / gib] * 2, [y - 0.45, y + 0.45], **style)
-            labels.append(f"{device} {where}\n{first['verdict']}")
-        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.tick_params(axis="y", labelsize=8)
         ax.invert_yaxis()
-        ax.set_xlabel("GiB")
-        handles: list[Any] = [
-            Patch(color=c, label=p) for p, c in PART_COLOURS.items() if p in set(frame["part"])
-        ]
-        handles += [
+        ax.set(xlabel="GiB", ylabel="")
+        handles = ax.get_legend_handles_labels()[0] + [
             Line2D([], [], color="black", lw=2, label="free"),
             Line2D([], [], color="red", ls="--", label="largest buffer"),
             Line2D([], [], color="red", lw=1.5, label=MAX_ALLOC_PROPERTY),
@@ -331,8 +321,8 @@ class Preflight(Reported):
         ax.set_title(
             f"{self.path.name} at {self.n_ctx:,} cells: memory by part against free memory", fontsize=9
         )
-        fig.tight_layout()
-        return fig
+        ax.figure.tight_layout()
+        return ax.figure
 
 
 # ----------------------------------------------------------------------------------------------
