@@ -9,7 +9,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ovkit.errors import OvkitError
-from ovkit.memory import SIZE_MAX, MemoryReport, host_memory, host_ram_report, read_property, shares_host_ram
+from ovkit.memory import (
+    MEMORY_RULES,
+    SIZE_MAX,
+    MemoryReport,
+    host_memory,
+    host_ram_report,
+    read_property,
+    shares_host_ram,
+)
 from ovkit.runtime import Core, get_core
 
 DEFAULT_LAYOUT = "seed"
@@ -124,32 +132,23 @@ def _byte_count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _fork_used(ov_id: str, *, core: Core) -> tuple[int | None, dict[str, int]]:
-    if ov_id.startswith("GPU"):
-        stats, err = read_property(ov_id, "GPU_MEMORY_STATISTICS", core=core)
-        if err or not isinstance(stats, Mapping):
-            return None, {}
-        counted = {str(k): v for k, v in stats.items() if str(k) not in GPU_HOST_STATISTICS}
-        counted = {k: v for k, v in counted.items() if _byte_count(v) is not None}
-        return sum(counted.values()), counted
-    value, err = read_property(ov_id, "NPU_DEVICE_ALLOC_MEM_SIZE", core=core)
-    return (None if err else _byte_count(value)), {}
-
-
-_FORK_TOTAL = {"GPU": "GPU_DEVICE_TOTAL_MEM_SIZE", "NPU": "NPU_DEVICE_TOTAL_MEM_SIZE"}
-
-
 def _fork_memory(core: Core, ov_id: str) -> MemoryReport:
     """The fork's ``get_memory``: the plugin's counters when total > 0 and used are readable,
     else host RAM (free = total); an iGPU's or NPU's free is then capped at MemAvailable."""
-    prop = next((p for prefix, p in _FORK_TOTAL.items() if ov_id.startswith(prefix)), None)
-    total = None
-    if prop is not None:
-        value, err = read_property(ov_id, prop, core=core)
-        total = None if err else _byte_count(value)
-    used, breakdown = _fork_used(ov_id, core=core) if total else (None, {})
+    rule = next((r for c, r in MEMORY_RULES.items() if ov_id.startswith(c)), MEMORY_RULES["CPU"])
+    total = used = None
+    breakdown: dict[str, int] = {}
+    if rule.total_property and rule.used_property:
+        total = _byte_count(read_property(ov_id, rule.total_property, core=core)[0])
+        raw = read_property(ov_id, rule.used_property, core=core)[0] if total else None
+        if not rule.used_is_map:
+            used = _byte_count(raw)
+        elif isinstance(raw, Mapping):  # GPU_MEMORY_STATISTICS without the host RAM a dGPU maps
+            breakdown = {str(k): v for k, v in raw.items() if str(k) not in GPU_HOST_STATISTICS}
+            breakdown = {k: v for k, v in breakdown.items() if _byte_count(v) is not None}
+            used = sum(breakdown.values())
     if total and used is not None:
-        formula = f"{prop} - this process's OpenVINO allocations"
+        formula = f"{rule.total_property} - this process's OpenVINO allocations"
         mem = MemoryReport(
             total, max(0, total - used), used, formula, clamped=used > total, breakdown=breakdown
         )

@@ -209,16 +209,15 @@ LIVE_RULES: dict[str, LiveRule] = {
         free="MemAvailable",
         note="--list-devices prints free = total for CPU, as the backend does on Linux",
     ),
-    "GPU": LiveRule(
-        "total − OpenVINO allocations",
-        used="this process's OpenVINO allocations (sum of GPU_MEMORY_STATISTICS)",
-        free="--list-devices free (GPU_DEVICE_TOTAL_MEM_SIZE − used)",
-    ),
-    "NPU": LiveRule(
-        "total − OpenVINO allocations",
-        used="this process's OpenVINO allocations (NPU_DEVICE_ALLOC_MEM_SIZE)",
-        free="--list-devices free (NPU_DEVICE_TOTAL_MEM_SIZE − used)",
-    ),
+    **{
+        cls: LiveRule(
+            "total − OpenVINO allocations",
+            used=f"this process's OpenVINO allocations ({'sum of ' if r.used_is_map else ''}{r.used_property})",
+            free=f"--list-devices free ({r.total_property} − used)",
+        )
+        for cls, r in MEMORY_RULES.items()
+        if r.total_property is not None
+    },
 }
 UNKNOWN_RULE = LiveRule("unknown", used="unknown", free="unknown")
 
