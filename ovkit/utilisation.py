@@ -79,24 +79,28 @@ def read_cpu(root: Path = ROOT, now: float | None = None) -> Reading:
 
 
 # -- Intel GPUs: DRM fdinfo --------------------------------------------------------------------
-def intel_drm_cards(root: Path = ROOT) -> dict[str, str]:
-    """PCI address → driver of each DRM card bound to i915 or xe (``/sys/class/drm``)."""
-    base = root / "sys" / "class" / "drm"
-    out: dict[str, str] = {}
+def _bound(base: Path, prefix: str, drivers: tuple[str, ...]) -> list[tuple[Path, str]]:
+    """The entries ``prefix*`` of a sysfs class (connectors like ``card0-DP-1`` left out) whose
+    device is bound to one of ``drivers``, with that driver, sorted."""
     try:
-        cards = sorted(p for p in base.iterdir() if p.name.startswith("card") and "-" not in p.name)
+        entries = sorted(p for p in base.iterdir() if p.name.startswith(prefix) and "-" not in p.name)
     except OSError:
-        return out
-    for card in cards:
-        device = card / "device"
+        return []
+    out = []
+    for entry in entries:
         try:
-            driver = os.path.basename(os.readlink(device / "driver"))
-            pdev = os.path.basename(os.path.realpath(device))
+            driver = os.path.basename(os.readlink(entry / "device" / "driver"))
         except OSError:
             continue
-        if driver in DRM_DRIVERS:
-            out[pdev] = driver
+        if driver in drivers:
+            out.append((entry, driver))
     return out
+
+
+def intel_drm_cards(root: Path = ROOT) -> dict[str, str]:
+    """PCI address → driver of each DRM card bound to i915 or xe (``/sys/class/drm``)."""
+    cards = _bound(root / "sys" / "class" / "drm", "card", DRM_DRIVERS)
+    return {os.path.basename(os.path.realpath(card / "device")): driver for card, driver in cards}
 
 
 def _fdinfo(text: str) -> dict[str, str]:
@@ -165,20 +169,9 @@ def read_drm_clients(root: Path = ROOT, now: float | None = None) -> dict[str, R
 # -- Intel NPU: sysfs busy time ----------------------------------------------------------------
 def read_npu(root: Path = ROOT, now: float | None = None) -> list[Reading]:
     """Each intel_vpu accelerator's ``npu_busy_time_us`` (``/sys/class/accel``), in device order."""
-    base = root / "sys" / "class" / "accel"
-    try:
-        accels = sorted(p for p in base.iterdir() if p.name.startswith("accel"))
-    except OSError:
-        return []
     wall_us = (time.monotonic() if now is None else now) * 1e6
     out = []
-    for accel in accels:
-        try:
-            driver = os.path.basename(os.readlink(accel / "device" / "driver"))
-        except OSError:
-            continue
-        if driver not in NPU_DRIVERS:
-            continue
+    for accel, _driver in _bound(root / "sys" / "class" / "accel", "accel", NPU_DRIVERS):
         path = accel / "device" / "npu_busy_time_us"
         text = _read(path)
         busy = _number(text) if text else None
@@ -232,13 +225,10 @@ class UtilisationMeter:
         self._prev: dict[str, Reading] = {}
         self.sample(())  # the baseline: the first real sample measures from here
 
-    def _cpu(self) -> Reading:
-        return read_cpu(self.root, self.clock())
-
     def sample(self, devices: Sequence[Any]) -> list[Busy]:
         """One :class:`Busy` per device (``ovkit.devices.Device``-like: name, device_class,
         simulated), measured since the previous sample."""
-        readings: dict[str, Reading] = {"cpu": self._cpu()}
+        readings: dict[str, Reading] = {"cpu": read_cpu(self.root, self.clock())}
         real_classes = {str(d.device_class) for d in devices if not d.simulated}
         gpus = read_drm_clients(self.root, self.clock()) if "GPU" in real_classes or not devices else {}
         readings.update({f"gpu:{p}": r for p, r in gpus.items()})
