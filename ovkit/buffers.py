@@ -157,8 +157,6 @@ class HostStorage:
             np.frombuffer(self.mmap, dtype=np.uint8) if self.mmap is not None else np.zeros(0, np.uint8)
         )
         self._ov_tensor: Any = None
-        if self.size and self.address % HOST_ALIGNMENT:
-            raise BufferUsageError(f"host buffer is not aligned to {HOST_ALIGNMENT} bytes")
 
     @property
     def data(self) -> np.ndarray:
@@ -293,10 +291,12 @@ class PlacedTensor:
 
     def numpy(self) -> np.ndarray:
         """A numpy view of the tensor's bytes in the buffer (host storage)."""
-        raw = self.buffer.data[self.offset : self.offset + self.nbytes]
-        if self.dtype in PLAIN_DTYPES:
-            return raw.view(PLAIN_DTYPES[self.dtype]).reshape(self.shape)
-        return raw
+        return self.typed(self.buffer.data[self.offset : self.offset + self.nbytes])
+
+    def typed(self, raw: np.ndarray) -> np.ndarray:
+        """The tensor's bytes ``raw`` in its numpy shape and dtype (quantized: the raw bytes)."""
+        dtype = PLAIN_DTYPES.get(self.dtype)
+        return raw if dtype is None else raw.view(dtype).reshape(self.shape)
 
 
 # -- buffers ---------------------------------------------------------------------------------------
@@ -335,9 +335,10 @@ class Buffer:
         self._track_storage()
 
     def _track_storage(self) -> None:
-        """Record the allocation of the current storage; release it if the buffer is collected unfreed."""
+        """Record the allocation of the current storage; ``_finalizer()`` releases and records it, at
+        the latest when the buffer is collected unfreed."""
         TRACKER.record_alloc(self)
-        self._finalizer = weakref.finalize(self, _finalize, self.storage, self._extras, self.id)
+        self._finalizer = weakref.finalize(self, _release, self.storage, self._extras, self.id)
 
     def _make_storage(self, size: int, *, core: Core | None, remote: bool | None) -> Storage:
         gpu = device_class(self.buffer_type.device) is DeviceClass.GPU
@@ -448,9 +449,7 @@ class Buffer:
             new.data[:] = old.data
         else:  # pragma: no cover - needs a GPU
             self._remote_copy_in(0, old.data)
-        old.free()
-        self._finalizer.detach()
-        TRACKER.record_free(self.id)
+        self._finalizer()  # the old storage (no extras yet)
         self._track_storage()
 
     def view(
@@ -542,7 +541,7 @@ class Buffer:
             raw = self._remote_copy_out(t.offset, t.nbytes)
         else:
             raw = self.storage.data[t.offset : t.offset + t.nbytes].copy()
-        return raw.view(PLAIN_DTYPES[t.dtype]).reshape(t.shape) if t.dtype in PLAIN_DTYPES else raw
+        return t.typed(raw)
 
     def _remote_host_copy(self) -> Any:  # pragma: no cover - needs a GPU
         import openvino as ov
@@ -599,12 +598,10 @@ class Buffer:
         if self._freed:
             return
         self._freed = True
-        self._finalizer.detach()
         if self.usage is Usage.WEIGHTS:
             weight_release.REGISTRY.unregister(self)
-        _release(self.storage, self._extras)
         self._tensors.clear()
-        TRACKER.record_free(self.id)
+        self._finalizer()
 
     def __enter__(self) -> Buffer:
         return self
@@ -617,17 +614,13 @@ class Buffer:
         return f"Buffer(id={self.id}, type={self.name}, usage={self.usage}, {state}, storage={self.storage.note!r})"
 
 
-def _release(storage: Storage, extras: dict[int, TensorExtra]) -> None:
+def _release(storage: Storage, extras: dict[int, TensorExtra], buffer_id: int) -> None:
+    """Release a buffer's extras and storage, and record the release (free() or the collector)."""
     for extra in list(extras.values()):
         if not extra.released:
             extra.release()
     extras.clear()
     storage.free()
-
-
-def _finalize(storage: Storage, extras: dict[int, TensorExtra], buffer_id: int) -> None:
-    """A buffer garbage-collected without free(): release and record like free()."""
-    _release(storage, extras)
     TRACKER.record_free(buffer_id)
 
 
