@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ovkit import layouts
+from ovkit import layouts, memory
 from ovkit.layouts import VIRTUAL_PREFIXES
-from ovkit.memory import MIB, LiveFigures, MemoryReport, live_figures, read_memory
+from ovkit.memory import MIB, LiveFigures, MemoryReport, read_memory
 from ovkit.runtime import Core, get_core, is_simulated
 
 ENV_DEVICE = "GGML_OPENVINO_DEVICE"
@@ -75,17 +75,30 @@ class Device:
 
     @property
     def live(self) -> LiveFigures:
-        """Total/used/free as every live view and the fit check show them (``memory.LIVE_RULES``)."""
+        """Total/used/free as every live view and the fit check show them (``memory.LIVE_RULES``):
+        host RAM by ``MemAvailable``, a device sharing host RAM capped there."""
         # host RAM (the CPU, and any device a layout reports as host RAM) follows the CPU's rule
-        return live_figures(
-            "CPU" if self.host_available_bytes is not None else str(self.device_class),
-            self.total_bytes,
-            self.used_bytes,
-            self.free_bytes,
-            self.host_available_bytes,
-            self.memory_error,
-            shared_host_available_bytes=self.shared_host_available_bytes,
-            simulated=self.simulated,
+        cls = "CPU" if self.host_available_bytes is not None else str(self.device_class)
+        rule, total = memory.LIVE_RULES.get(cls), self.total_bytes
+        if self.memory_error is not None or rule is None:
+            return LiveFigures(
+                None, None, None, memory.UNKNOWN_RULE, self.memory_error or f"no memory rule for {cls}"
+            )
+        if self.host_available_bytes is not None:
+            free = min(total, self.host_available_bytes)
+            return LiveFigures(
+                total, total - free, free, memory.SIMULATED_HOST_RULE if self.simulated else rule
+            )
+        if self.shared_host_available_bytes is None:
+            return LiveFigures(total, self.used_bytes, self.free_bytes, rule)
+        shared = memory.LiveRule(
+            f"{rule.label}; free ≤ MemAvailable",
+            rule.used,
+            f"{rule.free}, at most MemAvailable",
+            memory.SHARED_NOTE,
+        )
+        return LiveFigures(
+            total, self.used_bytes, min(self.free_bytes, self.shared_host_available_bytes), shared
         )
 
     def list_line(self) -> str:

@@ -262,32 +262,6 @@ class LiveFigures:
         return f"{text} ({self.rule.note})" if self.rule.note else text
 
 
-def live_figures(
-    device_class: str,
-    total_bytes: int,
-    used_bytes: int,
-    free_bytes: int,
-    host_available_bytes: int | None,
-    error: str | None,
-    *,
-    shared_host_available_bytes: int | None = None,
-    simulated: bool = False,
-) -> LiveFigures:
-    """The live figures of one device from what ``read_memory`` reported: host RAM by
-    ``MemAvailable``, a device sharing host RAM capped there."""
-    rule = LIVE_RULES.get(device_class)
-    if error is not None or rule is None:
-        return LiveFigures(None, None, None, UNKNOWN_RULE, error or f"no memory rule for {device_class}")
-    if host_available_bytes is not None:
-        free = min(total_bytes, host_available_bytes)
-        return LiveFigures(total_bytes, total_bytes - free, free, SIMULATED_HOST_RULE if simulated else rule)
-    if shared_host_available_bytes is not None:
-        rule = LiveRule(f"{rule.label}; free ≤ MemAvailable", rule.used, f"{rule.free}, at most MemAvailable",
-                        SHARED_NOTE)  # fmt: skip
-        return LiveFigures(total_bytes, used_bytes, min(free_bytes, shared_host_available_bytes), rule)
-    return LiveFigures(total_bytes, used_bytes, free_bytes, rule)
-
-
 @functools.cache
 def _process(pid: int) -> Any:
     import psutil
