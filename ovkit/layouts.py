@@ -93,22 +93,6 @@ def _fork_enumerate(ids: Sequence[str]) -> list[str]:
     return kept or ["CPU"]
 
 
-def resolve(
-    rule: SelectionRule, available: Sequence[str], requested: str | None, describe: Callable[[str], str]
-) -> Resolved:
-    """Apply ``rule`` to ``requested`` (None = unset or empty); ``BackendAbort`` for the fork's miss.
-    ``describe`` gives a device's description for the abort message."""
-    candidates = rule.candidates(available)
-    if requested is None:
-        return Resolved(rule.default(candidates), False, tuple(candidates))
-    if requested in candidates:
-        return Resolved(requested, False, tuple(candidates))
-    if rule.on_unknown is OnUnknown.ABORT:
-        listing = "".join(f"\n  {name}: {describe(name)}" for name in candidates)
-        raise BackendAbort(FORK_ABORT.format(requested, listing))
-    return Resolved("CPU", True, tuple(candidates))
-
-
 # -- descriptions -------------------------------------------------------------------------------
 def describe(ov_id: str, *, core: Core, props: dict[str, Any] | None = None) -> tuple[str, str | None]:
     """``ggml_openvino_get_device_description``: FULL_DEVICE_NAME (+ `` (NPU <arch>)``), else the
@@ -221,8 +205,16 @@ def get_layout(name: str) -> Layout:
 
 
 def resolve_for(layout: Layout, requested: str | None, *, core: Core | None = None) -> Resolved:
-    """``layout``'s selection on ``core`` for the requested device (None = unset)."""
+    """``layout``'s selection on ``core`` for the requested device (None = unset or empty);
+    ``BackendAbort``, naming the candidates, for the fork's miss."""
     core = get_core(core)
-    return resolve(
-        layout.selection, list(core.available_devices), requested, lambda d: describe(d, core=core)[0]
-    )
+    rule = layout.selection
+    candidates = rule.candidates(list(core.available_devices))
+    if requested is None:
+        return Resolved(rule.default(candidates), False, tuple(candidates))
+    if requested in candidates:
+        return Resolved(requested, False, tuple(candidates))
+    if rule.on_unknown is OnUnknown.ABORT:
+        listing = "".join(f"\n  {name}: {describe(name, core=core)[0]}" for name in candidates)
+        raise BackendAbort(FORK_ABORT.format(requested, listing))
+    return Resolved("CPU", True, tuple(candidates))
