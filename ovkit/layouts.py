@@ -76,7 +76,6 @@ class Resolved:
 
     device: str
     fell_back: bool
-    candidates: tuple[str, ...]
 
 
 # -- which OpenVINO ids a layout lists, and which it accepts in GGML_OPENVINO_DEVICE -------------
@@ -211,10 +210,10 @@ def resolve_for(layout: Layout, requested: str | None, *, core: Core | None = No
     rule = layout.selection
     candidates = rule.candidates(list(core.available_devices))
     if requested is None:
-        return Resolved(rule.default(candidates), False, tuple(candidates))
+        return Resolved(rule.default(candidates), False)
     if requested in candidates:
-        return Resolved(requested, False, tuple(candidates))
+        return Resolved(requested, False)
     if rule.on_unknown is OnUnknown.ABORT:
         listing = "".join(f"\n  {name}: {describe(name, core=core)[0]}" for name in candidates)
         raise BackendAbort(FORK_ABORT.format(requested, listing))
-    return Resolved("CPU", True, tuple(candidates))
+    return Resolved("CPU", True)
