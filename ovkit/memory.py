@@ -1,5 +1,5 @@
 """Memory per device class by the rules upstream's device listing uses (:data:`MEMORY_RULES`), and
-the live figures every view shows (:func:`live_figures`: one named rule per class, or "unknown")."""
+the live rules every view shows (:data:`LIVE_RULES`, applied by ``Device.live``: one per class, or "unknown")."""
 
 from __future__ import annotations
 
