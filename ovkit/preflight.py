@@ -134,9 +134,6 @@ class DeviceCheck(Reported):
     def label(self) -> str:
         return f"{self.device} (SIMULATED)" if self.simulated else self.device
 
-    def host_bytes_at(self, stage: Stage) -> int:
-        return bytes_at(self.parts, HOST, stage)
-
     def summary(self) -> str:
         """The verdict in one line."""
         if self.verdict is Verdict.FAILS:
@@ -262,7 +259,7 @@ class Preflight(Reported):
 
         rows = []
         for d in self.devices:
-            peak = max(STAGES, key=d.host_bytes_at)
+            peak = max(STAGES, key=lambda s: bytes_at(d.parts, HOST, s))
             for p in d.parts:
                 if p.where == HOST or d.device_class != "CPU":
                     free = d.host_free_bytes if p.where == HOST else d.device_free_bytes

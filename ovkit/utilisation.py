@@ -52,6 +52,14 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def _link(path: Path) -> str:
+    """Where a symbolic link points ("" when it cannot be read)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
 # -- CPU ---------------------------------------------------------------------------------------
 def read_cpu(root: Path = ROOT, now: float | None = None) -> Reading:
     """``/proc/stat`` (the whole machine) and ``/proc/self/stat`` (this process)."""
@@ -86,15 +94,8 @@ def _bound(base: Path, prefix: str, drivers: tuple[str, ...]) -> list[tuple[Path
         entries = sorted(p for p in base.iterdir() if p.name.startswith(prefix) and "-" not in p.name)
     except OSError:
         return []
-    out = []
-    for entry in entries:
-        try:
-            driver = os.path.basename(os.readlink(entry / "device" / "driver"))
-        except OSError:
-            continue
-        if driver in drivers:
-            out.append((entry, driver))
-    return out
+    bound = ((entry, os.path.basename(_link(entry / "device" / "driver"))) for entry in entries)
+    return [(entry, driver) for entry, driver in bound if driver in drivers]
 
 
 def intel_drm_cards(root: Path = ROOT) -> dict[str, str]:
@@ -138,10 +139,7 @@ def read_drm_clients(root: Path = ROOT, now: float | None = None) -> dict[str, R
         except OSError:
             continue
         for fd in fds:
-            try:
-                if not os.readlink(fd).startswith("/dev/dri/"):
-                    continue
-            except OSError:
+            if not _link(fd).startswith("/dev/dri/"):
                 continue
             text = _read(pid / "fdinfo" / fd.name)
             info = _fdinfo(text) if text else {}
