@@ -334,25 +334,20 @@ class Buffer:
 
     def _make_storage(self, size: int, *, core: Core | None, remote: bool | None) -> Storage:
         gpu = device_class(self.buffer_type.device) is DeviceClass.GPU
-        want_remote = (
-            remote
-            if remote is not None
-            else (gpu and self.buffer_type.kind is BufferKind.DEVICE and self.usage is Usage.KV_CACHE)
-        )
-        if want_remote and not gpu:
+        if remote is None:
+            remote = gpu and self.buffer_type.kind is BufferKind.DEVICE and self.usage is Usage.KV_CACHE
+        if remote and not gpu:
             raise BufferUsageError(
                 f"remote storage is for the GPU class only, not {self.buffer_type.device!r}"
             )
-        if want_remote and size:
+        if remote and size:
             if isinstance(core, SimulatedCore):
                 # counted as the simulated GPU's usm_device, as the plugin counts a USM tensor
                 dev = self.buffer_type.device
                 core.allocate(dev, size, "usm_device")
                 return HostStorage(size, note=f"simulated {dev}: host memory", device_side=True,
                                    on_free=functools.partial(core.release, dev, size, "usm_device"))  # fmt: skip
-            if core is None:
-                core = get_core()
-            return RemoteStorage(size, self.buffer_type.device, core=core)
+            return RemoteStorage(size, self.buffer_type.device, core=get_core(core))
         return HostStorage(size)
 
     # -- storage-backed fields (never cached here) ---------------------------------------------
@@ -419,11 +414,10 @@ class Buffer:
     def _maybe_migrate_kv(self, name: str) -> None:
         """As upstream: the first ``cache_*`` tensor of a host-backed device buffer on the GPU
         class (stateless execution) moves the whole buffer to device memory; offsets stay."""
-        if not name.startswith("cache_") or self.is_device_side or not self.size:
+        on_gpu = device_class(self.buffer_type.device) is DeviceClass.GPU
+        if not (on_gpu and self.buffer_type.kind is BufferKind.DEVICE and name.startswith("cache_")):
             return
-        if device_class(self.buffer_type.device) is not DeviceClass.GPU:
-            return
-        if self.buffer_type.kind is not BufferKind.DEVICE:
+        if self.is_device_side or not self.size:
             return
         if read_config(warn=False).stateful("GPU"):
             return  # stateful: the OpenVINO model owns the cache; the buffer stays on the host
