@@ -1,5 +1,5 @@
 """Memory per device class by the rules upstream's device listing uses (:data:`MEMORY_RULES`), and
-the live rules every view shows (:data:`LIVE_RULES`, applied by ``Device.live``: one per class, or "unknown")."""
+the live rules every view shows (:data:`LIVE_RULES`, applied by ``Device.live``)."""
 
 from __future__ import annotations
 

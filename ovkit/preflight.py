@@ -339,10 +339,8 @@ class ModelSizes:
     """What the header says about sizes, shared by every device's memory model."""
 
     hp: HParams
-    file_bytes: int
     n_ctx: int  #: padded cells
-    n_ubatch: int
-    n_prompt: int
+    n_prompt: int  #: the first decode's tokens: one micro-batch
     kv_buffers: tuple[tuple[str, int], ...]  #: (name, bytes) of each KV cache buffer
     kv_tensor_bytes: int  #: one layer's K (or V) tensor
     compute_bytes: int  #: llama.cpp's compute buffers (reserve graph, host input rows, output row)
@@ -470,7 +468,7 @@ def backend_memory(
     kv_total = sum(b for _, b in sizes.kv_buffers)
     parts = [
         Part("runtime", HOST, Stage.LOAD, RUNTIME_BYTES, note="llama.cpp, OpenVINO and its plugin"),
-        Part("file pages", HOST, Stage.LOAD, sizes.file_bytes - mapped_bytes, transient=True,
+        Part("file pages", HOST, Stage.LOAD, gguf.file_size - mapped_bytes, transient=True,
              note="the mapped file, read while the weights are copied, unmapped after"),
         Part("input embeddings (mapped)", HOST, Stage.LOAD, mapped_bytes, note="token_embd stays in the mapped file"),
         Part("requantization scratch", HOST, Stage.LOAD, scratch, transient=True,
@@ -593,10 +591,8 @@ def model_sizes(
         static_shape = GraphShape(chunk, n_ctx, n_ctx, 1, flash_attn)
         static = live_peak_bytes(*header_graph(gguf, hp, static_shape), tuple(graph_inputs(hp, static_shape)))
         static += hp.n_head * chunk * n_ctx * 4
-    sizes = ModelSizes(
-        hp, gguf.file_size, n_ctx, n_ub, n_ub, kv_buffers(hp, n_ctx, n_ub), n_ctx * hp.n_embd_kv * F16_BYTES,
-        compute, static,
-    )  # fmt: skip
+    kv_tensor = n_ctx * hp.n_embd_kv * F16_BYTES
+    sizes = ModelSizes(hp, n_ctx, n_ub, kv_buffers(hp, n_ctx, n_ub), kv_tensor, compute, static)
     decode = header_graph(gguf, hp, GraphShape(1, n_ctx, n_ctx, 1, flash_attn))
     return sizes, (op_nodes(g, out), op_nodes(*decode))
 
