@@ -8,16 +8,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ovkit import memory
 from ovkit.errors import OvkitError
-from ovkit.memory import (
-    MEMORY_RULES,
-    SIZE_MAX,
-    MemoryReport,
-    host_memory,
-    host_ram_report,
-    read_property,
-    shares_host_ram,
-)
+from ovkit.memory import MemoryReport, read_property
 from ovkit.runtime import Core, get_core
 
 DEFAULT_LAYOUT = "seed"
@@ -118,7 +111,7 @@ def _byte_count(value: Any) -> int | None:
 def _fork_memory(core: Core, ov_id: str) -> MemoryReport:
     """The fork's ``get_memory``: the plugin's counters when total > 0 and used are readable,
     else host RAM (free = total); an iGPU's or NPU's free is then capped at MemAvailable."""
-    rule = next((r for c, r in MEMORY_RULES.items() if ov_id.startswith(c)), MEMORY_RULES["CPU"])
+    rule = memory.MEMORY_RULES.get(ov_id[:3], memory.MEMORY_RULES["CPU"])  # by class prefix
     total = used = None
     breakdown: dict[str, int] = {}
     if rule.total_property and rule.used_property:
@@ -136,12 +129,12 @@ def _fork_memory(core: Core, ov_id: str) -> MemoryReport:
             total, max(0, total - used), used, formula, clamped=used > total, breakdown=breakdown
         )
     else:
-        mem = host_ram_report(
+        mem = memory.host_ram_report(
             "host RAM (free = total), as for the CPU or a plugin without memory counters", core=core
         )
-    if shares_host_ram(ov_id, core=core):
-        available = host_memory(core).available_bytes
-        capped = min(mem.free_bytes, available if available else SIZE_MAX)
+    if memory.shares_host_ram(ov_id, core=core):
+        available = memory.host_memory(core).available_bytes
+        capped = min(mem.free_bytes, available) if available else mem.free_bytes
         formula = mem.formula + (", free capped at MemAvailable" if capped != mem.free_bytes else "")
         mem = replace(mem, free_bytes=capped, formula=formula, shared_host_available_bytes=available)
     return mem
@@ -167,7 +160,7 @@ LAYOUTS: dict[str, Layout] = {
             entries=lambda _ids, sel: [sel],
             naming=lambda i, _ov_id: f"OPENVINO{i}",
             description=lambda _core, _ov_id, _sel, _seen: OPENVINO_RUNTIME_DESCRIPTION,
-            memory=lambda core, _ov_id: host_ram_report(
+            memory=lambda core, _ov_id: memory.host_ram_report(
                 "host RAM whatever the device (Linux: free = total)", core=core
             ),
             ggml_type=lambda _ov_id, _sel: "GPU",
