@@ -690,6 +690,6 @@ def allocation_history() -> pd.DataFrame:
 
     columns = [f.name for f in dataclasses.fields(AllocationEvent)]
     frame = pd.DataFrame(map(dataclasses.asdict, TRACKER.history()), columns=columns)
-    signed = frame["bytes"].where(frame["event"] == "alloc", -frame["bytes"])
+    signed = frame["bytes"].astype("int64").where(frame["event"] == "alloc", -frame["bytes"])
     frame["live_bytes"] = signed.groupby(frame["device"]).cumsum()
     return frame
