@@ -108,7 +108,7 @@ def _byte_count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _fork_memory(core: Core, ov_id: str) -> MemoryReport:
+def _fork_memory(ov_id: str, *, core: Core) -> MemoryReport:
     """The fork's ``get_memory``: the plugin's counters when total > 0 and used are readable,
     else host RAM (free = total); an iGPU's or NPU's free is then capped at MemAvailable."""
     rule = memory.MEMORY_RULES.get(ov_id[:3], memory.MEMORY_RULES["CPU"])  # by class prefix
@@ -176,7 +176,7 @@ LAYOUTS: dict[str, Layout] = {
                 f"GGML_OPENVINO_DEVICE={ov_id}{' (selected)' if ov_id == sel else ''} - {describe(ov_id, core=core)[0]}"
             ),
             # plugin counters, else host RAM; iGPU/NPU free capped at MemAvailable
-            memory=_fork_memory,
+            memory=lambda core, ov_id: _fork_memory(ov_id, core=core),
             ggml_type=lambda ov_id, sel: "GPU" if ov_id == sel else "IGPU",
             selection=SelectionRule(
                 _fork_enumerate, lambda c: "CPU" if "CPU" in c else c[0], OnUnknown.ABORT

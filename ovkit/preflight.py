@@ -439,15 +439,12 @@ def largest_buffer(
     return max(buffers, key=lambda x: x[1], default=("", 0))
 
 
-def backend_memory(
-    sizes: ModelSizes, gguf: GGUFModel, dev: str, config: OvkitConfig | None = None
-) -> tuple[Part, ...]:
+def backend_memory(sizes: ModelSizes, gguf: GGUFModel, dev: str, config: OvkitConfig) -> tuple[Part, ...]:
     """The backend's allocations with device ``dev`` selected (its exact OpenVINO id), by part.
 
     Only ``GPU`` exactly takes the backend's GPU branches (the KV cache moved to one USM device
     buffer, #29235); ``GPU.0`` keeps the KV cache on the host like the CPU, and so does the NPU
     ("NPU memory is too small even for kvcache").  Stateful execution keeps it on the host too."""
-    config = config or read_config({})
     cls = str(device_class(dev))
     policy = policy_class(cls)
     # llama.cpp keeps the input layer (token_embd) in the mapped file; a tied output head is that
