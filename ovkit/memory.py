@@ -3,6 +3,7 @@ the live rules every view shows (:data:`LIVE_RULES`, applied by ``Device.live``)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -102,14 +103,9 @@ def host_memory(core: Core | None = None) -> HostMemory:
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     available = total
     if sys.platform.startswith("linux"):
-        try:
-            with open("/proc/meminfo", encoding="ascii") as fh:
-                for line in fh:
-                    if line.startswith("MemAvailable:"):
-                        available = int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            pass
+        with contextlib.suppress(OSError), open("/proc/meminfo", encoding="ascii") as fh:
+            found = (int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
+            available = next(found, total)
     return HostMemory(total, available)
 
 
