@@ -81,8 +81,7 @@ _physical = _without(VIRTUAL_PREFIXES)
 
 def _fork_enumerate(ids: Sequence[str]) -> list[str]:
     """``ov_enumerate_devices``: AUTO/MULTI/HETERO dropped, ``CPU`` if nothing is left, sorted, unique."""
-    kept = _without(FORK_VIRTUAL_PREFIXES)(ids)
-    return kept or ["CPU"]
+    return _without(FORK_VIRTUAL_PREFIXES)(ids) or ["CPU"]
 
 
 # -- descriptions -------------------------------------------------------------------------------
