@@ -190,6 +190,10 @@ class HostStorage:
                 self.mmap.close()
             self.mmap = None
 
+    @property
+    def freed(self) -> bool:
+        return self._array is None
+
 
 class RemoteStorage:
     """A device-side remote tensor from the device's OpenVINO remote context (GPU class only)."""
@@ -218,6 +222,10 @@ class RemoteStorage:
 
     def free(self) -> None:
         self._tensor = None
+
+    @property
+    def freed(self) -> bool:
+        return self._tensor is None
 
 
 Storage = HostStorage | RemoteStorage
