@@ -157,8 +157,6 @@ class HostStorage:
             np.frombuffer(self.mmap, dtype=np.uint8) if self.mmap is not None else np.zeros(0, np.uint8)
         )
         self._ov_tensor: Any = None
-        if self.size and self.address % HOST_ALIGNMENT:
-            raise BufferUsageError(f"host buffer is not aligned to {HOST_ALIGNMENT} bytes")
 
     @property
     def data(self) -> np.ndarray:
@@ -293,10 +291,12 @@ class PlacedTensor:
 
     def numpy(self) -> np.ndarray:
         """A numpy view of the tensor's bytes in the buffer (host storage)."""
-        raw = self.buffer.data[self.offset : self.offset + self.nbytes]
-        if self.dtype in PLAIN_DTYPES:
-            return raw.view(PLAIN_DTYPES[self.dtype]).reshape(self.shape)
-        return raw
+        return self.typed(self.buffer.data[self.offset : self.offset + self.nbytes])
+
+    def typed(self, raw: np.ndarray) -> np.ndarray:
+        """The tensor's bytes ``raw`` in its numpy shape and dtype (quantized: the raw bytes)."""
+        dtype = PLAIN_DTYPES.get(self.dtype)
+        return raw if dtype is None else raw.view(dtype).reshape(self.shape)
 
 
 # -- buffers ---------------------------------------------------------------------------------------
@@ -335,31 +335,27 @@ class Buffer:
         self._track_storage()
 
     def _track_storage(self) -> None:
-        """Record the allocation of the current storage; release it if the buffer is collected unfreed."""
+        """Record the allocation of the current storage; ``_finalizer()`` releases and records it, at
+        the latest when the buffer is collected unfreed."""
         TRACKER.record_alloc(self)
-        self._finalizer = weakref.finalize(self, _finalize, self.storage, self._extras, self.id)
+        self._finalizer = weakref.finalize(self, _release, self.storage, self._extras, self.id)
 
     def _make_storage(self, size: int, *, core: Core | None, remote: bool | None) -> Storage:
         gpu = device_class(self.buffer_type.device) is DeviceClass.GPU
-        want_remote = (
-            remote
-            if remote is not None
-            else (gpu and self.buffer_type.kind is BufferKind.DEVICE and self.usage is Usage.KV_CACHE)
-        )
-        if want_remote and not gpu:
+        if remote is None:
+            remote = gpu and self.buffer_type.kind is BufferKind.DEVICE and self.usage is Usage.KV_CACHE
+        if remote and not gpu:
             raise BufferUsageError(
                 f"remote storage is for the GPU class only, not {self.buffer_type.device!r}"
             )
-        if want_remote and size:
+        if remote and size:
             if isinstance(core, SimulatedCore):
                 # counted as the simulated GPU's usm_device, as the plugin counts a USM tensor
                 dev = self.buffer_type.device
                 core.allocate(dev, size, "usm_device")
                 return HostStorage(size, note=f"simulated {dev}: host memory", device_side=True,
                                    on_free=functools.partial(core.release, dev, size, "usm_device"))  # fmt: skip
-            if core is None:
-                core = get_core()
-            return RemoteStorage(size, self.buffer_type.device, core=core)
+            return RemoteStorage(size, self.buffer_type.device, core=get_core(core))
         return HostStorage(size)
 
     # -- storage-backed fields (never cached here) ---------------------------------------------
@@ -426,11 +422,10 @@ class Buffer:
     def _maybe_migrate_kv(self, name: str) -> None:
         """As upstream: the first ``cache_*`` tensor of a host-backed device buffer on the GPU
         class (stateless execution) moves the whole buffer to device memory; offsets stay."""
-        if not name.startswith("cache_") or self.is_device_side or not self.size:
+        on_gpu = device_class(self.buffer_type.device) is DeviceClass.GPU
+        if not (on_gpu and self.buffer_type.kind is BufferKind.DEVICE and name.startswith("cache_")):
             return
-        if device_class(self.buffer_type.device) is not DeviceClass.GPU:
-            return
-        if self.buffer_type.kind is not BufferKind.DEVICE:
+        if self.is_device_side or not self.size:
             return
         if read_config(warn=False).stateful("GPU"):
             return  # stateful: the OpenVINO model owns the cache; the buffer stays on the host
@@ -448,9 +443,7 @@ class Buffer:
             new.data[:] = old.data
         else:  # pragma: no cover - needs a GPU
             self._remote_copy_in(0, old.data)
-        old.free()
-        self._finalizer.detach()
-        TRACKER.record_free(self.id)
+        self._finalizer()  # the old storage (no extras yet)
         self._track_storage()
 
     def view(
@@ -542,7 +535,7 @@ class Buffer:
             raw = self._remote_copy_out(t.offset, t.nbytes)
         else:
             raw = self.storage.data[t.offset : t.offset + t.nbytes].copy()
-        return raw.view(PLAIN_DTYPES[t.dtype]).reshape(t.shape) if t.dtype in PLAIN_DTYPES else raw
+        return t.typed(raw)
 
     def _remote_host_copy(self) -> Any:  # pragma: no cover - needs a GPU
         import openvino as ov
@@ -599,12 +592,10 @@ class Buffer:
         if self._freed:
             return
         self._freed = True
-        self._finalizer.detach()
         if self.usage is Usage.WEIGHTS:
             weight_release.REGISTRY.unregister(self)
-        _release(self.storage, self._extras)
         self._tensors.clear()
-        TRACKER.record_free(self.id)
+        self._finalizer()
 
     def __enter__(self) -> Buffer:
         return self
@@ -617,17 +608,13 @@ class Buffer:
         return f"Buffer(id={self.id}, type={self.name}, usage={self.usage}, {state}, storage={self.storage.note!r})"
 
 
-def _release(storage: Storage, extras: dict[int, TensorExtra]) -> None:
+def _release(storage: Storage, extras: dict[int, TensorExtra], buffer_id: int) -> None:
+    """Release a buffer's extras and storage, and record the release (free() or the collector)."""
     for extra in list(extras.values()):
         if not extra.released:
             extra.release()
     extras.clear()
     storage.free()
-
-
-def _finalize(storage: Storage, extras: dict[int, TensorExtra], buffer_id: int) -> None:
-    """A buffer garbage-collected without free(): release and record like free()."""
-    _release(storage, extras)
     TRACKER.record_free(buffer_id)
 
 
@@ -702,20 +689,15 @@ def current_allocations() -> pd.DataFrame:
     """Live buffers, one row each: buffer_id, device, buffer_type, kind, usage, bytes, storage, time."""
     import pandas as pd
 
-    rows = [{c: getattr(e, c) for c in _COLUMNS} for e in TRACKER.live()]
-    return pd.DataFrame(rows, columns=_COLUMNS)
+    return pd.DataFrame(map(dataclasses.asdict, TRACKER.live()), columns=_COLUMNS)
 
 
 def allocation_history() -> pd.DataFrame:
     """Every allocation and release in order, with the running live bytes per device (``live_bytes``)."""
     import pandas as pd
 
-    rows = []
-    running: dict[str, int] = {}
-    for e in TRACKER.history():
-        running[e.device] = running.get(e.device, 0) + (e.bytes if e.event == "alloc" else -e.bytes)
-        row: dict[str, Any] = {c: getattr(e, c) for c in _COLUMNS}
-        row["event"] = e.event
-        row["live_bytes"] = running[e.device]
-        rows.append(row)
-    return pd.DataFrame(rows, columns=["time", "event", *[c for c in _COLUMNS if c != "time"], "live_bytes"])
+    columns = [f.name for f in dataclasses.fields(AllocationEvent)]
+    frame = pd.DataFrame(map(dataclasses.asdict, TRACKER.history()), columns=columns)
+    signed = frame["bytes"].astype("int64").where(frame["event"] == "alloc", -frame["bytes"])
+    frame["live_bytes"] = signed.groupby(frame["device"]).cumsum()
+    return frame

@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ovkit import layouts
+from ovkit import layouts, memory
 from ovkit.layouts import VIRTUAL_PREFIXES
-from ovkit.memory import MIB, LiveFigures, MemoryReport, live_figures, read_memory
+from ovkit.memory import MIB, LiveFigures, MemoryReport, read_memory
 from ovkit.runtime import Core, get_core, is_simulated
 
 ENV_DEVICE = "GGML_OPENVINO_DEVICE"
@@ -75,17 +75,30 @@ class Device:
 
     @property
     def live(self) -> LiveFigures:
-        """Total/used/free as every live view and the fit check show them (``memory.LIVE_RULES``)."""
+        """Total/used/free as every live view and the fit check show them (``memory.LIVE_RULES``):
+        host RAM by ``MemAvailable``, a device sharing host RAM capped there."""
         # host RAM (the CPU, and any device a layout reports as host RAM) follows the CPU's rule
-        return live_figures(
-            "CPU" if self.host_available_bytes is not None else str(self.device_class),
-            self.total_bytes,
-            self.used_bytes,
-            self.free_bytes,
-            self.host_available_bytes,
-            self.memory_error,
-            shared_host_available_bytes=self.shared_host_available_bytes,
-            simulated=self.simulated,
+        cls = "CPU" if self.host_available_bytes is not None else str(self.device_class)
+        rule, total = memory.LIVE_RULES.get(cls), self.total_bytes
+        if self.memory_error is not None or rule is None:
+            return LiveFigures(
+                None, None, None, memory.UNKNOWN_RULE, self.memory_error or f"no memory rule for {cls}"
+            )
+        if self.host_available_bytes is not None:
+            free = min(total, self.host_available_bytes)
+            return LiveFigures(
+                total, total - free, free, memory.SIMULATED_HOST_RULE if self.simulated else rule
+            )
+        if self.shared_host_available_bytes is None:
+            return LiveFigures(total, self.used_bytes, self.free_bytes, rule)
+        shared = memory.LiveRule(
+            f"{rule.label}; free ≤ MemAvailable",
+            rule.used,
+            f"{rule.free}, at most MemAvailable",
+            memory.SHARED_NOTE,
+        )
+        return LiveFigures(
+            total, self.used_bytes, min(self.free_bytes, self.shared_host_available_bytes), shared
         )
 
     def list_line(self) -> str:
@@ -115,12 +128,25 @@ def describe_device(name: str, *, core: Core | None = None) -> Device:
     cls = device_class(name)
     props: dict[str, Any] = {}
     description, description_error = layouts.describe(name, core=core, props=props)
-    mem: MemoryReport = read_memory(name, cls, props, core=core)
-    return Device(
-        name, description, cls, mem.total_bytes, mem.free_bytes, mem.used_bytes, mem.error, description_error,
-        mem.formula, mem.clamped, mem.breakdown, mem.host_available_bytes, mem.shared_host_available_bytes,
-        props, is_simulated(core), ov_id=name,
-    )  # fmt: skip
+    mem = read_memory(name, cls, props, core=core)
+    seen = Device(name, description, cls, 0, 0, description_error=description_error, properties=props)
+    return with_memory(replace(seen, simulated=is_simulated(core), ov_id=name), mem)
+
+
+def with_memory(d: Device, mem: MemoryReport) -> Device:
+    """``d`` with the figures of a memory reading."""
+    return replace(
+        d,
+        total_bytes=mem.total_bytes,
+        free_bytes=mem.free_bytes,
+        used_bytes=mem.used_bytes,
+        memory_error=mem.error,
+        memory_formula=mem.formula,
+        memory_clamped=mem.clamped,
+        memory_breakdown=dict(mem.breakdown),
+        host_available_bytes=mem.host_available_bytes,
+        shared_host_available_bytes=mem.shared_host_available_bytes,
+    )
 
 
 def list_devices(
@@ -143,23 +169,12 @@ def layout_devices(layout: layouts.Layout, selected: str, *, core: Core | None =
     devices = []
     for index, ov_id in enumerate(ids):
         seen = describe_device(ov_id, core=core)  # the seed's reading: description, properties, memory
-        mem = layout.memory(core, ov_id, seen)
+        if layout.memory is not None:
+            seen = with_memory(seen, layout.memory(core, ov_id))
+        name, description = layout.naming(index, ov_id), layout.description(core, ov_id, selected, seen)
+        ggml_type = layout.ggml_type(ov_id, selected)
         devices.append(
-            replace(
-                seen,
-                name=layout.naming(index, ov_id),
-                description=layout.description(core, ov_id, selected, seen),
-                total_bytes=mem.total,
-                free_bytes=mem.free,
-                used_bytes=mem.used,
-                memory_error=mem.error,
-                memory_formula=mem.formula,
-                memory_clamped=mem.used > mem.total,
-                memory_breakdown=dict(mem.breakdown or {}),
-                host_available_bytes=mem.host_available,
-                layout=layout.key,
-                ggml_type=layout.ggml_type(ov_id, selected),
-            )
+            replace(seen, name=name, description=description, layout=layout.key, ggml_type=ggml_type)
         )
     return devices
 

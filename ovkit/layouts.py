@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from ovkit import memory
 from ovkit.errors import OvkitError
-from ovkit.memory import SIZE_MAX, host_memory, read_property, shares_host_ram
+from ovkit.memory import MemoryReport, read_property
 from ovkit.runtime import Core, get_core
 
 DEFAULT_LAYOUT = "seed"
@@ -56,7 +57,8 @@ class Layout:
     entries: Callable[[Sequence[str], str], list[str]]  #: (ids, selected) -> ids that become devices
     naming: Callable[[int, str], str]  #: (index, id) -> ggml device name
     description: Callable[[Core, str, str, Any], str]  #: (core, id, selected, seed's Device)
-    memory: Callable[[Core, str, Any], Memory]  #: (core, id, seed's Device)
+    #: (core, id) -> the entry's memory; None: the seed's reading (by device class, 0/0 on a failure)
+    memory: Callable[[Core, str], MemoryReport] | None
     ggml_type: Callable[[str, str], str]  #: (id, selected) -> ggml_backend_dev_type
     selection: SelectionRule
 
@@ -67,7 +69,6 @@ class Resolved:
 
     device: str
     fell_back: bool
-    candidates: tuple[str, ...]
 
 
 # -- which OpenVINO ids a layout lists, and which it accepts in GGML_OPENVINO_DEVICE -------------
@@ -80,24 +81,7 @@ _physical = _without(VIRTUAL_PREFIXES)
 
 def _fork_enumerate(ids: Sequence[str]) -> list[str]:
     """``ov_enumerate_devices``: AUTO/MULTI/HETERO dropped, ``CPU`` if nothing is left, sorted, unique."""
-    kept = _without(FORK_VIRTUAL_PREFIXES)(ids)
-    return kept or ["CPU"]
-
-
-def resolve(
-    rule: SelectionRule, available: Sequence[str], requested: str | None, describe: Callable[[str], str]
-) -> Resolved:
-    """Apply ``rule`` to ``requested`` (None = unset or empty); ``BackendAbort`` for the fork's miss.
-    ``describe`` gives a device's description for the abort message."""
-    candidates = rule.candidates(available)
-    if requested is None:
-        return Resolved(rule.default(candidates), False, tuple(candidates))
-    if requested in candidates:
-        return Resolved(requested, False, tuple(candidates))
-    if rule.on_unknown is OnUnknown.ABORT:
-        listing = "".join(f"\n  {name}: {describe(name)}" for name in candidates)
-        raise BackendAbort(FORK_ABORT.format(requested, listing))
-    return Resolved("CPU", True, tuple(candidates))
+    return _without(FORK_VIRTUAL_PREFIXES)(ids) or ["CPU"]
 
 
 # -- descriptions -------------------------------------------------------------------------------
@@ -118,71 +102,41 @@ def describe(ov_id: str, *, core: Core, props: dict[str, Any] | None = None) -> 
 
 
 # -- memory -------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Memory:
-    """total/free/used of one entry, how they were found, and MemAvailable when it is host RAM."""
-
-    total: int
-    free: int
-    used: int
-    formula: str
-    host_available: int | None = None
-    breakdown: Mapping[str, int] | None = None
-    error: str | None = None
-
-
 def _byte_count(value: Any) -> int | None:
     """``ov_try_get_size_t_property``: an unsigned count or a non-negative int64, else unknown."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _host(formula: str, *, core: Core) -> Memory:
-    host = host_memory(core)
-    return Memory(host.total_bytes, host.total_bytes, 0, formula, host_available=host.available_bytes)
-
-
-def _fork_used(ov_id: str, *, core: Core) -> tuple[int | None, dict[str, int]]:
-    if ov_id.startswith("GPU"):
-        stats, err = read_property(ov_id, "GPU_MEMORY_STATISTICS", core=core)
-        if err or not isinstance(stats, Mapping):
-            return None, {}
-        counted = {str(k): v for k, v in stats.items() if str(k) not in GPU_HOST_STATISTICS}
-        counted = {k: v for k, v in counted.items() if _byte_count(v) is not None}
-        return sum(counted.values()), counted
-    value, err = read_property(ov_id, "NPU_DEVICE_ALLOC_MEM_SIZE", core=core)
-    return (None if err else _byte_count(value)), {}
-
-
-_FORK_TOTAL = {"GPU": "GPU_DEVICE_TOTAL_MEM_SIZE", "NPU": "NPU_DEVICE_TOTAL_MEM_SIZE"}
-
-
-def _fork_memory(ov_id: str, *, core: Core) -> Memory:
+def _fork_memory(ov_id: str, *, core: Core) -> MemoryReport:
     """The fork's ``get_memory``: the plugin's counters when total > 0 and used are readable,
     else host RAM (free = total); an iGPU's or NPU's free is then capped at MemAvailable."""
-    prop = next((p for prefix, p in _FORK_TOTAL.items() if ov_id.startswith(prefix)), None)
-    total = None
-    if prop is not None:
-        value, err = read_property(ov_id, prop, core=core)
-        total = None if err else _byte_count(value)
-    used, breakdown = _fork_used(ov_id, core=core) if total else (None, {})
+    rule = memory.MEMORY_RULES.get(ov_id[:3], memory.MEMORY_RULES["CPU"])  # by class prefix
+    total = used = None
+    breakdown: dict[str, int] = {}
+    if rule.total_property and rule.used_property:
+        total = _byte_count(read_property(ov_id, rule.total_property, core=core)[0])
+        raw = read_property(ov_id, rule.used_property, core=core)[0] if total else None
+        if not rule.used_is_map:
+            used = _byte_count(raw)
+        elif isinstance(raw, Mapping):  # GPU_MEMORY_STATISTICS without the host RAM a dGPU maps
+            breakdown = {str(k): v for k, v in raw.items() if str(k) not in GPU_HOST_STATISTICS}
+            breakdown = {k: v for k, v in breakdown.items() if _byte_count(v) is not None}
+            used = sum(breakdown.values())
     if total and used is not None:
-        free = 0 if used >= total else total - used
-        mem = Memory(total, free, used, f"{prop} - this process's OpenVINO allocations", breakdown=breakdown)
+        formula = f"{rule.total_property} - this process's OpenVINO allocations"
+        mem = MemoryReport(
+            total, max(0, total - used), used, formula, clamped=used > total, breakdown=breakdown
+        )
     else:
-        mem = _host("host RAM (free = total), as for the CPU or a plugin without memory counters", core=core)
-    if shares_host_ram(ov_id, core=core):
-        available = host_memory(core).available_bytes
-        capped = min(mem.free, available if available else SIZE_MAX)
-        if capped != mem.free:
-            mem = Memory(mem.total, capped, mem.used, mem.formula + ", free capped at MemAvailable",
-                         mem.host_available, mem.breakdown)  # fmt: skip
+        mem = memory.host_ram_report(
+            "host RAM (free = total), as for the CPU or a plugin without memory counters", core=core
+        )
+    if memory.shares_host_ram(ov_id, core=core):
+        available = memory.host_memory(core).available_bytes
+        capped = min(mem.free_bytes, available) if available else mem.free_bytes
+        formula = mem.formula + (", free capped at MemAvailable" if capped != mem.free_bytes else "")
+        mem = replace(mem, free_bytes=capped, formula=formula, shared_host_available_bytes=available)
     return mem
-
-
-def _seed_memory(_core: Core, _ov_id: str, seen: Any) -> Memory:
-    """The seed's rules are the ones ``devices.describe_device`` already applied to ``seen``."""
-    return Memory(seen.total_bytes, seen.free_bytes, seen.used_bytes, seen.memory_formula,
-                  seen.host_available_bytes, seen.memory_breakdown, seen.memory_error)  # fmt: skip
 
 
 # -- the table ----------------------------------------------------------------------------------
@@ -195,7 +149,7 @@ LAYOUTS: dict[str, Layout] = {
             entries=lambda ids, _sel: _physical(ids),
             naming=lambda _i, ov_id: ov_id,
             description=lambda _core, _ov_id, _sel, seen: seen.description,  # FULL_DEVICE_NAME
-            memory=_seed_memory,  # per device class, 0/0 when a property fails
+            memory=None,
             ggml_type=lambda _ov_id, _sel: "GPU",
             selection=SelectionRule(_physical, lambda _c: "CPU", OnUnknown.FALLBACK),
         ),
@@ -205,7 +159,7 @@ LAYOUTS: dict[str, Layout] = {
             entries=lambda _ids, sel: [sel],
             naming=lambda i, _ov_id: f"OPENVINO{i}",
             description=lambda _core, _ov_id, _sel, _seen: OPENVINO_RUNTIME_DESCRIPTION,
-            memory=lambda core, _ov_id, _seen: _host(
+            memory=lambda core, _ov_id: memory.host_ram_report(
                 "host RAM whatever the device (Linux: free = total)", core=core
             ),
             ggml_type=lambda _ov_id, _sel: "GPU",
@@ -221,7 +175,7 @@ LAYOUTS: dict[str, Layout] = {
                 f"GGML_OPENVINO_DEVICE={ov_id}{' (selected)' if ov_id == sel else ''} - {describe(ov_id, core=core)[0]}"
             ),
             # plugin counters, else host RAM; iGPU/NPU free capped at MemAvailable
-            memory=lambda core, ov_id, _seen: _fork_memory(ov_id, core=core),
+            memory=lambda core, ov_id: _fork_memory(ov_id, core=core),
             ggml_type=lambda ov_id, sel: "GPU" if ov_id == sel else "IGPU",
             selection=SelectionRule(
                 _fork_enumerate, lambda c: "CPU" if "CPU" in c else c[0], OnUnknown.ABORT
@@ -242,8 +196,16 @@ def get_layout(name: str) -> Layout:
 
 
 def resolve_for(layout: Layout, requested: str | None, *, core: Core | None = None) -> Resolved:
-    """``layout``'s selection on ``core`` for the requested device (None = unset)."""
+    """``layout``'s selection on ``core`` for the requested device (None = unset or empty);
+    ``BackendAbort``, naming the candidates, for the fork's miss."""
     core = get_core(core)
-    return resolve(
-        layout.selection, list(core.available_devices), requested, lambda d: describe(d, core=core)[0]
-    )
+    rule = layout.selection
+    candidates = rule.candidates(list(core.available_devices))
+    if requested is None:
+        return Resolved(rule.default(candidates), False)
+    if requested in candidates:
+        return Resolved(requested, False)
+    if rule.on_unknown is OnUnknown.ABORT:
+        listing = "".join(f"\n  {name}: {describe(name, core=core)[0]}" for name in candidates)
+        raise BackendAbort(FORK_ABORT.format(requested, listing))
+    return Resolved("CPU", True)

@@ -1,8 +1,9 @@
 """Memory per device class by the rules upstream's device listing uses (:data:`MEMORY_RULES`), and
-the live figures every view shows (:func:`live_figures`: one named rule per class, or "unknown")."""
+the live rules every view shows (:data:`LIVE_RULES`, applied by ``Device.live``)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -102,15 +103,18 @@ def host_memory(core: Core | None = None) -> HostMemory:
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     available = total
     if sys.platform.startswith("linux"):
-        try:
-            with open("/proc/meminfo", encoding="ascii") as fh:
-                for line in fh:
-                    if line.startswith("MemAvailable:"):
-                        available = int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            pass
+        with contextlib.suppress(OSError), open("/proc/meminfo", encoding="ascii") as fh:
+            found = (int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
+            available = next(found, total)
     return HostMemory(total, available)
+
+
+def host_ram_report(formula: str, *, core: Core | None) -> MemoryReport:
+    """Host RAM as a device's memory: free = total, as the backend reports it on Linux."""
+    host = host_memory(core)
+    return MemoryReport(
+        host.total_bytes, host.total_bytes, 0, formula, host_available_bytes=host.available_bytes
+    )
 
 
 def read_property(device: str, name: str, *, core: Core) -> tuple[Any, str | None]:
@@ -157,10 +161,7 @@ def read_memory(
             0, 0, 0, "no memory rule", error=f"no memory rule for device class {device_class}"
         )
     if rule.total_property is None or rule.used_property is None:
-        host = host_memory(core)
-        return MemoryReport(
-            host.total_bytes, host.total_bytes, 0, rule.formula, host_available_bytes=host.available_bytes
-        )
+        return host_ram_report(rule.formula, core=core)
 
     def read(name: str) -> Any:
         value, err = read_property(device, name, core=core)
@@ -204,16 +205,15 @@ LIVE_RULES: dict[str, LiveRule] = {
         free="MemAvailable",
         note="--list-devices prints free = total for CPU, as the backend does on Linux",
     ),
-    "GPU": LiveRule(
-        "total − OpenVINO allocations",
-        used="this process's OpenVINO allocations (sum of GPU_MEMORY_STATISTICS)",
-        free="--list-devices free (GPU_DEVICE_TOTAL_MEM_SIZE − used)",
-    ),
-    "NPU": LiveRule(
-        "total − OpenVINO allocations",
-        used="this process's OpenVINO allocations (NPU_DEVICE_ALLOC_MEM_SIZE)",
-        free="--list-devices free (NPU_DEVICE_TOTAL_MEM_SIZE − used)",
-    ),
+    **{
+        cls: LiveRule(
+            "total − OpenVINO allocations",
+            used=f"this process's OpenVINO allocations ({'sum of ' if r.used_is_map else ''}{r.used_property})",
+            free=f"--list-devices free ({r.total_property} − used)",
+        )
+        for cls, r in MEMORY_RULES.items()
+        if r.total_property is not None
+    },
 }
 UNKNOWN_RULE = LiveRule("unknown", used="unknown", free="unknown")
 
@@ -256,32 +256,6 @@ class LiveFigures:
             return f"unknown: {self.error}"
         text = f"used = {self.rule.used}; free = {self.rule.free}"
         return f"{text} ({self.rule.note})" if self.rule.note else text
-
-
-def live_figures(
-    device_class: str,
-    total_bytes: int,
-    used_bytes: int,
-    free_bytes: int,
-    host_available_bytes: int | None,
-    error: str | None,
-    *,
-    shared_host_available_bytes: int | None = None,
-    simulated: bool = False,
-) -> LiveFigures:
-    """The live figures of one device from what ``read_memory`` reported: host RAM by
-    ``MemAvailable``, a device sharing host RAM capped there."""
-    rule = LIVE_RULES.get(device_class)
-    if error is not None or rule is None:
-        return LiveFigures(None, None, None, UNKNOWN_RULE, error or f"no memory rule for {device_class}")
-    if host_available_bytes is not None:
-        free = min(total_bytes, host_available_bytes)
-        return LiveFigures(total_bytes, total_bytes - free, free, SIMULATED_HOST_RULE if simulated else rule)
-    if shared_host_available_bytes is not None:
-        rule = LiveRule(f"{rule.label}; free ≤ MemAvailable", rule.used, f"{rule.free}, at most MemAvailable",
-                        SHARED_NOTE)  # fmt: skip
-        return LiveFigures(total_bytes, used_bytes, min(free_bytes, shared_host_available_bytes), rule)
-    return LiveFigures(total_bytes, used_bytes, free_bytes, rule)
 
 
 @functools.cache

@@ -134,9 +134,6 @@ class DeviceCheck(Reported):
     def label(self) -> str:
         return f"{self.device} (SIMULATED)" if self.simulated else self.device
 
-    def host_bytes_at(self, stage: Stage) -> int:
-        return bytes_at(self.parts, HOST, stage)
-
     def summary(self) -> str:
         """The verdict in one line."""
         if self.verdict is Verdict.FAILS:
@@ -165,7 +162,7 @@ class DeviceCheck(Reported):
         return Report(f"{self.label}: {self.verdict}", ("", ""), tuple(rows), self.notes)
 
 
-PART_COLOURS = {
+PART_COLOURS: dict[str, Any] = {
     "runtime": "#9e9e9e",
     "file pages": "#cfd8dc",
     "input embeddings (mapped)": "#b0bec5",
@@ -262,7 +259,7 @@ class Preflight(Reported):
 
         rows = []
         for d in self.devices:
-            peak = max(STAGES, key=d.host_bytes_at)
+            peak = max(STAGES, key=lambda s: bytes_at(d.parts, HOST, s))
             for p in d.parts:
                 if p.where == HOST or d.device_class != "CPU":
                     free = d.host_free_bytes if p.where == HOST else d.device_free_bytes
@@ -288,41 +285,31 @@ class Preflight(Reported):
         import pandas as pd
         from matplotlib.figure import Figure
         from matplotlib.lines import Line2D
-        from matplotlib.patches import Patch
 
-        frame = self.memory_frame()
-        bars = list(dict.fromkeys(zip(frame["device"], frame["where"], strict=True)))
-        if ax is None:
-            fig = Figure(figsize=(8, 1.2 + 0.5 * len(bars)))
-            ax = fig.add_subplot()
-        else:
-            fig = ax.figure
         gib = 2**30
-        labels = []
-        for y, (device, where) in enumerate(bars):
-            sub = frame[(frame["device"] == device) & (frame["where"] == where)]
-            left = 0.0
-            for part, size in zip(sub["part"], sub["bytes"], strict=True):
-                ax.barh(y, size / gib, left=left, color=PART_COLOURS.get(part, "#607d8b"), edgecolor="white")
-                left += size / gib
-            first = sub.iloc[0]
-            marks = [(first["free_bytes"], {"color": "black", "lw": 2})]
-            if where == DEVICE or (device, DEVICE) not in bars:  # the device's own allocations
+        frame = self.memory_frame()
+        frame["bar"] = frame["device"] + " " + frame["where"] + "\n" + frame["verdict"]
+        stacked = frame.pivot_table("bytes", "bar", "part", "sum", sort=False) / gib
+        stacked = stacked.reindex(columns=[p for p in PART_COLOURS if p in stacked]).fillna(0)
+        if ax is None:
+            ax = Figure(figsize=(8, 1.2 + 0.5 * len(stacked))).add_subplot()
+        stacked.plot.barh(stacked=True, ax=ax, color=PART_COLOURS, edgecolor="white", width=0.8)
+        firsts = frame.groupby("bar", sort=False).first()
+        with_device = set(frame.loc[frame["where"] == DEVICE, "device"])
+        for y, row in enumerate(firsts.itertuples()):
+            marks: list[tuple[Any, dict[str, Any]]] = [(row.free_bytes, {"color": "black", "lw": 2})]
+            if row.where == DEVICE or row.device not in with_device:  # the device's own allocations
                 marks += [
-                    (first["largest_buffer_bytes"], {"color": "red", "ls": "--", "lw": 1}),
-                    (first["max_alloc_bytes"], {"color": "red", "lw": 1.5}),
+                    (row.largest_buffer_bytes, {"color": "red", "ls": "--", "lw": 1}),
+                    (row.max_alloc_bytes, {"color": "red", "lw": 1.5}),
                 ]
             for x, style in marks:
-                if x is not None and not pd.isna(x):
+                if not pd.isna(x):
                     ax.plot([x / gib] * 2, [y - 0.45, y + 0.45], **style)
-            labels.append(f"{device} {where}\n{first['verdict']}")
-        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.tick_params(axis="y", labelsize=8)
         ax.invert_yaxis()
-        ax.set_xlabel("GiB")
-        handles: list[Any] = [
-            Patch(color=c, label=p) for p, c in PART_COLOURS.items() if p in set(frame["part"])
-        ]
-        handles += [
+        ax.set(xlabel="GiB", ylabel="")
+        handles = ax.get_legend_handles_labels()[0] + [
             Line2D([], [], color="black", lw=2, label="free"),
             Line2D([], [], color="red", ls="--", label="largest buffer"),
             Line2D([], [], color="red", lw=1.5, label=MAX_ALLOC_PROPERTY),
@@ -331,8 +318,8 @@ class Preflight(Reported):
         ax.set_title(
             f"{self.path.name} at {self.n_ctx:,} cells: memory by part against free memory", fontsize=9
         )
-        fig.tight_layout()
-        return fig
+        ax.figure.tight_layout()
+        return ax.figure
 
 
 # ----------------------------------------------------------------------------------------------
@@ -352,10 +339,8 @@ class ModelSizes:
     """What the header says about sizes, shared by every device's memory model."""
 
     hp: HParams
-    file_bytes: int
     n_ctx: int  #: padded cells
-    n_ubatch: int
-    n_prompt: int
+    n_prompt: int  #: the first decode's tokens: one micro-batch
     kv_buffers: tuple[tuple[str, int], ...]  #: (name, bytes) of each KV cache buffer
     kv_tensor_bytes: int  #: one layer's K (or V) tensor
     compute_bytes: int  #: llama.cpp's compute buffers (reserve graph, host input rows, output row)
@@ -454,15 +439,12 @@ def largest_buffer(
     return max(buffers, key=lambda x: x[1], default=("", 0))
 
 
-def backend_memory(
-    sizes: ModelSizes, gguf: GGUFModel, dev: str, config: OvkitConfig | None = None
-) -> tuple[Part, ...]:
+def backend_memory(sizes: ModelSizes, gguf: GGUFModel, dev: str, config: OvkitConfig) -> tuple[Part, ...]:
     """The backend's allocations with device ``dev`` selected (its exact OpenVINO id), by part.
 
     Only ``GPU`` exactly takes the backend's GPU branches (the KV cache moved to one USM device
     buffer, #29235); ``GPU.0`` keeps the KV cache on the host like the CPU, and so does the NPU
     ("NPU memory is too small even for kvcache").  Stateful execution keeps it on the host too."""
-    config = config or read_config({})
     cls = str(device_class(dev))
     policy = policy_class(cls)
     # llama.cpp keeps the input layer (token_embd) in the mapped file; a tied output head is that
@@ -483,7 +465,7 @@ def backend_memory(
     kv_total = sum(b for _, b in sizes.kv_buffers)
     parts = [
         Part("runtime", HOST, Stage.LOAD, RUNTIME_BYTES, note="llama.cpp, OpenVINO and its plugin"),
-        Part("file pages", HOST, Stage.LOAD, sizes.file_bytes - mapped_bytes, transient=True,
+        Part("file pages", HOST, Stage.LOAD, gguf.file_size - mapped_bytes, transient=True,
              note="the mapped file, read while the weights are copied, unmapped after"),
         Part("input embeddings (mapped)", HOST, Stage.LOAD, mapped_bytes, note="token_embd stays in the mapped file"),
         Part("requantization scratch", HOST, Stage.LOAD, scratch, transient=True,
@@ -606,10 +588,8 @@ def model_sizes(
         static_shape = GraphShape(chunk, n_ctx, n_ctx, 1, flash_attn)
         static = live_peak_bytes(*header_graph(gguf, hp, static_shape), tuple(graph_inputs(hp, static_shape)))
         static += hp.n_head * chunk * n_ctx * 4
-    sizes = ModelSizes(
-        hp, gguf.file_size, n_ctx, n_ub, n_ub, kv_buffers(hp, n_ctx, n_ub), n_ctx * hp.n_embd_kv * F16_BYTES,
-        compute, static,
-    )  # fmt: skip
+    kv_tensor = n_ctx * hp.n_embd_kv * F16_BYTES
+    sizes = ModelSizes(hp, n_ctx, n_ub, kv_buffers(hp, n_ctx, n_ub), kv_tensor, compute, static)
     decode = header_graph(gguf, hp, GraphShape(1, n_ctx, n_ctx, 1, flash_attn))
     return sizes, (op_nodes(g, out), op_nodes(*decode))
 

@@ -52,6 +52,14 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def _link(path: Path) -> str:
+    """Where a symbolic link points ("" when it cannot be read)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
 # -- CPU ---------------------------------------------------------------------------------------
 def read_cpu(root: Path = ROOT, now: float | None = None) -> Reading:
     """``/proc/stat`` (the whole machine) and ``/proc/self/stat`` (this process)."""
@@ -79,24 +87,21 @@ def read_cpu(root: Path = ROOT, now: float | None = None) -> Reading:
 
 
 # -- Intel GPUs: DRM fdinfo --------------------------------------------------------------------
+def _bound(base: Path, prefix: str, drivers: tuple[str, ...]) -> list[tuple[Path, str]]:
+    """The entries ``prefix*`` of a sysfs class (connectors like ``card0-DP-1`` left out) whose
+    device is bound to one of ``drivers``, with that driver, sorted."""
+    try:
+        entries = sorted(p for p in base.iterdir() if p.name.startswith(prefix) and "-" not in p.name)
+    except OSError:
+        return []
+    bound = ((entry, os.path.basename(_link(entry / "device" / "driver"))) for entry in entries)
+    return [(entry, driver) for entry, driver in bound if driver in drivers]
+
+
 def intel_drm_cards(root: Path = ROOT) -> dict[str, str]:
     """PCI address → driver of each DRM card bound to i915 or xe (``/sys/class/drm``)."""
-    base = root / "sys" / "class" / "drm"
-    out: dict[str, str] = {}
-    try:
-        cards = sorted(p for p in base.iterdir() if p.name.startswith("card") and "-" not in p.name)
-    except OSError:
-        return out
-    for card in cards:
-        device = card / "device"
-        try:
-            driver = os.path.basename(os.readlink(device / "driver"))
-            pdev = os.path.basename(os.path.realpath(device))
-        except OSError:
-            continue
-        if driver in DRM_DRIVERS:
-            out[pdev] = driver
-    return out
+    cards = _bound(root / "sys" / "class" / "drm", "card", DRM_DRIVERS)
+    return {os.path.basename(os.path.realpath(card / "device")): driver for card, driver in cards}
 
 
 def _fdinfo(text: str) -> dict[str, str]:
@@ -134,10 +139,7 @@ def read_drm_clients(root: Path = ROOT, now: float | None = None) -> dict[str, R
         except OSError:
             continue
         for fd in fds:
-            try:
-                if not os.readlink(fd).startswith("/dev/dri/"):
-                    continue
-            except OSError:
+            if not _link(fd).startswith("/dev/dri/"):
                 continue
             text = _read(pid / "fdinfo" / fd.name)
             info = _fdinfo(text) if text else {}
@@ -165,20 +167,9 @@ def read_drm_clients(root: Path = ROOT, now: float | None = None) -> dict[str, R
 # -- Intel NPU: sysfs busy time ----------------------------------------------------------------
 def read_npu(root: Path = ROOT, now: float | None = None) -> list[Reading]:
     """Each intel_vpu accelerator's ``npu_busy_time_us`` (``/sys/class/accel``), in device order."""
-    base = root / "sys" / "class" / "accel"
-    try:
-        accels = sorted(p for p in base.iterdir() if p.name.startswith("accel"))
-    except OSError:
-        return []
     wall_us = (time.monotonic() if now is None else now) * 1e6
     out = []
-    for accel in accels:
-        try:
-            driver = os.path.basename(os.readlink(accel / "device" / "driver"))
-        except OSError:
-            continue
-        if driver not in NPU_DRIVERS:
-            continue
+    for accel, _driver in _bound(root / "sys" / "class" / "accel", "accel", NPU_DRIVERS):
         path = accel / "device" / "npu_busy_time_us"
         text = _read(path)
         busy = _number(text) if text else None
@@ -232,13 +223,10 @@ class UtilisationMeter:
         self._prev: dict[str, Reading] = {}
         self.sample(())  # the baseline: the first real sample measures from here
 
-    def _cpu(self) -> Reading:
-        return read_cpu(self.root, self.clock())
-
     def sample(self, devices: Sequence[Any]) -> list[Busy]:
         """One :class:`Busy` per device (``ovkit.devices.Device``-like: name, device_class,
         simulated), measured since the previous sample."""
-        readings: dict[str, Reading] = {"cpu": self._cpu()}
+        readings: dict[str, Reading] = {"cpu": read_cpu(self.root, self.clock())}
         real_classes = {str(d.device_class) for d in devices if not d.simulated}
         gpus = read_drm_clients(self.root, self.clock()) if "GPU" in real_classes or not devices else {}
         readings.update({f"gpu:{p}": r for p, r in gpus.items()})

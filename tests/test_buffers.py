@@ -170,6 +170,13 @@ def test_tracking_records_alloc_and_free() -> None:
     assert buf.id not in set(buffers.current_allocations()["buffer_id"])
 
 
+def test_frames_of_an_empty_record_keep_their_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(buffers, "TRACKER", buffers.AllocationTracker())
+    assert list(buffers.current_allocations().columns)[:2] == ["buffer_id", "device"]
+    history = buffers.allocation_history()
+    assert history.empty and list(history.columns)[-1] == "live_bytes"
+
+
 def live_bytes() -> int:
     return int(buffers.current_allocations()["bytes"].sum())
 

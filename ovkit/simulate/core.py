@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ovkit.errors import OvkitError
-from ovkit.runtime import Core, exact_on_cpu
+from ovkit.runtime import default_core, exact_on_cpu
 from ovkit.simulate.profiles import PROFILES, Failure, Profile
 
 
@@ -58,7 +58,6 @@ class SimulatedCore:
         self._activity = activity
         self._clock = clock
         self._t0 = clock()
-        self._real_core: Core | None = None
         self._host_used = 0  # bytes ovkit holds on the simulated CPU and on devices sharing host RAM
         self._shares_host = {
             d.id
@@ -108,7 +107,7 @@ class SimulatedCore:
         """Compile on the real CPU; while alive, the model's constants count as device allocations."""
         if device_name not in self._props:
             raise _not_registered(device_name)
-        real = self._real()
+        real = default_core()
         cpu_config = {
             k: v for k, v in (config or {}).items() if not str(k).startswith(("NPU", "NPUW", "GPU"))
         }
@@ -124,7 +123,7 @@ class SimulatedCore:
         # Anything else a Core offers (read_model, Tensor helpers, ...) is the real Core's.
         if name.startswith("_"):
             raise AttributeError(name)
-        return getattr(self._real(), name)
+        return getattr(default_core(), name)
 
     # -- simulation controls ----------------------------------------------------------------
     def allocate(self, device_name: str, nbytes: int, kind: str = "usm_device") -> None:
@@ -160,14 +159,6 @@ class SimulatedCore:
                 raise _not_registered(device_name)
             self._props[device_name][name] = value
 
-    # -- internals --------------------------------------------------------------------------
-    def _real(self) -> Any:
-        if self._real_core is None:
-            from ovkit.runtime import default_core
-
-            self._real_core = default_core()
-        return self._real_core
-
     def _with_activity(self, device: str, name: str, value: Any) -> Any:
         """A slow deterministic wave of extra allocations, for live views (``activity=True``)."""
         phase = (self._clock() - self._t0) / 5.0 + (hash(device) % 7)
@@ -185,8 +176,4 @@ class SimulatedCore:
 
 def _constant_bytes(model: Any) -> int:
     """Bytes held by the model's Constant nodes (what a device would have to store)."""
-    total = 0
-    for op in model.get_ordered_ops():
-        if op.get_type_name() == "Constant":
-            total += int(op.get_byte_size())
-    return total
+    return sum(int(op.get_byte_size()) for op in model.get_ordered_ops() if op.get_type_name() == "Constant")

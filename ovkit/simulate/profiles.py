@@ -29,15 +29,20 @@ class DeviceProfile:
     properties: Mapping[str, Any]
 
 
+# The seed's laptop: totals chosen so the list reads 31623 / 29276 / 31623 MiB.
+_LAPTOP_RAM = 31623 * MIB + 417 * 1024
+_LAPTOP_GPU = 29276 * MIB + 123 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class Profile:
-    """A simulated machine: devices in ``available_devices`` order, plus host RAM."""
+    """A simulated machine: devices in ``available_devices`` order, plus host RAM (the laptop's by default)."""
 
     name: str
     summary: str
     devices: tuple[DeviceProfile, ...]
-    host_total_bytes: int
-    host_available_bytes: int
+    host_total_bytes: int = _LAPTOP_RAM
+    host_available_bytes: int = 24 * GIB
 
 
 def _cpu(full_name: str, arch: str = "intel64") -> dict[str, Any]:
@@ -80,9 +85,6 @@ def _virtual(name: str) -> DeviceProfile:
     return DeviceProfile(name, {"FULL_DEVICE_NAME": f"{name} virtual device"})
 
 
-# The seed's laptop: totals chosen so the list reads 31623 / 29276 / 31623 MiB.
-_LAPTOP_RAM = 31623 * MIB + 417 * 1024
-_LAPTOP_GPU = 29276 * MIB + 123 * 1024
 _GPU_NOT_FOUND = (
     "Exception from src/inference/src/cpp/core.cpp:112: [GPU] Can't get GPU_DEVICE_TOTAL_MEM_SIZE "
     "property as no supported devices found or an error happened during devices query."
@@ -102,8 +104,6 @@ PROFILES: dict[str, Profile] = {
                 DeviceProfile("GPU", _gpu("Intel(R) Arc(TM) Graphics (iGPU)", _LAPTOP_GPU, {})),
                 _virtual("MULTI"),
             ),
-            host_total_bytes=_LAPTOP_RAM,
-            host_available_bytes=24 * GIB,
         ),
         Profile(
             "workstation",
@@ -138,8 +138,6 @@ PROFILES: dict[str, Profile] = {
                     | {"GPU_DEVICE_TOTAL_MEM_SIZE": Failure(_GPU_NOT_FOUND)},
                 ),
             ),
-            host_total_bytes=_LAPTOP_RAM,
-            host_available_bytes=24 * GIB,
         ),
         Profile(
             "npu-name-error",
@@ -152,8 +150,6 @@ PROFILES: dict[str, Profile] = {
                     | {"FULL_DEVICE_NAME": Failure("Unsupported configuration key: FULL_DEVICE_NAME")},
                 ),
             ),
-            host_total_bytes=_LAPTOP_RAM,
-            host_available_bytes=24 * GIB,
         ),
         Profile(
             "gpu-overcommit",
@@ -170,8 +166,6 @@ PROFILES: dict[str, Profile] = {
                 ),
                 DeviceProfile("NPU", _npu("Intel(R) AI Boost", "4000", 4 * GIB, 6 * GIB)),
             ),
-            host_total_bytes=_LAPTOP_RAM,
-            host_available_bytes=24 * GIB,
         ),
     )
 }
