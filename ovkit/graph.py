@@ -38,6 +38,7 @@ from ovkit.ir import (
     from_model_output,
     ne4,
     ne_str,
+    pad_ne,
     round_to,
 )
 from ovkit.ops.bounds import check_constant, check_feed, fed_index_nodes
@@ -96,6 +97,17 @@ class Graph(GraphIR):
         if types is not None:
             self._check_types(op, operand, t, types)
         return t
+
+    def _same_as_a(
+        self, op: str, a: Tensor, b: Tensor, types: Sequence[str] = ("f32",), an: str = "a", bn: str = "b"
+    ) -> None:
+        """Operands ``a`` (of one of ``types``) and ``b`` of a's type and shape (named ``an``, ``bn``)."""
+        self._check_tensor(op, an, a, types)
+        self._check_tensor(op, bn, b)
+        if b.dtype != a.dtype:
+            raise self._err(op, bn, f"type {a.dtype} (same as {an})", b.dtype)
+        if b.ne != a.ne:
+            raise self._ne_err(op, bn, f"ne {ne_str(a.ne)} (same shape as {an})", b)
 
     def _can_repeat(self, op: str, small: Tensor, big: Tensor, small_name: str, big_name: str) -> None:
         """``ggml_can_repeat(small, big)``: each big.ne[i] is a multiple of small.ne[i]."""
@@ -352,12 +364,8 @@ class Graph(GraphIR):
 
     def count_equal(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_count_equal``: the number of equal elements of two i32 tensors, as i64 [1]."""
-        op = Op.COUNT_EQUAL
-        self._check_tensor(op, "a", a, ("i32",))
-        self._check_tensor(op, "b", b)
-        if b.dtype != a.dtype or b.ne != a.ne:
-            raise self._err(op, "b", f"{a.dtype} ne {ne_str(a.ne)} (as a)", f"{b.dtype} ne {ne_str(b.ne)}")
-        return self._new(op, (1, 1, 1, 1), "i64", (a, b))
+        self._same_as_a(Op.COUNT_EQUAL, a, b, ("i32",))
+        return self._new(Op.COUNT_EQUAL, (1, 1, 1, 1), "i64", (a, b))
 
     # ------------------------------------------------------------------ GLU
     def glu(self, a: Tensor, op: int | str, swapped: bool = False) -> Tensor:
@@ -383,12 +391,7 @@ class Graph(GraphIR):
         return code
 
     def _glu2(self, code: Op, a: Tensor, b: Tensor, extra: Mapping[str, Any]) -> Tensor:
-        self._check_tensor(Op.GLU, "a", a, ("f32", "f16"))
-        self._check_tensor(Op.GLU, "b", b)
-        if b.dtype != a.dtype:
-            raise self._err(Op.GLU, "b", f"type {a.dtype} (same as a)", b.dtype)
-        if b.ne != a.ne:
-            raise self._ne_err(Op.GLU, "b", f"ne {ne_str(a.ne)} (same shape as a)", b)
+        self._same_as_a(Op.GLU, a, b, ("f32", "f16"))
         params = {"op": code.enum_value, "swapped": False, **extra}
         return self._new(Op.GLU, a.ne, a.dtype, (a, b), params, sub_op=code.sub_op)
 
@@ -400,8 +403,7 @@ class Graph(GraphIR):
     # ------------------------------------------------------------------ layout ops
     def cont(self, a: Tensor) -> Tensor:
         """``ggml_cont``: a contiguous copy."""
-        self._check_tensor(Op.CONT, "a", a)
-        return self._new(Op.CONT, a.ne, a.dtype, (a,))
+        return self._cont_nd(a, a.ne)
 
     def dup(self, a: Tensor) -> Tensor:
         """``ggml_dup``: a contiguous copy (a DUP node)."""
@@ -410,7 +412,7 @@ class Graph(GraphIR):
 
     def _cont_nd(self, a: Tensor, ne: Sequence[int]) -> Tensor:
         self._check_tensor(Op.CONT, "a", a)
-        ne4 = tuple(ne) + (1,) * (4 - len(ne))
+        ne4 = pad_ne(ne)
         if math.prod(ne4) != a.nelements:
             raise self._err(Op.CONT, "a", f"{math.prod(ne4)} elements for ne {ne_str(ne4)}", f"{a.nelements}")
         return self._new(Op.CONT, ne4, a.dtype, (a,))
@@ -443,7 +445,7 @@ class Graph(GraphIR):
 
     def _reshape_to(self, a: Tensor, ne: Sequence[int]) -> Tensor:
         self._check_tensor(Op.RESHAPE, "a", a)
-        ne4 = tuple(int(d) for d in ne) + (1,) * (4 - len(ne))
+        ne4 = pad_ne(ne)
         if not a.is_contiguous:
             raise self._err(
                 Op.RESHAPE, "a", "a contiguous tensor (use cont first)", f"strides nb {list(a.nb)}"
@@ -479,7 +481,7 @@ class Graph(GraphIR):
         """``ggml_view_impl``: ne, nb[1:] and a byte offset over a's memory."""
         self._check_tensor(Op.VIEW, "a", a)
         blck, es = layout(a.dtype)
-        ne4 = tuple(int(d) for d in ne) + (1,) * (4 - len(ne))
+        ne4 = pad_ne(ne)
         nb_given = [es, *[int(x) for x in nb]]
         # ggml fills the strides of the dims not given with contiguous ones.
         for i in range(len(nb_given), 4):
@@ -562,11 +564,8 @@ class Graph(GraphIR):
             raise self._err(
                 Op.PERMUTE, "axes", f"dim 0 kept innermost for {a.dtype} blocks (axis0 = 0)", str(list(axes))
             )
-        ne = [0] * 4
-        nb = [0] * 4
-        for i, ax in enumerate(axes):
-            ne[ax] = a.ne[i]
-            nb[ax] = a.nb[i]
+        src = [axes.index(d) for d in range(4)]  # the source dim that becomes dim d
+        ne, nb = [a.ne[i] for i in src], [a.nb[i] for i in src]
         return self._new(Op.PERMUTE, ne, a.dtype, (a,), {"axes": axes}, view_of=a, nb=nb)
 
     def transpose(self, a: Tensor) -> Tensor:
@@ -762,13 +761,11 @@ class Graph(GraphIR):
 
     def mul_mat_set_hint(self, a: Tensor, hint: int) -> None:
         """``ggml_mul_mat_set_hint`` (recorded: a hint to ggml's kernels, the product is the same)."""
-        a.params["hint"] = int(hint)
-        self._edited()
+        a.set_param("hint", int(hint))
 
     def mul_mat_set_prec(self, a: Tensor, prec: int) -> None:
         """``ggml_mul_mat_set_prec`` (recorded; the OpenVINO path always computes in f32)."""
-        a.params["prec"] = int(prec)
-        self._edited()
+        a.set_param("prec", int(prec))
 
     def mul_mat_id(self, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
         """``ggml_mul_mat_id``: out[:, e, t] = as_[ids[e, t]] @ b[:, e % b.ne1, t] (MoE experts)."""
@@ -945,8 +942,7 @@ class Graph(GraphIR):
 
     def flash_attn_ext_set_prec(self, a: Tensor, prec: int) -> None:
         """``ggml_flash_attn_ext_set_prec`` (recorded in params)."""
-        a.params["prec"] = int(prec)
-        self._edited()
+        a.set_param("prec", int(prec))
 
     def flash_attn_ext_add_sinks(self, a: Tensor, sinks: Tensor | None) -> None:
         """``ggml_flash_attn_ext_add_sinks``: per-head sink logits (f32, ne0 == n_head)."""
@@ -1081,11 +1077,9 @@ class Graph(GraphIR):
             raise self._ne_err(op, "b", f"ne[1] == a.ne[1] = {a.ne[1]} channels, ne[3] == 1", b)
         # ggml divides by the strides (s1 only for 2-D); any dilation sign is accepted, as in ggml
         self._conv_params(op, s0=s0, **({"s1": s1} if is_2D else {}))
-        oh = conv_output_size(b.ne[1], a.ne[1], s1, p1, d1) if is_2D else 0
-        ow = conv_output_size(b.ne[0], a.ne[0], s0, p0, d0)
-        if (is_2D and oh <= 0) or ow <= 0:
-            raise self._ne_err(op, "b", "an input at least as large as the dilated kernel", b)
-        ne = (a.ne[2] * a.ne[1] * a.ne[0], ow, oh, b.ne[3]) if is_2D else (a.ne[1] * a.ne[0], ow, b.ne[2], 1)
+        n = 2 if is_2D else 1
+        ow, *oh = self._conv_out(op, a, b, (s0, s1)[:n], (p0, p1)[:n], (d0, d1)[:n])
+        ne = (a.ne[2] * a.ne[1] * a.ne[0], ow, *oh, b.ne[3]) if is_2D else (a.ne[1] * a.ne[0], ow, b.ne[2], 1)
         params = {"s0": s0, "s1": s1, "p0": p0, "p1": p1, "d0": d0, "d1": d1, "is_2D": bool(is_2D)}
         return self._new(op, ne, dt, (a, b), params)
 
@@ -1131,7 +1125,7 @@ class Graph(GraphIR):
         """``ggml_cross_entropy_loss_back``: a = the loss gradient [1], b = logits, c = labels →
         (softmax(b) − c)·a / rows of b."""
         op = Op.CROSS_ENTROPY_LOSS_BACK
-        self._same_shape_back(op, b, c)
+        self._same_as_a(op, b, c, ("f32",), "b", "c")
         self._check_tensor(op, "a", a, ("f32",))
         if a.nelements != 1:
             raise self._ne_err(op, "a", "a scalar loss gradient (1 element)", a)
@@ -1159,43 +1153,34 @@ class Graph(GraphIR):
 
     def set_param(self, a: Tensor) -> None:
         """``ggml_set_param``: marks a as trained (ggml's optimizer steps require it; recorded)."""
-        a.params["param"] = True
-        self._edited()
+        a.set_param("param", True)
 
     def opt_step_sgd(self, a: Tensor, grad: Tensor, params: Tensor) -> Tensor:
         """``ggml_opt_step_sgd``: a·(1 − lr·wd) − lr·grad with params = [lr, wd] (ggml updates a
         in place; ovkit returns the updated value)."""
         op = Op.OPT_STEP_SGD
-        self._same_shape_back(op, a, grad)
+        self._same_as_a(op, a, grad, ("f32",), "a", "grad")
         self._check_tensor(op, "params", params, ("f32",))
         if params.nelements != 2:
             raise self._ne_err(op, "params", "2 values [learning rate, weight decay]", params)
         return self._new(op, a.ne, a.dtype, (a, grad, params))
 
-    def _same_shape_back(self, op: Op, a: Tensor, b: Tensor, types: Sequence[str] = ("f32",)) -> None:
-        self._check_tensor(op, "a", a, types)
-        self._check_tensor(op, "b", b)
-        if b.dtype != a.dtype:
-            raise self._err(op, "b", f"type {a.dtype} (as a)", b.dtype)
-        if b.ne != a.ne:
-            raise self._ne_err(op, "b", f"ne {ne_str(a.ne)} (as a)", b)
-
     def soft_max_ext_back(self, a: Tensor, b: Tensor, scale: float, max_bias: float) -> Tensor:
         """``ggml_soft_max_ext_back``: a = dy, b = the softmax output y → scale·y·(dy − Σ y·dy)."""
         op = Op.SOFT_MAX_BACK
-        self._same_shape_back(op, a, b)
+        self._same_as_a(op, a, b)
         if max_bias != 0.0:
             raise self._err(op, "max_bias", "0 (ggml's CPU kernel has no ALiBi backward)", str(max_bias))
         return self._new(op, a.ne, a.dtype, (a, b), {"scale": float(scale), "max_bias": float(max_bias)})
 
     def silu_back(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_silu_back``: a = dy, b = x → dy·σ(x)·(1 + x·(1 − σ(x)))."""
-        self._same_shape_back(Op.SILU_BACK, a, b, ("f32", "f16"))
+        self._same_as_a(Op.SILU_BACK, a, b, ("f32", "f16"))
         return self._new(Op.SILU_BACK, a.ne, a.dtype, (a, b))
 
     def rms_norm_back(self, a: Tensor, b: Tensor, eps: float) -> Tensor:
         """``ggml_rms_norm_back``: a = dz, b = x → the gradient of rms_norm(x, eps) along rows."""
-        self._same_shape_back(Op.RMS_NORM_BACK, a, b)
+        self._same_as_a(Op.RMS_NORM_BACK, a, b)
         return self._new(Op.RMS_NORM_BACK, a.ne, a.dtype, (a, b), {"eps": float(eps)})
 
     def get_rows_back(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
@@ -1619,26 +1604,23 @@ def _glu_split_builder(op: Op) -> Callable[[Graph, Tensor, Tensor], Tensor]:
     return lambda self, a, b: self._glu2(op, a, b, {})
 
 
-def _sub_op_builders(entry: OpEntry) -> dict[str, Callable[..., Tensor]]:
-    """The named builders of a unary or GLU sub-op the generic ``unary``/``glu`` build: ``gelu(a)``,
-    ``swiglu(a)``, ``swiglu_swapped(a)``, ``swiglu_split(a, b)``, ggml's one-line wrappers."""
-    op, made = entry.key, {}
-    if "unary" not in entry.builders and "glu" not in entry.builders:
-        return {}
-    for name in (b for b in entry.builders if b not in GENERIC_BUILDERS):
-        fn: Callable[..., Tensor]
-        if op.kind == "unary":
-            fn = _unary_builder(op)
-        elif name.endswith("_split"):
-            fn = _glu_split_builder(op)
-        else:
-            fn = _glu_builder(op, name.endswith("_swapped"))
-        fn.__name__ = fn.__qualname__ = name
-        fn.__doc__ = f"``ggml_{name}``: the {op.label} sub-op ({entry.openvino})."
-        made[name] = fn
-    return made
+def _sub_op_builder(entry: OpEntry, name: str) -> Callable[..., Tensor]:
+    """ggml's one-line wrapper ``name`` of the generic ``unary``/``glu`` for ``entry``'s sub-op:
+    ``gelu(a)``, ``swiglu(a)``, ``swiglu_swapped(a)``, ``swiglu_split(a, b)``."""
+    op = entry.key
+    fn: Callable[..., Tensor]
+    if op.kind == "unary":
+        fn = _unary_builder(op)
+    elif name.endswith("_split"):
+        fn = _glu_split_builder(op)
+    else:
+        fn = _glu_builder(op, name.endswith("_swapped"))
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``ggml_{name}``: the {op.label} sub-op ({entry.openvino})."
+    return fn
 
 
 for _entry in ENTRIES:
-    for _name, _fn in _sub_op_builders(_entry).items():
-        setattr(Graph, _name, _fn)
+    if not GENERIC_BUILDERS.isdisjoint(_entry.builders):  # XIELU, SWIGLU_OAI: methods of their own
+        for _name in set(_entry.builders) - GENERIC_BUILDERS:
+            setattr(Graph, _name, _sub_op_builder(_entry, _name))

@@ -230,24 +230,17 @@ SHAPE_ONLY_SRCS: dict[Op, frozenset[int]] = {Op.CPY: frozenset({1}), Op.FILL: fr
 EMPTY_OPERAND_OPS: frozenset[Op] = frozenset({Op.SET_ROWS})
 
 
-class RowAddress(enum.Enum):
-    """Where a ggml CPU kernel that reads rows as consecutive elements finds row (i1, i2, i3)."""
-
-    STRIDED = "strided"  #: at i1·nb[1] + i2·nb[2] + i3·nb[3]
-    FLAT = "flat"  #: at r·nb[1], r = i1 + ne1·(i2 + ne2·i3) (the kernel assumes packed rows)
-
-
-#: ops whose ggml CPU kernel reads each row of src[0] as ne[0] consecutive elements from the
-#: row's start, whatever its nb[0] (checked only in debug builds), the rows found as given. On a
-#: view with other strides (a permute or transpose that moves dim 0; for FLAT also a slice or a
-#: permute of the outer dims) ggml computes on that memory, and so does ovkit (``dense_rows``).
-DENSE_ROW_READS: dict[Op, RowAddress] = {
-    Op.SUM: RowAddress.STRIDED,
-    Op.MEAN: RowAddress.STRIDED,
-    Op.ARGMAX: RowAddress.STRIDED,
-    Op.ARGSORT: RowAddress.FLAT,
-    Op.TOP_K: RowAddress.FLAT,
-    Op.LEAKY_RELU: RowAddress.FLAT,
+#: ops whose ggml CPU kernel reads each row of src[0] as ne[0] consecutive elements, whatever its
+#: nb[0], finding row (i1, i2, i3) at i1·nb[1] + i2·nb[2] + i3·nb[3], or (True: "flat", the kernel
+#: assuming packed rows) at r·nb[1], r = i1 + ne1·(i2 + ne2·i3). ggml computes on that memory of a
+#: view with other strides, and so does ovkit (``dense_rows``).
+DENSE_ROW_READS: dict[Op, bool] = {
+    Op.SUM: False,
+    Op.MEAN: False,
+    Op.ARGMAX: False,
+    Op.ARGSORT: True,
+    Op.TOP_K: True,
+    Op.LEAKY_RELU: True,
 }
 #: ops whose ggml result is a view of one source (the destination they write): op -> src index.
 #: ``op_info`` shows CPY that way (the CPY destination-view gates need it). SET_ROWS is shown as a
@@ -376,6 +369,10 @@ class _OpKind:
         raise NotImplementedError
 
     @property
+    def nelements(self) -> int:
+        return math.prod(self.ne)
+
+    @property
     def is_view(self) -> bool:
         """True for a VIEW op result (ggml ``op == GGML_OP_VIEW``)."""
         return self.op == Op.VIEW
@@ -467,10 +464,6 @@ class OpInfo(_OpKind):
         """``nb``, or the contiguous strides when ``nb`` is None."""
         return self.nb if self.nb is not None else contiguous_nb(self.dtype, self.ne)
 
-    @property
-    def nelements(self) -> int:
-        return math.prod(self.ne)
-
     def param(self, key: str, default: Any = None) -> Any:
         return self.params.get(key, default)
 
@@ -509,10 +502,6 @@ class Tensor(_OpKind):
     @property
     def type_size(self) -> int:
         return TYPE_SIZE.get(self.dtype, 0)
-
-    @property
-    def nelements(self) -> int:
-        return math.prod(self.ne)
 
     @property
     def op_key(self) -> Op:
@@ -682,20 +671,18 @@ class GraphIR:
         ne4_ = (int(ne[0]), int(ne[1]), int(ne[2]), int(ne[3]))
         if any(d < 0 for d in ne4_):
             raise GraphError(f"{code.value}: negative dimension in result ne {ne_str(ne4_)}")
-        if 0 not in ne4_ and code not in EMPTY_OPERAND_OPS:
+        for s in (s for s in srcs if s is not None):
             # ggml allows empty tensors; an empty result has no values (the interpreters give an
             # empty array of its shape), but a value computed from an empty operand needs the op's
             # own answer, which only the ops in EMPTY_OPERAND_OPS have
-            for s in srcs:
-                if s is not None and 0 in s.ne:
-                    raise GraphError(
-                        f"{code.value}: operand {s.describe()} is empty (ne {ne_str(s.ne)}): expected "
-                        "a non-empty operand for a non-empty result"
-                    )
-        for s in srcs:
-            if s is not None and s.graph is not self:
+            if 0 in s.ne and 0 not in ne4_ and code not in EMPTY_OPERAND_OPS:
+                raise GraphError(
+                    f"{code.value}: operand {s.describe()} is empty (ne {ne_str(s.ne)}): expected "
+                    "a non-empty operand for a non-empty result"
+                )
+            if s.graph is not self:
                 raise GraphError(f"{code.value}: operand {s.describe()} belongs to another Graph")
-            if s is not None and code not in VIEW_OPS and s.id in self._writes:
+            if code not in VIEW_OPS and s.id in self._writes:
                 # after an in-place write, ovkit reads that memory only through views (``after``)
                 raise GraphError(
                     f"{code.value}: operand {s.describe()} was written in place by "
@@ -717,16 +704,7 @@ class GraphIR:
 
     def topo(self, outputs: Sequence[Tensor]) -> list[Tensor]:
         """The nodes ``outputs`` depend on, in build order (a topological order)."""
-        seen: set[int] = set()
-        stack = list(outputs)
-        while stack:
-            t = stack.pop()
-            if t.id in seen:
-                continue
-            seen.add(t.id)
-            stack.extend(s for s in t.srcs if s is not None)
-            stack.extend(d for d in (t.view_src, t.after) if d is not None)
-        return self._dependency_order(seen)
+        return self._reached(outputs, lambda t: (*t.srcs, t.view_src, t.after))
 
     def inputs_of(self, outputs: Sequence[Tensor]) -> list[Tensor]:
         """The input leaves whose values ``outputs`` need."""
@@ -734,18 +712,19 @@ class GraphIR:
 
     def value_nodes(self, outputs: Sequence[Tensor]) -> list[Tensor]:
         """Nodes whose values are needed (shape-only sources such as cpy's dst are skipped)."""
+        return self._reached(outputs, lambda t: [t.memory] if t.op in VIEW_OPS else value_srcs(t))
+
+    def _reached(
+        self, outputs: Sequence[Tensor], nexts: Callable[[Tensor], Iterable[Tensor | None]]
+    ) -> list[Tensor]:
+        """The nodes reached from ``outputs`` by ``nexts``, in dependency order."""
         seen: set[int] = set()
         stack = list(outputs)
         while stack:
             t = stack.pop()
-            if t.id in seen:
-                continue
-            seen.add(t.id)
-            if t.op in VIEW_OPS:
-                stack.append(t.memory)
-                continue
-            skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
-            stack.extend(s for i, s in enumerate(t.srcs) if s is not None and i not in skip)
+            if t.id not in seen:
+                seen.add(t.id)
+                stack.extend(d for d in nexts(t) if d is not None)
         return self._dependency_order(seen)
 
     def _dependency_order(self, selected: Container[int]) -> list[Tensor]:
@@ -778,6 +757,12 @@ class GraphIR:
 V = TypeVar("V")
 
 
+def value_srcs(t: Tensor) -> list[Tensor | None]:
+    """``t``'s sources whose values its op reads (None for absent and shape-only ones)."""
+    skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
+    return [None if i in skip else s for i, s in enumerate(t.srcs)]
+
+
 def interpret(
     graph: GraphIR,
     outputs: Sequence[Tensor],
@@ -795,10 +780,8 @@ def interpret(
         elif t.op in VIEW_OPS:
             values[t.id] = view(t, values)
         else:
-            skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
-            srcs = [None if s is None or i in skip else values[s.id] for i, s in enumerate(t.srcs)]
-            address = DENSE_ROW_READS.get(t.op)
-            dense = dense_rows(t.srcs[0], address) if address is not None and t.srcs[0] is not None else None
+            srcs = [None if s is None else values[s.id] for s in value_srcs(t)]
+            dense = dense_rows(t.op, t.srcs)
             if dense is not None:  # the memory ggml's kernel reads, not the view's elements
                 srcs[0] = view(dense, values)
             values[t.id] = node(t, srcs)
@@ -808,10 +791,10 @@ def interpret(
 def _check_row_reads(op: Op, srcs: Sequence[Tensor | None]) -> None:
     """GraphError for a src[0] whose rows ``op``'s ggml kernel reads past the end of its buffer
     (``DENSE_ROW_READS``: ggml reads other memory there)."""
-    s = srcs[0] if srcs else None
-    address = DENSE_ROW_READS.get(op)
-    dense = dense_rows(s, address) if s is not None and address is not None else None
-    if s is not None and dense is not None:
+    dense = dense_rows(op, srcs)
+    if dense is not None:
+        s = srcs[0]
+        assert s is not None
         last = dense.elem_offset + sum(
             (n - 1) * st for n, st in zip(dense.ne, dense.elem_strides, strict=True)
         )
@@ -823,16 +806,15 @@ def _check_row_reads(op: Op, srcs: Sequence[Tensor | None]) -> None:
             )
 
 
-def dense_rows(t: Tensor, address: RowAddress) -> Tensor | None:
-    """The view of ``t`` a kernel reading rows as consecutive elements found at ``address`` sees
-    (nb[0] the element size, as ggml_view_4d builds it), or None when that is ``t`` itself."""
-    if t.is_quantized or t.op not in VIEW_OPS:  # other nodes are contiguous
+def dense_rows(op: Op, srcs: Sequence[Tensor | None]) -> Tensor | None:
+    """The view of src[0] ``op``'s kernel reads (``DENSE_ROW_READS``; nb[0] the element size, as
+    ggml_view_4d builds it), or None when that is src[0] itself."""
+    t = srcs[0] if srcs else None
+    flat = DENSE_ROW_READS.get(op)
+    if t is None or flat is None or t.is_quantized or t.op not in VIEW_OPS:  # others are contiguous
         return None
     es, nb1 = t.type_size, t.nb[1]
-    if address is RowAddress.FLAT:
-        nb = (es, nb1, nb1 * t.ne[1], nb1 * t.ne[1] * t.ne[2])
-    else:
-        nb = (es, nb1, t.nb[2], t.nb[3])
+    nb = (es, nb1, nb1 * t.ne[1], nb1 * t.ne[1] * t.ne[2]) if flat else (es, nb1, t.nb[2], t.nb[3])
     if all(n == 1 or x == y for n, x, y in zip(t.ne, nb, t.nb, strict=True)):
         return None
     return replace(t, nb=nb)
