@@ -333,25 +333,22 @@ def ne4(shape: Sequence[int]) -> tuple[int, int, int, int]:
             raise GraphError(
                 f"shape {dims}: dimension {d} does not fit ggml's int64_t (expected <= 2**63 - 1)"
             )
-    ne = [int(d) for d in reversed(dims)] + [1] * (4 - len(dims))
+    ne = pad_ne(dims[::-1])
     if math.prod(ne) > INT64_MAX:
         raise GraphError(f"shape {dims}: {math.prod(ne)} elements do not fit ggml's int64_t element count")
-    return (ne[0], ne[1], ne[2], ne[3])
+    return ne
 
 
 def n_dims(ne: Sequence[int]) -> int:
     """``ggml_n_dims``: 1 + the last dim with ne > 1 (at least 1)."""
-    for i in range(3, 0, -1):
-        if ne[i] > 1:
-            return i + 1
-    return 1
+    return next((i + 1 for i in range(3, 0, -1) if ne[i] > 1), 1)
 
 
 def shape_of(ne: Sequence[int]) -> tuple[int, ...]:
     """The numpy shape of ``ne`` as ``ggml.utils.to_numpy`` returns it (trailing 1s of ne dropped;
     a zero dim is kept, so ne [4, 0, 1, 1] is shape (0, 4), never (4,))."""
     keep = max((i + 1 for i in range(4) if ne[i] != 1), default=1)
-    return tuple(int(d) for d in reversed(tuple(ne)[: max(keep, n_dims(ne))]))
+    return tuple(int(d) for d in reversed(tuple(ne)[:keep]))
 
 
 class _OpKind:
@@ -844,10 +841,6 @@ def from_model_output(t: Tensor, arr: np.ndarray) -> np.ndarray:
 
 def ggml_index_map(t: Tensor) -> npt.NDArray[np.int64]:
     """Element indices (into the flattened base memory) of every element of view ``t``, shape [ne3,ne2,ne1,ne0]."""
-    strides = t.elem_strides
-    idx = np.full((1, 1, 1, 1), t.elem_offset, dtype=np.int64)
-    for d in range(4):
-        shape = [1, 1, 1, 1]
-        shape[3 - d] = t.ne[d]
-        idx = idx + (np.arange(t.ne[d], dtype=np.int64) * strides[d]).reshape(shape)
-    return np.broadcast_to(idx, tuple(reversed(t.ne))).copy()
+    axes = np.ogrid[tuple(slice(n) for n in reversed(t.ne))]  # index grids of dims 3, 2, 1, 0
+    idx = t.elem_offset + sum(ax * st for ax, st in zip(axes, reversed(t.elem_strides), strict=True))
+    return np.broadcast_to(idx, tuple(reversed(t.ne))).astype(np.int64)
