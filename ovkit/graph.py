@@ -486,33 +486,30 @@ class Graph(GraphIR):
         # ggml fills the strides of the dims not given with contiguous ones.
         for i in range(len(nb_given), 4):
             nb_given.append(nb_given[i - 1] * ne4[i - 1] // (blck if i == 1 else 1))
-        nb4 = tuple(nb_given[:4])
-        if offset < 0:
-            raise self._err(Op.VIEW, "offset", "a non-negative byte offset", str(offset))
+        nb4 = pad_ne(nb_given)
         if a.is_quantized:
             self._check_block_view(a, ne4, nb4, offset)
-        if offset % es or any(x % es for x in nb4):
-            raise self._err(
-                Op.VIEW,
-                "nb/offset",
-                f"multiples of the element size {es}",
-                f"nb {list(nb4)}, offset {offset}",
-            )
-        probe = Tensor(self, -1, Op.VIEW, ne4, a.dtype, nb=nb4)  # type: ignore[arg-type]
-        # ggml checks the packed size (Π ne · element size); the strided extent must fit as well,
-        # or the view would read past its buffer
-        data_size = max(probe.nbytes, math.prod(ne4) // blck * es)
-        base = a.base
-        base_bytes = base.nelements // blck * es
-        if data_size + a.view_offs + offset > base_bytes:
-            raise self._err(
-                Op.VIEW,
-                "a",
-                f"a view inside its {base_bytes}-byte buffer",
-                f"ne {ne_str(ne4)}, nb {list(nb4)}, offset {a.view_offs + offset} ({data_size} bytes)",
-            )
+        # ggml checks the packed size (Π ne · element size); the strided extent must fit as well
+        size = max(self._region_bytes(Op.VIEW, a.dtype, ne4, nb4, offset), math.prod(ne4) // blck * es)
+        start, buffer = a.view_offs + offset, a.base.nelements // blck * es
+        if start + size > buffer:
+            given = f"ne {ne_str(ne4)}, nb {list(nb4)}, offset {start} ({size} bytes)"
+            raise self._err(Op.VIEW, "a", f"a view inside its {buffer}-byte buffer", given)
         params = {"ne": ne4, "nb": nb4, "offset": int(offset)}
         return self._new(Op.VIEW, ne4, a.dtype, (a,), params, view_of=a, nb=nb4, offset=int(offset))
+
+    def _region_bytes(self, op: str, dtype: str, ne: Sequence[int], nb: Sequence[int], offset: int) -> int:
+        """The bytes a region (ne, byte strides nb) spans, after checking that ``offset`` and the
+        strides are non-negative multiples of the element size."""
+        es = layout(dtype)[1]
+        if offset < 0 or offset % es or any(x % es for x in nb):
+            raise self._err(
+                op,
+                "nb/offset",
+                f"non-negative multiples of the element size {es}",
+                f"nb {list(nb)}, offset {offset}",
+            )
+        return Tensor(self, -1, Op.VIEW, pad_ne(ne), dtype, nb=pad_ne(nb)).nbytes
 
     def _check_block_view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int], offset: int) -> None:
         """A view of quantized blocks must keep whole blocks: rows of whole blocks (ne[0] a multiple
@@ -718,22 +715,11 @@ class Graph(GraphIR):
             raise self._err(op, "b", f"type {a.dtype} (as a)", b.dtype)
         if b.nelements > a.nelements:
             raise self._err(op, "b", f"at most {a.nelements} elements (a's)", f"{b.nelements}")
-        es = a.type_size
-        nb4 = (es, int(nb1), int(nb2), int(nb3))
-        probe = Tensor(self, -1, Op.VIEW, b.ne, a.dtype, nb=nb4)
-        if offset % es or any(x % es for x in nb4) or offset < 0:
+        nb4 = (a.type_size, int(nb1), int(nb2), int(nb3))
+        size, buffer = self._region_bytes(op, a.dtype, b.ne, nb4, offset), a.nelements * a.type_size
+        if offset + size > buffer:
             raise self._err(
-                op,
-                "nb/offset",
-                f"non-negative multiples of the element size {es}",
-                f"nb {list(nb4)}, offset {offset}",
-            )
-        if probe.nbytes + offset > a.nelements * es:
-            raise self._err(
-                op,
-                "b",
-                f"a region inside a's {a.nelements * es} bytes",
-                f"{probe.nbytes} bytes at offset {offset}",
+                op, "b", f"a region inside a's {buffer} bytes", f"{size} bytes at offset {offset}"
             )
         params = {"nb1": int(nb1), "nb2": int(nb2), "nb3": int(nb3), "offset": int(offset), "inplace": False}
         return self._new(op, a.ne, a.dtype, (a, b), params)
