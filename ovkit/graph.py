@@ -82,20 +82,19 @@ class Graph(GraphIR):
         """``_err`` for a shape: ``t``'s ne is what was given."""
         return self._err(op, operand, expected, f"ne {ne_str(t.ne)}")
 
-    def _check_types(self, op: str, operand: str, t: Tensor, allowed: Sequence[str]) -> None:
-        if t.dtype not in allowed:
-            raise self._err(op, operand, "type in {" + ", ".join(allowed) + "}", t.dtype)
-
-    def _check_tensor(self, op: str, operand: str, t: Any, types: Sequence[str] | None = None) -> Tensor:
-        """``t`` after checking it is a Tensor of this graph (and of one of ``types`` when given)."""
+    def _check_tensor(
+        self, op: str, operand: str, t: Any, types: Sequence[str] | None = None, quantized: bool = False
+    ) -> Tensor:
+        """``t`` after checking it is a Tensor of this graph (and of one of ``types`` when given, or
+        block-quantized when ``quantized``: a weight ggml dequantizes)."""
         if not isinstance(t, Tensor):
             raise GraphError(
                 f"{op}: operand {operand}: expected an ovkit.graph.Tensor, given {type(t).__name__}"
             )
         if t.graph is not self:
             raise GraphError(f"{op}: operand {operand} belongs to another Graph")
-        if types is not None:
-            self._check_types(op, operand, t, types)
+        if types is not None and t.dtype not in types and not (quantized and t.is_quantized):
+            raise self._err(op, operand, "type in {" + ", ".join(types) + "}", t.dtype)
         return t
 
     def _same_as_a(
@@ -432,12 +431,11 @@ class Graph(GraphIR):
     def cpy(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_cpy``: a's elements (row-major) written into b's shape and type."""
         self._check_tensor(Op.CPY, "a", a)
-        self._check_tensor(Op.CPY, "b", b)
+        self._check_tensor(Op.CPY, "b", b, DTYPES + WRITABLE_QUANT_TYPES)
         if a.nelements != b.nelements:
             raise self._err(
                 Op.CPY, "b", f"{a.nelements} elements (as a)", f"{b.nelements} (ne {ne_str(b.ne)})"
             )
-        self._check_types(Op.CPY, "b", b, DTYPES + WRITABLE_QUANT_TYPES)
         if b.is_quantized and a.dtype != b.dtype and not b.is_contiguous:
             # ggml quantizes into contiguous rows of blocks only (same-type copies move blocks)
             raise self._err(Op.CPY, "b", f"a contiguous {b.dtype} tensor", f"nb {list(b.nb)}")
@@ -734,8 +732,7 @@ class Graph(GraphIR):
     def mul_mat(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_mul_mat``: out = b @ aᵀ per batch (ne = [a.ne1, b.ne1, b.ne2, b.ne3]); f32 result."""
         op = Op.MUL_MAT
-        if not self._check_tensor(op, "a", a).is_quantized:
-            self._check_types(op, "a", a, FLOAT_TYPES)
+        self._check_tensor(op, "a", a, FLOAT_TYPES, quantized=True)
         self._check_tensor(op, "b", b, FLOAT_TYPES)
         if a.ne[0] != b.ne[0]:
             raise self._ne_err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", b)
@@ -756,8 +753,7 @@ class Graph(GraphIR):
     def mul_mat_id(self, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
         """``ggml_mul_mat_id``: out[:, e, t] = as_[ids[e, t]] @ b[:, e % b.ne1, t] (MoE experts)."""
         op = Op.MUL_MAT_ID
-        if not self._check_tensor(op, "as", as_).is_quantized:
-            self._check_types(op, "as", as_, FLOAT_TYPES)
+        self._check_tensor(op, "as", as_, FLOAT_TYPES, quantized=True)
         self._check_tensor(op, "b", b, FLOAT_TYPES)
         self._check_tensor(op, "ids", ids, ("i32",))
         if as_.ne[3] != 1:
@@ -778,8 +774,7 @@ class Graph(GraphIR):
         """``ggml_out_prod``: out[.., i1, i0] = Σ_k a[.., k, i0]·b[.., k, i1] (numpy: bᵀ @ a per batch,
         a repeat-interleaved over b's batch dims); f32 result of ne [a.ne0, b.ne0, b.ne2, b.ne3]."""
         op = Op.OUT_PROD
-        if not self._check_tensor(op, "a", a).is_quantized:
-            self._check_types(op, "a", a, ("f32", "f16"))
+        self._check_tensor(op, "a", a, ("f32", "f16"), quantized=True)
         self._check_tensor(op, "b", b, FLOAT_TYPES)
         if a.ne[1] != b.ne[1] or b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
             raise self._ne_err(op, "b", f"ne[1] == a.ne[1] = {a.ne[1]}, ne[2], ne[3] multiples of a's", b)
@@ -904,12 +899,10 @@ class Graph(GraphIR):
     ) -> Tensor:
         """``ggml_flash_attn_ext``: softmax(q·kᵀ·scale + mask)·v; result ne [Dv, n_head, n_q, n_batch]."""
         op = Op.FLASH_ATTN_EXT
-        for nm, t in (("q", q), ("k", k), ("v", v)):
-            self._check_tensor(op, nm, t)
-            if not (nm != "q" and t.is_quantized):  # ggml dequantizes quantized K/V rows
-                self._check_types(op, nm, t, FLOAT_TYPES)
         # ggml's CPU kernel reads q as f32 whatever its type (an f16 q gives garbage there)
-        self._check_types(op, "q", q, ("f32",))
+        self._check_tensor(op, "q", q, ("f32",))
+        self._check_tensor(op, "k", k, FLOAT_TYPES, quantized=True)
+        self._check_tensor(op, "v", v, FLOAT_TYPES, quantized=True)
         if k.ne[0] != q.ne[0]:
             raise self._ne_err(op, "k", f"ne[0] == q.ne[0] = {q.ne[0]}", k)
         if q.ne[2] % k.ne[2] or q.ne[3] % k.ne[3]:
@@ -955,8 +948,8 @@ class Graph(GraphIR):
             raise self._err(
                 Op.ROPE, "mode", "NORMAL (0) or NEOX (2); use rope_multi for MROPE/IMROPE/VISION", str(mode)
             )
-        rest = (n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow)
-        return self._rope(a, b, c, n_dims, (0, 0, 0, 0), mode, rest)
+        rest = (freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow)
+        return self._rope(a, b, c, n_dims, (), mode, n_ctx_orig, *rest)
 
     def rope(self, a: Tensor, b: Tensor, n_dims: int, mode: int) -> Tensor:
         """``ggml_rope``: rope_ext with ggml's defaults (base 10000, no scaling, no YaRN)."""
@@ -981,9 +974,8 @@ class Graph(GraphIR):
         """``ggml_rope_multi``: multi-section rope (MROPE 8, VISION 24, IMROPE 40); b has 4 planes."""
         if not mode & RopeType.MROPE:
             raise self._err(Op.ROPE, "mode", "MROPE (8), VISION (24) or IMROPE (40)", str(mode))
-        secs = (*(int(s) for s in sections), 0, 0, 0, 0)[:4]
-        rest = (n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow)
-        return self._rope(a, b, c, n_dims, secs, mode, rest)
+        rest = (freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow)
+        return self._rope(a, b, c, n_dims, sections, mode, n_ctx_orig, *rest)
 
     def rope_ext_back(self, *args: Any, **kwargs: Any) -> Tensor:
         """``ggml_rope_ext_back`` (rope_ext's arguments): the inverse rotation, op ROPE_BACK."""
@@ -1003,11 +995,13 @@ class Graph(GraphIR):
         b: Tensor,
         c: Tensor | None,
         n_dims: int,
-        sections: tuple[int, ...],
+        sections: Sequence[int],
         mode: int,
-        rest: tuple[float, ...],
+        *rest: float,
     ) -> Tensor:
+        """ROPE's checks and node; ``rest``: n_ctx_orig, freq_base, ..., beta_slow."""
         op = Op.ROPE
+        sections = (*(int(s) for s in sections), 0, 0, 0, 0)[:4]
         self._check_tensor(op, "a", a, ("f32", "f16"))
         self._check_tensor(op, "b", b, ("i32",))
         if b.ne[1] != 1 or b.ne[2] != 1 or b.ne[3] != 1:
