@@ -122,9 +122,10 @@ class Graph(GraphIR):
             )
 
     # ------------------------------------------------------------------ leaves
-    @staticmethod
-    def _leaf_ne(what: str, shape: Any) -> tuple[int, int, int, int]:
-        """The ne of a leaf's numpy-order shape; GraphError naming the leaf for a bad shape."""
+    def _leaf(self, what: str, shape: Any, dtype: str, plain: bool = True) -> Tensor:
+        """A leaf of numpy-order ``shape``; GraphError naming the leaf for a bad shape or (``plain``) type."""
+        if plain and dtype not in DTYPES:
+            raise GraphError(f"{what}: expected dtype in {DTYPES}, given {dtype!r}")
         try:
             ne = ne4(tuple(shape))
         except TypeError:
@@ -136,17 +137,15 @@ class Graph(GraphIR):
                 f"{what}: zero-size shape {tuple(shape)}: expected every dimension >= 1 "
                 "(ovkit does not build empty tensors)"
             )
-        return ne
+        return self._new(Op.NONE, ne, dtype)
 
     def input(self, name: str, shape: Sequence[int], dtype: str = "f32") -> Tensor:
         """A graph input (an OpenVINO Parameter) fed by name in :meth:`compute`."""
-        if dtype not in DTYPES:
-            raise GraphError(f"input {name!r}: expected dtype in {DTYPES}, given {dtype!r}")
         if not name:
             raise GraphError("input: expected a non-empty name")
         if name in self._names:
             raise GraphError(f"input {name!r}: the name is already used in this graph")
-        t = self._new(Op.NONE, self._leaf_ne(f"input {name!r}", shape), dtype)
+        t = self._leaf(f"input {name!r}", shape, dtype)
         self._names.add(name)
         t.name = name
         t.is_input = True
@@ -162,14 +161,12 @@ class Graph(GraphIR):
         its ``.ov_mul_mat(b)`` when present.
         """
         if hasattr(array, "to_ov_node") and not isinstance(array, np.ndarray):
-            t = self._new(Op.NONE, self._leaf_ne(f"constant {name!r}", array.shape), str(array.dtype))
+            t = self._leaf(f"constant {name!r}", array.shape, str(array.dtype), plain=False)
             t.value = array
             t.name = name or getattr(array, "name", "") or ""
             return t
         arr = np.asarray(array)
         inferred = TYPE_OF_NUMPY.get(arr.dtype)
-        if dtype is not None and dtype not in DTYPES:
-            raise GraphError(f"constant {name!r}: expected dtype in {DTYPES}, given {dtype!r}")
         if inferred is None:
             raise GraphError(
                 f"constant {name!r}: expected a float32/float16/int32/int64 array, given dtype {arr.dtype}"
@@ -177,7 +174,7 @@ class Graph(GraphIR):
         final = dtype or inferred
         if arr.ndim == 0:
             arr = arr.reshape(1)
-        t = self._new(Op.NONE, self._leaf_ne(f"constant {name!r}", arr.shape), final)
+        t = self._leaf(f"constant {name!r}", arr.shape, final)
         # A private, read-only copy: the caller changing its array later must not change a
         # graph that may already be compiled (the device would keep the old values).
         value = np.array(round_to(final, arr), order="C", copy=True)
@@ -290,7 +287,7 @@ class Graph(GraphIR):
                   "alpha_p": float(softplus(alpha_p)), "beta": float(b), "eps": float(np.float32(eps))}  # fmt: skip
         return self._new(Op.UNARY, a.ne, a.dtype, (a,), params, sub_op=Op.XIELU.sub_op)
 
-    if TYPE_CHECKING:  # made from the op table (_sub_op_builders, below): the signatures IDEs see
+    if TYPE_CHECKING:  # made from the op table (_sub_op_builder, below): the signatures IDEs see
 
         def gelu(self, a: Tensor) -> Tensor: ...
         def sigmoid(self, a: Tensor) -> Tensor: ...
@@ -406,15 +403,14 @@ class Graph(GraphIR):
 
     def dup(self, a: Tensor) -> Tensor:
         """``ggml_dup``: a contiguous copy (a DUP node)."""
-        self._check_tensor(Op.DUP, "a", a)
-        return self._new(Op.DUP, a.ne, a.dtype, (a,))
+        return self._cont_nd(a, a.ne, Op.DUP)
 
-    def _cont_nd(self, a: Tensor, ne: Sequence[int]) -> Tensor:
-        self._check_tensor(Op.CONT, "a", a)
+    def _cont_nd(self, a: Tensor, ne: Sequence[int], op: Op = Op.CONT) -> Tensor:
+        self._check_tensor(op, "a", a)
         ne4 = pad_ne(ne)
         if math.prod(ne4) != a.nelements:
-            raise self._err(Op.CONT, "a", f"{math.prod(ne4)} elements for ne {ne_str(ne4)}", f"{a.nelements}")
-        return self._new(Op.CONT, ne4, a.dtype, (a,))
+            raise self._err(op, "a", f"{math.prod(ne4)} elements for ne {ne_str(ne4)}", f"{a.nelements}")
+        return self._new(op, ne4, a.dtype, (a,))
 
     def cont_1d(self, a: Tensor, ne0: int) -> Tensor:
         return self._cont_nd(a, (ne0,))
