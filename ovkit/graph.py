@@ -46,9 +46,6 @@ from ovkit.ops.feed import prepare_feed
 from ovkit.ops.table import ENTRIES, GENERIC_BUILDERS, GLU_BUILT, UNARY_BUILT, OpEntry
 from ovkit.runtime import Core
 
-if TYPE_CHECKING:
-    from ovkit.ops.policy import SupportDecision
-
 __all__ = ["Graph", "GraphError", "Mode", "Tensor", "UnsupportedOpError"]
 
 #: unary ops whose ggml CPU kernels exist for f32/f16 only (bf16 aborts at compute time).
@@ -1479,14 +1476,6 @@ class Graph(GraphIR):
     set_inplace = set
 
     # ------------------------------------------------------------------ running
-    def check_support(
-        self, outputs: Sequence[Tensor], device_class: str
-    ) -> list[tuple[Tensor, SupportDecision]]:
-        """The policy's decision for every op node ``outputs`` depend on (nothing raised)."""
-        from ovkit.ops.policy import graph_decisions
-
-        return graph_decisions(self, outputs, device_class)
-
     def to_model(
         self,
         outputs: Tensor | Sequence[Tensor],
