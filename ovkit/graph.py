@@ -1070,10 +1070,6 @@ class Graph(GraphIR):
             raise self._err(Op.UPSCALE, "scale_factor", "an integer > 1", str(scale_factor))
         return self.interpolate(a, a.ne[0] * scale_factor, a.ne[1] * scale_factor, a.ne[2], a.ne[3], mode)
 
-    def upscale_ext(self, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, mode: int) -> Tensor:
-        """``ggml_upscale_ext``: resample to ne (ggml order)."""
-        return self.interpolate(a, ne0, ne1, ne2, ne3, mode)
-
     def interpolate(self, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, mode: int) -> Tensor:
         """``ggml_interpolate``: resample to ne; mode NEAREST 0, BILINEAR 1, BICUBIC 2 on dims 0, 1
         (| ALIGN_CORNERS 256, | ANTIALIAS 512 for bilinear); dims 2, 3 by nearest index."""
@@ -1092,6 +1088,8 @@ class Graph(GraphIR):
         if any(n < 1 for n in ne):
             raise self._err(op, "ne", "positive sizes", str(list(ne)))
         return self._new(op, ne, a.dtype, (a,), {"mode": int(mode)})
+
+    upscale_ext = interpolate  # ggml_upscale_ext: ggml_interpolate's arguments and node
 
     # ------------------------------------------------------------------ backward ops
     def cross_entropy_loss_back(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:

@@ -576,11 +576,8 @@ class Tensor(_OpKind):
         return self
 
     def op_info(self) -> OpInfo:
-        """This node as an :class:`OpInfo` (sources and view source included).
-
-        Built iteratively (no recursion limit on deep graphs) and cached per graph; the cache is
-        dropped whenever a node is edited after creation (sinks, precision, name).
-        """
+        """This node as an :class:`OpInfo` (sources and view source included), built iteratively
+        (no recursion limit) and cached per graph until a node is edited (sinks, precision, name)."""
         cache = self.graph._info_cache
         if self.id in cache:
             return cache[self.id]
@@ -595,12 +592,9 @@ class Tensor(_OpKind):
                 stack.extend((d, False) for d in deps if d.id not in cache)
                 continue
             view_src, view_offs, nb = t.view_src, t.view_offs, t.nb
-            dst = t.srcs[INPLACE_DST[t.op]] if t.op in INPLACE_DST else None
-            if dst is not None:  # ggml returns a view of the destination (ggml_view_tensor)
+            if t.op in INPLACE_DST:  # ggml returns a view of the destination (ggml_view_tensor)
+                dst = t.operand(INPLACE_DST[t.op])  # a source, so it and its base are cached
                 view_src, view_offs, nb = dst.base, dst.view_offs, dst.nb
-                if dst.base.id not in cache:
-                    stack.extend([(t, True), (dst.base, False)])
-                    continue
             srcs = [t.srcs[i] for i in GGML_SRC_ORDER[t.op]] if t.op in GGML_SRC_ORDER else t.srcs
             info_srcs = tuple(cache[s.id] if s is not None else None for s in srcs)
             info_view = cache[view_src.id] if view_src is not None else None
