@@ -669,8 +669,7 @@ class Graph(GraphIR):
         dst_index = IN_PLACE_WRITES.get(t.op)
         if dst_index is None:
             return t
-        dst = t.srcs[dst_index]
-        assert dst is not None
+        dst = t.operand(dst_index)
         base = dst.base
         if (
             dst.view_offs
