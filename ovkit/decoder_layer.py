@@ -110,12 +110,8 @@ def block_leaves(cfg: BlockConfig, n_tok: int) -> dict[str, tuple[tuple[int, ...
 def transformer_block(
     cfg: BlockConfig, n_tok: int, weights: dict[str, np.ndarray]
 ) -> tuple[Any, Any, dict[str, Any]]:
-    """Graph of one block for ``n_tok`` new tokens: (graph, output, {state name: next value}).
-
-    Inputs: ``x`` (n_tok, d) f32 and llama.cpp's ``inp_pos``, ``attn_inp_k_idxs``,
-    ``attn_inp_v_idxs``, ``attn_inp_kq_mask`` (from :func:`block_inputs`); states
-    ``cache_k_l0``/``cache_v_l0`` (ctx, kv_dim) f16.
-    """
+    """Graph of one block for ``n_tok`` new tokens: (graph, output, {state name: next value}); its
+    inputs are :func:`block_leaves`' (fed by :func:`block_inputs`), its states the f16 KV caches."""
     from ovkit.graph import Graph
 
     g = Graph()

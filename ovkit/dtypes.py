@@ -42,54 +42,49 @@ class GgmlType:
         return self.numpy is None
 
 
-def _plain(name: str, tid: int, dtype: Any, storage: Any = None) -> GgmlType:
-    np_dtype = np.dtype(dtype)
-    return GgmlType(
-        name, tid, 1, np.dtype(storage or dtype).itemsize, np_dtype, np.dtype(storage or dtype), name
-    )
-
-
-def _quant(name: str, tid: int, block: int, size: int) -> GgmlType:
-    return GgmlType(name, tid, block, size)
+def _plain(name: str, tid: int, dtype: Any) -> GgmlType:
+    """A plain type: one element per block, computed and stored as numpy ``dtype``."""
+    d = np.dtype(dtype)
+    return GgmlType(name, tid, 1, d.itemsize, d, d, name)
 
 
 #: Every ggml type ovkit knows, in enum order.
 TYPES: tuple[GgmlType, ...] = (
     _plain("f32", 0, np.float32),
     _plain("f16", 1, np.float16),
-    _quant("q4_0", 2, 32, 18),
-    _quant("q4_1", 3, 32, 20),
-    _quant("q5_0", 6, 32, 22),
-    _quant("q5_1", 7, 32, 24),
-    _quant("q8_0", 8, 32, 34),
-    _quant("q8_1", 9, 32, 36),
-    _quant("q2_K", 10, 256, 84),
-    _quant("q3_K", 11, 256, 110),
-    _quant("q4_K", 12, 256, 144),
-    _quant("q5_K", 13, 256, 176),
-    _quant("q6_K", 14, 256, 210),
-    _quant("q8_K", 15, 256, 292),
-    _quant("iq2_xxs", 16, 256, 66),
-    _quant("iq2_xs", 17, 256, 74),
-    _quant("iq3_xxs", 18, 256, 98),
-    _quant("iq1_s", 19, 256, 50),
-    _quant("iq4_nl", 20, 32, 18),
-    _quant("iq3_s", 21, 256, 110),
-    _quant("iq2_s", 22, 256, 82),
-    _quant("iq4_xs", 23, 256, 136),
+    GgmlType("q4_0", 2, 32, 18),
+    GgmlType("q4_1", 3, 32, 20),
+    GgmlType("q5_0", 6, 32, 22),
+    GgmlType("q5_1", 7, 32, 24),
+    GgmlType("q8_0", 8, 32, 34),
+    GgmlType("q8_1", 9, 32, 36),
+    GgmlType("q2_K", 10, 256, 84),
+    GgmlType("q3_K", 11, 256, 110),
+    GgmlType("q4_K", 12, 256, 144),
+    GgmlType("q5_K", 13, 256, 176),
+    GgmlType("q6_K", 14, 256, 210),
+    GgmlType("q8_K", 15, 256, 292),
+    GgmlType("iq2_xxs", 16, 256, 66),
+    GgmlType("iq2_xs", 17, 256, 74),
+    GgmlType("iq3_xxs", 18, 256, 98),
+    GgmlType("iq1_s", 19, 256, 50),
+    GgmlType("iq4_nl", 20, 32, 18),
+    GgmlType("iq3_s", 21, 256, 110),
+    GgmlType("iq2_s", 22, 256, 82),
+    GgmlType("iq4_xs", 23, 256, 136),
     _plain("i8", 24, np.int8),
     _plain("i16", 25, np.int16),
     _plain("i32", 26, np.int32),
     _plain("i64", 27, np.int64),
     _plain("f64", 28, np.float64),
-    _quant("iq1_m", 29, 256, 56),
+    GgmlType("iq1_m", 29, 256, 56),
     # bf16 has no numpy type: computed as float32 holding bf16-rounded values, stored as uint16 bits.
     GgmlType("bf16", 30, 1, 2, np.dtype(np.float32), np.dtype(np.uint16), "bf16"),
-    _quant("tq1_0", 34, 256, 54),
-    _quant("tq2_0", 35, 256, 66),
-    _quant("mxfp4", 39, 32, 17),
-    _quant("nvfp4", 40, 64, 36),
-    _quant("q1_0", 41, 128, 18),
+    GgmlType("tq1_0", 34, 256, 54),
+    GgmlType("tq2_0", 35, 256, 66),
+    GgmlType("mxfp4", 39, 32, 17),
+    GgmlType("nvfp4", 40, 64, 36),
+    GgmlType("q1_0", 41, 128, 18),
 )
 _BY_NAME: dict[str, GgmlType] = {t.name.lower(): t for t in TYPES}
 _BY_ID: dict[int, GgmlType] = {t.id: t for t in TYPES}
@@ -111,19 +106,14 @@ TYPE_SIZE: dict[str, int] = {n: _BY_NAME[n].size for n in DTYPES}
 NUMPY_DTYPE: dict[str, np.dtype[Any]] = {n: _BY_NAME[n].numpy for n in DTYPES}  # type: ignore[misc]
 #: numpy dtype of the raw storage of every plain type (bf16: uint16 bit patterns).
 STORAGE_DTYPE: dict[str, np.dtype[Any]] = {t.name: t.storage for t in TYPES if t.storage is not None}
-#: The graph type a numpy array becomes (float64 is narrowed to f32, as ``ggml.utils.from_numpy``).
-TYPE_OF_NUMPY: dict[np.dtype[Any], str] = {
-    np.dtype(np.float32): "f32",
-    np.dtype(np.float16): "f16",
-    np.dtype(np.int32): "i32",
-    np.dtype(np.int64): "i64",
-    np.dtype(np.float64): "f32",
-}
 #: The ggml type of a plain numpy array's storage (no narrowing: float64 has no graph type).
 STORAGE_TYPE_OF_NUMPY: dict[np.dtype[Any], str] = {
-    np.dtype(dt): n
-    for n, dt in (("f32", np.float32), ("f16", np.float16), ("i32", np.int32), ("i64", np.int64))
-    + (("i16", np.int16), ("i8", np.int8))
+    STORAGE_DTYPE[n]: n for n in ("f32", "f16", "i32", "i64", "i16", "i8")
+}
+#: The graph type a numpy array becomes (float64 is narrowed to f32, as ``ggml.utils.from_numpy``).
+TYPE_OF_NUMPY: dict[np.dtype[Any], str] = {
+    **{d: n for d, n in STORAGE_TYPE_OF_NUMPY.items() if n in DTYPES},
+    np.dtype(np.float64): "f32",
 }
 
 #: OpenVINO element type names (``Type.to_string()``) -> numpy dtype used to bind them; bf16 is

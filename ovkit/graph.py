@@ -38,15 +38,13 @@ from ovkit.ir import (
     from_model_output,
     ne4,
     ne_str,
+    pad_ne,
     round_to,
 )
 from ovkit.ops.bounds import check_constant, check_feed, fed_index_nodes
 from ovkit.ops.feed import prepare_feed
 from ovkit.ops.table import ENTRIES, GENERIC_BUILDERS, GLU_BUILT, UNARY_BUILT, OpEntry
 from ovkit.runtime import Core
-
-if TYPE_CHECKING:
-    from ovkit.ops.policy import SupportDecision
 
 __all__ = ["Graph", "GraphError", "Mode", "Tensor", "UnsupportedOpError"]
 
@@ -81,21 +79,31 @@ class Graph(GraphIR):
         """``_err`` for a shape: ``t``'s ne is what was given."""
         return self._err(op, operand, expected, f"ne {ne_str(t.ne)}")
 
-    def _check_types(self, op: str, operand: str, t: Tensor, allowed: Sequence[str]) -> None:
-        if t.dtype not in allowed:
-            raise self._err(op, operand, "type in {" + ", ".join(allowed) + "}", t.dtype)
-
-    def _check_tensor(self, op: str, operand: str, t: Any, types: Sequence[str] | None = None) -> Tensor:
-        """``t`` after checking it is a Tensor of this graph (and of one of ``types`` when given)."""
+    def _check_tensor(
+        self, op: str, operand: str, t: Any, types: Sequence[str] | None = None, quantized: bool = False
+    ) -> Tensor:
+        """``t`` after checking it is a Tensor of this graph (and of one of ``types`` when given, or
+        block-quantized when ``quantized``: a weight ggml dequantizes)."""
         if not isinstance(t, Tensor):
             raise GraphError(
                 f"{op}: operand {operand}: expected an ovkit.graph.Tensor, given {type(t).__name__}"
             )
         if t.graph is not self:
             raise GraphError(f"{op}: operand {operand} belongs to another Graph")
-        if types is not None:
-            self._check_types(op, operand, t, types)
+        if types is not None and t.dtype not in types and not (quantized and t.is_quantized):
+            raise self._err(op, operand, "type in {" + ", ".join(types) + "}", t.dtype)
         return t
+
+    def _same_as_a(
+        self, op: str, a: Tensor, b: Tensor, types: Sequence[str] = ("f32",), an: str = "a", bn: str = "b"
+    ) -> None:
+        """Operands ``a`` (of one of ``types``) and ``b`` of a's type and shape (named ``an``, ``bn``)."""
+        self._check_tensor(op, an, a, types)
+        self._check_tensor(op, bn, b)
+        if b.dtype != a.dtype:
+            raise self._err(op, bn, f"type {a.dtype} (same as {an})", b.dtype)
+        if b.ne != a.ne:
+            raise self._ne_err(op, bn, f"ne {ne_str(a.ne)} (same shape as {an})", b)
 
     def _can_repeat(self, op: str, small: Tensor, big: Tensor, small_name: str, big_name: str) -> None:
         """``ggml_can_repeat(small, big)``: each big.ne[i] is a multiple of small.ne[i]."""
@@ -111,9 +119,10 @@ class Graph(GraphIR):
             )
 
     # ------------------------------------------------------------------ leaves
-    @staticmethod
-    def _leaf_ne(what: str, shape: Any) -> tuple[int, int, int, int]:
-        """The ne of a leaf's numpy-order shape; GraphError naming the leaf for a bad shape."""
+    def _leaf(self, what: str, shape: Any, dtype: str, plain: bool = True) -> Tensor:
+        """A leaf of numpy-order ``shape``; GraphError naming the leaf for a bad shape or (``plain``) type."""
+        if plain and dtype not in DTYPES:
+            raise GraphError(f"{what}: expected dtype in {DTYPES}, given {dtype!r}")
         try:
             ne = ne4(tuple(shape))
         except TypeError:
@@ -125,17 +134,15 @@ class Graph(GraphIR):
                 f"{what}: zero-size shape {tuple(shape)}: expected every dimension >= 1 "
                 "(ovkit does not build empty tensors)"
             )
-        return ne
+        return self._new(Op.NONE, ne, dtype)
 
     def input(self, name: str, shape: Sequence[int], dtype: str = "f32") -> Tensor:
         """A graph input (an OpenVINO Parameter) fed by name in :meth:`compute`."""
-        if dtype not in DTYPES:
-            raise GraphError(f"input {name!r}: expected dtype in {DTYPES}, given {dtype!r}")
         if not name:
             raise GraphError("input: expected a non-empty name")
         if name in self._names:
             raise GraphError(f"input {name!r}: the name is already used in this graph")
-        t = self._new(Op.NONE, self._leaf_ne(f"input {name!r}", shape), dtype)
+        t = self._leaf(f"input {name!r}", shape, dtype)
         self._names.add(name)
         t.name = name
         t.is_input = True
@@ -151,14 +158,12 @@ class Graph(GraphIR):
         its ``.ov_mul_mat(b)`` when present.
         """
         if hasattr(array, "to_ov_node") and not isinstance(array, np.ndarray):
-            t = self._new(Op.NONE, self._leaf_ne(f"constant {name!r}", array.shape), str(array.dtype))
+            t = self._leaf(f"constant {name!r}", array.shape, str(array.dtype), plain=False)
             t.value = array
             t.name = name or getattr(array, "name", "") or ""
             return t
         arr = np.asarray(array)
         inferred = TYPE_OF_NUMPY.get(arr.dtype)
-        if dtype is not None and dtype not in DTYPES:
-            raise GraphError(f"constant {name!r}: expected dtype in {DTYPES}, given {dtype!r}")
         if inferred is None:
             raise GraphError(
                 f"constant {name!r}: expected a float32/float16/int32/int64 array, given dtype {arr.dtype}"
@@ -166,7 +171,7 @@ class Graph(GraphIR):
         final = dtype or inferred
         if arr.ndim == 0:
             arr = arr.reshape(1)
-        t = self._new(Op.NONE, self._leaf_ne(f"constant {name!r}", arr.shape), final)
+        t = self._leaf(f"constant {name!r}", arr.shape, final)
         # A private, read-only copy: the caller changing its array later must not change a
         # graph that may already be compiled (the device would keep the old values).
         value = np.array(round_to(final, arr), order="C", copy=True)
@@ -279,7 +284,7 @@ class Graph(GraphIR):
                   "alpha_p": float(softplus(alpha_p)), "beta": float(b), "eps": float(np.float32(eps))}  # fmt: skip
         return self._new(Op.UNARY, a.ne, a.dtype, (a,), params, sub_op=Op.XIELU.sub_op)
 
-    if TYPE_CHECKING:  # made from the op table (_sub_op_builders, below): the signatures IDEs see
+    if TYPE_CHECKING:  # made from the op table (_sub_op_builder, below): the signatures IDEs see
 
         def gelu(self, a: Tensor) -> Tensor: ...
         def sigmoid(self, a: Tensor) -> Tensor: ...
@@ -352,12 +357,8 @@ class Graph(GraphIR):
 
     def count_equal(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_count_equal``: the number of equal elements of two i32 tensors, as i64 [1]."""
-        op = Op.COUNT_EQUAL
-        self._check_tensor(op, "a", a, ("i32",))
-        self._check_tensor(op, "b", b)
-        if b.dtype != a.dtype or b.ne != a.ne:
-            raise self._err(op, "b", f"{a.dtype} ne {ne_str(a.ne)} (as a)", f"{b.dtype} ne {ne_str(b.ne)}")
-        return self._new(op, (1, 1, 1, 1), "i64", (a, b))
+        self._same_as_a(Op.COUNT_EQUAL, a, b, ("i32",))
+        return self._new(Op.COUNT_EQUAL, (1, 1, 1, 1), "i64", (a, b))
 
     # ------------------------------------------------------------------ GLU
     def glu(self, a: Tensor, op: int | str, swapped: bool = False) -> Tensor:
@@ -383,12 +384,7 @@ class Graph(GraphIR):
         return code
 
     def _glu2(self, code: Op, a: Tensor, b: Tensor, extra: Mapping[str, Any]) -> Tensor:
-        self._check_tensor(Op.GLU, "a", a, ("f32", "f16"))
-        self._check_tensor(Op.GLU, "b", b)
-        if b.dtype != a.dtype:
-            raise self._err(Op.GLU, "b", f"type {a.dtype} (same as a)", b.dtype)
-        if b.ne != a.ne:
-            raise self._ne_err(Op.GLU, "b", f"ne {ne_str(a.ne)} (same shape as a)", b)
+        self._same_as_a(Op.GLU, a, b, ("f32", "f16"))
         params = {"op": code.enum_value, "swapped": False, **extra}
         return self._new(Op.GLU, a.ne, a.dtype, (a, b), params, sub_op=code.sub_op)
 
@@ -400,20 +396,18 @@ class Graph(GraphIR):
     # ------------------------------------------------------------------ layout ops
     def cont(self, a: Tensor) -> Tensor:
         """``ggml_cont``: a contiguous copy."""
-        self._check_tensor(Op.CONT, "a", a)
-        return self._new(Op.CONT, a.ne, a.dtype, (a,))
+        return self._cont_nd(a, a.ne)
 
     def dup(self, a: Tensor) -> Tensor:
         """``ggml_dup``: a contiguous copy (a DUP node)."""
-        self._check_tensor(Op.DUP, "a", a)
-        return self._new(Op.DUP, a.ne, a.dtype, (a,))
+        return self._cont_nd(a, a.ne, Op.DUP)
 
-    def _cont_nd(self, a: Tensor, ne: Sequence[int]) -> Tensor:
-        self._check_tensor(Op.CONT, "a", a)
-        ne4 = tuple(ne) + (1,) * (4 - len(ne))
+    def _cont_nd(self, a: Tensor, ne: Sequence[int], op: Op = Op.CONT) -> Tensor:
+        self._check_tensor(op, "a", a)
+        ne4 = pad_ne(ne)
         if math.prod(ne4) != a.nelements:
-            raise self._err(Op.CONT, "a", f"{math.prod(ne4)} elements for ne {ne_str(ne4)}", f"{a.nelements}")
-        return self._new(Op.CONT, ne4, a.dtype, (a,))
+            raise self._err(op, "a", f"{math.prod(ne4)} elements for ne {ne_str(ne4)}", f"{a.nelements}")
+        return self._new(op, ne4, a.dtype, (a,))
 
     def cont_1d(self, a: Tensor, ne0: int) -> Tensor:
         return self._cont_nd(a, (ne0,))
@@ -430,12 +424,11 @@ class Graph(GraphIR):
     def cpy(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_cpy``: a's elements (row-major) written into b's shape and type."""
         self._check_tensor(Op.CPY, "a", a)
-        self._check_tensor(Op.CPY, "b", b)
+        self._check_tensor(Op.CPY, "b", b, DTYPES + WRITABLE_QUANT_TYPES)
         if a.nelements != b.nelements:
             raise self._err(
                 Op.CPY, "b", f"{a.nelements} elements (as a)", f"{b.nelements} (ne {ne_str(b.ne)})"
             )
-        self._check_types(Op.CPY, "b", b, DTYPES + WRITABLE_QUANT_TYPES)
         if b.is_quantized and a.dtype != b.dtype and not b.is_contiguous:
             # ggml quantizes into contiguous rows of blocks only (same-type copies move blocks)
             raise self._err(Op.CPY, "b", f"a contiguous {b.dtype} tensor", f"nb {list(b.nb)}")
@@ -443,7 +436,7 @@ class Graph(GraphIR):
 
     def _reshape_to(self, a: Tensor, ne: Sequence[int]) -> Tensor:
         self._check_tensor(Op.RESHAPE, "a", a)
-        ne4 = tuple(int(d) for d in ne) + (1,) * (4 - len(ne))
+        ne4 = pad_ne(ne)
         if not a.is_contiguous:
             raise self._err(
                 Op.RESHAPE, "a", "a contiguous tensor (use cont first)", f"strides nb {list(a.nb)}"
@@ -479,38 +472,35 @@ class Graph(GraphIR):
         """``ggml_view_impl``: ne, nb[1:] and a byte offset over a's memory."""
         self._check_tensor(Op.VIEW, "a", a)
         blck, es = layout(a.dtype)
-        ne4 = tuple(int(d) for d in ne) + (1,) * (4 - len(ne))
+        ne4 = pad_ne(ne)
         nb_given = [es, *[int(x) for x in nb]]
         # ggml fills the strides of the dims not given with contiguous ones.
         for i in range(len(nb_given), 4):
             nb_given.append(nb_given[i - 1] * ne4[i - 1] // (blck if i == 1 else 1))
-        nb4 = tuple(nb_given[:4])
-        if offset < 0:
-            raise self._err(Op.VIEW, "offset", "a non-negative byte offset", str(offset))
+        nb4 = pad_ne(nb_given)
         if a.is_quantized:
             self._check_block_view(a, ne4, nb4, offset)
-        if offset % es or any(x % es for x in nb4):
-            raise self._err(
-                Op.VIEW,
-                "nb/offset",
-                f"multiples of the element size {es}",
-                f"nb {list(nb4)}, offset {offset}",
-            )
-        probe = Tensor(self, -1, Op.VIEW, ne4, a.dtype, nb=nb4)  # type: ignore[arg-type]
-        # ggml checks the packed size (Π ne · element size); the strided extent must fit as well,
-        # or the view would read past its buffer
-        data_size = max(probe.nbytes, math.prod(ne4) // blck * es)
-        base = a.base
-        base_bytes = base.nelements // blck * es
-        if data_size + a.view_offs + offset > base_bytes:
-            raise self._err(
-                Op.VIEW,
-                "a",
-                f"a view inside its {base_bytes}-byte buffer",
-                f"ne {ne_str(ne4)}, nb {list(nb4)}, offset {a.view_offs + offset} ({data_size} bytes)",
-            )
+        # ggml checks the packed size (Π ne · element size); the strided extent must fit as well
+        size = max(self._region_bytes(Op.VIEW, a.dtype, ne4, nb4, offset), math.prod(ne4) // blck * es)
+        start, buffer = a.view_offs + offset, a.base.nelements // blck * es
+        if start + size > buffer:
+            given = f"ne {ne_str(ne4)}, nb {list(nb4)}, offset {start} ({size} bytes)"
+            raise self._err(Op.VIEW, "a", f"a view inside its {buffer}-byte buffer", given)
         params = {"ne": ne4, "nb": nb4, "offset": int(offset)}
         return self._new(Op.VIEW, ne4, a.dtype, (a,), params, view_of=a, nb=nb4, offset=int(offset))
+
+    def _region_bytes(self, op: str, dtype: str, ne: Sequence[int], nb: Sequence[int], offset: int) -> int:
+        """The bytes a region (ne, byte strides nb) spans, after checking that ``offset`` and the
+        strides are non-negative multiples of the element size."""
+        es = layout(dtype)[1]
+        if offset < 0 or offset % es or any(x % es for x in nb):
+            raise self._err(
+                op,
+                "nb/offset",
+                f"non-negative multiples of the element size {es}",
+                f"nb {list(nb)}, offset {offset}",
+            )
+        return Tensor(self, -1, Op.VIEW, pad_ne(ne), dtype, nb=pad_ne(nb)).nbytes
 
     def _check_block_view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int], offset: int) -> None:
         """A view of quantized blocks must keep whole blocks: rows of whole blocks (ne[0] a multiple
@@ -562,11 +552,8 @@ class Graph(GraphIR):
             raise self._err(
                 Op.PERMUTE, "axes", f"dim 0 kept innermost for {a.dtype} blocks (axis0 = 0)", str(list(axes))
             )
-        ne = [0] * 4
-        nb = [0] * 4
-        for i, ax in enumerate(axes):
-            ne[ax] = a.ne[i]
-            nb[ax] = a.nb[i]
+        src = [axes.index(d) for d in range(4)]  # the source dim that becomes dim d
+        ne, nb = [a.ne[i] for i in src], [a.nb[i] for i in src]
         return self._new(Op.PERMUTE, ne, a.dtype, (a,), {"axes": axes}, view_of=a, nb=nb)
 
     def transpose(self, a: Tensor) -> Tensor:
@@ -682,8 +669,7 @@ class Graph(GraphIR):
         dst_index = IN_PLACE_WRITES.get(t.op)
         if dst_index is None:
             return t
-        dst = t.srcs[dst_index]
-        assert dst is not None
+        dst = t.operand(dst_index)
         base = dst.base
         if (
             dst.view_offs
@@ -719,22 +705,11 @@ class Graph(GraphIR):
             raise self._err(op, "b", f"type {a.dtype} (as a)", b.dtype)
         if b.nelements > a.nelements:
             raise self._err(op, "b", f"at most {a.nelements} elements (a's)", f"{b.nelements}")
-        es = a.type_size
-        nb4 = (es, int(nb1), int(nb2), int(nb3))
-        probe = Tensor(self, -1, Op.VIEW, b.ne, a.dtype, nb=nb4)
-        if offset % es or any(x % es for x in nb4) or offset < 0:
+        nb4 = (a.type_size, int(nb1), int(nb2), int(nb3))
+        size, buffer = self._region_bytes(op, a.dtype, b.ne, nb4, offset), a.nelements * a.type_size
+        if offset + size > buffer:
             raise self._err(
-                op,
-                "nb/offset",
-                f"non-negative multiples of the element size {es}",
-                f"nb {list(nb4)}, offset {offset}",
-            )
-        if probe.nbytes + offset > a.nelements * es:
-            raise self._err(
-                op,
-                "b",
-                f"a region inside a's {a.nelements * es} bytes",
-                f"{probe.nbytes} bytes at offset {offset}",
+                op, "b", f"a region inside a's {buffer} bytes", f"{size} bytes at offset {offset}"
             )
         params = {"nb1": int(nb1), "nb2": int(nb2), "nb3": int(nb3), "offset": int(offset), "inplace": False}
         return self._new(op, a.ne, a.dtype, (a, b), params)
@@ -749,8 +724,7 @@ class Graph(GraphIR):
     def mul_mat(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_mul_mat``: out = b @ aᵀ per batch (ne = [a.ne1, b.ne1, b.ne2, b.ne3]); f32 result."""
         op = Op.MUL_MAT
-        if not self._check_tensor(op, "a", a).is_quantized:
-            self._check_types(op, "a", a, FLOAT_TYPES)
+        self._check_tensor(op, "a", a, FLOAT_TYPES, quantized=True)
         self._check_tensor(op, "b", b, FLOAT_TYPES)
         if a.ne[0] != b.ne[0]:
             raise self._ne_err(op, "b", f"ne[0] == a.ne[0] = {a.ne[0]}", b)
@@ -762,19 +736,16 @@ class Graph(GraphIR):
 
     def mul_mat_set_hint(self, a: Tensor, hint: int) -> None:
         """``ggml_mul_mat_set_hint`` (recorded: a hint to ggml's kernels, the product is the same)."""
-        a.params["hint"] = int(hint)
-        self._edited()
+        a.set_param("hint", int(hint))
 
     def mul_mat_set_prec(self, a: Tensor, prec: int) -> None:
         """``ggml_mul_mat_set_prec`` (recorded; the OpenVINO path always computes in f32)."""
-        a.params["prec"] = int(prec)
-        self._edited()
+        a.set_param("prec", int(prec))
 
     def mul_mat_id(self, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
         """``ggml_mul_mat_id``: out[:, e, t] = as_[ids[e, t]] @ b[:, e % b.ne1, t] (MoE experts)."""
         op = Op.MUL_MAT_ID
-        if not self._check_tensor(op, "as", as_).is_quantized:
-            self._check_types(op, "as", as_, FLOAT_TYPES)
+        self._check_tensor(op, "as", as_, FLOAT_TYPES, quantized=True)
         self._check_tensor(op, "b", b, FLOAT_TYPES)
         self._check_tensor(op, "ids", ids, ("i32",))
         if as_.ne[3] != 1:
@@ -795,8 +766,7 @@ class Graph(GraphIR):
         """``ggml_out_prod``: out[.., i1, i0] = Σ_k a[.., k, i0]·b[.., k, i1] (numpy: bᵀ @ a per batch,
         a repeat-interleaved over b's batch dims); f32 result of ne [a.ne0, b.ne0, b.ne2, b.ne3]."""
         op = Op.OUT_PROD
-        if not self._check_tensor(op, "a", a).is_quantized:
-            self._check_types(op, "a", a, ("f32", "f16"))
+        self._check_tensor(op, "a", a, ("f32", "f16"), quantized=True)
         self._check_tensor(op, "b", b, FLOAT_TYPES)
         if a.ne[1] != b.ne[1] or b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
             raise self._ne_err(op, "b", f"ne[1] == a.ne[1] = {a.ne[1]}, ne[2], ne[3] multiples of a's", b)
@@ -921,12 +891,10 @@ class Graph(GraphIR):
     ) -> Tensor:
         """``ggml_flash_attn_ext``: softmax(q·kᵀ·scale + mask)·v; result ne [Dv, n_head, n_q, n_batch]."""
         op = Op.FLASH_ATTN_EXT
-        for nm, t in (("q", q), ("k", k), ("v", v)):
-            self._check_tensor(op, nm, t)
-            if not (nm != "q" and t.is_quantized):  # ggml dequantizes quantized K/V rows
-                self._check_types(op, nm, t, FLOAT_TYPES)
         # ggml's CPU kernel reads q as f32 whatever its type (an f16 q gives garbage there)
-        self._check_types(op, "q", q, ("f32",))
+        self._check_tensor(op, "q", q, ("f32",))
+        self._check_tensor(op, "k", k, FLOAT_TYPES, quantized=True)
+        self._check_tensor(op, "v", v, FLOAT_TYPES, quantized=True)
         if k.ne[0] != q.ne[0]:
             raise self._ne_err(op, "k", f"ne[0] == q.ne[0] = {q.ne[0]}", k)
         if q.ne[2] % k.ne[2] or q.ne[3] % k.ne[3]:
@@ -945,8 +913,7 @@ class Graph(GraphIR):
 
     def flash_attn_ext_set_prec(self, a: Tensor, prec: int) -> None:
         """``ggml_flash_attn_ext_set_prec`` (recorded in params)."""
-        a.params["prec"] = int(prec)
-        self._edited()
+        a.set_param("prec", int(prec))
 
     def flash_attn_ext_add_sinks(self, a: Tensor, sinks: Tensor | None) -> None:
         """``ggml_flash_attn_ext_add_sinks``: per-head sink logits (f32, ne0 == n_head)."""
@@ -973,8 +940,8 @@ class Graph(GraphIR):
             raise self._err(
                 Op.ROPE, "mode", "NORMAL (0) or NEOX (2); use rope_multi for MROPE/IMROPE/VISION", str(mode)
             )
-        rest = (n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow)
-        return self._rope(a, b, c, n_dims, (0, 0, 0, 0), mode, rest)
+        rest = (freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow)
+        return self._rope(a, b, c, n_dims, (), mode, n_ctx_orig, *rest)
 
     def rope(self, a: Tensor, b: Tensor, n_dims: int, mode: int) -> Tensor:
         """``ggml_rope``: rope_ext with ggml's defaults (base 10000, no scaling, no YaRN)."""
@@ -999,9 +966,8 @@ class Graph(GraphIR):
         """``ggml_rope_multi``: multi-section rope (MROPE 8, VISION 24, IMROPE 40); b has 4 planes."""
         if not mode & RopeType.MROPE:
             raise self._err(Op.ROPE, "mode", "MROPE (8), VISION (24) or IMROPE (40)", str(mode))
-        secs = (*(int(s) for s in sections), 0, 0, 0, 0)[:4]
-        rest = (n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow)
-        return self._rope(a, b, c, n_dims, secs, mode, rest)
+        rest = (freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow)
+        return self._rope(a, b, c, n_dims, sections, mode, n_ctx_orig, *rest)
 
     def rope_ext_back(self, *args: Any, **kwargs: Any) -> Tensor:
         """``ggml_rope_ext_back`` (rope_ext's arguments): the inverse rotation, op ROPE_BACK."""
@@ -1021,11 +987,13 @@ class Graph(GraphIR):
         b: Tensor,
         c: Tensor | None,
         n_dims: int,
-        sections: tuple[int, ...],
+        sections: Sequence[int],
         mode: int,
-        rest: tuple[float, ...],
+        *rest: float,
     ) -> Tensor:
+        """ROPE's checks and node; ``rest``: n_ctx_orig, freq_base, ..., beta_slow."""
         op = Op.ROPE
+        sections = (*(int(s) for s in sections), 0, 0, 0, 0)[:4]
         self._check_tensor(op, "a", a, ("f32", "f16"))
         self._check_tensor(op, "b", b, ("i32",))
         if b.ne[1] != 1 or b.ne[2] != 1 or b.ne[3] != 1:
@@ -1081,11 +1049,9 @@ class Graph(GraphIR):
             raise self._ne_err(op, "b", f"ne[1] == a.ne[1] = {a.ne[1]} channels, ne[3] == 1", b)
         # ggml divides by the strides (s1 only for 2-D); any dilation sign is accepted, as in ggml
         self._conv_params(op, s0=s0, **({"s1": s1} if is_2D else {}))
-        oh = conv_output_size(b.ne[1], a.ne[1], s1, p1, d1) if is_2D else 0
-        ow = conv_output_size(b.ne[0], a.ne[0], s0, p0, d0)
-        if (is_2D and oh <= 0) or ow <= 0:
-            raise self._ne_err(op, "b", "an input at least as large as the dilated kernel", b)
-        ne = (a.ne[2] * a.ne[1] * a.ne[0], ow, oh, b.ne[3]) if is_2D else (a.ne[1] * a.ne[0], ow, b.ne[2], 1)
+        n = 2 if is_2D else 1
+        ow, *oh = self._conv_out(op, a, b, (s0, s1)[:n], (p0, p1)[:n], (d0, d1)[:n])
+        ne = (a.ne[2] * a.ne[1] * a.ne[0], ow, *oh, b.ne[3]) if is_2D else (a.ne[1] * a.ne[0], ow, b.ne[2], 1)
         params = {"s0": s0, "s1": s1, "p0": p0, "p1": p1, "d0": d0, "d1": d1, "is_2D": bool(is_2D)}
         return self._new(op, ne, dt, (a, b), params)
 
@@ -1102,10 +1068,6 @@ class Graph(GraphIR):
         if scale_factor <= 1:
             raise self._err(Op.UPSCALE, "scale_factor", "an integer > 1", str(scale_factor))
         return self.interpolate(a, a.ne[0] * scale_factor, a.ne[1] * scale_factor, a.ne[2], a.ne[3], mode)
-
-    def upscale_ext(self, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, mode: int) -> Tensor:
-        """``ggml_upscale_ext``: resample to ne (ggml order)."""
-        return self.interpolate(a, ne0, ne1, ne2, ne3, mode)
 
     def interpolate(self, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, mode: int) -> Tensor:
         """``ggml_interpolate``: resample to ne; mode NEAREST 0, BILINEAR 1, BICUBIC 2 on dims 0, 1
@@ -1126,12 +1088,14 @@ class Graph(GraphIR):
             raise self._err(op, "ne", "positive sizes", str(list(ne)))
         return self._new(op, ne, a.dtype, (a,), {"mode": int(mode)})
 
+    upscale_ext = interpolate  # ggml_upscale_ext: ggml_interpolate's arguments and node
+
     # ------------------------------------------------------------------ backward ops
     def cross_entropy_loss_back(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
         """``ggml_cross_entropy_loss_back``: a = the loss gradient [1], b = logits, c = labels →
         (softmax(b) − c)·a / rows of b."""
         op = Op.CROSS_ENTROPY_LOSS_BACK
-        self._same_shape_back(op, b, c)
+        self._same_as_a(op, b, c, ("f32",), "b", "c")
         self._check_tensor(op, "a", a, ("f32",))
         if a.nelements != 1:
             raise self._ne_err(op, "a", "a scalar loss gradient (1 element)", a)
@@ -1159,43 +1123,34 @@ class Graph(GraphIR):
 
     def set_param(self, a: Tensor) -> None:
         """``ggml_set_param``: marks a as trained (ggml's optimizer steps require it; recorded)."""
-        a.params["param"] = True
-        self._edited()
+        a.set_param("param", True)
 
     def opt_step_sgd(self, a: Tensor, grad: Tensor, params: Tensor) -> Tensor:
         """``ggml_opt_step_sgd``: a·(1 − lr·wd) − lr·grad with params = [lr, wd] (ggml updates a
         in place; ovkit returns the updated value)."""
         op = Op.OPT_STEP_SGD
-        self._same_shape_back(op, a, grad)
+        self._same_as_a(op, a, grad, ("f32",), "a", "grad")
         self._check_tensor(op, "params", params, ("f32",))
         if params.nelements != 2:
             raise self._ne_err(op, "params", "2 values [learning rate, weight decay]", params)
         return self._new(op, a.ne, a.dtype, (a, grad, params))
 
-    def _same_shape_back(self, op: Op, a: Tensor, b: Tensor, types: Sequence[str] = ("f32",)) -> None:
-        self._check_tensor(op, "a", a, types)
-        self._check_tensor(op, "b", b)
-        if b.dtype != a.dtype:
-            raise self._err(op, "b", f"type {a.dtype} (as a)", b.dtype)
-        if b.ne != a.ne:
-            raise self._ne_err(op, "b", f"ne {ne_str(a.ne)} (as a)", b)
-
     def soft_max_ext_back(self, a: Tensor, b: Tensor, scale: float, max_bias: float) -> Tensor:
         """``ggml_soft_max_ext_back``: a = dy, b = the softmax output y → scale·y·(dy − Σ y·dy)."""
         op = Op.SOFT_MAX_BACK
-        self._same_shape_back(op, a, b)
+        self._same_as_a(op, a, b)
         if max_bias != 0.0:
             raise self._err(op, "max_bias", "0 (ggml's CPU kernel has no ALiBi backward)", str(max_bias))
         return self._new(op, a.ne, a.dtype, (a, b), {"scale": float(scale), "max_bias": float(max_bias)})
 
     def silu_back(self, a: Tensor, b: Tensor) -> Tensor:
         """``ggml_silu_back``: a = dy, b = x → dy·σ(x)·(1 + x·(1 − σ(x)))."""
-        self._same_shape_back(Op.SILU_BACK, a, b, ("f32", "f16"))
+        self._same_as_a(Op.SILU_BACK, a, b, ("f32", "f16"))
         return self._new(Op.SILU_BACK, a.ne, a.dtype, (a, b))
 
     def rms_norm_back(self, a: Tensor, b: Tensor, eps: float) -> Tensor:
         """``ggml_rms_norm_back``: a = dz, b = x → the gradient of rms_norm(x, eps) along rows."""
-        self._same_shape_back(Op.RMS_NORM_BACK, a, b)
+        self._same_as_a(Op.RMS_NORM_BACK, a, b)
         return self._new(Op.RMS_NORM_BACK, a.ne, a.dtype, (a, b), {"eps": float(eps)})
 
     def get_rows_back(self, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
@@ -1518,14 +1473,6 @@ class Graph(GraphIR):
     set_inplace = set
 
     # ------------------------------------------------------------------ running
-    def check_support(
-        self, outputs: Sequence[Tensor], device_class: str
-    ) -> list[tuple[Tensor, SupportDecision]]:
-        """The policy's decision for every op node ``outputs`` depend on (nothing raised)."""
-        from ovkit.ops.policy import graph_decisions
-
-        return graph_decisions(self, outputs, device_class)
-
     def to_model(
         self,
         outputs: Tensor | Sequence[Tensor],
@@ -1619,26 +1566,23 @@ def _glu_split_builder(op: Op) -> Callable[[Graph, Tensor, Tensor], Tensor]:
     return lambda self, a, b: self._glu2(op, a, b, {})
 
 
-def _sub_op_builders(entry: OpEntry) -> dict[str, Callable[..., Tensor]]:
-    """The named builders of a unary or GLU sub-op the generic ``unary``/``glu`` build: ``gelu(a)``,
-    ``swiglu(a)``, ``swiglu_swapped(a)``, ``swiglu_split(a, b)``, ggml's one-line wrappers."""
-    op, made = entry.key, {}
-    if "unary" not in entry.builders and "glu" not in entry.builders:
-        return {}
-    for name in (b for b in entry.builders if b not in GENERIC_BUILDERS):
-        fn: Callable[..., Tensor]
-        if op.kind == "unary":
-            fn = _unary_builder(op)
-        elif name.endswith("_split"):
-            fn = _glu_split_builder(op)
-        else:
-            fn = _glu_builder(op, name.endswith("_swapped"))
-        fn.__name__ = fn.__qualname__ = name
-        fn.__doc__ = f"``ggml_{name}``: the {op.label} sub-op ({entry.openvino})."
-        made[name] = fn
-    return made
+def _sub_op_builder(entry: OpEntry, name: str) -> Callable[..., Tensor]:
+    """ggml's one-line wrapper ``name`` of the generic ``unary``/``glu`` for ``entry``'s sub-op:
+    ``gelu(a)``, ``swiglu(a)``, ``swiglu_swapped(a)``, ``swiglu_split(a, b)``."""
+    op = entry.key
+    fn: Callable[..., Tensor]
+    if op.kind == "unary":
+        fn = _unary_builder(op)
+    elif name.endswith("_split"):
+        fn = _glu_split_builder(op)
+    else:
+        fn = _glu_builder(op, name.endswith("_swapped"))
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``ggml_{name}``: the {op.label} sub-op ({entry.openvino})."
+    return fn
 
 
 for _entry in ENTRIES:
-    for _name, _fn in _sub_op_builders(_entry).items():
-        setattr(Graph, _name, _fn)
+    if not GENERIC_BUILDERS.isdisjoint(_entry.builders):  # XIELU, SWIGLU_OAI: methods of their own
+        for _name in set(_entry.builders) - GENERIC_BUILDERS:
+            setattr(Graph, _name, _sub_op_builder(_entry, _name))

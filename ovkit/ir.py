@@ -230,24 +230,17 @@ SHAPE_ONLY_SRCS: dict[Op, frozenset[int]] = {Op.CPY: frozenset({1}), Op.FILL: fr
 EMPTY_OPERAND_OPS: frozenset[Op] = frozenset({Op.SET_ROWS})
 
 
-class RowAddress(enum.Enum):
-    """Where a ggml CPU kernel that reads rows as consecutive elements finds row (i1, i2, i3)."""
-
-    STRIDED = "strided"  #: at i1·nb[1] + i2·nb[2] + i3·nb[3]
-    FLAT = "flat"  #: at r·nb[1], r = i1 + ne1·(i2 + ne2·i3) (the kernel assumes packed rows)
-
-
-#: ops whose ggml CPU kernel reads each row of src[0] as ne[0] consecutive elements from the
-#: row's start, whatever its nb[0] (checked only in debug builds), the rows found as given. On a
-#: view with other strides (a permute or transpose that moves dim 0; for FLAT also a slice or a
-#: permute of the outer dims) ggml computes on that memory, and so does ovkit (``dense_rows``).
-DENSE_ROW_READS: dict[Op, RowAddress] = {
-    Op.SUM: RowAddress.STRIDED,
-    Op.MEAN: RowAddress.STRIDED,
-    Op.ARGMAX: RowAddress.STRIDED,
-    Op.ARGSORT: RowAddress.FLAT,
-    Op.TOP_K: RowAddress.FLAT,
-    Op.LEAKY_RELU: RowAddress.FLAT,
+#: ops whose ggml CPU kernel reads each row of src[0] as ne[0] consecutive elements, whatever its
+#: nb[0], finding row (i1, i2, i3) at i1·nb[1] + i2·nb[2] + i3·nb[3], or (True: "flat", the kernel
+#: assuming packed rows) at r·nb[1], r = i1 + ne1·(i2 + ne2·i3). ggml computes on that memory of a
+#: view with other strides, and so does ovkit (``dense_rows``).
+DENSE_ROW_READS: dict[Op, bool] = {
+    Op.SUM: False,
+    Op.MEAN: False,
+    Op.ARGMAX: False,
+    Op.ARGSORT: True,
+    Op.TOP_K: True,
+    Op.LEAKY_RELU: True,
 }
 #: ops whose ggml result is a view of one source (the destination they write): op -> src index.
 #: ``op_info`` shows CPY that way (the CPY destination-view gates need it). SET_ROWS is shown as a
@@ -340,25 +333,22 @@ def ne4(shape: Sequence[int]) -> tuple[int, int, int, int]:
             raise GraphError(
                 f"shape {dims}: dimension {d} does not fit ggml's int64_t (expected <= 2**63 - 1)"
             )
-    ne = [int(d) for d in reversed(dims)] + [1] * (4 - len(dims))
+    ne = pad_ne(dims[::-1])
     if math.prod(ne) > INT64_MAX:
         raise GraphError(f"shape {dims}: {math.prod(ne)} elements do not fit ggml's int64_t element count")
-    return (ne[0], ne[1], ne[2], ne[3])
+    return ne
 
 
 def n_dims(ne: Sequence[int]) -> int:
     """``ggml_n_dims``: 1 + the last dim with ne > 1 (at least 1)."""
-    for i in range(3, 0, -1):
-        if ne[i] > 1:
-            return i + 1
-    return 1
+    return next((i + 1 for i in range(3, 0, -1) if ne[i] > 1), 1)
 
 
 def shape_of(ne: Sequence[int]) -> tuple[int, ...]:
     """The numpy shape of ``ne`` as ``ggml.utils.to_numpy`` returns it (trailing 1s of ne dropped;
     a zero dim is kept, so ne [4, 0, 1, 1] is shape (0, 4), never (4,))."""
     keep = max((i + 1 for i in range(4) if ne[i] != 1), default=1)
-    return tuple(int(d) for d in reversed(tuple(ne)[: max(keep, n_dims(ne))]))
+    return tuple(int(d) for d in reversed(tuple(ne)[:keep]))
 
 
 class _OpKind:
@@ -374,6 +364,10 @@ class _OpKind:
     def strides(self) -> tuple[int, int, int, int]:
         """The byte strides ``nb`` (ggml order)."""
         raise NotImplementedError
+
+    @property
+    def nelements(self) -> int:
+        return math.prod(self.ne)
 
     @property
     def is_view(self) -> bool:
@@ -467,10 +461,6 @@ class OpInfo(_OpKind):
         """``nb``, or the contiguous strides when ``nb`` is None."""
         return self.nb if self.nb is not None else contiguous_nb(self.dtype, self.ne)
 
-    @property
-    def nelements(self) -> int:
-        return math.prod(self.ne)
-
     def param(self, key: str, default: Any = None) -> Any:
         return self.params.get(key, default)
 
@@ -509,10 +499,6 @@ class Tensor(_OpKind):
     @property
     def type_size(self) -> int:
         return TYPE_SIZE.get(self.dtype, 0)
-
-    @property
-    def nelements(self) -> int:
-        return math.prod(self.ne)
 
     @property
     def op_key(self) -> Op:
@@ -590,11 +576,8 @@ class Tensor(_OpKind):
         return self
 
     def op_info(self) -> OpInfo:
-        """This node as an :class:`OpInfo` (sources and view source included).
-
-        Built iteratively (no recursion limit on deep graphs) and cached per graph; the cache is
-        dropped whenever a node is edited after creation (sinks, precision, name).
-        """
+        """This node as an :class:`OpInfo` (sources and view source included), built iteratively
+        (no recursion limit) and cached per graph until a node is edited (sinks, precision, name)."""
         cache = self.graph._info_cache
         if self.id in cache:
             return cache[self.id]
@@ -609,12 +592,9 @@ class Tensor(_OpKind):
                 stack.extend((d, False) for d in deps if d.id not in cache)
                 continue
             view_src, view_offs, nb = t.view_src, t.view_offs, t.nb
-            dst = t.srcs[INPLACE_DST[t.op]] if t.op in INPLACE_DST else None
-            if dst is not None:  # ggml returns a view of the destination (ggml_view_tensor)
+            if t.op in INPLACE_DST:  # ggml returns a view of the destination (ggml_view_tensor)
+                dst = t.operand(INPLACE_DST[t.op])  # a source, so it and its base are cached
                 view_src, view_offs, nb = dst.base, dst.view_offs, dst.nb
-                if dst.base.id not in cache:
-                    stack.extend([(t, True), (dst.base, False)])
-                    continue
             srcs = [t.srcs[i] for i in GGML_SRC_ORDER[t.op]] if t.op in GGML_SRC_ORDER else t.srcs
             info_srcs = tuple(cache[s.id] if s is not None else None for s in srcs)
             info_view = cache[view_src.id] if view_src is not None else None
@@ -682,20 +662,18 @@ class GraphIR:
         ne4_ = (int(ne[0]), int(ne[1]), int(ne[2]), int(ne[3]))
         if any(d < 0 for d in ne4_):
             raise GraphError(f"{code.value}: negative dimension in result ne {ne_str(ne4_)}")
-        if 0 not in ne4_ and code not in EMPTY_OPERAND_OPS:
+        for s in (s for s in srcs if s is not None):
             # ggml allows empty tensors; an empty result has no values (the interpreters give an
             # empty array of its shape), but a value computed from an empty operand needs the op's
             # own answer, which only the ops in EMPTY_OPERAND_OPS have
-            for s in srcs:
-                if s is not None and 0 in s.ne:
-                    raise GraphError(
-                        f"{code.value}: operand {s.describe()} is empty (ne {ne_str(s.ne)}): expected "
-                        "a non-empty operand for a non-empty result"
-                    )
-        for s in srcs:
-            if s is not None and s.graph is not self:
+            if 0 in s.ne and 0 not in ne4_ and code not in EMPTY_OPERAND_OPS:
+                raise GraphError(
+                    f"{code.value}: operand {s.describe()} is empty (ne {ne_str(s.ne)}): expected "
+                    "a non-empty operand for a non-empty result"
+                )
+            if s.graph is not self:
                 raise GraphError(f"{code.value}: operand {s.describe()} belongs to another Graph")
-            if s is not None and code not in VIEW_OPS and s.id in self._writes:
+            if code not in VIEW_OPS and s.id in self._writes:
                 # after an in-place write, ovkit reads that memory only through views (``after``)
                 raise GraphError(
                     f"{code.value}: operand {s.describe()} was written in place by "
@@ -717,16 +695,7 @@ class GraphIR:
 
     def topo(self, outputs: Sequence[Tensor]) -> list[Tensor]:
         """The nodes ``outputs`` depend on, in build order (a topological order)."""
-        seen: set[int] = set()
-        stack = list(outputs)
-        while stack:
-            t = stack.pop()
-            if t.id in seen:
-                continue
-            seen.add(t.id)
-            stack.extend(s for s in t.srcs if s is not None)
-            stack.extend(d for d in (t.view_src, t.after) if d is not None)
-        return self._dependency_order(seen)
+        return self._reached(outputs, lambda t: (*t.srcs, t.view_src, t.after))
 
     def inputs_of(self, outputs: Sequence[Tensor]) -> list[Tensor]:
         """The input leaves whose values ``outputs`` need."""
@@ -734,18 +703,19 @@ class GraphIR:
 
     def value_nodes(self, outputs: Sequence[Tensor]) -> list[Tensor]:
         """Nodes whose values are needed (shape-only sources such as cpy's dst are skipped)."""
+        return self._reached(outputs, lambda t: [t.memory] if t.op in VIEW_OPS else value_srcs(t))
+
+    def _reached(
+        self, outputs: Sequence[Tensor], nexts: Callable[[Tensor], Iterable[Tensor | None]]
+    ) -> list[Tensor]:
+        """The nodes reached from ``outputs`` by ``nexts``, in dependency order."""
         seen: set[int] = set()
         stack = list(outputs)
         while stack:
             t = stack.pop()
-            if t.id in seen:
-                continue
-            seen.add(t.id)
-            if t.op in VIEW_OPS:
-                stack.append(t.memory)
-                continue
-            skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
-            stack.extend(s for i, s in enumerate(t.srcs) if s is not None and i not in skip)
+            if t.id not in seen:
+                seen.add(t.id)
+                stack.extend(d for d in nexts(t) if d is not None)
         return self._dependency_order(seen)
 
     def _dependency_order(self, selected: Container[int]) -> list[Tensor]:
@@ -778,6 +748,12 @@ class GraphIR:
 V = TypeVar("V")
 
 
+def value_srcs(t: Tensor) -> list[Tensor | None]:
+    """``t``'s sources whose values its op reads (None for absent and shape-only ones)."""
+    skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
+    return [None if i in skip else s for i, s in enumerate(t.srcs)]
+
+
 def interpret(
     graph: GraphIR,
     outputs: Sequence[Tensor],
@@ -795,10 +771,8 @@ def interpret(
         elif t.op in VIEW_OPS:
             values[t.id] = view(t, values)
         else:
-            skip = SHAPE_ONLY_SRCS.get(t.op, frozenset())
-            srcs = [None if s is None or i in skip else values[s.id] for i, s in enumerate(t.srcs)]
-            address = DENSE_ROW_READS.get(t.op)
-            dense = dense_rows(t.srcs[0], address) if address is not None and t.srcs[0] is not None else None
+            srcs = [None if s is None else values[s.id] for s in value_srcs(t)]
+            dense = dense_rows(t.op, t.srcs)
             if dense is not None:  # the memory ggml's kernel reads, not the view's elements
                 srcs[0] = view(dense, values)
             values[t.id] = node(t, srcs)
@@ -808,10 +782,10 @@ def interpret(
 def _check_row_reads(op: Op, srcs: Sequence[Tensor | None]) -> None:
     """GraphError for a src[0] whose rows ``op``'s ggml kernel reads past the end of its buffer
     (``DENSE_ROW_READS``: ggml reads other memory there)."""
-    s = srcs[0] if srcs else None
-    address = DENSE_ROW_READS.get(op)
-    dense = dense_rows(s, address) if s is not None and address is not None else None
-    if s is not None and dense is not None:
+    dense = dense_rows(op, srcs)
+    if dense is not None:
+        s = srcs[0]
+        assert s is not None
         last = dense.elem_offset + sum(
             (n - 1) * st for n, st in zip(dense.ne, dense.elem_strides, strict=True)
         )
@@ -823,16 +797,15 @@ def _check_row_reads(op: Op, srcs: Sequence[Tensor | None]) -> None:
             )
 
 
-def dense_rows(t: Tensor, address: RowAddress) -> Tensor | None:
-    """The view of ``t`` a kernel reading rows as consecutive elements found at ``address`` sees
-    (nb[0] the element size, as ggml_view_4d builds it), or None when that is ``t`` itself."""
-    if t.is_quantized or t.op not in VIEW_OPS:  # other nodes are contiguous
+def dense_rows(op: Op, srcs: Sequence[Tensor | None]) -> Tensor | None:
+    """The view of src[0] ``op``'s kernel reads (``DENSE_ROW_READS``; nb[0] the element size, as
+    ggml_view_4d builds it), or None when that is src[0] itself."""
+    t = srcs[0] if srcs else None
+    flat = DENSE_ROW_READS.get(op)
+    if t is None or flat is None or t.is_quantized or t.op not in VIEW_OPS:  # others are contiguous
         return None
     es, nb1 = t.type_size, t.nb[1]
-    if address is RowAddress.FLAT:
-        nb = (es, nb1, nb1 * t.ne[1], nb1 * t.ne[1] * t.ne[2])
-    else:
-        nb = (es, nb1, t.nb[2], t.nb[3])
+    nb = (es, nb1, nb1 * t.ne[1], nb1 * t.ne[1] * t.ne[2]) if flat else (es, nb1, t.nb[2], t.nb[3])
     if all(n == 1 or x == y for n, x, y in zip(t.ne, nb, t.nb, strict=True)):
         return None
     return replace(t, nb=nb)
@@ -862,10 +835,6 @@ def from_model_output(t: Tensor, arr: np.ndarray) -> np.ndarray:
 
 def ggml_index_map(t: Tensor) -> npt.NDArray[np.int64]:
     """Element indices (into the flattened base memory) of every element of view ``t``, shape [ne3,ne2,ne1,ne0]."""
-    strides = t.elem_strides
-    idx = np.full((1, 1, 1, 1), t.elem_offset, dtype=np.int64)
-    for d in range(4):
-        shape = [1, 1, 1, 1]
-        shape[3 - d] = t.ne[d]
-        idx = idx + (np.arange(t.ne[d], dtype=np.int64) * strides[d]).reshape(shape)
-    return np.broadcast_to(idx, tuple(reversed(t.ne))).copy()
+    axes = np.ogrid[tuple(slice(n) for n in reversed(t.ne))]  # index grids of dims 3, 2, 1, 0
+    idx = t.elem_offset + sum(ax * st for ax, st in zip(axes, reversed(t.elem_strides), strict=True))
+    return np.broadcast_to(idx, tuple(reversed(t.ne))).astype(np.int64)

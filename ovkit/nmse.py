@@ -74,14 +74,12 @@ def compare(actual: np.ndarray, expected: np.ndarray, max_err: float = 1e-7) -> 
 
 
 def same_ne(shape_a: Sequence[int], shape_b: Sequence[int]) -> bool:
-    """True when two numpy-order shapes are the same ggml tensor (trailing ggml dims of 1 ignored)."""
+    """True when two numpy-order shapes are the same ggml tensor (leading numpy dims of 1 ignored)."""
 
-    def ne(s: Sequence[int]) -> tuple[int, ...]:
-        r = list(reversed([int(v) for v in s]))
-        while len(r) < 4:
-            r.append(1)
-        while len(r) > 4 and r[-1] == 1:
-            r.pop()
-        return tuple(r)
+    def ne(s: Sequence[int]) -> list[int]:
+        dims = [int(v) for v in s]
+        while dims and dims[0] == 1:
+            dims.pop(0)
+        return dims
 
     return ne(shape_a) == ne(shape_b)

@@ -798,3 +798,14 @@ def test_exp_stays_finite_up_to_the_f32_limit_like_ggml() -> None:
     assert np.isfinite(dev[:6]).all() and np.isinf(dev[6:]).all()
     np.testing.assert_allclose(dev[:6], ref[:6], rtol=1e-6)
     assert out.dtype == "f32"
+
+
+def test_backward_op_error_names_the_operand_that_does_not_match() -> None:
+    """cross_entropy_loss_back(a, b, c): labels c shaped unlike logits b is named as c, not b."""
+    g = Graph()
+    grad, logits, labels = g.input("grad", (1,)), g.input("logits", (2, 4)), g.input("labels", (2, 3))
+    expected = (
+        r"CROSS_ENTROPY_LOSS_BACK: operand c: expected ne \[4, 2, 1, 1\] \(same shape as b\), given ne \[3, 2"
+    )
+    with pytest.raises(GraphError, match=expected):
+        g.cross_entropy_loss_back(grad, logits, labels)

@@ -133,8 +133,9 @@ def hints_config(g: Any, out: Any, hints: str) -> Any:
 def policy_rejection(g: Any, out: Any, device: str) -> str | None:
     """The first rejection's reason of ovkit's policy for ``device``'s class on ``out``'s graph, or None."""
     from ovkit.devices import device_class
+    from ovkit.ops.policy import graph_decisions
 
-    for t, decision in g.check_support([out], str(device_class(device))):
+    for t, decision in graph_decisions(g, [out], str(device_class(device))):
         if not decision.supported:
             return decision.reason or f"{t.describe()} rejected"
     return None
