@@ -4,8 +4,7 @@ One run serves two sets of tests: ``tests/test_browser_notebooks.py`` checks wha
 drew (no error output, no "Error displaying widget", no broken image, the last cell printed),
 and ``tests/test_notebooks.py`` / ``tests/test_notebooks_plain.py`` assert on the notebook as
 JupyterLab saved it, widget state included (the device lines, op results, PNGs, widget models).
-Running each notebook once instead of once in nbclient and once more in the browser halves the
-notebook time of the suite.
+A notebook runs once per install instead of once in a kernel alone and once more in the browser.
 
 "full" is this machine with every optional part; "plain" is as after ``pip install -e .`` alone:
 the kernel runs with a ``sitecustomize`` shim first on ``PYTHONPATH`` that marks ``ggml`` and
