@@ -38,6 +38,8 @@ CHROMIUM_ARGS = [
 SERVER_START_S = 90
 CELL_RUN_S = 300
 PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the visible notebook (a workspace may restore others)
+ERROR_OUTPUT = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]'
+SAVE_S = 30
 
 # Render every cell (no virtual scrolling: off-screen cells would have empty prompts) and do not
 # ask about fetching news (no network, no popup over the outputs).
@@ -68,10 +70,16 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
 
 
 @contextlib.contextmanager
-def jupyter_lab(root: Path, home: Path, kernel_env: dict[str, str] | None = None) -> Iterator[str]:
+def jupyter_lab(
+    root: Path,
+    home: Path,
+    kernel_env: dict[str, str] | None = None,
+    settings: dict[str, dict[str, Any]] | None = None,
+) -> Iterator[str]:
     """Serve ``root`` with JupyterLab (settings and runtime files under ``home``); yields its URL.
-    ``kernel_env``: the environment of the server and so of its kernels (default: this one's)."""
-    for rel, value in LAB_SETTINGS.items():
+    ``kernel_env``: the environment of the server and so of its kernels (default: this one's);
+    ``settings``: more settings files beside ``LAB_SETTINGS``, by path under the settings folder."""
+    for rel, value in (LAB_SETTINGS | (settings or {})).items():
         (home / "settings" / rel).parent.mkdir(parents=True, exist_ok=True)
         (home / "settings" / rel).write_text(json.dumps(value))
     port = _free_port()
@@ -120,7 +128,8 @@ def jupyter_lab(root: Path, home: Path, kernel_env: dict[str, str] | None = None
 
 
 def open_and_run_all(page: Any, url: str, timeout: float = CELL_RUN_S) -> None:
-    """Open a notebook, wait for its kernel, run every cell and wait until all have run."""
+    """Open a notebook, wait for its kernel, run every cell and wait until all have run, or
+    until the kernel is idle after an error output (JupyterLab runs no cell after it)."""
     page.goto(url + "?reset")  # a fresh workspace: no tab restored from the previous test
     page.wait_for_selector(f"{PANEL} .jp-Notebook .jp-Cell")
     prompts: list[str] = []
@@ -135,6 +144,8 @@ def open_and_run_all(page: Any, url: str, timeout: float = CELL_RUN_S) -> None:
         if prompts and all(p not in ("[*]:", "[ ]:", "") for p in prompts):
             return
         idle = page.locator(".jp-StatusBar-Widget", has_text="Idle").count() > 0
+        if idle and "[*]:" not in prompts and page.locator(f"{PANEL} {ERROR_OUTPUT}").count():
+            return
         if idle and all(p in ("[ ]:", "") for p in prompts) and time.monotonic() - clicked_at > 15:
             page.locator(f"{PANEL} .jp-Cell").first.click()  # focus: the Run menu acts on this notebook
             page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
@@ -159,8 +170,24 @@ def shutdown_kernels(lab: str) -> None:
 
 def page_errors(page: Any) -> list[str]:
     """Error outputs and widgets that failed to render, in the visible notebook."""
-    errors: list[str] = page.locator(
-        f'{PANEL} .jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]'
-    ).all_inner_texts()
+    errors: list[str] = page.locator(f"{PANEL} {ERROR_OUTPUT}").all_inner_texts()
     text = page.locator(PANEL).inner_text()
     return errors + (["Error displaying widget"] if "Error displaying widget" in text else [])
+
+
+def contents(lab: str, name: str, content: bool = True) -> dict[str, Any]:
+    """The server's model of a file (with its content unless ``content=False``)."""
+    with urllib.request.urlopen(f"{lab}/api/contents/{name}?content={int(content)}", timeout=30) as resp:
+        return dict(json.load(resp))
+
+
+def save_notebook(page: Any, lab: str, name: str) -> None:
+    """Save the open notebook as a reader would (Ctrl+S) and wait until the server has written it."""
+    before = contents(lab, name, content=False)["last_modified"]
+    page.locator(f"{PANEL} .jp-Cell").first.click()
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + SAVE_S
+    while contents(lab, name, content=False)["last_modified"] == before:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name} was not saved within {SAVE_S} s")
+        time.sleep(0.5)

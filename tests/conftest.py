@@ -1,5 +1,6 @@
-"""Shared fixtures: a clean GGML_OPENVINO_* environment for every test, a compiled-model cache;
-bytecode kept for the interpreters the suite starts."""
+"""Shared fixtures: a clean GGML_OPENVINO_* environment for every test, a compiled-model cache,
+the walkthrough notebooks run once in JupyterLab; bytecode kept for the interpreters the suite
+starts."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +24,27 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("PYTHONPYCACHEPREFIX", str(PYCACHE))
         sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
         sys.dont_write_bytecode = False
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that reads a notebook run drives JupyterLab in Chromium: ``-m "not browser"``
+    leaves it out with the browser tests."""
+    for item in items:
+        if "notebook_runs" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="session")
+def notebook_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Each walkthrough notebook run once per install in JupyterLab and saved (``notebook_runs``)."""
+    from notebook_runs import NotebookRuns
+
+    runs = NotebookRuns(tmp_path_factory)
+    try:
+        yield runs
+    finally:
+        runs.close()
 
 
 def _reload_engines() -> None:

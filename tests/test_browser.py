@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,11 @@ from browser_lab import (
     CHROMIUM,
     CHROMIUM_ARGS,
     PANEL,
+    contents,
     jupyter_lab,
     open_and_run_all,
     page_errors,
+    save_notebook,
     shutdown_kernels,
 )
 
@@ -220,15 +221,9 @@ def _check_dashboard(lab: str, page: Any) -> None:
     assert page_errors(page) == []
 
 
-def _contents(lab: str, name: str, content: bool = True) -> dict[str, Any]:
-    """The server's model of a file (with its content unless ``content=False``)."""
-    with urllib.request.urlopen(f"{lab}/api/contents/{name}?content={int(content)}", timeout=30) as resp:
-        return dict(json.load(resp))
-
-
 def _saved_outputs(lab: str, name: str) -> list[str]:
     """The HTML of every saved picture in the notebook as the server stored it."""
-    nb = _contents(lab, name)["content"]
+    nb = contents(lab, name)["content"]
     return [
         "".join(out["data"]["text/html"])
         for cell in nb["cells"]
@@ -254,13 +249,7 @@ def test_saved_notebook_reopens_with_the_drawn_state(lab: str, page: Any) -> Non
         while drawn_copies.count() < 2:
             assert time.monotonic() < deadline, "no drawn copy reached the saved pictures in 60 s"
             time.sleep(0.5)
-        before = _contents(lab, "saved.ipynb", content=False)["last_modified"]
-        page.locator(f"{PANEL} .jp-Cell").first.click()
-        page.keyboard.press("Control+s")
-        deadline = time.monotonic() + 30
-        while _contents(lab, "saved.ipynb", content=False)["last_modified"] == before:
-            assert time.monotonic() < deadline, "the notebook was not saved within 30 s"
-            time.sleep(0.5)
+        save_notebook(page, lab, "saved.ipynb")
         _save(page, "saved-live.png", full_page=True)
     finally:
         shutdown_kernels(lab)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from model_helpers import fresh_start, real_model
+from model_helpers import fresh_start
 
 from ovkit import oracle
 from ovkit.model import ARCHS, Model, synthetic
@@ -463,57 +463,6 @@ def test_q5_0_weights_run_as_stored(model_file: Callable[..., Path]) -> None:
     c = _against_llama_cpp(path, no_requant=True)
     assert c["max_nmse"] <= 5e-4, c["nmse_per_position"]
     assert c["greedy_agree"] >= 15
-
-
-# ----------------------------------------------------------------------------------- real models
-REAL_PROMPT = "The capital of France is a city where"
-REAL_DECODE = 16
-
-
-def _near_tie(ours: np.ndarray, theirs: np.ndarray) -> bool:
-    """The greedy picks part at a near-tie when llama.cpp's logits for the two picks differ by less
-    than 3× the RMS difference of the two logit vectors at that position: within the noise the two
-    computations (exact f32 against llama.cpp's q8 activations) put on each logit."""
-    a, b = int(ours.argmax()), int(theirs.argmax())
-    rms = float(np.sqrt(np.mean((ours.astype(np.float64) - theirs) ** 2)))
-    return float(theirs[b] - theirs[a]) < 3 * rms
-
-
-def _real_against_llama_cpp(name: str) -> dict[str, object]:
-    """A fetched real model, weights as stored, against llama.cpp CPU on the same fed tokens."""
-    from ovkit.model.reference import tokenize
-
-    path = real_model(name)
-    prompt = tokenize(path, REAL_PROMPT)
-    assert len(prompt) >= 6, prompt
-    gen = Model(path, n_ctx=64, no_requant=True).generate(prompt, REAL_DECODE, all_logits=True)
-    ref = run_reference(path, prompt, gen.tokens, n_ctx=64)
-    c = compare(gen, ref)
-    ours = np.concatenate([gen.prompt_logits[-1:], gen.decode_logits])
-    theirs = np.concatenate([ref.prompt_logits[-1:], ref.decode_logits])
-    parted = [i for i in range(len(ours)) if ours[i].argmax() != theirs[i].argmax()]
-    c["parted"] = parted  # decode steps (0: the prompt's pick) where the greedy picks differ
-    c["not_near_ties"] = [i for i in parted if not _near_tie(ours[i], theirs[i])]
-    return c
-
-
-#: Exact f32 against llama.cpp's CPU kernels, which quantize every activation that meets a quantized
-#: weight to q8_0/q8_1/q8_K first: per position the logits differ by that rounding compounded over
-#: the layers, not by a graph error (the synthetic float tests hold 1e-5).  Measured on the prompt
-#: below: Gemma-3-270M max 4.5e-3 (18 layers), SmolLM2 1.4e-2 (30 layers); issue 23 saw SmolLM2
-#: reach 4.85e-2 on other prompts, hence the bound.
-REAL_MAX_NMSE = 5e-2
-
-
-@pytest.mark.parametrize("name", ["gemma3-270m", "smollm2-135m"])
-def test_real_model_matches_llama_cpp(name: str) -> None:
-    """The fetched real model (python -m ovkit.model.fetch), weights as stored (Gemma's Q5_0 as
-    Q8_0 blocks): a 9/8-token prompt and 16 greedy steps fed to both sides; logit NMSE per position
-    within REAL_MAX_NMSE, and wherever the greedy picks differ, llama.cpp's own logits are a
-    near-tie (measured: one parting each, Gemma by 0.13 at 0.14 RMS, SmolLM2 by 6e-4 at 0.19)."""
-    c = _real_against_llama_cpp(name)
-    assert c["max_nmse"] <= REAL_MAX_NMSE, c["nmse_per_position"]
-    assert not c["not_near_ties"], (c["parted"], c)
 
 
 def test_compare_lines_up_a_last_only_prefill_with_llama_cpps_last_position() -> None:

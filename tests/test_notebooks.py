@@ -1,15 +1,16 @@
-"""The walkthrough notebooks, executed top to bottom in a real Jupyter kernel (nbclient).
+"""The walkthrough notebooks, run top to bottom in a real Jupyter kernel.
 
-Each notebook runs once per session (widget state stored, as JupyterLab would save it); the
-tests then assert on what a reader looks at: the device lines, the op results, that charts
-produced PNG images and that widget models were saved.
+Each notebook runs once per session, in JupyterLab in Chromium, and is saved there with its
+widget state (``notebook_runs``; the browser-side checks of the same run are in
+``tests/test_browser_notebooks.py``); the tests then assert on what a reader looks at: the
+device lines, the op results, that charts produced PNG images and that widget models were saved.
+Papermill runs (other parameters) use a kernel of their own.
 """
 
 from __future__ import annotations
 
 import ast
 import base64
-import os
 import re
 import sys
 from collections.abc import Callable
@@ -20,51 +21,19 @@ import jupytext
 import nbclient
 import nbformat
 import pytest
+from notebook_runs import NB_DIR, NOTEBOOKS, NotebookRuns, kernel_env
 
 import ovkit
 
-ROOT = Path(__file__).resolve().parents[1]
-NB_DIR = ROOT / "notebooks"
-NOTEBOOKS = sorted(NB_DIR.glob("0*.ipynb"))
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 pytestmark = [pytest.mark.notebooks]
 
 
-def _kernel_env() -> dict[str, str]:
-    """This process's environment without any GGML_OPENVINO_* setting, and no forced backend."""
-    return {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("GGML_OPENVINO_") and k not in ("MPLBACKEND", "JPY_PARENT_PID")
-    }
-
-
-def _execute(path: Path, **kw: Any) -> Any:
-    nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(
-        nb,
-        timeout=240,
-        kernel_name="python3",
-        store_widget_state=True,
-        resources={"metadata": {"path": str(path.parent)}},
-        **kw,
-    )
-    client.execute(env=_kernel_env())
-    return nb
-
-
-@pytest.fixture(scope="module")
-def executed() -> Callable[[str], Any]:
-    """``executed("01-devices")`` → the executed notebook (each notebook runs once)."""
-    cache: dict[str, Any] = {}
-
-    def get(name: str) -> Any:
-        if name not in cache:
-            cache[name] = _execute(NB_DIR / f"{name}.ipynb")
-        return cache[name]
-
-    return get
+@pytest.fixture
+def executed(notebook_runs: NotebookRuns) -> Callable[[str], Any]:
+    """``executed("01-devices")`` → the notebook as JupyterLab saved it (each runs once)."""
+    return lambda name: notebook_runs.notebook(name, "full")
 
 
 def run_papermill(name: str, tmp_path: Path, **parameters: Any) -> Any:
@@ -197,7 +166,7 @@ def test_kernel_python3_is_this_interpreter() -> None:
     """CI needs no ``ipykernel install``: ``python3`` resolves to the running interpreter."""
     nb = nbformat.v4.new_notebook()
     nb.cells.append(nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
-    nbclient.NotebookClient(nb, timeout=60, kernel_name="python3").execute(env=_kernel_env())
+    nbclient.NotebookClient(nb, timeout=60, kernel_name="python3").execute(env=kernel_env())
     printed = nb.cells[0].outputs[0].text.strip()
     assert Path(printed).resolve() == Path(sys.executable).resolve()
 

@@ -3,33 +3,25 @@ backend, no ggml-python, no llama-cpp-python, no real model file.
 
 The kernel runs with a ``sitecustomize`` shim first on ``PYTHONPATH`` that marks ``ggml`` and
 ``llama_cpp`` as absent (``import`` fails, ``importlib.util.find_spec`` finds nothing) and with
-``OVKIT_LLAMA_OPENVINO`` and ``OVKIT_MODEL_CACHE`` pointing nowhere, so the tests mean the same on a machine where
-``scripts/install-upstream`` has run.  Each notebook runs top to bottom with no error output, and
+``OVKIT_LLAMA_OPENVINO`` and ``OVKIT_MODEL_CACHE`` pointing nowhere (``notebook_runs.plain_env``),
+so the tests mean the same on a machine where ``scripts/install-upstream`` has run.  Each
+notebook runs top to bottom once, in JupyterLab (``notebook_runs``), with no error output, and
 each part it skips is announced in one ``skipped: ...`` line naming what is missing.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import nbclient
-import nbformat
 import pytest
-from test_notebooks import NOTEBOOKS, _kernel_env, cell, text
+from notebook_runs import NOTEBOOKS, NotebookRuns, plain_env
+from test_notebooks import cell, text
 
 pytestmark = [pytest.mark.notebooks]
-
-SHIM = '''"""A plain install: ggml-python and llama-cpp-python are not there (tests/test_notebooks_plain.py)."""
-import sys
-
-for _name in ("ggml", "llama_cpp"):
-    sys.modules[_name] = None  # import raises ModuleNotFoundError; find_spec returns None
-'''
 
 #: Per notebook, the cells that skip a part and what their one line must name.
 SKIPS: dict[str, dict[str, str]] = {
@@ -54,35 +46,10 @@ SKIPS: dict[str, dict[str, str]] = {
 }
 
 
-def plain_env(root: Path) -> dict[str, str]:
-    """The kernel environment of a plain install (see the module docstring)."""
-    shim = root / "plain-install-shim"
-    shim.mkdir(exist_ok=True)
-    (shim / "sitecustomize.py").write_text(SHIM)
-    env = _kernel_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(shim), *filter(None, [env.get("PYTHONPATH")])])
-    env["OVKIT_LLAMA_OPENVINO"] = str(shim / "no-llama-openvino-build")
-    env["OVKIT_MODEL_CACHE"] = str(shim / "no-fetched-models")
-    return env
-
-
-@pytest.fixture(scope="module")
-def plain(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Any]:
-    env = plain_env(tmp_path_factory.mktemp("plain"))
-    cache: dict[str, Any] = {}
-
-    def get(name: str) -> Any:
-        if name not in cache:
-            path = NOTEBOOKS[0].parent / f"{name}.ipynb"
-            nb = nbformat.read(path, as_version=4)
-            client = nbclient.NotebookClient(
-                nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
-            )
-            client.execute(env=env)  # raises CellExecutionError on the first traceback
-            cache[name] = nb
-        return cache[name]
-
-    return get
+@pytest.fixture
+def plain(notebook_runs: NotebookRuns) -> Callable[[str], Any]:
+    """``plain("01-devices")`` → the notebook as JupyterLab saved it after a plain install."""
+    return lambda name: notebook_runs.notebook(name, "plain")
 
 
 def test_the_shim_hides_the_optional_parts(tmp_path: Path) -> None:
