@@ -83,6 +83,19 @@ class ArrayOps(Protocol[V]):
         """``x`` padded per axis (``mode`` "constant": zeros, or "reflect")."""
         ...
 
+    def expand_batch(self, x: V, small: Sequence[int], big: Sequence[int]) -> V:
+        """Dims 2, 3 of ``x`` (ne ``small``) repeat-interleaved to ``big`` (mul_mat's i02 = i12 / r2)."""
+        ...
+
+    def conv(self, x: V, w: V, geom: geometry.ConvGeometry, depthwise: bool) -> V:
+        """``x`` [N, C, *sizes] convolved with ``w`` [OC, C, *ks] (depthwise: [C, 1, *ks]) as ggml's
+        direct convolutions, zeros outside the input: [N, OC, *out]."""
+        ...
+
+    def conv_transpose(self, x: V, w: V, stride: int) -> V:
+        """``x`` [N, IC, H, W] transposed-convolved with ``w`` [IC, OC, KH, KW], no padding."""
+        ...
+
 
 #: ``formula(ns, node, source values) -> value``: one op's computation on either backend.
 Formula = Callable[[Any, Tensor, list[Any]], Any]
@@ -567,6 +580,51 @@ def rope(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
     swapped = n.take(x5, np.array([1, 0]), axis)
     out = n.reshape(n.add(n.mul(x5, cos), n.mul(swapped, n.mul(sin, sign))), [ne3, ne2, ne1, end])
     return out if end == ne0 else n.concat([out, n.head(x, end, ne0)], 3)
+
+
+@formula(Op.MUL_MAT)
+def mul_mat(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    """b @ aᵀ, a repeat-interleaved over b's batch; an f16/bf16 a sees b rounded to its type."""
+    a, b = t.operand(0), t.operand(1)
+    xb = n.f32(xs[1])
+    if a.dtype in ("f16", "bf16") and b.dtype != a.dtype:
+        xb = n.rounded(xb, a.dtype)  # ggml converts src1 to src0's vec_dot type
+    return n.matmul(xb, n.expand_batch(n.f32(xs[0]), a.ne, b.ne), tb=True)
+
+
+@formula(Op.OUT_PROD)
+def out_prod(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    a, b = t.operand(0), t.operand(1)
+    return n.matmul(n.f32(xs[1]), n.expand_batch(n.f32(xs[0]), a.ne, b.ne), ta=True)  # bᵀ [p, k] @ a [k, m]
+
+
+@formula(Op.CONV_2D, Op.CONV_2D_DW, Op.CONV_3D)
+def conv(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    """ggml's direct convolutions; CONV_2D and CONV_3D with an f16 kernel read f16 input taps."""
+    a, b = t.operand(0), t.operand(1)
+    geom = geometry.conv_geometry(t, 3 if t.op == Op.CONV_3D else 2)
+    x, w = n.f32(xs[1]), n.f32(xs[0])
+    if t.op != Op.CONV_2D_DW and a.dtype == "f16":
+        x = n.rounded(x, "f16")
+    if t.op == Op.CONV_3D:
+        c, batch, oc = t.params["c"], t.params["n"], t.params["oc"]
+        x = n.reshape(x, [batch, c, b.ne[2], b.ne[1], b.ne[0]])
+        w = n.reshape(w, [oc, c, a.ne[2], a.ne[1], a.ne[0]])
+    return n.reshape(n.conv(x, w, geom, depthwise=t.op == Op.CONV_2D_DW), dims(t.ne))
+
+
+@formula(Op.CONV_TRANSPOSE_1D, Op.CONV_TRANSPOSE_2D)
+def conv_transpose(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    """ggml's transposed convolutions (1-D as 2-D of height 1); an f16 kernel reads the input as f16."""
+    a, b = t.operand(0), t.operand(1)
+    x, w = n.f32(xs[1]), n.f32(xs[0])
+    if a.dtype == "f16":
+        x = n.rounded(x, "f16")
+    if t.op == Op.CONV_TRANSPOSE_1D:
+        x = n.reshape(x, [1, b.ne[1], 1, b.ne[0]])
+        w = n.reshape(w, [a.ne[2], a.ne[1], 1, a.ne[0]])
+    stride = t.params["s0" if t.op == Op.CONV_TRANSPOSE_1D else "stride"]
+    return n.reshape(n.conv_transpose(x, w, stride), dims(t.ne))
 
 
 @formula(Op.MUL_MAT_ID)

@@ -7,6 +7,7 @@ as ggml's CPU backend does and the evaluator rounds the result to the node's typ
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -180,6 +181,33 @@ class NumpyOps:
     def pad(self, x: Arr, begin: Sequence[int], end: Sequence[int], mode: str) -> F32:
         return f32(np.pad(f32(x), list(zip(begin, end, strict=True)), mode=mode))  # type: ignore[call-overload]
 
+    def expand_batch(self, x: Arr, small: Sequence[int], big: Sequence[int]) -> Arr:
+        return np.repeat(np.repeat(x, big[3] // small[3], axis=0), big[2] // small[2], axis=1)
+
+    def conv(self, x: Arr, w: Arr, geom: geometry.ConvGeometry, depthwise: bool) -> F32:
+        sizes, ks, s, p, d, out = geom
+        idx, _ = geometry.window_index(sizes, ks, s, p, d, out)
+        x = f32(x)
+        nb, c = x.shape[:2]
+        g = c if depthwise else 1  # channel groups
+        planes = np.concatenate([x.reshape(nb, c, -1), np.zeros((nb, c, 1), np.float32)], axis=-1)
+        cols = planes[..., idx].reshape(nb, g, c // g, math.prod(out), -1)  # the zero slot outside
+        wg = f32(w).reshape(g, -1, c // g, math.prod(ks))
+        y = np.einsum("ngcpk,gock->ngop", cols.astype(np.float64), wg.astype(np.float64))
+        return f32(y.reshape(nb, -1, *out))
+
+    def conv_transpose(self, x: Arr, w: Arr, stride: int) -> F32:
+        (nb, _, h, wd), (_, oc, kh, kw) = x.shape, w.shape
+        taps = np.einsum("nihw,iokl->nohwkl", f32(x).astype(np.float64), f32(w).astype(np.float64))
+        out = np.zeros((nb, oc, (h - 1) * stride + kh, (wd - 1) * stride + kw))
+        for ky, kx in itertools.product(range(kh), range(kw)):
+            rows, cols = (
+                slice(ky, ky + (h - 1) * stride + 1, stride),
+                slice(kx, kx + (wd - 1) * stride + 1, stride),
+            )
+            out[:, :, rows, cols] += taps[..., ky, kx]
+        return f32(out)
+
 
 NUMPY = NumpyOps()
 
@@ -203,7 +231,6 @@ ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
     (Op.COUNT_EQUAL,): lambda t, xs: np.array(
         [np.count_nonzero(np.asarray(xs[0]) == np.asarray(xs[1]))], np.int64
     ),
-    (Op.CONV_2D,): lambda t, xs: _direct_conv(t, f32(xs[1]), f32(xs[0]), 2),
     (Op.ROLL,): lambda t, xs: np.roll(
         np.asarray(xs[0]), [t.params[f"shift{d}"] for d in (3, 2, 1, 0)], (0, 1, 2, 3)
     ),
@@ -231,26 +258,6 @@ def stored(dtype: str, x: Arr) -> Arr:
     from ovkit.quant import round_trip
 
     return round_trip(f32(x), dtype)
-
-
-# ---------------------------------------------------------------------------- matmul
-def expand_batch(x: Arr, ne_big2: int, ne_big3: int) -> Arr:
-    """Repeat-interleave dims 2, 3 (numpy axes 1, 0) up to the given sizes (i02 = i12 / r2)."""
-    r3 = ne_big3 // x.shape[0]
-    r2 = ne_big2 // x.shape[1]
-    return np.repeat(np.repeat(x, r3, axis=0), r2, axis=1)
-
-
-@reference(Op.MUL_MAT)
-def mul_mat(t: Tensor, xs: list[Arr]) -> Arr:
-    a_t, b_t = t.operand(0), t.operand(1)
-    b = rounded(xs[1], a_t.dtype) if a_t.dtype in ("f16", "bf16") and b_t.dtype != a_t.dtype else xs[1]
-    return NUMPY.matmul(b, expand_batch(f32(xs[0]), b_t.ne[2], b_t.ne[3]), tb=True)
-
-
-@reference(Op.OUT_PROD)
-def out_prod(t: Tensor, xs: list[Arr]) -> Arr:
-    return NUMPY.matmul(xs[1], expand_batch(f32(xs[0]), t.ne[2], t.ne[3]), ta=True)  # bᵀ [p, k] @ a [k, m]
 
 
 # ---------------------------------------------------------------------------- rows
@@ -353,7 +360,7 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
     q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
     if k_t.dtype in ("f16", "bf16"):
         q = rounded(q, k_t.dtype)  # ggml converts Q to K's vec_dot type
-    k, v = expand_batch(k, q_t.ne[2], q_t.ne[3]), expand_batch(v, q_t.ne[2], q_t.ne[3])
+    k, v = NUMPY.expand_batch(k, k_t.ne, q_t.ne), NUMPY.expand_batch(v, t.operand(2).ne, q_t.ne)
     scale = np.float32(t.params["scale"])
     softcap = np.float32(t.params["logit_softcap"])
     if softcap != 0:
@@ -376,42 +383,6 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
 # ---------------------------------------------------------------------------- conv-like
 
 
-def gather_windows(x: Arr, idx: Arr, fill: float, n_spatial: int) -> Arr:
-    """x [..., *sizes] → [..., *idx.shape]: the windows of :func:`window_index`, ``fill`` outside."""
-    lead = x.shape[: x.ndim - n_spatial]
-    rows = x.reshape(*lead, -1)
-    ext = np.concatenate([rows, np.full((*lead, 1), fill, dtype=rows.dtype)], axis=-1)
-    return ext[..., idx]
-
-
-def _direct_conv(t: Tensor, x: Arr, w: Arr, n: int) -> Arr:
-    """x [N, IC, *sizes], w [OC, IC, *ks] → [N, OC, *out]; an f16 kernel sees f16 input taps."""
-    a = t.operand(0)
-    sizes, ks, s, p, d, out = geometry.conv_geometry(t, n)
-    idx, _ = geometry.window_index(sizes, ks, s, p, d, out)
-    cols = gather_windows(rounded(x, a.dtype) if a.dtype == "f16" else x, idx, 0.0, n)  # [N, IC, *out, *ks]
-    k = cols.reshape(cols.shape[0], cols.shape[1], int(np.prod(out)), -1).astype(np.float64)
-    y = np.einsum("ncpk,ock->nop", k, w.reshape(w.shape[0], w.shape[1], -1).astype(np.float64))
-    return f32(y.reshape(x.shape[0], w.shape[0], *out))
-
-
-@reference(Op.CONV_2D_DW)
-def conv_2d_dw(t: Tensor, xs: list[Arr]) -> Arr:
-    sizes, ks, s, p, d, out = geometry.conv_geometry(t, 2)
-    idx, _ = geometry.window_index(sizes, ks, s, p, d, out)
-    cols = gather_windows(f32(xs[1]), idx, 0.0, 2)  # [N, C, OH, OW, KH, KW]
-    w = f32(xs[0])[:, 0]  # [C, KH, KW]
-    return f32(np.einsum("ncyxhw,chw->ncyx", cols.astype(np.float64), w.astype(np.float64)))
-
-
-@reference(Op.CONV_3D)
-def conv_3d(t: Tensor, xs: list[Arr]) -> Arr:
-    c, n, oc = t.params["c"], t.params["n"], t.params["oc"]
-    x = f32(xs[1]).reshape(n, c, *xs[1].shape[1:])
-    w = f32(xs[0]).reshape(oc, c, *xs[0].shape[1:])
-    return _direct_conv(t, x, w, 3).reshape(tuple(reversed(t.ne)))
-
-
 @reference(Op.COL2IM_1D)
 def col2im_1d(t: Tensor, xs: list[Arr]) -> Arr:
     t_in, oc, k = geometry.col2im_1d_columns(t)
@@ -419,34 +390,6 @@ def col2im_1d(t: Tensor, xs: list[Arr]) -> Arr:
     out = np.zeros((oc, t.ne[0] + 1), np.float32)  # f32 accumulation, as ggml's CPU
     np.add.at(out, (np.arange(oc)[:, None], geometry.col2im_1d_index(t)), cols)
     return out[:, : t.ne[0]]
-
-
-@reference(Op.CONV_TRANSPOSE_1D)
-def conv_transpose_1d(t: Tensor, xs: list[Arr]) -> Arr:
-    a_t = t.operand(0)
-    w = f32(xs[0])[0].astype(np.float64)  # [IC, OC, K]
-    x = rounded(f32(xs[1])[0, 0], a_t.dtype) if a_t.dtype == "f16" else f32(xs[1])[0, 0]  # [IC, L]
-    s0, length, k = t.params["s0"], x.shape[1], w.shape[2]
-    taps = np.einsum("il,iok->olk", x.astype(np.float64), w)  # [OC, L, K]
-    out = np.zeros((w.shape[1], t.ne[0]), dtype=np.float64)
-    for j in range(k):
-        out[:, j : j + (length - 1) * s0 + 1 : s0] += taps[:, :, j]
-    return out.astype(np.float32)
-
-
-@reference(Op.CONV_TRANSPOSE_2D)
-def conv_transpose_2d(t: Tensor, xs: list[Arr]) -> Arr:
-    a_t = t.operand(0)
-    w = f32(xs[0]).astype(np.float64)  # [IC, OC, KH, KW]
-    x = rounded(f32(xs[1]), a_t.dtype) if a_t.dtype == "f16" else f32(xs[1])  # [N, IC, H, W]
-    st = t.params["stride"]
-    n, _, h, wd = x.shape
-    taps = np.einsum("nihw,iokl->nohwkl", x.astype(np.float64), w)
-    out = np.zeros((n, w.shape[1], t.ne[1], t.ne[0]), dtype=np.float64)
-    for ky in range(w.shape[2]):
-        for kx in range(w.shape[3]):
-            out[:, :, ky : ky + (h - 1) * st + 1 : st, kx : kx + (wd - 1) * st + 1 : st] += taps[..., ky, kx]
-    return out.astype(np.float32)
 
 
 # ---------------------------------------------------------------------------- not registered upstream

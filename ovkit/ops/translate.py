@@ -336,6 +336,28 @@ class OpenVinoOps:
     def pad(self, x: Out, begin: Sequence[int], end: Sequence[int], mode: str) -> Out:
         return ops.pad(x, i64(list(begin)), i64(list(end)), mode, const(0.0) if mode == "constant" else None)
 
+    def expand_batch(self, x: Out, small: Sequence[int], big: Sequence[int]) -> Out:
+        return expand_batch(x, small, big)
+
+    def conv(self, x: Out, w: Out, geom: geometry.ConvGeometry, depthwise: bool) -> Out:
+        sizes, ks, s, p, d, out = geom
+        # padded (or cropped) so that an unpadded convolution gives ggml's output sizes
+        end = [
+            (o - 1) * st + dl * (k - 1) + 1 - sz - pb
+            for o, st, dl, k, sz, pb in zip(out, s, d, ks, sizes, p, strict=True)
+        ]
+        if any(p) or any(end):
+            x = ops.pad(x, i64([0, 0, *p]), i64([0, 0, *end]), "constant", const(0.0))
+        zeros = [0] * len(sizes)
+        if depthwise:  # C groups of one channel: weights [C, 1, 1, *ks]
+            return ops.group_convolution(x, ops.unsqueeze(w, i64(1)), s, zeros, zeros, d)
+        return ops.convolution(x, w, s, zeros, zeros, d)
+
+    def conv_transpose(self, x: Out, w: Out, stride: int) -> Out:
+        return ops.convolution_backprop_data(
+            x, w, [stride, stride], pads_begin=[0, 0], pads_end=[0, 0], dilations=[1, 1]
+        )
+
 
 OPENVINO = OpenVinoOps()
 
@@ -354,7 +376,6 @@ ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
     (Op.ARGSORT,): lambda t, xs: _sorted_indices(
         xs[0], t.ne[0], t.ne[0], "min" if t.params["order"] == 0 else "max"
     ),
-    (Op.CONV_2D,): lambda t, xs: _direct_conv(t, f32(xs[1]), f32(xs[0]), 2),
     (Op.REPEAT,): lambda t, xs: tile_to(xs[0], t.operand(0).ne, t.ne),
     (Op.ROLL,): lambda t, xs: ops.roll(
         xs[0], i64([t.params[f"shift{d}"] for d in (3, 2, 1, 0)]), i64([0, 1, 2, 3])
@@ -389,24 +410,12 @@ def written_quantized(x: Out, qtype: str) -> Out:
 # ---------------------------------------------------------------------------- matmul
 @translator(Op.MUL_MAT)
 def _mul_mat(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.operand(0), t.operand(1)
-    xb = f32(xs[1])
+    a = t.operand(0)
     fused = getattr(a.value, "ov_mul_mat", None) if a.is_leaf and a.is_quantized else None
     if fused is not None and a.ne[2] == 1 and a.ne[3] == 1:
         # the quantized weight builds the matmul form the CPU plugin keeps compressed
-        return reshape4(fused(output_of(xb)), t.ne)
-    wa = f32(xs[0])
-    if a.dtype in ("f16", "bf16") and b.dtype != a.dtype:
-        xb = rounded(xb, a.dtype)  # ggml converts src1 to src0's vec_dot type
-    wa = expand_batch(wa, a.ne, (a.ne[0], a.ne[1], b.ne[2], b.ne[3]))
-    return ops.matmul(xb, wa, False, True)
-
-
-@translator(Op.OUT_PROD)
-def _out_prod(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.operand(0), t.operand(1)
-    wa = expand_batch(f32(xs[0]), a.ne, (a.ne[0], a.ne[1], b.ne[2], b.ne[3]))
-    return ops.matmul(f32(xs[1]), wa, True, False)  # bᵀ [p, k] @ a [k, m]
+        return reshape4(fused(output_of(f32(xs[1]))), t.ne)
+    return FORMULAS[Op.MUL_MAT](OPENVINO, t, xs)
 
 
 # ---------------------------------------------------------------------------- rows
@@ -711,55 +720,6 @@ def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
 
 
 # ---------------------------------------------------------------------------- conv-like
-def _conv_input(
-    x: Out,
-    sizes: Sequence[int],
-    ks: Sequence[int],
-    s: Sequence[int],
-    p: Sequence[int],
-    d: Sequence[int],
-    out: Sequence[int],
-) -> Out:
-    """x padded (or cropped) over its last len(sizes) axes so that an unpadded OpenVINO convolution
-    yields exactly ggml's output sizes (ggml reads zeros outside the input, truncating division)."""
-    n = len(sizes)
-    lead = x.get_output_partial_shape(0).rank.get_length() - n
-    begin = [0] * lead + list(p)
-    end = [0] * lead + [
-        (o - 1) * st + dl * (k - 1) + 1 - sz - pb
-        for o, st, dl, k, sz, pb in zip(out, s, d, ks, sizes, p, strict=True)
-    ]
-    if not any(begin) and not any(end):
-        return x
-    return ops.pad(x, i64(begin), i64(end), "constant", const(0.0))
-
-
-def _direct_conv(t: Tensor, x: Out, w: Out, n: int) -> Out:
-    a = t.operand(0)
-    sizes, ks, s, p, d, out = geometry.conv_geometry(t, n)
-    if a.dtype == "f16":
-        x = rounded(x, "f16")  # ggml's CPU stores the input taps as f16 for an f16 kernel
-    xp = _conv_input(x, sizes, ks, s, p, d, out)
-    return ops.convolution(xp, w, s, [0] * n, [0] * n, d)
-
-
-@translator(Op.CONV_2D_DW)
-def _conv_2d_dw(t: Tensor, xs: list[Out]) -> Out:
-    sizes, ks, s, p, d, out = geometry.conv_geometry(t, 2)
-    w = ops.reshape(f32(xs[0]), i64([t.ne[2], 1, 1, ks[0], ks[1]]), False)
-    xp = _conv_input(f32(xs[1]), sizes, ks, s, p, d, out)
-    return ops.group_convolution(xp, w, s, [0, 0], [0, 0], d)
-
-
-@translator(Op.CONV_3D)
-def _conv_3d(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.operand(0), t.operand(1)
-    c, n, oc = t.params["c"], t.params["n"], t.params["oc"]
-    x = ops.reshape(f32(xs[1]), i64([n, c, b.ne[2], b.ne[1], b.ne[0]]), False)
-    w = ops.reshape(f32(xs[0]), i64([oc, c, a.ne[2], a.ne[1], a.ne[0]]), False)
-    return reshape4(_direct_conv(t, x, w, 3), t.ne)
-
-
 @translator(Op.COL2IM_1D)
 def _col2im_1d(t: Tensor, xs: list[Out]) -> Out:
     t_in, oc, k = geometry.col2im_1d_columns(t)
@@ -770,28 +730,3 @@ def _col2im_1d(t: Tensor, xs: list[Out]) -> Out:
         zeros, const(geometry.col2im_1d_index(t), np.int64), cols, i64(1), "sum"
     )
     return reshape4(ops.slice(out, i64([0, 0]), i64([oc, t.ne[0]]), i64([1, 1])), t.ne)
-
-
-@translator(Op.CONV_TRANSPOSE_1D)
-def _conv_transpose_1d(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.operand(0), t.operand(1)
-    x = ops.reshape(f32(xs[1]), i64([1, b.ne[1], b.ne[0]]), False)
-    if a.dtype == "f16":
-        x = rounded(x, "f16")  # ggml's CPU converts the input to f16 for an f16 kernel
-    w = ops.reshape(f32(xs[0]), i64([a.ne[2], a.ne[1], a.ne[0]]), False)
-    return reshape4(
-        ops.convolution_backprop_data(x, w, [t.params["s0"]], pads_begin=[0], pads_end=[0], dilations=[1]),
-        t.ne,
-    )
-
-
-@translator(Op.CONV_TRANSPOSE_2D)
-def _conv_transpose_2d(t: Tensor, xs: list[Out]) -> Out:
-    a = t.operand(0)
-    x = f32(xs[1])
-    if a.dtype == "f16":
-        x = rounded(x, "f16")
-    st = t.params["stride"]
-    return ops.convolution_backprop_data(
-        x, f32(xs[0]), [st, st], pads_begin=[0, 0], pads_end=[0, 0], dilations=[1, 1]
-    )
