@@ -92,6 +92,10 @@ class ArrayOps(Protocol[V]):
         direct convolutions, zeros outside the input: [N, OC, *out]."""
         ...
 
+    def sorted_indices(self, x: V, k: int, largest: bool) -> V:
+        """i32 indices of the ``k`` smallest (or largest) values along dim 0, sorted."""
+        ...
+
     def conv_transpose(self, x: V, w: V, stride: int) -> V:
         """``x`` [N, IC, H, W] transposed-convolved with ``w`` [IC, OC, KH, KW], no padding."""
         ...
@@ -449,6 +453,18 @@ def cross_entropy_loss_back(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
     e = n.unary("exp", n.sub(logits, n.reduce("max", logits, [3])))
     scale = n.div(n.reshape(n.f32(xs[0]), [1]), float(math.prod(t.ne[1:])))
     return n.mul(n.sub(n.div(e, n.sum_rows(e)), n.f32(xs[2])), scale)
+
+
+@formula(Op.ARGSORT)
+def argsort(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    return n.sorted_indices(xs[0], t.ne[0], largest=t.params["order"] != 0)
+
+
+@formula(Op.TOP_K)
+def top_k(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    k = t.params["k"]
+    idx = n.sorted_indices(xs[0], k, largest=True)
+    return n.take(idx, geometry.top_k_order(k), 3) if k > 1 else idx
 
 
 @formula(Op.IM2COL)

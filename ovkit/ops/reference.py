@@ -196,6 +196,9 @@ class NumpyOps:
         y = np.einsum("ngcpk,gock->ngop", cols.astype(np.float64), wg.astype(np.float64))
         return f32(y.reshape(nb, -1, *out))
 
+    def sorted_indices(self, x: Arr, k: int, largest: bool) -> Arr:
+        return np.argsort(-f32(x) if largest else f32(x), axis=-1, kind="stable")[..., :k].astype(np.int32)
+
     def conv_transpose(self, x: Arr, w: Arr, stride: int) -> F32:
         (nb, _, h, wd), (_, oc, kh, kw) = x.shape, w.shape
         taps = np.einsum("nihw,iokl->nohwkl", f32(x).astype(np.float64), f32(w).astype(np.float64))
@@ -310,20 +313,6 @@ def get_rows_back(t: Tensor, xs: list[Arr]) -> Arr:
 def argmax(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0][0, 0])  # [rows, ne0]; ties: ggml keeps the last maximum
     return np.asarray(x.shape[-1] - 1 - np.argmax(x[:, ::-1], axis=-1), dtype=np.int32)
-
-
-@reference(Op.ARGSORT)
-def argsort(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0])
-    key = x if t.params["order"] == 0 else -x
-    return np.argsort(key, axis=-1, kind="stable").astype(np.int32)
-
-
-@reference(Op.TOP_K)
-def top_k(t: Tensor, xs: list[Arr]) -> Arr:
-    k = t.params["k"]
-    idx = np.argsort(-f32(xs[0]), axis=-1, kind="stable")[..., :k]
-    return idx[..., geometry.top_k_order(k)].astype(np.int32)
 
 
 # ---------------------------------------------------------------------------- softmax / attention

@@ -277,6 +277,12 @@ def _binary(fn: Callable[[Out, Out], Out]) -> Callable[[Any, Out | Num, Out | Nu
     return lambda self, a, b: fn(_v(a), _v(b))
 
 
+#: Largest row length x k sorted stably: OpenVINO's CPU TopK sorts stably by bubble sort (n x k
+#: steps a row: 17 s for one 65,536-wide argsort), its unstable sort is fast.  Ties beyond that
+#: need no fixed order: ggml sorts with std::sort, which is stable only on short rows.
+STABLE_TOPK_WORK = 1 << 20
+
+
 class OpenVinoOps:
     """:class:`~ovkit.ops.formulas.ArrayOps` over opset16 nodes (f32)."""
 
@@ -353,6 +359,12 @@ class OpenVinoOps:
             return ops.group_convolution(x, ops.unsqueeze(w, i64(1)), s, zeros, zeros, d)
         return ops.convolution(x, w, s, zeros, zeros, d)
 
+    def sorted_indices(self, x: Out, k: int, largest: bool) -> Out:
+        stable = output_of(x).get_partial_shape()[3].get_length() * k <= STABLE_TOPK_WORK
+        return ops.topk(f32(x), i64(k), 3, "max" if largest else "min", "value", "i32", stable=stable).output(
+            1
+        )
+
     def conv_transpose(self, x: Out, w: Out, stride: int) -> Out:
         return ops.convolution_backprop_data(
             x, w, [stride, stride], pads_begin=[0, 0], pads_end=[0, 0], dilations=[1, 1]
@@ -373,9 +385,6 @@ for _op, _fn in FORMULAS.items():
 #: The translations that are one opset16 expression.
 ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
     (Op.CUMSUM,): lambda t, xs: ops.cum_sum(f32(xs[0]), i64(3)),
-    (Op.ARGSORT,): lambda t, xs: _sorted_indices(
-        xs[0], t.ne[0], t.ne[0], "min" if t.params["order"] == 0 else "max"
-    ),
     (Op.REPEAT,): lambda t, xs: tile_to(xs[0], t.operand(0).ne, t.ne),
     (Op.ROLL,): lambda t, xs: ops.roll(
         xs[0], i64([t.params[f"shift{d}"] for d in (3, 2, 1, 0)]), i64([0, 1, 2, 3])
@@ -489,26 +498,6 @@ def _argmax(t: Tensor, xs: list[Out]) -> Out:
     rev = ops.slice(f32(xs[0]), i64([-1]), i64([-(n + 1)]), i64([-1]), i64([3]))  # ties: the last max
     idx = ops.topk(rev, i64(1), 3, "max", "value", "i32", stable=True).output(1)
     return reshape4(ops.subtract(const(n - 1, np.int32), idx), t.ne)
-
-
-#: Largest row length x k sorted stably: OpenVINO's CPU TopK sorts stably by bubble sort (n x k
-#: steps a row: 17 s for one 65,536-wide argsort), its unstable sort is fast.  Ties beyond that
-#: need no fixed order: ggml sorts with std::sort, which is stable only on short rows.
-STABLE_TOPK_WORK = 1 << 20
-
-
-def _sorted_indices(x: Out, n: int, k: int, mode: str) -> Out:
-    """The indices of the ``k`` smallest (``min``) or largest values of each length-``n`` row, sorted."""
-    stable = n * k <= STABLE_TOPK_WORK
-    return ops.topk(f32(x), i64(k), 3, mode, "value", "i32", stable=stable).output(1)
-
-
-@translator(Op.TOP_K)
-def _top_k(t: Tensor, xs: list[Out]) -> Out:
-    k = t.params["k"]
-    n = t.operand(0).ne[0]
-    idx = _sorted_indices(xs[0], n, k, "max")
-    return ops.gather(idx, const(geometry.top_k_order(k), np.int64), i64(3)) if k > 1 else idx
 
 
 # ---------------------------------------------------------------------------- mul_mat_id
@@ -645,21 +634,18 @@ def _flash_attn_ext(t: Tensor, xs: list[Out], manual_gqa: bool | None = None) ->
         return _flash_attn_ggml_f16(t, xs, ops.reshape(q, i64([n_b, h_kv, r * n_q, q_t.ne[0]]), False), k, v)
     if form == "sdpa":
         out = _sdpa(t, xs, q, k, v)
-    elif form == "manual":
-        # the backend's manual GQA: 5-D, the MatMuls broadcast K/V over the r query heads
-        q5 = ops.reshape(q, i64([n_b, h_kv, r, n_q, q_t.ne[0]]), False)
-        k5 = ops.reshape(k, i64([n_b, h_kv, 1, n_kv, k_t.ne[0]]), False)
-        v5 = ops.reshape(v, i64([n_b, h_kv, 1, n_kv, v_t.ne[0]]), False)
-        s = ops.reshape(ops.matmul(q5, k5, False, True), i64([n_b, n_h, n_q, n_kv]), False)
-        p = ops.reshape(_attention_probs(t, xs, s), i64([n_b, h_kv, r, n_q, n_kv]), False)
-        out = ops.reshape(ops.matmul(p, v5, False, False), i64([n_b, n_h, n_q, v_t.ne[0]]), False)
     else:
-        # heads (dim 2): group the q heads of each KV head (h = kv_h·r + j) instead of broadcasting
-        # K/V — the CPU plugin miscomputes a broadcast-GQA MatMul/Softmax/MatMul chain for r = 4.
-        q = ops.reshape(q, i64([n_b, h_kv, r * n_q, q_t.ne[0]]), False)
-        s = ops.reshape(ops.matmul(q, k, False, True), i64([n_b, n_h, n_q, n_kv]), False)
-        p = ops.reshape(_attention_probs(t, xs, s), i64([n_b, h_kv, r * n_q, n_kv]), False)
-        out = ops.reshape(ops.matmul(p, v, False, False), i64([n_b, n_h, n_q, v_t.ne[0]]), False)
+        # grouped: the q heads of each KV head (h = kv_h·r + j) as its rows, instead of broadcasting
+        # K/V (the CPU plugin miscomputes a broadcast-GQA MatMul/Softmax/MatMul chain for r = 4);
+        # manual, the backend's GQA: 5-D, the MatMuls broadcast K/V over the r query heads
+        rows, kv = ([r, n_q], [1]) if form == "manual" else ([r * n_q], [])
+        kg, vg = (
+            ops.reshape(x, i64([n_b, h_kv, *kv, n_kv, d]), False) for x, d in ((k, k_t.ne[0]), (v, v_t.ne[0]))
+        )
+        qg = ops.reshape(q, i64([n_b, h_kv, *rows, q_t.ne[0]]), False)
+        s = ops.reshape(ops.matmul(qg, kg, False, True), i64([n_b, n_h, n_q, n_kv]), False)
+        p = ops.reshape(_attention_probs(t, xs, s), i64([n_b, h_kv, *rows, n_kv]), False)
+        out = ops.reshape(ops.matmul(p, vg, False, False), i64([n_b, n_h, n_q, v_t.ne[0]]), False)
     return ops.transpose(out, i64([0, 2, 1, 3]))  # ne [Dv, H, n_q, B]
 
 
