@@ -16,14 +16,15 @@ import numpy as np
 
 from ovkit.ir import Op, RopeType, Tensor
 from ovkit.ops import geometry
+from ovkit.quant.round_trip import round_trip_spec
 
 V = TypeVar("V")
 Fn = TypeVar("Fn")
 Num = float | int
 #: The one-operand primitives every namespace provides (:meth:`ArrayOps.unary`).
 Prim = Literal[
-    "neg", "abs", "sign", "floor", "ceil", "trunc", "round_away", "sqrt", "exp", "expm1", "log",
-    "sin", "cos", "tanh", "sigmoid", "erf",
+    "neg", "abs", "sign", "floor", "ceil", "trunc", "round_away", "round_even", "sqrt", "exp", "expm1",
+    "log", "sin", "cos", "tanh", "sigmoid", "erf",
 ]  # fmt: skip
 
 
@@ -40,6 +41,19 @@ class ArrayOps(Protocol[V]):
     def gt(self, a: V, b: Num) -> V: ...
     def ge(self, a: V, b: Num) -> V: ...
     def le(self, a: V, b: Num) -> V: ...
+    def ne(self, a: V, b: Num) -> V: ...
+    def mul_rn(self, a: V | Num, b: V | Num) -> V:
+        """``a·b`` rounded to f32 before whatever adds it (never fused into an FMA)."""
+        ...
+
+    def div_rn(self, a: V | Num, b: V | Num) -> V:
+        """``a / b`` correctly rounded, as C's division (OpenVINO: last axis of size 1)."""
+        ...
+
+    def first_largest(self, x: V) -> V:
+        """Per row (last axis): the first value of largest magnitude, kept as a dim of 1."""
+        ...
+
     def where(self, cond: V, a: V | Num, b: V | Num) -> V: ...
     def unary(self, name: Prim, x: V) -> V:
         """The primitive ``name`` applied to ``x`` (``round_away``: C's roundf)."""
@@ -64,8 +78,8 @@ class ArrayOps(Protocol[V]):
         ...
 
     def mean_rows(self, x: V) -> V: ...
-    def reduce(self, kind: Literal["sum", "max"], x: V, axes: Sequence[int]) -> V:
-        """Sums (numpy: in f64) or maxima over ``axes``, kept as dims of 1."""
+    def reduce(self, kind: Literal["sum", "max", "min"], x: V, axes: Sequence[int]) -> V:
+        """Sums (numpy: in f64), maxima or minima over ``axes``, kept as dims of 1."""
         ...
 
     def reshape(self, x: V, shape: Sequence[int]) -> V: ...
@@ -658,6 +672,32 @@ def mul_mat_id(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
         xb = n.take(xb, np.arange(n_used) % b_t.ne[1], 1)  # slot e reads b row e % b1
     out = n.matmul(n.reshape(xb, [n_tok, n_used, 1, k]), picked, tb=True)  # [T, U, 1, N]
     return n.reshape(out, [1, n_tok, n_used, t.ne[0]])
+
+
+# ---------------------------------------------------------------------------- quantized writes
+def quantized_write(n: ArrayOps[V], x: V, qtype: str, shape: Sequence[int]) -> V:
+    """The values a ``qtype`` tensor reads back after ggml's CPU writes ``x`` into it (``from_float``
+    then ``to_float`` per 32 values, C's roundings; ``quant.ROUND_TRIPS``), in ``shape``."""
+    rt = round_trip_spec(qtype)
+    b = n.reshape(n.f32(x), [-1, 32])
+
+    def inverse(num: float, den: V) -> V:  # den != 0 ? num/den : 0
+        return n.where(n.ne(den, 0.0), n.div_rn(num, den), 0.0)
+
+    if rt.symmetric:  # d = (the first value of largest magnitude) / -offset, exact: 2^-k
+        d = n.mul(n.first_largest(b), -1.0 / rt.offset)
+        q = n.unary("floor", n.add(n.mul_rn(b, inverse(1.0, d)), rt.offset + 0.5))
+        out = n.mul(n.sub(n.minimum(q, rt.levels), rt.offset), n.rounded(d, "f16"))
+    elif rt.levels == 127:  # Q8_0 as ggml's AVX kernel: 127/amax, round half to even
+        amax = n.reduce("max", n.unary("abs", b), [1])
+        q = n.unary("round_even", n.mul(b, inverse(127.0, amax)))
+        out = n.mul(q, n.rounded(n.div_rn(amax, 127.0), "f16"))
+    else:  # d = (max - min) / levels, w = q·d + min
+        lo, hi = n.reduce("min", b, [1]), n.reduce("max", b, [1])
+        d = n.div_rn(n.sub(hi, lo), float(rt.levels))
+        q = n.unary("floor", n.add(n.mul_rn(n.sub(b, lo), inverse(1.0, d)), 0.5))
+        out = n.add(n.mul_rn(n.minimum(q, rt.levels), n.rounded(d, "f16")), n.rounded(lo, "f16"))
+    return n.reshape(out, shape)
 
 
 # ---------------------------------------------------------------------------- softmax / attention

@@ -18,7 +18,7 @@ import numpy.typing as npt
 from ovkit.dtypes import NUMPY_DTYPE
 from ovkit.ir import GraphError, GraphIR, Op, Tensor, ggml_index_map, interpret, round_to
 from ovkit.ops import geometry
-from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, attention_mask, register_in
+from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, attention_mask, quantized_write, register_in
 
 Arr = np.ndarray
 #: an f32 array: what every reference computes in (its arithmetic keeps the element type)
@@ -101,7 +101,7 @@ def _round_half_away(x: F32) -> F32:
 _erf = np.frompyfunc(math.erf, 1, 1)
 _PRIMS: dict[str, Callable[[F32], Any]] = {
     "neg": np.negative, "abs": np.abs, "sign": np.sign, "floor": np.floor, "ceil": np.ceil,
-    "trunc": np.trunc, "round_away": _round_half_away, "sqrt": np.sqrt, "exp": np.exp,
+    "trunc": np.trunc, "round_away": _round_half_away, "round_even": np.rint, "sqrt": np.sqrt, "exp": np.exp,
     "expm1": np.expm1, "log": np.log, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
     "sigmoid": _sigmoid, "erf": lambda x: _erf(x.astype(np.float64)),  # C's erff, from f64
 }  # fmt: skip
@@ -128,7 +128,11 @@ class NumpyOps:
     add, sub, mul, div, maximum, minimum = (
         _binary(f) for f in (np.add, np.subtract, np.multiply, np.divide, np.maximum, np.minimum)
     )
-    gt, ge, le = (_compare(f) for f in (np.greater, np.greater_equal, np.less_equal))
+    mul_rn, div_rn = mul, div  # numpy rounds each product and quotient
+    gt, ge, le, ne = (_compare(f) for f in (np.greater, np.greater_equal, np.less_equal, np.not_equal))
+
+    def first_largest(self, x: Arr) -> Arr:
+        return np.take_along_axis(x, np.abs(x).argmax(axis=-1)[..., None], axis=-1)
 
     def where(self, cond: Arr, a: Arr | Num, b: Arr | Num) -> F32:
         return f32(np.where(cond, _v(a), _v(b)))
@@ -158,8 +162,8 @@ class NumpyOps:
         return f32(f32(x).astype(np.float64).mean(axis=-1, keepdims=True))
 
     def reduce(self, kind: str, x: Arr, axes: Sequence[int]) -> F32:
-        if kind == "max":
-            return f32(np.max(x, axis=tuple(axes), keepdims=True))
+        if kind in ("max", "min"):
+            return f32(getattr(np, kind)(x, axis=tuple(axes), keepdims=True))
         return f32(f32(x).astype(np.float64).sum(axis=tuple(axes), keepdims=True))
 
     def reshape(self, x: Arr, shape: Sequence[int]) -> Arr:
@@ -258,9 +262,8 @@ def stored(dtype: str, x: Arr) -> Arr:
     """``x`` as a tensor of ``dtype`` holds it (quantized: ggml's from_float, read back as f32)."""
     if dtype in NUMPY_DTYPE:
         return round_to(dtype, x)
-    from ovkit.quant import round_trip
-
-    return round_trip(f32(x), dtype)
+    with np.errstate(all="ignore"):
+        return quantized_write(NUMPY, x, dtype, x.shape)
 
 
 # ---------------------------------------------------------------------------- rows

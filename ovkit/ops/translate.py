@@ -21,8 +21,9 @@ import openvino.opset16 as ops
 from ovkit.dtypes import DTYPES, ggml_type
 from ovkit.ir import GraphIR, Op, Tensor, TranslationGapError, ggml_index_map, interpret, round_to
 from ovkit.ops import geometry
-from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, attention_mask, register_in
+from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, attention_mask, quantized_write, register_in
 from ovkit.ops.rounding import rounded
+from ovkit.quant.round_trip import ov_div_rn, ov_mul_rn
 
 Out = Any  # an openvino Output/Node
 TranslateFn = Callable[[Tensor, list[Any]], Any]
@@ -263,7 +264,8 @@ def exp_f32(x: Out) -> Out:
 _PRIMS: dict[str, Callable[[Out], Out]] = {
     "neg": ops.negative, "abs": ops.abs, "sign": ops.sign, "floor": ops.floor, "ceil": ops.ceiling,
     "trunc": lambda x: ops.select(ops.less(x, const(0.0)), ops.ceiling(x), ops.floor(x)),
-    "round_away": lambda x: ops.round(x, "half_away_from_zero"), "sqrt": ops.sqrt, "exp": exp_f32,
+    "round_away": lambda x: ops.round(x, "half_away_from_zero"),
+    "round_even": lambda x: ops.round(x, "half_to_even"), "sqrt": ops.sqrt, "exp": exp_f32,
     "expm1": lambda x: ops.subtract(exp_f32(x), const(1.0)), "log": ops.log, "sin": ops.sin,
     "cos": ops.cos, "tanh": ops.tanh, "sigmoid": ops.sigmoid, "erf": ops.erf,
 }  # fmt: skip
@@ -292,7 +294,16 @@ class OpenVinoOps:
     add, sub, mul, div, maximum, minimum = (
         _binary(f) for f in (ops.add, ops.subtract, ops.multiply, ops.divide, ops.maximum, ops.minimum)
     )
-    gt, ge, le = (_binary(f) for f in (ops.greater, ops.greater_equal, ops.less_equal))
+    mul_rn, div_rn = _binary(ov_mul_rn), _binary(ov_div_rn)
+    gt, ge, le, ne = (_binary(f) for f in (ops.greater, ops.greater_equal, ops.less_equal, ops.not_equal))
+
+    def first_largest(self, x: Out) -> Out:
+        # the first of the largest magnitudes, as ggml's strict ``amax < fabsf(v)`` scan finds it
+        mag, n = ops.abs(x), output_of(x).get_partial_shape()[-1].get_length()
+        at = ops.select(
+            ops.equal(mag, ops.reduce_max(mag, i64([-1]), True)), const(np.arange(n), np.int64), i64(n)
+        )
+        return ops.gather_elements(x, ops.reduce_min(at, i64([-1]), True), -1)
 
     def where(self, cond: Out, a: Out | Num, b: Out | Num) -> Out:
         return ops.select(cond, _v(a), _v(b))
@@ -322,7 +333,8 @@ class OpenVinoOps:
         return ops.reduce_mean(x, i64([3]), True)
 
     def reduce(self, kind: str, x: Out, axes: Sequence[int]) -> Out:
-        return (ops.reduce_max if kind == "max" else ops.reduce_sum)(x, i64(list(axes)), True)
+        reduce = {"max": ops.reduce_max, "min": ops.reduce_min, "sum": ops.reduce_sum}[kind]
+        return reduce(x, i64(list(axes)), True)
 
     def reshape(self, x: Out, shape: Sequence[int]) -> Out:
         return ops.reshape(x, i64(list(shape)), False)
@@ -405,15 +417,13 @@ def _cpy(t: Tensor, xs: list[Out]) -> Out:
     if t.dtype in ("i32", "i64") and src.dtype in ("f32", "f16", "bf16"):
         x = ops.convert(f32(x), OV_TYPE[t.dtype])  # truncation toward zero, as a C cast
     if t.is_quantized and src.dtype != t.dtype:  # same type: ggml copies the blocks
-        return reshape4(written_quantized(x, t.dtype), t.ne)
+        return written_quantized(x, t.dtype, t.ne)
     return reshape4(x, t.ne)
 
 
-def written_quantized(x: Out, qtype: str) -> Out:
-    """The f32 values a ``qtype`` tensor reads back after ggml quantizes ``x`` into it."""
-    from ovkit.quant import ov_round_trip
-
-    return ov_round_trip(f32(x), qtype, lambda v: rounded(v, "f16"))
+def written_quantized(x: Out, qtype: str, ne: Sequence[int]) -> Out:
+    """The f32 values [.., ne0] a ``qtype`` tensor reads back after ggml quantizes ``x`` into it."""
+    return quantized_write(OPENVINO, x, qtype, list(reversed(ne)))
 
 
 # ---------------------------------------------------------------------------- matmul
@@ -453,7 +463,7 @@ def _set_rows(t: Tensor, xs: list[Out]) -> Out:
     if 0 in b.ne:  # no rows to set
         return dst
     # [b3, b2, b1, b0] rows converted to dst type
-    rows = written_quantized(xs[1], t.dtype) if t.is_quantized else to_type(f32(xs[1]), t.dtype)
+    rows = written_quantized(xs[1], t.dtype, b.ne) if t.is_quantized else to_type(f32(xs[1]), t.dtype)
     # row index of b's row (i1, i2, i3): c[i1, i2 % c.ne1, i3 % c.ne2]
     idx = ops.convert(xs[2], ov.Type.i64)
     idx = tile_to(idx, c.ne, (c.ne[0], b.ne[2], b.ne[3], 1))  # [1, b3, b2, b1] after tiling

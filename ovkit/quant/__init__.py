@@ -18,7 +18,7 @@ from ovkit.quant.requant import (
     requant_type,
     requantize,
 )
-from ovkit.quant.round_trip import ROUND_TRIPS, ov_div_rn, ov_mul_rn, ov_round_trip, round_trip
+from ovkit.quant.round_trip import ROUND_TRIPS, ov_div_rn, ov_mul_rn
 from ovkit.quant.specs import (
     FORMS,
     HOST_TYPES,
@@ -58,7 +58,6 @@ __all__ = [
     "from_blocks",
     "ov_div_rn",
     "ov_mul_rn",
-    "ov_round_trip",
     "quant_spec",
     "quantize",
     "reference_dequantize",
@@ -68,6 +67,5 @@ __all__ = [
     "requant_table",
     "requant_type",
     "requantize",
-    "round_trip",
     "row_bytes",
 ]
