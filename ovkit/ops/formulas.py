@@ -110,6 +110,10 @@ class ArrayOps(Protocol[V]):
         """i32 indices of the ``k`` smallest (or largest) values along dim 0, sorted."""
         ...
 
+    def softmax(self, w: V, sinks: V | None) -> V:
+        """Softmax along dim 0; per-head (dim 2) ``sinks`` join the denominator; ggml's NaN rows."""
+        ...
+
     def conv_transpose(self, x: V, w: V, stride: int) -> V:
         """``x`` [N, IC, H, W] transposed-convolved with ``w`` [IC, OC, KH, KW], no padding."""
         ...
@@ -714,3 +718,11 @@ def attention_mask(n: ArrayOps[V], t: Tensor, i: int, xs: list[V], rows: int, bi
     if t.params["max_bias"] <= 0:
         return m
     return n.mul(m, n.const(geometry.alibi_slopes(big[2], t.params["max_bias"]).reshape(1, -1, 1, 1)))
+
+
+@formula(Op.SOFT_MAX)
+def soft_max(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    w = n.mul(n.f32(xs[0]), float(t.params["scale"]))
+    mask = attention_mask(n, t, 1, xs, t.ne[1], t.ne)
+    sinks = xs[2] if len(xs) > 2 else None
+    return n.softmax(w if mask is None else n.add(w, mask), None if sinks is None else n.f32(sinks))

@@ -203,6 +203,19 @@ class NumpyOps:
     def sorted_indices(self, x: Arr, k: int, largest: bool) -> Arr:
         return np.argsort(-f32(x) if largest else f32(x), axis=-1, kind="stable")[..., :k].astype(np.int32)
 
+    def softmax(self, w: Arr, sinks: Arr | None) -> F32:  # sums in f64, as ggml's ggml_float
+        w64 = w.astype(np.float64)
+        mx = w64.max(axis=-1, keepdims=True)
+        if sinks is not None:
+            s = sinks.astype(np.float64).reshape(1, -1, 1, 1)
+            mx = np.maximum(mx, s)
+        with np.errstate(invalid="ignore", over="ignore"):
+            e = np.exp(w64 - mx)
+            total = e.sum(axis=-1, keepdims=True)
+            if sinks is not None:
+                total = total + np.exp(s - mx)
+            return f32(e / total)
+
     def conv_transpose(self, x: Arr, w: Arr, stride: int) -> F32:
         (nb, _, h, wd), (_, oc, kh, kw) = x.shape, w.shape
         taps = np.einsum("nihw,iokl->nohwkl", f32(x).astype(np.float64), f32(w).astype(np.float64))
@@ -321,31 +334,6 @@ def argmax(t: Tensor, xs: list[Arr]) -> Arr:
 # ---------------------------------------------------------------------------- softmax / attention
 
 
-def softmax_rows(w: Arr, sinks: Arr | None) -> Arr:
-    """Row softmax (f64 sums as ggml's ggml_float); ``sinks`` [heads] join the denominator."""
-    w64 = w.astype(np.float64)
-    mx = w64.max(axis=-1, keepdims=True)
-    if sinks is not None:
-        s = sinks.astype(np.float64).reshape(1, -1, 1, 1)
-        mx = np.maximum(mx, s)
-    with np.errstate(invalid="ignore", over="ignore"):
-        e = np.exp(w64 - mx)
-        total = e.sum(axis=-1, keepdims=True)
-        if sinks is not None:
-            total = total + np.exp(s - mx)
-        return f32(e / total)
-
-
-@reference(Op.SOFT_MAX)
-def soft_max(t: Tensor, xs: list[Arr]) -> Arr:
-    w = f32(xs[0]) * np.float32(t.params["scale"])
-    mask = attention_mask(NUMPY, t, 1, xs, t.ne[1], t.ne)
-    if mask is not None:
-        w = w + mask
-    sinks = f32(xs[2]).reshape(-1) if len(xs) > 2 and xs[2] is not None else None
-    return softmax_rows(w, sinks)
-
-
 @reference(Op.FLASH_ATTN_EXT)
 def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
     q_t, k_t = t.operand(0), t.operand(1)
@@ -364,7 +352,7 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
     if mask is not None:
         s = s + mask
     sinks = f32(xs[4]).reshape(-1) if len(xs) > 4 and xs[4] is not None else None
-    p = softmax_rows(s, sinks)
+    p = NUMPY.softmax(s, sinks)
     row_max = s.max(axis=-1, keepdims=True)
     if sinks is not None:
         row_max = np.maximum(row_max, sinks.reshape(1, -1, 1, 1))

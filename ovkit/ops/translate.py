@@ -377,6 +377,19 @@ class OpenVinoOps:
             1
         )
 
+    def softmax(self, w: Out, sinks: Out | None) -> Out:
+        # ggml: a row whose maximum is +inf computes exp(inf - inf) = NaN, and a NaN in a row (or its
+        # sink) makes the row's sum NaN: the whole row is NaN. OpenVINO's Softmax keeps the NaN to its
+        # own element (the CPU's ReduceMax and exp sum skip it), so both cases are selected here.
+        row_max = ops.reduce_max(w, i64([3]), True)
+        nan_row = ops.reduce_logical_or(ops.is_nan(w), i64([3]), True)
+        if sinks is not None:
+            head_sinks = ops.reshape(sinks, i64([1, -1, 1, 1]), False)
+            row_max = ops.maximum(row_max, head_sinks)
+            nan_row = ops.logical_or(nan_row, ops.is_nan(head_sinks))
+        nan_row = ops.logical_or(nan_row, ops.equal(row_max, const(np.inf)))
+        return ops.select(nan_row, const(np.nan), _softmax_with_sinks(w, sinks))
+
     def conv_transpose(self, x: Out, w: Out, stride: int) -> Out:
         return ops.convolution_backprop_data(
             x, w, [stride, stride], pads_begin=[0, 0], pads_end=[0, 0], dilations=[1, 1]
@@ -520,36 +533,13 @@ def _mul_mat_id(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- softmax / attention
-def _softmax_with_sinks(w: Out, sinks: Out | None, ne: Sequence[int], heads_dim: int) -> Out:
-    """Softmax over the last axis; per-head ``sinks`` join the denominator as an extra column."""
+def _softmax_with_sinks(w: Out, sinks: Out | None) -> Out:
+    """Softmax over the last axis; per-head (axis 1) ``sinks`` join the denominator as an extra column."""
     if sinks is None:
         return ops.softmax(w, 3)
-    shape = [1, 1, 1, 1]
-    shape[heads_dim] = -1
-    s = ops.reshape(f32(sinks), i64(shape), False)
-    col = ops.broadcast(s, i64([ne[3], ne[2], ne[1], 1]))
-    full = ops.softmax(ops.concat([w, col], 3), 3)
-    return slice_dim(full, 0, 0, ne[0])
-
-
-@translator(Op.SOFT_MAX)
-def _soft_max(t: Tensor, xs: list[Out]) -> Out:
-    w = ops.multiply(f32(xs[0]), const(t.params["scale"]))
-    mask = attention_mask(OPENVINO, t, 1, xs, t.ne[1], t.ne)
-    if mask is not None:
-        w = ops.add(w, mask)
-    sinks = xs[2] if len(xs) > 2 else None
-    # ggml: a row whose maximum is +inf computes exp(inf - inf) = NaN, and a NaN in a row (or its
-    # sink) makes the row's sum NaN: the whole row is NaN. OpenVINO's Softmax keeps the NaN to its
-    # own element (the CPU's ReduceMax and exp sum skip it), so both cases are selected here.
-    row_max = ops.reduce_max(w, i64([3]), True)
-    nan_row = ops.reduce_logical_or(ops.is_nan(w), i64([3]), True)
-    if sinks is not None:
-        head_sinks = ops.reshape(f32(sinks), i64([1, -1, 1, 1]), False)
-        row_max = ops.maximum(row_max, head_sinks)
-        nan_row = ops.logical_or(nan_row, ops.is_nan(head_sinks))
-    nan_row = ops.logical_or(nan_row, ops.equal(row_max, const(np.inf)))
-    return ops.select(nan_row, const(np.nan), _softmax_with_sinks(w, sinks, t.ne, 1))
+    shape = list(output_of(w).get_partial_shape().to_shape())
+    col = ops.broadcast(ops.reshape(f32(sinks), i64([1, -1, 1, 1]), False), i64([*shape[:3], 1]))
+    return slice_dim(ops.softmax(ops.concat([w, col], 3), 3), 0, 0, shape[3])
 
 
 # FLASH_ATTN_EXT's forms (``openvino/op/flash_attn_ext.cpp`` of the backend): ``grouped``:
@@ -594,10 +584,8 @@ def _attention_scores(t: Tensor, xs: list[Out], s: Out) -> Out:
 def _attention_probs(t: Tensor, xs: list[Out], s: Out) -> Out:
     """ggml's softmax of the raw scores ``s`` [B, H, n_q, n_kv]: scale, softcap, mask (ALiBi), sinks;
     a row whose scores (and sink) are all -inf gives 0, not NaN."""
-    q_t, k_t = t.operand(0), t.operand(1)
-    n_h = q_t.ne[2]
+    n_h = t.operand(0).ne[2]
     s = _attention_scores(t, xs, s)
-    ne_s = (k_t.ne[1], q_t.ne[1], q_t.ne[2], q_t.ne[3])
     sinks = xs[4] if len(xs) > 4 else None
     if sinks is None:
         # a -inf sink column adds exp(-inf) = 0 to every denominator: the numbers are unchanged, and
@@ -609,7 +597,7 @@ def _attention_probs(t: Tensor, xs: list[Out], s: Out) -> Out:
     live = ops.logical_or(
         _live_rows(s), ops.greater(ops.reshape(f32(sinks), i64([1, n_h, 1, 1]), False), const(-np.inf))
     )
-    p = _softmax_with_sinks(ops.select(live, s, const(0.0)), sinks, ne_s, 1)
+    p = _softmax_with_sinks(ops.select(live, s, const(0.0)), sinks)
     return ops.multiply(p, ops.convert(live, ov.Type.f32))
 
 
