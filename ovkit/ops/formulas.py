@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 
+from ovkit.dtypes import FLOAT_TYPES
 from ovkit.ir import Op, RopeType, Tensor
 from ovkit.ops import geometry
 from ovkit.quant.round_trip import round_trip_spec
@@ -69,6 +70,10 @@ class ArrayOps(Protocol[V]):
 
     def head(self, x: V, start: int, stop: int) -> V:
         """Elements ``start:stop`` of dim 0 (the innermost)."""
+        ...
+
+    def truncated(self, x: V, dtype: str) -> V:
+        """``x`` truncated toward zero into the integer type ``dtype`` (a C cast)."""
         ...
 
     def full(self, ne: Sequence[int], value: float) -> V: ...
@@ -704,6 +709,18 @@ def quantized_write(n: ArrayOps[V], x: V, qtype: str, shape: Sequence[int]) -> V
     return n.reshape(out, shape)
 
 
+@formula(Op.CPY)
+def cpy(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    """The source's values in the destination's shape and type: a quantized destination holds
+    them as ggml writes them; a copy between one quantized type moves ggml's blocks."""
+    src, x = t.operand(0), xs[0]
+    if t.dtype in ("i32", "i64") and src.dtype in FLOAT_TYPES:
+        x = n.truncated(x, t.dtype)
+    if t.is_quantized and src.dtype != t.dtype:
+        return quantized_write(n, x, t.dtype, dims(t.ne))
+    return n.reshape(x, dims(t.ne))
+
+
 # ---------------------------------------------------------------------------- softmax / attention
 def attention_mask(n: ArrayOps[V], t: Tensor, i: int, xs: list[V], rows: int, big: Sequence[int]) -> V | None:
     """SOFT_MAX's or FLASH_ATTN_EXT's mask (source ``i``) as ggml adds it: rows 0..rows-1 in f32,
@@ -726,3 +743,15 @@ def soft_max(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
     mask = attention_mask(n, t, 1, xs, t.ne[1], t.ne)
     sinks = xs[2] if len(xs) > 2 else None
     return n.softmax(w if mask is None else n.add(w, mask), None if sinks is None else n.f32(sinks))
+
+
+def attention_scores(n: ArrayOps[V], t: Tensor, xs: list[V], s: V) -> V:
+    """FLASH_ATTN_EXT's scores from the raw Q·Kᵀ ``s`` [B, H, n_q, n_kv]: scale, softcap, mask (ALiBi)."""
+    scale, softcap = np.float32(t.params["scale"]), np.float32(t.params["logit_softcap"])
+    if softcap != 0:
+        scale = scale / softcap  # in f32, as ggml
+    s = n.mul(s, float(scale))
+    if softcap != 0:
+        s = n.mul(n.unary("tanh", s), float(softcap))
+    mask = attention_mask(n, t, 3, xs, t.operand(0).ne[1], t.operand(0).ne)
+    return s if mask is None else n.add(s, mask)

@@ -205,15 +205,10 @@ FA_TILE_Q = 64
 
 @dataclass(frozen=True, slots=True)
 class F16Kernels:
-    """How one ggml build's x86 f16 vector kernels round (simd-mappings.h's F16 macros, vec.h).
-
-    ``ggml_vec_dot_f16`` keeps four accumulators of ``dot_lanes`` lanes: element ``i`` of a step
-    of ``4·dot_lanes`` goes to accumulator ``(i // lanes) % 4``, lane ``i % lanes``; they are
-    f32 (products of f16 values are exact there) or, with ``dot_f16``, f16 (AVX512-FP16's
-    ``vfmadd231ph``, one f16 rounding per product); the leftovers past the last whole step are
-    added in double.  ``vec_f16``: ``ggml_vec_mad_f16`` / ``ggml_vec_scale_f16`` compute in f16
-    on their first ``n − n % F16_STEP`` elements (the multiplier rounded to f16 first), in f32
-    with one f16 store per element elsewhere."""
+    """How one ggml build's x86 f16 vector kernels round (simd-mappings.h's F16 macros, vec.h):
+    ``ggml_vec_dot_f16``'s four accumulators of ``dot_lanes`` lanes, in f16 with ``dot_f16``
+    (else f32); ``vec_f16``: ``ggml_vec_mad_f16`` / ``ggml_vec_scale_f16`` compute in f16 on their
+    first ``n − n % F16_STEP`` elements (see :func:`dot_f16_scores`, :func:`flash_attn_f16_accumulated`)."""
 
     name: str
     dot_lanes: int
@@ -451,22 +446,13 @@ def _last_slice(x: Any, start: int, stop: int) -> Any:
 
 
 def flash_attn_f16_accumulated(scores: Any, v: Any, kernels: F16Kernels, sinks: Any = None) -> Any:
-    """ggml's one-query-at-a-time flash attention with an f16 V: the f16 accumulation as an
-    OpenVINO Loop over the keys, rounded as ``kernels`` round it.
-
-    ``scores`` [B, G, R, n_kv]: Q·K scaled, soft-capped and masked (``-inf`` where masked) in f32;
-    ``v`` [B, G, n_kv, Dv]: V's f16 values in f32; ``sinks``: None or per-row sink logits
-    broadcastable to [B, G, R, 1].  Per key in order, as ggml: a masked key is skipped; a new
-    maximum ``M`` rescales the f16 accumulator by ``ms = expf(M_old − M)`` (rounded to f16,
-    ``ggml_vec_scale_f16``); then ``acc = f16(fma(v, vs, acc))`` with ``vs = expf(s − M)``
-    (``ggml_vec_mad_f16``) and ``S = fma(S, ms, vs)`` in f32; where ``kernels.vec_f16`` (the first
-    ``Dv − Dv % F16_STEP`` columns) ``f16(acc·f16(ms))`` and ``f16(v·f16(vs) + acc)``, one f16
-    rounding each.  ``M`` before and after each key is the
-    running maximum, so ``ms`` and ``vs`` are computed for all keys at once (``ms`` is exactly 1
-    and ``vs`` exactly 0 where ggml does not scale or skips the key, which leaves the accumulator as
-    it is); only the roundings run in the Loop.  After the keys the accumulator is widened to f32,
-    the sink joins ``M`` and ``S``, and the row is multiplied by ``1/S`` (0 for a row with every key
-    masked).  Returns [B, G, R, Dv] (f32)."""
+    """ggml's one-query-at-a-time flash attention with an f16 V, rounded as ``kernels`` round it:
+    ``scores`` [B, G, R, n_kv] (scaled, soft-capped, ``-inf`` where masked), ``v`` [B, G, n_kv, Dv]
+    (f16 values in f32), ``sinks`` None or per-row logits; returns [B, G, R, Dv] f32.  Per key, as
+    ggml: a new maximum rescales the f16 accumulator by ``ms = expf(M_old − M)``, then
+    ``acc = f16(fma(v, vs, acc))`` with ``vs = expf(s − M)`` and ``S = fma(S, ms, vs)``.  ``ms`` and
+    ``vs`` come from the running maximum for all keys at once (1 and 0 where ggml does not scale or
+    skips a key); only the roundings run in an OpenVINO Loop over the keys."""
     import openvino as ov
 
     ops = _ops()

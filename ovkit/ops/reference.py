@@ -18,7 +18,7 @@ import numpy.typing as npt
 from ovkit.dtypes import NUMPY_DTYPE
 from ovkit.ir import GraphError, GraphIR, Op, Tensor, ggml_index_map, interpret, round_to
 from ovkit.ops import geometry
-from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, attention_mask, quantized_write, register_in
+from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, attention_scores, quantized_write, register_in
 
 Arr = np.ndarray
 #: an f32 array: what every reference computes in (its arithmetic keeps the element type)
@@ -149,6 +149,9 @@ class NumpyOps:
     def head(self, x: Arr, start: int, stop: int) -> Arr:
         return x[..., start:stop]
 
+    def truncated(self, x: Arr, dtype: str) -> Arr:
+        return np.trunc(f32(x)).astype(NUMPY_DTYPE[dtype])
+
     def full(self, ne: Sequence[int], value: float) -> F32:
         return np.full(tuple(reversed(ne)), value, dtype=np.float32)
 
@@ -260,17 +263,6 @@ for _keys, _one in ONE_EXPRESSION.items():
 
 
 # ---------------------------------------------------------------------------- layout
-@reference(Op.CPY)
-def cpy(t: Tensor, xs: list[Arr]) -> Arr:
-    x = np.asarray(xs[0])
-    if t.dtype in ("i32", "i64") and x.dtype.kind == "f":
-        x = np.trunc(f32(x)).astype(NUMPY_DTYPE[t.dtype])
-    src = t.operand(0)
-    # a plain result is stored by the caller; same-type quantized copies move ggml's blocks
-    keep = t.dtype in NUMPY_DTYPE or src.dtype == t.dtype
-    return (x if keep else stored(t.dtype, x)).reshape(tuple(reversed(t.ne)))
-
-
 def stored(dtype: str, x: Arr) -> Arr:
     """``x`` as a tensor of ``dtype`` holds it (quantized: ggml's from_float, read back as f32)."""
     if dtype in NUMPY_DTYPE:
@@ -341,16 +333,7 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
     if k_t.dtype in ("f16", "bf16"):
         q = rounded(q, k_t.dtype)  # ggml converts Q to K's vec_dot type
     k, v = NUMPY.expand_batch(k, k_t.ne, q_t.ne), NUMPY.expand_batch(v, t.operand(2).ne, q_t.ne)
-    scale = np.float32(t.params["scale"])
-    softcap = np.float32(t.params["logit_softcap"])
-    if softcap != 0:
-        scale = scale / softcap
-    s = NUMPY.matmul(q, k, tb=True) * scale
-    if softcap != 0:
-        s = softcap * np.tanh(s)
-    mask = attention_mask(NUMPY, t, 3, xs, q_t.ne[1], q_t.ne)
-    if mask is not None:
-        s = s + mask
+    s = attention_scores(NUMPY, t, xs, NUMPY.matmul(q, k, tb=True))
     sinks = f32(xs[4]).reshape(-1) if len(xs) > 4 and xs[4] is not None else None
     p = NUMPY.softmax(s, sinks)
     row_max = s.max(axis=-1, keepdims=True)

@@ -21,7 +21,16 @@ import openvino.opset16 as ops
 from ovkit.dtypes import DTYPES, ggml_type
 from ovkit.ir import GraphIR, Op, Tensor, TranslationGapError, ggml_index_map, interpret, round_to
 from ovkit.ops import geometry
-from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, attention_mask, quantized_write, register_in
+from ovkit.ops.formulas import (
+    FORMULAS,
+    Formula,
+    Num,
+    Prim,
+    attention_mask,
+    attention_scores,
+    quantized_write,
+    register_in,
+)
 from ovkit.ops.rounding import rounded
 from ovkit.quant.round_trip import ov_div_rn, ov_mul_rn
 
@@ -320,6 +329,9 @@ class OpenVinoOps:
     def head(self, x: Out, start: int, stop: int) -> Out:
         return slice_dim(x, 0, start, stop)
 
+    def truncated(self, x: Out, dtype: str) -> Out:
+        return ops.convert(f32(x), OV_TYPE[dtype])
+
     def full(self, ne: Sequence[int], value: float) -> Out:
         return ops.broadcast(const(value), i64(list(reversed(ne))))
 
@@ -422,23 +434,6 @@ for _keys, _one in ONE_EXPRESSION.items():
     translator(*_keys)(_one)
 
 
-# ---------------------------------------------------------------------------- layout
-@translator(Op.CPY)
-def _cpy(t: Tensor, xs: list[Out]) -> Out:
-    x = xs[0]
-    src = t.operand(0)
-    if t.dtype in ("i32", "i64") and src.dtype in ("f32", "f16", "bf16"):
-        x = ops.convert(f32(x), OV_TYPE[t.dtype])  # truncation toward zero, as a C cast
-    if t.is_quantized and src.dtype != t.dtype:  # same type: ggml copies the blocks
-        return written_quantized(x, t.dtype, t.ne)
-    return reshape4(x, t.ne)
-
-
-def written_quantized(x: Out, qtype: str, ne: Sequence[int]) -> Out:
-    """The f32 values [.., ne0] a ``qtype`` tensor reads back after ggml quantizes ``x`` into it."""
-    return quantized_write(OPENVINO, x, qtype, list(reversed(ne)))
-
-
 # ---------------------------------------------------------------------------- matmul
 @translator(Op.MUL_MAT)
 def _mul_mat(t: Tensor, xs: list[Out]) -> Out:
@@ -476,7 +471,10 @@ def _set_rows(t: Tensor, xs: list[Out]) -> Out:
     if 0 in b.ne:  # no rows to set
         return dst
     # [b3, b2, b1, b0] rows converted to dst type
-    rows = written_quantized(xs[1], t.dtype, b.ne) if t.is_quantized else to_type(f32(xs[1]), t.dtype)
+    if t.is_quantized:
+        rows = quantized_write(OPENVINO, xs[1], t.dtype, list(reversed(b.ne)))
+    else:
+        rows = to_type(f32(xs[1]), t.dtype)
     # row index of b's row (i1, i2, i3): c[i1, i2 % c.ne1, i3 % c.ne2]
     idx = ops.convert(xs[2], ov.Type.i64)
     idx = tile_to(idx, c.ne, (c.ne[0], b.ne[2], b.ne[3], 1))  # [1, b3, b2, b1] after tiling
@@ -568,24 +566,11 @@ def attention_form(manual_gqa: bool | None, n_head: int, n_head_kv: int, plain: 
     return "manual" if manual_gqa and n_head_kv > 1 and n_head > n_head_kv else "sdpa"
 
 
-def _attention_scores(t: Tensor, xs: list[Out], s: Out) -> Out:
-    """ggml's scores from the raw ones ``s`` [B, H, n_q, n_kv]: scale, softcap, mask (ALiBi)."""
-    scale = t.params["scale"]
-    softcap = t.params["logit_softcap"]
-    if softcap != 0:
-        scale = scale / softcap
-    s = ops.multiply(s, const(scale))
-    if softcap != 0:
-        s = ops.multiply(ops.tanh(s), const(softcap))
-    mask = attention_mask(OPENVINO, t, 3, xs, t.operand(0).ne[1], t.operand(0).ne)
-    return s if mask is None else ops.add(s, mask)
-
-
 def _attention_probs(t: Tensor, xs: list[Out], s: Out) -> Out:
     """ggml's softmax of the raw scores ``s`` [B, H, n_q, n_kv]: scale, softcap, mask (ALiBi), sinks;
     a row whose scores (and sink) are all -inf gives 0, not NaN."""
     n_h = t.operand(0).ne[2]
-    s = _attention_scores(t, xs, s)
+    s = attention_scores(OPENVINO, t, xs, s)
     sinks = xs[4] if len(xs) > 4 else None
     if sinks is None:
         # a -inf sink column adds exp(-inf) = 0 to every denominator: the numbers are unchanged, and
@@ -662,7 +647,7 @@ def _flash_attn_ggml_f16(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Ou
     # [B, H_kv, r·n_q, n_kv]; an f16 K: in ggml_vec_dot_f16's summation order
     f16_k = k_t.dtype == "f16"
     s = ggml_numerics.dot_f16_scores(q, k, kernels) if f16_k else ops.matmul(q, k, False, True)
-    s = _attention_scores(t, xs, ops.reshape(s, i64([n_b, n_h, n_q, n_kv]), False))
+    s = attention_scores(OPENVINO, t, xs, ops.reshape(s, i64([n_b, n_h, n_q, n_kv]), False))
     sinks = xs[4] if len(xs) > 4 else None
     grouped = ops.reshape(s, i64([n_b, h_kv, r * n_q, n_kv]), False)
     row_sinks = None if sinks is None else ggml_numerics.grouped_sinks(f32(sinks), h_kv, r, n_q)
