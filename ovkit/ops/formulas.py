@@ -1,9 +1,9 @@
-"""The ops written once: every unary, GLU and element-wise formula, the row norms and sums and the
-ops made of gathers, reshapes, reductions and matmuls (windows, rope, MoE, the delta net), over an
-array namespace (:class:`ArrayOps`) that the numpy reference fills with f32 numpy arrays and the
-OpenVINO translation with opset16 nodes.  What differs per backend (OpenVINO's Exp saturating
-early, numpy's erf in f64, how a smaller operand is repeated) lives in its namespace, never in a
-formula; the formulas follow ggml's CPU kernels (``ggml-cpu/vec.h``, ``unary-ops.cpp``).
+"""The ops written once: every unary, GLU and element-wise formula, the row norms and sums, the
+ops made of gathers, reductions, matmuls, convolutions and sorts (windows, rope, MoE, the delta
+net, softmax) and quantized writes, over an array namespace (:class:`ArrayOps`) that the numpy
+reference fills with f32 numpy arrays and the OpenVINO translation with opset16 nodes.  What differs
+per backend (OpenVINO's Exp saturating early, numpy's sums in f64, how a smaller operand is
+repeated) lives in its namespace, never in a formula; the formulas follow ggml's CPU kernels.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ import numpy as np
 from ovkit import quant
 from ovkit.dtypes import ggml_type
 from ovkit.ir import GraphIR, Op
-from ovkit.quant import QuantError, QuantizedWeight, RequantTarget, ov_div_rn, ov_mul_rn
-from ovkit.quant.round_trip import ov_split
+from ovkit.quant import QuantError, QuantizedWeight, RequantTarget
+from ovkit.quant.round_trip import ov_div_rn, ov_mul_rn, ov_split
 
 #: ggml's ``type_traits_cpu[type].vec_dot_type`` (ggml-cpu.c) for every quantized weight type:
 #: the format the activations are quantized to before the integer dot product (q8_1 for the
@@ -114,23 +114,15 @@ def _q8_k(x: Any) -> QuantizedActivations:
     magnitude, iscale = -127/max, q = min(127, nearest_int(iscale·x)) (round half to even),
     d = 1/iscale in f32; a zero block stays zero.  (The repacked Q4_K kernels quantize with
     ±127/amax, which gives the same d·q.)"""
-    ops = _ops()
+    from ovkit.ops.translate import OPENVINO as n  # here: OpenVINO loads with the translation
+
     b = _blocks(x, quant.QK_K)
-    axis = ops.constant(np.array([1], np.int64))
-    mag = ops.abs(b)
-    amax = ops.reduce_max(mag, axis, True)
-    first = ops.select(
-        ops.equal(mag, amax),
-        ops.constant(np.arange(quant.QK_K, dtype=np.int64)),
-        ops.constant(np.int64(quant.QK_K)),
-    )
-    signed = ops.gather_elements(b, ops.reduce_min(first, axis, True), 1)
-    nonzero = ops.not_equal(amax, _c(0.0))
-    iscale = ov_div_rn(_c(-127.0), ops.select(nonzero, signed, _c(1.0)))
-    q = ops.minimum(ops.round(ops.multiply(b, iscale), "half_to_even"), _c(127.0))
-    d = ov_div_rn(_c(1.0), iscale)
-    values = ops.select(nonzero, ops.multiply(q, d), _c(0.0))
-    return QuantizedActivations(ops.reshape(values, ops.shape_of(x), False))
+    signed = n.first_largest(b)
+    nonzero = n.ne(signed, 0.0)
+    iscale = n.div_rn(-127.0, n.where(nonzero, signed, 1.0))
+    q = n.minimum(n.unary("round_even", n.mul(b, iscale)), 127.0)
+    values = n.where(nonzero, n.mul(q, n.div_rn(1.0, iscale)), 0.0)
+    return QuantizedActivations(_ops().reshape(values, _ops().shape_of(x), False))
 
 
 def quantize_activations(x: Any, dot_type: str) -> QuantizedActivations:

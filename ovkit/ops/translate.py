@@ -132,16 +132,10 @@ def leaf_value(t: Tensor) -> Out:
 
 
 def view_value(t: Tensor, base: Out) -> Out:
-    """The value of a view/permute/reshape ``t`` read from its base's memory, as ggml indexes it.
-
-    Packed views are a Slice + Reshape; strided views whose strides nest (each a multiple of the
-    next, rows not overlapping; permutes included) are Slice + Reshape to the padded block +
-    Slice + Transpose; anything else is a Gather with constant element indices.
-    """
+    """The value of a view/permute/reshape ``t`` read from its base's memory, as ggml indexes it:
+    Slices, Reshapes and a Transpose where the strides nest, else a Gather of constant indices."""
     base_t = t.base
     n_base = base_t.nelements
-    if t.nelements == 0:
-        return ops.broadcast(const(0, np.float32), i64(list(reversed(t.ne))))
     start = t.elem_offset
     if t.is_contiguous:
         if start == 0 and t.nelements == n_base:

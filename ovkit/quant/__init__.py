@@ -18,7 +18,7 @@ from ovkit.quant.requant import (
     requant_type,
     requantize,
 )
-from ovkit.quant.round_trip import ROUND_TRIPS, ov_div_rn, ov_mul_rn
+from ovkit.quant.round_trip import ROUND_TRIPS
 from ovkit.quant.specs import (
     FORMS,
     HOST_TYPES,
@@ -56,8 +56,6 @@ __all__ = [
     "compile_hints",
     "decode_blocks",
     "from_blocks",
-    "ov_div_rn",
-    "ov_mul_rn",
     "quant_spec",
     "quantize",
     "reference_dequantize",
