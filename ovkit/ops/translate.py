@@ -607,8 +607,6 @@ def _flash_attn_ext(t: Tensor, xs: list[Out], manual_gqa: bool | None = None) ->
     plain = sinks is None and t.params["logit_softcap"] == 0 and t.params["max_bias"] <= 0
     # precision="ggml" keeps the grouped MatMuls (its tiled path: ggml's f32 attention)
     form = "grouped" if ggml_path else attention_form(manual_gqa, n_h, h_kv, plain, n_q)
-    if ggml_path == "f16":
-        return _flash_attn_ggml_f16(t, xs, ops.reshape(q, i64([n_b, h_kv, r * n_q, q_t.ne[0]]), False), k, v)
     if form == "sdpa":
         out = _sdpa(t, xs, q, k, v)
     else:
@@ -620,34 +618,24 @@ def _flash_attn_ext(t: Tensor, xs: list[Out], manual_gqa: bool | None = None) ->
             ops.reshape(x, i64([n_b, h_kv, *kv, n_kv, d]), False) for x, d in ((k, k_t.ne[0]), (v, v_t.ne[0]))
         )
         qg = ops.reshape(q, i64([n_b, h_kv, *rows, q_t.ne[0]]), False)
-        s = ops.reshape(ops.matmul(qg, kg, False, True), i64([n_b, n_h, n_q, n_kv]), False)
-        p = ops.reshape(_attention_probs(t, xs, s), i64([n_b, h_kv, *rows, n_kv]), False)
-        out = ops.reshape(ops.matmul(p, vg, False, False), i64([n_b, n_h, n_q, v_t.ne[0]]), False)
+        if ggml_path == "f16":  # llama.cpp CPU's one-query attention: an f16 K's Q·K in
+            # ggml_vec_dot_f16's order, V·softmax accumulated in f16 key by key
+            kernels = ggml_numerics.kernels_named(t.params[ggml_numerics.KERNELS_PARAM])
+            f16_k = k_t.dtype == "f16"
+            s = ggml_numerics.dot_f16_scores(qg, kg, kernels) if f16_k else ops.matmul(qg, kg, False, True)
+            s = attention_scores(OPENVINO, t, xs, ops.reshape(s, i64([n_b, n_h, n_q, n_kv]), False))
+            row_sinks = None if sinks is None else ggml_numerics.grouped_sinks(f32(sinks), h_kv, r, n_q)
+            s = ops.reshape(s, i64([n_b, h_kv, r * n_q, n_kv]), False)
+            out = ggml_numerics.flash_attn_f16_accumulated(s, vg, kernels, row_sinks)
+        else:
+            s = ops.reshape(ops.matmul(qg, kg, False, True), i64([n_b, n_h, n_q, n_kv]), False)
+            p = ops.reshape(_attention_probs(t, xs, s), i64([n_b, h_kv, *rows, n_kv]), False)
+            out = ops.matmul(p, vg, False, False)
+        out = ops.reshape(out, i64([n_b, n_h, n_q, v_t.ne[0]]), False)
     return ops.transpose(out, i64([0, 2, 1, 3]))  # ne [Dv, H, n_q, B]
 
 
 translator(Op.FLASH_ATTN_EXT)(_flash_attn_ext)  # build_model passes manual_gqa
-
-
-def _flash_attn_ggml_f16(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
-    """llama.cpp CPU's one-query flash attention (precision="ggml"): Q·K in ggml_vec_dot_f16's
-    order, V·softmax accumulated in f16 key by key; ``q`` grouped [B, H_kv, r·n_q, D]."""
-    from ovkit.ops import ggml_numerics
-
-    q_t, k_t, v_t = t.operand(0), t.operand(1), t.operand(2)
-    n_b, n_h, n_q, n_kv, h_kv = q_t.ne[3], q_t.ne[2], q_t.ne[1], k_t.ne[1], k_t.ne[2]
-    r = n_h // h_kv
-    kernels = ggml_numerics.kernels_named(t.params[ggml_numerics.KERNELS_PARAM])
-    # [B, H_kv, r·n_q, n_kv]; an f16 K: in ggml_vec_dot_f16's summation order
-    f16_k = k_t.dtype == "f16"
-    s = ggml_numerics.dot_f16_scores(q, k, kernels) if f16_k else ops.matmul(q, k, False, True)
-    s = attention_scores(OPENVINO, t, xs, ops.reshape(s, i64([n_b, n_h, n_q, n_kv]), False))
-    sinks = xs[4] if len(xs) > 4 else None
-    grouped = ops.reshape(s, i64([n_b, h_kv, r * n_q, n_kv]), False)
-    row_sinks = None if sinks is None else ggml_numerics.grouped_sinks(f32(sinks), h_kv, r, n_q)
-    out = ggml_numerics.flash_attn_f16_accumulated(grouped, v, kernels, row_sinks)
-    out = ops.reshape(out, i64([n_b, n_h, n_q, v_t.ne[0]]), False)
-    return ops.transpose(out, i64([0, 2, 1, 3]))
 
 
 def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
