@@ -23,7 +23,7 @@ from ovkit import quant
 from ovkit.dtypes import ggml_type
 from ovkit.ir import GraphIR, Op
 from ovkit.quant import QuantError, QuantizedWeight, RequantTarget
-from ovkit.quant.round_trip import ov_div_rn, ov_mul_rn, ov_split
+from ovkit.quant.round_trip import ov_mul_rn, ov_split
 
 #: ggml's ``type_traits_cpu[type].vec_dot_type`` (ggml-cpu.c) for every quantized weight type:
 #: the format the activations are quantized to before the integer dot product (q8_1 for the
@@ -77,18 +77,16 @@ def _q8_0(x: Any, with_sums: bool) -> QuantizedActivations:
     """x86 ``quantize_row_q8_0`` / ``quantize_row_q8_1``: per 32, amax = max|x|, d = amax/127 stored
     as f16, q = round-half-even(x · (127/amax)) (the AVX kernel's multiplier, not the reference
     C code's 1/d: the two differ in the last bit); q8_1 also stores s = f16(d·Σq) with d in f32."""
-    ops = _ops()
-    b = _blocks(x, 32)
-    axis = ops.constant(np.array([1], np.int64))
-    amax = ops.reduce_max(ops.abs(b), axis, True)
-    nonzero = ops.not_equal(amax, _c(0.0))
-    inv = ops.select(nonzero, ov_div_rn(_c(127.0), amax), _c(0.0))
-    q = ops.round(ops.multiply(b, inv), "half_to_even")
-    d = ov_div_rn(amax, _c(127.0))
-    values = ops.reshape(ops.multiply(q, _f16(d)), ops.shape_of(x), False)
+    from ovkit.ops.translate import OPENVINO as n  # here: OpenVINO loads with the translation
+
+    ops, b = _ops(), _blocks(x, 32)
+    amax = n.reduce("max", n.unary("abs", b), [1])
+    q = n.unary("round_even", n.mul(b, n.where(n.ne(amax, 0.0), n.div_rn(127.0, amax), 0.0)))
+    d = n.div_rn(amax, 127.0)
+    values = ops.reshape(n.mul(q, _f16(d)), ops.shape_of(x), False)
     if not with_sums:
         return QuantizedActivations(values)
-    qsum = ops.reduce_sum(q, axis, True)
+    qsum = n.reduce("sum", q, [1])
     sums_shape = ops.concat([_leading(x), ops.constant(np.array([-1], np.int64))], 0)
     sums = ops.reshape(ops.multiply(qsum, _f16(d)), sums_shape, False)
     stored = ops.reshape(_f16(ops.multiply(qsum, d)), sums_shape, False)
