@@ -1,9 +1,9 @@
-"""The ops written once: every unary, GLU and element-wise formula, the row norms and sums and the
-ops made of gathers, reshapes, reductions and matmuls (windows, rope, MoE, the delta net), over an
-array namespace (:class:`ArrayOps`) that the numpy reference fills with f32 numpy arrays and the
-OpenVINO translation with opset16 nodes.  What differs per backend (OpenVINO's Exp saturating
-early, numpy's erf in f64, how a smaller operand is repeated) lives in its namespace, never in a
-formula; the formulas follow ggml's CPU kernels (``ggml-cpu/vec.h``, ``unary-ops.cpp``).
+"""The ops written once: every unary, GLU and element-wise formula, the row norms and sums, the
+ops made of gathers, reductions, matmuls, convolutions and sorts (windows, rope, MoE, the delta
+net, softmax) and quantized writes, over an array namespace (:class:`ArrayOps`) that the numpy
+reference fills with f32 numpy arrays and the OpenVINO translation with opset16 nodes.  What differs
+per backend (OpenVINO's Exp saturating early, numpy's sums in f64, how a smaller operand is
+repeated) lives in its namespace, never in a formula; the formulas follow ggml's CPU kernels.
 """
 
 from __future__ import annotations
@@ -14,16 +14,18 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 
+from ovkit.dtypes import FLOAT_TYPES
 from ovkit.ir import Op, RopeType, Tensor
 from ovkit.ops import geometry
+from ovkit.quant.round_trip import round_trip_spec
 
 V = TypeVar("V")
 Fn = TypeVar("Fn")
 Num = float | int
 #: The one-operand primitives every namespace provides (:meth:`ArrayOps.unary`).
 Prim = Literal[
-    "neg", "abs", "sign", "floor", "ceil", "trunc", "round_away", "sqrt", "exp", "expm1", "log",
-    "sin", "cos", "tanh", "sigmoid", "erf",
+    "neg", "abs", "sign", "floor", "ceil", "trunc", "round_away", "round_even", "sqrt", "exp", "expm1",
+    "log", "sin", "cos", "tanh", "sigmoid", "erf",
 ]  # fmt: skip
 
 
@@ -40,6 +42,19 @@ class ArrayOps(Protocol[V]):
     def gt(self, a: V, b: Num) -> V: ...
     def ge(self, a: V, b: Num) -> V: ...
     def le(self, a: V, b: Num) -> V: ...
+    def ne(self, a: V, b: Num) -> V: ...
+    def mul_rn(self, a: V | Num, b: V | Num) -> V:
+        """``a·b`` rounded to f32 before whatever adds it (never fused into an FMA)."""
+        ...
+
+    def div_rn(self, a: V | Num, b: V | Num) -> V:
+        """``a / b`` correctly rounded, as C's division (OpenVINO: last axis of size 1)."""
+        ...
+
+    def first_largest(self, x: V) -> V:
+        """Per row (last axis): the first value of largest magnitude, kept as a dim of 1."""
+        ...
+
     def where(self, cond: V, a: V | Num, b: V | Num) -> V: ...
     def unary(self, name: Prim, x: V) -> V:
         """The primitive ``name`` applied to ``x`` (``round_away``: C's roundf)."""
@@ -57,6 +72,10 @@ class ArrayOps(Protocol[V]):
         """Elements ``start:stop`` of dim 0 (the innermost)."""
         ...
 
+    def truncated(self, x: V, dtype: str) -> V:
+        """``x`` truncated toward zero into the integer type ``dtype`` (a C cast)."""
+        ...
+
     def full(self, ne: Sequence[int], value: float) -> V: ...
     def const(self, value: np.ndarray) -> V: ...
     def sum_rows(self, x: V) -> V:
@@ -64,8 +83,8 @@ class ArrayOps(Protocol[V]):
         ...
 
     def mean_rows(self, x: V) -> V: ...
-    def reduce(self, kind: Literal["sum", "max"], x: V, axes: Sequence[int]) -> V:
-        """Sums (numpy: in f64) or maxima over ``axes``, kept as dims of 1."""
+    def reduce(self, kind: Literal["sum", "max", "min"], x: V, axes: Sequence[int]) -> V:
+        """Sums (numpy: in f64), maxima or minima over ``axes``, kept as dims of 1."""
         ...
 
     def reshape(self, x: V, shape: Sequence[int]) -> V: ...
@@ -81,6 +100,27 @@ class ArrayOps(Protocol[V]):
 
     def pad(self, x: V, begin: Sequence[int], end: Sequence[int], mode: str) -> V:
         """``x`` padded per axis (``mode`` "constant": zeros, or "reflect")."""
+        ...
+
+    def expand_batch(self, x: V, small: Sequence[int], big: Sequence[int]) -> V:
+        """Dims 2, 3 of ``x`` (ne ``small``) repeat-interleaved to ``big`` (mul_mat's i02 = i12 / r2)."""
+        ...
+
+    def conv(self, x: V, w: V, geom: geometry.ConvGeometry, depthwise: bool) -> V:
+        """``x`` [N, C, *sizes] convolved with ``w`` [OC, C, *ks] (depthwise: [C, 1, *ks]) as ggml's
+        direct convolutions, zeros outside the input: [N, OC, *out]."""
+        ...
+
+    def sorted_indices(self, x: V, k: int, largest: bool) -> V:
+        """i32 indices of the ``k`` smallest (or largest) values along dim 0, sorted."""
+        ...
+
+    def softmax(self, w: V, sinks: V | None) -> V:
+        """Softmax along dim 0; per-head (dim 2) ``sinks`` join the denominator; ggml's NaN rows."""
+        ...
+
+    def conv_transpose(self, x: V, w: V, stride: int) -> V:
+        """``x`` [N, IC, H, W] transposed-convolved with ``w`` [IC, OC, KH, KW], no padding."""
         ...
 
 
@@ -438,6 +478,18 @@ def cross_entropy_loss_back(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
     return n.mul(n.sub(n.div(e, n.sum_rows(e)), n.f32(xs[2])), scale)
 
 
+@formula(Op.ARGSORT)
+def argsort(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    return n.sorted_indices(xs[0], t.ne[0], largest=t.params["order"] != 0)
+
+
+@formula(Op.TOP_K)
+def top_k(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    k = t.params["k"]
+    idx = n.sorted_indices(xs[0], k, largest=True)
+    return n.take(idx, geometry.top_k_order(k), 3) if k > 1 else idx
+
+
 @formula(Op.IM2COL)
 def im2col(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
     b = t.operand(1)
@@ -569,6 +621,51 @@ def rope(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
     return out if end == ne0 else n.concat([out, n.head(x, end, ne0)], 3)
 
 
+@formula(Op.MUL_MAT)
+def mul_mat(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    """b @ aᵀ, a repeat-interleaved over b's batch; an f16/bf16 a sees b rounded to its type."""
+    a, b = t.operand(0), t.operand(1)
+    xb = n.f32(xs[1])
+    if a.dtype in ("f16", "bf16") and b.dtype != a.dtype:
+        xb = n.rounded(xb, a.dtype)  # ggml converts src1 to src0's vec_dot type
+    return n.matmul(xb, n.expand_batch(n.f32(xs[0]), a.ne, b.ne), tb=True)
+
+
+@formula(Op.OUT_PROD)
+def out_prod(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    a, b = t.operand(0), t.operand(1)
+    return n.matmul(n.f32(xs[1]), n.expand_batch(n.f32(xs[0]), a.ne, b.ne), ta=True)  # bᵀ [p, k] @ a [k, m]
+
+
+@formula(Op.CONV_2D, Op.CONV_2D_DW, Op.CONV_3D)
+def conv(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    """ggml's direct convolutions; CONV_2D and CONV_3D with an f16 kernel read f16 input taps."""
+    a, b = t.operand(0), t.operand(1)
+    geom = geometry.conv_geometry(t, 3 if t.op == Op.CONV_3D else 2)
+    x, w = n.f32(xs[1]), n.f32(xs[0])
+    if t.op != Op.CONV_2D_DW and a.dtype == "f16":
+        x = n.rounded(x, "f16")
+    if t.op == Op.CONV_3D:
+        c, batch, oc = t.params["c"], t.params["n"], t.params["oc"]
+        x = n.reshape(x, [batch, c, b.ne[2], b.ne[1], b.ne[0]])
+        w = n.reshape(w, [oc, c, a.ne[2], a.ne[1], a.ne[0]])
+    return n.reshape(n.conv(x, w, geom, depthwise=t.op == Op.CONV_2D_DW), dims(t.ne))
+
+
+@formula(Op.CONV_TRANSPOSE_1D, Op.CONV_TRANSPOSE_2D)
+def conv_transpose(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    """ggml's transposed convolutions (1-D as 2-D of height 1); an f16 kernel reads the input as f16."""
+    a, b = t.operand(0), t.operand(1)
+    x, w = n.f32(xs[1]), n.f32(xs[0])
+    if a.dtype == "f16":
+        x = n.rounded(x, "f16")
+    if t.op == Op.CONV_TRANSPOSE_1D:
+        x = n.reshape(x, [1, b.ne[1], 1, b.ne[0]])
+        w = n.reshape(w, [a.ne[2], a.ne[1], 1, a.ne[0]])
+    stride = t.params["s0" if t.op == Op.CONV_TRANSPOSE_1D else "stride"]
+    return n.reshape(n.conv_transpose(x, w, stride), dims(t.ne))
+
+
 @formula(Op.MUL_MAT_ID)
 def mul_mat_id(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
     """out[:, e, t] = as[ids[e, t]] @ b[:, e % b.ne1, t]; f16/bf16 experts see b rounded to their type."""
@@ -586,6 +683,44 @@ def mul_mat_id(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
     return n.reshape(out, [1, n_tok, n_used, t.ne[0]])
 
 
+# ---------------------------------------------------------------------------- quantized writes
+def quantized_write(n: ArrayOps[V], x: V, qtype: str, shape: Sequence[int]) -> V:
+    """The values a ``qtype`` tensor reads back after ggml's CPU writes ``x`` into it (``from_float``
+    then ``to_float`` per 32 values, C's roundings; ``quant.ROUND_TRIPS``), in ``shape``."""
+    rt = round_trip_spec(qtype)
+    b = n.reshape(n.f32(x), [-1, 32])
+
+    def inverse(num: float, den: V) -> V:  # den != 0 ? num/den : 0
+        return n.where(n.ne(den, 0.0), n.div_rn(num, den), 0.0)
+
+    if rt.symmetric:  # d = (the first value of largest magnitude) / -offset, exact: 2^-k
+        d = n.mul(n.first_largest(b), -1.0 / rt.offset)
+        q = n.unary("floor", n.add(n.mul_rn(b, inverse(1.0, d)), rt.offset + 0.5))
+        out = n.mul(n.sub(n.minimum(q, rt.levels), rt.offset), n.rounded(d, "f16"))
+    elif rt.levels == 127:  # Q8_0 as ggml's AVX kernel: 127/amax, round half to even
+        amax = n.reduce("max", n.unary("abs", b), [1])
+        q = n.unary("round_even", n.mul(b, inverse(127.0, amax)))
+        out = n.mul(q, n.rounded(n.div_rn(amax, 127.0), "f16"))
+    else:  # d = (max - min) / levels, w = q·d + min
+        lo, hi = n.reduce("min", b, [1]), n.reduce("max", b, [1])
+        d = n.div_rn(n.sub(hi, lo), float(rt.levels))
+        q = n.unary("floor", n.add(n.mul_rn(n.sub(b, lo), inverse(1.0, d)), 0.5))
+        out = n.add(n.mul_rn(n.minimum(q, rt.levels), n.rounded(d, "f16")), n.rounded(lo, "f16"))
+    return n.reshape(out, shape)
+
+
+@formula(Op.CPY)
+def cpy(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    """The source's values in the destination's shape and type: a quantized destination holds
+    them as ggml writes them; a copy between one quantized type moves ggml's blocks."""
+    src, x = t.operand(0), xs[0]
+    if t.dtype in ("i32", "i64") and src.dtype in FLOAT_TYPES:
+        x = n.truncated(x, t.dtype)
+    if t.is_quantized and src.dtype != t.dtype:
+        return quantized_write(n, x, t.dtype, dims(t.ne))
+    return n.reshape(x, dims(t.ne))
+
+
 # ---------------------------------------------------------------------------- softmax / attention
 def attention_mask(n: ArrayOps[V], t: Tensor, i: int, xs: list[V], rows: int, big: Sequence[int]) -> V | None:
     """SOFT_MAX's or FLASH_ATTN_EXT's mask (source ``i``) as ggml adds it: rows 0..rows-1 in f32,
@@ -600,3 +735,23 @@ def attention_mask(n: ArrayOps[V], t: Tensor, i: int, xs: list[V], rows: int, bi
     if t.params["max_bias"] <= 0:
         return m
     return n.mul(m, n.const(geometry.alibi_slopes(big[2], t.params["max_bias"]).reshape(1, -1, 1, 1)))
+
+
+@formula(Op.SOFT_MAX)
+def soft_max(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
+    w = n.mul(n.f32(xs[0]), float(t.params["scale"]))
+    mask = attention_mask(n, t, 1, xs, t.ne[1], t.ne)
+    sinks = xs[2] if len(xs) > 2 else None
+    return n.softmax(w if mask is None else n.add(w, mask), None if sinks is None else n.f32(sinks))
+
+
+def attention_scores(n: ArrayOps[V], t: Tensor, xs: list[V], s: V) -> V:
+    """FLASH_ATTN_EXT's scores from the raw Q·Kᵀ ``s`` [B, H, n_q, n_kv]: scale, softcap, mask (ALiBi)."""
+    scale, softcap = np.float32(t.params["scale"]), np.float32(t.params["logit_softcap"])
+    if softcap != 0:
+        scale = scale / softcap  # in f32, as ggml
+    s = n.mul(s, float(scale))
+    if softcap != 0:
+        s = n.mul(n.unary("tanh", s), float(softcap))
+    mask = attention_mask(n, t, 3, xs, t.operand(0).ne[1], t.operand(0).ne)
+    return s if mask is None else n.add(s, mask)

@@ -203,9 +203,11 @@ def window_index(
     return np.where(valid, flat, stride), valid
 
 
-def conv_geometry(
-    t: Tensor, n: int, kernel: str = ""
-) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
+#: (input sizes, kernel sizes, strides, pads, dilations, output sizes), numpy order.
+ConvGeometry = tuple[list[int], list[int], list[int], list[int], list[int], list[int]]
+
+
+def conv_geometry(t: Tensor, n: int, kernel: str = "") -> ConvGeometry:
     """(input sizes, kernel sizes, strides, pads, dilations, output sizes) of an n-D direct conv
     node, numpy order (outer first); ``kernel``: the param prefix of the kernel sizes ("k" for
     pools, whose input is src0 and dilation 1), else src0's shape over src1."""

@@ -22,8 +22,8 @@ import numpy as np
 from ovkit import quant
 from ovkit.dtypes import ggml_type
 from ovkit.ir import GraphIR, Op
-from ovkit.quant import QuantError, QuantizedWeight, RequantTarget, ov_div_rn, ov_mul_rn
-from ovkit.quant.round_trip import ov_split
+from ovkit.quant import QuantError, QuantizedWeight, RequantTarget
+from ovkit.quant.round_trip import ov_mul_rn, ov_split
 
 #: ggml's ``type_traits_cpu[type].vec_dot_type`` (ggml-cpu.c) for every quantized weight type:
 #: the format the activations are quantized to before the integer dot product (q8_1 for the
@@ -77,18 +77,16 @@ def _q8_0(x: Any, with_sums: bool) -> QuantizedActivations:
     """x86 ``quantize_row_q8_0`` / ``quantize_row_q8_1``: per 32, amax = max|x|, d = amax/127 stored
     as f16, q = round-half-even(x · (127/amax)) (the AVX kernel's multiplier, not the reference
     C code's 1/d: the two differ in the last bit); q8_1 also stores s = f16(d·Σq) with d in f32."""
-    ops = _ops()
-    b = _blocks(x, 32)
-    axis = ops.constant(np.array([1], np.int64))
-    amax = ops.reduce_max(ops.abs(b), axis, True)
-    nonzero = ops.not_equal(amax, _c(0.0))
-    inv = ops.select(nonzero, ov_div_rn(_c(127.0), amax), _c(0.0))
-    q = ops.round(ops.multiply(b, inv), "half_to_even")
-    d = ov_div_rn(amax, _c(127.0))
-    values = ops.reshape(ops.multiply(q, _f16(d)), ops.shape_of(x), False)
+    from ovkit.ops.translate import OPENVINO as n  # here: OpenVINO loads with the translation
+
+    ops, b = _ops(), _blocks(x, 32)
+    amax = n.reduce("max", n.unary("abs", b), [1])
+    q = n.unary("round_even", n.mul(b, n.where(n.ne(amax, 0.0), n.div_rn(127.0, amax), 0.0)))
+    d = n.div_rn(amax, 127.0)
+    values = ops.reshape(n.mul(q, _f16(d)), ops.shape_of(x), False)
     if not with_sums:
         return QuantizedActivations(values)
-    qsum = ops.reduce_sum(q, axis, True)
+    qsum = n.reduce("sum", q, [1])
     sums_shape = ops.concat([_leading(x), ops.constant(np.array([-1], np.int64))], 0)
     sums = ops.reshape(ops.multiply(qsum, _f16(d)), sums_shape, False)
     stored = ops.reshape(_f16(ops.multiply(qsum, d)), sums_shape, False)
@@ -114,23 +112,15 @@ def _q8_k(x: Any) -> QuantizedActivations:
     magnitude, iscale = -127/max, q = min(127, nearest_int(iscale·x)) (round half to even),
     d = 1/iscale in f32; a zero block stays zero.  (The repacked Q4_K kernels quantize with
     ±127/amax, which gives the same d·q.)"""
-    ops = _ops()
+    from ovkit.ops.translate import OPENVINO as n  # here: OpenVINO loads with the translation
+
     b = _blocks(x, quant.QK_K)
-    axis = ops.constant(np.array([1], np.int64))
-    mag = ops.abs(b)
-    amax = ops.reduce_max(mag, axis, True)
-    first = ops.select(
-        ops.equal(mag, amax),
-        ops.constant(np.arange(quant.QK_K, dtype=np.int64)),
-        ops.constant(np.int64(quant.QK_K)),
-    )
-    signed = ops.gather_elements(b, ops.reduce_min(first, axis, True), 1)
-    nonzero = ops.not_equal(amax, _c(0.0))
-    iscale = ov_div_rn(_c(-127.0), ops.select(nonzero, signed, _c(1.0)))
-    q = ops.minimum(ops.round(ops.multiply(b, iscale), "half_to_even"), _c(127.0))
-    d = ov_div_rn(_c(1.0), iscale)
-    values = ops.select(nonzero, ops.multiply(q, d), _c(0.0))
-    return QuantizedActivations(ops.reshape(values, ops.shape_of(x), False))
+    signed = n.first_largest(b)
+    nonzero = n.ne(signed, 0.0)
+    iscale = n.div_rn(-127.0, n.where(nonzero, signed, 1.0))
+    q = n.minimum(n.unary("round_even", n.mul(b, iscale)), 127.0)
+    values = n.where(nonzero, n.mul(q, n.div_rn(1.0, iscale)), 0.0)
+    return QuantizedActivations(_ops().reshape(values, _ops().shape_of(x), False))
 
 
 def quantize_activations(x: Any, dot_type: str) -> QuantizedActivations:
@@ -205,15 +195,10 @@ FA_TILE_Q = 64
 
 @dataclass(frozen=True, slots=True)
 class F16Kernels:
-    """How one ggml build's x86 f16 vector kernels round (simd-mappings.h's F16 macros, vec.h).
-
-    ``ggml_vec_dot_f16`` keeps four accumulators of ``dot_lanes`` lanes: element ``i`` of a step
-    of ``4·dot_lanes`` goes to accumulator ``(i // lanes) % 4``, lane ``i % lanes``; they are
-    f32 (products of f16 values are exact there) or, with ``dot_f16``, f16 (AVX512-FP16's
-    ``vfmadd231ph``, one f16 rounding per product); the leftovers past the last whole step are
-    added in double.  ``vec_f16``: ``ggml_vec_mad_f16`` / ``ggml_vec_scale_f16`` compute in f16
-    on their first ``n − n % F16_STEP`` elements (the multiplier rounded to f16 first), in f32
-    with one f16 store per element elsewhere."""
+    """How one ggml build's x86 f16 vector kernels round (simd-mappings.h's F16 macros, vec.h):
+    ``ggml_vec_dot_f16``'s four accumulators of ``dot_lanes`` lanes, in f16 with ``dot_f16``
+    (else f32); ``vec_f16``: ``ggml_vec_mad_f16`` / ``ggml_vec_scale_f16`` compute in f16 on their
+    first ``n − n % F16_STEP`` elements (see :func:`dot_f16_scores`, :func:`flash_attn_f16_accumulated`)."""
 
     name: str
     dot_lanes: int
@@ -451,22 +436,13 @@ def _last_slice(x: Any, start: int, stop: int) -> Any:
 
 
 def flash_attn_f16_accumulated(scores: Any, v: Any, kernels: F16Kernels, sinks: Any = None) -> Any:
-    """ggml's one-query-at-a-time flash attention with an f16 V: the f16 accumulation as an
-    OpenVINO Loop over the keys, rounded as ``kernels`` round it.
-
-    ``scores`` [B, G, R, n_kv]: Q·K scaled, soft-capped and masked (``-inf`` where masked) in f32;
-    ``v`` [B, G, n_kv, Dv]: V's f16 values in f32; ``sinks``: None or per-row sink logits
-    broadcastable to [B, G, R, 1].  Per key in order, as ggml: a masked key is skipped; a new
-    maximum ``M`` rescales the f16 accumulator by ``ms = expf(M_old − M)`` (rounded to f16,
-    ``ggml_vec_scale_f16``); then ``acc = f16(fma(v, vs, acc))`` with ``vs = expf(s − M)``
-    (``ggml_vec_mad_f16``) and ``S = fma(S, ms, vs)`` in f32; where ``kernels.vec_f16`` (the first
-    ``Dv − Dv % F16_STEP`` columns) ``f16(acc·f16(ms))`` and ``f16(v·f16(vs) + acc)``, one f16
-    rounding each.  ``M`` before and after each key is the
-    running maximum, so ``ms`` and ``vs`` are computed for all keys at once (``ms`` is exactly 1
-    and ``vs`` exactly 0 where ggml does not scale or skips the key, which leaves the accumulator as
-    it is); only the roundings run in the Loop.  After the keys the accumulator is widened to f32,
-    the sink joins ``M`` and ``S``, and the row is multiplied by ``1/S`` (0 for a row with every key
-    masked).  Returns [B, G, R, Dv] (f32)."""
+    """ggml's one-query-at-a-time flash attention with an f16 V, rounded as ``kernels`` round it:
+    ``scores`` [B, G, R, n_kv] (scaled, soft-capped, ``-inf`` where masked), ``v`` [B, G, n_kv, Dv]
+    (f16 values in f32), ``sinks`` None or per-row logits; returns [B, G, R, Dv] f32.  Per key, as
+    ggml: a new maximum rescales the f16 accumulator by ``ms = expf(M_old − M)``, then
+    ``acc = f16(fma(v, vs, acc))`` with ``vs = expf(s − M)`` and ``S = fma(S, ms, vs)``.  ``ms`` and
+    ``vs`` come from the running maximum for all keys at once (1 and 0 where ggml does not scale or
+    skips a key); only the roundings run in an OpenVINO Loop over the keys."""
     import openvino as ov
 
     ops = _ops()

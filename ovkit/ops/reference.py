@@ -7,6 +7,7 @@ as ggml's CPU backend does and the evaluator rounds the result to the node's typ
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,7 +18,7 @@ import numpy.typing as npt
 from ovkit.dtypes import NUMPY_DTYPE
 from ovkit.ir import GraphError, GraphIR, Op, Tensor, ggml_index_map, interpret, round_to
 from ovkit.ops import geometry
-from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, attention_mask, register_in
+from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, attention_scores, quantized_write, register_in
 
 Arr = np.ndarray
 #: an f32 array: what every reference computes in (its arithmetic keeps the element type)
@@ -100,7 +101,7 @@ def _round_half_away(x: F32) -> F32:
 _erf = np.frompyfunc(math.erf, 1, 1)
 _PRIMS: dict[str, Callable[[F32], Any]] = {
     "neg": np.negative, "abs": np.abs, "sign": np.sign, "floor": np.floor, "ceil": np.ceil,
-    "trunc": np.trunc, "round_away": _round_half_away, "sqrt": np.sqrt, "exp": np.exp,
+    "trunc": np.trunc, "round_away": _round_half_away, "round_even": np.rint, "sqrt": np.sqrt, "exp": np.exp,
     "expm1": np.expm1, "log": np.log, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
     "sigmoid": _sigmoid, "erf": lambda x: _erf(x.astype(np.float64)),  # C's erff, from f64
 }  # fmt: skip
@@ -127,7 +128,11 @@ class NumpyOps:
     add, sub, mul, div, maximum, minimum = (
         _binary(f) for f in (np.add, np.subtract, np.multiply, np.divide, np.maximum, np.minimum)
     )
-    gt, ge, le = (_compare(f) for f in (np.greater, np.greater_equal, np.less_equal))
+    mul_rn, div_rn = mul, div  # numpy rounds each product and quotient
+    gt, ge, le, ne = (_compare(f) for f in (np.greater, np.greater_equal, np.less_equal, np.not_equal))
+
+    def first_largest(self, x: Arr) -> Arr:
+        return np.take_along_axis(x, np.abs(x).argmax(axis=-1)[..., None], axis=-1)
 
     def where(self, cond: Arr, a: Arr | Num, b: Arr | Num) -> F32:
         return f32(np.where(cond, _v(a), _v(b)))
@@ -144,6 +149,9 @@ class NumpyOps:
     def head(self, x: Arr, start: int, stop: int) -> Arr:
         return x[..., start:stop]
 
+    def truncated(self, x: Arr, dtype: str) -> Arr:
+        return np.trunc(f32(x)).astype(NUMPY_DTYPE[dtype])
+
     def full(self, ne: Sequence[int], value: float) -> F32:
         return np.full(tuple(reversed(ne)), value, dtype=np.float32)
 
@@ -157,8 +165,8 @@ class NumpyOps:
         return f32(f32(x).astype(np.float64).mean(axis=-1, keepdims=True))
 
     def reduce(self, kind: str, x: Arr, axes: Sequence[int]) -> F32:
-        if kind == "max":
-            return f32(np.max(x, axis=tuple(axes), keepdims=True))
+        if kind in ("max", "min"):
+            return f32(getattr(np, kind)(x, axis=tuple(axes), keepdims=True))
         return f32(f32(x).astype(np.float64).sum(axis=tuple(axes), keepdims=True))
 
     def reshape(self, x: Arr, shape: Sequence[int]) -> Arr:
@@ -179,6 +187,49 @@ class NumpyOps:
 
     def pad(self, x: Arr, begin: Sequence[int], end: Sequence[int], mode: str) -> F32:
         return f32(np.pad(f32(x), list(zip(begin, end, strict=True)), mode=mode))  # type: ignore[call-overload]
+
+    def expand_batch(self, x: Arr, small: Sequence[int], big: Sequence[int]) -> Arr:
+        return np.repeat(np.repeat(x, big[3] // small[3], axis=0), big[2] // small[2], axis=1)
+
+    def conv(self, x: Arr, w: Arr, geom: geometry.ConvGeometry, depthwise: bool) -> F32:
+        sizes, ks, s, p, d, out = geom
+        idx, _ = geometry.window_index(sizes, ks, s, p, d, out)
+        x = f32(x)
+        nb, c = x.shape[:2]
+        g = c if depthwise else 1  # channel groups
+        planes = np.concatenate([x.reshape(nb, c, -1), np.zeros((nb, c, 1), np.float32)], axis=-1)
+        cols = planes[..., idx].reshape(nb, g, c // g, math.prod(out), -1)  # the zero slot outside
+        wg = f32(w).reshape(g, -1, c // g, math.prod(ks))
+        y = np.einsum("ngcpk,gock->ngop", cols.astype(np.float64), wg.astype(np.float64))
+        return f32(y.reshape(nb, -1, *out))
+
+    def sorted_indices(self, x: Arr, k: int, largest: bool) -> Arr:
+        return np.argsort(-f32(x) if largest else f32(x), axis=-1, kind="stable")[..., :k].astype(np.int32)
+
+    def softmax(self, w: Arr, sinks: Arr | None) -> F32:  # sums in f64, as ggml's ggml_float
+        w64 = w.astype(np.float64)
+        mx = w64.max(axis=-1, keepdims=True)
+        if sinks is not None:
+            s = sinks.astype(np.float64).reshape(1, -1, 1, 1)
+            mx = np.maximum(mx, s)
+        with np.errstate(invalid="ignore", over="ignore"):
+            e = np.exp(w64 - mx)
+            total = e.sum(axis=-1, keepdims=True)
+            if sinks is not None:
+                total = total + np.exp(s - mx)
+            return f32(e / total)
+
+    def conv_transpose(self, x: Arr, w: Arr, stride: int) -> F32:
+        (nb, _, h, wd), (_, oc, kh, kw) = x.shape, w.shape
+        taps = np.einsum("nihw,iokl->nohwkl", f32(x).astype(np.float64), f32(w).astype(np.float64))
+        out = np.zeros((nb, oc, (h - 1) * stride + kh, (wd - 1) * stride + kw))
+        for ky, kx in itertools.product(range(kh), range(kw)):
+            rows, cols = (
+                slice(ky, ky + (h - 1) * stride + 1, stride),
+                slice(kx, kx + (wd - 1) * stride + 1, stride),
+            )
+            out[:, :, rows, cols] += taps[..., ky, kx]
+        return f32(out)
 
 
 NUMPY = NumpyOps()
@@ -203,7 +254,6 @@ ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
     (Op.COUNT_EQUAL,): lambda t, xs: np.array(
         [np.count_nonzero(np.asarray(xs[0]) == np.asarray(xs[1]))], np.int64
     ),
-    (Op.CONV_2D,): lambda t, xs: _direct_conv(t, f32(xs[1]), f32(xs[0]), 2),
     (Op.ROLL,): lambda t, xs: np.roll(
         np.asarray(xs[0]), [t.params[f"shift{d}"] for d in (3, 2, 1, 0)], (0, 1, 2, 3)
     ),
@@ -213,44 +263,12 @@ for _keys, _one in ONE_EXPRESSION.items():
 
 
 # ---------------------------------------------------------------------------- layout
-@reference(Op.CPY)
-def cpy(t: Tensor, xs: list[Arr]) -> Arr:
-    x = np.asarray(xs[0])
-    if t.dtype in ("i32", "i64") and x.dtype.kind == "f":
-        x = np.trunc(f32(x)).astype(NUMPY_DTYPE[t.dtype])
-    src = t.operand(0)
-    # a plain result is stored by the caller; same-type quantized copies move ggml's blocks
-    keep = t.dtype in NUMPY_DTYPE or src.dtype == t.dtype
-    return (x if keep else stored(t.dtype, x)).reshape(tuple(reversed(t.ne)))
-
-
 def stored(dtype: str, x: Arr) -> Arr:
     """``x`` as a tensor of ``dtype`` holds it (quantized: ggml's from_float, read back as f32)."""
     if dtype in NUMPY_DTYPE:
         return round_to(dtype, x)
-    from ovkit.quant import round_trip
-
-    return round_trip(f32(x), dtype)
-
-
-# ---------------------------------------------------------------------------- matmul
-def expand_batch(x: Arr, ne_big2: int, ne_big3: int) -> Arr:
-    """Repeat-interleave dims 2, 3 (numpy axes 1, 0) up to the given sizes (i02 = i12 / r2)."""
-    r3 = ne_big3 // x.shape[0]
-    r2 = ne_big2 // x.shape[1]
-    return np.repeat(np.repeat(x, r3, axis=0), r2, axis=1)
-
-
-@reference(Op.MUL_MAT)
-def mul_mat(t: Tensor, xs: list[Arr]) -> Arr:
-    a_t, b_t = t.operand(0), t.operand(1)
-    b = rounded(xs[1], a_t.dtype) if a_t.dtype in ("f16", "bf16") and b_t.dtype != a_t.dtype else xs[1]
-    return NUMPY.matmul(b, expand_batch(f32(xs[0]), b_t.ne[2], b_t.ne[3]), tb=True)
-
-
-@reference(Op.OUT_PROD)
-def out_prod(t: Tensor, xs: list[Arr]) -> Arr:
-    return NUMPY.matmul(xs[1], expand_batch(f32(xs[0]), t.ne[2], t.ne[3]), ta=True)  # bᵀ [p, k] @ a [k, m]
+    with np.errstate(all="ignore"):
+        return quantized_write(NUMPY, x, dtype, x.shape)
 
 
 # ---------------------------------------------------------------------------- rows
@@ -305,46 +323,7 @@ def argmax(t: Tensor, xs: list[Arr]) -> Arr:
     return np.asarray(x.shape[-1] - 1 - np.argmax(x[:, ::-1], axis=-1), dtype=np.int32)
 
 
-@reference(Op.ARGSORT)
-def argsort(t: Tensor, xs: list[Arr]) -> Arr:
-    x = f32(xs[0])
-    key = x if t.params["order"] == 0 else -x
-    return np.argsort(key, axis=-1, kind="stable").astype(np.int32)
-
-
-@reference(Op.TOP_K)
-def top_k(t: Tensor, xs: list[Arr]) -> Arr:
-    k = t.params["k"]
-    idx = np.argsort(-f32(xs[0]), axis=-1, kind="stable")[..., :k]
-    return idx[..., geometry.top_k_order(k)].astype(np.int32)
-
-
 # ---------------------------------------------------------------------------- softmax / attention
-
-
-def softmax_rows(w: Arr, sinks: Arr | None) -> Arr:
-    """Row softmax (f64 sums as ggml's ggml_float); ``sinks`` [heads] join the denominator."""
-    w64 = w.astype(np.float64)
-    mx = w64.max(axis=-1, keepdims=True)
-    if sinks is not None:
-        s = sinks.astype(np.float64).reshape(1, -1, 1, 1)
-        mx = np.maximum(mx, s)
-    with np.errstate(invalid="ignore", over="ignore"):
-        e = np.exp(w64 - mx)
-        total = e.sum(axis=-1, keepdims=True)
-        if sinks is not None:
-            total = total + np.exp(s - mx)
-        return f32(e / total)
-
-
-@reference(Op.SOFT_MAX)
-def soft_max(t: Tensor, xs: list[Arr]) -> Arr:
-    w = f32(xs[0]) * np.float32(t.params["scale"])
-    mask = attention_mask(NUMPY, t, 1, xs, t.ne[1], t.ne)
-    if mask is not None:
-        w = w + mask
-    sinks = f32(xs[2]).reshape(-1) if len(xs) > 2 and xs[2] is not None else None
-    return softmax_rows(w, sinks)
 
 
 @reference(Op.FLASH_ATTN_EXT)
@@ -353,19 +332,10 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
     q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
     if k_t.dtype in ("f16", "bf16"):
         q = rounded(q, k_t.dtype)  # ggml converts Q to K's vec_dot type
-    k, v = expand_batch(k, q_t.ne[2], q_t.ne[3]), expand_batch(v, q_t.ne[2], q_t.ne[3])
-    scale = np.float32(t.params["scale"])
-    softcap = np.float32(t.params["logit_softcap"])
-    if softcap != 0:
-        scale = scale / softcap
-    s = NUMPY.matmul(q, k, tb=True) * scale
-    if softcap != 0:
-        s = softcap * np.tanh(s)
-    mask = attention_mask(NUMPY, t, 3, xs, q_t.ne[1], q_t.ne)
-    if mask is not None:
-        s = s + mask
+    k, v = NUMPY.expand_batch(k, k_t.ne, q_t.ne), NUMPY.expand_batch(v, t.operand(2).ne, q_t.ne)
+    s = attention_scores(NUMPY, t, xs, NUMPY.matmul(q, k, tb=True))
     sinks = f32(xs[4]).reshape(-1) if len(xs) > 4 and xs[4] is not None else None
-    p = softmax_rows(s, sinks)
+    p = NUMPY.softmax(s, sinks)
     row_max = s.max(axis=-1, keepdims=True)
     if sinks is not None:
         row_max = np.maximum(row_max, sinks.reshape(1, -1, 1, 1))
@@ -376,42 +346,6 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
 # ---------------------------------------------------------------------------- conv-like
 
 
-def gather_windows(x: Arr, idx: Arr, fill: float, n_spatial: int) -> Arr:
-    """x [..., *sizes] → [..., *idx.shape]: the windows of :func:`window_index`, ``fill`` outside."""
-    lead = x.shape[: x.ndim - n_spatial]
-    rows = x.reshape(*lead, -1)
-    ext = np.concatenate([rows, np.full((*lead, 1), fill, dtype=rows.dtype)], axis=-1)
-    return ext[..., idx]
-
-
-def _direct_conv(t: Tensor, x: Arr, w: Arr, n: int) -> Arr:
-    """x [N, IC, *sizes], w [OC, IC, *ks] → [N, OC, *out]; an f16 kernel sees f16 input taps."""
-    a = t.operand(0)
-    sizes, ks, s, p, d, out = geometry.conv_geometry(t, n)
-    idx, _ = geometry.window_index(sizes, ks, s, p, d, out)
-    cols = gather_windows(rounded(x, a.dtype) if a.dtype == "f16" else x, idx, 0.0, n)  # [N, IC, *out, *ks]
-    k = cols.reshape(cols.shape[0], cols.shape[1], int(np.prod(out)), -1).astype(np.float64)
-    y = np.einsum("ncpk,ock->nop", k, w.reshape(w.shape[0], w.shape[1], -1).astype(np.float64))
-    return f32(y.reshape(x.shape[0], w.shape[0], *out))
-
-
-@reference(Op.CONV_2D_DW)
-def conv_2d_dw(t: Tensor, xs: list[Arr]) -> Arr:
-    sizes, ks, s, p, d, out = geometry.conv_geometry(t, 2)
-    idx, _ = geometry.window_index(sizes, ks, s, p, d, out)
-    cols = gather_windows(f32(xs[1]), idx, 0.0, 2)  # [N, C, OH, OW, KH, KW]
-    w = f32(xs[0])[:, 0]  # [C, KH, KW]
-    return f32(np.einsum("ncyxhw,chw->ncyx", cols.astype(np.float64), w.astype(np.float64)))
-
-
-@reference(Op.CONV_3D)
-def conv_3d(t: Tensor, xs: list[Arr]) -> Arr:
-    c, n, oc = t.params["c"], t.params["n"], t.params["oc"]
-    x = f32(xs[1]).reshape(n, c, *xs[1].shape[1:])
-    w = f32(xs[0]).reshape(oc, c, *xs[0].shape[1:])
-    return _direct_conv(t, x, w, 3).reshape(tuple(reversed(t.ne)))
-
-
 @reference(Op.COL2IM_1D)
 def col2im_1d(t: Tensor, xs: list[Arr]) -> Arr:
     t_in, oc, k = geometry.col2im_1d_columns(t)
@@ -419,34 +353,6 @@ def col2im_1d(t: Tensor, xs: list[Arr]) -> Arr:
     out = np.zeros((oc, t.ne[0] + 1), np.float32)  # f32 accumulation, as ggml's CPU
     np.add.at(out, (np.arange(oc)[:, None], geometry.col2im_1d_index(t)), cols)
     return out[:, : t.ne[0]]
-
-
-@reference(Op.CONV_TRANSPOSE_1D)
-def conv_transpose_1d(t: Tensor, xs: list[Arr]) -> Arr:
-    a_t = t.operand(0)
-    w = f32(xs[0])[0].astype(np.float64)  # [IC, OC, K]
-    x = rounded(f32(xs[1])[0, 0], a_t.dtype) if a_t.dtype == "f16" else f32(xs[1])[0, 0]  # [IC, L]
-    s0, length, k = t.params["s0"], x.shape[1], w.shape[2]
-    taps = np.einsum("il,iok->olk", x.astype(np.float64), w)  # [OC, L, K]
-    out = np.zeros((w.shape[1], t.ne[0]), dtype=np.float64)
-    for j in range(k):
-        out[:, j : j + (length - 1) * s0 + 1 : s0] += taps[:, :, j]
-    return out.astype(np.float32)
-
-
-@reference(Op.CONV_TRANSPOSE_2D)
-def conv_transpose_2d(t: Tensor, xs: list[Arr]) -> Arr:
-    a_t = t.operand(0)
-    w = f32(xs[0]).astype(np.float64)  # [IC, OC, KH, KW]
-    x = rounded(f32(xs[1]), a_t.dtype) if a_t.dtype == "f16" else f32(xs[1])  # [N, IC, H, W]
-    st = t.params["stride"]
-    n, _, h, wd = x.shape
-    taps = np.einsum("nihw,iokl->nohwkl", x.astype(np.float64), w)
-    out = np.zeros((n, w.shape[1], t.ne[1], t.ne[0]), dtype=np.float64)
-    for ky in range(w.shape[2]):
-        for kx in range(w.shape[3]):
-            out[:, :, ky : ky + (h - 1) * st + 1 : st, kx : kx + (wd - 1) * st + 1 : st] += taps[..., ky, kx]
-    return out.astype(np.float32)
 
 
 # ---------------------------------------------------------------------------- not registered upstream

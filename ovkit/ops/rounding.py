@@ -31,17 +31,13 @@ def _split(x: Any, dtype: str) -> Any:
 
 
 def rounded(x: Any, dtype: str) -> Any:
-    """``x`` (f32) rounded to ``dtype``'s precision, kept in f32 (ggml's intermediate f16 stores).
-
-    A Convert pair would be folded away by the CPU plugin, so the rounding is arithmetic.  f16:
-    the significant bits by splitting, subnormals (|x| < 2^-14) on their fixed 2^-24 grid, and
-    ±inf from 65520 up as ggml's conversion gives (NaN stays NaN).  Few nodes on purpose: a model
-    has three of these per layer, and the CPU plugin's compile time grows with the node count.
-    """
+    """``x`` (f32) rounded to ``dtype``'s precision, kept in f32 (ggml's intermediate f16 stores),
+    in arithmetic: the CPU plugin folds a Convert pair away.  Few nodes on purpose: a model has
+    three of these per layer, and the plugin's compile time grows with the node count."""
     if dtype == "f32":
         return x
     if dtype == "f16":
-        mag = ops.abs(x)
+        mag = ops.abs(x)  # subnormals (below 2^-14) on f16's 2^-24 grid; ±inf from 65520 up, as ggml
         # not (x + 0.75) - 0.75: the plugin folds a chain of constant additions into one
         sub = ops.multiply(ops.round(ops.multiply(x, const(2.0**24)), "half_to_even"), const(2.0**-24))
         out = ops.select(ops.less(mag, const(2.0**-14)), sub, _split(x, dtype))

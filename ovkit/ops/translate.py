@@ -21,8 +21,18 @@ import openvino.opset16 as ops
 from ovkit.dtypes import DTYPES, ggml_type
 from ovkit.ir import GraphIR, Op, Tensor, TranslationGapError, ggml_index_map, interpret, round_to
 from ovkit.ops import geometry
-from ovkit.ops.formulas import FORMULAS, Formula, Num, Prim, attention_mask, register_in
+from ovkit.ops.formulas import (
+    FORMULAS,
+    Formula,
+    Num,
+    Prim,
+    attention_mask,
+    attention_scores,
+    quantized_write,
+    register_in,
+)
 from ovkit.ops.rounding import rounded
+from ovkit.quant.round_trip import ov_div_rn, ov_mul_rn
 
 Out = Any  # an openvino Output/Node
 TranslateFn = Callable[[Tensor, list[Any]], Any]
@@ -122,16 +132,10 @@ def leaf_value(t: Tensor) -> Out:
 
 
 def view_value(t: Tensor, base: Out) -> Out:
-    """The value of a view/permute/reshape ``t`` read from its base's memory, as ggml indexes it.
-
-    Packed views are a Slice + Reshape; strided views whose strides nest (each a multiple of the
-    next, rows not overlapping; permutes included) are Slice + Reshape to the padded block +
-    Slice + Transpose; anything else is a Gather with constant element indices.
-    """
+    """The value of a view/permute/reshape ``t`` read from its base's memory, as ggml indexes it:
+    Slices, Reshapes and a Transpose where the strides nest, else a Gather of constant indices."""
     base_t = t.base
     n_base = base_t.nelements
-    if t.nelements == 0:
-        return ops.broadcast(const(0, np.float32), i64(list(reversed(t.ne))))
     start = t.elem_offset
     if t.is_contiguous:
         if start == 0 and t.nelements == n_base:
@@ -263,7 +267,8 @@ def exp_f32(x: Out) -> Out:
 _PRIMS: dict[str, Callable[[Out], Out]] = {
     "neg": ops.negative, "abs": ops.abs, "sign": ops.sign, "floor": ops.floor, "ceil": ops.ceiling,
     "trunc": lambda x: ops.select(ops.less(x, const(0.0)), ops.ceiling(x), ops.floor(x)),
-    "round_away": lambda x: ops.round(x, "half_away_from_zero"), "sqrt": ops.sqrt, "exp": exp_f32,
+    "round_away": lambda x: ops.round(x, "half_away_from_zero"),
+    "round_even": lambda x: ops.round(x, "half_to_even"), "sqrt": ops.sqrt, "exp": exp_f32,
     "expm1": lambda x: ops.subtract(exp_f32(x), const(1.0)), "log": ops.log, "sin": ops.sin,
     "cos": ops.cos, "tanh": ops.tanh, "sigmoid": ops.sigmoid, "erf": ops.erf,
 }  # fmt: skip
@@ -277,6 +282,12 @@ def _binary(fn: Callable[[Out, Out], Out]) -> Callable[[Any, Out | Num, Out | Nu
     return lambda self, a, b: fn(_v(a), _v(b))
 
 
+#: Largest row length x k sorted stably: OpenVINO's CPU TopK sorts stably by bubble sort (n x k
+#: steps a row: 17 s for one 65,536-wide argsort), its unstable sort is fast.  Ties beyond that
+#: need no fixed order: ggml sorts with std::sort, which is stable only on short rows.
+STABLE_TOPK_WORK = 1 << 20
+
+
 class OpenVinoOps:
     """:class:`~ovkit.ops.formulas.ArrayOps` over opset16 nodes (f32)."""
 
@@ -286,7 +297,16 @@ class OpenVinoOps:
     add, sub, mul, div, maximum, minimum = (
         _binary(f) for f in (ops.add, ops.subtract, ops.multiply, ops.divide, ops.maximum, ops.minimum)
     )
-    gt, ge, le = (_binary(f) for f in (ops.greater, ops.greater_equal, ops.less_equal))
+    mul_rn, div_rn = _binary(ov_mul_rn), _binary(ov_div_rn)
+    gt, ge, le, ne = (_binary(f) for f in (ops.greater, ops.greater_equal, ops.less_equal, ops.not_equal))
+
+    def first_largest(self, x: Out) -> Out:
+        # the first of the largest magnitudes, as ggml's strict ``amax < fabsf(v)`` scan finds it
+        mag, n = ops.abs(x), output_of(x).get_partial_shape()[-1].get_length()
+        at = ops.select(
+            ops.equal(mag, ops.reduce_max(mag, i64([-1]), True)), const(np.arange(n), np.int64), i64(n)
+        )
+        return ops.gather_elements(x, ops.reduce_min(at, i64([-1]), True), -1)
 
     def where(self, cond: Out, a: Out | Num, b: Out | Num) -> Out:
         return ops.select(cond, _v(a), _v(b))
@@ -303,6 +323,9 @@ class OpenVinoOps:
     def head(self, x: Out, start: int, stop: int) -> Out:
         return slice_dim(x, 0, start, stop)
 
+    def truncated(self, x: Out, dtype: str) -> Out:
+        return ops.convert(f32(x), OV_TYPE[dtype])
+
     def full(self, ne: Sequence[int], value: float) -> Out:
         return ops.broadcast(const(value), i64(list(reversed(ne))))
 
@@ -316,7 +339,8 @@ class OpenVinoOps:
         return ops.reduce_mean(x, i64([3]), True)
 
     def reduce(self, kind: str, x: Out, axes: Sequence[int]) -> Out:
-        return (ops.reduce_max if kind == "max" else ops.reduce_sum)(x, i64(list(axes)), True)
+        reduce = {"max": ops.reduce_max, "min": ops.reduce_min, "sum": ops.reduce_sum}[kind]
+        return reduce(x, i64(list(axes)), True)
 
     def reshape(self, x: Out, shape: Sequence[int]) -> Out:
         return ops.reshape(x, i64(list(shape)), False)
@@ -336,6 +360,47 @@ class OpenVinoOps:
     def pad(self, x: Out, begin: Sequence[int], end: Sequence[int], mode: str) -> Out:
         return ops.pad(x, i64(list(begin)), i64(list(end)), mode, const(0.0) if mode == "constant" else None)
 
+    def expand_batch(self, x: Out, small: Sequence[int], big: Sequence[int]) -> Out:
+        return expand_batch(x, small, big)
+
+    def conv(self, x: Out, w: Out, geom: geometry.ConvGeometry, depthwise: bool) -> Out:
+        sizes, ks, s, p, d, out = geom
+        # padded (or cropped) so that an unpadded convolution gives ggml's output sizes
+        end = [
+            (o - 1) * st + dl * (k - 1) + 1 - sz - pb
+            for o, st, dl, k, sz, pb in zip(out, s, d, ks, sizes, p, strict=True)
+        ]
+        if any(p) or any(end):
+            x = ops.pad(x, i64([0, 0, *p]), i64([0, 0, *end]), "constant", const(0.0))
+        zeros = [0] * len(sizes)
+        if depthwise:  # C groups of one channel: weights [C, 1, 1, *ks]
+            return ops.group_convolution(x, ops.unsqueeze(w, i64(1)), s, zeros, zeros, d)
+        return ops.convolution(x, w, s, zeros, zeros, d)
+
+    def sorted_indices(self, x: Out, k: int, largest: bool) -> Out:
+        stable = output_of(x).get_partial_shape()[3].get_length() * k <= STABLE_TOPK_WORK
+        return ops.topk(f32(x), i64(k), 3, "max" if largest else "min", "value", "i32", stable=stable).output(
+            1
+        )
+
+    def softmax(self, w: Out, sinks: Out | None) -> Out:
+        # ggml: a row whose maximum is +inf computes exp(inf - inf) = NaN, and a NaN in a row (or its
+        # sink) makes the row's sum NaN: the whole row is NaN. OpenVINO's Softmax keeps the NaN to its
+        # own element (the CPU's ReduceMax and exp sum skip it), so both cases are selected here.
+        row_max = ops.reduce_max(w, i64([3]), True)
+        nan_row = ops.reduce_logical_or(ops.is_nan(w), i64([3]), True)
+        if sinks is not None:
+            head_sinks = ops.reshape(sinks, i64([1, -1, 1, 1]), False)
+            row_max = ops.maximum(row_max, head_sinks)
+            nan_row = ops.logical_or(nan_row, ops.is_nan(head_sinks))
+        nan_row = ops.logical_or(nan_row, ops.equal(row_max, const(np.inf)))
+        return ops.select(nan_row, const(np.nan), _softmax_with_sinks(w, sinks))
+
+    def conv_transpose(self, x: Out, w: Out, stride: int) -> Out:
+        return ops.convolution_backprop_data(
+            x, w, [stride, stride], pads_begin=[0, 0], pads_end=[0, 0], dilations=[1, 1]
+        )
+
 
 OPENVINO = OpenVinoOps()
 
@@ -351,10 +416,6 @@ for _op, _fn in FORMULAS.items():
 #: The translations that are one opset16 expression.
 ONE_EXPRESSION: dict[tuple[Op, ...], Callable[[Tensor, list[Any]], Any]] = {
     (Op.CUMSUM,): lambda t, xs: ops.cum_sum(f32(xs[0]), i64(3)),
-    (Op.ARGSORT,): lambda t, xs: _sorted_indices(
-        xs[0], t.ne[0], t.ne[0], "min" if t.params["order"] == 0 else "max"
-    ),
-    (Op.CONV_2D,): lambda t, xs: _direct_conv(t, f32(xs[1]), f32(xs[0]), 2),
     (Op.REPEAT,): lambda t, xs: tile_to(xs[0], t.operand(0).ne, t.ne),
     (Op.ROLL,): lambda t, xs: ops.roll(
         xs[0], i64([t.params[f"shift{d}"] for d in (3, 2, 1, 0)]), i64([0, 1, 2, 3])
@@ -367,46 +428,15 @@ for _keys, _one in ONE_EXPRESSION.items():
     translator(*_keys)(_one)
 
 
-# ---------------------------------------------------------------------------- layout
-@translator(Op.CPY)
-def _cpy(t: Tensor, xs: list[Out]) -> Out:
-    x = xs[0]
-    src = t.operand(0)
-    if t.dtype in ("i32", "i64") and src.dtype in ("f32", "f16", "bf16"):
-        x = ops.convert(f32(x), OV_TYPE[t.dtype])  # truncation toward zero, as a C cast
-    if t.is_quantized and src.dtype != t.dtype:  # same type: ggml copies the blocks
-        return reshape4(written_quantized(x, t.dtype), t.ne)
-    return reshape4(x, t.ne)
-
-
-def written_quantized(x: Out, qtype: str) -> Out:
-    """The f32 values a ``qtype`` tensor reads back after ggml quantizes ``x`` into it."""
-    from ovkit.quant import ov_round_trip
-
-    return ov_round_trip(f32(x), qtype, lambda v: rounded(v, "f16"))
-
-
 # ---------------------------------------------------------------------------- matmul
 @translator(Op.MUL_MAT)
 def _mul_mat(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.operand(0), t.operand(1)
-    xb = f32(xs[1])
+    a = t.operand(0)
     fused = getattr(a.value, "ov_mul_mat", None) if a.is_leaf and a.is_quantized else None
     if fused is not None and a.ne[2] == 1 and a.ne[3] == 1:
         # the quantized weight builds the matmul form the CPU plugin keeps compressed
-        return reshape4(fused(output_of(xb)), t.ne)
-    wa = f32(xs[0])
-    if a.dtype in ("f16", "bf16") and b.dtype != a.dtype:
-        xb = rounded(xb, a.dtype)  # ggml converts src1 to src0's vec_dot type
-    wa = expand_batch(wa, a.ne, (a.ne[0], a.ne[1], b.ne[2], b.ne[3]))
-    return ops.matmul(xb, wa, False, True)
-
-
-@translator(Op.OUT_PROD)
-def _out_prod(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.operand(0), t.operand(1)
-    wa = expand_batch(f32(xs[0]), a.ne, (a.ne[0], a.ne[1], b.ne[2], b.ne[3]))
-    return ops.matmul(f32(xs[1]), wa, True, False)  # bᵀ [p, k] @ a [k, m]
+        return reshape4(fused(output_of(f32(xs[1]))), t.ne)
+    return FORMULAS[Op.MUL_MAT](OPENVINO, t, xs)
 
 
 # ---------------------------------------------------------------------------- rows
@@ -435,7 +465,10 @@ def _set_rows(t: Tensor, xs: list[Out]) -> Out:
     if 0 in b.ne:  # no rows to set
         return dst
     # [b3, b2, b1, b0] rows converted to dst type
-    rows = written_quantized(xs[1], t.dtype) if t.is_quantized else to_type(f32(xs[1]), t.dtype)
+    if t.is_quantized:
+        rows = quantized_write(OPENVINO, xs[1], t.dtype, list(reversed(b.ne)))
+    else:
+        rows = to_type(f32(xs[1]), t.dtype)
     # row index of b's row (i1, i2, i3): c[i1, i2 % c.ne1, i3 % c.ne2]
     idx = ops.convert(xs[2], ov.Type.i64)
     idx = tile_to(idx, c.ne, (c.ne[0], b.ne[2], b.ne[3], 1))  # [1, b3, b2, b1] after tiling
@@ -482,26 +515,6 @@ def _argmax(t: Tensor, xs: list[Out]) -> Out:
     return reshape4(ops.subtract(const(n - 1, np.int32), idx), t.ne)
 
 
-#: Largest row length x k sorted stably: OpenVINO's CPU TopK sorts stably by bubble sort (n x k
-#: steps a row: 17 s for one 65,536-wide argsort), its unstable sort is fast.  Ties beyond that
-#: need no fixed order: ggml sorts with std::sort, which is stable only on short rows.
-STABLE_TOPK_WORK = 1 << 20
-
-
-def _sorted_indices(x: Out, n: int, k: int, mode: str) -> Out:
-    """The indices of the ``k`` smallest (``min``) or largest values of each length-``n`` row, sorted."""
-    stable = n * k <= STABLE_TOPK_WORK
-    return ops.topk(f32(x), i64(k), 3, mode, "value", "i32", stable=stable).output(1)
-
-
-@translator(Op.TOP_K)
-def _top_k(t: Tensor, xs: list[Out]) -> Out:
-    k = t.params["k"]
-    n = t.operand(0).ne[0]
-    idx = _sorted_indices(xs[0], n, k, "max")
-    return ops.gather(idx, const(geometry.top_k_order(k), np.int64), i64(3)) if k > 1 else idx
-
-
 # ---------------------------------------------------------------------------- mul_mat_id
 @translator(Op.MUL_MAT_ID)
 def _mul_mat_id(t: Tensor, xs: list[Out]) -> Out:
@@ -512,36 +525,13 @@ def _mul_mat_id(t: Tensor, xs: list[Out]) -> Out:
 
 
 # ---------------------------------------------------------------------------- softmax / attention
-def _softmax_with_sinks(w: Out, sinks: Out | None, ne: Sequence[int], heads_dim: int) -> Out:
-    """Softmax over the last axis; per-head ``sinks`` join the denominator as an extra column."""
+def _softmax_with_sinks(w: Out, sinks: Out | None) -> Out:
+    """Softmax over the last axis; per-head (axis 1) ``sinks`` join the denominator as an extra column."""
     if sinks is None:
         return ops.softmax(w, 3)
-    shape = [1, 1, 1, 1]
-    shape[heads_dim] = -1
-    s = ops.reshape(f32(sinks), i64(shape), False)
-    col = ops.broadcast(s, i64([ne[3], ne[2], ne[1], 1]))
-    full = ops.softmax(ops.concat([w, col], 3), 3)
-    return slice_dim(full, 0, 0, ne[0])
-
-
-@translator(Op.SOFT_MAX)
-def _soft_max(t: Tensor, xs: list[Out]) -> Out:
-    w = ops.multiply(f32(xs[0]), const(t.params["scale"]))
-    mask = attention_mask(OPENVINO, t, 1, xs, t.ne[1], t.ne)
-    if mask is not None:
-        w = ops.add(w, mask)
-    sinks = xs[2] if len(xs) > 2 else None
-    # ggml: a row whose maximum is +inf computes exp(inf - inf) = NaN, and a NaN in a row (or its
-    # sink) makes the row's sum NaN: the whole row is NaN. OpenVINO's Softmax keeps the NaN to its
-    # own element (the CPU's ReduceMax and exp sum skip it), so both cases are selected here.
-    row_max = ops.reduce_max(w, i64([3]), True)
-    nan_row = ops.reduce_logical_or(ops.is_nan(w), i64([3]), True)
-    if sinks is not None:
-        head_sinks = ops.reshape(f32(sinks), i64([1, -1, 1, 1]), False)
-        row_max = ops.maximum(row_max, head_sinks)
-        nan_row = ops.logical_or(nan_row, ops.is_nan(head_sinks))
-    nan_row = ops.logical_or(nan_row, ops.equal(row_max, const(np.inf)))
-    return ops.select(nan_row, const(np.nan), _softmax_with_sinks(w, sinks, t.ne, 1))
+    shape = list(output_of(w).get_partial_shape().to_shape())
+    col = ops.broadcast(ops.reshape(f32(sinks), i64([1, -1, 1, 1]), False), i64([*shape[:3], 1]))
+    return slice_dim(ops.softmax(ops.concat([w, col], 3), 3), 0, 0, shape[3])
 
 
 # FLASH_ATTN_EXT's forms (``openvino/op/flash_attn_ext.cpp`` of the backend): ``grouped``:
@@ -570,26 +560,11 @@ def attention_form(manual_gqa: bool | None, n_head: int, n_head_kv: int, plain: 
     return "manual" if manual_gqa and n_head_kv > 1 and n_head > n_head_kv else "sdpa"
 
 
-def _attention_scores(t: Tensor, xs: list[Out], s: Out) -> Out:
-    """ggml's scores from the raw ones ``s`` [B, H, n_q, n_kv]: scale, softcap, mask (ALiBi)."""
-    scale = t.params["scale"]
-    softcap = t.params["logit_softcap"]
-    if softcap != 0:
-        scale = scale / softcap
-    s = ops.multiply(s, const(scale))
-    if softcap != 0:
-        s = ops.multiply(ops.tanh(s), const(softcap))
-    mask = attention_mask(OPENVINO, t, 3, xs, t.operand(0).ne[1], t.operand(0).ne)
-    return s if mask is None else ops.add(s, mask)
-
-
 def _attention_probs(t: Tensor, xs: list[Out], s: Out) -> Out:
     """ggml's softmax of the raw scores ``s`` [B, H, n_q, n_kv]: scale, softcap, mask (ALiBi), sinks;
     a row whose scores (and sink) are all -inf gives 0, not NaN."""
-    q_t, k_t = t.operand(0), t.operand(1)
-    n_h = q_t.ne[2]
-    s = _attention_scores(t, xs, s)
-    ne_s = (k_t.ne[1], q_t.ne[1], q_t.ne[2], q_t.ne[3])
+    n_h = t.operand(0).ne[2]
+    s = attention_scores(OPENVINO, t, xs, s)
     sinks = xs[4] if len(xs) > 4 else None
     if sinks is None:
         # a -inf sink column adds exp(-inf) = 0 to every denominator: the numbers are unchanged, and
@@ -601,7 +576,7 @@ def _attention_probs(t: Tensor, xs: list[Out], s: Out) -> Out:
     live = ops.logical_or(
         _live_rows(s), ops.greater(ops.reshape(f32(sinks), i64([1, n_h, 1, 1]), False), const(-np.inf))
     )
-    p = _softmax_with_sinks(ops.select(live, s, const(0.0)), sinks, ne_s, 1)
+    p = _softmax_with_sinks(ops.select(live, s, const(0.0)), sinks)
     return ops.multiply(p, ops.convert(live, ov.Type.f32))
 
 
@@ -632,50 +607,35 @@ def _flash_attn_ext(t: Tensor, xs: list[Out], manual_gqa: bool | None = None) ->
     plain = sinks is None and t.params["logit_softcap"] == 0 and t.params["max_bias"] <= 0
     # precision="ggml" keeps the grouped MatMuls (its tiled path: ggml's f32 attention)
     form = "grouped" if ggml_path else attention_form(manual_gqa, n_h, h_kv, plain, n_q)
-    if ggml_path == "f16":
-        return _flash_attn_ggml_f16(t, xs, ops.reshape(q, i64([n_b, h_kv, r * n_q, q_t.ne[0]]), False), k, v)
     if form == "sdpa":
         out = _sdpa(t, xs, q, k, v)
-    elif form == "manual":
-        # the backend's manual GQA: 5-D, the MatMuls broadcast K/V over the r query heads
-        q5 = ops.reshape(q, i64([n_b, h_kv, r, n_q, q_t.ne[0]]), False)
-        k5 = ops.reshape(k, i64([n_b, h_kv, 1, n_kv, k_t.ne[0]]), False)
-        v5 = ops.reshape(v, i64([n_b, h_kv, 1, n_kv, v_t.ne[0]]), False)
-        s = ops.reshape(ops.matmul(q5, k5, False, True), i64([n_b, n_h, n_q, n_kv]), False)
-        p = ops.reshape(_attention_probs(t, xs, s), i64([n_b, h_kv, r, n_q, n_kv]), False)
-        out = ops.reshape(ops.matmul(p, v5, False, False), i64([n_b, n_h, n_q, v_t.ne[0]]), False)
     else:
-        # heads (dim 2): group the q heads of each KV head (h = kv_h·r + j) instead of broadcasting
-        # K/V — the CPU plugin miscomputes a broadcast-GQA MatMul/Softmax/MatMul chain for r = 4.
-        q = ops.reshape(q, i64([n_b, h_kv, r * n_q, q_t.ne[0]]), False)
-        s = ops.reshape(ops.matmul(q, k, False, True), i64([n_b, n_h, n_q, n_kv]), False)
-        p = ops.reshape(_attention_probs(t, xs, s), i64([n_b, h_kv, r * n_q, n_kv]), False)
-        out = ops.reshape(ops.matmul(p, v, False, False), i64([n_b, n_h, n_q, v_t.ne[0]]), False)
+        # grouped: the q heads of each KV head (h = kv_h·r + j) as its rows, instead of broadcasting
+        # K/V (the CPU plugin miscomputes a broadcast-GQA MatMul/Softmax/MatMul chain for r = 4);
+        # manual, the backend's GQA: 5-D, the MatMuls broadcast K/V over the r query heads
+        rows, kv = ([r, n_q], [1]) if form == "manual" else ([r * n_q], [])
+        kg, vg = (
+            ops.reshape(x, i64([n_b, h_kv, *kv, n_kv, d]), False) for x, d in ((k, k_t.ne[0]), (v, v_t.ne[0]))
+        )
+        qg = ops.reshape(q, i64([n_b, h_kv, *rows, q_t.ne[0]]), False)
+        if ggml_path == "f16":  # llama.cpp CPU's one-query attention: an f16 K's Q·K in
+            # ggml_vec_dot_f16's order, V·softmax accumulated in f16 key by key
+            kernels = ggml_numerics.kernels_named(t.params[ggml_numerics.KERNELS_PARAM])
+            f16_k = k_t.dtype == "f16"
+            s = ggml_numerics.dot_f16_scores(qg, kg, kernels) if f16_k else ops.matmul(qg, kg, False, True)
+            s = attention_scores(OPENVINO, t, xs, ops.reshape(s, i64([n_b, n_h, n_q, n_kv]), False))
+            row_sinks = None if sinks is None else ggml_numerics.grouped_sinks(f32(sinks), h_kv, r, n_q)
+            s = ops.reshape(s, i64([n_b, h_kv, r * n_q, n_kv]), False)
+            out = ggml_numerics.flash_attn_f16_accumulated(s, vg, kernels, row_sinks)
+        else:
+            s = ops.reshape(ops.matmul(qg, kg, False, True), i64([n_b, n_h, n_q, n_kv]), False)
+            p = ops.reshape(_attention_probs(t, xs, s), i64([n_b, h_kv, *rows, n_kv]), False)
+            out = ops.matmul(p, vg, False, False)
+        out = ops.reshape(out, i64([n_b, n_h, n_q, v_t.ne[0]]), False)
     return ops.transpose(out, i64([0, 2, 1, 3]))  # ne [Dv, H, n_q, B]
 
 
 translator(Op.FLASH_ATTN_EXT)(_flash_attn_ext)  # build_model passes manual_gqa
-
-
-def _flash_attn_ggml_f16(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
-    """llama.cpp CPU's one-query flash attention (precision="ggml"): Q·K in ggml_vec_dot_f16's
-    order, V·softmax accumulated in f16 key by key; ``q`` grouped [B, H_kv, r·n_q, D]."""
-    from ovkit.ops import ggml_numerics
-
-    q_t, k_t, v_t = t.operand(0), t.operand(1), t.operand(2)
-    n_b, n_h, n_q, n_kv, h_kv = q_t.ne[3], q_t.ne[2], q_t.ne[1], k_t.ne[1], k_t.ne[2]
-    r = n_h // h_kv
-    kernels = ggml_numerics.kernels_named(t.params[ggml_numerics.KERNELS_PARAM])
-    # [B, H_kv, r·n_q, n_kv]; an f16 K: in ggml_vec_dot_f16's summation order
-    f16_k = k_t.dtype == "f16"
-    s = ggml_numerics.dot_f16_scores(q, k, kernels) if f16_k else ops.matmul(q, k, False, True)
-    s = _attention_scores(t, xs, ops.reshape(s, i64([n_b, n_h, n_q, n_kv]), False))
-    sinks = xs[4] if len(xs) > 4 else None
-    grouped = ops.reshape(s, i64([n_b, h_kv, r * n_q, n_kv]), False)
-    row_sinks = None if sinks is None else ggml_numerics.grouped_sinks(f32(sinks), h_kv, r, n_q)
-    out = ggml_numerics.flash_attn_f16_accumulated(grouped, v, kernels, row_sinks)
-    out = ops.reshape(out, i64([n_b, n_h, n_q, v_t.ne[0]]), False)
-    return ops.transpose(out, i64([0, 2, 1, 3]))
 
 
 def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
@@ -711,55 +671,6 @@ def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
 
 
 # ---------------------------------------------------------------------------- conv-like
-def _conv_input(
-    x: Out,
-    sizes: Sequence[int],
-    ks: Sequence[int],
-    s: Sequence[int],
-    p: Sequence[int],
-    d: Sequence[int],
-    out: Sequence[int],
-) -> Out:
-    """x padded (or cropped) over its last len(sizes) axes so that an unpadded OpenVINO convolution
-    yields exactly ggml's output sizes (ggml reads zeros outside the input, truncating division)."""
-    n = len(sizes)
-    lead = x.get_output_partial_shape(0).rank.get_length() - n
-    begin = [0] * lead + list(p)
-    end = [0] * lead + [
-        (o - 1) * st + dl * (k - 1) + 1 - sz - pb
-        for o, st, dl, k, sz, pb in zip(out, s, d, ks, sizes, p, strict=True)
-    ]
-    if not any(begin) and not any(end):
-        return x
-    return ops.pad(x, i64(begin), i64(end), "constant", const(0.0))
-
-
-def _direct_conv(t: Tensor, x: Out, w: Out, n: int) -> Out:
-    a = t.operand(0)
-    sizes, ks, s, p, d, out = geometry.conv_geometry(t, n)
-    if a.dtype == "f16":
-        x = rounded(x, "f16")  # ggml's CPU stores the input taps as f16 for an f16 kernel
-    xp = _conv_input(x, sizes, ks, s, p, d, out)
-    return ops.convolution(xp, w, s, [0] * n, [0] * n, d)
-
-
-@translator(Op.CONV_2D_DW)
-def _conv_2d_dw(t: Tensor, xs: list[Out]) -> Out:
-    sizes, ks, s, p, d, out = geometry.conv_geometry(t, 2)
-    w = ops.reshape(f32(xs[0]), i64([t.ne[2], 1, 1, ks[0], ks[1]]), False)
-    xp = _conv_input(f32(xs[1]), sizes, ks, s, p, d, out)
-    return ops.group_convolution(xp, w, s, [0, 0], [0, 0], d)
-
-
-@translator(Op.CONV_3D)
-def _conv_3d(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.operand(0), t.operand(1)
-    c, n, oc = t.params["c"], t.params["n"], t.params["oc"]
-    x = ops.reshape(f32(xs[1]), i64([n, c, b.ne[2], b.ne[1], b.ne[0]]), False)
-    w = ops.reshape(f32(xs[0]), i64([oc, c, a.ne[2], a.ne[1], a.ne[0]]), False)
-    return reshape4(_direct_conv(t, x, w, 3), t.ne)
-
-
 @translator(Op.COL2IM_1D)
 def _col2im_1d(t: Tensor, xs: list[Out]) -> Out:
     t_in, oc, k = geometry.col2im_1d_columns(t)
@@ -770,28 +681,3 @@ def _col2im_1d(t: Tensor, xs: list[Out]) -> Out:
         zeros, const(geometry.col2im_1d_index(t), np.int64), cols, i64(1), "sum"
     )
     return reshape4(ops.slice(out, i64([0, 0]), i64([oc, t.ne[0]]), i64([1, 1])), t.ne)
-
-
-@translator(Op.CONV_TRANSPOSE_1D)
-def _conv_transpose_1d(t: Tensor, xs: list[Out]) -> Out:
-    a, b = t.operand(0), t.operand(1)
-    x = ops.reshape(f32(xs[1]), i64([1, b.ne[1], b.ne[0]]), False)
-    if a.dtype == "f16":
-        x = rounded(x, "f16")  # ggml's CPU converts the input to f16 for an f16 kernel
-    w = ops.reshape(f32(xs[0]), i64([a.ne[2], a.ne[1], a.ne[0]]), False)
-    return reshape4(
-        ops.convolution_backprop_data(x, w, [t.params["s0"]], pads_begin=[0], pads_end=[0], dilations=[1]),
-        t.ne,
-    )
-
-
-@translator(Op.CONV_TRANSPOSE_2D)
-def _conv_transpose_2d(t: Tensor, xs: list[Out]) -> Out:
-    a = t.operand(0)
-    x = f32(xs[1])
-    if a.dtype == "f16":
-        x = rounded(x, "f16")
-    st = t.params["stride"]
-    return ops.convolution_backprop_data(
-        x, f32(xs[0]), [st, st], pads_begin=[0, 0], pads_end=[0, 0], dilations=[1, 1]
-    )

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import inspect
-import itertools
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -73,29 +72,25 @@ def _read_tensor(t: Any) -> np.ndarray:
     data = g.ggml_get_data(t)
     if data is None:
         raise RuntimeError("ggml result tensor has no data")
-    if name in STORAGE_DTYPE:
-        # byte span covered by the tensor
-        span = max(sum((ne[i] - 1) * nb[i] for i in range(4)) + nb[0], nb[0])
-        raw = np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(data))
-        itemsize = np.dtype(STORAGE_DTYPE[name]).itemsize
-        view = np.lib.stride_tricks.as_strided(
-            raw.view(np.uint8),
-            shape=tuple(reversed(ne)) + (itemsize,),
-            strides=tuple(reversed(nb)) + (1,),
-        )
-        # a real copy (ascontiguousarray would alias the ggml buffer, which is freed right after)
-        arr = np.array(view, order="C", copy=True).view(STORAGE_DTYPE[name]).reshape(tuple(reversed(ne)))
+    quantized = name not in STORAGE_DTYPE
+    if quantized and not g.ggml_is_quantized(tid):
+        raise TypeError(f"cannot read a ggml tensor of type {name}")
+    # the elements (a quantized tensor: its rows of blocks) at ggml's byte strides
+    unit = int(g.ggml_row_size(tid, ne[0])) if quantized else np.dtype(STORAGE_DTYPE[name]).itemsize
+    dims = (3, 2, 1) if quantized else (3, 2, 1, 0)
+    span = sum((ne[i] - 1) * nb[i] for i in dims) + unit
+    raw = np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(data))
+    view = np.lib.stride_tricks.as_strided(
+        raw, shape=(*(ne[i] for i in dims), unit), strides=(*(nb[i] for i in dims), 1)
+    )
+    # a real copy (ascontiguousarray would alias the ggml buffer, which is freed right after)
+    blob = np.array(view, order="C", copy=True)
+    if quantized:
+        arr = dequantize(name, blob.tobytes(), tuple(reversed(ne)))
+    else:
+        arr = blob.view(STORAGE_DTYPE[name]).reshape(tuple(reversed(ne)))
         if name == "bf16":
             arr = dtypes.bf16_bits_to_f32(arr)
-    elif g.ggml_is_quantized(tid):
-        rows: list[np.ndarray] = []
-        row_bytes = int(g.ggml_row_size(tid, ne[0]))
-        for i3, i2, i1 in itertools.product(range(ne[3]), range(ne[2]), range(ne[1])):
-            blob = ctypes.string_at(data + i1 * nb[1] + i2 * nb[2] + i3 * nb[3], row_bytes)
-            rows.append(dequantize(name, blob, (ne[0],)))
-        arr = np.stack(rows).reshape(tuple(reversed(ne)))
-    else:
-        raise TypeError(f"cannot read a ggml tensor of type {name}")
     return arr.reshape(tuple(reversed(ne[:n_dims])) if n_dims > 0 else ())
 
 

@@ -18,7 +18,7 @@ from ovkit.quant.requant import (
     requant_type,
     requantize,
 )
-from ovkit.quant.round_trip import ROUND_TRIPS, ov_div_rn, ov_mul_rn, ov_round_trip, round_trip
+from ovkit.quant.round_trip import ROUND_TRIPS
 from ovkit.quant.specs import (
     FORMS,
     HOST_TYPES,
@@ -56,9 +56,6 @@ __all__ = [
     "compile_hints",
     "decode_blocks",
     "from_blocks",
-    "ov_div_rn",
-    "ov_mul_rn",
-    "ov_round_trip",
     "quant_spec",
     "quantize",
     "reference_dequantize",
@@ -68,6 +65,5 @@ __all__ = [
     "requant_table",
     "requant_type",
     "requantize",
-    "round_trip",
     "row_bytes",
 ]

@@ -1,10 +1,9 @@
-"""Writing quantized tensors (CPY / SET_ROWS into quantized rows): the values a tensor reads back
-after ggml's CPU ``from_float`` then ``to_float``, in numpy (:func:`round_trip`) and as OpenVINO
-arithmetic with C's roundings (:func:`ov_round_trip`)."""
+"""Writing quantized tensors (CPY / SET_ROWS into quantized rows): how ggml's CPU ``from_float``
+quantizes each writable type (``ovkit.ops.formulas.quantized_write`` computes it) and OpenVINO
+arithmetic with C's roundings."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,13 +15,8 @@ from ovkit.quant.specs import QuantError, quant_spec
 
 @dataclass(frozen=True, slots=True)
 class RoundTrip:
-    """How ggml's CPU ``from_float`` quantizes one 32-element block (then decoded as ``to_float``).
-
-    ``symmetric``: d = (the value of largest magnitude) / -offset, q = min(levels,
-    trunc(x/d + offset + 0.5)), w = (q - offset)·d (Q4_0, Q5_0); otherwise, with ``offset`` 0, d = (max - min) /
-    levels, q = min(levels, trunc((x - min)/d + 0.5)), w = q·d + min (Q4_1, Q5_1); Q8_0 (``levels``
-    127): d = amax/127, q = round-half-even(x · 127/amax), its AVX kernel's arithmetic.
-    """
+    """How ggml's CPU ``from_float`` quantizes one 32-element block: symmetric (Q4_0, Q5_0) about
+    ``offset``, or from the block's minimum; ``levels`` the largest integer (Q8_0: 127)."""
 
     symmetric: bool
     offset: int
@@ -40,7 +34,8 @@ ROUND_TRIPS: dict[str, RoundTrip] = {
 assert tuple(ROUND_TRIPS) == WRITABLE_QUANT_TYPES, "ovkit.dtypes lists the types specified here"
 
 
-def _round_trip_spec(qtype: str) -> RoundTrip:
+def round_trip_spec(qtype: str) -> RoundTrip:
+    """The :class:`RoundTrip` of ``qtype``; QuantError for a type ovkit does not write."""
     spec = quant_spec(qtype)
     rt = ROUND_TRIPS.get(spec.name)
     if rt is None:
@@ -48,37 +43,6 @@ def _round_trip_spec(qtype: str) -> RoundTrip:
             f"writing {spec.name} values (ggml's from_float) is not reproduced; expected one of {', '.join(WRITABLE_QUANT_TYPES)}"
         )
     return rt
-
-
-def round_trip(values: np.ndarray, qtype: str) -> np.ndarray:
-    """The f32 values a tensor of ``qtype`` holds after ggml's CPU backend writes ``values`` into
-    it (rows along the last axis, a multiple of 32): ``to_float(from_float(values))``."""
-    rt = _round_trip_spec(qtype)
-    x = np.ascontiguousarray(values, dtype=np.float32)
-    b = x.reshape(-1, 32)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if rt.symmetric:
-            mx = np.take_along_axis(b, np.abs(b).argmax(axis=1)[:, None], axis=1)
-            d = mx / np.float32(-rt.offset)
-            inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
-            q = np.minimum(np.float32(rt.levels), np.trunc(b * inv + np.float32(rt.offset + 0.5)))
-            out = (q - np.float32(rt.offset)) * _f16_round(d)
-        elif rt.levels == 127:
-            amax = np.abs(b).max(axis=1, keepdims=True)
-            inv = np.where(amax != 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
-            out = np.rint(b * inv) * _f16_round(amax / np.float32(127))
-        else:
-            lo, hi = b.min(axis=1, keepdims=True), b.max(axis=1, keepdims=True)
-            d = (hi - lo) / np.float32(rt.levels)
-            inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
-            q = np.minimum(np.float32(rt.levels), np.trunc((b - lo) * inv + np.float32(0.5)))
-            out = q * _f16_round(d) + _f16_round(lo)
-    return out.astype(np.float32).reshape(x.shape)
-
-
-def _f16_round(v: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return v.astype(np.float16).astype(np.float32)
 
 
 def ov_mul_rn(a: Any, b: Any) -> Any:
@@ -136,42 +100,3 @@ def ov_div_rn(num: Any, den: Any) -> Any:
         closer = ops.less(r, best_r)
         best, best_r = ops.select(closer, q, best), ops.select(closer, r, best_r)
     return cut(best)
-
-
-def ov_round_trip(x: Any, qtype: str, f16_round: Callable[[Any], Any]) -> Any:
-    """:func:`round_trip` as an OpenVINO subgraph of the f32 Output ``x`` (same shape);
-    ``f16_round`` rounds an f32 Output to f16 values the plugin cannot fold away."""
-    rt = _round_trip_spec(qtype)
-    import openvino.opset13 as ops
-
-    def c(v: float) -> Any:
-        return ops.constant(np.float32(v))
-
-    def safe_div(num: float, den: Any) -> Any:  # den != 0 ? num/den : 0
-        return ops.select(ops.not_equal(den, c(0.0)), ov_div_rn(c(num), den), c(0.0))
-
-    b = ops.reshape(x, ops.constant(np.array([-1, 32], np.int64)), False)
-    axis = ops.constant(np.array([1], np.int64))
-    if rt.symmetric:
-        # the first value of largest magnitude, as ggml's strict ``amax < fabsf(v)`` scan finds it
-        mag = ops.abs(b)
-        first = ops.select(
-            ops.equal(mag, ops.reduce_max(mag, axis, True)),
-            ops.constant(np.arange(32, dtype=np.int64)),
-            ops.constant(np.int64(32)),
-        )
-        at = ops.reduce_min(first, axis, True)
-        d = ops.multiply(ops.gather_elements(b, at, 1), c(-1.0 / rt.offset))  # exact: 2^-k
-        q = ops.floor(ops.add(ov_mul_rn(b, safe_div(1.0, d)), c(rt.offset + 0.5)))
-        q = ops.minimum(q, c(rt.levels))
-        out = ops.multiply(ops.subtract(q, c(rt.offset)), f16_round(d))
-    elif rt.levels == 127:
-        amax = ops.reduce_max(ops.abs(b), axis, True)
-        q = ops.round(ops.multiply(b, safe_div(127.0, amax)), "half_to_even")
-        out = ops.multiply(q, f16_round(ov_div_rn(amax, c(127.0))))
-    else:
-        lo, hi = ops.reduce_min(b, axis, True), ops.reduce_max(b, axis, True)
-        d = ov_div_rn(ops.subtract(hi, lo), c(rt.levels))
-        q = ops.floor(ops.add(ov_mul_rn(ops.subtract(b, lo), safe_div(1.0, d)), c(0.5)))
-        out = ops.add(ov_mul_rn(ops.minimum(q, c(rt.levels)), f16_round(d)), f16_round(lo))
-    return ops.reshape(out, ops.shape_of(x), False)
