@@ -177,27 +177,25 @@ def test_bad_hint_values_are_rejected() -> None:
 
 
 def test_effective_precision_is_read_back(engine: Engine) -> None:
-    a = np.ones((8, 8), np.float32)
-    report = engine.run_report("add8", add_model, [a, a], run_config=RunConfig(inference_precision="f32"))
-    assert report.effective.inference_precision == "f32"
-    asked_f16 = engine.run_report("add8", add_model, [a, a], run_config=RunConfig(inference_precision="f16"))
+    exact = engine.compiled("add8", add_model, run_config=RunConfig(inference_precision="f32")).effective
+    assert exact.inference_precision == "f32"
+    asked_f16 = engine.compiled("add8", add_model, run_config=RunConfig(inference_precision="f16")).effective
     # This CPU has no native f16 compute: it reports what it really uses, not what was asked.
-    assert asked_f16.effective.requested.inference_precision == "f16"
-    assert asked_f16.effective.inference_precision in ("f32", "bf16", "f16")
-    accurate = engine.run_report("add8", add_model, [a, a], run_config=RunConfig(execution_mode="ACCURACY"))
-    assert accurate.effective.execution_mode == "ACCURACY"
-    assert accurate.effective.inference_precision == "model"  # no lowering: the model's own f32
-    rows = {r["property"]: r for r in accurate.effective.as_rows()}
+    assert asked_f16.requested.inference_precision == "f16"
+    assert asked_f16.inference_precision in ("f32", "bf16", "f16")
+    accurate = engine.compiled("add8", add_model, run_config=RunConfig(execution_mode="ACCURACY")).effective
+    assert accurate.execution_mode == "ACCURACY"
+    assert accurate.inference_precision == "model"  # no lowering: the model's own f32
+    rows = {r["property"]: r for r in accurate.as_rows()}
     assert rows["EXECUTION_MODE_HINT"]["effective"] == "ACCURACY"
     assert rows["INFERENCE_PRECISION_HINT"]["requested"] == "(device default)"
 
 
 def test_profiling_gives_per_node_timings(engine: Engine) -> None:
     a = np.ones((64, 64), np.float32)
-    report = engine.run_report("add64", lambda: add_model(64), [a, a], run_config=RunConfig(profiling=True))
-    assert report.effective.profiling
-    df = report.profile
-    assert df is not None
+    engine.run("add64", lambda: add_model(64), [a, a], run_config=RunConfig(profiling=True))
+    assert engine.last_runner is not None and engine.last_runner.graph.effective.profiling
+    df = engine.last_profile()
     assert list(df.columns) == ["node", "type", "exec_type", "status", "real_time_us", "cpu_time_us"]
     assert (df["status"] == "EXECUTED").any()
     assert df.loc[df["status"] == "EXECUTED", "real_time_us"].sum() > 0
@@ -205,8 +203,8 @@ def test_profiling_gives_per_node_timings(engine: Engine) -> None:
 
 def test_profiling_off_gives_no_fake_numbers(engine: Engine) -> None:
     a = np.ones((8, 8), np.float32)
-    report = engine.run_report("add8", add_model, [a, a])
-    assert report.profile is None and not report.effective.profiling
+    engine.run("add8", add_model, [a, a])
+    assert engine.last_runner is not None and not engine.last_runner.graph.effective.profiling
     with pytest.raises(ProfilingOffError, match="PERF_COUNT reports off"):
         engine.last_profile()
 
@@ -259,11 +257,11 @@ def test_simulated_core_runs_and_labels(engine: Engine) -> None:
 
     sim = Engine(env={}, core=SimulatedCore("laptop"))
     a = np.ones((8, 8), np.float32)
-    report = sim.run_report("add8", add_model, [a, a], "GPU")
-    np.testing.assert_array_equal(report.outputs[0], 2 * a)
-    assert report.effective.simulated
+    np.testing.assert_array_equal(sim.run("add8", add_model, [a, a], "GPU")[0], 2 * a)
+    effective = sim.compiled("add8", add_model, "GPU").effective
+    assert effective.simulated
     assert {"property": "SIMULATED", "requested": "", "effective": "yes: compiled and run on the CPU"} in (
-        report.effective.as_rows()
+        effective.as_rows()
     )
     with pytest.raises(EngineError, match="not registered"):
         sim.run("add8", add_model, [a, a], "TPU")
@@ -284,8 +282,7 @@ def test_cache_dir_maps_like_upstream(tmp_path) -> None:
     engine.run("add32", lambda: add_model(32), [a, a])
     assert any(p.suffix == ".blob" for p in tmp_path.iterdir())
     again = Engine(env={"GGML_OPENVINO_CACHE_DIR": str(tmp_path)})
-    report = again.run_report("add32", lambda: add_model(32), [a, a])
-    assert report.effective.loaded_from_cache is True
+    assert again.compiled("add32", lambda: add_model(32)).effective.loaded_from_cache is True
 
 
 def test_f32_runs_turn_the_cpu_plugins_activation_quantization_off() -> None:

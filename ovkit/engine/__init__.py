@@ -9,7 +9,6 @@ from __future__ import annotations
 from ovkit.engine.cache import CacheStats
 from ovkit.engine.engine import (
     Engine,
-    RunReport,
     compute_graph,
     get_engine,
     graph_session,
@@ -46,7 +45,6 @@ __all__ = [
     "InputError",
     "ProfilingOffError",
     "RunConfig",
-    "RunReport",
     "Runner",
     "Session",
     "TINY_ELEMENTS",

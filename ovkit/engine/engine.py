@@ -11,7 +11,6 @@ import threading
 import warnings
 import weakref
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +40,6 @@ from ovkit.engine.plan import (
 )
 from ovkit.engine.run_config import (
     DEFAULT_RUN_CONFIG,
-    EffectiveConfig,
     RunConfig,
     compile_properties,
     run_config_from,
@@ -73,18 +71,6 @@ def cache_size(env: Mapping[str, str], default: int = DEFAULT_CACHE_SIZE) -> int
         )
         return default
     return size
-
-
-@dataclass(frozen=True, slots=True)
-class RunReport:
-    """One run, explained: outputs, hit or miss, times, effective config, per-node profile."""
-
-    outputs: list[np.ndarray]
-    cache_hit: bool
-    compile_seconds: float
-    infer_seconds: float
-    effective: EffectiveConfig
-    profile: pd.DataFrame | None = field(default=None, repr=False)
 
 
 class Engine:
@@ -334,30 +320,6 @@ class Engine:
         self._pending_times = {}
         log_profile(times)
 
-    def run_report(
-        self,
-        structure: Hashable,
-        factory: ModelFactory,
-        inputs: Mapping[str, Any] | Sequence[Any],
-        device: str | None = None,
-        run_config: RunConfig | None = None,
-        *,
-        dynamic: Mapping[str, Iterable[int]] | None = None,
-    ) -> RunReport:
-        """Like ``run``, with the cache outcome, times, effective config and per-node profile."""
-        before = self._cache.compile_seconds
-        outputs = self.run(structure, factory, inputs, device, run_config, dynamic=dynamic)
-        runner = self.last_runner
-        assert runner is not None
-        return RunReport(
-            outputs=outputs,
-            cache_hit=self.last_hit,
-            compile_seconds=self._cache.compile_seconds - before,
-            infer_seconds=runner.last_infer_seconds,
-            effective=runner.graph.effective,
-            profile=runner.profile() if runner.profiling else None,
-        )
-
     def last_profile(self) -> pd.DataFrame:
         """Per-node timings of the last ``run`` (``ProfilingOffError`` if profiling was off)."""
         if self.last_runner is None:
@@ -411,7 +373,6 @@ class Engine:
         *,
         extra: Sequence[Tensor] = (),
         names: Sequence[str] | None = None,
-        wide: Sequence[str] = (),
     ) -> GraphPlan:
         """The plan of computing ``outputs`` (and state outputs ``extra``) of ``graph`` on
         ``device``, made once and kept on the graph (``graph.derived``), keyed by the outputs'
@@ -425,7 +386,6 @@ class Engine:
             ids,
             device,
             config if config is None or type(config) is RunConfig else config_key(config),
-            tuple(sorted(wide)) if wide else (),  # () without a sort: this runs on every compute
         )
         plans = graph.derived
         plan: GraphPlan | None = plans.get(key)
@@ -433,9 +393,7 @@ class Engine:
             dev = device or self.selected_device()
             run = plan_run_config(config, graph, [*outs, *extra], dev)
             gqa = self.config.attention_manual_gqa(str(device_class(dev)))
-            plan = GraphPlan(
-                graph, outs, dev, run, extra_outputs=extra, names=names, wide=wide, manual_gqa=gqa
-            )
+            plan = GraphPlan(graph, outs, dev, run, extra_outputs=extra, names=names, manual_gqa=gqa)
             plan.require_supported()
             if len(plans) >= MAX_PLANS_PER_GRAPH:
                 plans.clear()
@@ -540,18 +498,17 @@ def graph_session(
     core: Core | None = None,
     config: Mapping[str, Any] | RunConfig | None = None,
     stateful: bool | None = None,
-    wide: Sequence[str] = (),
 ) -> GraphSession:
     """A stateful run of ``graph``: ``states`` maps a state input's name to the Tensor holding its
     next value (``{"cache_k": g.set_rows(cache_k, k_new, pos)}``); ``stateful`` as in
-    ``Engine.compiled``; ``wide``: f16 inputs fed as f32 arrays of f16 values."""
+    ``Engine.compiled``."""
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     engine = get_engine(core)
     state_names = list(states)
     extra = [states[n] for n in state_names]
     names = [f"output{i}" for i in range(len(outs))]
     out_names = [f"state:{n}" for n in state_names]
-    plan = engine.plan(graph, outs, device, config, extra=extra, names=names + out_names, wide=wide)
+    plan = engine.plan(graph, outs, device, config, extra=extra, names=names + out_names)
     missing = [n for n in state_names if n not in plan.input_names]
     if missing:
         raise InputError(
