@@ -500,34 +500,6 @@ def test_clear_and_eviction_free_compiled_models() -> None:
     assert second() is None and engine.last_runner is None
 
 
-def test_outputs_bound_into_caller_arrays_without_copies() -> None:
-    from ovkit.engine import compute_graph, get_engine
-    from ovkit.graph import Graph
-
-    g = Graph()
-    y = g.scale(g.add(g.input("a", (6, 7)), g.input("b", (6, 7))), 0.5)
-    a = np.arange(42, dtype=np.float32).reshape(6, 7)
-    out = np.empty((6, 7), np.float32)
-    (res,) = compute_graph(g, [y], {"a": a, "b": a}, out=[out])
-    assert res is out
-    np.testing.assert_array_equal(out, a)
-    (res2,) = compute_graph(g, [y], {"a": 2 * a, "b": 2 * a}, out=[out])  # written in place
-    np.testing.assert_array_equal(out, 2 * a)
-    kept = out.copy()
-    del out, res, res2
-    gc.collect()
-    _ = [np.random.rand(6, 7).astype(np.float32) for _ in range(50)]
-    plain = compute_graph(g, [y], {"a": 3 * a, "b": 3 * a})[0]  # back to the request's own memory
-    np.testing.assert_array_equal(plain, 3 * a)
-    np.testing.assert_array_equal(kept, 2 * a)
-    runner = get_engine().last_runner
-    assert runner is not None and not runner._out_keep  # the caller's array is no longer bound
-    with pytest.raises(
-        InputError, match=r"expected a writeable C-contiguous float32 array of shape \[6, 7\]"
-    ):
-        compute_graph(g, [y], {"a": a, "b": a}, out=[np.empty((7, 6), np.float32)])
-
-
 def test_run_model_keys_each_model_object_once(engine: Engine) -> None:
     model = add_model(8)
     a = np.ones((8, 8), np.float32)

@@ -299,26 +299,27 @@ class Engine:
         run_config: RunConfig | None = None,
         *,
         dynamic: Mapping[str, Iterable[int]] | None = None,
-        copy: bool = True,
     ) -> list[np.ndarray]:
         """Run ``structure`` (compiled on a miss) with ``inputs``; returns the outputs."""
-        runner = self.compiled(structure, factory, device, run_config, dynamic=dynamic).runner
+        return self._run(
+            self.compiled(structure, factory, device, run_config, dynamic=dynamic).runner, inputs
+        )
+
+    def _run(self, runner: Runner, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
+        """``runner`` once, the last runner; GGML_OPENVINO_PROFILING logs a miss's conversion and
+        compile times, then the inference times."""
         self.last_runner = runner
         t0 = perf_counter()
-        outputs = runner.run(inputs, copy=copy)
+        outputs = runner.run(inputs)
         if self.config.profiling:
-            self._log_profile(t0, runner)
+            times = {
+                **self._pending_times,
+                "Graph inference time": perf_counter() - t0,
+                "OV raw infer time": runner.last_infer_seconds,
+            }
+            self._pending_times = {}
+            log_profile(times)
         return outputs
-
-    def _log_profile(self, t0: float, runner: Runner) -> None:
-        """GGML_OPENVINO_PROFILING: a miss's conversion and compile times, then the inference times."""
-        times = {
-            **self._pending_times,
-            "Graph inference time": perf_counter() - t0,
-            "OV raw infer time": runner.last_infer_seconds,
-        }
-        self._pending_times = {}
-        log_profile(times)
 
     def last_profile(self) -> pd.DataFrame:
         """Per-node timings of the last ``run`` (``ProfilingOffError`` if profiling was off)."""
@@ -416,16 +417,9 @@ class Engine:
         plan.cache_key = None if self.config.disable_cache else compiled.key
         return compiled
 
-    def run_plan(
-        self, plan: GraphPlan, inputs: Mapping[str, Any], *, out: Sequence[np.ndarray] | None = None
-    ) -> list[np.ndarray]:
-        """Run ``plan`` once; ``out``: arrays the outputs are written into, zero-copy."""
-        runner = self.last_runner = self.compiled_for(plan).runner
-        t0 = perf_counter()
-        outputs = runner.run(plan.feed(inputs), out=out)
-        if self.config.profiling:
-            self._log_profile(t0, runner)
-        return outputs if out is not None else plan.results(outputs)
+    def run_plan(self, plan: GraphPlan, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+        """Run ``plan`` once."""
+        return plan.results(self._run(self.compiled_for(plan).runner, plan.feed(inputs)))
 
 
 # -- process-wide engines (one per Core) --------------------------------------------------------
@@ -481,12 +475,10 @@ def compute_graph(
     *,
     core: Core | None = None,
     config: Mapping[str, Any] | RunConfig | None = None,
-    out: Sequence[np.ndarray] | None = None,
 ) -> list[np.ndarray]:
-    """``Graph.compute``'s device path through the plan of (outputs, device, config); ``out``:
-    arrays of the outputs' shapes and dtypes OpenVINO writes into instead of returning copies."""
+    """``Graph.compute``'s device path through the plan of (outputs, device, config)."""
     engine = _DEFAULT_ENGINE[0] if core is None and _DEFAULT_ENGINE else get_engine(core)
-    return engine.run_plan(engine.plan(graph, outputs, device, config), inputs, out=out)
+    return engine.run_plan(engine.plan(graph, outputs, device, config), inputs)
 
 
 def graph_session(
