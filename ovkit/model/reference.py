@@ -12,14 +12,16 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ovkit.errors import OvkitError
+
+if TYPE_CHECKING:
+    from ovkit.model.runner import Generation
 
 DEFAULT_THREADS = 2
 
@@ -27,25 +29,6 @@ DEFAULT_THREADS = 2
 class LlamaCppError(OvkitError, RuntimeError):
     """llama.cpp failed or crashed in its subprocess (the signal or exit code and the stderr tail in
     the message)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReferenceRun:
-    """llama.cpp's logits for a prompt and a fed token sequence, its greedy picks and speeds."""
-
-    prompt_logits: np.ndarray = field(repr=False)
-    decode_logits: np.ndarray = field(repr=False)
-    tokens: tuple[int, ...]  # llama.cpp's greedy pick after the prompt and after each fed token
-    prefill_s: float
-    decode_s: float
-
-    @property
-    def prefill_tok_s(self) -> float:
-        return len(self.prompt_logits) / self.prefill_s if self.prefill_s > 0 else float("inf")
-
-    @property
-    def decode_tok_s(self) -> float:
-        return len(self.decode_logits) / self.decode_s if self.decode_s > 0 else float("inf")
 
 
 def upstream_env() -> dict[str, str]:
@@ -120,9 +103,12 @@ def run_reference(
     n_batch: int = 512,
     upstream: bool = False,
     timeout: float = 600.0,
-) -> ReferenceRun:
+) -> Generation:
     """Evaluate ``prompt`` then each id of ``fed`` one at a time with llama.cpp (its CPU backend;
-    ``upstream=True``: the OpenVINO build, which places the layers on its device)."""
+    ``upstream=True``: the OpenVINO build, which places the layers on its device); ``tokens``:
+    its greedy pick after the prompt and after each fed id."""
+    from ovkit.model.runner import Generation
+
     out = _run(
         {
             "op": "eval",
@@ -138,10 +124,11 @@ def run_reference(
         upstream,
         timeout,
     )
-    return ReferenceRun(
+    return Generation(
+        tuple(int(t) for t in prompt),
+        tuple(int(t) for t in out["tokens"]),
         out["prompt_logits"],
         out["decode_logits"],
-        tuple(int(t) for t in out["tokens"]),
         float(out["times"][0]),
         float(out["times"][1]),
     )

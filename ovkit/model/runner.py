@@ -438,44 +438,38 @@ class Model(Reported):
             raise ModelError("eval: no tokens given")
         if self.n_past + toks.size > self.n_ctx:
             raise ModelError(f"{self.n_past} cached + {toks.size} new tokens exceed n_ctx={self.n_ctx}")
-        if self.shapes == "lean":
-            return self._eval_lean(toks, last_only)
-        outs = []
-        for i in range(0, toks.size, self.n_ubatch):
-            chunk = toks[i : i + self.n_ubatch]
-            n = chunk.size
-            size = self.run_length(n, self.n_past)
-            run = np.concatenate([chunk, np.full(size - n, chunk[-1])]) if size > n else chunk
-            shape = self.shape(size, self.n_past, 1 if last_only else None)
-            b = self._bucket(shape)
-            feed = causal_inputs(self.hp, shape, run, self.n_past, out_ids=[n - 1] if last_only else None)
-            # the same view objects every call: bound once, read in place (ovkit.engine)
-            logits, *rows = b.session.compute({**feed, **b.caches} if b.caches else feed)
-            for w, r in zip(b.writes, rows, strict=True):  # SET_ROWS on the host: the new rows only
-                index = feed[w.index_input]
-                real = index.size * n // size  # the chunk's own rows come first; padding's dropped
-                rows_f16 = r.reshape(-1, w.row_len)[:real].astype(np.float16)  # the f16 store, as ggml rounds
-                self._kv[w.cache].reshape(-1, w.row_len)[index[:real]] = rows_f16
-            outs.append(np.asarray(logits).reshape(-1, self.hp.n_vocab)[: 1 if last_only else n])
-            self.n_past += chunk.size
-        return outs[-1] if last_only else np.concatenate(outs, axis=0)
-
-    def _eval_lean(self, toks: np.ndarray, last_only: bool) -> np.ndarray:
-        """``eval`` on the lean model: chunks of ``n_ubatch`` tokens, logits of the rows asked."""
-        session = self._lean_session()
-        if session.n_past != self.n_past:  # a reset elsewhere (close, a new generate)
-            session.reset()
+        lean = self._lean_session() if self.shapes == "lean" else None
+        if lean is not None and lean.n_past != self.n_past:  # a reset elsewhere (close, a new generate)
+            lean.reset()
             if self.n_past:
                 raise ModelError("the lean model's cache was released: reset() and feed the tokens again")
         outs = []
         for i in range(0, toks.size, self.n_ubatch):
             chunk = toks[i : i + self.n_ubatch]
-            ids = np.array([chunk.size - 1]) if last_only else np.arange(chunk.size)
-            if last_only and i + self.n_ubatch < toks.size:
-                ids = np.array([chunk.size - 1])  # only the last chunk's row is kept
-            outs.append(session.run(chunk, ids).reshape(-1, self.hp.n_vocab))
+            if lean is not None:
+                logits = lean.run(chunk, np.array([chunk.size - 1]) if last_only else np.arange(chunk.size))
+            else:
+                logits = self._run_bucket(chunk, last_only)
+            outs.append(logits.reshape(-1, self.hp.n_vocab)[: 1 if last_only else chunk.size])
             self.n_past += chunk.size
         return outs[-1] if last_only else np.concatenate(outs, axis=0)
+
+    def _run_bucket(self, chunk: np.ndarray, last_only: bool) -> np.ndarray:
+        """One chunk on its shape bucket: its logits; the rows it writes stored in the host cache."""
+        n = chunk.size
+        size = self.run_length(n, self.n_past)
+        run = np.concatenate([chunk, np.full(size - n, chunk[-1])]) if size > n else chunk
+        shape = self.shape(size, self.n_past, 1 if last_only else None)
+        b = self._bucket(shape)
+        feed = causal_inputs(self.hp, shape, run, self.n_past, out_ids=[n - 1] if last_only else None)
+        # the same view objects every call: bound once, read in place (ovkit.engine)
+        logits, *rows = b.session.compute({**feed, **b.caches} if b.caches else feed)
+        for w, r in zip(b.writes, rows, strict=True):  # SET_ROWS on the host: the new rows only
+            index = feed[w.index_input]
+            real = index.size * n // size  # the chunk's own rows come first; padding's dropped
+            rows_f16 = r.reshape(-1, w.row_len)[:real].astype(np.float16)  # the f16 store, as ggml rounds
+            self._kv[w.cache].reshape(-1, w.row_len)[index[:real]] = rows_f16
+        return np.asarray(logits)
 
     @_serialized
     def generate(
