@@ -302,16 +302,6 @@ def test_f32_runs_turn_the_cpu_plugins_activation_quantization_off() -> None:
     assert compile_properties(own, "CPU", cfg)["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == "32"
 
 
-def test_dynamic_dims_serve_many_lengths(engine: Engine) -> None:
-    for n in (1, 3, 7):
-        x = np.ones((n, 8), np.float32)
-        out = engine.run("addrows", add_model, {"a": x, "b": x}, dynamic={"a": [0], "b": [0]})[0]
-        assert out.shape == (n, 8)
-    assert engine.stats().compiles == 1
-    with pytest.raises(InputError, match="axis 5 out of range"):
-        engine.run("addbad", add_model, {"a": x, "b": x}, dynamic={"a": [5]})
-
-
 @pytest.mark.slow
 def test_ten_thousand_runs_keep_memory_flat() -> None:
     import psutil

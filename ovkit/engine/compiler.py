@@ -13,7 +13,6 @@ from ovkit.engine.errors import EngineError
 from ovkit.engine.keys import CacheKey
 from ovkit.engine.ov_model import (
     ModelFactory,
-    apply_dynamic,
     make_stateful,
     model_from,
     share_constants,
@@ -51,7 +50,6 @@ def compile_graph(
     else:
         model = model_from(factory())
         share_constants(model)
-        apply_dynamic(model, dict(key.dynamic))
         specs = state_specs(model, states)
         variables = make_stateful(model, states) if key.stateful else {}
         t1 = perf_counter()

@@ -213,7 +213,6 @@ class Engine:
         *,
         states: Mapping[str, str] | None = None,
         stateful: bool | None = None,
-        dynamic: Mapping[str, Iterable[int]] | None = None,
     ) -> CompiledGraph:
         """The compiled graph for ``structure`` on ``device``, cached or compiled now from
         ``factory()``.  ``states``: state input -> output holding its next value; ``stateful=None``
@@ -222,17 +221,10 @@ class Engine:
         dev = device or self.selected_device()
         run = run_config or DEFAULT_RUN_CONFIG
         # The same arguments as before map straight to their key (no sorting/hashing work).
-        args = (
-            structure,
-            dev,
-            run,
-            stateful,
-            tuple(states.items()) if states else (),
-            tuple((n, tuple(a)) for n, a in dynamic.items()) if dynamic else (),
-        )
+        args = (structure, dev, run, stateful, tuple(states.items()) if states else ())
         key = self._keys.get(args)
         if key is None:
-            key = self._make_key(structure, dev, run, cfg, states, stateful, dynamic)
+            key = self._make_key(structure, dev, run, cfg, states, stateful)
             if len(self._keys) > 4096:
                 self._keys.clear()
             self._keys[args] = key
@@ -272,7 +264,6 @@ class Engine:
         cfg: OvkitConfig,
         states: Mapping[str, str] | None,
         stateful: bool | None,
-        dynamic: Mapping[str, Iterable[int]] | None,
     ) -> CacheKey:
         dclass = device_class(dev)
         want_stateful = cfg.stateful_execution if stateful is None else stateful
@@ -284,9 +275,6 @@ class Engine:
             properties=tuple(sorted((k, str(v)) for k, v in props.items())),
             stateful=bool(states) and want_stateful and dclass != DeviceClass.NPU,
             states=tuple(sorted((states or {}).items())),
-            dynamic=tuple(
-                sorted((n, tuple(sorted({int(a) for a in axes}))) for n, axes in (dynamic or {}).items())
-            ),
         )
 
     # -- running ----------------------------------------------------------------------------
@@ -297,13 +285,9 @@ class Engine:
         inputs: Mapping[str, Any] | Sequence[Any],
         device: str | None = None,
         run_config: RunConfig | None = None,
-        *,
-        dynamic: Mapping[str, Iterable[int]] | None = None,
     ) -> list[np.ndarray]:
         """Run ``structure`` (compiled on a miss) with ``inputs``; returns the outputs."""
-        return self._run(
-            self.compiled(structure, factory, device, run_config, dynamic=dynamic).runner, inputs
-        )
+        return self._run(self.compiled(structure, factory, device, run_config).runner, inputs)
 
     def _run(self, runner: Runner, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
         """``runner`` once, the last runner; GGML_OPENVINO_PROFILING logs a miss's conversion and
@@ -336,13 +320,10 @@ class Engine:
         *,
         states: Mapping[str, str] | None = None,
         stateful: bool | None = None,
-        dynamic: Mapping[str, Iterable[int]] | None = None,
     ) -> Session:
         """A request of its own state (e.g. one KV cache per conversation) on the cached compiled
         model; state inputs are not passed to ``run``."""
-        graph = self.compiled(
-            structure, factory, device, run_config, states=states, stateful=stateful, dynamic=dynamic
-        )
+        graph = self.compiled(structure, factory, device, run_config, states=states, stateful=stateful)
         return graph.new_runner()
 
     def run_model(
@@ -351,7 +332,6 @@ class Engine:
         inputs: Mapping[str, Any] | Sequence[Any],
         device: str | None = None,
         run_config: RunConfig | None = None,
-        **kw: Any,
     ) -> list[np.ndarray]:
         """Run an ``openvino.Model`` (a clone is compiled), keyed once per model object and input
         shapes as upstream keys a graph by identity: constants are not hashed on every call."""
@@ -362,7 +342,7 @@ class Engine:
                 self._model_keys.clear()
             cached = (weakref.ref(model), shapes, model_structure_key(model))
             self._model_keys[id(model)] = cached
-        return self.run(cached[2], model.clone, inputs, device, run_config, **kw)
+        return self.run(cached[2], model.clone, inputs, device, run_config)
 
     # -- graph plans ------------------------------------------------------------------------
     def plan(

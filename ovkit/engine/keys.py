@@ -23,7 +23,6 @@ class CacheKey:
     properties: tuple[tuple[str, str], ...]
     stateful: bool
     states: tuple[tuple[str, str], ...]
-    dynamic: tuple[tuple[str, tuple[int, ...]], ...]
     _hash: int = field(default=0, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -34,7 +33,6 @@ class CacheKey:
             self.properties,
             self.stateful,
             self.states,
-            self.dynamic,
         )
         object.__setattr__(self, "_hash", hash(fields_))
 
