@@ -292,7 +292,7 @@ class Model(Reported):
             n_tokens, n_kv_for(self.n_ctx, end), self.n_ctx, n_outputs or n_tokens, self.flash_attn
         )
 
-    def _cache_rows(self, shape: GraphShape) -> int:
+    def cache_rows(self, shape: GraphShape) -> int:
         """A bucket's cache input rows: the ``n_kv`` it reads (the backend's KV slice) with the host
         cache and flash attention, unless GGML_OPENVINO_DISABLE_KV_SLICE; else ``n_ctx``."""
         sliced = shape.flash_attn and not self.kv_slice_disabled
@@ -304,7 +304,7 @@ class Model(Reported):
 
         g = Graph()
         leaves: dict[str, Any] = {n: g.constant(w, n) for n, w in self.weights.items()}
-        for name, (shp, dtype) in input_specs(self.hp, shape, cache_rows=self._cache_rows(shape)).items():
+        for name, (shp, dtype) in input_specs(self.hp, shape, cache_rows=self.cache_rows(shape)).items():
             leaves[name] = g.input(name, shp, dtype)
         out = decoder_program(self.hp, shape)(g, leaves)
         if self.precision == "ggml":  # llama.cpp CPU's attention numerics too
@@ -329,7 +329,7 @@ class Model(Reported):
                 rows, index = nxt.srcs[1], nxt.srcs[2]
                 outputs.append(rows)
                 b.writes += (KvWrite(name, nxt.ne[0], index.name),)
-                b.caches[name] = self._kv[name][: self._cache_rows(shape)]  # no copy
+                b.caches[name] = self._kv[name][: self.cache_rows(shape)]  # no copy
             try:
                 b.session = graph_session(
                     b.graph,
