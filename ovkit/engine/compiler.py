@@ -14,7 +14,6 @@ from ovkit.engine.keys import CacheKey
 from ovkit.engine.ov_model import (
     ModelFactory,
     make_stateful,
-    model_from,
     share_constants,
     state_specs,
 )
@@ -48,7 +47,7 @@ def compile_graph(
         compiled, entry = found
         times = {"Model cache import time": perf_counter() - t0}
     else:
-        model = model_from(factory())
+        model = factory()
         share_constants(model)
         specs = state_specs(model, states)
         variables = make_stateful(model, states) if key.stateful else {}

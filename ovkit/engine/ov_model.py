@@ -27,10 +27,6 @@ class PortSpec:
     def dtype(self) -> np.dtype[Any]:
         return OPENVINO_NUMPY.get(self.ov_type, np.dtype(np.float32))
 
-    @property
-    def is_static(self) -> bool:
-        return all(d >= 0 for d in self.shape)
-
     def accepts(self, shape: tuple[int, ...]) -> bool:
         return len(shape) == len(self.shape) and all(
             w < 0 or w == g for w, g in zip(self.shape, shape, strict=True)
@@ -67,14 +63,8 @@ def port_specs(ports: Sequence[Any], prefix: str) -> tuple[PortSpec, ...]:
     return tuple(specs)
 
 
-# -- building the model to compile: dynamic dims, stateful transformation ----------------------
+# -- building the model to compile: shared constants, stateful transformation -----------------
 ModelFactory = Callable[[], Any]
-
-
-def model_from(factory_result: Any) -> Any:
-    """The model a factory returned: ``Graph.to_model`` gives (model, input names), plain
-    factories the model."""
-    return factory_result[0] if isinstance(factory_result, tuple) else factory_result
 
 
 #: Constants up to this many bytes are shared by value (shapes, axes, scalars; never weights).
