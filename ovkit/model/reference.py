@@ -141,27 +141,6 @@ def tokenize(path: str | os.PathLike[str], text: str, *, chat: bool = False) -> 
     return [int(t) for t in out["tokens"]]
 
 
-def eog_tokens(path: str | os.PathLike[str]) -> frozenset[int]:
-    """Every id llama.cpp's vocabulary of the model marks as end of generation."""
-    out = _run({"op": "eog", "path": str(path)}, False, 120.0)
-    return frozenset(int(t) for t in out["tokens"])
-
-
-def apply_chat_template(
-    template: str, messages: Sequence[dict[str, str]], *, add_assistant: bool = True
-) -> str:
-    """``messages`` formatted by llama.cpp's built-in chat formats (``llama_chat_apply_template``:
-    the format it recognises in ``template``, e.g. chatml or gemma, written in C++, no Jinja)."""
-    request = {
-        "op": "chat_format",
-        "template": template,
-        "messages": list(messages),
-        "add_ass": add_assistant,
-    }
-    out = _run(request, False, 120.0)
-    return bytes(out["text"]).decode("utf-8")
-
-
 def detokenize(path: str | os.PathLike[str], tokens: Sequence[int]) -> str:
     """Ids to text with llama.cpp's tokenizer of the model."""
     out = _run({"op": "detokenize", "path": str(path), "tokens": list(map(int, tokens))}, False, 120.0)
@@ -175,9 +154,7 @@ def _serve(request: dict[str, Any]) -> dict[str, np.ndarray]:
     import llama_cpp
 
     op = request["op"]
-    if op == "chat_format":
-        return {"text": np.frombuffer(_chat_format(llama_cpp, request), np.uint8)}
-    if op in ("tokenize", "detokenize", "eog"):
+    if op in ("tokenize", "detokenize"):
         llm = llama_cpp.Llama(request["path"], vocab_only=True, verbose=False)
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
         if op == "tokenize":
@@ -189,13 +166,6 @@ def _serve(request: dict[str, Any]) -> dict[str, np.ndarray]:
                     text = text[len(bos) :]
             toks = llm.tokenize(text, add_bos=True, special=bool(request.get("chat")))
             return {"tokens": np.asarray(toks, np.int64)}
-        if op == "eog":
-            n = llama_cpp.llama_vocab_n_tokens(vocab)
-            return {
-                "tokens": np.asarray(
-                    [i for i in range(n) if llama_cpp.llama_vocab_is_eog(vocab, i)], np.int64
-                )
-            }
         return {"text": np.frombuffer(llm.detokenize(request["tokens"]), np.uint8)}
     kwargs: dict[str, Any] = {
         "n_ctx": request["n_ctx"],
@@ -224,25 +194,6 @@ def _serve(request: dict[str, Any]) -> dict[str, np.ndarray]:
         "tokens": greedy.astype(np.int64),
         "times": np.array([t1 - t0, t2 - t1]),
     }
-
-
-def _chat_format(llama_cpp: Any, request: dict[str, Any]) -> bytes:
-    import ctypes
-
-    msgs = request["messages"]
-    keep = [(m["role"].encode(), m["content"].encode()) for m in msgs]  # alive while C reads them
-    arr = (llama_cpp.llama_chat_message * len(keep))(*(llama_cpp.llama_chat_message(r, c) for r, c in keep))
-    size = 4096 + 2 * sum(len(r) + len(c) for r, c in keep)
-    for _ in range(2):  # it returns the length needed when the buffer is too small
-        buf = ctypes.create_string_buffer(size)
-        tmpl = request["template"].encode()
-        n = llama_cpp.llama_chat_apply_template(tmpl, arr, len(keep), request["add_ass"], buf, size)
-        if n < 0:
-            raise RuntimeError(f"llama_chat_apply_template returned {n}: no format it knows in the template")
-        if n <= size:
-            return buf.raw[:n]
-        size = n
-    raise RuntimeError(f"llama_chat_apply_template wants {n} bytes after a buffer of {size}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
