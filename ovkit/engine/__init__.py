@@ -29,7 +29,7 @@ from ovkit.engine.run_config import (
     naive_run_config,
     run_config_from,
 )
-from ovkit.engine.runner import CompiledGraph, Runner, Session
+from ovkit.engine.runner import CompiledGraph, Runner
 
 __all__ = [
     "CacheKey",
@@ -46,7 +46,6 @@ __all__ = [
     "ProfilingOffError",
     "RunConfig",
     "Runner",
-    "Session",
     "TINY_ELEMENTS",
     "compile_properties",
     "compute_graph",

@@ -44,7 +44,7 @@ from ovkit.engine.run_config import (
     compile_properties,
     run_config_from,
 )
-from ovkit.engine.runner import CompiledGraph, Runner, Session
+from ovkit.engine.runner import CompiledGraph, Runner
 
 logger = logging.getLogger("ovkit")
 
@@ -320,7 +320,7 @@ class Engine:
         *,
         states: Mapping[str, str] | None = None,
         stateful: bool | None = None,
-    ) -> Session:
+    ) -> Runner:
         """A request of its own state (e.g. one KV cache per conversation) on the cached compiled
         model; state inputs are not passed to ``run``."""
         graph = self.compiled(structure, factory, device, run_config, states=states, stateful=stateful)

@@ -310,7 +310,3 @@ class Runner:
         return pd.DataFrame(
             rows, columns=["node", "type", "exec_type", "status", "real_time_us", "cpu_time_us"]
         )
-
-
-# Sessions are runners with their own request (own state); the name reads better in user code.
-Session = Runner
