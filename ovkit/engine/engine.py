@@ -9,7 +9,6 @@ import logging
 import os
 import threading
 import warnings
-import weakref
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -92,9 +91,6 @@ class Engine:
         self._lock = threading.RLock()
         self._cache = CompiledCache(maxsize or DEFAULT_CACHE_SIZE)
         self._keys: dict[tuple[Any, ...], CacheKey] = {}  # the arguments of compiled() -> key
-        # run_model: id -> (weak reference to the model, input shapes, structure key); weak, so
-        # that a model the caller drops is not kept alive with its constants.
-        self._model_keys: dict[int, tuple[weakref.ref[Any], tuple[str, ...], str]] = {}
         self._pending_times: dict[str, float] = {}  # conversion/compile times not yet logged
         self.last_runner: Runner | None = None
         self.last_hit = False
@@ -333,16 +329,8 @@ class Engine:
         device: str | None = None,
         run_config: RunConfig | None = None,
     ) -> list[np.ndarray]:
-        """Run an ``openvino.Model`` (a clone is compiled), keyed once per model object and input
-        shapes as upstream keys a graph by identity: constants are not hashed on every call."""
-        shapes = tuple(str(p.get_partial_shape()) for p in model.inputs)
-        cached = self._model_keys.get(id(model))
-        if cached is None or cached[0]() is not model or cached[1] != shapes:
-            if len(self._model_keys) >= 64:
-                self._model_keys.clear()
-            cached = (weakref.ref(model), shapes, model_structure_key(model))
-            self._model_keys[id(model)] = cached
-        return self.run(cached[2], model.clone, inputs, device, run_config)
+        """Run an ``openvino.Model`` (a clone is compiled), keyed by its structure digest."""
+        return self.run(model_structure_key(model), model.clone, inputs, device, run_config)
 
     # -- graph plans ------------------------------------------------------------------------
     def plan(
