@@ -90,7 +90,6 @@ class Engine:
         self._explicit_size = maxsize
         self._lock = threading.RLock()
         self._cache = CompiledCache(maxsize or DEFAULT_CACHE_SIZE)
-        self._keys: dict[tuple[Any, ...], CacheKey] = {}  # the arguments of compiled() -> key
         self._pending_times: dict[str, float] = {}  # conversion/compile times not yet logged
         self.last_runner: Runner | None = None
         self.last_hit = False
@@ -117,7 +116,6 @@ class Engine:
             # GGML_OPENVINO_RELEASE_WEIGHTS (or MEMORY_OPTIMIZE): a cache hit may release weights
             self._release_on_hit = bool(config.memory_optimize or config.release_weights_explicit)
             self._device: str | None = None
-            self._keys.clear()
             self._blobs: BlobCache | None = None
             self._cache.resize(size)
             # in every plan's key: the plans made before this reading are not reused
@@ -216,14 +214,17 @@ class Engine:
         cfg = self.config
         dev = device or self.selected_device()
         run = run_config or DEFAULT_RUN_CONFIG
-        # The same arguments as before map straight to their key (no sorting/hashing work).
-        args = (structure, dev, run, stateful, tuple(states.items()) if states else ())
-        key = self._keys.get(args)
-        if key is None:
-            key = self._make_key(structure, dev, run, cfg, states, stateful)
-            if len(self._keys) > 4096:
-                self._keys.clear()
-            self._keys[args] = key
+        dclass = device_class(dev)
+        props = compile_properties(run, dclass, cfg)
+        want_stateful = cfg.stateful_execution if stateful is None else stateful
+        key = CacheKey(
+            structure=structure,
+            device=dev,
+            core_id=id(self.core),
+            properties=tuple(sorted((k, str(v)) for k, v in props.items())),
+            stateful=bool(states) and want_stateful and dclass != DeviceClass.NPU,
+            states=tuple(sorted((states or {}).items())),
+        )
         with self._lock:
             if not cfg.disable_cache and (entry := self._cache.get(key)) is not None:
                 self.last_hit = True
@@ -233,7 +234,6 @@ class Engine:
             self._cache.misses += 1
             self.last_hit = False
             weight_release.before_compile(dev)  # released host weights: upstream's error
-            props = compile_properties(run, device_class(dev), cfg)
             blobs = self._blob_cache()
             entry, self._pending_times = compile_graph(key, factory, run, props, blobs, core=self.core)
             if COMPILE_TIME in self._pending_times:
@@ -251,27 +251,6 @@ class Engine:
         if self._blobs is None:  # made on the first compile, not before: it makes the directory
             self._blobs = BlobCache(path)
         return self._blobs
-
-    def _make_key(
-        self,
-        structure: Hashable,
-        dev: str,
-        run: RunConfig,
-        cfg: OvkitConfig,
-        states: Mapping[str, str] | None,
-        stateful: bool | None,
-    ) -> CacheKey:
-        dclass = device_class(dev)
-        want_stateful = cfg.stateful_execution if stateful is None else stateful
-        props = compile_properties(run, dclass, cfg)
-        return CacheKey(
-            structure=structure,
-            device=dev,
-            core_id=id(self.core),
-            properties=tuple(sorted((k, str(v)) for k, v in props.items())),
-            stateful=bool(states) and want_stateful and dclass != DeviceClass.NPU,
-            states=tuple(sorted((states or {}).items())),
-        )
 
     # -- running ----------------------------------------------------------------------------
     def run(
