@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,21 +23,6 @@ class CacheKey:
     properties: tuple[tuple[str, str], ...]
     stateful: bool
     states: tuple[tuple[str, str], ...]
-    _hash: int = field(default=0, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        fields_ = (
-            self.structure,
-            self.device,
-            self.core_id,
-            self.properties,
-            self.stateful,
-            self.states,
-        )
-        object.__setattr__(self, "_hash", hash(fields_))
-
-    def __hash__(self) -> int:  # computed once: the key is looked up on every run
-        return self._hash
 
 
 def model_structure_key(model: Any) -> str:
