@@ -33,12 +33,8 @@ class LlamaCppError(OvkitError, RuntimeError):
 
 def upstream_env() -> dict[str, str]:
     """The environment whose ``llama_cpp`` is the OpenVINO build (clear error when it is absent)."""
-    try:
-        from ovkit.upstream.build import llama_openvino_env
-    except ImportError:
-        raise LlamaCppError(
-            "the OpenVINO build of llama-cpp-python needs ovkit.upstream and scripts/install-upstream"
-        ) from None
+    from ovkit.upstream.build import llama_openvino_env
+
     try:
         return llama_openvino_env()
     except RuntimeError as exc:
