@@ -92,7 +92,6 @@ class Engine:
         self._cache = CompiledCache(maxsize or DEFAULT_CACHE_SIZE)
         self._pending_times: dict[str, float] = {}  # conversion/compile times not yet logged
         self.last_runner: Runner | None = None
-        self.last_hit = False
         self.reload()
 
     def __repr__(self) -> str:
@@ -227,12 +226,10 @@ class Engine:
         )
         with self._lock:
             if not cfg.disable_cache and (entry := self._cache.get(key)) is not None:
-                self.last_hit = True
                 if self._release_on_hit:
                     weight_release.on_cache_hit(dev, self.config)
                 return entry
             self._cache.misses += 1
-            self.last_hit = False
             weight_release.before_compile(dev)  # released host weights: upstream's error
             blobs = self._blob_cache()
             entry, self._pending_times = compile_graph(key, factory, run, props, blobs, core=self.core)
@@ -355,7 +352,6 @@ class Engine:
             with self._lock:
                 compiled = self._cache.get(plan.cache_key)
             if compiled is not None:
-                self.last_hit = True
                 if self._release_on_hit:
                     weight_release.on_cache_hit(plan.device, self.config)
                 return compiled
