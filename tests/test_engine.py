@@ -90,8 +90,10 @@ def test_lru_evicts_least_recently_used() -> None:
 
 
 def test_cache_size_from_environment() -> None:
-    assert Engine(env={}).maxsize == 64
-    assert Engine(env={"OVKIT_ENGINE_CACHE_SIZE": "3"}).maxsize == 3  # the mapping given, not os.environ
+    assert Engine(env={}).stats().maxsize == 64
+    assert (
+        Engine(env={"OVKIT_ENGINE_CACHE_SIZE": "3"}).stats().maxsize == 3
+    )  # the mapping given, not os.environ
     with pytest.raises(ValueError, match="maxsize=0"):
         Engine(env={}, maxsize=0)
 
@@ -439,14 +441,15 @@ def test_transformer_decode_with_kv_cache_equals_full_recompute(stateful: bool) 
     np.testing.assert_allclose(last.reshape(-1), full[5], rtol=1e-5, atol=1e-5)
 
 
-def test_graph_plans_follow_eviction_and_clear() -> None:
+def test_graph_plans_follow_eviction_and_clear(monkeypatch: pytest.MonkeyPatch) -> None:
     from ovkit.engine import get_engine
     from ovkit.graph import Graph
     from ovkit.simulate import SimulatedCore
 
     core = SimulatedCore("laptop")
     engine = get_engine(core)
-    engine.resize(1)
+    monkeypatch.setenv("OVKIT_ENGINE_CACHE_SIZE", "1")
+    engine.reload()
     ga, gb = Graph(), Graph()
     ya = ga.scale(ga.input("x", (4,)), 2.0)
     yb = gb.scale(gb.input("x", (4,)), 3.0)
@@ -463,7 +466,7 @@ def test_graph_plans_follow_eviction_and_clear() -> None:
     assert engine.stats().misses == 4
 
 
-def test_clear_and_eviction_free_compiled_models() -> None:
+def test_clear_and_eviction_free_compiled_models(monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing in the engine (plans, last runner) keeps a dropped compiled model alive."""
     import weakref
 
@@ -473,7 +476,8 @@ def test_clear_and_eviction_free_compiled_models() -> None:
 
     core = SimulatedCore("laptop")
     engine = get_engine(core)
-    engine.resize(1)
+    monkeypatch.setenv("OVKIT_ENGINE_CACHE_SIZE", "1")
+    engine.reload()
     x = np.ones(4, np.float32)
     ga = Graph()
     ya = ga.scale(ga.input("x", (4,)), 2.0)

@@ -282,13 +282,13 @@ def test_invalid_engine_cache_size_warns_and_falls_back_every_time(monkeypatch: 
         monkeypatch.setenv("OVKIT_ENGINE_CACHE_SIZE", bad)
         with pytest.warns(OvkitConfigWarning, match=rf"OVKIT_ENGINE_CACHE_SIZE='{bad}' is not a cache size"):
             engine.reload()
-        assert engine.maxsize == 64
+        assert engine.stats().maxsize == 64
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # the same value does not warn again
             assert engine.run("add1", _add_model, [np.ones(2, np.float32)] * 2)[0].tolist() == [2, 2]
     monkeypatch.setenv("OVKIT_ENGINE_CACHE_SIZE", "3")
     engine.reload()
-    assert engine.maxsize == 3
+    assert engine.stats().maxsize == 3
 
 
 def _add_model() -> object:

@@ -121,20 +121,9 @@ class Engine:
             self._plan_tag = f"{PLAN_TAG}:{next(_PLAN_TAGS)}"
 
     @property
-    def maxsize(self) -> int:
-        return self._cache.maxsize
-
-    @property
     def plans_made(self) -> int:
         """How many graph plans (policy check, structure key, input slots) this engine made."""
         return self._cache.plans
-
-    def resize(self, maxsize: int) -> None:
-        """Change the LRU bound (evicting the least recently used entries if needed)."""
-        if maxsize < 1:
-            raise ValueError(f"maxsize={maxsize} is not valid (expected >= 1)")
-        with self._lock:
-            self._cache.resize(maxsize)
 
     def selected_device(self) -> str:
         """The device ``GGML_OPENVINO_DEVICE`` selects on this engine's Core (once per reload)."""

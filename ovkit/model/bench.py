@@ -607,9 +607,13 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
     tg a one-token prompt and n."""
     side = request["side"]
     try:
-        runner: _Ovkit | _Llama | _GenAI = {"ovkit": _Ovkit, "genai": _GenAI}.get(
-            side, partial(_Llama, upstream=side == "upstream")
-        )(request)
+        runner: _Ovkit | _Llama | _GenAI = (
+            _Ovkit(request)
+            if side == "ovkit"
+            else _GenAI(request)
+            if side == "genai"
+            else _Llama(request, upstream=side == "upstream")
+        )
     except ImportError as exc:
         return {"error": f"{side} is not installed here ({exc}); bash .ci/test installs every side"}
     except Exception as exc:  # the runtime refuses the file (GenAI: Q5_0; the backend: Gemma-3)
