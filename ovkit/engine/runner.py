@@ -215,13 +215,11 @@ class Runner:
     __call__ = run
 
     # -- state ----------------------------------------------------------------------------
-    @property
-    def state_names(self) -> list[str]:
-        return list(self.graph.states)
-
     def _check_state(self, name: str) -> None:
         if name not in self.graph.states:
-            raise KeyError(f"no state named {name!r}; this graph has {self.state_names or 'no states'}")
+            raise KeyError(
+                f"no state named {name!r}; this graph has {list(self.graph.states) or 'no states'}"
+            )
 
     def _variable(self, name: str) -> Any:
         var_id = self.graph.variables[name]
@@ -263,7 +261,7 @@ class Runner:
 
     def reset_state(self, name: str | None = None) -> None:
         """Back to the initial value (zeros; dynamic dimensions of length 0), one or all states."""
-        names = self.state_names if name is None else [name]
+        names = list(self.graph.states) if name is None else [name]
         for n in names:
             self._check_state(n)
         if not self.graph.stateful:
@@ -280,16 +278,11 @@ class Runner:
                 self._state_keep.pop(n, None)
 
     # -- profiling ------------------------------------------------------------------------
-    @property
-    def profiling(self) -> bool:
-        """True only when the compiled model reports PERF_COUNT on."""
-        return self.graph.effective.profiling
-
     def profile(self) -> pd.DataFrame:
         """Per-node timings of the last run (``ProfilingOffError`` when profiling was not on)."""
         import pandas as pd
 
-        if not self.profiling:
+        if not self.graph.effective.profiling:  # what the compiled model reports, not what was asked
             raise ProfilingOffError(
                 "profiling was not on for this compiled model (PERF_COUNT reports off): "
                 "run with RunConfig(profiling=True) to get per-node timings"
