@@ -520,12 +520,12 @@ def test_graph_default_config_by_size_and_dict_configs_reuse_plans() -> None:
     compute_graph(g, [big], {"b": np.ones((2, TINY_ELEMENTS), np.float32)})
     big_eff = engine.last_runner.graph.effective
     assert big_eff.inference_precision == "f32" and big_eff.requested.num_threads is None
-    plans = engine.plans_made
+    plans = engine.stats().plans
     for _ in range(3):  # a raw dict config (as Graph.compute passes it) maps to one plan
         compute_graph(
             g, [tiny], {"t": np.ones((8, 8), np.float32)}, config={"INFERENCE_PRECISION_HINT": "bf16"}
         )
-    assert engine.plans_made == plans + 1
+    assert engine.stats().plans == plans + 1
     assert engine.last_runner.graph.effective.requested.inference_precision == "bf16"
 
 

@@ -94,10 +94,10 @@ def test_set_prec_after_a_compute_makes_a_new_plan(edit: str) -> None:
         out, feed = _attention(g)
     engine = get_engine()
     both(g, out, feed)
-    made, version = engine.plans_made, g.version
+    made, version = engine.stats().plans, g.version
     getattr(g, edit)(out, 10)
     dev, ref = both(g, out, feed)
-    assert g.version == version + 1 and engine.plans_made == made + 1  # the edit was seen
+    assert g.version == version + 1 and engine.stats().plans == made + 1  # the edit was seen
     assert out.params["prec"] == 10
     np.testing.assert_allclose(dev, ref, rtol=1e-4, atol=1e-5)
 

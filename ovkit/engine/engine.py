@@ -120,11 +120,6 @@ class Engine:
             # in every plan's key: the plans made before this reading are not reused
             self._plan_tag = f"{PLAN_TAG}:{next(_PLAN_TAGS)}"
 
-    @property
-    def plans_made(self) -> int:
-        """How many graph plans (policy check, structure key, input slots) this engine made."""
-        return self._cache.plans
-
     def selected_device(self) -> str:
         """The device ``GGML_OPENVINO_DEVICE`` selects on this engine's Core (once per reload)."""
         device = self._device

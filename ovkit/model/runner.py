@@ -347,17 +347,6 @@ class Model(Reported):
                 ) from exc
         return b
 
-    def buckets_for(self, n_prompt: int, n_predict: int, *, last_only: bool = False) -> list[GraphShape]:
-        """The shape buckets a prefill of ``n_prompt`` (its logits: every position, or the last
-        one only) and ``n_predict`` decode steps use."""
-        outputs = 1 if last_only else None
-        shapes = [
-            self.shape(self.run_length(min(self.n_ubatch, n_prompt - i), i), i, outputs)
-            for i in range(0, n_prompt, self.n_ubatch)
-        ]
-        shapes += [self.shape(1, n_prompt + i) for i in range(n_predict)]
-        return list(dict.fromkeys(shapes))
-
     def run_length(self, n_tokens: int, start: int) -> int:
         """The tokens a chunk at ``start`` runs as: with static buckets, padded (after the chunk, out
         of the real tokens' causal view) to the next of ``PREFILL_SIZES`` that fits."""
@@ -375,7 +364,12 @@ class Model(Reported):
                 raise ModelError(f"{n_prompt} prompt + {n_predict} new tokens exceed n_ctx={self.n_ctx}")
             self._lean_session()
             return
-        shapes = self.buckets_for(n_prompt, n_predict, last_only=last_only)
+        outputs = 1 if last_only else None  # the prefill's logits: the last position's, or every one
+        shapes = [
+            self.shape(self.run_length(min(self.n_ubatch, n_prompt - i), i), i, outputs)
+            for i in range(0, n_prompt, self.n_ubatch)
+        ]
+        shapes = list(dict.fromkeys(shapes + [self.shape(1, n_prompt + i) for i in range(n_predict)]))
         if len(shapes) > self.max_buckets:
             logger.warning(
                 "%s: a run of %d prompt tokens and %d steps needs %d compiled models, max_buckets=%d: "
