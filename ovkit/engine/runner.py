@@ -189,18 +189,17 @@ class Runner:
         """Bind, infer, and return copies of the outputs."""
         with self.graph.lock:
             self.bind(inputs)
-            direct = self._direct
             t0 = perf_counter()
             try:
                 # OpenVINO's own infer(): with share_outputs=False it returns fresh copies of
                 # every output (one copy, made in C++), in output order.
-                result = self._infer(self.request, _NO_INPUTS, not direct, True)
+                result = self._infer(self.request, _NO_INPUTS, not self._direct, True)
             except RuntimeError as exc:
                 raise EngineError(f"inference failed on {self.graph.device}: {exc}") from exc
             self.last_infer_seconds = perf_counter() - t0
             self.runs += 1
             self.graph.runs += 1
-            if not direct:  # bf16 outputs to widen
+            if not self._direct:  # bf16 outputs to widen
                 if self._state_out:
                     self._capture_host_state()
                 req = self.request

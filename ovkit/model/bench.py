@@ -594,7 +594,8 @@ class _GenAI:
         import openvino as ov
 
         config = self.genai.GenerationConfig()
-        config.max_new_tokens = config.min_new_tokens = n
+        config.max_new_tokens = n
+        config.min_new_tokens = n
         config.do_sample = False
         config.ignore_eos = True
         ids = ov.Tensor(np.asarray([list(prompt)], np.int64))
