@@ -279,8 +279,7 @@ class Engine:
     ) -> Runner:
         """A request of its own state (e.g. one KV cache per conversation) on the cached compiled
         model; state inputs are not passed to ``run``."""
-        graph = self.compiled(structure, factory, device, run_config, states=states, stateful=stateful)
-        return graph.new_runner()
+        return Runner(self.compiled(structure, factory, device, run_config, states=states, stateful=stateful))
 
     def run_model(
         self,

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ovkit.config import OvkitConfig
 from ovkit.devices import DeviceClass
 from ovkit.dtypes import OPENVINO_SHORT
 from ovkit.runtime import exact_on_cpu
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # -- Hints: the allowed values are data, validated before anything is compiled -----------------
 PRECISIONS: tuple[str, ...] = ("f32", "f16", "bf16")
@@ -214,3 +217,8 @@ class EffectiveConfig:
                 {"property": "SIMULATED", "requested": "", "effective": "yes: compiled and run on the CPU"}
             )
         return out
+
+    def table(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(self.as_rows())

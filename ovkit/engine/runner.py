@@ -65,14 +65,10 @@ class CompiledGraph:
 
     @property
     def runner(self) -> Runner:
-        """The shared request (stateless callers); sessions make their own with ``new_runner``."""
+        """The shared request (stateless callers); sessions make a ``Runner`` of their own."""
         if self._runner is None:
             self._runner = Runner(self)
         return self._runner
-
-    def new_runner(self) -> Runner:
-        """A fresh infer request with its own state."""
-        return Runner(self)
 
 
 def _bf16_tensor(array: np.ndarray) -> Any:

@@ -41,19 +41,13 @@ def upstream_env() -> dict[str, str]:
         raise LlamaCppError(str(exc)) from None
 
 
-def llama_sigill_hint(upstream: bool) -> str:
-    """Why llama.cpp's build most likely died of SIGILL here and how to rebuild it."""
-    from ovkit.native import sigill_hint_for
-
-    return sigill_hint_for("llama-cpp-python-openvino" if upstream else "llama-cpp-python-cpu")
-
-
 def run_llama_child(
     module: str, request: dict[str, Any], tmp: Path, *, upstream: bool, timeout: float, **env: str
 ) -> str:
     """``python -m module REQUEST.json`` (``request`` written in ``tmp``) on llama-cpp-python's CPU
     build or, with ``upstream``, its OpenVINO one; its stdout (``child.ChildError`` when it dies)."""
     from ovkit import child
+    from ovkit.native import sigill_hint_for
 
     req = tmp / "request.json"
     req.write_text(json.dumps(request))
@@ -62,7 +56,10 @@ def run_llama_child(
         [sys.executable, "-m", module, str(req)],
         env={**base, **env},
         timeout=timeout,
-        sigill_hint=partial(llama_sigill_hint, upstream),
+        # why the build most likely died of SIGILL here and how to rebuild it
+        sigill_hint=partial(
+            sigill_hint_for, "llama-cpp-python-openvino" if upstream else "llama-cpp-python-cpu"
+        ),
     )
 
 
