@@ -466,15 +466,14 @@ def test_compiled_model_cache_dir_imports_blobs_without_building(tmp_path) -> No
 
     digest = model_structure_key(model())
     x = np.full((16, 16), 3, np.float32)
-    first = Engine(env=env).run_report(digest, model, [x])
-    assert first.effective.loaded_from_cache is False
+    assert Engine(env=env).compiled(digest, model).effective.loaded_from_cache is False
     assert sorted(p.suffix for p in blobs.iterdir()) == [".blob", ".manifest"]
     built.clear()
-    again = Engine(env=env).run_report(digest, model, [x])
-    assert again.effective.loaded_from_cache is True and built == []
-    assert (again.outputs[0] == 9).all()
+    again = Engine(env=env)
+    assert again.compiled(digest, model).effective.loaded_from_cache is True and built == []
+    assert (again.run(digest, model, [x])[0] == 9).all()
     # a structure that is a bare name is not content-addressed: never exported under it
-    Engine(env=env).run_report("square16", model, [x])
+    Engine(env=env).run("square16", model, [x])
     assert len(list(blobs.iterdir())) == 2
 
 
@@ -493,10 +492,11 @@ def test_compiled_model_cache_dir_survives_a_broken_blob(tmp_path, caplog) -> No
 
     env = {"GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR": str(tmp_path)}
     digest = model_structure_key(model())
-    Engine(env=env).run_report(digest, model, [np.ones(4, np.float32)])
+    Engine(env=env).run(digest, model, [np.ones(4, np.float32)])
     (blob,) = tmp_path.glob("*.blob")
     blob.write_bytes(b"not a blob")
     with caplog.at_level("WARNING", logger="ovkit"):
-        out = Engine(env=env).run_report(digest, model, [np.ones(4, np.float32)])
+        again = Engine(env=env)
+        out = again.run(digest, model, [np.ones(4, np.float32)])
     assert "model cache import failed" in caplog.text
-    assert out.effective.loaded_from_cache is False and (out.outputs[0] == 2).all()
+    assert again.compiled(digest, model).effective.loaded_from_cache is False and (out[0] == 2).all()

@@ -94,10 +94,10 @@ def test_set_prec_after_a_compute_makes_a_new_plan(edit: str) -> None:
         out, feed = _attention(g)
     engine = get_engine()
     both(g, out, feed)
-    made, version = engine.plans_made, g.version
+    made, version = engine.stats().plans, g.version
     getattr(g, edit)(out, 10)
     dev, ref = both(g, out, feed)
-    assert g.version == version + 1 and engine.plans_made == made + 1  # the edit was seen
+    assert g.version == version + 1 and engine.stats().plans == made + 1  # the edit was seen
     assert out.params["prec"] == 10
     np.testing.assert_allclose(dev, ref, rtol=1e-4, atol=1e-5)
 
@@ -282,13 +282,13 @@ def test_invalid_engine_cache_size_warns_and_falls_back_every_time(monkeypatch: 
         monkeypatch.setenv("OVKIT_ENGINE_CACHE_SIZE", bad)
         with pytest.warns(OvkitConfigWarning, match=rf"OVKIT_ENGINE_CACHE_SIZE='{bad}' is not a cache size"):
             engine.reload()
-        assert engine.maxsize == 64
+        assert engine.stats().maxsize == 64
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # the same value does not warn again
             assert engine.run("add1", _add_model, [np.ones(2, np.float32)] * 2)[0].tolist() == [2, 2]
     monkeypatch.setenv("OVKIT_ENGINE_CACHE_SIZE", "3")
     engine.reload()
-    assert engine.maxsize == 3
+    assert engine.stats().maxsize == 3
 
 
 def _add_model() -> object:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from model_helpers import real_model
+from model_helpers import llama_chat_format, llama_eog_tokens, real_model
 
 from ovkit.cli import main
 from ovkit.gguf import read_gguf
@@ -148,14 +148,14 @@ EOG_VOCABS: dict[str, tuple[list[str], dict[str, int]]] = {
 def test_eog_ids_follow_llama_cpps_rule(tmp_path: Path, case: str) -> None:
     specials, ids = EOG_VOCABS[case]
     path = _vocab_only_gguf(tmp_path / "vocab.gguf", specials, **ids)
-    assert ch.eog_ids(path) == reference.eog_tokens(path)
+    assert ch.eog_ids(path) == llama_eog_tokens(path)
 
 
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
 def test_eog_ids_of_real_models_are_llama_cpps(name: str) -> None:
     path = real_model(name)
     eog = ch.eog_ids(path)
-    assert eog == reference.eog_tokens(path)
+    assert eog == llama_eog_tokens(path)
     tokens = read_gguf(path).metadata["tokenizer.ggml.tokens"]
     end_of_turn = {"smollm2-135m": "<|im_end|>", "gemma3-270m": "<end_of_turn>"}[name]
     assert end_of_turn in {tokens[i] for i in eog}
@@ -182,7 +182,7 @@ def test_smollm2_chat_prompt_is_llama_cpps() -> None:
     path = real_model("smollm2-135m")
     template = ch.chat_template(path)
     ours = ch.format_chat(path, CONVERSATION)
-    theirs = reference.apply_chat_template(template, CONVERSATION)
+    theirs = llama_chat_format(template, CONVERSATION)
     assert ours.text == theirs
     assert list(ours.tokens) == reference.tokenize(path, theirs, chat=True)
     assert ours.tokens[:3] == (1, 9690, 198)  # <|im_start|> system \n: the specials parsed
@@ -197,7 +197,7 @@ def test_gemma3_chat_prompt_is_llama_cpps() -> None:
     once (llama.cpp adds it, so the template's own ``<bos>`` text is dropped as llama.cpp does)."""
     path = real_model("gemma3-270m")
     ours = ch.format_chat(path, CONVERSATION, template=GEMMA3_TEMPLATE)
-    theirs = reference.apply_chat_template(GEMMA3_TEMPLATE, CONVERSATION)
+    theirs = llama_chat_format(GEMMA3_TEMPLATE, CONVERSATION)
     assert ours.text == "<bos>" + theirs
     assert list(ours.tokens) == reference.tokenize(path, theirs, chat=True)
     assert ours.tokens[:3] == (2, 105, 2364)  # <bos> <start_of_turn> user

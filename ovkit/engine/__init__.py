@@ -9,7 +9,6 @@ from __future__ import annotations
 from ovkit.engine.cache import CacheStats
 from ovkit.engine.engine import (
     Engine,
-    RunReport,
     compute_graph,
     get_engine,
     graph_session,
@@ -30,7 +29,7 @@ from ovkit.engine.run_config import (
     naive_run_config,
     run_config_from,
 )
-from ovkit.engine.runner import CompiledGraph, Runner, Session
+from ovkit.engine.runner import CompiledGraph, Runner
 
 __all__ = [
     "CacheKey",
@@ -46,9 +45,7 @@ __all__ = [
     "InputError",
     "ProfilingOffError",
     "RunConfig",
-    "RunReport",
     "Runner",
-    "Session",
     "TINY_ELEMENTS",
     "compile_properties",
     "compute_graph",

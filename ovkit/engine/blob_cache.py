@@ -132,7 +132,6 @@ class BlobCache:
             key.properties,  # never OpenVINO's own cache dir: compile_properties leaves it out here
             key.stateful,
             key.states,
-            key.dynamic,
             openvino_build(),
             ovkit_build(),
         )

@@ -23,6 +23,7 @@ class CacheStats:
     size: int
     maxsize: int
     enabled: bool
+    plans: int = 0  # graph plans made (policy check, structure key, input slots)
 
     @property
     def hit_rate(self) -> float:
@@ -87,4 +88,5 @@ class CompiledCache:
             len(self.entries),
             self.maxsize,
             enabled,
+            self.plans,
         )

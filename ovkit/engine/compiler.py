@@ -13,9 +13,7 @@ from ovkit.engine.errors import EngineError
 from ovkit.engine.keys import CacheKey
 from ovkit.engine.ov_model import (
     ModelFactory,
-    apply_dynamic,
     make_stateful,
-    model_from,
     share_constants,
     state_specs,
 )
@@ -49,9 +47,8 @@ def compile_graph(
         compiled, entry = found
         times = {"Model cache import time": perf_counter() - t0}
     else:
-        model = model_from(factory())
+        model = factory()
         share_constants(model)
-        apply_dynamic(model, dict(key.dynamic))
         specs = state_specs(model, states)
         variables = make_stateful(model, states) if key.stateful else {}
         t1 = perf_counter()

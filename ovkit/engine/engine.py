@@ -9,9 +9,7 @@ import logging
 import os
 import threading
 import warnings
-import weakref
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -41,12 +39,11 @@ from ovkit.engine.plan import (
 )
 from ovkit.engine.run_config import (
     DEFAULT_RUN_CONFIG,
-    EffectiveConfig,
     RunConfig,
     compile_properties,
     run_config_from,
 )
-from ovkit.engine.runner import CompiledGraph, Runner, Session
+from ovkit.engine.runner import CompiledGraph, Runner
 
 logger = logging.getLogger("ovkit")
 
@@ -75,18 +72,6 @@ def cache_size(env: Mapping[str, str], default: int = DEFAULT_CACHE_SIZE) -> int
     return size
 
 
-@dataclass(frozen=True, slots=True)
-class RunReport:
-    """One run, explained: outputs, hit or miss, times, effective config, per-node profile."""
-
-    outputs: list[np.ndarray]
-    cache_hit: bool
-    compile_seconds: float
-    infer_seconds: float
-    effective: EffectiveConfig
-    profile: pd.DataFrame | None = field(default=None, repr=False)
-
-
 class Engine:
     """A bounded LRU of compiled graphs on one Core (real or simulated); ``env``: the variables to
     read instead of ``os.environ`` (here and by ``reload()`` only)."""
@@ -105,13 +90,8 @@ class Engine:
         self._explicit_size = maxsize
         self._lock = threading.RLock()
         self._cache = CompiledCache(maxsize or DEFAULT_CACHE_SIZE)
-        self._keys: dict[tuple[Any, ...], CacheKey] = {}  # the arguments of compiled() -> key
-        # run_model: id -> (weak reference to the model, input shapes, structure key); weak, so
-        # that a model the caller drops is not kept alive with its constants.
-        self._model_keys: dict[int, tuple[weakref.ref[Any], tuple[str, ...], str]] = {}
         self._pending_times: dict[str, float] = {}  # conversion/compile times not yet logged
         self.last_runner: Runner | None = None
-        self.last_hit = False
         self.reload()
 
     def __repr__(self) -> str:
@@ -135,27 +115,10 @@ class Engine:
             # GGML_OPENVINO_RELEASE_WEIGHTS (or MEMORY_OPTIMIZE): a cache hit may release weights
             self._release_on_hit = bool(config.memory_optimize or config.release_weights_explicit)
             self._device: str | None = None
-            self._keys.clear()
             self._blobs: BlobCache | None = None
             self._cache.resize(size)
             # in every plan's key: the plans made before this reading are not reused
             self._plan_tag = f"{PLAN_TAG}:{next(_PLAN_TAGS)}"
-
-    @property
-    def maxsize(self) -> int:
-        return self._cache.maxsize
-
-    @property
-    def plans_made(self) -> int:
-        """How many graph plans (policy check, structure key, input slots) this engine made."""
-        return self._cache.plans
-
-    def resize(self, maxsize: int) -> None:
-        """Change the LRU bound (evicting the least recently used entries if needed)."""
-        if maxsize < 1:
-            raise ValueError(f"maxsize={maxsize} is not valid (expected >= 1)")
-        with self._lock:
-            self._cache.resize(maxsize)
 
     def selected_device(self) -> str:
         """The device ``GGML_OPENVINO_DEVICE`` selects on this engine's Core (once per reload)."""
@@ -227,7 +190,6 @@ class Engine:
         *,
         states: Mapping[str, str] | None = None,
         stateful: bool | None = None,
-        dynamic: Mapping[str, Iterable[int]] | None = None,
     ) -> CompiledGraph:
         """The compiled graph for ``structure`` on ``device``, cached or compiled now from
         ``factory()``.  ``states``: state input -> output holding its next value; ``stateful=None``
@@ -235,31 +197,24 @@ class Engine:
         cfg = self.config
         dev = device or self.selected_device()
         run = run_config or DEFAULT_RUN_CONFIG
-        # The same arguments as before map straight to their key (no sorting/hashing work).
-        args = (
-            structure,
-            dev,
-            run,
-            stateful,
-            tuple(states.items()) if states else (),
-            tuple((n, tuple(a)) for n, a in dynamic.items()) if dynamic else (),
+        dclass = device_class(dev)
+        props = compile_properties(run, dclass, cfg)
+        want_stateful = cfg.stateful_execution if stateful is None else stateful
+        key = CacheKey(
+            structure=structure,
+            device=dev,
+            core_id=id(self.core),
+            properties=tuple(sorted((k, str(v)) for k, v in props.items())),
+            stateful=bool(states) and want_stateful and dclass != DeviceClass.NPU,
+            states=tuple(sorted((states or {}).items())),
         )
-        key = self._keys.get(args)
-        if key is None:
-            key = self._make_key(structure, dev, run, cfg, states, stateful, dynamic)
-            if len(self._keys) > 4096:
-                self._keys.clear()
-            self._keys[args] = key
         with self._lock:
             if not cfg.disable_cache and (entry := self._cache.get(key)) is not None:
-                self.last_hit = True
                 if self._release_on_hit:
                     weight_release.on_cache_hit(dev, self.config)
                 return entry
             self._cache.misses += 1
-            self.last_hit = False
             weight_release.before_compile(dev)  # released host weights: upstream's error
-            props = compile_properties(run, device_class(dev), cfg)
             blobs = self._blob_cache()
             entry, self._pending_times = compile_graph(key, factory, run, props, blobs, core=self.core)
             if COMPILE_TIME in self._pending_times:
@@ -278,31 +233,6 @@ class Engine:
             self._blobs = BlobCache(path)
         return self._blobs
 
-    def _make_key(
-        self,
-        structure: Hashable,
-        dev: str,
-        run: RunConfig,
-        cfg: OvkitConfig,
-        states: Mapping[str, str] | None,
-        stateful: bool | None,
-        dynamic: Mapping[str, Iterable[int]] | None,
-    ) -> CacheKey:
-        dclass = device_class(dev)
-        want_stateful = cfg.stateful_execution if stateful is None else stateful
-        props = compile_properties(run, dclass, cfg)
-        return CacheKey(
-            structure=structure,
-            device=dev,
-            core_id=id(self.core),
-            properties=tuple(sorted((k, str(v)) for k, v in props.items())),
-            stateful=bool(states) and want_stateful and dclass != DeviceClass.NPU,
-            states=tuple(sorted((states or {}).items())),
-            dynamic=tuple(
-                sorted((n, tuple(sorted({int(a) for a in axes}))) for n, axes in (dynamic or {}).items())
-            ),
-        )
-
     # -- running ----------------------------------------------------------------------------
     def run(
         self,
@@ -311,52 +241,25 @@ class Engine:
         inputs: Mapping[str, Any] | Sequence[Any],
         device: str | None = None,
         run_config: RunConfig | None = None,
-        *,
-        dynamic: Mapping[str, Iterable[int]] | None = None,
-        copy: bool = True,
     ) -> list[np.ndarray]:
         """Run ``structure`` (compiled on a miss) with ``inputs``; returns the outputs."""
-        runner = self.compiled(structure, factory, device, run_config, dynamic=dynamic).runner
+        return self._run(self.compiled(structure, factory, device, run_config).runner, inputs)
+
+    def _run(self, runner: Runner, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
+        """``runner`` once, the last runner; GGML_OPENVINO_PROFILING logs a miss's conversion and
+        compile times, then the inference times."""
         self.last_runner = runner
         t0 = perf_counter()
-        outputs = runner.run(inputs, copy=copy)
+        outputs = runner.run(inputs)
         if self.config.profiling:
-            self._log_profile(t0, runner)
+            times = {
+                **self._pending_times,
+                "Graph inference time": perf_counter() - t0,
+                "OV raw infer time": runner.last_infer_seconds,
+            }
+            self._pending_times = {}
+            log_profile(times)
         return outputs
-
-    def _log_profile(self, t0: float, runner: Runner) -> None:
-        """GGML_OPENVINO_PROFILING: a miss's conversion and compile times, then the inference times."""
-        times = {
-            **self._pending_times,
-            "Graph inference time": perf_counter() - t0,
-            "OV raw infer time": runner.last_infer_seconds,
-        }
-        self._pending_times = {}
-        log_profile(times)
-
-    def run_report(
-        self,
-        structure: Hashable,
-        factory: ModelFactory,
-        inputs: Mapping[str, Any] | Sequence[Any],
-        device: str | None = None,
-        run_config: RunConfig | None = None,
-        *,
-        dynamic: Mapping[str, Iterable[int]] | None = None,
-    ) -> RunReport:
-        """Like ``run``, with the cache outcome, times, effective config and per-node profile."""
-        before = self._cache.compile_seconds
-        outputs = self.run(structure, factory, inputs, device, run_config, dynamic=dynamic)
-        runner = self.last_runner
-        assert runner is not None
-        return RunReport(
-            outputs=outputs,
-            cache_hit=self.last_hit,
-            compile_seconds=self._cache.compile_seconds - before,
-            infer_seconds=runner.last_infer_seconds,
-            effective=runner.graph.effective,
-            profile=runner.profile() if runner.profiling else None,
-        )
 
     def last_profile(self) -> pd.DataFrame:
         """Per-node timings of the last ``run`` (``ProfilingOffError`` if profiling was off)."""
@@ -373,14 +276,10 @@ class Engine:
         *,
         states: Mapping[str, str] | None = None,
         stateful: bool | None = None,
-        dynamic: Mapping[str, Iterable[int]] | None = None,
-    ) -> Session:
+    ) -> Runner:
         """A request of its own state (e.g. one KV cache per conversation) on the cached compiled
         model; state inputs are not passed to ``run``."""
-        graph = self.compiled(
-            structure, factory, device, run_config, states=states, stateful=stateful, dynamic=dynamic
-        )
-        return graph.new_runner()
+        return Runner(self.compiled(structure, factory, device, run_config, states=states, stateful=stateful))
 
     def run_model(
         self,
@@ -388,18 +287,9 @@ class Engine:
         inputs: Mapping[str, Any] | Sequence[Any],
         device: str | None = None,
         run_config: RunConfig | None = None,
-        **kw: Any,
     ) -> list[np.ndarray]:
-        """Run an ``openvino.Model`` (a clone is compiled), keyed once per model object and input
-        shapes as upstream keys a graph by identity: constants are not hashed on every call."""
-        shapes = tuple(str(p.get_partial_shape()) for p in model.inputs)
-        cached = self._model_keys.get(id(model))
-        if cached is None or cached[0]() is not model or cached[1] != shapes:
-            if len(self._model_keys) >= 64:
-                self._model_keys.clear()
-            cached = (weakref.ref(model), shapes, model_structure_key(model))
-            self._model_keys[id(model)] = cached
-        return self.run(cached[2], model.clone, inputs, device, run_config, **kw)
+        """Run an ``openvino.Model`` (a clone is compiled), keyed by its structure digest."""
+        return self.run(model_structure_key(model), model.clone, inputs, device, run_config)
 
     # -- graph plans ------------------------------------------------------------------------
     def plan(
@@ -411,7 +301,6 @@ class Engine:
         *,
         extra: Sequence[Tensor] = (),
         names: Sequence[str] | None = None,
-        wide: Sequence[str] = (),
     ) -> GraphPlan:
         """The plan of computing ``outputs`` (and state outputs ``extra``) of ``graph`` on
         ``device``, made once and kept on the graph (``graph.derived``), keyed by the outputs'
@@ -425,7 +314,6 @@ class Engine:
             ids,
             device,
             config if config is None or type(config) is RunConfig else config_key(config),
-            tuple(sorted(wide)) if wide else (),  # () without a sort: this runs on every compute
         )
         plans = graph.derived
         plan: GraphPlan | None = plans.get(key)
@@ -433,9 +321,7 @@ class Engine:
             dev = device or self.selected_device()
             run = plan_run_config(config, graph, [*outs, *extra], dev)
             gqa = self.config.attention_manual_gqa(str(device_class(dev)))
-            plan = GraphPlan(
-                graph, outs, dev, run, extra_outputs=extra, names=names, wide=wide, manual_gqa=gqa
-            )
+            plan = GraphPlan(graph, outs, dev, run, extra_outputs=extra, names=names, manual_gqa=gqa)
             plan.require_supported()
             if len(plans) >= MAX_PLANS_PER_GRAPH:
                 plans.clear()
@@ -449,7 +335,6 @@ class Engine:
             with self._lock:
                 compiled = self._cache.get(plan.cache_key)
             if compiled is not None:
-                self.last_hit = True
                 if self._release_on_hit:
                     weight_release.on_cache_hit(plan.device, self.config)
                 return compiled
@@ -458,16 +343,9 @@ class Engine:
         plan.cache_key = None if self.config.disable_cache else compiled.key
         return compiled
 
-    def run_plan(
-        self, plan: GraphPlan, inputs: Mapping[str, Any], *, out: Sequence[np.ndarray] | None = None
-    ) -> list[np.ndarray]:
-        """Run ``plan`` once; ``out``: arrays the outputs are written into, zero-copy."""
-        runner = self.last_runner = self.compiled_for(plan).runner
-        t0 = perf_counter()
-        outputs = runner.run(plan.feed(inputs), out=out)
-        if self.config.profiling:
-            self._log_profile(t0, runner)
-        return outputs if out is not None else plan.results(outputs)
+    def run_plan(self, plan: GraphPlan, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+        """Run ``plan`` once."""
+        return plan.results(self._run(self.compiled_for(plan).runner, plan.feed(inputs)))
 
 
 # -- process-wide engines (one per Core) --------------------------------------------------------
@@ -523,12 +401,10 @@ def compute_graph(
     *,
     core: Core | None = None,
     config: Mapping[str, Any] | RunConfig | None = None,
-    out: Sequence[np.ndarray] | None = None,
 ) -> list[np.ndarray]:
-    """``Graph.compute``'s device path through the plan of (outputs, device, config); ``out``:
-    arrays of the outputs' shapes and dtypes OpenVINO writes into instead of returning copies."""
+    """``Graph.compute``'s device path through the plan of (outputs, device, config)."""
     engine = _DEFAULT_ENGINE[0] if core is None and _DEFAULT_ENGINE else get_engine(core)
-    return engine.run_plan(engine.plan(graph, outputs, device, config), inputs, out=out)
+    return engine.run_plan(engine.plan(graph, outputs, device, config), inputs)
 
 
 def graph_session(
@@ -540,18 +416,17 @@ def graph_session(
     core: Core | None = None,
     config: Mapping[str, Any] | RunConfig | None = None,
     stateful: bool | None = None,
-    wide: Sequence[str] = (),
 ) -> GraphSession:
     """A stateful run of ``graph``: ``states`` maps a state input's name to the Tensor holding its
     next value (``{"cache_k": g.set_rows(cache_k, k_new, pos)}``); ``stateful`` as in
-    ``Engine.compiled``; ``wide``: f16 inputs fed as f32 arrays of f16 values."""
+    ``Engine.compiled``."""
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     engine = get_engine(core)
     state_names = list(states)
     extra = [states[n] for n in state_names]
     names = [f"output{i}" for i in range(len(outs))]
     out_names = [f"state:{n}" for n in state_names]
-    plan = engine.plan(graph, outs, device, config, extra=extra, names=names + out_names, wide=wide)
+    plan = engine.plan(graph, outs, device, config, extra=extra, names=names + out_names)
     missing = [n for n in state_names if n not in plan.input_names]
     if missing:
         raise InputError(

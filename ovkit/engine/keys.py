@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,23 +23,6 @@ class CacheKey:
     properties: tuple[tuple[str, str], ...]
     stateful: bool
     states: tuple[tuple[str, str], ...]
-    dynamic: tuple[tuple[str, tuple[int, ...]], ...]
-    _hash: int = field(default=0, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        fields_ = (
-            self.structure,
-            self.device,
-            self.core_id,
-            self.properties,
-            self.stateful,
-            self.states,
-            self.dynamic,
-        )
-        object.__setattr__(self, "_hash", hash(fields_))
-
-    def __hash__(self) -> int:  # computed once: the key is looked up on every run
-        return self._hash
 
 
 def model_structure_key(model: Any) -> str:
@@ -84,13 +67,7 @@ def _value_digest(value: Any) -> str:
     digest = getattr(value, "digest", None)  # quantized weights: blocks + type + shape + form
     if isinstance(digest, str):
         return digest
-    for attr in ("raw", "blocks", "data"):
-        raw = getattr(value, attr, None)
-        if isinstance(raw, bytes | bytearray | memoryview):
-            return hashlib.sha256(bytes(raw)).hexdigest() + ":" + str(getattr(value, "form", ""))
-        if isinstance(raw, np.ndarray):
-            return hashlib.sha256(np.ascontiguousarray(raw).tobytes()).hexdigest()
-    return f"{PROCESS_LOCAL}{id(value)}"  # unknown value type: equal only to itself
+    return f"{PROCESS_LOCAL}{id(value)}"  # another weight object: equal only to itself
 
 
 def graph_structure_key(graph: GraphIR, outputs: Sequence[Tensor]) -> str:

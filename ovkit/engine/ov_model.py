@@ -1,5 +1,5 @@
 """The OpenVINO model the engine compiles: its ports, and what is done to it before compiling
-(identical small constants shared, dynamic dimensions, the stateful transformation)."""
+(identical small constants shared, the stateful transformation)."""
 
 from __future__ import annotations
 
@@ -26,10 +26,6 @@ class PortSpec:
     @property
     def dtype(self) -> np.dtype[Any]:
         return OPENVINO_NUMPY.get(self.ov_type, np.dtype(np.float32))
-
-    @property
-    def is_static(self) -> bool:
-        return all(d >= 0 for d in self.shape)
 
     def accepts(self, shape: tuple[int, ...]) -> bool:
         return len(shape) == len(self.shape) and all(
@@ -67,14 +63,8 @@ def port_specs(ports: Sequence[Any], prefix: str) -> tuple[PortSpec, ...]:
     return tuple(specs)
 
 
-# -- building the model to compile: dynamic dims, stateful transformation ----------------------
+# -- building the model to compile: shared constants, stateful transformation -----------------
 ModelFactory = Callable[[], Any]
-
-
-def model_from(factory_result: Any) -> Any:
-    """The model a factory returned: ``Graph.to_model`` gives (model, input names), plain
-    factories the model."""
-    return factory_result[0] if isinstance(factory_result, tuple) else factory_result
 
 
 #: Constants up to this many bytes are shared by value (shapes, axes, scalars; never weights).
@@ -97,29 +87,6 @@ def share_constants(model: Any) -> int:
                 target.replace_source_output(kept.output(0))
             merged += 1
     return merged
-
-
-def apply_dynamic(model: Any, dynamic: Mapping[str, tuple[int, ...]]) -> None:
-    """Mark axes of the named inputs dynamic (-1) so one compiled model serves many lengths."""
-    if not dynamic:
-        return
-    import openvino as ov
-
-    params = {p.get_friendly_name(): p for p in model.get_parameters()}
-    new_shapes = {}
-    for name, axes in dynamic.items():
-        if name not in params:
-            raise InputError(f"dynamic: no input named {name!r} (inputs: {sorted(params)})")
-        shape = list(dims(params[name].get_partial_shape()))
-        for axis in axes:
-            if not -len(shape) <= axis < len(shape):
-                raise InputError(f"dynamic: axis {axis} out of range for input {name!r} of rank {len(shape)}")
-            shape[axis] = -1
-        new_shapes[params[name].output(0)] = ov.PartialShape(shape)
-    try:
-        model.reshape(new_shapes)
-    except RuntimeError as exc:
-        raise EngineError(f"cannot make {dict(dynamic)} dynamic: {exc}".splitlines()[0]) from exc
 
 
 def state_specs(model: Any, states: Mapping[str, str]) -> dict[str, PortSpec]:

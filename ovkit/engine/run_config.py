@@ -15,7 +15,6 @@ from ovkit.runtime import exact_on_cpu
 if TYPE_CHECKING:
     import pandas as pd
 
-
 # -- Hints: the allowed values are data, validated before anything is compiled -----------------
 PRECISIONS: tuple[str, ...] = ("f32", "f16", "bf16")
 PERFORMANCE_HINTS: tuple[str, ...] = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
@@ -170,7 +169,6 @@ class EffectiveConfig:
     profiling: bool
     loaded_from_cache: bool | None
     execution_devices: tuple[str, ...]
-    num_streams: int | None
     num_threads: int | None = None
     simulated: bool = False
 
@@ -183,7 +181,6 @@ class EffectiveConfig:
         prof = _read(compiled, PROP_PROFILING)
         cached = _read(compiled, "LOADED_FROM_CACHE")
         devices = _read(compiled, "EXECUTION_DEVICES")
-        streams = _read(compiled, "NUM_STREAMS")
         threads = _read(compiled, PROP_THREADS)
         return cls(
             requested=requested,
@@ -193,7 +190,6 @@ class EffectiveConfig:
             profiling=prof is not None and _as_bool(prof),
             loaded_from_cache=None if cached is None else _as_bool(cached),
             execution_devices=tuple(str(d) for d in devices) if devices else (),
-            num_streams=int(streams) if isinstance(streams, int) else None,
             num_threads=int(threads) if isinstance(threads, int) else None,
             simulated=simulated,
         )

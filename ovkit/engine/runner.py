@@ -65,14 +65,10 @@ class CompiledGraph:
 
     @property
     def runner(self) -> Runner:
-        """The shared request (stateless callers); sessions make their own with ``new_runner``."""
+        """The shared request (stateless callers); sessions make a ``Runner`` of their own."""
         if self._runner is None:
             self._runner = Runner(self)
         return self._runner
-
-    def new_runner(self) -> Runner:
-        """A fresh infer request with its own state."""
-        return Runner(self)
 
 
 def _bf16_tensor(array: np.ndarray) -> Any:
@@ -106,8 +102,6 @@ class Runner:
         self._bound: list[Any] = [None] * n  # the caller's object last bound at each input
         self._keep: list[Any] = [None] * n  # (array, ov.Tensor) the request reads: keep alive
         self._state_keep: dict[str, Any] = {}
-        self._out_keep: dict[int, tuple[np.ndarray, Any]] = {}  # caller arrays bound as outputs
-        self._own_out: dict[int, Any] = {}  # the request's own output tensors, to restore
         out_names = set(graph.states.values())
         self._returned = [p for p in graph.outputs if p.name not in out_names]
         self._state_out = {p.name: p for p in graph.outputs if p.name in out_names}
@@ -187,43 +181,25 @@ class Runner:
                 self._bind(self._by_name[name], value)
 
     # -- running --------------------------------------------------------------------------
-    def run(
-        self,
-        inputs: Mapping[str, Any] | Sequence[Any],
-        *,
-        copy: bool = True,
-        out: Sequence[np.ndarray] | None = None,
-    ) -> list[np.ndarray]:
-        """Bind, infer, and return the outputs: copies, live views until the next run
-        (``copy=False``), or with ``out=`` the caller's arrays, written by OpenVINO directly."""
+    def run(self, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
+        """Bind, infer, and return copies of the outputs."""
         with self.graph.lock:
             self.bind(inputs)
-            if out is not None:
-                self._bind_outputs(out)
-            elif self._out_keep:
-                self._restore_outputs()
-            direct = copy and self._direct and out is None
             t0 = perf_counter()
             try:
                 # OpenVINO's own infer(): with share_outputs=False it returns fresh copies of
                 # every output (one copy, made in C++), in output order.
-                result = self._infer(self.request, _NO_INPUTS, not direct, True)
+                result = self._infer(self.request, _NO_INPUTS, not self._direct, True)
             except RuntimeError as exc:
                 raise EngineError(f"inference failed on {self.graph.device}: {exc}") from exc
             self.last_infer_seconds = perf_counter() - t0
             self.runs += 1
             self.graph.runs += 1
-            if not direct:  # out=, live views (copy=False), or bf16 outputs to widen
+            if not self._direct:  # bf16 outputs to widen
                 if self._state_out:
                     self._capture_host_state()
-                if out is not None:
-                    return list(out)
                 req = self.request
-                if copy:
-                    return [
-                        _tensor_to_numpy(req.get_output_tensor(p.index), p.ov_type) for p in self._returned
-                    ]
-                return [req.get_output_tensor(p.index).data for p in self._returned]
+                return [_tensor_to_numpy(req.get_output_tensor(p.index), p.ov_type) for p in self._returned]
             values = list(result.values())
             if not self._state_out:  # the common case: every output is returned
                 return values
@@ -233,50 +209,12 @@ class Runner:
 
     __call__ = run
 
-    def _bind_outputs(self, out: Sequence[np.ndarray]) -> None:
-        import openvino as ov
-
-        ports = self._returned
-        if len(out) != len(ports):
-            raise InputError(f"out: expected {len(ports)} arrays ({[p.name for p in ports]}), got {len(out)}")
-        for port, arr in zip(ports, out, strict=True):
-            if self._out_keep.get(port.index, (None,))[0] is arr:
-                continue  # already bound
-            want = "[" + ", ".join("?" if d < 0 else str(d) for d in port.shape) + "]"
-            if (
-                not isinstance(arr, np.ndarray)
-                or port.ov_type == "bf16"
-                or not port.is_static
-                or arr.dtype != port.dtype
-                or arr.shape != port.shape
-                or not arr.flags.c_contiguous
-                or not arr.flags.writeable
-            ):
-                got = f"{getattr(arr, 'dtype', type(arr).__name__)} {list(getattr(arr, 'shape', []))}"
-                raise InputError(
-                    f"out for output {port.name!r}: expected a writeable C-contiguous {port.dtype} array "
-                    f"of shape {want} (static shapes, not bf16), got {got}"
-                )
-            if port.index not in self._own_out:
-                self._own_out[port.index] = self.request.get_output_tensor(port.index)
-            tensor = ov.Tensor(arr, shared_memory=True)
-            self.request.set_output_tensor(port.index, tensor)
-            self._out_keep[port.index] = (arr, tensor)  # alive while the request may write
-
-    def _restore_outputs(self) -> None:
-        """Give the request its own output memory back (the caller's arrays are not written again)."""
-        for index, tensor in self._own_out.items():
-            self.request.set_output_tensor(index, tensor)
-        self._out_keep.clear()
-
     # -- state ----------------------------------------------------------------------------
-    @property
-    def state_names(self) -> list[str]:
-        return list(self.graph.states)
-
     def _check_state(self, name: str) -> None:
         if name not in self.graph.states:
-            raise KeyError(f"no state named {name!r}; this graph has {self.state_names or 'no states'}")
+            raise KeyError(
+                f"no state named {name!r}; this graph has {list(self.graph.states) or 'no states'}"
+            )
 
     def _variable(self, name: str) -> Any:
         var_id = self.graph.variables[name]
@@ -318,7 +256,7 @@ class Runner:
 
     def reset_state(self, name: str | None = None) -> None:
         """Back to the initial value (zeros; dynamic dimensions of length 0), one or all states."""
-        names = self.state_names if name is None else [name]
+        names = list(self.graph.states) if name is None else [name]
         for n in names:
             self._check_state(n)
         if not self.graph.stateful:
@@ -335,16 +273,11 @@ class Runner:
                 self._state_keep.pop(n, None)
 
     # -- profiling ------------------------------------------------------------------------
-    @property
-    def profiling(self) -> bool:
-        """True only when the compiled model reports PERF_COUNT on."""
-        return self.graph.effective.profiling
-
     def profile(self) -> pd.DataFrame:
         """Per-node timings of the last run (``ProfilingOffError`` when profiling was not on)."""
         import pandas as pd
 
-        if not self.profiling:
+        if not self.graph.effective.profiling:  # what the compiled model reports, not what was asked
             raise ProfilingOffError(
                 "profiling was not on for this compiled model (PERF_COUNT reports off): "
                 "run with RunConfig(profiling=True) to get per-node timings"
@@ -365,7 +298,3 @@ class Runner:
         return pd.DataFrame(
             rows, columns=["node", "type", "exec_type", "status", "real_time_us", "cpu_time_us"]
         )
-
-
-# Sessions are runners with their own request (own state); the name reads better in user code.
-Session = Runner

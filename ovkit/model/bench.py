@@ -503,22 +503,10 @@ def _status_bytes(key: str) -> int:
         return next((int(line.split()[1]) * 1024 for line in fh if line.startswith(f"{key}:")), 0)
 
 
-class _Side:
-    """What every side's child does, over three operations its runtime provides."""
+class _Ovkit:
+    """ovkit's :class:`~ovkit.model.runner.Model` on the file's own blocks, as llama.cpp and GenAI
+    run them."""
 
-    precision: str | None = None
-
-    def prefill(self, toks: Sequence[int]) -> None:  # from an empty cache, last logits only
-        raise NotImplementedError
-
-    def decode(self, toks: Sequence[int]) -> None:  # from an empty cache, one token at a time
-        raise NotImplementedError
-
-    def greedy(self, prompt: Sequence[int], n: int) -> list[int]:
-        raise NotImplementedError
-
-
-class _Ovkit(_Side):
     def __init__(self, r: dict[str, Any]) -> None:
         from ovkit.model.runner import Model
 
@@ -529,24 +517,22 @@ class _Ovkit(_Side):
             precision=r["precision"],
             n_threads=r["threads"],
             shapes=r["shapes"],
-            no_requant=True,  # the file's own blocks, as llama.cpp and GenAI run them
+            no_requant=True,
         )
 
-    def prefill(self, toks: Sequence[int]) -> None:
-        self.model.reset()
-        self.model.eval(toks, last_only=True)
-        self.precision = self.model.effective_precision()
+    @property
+    def precision(self) -> str:
+        return self.model.effective_precision()
 
-    def decode(self, toks: Sequence[int]) -> None:
-        self.model.reset()
-        for t in toks:
-            self.model.eval([t], last_only=True)
-
-    def greedy(self, prompt: Sequence[int], n: int) -> list[int]:
-        return list(self.model.generate(prompt, n).tokens)
+    def generate(self, prompt: Sequence[int], n: int) -> list[int]:
+        return list(self.model.generate(prompt, n - 1).tokens)
 
 
-class _Llama(_Side):
+class _Llama:
+    """llama-cpp-python: its CPU build, or with ``upstream`` its OpenVINO one (the real backend)."""
+
+    precision: str | None = None
+
     def __init__(self, r: dict[str, Any], upstream: bool) -> None:
         import llama_cpp
 
@@ -568,16 +554,7 @@ class _Llama(_Side):
 
             self.precision = f"OpenVINO CPU default ({backend_precision()})"
 
-    def prefill(self, toks: Sequence[int]) -> None:
-        self.llm.reset()  # the next eval removes every cached position (a fresh KV cache)
-        self.llm.eval(list(toks))
-
-    def decode(self, toks: Sequence[int]) -> None:
-        self.llm.reset()
-        for t in toks:
-            self.llm.eval([t])
-
-    def greedy(self, prompt: Sequence[int], n: int) -> list[int]:
+    def generate(self, prompt: Sequence[int], n: int) -> list[int]:
         import llama_cpp
         import numpy as np
 
@@ -585,18 +562,20 @@ class _Llama(_Side):
             ptr = llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
             return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(self.llm.n_vocab(),))))
 
-        self.llm.reset()
+        self.llm.reset()  # the next eval removes every cached position (a fresh KV cache)
         self.llm.eval(list(prompt))
-        out: list[int] = []
-        for _ in range(n):
-            out.append(last_pick())
+        out = [last_pick()]
+        for _ in range(n - 1):
             self.llm.eval([out[-1]])
+            out.append(last_pick())
         return out
 
 
-class _GenAI(_Side):
+class _GenAI:
     """OpenVINO GenAI's LLMPipeline on the ``.gguf`` itself, fed token ids (no tokenizer pass).
     Each call is a new conversation, with prefix caching off."""
+
+    precision = "OpenVINO CPU default (GenAI)"
 
     def __init__(self, r: dict[str, Any]) -> None:
         import openvino_genai as genai
@@ -609,9 +588,8 @@ class _GenAI(_Side):
         self.pipe = genai.LLMPipeline(
             r["path"], "CPU", scheduler_config=scheduler, INFERENCE_NUM_THREADS=r["threads"]
         )
-        self.precision = "OpenVINO CPU default (GenAI)"
 
-    def _generate(self, prompt: Sequence[int], n: int) -> Any:
+    def generate(self, prompt: Sequence[int], n: int) -> list[int]:
         import numpy as np
         import openvino as ov
 
@@ -621,25 +599,22 @@ class _GenAI(_Side):
         config.do_sample = False
         config.ignore_eos = True
         ids = ov.Tensor(np.asarray([list(prompt)], np.int64))
-        return self.pipe.generate(ids, config)
-
-    def prefill(self, toks: Sequence[int]) -> None:
-        self._generate(toks, 1)  # the prompt and one sampled token: its time is the prefill's
-
-    def decode(self, toks: Sequence[int]) -> None:
-        # GenAI decodes its own picks: the same count of steps after a one-token prompt
-        self._generate(toks[:1], len(toks))
-
-    def greedy(self, prompt: Sequence[int], n: int) -> list[int]:
-        return [int(t) for t in self._generate(prompt, n).tokens[0]]
+        return [int(t) for t in self.pipe.generate(ids, config).tokens[0]]
 
 
 def _serve(request: dict[str, Any]) -> dict[str, Any]:
+    """One side's child: every side is timed through one operation, ``generate(prompt, n)`` from an
+    empty cache (a prefill, then n - 1 greedy steps of one token): pp is a prompt and one token,
+    tg a one-token prompt and n."""
     side = request["side"]
     try:
-        runner: _Side = {"ovkit": _Ovkit, "genai": _GenAI}.get(
-            side, partial(_Llama, upstream=side == "upstream")
-        )(request)
+        runner: _Ovkit | _Llama | _GenAI = (
+            _Ovkit(request)
+            if side == "ovkit"
+            else _GenAI(request)
+            if side == "genai"
+            else _Llama(request, upstream=side == "upstream")
+        )
     except ImportError as exc:
         return {"error": f"{side} is not installed here ({exc}); bash .ci/test installs every side"}
     except Exception as exc:  # the runtime refuses the file (GenAI: Q5_0; the backend: Gemma-3)
@@ -648,14 +623,14 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
     times: dict[str, list[float]] = {}
     first: tuple[float, int] | None = None
     for test, n in request["tests"]:
-        fn = partial(runner.prefill if test.startswith("pp") else runner.decode, toks[:n])
+        fn = partial(runner.generate, *((toks[:n], 1) if test.startswith("pp") else (toks[:1], n)))
         fn()  # warm-up; the first one gives the first token
         if first is None:
             first = (time.time(), _status_bytes("VmRSS"))
         times[test] = [_timed(fn) for _ in range(request["reps"])]
     n_prompt = next((n for t, n in request["tests"] if t.startswith("pp")), 16)
     prompt = request["greedy_prompt"] or toks[: min(n_prompt, request["n_ctx"] - 1)]
-    greedy = runner.greedy(prompt, min(request["n_check"], request["n_ctx"] - len(prompt)))
+    greedy = runner.generate(prompt, min(request["n_check"], request["n_ctx"] - len(prompt)))
     assert first is not None
     return {
         "times": times,

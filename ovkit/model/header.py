@@ -29,11 +29,10 @@ class HeaderWeight:
     shape: tuple[int, ...]
     dtype: str
 
-    def to_ov_node(self) -> Any:
-        raise HeaderOnlyError(f"{self.name}: built from the GGUF header alone; it has no values")
-
     def dequantize(self) -> Any:
         raise HeaderOnlyError(f"{self.name}: built from the GGUF header alone; it has no values")
+
+    to_ov_node = dequantize  # no values to decode either way
 
 
 def header_graph(gguf: GGUFModel, hp: HParams, shape: GraphShape) -> tuple[Any, DecoderOut]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import numpy as np
 
 from ovkit import quant
-from ovkit.model.program import GraphShape, causal_inputs, decoder_program, input_specs
+from ovkit.model.program import GraphShape, decoder_program, step_inputs
 from ovkit.report import FrameReport
 from ovkit.runtime import Core
 
@@ -175,10 +175,7 @@ def ggml_graph_program(
         inputs[name] = (
             oracle.QuantArray(w.qtype, w.shape, w.raw) if isinstance(w, quant.QuantizedWeight) else w
         )
-    specs = input_specs(hp, gs)
-    fed = causal_inputs(hp, gs, np.zeros(gs.n_tokens, np.int32), start)
-    for name, (shp, _dtype) in specs.items():  # what causal_inputs leaves out is the f16 KV cache
-        inputs[name] = fed[name] if name in fed else np.zeros(shp, np.float16)
+    inputs.update(step_inputs(hp, gs, np.zeros(gs.n_tokens, np.int32), start))
     program = decoder_program(hp, gs)
     return (lambda b, leaves: program(b, leaves).tensors()), inputs
 

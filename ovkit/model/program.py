@@ -332,3 +332,14 @@ def causal_inputs(
     if any(hp.swa_layers):  # llama_hparams::is_masked_swa (standard): p_query - p_key >= n_swa
         feed[SWA_MASK] = np.where(pos[:, None] - cells >= hp.n_swa, -np.inf, mask).astype(mask_type)
     return feed
+
+
+def step_inputs(
+    hp: HParams, shape: GraphShape, tokens: Any, start: int, *, cache_rows: int | None = None
+) -> dict[str, Any]:
+    """Every input of one step from an empty cache: :func:`causal_inputs` and zeroed f16 KV caches
+    (of ``cache_rows`` rows, as in :func:`input_specs`)."""
+    feed = causal_inputs(hp, shape, tokens, start)
+    for name, (shp, _dtype) in input_specs(hp, shape, cache_rows=cache_rows).items():
+        feed.setdefault(name, np.zeros(shp, np.float16))
+    return feed

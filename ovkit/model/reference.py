@@ -12,14 +12,16 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ovkit.errors import OvkitError
+
+if TYPE_CHECKING:
+    from ovkit.model.runner import Generation
 
 DEFAULT_THREADS = 2
 
@@ -29,44 +31,14 @@ class LlamaCppError(OvkitError, RuntimeError):
     the message)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ReferenceRun:
-    """llama.cpp's logits for a prompt and a fed token sequence, its greedy picks and speeds."""
-
-    prompt_logits: np.ndarray = field(repr=False)
-    decode_logits: np.ndarray = field(repr=False)
-    tokens: tuple[int, ...]  # llama.cpp's greedy pick after the prompt and after each fed token
-    prefill_s: float
-    decode_s: float
-
-    @property
-    def prefill_tok_s(self) -> float:
-        return len(self.prompt_logits) / self.prefill_s if self.prefill_s > 0 else float("inf")
-
-    @property
-    def decode_tok_s(self) -> float:
-        return len(self.decode_logits) / self.decode_s if self.decode_s > 0 else float("inf")
-
-
 def upstream_env() -> dict[str, str]:
     """The environment whose ``llama_cpp`` is the OpenVINO build (clear error when it is absent)."""
-    try:
-        from ovkit.upstream.build import llama_openvino_env
-    except ImportError:
-        raise LlamaCppError(
-            "the OpenVINO build of llama-cpp-python needs ovkit.upstream and scripts/install-upstream"
-        ) from None
+    from ovkit.upstream.build import llama_openvino_env
+
     try:
         return llama_openvino_env()
     except RuntimeError as exc:
         raise LlamaCppError(str(exc)) from None
-
-
-def llama_sigill_hint(upstream: bool) -> str:
-    """Why llama.cpp's build most likely died of SIGILL here and how to rebuild it."""
-    from ovkit.native import sigill_hint_for
-
-    return sigill_hint_for("llama-cpp-python-openvino" if upstream else "llama-cpp-python-cpu")
 
 
 def run_llama_child(
@@ -75,6 +47,7 @@ def run_llama_child(
     """``python -m module REQUEST.json`` (``request`` written in ``tmp``) on llama-cpp-python's CPU
     build or, with ``upstream``, its OpenVINO one; its stdout (``child.ChildError`` when it dies)."""
     from ovkit import child
+    from ovkit.native import sigill_hint_for
 
     req = tmp / "request.json"
     req.write_text(json.dumps(request))
@@ -83,7 +56,10 @@ def run_llama_child(
         [sys.executable, "-m", module, str(req)],
         env={**base, **env},
         timeout=timeout,
-        sigill_hint=partial(llama_sigill_hint, upstream),
+        # why the build most likely died of SIGILL here and how to rebuild it
+        sigill_hint=partial(
+            sigill_hint_for, "llama-cpp-python-openvino" if upstream else "llama-cpp-python-cpu"
+        ),
     )
 
 
@@ -120,9 +96,12 @@ def run_reference(
     n_batch: int = 512,
     upstream: bool = False,
     timeout: float = 600.0,
-) -> ReferenceRun:
+) -> Generation:
     """Evaluate ``prompt`` then each id of ``fed`` one at a time with llama.cpp (its CPU backend;
-    ``upstream=True``: the OpenVINO build, which places the layers on its device)."""
+    ``upstream=True``: the OpenVINO build, which places the layers on its device); ``tokens``:
+    its greedy pick after the prompt and after each fed id."""
+    from ovkit.model.runner import Generation
+
     out = _run(
         {
             "op": "eval",
@@ -138,10 +117,11 @@ def run_reference(
         upstream,
         timeout,
     )
-    return ReferenceRun(
+    return Generation(
+        tuple(int(t) for t in prompt),
+        tuple(int(t) for t in out["tokens"]),
         out["prompt_logits"],
         out["decode_logits"],
-        tuple(int(t) for t in out["tokens"]),
         float(out["times"][0]),
         float(out["times"][1]),
     )
@@ -152,27 +132,6 @@ def tokenize(path: str | os.PathLike[str], text: str, *, chat: bool = False) -> 
     and a leading BOS text dropped when llama.cpp adds BOS itself."""
     out = _run({"op": "tokenize", "path": str(path), "text": text, "chat": chat}, False, 120.0)
     return [int(t) for t in out["tokens"]]
-
-
-def eog_tokens(path: str | os.PathLike[str]) -> frozenset[int]:
-    """Every id llama.cpp's vocabulary of the model marks as end of generation."""
-    out = _run({"op": "eog", "path": str(path)}, False, 120.0)
-    return frozenset(int(t) for t in out["tokens"])
-
-
-def apply_chat_template(
-    template: str, messages: Sequence[dict[str, str]], *, add_assistant: bool = True
-) -> str:
-    """``messages`` formatted by llama.cpp's built-in chat formats (``llama_chat_apply_template``:
-    the format it recognises in ``template``, e.g. chatml or gemma, written in C++, no Jinja)."""
-    request = {
-        "op": "chat_format",
-        "template": template,
-        "messages": list(messages),
-        "add_ass": add_assistant,
-    }
-    out = _run(request, False, 120.0)
-    return bytes(out["text"]).decode("utf-8")
 
 
 def detokenize(path: str | os.PathLike[str], tokens: Sequence[int]) -> str:
@@ -188,9 +147,7 @@ def _serve(request: dict[str, Any]) -> dict[str, np.ndarray]:
     import llama_cpp
 
     op = request["op"]
-    if op == "chat_format":
-        return {"text": np.frombuffer(_chat_format(llama_cpp, request), np.uint8)}
-    if op in ("tokenize", "detokenize", "eog"):
+    if op in ("tokenize", "detokenize"):
         llm = llama_cpp.Llama(request["path"], vocab_only=True, verbose=False)
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
         if op == "tokenize":
@@ -202,13 +159,6 @@ def _serve(request: dict[str, Any]) -> dict[str, np.ndarray]:
                     text = text[len(bos) :]
             toks = llm.tokenize(text, add_bos=True, special=bool(request.get("chat")))
             return {"tokens": np.asarray(toks, np.int64)}
-        if op == "eog":
-            n = llama_cpp.llama_vocab_n_tokens(vocab)
-            return {
-                "tokens": np.asarray(
-                    [i for i in range(n) if llama_cpp.llama_vocab_is_eog(vocab, i)], np.int64
-                )
-            }
         return {"text": np.frombuffer(llm.detokenize(request["tokens"]), np.uint8)}
     kwargs: dict[str, Any] = {
         "n_ctx": request["n_ctx"],
@@ -237,25 +187,6 @@ def _serve(request: dict[str, Any]) -> dict[str, np.ndarray]:
         "tokens": greedy.astype(np.int64),
         "times": np.array([t1 - t0, t2 - t1]),
     }
-
-
-def _chat_format(llama_cpp: Any, request: dict[str, Any]) -> bytes:
-    import ctypes
-
-    msgs = request["messages"]
-    keep = [(m["role"].encode(), m["content"].encode()) for m in msgs]  # alive while C reads them
-    arr = (llama_cpp.llama_chat_message * len(keep))(*(llama_cpp.llama_chat_message(r, c) for r, c in keep))
-    size = 4096 + 2 * sum(len(r) + len(c) for r, c in keep)
-    for _ in range(2):  # it returns the length needed when the buffer is too small
-        buf = ctypes.create_string_buffer(size)
-        tmpl = request["template"].encode()
-        n = llama_cpp.llama_chat_apply_template(tmpl, arr, len(keep), request["add_ass"], buf, size)
-        if n < 0:
-            raise RuntimeError(f"llama_chat_apply_template returned {n}: no format it knows in the template")
-        if n <= size:
-            return buf.raw[:n]
-        size = n
-    raise RuntimeError(f"llama_chat_apply_template wants {n} bytes after a buffer of {size}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

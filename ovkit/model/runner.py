@@ -221,12 +221,9 @@ class Model(Reported):
         self._lean: Any = None  # the compiled lean session (ovkit.model.lean), built on first use
         self.spill_dir = config.spill_dir
         self.compiled_model_cache_dir = config.compiled_model_cache_dir  # the lean model's entries
-        # one cache shared by every bucket, f16 values held as f32 on the CPU class (read by its
-        # f32 graphs without a conversion per step); "lean" keeps it in OpenVINO state instead
-        self._kv_wide = self.device_class == DeviceClass.CPU
-        kv_dtype = np.float32 if self._kv_wide else np.float16
+        # one f16 cache shared by every bucket; "lean" keeps it in OpenVINO state instead
         self._kv: dict[str, np.ndarray] = (
-            {n: np.zeros((n_ctx, self.hp.n_embd_kv), kv_dtype) for n in cache_names(self.hp.n_layer)}
+            {n: np.zeros((n_ctx, self.hp.n_embd_kv), np.float16) for n in cache_names(self.hp.n_layer)}
             if self.shapes != "lean"
             else {}
         )
@@ -295,7 +292,7 @@ class Model(Reported):
             n_tokens, n_kv_for(self.n_ctx, end), self.n_ctx, n_outputs or n_tokens, self.flash_attn
         )
 
-    def _cache_rows(self, shape: GraphShape) -> int:
+    def cache_rows(self, shape: GraphShape) -> int:
         """A bucket's cache input rows: the ``n_kv`` it reads (the backend's KV slice) with the host
         cache and flash attention, unless GGML_OPENVINO_DISABLE_KV_SLICE; else ``n_ctx``."""
         sliced = shape.flash_attn and not self.kv_slice_disabled
@@ -307,7 +304,7 @@ class Model(Reported):
 
         g = Graph()
         leaves: dict[str, Any] = {n: g.constant(w, n) for n, w in self.weights.items()}
-        for name, (shp, dtype) in input_specs(self.hp, shape, cache_rows=self._cache_rows(shape)).items():
+        for name, (shp, dtype) in input_specs(self.hp, shape, cache_rows=self.cache_rows(shape)).items():
             leaves[name] = g.input(name, shp, dtype)
         out = decoder_program(self.hp, shape)(g, leaves)
         if self.precision == "ggml":  # llama.cpp CPU's attention numerics too
@@ -332,7 +329,7 @@ class Model(Reported):
                 rows, index = nxt.srcs[1], nxt.srcs[2]
                 outputs.append(rows)
                 b.writes += (KvWrite(name, nxt.ne[0], index.name),)
-                b.caches[name] = self._kv[name][: self._cache_rows(shape)]  # no copy
+                b.caches[name] = self._kv[name][: self.cache_rows(shape)]  # no copy
             try:
                 b.session = graph_session(
                     b.graph,
@@ -341,7 +338,6 @@ class Model(Reported):
                     self.device,
                     core=self.core,
                     config=self.run_config(shape.n_tokens),
-                    wide=list(b.caches) if self._kv_wide else (),
                 )
             except UnsupportedOpError as exc:
                 raise ModelError(
@@ -350,17 +346,6 @@ class Model(Reported):
                     "lists every node that would fall back)"
                 ) from exc
         return b
-
-    def buckets_for(self, n_prompt: int, n_predict: int, *, last_only: bool = False) -> list[GraphShape]:
-        """The shape buckets a prefill of ``n_prompt`` (its logits: every position, or the last
-        one only) and ``n_predict`` decode steps use."""
-        outputs = 1 if last_only else None
-        shapes = [
-            self.shape(self.run_length(min(self.n_ubatch, n_prompt - i), i), i, outputs)
-            for i in range(0, n_prompt, self.n_ubatch)
-        ]
-        shapes += [self.shape(1, n_prompt + i) for i in range(n_predict)]
-        return list(dict.fromkeys(shapes))
 
     def run_length(self, n_tokens: int, start: int) -> int:
         """The tokens a chunk at ``start`` runs as: with static buckets, padded (after the chunk, out
@@ -379,7 +364,12 @@ class Model(Reported):
                 raise ModelError(f"{n_prompt} prompt + {n_predict} new tokens exceed n_ctx={self.n_ctx}")
             self._lean_session()
             return
-        shapes = self.buckets_for(n_prompt, n_predict, last_only=last_only)
+        outputs = 1 if last_only else None  # the prefill's logits: the last position's, or every one
+        shapes = [
+            self.shape(self.run_length(min(self.n_ubatch, n_prompt - i), i), i, outputs)
+            for i in range(0, n_prompt, self.n_ubatch)
+        ]
+        shapes = list(dict.fromkeys(shapes + [self.shape(1, n_prompt + i) for i in range(n_predict)]))
         if len(shapes) > self.max_buckets:
             logger.warning(
                 "%s: a run of %d prompt tokens and %d steps needs %d compiled models, max_buckets=%d: "
@@ -442,44 +432,38 @@ class Model(Reported):
             raise ModelError("eval: no tokens given")
         if self.n_past + toks.size > self.n_ctx:
             raise ModelError(f"{self.n_past} cached + {toks.size} new tokens exceed n_ctx={self.n_ctx}")
-        if self.shapes == "lean":
-            return self._eval_lean(toks, last_only)
-        outs = []
-        for i in range(0, toks.size, self.n_ubatch):
-            chunk = toks[i : i + self.n_ubatch]
-            n = chunk.size
-            size = self.run_length(n, self.n_past)
-            run = np.concatenate([chunk, np.full(size - n, chunk[-1])]) if size > n else chunk
-            shape = self.shape(size, self.n_past, 1 if last_only else None)
-            b = self._bucket(shape)
-            feed = causal_inputs(self.hp, shape, run, self.n_past, out_ids=[n - 1] if last_only else None)
-            # the same view objects every call: bound once, read in place (ovkit.engine)
-            logits, *rows = b.session.compute({**feed, **b.caches} if b.caches else feed)
-            for w, r in zip(b.writes, rows, strict=True):  # SET_ROWS on the host: the new rows only
-                index = feed[w.index_input]
-                real = index.size * n // size  # the chunk's own rows come first; padding's dropped
-                rows_f16 = r.reshape(-1, w.row_len)[:real].astype(np.float16)  # the f16 store, as ggml rounds
-                self._kv[w.cache].reshape(-1, w.row_len)[index[:real]] = rows_f16
-            outs.append(np.asarray(logits).reshape(-1, self.hp.n_vocab)[: 1 if last_only else n])
-            self.n_past += chunk.size
-        return outs[-1] if last_only else np.concatenate(outs, axis=0)
-
-    def _eval_lean(self, toks: np.ndarray, last_only: bool) -> np.ndarray:
-        """``eval`` on the lean model: chunks of ``n_ubatch`` tokens, logits of the rows asked."""
-        session = self._lean_session()
-        if session.n_past != self.n_past:  # a reset elsewhere (close, a new generate)
-            session.reset()
+        lean = self._lean_session() if self.shapes == "lean" else None
+        if lean is not None and lean.n_past != self.n_past:  # a reset elsewhere (close, a new generate)
+            lean.reset()
             if self.n_past:
                 raise ModelError("the lean model's cache was released: reset() and feed the tokens again")
         outs = []
         for i in range(0, toks.size, self.n_ubatch):
             chunk = toks[i : i + self.n_ubatch]
-            ids = np.array([chunk.size - 1]) if last_only else np.arange(chunk.size)
-            if last_only and i + self.n_ubatch < toks.size:
-                ids = np.array([chunk.size - 1])  # only the last chunk's row is kept
-            outs.append(session.run(chunk, ids).reshape(-1, self.hp.n_vocab))
+            if lean is not None:
+                logits = lean.run(chunk, np.array([chunk.size - 1]) if last_only else np.arange(chunk.size))
+            else:
+                logits = self._run_bucket(chunk, last_only)
+            outs.append(logits.reshape(-1, self.hp.n_vocab)[: 1 if last_only else chunk.size])
             self.n_past += chunk.size
         return outs[-1] if last_only else np.concatenate(outs, axis=0)
+
+    def _run_bucket(self, chunk: np.ndarray, last_only: bool) -> np.ndarray:
+        """One chunk on its shape bucket: its logits; the rows it writes stored in the host cache."""
+        n = chunk.size
+        size = self.run_length(n, self.n_past)
+        run = np.concatenate([chunk, np.full(size - n, chunk[-1])]) if size > n else chunk
+        shape = self.shape(size, self.n_past, 1 if last_only else None)
+        b = self._bucket(shape)
+        feed = causal_inputs(self.hp, shape, run, self.n_past, out_ids=[n - 1] if last_only else None)
+        # the same view objects every call: bound once, read in place (ovkit.engine)
+        logits, *rows = b.session.compute({**feed, **b.caches} if b.caches else feed)
+        for w, r in zip(b.writes, rows, strict=True):  # SET_ROWS on the host: the new rows only
+            index = feed[w.index_input]
+            real = index.size * n // size  # the chunk's own rows come first; padding's dropped
+            rows_f16 = r.reshape(-1, w.row_len)[:real].astype(np.float16)  # the f16 store, as ggml rounds
+            self._kv[w.cache].reshape(-1, w.row_len)[index[:real]] = rows_f16
+        return np.asarray(logits)
 
     @_serialized
     def generate(

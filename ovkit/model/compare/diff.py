@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from ovkit.dtypes import NUMPY_DTYPE
 from ovkit.model.compare.llama_side import Capture, run_llama
 from ovkit.model.compare.records import (
     AGAINST,
@@ -55,7 +54,7 @@ def run_ovkit(
     """ovkit's graph for ``tokens`` as one batch from an empty cache, every named f32 node an
     output: {(name, k): (ne, values in ggml order)} and the logits (``no_requant``: as stored)."""
     from ovkit.engine import compute_graph
-    from ovkit.model.program import cache_names, causal_inputs
+    from ovkit.model.program import step_inputs
     from ovkit.model.runner import Model
 
     model = Model(
@@ -71,11 +70,7 @@ def run_ovkit(
         if t.is_leaf or t.op.value in VIEW_OPS or t.dtype != "f32" or not NAMED.fullmatch(t.name or ""):
             continue
         named.append((node_key(t.name, seen), t))
-    feed = causal_inputs(model.hp, shape, np.asarray(tokens), 0)
-    caches = set(cache_names(model.hp.n_layer))
-    for t in g.inputs_of([out.logits]):  # an empty cache, of the rows the graph's inputs have
-        if t.name in caches:
-            feed[t.name] = np.zeros(t.shape, NUMPY_DTYPE[t.dtype])
+    feed = step_inputs(model.hp, shape, np.asarray(tokens), 0, cache_rows=model.cache_rows(shape))
     results = compute_graph(
         g, [out.logits, *(t for _, t in named)], feed, model.device, core=model.core,
         config=model.run_config(n),

@@ -18,6 +18,8 @@ import numpy as np
 from ovkit.model.compare.records import NAMED, VIEW_OPS, CompareError
 from ovkit.model.reference import DEFAULT_THREADS, run_llama_child
 
+TIMEOUT_S = 1800.0  # a child's longest run (a hung one is killed)
+
 
 @dataclass(frozen=True, slots=True)
 class Capture:
@@ -39,13 +41,10 @@ def run_llama(
     upstream: bool = False,
     flash_attn: bool = True,
     n_ctx: int = 512,
-    n_threads: int = DEFAULT_THREADS,
-    capture: bool = True,
     ov_precision: str | None = None,
-    timeout: float = 1800.0,
 ) -> Capture:
     """llama.cpp (CPU build, or the real backend with ``upstream``) on ``tokens`` as one batch in a
-    child, the named nodes captured unless ``capture=False``; ``ov_precision``: the backend's CPU one."""
+    child, the named nodes captured; ``ov_precision``: the backend's CPU one."""
     from ovkit import child
 
     with tempfile.TemporaryDirectory(prefix="ovkit-compare-") as tmp:
@@ -54,9 +53,7 @@ def run_llama(
             "tokens": [int(t) for t in tokens],
             "n_ctx": n_ctx,
             "flash_attn": flash_attn,
-            "n_threads": n_threads,
             "upstream": upstream,
-            "capture": capture,
             "ov_precision": ov_precision,
             "dir": tmp,
         }
@@ -64,15 +61,15 @@ def run_llama(
         # graph with the same ops (layer 0's two RMS_NORMs) then share one compiled graph and
         # the second reads the first one's input (measured: NMSE 0.4 from ffn_inp's norm on,
         # while the uncaptured logits match); without the cache each piece compiles its own
-        env = {"GGML_OPENVINO_DISABLE_CACHE": "1"} if upstream and capture else {}
+        env = {"GGML_OPENVINO_DISABLE_CACHE": "1"} if upstream else {}
         log = Path(tmp) / "log.txt"
         what = "the real backend" if upstream else "llama.cpp"
         try:
             run_llama_child(
-                "ovkit.model.compare", request, Path(tmp), upstream=upstream, timeout=timeout, **env
+                "ovkit.model.compare", request, Path(tmp), upstream=upstream, timeout=TIMEOUT_S, **env
             )
         except child.ChildTimedOut:
-            raise CompareError(f"{what} did not finish within {timeout:.0f} s") from None
+            raise CompareError(f"{what} did not finish within {TIMEOUT_S:.0f} s") from None
         except child.ChildCrashed as exc:
             text = log.read_text(errors="replace") if log.exists() else exc.death.stderr
             lines = [x.strip() for x in text.splitlines() if x.strip()] or [""]
@@ -166,7 +163,7 @@ def serve(request: dict[str, Any]) -> None:
     cp = L.llama_context_default_params()
     cp.n_ctx = request["n_ctx"]
     cp.n_batch = cp.n_ubatch = max(len(toks), min(request["n_ctx"], 512))  # llama.cpp's default batch
-    cp.n_threads = cp.n_threads_batch = request["n_threads"]
+    cp.n_threads = cp.n_threads_batch = DEFAULT_THREADS
     cp.flash_attn_type = (
         L.LLAMA_FLASH_ATTN_TYPE_ENABLED if request["flash_attn"] else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
     )
@@ -184,11 +181,10 @@ def serve(request: dict[str, Any]) -> None:
     if code == 0:
         n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
         logits = np.ctypeslib.as_array(L.llama_get_logits(ctx), (len(toks) * n_vocab,)).copy()
-        if request["capture"]:
-            want = wanted_nodes(nodes)
-            nodes.clear()
-            L.llama_memory_clear(L.llama_get_memory(ctx), True)
-            code = int(L.llama_decode(ctx, batch))
+        want = wanted_nodes(nodes)
+        nodes.clear()
+        L.llama_memory_clear(L.llama_get_memory(ctx), True)
+        code = int(L.llama_decode(ctx, batch))
     (out_dir / "meta.json").write_text(json.dumps({"nodes": nodes, "code": code, "precision": precision}))
     arrays = {f"t{i}": v for i, v in values.items()}
     if logits is not None:
