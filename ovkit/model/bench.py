@@ -525,7 +525,12 @@ class _Ovkit:
         return self.model.effective_precision()
 
     def generate(self, prompt: Sequence[int], n: int) -> list[int]:
-        return list(self.model.generate(prompt, n - 1).tokens)
+        """``n`` tokens in ``n`` forward passes, as the other sides: ``Model.generate``'s last step
+        feeds its last token, whose logits pick the n-th."""
+        import numpy as np
+
+        g = self.model.generate(prompt, n - 1)
+        return [*g.tokens, int(np.argmax(g.decode_logits[-1]))] if n > 1 else list(g.tokens)
 
 
 class _Llama:
