@@ -636,8 +636,8 @@ def test_written_blocks_read_back_as_ggml_writes_them(qtype: str, rng: np.random
 
     from ovkit.ir import round_to
     from ovkit.ops.formulas import quantized_write
+    from ovkit.ops.ov_array import OPENVINO
     from ovkit.ops.reference import NUMPY
-    from ovkit.ops.translate import OPENVINO
 
     x = round_to("bf16", rng.uniform(-150, 150, (64, 256)).astype(np.float32))
     dst = oracle.quantize(qtype, np.zeros_like(x))

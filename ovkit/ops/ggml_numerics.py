@@ -77,7 +77,7 @@ def _q8_0(x: Any, with_sums: bool) -> QuantizedActivations:
     """x86 ``quantize_row_q8_0`` / ``quantize_row_q8_1``: per 32, amax = max|x|, d = amax/127 stored
     as f16, q = round-half-even(x · (127/amax)) (the AVX kernel's multiplier, not the reference
     C code's 1/d: the two differ in the last bit); q8_1 also stores s = f16(d·Σq) with d in f32."""
-    from ovkit.ops.translate import OPENVINO as n  # here: OpenVINO loads with the translation
+    from ovkit.ops.ov_array import OPENVINO as n  # here: OpenVINO loads with the translation
 
     ops, b = _ops(), _blocks(x, 32)
     amax = n.reduce("max", n.unary("abs", b), [1])
@@ -112,7 +112,7 @@ def _q8_k(x: Any) -> QuantizedActivations:
     magnitude, iscale = -127/max, q = min(127, nearest_int(iscale·x)) (round half to even),
     d = 1/iscale in f32; a zero block stays zero.  (The repacked Q4_K kernels quantize with
     ±127/amax, which gives the same d·q.)"""
-    from ovkit.ops.translate import OPENVINO as n  # here: OpenVINO loads with the translation
+    from ovkit.ops.ov_array import OPENVINO as n  # here: OpenVINO loads with the translation
 
     b = _blocks(x, quant.QK_K)
     signed = n.first_largest(b)
