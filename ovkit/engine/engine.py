@@ -301,6 +301,7 @@ class Engine:
         *,
         extra: Sequence[Tensor] = (),
         names: Sequence[str] | None = None,
+        wide: Sequence[str] = (),
     ) -> GraphPlan:
         """The plan of computing ``outputs`` (and state outputs ``extra``) of ``graph`` on
         ``device``, made once and kept on the graph (``graph.derived``), keyed by the outputs'
@@ -314,6 +315,7 @@ class Engine:
             ids,
             device,
             config if config is None or type(config) is RunConfig else config_key(config),
+            tuple(sorted(wide)) if wide else (),  # () without a sort: this runs on every compute
         )
         plans = graph.derived
         plan: GraphPlan | None = plans.get(key)
@@ -321,7 +323,9 @@ class Engine:
             dev = device or self.selected_device()
             run = plan_run_config(config, graph, [*outs, *extra], dev)
             gqa = self.config.attention_manual_gqa(str(device_class(dev)))
-            plan = GraphPlan(graph, outs, dev, run, extra_outputs=extra, names=names, manual_gqa=gqa)
+            plan = GraphPlan(
+                graph, outs, dev, run, extra_outputs=extra, names=names, wide=wide, manual_gqa=gqa
+            )
             plan.require_supported()
             if len(plans) >= MAX_PLANS_PER_GRAPH:
                 plans.clear()
@@ -416,17 +420,18 @@ def graph_session(
     core: Core | None = None,
     config: Mapping[str, Any] | RunConfig | None = None,
     stateful: bool | None = None,
+    wide: Sequence[str] = (),
 ) -> GraphSession:
     """A stateful run of ``graph``: ``states`` maps a state input's name to the Tensor holding its
     next value (``{"cache_k": g.set_rows(cache_k, k_new, pos)}``); ``stateful`` as in
-    ``Engine.compiled``."""
+    ``Engine.compiled``; ``wide``: f16 inputs fed as f32 arrays of f16 values."""
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     engine = get_engine(core)
     state_names = list(states)
     extra = [states[n] for n in state_names]
     names = [f"output{i}" for i in range(len(outs))]
     out_names = [f"state:{n}" for n in state_names]
-    plan = engine.plan(graph, outs, device, config, extra=extra, names=names + out_names)
+    plan = engine.plan(graph, outs, device, config, extra=extra, names=names + out_names, wide=wide)
     missing = [n for n in state_names if n not in plan.input_names]
     if missing:
         raise InputError(

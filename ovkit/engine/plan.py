@@ -4,7 +4,7 @@ verdict, structure key, input slots, output conversion), and stateful graph sess
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,10 +36,11 @@ class InputSlot:
 
     __slots__ = ("alt_shapes", "dtype", "gdtype", "last", "name", "param_shape", "shape")
 
-    def __init__(self, leaf: Tensor) -> None:
+    def __init__(self, leaf: Tensor, *, wide: bool = False) -> None:
         self.name: str = leaf.name
         self.gdtype: str = leaf.dtype
-        self.dtype = np.dtype(NUMPY_DTYPE[leaf.dtype])
+        # wide: an f16 input fed as f32 holding f16 values (GraphPlan's ``wide``)
+        self.dtype = np.dtype(np.float32 if wide else NUMPY_DTYPE[leaf.dtype])
         self.shape: tuple[int, ...] = tuple(leaf.shape)
         self.param_shape: tuple[int, ...] = tuple(reversed(leaf.ne))
         # (caller's array, its Parameter view): one attribute, so threads swap it atomically; at
@@ -81,6 +82,7 @@ class GraphPlan:
         *,
         extra_outputs: Sequence[Tensor] = (),
         names: Sequence[str] | None = None,
+        wide: Iterable[str] = (),
         manual_gqa: bool | None = None,
     ) -> None:
         self.graph = graph
@@ -93,12 +95,17 @@ class GraphPlan:
         self.device = device
         self.run = run
         self.leaves = graph.inputs_of(self.every)  # the Parameters, in order
-        self.slots = [InputSlot(t) for t in self.leaves]
+        # f16 inputs whose Parameter is f32 (the caller feeds f32 arrays of f16 values): the
+        # plugin then needs no f16 -> f32 conversion of them on every run (a KV cache read in place)
+        self.wide = frozenset(t.name for t in self.leaves if t.name in set(wide) and t.dtype == "f16")
+        self.slots = [InputSlot(t, wide=t.name in self.wide) for t in self.leaves]
         self.input_names = [t.name for t in self.leaves]
         self.known = input_names(graph)
         self.output_names = list(names) if names else [f"output{i}" for i in range(len(self.outputs))]
         self.cache_key: CacheKey | None = None  # of the compiled graph it ran on last
         self.structure = graph_structure_key(graph, self.every)
+        if self.wide:
+            self.structure += "+wide:" + ",".join(sorted(self.wide))
         if manual_gqa is not None:
             self.structure += f"+manual_gqa:{int(manual_gqa)}"
         self._out_specs = [
@@ -117,6 +124,8 @@ class GraphPlan:
         from ovkit.ops.translate import build_model
 
         model = build_model(self.graph, self.every, self.leaves, manual_gqa=self.manual_gqa)
+        if self.wide:
+            _widen_parameters(model, self.wide)
         for port, name in zip(model.outputs, self.output_names, strict=True):
             port.get_tensor().set_names({name})
         if self.extra_outputs:  # state outputs take their input's (4-D Parameter) shape
@@ -158,6 +167,25 @@ class GraphPlan:
             r.reshape(shape) if r.dtype == dtype else from_model_output(o, r)
             for o, r, (shape, dtype) in zip(self.outputs, raw, self._out_specs, strict=False)
         ]
+
+
+def _widen_parameters(model: Any, names: frozenset[str]) -> None:
+    """Make the f16 Parameters ``names`` f32 Parameters converted to f16: fed f16 values, the
+    conversion is exact and the CPU plugin (computing in f32) folds it away."""
+    import openvino as ov
+    import openvino.opset16 as ops
+
+    for i, param in enumerate(list(model.get_parameters())):
+        name = param.get_friendly_name()
+        if name not in names:
+            continue
+        wide = ops.parameter(param.get_partial_shape(), ov.Type.f32, name=name)
+        wide.output(0).get_tensor().set_names(param.output(0).get_tensor().get_names())
+        narrow = ops.convert(wide, ov.Type.f16)
+        for target in list(param.output(0).get_target_inputs()):
+            target.replace_source_output(narrow.output(0))
+        model.replace_parameter(i, wide)
+    model.validate_nodes_and_infer_types()
 
 
 def config_key(config: Mapping[str, Any] | RunConfig | None) -> Hashable:
