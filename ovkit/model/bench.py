@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ovkit.errors import OvkitError
 from ovkit.model.precision import PRECISIONS
@@ -503,6 +503,16 @@ def _status_bytes(key: str) -> int:
         return next((int(line.split()[1]) * 1024 for line in fh if line.startswith(f"{key}:")), 0)
 
 
+class _Side(Protocol):
+    """What a side's child runs: ``n`` greedy tokens after ``prompt`` from an empty cache, in ``n``
+    forward passes, and the precision it ran at."""
+
+    @property
+    def precision(self) -> str | None: ...
+
+    def generate(self, prompt: Sequence[int], n: int) -> list[int]: ...
+
+
 class _Ovkit:
     """ovkit's :class:`~ovkit.model.runner.Model` on the file's own blocks, as llama.cpp and GenAI
     run them."""
@@ -613,13 +623,8 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
     tg a one-token prompt and n."""
     side = request["side"]
     try:
-        runner: _Ovkit | _Llama | _GenAI = (
-            _Ovkit(request)
-            if side == "ovkit"
-            else _GenAI(request)
-            if side == "genai"
-            else _Llama(request, upstream=side == "upstream")
-        )
+        sides: dict[str, Callable[[dict[str, Any]], _Side]] = {"ovkit": _Ovkit, "genai": _GenAI}
+        runner = sides.get(side, partial(_Llama, upstream=side == "upstream"))(request)
     except ImportError as exc:
         return {"error": f"{side} is not installed here ({exc}); bash .ci/test installs every side"}
     except Exception as exc:  # the runtime refuses the file (GenAI: Q5_0; the backend: Gemma-3)

@@ -31,6 +31,7 @@ from ovkit.ops.formulas import (
 from ovkit.ops.ov_array import (
     OPENVINO,
     OV_TYPE,
+    Out,
     const,
     expand_batch,
     f32,
@@ -44,7 +45,6 @@ from ovkit.ops.ov_array import (
 )
 from ovkit.ops.rounding import rounded
 
-Out = Any  # an openvino Output/Node
 TranslateFn = Callable[[Tensor, list[Any]], Any]
 
 #: element type of the model's Parameters/Results per ggml type (bf16 crosses as f32).
