@@ -621,9 +621,11 @@ def build(
 #: From this many bytes of weights the device precision is f32 activations quantized to int8 per
 #: 32 on the fly (the plugin's dynamic quantization, llama.cpp's own Q8_0 activations) instead of
 #: bf16: at one row the plugin reads 4-bit weights at 10.3-11.3 GB/s against 7.0-7.7 in bf16
-#: (``benchmarks/probe_gemv.py``), so decode is faster once the weights outgrow the caches; on
-#: smaller models bf16 prefills 2.5x faster on AMX and decodes as fast.
-DYNAMIC_INT8_FROM_BYTES = 512 << 20
+#: (``benchmarks/probe_gemv.py``), so decode is faster once the weights outgrow the caches, but
+#: bf16 prefills faster on AMX.  At 3 B int8 wins both; at 1.1 B (628 MiB) bf16 prefills 1.2x
+#: faster and decodes 0.89x as fast, which keeps both at or above GenAI's
+#: (``benchmarks/probe_same_process.py``); below, bf16 prefills 2.5x faster and decodes as fast.
+DYNAMIC_INT8_FROM_BYTES = 1 << 30
 
 
 def compile_properties(exact: bool, n_threads: int | None, weight_bytes: int = 0) -> dict[str, Any]:
