@@ -10,7 +10,7 @@ prompt length and context.  Once compiled, the translated ``ov.Model`` and the w
 released: the plugin holds its own packed copy.
 
 With ``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR`` set, the compiled model is exported once warm and a
-later start imports it instead of building and compiling (``ovkit.model.lean_cache``).
+later start imports it instead of building and compiling (``ovkit.engine.blob_cache``).
 
 The nodes carry llama.cpp's tensor names (``attn_norm-0``, ``Qcur-0``, ``ffn_out-0``,
 ``result_output``) as friendly names, so OpenVINO's profile reads in ggml's terms.
@@ -19,6 +19,7 @@ The nodes carry llama.cpp's tensor names (``attn_norm-0``, ``Qcur-0``, ``ffn_out
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import weakref
 from collections.abc import Iterator
@@ -28,9 +29,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from ovkit import quant
+from ovkit.engine.blob_cache import BlobCache
 from ovkit.gguf import GGUFModel, TensorInfo
 from ovkit.ir import RopeType
-from ovkit.model import lean_cache
 from ovkit.model.arch import HParams, ModelError
 from ovkit.model.program import output_weight_name
 from ovkit.runtime import Core
@@ -641,7 +642,7 @@ def compile_properties(exact: bool, n_threads: int | None, weight_bytes: int = 0
 
 
 class Releasable(Protocol):
-    """Memory a compiled model was made from (``WeightFile``, ``lean_cache.MappedBlob``): its pages
+    """Memory a compiled model was made from (``WeightFile``, ``blob_cache.MappedBlob``): its pages
     can be given back once the plugin has packed its own copy."""
 
     def release(self) -> None: ...
@@ -707,25 +708,17 @@ def compile_lean(
     """Build, compile and warm the lean model: one prefill and one decode step (the plugin packs
     its weights on the first of each), the mapped weight pages released all along.  ``cache_dir``
     (``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``): imported from there when an entry for this file
-    and these settings is, else exported there once warm (``ovkit.model.lean_cache``)."""
+    and these settings is, else exported there once warm (``cache_key``)."""
     import gc
 
     props = compile_properties(exact, n_threads, model_device_bytes(gguf))
     if profiling:
         props["PERF_COUNT"] = True
-    cache = None
-    if cache_dir:
-        key = lean_cache.lean_key(
-            gguf,
-            device,
-            core=core,
-            exact=exact,
-            no_requant=no_requant,
-            n_threads=n_threads,
-            profiling=profiling,
-        )
-        cache = lean_cache.LeanCache(cache_dir, key)
-        hit = cache.load(device, props, core=core)
+    cache = BlobCache(cache_dir, "ovkit: lean model cache", "lean-") if cache_dir else None
+    if cache is not None:
+        settings = {"exact": exact, "no_requant": no_requant, "n_threads": n_threads, "profiling": profiling}
+        key = cache_key(gguf, device, core, **settings)
+        hit = cache.load(key, device, props, core=core)
         if hit is not None:
             session = LeanSession(hit.compiled, hit.blob, loaded_from_cache=True)
             with releasing(hit.blob):
@@ -743,8 +736,28 @@ def compile_lean(
         session = LeanSession(compiled, store)
         _warm(session)
         if cache is not None:  # the export reads the weight pages again
-            cache.store(compiled, {"device_bytes": stats.device_bytes, "decoded": list(stats.decoded)})
+            cache.store(compiled, key, {"device_bytes": stats.device_bytes, "decoded": list(stats.decoded)})
     return session, stats
+
+
+def cache_key(gguf: GGUFModel, device: str, core: Core, **settings: bool | int | None) -> dict[str, Any]:
+    """What the compiled lean model depends on besides ovkit and OpenVINO, as JSON values: the
+    file itself (real path, size, mtime, inode, sha256 of its header: metadata and tensor table,
+    read, not mapped), the device's CPU and ``settings``."""
+    st = os.stat(gguf.path)
+    header = min((t.offset for t in gguf.tensors.values()), default=gguf.file_size)
+    with open(gguf.path, "rb", buffering=0) as fh:
+        header_sha256 = hashlib.sha256(fh.read(header)).hexdigest()
+    return {
+        "gguf": os.path.realpath(gguf.path),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "inode": [st.st_dev, st.st_ino],
+        "header_sha256": header_sha256,
+        "device": device,
+        "cpu": str(core.get_property(device, "FULL_DEVICE_NAME")),
+        **settings,
+    }
 
 
 def _warm(session: LeanSession) -> None:
