@@ -257,7 +257,7 @@ class Model(Reported):
         """The lean model's session, compiled on first use."""
         if self._lean is None:
             core = get_engine(self.core).core
-            session, _ = lean.compile_lean(
+            self._lean = lean.compile_lean(
                 self.gguf,
                 self.hp,
                 self.device,
@@ -269,7 +269,6 @@ class Model(Reported):
                 cache_dir=None if is_simulated(core) else self.compiled_model_cache_dir,
                 core=core,
             )
-            self._lean = session
         return self._lean
 
     @functools.cached_property
