@@ -8,6 +8,7 @@ bound to every bucket's cache inputs, each graph returning only the rows it writ
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -114,15 +115,11 @@ def _release_host_memory() -> None:
     """Give the decoded weights and translated models (reference cycles until collected, heap
     pages glibc keeps until trimmed) back to the system after a compile."""
     import ctypes
-    import ctypes.util
     import gc
 
     gc.collect()
-    libc = ctypes.util.find_library("c")
-    if libc:
-        trim = getattr(ctypes.CDLL(libc), "malloc_trim", None)
-        if trim is not None:  # glibc only
-            trim(0)
+    with contextlib.suppress(OSError, AttributeError):  # glibc only
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _discard_compiled(engine: Any, buckets: dict[GraphShape, _Bucket]) -> None:
