@@ -672,9 +672,6 @@ class LeanSession:
         dq = int(self.compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE"))
         return f"{precision} + int8 activations per {dq}" if dq and precision == "f32" else precision
 
-    def profile(self) -> list[Any]:
-        return list(self.request.profiling_info)
-
 
 def compile_lean(
     gguf: GGUFModel,
@@ -685,7 +682,6 @@ def compile_lean(
     exact: bool,
     no_requant: bool = False,
     n_threads: int | None = None,
-    profiling: bool = False,
     spill_dir: str | None = None,
     cache_dir: str | None = None,
 ) -> LeanSession:
@@ -696,12 +692,9 @@ def compile_lean(
     import gc
 
     props = compile_properties(exact, n_threads, model_device_bytes(gguf))
-    if profiling:
-        props["PERF_COUNT"] = True
     cache = BlobCache(cache_dir, "ovkit: lean model cache", "lean-") if cache_dir else None
     if cache is not None:
-        settings = {"exact": exact, "no_requant": no_requant, "n_threads": n_threads, "profiling": profiling}
-        key = cache_key(gguf, device, core, **settings)
+        key = cache_key(gguf, device, core, exact=exact, no_requant=no_requant, n_threads=n_threads)
         hit = cache.load(key, device, props, core=core)
         if hit is not None:
             session = LeanSession(hit.compiled, hit.blob, loaded_from_cache=True)
