@@ -472,13 +472,12 @@ class Model(Reported):
         prompt: Sequence[int],
         n_predict: int,
         *,
-        forced: Sequence[int] | None = None,
         stop: Collection[int] = (),
         all_logits: bool = False,
     ) -> Generation:
         """Prefill ``prompt`` (the last position's logits, every one with ``all_logits``) then
-        ``n_predict`` greedy steps, feeding ``forced`` ids instead when given; ``stop``: end at
-        the first generated id in it, kept last in ``tokens``, as llama.cpp stops at end of generation."""
+        ``n_predict`` greedy steps; ``stop``: end at the first generated id in it, kept last in
+        ``tokens``, as llama.cpp stops at end of generation."""
         # every size and id checked before anything is compiled
         n_predict = check_count("n_predict", n_predict)
         n_prompt = token_ids(prompt, self.hp.n_vocab).size
@@ -489,8 +488,6 @@ class Model(Reported):
                 f"a prompt of {n_prompt} tokens and n_predict={n_predict} need {n_prompt + n_predict} "
                 f"positions, more than n_ctx={self.n_ctx}"
             )
-        if forced is not None and token_ids(forced, self.hp.n_vocab).size < n_predict:
-            raise ModelError(f"forced has {len(forced)} ids for n_predict={n_predict}")
         self.reset()
         t0 = time.perf_counter()
         self.prepare(len(prompt), n_predict, last_only=not all_logits)
@@ -501,12 +498,11 @@ class Model(Reported):
         tokens = [int(np.argmax(prompt_logits[-1]))]
         dec: list[np.ndarray] = []
         t0 = time.perf_counter()
-        stops = frozenset(int(t) for t in stop) if forced is None else frozenset()
+        stops = frozenset(int(t) for t in stop)
         for i in range(n_predict):
             if tokens[i] in stops:
                 break
-            feed = tokens[i] if forced is None else int(forced[i])
-            logits = self.eval([feed], last_only=True)[0]
+            logits = self.eval([tokens[i]], last_only=True)[0]
             dec.append(logits)
             if i + 1 < n_predict:
                 tokens.append(int(np.argmax(logits)))
