@@ -49,7 +49,7 @@ MODELLED_BY: dict[str, str] = {
     "PROFILING": "ovkit.engine: per-graph timings",
     "COMPILED_MODEL_CACHE_DIR": "ovkit.engine.blob_cache: compiled models exported there, keyed by the "
     "graph's digest, and imported by the next process without translation or compile (CACHE_DIR is "
-    "then not used; a run report's loaded_from_cache shows a cached run); ovkit.model.lean_cache: the "
+    "then not used; a run report's loaded_from_cache shows a cached run); ovkit.model.lean: the "
     "lean model likewise, keyed by the GGUF file and its settings",
     "NPU_COMPILE_CONFIG": "ovkit.engine: NPU_COMPILATION_MODE_PARAMS in the NPU class's compile properties",
     "NPU_PROPERTIES": "ovkit.engine: passed to the NPU class's compile, after everything else",

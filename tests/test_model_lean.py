@@ -170,7 +170,7 @@ def test_weights_converted_on_several_threads_are_the_same_bytes(tmp_path: Path,
 
     def constants(workers: int) -> list[bytes]:
         store = lean.WeightFile()  # the Constants are views of its mapped file: kept till read
-        model, _ = lean.build(gguf, hp, store, workers=workers)
+        model = lean.build(gguf, hp, store, workers=workers)
         ops = [op for op in model.get_ordered_ops() if op.get_type_name() == "Constant"]
         return [bytes(op.get_data().tobytes()) for op in ops]
 
@@ -193,7 +193,7 @@ def test_a_model_alive_at_exit_closes_quietly(model_file: Callable[..., Path]) -
         "orig = lean.compile_properties\n"
         "lean.compile_properties = lambda *a: orig(*a)\n"
         "g = read_gguf(sys.argv[1])\n"
-        "s, _ = lean.compile_lean(g, model_hparams(g), 'CPU', core=ov.Core(), exact=False)\n"
+        "s = lean.compile_lean(g, model_hparams(g), 'CPU', core=ov.Core(), exact=False)\n"
     )
     path = str(model_file("llama", "q4_0"))
     out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, check=True)

@@ -1,4 +1,4 @@
-"""The lean model and GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR (``ovkit.model.lean_cache``): a second
+"""The lean model and GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR (``ovkit.engine.blob_cache``): a second
 start imports the compiled model with the first start's answers; an entry that is not the one its
 manifest describes, or not a regular file, is compiled again (one warning naming the file, no hang);
 another setting is another entry."""
@@ -162,7 +162,7 @@ def test_an_imported_models_released_pages_are_read_again_from_the_blob(
     """The imported model keeps the blob mapped and its pages are given back after the warm-up;
     any page the plugin reads later (weights it uses in place) comes back from the file, so
     releasing them again between runs never changes an answer."""
-    from ovkit.model.lean_cache import MappedBlob
+    from ovkit.engine.blob_cache import MappedBlob
 
     a, _ = models
     want, _ = run(a)

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import asdict, replace
 from time import perf_counter
 from typing import Any
 
-from ovkit.engine.blob_cache import BlobCache, BlobEntry
+from ovkit.engine.blob_cache import BlobCache, engine_key
 from ovkit.engine.errors import EngineError
 from ovkit.engine.keys import CacheKey
 from ovkit.engine.ov_model import (
     ModelFactory,
+    PortSpec,
     make_stateful,
     share_constants,
     state_specs,
@@ -38,13 +39,17 @@ def compile_graph(
     """The compiled graph of ``key`` and the times upstream's profiling logs: imported from
     ``blobs`` when it holds it, else built by ``factory``, compiled and stored there."""
     states = dict(key.states)
-    fingerprint = blobs.fingerprint(key) if blobs is not None else None
+    entry_key = engine_key(key) if blobs is not None else None
     t0 = perf_counter()
     found = None
-    if blobs is not None and fingerprint is not None:
-        found = blobs.load(fingerprint, key.device, props, core=core)
+    if blobs is not None and entry_key is not None:
+        found = blobs.load(entry_key, key.device, dict(props), core=core)
     if found is not None:
-        compiled, entry = found
+        compiled, blob = found.compiled, found.blob
+        variables = found.extra["variables"]
+        specs = {
+            k: PortSpec(**{**v, "shape": tuple(v["shape"])}) for k, v in found.extra["state_specs"].items()
+        }
         times = {"Model cache import time": perf_counter() - t0}
     else:
         model = factory()
@@ -58,9 +63,10 @@ def compile_graph(
             first = str(exc).strip().splitlines()
             raise EngineError(f"compile_model failed on {key.device}: {first[-1] if first else exc}") from exc
         times = {"Graph conversion time": t1 - t0, COMPILE_TIME: perf_counter() - t1}
-        entry = BlobEntry(variables, specs)
-        if blobs is not None and fingerprint is not None:
-            blobs.store(compiled, fingerprint, entry)
+        blob = None
+        if blobs is not None and entry_key is not None:
+            extra = {"variables": variables, "state_specs": {k: asdict(v) for k, v in specs.items()}}
+            blobs.store(compiled, entry_key, extra)
     graph = CompiledGraph(
         key,
         compiled,
@@ -68,9 +74,10 @@ def compile_graph(
         run_config=run,
         states=states,
         stateful=key.stateful,
-        variables=entry.variables,
-        state_specs=entry.state_specs,
+        variables=variables,
+        state_specs=specs,
         compile_seconds=times.get(COMPILE_TIME, 0.0),
+        blob=blob,
     )
     if found is not None:  # an imported blob reports itself as loaded from a cache
         graph.effective = replace(graph.effective, loaded_from_cache=True)

@@ -30,6 +30,14 @@ PROP_CACHE_DIR = "CACHE_DIR"
 PROP_NPUW_CACHE_DIR = "NPUW_CACHE_DIR"
 PROP_CACHE_MODE = "CACHE_MODE"
 CACHE_MODE_UPSTREAM = "OPTIMIZE_SIZE"
+#: RunConfig's hints and the property each sets (``None`` or ``False``: not set).
+PROPERTY_OF = {
+    "inference_precision": PROP_PRECISION,
+    "performance_hint": PROP_PERFORMANCE,
+    "execution_mode": PROP_EXECUTION,
+    "profiling": PROP_PROFILING,
+    "num_threads": PROP_THREADS,
+}
 
 
 def _check_choice(what: str, value: str | None, allowed: tuple[str, ...]) -> None:
@@ -58,17 +66,8 @@ class RunConfig:
     def properties(self, dev_class: str | None = None) -> dict[str, Any]:
         """The OpenVINO compile properties this configuration asks for; for the CPU class an f32
         run's are made exact (``ovkit.runtime.exact_on_cpu``)."""
-        props: dict[str, Any] = {}
-        if self.inference_precision is not None:
-            props[PROP_PRECISION] = self.inference_precision
-        if self.performance_hint is not None:
-            props[PROP_PERFORMANCE] = self.performance_hint
-        if self.execution_mode is not None:
-            props[PROP_EXECUTION] = self.execution_mode
-        if self.profiling:
-            props[PROP_PROFILING] = True
-        if self.num_threads is not None:
-            props[PROP_THREADS] = self.num_threads
+        asked = {prop: getattr(self, f) for f, prop in PROPERTY_OF.items()}
+        props: dict[str, Any] = {k: v for k, v in asked.items() if v is not None and v is not False}
         props.update(dict(self.extra))
         if dev_class == DeviceClass.CPU:
             exact_on_cpu(props)
@@ -83,12 +82,6 @@ GRAPH_RUN_CONFIG = RunConfig(inference_precision="f32")
 GRAPH_TINY_RUN_CONFIG = RunConfig(inference_precision="f32", num_threads=1)
 TINY_ELEMENTS = 16384
 
-_FIELD_OF_PROPERTY = {
-    PROP_PRECISION: "inference_precision",
-    PROP_PERFORMANCE: "performance_hint",
-    PROP_EXECUTION: "execution_mode",
-}
-
 
 def run_config_from(
     properties: Mapping[str, Any] | RunConfig | None, base: RunConfig = DEFAULT_RUN_CONFIG
@@ -100,14 +93,15 @@ def run_config_from(
         return properties
     values: dict[str, Any] = {}
     extra: list[tuple[str, str]] = []
+    field_of = {prop: f for f, prop in PROPERTY_OF.items()}
     for name, value in properties.items():
         key = str(name)
-        if key in _FIELD_OF_PROPERTY:
-            values[_FIELD_OF_PROPERTY[key]] = None if value is None else _as_text(value)
-        elif key == PROP_PROFILING:
+        if key == PROP_PROFILING:
             values["profiling"] = _as_bool(value)
         elif key == PROP_THREADS:
             values["num_threads"] = int(value)
+        elif key in field_of:
+            values[field_of[key]] = None if value is None else _as_text(value)
         else:
             extra.append((key, str(value)))
     return replace(base, **values, extra=tuple(sorted(extra)))
@@ -196,18 +190,11 @@ class EffectiveConfig:
 
     def as_rows(self) -> list[dict[str, object]]:
         """Requested vs effective, one row per hint (for a table)."""
-        req = self.requested
-        rows: list[tuple[str, object, object]] = [
-            (PROP_PRECISION, req.inference_precision, self.inference_precision),
-            (PROP_PERFORMANCE, req.performance_hint, self.performance_hint),
-            (PROP_EXECUTION, req.execution_mode, self.execution_mode),
-            (PROP_PROFILING, req.profiling, self.profiling),
-            (PROP_THREADS, req.num_threads, self.num_threads),
-        ]
-        out = [
-            {"property": name, "requested": "(device default)" if want is None else want, "effective": got}
-            for name, want, got in rows
-        ]
+        out: list[dict[str, object]] = []
+        for f, name in PROPERTY_OF.items():
+            want = getattr(self.requested, f)
+            want = "(device default)" if want is None else want
+            out.append({"property": name, "requested": want, "effective": getattr(self, f)})
         out.append({"property": "LOADED_FROM_CACHE", "requested": "", "effective": self.loaded_from_cache})
         out.append(
             {"property": "EXECUTION_DEVICES", "requested": "", "effective": ", ".join(self.execution_devices)}

@@ -39,11 +39,13 @@ class CompiledGraph:
         variables: Mapping[str, str],
         state_specs: Mapping[str, PortSpec],
         compile_seconds: float,
+        blob: Any = None,
     ) -> None:
         self.key = key
         self.device = key.device
         self.compiled = compiled
         self.core = core  # kept alive: the compiled model belongs to it
+        self.blob = blob  # the mapped blob an imported model may read its weights from
         self.run_config = run_config
         self.states = dict(states)  # state input name -> output name
         self.stateful = stateful

@@ -7,8 +7,6 @@ beside its peak RSS, cold start and greedy tokens against llama.cpp's; a busy ma
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import statistics
@@ -19,14 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ovkit.errors import OvkitError
 from ovkit.model.precision import PRECISIONS
 from ovkit.model.runner import SHAPE_MODES
-
-if TYPE_CHECKING:
-    from ovkit.model.footprint import ContextLimit
 
 #: The sides ``--against`` can name besides ovkit: llama.cpp's CPU build and the real backend
 #: (llama-cpp-python, its OpenVINO build for "upstream"), and OpenVINO GenAI's GGUF reader.
@@ -281,12 +276,9 @@ class BenchReport:
         return pd.DataFrame(self.sides()).set_index("side")
 
     def to_csv(self) -> str:
-        buf = io.StringIO()
-        rows = self.rows()
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["side"])
-        writer.writeheader()
-        writer.writerows(rows)
-        return buf.getvalue()
+        import pandas as pd
+
+        return str(pd.DataFrame(self.rows()).to_csv(index=False))
 
     def to_json(self) -> str:
         return json.dumps(
@@ -356,14 +348,6 @@ BASELINE_PRECISION = {
     "upstream": "OpenVINO CPU default",
     "genai": "OpenVINO CPU default",
 }
-
-
-def check_sizes(s: BenchSettings, limit: ContextLimit) -> None:
-    """A :class:`BenchError` naming ``-p`` or ``-n`` when a test's tokens pass ``limit`` (the
-    model's context and the machine's memory), checked before any token is made or model compiled."""
-    for flag, name, n in (("-p", "n_prompt", s.n_prompt), ("-n", "n_gen", s.n_gen)):
-        if n > limit.positions:
-            raise BenchError(f"{name}={n} ({flag}) is more than {limit.describe()}")
 
 
 def run_side(
@@ -440,8 +424,10 @@ def bench(s: BenchSettings, progress: Callable[[str], None] = lambda _: None) ->
 
     cores = os.cpu_count() or 1
     hp = model_hparams(read_gguf(s.path))  # a ModelError (not a decoder model) names the file
-    limit = context_limit(hp)
-    check_sizes(s, limit)
+    limit = context_limit(hp)  # the model's context and the machine's memory, before any compile
+    for flag, name, n in (("-p", "n_prompt", s.n_prompt), ("-n", "n_gen", s.n_gen)):
+        if n > limit.positions:
+            raise BenchError(f"{name}={n} ({flag}) is more than {limit.describe()}")
     n_ctx = min(max(s.n_prompt, s.n_gen) + N_CHECK + 1, limit.positions)
     tokens = s.tokens(hp.n_vocab)  # the same fed ids on every side
     before = os.getloadavg()

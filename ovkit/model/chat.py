@@ -171,7 +171,6 @@ def render(
     *,
     bos_token: str = "",
     eos_token: str = "",
-    add_generation_prompt: bool = True,
     source: str = "chat template",
 ) -> str:
     """``template`` rendered for ``messages`` in Jinja2's immutable sandbox by HF transformers' rules,
@@ -180,7 +179,7 @@ def render(
 
     variables = {
         "messages": as_messages(messages),
-        "add_generation_prompt": add_generation_prompt,
+        "add_generation_prompt": True,
         "bos_token": bos_token,
         "eos_token": eos_token,
     }

@@ -117,19 +117,6 @@ def context_limit(hp: HParams, *, core: Core | None = None) -> ContextLimit:
     return ContextLimit(hp.n_ctx_train, f"the model's training context ({hp.arch}.context_length)")
 
 
-def kv_cache_bytes(model: SizedModel, n_ctx: int | None = None) -> int:
-    """Bytes of the K and V caches of every layer at ``n_ctx`` cells (f16)."""
-    return kv_bytes(model.hp, n_ctx or model.n_ctx)
-
-
-def compute_buffer_bytes(model: SizedModel, n_tokens: int | None = None) -> int:
-    """Peak bytes of live intermediates of the graph for ``n_tokens`` (default: one ubatch)."""
-    from ovkit.model.header import live_peak_bytes
-
-    n = min(n_tokens or model.n_ubatch, model.n_ctx)
-    return live_peak_bytes(*model.build(model.shape(n, 0)))
-
-
 def refused_weights(model: SizedModel, device_class: str) -> list[quant.RequantDecision]:
     """The model's weights ``device_class`` cannot build (``quant.requant_decision``: the rule
     ``Model`` raises by and placement marks nodes by)."""
@@ -178,9 +165,11 @@ def fit(
     import pandas as pd
 
     from ovkit.devices import list_devices
+    from ovkit.model.header import live_peak_bytes
 
-    kv = kv_cache_bytes(model, n_ctx)
-    compute = compute_buffer_bytes(model)
+    kv = kv_bytes(model.hp, n_ctx or model.n_ctx)
+    # the peak of live intermediates of one ubatch's graph
+    compute = live_peak_bytes(*model.build(model.shape(min(model.n_ubatch, model.n_ctx), 0)))
     rows = []
     for d in list_devices(core=core):
         cls = str(d.device_class)

@@ -10,7 +10,7 @@ prompt length and context.  Once compiled, the translated ``ov.Model`` and the w
 released: the plugin holds its own packed copy.
 
 With ``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR`` set, the compiled model is exported once warm and a
-later start imports it instead of building and compiling (``ovkit.model.lean_cache``).
+later start imports it instead of building and compiling (``ovkit.engine.blob_cache``).
 
 The nodes carry llama.cpp's tensor names (``attn_norm-0``, ``Qcur-0``, ``ffn_out-0``,
 ``result_output``) as friendly names, so OpenVINO's profile reads in ggml's terms.
@@ -19,6 +19,7 @@ The nodes carry llama.cpp's tensor names (``attn_norm-0``, ``Qcur-0``, ``ffn_out
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import weakref
 from collections.abc import Iterator
@@ -28,9 +29,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from ovkit import quant
+from ovkit.engine.blob_cache import BlobCache
 from ovkit.gguf import GGUFModel, TensorInfo
 from ovkit.ir import RopeType
-from ovkit.model import lean_cache
 from ovkit.model.arch import HParams, ModelError
 from ovkit.model.program import output_weight_name
 from ovkit.runtime import Core
@@ -82,15 +83,6 @@ def read_tensor(gguf: GGUFModel, info: TensorInfo) -> np.ndarray:
                 )
             done += n
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class WeightStats:
-    """What the weights take once converted: bytes held for the device, and the tensors decoded
-    to f16 because no compressed form exists for their type."""
-
-    device_bytes: int
-    decoded: tuple[str, ...]
 
 
 def model_device_bytes(gguf: GGUFModel) -> int:
@@ -214,15 +206,13 @@ def _pack4(q: np.ndarray) -> np.ndarray:
 class Parts:
     """A 2-d weight converted to its device form: integer blocks [rows, groups, group] (``container``
     "i4"/"u4": packed two per byte) or plain values [rows, k], the scale [rows, groups, 1] and zero
-    point (None where there are none), the group size, and whether it was decoded to f16 because
-    its type has no compressed form."""
+    point (None where there are none), and the group size."""
 
     weight: np.ndarray
     container: str | None
     scale: np.ndarray | None
     zp: np.ndarray | None
     group: int
-    decoded: bool = False
 
 
 class _Weights:
@@ -243,7 +233,6 @@ class _Weights:
         self.device_class = device_class
         self.no_requant = no_requant
         self.store = store
-        self.decoded: list[str] = []
         self._cache: dict[tuple[str, str], Any] = {}
 
     def info(self, name: str) -> TensorInfo:
@@ -312,7 +301,7 @@ class _Weights:
             container = CONTAINERS[info.type]
         else:
             values = quant.decode_blocks(info.type, raw, (rows, k)).dequantize()
-            return Parts(values.astype(np.float16), None, None, None, k, decoded=True)
+            return Parts(values.astype(np.float16), None, None, None, k)
         if target is quant.RequantTarget.F16:
             return Parts(dec.dequantize().astype(np.float16), None, None, None, k)
         if target in quant.REQUANT_CONTAINER:  # the device's policy, as the backend applies it
@@ -354,11 +343,9 @@ class _Weights:
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _take(self, name: str, future: Any) -> None:
-        self._cache[(name, "parts")] = self._constants(name, future.result())
+        self._cache[(name, "parts")] = self._constants(future.result())
 
-    def _constants(self, name: str, parts: Parts) -> tuple[Any, Any, Any | None, int]:
-        if parts.decoded:
-            self.decoded.append(name)
+    def _constants(self, parts: Parts) -> tuple[Any, Any, Any | None, int]:
         weight = self.constant(parts.weight, parts.container)
         scale = None if parts.scale is None else self.constant(parts.scale)
         zp = None if parts.zp is None else self.constant(parts.zp)
@@ -369,7 +356,7 @@ class _Weights:
         zero point (or None), and the group size; (Constant f16/f32 [rows, k], None, None, k) when
         the type has no compressed form."""
         cached = self._cache.pop((name, "parts"), None)
-        return cached if cached is not None else self._constants(name, self.convert(name))
+        return cached if cached is not None else self._constants(self.convert(name))
 
     def matrix(self, name: str) -> Any:
         """``name`` [rows, k] as an f32 value: the decompression chain the plugin folds into a
@@ -481,7 +468,7 @@ def build(
     device_class: str = "CPU",
     no_requant: bool = False,
     workers: int | None = None,
-) -> tuple[Any, WeightStats]:
+) -> Any:
     """The whole decoder as one stateful ``ov.Model``: inputs ``inp_tokens`` [1, T] and
     ``inp_pos`` [1, T] (positions continue the cache), ``out_ids`` [N] (the rows whose logits come
     back); output ``result_output`` [N, n_vocab]; one K and one V state per layer.  ``workers``:
@@ -613,9 +600,7 @@ def build(
     logits = _named(logits, LOGITS)
     result = ops.result(logits)
     result.output(0).get_tensor().set_names({LOGITS})
-    model = ov.Model([result], sinks, [tokens, positions, out_ids, beam], f"ovkit-lean-{hp.arch}")
-    stats = WeightStats(model_device_bytes(gguf), tuple(W.decoded))
-    return model, stats
+    return ov.Model([result], sinks, [tokens, positions, out_ids, beam], f"ovkit-lean-{hp.arch}")
 
 
 #: From this many bytes of weights the device precision is f32 activations quantized to int8 per
@@ -643,7 +628,7 @@ def compile_properties(exact: bool, n_threads: int | None, weight_bytes: int = 0
 
 
 class Releasable(Protocol):
-    """Memory a compiled model was made from (``WeightFile``, ``lean_cache.MappedBlob``): its pages
+    """Memory a compiled model was made from (``WeightFile``, ``blob_cache.MappedBlob``): its pages
     can be given back once the plugin has packed its own copy."""
 
     def release(self) -> None: ...
@@ -689,9 +674,6 @@ class LeanSession:
         dq = int(self.compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE"))
         return f"{precision} + int8 activations per {dq}" if dq and precision == "f32" else precision
 
-    def profile(self) -> list[Any]:
-        return list(self.request.profiling_info)
-
 
 def compile_lean(
     gguf: GGUFModel,
@@ -702,42 +684,27 @@ def compile_lean(
     exact: bool,
     no_requant: bool = False,
     n_threads: int | None = None,
-    profiling: bool = False,
     spill_dir: str | None = None,
     cache_dir: str | None = None,
-) -> tuple[LeanSession, WeightStats]:
+) -> LeanSession:
     """Build, compile and warm the lean model: one prefill and one decode step (the plugin packs
     its weights on the first of each), the mapped weight pages released all along.  ``cache_dir``
     (``GGML_OPENVINO_COMPILED_MODEL_CACHE_DIR``): imported from there when an entry for this file
-    and these settings is, else exported there once warm (``ovkit.model.lean_cache``)."""
+    and these settings is, else exported there once warm (``cache_key``)."""
     import gc
 
     props = compile_properties(exact, n_threads, model_device_bytes(gguf))
-    if profiling:
-        props["PERF_COUNT"] = True
-    cache = None
-    if cache_dir:
-        key = lean_cache.lean_key(
-            gguf,
-            device,
-            core=core,
-            exact=exact,
-            no_requant=no_requant,
-            n_threads=n_threads,
-            profiling=profiling,
-        )
-        cache = lean_cache.LeanCache(cache_dir, key)
-        hit = cache.load(device, props, core=core)
+    cache = BlobCache(cache_dir, "ovkit: lean model cache", "lean-") if cache_dir else None
+    if cache is not None:
+        key = cache_key(gguf, device, core, exact=exact, no_requant=no_requant, n_threads=n_threads)
+        hit = cache.load(key, device, props, core=core)
         if hit is not None:
             session = LeanSession(hit.compiled, hit.blob, loaded_from_cache=True)
             with releasing(hit.blob):
                 _warm(session)
-            stats = WeightStats(int(hit.extra["device_bytes"]), tuple(hit.extra["decoded"]))
-            return session, stats
+            return session
     store = WeightFile(spill_dir)
-    model, stats = build(
-        gguf, hp, store, exact=exact, device_class="CPU", no_requant=no_requant, workers=n_threads
-    )
+    model = build(gguf, hp, store, exact=exact, device_class="CPU", no_requant=no_requant, workers=n_threads)
     with releasing(store):
         compiled = core.compile_model(model, device, props)
         del model
@@ -745,8 +712,28 @@ def compile_lean(
         session = LeanSession(compiled, store)
         _warm(session)
         if cache is not None:  # the export reads the weight pages again
-            cache.store(compiled, {"device_bytes": stats.device_bytes, "decoded": list(stats.decoded)})
-    return session, stats
+            cache.store(compiled, key, {})
+    return session
+
+
+def cache_key(gguf: GGUFModel, device: str, core: Core, **settings: bool | int | None) -> dict[str, Any]:
+    """What the compiled lean model depends on besides ovkit and OpenVINO, as JSON values: the
+    file itself (real path, size, mtime, inode, sha256 of its header: metadata and tensor table,
+    read, not mapped), the device's CPU and ``settings``."""
+    st = os.stat(gguf.path)
+    header = min((t.offset for t in gguf.tensors.values()), default=gguf.file_size)
+    with open(gguf.path, "rb", buffering=0) as fh:
+        header_sha256 = hashlib.sha256(fh.read(header)).hexdigest()
+    return {
+        "gguf": os.path.realpath(gguf.path),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "inode": [st.st_dev, st.st_ino],
+        "header_sha256": header_sha256,
+        "device": device,
+        "cpu": str(core.get_property(device, "FULL_DEVICE_NAME")),
+        **settings,
+    }
 
 
 def _warm(session: LeanSession) -> None:

@@ -8,6 +8,7 @@ bound to every bucket's cache inputs, each graph returning only the rows it writ
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -114,15 +115,11 @@ def _release_host_memory() -> None:
     """Give the decoded weights and translated models (reference cycles until collected, heap
     pages glibc keeps until trimmed) back to the system after a compile."""
     import ctypes
-    import ctypes.util
     import gc
 
     gc.collect()
-    libc = ctypes.util.find_library("c")
-    if libc:
-        trim = getattr(ctypes.CDLL(libc), "malloc_trim", None)
-        if trim is not None:  # glibc only
-            trim(0)
+    with contextlib.suppress(OSError, AttributeError):  # glibc only
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _discard_compiled(engine: Any, buckets: dict[GraphShape, _Bucket]) -> None:
@@ -257,7 +254,7 @@ class Model(Reported):
         """The lean model's session, compiled on first use."""
         if self._lean is None:
             core = get_engine(self.core).core
-            session, _ = lean.compile_lean(
+            self._lean = lean.compile_lean(
                 self.gguf,
                 self.hp,
                 self.device,
@@ -269,7 +266,6 @@ class Model(Reported):
                 cache_dir=None if is_simulated(core) else self.compiled_model_cache_dir,
                 core=core,
             )
-            self._lean = session
         return self._lean
 
     @functools.cached_property
@@ -476,13 +472,12 @@ class Model(Reported):
         prompt: Sequence[int],
         n_predict: int,
         *,
-        forced: Sequence[int] | None = None,
         stop: Collection[int] = (),
         all_logits: bool = False,
     ) -> Generation:
         """Prefill ``prompt`` (the last position's logits, every one with ``all_logits``) then
-        ``n_predict`` greedy steps, feeding ``forced`` ids instead when given; ``stop``: end at
-        the first generated id in it, kept last in ``tokens``, as llama.cpp stops at end of generation."""
+        ``n_predict`` greedy steps; ``stop``: end at the first generated id in it, kept last in
+        ``tokens``, as llama.cpp stops at end of generation."""
         # every size and id checked before anything is compiled
         n_predict = check_count("n_predict", n_predict)
         n_prompt = token_ids(prompt, self.hp.n_vocab).size
@@ -493,8 +488,6 @@ class Model(Reported):
                 f"a prompt of {n_prompt} tokens and n_predict={n_predict} need {n_prompt + n_predict} "
                 f"positions, more than n_ctx={self.n_ctx}"
             )
-        if forced is not None and token_ids(forced, self.hp.n_vocab).size < n_predict:
-            raise ModelError(f"forced has {len(forced)} ids for n_predict={n_predict}")
         self.reset()
         t0 = time.perf_counter()
         self.prepare(len(prompt), n_predict, last_only=not all_logits)
@@ -505,12 +498,11 @@ class Model(Reported):
         tokens = [int(np.argmax(prompt_logits[-1]))]
         dec: list[np.ndarray] = []
         t0 = time.perf_counter()
-        stops = frozenset(int(t) for t in stop) if forced is None else frozenset()
+        stops = frozenset(int(t) for t in stop)
         for i in range(n_predict):
             if tokens[i] in stops:
                 break
-            feed = tokens[i] if forced is None else int(forced[i])
-            logits = self.eval([feed], last_only=True)[0]
+            logits = self.eval([tokens[i]], last_only=True)[0]
             dec.append(logits)
             if i + 1 < n_predict:
                 tokens.append(int(np.argmax(logits)))
