@@ -81,10 +81,10 @@ def main() -> int:
     hp = model_hparams(g)
     int8 = lean.model_device_bytes(g) >= lean.DYNAMIC_INT8_FROM_BYTES
     names = ("int8 activations", "bf16") if int8 else ("bf16", "int8 activations")
-    session, _ = lean.compile_lean(g, hp, "CPU", core=core, exact=False, n_threads=args.threads)
+    session = lean.compile_lean(g, hp, "CPU", core=core, exact=False, n_threads=args.threads)
     threshold = lean.DYNAMIC_INT8_FROM_BYTES
     lean.DYNAMIC_INT8_FROM_BYTES = 1 << 62 if int8 else 0  # the other choice, for this side only
-    other, _ = lean.compile_lean(g, hp, "CPU", core=core, exact=False, n_threads=args.threads)
+    other = lean.compile_lean(g, hp, "CPU", core=core, exact=False, n_threads=args.threads)
     lean.DYNAMIC_INT8_FROM_BYTES = threshold
     n, steps = args.prompt, args.steps
 
