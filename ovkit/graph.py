@@ -149,14 +149,9 @@ class Graph(GraphIR):
         return t
 
     def constant(self, array: Any, name: str = "", dtype: str | None = None) -> Tensor:
-        """A constant leaf; dtype from the array (float32 → f32, float16 → f16, int32 → i32, ...)
-        unless ``dtype`` names one (e.g. ``"bf16"`` for a float32 array, rounded as ggml stores it).
-
-        ``array`` may also be a quantized-weight object providing ``.shape`` (numpy order),
-        ``.dtype`` (a ggml quant type name such as ``"q4_0"``), ``.to_ov_node()`` (its OpenVINO
-        decompression subgraph, f32 output) and ``.dequantize()`` (f32 numpy array); MUL_MAT uses
-        its ``.ov_mul_mat(b)`` when present.
-        """
+        """A constant leaf of ``array``'s type (float32 → f32, ...) or ``dtype`` (``"bf16"``: rounded as
+        ggml stores it); or a quantized weight (``ovkit.quant``: ``.shape``, ``.dtype``, ``.to_ov_node()``,
+        ``.dequantize()``)."""
         if hasattr(array, "to_ov_node") and not isinstance(array, np.ndarray):
             t = self._leaf(f"constant {name!r}", array.shape, str(array.dtype), plain=False)
             t.value = array
@@ -403,11 +398,15 @@ class Graph(GraphIR):
         return self._cont_nd(a, a.ne, Op.DUP)
 
     def _cont_nd(self, a: Tensor, ne: Sequence[int], op: Op = Op.CONT) -> Tensor:
+        return self._new(op, self._same_count(op, a, ne), a.dtype, (a,))
+
+    def _same_count(self, op: Op, a: Tensor, ne: Sequence[int]) -> tuple[int, int, int, int]:
+        """``ne`` padded to 4 after checking it holds as many elements as tensor ``a``."""
         self._check_tensor(op, "a", a)
         ne4 = pad_ne(ne)
         if math.prod(ne4) != a.nelements:
             raise self._err(op, "a", f"{math.prod(ne4)} elements for ne {ne_str(ne4)}", f"{a.nelements}")
-        return self._new(op, ne4, a.dtype, (a,))
+        return ne4
 
     def cont_1d(self, a: Tensor, ne0: int) -> Tensor:
         return self._cont_nd(a, (ne0,))
@@ -435,15 +434,10 @@ class Graph(GraphIR):
         return self._new(Op.CPY, b.ne, b.dtype, (a, b))
 
     def _reshape_to(self, a: Tensor, ne: Sequence[int]) -> Tensor:
-        self._check_tensor(Op.RESHAPE, "a", a)
-        ne4 = pad_ne(ne)
+        ne4 = self._same_count(Op.RESHAPE, a, ne)
         if not a.is_contiguous:
             raise self._err(
                 Op.RESHAPE, "a", "a contiguous tensor (use cont first)", f"strides nb {list(a.nb)}"
-            )
-        if math.prod(ne4) != a.nelements:
-            raise self._err(
-                Op.RESHAPE, "a", f"{math.prod(ne4)} elements for ne {ne_str(ne4)}", f"{a.nelements}"
             )
         if ne4[0] % layout(a.dtype)[0]:
             raise self._err(
@@ -661,10 +655,8 @@ class Graph(GraphIR):
         return self._indexed(self._new(op, a.ne, a.dtype, (a, b, c)))
 
     def build_forward_expand(self, t: Tensor) -> Tensor:
-        """``ggml_build_forward_expand``: schedule ``t`` now. ovkit orders nodes by their edges, so
-        this matters for in-place writes only: after a SET_ROWS (or CPY) into a whole tensor, views
-        of that tensor made later read the written value, as llama.cpp's KV cache views do (their
-        ``after`` edge names the write; the write's destination stays their ggml source)."""
+        """``ggml_build_forward_expand``: matters for in-place writes only: after a SET_ROWS (or CPY)
+        into a whole tensor, views of it made later read the written value (llama.cpp's KV cache)."""
         self._check_tensor("build_forward_expand", "t", t)
         dst_index = IN_PLACE_WRITES.get(t.op)
         if dst_index is None:
@@ -1334,29 +1326,24 @@ class Graph(GraphIR):
 
     def pool_1d(self, a: Tensor, op: int, k0: int, s0: int, p0: int) -> Tensor:
         """``ggml_pool_1d``: max (0) or average (1, over the in-bounds taps) pooling along ne0."""
-        name = Op.POOL_1D
-        self._check_tensor(name, "a", a, ("f32", "f16"))
-        if op not in (GGML_OP_POOL_MAX, GGML_OP_POOL_AVG):
-            raise self._err(name, "op", "0 (MAX) or 1 (AVG)", str(op))
-        params = {"op": int(op), **self._conv_params(name, k0=k0, s0=s0, p0=p0)}
-        ow = int((a.ne[0] + 2 * p0 - k0) / s0) + 1
-        if ow <= 0:
-            raise self._ne_err(name, "a", f"ne[0] + 2·p0 >= k0 = {k0}", a)
-        return self._new(name, (ow, a.ne[1], a.ne[2], a.ne[3]), "f32", (a,), params)
+        return self._pool(Op.POOL_1D, a, op, {"k0": k0, "s0": s0, "p0": p0})
 
     def pool_2d(self, a: Tensor, op: int, k0: int, k1: int, s0: int, s1: int, p0: float, p1: float) -> Tensor:
         """``ggml_pool_2d``: max (0) or average (1, divided by k0·k1) pooling over ne0, ne1."""
-        name = Op.POOL_2D
+        return self._pool(Op.POOL_2D, a, op, {"k0": k0, "k1": k1, "s0": s0, "s1": s1, "p0": p0, "p1": p1})
+
+    def _pool(self, name: Op, a: Tensor, op: int, window: dict[str, float]) -> Tensor:
         self._check_tensor(name, "a", a, ("f32", "f16"))
         if op not in (GGML_OP_POOL_MAX, GGML_OP_POOL_AVG):
             raise self._err(name, "op", "0 (MAX) or 1 (AVG)", str(op))
-        params = {"op": int(op), **self._conv_params(name, k0=k0, k1=k1, s0=s0, s1=s1, p0=p0, p1=p1)}
+        params = {"op": int(op), **self._conv_params(name, **window)}
         # ggml computes the sizes in float and truncates; its kernel uses the int padding
-        ow = int((a.ne[0] + 2 * p0 - k0) / s0) + 1
-        oh = int((a.ne[1] + 2 * p1 - k1) / s1) + 1
-        if ow <= 0 or oh <= 0:
-            raise self._ne_err(name, "a", f"ne[0:2] + 2·p at least the kernel ({k0}, {k1})", a)
-        return self._new(name, (ow, oh, a.ne[2], a.ne[3]), "f32", (a,), params)
+        dims = range(1 if name == Op.POOL_1D else 2)
+        out = [int((a.ne[i] + 2 * window[f"p{i}"] - window[f"k{i}"]) / window[f"s{i}"]) + 1 for i in dims]
+        if min(out) <= 0:
+            kernel = [window[f"k{i}"] for i in dims]
+            raise self._ne_err(name, "a", f"ne[0:{len(out)}] + 2·p at least the kernel {kernel}", a)
+        return self._new(name, (*out, *a.ne[len(out) :]), "f32", (a,), params)
 
     def ssm_conv(self, sx: Tensor, c: Tensor) -> Tensor:
         """``ggml_ssm_conv``: depthwise causal conv; sx [n_s, d_inner, d_conv-1+n_t], c [d_inner, d_conv]."""
@@ -1404,10 +1391,8 @@ class Graph(GraphIR):
         return self._new(op, ne, "f32", (q, k, v, g, beta, state), {"K": int(K)})
 
     def solve_tri(self, a: Tensor, b: Tensor, left: bool, lower: bool, uni: bool) -> Tensor:
-        """``ggml_solve_tri``: x with A·x = B for triangular A (numpy: a (n, n), b (n, m)).
-
-        Not registered upstream (its translator is disabled), so only ``mode="reference"`` runs it.
-        """
+        """``ggml_solve_tri``: x with A·x = B for triangular A (numpy: a (n, n), b (n, m)); only
+        ``mode="reference"`` runs it (upstream's translator is disabled)."""
         op = Op.SOLVE_TRI
         self._check_tensor(op, "a", a, ("f32",))
         self._check_tensor(op, "b", b, ("f32",))
@@ -1518,15 +1503,9 @@ class Graph(GraphIR):
     ) -> Any:
         """Run the graph: a numpy array per output (one array when ``outputs`` is one Tensor).
 
-        ``config``: compile hints for the device path (a dict of OpenVINO properties or an
-        ``ovkit.engine.RunConfig``); None keeps exact f32 inference.
-
-        ``mode="device"`` runs on ``device`` (default: the selected device, ``GGML_OPENVINO_DEVICE``)
-        through the engine (``ovkit.engine.compute_graph``: compile cache, reused request); every
-        op is first checked against that device's support policy (:class:`UnsupportedOpError` on
-        rejection), unless ``policy=False``: then the translation runs as it is (what a rejected
-        op would compute).  ``mode="reference"`` runs ovkit's numpy reference of ggml's semantics
-        instead (no policy check).
+        ``mode="device"``: on ``device`` (default: the selected one) through the engine, after the
+        device's support policy (:class:`UnsupportedOpError`; ``policy=False`` skips it), with
+        ``config``'s compile hints (None: exact f32); ``mode="reference"``: ovkit's numpy reference.
         """
         single = isinstance(outputs, Tensor)
         outs: list[Tensor] = [outputs] if isinstance(outputs, Tensor) else list(outputs)
@@ -1554,29 +1533,16 @@ class Graph(GraphIR):
         return results[0] if single else results
 
 
-def _unary_builder(op: Op) -> Callable[[Graph, Tensor], Tensor]:
-    return lambda self, a: self.unary(a, op)
-
-
-def _glu_builder(op: Op, swapped: bool) -> Callable[[Graph, Tensor], Tensor]:
-    return lambda self, a: self.glu(a, op, swapped)
-
-
-def _glu_split_builder(op: Op) -> Callable[[Graph, Tensor, Tensor], Tensor]:
-    return lambda self, a, b: self._glu2(op, a, b, {})
-
-
 def _sub_op_builder(entry: OpEntry, name: str) -> Callable[..., Tensor]:
-    """ggml's one-line wrapper ``name`` of the generic ``unary``/``glu`` for ``entry``'s sub-op:
-    ``gelu(a)``, ``swiglu(a)``, ``swiglu_swapped(a)``, ``swiglu_split(a, b)``."""
+    """ggml's one-line wrapper ``name`` of the generic ``unary``/``glu``/``glu_split`` for
+    ``entry``'s sub-op: ``gelu(a)``, ``swiglu(a)``, ``swiglu_swapped(a)``, ``swiglu_split(a, b)``."""
     op = entry.key
-    fn: Callable[..., Tensor]
-    if op.kind == "unary":
-        fn = _unary_builder(op)
-    elif name.endswith("_split"):
-        fn = _glu_split_builder(op)
-    else:
-        fn = _glu_builder(op, name.endswith("_swapped"))
+    forms: dict[str, Callable[..., Tensor]] = {
+        "_split": lambda self, a, b: self.glu_split(a, b, op),
+        "_swapped": lambda self, a: self.glu(a, op, True),
+        "": lambda self, a: self.unary(a, op) if op.kind == "unary" else self.glu(a, op),
+    }
+    fn = forms[name.removeprefix(str(op.sub_op).lower())]  # swiglu_split -> "_split"
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"``ggml_{name}``: the {op.label} sub-op ({entry.openvino})."
     return fn
