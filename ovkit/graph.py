@@ -1459,11 +1459,7 @@ class Graph(GraphIR):
 
     # ------------------------------------------------------------------ running
     def to_model(
-        self,
-        outputs: Tensor | Sequence[Tensor],
-        inputs: Sequence[str] | None = None,
-        *,
-        manual_gqa: bool | None = None,
+        self, outputs: Tensor | Sequence[Tensor], *, manual_gqa: bool | None = None
     ) -> tuple[Any, list[str]]:
         """The OpenVINO model computing ``outputs`` and the names of its Parameters (in order);
         ``manual_gqa`` picks FLASH_ATTN_EXT's form (``ovkit.ops.translate.attention_form``)."""
@@ -1471,12 +1467,6 @@ class Graph(GraphIR):
 
         outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
         leaves = self.inputs_of(outs)
-        if inputs is not None:
-            order = {n: i for i, n in enumerate(inputs)}
-            missing = [t.name for t in leaves if t.name not in order]
-            if missing:
-                raise GraphError(f"to_model: inputs {missing} are needed but not listed in {list(inputs)}")
-            leaves.sort(key=lambda t: order[t.name])
         return build_model(self, outs, leaves, manual_gqa=manual_gqa), [t.name for t in leaves]
 
     def translation(

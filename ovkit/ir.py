@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -579,36 +579,16 @@ class Tensor(_OpKind):
         """This node as an :class:`OpInfo` (sources and view source included), built iteratively
         (no recursion limit) and cached per graph until a node is edited (sinks, precision, name)."""
         cache = self.graph._info_cache
-        if self.id in cache:
-            return cache[self.id]
-        stack: list[tuple[Tensor, bool]] = [(self, False)]
-        while stack:
-            t, ready = stack.pop()
-            if t.id in cache:
-                continue
-            deps = [s for s in t.srcs if s is not None] + ([t.view_src] if t.view_src is not None else [])
-            if not ready:
-                stack.append((t, True))
-                stack.extend((d, False) for d in deps if d.id not in cache)
-                continue
+        for t in post_order([self], lambda t: (*t.srcs, t.view_src), cache):
             view_src, view_offs, nb = t.view_src, t.view_offs, t.nb
             if t.op in INPLACE_DST:  # ggml returns a view of the destination (ggml_view_tensor)
                 dst = t.operand(INPLACE_DST[t.op])  # a source, so it and its base are cached
                 view_src, view_offs, nb = dst.base, dst.view_offs, dst.nb
-            srcs = [t.srcs[i] for i in GGML_SRC_ORDER[t.op]] if t.op in GGML_SRC_ORDER else t.srcs
-            info_srcs = tuple(cache[s.id] if s is not None else None for s in srcs)
-            info_view = cache[view_src.id] if view_src is not None else None
+            ggml_srcs = [t.srcs[i] for i in GGML_SRC_ORDER[t.op]] if t.op in GGML_SRC_ORDER else t.srcs
+            srcs = tuple(cache[s.id] if s is not None else None for s in ggml_srcs)
+            view = cache[view_src.id] if view_src is not None else None
             cache[t.id] = OpInfo(
-                t.op.value,
-                t.dtype,
-                t.ne,
-                info_srcs,
-                t.sub_op,
-                dict(t.params),
-                t.name,
-                nb,
-                info_view,
-                view_offs,
+                t.op.value, t.dtype, t.ne, srcs, t.sub_op, dict(t.params), t.name, nb, view, view_offs
             )
         return cache[self.id]
 
@@ -723,26 +703,33 @@ class GraphIR:
         even when that source was created later (a ``*_add_sinks`` tensor made after its node)."""
         order: list[Tensor] = []
         done: set[int] = set()
-        for node in self.nodes:
-            if node.id not in selected or node.id in done:
-                continue
-            stack: list[tuple[Tensor, bool]] = [(node, False)]
-            while stack:
-                t, ready = stack.pop()
-                if t.id in done:
-                    continue
-                deps = [
-                    d
-                    for d in (*t.srcs, t.view_src, t.after)
-                    if d is not None and d.id in selected and d.id not in done
-                ]
-                if ready or not deps:
-                    done.add(t.id)
-                    order.append(t)
-                    continue
-                stack.append((t, True))
-                stack.extend((d, False) for d in reversed(deps))
+
+        def deps(t: Tensor) -> list[Tensor]:
+            return [d for d in (*t.srcs, t.view_src, t.after) if d is not None and d.id in selected]
+
+        for t in post_order((t for t in self.nodes if t.id in selected), deps, done):
+            done.add(t.id)
+            order.append(t)
         return order
+
+
+def post_order(
+    roots: Iterable[Tensor], deps: Callable[[Tensor], Iterable[Tensor | None]], done: Container[int]
+) -> Iterator[Tensor]:
+    """The nodes reached from ``roots`` by ``deps`` and not ``done``, each after its dependencies
+    (iterative: no recursion limit); the caller adds each node it is given to ``done``."""
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            t, ready = stack.pop()
+            if t.id in done:
+                continue
+            todo = [d for d in deps(t) if d is not None and d.id not in done]
+            if ready or not todo:
+                yield t
+                continue
+            stack.append((t, True))
+            stack.extend((d, False) for d in reversed(todo))
 
 
 V = TypeVar("V")
