@@ -472,8 +472,9 @@ class Graph(GraphIR):
         for i in range(len(nb_given), 4):
             nb_given.append(nb_given[i - 1] * ne4[i - 1] // (blck if i == 1 else 1))
         nb4 = pad_ne(nb_given)
-        if a.is_quantized:
-            self._check_block_view(a, ne4, nb4, offset)
+        if ne4[0] % blck:  # a quantized view keeps rows of whole blocks
+            given = f"ne {ne_str(ne4)}"
+            raise self._err(Op.VIEW, "ne", f"ne[0] a multiple of the {a.dtype} block size {blck}", given)
         # ggml checks the packed size (Π ne · element size); the strided extent must fit as well
         size = max(self._region_bytes(Op.VIEW, a.dtype, ne4, nb4, offset), math.prod(ne4) // blck * es)
         start, buffer = a.view_offs + offset, a.base.nelements // blck * es
@@ -485,33 +486,14 @@ class Graph(GraphIR):
 
     def _region_bytes(self, op: str, dtype: str, ne: Sequence[int], nb: Sequence[int], offset: int) -> int:
         """The bytes a region (ne, byte strides nb) spans, after checking that ``offset`` and the
-        strides are non-negative multiples of the element size."""
-        es = layout(dtype)[1]
-        if offset < 0 or offset % es or any(x % es for x in nb):
-            raise self._err(
-                op,
-                "nb/offset",
-                f"non-negative multiples of the element size {es}",
-                f"nb {list(nb)}, offset {offset}",
-            )
+        strides are non-negative multiples of the element size (quantized: whole blocks)."""
+        blck, es = layout(dtype)
+        unit = f"whole {dtype} blocks (a multiple of {es} bytes)" if blck > 1 else None
+        for what, v in (("offset", offset), *((f"nb[{i}]", nb[i]) for i in range(4))):
+            if v < 0 or v % es:
+                expected = unit or f"a non-negative multiple of the element size {es}"
+                raise self._err(op, what, expected, f"{v} (nb {list(nb)}, offset {offset})")
         return Tensor(self, -1, Op.VIEW, pad_ne(ne), dtype, nb=pad_ne(nb)).nbytes
-
-    def _check_block_view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int], offset: int) -> None:
-        """A view of quantized blocks must keep whole blocks: rows of whole blocks (ne[0] a multiple
-        of the block size) starting on block boundaries (offset and strides whole blocks)."""
-        blck, tsize = layout(a.dtype)
-        if ne[0] % blck:
-            raise self._err(
-                Op.VIEW, "ne", f"ne[0] a multiple of the {a.dtype} block size {blck}", f"ne {ne_str(ne)}"
-            )
-        for what, v in (("offset", offset), *((f"nb[{i}]", nb[i]) for i in (1, 2, 3))):
-            if v % tsize:
-                raise self._err(
-                    Op.VIEW,
-                    what,
-                    f"whole {a.dtype} blocks (a multiple of {tsize} bytes)",
-                    f"{v} (nb {list(nb)}, offset {offset})",
-                )
 
     def view_1d(self, a: Tensor, ne0: int, offset: int) -> Tensor:
         """``ggml_view_1d(a, ne0, offset)`` (offset in bytes)."""

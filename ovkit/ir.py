@@ -1,12 +1,9 @@
 """The tensor IR every layer shares: the op codes, tensor nodes with ggml's memory layout, views,
 traversals and the errors a graph raises.
 
-Shapes are in NUMPY order at the API (numpy shape ``(ne1, ne0)`` is ggml ``ne = [ne0, ne1]``);
-nodes store ggml's ``ne`` (innermost first, 4 entries). Every tensor records ggml's memory layout:
-a base tensor that owns the memory (``view_src``), a byte offset (``view_offs``) and byte strides
-``nb``. Views, permutes and transposes are NON-CONTIGUOUS exactly as in ggml: a view of a permuted
-tensor indexes the base memory. The builder (``ovkit.graph.Graph``) adds ggml's builder methods on
-top of :class:`GraphIR`; the numpy reference and the OpenVINO translation interpret it.
+Nodes store ggml's ``ne`` (innermost first, 4 entries; the API takes numpy-order shapes) and ggml's
+memory layout: the base owning the memory (``view_src``), a byte offset and byte strides ``nb``, so
+views and permutes are non-contiguous exactly as in ggml.
 """
 
 from __future__ import annotations
@@ -25,12 +22,8 @@ from ovkit.errors import OvkitError
 
 
 class Op(enum.StrEnum):
-    """One ggml op: the key of every op table (catalogue, policy, reference, translation).
-
-    ``Op.ADD`` is ``GGML_OP_ADD``; the UNARY and GLU sub-ops are members too, valued
-    ``"UNARY.GELU"`` / ``"GLU.SWIGLU"`` (``Op.GELU.parent is Op.UNARY``, ``Op.GELU.sub_op ==
-    "GELU"``). A node stores its ggml op and sub-op name; ``Tensor.op_key`` is the member here.
-    """
+    """One ggml op, the key of every op table: ``Op.ADD`` is ``GGML_OP_ADD``; UNARY and GLU sub-ops
+    are members valued ``"UNARY.GELU"`` (``Op.GELU.parent is Op.UNARY``)."""
 
     # ggml_op, in ggml.h order (GGML_OP_NONE = 0 ...)
     NONE = "NONE"
@@ -242,17 +235,14 @@ DENSE_ROW_READS: dict[Op, bool] = {
     Op.TOP_K: True,
     Op.LEAKY_RELU: True,
 }
-#: ops whose ggml result is a view of one source (the destination they write): op -> src index.
-#: ``op_info`` shows CPY that way (the CPY destination-view gates need it). SET_ROWS is shown as a
-#: plain node (no gate reads its view form); the KV-cache views an attention reads are views of the
-#: cache itself, ordered after the SET_ROWS by their ``after`` edge (``IN_PLACE_WRITES``).
+#: ops ``op_info`` shows as a view of the destination they write (op -> src index), as ggml does:
+#: the CPY destination-view gates read it (no gate reads SET_ROWS' view form).
 INPLACE_DST: dict[Op, int] = {Op.CPY: 1}
 #: in-place writes ``Graph.build_forward_expand`` orders before later views of their destination
 #: (op -> index of the destination source).
 IN_PLACE_WRITES: dict[Op, int] = {Op.SET_ROWS: 0, Op.CPY: 1}
 #: ops whose ggml node orders its sources unlike the builder's arguments: op -> the builder source
-#: at each ggml src index.  ggml_set_rows(a, b, c) keeps src[0] = b (the rows), src[1] = c (the
-#: indices), src[2] = a (the destination), and supports_op's gates read them by those indices.
+#: at each ggml src index (ggml_set_rows(a, b, c) keeps src = [b, c, a]; the gates read those).
 GGML_SRC_ORDER: dict[Op, tuple[int, ...]] = {Op.SET_ROWS: (1, 2, 0)}
 
 
