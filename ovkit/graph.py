@@ -107,11 +107,8 @@ class Graph(GraphIR):
 
     def _can_repeat(self, op: str, small: Tensor, big: Tensor, small_name: str, big_name: str) -> None:
         """``ggml_can_repeat(small, big)``: each big.ne[i] is a multiple of small.ne[i]."""
-        if math.prod(small.ne) == 0:
-            ok = math.prod(big.ne) == 0
-        else:
-            ok = all(b % s == 0 for s, b in zip(small.ne, big.ne, strict=True))
-        if not ok:
+        multiples = all(b % s == 0 for s, b in zip(small.ne, big.ne, strict=True) if s)
+        if not (math.prod(big.ne) == 0 if math.prod(small.ne) == 0 else multiples):
             raise GraphError(
                 f"{op}: operand {small_name} ne {ne_str(small.ne)} cannot be repeated to "
                 f"{big_name} ne {ne_str(big.ne)} (expected each {big_name}.ne[i] to be a multiple "
@@ -157,15 +154,13 @@ class Graph(GraphIR):
             t.value = array
             t.name = name or getattr(array, "name", "") or ""
             return t
-        arr = np.asarray(array)
+        arr = np.atleast_1d(np.asarray(array))
         inferred = TYPE_OF_NUMPY.get(arr.dtype)
         if inferred is None:
             raise GraphError(
                 f"constant {name!r}: expected a float32/float16/int32/int64 array, given dtype {arr.dtype}"
             )
         final = dtype or inferred
-        if arr.ndim == 0:
-            arr = arr.reshape(1)
         t = self._leaf(f"constant {name!r}", arr.shape, final)
         # A private, read-only copy: the caller changing its array later must not change a
         # graph that may already be compiled (the device would keep the old values).
