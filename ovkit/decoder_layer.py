@@ -41,10 +41,6 @@ class BlockConfig:
             raise ValueError(f"heads={self.heads} must be a multiple of kv_heads={self.kv_heads}")
 
     @property
-    def kv_dim(self) -> int:
-        return self.kv_heads * self.head_dim
-
-    @property
     def hparams(self) -> HParams:
         """The layer as a llama model's hparams (two layers, so layer 0 keeps every position)."""
         return HParams(
@@ -65,7 +61,7 @@ class BlockConfig:
 
     def flops_per_token(self) -> int:
         """Matrix-multiply FLOPs per token (projections and FFN; attention excluded)."""
-        return 2 * (2 * self.d * self.d + 2 * self.d * self.kv_dim + 3 * self.d * self.ff)
+        return 2 * (2 * self.d * self.d + 2 * self.d * self.kv_heads * self.head_dim + 3 * self.d * self.ff)
 
 
 def block_weights(cfg: BlockConfig, seed: int = 0) -> dict[str, np.ndarray]:

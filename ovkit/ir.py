@@ -223,10 +223,8 @@ SHAPE_ONLY_SRCS: dict[Op, frozenset[int]] = {Op.CPY: frozenset({1}), Op.FILL: fr
 EMPTY_OPERAND_OPS: frozenset[Op] = frozenset({Op.SET_ROWS})
 
 
-#: ops whose ggml CPU kernel reads each row of src[0] as ne[0] consecutive elements, whatever its
-#: nb[0], finding row (i1, i2, i3) at i1·nb[1] + i2·nb[2] + i3·nb[3], or (True: "flat", the kernel
-#: assuming packed rows) at r·nb[1], r = i1 + ne1·(i2 + ne2·i3). ggml computes on that memory of a
-#: view with other strides, and so does ovkit (``dense_rows``).
+#: ops whose ggml CPU kernel reads each row of src[0] as ne[0] consecutive elements whatever its
+#: nb[0], at i1·nb[1] + i2·nb[2] + i3·nb[3] (True, "flat": at row·nb[1]); ovkit too (``dense_rows``).
 DENSE_ROW_READS: dict[Op, bool] = {
     Op.SUM: False,
     Op.MEAN: False,
@@ -546,9 +544,8 @@ class Tensor(_OpKind):
         return self.after if self.after is not None else self.base
 
     def describe(self) -> str:
-        sub = f"({self.sub_op})" if self.sub_op else ""
-        label = f" {self.name!r}" if self.name else ""
-        return f"{self.op.value}{sub}{label} {self.dtype}{list(self.ne)}"
+        name = f" {self.name!r}" if self.name else ""
+        return f"{self.op_key.label}{name} {self.dtype}{list(self.ne)}"
 
     def set_name(self, name: str) -> Tensor:
         """``ggml_set_name``; returns the tensor for chaining."""
@@ -592,11 +589,9 @@ class GraphIR:
         self._info_cache: dict[int, OpInfo] = {}  # Tensor.op_info() results (cleared on edits)
         #: base id -> the last in-place write into it that ``build_forward_expand`` scheduled.
         self._writes: dict[int, Tensor] = {}
-        #: Bumped by every in-place edit of a node (name, precision, sinks): what was derived
-        #: from the graph before (policy decisions, compiled plans) is keyed by it.
+        #: Bumped by every in-place edit of a node (name, precision, sinks).
         self.version = 0
-        #: What higher layers derive from this graph (the engine's plans), kept on the graph so
-        #: that it lives and dies with it; cleared on every edit.
+        #: What higher layers derive from this graph (the engine's plans); cleared on every edit.
         self.derived: dict[Hashable, Any] = {}
 
     def _edited(self) -> None:
@@ -633,9 +628,8 @@ class GraphIR:
         if any(d < 0 for d in ne4_):
             raise GraphError(f"{code.value}: negative dimension in result ne {ne_str(ne4_)}")
         for s in (s for s in srcs if s is not None):
-            # ggml allows empty tensors; an empty result has no values (the interpreters give an
-            # empty array of its shape), but a value computed from an empty operand needs the op's
-            # own answer, which only the ops in EMPTY_OPERAND_OPS have
+            # ggml allows empty tensors; a non-empty value computed from an empty operand needs the
+            # op's own answer, which only the ops in EMPTY_OPERAND_OPS have
             if 0 in s.ne and 0 not in ne4_ and code not in EMPTY_OPERAND_OPS:
                 raise GraphError(
                     f"{code.value}: operand {s.describe()} is empty (ne {ne_str(s.ne)}): expected "
