@@ -595,10 +595,8 @@ class Graph(GraphIR):
         if any(p < 0 for p in pads):
             raise self._err(Op.PAD, "padding", "non-negative pads", str(list(pads)))
         ne = [a.ne[i] + pads[2 * i] + pads[2 * i + 1] for i in range(4)]
-        params: dict[str, Any] = {
-            f"{s}{i}": int(pads[2 * i + j]) for i in range(4) for j, s in enumerate(("lp", "rp"))
-        }
-        params["circular"] = circular
+        names = (f"{side}{i}" for i in range(4) for side in ("lp", "rp"))  # lp0, rp0, lp1, ...
+        params = {**{n: int(p) for n, p in zip(names, pads, strict=True)}, "circular": circular}
         return self._new(Op.PAD, ne, a.dtype, (a,), params)
 
     # ------------------------------------------------------------------ rows
@@ -1047,9 +1045,8 @@ class Graph(GraphIR):
         if base > GGML_SCALE_MODE_BICUBIC or flags & ~(
             GGML_SCALE_FLAG_ALIGN_CORNERS | GGML_SCALE_FLAG_ANTIALIAS
         ):
-            raise self._err(
-                op, "mode", "NEAREST/BILINEAR/BICUBIC (0..2) | ALIGN_CORNERS | ANTIALIAS", str(mode)
-            )
+            expected = "NEAREST/BILINEAR/BICUBIC (0..2) | ALIGN_CORNERS | ANTIALIAS"
+            raise self._err(op, "mode", expected, str(mode))
         if flags & GGML_SCALE_FLAG_ANTIALIAS and base != GGML_SCALE_MODE_BILINEAR:
             raise self._err(op, "mode", "ANTIALIAS with BILINEAR only", str(mode))
         ne = (int(ne0), int(ne1), int(ne2), int(ne3))

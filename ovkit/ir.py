@@ -311,16 +311,8 @@ def ne4(shape: Sequence[int]) -> tuple[int, int, int, int]:
     if len(dims) > 4:
         raise GraphError(f"ggml tensors have at most 4 dims; got shape {dims}")
     for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int | np.integer):
-            raise GraphError(
-                f"shape {dims}: dimension {d!r} is not an integer (expected non-negative integers)"
-            )
-        if d < 0:
-            raise GraphError(f"negative dimension in shape {dims}: {d} (expected non-negative integers)")
-        if d > INT64_MAX:
-            raise GraphError(
-                f"shape {dims}: dimension {d} does not fit ggml's int64_t (expected <= 2**63 - 1)"
-            )
+        if isinstance(d, bool) or not isinstance(d, int | np.integer) or not 0 <= d <= INT64_MAX:
+            raise GraphError(f"shape {dims}: dimension {d!r}: expected an integer in 0..2**63-1 (int64_t)")
     ne = pad_ne(dims[::-1])
     if math.prod(ne) > INT64_MAX:
         raise GraphError(f"shape {dims}: {math.prod(ne)} elements do not fit ggml's int64_t element count")
