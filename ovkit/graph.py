@@ -85,9 +85,7 @@ class Graph(GraphIR):
         """``t`` after checking it is a Tensor of this graph (and of one of ``types`` when given, or
         block-quantized when ``quantized``: a weight ggml dequantizes)."""
         if not isinstance(t, Tensor):
-            raise GraphError(
-                f"{op}: operand {operand}: expected an ovkit.graph.Tensor, given {type(t).__name__}"
-            )
+            raise self._err(op, operand, "an ovkit.graph.Tensor", type(t).__name__)
         if t.graph is not self:
             raise GraphError(f"{op}: operand {operand} belongs to another Graph")
         if types is not None and t.dtype not in types and not (quantized and t.is_quantized):
