@@ -41,6 +41,10 @@ class BlockConfig:
             raise ValueError(f"heads={self.heads} must be a multiple of kv_heads={self.kv_heads}")
 
     @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
     def hparams(self) -> HParams:
         """The layer as a llama model's hparams (two layers, so layer 0 keeps every position)."""
         return HParams(
@@ -61,12 +65,11 @@ class BlockConfig:
 
     def flops_per_token(self) -> int:
         """Matrix-multiply FLOPs per token (projections and FFN; attention excluded)."""
-        return 2 * (2 * self.d * self.d + 2 * self.d * self.kv_heads * self.head_dim + 3 * self.d * self.ff)
+        return 2 * (2 * self.d * self.d + 2 * self.d * self.kv_dim + 3 * self.d * self.ff)
 
 
 def block_weights(cfg: BlockConfig, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random weights by their GGUF names, scaled like an initialised model (norms ~ 1, rows ~
-    1/sqrt(fan_in))."""
+    """Random weights by their GGUF names, scaled like an initialised model (rows ~ 1/sqrt(fan_in))."""
     rng = np.random.default_rng(seed)
 
     def random(shape: tuple[int, ...]) -> np.ndarray:

@@ -789,11 +789,9 @@ def round_to(dtype: str, arr: Any) -> np.ndarray:
 def from_model_output(t: Tensor, arr: np.ndarray) -> np.ndarray:
     """A model output as the value of graph tensor ``t`` (its numpy shape and dtype)."""
     out = np.asarray(arr)
-    if t.dtype == "bf16":
-        out = round_to("bf16", out.astype(np.float32))
-    else:
-        out = out.astype(NUMPY_DTYPE.get(t.dtype, np.dtype(np.float32)), copy=False)
-    return out.reshape(t.shape)
+    if t.dtype == "bf16":  # read back as float32
+        return round_to("bf16", out).reshape(t.shape)
+    return out.astype(NUMPY_DTYPE.get(t.dtype, np.dtype(np.float32)), copy=False).reshape(t.shape)
 
 
 def ggml_index_map(t: Tensor) -> npt.NDArray[np.int64]:
