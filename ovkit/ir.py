@@ -208,11 +208,7 @@ class Op(enum.StrEnum):
 UNARY_OPS: tuple[Op, ...] = tuple(o for o in Op if o.parent is Op.UNARY and o.sub_op)
 GLU_OPS: tuple[Op, ...] = tuple(o for o in Op if o.parent is Op.GLU and o.sub_op)
 _PLAIN_OPS: tuple[Op, ...] = tuple(o for o in Op if not o.sub_op)
-_ENUM_VALUE: dict[Op, int] = {
-    **{o: i for i, o in enumerate(_PLAIN_OPS)},
-    **{o: i for i, o in enumerate(UNARY_OPS)},
-    **{o: i for i, o in enumerate(GLU_OPS)},
-}
+_ENUM_VALUE: dict[Op, int] = {o: i for ops in (_PLAIN_OPS, UNARY_OPS, GLU_OPS) for i, o in enumerate(ops)}
 _SUB_OPS_BY_ID: dict[tuple[Op, int], Op] = {(o.parent, _ENUM_VALUE[o]): o for o in UNARY_OPS + GLU_OPS}
 
 #: ops whose result is a view of ``src[0]`` (no computation, ggml's view semantics).
