@@ -1,11 +1,8 @@
 """A ggml-style graph builder: build with ggml's builder names, run on OpenVINO.
 
-Methods mirror ggml's C builder functions one to one (``ggml_add(ctx, a, b)`` → ``g.add(a, b)``):
-same names without ``ggml_``, same argument order and defaults, no context. Shapes are in NUMPY
-order (numpy shape ``(ne1, ne0)`` is ggml ``ne = [ne0, ne1]``, as ``ggml.utils.from_numpy``);
-dim arguments (``concat`` dim, ``permute`` axes, ``view_*`` ne/nb/offset, ``pad`` p0..p3) keep
-ggml's convention (dim 0 = innermost, strides and offsets in bytes). The nodes, their memory
-layout and the traversals are :mod:`ovkit.ir`'s.
+Methods mirror ggml's C builders (``ggml_add(ctx, a, b)`` → ``g.add(a, b)``: same argument order and
+defaults, no context). Shapes are in NUMPY order (numpy ``(ne1, ne0)`` is ggml ``ne = [ne0, ne1]``);
+dim, axis, ne/nb/offset and pad arguments keep ggml's (dim 0 innermost, strides and offsets in bytes).
 """
 
 from __future__ import annotations
