@@ -215,8 +215,6 @@ _SUB_OPS_BY_ID: dict[tuple[Op, int], Op] = {(o.parent, _ENUM_VALUE[o]): o for o 
 VIEW_OPS: frozenset[Op] = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
 #: sources an op needs only for their shape/type, never their values (op -> src indices).
 SHAPE_ONLY_SRCS: dict[Op, frozenset[int]] = {Op.CPY: frozenset({1}), Op.FILL: frozenset({0})}
-#: Ops with a non-empty result from an empty operand (SET_ROWS with no rows to set: dst unchanged).
-EMPTY_OPERAND_OPS: frozenset[Op] = frozenset({Op.SET_ROWS})
 
 
 #: ops whose ggml CPU kernel reads each row of src[0] as ne[0] consecutive elements whatever its
@@ -229,9 +227,6 @@ DENSE_ROW_READS: dict[Op, bool] = {
     Op.TOP_K: True,
     Op.LEAKY_RELU: True,
 }
-#: ops ``op_info`` shows as a view of the destination they write (op -> src index), as ggml does:
-#: the CPY destination-view gates read it (no gate reads SET_ROWS' view form).
-INPLACE_DST: dict[Op, int] = {Op.CPY: 1}
 #: in-place writes ``Graph.build_forward_expand`` orders before later views of their destination
 #: (op -> index of the destination source).
 IN_PLACE_WRITES: dict[Op, int] = {Op.SET_ROWS: 0, Op.CPY: 1}
@@ -556,8 +551,8 @@ class Tensor(_OpKind):
         cache = self.graph._info_cache
         for t in post_order([self], lambda t: (*t.srcs, t.view_src), cache):
             view_src, view_offs, nb = t.view_src, t.view_offs, t.nb
-            if t.op in INPLACE_DST:  # ggml returns a view of the destination (ggml_view_tensor)
-                dst = t.operand(INPLACE_DST[t.op])  # a source, so it and its base are cached
+            if t.op is Op.CPY:  # a view of its destination, as ggml's (the destination-view gates read it)
+                dst = t.operand(1)  # a source, so it and its base are cached
                 view_src, view_offs, nb = dst.base, dst.view_offs, dst.nb
             ggml_srcs = [t.srcs[i] for i in GGML_SRC_ORDER[t.op]] if t.op in GGML_SRC_ORDER else t.srcs
             srcs = tuple(cache[s.id] if s is not None else None for s in ggml_srcs)
@@ -617,8 +612,8 @@ class GraphIR:
             raise GraphError(f"{code.value}: negative dimension in result ne {ne_str(ne4_)}")
         for s in (s for s in srcs if s is not None):
             # ggml allows empty tensors; a non-empty value computed from an empty operand needs the
-            # op's own answer, which only the ops in EMPTY_OPERAND_OPS have
-            if 0 in s.ne and 0 not in ne4_ and code not in EMPTY_OPERAND_OPS:
+            # op's own answer, which only SET_ROWS has (no rows to set: the destination unchanged)
+            if 0 in s.ne and 0 not in ne4_ and code is not Op.SET_ROWS:
                 raise GraphError(
                     f"{code.value}: operand {s.describe()} is empty (ne {ne_str(s.ne)}): expected "
                     "a non-empty operand for a non-empty result"
