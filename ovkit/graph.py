@@ -45,11 +45,6 @@ from ovkit.runtime import Core
 
 __all__ = ["Graph", "GraphError", "Mode", "Tensor", "UnsupportedOpError"]
 
-#: unary ops whose ggml CPU kernels exist for f32/f16 only (bf16 aborts at compute time).
-UNARY_TYPES: dict[Op, tuple[str, ...]] = {
-    op: ("f32", "f16") for op in (Op.GELU, Op.SILU, Op.GELU_QUICK, Op.GELU_ERF)
-}
-
 Mode = Literal["device", "reference"]
 
 
@@ -252,7 +247,9 @@ class Graph(GraphIR):
     def unary(self, a: Tensor, op: int | str) -> Tensor:
         """``ggml_unary``: one of ggml's unary ops (enum value or name)."""
         code = self._sub_op(Op.UNARY, op, UNARY_BUILT)
-        self._check_tensor(Op.UNARY, "a", a, UNARY_TYPES.get(code, FLOAT_TYPES))
+        # ggml's CPU kernels of these exist for f32/f16 only (bf16 aborts at compute time)
+        no_bf16 = code in (Op.GELU, Op.SILU, Op.GELU_QUICK, Op.GELU_ERF)
+        self._check_tensor(Op.UNARY, "a", a, ("f32", "f16") if no_bf16 else FLOAT_TYPES)
         return self._new(Op.UNARY, a.ne, a.dtype, (a,), {"op": code.enum_value}, sub_op=code.sub_op)
 
     def xielu(self, a: Tensor, alpha_n: float, alpha_p: float, beta: float, eps: float) -> Tensor:
