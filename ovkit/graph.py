@@ -630,12 +630,8 @@ class Graph(GraphIR):
             return t
         dst = t.operand(dst_index)
         base = dst.base
-        if (
-            dst.view_offs
-            or dst.nelements != base.nelements
-            or not dst.is_contiguous
-            or dst.dtype != base.dtype
-        ):
+        whole = not dst.view_offs and dst.nelements == base.nelements and dst.dtype == base.dtype
+        if not (whole and dst.is_contiguous):
             raise self._err(
                 t.op.value,
                 "t",
