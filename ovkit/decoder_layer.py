@@ -15,6 +15,7 @@ import numpy as np
 
 from ovkit.model.arch import HParams
 from ovkit.model.program import GraphShape, causal_inputs, decoder_layer, input_specs
+from ovkit.model.synthetic import tensor_shapes
 
 CACHE_NAMES: tuple[str, str] = ("cache_k_l0", "cache_v_l0")
 _LAYER_INPUTS = ("inp_pos", "attn_inp_k_idxs", "attn_inp_v_idxs", "attn_inp_kq_mask", *CACHE_NAMES)
@@ -71,23 +72,11 @@ def block_weights(cfg: BlockConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """Random weights by their GGUF names, scaled like an initialised model (rows ~ 1/sqrt(fan_in))."""
     rng = np.random.default_rng(seed)
 
-    def w(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)).astype(np.float32)
+    def random(shape: tuple[int, ...]) -> np.ndarray:
+        v = rng.standard_normal(shape, dtype=np.float32)
+        return 1 + 0.1 * v if len(shape) == 1 else v / np.float32(np.sqrt(shape[-1]))
 
-    def norm() -> np.ndarray:
-        return (1 + 0.1 * rng.standard_normal(cfg.d)).astype(np.float32)
-
-    return {
-        "blk.0.attn_norm.weight": norm(),
-        "blk.0.attn_q.weight": w(cfg.d, cfg.d),
-        "blk.0.attn_k.weight": w(cfg.kv_dim, cfg.d),
-        "blk.0.attn_v.weight": w(cfg.kv_dim, cfg.d),
-        "blk.0.attn_output.weight": w(cfg.d, cfg.d),
-        "blk.0.ffn_norm.weight": norm(),
-        "blk.0.ffn_gate.weight": w(cfg.ff, cfg.d),
-        "blk.0.ffn_up.weight": w(cfg.ff, cfg.d),
-        "blk.0.ffn_down.weight": w(cfg.d, cfg.ff),
-    }
+    return {n: random(s) for n, s in tensor_shapes(cfg.hparams).items() if n.startswith("blk.0.")}
 
 
 def block_program(cfg: BlockConfig, n_tok: int) -> Callable[[Any, Mapping[str, Any]], list[Any]]:

@@ -1,11 +1,7 @@
 """Every ggml type fact in one table: name, enum id, block geometry, numpy and OpenVINO types.
 
-ggml's own spelling is the name (``ggml_type_name``: ``"f32"``, ``"q4_K"``, ``"mxfp4"``); lookups
-are case-insensitive, so ``"Q4_K"`` and ``"q4_k"`` name the same type. Plain types have a block of
-one element; quantized types store ``block`` elements in ``size`` bytes. The numpy dtype is the one
-values are computed in (bf16 computes as float32 holding bf16-rounded values), the storage dtype the
-one raw bytes are read as (bf16 as uint16 bit patterns), the OpenVINO type the element type of the
-node (a name of ``openvino.Type``, so this module needs no OpenVINO import).
+Names are ggml's spelling (``"q4_K"``), looked up case-insensitively. bf16 computes as float32
+holding bf16-rounded values and is stored as uint16 bit patterns.
 """
 
 from __future__ import annotations
@@ -194,12 +190,8 @@ def contiguous_nb(dtype: str, ne: Iterable[int]) -> tuple[int, int, int, int]:
 
 
 def f32_to_bf16_bits(x: Any) -> np.ndarray:
-    """ggml_compute_fp32_to_bf16 on every element: the uint16 bf16 bit patterns of float32 ``x``.
-
-    A NaN stays a NaN (its top bits with the quiet bit forced: a payload in the low 16 bits only
-    would otherwise round to ±inf); every other value rounds to nearest, ties to even, and values
-    beyond bf16's largest finite round to ±inf, as ggml does.
-    """
+    """ggml_compute_fp32_to_bf16: the uint16 bf16 bit patterns of float32 ``x``, rounded to nearest
+    even (±inf beyond bf16's range); a NaN keeps its top bits with the quiet bit forced."""
     f = np.asarray(x, dtype=np.float32)
     u = np.ascontiguousarray(f).reshape(-1).view(np.uint32)
     nan = (u & 0x7FFFFFFF) > 0x7F800000

@@ -1,11 +1,8 @@
 """A ggml-style graph builder: build with ggml's builder names, run on OpenVINO.
 
-Methods mirror ggml's C builder functions one to one (``ggml_add(ctx, a, b)`` → ``g.add(a, b)``):
-same names without ``ggml_``, same argument order and defaults, no context. Shapes are in NUMPY
-order (numpy shape ``(ne1, ne0)`` is ggml ``ne = [ne0, ne1]``, as ``ggml.utils.from_numpy``);
-dim arguments (``concat`` dim, ``permute`` axes, ``view_*`` ne/nb/offset, ``pad`` p0..p3) keep
-ggml's convention (dim 0 = innermost, strides and offsets in bytes). The nodes, their memory
-layout and the traversals are :mod:`ovkit.ir`'s.
+Methods mirror ggml's C builders (``ggml_add(ctx, a, b)`` → ``g.add(a, b)``: same argument order and
+defaults, no context). Shapes are in NUMPY order (numpy ``(ne1, ne0)`` is ggml ``ne = [ne0, ne1]``);
+dim, axis, ne/nb/offset and pad arguments keep ggml's (dim 0 innermost, strides and offsets in bytes).
 """
 
 from __future__ import annotations
@@ -48,11 +45,6 @@ from ovkit.runtime import Core
 
 __all__ = ["Graph", "GraphError", "Mode", "Tensor", "UnsupportedOpError"]
 
-#: unary ops whose ggml CPU kernels exist for f32/f16 only (bf16 aborts at compute time).
-UNARY_TYPES: dict[Op, tuple[str, ...]] = {
-    op: ("f32", "f16") for op in (Op.GELU, Op.SILU, Op.GELU_QUICK, Op.GELU_ERF)
-}
-
 Mode = Literal["device", "reference"]
 
 
@@ -85,9 +77,7 @@ class Graph(GraphIR):
         """``t`` after checking it is a Tensor of this graph (and of one of ``types`` when given, or
         block-quantized when ``quantized``: a weight ggml dequantizes)."""
         if not isinstance(t, Tensor):
-            raise GraphError(
-                f"{op}: operand {operand}: expected an ovkit.graph.Tensor, given {type(t).__name__}"
-            )
+            raise self._err(op, operand, "an ovkit.graph.Tensor", type(t).__name__)
         if t.graph is not self:
             raise GraphError(f"{op}: operand {operand} belongs to another Graph")
         if types is not None and t.dtype not in types and not (quantized and t.is_quantized):
@@ -107,11 +97,8 @@ class Graph(GraphIR):
 
     def _can_repeat(self, op: str, small: Tensor, big: Tensor, small_name: str, big_name: str) -> None:
         """``ggml_can_repeat(small, big)``: each big.ne[i] is a multiple of small.ne[i]."""
-        if math.prod(small.ne) == 0:
-            ok = math.prod(big.ne) == 0
-        else:
-            ok = all(b % s == 0 for s, b in zip(small.ne, big.ne, strict=True))
-        if not ok:
+        multiples = all(b % s == 0 for s, b in zip(small.ne, big.ne, strict=True) if s)
+        if not (math.prod(big.ne) == 0 if math.prod(small.ne) == 0 else multiples):
             raise GraphError(
                 f"{op}: operand {small_name} ne {ne_str(small.ne)} cannot be repeated to "
                 f"{big_name} ne {ne_str(big.ne)} (expected each {big_name}.ne[i] to be a multiple "
@@ -149,28 +136,21 @@ class Graph(GraphIR):
         return t
 
     def constant(self, array: Any, name: str = "", dtype: str | None = None) -> Tensor:
-        """A constant leaf; dtype from the array (float32 → f32, float16 → f16, int32 → i32, ...)
-        unless ``dtype`` names one (e.g. ``"bf16"`` for a float32 array, rounded as ggml stores it).
-
-        ``array`` may also be a quantized-weight object providing ``.shape`` (numpy order),
-        ``.dtype`` (a ggml quant type name such as ``"q4_0"``), ``.to_ov_node()`` (its OpenVINO
-        decompression subgraph, f32 output) and ``.dequantize()`` (f32 numpy array); MUL_MAT uses
-        its ``.ov_mul_mat(b)`` when present.
-        """
+        """A constant leaf of ``array``'s type (float32 → f32, ...) or ``dtype`` (``"bf16"``: rounded as
+        ggml stores it); or a quantized weight (``ovkit.quant``: ``.shape``, ``.dtype``, ``.to_ov_node()``,
+        ``.dequantize()``)."""
         if hasattr(array, "to_ov_node") and not isinstance(array, np.ndarray):
             t = self._leaf(f"constant {name!r}", array.shape, str(array.dtype), plain=False)
             t.value = array
             t.name = name or getattr(array, "name", "") or ""
             return t
-        arr = np.asarray(array)
+        arr = np.atleast_1d(np.asarray(array))
         inferred = TYPE_OF_NUMPY.get(arr.dtype)
         if inferred is None:
             raise GraphError(
                 f"constant {name!r}: expected a float32/float16/int32/int64 array, given dtype {arr.dtype}"
             )
         final = dtype or inferred
-        if arr.ndim == 0:
-            arr = arr.reshape(1)
         t = self._leaf(f"constant {name!r}", arr.shape, final)
         # A private, read-only copy: the caller changing its array later must not change a
         # graph that may already be compiled (the device would keep the old values).
@@ -267,7 +247,9 @@ class Graph(GraphIR):
     def unary(self, a: Tensor, op: int | str) -> Tensor:
         """``ggml_unary``: one of ggml's unary ops (enum value or name)."""
         code = self._sub_op(Op.UNARY, op, UNARY_BUILT)
-        self._check_tensor(Op.UNARY, "a", a, UNARY_TYPES.get(code, FLOAT_TYPES))
+        # ggml's CPU kernels of these exist for f32/f16 only (bf16 aborts at compute time)
+        no_bf16 = code in (Op.GELU, Op.SILU, Op.GELU_QUICK, Op.GELU_ERF)
+        self._check_tensor(Op.UNARY, "a", a, ("f32", "f16") if no_bf16 else FLOAT_TYPES)
         return self._new(Op.UNARY, a.ne, a.dtype, (a,), {"op": code.enum_value}, sub_op=code.sub_op)
 
     def xielu(self, a: Tensor, alpha_n: float, alpha_p: float, beta: float, eps: float) -> Tensor:
@@ -403,11 +385,15 @@ class Graph(GraphIR):
         return self._cont_nd(a, a.ne, Op.DUP)
 
     def _cont_nd(self, a: Tensor, ne: Sequence[int], op: Op = Op.CONT) -> Tensor:
+        return self._new(op, self._same_count(op, a, ne), a.dtype, (a,))
+
+    def _same_count(self, op: Op, a: Tensor, ne: Sequence[int]) -> tuple[int, int, int, int]:
+        """``ne`` padded to 4 after checking it holds as many elements as tensor ``a``."""
         self._check_tensor(op, "a", a)
         ne4 = pad_ne(ne)
         if math.prod(ne4) != a.nelements:
             raise self._err(op, "a", f"{math.prod(ne4)} elements for ne {ne_str(ne4)}", f"{a.nelements}")
-        return self._new(op, ne4, a.dtype, (a,))
+        return ne4
 
     def cont_1d(self, a: Tensor, ne0: int) -> Tensor:
         return self._cont_nd(a, (ne0,))
@@ -435,15 +421,10 @@ class Graph(GraphIR):
         return self._new(Op.CPY, b.ne, b.dtype, (a, b))
 
     def _reshape_to(self, a: Tensor, ne: Sequence[int]) -> Tensor:
-        self._check_tensor(Op.RESHAPE, "a", a)
-        ne4 = pad_ne(ne)
+        ne4 = self._same_count(Op.RESHAPE, a, ne)
         if not a.is_contiguous:
             raise self._err(
                 Op.RESHAPE, "a", "a contiguous tensor (use cont first)", f"strides nb {list(a.nb)}"
-            )
-        if math.prod(ne4) != a.nelements:
-            raise self._err(
-                Op.RESHAPE, "a", f"{math.prod(ne4)} elements for ne {ne_str(ne4)}", f"{a.nelements}"
             )
         if ne4[0] % layout(a.dtype)[0]:
             raise self._err(
@@ -478,8 +459,9 @@ class Graph(GraphIR):
         for i in range(len(nb_given), 4):
             nb_given.append(nb_given[i - 1] * ne4[i - 1] // (blck if i == 1 else 1))
         nb4 = pad_ne(nb_given)
-        if a.is_quantized:
-            self._check_block_view(a, ne4, nb4, offset)
+        if ne4[0] % blck:  # a quantized view keeps rows of whole blocks
+            given = f"ne {ne_str(ne4)}"
+            raise self._err(Op.VIEW, "ne", f"ne[0] a multiple of the {a.dtype} block size {blck}", given)
         # ggml checks the packed size (Π ne · element size); the strided extent must fit as well
         size = max(self._region_bytes(Op.VIEW, a.dtype, ne4, nb4, offset), math.prod(ne4) // blck * es)
         start, buffer = a.view_offs + offset, a.base.nelements // blck * es
@@ -491,33 +473,14 @@ class Graph(GraphIR):
 
     def _region_bytes(self, op: str, dtype: str, ne: Sequence[int], nb: Sequence[int], offset: int) -> int:
         """The bytes a region (ne, byte strides nb) spans, after checking that ``offset`` and the
-        strides are non-negative multiples of the element size."""
-        es = layout(dtype)[1]
-        if offset < 0 or offset % es or any(x % es for x in nb):
-            raise self._err(
-                op,
-                "nb/offset",
-                f"non-negative multiples of the element size {es}",
-                f"nb {list(nb)}, offset {offset}",
-            )
+        strides are non-negative multiples of the element size (quantized: whole blocks)."""
+        blck, es = layout(dtype)
+        unit = f"whole {dtype} blocks (a multiple of {es} bytes)" if blck > 1 else None
+        for what, v in (("offset", offset), *((f"nb[{i}]", nb[i]) for i in range(4))):
+            if v < 0 or v % es:
+                expected = unit or f"a non-negative multiple of the element size {es}"
+                raise self._err(op, what, expected, f"{v} (nb {list(nb)}, offset {offset})")
         return Tensor(self, -1, Op.VIEW, pad_ne(ne), dtype, nb=pad_ne(nb)).nbytes
-
-    def _check_block_view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int], offset: int) -> None:
-        """A view of quantized blocks must keep whole blocks: rows of whole blocks (ne[0] a multiple
-        of the block size) starting on block boundaries (offset and strides whole blocks)."""
-        blck, tsize = layout(a.dtype)
-        if ne[0] % blck:
-            raise self._err(
-                Op.VIEW, "ne", f"ne[0] a multiple of the {a.dtype} block size {blck}", f"ne {ne_str(ne)}"
-            )
-        for what, v in (("offset", offset), *((f"nb[{i}]", nb[i]) for i in (1, 2, 3))):
-            if v % tsize:
-                raise self._err(
-                    Op.VIEW,
-                    what,
-                    f"whole {a.dtype} blocks (a multiple of {tsize} bytes)",
-                    f"{v} (nb {list(nb)}, offset {offset})",
-                )
 
     def view_1d(self, a: Tensor, ne0: int, offset: int) -> Tensor:
         """``ggml_view_1d(a, ne0, offset)`` (offset in bytes)."""
@@ -624,10 +587,8 @@ class Graph(GraphIR):
         if any(p < 0 for p in pads):
             raise self._err(Op.PAD, "padding", "non-negative pads", str(list(pads)))
         ne = [a.ne[i] + pads[2 * i] + pads[2 * i + 1] for i in range(4)]
-        params: dict[str, Any] = {
-            f"{s}{i}": int(pads[2 * i + j]) for i in range(4) for j, s in enumerate(("lp", "rp"))
-        }
-        params["circular"] = circular
+        names = (f"{side}{i}" for i in range(4) for side in ("lp", "rp"))  # lp0, rp0, lp1, ...
+        params = {**{n: int(p) for n, p in zip(names, pads, strict=True)}, "circular": circular}
         return self._new(Op.PAD, ne, a.dtype, (a,), params)
 
     # ------------------------------------------------------------------ rows
@@ -661,22 +622,16 @@ class Graph(GraphIR):
         return self._indexed(self._new(op, a.ne, a.dtype, (a, b, c)))
 
     def build_forward_expand(self, t: Tensor) -> Tensor:
-        """``ggml_build_forward_expand``: schedule ``t`` now. ovkit orders nodes by their edges, so
-        this matters for in-place writes only: after a SET_ROWS (or CPY) into a whole tensor, views
-        of that tensor made later read the written value, as llama.cpp's KV cache views do (their
-        ``after`` edge names the write; the write's destination stays their ggml source)."""
+        """``ggml_build_forward_expand``: matters for in-place writes only: after a SET_ROWS (or CPY)
+        into a whole tensor, views of it made later read the written value (llama.cpp's KV cache)."""
         self._check_tensor("build_forward_expand", "t", t)
         dst_index = IN_PLACE_WRITES.get(t.op)
         if dst_index is None:
             return t
         dst = t.operand(dst_index)
         base = dst.base
-        if (
-            dst.view_offs
-            or dst.nelements != base.nelements
-            or not dst.is_contiguous
-            or dst.dtype != base.dtype
-        ):
+        whole = not dst.view_offs and dst.nelements == base.nelements and dst.dtype == base.dtype
+        if not (whole and dst.is_contiguous):
             raise self._err(
                 t.op.value,
                 "t",
@@ -1078,9 +1033,8 @@ class Graph(GraphIR):
         if base > GGML_SCALE_MODE_BICUBIC or flags & ~(
             GGML_SCALE_FLAG_ALIGN_CORNERS | GGML_SCALE_FLAG_ANTIALIAS
         ):
-            raise self._err(
-                op, "mode", "NEAREST/BILINEAR/BICUBIC (0..2) | ALIGN_CORNERS | ANTIALIAS", str(mode)
-            )
+            expected = "NEAREST/BILINEAR/BICUBIC (0..2) | ALIGN_CORNERS | ANTIALIAS"
+            raise self._err(op, "mode", expected, str(mode))
         if flags & GGML_SCALE_FLAG_ANTIALIAS and base != GGML_SCALE_MODE_BILINEAR:
             raise self._err(op, "mode", "ANTIALIAS with BILINEAR only", str(mode))
         ne = (int(ne0), int(ne1), int(ne2), int(ne3))
@@ -1334,29 +1288,24 @@ class Graph(GraphIR):
 
     def pool_1d(self, a: Tensor, op: int, k0: int, s0: int, p0: int) -> Tensor:
         """``ggml_pool_1d``: max (0) or average (1, over the in-bounds taps) pooling along ne0."""
-        name = Op.POOL_1D
-        self._check_tensor(name, "a", a, ("f32", "f16"))
-        if op not in (GGML_OP_POOL_MAX, GGML_OP_POOL_AVG):
-            raise self._err(name, "op", "0 (MAX) or 1 (AVG)", str(op))
-        params = {"op": int(op), **self._conv_params(name, k0=k0, s0=s0, p0=p0)}
-        ow = int((a.ne[0] + 2 * p0 - k0) / s0) + 1
-        if ow <= 0:
-            raise self._ne_err(name, "a", f"ne[0] + 2·p0 >= k0 = {k0}", a)
-        return self._new(name, (ow, a.ne[1], a.ne[2], a.ne[3]), "f32", (a,), params)
+        return self._pool(Op.POOL_1D, a, op, {"k0": k0, "s0": s0, "p0": p0})
 
     def pool_2d(self, a: Tensor, op: int, k0: int, k1: int, s0: int, s1: int, p0: float, p1: float) -> Tensor:
         """``ggml_pool_2d``: max (0) or average (1, divided by k0·k1) pooling over ne0, ne1."""
-        name = Op.POOL_2D
+        return self._pool(Op.POOL_2D, a, op, {"k0": k0, "k1": k1, "s0": s0, "s1": s1, "p0": p0, "p1": p1})
+
+    def _pool(self, name: Op, a: Tensor, op: int, window: dict[str, float]) -> Tensor:
         self._check_tensor(name, "a", a, ("f32", "f16"))
         if op not in (GGML_OP_POOL_MAX, GGML_OP_POOL_AVG):
             raise self._err(name, "op", "0 (MAX) or 1 (AVG)", str(op))
-        params = {"op": int(op), **self._conv_params(name, k0=k0, k1=k1, s0=s0, s1=s1, p0=p0, p1=p1)}
+        params = {"op": int(op), **self._conv_params(name, **window)}
         # ggml computes the sizes in float and truncates; its kernel uses the int padding
-        ow = int((a.ne[0] + 2 * p0 - k0) / s0) + 1
-        oh = int((a.ne[1] + 2 * p1 - k1) / s1) + 1
-        if ow <= 0 or oh <= 0:
-            raise self._ne_err(name, "a", f"ne[0:2] + 2·p at least the kernel ({k0}, {k1})", a)
-        return self._new(name, (ow, oh, a.ne[2], a.ne[3]), "f32", (a,), params)
+        dims = range(1 if name == Op.POOL_1D else 2)
+        out = [int((a.ne[i] + 2 * window[f"p{i}"] - window[f"k{i}"]) / window[f"s{i}"]) + 1 for i in dims]
+        if min(out) <= 0:
+            kernel = [window[f"k{i}"] for i in dims]
+            raise self._ne_err(name, "a", f"ne[0:{len(out)}] + 2·p at least the kernel {kernel}", a)
+        return self._new(name, (*out, *a.ne[len(out) :]), "f32", (a,), params)
 
     def ssm_conv(self, sx: Tensor, c: Tensor) -> Tensor:
         """``ggml_ssm_conv``: depthwise causal conv; sx [n_s, d_inner, d_conv-1+n_t], c [d_inner, d_conv]."""
@@ -1404,10 +1353,8 @@ class Graph(GraphIR):
         return self._new(op, ne, "f32", (q, k, v, g, beta, state), {"K": int(K)})
 
     def solve_tri(self, a: Tensor, b: Tensor, left: bool, lower: bool, uni: bool) -> Tensor:
-        """``ggml_solve_tri``: x with A·x = B for triangular A (numpy: a (n, n), b (n, m)).
-
-        Not registered upstream (its translator is disabled), so only ``mode="reference"`` runs it.
-        """
+        """``ggml_solve_tri``: x with A·x = B for triangular A (numpy: a (n, n), b (n, m)); only
+        ``mode="reference"`` runs it (upstream's translator is disabled)."""
         op = Op.SOLVE_TRI
         self._check_tensor(op, "a", a, ("f32",))
         self._check_tensor(op, "b", b, ("f32",))
@@ -1474,11 +1421,7 @@ class Graph(GraphIR):
 
     # ------------------------------------------------------------------ running
     def to_model(
-        self,
-        outputs: Tensor | Sequence[Tensor],
-        inputs: Sequence[str] | None = None,
-        *,
-        manual_gqa: bool | None = None,
+        self, outputs: Tensor | Sequence[Tensor], *, manual_gqa: bool | None = None
     ) -> tuple[Any, list[str]]:
         """The OpenVINO model computing ``outputs`` and the names of its Parameters (in order);
         ``manual_gqa`` picks FLASH_ATTN_EXT's form (``ovkit.ops.translate.attention_form``)."""
@@ -1486,12 +1429,6 @@ class Graph(GraphIR):
 
         outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
         leaves = self.inputs_of(outs)
-        if inputs is not None:
-            order = {n: i for i, n in enumerate(inputs)}
-            missing = [t.name for t in leaves if t.name not in order]
-            if missing:
-                raise GraphError(f"to_model: inputs {missing} are needed but not listed in {list(inputs)}")
-            leaves.sort(key=lambda t: order[t.name])
         return build_model(self, outs, leaves, manual_gqa=manual_gqa), [t.name for t in leaves]
 
     def translation(
@@ -1518,15 +1455,9 @@ class Graph(GraphIR):
     ) -> Any:
         """Run the graph: a numpy array per output (one array when ``outputs`` is one Tensor).
 
-        ``config``: compile hints for the device path (a dict of OpenVINO properties or an
-        ``ovkit.engine.RunConfig``); None keeps exact f32 inference.
-
-        ``mode="device"`` runs on ``device`` (default: the selected device, ``GGML_OPENVINO_DEVICE``)
-        through the engine (``ovkit.engine.compute_graph``: compile cache, reused request); every
-        op is first checked against that device's support policy (:class:`UnsupportedOpError` on
-        rejection), unless ``policy=False``: then the translation runs as it is (what a rejected
-        op would compute).  ``mode="reference"`` runs ovkit's numpy reference of ggml's semantics
-        instead (no policy check).
+        ``mode="device"``: on ``device`` (default: the selected one) through the engine, after the
+        device's support policy (:class:`UnsupportedOpError`; ``policy=False`` skips it), with
+        ``config``'s compile hints (None: exact f32); ``mode="reference"``: ovkit's numpy reference.
         """
         single = isinstance(outputs, Tensor)
         outs: list[Tensor] = [outputs] if isinstance(outputs, Tensor) else list(outputs)
@@ -1554,29 +1485,16 @@ class Graph(GraphIR):
         return results[0] if single else results
 
 
-def _unary_builder(op: Op) -> Callable[[Graph, Tensor], Tensor]:
-    return lambda self, a: self.unary(a, op)
-
-
-def _glu_builder(op: Op, swapped: bool) -> Callable[[Graph, Tensor], Tensor]:
-    return lambda self, a: self.glu(a, op, swapped)
-
-
-def _glu_split_builder(op: Op) -> Callable[[Graph, Tensor, Tensor], Tensor]:
-    return lambda self, a, b: self._glu2(op, a, b, {})
-
-
 def _sub_op_builder(entry: OpEntry, name: str) -> Callable[..., Tensor]:
-    """ggml's one-line wrapper ``name`` of the generic ``unary``/``glu`` for ``entry``'s sub-op:
-    ``gelu(a)``, ``swiglu(a)``, ``swiglu_swapped(a)``, ``swiglu_split(a, b)``."""
+    """ggml's one-line wrapper ``name`` of the generic ``unary``/``glu``/``glu_split`` for
+    ``entry``'s sub-op: ``gelu(a)``, ``swiglu(a)``, ``swiglu_swapped(a)``, ``swiglu_split(a, b)``."""
     op = entry.key
-    fn: Callable[..., Tensor]
-    if op.kind == "unary":
-        fn = _unary_builder(op)
-    elif name.endswith("_split"):
-        fn = _glu_split_builder(op)
-    else:
-        fn = _glu_builder(op, name.endswith("_swapped"))
+    forms: dict[str, Callable[..., Tensor]] = {
+        "_split": lambda self, a, b: self.glu_split(a, b, op),
+        "_swapped": lambda self, a: self.glu(a, op, True),
+        "": lambda self, a: self.unary(a, op) if op.kind == "unary" else self.glu(a, op),
+    }
+    fn = forms[name.removeprefix(str(op.sub_op).lower())]  # swiglu_split -> "_split"
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"``ggml_{name}``: the {op.label} sub-op ({entry.openvino})."
     return fn

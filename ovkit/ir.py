@@ -1,19 +1,16 @@
 """The tensor IR every layer shares: the op codes, tensor nodes with ggml's memory layout, views,
 traversals and the errors a graph raises.
 
-Shapes are in NUMPY order at the API (numpy shape ``(ne1, ne0)`` is ggml ``ne = [ne0, ne1]``);
-nodes store ggml's ``ne`` (innermost first, 4 entries). Every tensor records ggml's memory layout:
-a base tensor that owns the memory (``view_src``), a byte offset (``view_offs``) and byte strides
-``nb``. Views, permutes and transposes are NON-CONTIGUOUS exactly as in ggml: a view of a permuted
-tensor indexes the base memory. The builder (``ovkit.graph.Graph``) adds ggml's builder methods on
-top of :class:`GraphIR`; the numpy reference and the OpenVINO translation interpret it.
+Nodes store ggml's ``ne`` (innermost first, 4 entries; the API takes numpy-order shapes) and ggml's
+memory layout: the base owning the memory (``view_src``), a byte offset and byte strides ``nb``, so
+views and permutes are non-contiguous exactly as in ggml.
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -25,12 +22,8 @@ from ovkit.errors import OvkitError
 
 
 class Op(enum.StrEnum):
-    """One ggml op: the key of every op table (catalogue, policy, reference, translation).
-
-    ``Op.ADD`` is ``GGML_OP_ADD``; the UNARY and GLU sub-ops are members too, valued
-    ``"UNARY.GELU"`` / ``"GLU.SWIGLU"`` (``Op.GELU.parent is Op.UNARY``, ``Op.GELU.sub_op ==
-    "GELU"``). A node stores its ggml op and sub-op name; ``Tensor.op_key`` is the member here.
-    """
+    """One ggml op, the key of every op table: ``Op.ADD`` is ``GGML_OP_ADD``; UNARY and GLU sub-ops
+    are members valued ``"UNARY.GELU"`` (``Op.GELU.parent is Op.UNARY``)."""
 
     # ggml_op, in ggml.h order (GGML_OP_NONE = 0 ...)
     NONE = "NONE"
@@ -215,25 +208,17 @@ class Op(enum.StrEnum):
 UNARY_OPS: tuple[Op, ...] = tuple(o for o in Op if o.parent is Op.UNARY and o.sub_op)
 GLU_OPS: tuple[Op, ...] = tuple(o for o in Op if o.parent is Op.GLU and o.sub_op)
 _PLAIN_OPS: tuple[Op, ...] = tuple(o for o in Op if not o.sub_op)
-_ENUM_VALUE: dict[Op, int] = {
-    **{o: i for i, o in enumerate(_PLAIN_OPS)},
-    **{o: i for i, o in enumerate(UNARY_OPS)},
-    **{o: i for i, o in enumerate(GLU_OPS)},
-}
+_ENUM_VALUE: dict[Op, int] = {o: i for ops in (_PLAIN_OPS, UNARY_OPS, GLU_OPS) for i, o in enumerate(ops)}
 _SUB_OPS_BY_ID: dict[tuple[Op, int], Op] = {(o.parent, _ENUM_VALUE[o]): o for o in UNARY_OPS + GLU_OPS}
 
 #: ops whose result is a view of ``src[0]`` (no computation, ggml's view semantics).
 VIEW_OPS: frozenset[Op] = frozenset({Op.VIEW, Op.RESHAPE, Op.PERMUTE, Op.TRANSPOSE})
 #: sources an op needs only for their shape/type, never their values (op -> src indices).
 SHAPE_ONLY_SRCS: dict[Op, frozenset[int]] = {Op.CPY: frozenset({1}), Op.FILL: frozenset({0})}
-#: Ops with a non-empty result from an empty operand (SET_ROWS with no rows to set: dst unchanged).
-EMPTY_OPERAND_OPS: frozenset[Op] = frozenset({Op.SET_ROWS})
 
 
-#: ops whose ggml CPU kernel reads each row of src[0] as ne[0] consecutive elements, whatever its
-#: nb[0], finding row (i1, i2, i3) at i1·nb[1] + i2·nb[2] + i3·nb[3], or (True: "flat", the kernel
-#: assuming packed rows) at r·nb[1], r = i1 + ne1·(i2 + ne2·i3). ggml computes on that memory of a
-#: view with other strides, and so does ovkit (``dense_rows``).
+#: ops whose ggml CPU kernel reads each row of src[0] as ne[0] consecutive elements whatever its
+#: nb[0], at i1·nb[1] + i2·nb[2] + i3·nb[3] (True, "flat": at row·nb[1]); ovkit too (``dense_rows``).
 DENSE_ROW_READS: dict[Op, bool] = {
     Op.SUM: False,
     Op.MEAN: False,
@@ -242,17 +227,11 @@ DENSE_ROW_READS: dict[Op, bool] = {
     Op.TOP_K: True,
     Op.LEAKY_RELU: True,
 }
-#: ops whose ggml result is a view of one source (the destination they write): op -> src index.
-#: ``op_info`` shows CPY that way (the CPY destination-view gates need it). SET_ROWS is shown as a
-#: plain node (no gate reads its view form); the KV-cache views an attention reads are views of the
-#: cache itself, ordered after the SET_ROWS by their ``after`` edge (``IN_PLACE_WRITES``).
-INPLACE_DST: dict[Op, int] = {Op.CPY: 1}
 #: in-place writes ``Graph.build_forward_expand`` orders before later views of their destination
 #: (op -> index of the destination source).
 IN_PLACE_WRITES: dict[Op, int] = {Op.SET_ROWS: 0, Op.CPY: 1}
 #: ops whose ggml node orders its sources unlike the builder's arguments: op -> the builder source
-#: at each ggml src index.  ggml_set_rows(a, b, c) keeps src[0] = b (the rows), src[1] = c (the
-#: indices), src[2] = a (the destination), and supports_op's gates read them by those indices.
+#: at each ggml src index (ggml_set_rows(a, b, c) keeps src = [b, c, a]; the gates read those).
 GGML_SRC_ORDER: dict[Op, tuple[int, ...]] = {Op.SET_ROWS: (1, 2, 0)}
 
 
@@ -323,16 +302,8 @@ def ne4(shape: Sequence[int]) -> tuple[int, int, int, int]:
     if len(dims) > 4:
         raise GraphError(f"ggml tensors have at most 4 dims; got shape {dims}")
     for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int | np.integer):
-            raise GraphError(
-                f"shape {dims}: dimension {d!r} is not an integer (expected non-negative integers)"
-            )
-        if d < 0:
-            raise GraphError(f"negative dimension in shape {dims}: {d} (expected non-negative integers)")
-        if d > INT64_MAX:
-            raise GraphError(
-                f"shape {dims}: dimension {d} does not fit ggml's int64_t (expected <= 2**63 - 1)"
-            )
+        if isinstance(d, bool) or not isinstance(d, int | np.integer) or not 0 <= d <= INT64_MAX:
+            raise GraphError(f"shape {dims}: dimension {d!r}: expected an integer in 0..2**63-1 (int64_t)")
     ne = pad_ne(dims[::-1])
     if math.prod(ne) > INT64_MAX:
         raise GraphError(f"shape {dims}: {math.prod(ne)} elements do not fit ggml's int64_t element count")
@@ -556,9 +527,8 @@ class Tensor(_OpKind):
         return self.after if self.after is not None else self.base
 
     def describe(self) -> str:
-        sub = f"({self.sub_op})" if self.sub_op else ""
-        label = f" {self.name!r}" if self.name else ""
-        return f"{self.op.value}{sub}{label} {self.dtype}{list(self.ne)}"
+        name = f" {self.name!r}" if self.name else ""
+        return f"{self.op_key.label}{name} {self.dtype}{list(self.ne)}"
 
     def set_name(self, name: str) -> Tensor:
         """``ggml_set_name``; returns the tensor for chaining."""
@@ -579,36 +549,16 @@ class Tensor(_OpKind):
         """This node as an :class:`OpInfo` (sources and view source included), built iteratively
         (no recursion limit) and cached per graph until a node is edited (sinks, precision, name)."""
         cache = self.graph._info_cache
-        if self.id in cache:
-            return cache[self.id]
-        stack: list[tuple[Tensor, bool]] = [(self, False)]
-        while stack:
-            t, ready = stack.pop()
-            if t.id in cache:
-                continue
-            deps = [s for s in t.srcs if s is not None] + ([t.view_src] if t.view_src is not None else [])
-            if not ready:
-                stack.append((t, True))
-                stack.extend((d, False) for d in deps if d.id not in cache)
-                continue
+        for t in post_order([self], lambda t: (*t.srcs, t.view_src), cache):
             view_src, view_offs, nb = t.view_src, t.view_offs, t.nb
-            if t.op in INPLACE_DST:  # ggml returns a view of the destination (ggml_view_tensor)
-                dst = t.operand(INPLACE_DST[t.op])  # a source, so it and its base are cached
+            if t.op is Op.CPY:  # a view of its destination, as ggml's (the destination-view gates read it)
+                dst = t.operand(1)  # a source, so it and its base are cached
                 view_src, view_offs, nb = dst.base, dst.view_offs, dst.nb
-            srcs = [t.srcs[i] for i in GGML_SRC_ORDER[t.op]] if t.op in GGML_SRC_ORDER else t.srcs
-            info_srcs = tuple(cache[s.id] if s is not None else None for s in srcs)
-            info_view = cache[view_src.id] if view_src is not None else None
+            ggml_srcs = [t.srcs[i] for i in GGML_SRC_ORDER[t.op]] if t.op in GGML_SRC_ORDER else t.srcs
+            srcs = tuple(cache[s.id] if s is not None else None for s in ggml_srcs)
+            view = cache[view_src.id] if view_src is not None else None
             cache[t.id] = OpInfo(
-                t.op.value,
-                t.dtype,
-                t.ne,
-                info_srcs,
-                t.sub_op,
-                dict(t.params),
-                t.name,
-                nb,
-                info_view,
-                view_offs,
+                t.op.value, t.dtype, t.ne, srcs, t.sub_op, dict(t.params), t.name, nb, view, view_offs
             )
         return cache[self.id]
 
@@ -622,11 +572,9 @@ class GraphIR:
         self._info_cache: dict[int, OpInfo] = {}  # Tensor.op_info() results (cleared on edits)
         #: base id -> the last in-place write into it that ``build_forward_expand`` scheduled.
         self._writes: dict[int, Tensor] = {}
-        #: Bumped by every in-place edit of a node (name, precision, sinks): what was derived
-        #: from the graph before (policy decisions, compiled plans) is keyed by it.
+        #: Bumped by every in-place edit of a node (name, precision, sinks).
         self.version = 0
-        #: What higher layers derive from this graph (the engine's plans), kept on the graph so
-        #: that it lives and dies with it; cleared on every edit.
+        #: What higher layers derive from this graph (the engine's plans); cleared on every edit.
         self.derived: dict[Hashable, Any] = {}
 
     def _edited(self) -> None:
@@ -663,10 +611,9 @@ class GraphIR:
         if any(d < 0 for d in ne4_):
             raise GraphError(f"{code.value}: negative dimension in result ne {ne_str(ne4_)}")
         for s in (s for s in srcs if s is not None):
-            # ggml allows empty tensors; an empty result has no values (the interpreters give an
-            # empty array of its shape), but a value computed from an empty operand needs the op's
-            # own answer, which only the ops in EMPTY_OPERAND_OPS have
-            if 0 in s.ne and 0 not in ne4_ and code not in EMPTY_OPERAND_OPS:
+            # ggml allows empty tensors; a non-empty value computed from an empty operand needs the
+            # op's own answer, which only SET_ROWS has (no rows to set: the destination unchanged)
+            if 0 in s.ne and 0 not in ne4_ and code is not Op.SET_ROWS:
                 raise GraphError(
                     f"{code.value}: operand {s.describe()} is empty (ne {ne_str(s.ne)}): expected "
                     "a non-empty operand for a non-empty result"
@@ -723,26 +670,33 @@ class GraphIR:
         even when that source was created later (a ``*_add_sinks`` tensor made after its node)."""
         order: list[Tensor] = []
         done: set[int] = set()
-        for node in self.nodes:
-            if node.id not in selected or node.id in done:
-                continue
-            stack: list[tuple[Tensor, bool]] = [(node, False)]
-            while stack:
-                t, ready = stack.pop()
-                if t.id in done:
-                    continue
-                deps = [
-                    d
-                    for d in (*t.srcs, t.view_src, t.after)
-                    if d is not None and d.id in selected and d.id not in done
-                ]
-                if ready or not deps:
-                    done.add(t.id)
-                    order.append(t)
-                    continue
-                stack.append((t, True))
-                stack.extend((d, False) for d in reversed(deps))
+
+        def deps(t: Tensor) -> list[Tensor]:
+            return [d for d in (*t.srcs, t.view_src, t.after) if d is not None and d.id in selected]
+
+        for t in post_order((t for t in self.nodes if t.id in selected), deps, done):
+            done.add(t.id)
+            order.append(t)
         return order
+
+
+def post_order(
+    roots: Iterable[Tensor], deps: Callable[[Tensor], Iterable[Tensor | None]], done: Container[int]
+) -> Iterator[Tensor]:
+    """The nodes reached from ``roots`` by ``deps`` and not ``done``, each after its dependencies
+    (iterative: no recursion limit); the caller adds each node it is given to ``done``."""
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            t, ready = stack.pop()
+            if t.id in done:
+                continue
+            todo = [d for d in deps(t) if d is not None and d.id not in done]
+            if ready or not todo:
+                yield t
+                continue
+            stack.append((t, True))
+            stack.extend((d, False) for d in reversed(todo))
 
 
 V = TypeVar("V")
@@ -826,11 +780,9 @@ def round_to(dtype: str, arr: Any) -> np.ndarray:
 def from_model_output(t: Tensor, arr: np.ndarray) -> np.ndarray:
     """A model output as the value of graph tensor ``t`` (its numpy shape and dtype)."""
     out = np.asarray(arr)
-    if t.dtype == "bf16":
-        out = round_to("bf16", out.astype(np.float32))
-    else:
-        out = out.astype(NUMPY_DTYPE.get(t.dtype, np.dtype(np.float32)), copy=False)
-    return out.reshape(t.shape)
+    if t.dtype == "bf16":  # read back as float32
+        return round_to("bf16", out).reshape(t.shape)
+    return out.astype(NUMPY_DTYPE.get(t.dtype, np.dtype(np.float32)), copy=False).reshape(t.shape)
 
 
 def ggml_index_map(t: Tensor) -> npt.NDArray[np.int64]:

@@ -6,18 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import dropwhile
 
 import numpy as np
 
 
 def nmse(actual: np.ndarray, expected: np.ndarray) -> float:
-    """Normalized mean squared error exactly as test-backend-ops: mse(a, b) / mse(a, 0).
-
-    ``actual`` is the backend under test (test-backend-ops' ``f1``), ``expected`` ggml's CPU
-    result (``f2``): the denominator is the power of ``actual``. As in the C loop, differences
-    and squares are f32, accumulated sequentially in f64, and divided with IEEE semantics (an
-    all-zero ``actual`` gives inf or NaN, which ``compare`` treats as the C code does).
-    """
+    """test-backend-ops' mse(actual, expected) / mse(actual, 0): f32 differences and squares summed
+    in order in f64, divided with IEEE semantics (an all-zero ``actual`` gives inf or NaN)."""
     a = np.asarray(actual).astype(np.float32).ravel()
     b = np.asarray(expected).astype(np.float32).ravel()
     if a.size != b.size:
@@ -75,11 +71,5 @@ def compare(actual: np.ndarray, expected: np.ndarray, max_err: float = 1e-7) -> 
 
 def same_ne(shape_a: Sequence[int], shape_b: Sequence[int]) -> bool:
     """True when two numpy-order shapes are the same ggml tensor (leading numpy dims of 1 ignored)."""
-
-    def ne(s: Sequence[int]) -> list[int]:
-        dims = [int(v) for v in s]
-        while dims and dims[0] == 1:
-            dims.pop(0)
-        return dims
-
-    return ne(shape_a) == ne(shape_b)
+    a, b = (list(dropwhile(lambda d: d == 1, map(int, s))) for s in (shape_a, shape_b))
+    return a == b
