@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
+from ovkit.escape import html_attr as esc
 from ovkit.runtime import Core
-from ovkit.widgets._html import esc
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S, MIN_INTERVAL_S, Refresher, claim
 from ovkit.widgets.data import (
     DeviceRow,
@@ -180,8 +180,8 @@ class LiveView(SavedPictureMixin, widgets.VBox):
         self.retire(f"{self.kind} stopped; the last state drawn ({self._last_drawn or 'never drawn'}):")
 
     def saved_html(self) -> str:
-        """What the browser last drew (``MemoryView.drawn_html``), else the HTML fallback."""
-        return self.view.drawn_html or self.fallback_html()
+        """What the browser last drew (``MemoryView.drawn_html``), else the report."""
+        return self.view.drawn_html or self._repr_html_()
 
     def _saved_style(self) -> str:
         return STYLESHEET.read_text(encoding="utf-8")  # the view's stylesheet

@@ -11,10 +11,9 @@ import ipywidgets as widgets
 
 from ovkit.devices import physical_device_ids
 from ovkit.layouts import DEFAULT_LAYOUT, LAYOUTS
-from ovkit.notebook_log import line_html
+from ovkit.report import Report
 from ovkit.runtime import Core
 from ovkit.selection import ENV_DEVICE, Selection, resolve_device
-from ovkit.widgets._html import error_box, esc
 from ovkit.widgets.data import error_text
 from ovkit.widgets.saved import SavedPictureMixin
 
@@ -59,34 +58,15 @@ def set_device_env(value: str | None, env: MutableMapping[str, str] | None = Non
         reload_engines()
 
 
-def render_state_html(state: SelectorState) -> str:
-    """The resolution as HTML: the variable, the device it selects, the warning and the hint."""
+def state_report(state: SelectorState) -> Report:
+    """The variable and the device it resolves to, the backend's lines (the fallback warning, the
+    hint), and whose rule decided; or why it could not be resolved."""
     shown = UNSET if state.requested is None else repr(state.requested)
-    parts = [f"<code>{esc(ENV_DEVICE)}</code> = <code>{esc(shown)}</code>"]
     if state.error:
-        parts.append(error_box(state.error))
-        return "<div>" + " ".join(parts) + "</div>"
-    parts.append(f' &rarr; resolves to <b class="ovkit-resolved">{esc(state.device)}</b>')
-    # the backend's lines with their severity: the fallback warning and the hint stand out
-    lines = [("warning" if "fallback" in line else "info", line) for line in state.messages]
-    if state.hint:
-        lines.insert(-1, ("hint", f"hint: {state.hint}"))
-    parts += [line_html(kind, line) for kind, line in lines]
-    parts.append(f'<div class="ovkit-layout"><small>{esc(layout_line(state))}</small></div>')
-    return "<div>" + "".join(parts) + "</div>"
-
-
-def render_state_text(state: SelectorState) -> str:
-    shown = UNSET if state.requested is None else repr(state.requested)
-    lines = [f"{ENV_DEVICE} = {shown}"]
-    if state.error:
-        return "\n".join([*lines, f"error: {state.error}"])
-    lines[0] += f" -> {state.device}"
-    lines += [f"  {m}" for m in state.messages]
-    if state.hint:
-        lines.append(f"  hint: {state.hint}")
-    lines.append(f"  ({layout_line(state)})")
-    return "\n".join(lines)
+        return Report(f"{ENV_DEVICE} = {shown}", notes=(f"error: {state.error}",))
+    hint = (f"  hint: {state.hint}",) if state.hint else ()
+    lines = (*(f"  {m}" for m in state.messages), *hint, f"  ({layout_line(state)})")
+    return Report(f"{ENV_DEVICE} = {shown} -> {state.device}", notes=lines)
 
 
 class DeviceSelector(SavedPictureMixin, widgets.VBox):
@@ -150,7 +130,7 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
                 self.text.value = value
         finally:
             self._syncing = False
-        self.status.value = render_state_html(state)
+        self.status.value = state_report(state)._repr_html_()
         if self._on_change is not None:
             self._on_change(state)
         self.save_picture()
@@ -164,8 +144,5 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
         if not self._syncing and change["new"]:
             self.select(change["new"])
 
-    def fallback_html(self) -> str:
-        return render_state_html(self.state)
-
-    def fallback_text(self) -> str:
-        return render_state_text(self.state)
+    def report(self) -> Report:
+        return state_report(self.state)
