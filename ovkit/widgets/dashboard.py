@@ -15,6 +15,7 @@ import ipywidgets as widgets
 from ovkit.escape import html_attr as esc
 from ovkit.report import Report
 from ovkit.runtime import Core
+from ovkit.selection import Selection
 from ovkit.utilisation import Busy, UtilisationMeter, busy_frame
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
 from ovkit.widgets.charts import AllocationCharts
@@ -22,7 +23,7 @@ from ovkit.widgets.data import Snapshot, error_text
 from ovkit.widgets.device_table import table_report
 from ovkit.widgets.fit import FitView
 from ovkit.widgets.live import PANELS
-from ovkit.widgets.selector import DeviceSelector, SelectorState
+from ovkit.widgets.selector import DeviceSelector
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -91,12 +92,12 @@ class Dashboard(AllocationCharts):
             if not was_paused:
                 self.refresher.resume()
 
-    def _on_select(self, state: SelectorState) -> None:
+    def _on_select(self, state: Selection | None) -> None:
         # The highlight follows the selection right away (not on the next tick).
         self.refresh()
         explorer = getattr(self, "explorer", None)
         select = getattr(explorer, "device_select", None)
-        if select is not None and state.device in select.options:
+        if select is not None and state is not None and state.device in select.options:
             select.value = (state.device,)  # the explorer runs where the backend would
 
     def report(self) -> Report:
