@@ -62,7 +62,7 @@ def test_policy_verdict_with_reason(explorer) -> None:
 def test_run_on_every_device_compares_and_charts(explorer) -> None:
     explorer.shape_texts["a"].value = "16, 128"
     explorer.shape_texts["b"].value = "4, 128"
-    runs = explorer.run_all()
+    runs = explorer.run(every_device=True)
     frame = explorer.to_frame()
     assert list(frame.index) == ["CPU", "GPU", "NPU"]  # the simulated GPU and NPU run on the CPU
     assert (frame["status"] == "OK").all() and frame["simulated"].all()

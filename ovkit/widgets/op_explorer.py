@@ -319,7 +319,7 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
             control.observe(lambda _: self.check(), names="value")
         self.check_button.on_click(lambda _: self.check())
         self.run_button.on_click(lambda _: self.run())
-        self.run_all_button.on_click(lambda _: self.run_all())
+        self.run_all_button.on_click(lambda _: self.run(every_device=True))
         self.top_row = widgets.HBox([self.op_dropdown, self.dtype_dropdown, self.reference_dropdown])
         self.button_row = widgets.HBox([self.check_button, self.run_button, self.run_all_button])
         real = widgets.HBox([self.real_backend_check, self.real_backend_note])
@@ -419,10 +419,6 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
                 self.error = error_text(exc)
             self._render_runs()
             return self.runs
-
-    def run_all(self) -> list[OpRun]:
-        """ "Run on every device": all devices, with the comparison chart."""
-        return self.run(every_device=True)
 
     # -- view -----------------------------------------------------------------------------
     def _render_verdicts(self) -> None:
