@@ -50,11 +50,6 @@ class Death:
     stderr: str = ""  #: the last :data:`STDERR_TAIL_BYTES` of what the child wrote on stderr
     hint: str = ""  #: for SIGILL: the instruction set it most likely was, how to rebuild
 
-    @property
-    def signal(self) -> str | None:
-        """The signal's name (``SIGILL``), or None when the child exited by itself."""
-        return signal_name(self.returncode) if self.returncode < 0 else None
-
     def describe(self) -> str:
         """``SIGSEGV``, ``signal 77`` or ``exit code 3``, with the hint when there is one."""
         cause = signal_name(self.returncode)

@@ -10,7 +10,7 @@ from ovkit.memory import format_bytes, unit_for
 from ovkit.report import Report, figure_png
 from ovkit.widgets.axes import Axis, fit_axis
 from ovkit.widgets.controls import LiveView
-from ovkit.widgets.data import RSS_ROW, LiveModel
+from ovkit.widgets.data import RSS_ROW, LiveModel, rows_frame
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -122,7 +122,7 @@ class AllocationCharts(LiveView):
     def frames(self) -> dict[str, pd.DataFrame]:
         """The figures the panels draw: memory bars, allocations by type, the history (bytes)."""
         return {
-            "bars": self.model.bars_frame(),
+            "bars": rows_frame(self.rows)[["used_bytes", "free_bytes", "total_bytes", "simulated", "rule"]],
             "breakdown": self.model.breakdown_frame(),
             "history": self.history.frame(),
         }

@@ -242,10 +242,6 @@ class LiveModel:
         }
 
     # -- the same figures for static images and tests ---------------------------------------
-    def bars_frame(self) -> pd.DataFrame:
-        """Per device: used / free / total bytes as the memory bars draw them."""
-        return rows_frame(self.rows)[["used_bytes", "free_bytes", "total_bytes", "simulated", "rule"]]
-
     def breakdown_frame(self) -> pd.DataFrame:
         """Allocations by type per device (bytes), plus this process's RSS as its own row."""
         import pandas as pd

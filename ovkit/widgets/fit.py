@@ -19,7 +19,6 @@ class FitView(FallbackReprMixin, widgets.VBox):
     def __init__(self, path: str = "", n_ctx: int = 4096, *, core: Core | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.core = core
-        self.result: Any = None
         self.shown = Report("ovkit check: no file checked yet")
         self.path = widgets.Text(value=str(path), description="GGUF", placeholder="path of a .gguf file")
         self.n_ctx = widgets.IntText(value=n_ctx, description="-c", layout=widgets.Layout(width="180px"))
@@ -33,13 +32,13 @@ class FitView(FallbackReprMixin, widgets.VBox):
         from ovkit.preflight import PreflightError, check
 
         try:
-            self.result = check(self.path.value, self.n_ctx.value or None, core=self.core)
-            self.shown = dataclasses.replace(self.result.report(), png=figure_png(self.result.plot()))
+            result = check(self.path.value, self.n_ctx.value or None, core=self.core)
+            self.shown = dataclasses.replace(result.report(), png=figure_png(result.plot()))
         except PreflightError as exc:
-            self.result = None
+            result = None
             self.shown = Report("ovkit check", notes=(f"error: {exc}",))
         self.out.value = self._repr_html_()
-        return self.result
+        return result
 
     def report(self) -> Report:
         return self.shown
