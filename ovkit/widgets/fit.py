@@ -10,10 +10,10 @@ import ipywidgets as widgets
 
 from ovkit.report import Report, figure_png
 from ovkit.runtime import Core
-from ovkit.widgets.saved import FallbackReprMixin
+from ovkit.widgets.saved import SavedPictureMixin
 
 
-class FitView(FallbackReprMixin, widgets.VBox):
+class FitView(SavedPictureMixin, widgets.VBox):
     """Path, ``-c`` (0: the training context) and a button; the answer below."""
 
     def __init__(self, path: str = "", n_ctx: int = 4096, *, core: Core | None = None, **kwargs: Any) -> None:
@@ -38,6 +38,7 @@ class FitView(FallbackReprMixin, widgets.VBox):
             result = None
             self.shown = Report("ovkit check", notes=(f"error: {exc}",))
         self.out.value = self._repr_html_()
+        self.save_picture()
         return result
 
     def report(self) -> Report:

@@ -53,9 +53,12 @@ def close_parts(owner: widgets.Widget) -> None:
             w.close()
 
 
-class FallbackReprMixin(Reported):
-    """A widget's :meth:`report` as text/plain and text/html beside its widget view, for
-    ``print``, nbconvert and front ends without widgets (and, for a chart, its PNG)."""
+class SavedPictureMixin(Reported):
+    """Displays the widget, then its saved picture, each under a display id: :meth:`save_picture`
+    brings the picture up to date, :meth:`retire` puts it in the widget's place for good.  Its
+    :meth:`report` is its text and HTML (for ``print``, nbconvert, front ends without widgets)."""
+
+    _shown: list[tuple[str, str]]  # (widget output, saved picture) display ids, per display
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         try:
@@ -70,13 +73,6 @@ class FallbackReprMixin(Reported):
         """A chart's static image (``to_png``) for nbconvert/papermill outputs, else nothing."""
         to_png = getattr(self, "to_png", None)
         return {"image/png": base64.b64encode(to_png()).decode("ascii")} if callable(to_png) else {}
-
-
-class SavedPictureMixin(FallbackReprMixin):
-    """Displays the widget, then its saved picture, each under a display id: :meth:`save_picture`
-    brings the picture up to date, :meth:`retire` puts it in the widget's place for good."""
-
-    _shown: list[tuple[str, str]]  # (widget output, saved picture) display ids, per display
 
     def saved_html(self) -> str:
         """The picture to save: the widget's report (live views: what the browser drew)."""
