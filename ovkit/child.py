@@ -14,7 +14,6 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO
 
 from ovkit.errors import OvkitError
 
@@ -99,7 +98,7 @@ class ChildTimedOut(ChildError):
 
 class Child:
     """One child process answering requests, one line each way: requests on its stdin, replies on a
-    private pipe (:func:`reply_channel`: native prints never corrupt one), stderr kept in a file."""
+    private pipe (:func:`serve`: native prints never corrupt one), stderr kept in a file."""
 
     def __init__(
         self,
@@ -223,17 +222,12 @@ def run(
     return proc.stdout
 
 
-def reply_channel() -> IO[str]:
-    """The child side of :class:`Child`: the reply stream (stdout pointed at stderr first)."""
-    replies = os.fdopen(int(os.environ[REPLY_FD_ENV]), "w")
+def serve(answer: Callable[[str], str]) -> None:
+    """The child's loop: each non-blank request line on stdin answered by ``answer``, one line, on
+    the reply pipe (stdout is pointed at stderr first)."""
+    out = os.fdopen(int(os.environ[REPLY_FD_ENV]), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    return replies
-
-
-def serve(answer: Callable[[str], str]) -> None:
-    """The child's loop: each non-blank request line on stdin answered by ``answer``, one line."""
-    out = reply_channel()
     for line in sys.stdin:
         if line.strip():
             out.write(answer(line) + "\n")

@@ -217,15 +217,11 @@ def _leading_integer(text: str) -> int:
     return -magnitude if sign == "-" else magnitude
 
 
-def _as_c_int(n: int) -> int:
-    """``(int) strtol``: saturate to the long range, then keep the low 32 bits (two's complement)."""
-    n = min(max(n, LONG_MIN), LONG_MAX)
-    return (n + 2**31) % 2**32 - 2**31
-
-
 def atoi(text: str) -> int:
-    """glibc ``atoi`` (= ``(int) strtol(text, NULL, 10)``): leading integer, else 0, wrapped to int."""
-    return _as_c_int(_leading_integer(text))
+    """glibc ``atoi`` (= ``(int) strtol(text, NULL, 10)``): leading integer, else 0, saturated to
+    the long range, then its low 32 bits (two's complement)."""
+    n = min(max(_leading_integer(text), LONG_MIN), LONG_MAX)
+    return (n + 2**31) % 2**32 - 2**31
 
 
 def _range_note(text: str) -> str:

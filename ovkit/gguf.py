@@ -416,17 +416,15 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
     cur = _Cursor(p, _open_map(p))
     n_tensors, n_kv = _header(cur)
     metadata, alignment = _metadata(cur, n_kv)
-    infos: list[TensorInfo] = []
-    names: set[str] = set()
+    infos: dict[str, TensorInfo] = {}
     for i in range(n_tensors):
         info = _tensor_info(cur, i)
-        if info.name in names:
+        if info.name in infos:
             raise cur.fail(f"duplicate tensor name {info.name!r}")
-        names.add(info.name)
-        infos.append(info)
+        infos[info.name] = info
     data_start = align_up(cur.pos, alignment)
-    _check_layout(cur, infos, data_start, alignment)
-    tensors = {t.name: replace(t, offset=data_start + t.offset) for t in infos}
+    _check_layout(cur, list(infos.values()), data_start, alignment)
+    tensors = {n: replace(t, offset=data_start + t.offset) for n, t in infos.items()}
     return GGUFModel(p, metadata, tensors, size, cur.data)
 
 
