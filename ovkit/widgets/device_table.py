@@ -15,15 +15,6 @@ def mib_text(nbytes: int | None) -> str:
     return "unknown" if nbytes is None else f"{nbytes // MIB:,}"
 
 
-def _usage_text(r: DeviceRow) -> str:
-    return "unknown" if r.usage is None else f"{r.usage:.0%}"
-
-
-def caption(simulated: bool) -> str:
-    what = "SIMULATED device set (ovkit.simulate)" if simulated else "OpenVINO devices"
-    return f"{what} — layout: seed ({LAYOUTS['seed'].title})"  # the live views list the seed's devices
-
-
 def table_report(rows: list[DeviceRow], *, simulated: bool = False, error: str | None = None) -> Report:
     """The table under its caption (``*``: the selected device), each row's errors and a failed
     refresh in the notes."""
@@ -36,7 +27,7 @@ def table_report(rows: list[DeviceRow], *, simulated: bool = False, error: str |
             mib_text(r.total_bytes),
             mib_text(r.used_bytes),
             mib_text(r.free_bytes),
-            _usage_text(r),
+            "unknown" if r.usage is None else f"{r.usage:.0%}",
             r.rule,
             r.description,
         )
@@ -47,7 +38,9 @@ def table_report(rows: list[DeviceRow], *, simulated: bool = False, error: str |
         notes.append("(SIMULATED device set; * = selected)")
     if error:
         notes.append(f"refresh error: {error}")
-    return Report(caption(simulated), header, tuple(lines), tuple(notes))
+    what = "SIMULATED device set (ovkit.simulate)" if simulated else "OpenVINO devices"
+    title = f"{what} — layout: seed ({LAYOUTS['seed'].title})"  # the live views list the seed's devices
+    return Report(title, header, tuple(lines), tuple(notes))
 
 
 class DeviceTable(LiveView):
