@@ -42,7 +42,6 @@ class Dashboard(AllocationCharts):
         core: Core | None = None,
         interval: float = DEFAULT_INTERVAL_S,
         auto_refresh: bool = True,
-        charts: bool = True,
         op_explorer: bool = True,
         env: MutableMapping[str, str] | None = None,
         **kwargs: Any,
@@ -51,8 +50,6 @@ class Dashboard(AllocationCharts):
         self.meter = UtilisationMeter()
         self.busy: list[Busy] = []
         self.busy_panel = widgets.HTML(value="")
-        if not charts:
-            self.panels = ("table",)
         super().__init__(core=core, env=env, interval=interval, auto_refresh=auto_refresh, **kwargs)
         self.explorer = _make_explorer(self.quiet, core=core) if op_explorer else None
         self.fit = FitView(core=core)  # will a GGUF run on these devices, and what will it take
@@ -103,8 +100,7 @@ class Dashboard(AllocationCharts):
     def report(self) -> Report:
         """Selector, device table (and charts) and busy panel."""
         table = table_report(self.rows, simulated=self._simulated(), error=self.error)
-        if "history" in self.panels:
-            table = dataclasses.replace(table, png=self.to_png())
+        table = dataclasses.replace(table, png=self.to_png())
         return Report("ovkit dashboard", parts=(self.selector.report(), table, busy_report(self.busy)))
 
     def saved_html(self) -> str:
