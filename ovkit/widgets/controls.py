@@ -101,13 +101,12 @@ class LiveView(SavedPictureMixin, widgets.VBox):
         env: Mapping[str, str] | None = None,
         interval: float = DEFAULT_INTERVAL_S,
         auto_refresh: bool = True,
-        history: MemoryHistory | None = None,
         **kwargs: Any,
     ) -> None:
         self.core = core
         self.env = env
         self.error: str | None = None
-        self.view = MemoryView(self.panels, LiveModel(history), on_drawn=self.save_picture)
+        self.view = MemoryView(self.panels, LiveModel(), on_drawn=self.save_picture)
         self.refresher = Refresher(
             self.refresh,
             interval,

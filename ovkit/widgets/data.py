@@ -179,8 +179,8 @@ META_FIELDS = ("name", "description", "simulated", "rule", "explain")  #: sent o
 class LiveModel:
     """Turns snapshots into the live views' payload, keeping the history and the axes' state."""
 
-    def __init__(self, history: MemoryHistory | None = None) -> None:
-        self.history = history if history is not None else MemoryHistory()
+    def __init__(self) -> None:
+        self.history = MemoryHistory()
         self.history_axes: dict[str, Axis] = {}
         self.breakdown_axis: Axis | None = None
         self.kinds: tuple[str, ...] = ()
