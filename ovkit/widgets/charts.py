@@ -140,12 +140,10 @@ class AllocationCharts(LiveView):
             f"{row} · {'process RSS' if kind == 'rss' else kind}: {format_bytes(nbytes)}"
             for row, kind, nbytes in self.model.breakdown_frame().itertuples(index=False, name=None)
         )
-        notes = (*this_process, f"history: {len(self.history.frame())} samples kept")
         error = (f"error: {self.error}",) if self.error else ()
-        columns = ("device", "used", "of", "rule")
-        return Report(
-            f"Allocation charts ({chart_title(self.model)})", columns, memory, (*error, *notes), self.to_png()
-        )
+        notes = (*error, *this_process, f"history: {len(self.history.frame())} samples kept")
+        title = f"Allocation charts ({chart_title(self.model)})"
+        return Report(title, ("device", "used", "of", "rule"), memory, notes, self.to_png())
 
 
 __all__ = ["AllocationCharts", "static_figure"]

@@ -422,8 +422,7 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
 
     # -- view -----------------------------------------------------------------------------
     def _render_verdicts(self) -> None:
-        shown = self._error_report() or verdicts_report(self.verdicts)
-        self.verdict_html.value = shown._repr_html_()
+        self.verdict_html.value = (self._error_report() or verdicts_report(self.verdicts))._repr_html_()
         self.save_picture()
 
     def _render_runs(self) -> None:
