@@ -104,15 +104,11 @@ class Dashboard(AllocationCharts):
         return Report("ovkit dashboard", parts=(self.selector.report(), table, busy_report(self.busy)))
 
     def saved_html(self) -> str:
-        """The selector's state, what the browser last drew, and the busy panel."""
+        """The report, with what the browser last drew in place of the table and charts."""
         if not self.view.drawn_html:
             return self._repr_html_()
-        parts = (
-            self.selector.report()._repr_html_(),
-            self.view.drawn_html,
-            busy_report(self.busy)._repr_html_(),
-        )
-        return "<div>" + "".join(parts) + "</div>"
+        selector = self.selector.report()._repr_html_()
+        return f"<div>{selector}{self.view.drawn_html}{busy_report(self.busy)._repr_html_()}</div>"
 
 
 def busy_report(busy: list[Busy]) -> Report:
