@@ -14,7 +14,6 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO
 
 from ovkit.errors import OvkitError
 
@@ -49,11 +48,6 @@ class Death:
     returncode: int  #: negative: killed by that signal
     stderr: str = ""  #: the last :data:`STDERR_TAIL_BYTES` of what the child wrote on stderr
     hint: str = ""  #: for SIGILL: the instruction set it most likely was, how to rebuild
-
-    @property
-    def signal(self) -> str | None:
-        """The signal's name (``SIGILL``), or None when the child exited by itself."""
-        return signal_name(self.returncode) if self.returncode < 0 else None
 
     def describe(self) -> str:
         """``SIGSEGV``, ``signal 77`` or ``exit code 3``, with the hint when there is one."""
@@ -104,7 +98,7 @@ class ChildTimedOut(ChildError):
 
 class Child:
     """One child process answering requests, one line each way: requests on its stdin, replies on a
-    private pipe (:func:`reply_channel`: native prints never corrupt one), stderr kept in a file."""
+    private pipe (:func:`serve`: native prints never corrupt one), stderr kept in a file."""
 
     def __init__(
         self,
@@ -228,17 +222,12 @@ def run(
     return proc.stdout
 
 
-def reply_channel() -> IO[str]:
-    """The child side of :class:`Child`: the reply stream (stdout pointed at stderr first)."""
-    replies = os.fdopen(int(os.environ[REPLY_FD_ENV]), "w")
+def serve(answer: Callable[[str], str]) -> None:
+    """The child's loop: each non-blank request line on stdin answered by ``answer``, one line, on
+    the reply pipe (stdout is pointed at stderr first)."""
+    out = os.fdopen(int(os.environ[REPLY_FD_ENV]), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    return replies
-
-
-def serve(answer: Callable[[str], str]) -> None:
-    """The child's loop: each non-blank request line on stdin answered by ``answer``, one line."""
-    out = reply_channel()
     for line in sys.stdin:
         if line.strip():
             out.write(answer(line) + "\n")

@@ -217,15 +217,11 @@ def _leading_integer(text: str) -> int:
     return -magnitude if sign == "-" else magnitude
 
 
-def _as_c_int(n: int) -> int:
-    """``(int) strtol``: saturate to the long range, then keep the low 32 bits (two's complement)."""
-    n = min(max(n, LONG_MIN), LONG_MAX)
-    return (n + 2**31) % 2**32 - 2**31
-
-
 def atoi(text: str) -> int:
-    """glibc ``atoi`` (= ``(int) strtol(text, NULL, 10)``): leading integer, else 0, wrapped to int."""
-    return _as_c_int(_leading_integer(text))
+    """glibc ``atoi`` (= ``(int) strtol(text, NULL, 10)``): leading integer, else 0, saturated to
+    the long range, then its low 32 bits (two's complement)."""
+    n = min(max(_leading_integer(text), LONG_MIN), LONG_MAX)
+    return (n + 2**31) % 2**32 - 2**31
 
 
 def _range_note(text: str) -> str:
@@ -355,10 +351,6 @@ class OvkitConfig:
         """Stateful execution is forced off for the NPU class, as upstream does."""
         return self.stateful_execution and device_class != "NPU"
 
-    def manual_gqa(self, device_class: str) -> bool:
-        """MANUAL_GQA_ATTN when set, else on for the GPU class."""
-        return self.manual_gqa_attn if self.manual_gqa_attn is not None else device_class == "GPU"
-
     def attention_manual_gqa(self, device_class: str) -> bool | None:
         """MANUAL_GQA_ATTN as ovkit's FLASH_ATTN_EXT translation takes it: when set, its value (on:
         the backend's manual form; off: SDPA); unset, on for the GPU class and None elsewhere
@@ -371,7 +363,7 @@ class OvkitConfig:
         """The class-dependent switches as the backend resolves them on ``device_class``."""
         return {
             "STATEFUL_EXECUTION": self.stateful(device_class),
-            "MANUAL_GQA_ATTN": self.manual_gqa(device_class),
+            "MANUAL_GQA_ATTN": bool(self.attention_manual_gqa(device_class)),
             "RELEASE_WEIGHTS": self.release_weights(device_class),
             "REDUCE_COMPILE_MEM": self.reduce_compile_mem,
             "MOE_OP": self.moe_op and device_class == "GPU",

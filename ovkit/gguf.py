@@ -5,6 +5,7 @@ the file, tensor or key and the bytes); written with the ``gguf`` package's ``GG
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import struct
 from dataclasses import astuple, dataclass, field, replace
@@ -391,13 +392,6 @@ def _check_layout(cur: _Cursor, infos: list[TensorInfo], data_start: int, alignm
         prev = t
 
 
-def _open_map(p: Path) -> memoryview:
-    import mmap
-
-    with open(p, "rb") as fh:
-        return memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
-
-
 def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
     """Open a GGUF file (metadata + tensor infos, data memory-mapped), every count, length and
     offset checked before use as ggml's reader does; GGUFError on broken files."""
@@ -410,23 +404,20 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
         raise GGUFError(f"{p}: not a regular file, expected a GGUF file")
     size = p.stat().st_size
     with open(p, "rb") as fh:
-        magic = fh.read(4)
-    if magic != GGUF_MAGIC:
-        raise GGUFError(f"{p}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
-    cur = _Cursor(p, _open_map(p))
+        if (magic := fh.read(4)) != GGUF_MAGIC:
+            raise GGUFError(f"{p}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
+        cur = _Cursor(p, memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)))
     n_tensors, n_kv = _header(cur)
     metadata, alignment = _metadata(cur, n_kv)
-    infos: list[TensorInfo] = []
-    names: set[str] = set()
+    infos: dict[str, TensorInfo] = {}
     for i in range(n_tensors):
         info = _tensor_info(cur, i)
-        if info.name in names:
+        if info.name in infos:
             raise cur.fail(f"duplicate tensor name {info.name!r}")
-        names.add(info.name)
-        infos.append(info)
+        infos[info.name] = info
     data_start = align_up(cur.pos, alignment)
-    _check_layout(cur, infos, data_start, alignment)
-    tensors = {t.name: replace(t, offset=data_start + t.offset) for t in infos}
+    _check_layout(cur, list(infos.values()), data_start, alignment)
+    tensors = {n: replace(t, offset=data_start + t.offset) for n, t in infos.items()}
     return GGUFModel(p, metadata, tensors, size, cur.data)
 
 

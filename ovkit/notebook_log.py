@@ -51,18 +51,13 @@ def severity_of(record: logging.LogRecord) -> str:
     return "hint" if record.getMessage().startswith("hint:") else "info"
 
 
-def line_html(kind: str, message: str) -> str:
-    """One log line of severity ``kind`` (a key of :data:`SEVERITIES`) as styled, escaped HTML."""
-    sev = SEVERITIES[kind]
-    return f'<div class="ovkit-log ovkit-log-{kind}" style="{sev.style}">{sev.mark}{html_attr(message)}</div>'
-
-
 def render(record: logging.LogRecord) -> dict[str, str]:
-    """The mime bundle of one record."""
+    """The mime bundle of one record: its text, and its line styled by severity as escaped HTML."""
     kind, message = severity_of(record), record.getMessage()
-    prefix = SEVERITIES[kind].prefix
-    text = message if prefix and message.startswith(prefix) else prefix + message
-    return {"text/plain": text, "text/html": line_html(kind, message)}
+    sev = SEVERITIES[kind]
+    text = message if sev.prefix and message.startswith(sev.prefix) else sev.prefix + message
+    html = f'<div class="ovkit-log ovkit-log-{kind}" style="{sev.style}">{sev.mark}{html_attr(message)}</div>'
+    return {"text/plain": text, "text/html": html}
 
 
 class NotebookLogHandler(logging.Handler):

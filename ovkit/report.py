@@ -69,14 +69,20 @@ FORMATS: dict[str, Callable[[Any], str]] = {
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """A small table of already formatted strings, with a title and footnotes."""
+    """A small table of already formatted strings, with a title and footnotes; in HTML also a
+    picture (``png``), and further reports (``parts``) below it: one record, shown as text or HTML."""
 
     title: str
-    columns: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
+    columns: tuple[str, ...] = ()
+    rows: tuple[tuple[str, ...], ...] = ()
     notes: tuple[str, ...] = ()
+    png: bytes = b""
+    parts: tuple[Report, ...] = ()
 
     def __str__(self) -> str:
+        return "\n\n".join([self._text(), *map(str, self.parts)])
+
+    def _text(self) -> str:
         if not self.columns:
             return "\n".join([self.title, *self.notes])
         widths = [max([len(c), *(len(r[i]) for r in self.rows)]) for i, c in enumerate(self.columns)]
@@ -98,7 +104,9 @@ class Report:
         thead = f"<thead><tr>{head}</tr></thead>" if any(self.columns) else ""
         table = f"<table>{thead}<tbody>{body}</tbody></table>" if self.columns else ""
         notes = "".join(f"<div class='ovkit-note'>{esc(n)}</div>" for n in self.notes)
-        return f"<div class='ovkit-report'><b>{esc(self.title)}</b>{table}{notes}</div>"
+        picture = png_img(self.png, self.title) if self.png else ""
+        parts = "".join(p._repr_html_() for p in self.parts)
+        return f"<div class='ovkit-report'><b>{esc(self.title)}</b>{table}{notes}{picture}{parts}</div>"
 
     def column(self, name: str) -> list[str]:
         i = self.columns.index(name)

@@ -38,13 +38,7 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def render(
-    template: str,
-    variables: Mapping[str, Any],
-    *,
-    timeout: float = RENDER_TIMEOUT_S,
-    max_chars: int = MAX_OUTPUT_CHARS,
-) -> str:
+def render(template: str, variables: Mapping[str, Any]) -> str:
     """``template`` rendered with ``variables`` (JSON data) in the sandboxed child, within the bounds."""
     from ovkit import child
 
@@ -53,16 +47,16 @@ def render(
             f"the chat template is {len(template):,} characters, more than the bound of {MAX_TEMPLATE_CHARS:,}"
         )
     try:
-        request = json.dumps({"template": template, "variables": variables, "max_chars": max_chars})
+        request = json.dumps({"template": template, "variables": variables, "max_chars": MAX_OUTPUT_CHARS})
     except (TypeError, ValueError) as exc:
         raise TemplateError(f"the messages are not JSON data ({_one_line(exc)})") from None
     with child.Child([sys.executable, "-m", "ovkit.template"]) as proc:
         try:
             proc.ask(_READY, START_TIMEOUT_S)
-            reply = json.loads(proc.ask(request, timeout))
+            reply = json.loads(proc.ask(request, RENDER_TIMEOUT_S))
         except child.ChildTimedOut:
             raise TemplateError(
-                f"the chat template did not finish within {timeout:g} s (the bound on rendering time)"
+                f"the chat template did not finish within {RENDER_TIMEOUT_S:g} s (the bound on rendering time)"
             ) from None
         except child.ChildCrashed as exc:
             raise TemplateError(f"the chat template's rendering process died ({_one_line(exc)})") from None

@@ -209,7 +209,7 @@ def _check_dashboard(lab: str, page: Any) -> None:
     reference = "ggml" if ggml_reference_available() else "numpy"  # ggml whenever it works here
     assert page.locator(f"{WIDGETS} .ovkit-op-explorer select").nth(2).input_value() == reference
     page.locator(f"{WIDGETS} .ovkit-op-explorer button", has_text="Run on every device").click()
-    results = page.locator(f"{WIDGETS} .ovkit-op-explorer table.ovkit-op-results tbody tr")
+    results = page.locator(f"{WIDGETS} .ovkit-op-explorer .ovkit-op-results tbody tr")
     deadline = time.monotonic() + 60
     while results.count() < 3 and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -90,7 +90,7 @@ def test_a_child_that_dies_of_sigill_names_it_with_the_hint() -> None:
         with pytest.raises(child.ChildCrashed) as info:
             c.ask("second", 60)
     died = info.value.death
-    assert died.signal == "SIGILL" and died.hint == "HINT: rebuild"
+    assert child.signal_name(died.returncode) == "SIGILL" and died.hint == "HINT: rebuild"
     assert str(info.value) == "SIGILL, HINT: rebuild: about to execute tilezero"
 
 

@@ -64,8 +64,8 @@ def test_toggles_read_as_atoi_not_zero_with_warnings(raw: str, on: bool, warning
 def test_manual_gqa_is_tristate_greater_than_zero(raw: str | None, expected: bool | None) -> None:
     cfg, _ = parse(**({} if raw is None else {"MANUAL_GQA_ATTN": raw}))
     assert cfg.manual_gqa_attn is expected
-    assert cfg.manual_gqa("GPU") is (True if expected is None else expected)
-    assert cfg.manual_gqa("CPU") is (False if expected is None else expected)
+    assert cfg.effective("GPU")["MANUAL_GQA_ATTN"] is (True if expected is None else expected)
+    assert cfg.effective("CPU")["MANUAL_GQA_ATTN"] is (False if expected is None else expected)
 
 
 @pytest.mark.parametrize(

@@ -224,7 +224,7 @@ def test_device_table_and_selector_say_which_layout_they_show() -> None:
     assert "layout: seed (list-devices PRD" in device_table(core=core).to_html()
     raw = device_table(raw=True, layout="master", core=core)
     assert list(raw.index) == ["OPENVINO0"] and raw.loc["OPENVINO0", "layout"] == "master"
-    from ovkit.widgets.selector import render_state_text, selector_state
+    from ovkit.widgets.selector import state_report
 
-    text = render_state_text(selector_state(resolve_device({}, log=False, layout="master", core=core)))
+    text = str(state_report(resolve_device({}, log=False, layout="master", core=core)))
     assert "(master layout: an unknown device means fallback to CPU with a warning)" in text

@@ -299,8 +299,8 @@ def test_02_selector_widget_moves_the_highlight(executed: Callable[[str], Any]) 
     assert dropdowns[0]["_options_labels"] == ["(unset)", "CPU", "GPU.0", "GPU.1"]
     ((_, highlighted),) = live_tables(nb)
     assert highlighted == "GPU.1"
-    status = [h["value"] for h in widget_states(nb, "HTMLModel") if "ovkit-resolved" in h["value"]]
-    assert status == [status[0]] and 'resolves to <b class="ovkit-resolved">GPU.1</b>' in status[0]
+    status = [h["value"] for h in widget_states(nb, "HTMLModel") if "GGML_OPENVINO_DEVICE = " in h["value"]]
+    assert status == [status[0]] and "GGML_OPENVINO_DEVICE = 'GPU.1' -&gt; GPU.1</b>" in status[0]
 
 
 @pytest.mark.slow

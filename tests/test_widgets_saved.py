@@ -30,7 +30,7 @@ def _send(view, content) -> None:
 def test_the_browser_drawing_becomes_the_saved_picture(table) -> None:
     view = table(SimulatedCore("laptop"), auto_refresh=False)
     before = view.saved_html()
-    assert 'data-device="NPU"' in before  # nothing drawn yet: the kernel's own HTML table
+    assert before == view._repr_html_() and ">NPU (sim)<" in before  # nothing drawn yet: the report
     saved: list[int] = []
     view.save_picture = lambda: saved.append(1)  # type: ignore[method-assign]
     view.view._on_drawn = view.save_picture
@@ -55,7 +55,7 @@ def test_the_browser_drawing_becomes_the_saved_picture(table) -> None:
 def test_a_malformed_message_changes_nothing(table, content) -> None:
     view = table(SimulatedCore("laptop"), auto_refresh=False)
     _send(view.view, content)
-    assert view.view.drawn_html == "" and 'data-device="NPU"' in view.saved_html()
+    assert view.view.drawn_html == "" and ">NPU (sim)<" in view.saved_html()
 
 
 def test_the_dashboards_picture_keeps_the_selection_and_busy_figures() -> None:

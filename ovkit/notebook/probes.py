@@ -107,12 +107,8 @@ def can_quantize(qtype: str) -> bool:
 
 def quantizable(types: Sequence[str], skipped: str) -> list[str]:
     """The ``types`` this install can quantize; the others are named in one ``skipped:`` line."""
-    from ovkit.upstream.build import INSTALL_SCRIPT
-
     missing = [t for t in types if not can_quantize(t)]
     if missing:
-        print(
-            f"skipped: {skipped} ({', '.join(missing)} need{'' if len(missing) > 1 else 's'} ggml's "
-            f"quantizer: ggml-python (ggml itself) is not installed; run {INSTALL_SCRIPT})"
-        )
+        needs = f"{', '.join(missing)} need{'' if len(missing) > 1 else 's'} ggml's quantizer"
+        print(f"skipped: {skipped} ({needs}: {_ggml_missing(None) or 'ggml-python failed to quantize'})")
     return [t for t in types if t not in missing]

@@ -7,11 +7,10 @@ import itertools
 from typing import TYPE_CHECKING, Any
 
 from ovkit.memory import format_bytes, unit_for
-from ovkit.report import figure_png, png_img
-from ovkit.widgets._html import error_box
+from ovkit.report import Report, figure_png
 from ovkit.widgets.axes import Axis, fit_axis
 from ovkit.widgets.controls import LiveView
-from ovkit.widgets.data import RSS_ROW, LiveModel
+from ovkit.widgets.data import RSS_ROW, LiveModel, rows_frame
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -123,7 +122,7 @@ class AllocationCharts(LiveView):
     def frames(self) -> dict[str, pd.DataFrame]:
         """The figures the panels draw: memory bars, allocations by type, the history (bytes)."""
         return {
-            "bars": self.model.bars_frame(),
+            "bars": rows_frame(self.rows)[["used_bytes", "free_bytes", "total_bytes", "simulated", "rule"]],
             "breakdown": self.model.breakdown_frame(),
             "history": self.history.frame(),
         }
@@ -132,26 +131,19 @@ class AllocationCharts(LiveView):
         """The panels as a static PNG (matplotlib, same axes as the live view)."""
         return figure_png(static_figure(self.model, chart_title(self.model)))
 
-    def fallback_html(self) -> str:
-        parts = [png_img(self.to_png(), "allocation charts")]
-        if self.error:
-            parts.insert(0, error_box(self.error))
-        return "<div>" + "".join(parts) + "</div>"
-
-    def fallback_text(self) -> str:
-        lines = [f"Allocation charts ({chart_title(self.model)})"]
-        if self.error:
-            lines.append(f"error: {self.error}")
-        lines.append("[memory per device]")
-        lines += [
-            f"  {r.name}: {format_bytes(r.used_bytes)} used of {format_bytes(r.total_bytes)} ({r.rule})"
-            for r in self.model.rows
-        ]
-        lines.append("[this process: allocations by type, and RSS]")
-        for row, kind, nbytes in self.model.breakdown_frame().itertuples(index=False, name=None):
-            lines.append(f"  {row} · {'process RSS' if kind == 'rss' else kind}: {format_bytes(nbytes)}")
-        lines.append(f"[history] {len(self.history.frame())} samples kept")
-        return "\n".join(lines)
+    def report(self) -> Report:
+        """The figures the panels show, and the panels as a picture."""
+        memory = tuple(
+            (r.name, format_bytes(r.used_bytes), format_bytes(r.total_bytes), r.rule) for r in self.model.rows
+        )
+        this_process = tuple(
+            f"{row} · {'process RSS' if kind == 'rss' else kind}: {format_bytes(nbytes)}"
+            for row, kind, nbytes in self.model.breakdown_frame().itertuples(index=False, name=None)
+        )
+        error = (f"error: {self.error}",) if self.error else ()
+        notes = (*error, *this_process, f"history: {len(self.history.frame())} samples kept")
+        title = f"Allocation charts ({chart_title(self.model)})"
+        return Report(title, ("device", "used", "of", "rule"), memory, notes, self.to_png())
 
 
 __all__ = ["AllocationCharts", "static_figure"]

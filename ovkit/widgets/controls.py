@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
+from ovkit.escape import html_attr as esc
 from ovkit.runtime import Core
-from ovkit.widgets._html import esc
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S, MIN_INTERVAL_S, Refresher, claim
 from ovkit.widgets.data import (
     DeviceRow,
@@ -101,13 +101,12 @@ class LiveView(SavedPictureMixin, widgets.VBox):
         env: Mapping[str, str] | None = None,
         interval: float = DEFAULT_INTERVAL_S,
         auto_refresh: bool = True,
-        history: MemoryHistory | None = None,
         **kwargs: Any,
     ) -> None:
         self.core = core
         self.env = env
         self.error: str | None = None
-        self.view = MemoryView(self.panels, LiveModel(history), on_drawn=self.save_picture)
+        self.view = MemoryView(self.panels, LiveModel(), on_drawn=self.save_picture)
         self.refresher = Refresher(
             self.refresh,
             interval,
@@ -180,8 +179,8 @@ class LiveView(SavedPictureMixin, widgets.VBox):
         self.retire(f"{self.kind} stopped; the last state drawn ({self._last_drawn or 'never drawn'}):")
 
     def saved_html(self) -> str:
-        """What the browser last drew (``MemoryView.drawn_html``), else the HTML fallback."""
-        return self.view.drawn_html or self.fallback_html()
+        """What the browser last drew (``MemoryView.drawn_html``), else the report."""
+        return self.view.drawn_html or self._repr_html_()
 
     def _saved_style(self) -> str:
         return STYLESHEET.read_text(encoding="utf-8")  # the view's stylesheet

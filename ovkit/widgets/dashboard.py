@@ -4,6 +4,7 @@ busy each device is (``ovkit.utilisation``), the fit view (``ovkit check``), op 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import AbstractContextManager
@@ -11,17 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from ovkit.report import png_img
+from ovkit.escape import html_attr as esc
+from ovkit.report import Report
 from ovkit.runtime import Core
+from ovkit.selection import Selection
 from ovkit.utilisation import Busy, UtilisationMeter, busy_frame
-from ovkit.widgets._html import STYLE, esc, html_table, usage_bar
 from ovkit.widgets._refresh import DEFAULT_INTERVAL_S
 from ovkit.widgets.charts import AllocationCharts
 from ovkit.widgets.data import Snapshot, error_text
-from ovkit.widgets.device_table import render_table_html, render_table_text
+from ovkit.widgets.device_table import table_report
 from ovkit.widgets.fit import FitView
 from ovkit.widgets.live import PANELS
-from ovkit.widgets.selector import DeviceSelector, SelectorState
+from ovkit.widgets.selector import DeviceSelector
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,7 +42,6 @@ class Dashboard(AllocationCharts):
         core: Core | None = None,
         interval: float = DEFAULT_INTERVAL_S,
         auto_refresh: bool = True,
-        charts: bool = True,
         op_explorer: bool = True,
         env: MutableMapping[str, str] | None = None,
         **kwargs: Any,
@@ -49,8 +50,6 @@ class Dashboard(AllocationCharts):
         self.meter = UtilisationMeter()
         self.busy: list[Busy] = []
         self.busy_panel = widgets.HTML(value="")
-        if not charts:
-            self.panels = ("table",)
         super().__init__(core=core, env=env, interval=interval, auto_refresh=auto_refresh, **kwargs)
         self.explorer = _make_explorer(self.quiet, core=core) if op_explorer else None
         self.fit = FitView(core=core)  # will a GGUF run on these devices, and what will it take
@@ -67,11 +66,11 @@ class Dashboard(AllocationCharts):
             super().update(snapshot)
             if snapshot.error is None:
                 self.busy = self.meter.sample(snapshot.devices)
-                self.busy_panel.value = render_busy_html(self.busy)
+                self.busy_panel.value = busy_report(self.busy)._repr_html_()
 
     def busy_text(self) -> str:
         """The busy panel as text: one line per device (figure, parts, source)."""
-        return render_busy_text(self.busy)
+        return str(busy_report(self.busy))
 
     def busy_frame(self) -> pd.DataFrame:
         """How busy each device was over the last refresh interval (share 0..1, None = no figure)."""
@@ -90,56 +89,34 @@ class Dashboard(AllocationCharts):
             if not was_paused:
                 self.refresher.resume()
 
-    def _on_select(self, state: SelectorState) -> None:
+    def _on_select(self, state: Selection | None) -> None:
         # The highlight follows the selection right away (not on the next tick).
         self.refresh()
         explorer = getattr(self, "explorer", None)
         select = getattr(explorer, "device_select", None)
-        if select is not None and state.device in select.options:
+        if select is not None and state is not None and state.device in select.options:
             select.value = (state.device,)  # the explorer runs where the backend would
 
-    def fallback_html(self, drawn: str = "") -> str:
-        """Selector, view (``drawn``: what the browser last drew of it, else rendered here) and busy panel."""
-        if not drawn:
-            drawn = render_table_html(self.rows, simulated=self._simulated(), error=self.error)
-            if "history" in self.panels:
-                drawn += png_img(self.to_png(), "memory charts")
-        parts = [self.selector.fallback_html(), drawn, render_busy_html(self.busy)]
-        return "<div>" + "".join(parts) + "</div>"
+    def report(self) -> Report:
+        """Selector, device table (and charts) and busy panel."""
+        table = table_report(self.rows, simulated=self._simulated(), error=self.error)
+        table = dataclasses.replace(table, png=self.to_png())
+        return Report("ovkit dashboard", parts=(self.selector.report(), table, busy_report(self.busy)))
 
     def saved_html(self) -> str:
-        """The selector's state, what the browser last drew, and the busy panel."""
-        return self.fallback_html(self.view.drawn_html)
-
-    def fallback_text(self) -> str:
-        parts = [
-            self.selector.fallback_text(),
-            render_table_text(self.rows, simulated=self._simulated(), error=self.error),
-            render_busy_text(self.busy),
-        ]
-        return "\n\n".join(parts)
+        """The report, with what the browser last drew in place of the table and charts."""
+        if not self.view.drawn_html:
+            return self._repr_html_()
+        selector = self.selector.report()._repr_html_()
+        return f"<div>{selector}{self.view.drawn_html}{busy_report(self.busy)._repr_html_()}</div>"
 
 
-BUSY_TITLE = "busy over the last refresh interval"
-
-
-def render_busy_html(busy: list[Busy]) -> str:
-    """The utilisation panel: a bar and a figure per device, its parts and source (or why none)."""
-    rows = [(b.device + (" (sim)" if b.simulated else ""), b.text, b.detail_text, b.source) for b in busy]
-    table = html_table(["device", "busy", "parts", "source"], rows, "ovkit-devtable ovkit-busy")
-    bars = "".join(
-        f"<div>{esc(b.device)} {usage_bar(b.share, b.source)}</div>" for b in busy if b.share is not None
+def busy_report(busy: list[Busy]) -> Report:
+    """The utilisation panel: each device's figure, its parts and source (or why none)."""
+    rows = tuple(
+        (b.device + (" (sim)" if b.simulated else ""), b.text, b.detail_text, b.source) for b in busy
     )
-    return f"{STYLE}<div class='ovkit-busy-panel'><b>{esc(BUSY_TITLE)}</b>{bars}{table}</div>"
-
-
-def render_busy_text(busy: list[Busy]) -> str:
-    """The utilisation panel as text, one line per device."""
-    lines = [f"[{BUSY_TITLE}]"]
-    for b in busy:
-        parts = f" ({b.detail_text})" if b.detail_text else ""
-        lines.append(f"  {b.device}: {b.text}{parts} · {b.source}")
-    return "\n".join(lines)
+    return Report("busy over the last refresh interval", ("device", "busy", "parts", "source"), rows)
 
 
 def _make_explorer(quiet: Callable[[], AbstractContextManager[Any]], *, core: Core | None) -> widgets.Widget:

@@ -179,8 +179,8 @@ META_FIELDS = ("name", "description", "simulated", "rule", "explain")  #: sent o
 class LiveModel:
     """Turns snapshots into the live views' payload, keeping the history and the axes' state."""
 
-    def __init__(self, history: MemoryHistory | None = None) -> None:
-        self.history = history if history is not None else MemoryHistory()
+    def __init__(self) -> None:
+        self.history = MemoryHistory()
         self.history_axes: dict[str, Axis] = {}
         self.breakdown_axis: Axis | None = None
         self.kinds: tuple[str, ...] = ()
@@ -242,10 +242,6 @@ class LiveModel:
         }
 
     # -- the same figures for static images and tests ---------------------------------------
-    def bars_frame(self) -> pd.DataFrame:
-        """Per device: used / free / total bytes as the memory bars draw them."""
-        return rows_frame(self.rows)[["used_bytes", "free_bytes", "total_bytes", "simulated", "rule"]]
-
     def breakdown_frame(self) -> pd.DataFrame:
         """Allocations by type per device (bytes), plus this process's RSS as its own row."""
         import pandas as pd

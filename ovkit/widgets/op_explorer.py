@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 
 from ovkit.devices import device_class, physical_device_ids
+from ovkit.escape import html_attr as esc
 from ovkit.ir import Op
-from ovkit.report import figure_png, png_img
+from ovkit.report import Report, figure_png
 from ovkit.runtime import Core, is_simulated
-from ovkit.widgets._html import STYLE, error_box, esc, html_table
 from ovkit.widgets.data import error_text
 from ovkit.widgets.saved import SavedPictureMixin
 
@@ -212,7 +212,8 @@ def shape_note_html(case: Case) -> str:
     return f"<small>Shapes are numpy order (outermost first); ggml's ne is innermost first &mdash; {parts}</small>"
 
 
-def render_runs_html(runs: Sequence[OpRun]) -> str:
+def runs_report(runs: Sequence[OpRun], png: bytes = b"") -> Report:
+    """Each run's verdict, NMSE against the reference and time, with the chart of the times."""
     rows = []
     for r in runs:
         nmse = "" if r.nmse is None else f"{r.nmse:.2e} (max {r.max_nmse:.0e}, {r.reference})"
@@ -220,10 +221,8 @@ def render_runs_html(runs: Sequence[OpRun]) -> str:
         name = f"{r.device} (simulated, runs on CPU)" if r.simulated else r.device
         rows.append((name, r.device_class, r.status, nmse, us, r.detail))
     header = ("Device", "Class", "Verdict", "NMSE vs reference", "µs/run", "Reason / detail")
-    table = STYLE + html_table(header, rows, css_class="ovkit-devtable ovkit-op-results")
-    if any(r.simulated for r in runs):
-        table += f'<div class="ovkit-sim-note"><small>&#9888; {esc(SIMULATED_TIMING)}</small></div>'
-    return table
+    notes = (SIMULATED_TIMING,) if any(r.simulated for r in runs) else ()
+    return Report("runs", header, tuple(rows), notes, png)
 
 
 def op_info_html(op: str) -> str:
@@ -249,14 +248,10 @@ def op_info_html(op: str) -> str:
     return f'<details class="ovkit-op-info"><summary>{esc(entry.ggml_name)}</summary><table>{body}</table></details>'
 
 
-def render_verdicts_html(verdicts: Sequence[tuple[str, bool, str]]) -> str:
-    lines = [
-        f'<div class="ovkit-verdict" data-device="{esc(d)}" data-supported="{str(ok).lower()}">'
-        + (f"&#10004; {esc(d)}: supported" if ok else f"&#10008; {esc(d)}: not supported — {esc(reason)}")
-        + "</div>"
-        for d, ok, reason in verdicts
-    ]
-    return "".join(lines)
+def verdicts_report(verdicts: Sequence[tuple[str, bool, str]]) -> Report:
+    """The policy's verdict per device, with the reason for a refusal."""
+    rows = tuple((d, "supported" if ok else "not supported", reason) for d, ok, reason in verdicts)
+    return Report("supports_op", ("device", "verdict", "reason"), rows)
 
 
 # -- widget -------------------------------------------------------------------------------
@@ -317,13 +312,14 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
         # hidden until the first run: an empty Image shows a broken-image icon
         self.chart = widgets.Image(format="png", layout=widgets.Layout(width="480px", display="none"))
         self.chart.add_class("ovkit-op-chart")
+        self.result_html.add_class("ovkit-op-results")
         self.op_dropdown.observe(self._on_op, names="value")
         self.case_dropdown.observe(self._on_case, names="value")
         for control in (self.dtype_dropdown, self.device_select):
             control.observe(lambda _: self.check(), names="value")
         self.check_button.on_click(lambda _: self.check())
         self.run_button.on_click(lambda _: self.run())
-        self.run_all_button.on_click(lambda _: self.run_all())
+        self.run_all_button.on_click(lambda _: self.run(every_device=True))
         self.top_row = widgets.HBox([self.op_dropdown, self.dtype_dropdown, self.reference_dropdown])
         self.button_row = widgets.HBox([self.check_button, self.run_button, self.run_all_button])
         real = widgets.HBox([self.real_backend_check, self.real_backend_note])
@@ -424,17 +420,13 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
             self._render_runs()
             return self.runs
 
-    def run_all(self) -> list[OpRun]:
-        """ "Run on every device": all devices, with the comparison chart."""
-        return self.run(every_device=True)
-
     # -- view -----------------------------------------------------------------------------
     def _render_verdicts(self) -> None:
-        self.verdict_html.value = error_box(self.error) if self.error else render_verdicts_html(self.verdicts)
+        self.verdict_html.value = (self._error_report() or verdicts_report(self.verdicts))._repr_html_()
         self.save_picture()
 
     def _render_runs(self) -> None:
-        self.result_html.value = error_box(self.error) if self.error else render_runs_html(self.runs)
+        self.result_html.value = (self._error_report() or runs_report(self.runs))._repr_html_()
         if not self.error and self.runs and self.case is not None:
             self.chart.value = runs_png(runs_frame(self.runs), self.case.name[:60])
             self.chart.layout.display = ""
@@ -443,23 +435,14 @@ class OpExplorer(SavedPictureMixin, widgets.VBox):
     def to_frame(self) -> pd.DataFrame:
         return runs_frame(self.runs)
 
-    def fallback_html(self) -> str:
-        parts = [f"<b>{esc(self.case.name if self.case else '')}</b>", render_verdicts_html(self.verdicts)]
-        if self.runs:
-            parts += [render_runs_html(self.runs), png_img(self.chart.value, "time per run by device")]
-        if self.error:
-            parts.append(error_box(self.error))
-        return "<div>" + "".join(parts) + "</div>"
+    def _error_report(self) -> Report | None:
+        return Report("error", notes=(self.error,)) if self.error else None
 
-    def fallback_text(self) -> str:
-        lines = [f"Op explorer: {self.case.name if self.case else '(no case)'}"]
-        lines += [f"  {d}: supported" if ok else f"  {d}: not supported - {r}" for d, ok, r in self.verdicts]
-        for r in self.runs:
-            us = "" if r.us_per_run is None else f" {r.us_per_run:.1f} us/run"
-            nmse = "" if r.nmse is None else f" NMSE {r.nmse:.2e}"
-            lines.append(f"  run {r.device}: {r.status}{nmse}{us} {r.detail}".rstrip())
-        if any(r.simulated for r in self.runs):
-            lines.append(f"  {SIMULATED_TIMING}")
-        if self.error:
-            lines.append(f"  error: {self.error}")
-        return "\n".join(lines)
+    def report(self) -> Report:
+        parts = [verdicts_report(self.verdicts)]
+        if self.runs:
+            parts.append(runs_report(self.runs, bytes(self.chart.value)))
+        error = (f"error: {self.error}",) if self.error else ()
+        return Report(
+            f"Op explorer: {self.case.name if self.case else '(no case)'}", notes=error, parts=tuple(parts)
+        )

@@ -4,6 +4,7 @@ exactly one of the two."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import time
 import uuid
@@ -11,7 +12,8 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ovkit.widgets._html import FallbackReprMixin, esc
+from ovkit.escape import html_attr as esc
+from ovkit.report import Reported
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 SAVED_CLASS = "ovkit-saved"
@@ -51,15 +53,30 @@ def close_parts(owner: widgets.Widget) -> None:
             w.close()
 
 
-class SavedPictureMixin(FallbackReprMixin):
+class SavedPictureMixin(Reported):
     """Displays the widget, then its saved picture, each under a display id: :meth:`save_picture`
-    brings the picture up to date, :meth:`retire` puts it in the widget's place for good."""
+    brings the picture up to date, :meth:`retire` puts it in the widget's place for good.  Its
+    :meth:`report` is its text and HTML (for ``print``, nbconvert, front ends without widgets)."""
 
     _shown: list[tuple[str, str]]  # (widget output, saved picture) display ids, per display
 
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        try:
+            bundle = dict(super()._repr_mimebundle_(**kwargs) or {})  # type: ignore[misc]
+        except Exception:  # no widget front end (or a test harness that forbids it)
+            bundle = {}
+        bundle["text/plain"] = str(self)
+        bundle["text/html"] = self._repr_html_()
+        return bundle | self.png_bundle()
+
+    def png_bundle(self) -> dict[str, str]:
+        """A chart's static image (``to_png``) for nbconvert/papermill outputs, else nothing."""
+        to_png = getattr(self, "to_png", None)
+        return {"image/png": base64.b64encode(to_png()).decode("ascii")} if callable(to_png) else {}
+
     def saved_html(self) -> str:
-        """The picture to save: the widget's HTML fallback (live views: what the browser drew)."""
-        return self.fallback_html()
+        """The picture to save: the widget's report (live views: what the browser drew)."""
+        return self._repr_html_()
 
     def _saved_style(self) -> str:
         """CSS the saved picture needs when no widget of its kind is drawn on the page."""
@@ -68,7 +85,7 @@ class SavedPictureMixin(FallbackReprMixin):
     def _picture(self, caption: str, saved: bool = True) -> dict[str, Any]:
         css = (SAVED_CSS if saved else "") + self._saved_style()
         return {
-            "text/plain": f"{caption}\n{self.fallback_text()}",
+            "text/plain": f"{caption}\n{self}",
             "text/html": (
                 f"<div class='{SAVED_CLASS if saved else 'ovkit-frozen'}'><style>{css}</style>"
                 f"<small class='ovkit-saved-caption'>{esc(caption)}</small>{self.saved_html()}</div>"

@@ -4,45 +4,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, MutableMapping
-from dataclasses import dataclass
 from typing import Any
 
 import ipywidgets as widgets
 
 from ovkit.devices import physical_device_ids
-from ovkit.layouts import DEFAULT_LAYOUT, LAYOUTS
-from ovkit.notebook_log import line_html
+from ovkit.layouts import LAYOUTS
+from ovkit.report import Report
 from ovkit.runtime import Core
 from ovkit.selection import ENV_DEVICE, Selection, resolve_device
-from ovkit.widgets._html import error_box, esc
 from ovkit.widgets.data import error_text
 from ovkit.widgets.saved import SavedPictureMixin
 
 UNSET = "(unset)"
-
-
-@dataclass(frozen=True, slots=True)
-class SelectorState:
-    """What the selector shows: the variable's value and its resolution (or why it failed)."""
-
-    requested: str | None
-    device: str | None
-    fell_back: bool
-    messages: tuple[str, ...]
-    hint: str | None
-    error: str | None = None
-    layout: str = DEFAULT_LAYOUT  #: whose selection rule decided (``ovkit.layouts.LAYOUTS``)
-
-
-def selector_state(selection: Selection) -> SelectorState:
-    """The selector's view of one resolution."""
-    s = selection
-    return SelectorState(s.requested, s.device, s.fell_back, tuple(s.messages), s.hint, layout=s.layout)
-
-
-def layout_line(state: SelectorState) -> str:
-    """Which layout's selection rule the state shows, and what it does with an unknown device."""
-    return f"{state.layout} layout: an unknown device means {LAYOUTS[state.layout].selection.on_unknown}"
 
 
 def set_device_env(value: str | None, env: MutableMapping[str, str] | None = None) -> None:
@@ -59,34 +33,18 @@ def set_device_env(value: str | None, env: MutableMapping[str, str] | None = Non
         reload_engines()
 
 
-def render_state_html(state: SelectorState) -> str:
-    """The resolution as HTML: the variable, the device it selects, the warning and the hint."""
-    shown = UNSET if state.requested is None else repr(state.requested)
-    parts = [f"<code>{esc(ENV_DEVICE)}</code> = <code>{esc(shown)}</code>"]
-    if state.error:
-        parts.append(error_box(state.error))
-        return "<div>" + " ".join(parts) + "</div>"
-    parts.append(f' &rarr; resolves to <b class="ovkit-resolved">{esc(state.device)}</b>')
-    # the backend's lines with their severity: the fallback warning and the hint stand out
-    lines = [("warning" if "fallback" in line else "info", line) for line in state.messages]
-    if state.hint:
-        lines.insert(-1, ("hint", f"hint: {state.hint}"))
-    parts += [line_html(kind, line) for kind, line in lines]
-    parts.append(f'<div class="ovkit-layout"><small>{esc(layout_line(state))}</small></div>')
-    return "<div>" + "".join(parts) + "</div>"
-
-
-def render_state_text(state: SelectorState) -> str:
-    shown = UNSET if state.requested is None else repr(state.requested)
-    lines = [f"{ENV_DEVICE} = {shown}"]
-    if state.error:
-        return "\n".join([*lines, f"error: {state.error}"])
-    lines[0] += f" -> {state.device}"
-    lines += [f"  {m}" for m in state.messages]
-    if state.hint:
-        lines.append(f"  hint: {state.hint}")
-    lines.append(f"  ({layout_line(state)})")
-    return "\n".join(lines)
+def state_report(selection: Selection | None, requested: str | None = None, error: str = "") -> Report:
+    """The variable and the device it resolves to, the backend's lines (the fallback warning, the
+    hint), and whose rule decided; or why ``requested`` could not be resolved."""
+    requested = selection.requested if selection is not None else requested
+    title = f"{ENV_DEVICE} = {UNSET if requested is None else repr(requested)}"
+    if selection is None:
+        return Report(title, notes=(f"error: {error}",))
+    hint = (f"  hint: {selection.hint}",) if selection.hint else ()
+    layout = selection.layout
+    rule = f"{layout} layout: an unknown device means {LAYOUTS[layout].selection.on_unknown}"
+    lines = (*(f"  {m}" for m in selection.messages), *hint, f"  ({rule})")
+    return Report(f"{title} -> {selection.device}", notes=lines)
 
 
 class DeviceSelector(SavedPictureMixin, widgets.VBox):
@@ -97,14 +55,15 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
         *,
         core: Core | None = None,
         env: MutableMapping[str, str] | None = None,
-        on_change: Callable[[SelectorState], None] | None = None,
+        on_change: Callable[[Selection | None], None] | None = None,
         **kwargs: Any,
     ) -> None:
         self.core = core
         self.env = env
         self._on_change = on_change
         self._syncing = False
-        self.state: SelectorState = SelectorState(None, None, False, (), None)  # sync() sets it
+        self.state: Selection | None = None  # sync() sets it (None: it could not resolve, see error)
+        self.error = ""
         try:
             devices = physical_device_ids(core)
         except Exception:
@@ -126,22 +85,21 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
     def _current_env(self) -> MutableMapping[str, str]:
         return os.environ if self.env is None else self.env
 
-    def select(self, value: str | None) -> SelectorState:
+    def select(self, value: str | None) -> Selection | None:
         """Set ``GGML_OPENVINO_DEVICE`` to ``value`` (None/"" unsets it) and re-resolve."""
         set_device_env(value, self.env)
         return self.sync()
 
-    def sync(self) -> SelectorState:
+    def sync(self) -> Selection | None:
         """Re-read the variable, resolve it, and update the controls and the status line."""
+        requested = self._current_env().get(ENV_DEVICE) or None
         try:
-            state = selector_state(resolve_device(self._current_env(), log=False, core=self.core))
+            self.state, self.error = resolve_device(self._current_env(), log=False, core=self.core), ""
         except Exception as exc:
-            current = self._current_env().get(ENV_DEVICE) or None
-            state = SelectorState(current, None, False, (), None, error=error_text(exc))
-        self.state = state
+            self.state, self.error = None, error_text(exc)
         self._syncing = True
         try:
-            value = state.requested or UNSET
+            value = (self.state.requested if self.state else requested) or UNSET
             if value in self.dropdown.options:
                 self.dropdown.value = value
                 self.text.value = ""
@@ -150,11 +108,11 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
                 self.text.value = value
         finally:
             self._syncing = False
-        self.status.value = render_state_html(state)
+        self.status.value = self._repr_html_()
         if self._on_change is not None:
-            self._on_change(state)
+            self._on_change(self.state)
         self.save_picture()
-        return state
+        return self.state
 
     def _on_dropdown(self, change: dict[str, Any]) -> None:
         if not self._syncing:
@@ -164,8 +122,6 @@ class DeviceSelector(SavedPictureMixin, widgets.VBox):
         if not self._syncing and change["new"]:
             self.select(change["new"])
 
-    def fallback_html(self) -> str:
-        return render_state_html(self.state)
-
-    def fallback_text(self) -> str:
-        return render_state_text(self.state)
+    def report(self) -> Report:
+        requested = self._current_env().get(ENV_DEVICE) or None
+        return state_report(self.state, requested, self.error)
