@@ -10,7 +10,6 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -200,10 +199,10 @@ def catalogue_table(mode: str = "test", case_set: str | None = None) -> pd.DataF
 
 def main(mode: str = "test", ops: Sequence[str] | str | None = None, device: str | None = None,
          reference: Reference = "auto", *, core: Core | None = None, as_json: bool = False,
-         progress: bool | None = None, out: Any = None, isolate: bool = False,
+         progress: bool | None = None, out: Any = None, isolate: bool = False, workers: int = 2,
          hints: str = "exact", vs_ggml: bool = False, case_set: str | None = None) -> int:  # fmt: skip
-    """The CLI body: a line per case and the totals (or JSON); 1 on any failure.  ``isolate``: one
-    process per op (a crash becomes FAIL lines)."""
+    """The CLI body: a line per case and the totals (or JSON); 1 on any failure.  ``isolate``: the
+    cases in ``workers`` worker processes (a crash becomes a FAIL line)."""
     from tqdm import tqdm
 
     from ovkit.simulate import SimulatedCore
@@ -219,7 +218,7 @@ def main(mode: str = "test", ops: Sequence[str] | str | None = None, device: str
         hint_text = "" if hints == "exact" else f", {hints} hints"
         print(f"Testing {label} (mode {mode}{', reference ' + ref if ref else ''}{hint_text})", file=stream)
     source = (
-        _isolated_results(mode, ops, dev, ref or "numpy", progress, hints, case_set, core=core)
+        _isolated_results(mode, ops, dev, ref or "auto", progress, hints, case_set, workers, core=core)
         if isolate
         else iter_results(mode, ops, dev, reference, progress=progress, hints=hints, vs_ggml=vs_ggml,
                           case_set=case_set, core=core)
@@ -251,7 +250,7 @@ def add_cli_args(p: Any) -> None:
     add("--simulate", metavar="PROFILE", help="use a simulated device set (e.g. laptop)")
     add("--json", action="store_true", help="print JSON instead of text")
     add("--no-progress", action="store_true", help="no progress bar on stderr")
-    add("--isolate", action="store_true", help="one process per op: a crash becomes FAIL lines")
+    add("--isolate", action="store_true", help="run in worker processes: a crash becomes a FAIL line")
     add("--vs-ggml", action="store_true", help="perf: also time ggml's CPU backend on each case")
     add("--set", choices=curated.SETS, help="the curated set to run (default: test-ops in mode test, perf "
         "in mode perf; ggml: the comparison set of the tests against ggml)")  # fmt: skip
@@ -261,7 +260,7 @@ def add_cli_args(p: Any) -> None:
     add("--policy", choices=("upstream", "none"), default="upstream", help="test-backend-ops: upstream = "
         "only what the backend accepts (default); none = every case")  # fmt: skip
     add("--workers", type=int, default=2, metavar="N",
-        help="test-backend-ops: worker processes (0: in this process; at most twice the cores)")  # fmt: skip
+        help="worker processes of --isolate and test-backend-ops (0: in this process; at most twice the cores)")  # fmt: skip
     add("--sample", type=int, metavar="N", help="test-backend-ops: a stratified sample of about N rows")
     add("--hints", choices=HINTS, default="exact", help="exact: f32 inference precision (default); "
         "upstream: the naive path's execution-mode hint")  # fmt: skip
@@ -269,8 +268,13 @@ def add_cli_args(p: Any) -> None:
 
 def cli(args: Any) -> int:
     """Run ``ovkit test-ops`` from parsed arguments."""
+    from ovkit.catalogue.run import check_workers
     from ovkit.usage import UsageError, make_core
 
+    try:
+        check_workers(args.workers, "--workers ")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if args.catalogue == "test-backend-ops":
         return _backend_ops_cli(args)
     core = make_core(args.simulate)
@@ -283,8 +287,8 @@ def cli(args: Any) -> int:
     if unknown:
         raise UsageError(f"unknown op {unknown[0]!r} (expected one of: {', '.join(sorted(keys))})")
     return main(args.mode, args.op, args.device, args.reference, as_json=args.json, isolate=args.isolate,
-                progress=False if args.no_progress else None, hints=args.hints, vs_ggml=args.vs_ggml,
-                case_set=args.set, core=core)  # fmt: skip
+                workers=args.workers, progress=False if args.no_progress else None, hints=args.hints,
+                vs_ggml=args.vs_ggml, case_set=args.set, core=core)  # fmt: skip
 
 
 def backend_ops_rows(args: Any) -> list[Any]:
@@ -312,44 +316,49 @@ def backend_ops_rows(args: Any) -> list[Any]:
 def _backend_ops_cli(args: Any) -> int:
     """``ovkit test-ops --catalogue test-backend-ops``: test-backend-ops' own case list."""
     from ovkit.catalogue import run as catalogue
-    from ovkit.usage import UsageError
 
-    try:
-        catalogue.check_workers(args.workers, "--workers ")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     rows = backend_ops_rows(args)
     return catalogue.main(rows, args.policy, args.device or "CPU", workers=args.workers, isolate=args.isolate,
                           progress=False if args.no_progress else None)  # fmt: skip
 
 
+#: How an ``--isolate`` worker starts (``python -m ovkit.testops MODE DEVICE REFERENCE HINTS [PROFILE]``).
+WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "ovkit.testops")
+
+
 def _isolated_results(mode: str, ops: Sequence[str] | str | None, device: str, reference: str,
-                      progress: bool | None, hints: str = "exact", case_set: str | None = None,
+                      progress: bool | None, hints: str, case_set: str | None, workers: int,
                       *, core: Core | None) -> Iterator[Result]:  # fmt: skip
-    """One child process per op (``python -m ovkit test-ops ... --json``); crashes become FAILs."""
+    """The cases on the catalogue's worker pool (:func:`~ovkit.catalogue.run.pooled`): a crash is
+    a FAIL of the case it happened in."""
+    from ovkit.catalogue.run import Row, pooled
 
-    from ovkit import child
-    from ovkit.native import sigill_hint_for
-
-    picked = select(build_catalogue(case_set, mode), ops)
-    keys = list(dict.fromkeys(c.op for c in picked))
-    base = [sys.executable, "-m", "ovkit", "test-ops", mode, "--json", "--no-progress", "-b", device,
-            "--hints", hints, *(["--set", case_set] if case_set else [])]  # fmt: skip
-    if mode == "test":
-        base += ["--reference", reference]
+    rows = [Row(c.op, c.params) for c in select(build_catalogue(case_set, mode), ops)]
     profile = getattr(getattr(core, "profile", None), "name", None)
-    if profile:
-        base += ["--simulate", profile]
-    hint = partial(sigill_hint_for, "ggml-python-openvino")  # the oracle: ggml-python's ggml
-    for key in progress_bar(keys, f"test-ops {mode} {device} (isolated)", progress, unit="op"):
-        try:
-            payload = json.loads(child.run([*base, "-o", key], ok=(0, 1), sigill_hint=hint))
-        except child.ChildCrashed as exc:
-            said = f": {exc.death.last_line}" if exc.death.last_line else ""
-            detail = f"the process crashed ({exc.death.describe()}){said}"
-        except json.JSONDecodeError as exc:
-            detail = f"the process wrote no JSON result ({exc})"
-        else:
-            yield from (Result(**row) for row in payload["cases"])
-            continue
-        yield from (Result(c.op, c.name, "FAIL", detail, device=device) for c in picked if c.op == key)
+    argv = [*WORKER_COMMAND, mode, device, reference, hints, *([profile] if profile else [])]
+    got = pooled(
+        rows, argv, max(1, workers), lambda row, why: Result(row.op, row.name, "FAIL", why, device=device)
+    )
+    yield from (
+        r for _, r in progress_bar(got, f"test-ops {mode} {device} (isolated)", progress, total=len(rows))
+    )
+
+
+def _worker_main() -> None:
+    """An ``--isolate`` worker: JSON lists of curated case (op, params) in, of results out."""
+    from ovkit.child import serve
+    from ovkit.usage import make_core
+
+    mode, device, reference, hints, *profile = sys.argv[1:]
+    core = make_core(profile[0] if profile else None)
+
+    def answer(line: str) -> str:
+        cases = [curated.find(f"{op}({params})") for op, params in json.loads(line)]
+        ran = iter_results(mode, None, device, reference, cases=cases, hints=hints, core=core, progress=False)  # type: ignore[arg-type]
+        return json.dumps([asdict(r) for r in ran])
+
+    serve(answer)
+
+
+if __name__ == "__main__":
+    _worker_main()

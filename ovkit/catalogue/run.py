@@ -8,7 +8,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -426,14 +426,13 @@ def _abort_message(text: str) -> str:
     return f"{where.rsplit('/', 1)[-1]}: {what}" if what and "/" in where else last[:200]
 
 
-def _worker(policy: str, device: str, threads: int) -> Child:
+def _worker(argv: Sequence[str], threads: int) -> Child:
     """A worker child answering rows (a SIGILL names ggml-python's build: the oracle it runs)."""
     from ovkit.native import sigill_hint_for
 
     # ovkit.child adds GGML_NO_BACKTRACE=1: a ggml abort ends the worker at once
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), **{THREADS_ENV: str(threads)})
-    hint = partial(sigill_hint_for, "ggml-python-openvino")
-    return Child([*WORKER_COMMAND, policy, device], env=env, sigill_hint=hint)
+    return Child(argv, env=env, sigill_hint=partial(sigill_hint_for, "ggml-python-openvino"))
 
 
 def _ask(worker: Child, rows: Sequence[Row], timeout: float) -> list[dict[str, Any]] | str:
@@ -477,13 +476,18 @@ BATCH_ROWS = 8
 BATCH_MAX_COST = 1 << 22
 
 
-def _pooled(
-    rows: Sequence[Row], policy: str, device: str, workers: int, timeout: float
+def pooled(
+    rows: Sequence[Row],
+    argv: Sequence[str],
+    workers: int,
+    failed: Callable[[Row, str], Result],
+    timeout: float = CASE_TIMEOUT_S,
 ) -> Iterator[tuple[int, Result]]:
-    """(index, result) as the workers finish them: costliest rows first, small ones batched,
-    :data:`GRID_TYPES` rows to the first worker; a crashed batch is asked again row by row."""
+    """(index, result) as ``workers`` children of ``argv`` finish them: costliest rows first, small
+    ones batched, :data:`GRID_TYPES` rows to the first worker; a crashed batch is asked again row by
+    row, and ``failed(row, why)`` is the result of a row its worker crashed on."""
     threads = threads_per_worker(workers)
-    started = [_worker(policy, device, threads) for _ in range(workers)]  # they start while we sort
+    started = [_worker(argv, threads) for _ in range(workers)]  # they start while we sort
     costs = [cost(r) for r in rows]
     pinned: Queue[tuple[int, Row]] = Queue()
     todo: Queue[tuple[int, Row]] = Queue()
@@ -505,10 +509,6 @@ def _pooled(
                 return batch
         return []
 
-    from ovkit.devices import device_class
-
-    cls = str(device_class(device))  # the crashed row's verdict, for the device it ran for
-
     def serve(first: Child, queues: tuple[Queue[tuple[int, Row]], ...]) -> None:
         w, spare = first, None
         again: list[list[tuple[int, Row]]] = []
@@ -521,13 +521,11 @@ def _pooled(
             crashed = got
             w.close()
             # after one crash keep a replacement started: the next crash costs no start-up
-            w, spare = spare or _worker(policy, device, threads), _worker(policy, device, threads)
+            w, spare = spare or _worker(argv, threads), _worker(argv, threads)
             if len(batch) > 1:
                 again += [[x] for x in batch]
                 continue
-            i, row = batch[0]
-            accepted = upstream_verdict(row, cls)[0]
-            done.put((i, Result(row.op, row.name, "FAIL", crashed, device=device, accepted=accepted)))
+            done.put((batch[0][0], failed(batch[0][1], crashed)))
         for x in (w, spare):
             if x is not None:
                 x.close()
@@ -558,7 +556,16 @@ def _indexed(
     check_workers(workers)
     source: Iterable[tuple[int, Result]]
     if workers or isolate:
-        source = _pooled(rows, policy, device, max(1, workers), CASE_TIMEOUT_S)
+        from ovkit.devices import device_class
+
+        cls = str(device_class(device))  # a crashed row's verdict, for the device it ran for
+
+        def failed(row: Row, why: str) -> Result:
+            return Result(
+                row.op, row.name, "FAIL", why, device=device, accepted=upstream_verdict(row, cls)[0]
+            )
+
+        source = pooled(rows, [*WORKER_COMMAND, policy, device], max(1, workers), failed)
     else:
         source = ((i, run_row(r, policy, device)) for i, r in enumerate(rows))
     yield from progress_bar(source, f"test-backend-ops {device} (policy {policy})", progress, total=len(rows))
