@@ -3,16 +3,18 @@ and model-sized shapes, one ``vs(id, builder, leaves, *args)`` row per case (``n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypedDict, Unpack
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
+from ovkit.catalogue import backend_ops
 from ovkit.catalogue.case import Case, Init, Leaf, Program
-from ovkit.catalogue.curated.build import C, P, Range, V, f, fa_program, ints, leaf_of, rope_args, vs
+from ovkit.catalogue.curated.build import C, P, Range, V, f, fa_program, fmt, ints, leaf_of, rope_args, vs
 from ovkit.catalogue.curated.llama_block import cases as llama_block_cases
 from ovkit.dtypes import QUANT_TYPES
 from ovkit.ir import GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC, Op, RopeType
+from ovkit.ops.verdict_csv import parse_params
 
 SWIGLU, GEGLU = Op.SWIGLU.enum_value, Op.GEGLU.enum_value  # ggml_glu_op values
 ASC, DESC = GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC
@@ -161,25 +163,32 @@ def _layout_cases() -> list[Case]:
     ]  # fmt: skip
 
 
-def _concat(
-    dim: int, v: int, dtype: str, ne_a: tuple[int, int, int, int] = (10, 5, 5, 5), nb_d: int = 3
-) -> Case:
-    """test_concat: v bit 0 = a non-contiguous a, bit 1 = a non-contiguous b."""
-    ne_b = list(ne_a)
-    ne_b[dim] = nb_d
-    big_a = (ne_a[0] * 2, ne_a[1] * 4, ne_a[2] * 3, ne_a[3]) if v & 1 else ne_a
-    big_b = (ne_b[0] * 3, ne_b[1] * 2, ne_b[2] * 4, ne_b[3]) if v & 2 else ne_b
-    a, b = (V("a", *ne_a) if v & 1 else "a"), (V("b", *ne_b) if v & 2 else "b")
-    cid = f"concat-dim{dim}" + (f"-v{v}" if v else "") + ("" if dtype == "f32" else f"-{dtype}")
-    return vs(cid, "concat", {"a": f(*big_a, dtype=dtype), "b": f(*big_b, dtype=dtype)}, a, b, dim)
+_NORM = "type=f32,ne=[64,5,4,3],v=0,eps=1e-06,noncontig_rows=0"
+#: The parameters of test-backend-ops' case structs the comparison set varies, with the values its
+#: rows take unless they say otherwise.
+BASE: dict[str, str] = {
+    "CONCAT": "type=f32,ne_a=[10,5,5,5],ne_b_d=3,dim=0,v=0",
+    "NORM": _NORM,
+    "RMS_NORM": _NORM,
+    "L2_NORM": _NORM,
+    "SOFT_MAX": "type=f32,ne=[16,5,4,3],mask=1,sinks=0,m_prec=f32,nr23=[1,1],scale=1.0,max_bias=0.0",
+    "ROPE": "type=f32,ne_a=[32,4,5,1],n_dims=32,mode=0,n_ctx=512,fs=1.0,ef=0.0,af=1.0,ff=0,v=0",
+    "GATED_DELTA_NET": "type=f32,head_count=4,head_size=16,n_seq_tokens=1,n_seqs=1,v_repeat=1,permuted=0,kda=0,K=1",
+}
+
+
+def tbo(op: str, rejected: str = "", /, **changes: Any) -> Case:
+    """test-backend-ops' own case of ``op`` (:data:`BASE` with ``changes``), as
+    :mod:`ovkit.catalogue.backend_ops` builds it; ``rejected``: a fragment of upstream's reason."""
+    params = ",".join(f"{k}={fmt(v)}" for k, v in {**parse_params(BASE[op]), **changes}.items())
+    return replace(backend_ops.case_of(op, params), rejected=rejected)
 
 
 def _concat_cases() -> list[Case]:
-    """CONCAT (test_concat)."""
+    """CONCAT (test_concat: v bit 0 = a non-contiguous a, bit 1 = a non-contiguous b)."""
+    variants = [(d, 0, "f32") for d in range(4)] + [(1, v, "f32") for v in (1, 2, 3)] + [(2, 0, "f16")]
     return [
-        *(_concat(dim, 0, "f32") for dim in range(4)),
-        *(_concat(1, v, "f32") for v in (1, 2, 3)),
-        _concat(2, 0, "f16"),
+        *(tbo("CONCAT", type=t, dim=d, v=v) for d, v, t in variants),
         vs("concat-dim0-i32", "concat", {"a": ints(10, 5, 5, 5, high=1000), "b": ints(3, 5, 5, 5,
            high=1000)}, "a", "b", 0),
     ]  # fmt: skip
@@ -259,19 +268,18 @@ def _quantized_cases() -> list[Case]:
 
 
 def _norm_cases() -> list[Case]:
-    """Norms and reductions."""
+    """Norms (test_norm: v = a view, noncontig_rows = permuted rows) and reductions."""
     distinct = Init("distinct")
-    ten: Range = {"lo": -10.0, "hi": 10.0}
     return [
-        vs("norm", "norm", {"a": f(64, 5, 4, 3)}, "a", 1e-6),
-        vs("norm-view", "norm", {"a": f(64, 6, 4, 2)}, V("a", 32, 3, 2, 1), 1e-6),
-        vs("norm-noncontig-rows", "norm", {"a": f(5, 64, 4, 3)}, P("a", 1, 0, 2, 3), 1e-5),
-        vs("rms_norm", "rms_norm", {"a": f(64, 5, 4, 3, **ten)}, "a", 1e-6),
-        vs("rms_norm-view", "rms_norm", {"a": f(64, 6, 4, 2, **ten)}, V("a", 32, 3, 2, 1), 1e-6),
+        tbo("NORM"),
+        tbo("NORM", ne=(64, 6, 4, 2), v=1),
+        tbo("NORM", eps=1e-5, noncontig_rows=1),
+        tbo("RMS_NORM"),
+        tbo("RMS_NORM", ne=(64, 6, 4, 2), v=1),
+        tbo("L2_NORM", eps=1e-12),
+        tbo("L2_NORM", ne=(64, 6, 4, 2), v=1, eps=1e-12),
+        tbo("L2_NORM", ne=(64, 6, 4, 2), eps=1e-12, noncontig_rows=1),
         vs("rms_norm-eps-large", "rms_norm", {"a": f(32, 4, lo=-0.01, hi=0.01)}, "a", 1e-3),
-        vs("l2_norm", "l2_norm", {"a": f(64, 6, 4, 2)}, "a", 1e-12),
-        vs("l2_norm-view", "l2_norm", {"a": f(64, 6, 4, 2)}, V("a", 32, 3, 2, 1), 1e-12),
-        vs("l2_norm-noncontig-rows", "l2_norm", {"a": f(6, 64, 4, 2)}, P("a", 1, 0, 2, 3), 1e-12),
         vs("sum_rows", "sum_rows", {"a": f(10, 5, 4, 3)}, "a"),
         # every 2nd plane of the first two batches of a's [10, 5, 4, 3] f32 (nb 40, 200, 800), from batch 1
         vs("sum_rows-slice-view", "sum_rows", {"a": f(10, 5, 4, 3)},
@@ -284,45 +292,22 @@ def _norm_cases() -> list[Case]:
     ]  # fmt: skip
 
 
-def _sm(mask: bool, scale: float, max_bias: float, sinks: bool) -> Program:
-    def program(b: Any, t: Mapping[str, Any]) -> Any:
-        out = b.soft_max_ext(t["a"], t["m"] if mask else None, scale, max_bias)
-        if sinks:
-            b.soft_max_add_sinks(out, t["s"])
-        return out
-
-    return program
-
-
-def _sm_inputs(mask: str | None, sinks: bool, ne: tuple[int, int, int, int] = (16, 5, 4, 3),
-               nr23: tuple[int, int] = (1, 1)) -> dict[str, Leaf]:  # fmt: skip
-    ins = {"a": f(ne[0], ne[1], ne[2] * nr23[0], ne[3] * nr23[1])}
-    if mask:
-        ins["m"] = f(*ne, dtype=mask)
-    if sinks:
-        ins["s"] = f(ne[2] * nr23[0], lo=-10.0, hi=10.0)
-    return ins
-
-
 def _soft_max_cases() -> list[Case]:
     """SOFT_MAX (test_soft_max)."""
-    sm = "soft_max_ext"
     causal = {"a": f(24, 6, 4, 1), "m": leaf_of((24, 6, 1, 1), "f16", Init("causal_mask"))}
     return [
         vs("soft_max-plain", "soft_max", {"a": f(16, 5, 4, 3)}, "a"),
-        vs("soft_max_ext-scale", sm, _sm_inputs(None, False), program=_sm(False, 0.1, 0.0, False)),
-        vs("soft_max_ext-mask-f32", sm, _sm_inputs("f32", False), program=_sm(True, 1.0, 0.0, False)),
-        vs("soft_max_ext-mask-f16-scale", sm, _sm_inputs("f16", False), program=_sm(True, 0.1, 0.0, False)),
-        vs("soft_max_ext-mask-bcast", sm, _sm_inputs("f32", False, nr23=(2, 3)),
-           program=_sm(True, 0.5, 0.0, False)),
-        vs("soft_max_ext-alibi", sm, _sm_inputs("f32", False), program=_sm(True, 1.0, 8.0, False)),
-        vs("soft_max_ext-alibi-f16-mask", sm, _sm_inputs("f16", False, ne=(32, 4, 12, 1)),
-           program=_sm(True, 0.25, 8.0, False)),  # fmt: skip
-        vs("soft_max_ext-sinks", sm, _sm_inputs(None, True), program=_sm(False, 1.0, 0.0, True)),
-        vs("soft_max_ext-mask-sinks", sm, _sm_inputs("f16", True), program=_sm(True, 0.1, 0.0, True)),
-        vs("soft_max_ext-alibi-sinks", sm, _sm_inputs("f32", True), program=_sm(True, 1.0, 8.0, True)),
-        vs("soft_max_ext-causal-mask", sm, causal, program=_sm(True, 0.125, 0.0, False)),
-    ]  # fmt: skip
+        tbo("SOFT_MAX", mask=0, scale=0.1),
+        tbo("SOFT_MAX"),
+        tbo("SOFT_MAX", m_prec="f16", scale=0.1),
+        tbo("SOFT_MAX", nr23=(2, 3), scale=0.5),
+        tbo("SOFT_MAX", max_bias=8.0),
+        tbo("SOFT_MAX", ne=(32, 4, 12, 1), m_prec="f16", scale=0.25, max_bias=8.0),
+        tbo("SOFT_MAX", mask=0, sinks=1),
+        tbo("SOFT_MAX", m_prec="f16", sinks=1, scale=0.1),
+        tbo("SOFT_MAX", sinks=1, max_bias=8.0),
+        vs("soft_max_ext-causal-mask", "soft_max_ext", causal, "a", "m", 0.125, 0.0),
+    ]
 
 
 def _fa(
@@ -359,85 +344,39 @@ def _flash_attn_cases() -> list[Case]:
     return out
 
 
-class Yarn(TypedDict, total=False):
-    """YaRN's rope parameters: freq_scale, ext_factor, attn_factor."""
-
-    fs: float
-    ef: float
-    af: float
-
-
-_YARN: Yarn = {"fs": 1.4245, "ef": 0.7465, "af": 1.4245}
-
-
-def _rope_in(ne: tuple[int, ...], dtype: str = "f32", ff: int = 0, planes: int = 1) -> dict[str, Leaf]:
-    ins = {"a": f(*ne, dtype=dtype), "p": ints(ne[2] * planes, high=512)}
-    if ff:
-        ins["ff"] = f(ff, lo=0.9, hi=1.1)
-    return ins
-
-
-def _rope(n_dims: int, mode: int, ff: str | None = None, **yarn: Unpack[Yarn]) -> tuple[Any, ...]:
-    """rope_ext's arguments on the leaves a, p (and ``ff``)."""
-    return ("a", "p", ff, *rope_args(n_dims, mode, **yarn))
-
-
-def _multi(
-    n_dims: int, sections: list[int], mode: int = RopeType.IMROPE, ff: str | None = None, **yarn: Unpack[Yarn]
-) -> tuple[Any, ...]:
-    """rope_multi's arguments on the leaves a, p (and ``ff``)."""
-    return ("a", "p", ff, n_dims, sections, *rope_args(n_dims, mode, **yarn)[1:])
+#: YaRN's rope parameters: freq_scale, ext_factor, attn_factor.
+YARN = {"fs": 1.4245, "ef": 0.7465, "af": 1.4245}
 
 
 def _rope_cases() -> list[Case]:
     """ROPE: NORMAL, NEOX (rope_ext) and IMROPE (rope_multi)."""
-    out, small = [], _rope_in((32, 4, 5, 1))
-    for name, mode in (("normal", RopeType.NORMAL), ("neox", RopeType.NEOX)):
+    out = []
+    for mode in (RopeType.NORMAL, RopeType.NEOX):
         out += [
-            vs(f"rope-{name}-full", "rope_ext", small, *_rope(32, mode)),
-            vs(f"rope-{name}-partial", "rope_ext", small, *_rope(16, mode)),
-            vs(f"rope-{name}-f16", "rope_ext", _rope_in((32, 4, 5, 1), dtype="f16"), *_rope(32, mode)),
-            vs(f"rope-{name}-yarn", "rope_ext", _rope_in((64, 2, 7, 1)), *_rope(64, mode, **_YARN)),
-            vs(f"rope-{name}-freq-factors", "rope_ext", _rope_in((32, 4, 5, 1), ff=16),
-               *_rope(32, mode, "ff")),
-            vs(f"rope-{name}-scaled", "rope_ext", _rope_in((16, 3, 6, 2)), *_rope(16, mode, fs=0.25)),
+            tbo("ROPE", mode=mode),
+            tbo("ROPE", n_dims=16, mode=mode),
+            tbo("ROPE", type="f16", mode=mode),
+            tbo("ROPE", ne_a=(64, 2, 7, 1), n_dims=64, mode=mode, **YARN),
+            tbo("ROPE", mode=mode, ff=1),
+            tbo("ROPE", ne_a=(16, 3, 6, 2), n_dims=16, mode=mode, fs=0.25),
             # Q sliced out of a fused QKV projection (non-contiguous rows; qkv rows of 96 f32: nb1 384)
-            vs(f"rope-{name}-qkv-view", "rope_ext", {"qkv": f(96, 5), "p": ints(5, high=512)},
-               C("view_3d", "qkv", 16, 2, 5, 16 * 4, 384, 0), *_rope(16, mode)[1:]),  # fmt: skip
+            vs(f"rope-{mode.name.lower()}-qkv-view", "rope_ext", {"qkv": f(96, 5), "p": ints(5, high=512)},
+               C("view_3d", "qkv", 16, 2, 5, 16 * 4, 384, 0), "p", None, *rope_args(16, mode)),  # fmt: skip
         ]  # fmt: skip
-    planes = _rope_in((32, 4, 5, 1), planes=4)
+    imrope = RopeType.IMROPE
     return [
         *out,
-        vs("rope-imrope-full", "rope_multi", planes, *_multi(32, [6, 5, 5, 0])),
-        vs("rope-imrope-partial", "rope_multi", _rope_in((32, 2, 6, 1), planes=4), *_multi(16, [3, 3, 2, 0])),
-        vs("rope-imrope-f16", "rope_multi", _rope_in((32, 4, 5, 1), dtype="f16", planes=4),
-           *_multi(32, [6, 5, 5, 0])),
+        tbo("ROPE", mode=imrope),
+        tbo("ROPE", ne_a=(32, 2, 6, 1), n_dims=16, mode=imrope),
+        tbo("ROPE", type="f16", mode=imrope),
         # test-backend-ops' v=1: a strided view; upstream only takes views with view_src ne[1] == ne[2]
-        vs("rope-normal-strided-view", "rope_ext", {"a": f(20, 20, 15, 1), "p": ints(5, high=512)},
-           V("a", 10, 5, 5, 1), *_rope(10, RopeType.NORMAL)[1:], rejected="view_src"),  # fmt: skip
-        # MROPE (8) and VISION (24) are not registered upstream: rejected, yet ggml's numbers must hold
-        vs("rope-mrope", "rope_multi", planes, *_multi(32, [5, 5, 6, 0], 8), rejected="mode"),
-        vs("rope-vision", "rope_multi", planes, *_multi(16, [8, 8, 0, 0], 24), rejected="mode"),
-        vs("rope-imrope-freq-factors", "rope_multi", {**planes, "ff": f(16, lo=0.9, hi=1.1)},
-           *_multi(32, [6, 5, 5, 0], ff="ff"), rejected="imrope"),  # fmt: skip
-        vs("rope-imrope-yarn", "rope_multi", planes, *_multi(32, [6, 5, 5, 0], **_YARN), rejected="imrope"),
-    ]  # fmt: skip
-
-
-def _gdn(hc: int, hs: int, nt: int, ns: int, vr: int) -> dict[str, Leaf]:
-    """test_gated_delta_net's leaves (l2-normed q and k, as qwen3next feeds them: :func:`_gdn_call`)."""
-    return {
-        "q": f(hs, hc, nt, ns),
-        "k": f(hs, hc, nt, ns),
-        "v": f(hs, hc * vr, nt, ns, lo=-0.3, hi=5.0),
-        "g": f(1, hc * vr, nt, ns, lo=-20.0, hi=-1e-4),
-        "beta": f(1, hc * vr, nt, ns, lo=0.0, hi=1.0),
-        "state": f(hs, hs, hc * vr, ns),
-    }
-
-
-def _gdn_call(v: Any = "v", k: int = 1) -> tuple[Any, ...]:
-    return (C("l2_norm", "q", 1e-6), C("l2_norm", "k", 1e-6), v, "g", "beta", "state", k)
+        tbo("ROPE", "view_src", ne_a=(10, 5, 5, 1), n_dims=10, v=1),
+        # MROPE and VISION are not registered upstream: rejected, yet ggml's numbers must hold
+        tbo("ROPE", "mode", mode=RopeType.MROPE),
+        tbo("ROPE", "mode", mode=RopeType.VISION),
+        tbo("ROPE", "imrope", mode=imrope, ff=1),
+        tbo("ROPE", "imrope", mode=imrope, **YARN),
+    ]
 
 
 def _conv_and_recurrent_cases() -> list[Case]:
@@ -463,14 +402,11 @@ def _conv_and_recurrent_cases() -> list[Case]:
         vs("ssm_conv", "ssm_conv", {"sx": f(3 + 5, 16, 2), "c": f(4, 16)}, "sx", "c"),
         vs("ssm_conv-1-token", "ssm_conv", {"sx": f(3 + 1, 32, 1), "c": f(4, 32)}, "sx", "c"),
     ]  # fmt: skip
-    for cid, shape in {
-        "gated_delta_net-1tok": (4, 16, 1, 1, 1),
-        "gated_delta_net-seq": (4, 16, 5, 2, 1),
-        "gated_delta_net-v-repeat": (2, 16, 3, 1, 2),
-    }.items():
-        out.append(vs(cid, "gated_delta_net", _gdn(*shape), *_gdn_call()))
     return [
         *out,
+        tbo("GATED_DELTA_NET"),
+        tbo("GATED_DELTA_NET", n_seq_tokens=5, n_seqs=2),
+        tbo("GATED_DELTA_NET", head_count=2, n_seq_tokens=3, v_repeat=2),
         vs("diag", "diag", {"a": f(10, 1, 4, 3)}, "a"),
         *(vs(f"tri-type{t}", "tri", {"a": f(10, 10, 4, 3)}, "a", t) for t in range(4)),
     ]
@@ -480,17 +416,15 @@ def _rejected_cases() -> list[Case]:
     """Cases upstream's policy rejects: ovkit raises UnsupportedOpError, and its translation still
     reproduces ggml's numbers (checked with the policy bypassed)."""
     fa, _ = _fa(64, 64, 2, 2, 32, 6, True, "f16")
-    fa_prog, gdn = fa_program(0.125, mask="m"), _gdn(4, 16, 3, 1, 1)
+    fa_prog = fa_program(0.125, mask="m")
     return [
         vs("fa-sinks", "flash_attn_ext", {**fa, "s": f(4, lo=-10.0, hi=10.0)},
            program=fa_program(0.125, mask="m", sinks="s"), rejected="sinks"),
         vs("fa-alibi", "flash_attn_ext", fa, program=fa_program(0.125, 8.0, mask="m"), rejected="max_bias"),
         vs("fa-softcap", "flash_attn_ext", fa, program=fa_program(0.125, 0.0, 30.0, mask="m"), rejected="logit_softcap"),
-        vs("gated_delta_net-kda", "gated_delta_net", {**gdn, "g": f(16, 4, 3, 1, lo=-20.0, hi=-1e-4)},
-           *_gdn_call(), rejected="kda"),
-        vs("gated_delta_net-K2", "gated_delta_net", gdn, *_gdn_call(k=2), rejected="K=2"),
-        vs("gated_delta_net-permuted-v", "gated_delta_net", {**gdn, "v": f(16, 3, 4, 1, lo=-0.3, hi=5.0)},
-           *_gdn_call(P("v", 0, 2, 1, 3)), rejected="permute"),
+        tbo("GATED_DELTA_NET", "kda", n_seq_tokens=3, kda=1),
+        tbo("GATED_DELTA_NET", "K=2", n_seq_tokens=3, K=2),
+        tbo("GATED_DELTA_NET", "permute", n_seq_tokens=3, permuted=1),
         vs("swiglu-odd-width", "swiglu", {"a": f(127, 2, 2, **WIDE)}, program=C("glu", "a", SWIGLU, False),
            rejected="odd"),
         vs("sum_rows-permuted", "sum_rows", {"a": f(10, 5, 4, 3)}, P("a", 0, 2, 3, 1), rejected="permute"),
@@ -517,16 +451,15 @@ def _model_sized_cases() -> list[Case]:
     """Model-sized shapes (test-backend-ops' larger cases: accumulation over long rows)."""
     fa, fa_prog = _fa(128, 128, 8, 4, 512, 16, True, "f16")
     return [
-        vs("soft_max_ext-1024-alibi", "soft_max_ext", {"a": f(1024, 16), "m": f(1024, 16)},
-           program=_sm(True, 1.0, 8.0, False)),
+        tbo("SOFT_MAX", ne=(1024, 16, 1, 1), max_bias=8.0),
         vs("rms_norm-4096", "rms_norm", {"a": f(4096, 8, lo=-10.0, hi=10.0)}, "a", 1e-6),
         vs("norm-4096", "norm", {"a": f(4096, 4)}, "a", 1e-5),
         vs("mul_mat-k4096-f32", "mul_mat", {"a": f(4096, 64), "b": f(4096, 9)}, "a", "b"),
         vs("mul_mat-k4096-q4_K", "mul_mat", {"a": leaf_of((4096, 64), "q4_K"), "b": f(4096, 9)}, "a", "b"),
         vs("gelu-large", "gelu", {"a": f(4096, 16, **WIDE)}, "a"),
         vs("swiglu-large", "swiglu", {"a": f(2 * 2816, 8, **WIDE)}, program=C("glu", "a", SWIGLU, False)),
-        vs("rope-neox-llama-shape", "rope_ext", _rope_in((128, 32, 48, 1)), *_rope(128, RopeType.NEOX)),
-        vs("rope-normal-llama-shape-yarn", "rope_ext", _rope_in((128, 8, 48, 1)), *_rope(128, RopeType.NORMAL, **_YARN)),
+        tbo("ROPE", ne_a=(128, 32, 48, 1), n_dims=128, mode=RopeType.NEOX),
+        tbo("ROPE", ne_a=(128, 8, 48, 1), n_dims=128, **YARN),
         vs("fa-large-gqa4", "flash_attn_ext", fa, program=fa_prog),
         vs("cumsum-4096", "cumsum", {"a": f(4096, 4)}, "a"),
         vs("argsort-512", "argsort", {"a": leaf_of((512, 8), "f32", Init("distinct"))}, "a", DESC),
