@@ -1,5 +1,6 @@
 """The comparison set against ggml's CPU backend: every op in layouts, views, types, value ranges
-and model-sized shapes, one ``vs(id, builder, leaves, *args)`` row per case (``ne`` innermost first)."""
+and model-sized shapes; a case per row, test-backend-ops' own (``tbo(op, **params)``) or written
+out (``vs(id, builder, leaves, *args)``, ``ne`` innermost first)."""
 
 from __future__ import annotations
 
@@ -10,36 +11,59 @@ import numpy as np
 
 from ovkit.catalogue import backend_ops
 from ovkit.catalogue.case import Case, Init, Leaf, Program
-from ovkit.catalogue.curated.build import C, P, Range, V, f, fa_program, fmt, ints, leaf_of, rope_args, vs
+from ovkit.catalogue.curated import build
+from ovkit.catalogue.curated.build import C, P, Range, V, f, fa_program, ints, leaf_of, rope_args, vs
 from ovkit.catalogue.curated.llama_block import cases as llama_block_cases
 from ovkit.dtypes import QUANT_TYPES
-from ovkit.ir import GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC, Op, RopeType
+from ovkit.ir import GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC, RopeType
 from ovkit.ops.verdict_csv import parse_params
 
-SWIGLU, GEGLU = Op.SWIGLU.enum_value, Op.GEGLU.enum_value  # ggml_glu_op values
 ASC, DESC = GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC
 WIDE: Range = {"lo": -150.0, "hi": 150.0}  # test_unary / test_glu's value range
 
 
+#: The parameters of test-backend-ops' case structs the comparison set varies, with the values its
+#: rows take unless they say otherwise.
+BASE: dict[str, str] = {
+    **dict.fromkeys(("ADD", "SUB", "MUL", "DIV"), "type=f32,ne=[10,5,4,3],nr=[1,1,1,1],nf=1"),
+    **dict.fromkeys(("SWIGLU", "GEGLU"), "type=f32,ne_a=[128,2,2,2],v=0,swapped=0"),
+    "SWIGLU_OAI": "type=f32,ne_a=[128,2,2,2],v=0,alpha=1.702,limit=7.0",
+    "CONCAT": "type=f32,ne_a=[10,5,5,5],ne_b_d=3,dim=0,v=0",
+    **dict.fromkeys(("NORM", "RMS_NORM", "L2_NORM"), "type=f32,ne=[64,5,4,3],v=0,eps=1e-06,noncontig_rows=0"),
+    "SOFT_MAX": "type=f32,ne=[16,5,4,3],mask=1,sinks=0,m_prec=f32,nr23=[1,1],scale=1.0,max_bias=0.0",
+    "ROPE": "type=f32,ne_a=[32,4,5,1],n_dims=32,mode=0,n_ctx=512,fs=1.0,ef=0.0,af=1.0,ff=0,v=0",
+    "GATED_DELTA_NET": "type=f32,head_count=4,head_size=16,n_seq_tokens=1,n_seqs=1,v_repeat=1,permuted=0,kda=0,K=1",
+}
+
+
+def tbo(op: str, rejected: str = "", /, **changes: Any) -> Case:
+    """test-backend-ops' own case of ``op`` (:data:`BASE` with ``changes``), as
+    :mod:`ovkit.catalogue.backend_ops` builds it, under ovkit's op key (``UNARY.GELU``);
+    ``rejected``: a fragment of upstream's reason."""
+    params = ",".join(f"{k}={build.fmt(v)}" for k, v in {**parse_params(BASE[op]), **changes}.items())
+    return replace(
+        backend_ops.case_of(op, params), op=build.BUILDER_OP.get(op.lower(), op), rejected=rejected
+    )
+
+
 def _binary_cases() -> list[Case]:
-    """Binary elementwise: ADD SUB MUL DIV (test_bin_bcast)."""
+    """Binary elementwise: ADD SUB MUL DIV (test_bin_bcast: a of ne * nr, b of ne)."""
     out = []
-    for op in ("add", "sub", "mul", "div"):
-        r: Range = {"lo": 0.9, "hi": 1.1} if op in ("mul", "div") else {}
-        out += [vs(f"{op}-same-{dt}", op, {"a": f(10, 5, 4, 3, dtype=dt, **r), "b": f(10, 5, 4, 3, dtype=dt, **r)},
-                   "a", "b") for dt in ("f32", "f16", "bf16")]  # fmt: skip
+    for op in ("ADD", "SUB", "MUL", "DIV"):
+        r: Range = {"lo": 0.9, "hi": 1.1} if op in ("MUL", "DIV") else {}
+        name = op.lower()
         out += [
-            vs(f"{op}-bcast-row", op, {"a": f(10, 5, 4, 3, **r), "b": f(10, 1, 1, 1, **r)}, "a", "b"),
+            *(tbo(op, type=dt) for dt in ("f32", "f16", "bf16")),
+            tbo(op, ne=(10, 1, 1, 1), nr=(1, 5, 4, 3)),
             # ggml tiles b; upstream ADD/SUB/MUL broadcast only dims of size 1
-            vs(f"{op}-bcast-tile", op, {"a": f(20, 10, 8, 6, **r), "b": f(10, 5, 4, 3, **r)}, "a", "b",
-               rejected=None if op == "div" else "neither is 1"),  # fmt: skip
-            vs(f"{op}-bcast-col", op, {"a": f(16, 5, 4, 3, **r), "b": f(1, 5, 4, 1, **r)}, "a", "b"),
-            vs(f"{op}-f16-b-f32", op, {"a": f(10, 5, 4, 3, dtype="f16", **r), "b": f(10, 5, 1, 1, **r)},
+            tbo(op, "" if op == "DIV" else "neither is 1", nr=(2, 2, 2, 2)),
+            tbo(op, ne=(1, 5, 4, 1), nr=(16, 1, 1, 3)),
+            vs(f"{name}-f16-b-f32", name, {"a": f(10, 5, 4, 3, dtype="f16", **r), "b": f(10, 5, 1, 1, **r)},
                "a", "b"),
             # a non-contiguous view: the first half of each row of a wider tensor
-            vs(f"{op}-src0-view", op, {"a": f(20, 5, 4, 3, **r), "b": f(10, 5, 4, 3, **r)},
+            vs(f"{name}-src0-view", name, {"a": f(20, 5, 4, 3, **r), "b": f(10, 5, 4, 3, **r)},
                V("a", 10, 5, 4, 3), "b"),
-            vs(f"{op}-src0-permuted", op, {"a": f(10, 4, 5, 3, **r), "b": f(10, 5, 1, 3, **r)},
+            vs(f"{name}-src0-permuted", name, {"a": f(10, 4, 5, 3, **r), "b": f(10, 5, 1, 3, **r)},
                P("a", 0, 2, 1, 3), "b"),
         ]  # fmt: skip
     return out
@@ -92,29 +116,18 @@ def _unary_cases() -> list[Case]:
 
 
 def _glu_cases() -> list[Case]:
-    """GLU sub-ops (test_glu / test_glu_split / test_swiglu_oai: x in [-150, 150])."""
+    """GLU sub-ops (test_glu / test_glu_split / test_swiglu_oai: x in [-150, 150]; v=1: views)."""
     out = []
-    wide, wide3 = f(128, 2, 2, 2, **WIDE), f(384, 2, 2, 2, **WIDE)
-    view = V("a", 128, 2, 2, 2)
-    for name, sub in (("swiglu", SWIGLU), ("geglu", GEGLU)):
-        for sw in (False, True):
-            out += [
-                vs(f"{name}-swapped{int(sw)}", name, {"a": wide}, program=C("glu", "a", sub, sw)),
-                vs(f"{name}-swapped{int(sw)}-view", name, {"a": wide3}, program=C("glu", view, sub, sw)),
-                vs(f"{name}-swapped{int(sw)}-f16", name,
-                   {"a": f(128, 2, 2, 2, dtype="f16", lo=-10.0, hi=10.0)}, program=C("glu", "a", sub, sw)),  # fmt: skip
-            ]  # fmt: skip
-        out += [
-            vs(f"{name}_split", name, {"a": wide, "b": wide}, program=C(f"{name}_split", "a", "b")),
-            vs(f"{name}_split-view", name, {"a": wide3, "b": wide3},
-               program=C(f"{name}_split", view, V("b", 128, 2, 2, 2))),  # fmt: skip
-        ]  # fmt: skip
+    for op in ("SWIGLU", "GEGLU"):
+        for sw in (0, 1):
+            out += [tbo(op, swapped=sw), tbo(op, v=1, swapped=sw), tbo(op, type="f16", swapped=sw)]
+        out += [tbo(op, split=1), tbo(op, v=1, split=1)]
     narrow = f(128, 2, 2, 2, lo=-10.0, hi=10.0)
     return [
         *out,
-        vs("swiglu_oai", "swiglu_oai", {"a": wide, "b": wide}, "a", "b", 1.702, 7.0),
+        tbo("SWIGLU_OAI"),
         vs("swiglu_oai-narrow", "swiglu_oai", {"a": narrow, "b": narrow}, "a", "b", 1.702, 7.0),
-        vs("swiglu_oai-view", "swiglu_oai", {"a": wide3, "b": wide3}, view, V("b", 128, 2, 2, 2), 1.702, 7.0),
+        tbo("SWIGLU_OAI", v=1),
     ]
 
 
@@ -161,27 +174,6 @@ def _layout_cases() -> list[Case]:
         vs("transpose-f16-then-cont", "transpose", {"a": f(7, 5, dtype="f16")},
            program=C("cont", C("transpose", "a"))),
     ]  # fmt: skip
-
-
-_NORM = "type=f32,ne=[64,5,4,3],v=0,eps=1e-06,noncontig_rows=0"
-#: The parameters of test-backend-ops' case structs the comparison set varies, with the values its
-#: rows take unless they say otherwise.
-BASE: dict[str, str] = {
-    "CONCAT": "type=f32,ne_a=[10,5,5,5],ne_b_d=3,dim=0,v=0",
-    "NORM": _NORM,
-    "RMS_NORM": _NORM,
-    "L2_NORM": _NORM,
-    "SOFT_MAX": "type=f32,ne=[16,5,4,3],mask=1,sinks=0,m_prec=f32,nr23=[1,1],scale=1.0,max_bias=0.0",
-    "ROPE": "type=f32,ne_a=[32,4,5,1],n_dims=32,mode=0,n_ctx=512,fs=1.0,ef=0.0,af=1.0,ff=0,v=0",
-    "GATED_DELTA_NET": "type=f32,head_count=4,head_size=16,n_seq_tokens=1,n_seqs=1,v_repeat=1,permuted=0,kda=0,K=1",
-}
-
-
-def tbo(op: str, rejected: str = "", /, **changes: Any) -> Case:
-    """test-backend-ops' own case of ``op`` (:data:`BASE` with ``changes``), as
-    :mod:`ovkit.catalogue.backend_ops` builds it; ``rejected``: a fragment of upstream's reason."""
-    params = ",".join(f"{k}={fmt(v)}" for k, v in {**parse_params(BASE[op]), **changes}.items())
-    return replace(backend_ops.case_of(op, params), rejected=rejected)
 
 
 def _concat_cases() -> list[Case]:
@@ -425,8 +417,7 @@ def _rejected_cases() -> list[Case]:
         tbo("GATED_DELTA_NET", "kda", n_seq_tokens=3, kda=1),
         tbo("GATED_DELTA_NET", "K=2", n_seq_tokens=3, K=2),
         tbo("GATED_DELTA_NET", "permute", n_seq_tokens=3, permuted=1),
-        vs("swiglu-odd-width", "swiglu", {"a": f(127, 2, 2, **WIDE)}, program=C("glu", "a", SWIGLU, False),
-           rejected="odd"),
+        tbo("SWIGLU", "odd", ne_a=(127, 2, 2, 1)),
         vs("sum_rows-permuted", "sum_rows", {"a": f(10, 5, 4, 3)}, P("a", 0, 2, 3, 1), rejected="permute"),
         vs("add-permuted-src1", "add", {"a": f(10, 5, 4, 3), "b": f(5, 4, 10, 3)}, "a", P("b", 1, 2, 0, 3),
            rejected="permute"),
@@ -457,7 +448,7 @@ def _model_sized_cases() -> list[Case]:
         vs("mul_mat-k4096-f32", "mul_mat", {"a": f(4096, 64), "b": f(4096, 9)}, "a", "b"),
         vs("mul_mat-k4096-q4_K", "mul_mat", {"a": leaf_of((4096, 64), "q4_K"), "b": f(4096, 9)}, "a", "b"),
         vs("gelu-large", "gelu", {"a": f(4096, 16, **WIDE)}, "a"),
-        vs("swiglu-large", "swiglu", {"a": f(2 * 2816, 8, **WIDE)}, program=C("glu", "a", SWIGLU, False)),
+        tbo("SWIGLU", ne_a=(2 * 2816, 8, 1, 1)),
         tbo("ROPE", ne_a=(128, 32, 48, 1), n_dims=128, mode=RopeType.NEOX),
         tbo("ROPE", ne_a=(128, 8, 48, 1), n_dims=128, **YARN),
         vs("fa-large-gqa4", "flash_attn_ext", fa, program=fa_prog),
