@@ -33,6 +33,13 @@ BASE: dict[str, str] = {
     "SOFT_MAX": "type=f32,ne=[16,5,4,3],mask=1,sinks=0,m_prec=f32,nr23=[1,1],scale=1.0,max_bias=0.0",
     "ROPE": "type=f32,ne_a=[32,4,5,1],n_dims=32,mode=0,n_ctx=512,fs=1.0,ef=0.0,af=1.0,ff=0,v=0",
     "GATED_DELTA_NET": "type=f32,head_count=4,head_size=16,n_seq_tokens=1,n_seqs=1,v_repeat=1,permuted=0,kda=0,K=1",
+    "CONT": "type=f32,ne=[10,10,10,1],use_view_slice=0,permute=[0,0,0,0]",
+    "CPY": "type_src=f32,type_dst=f16,ne_src=[10,10,10,1]",
+    "IM2COL": "type_input=f32,type_kernel=f16,dst_type=f32,ne_input=[10,10,3,1],ne_kernel=[3,3,3,1],"
+    "s0=1,s1=1,p0=1,p1=1,d0=1,d1=1,is_2D=1",
+    "PAD": "type=f32,ne_a=[8,6,3,1],lp0=1,rp0=1,lp1=1,rp1=1,lp2=1,rp2=1,lp3=0,rp3=0,tfrm=0",
+    "REPEAT": "type=f32,ne=[10,5,4,3],nr=[2,2,1,2]",
+    "SSM_CONV": "type=f32,ne_a=[8,16,2,1],ne_b=[4,16,1,1]",
 }
 
 
@@ -134,24 +141,18 @@ def _glu_cases() -> list[Case]:
 def _layout_cases() -> list[Case]:
     """Layout ops: CONT, CPY, RESHAPE, VIEW, PERMUTE, TRANSPOSE."""
     # upstream: a TRANSPOSE output must not be bf16
-    out = [vs(f"cont-transpose-{dt}", "cont", {"a": f(10, 10, 10, 1, dtype=dt)}, C("transpose", "a"),
-              rejected="bf16" if dt == "bf16" else None) for dt in ("f32", "f16", "bf16")]  # fmt: skip
-    wide = WIDE
+    out = [tbo("CONT", "bf16" if dt == "bf16" else "", type=dt) for dt in ("f32", "f16", "bf16")]
     out += [
         # a slice of each row: 10 of a 10x10 plane's rows, from element 9 on
-        vs("cont-view-slice-bf16", "cont", {"a": f(10, 10, 10, 1, dtype="bf16")},
-           V("a", 10, 1, 10, 1, offset=18)),
-        vs("cont-permute-4d", "cont", {"a": f(6, 5, 4, 3)}, P("a", 2, 0, 3, 1)),
-        vs("cont-view-slice", "cont", {"a": f(10, 10, 10, 1)}, V("a", 10, 1, 10, 1, offset=36)),
+        tbo("CONT", type="bf16", use_view_slice=1),
+        tbo("CONT", ne=(6, 5, 4, 3), permute=(2, 0, 3, 1)),
+        tbo("CONT", use_view_slice=1),
         vs("cont_2d-of-permute", "cont", {"a": f(8, 4, 6)}, program=C("cont_2d", P("a", 0, 2, 1, 3), 32, 6)),
-        vs("cpy-f32-f16", "cpy", {"a": f(10, 10, 10, 1, **wide), "d": f(10, 10, 10, 1, dtype="f16")},
-           "a", "d"),
-        vs("cpy-f16-f32", "cpy", {"a": f(10, 10, 10, 1, dtype="f16", **wide), "d": f(10, 10, 10, 1)},
-           "a", "d"),
-        vs("cpy-f32-permuted-src", "cpy", {"a": f(10, 8, 6, 1, **wide), "d": f(10, 6, 8, 1)},
+        tbo("CPY"),
+        tbo("CPY", type_src="f16", type_dst="f32"),
+        vs("cpy-f32-permuted-src", "cpy", {"a": f(10, 8, 6, 1, **WIDE), "d": f(10, 6, 8, 1)},
            P("a", 0, 2, 1, 3), "d", max_nmse=0.0, why="test_cpy: 0 when src and dst types match"),  # fmt: skip
-        vs("cpy-f32-f16-transposed-src", "cpy", {"a": f(12, 7, **wide), "d": f(7, 12, dtype="f16")},
-           C("transpose", "a"), "d"),  # fmt: skip
+        tbo("CPY", ne_src=(12, 7, 1, 1), _src_transpose=1),
         vs("reshape_2d", "reshape_2d", {"a": f(10, 5, 4, 3)}, "a", 50, 12),
         vs("reshape_4d-then-add", "reshape_4d", {"a": f(60, 4), "b": f(5, 3, 4, 4)},
            program=C("add", C("reshape_4d", "a", 5, 3, 4, 4), "b")),  # fmt: skip
@@ -373,29 +374,20 @@ def _rope_cases() -> list[Case]:
 
 def _conv_and_recurrent_cases() -> list[Case]:
     """IM2COL, PAD, REPEAT, SSM_CONV, GATED_DELTA_NET, DIAG, TRI."""
-    im2col = {"k": f(3, 3, 3, 1, dtype="f16"), "x": f(10, 10, 3, 1)}
-    out = [
-        vs(f"im2col-2d-{dst}", "im2col", im2col, "k", "x", 1, 1, 1, 1, 1, 1, True, dst)
-        for dst in ("f32", "f16")
-    ]
-    out += [
-        vs("im2col-2d-stride-dilation", "im2col", {"k": f(3, 3, 2, 4, dtype="f16"), "x": f(12, 9, 2, 2)},
-           "k", "x", 2, 1, 0, 2, 2, 1, True, "f32"),
-        vs("im2col-1d", "im2col", {"k": f(3, 4, 2, dtype="f16"), "x": f(20, 4, 2)},
-           "k", "x", 2, 0, 1, 0, 1, 0, False, "f32"),
+    return [
+        *(tbo("IM2COL", dst_type=dst) for dst in ("f32", "f16")),
+        tbo("IM2COL", ne_input=(12, 9, 2, 2), ne_kernel=(3, 3, 2, 4), s0=2, s1=1, p0=0, p1=2, d0=2, d1=1),
+        tbo("IM2COL", ne_input=(20, 4, 2, 1), ne_kernel=(3, 4, 2, 1), s1=0, p1=0, d1=0, s0=2, is_2D=0),
         vs("pad", "pad", {"a": f(16, 12, 1, 1)}, "a", 1, 2, 0, 0),
         vs("pad-4d", "pad", {"a": f(5, 4, 3, 2)}, "a", 2, 1, 1, 1),
-        vs("pad_ext", "pad_ext", {"a": f(8, 6, 3, 1)}, "a", 1, 2, 0, 1, 1, 0, 0, 0),
-        vs("pad_ext-permuted", "pad_ext", {"a": f(8, 6, 3, 1)}, P("a", 2, 1, 0, 3), 1, 1, 1, 1, 1, 1, 0, 0),
-        vs("pad_ext-view", "pad_ext", {"a": f(8, 6, 3, 1)}, V("a", 4, 3, 2), 1, 1, 1, 1, 0, 1, 0, 0),
-        vs("repeat", "repeat", {"a": f(10, 5, 4, 3), "tgt": f(20, 10, 4, 6)}, "a", "tgt"),
-        vs("repeat-f16", "repeat", {"a": f(8, 1, 3, dtype="f16"), "tgt": f(16, 5, 3, dtype="f16")}, "a", "tgt"),
-        vs("repeat-scalar", "repeat", {"a": f(1), "tgt": f(4, 3)}, "a", "tgt"),
-        vs("ssm_conv", "ssm_conv", {"sx": f(3 + 5, 16, 2), "c": f(4, 16)}, "sx", "c"),
-        vs("ssm_conv-1-token", "ssm_conv", {"sx": f(3 + 1, 32, 1), "c": f(4, 32)}, "sx", "c"),
-    ]  # fmt: skip
-    return [
-        *out,
+        tbo("PAD", rp0=2, lp1=0, rp2=0),  # pad_ext
+        tbo("PAD", tfrm=2),  # of a permuted a
+        tbo("PAD", lp2=0, tfrm=1),  # of a view
+        tbo("REPEAT"),
+        tbo("REPEAT", type="f16", ne=(8, 1, 3, 1), nr=(2, 5, 1, 1)),
+        tbo("REPEAT", ne=(1, 1, 1, 1), nr=(4, 3, 1, 1)),
+        tbo("SSM_CONV"),
+        tbo("SSM_CONV", ne_a=(4, 32, 1, 1), ne_b=(4, 32, 1, 1)),
         tbo("GATED_DELTA_NET"),
         tbo("GATED_DELTA_NET", n_seq_tokens=5, n_seqs=2),
         tbo("GATED_DELTA_NET", head_count=2, n_seq_tokens=3, v_repeat=2),
