@@ -32,7 +32,8 @@ BASE: dict[str, str] = {
     **dict.fromkeys(("NORM", "RMS_NORM", "L2_NORM"), "type=f32,ne=[64,5,4,3],v=0,eps=1e-06,noncontig_rows=0"),
     "SOFT_MAX": "type=f32,ne=[16,5,4,3],mask=1,sinks=0,m_prec=f32,nr23=[1,1],scale=1.0,max_bias=0.0",
     "ROPE": "type=f32,ne_a=[32,4,5,1],n_dims=32,mode=0,n_ctx=512,fs=1.0,ef=0.0,af=1.0,ff=0,v=0",
-    "GATED_DELTA_NET": "type=f32,head_count=4,head_size=16,n_seq_tokens=1,n_seqs=1,v_repeat=1,permuted=0,kda=0,K=1",
+    "GATED_DELTA_NET": "type=f32,head_count=4,head_size=16,n_seq_tokens=1,n_seqs=1,v_repeat=1,permuted=0,"
+    "kda=0,K=1",
     "CONT": "type=f32,ne=[10,10,10,1],use_view_slice=0,permute=[0,0,0,0]",
     "CPY": "type_src=f32,type_dst=f16,ne_src=[10,10,10,1]",
     "IM2COL": "type_input=f32,type_kernel=f16,dst_type=f32,ne_input=[10,10,3,1],ne_kernel=[3,3,3,1],"
@@ -40,6 +41,10 @@ BASE: dict[str, str] = {
     "PAD": "type=f32,ne_a=[8,6,3,1],lp0=1,rp0=1,lp1=1,rp1=1,lp2=1,rp2=1,lp3=0,rp3=0,tfrm=0",
     "REPEAT": "type=f32,ne=[10,5,4,3],nr=[2,2,1,2]",
     "SSM_CONV": "type=f32,ne_a=[8,16,2,1],ne_b=[4,16,1,1]",
+    "GET_ROWS": "type=f32,n=10,m=5,r=3,be1=1,be2=1,v=0",
+    "SET_ROWS": "type_src=f32,type_dst=f32,type_idx=i64,ne=[32,10,2,1],nr23=[1,1],r=3,v=0",
+    "MUL_MAT": "type_a=f32,type_b=f32,m=16,n=8,k=32,bs=[2,3],nr=[1,1]",
+    "MUL_MAT_ID": "type_a=f32,type_b=f32,n_mats=4,n_used=2,b=0,m=16,n=5,k=32",
 }
 
 
@@ -189,27 +194,14 @@ def _concat_cases() -> list[Case]:
 
 def _rows_cases() -> list[Case]:
     """GET_ROWS / SET_ROWS / SET."""
-    out = [vs(f"get_rows-{dt}", "get_rows", {"a": f(10, 5, dtype=dt), "r": ints(3, high=5)}, "a", "r")
-           for dt in ("f32", "f16", "bf16")]  # fmt: skip
-    batched = {"a": f(10, 5, 3), "r": ints(4, 3, high=5)}
-    out += [
-        vs("get_rows-batched", "get_rows", batched, "a", "r"),
-        vs("get_rows-rows-view", "get_rows", batched, "a", V("r", 2, 3)),
-        vs("get_rows-i32-data", "get_rows", {"a": ints(10, 5, high=100), "r": ints(3, high=5)}, "a", "r"),
-    ]
-    for dt in ("f32", "f16", "bf16"):
-        for it in ("i64", "i32"):
-            idx = leaf_of((3, 2), it, Init("set_rows", n=10))
-            leaves = {"dst": f(32, 10, 2, dtype=dt), "src": f(32, 3, 2), "idx": idx}
-            out.append(vs(f"set_rows-{dt}-{it}", "set_rows", leaves, "dst", "src", "idx"))
     return [
-        *out,
-        vs("set_rows-bcast", "set_rows",
-           {"dst": f(16, 10, 4), "src": f(16, 3, 4), "idx": leaf_of((3, 2), "i64", Init("set_rows", n=10))},
-           "dst", "src", "idx"),
-        vs("set_rows-views", "set_rows",
-           {"dst": f(16, 10, 2), "src": f(16, 4, 2), "idx": leaf_of((4, 2), "i64", Init("set_rows", n=10))},
-           "dst", V("src", 16, 2, 2), V("idx", 2, 2)),
+        *(tbo("GET_ROWS", type=dt) for dt in ("f32", "f16", "bf16")),
+        tbo("GET_ROWS", r=4, be1=3),
+        tbo("GET_ROWS", r=4, be1=3, v=1),
+        vs("get_rows-i32-data", "get_rows", {"a": ints(10, 5, high=100), "r": ints(3, high=5)}, "a", "r"),
+        *(tbo("SET_ROWS", type_dst=d, type_idx=i) for d in ("f32", "f16", "bf16") for i in ("i64", "i32")),
+        tbo("SET_ROWS", ne=(16, 10, 2, 1), nr23=(2, 1)),
+        tbo("SET_ROWS", ne=(16, 10, 2, 1), r=4, v=1),
         # a's own strides (f32 [12, 5, 4, 3]: 48, 240, 960), from row 2, element 3
         vs("set-block", "set", {"a": f(12, 5, 4, 3), "b": f(6, 3, 2, 1)}, "a", "b", 48, 240, 960, 48 * 2 + 3 * 4),
         vs("set_1d", "set", {"a": f(40), "b": f(7)}, program=C("set_1d", "a", "b", 4 * 9)),
@@ -220,44 +212,32 @@ def _rows_cases() -> list[Case]:
 def _mul_mat_cases() -> list[Case]:
     """MUL_MAT (a ne [k, m, bs0, bs1], b ne [k, n, bs0*nr0, bs1*nr1]) and MUL_MAT_ID (as ne [k, m,
     n_mats], b ne [k, n_used or 1, n], ids ne [n_used, n])."""
-    experts = Init("experts", n=4)
     return [
-        vs("mul_mat-f32", "mul_mat", {"a": f(32, 16, 2, 3), "b": f(32, 8, 2, 3)}, "a", "b"),
-        vs("mul_mat-gqa-bcast", "mul_mat", {"a": f(32, 16, 2, 1), "b": f(32, 8, 8, 2)}, "a", "b"),
-        vs("mul_mat-vector", "mul_mat", {"a": f(64, 48), "b": f(64, 1)}, "a", "b"),
-        vs("mul_mat-f16-a", "mul_mat", {"a": f(32, 16, 2, dtype="f16"), "b": f(32, 8, 2)}, "a", "b"),
-        vs("mul_mat-f16-f16", "mul_mat", {"a": f(32, 16, 2, dtype="f16"), "b": f(32, 8, 2, dtype="f16")}, "a", "b"),
-        vs("mul_mat-bf16-a", "mul_mat", {"a": f(32, 16, 2, dtype="bf16"), "b": f(32, 8, 2)}, "a", "b"),
-        vs("mul_mat-permuted-0213", "mul_mat", {"a": f(32, 2, 16, 3), "b": f(32, 2, 8, 3)},
-           P("a", 0, 2, 1, 3), P("b", 0, 2, 1, 3)),
+        tbo("MUL_MAT"),
+        tbo("MUL_MAT", bs=(2, 1), nr=(4, 2)),  # GQA's broadcast
+        tbo("MUL_MAT", m=48, n=1, k=64, bs=(1, 1)),
+        tbo("MUL_MAT", type_a="f16", bs=(2, 1)),
+        tbo("MUL_MAT", type_a="f16", type_b="f16", bs=(2, 1)),
+        tbo("MUL_MAT", type_a="bf16", bs=(2, 1)),
+        tbo("MUL_MAT", per=(0, 2, 1, 3)),
         vs("mul_mat-a-view-k", "mul_mat", {"a": f(48, 16, 2), "b": f(32, 8, 2)}, V("a", 32, 16, 2), "b"),
         # [head_dim, n_head, n_tokens] as in llama.cpp
         vs("mul_mat-kq-attention", "mul_mat", {"k": f(16, 4, 24), "q": f(16, 4, 6)},
            P("k", 0, 2, 1, 3), P("q", 0, 2, 1, 3)),
-        vs("mul_mat_id-f32", "mul_mat_id",
-           {"as": f(32, 16, 4), "b": f(32, 2, 5), "ids": leaf_of((2, 5), "i32", experts)}, "as", "b", "ids"),
-        vs("mul_mat_id-bcast-b", "mul_mat_id",
-           {"as": f(32, 16, 4), "b": f(32, 1, 5), "ids": leaf_of((4, 5), "i32", experts)}, "as", "b", V("ids", 2, 5)),
-        vs("mul_mat_id-f16", "mul_mat_id",
-           {"as": f(32, 16, 8, dtype="f16"), "b": f(32, 3, 4), "ids": leaf_of((3, 4), "i32", Init("experts", n=8))},
-           "as", "b", "ids"),
+        tbo("MUL_MAT_ID"),
+        tbo("MUL_MAT_ID", b=1),
+        tbo("MUL_MAT_ID", type_a="f16", n_mats=8, n_used=3, n=4),
     ]  # fmt: skip
 
 
 def _quantized_cases() -> list[Case]:
     """Quantized weights (the upstream backend's 8 types); get_rows rows of 512 avoid upstream's
     ne[0]==256 gate."""
-    out = []
-    for q in QUANT_TYPES:
-        out += [
-            vs(f"mul_mat-{q}", "mul_mat", {"w": leaf_of((256, 24), q), "x": f(256, 5)}, "w", "x"),
-            vs(f"get_rows-{q}", "get_rows", {"w": leaf_of((512, 6), q), "r": ints(4, high=6)}, "w", "r"),
-        ]
-    for q in ("q4_0", "mxfp4"):
-        ids = leaf_of((2, 3), "i32", Init("experts", n=4))
-        leaves = {"as": leaf_of((256, 16, 4), q), "b": f(256, 2, 3), "ids": ids}
-        out.append(vs(f"mul_mat_id-{q}", "mul_mat_id", leaves, "as", "b", "ids"))
-    return out
+    return [
+        *(tbo("MUL_MAT", type_a=q, m=24, n=5, k=256, bs=(1, 1)) for q in QUANT_TYPES),
+        *(tbo("GET_ROWS", type=q, n=512, m=6, r=4) for q in QUANT_TYPES),
+        *(tbo("MUL_MAT_ID", type_a=q, n=3, k=256) for q in ("q4_0", "mxfp4")),
+    ]
 
 
 def _norm_cases() -> list[Case]:
@@ -413,17 +393,15 @@ def _rejected_cases() -> list[Case]:
         vs("sum_rows-permuted", "sum_rows", {"a": f(10, 5, 4, 3)}, P("a", 0, 2, 3, 1), rejected="permute"),
         vs("add-permuted-src1", "add", {"a": f(10, 5, 4, 3), "b": f(5, 4, 10, 3)}, "a", P("b", 1, 2, 0, 3),
            rejected="permute"),
-        vs("get_rows-4d", "get_rows", {"a": f(10, 5, 3, 2), "r": ints(4, 3, 2, high=5)}, "a", "r", rejected="ne[3]"),
+        tbo("GET_ROWS", "ne[3]", r=4, be1=3, be2=2),
         vs("concat-i64", "concat", {"a": ints(4, 3, high=9, dtype="i64"), "b": ints(2, 3, high=9, dtype="i64")},
            "a", "b", 0, rejected="i64"),
-        vs("mul_mat-both-views", "mul_mat", {"a": f(48, 16), "b": f(48, 8)}, V("a", 32, 16), V("b", 32, 8),
-           rejected="view"),
+        tbo("MUL_MAT", "view", bs=(1, 1), k_v=48),
         vs("cpy-f32-bf16", "cpy", {"a": f(10, 4), "d": f(10, 4, dtype="bf16")}, "a", "d", rejected="bf16"),
         # test_set: the nb of b (f32 [6, 5, 4, 3]: 24, 120, 480), not of a: upstream requires a's
         vs("set-foreign-strides", "set", {"a": f(12, 5, 4, 3), "b": f(6, 5, 4, 3)}, "a", "b", 24, 120, 480, 4 * 3,
            rejected="nb"),
-        vs("mul_mat_id-one-expert", "mul_mat_id", {"as": f(32, 16, 1), "b": f(32, 1, 5), "ids": ints(1, 5, high=1)},
-           "as", "b", "ids", rejected="ne[2]"),
+        tbo("MUL_MAT_ID", "ne[2]", n_mats=1, n_used=1, b=1),
         # flash attention over padding: a query row whose keys are all masked gives 0 in ggml (not NaN)
         vs("fa-fully-masked-rows", "flash_attn_ext", {**fa, "m": leaf_of((32, 32, 1, 1), "f16", Init("padded_mask"))},
            program=fa_prog),
@@ -437,8 +415,7 @@ def _model_sized_cases() -> list[Case]:
         tbo("SOFT_MAX", ne=(1024, 16, 1, 1), max_bias=8.0),
         vs("rms_norm-4096", "rms_norm", {"a": f(4096, 8, lo=-10.0, hi=10.0)}, "a", 1e-6),
         vs("norm-4096", "norm", {"a": f(4096, 4)}, "a", 1e-5),
-        vs("mul_mat-k4096-f32", "mul_mat", {"a": f(4096, 64), "b": f(4096, 9)}, "a", "b"),
-        vs("mul_mat-k4096-q4_K", "mul_mat", {"a": leaf_of((4096, 64), "q4_K"), "b": f(4096, 9)}, "a", "b"),
+        *(tbo("MUL_MAT", type_a=ta, m=64, n=9, k=4096, bs=(1, 1)) for ta in ("f32", "q4_K")),
         vs("gelu-large", "gelu", {"a": f(4096, 16, **WIDE)}, "a"),
         tbo("SWIGLU", ne_a=(2 * 2816, 8, 1, 1)),
         tbo("ROPE", ne_a=(128, 32, 48, 1), n_dims=128, mode=RopeType.NEOX),
