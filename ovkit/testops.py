@@ -86,14 +86,12 @@ def _resolve(device: str | None, *, core: Core | None) -> str:
 def _reference_kind(reference: Reference) -> str:
     from ovkit import oracle
 
-    if reference == "ggml":
-        if not oracle.ggml_available():
-            raise RuntimeError(
-                "reference 'ggml' asked for but ggml-python is not installed (pip install ggml-python)"
-            )
-        return "ggml"
-    if reference == "numpy":
-        return "numpy"
+    if reference == "ggml" and not oracle.ggml_available():
+        raise RuntimeError(
+            "reference 'ggml' asked for but ggml-python is not installed (pip install ggml-python)"
+        )
+    if reference in ("ggml", "numpy"):
+        return reference
     return "ggml" if oracle.ggml_available() else "numpy"
 
 

@@ -400,11 +400,6 @@ def _worker_main() -> None:
 WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "ovkit.catalogue.run")
 
 
-def threads_per_worker(workers: int) -> int:
-    """Threads each worker's ggml and OpenVINO use: the cores shared out among the workers."""
-    return max(1, (os.cpu_count() or 1) // max(1, workers))
-
-
 def check_workers(workers: int, flag: str = "workers=") -> int:
     """``workers`` when 0 (run in this process) up to twice the cores, else a ValueError naming it."""
     cores = os.cpu_count() or 1
@@ -486,7 +481,7 @@ def pooled(
     """(index, result) as ``workers`` children of ``argv`` finish them: costliest rows first, small
     ones batched, :data:`GRID_TYPES` rows to the first worker; a crashed batch is asked again row by
     row, and ``failed(row, why)`` is the result of a row its worker crashed on."""
-    threads = threads_per_worker(workers)
+    threads = max(1, (os.cpu_count() or 1) // workers)  # each worker's share of the cores
     started = [_worker(argv, threads) for _ in range(workers)]  # they start while we sort
     costs = [cost(r) for r in rows]
     pinned: Queue[tuple[int, Row]] = Queue()
