@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ovkit.errors import OvkitError
 from ovkit.memory import MIB
@@ -38,25 +38,20 @@ class UpstreamDevice:
         return f"  {self.name}: {self.description} ({self.memory_total // MIB} MiB, {self.memory_free // MIB} MiB free)"
 
 
-def _ask(cmd: str, worker: Isolated | None, doing: str) -> dict[str, Any]:
-    """The child's reply to ``cmd``; :class:`UpstreamCallError` saying what failed ``doing`` it."""
-    out = worker.call({"cmd": cmd}) if worker is not None else call_once({"cmd": cmd})
-    if not out.ok:
-        raise UpstreamCallError(f"{doing} failed: {out.status} {out.detail}")
-    return out.reply
-
-
 def list_devices(worker: Isolated | None = None) -> list[UpstreamDevice]:
     """Every registered ggml device, in registration order (``UpstreamCallError`` on a crash)."""
-    return [
-        UpstreamDevice(**d) for d in _ask("devices", worker, "listing the real backend's devices")["devices"]
-    ]
+    out = worker.call({"cmd": "devices"}) if worker is not None else call_once({"cmd": "devices"})
+    if not out.ok:
+        raise UpstreamCallError(f"listing the real backend's devices failed: {out.status} {out.detail}")
+    return [UpstreamDevice(**d) for d in out.reply["devices"]]
 
 
 def ggml_info(worker: Isolated | None = None) -> dict[str, str]:
     """The loaded ggml's ``ggml_version``, ``ggml_commit`` and backend ``registries``."""
-    reply = _ask("info", worker, "reading the real backend's ggml version")
-    return {**reply, "registries": ", ".join(reply["registries"])}
+    out = worker.call({"cmd": "info"}) if worker is not None else call_once({"cmd": "info"})
+    if not out.ok:
+        raise UpstreamCallError(f"reading the real backend's ggml version failed: {out.status} {out.detail}")
+    return {**out.reply, "registries": ", ".join(out.reply["registries"])}
 
 
 def format_list_devices(devices: Iterable[UpstreamDevice]) -> str:
