@@ -258,7 +258,7 @@ def add_cli_args(p: Any) -> None:
     add("--policy", choices=("upstream", "none"), default="upstream", help="test-backend-ops: upstream = "
         "only what the backend accepts (default); none = every case")  # fmt: skip
     add("--workers", type=int, default=2, metavar="N",
-        help="worker processes of --isolate and test-backend-ops (0: in this process; at most twice the cores)")  # fmt: skip
+        help="worker processes (--isolate, test-backend-ops; 0: in this process; at most twice the cores)")  # fmt: skip
     add("--sample", type=int, metavar="N", help="test-backend-ops: a stratified sample of about N rows")
     add("--hints", choices=HINTS, default="exact", help="exact: f32 inference precision (default); "
         "upstream: the naive path's execution-mode hint")  # fmt: skip
