@@ -365,16 +365,18 @@ def translatable(row: Row) -> tuple[bool, str]:
 def coverage_rows(
     rows: Sequence[Row], device_class: str = "CPU", progress: bool | None = None
 ) -> pd.DataFrame:
-    """Every row classified without running it: the backend's verdict and ovkit's translation."""
+    """Every row classified without running it: the backend's verdict and ovkit's translation (its
+    ``status`` OK when ovkit translates it)."""
     import pandas as pd
 
     out = []
     for r in progress_bar(rows, "classifying", progress):
         accepted, why = upstream_verdict(r, device_class)
         ok, reason = translatable(r)
-        out.append({"op": r.op, "case": r.name, "accepted": accepted, "translatable": ok,
+        status = "OK" if ok else "no case" if reason.startswith("no case") else "not translatable"
+        out.append({"op": r.op, "case": r.name, "status": status, "accepted": accepted, "translatable": ok,
                     "reason": reason or why})  # fmt: skip
-    return pd.DataFrame(out, columns=["op", "case", "accepted", "translatable", "reason"])
+    return pd.DataFrame(out, columns=["op", "case", "status", "accepted", "translatable", "reason"])
 
 
 # -- Many cases: worker processes ------------------------------------------------------------------
