@@ -5,19 +5,15 @@ times larger cases."""
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from ovkit.catalogue import curated
-from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs
-from ovkit.catalogue.result import Result, error_line, progress_bar
-from ovkit.catalogue.run import HINTS, effective_precision, frame, hints_config, policy_rejection, run_case
+from ovkit.catalogue.case import Case
+from ovkit.catalogue.result import Result, progress_bar
+from ovkit.catalogue.run import HINTS, frame, perf_case, run_case
 from ovkit.runtime import Core
 
 if TYPE_CHECKING:
@@ -93,47 +89,6 @@ def _reference_kind(reference: Reference) -> str:
     if reference in ("ggml", "numpy"):
         return reference
     return "ggml" if oracle.ggml_available() else "numpy"
-
-
-def perf_case(c: Case, device: str, *, core: Core | None = None, min_seconds: float = 0.2,
-              max_runs: int = 200, hints: str = "exact", vs_ggml: bool = False) -> Result:  # fmt: skip
-    """Median time per steady-state run (compile excluded) and GFLOPS or GB/s."""
-    from ovkit import oracle
-    from ovkit.engine import compute_graph
-
-    base: dict[str, Any] = {"op": c.op, "case": c.name, "device": device}
-    try:
-        leaves = ggml_inputs(c, draw_all(c))
-        g, out, feed = build_ovkit(c, leaves)
-    except Exception as exc:
-        return Result(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
-    reason = policy_rejection(g, out, device)
-    if reason is not None:
-        return Result(**base, status="not supported", detail=reason)
-    cfg = hints_config(g, out, hints)
-    try:
-        result = compute_graph(g, [out], feed, device, core=core, config=cfg)[0]  # compile + warm up
-        compute_graph(g, [out], feed, device, core=core, config=cfg)
-        base["precision"] = effective_precision(core)
-        times: list[float] = []
-        start = time.perf_counter()
-        while len(times) < 3 or (time.perf_counter() - start < min_seconds and len(times) < max_runs):
-            t0 = time.perf_counter()
-            compute_graph(g, [out], feed, device, core=core, config=cfg)
-            times.append(time.perf_counter() - t0)
-    except Exception as exc:
-        return Result(**base, status="FAIL", detail=error_line(exc))
-    seconds = statistics.median(times)
-    if vs_ggml and oracle.ggml_available():
-        runs = max(3, min(len(times), 50))
-        time.sleep(0.1)  # let OpenVINO's worker threads go idle before ggml's OpenMP threads run
-        bench = oracle.ggml_benchmark_program(c.program, leaves, n_runs=runs, warmup=2)
-        base["ggml_us_per_run"] = bench.median_s * 1e6
-    if c.flops:
-        return Result(**base, status="OK", us_per_run=seconds * 1e6, gflops=c.flops / seconds / 1e9)
-    weights = sum(lf.nbytes for lf in leaves.values() if isinstance(lf, oracle.QuantArray))  # block bytes
-    moved = c.nbytes or sum(a.nbytes for a in feed.values()) + weights + np.asarray(result).nbytes
-    return Result(**base, status="OK", us_per_run=seconds * 1e6, gbps=moved / seconds / 1e9)
 
 
 def iter_results(mode: str = "test", ops: Sequence[str] | str | None = None,
@@ -320,43 +275,19 @@ def _backend_ops_cli(args: Any) -> int:
                           progress=False if args.no_progress else None)  # fmt: skip
 
 
-#: How an ``--isolate`` worker starts (``python -m ovkit.testops MODE DEVICE REFERENCE HINTS [PROFILE]``).
-WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "ovkit.testops")
-
-
 def _isolated_results(mode: str, ops: Sequence[str] | str | None, device: str, reference: str,
                       progress: bool | None, hints: str, case_set: str | None, workers: int,
                       *, core: Core | None) -> Iterator[Result]:  # fmt: skip
     """The cases on the catalogue's worker pool (:func:`~ovkit.catalogue.run.pooled`): a crash is
     a FAIL of the case it happened in."""
-    from ovkit.catalogue.run import Row, pooled
+    from ovkit.catalogue import run as catalogue
 
-    rows = [Row(c.op, c.params) for c in select(build_catalogue(case_set, mode), ops)]
+    rows = [catalogue.Row(c.op, c.params) for c in select(build_catalogue(case_set, mode), ops)]
     profile = getattr(getattr(core, "profile", None), "name", None)
-    argv = [*WORKER_COMMAND, mode, device, reference, hints, *([profile] if profile else [])]
-    got = pooled(
+    argv = [*catalogue.WORKER_COMMAND, mode, device, reference, hints, *([profile] if profile else [])]
+    got = catalogue.pooled(
         rows, argv, max(1, workers), lambda row, why: Result(row.op, row.name, "FAIL", why, device=device)
     )
     yield from (
         r for _, r in progress_bar(got, f"test-ops {mode} {device} (isolated)", progress, total=len(rows))
     )
-
-
-def _worker_main() -> None:
-    """An ``--isolate`` worker: JSON lists of curated case (op, params) in, of results out."""
-    from ovkit.child import serve
-    from ovkit.usage import make_core
-
-    mode, device, reference, hints, *profile = sys.argv[1:]
-    core = make_core(profile[0] if profile else None)
-
-    def answer(line: str) -> str:
-        cases = [curated.find(f"{op}({params})") for op, params in json.loads(line)]
-        ran = iter_results(mode, None, device, reference, cases=cases, hints=hints, core=core, progress=False)  # type: ignore[arg-type]
-        return json.dumps([asdict(r) for r in ran])
-
-    serve(answer)
-
-
-if __name__ == "__main__":
-    _worker_main()

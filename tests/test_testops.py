@@ -97,13 +97,15 @@ def test_isolate_turns_a_crashing_op_into_fail_lines(
 ) -> None:
     import sys
 
+    from ovkit.catalogue import run
+
     # A worker that segfaults on SQRT's cases (as a broken translation would) and runs the others.
     crash = (
         "import os, runpy, signal; from ovkit.catalogue import curated; real = curated.find; "
         "curated.find = lambda n: os.kill(os.getpid(), signal.SIGSEGV) if n.startswith('SQRT(') else real(n); "
-        "runpy.run_module('ovkit.testops', run_name='__main__')"
+        "runpy.run_module('ovkit.catalogue.run', run_name='__main__')"
     )
-    monkeypatch.setattr(testops, "WORKER_COMMAND", (sys.executable, "-c", crash))
+    monkeypatch.setattr(run, "WORKER_COMMAND", (sys.executable, "-c", crash))
     code = main(["test-ops", "--isolate", "-o", "SQR", "-o", "SQRT", "--no-progress"])
     out = capsys.readouterr().out
     assert code == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import threading
 import time
@@ -301,6 +302,47 @@ def run_case(case: Case, device: str = "CPU", *, core: Core | None = None,
     return r if isinstance(r, Result) else _judged(r, _infer([r], device, threads, core=core)[0])
 
 
+def perf_case(c: Case, device: str, *, core: Core | None = None, min_seconds: float = 0.2,
+              max_runs: int = 200, hints: str = "exact", vs_ggml: bool = False) -> Result:  # fmt: skip
+    """Median time per steady-state run (compile excluded) and GFLOPS or GB/s."""
+    from ovkit import oracle
+    from ovkit.engine import compute_graph
+
+    base: dict[str, Any] = {"op": c.op, "case": c.name, "device": device}
+    try:
+        leaves = ggml_inputs(c, draw_all(c))
+        g, out, feed = build_ovkit(c, leaves)
+    except Exception as exc:
+        return Result(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
+    reason = policy_rejection(g, out, device)
+    if reason is not None:
+        return Result(**base, status="not supported", detail=reason)
+    cfg = hints_config(g, out, hints)
+    try:
+        result = compute_graph(g, [out], feed, device, core=core, config=cfg)[0]  # compile + warm up
+        compute_graph(g, [out], feed, device, core=core, config=cfg)
+        base["precision"] = effective_precision(core)
+        times: list[float] = []
+        start = time.perf_counter()
+        while len(times) < 3 or (time.perf_counter() - start < min_seconds and len(times) < max_runs):
+            t0 = time.perf_counter()
+            compute_graph(g, [out], feed, device, core=core, config=cfg)
+            times.append(time.perf_counter() - t0)
+    except Exception as exc:
+        return Result(**base, status="FAIL", detail=error_line(exc))
+    seconds = statistics.median(times)
+    if vs_ggml and oracle.ggml_available():
+        runs = max(3, min(len(times), 50))
+        time.sleep(0.1)  # let OpenVINO's worker threads go idle before ggml's OpenMP threads run
+        bench = oracle.ggml_benchmark_program(c.program, leaves, n_runs=runs, warmup=2)
+        base["ggml_us_per_run"] = bench.median_s * 1e6
+    if c.flops:
+        return Result(**base, status="OK", us_per_run=seconds * 1e6, gflops=c.flops / seconds / 1e9)
+    weights = sum(lf.nbytes for lf in leaves.values() if isinstance(lf, oracle.QuantArray))  # block bytes
+    moved = c.nbytes or sum(a.nbytes for a in feed.values()) + weights + np.asarray(result).nbytes
+    return Result(**base, status="OK", us_per_run=seconds * 1e6, gbps=moved / seconds / 1e9)
+
+
 def run_row(row: Row, policy: Policy = "upstream", device: str = "CPU", *,
             core: Core | None = None, threads: int | None = None) -> Result:  # fmt: skip
     """:func:`run_case` of one case list row (with the backend's verdict), timed."""
@@ -387,18 +429,29 @@ THREADS_ENV = "OVKIT_CATALOGUE_THREADS"
 
 
 def _worker_main() -> None:
-    """``python -m ovkit.catalogue.run POLICY DEVICE``: JSON lists of rows in, of results out."""
-    policy, device = sys.argv[1], sys.argv[2]
+    """``python -m ovkit.catalogue.run POLICY DEVICE`` (test-backend-ops rows) or ``... MODE DEVICE
+    REFERENCE HINTS [PROFILE]`` (curated cases, ``ovkit test-ops --isolate``): JSON lists of rows in,
+    of results out."""
+    from ovkit.catalogue import curated
+    from ovkit.usage import make_core
+
+    kind, device, *rest = sys.argv[1:]
     threads = int(os.environ.get(THREADS_ENV, "0")) or None
+    reference, hints, *profile = rest or ["", ""]
+    core = None if kind in ("upstream", "none") else make_core(profile[0] if profile else None)
 
-    def answer(line: str) -> str:
-        rows = [Row(op, params) for op, params in json.loads(line)]
-        return json.dumps([asdict(r) for r in run_rows(rows, policy, device, threads=threads)])  # type: ignore[arg-type]
+    def run(rows: list[Row]) -> list[Result]:
+        if core is None:  # test-backend-ops rows
+            return run_rows(rows, kind, device, threads=threads)  # type: ignore[arg-type]
+        cases = [curated.find(r.name) for r in rows]
+        if kind == "perf":
+            return [perf_case(c, device, hints=hints, core=core) for c in cases]
+        return [run_case(c, device, reference=reference, hints=hints, core=core) for c in cases]  # type: ignore[arg-type]
 
-    serve(answer)
+    serve(lambda line: json.dumps([asdict(r) for r in run([Row(*x) for x in json.loads(line)])]))
 
 
-#: How a worker process starts (``python -m ovkit.catalogue.run POLICY DEVICE``).
+#: How a worker process starts (its arguments: :func:`_worker_main`).
 WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "ovkit.catalogue.run")
 
 
