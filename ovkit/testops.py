@@ -95,8 +95,10 @@ def iter_results(mode: str = "test", ops: Sequence[str] | str | None = None,
                  device: str | None = None, reference: Reference = "auto", *,
                  core: Core | None = None, progress: bool | None = None,
                  cases: Sequence[Case] | None = None, hints: str = "exact",
-                 vs_ggml: bool = False, case_set: str | None = None) -> Iterator[Result]:  # fmt: skip
-    """One result per case of ``cases`` (else the curated ``case_set``), a tqdm bar on stderr."""
+                 vs_ggml: bool = False, case_set: str | None = None, isolate: bool = False,
+                 workers: int = 2) -> Iterator[Result]:  # fmt: skip
+    """One result per case of ``cases`` (else the curated ``case_set``), a tqdm bar on stderr;
+    ``isolate``: curated cases in ``workers`` worker processes, a crash the FAIL of its case."""
     if mode not in ("test", "perf"):
         raise ValueError(f"mode={mode!r} is not valid (expected 'test' or 'perf')")
     if hints not in HINTS:
@@ -105,6 +107,19 @@ def iter_results(mode: str = "test", ops: Sequence[str] | str | None = None,
     pool = cases if cases is not None else build_catalogue(case_set, mode)
     picked = select(pool, ops)
     ref = _reference_kind(reference) if mode == "test" else ""
+    if isolate:  # on the catalogue's worker pool
+        from ovkit.catalogue import run as catalogue
+
+        profile = getattr(getattr(core, "profile", None), "name", None)
+        argv = [*catalogue.WORKER_COMMAND, mode, dev, ref or "auto", hints, *([profile] if profile else [])]
+        rows = [catalogue.Row(c.op, c.params) for c in picked]
+        got = catalogue.pooled(
+            rows, argv, max(1, workers), lambda r, why: Result(r.op, r.name, "FAIL", why, device=dev)
+        )
+        yield from (
+            r for _, r in progress_bar(got, f"test-ops {mode} {dev} (isolated)", progress, total=len(rows))
+        )
+        return
     for c in progress_bar(picked, f"test-ops {mode} {dev}", progress):
         if mode == "test":
             yield run_case(c, dev, reference=ref, hints=hints, core=core)  # type: ignore[arg-type]
@@ -170,12 +185,8 @@ def main(mode: str = "test", ops: Sequence[str] | str | None = None, device: str
             label += f" [SIMULATED {core.profile.name}: policy of the {dev} class, runs on the CPU]"
         hint_text = "" if hints == "exact" else f", {hints} hints"
         print(f"Testing {label} (mode {mode}{', reference ' + ref if ref else ''}{hint_text})", file=stream)
-    source = (
-        _isolated_results(mode, ops, dev, ref or "auto", progress, hints, case_set, workers, core=core)
-        if isolate
-        else iter_results(mode, ops, dev, reference, progress=progress, hints=hints, vs_ggml=vs_ggml,
-                          case_set=case_set, core=core)
-    )  # fmt: skip
+    source = iter_results(mode, ops, dev, reference, progress=progress, hints=hints, vs_ggml=vs_ggml,
+                          case_set=case_set, isolate=isolate, workers=workers, core=core)  # fmt: skip
     results: list[Result] = []
     for r in source:
         results.append(r)
@@ -273,21 +284,3 @@ def _backend_ops_cli(args: Any) -> int:
     rows = backend_ops_rows(args)
     return catalogue.main(rows, args.policy, args.device or "CPU", workers=args.workers, isolate=args.isolate,
                           progress=False if args.no_progress else None)  # fmt: skip
-
-
-def _isolated_results(mode: str, ops: Sequence[str] | str | None, device: str, reference: str,
-                      progress: bool | None, hints: str, case_set: str | None, workers: int,
-                      *, core: Core | None) -> Iterator[Result]:  # fmt: skip
-    """The cases on the catalogue's worker pool (:func:`~ovkit.catalogue.run.pooled`): a crash is
-    a FAIL of the case it happened in."""
-    from ovkit.catalogue import run as catalogue
-
-    rows = [catalogue.Row(c.op, c.params) for c in select(build_catalogue(case_set, mode), ops)]
-    profile = getattr(getattr(core, "profile", None), "name", None)
-    argv = [*catalogue.WORKER_COMMAND, mode, device, reference, hints, *([profile] if profile else [])]
-    got = catalogue.pooled(
-        rows, argv, max(1, workers), lambda row, why: Result(row.op, row.name, "FAIL", why, device=device)
-    )
-    yield from (
-        r for _, r in progress_bar(got, f"test-ops {mode} {device} (isolated)", progress, total=len(rows))
-    )
