@@ -12,14 +12,13 @@ import numpy as np
 from ovkit.catalogue import backend_ops
 from ovkit.catalogue.case import Case, Init, Leaf, Program
 from ovkit.catalogue.curated import build
-from ovkit.catalogue.curated.build import C, P, Range, V, f, fa_program, ints, leaf_of, rope_args, vs
+from ovkit.catalogue.curated.build import C, P, V, f, fa_program, ints, leaf_of, rope_args, vs
 from ovkit.catalogue.curated.llama_block import cases as llama_block_cases
 from ovkit.dtypes import QUANT_TYPES
 from ovkit.ir import GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC, RopeType
 from ovkit.ops.verdict_csv import parse_params
 
 ASC, DESC = GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC
-WIDE: Range = {"lo": -150.0, "hi": 150.0}  # test_unary / test_glu's value range
 
 
 #: The parameters of test-backend-ops' case structs the comparison set varies, with the values its
@@ -69,7 +68,7 @@ def _binary_cases() -> list[Case]:
     """Binary elementwise: ADD SUB MUL DIV (test_bin_bcast: a of ne * nr, b of ne)."""
     out = []
     for op in ("ADD", "SUB", "MUL", "DIV"):
-        r: Range = {"lo": 0.9, "hi": 1.1} if op in ("MUL", "DIV") else {}
+        r = backend_ops.POS_09 if op in ("MUL", "DIV") else None
         name = op.lower()
         out += [
             *(tbo(op, type=dt) for dt in ("f32", "f16", "bf16")),
@@ -77,12 +76,12 @@ def _binary_cases() -> list[Case]:
             # ggml tiles b; upstream ADD/SUB/MUL broadcast only dims of size 1
             tbo(op, "" if op == "DIV" else "neither is 1", nr=(2, 2, 2, 2)),
             tbo(op, ne=(1, 5, 4, 1), nr=(16, 1, 1, 3)),
-            vs(f"{name}-f16-b-f32", name, {"a": f(10, 5, 4, 3, dtype="f16", **r), "b": f(10, 5, 1, 1, **r)},
+            vs(f"{name}-f16-b-f32", name, {"a": f(10, 5, 4, 3, dtype="f16", init=r), "b": f(10, 5, 1, 1, init=r)},
                "a", "b"),
             # a non-contiguous view: the first half of each row of a wider tensor
-            vs(f"{name}-src0-view", name, {"a": f(20, 5, 4, 3, **r), "b": f(10, 5, 4, 3, **r)},
+            vs(f"{name}-src0-view", name, {"a": f(20, 5, 4, 3, init=r), "b": f(10, 5, 4, 3, init=r)},
                V("a", 10, 5, 4, 3), "b"),
-            vs(f"{name}-src0-permuted", name, {"a": f(10, 4, 5, 3, **r), "b": f(10, 5, 1, 3, **r)},
+            vs(f"{name}-src0-permuted", name, {"a": f(10, 4, 5, 3, init=r), "b": f(10, 5, 1, 3, init=r)},
                P("a", 0, 2, 1, 3), "b"),
         ]  # fmt: skip
     return out
@@ -152,7 +151,7 @@ def _layout_cases() -> list[Case]:
         vs("cont_2d-of-permute", "cont", {"a": f(8, 4, 6)}, program=C("cont_2d", P("a", 0, 2, 1, 3), 32, 6)),
         tbo("CPY"),
         tbo("CPY", type_src="f16", type_dst="f32"),
-        vs("cpy-f32-permuted-src", "cpy", {"a": f(10, 8, 6, 1, **WIDE), "d": f(10, 6, 8, 1)},
+        vs("cpy-f32-permuted-src", "cpy", {"a": f(10, 8, 6, 1, init=backend_ops.U150), "d": f(10, 6, 8, 1)},
            P("a", 0, 2, 1, 3), "d", max_nmse=0.0, why="test_cpy: 0 when src and dst types match"),  # fmt: skip
         tbo("CPY", ne_src=(12, 7, 1, 1), _src_transpose=1),
         vs("reshape_2d", "reshape_2d", {"a": f(10, 5, 4, 3)}, "a", 50, 12),
@@ -413,7 +412,7 @@ def _model_sized_cases() -> list[Case]:
         vs("rms_norm-4096", "rms_norm", {"a": f(4096, 8, lo=-10.0, hi=10.0)}, "a", 1e-6),
         vs("norm-4096", "norm", {"a": f(4096, 4)}, "a", 1e-5),
         *(tbo("MUL_MAT", type_a=ta, m=64, n=9, k=4096, bs=(1, 1)) for ta in ("f32", "q4_K")),
-        vs("gelu-large", "gelu", {"a": f(4096, 16, **WIDE)}, "a"),
+        tbo("GELU", ne_a=(4096, 16, 1, 1)),
         tbo("SWIGLU", ne_a=(2 * 2816, 8, 1, 1)),
         tbo("ROPE", ne_a=(128, 32, 48, 1), n_dims=128, mode=RopeType.NEOX),
         tbo("ROPE", ne_a=(128, 8, 48, 1), n_dims=128, **YARN),
