@@ -239,8 +239,11 @@ def cli(args: Any) -> int:
         check_workers(args.workers, "--workers ")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if args.catalogue == "test-backend-ops":
-        return _backend_ops_cli(args)
+    if args.catalogue == "test-backend-ops":  # test-backend-ops' own case list
+        from ovkit.catalogue import run as catalogue
+
+        return catalogue.main(backend_ops_rows(args), args.policy, args.device or "CPU", workers=args.workers,
+                              isolate=args.isolate, progress=False if args.no_progress else None)  # fmt: skip
     core = make_core(args.simulate)
     if args.device is not None and args.device not in list(core.available_devices):
         raise UsageError(
@@ -275,12 +278,3 @@ def backend_ops_rows(args: Any) -> list[Any]:
             raise UsageError(f"unknown op {unknown[0]!r} in this case list")
         rows = [r for r in rows if r.op in wanted]
     return catalogue.stratified(rows, args.sample) if args.sample else rows
-
-
-def _backend_ops_cli(args: Any) -> int:
-    """``ovkit test-ops --catalogue test-backend-ops``: test-backend-ops' own case list."""
-    from ovkit.catalogue import run as catalogue
-
-    rows = backend_ops_rows(args)
-    return catalogue.main(rows, args.policy, args.device or "CPU", workers=args.workers, isolate=args.isolate,
-                          progress=False if args.no_progress else None)  # fmt: skip
