@@ -111,9 +111,9 @@ def _unary_cases() -> list[Case]:
             vs(f"{name}-f32-narrow", name, {"a": f(128, 2, 2, 2, lo=-4.0, hi=4.0)}, "a"),
             vs(f"{name}-f16", name, {"a": f(128, 2, 2, 2, dtype="f16", lo=-10.0, hi=10.0)}, "a"),
         ]
-    # bf16: ggml's CPU backend has bf16 kernels for these unary ops (not for GELU/SILU)
     return [
         *out,
+        # bf16: ggml's CPU backend has bf16 kernels for these unary ops (not for GELU/SILU)
         *(tbo(u, type="bf16") for u in ("NEG", "TANH", "SIGMOID", "SOFTPLUS")),
         tbo("EXP", type="f16"),  # test-backend-ops draws f16 EXP in [-10, 10]
         # in [-150, 150] (why upstream rejects EXP f32: OpenVINO's Exp overflows from x ~ 88.38,
