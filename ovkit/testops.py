@@ -5,20 +5,15 @@ times larger cases."""
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from ovkit.catalogue import curated
-from ovkit.catalogue.case import Case, build_ovkit, draw_all, ggml_inputs
-from ovkit.catalogue.result import Result, error_line, progress_bar
-from ovkit.catalogue.run import HINTS, effective_precision, frame, hints_config, policy_rejection, run_case
+from ovkit.catalogue.case import Case
+from ovkit.catalogue.result import Result, progress_bar
+from ovkit.catalogue.run import HINTS, frame, perf_case, run_case
 from ovkit.runtime import Core
 
 if TYPE_CHECKING:
@@ -87,64 +82,23 @@ def _resolve(device: str | None, *, core: Core | None) -> str:
 def _reference_kind(reference: Reference) -> str:
     from ovkit import oracle
 
-    if reference == "ggml":
-        if not oracle.ggml_available():
-            raise RuntimeError(
-                "reference 'ggml' asked for but ggml-python is not installed (pip install ggml-python)"
-            )
-        return "ggml"
-    if reference == "numpy":
-        return "numpy"
+    if reference == "ggml" and not oracle.ggml_available():
+        raise RuntimeError(
+            "reference 'ggml' asked for but ggml-python is not installed (pip install ggml-python)"
+        )
+    if reference in ("ggml", "numpy"):
+        return reference
     return "ggml" if oracle.ggml_available() else "numpy"
-
-
-def perf_case(c: Case, device: str, *, core: Core | None = None, min_seconds: float = 0.2,
-              max_runs: int = 200, hints: str = "exact", vs_ggml: bool = False) -> Result:  # fmt: skip
-    """Median time per steady-state run (compile excluded) and GFLOPS or GB/s."""
-    from ovkit import oracle
-    from ovkit.engine import compute_graph
-
-    base: dict[str, Any] = {"op": c.op, "case": c.name, "device": device}
-    try:
-        leaves = ggml_inputs(c, draw_all(c))
-        g, out, feed = build_ovkit(c, leaves)
-    except Exception as exc:
-        return Result(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
-    reason = policy_rejection(g, out, device)
-    if reason is not None:
-        return Result(**base, status="not supported", detail=reason)
-    cfg = hints_config(g, out, hints)
-    try:
-        result = compute_graph(g, [out], feed, device, core=core, config=cfg)[0]  # compile + warm up
-        compute_graph(g, [out], feed, device, core=core, config=cfg)
-        base["precision"] = effective_precision(core)
-        times: list[float] = []
-        start = time.perf_counter()
-        while len(times) < 3 or (time.perf_counter() - start < min_seconds and len(times) < max_runs):
-            t0 = time.perf_counter()
-            compute_graph(g, [out], feed, device, core=core, config=cfg)
-            times.append(time.perf_counter() - t0)
-    except Exception as exc:
-        return Result(**base, status="FAIL", detail=error_line(exc))
-    seconds = statistics.median(times)
-    if vs_ggml and oracle.ggml_available():
-        runs = max(3, min(len(times), 50))
-        time.sleep(0.1)  # let OpenVINO's worker threads go idle before ggml's OpenMP threads run
-        bench = oracle.ggml_benchmark_program(c.program, leaves, n_runs=runs, warmup=2)
-        base["ggml_us_per_run"] = bench.median_s * 1e6
-    if c.flops:
-        return Result(**base, status="OK", us_per_run=seconds * 1e6, gflops=c.flops / seconds / 1e9)
-    weights = sum(lf.nbytes for lf in leaves.values() if isinstance(lf, oracle.QuantArray))  # block bytes
-    moved = c.nbytes or sum(a.nbytes for a in feed.values()) + weights + np.asarray(result).nbytes
-    return Result(**base, status="OK", us_per_run=seconds * 1e6, gbps=moved / seconds / 1e9)
 
 
 def iter_results(mode: str = "test", ops: Sequence[str] | str | None = None,
                  device: str | None = None, reference: Reference = "auto", *,
                  core: Core | None = None, progress: bool | None = None,
                  cases: Sequence[Case] | None = None, hints: str = "exact",
-                 vs_ggml: bool = False, case_set: str | None = None) -> Iterator[Result]:  # fmt: skip
-    """One result per case of ``cases`` (else the curated ``case_set``), a tqdm bar on stderr."""
+                 vs_ggml: bool = False, case_set: str | None = None, isolate: bool = False,
+                 workers: int = 2) -> Iterator[Result]:  # fmt: skip
+    """One result per case of ``cases`` (else the curated ``case_set``), a tqdm bar on stderr;
+    ``isolate``: curated cases in ``workers`` worker processes, a crash the FAIL of its case."""
     if mode not in ("test", "perf"):
         raise ValueError(f"mode={mode!r} is not valid (expected 'test' or 'perf')")
     if hints not in HINTS:
@@ -153,6 +107,19 @@ def iter_results(mode: str = "test", ops: Sequence[str] | str | None = None,
     pool = cases if cases is not None else build_catalogue(case_set, mode)
     picked = select(pool, ops)
     ref = _reference_kind(reference) if mode == "test" else ""
+    if isolate:  # on the catalogue's worker pool
+        from ovkit.catalogue import run as catalogue
+
+        profile = getattr(getattr(core, "profile", None), "name", None)
+        argv = [*catalogue.WORKER_COMMAND, mode, dev, ref or "auto", hints, *([profile] if profile else [])]
+        rows = [catalogue.Row(c.op, c.params) for c in picked]
+        got = catalogue.pooled(
+            rows, argv, max(1, workers), lambda r, why: Result(r.op, r.name, "FAIL", why, device=dev)
+        )
+        yield from (
+            r for _, r in progress_bar(got, f"test-ops {mode} {dev} (isolated)", progress, total=len(rows))
+        )
+        return
     for c in progress_bar(picked, f"test-ops {mode} {dev}", progress):
         if mode == "test":
             yield run_case(c, dev, reference=ref, hints=hints, core=core)  # type: ignore[arg-type]
@@ -200,10 +167,10 @@ def catalogue_table(mode: str = "test", case_set: str | None = None) -> pd.DataF
 
 def main(mode: str = "test", ops: Sequence[str] | str | None = None, device: str | None = None,
          reference: Reference = "auto", *, core: Core | None = None, as_json: bool = False,
-         progress: bool | None = None, out: Any = None, isolate: bool = False,
+         progress: bool | None = None, out: Any = None, isolate: bool = False, workers: int = 2,
          hints: str = "exact", vs_ggml: bool = False, case_set: str | None = None) -> int:  # fmt: skip
-    """The CLI body: a line per case and the totals (or JSON); 1 on any failure.  ``isolate``: one
-    process per op (a crash becomes FAIL lines)."""
+    """The CLI body: a line per case and the totals (or JSON); 1 on any failure.  ``isolate``: the
+    cases in ``workers`` worker processes (a crash becomes a FAIL line)."""
     from tqdm import tqdm
 
     from ovkit.simulate import SimulatedCore
@@ -218,12 +185,8 @@ def main(mode: str = "test", ops: Sequence[str] | str | None = None, device: str
             label += f" [SIMULATED {core.profile.name}: policy of the {dev} class, runs on the CPU]"
         hint_text = "" if hints == "exact" else f", {hints} hints"
         print(f"Testing {label} (mode {mode}{', reference ' + ref if ref else ''}{hint_text})", file=stream)
-    source = (
-        _isolated_results(mode, ops, dev, ref or "numpy", progress, hints, case_set, core=core)
-        if isolate
-        else iter_results(mode, ops, dev, reference, progress=progress, hints=hints, vs_ggml=vs_ggml,
-                          case_set=case_set, core=core)
-    )  # fmt: skip
+    source = iter_results(mode, ops, dev, reference, progress=progress, hints=hints, vs_ggml=vs_ggml,
+                          case_set=case_set, isolate=isolate, workers=workers, core=core)  # fmt: skip
     results: list[Result] = []
     for r in source:
         results.append(r)
@@ -251,7 +214,7 @@ def add_cli_args(p: Any) -> None:
     add("--simulate", metavar="PROFILE", help="use a simulated device set (e.g. laptop)")
     add("--json", action="store_true", help="print JSON instead of text")
     add("--no-progress", action="store_true", help="no progress bar on stderr")
-    add("--isolate", action="store_true", help="one process per op: a crash becomes FAIL lines")
+    add("--isolate", action="store_true", help="run in worker processes: a crash becomes a FAIL line")
     add("--vs-ggml", action="store_true", help="perf: also time ggml's CPU backend on each case")
     add("--set", choices=curated.SETS, help="the curated set to run (default: test-ops in mode test, perf "
         "in mode perf; ggml: the comparison set of the tests against ggml)")  # fmt: skip
@@ -261,7 +224,7 @@ def add_cli_args(p: Any) -> None:
     add("--policy", choices=("upstream", "none"), default="upstream", help="test-backend-ops: upstream = "
         "only what the backend accepts (default); none = every case")  # fmt: skip
     add("--workers", type=int, default=2, metavar="N",
-        help="test-backend-ops: worker processes (0: in this process; at most twice the cores)")  # fmt: skip
+        help="worker processes (--isolate, test-backend-ops; 0: in this process; at most twice the cores)")  # fmt: skip
     add("--sample", type=int, metavar="N", help="test-backend-ops: a stratified sample of about N rows")
     add("--hints", choices=HINTS, default="exact", help="exact: f32 inference precision (default); "
         "upstream: the naive path's execution-mode hint")  # fmt: skip
@@ -269,10 +232,18 @@ def add_cli_args(p: Any) -> None:
 
 def cli(args: Any) -> int:
     """Run ``ovkit test-ops`` from parsed arguments."""
+    from ovkit.catalogue.run import check_workers
     from ovkit.usage import UsageError, make_core
 
-    if args.catalogue == "test-backend-ops":
-        return _backend_ops_cli(args)
+    try:
+        check_workers(args.workers, "--workers ")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.catalogue == "test-backend-ops":  # test-backend-ops' own case list
+        from ovkit.catalogue import run as catalogue
+
+        return catalogue.main(backend_ops_rows(args), args.policy, args.device or "CPU", workers=args.workers,
+                              isolate=args.isolate, progress=False if args.no_progress else None)  # fmt: skip
     core = make_core(args.simulate)
     if args.device is not None and args.device not in list(core.available_devices):
         raise UsageError(
@@ -283,8 +254,8 @@ def cli(args: Any) -> int:
     if unknown:
         raise UsageError(f"unknown op {unknown[0]!r} (expected one of: {', '.join(sorted(keys))})")
     return main(args.mode, args.op, args.device, args.reference, as_json=args.json, isolate=args.isolate,
-                progress=False if args.no_progress else None, hints=args.hints, vs_ggml=args.vs_ggml,
-                case_set=args.set, core=core)  # fmt: skip
+                workers=args.workers, progress=False if args.no_progress else None, hints=args.hints,
+                vs_ggml=args.vs_ggml, case_set=args.set, core=core)  # fmt: skip
 
 
 def backend_ops_rows(args: Any) -> list[Any]:
@@ -307,49 +278,3 @@ def backend_ops_rows(args: Any) -> list[Any]:
             raise UsageError(f"unknown op {unknown[0]!r} in this case list")
         rows = [r for r in rows if r.op in wanted]
     return catalogue.stratified(rows, args.sample) if args.sample else rows
-
-
-def _backend_ops_cli(args: Any) -> int:
-    """``ovkit test-ops --catalogue test-backend-ops``: test-backend-ops' own case list."""
-    from ovkit.catalogue import run as catalogue
-    from ovkit.usage import UsageError
-
-    try:
-        catalogue.check_workers(args.workers, "--workers ")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    rows = backend_ops_rows(args)
-    return catalogue.main(rows, args.policy, args.device or "CPU", workers=args.workers, isolate=args.isolate,
-                          progress=False if args.no_progress else None)  # fmt: skip
-
-
-def _isolated_results(mode: str, ops: Sequence[str] | str | None, device: str, reference: str,
-                      progress: bool | None, hints: str = "exact", case_set: str | None = None,
-                      *, core: Core | None) -> Iterator[Result]:  # fmt: skip
-    """One child process per op (``python -m ovkit test-ops ... --json``); crashes become FAILs."""
-
-    from ovkit import child
-    from ovkit.native import sigill_hint_for
-
-    picked = select(build_catalogue(case_set, mode), ops)
-    keys = list(dict.fromkeys(c.op for c in picked))
-    base = [sys.executable, "-m", "ovkit", "test-ops", mode, "--json", "--no-progress", "-b", device,
-            "--hints", hints, *(["--set", case_set] if case_set else [])]  # fmt: skip
-    if mode == "test":
-        base += ["--reference", reference]
-    profile = getattr(getattr(core, "profile", None), "name", None)
-    if profile:
-        base += ["--simulate", profile]
-    hint = partial(sigill_hint_for, "ggml-python-openvino")  # the oracle: ggml-python's ggml
-    for key in progress_bar(keys, f"test-ops {mode} {device} (isolated)", progress, unit="op"):
-        try:
-            payload = json.loads(child.run([*base, "-o", key], ok=(0, 1), sigill_hint=hint))
-        except child.ChildCrashed as exc:
-            said = f": {exc.death.last_line}" if exc.death.last_line else ""
-            detail = f"the process crashed ({exc.death.describe()}){said}"
-        except json.JSONDecodeError as exc:
-            detail = f"the process wrote no JSON result ({exc})"
-        else:
-            yield from (Result(**row) for row in payload["cases"])
-            continue
-        yield from (Result(c.op, c.name, "FAIL", detail, device=device) for c in picked if c.op == key)

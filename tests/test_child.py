@@ -147,16 +147,18 @@ def test_a_llama_cpp_reference_dying_of_sigill_says_amx_and_how_to_rebuild(
 
 
 def test_test_ops_isolate_names_sigill_and_ggml_pythons_build(
-    amx_machine: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    amx_machine: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from ovkit.catalogue import run
     from ovkit.cli import main
 
-    monkeypatch.setattr(sys, "executable", _crasher(tmp_path, "*SQRT*"))
+    crash = "import os, signal, sys; sys.stdin.readline(); os.kill(os.getpid(), signal.SIGILL)"
+    monkeypatch.setattr(run, "WORKER_COMMAND", (sys.executable, "-c", crash))  # test-ops' workers too
     code = main(["test-ops", "--isolate", "-o", "SQRT", "--no-progress", "--reference", "numpy"])
     out = capsys.readouterr().out
     assert code == 1
     line = next(x for x in out.splitlines() if "SQRT(type=f32,ne_a=[10,10,1,1])" in x)
-    assert "FAIL the process crashed (SIGILL, illegal instruction: most likely ggml's AMX" in line
+    assert "FAIL the worker process crashed (SIGILL, illegal instruction: most likely ggml's AMX" in line
     assert "ggml-python-openvino" in line and native.INSTALL_SCRIPT in line
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -301,6 +302,47 @@ def run_case(case: Case, device: str = "CPU", *, core: Core | None = None,
     return r if isinstance(r, Result) else _judged(r, _infer([r], device, threads, core=core)[0])
 
 
+def perf_case(c: Case, device: str, *, core: Core | None = None, min_seconds: float = 0.2,
+              max_runs: int = 200, hints: str = "exact", vs_ggml: bool = False) -> Result:  # fmt: skip
+    """Median time per steady-state run (compile excluded) and GFLOPS or GB/s."""
+    from ovkit import oracle
+    from ovkit.engine import compute_graph
+
+    base: dict[str, Any] = {"op": c.op, "case": c.name, "device": device}
+    try:
+        leaves = ggml_inputs(c, draw_all(c))
+        g, out, feed = build_ovkit(c, leaves)
+    except Exception as exc:
+        return Result(**base, status="FAIL", detail=f"build: {type(exc).__name__}: {exc}")
+    reason = policy_rejection(g, out, device)
+    if reason is not None:
+        return Result(**base, status="not supported", detail=reason)
+    cfg = hints_config(g, out, hints)
+    try:
+        result = compute_graph(g, [out], feed, device, core=core, config=cfg)[0]  # compile + warm up
+        compute_graph(g, [out], feed, device, core=core, config=cfg)
+        base["precision"] = effective_precision(core)
+        times: list[float] = []
+        start = time.perf_counter()
+        while len(times) < 3 or (time.perf_counter() - start < min_seconds and len(times) < max_runs):
+            t0 = time.perf_counter()
+            compute_graph(g, [out], feed, device, core=core, config=cfg)
+            times.append(time.perf_counter() - t0)
+    except Exception as exc:
+        return Result(**base, status="FAIL", detail=error_line(exc))
+    seconds = statistics.median(times)
+    if vs_ggml and oracle.ggml_available():
+        runs = max(3, min(len(times), 50))
+        time.sleep(0.1)  # let OpenVINO's worker threads go idle before ggml's OpenMP threads run
+        bench = oracle.ggml_benchmark_program(c.program, leaves, n_runs=runs, warmup=2)
+        base["ggml_us_per_run"] = bench.median_s * 1e6
+    if c.flops:
+        return Result(**base, status="OK", us_per_run=seconds * 1e6, gflops=c.flops / seconds / 1e9)
+    weights = sum(lf.nbytes for lf in leaves.values() if isinstance(lf, oracle.QuantArray))  # block bytes
+    moved = c.nbytes or sum(a.nbytes for a in feed.values()) + weights + np.asarray(result).nbytes
+    return Result(**base, status="OK", us_per_run=seconds * 1e6, gbps=moved / seconds / 1e9)
+
+
 def run_row(row: Row, policy: Policy = "upstream", device: str = "CPU", *,
             core: Core | None = None, threads: int | None = None) -> Result:  # fmt: skip
     """:func:`run_case` of one case list row (with the backend's verdict), timed."""
@@ -365,16 +407,18 @@ def translatable(row: Row) -> tuple[bool, str]:
 def coverage_rows(
     rows: Sequence[Row], device_class: str = "CPU", progress: bool | None = None
 ) -> pd.DataFrame:
-    """Every row classified without running it: the backend's verdict and ovkit's translation."""
+    """Every row classified without running it: the backend's verdict and ovkit's translation (its
+    ``status`` OK when ovkit translates it)."""
     import pandas as pd
 
     out = []
     for r in progress_bar(rows, "classifying", progress):
         accepted, why = upstream_verdict(r, device_class)
         ok, reason = translatable(r)
-        out.append({"op": r.op, "case": r.name, "accepted": accepted, "translatable": ok,
+        status = "OK" if ok else "no case" if reason.startswith("no case") else "not translatable"
+        out.append({"op": r.op, "case": r.name, "status": status, "accepted": accepted, "translatable": ok,
                     "reason": reason or why})  # fmt: skip
-    return pd.DataFrame(out, columns=["op", "case", "accepted", "translatable", "reason"])
+    return pd.DataFrame(out, columns=["op", "case", "status", "accepted", "translatable", "reason"])
 
 
 # -- Many cases: worker processes ------------------------------------------------------------------
@@ -385,24 +429,30 @@ THREADS_ENV = "OVKIT_CATALOGUE_THREADS"
 
 
 def _worker_main() -> None:
-    """``python -m ovkit.catalogue.run POLICY DEVICE``: JSON lists of rows in, of results out."""
-    policy, device = sys.argv[1], sys.argv[2]
+    """``python -m ovkit.catalogue.run POLICY DEVICE`` (test-backend-ops rows) or ``... MODE DEVICE
+    REFERENCE HINTS [PROFILE]`` (curated cases, ``ovkit test-ops --isolate``): JSON lists of rows in,
+    of results out."""
+    from ovkit.catalogue import curated
+    from ovkit.usage import make_core
+
+    kind, device, *rest = sys.argv[1:]
     threads = int(os.environ.get(THREADS_ENV, "0")) or None
+    reference, hints, *profile = rest or ["", ""]
+    core = None if kind in ("upstream", "none") else make_core(profile[0] if profile else None)
 
-    def answer(line: str) -> str:
-        rows = [Row(op, params) for op, params in json.loads(line)]
-        return json.dumps([asdict(r) for r in run_rows(rows, policy, device, threads=threads)])  # type: ignore[arg-type]
+    def run(rows: list[Row]) -> list[Result]:
+        if core is None:  # test-backend-ops rows
+            return run_rows(rows, kind, device, threads=threads)  # type: ignore[arg-type]
+        cases = [curated.find(r.name) for r in rows]
+        if kind == "perf":
+            return [perf_case(c, device, hints=hints, core=core) for c in cases]
+        return [run_case(c, device, reference=reference, hints=hints, core=core) for c in cases]  # type: ignore[arg-type]
 
-    serve(answer)
+    serve(lambda line: json.dumps([asdict(r) for r in run([Row(*x) for x in json.loads(line)])]))
 
 
-#: How a worker process starts (``python -m ovkit.catalogue.run POLICY DEVICE``).
+#: How a worker process starts (its arguments: :func:`_worker_main`).
 WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "ovkit.catalogue.run")
-
-
-def threads_per_worker(workers: int) -> int:
-    """Threads each worker's ggml and OpenVINO use: the cores shared out among the workers."""
-    return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
 def check_workers(workers: int, flag: str = "workers=") -> int:
@@ -426,14 +476,13 @@ def _abort_message(text: str) -> str:
     return f"{where.rsplit('/', 1)[-1]}: {what}" if what and "/" in where else last[:200]
 
 
-def _worker(policy: str, device: str, threads: int) -> Child:
+def _worker(argv: Sequence[str], threads: int) -> Child:
     """A worker child answering rows (a SIGILL names ggml-python's build: the oracle it runs)."""
     from ovkit.native import sigill_hint_for
 
     # ovkit.child adds GGML_NO_BACKTRACE=1: a ggml abort ends the worker at once
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), **{THREADS_ENV: str(threads)})
-    hint = partial(sigill_hint_for, "ggml-python-openvino")
-    return Child([*WORKER_COMMAND, policy, device], env=env, sigill_hint=hint)
+    return Child(argv, env=env, sigill_hint=partial(sigill_hint_for, "ggml-python-openvino"))
 
 
 def _ask(worker: Child, rows: Sequence[Row], timeout: float) -> list[dict[str, Any]] | str:
@@ -477,13 +526,18 @@ BATCH_ROWS = 8
 BATCH_MAX_COST = 1 << 22
 
 
-def _pooled(
-    rows: Sequence[Row], policy: str, device: str, workers: int, timeout: float
+def pooled(
+    rows: Sequence[Row],
+    argv: Sequence[str],
+    workers: int,
+    failed: Callable[[Row, str], Result],
+    timeout: float = CASE_TIMEOUT_S,
 ) -> Iterator[tuple[int, Result]]:
-    """(index, result) as the workers finish them: costliest rows first, small ones batched,
-    :data:`GRID_TYPES` rows to the first worker; a crashed batch is asked again row by row."""
-    threads = threads_per_worker(workers)
-    started = [_worker(policy, device, threads) for _ in range(workers)]  # they start while we sort
+    """(index, result) as ``workers`` children of ``argv`` finish them: costliest rows first, small
+    ones batched, :data:`GRID_TYPES` rows to the first worker; a crashed batch is asked again row by
+    row, and ``failed(row, why)`` is the result of a row its worker crashed on."""
+    threads = max(1, (os.cpu_count() or 1) // workers)  # each worker's share of the cores
+    started = [_worker(argv, threads) for _ in range(workers)]  # they start while we sort
     costs = [cost(r) for r in rows]
     pinned: Queue[tuple[int, Row]] = Queue()
     todo: Queue[tuple[int, Row]] = Queue()
@@ -505,10 +559,6 @@ def _pooled(
                 return batch
         return []
 
-    from ovkit.devices import device_class
-
-    cls = str(device_class(device))  # the crashed row's verdict, for the device it ran for
-
     def serve(first: Child, queues: tuple[Queue[tuple[int, Row]], ...]) -> None:
         w, spare = first, None
         again: list[list[tuple[int, Row]]] = []
@@ -521,13 +571,11 @@ def _pooled(
             crashed = got
             w.close()
             # after one crash keep a replacement started: the next crash costs no start-up
-            w, spare = spare or _worker(policy, device, threads), _worker(policy, device, threads)
+            w, spare = spare or _worker(argv, threads), _worker(argv, threads)
             if len(batch) > 1:
                 again += [[x] for x in batch]
                 continue
-            i, row = batch[0]
-            accepted = upstream_verdict(row, cls)[0]
-            done.put((i, Result(row.op, row.name, "FAIL", crashed, device=device, accepted=accepted)))
+            done.put((batch[0][0], failed(batch[0][1], crashed)))
         for x in (w, spare):
             if x is not None:
                 x.close()
@@ -558,7 +606,16 @@ def _indexed(
     check_workers(workers)
     source: Iterable[tuple[int, Result]]
     if workers or isolate:
-        source = _pooled(rows, policy, device, max(1, workers), CASE_TIMEOUT_S)
+        from ovkit.devices import device_class
+
+        cls = str(device_class(device))  # a crashed row's verdict, for the device it ran for
+
+        def failed(row: Row, why: str) -> Result:
+            return Result(
+                row.op, row.name, "FAIL", why, device=device, accepted=upstream_verdict(row, cls)[0]
+            )
+
+        source = pooled(rows, [*WORKER_COMMAND, policy, device], max(1, workers), failed)
     else:
         source = ((i, run_row(r, policy, device)) for i, r in enumerate(rows))
     yield from progress_bar(source, f"test-backend-ops {device} (policy {policy})", progress, total=len(rows))

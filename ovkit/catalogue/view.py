@@ -25,15 +25,10 @@ def coverage(results: pd.DataFrame) -> pd.DataFrame:
     classification (:func:`ovkit.catalogue.run.coverage_rows`: translatable counts as passing)."""
     import pandas as pd
 
-    if "status" in results:
-        statuses = list(results["status"])
-    else:  # a classification: translatable counts as passing, the rest is "no case" or not translatable
-        statuses = ["OK" if ok else "no case" if str(why).startswith("no case") else "not translatable"
-                    for ok, why in zip(results["translatable"], results["reason"], strict=True)]  # fmt: skip
     # a passing case is upstream-accepted or ovkit-only
     cats = [
         s if s != "OK" else "upstream-accepted" if a else "ovkit-only"
-        for s, a in zip(statuses, results["accepted"], strict=True)
+        for s, a in zip(results["status"], results["accepted"], strict=True)
     ]
     t = pd.crosstab(results["op"], pd.Series(cats, index=results.index, name="status"))
     t = t.reindex(columns=list(CATEGORIES), fill_value=0)

@@ -1,4 +1,5 @@
-"""``python -m ovkit.upstream info | devices | agreement | drift SOURCE``: the real backend."""
+"""``python -m ovkit.upstream info | agreement | drift SOURCE``: the real backend (its devices:
+``ovkit list-devices --upstream``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ovkit.upstream", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="which real backend build is installed")
-    sub.add_parser("devices", help="its devices as llama-bench --list-devices prints them")
     p = sub.add_parser("agreement", help="its live supports_op against ovkit's policy")
     p.add_argument("--verdicts", type=Path, help="a test-backend-ops verdict CSV (default: the shipped one)")
     p.add_argument("--no-catalogue", action="store_true", help="only the test-backend-ops rows")
@@ -41,11 +41,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             info = ggml_info()
             print(f"vendored ggml {info['ggml_version']} (commit {info['ggml_commit']}), "
                   f"backend registries: {info['registries']}")  # fmt: skip
-            return 0
-        if args.command == "devices":
-            from ovkit.upstream import format_list_devices, list_devices
-
-            print(format_list_devices(list_devices()))
             return 0
         from ovkit.ops.verdict_csv import read_verdicts
         from ovkit.upstream import agreement

@@ -11,6 +11,7 @@ from typing import Any
 from ovkit.catalogue import case as catalogue_case
 from ovkit.catalogue import curated
 from ovkit.catalogue.case import Case
+from ovkit.catalogue.curated.build import INDEX_KINDS, case, f
 from ovkit.ir import pad_ne
 
 
@@ -22,12 +23,7 @@ def _small_graph(g: Any, x: Mapping[str, Any]) -> Any:
 
 #: Cases that are not in the catalogue: the benchmark's small graph.
 EXTRA_CASES: tuple[Case, ...] = (
-    curated.case(
-        "mul_mat",
-        {"x": curated.f(256, 4), "norm": curated.f(256), "w": curated.f(256, 256)},
-        op="GRAPH:MLP",
-        program=_small_graph,
-    ),
+    case("mul_mat", {"x": f(256, 4), "norm": f(256), "w": f(256, 256)}, op="GRAPH:MLP", program=_small_graph),
 )
 
 
@@ -37,17 +33,10 @@ def catalogue() -> tuple[Case, ...]:
     return curated.cases(curated.TEST_OPS)
 
 
-@functools.cache
-def _by_name() -> dict[str, Case]:
-    return {c.name: c for c in (*catalogue(), *EXTRA_CASES)}
-
-
 def find_case(name: str) -> Case:
-    """The case called ``name`` (``MUL_MAT(type=f32,...)``); KeyError naming it when unknown."""
-    try:
-        return _by_name()[name]
-    except KeyError:
-        raise KeyError(f"no test-ops case named {name!r}") from None
+    """The curated case or :data:`EXTRA_CASES`' called ``name`` (``MUL_MAT(type=f32,...)``); KeyError
+    naming it when unknown."""
+    return next((c for c in EXTRA_CASES if c.name == name), None) or curated.find(name)
 
 
 def ggml_inputs(c: Case) -> dict[str, Any]:
@@ -75,7 +64,7 @@ def vary(c: Case, shapes: Mapping[str, Sequence[int]] | None = None, dtype: str 
         new = lf
         if lf.name in shapes:
             new = dataclasses.replace(new, ne=pad_ne(tuple(reversed(shapes[lf.name]))))
-        if dtype is not None and lf.dtype in FLOAT_DTYPES and lf.init.kind not in curated.INDEX_KINDS:
+        if dtype is not None and lf.dtype in FLOAT_DTYPES and lf.init.kind not in INDEX_KINDS:
             new = dataclasses.replace(new, dtype=dtype)
         leaves.append(new)
     return dataclasses.replace(c, leaves=tuple(leaves))

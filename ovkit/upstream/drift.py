@@ -46,10 +46,6 @@ class BackendSource:
     gated_ops: frozenset[str]  #: ggml op names with an active per-op case
 
 
-def _strip(text: str) -> str:
-    return _COMMENTS.sub("", text)
-
-
 def _read_tree(root: Path) -> dict[str, str]:
     found = sorted(root.rglob(FILES["extra"]), key=lambda p: (len(p.parts), str(p)))
     if not found:
@@ -88,7 +84,7 @@ def read_source(path: str | Path) -> BackendSource:
             texts = _read_tree(keep_sources(p, Path(tmp, "src")))
     else:
         raise SourceError(f"{path}: not a directory or a source archive")
-    texts = {k: _strip(v) for k, v in texts.items()}
+    texts = {k: _COMMENTS.sub("", v) for k, v in texts.items()}
     array = _ENV_ARRAY.search(texts["extra"])
     if array is None:
         raise SourceError(f"{path}: {FILES['extra']} has no env_var_names[] list")

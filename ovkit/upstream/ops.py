@@ -71,13 +71,10 @@ class ThreeWay:
 
 def graph_verdict(g: Any, out: Any, revision: Revision, device_class: str = DEVICE_CLASS) -> tuple[bool, str]:
     """ovkit's policy on every op node of a built graph: (supported, first rejecting gate)."""
-    for t in g.topo([out]):
-        if t.is_leaf:
-            continue
-        d = check_op(t, device_class, upstream_exact=True, revision=revision)
-        if not d.supported:
-            return False, d.gate
-    return True, ""
+    nodes = [t for t in g.topo([out]) if not t.is_leaf]
+    decisions = (check_op(t, device_class, upstream_exact=True, revision=revision) for t in nodes)
+    rejected = next((d for d in decisions if not d.supported), None)
+    return (True, "") if rejected is None else (False, rejected.gate)
 
 
 def three_way_case(

@@ -8,25 +8,9 @@ import functools
 from dataclasses import replace
 
 from ovkit.catalogue.case import Case
-from ovkit.catalogue.curated.build import (
-    BUILDER_OP,
-    GGML,
-    INDEX_KINDS,
-    PERF,
-    SETS,
-    TEST_OPS,
-    case,
-    f,
-    label,
-    param,
-    relabel,
-    split_params,
-)
+from ovkit.catalogue.curated.build import BUILDER_OP, GGML, PERF, SETS, TEST_OPS, param, relabel
 
-__all__ = [
-    "BUILDER_OP", "GGML", "INDEX_KINDS", "PERF", "SETS", "TEST_OPS", "case", "cases", "f", "find", "label",
-    "param", "relabel", "split_params"
-]  # fmt: skip
+__all__ = ["BUILDER_OP", "GGML", "PERF", "SETS", "TEST_OPS", "cases", "find", "param", "relabel"]
 
 
 @functools.cache

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypedDict
+from typing import Any
 
 from ovkit.catalogue.case import UNIFORM, Case, Init, Leaf, Program
 from ovkit.ir import pad_ne
@@ -63,13 +63,6 @@ def relabel(c: Case) -> Case:
 
 
 # -- Leaves, by ggml ne ----------------------------------------------------------------------------
-class Range(TypedDict, total=False):
-    """A value range of :func:`f` (``f(10, 4, **WIDE)``)."""
-
-    lo: float
-    hi: float
-
-
 def f(*ne: int, dtype: str = "f32", lo: float = -1.0, hi: float = 1.0, init: Init | None = None) -> Leaf:
     """A data leaf, uniform in [lo, hi] unless ``init`` says otherwise (named by its key in the
     case's leaves)."""

@@ -1,43 +1,87 @@
 """The comparison set against ggml's CPU backend: every op in layouts, views, types, value ranges
-and model-sized shapes, one ``vs(id, builder, leaves, *args)`` row per case (``ne`` innermost first)."""
+and model-sized shapes; a case per row, test-backend-ops' own (``tbo(op, **params)``) or written
+out (``vs(id, builder, leaves, *args)``, ``ne`` innermost first)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypedDict, Unpack
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
+from ovkit.catalogue import backend_ops
 from ovkit.catalogue.case import Case, Init, Leaf, Program
-from ovkit.catalogue.curated.build import C, P, Range, V, f, fa_program, ints, leaf_of, rope_args, vs
+from ovkit.catalogue.curated import build
+from ovkit.catalogue.curated.build import C, P, V, f, fa_program, ints, leaf_of, rope_args, vs
 from ovkit.catalogue.curated.llama_block import cases as llama_block_cases
 from ovkit.dtypes import QUANT_TYPES
-from ovkit.ir import GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC, Op, RopeType
+from ovkit.ir import GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC, RopeType
+from ovkit.ops.verdict_csv import parse_params
 
-SWIGLU, GEGLU = Op.SWIGLU.enum_value, Op.GEGLU.enum_value  # ggml_glu_op values
 ASC, DESC = GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC
-WIDE: Range = {"lo": -150.0, "hi": 150.0}  # test_unary / test_glu's value range
+
+
+#: The parameters of test-backend-ops' case structs the comparison set varies, with the values its
+#: rows take unless they say otherwise.
+BASE: dict[str, str] = {
+    **dict.fromkeys(("ADD", "SUB", "MUL", "DIV"), "type=f32,ne=[10,5,4,3],nr=[1,1,1,1],nf=1"),
+    **dict.fromkeys(backend_ops.UNARY, "type=f32,ne_a=[128,2,2,2],v=0"),
+    **dict.fromkeys(("SWIGLU", "GEGLU"), "type=f32,ne_a=[128,2,2,2],v=0,swapped=0"),
+    "SWIGLU_OAI": "type=f32,ne_a=[128,2,2,2],v=0,alpha=1.702,limit=7.0",
+    "ADD_ID": "type_a=f32,type_b=f32,n_embd=32,n_experts=8,n_experts_used=8,n_token=5",
+    "SCALE": "type=f32,ne=[10,10,10,10],scale=2.0,bias=0.0",
+    "SQR": "type=f32,ne=[10,5,4,3]",
+    "SQRT": "type=f32,ne=[10,3,3,2]",
+    "CLAMP": "type=f32,ne=[10,5,4,3],min=-0.5,max=0.5",
+    "FILL": "type=f32,ne=[10,10,4,3],c=2.5",
+    "CONCAT": "type=f32,ne_a=[10,5,5,5],ne_b_d=3,dim=0,v=0",
+    **dict.fromkeys(("NORM", "RMS_NORM", "L2_NORM"), "type=f32,ne=[64,5,4,3],v=0,eps=1e-06,noncontig_rows=0"),
+    "SOFT_MAX": "type=f32,ne=[16,5,4,3],mask=1,sinks=0,m_prec=f32,nr23=[1,1],scale=1.0,max_bias=0.0",
+    "ROPE": "type=f32,ne_a=[32,4,5,1],n_dims=32,mode=0,n_ctx=512,fs=1.0,ef=0.0,af=1.0,ff=0,v=0",
+    "GATED_DELTA_NET": "type=f32,head_count=4,head_size=16,n_seq_tokens=1,n_seqs=1,v_repeat=1,permuted=0,"
+    "kda=0,K=1",
+    "CONT": "type=f32,ne=[10,10,10,1],use_view_slice=0,permute=[0,0,0,0]",
+    "CPY": "type_src=f32,type_dst=f16,ne_src=[10,10,10,1]",
+    "IM2COL": "type_input=f32,type_kernel=f16,dst_type=f32,ne_input=[10,10,3,1],ne_kernel=[3,3,3,1],"
+    "s0=1,s1=1,p0=1,p1=1,d0=1,d1=1,is_2D=1",
+    "PAD": "type=f32,ne_a=[8,6,3,1],lp0=1,rp0=1,lp1=1,rp1=1,lp2=1,rp2=1,lp3=0,rp3=0,tfrm=0",
+    "REPEAT": "type=f32,ne=[10,5,4,3],nr=[2,2,1,2]",
+    "SSM_CONV": "type=f32,ne_a=[8,16,2,1],ne_b=[4,16,1,1]",
+    "GET_ROWS": "type=f32,n=10,m=5,r=3,be1=1,be2=1,v=0",
+    "SET_ROWS": "type_src=f32,type_dst=f32,type_idx=i64,ne=[32,10,2,1],nr23=[1,1],r=3,v=0",
+    "MUL_MAT": "type_a=f32,type_b=f32,m=16,n=8,k=32,bs=[2,3],nr=[1,1]",
+    "MUL_MAT_ID": "type_a=f32,type_b=f32,n_mats=4,n_used=2,b=0,m=16,n=5,k=32",
+}
+
+
+def tbo(op: str, rejected: str = "", /, **changes: Any) -> Case:
+    """test-backend-ops' own case of ``op`` (:data:`BASE` with ``changes``), as
+    :mod:`ovkit.catalogue.backend_ops` builds it, under ovkit's op key (``UNARY.GELU``);
+    ``rejected``: a fragment of upstream's reason."""
+    params = ",".join(f"{k}={build.fmt(v)}" for k, v in {**parse_params(BASE[op]), **changes}.items())
+    return replace(
+        backend_ops.case_of(op, params), op=build.BUILDER_OP.get(op.lower(), op), rejected=rejected
+    )
 
 
 def _binary_cases() -> list[Case]:
-    """Binary elementwise: ADD SUB MUL DIV (test_bin_bcast)."""
+    """Binary elementwise: ADD SUB MUL DIV (test_bin_bcast: a of ne * nr, b of ne)."""
     out = []
-    for op in ("add", "sub", "mul", "div"):
-        r: Range = {"lo": 0.9, "hi": 1.1} if op in ("mul", "div") else {}
-        out += [vs(f"{op}-same-{dt}", op, {"a": f(10, 5, 4, 3, dtype=dt, **r), "b": f(10, 5, 4, 3, dtype=dt, **r)},
-                   "a", "b") for dt in ("f32", "f16", "bf16")]  # fmt: skip
+    for op in ("ADD", "SUB", "MUL", "DIV"):
+        r = backend_ops.POS_09 if op in ("MUL", "DIV") else None
+        name = op.lower()
         out += [
-            vs(f"{op}-bcast-row", op, {"a": f(10, 5, 4, 3, **r), "b": f(10, 1, 1, 1, **r)}, "a", "b"),
+            *(tbo(op, type=dt) for dt in ("f32", "f16", "bf16")),
+            tbo(op, ne=(10, 1, 1, 1), nr=(1, 5, 4, 3)),
             # ggml tiles b; upstream ADD/SUB/MUL broadcast only dims of size 1
-            vs(f"{op}-bcast-tile", op, {"a": f(20, 10, 8, 6, **r), "b": f(10, 5, 4, 3, **r)}, "a", "b",
-               rejected=None if op == "div" else "neither is 1"),  # fmt: skip
-            vs(f"{op}-bcast-col", op, {"a": f(16, 5, 4, 3, **r), "b": f(1, 5, 4, 1, **r)}, "a", "b"),
-            vs(f"{op}-f16-b-f32", op, {"a": f(10, 5, 4, 3, dtype="f16", **r), "b": f(10, 5, 1, 1, **r)},
+            tbo(op, "" if op == "DIV" else "neither is 1", nr=(2, 2, 2, 2)),
+            tbo(op, ne=(1, 5, 4, 1), nr=(16, 1, 1, 3)),
+            vs(f"{name}-f16-b-f32", name, {"a": f(10, 5, 4, 3, dtype="f16", init=r), "b": f(10, 5, 1, 1, init=r)},
                "a", "b"),
             # a non-contiguous view: the first half of each row of a wider tensor
-            vs(f"{op}-src0-view", op, {"a": f(20, 5, 4, 3, **r), "b": f(10, 5, 4, 3, **r)},
+            vs(f"{name}-src0-view", name, {"a": f(20, 5, 4, 3, init=r), "b": f(10, 5, 4, 3, init=r)},
                V("a", 10, 5, 4, 3), "b"),
-            vs(f"{op}-src0-permuted", op, {"a": f(10, 4, 5, 3, **r), "b": f(10, 5, 1, 3, **r)},
+            vs(f"{name}-src0-permuted", name, {"a": f(10, 4, 5, 3, init=r), "b": f(10, 5, 1, 3, init=r)},
                P("a", 0, 2, 1, 3), "b"),
         ]  # fmt: skip
     return out
@@ -45,98 +89,71 @@ def _binary_cases() -> list[Case]:
 
 def _scalar_cases() -> list[Case]:
     """ADD1, ADD_ID, SCALE, SQR, SQRT, CLAMP, FILL."""
-    ids = leaf_of((8, 5), "i32", Init("experts", n=8))
-    out = [
+    return [
         vs("add1-f32", "add1", {"a": f(10, 5, 4, 3), "b": f(1)}, "a", "b"),
         vs("add1-f16", "add1", {"a": f(10, 5, 4, 3, dtype="f16"), "b": f(1, dtype="f16")}, "a", "b"),
-        vs("add_id-all-experts", "add_id", {"a": f(32, 8, 5), "b": f(32, 8), "ids": ids}, "a", "b", "ids"),
-        vs("add_id-ids-view", "add_id", {"a": f(32, 4, 5), "b": f(32, 8), "ids": ids}, "a", "b",
-           V("ids", 4, 5)),
-        vs("scale", "scale", {"a": f(10, 10, 10, 10)}, "a", 2.0),
-        vs("scale_bias", "scale_bias", {"a": f(10, 10, 10, 10)}, "a", 0.75, -1.5),
-    ]  # fmt: skip
-    for dt in ("f32", "f16"):
-        out += [
-            vs(f"sqr-{dt}", "sqr", {"a": f(10, 5, 4, 3, dtype=dt)}, "a"),
-            vs(f"sqrt-{dt}", "sqrt", {"a": f(10, 3, 3, 2, dtype=dt, lo=50.0, hi=100.0)}, "a"),
-            vs(f"clamp-{dt}", "clamp", {"a": f(10, 5, 4, 3, dtype=dt)}, "a", -0.5, 0.5),
-            vs(f"fill-{dt}", "fill", {"a": f(10, 10, 4, 3, dtype=dt)}, "a", 2.5),
-        ]
-    return [*out, vs("sqr-bf16", "sqr", {"a": f(10, 5, 4, 3, dtype="bf16")}, "a")]
+        tbo("ADD_ID"),
+        tbo("ADD_ID", n_experts_used=4),
+        tbo("SCALE"),
+        tbo("SCALE", scale=0.75, bias=-1.5),
+        *(tbo(op, type=dt) for dt in ("f32", "f16") for op in ("SQR", "SQRT", "CLAMP", "FILL")),
+        tbo("SQR", type="bf16"),
+    ]
 
 
 def _unary_cases() -> list[Case]:
     """Unary sub-ops (test_unary: x in [-150, 150])."""
     out = []
-    for u in ("gelu", "sigmoid", "silu", "softplus", "tanh", "neg"):
+    for u in ("GELU", "SIGMOID", "SILU", "SOFTPLUS", "TANH", "NEG"):
+        name = u.lower()
         out += [
-            vs(f"{u}-f32", u, {"a": f(128, 2, 2, 2, **WIDE)}, "a"),
-            vs(f"{u}-f32-narrow", u, {"a": f(128, 2, 2, 2, lo=-4.0, hi=4.0)}, "a"),
-            vs(f"{u}-f16", u, {"a": f(128, 2, 2, 2, dtype="f16", lo=-10.0, hi=10.0)}, "a"),
-            vs(f"{u}-f16-wide", u, {"a": f(128, 2, 2, 2, dtype="f16", **WIDE)}, "a"),
-            vs(f"{u}-view", u, {"a": f(384, 4, 10, 8, **WIDE)}, V("a", 128, 2, 2, 2)),
+            *(tbo(u, type=t, v=v) for t, v in (("f32", 0), ("f16", 0), ("f32", 1))),
+            vs(f"{name}-f32-narrow", name, {"a": f(128, 2, 2, 2, lo=-4.0, hi=4.0)}, "a"),
+            vs(f"{name}-f16", name, {"a": f(128, 2, 2, 2, dtype="f16", lo=-10.0, hi=10.0)}, "a"),
         ]
-    # bf16: ggml's CPU backend has bf16 kernels for these unary ops (not for GELU/SILU)
-    out += [vs(f"{u}-bf16", u, {"a": f(128, 2, 2, 2, dtype="bf16", lo=-10.0, hi=10.0)}, "a")
-            for u in ("neg", "tanh", "sigmoid", "softplus")]  # fmt: skip
     return [
         *out,
-        vs("exp-f16", "exp", {"a": f(128, 2, 2, 2, dtype="f16", lo=-10.0, hi=10.0)}, "a"),
-        # test-backend-ops' range [-150, 150] (why upstream rejects EXP f32: OpenVINO's Exp overflows
-        # from x ~ 88.38, ovkit's translation keeps it finite up to 88.72 like ggml)
-        vs("exp-f32-wide", "exp", {"a": f(128, 2, 2, 2, **WIDE)}, "a", rejected="exp"),
+        # bf16: ggml's CPU backend has bf16 kernels for these unary ops (not for GELU/SILU)
+        *(tbo(u, type="bf16") for u in ("NEG", "TANH", "SIGMOID", "SOFTPLUS")),
+        tbo("EXP", type="f16"),  # test-backend-ops draws f16 EXP in [-10, 10]
+        # in [-150, 150] (why upstream rejects EXP f32: OpenVINO's Exp overflows from x ~ 88.38,
+        # ovkit's translation keeps it finite up to 88.72 like ggml)
+        tbo("EXP", "exp"),
         vs("exp-f32", "exp", {"a": f(128, 2, 2, 2, lo=-10.0, hi=10.0)}, "a", rejected="exp"),
     ]
 
 
 def _glu_cases() -> list[Case]:
-    """GLU sub-ops (test_glu / test_glu_split / test_swiglu_oai: x in [-150, 150])."""
+    """GLU sub-ops (test_glu / test_glu_split / test_swiglu_oai: x in [-150, 150]; v=1: views)."""
     out = []
-    wide, wide3 = f(128, 2, 2, 2, **WIDE), f(384, 2, 2, 2, **WIDE)
-    view = V("a", 128, 2, 2, 2)
-    for name, sub in (("swiglu", SWIGLU), ("geglu", GEGLU)):
-        for sw in (False, True):
-            out += [
-                vs(f"{name}-swapped{int(sw)}", name, {"a": wide}, program=C("glu", "a", sub, sw)),
-                vs(f"{name}-swapped{int(sw)}-view", name, {"a": wide3}, program=C("glu", view, sub, sw)),
-                vs(f"{name}-swapped{int(sw)}-f16", name,
-                   {"a": f(128, 2, 2, 2, dtype="f16", lo=-10.0, hi=10.0)}, program=C("glu", "a", sub, sw)),  # fmt: skip
-            ]  # fmt: skip
-        out += [
-            vs(f"{name}_split", name, {"a": wide, "b": wide}, program=C(f"{name}_split", "a", "b")),
-            vs(f"{name}_split-view", name, {"a": wide3, "b": wide3},
-               program=C(f"{name}_split", view, V("b", 128, 2, 2, 2))),  # fmt: skip
-        ]  # fmt: skip
+    for op in ("SWIGLU", "GEGLU"):
+        for sw in (0, 1):
+            out += [tbo(op, swapped=sw), tbo(op, v=1, swapped=sw), tbo(op, type="f16", swapped=sw)]
+        out += [tbo(op, split=1), tbo(op, v=1, split=1)]
     narrow = f(128, 2, 2, 2, lo=-10.0, hi=10.0)
     return [
         *out,
-        vs("swiglu_oai", "swiglu_oai", {"a": wide, "b": wide}, "a", "b", 1.702, 7.0),
+        tbo("SWIGLU_OAI"),
         vs("swiglu_oai-narrow", "swiglu_oai", {"a": narrow, "b": narrow}, "a", "b", 1.702, 7.0),
-        vs("swiglu_oai-view", "swiglu_oai", {"a": wide3, "b": wide3}, view, V("b", 128, 2, 2, 2), 1.702, 7.0),
+        tbo("SWIGLU_OAI", v=1),
     ]
 
 
 def _layout_cases() -> list[Case]:
     """Layout ops: CONT, CPY, RESHAPE, VIEW, PERMUTE, TRANSPOSE."""
     # upstream: a TRANSPOSE output must not be bf16
-    out = [vs(f"cont-transpose-{dt}", "cont", {"a": f(10, 10, 10, 1, dtype=dt)}, C("transpose", "a"),
-              rejected="bf16" if dt == "bf16" else None) for dt in ("f32", "f16", "bf16")]  # fmt: skip
-    wide = WIDE
+    out = [tbo("CONT", "bf16" if dt == "bf16" else "", type=dt) for dt in ("f32", "f16", "bf16")]
     out += [
         # a slice of each row: 10 of a 10x10 plane's rows, from element 9 on
-        vs("cont-view-slice-bf16", "cont", {"a": f(10, 10, 10, 1, dtype="bf16")},
-           V("a", 10, 1, 10, 1, offset=18)),
-        vs("cont-permute-4d", "cont", {"a": f(6, 5, 4, 3)}, P("a", 2, 0, 3, 1)),
-        vs("cont-view-slice", "cont", {"a": f(10, 10, 10, 1)}, V("a", 10, 1, 10, 1, offset=36)),
+        tbo("CONT", type="bf16", use_view_slice=1),
+        tbo("CONT", ne=(6, 5, 4, 3), permute=(2, 0, 3, 1)),
+        tbo("CONT", use_view_slice=1),
         vs("cont_2d-of-permute", "cont", {"a": f(8, 4, 6)}, program=C("cont_2d", P("a", 0, 2, 1, 3), 32, 6)),
-        vs("cpy-f32-f16", "cpy", {"a": f(10, 10, 10, 1, **wide), "d": f(10, 10, 10, 1, dtype="f16")},
-           "a", "d"),
-        vs("cpy-f16-f32", "cpy", {"a": f(10, 10, 10, 1, dtype="f16", **wide), "d": f(10, 10, 10, 1)},
-           "a", "d"),
-        vs("cpy-f32-permuted-src", "cpy", {"a": f(10, 8, 6, 1, **wide), "d": f(10, 6, 8, 1)},
+        tbo("CPY"),
+        tbo("CPY", type_src="f16", type_dst="f32"),
+        vs("cpy-f32-permuted-src", "cpy", {"a": f(10, 8, 6, 1, init=backend_ops.U150), "d": f(10, 6, 8, 1)},
            P("a", 0, 2, 1, 3), "d", max_nmse=0.0, why="test_cpy: 0 when src and dst types match"),  # fmt: skip
-        vs("cpy-f32-f16-transposed-src", "cpy", {"a": f(12, 7, **wide), "d": f(7, 12, dtype="f16")},
-           C("transpose", "a"), "d"),  # fmt: skip
+        tbo("CPY", ne_src=(12, 7, 1, 1), _src_transpose=1),
         vs("reshape_2d", "reshape_2d", {"a": f(10, 5, 4, 3)}, "a", 50, 12),
         vs("reshape_4d-then-add", "reshape_4d", {"a": f(60, 4), "b": f(5, 3, 4, 4)},
            program=C("add", C("reshape_4d", "a", 5, 3, 4, 4), "b")),  # fmt: skip
@@ -161,25 +178,11 @@ def _layout_cases() -> list[Case]:
     ]  # fmt: skip
 
 
-def _concat(
-    dim: int, v: int, dtype: str, ne_a: tuple[int, int, int, int] = (10, 5, 5, 5), nb_d: int = 3
-) -> Case:
-    """test_concat: v bit 0 = a non-contiguous a, bit 1 = a non-contiguous b."""
-    ne_b = list(ne_a)
-    ne_b[dim] = nb_d
-    big_a = (ne_a[0] * 2, ne_a[1] * 4, ne_a[2] * 3, ne_a[3]) if v & 1 else ne_a
-    big_b = (ne_b[0] * 3, ne_b[1] * 2, ne_b[2] * 4, ne_b[3]) if v & 2 else ne_b
-    a, b = (V("a", *ne_a) if v & 1 else "a"), (V("b", *ne_b) if v & 2 else "b")
-    cid = f"concat-dim{dim}" + (f"-v{v}" if v else "") + ("" if dtype == "f32" else f"-{dtype}")
-    return vs(cid, "concat", {"a": f(*big_a, dtype=dtype), "b": f(*big_b, dtype=dtype)}, a, b, dim)
-
-
 def _concat_cases() -> list[Case]:
-    """CONCAT (test_concat)."""
+    """CONCAT (test_concat: v bit 0 = a non-contiguous a, bit 1 = a non-contiguous b)."""
+    variants = [(d, 0, "f32") for d in range(4)] + [(1, v, "f32") for v in (1, 2, 3)] + [(2, 0, "f16")]
     return [
-        *(_concat(dim, 0, "f32") for dim in range(4)),
-        *(_concat(1, v, "f32") for v in (1, 2, 3)),
-        _concat(2, 0, "f16"),
+        *(tbo("CONCAT", type=t, dim=d, v=v) for d, v, t in variants),
         vs("concat-dim0-i32", "concat", {"a": ints(10, 5, 5, 5, high=1000), "b": ints(3, 5, 5, 5,
            high=1000)}, "a", "b", 0),
     ]  # fmt: skip
@@ -187,27 +190,14 @@ def _concat_cases() -> list[Case]:
 
 def _rows_cases() -> list[Case]:
     """GET_ROWS / SET_ROWS / SET."""
-    out = [vs(f"get_rows-{dt}", "get_rows", {"a": f(10, 5, dtype=dt), "r": ints(3, high=5)}, "a", "r")
-           for dt in ("f32", "f16", "bf16")]  # fmt: skip
-    batched = {"a": f(10, 5, 3), "r": ints(4, 3, high=5)}
-    out += [
-        vs("get_rows-batched", "get_rows", batched, "a", "r"),
-        vs("get_rows-rows-view", "get_rows", batched, "a", V("r", 2, 3)),
-        vs("get_rows-i32-data", "get_rows", {"a": ints(10, 5, high=100), "r": ints(3, high=5)}, "a", "r"),
-    ]
-    for dt in ("f32", "f16", "bf16"):
-        for it in ("i64", "i32"):
-            idx = leaf_of((3, 2), it, Init("set_rows", n=10))
-            leaves = {"dst": f(32, 10, 2, dtype=dt), "src": f(32, 3, 2), "idx": idx}
-            out.append(vs(f"set_rows-{dt}-{it}", "set_rows", leaves, "dst", "src", "idx"))
     return [
-        *out,
-        vs("set_rows-bcast", "set_rows",
-           {"dst": f(16, 10, 4), "src": f(16, 3, 4), "idx": leaf_of((3, 2), "i64", Init("set_rows", n=10))},
-           "dst", "src", "idx"),
-        vs("set_rows-views", "set_rows",
-           {"dst": f(16, 10, 2), "src": f(16, 4, 2), "idx": leaf_of((4, 2), "i64", Init("set_rows", n=10))},
-           "dst", V("src", 16, 2, 2), V("idx", 2, 2)),
+        *(tbo("GET_ROWS", type=dt) for dt in ("f32", "f16", "bf16")),
+        tbo("GET_ROWS", r=4, be1=3),
+        tbo("GET_ROWS", r=4, be1=3, v=1),
+        vs("get_rows-i32-data", "get_rows", {"a": ints(10, 5, high=100), "r": ints(3, high=5)}, "a", "r"),
+        *(tbo("SET_ROWS", type_dst=d, type_idx=i) for d in ("f32", "f16", "bf16") for i in ("i64", "i32")),
+        tbo("SET_ROWS", ne=(16, 10, 2, 1), nr23=(2, 1)),
+        tbo("SET_ROWS", ne=(16, 10, 2, 1), r=4, v=1),
         # a's own strides (f32 [12, 5, 4, 3]: 48, 240, 960), from row 2, element 3
         vs("set-block", "set", {"a": f(12, 5, 4, 3), "b": f(6, 3, 2, 1)}, "a", "b", 48, 240, 960, 48 * 2 + 3 * 4),
         vs("set_1d", "set", {"a": f(40), "b": f(7)}, program=C("set_1d", "a", "b", 4 * 9)),
@@ -218,60 +208,47 @@ def _rows_cases() -> list[Case]:
 def _mul_mat_cases() -> list[Case]:
     """MUL_MAT (a ne [k, m, bs0, bs1], b ne [k, n, bs0*nr0, bs1*nr1]) and MUL_MAT_ID (as ne [k, m,
     n_mats], b ne [k, n_used or 1, n], ids ne [n_used, n])."""
-    experts = Init("experts", n=4)
     return [
-        vs("mul_mat-f32", "mul_mat", {"a": f(32, 16, 2, 3), "b": f(32, 8, 2, 3)}, "a", "b"),
-        vs("mul_mat-gqa-bcast", "mul_mat", {"a": f(32, 16, 2, 1), "b": f(32, 8, 8, 2)}, "a", "b"),
-        vs("mul_mat-vector", "mul_mat", {"a": f(64, 48), "b": f(64, 1)}, "a", "b"),
-        vs("mul_mat-f16-a", "mul_mat", {"a": f(32, 16, 2, dtype="f16"), "b": f(32, 8, 2)}, "a", "b"),
-        vs("mul_mat-f16-f16", "mul_mat", {"a": f(32, 16, 2, dtype="f16"), "b": f(32, 8, 2, dtype="f16")}, "a", "b"),
-        vs("mul_mat-bf16-a", "mul_mat", {"a": f(32, 16, 2, dtype="bf16"), "b": f(32, 8, 2)}, "a", "b"),
-        vs("mul_mat-permuted-0213", "mul_mat", {"a": f(32, 2, 16, 3), "b": f(32, 2, 8, 3)},
-           P("a", 0, 2, 1, 3), P("b", 0, 2, 1, 3)),
+        tbo("MUL_MAT"),
+        tbo("MUL_MAT", bs=(2, 1), nr=(4, 2)),  # GQA's broadcast
+        tbo("MUL_MAT", m=48, n=1, k=64, bs=(1, 1)),
+        tbo("MUL_MAT", type_a="f16", bs=(2, 1)),
+        tbo("MUL_MAT", type_a="f16", type_b="f16", bs=(2, 1)),
+        tbo("MUL_MAT", type_a="bf16", bs=(2, 1)),
+        tbo("MUL_MAT", per=(0, 2, 1, 3)),
         vs("mul_mat-a-view-k", "mul_mat", {"a": f(48, 16, 2), "b": f(32, 8, 2)}, V("a", 32, 16, 2), "b"),
         # [head_dim, n_head, n_tokens] as in llama.cpp
         vs("mul_mat-kq-attention", "mul_mat", {"k": f(16, 4, 24), "q": f(16, 4, 6)},
            P("k", 0, 2, 1, 3), P("q", 0, 2, 1, 3)),
-        vs("mul_mat_id-f32", "mul_mat_id",
-           {"as": f(32, 16, 4), "b": f(32, 2, 5), "ids": leaf_of((2, 5), "i32", experts)}, "as", "b", "ids"),
-        vs("mul_mat_id-bcast-b", "mul_mat_id",
-           {"as": f(32, 16, 4), "b": f(32, 1, 5), "ids": leaf_of((4, 5), "i32", experts)}, "as", "b", V("ids", 2, 5)),
-        vs("mul_mat_id-f16", "mul_mat_id",
-           {"as": f(32, 16, 8, dtype="f16"), "b": f(32, 3, 4), "ids": leaf_of((3, 4), "i32", Init("experts", n=8))},
-           "as", "b", "ids"),
+        tbo("MUL_MAT_ID"),
+        tbo("MUL_MAT_ID", b=1),
+        tbo("MUL_MAT_ID", type_a="f16", n_mats=8, n_used=3, n=4),
     ]  # fmt: skip
 
 
 def _quantized_cases() -> list[Case]:
     """Quantized weights (the upstream backend's 8 types); get_rows rows of 512 avoid upstream's
     ne[0]==256 gate."""
-    out = []
-    for q in QUANT_TYPES:
-        out += [
-            vs(f"mul_mat-{q}", "mul_mat", {"w": leaf_of((256, 24), q), "x": f(256, 5)}, "w", "x"),
-            vs(f"get_rows-{q}", "get_rows", {"w": leaf_of((512, 6), q), "r": ints(4, high=6)}, "w", "r"),
-        ]
-    for q in ("q4_0", "mxfp4"):
-        ids = leaf_of((2, 3), "i32", Init("experts", n=4))
-        leaves = {"as": leaf_of((256, 16, 4), q), "b": f(256, 2, 3), "ids": ids}
-        out.append(vs(f"mul_mat_id-{q}", "mul_mat_id", leaves, "as", "b", "ids"))
-    return out
+    return [
+        *(tbo("MUL_MAT", type_a=q, m=24, n=5, k=256, bs=(1, 1)) for q in QUANT_TYPES),
+        *(tbo("GET_ROWS", type=q, n=512, m=6, r=4) for q in QUANT_TYPES),
+        *(tbo("MUL_MAT_ID", type_a=q, n=3, k=256) for q in ("q4_0", "mxfp4")),
+    ]
 
 
 def _norm_cases() -> list[Case]:
-    """Norms and reductions."""
+    """Norms (test_norm: v = a view, noncontig_rows = permuted rows) and reductions."""
     distinct = Init("distinct")
-    ten: Range = {"lo": -10.0, "hi": 10.0}
     return [
-        vs("norm", "norm", {"a": f(64, 5, 4, 3)}, "a", 1e-6),
-        vs("norm-view", "norm", {"a": f(64, 6, 4, 2)}, V("a", 32, 3, 2, 1), 1e-6),
-        vs("norm-noncontig-rows", "norm", {"a": f(5, 64, 4, 3)}, P("a", 1, 0, 2, 3), 1e-5),
-        vs("rms_norm", "rms_norm", {"a": f(64, 5, 4, 3, **ten)}, "a", 1e-6),
-        vs("rms_norm-view", "rms_norm", {"a": f(64, 6, 4, 2, **ten)}, V("a", 32, 3, 2, 1), 1e-6),
+        tbo("NORM"),
+        tbo("NORM", ne=(64, 6, 4, 2), v=1),
+        tbo("NORM", eps=1e-5, noncontig_rows=1),
+        tbo("RMS_NORM"),
+        tbo("RMS_NORM", ne=(64, 6, 4, 2), v=1),
+        tbo("L2_NORM", eps=1e-12),
+        tbo("L2_NORM", ne=(64, 6, 4, 2), v=1, eps=1e-12),
+        tbo("L2_NORM", ne=(64, 6, 4, 2), eps=1e-12, noncontig_rows=1),
         vs("rms_norm-eps-large", "rms_norm", {"a": f(32, 4, lo=-0.01, hi=0.01)}, "a", 1e-3),
-        vs("l2_norm", "l2_norm", {"a": f(64, 6, 4, 2)}, "a", 1e-12),
-        vs("l2_norm-view", "l2_norm", {"a": f(64, 6, 4, 2)}, V("a", 32, 3, 2, 1), 1e-12),
-        vs("l2_norm-noncontig-rows", "l2_norm", {"a": f(6, 64, 4, 2)}, P("a", 1, 0, 2, 3), 1e-12),
         vs("sum_rows", "sum_rows", {"a": f(10, 5, 4, 3)}, "a"),
         # every 2nd plane of the first two batches of a's [10, 5, 4, 3] f32 (nb 40, 200, 800), from batch 1
         vs("sum_rows-slice-view", "sum_rows", {"a": f(10, 5, 4, 3)},
@@ -284,45 +261,22 @@ def _norm_cases() -> list[Case]:
     ]  # fmt: skip
 
 
-def _sm(mask: bool, scale: float, max_bias: float, sinks: bool) -> Program:
-    def program(b: Any, t: Mapping[str, Any]) -> Any:
-        out = b.soft_max_ext(t["a"], t["m"] if mask else None, scale, max_bias)
-        if sinks:
-            b.soft_max_add_sinks(out, t["s"])
-        return out
-
-    return program
-
-
-def _sm_inputs(mask: str | None, sinks: bool, ne: tuple[int, int, int, int] = (16, 5, 4, 3),
-               nr23: tuple[int, int] = (1, 1)) -> dict[str, Leaf]:  # fmt: skip
-    ins = {"a": f(ne[0], ne[1], ne[2] * nr23[0], ne[3] * nr23[1])}
-    if mask:
-        ins["m"] = f(*ne, dtype=mask)
-    if sinks:
-        ins["s"] = f(ne[2] * nr23[0], lo=-10.0, hi=10.0)
-    return ins
-
-
 def _soft_max_cases() -> list[Case]:
     """SOFT_MAX (test_soft_max)."""
-    sm = "soft_max_ext"
     causal = {"a": f(24, 6, 4, 1), "m": leaf_of((24, 6, 1, 1), "f16", Init("causal_mask"))}
     return [
         vs("soft_max-plain", "soft_max", {"a": f(16, 5, 4, 3)}, "a"),
-        vs("soft_max_ext-scale", sm, _sm_inputs(None, False), program=_sm(False, 0.1, 0.0, False)),
-        vs("soft_max_ext-mask-f32", sm, _sm_inputs("f32", False), program=_sm(True, 1.0, 0.0, False)),
-        vs("soft_max_ext-mask-f16-scale", sm, _sm_inputs("f16", False), program=_sm(True, 0.1, 0.0, False)),
-        vs("soft_max_ext-mask-bcast", sm, _sm_inputs("f32", False, nr23=(2, 3)),
-           program=_sm(True, 0.5, 0.0, False)),
-        vs("soft_max_ext-alibi", sm, _sm_inputs("f32", False), program=_sm(True, 1.0, 8.0, False)),
-        vs("soft_max_ext-alibi-f16-mask", sm, _sm_inputs("f16", False, ne=(32, 4, 12, 1)),
-           program=_sm(True, 0.25, 8.0, False)),  # fmt: skip
-        vs("soft_max_ext-sinks", sm, _sm_inputs(None, True), program=_sm(False, 1.0, 0.0, True)),
-        vs("soft_max_ext-mask-sinks", sm, _sm_inputs("f16", True), program=_sm(True, 0.1, 0.0, True)),
-        vs("soft_max_ext-alibi-sinks", sm, _sm_inputs("f32", True), program=_sm(True, 1.0, 8.0, True)),
-        vs("soft_max_ext-causal-mask", sm, causal, program=_sm(True, 0.125, 0.0, False)),
-    ]  # fmt: skip
+        tbo("SOFT_MAX", mask=0, scale=0.1),
+        tbo("SOFT_MAX"),
+        tbo("SOFT_MAX", m_prec="f16", scale=0.1),
+        tbo("SOFT_MAX", nr23=(2, 3), scale=0.5),
+        tbo("SOFT_MAX", max_bias=8.0),
+        tbo("SOFT_MAX", ne=(32, 4, 12, 1), m_prec="f16", scale=0.25, max_bias=8.0),
+        tbo("SOFT_MAX", mask=0, sinks=1),
+        tbo("SOFT_MAX", m_prec="f16", sinks=1, scale=0.1),
+        tbo("SOFT_MAX", sinks=1, max_bias=8.0),
+        vs("soft_max_ext-causal-mask", "soft_max_ext", causal, "a", "m", 0.125, 0.0),
+    ]
 
 
 def _fa(
@@ -340,7 +294,7 @@ def _fa(
 
 
 def _flash_attn_cases() -> list[Case]:
-    """FLASH_ATTN_EXT (test_flash_attn_ext)."""
+    """FLASH_ATTN_EXT (test_flash_attn_ext; upstream rejects a bf16 PERMUTE, which bf16 K/V pass through)."""
     out = []
     for cid, args in {
         "fa-f16kv-mask": (64, 64, 4, 1, 32, 8, True, "f16"),
@@ -352,125 +306,64 @@ def _flash_attn_cases() -> list[Case]:
         "fa-bf16kv-gqa": (64, 64, 2, 2, 32, 6, True, "bf16"),
     }.items():
         ins, prog = _fa(*args)
-        # upstream: a PERMUTE with bf16 output is rejected, and bf16 K/V reach FA through one
-        out.append(
-            vs(cid, "flash_attn_ext", ins, program=prog, rejected="bf16" if args[-1] == "bf16" else None)
-        )
+        out.append(vs(cid, "flash_attn_ext", ins, program=prog, rejected="bf16" if "bf16" in args else None))
     return out
 
 
-class Yarn(TypedDict, total=False):
-    """YaRN's rope parameters: freq_scale, ext_factor, attn_factor."""
-
-    fs: float
-    ef: float
-    af: float
-
-
-_YARN: Yarn = {"fs": 1.4245, "ef": 0.7465, "af": 1.4245}
-
-
-def _rope_in(ne: tuple[int, ...], dtype: str = "f32", ff: int = 0, planes: int = 1) -> dict[str, Leaf]:
-    ins = {"a": f(*ne, dtype=dtype), "p": ints(ne[2] * planes, high=512)}
-    if ff:
-        ins["ff"] = f(ff, lo=0.9, hi=1.1)
-    return ins
-
-
-def _rope(n_dims: int, mode: int, ff: str | None = None, **yarn: Unpack[Yarn]) -> tuple[Any, ...]:
-    """rope_ext's arguments on the leaves a, p (and ``ff``)."""
-    return ("a", "p", ff, *rope_args(n_dims, mode, **yarn))
-
-
-def _multi(
-    n_dims: int, sections: list[int], mode: int = RopeType.IMROPE, ff: str | None = None, **yarn: Unpack[Yarn]
-) -> tuple[Any, ...]:
-    """rope_multi's arguments on the leaves a, p (and ``ff``)."""
-    return ("a", "p", ff, n_dims, sections, *rope_args(n_dims, mode, **yarn)[1:])
+#: YaRN's rope parameters: freq_scale, ext_factor, attn_factor.
+YARN = {"fs": 1.4245, "ef": 0.7465, "af": 1.4245}
 
 
 def _rope_cases() -> list[Case]:
     """ROPE: NORMAL, NEOX (rope_ext) and IMROPE (rope_multi)."""
-    out, small = [], _rope_in((32, 4, 5, 1))
-    for name, mode in (("normal", RopeType.NORMAL), ("neox", RopeType.NEOX)):
+    out = []
+    for mode in (RopeType.NORMAL, RopeType.NEOX):
         out += [
-            vs(f"rope-{name}-full", "rope_ext", small, *_rope(32, mode)),
-            vs(f"rope-{name}-partial", "rope_ext", small, *_rope(16, mode)),
-            vs(f"rope-{name}-f16", "rope_ext", _rope_in((32, 4, 5, 1), dtype="f16"), *_rope(32, mode)),
-            vs(f"rope-{name}-yarn", "rope_ext", _rope_in((64, 2, 7, 1)), *_rope(64, mode, **_YARN)),
-            vs(f"rope-{name}-freq-factors", "rope_ext", _rope_in((32, 4, 5, 1), ff=16),
-               *_rope(32, mode, "ff")),
-            vs(f"rope-{name}-scaled", "rope_ext", _rope_in((16, 3, 6, 2)), *_rope(16, mode, fs=0.25)),
+            tbo("ROPE", mode=mode),
+            tbo("ROPE", n_dims=16, mode=mode),
+            tbo("ROPE", type="f16", mode=mode),
+            tbo("ROPE", ne_a=(64, 2, 7, 1), n_dims=64, mode=mode, **YARN),
+            tbo("ROPE", mode=mode, ff=1),
+            tbo("ROPE", ne_a=(16, 3, 6, 2), n_dims=16, mode=mode, fs=0.25),
             # Q sliced out of a fused QKV projection (non-contiguous rows; qkv rows of 96 f32: nb1 384)
-            vs(f"rope-{name}-qkv-view", "rope_ext", {"qkv": f(96, 5), "p": ints(5, high=512)},
-               C("view_3d", "qkv", 16, 2, 5, 16 * 4, 384, 0), *_rope(16, mode)[1:]),  # fmt: skip
+            vs(f"rope-{mode.name.lower()}-qkv-view", "rope_ext", {"qkv": f(96, 5), "p": ints(5, high=512)},
+               C("view_3d", "qkv", 16, 2, 5, 16 * 4, 384, 0), "p", None, *rope_args(16, mode)),  # fmt: skip
         ]  # fmt: skip
-    planes = _rope_in((32, 4, 5, 1), planes=4)
+    imrope = RopeType.IMROPE
     return [
         *out,
-        vs("rope-imrope-full", "rope_multi", planes, *_multi(32, [6, 5, 5, 0])),
-        vs("rope-imrope-partial", "rope_multi", _rope_in((32, 2, 6, 1), planes=4), *_multi(16, [3, 3, 2, 0])),
-        vs("rope-imrope-f16", "rope_multi", _rope_in((32, 4, 5, 1), dtype="f16", planes=4),
-           *_multi(32, [6, 5, 5, 0])),
+        tbo("ROPE", mode=imrope),
+        tbo("ROPE", ne_a=(32, 2, 6, 1), n_dims=16, mode=imrope),
+        tbo("ROPE", type="f16", mode=imrope),
         # test-backend-ops' v=1: a strided view; upstream only takes views with view_src ne[1] == ne[2]
-        vs("rope-normal-strided-view", "rope_ext", {"a": f(20, 20, 15, 1), "p": ints(5, high=512)},
-           V("a", 10, 5, 5, 1), *_rope(10, RopeType.NORMAL)[1:], rejected="view_src"),  # fmt: skip
-        # MROPE (8) and VISION (24) are not registered upstream: rejected, yet ggml's numbers must hold
-        vs("rope-mrope", "rope_multi", planes, *_multi(32, [5, 5, 6, 0], 8), rejected="mode"),
-        vs("rope-vision", "rope_multi", planes, *_multi(16, [8, 8, 0, 0], 24), rejected="mode"),
-        vs("rope-imrope-freq-factors", "rope_multi", {**planes, "ff": f(16, lo=0.9, hi=1.1)},
-           *_multi(32, [6, 5, 5, 0], ff="ff"), rejected="imrope"),  # fmt: skip
-        vs("rope-imrope-yarn", "rope_multi", planes, *_multi(32, [6, 5, 5, 0], **_YARN), rejected="imrope"),
-    ]  # fmt: skip
-
-
-def _gdn(hc: int, hs: int, nt: int, ns: int, vr: int) -> dict[str, Leaf]:
-    """test_gated_delta_net's leaves (l2-normed q and k, as qwen3next feeds them: :func:`_gdn_call`)."""
-    return {
-        "q": f(hs, hc, nt, ns),
-        "k": f(hs, hc, nt, ns),
-        "v": f(hs, hc * vr, nt, ns, lo=-0.3, hi=5.0),
-        "g": f(1, hc * vr, nt, ns, lo=-20.0, hi=-1e-4),
-        "beta": f(1, hc * vr, nt, ns, lo=0.0, hi=1.0),
-        "state": f(hs, hs, hc * vr, ns),
-    }
-
-
-def _gdn_call(v: Any = "v", k: int = 1) -> tuple[Any, ...]:
-    return (C("l2_norm", "q", 1e-6), C("l2_norm", "k", 1e-6), v, "g", "beta", "state", k)
+        tbo("ROPE", "view_src", ne_a=(10, 5, 5, 1), n_dims=10, v=1),
+        # MROPE and VISION are not registered upstream: rejected, yet ggml's numbers must hold
+        tbo("ROPE", "mode", mode=RopeType.MROPE),
+        tbo("ROPE", "mode", mode=RopeType.VISION),
+        tbo("ROPE", "imrope", mode=imrope, ff=1),
+        tbo("ROPE", "imrope", mode=imrope, **YARN),
+    ]
 
 
 def _conv_and_recurrent_cases() -> list[Case]:
     """IM2COL, PAD, REPEAT, SSM_CONV, GATED_DELTA_NET, DIAG, TRI."""
-    im2col = {"k": f(3, 3, 3, 1, dtype="f16"), "x": f(10, 10, 3, 1)}
-    out = [
-        vs(f"im2col-2d-{dst}", "im2col", im2col, "k", "x", 1, 1, 1, 1, 1, 1, True, dst)
-        for dst in ("f32", "f16")
-    ]
-    out += [
-        vs("im2col-2d-stride-dilation", "im2col", {"k": f(3, 3, 2, 4, dtype="f16"), "x": f(12, 9, 2, 2)},
-           "k", "x", 2, 1, 0, 2, 2, 1, True, "f32"),
-        vs("im2col-1d", "im2col", {"k": f(3, 4, 2, dtype="f16"), "x": f(20, 4, 2)},
-           "k", "x", 2, 0, 1, 0, 1, 0, False, "f32"),
+    return [
+        *(tbo("IM2COL", dst_type=dst) for dst in ("f32", "f16")),
+        tbo("IM2COL", ne_input=(12, 9, 2, 2), ne_kernel=(3, 3, 2, 4), s0=2, s1=1, p0=0, p1=2, d0=2, d1=1),
+        tbo("IM2COL", ne_input=(20, 4, 2, 1), ne_kernel=(3, 4, 2, 1), s1=0, p1=0, d1=0, s0=2, is_2D=0),
         vs("pad", "pad", {"a": f(16, 12, 1, 1)}, "a", 1, 2, 0, 0),
         vs("pad-4d", "pad", {"a": f(5, 4, 3, 2)}, "a", 2, 1, 1, 1),
-        vs("pad_ext", "pad_ext", {"a": f(8, 6, 3, 1)}, "a", 1, 2, 0, 1, 1, 0, 0, 0),
-        vs("pad_ext-permuted", "pad_ext", {"a": f(8, 6, 3, 1)}, P("a", 2, 1, 0, 3), 1, 1, 1, 1, 1, 1, 0, 0),
-        vs("pad_ext-view", "pad_ext", {"a": f(8, 6, 3, 1)}, V("a", 4, 3, 2), 1, 1, 1, 1, 0, 1, 0, 0),
-        vs("repeat", "repeat", {"a": f(10, 5, 4, 3), "tgt": f(20, 10, 4, 6)}, "a", "tgt"),
-        vs("repeat-f16", "repeat", {"a": f(8, 1, 3, dtype="f16"), "tgt": f(16, 5, 3, dtype="f16")}, "a", "tgt"),
-        vs("repeat-scalar", "repeat", {"a": f(1), "tgt": f(4, 3)}, "a", "tgt"),
-        vs("ssm_conv", "ssm_conv", {"sx": f(3 + 5, 16, 2), "c": f(4, 16)}, "sx", "c"),
-        vs("ssm_conv-1-token", "ssm_conv", {"sx": f(3 + 1, 32, 1), "c": f(4, 32)}, "sx", "c"),
-    ]  # fmt: skip
-    for cid, shape in {
-        "gated_delta_net-1tok": (4, 16, 1, 1, 1),
-        "gated_delta_net-seq": (4, 16, 5, 2, 1),
-        "gated_delta_net-v-repeat": (2, 16, 3, 1, 2),
-    }.items():
-        out.append(vs(cid, "gated_delta_net", _gdn(*shape), *_gdn_call()))
-    return [
-        *out,
+        tbo("PAD", rp0=2, lp1=0, rp2=0),  # pad_ext
+        tbo("PAD", tfrm=2),  # of a permuted a
+        tbo("PAD", lp2=0, tfrm=1),  # of a view
+        tbo("REPEAT"),
+        tbo("REPEAT", type="f16", ne=(8, 1, 3, 1), nr=(2, 5, 1, 1)),
+        tbo("REPEAT", ne=(1, 1, 1, 1), nr=(4, 3, 1, 1)),
+        tbo("SSM_CONV"),
+        tbo("SSM_CONV", ne_a=(4, 32, 1, 1), ne_b=(4, 32, 1, 1)),
+        tbo("GATED_DELTA_NET"),
+        tbo("GATED_DELTA_NET", n_seq_tokens=5, n_seqs=2),
+        tbo("GATED_DELTA_NET", head_count=2, n_seq_tokens=3, v_repeat=2),
         vs("diag", "diag", {"a": f(10, 1, 4, 3)}, "a"),
         *(vs(f"tri-type{t}", "tri", {"a": f(10, 10, 4, 3)}, "a", t) for t in range(4)),
     ]
@@ -480,33 +373,28 @@ def _rejected_cases() -> list[Case]:
     """Cases upstream's policy rejects: ovkit raises UnsupportedOpError, and its translation still
     reproduces ggml's numbers (checked with the policy bypassed)."""
     fa, _ = _fa(64, 64, 2, 2, 32, 6, True, "f16")
-    fa_prog, gdn = fa_program(0.125, mask="m"), _gdn(4, 16, 3, 1, 1)
+    fa_prog = fa_program(0.125, mask="m")
     return [
         vs("fa-sinks", "flash_attn_ext", {**fa, "s": f(4, lo=-10.0, hi=10.0)},
            program=fa_program(0.125, mask="m", sinks="s"), rejected="sinks"),
         vs("fa-alibi", "flash_attn_ext", fa, program=fa_program(0.125, 8.0, mask="m"), rejected="max_bias"),
         vs("fa-softcap", "flash_attn_ext", fa, program=fa_program(0.125, 0.0, 30.0, mask="m"), rejected="logit_softcap"),
-        vs("gated_delta_net-kda", "gated_delta_net", {**gdn, "g": f(16, 4, 3, 1, lo=-20.0, hi=-1e-4)},
-           *_gdn_call(), rejected="kda"),
-        vs("gated_delta_net-K2", "gated_delta_net", gdn, *_gdn_call(k=2), rejected="K=2"),
-        vs("gated_delta_net-permuted-v", "gated_delta_net", {**gdn, "v": f(16, 3, 4, 1, lo=-0.3, hi=5.0)},
-           *_gdn_call(P("v", 0, 2, 1, 3)), rejected="permute"),
-        vs("swiglu-odd-width", "swiglu", {"a": f(127, 2, 2, **WIDE)}, program=C("glu", "a", SWIGLU, False),
-           rejected="odd"),
+        tbo("GATED_DELTA_NET", "kda", n_seq_tokens=3, kda=1),
+        tbo("GATED_DELTA_NET", "K=2", n_seq_tokens=3, K=2),
+        tbo("GATED_DELTA_NET", "permute", n_seq_tokens=3, permuted=1),
+        tbo("SWIGLU", "odd", ne_a=(127, 2, 2, 1)),
         vs("sum_rows-permuted", "sum_rows", {"a": f(10, 5, 4, 3)}, P("a", 0, 2, 3, 1), rejected="permute"),
         vs("add-permuted-src1", "add", {"a": f(10, 5, 4, 3), "b": f(5, 4, 10, 3)}, "a", P("b", 1, 2, 0, 3),
            rejected="permute"),
-        vs("get_rows-4d", "get_rows", {"a": f(10, 5, 3, 2), "r": ints(4, 3, 2, high=5)}, "a", "r", rejected="ne[3]"),
+        tbo("GET_ROWS", "ne[3]", r=4, be1=3, be2=2),
         vs("concat-i64", "concat", {"a": ints(4, 3, high=9, dtype="i64"), "b": ints(2, 3, high=9, dtype="i64")},
            "a", "b", 0, rejected="i64"),
-        vs("mul_mat-both-views", "mul_mat", {"a": f(48, 16), "b": f(48, 8)}, V("a", 32, 16), V("b", 32, 8),
-           rejected="view"),
+        tbo("MUL_MAT", "view", bs=(1, 1), k_v=48),
         vs("cpy-f32-bf16", "cpy", {"a": f(10, 4), "d": f(10, 4, dtype="bf16")}, "a", "d", rejected="bf16"),
         # test_set: the nb of b (f32 [6, 5, 4, 3]: 24, 120, 480), not of a: upstream requires a's
         vs("set-foreign-strides", "set", {"a": f(12, 5, 4, 3), "b": f(6, 5, 4, 3)}, "a", "b", 24, 120, 480, 4 * 3,
            rejected="nb"),
-        vs("mul_mat_id-one-expert", "mul_mat_id", {"as": f(32, 16, 1), "b": f(32, 1, 5), "ids": ints(1, 5, high=1)},
-           "as", "b", "ids", rejected="ne[2]"),
+        tbo("MUL_MAT_ID", "ne[2]", n_mats=1, n_used=1, b=1),
         # flash attention over padding: a query row whose keys are all masked gives 0 in ggml (not NaN)
         vs("fa-fully-masked-rows", "flash_attn_ext", {**fa, "m": leaf_of((32, 32, 1, 1), "f16", Init("padded_mask"))},
            program=fa_prog),
@@ -517,16 +405,14 @@ def _model_sized_cases() -> list[Case]:
     """Model-sized shapes (test-backend-ops' larger cases: accumulation over long rows)."""
     fa, fa_prog = _fa(128, 128, 8, 4, 512, 16, True, "f16")
     return [
-        vs("soft_max_ext-1024-alibi", "soft_max_ext", {"a": f(1024, 16), "m": f(1024, 16)},
-           program=_sm(True, 1.0, 8.0, False)),
+        tbo("SOFT_MAX", ne=(1024, 16, 1, 1), max_bias=8.0),
         vs("rms_norm-4096", "rms_norm", {"a": f(4096, 8, lo=-10.0, hi=10.0)}, "a", 1e-6),
         vs("norm-4096", "norm", {"a": f(4096, 4)}, "a", 1e-5),
-        vs("mul_mat-k4096-f32", "mul_mat", {"a": f(4096, 64), "b": f(4096, 9)}, "a", "b"),
-        vs("mul_mat-k4096-q4_K", "mul_mat", {"a": leaf_of((4096, 64), "q4_K"), "b": f(4096, 9)}, "a", "b"),
-        vs("gelu-large", "gelu", {"a": f(4096, 16, **WIDE)}, "a"),
-        vs("swiglu-large", "swiglu", {"a": f(2 * 2816, 8, **WIDE)}, program=C("glu", "a", SWIGLU, False)),
-        vs("rope-neox-llama-shape", "rope_ext", _rope_in((128, 32, 48, 1)), *_rope(128, RopeType.NEOX)),
-        vs("rope-normal-llama-shape-yarn", "rope_ext", _rope_in((128, 8, 48, 1)), *_rope(128, RopeType.NORMAL, **_YARN)),
+        *(tbo("MUL_MAT", type_a=ta, m=64, n=9, k=4096, bs=(1, 1)) for ta in ("f32", "q4_K")),
+        tbo("GELU", ne_a=(4096, 16, 1, 1)),
+        tbo("SWIGLU", ne_a=(2 * 2816, 8, 1, 1)),
+        tbo("ROPE", ne_a=(128, 32, 48, 1), n_dims=128, mode=RopeType.NEOX),
+        tbo("ROPE", ne_a=(128, 8, 48, 1), n_dims=128, **YARN),
         vs("fa-large-gqa4", "flash_attn_ext", fa, program=fa_prog),
         vs("cumsum-4096", "cumsum", {"a": f(4096, 4)}, "a"),
         vs("argsort-512", "argsort", {"a": leaf_of((512, 8), "f32", Init("distinct"))}, "a", DESC),
