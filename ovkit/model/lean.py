@@ -696,7 +696,7 @@ def compile_lean(
     props = compile_properties(exact, n_threads, model_device_bytes(gguf))
     cache = BlobCache(cache_dir, "ovkit: lean model cache", "lean-") if cache_dir else None
     if cache is not None:
-        key = cache_key(gguf, device, core, exact=exact, no_requant=no_requant, n_threads=n_threads)
+        key = cache_key(gguf, device, core=core, exact=exact, no_requant=no_requant, n_threads=n_threads)
         hit = cache.load(key, device, props, core=core)
         if hit is not None:
             session = LeanSession(hit.compiled, hit.blob, loaded_from_cache=True)
@@ -716,7 +716,7 @@ def compile_lean(
     return session
 
 
-def cache_key(gguf: GGUFModel, device: str, core: Core, **settings: bool | int | None) -> dict[str, Any]:
+def cache_key(gguf: GGUFModel, device: str, *, core: Core, **settings: bool | int | None) -> dict[str, Any]:
     """What the compiled lean model depends on besides ovkit and OpenVINO, as JSON values: the
     file itself (real path, size, mtime, inode, sha256 of its header: metadata and tensor table,
     read, not mapped), the device's CPU and ``settings``."""
