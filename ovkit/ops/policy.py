@@ -309,12 +309,8 @@ def _out_type(types: frozenset[str], what: str) -> Check:
     return _when(lambda op: op.type in types, lambda op: f"{what} {op.dtype}")
 
 
-def _name_prefix(prefix: str) -> Check:
+def _name_prefix(prefix: str | tuple[str, ...]) -> Check:
     return _when(lambda op: op.name.startswith(prefix), lambda op: f"tensor name {op.name!r}")
-
-
-def _name_is(name: str) -> Check:
-    return _when(lambda op: op.name == name, lambda op: f"tensor name {op.name!r}")
 
 
 def _div_per_channel(op: OpInfo) -> str | None:
@@ -432,12 +428,9 @@ def _fa_gemma3n(op: OpInfo) -> str | None:
     return None
 
 
-def _param_gt(key: str, limit: float, default: float) -> Check:
-    return _when(lambda op: float(op.param(key, default)) > limit, lambda op: f"{key}={op.param(key)}")
-
-
-def _param_ne(key: str, value: float, default: float) -> Check:
-    return _when(lambda op: float(op.param(key, default)) != value, lambda op: f"{key}={op.param(key)}")
+def _param_bad(key: str, bad: Callable[[float], bool]) -> Check:
+    """Rejects where ``bad`` holds for param ``key`` (0 when absent)."""
+    return _when(lambda op: bad(float(op.param(key, 0))), lambda op: f"{key}={op.param(key)}")
 
 
 def _rope_mode(op: OpInfo) -> str | None:
@@ -501,8 +494,9 @@ _BINARY = (
     Gate("binary.broadcast", "each dim must match or be 1 in one operand", _binary_incompatible),
 )
 
-#: Per-op gates by op-table key (an op without restrictions has none listed).
-GATES: dict[Op, tuple[Gate, ...]] = {
+#: Per-op gates by op-table key (an op without restrictions has none listed; keys are ``Op``
+#: members, looked up by their text too).
+GATES: dict[str, tuple[Gate, ...]] = {
     Op.ADD: _BINARY,
     Op.SUB: _BINARY,
     Op.MUL: _BINARY,
@@ -537,7 +531,8 @@ GATES: dict[Op, tuple[Gate, ...]] = {
     ),
     Op.VIEW: (
         Gate("view.selected_experts", "a VIEW named 'selected_experts' (TOPK_MOE test) is rejected",
-             _name_is("selected_experts"), quirk=True, note="test-backend-ops name quirk"),
+             _when(lambda op: op.name == "selected_experts", lambda op: "tensor name 'selected_experts'"),
+             quirk=True, note="test-backend-ops name quirk"),
     ),
     Op.PERMUTE: (
         Gate("permute.bf16", "output must not be bf16", _out_type(_BF16, "output type"),
@@ -580,8 +575,7 @@ GATES: dict[Op, tuple[Gate, ...]] = {
              device_class="GPU", revisions=_N),
         Gate("mul_mat_id.tmp", "the expert temporary must fit in 1 GiB", _mmid_tmp, revisions=_V),
         Gate("mul_mat_id.ffn_moe", "MoE gate_up/down stays on CPU",
-             _when(lambda op: op.name.startswith(("ffn_moe_gate_up", "ffn_moe_down")),
-                   lambda op: f"tensor name {op.name!r}"), quirk=True, revisions=_V),
+             _name_prefix(("ffn_moe_gate_up", "ffn_moe_down")), quirk=True, revisions=_V),
     ),
     Op.SUM_ROWS: (
         Gate("sum_rows.permute", "src0 must not be PERMUTE", _src_is(0, Op.PERMUTE)),
@@ -602,8 +596,8 @@ GATES: dict[Op, tuple[Gate, ...]] = {
              _fa_gemma3n, quirk=True, note="accuracy drift; restricted to scale==1"),
         Gate("flash_attn.sinks", "sinks (src4) are not supported", _src_present(4, "sinks (src4) present")),
         Gate("flash_attn.pattern", "Q, K and V must each be PERMUTE<-VIEW<-base tensor", _fa_pattern),
-        Gate("flash_attn.max_bias", "max_bias must be 0", _param_gt("max_bias", 0.0, 0.0)),
-        Gate("flash_attn.logit_softcap", "logit_softcap must be 0", _param_ne("logit_softcap", 0.0, 0.0)),
+        Gate("flash_attn.max_bias", "max_bias must be 0", _param_bad("max_bias", lambda v: v > 0)),
+        Gate("flash_attn.logit_softcap", "logit_softcap must be 0", _param_bad("logit_softcap", lambda v: v != 0)),
     ),
     Op.ROPE: (
         Gate("rope.mode", "mode must be NORMAL(0), NEOX(2) or IMROPE(40)", _rope_mode),
@@ -629,31 +623,10 @@ GATES: dict[Op, tuple[Gate, ...]] = {
              _always("every case"), revisions=_V),
         Gate("gdn.v_permute", "v (src2) must not be PERMUTE", _src_is(2, Op.PERMUTE), revisions=_N),
         Gate("gdn.kda", "g (src3) ne[0] must be 1", _gdn_kda, revisions=_N),
-        Gate("gdn.snapshots", "K (state snapshots, op_params[0]) must be <= 1", _param_gt("K", 1, 1),
+        Gate("gdn.snapshots", "K (state snapshots, op_params[0]) must be <= 1", _param_bad("K", lambda v: v > 1),
              revisions=_N),
     ),
 }  # fmt: skip
-
-#: Device-class names the policy knows (gates apply per class, not per exact device id).
-DEVICE_CLASSES = ("CPU", "GPU", "NPU", "OTHER")
-
-
-def _device_class(device: str) -> str:
-    s = str(device)
-    if s in DEVICE_CLASSES:
-        return s
-    from ovkit.devices import device_class
-
-    return str(device_class(s))
-
-
-def gates_for(op: str, sub_op: str | None = None) -> tuple[Gate, ...]:
-    """The per-op gates of ``op`` (``"UNARY"``/``"GLU"`` with ``sub_op``)."""
-    key = f"{op.upper()}.{sub_op.upper()}" if sub_op else op.upper()
-    try:
-        return GATES.get(Op(key), ())
-    except ValueError:  # not an op at all: no gates of its own
-        return ()
 
 
 def op_gates(key: str) -> tuple[Gate, ...]:
@@ -661,18 +634,7 @@ def op_gates(key: str) -> tuple[Gate, ...]:
     the op-specific global gates (EXP f32, GLU odd ne0, view inputs) then ``GATES[key]``.
     The gates every op passes (membership, types, quantized 3-D, MSA) are in :data:`GLOBAL_GATES`."""
     k = key.upper()
-    return tuple(g for g in GLOBAL_GATES if k in g.ops) + gates_for(k)
-
-
-def _as_opinfo(op: Any) -> OpInfo:
-    if isinstance(op, OpInfo):
-        return op
-    build = getattr(op, "op_info", None)
-    if callable(build):
-        info = build()
-        if isinstance(info, OpInfo):
-            return info
-    raise TypeError(f"check_op needs an OpInfo or a graph Tensor with .op_info(), got {type(op).__name__}")
+    return tuple(g for g in GLOBAL_GATES if k in g.ops) + GATES.get(k, ())
 
 
 def check_op(
@@ -687,8 +649,14 @@ def check_op(
     ``device_class`` may also be a device id (``"GPU.1"``): its class is used.  Quirk gates
     apply only with ``upstream_exact=True``; ``revision`` picks the upstream state (default N).
     """
-    info = _as_opinfo(op)
-    dc = _device_class(device_class)
+    from ovkit.devices import device_class as class_of
+
+    info = op if isinstance(op, OpInfo) else getattr(op, "op_info", lambda: None)()
+    if not isinstance(info, OpInfo):
+        raise TypeError(
+            f"check_op needs an OpInfo or a graph Tensor with .op_info(), got {type(op).__name__}"
+        )
+    dc = str(class_of(str(device_class)))
     try:
         rev = Revision(revision)
     except ValueError:
@@ -696,8 +664,7 @@ def check_op(
             f"unknown policy revision {revision!r}; expected one of {[r.value for r in Revision]}"
         ) from None
     sub = info.sub_op if info.op in (Op.UNARY, Op.GLU) else None
-    gates = GLOBAL_GATES + gates_for(info.op, sub)
-    for gate in gates:
+    for gate in GLOBAL_GATES + GATES.get(f"{info.op}.{sub}".upper() if sub else info.op.upper(), ()):
         if not gate.applies(dc, upstream_exact, rev):
             continue
         detail = gate.check(info)
