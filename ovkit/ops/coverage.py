@@ -46,12 +46,10 @@ def gate_text(gate: Gate) -> str:
 
 def global_gates() -> list[str]:
     """The global gates (every op), as text."""
-    seen: list[str] = []
-    for g in policy.GLOBAL_GATES:
-        text = gate_text(g)
-        if not g.ops and Revision.N in g.revisions and text not in seen:  # op-specific: in its row
-            seen.append(text)
-    return seen
+    # op-specific ones are in their op's row
+    return list(
+        dict.fromkeys(gate_text(g) for g in policy.GLOBAL_GATES if not g.ops and Revision.N in g.revisions)
+    )
 
 
 def op_coverage_table() -> pd.DataFrame:

@@ -65,9 +65,7 @@ TRI_KEEP: dict[int, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 
 
 def tri_mask(type_: int, n: int) -> np.ndarray:
-    cols = np.arange(n)[None, :]
-    rows = np.arange(n)[:, None]
-    return TRI_KEEP[type_](cols, rows)
+    return TRI_KEEP[type_](np.arange(n)[None, :], np.arange(n)[:, None])
 
 
 def diag_mask(t: Tensor) -> Arr:
@@ -226,21 +224,15 @@ def conv_geometry(t: Tensor, n: int, kernel: str = "") -> ConvGeometry:
 def im2col_3d_index(t: Tensor) -> npt.NDArray[np.int64]:
     """Flat indices into b's [b.ne[3], D, H, W] elements (+1 zero slot) of every IM2COL_3D output
     element; N = b.ne[3] // IC batches (ggml's floor: trailing channels beyond N·IC are unused)."""
-    a, b = t.operand(0), t.operand(1)
-    ic = t.params["IC"]
+    b, ic = t.operand(1), t.params["IC"]
     n = b.ne[3] // ic
-    sizes = [b.ne[2], b.ne[1], b.ne[0]]
-    ks = [a.ne[2], a.ne[1], a.ne[0]]
-    p = t.params
-    out = [t.ne[3] // n, t.ne[2], t.ne[1]]
-    idx, valid = window_index(
-        sizes, ks, [p["s2"], p["s1"], p["s0"]], [p["p2"], p["p1"], p["p0"]], [p["d2"], p["d1"], p["d0"]], out
-    )  # [OD, OH, OW, KD, KH, KW]
+    sizes, ks, s, p, d, _ = conv_geometry(t, 3)
+    # [OD, OH, OW, KD, KH, KW]
+    idx, valid = window_index(sizes, ks, s, p, d, [t.ne[3] // n, t.ne[2], t.ne[1]])
     block = int(np.prod(sizes))
     plane = (np.arange(n)[:, None] * ic + np.arange(ic)[None, :]) * block  # [N, IC]
-    full = (
-        idx[None, :, :, :, None] + plane[:, None, None, None, :, None, None, None]
-    )  # [N, OD, OH, OW, IC, KD, KH, KW]
+    # [N, OD, OH, OW, IC, KD, KH, KW]
+    full = idx[None, :, :, :, None] + plane[:, None, None, None, :, None, None, None]
     full = np.where(valid[None, :, :, :, None], full, b.ne[3] * block)  # the zero slot
     return full.reshape(tuple(reversed(t.ne)))
 

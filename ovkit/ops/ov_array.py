@@ -13,8 +13,7 @@ import openvino.opset16 as ops
 from ovkit.dtypes import DTYPES, ggml_type
 from ovkit.ops import geometry
 from ovkit.ops.formulas import Num, Prim
-from ovkit.ops.rounding import rounded
-from ovkit.quant.round_trip import ov_div_rn, ov_mul_rn
+from ovkit.ops.rounding import ov_div_rn, ov_mul_rn, rounded
 
 Out = Any  # an openvino Output/Node
 

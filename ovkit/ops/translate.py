@@ -147,14 +147,11 @@ def build_model(
         **TRANSLATORS,
         Op.FLASH_ATTN_EXT: functools.partial(_flash_attn_ext, manual_gqa=manual_gqa),
     }
-    bound: dict[int, Out] = {}  # the Parameters of the input leaves
-    params = []
-    for inp in leaves:
-        p = ops.parameter(
-            [inp.ne[3], inp.ne[2], inp.ne[1], inp.ne[0]], BOUNDARY_TYPE[inp.dtype], name=inp.name
-        )
-        params.append(p)
-        bound[inp.id] = ops.convert(p, ov.Type.bf16) if inp.dtype == "bf16" else p
+    params = [ops.parameter(list(reversed(t.ne)), BOUNDARY_TYPE[t.dtype], name=t.name) for t in leaves]
+    bound = {  # the values of the input leaves
+        t.id: ops.convert(p, ov.Type.bf16) if t.dtype == "bf16" else p
+        for t, p in zip(leaves, params, strict=True)
+    }
     named = {p.get_name() for p in params}
 
     def leaf(t: Tensor) -> Out:
@@ -172,14 +169,11 @@ def build_model(
         return to_type(empty(t) if 0 in t.ne else view_value(t, vs[t.memory.id]), t.dtype)
 
     values = interpret(graph, outputs, leaf, view, node)
-    results = []
-    for o in outputs:
-        v = values[o.id]
-        if o.dtype == "bf16":
-            v = ops.convert(v, ov.Type.f32)
-        r = ops.result(ops.reshape(v, i64(list(o.shape)), False))
-        results.append(r)
-    return ov.Model(results, params, "ovkit_graph")
+    results = [to_type(values[o.id], "f32") if o.dtype == "bf16" else values[o.id] for o in outputs]
+    shaped = [
+        ops.result(ops.reshape(v, i64(list(o.shape)), False)) for v, o in zip(results, outputs, strict=True)
+    ]
+    return ov.Model(shaped, params, "ovkit_graph")
 
 
 def _name_nodes(out: Out, label: str, named: set[str]) -> None:
@@ -270,16 +264,8 @@ def _set_rows(t: Tensor, xs: list[Out]) -> Out:
     idx = ops.convert(xs[2], ov.Type.i64)
     idx = tile_to(idx, c.ne, (c.ne[0], b.ne[2], b.ne[3], 1))  # [1, b3, b2, b1] after tiling
     idx = ops.reshape(idx, i64([b.ne[3], b.ne[2], b.ne[1]]), False)
-    i3 = np.broadcast_to(np.arange(b.ne[3])[:, None, None], (b.ne[3], b.ne[2], b.ne[1]))
-    i2 = np.broadcast_to(np.arange(b.ne[2])[None, :, None], (b.ne[3], b.ne[2], b.ne[1]))
-    coords = ops.concat(
-        [
-            ops.unsqueeze(const(i3, np.int64), i64(3)),
-            ops.unsqueeze(const(i2, np.int64), i64(3)),
-            ops.unsqueeze(idx, i64(3)),
-        ],
-        3,
-    )
+    batch = np.stack(np.indices((b.ne[3], b.ne[2], b.ne[1]))[:2], -1)  # (i3, i2) of each of b's rows
+    coords = ops.concat([const(batch, np.int64), ops.unsqueeze(idx, i64(3))], 3)
     return ops.scatter_nd_update(dst, coords, rows)
 
 

@@ -282,14 +282,12 @@ class GgmlTensor:
         self.ptr = ptr
 
     @property
-    def ne(self) -> tuple[int, int, int, int]:
-        c = self.ptr.contents.ne
-        return (int(c[0]), int(c[1]), int(c[2]), int(c[3]))
+    def ne(self) -> tuple[int, ...]:
+        return tuple(int(v) for v in self.ptr.contents.ne[:4])
 
     @property
-    def nb(self) -> tuple[int, int, int, int]:
-        c = self.ptr.contents.nb
-        return (int(c[0]), int(c[1]), int(c[2]), int(c[3]))
+    def nb(self) -> tuple[int, ...]:
+        return tuple(int(v) for v in self.ptr.contents.nb[:4])
 
     @property
     def shape(self) -> tuple[int, ...]:
