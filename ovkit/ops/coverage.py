@@ -31,7 +31,7 @@ def translated(key: Op) -> bool:
 
 
 def referenced(key: Op) -> bool:
-    """Whether ovkit has a numpy reference of ``key`` (views: ``reference.view_value``)."""
+    """Whether ovkit has a numpy reference of ``key`` (views: ``reference.evaluate`` reads them)."""
     from ovkit.ops.reference import REFERENCES
 
     return key in VIEW_OPS or key in REFERENCES

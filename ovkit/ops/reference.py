@@ -37,29 +37,14 @@ def f32(x: npt.ArrayLike) -> F32:
     return np.asarray(x, dtype=np.float32)
 
 
-def rounded(x: npt.ArrayLike, dtype: str) -> F32:
-    """``x`` stored as ``dtype`` and read back as f32."""
-    if dtype == "f32":
-        return f32(x)
-    return f32(round_to(dtype, x))
-
-
-def leaf_value(t: Tensor) -> Arr:
-    if hasattr(t.value, "dequantize") and not isinstance(t.value, np.ndarray):
-        return f32(t.value.dequantize()).reshape(tuple(reversed(t.ne)))
-    return np.asarray(t.value).reshape(tuple(reversed(t.ne)))
-
-
-def view_value(t: Tensor, base: Arr) -> Arr:
-    """ggml's view semantics: element (i0..i3) is base memory[offs + Σ i·nb] (in elements)."""
-    return base.reshape(-1)[ggml_index_map(t)]
-
-
 def evaluate(graph: GraphIR, outputs: Sequence[Tensor], feed: dict[str, Arr]) -> list[Arr]:
     """Run ``outputs`` with the numpy references; arrays in each output's numpy shape and dtype."""
 
     def leaf(t: Tensor) -> Arr:
-        return feed[t.name].reshape(tuple(reversed(t.ne))) if t.is_input else leaf_value(t)
+        if t.is_input:
+            return feed[t.name].reshape(tuple(reversed(t.ne)))
+        quantized = hasattr(t.value, "dequantize") and not isinstance(t.value, np.ndarray)
+        return np.asarray(f32(t.value.dequantize()) if quantized else t.value).reshape(tuple(reversed(t.ne)))
 
     def node(t: Tensor, xs: list[Any]) -> Arr:
         fn = REFERENCES.get(t.op_key)
@@ -71,8 +56,8 @@ def evaluate(graph: GraphIR, outputs: Sequence[Tensor], feed: dict[str, Arr]) ->
         # a quantized result (CPY, SET_ROWS) is already ggml's stored values, as f32
         return (round_to(t.dtype, out) if t.dtype in NUMPY_DTYPE else out).reshape(tuple(reversed(t.ne)))
 
-    def view(t: Tensor, vs: dict[int, Arr]) -> Arr:
-        return np.zeros(tuple(reversed(t.ne)), np.float32) if 0 in t.ne else view_value(t, vs[t.memory.id])
+    def view(t: Tensor, vs: dict[int, Arr]) -> Arr:  # element i is base memory[offs + Σ i·nb]
+        return vs[t.memory.id].reshape(-1)[ggml_index_map(t)]
 
     values = interpret(graph, outputs, leaf, view, node)
     return [
@@ -141,7 +126,7 @@ class NumpyOps:
         return f32(_PRIMS[name](f32(x)))
 
     def rounded(self, x: Arr, dtype: str) -> F32:
-        return rounded(x, dtype)
+        return f32(x) if dtype == "f32" else f32(round_to(dtype, x))
 
     def repeat(self, x: Arr, small: Sequence[int], big: Sequence[int]) -> Arr:
         return repeat_to(x, big)
@@ -331,7 +316,7 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
     q_t, k_t = t.operand(0), t.operand(1)
     q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
     if k_t.dtype in ("f16", "bf16"):
-        q = rounded(q, k_t.dtype)  # ggml converts Q to K's vec_dot type
+        q = NUMPY.rounded(q, k_t.dtype)  # ggml converts Q to K's vec_dot type
     k, v = NUMPY.expand_batch(k, k_t.ne, q_t.ne), NUMPY.expand_batch(v, t.operand(2).ne, q_t.ne)
     s = attention_scores(NUMPY, t, xs, NUMPY.matmul(q, k, tb=True))
     sinks = f32(xs[4]).reshape(-1) if len(xs) > 4 and xs[4] is not None else None

@@ -264,7 +264,7 @@ def _set_rows(t: Tensor, xs: list[Out]) -> Out:
     idx = ops.convert(xs[2], ov.Type.i64)
     idx = tile_to(idx, c.ne, (c.ne[0], b.ne[2], b.ne[3], 1))  # [1, b3, b2, b1] after tiling
     idx = ops.reshape(idx, i64([b.ne[3], b.ne[2], b.ne[1]]), False)
-    batch = np.stack(np.indices((b.ne[3], b.ne[2], b.ne[1]))[:2], -1)  # (i3, i2) of each of b's rows
+    batch = np.moveaxis(np.indices((b.ne[3], b.ne[2], b.ne[1]))[:2], 0, -1)  # (i3, i2) of each of b's rows
     coords = ops.concat([const(batch, np.int64), ops.unsqueeze(idx, i64(3))], 3)
     return ops.scatter_nd_update(dst, coords, rows)
 
