@@ -126,16 +126,7 @@ class Session:
             g.ggml_backend_cpu_set_n_threads(self.backend, n_threads)
         try:
             specs = [None if x is None else _spec(x) for x in inputs]
-            tensors: list[Any] = []
-            for i, sp in enumerate(specs):
-                if sp is None:
-                    tensors.append(None)
-                    continue
-                dt, shape, _raw = sp
-                ne = _ne(shape)
-                t = g.ggml_new_tensor(self.ctx, type_id(dt), len(ne), (ctypes.c_int64 * len(ne))(*ne))
-                g.ggml_set_name(t, f"in{i}".encode())
-                tensors.append(t)
+            tensors = [None if sp is None else self._leaf(f"in{i}", *sp[:2]) for i, sp in enumerate(specs)]
             out = build(self.ctx, *tensors)
             first = out.first if isinstance(out, Scheduled) else []
             out = out.outputs if isinstance(out, Scheduled) else out
@@ -166,6 +157,12 @@ class Session:
         except BaseException:
             self.close()
             raise
+
+    def _leaf(self, name: str, dtype: str, shape: tuple[int, ...]) -> Any:
+        ne = _ne(shape)
+        t = self.g.ggml_new_tensor(self.ctx, type_id(dtype), len(ne), (ctypes.c_int64 * len(ne))(*ne))
+        self.g.ggml_set_name(t, name.encode())
+        return t
 
     def run(self) -> None:
         status = self.g.ggml_backend_graph_compute(self.backend, self.graph)

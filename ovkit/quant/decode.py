@@ -52,28 +52,10 @@ def _nibbles32(qs: np.ndarray) -> np.ndarray:
     return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
 
 
-def _dec_q4_0(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    d = _f16(b[:, 0:2])
-    q = _nibbles32(b[:, 2:18]).astype(np.int8) - 8
-    return q, d, None
-
-
-def _dec_q4_1(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    return _nibbles32(b[:, 4:20]), _f16(b[:, 0:2]), _f16(b[:, 2:4])
-
-
 def _five_bits32(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
     """32 5-bit values of Q5_0/Q5_1: ``qs``'s nibbles, bit j of the u32 ``qh`` element j's 5th bit."""
     hi = ((np.ascontiguousarray(qh).view("<u4") >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
     return _nibbles32(qs) | (hi << 4)
-
-
-def _dec_q5_1(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    return _five_bits32(b[:, 4:8], b[:, 8:24]), _f16(b[:, 0:2]), _f16(b[:, 2:4])
-
-
-def _dec_q8_0(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    return np.ascontiguousarray(b[:, 2:34]).view(np.int8), _f16(b[:, 0:2]), None
 
 
 def _scale_min_k4(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -128,11 +110,6 @@ def _e8m0_half(e: np.ndarray) -> np.ndarray:
     return np.ldexp(np.float32(1.0), e.astype(np.int32) - 128).astype(np.float32)
 
 
-def _dec_mxfp4(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    codes = _nibbles32(b[:, 1:17])
-    return _MXFP4_VALUES[codes], _e8m0_half(b[:, 0]), None
-
-
 def _dec_q1_0(b: np.ndarray) -> np.ndarray:
     """ggml's dequantize_row_q1_0: one f16 scale d, 128 sign bits (LSB first): bit 1 → +d, 0 → −d."""
     d = _f16(b[:, 0:2])
@@ -153,15 +130,16 @@ def _dec_host(spec: QuantSpec, blocks: np.ndarray) -> np.ndarray:
     return np.asarray(out, np.float32).reshape(-1, spec.block)
 
 
+#: Block bytes [n, type_size] -> (q, scale, bias) per type, at ggml's byte offsets.
 _DECODERS: dict[str, Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = {
-    "q4_0": _dec_q4_0,
-    "q4_1": _dec_q4_1,
-    "q5_1": _dec_q5_1,
-    "q8_0": _dec_q8_0,
+    "q4_0": lambda b: (_nibbles32(b[:, 2:18]).astype(np.int8) - 8, _f16(b[:, 0:2]), None),
+    "q4_1": lambda b: (_nibbles32(b[:, 4:20]), _f16(b[:, 0:2]), _f16(b[:, 2:4])),
+    "q5_1": lambda b: (_five_bits32(b[:, 4:8], b[:, 8:24]), _f16(b[:, 0:2]), _f16(b[:, 2:4])),
+    "q8_0": lambda b: (np.ascontiguousarray(b[:, 2:34]).view(np.int8), _f16(b[:, 0:2]), None),
     "q4_K": _dec_q4_k,
     "q5_K": _dec_q5_k,
     "q6_K": _dec_q6_k,
-    "mxfp4": _dec_mxfp4,
+    "mxfp4": lambda b: (_MXFP4_VALUES[_nibbles32(b[:, 1:17])], _e8m0_half(b[:, 0]), None),
 }
 
 
