@@ -22,7 +22,7 @@ import numpy as np
 from ovkit import quant
 from ovkit.dtypes import ggml_type
 from ovkit.ir import GraphIR, Op
-from ovkit.quant import QuantError, QuantizedWeight, RequantTarget
+from ovkit.quant import QuantizedWeight, RequantTarget
 
 #: ggml's ``type_traits_cpu[type].vec_dot_type`` (ggml-cpu.c) for every quantized weight type:
 #: the format the activations are quantized to before the integer dot product (q8_1 for the
@@ -31,9 +31,6 @@ VEC_DOT_TYPES: dict[str, str] = {
     t: "q8_1" if t in ("q4_1", "q5_1") else "q8_K" if ggml_type(t).block == quant.QK_K else "q8_0"
     for t in quant.KNOWN_TYPES
 }
-
-#: Elements per activation block of each dot type.
-DOT_BLOCK: dict[str, int] = {"q8_0": 32, "q8_1": 32, "q8_K": quant.QK_K}
 
 
 def vec_dot_type(qtype: str) -> str:
@@ -116,16 +113,9 @@ def _q8_k(x: Any) -> QuantizedActivations:
 
 
 def quantize_activations(x: Any, dot_type: str) -> QuantizedActivations:
-    """f32 Output ``x`` [..., k] quantized per row to ``dot_type`` blocks as ggml's CPU does."""
-    k = x.get_partial_shape()[-1].get_length()
-    block = DOT_BLOCK.get(dot_type)
-    if block is None:
-        raise QuantError(f"dot type {dot_type!r} is not one of {', '.join(DOT_BLOCK)}")
-    if k % block:
-        raise QuantError(f"rows of {k} activations are not whole {dot_type} blocks of {block}")
-    if dot_type == "q8_K":
-        return _q8_k(x)
-    return _q8_0(x, with_sums=dot_type == "q8_1")
+    """f32 Output ``x`` [..., k] quantized per row to ``dot_type`` (a :data:`VEC_DOT_TYPES` value,
+    whose blocks divide the weight's rows) as ggml's CPU does."""
+    return _q8_k(x) if dot_type == "q8_K" else _q8_0(x, with_sums=dot_type == "q8_1")
 
 
 @dataclass(frozen=True)

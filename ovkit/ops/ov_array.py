@@ -65,13 +65,6 @@ def tile_to(x: Out, small: Sequence[int], big: Sequence[int]) -> Out:
     return ops.tile(x, i64(reps))
 
 
-def broadcast_repeat(x: Out, small: Sequence[int], big: Sequence[int]) -> Out:
-    """ggml binary-op broadcasting: numpy broadcast where small is 1, Tile where it divides."""
-    if all(s == b or s == 1 for s, b in zip(small, big, strict=True)):
-        return x
-    return tile_to(x, small, big)
-
-
 def expand_batch(x: Out, ne_small: Sequence[int], ne_big: Sequence[int]) -> Out:
     """Repeat-interleave dims 2, 3 of ``x`` up to ``ne_big`` (mul_mat's i02 = i12 / r2 mapping)."""
     r2 = ne_big[2] // ne_small[2]
@@ -154,7 +147,8 @@ class OpenVinoOps:
         return rounded(x, dtype)
 
     def repeat(self, x: Out, small: Sequence[int], big: Sequence[int]) -> Out:
-        return broadcast_repeat(x, small, big)
+        # ggml's binary-op repeat: a numpy broadcast where small is 1, a Tile where it divides
+        return x if all(s in (b, 1) for s, b in zip(small, big, strict=True)) else tile_to(x, small, big)
 
     def head(self, x: Out, start: int, stop: int) -> Out:
         return slice_dim(x, 0, start, stop)

@@ -382,10 +382,6 @@ UNARY_BUILT: tuple[Op, ...] = LISTS.unary_built
 GLU_BUILT: tuple[Op, ...] = LISTS.glu_built
 
 
-def registered_entries() -> list[OpEntry]:
-    return [e for e in ENTRIES if e.registered]
-
-
 def max_nmse(key: Op | str) -> float:
     """The NMSE threshold of op ``key`` (an ``Op`` or a ``Graph`` builder name); the default for
     anything the table does not list (a whole-block case)."""

@@ -493,11 +493,8 @@ def quantize(qtype: str, array: np.ndarray, name: str = "", form: Form = "fast")
 
     spec = quant_spec(qtype)
     x = np.ascontiguousarray(array, dtype=np.float32)
-    try:
-        if oracle.ggml_available():
-            return from_blocks(spec.name, oracle.quantize_blocks(spec.name, x), x.shape, name, form)
-    except ImportError:
-        pass
+    if oracle.ggml_available():
+        return from_blocks(spec.name, oracle.quantize_blocks(spec.name, x), x.shape, name, form)
     import gguf.quants as gq
 
     blocks = gq.quantize(x, gq.GGMLQuantizationType(spec.ggml_type))
