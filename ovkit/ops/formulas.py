@@ -8,6 +8,7 @@ repeated) lives in its namespace, never in a formula; the formulas follow ggml's
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, TypeVar
@@ -130,19 +131,18 @@ Formula = Callable[[Any, Tensor, list[Any]], Any]
 FORMULAS: dict[Op, Formula] = {}
 
 
-def register_in(table: dict[Op, Fn], keys: tuple[Op, ...]) -> Callable[[Fn], Fn]:
+def register_in(table: dict[Op, Fn], *keys: Op) -> Callable[[Fn], Fn]:
     """A decorator storing its function in ``table`` under each of the op-table ``keys``."""
 
     def deco(fn: Fn) -> Fn:
-        for k in keys:
-            table[k] = fn
+        table.update(dict.fromkeys(keys, fn))
         return fn
 
     return deco
 
 
-def formula(*keys: Op) -> Callable[[Formula], Formula]:
-    return register_in(FORMULAS, keys)
+#: ``@formula(Op.X, ...)`` registers the formula of those op-table keys.
+formula = functools.partial(register_in, FORMULAS)
 
 
 # ---------------------------------------------------------------------------- activations

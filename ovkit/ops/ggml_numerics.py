@@ -155,13 +155,11 @@ class GgmlNumericsWeight(QuantizedWeight):
         return quantize_activations(b, self.dot_type).values
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (with_ggml_numerics, (QuantizedWeight.__reduce__(self)[1], self.source_type))
+        return (GgmlNumericsWeight, (*QuantizedWeight.__reduce__(self)[1], self.source_type))
 
 
-def with_ggml_numerics(weight: Any, source_type: str = "") -> GgmlNumericsWeight:
-    """``weight`` (a :class:`QuantizedWeight` or its constructor arguments) with ggml's numerics."""
-    if isinstance(weight, tuple):
-        weight = QuantizedWeight(*weight)
+def with_ggml_numerics(weight: QuantizedWeight, source_type: str = "") -> GgmlNumericsWeight:
+    """``weight`` with ggml's numerics."""
     return GgmlNumericsWeight(
         weight.qtype, weight.shape, weight.raw, weight.name, weight.form, weight.requant, source_type
     )

@@ -7,6 +7,7 @@ as ggml's CPU backend does and the evaluator rounds the result to the node's typ
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -27,9 +28,8 @@ ReferenceFn = Callable[[Tensor, list[Any]], Arr]
 REFERENCES: dict[Op, ReferenceFn] = {}
 
 
-def reference(*keys: Op) -> Callable[[ReferenceFn], ReferenceFn]:
-    """Register ``fn`` as the numpy reference of the op-table ``keys``."""
-    return register_in(REFERENCES, keys)
+#: ``@reference(Op.X, ...)`` registers the numpy reference of those op-table keys.
+reference = functools.partial(register_in, REFERENCES)
 
 
 def f32(x: npt.ArrayLike) -> F32:

@@ -53,9 +53,8 @@ BOUNDARY_TYPE: dict[str, Any] = {**OV_TYPE, "bf16": ov.Type.f32}
 TRANSLATORS: dict[Op, TranslateFn] = {}
 
 
-def translator(*keys: Op) -> Callable[[TranslateFn], TranslateFn]:
-    """Register ``fn`` as the translator of the op-table ``keys``."""
-    return register_in(TRANSLATORS, keys)
+#: ``@translator(Op.X, ...)`` registers the opset16 translation of those op-table keys.
+translator = functools.partial(register_in, TRANSLATORS)
 
 
 # ---------------------------------------------------------------------------- helpers

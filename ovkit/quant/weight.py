@@ -174,10 +174,6 @@ class QuantizedWeight:
             return self.form == "fast"
         return self.spec.container_bits == 8
 
-    @property
-    def symmetric(self) -> bool:
-        return self.decoded.bias is None
-
     @cached_property
     def digest(self) -> str:
         """sha256 of the blocks plus type, shape and form (a cache key for compiled graphs)."""
@@ -364,7 +360,10 @@ class QuantizedWeight:
             return ops.convert(ops.constant(values.astype(np.float16)), "f32")
         if not upstream and self._tiny is not None:  # folded into one constant: subnormals flush
             normal, tiny, low = self._tiny_split()
-            return ops.reshape(ops.add(normal, ops.multiply(tiny, low)), self._group_shape(), False)
+            shape = ops.constant(
+                np.array([self.rows, self.k // self.decoded.group, self.decoded.group], np.int64)
+            )
+            return ops.reshape(ops.add(normal, ops.multiply(tiny, low)), shape, False)
         if not upstream and self._host_f32:
             return ops.constant(self._grouped(dec.dequantize()))
         w = self._weight_const()
@@ -388,10 +387,6 @@ class QuantizedWeight:
             node = ops.subtract(node, ops.convert(zc, "f16"))
         with np.errstate(over="ignore"):  # upstream's f16 scales: beyond 65504 they are inf there too
             return ops.multiply(node, ops.constant(dec.scale[:, :, None].astype(np.float16)))
-
-    def _group_shape(self) -> Any:
-        g = self.decoded.group
-        return _ops().constant(np.array([self.rows, self.k // g, g], np.int64))
 
     def _flat(self, node: Any) -> Any:
         ops = _ops()
