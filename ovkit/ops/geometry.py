@@ -130,11 +130,10 @@ def rope_tables(p: dict[str, Any], n_dims: int, n_pairs: int | None = None) -> d
     for VISION, whose sections restart theta), the YaRN ramp mix and mscale."""
     n_pairs = n_dims // 2 if n_pairs is None else n_pairs
     theta_scale = np.float32(p["freq_base"]) ** np.float32(-2.0 / n_dims)
-    powers = np.empty(max(n_pairs, 1), dtype=np.float32)
-    acc = np.float32(1.0)
-    for i in range(len(powers)):
-        powers[i] = acc  # ggml multiplies theta by theta_scale once per pair, in f32
-        acc = np.float32(acc * theta_scale)
+    # ggml multiplies theta by theta_scale once per pair, in f32
+    powers = np.cumprod(
+        np.r_[1.0, np.full(max(n_pairs, 1) - 1, theta_scale)].astype(np.float32), dtype=np.float32
+    )
     exponent = np.arange(n_pairs)
     if p["mode"] == RopeType.VISION:
         secs = p["sections"]

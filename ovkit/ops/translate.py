@@ -416,14 +416,9 @@ def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
     ScaledDotProductAttention with the mask; a fully masked row gives ggml's 0 (SDPA: NaN)."""
     q_t, k_t = t.operand(0), t.operand(1)
     n_h, h_kv = q_t.ne[2], k_t.ne[2]
-    if n_h > h_kv > 1:
-        shape = i64([1, 1, n_h // h_kv, 1, 1])
+    if n_h > h_kv > 1:  # query head h reads KV head h // r
         k, v = (
-            ops.reshape(
-                ops.broadcast(ops.unsqueeze(x, i64(2)), shape, broadcast_spec="BIDIRECTIONAL"),
-                i64([0, n_h, -1, d]),
-                True,
-            )
+            expand_batch(x, (d, k_t.ne[1], h_kv, q_t.ne[3]), (d, k_t.ne[1], n_h, q_t.ne[3]))
             for x, d in ((k, k_t.ne[0]), (v, t.operand(2).ne[0]))
         )
     scale = const(np.float32(t.params["scale"]))
