@@ -685,10 +685,7 @@ def graph_decisions(
 
 def all_gates() -> list[tuple[str, Gate]]:
     """Every gate with the table key it belongs to (``"global"`` for the global gates)."""
-    out: list[tuple[str, Gate]] = [("global", g) for g in GLOBAL_GATES]
-    for key, gates in GATES.items():
-        out.extend((key, g) for g in gates)
-    return out
+    return [("global", g) for g in GLOBAL_GATES] + [(key, g) for key, gates in GATES.items() for g in gates]
 
 
 def gates_frame() -> Any:
@@ -749,10 +746,9 @@ def render_markdown() -> str:
         "| op | gate | rule (rejected when it does not hold) | device class | quirk | revisions |",
         "|---|---|---|---|---|---|",
     ]
-    for key, g in all_gates():
-        revs = ",".join(sorted(r.value for r in g.revisions))
-        quirk = "yes" if g.quirk else ""
+    for r in gates_frame().to_dict("records"):
+        quirk = "yes" if r["upstream quirk"] else ""
         lines.append(
-            f"| {key} | `{g.key}` | {g.description} | {g.device_class or 'any'} | {quirk} | {revs} |"
+            f"| {r['op']} | `{r['gate']}` | {r['rule']} | {r['device class']} | {quirk} | {r['revisions']} |"
         )
     return "\n".join(lines) + "\n"
