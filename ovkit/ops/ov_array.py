@@ -162,9 +162,6 @@ class OpenVinoOps:
     def const(self, value: np.ndarray) -> Out:
         return ops.constant(value)
 
-    def sum_rows(self, x: Out) -> Out:
-        return ops.reduce_sum(x, i64([3]), True)
-
     def mean_rows(self, x: Out) -> Out:
         return ops.reduce_mean(x, i64([3]), True)
 

@@ -143,13 +143,10 @@ class NumpyOps:
     def const(self, value: Arr) -> Arr:
         return value
 
-    def sum_rows(self, x: Arr) -> F32:  # accumulated in f64, as ggml's ggml_float
-        return f32(f32(x).astype(np.float64).sum(axis=-1, keepdims=True))
-
     def mean_rows(self, x: Arr) -> F32:
         return f32(f32(x).astype(np.float64).mean(axis=-1, keepdims=True))
 
-    def reduce(self, kind: str, x: Arr, axes: Sequence[int]) -> F32:
+    def reduce(self, kind: str, x: Arr, axes: Sequence[int]) -> F32:  # sums in f64, as ggml's ggml_float
         if kind in ("max", "min"):
             return f32(getattr(np, kind)(x, axis=tuple(axes), keepdims=True))
         return f32(f32(x).astype(np.float64).sum(axis=tuple(axes), keepdims=True))
