@@ -1,11 +1,6 @@
-"""Upstream ``supports_op`` verdicts as data: test-backend-ops' parameter notation and the
-verdict CSV.
-
-:data:`SHIPPED` (package data) holds, per test-backend-ops case, the op name, the case's parameters
-in test-backend-ops notation (``type=f32,ne_a=[5,7,11,13],v=0``) and the real backend's verdict.
-The rows are replayed against the policy by :mod:`ovkit.catalogue.verdicts` (each as its runnable
-case's output node).
-"""
+"""Upstream ``supports_op`` verdicts as data: per test-backend-ops case, the op name, its parameters
+in test-backend-ops notation (``type=f32,ne_a=[5,7,11,13],v=0``) and the real backend's verdict;
+:mod:`ovkit.catalogue.verdicts` replays them against the policy."""
 
 from __future__ import annotations
 
