@@ -117,17 +117,14 @@ def _dec_q1_0(b: np.ndarray) -> np.ndarray:
     return np.where(bits.reshape(-1, 128) != 0, d, -d)
 
 
-def _dec_host(spec: QuantSpec, blocks: np.ndarray) -> np.ndarray:
-    """ggml's ``to_float`` of ``blocks`` [n, type_size] as f32 [n, block] (gguf's numpy decoders,
-    which equal ggml's bit for bit; q1_0 is not in gguf and is decoded here)."""
-    if spec.name == "q1_0":
-        return _dec_q1_0(blocks)
+def _gguf_dequantize(spec: QuantSpec, blocks: np.ndarray) -> np.ndarray:
+    """The ``gguf`` package's f32 values of raw ``blocks`` (flat), as one row of all the blocks:
+    gguf loops in Python over groups of 16 rows (one a block otherwise)."""
     import gguf.quants as gq
 
-    # one row of all the blocks: gguf loops in Python over groups of 16 rows (one a block here)
     with np.errstate(all="ignore"):  # random blocks hold NaN/inf scales: decoded as ggml does
         out = gq.dequantize(blocks.reshape(1, -1), gq.GGMLQuantizationType(spec.ggml_type))
-    return np.asarray(out, np.float32).reshape(-1, spec.block)
+    return np.asarray(out, np.float32).reshape(-1)
 
 
 #: Block bytes [n, type_size] -> (q, scale, bias) per type, at ggml's byte offsets.
@@ -156,7 +153,9 @@ def decode_blocks(qtype: str, raw: bytes | np.ndarray | memoryview, shape: Seque
     blocks = buf.reshape(-1, spec.type_size)
     if spec.host_decoded:
         # the values themselves, with one unit scale per row (w = 1 * q is exact, NaN included)
-        values = _dec_host(spec, blocks).reshape(rows, k)
+        # ggml's to_float: gguf's numpy decoders equal it bit for bit (q1_0 is not in gguf)
+        values = _dec_q1_0(blocks) if spec.name == "q1_0" else _gguf_dequantize(spec, blocks)
+        values = values.reshape(rows, k)
         return Decoded(values, np.ones((rows, 1), np.float32), None, k)
     q, scale, bias = _DECODERS[spec.name](blocks)
     nb = k // spec.block
@@ -192,10 +191,4 @@ def repack_blocks(qtype: str, raw: bytes | np.ndarray | memoryview) -> tuple[str
 
 def reference_dequantize(qtype: str, raw: bytes | np.ndarray, shape: Sequence[int]) -> np.ndarray:
     """The ``gguf`` package's dequantization of the same blocks (the independent reference)."""
-    import gguf.quants as gq
-
-    spec = quant_spec(qtype)
-    buf = _bytes(raw)
-    rows = n_rows(shape)
-    out = gq.dequantize(buf.reshape(rows, -1), gq.GGMLQuantizationType(spec.ggml_type))
-    return np.asarray(out, dtype=np.float32).reshape(tuple(shape))
+    return _gguf_dequantize(quant_spec(qtype), _bytes(raw)).reshape(tuple(shape))
