@@ -236,22 +236,15 @@ def im2col_3d_index(t: Tensor) -> npt.NDArray[np.int64]:
     return full.reshape(tuple(reversed(t.ne)))
 
 
-def col2im_1d_index(t: Tensor) -> Arr:
-    """COL2IM_1D: the output time i·s0 + k − p0 of every column element [OC, T_in·K] (dropped
-    taps outside the output: the extra slot T_out)."""
+def col2im_1d(t: Tensor) -> tuple[int, int, int, Arr]:
+    """COL2IM_1D's columns as (T_in, OC, K) and the output time i·s0 + k − p0 of every column
+    element [OC, T_in·K] (dropped taps outside the output: the extra slot T_out)."""
     a = t.operand(0)
     p, oc, t_out = t.params, t.params["oc"], t.ne[0]
     k = a.ne[0] // oc
     tgt = np.arange(a.ne[1])[:, None] * p["s0"] + np.arange(k)[None, :] - p["p0"]  # [T_in, K]
     tgt = np.where((tgt >= 0) & (tgt < t_out), tgt, t_out)
-    return np.broadcast_to(tgt.reshape(1, -1), (oc, tgt.size))
-
-
-def col2im_1d_columns(t: Tensor) -> tuple[int, int, int]:
-    """COL2IM_1D's columns as (T_in, OC, K)."""
-    a = t.operand(0)
-    oc = t.params["oc"]
-    return a.ne[1], oc, a.ne[0] // oc
+    return a.ne[1], oc, k, np.broadcast_to(tgt.reshape(1, -1), (oc, tgt.size))
 
 
 def pool_geometry(t: Tensor) -> tuple[Arr, Arr, int]:

@@ -296,18 +296,14 @@ def get_rows_back(t: Tensor, xs: list[Arr]) -> Arr:
     return out.astype(np.float32)
 
 
-# ---------------------------------------------------------------------------- norms, reductions
-
-
+# ---------------------------------------------------------------------------- reductions
 @reference(Op.ARGMAX)
 def argmax(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0][0, 0])  # [rows, ne0]; ties: ggml keeps the last maximum
     return np.asarray(x.shape[-1] - 1 - np.argmax(x[:, ::-1], axis=-1), dtype=np.int32)
 
 
-# ---------------------------------------------------------------------------- softmax / attention
-
-
+# ---------------------------------------------------------------------------- attention
 @reference(Op.FLASH_ATTN_EXT)
 def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
     q_t, k_t = t.operand(0), t.operand(1)
@@ -326,14 +322,12 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- conv-like
-
-
 @reference(Op.COL2IM_1D)
 def col2im_1d(t: Tensor, xs: list[Arr]) -> Arr:
-    t_in, oc, k = geometry.col2im_1d_columns(t)
+    t_in, oc, k, idx = geometry.col2im_1d(t)
     cols = f32(xs[0]).reshape(t_in, oc, k).transpose(1, 0, 2).reshape(oc, t_in * k)
     out = np.zeros((oc, t.ne[0] + 1), np.float32)  # f32 accumulation, as ggml's CPU
-    np.add.at(out, (np.arange(oc)[:, None], geometry.col2im_1d_index(t)), cols)
+    np.add.at(out, (np.arange(oc)[:, None], idx), cols)
     return out[:, : t.ne[0]]
 
 

@@ -441,11 +441,9 @@ def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
 # ---------------------------------------------------------------------------- conv-like
 @translator(Op.COL2IM_1D)
 def _col2im_1d(t: Tensor, xs: list[Out]) -> Out:
-    t_in, oc, k = geometry.col2im_1d_columns(t)
+    t_in, oc, k, idx = geometry.col2im_1d(t)
     cols = ops.reshape(f32(xs[0]), i64([t_in, oc, k]), False)
     cols = ops.reshape(ops.transpose(cols, i64([1, 0, 2])), i64([oc, t_in * k]), False)
     zeros = const(np.zeros((oc, t.ne[0] + 1), np.float32))
-    out = ops.scatter_elements_update(
-        zeros, const(geometry.col2im_1d_index(t), np.int64), cols, i64(1), "sum"
-    )
+    out = ops.scatter_elements_update(zeros, const(idx, np.int64), cols, i64(1), "sum")
     return reshape4(ops.slice(out, i64([0, 0]), i64([oc, t.ne[0]]), i64([1, 1])), t.ne)
