@@ -125,10 +125,9 @@ def rope_pairs(p: dict[str, Any], ne0: int) -> int:
     return ne0 // 2 if p["mode"] == RopeType.VISION else p["n_dims"] // 2
 
 
-def rope_tables(p: dict[str, Any], n_dims: int, n_pairs: int | None = None) -> dict[str, Any]:
+def rope_tables(p: dict[str, Any], n_dims: int, n_pairs: int) -> dict[str, Any]:
     """Per rotated pair i: the theta multiplier θ_scale^e (e = i, or the index within its section
     for VISION, whose sections restart theta), the YaRN ramp mix and mscale."""
-    n_pairs = n_dims // 2 if n_pairs is None else n_pairs
     theta_scale = np.float32(p["freq_base"]) ** np.float32(-2.0 / n_dims)
     # ggml multiplies theta by theta_scale once per pair, in f32
     powers = np.cumprod(

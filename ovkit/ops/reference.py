@@ -244,15 +244,6 @@ for _keys, _one in ONE_EXPRESSION.items():
     reference(*_keys)(_one)
 
 
-# ---------------------------------------------------------------------------- layout
-def stored(dtype: str, x: Arr) -> Arr:
-    """``x`` as a tensor of ``dtype`` holds it (quantized: ggml's from_float, read back as f32)."""
-    if dtype in NUMPY_DTYPE:
-        return round_to(dtype, x)
-    with np.errstate(all="ignore"):
-        return quantized_write(NUMPY, x, dtype, x.shape)
-
-
 # ---------------------------------------------------------------------------- rows
 @reference(Op.GET_ROWS)
 def get_rows(t: Tensor, xs: list[Arr]) -> Arr:
@@ -260,8 +251,7 @@ def get_rows(t: Tensor, xs: list[Arr]) -> Arr:
     a, idx = np.asarray(xs[0]), np.asarray(xs[1])[0]  # idx [b2, b1, b0]
     if a.dtype != np.int32:
         a = f32(a)
-    i3 = np.arange(t.ne[3])[:, None, None]
-    i2 = np.arange(t.ne[2])[None, :, None]
+    i3, i2, _ = np.ogrid[: t.ne[3], : t.ne[2], :1]
     return np.asarray(a[i3, i2, idx])
 
 
@@ -271,11 +261,11 @@ def set_rows(t: Tensor, xs: list[Arr]) -> Arr:
     dst = np.array(xs[0], copy=True)
     b, c = f32(xs[1]), np.asarray(xs[2])
     c_t = t.operand(2)
-    n3, n2, n1 = b.shape[0], b.shape[1], b.shape[2]
-    i3 = np.arange(n3)[:, None, None]
-    i2 = np.arange(n2)[None, :, None]
-    rows = c[0][i3 % c_t.ne[2], i2 % c_t.ne[1], np.arange(n1)[None, None, :]].astype(np.int64)
-    dst[np.broadcast_to(i3, rows.shape), np.broadcast_to(i2, rows.shape), rows] = stored(t.dtype, b)
+    i3, i2, i1 = np.ogrid[: b.shape[0], : b.shape[1], : b.shape[2]]
+    rows = c[0][i3 % c_t.ne[2], i2 % c_t.ne[1], i1].astype(np.int64)
+    with np.errstate(all="ignore"):  # a quantized row holds ggml's from_float of b's, read back as f32
+        new = round_to(t.dtype, b) if t.dtype in NUMPY_DTYPE else quantized_write(NUMPY, b, t.dtype, b.shape)
+    dst[np.broadcast_to(i3, rows.shape), np.broadcast_to(i2, rows.shape), rows] = new
     return dst
 
 

@@ -87,8 +87,7 @@ TINY_SHIFT = 120
 
 
 def _to_f32(node: Any) -> Any:
-    ops = _ops()
-    return node if node.get_element_type() == _ov().Type.f32 else ops.convert(node, "f32")
+    return node if node.get_element_type() == _ov().Type.f32 else _ops().convert(node, "f32")
 
 
 @dataclass(frozen=True)
