@@ -340,13 +340,10 @@ def _add_id_types(op: OpInfo) -> str | None:
 
 
 def _get_rows_256(types: frozenset[str]) -> Check:
-    def check(op: OpInfo) -> str | None:
-        s0 = _s(op, 0)
-        if op.ne[0] == 256 and s0.type in types:
-            return f"ne[0]=256 with src0 {s0.dtype} (f16 dequant misses the 1e-7 NMSE threshold)"
-        return None
-
-    return check
+    return _when(
+        lambda op: op.ne[0] == 256 and _s(op, 0).type in types,
+        lambda op: f"ne[0]=256 with src0 {_s(op, 0).dtype} (f16 dequant misses the 1e-7 NMSE threshold)",
+    )
 
 
 def _cpy_view_fit_n(op: OpInfo) -> str | None:

@@ -67,8 +67,7 @@ def empty(t: Tensor) -> Out:
 def leaf_value(t: Tensor) -> Out:
     """A Constant leaf as an OpenVINO node (4-D)."""
     if t.is_quantized or hasattr(t.value, "to_ov_node"):
-        node = t.value.to_ov_node()
-        return reshape4(f32(node), t.ne)
+        return reshape4(f32(t.value.to_ov_node()), t.ne)
     arr = np.asarray(t.value).reshape(tuple(reversed(t.ne)))
     if t.dtype == "bf16":
         return ops.convert(const(round_to("bf16", arr)), ov.Type.bf16)
