@@ -179,6 +179,12 @@ _mmid_single_expert = _when(lambda op: _s(op, 0).ne[2] <= 1,
                             lambda op: f"src0 ne[2]={_s(op, 0).ne[2]} (a single expert)")
 _gdn_kda = _when(lambda op: _s(op, 3).ne[0] != 1,
                  lambda op: f"g (src3) ne[0]={_s(op, 3).ne[0]} (per-key 'kda' gating)")
+_div_per_channel = _when(lambda op: _s(op, 1).ne == (op.ne[0], 1, 1, 1),
+                         lambda op: f"src1 ne={_ne(_s(op, 1))} is a per-channel vector of the output's ne[0]={op.ne[0]}")
+_rope_mode = _when(lambda op: int(op.param("mode", 0)) not in (RopeType.NORMAL, RopeType.NEOX, RopeType.IMROPE),
+                   lambda op: f"mode={int(op.param('mode'))} ({ROPE_MODE_NAMES.get(int(op.param('mode')), 'unknown')})")
+_rope_dims_v = _when(lambda op: int(op.param("n_dims", 0)) not in (0, _s(op, 0).ne[0]),
+                     lambda op: f"n_dims={int(op.param('n_dims'))} != src0 ne[0]={_s(op, 0).ne[0]}")
 # fmt: on
 
 
@@ -313,13 +319,6 @@ def _name_prefix(prefix: str | tuple[str, ...]) -> Check:
     return _when(lambda op: op.name.startswith(prefix), lambda op: f"tensor name {op.name!r}")
 
 
-def _div_per_channel(op: OpInfo) -> str | None:
-    b = _s(op, 1)
-    if b.ne[1:] == (1, 1, 1) and b.ne[0] == op.ne[0]:
-        return f"src1 ne={_ne(b)} is a per-channel vector of the output's ne[0]={op.ne[0]}"
-    return None
-
-
 def _softmax_moe_reshape(op: OpInfo) -> str | None:
     s0 = op.src(0)
     s00 = s0.src(0) if s0 is not None and s0.op == "RESHAPE" else None
@@ -430,25 +429,11 @@ def _param_bad(key: str, bad: Callable[[float], bool]) -> Check:
     return _when(lambda op: bad(float(op.param(key, 0))), lambda op: f"{key}={op.param(key)}")
 
 
-def _rope_mode(op: OpInfo) -> str | None:
-    mode = int(op.param("mode", 0))
-    if mode not in (RopeType.NORMAL, RopeType.NEOX, RopeType.IMROPE):
-        return f"mode={mode} ({ROPE_MODE_NAMES.get(mode, 'unknown')})"
-    return None
-
-
 def _rope_dims_n(op: OpInfo) -> str | None:
     head = _s(op, 0).ne[0]
     n = int(op.param("n_dims", 0)) or head
     if n <= 0 or n > head or n % 2:
         return f"n_dims={n} with head_dim={head}"
-    return None
-
-
-def _rope_dims_v(op: OpInfo) -> str | None:
-    n, head = int(op.param("n_dims", 0)), _s(op, 0).ne[0]
-    if n != 0 and n != head:
-        return f"n_dims={n} != src0 ne[0]={head}"
     return None
 
 
