@@ -51,13 +51,6 @@ def _spec(x: InputLike) -> tuple[str, tuple[int, ...], bytes]:
     raise TypeError(f"ggml input must be a numpy array, Typed or QuantArray, got {type(x).__name__}")
 
 
-def _ne(shape: tuple[int, ...]) -> list[int]:
-    ne = list(reversed(shape)) or [1]
-    if len(ne) > 4:
-        raise ValueError(f"ggml tensors have at most 4 dims; got shape {shape}")
-    return ne
-
-
 def _read_tensor(t: Any) -> np.ndarray:
     """Copy a (possibly non-contiguous) ggml tensor into numpy (numpy order; bf16/quant → f32)."""
     g = ggml_module()
@@ -159,7 +152,9 @@ class Session:
             raise
 
     def _leaf(self, name: str, dtype: str, shape: tuple[int, ...]) -> Any:
-        ne = _ne(shape)
+        ne = list(reversed(shape)) or [1]
+        if len(ne) > 4:
+            raise ValueError(f"ggml tensors have at most 4 dims; got shape {shape}")
         t = self.g.ggml_new_tensor(self.ctx, type_id(dtype), len(ne), (ctypes.c_int64 * len(ne))(*ne))
         self.g.ggml_set_name(t, name.encode())
         return t
