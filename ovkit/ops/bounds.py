@@ -45,13 +45,6 @@ class IndexRangeError(GraphError):
     """An index operand holds a value outside the table it indexes."""
 
 
-def _view_values(t: Tensor, base_values: np.ndarray) -> np.ndarray:
-    """The values of index tensor ``t`` (a leaf or a view of one) read from its base's memory."""
-    if t.view_src is None:
-        return base_values.reshape(-1)
-    return base_values.reshape(-1)[ggml_index_map(t)].reshape(-1)
-
-
 def check_values(node: Tensor, values: np.ndarray, source: str) -> None:
     """Raise :class:`IndexRangeError` unless every index of ``node``'s index operand, read from
     ``values`` (the memory of its base leaf), is inside the table."""
@@ -60,7 +53,7 @@ def check_values(node: Tensor, values: np.ndarray, source: str) -> None:
     table = node if spec.table_src < 0 else node.srcs[spec.table_src]
     assert idx_t is not None and table is not None
     bound = table.ne[spec.table_dim]
-    flat = _view_values(idx_t, np.asarray(values))
+    flat = np.asarray(values).reshape(-1)[ggml_index_map(idx_t)].reshape(-1)  # a leaf or a view of one
     bad = np.flatnonzero((flat < 0) | (flat >= bound))
     if bad.size:
         i = int(bad[0])

@@ -8,6 +8,7 @@ repeated) lives in its namespace, never in a formula; the formulas follow ggml's
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, TypeVar
@@ -78,10 +79,6 @@ class ArrayOps(Protocol[V]):
 
     def full(self, ne: Sequence[int], value: float) -> V: ...
     def const(self, value: np.ndarray) -> V: ...
-    def sum_rows(self, x: V) -> V:
-        """Sums along dim 0 (the innermost), kept as a dim of 1 (numpy: accumulated in f64)."""
-        ...
-
     def mean_rows(self, x: V) -> V: ...
     def reduce(self, kind: Literal["sum", "max", "min"], x: V, axes: Sequence[int]) -> V:
         """Sums (numpy: in f64), maxima or minima over ``axes``, kept as dims of 1."""
@@ -130,19 +127,18 @@ Formula = Callable[[Any, Tensor, list[Any]], Any]
 FORMULAS: dict[Op, Formula] = {}
 
 
-def register_in(table: dict[Op, Fn], keys: tuple[Op, ...]) -> Callable[[Fn], Fn]:
+def register_in(table: dict[Op, Fn], *keys: Op) -> Callable[[Fn], Fn]:
     """A decorator storing its function in ``table`` under each of the op-table ``keys``."""
 
     def deco(fn: Fn) -> Fn:
-        for k in keys:
-            table[k] = fn
+        table.update(dict.fromkeys(keys, fn))
         return fn
 
     return deco
 
 
-def formula(*keys: Op) -> Callable[[Formula], Formula]:
-    return register_in(FORMULAS, keys)
+#: ``@formula(Op.X, ...)`` registers the formula of those op-table keys.
+formula = functools.partial(register_in, FORMULAS)
 
 
 # ---------------------------------------------------------------------------- activations
@@ -363,12 +359,12 @@ def tri(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
 # ---------------------------------------------------------------------------- row norms and sums
 @formula(Op.SUM_ROWS)
 def sum_rows(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
-    return n.sum_rows(n.f32(xs[0]))
+    return n.reduce("sum", n.f32(xs[0]), [3])
 
 
 @formula(Op.MEAN)
 def mean(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
-    return n.div(n.sum_rows(n.f32(xs[0])), float(t.operand(0).ne[0]))
+    return n.div(n.reduce("sum", n.f32(xs[0]), [3]), float(t.operand(0).ne[0]))
 
 
 @formula(Op.NORM)
@@ -387,20 +383,22 @@ def rms_norm(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
 @formula(Op.L2_NORM)
 def l2_norm(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
     x = n.f32(xs[0])
-    return n.mul(x, n.div(1.0, n.maximum(n.unary("sqrt", n.sum_rows(n.mul(x, x))), float(t.params["eps"]))))
+    return n.mul(
+        x, n.div(1.0, n.maximum(n.unary("sqrt", n.reduce("sum", n.mul(x, x), [3])), float(t.params["eps"])))
+    )
 
 
 @formula(Op.SOFT_MAX_BACK)
 def soft_max_back(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
     dy, y = n.f32(xs[0]), n.f32(xs[1])
-    return n.mul(n.mul(n.sub(dy, n.sum_rows(n.mul(y, dy))), y), float(t.params["scale"]))
+    return n.mul(n.mul(n.sub(dy, n.reduce("sum", n.mul(y, dy), [3])), y), float(t.params["scale"]))
 
 
 @formula(Op.RMS_NORM_BACK)
 def rms_norm_back(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
     dz, x = n.f32(xs[0]), n.f32(xs[1])
     k, eps = float(t.ne[0]), float(t.params["eps"])
-    sum_xx, sum_xdz = n.sum_rows(n.mul(x, x)), n.sum_rows(n.mul(x, dz))
+    sum_xx, sum_xdz = n.reduce("sum", n.mul(x, x), [3]), n.reduce("sum", n.mul(x, dz), [3])
     rrms = n.div(1.0, n.unary("sqrt", n.add(n.div(sum_xx, k), eps)))
     return n.mul(n.add(dz, n.mul(x, n.div(n.unary("neg", sum_xdz), n.add(sum_xx, eps * k)))), rrms)
 
@@ -423,7 +421,7 @@ def concat(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
 
 @formula(Op.SUM)
 def sum_all(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
-    return n.sum_rows(n.reshape(n.f32(xs[0]), [1, 1, 1, -1]))
+    return n.reduce("sum", n.reshape(n.f32(xs[0]), [1, 1, 1, -1]), [3])
 
 
 @formula(Op.PAD)
@@ -475,7 +473,7 @@ def cross_entropy_loss_back(n: ArrayOps[V], t: Tensor, xs: list[V]) -> V:
     logits = n.f32(xs[1])
     e = n.unary("exp", n.sub(logits, n.reduce("max", logits, [3])))
     scale = n.div(n.reshape(n.f32(xs[0]), [1]), float(math.prod(t.ne[1:])))
-    return n.mul(n.sub(n.div(e, n.sum_rows(e)), n.f32(xs[2])), scale)
+    return n.mul(n.sub(n.div(e, n.reduce("sum", e, [3])), n.f32(xs[2])), scale)
 
 
 @formula(Op.ARGSORT)

@@ -65,9 +65,7 @@ TRI_KEEP: dict[int, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 
 
 def tri_mask(type_: int, n: int) -> np.ndarray:
-    cols = np.arange(n)[None, :]
-    rows = np.arange(n)[:, None]
-    return TRI_KEEP[type_](cols, rows)
+    return TRI_KEEP[type_](np.arange(n)[None, :], np.arange(n)[:, None])
 
 
 def diag_mask(t: Tensor) -> Arr:
@@ -127,16 +125,14 @@ def rope_pairs(p: dict[str, Any], ne0: int) -> int:
     return ne0 // 2 if p["mode"] == RopeType.VISION else p["n_dims"] // 2
 
 
-def rope_tables(p: dict[str, Any], n_dims: int, n_pairs: int | None = None) -> dict[str, Any]:
+def rope_tables(p: dict[str, Any], n_dims: int, n_pairs: int) -> dict[str, Any]:
     """Per rotated pair i: the theta multiplier θ_scale^e (e = i, or the index within its section
     for VISION, whose sections restart theta), the YaRN ramp mix and mscale."""
-    n_pairs = n_dims // 2 if n_pairs is None else n_pairs
     theta_scale = np.float32(p["freq_base"]) ** np.float32(-2.0 / n_dims)
-    powers = np.empty(max(n_pairs, 1), dtype=np.float32)
-    acc = np.float32(1.0)
-    for i in range(len(powers)):
-        powers[i] = acc  # ggml multiplies theta by theta_scale once per pair, in f32
-        acc = np.float32(acc * theta_scale)
+    # ggml multiplies theta by theta_scale once per pair, in f32
+    powers = np.cumprod(
+        np.r_[1.0, np.full(max(n_pairs, 1) - 1, theta_scale)].astype(np.float32), dtype=np.float32
+    )
     exponent = np.arange(n_pairs)
     if p["mode"] == RopeType.VISION:
         secs = p["sections"]
@@ -226,41 +222,28 @@ def conv_geometry(t: Tensor, n: int, kernel: str = "") -> ConvGeometry:
 def im2col_3d_index(t: Tensor) -> npt.NDArray[np.int64]:
     """Flat indices into b's [b.ne[3], D, H, W] elements (+1 zero slot) of every IM2COL_3D output
     element; N = b.ne[3] // IC batches (ggml's floor: trailing channels beyond N·IC are unused)."""
-    a, b = t.operand(0), t.operand(1)
-    ic = t.params["IC"]
+    b, ic = t.operand(1), t.params["IC"]
     n = b.ne[3] // ic
-    sizes = [b.ne[2], b.ne[1], b.ne[0]]
-    ks = [a.ne[2], a.ne[1], a.ne[0]]
-    p = t.params
-    out = [t.ne[3] // n, t.ne[2], t.ne[1]]
-    idx, valid = window_index(
-        sizes, ks, [p["s2"], p["s1"], p["s0"]], [p["p2"], p["p1"], p["p0"]], [p["d2"], p["d1"], p["d0"]], out
-    )  # [OD, OH, OW, KD, KH, KW]
+    sizes, ks, s, p, d, _ = conv_geometry(t, 3)
+    # [OD, OH, OW, KD, KH, KW]
+    idx, valid = window_index(sizes, ks, s, p, d, [t.ne[3] // n, t.ne[2], t.ne[1]])
     block = int(np.prod(sizes))
     plane = (np.arange(n)[:, None] * ic + np.arange(ic)[None, :]) * block  # [N, IC]
-    full = (
-        idx[None, :, :, :, None] + plane[:, None, None, None, :, None, None, None]
-    )  # [N, OD, OH, OW, IC, KD, KH, KW]
+    # [N, OD, OH, OW, IC, KD, KH, KW]
+    full = idx[None, :, :, :, None] + plane[:, None, None, None, :, None, None, None]
     full = np.where(valid[None, :, :, :, None], full, b.ne[3] * block)  # the zero slot
     return full.reshape(tuple(reversed(t.ne)))
 
 
-def col2im_1d_index(t: Tensor) -> Arr:
-    """COL2IM_1D: the output time i·s0 + k − p0 of every column element [OC, T_in·K] (dropped
-    taps outside the output: the extra slot T_out)."""
+def col2im_1d(t: Tensor) -> tuple[int, int, int, Arr]:
+    """COL2IM_1D's columns as (T_in, OC, K) and the output time i·s0 + k − p0 of every column
+    element [OC, T_in·K] (dropped taps outside the output: the extra slot T_out)."""
     a = t.operand(0)
     p, oc, t_out = t.params, t.params["oc"], t.ne[0]
     k = a.ne[0] // oc
     tgt = np.arange(a.ne[1])[:, None] * p["s0"] + np.arange(k)[None, :] - p["p0"]  # [T_in, K]
     tgt = np.where((tgt >= 0) & (tgt < t_out), tgt, t_out)
-    return np.broadcast_to(tgt.reshape(1, -1), (oc, tgt.size))
-
-
-def col2im_1d_columns(t: Tensor) -> tuple[int, int, int]:
-    """COL2IM_1D's columns as (T_in, OC, K)."""
-    a = t.operand(0)
-    oc = t.params["oc"]
-    return a.ne[1], oc, a.ne[0] // oc
+    return a.ne[1], oc, k, np.broadcast_to(tgt.reshape(1, -1), (oc, tgt.size))
 
 
 def pool_geometry(t: Tensor) -> tuple[Arr, Arr, int]:

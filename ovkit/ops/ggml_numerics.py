@@ -22,8 +22,7 @@ import numpy as np
 from ovkit import quant
 from ovkit.dtypes import ggml_type
 from ovkit.ir import GraphIR, Op
-from ovkit.quant import QuantError, QuantizedWeight, RequantTarget
-from ovkit.quant.round_trip import ov_mul_rn, ov_split
+from ovkit.quant import QuantizedWeight, RequantTarget
 
 #: ggml's ``type_traits_cpu[type].vec_dot_type`` (ggml-cpu.c) for every quantized weight type:
 #: the format the activations are quantized to before the integer dot product (q8_1 for the
@@ -33,30 +32,31 @@ VEC_DOT_TYPES: dict[str, str] = {
     for t in quant.KNOWN_TYPES
 }
 
-#: Elements per activation block of each dot type.
-DOT_BLOCK: dict[str, int] = {"q8_0": 32, "q8_1": 32, "q8_K": quant.QK_K}
-
 
 def vec_dot_type(qtype: str) -> str:
     """The dot type ggml's CPU quantizes activations to for a ``qtype`` weight."""
     return VEC_DOT_TYPES[quant.quant_spec(qtype).name]
 
 
-def _ops() -> Any:
-    import openvino.opset13 as ops
+def _ov() -> Any:
+    """:mod:`ovkit.ops.ov_array` (``ops``, ``const``, ``i64``, the ``OPENVINO`` namespace), imported
+    on first use: OpenVINO loads with the translation, not with the runner importing this module."""
+    from ovkit.ops import ov_array
 
-    return ops
+    return ov_array
+
+
+def _ops() -> Any:
+    return _ov().ops
 
 
 def _c(v: float) -> Any:
-    return _ops().constant(np.float32(v))
+    return _ov().const(v)
 
 
 def _f16(x: Any) -> Any:
     """f32 Output rounded to f16 values (ggml's ``GGML_CPU_FP32_TO_FP16``: round to nearest even)."""
-    from ovkit.ops.rounding import rounded
-
-    return rounded(x, "f16")
+    return _ov().rounded(x, "f16")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,17 +69,12 @@ class QuantizedActivations:
     stored_sums: Any = None  # [..., k/32]
 
 
-def _blocks(x: Any, block: int) -> Any:
-    return _ops().reshape(x, _ops().constant(np.array([-1, block], np.int64)), False)
-
-
 def _q8_0(x: Any, with_sums: bool) -> QuantizedActivations:
     """x86 ``quantize_row_q8_0`` / ``quantize_row_q8_1``: per 32, amax = max|x|, d = amax/127 stored
     as f16, q = round-half-even(x · (127/amax)) (the AVX kernel's multiplier, not the reference
     C code's 1/d: the two differ in the last bit); q8_1 also stores s = f16(d·Σq) with d in f32."""
-    from ovkit.ops.ov_array import OPENVINO as n  # here: OpenVINO loads with the translation
-
-    ops, b = _ops(), _blocks(x, 32)
+    ov = _ov()
+    n, ops, b = ov.OPENVINO, ov.ops, ov.OPENVINO.reshape(x, [-1, 32])
     amax = n.reduce("max", n.unary("abs", b), [1])
     q = n.unary("round_even", n.mul(b, n.where(n.ne(amax, 0.0), n.div_rn(127.0, amax), 0.0)))
     d = n.div_rn(amax, 127.0)
@@ -87,24 +82,18 @@ def _q8_0(x: Any, with_sums: bool) -> QuantizedActivations:
     if not with_sums:
         return QuantizedActivations(values)
     qsum = n.reduce("sum", q, [1])
-    sums_shape = ops.concat([_leading(x), ops.constant(np.array([-1], np.int64))], 0)
+    sums_shape = _shape_with_last(x, -1)
     sums = ops.reshape(ops.multiply(qsum, _f16(d)), sums_shape, False)
     stored = ops.reshape(_f16(ops.multiply(qsum, d)), sums_shape, False)
     return QuantizedActivations(values, sums, stored)
 
 
-def _output(x: Any) -> Any:
-    """An OpenVINO Output of ``x`` (a Node's first output, or ``x`` itself)."""
-    return x.output(0) if hasattr(x, "output") else x
-
-
-def _leading(x: Any) -> Any:
-    """The shape of ``x`` without its last axis (an i64 Output)."""
-    ops = _ops()
-    x = _output(x)
-    shape = ops.shape_of(x)
-    rank = x.get_partial_shape().rank.get_length()
-    return ops.gather(shape, ops.constant(np.arange(rank - 1, dtype=np.int64)), ops.constant(np.int64(0)))
+def _shape_with_last(x: Any, n: int) -> Any:
+    """The shape of ``x`` with ``n`` for its last axis (an i64 Output)."""
+    ov = _ov()
+    rank = ov.output_of(x).get_partial_shape().rank.get_length()
+    lead = ov.ops.gather(ov.ops.shape_of(x), ov.i64(list(range(rank - 1))), ov.i64(0))
+    return ov.ops.concat([lead, ov.i64([n])], 0)
 
 
 def _q8_k(x: Any) -> QuantizedActivations:
@@ -112,28 +101,21 @@ def _q8_k(x: Any) -> QuantizedActivations:
     magnitude, iscale = -127/max, q = min(127, nearest_int(iscale·x)) (round half to even),
     d = 1/iscale in f32; a zero block stays zero.  (The repacked Q4_K kernels quantize with
     ±127/amax, which gives the same d·q.)"""
-    from ovkit.ops.ov_array import OPENVINO as n  # here: OpenVINO loads with the translation
-
-    b = _blocks(x, quant.QK_K)
+    ov = _ov()
+    n = ov.OPENVINO
+    b = n.reshape(x, [-1, quant.QK_K])
     signed = n.first_largest(b)
     nonzero = n.ne(signed, 0.0)
     iscale = n.div_rn(-127.0, n.where(nonzero, signed, 1.0))
     q = n.minimum(n.unary("round_even", n.mul(b, iscale)), 127.0)
     values = n.where(nonzero, n.mul(q, n.div_rn(1.0, iscale)), 0.0)
-    return QuantizedActivations(_ops().reshape(values, _ops().shape_of(x), False))
+    return QuantizedActivations(ov.ops.reshape(values, ov.ops.shape_of(x), False))
 
 
 def quantize_activations(x: Any, dot_type: str) -> QuantizedActivations:
-    """f32 Output ``x`` [..., k] quantized per row to ``dot_type`` blocks as ggml's CPU does."""
-    k = x.get_partial_shape()[-1].get_length()
-    block = DOT_BLOCK.get(dot_type)
-    if block is None:
-        raise QuantError(f"dot type {dot_type!r} is not one of {', '.join(DOT_BLOCK)}")
-    if k % block:
-        raise QuantError(f"rows of {k} activations are not whole {dot_type} blocks of {block}")
-    if dot_type == "q8_K":
-        return _q8_k(x)
-    return _q8_0(x, with_sums=dot_type == "q8_1")
+    """f32 Output ``x`` [..., k] quantized per row to ``dot_type`` (a :data:`VEC_DOT_TYPES` value,
+    whose blocks divide the weight's rows) as ggml's CPU does."""
+    return _q8_k(x) if dot_type == "q8_K" else _q8_0(x, with_sums=dot_type == "q8_1")
 
 
 @dataclass(frozen=True)
@@ -157,7 +139,7 @@ class GgmlNumericsWeight(QuantizedWeight):
 
     def ov_mul_mat(self, b: Any) -> Any:
         """``b @ W.T`` with ``b`` quantized to the dot type first; f32 Output [..., n, rows]."""
-        ops = _ops()
+        ops = _ov().ops
         act = quantize_activations(b, self.dot_type)
         out = QuantizedWeight.ov_mul_mat(self, act.values.output(0))
         bias = self.decoded.bias
@@ -173,13 +155,11 @@ class GgmlNumericsWeight(QuantizedWeight):
         return quantize_activations(b, self.dot_type).values
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (with_ggml_numerics, (QuantizedWeight.__reduce__(self)[1], self.source_type))
+        return (GgmlNumericsWeight, (*QuantizedWeight.__reduce__(self)[1], self.source_type))
 
 
-def with_ggml_numerics(weight: Any, source_type: str = "") -> GgmlNumericsWeight:
-    """``weight`` (a :class:`QuantizedWeight` or its constructor arguments) with ggml's numerics."""
-    if isinstance(weight, tuple):
-        weight = QuantizedWeight(*weight)
+def with_ggml_numerics(weight: QuantizedWeight, source_type: str = "") -> GgmlNumericsWeight:
+    """``weight`` with ggml's numerics."""
     return GgmlNumericsWeight(
         weight.qtype, weight.shape, weight.raw, weight.name, weight.form, weight.requant, source_type
     )
@@ -250,6 +230,16 @@ def kernels_named(name: str) -> F16Kernels:
     return KERNELS[name]
 
 
+def _mul_rn(a: Any, b: Any) -> Any:
+    return _ov().OPENVINO.mul_rn(a, b)
+
+
+def _split(a: Any) -> tuple[Any, Any]:
+    from ovkit.ops.rounding import ov_split
+
+    return ov_split(a)
+
+
 def _two_sum(a: Any, b: Any) -> tuple[Any, Any]:
     """Knuth's TwoSum: ``s = fl(a + b)`` and its exact rounding error."""
     ops = _ops()
@@ -261,8 +251,8 @@ def _two_sum(a: Any, b: Any) -> tuple[Any, Any]:
 def _product_error(a: Any, b: Any, p: Any) -> Any:
     """Dekker's exact error ``a·b − p`` of the f32 product ``p = fl(a·b)``."""
     ops = _ops()
-    ah, al = ov_split(a)
-    bh, bl = ov_split(b)
+    ah, al = _split(a)
+    bh, bl = _split(b)
     err = ops.add(ops.add(ops.subtract(ops.multiply(ah, bh), p), ops.multiply(ah, bl)), ops.multiply(al, bh))
     return ops.add(err, ops.multiply(al, bl))
 
@@ -290,19 +280,19 @@ def exp_f32(x: Any) -> Any:
     b = ops.add(xc, ops.multiply(idx, _c(1.0 / _EXP_GRID)))  # x - a, exact
     i = ops.convert(idx, "i32")
     hi_t, lo_t = _exp_table()
-    th = ops.gather(ops.constant(hi_t), i, ops.constant(np.int64(0)))
-    tl = ops.gather(ops.constant(lo_t), i, ops.constant(np.int64(0)))
-    p = ov_mul_rn(b, b)
+    th = ops.gather(ops.constant(hi_t), i, _ov().i64(0))
+    tl = ops.gather(ops.constant(lo_t), i, _ov().i64(0))
+    p = _mul_rn(b, b)
     rest = ops.add(
-        ops.add(ops.multiply(_product_error(b, b, p), _c(0.5)), ov_mul_rn(ov_mul_rn(b, p), _c(1.0 / 6.0))),
-        ov_mul_rn(ov_mul_rn(p, p), _c(1.0 / 24.0)),
+        ops.add(ops.multiply(_product_error(b, b, p), _c(0.5)), _mul_rn(_mul_rn(b, p), _c(1.0 / 6.0))),
+        _mul_rn(_mul_rn(p, p), _c(1.0 / 24.0)),
     )
     s1, e1 = _two_sum(b, ops.multiply(p, _c(0.5)))  # exp(b) - 1 = s1 + (e1 + rest)
     lo1 = ops.add(e1, rest)
-    ph = ov_mul_rn(th, s1)
+    ph = _mul_rn(th, s1)
     r1, r2 = _two_sum(th, ph)
     corr = ops.add(
-        ops.add(ops.add(r2, _product_error(th, s1, ph)), ov_mul_rn(th, lo1)), ops.add(tl, ov_mul_rn(tl, s1))
+        ops.add(ops.add(r2, _product_error(th, s1, ph)), _mul_rn(th, lo1)), ops.add(tl, _mul_rn(tl, s1))
     )
     y = ops.multiply(ops.add(r1, corr), _c(2.0**-64))  # exact: the result is a normal float
     return ops.select(ops.less(x, _c(_EXP_MIN)), ops.exp(x), y)
@@ -312,7 +302,7 @@ def _fma(a: Any, b: Any, c: Any) -> Any:
     """``a·b + c`` rounded to f32 once: C's ``x*y + z``, which GCC contracts to an FMA in ggml's
     native builds (ggml's ``S = S*ms + vs``); the product's exact error joins the sum first."""
     ops = _ops()
-    p = ov_mul_rn(a, b)
+    p = _mul_rn(a, b)
     s, e = _two_sum(c, p)
     return ops.add(s, ops.add(e, _product_error(a, b, p)))
 
@@ -365,28 +355,24 @@ def dot_f16_scores(q: Any, k: Any, kernels: F16Kernels) -> Any:
     ops = _ops()
     lanes = kernels.dot_lanes
     add = _f16_add if kernels.dot_f16 else ops.add
-    q, k = _output(q), _output(k)
+    q, k = _ov().output_of(q), _ov().output_of(k)
     d = q.get_partial_shape()[3].get_length()
     n_simd = d - d % (4 * lanes)
-    prod = ops.multiply(
-        ops.unsqueeze(q, ops.constant(np.int64(3))), ops.unsqueeze(k, ops.constant(np.int64(2)))
-    )  # [B, G, R, n_kv, D]
-    lead = ops.gather(
-        ops.shape_of(prod), ops.constant(np.arange(4, dtype=np.int64)), ops.constant(np.int64(0))
-    )
+    prod = ops.multiply(ops.unsqueeze(q, _ov().i64(3)), ops.unsqueeze(k, _ov().i64(2)))  # [B, G, R, n_kv, D]
+    lead = ops.gather(ops.shape_of(prod), _ov().i64([0, 1, 2, 3]), _ov().i64(0))
     if n_simd:
         steps = n_simd // (4 * lanes)
         simd = prod if n_simd == d else _last_slice(prod, 0, n_simd)
-        shape = ops.concat([lead, ops.constant(np.array([steps, 4, lanes], np.int64))], 0)
-        parts = ops.split(ops.reshape(simd, shape, False), ops.constant(np.int64(4)), steps).outputs()
+        shape = ops.concat([lead, _ov().i64([steps, 4, lanes])], 0)
+        parts = ops.split(ops.reshape(simd, shape, False), _ov().i64(4), steps).outputs()
         acc = _f16(parts[0]) if kernels.dot_f16 else parts[0]
         for part in parts[1:]:
             acc = add(acc, part)
-        a = ops.split(acc, ops.constant(np.int64(5)), 4).outputs()  # [.., 1, 1, lanes] each
+        a = ops.split(acc, _ov().i64(5), 4).outputs()  # [.., 1, 1, lanes] each
         x = add(add(a[0], a[2]), add(a[1], a[3]))
 
         def halves(v: Any) -> Any:  # lane i + lane i + n/2
-            h = ops.split(v, ops.constant(np.int64(6)), 2).outputs()
+            h = ops.split(v, _ov().i64(6), 2).outputs()
             return add(h[0], h[1])
 
         if kernels.dot_f16:
@@ -394,17 +380,17 @@ def dot_f16_scores(q: Any, k: Any, kernels: F16Kernels) -> Any:
                 x = halves(x)
             total = x
         elif lanes == 16:
-            t = ops.split(halves(halves(x)), ops.constant(np.int64(6)), 4).outputs()
+            t = ops.split(halves(halves(x)), _ov().i64(6), 4).outputs()
             total = ops.add(ops.add(t[0], t[2]), ops.add(t[1], t[3]))
         else:
-            t = ops.split(halves(x), ops.constant(np.int64(6)), 4).outputs()
+            t = ops.split(halves(x), _ov().i64(6), 4).outputs()
             total = ops.add(ops.add(t[0], t[1]), ops.add(t[2], t[3]))  # [B, G, R, n_kv, 1, 1, 1]
         if n_simd == d:
             return ops.reshape(total, lead, False).output(0)
     # the leftovers, after the whole steps' sum (ggml's REDUCE gives 0.0 where there is no step)
     tail = _last_slice(prod, n_simd, d)
     if n_simd:
-        one = ops.concat([lead, ops.constant(np.array([1], np.int64))], 0)
+        one = ops.concat([lead, _ov().i64([1])], 0)
         tail = ops.concat([ops.reshape(total, one, False), tail], -1)
     n_tail = d - n_simd + (1 if n_simd else 0)
     return ops.reshape(_sum_rounded_once(tail, n_tail), lead, False).output(0)
@@ -422,17 +408,9 @@ def _running_max(s: Any, n: int) -> Any:
     return s
 
 
-def _shape_with_last(x: Any, n: int) -> Any:
-    return _ops().concat([_leading(x), _ops().constant(np.array([n], np.int64))], 0)
-
-
 def _last_slice(x: Any, start: int, stop: int) -> Any:
-    ops = _ops()
-
-    def i64(v: int) -> Any:
-        return ops.constant(np.array([v], np.int64))
-
-    return ops.slice(x, i64(start), i64(stop), i64(1), i64(-1))
+    i64 = _ov().i64
+    return _ops().slice(x, i64([start]), i64([stop]), i64([1]), i64([-1]))
 
 
 def flash_attn_f16_accumulated(scores: Any, v: Any, kernels: F16Kernels, sinks: Any = None) -> Any:
@@ -446,7 +424,7 @@ def flash_attn_f16_accumulated(scores: Any, v: Any, kernels: F16Kernels, sinks: 
     import openvino as ov
 
     ops = _ops()
-    scores, v = _output(scores), _output(v)
+    scores, v = _ov().output_of(scores), _ov().output_of(v)
     s_shape, v_shape = scores.get_partial_shape(), v.get_partial_shape()
     n_kv = s_shape[3].get_length()
     m_after = _running_max(scores, n_kv)
@@ -473,12 +451,12 @@ def flash_attn_f16_accumulated(scores: Any, v: Any, kernels: F16Kernels, sinks: 
 
     ms, vs = key_input("ms", ms_all), key_input("vs", vs_all)
     if n_f16 < dv:
-        vs_hi_all, vs_lo_all = ov_split(vs_all)
+        vs_hi_all, vs_lo_all = _split(vs_all)
         vs_hi, vs_lo = key_input("vs_hi", vs_hi_all), key_input("vs_lo", vs_lo_all)
-        scaled = _f16(ov_mul_rn(a_in, ms))
+        scaled = _f16(_mul_rn(a_in, ms))
         # f16(fma(v, vs, acc)): v has 11 significant bits, so v·vs_hi and v·vs_lo are exact and
         # the product's rounding error is (v·vs_hi − p) + v·vs_lo (Dekker)
-        p = ov_mul_rn(v_row, vs)
+        p = _mul_rn(v_row, vs)
         err = ops.add(ops.subtract(ops.multiply(v_row, vs_hi), p), ops.multiply(v_row, vs_lo))
         total, e = _two_sum(scaled, p)
         a_out = _f16(ops.add(total, ops.add(e, err)))
@@ -491,15 +469,15 @@ def flash_attn_f16_accumulated(scores: Any, v: Any, kernels: F16Kernels, sinks: 
     params = [s_in, a_in, *(param for param, _ in per_key.values()), v_row]
     body = ov.Model(results, params, "flash_attn_f16_keys")
 
-    loop = ops.loop(ops.constant(np.int64(n_kv)), ops.constant(True))
+    loop = ops.loop(_ov().i64(n_kv), ops.constant(True))
     loop.set_function(body)
     loop.set_special_body_ports([-1, 0])
     rows = _shape_with_last(scores, 1)
-    acc_dims = ops.concat([_leading(scores), ops.constant(np.array([dv], np.int64))], 0)
+    acc_dims = _shape_with_last(scores, dv)
     loop.set_merged_input(s_in, ops.broadcast(_c(0.0), rows).output(0), s_out.output(0))
     loop.set_merged_input(a_in, ops.broadcast(_c(0.0), acc_dims).output(0), a_out.output(0))
     for param, value in per_key.values():
-        loop.set_sliced_input(param, _output(value), 0, 1, 1, -1, 3)
+        loop.set_sliced_input(param, _ov().output_of(value), 0, 1, 1, -1, 3)
     loop.set_sliced_input(v_row, v, 0, 1, 1, -1, 2)
     s = loop.get_iter_value(s_out.output(0), -1)
     a = loop.get_iter_value(a_out.output(0), -1)
@@ -527,9 +505,9 @@ def grouped_sinks(sinks: Any, h_kv: int, r: int, n_q: int) -> Any:
     """Per-head sink logits [n_head] laid out as the grouped rows of :func:`flash_attn_f16_accumulated`
     ([1, h_kv, r·n_q, 1]; head ``h = kv_head·r + j``, row ``j·n_q + i``)."""
     ops = _ops()
-    per_head = ops.reshape(sinks, ops.constant(np.array([1, h_kv, r, 1], np.int64)), False)
-    rows = ops.broadcast(per_head, ops.constant(np.array([1, h_kv, r, n_q], np.int64)))
-    return ops.reshape(rows, ops.constant(np.array([1, h_kv, r * n_q, 1], np.int64)), False)
+    per_head = ops.reshape(sinks, _ov().i64([1, h_kv, r, 1]), False)
+    rows = ops.broadcast(per_head, _ov().i64([1, h_kv, r, n_q]))
+    return ops.reshape(rows, _ov().i64([1, h_kv, r * n_q, 1]), False)
 
 
 #: The node params that ask the translation for llama.cpp CPU's numerics: :data:`PARAM` "ggml",

@@ -13,8 +13,7 @@ import openvino.opset16 as ops
 from ovkit.dtypes import DTYPES, ggml_type
 from ovkit.ops import geometry
 from ovkit.ops.formulas import Num, Prim
-from ovkit.ops.rounding import rounded
-from ovkit.quant.round_trip import ov_div_rn, ov_mul_rn
+from ovkit.ops.rounding import ov_div_rn, ov_mul_rn, rounded
 
 Out = Any  # an openvino Output/Node
 
@@ -64,13 +63,6 @@ def tile_to(x: Out, small: Sequence[int], big: Sequence[int]) -> Out:
     if all(r == 1 for r in reps):
         return x
     return ops.tile(x, i64(reps))
-
-
-def broadcast_repeat(x: Out, small: Sequence[int], big: Sequence[int]) -> Out:
-    """ggml binary-op broadcasting: numpy broadcast where small is 1, Tile where it divides."""
-    if all(s == b or s == 1 for s, b in zip(small, big, strict=True)):
-        return x
-    return tile_to(x, small, big)
 
 
 def expand_batch(x: Out, ne_small: Sequence[int], ne_big: Sequence[int]) -> Out:
@@ -155,7 +147,8 @@ class OpenVinoOps:
         return rounded(x, dtype)
 
     def repeat(self, x: Out, small: Sequence[int], big: Sequence[int]) -> Out:
-        return broadcast_repeat(x, small, big)
+        # ggml's binary-op repeat: a numpy broadcast where small is 1, a Tile where it divides
+        return x if all(s in (b, 1) for s, b in zip(small, big, strict=True)) else tile_to(x, small, big)
 
     def head(self, x: Out, start: int, stop: int) -> Out:
         return slice_dim(x, 0, start, stop)
@@ -168,9 +161,6 @@ class OpenVinoOps:
 
     def const(self, value: np.ndarray) -> Out:
         return ops.constant(value)
-
-    def sum_rows(self, x: Out) -> Out:
-        return ops.reduce_sum(x, i64([3]), True)
 
     def mean_rows(self, x: Out) -> Out:
         return ops.reduce_mean(x, i64([3]), True)

@@ -179,6 +179,12 @@ _mmid_single_expert = _when(lambda op: _s(op, 0).ne[2] <= 1,
                             lambda op: f"src0 ne[2]={_s(op, 0).ne[2]} (a single expert)")
 _gdn_kda = _when(lambda op: _s(op, 3).ne[0] != 1,
                  lambda op: f"g (src3) ne[0]={_s(op, 3).ne[0]} (per-key 'kda' gating)")
+_div_per_channel = _when(lambda op: _s(op, 1).ne == (op.ne[0], 1, 1, 1),
+                         lambda op: f"src1 ne={_ne(_s(op, 1))} is a per-channel vector of the output's ne[0]={op.ne[0]}")
+_rope_mode = _when(lambda op: int(op.param("mode", 0)) not in (RopeType.NORMAL, RopeType.NEOX, RopeType.IMROPE),
+                   lambda op: f"mode={int(op.param('mode'))} ({ROPE_MODE_NAMES.get(int(op.param('mode')), 'unknown')})")
+_rope_dims_v = _when(lambda op: int(op.param("n_dims", 0)) not in (0, _s(op, 0).ne[0]),
+                     lambda op: f"n_dims={int(op.param('n_dims'))} != src0 ne[0]={_s(op, 0).ne[0]}")
 # fmt: on
 
 
@@ -309,19 +315,8 @@ def _out_type(types: frozenset[str], what: str) -> Check:
     return _when(lambda op: op.type in types, lambda op: f"{what} {op.dtype}")
 
 
-def _name_prefix(prefix: str) -> Check:
+def _name_prefix(prefix: str | tuple[str, ...]) -> Check:
     return _when(lambda op: op.name.startswith(prefix), lambda op: f"tensor name {op.name!r}")
-
-
-def _name_is(name: str) -> Check:
-    return _when(lambda op: op.name == name, lambda op: f"tensor name {op.name!r}")
-
-
-def _div_per_channel(op: OpInfo) -> str | None:
-    b = _s(op, 1)
-    if b.ne[1:] == (1, 1, 1) and b.ne[0] == op.ne[0]:
-        return f"src1 ne={_ne(b)} is a per-channel vector of the output's ne[0]={op.ne[0]}"
-    return None
 
 
 def _softmax_moe_reshape(op: OpInfo) -> str | None:
@@ -344,13 +339,10 @@ def _add_id_types(op: OpInfo) -> str | None:
 
 
 def _get_rows_256(types: frozenset[str]) -> Check:
-    def check(op: OpInfo) -> str | None:
-        s0 = _s(op, 0)
-        if op.ne[0] == 256 and s0.type in types:
-            return f"ne[0]=256 with src0 {s0.dtype} (f16 dequant misses the 1e-7 NMSE threshold)"
-        return None
-
-    return check
+    return _when(
+        lambda op: op.ne[0] == 256 and _s(op, 0).type in types,
+        lambda op: f"ne[0]=256 with src0 {_s(op, 0).dtype} (f16 dequant misses the 1e-7 NMSE threshold)",
+    )
 
 
 def _cpy_view_fit_n(op: OpInfo) -> str | None:
@@ -432,19 +424,9 @@ def _fa_gemma3n(op: OpInfo) -> str | None:
     return None
 
 
-def _param_gt(key: str, limit: float, default: float) -> Check:
-    return _when(lambda op: float(op.param(key, default)) > limit, lambda op: f"{key}={op.param(key)}")
-
-
-def _param_ne(key: str, value: float, default: float) -> Check:
-    return _when(lambda op: float(op.param(key, default)) != value, lambda op: f"{key}={op.param(key)}")
-
-
-def _rope_mode(op: OpInfo) -> str | None:
-    mode = int(op.param("mode", 0))
-    if mode not in (RopeType.NORMAL, RopeType.NEOX, RopeType.IMROPE):
-        return f"mode={mode} ({ROPE_MODE_NAMES.get(mode, 'unknown')})"
-    return None
+def _param_bad(key: str, bad: Callable[[float], bool]) -> Check:
+    """Rejects where ``bad`` holds for param ``key`` (0 when absent)."""
+    return _when(lambda op: bad(float(op.param(key, 0))), lambda op: f"{key}={op.param(key)}")
 
 
 def _rope_dims_n(op: OpInfo) -> str | None:
@@ -452,13 +434,6 @@ def _rope_dims_n(op: OpInfo) -> str | None:
     n = int(op.param("n_dims", 0)) or head
     if n <= 0 or n > head or n % 2:
         return f"n_dims={n} with head_dim={head}"
-    return None
-
-
-def _rope_dims_v(op: OpInfo) -> str | None:
-    n, head = int(op.param("n_dims", 0)), _s(op, 0).ne[0]
-    if n != 0 and n != head:
-        return f"n_dims={n} != src0 ne[0]={head}"
     return None
 
 
@@ -501,8 +476,9 @@ _BINARY = (
     Gate("binary.broadcast", "each dim must match or be 1 in one operand", _binary_incompatible),
 )
 
-#: Per-op gates by op-table key (an op without restrictions has none listed).
-GATES: dict[Op, tuple[Gate, ...]] = {
+#: Per-op gates by op-table key (an op without restrictions has none listed; keys are ``Op``
+#: members, looked up by their text too).
+GATES: dict[str, tuple[Gate, ...]] = {
     Op.ADD: _BINARY,
     Op.SUB: _BINARY,
     Op.MUL: _BINARY,
@@ -537,7 +513,8 @@ GATES: dict[Op, tuple[Gate, ...]] = {
     ),
     Op.VIEW: (
         Gate("view.selected_experts", "a VIEW named 'selected_experts' (TOPK_MOE test) is rejected",
-             _name_is("selected_experts"), quirk=True, note="test-backend-ops name quirk"),
+             _when(lambda op: op.name == "selected_experts", lambda op: "tensor name 'selected_experts'"),
+             quirk=True, note="test-backend-ops name quirk"),
     ),
     Op.PERMUTE: (
         Gate("permute.bf16", "output must not be bf16", _out_type(_BF16, "output type"),
@@ -580,8 +557,7 @@ GATES: dict[Op, tuple[Gate, ...]] = {
              device_class="GPU", revisions=_N),
         Gate("mul_mat_id.tmp", "the expert temporary must fit in 1 GiB", _mmid_tmp, revisions=_V),
         Gate("mul_mat_id.ffn_moe", "MoE gate_up/down stays on CPU",
-             _when(lambda op: op.name.startswith(("ffn_moe_gate_up", "ffn_moe_down")),
-                   lambda op: f"tensor name {op.name!r}"), quirk=True, revisions=_V),
+             _name_prefix(("ffn_moe_gate_up", "ffn_moe_down")), quirk=True, revisions=_V),
     ),
     Op.SUM_ROWS: (
         Gate("sum_rows.permute", "src0 must not be PERMUTE", _src_is(0, Op.PERMUTE)),
@@ -602,8 +578,8 @@ GATES: dict[Op, tuple[Gate, ...]] = {
              _fa_gemma3n, quirk=True, note="accuracy drift; restricted to scale==1"),
         Gate("flash_attn.sinks", "sinks (src4) are not supported", _src_present(4, "sinks (src4) present")),
         Gate("flash_attn.pattern", "Q, K and V must each be PERMUTE<-VIEW<-base tensor", _fa_pattern),
-        Gate("flash_attn.max_bias", "max_bias must be 0", _param_gt("max_bias", 0.0, 0.0)),
-        Gate("flash_attn.logit_softcap", "logit_softcap must be 0", _param_ne("logit_softcap", 0.0, 0.0)),
+        Gate("flash_attn.max_bias", "max_bias must be 0", _param_bad("max_bias", lambda v: v > 0)),
+        Gate("flash_attn.logit_softcap", "logit_softcap must be 0", _param_bad("logit_softcap", lambda v: v != 0)),
     ),
     Op.ROPE: (
         Gate("rope.mode", "mode must be NORMAL(0), NEOX(2) or IMROPE(40)", _rope_mode),
@@ -629,31 +605,10 @@ GATES: dict[Op, tuple[Gate, ...]] = {
              _always("every case"), revisions=_V),
         Gate("gdn.v_permute", "v (src2) must not be PERMUTE", _src_is(2, Op.PERMUTE), revisions=_N),
         Gate("gdn.kda", "g (src3) ne[0] must be 1", _gdn_kda, revisions=_N),
-        Gate("gdn.snapshots", "K (state snapshots, op_params[0]) must be <= 1", _param_gt("K", 1, 1),
+        Gate("gdn.snapshots", "K (state snapshots, op_params[0]) must be <= 1", _param_bad("K", lambda v: v > 1),
              revisions=_N),
     ),
 }  # fmt: skip
-
-#: Device-class names the policy knows (gates apply per class, not per exact device id).
-DEVICE_CLASSES = ("CPU", "GPU", "NPU", "OTHER")
-
-
-def _device_class(device: str) -> str:
-    s = str(device)
-    if s in DEVICE_CLASSES:
-        return s
-    from ovkit.devices import device_class
-
-    return str(device_class(s))
-
-
-def gates_for(op: str, sub_op: str | None = None) -> tuple[Gate, ...]:
-    """The per-op gates of ``op`` (``"UNARY"``/``"GLU"`` with ``sub_op``)."""
-    key = f"{op.upper()}.{sub_op.upper()}" if sub_op else op.upper()
-    try:
-        return GATES.get(Op(key), ())
-    except ValueError:  # not an op at all: no gates of its own
-        return ()
 
 
 def op_gates(key: str) -> tuple[Gate, ...]:
@@ -661,18 +616,7 @@ def op_gates(key: str) -> tuple[Gate, ...]:
     the op-specific global gates (EXP f32, GLU odd ne0, view inputs) then ``GATES[key]``.
     The gates every op passes (membership, types, quantized 3-D, MSA) are in :data:`GLOBAL_GATES`."""
     k = key.upper()
-    return tuple(g for g in GLOBAL_GATES if k in g.ops) + gates_for(k)
-
-
-def _as_opinfo(op: Any) -> OpInfo:
-    if isinstance(op, OpInfo):
-        return op
-    build = getattr(op, "op_info", None)
-    if callable(build):
-        info = build()
-        if isinstance(info, OpInfo):
-            return info
-    raise TypeError(f"check_op needs an OpInfo or a graph Tensor with .op_info(), got {type(op).__name__}")
+    return tuple(g for g in GLOBAL_GATES if k in g.ops) + GATES.get(k, ())
 
 
 def check_op(
@@ -687,8 +631,14 @@ def check_op(
     ``device_class`` may also be a device id (``"GPU.1"``): its class is used.  Quirk gates
     apply only with ``upstream_exact=True``; ``revision`` picks the upstream state (default N).
     """
-    info = _as_opinfo(op)
-    dc = _device_class(device_class)
+    from ovkit.devices import device_class as class_of
+
+    info = op if isinstance(op, OpInfo) else getattr(op, "op_info", lambda: None)()
+    if not isinstance(info, OpInfo):
+        raise TypeError(
+            f"check_op needs an OpInfo or a graph Tensor with .op_info(), got {type(op).__name__}"
+        )
+    dc = str(class_of(str(device_class)))
     try:
         rev = Revision(revision)
     except ValueError:
@@ -696,8 +646,7 @@ def check_op(
             f"unknown policy revision {revision!r}; expected one of {[r.value for r in Revision]}"
         ) from None
     sub = info.sub_op if info.op in (Op.UNARY, Op.GLU) else None
-    gates = GLOBAL_GATES + gates_for(info.op, sub)
-    for gate in gates:
+    for gate in GLOBAL_GATES + GATES.get(f"{info.op}.{sub}".upper() if sub else info.op.upper(), ()):
         if not gate.applies(dc, upstream_exact, rev):
             continue
         detail = gate.check(info)
@@ -718,10 +667,7 @@ def graph_decisions(
 
 def all_gates() -> list[tuple[str, Gate]]:
     """Every gate with the table key it belongs to (``"global"`` for the global gates)."""
-    out: list[tuple[str, Gate]] = [("global", g) for g in GLOBAL_GATES]
-    for key, gates in GATES.items():
-        out.extend((key, g) for g in gates)
-    return out
+    return [("global", g) for g in GLOBAL_GATES] + [(key, g) for key, gates in GATES.items() for g in gates]
 
 
 def gates_frame() -> Any:
@@ -782,10 +728,9 @@ def render_markdown() -> str:
         "| op | gate | rule (rejected when it does not hold) | device class | quirk | revisions |",
         "|---|---|---|---|---|---|",
     ]
-    for key, g in all_gates():
-        revs = ",".join(sorted(r.value for r in g.revisions))
-        quirk = "yes" if g.quirk else ""
+    for r in gates_frame().to_dict("records"):
+        quirk = "yes" if r["upstream quirk"] else ""
         lines.append(
-            f"| {key} | `{g.key}` | {g.description} | {g.device_class or 'any'} | {quirk} | {revs} |"
+            f"| {r['op']} | `{r['gate']}` | {r['rule']} | {r['device class']} | {quirk} | {r['revisions']} |"
         )
     return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ as ggml's CPU backend does and the evaluator rounds the result to the node's typ
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -27,9 +28,8 @@ ReferenceFn = Callable[[Tensor, list[Any]], Arr]
 REFERENCES: dict[Op, ReferenceFn] = {}
 
 
-def reference(*keys: Op) -> Callable[[ReferenceFn], ReferenceFn]:
-    """Register ``fn`` as the numpy reference of the op-table ``keys``."""
-    return register_in(REFERENCES, keys)
+#: ``@reference(Op.X, ...)`` registers the numpy reference of those op-table keys.
+reference = functools.partial(register_in, REFERENCES)
 
 
 def f32(x: npt.ArrayLike) -> F32:
@@ -37,29 +37,14 @@ def f32(x: npt.ArrayLike) -> F32:
     return np.asarray(x, dtype=np.float32)
 
 
-def rounded(x: npt.ArrayLike, dtype: str) -> F32:
-    """``x`` stored as ``dtype`` and read back as f32."""
-    if dtype == "f32":
-        return f32(x)
-    return f32(round_to(dtype, x))
-
-
-def leaf_value(t: Tensor) -> Arr:
-    if hasattr(t.value, "dequantize") and not isinstance(t.value, np.ndarray):
-        return f32(t.value.dequantize()).reshape(tuple(reversed(t.ne)))
-    return np.asarray(t.value).reshape(tuple(reversed(t.ne)))
-
-
-def view_value(t: Tensor, base: Arr) -> Arr:
-    """ggml's view semantics: element (i0..i3) is base memory[offs + Σ i·nb] (in elements)."""
-    return base.reshape(-1)[ggml_index_map(t)]
-
-
 def evaluate(graph: GraphIR, outputs: Sequence[Tensor], feed: dict[str, Arr]) -> list[Arr]:
     """Run ``outputs`` with the numpy references; arrays in each output's numpy shape and dtype."""
 
     def leaf(t: Tensor) -> Arr:
-        return feed[t.name].reshape(tuple(reversed(t.ne))) if t.is_input else leaf_value(t)
+        if t.is_input:
+            return feed[t.name].reshape(tuple(reversed(t.ne)))
+        quantized = hasattr(t.value, "dequantize") and not isinstance(t.value, np.ndarray)
+        return np.asarray(f32(t.value.dequantize()) if quantized else t.value).reshape(tuple(reversed(t.ne)))
 
     def node(t: Tensor, xs: list[Any]) -> Arr:
         fn = REFERENCES.get(t.op_key)
@@ -71,8 +56,8 @@ def evaluate(graph: GraphIR, outputs: Sequence[Tensor], feed: dict[str, Arr]) ->
         # a quantized result (CPY, SET_ROWS) is already ggml's stored values, as f32
         return (round_to(t.dtype, out) if t.dtype in NUMPY_DTYPE else out).reshape(tuple(reversed(t.ne)))
 
-    def view(t: Tensor, vs: dict[int, Arr]) -> Arr:
-        return np.zeros(tuple(reversed(t.ne)), np.float32) if 0 in t.ne else view_value(t, vs[t.memory.id])
+    def view(t: Tensor, vs: dict[int, Arr]) -> Arr:  # element i is base memory[offs + Σ i·nb]
+        return vs[t.memory.id].reshape(-1)[ggml_index_map(t)]
 
     values = interpret(graph, outputs, leaf, view, node)
     return [
@@ -141,7 +126,7 @@ class NumpyOps:
         return f32(_PRIMS[name](f32(x)))
 
     def rounded(self, x: Arr, dtype: str) -> F32:
-        return rounded(x, dtype)
+        return f32(x) if dtype == "f32" else f32(round_to(dtype, x))
 
     def repeat(self, x: Arr, small: Sequence[int], big: Sequence[int]) -> Arr:
         return repeat_to(x, big)
@@ -158,13 +143,10 @@ class NumpyOps:
     def const(self, value: Arr) -> Arr:
         return value
 
-    def sum_rows(self, x: Arr) -> F32:  # accumulated in f64, as ggml's ggml_float
-        return f32(f32(x).astype(np.float64).sum(axis=-1, keepdims=True))
-
     def mean_rows(self, x: Arr) -> F32:
         return f32(f32(x).astype(np.float64).mean(axis=-1, keepdims=True))
 
-    def reduce(self, kind: str, x: Arr, axes: Sequence[int]) -> F32:
+    def reduce(self, kind: str, x: Arr, axes: Sequence[int]) -> F32:  # sums in f64, as ggml's ggml_float
         if kind in ("max", "min"):
             return f32(getattr(np, kind)(x, axis=tuple(axes), keepdims=True))
         return f32(f32(x).astype(np.float64).sum(axis=tuple(axes), keepdims=True))
@@ -262,15 +244,6 @@ for _keys, _one in ONE_EXPRESSION.items():
     reference(*_keys)(_one)
 
 
-# ---------------------------------------------------------------------------- layout
-def stored(dtype: str, x: Arr) -> Arr:
-    """``x`` as a tensor of ``dtype`` holds it (quantized: ggml's from_float, read back as f32)."""
-    if dtype in NUMPY_DTYPE:
-        return round_to(dtype, x)
-    with np.errstate(all="ignore"):
-        return quantized_write(NUMPY, x, dtype, x.shape)
-
-
 # ---------------------------------------------------------------------------- rows
 @reference(Op.GET_ROWS)
 def get_rows(t: Tensor, xs: list[Arr]) -> Arr:
@@ -278,8 +251,7 @@ def get_rows(t: Tensor, xs: list[Arr]) -> Arr:
     a, idx = np.asarray(xs[0]), np.asarray(xs[1])[0]  # idx [b2, b1, b0]
     if a.dtype != np.int32:
         a = f32(a)
-    i3 = np.arange(t.ne[3])[:, None, None]
-    i2 = np.arange(t.ne[2])[None, :, None]
+    i3, i2, _ = np.ogrid[: t.ne[3], : t.ne[2], :1]
     return np.asarray(a[i3, i2, idx])
 
 
@@ -289,11 +261,11 @@ def set_rows(t: Tensor, xs: list[Arr]) -> Arr:
     dst = np.array(xs[0], copy=True)
     b, c = f32(xs[1]), np.asarray(xs[2])
     c_t = t.operand(2)
-    n3, n2, n1 = b.shape[0], b.shape[1], b.shape[2]
-    i3 = np.arange(n3)[:, None, None]
-    i2 = np.arange(n2)[None, :, None]
-    rows = c[0][i3 % c_t.ne[2], i2 % c_t.ne[1], np.arange(n1)[None, None, :]].astype(np.int64)
-    dst[np.broadcast_to(i3, rows.shape), np.broadcast_to(i2, rows.shape), rows] = stored(t.dtype, b)
+    i3, i2, i1 = np.ogrid[: b.shape[0], : b.shape[1], : b.shape[2]]
+    rows = c[0][i3 % c_t.ne[2], i2 % c_t.ne[1], i1].astype(np.int64)
+    with np.errstate(all="ignore"):  # a quantized row holds ggml's from_float of b's, read back as f32
+        new = round_to(t.dtype, b) if t.dtype in NUMPY_DTYPE else quantized_write(NUMPY, b, t.dtype, b.shape)
+    dst[np.broadcast_to(i3, rows.shape), np.broadcast_to(i2, rows.shape), rows] = new
     return dst
 
 
@@ -314,24 +286,20 @@ def get_rows_back(t: Tensor, xs: list[Arr]) -> Arr:
     return out.astype(np.float32)
 
 
-# ---------------------------------------------------------------------------- norms, reductions
-
-
+# ---------------------------------------------------------------------------- reductions
 @reference(Op.ARGMAX)
 def argmax(t: Tensor, xs: list[Arr]) -> Arr:
     x = f32(xs[0][0, 0])  # [rows, ne0]; ties: ggml keeps the last maximum
     return np.asarray(x.shape[-1] - 1 - np.argmax(x[:, ::-1], axis=-1), dtype=np.int32)
 
 
-# ---------------------------------------------------------------------------- softmax / attention
-
-
+# ---------------------------------------------------------------------------- attention
 @reference(Op.FLASH_ATTN_EXT)
 def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
     q_t, k_t = t.operand(0), t.operand(1)
     q, k, v = f32(xs[0]), f32(xs[1]), f32(xs[2])
     if k_t.dtype in ("f16", "bf16"):
-        q = rounded(q, k_t.dtype)  # ggml converts Q to K's vec_dot type
+        q = NUMPY.rounded(q, k_t.dtype)  # ggml converts Q to K's vec_dot type
     k, v = NUMPY.expand_batch(k, k_t.ne, q_t.ne), NUMPY.expand_batch(v, t.operand(2).ne, q_t.ne)
     s = attention_scores(NUMPY, t, xs, NUMPY.matmul(q, k, tb=True))
     sinks = f32(xs[4]).reshape(-1) if len(xs) > 4 and xs[4] is not None else None
@@ -344,14 +312,12 @@ def flash_attn_ext(t: Tensor, xs: list[Arr]) -> Arr:
 
 
 # ---------------------------------------------------------------------------- conv-like
-
-
 @reference(Op.COL2IM_1D)
 def col2im_1d(t: Tensor, xs: list[Arr]) -> Arr:
-    t_in, oc, k = geometry.col2im_1d_columns(t)
+    t_in, oc, k, idx = geometry.col2im_1d(t)
     cols = f32(xs[0]).reshape(t_in, oc, k).transpose(1, 0, 2).reshape(oc, t_in * k)
     out = np.zeros((oc, t.ne[0] + 1), np.float32)  # f32 accumulation, as ggml's CPU
-    np.add.at(out, (np.arange(oc)[:, None], geometry.col2im_1d_index(t)), cols)
+    np.add.at(out, (np.arange(oc)[:, None], idx), cols)
     return out[:, : t.ne[0]]
 
 

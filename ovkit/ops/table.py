@@ -1,12 +1,7 @@
-"""The op catalogue as data: one entry per ggml op, unary and GLU sub-op registered
-upstream (39 + 7 + 3), then the ops upstream does not register: those ovkit translates itself
-(``registered=False``; the upstream policy still refuses them) and SOLVE_TRI.
-
-Each entry carries the ggml name, its builder(s) and parameters, how ovkit maps it to
-``openvino.opset16``, upstream's own translation and notes (deviations and quirks), whether
-upstream registers it (the policy's op membership reads it) and the NMSE threshold its results
-are judged by.  :mod:`ovkit.ops.coverage` joins it with the policy's gates and the interpreters
-(``op_coverage_table()``, ``docs/ops.md``).
+"""The op catalogue as data (:class:`OpEntry`): one entry per ggml op, unary and GLU sub-op
+registered upstream (39 + 7 + 3), then the ops upstream does not register: those ovkit translates
+itself (``registered=False``; the upstream policy still refuses them) and SOLVE_TRI.
+:mod:`ovkit.ops.coverage` joins it with the policy's gates and the interpreters (``docs/ops.md``).
 """
 
 from __future__ import annotations
@@ -380,10 +375,6 @@ BUILDER_OP: dict[str, Op] = LISTS.builder_op
 UNARY_BUILT: tuple[Op, ...] = LISTS.unary_built
 #: The GLU sub-ops ``Graph.glu`` / ``glu_split`` build, table order.
 GLU_BUILT: tuple[Op, ...] = LISTS.glu_built
-
-
-def registered_entries() -> list[OpEntry]:
-    return [e for e in ENTRIES if e.registered]
 
 
 def max_nmse(key: Op | str) -> float:

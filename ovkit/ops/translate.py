@@ -53,9 +53,8 @@ BOUNDARY_TYPE: dict[str, Any] = {**OV_TYPE, "bf16": ov.Type.f32}
 TRANSLATORS: dict[Op, TranslateFn] = {}
 
 
-def translator(*keys: Op) -> Callable[[TranslateFn], TranslateFn]:
-    """Register ``fn`` as the translator of the op-table ``keys``."""
-    return register_in(TRANSLATORS, keys)
+#: ``@translator(Op.X, ...)`` registers the opset16 translation of those op-table keys.
+translator = functools.partial(register_in, TRANSLATORS)
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -68,8 +67,7 @@ def empty(t: Tensor) -> Out:
 def leaf_value(t: Tensor) -> Out:
     """A Constant leaf as an OpenVINO node (4-D)."""
     if t.is_quantized or hasattr(t.value, "to_ov_node"):
-        node = t.value.to_ov_node()
-        return reshape4(f32(node), t.ne)
+        return reshape4(f32(t.value.to_ov_node()), t.ne)
     arr = np.asarray(t.value).reshape(tuple(reversed(t.ne)))
     if t.dtype == "bf16":
         return ops.convert(const(round_to("bf16", arr)), ov.Type.bf16)
@@ -147,14 +145,11 @@ def build_model(
         **TRANSLATORS,
         Op.FLASH_ATTN_EXT: functools.partial(_flash_attn_ext, manual_gqa=manual_gqa),
     }
-    bound: dict[int, Out] = {}  # the Parameters of the input leaves
-    params = []
-    for inp in leaves:
-        p = ops.parameter(
-            [inp.ne[3], inp.ne[2], inp.ne[1], inp.ne[0]], BOUNDARY_TYPE[inp.dtype], name=inp.name
-        )
-        params.append(p)
-        bound[inp.id] = ops.convert(p, ov.Type.bf16) if inp.dtype == "bf16" else p
+    params = [ops.parameter(list(reversed(t.ne)), BOUNDARY_TYPE[t.dtype], name=t.name) for t in leaves]
+    bound = {  # the values of the input leaves
+        t.id: ops.convert(p, ov.Type.bf16) if t.dtype == "bf16" else p
+        for t, p in zip(leaves, params, strict=True)
+    }
     named = {p.get_name() for p in params}
 
     def leaf(t: Tensor) -> Out:
@@ -172,14 +167,11 @@ def build_model(
         return to_type(empty(t) if 0 in t.ne else view_value(t, vs[t.memory.id]), t.dtype)
 
     values = interpret(graph, outputs, leaf, view, node)
-    results = []
-    for o in outputs:
-        v = values[o.id]
-        if o.dtype == "bf16":
-            v = ops.convert(v, ov.Type.f32)
-        r = ops.result(ops.reshape(v, i64(list(o.shape)), False))
-        results.append(r)
-    return ov.Model(results, params, "ovkit_graph")
+    results = [to_type(values[o.id], "f32") if o.dtype == "bf16" else values[o.id] for o in outputs]
+    shaped = [
+        ops.result(ops.reshape(v, i64(list(o.shape)), False)) for v, o in zip(results, outputs, strict=True)
+    ]
+    return ov.Model(shaped, params, "ovkit_graph")
 
 
 def _name_nodes(out: Out, label: str, named: set[str]) -> None:
@@ -270,16 +262,8 @@ def _set_rows(t: Tensor, xs: list[Out]) -> Out:
     idx = ops.convert(xs[2], ov.Type.i64)
     idx = tile_to(idx, c.ne, (c.ne[0], b.ne[2], b.ne[3], 1))  # [1, b3, b2, b1] after tiling
     idx = ops.reshape(idx, i64([b.ne[3], b.ne[2], b.ne[1]]), False)
-    i3 = np.broadcast_to(np.arange(b.ne[3])[:, None, None], (b.ne[3], b.ne[2], b.ne[1]))
-    i2 = np.broadcast_to(np.arange(b.ne[2])[None, :, None], (b.ne[3], b.ne[2], b.ne[1]))
-    coords = ops.concat(
-        [
-            ops.unsqueeze(const(i3, np.int64), i64(3)),
-            ops.unsqueeze(const(i2, np.int64), i64(3)),
-            ops.unsqueeze(idx, i64(3)),
-        ],
-        3,
-    )
+    batch = np.moveaxis(np.indices((b.ne[3], b.ne[2], b.ne[1]))[:2], 0, -1)  # (i3, i2) of each of b's rows
+    coords = ops.concat([const(batch, np.int64), ops.unsqueeze(idx, i64(3))], 3)
     return ops.scatter_nd_update(dst, coords, rows)
 
 
@@ -431,14 +415,9 @@ def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
     ScaledDotProductAttention with the mask; a fully masked row gives ggml's 0 (SDPA: NaN)."""
     q_t, k_t = t.operand(0), t.operand(1)
     n_h, h_kv = q_t.ne[2], k_t.ne[2]
-    if n_h > h_kv > 1:
-        shape = i64([1, 1, n_h // h_kv, 1, 1])
+    if n_h > h_kv > 1:  # query head h reads KV head h // r
         k, v = (
-            ops.reshape(
-                ops.broadcast(ops.unsqueeze(x, i64(2)), shape, broadcast_spec="BIDIRECTIONAL"),
-                i64([0, n_h, -1, d]),
-                True,
-            )
+            expand_batch(x, (d, k_t.ne[1], h_kv, q_t.ne[3]), (d, k_t.ne[1], n_h, q_t.ne[3]))
             for x, d in ((k, k_t.ne[0]), (v, t.operand(2).ne[0]))
         )
     scale = const(np.float32(t.params["scale"]))
@@ -461,11 +440,9 @@ def _sdpa(t: Tensor, xs: list[Out], q: Out, k: Out, v: Out) -> Out:
 # ---------------------------------------------------------------------------- conv-like
 @translator(Op.COL2IM_1D)
 def _col2im_1d(t: Tensor, xs: list[Out]) -> Out:
-    t_in, oc, k = geometry.col2im_1d_columns(t)
+    t_in, oc, k, idx = geometry.col2im_1d(t)
     cols = ops.reshape(f32(xs[0]), i64([t_in, oc, k]), False)
     cols = ops.reshape(ops.transpose(cols, i64([1, 0, 2])), i64([oc, t_in * k]), False)
     zeros = const(np.zeros((oc, t.ne[0] + 1), np.float32))
-    out = ops.scatter_elements_update(
-        zeros, const(geometry.col2im_1d_index(t), np.int64), cols, i64(1), "sum"
-    )
+    out = ops.scatter_elements_update(zeros, const(idx, np.int64), cols, i64(1), "sum")
     return reshape4(ops.slice(out, i64([0, 0]), i64([oc, t.ne[0]]), i64([1, 1])), t.ne)

@@ -1,11 +1,6 @@
-"""Upstream ``supports_op`` verdicts as data: test-backend-ops' parameter notation and the
-verdict CSV.
-
-:data:`SHIPPED` (package data) holds, per test-backend-ops case, the op name, the case's parameters
-in test-backend-ops notation (``type=f32,ne_a=[5,7,11,13],v=0``) and the real backend's verdict.
-The rows are replayed against the policy by :mod:`ovkit.catalogue.verdicts` (each as its runnable
-case's output node).
-"""
+"""Upstream ``supports_op`` verdicts as data: per test-backend-ops case, the op name, its parameters
+in test-backend-ops notation (``type=f32,ne_a=[5,7,11,13],v=0``) and the real backend's verdict;
+:mod:`ovkit.catalogue.verdicts` replays them against the policy."""
 
 from __future__ import annotations
 
@@ -28,17 +23,8 @@ SHIPPED = Path(__file__).resolve().parents[1] / "data" / "upstream-support-verdi
 
 def parse_params(text: str) -> dict[str, Any]:
     """``type=f32,ne=[1,2,3,4],split`` -> ``{"type": "f32", "ne": [1, 2, 3, 4], "split": True}``."""
-    out: dict[str, Any] = {}
-    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\])?", text):
-        item = item.strip()
-        if not item:
-            continue
-        if "=" not in item:
-            out[item] = True
-            continue
-        key, raw = item.split("=", 1)
-        out[key] = _value(raw)
-    return out
+    items = (item.strip().partition("=") for item in re.findall(r"[^,\[]+(?:\[[^\]]*\])?", text))
+    return {key: _value(raw) if eq else True for key, eq, raw in items if key}
 
 
 def _value(raw: str) -> Any:
@@ -74,12 +60,3 @@ def read_verdicts(path: str | Path) -> list[Verdict]:
     with gzip.open(p, "rt", newline="") if p.suffix == ".gz" else open(p, newline="") as f:
         rows = list(csv.DictReader(f))
     return [Verdict(r["op_name"], r["op_params"], r["supported"].strip() == "1") for r in rows]
-
-
-__all__ = [
-    "CSV_REVISION",
-    "SHIPPED",
-    "Verdict",
-    "parse_params",
-    "read_verdicts",
-]

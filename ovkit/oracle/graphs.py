@@ -51,13 +51,6 @@ def _spec(x: InputLike) -> tuple[str, tuple[int, ...], bytes]:
     raise TypeError(f"ggml input must be a numpy array, Typed or QuantArray, got {type(x).__name__}")
 
 
-def _ne(shape: tuple[int, ...]) -> list[int]:
-    ne = list(reversed(shape)) or [1]
-    if len(ne) > 4:
-        raise ValueError(f"ggml tensors have at most 4 dims; got shape {shape}")
-    return ne
-
-
 def _read_tensor(t: Any) -> np.ndarray:
     """Copy a (possibly non-contiguous) ggml tensor into numpy (numpy order; bf16/quant → f32)."""
     g = ggml_module()
@@ -126,16 +119,7 @@ class Session:
             g.ggml_backend_cpu_set_n_threads(self.backend, n_threads)
         try:
             specs = [None if x is None else _spec(x) for x in inputs]
-            tensors: list[Any] = []
-            for i, sp in enumerate(specs):
-                if sp is None:
-                    tensors.append(None)
-                    continue
-                dt, shape, _raw = sp
-                ne = _ne(shape)
-                t = g.ggml_new_tensor(self.ctx, type_id(dt), len(ne), (ctypes.c_int64 * len(ne))(*ne))
-                g.ggml_set_name(t, f"in{i}".encode())
-                tensors.append(t)
+            tensors = [None if sp is None else self._leaf(f"in{i}", *sp[:2]) for i, sp in enumerate(specs)]
             out = build(self.ctx, *tensors)
             first = out.first if isinstance(out, Scheduled) else []
             out = out.outputs if isinstance(out, Scheduled) else out
@@ -166,6 +150,14 @@ class Session:
         except BaseException:
             self.close()
             raise
+
+    def _leaf(self, name: str, dtype: str, shape: tuple[int, ...]) -> Any:
+        ne = list(reversed(shape)) or [1]
+        if len(ne) > 4:
+            raise ValueError(f"ggml tensors have at most 4 dims; got shape {shape}")
+        t = self.g.ggml_new_tensor(self.ctx, type_id(dtype), len(ne), (ctypes.c_int64 * len(ne))(*ne))
+        self.g.ggml_set_name(t, name.encode())
+        return t
 
     def run(self) -> None:
         status = self.g.ggml_backend_graph_compute(self.backend, self.graph)
@@ -282,14 +274,12 @@ class GgmlTensor:
         self.ptr = ptr
 
     @property
-    def ne(self) -> tuple[int, int, int, int]:
-        c = self.ptr.contents.ne
-        return (int(c[0]), int(c[1]), int(c[2]), int(c[3]))
+    def ne(self) -> tuple[int, ...]:
+        return tuple(int(v) for v in self.ptr.contents.ne[:4])
 
     @property
-    def nb(self) -> tuple[int, int, int, int]:
-        c = self.ptr.contents.nb
-        return (int(c[0]), int(c[1]), int(c[2]), int(c[3]))
+    def nb(self) -> tuple[int, ...]:
+        return tuple(int(v) for v in self.ptr.contents.nb[:4])
 
     @property
     def shape(self) -> tuple[int, ...]:

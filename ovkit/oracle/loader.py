@@ -51,11 +51,10 @@ def ggml_module() -> ModuleType:
 def type_id(dtype: str) -> int:
     """ggml's enum value for an ovkit dtype / quant type name (case-insensitive, e.g. ``q4_K``)."""
     t = find_type(dtype)
-    if t is None and hasattr(ggml_module(), "GGML_TYPE_" + dtype.upper()):  # any other type ggml knows
-        return int(getattr(ggml_module(), "GGML_TYPE_" + dtype.upper()))
-    if t is None:
+    name = "GGML_TYPE_" + dtype.upper() if t is None else t.enum_name  # any other type ggml knows too
+    if not hasattr(ggml_module(), name):
         raise ValueError(f"unknown ggml type {dtype!r}; expected one of {type_names()}")
-    return int(getattr(ggml_module(), t.enum_name))
+    return int(getattr(ggml_module(), name))
 
 
 def type_name(tid: int) -> str:

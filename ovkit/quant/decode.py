@@ -52,28 +52,10 @@ def _nibbles32(qs: np.ndarray) -> np.ndarray:
     return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
 
 
-def _dec_q4_0(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    d = _f16(b[:, 0:2])
-    q = _nibbles32(b[:, 2:18]).astype(np.int8) - 8
-    return q, d, None
-
-
-def _dec_q4_1(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    return _nibbles32(b[:, 4:20]), _f16(b[:, 0:2]), _f16(b[:, 2:4])
-
-
 def _five_bits32(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
     """32 5-bit values of Q5_0/Q5_1: ``qs``'s nibbles, bit j of the u32 ``qh`` element j's 5th bit."""
     hi = ((np.ascontiguousarray(qh).view("<u4") >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
     return _nibbles32(qs) | (hi << 4)
-
-
-def _dec_q5_1(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    return _five_bits32(b[:, 4:8], b[:, 8:24]), _f16(b[:, 0:2]), _f16(b[:, 2:4])
-
-
-def _dec_q8_0(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    return np.ascontiguousarray(b[:, 2:34]).view(np.int8), _f16(b[:, 0:2]), None
 
 
 def _scale_min_k4(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -128,11 +110,6 @@ def _e8m0_half(e: np.ndarray) -> np.ndarray:
     return np.ldexp(np.float32(1.0), e.astype(np.int32) - 128).astype(np.float32)
 
 
-def _dec_mxfp4(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    codes = _nibbles32(b[:, 1:17])
-    return _MXFP4_VALUES[codes], _e8m0_half(b[:, 0]), None
-
-
 def _dec_q1_0(b: np.ndarray) -> np.ndarray:
     """ggml's dequantize_row_q1_0: one f16 scale d, 128 sign bits (LSB first): bit 1 → +d, 0 → −d."""
     d = _f16(b[:, 0:2])
@@ -140,28 +117,26 @@ def _dec_q1_0(b: np.ndarray) -> np.ndarray:
     return np.where(bits.reshape(-1, 128) != 0, d, -d)
 
 
-def _dec_host(spec: QuantSpec, blocks: np.ndarray) -> np.ndarray:
-    """ggml's ``to_float`` of ``blocks`` [n, type_size] as f32 [n, block] (gguf's numpy decoders,
-    which equal ggml's bit for bit; q1_0 is not in gguf and is decoded here)."""
-    if spec.name == "q1_0":
-        return _dec_q1_0(blocks)
+def _gguf_dequantize(spec: QuantSpec, blocks: np.ndarray) -> np.ndarray:
+    """The ``gguf`` package's f32 values of raw ``blocks`` (flat), as one row of all the blocks:
+    gguf loops in Python over groups of 16 rows (one a block otherwise)."""
     import gguf.quants as gq
 
-    # one row of all the blocks: gguf loops in Python over groups of 16 rows (one a block here)
     with np.errstate(all="ignore"):  # random blocks hold NaN/inf scales: decoded as ggml does
         out = gq.dequantize(blocks.reshape(1, -1), gq.GGMLQuantizationType(spec.ggml_type))
-    return np.asarray(out, np.float32).reshape(-1, spec.block)
+    return np.asarray(out, np.float32).reshape(-1)
 
 
+#: Block bytes [n, type_size] -> (q, scale, bias) per type, at ggml's byte offsets.
 _DECODERS: dict[str, Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = {
-    "q4_0": _dec_q4_0,
-    "q4_1": _dec_q4_1,
-    "q5_1": _dec_q5_1,
-    "q8_0": _dec_q8_0,
+    "q4_0": lambda b: (_nibbles32(b[:, 2:18]).astype(np.int8) - 8, _f16(b[:, 0:2]), None),
+    "q4_1": lambda b: (_nibbles32(b[:, 4:20]), _f16(b[:, 0:2]), _f16(b[:, 2:4])),
+    "q5_1": lambda b: (_five_bits32(b[:, 4:8], b[:, 8:24]), _f16(b[:, 0:2]), _f16(b[:, 2:4])),
+    "q8_0": lambda b: (np.ascontiguousarray(b[:, 2:34]).view(np.int8), _f16(b[:, 0:2]), None),
     "q4_K": _dec_q4_k,
     "q5_K": _dec_q5_k,
     "q6_K": _dec_q6_k,
-    "mxfp4": _dec_mxfp4,
+    "mxfp4": lambda b: (_MXFP4_VALUES[_nibbles32(b[:, 1:17])], _e8m0_half(b[:, 0]), None),
 }
 
 
@@ -178,7 +153,9 @@ def decode_blocks(qtype: str, raw: bytes | np.ndarray | memoryview, shape: Seque
     blocks = buf.reshape(-1, spec.type_size)
     if spec.host_decoded:
         # the values themselves, with one unit scale per row (w = 1 * q is exact, NaN included)
-        values = _dec_host(spec, blocks).reshape(rows, k)
+        # ggml's to_float: gguf's numpy decoders equal it bit for bit (q1_0 is not in gguf)
+        values = _dec_q1_0(blocks) if spec.name == "q1_0" else _gguf_dequantize(spec, blocks)
+        values = values.reshape(rows, k)
         return Decoded(values, np.ones((rows, 1), np.float32), None, k)
     q, scale, bias = _DECODERS[spec.name](blocks)
     nb = k // spec.block
@@ -214,10 +191,4 @@ def repack_blocks(qtype: str, raw: bytes | np.ndarray | memoryview) -> tuple[str
 
 def reference_dequantize(qtype: str, raw: bytes | np.ndarray, shape: Sequence[int]) -> np.ndarray:
     """The ``gguf`` package's dequantization of the same blocks (the independent reference)."""
-    import gguf.quants as gq
-
-    spec = quant_spec(qtype)
-    buf = _bytes(raw)
-    rows = n_rows(shape)
-    out = gq.dequantize(buf.reshape(rows, -1), gq.GGMLQuantizationType(spec.ggml_type))
-    return np.asarray(out, dtype=np.float32).reshape(tuple(shape))
+    return _gguf_dequantize(quant_spec(qtype), _bytes(raw)).reshape(tuple(shape))

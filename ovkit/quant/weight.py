@@ -87,8 +87,7 @@ TINY_SHIFT = 120
 
 
 def _to_f32(node: Any) -> Any:
-    ops = _ops()
-    return node if node.get_element_type() == _ov().Type.f32 else ops.convert(node, "f32")
+    return node if node.get_element_type() == _ov().Type.f32 else _ops().convert(node, "f32")
 
 
 @dataclass(frozen=True)
@@ -173,10 +172,6 @@ class QuantizedWeight:
         if self.spec.name == "mxfp4":
             return self.form == "fast"
         return self.spec.container_bits == 8
-
-    @property
-    def symmetric(self) -> bool:
-        return self.decoded.bias is None
 
     @cached_property
     def digest(self) -> str:
@@ -364,7 +359,10 @@ class QuantizedWeight:
             return ops.convert(ops.constant(values.astype(np.float16)), "f32")
         if not upstream and self._tiny is not None:  # folded into one constant: subnormals flush
             normal, tiny, low = self._tiny_split()
-            return ops.reshape(ops.add(normal, ops.multiply(tiny, low)), self._group_shape(), False)
+            shape = ops.constant(
+                np.array([self.rows, self.k // self.decoded.group, self.decoded.group], np.int64)
+            )
+            return ops.reshape(ops.add(normal, ops.multiply(tiny, low)), shape, False)
         if not upstream and self._host_f32:
             return ops.constant(self._grouped(dec.dequantize()))
         w = self._weight_const()
@@ -388,10 +386,6 @@ class QuantizedWeight:
             node = ops.subtract(node, ops.convert(zc, "f16"))
         with np.errstate(over="ignore"):  # upstream's f16 scales: beyond 65504 they are inf there too
             return ops.multiply(node, ops.constant(dec.scale[:, :, None].astype(np.float16)))
-
-    def _group_shape(self) -> Any:
-        g = self.decoded.group
-        return _ops().constant(np.array([self.rows, self.k // g, g], np.int64))
 
     def _flat(self, node: Any) -> Any:
         ops = _ops()
@@ -493,11 +487,8 @@ def quantize(qtype: str, array: np.ndarray, name: str = "", form: Form = "fast")
 
     spec = quant_spec(qtype)
     x = np.ascontiguousarray(array, dtype=np.float32)
-    try:
-        if oracle.ggml_available():
-            return from_blocks(spec.name, oracle.quantize_blocks(spec.name, x), x.shape, name, form)
-    except ImportError:
-        pass
+    if oracle.ggml_available():
+        return from_blocks(spec.name, oracle.quantize_blocks(spec.name, x), x.shape, name, form)
     import gguf.quants as gq
 
     blocks = gq.quantize(x, gq.GGMLQuantizationType(spec.ggml_type))
