@@ -15,7 +15,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -69,21 +69,16 @@ class BufferType:
     alignment: int = TENSOR_ALIGNMENT
     max_size: int = SIZE_MAX
 
-    @property
-    def is_host(self) -> bool:
-        return self.kind is BufferKind.HOST
 
-
-_TYPES: dict[tuple[str, BufferKind], BufferType] = {}  # the process's buffer types, one per device and kind
-_TYPES_LOCK = threading.Lock()
+#: the process's buffer types, one per device and kind (``setdefault`` is atomic: no lock needed)
+_TYPES: dict[tuple[str, BufferKind], BufferType] = {}
 
 
 def _buffer_type(device: str, kind: BufferKind) -> BufferType:
     if not isinstance(device, str) or not device:
         raise ValueError(f"buffer type: expected a device id such as 'CPU' or 'GPU.1', got {device!r}")
-    with _TYPES_LOCK:
-        name = device + (HOST_SUFFIX if kind is BufferKind.HOST else "")
-        return _TYPES.setdefault((device, kind), BufferType(name, device, kind))
+    name = device + (HOST_SUFFIX if kind is BufferKind.HOST else "")
+    return _TYPES.setdefault((device, kind), BufferType(name, device, kind))
 
 
 def buffer_type(device: str) -> BufferType:
@@ -96,14 +91,14 @@ def host_buffer_type(device: str) -> BufferType:
     return _buffer_type(device, BufferKind.HOST)
 
 
-def is_ovkit_buffer_type(obj: object) -> bool:
+def is_ovkit_buffer_type(obj: object) -> TypeGuard[BufferType]:
     """True only for buffer types created here (a look-alike with the same name is not)."""
     return isinstance(obj, BufferType) and _TYPES.get((obj.device, obj.kind)) is obj
 
 
 def buffer_type_kind(obj: object) -> BufferKind | None:
     """The kind of an ovkit buffer type (read from its metadata), or None for anything else."""
-    return obj.kind if isinstance(obj, BufferType) and is_ovkit_buffer_type(obj) else None
+    return obj.kind if is_ovkit_buffer_type(obj) else None
 
 
 def tensor_nbytes(shape: Sequence[int], dtype: str) -> int:
@@ -274,10 +269,6 @@ class PlacedTensor:
     view_src: PlacedTensor | None = None
 
     @property
-    def is_view(self) -> bool:
-        return self.view_src is not None
-
-    @property
     def base(self) -> PlacedTensor:
         t = self
         while t.view_src is not None:
@@ -386,10 +377,6 @@ class Buffer:
     def name(self) -> str:
         return self.buffer_type.name
 
-    @property
-    def freed(self) -> bool:
-        return self._freed
-
     def _check_alive(self) -> None:
         if self._freed:
             raise BufferUsageError(f"buffer {self.id} ({self.name}) used after free")
@@ -416,7 +403,11 @@ class Buffer:
         t = self._add(PlacedTensor(name, shape_t, dtype, off, nbytes, self))
         self._next = max(self._next, off + alloc)
         if dtype in PLAIN_DTYPES and not self.is_remote:
-            self.set_extra(t, TensorExtra(ExtraKind.TENSOR, ov_tensor=self._ov_view(t)))
+            import openvino as ov
+
+            self.set_extra(
+                t, TensorExtra(ExtraKind.TENSOR, ov_tensor=ov.Tensor(t.numpy(), shared_memory=True))
+            )
         return t
 
     def _maybe_migrate_kv(self, name: str) -> None:
@@ -481,15 +472,6 @@ class Buffer:
                 f"no tensor {name!r} in buffer {self.id}; placed: {sorted(self._tensors)}"
             ) from None
 
-    @property
-    def tensors(self) -> dict[str, PlacedTensor]:
-        return dict(self._tensors)
-
-    def _ov_view(self, t: PlacedTensor) -> Any:
-        import openvino as ov
-
-        return ov.Tensor(t.numpy(), shared_memory=True)
-
     def set_tensor(self, t: PlacedTensor, values: np.ndarray | bytes, offset: int = 0) -> None:
         """Copy ``values`` into the tensor's bytes (host storage, or the remote tensor)."""
         self._own(t)
@@ -507,13 +489,11 @@ class Buffer:
             return
         self.storage.data[t.offset + offset : t.offset + offset + raw.size] = raw
 
-    def set_weight(
-        self, t: PlacedTensor, values: np.ndarray | bytes, *, register: bool = True
-    ) -> TensorExtra:
+    def set_weight(self, t: PlacedTensor, values: np.ndarray | bytes) -> TensorExtra:
         """Upstream's weight path of set_tensor: copy the tensor and attach a weight extra (a
         ``QuantizedWeight`` or the numpy view); WEIGHTS host buffers are registered for release."""
         self._own(t)
-        if t.is_view:
+        if t.view_src is not None:
             raise BufferUsageError(f"set_weight {t.name!r}: views cannot hold weights")
         self.set_tensor(t, values)
         if t.dtype in PLAIN_DTYPES:
@@ -524,15 +504,15 @@ class Buffer:
                 ExtraKind.QUANTIZED_WEIGHT, weight=quant.from_blocks(t.dtype, raw, t.shape, t.name)
             )
         self.set_extra(t, extra)
-        if register and self.usage is Usage.WEIGHTS and not self.is_remote:
+        if self.usage is Usage.WEIGHTS and not self.is_remote:
             weight_release.register_weight_buffer(self)
         return extra
 
     def get_tensor(self, t: PlacedTensor) -> np.ndarray:
         """A copy of the tensor's values (numpy shape and dtype)."""
         self._own(t)
-        if self.is_remote:
-            raw = self._remote_copy_out(t.offset, t.nbytes)
+        if self.is_remote:  # pragma: no cover - needs a GPU
+            raw = np.asarray(self._remote_host_copy().data)[t.offset : t.offset + t.nbytes].copy()
         else:
             raw = self.storage.data[t.offset : t.offset + t.nbytes].copy()
         return t.typed(raw)
@@ -548,17 +528,6 @@ class Buffer:
         host = self._remote_host_copy()
         np.asarray(host.data)[offset : offset + raw.size] = raw
         host.copy_to(self.storage.ov_tensor)
-
-    def _remote_copy_out(self, offset: int, n: int) -> np.ndarray:  # pragma: no cover - needs a GPU
-        return np.asarray(self._remote_host_copy().data)[offset : offset + n].copy()
-
-    def clear(self, value: int = 0) -> None:
-        """``memset`` the whole buffer."""
-        self._check_alive()
-        if self.is_remote:  # pragma: no cover - needs a GPU
-            self._remote_copy_in(0, np.full(self.size, value, np.uint8))
-        else:
-            self.storage.data[:] = value
 
     def _own(self, t: PlacedTensor) -> None:
         self._check_alive()
@@ -650,17 +619,9 @@ class AllocationTracker:
         self._history: list[AllocationEvent] = []
 
     def record_alloc(self, buf: Buffer) -> None:
-        bt = buf.buffer_type
+        t = buf.buffer_type
         ev = AllocationEvent(
-            time.time(),
-            "alloc",
-            buf.id,
-            bt.device,
-            bt.name,
-            str(bt.kind),
-            str(buf.usage),
-            buf.size,
-            buf.storage.note,
+            time.time(), "alloc", buf.id, t.device, t.name, t.kind, buf.usage, buf.size, buf.storage.note
         )
         with self._lock:
             self._live[buf.id] = ev

@@ -17,8 +17,8 @@ from ovkit.simulate import SimulatedCore
 def test_names_and_kinds() -> None:
     dev = buffers.buffer_type("GPU.1")
     host = buffers.host_buffer_type("GPU.1")
-    assert (dev.name, dev.kind, dev.is_host) == ("GPU.1", BufferKind.DEVICE, False)
-    assert (host.name, host.kind, host.is_host) == ("GPU.1_HOST", BufferKind.HOST, True)
+    assert (dev.name, dev.kind) == ("GPU.1", BufferKind.DEVICE)
+    assert (host.name, host.kind) == ("GPU.1_HOST", BufferKind.HOST)
     assert dev.alignment == host.alignment == 32
     assert dev.max_size == buffers.SIZE_MAX
 
