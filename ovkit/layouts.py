@@ -4,7 +4,7 @@ of rules: how each lists devices and selects one (``ovkit.devices.layout_devices
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -102,32 +102,17 @@ def describe(ov_id: str, *, core: Core, props: dict[str, Any] | None = None) -> 
 
 
 # -- memory -------------------------------------------------------------------------------------
-def _byte_count(value: Any) -> int | None:
-    """``ov_try_get_size_t_property``: an unsigned count or a non-negative int64, else unknown."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
 def _fork_memory(ov_id: str, *, core: Core) -> MemoryReport:
-    """The fork's ``get_memory``: the plugin's counters when total > 0 and used are readable,
-    else host RAM (free = total); an iGPU's or NPU's free is then capped at MemAvailable."""
+    """The fork's ``get_memory``: the plugin's counters (a dGPU's host USM left out) when total > 0
+    and used are readable, else host RAM (free = total); an iGPU's or NPU's free is then capped at
+    MemAvailable."""
     rule = memory.MEMORY_RULES.get(ov_id[:3], memory.MEMORY_RULES["CPU"])  # by class prefix
-    total = used = None
-    breakdown: dict[str, int] = {}
-    if rule.total_property and rule.used_property:
-        total = _byte_count(read_property(ov_id, rule.total_property, core=core)[0])
-        raw = read_property(ov_id, rule.used_property, core=core)[0] if total else None
-        if not rule.used_is_map:
-            used = _byte_count(raw)
-        elif isinstance(raw, Mapping):  # GPU_MEMORY_STATISTICS without the host RAM a dGPU maps
-            breakdown = {str(k): v for k, v in raw.items() if str(k) not in GPU_HOST_STATISTICS}
-            breakdown = {k: v for k, v in breakdown.items() if _byte_count(v) is not None}
-            used = sum(breakdown.values())
-    if total and used is not None:
-        formula = f"{rule.total_property} - this process's OpenVINO allocations"
-        mem = MemoryReport(
-            total, max(0, total - used), used, formula, clamped=used > total, breakdown=breakdown
-        )
-    else:
+    formula = f"{rule.total_property} - this process's OpenVINO allocations"
+    try:
+        mem = memory.read_counters(ov_id, rule, formula, {}, core=core, skip=GPU_HOST_STATISTICS)
+    except memory.UnreadableMemory:
+        mem = MemoryReport(0, 0, 0, "")
+    if not mem.total_bytes:
         mem = memory.host_ram_report(
             "host RAM (free = total), as for the CPU or a plugin without memory counters", core=core
         )
