@@ -141,18 +141,9 @@ def using_device(name: str, *, core: Core | None = None) -> Iterator[Selection]:
 class Backend:
     """Execution bound to the one selected device: other devices support no op (the backend drives one device)."""
 
-    def __init__(
-        self, selection: Selection, *, core: Core | None = None, upstream_exact: bool = False
-    ) -> None:
+    def __init__(self, selection: Selection, *, core: Core | None = None) -> None:
         self.selection = selection
         self.core = get_core(core)
-        self.upstream_exact = upstream_exact
-
-    @classmethod
-    def from_env(
-        cls, env: Mapping[str, str] | None = None, *, core: Core | None = None, **kw: Any
-    ) -> Backend:
-        return cls(resolve_device(env, core=core), core=core, **kw)
 
     @property
     def device(self) -> str:
@@ -168,7 +159,7 @@ class Backend:
                 False, f"device {device_name} is not the selected device {self.selection.device}"
             )
         else:
-            decision = check_op(op, self.selection.device_class, upstream_exact=self.upstream_exact)
+            decision = check_op(op, self.selection.device_class)
         if not decision.supported and self.selection.config.log_unsupported_ops:
             info = op.op_info() if callable(getattr(op, "op_info", None)) else op
             name, kind, dtype = (getattr(info, key, None) for key in ("name", "op", "dtype"))
