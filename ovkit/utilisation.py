@@ -228,10 +228,10 @@ class UtilisationMeter:
         simulated), measured since the previous sample."""
         readings: dict[str, Reading] = {"cpu": read_cpu(self.root, self.clock())}
         real_classes = {str(d.device_class) for d in devices if not d.simulated}
-        gpus = read_drm_clients(self.root, self.clock()) if "GPU" in real_classes or not devices else {}
-        readings.update({f"gpu:{p}": r for p, r in gpus.items()})
-        npus = read_npu(self.root, self.clock()) if "NPU" in real_classes or not devices else []
-        readings.update({f"npu:{i}": r for i, r in enumerate(npus)})
+        if "GPU" in real_classes or not devices:
+            readings |= {f"gpu:{p}": r for p, r in read_drm_clients(self.root, self.clock()).items()}
+        if "NPU" in real_classes or not devices:
+            readings |= {f"npu:{i}": r for i, r in enumerate(read_npu(self.root, self.clock()))}
         # the real GPUs and NPUs, in device order, pair with the sources in PCI / accel order
         keys = {c: iter(sorted(k for k in readings if k.startswith(c.lower() + ":"))) for c in ("GPU", "NPU")}
         n_gpu_keys = sum(k.startswith("gpu:") for k in readings)
@@ -240,39 +240,32 @@ class UtilisationMeter:
         out = []
         for d in devices:
             cls = str(d.device_class)
-            if cls == "CPU":
-                out.append(self._busy_cpu(d, readings["cpu"]))
-            elif d.simulated:
-                out.append(Busy(d.name, None, NOT_MEASURED_SIMULATED, simulated=True))
-            elif cls in keys:
-                why, note = NO_SOURCE[cls], paired if cls == "GPU" else ""
-                out.append(self._busy(d.name, next(keys[cls], None), readings, why, note))
-            else:
-                out.append(Busy(d.name, None, f"not available here: no busy counter for class {cls}"))
+            key = "cpu" if cls == "CPU" else None if d.simulated or cls not in keys else next(keys[cls], None)
+            out.append(self._busy(d, readings, key, paired))
         self._prev = readings
         return out
 
-    def _busy(self, name: str, key: str | None, readings: Mapping[str, Reading], why: str, note: str) -> Busy:
+    def _busy(self, d: Any, readings: Mapping[str, Reading], key: str | None, paired: str) -> Busy:
+        """One device's figure from the reading under ``key`` (None: no source for it)."""
+        cls, cpu = str(d.device_class), str(d.device_class) == "CPU"
+        if d.simulated and not cpu:
+            return Busy(d.name, None, NOT_MEASURED_SIMULATED, simulated=True)
+        if cls not in NO_SOURCE and not cpu:
+            return Busy(d.name, None, f"not available here: no busy counter for class {cls}")
         if key is None:
-            return Busy(name, None, f"not available here: {why}")
-        cur = readings[key]
+            return Busy(d.name, None, f"not available here: {NO_SOURCE[cls]}")
+        cur, prev = readings[key], self._prev.get(key)
         if cur.error is not None:
-            return Busy(name, None, cur.error)
-        prev = self._prev.get(key)
+            return Busy(d.name, None, cur.error, simulated=d.simulated)
         parts = shares(prev, cur) if prev is not None else {}
+        if cpu:
+            detail = {"this process": parts["process"]} if "process" in parts else {}
+            where = "; this machine's CPU, where the simulated devices run" if d.simulated else ""
+            return Busy(d.name, parts.get("system"), cur.source + where, detail, simulated=d.simulated)
         share = max(parts.values()) if parts else None
         if share is None and prev is not None and not cur.counters:
             share = 0.0  # a GPU no process has a DRM client on: idle
-        return Busy(name, share, cur.source + note, parts)
-
-    def _busy_cpu(self, d: Any, cur: Reading) -> Busy:
-        source = cur.source + ("; this machine's CPU, where the simulated devices run" if d.simulated else "")
-        if cur.error is not None:
-            return Busy(d.name, None, cur.error, simulated=d.simulated)
-        prev = self._prev.get("cpu")
-        parts = shares(prev, cur) if prev is not None else {}
-        detail = {"this process": parts["process"]} if "process" in parts else {}
-        return Busy(d.name, parts.get("system"), source, detail, simulated=d.simulated)
+        return Busy(d.name, share, cur.source + (paired if cls == "GPU" else ""), parts)
 
 
 def busy_frame(busy: Sequence[Busy]) -> Any:
