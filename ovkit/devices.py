@@ -8,7 +8,7 @@ import enum
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ovkit import layouts, memory
@@ -118,8 +118,7 @@ class Device:
 
 def physical_device_ids(core: Core | None = None) -> list[str]:
     """``available_devices`` without virtual ids, sorted lexicographically."""
-    ids: Iterable[str] = get_core(core).available_devices
-    return sorted({d for d in ids if not is_virtual(d)})
+    return layouts.physical(get_core(core).available_devices)
 
 
 def describe_device(name: str, *, core: Core | None = None) -> Device:
@@ -133,20 +132,18 @@ def describe_device(name: str, *, core: Core | None = None) -> Device:
     return with_memory(replace(seen, simulated=is_simulated(core), ov_id=name), mem)
 
 
+#: Device's name of each MemoryReport field (the others have the same name)
+DEVICE_FIELD = {
+    "formula": "memory_formula",
+    "error": "memory_error",
+    "clamped": "memory_clamped",
+    "breakdown": "memory_breakdown",
+}
+
+
 def with_memory(d: Device, mem: MemoryReport) -> Device:
     """``d`` with the figures of a memory reading."""
-    return replace(
-        d,
-        total_bytes=mem.total_bytes,
-        free_bytes=mem.free_bytes,
-        used_bytes=mem.used_bytes,
-        memory_error=mem.error,
-        memory_formula=mem.formula,
-        memory_clamped=mem.clamped,
-        memory_breakdown=dict(mem.breakdown),
-        host_available_bytes=mem.host_available_bytes,
-        shared_host_available_bytes=mem.shared_host_available_bytes,
-    )
+    return replace(d, **{DEVICE_FIELD.get(f.name, f.name): getattr(mem, f.name) for f in fields(mem)})
 
 
 def list_devices(

@@ -72,16 +72,14 @@ class Resolved:
 
 
 # -- which OpenVINO ids a layout lists, and which it accepts in GGML_OPENVINO_DEVICE -------------
-def _without(prefixes: tuple[str, ...]) -> Callable[[Sequence[str]], list[str]]:
-    return lambda ids: sorted({d for d in ids if not d.startswith(prefixes)})
-
-
-_physical = _without(VIRTUAL_PREFIXES)
+def physical(ids: Sequence[str], virtual: tuple[str, ...] = VIRTUAL_PREFIXES) -> list[str]:
+    """``ids`` without the ``virtual`` ones, sorted, each once."""
+    return sorted({d for d in ids if not d.startswith(virtual)})
 
 
 def _fork_enumerate(ids: Sequence[str]) -> list[str]:
     """``ov_enumerate_devices``: AUTO/MULTI/HETERO dropped, ``CPU`` if nothing is left, sorted, unique."""
-    return _without(FORK_VIRTUAL_PREFIXES)(ids) or ["CPU"]
+    return physical(ids, FORK_VIRTUAL_PREFIXES) or ["CPU"]
 
 
 # -- descriptions -------------------------------------------------------------------------------
@@ -131,12 +129,12 @@ LAYOUTS: dict[str, Layout] = {
         Layout(
             "seed",
             "list-devices PRD: one device per OpenVINO device, named by its id",
-            entries=lambda ids, _sel: _physical(ids),
+            entries=lambda ids, _sel: physical(ids),
             naming=lambda _i, ov_id: ov_id,
             description=lambda _core, _ov_id, _sel, seen: seen.description,  # FULL_DEVICE_NAME
             memory=None,
             ggml_type=lambda _ov_id, _sel: "GPU",
-            selection=SelectionRule(_physical, lambda _c: "CPU", OnUnknown.FALLBACK),
+            selection=SelectionRule(physical, lambda _c: "CPU", OnUnknown.FALLBACK),
         ),
         Layout(
             "master",
