@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from ovkit import memory
 from ovkit.errors import OvkitError
@@ -63,8 +63,7 @@ class Layout:
     selection: SelectionRule
 
 
-@dataclass(frozen=True, slots=True)
-class Resolved:
+class Resolved(NamedTuple):
     """The device a layout's selection rule picks, and whether it fell back."""
 
     device: str

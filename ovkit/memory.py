@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -101,11 +100,10 @@ def host_memory(core: Core | None = None) -> HostMemory:
         total, available = provider()
         return HostMemory(int(total), int(available))
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    available = total
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError), open("/proc/meminfo", encoding="ascii") as fh:
-            found = (int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
-            available = next(found, total)
+    available = total  # where there is no /proc/meminfo
+    with contextlib.suppress(OSError), open("/proc/meminfo", encoding="ascii") as fh:
+        found = (int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
+        available = next(found, total)
     return HostMemory(total, available)
 
 

@@ -20,7 +20,7 @@ from ovkit.config import OvkitConfig, read_config
 from ovkit.devices import device_class, is_virtual, list_devices
 from ovkit.errors import OvkitError
 from ovkit.gguf import GGUFError, GGUFModel, read_gguf
-from ovkit.memory import format_bytes, host_memory, read_property, shares_host_ram
+from ovkit.memory import MIB, format_bytes, host_memory, read_property, shares_host_ram
 from ovkit.model.arch import ARCHS, HParams, ModelError
 from ovkit.model.program import F16_BYTES, GraphShape
 from ovkit.preflight_known import (
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-MIB = 2**20
 KV_CELL_PAD = 256  #: llama_context pads n_ctx (and n_ctx_seq) to a multiple of 256 cells
 MAX_N_CTX = 2**32 - KV_CELL_PAD  #: llama.cpp holds the padded n_ctx in a uint32
 DEFAULT_N_UBATCH = 512  #: llama.cpp's default micro-batch

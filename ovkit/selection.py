@@ -108,20 +108,10 @@ def resolve_device(
     config = read_config(env)
     core = get_core(core)
     available = list(core.available_devices)
-    requested = config.device_requested
-    wanted = requested or DEFAULT_DEVICE
-    resolved = resolve_for(get_layout(layout), requested, core=core)
-    fell_back = resolved.fell_back
+    wanted = config.device_requested or DEFAULT_DEVICE
+    device, fell_back = resolve_for(get_layout(layout), config.device_requested, core=core)
     hint = near_miss_hint(wanted, available) if fell_back else None
-    selection = Selection(
-        requested=requested,
-        device=resolved.device,
-        fell_back=fell_back,
-        hint=hint,
-        available=tuple(available),
-        config=config,
-        layout=layout,
-    )
+    selection = Selection(config.device_requested, device, fell_back, hint, tuple(available), config, layout)
     if log:
         if fell_back:
             logger.warning(fallback_message(wanted))
