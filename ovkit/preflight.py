@@ -615,13 +615,18 @@ def fallbacks(graphs: Sequence[Sequence[Any]], dev: str) -> tuple[Fallback, ...]
 def known_aborts(
     arch: str, cls: str, backend: str, config: OvkitConfig, *, flash_attn: bool, split: bool
 ) -> list[KnownAbort]:
-    """The known aborts matching this model on this device class; the toggles are the
-    ``GGML_OPENVINO_*`` ones that are on, as the backend parses them (``atoi != 0``)."""
+    """The known aborts matching this model on this device class (``unless``: a ``GGML_OPENVINO_*``
+    toggle that is on, as the backend parses them: ``atoi != 0``)."""
     on = {f"GGML_OPENVINO_{f.name.upper()}" for f in fields(config) if getattr(config, f.name) is True}
     return [
         a
         for a in KNOWN_ABORTS
-        if a.matches(arch, cls, backend, flash_attn=flash_attn, split=split, toggles=on)
+        if backend in a.versions
+        and (not a.archs or arch in a.archs)
+        and (not a.device_classes or cls in a.device_classes)
+        and a.flash_attn in (None, flash_attn)
+        and (split or not a.split)
+        and a.unless not in on
     ]
 
 
