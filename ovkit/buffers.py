@@ -10,7 +10,6 @@ import enum
 import functools
 import itertools
 import mmap
-import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -328,8 +327,12 @@ class Buffer:
     def _track_storage(self) -> None:
         """Record the allocation of the current storage; ``_finalizer()`` releases and records it, at
         the latest when the buffer is collected unfreed."""
-        TRACKER.record_alloc(self)
-        self._finalizer = weakref.finalize(self, _release, self.storage, self._extras, self.id)
+        t = self.buffer_type
+        ev = AllocationEvent(
+            time.time(), "alloc", self.id, t.device, t.name, t.kind, self.usage, self.size, self.storage.note
+        )
+        HISTORY.append(ev)
+        self._finalizer = weakref.finalize(self, _release, self.storage, self._extras, ev)
 
     def _make_storage(self, size: int, *, core: Core | None, remote: bool | None) -> Storage:
         gpu = device_class(self.buffer_type.device) is DeviceClass.GPU
@@ -577,14 +580,14 @@ class Buffer:
         return f"Buffer(id={self.id}, type={self.name}, usage={self.usage}, {state}, storage={self.storage.note!r})"
 
 
-def _release(storage: Storage, extras: dict[int, TensorExtra], buffer_id: int) -> None:
+def _release(storage: Storage, extras: dict[int, TensorExtra], allocated: AllocationEvent) -> None:
     """Release a buffer's extras and storage, and record the release (free() or the collector)."""
     for extra in list(extras.values()):
         if not extra.released:
             extra.release()
     extras.clear()
     storage.free()
-    TRACKER.record_free(buffer_id)
+    HISTORY.append(dataclasses.replace(allocated, time=time.time(), event="free"))
 
 
 def alloc_buffer(
@@ -610,47 +613,15 @@ class AllocationEvent:
     storage: str
 
 
-class AllocationTracker:
-    """Records every buffer allocation and release (thread-safe)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._live: dict[int, AllocationEvent] = {}
-        self._history: list[AllocationEvent] = []
-
-    def record_alloc(self, buf: Buffer) -> None:
-        t = buf.buffer_type
-        ev = AllocationEvent(
-            time.time(), "alloc", buf.id, t.device, t.name, t.kind, buf.usage, buf.size, buf.storage.note
-        )
-        with self._lock:
-            self._live[buf.id] = ev
-            self._history.append(ev)
-
-    def record_free(self, buffer_id: int) -> None:
-        with self._lock:
-            ev = self._live.pop(buffer_id, None)
-            if ev is not None:
-                self._history.append(dataclasses.replace(ev, time=time.time(), event="free"))
-
-    def live(self) -> list[AllocationEvent]:
-        with self._lock:
-            return list(self._live.values())
-
-    def history(self) -> list[AllocationEvent]:
-        with self._lock:
-            return list(self._history)
-
-
-TRACKER = AllocationTracker()
+#: every allocation and release in order (``list.append`` is atomic: no lock needed)
+HISTORY: list[AllocationEvent] = []
 _COLUMNS = ["buffer_id", "device", "buffer_type", "kind", "usage", "bytes", "storage", "time"]
 
 
 def current_allocations() -> pd.DataFrame:
     """Live buffers, one row each: buffer_id, device, buffer_type, kind, usage, bytes, storage, time."""
-    import pandas as pd
-
-    return pd.DataFrame(map(dataclasses.asdict, TRACKER.live()), columns=_COLUMNS)
+    last = allocation_history().drop_duplicates("buffer_id", keep="last")  # a KV migration: free, alloc
+    return last.loc[last["event"] == "alloc", _COLUMNS].reset_index(drop=True)
 
 
 def allocation_history() -> pd.DataFrame:
@@ -658,7 +629,7 @@ def allocation_history() -> pd.DataFrame:
     import pandas as pd
 
     columns = [f.name for f in dataclasses.fields(AllocationEvent)]
-    frame = pd.DataFrame(map(dataclasses.asdict, TRACKER.history()), columns=columns)
+    frame = pd.DataFrame(map(dataclasses.asdict, HISTORY), columns=columns)
     signed = frame["bytes"].astype("int64").where(frame["event"] == "alloc", -frame["bytes"])
     frame["live_bytes"] = signed.groupby(frame["device"]).cumsum()
     return frame

@@ -171,7 +171,7 @@ def test_tracking_records_alloc_and_free() -> None:
 
 
 def test_frames_of_an_empty_record_keep_their_columns(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(buffers, "TRACKER", buffers.AllocationTracker())
+    monkeypatch.setattr(buffers, "HISTORY", [])
     assert list(buffers.current_allocations().columns)[:2] == ["buffer_id", "device"]
     history = buffers.allocation_history()
     assert history.empty and list(history.columns)[-1] == "live_bytes"
