@@ -132,17 +132,13 @@ class HostStorage:
     remote = False
 
     def __init__(
-        self,
-        size: int,
-        note: str = "host memory",
-        *,
-        device_side: bool = False,
-        on_free: Callable[[], None] | None = None,
+        self, size: int, note: str = "host memory", on_free: Callable[[], None] | None = None
     ) -> None:
         self.size = int(size)
         self.note = note
-        self.device_side = device_side  # stands in for device memory (a simulated GPU)
-        self._on_free = on_free  # called once when freed (a simulated device gives the bytes back)
+        # ``on_free``, called once when freed: a simulated device's memory, given back then
+        self.device_side = on_free is not None
+        self._on_free = on_free
         # private anonymous mapping: MADV_DONTNEED really frees its pages (a shared one would not);
         # weight release madvises it
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
@@ -347,8 +343,8 @@ class Buffer:
                 # counted as the simulated GPU's usm_device, as the plugin counts a USM tensor
                 dev = self.buffer_type.device
                 core.allocate(dev, size, "usm_device")
-                return HostStorage(size, note=f"simulated {dev}: host memory", device_side=True,
-                                   on_free=functools.partial(core.release, dev, size, "usm_device"))  # fmt: skip
+                release = functools.partial(core.release, dev, size, "usm_device")
+                return HostStorage(size, f"simulated {dev}: host memory", release)
             return RemoteStorage(size, self.buffer_type.device, core=get_core(core))
         return HostStorage(size)
 
