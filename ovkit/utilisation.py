@@ -4,6 +4,7 @@ Readers take the filesystem root and say "not available here" and why when their
 
 from __future__ import annotations
 
+import glob
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -90,10 +91,7 @@ def read_cpu(root: Path = ROOT, now: float | None = None) -> Reading:
 def _bound(base: Path, prefix: str, drivers: tuple[str, ...]) -> list[tuple[Path, str]]:
     """The entries ``prefix*`` of a sysfs class (connectors like ``card0-DP-1`` left out) whose
     device is bound to one of ``drivers``, with that driver, sorted."""
-    try:
-        entries = sorted(p for p in base.iterdir() if p.name.startswith(prefix) and "-" not in p.name)
-    except OSError:
-        return []
+    entries = sorted(p for p in map(Path, glob.glob(os.path.join(base, prefix + "*"))) if "-" not in p.name)
     bound = ((entry, os.path.basename(_link(entry / "device" / "driver"))) for entry in entries)
     return [(entry, driver) for entry, driver in bound if driver in drivers]
 
@@ -128,37 +126,28 @@ def read_drm_clients(root: Path = ROOT, now: float | None = None) -> dict[str, R
     wall_ns = (time.monotonic() if now is None else now) * 1e9
     found: dict[str, dict[str, tuple[float, float]]] = {pdev: {} for pdev in cards}
     capacity: dict[str, dict[str, float]] = {pdev: {} for pdev in cards}
-    proc = root / "proc"
-    try:
-        pids = [p for p in proc.iterdir() if p.name.isdigit()]
-    except OSError:
-        pids = []
-    for pid in pids:
-        try:
-            fds = list((pid / "fd").iterdir())
-        except OSError:
+    # glob skips what it cannot list (others' fds, a process that just exited)
+    for fd in map(Path, glob.glob(os.path.join(root, "proc", "[0-9]*", "fd", "*"))):
+        if not _link(fd).startswith("/dev/dri/"):
             continue
-        for fd in fds:
-            if not _link(fd).startswith("/dev/dri/"):
+        text = _read(fd.parent.parent / "fdinfo" / fd.name)
+        info = _fdinfo(text) if text else {}
+        pdev, client = info.get("drm-pdev", ""), info.get("drm-client-id", "")
+        if info.get("drm-driver") not in DRM_DRIVERS or pdev not in found or not client:
+            continue
+        for key, value in info.items():
+            n = _number(value)
+            if n is None:
                 continue
-            text = _read(pid / "fdinfo" / fd.name)
-            info = _fdinfo(text) if text else {}
-            pdev, client = info.get("drm-pdev", ""), info.get("drm-client-id", "")
-            if info.get("drm-driver") not in DRM_DRIVERS or pdev not in found or not client:
-                continue
-            for key, value in info.items():
-                n = _number(value)
-                if n is None:
-                    continue
-                if key.startswith("drm-engine-capacity-"):
-                    capacity[pdev][key.removeprefix("drm-engine-capacity-")] = n
-                elif key.startswith("drm-engine-"):  # i915: busy ns of the class
-                    found[pdev][f"{key.removeprefix('drm-engine-')}/{client}"] = (n, wall_ns)
-                elif key.startswith("drm-cycles-"):  # xe: busy cycles over the GPU's total cycles
-                    engine = key.removeprefix("drm-cycles-")
-                    total = _number(info.get(f"drm-total-cycles-{engine}", ""))
-                    if total is not None:
-                        found[pdev][f"{engine}/{client}"] = (n, total)
+            if key.startswith("drm-engine-capacity-"):
+                capacity[pdev][key.removeprefix("drm-engine-capacity-")] = n
+            elif key.startswith("drm-engine-"):  # i915: busy ns of the class
+                found[pdev][f"{key.removeprefix('drm-engine-')}/{client}"] = (n, wall_ns)
+            elif key.startswith("drm-cycles-"):  # xe: busy cycles over the GPU's total cycles
+                engine = key.removeprefix("drm-cycles-")
+                total = _number(info.get(f"drm-total-cycles-{engine}", ""))
+                if total is not None:
+                    found[pdev][f"{engine}/{client}"] = (n, total)
     return {
         pdev: Reading(f"DRM fdinfo ({cards[pdev]} {pdev})", found[pdev], capacity[pdev]) for pdev in cards
     }
