@@ -538,36 +538,6 @@ def naming(requested: str | None, *, core: Core | None) -> Naming:
 # The check
 
 
-def backend_version(key: str) -> BackendVersion:
-    try:
-        return BACKENDS[key]
-    except KeyError:
-        raise PreflightError(
-            f"backend {key!r} is not a known version (expected one of {', '.join(BACKENDS)})"
-        ) from None
-
-
-def _n_ctx_arg(n_ctx: int | None) -> int | None:
-    if n_ctx is None:
-        return None
-    if isinstance(n_ctx, bool) or not isinstance(n_ctx, int):
-        raise PreflightError(f"-c {n_ctx!r}: expected a whole number of tokens (0: the training context)")
-    if not 0 <= n_ctx <= MAX_N_CTX:
-        raise PreflightError(
-            f"-c {n_ctx:,}: expected 0 (the training context) to {MAX_N_CTX:,} tokens "
-            "(llama.cpp holds the padded context in a uint32)"
-        )
-    return n_ctx
-
-
-def read_header(path: str | os.PathLike[str]) -> GGUFModel:
-    """The file's header and tensor table (memory-mapped; no tensor data is touched)."""
-    try:
-        return read_gguf(path)
-    except GGUFError as exc:
-        raise PreflightError(str(exc)) from None
-
-
 def model_sizes(
     gguf: GGUFModel, hp: HParams, n_ctx: int, n_ubatch: int, flash_attn: bool, static_chunk: int = 0
 ) -> tuple[ModelSizes, tuple[list[Any], ...]]:
@@ -771,8 +741,18 @@ def check(
     """Will ``path`` run on each device at ``-c n_ctx`` (None or 0: the training context), and what
     will it take?  ``device``: a ``GGML_OPENVINO_DEVICE`` value, checked alone and explained;
     ``backend``: a key of ``BACKENDS``; ``env``: other ``GGML_OPENVINO_*`` settings."""
-    version = backend_version(backend)
-    n_req = _n_ctx_arg(n_ctx)
+    if backend not in BACKENDS:
+        raise PreflightError(
+            f"backend {backend!r} is not a known version (expected one of {', '.join(BACKENDS)})"
+        )
+    if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int)):
+        raise PreflightError(f"-c {n_ctx!r}: expected a whole number of tokens (0: the training context)")
+    if n_ctx is not None and not 0 <= n_ctx <= MAX_N_CTX:
+        raise PreflightError(
+            f"-c {n_ctx:,}: expected 0 (the training context) to {MAX_N_CTX:,} tokens "
+            "(llama.cpp holds the padded context in a uint32)"
+        )
+    version = BACKENDS[backend]
     if isinstance(n_ubatch, bool) or not isinstance(n_ubatch, int) or n_ubatch < 1:
         raise PreflightError(f"-ub {n_ubatch!r}: expected a whole number of tokens >= 1")
     if simulate is not None:
@@ -781,7 +761,10 @@ def check(
         except UnknownProfileError as exc:
             raise PreflightError(str(exc)) from None
     core = get_core(core)
-    gguf = read_header(path)
+    try:
+        gguf = read_gguf(path)  # the header and tensor table, memory-mapped: no tensor data is read
+    except GGUFError as exc:
+        raise PreflightError(str(exc)) from None
     arch = gguf.architecture
     if arch is None:
         raise PreflightError(f"{gguf.path}: the header has no general.architecture")
@@ -798,9 +781,9 @@ def check(
         except ModelError as exc:
             raise PreflightError(str(exc)) from None
     n_ctx_train = hp.n_ctx_train if hp else int(gguf.metadata.get(f"{arch}.context_length", 0) or 0)
-    if not n_ctx_train and not n_req:
+    if not n_ctx_train and not n_ctx:
         raise PreflightError(f"{gguf.path}: -c 0 asks for the training context, but the header has no {arch}.context_length")  # fmt: skip
-    cells = padded_ctx(n_req, n_ctx_train)
+    cells = padded_ctx(n_ctx, n_ctx_train)
     if cells > MAX_N_CTX:
         raise PreflightError(f"{gguf.path}: a context of {cells:,} cells: llama.cpp holds it in a uint32")
     devices = list_devices(core=core)
@@ -826,20 +809,20 @@ def check(
     host_free = host_memory(core).available_bytes
     checks = tuple(
         check_device(
-            gguf, sizes, graphs, d, core=core, backend=version, flash_attn=flash_attn, unset=not n_req,
+            gguf, sizes, graphs, d, core=core, backend=version, flash_attn=flash_attn, unset=not n_ctx,
             host_free=host_free, config=config,
         )
         for d in devices
     )  # fmt: skip
     simulated = simulate or (core.profile.name if isinstance(core, SimulatedCore) else None)
     notes: tuple[str, ...] = ()
-    if not n_req and cells > LONG_CONTEXT:
+    if not n_ctx and cells > LONG_CONTEXT:
         notes = (
             f"-c was not given: llama.cpp's default is the training context ({cells:,} cells); pass -c "
             "to size the KV cache for what you need",
         )
     return Preflight(
-        gguf.path, arch, gguf.file_size, n_req, cells, n_ctx_train, min(n_ubatch, cells),
+        gguf.path, arch, gguf.file_size, n_ctx, cells, n_ctx_train, min(n_ubatch, cells),
         sizes.n_prompt if sizes else 0, flash_attn, version, checks, names,
         predicted_peak(gguf, hp, cells) if hp else None, simulated, notes,
     )  # fmt: skip
