@@ -176,6 +176,12 @@ PART_COLOURS: dict[str, Any] = {
 }
 
 
+#: the drawing's marks on each bar: free memory, the largest single buffer, the cap on one allocation
+MARKS: tuple[dict[str, Any], ...] = (
+    {"color": "black", "lw": 2, "label": "free"},
+    {"color": "red", "ls": "--", "lw": 1, "label": "largest buffer"},
+    {"color": "red", "lw": 1.5, "label": MAX_ALLOC_PROPERTY},
+)
 REPORT_COLUMNS = ("device", "verdict", "host peak", "host free", "device mem", "device free", "largest buffer", "why")  # fmt: skip
 
 
@@ -293,26 +299,18 @@ class Preflight(Reported):
         if ax is None:
             ax = Figure(figsize=(8, 1.2 + 0.5 * len(stacked))).add_subplot()
         stacked.plot.barh(stacked=True, ax=ax, color=PART_COLOURS, edgecolor="white", width=0.8)
-        firsts = frame.groupby("bar", sort=False).first()
+        handles = ax.get_legend_handles_labels()[0] + [Line2D([], [], **style) for style in MARKS]
         with_device = set(frame.loc[frame["where"] == DEVICE, "device"])
-        for y, row in enumerate(firsts.itertuples()):
-            marks: list[tuple[Any, dict[str, Any]]] = [(row.free_bytes, {"color": "black", "lw": 2})]
+        for y, row in enumerate(frame.groupby("bar", sort=False).first().itertuples()):
+            xs: list[Any] = [row.free_bytes]
             if row.where == DEVICE or row.device not in with_device:  # the device's own allocations
-                marks += [
-                    (row.largest_buffer_bytes, {"color": "red", "ls": "--", "lw": 1}),
-                    (row.max_alloc_bytes, {"color": "red", "lw": 1.5}),
-                ]
-            for x, style in marks:
+                xs += [row.largest_buffer_bytes, row.max_alloc_bytes]
+            for x, style in zip(xs, MARKS, strict=False):
                 if not pd.isna(x):
                     ax.plot([x / gib] * 2, [y - 0.45, y + 0.45], **style)
         ax.tick_params(axis="y", labelsize=8)
         ax.invert_yaxis()
         ax.set(xlabel="GiB", ylabel="")
-        handles = ax.get_legend_handles_labels()[0] + [
-            Line2D([], [], color="black", lw=2, label="free"),
-            Line2D([], [], color="red", ls="--", label="largest buffer"),
-            Line2D([], [], color="red", lw=1.5, label=MAX_ALLOC_PROPERTY),
-        ]
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.set_title(
             f"{self.path.name} at {self.n_ctx:,} cells: memory by part against free memory", fontsize=9
