@@ -293,13 +293,7 @@ class Buffer:
     """A buffer of one buffer type, owning one storage, the tensors placed in it and their extras."""
 
     def __init__(
-        self,
-        buffer_type: BufferType,
-        size: int,
-        usage: Usage = Usage.ANY,
-        *,
-        core: Core | None = None,
-        remote: bool | None = None,
+        self, buffer_type: BufferType, size: int, usage: Usage = Usage.ANY, *, core: Core | None = None
     ) -> None:
         if not is_ovkit_buffer_type(buffer_type):
             raise BufferUsageError(f"{buffer_type!r} is not an ovkit buffer type")
@@ -313,7 +307,10 @@ class Buffer:
         self.buffer_type = buffer_type
         self.usage = Usage(usage)
         self._core = core
-        self.storage: Storage = self._make_storage(int(size), core=core, remote=remote)
+        # a GPU's KV cache is device memory from the start (others move with a cache_* tensor)
+        gpu = device_class(buffer_type.device) is DeviceClass.GPU
+        remote = gpu and buffer_type.kind is BufferKind.DEVICE and self.usage is Usage.KV_CACHE
+        self.storage: Storage = self._make_storage(int(size), remote=remote)
         self._tensors: dict[str, PlacedTensor] = {}
         self._extras: dict[int, TensorExtra] = {}  # id(base PlacedTensor) -> owned extra
         self._next = 0
@@ -330,14 +327,8 @@ class Buffer:
         HISTORY.append(ev)
         self._finalizer = weakref.finalize(self, _release, self.storage, self._extras, ev)
 
-    def _make_storage(self, size: int, *, core: Core | None, remote: bool | None) -> Storage:
-        gpu = device_class(self.buffer_type.device) is DeviceClass.GPU
-        if remote is None:
-            remote = gpu and self.buffer_type.kind is BufferKind.DEVICE and self.usage is Usage.KV_CACHE
-        if remote and not gpu:
-            raise BufferUsageError(
-                f"remote storage is for the GPU class only, not {self.buffer_type.device!r}"
-            )
+    def _make_storage(self, size: int, *, remote: bool) -> Storage:
+        core = self._core
         if remote and size:
             if isinstance(core, SimulatedCore):
                 # counted as the simulated GPU's usm_device, as the plugin counts a USM tensor
@@ -427,7 +418,7 @@ class Buffer:
                 "the KV cache must be the first tensor placed in its buffer (upstream asserts this)"
             )
         old = self.storage
-        new = self._make_storage(old.size, core=self._core, remote=True)
+        new = self._make_storage(old.size, remote=True)
         self.storage = new
         if isinstance(new, HostStorage):
             new.data[:] = old.data

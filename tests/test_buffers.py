@@ -79,11 +79,6 @@ def test_simulated_gpu_kv_cache_uses_host_memory_and_says_so() -> None:
         assert row["storage"] == "simulated GPU: host memory"
 
 
-def test_remote_storage_only_for_gpu_class() -> None:
-    with pytest.raises(BufferUsageError, match="GPU class only, not 'CPU'"):
-        buffers.Buffer(buffers.buffer_type("CPU"), 64, Usage.KV_CACHE, remote=True)
-
-
 def test_place_set_get_and_offsets() -> None:
     with buffers.alloc_buffer("CPU", 1024, "weights", host=True) as buf:
         a = buf.place("a", (3, 5), "f32")
