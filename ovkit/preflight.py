@@ -630,10 +630,8 @@ def check_device(
     """One device's verdict (``d``: an ``ovkit.devices.Device``, selected by its exact id)."""
     cls = str(d.device_class)
     arch = str(gguf.architecture)
-    max_alloc = None
-    if cls == "GPU":
-        value, err = read_property(d.name, MAX_ALLOC_PROPERTY, core=core)
-        max_alloc = int(value) if err is None and value is not None else None
+    value = read_property(d.name, MAX_ALLOC_PROPERTY, core=core)[0] if cls == "GPU" else None
+    max_alloc = None if value is None else int(value)
     shares = cls != "GPU" or shares_host_ram(d.name, core=core)  # CPU, OTHER, NPU, an integrated GPU
     dev_free = None if cls in ("CPU", "OTHER") else d.live.free_bytes
     found = fallbacks(graphs, d.name)
@@ -691,8 +689,19 @@ def check_device(
             why = f"needs {format_bytes(on_device)} of device memory, {format_bytes(dev_free)} free"
             failures.append(_Failure(stage, why, "#23939"))
             break
-    if d.name == "NPU":
-        notes += _npu_notes(sizes, config.prefill_chunk_size, unset)
+    if d.name == "NPU":  # its static shapes at this context and prefill chunk
+        n, chunk, n_head = sizes.n_ctx, config.prefill_chunk_size, sizes.hp.n_head
+        notes.append(
+            f"static shapes: the prefill model takes {chunk} tokens (GGML_OPENVINO_PREFILL_CHUNK_SIZE) against "
+            f"all {n:,} cells (mask {chunk}x{n:,}: {format_bytes(chunk * n * F16_BYTES)}; one layer's attention "
+            f"scores {n_head}x{chunk}x{n:,} in f32: {format_bytes(n_head * chunk * n * 4)}), the decode model 1 "
+            "token against all cells: every step pays for the whole context"
+        )
+        if unset:
+            notes.append(
+                "a context left at the training length is the likely cause of NPU failures and hangs "
+                "(#29288, #20938): the docs ask for an explicit -c on the NPU"
+            )
     first = min(failures, key=lambda f: STAGES.index(f.stage), default=_Failure(Stage.LOAD, ""))
     why = first.why
     if unset and sizes.n_ctx > LONG_CONTEXT and first.issue.startswith(("#29087", "#22712", "#23939")):
@@ -703,25 +712,6 @@ def check_device(
         first.lifted_by, parts, max(host_at.values()),
         max(device_at.values()), host_free, dev_free, largest, max_alloc, found, tuple(notes),
     )  # fmt: skip
-
-
-def _npu_notes(sizes: ModelSizes, chunk: int, unset: bool) -> list[str]:
-    """The NPU's static shapes at this context and prefill chunk."""
-    n = sizes.n_ctx
-    mask = chunk * n * F16_BYTES
-    scores = sizes.hp.n_head * chunk * n * 4
-    out = [
-        f"static shapes: the prefill model takes {chunk} tokens (GGML_OPENVINO_PREFILL_CHUNK_SIZE) against "
-        f"all {n:,} cells (mask {chunk}x{n:,}: {format_bytes(mask)}; one layer's attention scores "
-        f"{sizes.hp.n_head}x{chunk}x{n:,} in f32: {format_bytes(scores)}), the decode model 1 token "
-        "against all cells: every step pays for the whole context"
-    ]
-    if unset:
-        out.append(
-            "a context left at the training length is the likely cause of NPU failures and hangs "
-            "(#29288, #20938): the docs ask for an explicit -c on the NPU"
-        )
-    return out
 
 
 def check(
