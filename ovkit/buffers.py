@@ -230,14 +230,14 @@ class ExtraKind(enum.StrEnum):
     TENSOR = "tensor"
 
 
+@dataclass(eq=False, slots=True)
 class TensorExtra:
     """Backend data attached to a tensor (an ov.Tensor over it, or a weight node); owned by a buffer."""
 
-    def __init__(self, kind: ExtraKind, ov_tensor: Any = None, weight: Any = None) -> None:
-        self.kind = ExtraKind(kind)
-        self.ov_tensor = ov_tensor
-        self.weight = weight
-        self.released = False
+    kind: ExtraKind
+    ov_tensor: Any = field(default=None, repr=False)
+    weight: Any = field(default=None, repr=False)
+    released: bool = False
 
     def release(self) -> None:
         """Drop what the extra holds; a second release is an error (it would be a double free)."""
@@ -246,9 +246,6 @@ class TensorExtra:
         self.released = True
         self.ov_tensor = None
         self.weight = None
-
-    def __repr__(self) -> str:
-        return f"TensorExtra({self.kind}, released={self.released})"
 
 
 @dataclass(eq=False, slots=True)
@@ -273,7 +270,7 @@ class PlacedTensor:
     @property
     def extra(self) -> TensorExtra | None:
         """The extra this tensor uses (a view's is its source's)."""
-        return self.buffer.get_extra(self)
+        return self.buffer._extras.get(id(self.base))
 
     def numpy(self) -> np.ndarray:
         """A numpy view of the tensor's bytes in the buffer (host storage)."""
@@ -536,10 +533,6 @@ class Buffer:
         if old is not None:
             old.release()
         return extra
-
-    def get_extra(self, t: PlacedTensor) -> TensorExtra | None:
-        """The extra of ``t`` (views resolve to their source)."""
-        return self._extras.get(id(t.base))
 
     @property
     def extras(self) -> list[TensorExtra]:

@@ -30,10 +30,7 @@ class DeviceClass(enum.StrEnum):
 
 def device_class(name: str) -> DeviceClass:
     """Classify by prefix: ``CPU*``, ``GPU*``, ``NPU*``, anything else is OTHER."""
-    for cls in (DeviceClass.CPU, DeviceClass.GPU, DeviceClass.NPU):
-        if name.startswith(cls.value):
-            return cls
-    return DeviceClass.OTHER
+    return next((cls for cls in DeviceClass if name.startswith(cls)), DeviceClass.OTHER)
 
 
 def is_virtual(name: str) -> bool:
