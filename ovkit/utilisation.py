@@ -96,12 +96,6 @@ def _bound(base: Path, prefix: str, drivers: tuple[str, ...]) -> list[tuple[Path
     return [(entry, driver) for entry, driver in bound if driver in drivers]
 
 
-def intel_drm_cards(root: Path = ROOT) -> dict[str, str]:
-    """PCI address → driver of each DRM card bound to i915 or xe (``/sys/class/drm``)."""
-    cards = _bound(root / "sys" / "class" / "drm", "card", DRM_DRIVERS)
-    return {os.path.basename(os.path.realpath(card / "device")): driver for card, driver in cards}
-
-
 def _fdinfo(text: str) -> dict[str, str]:
     fields = (line.partition(":") for line in text.splitlines())
     return {key.strip(): value.strip() for key, sep, value in fields if sep}
@@ -120,7 +114,8 @@ def read_drm_clients(root: Path = ROOT, now: float | None = None) -> dict[str, R
 
     Only processes whose fdinfo this user may read are seen (all of one's own; others' need
     ptrace rights, as for intel_gpu_top)."""
-    cards = intel_drm_cards(root)
+    drm = _bound(root / "sys" / "class" / "drm", "card", DRM_DRIVERS)  # the cards bound to i915 or xe
+    cards = {os.path.basename(os.path.realpath(card / "device")): driver for card, driver in drm}
     if not cards:
         return {}
     wall_ns = (time.monotonic() if now is None else now) * 1e9
