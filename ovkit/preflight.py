@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from ovkit import quant
 from ovkit.config import OvkitConfig, read_config
 from ovkit.devices import device_class, is_virtual, list_devices
-from ovkit.errors import OvkitError
 from ovkit.gguf import GGUFError, GGUFModel, read_gguf
 from ovkit.memory import MIB, format_bytes, host_memory, read_property, shares_host_ram
 from ovkit.model.arch import ARCHS, HParams, ModelError
@@ -37,6 +36,7 @@ from ovkit.report import Report, Reported
 from ovkit.runtime import Core, get_core
 from ovkit.selection import ENV_DEVICE, resolve_device
 from ovkit.simulate import SimulatedCore, UnknownProfileError
+from ovkit.usage import SIMULATED_NOTICE, UsageError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -50,9 +50,9 @@ LONG_CONTEXT = 8192  #: above this, a context left unset is named as the likely 
 HOST, DEVICE = "host", "device"
 
 
-class PreflightError(OvkitError, ValueError):
+class PreflightError(UsageError, ValueError):
     """A file or setting the pre-flight cannot answer for (one line naming the value and what was
-    expected)."""
+    expected; ``ovkit check`` prints it and exits 2)."""
 
 
 class Verdict(enum.StrEnum):
@@ -840,16 +840,10 @@ def cli(args: Any) -> int:
     """``ovkit check FILE``: the verdict table (exit 0 whatever the verdicts: they are the answer)."""
     import sys
 
-    from ovkit.usage import SIMULATED_NOTICE
-
-    try:
-        result = check(
-            args.file, args.n_ctx, device=args.device, simulate=args.simulate, backend=args.backend,
-            flash_attn=args.fa == "on", n_ubatch=args.n_ubatch, env=os.environ,
-        )  # fmt: skip
-    except PreflightError as exc:
-        print(f"ovkit: error: {exc}", file=sys.stderr)
-        return 2
+    result = check(
+        args.file, args.n_ctx, device=args.device, simulate=args.simulate, backend=args.backend,
+        flash_attn=args.fa == "on", n_ubatch=args.n_ubatch, env=os.environ,
+    )  # fmt: skip
     if args.simulate:
         print(SIMULATED_NOTICE.format(args.simulate), file=sys.stderr)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.report())
