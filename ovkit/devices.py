@@ -147,29 +147,20 @@ def list_devices(
     layout: str = "seed", env: Mapping[str, str] | None = None, *, core: Core | None = None
 ) -> list[Device]:
     """The ggml devices the backend registers in ``layout`` (``ovkit.layouts.LAYOUTS``), which may
-    depend on ``GGML_OPENVINO_DEVICE`` in ``env`` (default ``os.environ``)."""
+    depend on ``GGML_OPENVINO_DEVICE`` in ``env`` (default ``os.environ``): each entry of the
+    layout's tables applied to the seed's reading of the OpenVINO device."""
     chosen = layouts.get_layout(layout)
     core = get_core(core)
     requested = (os.environ if env is None else env).get(ENV_DEVICE) or None
     selected = layouts.resolve_for(chosen, requested, core=core).device
-    return layout_devices(chosen, selected, core=core)
-
-
-def layout_devices(layout: layouts.Layout, selected: str, *, core: Core | None = None) -> list[Device]:
-    """The ggml devices ``layout`` registers on ``core`` when ``selected`` is the OpenVINO device:
-    each entry of its tables applied to the seed's reading of the device."""
-    core = get_core(core)
-    ids = layout.entries(list(core.available_devices), selected)
     devices = []
-    for index, ov_id in enumerate(ids):
+    for index, ov_id in enumerate(chosen.entries(list(core.available_devices), selected)):
         seen = describe_device(ov_id, core=core)  # the seed's reading: description, properties, memory
-        if layout.memory is not None:
-            seen = with_memory(seen, layout.memory(core, ov_id))
-        name, description = layout.naming(index, ov_id), layout.description(core, ov_id, selected, seen)
-        ggml_type = layout.ggml_type(ov_id, selected)
-        devices.append(
-            replace(seen, name=name, description=description, layout=layout.key, ggml_type=ggml_type)
-        )
+        if chosen.memory is not None:
+            seen = with_memory(seen, chosen.memory(core, ov_id))
+        name, description = chosen.naming(index, ov_id), chosen.description(core, ov_id, selected, seen)
+        ggml_type = chosen.ggml_type(ov_id, selected)
+        devices.append(replace(seen, name=name, description=description, layout=layout, ggml_type=ggml_type))
     return devices
 
 

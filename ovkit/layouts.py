@@ -1,5 +1,5 @@
 """The three device layouts users meet (``seed``, llama.cpp ``master``, Intel's ``fork``) as a table
-of rules: how each lists devices and selects one (``ovkit.devices.layout_devices`` applies them)."""
+of rules: how each lists devices and selects one (``ovkit.devices.list_devices`` applies them)."""
 
 from __future__ import annotations
 
