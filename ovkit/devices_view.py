@@ -51,20 +51,16 @@ TABLE_STYLES: list[CSSDict] = [
 ]
 
 
-def layout_note(devices: Sequence[Device]) -> str:
-    """Which device layout a listing shows, e.g. ``layout: seed (one device per OpenVINO device)``."""
-    keys = sorted({d.layout for d in devices}) or [layouts.DEFAULT_LAYOUT]
-    return "; ".join(f"layout: {k} ({layouts.LAYOUTS[k].title})" for k in keys)
-
-
 def _caption(devices: Sequence[Device], *, core: Core | None) -> str:
+    """Whose devices these are, and which device layout lists them (e.g. ``layout: seed (...)``)."""
     if any(d.simulated for d in devices):
         profile = getattr(getattr(core, "profile", None), "name", None)
         name = f" '{profile}'" if profile else ""
         what = f"SIMULATED device set{name} (ovkit.simulate): not this machine's devices"
     else:
         what = "OpenVINO devices of this machine"
-    return f"{what} — {layout_note(devices)}"
+    keys = sorted({d.layout for d in devices}) or [layouts.DEFAULT_LAYOUT]
+    return f"{what} — " + "; ".join(f"layout: {k} ({layouts.LAYOUTS[k].title})" for k in keys)
 
 
 def device_table(

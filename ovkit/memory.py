@@ -97,8 +97,7 @@ def host_memory(core: Core | None = None) -> HostMemory:
     """Host RAM; a simulated core supplies its own (``host_memory()``)."""
     provider = getattr(core, "host_memory", None)
     if callable(provider):
-        total, available = provider()
-        return HostMemory(int(total), int(available))
+        return HostMemory(*map(int, provider()))
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     available = total  # where there is no /proc/meminfo
     with contextlib.suppress(OSError), open("/proc/meminfo", encoding="ascii") as fh:
