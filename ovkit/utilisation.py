@@ -96,11 +96,6 @@ def _bound(base: Path, prefix: str, drivers: tuple[str, ...]) -> list[tuple[Path
     return [(entry, driver) for entry, driver in bound if driver in drivers]
 
 
-def _fdinfo(text: str) -> dict[str, str]:
-    fields = (line.partition(":") for line in text.splitlines())
-    return {key.strip(): value.strip() for key, sep, value in fields if sep}
-
-
 def _number(value: str) -> float | None:
     head = value.split()[0] if value.split() else ""
     try:
@@ -126,7 +121,8 @@ def read_drm_clients(root: Path = ROOT, now: float | None = None) -> dict[str, R
         if not _link(fd).startswith("/dev/dri/"):
             continue
         text = _read(fd.parent.parent / "fdinfo" / fd.name)
-        info = _fdinfo(text) if text else {}
+        fields = (line.partition(":") for line in (text or "").splitlines())
+        info = {key.strip(): value.strip() for key, sep, value in fields if sep}
         pdev, client = info.get("drm-pdev", ""), info.get("drm-client-id", "")
         if info.get("drm-driver") not in DRM_DRIVERS or pdev not in found or not client:
             continue
