@@ -87,11 +87,9 @@ def near_miss_hint(requested: str, available: list[str]) -> str | None:
         return f"device ids are case-sensitive: use {folded[0]!r}"
     numbered = sorted(d for d in physical if d.casefold().startswith(stripped.casefold() + "."))
     if numbered:
-        names = " or ".join(repr(d) for d in numbered)
-        return f"this machine lists numbered devices: use {names}"
+        return f"this machine lists numbered devices: use {' or '.join(map(repr, numbered))}"
     if is_virtual(stripped.upper()):
-        names = ", ".join(repr(d) for d in physical)
-        return f"virtual devices are not accepted by the backend: use one of {names}"
+        return f"virtual devices are not accepted by the backend: use one of {', '.join(map(repr, physical))}"
     return None
 
 
