@@ -452,12 +452,9 @@ class Buffer:
         return t
 
     def tensor(self, name: str) -> PlacedTensor:
-        try:
-            return self._tensors[name]
-        except KeyError:
-            raise KeyError(
-                f"no tensor {name!r} in buffer {self.id}; placed: {sorted(self._tensors)}"
-            ) from None
+        if name not in self._tensors:
+            raise KeyError(f"no tensor {name!r} in buffer {self.id}; placed: {sorted(self._tensors)}")
+        return self._tensors[name]
 
     def set_tensor(self, t: PlacedTensor, values: np.ndarray | bytes, offset: int = 0) -> None:
         """Copy ``values`` into the tensor's bytes (host storage, or the remote tensor)."""

@@ -206,11 +206,10 @@ class Preflight(Reported):
     notes: tuple[str, ...] = ()
 
     def device(self, name: str) -> DeviceCheck:
-        for d in self.devices:
-            if d.device == name:
-                return d
-        checked = ", ".join(d.device for d in self.devices)
-        raise KeyError(f"no verdict for device {name!r} (checked: {checked})")
+        found = {d.device: d for d in self.devices}
+        if name not in found:
+            raise KeyError(f"no verdict for device {name!r} (checked: {', '.join(found)})")
+        return found[name]
 
     def report(self) -> Report:
         rows = []
