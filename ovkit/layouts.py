@@ -104,9 +104,9 @@ def _fork_memory(ov_id: str, *, core: Core) -> MemoryReport:
     and used are readable, else host RAM (free = total); an iGPU's or NPU's free is then capped at
     MemAvailable."""
     rule = memory.MEMORY_RULES.get(ov_id[:3], memory.MEMORY_RULES["CPU"])  # by class prefix
-    formula = f"{rule.total_property} - this process's OpenVINO allocations"
     try:
-        mem = memory.read_counters(ov_id, rule, formula, {}, core=core, skip=GPU_HOST_STATISTICS)
+        mem = memory.read_counters(ov_id, rule, {}, core=core, skip=GPU_HOST_STATISTICS)
+        mem = replace(mem, formula=f"{rule.total_property} - this process's OpenVINO allocations")
     except memory.UnreadableMemory:
         mem = MemoryReport(0, 0, 0, "")
     if not mem.total_bytes:

@@ -148,13 +148,7 @@ def _as_bytes(name: str, value: Any) -> int:
 
 
 def read_counters(
-    device: str,
-    rule: MemoryRule,
-    formula: str,
-    props: dict[str, Any],
-    *,
-    core: Core,
-    skip: tuple[str, ...] = (),
+    device: str, rule: MemoryRule, props: dict[str, Any], *, core: Core, skip: tuple[str, ...] = ()
 ) -> MemoryReport:
     """Memory from the plugin's total and used counters by ``rule`` (the used map's ``skip`` entries
     left out); raw values are stored into ``props``; ``UnreadableMemory`` says why there is none."""
@@ -175,7 +169,9 @@ def read_counters(
     items = raw_used.items() if rule.used_is_map else ()
     breakdown = {str(k): _as_bytes(f"{rule.used_property}[{k}]", v) for k, v in items if str(k) not in skip}
     used = sum(breakdown.values()) if rule.used_is_map else _as_bytes(str(rule.used_property), raw_used)
-    return MemoryReport(total, max(0, total - used), used, formula, clamped=used > total, breakdown=breakdown)
+    return MemoryReport(
+        total, max(0, total - used), used, rule.formula, clamped=used > total, breakdown=breakdown
+    )
 
 
 def read_memory(
@@ -190,7 +186,7 @@ def read_memory(
     if rule.total_property is None:
         return host_ram_report(rule.formula, core=core)
     try:
-        mem = read_counters(device, rule, rule.formula, {} if props is None else props, core=core)
+        mem = read_counters(device, rule, {} if props is None else props, core=core)
     except UnreadableMemory as exc:
         return MemoryReport(0, 0, 0, rule.formula, error=str(exc))
     shared = host_memory(core).available_bytes if shares_host_ram(device, core=core) else None
