@@ -10,12 +10,11 @@ import enum
 import functools
 import itertools
 import mmap
-import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -69,21 +68,16 @@ class BufferType:
     alignment: int = TENSOR_ALIGNMENT
     max_size: int = SIZE_MAX
 
-    @property
-    def is_host(self) -> bool:
-        return self.kind is BufferKind.HOST
 
-
-_TYPES: dict[tuple[str, BufferKind], BufferType] = {}  # the process's buffer types, one per device and kind
-_TYPES_LOCK = threading.Lock()
+#: the process's buffer types, one per device and kind (``setdefault`` is atomic: no lock needed)
+_TYPES: dict[tuple[str, BufferKind], BufferType] = {}
 
 
 def _buffer_type(device: str, kind: BufferKind) -> BufferType:
     if not isinstance(device, str) or not device:
         raise ValueError(f"buffer type: expected a device id such as 'CPU' or 'GPU.1', got {device!r}")
-    with _TYPES_LOCK:
-        name = device + (HOST_SUFFIX if kind is BufferKind.HOST else "")
-        return _TYPES.setdefault((device, kind), BufferType(name, device, kind))
+    name = device + (HOST_SUFFIX if kind is BufferKind.HOST else "")
+    return _TYPES.setdefault((device, kind), BufferType(name, device, kind))
 
 
 def buffer_type(device: str) -> BufferType:
@@ -96,14 +90,14 @@ def host_buffer_type(device: str) -> BufferType:
     return _buffer_type(device, BufferKind.HOST)
 
 
-def is_ovkit_buffer_type(obj: object) -> bool:
+def is_ovkit_buffer_type(obj: object) -> TypeGuard[BufferType]:
     """True only for buffer types created here (a look-alike with the same name is not)."""
     return isinstance(obj, BufferType) and _TYPES.get((obj.device, obj.kind)) is obj
 
 
 def buffer_type_kind(obj: object) -> BufferKind | None:
     """The kind of an ovkit buffer type (read from its metadata), or None for anything else."""
-    return obj.kind if isinstance(obj, BufferType) and is_ovkit_buffer_type(obj) else None
+    return obj.kind if is_ovkit_buffer_type(obj) else None
 
 
 def tensor_nbytes(shape: Sequence[int], dtype: str) -> int:
@@ -138,17 +132,13 @@ class HostStorage:
     remote = False
 
     def __init__(
-        self,
-        size: int,
-        note: str = "host memory",
-        *,
-        device_side: bool = False,
-        on_free: Callable[[], None] | None = None,
+        self, size: int, note: str = "host memory", on_free: Callable[[], None] | None = None
     ) -> None:
         self.size = int(size)
         self.note = note
-        self.device_side = device_side  # stands in for device memory (a simulated GPU)
-        self._on_free = on_free  # called once when freed (a simulated device gives the bytes back)
+        # ``on_free``, called once when freed: a simulated device's memory, given back then
+        self.device_side = on_free is not None
+        self._on_free = on_free
         # private anonymous mapping: MADV_DONTNEED really frees its pages (a shared one would not);
         # weight release madvises it
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
@@ -240,14 +230,14 @@ class ExtraKind(enum.StrEnum):
     TENSOR = "tensor"
 
 
+@dataclass(eq=False, slots=True)
 class TensorExtra:
     """Backend data attached to a tensor (an ov.Tensor over it, or a weight node); owned by a buffer."""
 
-    def __init__(self, kind: ExtraKind, ov_tensor: Any = None, weight: Any = None) -> None:
-        self.kind = ExtraKind(kind)
-        self.ov_tensor = ov_tensor
-        self.weight = weight
-        self.released = False
+    kind: ExtraKind
+    ov_tensor: Any = field(default=None, repr=False)
+    weight: Any = field(default=None, repr=False)
+    released: bool = False
 
     def release(self) -> None:
         """Drop what the extra holds; a second release is an error (it would be a double free)."""
@@ -256,9 +246,6 @@ class TensorExtra:
         self.released = True
         self.ov_tensor = None
         self.weight = None
-
-    def __repr__(self) -> str:
-        return f"TensorExtra({self.kind}, released={self.released})"
 
 
 @dataclass(eq=False, slots=True)
@@ -274,10 +261,6 @@ class PlacedTensor:
     view_src: PlacedTensor | None = None
 
     @property
-    def is_view(self) -> bool:
-        return self.view_src is not None
-
-    @property
     def base(self) -> PlacedTensor:
         t = self
         while t.view_src is not None:
@@ -287,7 +270,7 @@ class PlacedTensor:
     @property
     def extra(self) -> TensorExtra | None:
         """The extra this tensor uses (a view's is its source's)."""
-        return self.buffer.get_extra(self)
+        return self.buffer._extras.get(id(self.base))
 
     def numpy(self) -> np.ndarray:
         """A numpy view of the tensor's bytes in the buffer (host storage)."""
@@ -307,13 +290,7 @@ class Buffer:
     """A buffer of one buffer type, owning one storage, the tensors placed in it and their extras."""
 
     def __init__(
-        self,
-        buffer_type: BufferType,
-        size: int,
-        usage: Usage = Usage.ANY,
-        *,
-        core: Core | None = None,
-        remote: bool | None = None,
+        self, buffer_type: BufferType, size: int, usage: Usage = Usage.ANY, *, core: Core | None = None
     ) -> None:
         if not is_ovkit_buffer_type(buffer_type):
             raise BufferUsageError(f"{buffer_type!r} is not an ovkit buffer type")
@@ -327,7 +304,10 @@ class Buffer:
         self.buffer_type = buffer_type
         self.usage = Usage(usage)
         self._core = core
-        self.storage: Storage = self._make_storage(int(size), core=core, remote=remote)
+        # a GPU's KV cache is device memory from the start (others move with a cache_* tensor)
+        gpu = device_class(buffer_type.device) is DeviceClass.GPU
+        remote = gpu and buffer_type.kind is BufferKind.DEVICE and self.usage is Usage.KV_CACHE
+        self.storage: Storage = self._make_storage(int(size), remote=remote)
         self._tensors: dict[str, PlacedTensor] = {}
         self._extras: dict[int, TensorExtra] = {}  # id(base PlacedTensor) -> owned extra
         self._next = 0
@@ -337,24 +317,22 @@ class Buffer:
     def _track_storage(self) -> None:
         """Record the allocation of the current storage; ``_finalizer()`` releases and records it, at
         the latest when the buffer is collected unfreed."""
-        TRACKER.record_alloc(self)
-        self._finalizer = weakref.finalize(self, _release, self.storage, self._extras, self.id)
+        t = self.buffer_type
+        ev = AllocationEvent(
+            time.time(), "alloc", self.id, t.device, t.name, t.kind, self.usage, self.size, self.storage.note
+        )
+        HISTORY.append(ev)
+        self._finalizer = weakref.finalize(self, _release, self.storage, self._extras, ev)
 
-    def _make_storage(self, size: int, *, core: Core | None, remote: bool | None) -> Storage:
-        gpu = device_class(self.buffer_type.device) is DeviceClass.GPU
-        if remote is None:
-            remote = gpu and self.buffer_type.kind is BufferKind.DEVICE and self.usage is Usage.KV_CACHE
-        if remote and not gpu:
-            raise BufferUsageError(
-                f"remote storage is for the GPU class only, not {self.buffer_type.device!r}"
-            )
+    def _make_storage(self, size: int, *, remote: bool) -> Storage:
+        core = self._core
         if remote and size:
             if isinstance(core, SimulatedCore):
                 # counted as the simulated GPU's usm_device, as the plugin counts a USM tensor
                 dev = self.buffer_type.device
                 core.allocate(dev, size, "usm_device")
-                return HostStorage(size, note=f"simulated {dev}: host memory", device_side=True,
-                                   on_free=functools.partial(core.release, dev, size, "usm_device"))  # fmt: skip
+                release = functools.partial(core.release, dev, size, "usm_device")
+                return HostStorage(size, f"simulated {dev}: host memory", release)
             return RemoteStorage(size, self.buffer_type.device, core=get_core(core))
         return HostStorage(size)
 
@@ -386,10 +364,6 @@ class Buffer:
     def name(self) -> str:
         return self.buffer_type.name
 
-    @property
-    def freed(self) -> bool:
-        return self._freed
-
     def _check_alive(self) -> None:
         if self._freed:
             raise BufferUsageError(f"buffer {self.id} ({self.name}) used after free")
@@ -416,7 +390,11 @@ class Buffer:
         t = self._add(PlacedTensor(name, shape_t, dtype, off, nbytes, self))
         self._next = max(self._next, off + alloc)
         if dtype in PLAIN_DTYPES and not self.is_remote:
-            self.set_extra(t, TensorExtra(ExtraKind.TENSOR, ov_tensor=self._ov_view(t)))
+            import openvino as ov
+
+            self.set_extra(
+                t, TensorExtra(ExtraKind.TENSOR, ov_tensor=ov.Tensor(t.numpy(), shared_memory=True))
+            )
         return t
 
     def _maybe_migrate_kv(self, name: str) -> None:
@@ -437,7 +415,7 @@ class Buffer:
                 "the KV cache must be the first tensor placed in its buffer (upstream asserts this)"
             )
         old = self.storage
-        new = self._make_storage(old.size, core=self._core, remote=True)
+        new = self._make_storage(old.size, remote=True)
         self.storage = new
         if isinstance(new, HostStorage):
             new.data[:] = old.data
@@ -474,21 +452,9 @@ class Buffer:
         return t
 
     def tensor(self, name: str) -> PlacedTensor:
-        try:
-            return self._tensors[name]
-        except KeyError:
-            raise KeyError(
-                f"no tensor {name!r} in buffer {self.id}; placed: {sorted(self._tensors)}"
-            ) from None
-
-    @property
-    def tensors(self) -> dict[str, PlacedTensor]:
-        return dict(self._tensors)
-
-    def _ov_view(self, t: PlacedTensor) -> Any:
-        import openvino as ov
-
-        return ov.Tensor(t.numpy(), shared_memory=True)
+        if name not in self._tensors:
+            raise KeyError(f"no tensor {name!r} in buffer {self.id}; placed: {sorted(self._tensors)}")
+        return self._tensors[name]
 
     def set_tensor(self, t: PlacedTensor, values: np.ndarray | bytes, offset: int = 0) -> None:
         """Copy ``values`` into the tensor's bytes (host storage, or the remote tensor)."""
@@ -507,13 +473,11 @@ class Buffer:
             return
         self.storage.data[t.offset + offset : t.offset + offset + raw.size] = raw
 
-    def set_weight(
-        self, t: PlacedTensor, values: np.ndarray | bytes, *, register: bool = True
-    ) -> TensorExtra:
+    def set_weight(self, t: PlacedTensor, values: np.ndarray | bytes) -> TensorExtra:
         """Upstream's weight path of set_tensor: copy the tensor and attach a weight extra (a
         ``QuantizedWeight`` or the numpy view); WEIGHTS host buffers are registered for release."""
         self._own(t)
-        if t.is_view:
+        if t.view_src is not None:
             raise BufferUsageError(f"set_weight {t.name!r}: views cannot hold weights")
         self.set_tensor(t, values)
         if t.dtype in PLAIN_DTYPES:
@@ -524,15 +488,15 @@ class Buffer:
                 ExtraKind.QUANTIZED_WEIGHT, weight=quant.from_blocks(t.dtype, raw, t.shape, t.name)
             )
         self.set_extra(t, extra)
-        if register and self.usage is Usage.WEIGHTS and not self.is_remote:
+        if self.usage is Usage.WEIGHTS and not self.is_remote:
             weight_release.register_weight_buffer(self)
         return extra
 
     def get_tensor(self, t: PlacedTensor) -> np.ndarray:
         """A copy of the tensor's values (numpy shape and dtype)."""
         self._own(t)
-        if self.is_remote:
-            raw = self._remote_copy_out(t.offset, t.nbytes)
+        if self.is_remote:  # pragma: no cover - needs a GPU
+            raw = np.asarray(self._remote_host_copy().data)[t.offset : t.offset + t.nbytes].copy()
         else:
             raw = self.storage.data[t.offset : t.offset + t.nbytes].copy()
         return t.typed(raw)
@@ -548,17 +512,6 @@ class Buffer:
         host = self._remote_host_copy()
         np.asarray(host.data)[offset : offset + raw.size] = raw
         host.copy_to(self.storage.ov_tensor)
-
-    def _remote_copy_out(self, offset: int, n: int) -> np.ndarray:  # pragma: no cover - needs a GPU
-        return np.asarray(self._remote_host_copy().data)[offset : offset + n].copy()
-
-    def clear(self, value: int = 0) -> None:
-        """``memset`` the whole buffer."""
-        self._check_alive()
-        if self.is_remote:  # pragma: no cover - needs a GPU
-            self._remote_copy_in(0, np.full(self.size, value, np.uint8))
-        else:
-            self.storage.data[:] = value
 
     def _own(self, t: PlacedTensor) -> None:
         self._check_alive()
@@ -577,10 +530,6 @@ class Buffer:
         if old is not None:
             old.release()
         return extra
-
-    def get_extra(self, t: PlacedTensor) -> TensorExtra | None:
-        """The extra of ``t`` (views resolve to their source)."""
-        return self._extras.get(id(t.base))
 
     @property
     def extras(self) -> list[TensorExtra]:
@@ -608,14 +557,14 @@ class Buffer:
         return f"Buffer(id={self.id}, type={self.name}, usage={self.usage}, {state}, storage={self.storage.note!r})"
 
 
-def _release(storage: Storage, extras: dict[int, TensorExtra], buffer_id: int) -> None:
+def _release(storage: Storage, extras: dict[int, TensorExtra], allocated: AllocationEvent) -> None:
     """Release a buffer's extras and storage, and record the release (free() or the collector)."""
     for extra in list(extras.values()):
         if not extra.released:
             extra.release()
     extras.clear()
     storage.free()
-    TRACKER.record_free(buffer_id)
+    HISTORY.append(dataclasses.replace(allocated, time=time.time(), event="free"))
 
 
 def alloc_buffer(
@@ -641,55 +590,15 @@ class AllocationEvent:
     storage: str
 
 
-class AllocationTracker:
-    """Records every buffer allocation and release (thread-safe)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._live: dict[int, AllocationEvent] = {}
-        self._history: list[AllocationEvent] = []
-
-    def record_alloc(self, buf: Buffer) -> None:
-        bt = buf.buffer_type
-        ev = AllocationEvent(
-            time.time(),
-            "alloc",
-            buf.id,
-            bt.device,
-            bt.name,
-            str(bt.kind),
-            str(buf.usage),
-            buf.size,
-            buf.storage.note,
-        )
-        with self._lock:
-            self._live[buf.id] = ev
-            self._history.append(ev)
-
-    def record_free(self, buffer_id: int) -> None:
-        with self._lock:
-            ev = self._live.pop(buffer_id, None)
-            if ev is not None:
-                self._history.append(dataclasses.replace(ev, time=time.time(), event="free"))
-
-    def live(self) -> list[AllocationEvent]:
-        with self._lock:
-            return list(self._live.values())
-
-    def history(self) -> list[AllocationEvent]:
-        with self._lock:
-            return list(self._history)
-
-
-TRACKER = AllocationTracker()
+#: every allocation and release in order (``list.append`` is atomic: no lock needed)
+HISTORY: list[AllocationEvent] = []
 _COLUMNS = ["buffer_id", "device", "buffer_type", "kind", "usage", "bytes", "storage", "time"]
 
 
 def current_allocations() -> pd.DataFrame:
     """Live buffers, one row each: buffer_id, device, buffer_type, kind, usage, bytes, storage, time."""
-    import pandas as pd
-
-    return pd.DataFrame(map(dataclasses.asdict, TRACKER.live()), columns=_COLUMNS)
+    last = allocation_history().drop_duplicates("buffer_id", keep="last")  # a KV migration: free, alloc
+    return last.loc[last["event"] == "alloc", _COLUMNS].reset_index(drop=True)
 
 
 def allocation_history() -> pd.DataFrame:
@@ -697,7 +606,7 @@ def allocation_history() -> pd.DataFrame:
     import pandas as pd
 
     columns = [f.name for f in dataclasses.fields(AllocationEvent)]
-    frame = pd.DataFrame(map(dataclasses.asdict, TRACKER.history()), columns=columns)
+    frame = pd.DataFrame(map(dataclasses.asdict, HISTORY), columns=columns)
     signed = frame["bytes"].astype("int64").where(frame["event"] == "alloc", -frame["bytes"])
     frame["live_bytes"] = signed.groupby(frame["device"]).cumsum()
     return frame

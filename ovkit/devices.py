@@ -8,7 +8,7 @@ import enum
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ovkit import layouts, memory
@@ -30,10 +30,7 @@ class DeviceClass(enum.StrEnum):
 
 def device_class(name: str) -> DeviceClass:
     """Classify by prefix: ``CPU*``, ``GPU*``, ``NPU*``, anything else is OTHER."""
-    for cls in (DeviceClass.CPU, DeviceClass.GPU, DeviceClass.NPU):
-        if name.startswith(cls.value):
-            return cls
-    return DeviceClass.OTHER
+    return next((cls for cls in DeviceClass if name.startswith(cls)), DeviceClass.OTHER)
 
 
 def is_virtual(name: str) -> bool:
@@ -118,8 +115,7 @@ class Device:
 
 def physical_device_ids(core: Core | None = None) -> list[str]:
     """``available_devices`` without virtual ids, sorted lexicographically."""
-    ids: Iterable[str] = get_core(core).available_devices
-    return sorted({d for d in ids if not is_virtual(d)})
+    return layouts.physical(get_core(core).available_devices)
 
 
 def describe_device(name: str, *, core: Core | None = None) -> Device:
@@ -133,49 +129,38 @@ def describe_device(name: str, *, core: Core | None = None) -> Device:
     return with_memory(replace(seen, simulated=is_simulated(core), ov_id=name), mem)
 
 
+#: Device's name of each MemoryReport field (the others have the same name)
+DEVICE_FIELD = {
+    "formula": "memory_formula",
+    "error": "memory_error",
+    "clamped": "memory_clamped",
+    "breakdown": "memory_breakdown",
+}
+
+
 def with_memory(d: Device, mem: MemoryReport) -> Device:
     """``d`` with the figures of a memory reading."""
-    return replace(
-        d,
-        total_bytes=mem.total_bytes,
-        free_bytes=mem.free_bytes,
-        used_bytes=mem.used_bytes,
-        memory_error=mem.error,
-        memory_formula=mem.formula,
-        memory_clamped=mem.clamped,
-        memory_breakdown=dict(mem.breakdown),
-        host_available_bytes=mem.host_available_bytes,
-        shared_host_available_bytes=mem.shared_host_available_bytes,
-    )
+    return replace(d, **{DEVICE_FIELD.get(f.name, f.name): getattr(mem, f.name) for f in fields(mem)})
 
 
 def list_devices(
     layout: str = "seed", env: Mapping[str, str] | None = None, *, core: Core | None = None
 ) -> list[Device]:
     """The ggml devices the backend registers in ``layout`` (``ovkit.layouts.LAYOUTS``), which may
-    depend on ``GGML_OPENVINO_DEVICE`` in ``env`` (default ``os.environ``)."""
+    depend on ``GGML_OPENVINO_DEVICE`` in ``env`` (default ``os.environ``): each entry of the
+    layout's tables applied to the seed's reading of the OpenVINO device."""
     chosen = layouts.get_layout(layout)
     core = get_core(core)
     requested = (os.environ if env is None else env).get(ENV_DEVICE) or None
     selected = layouts.resolve_for(chosen, requested, core=core).device
-    return layout_devices(chosen, selected, core=core)
-
-
-def layout_devices(layout: layouts.Layout, selected: str, *, core: Core | None = None) -> list[Device]:
-    """The ggml devices ``layout`` registers on ``core`` when ``selected`` is the OpenVINO device:
-    each entry of its tables applied to the seed's reading of the device."""
-    core = get_core(core)
-    ids = layout.entries(list(core.available_devices), selected)
     devices = []
-    for index, ov_id in enumerate(ids):
+    for index, ov_id in enumerate(chosen.entries(list(core.available_devices), selected)):
         seen = describe_device(ov_id, core=core)  # the seed's reading: description, properties, memory
-        if layout.memory is not None:
-            seen = with_memory(seen, layout.memory(core, ov_id))
-        name, description = layout.naming(index, ov_id), layout.description(core, ov_id, selected, seen)
-        ggml_type = layout.ggml_type(ov_id, selected)
-        devices.append(
-            replace(seen, name=name, description=description, layout=layout.key, ggml_type=ggml_type)
-        )
+        if chosen.memory is not None:
+            seen = with_memory(seen, chosen.memory(core, ov_id))
+        name, description = chosen.naming(index, ov_id), chosen.description(core, ov_id, selected, seen)
+        ggml_type = chosen.ggml_type(ov_id, selected)
+        devices.append(replace(seen, name=name, description=description, layout=layout, ggml_type=ggml_type))
     return devices
 
 

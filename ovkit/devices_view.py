@@ -5,7 +5,7 @@ per row) and a raw DataFrame with every byte column and error.  Discovery is :mo
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any
 
 from ovkit import layouts
 from ovkit.devices import Device, list_devices
@@ -20,29 +20,13 @@ if TYPE_CHECKING:
 
 
 def _raw_row(d: Device) -> dict[str, Any]:
+    """Every field of the device but its raw properties, and the live figures the views show."""
+    row = {k: v for k, v in d.to_dict().items() if k not in ("properties", "memory_breakdown")}
     live = d.live
-    return {
-        "name": d.name,
-        "layout": d.layout,
-        "openvino_device": d.ov_id,
-        "ggml_type": d.ggml_type,
-        "simulated": d.simulated,
-        "class": str(d.device_class),
-        "description": d.description,
-        "total_bytes": d.total_bytes,
-        "used_bytes": d.used_bytes,
-        "free_bytes": d.free_bytes,
-        "total_mib": d.total_mib,
-        "used_mib": d.used_bytes // MIB,
-        "free_mib": d.free_mib,
-        "host_available_mib": None if d.host_available_bytes is None else d.host_available_bytes // MIB,
+    return row | {
         "live_used_bytes": live.used_bytes,
         "live_free_bytes": live.free_bytes,
         "memory_rule": live.rule.label,
-        "memory_formula": d.memory_formula,
-        "memory_error": d.memory_error,
-        "description_error": d.description_error,
-        "clamped": d.memory_clamped,
     }
 
 
@@ -67,38 +51,18 @@ TABLE_STYLES: list[CSSDict] = [
 ]
 
 
-def layout_note(devices: Sequence[Device]) -> str:
-    """Which device layout a listing shows, e.g. ``layout: seed (one device per OpenVINO device)``."""
-    keys = sorted({d.layout for d in devices}) or [layouts.DEFAULT_LAYOUT]
-    return "; ".join(f"layout: {k} ({layouts.LAYOUTS[k].title})" for k in keys)
-
-
 def _caption(devices: Sequence[Device], *, core: Core | None) -> str:
+    """Whose devices these are, and which device layout lists them (e.g. ``layout: seed (...)``)."""
     if any(d.simulated for d in devices):
         profile = getattr(getattr(core, "profile", None), "name", None)
         name = f" '{profile}'" if profile else ""
         what = f"SIMULATED device set{name} (ovkit.simulate): not this machine's devices"
     else:
         what = "OpenVINO devices of this machine"
-    return f"{what} — {layout_note(devices)}"
+    keys = sorted({d.layout for d in devices}) or [layouts.DEFAULT_LAYOUT]
+    return f"{what} — " + "; ".join(f"layout: {k} ({layouts.LAYOUTS[k].title})" for k in keys)
 
 
-@overload
-def device_table(
-    devices: Iterable[Device] | None = None,
-    *,
-    core: Core | None = None,
-    raw: Literal[False] = False,
-    layout: str = ...,
-) -> Styler: ...
-@overload
-def device_table(
-    devices: Iterable[Device] | None = None,
-    *,
-    core: Core | None = None,
-    raw: Literal[True],
-    layout: str = ...,
-) -> pd.DataFrame: ...
 def device_table(
     devices: Iterable[Device] | None = None,
     *,

@@ -1,12 +1,12 @@
 """The three device layouts users meet (``seed``, llama.cpp ``master``, Intel's ``fork``) as a table
-of rules: how each lists devices and selects one (``ovkit.devices.layout_devices`` applies them)."""
+of rules: how each lists devices and selects one (``ovkit.devices.list_devices`` applies them)."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from ovkit import memory
 from ovkit.errors import OvkitError
@@ -63,8 +63,7 @@ class Layout:
     selection: SelectionRule
 
 
-@dataclass(frozen=True, slots=True)
-class Resolved:
+class Resolved(NamedTuple):
     """The device a layout's selection rule picks, and whether it fell back."""
 
     device: str
@@ -72,16 +71,14 @@ class Resolved:
 
 
 # -- which OpenVINO ids a layout lists, and which it accepts in GGML_OPENVINO_DEVICE -------------
-def _without(prefixes: tuple[str, ...]) -> Callable[[Sequence[str]], list[str]]:
-    return lambda ids: sorted({d for d in ids if not d.startswith(prefixes)})
-
-
-_physical = _without(VIRTUAL_PREFIXES)
+def physical(ids: Sequence[str], virtual: tuple[str, ...] = VIRTUAL_PREFIXES) -> list[str]:
+    """``ids`` without the ``virtual`` ones, sorted, each once."""
+    return sorted({d for d in ids if not d.startswith(virtual)})
 
 
 def _fork_enumerate(ids: Sequence[str]) -> list[str]:
     """``ov_enumerate_devices``: AUTO/MULTI/HETERO dropped, ``CPU`` if nothing is left, sorted, unique."""
-    return _without(FORK_VIRTUAL_PREFIXES)(ids) or ["CPU"]
+    return physical(ids, FORK_VIRTUAL_PREFIXES) or ["CPU"]
 
 
 # -- descriptions -------------------------------------------------------------------------------
@@ -102,32 +99,17 @@ def describe(ov_id: str, *, core: Core, props: dict[str, Any] | None = None) -> 
 
 
 # -- memory -------------------------------------------------------------------------------------
-def _byte_count(value: Any) -> int | None:
-    """``ov_try_get_size_t_property``: an unsigned count or a non-negative int64, else unknown."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
 def _fork_memory(ov_id: str, *, core: Core) -> MemoryReport:
-    """The fork's ``get_memory``: the plugin's counters when total > 0 and used are readable,
-    else host RAM (free = total); an iGPU's or NPU's free is then capped at MemAvailable."""
+    """The fork's ``get_memory``: the plugin's counters (a dGPU's host USM left out) when total > 0
+    and used are readable, else host RAM (free = total); an iGPU's or NPU's free is then capped at
+    MemAvailable."""
     rule = memory.MEMORY_RULES.get(ov_id[:3], memory.MEMORY_RULES["CPU"])  # by class prefix
-    total = used = None
-    breakdown: dict[str, int] = {}
-    if rule.total_property and rule.used_property:
-        total = _byte_count(read_property(ov_id, rule.total_property, core=core)[0])
-        raw = read_property(ov_id, rule.used_property, core=core)[0] if total else None
-        if not rule.used_is_map:
-            used = _byte_count(raw)
-        elif isinstance(raw, Mapping):  # GPU_MEMORY_STATISTICS without the host RAM a dGPU maps
-            breakdown = {str(k): v for k, v in raw.items() if str(k) not in GPU_HOST_STATISTICS}
-            breakdown = {k: v for k, v in breakdown.items() if _byte_count(v) is not None}
-            used = sum(breakdown.values())
-    if total and used is not None:
-        formula = f"{rule.total_property} - this process's OpenVINO allocations"
-        mem = MemoryReport(
-            total, max(0, total - used), used, formula, clamped=used > total, breakdown=breakdown
-        )
-    else:
+    try:
+        mem = memory.read_counters(ov_id, rule, {}, core=core, skip=GPU_HOST_STATISTICS)
+        mem = replace(mem, formula=f"{rule.total_property} - this process's OpenVINO allocations")
+    except memory.UnreadableMemory:
+        mem = MemoryReport(0, 0, 0, "")
+    if not mem.total_bytes:
         mem = memory.host_ram_report(
             "host RAM (free = total), as for the CPU or a plugin without memory counters", core=core
         )
@@ -146,12 +128,12 @@ LAYOUTS: dict[str, Layout] = {
         Layout(
             "seed",
             "list-devices PRD: one device per OpenVINO device, named by its id",
-            entries=lambda ids, _sel: _physical(ids),
+            entries=lambda ids, _sel: physical(ids),
             naming=lambda _i, ov_id: ov_id,
             description=lambda _core, _ov_id, _sel, seen: seen.description,  # FULL_DEVICE_NAME
             memory=None,
             ggml_type=lambda _ov_id, _sel: "GPU",
-            selection=SelectionRule(_physical, lambda _c: "CPU", OnUnknown.FALLBACK),
+            selection=SelectionRule(physical, lambda _c: "CPU", OnUnknown.FALLBACK),
         ),
         Layout(
             "master",

@@ -6,9 +6,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ovkit.errors import OvkitError
@@ -98,14 +97,12 @@ def host_memory(core: Core | None = None) -> HostMemory:
     """Host RAM; a simulated core supplies its own (``host_memory()``)."""
     provider = getattr(core, "host_memory", None)
     if callable(provider):
-        total, available = provider()
-        return HostMemory(int(total), int(available))
+        return HostMemory(*map(int, provider()))
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    available = total
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError), open("/proc/meminfo", encoding="ascii") as fh:
-            found = (int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
-            available = next(found, total)
+    available = total  # where there is no /proc/meminfo
+    with contextlib.suppress(OSError), open("/proc/meminfo", encoding="ascii") as fh:
+        found = (int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
+        available = next(found, total)
     return HostMemory(total, available)
 
 
@@ -135,7 +132,7 @@ def shares_host_ram(device: str, *, core: Core) -> bool:
     return not err and str(kind).rsplit(".", 1)[-1].upper() == "INTEGRATED"
 
 
-class _Unreadable(OvkitError):
+class UnreadableMemory(OvkitError):
     """A property that failed or returned no byte count (its message is the reason kept)."""
 
 
@@ -144,47 +141,56 @@ def _as_bytes(name: str, value: Any) -> int:
         try:
             value = int(str(value))
         except ValueError:
-            raise _Unreadable(f"{name} returned {value!r}, expected a byte count") from None
+            raise UnreadableMemory(f"{name} returned {value!r}, expected a byte count") from None
     if value < 0:
-        raise _Unreadable(f"{name} returned {value}, expected a byte count >= 0")
+        raise UnreadableMemory(f"{name} returned {value}, expected a byte count >= 0")
     return value
+
+
+def read_counters(
+    device: str, rule: MemoryRule, props: dict[str, Any], *, core: Core, skip: tuple[str, ...] = ()
+) -> MemoryReport:
+    """Memory from the plugin's total and used counters by ``rule`` (the used map's ``skip`` entries
+    left out); raw values are stored into ``props``; ``UnreadableMemory`` says why there is none."""
+
+    def read(name: str | None) -> Any:
+        if name is None:
+            raise UnreadableMemory("no memory counters: host RAM")
+        value, err = read_property(device, name, core=core)
+        if err:
+            raise UnreadableMemory(err)
+        props[name] = value
+        return value
+
+    total = _as_bytes(str(rule.total_property), read(rule.total_property))
+    raw_used = read(rule.used_property)
+    if rule.used_is_map and not isinstance(raw_used, Mapping):
+        raise UnreadableMemory(f"{rule.used_property} returned {raw_used!r}, expected a map")
+    items = raw_used.items() if rule.used_is_map else ()
+    breakdown = {str(k): _as_bytes(f"{rule.used_property}[{k}]", v) for k, v in items if str(k) not in skip}
+    used = sum(breakdown.values()) if rule.used_is_map else _as_bytes(str(rule.used_property), raw_used)
+    return MemoryReport(
+        total, max(0, total - used), used, rule.formula, clamped=used > total, breakdown=breakdown
+    )
 
 
 def read_memory(
     device: str, device_class: str, props: dict[str, Any] | None = None, *, core: Core
 ) -> MemoryReport:
     """Memory of ``device`` by its class rule; raw property values are stored into ``props``."""
-    props = {} if props is None else props
     rule = MEMORY_RULES.get(device_class)
     if rule is None:
         return MemoryReport(
             0, 0, 0, "no memory rule", error=f"no memory rule for device class {device_class}"
         )
-    if rule.total_property is None or rule.used_property is None:
+    if rule.total_property is None:
         return host_ram_report(rule.formula, core=core)
-
-    def read(name: str) -> Any:
-        value, err = read_property(device, name, core=core)
-        if err:
-            raise _Unreadable(err)
-        props[name] = value
-        return value
-
     try:
-        total = _as_bytes(rule.total_property, read(rule.total_property))
-        raw_used = read(rule.used_property)
-        if rule.used_is_map and not isinstance(raw_used, Mapping):
-            raise _Unreadable(f"{rule.used_property} returned {raw_used!r}, expected a map")
-        items = raw_used.items() if rule.used_is_map else ()
-        breakdown = {str(k): _as_bytes(f"{rule.used_property}[{k}]", v) for k, v in items}
-        used = sum(breakdown.values()) if rule.used_is_map else _as_bytes(rule.used_property, raw_used)
-    except _Unreadable as exc:
+        mem = read_counters(device, rule, {} if props is None else props, core=core)
+    except UnreadableMemory as exc:
         return MemoryReport(0, 0, 0, rule.formula, error=str(exc))
     shared = host_memory(core).available_bytes if shares_host_ram(device, core=core) else None
-    return MemoryReport(
-        total, max(0, total - used), used, rule.formula, clamped=used > total, breakdown=breakdown,
-        shared_host_available_bytes=shared,
-    )  # fmt: skip
+    return replace(mem, shared_host_available_bytes=shared)
 
 
 # -- the live rule per device class ---------------------------------------------------------------

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 from ovkit import quant
 from ovkit.config import OvkitConfig, read_config
 from ovkit.devices import device_class, is_virtual, list_devices
-from ovkit.errors import OvkitError
 from ovkit.gguf import GGUFError, GGUFModel, read_gguf
-from ovkit.memory import format_bytes, host_memory, read_property, shares_host_ram
+from ovkit.memory import MIB, format_bytes, host_memory, read_property, shares_host_ram
 from ovkit.model.arch import ARCHS, HParams, ModelError
 from ovkit.model.program import F16_BYTES, GraphShape
 from ovkit.preflight_known import (
@@ -37,12 +36,12 @@ from ovkit.report import Report, Reported
 from ovkit.runtime import Core, get_core
 from ovkit.selection import ENV_DEVICE, resolve_device
 from ovkit.simulate import SimulatedCore, UnknownProfileError
+from ovkit.usage import SIMULATED_NOTICE, UsageError
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-MIB = 2**20
 KV_CELL_PAD = 256  #: llama_context pads n_ctx (and n_ctx_seq) to a multiple of 256 cells
 MAX_N_CTX = 2**32 - KV_CELL_PAD  #: llama.cpp holds the padded n_ctx in a uint32
 DEFAULT_N_UBATCH = 512  #: llama.cpp's default micro-batch
@@ -51,9 +50,9 @@ LONG_CONTEXT = 8192  #: above this, a context left unset is named as the likely 
 HOST, DEVICE = "host", "device"
 
 
-class PreflightError(OvkitError, ValueError):
+class PreflightError(UsageError, ValueError):
     """A file or setting the pre-flight cannot answer for (one line naming the value and what was
-    expected)."""
+    expected; ``ovkit check`` prints it and exits 2)."""
 
 
 class Verdict(enum.StrEnum):
@@ -177,6 +176,12 @@ PART_COLOURS: dict[str, Any] = {
 }
 
 
+#: the drawing's marks on each bar: free memory, the largest single buffer, the cap on one allocation
+MARKS: tuple[dict[str, Any], ...] = (
+    {"color": "black", "lw": 2, "label": "free"},
+    {"color": "red", "ls": "--", "lw": 1, "label": "largest buffer"},
+    {"color": "red", "lw": 1.5, "label": MAX_ALLOC_PROPERTY},
+)
 REPORT_COLUMNS = ("device", "verdict", "host peak", "host free", "device mem", "device free", "largest buffer", "why")  # fmt: skip
 
 
@@ -201,11 +206,10 @@ class Preflight(Reported):
     notes: tuple[str, ...] = ()
 
     def device(self, name: str) -> DeviceCheck:
-        for d in self.devices:
-            if d.device == name:
-                return d
-        checked = ", ".join(d.device for d in self.devices)
-        raise KeyError(f"no verdict for device {name!r} (checked: {checked})")
+        found = {d.device: d for d in self.devices}
+        if name not in found:
+            raise KeyError(f"no verdict for device {name!r} (checked: {', '.join(found)})")
+        return found[name]
 
     def report(self) -> Report:
         rows = []
@@ -294,26 +298,18 @@ class Preflight(Reported):
         if ax is None:
             ax = Figure(figsize=(8, 1.2 + 0.5 * len(stacked))).add_subplot()
         stacked.plot.barh(stacked=True, ax=ax, color=PART_COLOURS, edgecolor="white", width=0.8)
-        firsts = frame.groupby("bar", sort=False).first()
+        handles = ax.get_legend_handles_labels()[0] + [Line2D([], [], **style) for style in MARKS]
         with_device = set(frame.loc[frame["where"] == DEVICE, "device"])
-        for y, row in enumerate(firsts.itertuples()):
-            marks: list[tuple[Any, dict[str, Any]]] = [(row.free_bytes, {"color": "black", "lw": 2})]
+        for y, row in enumerate(frame.groupby("bar", sort=False).first().itertuples()):
+            xs: list[Any] = [row.free_bytes]
             if row.where == DEVICE or row.device not in with_device:  # the device's own allocations
-                marks += [
-                    (row.largest_buffer_bytes, {"color": "red", "ls": "--", "lw": 1}),
-                    (row.max_alloc_bytes, {"color": "red", "lw": 1.5}),
-                ]
-            for x, style in marks:
+                xs += [row.largest_buffer_bytes, row.max_alloc_bytes]
+            for x, style in zip(xs, MARKS, strict=False):
                 if not pd.isna(x):
                     ax.plot([x / gib] * 2, [y - 0.45, y + 0.45], **style)
         ax.tick_params(axis="y", labelsize=8)
         ax.invert_yaxis()
         ax.set(xlabel="GiB", ylabel="")
-        handles = ax.get_legend_handles_labels()[0] + [
-            Line2D([], [], color="black", lw=2, label="free"),
-            Line2D([], [], color="red", ls="--", label="largest buffer"),
-            Line2D([], [], color="red", lw=1.5, label=MAX_ALLOC_PROPERTY),
-        ]
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.set_title(
             f"{self.path.name} at {self.n_ctx:,} cells: memory by part against free memory", fontsize=9
@@ -539,36 +535,6 @@ def naming(requested: str | None, *, core: Core | None) -> Naming:
 # The check
 
 
-def backend_version(key: str) -> BackendVersion:
-    try:
-        return BACKENDS[key]
-    except KeyError:
-        raise PreflightError(
-            f"backend {key!r} is not a known version (expected one of {', '.join(BACKENDS)})"
-        ) from None
-
-
-def _n_ctx_arg(n_ctx: int | None) -> int | None:
-    if n_ctx is None:
-        return None
-    if isinstance(n_ctx, bool) or not isinstance(n_ctx, int):
-        raise PreflightError(f"-c {n_ctx!r}: expected a whole number of tokens (0: the training context)")
-    if not 0 <= n_ctx <= MAX_N_CTX:
-        raise PreflightError(
-            f"-c {n_ctx:,}: expected 0 (the training context) to {MAX_N_CTX:,} tokens "
-            "(llama.cpp holds the padded context in a uint32)"
-        )
-    return n_ctx
-
-
-def read_header(path: str | os.PathLike[str]) -> GGUFModel:
-    """The file's header and tensor table (memory-mapped; no tensor data is touched)."""
-    try:
-        return read_gguf(path)
-    except GGUFError as exc:
-        raise PreflightError(str(exc)) from None
-
-
 def model_sizes(
     gguf: GGUFModel, hp: HParams, n_ctx: int, n_ubatch: int, flash_attn: bool, static_chunk: int = 0
 ) -> tuple[ModelSizes, tuple[list[Any], ...]]:
@@ -616,13 +582,18 @@ def fallbacks(graphs: Sequence[Sequence[Any]], dev: str) -> tuple[Fallback, ...]
 def known_aborts(
     arch: str, cls: str, backend: str, config: OvkitConfig, *, flash_attn: bool, split: bool
 ) -> list[KnownAbort]:
-    """The known aborts matching this model on this device class; the toggles are the
-    ``GGML_OPENVINO_*`` ones that are on, as the backend parses them (``atoi != 0``)."""
+    """The known aborts matching this model on this device class (``unless``: a ``GGML_OPENVINO_*``
+    toggle that is on, as the backend parses them: ``atoi != 0``)."""
     on = {f"GGML_OPENVINO_{f.name.upper()}" for f in fields(config) if getattr(config, f.name) is True}
     return [
         a
         for a in KNOWN_ABORTS
-        if a.matches(arch, cls, backend, flash_attn=flash_attn, split=split, toggles=on)
+        if backend in a.versions
+        and (not a.archs or arch in a.archs)
+        and (not a.device_classes or cls in a.device_classes)
+        and a.flash_attn in (None, flash_attn)
+        and (split or not a.split)
+        and a.unless not in on
     ]
 
 
@@ -658,10 +629,8 @@ def check_device(
     """One device's verdict (``d``: an ``ovkit.devices.Device``, selected by its exact id)."""
     cls = str(d.device_class)
     arch = str(gguf.architecture)
-    max_alloc = None
-    if cls == "GPU":
-        value, err = read_property(d.name, MAX_ALLOC_PROPERTY, core=core)
-        max_alloc = int(value) if err is None and value is not None else None
+    value = read_property(d.name, MAX_ALLOC_PROPERTY, core=core)[0] if cls == "GPU" else None
+    max_alloc = None if value is None else int(value)
     shares = cls != "GPU" or shares_host_ram(d.name, core=core)  # CPU, OTHER, NPU, an integrated GPU
     dev_free = None if cls in ("CPU", "OTHER") else d.live.free_bytes
     found = fallbacks(graphs, d.name)
@@ -719,8 +688,19 @@ def check_device(
             why = f"needs {format_bytes(on_device)} of device memory, {format_bytes(dev_free)} free"
             failures.append(_Failure(stage, why, "#23939"))
             break
-    if d.name == "NPU":
-        notes += _npu_notes(sizes, config.prefill_chunk_size, unset)
+    if d.name == "NPU":  # its static shapes at this context and prefill chunk
+        n, chunk, n_head = sizes.n_ctx, config.prefill_chunk_size, sizes.hp.n_head
+        notes.append(
+            f"static shapes: the prefill model takes {chunk} tokens (GGML_OPENVINO_PREFILL_CHUNK_SIZE) against "
+            f"all {n:,} cells (mask {chunk}x{n:,}: {format_bytes(chunk * n * F16_BYTES)}; one layer's attention "
+            f"scores {n_head}x{chunk}x{n:,} in f32: {format_bytes(n_head * chunk * n * 4)}), the decode model 1 "
+            "token against all cells: every step pays for the whole context"
+        )
+        if unset:
+            notes.append(
+                "a context left at the training length is the likely cause of NPU failures and hangs "
+                "(#29288, #20938): the docs ask for an explicit -c on the NPU"
+            )
     first = min(failures, key=lambda f: STAGES.index(f.stage), default=_Failure(Stage.LOAD, ""))
     why = first.why
     if unset and sizes.n_ctx > LONG_CONTEXT and first.issue.startswith(("#29087", "#22712", "#23939")):
@@ -731,25 +711,6 @@ def check_device(
         first.lifted_by, parts, max(host_at.values()),
         max(device_at.values()), host_free, dev_free, largest, max_alloc, found, tuple(notes),
     )  # fmt: skip
-
-
-def _npu_notes(sizes: ModelSizes, chunk: int, unset: bool) -> list[str]:
-    """The NPU's static shapes at this context and prefill chunk."""
-    n = sizes.n_ctx
-    mask = chunk * n * F16_BYTES
-    scores = sizes.hp.n_head * chunk * n * 4
-    out = [
-        f"static shapes: the prefill model takes {chunk} tokens (GGML_OPENVINO_PREFILL_CHUNK_SIZE) against "
-        f"all {n:,} cells (mask {chunk}x{n:,}: {format_bytes(mask)}; one layer's attention scores "
-        f"{sizes.hp.n_head}x{chunk}x{n:,} in f32: {format_bytes(scores)}), the decode model 1 token "
-        "against all cells: every step pays for the whole context"
-    ]
-    if unset:
-        out.append(
-            "a context left at the training length is the likely cause of NPU failures and hangs "
-            "(#29288, #20938): the docs ask for an explicit -c on the NPU"
-        )
-    return out
 
 
 def check(
@@ -767,8 +728,18 @@ def check(
     """Will ``path`` run on each device at ``-c n_ctx`` (None or 0: the training context), and what
     will it take?  ``device``: a ``GGML_OPENVINO_DEVICE`` value, checked alone and explained;
     ``backend``: a key of ``BACKENDS``; ``env``: other ``GGML_OPENVINO_*`` settings."""
-    version = backend_version(backend)
-    n_req = _n_ctx_arg(n_ctx)
+    if backend not in BACKENDS:
+        raise PreflightError(
+            f"backend {backend!r} is not a known version (expected one of {', '.join(BACKENDS)})"
+        )
+    if n_ctx is not None and (isinstance(n_ctx, bool) or not isinstance(n_ctx, int)):
+        raise PreflightError(f"-c {n_ctx!r}: expected a whole number of tokens (0: the training context)")
+    if n_ctx is not None and not 0 <= n_ctx <= MAX_N_CTX:
+        raise PreflightError(
+            f"-c {n_ctx:,}: expected 0 (the training context) to {MAX_N_CTX:,} tokens "
+            "(llama.cpp holds the padded context in a uint32)"
+        )
+    version = BACKENDS[backend]
     if isinstance(n_ubatch, bool) or not isinstance(n_ubatch, int) or n_ubatch < 1:
         raise PreflightError(f"-ub {n_ubatch!r}: expected a whole number of tokens >= 1")
     if simulate is not None:
@@ -777,7 +748,10 @@ def check(
         except UnknownProfileError as exc:
             raise PreflightError(str(exc)) from None
     core = get_core(core)
-    gguf = read_header(path)
+    try:
+        gguf = read_gguf(path)  # the header and tensor table, memory-mapped: no tensor data is read
+    except GGUFError as exc:
+        raise PreflightError(str(exc)) from None
     arch = gguf.architecture
     if arch is None:
         raise PreflightError(f"{gguf.path}: the header has no general.architecture")
@@ -794,9 +768,9 @@ def check(
         except ModelError as exc:
             raise PreflightError(str(exc)) from None
     n_ctx_train = hp.n_ctx_train if hp else int(gguf.metadata.get(f"{arch}.context_length", 0) or 0)
-    if not n_ctx_train and not n_req:
+    if not n_ctx_train and not n_ctx:
         raise PreflightError(f"{gguf.path}: -c 0 asks for the training context, but the header has no {arch}.context_length")  # fmt: skip
-    cells = padded_ctx(n_req, n_ctx_train)
+    cells = padded_ctx(n_ctx, n_ctx_train)
     if cells > MAX_N_CTX:
         raise PreflightError(f"{gguf.path}: a context of {cells:,} cells: llama.cpp holds it in a uint32")
     devices = list_devices(core=core)
@@ -822,20 +796,20 @@ def check(
     host_free = host_memory(core).available_bytes
     checks = tuple(
         check_device(
-            gguf, sizes, graphs, d, core=core, backend=version, flash_attn=flash_attn, unset=not n_req,
+            gguf, sizes, graphs, d, core=core, backend=version, flash_attn=flash_attn, unset=not n_ctx,
             host_free=host_free, config=config,
         )
         for d in devices
     )  # fmt: skip
     simulated = simulate or (core.profile.name if isinstance(core, SimulatedCore) else None)
     notes: tuple[str, ...] = ()
-    if not n_req and cells > LONG_CONTEXT:
+    if not n_ctx and cells > LONG_CONTEXT:
         notes = (
             f"-c was not given: llama.cpp's default is the training context ({cells:,} cells); pass -c "
             "to size the KV cache for what you need",
         )
     return Preflight(
-        gguf.path, arch, gguf.file_size, n_req, cells, n_ctx_train, min(n_ubatch, cells),
+        gguf.path, arch, gguf.file_size, n_ctx, cells, n_ctx_train, min(n_ubatch, cells),
         sizes.n_prompt if sizes else 0, flash_attn, version, checks, names,
         predicted_peak(gguf, hp, cells) if hp else None, simulated, notes,
     )  # fmt: skip
@@ -865,16 +839,10 @@ def cli(args: Any) -> int:
     """``ovkit check FILE``: the verdict table (exit 0 whatever the verdicts: they are the answer)."""
     import sys
 
-    from ovkit.usage import SIMULATED_NOTICE
-
-    try:
-        result = check(
-            args.file, args.n_ctx, device=args.device, simulate=args.simulate, backend=args.backend,
-            flash_attn=args.fa == "on", n_ubatch=args.n_ubatch, env=os.environ,
-        )  # fmt: skip
-    except PreflightError as exc:
-        print(f"ovkit: error: {exc}", file=sys.stderr)
-        return 2
+    result = check(
+        args.file, args.n_ctx, device=args.device, simulate=args.simulate, backend=args.backend,
+        flash_attn=args.fa == "on", n_ubatch=args.n_ubatch, env=os.environ,
+    )  # fmt: skip
     if args.simulate:
         print(SIMULATED_NOTICE.format(args.simulate), file=sys.stderr)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.report())

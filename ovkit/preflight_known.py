@@ -8,7 +8,6 @@ Rows marked "measured here" were reproduced with the backend ``scripts/install-u
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection
 from dataclasses import dataclass
 
 
@@ -102,25 +101,6 @@ class KnownAbort:
     flash_attn: bool | None = None  #: only with flash attention on/off (None: either)
     split: bool = False  #: only when nodes are left to ggml's CPU (the graph is split)
     unless: str = ""  #: a GGML_OPENVINO_* toggle that avoids it
-
-    def matches(
-        self,
-        arch: str,
-        dev_class: str,
-        backend: str,
-        *,
-        flash_attn: bool,
-        split: bool,
-        toggles: Collection[str],
-    ) -> bool:
-        return (
-            backend in self.versions
-            and (not self.archs or arch in self.archs)
-            and (not self.device_classes or dev_class in self.device_classes)
-            and (self.flash_attn is None or self.flash_attn == flash_attn)
-            and (split or not self.split)
-            and not (self.unless and self.unless in toggles)
-        )
 
 
 KNOWN_ABORTS: tuple[KnownAbort, ...] = (

@@ -87,11 +87,9 @@ def near_miss_hint(requested: str, available: list[str]) -> str | None:
         return f"device ids are case-sensitive: use {folded[0]!r}"
     numbered = sorted(d for d in physical if d.casefold().startswith(stripped.casefold() + "."))
     if numbered:
-        names = " or ".join(repr(d) for d in numbered)
-        return f"this machine lists numbered devices: use {names}"
+        return f"this machine lists numbered devices: use {' or '.join(map(repr, numbered))}"
     if is_virtual(stripped.upper()):
-        names = ", ".join(repr(d) for d in physical)
-        return f"virtual devices are not accepted by the backend: use one of {names}"
+        return f"virtual devices are not accepted by the backend: use one of {', '.join(map(repr, physical))}"
     return None
 
 
@@ -108,20 +106,10 @@ def resolve_device(
     config = read_config(env)
     core = get_core(core)
     available = list(core.available_devices)
-    requested = config.device_requested
-    wanted = requested or DEFAULT_DEVICE
-    resolved = resolve_for(get_layout(layout), requested, core=core)
-    fell_back = resolved.fell_back
+    wanted = config.device_requested or DEFAULT_DEVICE
+    device, fell_back = resolve_for(get_layout(layout), config.device_requested, core=core)
     hint = near_miss_hint(wanted, available) if fell_back else None
-    selection = Selection(
-        requested=requested,
-        device=resolved.device,
-        fell_back=fell_back,
-        hint=hint,
-        available=tuple(available),
-        config=config,
-        layout=layout,
-    )
+    selection = Selection(config.device_requested, device, fell_back, hint, tuple(available), config, layout)
     if log:
         if fell_back:
             logger.warning(fallback_message(wanted))
@@ -141,18 +129,9 @@ def using_device(name: str, *, core: Core | None = None) -> Iterator[Selection]:
 class Backend:
     """Execution bound to the one selected device: other devices support no op (the backend drives one device)."""
 
-    def __init__(
-        self, selection: Selection, *, core: Core | None = None, upstream_exact: bool = False
-    ) -> None:
+    def __init__(self, selection: Selection, *, core: Core | None = None) -> None:
         self.selection = selection
         self.core = get_core(core)
-        self.upstream_exact = upstream_exact
-
-    @classmethod
-    def from_env(
-        cls, env: Mapping[str, str] | None = None, *, core: Core | None = None, **kw: Any
-    ) -> Backend:
-        return cls(resolve_device(env, core=core), core=core, **kw)
 
     @property
     def device(self) -> str:
@@ -168,7 +147,7 @@ class Backend:
                 False, f"device {device_name} is not the selected device {self.selection.device}"
             )
         else:
-            decision = check_op(op, self.selection.device_class, upstream_exact=self.upstream_exact)
+            decision = check_op(op, self.selection.device_class)
         if not decision.supported and self.selection.config.log_unsupported_ops:
             info = op.op_info() if callable(getattr(op, "op_info", None)) else op
             name, kind, dtype = (getattr(info, key, None) for key in ("name", "op", "dtype"))

@@ -4,6 +4,7 @@ Readers take the filesystem root and say "not available here" and why when their
 
 from __future__ import annotations
 
+import glob
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -90,23 +91,9 @@ def read_cpu(root: Path = ROOT, now: float | None = None) -> Reading:
 def _bound(base: Path, prefix: str, drivers: tuple[str, ...]) -> list[tuple[Path, str]]:
     """The entries ``prefix*`` of a sysfs class (connectors like ``card0-DP-1`` left out) whose
     device is bound to one of ``drivers``, with that driver, sorted."""
-    try:
-        entries = sorted(p for p in base.iterdir() if p.name.startswith(prefix) and "-" not in p.name)
-    except OSError:
-        return []
+    entries = sorted(p for p in map(Path, glob.glob(os.path.join(base, prefix + "*"))) if "-" not in p.name)
     bound = ((entry, os.path.basename(_link(entry / "device" / "driver"))) for entry in entries)
     return [(entry, driver) for entry, driver in bound if driver in drivers]
-
-
-def intel_drm_cards(root: Path = ROOT) -> dict[str, str]:
-    """PCI address → driver of each DRM card bound to i915 or xe (``/sys/class/drm``)."""
-    cards = _bound(root / "sys" / "class" / "drm", "card", DRM_DRIVERS)
-    return {os.path.basename(os.path.realpath(card / "device")): driver for card, driver in cards}
-
-
-def _fdinfo(text: str) -> dict[str, str]:
-    fields = (line.partition(":") for line in text.splitlines())
-    return {key.strip(): value.strip() for key, sep, value in fields if sep}
 
 
 def _number(value: str) -> float | None:
@@ -122,43 +109,36 @@ def read_drm_clients(root: Path = ROOT, now: float | None = None) -> dict[str, R
 
     Only processes whose fdinfo this user may read are seen (all of one's own; others' need
     ptrace rights, as for intel_gpu_top)."""
-    cards = intel_drm_cards(root)
+    drm = _bound(root / "sys" / "class" / "drm", "card", DRM_DRIVERS)  # the cards bound to i915 or xe
+    cards = {os.path.basename(os.path.realpath(card / "device")): driver for card, driver in drm}
     if not cards:
         return {}
     wall_ns = (time.monotonic() if now is None else now) * 1e9
     found: dict[str, dict[str, tuple[float, float]]] = {pdev: {} for pdev in cards}
     capacity: dict[str, dict[str, float]] = {pdev: {} for pdev in cards}
-    proc = root / "proc"
-    try:
-        pids = [p for p in proc.iterdir() if p.name.isdigit()]
-    except OSError:
-        pids = []
-    for pid in pids:
-        try:
-            fds = list((pid / "fd").iterdir())
-        except OSError:
+    # glob skips what it cannot list (others' fds, a process that just exited)
+    for fd in map(Path, glob.glob(os.path.join(root, "proc", "[0-9]*", "fd", "*"))):
+        if not _link(fd).startswith("/dev/dri/"):
             continue
-        for fd in fds:
-            if not _link(fd).startswith("/dev/dri/"):
+        text = _read(fd.parent.parent / "fdinfo" / fd.name)
+        fields = (line.partition(":") for line in (text or "").splitlines())
+        info = {key.strip(): value.strip() for key, sep, value in fields if sep}
+        pdev, client = info.get("drm-pdev", ""), info.get("drm-client-id", "")
+        if info.get("drm-driver") not in DRM_DRIVERS or pdev not in found or not client:
+            continue
+        for key, value in info.items():
+            n = _number(value)
+            if n is None:
                 continue
-            text = _read(pid / "fdinfo" / fd.name)
-            info = _fdinfo(text) if text else {}
-            pdev, client = info.get("drm-pdev", ""), info.get("drm-client-id", "")
-            if info.get("drm-driver") not in DRM_DRIVERS or pdev not in found or not client:
-                continue
-            for key, value in info.items():
-                n = _number(value)
-                if n is None:
-                    continue
-                if key.startswith("drm-engine-capacity-"):
-                    capacity[pdev][key.removeprefix("drm-engine-capacity-")] = n
-                elif key.startswith("drm-engine-"):  # i915: busy ns of the class
-                    found[pdev][f"{key.removeprefix('drm-engine-')}/{client}"] = (n, wall_ns)
-                elif key.startswith("drm-cycles-"):  # xe: busy cycles over the GPU's total cycles
-                    engine = key.removeprefix("drm-cycles-")
-                    total = _number(info.get(f"drm-total-cycles-{engine}", ""))
-                    if total is not None:
-                        found[pdev][f"{engine}/{client}"] = (n, total)
+            if key.startswith("drm-engine-capacity-"):
+                capacity[pdev][key.removeprefix("drm-engine-capacity-")] = n
+            elif key.startswith("drm-engine-"):  # i915: busy ns of the class
+                found[pdev][f"{key.removeprefix('drm-engine-')}/{client}"] = (n, wall_ns)
+            elif key.startswith("drm-cycles-"):  # xe: busy cycles over the GPU's total cycles
+                engine = key.removeprefix("drm-cycles-")
+                total = _number(info.get(f"drm-total-cycles-{engine}", ""))
+                if total is not None:
+                    found[pdev][f"{engine}/{client}"] = (n, total)
     return {
         pdev: Reading(f"DRM fdinfo ({cards[pdev]} {pdev})", found[pdev], capacity[pdev]) for pdev in cards
     }
@@ -228,10 +208,10 @@ class UtilisationMeter:
         simulated), measured since the previous sample."""
         readings: dict[str, Reading] = {"cpu": read_cpu(self.root, self.clock())}
         real_classes = {str(d.device_class) for d in devices if not d.simulated}
-        gpus = read_drm_clients(self.root, self.clock()) if "GPU" in real_classes or not devices else {}
-        readings.update({f"gpu:{p}": r for p, r in gpus.items()})
-        npus = read_npu(self.root, self.clock()) if "NPU" in real_classes or not devices else []
-        readings.update({f"npu:{i}": r for i, r in enumerate(npus)})
+        if "GPU" in real_classes or not devices:
+            readings |= {f"gpu:{p}": r for p, r in read_drm_clients(self.root, self.clock()).items()}
+        if "NPU" in real_classes or not devices:
+            readings |= {f"npu:{i}": r for i, r in enumerate(read_npu(self.root, self.clock()))}
         # the real GPUs and NPUs, in device order, pair with the sources in PCI / accel order
         keys = {c: iter(sorted(k for k in readings if k.startswith(c.lower() + ":"))) for c in ("GPU", "NPU")}
         n_gpu_keys = sum(k.startswith("gpu:") for k in readings)
@@ -240,39 +220,32 @@ class UtilisationMeter:
         out = []
         for d in devices:
             cls = str(d.device_class)
-            if cls == "CPU":
-                out.append(self._busy_cpu(d, readings["cpu"]))
-            elif d.simulated:
-                out.append(Busy(d.name, None, NOT_MEASURED_SIMULATED, simulated=True))
-            elif cls in keys:
-                why, note = NO_SOURCE[cls], paired if cls == "GPU" else ""
-                out.append(self._busy(d.name, next(keys[cls], None), readings, why, note))
-            else:
-                out.append(Busy(d.name, None, f"not available here: no busy counter for class {cls}"))
+            key = "cpu" if cls == "CPU" else None if d.simulated or cls not in keys else next(keys[cls], None)
+            out.append(self._busy(d, readings, key, paired))
         self._prev = readings
         return out
 
-    def _busy(self, name: str, key: str | None, readings: Mapping[str, Reading], why: str, note: str) -> Busy:
+    def _busy(self, d: Any, readings: Mapping[str, Reading], key: str | None, paired: str) -> Busy:
+        """One device's figure from the reading under ``key`` (None: no source for it)."""
+        cls, cpu = str(d.device_class), str(d.device_class) == "CPU"
+        if d.simulated and not cpu:
+            return Busy(d.name, None, NOT_MEASURED_SIMULATED, simulated=True)
+        if cls not in NO_SOURCE and not cpu:
+            return Busy(d.name, None, f"not available here: no busy counter for class {cls}")
         if key is None:
-            return Busy(name, None, f"not available here: {why}")
-        cur = readings[key]
+            return Busy(d.name, None, f"not available here: {NO_SOURCE[cls]}")
+        cur, prev = readings[key], self._prev.get(key)
         if cur.error is not None:
-            return Busy(name, None, cur.error)
-        prev = self._prev.get(key)
+            return Busy(d.name, None, cur.error, simulated=d.simulated)
         parts = shares(prev, cur) if prev is not None else {}
+        if cpu:
+            detail = {"this process": parts["process"]} if "process" in parts else {}
+            where = "; this machine's CPU, where the simulated devices run" if d.simulated else ""
+            return Busy(d.name, parts.get("system"), cur.source + where, detail, simulated=d.simulated)
         share = max(parts.values()) if parts else None
         if share is None and prev is not None and not cur.counters:
             share = 0.0  # a GPU no process has a DRM client on: idle
-        return Busy(name, share, cur.source + note, parts)
-
-    def _busy_cpu(self, d: Any, cur: Reading) -> Busy:
-        source = cur.source + ("; this machine's CPU, where the simulated devices run" if d.simulated else "")
-        if cur.error is not None:
-            return Busy(d.name, None, cur.error, simulated=d.simulated)
-        prev = self._prev.get("cpu")
-        parts = shares(prev, cur) if prev is not None else {}
-        detail = {"this process": parts["process"]} if "process" in parts else {}
-        return Busy(d.name, parts.get("system"), source, detail, simulated=d.simulated)
+        return Busy(d.name, share, cur.source + (paired if cls == "GPU" else ""), parts)
 
 
 def busy_frame(busy: Sequence[Busy]) -> Any:

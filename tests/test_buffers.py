@@ -17,8 +17,8 @@ from ovkit.simulate import SimulatedCore
 def test_names_and_kinds() -> None:
     dev = buffers.buffer_type("GPU.1")
     host = buffers.host_buffer_type("GPU.1")
-    assert (dev.name, dev.kind, dev.is_host) == ("GPU.1", BufferKind.DEVICE, False)
-    assert (host.name, host.kind, host.is_host) == ("GPU.1_HOST", BufferKind.HOST, True)
+    assert (dev.name, dev.kind) == ("GPU.1", BufferKind.DEVICE)
+    assert (host.name, host.kind) == ("GPU.1_HOST", BufferKind.HOST)
     assert dev.alignment == host.alignment == 32
     assert dev.max_size == buffers.SIZE_MAX
 
@@ -77,11 +77,6 @@ def test_simulated_gpu_kv_cache_uses_host_memory_and_says_so() -> None:
         assert not buf.is_remote
         row = buffers.current_allocations().set_index("buffer_id").loc[buf.id]
         assert row["storage"] == "simulated GPU: host memory"
-
-
-def test_remote_storage_only_for_gpu_class() -> None:
-    with pytest.raises(BufferUsageError, match="GPU class only, not 'CPU'"):
-        buffers.Buffer(buffers.buffer_type("CPU"), 64, Usage.KV_CACHE, remote=True)
 
 
 def test_place_set_get_and_offsets() -> None:
@@ -171,7 +166,7 @@ def test_tracking_records_alloc_and_free() -> None:
 
 
 def test_frames_of_an_empty_record_keep_their_columns(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(buffers, "TRACKER", buffers.AllocationTracker())
+    monkeypatch.setattr(buffers, "HISTORY", [])
     assert list(buffers.current_allocations().columns)[:2] == ["buffer_id", "device"]
     history = buffers.allocation_history()
     assert history.empty and list(history.columns)[-1] == "live_bytes"

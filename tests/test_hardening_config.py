@@ -198,7 +198,7 @@ def test_device_table_and_selection_over_the_whole_sweep(
     (it reads no ``GGML_OPENVINO_*`` variable, so it warns about none) and ``resolve_device``
     selects with one warning where ``read_config`` has one; a stray ``GGML_OPENVINO_DEVICE``
     falls back to CPU with upstream's one warning line instead, quoted and cut when it is long."""
-    stable = ["layout", "openvino_device", "class", "description", "total_bytes", "memory_rule"]
+    stable = ["layout", "ov_id", "device_class", "description", "total_bytes", "memory_rule"]
     clean = ovkit.device_table(raw=True)[stable]  # the rest is live memory, read anew each time
     for var, value in COMBINATIONS:
         text = c_visible(value)

@@ -86,7 +86,7 @@ def test_using_device_selects_for_a_block_and_leaves_the_environment(monkeypatch
 
 def test_backend_supports_no_op_on_a_device_that_is_not_selected() -> None:
     core = SimulatedCore("laptop")
-    backend = Backend.from_env({"GGML_OPENVINO_DEVICE": "GPU"}, core=core)
+    backend = Backend(resolve_device({"GGML_OPENVINO_DEVICE": "GPU"}, core=core))
     for other in ("CPU", "NPU"):
         decision = backend.supports_op(other, object())
         assert not decision

@@ -113,7 +113,9 @@ class SimulatedCore:
         }
         exact_on_cpu(cpu_config)  # the real CPU computes: f32 asked is exact f32 there too
         compiled = real.compile_model(model, "CPU", cpu_config)
-        nbytes = _constant_bytes(model)
+        # the model's Constant nodes: what the device would have to store
+        ops = model.get_ordered_ops()
+        nbytes = sum(int(op.get_byte_size()) for op in ops if op.get_type_name() == "Constant")
         if nbytes:
             self.allocate(device_name, nbytes)
             weakref.finalize(compiled, self.release, device_name, nbytes, "usm_device")
@@ -172,8 +174,3 @@ class SimulatedCore:
             if isinstance(total, int):
                 value += int(total * 0.2 * wave)
         return value
-
-
-def _constant_bytes(model: Any) -> int:
-    """Bytes held by the model's Constant nodes (what a device would have to store)."""
-    return sum(int(op.get_byte_size()) for op in model.get_ordered_ops() if op.get_type_name() == "Constant")
