@@ -252,7 +252,9 @@ def test_01_devices_on_a_simulated_machine_with_papermill(tmp_path: Path) -> Non
     assert "selected device: GPU" in text(nb, "device-table")
     assert [highlighted for _, highlighted in live_tables(nb)] == ["GPU", "GPU"]  # table, dashboard
     busy = text(nb, "busy")
-    assert re.search(r"^GPU \(sim\) +simulated: not measured +simulated device: no busy counter", busy, re.M), busy
+    assert re.search(
+        r"^GPU \(sim\) +simulated: not measured +simulated device: no busy counter", busy, re.M
+    ), busy
     assert "where the simulated devices run" in busy
 
 
