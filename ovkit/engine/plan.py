@@ -97,7 +97,8 @@ class GraphPlan:
         self.leaves = graph.inputs_of(self.every)  # the Parameters, in order
         # f16 inputs whose Parameter is f32 (the caller feeds f32 arrays of f16 values): the
         # plugin then needs no f16 -> f32 conversion of them on every run (a KV cache read in place)
-        self.wide = frozenset(t.name for t in self.leaves if t.name in set(wide) and t.dtype == "f16")
+        asked = frozenset(wide)
+        self.wide = frozenset(t.name for t in self.leaves if t.name in asked and t.dtype == "f16")
         self.slots = [InputSlot(t, wide=t.name in self.wide) for t in self.leaves]
         self.input_names = [t.name for t in self.leaves]
         self.known = input_names(graph)
