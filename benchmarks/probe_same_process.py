@@ -1,8 +1,9 @@
-"""A model's prefill and decode on one runtime four ways, in one process, runs interleaved:
+"""A model's prefill and decode on one runtime five ways, in one process, runs interleaved:
 ovkit's lean model as ``Model`` compiles it, the same with the other choice of activations (bf16
 against f32 quantized to int8 per 32, ``lean.DYNAMIC_INT8_FROM_BYTES``), OpenVINO GenAI's
-pipeline on the same ``.gguf``, and the ``ov.Model`` GenAI builds from it (saved with
-``enable_save_ov_model``) compiled here with ovkit's bf16 CPU properties.
+pipeline on the same ``.gguf`` as ``ovkit bench`` runs it (its default attention, prefix caching
+off: the anchor every ratio is against) and with SDPA attention, and the ``ov.Model`` GenAI builds
+from it (saved with ``enable_save_ov_model``) compiled here with ovkit's bf16 CPU properties.
 
 Interleaving puts every side under the same machine at the same moment, so the ratios hold on a
 VM whose speed drifts between fresh-process runs.  Also printed: each compiled graph's node
@@ -68,6 +69,7 @@ def main() -> int:
 
     from ovkit.gguf import read_gguf
     from ovkit.model import lean
+    from ovkit.model.bench import GenAISide
     from ovkit.model.fetch import real_model
     from ovkit.model.limits import model_hparams
 
@@ -77,6 +79,7 @@ def main() -> int:
         pipe, xml = genai_model(gguf.resolve(), Path(tmp), args.threads)
         ir = core.compile_model(core.read_model(xml), "CPU", lean.compile_properties(False, args.threads))
     request = ir.create_infer_request()
+    anchor = GenAISide({"path": str(gguf), "threads": args.threads})
     g = read_gguf(gguf)
     hp = model_hparams(g)
     int8 = lean.model_device_bytes(g) >= lean.DYNAMIC_INT8_FROM_BYTES
@@ -102,6 +105,9 @@ def main() -> int:
     def pipeline(rep: int, decode: bool) -> None:
         ids = np.array([[5 + rep]], np.int64) if decode else prompt(rep)[None]
         pipe.generate(ov.Tensor(ids), many if decode else one)
+
+    def genai_default(rep: int, decode: bool) -> None:
+        anchor.generate([5 + rep] if decode else list(prompt(rep)), steps if decode else 1)
 
     def genai_ir(rep: int, decode: bool) -> None:
         request.reset_state()
@@ -132,7 +138,8 @@ def main() -> int:
     sides = {
         f"ovkit lean ({names[0]}, as Model)": ovkit(session),
         f"ovkit lean ({names[1]})": ovkit(other),
-        "GenAI pipeline": pipeline,
+        "GenAI pipeline": genai_default,
+        "GenAI pipeline (SDPA)": pipeline,
         "GenAI's IR here (bf16)": genai_ir,
     }
     pp: dict[str, list[float]] = {k: [] for k in sides}

@@ -572,7 +572,7 @@ class _Llama:
         return out
 
 
-class _GenAI:
+class GenAISide:
     """OpenVINO GenAI's LLMPipeline on the ``.gguf`` itself, fed token ids (no tokenizer pass).
     Each call is a new conversation, with prefix caching off."""
 
@@ -609,7 +609,7 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
     tg a one-token prompt and n."""
     side = request["side"]
     try:
-        sides: dict[str, Callable[[dict[str, Any]], _Side]] = {"ovkit": _Ovkit, "genai": _GenAI}
+        sides: dict[str, Callable[[dict[str, Any]], _Side]] = {"ovkit": _Ovkit, "genai": GenAISide}
         runner = sides.get(side, partial(_Llama, upstream=side == "upstream"))(request)
     except ImportError as exc:
         return {"error": f"{side} is not installed here ({exc}); bash .ci/test installs every side"}
