@@ -111,14 +111,22 @@ def iter_results(mode: str = "test", ops: Sequence[str] | str | None = None,
         from ovkit.catalogue import run as catalogue
 
         profile = getattr(getattr(core, "profile", None), "name", None)
-        argv = [*catalogue.WORKER_COMMAND, mode, dev, ref or "auto", hints, *([profile] if profile else [])]
+        flags = [mode, dev, ref or "auto", hints, str(int(vs_ggml)), *([profile] if profile else [])]
         rows = [catalogue.Row(c.op, c.params) for c in picked]
+        # perf in one worker: a timing shares the cores with nothing
         got = catalogue.pooled(
-            rows, argv, max(1, workers), lambda r, why: Result(r.op, r.name, "FAIL", why, device=dev)
+            rows,
+            [*catalogue.WORKER_COMMAND, *flags],
+            1 if mode == "perf" else max(1, workers),
+            lambda r, why: Result(r.op, r.name, "FAIL", why, device=dev),
         )
-        yield from (
-            r for _, r in progress_bar(got, f"test-ops {mode} {dev} (isolated)", progress, total=len(rows))
-        )
+        done: dict[int, Result] = {}  # the workers finish out of order: yield in the cases' order
+        following = 0
+        for i, r in progress_bar(got, f"test-ops {mode} {dev} (isolated)", progress, total=len(rows)):
+            done[i] = r
+            while following in done:
+                yield done.pop(following)
+                following += 1
         return
     for c in progress_bar(picked, f"test-ops {mode} {dev}", progress):
         if mode == "test":

@@ -430,14 +430,14 @@ THREADS_ENV = "OVKIT_CATALOGUE_THREADS"
 
 def _worker_main() -> None:
     """``python -m ovkit.catalogue.run POLICY DEVICE`` (test-backend-ops rows) or ``... MODE DEVICE
-    REFERENCE HINTS [PROFILE]`` (curated cases, ``ovkit test-ops --isolate``): JSON lists of rows in,
-    of results out."""
+    REFERENCE HINTS VS_GGML [PROFILE]`` (curated cases, ``ovkit test-ops --isolate``; VS_GGML 0 or
+    1): JSON lists of rows in, of results out."""
     from ovkit.catalogue import curated
     from ovkit.usage import make_core
 
     kind, device, *rest = sys.argv[1:]
     threads = int(os.environ.get(THREADS_ENV, "0")) or None
-    reference, hints, *profile = rest or ["", ""]
+    reference, hints, vs_ggml, *profile = rest or ["", "", "0"]
     core = None if kind in ("upstream", "none") else make_core(profile[0] if profile else None)
 
     def run(rows: list[Row]) -> list[Result]:
@@ -445,8 +445,11 @@ def _worker_main() -> None:
             return run_rows(rows, kind, device, threads=threads)  # type: ignore[arg-type]
         cases = [curated.find(r.name) for r in rows]
         if kind == "perf":
-            return [perf_case(c, device, hints=hints, core=core) for c in cases]
-        return [run_case(c, device, reference=reference, hints=hints, core=core) for c in cases]  # type: ignore[arg-type]
+            return [perf_case(c, device, hints=hints, vs_ggml=vs_ggml == "1", core=core) for c in cases]
+        return [
+            run_case(c, device, reference=reference, hints=hints, threads=threads, core=core)  # type: ignore[arg-type]
+            for c in cases
+        ]
 
     serve(lambda line: json.dumps([asdict(r) for r in run([Row(*x) for x in json.loads(line)])]))
 
