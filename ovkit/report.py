@@ -70,13 +70,14 @@ FORMATS: dict[str, Callable[[Any], str]] = {
 @dataclass(frozen=True, slots=True)
 class Report:
     """A small table of already formatted strings, with a title and footnotes; in HTML also a
-    picture (``png``), and further reports (``parts``) below it: one record, shown as text or HTML."""
+    picture (``png``, or the function drawing it: only the HTML draws it), and further reports
+    (``parts``) below it: one record, shown as text or HTML."""
 
     title: str
     columns: tuple[str, ...] = ()
     rows: tuple[tuple[str, ...], ...] = ()
     notes: tuple[str, ...] = ()
-    png: bytes = b""
+    png: bytes | Callable[[], bytes] = b""
     parts: tuple[Report, ...] = ()
 
     def __str__(self) -> str:
@@ -104,7 +105,8 @@ class Report:
         thead = f"<thead><tr>{head}</tr></thead>" if any(self.columns) else ""
         table = f"<table>{thead}<tbody>{body}</tbody></table>" if self.columns else ""
         notes = "".join(f"<div class='ovkit-note'>{esc(n)}</div>" for n in self.notes)
-        picture = png_img(self.png, self.title) if self.png else ""
+        png = self.png() if callable(self.png) else self.png
+        picture = png_img(png, self.title) if png else ""
         parts = "".join(p._repr_html_() for p in self.parts)
         return f"<div class='ovkit-report'><b>{esc(self.title)}</b>{table}{notes}{picture}{parts}</div>"
 

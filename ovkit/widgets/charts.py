@@ -132,7 +132,7 @@ class AllocationCharts(LiveView):
         return figure_png(static_figure(self.model, chart_title(self.model)))
 
     def report(self) -> Report:
-        """The figures the panels show, and the panels as a picture."""
+        """The figures the panels show, and the panels as a picture (drawn only for HTML)."""
         memory = tuple(
             (r.name, format_bytes(r.used_bytes), format_bytes(r.total_bytes), r.rule) for r in self.model.rows
         )
@@ -143,7 +143,7 @@ class AllocationCharts(LiveView):
         error = (f"error: {self.error}",) if self.error else ()
         notes = (*error, *this_process, f"history: {len(self.history.frame())} samples kept")
         title = f"Allocation charts ({chart_title(self.model)})"
-        return Report(title, ("device", "used", "of", "rule"), memory, notes, self.to_png())
+        return Report(title, ("device", "used", "of", "rule"), memory, notes, self.to_png)
 
 
 __all__ = ["AllocationCharts", "static_figure"]

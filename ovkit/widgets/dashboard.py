@@ -100,7 +100,7 @@ class Dashboard(AllocationCharts):
     def report(self) -> Report:
         """Selector, device table (and charts) and busy panel."""
         table = table_report(self.rows, simulated=self._simulated(), error=self.error)
-        table = dataclasses.replace(table, png=self.to_png())
+        table = dataclasses.replace(table, png=self.to_png)
         return Report("ovkit dashboard", parts=(self.selector.report(), table, busy_report(self.busy)))
 
     def saved_html(self) -> str:
