@@ -53,7 +53,9 @@ def check_values(node: Tensor, values: np.ndarray, source: str) -> None:
     table = node if spec.table_src < 0 else node.srcs[spec.table_src]
     assert idx_t is not None and table is not None
     bound = table.ne[spec.table_dim]
-    flat = np.asarray(values).reshape(-1)[ggml_index_map(idx_t)].reshape(-1)  # a leaf or a view of one
+    flat = np.asarray(values).reshape(-1)
+    if idx_t.view_src is not None:  # a view of a leaf: its elements gathered (a plain leaf is read as is)
+        flat = flat[ggml_index_map(idx_t)].reshape(-1)
     bad = np.flatnonzero((flat < 0) | (flat >= bound))
     if bad.size:
         i = int(bad[0])
