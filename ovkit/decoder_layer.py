@@ -15,7 +15,7 @@ import numpy as np
 
 from ovkit.model.arch import HParams
 from ovkit.model.program import GraphShape, causal_inputs, decoder_layer, input_specs
-from ovkit.model.synthetic import tensor_shapes
+from ovkit.model.synthetic import random_values, tensor_shapes
 
 CACHE_NAMES: tuple[str, str] = ("cache_k_l0", "cache_v_l0")
 _LAYER_INPUTS = ("inp_pos", "attn_inp_k_idxs", "attn_inp_v_idxs", "attn_inp_kq_mask", *CACHE_NAMES)
@@ -71,12 +71,9 @@ class BlockConfig:
 def block_weights(cfg: BlockConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """Random weights by their GGUF names, scaled like an initialised model (rows ~ 1/sqrt(fan_in))."""
     rng = np.random.default_rng(seed)
-
-    def random(shape: tuple[int, ...]) -> np.ndarray:
-        v = rng.standard_normal(shape, dtype=np.float32)
-        return 1 + 0.1 * v if len(shape) == 1 else v / np.float32(np.sqrt(shape[-1]))
-
-    return {n: random(s) for n, s in tensor_shapes(cfg.hparams).items() if n.startswith("blk.0.")}
+    return {
+        n: random_values(n, s, rng) for n, s in tensor_shapes(cfg.hparams).items() if n.startswith("blk.0.")
+    }
 
 
 def block_program(cfg: BlockConfig, n_tok: int) -> Callable[[Any, Mapping[str, Any]], list[Any]]:

@@ -81,7 +81,7 @@ def tensor_shapes(hp: HParams, tied: bool = False) -> dict[str, tuple[int, ...]]
     return shapes
 
 
-def _random(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+def random_values(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     """Values scaled like a trained model: norms near 1, rows ~ 1/sqrt(fan-in), a head whose
     row norms vary (log-normal), so the top logits are not near-ties of a flat distribution."""
     if len(shape) == 1:
@@ -174,7 +174,7 @@ def _stream_random_blocks(
 
     def tensor(name: str, shape: tuple[int, ...]) -> np.ndarray:
         if len(shape) == 1:
-            return _random(name, shape, rng)
+            return random_values(name, shape, rng)
         std = 1.0 if name in ("token_embd.weight", "output.weight") else 1.0 / np.sqrt(shape[-1])
         rows = int(np.prod(shape[:-1]))
         return _random_rows(mix_type(wtype, name, shape[-1]), rows, shape[-1], std, rng)
@@ -358,7 +358,7 @@ def synthetic(
     finish_gguf(
         w,
         {
-            name: _stored(name, _random(name, shape, rng), weight_type)
+            name: _stored(name, random_values(name, shape, rng), weight_type)
             for name, shape in tensor_shapes(hp, tied_output).items()
         },
     )
