@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ovkit import quant
+from ovkit import layouts, quant
 from ovkit.config import OvkitConfig, read_config
 from ovkit.devices import device_class, is_virtual, list_devices
 from ovkit.gguf import GGUFError, GGUFModel, read_gguf
@@ -489,7 +489,7 @@ def backend_memory(sizes: ModelSizes, gguf: GGUFModel, dev: str, config: OvkitCo
 def naming(requested: str | None, *, core: Core | None) -> Naming:
     """What the backend does with ``GGML_OPENVINO_DEVICE=requested`` on ``core``'s devices."""
     sel = resolve_device({} if requested is None else {ENV_DEVICE: requested}, log=False, core=core)
-    physical = sorted(d for d in sel.available if not is_virtual(d))
+    physical = layouts.physical(sel.available)
     lines: list[str] = []
     if not requested:
         lines.append("unset or empty: the backend uses CPU")

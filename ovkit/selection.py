@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ovkit import layouts
 from ovkit.config import OvkitConfig, read_config, readable, shown
 from ovkit.devices import ENV_DEVICE, DeviceClass, device_class, is_virtual
 from ovkit.layouts import DEFAULT_LAYOUT, get_layout, resolve_for
@@ -78,7 +79,7 @@ def fallback_message(requested: str) -> str:
 
 def near_miss_hint(requested: str, available: list[str]) -> str | None:
     """A hint naming the id to use when ``requested`` almost matches one; else None."""
-    physical = sorted(d for d in available if not is_virtual(d))
+    physical = layouts.physical(available)
     stripped = requested.strip()
     if stripped != requested and stripped in physical:
         return f"remove the surrounding white space: use {stripped!r}"
